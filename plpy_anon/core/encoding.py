@@ -1,0 +1,136 @@
+"""Integer encoding of quasi-identifier columns for the Mondrian core.
+
+Every column becomes ``codes`` (int32, one per row) whose ORDER is the order cuts follow:
+
+* numeric (numbers, datetime64): code order = value order. SQL NULL is a value of its own with
+  code 0, sorted before every value, so a median cut can isolate it. ``labels`` holds the sorted
+  distinct non-NULL values, so the value of code ``c`` is ``labels[c - offset]`` with
+  ``offset = 1 if null_code == 0 else 0`` (see :func:`numeric_offset`).
+* categorical without hierarchy: codes ordered by FREQUENCY, most frequent first (ties by label),
+  so median cuts separate frequent values; NULL is one more value (label ``None``).
+* categorical with a :class:`Hierarchy`: codes = the hierarchy's depth-first leaf numbers (all
+  leaves, also those absent from the data), so every subtree is a contiguous code range; NULL, if
+  present, gets the code after the last leaf and is read as one more child of the root.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
+from plpy_anon.core.hierarchy import Hierarchy
+
+
+@dataclass
+class EncodedColumn:
+    """One quasi-identifier as integer codes (see the module docstring for the code order)."""
+
+    name: str
+    kind: str                 # "numeric" | "categorical"
+    codes: np.ndarray         # int32 (n,)
+    labels: np.ndarray        # numeric: sorted non-NULL values; categorical: object array
+    null_code: int | None     # code of SQL NULL, None when the column has no NULL
+    hierarchy: Hierarchy | None = None
+
+    @property
+    def n_codes(self):
+        """Size of the code domain (including the NULL code)."""
+        return len(self.labels) + (1 if self.kind == "numeric" and self.null_code is not None else 0)
+
+
+def numeric_offset(col):
+    """Shift between a numeric column's codes and ``labels`` indices (1 when NULL has code 0)."""
+    return 1 if col.null_code == 0 else 0
+
+
+def encode_numeric(name, values, null_mask=None):
+    """Encode a numeric or datetime64 column; NaN/NaT also count as NULL.
+
+    ``null_mask`` marks SQL NULLs; their entries in ``values`` are ignored.
+    """
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise InvalidParameter(f"column {name!r} must be one-dimensional, got shape {values.shape}",
+                               hint="pass one array per column")
+    if not (np.issubdtype(values.dtype, np.number) or np.issubdtype(values.dtype, np.datetime64)
+            or values.dtype == np.bool_):
+        raise UnsupportedType(
+            f"column {name!r} has dtype {values.dtype}, which is not numeric or datetime",
+            hint="encode text columns with encode_categorical",
+        )
+    if np.iscomplexobj(values):
+        raise UnsupportedType(f"column {name!r} is complex; it has no order",
+                              hint="pass real numbers")
+    is_null = _null_mask(name, values, null_mask)
+    present = values[~is_null]
+    labels, inverse = np.unique(present, return_inverse=True)
+    null_code = 0 if is_null.any() else None
+    codes = np.zeros(values.shape[0], dtype=np.int32)
+    codes[~is_null] = inverse.astype(np.int32) + (1 if null_code == 0 else 0)
+    return EncodedColumn(name, "numeric", codes, labels, null_code)
+
+
+def encode_categorical(name, values, hierarchy=None):
+    """Encode a text column (``str`` or ``None`` = NULL); see the module docstring for the order."""
+    values = np.asarray(values, dtype=object)
+    if values.ndim != 1:
+        raise InvalidParameter(f"column {name!r} must be one-dimensional, got shape {values.shape}",
+                               hint="pass one sequence per column")
+    factor, uniques = pd.factorize(values, use_na_sentinel=True)
+    uniques = [str(u) for u in uniques]
+    has_null = bool((factor < 0).any())
+    if hierarchy is None:
+        return _encode_by_frequency(name, factor, uniques, has_null)
+    return _encode_by_hierarchy(name, factor, uniques, has_null, hierarchy)
+
+
+def _encode_by_frequency(name, factor, uniques, has_null):
+    # factorize gives NULL the sentinel -1; move it to a slot of its own after the strings
+    slot = np.where(factor < 0, len(uniques), factor)
+    counts = np.bincount(slot, minlength=len(uniques) + 1)
+    keys = [(-counts[i], 0, u) for i, u in enumerate(uniques)]
+    if has_null:
+        keys.append((-counts[-1], 1, ""))          # NULL after strings of equal frequency
+    rank = sorted(range(len(keys)), key=keys.__getitem__)
+    code_of_slot = np.empty(len(keys), dtype=np.int32)
+    code_of_slot[rank] = np.arange(len(keys), dtype=np.int32)
+    labels = np.array([uniques[i] if i < len(uniques) else None for i in rank], dtype=object)
+    codes = code_of_slot[slot].astype(np.int32)
+    null_code = int(code_of_slot[-1]) if has_null else None
+    return EncodedColumn(name, "categorical", codes, labels, null_code)
+
+
+def _encode_by_hierarchy(name, factor, uniques, has_null, hierarchy):
+    missing = [u for u in uniques if u not in hierarchy._leaf_number]
+    if missing:
+        raise UndefinedObject(
+            f"value {missing[0]!r} of column {name!r} is not covered by its hierarchy"
+            + (f" ({len(missing) - 1} more uncovered values)" if len(missing) > 1 else ""),
+            hint=f"add a row '{missing[0]};...;{hierarchy.root}' to the hierarchy",
+        )
+    n_leaves = len(hierarchy.leaves)
+    code_of_unique = np.array([hierarchy.leaf_number(u) for u in uniques] + [n_leaves],
+                              dtype=np.int32)
+    codes = code_of_unique[factor]                 # factor == -1 (NULL) picks n_leaves
+    labels = np.array(list(hierarchy.leaves) + ([None] if has_null else []), dtype=object)
+    return EncodedColumn(name, "categorical", codes, labels, n_leaves if has_null else None,
+                         hierarchy)
+
+
+def _null_mask(name, values, null_mask):
+    if null_mask is None:
+        is_null = np.zeros(values.shape[0], dtype=bool)
+    else:
+        is_null = np.asarray(null_mask, dtype=bool)
+        if is_null.shape != values.shape:
+            raise InvalidParameter(
+                f"null_mask of column {name!r} has shape {is_null.shape}, values {values.shape}",
+                hint="give one NULL flag per value",
+            )
+        is_null = is_null.copy()
+    if np.issubdtype(values.dtype, np.floating) or np.issubdtype(values.dtype, np.datetime64):
+        is_null |= np.isnan(values)
+    return is_null

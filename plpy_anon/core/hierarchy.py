@@ -1,0 +1,244 @@
+"""Value generalization hierarchies (VGH): leaf -> parent -> ... -> root.
+
+A hierarchy is given as one path per leaf, ``[leaf, parent, ..., root]`` -- the format of ARX's
+``*_hierarchy_*.csv`` files and of Basic_Mondrian's ``adult_*.txt`` files (``;``-separated, one
+row per leaf).
+
+Unbalanced input (paths of different lengths, as in Basic_Mondrian's workclass where ``Private;*``
+sits next to ``Self-emp-inc;Self-employ;*``) is padded by REPEATING THE LEAF at the bottom of the
+short path: ``Private;*`` becomes ``Private;Private;*`` for a height-2 hierarchy. Reading: a value
+with no intermediate generalization stays itself until its own path generalizes it, rather than
+jumping to the root early (the least information loss). Repeated labels never create tree nodes:
+consecutive duplicates inside a path (ARX's own way of padding) collapse into one node.
+
+Leaves are numbered in depth-first order (children in order of first appearance in the input), so
+every internal node covers a contiguous range of leaf numbers; the lowest common ancestor (LCA) of
+any set of leaves is therefore the LCA of its smallest and largest leaf number, which lets the
+Mondrian core generalize whole partitions from two codes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from plpy_anon.core.errors import InvalidParameter, UndefinedObject
+
+
+class Hierarchy:
+    """A value generalization hierarchy (tree); build it with :meth:`from_paths` or :meth:`from_csv`.
+
+    Attributes
+    ----------
+    leaves : list[str]
+        Leaf labels in depth-first order (the code order used by ``encode_categorical``).
+    height : int
+        Number of generalization levels above the leaves (level 0 = leaf, ``height`` = root).
+    root : str
+        Label of the root (``"*"`` in the ARX files).
+    """
+
+    def __init__(self, labels, parent, children, padded_paths):
+        # Private: use the class methods. Arrays are indexed by node id.
+        self._labels = labels                      # node id -> label
+        self._index = {label: i for i, label in enumerate(labels)}
+        self._parent = parent                      # node id -> parent id (-1 for the root)
+        self._children = children                  # node id -> list of child ids (input order)
+        self.root = labels[0]
+        leaf_ids = self._depth_first_leaves()
+        self.leaves = [labels[i] for i in leaf_ids]
+        self._leaf_number = {label: i for i, label in enumerate(self.leaves)}
+        self._leaf_count = self._count_leaves()
+        self.height = max(len(p) for p in padded_paths.values()) - 1
+        # _ancestors[leaf_number, level] = node id; padded paths so every row reaches the root.
+        self._ancestors = np.array(
+            [[self._index[x] for x in padded_paths[leaf]] for leaf in self.leaves], dtype=np.int32
+        )
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_paths(cls, paths):
+        """Build from ``[[leaf, parent, ..., root], ...]`` (one path per leaf)."""
+        cleaned = [_collapse_repeats([str(x).strip() for x in p], i) for i, p in enumerate(paths)]
+        if not cleaned:
+            raise InvalidParameter(
+                "the hierarchy has no rows",
+                hint="give one path per leaf value: leaf;parent;...;*",
+            )
+        roots = {p[-1] for p in cleaned}
+        if len(roots) != 1:
+            raise InvalidParameter(
+                f"the hierarchy has several roots: {sorted(roots)}",
+                hint="end every row with the same root label, e.g. '*'",
+            )
+        (root,) = roots
+        labels, index, parent, children = [root], {root: 0}, [-1], [[]]
+        for row, path in enumerate(cleaned):
+            # walk from the root down so a node's id exists before its children refer to it
+            for child, par in zip(reversed(path[:-1]), reversed(path[1:])):
+                if child == root:
+                    raise InvalidParameter(
+                        f"the root label {root!r} appears inside row {row + 1}",
+                        hint="the root may only be the last label of each row",
+                    )
+                if child not in index:
+                    index[child] = len(labels)
+                    labels.append(child)
+                    parent.append(index[par])
+                    children.append([])
+                    children[index[par]].append(index[child])
+                elif parent[index[child]] != index[par]:
+                    raise InvalidParameter(
+                        f"hierarchy node {child!r} has two parents: "
+                        f"{labels[parent[index[child]]]!r} and {par!r} (row {row + 1})",
+                        hint="every value must generalize to exactly one parent",
+                    )
+        leaf_rows = {}
+        for row, path in enumerate(cleaned):
+            leaf = path[0]
+            if children[index[leaf]]:
+                raise InvalidParameter(
+                    f"hierarchy value {leaf!r} is a leaf in row {row + 1} but also generalizes "
+                    f"{labels[children[index[leaf]][0]]!r}",
+                    hint="a label must be either a data value (leaf) or a generalization",
+                )
+            leaf_rows.setdefault(leaf, path)
+        height = max(len(p) for p in cleaned) - 1
+        padded = {leaf: [leaf] * (height + 1 - len(p)) + p for leaf, p in leaf_rows.items()}
+        return cls(labels, np.array(parent, dtype=np.int32), children, padded)
+
+    @classmethod
+    def from_csv(cls, text_or_path, sep=";"):
+        """Build from ARX/Basic_Mondrian text: one ``leaf;parent;...;root`` row per leaf.
+
+        ``text_or_path`` is a path (``os.PathLike``, or a one-line string naming an existing file or
+        containing no separator) or the file's text itself. Blank lines and empty trailing cells
+        are ignored.
+        """
+        text = _read_text(text_or_path, sep)
+        rows = []
+        for line in text.lstrip("\ufeff").splitlines():
+            cells = [c.strip() for c in line.split(sep)]
+            while cells and not cells[-1]:
+                cells.pop()
+            if cells:
+                rows.append(cells)
+        return cls.from_paths(rows)
+
+    # ------------------------------------------------------------------ queries
+    def ancestor(self, leaf, level):
+        """The label of ``leaf`` generalized ``level`` steps (0 = the leaf, ``height`` = root)."""
+        if not 0 <= level <= self.height:
+            raise InvalidParameter(
+                f"hierarchy level {level} is outside 0..{self.height}",
+                hint=f"use a level between 0 (the value) and {self.height} (the root)",
+            )
+        return self._labels[self._ancestors[self.leaf_number(leaf), level]]
+
+    def leaf_count(self, label):
+        """Number of leaves under ``label`` (1 for a leaf)."""
+        if label not in self._index:
+            raise UndefinedObject(
+                f"{label!r} is not a label of this hierarchy",
+                hint="use one of the hierarchy's leaves or generalizations",
+            )
+        return int(self._leaf_count[self._index[label]])
+
+    def generalize(self, values):
+        """Lowest common ancestor of ``values`` (leaf labels): ``(label, leaf_count)``."""
+        numbers = np.array([self.leaf_number(v) for v in values], dtype=np.int32)
+        if numbers.size == 0:
+            raise InvalidParameter("cannot generalize an empty set of values",
+                                   hint="pass at least one leaf value")
+        node = self.lca_nodes(numbers.min(keepdims=True), numbers.max(keepdims=True))[0]
+        return self._labels[node], int(self._leaf_count[node])
+
+    def leaf_number(self, leaf):
+        """Depth-first position of ``leaf`` (its code in an encoded column)."""
+        try:
+            return self._leaf_number[leaf]
+        except KeyError:
+            raise UndefinedObject(
+                f"value {leaf!r} is not a leaf of the hierarchy",
+                hint="add a row for it to the hierarchy file",
+            ) from None
+
+    # ------------------------------------------------------------------ vectorized helpers
+    def lca_nodes(self, lo_leaf, hi_leaf):
+        """Node ids of the LCA of leaf-number ranges ``[lo_leaf, hi_leaf]`` (arrays, same shape).
+
+        Contiguity of subtrees in depth-first order makes the LCA of the range's ends the LCA of
+        the whole range. The first level where both padded paths agree is that LCA.
+        """
+        same = self._ancestors[lo_leaf] == self._ancestors[hi_leaf]
+        level = np.argmax(same, axis=-1)           # the root column is always equal
+        return self._ancestors[lo_leaf, level]
+
+    def node_labels(self, nodes):
+        """Labels of node ids (object array)."""
+        return np.asarray(self._labels, dtype=object)[nodes]
+
+    def node_leaf_counts(self, nodes):
+        """Leaf counts of node ids."""
+        return self._leaf_count[nodes]
+
+    def __len__(self):
+        return len(self.leaves)
+
+    def __repr__(self):
+        return f"Hierarchy(root={self.root!r}, leaves={len(self.leaves)}, height={self.height})"
+
+    # ------------------------------------------------------------------ internals
+    def _depth_first_leaves(self):
+        leaves, stack = [], [0]
+        while stack:
+            node = stack.pop()
+            kids = self._children[node]
+            if kids:
+                stack.extend(reversed(kids))
+            else:
+                leaves.append(node)
+        return leaves
+
+    def _count_leaves(self):
+        counts = np.zeros(len(self._labels), dtype=np.int64)
+        for leaf in self.leaves:
+            node = self._index[leaf]
+            while node >= 0:
+                counts[node] += 1
+                node = self._parent[node]
+        return counts
+
+
+def _collapse_repeats(path, row):
+    """Drop consecutive duplicates (ARX pads short paths by repeating a label); reject cycles."""
+    out = [x for i, x in enumerate(path) if x and (i == 0 or x != path[i - 1])]
+    if len(out) < 2:
+        raise InvalidParameter(
+            f"hierarchy row {row + 1} ({';'.join(path)!r}) has no generalization",
+            hint="write each row as leaf;parent;...;root",
+        )
+    if len(set(out)) != len(out):
+        raise InvalidParameter(
+            f"hierarchy row {row + 1} ({';'.join(path)!r}) repeats a label (a cycle)",
+            hint="a label may appear only once on a path from leaf to root",
+        )
+    return out
+
+
+def _read_text(text_or_path, sep):
+    if isinstance(text_or_path, os.PathLike) or (
+        isinstance(text_or_path, str)
+        and "\n" not in text_or_path
+        and (sep not in text_or_path or os.path.isfile(text_or_path))
+    ):
+        try:
+            with open(text_or_path, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise UndefinedObject(
+                f"hierarchy file {os.fspath(text_or_path)!r} does not exist",
+                hint="pass an existing path or the hierarchy text itself",
+            ) from None
+    return str(text_or_path)

@@ -1,0 +1,311 @@
+"""Strict multidimensional Mondrian (LeFevre, DeWitt & Ramakrishnan, ICDE 2006), level by level.
+
+Rules (the reference implementation in ``tests/unit/test_mondrian.py`` follows them literally):
+
+1. A partition of ``size >= 2k`` may split. Its attributes are ranked by normalized spread inside
+   the partition (:class:`~plpy_anon.core.generalize.SpreadMeasure`), largest first, ties by
+   column position (:meth:`Mondrian._attribute_order`); attributes of spread 0 are never tried.
+2. On an attribute, with the partition's codes sorted and ``v`` the code at position
+   ``size // 2``, the candidate cuts are ``left = {code < v}`` and ``left = {code <= v}``. A cut is
+   allowable when both sides keep ``>= k`` rows (and, with ``l``, ``>= l`` distinct values in
+   every sensitive column). The more balanced allowable cut wins (``|2 * n_left - size|``
+   smallest, ties to ``< v``). No allowable cut -> the next attribute in the ranking.
+3. A partition with no allowable cut on any attribute is an equivalence class.
+
+Speed: the recursion is run for all partitions of a level at once. Per attribute ``a`` the row
+order ``order_a`` holds the active rows grouped by partition (all layouts share the same
+partition boundaries) and sorted by code inside each partition, so a partition's minimum and
+maximum are the codes at its segment ends, its median is at ``start + size // 2`` and the tie
+counts come from a vectorized binary search inside the segments. After the cuts are chosen every
+``order_a`` is regrouped by two stable boolean compressions (all left children, then all right
+children), which keeps each segment sorted without re-sorting; finished partitions drop out.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from plpy_anon.core.encoding import EncodedColumn
+from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.generalize import SpreadMeasure
+
+_LEFT, _RIGHT, _DONE = 0, 1, 2
+
+
+class Mondrian:
+    """k-anonymous (optionally distinct l-diverse) strict multidimensional partitioning.
+
+    Parameters
+    ----------
+    k : int, >= 2
+        Minimum equivalence-class size.
+    l : int or None
+        Distinct l-diversity: every class holds ``>= l`` distinct values in each sensitive column.
+
+    Attributes
+    ----------
+    labels_ : ndarray of int32, shape (n,)
+        Equivalence-class id of every row, numbered by first appearance (row order).
+    n_classes_ : int
+    """
+
+    def __init__(self, k=5, l=None):
+        self.k = k
+        self.l = l
+
+    # ------------------------------------------------------------------ public
+    def fit(self, columns, sensitive=None):
+        """Partition the rows described by ``columns`` (list of :class:`EncodedColumn`)."""
+        n_rows = self._validate(columns, sensitive)
+        self._k = int(self.k)
+        self._l = None if self.l is None or int(self.l) <= 1 else int(self.l)
+        self._measures = [SpreadMeasure(c) for c in columns]
+        self._codes = [_narrow(c.codes, c.n_codes) for c in columns]
+        self._sensitive = _dense_sensitive(sensitive) if self._l else None
+        labels = self._partition(n_rows)
+        self.labels_, self.n_classes_ = _number_by_first_row(labels)
+        return self
+
+    # ------------------------------------------------------------------ extension point
+    def _attribute_order(self, spread):
+        """Ranking of attributes per partition: ``(P, A)`` column indices, best first.
+
+        ``spread`` is the ``(P, A)`` normalized-spread matrix. Plain Mondrian ranks by spread
+        (stable, so ties go to the earlier column); a prioritized variant can replace this with
+        ``O_i = sum_j w_j metric_j(i) / sum_j w_j`` without touching the partitioning loop.
+        """
+        return np.argsort(-spread, axis=1, kind="stable")
+
+    # ------------------------------------------------------------------ level loop
+    def _partition(self, n_rows):
+        orders = [np.argsort(codes, kind="stable").astype(np.int32) for codes in self._codes]
+        sizes = np.array([n_rows], dtype=np.int64)
+        labels = np.empty(n_rows, dtype=np.int32)
+        side_of_row = np.empty(n_rows, dtype=np.int8)
+        n_classes = 0
+        while sizes.size:
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            n_left, attr = self._choose_cuts(orders, starts, sizes)
+            n_classes = self._retire(orders[0], starts, sizes, attr < 0, labels, n_classes)
+            orders, sizes = self._regroup(orders, starts, sizes, n_left, attr, side_of_row)
+        return labels
+
+    def _choose_cuts(self, orders, starts, sizes):
+        """Per partition: rows going left and the attribute cut (-1 = the partition is final)."""
+        n_left = np.zeros(sizes.size, dtype=np.int64)
+        attr = np.full(sizes.size, -1, dtype=np.int64)
+        cand = np.flatnonzero(sizes >= 2 * self._k)
+        if cand.size == 0:
+            return n_left, attr
+        spread = self._spread_matrix(orders, starts, sizes, cand)
+        ranking = self._attribute_order(spread)
+        pending = np.arange(cand.size)             # rows of `spread` still without a cut
+        for rank in range(ranking.shape[1]):
+            tried = ranking[pending, rank]
+            splittable = spread[pending, tried] > 0
+            pending, tried = pending[splittable], tried[splittable]
+            for a in np.unique(tried):
+                parts = cand[pending[tried == a]]
+                cut = self._median_cut(a, orders[a], starts[parts], sizes[parts])
+                n_left[parts[cut > 0]] = cut[cut > 0]
+                attr[parts[cut > 0]] = a
+            pending = pending[attr[cand[pending]] < 0]
+            if pending.size == 0:
+                break
+        return n_left, attr
+
+    def _spread_matrix(self, orders, starts, sizes, cand):
+        """``(len(cand), A)`` normalized spread of candidate partitions on every attribute."""
+        first, last = starts[cand], starts[cand] + sizes[cand] - 1
+        spread = np.empty((cand.size, len(orders)))
+        for a, (order, codes, measure) in enumerate(zip(orders, self._codes, self._measures)):
+            distinct = _distinct_per_segment(codes[order], starts)[cand] \
+                if measure.needs_distinct else None
+            spread[:, a] = measure(codes[order[first]], codes[order[last]], distinct)
+        return spread
+
+    def _median_cut(self, a, order, starts, sizes):
+        """Rows left of the best allowable tie-aware median cut on attribute ``a`` (0 = none)."""
+        codes = self._codes[a]
+        mid = starts + sizes // 2
+        v = codes[order[mid]]
+        n_lt = _segment_bound(order, codes, starts, mid, v, strict=True) - starts
+        n_le = _segment_bound(order, codes, mid + 1, starts + sizes, v, strict=False) - starts
+        ok_lt = self._allowable(order, starts, sizes, n_lt)
+        ok_le = self._allowable(order, starts, sizes, n_le)
+        lt_balanced = np.abs(2 * n_lt - sizes) <= np.abs(2 * n_le - sizes)
+        return np.where(ok_lt & (lt_balanced | ~ok_le), n_lt, np.where(ok_le, n_le, 0))
+
+    def _allowable(self, order, starts, sizes, n_left):
+        ok = (n_left >= self._k) & (sizes - n_left >= self._k)
+        if self._l is None or not ok.any():
+            return ok
+        idx = np.flatnonzero(ok)
+        s, nl, size = starts[idx], n_left[idx], sizes[idx]
+        range_starts = np.concatenate([s, s + nl])
+        range_ends = np.concatenate([s + nl, s + size])
+        for values in self._sensitive:
+            distinct = _distinct_in_ranges(values, order, range_starts, range_ends)
+            ok[idx] &= (distinct[: idx.size] >= self._l) & (distinct[idx.size:] >= self._l)
+        return ok
+
+    @staticmethod
+    def _retire(order, starts, sizes, final, labels, n_classes):
+        """Give the rows of final partitions their class id; returns the new class count."""
+        if not final.any():
+            return n_classes
+        class_id = np.full(sizes.size, -1, dtype=np.int32)
+        class_id[final] = n_classes + np.arange(np.count_nonzero(final), dtype=np.int32)
+        per_position = np.repeat(class_id, sizes)
+        done = per_position >= 0
+        labels[order[done]] = per_position[done]
+        return n_classes + int(np.count_nonzero(final))
+
+    @staticmethod
+    def _regroup(orders, starts, sizes, n_left, attr, side_of_row):
+        """New layouts: left children of split partitions, then right children; final ones drop."""
+        split = attr >= 0
+        if not split.any():
+            return [], np.zeros(0, dtype=np.int64)
+        # side of every position, in any layout (all share partition boundaries)
+        offset = np.arange(orders[0].size, dtype=np.int64) - np.repeat(starts, sizes)
+        side = (offset >= np.repeat(np.where(split, n_left, sizes), sizes)).astype(np.int8)
+        side += np.repeat(np.where(split, 0, _DONE).astype(np.int8), sizes)
+        # translate positions to rows through the layout of the attribute each partition cut
+        via = np.repeat(np.where(split, attr, 0), sizes)
+        for a in np.unique(via):
+            here = via == a
+            side_of_row[orders[a][here]] = side[here]
+        total_left = int(n_left[split].sum())
+        total_right = int((sizes - n_left)[split].sum())
+        new_orders = [_stable_split(o, side_of_row[o], total_left, total_right) for o in orders]
+        new_sizes = np.concatenate([n_left[split], (sizes - n_left)[split]])
+        return new_orders, new_sizes
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self, columns, sensitive):
+        _check_int(self.k, "k", 2)
+        if self.l is not None:
+            _check_int(self.l, "l", 1)
+        if not columns:
+            raise InvalidParameter("no quasi-identifier columns given",
+                                   hint="pass at least one EncodedColumn")
+        for col in columns:
+            if not isinstance(col, EncodedColumn):
+                raise InvalidParameter(f"expected EncodedColumn, got {type(col).__name__}",
+                                       hint="encode columns with encode_numeric/encode_categorical")
+        n_rows = len(columns[0].codes)
+        for col in columns:
+            if len(col.codes) != n_rows:
+                raise InvalidParameter(
+                    f"column {col.name!r} has {len(col.codes)} rows, {columns[0].name!r} {n_rows}",
+                    hint="encode all quasi-identifiers from the same rows")
+        if n_rows == 0:
+            raise InsufficientData("the table is empty: nothing to anonymize",
+                                   hint="load rows before building a release")
+        if self.k > n_rows:
+            raise InsufficientData(f"k = {self.k} exceeds the number of rows ({n_rows})",
+                                   hint=f"choose k <= {n_rows}")
+        if self.l is not None and self.l > 1:
+            self._validate_sensitive(sensitive, n_rows)
+        return n_rows
+
+    def _validate_sensitive(self, sensitive, n_rows):
+        if sensitive is None:
+            raise InvalidParameter(f"l = {self.l} needs the sensitive column(s)",
+                                   hint="pass sensitive= integer codes, or leave l unset")
+        values = np.asarray(sensitive)
+        if values.ndim not in (1, 2) or values.shape[0] != n_rows:
+            raise InvalidParameter(
+                f"sensitive has shape {values.shape}; expected ({n_rows},) or ({n_rows}, s)",
+                hint="one row of sensitive codes per table row")
+        if not np.issubdtype(values.dtype, np.integer):
+            raise InvalidParameter(f"sensitive codes must be integers, got {values.dtype}",
+                                   hint="encode the sensitive column(s) as integer codes")
+        for j, column in enumerate(values.reshape(n_rows, -1).T):
+            distinct = np.unique(column).size
+            if distinct < self.l:
+                raise InsufficientData(
+                    f"sensitive column {j} has {distinct} distinct values; l = {self.l} "
+                    "cannot be reached",
+                    hint=f"choose l <= {distinct}")
+
+
+# ---------------------------------------------------------------------- vectorized helpers
+def _segment_bound(order, codes, lo, hi, v, strict):
+    """First position in ``[lo, hi)`` whose code is ``>= v`` (strict) or ``> v``; ``hi`` if none.
+
+    Codes are sorted inside each segment, so this is a binary search run for all segments at
+    once (about log2(segment size) vectorized steps).
+    """
+    lo, hi = lo.copy(), hi.copy()
+    open_ = np.flatnonzero(lo < hi)
+    while open_.size:
+        l_, h_ = lo[open_], hi[open_]
+        mid = (l_ + h_) // 2
+        c = codes[order[mid]]
+        below = c < v[open_] if strict else c <= v[open_]
+        lo[open_] = np.where(below, mid + 1, l_)
+        hi[open_] = np.where(below, h_, mid)
+        open_ = open_[lo[open_] < hi[open_]]
+    return lo
+
+
+def _distinct_per_segment(sorted_codes, starts):
+    """Distinct codes per segment of an array sorted inside each segment."""
+    change = np.empty(sorted_codes.size, dtype=bool)
+    change[0] = True
+    np.not_equal(sorted_codes[1:], sorted_codes[:-1], out=change[1:])
+    change[starts] = True
+    return np.add.reduceat(change, starts, dtype=np.int64)
+
+
+def _distinct_in_ranges(values, order, range_starts, range_ends):
+    """Distinct ``values[order[p]]`` for p in each range ``[start, end)`` (ranges may overlap)."""
+    lengths = range_ends - range_starts
+    range_id = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    first_of_range = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    positions = np.arange(range_id.size) - first_of_range + np.repeat(range_starts, lengths)
+    width = int(values.max()) + 1
+    pairs = np.unique(range_id * width + values[order[positions]])
+    return np.bincount(pairs // width, minlength=lengths.size)
+
+
+def _stable_split(order, side, n_left, n_right):
+    """Left rows then right rows, each in their previous relative order; DONE rows dropped."""
+    out = np.empty(n_left + n_right, dtype=order.dtype)
+    np.compress(side == _LEFT, order, out=out[:n_left])
+    np.compress(side == _RIGHT, order, out=out[n_left:])
+    return out
+
+
+def _narrow(codes, n_codes):
+    # uint16 makes numpy's stable argsort a radix sort and halves gather traffic
+    return codes.astype(np.uint16 if n_codes <= 1 << 16 else np.int32, copy=False)
+
+
+def _dense_sensitive(sensitive):
+    values = np.asarray(sensitive)
+    values = values.reshape(values.shape[0], -1)
+    return [np.unique(col, return_inverse=True)[1].astype(np.int64) for col in values.T]
+
+
+def _number_by_first_row(labels):
+    """Renumber classes 0..C-1 in order of their first row (canonical, order-independent ids)."""
+    n_classes = int(labels.max()) + 1
+    first_row = np.full(n_classes, labels.size, dtype=np.int64)
+    np.minimum.at(first_row, labels, np.arange(labels.size))
+    rank = np.empty(n_classes, dtype=np.int32)
+    rank[np.argsort(first_row)] = np.arange(n_classes, dtype=np.int32)
+    return rank[labels], n_classes
+
+
+def _check_int(value, name, minimum):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidParameter(f"{name} must be an integer, got {value!r}",
+                               hint=f"pass an integer {name} >= {minimum}")
+    if value < minimum:
+        raise InvalidParameter(f"{name} = {value} is too small: it must be >= {minimum}",
+                               hint=f"pass {name} >= {minimum}")
