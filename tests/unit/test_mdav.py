@@ -52,8 +52,9 @@ def test_hand_computed_three_k_loop_on_a_line():
 def test_dataframe_in_dataframe_out_and_standardized_distances():
     # Column b is 1000x column a's scale; without standardization b alone would decide the
     # groups. Rows 0-1 are close in a and b (in std units), rows 2-3 likewise.
-    frame = pd.DataFrame({"a": [0.0, 0.1, 5.0, 5.1], "b": [0.0, 100.0, 5000.0, 5100.0]},
-                         index=[10, 11, 12, 13])
+    frame = pd.DataFrame(
+        {"a": [0.0, 0.1, 5.0, 5.1], "b": [0.0, 100.0, 5000.0, 5100.0]}, index=[10, 11, 12, 13]
+    )
     out = MDAV(k=2).fit_transform(frame)
     assert list(out.columns) == ["a", "b"] and list(out.index) == [10, 11, 12, 13]
     np.testing.assert_allclose(out["a"], [0.05, 0.05, 5.05, 5.05])

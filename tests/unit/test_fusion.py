@@ -1,0 +1,342 @@
+"""FRED: hand-computed measures, the attackers, the k scan, the choice of k and bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.base import clone
+from sklearn.linear_model import LinearRegression
+
+from plpy_anon.core import fusion
+from plpy_anon.core.errors import (
+    InsufficientData,
+    InvalidParameter,
+    UndefinedObject,
+    UnsupportedType,
+)
+from plpy_anon.core.synthetic import make_enterprise
+
+
+# --------------------------------------------------------------------------- measures
+def test_dissimilarity_hand_computed():
+    # Raw: squared errors 0, 0, 9 over m = 3 rows -> 3. P has mean 2 and population variance
+    # 2/3, so on standardized values the error is 9 / (2/3) / 3 = 4.5.
+    assert fusion.dissimilarity([1, 2, 3], [1, 2, 6], standardized=False) == pytest.approx(3.0)
+    assert fusion.dissimilarity([1, 2, 3], [1, 2, 6]) == pytest.approx(4.5)
+
+
+def test_dissimilarity_is_the_trace_formula_on_matrices():
+    P = np.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]])
+    P_hat = np.array([[0.0, 0.0], [0.0, 3.0], [2.0, 1.0]])
+    # (P - P_hat) = [[1,0],[0,-2],[0,1]]; its Gram matrix has diagonal 1 and 5 -> trace 6 / 3.
+    assert fusion.dissimilarity(P, P_hat, standardized=False) == pytest.approx(2.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-1e4, 1e4), min_size=2, max_size=40).filter(lambda v: np.std(v) > 1e-3))
+def test_guessing_the_mean_scores_exactly_one(values):
+    assert fusion.dissimilarity(values, np.full(len(values), np.mean(values))) == pytest.approx(1.0)
+
+
+def test_discernibility_cost_and_utilities_hand_computed():
+    # Classes 3, 3, 2 with k = 3: 9 + 9 + |D| * 2 = 9 + 9 + 16 = 34 (the class of 2 is penalized).
+    assert fusion.discernibility_cost([3, 3, 2], 3) == 34
+    assert fusion.utility([3, 3, 2], 3) == pytest.approx(1 / 34)
+    assert fusion.normalized_utility([3, 3, 2], 3) == pytest.approx(8 / 34)
+    # Groups of exactly k: |D| / (|D| k) = 1/k.
+    assert fusion.normalized_utility([4, 4, 4], 4) == pytest.approx(1 / 4)
+
+
+def test_objective_clips_protection_at_the_mean_guess():
+    # An attacker worse than the mean guess (1.4) does not buy protection beyond 1.
+    assert fusion.objective(1.4, 0.25, 0.5, 0.5) == pytest.approx(0.625)
+    assert fusion.objective(0.3, 0.25, 0.8, 0.2) == pytest.approx(0.24 + 0.05)
+
+
+# --------------------------------------------------------------------------- choice of k
+def _scan_table(protection, utility_normalized, min_protection, min_utility):
+    table = pd.DataFrame(
+        {
+            "k": range(2, 2 + len(protection)),
+            "protection": protection,
+            "utility_normalized": utility_normalized,
+        }
+    )
+    table["h"] = fusion.objective(table["protection"], table["utility_normalized"])
+    table["admissible"] = (table["protection"] >= min_protection) & (
+        table["utility_normalized"] >= min_utility
+    )
+    return table
+
+
+def test_choose_k_maximizes_h_among_admissible():
+    # H = 0.5 p + 0.5 u: k=2 -> .35 (protection too low), k=3 -> .4, k=4 -> .45, k=5 -> .3
+    table = _scan_table([0.2, 0.5, 0.7, 0.5], [0.5, 0.3, 0.2, 0.1], 0.4, 0.15)
+    assert fusion.choose_k(table, min_protection=0.4, min_utility=0.15) == 4
+
+
+def test_choose_k_ties_go_to_the_larger_k():
+    table = _scan_table([0.4, 0.5], [0.3, 0.2], 0.0, 0.0)
+    assert fusion.choose_k(table, min_protection=0.0, min_utility=0.0) == 3
+
+
+def test_no_admissible_k_names_the_closest_candidates():
+    # Shortfalls relative to (0.9, 0.3): k=2 -> 0.7/0.9, k=3 -> 0.4/0.9, k=4 -> 0.2/0.9 + 0.1/0.3
+    table = _scan_table([0.2, 0.5, 0.7], [0.5, 0.3, 0.2], 0.9, 0.3)
+    with pytest.raises(InsufficientData, match=r"no k in 2\.\.4 meets") as error:
+        fusion.choose_k(table, min_protection=0.9, min_utility=0.3)
+    message = str(error.value)
+    assert message.index("k=3") < message.index("k=4") < message.index("k=2")
+    assert "to admit k=3" in error.value.hint and "0.500" in error.value.hint
+
+
+# --------------------------------------------------------------------------- attackers
+def test_fuzzy_attacker_hand_computed():
+    # Known y = 0..60 -> output centres at the 1/6, 1/2, 5/6 quantiles: 10, 30, 50.
+    # x spans [0, 10] in the known sample.
+    X_known = pd.DataFrame({"x": np.linspace(0, 10, 61), "title": ["boss"] * 61})
+    y_known = np.arange(61.0)
+    rules = [
+        {"if": {"x": "low"}, "then": "low"},
+        {"if": {"x": "high"}, "then": "high"},
+        {"if": {"title": "ceo"}, "then": "high", "weight": 2.0},
+    ]
+    attacker = fusion.FuzzyRuleAttacker(rules=rules).fit(X_known, y_known)
+    X = pd.DataFrame(
+        {"x": [0.0, 10.0, 5.0, 2.5, 0.0, np.nan], "title": ["a", "a", "a", "a", "ceo", "a"]}
+    )
+    # x=0: only 'low' fires -> 10; x=10 -> 50; x=5: nothing fires -> known mean 30;
+    # x=2.5: low with 0.5 -> 10; x=0 & ceo: (1*10 + 2*50) / 3; x missing: nothing fires -> 30.
+    np.testing.assert_allclose(attacker.predict(X), [10, 50, 30, 10, 110 / 3, 30])
+
+
+def test_fuzzy_memberships_are_a_partition_of_unity():
+    values = np.linspace(-2, 12, 57)
+    memberships = fusion._triangular_memberships(values, 0.0, 10.0)
+    np.testing.assert_allclose(sum(memberships.values()), 1.0)
+    assert memberships["medium"][np.searchsorted(values, 5.0)] == pytest.approx(1.0)
+
+
+def test_default_rules_follow_the_direction_of_the_association():
+    X = pd.DataFrame(
+        {
+            "up": np.arange(30.0),
+            "down": -np.arange(30.0),
+            "title": ["a"] * 10 + ["b"] * 10 + ["c"] * 10,
+        }
+    )
+    rules = fusion.default_rules(X, np.arange(30.0))
+    conclusions = {next(iter(r["if"].items())): r["then"] for r in rules}
+    assert conclusions[("up", "high")] == "high" and conclusions[("down", "high")] == "low"
+    assert conclusions[("title", "a")] == "low" and conclusions[("title", "c")] == "high"
+
+
+def test_regression_attacker_learns_from_mixed_features_with_missing_facts():
+    rng = np.random.default_rng(1)
+    title = rng.choice(["low", "mid", "top"], 400)
+    y = pd.Series(title).map({"low": 10.0, "mid": 20.0, "top": 40.0}).to_numpy()
+    X = pd.DataFrame({"noise": rng.normal(size=400), "title": title})
+    X.loc[::10, "title"] = None  # facts nobody found
+    attacker = fusion.RegressionAttacker().fit(X[:200], y[:200])
+    found = X["title"].notna().to_numpy()
+    error = np.abs(attacker.predict(X[200:]) - y[200:])[found[200:]]
+    assert error.mean() < 1.0  # the title alone determines y
+
+
+def test_attackers_are_clonable_estimators():
+    for attacker in (fusion.RegressionAttacker(random_state=3), fusion.FuzzyRuleAttacker()):
+        assert clone(attacker).get_params() == attacker.get_params()
+
+
+def test_simulate_attack_keeps_known_values_exact():
+    X = pd.DataFrame({"x": np.arange(20.0)})
+    y = np.arange(20.0) ** 2
+    known = fusion.draw_known_sample(20, 0.25, random_state=0)
+    assert known.sum() == 5
+    estimate = fusion.simulate_attack(LinearRegression(), X, y, known)
+    np.testing.assert_array_equal(estimate[known], y[known])
+
+
+def test_align_auxiliary_ignores_and_counts_unmatched_rows():
+    aux = pd.DataFrame({"id": [3, 1, 99, 98], "fact": [30.0, 10.0, 0.0, 0.0]})
+    aligned, matched, unmatched = fusion.align_auxiliary(pd.Series(["1", "2", "3"]), aux, "id")
+    assert (matched, unmatched) == (2, 2)
+    np.testing.assert_array_equal(aligned["fact"], [10.0, np.nan, 30.0])
+
+
+# --------------------------------------------------------------------------- the scan
+@pytest.fixture(scope="module")
+def enterprise():
+    return make_enterprise(n_employees=240, web_coverage=0.8, n_strangers=7, random_state=5)
+
+
+@pytest.fixture(scope="module")
+def small_scan(enterprise):
+    employees, web = enterprise
+    return fusion.fusion_scan(
+        employees, web, identifier="name", sensitive="salary", k_from=2, k_to=6, known_fraction=0.2
+    )
+
+
+def test_scan_table_shape_and_counts(small_scan, enterprise):
+    _, web = enterprise
+    table = small_scan.table
+    assert list(table.columns) == list(fusion.SCAN_COLUMNS)
+    assert table["k"].tolist() == [2, 3, 4, 5, 6]
+    assert table["n_groups"].tolist() == [240 // k for k in range(2, 7)]
+    assert small_scan.n_auxiliary_unmatched == 7
+    assert small_scan.n_auxiliary_matched == len(web) - 7
+    assert small_scan.n_known == 48
+    assert small_scan.attributes == ["perf_1", "perf_2", "perf_3"]
+    np.testing.assert_allclose(table["utility"], table["utility_normalized"] / 240)
+
+
+def test_fusion_helps_the_attacker_on_enterprise_data(small_scan):
+    # Title and holdings drive salary in the generator: fusing them must beat the release alone.
+    assert (small_scan.table["gain"] > 0).all()
+    assert small_scan.table["gain"].mean() > 0.1
+    assert small_scan.table["admissible"].all()  # default thresholds are 0
+
+
+def test_scan_with_fuzzy_attacker_and_a_user_rule_table(enterprise):
+    employees, web = enterprise
+    rules = [
+        {"if": {"title": t}, "then": lvl}
+        for t, lvl in [
+            ("assistant", "low"),
+            ("associate", "low"),
+            ("senior", "medium"),
+            ("manager", "high"),
+            ("director", "high"),
+            ("vice president", "high"),
+        ]
+    ]
+    scan = fusion.fusion_scan(
+        employees,
+        web,
+        identifier="name",
+        sensitive="salary",
+        k_from=2,
+        k_to=3,
+        attacker="fuzzy",
+        rules=rules,
+        known_fraction=0.2,
+    )
+    table = scan.table
+    # Rules about Q cannot fire without Q: the no-fusion estimate is the known mean everywhere.
+    assert (table["protection"] < table["protection_no_fusion"]).all()
+    assert table["protection_no_fusion"].iloc[0] == pytest.approx(
+        table["protection_no_fusion"].iloc[1]
+    )
+
+
+def test_fusion_resilient_release_is_k_anonymous_and_suppresses_the_sensitive(enterprise):
+    employees, web = enterprise
+    release, k, scan = fusion.fusion_resilient_release(
+        employees,
+        web,
+        identifier="name",
+        sensitive="salary",
+        k_from=3,
+        k_to=5,
+        known_fraction=0.2,
+        w_protection=0.0,
+        w_utility=1.0,
+    )
+    assert k == 3  # utility alone: 1/k is largest for the smallest k
+    assert list(release.columns) == ["name", "perf_1", "perf_2", "perf_3"]
+    assert release["name"].tolist() == employees["name"].tolist()
+    assert release[["perf_1", "perf_2", "perf_3"]].value_counts().min() >= 3
+    assert scan.table["k"].tolist() == [3, 4, 5]
+
+
+# --------------------------------------------------------------------------- bad input
+def _scan(employees, web, **options):
+    defaults = {
+        "identifier": "name",
+        "sensitive": "salary",
+        "k_from": 2,
+        "k_to": 3,
+        "known_fraction": 0.2,
+    }
+    return fusion.fusion_scan(employees, web, **{**defaults, **options})
+
+
+def test_identifier_not_unique(enterprise):
+    employees, web = enterprise
+    twice = pd.concat([employees, employees.iloc[:2]], ignore_index=True)
+    with pytest.raises(InvalidParameter, match="'name' of the table is not unique: 2 values"):
+        _scan(twice, web)
+    with pytest.raises(InvalidParameter, match="auxiliary table is not unique"):
+        _scan(employees, pd.concat([web, web.iloc[:1]], ignore_index=True))
+
+
+def test_sensitive_not_numeric_or_missing(enterprise):
+    employees, web = enterprise
+    with pytest.raises(UnsupportedType, match="sensitive column 'salary'"):
+        _scan(employees.assign(salary=employees["salary"].astype(str)), web)
+    with pytest.raises(UndefinedObject, match="'wage' not found in the table"):
+        _scan(employees, web, sensitive="wage")
+
+
+def test_k_range_beyond_the_rows_and_empty_ranges(enterprise):
+    employees, web = enterprise
+    with pytest.raises(InsufficientData, match="k_to = 500 exceeds the 240 rows"):
+        _scan(employees, web, k_to=500)
+    with pytest.raises(InvalidParameter, match="k range 1..3"):
+        _scan(employees, web, k_from=1)
+    with pytest.raises(InvalidParameter, match="k range 5..3"):
+        _scan(employees, web, k_from=5)
+
+
+def test_unreachable_thresholds_raise_with_candidates(enterprise):
+    employees, web = enterprise
+    with pytest.raises(InsufficientData, match="closest: k=") as error:
+        fusion.fusion_resilient_release(
+            employees,
+            web,
+            identifier="name",
+            sensitive="salary",
+            k_from=2,
+            k_to=3,
+            known_fraction=0.2,
+            min_protection=0.99,
+            min_utility=0.9,
+        )
+    assert "Lower min_protection" in error.value.hint
+
+
+@pytest.mark.parametrize(
+    "options, error, fragment",
+    [
+        ({"known_fraction": 1.0}, InvalidParameter, "known_fraction must be in"),
+        ({"known_fraction": 0.001}, InsufficientData, "needs at least 2"),
+        ({"w_protection": -1}, InvalidParameter, "w_protection must be >= 0"),
+        ({"w_protection": 0, "w_utility": 0}, InvalidParameter, "both 0"),
+        ({"min_utility": 2}, InvalidParameter, "min_utility must be in"),
+        ({"attacker": "oracle"}, InvalidParameter, "unknown attacker 'oracle'"),
+        (
+            {"attacker": "fuzzy", "rules": [{"if": {"tittle": "x"}, "then": "high"}]},
+            UndefinedObject,
+            "fuzzy rule column 'tittle'",
+        ),
+        (
+            {"attacker": "fuzzy", "rules": [{"if": {"title": "x"}, "then": "huge"}]},
+            InvalidParameter,
+            "concludes 'huge'",
+        ),
+        ({"attributes": ["perf_1", "salary"]}, InvalidParameter, "attributes to anonymize"),
+    ],
+)
+def test_bad_parameters(enterprise, options, error, fragment):
+    employees, web = enterprise
+    with pytest.raises(error, match=fragment) as raised:
+        _scan(employees, web, **options)
+    assert raised.value.hint
+
+
+def test_constant_sensitive_column(enterprise):
+    employees, web = enterprise
+    with pytest.raises(InsufficientData, match="single value"):
+        _scan(employees.assign(salary=1.0), web)
