@@ -1,0 +1,145 @@
+"""Statements from PostgreSQL server logs: ``csvlog`` and the default ``stderr`` format.
+
+What is taken: ``LOG`` entries whose message is ``statement: <sql>`` (``log_statement``),
+``duration: <ms> ms  statement: <sql>`` (``log_min_duration_statement``), and their
+extended-protocol forms ``execute <name>: <sql>`` / ``duration: <ms> ms  execute <name>: <sql>``.
+``parse``/``bind`` entries are skipped (the same statement is logged again at ``execute``), and so
+are ``STATEMENT:`` lines following an ``ERROR`` (the statement failed, the analyst saw no answer).
+Everything else is counted as skipped.
+
+stderr format: an entry starts with ``<log_line_prefix><SEVERITY>:  <message>``; the server
+writes the continuation lines of a multi-line message with a leading tab, which is removed. The
+prefix is free-form (``log_line_prefix``); a leading timestamp in it is kept when present.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+from plpy_anon.core.errors import InvalidParameter
+
+CSV_LOG_TIME, CSV_SEVERITY, CSV_MESSAGE = 0, 11, 13
+
+_STATEMENT = re.compile(
+    r"\A(?:duration: (?P<ms>[0-9.]+) ms\s+)?(?:statement|execute [^:]*): (?P<sql>.*)\Z", re.S
+)
+_SEVERITIES = (
+    r"LOG|ERROR|WARNING|NOTICE|INFO|DEBUG[1-5]?|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT|QUERY"
+    r"|LOCATION"
+)
+_STDERR_ENTRY = re.compile(rf"\A(?P<prefix>.*?)\b(?P<severity>{_SEVERITIES}):  (?P<message>.*)\Z")
+_TIMESTAMP = re.compile(
+    r"\A\s*(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?(?: ?(?:[A-Z]{2,5}|[+-]\d\d(?::?\d\d)?))?)"
+)
+
+
+@dataclass(frozen=True)
+class LoggedStatement:
+    text: str
+    timestamp: str | None = None
+    duration_ms: float | None = None
+
+
+@dataclass
+class LogReadResult:
+    statements: list = field(default_factory=list)
+    entries: int = 0  # log entries seen
+    skipped: int = 0  # entries that are not an executed statement
+
+    def as_pairs(self):
+        """``(text, 1)`` per statement: the input the priority learner takes."""
+        return [(s.text, 1) for s in self.statements]
+
+
+def statement_of_message(message: str):
+    """``(sql, duration_ms)`` when ``message`` logs an executed statement, else None."""
+    match = _STATEMENT.match(message.strip("\n"))
+    if match is None or not match.group("sql").strip():
+        return None
+    ms = match.group("ms")
+    return match.group("sql").strip(), float(ms) if ms else None
+
+
+def read_csvlog(lines: Iterable[str]) -> LogReadResult:
+    """Statements of a ``csvlog`` file (PostgreSQL 13-17 column layouts)."""
+    result = LogReadResult()
+    for record in csv.reader(lines):
+        if not record:
+            continue
+        result.entries += 1
+        if len(record) <= CSV_MESSAGE or record[CSV_SEVERITY] != "LOG":
+            result.skipped += 1
+            continue
+        _append(result, record[CSV_MESSAGE], record[CSV_LOG_TIME] or None)
+    return result
+
+
+def read_stderr_log(lines: Iterable[str]) -> LogReadResult:
+    """Statements of a log in the default ``stderr`` format, multi-line statements included."""
+    result = LogReadResult()
+    for severity, timestamp, message in _stderr_entries(lines):
+        result.entries += 1
+        if severity != "LOG":
+            result.skipped += 1
+            continue
+        _append(result, message, timestamp)
+    return result
+
+
+def _append(result: LogReadResult, message: str, timestamp):
+    found = statement_of_message(message)
+    if found is None:
+        result.skipped += 1
+        return
+    sql, duration = found
+    result.statements.append(LoggedStatement(sql, timestamp, duration))
+
+
+def _stderr_entries(lines: Iterable[str]) -> Iterator[tuple[str, str | None, str]]:
+    severity = timestamp = None
+    message_lines: list[str] = []
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        header = None if line.startswith("\t") else _STDERR_ENTRY.match(line)
+        if header is None:
+            if severity is not None:  # continuation of the current entry
+                message_lines.append(line[1:] if line.startswith("\t") else line)
+            continue
+        if severity is not None:
+            yield severity, timestamp, "\n".join(message_lines)
+        severity = header.group("severity")
+        stamp = _TIMESTAMP.match(header.group("prefix"))
+        timestamp = stamp.group("ts") if stamp else None
+        message_lines = [header.group("message")]
+    if severity is not None:
+        yield severity, timestamp, "\n".join(message_lines)
+
+
+def detect_format(first_line: str) -> str:
+    """``'csvlog'`` when the first line is a CSV record with a severity column, else ``'stderr'``."""
+    try:
+        record = next(csv.reader([first_line]))
+    except (csv.Error, StopIteration):
+        return "stderr"
+    return "csvlog" if len(record) > CSV_SEVERITY and record[CSV_SEVERITY].isupper() else "stderr"
+
+
+def read_server_log(source, log_format: str = "auto") -> LogReadResult:
+    """Read a server log from a path or a text stream; ``log_format``: auto, csvlog, stderr."""
+    if log_format not in ("auto", "csvlog", "stderr"):
+        raise InvalidParameter(
+            f"unknown log format {log_format!r}", hint="use 'auto', 'csvlog' or 'stderr'"
+        )
+    if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
+        with open(source, encoding="utf-8", errors="replace", newline="") as stream:
+            return read_server_log(stream, log_format)
+    text = source.read()
+    if log_format == "auto":
+        log_format = detect_format(text.split("\n", 1)[0])
+    reader = read_csvlog if log_format == "csvlog" else read_stderr_log
+    stream = io.StringIO(text, newline="")
+    return reader(stream if log_format == "csvlog" else text.splitlines())

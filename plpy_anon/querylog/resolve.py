@@ -1,0 +1,362 @@
+"""Attribute the columns a statement uses to the real tables, with the clause of each use.
+
+The statement is first qualified by sqlglot against the catalog (``qualify`` expands ``*``,
+resolves aliases and prefixes every column with its source), then each scope is walked:
+
+* a column whose source is a real table (``exp.Table``) is attributed to ``(schema, table)``;
+* a column whose source is a CTE or derived table is followed into that scope's projection of
+  the same name, and every column in that projection inherits the *outer* use's clause
+  (``WHERE c.age > 5`` over ``WITH c AS (SELECT p.age ...)`` is a selection on ``patients.age``);
+* projections of CTEs and derived tables are not uses by themselves: they only count through the
+  outer query that reads them (an unread CTE column is not a use);
+* a subquery in an expression (``WHERE id IN (SELECT pid ...)``) passes the clause it sits in to
+  its own projection (``pid`` is used for selection there);
+* functions and expressions over columns count each column inside them
+  (``extract(year from birth_date)`` counts ``birth_date``).
+
+Clauses: ``projection`` (SELECT list), ``selection`` (WHERE, JOIN ... ON, HAVING),
+``group_by``, ``order_by``. Each ``(column, clause)`` counts once per statement.
+
+Predicates: every atomic comparison of a column with constants in a selection clause is kept as a
+:class:`~plpy_anon.core.workload.Condition` whose ``column`` is a :class:`ColumnRef`. Rules:
+``col op const`` and ``const op col`` for ``= <> < <= > >=``; ``BETWEEN``; ``IN (consts)``;
+``LIKE 'abc%'`` becomes ``prefix 'abc'`` (a pattern without wildcards becomes ``=``; other
+patterns, ``ILIKE``, ``NOT``, ``IS NULL`` and comparisons with ``$n`` placeholders or expressions
+carry no constant). The WHERE clauses of the root query, its CTEs and derived tables are combined
+with AND into one predicate tree per statement (used for workload precision).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import Scope, ScopeType, traverse_scope
+
+from plpy_anon.core.workload import AllOf, AnyOf, Condition
+from plpy_anon.querylog.parse import DIALECT
+
+PROJECTION, SELECTION, GROUP_BY, ORDER_BY = "projection", "selection", "group_by", "order_by"
+CLAUSES = (PROJECTION, SELECTION, GROUP_BY, ORDER_BY)
+
+
+class ColumnRef(NamedTuple):
+    schema: str
+    table: str
+    column: str
+
+    def __str__(self):
+        return f"{self.schema}.{self.table}.{self.column}"
+
+
+class ColumnUse(NamedTuple):
+    ref: ColumnRef
+    clause: str
+
+
+class ResolveError(Exception):
+    """The statement does not resolve against the catalog (unknown or ambiguous column)."""
+
+
+class NotAQuery(Exception):
+    """The statement is not a query (DDL, DML, utility): it says nothing about column use."""
+
+
+@dataclass
+class ResolvedStatement:
+    tables: frozenset  # {(schema, table)} read by the statement
+    uses: frozenset  # {ColumnUse}
+    conditions: tuple  # atomic Conditions with ColumnRef columns, in order of appearance
+    where: object  # predicate tree (AllOf/AnyOf/Condition) or None
+
+
+def resolve_statement(expression: exp.Expr, schema: dict, default_schema: str = "public"):
+    """Resolve one parsed statement against ``schema`` ({schema: {table: {column: type}}})."""
+    if not isinstance(expression, exp.Query):
+        raise NotAQuery(f"{type(expression).__name__} statement")
+    try:
+        qualified = qualify(expression, schema=schema, dialect=DIALECT, db=default_schema)
+    except SqlglotError as error:
+        raise ResolveError(str(error).splitlines()[0]) from error
+    walker = _ScopeWalker(default_schema)
+    scopes = traverse_scope(qualified)
+    for scope in scopes:
+        walker.visit(scope)
+    return ResolvedStatement(
+        tables=frozenset(walker.tables),
+        uses=frozenset(walker.uses),
+        conditions=tuple(walker.conditions),
+        where=_conjunction(walker.where_trees),
+    )
+
+
+def _conjunction(trees):
+    trees = [t for t in trees if t is not None]
+    if not trees:
+        return None
+    return trees[0] if len(trees) == 1 else AllOf(tuple(trees))
+
+
+class _ScopeWalker:
+    """Collects tables, column uses and predicates over the scopes of one statement."""
+
+    def __init__(self, default_schema):
+        self.default_schema = default_schema
+        self.tables = set()
+        self.uses = set()
+        self.conditions = []
+        self.where_trees = []
+
+    # -- scopes ---------------------------------------------------------------------------
+    def visit(self, scope: Scope):
+        for source in scope.sources.values():
+            if isinstance(source, exp.Table):
+                self.tables.add(self._table_key(source))
+        pass_through = _is_pass_through(scope)
+        for column in _columns_of(scope):
+            clause = _clause_in_scope(column, scope)
+            if clause == PROJECTION:
+                if pass_through:
+                    continue  # counted when an outer query reads this projection
+                clause = _projection_clause(scope)
+            for ref, _direct in self.origins(scope, column):
+                self.uses.add(ColumnUse(ref, clause))
+        self._collect_predicates(scope)
+
+    def _table_key(self, table: exp.Table):
+        return (table.db or self.default_schema, table.name)
+
+    # -- attribution ----------------------------------------------------------------------
+    def origins(self, scope: Scope, column: exp.Column, seen=frozenset()):
+        """Real columns behind ``column``: ``[(ColumnRef, direct)]``; ``direct`` when the value
+        reaches the column unchanged (no expression in between)."""
+        if not column.table:  # an alias of this scope's SELECT list (ORDER BY a)
+            return self._projection_origins(scope, column.name, seen)
+        source = _lookup_source(scope, column.table)
+        if isinstance(source, exp.Table):
+            schema, table = self._table_key(source)
+            return [(ColumnRef(schema, table, column.name), True)]
+        if isinstance(source, Scope):
+            return self._projection_origins(source, column.name, seen)
+        return []
+
+    def _projection_origins(self, scope: Scope, name: str, seen):
+        key = (id(scope), name)
+        if key in seen:  # recursive CTE
+            return []
+        seen = seen | {key}
+        branches = scope.set_operation_scopes or [scope]
+        found = []
+        for branch in branches:
+            if branch is not scope and branch.set_operation_scopes:
+                found += self._projection_origins(branch, name, seen)
+                continue
+            selects = getattr(branch.expression, "selects", [])
+            for projection in selects:
+                if projection.alias_or_name != name:
+                    continue
+                inner = projection.unalias()
+                direct = isinstance(inner, exp.Column)
+                for inner_column in _columns_in(inner):
+                    found += [
+                        (ref, direct and d) for ref, d in self.origins(branch, inner_column, seen)
+                    ]
+        return found
+
+    def direct_origin(self, scope, column):
+        """The single real column whose value ``column`` is, or None."""
+        origins = self.origins(scope, column)
+        refs = {ref for ref, direct in origins if direct}
+        return refs.pop() if len(refs) == 1 and len(origins) == 1 else None
+
+    # -- predicates -----------------------------------------------------------------------
+    def _collect_predicates(self, scope: Scope):
+        select = scope.expression
+        if not isinstance(select, exp.Select):
+            return
+        filters = [select.args.get("where"), select.args.get("having")]
+        filters += [join.args.get("on") for join in select.args.get("joins") or []]
+        for node in filters:
+            if node is None:
+                continue
+            body = node.this if isinstance(node, (exp.Where, exp.Having)) else node
+            tree = self._predicate_tree(scope, body)
+            if isinstance(node, exp.Where) and scope.scope_type in _WHERE_COMBINED:
+                self.where_trees.append(tree)
+
+    def _predicate_tree(self, scope, node):
+        """Predicate tree of ``node``; records atomic conditions; None where unbounded."""
+        if isinstance(node, exp.Paren):
+            return self._predicate_tree(scope, node.this)
+        if isinstance(node, (exp.And, exp.Or)):
+            parts = [self._predicate_tree(scope, part) for part in node.flatten()]
+            if isinstance(node, exp.And):
+                kept = tuple(p for p in parts if p is not None)
+                return None if not kept else kept[0] if len(kept) == 1 else AllOf(kept)
+            return None if any(p is None for p in parts) else AnyOf(tuple(parts))
+        condition = self._condition(scope, node)
+        if condition is not None:
+            self.conditions.append(condition)
+        return condition
+
+    def _condition(self, scope, node):
+        for column_side, const_side, flipped in _comparison_sides(node):
+            ref = self.direct_origin(scope, column_side)
+            if ref is None:
+                return None
+            return _make_condition(ref, node, const_side, flipped)
+        return None
+
+
+_WHERE_COMBINED = (ScopeType.ROOT, ScopeType.CTE, ScopeType.DERIVED_TABLE)
+_PASS_THROUGH = (ScopeType.CTE, ScopeType.DERIVED_TABLE, ScopeType.UDTF)
+
+
+def _effective_scope(scope: Scope) -> Scope:
+    """A set-operation branch plays the role of the set operation it belongs to."""
+    while scope.scope_type == ScopeType.SET_OPERATION and scope.parent is not None:
+        scope = scope.parent
+    return scope
+
+
+def _is_pass_through(scope: Scope) -> bool:
+    return _effective_scope(scope).scope_type in _PASS_THROUGH
+
+
+def _projection_clause(scope: Scope) -> str:
+    """Clause a projection of ``scope`` counts as: the root's is a projection; a subquery's is
+    the clause the subquery sits in, in its enclosing scope."""
+    scope = _effective_scope(scope)
+    while scope.scope_type == ScopeType.SUBQUERY and scope.parent is not None:
+        clause = _clause_in_scope(scope.expression, scope.parent)
+        if clause != PROJECTION:
+            return clause
+        scope = _effective_scope(scope.parent)
+    return PROJECTION
+
+
+def _clause_in_scope(node: exp.Expr, scope: Scope) -> str:
+    """Clause of ``scope.expression`` that contains ``node``."""
+    child, parent = node, node.parent
+    while parent is not None and parent is not scope.expression:
+        if isinstance(parent, (exp.Where, exp.Having)):
+            return SELECTION
+        if isinstance(parent, exp.Join) and child.arg_key == "on":
+            return SELECTION
+        if isinstance(parent, exp.Group):
+            return GROUP_BY
+        if isinstance(parent, exp.Order):
+            return ORDER_BY
+        child, parent = parent, parent.parent
+    return PROJECTION
+
+
+def _lookup_source(scope: Scope, alias: str):
+    """Source named ``alias`` in ``scope`` or, for correlated references, its ancestors."""
+    while scope is not None:
+        source = scope.sources.get(alias)
+        if source is not None:
+            return source
+        scope = scope.parent
+    return None
+
+
+def _columns_in(node: exp.Expr):
+    if isinstance(node, exp.Column):
+        return [node]
+    return [c for c in node.find_all(exp.Column) if not isinstance(c.this, exp.Star)]
+
+
+def _columns_of(scope: Scope):
+    """Qualified columns of the scope plus unqualified ORDER BY references to SELECT aliases."""
+    columns = [c for c in scope.columns if c.table]
+    order = scope.expression.args.get("order") if isinstance(scope.expression, exp.Select) else None
+    if order is not None:
+        aliases = {s.alias_or_name for s in scope.expression.selects}
+        columns += [c for c in order.find_all(exp.Column) if not c.table and c.name in aliases]
+    return columns
+
+
+# -- constants ------------------------------------------------------------------------------
+_COMPARISON_OPS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">",
+                   exp.GTE: ">="}
+_FLIPPED = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _unwrap(node):
+    while isinstance(node, (exp.Paren, exp.Cast)) or type(node).__name__ == "TryCast":
+        node = node.this
+    return node
+
+
+def _comparison_sides(node):
+    """``(column, constant side, flipped)`` candidates of a predicate node."""
+    if type(node) in _COMPARISON_OPS:
+        left, right = _unwrap(node.this), _unwrap(node.expression)
+        if isinstance(left, exp.Column):
+            yield left, right, False
+        elif isinstance(right, exp.Column):
+            yield right, left, True
+    elif isinstance(node, (exp.Between, exp.In, exp.Like)):
+        this = _unwrap(node.this)
+        if isinstance(this, exp.Column):
+            yield this, node, False
+
+
+def constant_value(node):
+    """The Python value of a literal (numbers as int/float, strings as str), else None."""
+    node = _unwrap(node)
+    negate = False
+    if isinstance(node, exp.Neg):
+        negate, node = True, _unwrap(node.this)
+    if not isinstance(node, exp.Literal):
+        return None  # a placeholder ($1), a column, a function call
+    if node.is_string:
+        return None if negate else node.this
+    text = node.this
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            return None
+    return -value if negate else value
+
+
+def _like_condition(ref, pattern):
+    if not isinstance(pattern, str):
+        return None
+    body = pattern.rstrip("%")
+    if "%" in body or "_" in body or "\\" in body:
+        return None  # an inner wildcard bounds nothing we can cut at
+    if body == pattern:
+        return Condition(ref, "=", (pattern,))
+    return Condition(ref, "prefix", (body,)) if body else None
+
+
+def _make_condition(ref, node, const_side, flipped):
+    if type(node) in _COMPARISON_OPS:
+        value = constant_value(const_side)
+        if value is None:
+            return None
+        op = _COMPARISON_OPS[type(node)]
+        return Condition(ref, _FLIPPED[op] if flipped else op, (value,))
+    if isinstance(node, exp.Between):
+        low, high = constant_value(node.args["low"]), constant_value(node.args["high"])
+        if low is None or high is None:
+            return None
+        return Condition(ref, "between", (low, high))
+    if isinstance(node, exp.In):
+        if node.args.get("query") is not None:
+            return None
+        values = [constant_value(v) for v in node.expressions]
+        if not values or any(v is None for v in values):
+            return None
+        return Condition(ref, "in", tuple(values))
+    if isinstance(node, exp.Like):
+        return _like_condition(ref, constant_value(node.expression))
+    return None

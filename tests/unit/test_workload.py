@@ -1,0 +1,174 @@
+"""Workload precision/recall and weighted discernibility (plpy_anon.core.workload)."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
+from plpy_anon.core.workload import (
+    AllOf,
+    AnyOf,
+    ClassRegions,
+    Condition,
+    attribute_discernibility,
+    discernibility,
+    evaluate_classes,
+    evaluate_rows,
+    normalize_weights,
+    released_values,
+    restrict_predicate,
+    weighted_discernibility,
+    workload_precision,
+)
+
+DATA = pd.DataFrame(
+    {"age": [20, 25, 30, 35, 60, 70], "sex": ["F", "M", "F", "F", "M", "M"]}
+)
+LABELS = np.array([0, 0, 1, 1, 2, 2])  # classes: ages [20,25] {F,M}; [30,35] {F}; [60,70] {M}
+
+
+def test_precision_by_hand():
+    queries = [
+        Condition("age", ">", (27,)),  # true 4 rows; released: classes 1, 2 -> 4 rows
+        Condition("age", "<=", (22,)),  # true 1 (20); released class 0 -> 2 rows
+        AllOf((Condition("sex", "=", ("M",)), Condition("age", "between", (24, 31)))),
+        # true: 25 M -> 1; classes: 0 has M and [20,25] overlaps -> 2; 1 has no M; -> 2 rows
+        Condition("sex", "in", ("F",)),  # true 3; classes 0, 1 -> 4
+    ]
+    result = workload_precision(DATA, LABELS, queries, frequencies=[1, 1, 1, 2])
+    assert result.per_query["true_rows"].tolist() == [4, 1, 1, 3]
+    assert result.per_query["released_rows"].tolist() == [4, 2, 2, 4]
+    assert result.per_query["precision"].tolist() == pytest.approx([1, 0.5, 0.5, 0.75])
+    assert result.mean_precision == pytest.approx(2.75 / 4)
+    assert result.weighted_precision == pytest.approx((1 + 0.5 + 0.5 + 1.5) / 5)
+    assert result.mean_recall == 1.0
+
+
+def test_empty_answers_count_as_perfect():
+    result = workload_precision(DATA, LABELS, [Condition("age", ">", (99,))])
+    assert result.per_query.loc[0, ["true_rows", "released_rows", "precision", "recall"]].tolist() \
+        == [0, 0, 1.0, 1.0]
+
+
+def test_singleton_classes_give_exact_answers():
+    queries = [Condition("age", "<>", (30,)), Condition("sex", "prefix", ("M",)),
+               AnyOf((Condition("age", "=", (60,)), Condition("sex", "=", ("F",))))]
+    result = workload_precision(DATA, np.arange(len(DATA)), queries)
+    assert (result.per_query["precision"] == 1).all()
+    assert (result.per_query["recall"] == 1).all()
+
+
+def test_regions_missing_their_rows_show_as_lost_recall():
+    # a release whose regions do NOT cover its rows is caught: recall drops
+    regions = ClassRegions.from_rows(DATA, LABELS)
+    regions.high["age"] = regions.high["age"] - 100  # corrupt: every class below its rows
+    result = workload_precision(DATA, LABELS, [Condition("age", ">", (27,))], regions=regions)
+    assert result.per_query.loc[0, "recall"] == 0.0
+
+
+# hypothesis: brute force over rows of each class versus the vectorized evaluation
+ops = st.sampled_from(["<", "<=", ">", ">=", "=", "<>", "between", "in"])
+
+
+@st.composite
+def conditions(draw):
+    op = draw(ops)
+    if op == "between":
+        low = draw(st.integers(0, 9))
+        return Condition("x", op, (low, draw(st.integers(low, 9))))
+    if op == "in":
+        return Condition("x", op, tuple(draw(st.lists(st.integers(0, 9), min_size=1, max_size=3))))
+    return Condition("x", op, (draw(st.integers(0, 9)),))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, 9), min_size=1, max_size=30),
+    st.lists(st.integers(0, 3), min_size=30, max_size=30),
+    st.lists(st.sampled_from("abc"), min_size=30, max_size=30),
+    conditions(),
+    st.sampled_from("abc"),
+)
+def test_class_may_satisfy_iff_some_value_in_its_region_does(xs, labels, cats, cond, cat):
+    n = len(xs)
+    data = pd.DataFrame({"x": xs, "c": cats[:n]})
+    labels = np.asarray(labels[:n])
+    query = AnyOf((cond, Condition("c", "=", (cat,))))
+    regions = ClassRegions.from_rows(data, labels)
+    got = evaluate_classes(query, regions)
+    codes = regions.codes
+    for k in range(regions.n_classes):
+        rows = data[codes == k]
+        # region of class k: every integer in [min, max] crossed with its category set
+        grid = pd.DataFrame(
+            list(itertools.product(range(rows.x.min(), rows.x.max() + 1), set(rows.c))),
+            columns=["x", "c"],
+        )
+        assert got[k] == bool(evaluate_rows(query, grid).any())
+    # and released answers always contain the true answers
+    assert not (evaluate_rows(query, data) & ~got[codes]).any()
+
+
+def test_restrict_predicate_to_quasi_identifiers():
+    q = AllOf((Condition("age", ">", (3,)), Condition("name", "=", ("x",))))
+    assert restrict_predicate(q, {"age"}) == Condition("age", ">", (3,))
+    assert restrict_predicate(AnyOf(q.parts), {"age"}) is None
+    assert restrict_predicate(q, {"sex"}) is None
+
+
+def test_discernibility_by_hand():
+    assert discernibility(LABELS) == 4 + 4 + 4
+    assert discernibility(["a", "b", "a", "a"]) == 9 + 1
+
+
+def test_weighted_discernibility_by_hand():
+    released = released_values(DATA, LABELS)
+    # age: three distinct intervals of 2 rows -> 12; sex: {F,M}, {F}, {M} -> 12
+    assert attribute_discernibility(released["age"]) == 12
+    assert weighted_discernibility(released, {"age": 3, "sex": 1}) == pytest.approx(12.0)
+    merged = released_values(DATA, [0, 0, 0, 0, 1, 1])  # sex {F,M} for 4 rows, {M} for 2
+    assert attribute_discernibility(merged["sex"]) == 16 + 4
+    assert weighted_discernibility(merged, {"age": 0, "sex": 1}) == pytest.approx(20.0)
+    # two classes with the same sex set fall in one group along sex alone
+    same_sets = released_values(pd.DataFrame({"s": ["F", "M", "F", "M"]}), [0, 0, 1, 1])
+    assert attribute_discernibility(same_sets["s"]) == 16
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40))
+def test_wdm_with_one_attribute_equals_dm_of_its_groups(labels):
+    data = pd.DataFrame({"x": np.arange(len(labels))})  # distinct values: groups == classes
+    released = released_values(data, labels)
+    assert weighted_discernibility(released, {"x": 2.5}) == discernibility(labels)
+
+
+def test_normalize_weights_and_bad_weights():
+    assert normalize_weights({"age": 3, "sex": 1}, ["age", "sex", "zip"]) == {
+        "age": 0.75, "sex": 0.25, "zip": 0.0}
+    with pytest.raises(UndefinedObject, match="'salary'"):
+        normalize_weights({"salary": 1}, ["age"])
+    with pytest.raises(InvalidParameter, match=">= 0"):
+        normalize_weights({"age": -1}, ["age"])
+    with pytest.raises(InvalidParameter, match="all priority weights are zero"):
+        normalize_weights({"age": 0}, ["age", "sex"])
+    with pytest.raises(InvalidParameter, match="not a number"):
+        normalize_weights({"age": "high"}, ["age"])
+    with pytest.raises(InvalidParameter):
+        normalize_weights({"age": float("nan")}, ["age"])
+
+
+def test_bad_inputs():
+    with pytest.raises(InsufficientData):
+        workload_precision(DATA, LABELS, [])
+    with pytest.raises(InvalidParameter, match="labels"):
+        workload_precision(DATA, LABELS[:3], [Condition("age", ">", (1,))])
+    with pytest.raises(UndefinedObject, match="zip"):
+        workload_precision(DATA, LABELS, [Condition("zip", ">", (1,))])
+    with pytest.raises(InvalidParameter):
+        Condition("age", "between", (1,))
+    with pytest.raises(InvalidParameter):
+        Condition("age", "~", (1,))
