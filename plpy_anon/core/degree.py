@@ -1,0 +1,395 @@
+"""Degree of anonymisation over generalization hierarchies, and its decomposition (paper 001).
+
+**Degree of attribute anonymisation** (Definition 2.1). A hierarchy of height ``H`` has levels
+``0`` (the value) .. ``H`` (the root, "*"); ``w_g`` weighs the step from level ``g - 1`` to ``g``.
+Generalizing a value from level ``p`` up to level ``q`` costs the crossed weights over the total,
+``sum(w_{p+1..q}) / sum(w_{1..H})``; from the value itself that is ``c_q = sum(w_{1..q}) / W``,
+0 for the original and 1 for full suppression. Equal weights give the paper's ``q / H``.
+
+**Decomposition** (Section 5; its formulas were lost in extraction -- the readings below are ours).
+Each attribute gets a share ``s_i = 1 - P_i + min_share`` (low priority, large share). The table's
+degree ``D`` is poured into the attributes like water: ``d_i = min(1, t * s_i)`` with the level
+``t`` chosen so that ``mean_i d_i = D`` -- so ``D`` is the mean attribute degree, spread in
+proportion to the shares, and an attribute that is fully suppressed passes its excess on. Each
+attribute then takes the level whose degree interval ``[c_g, c_{g+1})`` contains ``d_i`` (the
+paper's "interval containing the degree"; never more generalization than asked).
+
+**Degree of a view.** The paper checks correctness by recomputing the degree of the produced view
+and decomposing it again. Since levels are discrete, we define the degree of a view as the
+*smallest table degree whose decomposition produces it*: attribute ``i`` at level ``g`` needs
+``t >= c_g / s_i``, so ``Deg(view) = max_i mean_j min(1, c_{g_i} s_j / s_i)``. With this reading
+the decomposition of ``Deg(view)`` is the view again (a fixed point), and because every ``d_i`` is
+non-decreasing in ``D``, more trust (a smaller ``D``) never gives a coarser view.
+
+**k-anonymity.** The chosen view may leave equivalence classes below ``k``. They are handled by
+walking further along the same decomposition -- raising ``D`` to the next breakpoint where some
+attribute's level rises -- until at most ``max_suppression`` of the rows sit in classes below
+``k``; those rows are then suppressed (removed). Views along ``D`` are nested (each is a
+coarsening of the previous), so the number of rows to suppress only falls along the walk, the
+search is a bisection, and the final view is still a decomposition view (fixed point kept).
+"""
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
+from plpy_anon.core.hierarchy import Hierarchy
+
+# A degree within this distance below a level's boundary counts as reaching it: recomputing a
+# view's degree and decomposing it again must not lose a level to floating-point rounding.
+_BOUNDARY_TOLERANCE = 1e-9
+
+
+# --- Definition 2.1 --------------------------------------------------------------------------
+
+def level_degrees(height, weights=None):
+    """``c_0 .. c_H``: the degree of generalizing a value to each level of its hierarchy."""
+    if height < 1:
+        raise InvalidParameter(f"a hierarchy needs at least one level above the values; got "
+                               f"height {height}", hint="end every path with a root such as '*'")
+    weights = np.ones(height) if weights is None else np.asarray(weights, dtype=float)
+    if weights.shape != (height,) or not np.isfinite(weights).all() or (weights <= 0).any():
+        raise InvalidParameter(
+            f"level weights must be {height} positive numbers (one per step); got {weights!r}",
+            hint="give one weight for each step from a level to the next, or omit for equal steps",
+        )
+    return np.concatenate([[0.0], np.cumsum(weights) / weights.sum()])
+
+
+def anonymisation_degree(from_level, to_level, degrees):
+    """Definition 2.1: the degree of moving a value from ``from_level`` up to ``to_level``."""
+    if not 0 <= from_level <= to_level < len(degrees):
+        raise InvalidParameter(
+            f"levels must satisfy 0 <= from_level <= to_level <= {len(degrees) - 1}; got "
+            f"{from_level} -> {to_level}", hint="generalization only moves up the hierarchy")
+    return float(degrees[to_level] - degrees[from_level])
+
+
+def select_level(degree, degrees):
+    """The level whose interval ``[c_g, c_{g+1})`` contains ``degree`` (array-friendly)."""
+    return np.searchsorted(degrees, np.asarray(degree) + _BOUNDARY_TOLERANCE, side="right") - 1
+
+
+# --- hierarchies for the data ----------------------------------------------------------------
+
+def value_labels(values):
+    """Hierarchy labels of column values: integral numbers print without a trailing ``.0``."""
+    series = pd.Series(values)
+    if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+        numbers = series.to_numpy(dtype=float)
+        if np.isfinite(numbers).all() and (numbers == np.round(numbers)).all():
+            return series.astype("int64").astype(str).to_numpy(dtype=object)
+    return series.astype(str).to_numpy(dtype=object)
+
+
+def _nice_width(raw):
+    """Smallest 1, 2 or 5 times a power of ten that is at least ``raw`` (> 0)."""
+    exponent = np.floor(np.log10(raw))
+    for step in (1.0, 2.0, 5.0, 10.0):
+        if step * 10.0**exponent >= raw * (1 - 1e-12):
+            return step * 10.0**exponent
+    return 10.0 ** (exponent + 1)
+
+
+def interval_hierarchy(values, n_levels=4):
+    """A hierarchy of nested intervals for a numeric column with no registered hierarchy.
+
+    Level ``g`` (1..``n_levels``) cuts the line into intervals of width ``base * 2**(g-1)`` from a
+    common origin, so each interval lies inside one interval of the next level; ``base`` is the
+    smallest "nice" width (1, 2, 5 x 10^e) giving at most 2 intervals at the top level. The root
+    is ``*``. Labels read ``[lo, hi)``.
+    """
+    if n_levels < 1:
+        raise InvalidParameter(f"n_levels must be at least 1; got {n_levels}", hint="use e.g. 4")
+    numbers = pd.Series(values).dropna().to_numpy(dtype=float)
+    if numbers.size == 0:
+        raise InsufficientData("cannot build an interval hierarchy without values",
+                               hint="register a hierarchy for the column or add rows")
+    distinct = np.unique(numbers)
+    spread = distinct[-1] - distinct[0]
+    base = _nice_width(spread / 2.0 ** (n_levels - 1)) if spread > 0 else 1.0
+    widths = base * 2.0 ** np.arange(n_levels)
+    origin = np.floor(distinct[0] / widths[-1]) * widths[-1]  # a multiple of every width
+    lows = origin + np.floor((distinct[:, None] - origin) / widths) * widths
+    labels = value_labels(distinct)
+    paths = [[leaf, *(f"[{lo:g}, {lo + w:g})" for lo, w in zip(row, widths)), "*"]
+             for leaf, row in zip(labels, lows)]
+    return Hierarchy.from_paths(paths)
+
+
+def flat_hierarchy(values):
+    """``value -> *`` for a categorical column with no registered hierarchy."""
+    return Hierarchy.from_paths([[leaf, "*"] for leaf in pd.unique(value_labels(values))])
+
+
+def default_hierarchy(values, n_levels=4):
+    """Interval hierarchy for numbers, flat (value or ``*``) otherwise."""
+    series = pd.Series(values)
+    if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+        return interval_hierarchy(series, n_levels)
+    return flat_hierarchy(series)
+
+
+class GeneralizationTable:
+    """One column's values generalized to every level of its hierarchy, as integer codes.
+
+    ``codes[g]`` gives each row's class at level ``g`` (row-aligned), ``labels[g]`` the label of
+    each code; computing this once per column makes trying many views cheap.
+    """
+
+    def __init__(self, column, values, hierarchy):
+        leaves = value_labels(values)
+        row_leaf, distinct = pd.factorize(leaves)
+        covered = set(hierarchy.leaves)
+        missing = [value for value in distinct if value not in covered]
+        if missing:
+            raise UndefinedObject(
+                f"value {missing[0]!r} of column {column!r} is not covered by its hierarchy"
+                + (f" (nor are {len(missing) - 1} other values)" if len(missing) > 1 else ""),
+                hint=f"add a row '{missing[0]};...;*' to the hierarchy of {column!r}",
+            )
+        self.column = column
+        self.hierarchy = hierarchy
+        self.codes, self.labels, self.leaf_counts = [], [], []
+        for level in range(hierarchy.height + 1):  # loop over levels; values are vectorized
+            ancestors = np.array([hierarchy.ancestor(v, level) for v in distinct], dtype=object)
+            code_of_distinct, level_labels = pd.factorize(ancestors)
+            self.codes.append(code_of_distinct[row_leaf])
+            self.labels.append(np.asarray(level_labels, dtype=object))
+            self.leaf_counts.append(np.array([hierarchy.leaf_count(x) for x in level_labels]))
+
+    def ncp(self, level, kept=None):
+        """Normalized certainty penalty ``(leaves under label - 1) / (leaves - 1)``, row mean.
+
+        Rows outside ``kept`` (suppressed) count as fully generalized.
+        """
+        n_leaves = len(self.hierarchy.leaves)
+        if n_leaves < 2:
+            return 0.0
+        penalty = (self.leaf_counts[level][self.codes[level]] - 1) / (n_leaves - 1)
+        if kept is not None:
+            penalty = np.where(kept, penalty, 1.0)
+        return float(penalty.mean())
+
+
+# --- the decomposition -----------------------------------------------------------------------
+
+class DegreeDecomposition:
+    """Split a table degree over attributes by priority and map each share to a level.
+
+    ``min_share`` keeps a priority-1 attribute generalizable (with 0 it is never generalized).
+    After ``fit(priorities, degrees)`` -- priorities a Series in [0, 1], degrees a dict of
+    ``level_degrees`` arrays per attribute -- the estimator has ``attributes_``, ``shares_`` and
+    ``breakpoints_`` (the table degrees at which some attribute's level rises, sorted).
+    """
+
+    def __init__(self, min_share=0.1):
+        self.min_share = min_share
+
+    def fit(self, priorities, degrees):
+        priorities = pd.Series(priorities, dtype=float)
+        if not (np.isfinite(self.min_share) and self.min_share >= 0):
+            raise InvalidParameter(f"min_share must be >= 0; got {self.min_share!r}",
+                                   hint="use 0 to never generalize priority-1 attributes")
+        if priorities.empty or not priorities.between(0, 1).all():
+            raise InvalidParameter("priorities must be a non-empty set of numbers in [0, 1]",
+                                   hint="derive them with MIPriorities or give them explicitly")
+        missing = [name for name in priorities.index if name not in degrees]
+        if missing:
+            raise UndefinedObject(f"attribute {missing[0]!r} has no level degrees",
+                                  hint="give a hierarchy for every prioritized attribute")
+        self.attributes_ = list(priorities.index)
+        self.shares_ = 1.0 - priorities + self.min_share
+        self.degrees_ = {name: np.asarray(degrees[name], dtype=float) for name in self.attributes_}
+        self._shares = self.shares_.to_numpy()
+        self._water_grid, self._degree_grid = self._water_curve()
+        self.breakpoints_ = self._breakpoints()
+        return self
+
+    def _water_curve(self):
+        """Table degree as a function of the water level ``t``: piecewise linear, increasing."""
+        positive = np.unique(self._shares[self._shares > 0])
+        water = np.concatenate([[0.0], np.sort(1.0 / positive)])
+        return water, self._mean_degree(water)
+
+    def _mean_degree(self, water):
+        water = np.atleast_1d(water)
+        return np.minimum(1.0, np.outer(water, self._shares)).mean(axis=1)
+
+    def _breakpoints(self):
+        """Table degrees at which some attribute reaches one of its levels (level >= 1)."""
+        needed = [self._degree_reaching(i, self.degrees_[name][1:])
+                  for i, name in enumerate(self.attributes_) if self._shares[i] > 0]
+        points = np.concatenate(needed) if needed else np.array([])
+        return np.unique(np.clip(points, 0.0, 1.0))
+
+    def _degree_reaching(self, i, attribute_degree):
+        """The smallest table degree at which attribute ``i`` gets ``attribute_degree``."""
+        return self._mean_degree(np.asarray(attribute_degree, dtype=float) / self._shares[i])
+
+    def attribute_degrees(self, degree):
+        """``d_i = min(1, t s_i)`` with ``mean_i d_i = degree`` (capped where ``D`` is unreachable)."""
+        _check_degree(degree)
+        water = np.interp(degree, self._degree_grid, self._water_grid)
+        return pd.Series(np.minimum(1.0, water * self._shares), index=self.attributes_)
+
+    def levels(self, degree):
+        """The view for ``degree``: one hierarchy level per attribute."""
+        degrees = self.attribute_degrees(degree)
+        return pd.Series([int(select_level(degrees[name], self.degrees_[name]))
+                          for name in self.attributes_], index=self.attributes_)
+
+    def degree_of_view(self, levels):
+        """The smallest table degree whose decomposition gives ``levels`` (see module docstring)."""
+        needed = []
+        for i, name in enumerate(self.attributes_):
+            level = int(levels[name])
+            if level == 0:
+                continue
+            if self._shares[i] == 0:
+                raise InvalidParameter(
+                    f"attribute {name!r} has share 0 and is never generalized, but the view puts "
+                    f"it at level {level}", hint="give it a priority below 1 or min_share > 0")
+            needed.append(self._degree_reaching(i, self.degrees_[name][level])[0])
+        return float(max(needed, default=0.0))
+
+
+def _check_degree(degree):
+    if not (np.isfinite(degree) and 0.0 <= degree <= 1.0):
+        raise InvalidParameter(f"the degree of anonymisation must lie in [0, 1]; got {degree!r}",
+                               hint="0 = release the values, 1 = suppress everything")
+
+
+# --- k-anonymity after the levels ------------------------------------------------------------
+
+def class_sizes(code_columns):
+    """Size of each row's equivalence class, from row-aligned integer code columns."""
+    n_rows = len(code_columns[0]) if code_columns else 0
+    if not code_columns:
+        return np.full(n_rows, n_rows)
+    key = np.zeros(n_rows, dtype=np.int64)
+    for codes in code_columns:  # loop over attributes; re-densify so the key never overflows
+        key = np.unique(key * (int(codes.max()) + 1) + codes, return_inverse=True)[1]
+    return np.bincount(key)[key]
+
+
+class DegreeRelease:
+    """The release for a degree ``D``: decompose, choose levels, then enforce ``k`` if given.
+
+    Parameters: ``degree`` (table degree D in [0, 1]), ``priorities`` (dict/Series, attribute ->
+    priority; these attributes are the quasi-identifiers), ``hierarchies`` (dict attribute ->
+    Hierarchy; missing ones are built by ``default_hierarchy``), ``level_weights`` (dict attribute
+    -> step weights), ``k`` (None = no k-anonymity), ``max_suppression`` (fraction of rows that may
+    be suppressed before generalizing further), ``min_share``, ``n_interval_levels``.
+
+    After ``fit(frame)``: ``tables_`` (GeneralizationTable per attribute), ``decomposition_``,
+    ``requested_levels_`` (the view for ``degree``), ``levels_`` (after the k step),
+    ``view_degree_`` (degree of the final view), ``kept_`` (row mask), ``cost_`` (dict: rows
+    suppressed, extra degree and levels spent on k, NCP per attribute).
+    """
+
+    def __init__(self, degree, priorities, *, hierarchies=None, level_weights=None, k=None,
+                 max_suppression=0.0, min_share=0.1, n_interval_levels=4):
+        self.degree = degree
+        self.priorities = priorities
+        self.hierarchies = hierarchies
+        self.level_weights = level_weights
+        self.k = k
+        self.max_suppression = max_suppression
+        self.min_share = min_share
+        self.n_interval_levels = n_interval_levels
+
+    def fit(self, frame):
+        _check_degree(self.degree)
+        priorities = pd.Series(self.priorities, dtype=float)
+        self._check_k(len(frame))
+        missing = [name for name in priorities.index if name not in frame.columns]
+        if missing:
+            raise UndefinedObject(f"priority for {missing[0]!r}, which is not a column",
+                                  hint=f"use columns of the table: {', '.join(frame.columns)}")
+        hierarchies = dict(self.hierarchies or {})
+        weights = dict(self.level_weights or {})
+        self.tables_ = {}
+        for name in priorities.index:  # loop over attributes
+            hierarchy = hierarchies.get(name) or default_hierarchy(frame[name],
+                                                                   self.n_interval_levels)
+            self.tables_[name] = GeneralizationTable(name, frame[name], hierarchy)
+        degrees = {name: level_degrees(t.hierarchy.height, weights.get(name))
+                   for name, t in self.tables_.items()}
+        self.decomposition_ = DegreeDecomposition(self.min_share).fit(priorities, degrees)
+        self.requested_levels_ = self.decomposition_.levels(self.degree)
+        final_degree = self._degree_meeting_k(len(frame))
+        self.levels_ = self.decomposition_.levels(final_degree)
+        self.view_degree_ = self.decomposition_.degree_of_view(self.levels_)
+        sizes = self._class_sizes(self.levels_)
+        self.kept_ = sizes >= (self.k or 1)
+        self.cost_ = self._cost(final_degree)
+        return self
+
+    def _check_k(self, n_rows):
+        if self.k is None:
+            return
+        if not (isinstance(self.k, (int, np.integer)) and self.k >= 1):
+            raise InvalidParameter(f"k must be a positive integer; got {self.k!r}",
+                                   hint="use k >= 2 for k-anonymity, or leave it out")
+        if self.k > n_rows:
+            raise InsufficientData(f"k = {self.k} exceeds the {n_rows} rows of the table",
+                                   hint="choose k at most the number of rows")
+        if not 0.0 <= self.max_suppression <= 1.0:
+            raise InvalidParameter(
+                f"max_suppression must lie in [0, 1]; got {self.max_suppression!r}",
+                hint="it is the fraction of rows that may be removed to reach k")
+
+    def _class_sizes(self, levels):
+        return class_sizes([self.tables_[name].codes[int(level)] for name, level in levels.items()])
+
+    def _too_small(self, degree):
+        sizes = self._class_sizes(self.decomposition_.levels(degree))
+        return int((sizes < self.k).sum())
+
+    def _degree_meeting_k(self, n_rows):
+        """The smallest degree >= the requested one whose view needs little enough suppression."""
+        if self.k is None:
+            return self.degree
+        budget = int(np.floor(self.max_suppression * n_rows))
+        candidates = np.concatenate([[self.degree],
+                                     self.decomposition_.breakpoints_[
+                                         self.decomposition_.breakpoints_ > self.degree]])
+        # suppression needed is non-increasing along the candidates (nested views): bisect
+        lo, hi = 0, len(candidates) - 1
+        if self._too_small(candidates[hi]) > budget:
+            return float(candidates[hi])  # even the coarsest view needs more: suppress anyway
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._too_small(candidates[mid]) <= budget:
+                hi = mid
+            else:
+                lo = mid + 1
+        return float(candidates[lo])
+
+    def _cost(self, final_degree):
+        extra_levels = self.levels_ - self.requested_levels_
+        return {
+            "requested_degree": float(self.degree),
+            "final_degree": final_degree,
+            "extra_levels": {name: int(extra) for name, extra in extra_levels.items()},
+            "rows_suppressed": int((~self.kept_).sum()),
+            "suppressed_fraction": float((~self.kept_).mean()) if self.kept_.size else 0.0,
+            "ncp": {name: self.tables_[name].ncp(int(level), self.kept_)
+                    for name, level in self.levels_.items()},
+        }
+
+    def transform(self, frame):
+        """The released rows: quasi-identifiers generalized, suppressed rows removed."""
+        if not hasattr(self, "levels_"):
+            raise InvalidParameter("this DegreeRelease is not fitted yet",
+                                   hint="call fit(frame) first")
+        if len(frame) != self.kept_.size:
+            raise InvalidParameter(
+                f"fitted on {self.kept_.size} rows, transform got {len(frame)}",
+                hint="transform the same frame the release was fitted on")
+        released = frame.copy()
+        for name, level in self.levels_.items():
+            table = self.tables_[name]
+            released[name] = table.labels[int(level)][table.codes[int(level)]]
+        return released.loc[self.kept_].reset_index(drop=True)

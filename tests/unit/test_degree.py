@@ -1,0 +1,253 @@
+"""Degree of anonymisation, its decomposition over hierarchies, and the k step (paper 001)."""
+
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core.degree import (
+    DegreeDecomposition,
+    DegreeRelease,
+    GeneralizationTable,
+    anonymisation_degree,
+    class_sizes,
+    interval_hierarchy,
+    level_degrees,
+    select_level,
+)
+from plpy_anon.core.errors import InvalidParameter, UndefinedObject
+from plpy_anon.core.hierarchy import Hierarchy
+from plpy_anon.core.trust import TrustProjection
+
+fast = settings(max_examples=40, deadline=None)
+unit = st.floats(0.0, 1.0, allow_nan=False)
+
+
+# --- Definition 2.1 --------------------------------------------------------------------------
+
+def test_equal_weights_give_level_over_height():
+    assert level_degrees(4) == pytest.approx([0, 0.25, 0.5, 0.75, 1])
+
+
+def test_weighted_levels_by_hand():
+    # steps weigh 1 and 3: one step up costs 1/4, two steps (to the root) cost everything
+    assert level_degrees(2, [1, 3]) == pytest.approx([0, 0.25, 1])
+    assert anonymisation_degree(1, 2, level_degrees(2, [1, 3])) == pytest.approx(0.75)
+
+
+@fast
+@given(st.lists(st.floats(0.1, 10), min_size=1, max_size=6), st.data())
+def test_degree_of_consecutive_moves_adds_up(weights, data):
+    degrees = level_degrees(len(weights), weights)
+    p, q, r = sorted(data.draw(st.lists(st.integers(0, len(weights)), min_size=3, max_size=3)))
+    assert anonymisation_degree(p, q, degrees) + anonymisation_degree(q, r, degrees) == \
+        pytest.approx(anonymisation_degree(p, r, degrees))
+    assert degrees[0] == 0 and degrees[-1] == pytest.approx(1)
+    assert (np.diff(degrees) > 0).all()
+
+
+def test_level_weights_must_match_the_height():
+    with pytest.raises(InvalidParameter, match="2 positive numbers"):
+        level_degrees(2, [1, 2, 3])
+    with pytest.raises(InvalidParameter, match="positive"):
+        level_degrees(2, [1, 0])
+
+
+def test_select_level_takes_the_interval_containing_the_degree():
+    degrees = level_degrees(4)  # boundaries 0, .25, .5, .75, 1
+    assert select_level([0, 0.2, 0.25, 0.6, 0.99, 1.0], degrees).tolist() == [0, 0, 1, 2, 3, 4]
+
+
+# --- decomposition ---------------------------------------------------------------------------
+
+def _decomposition(priorities, heights, min_share=0.1):
+    names = [f"a{i}" for i in range(len(priorities))]
+    degrees = {name: level_degrees(h) for name, h in zip(names, heights)}
+    return DegreeDecomposition(min_share).fit(pd.Series(priorities, index=names), degrees)
+
+
+def test_two_attributes_by_hand():
+    # shares 1 - P + 0.1: 0.2 and 1.0; D = 0.3 -> t with (0.2 t + t) / 2 = 0.3 -> t = 0.5
+    model = _decomposition([0.9, 0.1], [2, 4])
+    assert model.attribute_degrees(0.3).tolist() == pytest.approx([0.1, 0.5])
+    assert model.levels(0.3).tolist() == [0, 2]
+    # a fully suppressed attribute passes the rest on: D = 0.75 -> (min(1, .2t) + min(1, t))/2
+    assert model.attribute_degrees(0.75).tolist() == pytest.approx([0.5, 1.0])
+
+
+priority_lists = st.lists(unit, min_size=1, max_size=6)
+
+
+@fast
+@given(priority_lists, unit, st.floats(0.01, 0.5))
+def test_attribute_degrees_average_to_the_table_degree(priorities, degree, min_share):
+    model = _decomposition(priorities, [3] * len(priorities), min_share)
+    degrees = model.attribute_degrees(degree).to_numpy()
+    assert ((degrees >= 0) & (degrees <= 1 + 1e-12)).all()
+    assert degrees.mean() == pytest.approx(degree, abs=1e-9)
+    # lower priority never carries less of the degree
+    order = np.argsort(priorities)
+    assert (np.diff(degrees[order]) <= 1e-12).all()
+
+
+views = st.integers(1, 5).flatmap(lambda m: st.tuples(
+    st.lists(unit, min_size=m, max_size=m), st.lists(st.integers(1, 5), min_size=m, max_size=m)))
+
+
+@fast
+@given(views, unit)
+def test_fixed_point_recomputed_degree_gives_the_same_view(view, degree):
+    priorities, heights = view
+    model = _decomposition(priorities, heights)
+    levels = model.levels(degree)
+    recomputed = model.degree_of_view(levels)
+    assert recomputed <= degree + 1e-12
+    assert model.levels(recomputed).tolist() == levels.tolist()
+
+
+@fast
+@given(views, unit)
+def test_degree_of_view_is_the_smallest_degree_producing_it(view, degree):
+    priorities, heights = view
+    model = _decomposition(priorities, heights)
+    levels = model.levels(degree).tolist()
+    grid = np.linspace(0, 1, 2001)
+    first = next(d for d in grid if model.levels(d).tolist() == levels)  # brute force
+    assert model.degree_of_view(model.levels(degree)) == pytest.approx(first, abs=1 / 2000)
+
+
+@fast
+@given(views, unit, unit, st.floats(1, 5))
+def test_more_trust_never_gives_a_coarser_view(view, trust_a, trust_b, gamma):
+    priorities, heights = view
+    model = _decomposition(priorities, heights)
+    project = TrustProjection(gamma=gamma)
+    low, high = sorted([trust_a, trust_b])
+    assert (model.levels(project(high)) <= model.levels(project(low))).all()
+
+
+def test_priority_one_without_min_share_is_never_generalized():
+    model = _decomposition([1.0, 0.0], [2, 2], min_share=0.0)
+    assert model.levels(1.0).tolist() == [0, 2]
+    with pytest.raises(InvalidParameter, match="never generalized"):
+        model.degree_of_view(pd.Series({"a0": 1, "a1": 0}))
+
+
+@pytest.mark.parametrize("degree", [-0.1, 1.1, float("nan")])
+def test_degree_outside_unit_interval_is_rejected(degree):
+    with pytest.raises(InvalidParameter, match=r"must lie in \[0, 1\]"):
+        _decomposition([0.5], [2]).levels(degree)
+
+
+# --- hierarchies -----------------------------------------------------------------------------
+
+def _interval(label):
+    lo, hi = re.fullmatch(r"\[(.+), (.+)\)", label).groups()
+    return float(lo), float(hi)
+
+
+@fast
+@given(st.lists(st.integers(-1000, 1000), min_size=1, max_size=30), st.integers(1, 5))
+def test_interval_hierarchy_nests_and_covers_every_value(values, n_levels):
+    hierarchy = interval_hierarchy(values, n_levels)
+    assert hierarchy.height == n_levels + 1
+    for value in set(values):
+        inner = (value, value + 1e-9)  # the value itself as a degenerate interval
+        for level in range(1, n_levels + 1):
+            lo, hi = _interval(hierarchy.ancestor(str(value), level))
+            assert lo <= inner[0] and inner[1] <= hi  # contains the level below
+            inner = (lo, hi)
+        assert hierarchy.ancestor(str(value), n_levels + 1) == "*"
+    top = {hierarchy.ancestor(str(v), n_levels) for v in values}
+    assert len(top) <= 2  # the widest intervals split the range at most once
+
+
+def test_uncovered_value_is_named():
+    hierarchy = Hierarchy.from_paths([["F", "*"], ["M", "*"]])
+    with pytest.raises(UndefinedObject, match="value 'X' of column 'sex' is not covered"):
+        GeneralizationTable("sex", pd.Series(["F", "X", "M"]), hierarchy)
+
+
+def test_ncp_by_hand():
+    hierarchy = Hierarchy.from_paths([["a", "ab", "*"], ["b", "ab", "*"], ["c", "cd", "*"],
+                                      ["d", "cd", "*"], ["e", "e", "*"]])
+    table = GeneralizationTable("x", pd.Series(["a", "c", "e", "e"]), hierarchy)
+    # level 1: ab (2 leaves), cd (2), e (1) -> penalties 1/4, 1/4, 0, 0
+    assert table.ncp(1) == pytest.approx((0.25 + 0.25) / 4)
+    assert table.ncp(1, kept=np.array([True, True, True, False])) == pytest.approx(1.5 / 4)
+    assert table.ncp(2) == 1.0
+
+
+def test_class_sizes_match_a_group_by():
+    rng = np.random.default_rng(1)
+    codes = [rng.integers(0, 3, 200), rng.integers(0, 5, 200), rng.integers(0, 2, 200)]
+    frame = pd.DataFrame(np.column_stack(codes))
+    expected = frame.groupby([0, 1, 2])[0].transform("size").to_numpy()
+    assert class_sizes(codes).tolist() == expected.tolist()
+
+
+# --- the release and the k step --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def people():
+    rng = np.random.default_rng(7)
+    n = 300
+    return pd.DataFrame({
+        "age": rng.integers(18, 90, n),
+        "sex": rng.choice(["F", "M"], n),
+        "job": rng.choice(["a", "b", "c", "d"], n),
+        "income": rng.integers(0, 2, n),  # not a quasi-identifier: passed through
+    })
+
+
+JOBS = Hierarchy.from_paths([["a", "ab", "*"], ["b", "ab", "*"], ["c", "cd", "*"], ["d", "cd", "*"]])
+PRIORITIES = {"age": 0.2, "sex": 1.0, "job": 0.5}
+
+
+def test_release_without_k_is_the_decomposition_view(people):
+    release = DegreeRelease(0.4, PRIORITIES, hierarchies={"job": JOBS}).fit(people)
+    assert release.levels_.tolist() == release.decomposition_.levels(0.4).tolist()
+    assert release.kept_.all()
+    released = release.transform(people)
+    assert released["income"].tolist() == people["income"].tolist()
+    assert set(released["job"]) <= {"a", "b", "c", "d", "ab", "cd", "*"}
+
+
+@settings(max_examples=15, deadline=None)
+@given(unit, st.integers(2, 12), st.sampled_from([0.0, 0.02, 0.1]))
+def test_k_step_yields_k_anonymous_rows_within_budget(people, degree, k, max_suppression):
+    release = DegreeRelease(degree, PRIORITIES, hierarchies={"job": JOBS}, k=k,
+                            max_suppression=max_suppression).fit(people)
+    released = release.transform(people)
+    sizes = released.groupby(["age", "sex", "job"]).size()  # checked on the output itself
+    assert (sizes >= k).all()
+    assert (release.levels_ >= release.requested_levels_).all()
+    # still a decomposition view: the fixed point survives the k step
+    model = release.decomposition_
+    assert model.levels(model.degree_of_view(release.levels_)).tolist() == release.levels_.tolist()
+    if release.cost_["final_degree"] < model.breakpoints_[-1]:
+        assert release.cost_["rows_suppressed"] <= max_suppression * len(people)
+    assert release.cost_["rows_suppressed"] == len(people) - len(released)
+
+
+@settings(max_examples=15, deadline=None)
+@given(unit, unit)
+def test_k_step_keeps_monotonicity_in_trust(people, trust_a, trust_b):
+    project = TrustProjection(gamma=2)
+    low, high = sorted([trust_a, trust_b])
+    levels = [DegreeRelease(project(t), PRIORITIES, hierarchies={"job": JOBS}, k=5,
+                            max_suppression=0.05).fit(people).levels_ for t in (low, high)]
+    assert (levels[1] <= levels[0]).all()
+
+
+def test_bad_release_input(people):
+    with pytest.raises(UndefinedObject, match="'zip', which is not a column"):
+        DegreeRelease(0.5, {"zip": 1}).fit(people)
+    with pytest.raises(InvalidParameter, match="k must be a positive integer"):
+        DegreeRelease(0.5, PRIORITIES, k=0).fit(people)
+    with pytest.raises(UndefinedObject, match="value 'd' of column 'job'"):
+        DegreeRelease(0.5, PRIORITIES, hierarchies={"job": Hierarchy.from_paths(
+            [["a", "*"], ["b", "*"], ["c", "*"]])}).fit(people)
