@@ -86,20 +86,21 @@ class Mondrian:
         side_of_row = np.empty(n_rows, dtype=np.int8)
         n_classes = 0
         while sizes.size:
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            n_left, attr = self._choose_cuts(orders, starts, sizes)
-            n_classes = self._retire(orders[0], starts, sizes, attr < 0, labels, n_classes)
-            orders, sizes = self._regroup(orders, starts, sizes, n_left, attr, side_of_row)
+            level = _Level(orders, sizes, self._codes)
+            n_left, attr = self._choose_cuts(level)
+            n_classes = self._retire(orders[0], level.starts, sizes, attr < 0, labels, n_classes)
+            orders, sizes = self._regroup(orders, level.starts, sizes, n_left, attr, side_of_row)
         return labels
 
-    def _choose_cuts(self, orders, starts, sizes):
+    def _choose_cuts(self, level):
         """Per partition: rows going left and the attribute cut (-1 = the partition is final)."""
+        sizes = level.sizes
         n_left = np.zeros(sizes.size, dtype=np.int64)
         attr = np.full(sizes.size, -1, dtype=np.int64)
         cand = np.flatnonzero(sizes >= 2 * self._k)
         if cand.size == 0:
             return n_left, attr
-        spread = self._spread_matrix(orders, starts, sizes, cand)
+        spread = self._spread_matrix(level, cand)
         ranking = self._attribute_order(spread)
         pending = np.arange(cand.size)             # rows of `spread` still without a cut
         for rank in range(ranking.shape[1]):
@@ -108,7 +109,7 @@ class Mondrian:
             pending, tried = pending[splittable], tried[splittable]
             for a in np.unique(tried):
                 parts = cand[pending[tried == a]]
-                cut = self._median_cut(a, orders[a], starts[parts], sizes[parts])
+                cut = self._median_cut(level, a, parts)
                 n_left[parts[cut > 0]] = cut[cut > 0]
                 attr[parts[cut > 0]] = a
             pending = pending[attr[cand[pending]] < 0]
@@ -116,25 +117,23 @@ class Mondrian:
                 break
         return n_left, attr
 
-    def _spread_matrix(self, orders, starts, sizes, cand):
+    def _spread_matrix(self, level, cand):
         """``(len(cand), A)`` normalized spread of candidate partitions on every attribute."""
-        first, last = starts[cand], starts[cand] + sizes[cand] - 1
-        spread = np.empty((cand.size, len(orders)))
-        for a, (order, codes, measure) in enumerate(zip(orders, self._codes, self._measures)):
-            distinct = _distinct_per_segment(codes[order], starts)[cand] \
-                if measure.needs_distinct else None
+        first = level.starts[cand]
+        last = first + level.sizes[cand] - 1
+        spread = np.empty((cand.size, len(self._codes)))
+        for a, measure in enumerate(self._measures):
+            order, codes = level.orders[a], self._codes[a]
+            distinct = level.distinct(a)[cand] if measure.needs_distinct else None
             spread[:, a] = measure(codes[order[first]], codes[order[last]], distinct)
         return spread
 
-    def _median_cut(self, a, order, starts, sizes):
+    def _median_cut(self, level, a, parts):
         """Rows left of the best allowable tie-aware median cut on attribute ``a`` (0 = none)."""
-        codes = self._codes[a]
-        mid = starts + sizes // 2
-        v = codes[order[mid]]
-        n_lt = _segment_bound(order, codes, starts, mid, v, strict=True) - starts
-        n_le = _segment_bound(order, codes, mid + 1, starts + sizes, v, strict=False) - starts
-        ok_lt = self._allowable(order, starts, sizes, n_lt)
-        ok_le = self._allowable(order, starts, sizes, n_le)
+        starts, sizes = level.starts[parts], level.sizes[parts]
+        n_lt, n_le = level.tie_counts(a, parts)
+        ok_lt = self._allowable(level.orders[a], starts, sizes, n_lt)
+        ok_le = self._allowable(level.orders[a], starts, sizes, n_le)
         lt_balanced = np.abs(2 * n_lt - sizes) <= np.abs(2 * n_le - sizes)
         return np.where(ok_lt & (lt_balanced | ~ok_le), n_lt, np.where(ok_le, n_le, 0))
 
@@ -174,10 +173,15 @@ class Mondrian:
         side = (offset >= np.repeat(np.where(split, n_left, sizes), sizes)).astype(np.int8)
         side += np.repeat(np.where(split, 0, _DONE).astype(np.int8), sizes)
         # translate positions to rows through the layout of the attribute each partition cut
-        via = np.repeat(np.where(split, attr, 0), sizes)
-        for a in np.unique(via):
-            here = via == a
-            side_of_row[orders[a][here]] = side[here]
+        via_attr = np.where(split, attr, 0)
+        used = np.unique(via_attr)
+        if used.size == 1:
+            side_of_row[orders[used[0]]] = side
+        else:
+            via = np.repeat(via_attr, sizes)
+            for a in used:
+                here = via == a
+                side_of_row[orders[a][here]] = side[here]
         total_left = int(n_left[split].sum())
         total_right = int((sizes - n_left)[split].sum())
         new_orders = [_stable_split(o, side_of_row[o], total_left, total_right) for o in orders]
@@ -231,6 +235,62 @@ class Mondrian:
                     f"sensitive column {j} has {distinct} distinct values; l = {self.l} "
                     "cannot be reached",
                     hint=f"choose l <= {distinct}")
+
+
+# ---------------------------------------------------------------------- one level
+class _Level:
+    """The active partitions of one level: layouts, boundaries, and per-attribute caches."""
+
+    # Rough costs (seconds) of numpy work, used only to pick the cheaper of two exact methods.
+    _CALL, _PER_ELEMENT = 25e-6, 8e-9
+
+    def __init__(self, orders, sizes, codes):
+        self.orders, self.sizes, self._codes = orders, sizes, codes
+        self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        self._sorted, self._keys, self._segment_base = {}, {}, None
+        self._key_width = max(int(c.max()) for c in codes) + 1 if orders[0].size else 1
+
+    def sorted_codes(self, a):
+        """Codes of attribute ``a`` in its layout (sorted inside each partition)."""
+        if a not in self._sorted:
+            self._sorted[a] = self._codes[a][self.orders[a]]
+        return self._sorted[a]
+
+    def distinct(self, a):
+        """Distinct codes of attribute ``a`` per partition."""
+        return _distinct_per_segment(self.sorted_codes(a), self.starts)
+
+    def tie_counts(self, a, parts):
+        """Rows ``< v`` and ``<= v`` of each partition in ``parts``, ``v`` its median code on a.
+
+        Two exact methods: a binary search inside the segments (cost ~ parts * log(size), good
+        when few partitions are large) or one ``searchsorted`` on the monotone key
+        ``partition * width + code`` (one pass over the level, good when partitions are many).
+        """
+        starts, sizes = self.starts[parts], self.sizes[parts]
+        mid = starts + sizes // 2
+        order, codes = self.orders[a], self._codes[a]
+        v = codes[order[mid]]
+        steps = int(self.sizes[parts].max()).bit_length()
+        search_cost = steps * (10 * self._CALL + parts.size * 5 * self._PER_ELEMENT)
+        key_cost = (0 if a in self._keys else 3 * self.orders[a].size * self._PER_ELEMENT)
+        if search_cost < key_cost:
+            lt = _segment_bound(order, codes, starts, mid, v, strict=True)
+            le = _segment_bound(order, codes, mid + 1, starts + sizes, v, strict=False)
+        else:
+            keys = self._partition_keys(a)
+            query = parts * self._key_width + v
+            lt = np.searchsorted(keys, query, side="left")
+            le = np.searchsorted(keys, query, side="right")
+        return lt - starts, le - starts
+
+    def _partition_keys(self, a):
+        if self._segment_base is None:
+            ids = np.arange(self.sizes.size, dtype=np.int64) * self._key_width
+            self._segment_base = np.repeat(ids, self.sizes)
+        if a not in self._keys:
+            self._keys[a] = self._segment_base + self.sorted_codes(a)
+        return self._keys[a]
 
 
 # ---------------------------------------------------------------------- vectorized helpers
