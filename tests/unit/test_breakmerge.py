@@ -1,0 +1,172 @@
+"""Break-Merge: QIT group map, sensitive tables, l-diversity by merging, invariants, bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core.breakmerge import BreakMerge, merge_for_diversity, validate_attribute_roles
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+
+
+def _frame(**columns):
+    return pd.DataFrame(columns)
+
+
+def test_sensitive_tables_by_hand():
+    labels = np.array([7, 7, 7, 3, 3, 3])
+    sensitive = _frame(
+        income=["lo", "lo", "hi", "hi", "hi", "hi"], job=["a", "b", "a", "c", "c", "a"]
+    )
+    bm = BreakMerge().fit(labels, sensitive)
+    # labels are numbered in sorted order: label 3 -> gid 0, label 7 -> gid 1
+    assert bm.gid_.tolist() == [1, 1, 1, 0, 0, 0]
+    assert bm.group_sizes_.tolist() == [3, 3]
+    income = bm.sensitive_tables_["income"]
+    assert sorted(map(tuple, income.to_numpy().tolist())) == [
+        (0, "hi", 3),
+        (1, "hi", 1),
+        (1, "lo", 2),
+    ]
+    job = bm.sensitive_tables_["job"]
+    assert sorted(map(tuple, job.to_numpy().tolist())) == [
+        (0, "a", 1),
+        (0, "c", 2),
+        (1, "a", 2),
+        (1, "b", 1),
+    ]
+    assert bm.n_merged_ == 0
+
+
+def test_merge_pairs_complementary_violators():
+    # groups 0 and 3 are 2-diverse; 1 holds only "x", 2 only "y": pooled together they are diverse
+    present = np.array([[1, 1], [1, 0], [0, 1], [1, 1]], dtype=bool)
+    assert merge_for_diversity([present], 2).tolist() == [0, 1, 1, 2]
+
+
+def test_merge_stuck_run_is_spread_over_hosts():
+    # four groups that only hold "x" cannot repair each other: each pair goes to a diverse host,
+    # and the two pairs go to two different hosts rather than piling onto the nearest one
+    present = np.array([[1, 1], [1, 0], [1, 0], [1, 0], [1, 0], [1, 1]], dtype=bool)
+    new_gid = merge_for_diversity([present], 2)
+    assert new_gid.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_merge_checks_every_attribute():
+    # group 1 is diverse in attribute A but not in B: it must still be merged
+    a = np.array([[1, 1], [1, 1], [1, 1]], dtype=bool)
+    b = np.array([[1, 1], [1, 0], [1, 1]], dtype=bool)
+    new_gid = merge_for_diversity([a, b], 2)
+    assert new_gid[1] in (new_gid[0], new_gid[2])
+    assert np.unique(new_gid).size == 2
+
+
+def test_no_merge_when_already_diverse():
+    labels = np.repeat([0, 1, 2], 4)
+    sensitive = _frame(s=list("abab" * 3))
+    bm = BreakMerge(l=2, k=4).fit(labels, sensitive)
+    assert bm.group_map_["gid"].tolist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Invariants on random partitions, checked independently with pandas
+
+
+@st.composite
+def partitions(draw):
+    n = draw(st.integers(min_value=1, max_value=60))
+    labels = draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+    frame = pd.DataFrame(
+        {
+            "s1": draw(st.lists(st.sampled_from(["a", "b", "c", None]), min_size=n, max_size=n)),
+            "s2": draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)),
+        }
+    )
+    l = draw(st.integers(1, 4))
+    return np.array(labels), frame, l
+
+
+@settings(max_examples=80, deadline=None)
+@given(partitions())
+def test_invariants(partition):
+    labels, sensitive, l = partition
+    feasible = min(sensitive[c].nunique(dropna=False) for c in sensitive) >= l
+    if not feasible:
+        with pytest.raises(InsufficientData, match="l=.*impossible"):
+            BreakMerge(l=l).fit(labels, sensitive)
+        return
+    bm = BreakMerge(l=l).fit(labels, sensitive)
+    gid = pd.Series(bm.gid_)
+    # a QI group is never split: all rows of one label share one gid
+    assert (pd.Series(bm.gid_).groupby(labels).nunique() == 1).all()
+    # gids are 0..G-1 and group sizes count the rows of each gid
+    assert sorted(gid.unique()) == list(range(bm.group_sizes_.size))
+    assert bm.group_sizes_.tolist() == gid.value_counts().sort_index().tolist()
+    assert bm.group_sizes_.sum() == len(labels)
+    for column in sensitive:
+        table = bm.sensitive_tables_[column]
+        # per gid, the ST counts sum to the QIT group size
+        per_gid = (
+            table.groupby("gid")["count"].sum().reindex(range(bm.group_sizes_.size), fill_value=0)
+        )
+        assert per_gid.tolist() == bm.group_sizes_.tolist()
+        # the ST equals the histogram recomputed from the rows
+        # (NULL is a value of its own; spelled "<NULL>" here so that it compares equal)
+        expected = (
+            pd.DataFrame(
+                {"gid": bm.gid_, "value": sensitive[column].astype(object).fillna("<NULL>")}
+            )
+            .groupby(["gid", "value"])
+            .size()
+        )
+        got = table.assign(value=table["value"].astype(object).fillna("<NULL>"))
+        assert dict(got.set_index(["gid", "value"])["count"]) == dict(expected)
+        # every group of every ST is l-diverse
+        assert (table.groupby("gid")["value"].nunique(dropna=False) >= l).all()
+    # merging only grows groups: no gid is smaller than the smallest input group
+    assert bm.group_sizes_.min() >= np.bincount(np.unique(labels, return_inverse=True)[1]).min()
+    assert bm.n_merged_ == np.unique(labels).size - bm.group_sizes_.size
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_l_larger_than_distinct_values():
+    with pytest.raises(InsufficientData, match="income") as error:
+        BreakMerge(l=3).fit(np.zeros(4), _frame(income=["lo", "hi", "lo", "hi"], job=list("abcd")))
+    assert "l <= 2" in error.value.hint
+
+
+def test_too_many_categories_refused():
+    sensitive = _frame(salary=np.arange(5000))
+    with pytest.raises(UnsupportedType, match="5000 distinct values") as error:
+        BreakMerge().fit(np.arange(5000) // 10, sensitive)
+    assert "bucket" in error.value.hint
+
+
+def test_partition_not_k_anonymous():
+    with pytest.raises(InvalidParameter, match="not 3-anonymous"):
+        BreakMerge(k=3).fit(np.array([0, 0, 0, 1, 1]), _frame(s=list("abcab")))
+
+
+def test_labels_must_match_rows():
+    with pytest.raises(InvalidParameter, match="one group label per row"):
+        BreakMerge().fit(np.zeros(3), _frame(s=list("ab")))
+
+
+@pytest.mark.parametrize("params", [{"l": 0}, {"k": -1}, {"l": 2.5}, {"max_categories": 1}])
+def test_bad_parameters(params):
+    with pytest.raises(InvalidParameter):
+        BreakMerge(**params).fit(np.zeros(2), _frame(s=list("ab")))
+
+
+def test_attribute_roles():
+    validate_attribute_roles(["age", "sex"], ["income"])
+    with pytest.raises(InvalidParameter, match=r"\['sex'\] are both"):
+        validate_attribute_roles(["age", "sex"], ["sex", "income"])
+    with pytest.raises(InvalidParameter, match="no sensitive"):
+        validate_attribute_roles(["age"], [])
+    with pytest.raises(InvalidParameter, match="listed twice"):
+        validate_attribute_roles(["age"], ["income", "income"])
