@@ -36,13 +36,13 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setup: creating virtual environment $VENV from /usr/bin/python3"
   mkdir -p "$(dirname "$VENV")"
   /usr/bin/python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q --upgrade pip "setuptools>=77"
 fi
 chmod -R a+rX "$(dirname "$VENV")"
 
 # Dependencies first (cached by pip when already satisfied), then our package itself, always
 # reinstalled so the backend runs exactly the code of this checkout.
-"$VENV/bin/pip" install -q "$SRC$EXTRAS"
+"$VENV/bin/pip" install -q "setuptools>=77" "$SRC$EXTRAS"
 "$VENV/bin/pip" install -q --no-deps --force-reinstall "$SRC"
 chmod -R a+rX "$VENV"
 echo "setup: $("$VENV/bin/python" -c 'import plpy_anon, sys; print("plpy_anon", plpy_anon.__version__, "python", sys.version.split()[0])') in $VENV"

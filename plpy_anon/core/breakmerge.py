@@ -40,7 +40,7 @@ import pandas as pd
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 
-__all__ = ["BreakMerge", "merge_for_diversity", "validate_attribute_roles"]
+__all__ = ["BreakMerge", "merge_for_diversity", "merge_tables", "validate_attribute_roles"]
 
 #: default cap on distinct values of a sensitive attribute (beyond it: bucket the column first)
 MAX_CATEGORIES = 64
@@ -287,3 +287,25 @@ class BreakMerge:
             _group_value_counts(group, codes[c], n_groups, len(values[c])) > 0 for c in values
         ]
         return merge_for_diversity(presence, self.l)
+
+
+def merge_tables(qit, sensitive_tables):
+    """The analyst's merge: natural join of the QIT and the STs on ``gid``, as weighted rows.
+
+    ``qit`` has the generalized QI columns and ``gid`` (one row per individual);
+    ``sensitive_tables`` maps attribute -> DataFrame ``(gid, value, count)``. Each output row is a
+    distinct (QIs, gid) combined with one value of every ST, and ``weight`` is the number of
+    individuals it stands for when the STs are read as independent inside the group:
+    ``rows(QIs, gid) * prod_a count_a(gid, v_a) / |gid|``. The weights of a (QIs, gid) sum to its
+    rows, so the weighted table has the release's row count and each ST's histogram per group.
+    Use it to learn a Bayesian network from a Break-Merge release (``sample_weight=weight``).
+    """
+    qi = [c for c in qit.columns if c != "gid"]
+    merged = qit.groupby([*qi, "gid"], dropna=False, sort=False).size().rename("weight").reset_index()
+    sizes = qit.groupby("gid").size()
+    for attribute, table in sensitive_tables.items():
+        share = table["count"] / sizes.reindex(table["gid"]).to_numpy()
+        st_rows = pd.DataFrame({"gid": table["gid"], attribute: table["value"], "_share": share})
+        merged = merged.merge(st_rows, on="gid", how="inner")
+        merged["weight"] = merged["weight"] * merged.pop("_share")
+    return merged

@@ -39,3 +39,9 @@ class UnsupportedType(AnonError):
     """A column whose type the method cannot generalize or perturb."""
 
     sqlstate = "42804"
+
+
+class DuplicateObject(AnonError):
+    """A release (or other named object) of that name exists already."""
+
+    sqlstate = "42710"

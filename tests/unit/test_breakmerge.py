@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.core.breakmerge import BreakMerge, merge_for_diversity, validate_attribute_roles
+from plpy_anon.core.breakmerge import (
+    BreakMerge,
+    merge_for_diversity,
+    merge_tables,
+    validate_attribute_roles,
+)
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 
 
@@ -170,3 +175,17 @@ def test_attribute_roles():
         validate_attribute_roles(["age"], [])
     with pytest.raises(InvalidParameter, match="listed twice"):
         validate_attribute_roles(["age"], ["income", "income"])
+
+
+def test_merge_tables_weights_by_hand():
+    qit = pd.DataFrame({"age": ["[30-40]"] * 3 + ["[40-50]"], "gid": [0, 0, 0, 0]})
+    sts = {
+        "income": pd.DataFrame({"gid": [0, 0], "value": ["lo", "hi"], "count": [3, 1]}),
+        "job": pd.DataFrame({"gid": [0, 0], "value": ["a", "b"], "count": [2, 2]}),
+    }
+    merged = merge_tables(qit, sts).set_index(["age", "income", "job"])["weight"]
+    # [30-40] stands for 3 of the 4 rows: 3 * 3/4 * 2/4 = 9/8 for (lo, a)
+    assert merged[("[30-40]", "lo", "a")] == pytest.approx(9 / 8)
+    assert merged[("[40-50]", "hi", "b")] == pytest.approx(1 * 1 / 4 * 2 / 4)
+    assert merged.sum() == pytest.approx(4)
+    assert len(merged) == 2 * 2 * 2

@@ -1,0 +1,60 @@
+# plpy_anon -- PGXS extension plus the project's own targets.
+#
+#   make demo      set up a fresh Debian 12 machine (as root), start a throwaway cluster, run the demo
+#   make test      set up, then run the whole test suite against a real PostgreSQL 15
+#   make bench     print the benchmark figures (reads ../shared/data, or PLPY_ANON_DATA)
+#   make build     regenerate extension/ from sql/ (committed; make test checks it is current)
+#   make install   install the Python package into $(VENV) and the extension files via PGXS
+
+VENV       ?= /opt/plpy_anon/venv
+PG_CONFIG  ?= /usr/lib/postgresql/15/bin/pg_config
+PYTHON      = $(VENV)/bin/python
+VERSION    := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' plpy_anon/__init__.py)
+
+# PGXS: install the control file and every versioned script into the server's extension dir.
+EXTENSION  =
+MODULEDIR  = extension
+DATA       = extension/plpy_anon.control $(wildcard extension/plpy_anon--*.sql)
+
+ifneq ($(wildcard $(PG_CONFIG)),)
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+endif
+
+.PHONY: setup build install-py demo test test-unit test-db bench experiments lint clean-venv
+
+setup:
+	bash docker/setup-debian.sh --dev
+
+build:
+	/usr/bin/python3 sql/build.py --venv $(VENV)
+
+# PGXS's install copies $(DATA) into the server's extension directory; before it, rebuild the
+# scripts and install this checkout's package into the backend's environment.
+install: build install-py
+
+install-py:
+	@test -x $(PYTHON) || { echo "make: no environment at $(VENV): run 'make setup' first" >&2; exit 1; }
+	@test -f $(PG_CONFIG) || { echo "make: $(PG_CONFIG) missing: run 'make setup' first" >&2; exit 1; }
+	$(VENV)/bin/pip install -q --no-deps --no-build-isolation --force-reinstall . && chmod -R a+rX $(VENV)
+
+# setup may have just installed PostgreSQL, so install runs in a new make that includes PGXS.
+demo: setup
+	$(MAKE) install
+	$(PYTHON) -m plpy_anon.demo
+
+test: setup
+	$(MAKE) install
+	$(PYTHON) -m pytest tests -q
+
+test-unit:
+	$(PYTHON) -m pytest tests/unit -q
+
+test-db: install
+	$(PYTHON) -m pytest tests/db -q
+
+bench: setup install
+	$(PYTHON) -m tests.bench
+
+lint:
+	$(VENV)/bin/ruff check plpy_anon tests sql/build.py

@@ -1,0 +1,404 @@
+"""Whole-table driver of the pattern-preserving release (paper 002): per column, sort, cut into
+segments, extract and sample localities, random-walk every segment, round to a decimal grid.
+
+Choices made where the paper is silent (each one is what the docs promise):
+
+* Segments: the non-NULL values of a column sorted (stable, so row identity is kept), cut into
+  ``max(1, n // segment)`` consecutive pieces of sizes differing by at most one -- no piece is
+  smaller than ``segment`` (the remainder is spread) unless the column itself is.
+* Order: each segment keeps its order (``x_1 <= ... <= x_s``), which turns the absolute-value
+  localities into linear constraints and is what the pruning rules rely on.  Different segments
+  walk independently inside the column's bounds, so the column's global order is not kept.
+* Start point: the paper starts at the original vector ``D``.  With ties (integer data) ``D`` sits
+  on many facets at once and a random direction almost never has a feasible step -- the walk
+  would release ``D`` itself.  So localities are extracted from, and the walk starts at, a point
+  ``D'`` within an eighth of the data's grid step of ``D`` (shrunk a hair towards the centre of
+  the bounds, then jittered).  Every strict relation of ``D`` keeps its direction in ``D'`` (its
+  margin is at least one grid step); a tie of ``D`` gets a random direction.  Hence every
+  extracted locality and order constraint holds on ``D`` too (``D`` stays in the polytope) while
+  ``D'`` is strictly inside it.
+* Grid: values with at most 9 decimals are read exactly on their grid ``10**-q``; values with
+  more are first rounded to 9 decimals.
+* Rounding of the output: each segment is rounded to the coarsest grid ``10**-p`` (``p = 0..9``)
+  on which every one of its constraints still holds, checked in exact int64 arithmetic.  An
+  integer column is therefore released as integers when ``p = 0`` works for all its segments,
+  and otherwise as numbers with ``decimals_`` digits.  A segment no grid works for keeps its
+  float values (``decimals_`` is then ``None``); this has not happened in our tests.
+"""
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+
+from plpy_anon.core.errors import (InsufficientData, InvalidParameter, UnsupportedType)
+from plpy_anon.core.pattern.localities import (Localities, check_fraction, extract_localities,
+                                               sample_localities)
+from plpy_anon.core.pattern.metrics import preserved_fraction
+from plpy_anon.core.pattern.walk import Blocks, random_walk
+
+MAX_DECIMALS = 9
+# Segments walked together in one vectorized loop (also the unit handed to a thread); fixed so a
+# seed gives the same release whatever n_jobs is.
+SEGMENTS_PER_BATCH = 32
+
+
+@dataclass(frozen=True)
+class ColumnRelease:
+    """What :func:`release_column` produced for one column."""
+
+    values: np.ndarray          # released values, NaN where the source is NULL
+    decimals: int | None        # the grid 10**-decimals the values lie on (None: plain floats)
+    localities: Localities      # the sampled localities, as row ids of the column
+    n_extracted: int            # localities found by the pruned extraction, before sampling
+    preserved_fraction: float   # of the sampled localities, on the released values
+
+
+class PatternPreservingRelease:
+    """Pattern-preserving release of numeric columns (localities + random walk, paper 002).
+
+    Parameters
+    ----------
+    segment : int >= 3, size of the sorted segments localities are extracted from.
+    sample : float in (0, 1], fraction rho of the extracted localities kept as constraints.
+    iterations : int >= 1, random-walk steps per segment.
+    bounds : None, a sequence with one ``(low, high)`` or ``None`` per column, or (DataFrame input)
+        a mapping column name -> ``(low, high)``.  Default: the column's observed range.
+    seed : None or int >= 0.  ``None`` draws a fresh seed, recorded in ``seed_``.
+    n_jobs : int >= 1, threads walking batches of segments in parallel.
+
+    Attributes (after ``fit``)
+    ----------
+    released_ : ndarray (n_rows, n_columns), NaN where the source is NULL.
+    decimals_ : list, per column the decimal grid of the released values (0 = integers).
+    localities_ : list of :class:`Localities` (row ids), the sampled constraints per column.
+    n_extracted_, n_sampled_ : lists of counts per column.
+    preserved_fraction_ : ndarray, per column (1.0 for a correct release).
+    bounds_ : list of (low, high) per column.  columns_ : column names.  seed_ : the seed used.
+    """
+
+    def __init__(self, segment=100, sample=0.3, iterations=4000, bounds=None, seed=None,
+                 n_jobs=1):
+        self.segment = segment
+        self.sample = sample
+        self.iterations = iterations
+        self.bounds = bounds
+        self.seed = seed
+        self.n_jobs = n_jobs
+
+    def fit(self, X):
+        matrix, columns = _as_numeric_matrix(X)
+        self._validate_parameters()
+        bounds = _resolve_bounds(self.bounds, matrix, columns)
+        self.seed_ = _draw_seed() if self.seed is None else int(self.seed)
+        results = [release_column(matrix[:, c], *bounds[c], segment=self.segment,
+                                  sample=self.sample, iterations=self.iterations,
+                                  seed=(self.seed_, c), n_jobs=self.n_jobs, name=columns[c])
+                   for c in range(matrix.shape[1])]
+        self.columns_ = columns
+        self.bounds_ = bounds
+        self.released_ = np.column_stack([r.values for r in results])
+        self.decimals_ = [r.decimals for r in results]
+        self.localities_ = [r.localities for r in results]
+        self.n_extracted_ = [r.n_extracted for r in results]
+        self.n_sampled_ = [len(r.localities) for r in results]
+        self.preserved_fraction_ = np.array([r.preserved_fraction for r in results])
+        return self
+
+    def fit_transform(self, X):
+        """Fit, then return the released values (a DataFrame for DataFrame input)."""
+        released = self.fit(X).released_
+        if isinstance(X, pd.DataFrame):
+            return pd.DataFrame(released, index=X.index, columns=self.columns_)
+        return released
+
+    def _validate_parameters(self):
+        _check_int("segment", self.segment, minimum=3,
+                   hint="segments need at least 3 values to hold a locality; 100 is typical")
+        _check_int("iterations", self.iterations, minimum=1,
+                   hint="the paper walks 4000 steps per segment")
+        _check_int("n_jobs", self.n_jobs, minimum=1, hint="use 1 to walk in this thread only")
+        check_fraction(self.sample)
+        if self.seed is not None:
+            _check_int("seed", self.seed, minimum=0, hint="pass a non-negative integer or NULL")
+
+
+def release_column(values, lower=None, upper=None, *, segment, sample, iterations, seed,
+                   n_jobs=1, name="column"):
+    """Release one column (NaN = NULL).  ``seed``: anything ``np.random.default_rng`` takes as a
+    list of integers -- batch ``g`` walks with ``default_rng([*seed, g])``."""
+    values = np.asarray(values, dtype=np.float64)
+    rows = np.flatnonzero(~np.isnan(values))
+    present = values[rows]
+    lower, upper = _column_bounds(present, lower, upper, name)
+    input_decimals = _grid_decimals(present)
+    present = np.round(present, input_decimals)
+    order = np.argsort(present, kind="stable")
+    segments = np.array_split(order, max(1, order.size // segment))
+    batches = [segments[g:g + SEGMENTS_PER_BATCH]
+               for g in range(0, len(segments), SEGMENTS_PER_BATCH)]
+    seed = [int(part) for part in np.atleast_1d(seed)]
+    context = _BatchContext(present, lower, upper, 10.0 ** -input_decimals, sample, iterations,
+                            _output_decimals_cap(lower, upper))
+
+    def run(index_and_batch):
+        index, batch = index_and_batch
+        return context.release(batch, np.random.default_rng([*seed, index]))
+
+    if n_jobs > 1 and len(batches) > 1:
+        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+            outcomes = list(pool.map(run, enumerate(batches)))
+    else:
+        outcomes = [run(item) for item in enumerate(batches)]
+    return _assemble(values.size, rows, outcomes)
+
+
+def _assemble(n_rows, rows, outcomes):
+    released = np.full(n_rows, np.nan)
+    for outcome in outcomes:
+        released[rows[outcome.positions]] = outcome.values
+    grids = [outcome.decimals for outcome in outcomes]
+    decimals = None if any(g is None for g in grids) else max(grids)
+    localities = Localities.concatenate(o.localities for o in outcomes).relabel(rows)
+    return ColumnRelease(
+        values=released, decimals=decimals, localities=localities,
+        n_extracted=sum(o.n_extracted for o in outcomes),
+        preserved_fraction=preserved_fraction(released, localities, decimals))
+
+
+@dataclass(frozen=True)
+class _BatchOutcome:
+    positions: np.ndarray       # indices into the column's non-NULL values
+    values: np.ndarray          # their released values
+    decimals: int | None
+    localities: Localities      # sampled, as indices into the non-NULL values
+    n_extracted: int
+
+
+@dataclass(frozen=True)
+class _BatchContext:
+    values: np.ndarray          # the column's non-NULL values (on their grid)
+    lower: float
+    upper: float
+    grid_step: float
+    sample: float
+    iterations: int
+    max_decimals: int
+
+    def release(self, segments, rng):
+        """Extract, sample, walk and round the segments of one batch."""
+        prepared = [self._prepare(positions, rng) for positions in segments]
+        positions = np.concatenate([p.positions for p in prepared])
+        A, blocks = _stack_constraints(prepared)
+        start = np.concatenate([p.start for p in prepared])
+        walked = random_walk(A, np.zeros(A.shape[0]), np.full(start.size, self.lower),
+                             np.full(start.size, self.upper), start, self.iterations, rng,
+                             blocks=blocks)
+        released, decimals = _round_to_grid(walked, A, blocks, self.lower, self.upper,
+                                             self.max_decimals)
+        sampled = Localities.concatenate(p.sampled.relabel(p.positions) for p in prepared)
+        return _BatchOutcome(positions, released, decimals, sampled,
+                             sum(p.n_extracted for p in prepared))
+
+    def _prepare(self, positions, rng):
+        start = _interior_start(self.values[positions], self.lower, self.upper,
+                                self.grid_step, rng)
+        # the jitter may reorder tied values: follow it, extraction needs a sorted segment
+        order = np.argsort(start, kind="stable")
+        start, positions = start[order], positions[order]
+        extracted = extract_localities(start)
+        return _Segment(positions, start, sample_localities(extracted, self.sample, rng),
+                        len(extracted))
+
+
+@dataclass(frozen=True)
+class _Segment:
+    positions: np.ndarray
+    start: np.ndarray
+    sampled: Localities         # positions into this segment
+    n_extracted: int
+
+
+def _interior_start(sorted_values, lower, upper, grid_step, rng):
+    """``D'``: shrink ``D`` towards the centre of the bounds and jitter it by under ``grid/8``.
+
+    Every non-zero combination ``x_{t+1} - x_t`` or ``2 x_j - x_i - x_k`` of grid values is at
+    least one grid step; the jitter moves it by at most ``4 delta = grid / 2`` and the shrink
+    multiplies it by ``1 - eta > 1/2``, so its sign survives.  The shrink keeps ``D'`` at least
+    ``delta`` inside the bounds.
+    """
+    delta = min(grid_step, upper - lower) / 8.0
+    eta = 4.0 * delta / (upper - lower)
+    centre = (lower + upper) / 2.0
+    jitter = rng.uniform(-delta, delta, size=sorted_values.size)
+    return centre + (1.0 - eta) * (sorted_values + jitter - centre)
+
+
+def _stack_constraints(segments):
+    """The block-diagonal constraint matrix of a batch: per segment its order rows, then its
+    sampled locality rows, with column indices offset to the segment's place in the batch."""
+    rows, cols, coefs = [], [], []
+    row_starts, col_starts = [], []
+    n_rows = n_cols = 0
+    for segment in segments:          # one iteration per segment, all work inside is vectorized
+        size, loc = segment.start.size, segment.sampled
+        below = np.arange(size - 1)
+        sign = loc.relation.astype(np.float64)
+        n_seg_rows = size - 1 + len(loc)
+        row_starts.append(n_rows)
+        col_starts.append(n_cols)
+        rows.append(n_rows + np.concatenate([np.repeat(np.arange(size - 1), 2),
+                                             size - 1 + np.repeat(np.arange(len(loc)), 3)]))
+        cols.append(n_cols + np.concatenate([
+            np.column_stack([below, below + 1]).ravel(),
+            np.column_stack([loc.first, loc.middle, loc.last]).ravel()]))
+        coefs.append(np.concatenate([np.tile([1.0, -1.0], size - 1),
+                                     np.column_stack([-sign, 2.0 * sign, -sign]).ravel()]))
+        n_rows += n_seg_rows
+        n_cols += size
+    A = sparse.csr_matrix((np.concatenate(coefs), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(n_rows, n_cols))
+    return A, Blocks(np.array(row_starts), np.array(col_starts))
+
+
+def _round_to_grid(x, A, blocks, lower, upper, max_decimals):
+    """Round every block to the coarsest grid ``10**-p`` keeping all its constraints (exact
+    int64 check of ``A z <= 0`` and the bounds); blocks no grid works for stay floats."""
+    # A has small integer coefficients (+-1, +-2): an integer copy gives exact products
+    A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
+    row_block = np.repeat(np.arange(len(blocks)), blocks.sizes(A.shape[0], blocks.row_starts))
+    col_sizes = blocks.sizes(x.size, blocks.col_starts)
+    col_block = np.repeat(np.arange(len(blocks)), col_sizes)
+    chosen = np.full(len(blocks), -1)
+    released = x.copy()
+    for p in range(max_decimals + 1):
+        pending = chosen < 0
+        if not pending.any():
+            break
+        scale = 10.0 ** p
+        low, high = math.ceil(lower * scale - 1e-9), math.floor(upper * scale + 1e-9)
+        if low > high:
+            continue
+        z = np.clip(np.rint(x * scale), low, high).astype(np.int64)
+        violated = np.zeros(len(blocks), dtype=bool)
+        violated[row_block[(A_int @ z) > 0]] = True
+        accept = pending & ~violated
+        chosen[accept] = p
+        take = accept[col_block]
+        released[take] = z[take] / scale
+    decimals = None if np.any(chosen < 0) else int(chosen.max())
+    return released, decimals
+
+
+def _output_decimals_cap(lower, upper):
+    """Largest p with ``4 * max|value| * 10**p`` safely inside int64 (and at most 9)."""
+    magnitude = max(abs(lower), abs(upper), 1.0)
+    return int(max(0, min(MAX_DECIMALS, math.floor(math.log10(2.0 ** 60 / magnitude)))))
+
+
+def _grid_decimals(values):
+    """Smallest q <= 9 such that every value is a multiple of 10**-q (9 if none is)."""
+    for q in range(MAX_DECIMALS + 1):
+        scaled = values * 10.0 ** q
+        if np.all(np.abs(scaled - np.rint(scaled)) <= 1e-9 * np.maximum(1.0, np.abs(scaled))):
+            return q
+    return MAX_DECIMALS
+
+
+def _column_bounds(present, lower, upper, name):
+    if present.size < 3:
+        raise InsufficientData(f"column {name!r} has {present.size} non-NULL values; a pattern "
+                               "release needs at least 3", hint="choose a column with more data")
+    observed_low, observed_high = float(present.min()), float(present.max())
+    if observed_low == observed_high:
+        raise InsufficientData(f"column {name!r} is constant ({observed_low:g}): there is no "
+                               "pattern to keep and no room to move",
+                               hint="leave the column out of columns => ...")
+    lower = observed_low if lower is None else float(lower)
+    upper = observed_high if upper is None else float(upper)
+    if not (np.isfinite(lower) and np.isfinite(upper)) or lower > observed_low \
+            or upper < observed_high:
+        raise InvalidParameter(
+            f"bounds ({lower:g}, {upper:g}) of column {name!r} do not contain its values "
+            f"({observed_low:g} .. {observed_high:g})",
+            hint="give finite bounds with low <= the smallest and high >= the largest value")
+    return lower, upper
+
+
+def _resolve_bounds(bounds, matrix, columns):
+    n_columns = matrix.shape[1]
+    if bounds is None:
+        return [(None, None)] * n_columns
+    if isinstance(bounds, dict):
+        unknown = set(bounds) - set(columns)
+        if unknown:
+            raise InvalidParameter(f"bounds name unknown columns {sorted(map(str, unknown))}",
+                                   hint=f"use names among {list(columns)}")
+        listed = [bounds.get(name) for name in columns]
+    else:
+        listed = list(bounds)
+        if len(listed) != n_columns:
+            raise InvalidParameter(f"bounds has {len(listed)} entries for {n_columns} columns",
+                                   hint="give one (low, high) or None per column")
+    resolved = []
+    for name, pair in zip(columns, listed):
+        if pair is None:
+            resolved.append((None, None))
+            continue
+        try:
+            low, high = pair
+        except (TypeError, ValueError):
+            raise InvalidParameter(f"bounds of {name!r} must be a (low, high) pair, got {pair!r}",
+                                   hint="e.g. {'age': (1, 120)}") from None
+        resolved.append((low, high))
+    return resolved
+
+
+def _as_numeric_matrix(X):
+    """A float matrix (NaN = NULL) and the column names; non-numeric input is refused."""
+    if isinstance(X, pd.DataFrame):
+        columns = [str(c) for c in X.columns]
+        for name in X.columns:
+            dtype = X[name].dtype
+            if pd.api.types.is_bool_dtype(dtype) or not pd.api.types.is_numeric_dtype(dtype):
+                raise UnsupportedType(f"column {name!r} has type {dtype}; a pattern release "
+                                      "needs numbers", hint="release only numeric columns")
+        matrix = X.to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        array = np.asarray(X)
+        if array.ndim == 1:
+            array = array[:, None]
+        if array.ndim != 2:
+            raise InvalidParameter(f"expected a 2-D table, got shape {array.shape}",
+                                   hint="pass rows x columns")
+        if array.dtype.kind not in "iuf" and not (array.dtype.kind == "O"
+                                                 and _all_numbers(array)):
+            raise UnsupportedType(f"values of type {array.dtype} are not numeric",
+                                  hint="release only numeric columns")
+        matrix = np.array(array.tolist() if array.dtype.kind == "O" else array, dtype=np.float64)
+        columns = [f"column_{c}" for c in range(matrix.shape[1])]
+    if matrix.shape[1] == 0:
+        raise InvalidParameter("no column to release", hint="name at least one numeric column")
+    if np.isinf(matrix).any():
+        raise InvalidParameter("infinite values cannot be released",
+                               hint="replace them by NULL or finite values")
+    return matrix, columns
+
+
+def _all_numbers(array):
+    return all(v is None or (isinstance(v, (int, float, np.integer, np.floating))
+                             and not isinstance(v, bool)) for v in array.ravel())
+
+
+def _check_int(name, value, *, minimum, hint):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidParameter(f"{name} must be an integer, got {value!r}", hint=hint)
+    if value < minimum:
+        raise InvalidParameter(f"{name} must be at least {minimum}, got {value}", hint=hint)
+
+
+def _draw_seed():
+    return int(np.random.SeedSequence().entropy % (2 ** 63))

@@ -1,0 +1,287 @@
+"""Source tables, their columns, and the role each column plays in a release.
+
+Roles: ``identifier`` (dropped), ``quasi_identifier`` (generalized), ``sensitive`` (released as is;
+the l-diversity target), ``ignored`` (dropped). Precedence, highest first: the call's arguments,
+the declarations in ``anon.column_roles``, the default. The default is conservative: a column that
+is a single-column primary key or unique key is an identifier; every other column is a
+quasi-identifier. Nothing undeclared is ever published as is.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
+from plpy_anon.core.hierarchy import Hierarchy
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.sqltext import ident, run
+
+ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
+
+# How a quasi-identifier of each base type is read into Python and released.
+#   kind       -- "numeric" (ordered; released as a range) or "categorical" (released as a set/label)
+#   read       -- SQL expression (over the quoted column %s) giving a number for numeric kinds
+#   range_type -- the range type analysts query with @>, &&, ...
+NUMERIC_TYPES = {
+    "int2": ("%s::int8", "int4range", "int"),
+    "int4": ("%s::int8", "int4range", "int"),
+    "int8": ("%s", "int8range", "int"),
+    "numeric": ("%s::float8", "numrange", "float"),
+    "float4": ("%s::float8", "numrange", "float"),
+    "float8": ("%s", "numrange", "float"),
+    "date": ("(%s - DATE '2000-01-01')", "daterange", "date"),
+    "timestamp": ("extract(epoch FROM %s)::float8", "tsrange", "timestamp"),
+    "timestamptz": ("extract(epoch FROM %s)::float8", "tstzrange", "timestamptz"),
+}
+# typcategory: S string, B boolean, E enum -- released as the set of values (text[]) or, with a
+# hierarchy, the lowest common ancestor (text).
+CATEGORICAL_CATEGORIES = ("S", "B", "E")
+
+
+@dataclass(frozen=True)
+class Table:
+    oid: int
+    schema: str
+    name: str
+
+    def quoted(self, plpy) -> str:
+        return ident(plpy, self.schema, self.name)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type_name: str      # base type name (pg_type.typname)
+    display_type: str   # format_type(), for messages
+    category: str       # pg_type.typcategory
+    not_null: bool
+    unique: bool
+
+    @property
+    def kind(self) -> str | None:
+        if self.type_name in NUMERIC_TYPES:
+            return "numeric"
+        if self.category in CATEGORICAL_CATEGORIES:
+            return "categorical"
+        return None
+
+
+TABLE_QUERY = """
+SELECT c.oid::int8 AS oid, n.nspname::text AS schema, c.relname::text AS name, c.relkind::text AS relkind
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = $1::pg_catalog.regclass
+"""
+
+RELKIND_NAMES = {"v": "a view", "m": "a materialized view", "p": "a partitioned table",
+                 "f": "a foreign table", "S": "a sequence", "i": "an index", "c": "a composite type"}
+
+
+def table(plpy, source: str) -> Table:
+    """The ordinary table named by ``source`` (a regclass rendered as text by PL/Python)."""
+    row = run(plpy, TABLE_QUERY, ["text"], [source])[0]
+    if row["relkind"] != "r":
+        raise UnsupportedType(
+            f"{row['schema']}.{row['name']} is {RELKIND_NAMES.get(row['relkind'], 'not a table')}; "
+            "releases are made from ordinary tables",
+            hint="Copy the data into a table first: CREATE TABLE t AS SELECT ...")
+    return Table(int(row["oid"]), row["schema"], row["name"])
+
+
+COLUMNS_QUERY = """
+SELECT a.attname::text AS name,
+       bt.typname::text AS type_name,
+       pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type,
+       bt.typcategory::text AS category,
+       a.attnotnull AS not_null,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_index i
+               WHERE i.indrelid = a.attrelid AND i.indisunique AND i.indnkeyatts = 1
+                 AND i.indkey[0] = a.attnum AND i.indpred IS NULL) AS is_unique
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+-- a domain behaves as its base type
+JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+
+def table_columns(plpy, tbl: Table) -> list[Column]:
+    rows = run(plpy, COLUMNS_QUERY, ["oid"], [tbl.oid])
+    return [Column(r["name"], r["type_name"], r["display_type"], r["category"], r["not_null"],
+                   r["is_unique"]) for r in rows]
+
+
+def column_named(tbl: Table, cols: list[Column], name: str) -> Column:
+    for c in cols:
+        if c.name == name:
+            return c
+    listing = ", ".join(c.name for c in cols)
+    raise UndefinedObject(
+        f'column "{name}" does not exist in table {tbl.schema}.{tbl.name}',
+        hint=f"Columns are: {listing}. Names are case-sensitive as stored.")
+
+
+DECLARED_QUERY = """
+SELECT column_name::text AS column_name, role FROM anon.column_roles WHERE source = $1::oid::regclass
+"""
+
+
+def declared_roles(plpy, tbl: Table) -> dict[str, str]:
+    return {r["column_name"]: r["role"] for r in run(plpy, DECLARED_QUERY, ["oid"], [tbl.oid])}
+
+
+def default_role(col: Column) -> str:
+    return "identifier" if col.unique else "quasi_identifier"
+
+
+def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, identifiers=None,
+                  cols: list[Column] | None = None) -> list[tuple[Column, str]]:
+    """Every column of the table with the role it takes in this release, in table order."""
+    cols = cols if cols is not None else table_columns(plpy, tbl)
+    roles = {c.name: default_role(c) for c in cols}
+    for name, role in declared_roles(plpy, tbl).items():
+        if name in roles:  # a declaration for a column dropped since is ignored
+            roles[name] = role
+    given: dict[str, str] = {}
+    for role, names in (("quasi_identifier", quasi_identifiers), ("sensitive", sensitive),
+                        ("identifier", identifiers)):
+        for name in names or ():
+            if name is None:
+                raise InvalidParameter(f"the {role} list contains NULL", hint="Remove the NULL.")
+            column_named(tbl, cols, name)
+            if name in given and given[name] != role:
+                raise InvalidParameter(
+                    f'column "{name}" is given as both {given[name]} and {role}',
+                    hint="Give each column one role.")
+            given[name] = role
+    if quasi_identifiers is not None:
+        # An explicit QI list is the whole QI set: other would-be QIs are not released.
+        for name, role in roles.items():
+            if role == "quasi_identifier" and name not in given:
+                roles[name] = "ignored"
+    roles.update(given)
+    return [(c, roles[c.name]) for c in cols]
+
+
+def check_quasi_identifier(tbl: Table, col: Column) -> None:
+    if col.kind is None:
+        raise UnsupportedType(
+            f'column "{col.name}" of {tbl.schema}.{tbl.name} has type {col.display_type}, which '
+            "cannot be generalized as a quasi-identifier",
+            hint=f"Declare another role for it, e.g. SELECT anon.set_column_role("
+                 f"'{tbl.schema}.{tbl.name}', '{col.name}', 'ignored'), or pass "
+                 "quasi_identifiers => ARRAY[...] without it.")
+
+
+@sql_entry
+def set_column_role(plpy, source, column_name, role):
+    tbl = table(plpy, source)
+    col = column_named(tbl, table_columns(plpy, tbl), column_name)
+    if role is None:
+        run(plpy, "DELETE FROM anon.column_roles WHERE source = $1::oid::regclass AND column_name = $2",
+            ["oid", "text"], [tbl.oid, col.name])
+        return
+    if role not in ROLES:
+        raise InvalidParameter(f'unknown role "{role}"', hint="Roles are: " + ", ".join(ROLES) + ".")
+    if role == "quasi_identifier":
+        check_quasi_identifier(tbl, col)
+    run(plpy, """
+        INSERT INTO anon.column_roles (source, column_name, role) VALUES ($1::oid::regclass, $2, $3)
+        ON CONFLICT (source, column_name) DO UPDATE SET role = EXCLUDED.role""",
+        ["oid", "text", "text"], [tbl.oid, col.name, role])
+
+
+@sql_entry
+def describe_roles(plpy, source):
+    tbl = table(plpy, source)
+    declared = declared_roles(plpy, tbl)
+    with_hierarchy = set(hierarchy_columns(plpy, tbl))
+    rows = []
+    for col, role in resolve_roles(plpy, tbl):
+        rows.append((col.name, col.display_type, role, col.name in declared,
+                     released_as(col, role, col.name in with_hierarchy)))
+    return rows
+
+
+def released_as(col: Column, role: str, has_hierarchy: bool) -> str | None:
+    if role in ("identifier", "ignored"):
+        return "dropped"
+    if role == "sensitive":
+        return col.display_type
+    if col.kind == "numeric":
+        return NUMERIC_TYPES[col.type_name][1]
+    if col.kind == "categorical":
+        return "text (hierarchy)" if has_hierarchy else "text[]"
+    return None
+
+
+def hierarchy_columns(plpy, tbl: Table) -> list[str]:
+    rows = run(plpy, "SELECT DISTINCT column_name::text AS c FROM anon.hierarchies "
+                     "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
+    return [r["c"] for r in rows]
+
+
+def load_hierarchy(plpy, tbl: Table, column_name: str) -> Hierarchy | None:
+    rows = run(plpy, "SELECT path FROM anon.hierarchies WHERE source = $1::oid::regclass "
+                     "AND column_name = $2 ORDER BY leaf", ["oid", "text"], [tbl.oid, column_name])
+    if not rows:
+        return None
+    return Hierarchy.from_paths([list(r["path"]) for r in rows])
+
+
+def _store_hierarchy(plpy, tbl: Table, column_name: str, hierarchy: Hierarchy, paths) -> int:
+    col = column_named(tbl, table_columns(plpy, tbl), column_name)
+    if col.kind != "categorical":
+        raise UnsupportedType(
+            f'column "{col.name}" has type {col.display_type}; hierarchies apply to categorical '
+            "(text, boolean, enum) columns", hint="Numeric and date columns are released as ranges.")
+    check_hierarchy_covers(plpy, tbl, col, hierarchy)
+    run(plpy, "DELETE FROM anon.hierarchies WHERE source = $1::oid::regclass AND column_name = $2",
+        ["oid", "text"], [tbl.oid, col.name])
+    run(plpy, """
+        INSERT INTO anon.hierarchies (source, column_name, leaf, path)
+        SELECT $1::oid::regclass, $2, x.path[1], x.path
+        FROM jsonb_to_recordset($3) AS x(path text[])""",
+        ["oid", "text", "jsonb"], [tbl.oid, col.name, json.dumps([{"path": p} for p in paths])])
+    return len(paths)
+
+
+def check_hierarchy_covers(plpy, tbl: Table, col: Column, hierarchy: Hierarchy) -> None:
+    """Every non-NULL value present in the column must be a leaf of its hierarchy."""
+    query = (f"SELECT DISTINCT {ident(plpy, col.name)}::text AS v FROM ONLY {tbl.quoted(plpy)} "
+             f"WHERE {ident(plpy, col.name)} IS NOT NULL")
+    leaves = set(hierarchy.leaves)
+    missing = sorted(r["v"] for r in plpy.execute(query) if r["v"] not in leaves)
+    if missing:
+        shown = ", ".join(repr(v) for v in missing[:5])
+        raise UndefinedObject(
+            f'the hierarchy for column "{col.name}" does not cover {len(missing)} value(s) '
+            f"present in the table: {shown}",
+            hint="Add a path (leaf, parent, ..., root) for each of these values.")
+
+
+def _clean_paths(paths) -> list[list[str]]:
+    """Rows of a (possibly NULL-padded) 2-D array, without the padding."""
+    if not paths:
+        raise InvalidParameter("the hierarchy is empty", hint="Give one row per leaf: leaf, parent, ..., root.")
+    rows = paths if isinstance(paths[0], list) else [paths]
+    return [[v for v in row if v is not None] for row in rows]
+
+
+@sql_entry
+def set_hierarchy(plpy, source, column_name, paths):
+    tbl = table(plpy, source)
+    clean = _clean_paths(paths)
+    hierarchy = Hierarchy.from_paths(clean)
+    return _store_hierarchy(plpy, tbl, column_name, hierarchy, clean)
+
+
+@sql_entry
+def set_hierarchy_csv(plpy, source, column_name, csv, sep):
+    tbl = table(plpy, source)
+    if csv is None or not csv.strip():
+        raise InvalidParameter("the hierarchy CSV is empty", hint="One line per leaf: leaf;parent;...;*")
+    clean = [[v.strip() for v in line.split(sep)] for line in csv.splitlines() if line.strip()]
+    clean = [[v for v in row if v != ""] for row in clean]
+    hierarchy = Hierarchy.from_paths(clean)
+    return _store_hierarchy(plpy, tbl, column_name, hierarchy, clean)

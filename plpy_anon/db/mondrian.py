@@ -1,0 +1,255 @@
+"""Mondrian releases: ``anon.mondrian_view`` and the partitioning run behind every refresh.
+
+The release is a materialized view whose query does the set work in SQL:
+
+    SELECT c.q0::int4range AS "age", c.q1::text[] AS "sex", ..., s."diagnosis"
+    FROM anon._mondrian_partition(<release_id>) AS p                 -- Python, once per refresh
+    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)
+    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid                  -- sensitive values stay in SQL
+    JOIN (ROWS FROM (jsonb_array_elements_text(p.classes -> 'q0'), ...) WITH ORDINALITY)
+         AS c(q0, ..., class_no) ON c.class_no = r.class_id + 1     -- one row per class
+    ORDER BY r.class_id                                              -- no trace of source order
+
+so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
+only a class id per row plus one generalized value per class and QI travel back. The partitioning
+function is STABLE: it reads the source in the query's own snapshot, so the ctids it returns are
+those the join sees.
+
+Generalized values: numeric and date QIs become ranges with the tightest bounds of the class's
+non-NULL values (NULL when the class holds only NULLs; a class mixing NULL and values shows the
+range of its values, and NCP counts such a cell as fully generalized); categorical QIs become the
+sorted set of values present (``text[]``, NULL an element of its own), or, with a registered
+hierarchy, the lowest common ancestor (``text``).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.generalize import class_bounds
+from plpy_anon.core.metrics import release_metrics
+from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.reader import read_columns
+from plpy_anon.db.sqltext import ident
+
+METHOD = "mondrian"
+EPOCH_DATE = np.datetime64("2000-01-01", "D")
+
+
+def check_k(k) -> int:
+    if k is None:
+        raise InvalidParameter("k must not be NULL", hint="Pass k => 5 (every class gets at least k rows).")
+    if k < 2:
+        raise InvalidParameter(f"k must be at least 2, got {k}",
+                               hint="k = 1 would release every row as it is; use k => 2 or more.")
+    return int(k)
+
+
+def check_l(l, sensitive: list) -> int | None:
+    if l is None:
+        return None
+    if l < 1:
+        raise InvalidParameter(f"l must be at least 1, got {l}", hint="Pass l => 2 or more, or omit it.")
+    if not sensitive:
+        raise InvalidParameter(
+            "l-diversity needs a sensitive column, and the table has none",
+            hint="Declare one with anon.set_column_role(table, column, 'sensitive') or pass sensitive => ARRAY[...].")
+    return int(l)
+
+
+@sql_entry
+def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifiers, release_name,
+                  release_schema, replace, GD=None):
+    tbl = catalog.table(plpy, source)
+    k = check_k(k)
+    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
+                                  sensitive=sensitive, identifiers=identifiers)
+    qis = [c for c, role in roles if role == "quasi_identifier"]
+    sens = [c for c, role in roles if role == "sensitive"]
+    if not qis:
+        raise InvalidParameter(
+            f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
+            hint="Declare some with anon.set_column_role(table, column, 'quasi_identifier') or pass quasi_identifiers => ARRAY[...].")
+    for col in qis:
+        catalog.check_quasi_identifier(tbl, col)
+    l = check_l(l, sens)
+    hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
+    parameters = {
+        "k": k, "l": l,
+        "quasi_identifiers": [c.name for c in qis],
+        "sensitive": [c.name for c in sens],
+        "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
+        "released": [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")],
+        "dropped": [c.name for c, role in roles if role in ("identifier", "ignored")],
+    }
+    name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "")
+
+    def build(release_id, qualified):
+        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
+                     f"{release_query(plpy, tbl, roles, parameters, release_id)}")
+
+    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
+                                  release_schema=release_schema, release_name=name,
+                                  replace=replace, parameters=parameters, build=build)
+    return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def output_type(col, hierarchical: bool) -> str:
+    if col.kind == "numeric":
+        return catalog.NUMERIC_TYPES[col.type_name][1]
+    return "text" if hierarchical else "text[]"
+
+
+def release_query(plpy, tbl, roles, parameters, release_id: int) -> str:
+    qi_names = parameters["quasi_identifiers"]
+    hierarchical = set(parameters["hierarchies"])
+    selects, class_cols = [], []
+    for col, role in roles:
+        if role == "quasi_identifier":
+            q = f"q{qi_names.index(col.name)}"
+            selects.append(f"c.{q}::{output_type(col, col.name in hierarchical)} AS {ident(plpy, col.name)}")
+        elif role == "sensitive":
+            selects.append(f"s.{ident(plpy, col.name)}")
+    for i in range(len(qi_names)):
+        class_cols.append(f"jsonb_array_elements_text(p.classes -> 'q{i}')")
+    aliases = ", ".join(f"q{i}" for i in range(len(qi_names)))
+    return (
+        f"SELECT {', '.join(selects)}\n"
+        f"FROM anon._mondrian_partition({int(release_id)}) AS p\n"
+        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)\n"
+        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"JOIN LATERAL ROWS FROM ({', '.join(class_cols)}) WITH ORDINALITY AS c({aliases}, class_no)\n"
+        f"  ON c.class_no = r.class_id + 1\n"
+        f"ORDER BY r.class_id")
+
+
+# ---------------------------------------------------------------------------- partitioning run
+
+@sql_entry
+def partition(plpy, GD, release_id: int):
+    started = time.monotonic()
+    release = releases.by_id(plpy, release_id)
+    params = release["parameters"]
+    params = json.loads(params) if isinstance(params, str) else params
+    tbl = catalog.table(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    qis = [_column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
+    l = params.get("l")
+    sens = [_column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
+    numeric = [c for c in qis if c.kind == "numeric"]
+    categorical = [c for c in qis if c.kind == "categorical"] + sens
+    data = read_columns(plpy, tbl, numeric, categorical)
+    read_s = time.monotonic() - started
+    k = int(params["k"])
+    if data.n_rows == 0:
+        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
+                               hint="Load rows first; a release of no rows protects nothing.")
+    if data.n_rows < k:
+        raise InsufficientData(
+            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
+            hint=f"Use k <= {data.n_rows}, or release a larger table.")
+    hierarchical = set(params["hierarchies"])
+    encoded = []
+    for col in qis:
+        d = data.columns[col.name]
+        if col.kind == "numeric":
+            encoded.append(encode_numeric(col.name, d.values, d.null_mask))
+        else:
+            hierarchy = catalog.load_hierarchy(plpy, tbl, col.name) if col.name in hierarchical else None
+            if col.name in hierarchical and hierarchy is None:
+                raise InvalidParameter(
+                    f'the hierarchy of column "{col.name}" was dropped after the release was created',
+                    hint="Register it again with anon.set_hierarchy, or recreate the release with replace => true.")
+            encoded.append(encode_categorical(col.name, d.values, hierarchy))
+    sensitive = None
+    if sens:
+        sensitive = np.column_stack([pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0]
+                                     for c in sens])
+    t0 = time.monotonic()
+    model = Mondrian(k=k, l=l).fit(encoded, sensitive)
+    partition_s = time.monotonic() - t0
+    labels = model.labels_
+    bounds = class_bounds(encoded, labels, model.n_classes_)
+    classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col in enumerate(qis)}
+    metrics = release_metrics(encoded, labels, k)
+    result = {
+        "row_ctids": data.row_ctids,
+        "class_ids": "{" + ",".join(map(str, labels.tolist())) + "}",
+        "classes": json.dumps(classes),
+    }
+    metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
+                          "python_total": round(time.monotonic() - started, 4)}
+    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=metrics["achieved_k"],
+                       metrics=metrics, started=started)
+    return result
+
+
+def _column_for(tbl, cols, name):
+    if name not in cols:
+        raise InvalidParameter(
+            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
+            hint="Recreate the release with replace => true after changing the table.")
+    return cols[name]
+
+
+# ---------------------------------------------------------------------------- literals
+
+def class_literals(col, bounds) -> list:
+    """One SQL literal per class (text cast by the release query), None for SQL NULL."""
+    if col.kind == "categorical":
+        if bounds.dtype == object and len(bounds) and isinstance(bounds[0], tuple):
+            return [array_literal(values) for values in bounds]
+        return [None if v is None else str(v) for v in bounds]
+    reader_kind = catalog.NUMERIC_TYPES[col.type_name][2]
+    fmt = VALUE_FORMATS[reader_kind]
+    out = []
+    for lo, hi in zip(bounds.lo.tolist(), bounds.hi.tolist()):
+        if lo != lo:  # NaN: the class holds only NULLs
+            out.append(None)
+        else:
+            out.append(f"[{fmt(lo)},{fmt(hi)}]")
+    return out
+
+
+def _fmt_int(v) -> str:
+    return str(int(v))
+
+
+def _fmt_float(v) -> str:
+    return repr(float(v))
+
+
+def _fmt_date(days) -> str:
+    return str(EPOCH_DATE + np.timedelta64(int(days), "D"))
+
+
+def _fmt_timestamp(epoch) -> str:
+    return f'"{dt.datetime(1970, 1, 1) + dt.timedelta(seconds=float(epoch))}"'
+
+
+def _fmt_timestamptz(epoch) -> str:
+    return f'"{dt.datetime(1970, 1, 1) + dt.timedelta(seconds=float(epoch))}+00"'
+
+
+VALUE_FORMATS = {"int": _fmt_int, "float": _fmt_float, "date": _fmt_date,
+                 "timestamp": _fmt_timestamp, "timestamptz": _fmt_timestamptz}
+
+
+def array_literal(values) -> str:
+    """A text[] literal: every element double-quoted with \\ and " escaped; None -> NULL."""
+    parts = []
+    for v in values:
+        if v is None:
+            parts.append("NULL")
+        else:
+            parts.append('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"')
+    return "{" + ",".join(parts) + "}"

@@ -1,0 +1,23 @@
+"""Building SQL text safely inside the backend: quoted identifiers, cached prepared statements."""
+from __future__ import annotations
+
+
+def ident(plpy, *parts: str) -> str:
+    """A (possibly qualified) identifier, each part quoted as needed: ident(plpy, 'My Schema', 't')."""
+    return ".".join(plpy.quote_ident(p) for p in parts)
+
+
+_PLANS: dict = {}
+
+
+def run(plpy, query: str, types: list[str] | tuple = (), args: list | tuple = ()):
+    """Execute ``query`` with bound parameters ``$1..$n`` of ``types``; plans are cached per backend.
+
+    Only catalog queries whose text is a constant go through here, so the cache stays small.
+    """
+    key = (query, tuple(types))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = plpy.prepare(query, list(types))
+        _PLANS[key] = plan
+    return plpy.execute(plan, list(args))

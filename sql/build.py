@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Builds the extension's install scripts from ``sql/`` (stdlib only; runs before any venv exists).
+
+The layout follows timescale/pgai:
+
+* ``head.sql``            -- guard against running the script through psql;
+* ``incremental/NNN-*.sql`` -- objects holding data (tables, types), created exactly once; a new
+  version adds files, never edits shipped ones (``frozen.txt`` keeps their hashes);
+* ``idempotent/NNN-*.sql``  -- ``CREATE OR REPLACE`` code, re-run by every install and upgrade.
+
+``extension/plpy_anon--<version>.sql`` = head + every incremental file + every idempotent file.
+``extension/plpy_anon--<prior>--<version>.sql`` (for each prior version listed in
+``versions.txt``) = head + the incremental files that prior version did not have + every
+idempotent file, so all upgrade paths converge on the same objects.
+
+Every PL/Python body starts with the line ``#BOOTSTRAP``; it is replaced by a snippet that, once
+per backend, puts the package's virtual environment at the front of ``sys.path`` (before any
+third-party import, so Debian's numpy can never shadow the venv's) and checks that the installed
+package version matches the extension version.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import re
+import sys
+from pathlib import Path
+
+SQL = Path(__file__).resolve().parent
+ROOT = SQL.parent
+DEFAULT_VENV = "/opt/plpy_anon/venv"
+
+BOOTSTRAP = '''\
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "{venv}"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "{version}":
+        plpy.error("plpy_anon: the extension is version {version} but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv'''
+
+
+def package_version() -> str:
+    text = (ROOT / "plpy_anon" / "__init__.py").read_text()
+    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+
+
+def prior_versions() -> list[str]:
+    return list(frozen_by_version())
+
+
+def incremental_files() -> list[Path]:
+    return sorted((SQL / "incremental").glob("[0-9][0-9][0-9]-*.sql"))
+
+
+def idempotent_files() -> list[Path]:
+    return sorted((SQL / "idempotent").glob("[0-9][0-9][0-9]-*.sql"))
+
+
+def check_names(files: list[Path]) -> None:
+    numbers = [f.name[:3] for f in files]
+    dupes = {n for n in numbers if numbers.count(n) > 1}
+    if dupes:
+        sys.exit(f"build: duplicate file numbers in sql/: {sorted(dupes)}")
+
+
+def frozen() -> dict[str, str]:
+    """Hashes of incremental files shipped in released versions: they must never change."""
+    path = SQL / "frozen.txt"
+    if not path.exists():
+        return {}
+    pairs = (line.split() for line in path.read_text().splitlines() if line.strip())
+    return {name: digest for digest, name in pairs}
+
+
+def check_frozen() -> None:
+    for name, digest in frozen().items():
+        f = SQL / "incremental" / name
+        if not f.exists() or hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+            sys.exit(f"build: sql/incremental/{name} was shipped in a released version and must "
+                     f"not change; add a new incremental file instead")
+
+
+def section(path: Path, venv: str, version: str) -> str:
+    body = path.read_text().replace("#BOOTSTRAP", BOOTSTRAP.format(venv=venv, version=version))
+    return f"\n-------------------------------------------------------------------------------\n" \
+           f"-- {path.relative_to(SQL)}\n{body.rstrip()}\n"
+
+
+def script(files: list[Path], venv: str, version: str) -> str:
+    head = (SQL / "head.sql").read_text()
+    return head + "".join(section(f, venv, version) for f in files)
+
+
+def control(version: str) -> str:
+    return (SQL / "plpy_anon.control.in").read_text().replace("@VERSION@", version)
+
+
+def build(venv: str, out: Path) -> list[Path]:
+    version = package_version()
+    inc, idem = incremental_files(), idempotent_files()
+    check_names(inc)
+    check_names(idem)
+    check_frozen()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    target = out / f"plpy_anon--{version}.sql"
+    target.write_text(script(inc + idem, venv, version))
+    written.append(target)
+    shipped = frozen_by_version()
+    for prior in prior_versions():
+        if prior == version:
+            continue
+        new_inc = [f for f in inc if f.name not in shipped.get(prior, set())]
+        up = out / f"plpy_anon--{prior}--{version}.sql"
+        up.write_text(script(new_inc + idem, venv, version))
+        written.append(up)
+    ctl = out / "plpy_anon.control"
+    ctl.write_text(control(version))
+    written.append(ctl)
+    return written
+
+
+def frozen_by_version() -> dict[str, set[str]]:
+    """versions.txt lines ``<version> <file> <file> ...``: the incremental files each version had."""
+    path = SQL / "versions.txt"
+    result: dict[str, set[str]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if parts and not parts[0].startswith("#"):
+                result[parts[0]] = set(parts[1:])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", default=DEFAULT_VENV, help="default plpy_anon.venv baked in")
+    parser.add_argument("--out", default=str(ROOT / "extension"))
+    args = parser.parse_args()
+    for path in build(args.venv, Path(args.out)):
+        print(f"built {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+if __name__ == "__main__":
+    main()

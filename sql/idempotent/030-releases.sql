@@ -1,0 +1,65 @@
+-- The release machinery every method plugs into: find, refresh, drop, and the bookkeeping that
+-- keeps anon.releases true whether a release is refreshed through anon.refresh() or by a plain
+-- REFRESH MATERIALIZED VIEW.
+
+CREATE OR REPLACE FUNCTION anon.refresh(release text)
+RETURNS anon.releases
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#BOOTSTRAP
+from plpy_anon.db import releases
+return releases.refresh(plpy, release)
+$$;
+COMMENT ON FUNCTION anon.refresh(text) IS
+    'Re-anonymizes a release from the source''s current data (REFRESH MATERIALIZED VIEW in one transaction: on failure the previous release stays) and returns its updated catalog row.';
+
+CREATE OR REPLACE FUNCTION anon.drop_release(release text, if_exists boolean DEFAULT false)
+RETURNS boolean
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#BOOTSTRAP
+from plpy_anon.db import releases
+return releases.drop_release(plpy, release, if_exists)
+$$;
+COMMENT ON FUNCTION anon.drop_release(text, boolean) IS
+    'Drops a release''s objects and its catalog row.';
+
+-- Called by the event trigger below after REFRESH MATERIALIZED VIEW of a release: moves what the
+-- partitioning run measured (stashed in this backend's GD) into the catalog row.
+CREATE OR REPLACE FUNCTION anon._record_refresh(relation oid)
+RETURNS void
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#BOOTSTRAP
+from plpy_anon.db import releases
+releases.record_refresh(plpy, GD, relation)
+$$;
+
+CREATE OR REPLACE FUNCTION anon._on_refresh()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cmd record;
+BEGIN
+    FOR cmd IN SELECT objid FROM pg_event_trigger_ddl_commands()
+               WHERE command_tag = 'REFRESH MATERIALIZED VIEW'
+    LOOP
+        IF EXISTS (SELECT 1 FROM anon.releases r
+                   JOIN pg_class c ON c.relname = r.release_name
+                   JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = r.release_schema
+                   WHERE c.oid = cmd.objid) THEN
+            PERFORM anon._record_refresh(cmd.objid);
+        END IF;
+    END LOOP;
+END
+$$;
+
+DROP EVENT TRIGGER IF EXISTS plpy_anon_record_refresh;
+CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end
+    WHEN TAG IN ('REFRESH MATERIALIZED VIEW')
+    EXECUTE FUNCTION anon._on_refresh();

@@ -1,0 +1,40 @@
+-- Strict multidimensional Mondrian (LeFevre et al., ICDE 2006): k-anonymous (optionally
+-- l-diverse) releases as materialized views.
+
+CREATE OR REPLACE FUNCTION anon.mondrian_view(
+    source            regclass,
+    k                 integer,
+    l                 integer DEFAULT NULL,
+    quasi_identifiers text[]  DEFAULT NULL,
+    sensitive         text[]  DEFAULT NULL,
+    identifiers       text[]  DEFAULT NULL,
+    release_name      text    DEFAULT NULL,
+    release_schema    text    DEFAULT 'release',
+    replace           boolean DEFAULT false
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#BOOTSTRAP
+from plpy_anon.db import mondrian
+return mondrian.mondrian_view(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers,
+                              sensitive=sensitive, identifiers=identifiers,
+                              release_name=release_name, release_schema=release_schema,
+                              replace=replace, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean) IS
+    'Creates a materialized view holding a k-anonymous (and, with l, distinct l-diverse) Mondrian release of the table and returns its qualified name. Refresh it to re-anonymize current data.';
+
+-- The partitioning run behind a Mondrian release, called from the release's own query. STABLE so
+-- that it reads the source in the same snapshot as the query that joins its result back to the
+-- source by ctid.
+CREATE OR REPLACE FUNCTION anon._mondrian_partition(release_id integer)
+RETURNS anon.partition
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#BOOTSTRAP
+from plpy_anon.db import mondrian
+return mondrian.partition(plpy, GD, release_id)
+$$;

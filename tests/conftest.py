@@ -1,0 +1,93 @@
+"""Test harness: one real PostgreSQL 15 cluster per test session (pytest-postgresql), one database
+with the extension installed, and one shared connection so the backend imports numpy/pandas once.
+
+CI runs as root; tests/pg_ctl_as_postgres runs the server as the postgres user. Tests that need
+a fresh backend or another role open their own connections with ``connect()``.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from pytest_postgresql import factories
+
+HERE = Path(__file__).resolve().parent
+PG_CTL = str(HERE / "pg_ctl_as_postgres")
+DBNAME = "anon_test"
+
+# Settings every test cluster gets. shared_preload_libraries / cron.* make pg_cron available.
+SERVER_OPTIONS = " ".join([
+    "-c shared_preload_libraries=pg_cron",
+    f"-c cron.database_name={DBNAME}",
+    "-c cron.host=/tmp",
+    "-c max_connections=50",
+    "-c fsync=off",
+    "-c synchronous_commit=off",
+    "-c full_page_writes=off",
+])
+
+postgresql_proc = factories.postgresql_proc(
+    executable=PG_CTL, port=None, unixsocketdir="/tmp", postgres_options=SERVER_OPTIONS)
+
+
+@pytest.fixture(scope="session")
+def pg_server(postgresql_proc):
+    """Connection parameters of the session's cluster, with the extension installed in DBNAME."""
+    params = dict(host=postgresql_proc.host, port=postgresql_proc.port, user=postgresql_proc.user)
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBNAME)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
+    with psycopg.connect(dbname=DBNAME, autocommit=True, **params) as conn:
+        conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+    return dict(params, dbname=DBNAME)
+
+
+@pytest.fixture(scope="session")
+def connect(pg_server):
+    """connect(**overrides) -> a new autocommit connection to the test database."""
+    def _connect(**overrides):
+        return psycopg.connect(autocommit=True, **dict(pg_server, **overrides))
+    return _connect
+
+
+@pytest.fixture(scope="session")
+def db(connect):
+    """The shared superuser connection (its backend has the Python stack imported once)."""
+    conn = connect()
+    conn.execute("SELECT * FROM anon.versions()").fetchall()
+    yield conn
+    conn.close()
+
+
+_schema_numbers = itertools.count()
+
+
+@pytest.fixture
+def schema(db, request):
+    """A fresh schema for one test, first on the shared connection's search_path; dropped after
+    the test together with every release made from its tables."""
+    name = f"t{next(_schema_numbers)}_{request.node.name[:40]}".lower()
+    name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    db.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(name)))
+    yield name
+    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        db.rollback()
+    releases = db.execute(
+        """SELECT format('%I.%I', r.release_schema, r.release_name) FROM anon.releases r
+           WHERE r.release_schema = %s
+              OR r.source::oid IN (SELECT c.oid FROM pg_class c JOIN pg_namespace n
+                                   ON n.oid = c.relnamespace WHERE n.nspname = %s)""",
+        (name, name)).fetchall()
+    for (rel,) in releases:
+        db.execute("SELECT anon.drop_release(%s, if_exists => true)", (rel,))
+    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+    db.execute("RESET search_path")
+
+
+def pytest_configure(config):
+    os.environ.setdefault("PLPY_ANON_TESTING", "1")

@@ -1,0 +1,29 @@
+"""Independent checks over released rows, written in SQL so they share no code with the extension."""
+from __future__ import annotations
+
+from psycopg import sql
+
+
+def class_sizes(conn, relation: str, qi_columns: list[str]) -> list[int]:
+    """Sizes of the equivalence classes of a released relation: rows with identical generalized QIs
+    (ranges compare by bounds, arrays element-wise, NULLs group together)."""
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in qi_columns)
+    query = sql.SQL("SELECT count(*) FROM {} GROUP BY {}").format(
+        sql.SQL(relation), cols)
+    return [r[0] for r in conn.execute(query).fetchall()]
+
+
+def distinct_sensitive_per_class(conn, relation: str, qi_columns: list[str], sensitive: str) -> list[int]:
+    cols = sql.SQL(", ").join(sql.Identifier(c) for c in qi_columns)
+    query = sql.SQL("SELECT count(DISTINCT {}) + max(CASE WHEN {} IS NULL THEN 1 ELSE 0 END) "
+                    "FROM {} GROUP BY {}").format(
+        sql.Identifier(sensitive), sql.Identifier(sensitive), sql.SQL(relation), cols)
+    return [r[0] for r in conn.execute(query).fetchall()]
+
+
+def release_columns(conn, relation: str) -> list[tuple[str, str]]:
+    rows = conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (relation,)).fetchall()
+    return [(r[0], r[1]) for r in rows]
