@@ -23,13 +23,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-from plpy_anon.core import fusion  # noqa: E402
-from plpy_anon.core.errors import InsufficientData  # noqa: E402
-from plpy_anon.core.synthetic import make_enterprise  # noqa: E402
+from plpy_anon.core import fusion
+from plpy_anon.core.errors import InsufficientData
+from plpy_anon.core.synthetic import make_enterprise
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("PLPY_ANON_DATA", ROOT.parent / "shared" / "data"))
@@ -146,10 +146,12 @@ def run(name, table, auxiliary, identifier, sensitive, attributes, attacker):
     lines = [
         f"### {name}, {attacker} attacker",
         "",
-        f"{scan.n_rows} rows, release attributes {', '.join(attributes)}; auxiliary "
-        f"{', '.join(scan.auxiliary_columns)}: {scan.n_auxiliary_matched} rows matched, "
-        f"{scan.n_auxiliary_unmatched} matched no one (ignored); attacker knows "
-        f"{scan.n_known} sensitive values. Scan of k = {K_FROM}..{K_TO}: {seconds:.1f} s.",
+        (
+            f"{scan.n_rows} rows, release attributes {', '.join(attributes)}; auxiliary "
+            f"{', '.join(scan.auxiliary_columns)}: {scan.n_auxiliary_matched} rows matched, "
+            f"{scan.n_auxiliary_unmatched} matched no one (ignored); attacker knows "
+            f"{scan.n_known} sensitive values. Scan of k = {K_FROM}..{K_TO}: {seconds:.1f} s."
+        ),
         f"Thresholds: T_p = {min_protection:.4f} (median P∘P̂), T_u = {min_utility:.4f}.",
         "",
         markdown_table(scan_table),
