@@ -1,0 +1,278 @@
+"""Prioritized Mondrian (paper 000, section 4.4) with workload cut points (its future work).
+
+:class:`PrioritizedMondrian` extends :class:`~plpy_anon.core.mondrian.Mondrian` only through its
+two extension points, so the partitioning loop, the k / l checks and the speed of plain Mondrian
+are unchanged (with no priorities, no target and no cut points it *is* plain Mondrian):
+
+**Split attribute** (``_attribute_order``). For every partition and attribute i::
+
+    O_i = Σ_j w_j · metric_j(i) / Σ_j w_j,   metric_j ∈ {spread, infogain, priority}
+
+* ``spread``: the normalized spread inside the partition (the plain Mondrian criterion), in [0,1];
+* ``priority``: the attribute's priority weight divided by the largest weight, in [0,1];
+* ``infogain`` (only with ``target``): the paper's eq. 4.3 is the weighted entropy of the class
+  label after the split. Reading chosen: the *gain* ``(H(P) − Σ_{P'} |P'|/|P| H(P')) / H(P)``, so
+  that larger is better like the other two metrics and it lies in [0,1] (0 when the partition is
+  pure); the split evaluated is the cut Mondrian would actually make on i.
+
+``metric_weights`` are the w_j (default: spread 1, priority 1 when priorities are given, infogain
+1 when a target is given). Attributes are tried best O_i first; attributes of spread 0 are never
+tried, as in plain Mondrian.
+
+**Cut point** (``_median_cut``). A cut point of the workload (see
+:mod:`plpy_anon.querylog.priorities`: ``left = {x <= t}`` or ``left = {x < t}``) becomes a code
+boundary ``b``: ``left = {code <= b}``. Rule: on a numeric attribute, among the boundaries
+adjacent to the partition's median code (the nearest one below and the nearest one at or above,
+which are the most balanced ones since the left size is monotone in b), take the most balanced
+*allowable* one (k, and l when asked); use it instead of the median cut when its left side holds
+between ``1/2 − cut_tolerance`` and ``1/2 + cut_tolerance`` of the partition's rows. Otherwise the
+median cut stands. So a released class straddles an analyst's predicate only when cutting there
+would cost too much balance (default tolerance 0.25: a 25/75 split is accepted).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from plpy_anon.core.encoding import numeric_offset
+from plpy_anon.core.errors import InvalidParameter, UndefinedObject
+from plpy_anon.core.mondrian import Mondrian, _segment_bound
+from plpy_anon.core.workload import normalize_weights
+
+METRICS = ("spread", "infogain", "priority")
+
+
+class PrioritizedMondrian(Mondrian):
+    """Mondrian whose split attribute follows priorities / information gain and whose cuts snap
+    to the workload's predicate constants.
+
+    Parameters
+    ----------
+    k, l : as :class:`Mondrian`.
+    priorities : mapping column name -> weight >= 0 (not all 0), or None.
+    metric_weights : mapping metric -> weight >= 0 over ``spread``, ``infogain``, ``priority``, or
+        None for the defaults (module docstring).
+    cut_points : mapping numeric column name -> iterable of ``(threshold, left_inclusive)`` (a
+        DataFrame with those columns works), or None.
+    cut_tolerance : float in [0, 0.5]: how far from a balanced split a cut point may be.
+
+    Attributes (after :meth:`fit`)
+    -------------------------------
+    labels_, n_classes_ : as :class:`Mondrian`.
+    priorities_ : dict column -> normalized weight (sum 1), or None.
+    metric_weights_ : dict metric -> weight actually used.
+    boundaries_ : dict column -> sorted code boundaries taken from the cut points.
+    """
+
+    def __init__(self, k=5, l=None, priorities=None, metric_weights=None, cut_points=None,
+                 cut_tolerance=0.25):
+        super().__init__(k=k, l=l)
+        self.priorities = priorities
+        self.metric_weights = metric_weights
+        self.cut_points = cut_points
+        self.cut_tolerance = cut_tolerance
+
+    def fit(self, columns, sensitive=None, target=None):
+        """Partition ``columns``; ``target``: class label per row for the information gain."""
+        names = [c.name for c in columns]
+        self.priorities_ = (
+            None if self.priorities is None else normalize_weights(dict(self.priorities), names)
+        )
+        self._target = None if target is None else _dense_target(target, len(columns[0].codes))
+        self.metric_weights_ = self._resolve_metric_weights()
+        self._check_tolerance()
+        self.boundaries_ = _boundaries(columns, self.cut_points)
+        self._priority_metric = None
+        if self.priorities_ is not None:
+            weights = np.array([self.priorities_[n] for n in names])
+            self._priority_metric = weights / weights.max()
+        self._level = None
+        return super().fit(columns, sensitive)
+
+    # ------------------------------------------------------------------ extension points
+    def _spread_matrix(self, level, cand):
+        # remember which partitions the ranking is about: the info gain needs their rows
+        self._level, self._cand = level, cand
+        return super()._spread_matrix(level, cand)
+
+    def _attribute_order(self, spread):
+        w = self.metric_weights_
+        if w["priority"] == 0 and w["infogain"] == 0:
+            return super()._attribute_order(spread)
+        score = w["spread"] * spread
+        if w["priority"] > 0:
+            score = score + w["priority"] * self._priority_metric[None, :]
+        if w["infogain"] > 0:
+            score = score + w["infogain"] * self._information_gain(self._level, self._cand, spread)
+        score = score / sum(w.values())
+        # the partitioning loop stops at the first attribute of spread 0 in the ranking (plain
+        # Mondrian ranks them last by construction): keep them last here too
+        score = np.where(spread > 0, score, -np.inf)
+        return np.argsort(-score, axis=1, kind="stable")
+
+    def _median_cut(self, level, a, parts):
+        cut = super()._median_cut(level, a, parts)
+        boundaries = self.boundaries_.get(a)
+        if boundaries is None or boundaries.size == 0:
+            return cut
+        starts, sizes = level.starts[parts], level.sizes[parts]
+        order, codes = level.orders[a], self._codes[a]
+        median_code = codes[order[starts + sizes // 2]].astype(np.int64)
+        above = np.searchsorted(boundaries, median_code, side="left")
+        best_left = np.zeros(parts.size, dtype=np.int64)
+        best_gap = np.full(parts.size, np.iinfo(np.int64).max)
+        for index in (above - 1, above):  # nearest boundary below the median, and at/above it
+            exists = (index >= 0) & (index < boundaries.size)
+            b = boundaries[np.clip(index, 0, boundaries.size - 1)]
+            n_left = _segment_bound(order, codes, starts, starts + sizes, b + 1, strict=True)
+            n_left = n_left - starts
+            ok = exists & (n_left > 0) & (n_left < sizes)
+            ok &= self._allowable(order, starts, sizes, n_left)
+            gap = np.abs(2 * n_left - sizes)
+            better = ok & (gap < best_gap)
+            best_left = np.where(better, n_left, best_left)
+            best_gap = np.where(better, gap, best_gap)
+        close_enough = best_gap <= 2 * self.cut_tolerance * sizes
+        return np.where(close_enough, best_left, cut)
+
+    # ------------------------------------------------------------------ information gain
+    def _information_gain(self, level, cand, spread):
+        """``(len(cand), A)`` normalized information gain of the cut Mondrian would make."""
+        y = self._target
+        n_labels = int(y.max()) + 1
+        starts, sizes = level.starts[cand], level.sizes[cand]
+        gain = np.zeros(spread.shape)
+        for a in range(spread.shape[1]):
+            tried = np.flatnonzero(spread[:, a] > 0)
+            if tried.size == 0:
+                continue
+            n_left = self._median_cut(level, a, cand[tried])
+            # label counts by prefix sums over the attribute's layout
+            onehot = np.zeros((level.orders[a].size + 1, n_labels), dtype=np.int64)
+            onehot[1 + np.arange(level.orders[a].size), y[level.orders[a]]] = 1
+            prefix = np.cumsum(onehot, axis=0)
+            s, n = starts[tried], sizes[tried]
+            total = prefix[s + n] - prefix[s]
+            left = prefix[s + n_left] - prefix[s]
+            gain[tried, a] = _normalized_gain(total, left, n_left > 0)
+        return gain
+
+    # ------------------------------------------------------------------ validation
+    def _resolve_metric_weights(self):
+        defaults = {
+            "spread": 1.0,
+            "priority": 1.0 if self.priorities_ is not None else 0.0,
+            "infogain": 1.0 if self._target is not None else 0.0,
+        }
+        if self.metric_weights is None:
+            return defaults
+        given = dict(self.metric_weights)
+        unknown = sorted(set(given) - set(METRICS))
+        if unknown:
+            raise InvalidParameter(
+                f"unknown metric(s) {', '.join(map(repr, unknown))} in metric_weights",
+                hint=f"use the metrics {', '.join(METRICS)}",
+            )
+        for name, value in given.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and value >= 0
+            ):
+                raise InvalidParameter(
+                    f"metric weight {name!r} = {value!r} must be a finite number >= 0",
+                    hint='e.g. {"spread": 1, "priority": 2}',
+                )
+        weights = {m: float(given.get(m, 0.0)) for m in METRICS}
+        if weights["priority"] > 0 and self.priorities_ is None:
+            raise InvalidParameter(
+                "metric_weights gives 'priority' a weight but no priorities were given",
+                hint="pass priorities, or set the 'priority' metric weight to 0",
+            )
+        if weights["infogain"] > 0 and self._target is None:
+            raise InvalidParameter(
+                "metric_weights gives 'infogain' a weight but no target column was given",
+                hint="pass target (the class label column), or set 'infogain' to 0",
+            )
+        if sum(weights.values()) <= 0:
+            raise InvalidParameter(
+                "all metric weights are zero", hint='give at least "spread" a positive weight'
+            )
+        return weights
+
+    def _check_tolerance(self):
+        t = self.cut_tolerance
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t <= 0.5:
+            raise InvalidParameter(
+                f"cut_tolerance must be a number in [0, 0.5], got {t!r}",
+                hint="0.25 accepts a cut point whose smaller side holds a quarter of the rows",
+            )
+
+
+def _normalized_gain(total, left, has_left):
+    """``(H(P) − Σ |P'|/|P| H(P')) / H(P)`` per row of label-count matrices (0 if H(P) = 0)."""
+    right = total - left
+
+    def entropy(counts):
+        n = counts.sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.where(n > 0, counts / np.maximum(n, 1), 0.0)
+            terms = np.where(p > 0, -p * np.log2(np.where(p > 0, p, 1.0)), 0.0)
+        return terms.sum(axis=1), n[:, 0]
+
+    h_total, n_total = entropy(total)
+    h_left, n_left = entropy(left)
+    h_right, n_right = entropy(right)
+    after = (n_left * h_left + n_right * h_right) / np.maximum(n_total, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gain = np.where(h_total > 0, (h_total - after) / h_total, 0.0)
+    return np.where(has_left, np.clip(gain, 0.0, 1.0), 0.0)
+
+
+def _dense_target(target, n_rows):
+    values = np.asarray(target)
+    if values.shape != (n_rows,):
+        raise InvalidParameter(
+            f"target has shape {values.shape}; expected one label per row ({n_rows},)",
+            hint="pass the class label column of the same rows",
+        )
+    return np.unique(values.astype(str) if values.dtype == object else values,
+                     return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _boundaries(columns, cut_points):
+    """Per attribute index: sorted code boundaries ``b`` (``left = {code <= b}``)."""
+    if not cut_points:
+        return {}
+    by_name = {c.name: i for i, c in enumerate(columns)}
+    out = {}
+    for name, cuts in _cut_items(cut_points):
+        if name not in by_name:
+            raise UndefinedObject(
+                f"cut points given for {name!r}, which is not a quasi-identifier",
+                hint=f"give cut points for {', '.join(by_name)}",
+            )
+        col = columns[by_name[name]]
+        if col.kind != "numeric" or np.issubdtype(col.labels.dtype, np.datetime64):
+            continue  # cuts are value thresholds: only meaningful on a numeric order
+        thresholds = np.array([float(t) for t, _ in cuts], dtype=float)
+        inclusive = np.array([bool(i) for _, i in cuts], dtype=bool)
+        values = col.labels.astype(float)
+        # last value on the left side, as an index into labels; -1 when the left side is empty
+        last_left = np.where(
+            inclusive,
+            np.searchsorted(values, thresholds, side="right"),
+            np.searchsorted(values, thresholds, side="left"),
+        ) - 1
+        codes = last_left + numeric_offset(col)
+        valid = (last_left >= 0) & (last_left < values.size - 1)  # both sides non-empty
+        out[by_name[name]] = np.unique(codes[valid]).astype(np.int64)
+    return out
+
+
+def _cut_items(cut_points: Mapping):
+    for name, cuts in cut_points.items():
+        if hasattr(cuts, "itertuples"):
+            cuts = [(row.threshold, row.left_inclusive) for row in cuts.itertuples()]
+        yield name, list(cuts)

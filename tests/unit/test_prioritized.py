@@ -1,0 +1,142 @@
+"""Prioritized Mondrian: still k-anonymous / l-diverse, priorities steer splits, cuts snap."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.errors import InvalidParameter, UndefinedObject
+from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.core.prioritized import PrioritizedMondrian, _normalized_gain
+from plpy_anon.core.workload import Condition, released_values, weighted_discernibility, workload_precision
+
+
+def columns_of(frame):
+    return [
+        encode_numeric(c, frame[c].to_numpy()) if frame[c].dtype.kind in "if"
+        else encode_categorical(c, frame[c].to_numpy())
+        for c in frame.columns
+    ]
+
+
+def random_frame(seed, n=400):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "age": rng.integers(18, 90, n),
+        "zip": rng.integers(0, 1000, n),
+        "sex": rng.choice(["F", "M"], n),
+        "job": rng.choice(list("abcdef"), n),
+    })
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(0, 10_000), st.integers(2, 30), st.sampled_from(["age", "zip", "sex", "job"]),
+    st.booleans(), st.lists(st.integers(10, 100), max_size=4),
+)
+def test_every_class_keeps_k_rows_and_l_values(seed, k, favourite, with_target, thresholds):
+    frame = random_frame(seed)
+    sensitive = np.random.default_rng(seed + 1).integers(0, 4, len(frame))
+    model = PrioritizedMondrian(
+        k=k, l=2, priorities={favourite: 1.0},
+        cut_points={"age": [(t, t % 2 == 0) for t in thresholds]},
+    ).fit(columns_of(frame), sensitive=sensitive,
+          target=frame["sex"].to_numpy() if with_target else None)
+    sizes = np.bincount(model.labels_)
+    assert sizes.min() >= k
+    distinct = pd.Series(sensitive).groupby(model.labels_).nunique()
+    assert distinct.min() >= 2
+
+
+def test_without_priorities_it_is_plain_mondrian():
+    cols = columns_of(random_frame(3))
+    plain = Mondrian(k=7).fit(cols)
+    same = PrioritizedMondrian(k=7).fit(cols)
+    np.testing.assert_array_equal(plain.labels_, same.labels_)
+
+
+def test_a_prioritized_attribute_ends_finer():
+    # all four attributes start at spread 1, and plain Mondrian breaks ties by column order, so
+    # it cuts age first; with zip prioritized, zip is cut whenever it still has spread
+    frame = random_frame(5)
+    cols = columns_of(frame)
+    model = PrioritizedMondrian(k=10, priorities={"zip": 1}).fit(cols)
+    plain = Mondrian(k=10).fit(cols)
+    zip_range = frame["zip"].groupby(model.labels_).agg(np.ptp).mean()
+    plain_zip_range = frame["zip"].groupby(plain.labels_).agg(np.ptp).mean()
+    assert zip_range < plain_zip_range / 2
+    weights = {"zip": 1}
+    assert weighted_discernibility(released_values(frame, model.labels_), weights) < \
+        weighted_discernibility(released_values(frame, plain.labels_), weights)
+
+
+def test_cut_points_stop_classes_straddling_the_predicate():
+    frame = pd.DataFrame({"age": np.arange(200)})  # ages 0..199, medians fall on round numbers
+    cols = columns_of(frame)
+    query = Condition("age", ">", (37,))
+    plain = Mondrian(k=10).fit(cols)
+    snapped = PrioritizedMondrian(k=10, cut_points={"age": [(37, True)]}).fit(cols)
+    assert workload_precision(frame, plain.labels_, [query]).mean_precision < 1
+    # no class holds both an age <= 37 and an age > 37
+    side = frame["age"] > 37
+    assert side.groupby(snapped.labels_).nunique().max() == 1
+    assert workload_precision(frame, snapped.labels_, [query]).mean_precision == 1
+
+
+def test_a_cut_point_far_from_the_median_is_ignored():
+    frame = pd.DataFrame({"age": np.arange(100)})
+    cols = columns_of(frame)
+    # left side of x <= 2 holds 3 % of the rows: never within the 25 % tolerance, and k = 10
+    # forbids it anyway; the first cut must stay the median
+    model = PrioritizedMondrian(k=40, cut_points={"age": [(2, True)]}).fit(cols)
+    plain = Mondrian(k=40).fit(cols)
+    np.testing.assert_array_equal(model.labels_, plain.labels_)
+
+
+def test_information_gain_prefers_the_attribute_that_separates_the_target():
+    rng = np.random.default_rng(0)
+    n = 400
+    frame = pd.DataFrame({"noise": rng.integers(0, 1000, n), "signal": rng.integers(0, 10, n)})
+    target = (frame["signal"] >= 5).to_numpy()
+    cols = columns_of(frame)
+    # plain ranks by spread: both full range; the gain metric pulls "signal" to the top
+    model = PrioritizedMondrian(k=100, metric_weights={"spread": 1, "infogain": 5}).fit(
+        cols, target=target)
+    purity = pd.Series(target).groupby(model.labels_).mean()
+    assert set(np.round(purity, 6)) <= {0.0, 1.0}
+
+
+def test_normalized_gain_by_hand():
+    total = np.array([[4, 4], [4, 4], [8, 0]])
+    left = np.array([[4, 0], [2, 2], [4, 0]])
+    gain = _normalized_gain(total, left, np.array([True, True, True]))
+    # perfect split -> 1; split keeping the mix -> 0; pure partition -> 0
+    np.testing.assert_allclose(gain, [1.0, 0.0, 0.0])
+
+
+def test_bad_parameters():
+    cols = columns_of(random_frame(1, n=50))
+    with pytest.raises(UndefinedObject, match="salary"):
+        PrioritizedMondrian(k=5, priorities={"salary": 1}).fit(cols)
+    with pytest.raises(InvalidParameter, match="zero"):
+        PrioritizedMondrian(k=5, priorities={"age": 0}).fit(cols)
+    with pytest.raises(InvalidParameter, match=">= 0"):
+        PrioritizedMondrian(k=5, priorities={"age": -2}).fit(cols)
+    with pytest.raises(InvalidParameter, match="unknown metric"):
+        PrioritizedMondrian(k=5, metric_weights={"entropy": 1}).fit(cols)
+    with pytest.raises(InvalidParameter, match="no target"):
+        PrioritizedMondrian(k=5, metric_weights={"infogain": 1}).fit(cols)
+    with pytest.raises(InvalidParameter, match="cut_tolerance"):
+        PrioritizedMondrian(k=5, cut_tolerance=0.9).fit(cols)
+    with pytest.raises(UndefinedObject, match="not a quasi-identifier"):
+        PrioritizedMondrian(k=5, cut_points={"height": [(1, True)]}).fit(cols)
+    with pytest.raises(InvalidParameter, match="target"):
+        PrioritizedMondrian(k=5).fit(cols, target=np.zeros(3))
+
+
+def test_init_only_stores_parameters():
+    model = PrioritizedMondrian(k=3, priorities={"a": 1})
+    assert vars(model) == {"k": 3, "l": None, "priorities": {"a": 1}, "metric_weights": None,
+                           "cut_points": None, "cut_tolerance": 0.25}
