@@ -271,10 +271,7 @@ class _Level:
         mid = starts + sizes // 2
         order, codes = self.orders[a], self._codes[a]
         v = codes[order[mid]]
-        steps = int(self.sizes[parts].max()).bit_length()
-        search_cost = steps * (10 * self._CALL + parts.size * 5 * self._PER_ELEMENT)
-        key_cost = (0 if a in self._keys else 3 * self.orders[a].size * self._PER_ELEMENT)
-        if search_cost < key_cost:
+        if self._prefer_segment_search(a, sizes):
             lt = _segment_bound(order, codes, starts, mid, v, strict=True)
             le = _segment_bound(order, codes, mid + 1, starts + sizes, v, strict=False)
         else:
@@ -283,6 +280,12 @@ class _Level:
             lt = np.searchsorted(keys, query, side="left")
             le = np.searchsorted(keys, query, side="right")
         return lt - starts, le - starts
+
+    def _prefer_segment_search(self, a, sizes):
+        steps = int(sizes.max()).bit_length()
+        search_cost = steps * (10 * self._CALL + sizes.size * 5 * self._PER_ELEMENT)
+        key_cost = 0 if a in self._keys else 3 * self.orders[a].size * self._PER_ELEMENT
+        return search_cost < key_cost
 
     def _partition_keys(self, a):
         if self._segment_base is None:
