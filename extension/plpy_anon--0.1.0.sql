@@ -293,7 +293,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import releases
-return releases.refresh(plpy, release)
+return releases.refresh(plpy, release, GD=GD)
 $$;
 COMMENT ON FUNCTION anon.refresh(text) IS
     'Re-anonymizes a release from the source''s current data (REFRESH MATERIALIZED VIEW in one transaction: on failure the previous release stays) and returns its updated catalog row.';

@@ -88,8 +88,9 @@ def table(cursor_or_rows, headers=None, limit=None) -> str:
 def show_as_postgres_text(conn) -> None:
     """Render ranges and arrays the way psql does, not as Python objects."""
     for name in ("int4range", "int8range", "numrange", "daterange", "tsrange", "tstzrange",
-                 "_text", "jsonb"):
-        conn.adapters.register_loader(name, TextLoader)
+                 "jsonb"):
+        conn.adapters.register_loader(conn.adapters.types[name].oid, TextLoader)
+    conn.adapters.register_loader(conn.adapters.types["text"].array_oid, TextLoader)
 
 
 def step(title: str, sql: str | None = None) -> None:

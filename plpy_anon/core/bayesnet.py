@@ -118,8 +118,9 @@ def _reachable(adjacency):
     return reach
 
 
-def _candidate_moves(adjacency, max_parents):
-    """Every legal single-edge move from the DAG ``adjacency`` (legal = stays acyclic, in bounds)."""
+def _candidate_moves(adjacency, max_parents, forbidden):
+    """Every legal single-edge move from the DAG ``adjacency``: stays acyclic, within
+    ``max_parents``, and never creates an edge ``u -> v`` with ``forbidden[u, v]``."""
     reach = _reachable(adjacency)
     n_parents = adjacency.sum(axis=0)
     n_nodes = adjacency.shape[0]
@@ -129,13 +130,18 @@ def _candidate_moves(adjacency, max_parents):
                 continue
             if adjacency[u, v]:
                 yield _Move("remove", u, v)
-                if n_parents[u] < max_parents:
+                if n_parents[u] < max_parents and not forbidden[v, u]:
                     # Reversing u->v closes a cycle iff v still reaches u once u->v is gone.
                     without = adjacency.copy()
                     without[u, v] = False
                     if not _reachable(without)[v, u]:
                         yield _Move("reverse", u, v)
-            elif not adjacency[v, u] and n_parents[v] < max_parents and not reach[v, u]:
+            elif (
+                not adjacency[v, u]
+                and not forbidden[u, v]
+                and n_parents[v] < max_parents
+                and not reach[v, u]
+            ):
                 yield _Move("add", u, v)
 
 
@@ -180,17 +186,19 @@ def _apply(move, adjacency):
         adjacency[u, v], adjacency[v, u] = False, True
 
 
-def hill_climb(score, n_nodes, max_parents, max_iter, tol=1e-9):
+def hill_climb(score, n_nodes, max_parents, max_iter, forbidden=None, tol=1e-9):
     """Greedy best-improvement hill climbing from the empty graph; returns the adjacency matrix.
 
     Ties are broken by move order (deterministic), and the search stops at the first DAG no
     single move improves by more than ``tol``.
     """
     adjacency = np.zeros((n_nodes, n_nodes), dtype=bool)
+    if forbidden is None:
+        forbidden = np.zeros((n_nodes, n_nodes), dtype=bool)
     for _ in range(max_iter):
         parent_sets = [set(np.flatnonzero(adjacency[:, v]).tolist()) for v in range(n_nodes)]
         best, best_delta = None, tol
-        for move in _candidate_moves(adjacency, max_parents):
+        for move in _candidate_moves(adjacency, max_parents, forbidden):
             delta = _move_delta(move, parent_sets, score)
             if delta > best_delta:
                 best, best_delta = move, delta
@@ -202,6 +210,21 @@ def hill_climb(score, n_nodes, max_parents, max_iter, tol=1e-9):
 
 # --------------------------------------------------------------------------------------------
 # Estimator
+
+
+def _forbidden_edges(columns, tiers):
+    """``forbidden[u, v]``: True when ``u`` sits in a later tier than ``v``."""
+    rank = np.full(len(columns), -1)
+    for level, tier in enumerate(tiers or []):
+        unknown = [c for c in tier if c not in columns]
+        if unknown:
+            raise InvalidParameter(
+                f"tiers name column(s) {unknown} that are not in the data",
+                hint=f"tiers may only use the columns {list(columns)}",
+            )
+        rank[[columns.index(c) for c in tier]] = level
+    constrained = rank >= 0
+    return (rank[:, None] > rank[None, :]) & constrained[:, None] & constrained[None, :]
 
 
 def _validate_frame(X, sample_weight):
@@ -236,6 +259,12 @@ class BayesNet:
         Upper bound on the in-degree of every node (bounds CPT size and search cost).
     max_iter : int
         Upper bound on the number of hill-climbing moves.
+    tiers : list of lists of column names, or None
+        Background knowledge on edge direction: an edge may not point from a later tier to an
+        earlier one (columns in no tier are unconstrained). WHY: Markov-equivalent DAGs score the
+        same under BIC, so without tiers the orientation of e.g. ``age - income`` is arbitrary and
+        a QI -> SA rule may come out as SA -> QI; ``tiers=[qis, sensitive]`` orients edges the
+        way the adversary reasons (from what it knows to what it wants).
 
     Attributes (after ``fit``)
     --------------------------
@@ -247,9 +276,10 @@ class BayesNet:
     n_rows_ : total weight of the data (row count when unweighted).
     """
 
-    def __init__(self, max_parents=3, max_iter=200):
+    def __init__(self, max_parents=3, max_iter=200, tiers=None):
         self.max_parents = max_parents
         self.max_iter = max_iter
+        self.tiers = tiers
 
     def fit(self, X, sample_weight=None):
         """Learn the structure and the CPTs of ``X`` (a DataFrame of discrete columns)."""
@@ -265,7 +295,10 @@ class BayesNet:
         self._cardinalities = np.array([len(self.categories_[c]) for c in self.columns_])
         self._codes, self._weights = _compress_rows(codes, self._cardinalities, weights)
         score = _FamilyScorer(self._codes, self._weights, self._cardinalities)
-        adjacency = hill_climb(score, len(self.columns_), self.max_parents, self.max_iter)
+        forbidden = _forbidden_edges(self.columns_, self.tiers)
+        adjacency = hill_climb(
+            score, len(self.columns_), self.max_parents, self.max_iter, forbidden
+        )
         self._set_structure(adjacency, score)
         self.n_rows_ = float(self._weights.sum())
         return self

@@ -17,9 +17,10 @@ Distinct l-diversity is required in every group of every ST: at least ``l`` dist
 merging groups can only repair a violation, never create one. The rule:
 
 1. Groups that are l-diverse in every ST keep their own gid.
-2. The violating groups are visited in increasing label order (Mondrian numbers its partitions in
-   recursion order, so consecutive labels are usually neighbours in QI space) and pooled into a
-   bucket until the bucket is l-diverse in every ST; the bucket becomes one merged gid.
+2. The violating groups are visited in increasing label order and pooled into a bucket until the
+   bucket is l-diverse in every ST; the bucket becomes one merged gid. Label order is the caller's
+   locality order: number the groups by their generalized QI values (the db layer does) so that
+   consecutive labels are neighbours in QI space.
 3. A bucket that reaches ``l`` groups without becoming diverse is "stuck" (its groups lack the
    same values, e.g. a run of young people all earning <=50K): each stuck bucket joins a diverse
    host -- a diverse group or diverse bucket -- matched monotonically in label order with the
@@ -40,7 +41,13 @@ import pandas as pd
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 
-__all__ = ["BreakMerge", "merge_for_diversity", "merge_tables", "validate_attribute_roles"]
+__all__ = [
+    "BreakMerge",
+    "merge_for_diversity",
+    "merge_tables",
+    "relabel_in_order",
+    "validate_attribute_roles",
+]
 
 #: default cap on distinct values of a sensitive attribute (beyond it: bucket the column first)
 MAX_CATEGORIES = 64
@@ -301,7 +308,9 @@ def merge_tables(qit, sensitive_tables):
     Use it to learn a Bayesian network from a Break-Merge release (``sample_weight=weight``).
     """
     qi = [c for c in qit.columns if c != "gid"]
-    merged = qit.groupby([*qi, "gid"], dropna=False, sort=False).size().rename("weight").reset_index()
+    merged = (
+        qit.groupby([*qi, "gid"], dropna=False, sort=False).size().rename("weight").reset_index()
+    )
     sizes = qit.groupby("gid").size()
     for attribute, table in sensitive_tables.items():
         share = table["count"] / sizes.reindex(table["gid"]).to_numpy()
@@ -309,3 +318,21 @@ def merge_tables(qit, sensitive_tables):
         merged = merged.merge(st_rows, on="gid", how="inner")
         merged["weight"] = merged["weight"] * merged.pop("_share")
     return merged
+
+
+def relabel_in_order(labels, sort_keys):
+    """Renumber groups 0..G-1 in the order of their first row when rows are sorted by
+    ``sort_keys`` (DataFrame, first column most significant; e.g. the generalized QIs).
+
+    WHY: :func:`merge_for_diversity` pools violating groups in label order, so labels that follow
+    a QI order make merged groups out of neighbours.
+    """
+    labels = np.asarray(labels)
+    keys = [pd.factorize(sort_keys[c], sort=True)[0] for c in reversed(sort_keys.columns)]
+    order = np.lexsort(keys) if keys else np.arange(labels.size)
+    _, group = np.unique(labels, return_inverse=True)
+    rank = np.full(group.max() + 1, -1)
+    sorted_groups = group.ravel()[order]
+    first = np.unique(sorted_groups, return_index=True)[1]
+    rank[sorted_groups[np.sort(first)]] = np.arange(first.size)
+    return rank[group.ravel()]

@@ -15,6 +15,7 @@ STABLE partitioning function); this module owns their life cycle:
 """
 from __future__ import annotations
 
+import importlib
 import json
 import time
 from typing import Callable
@@ -157,11 +158,26 @@ def record_refresh(plpy, GD, relation_oid: int) -> None:
         record(plpy, r["release_id"], take_run(GD, r["release_id"]))
 
 
+def method_module(method: str):
+    """The db module of a release method (``plpy_anon.db.<method>``), or None."""
+    try:
+        return importlib.import_module(f"plpy_anon.db.{method}")
+    except ModuleNotFoundError:
+        return None
+
+
 @sql_entry
-def refresh(plpy, name: str) -> dict:
+def refresh(plpy, name: str, GD=None) -> dict:
+    """Re-run a release from current data. A method whose release is not a single materialized
+    view defines ``refresh_release(plpy, GD, release)`` in its db module; otherwise this is
+    REFRESH MATERIALIZED VIEW (and the event trigger records the run)."""
     release = find(plpy, name)
-    plpy.execute(f"REFRESH MATERIALIZED VIEW "
-                 f"{ident(plpy, release['release_schema'], release['release_name'])}")
+    module = method_module(release["method"])
+    if module is not None and hasattr(module, "refresh_release"):
+        module.refresh_release(plpy, GD, release)
+    else:
+        plpy.execute(f"REFRESH MATERIALIZED VIEW "
+                     f"{ident(plpy, release['release_schema'], release['release_name'])}")
     return by_id(plpy, release["release_id"])
 
 

@@ -9,7 +9,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
 from plpy_anon.db import releases
-return releases.refresh(plpy, release)
+return releases.refresh(plpy, release, GD=GD)
 $$;
 COMMENT ON FUNCTION anon.refresh(text) IS
     'Re-anonymizes a release from the source''s current data (REFRESH MATERIALIZED VIEW in one transaction: on failure the previous release stays) and returns its updated catalog row.';

@@ -107,15 +107,25 @@ def derived_priorities(frame):
     return model.priorities_.round(3)
 
 
+def markdown(frame, index=False):
+    """A GitHub table (pandas' to_markdown needs tabulate, which the environment lacks)."""
+    frame = frame.reset_index() if index else frame
+    cells = frame.map(lambda v: f"{v:.3f}" if isinstance(v, float) else str(v))
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |",
+             "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in cells.to_numpy()]
+    return "\n".join(lines)
+
+
 def write_outputs(table, base, mi):
     OUT.mkdir(exist_ok=True)
     lines = ["# Trust- and purpose-aware releases of Adult (issue 6)", "",
              f"k = {K}, at most {MAX_SUPPRESSION:.0%} of rows suppressed; projection D = 1 - T^2.",
-             "", table.to_markdown(index=False, floatfmt=".3f"), "",
+             "", markdown(table), "",
              "Original data / majority class: " + ", ".join(
                  f"{task} {acc:.3f} / {major:.3f}" for task, (acc, major) in base.items()), "",
              "MI-derived priorities (most = education, least = race):", "",
-             mi.to_frame("priority").to_markdown(floatfmt=".3f")]
+             markdown(mi.to_frame("priority"), index=True)]
     (OUT / "trust.md").write_text("\n".join(lines) + "\n")
     import matplotlib
     matplotlib.use("Agg")

@@ -190,3 +190,14 @@ def test_bad_input():
     bn = BayesNet().fit(pd.DataFrame({"a": [1, 2], "b": [2, 3]}))
     with pytest.raises(InvalidParameter, match="risk"):
         bn.dependency_rules(1.5)
+
+
+def test_tiers_orient_edges_without_losing_score():
+    X = _sample_known_network(3000, seed=4)[["a", "c", "d"]]
+    free = BayesNet().fit(X)
+    # a -> c -> d is Markov-equivalent to d -> c -> a: same BIC, orientation chosen by the tiers
+    tiered = BayesNet(tiers=[["d"], ["c"], ["a"]]).fit(X)
+    assert set(tiered.edges_) == {("d", "c"), ("c", "a")}
+    assert tiered.score_ == pytest.approx(free.score_)
+    with pytest.raises(InvalidParameter, match="not in the data"):
+        BayesNet(tiers=[["zzz"]]).fit(X)

@@ -10,6 +10,7 @@ from plpy_anon.core.breakmerge import (
     BreakMerge,
     merge_for_diversity,
     merge_tables,
+    relabel_in_order,
     validate_attribute_roles,
 )
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
@@ -189,3 +190,10 @@ def test_merge_tables_weights_by_hand():
     assert merged[("[40-50]", "hi", "b")] == pytest.approx(1 * 1 / 4 * 2 / 4)
     assert merged.sum() == pytest.approx(4)
     assert len(merged) == 2 * 2 * 2
+
+
+def test_relabel_in_order():
+    labels = np.array([5, 9, 5, 2, 9])
+    keys = pd.DataFrame({"age": [40, 20, 40, 30, 20], "sex": ["F", "M", "F", "M", "M"]})
+    # sorted by age: label 9 (20) first, then 2 (30), then 5 (40)
+    assert relabel_in_order(labels, keys).tolist() == [2, 0, 2, 1, 0]

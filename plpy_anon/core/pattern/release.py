@@ -132,10 +132,9 @@ def release_column(values, lower=None, upper=None, *, segment, sample, iteration
     list of integers -- batch ``g`` walks with ``default_rng([*seed, g])``."""
     values = np.asarray(values, dtype=np.float64)
     rows = np.flatnonzero(~np.isnan(values))
-    present = values[rows]
+    input_decimals = _grid_decimals(values[rows])
+    present = np.round(values[rows], input_decimals)
     lower, upper = _column_bounds(present, lower, upper, name)
-    input_decimals = _grid_decimals(present)
-    present = np.round(present, input_decimals)
     order = np.argsort(present, kind="stable")
     segments = np.array_split(order, max(1, order.size // segment))
     batches = [segments[g:g + SEGMENTS_PER_BATCH]
@@ -303,7 +302,9 @@ def _grid_decimals(values):
     """Smallest q <= 9 such that every value is a multiple of 10**-q (9 if none is)."""
     for q in range(MAX_DECIMALS + 1):
         scaled = values * 10.0 ** q
-        if np.all(np.abs(scaled - np.rint(scaled)) <= 1e-9 * np.maximum(1.0, np.abs(scaled))):
+        # a value on the grid is off an integer by float rounding only (a few ulps of scaled)
+        slack = np.maximum(1e-6, 8 * np.finfo(np.float64).eps * np.abs(scaled))
+        if np.all(np.abs(scaled - np.rint(scaled)) <= slack):
             return q
     return MAX_DECIMALS
 

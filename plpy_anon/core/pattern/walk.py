@@ -135,8 +135,9 @@ class _Walker:
 
     def _bound_ratios(self, u):
         with np.errstate(divide="ignore", invalid="ignore"):
-            up = u / (self.upper - self.x)               # rows  u t <= upper - x
-            down = -u / (self.x - self.lower)            # rows -u t <= x - lower
+            # rows u t <= upper - x and -u t <= x - lower; a slack rounded below 0 counts as 0
+            up = u / np.maximum(self.upper - self.x, 0.0)
+            down = -u / np.maximum(self.x - self.lower, 0.0)
         both_max = np.fmax(up, down)
         both_min = np.fmin(up, down)
         return (np.fmax.reduceat(both_max, self.col_starts),
