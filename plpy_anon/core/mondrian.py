@@ -64,7 +64,12 @@ class Mondrian:
         self._measures = [SpreadMeasure(c) for c in columns]
         self._codes = [_narrow(c.codes, c.n_codes) for c in columns]
         self._sensitive = _dense_sensitive(sensitive) if self._l else None
-        labels = self._partition(n_rows)
+        self._key_width = max(c.n_codes for c in columns)
+        try:
+            labels = self._partition(n_rows)
+        finally:
+            # row-sized working state must not outlive fit (the estimator may be kept around)
+            del self._codes, self._sensitive, self._measures
         self.labels_, self.n_classes_ = _number_by_first_row(labels)
         return self
 
@@ -86,7 +91,7 @@ class Mondrian:
         side_of_row = np.empty(n_rows, dtype=np.int8)
         n_classes = 0
         while sizes.size:
-            level = _Level(orders, sizes, self._codes)
+            level = _Level(orders, sizes, self._codes, self._key_width)
             n_left, attr = self._choose_cuts(level)
             n_classes = self._retire(orders[0], level.starts, sizes, attr < 0, labels, n_classes)
             orders, sizes = self._regroup(orders, level.starts, sizes, n_left, attr, side_of_row)
@@ -244,11 +249,11 @@ class _Level:
     # Rough costs (seconds) of numpy work, used only to pick the cheaper of two exact methods.
     _CALL, _PER_ELEMENT = 25e-6, 8e-9
 
-    def __init__(self, orders, sizes, codes):
+    def __init__(self, orders, sizes, codes, key_width):
         self.orders, self.sizes, self._codes = orders, sizes, codes
         self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self._sorted, self._keys, self._segment_base = {}, {}, None
-        self._key_width = max(int(c.max()) for c in codes) + 1 if orders[0].size else 1
+        self._key_width = key_width                # > every code: keys stay monotone
 
     def sorted_codes(self, a):
         """Codes of attribute ``a`` in its layout (sorted inside each partition)."""
