@@ -78,7 +78,7 @@ def schema(db, request):
     if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         db.rollback()
     releases = db.execute(
-        """SELECT format('%I.%I', r.release_schema, r.release_name) FROM anon.releases r
+        """SELECT format('%%I.%%I', r.release_schema, r.release_name) FROM anon.releases r
            WHERE r.release_schema = %s
               OR r.source::oid IN (SELECT c.oid FROM pg_class c JOIN pg_namespace n
                                    ON n.oid = c.relnamespace WHERE n.nspname = %s)""",
