@@ -104,7 +104,7 @@ def _encode_by_frequency(name, factor, uniques, has_null):
 
 
 def _encode_by_hierarchy(name, factor, uniques, has_null, hierarchy):
-    missing = [u for u in uniques if u not in hierarchy._leaf_number]
+    missing = [u for u in uniques if u not in hierarchy]
     if missing:
         raise UndefinedObject(
             f"value {missing[0]!r} of column {name!r} is not covered by its hierarchy"

@@ -184,14 +184,19 @@ def _numeric_bounds(col, labels, n_classes):
 
 
 def _value_sets(col, labels, n_classes):
+    # rank codes in output order (strings ascending, NULL last) so one sort of (class, rank)
+    # pairs yields every class's tuple already sorted
+    by_label = sorted(range(len(col.labels)),
+                      key=lambda c: (col.labels[c] is None, col.labels[c] or ""))
+    rank = np.empty(len(col.labels), dtype=np.int64)
+    rank[by_label] = np.arange(len(col.labels))
     width = len(col.labels)
-    pairs = np.unique(labels.astype(np.int64) * width + col.codes)
-    cls, code = pairs // width, pairs % width
+    pairs = np.unique(labels.astype(np.int64) * width + rank[col.codes])
+    values = col.labels[np.asarray(by_label, dtype=np.int64)[pairs % width]]
+    bounds = np.searchsorted(pairs // width, np.arange(1, n_classes))
     sets = np.empty(n_classes, dtype=object)
-    bounds = np.searchsorted(cls, np.arange(n_classes + 1))
-    for c in range(n_classes):                     # one small sort per class, not per row
-        present = col.labels[code[bounds[c]:bounds[c + 1]]]
-        sets[c] = tuple(sorted(present, key=lambda v: (v is None, v or "")))
+    for c, group in enumerate(np.split(values, bounds)):   # element-wise: tuples must not
+        sets[c] = tuple(group)                              # be broadcast into a 2-D array
     return sets
 
 

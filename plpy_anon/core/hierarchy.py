@@ -183,6 +183,9 @@ class Hierarchy:
         """Leaf counts of node ids."""
         return self._leaf_count[nodes]
 
+    def __contains__(self, leaf):
+        return leaf in self._leaf_number
+
     def __len__(self):
         return len(self.leaves)
 

@@ -111,3 +111,22 @@ def test_categorical_value_sets_and_hierarchy_labels():
     out = class_bounds([cat, tree], np.array([0, 0, 1, 1, 2]), 3)
     assert out["c"].tolist() == [("a", "b"), ("b", None), ("c",)]
     assert out["t"].tolist() == ["X", "*", None]    # {c, NULL} -> root; {NULL} -> None
+
+
+def test_value_sets_of_equal_length_stay_tuples():
+    col = encode_categorical("c", ["x", "y", "y", "x"])
+    out = class_bounds([col], np.array([0, 1, 2, 3]), 4)["c"]
+    assert out.shape == (4,) and out.tolist() == [("x",), ("y",), ("y",), ("x",)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), st.sampled_from("pqrs"))),
+                min_size=1, max_size=30))
+def test_value_sets_equal_brute_force(rows):
+    labels = np.unique([r[0] for r in rows], return_inverse=True)[1]
+    values = [r[1] for r in rows]
+    out = class_bounds([encode_categorical("c", values)], labels, labels.max() + 1)["c"]
+    for cls in range(labels.max() + 1):
+        present = {v for v, lab in zip(values, labels) if lab == cls}
+        want = tuple(sorted(present - {None})) + ((None,) if None in present else ())
+        assert out[cls] == want
