@@ -73,9 +73,14 @@ def preserved_fraction(released, localities, decimals=None):
     if len(localities) == 0:
         return 1.0
     values = np.asarray(released, dtype=np.float64)
-    if decimals is not None:
-        values = np.rint(values * 10.0 ** decimals).astype(np.int64)
-    left = np.abs(values[localities.middle] - values[localities.first])
-    right = np.abs(values[localities.last] - values[localities.middle])
+
+    def at(positions):
+        picked = values[positions]
+        if decimals is None:
+            return picked
+        return np.rint(picked * 10.0 ** decimals).astype(np.int64)
+
+    first, middle, last = at(localities.first), at(localities.middle), at(localities.last)
+    left, right = np.abs(middle - first), np.abs(last - middle)
     holds = np.where(localities.relation > 0, left <= right, left >= right)
     return float(holds.mean())

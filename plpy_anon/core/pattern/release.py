@@ -51,6 +51,7 @@ class ColumnRelease:
     """What :func:`release_column` produced for one column."""
 
     values: np.ndarray          # released values, NaN where the source is NULL
+    bounds: tuple               # (lower, upper) the walk stayed in
     decimals: int | None        # the grid 10**-decimals the values lie on (None: plain floats)
     localities: Localities      # the sampled localities, as row ids of the column
     n_extracted: int            # localities found by the pruned extraction, before sampling
@@ -99,7 +100,7 @@ class PatternPreservingRelease:
                                   seed=(self.seed_, c), n_jobs=self.n_jobs, name=columns[c])
                    for c in range(matrix.shape[1])]
         self.columns_ = columns
-        self.bounds_ = bounds
+        self.bounds_ = [r.bounds for r in results]
         self.released_ = np.column_stack([r.values for r in results])
         self.decimals_ = [r.decimals for r in results]
         self.localities_ = [r.localities for r in results]
@@ -140,8 +141,8 @@ def release_column(values, lower=None, upper=None, *, segment, sample, iteration
     batches = [segments[g:g + SEGMENTS_PER_BATCH]
                for g in range(0, len(segments), SEGMENTS_PER_BATCH)]
     seed = [int(part) for part in np.atleast_1d(seed)]
-    context = _BatchContext(present, lower, upper, 10.0 ** -input_decimals, sample, iterations,
-                            _output_decimals_cap(lower, upper))
+    context = _BatchContext(present, lower, upper, input_decimals, sample, iterations,
+                            max(input_decimals, _output_decimals_cap(lower, upper)))
 
     def run(index_and_batch):
         index, batch = index_and_batch
@@ -152,10 +153,10 @@ def release_column(values, lower=None, upper=None, *, segment, sample, iteration
             outcomes = list(pool.map(run, enumerate(batches)))
     else:
         outcomes = [run(item) for item in enumerate(batches)]
-    return _assemble(values.size, rows, outcomes)
+    return _assemble(values.size, rows, outcomes, (lower, upper))
 
 
-def _assemble(n_rows, rows, outcomes):
+def _assemble(n_rows, rows, outcomes, bounds):
     released = np.full(n_rows, np.nan)
     for outcome in outcomes:
         released[rows[outcome.positions]] = outcome.values
@@ -163,7 +164,7 @@ def _assemble(n_rows, rows, outcomes):
     decimals = None if any(g is None for g in grids) else max(grids)
     localities = Localities.concatenate(o.localities for o in outcomes).relabel(rows)
     return ColumnRelease(
-        values=released, decimals=decimals, localities=localities,
+        values=released, bounds=bounds, decimals=decimals, localities=localities,
         n_extracted=sum(o.n_extracted for o in outcomes),
         preserved_fraction=preserved_fraction(released, localities, decimals))
 
@@ -182,7 +183,7 @@ class _BatchContext:
     values: np.ndarray          # the column's non-NULL values (on their grid)
     lower: float
     upper: float
-    grid_step: float
+    input_decimals: int
     sample: float
     iterations: int
     max_decimals: int
@@ -197,14 +198,14 @@ class _BatchContext:
                              np.full(start.size, self.upper), start, self.iterations, rng,
                              blocks=blocks)
         released, decimals = _round_to_grid(walked, A, blocks, self.lower, self.upper,
-                                             self.max_decimals)
+                                             self.input_decimals, self.max_decimals)
         sampled = Localities.concatenate(p.sampled.relabel(p.positions) for p in prepared)
         return _BatchOutcome(positions, released, decimals, sampled,
                              sum(p.n_extracted for p in prepared))
 
     def _prepare(self, positions, rng):
         start = _interior_start(self.values[positions], self.lower, self.upper,
-                                self.grid_step, rng)
+                                10.0 ** -self.input_decimals, rng)
         # the jitter may reorder tied values: follow it, extraction needs a sorted segment
         order = np.argsort(start, kind="stable")
         start, positions = start[order], positions[order]
@@ -263,9 +264,11 @@ def _stack_constraints(segments):
     return A, Blocks(np.array(row_starts), np.array(col_starts))
 
 
-def _round_to_grid(x, A, blocks, lower, upper, max_decimals):
-    """Round every block to the coarsest grid ``10**-p`` keeping all its constraints (exact
-    int64 check of ``A z <= 0`` and the bounds); blocks no grid works for stay floats."""
+def _round_to_grid(x, A, blocks, lower, upper, min_decimals, max_decimals):
+    """Round every block to the coarsest grid ``10**-p``, ``min_decimals <= p <= max_decimals``,
+    keeping all its constraints (exact int64 check of ``A z <= 0`` and the bounds); blocks no grid
+    works for stay floats.  Never coarser than the source's own grid: a coarse grid would always
+    "work" by collapsing a narrow segment to one constant value."""
     # A has small integer coefficients (+-1, +-2): an integer copy gives exact products
     A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
     row_block = np.repeat(np.arange(len(blocks)), blocks.sizes(A.shape[0], blocks.row_starts))
@@ -273,7 +276,7 @@ def _round_to_grid(x, A, blocks, lower, upper, max_decimals):
     col_block = np.repeat(np.arange(len(blocks)), col_sizes)
     chosen = np.full(len(blocks), -1)
     released = x.copy()
-    for p in range(max_decimals + 1):
+    for p in range(min_decimals, max_decimals + 1):
         pending = chosen < 0
         if not pending.any():
             break

@@ -1,0 +1,311 @@
+"""Pattern-preserving release (paper 002): locality extraction against brute force, sampling,
+the random walk's polytope membership, the whole-table driver, metrics and bad input."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+from plpy_anon.core.pattern import (Blocks, PatternPreservingRelease, constraint_matrix,
+                                    distortion, distortion_per_column, extract_localities,
+                                    polytope_violation, preserved_fraction, random_walk,
+                                    rank_correlation, sample_localities)
+from plpy_anon.core.pattern.localities import Localities
+
+
+# ---------------------------------------------------------------- independent references
+
+def brute_force_localities(values):
+    """Every triple i < j < k with the relation that holds (ties: <=), O(s^3)."""
+    found = []
+    for i, j, k in itertools.combinations(range(len(values)), 3):
+        left, right = abs(values[i] - values[j]), abs(values[j] - values[k])
+        found.append((i, j, k, 1 if left <= right else -1))
+    return found
+
+
+def as_tuples(localities):
+    return set(zip(localities.first.tolist(), localities.middle.tolist(),
+                   localities.last.tolist(), localities.relation.tolist()))
+
+
+def holds(values, i, j, k, relation):
+    """The locality in its absolute-value form, in exact Python arithmetic on ints."""
+    left, right = abs(values[i] - values[j]), abs(values[j] - values[k])
+    return left <= right if relation > 0 else left >= right
+
+
+def implied_by_lp(pruned, size, triple):
+    """True when no x in [0,1]^size that keeps the order and the pruned localities violates the
+    triple's locality: maximize its linear violation with an LP (independent of the pruning)."""
+    i, j, k, relation = triple
+    A = constraint_matrix(pruned, size).toarray()
+    objective = np.zeros(size)
+    objective[[i, j, k]] = relation * np.array([-1.0, 2.0, -1.0])
+    result = linprog(-objective, A_ub=A, b_ub=np.zeros(A.shape[0]), bounds=[(0, 1)] * size,
+                     method="highs")
+    assert result.status == 0
+    return -result.fun <= 1e-9
+
+
+sorted_int_segments = st.lists(st.integers(-20, 20), min_size=3, max_size=14).map(sorted)
+
+
+# ---------------------------------------------------------------- extraction
+
+def test_extraction_hand_case():
+    # d = 0 1 3 4: pair (0,1) has breakpoint 2 -> k+ = 2 (value 3), no k-;
+    # pair (0,2) breakpoint 6 -> no k+, k- = 3; pair (1,2) breakpoint 5 -> k- = 3.
+    found = as_tuples(extract_localities([0, 1, 3, 4]))
+    assert found == {(0, 1, 2, 1), (0, 2, 3, -1), (1, 2, 3, -1)}
+
+
+def test_extraction_ties_go_to_not_farther():
+    # all equal: each pair (i, j) keeps only k+ = j + 1 with relation +1 (0 <= 0)
+    found = as_tuples(extract_localities([5, 5, 5, 5]))
+    assert found == {(0, 1, 2, 1), (0, 2, 3, 1), (1, 2, 3, 1)}
+
+
+def test_extraction_refuses_unsorted_input():
+    with pytest.raises(InvalidParameter, match="sorted"):
+        extract_localities([3, 1, 2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(sorted_int_segments)
+def test_pruned_localities_are_true_and_imply_every_brute_force_locality(values):
+    pruned = extract_localities(values)
+    brute = brute_force_localities(values)
+    pruned_set = as_tuples(pruned)
+    # every kept locality is one of the brute-force ones (so it holds on the data) ...
+    assert pruned_set <= set(brute)
+    # ... and every brute-force one follows from a kept one through the order chain:
+    # "+1" needs a kept (i, j, k', +1) with k' <= k, "-1" a kept (i, j, k', -1) with k' >= k
+    for i, j, k, relation in brute:
+        if relation > 0:
+            assert any((i, j, kk, 1) in pruned_set for kk in range(j + 1, k + 1))
+        else:
+            assert any((i, j, kk, -1) in pruned_set for kk in range(k, len(values)))
+    # at most two per pair (i, j): quadratic, not cubic
+    assert len(pruned) <= 2 * (len(values) - 1) * (len(values) - 2) // 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pruned_localities_imply_brute_force_ones_by_linear_programming(seed):
+    rng = np.random.default_rng(seed)
+    values = np.sort(rng.integers(0, 6, size=7)).tolist()   # small range: many ties
+    pruned = extract_localities(values)
+    for triple in brute_force_localities(values):
+        assert implied_by_lp(pruned, len(values), triple), (values, triple)
+
+
+def test_extraction_is_quadratic_in_practice():
+    values = np.sort(np.random.default_rng(0).uniform(size=300))
+    assert len(extract_localities(values)) <= 299 * 298   # brute force has C(300,3) = 4.4M
+
+
+# ---------------------------------------------------------------- sampling
+
+def test_sampling_is_seeded_sized_and_a_subset():
+    everything = extract_localities(np.arange(20) ** 1.5)
+    first = sample_localities(everything, 0.3, np.random.default_rng(4))
+    again = sample_localities(everything, 0.3, np.random.default_rng(4))
+    other = sample_localities(everything, 0.3, np.random.default_rng(5))
+    assert len(first) == int(np.ceil(0.3 * len(everything)))
+    assert as_tuples(first) == as_tuples(again)
+    assert as_tuples(first) != as_tuples(other)
+    assert as_tuples(first) <= as_tuples(everything)
+    assert as_tuples(sample_localities(everything, 1.0, np.random.default_rng(0))) \
+        == as_tuples(everything)
+
+
+@pytest.mark.parametrize("fraction", [0, -0.1, 1.5, float("nan"), "0.3", True])
+def test_sampling_refuses_fractions_outside_0_1(fraction):
+    with pytest.raises(InvalidParameter, match="sample"):
+        sample_localities(extract_localities([0, 1, 3, 4]), fraction, np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------- constraint matrix and walk
+
+def test_constraint_matrix_accepts_the_data_and_rejects_a_broken_pattern():
+    values = np.array([0, 1, 3, 4])
+    A = constraint_matrix(extract_localities(values), 4)
+    assert np.all(A @ values <= 0)
+    assert np.any(A @ np.array([0, 2, 3, 4]) > 0)    # 1 became 2: |0-2| > |2-3| breaks (0,1,2)
+    assert np.any(A @ np.array([1, 0, 3, 4]) > 0)    # order broken
+
+
+@settings(max_examples=25, deadline=None)
+@given(sorted_int_segments, st.floats(0.1, 1.0), st.integers(1, 300), st.integers(0, 2 ** 32))
+def test_walk_never_leaves_the_polytope(values, fraction, iterations, seed):
+    rng = np.random.default_rng(seed)
+    values = np.asarray(values, dtype=float)
+    if values[0] == values[-1]:
+        values[-1] += 1
+    # start strictly inside: distinct values (ties broken by a small increasing offset)
+    start = values + np.arange(values.size) * 1e-3
+    localities = sample_localities(extract_localities(start), fraction, rng)
+    A = constraint_matrix(localities, values.size)
+    lower, upper = np.full(values.size, start[0] - 5), np.full(values.size, start[-1] + 5)
+    end = random_walk(A, np.zeros(A.shape[0]), lower, upper, start, iterations, rng)
+    assert polytope_violation(A, np.zeros(A.shape[0]), lower, upper, end) <= 1e-9
+    # independently: order and localities in their absolute-value form
+    assert np.all(np.diff(end) >= -1e-9)
+    for i, j, k, relation in as_tuples(localities):
+        left, right = abs(end[j] - end[i]), abs(end[k] - end[j])
+        assert (left <= right + 1e-9) if relation > 0 else (left + 1e-9 >= right)
+
+
+def test_walk_refuses_a_start_outside():
+    A = constraint_matrix(extract_localities([0, 1, 3]), 3)
+    with pytest.raises(ValueError, match="inside"):
+        random_walk(A, np.zeros(A.shape[0]), np.zeros(3), np.ones(3), [0.5, 0.2, 0.9], 10,
+                    np.random.default_rng(0))
+
+
+def test_independent_block_walks_sample_the_triangle_uniformly():
+    # 4000 independent walks in {0 <= x <= y <= 1}, each its own 2-D block, started near the
+    # corner (0.01, 0.02).  Uniform on the triangle: E[x] = 1/3, E[y] = 2/3, P(x + y < 1) = 1/2.
+    n_walks = 4000
+    A_one = np.array([[1.0, -1.0]])
+    from scipy import sparse
+    A = sparse.block_diag([A_one] * n_walks, format="csr")
+    blocks = Blocks(np.arange(n_walks), np.arange(0, 2 * n_walks, 2))
+    start = np.tile([0.01, 0.02], n_walks)
+    end = random_walk(A, np.zeros(n_walks), np.zeros(2 * n_walks), np.ones(2 * n_walks), start,
+                      60, np.random.default_rng(3), blocks=blocks).reshape(-1, 2)
+    assert np.all(end[:, 0] <= end[:, 1])
+    assert abs(end[:, 0].mean() - 1 / 3) < 0.02
+    assert abs(end[:, 1].mean() - 2 / 3) < 0.02
+    assert abs((end.sum(axis=1) < 1).mean() - 0.5) < 0.03
+
+
+# ---------------------------------------------------------------- the whole-table release
+
+def small_table(seed=0, rows=450):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "age": rng.integers(17, 91, size=rows),
+        "fnlwgt": rng.normal(190_000, 60_000, size=rows).round().clip(10_000, None),
+        "score": rng.uniform(0, 1, size=rows).round(3),
+    })
+
+
+def check_release_invariants(original, model):
+    """Properties checked without the module's own metric code."""
+    released = model.released_
+    assert np.array_equal(np.isnan(released), np.isnan(original))
+    for c, (low, high) in enumerate(model.bounds_):
+        present = ~np.isnan(released[:, c])
+        assert np.all(released[present, c] >= low) and np.all(released[present, c] <= high)
+        grid = model.decimals_[c]
+        exact_released = np.rint(released[:, c] * 10 ** grid)
+        exact_original = np.rint(original[:, c] * 10 ** grid)
+        loc = model.localities_[c]
+        assert len(loc) == model.n_sampled_[c] > 0
+        for i, j, k, relation in zip(loc.first, loc.middle, loc.last, loc.relation):
+            # every sampled locality is a true locality of the source, and holds on the release
+            assert holds(exact_original, i, j, k, relation)
+            assert holds(exact_released, i, j, k, relation)
+
+
+def test_release_keeps_sampled_localities_bounds_and_nulls():
+    table = small_table()
+    table.loc[[3, 50, 51], "fnlwgt"] = np.nan
+    model = PatternPreservingRelease(segment=50, sample=0.3, iterations=200, seed=11).fit(table)
+    check_release_invariants(table.to_numpy(dtype=float), model)
+    assert model.columns_ == ["age", "fnlwgt", "score"]
+    assert np.all(model.preserved_fraction_ == 1.0)
+    assert model.decimals_[2] >= 3                       # never coarser than the source's grid
+    assert model.n_sampled_[0] == pytest.approx(0.3 * model.n_extracted_[0], rel=0.02)
+
+
+def test_release_is_reproducible_per_seed_and_thread_count():
+    table = small_table(1)
+    one = PatternPreservingRelease(segment=30, iterations=100, seed=5).fit(table)
+    two_threads = PatternPreservingRelease(segment=30, iterations=100, seed=5, n_jobs=2).fit(table)
+    other = PatternPreservingRelease(segment=30, iterations=100, seed=6).fit(table)
+    assert np.array_equal(one.released_, two_threads.released_)
+    assert not np.array_equal(one.released_, other.released_)
+    assert PatternPreservingRelease(segment=30, iterations=5).fit(table).seed_ >= 0
+
+
+def test_release_respects_given_bounds_and_moves_values():
+    table = small_table(2)[["fnlwgt"]]
+    model = PatternPreservingRelease(segment=40, sample=0.05, iterations=500, seed=3,
+                                     bounds={"fnlwgt": (1, 2_000_000)}).fit(table)
+    assert model.bounds_ == [(1, 2_000_000)]
+    check_release_invariants(table.to_numpy(dtype=float), model)
+    assert np.mean(model.released_[:, 0] != table["fnlwgt"].to_numpy()) > 0.5
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 30)), min_size=3, max_size=60),
+       st.integers(3, 12), st.floats(0.05, 1.0), st.integers(0, 1000))
+def test_release_invariants_hold_for_any_integer_column(cells, segment, fraction, seed):
+    column = np.array([np.nan if v is None else v for v in cells], dtype=float)
+    present = column[~np.isnan(column)]
+    if present.size < 3 or present.min() == present.max():
+        return
+    model = PatternPreservingRelease(segment=segment, sample=fraction, iterations=50,
+                                     seed=seed).fit(column[:, None])
+    check_release_invariants(column[:, None], model)
+    assert model.preserved_fraction_[0] == 1.0
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_distortion_by_hand():
+    original = np.array([[1.0, 0.0], [2.0, 5.0], [4.0, np.nan]])
+    released = np.array([[2.0, 3.0], [2.0, 4.0], [2.0, np.nan]])
+    # column 0: (1/1 + 0/2 + 2/4) / 3 = 0.5; column 1: the 0 is skipped, |5-4|/5 = 0.2
+    assert distortion_per_column(original, released) == pytest.approx([0.5, 0.2])
+    assert distortion(original, released) == pytest.approx((1 + 0 + 0.5 + 0.2) / 4)
+
+
+def test_rank_correlation_by_hand():
+    original = np.array([[1.0], [2.0], [3.0], [4.0]])
+    assert rank_correlation(original, original * 10)[0] == pytest.approx(1.0)
+    assert rank_correlation(original, -original)[0] == pytest.approx(-1.0)
+
+
+def test_preserved_fraction_by_hand():
+    loc = Localities(np.array([0, 0]), np.array([1, 1]), np.array([2, 2]),
+                     np.array([1, -1], dtype=np.int8))
+    # 0, 1, 3: |0-1| <= |1-3| holds, the ">=" one does not
+    assert preserved_fraction(np.array([0.0, 1.0, 3.0]), loc, decimals=0) == 0.5
+    assert preserved_fraction(np.array([0.0, 1.0, 2.0]), loc, decimals=0) == 1.0   # a tie
+
+
+# ---------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("parameters, match", [
+    ({"segment": 2}, "segment"), ({"segment": 10.5}, "segment"),
+    ({"sample": 0.0}, "sample"), ({"sample": 1.01}, "sample"),
+    ({"iterations": 0}, "iterations"), ({"n_jobs": 0}, "n_jobs"), ({"seed": -1}, "seed"),
+])
+def test_bad_parameters_are_refused(parameters, match):
+    with pytest.raises(InvalidParameter, match=match) as caught:
+        PatternPreservingRelease(**parameters).fit(small_table())
+    assert caught.value.hint
+
+
+def test_bad_columns_are_refused():
+    table = small_table()
+    with pytest.raises(UnsupportedType, match="sex"):
+        PatternPreservingRelease().fit(table.assign(sex=["F"] * len(table)))
+    with pytest.raises(InsufficientData, match="constant"):
+        PatternPreservingRelease().fit(table.assign(age=40))
+    with pytest.raises(InsufficientData, match="non-NULL"):
+        PatternPreservingRelease().fit(table.assign(age=np.nan))
+    with pytest.raises(InvalidParameter, match="do not contain"):
+        PatternPreservingRelease(bounds={"age": (20, 120)}).fit(table)
+    with pytest.raises(InvalidParameter, match="unknown"):
+        PatternPreservingRelease(bounds={"height": (0, 3)}).fit(table)
+    with pytest.raises(InvalidParameter, match="infinite"):
+        PatternPreservingRelease().fit(table.assign(score=np.inf))
