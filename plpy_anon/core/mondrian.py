@@ -144,22 +144,27 @@ class Mondrian:
         """Rows left of the best allowable tie-aware median cut on attribute ``a`` (0 = none)."""
         starts, sizes = level.starts[parts], level.sizes[parts]
         n_lt, n_le = level.tie_counts(a, parts)
-        ok_lt = self._allowable(level.orders[a], starts, sizes, n_lt)
-        ok_le = self._allowable(level.orders[a], starts, sizes, n_le)
+        ok_lt = self._allowable(level, a, starts, sizes, n_lt)
+        ok_le = self._allowable(level, a, starts, sizes, n_le)
         lt_balanced = np.abs(2 * n_lt - sizes) <= np.abs(2 * n_le - sizes)
         return np.where(ok_lt & (lt_balanced | ~ok_le), n_lt, np.where(ok_le, n_le, 0))
 
-    def _allowable(self, order, starts, sizes, n_left):
+    def _allowable(self, level, a, starts, sizes, n_left):
+        """Cuts keeping >= k rows (and >= l distinct sensitive values) on both sides."""
         ok = (n_left >= self._k) & (sizes - n_left >= self._k)
         if self._l is None or not ok.any():
             return ok
         idx = np.flatnonzero(ok)
-        s, nl, size = starts[idx], n_left[idx], sizes[idx]
-        range_starts = np.concatenate([s, s + nl])
-        range_ends = np.concatenate([s + nl, s + size])
-        for values in self._sensitive:
-            distinct = _distinct_in_ranges(values, order, range_starts, range_ends)
-            ok[idx] &= (distinct[: idx.size] >= self._l) & (distinct[idx.size:] >= self._l)
+        s, cut, end = starts[idx], starts[idx] + n_left[idx], starts[idx] + sizes[idx]
+        for j, values in enumerate(self._sensitive):
+            if values.dtype.kind == "u":           # one bit per value: distinct = popcount(OR)
+                left, right = _distinct_by_bitmask(level.sensitive_in_layout(a, j, values),
+                                                   s, cut, end)
+            else:
+                distinct = _distinct_in_ranges(values, level.orders[a],
+                                               np.concatenate([s, cut]), np.concatenate([cut, end]))
+                left, right = distinct[: idx.size], distinct[idx.size:]
+            ok[idx] &= (left >= self._l) & (right >= self._l)
         return ok
 
     @staticmethod
@@ -263,7 +268,18 @@ class _Level:
         self.orders, self.sizes, self._codes = orders, sizes, codes
         self.starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         self._sorted, self._keys, self._segment_base = {}, {}, None
+        self._sensitive_cache = {}
         self._key_width = key_width                # > every code: keys stay monotone
+
+    def sensitive_in_layout(self, a, j, values):
+        """Sensitive column ``j`` (bitmask form) in the layout of attribute ``a``, plus a zero
+        sentinel so that a partition ending at the last position is a valid reduceat index."""
+        if (a, j) not in self._sensitive_cache:
+            order = self.orders[a]
+            padded = np.zeros(order.size + 1, dtype=values.dtype)
+            np.take(values, order, out=padded[:-1])
+            self._sensitive_cache[a, j] = padded
+        return self._sensitive_cache[a, j]
 
     def sorted_codes(self, a):
         """Codes of attribute ``a`` in its layout (sorted inside each partition)."""
@@ -340,6 +356,18 @@ def _distinct_per_segment(sorted_codes, starts):
     return np.add.reduceat(change, starts, dtype=np.int64)
 
 
+def _distinct_by_bitmask(bits, starts, cuts, ends):
+    """Distinct values in ``[start, cut)`` and ``[cut, end)``: popcount of the OR of the bits.
+
+    The three boundaries of every partition go to one ``bitwise_or.reduceat`` (increasing
+    indices; the slots between partitions are computed and ignored). ``bits`` ends with a zero
+    sentinel, so ``end`` may be the last real position + 1.
+    """
+    bounds = np.stack([starts, cuts, ends], axis=1).ravel()
+    ors = np.bitwise_or.reduceat(bits, bounds).reshape(-1, 3)
+    return np.bitwise_count(ors[:, 0]), np.bitwise_count(ors[:, 1])
+
+
 def _distinct_in_ranges(values, order, range_starts, range_ends):
     """Distinct ``values[order[p]]`` for p in each range ``[start, end)`` (ranges may overlap)."""
     lengths = range_ends - range_starts
@@ -375,9 +403,18 @@ def _narrow(codes, n_codes):
 
 
 def _dense_sensitive(sensitive):
+    """Sensitive columns as dense codes; as one-bit masks when they have <= 64 values (in the
+    narrowest unsigned type that fits, to keep the per-level gathers small)."""
     values = np.asarray(sensitive)
     values = values.reshape(values.shape[0], -1)
-    return [np.unique(col, return_inverse=True)[1].astype(np.int64) for col in values.T]
+    dense = [np.unique(col, return_inverse=True)[1].astype(np.int64) for col in values.T]
+    return [_one_bit_masks(c) if c.max() < 64 else c for c in dense]
+
+
+def _one_bit_masks(codes):
+    dtype = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
+                 if codes.max() < np.iinfo(t).bits)
+    return np.left_shift(dtype(1), codes.astype(dtype))
 
 
 def _number_by_first_row(labels):

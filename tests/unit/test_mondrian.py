@@ -323,3 +323,19 @@ def test_stable_argsort_matches_numpy(dtype, high):
     order = _stable_argsort(codes)
     assert order.dtype == np.int32
     np.testing.assert_array_equal(order, np.argsort(codes, kind="stable"))
+
+
+@pytest.mark.parametrize("n_values", [8, 9, 33, 64, 65, 90])
+def test_l_diversity_bitmask_widths_and_sort_fallback_equal_reference(n_values):
+    # <= 64 sensitive values use one-bit masks (uint8/16/32/64), more use a sort-based count
+    rng = np.random.default_rng(n_values)
+    for k, l in ((2, 2), (3, 3), (5, 4)):
+        n = 150
+        columns = [_random_column(kind, f"q{i}", n, rng) for i, kind in enumerate(KINDS)]
+        sensitive = np.concatenate([np.arange(n_values),
+                                    rng.integers(0, n_values, n - n_values)]) * 1000
+        rng.shuffle(sensitive)
+        model = Mondrian(k=k, l=l).fit(columns, sensitive)
+        for cls in range(model.n_classes_):
+            assert len(set(sensitive[model.labels_ == cls])) >= l
+        np.testing.assert_array_equal(model.labels_, reference_mondrian(columns, k, l, sensitive))
