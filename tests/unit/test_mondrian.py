@@ -245,7 +245,7 @@ def test_larger_tables_many_qis_equal_reference(seed, k):
     np.testing.assert_array_equal(model.labels_, reference_mondrian(columns, k))
 
 
-def test_rows_with_identical_qis_share_a_class_only_if_forced():
+def test_two_blocks_of_duplicates_give_two_classes():
     # 20 copies of one record and 20 of another: exactly two classes at k = 10
     col = encode_categorical("c", ["a"] * 20 + ["b"] * 20)
     model = Mondrian(k=10).fit([col])
