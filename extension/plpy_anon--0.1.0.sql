@@ -63,6 +63,50 @@ CREATE TYPE anon.partition AS (
 );
 
 -------------------------------------------------------------------------------
+-- incremental/010-workload.sql
+-- Issue 3: the workload store (the analysts' queries) and what is learned from it.
+
+CREATE TABLE anon.workload (
+    query_id    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    query       text        NOT NULL CHECK (pg_catalog.btrim(query) <> ''),
+    frequency   bigint      NOT NULL DEFAULT 1 CHECK (frequency > 0),
+    executed_at timestamptz,
+    origin      text        NOT NULL DEFAULT 'sql',
+    added_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+COMMENT ON TABLE anon.workload IS
+    'Query texts of the analysts'' workload (with how often they ran): filled by INSERT, anon.add_queries or the client''s load-queries; read by anon.learn_priorities together with pg_stat_statements.';
+
+CREATE TABLE anon.priorities (
+    source      regclass         NOT NULL,
+    column_name name             NOT NULL,
+    projection  bigint           NOT NULL,
+    selection   bigint           NOT NULL,
+    group_by    bigint           NOT NULL,
+    order_by    bigint           NOT NULL,
+    weight      double precision NOT NULL CHECK (weight >= 0),
+    PRIMARY KEY (source, column_name)
+);
+COMMENT ON TABLE anon.priorities IS
+    'Priority weight of each column learned from the workload (weight = share * projection/total projection + (1 - share) * selection/total selection); used by mondrian_view(priorities => ''learned'').';
+
+CREATE TABLE anon.workload_profiles (
+    source           regclass         PRIMARY KEY,
+    learned_at       timestamptz      NOT NULL DEFAULT pg_catalog.now(),
+    projection_share double precision NOT NULL,
+    report           jsonb            NOT NULL,
+    cut_points       jsonb            NOT NULL DEFAULT '{}',
+    constants        jsonb            NOT NULL DEFAULT '{}'
+);
+COMMENT ON TABLE anon.workload_profiles IS
+    'Per source table: when priorities were learned, what happened to the statements (report), and the predicate constants and cut points of the workload.';
+
+SELECT pg_catalog.pg_extension_config_dump('anon.workload', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.workload_query_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.priorities', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.workload_profiles', '');
+
+-------------------------------------------------------------------------------
 -- idempotent/010-info.sql
 -- What the backend really runs: the interpreter, our package, and its dependencies.
 
@@ -482,6 +526,303 @@ if "plpy_anon" not in GD:
 from plpy_anon.db import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
+
+-------------------------------------------------------------------------------
+-- idempotent/050-workload.sql
+-- Issue 3: application-aware releases. The analysts' workload (pg_stat_statements, anon.workload,
+-- server logs loaded by the client) -> attribute priorities and predicate cut points ->
+-- prioritized Mondrian -> the release report (C_DM, C_WDM, NCP, workload precision).
+
+CREATE OR REPLACE FUNCTION anon.add_queries(
+    queries     text[],
+    frequencies bigint[]      DEFAULT NULL,
+    executed_at timestamptz[] DEFAULT NULL,
+    origin      text          DEFAULT 'sql'
+)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    added bigint;
+BEGIN
+    IF frequencies IS NOT NULL AND cardinality(frequencies) <> cardinality(queries) THEN
+        RAISE EXCEPTION 'add_queries got % queries but % frequencies', cardinality(queries), cardinality(frequencies)
+            USING ERRCODE = '22023', HINT = 'Give one frequency per query, or leave frequencies NULL (each query ran once).';
+    END IF;
+    IF executed_at IS NOT NULL AND cardinality(executed_at) <> cardinality(queries) THEN
+        RAISE EXCEPTION 'add_queries got % queries but % timestamps', cardinality(queries), cardinality(executed_at)
+            USING ERRCODE = '22023', HINT = 'Give one timestamp per query, or leave executed_at NULL.';
+    END IF;
+    INSERT INTO anon.workload (query, frequency, executed_at, origin)
+    SELECT q.query, coalesce(q.frequency, 1), q.executed_at, coalesce(add_queries.origin, 'sql')
+    FROM unnest(queries, frequencies, executed_at) AS q(query, frequency, executed_at)
+    WHERE q.query IS NOT NULL AND btrim(q.query) <> '';
+    GET DIAGNOSTICS added = ROW_COUNT;
+    RETURN added;
+END
+$$;
+COMMENT ON FUNCTION anon.add_queries(text[], bigint[], timestamptz[], text) IS
+    'Adds query texts (with optional frequencies and execution times) to the workload store anon.workload; returns how many were added.';
+
+CREATE OR REPLACE FUNCTION anon.learn_priorities(
+    source                 regclass,
+    projection_share       double precision DEFAULT 0.5,
+    use_pg_stat_statements boolean          DEFAULT true
+)
+RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by bigint,
+               order_by bigint, weight double precision)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import workload
+return workload.learn_priorities(plpy, source, projection_share=projection_share,
+                                 use_pg_stat_statements=use_pg_stat_statements)
+$$;
+COMMENT ON FUNCTION anon.learn_priorities(regclass, double precision, boolean) IS
+    'Parses the workload (anon.workload, and pg_stat_statements when installed), counts how each column of the table is used (SELECT list, WHERE/JOIN/HAVING, GROUP BY, ORDER BY), stores the normalized weights in anon.priorities and the predicate cut points in anon.workload_profiles, and returns the weights. Unparseable statements are counted in a NOTICE, never fatal.';
+
+CREATE OR REPLACE FUNCTION anon.mondrian_view(
+    source            regclass,
+    k                 integer,
+    priorities        text,
+    l                 integer          DEFAULT NULL,
+    quasi_identifiers text[]           DEFAULT NULL,
+    sensitive         text[]           DEFAULT NULL,
+    identifiers       text[]           DEFAULT NULL,
+    target            text             DEFAULT NULL,
+    metric_weights    jsonb            DEFAULT NULL,
+    cut_points        boolean          DEFAULT NULL,
+    cut_tolerance     double precision DEFAULT 0.25,
+    release_name      text             DEFAULT NULL,
+    release_schema    text             DEFAULT 'release',
+    replace           boolean          DEFAULT false
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import prioritized_mondrian
+return prioritized_mondrian.mondrian_view(
+    plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers,
+    sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights,
+    cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name,
+    release_schema=release_schema, replace=replace, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean) IS
+    'Prioritized Mondrian release (materialized view): priorities => ''learned'' (from anon.learn_priorities), a JSON object of column weights, or ''none''; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload''s predicate constants. Returns the release''s qualified name.';
+
+CREATE OR REPLACE FUNCTION anon.mondrian_view(
+    source            regclass,
+    k                 integer,
+    priorities        jsonb,
+    l                 integer          DEFAULT NULL,
+    quasi_identifiers text[]           DEFAULT NULL,
+    sensitive         text[]           DEFAULT NULL,
+    identifiers       text[]           DEFAULT NULL,
+    target            text             DEFAULT NULL,
+    metric_weights    jsonb            DEFAULT NULL,
+    cut_points        boolean          DEFAULT NULL,
+    cut_tolerance     double precision DEFAULT 0.25,
+    release_name      text             DEFAULT NULL,
+    release_schema    text             DEFAULT 'release',
+    replace           boolean          DEFAULT false
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import prioritized_mondrian
+return prioritized_mondrian.mondrian_view(
+    plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers,
+    sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights,
+    cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name,
+    release_schema=release_schema, replace=replace, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean) IS
+    'Prioritized Mondrian release with explicit weights, e.g. priorities => ''{"age": 1, "sex": 0}''::jsonb (see the text overload for the other arguments).';
+
+-- The partitioning run behind a prioritized Mondrian release (STABLE: same snapshot as the
+-- release query that joins its result back to the source by ctid).
+CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition(release_id integer)
+RETURNS anon.partition
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import prioritized_mondrian
+return prioritized_mondrian.partition(plpy, GD, release_id)
+$$;
+
+CREATE OR REPLACE FUNCTION anon.release_report(release text)
+RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, classes integer,
+               row_count bigint, c_dm bigint, c_wdm double precision, ncp_percent double precision,
+               ncp_per_attribute jsonb, weights jsonb, workload_queries integer,
+               mean_precision double precision, mean_recall double precision,
+               weighted_precision double precision, weighted_recall double precision)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import workload
+return workload.release_report(plpy, release)
+$$;
+COMMENT ON FUNCTION anon.release_report(text) IS
+    'Utility of a Mondrian-family release: k, C_DM, weighted discernibility C_WDM (learned, else the release''s, else equal weights), NCP overall and per attribute, and the precision/recall of the stored workload''s predicates on the quasi-identifiers; the figures are also stored in anon.releases.metrics.';
+
+CREATE OR REPLACE FUNCTION anon.workload_precision(release text)
+RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows bigint,
+               answer_precision double precision, answer_recall double precision)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import workload
+return workload.workload_precision(plpy, release)
+$$;
+COMMENT ON FUNCTION anon.workload_precision(text) IS
+    'Per stored query with a predicate on the release''s quasi-identifiers: rows satisfying it in the source, rows whose released class may satisfy it, precision and recall.';
 
 -------------------------------------------------------------------------------
 -- idempotent/900-privileges.sql

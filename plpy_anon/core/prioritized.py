@@ -33,7 +33,7 @@ would cost too much balance (default tolerance 0.25: a 25/75 split is accepted).
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -130,7 +130,7 @@ class PrioritizedMondrian(Mondrian):
             n_left = _segment_bound(order, codes, starts, starts + sizes, b + 1, strict=True)
             n_left = n_left - starts
             ok = exists & (n_left > 0) & (n_left < sizes)
-            ok &= self._allowable(order, starts, sizes, n_left)
+            ok &= self._allowable(level, a, starts, sizes, n_left)
             gap = np.abs(2 * n_left - sizes)
             better = ok & (gap < best_gap)
             best_left = np.where(better, n_left, best_left)

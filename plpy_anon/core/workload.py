@@ -25,8 +25,8 @@ C_DM and releases ranked by different weight vectors stay comparable.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -139,7 +139,7 @@ class ClassRegions:
         return int(self.codes.max()) + 1 if self.codes.size else 0
 
     @classmethod
-    def from_rows(cls, data: pd.DataFrame, labels) -> "ClassRegions":
+    def from_rows(cls, data: pd.DataFrame, labels) -> ClassRegions:
         """Tight regions: the [min, max] of numeric columns and the value sets of the others."""
         codes = _class_codes(data, labels)
         n_classes = int(codes.max()) + 1
@@ -301,7 +301,7 @@ class WorkloadPrecision:
 
     def as_dict(self) -> dict:
         return {
-            "queries": int(len(self.per_query)),
+            "queries": len(self.per_query),
             "mean_precision": self.mean_precision,
             "mean_recall": self.mean_recall,
             "weighted_precision": self.weighted_precision,

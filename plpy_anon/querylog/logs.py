@@ -17,15 +17,15 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from plpy_anon.core.errors import InvalidParameter
 
 CSV_LOG_TIME, CSV_SEVERITY, CSV_MESSAGE = 0, 11, 13
 
 _STATEMENT = re.compile(
-    r"\A(?:duration: (?P<ms>[0-9.]+) ms\s+)?(?:statement|execute [^:]*): (?P<sql>.*)\Z", re.S
+    r"\A(?:duration: (?P<ms>[0-9.]+) ms\s+)?(?:statement|execute [^:]*): (?P<sql>.*)\Z", re.DOTALL
 )
 _SEVERITIES = (
     r"LOG|ERROR|WARNING|NOTICE|INFO|DEBUG[1-5]?|FATAL|PANIC|DETAIL|HINT|CONTEXT|STATEMENT|QUERY"
@@ -107,7 +107,7 @@ def _stderr_entries(lines: Iterable[str]) -> Iterator[tuple[str, str | None, str
         header = None if line.startswith("\t") else _STDERR_ENTRY.match(line)
         if header is None:
             if severity is not None:  # continuation of the current entry
-                message_lines.append(line[1:] if line.startswith("\t") else line)
+                message_lines.append(line.removeprefix("\t"))
             continue
         if severity is not None:
             yield severity, timestamp, "\n".join(message_lines)

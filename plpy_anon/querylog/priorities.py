@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
+from sqlglot import exp
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
 from plpy_anon.core.workload import AllOf, AnyOf, Condition
@@ -50,7 +51,6 @@ from plpy_anon.querylog.resolve import (
     ResolveError,
     resolve_statement,
 )
-from sqlglot import exp
 
 NUMERIC_TYPES = frozenset(
     {
@@ -91,6 +91,7 @@ class PriorityLearner:
     cut_points_ : dict numeric column -> DataFrame (threshold, left_inclusive, frequency).
     queries_ : list of (predicate tree over column names, frequency), one per distinct statement
         with a bounded WHERE on the table -- the workload of :func:`workload_precision`.
+    query_texts_ : the normalized statement text of each entry of ``queries_``.
     report_ : dict of what happened to the statements (parsed, failed, other tables, ...).
     elapsed_seconds_ : time fit took.
     """
@@ -101,7 +102,7 @@ class PriorityLearner:
         self.default_schema = default_schema
 
     # ------------------------------------------------------------------------------------
-    def fit(self, statements: Iterable, catalog: dict) -> "PriorityLearner":
+    def fit(self, statements: Iterable, catalog: dict) -> PriorityLearner:
         """``statements``: texts or ``(text, frequency)`` pairs; ``catalog``:
         ``{schema: {table: {column: type}}}`` (every table the statements may read)."""
         started = time.perf_counter()
@@ -136,6 +137,7 @@ class PriorityLearner:
             c: cut_points(self.constants_[c]) for c in numeric if c in self.constants_
         }
         self.queries_ = accumulator.queries
+        self.query_texts_ = accumulator.query_texts
         self.report_ = report
         self.elapsed_seconds_ = time.perf_counter() - started
         return self
@@ -249,6 +251,7 @@ class _Accumulator:
         self.counts = {clause: Counter() for clause in CLAUSES}
         self.constants = defaultdict(Counter)
         self.queries = []
+        self.query_texts = []
         self.outcomes = Counter()
         self.errors = []
         self.n_used = 0
@@ -288,6 +291,7 @@ class _Accumulator:
         predicate = localize_predicate(resolved.where, self.schema, self.table)
         if predicate is not None:
             self.queries.append((predicate, frequency))
+            self.query_texts.append(statement.text)
 
     def _mentions_table(self, expression) -> bool:
         """Cheap pre-filter on the raw parse: skip qualification of statements that cannot
@@ -323,13 +327,13 @@ class _Accumulator:
 
 
 __all__ = [
-    "PriorityLearner",
-    "learn_priorities",
-    "combine_counts",
-    "cut_points",
-    "localize_predicate",
-    "is_numeric_type",
-    "split_table_name",
     "GROUP_BY",
     "ORDER_BY",
+    "PriorityLearner",
+    "combine_counts",
+    "cut_points",
+    "is_numeric_type",
+    "learn_priorities",
+    "localize_predicate",
+    "split_table_name",
 ]

@@ -31,24 +31,24 @@ import warnings
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from sklearn.model_selection import StratifiedKFold, cross_val_score  # noqa: E402
-from sklearn.naive_bayes import GaussianNB  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import StratifiedKFold, cross_val_score
+from sklearn.naive_bayes import GaussianNB
 
-from plpy_anon.core.encoding import encode_categorical, encode_numeric  # noqa: E402
-from plpy_anon.core.mondrian import Mondrian  # noqa: E402
-from plpy_anon.core.prioritized import PrioritizedMondrian  # noqa: E402
-from plpy_anon.core.workload import (  # noqa: E402
+from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.workload import (
     discernibility,
     released_values,
     restrict_predicate,
     weighted_discernibility,
     workload_precision,
 )
-from plpy_anon.querylog.priorities import PriorityLearner  # noqa: E402
-from tests.bench.common import DATA, adult, markdown_table, results_dir  # noqa: E402
+from plpy_anon.querylog.priorities import PriorityLearner
+from tests.bench.common import DATA, adult, markdown_table, results_dir
 
 ADULT_QIS = ["age", "sex", "race", "marital_status", "education_num", "workclass", "occupation",
              "native_country"]
@@ -308,15 +308,15 @@ def main():
     plot_adult(adult_rows, out / "workload_adult.png")
     print(adult_rows.to_string(index=False))
     sections += ["## Adult: C_DM and C_WDM, prioritized vs Mondrian\n",
-                 f"Priorities: favoured attribute 1, others {OTHER_WEIGHT}. "
-                 "![adult](workload_adult.png)\n", _md(adult_rows), ""]
+                 (f"Priorities: favoured attribute 1, others {OTHER_WEIGHT}. "
+                 "![adult](workload_adult.png)\n"), _md(adult_rows), ""]
 
     credit_rows, chosen = credit_experiment(credit())
     plot_credit(credit_rows, out / "workload_credit.png")
     print(credit_rows.to_string(index=False))
     sections += ["## Credit screening: Naive Bayes 10-fold CV accuracy\n",
-                 f"Prioritized attributes (best single-attribute accuracy): A16 task "
-                 f"{chosen['A16']}, A3 task {chosen['A3']}. ![credit](workload_credit.png)\n",
+                 (f"Prioritized attributes (best single-attribute accuracy): A16 task "
+                 f"{chosen['A16']}, A3 task {chosen['A3']}. ![credit](workload_credit.png)\n"),
                  _md(credit_rows), ""]
 
     precision_rows, learner, n_queries = workload_experiment(data)
@@ -329,8 +329,8 @@ def main():
     sections += ["## Workload precision (400 generated queries)\n",
                  f"{n_queries} queries with a predicate on the QIs. Learned priorities:\n",
                  _md(summary), "", "![precision](workload_precision.png)\n", _md(precision_rows),
-                 "", f"Learning priorities from 100,000 logged statements ({distinct} distinct): "
-                 f"**{seconds:.2f} s**.\n"]
+                 "", (f"Learning priorities from 100,000 logged statements ({distinct} distinct): "
+                 f"**{seconds:.2f} s**.\n")]
     (out / "workload.md").write_text("\n".join(sections))
     print(f"wrote {out / 'workload.md'}")
 

@@ -10,7 +10,12 @@ from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian, _normalized_gain
-from plpy_anon.core.workload import Condition, released_values, weighted_discernibility, workload_precision
+from plpy_anon.core.workload import (
+    Condition,
+    released_values,
+    weighted_discernibility,
+    workload_precision,
+)
 
 
 def columns_of(frame):

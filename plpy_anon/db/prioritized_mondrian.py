@@ -1,0 +1,256 @@
+"""Prioritized Mondrian releases: ``anon.mondrian_view(..., priorities => ...)``.
+
+The release is built exactly like a plain Mondrian release (same materialized-view query, same
+released column types, refresh by ``REFRESH MATERIALIZED VIEW``); only the partitioning run
+differs: ``anon._prioritized_mondrian_partition`` runs
+:class:`~plpy_anon.core.prioritized.PrioritizedMondrian` with the parameters recorded in the
+catalog. Learned priorities and cut points are copied into the release's parameters when it is
+created, so a refresh re-anonymizes current data with the priorities the release was made with
+(learn again and recreate with ``replace => true`` to follow a changed workload).
+
+``priorities``: ``'learned'`` (anon.priorities of the source), a JSON object of column weights,
+``'none'`` / NULL (no priority metric; useful with ``target``). ``cut_points``: NULL means "yes
+with learned priorities, no otherwise"; true takes the cut points of the source's stored workload
+profile (``anon.learn_priorities`` first).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
+from plpy_anon.core.generalize import class_bounds
+from plpy_anon.core.metrics import release_metrics
+from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.workload import normalize_weights, released_values, weighted_discernibility
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import mondrian, releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.reader import read_columns
+from plpy_anon.db.sqltext import ident, run
+
+METHOD = "prioritized_mondrian"
+PLAIN_PARTITION = "anon._mondrian_partition("
+OWN_PARTITION = "anon._prioritized_mondrian_partition("
+
+
+@sql_entry
+def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitive, identifiers,
+                  target, metric_weights, cut_points, cut_tolerance, release_name,
+                  release_schema, replace, GD=None):
+    tbl = catalog.table(plpy, source)
+    k = mondrian.check_k(k)
+    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
+                                  sensitive=sensitive, identifiers=identifiers)
+    qis = [c for c, role in roles if role == "quasi_identifier"]
+    sens = [c for c, role in roles if role == "sensitive"]
+    if not qis:
+        raise InvalidParameter(
+            f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
+            hint="Declare some with anon.set_column_role or pass quasi_identifiers => ARRAY[...].")
+    for col in qis:
+        catalog.check_quasi_identifier(tbl, col)
+    l = mondrian.check_l(l, sens)
+    qi_names = [c.name for c in qis]
+    weights, origin = resolve_priorities(plpy, tbl, priorities, qi_names)
+    use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
+    cuts = learned_cut_points(plpy, tbl, qi_names) if use_cuts else {}
+    if target is not None:
+        catalog.column_named(tbl, catalog.table_columns(plpy, tbl), target)
+    hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
+    parameters = {
+        "k": k, "l": l,
+        "quasi_identifiers": qi_names,
+        "sensitive": [c.name for c in sens],
+        "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
+        "released": [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")],
+        "dropped": [c.name for c, role in roles if role in ("identifier", "ignored")],
+        "priorities": weights, "priorities_origin": origin, "target": target,
+        "metric_weights": _json(metric_weights), "cut_points": cuts,
+        "cut_tolerance": cut_tolerance,
+    }
+    # validate everything the partitioning run will use now, before anything is created
+    PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
+                        cut_tolerance=cut_tolerance)._check_tolerance()
+    name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "") + "_prioritized"
+
+    def build(release_id, qualified):
+        query = mondrian.release_query(plpy, tbl, roles, parameters, release_id)
+        if PLAIN_PARTITION not in query:  # the shared query shape changed: fail loudly
+            raise RuntimeError("mondrian.release_query no longer calls anon._mondrian_partition")
+        query = query.replace(PLAIN_PARTITION, OWN_PARTITION, 1)
+        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query}")
+
+    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
+                                  release_schema=release_schema, release_name=name,
+                                  replace=replace, parameters=parameters, build=build)
+    return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def resolve_priorities(plpy, tbl, priorities, qi_names):
+    """(normalized weights over the QIs or None, origin) from the ``priorities`` argument."""
+    value = _json(priorities) if isinstance(priorities, str) and priorities.strip()[:1] in "{[" \
+        else priorities
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None, None
+    if isinstance(value, str):
+        if value.strip().lower() != "learned":
+            raise InvalidParameter(
+                f"priorities => {value!r} is not understood",
+                hint="Pass 'learned', 'none', or a JSON object such as '{\"age\": 1, \"sex\": 0}'.")
+        return learned_priorities(plpy, tbl, qi_names), "learned"
+    if not isinstance(value, dict):
+        raise InvalidParameter(
+            "priorities must be a JSON object of column weights",
+            hint='e.g. priorities => \'{"age": 1, "sex": 0.5}\'::jsonb')
+    return normalize_weights(value, qi_names), "explicit"
+
+
+def learned_priorities(plpy, tbl, qi_names):
+    rows = run(plpy, "SELECT column_name::text AS c, weight FROM anon.priorities "
+                     "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
+    if not rows:
+        raise UndefinedObject(
+            f"no learned priorities for {tbl.schema}.{tbl.name}",
+            hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or pass explicit "
+                 "priorities.")
+    learned = {r["c"]: float(r["weight"]) for r in rows if r["c"] in qi_names}
+    if not any(learned.values()):
+        raise InvalidParameter(
+            f"the workload never uses a quasi-identifier of {tbl.schema}.{tbl.name}",
+            hint="All learned weights of the quasi-identifiers are 0; load queries that use them "
+                 "or pass explicit priorities.")
+    return normalize_weights(learned, qi_names)
+
+
+def learned_cut_points(plpy, tbl, qi_names):
+    """{column: [[threshold, left_inclusive], ...]} of the QIs, from the stored profile."""
+    rows = run(plpy, "SELECT cut_points FROM anon.workload_profiles "
+                     "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
+    if not rows:
+        raise UndefinedObject(
+            f"no workload profile for {tbl.schema}.{tbl.name}: cut points are learned with it",
+            hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or pass "
+                 "cut_points => false.")
+    stored = _json(rows[0]["cut_points"]) or {}
+    return {c: cuts for c, cuts in stored.items() if c in qi_names}
+
+
+# ---------------------------------------------------------------------------- partitioning run
+
+def load_release_rows(plpy, release, *, with_target=True):
+    """Read a Mondrian-family release's source once: (tbl, qis, encoded, frame, sensitive,
+    target, data). ``frame`` holds the original QI values (numbers / text) for the metrics."""
+    params = _json(release["parameters"])
+    tbl = catalog.table(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    qis = [_column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
+    l = params.get("l")
+    sens = [_column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
+    target_name = params.get("target") if with_target else None
+    target_col = [_column_for(tbl, cols, target_name)] if target_name else []
+    numeric = [c for c in qis if c.kind == "numeric"]
+    categorical = [c for c in qis if c.kind == "categorical"]
+    extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
+    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra))
+    k = int(params["k"])
+    if data.n_rows == 0:
+        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
+                               hint="Load rows first; a release of no rows protects nothing.")
+    if data.n_rows < k:
+        raise InsufficientData(
+            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
+            hint=f"Use k <= {data.n_rows}, or release a larger table.")
+    hierarchical = set(params.get("hierarchies", []))
+    encoded, frame = [], {}
+    for col in qis:
+        d = data.columns[col.name]
+        if col.kind == "numeric":
+            encoded.append(encode_numeric(col.name, d.values, d.null_mask))
+            values = d.values.astype(float)
+            if d.null_mask is not None:
+                values[d.null_mask] = np.nan
+            frame[col.name] = values
+        else:
+            hierarchy = (catalog.load_hierarchy(plpy, tbl, col.name)
+                         if col.name in hierarchical else None)
+            if col.name in hierarchical and hierarchy is None:
+                raise InvalidParameter(
+                    f'the hierarchy of column "{col.name}" was dropped after the release was '
+                    "created",
+                    hint="Register it again with anon.set_hierarchy, or recreate the release.")
+            encoded.append(encode_categorical(col.name, d.values, hierarchy))
+            frame[col.name] = d.values
+    sensitive = None
+    if sens:
+        sensitive = np.column_stack([
+            pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0] for c in sens])
+    target = None
+    if target_col:
+        target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
+    return tbl, qis, encoded, pd.DataFrame(frame), sensitive, target, data
+
+
+def _unique(cols):
+    seen, out = set(), []
+    for c in cols:
+        if c.name not in seen:
+            seen.add(c.name)
+            out.append(c)
+    return out
+
+
+def _column_for(tbl, cols, name):
+    if name not in cols:
+        raise InvalidParameter(
+            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
+            hint="Recreate the release with replace => true after changing the table.")
+    return cols[name]
+
+
+def model_for(release):
+    """The core model a Mondrian-family release was made with."""
+    params = _json(release["parameters"])
+    return PrioritizedMondrian(
+        k=int(params["k"]), l=params.get("l"), priorities=params.get("priorities"),
+        metric_weights=params.get("metric_weights"),
+        cut_points={c: [tuple(x) for x in cuts] for c, cuts in
+                    (params.get("cut_points") or {}).items()},
+        cut_tolerance=params.get("cut_tolerance", 0.25))
+
+
+@sql_entry
+def partition(plpy, GD, release_id: int):
+    started = time.monotonic()
+    release = releases.by_id(plpy, release_id)
+    params = _json(release["parameters"])
+    _tbl, qis, encoded, frame, sensitive, target, data = load_release_rows(plpy, release)
+    read_s = time.monotonic() - started
+    t0 = time.monotonic()
+    model = model_for(release).fit(encoded, sensitive, target=target)
+    partition_s = time.monotonic() - t0
+    labels = model.labels_
+    bounds = class_bounds(encoded, labels, model.n_classes_)
+    classes = {f"q{i}": mondrian.class_literals(col, bounds[col.name])
+               for i, col in enumerate(qis)}
+    metrics = release_metrics(encoded, labels, int(params["k"]))
+    if params.get("priorities"):
+        metrics["c_wdm"] = weighted_discernibility(released_values(frame, labels),
+                                                   params["priorities"])
+    metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
+                          "python_total": round(time.monotonic() - started, 4)}
+    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=metrics["achieved_k"],
+                       metrics=metrics, started=started)
+    return {
+        "row_ctids": data.row_ctids,
+        "class_ids": "{" + ",".join(map(str, labels.tolist())) + "}",
+        "classes": json.dumps(classes),
+    }

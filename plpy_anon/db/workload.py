@@ -1,0 +1,262 @@
+"""The workload store, ``anon.learn_priorities``, ``anon.release_report``, ``anon.workload_precision``.
+
+Sources of statements, read in one query each:
+
+* ``anon.workload`` (query text, frequency): filled by SQL (``anon.add_queries``, INSERT) or by
+  the client from server logs (``plpy_anon.client.querylog.load_queries``);
+* ``pg_stat_statements`` when that extension is installed (its normalized ``$1`` texts, ``calls``
+  as the frequency, this database only). When the view exists but the library is not preloaded,
+  a WARNING says so and the store alone is used.
+
+Unqualified table names in the statements are resolved in the schema of the source table (the
+analysts' search_path is not known inside the server); the catalog given to the resolver holds
+every ordinary table, view and materialized view outside the system schemas.
+
+Learning replaces the source's rows in ``anon.priorities`` and its ``anon.workload_profiles`` row
+in the calling transaction: an error (empty workload, nothing reading the table) stores nothing.
+"""
+from __future__ import annotations
+
+import json
+
+from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.metrics import release_metrics
+from plpy_anon.core.workload import (
+    ClassRegions,
+    discernibility,
+    normalize_weights,
+    released_values,
+    restrict_predicate,
+    weighted_discernibility,
+)
+from plpy_anon.core.workload import (
+    workload_precision as core_workload_precision,
+)
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import prioritized_mondrian, releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.sqltext import run
+from plpy_anon.querylog.priorities import PriorityLearner
+
+MONDRIAN_METHODS = ("mondrian", "prioritized_mondrian")
+
+CATALOG_QUERY = """
+SELECT n.nspname::text AS s, c.relname::text AS t, a.attname::text AS c,
+       pg_catalog.format_type(a.atttypid, a.atttypmod) AS ty
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'anon', 'pg_toast')
+  AND n.nspname NOT LIKE 'pg_temp%'
+ORDER BY 1, 2, a.attnum
+"""
+
+PGSS_SCHEMA = """
+SELECT n.nspname::text AS s FROM pg_catalog.pg_extension e
+JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_stat_statements'
+"""
+
+
+def catalog_schema(plpy) -> dict:
+    """``{schema: {table: {column: type}}}`` of the database, for the statement resolver."""
+    schema: dict = {}
+    for r in run(plpy, CATALOG_QUERY):
+        schema.setdefault(r["s"], {}).setdefault(r["t"], {})[r["c"]] = r["ty"]
+    return schema
+
+
+def stored_statements(plpy, use_pg_stat_statements=True) -> list[tuple[str, int]]:
+    """``(query, frequency)`` from anon.workload and, if available, pg_stat_statements."""
+    statements = [(r["query"], int(r["frequency"])) for r in run(
+        plpy, "SELECT query, sum(frequency)::int8 AS frequency FROM anon.workload GROUP BY query")]
+    if use_pg_stat_statements:
+        statements += pg_stat_statements(plpy)
+    return statements
+
+
+def pg_stat_statements(plpy) -> list[tuple[str, int]]:
+    rows = run(plpy, PGSS_SCHEMA)
+    if not rows:
+        return []
+    view = f"{plpy.quote_ident(rows[0]['s'])}.pg_stat_statements"
+    try:
+        with plpy.subtransaction():
+            found = plpy.execute(
+                f"SELECT query, sum(calls)::int8 AS calls FROM {view} "
+                "WHERE dbid = (SELECT oid FROM pg_catalog.pg_database "
+                "WHERE datname = pg_catalog.current_database()) GROUP BY query")
+    except plpy.SPIError as error:  # installed but not in shared_preload_libraries, no rights
+        plpy.warning(f"pg_stat_statements is installed but cannot be read: {error}",
+                     hint="Add it to shared_preload_libraries (and restart), or grant "
+                          "pg_read_all_stats; anon.workload is used alone.")
+        return []
+    return [(r["query"], int(r["calls"])) for r in found if r["query"] and r["calls"]]
+
+
+def fit_learner(plpy, tbl, statements, projection_share=0.5):
+    learner = PriorityLearner(f"{tbl.schema}.{tbl.name}", projection_share=projection_share,
+                              default_schema=tbl.schema)
+    return learner.fit(statements, catalog_schema(plpy))
+
+
+@sql_entry
+def learn_priorities(plpy, source, *, projection_share, use_pg_stat_statements):
+    tbl = catalog.table(plpy, source)
+    if projection_share is None:
+        raise InvalidParameter("projection_share must not be NULL",
+                               hint="Pass a number in [0, 1]; 0.5 weighs SELECT and WHERE equally.")
+    statements = stored_statements(plpy, use_pg_stat_statements is not False)
+    learner = fit_learner(plpy, tbl, statements, projection_share)
+    store(plpy, tbl, learner)
+    report = learner.report_
+    plpy.notice(
+        f"learned priorities of {tbl.schema}.{tbl.name} from {report['statements']} statements "
+        f"({report['distinct_statements']} distinct): {report['used']} read the table, "
+        f"{report['parse_errors']} did not parse, {report['unresolved']} did not resolve, "
+        f"{report['other_tables']} read other tables, {report['not_queries']} were not queries "
+        f"({learner.elapsed_seconds_:.2f} s)")
+    summary = learner.summary()
+    return [
+        {"column_name": name, "projection": int(row.projection), "selection": int(row.selection),
+         "group_by": int(row.group_by), "order_by": int(row.order_by), "weight": float(row.weight)}
+        for name, row in summary.iterrows()
+    ]
+
+
+def store(plpy, tbl, learner):
+    run(plpy, "DELETE FROM anon.priorities WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
+    counts = learner.counts_
+    run(plpy, """
+        INSERT INTO anon.priorities (source, column_name, projection, selection, group_by,
+                                     order_by, weight)
+        SELECT $1::oid::regclass, c, p, s, g, o, w
+        FROM unnest($2::text[], $3::int8[], $4::int8[], $5::int8[], $6::int8[], $7::float8[])
+             AS u(c, p, s, g, o, w)""",
+        ["oid", "text[]", "int8[]", "int8[]", "int8[]", "int8[]", "float8[]"],
+        [tbl.oid, list(counts.index), counts["projection"].tolist(), counts["selection"].tolist(),
+         counts["group_by"].tolist(), counts["order_by"].tolist(),
+         [float(learner.weights_[c]) for c in counts.index]])
+    cut_points = {c: [[float(r.threshold), bool(r.left_inclusive)] for r in frame.itertuples()]
+                  for c, frame in learner.cut_points_.items()}
+    constants = {c: [{"op": op, "values": list(values), "frequency": int(f)}
+                     for (op, values), f in counter.most_common()]
+                 for c, counter in learner.constants_.items()}
+    run(plpy, """
+        INSERT INTO anon.workload_profiles (source, projection_share, report, cut_points, constants)
+        VALUES ($1::oid::regclass, $2, $3, $4, $5)
+        ON CONFLICT (source) DO UPDATE SET learned_at = pg_catalog.now(),
+            projection_share = EXCLUDED.projection_share, report = EXCLUDED.report,
+            cut_points = EXCLUDED.cut_points, constants = EXCLUDED.constants""",
+        ["oid", "float8", "jsonb", "jsonb", "jsonb"],
+        [tbl.oid, float(learner.projection_share), json.dumps(learner.report_),
+         json.dumps(cut_points), json.dumps(constants, default=str)])
+
+
+# ---------------------------------------------------------------------------- release report
+
+class _ReleaseEvaluation:
+    """A Mondrian-family release re-derived from its source's current rows (what a refresh
+    would publish): labels, original QI values and the workload restricted to the QIs."""
+
+    def __init__(self, plpy, name):
+        self.release = releases.find(plpy, name)
+        if self.release["method"] not in MONDRIAN_METHODS:
+            raise InvalidParameter(
+                f"release {name} was made by method {self.release['method']!r}; the report "
+                "re-derives Mondrian classes",
+                hint=f"Use it on releases of {', '.join(MONDRIAN_METHODS)}.")
+        self.params = prioritized_mondrian._json(self.release["parameters"])
+        (self.tbl, self.qis, self.encoded, self.frame, sensitive, target,
+         _) = prioritized_mondrian.load_release_rows(plpy, self.release)
+        model = prioritized_mondrian.model_for(self.release).fit(
+            self.encoded, sensitive, target=target)
+        self.labels = model.labels_
+        self.n_classes = model.n_classes_
+        self.plpy = plpy
+
+    def weights(self):
+        """Learned priorities of the source, else the release's own, else equal weights."""
+        names = [c.name for c in self.qis]
+        rows = run(self.plpy, "SELECT column_name::text AS c, weight FROM anon.priorities "
+                              "WHERE source = $1::oid::regclass", ["oid"], [self.tbl.oid])
+        learned = {r["c"]: float(r["weight"]) for r in rows if r["c"] in names}
+        if learned and any(learned.values()):
+            return normalize_weights(learned, names), "learned"
+        if self.params.get("priorities"):
+            return normalize_weights(self.params["priorities"], names), "release"
+        return normalize_weights({n: 1.0 for n in names}, names), "equal"
+
+    def workload(self):
+        """(texts, predicates, frequencies) of stored statements bounding the QIs."""
+        evaluable = [c.name for c in self.qis
+                     if c.kind == "categorical"
+                     or catalog.NUMERIC_TYPES[c.type_name][2] in ("int", "float")]
+        statements = stored_statements(self.plpy)
+        if not statements:
+            return [], [], []
+        try:
+            learner = fit_learner(self.plpy, self.tbl, statements)
+        except InsufficientData:  # nothing reads the table: no workload to measure
+            return [], [], []
+        texts, predicates, frequencies = [], [], []
+        for (predicate, frequency), text in zip(learner.queries_, learner.query_texts_):
+            restricted = restrict_predicate(predicate, evaluable)
+            if restricted is not None:
+                texts.append(text)
+                predicates.append(restricted)
+                frequencies.append(frequency)
+        return texts, predicates, frequencies
+
+    def precision(self):
+        texts, predicates, frequencies = self.workload()
+        if not predicates:
+            return texts, None
+        regions = ClassRegions.from_rows(self.frame, self.labels)
+        return texts, core_workload_precision(self.frame, self.labels, predicates, frequencies,
+                                              regions=regions)
+
+
+@sql_entry
+def release_report(plpy, name):
+    ev = _ReleaseEvaluation(plpy, name)
+    k = int(ev.params["k"])
+    metrics = release_metrics(ev.encoded, ev.labels, k)
+    weights, weights_origin = ev.weights()
+    c_wdm = weighted_discernibility(released_values(ev.frame, ev.labels), weights)
+    _texts, precision = ev.precision()
+    workload = precision.as_dict() if precision is not None else {"queries": 0}
+    stored = {"c_wdm": c_wdm, "c_wdm_weights": weights, "c_wdm_weights_origin": weights_origin,
+              "workload": workload}
+    run(plpy, "UPDATE anon.releases SET metrics = metrics || $2 WHERE release_id = $1",
+        ["int4", "jsonb"], [ev.release["release_id"], json.dumps(stored)])
+    return [{
+        "release_name": f"{ev.release['release_schema']}.{ev.release['release_name']}",
+        "method": ev.release["method"], "k": k, "achieved_k": metrics["achieved_k"],
+        "classes": metrics["n_classes"], "row_count": int(ev.labels.size),
+        "c_dm": discernibility(ev.labels), "c_wdm": c_wdm,
+        "ncp_percent": metrics["ncp_percent"],
+        "ncp_per_attribute": json.dumps(metrics["ncp_per_attribute"]),
+        "weights": json.dumps(weights), "workload_queries": workload["queries"],
+        "mean_precision": workload.get("mean_precision"),
+        "mean_recall": workload.get("mean_recall"),
+        "weighted_precision": workload.get("weighted_precision"),
+        "weighted_recall": workload.get("weighted_recall"),
+    }]
+
+
+@sql_entry
+def workload_precision(plpy, name):
+    ev = _ReleaseEvaluation(plpy, name)
+    texts, precision = ev.precision()
+    if precision is None:
+        return []
+    table = precision.per_query
+    return [
+        {"query": text, "frequency": int(row.frequency), "true_rows": int(row.true_rows),
+         "released_rows": int(row.released_rows), "answer_precision": float(row.precision),
+         "answer_recall": float(row.recall)}
+        for text, row in zip(texts, table.itertuples())
+    ]
+
+

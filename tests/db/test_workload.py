@@ -1,0 +1,190 @@
+"""Issue 3 against a real PostgreSQL: workload store, learn_priorities, prioritized mondrian_view,
+release_report and workload_precision. Properties are checked from released rows with SQL
+(tests/helpers.py) or recomputed by hand in the test."""
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import class_sizes, distinct_sensitive_per_class
+
+PATIENTS = """
+CREATE TABLE patients (id int PRIMARY KEY, age int, sex text, zip int, diagnosis text);
+INSERT INTO patients
+SELECT i, 18 + (i * 37) % 70, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END,
+       53700 + (i * 13) % 100, (ARRAY['flu', 'hiv', 'cancer', 'asthma', 'gout'])[1 + (i * 7) % 5]
+FROM generate_series(1, 400) i;
+"""
+QIS = ["age", "sex", "zip"]
+
+
+@pytest.fixture
+def patients(db, schema):
+    db.execute(PATIENTS)
+    db.execute("SELECT anon.set_column_role('patients', 'diagnosis', 'sensitive')")
+    db.execute("DELETE FROM anon.workload")
+    yield "patients"
+    db.execute("DELETE FROM anon.workload")
+
+
+def add(db, *queries, frequencies=None):
+    return db.execute("SELECT anon.add_queries(%s, %s)", (list(queries), frequencies)).fetchone()[0]
+
+
+def learn(db, table="patients", **kwargs):
+    args = "".join(f", {k} => {v!r}" for k, v in kwargs.items())
+    rows = db.execute(f"SELECT * FROM anon.learn_priorities(%s{args})", (table,)).fetchall()
+    return {r[0]: r[1:] for r in rows}
+
+
+def view(db, schema, **kwargs):
+    args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in kwargs.items()]
+    args.append(sql.SQL("release_schema => {}").format(sql.Literal(schema)))
+    return db.execute(sql.SQL("SELECT anon.mondrian_view('patients', {})").format(
+        sql.SQL(", ").join(args))).fetchone()[0]
+
+
+def test_learn_priorities_counts_clauses_and_weighs_by_formula(db, schema, patients):
+    add(db, "SELECT age FROM patients WHERE sex = 'F'",
+        "SELECT p.zip, count(*) FROM patients p WHERE p.age > $1 GROUP BY p.zip",
+        frequencies=[3, 1])
+    got = learn(db, projection_share=0.5)
+    # projection: age 3, zip 1 (of 4); selection: sex 3, age 1 (of 4)
+    assert got["age"] == (3, 1, 0, 0, pytest.approx(0.5 * 3 / 4 + 0.5 * 1 / 4))
+    assert got["sex"] == (0, 3, 0, 0, pytest.approx(0.5 * 3 / 4))
+    assert got["zip"] == (1, 0, 1, 0, pytest.approx(0.5 * 1 / 4))
+    stored = db.execute("SELECT column_name::text, weight FROM anon.priorities "
+                        "WHERE source = 'patients'::regclass").fetchall()
+    assert {c: pytest.approx(w) for c, w in stored} == {c: v[4] for c, v in got.items()}
+
+
+def test_bad_statements_are_reported_in_a_notice_not_fatal(db, schema, patients):
+    add(db, "SELECT age FROM patients", "SELEC oops", "SELECT nosuch FROM patients")
+    notices = []
+
+    def collect(diagnostic):
+        notices.append(diagnostic.message_primary)
+
+    db.add_notice_handler(collect)
+    try:
+        learn(db)
+    finally:
+        db.remove_notice_handler(collect)
+    text = " ".join(notices)
+    assert "1 read the table" in text and "1 did not parse" in text and "1 did not resolve" in text
+
+
+def test_empty_workload_is_an_error_and_keeps_previous_priorities(db, schema, patients):
+    add(db, "SELECT age FROM patients")
+    learn(db)
+    db.execute("DELETE FROM anon.workload")
+    with pytest.raises(psycopg.errors.DataException, match="empty"):
+        learn(db, use_pg_stat_statements=False)
+    # the failed call stored nothing: the previous weights are intact
+    assert db.execute("SELECT weight FROM anon.priorities WHERE source = 'patients'::regclass "
+                      "AND column_name = 'age'").fetchone()[0] == pytest.approx(1.0)
+
+
+def test_add_queries_rejects_mismatched_arrays(db, schema, patients):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="frequencies"):
+        add(db, "SELECT 1", "SELECT 2", frequencies=[1])
+
+
+def test_learned_release_is_k_anonymous_l_diverse_and_snaps_to_predicates(db, schema, patients):
+    add(db, *[f"SELECT age, sex FROM patients WHERE age > {t}" for t in (40, 60)],
+        frequencies=[5, 5])
+    learn(db)
+    release = view(db, schema, k=10, l=2, priorities="learned")
+    assert release == f"{schema}.patients_k10_l2_prioritized"
+    sizes = class_sizes(db, release, QIS)
+    assert min(sizes) >= 10 and sum(sizes) == 400
+    assert min(distinct_sensitive_per_class(db, release, QIS, "diagnosis")) >= 2
+    # no released age range straddles the analysts' cut at 40 < age or 60 < age
+    straddling = db.execute(f"SELECT count(*) FROM {release} WHERE (age @> 40 AND age @> 41) "
+                            "OR (age @> 60 AND age @> 61)").fetchone()[0]
+    assert straddling == 0
+    params = db.execute("SELECT method, parameters FROM anon.releases WHERE release_schema = %s",
+                        (schema,)).fetchone()
+    assert params[0] == "prioritized_mondrian"
+    assert params[1]["priorities_origin"] == "learned"
+    assert params[1]["cut_points"]["age"]
+
+
+def test_explicit_priorities_make_the_favoured_attribute_finer(db, schema, patients):
+    plain = db.execute("SELECT anon.mondrian_view('patients', k => 8, release_schema => %s)",
+                       (schema,)).fetchone()[0]
+    favoured = db.execute(sql.SQL(
+        "SELECT anon.mondrian_view('patients', k => 8, priorities => '{{\"zip\": 1}}'::jsonb, "
+        "release_schema => {}, release_name => 'zipped')").format(sql.Literal(schema))).fetchone()[0]
+    def zip_width(release):
+        return db.execute(f"SELECT avg(upper(zip) - lower(zip)) FROM {release}").fetchone()[0]
+    assert zip_width(favoured) < zip_width(plain)
+    assert min(class_sizes(db, favoured, QIS)) >= 8
+
+
+def test_bad_priorities_fail_cleanly_and_create_nothing(db, schema, patients):
+    cases = [
+        ('{"salary": 1}', psycopg.errors.UndefinedObject, "salary"),
+        ('{"age": -1}', psycopg.errors.InvalidParameterValue, ">= 0"),
+        ('{"age": 0, "sex": 0}', psycopg.errors.InvalidParameterValue, "zero"),
+        ("sometimes", psycopg.errors.InvalidParameterValue, "not understood"),
+        ("learned", psycopg.errors.UndefinedObject, "learn_priorities"),
+    ]
+    for value, error, message in cases:
+        with pytest.raises(error, match=message):
+            view(db, schema, k=5, priorities=value)
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (schema,)).fetchone()[0] == 0
+
+
+def test_target_adds_information_gain_and_refresh_rebuilds(db, schema, patients):
+    release = view(db, schema, k=20, priorities="none", target="sex",
+                   metric_weights='{"spread": 1, "infogain": 5}')
+    assert min(class_sizes(db, release, QIS)) >= 20
+    db.execute("INSERT INTO patients SELECT i, 30, 'F', 53750, 'flu' FROM generate_series(401, 440) i")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    assert sum(class_sizes(db, release, QIS)) == 440
+
+
+def test_release_report_and_workload_precision(db, schema, patients):
+    add(db, "SELECT sex FROM patients WHERE age > 50", "SELECT age FROM patients WHERE sex = 'F'",
+        "SELECT age FROM patients WHERE zip BETWEEN 53710 AND 53730 AND age < 30")
+    learn(db)
+    release = view(db, schema, k=10, priorities="learned")
+    report = db.execute("SELECT * FROM anon.release_report(%s)", (release,)).fetchone()
+    cols = [d.name for d in db.execute("SELECT * FROM anon.release_report(%s)", (release,)).description]
+    report = dict(zip(cols, report))
+    sizes = class_sizes(db, release, QIS)
+    assert report["k"] == 10 and report["achieved_k"] == min(sizes)
+    assert report["c_dm"] == sum(s * s for s in sizes)
+    assert report["workload_queries"] == 3
+    assert report["mean_recall"] == pytest.approx(1.0)
+    assert 0 < report["mean_precision"] <= 1
+    per_query = db.execute("SELECT query, true_rows, released_rows, answer_precision "
+                           "FROM anon.workload_precision(%s)", (release,)).fetchall()
+    assert len(per_query) == 3
+    for query, true_rows, released_rows, precision in per_query:
+        where = query.split(" WHERE ", 1)[1]
+        # true answer counted by PostgreSQL itself on the source
+        assert true_rows == db.execute(f"SELECT count(*) FROM patients WHERE {where}").fetchone()[0]
+        assert released_rows >= true_rows
+        assert precision == pytest.approx(true_rows / released_rows if released_rows else 1.0)
+    # released answer of "age > 50" counted on the release with range semantics
+    age_rows = [r for r in per_query if r[0].endswith("age > 50")][0]
+    assert age_rows[2] == db.execute(
+        f"SELECT count(*) FROM {release} WHERE upper(age) - 1 > 50").fetchone()[0]
+    stored = db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s",
+                        (schema,)).fetchone()[0]
+    assert stored["workload"]["queries"] == 3 and stored["c_wdm"] == pytest.approx(report["c_wdm"])
+
+
+def test_release_report_of_a_plain_mondrian_release(db, schema, patients):
+    release = db.execute("SELECT anon.mondrian_view('patients', k => 5, release_schema => %s)",
+                         (schema,)).fetchone()[0]
+    row = db.execute("SELECT k, c_dm, workload_queries, weights FROM anon.release_report(%s)",
+                     (release,)).fetchone()
+    sizes = class_sizes(db, release, QIS)
+    assert row[0] == 5 and row[1] == sum(s * s for s in sizes) and row[2] == 0
+    assert row[3] == {"age": pytest.approx(1 / 3), "sex": pytest.approx(1 / 3),
+                      "zip": pytest.approx(1 / 3)}
