@@ -204,7 +204,10 @@ class Mondrian:
                 side_of_row[orders[a][here]] = side[here]
         total_left = int(n_left[split].sum())
         total_right = int((sizes - n_left)[split].sum())
-        new_orders = [_stable_split(o, side_of_row[o], total_left, total_right) for o in orders]
+        # the layout every partition cut along already has its sides by position: no gather
+        known = int(used[0]) if used.size == 1 else -1
+        new_orders = [_stable_split(o, side if a == known else side_of_row[o],
+                                    total_left, total_right) for a, o in enumerate(orders)]
         new_sizes = np.concatenate([n_left[split], (sizes - n_left)[split]])
         return new_orders, new_sizes
 
