@@ -82,6 +82,12 @@ def value_labels(values):
     return series.astype(str).to_numpy(dtype=object)
 
 
+def _number_text(x):
+    """``30`` for integral numbers, ``0.25`` otherwise -- never exponent notation, so that a label
+    ``[lo,hi)`` is also a valid PostgreSQL range literal."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
 def _nice_width(raw):
     """Smallest 1, 2 or 5 times a power of ten that is at least ``raw`` (> 0)."""
     exponent = np.floor(np.log10(raw))
@@ -97,7 +103,7 @@ def interval_hierarchy(values, n_levels=4):
     Level ``g`` (1..``n_levels``) cuts the line into intervals of width ``base * 2**(g-1)`` from a
     common origin, so each interval lies inside one interval of the next level; ``base`` is the
     smallest "nice" width (1, 2, 5 x 10^e) giving at most 2 intervals at the top level. The root
-    is ``*``. Labels read ``[lo, hi)``.
+    is ``*``. Labels read ``[lo,hi)`` (a range literal).
     """
     if n_levels < 1:
         raise InvalidParameter(f"n_levels must be at least 1; got {n_levels}", hint="use e.g. 4")
@@ -112,7 +118,8 @@ def interval_hierarchy(values, n_levels=4):
     origin = np.floor(distinct[0] / widths[-1]) * widths[-1]  # a multiple of every width
     lows = origin + np.floor((distinct[:, None] - origin) / widths) * widths
     labels = value_labels(distinct)
-    paths = [[leaf, *(f"[{lo:g}, {lo + w:g})" for lo, w in zip(row, widths)), "*"]
+    paths = [[leaf, *(f"[{_number_text(lo)},{_number_text(lo + w)})" for lo, w in zip(row, widths)),
+              "*"]
              for leaf, row in zip(labels, lows)]
     return Hierarchy.from_paths(paths)
 

@@ -145,12 +145,12 @@ def test_degree_outside_unit_interval_is_rejected(degree):
 # --- hierarchies -----------------------------------------------------------------------------
 
 def _interval(label):
-    lo, hi = re.fullmatch(r"\[(.+), (.+)\)", label).groups()
+    lo, hi = re.fullmatch(r"\[([-0-9.]+),([-0-9.]+)\)", label).groups()
     return float(lo), float(hi)
 
 
 @fast
-@given(st.lists(st.integers(-1000, 1000), min_size=1, max_size=30), st.integers(1, 5))
+@given(st.lists(st.integers(-10**7, 10**7), min_size=1, max_size=30), st.integers(1, 5))
 def test_interval_hierarchy_nests_and_covers_every_value(values, n_levels):
     hierarchy = interval_hierarchy(values, n_levels)
     assert hierarchy.height == n_levels + 1
