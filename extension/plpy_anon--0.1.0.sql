@@ -107,6 +107,52 @@ SELECT pg_catalog.pg_extension_config_dump('anon.priorities', '');
 SELECT pg_catalog.pg_extension_config_dump('anon.workload_profiles', '');
 
 -------------------------------------------------------------------------------
+-- incremental/030-operations.sql
+-- Running releases in production: which roles are analysts, and every refresh's outcome.
+
+-- Roles that read every release (anon.grant_analyst): each new release is granted to them.
+CREATE TABLE anon.analysts (
+    role_name  name        PRIMARY KEY,
+    granted_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE anon.analysts IS
+    'Roles granted SELECT on every current and future release by anon.grant_analyst.';
+
+-- One row per refresh attempt. Failures are written by a separate (autonomous) connection, so
+-- they survive the rollback of the failed refresh; no foreign key, for the same reason (the
+-- failing release's row may be locked or not yet committed).
+CREATE TABLE anon.refresh_history (
+    refresh_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    release_id   integer          NOT NULL,
+    release_name text             NOT NULL,   -- schema.name at the time, for dropped releases
+    started_at   timestamptz      NOT NULL,
+    seconds      double precision NOT NULL,
+    succeeded    boolean          NOT NULL,
+    row_count    bigint,
+    achieved_k   integer,
+    error        text,
+    sqlstate     text
+);
+CREATE INDEX refresh_history_release ON anon.refresh_history (release_id, started_at DESC);
+COMMENT ON TABLE anon.refresh_history IS
+    'Every refresh of a release: when, how long, rows and k achieved, or the error that made it fail.';
+
+SELECT pg_catalog.pg_extension_config_dump('anon.analysts', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history_refresh_id_seq', '');
+
+-------------------------------------------------------------------------------
+-- incremental/050-pattern.sql
+-- Issue 7: the result of a pattern-preserving run, handed from Python to the release's SQL in one
+-- round trip: the rows' ctids and, per substituted column, the new values as an array literal
+-- (parsed by array_in in C, not element by element in Python).
+
+CREATE TYPE anon.pattern_values AS (
+    row_ctids text,
+    released  text[]
+);
+
+-------------------------------------------------------------------------------
 -- idempotent/010-info.sql
 -- What the backend really runs: the interpreter, our package, and its dependencies.
 
@@ -823,6 +869,793 @@ return workload.workload_precision(plpy, release)
 $$;
 COMMENT ON FUNCTION anon.workload_precision(text) IS
     'Per stored query with a predicate on the release''s quasi-identifiers: rows satisfying it in the source, rows whose released class may satisfy it, precision and recall.';
+
+-------------------------------------------------------------------------------
+-- idempotent/060-break-merge.sql
+-- Break-Merge releases (paper 003): a QI table (generalized QIs + gid) and one sensitive table
+-- (gid, value, count) per sensitive attribute; Bayesian-network dependency detection over any
+-- release; knowledge-breach probabilities of a plain vs a Break-Merge release.
+
+CREATE OR REPLACE FUNCTION anon.break_merge(
+    source            regclass,
+    k                 integer,
+    l                 integer DEFAULT NULL,
+    sensitive         text[]  DEFAULT NULL,
+    quasi_identifiers text[]  DEFAULT NULL,
+    identifiers       text[]  DEFAULT NULL,
+    max_categories    integer DEFAULT 64,
+    release_name      text    DEFAULT NULL,
+    release_schema    text    DEFAULT 'release',
+    replace           boolean DEFAULT false
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import break_merge
+return break_merge.break_merge(plpy, source, k=k, l=l, sensitive=sensitive,
+                               quasi_identifiers=quasi_identifiers, identifiers=identifiers,
+                               max_categories=max_categories, release_name=release_name,
+                               release_schema=release_schema, replace=replace, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, text, text, boolean) IS
+    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name.';
+
+-- The run behind a Break-Merge release, called once by the storage view's query (MATERIALIZED
+-- CTE). STABLE: it reads the source in the query's snapshot.
+CREATE OR REPLACE FUNCTION anon._break_merge_run(release_id integer)
+RETURNS jsonb
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import break_merge
+return break_merge.run_release(plpy, GD, release_id)
+$$;
+
+CREATE OR REPLACE FUNCTION anon.detect_dependencies(
+    release     text,
+    risk        double precision DEFAULT 0.9,
+    scope       text             DEFAULT 'all',
+    min_support integer          DEFAULT NULL,
+    max_parents integer          DEFAULT 3
+)
+RETURNS TABLE (parents text[], parent_values text[], child text, child_value text,
+               probability double precision, support double precision,
+               parent_support double precision)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import break_merge
+return break_merge.detect_dependencies(plpy, release, risk=risk, scope=scope,
+                                       min_support=min_support, max_parents=max_parents)
+$$;
+COMMENT ON FUNCTION anon.detect_dependencies(text, double precision, text, integer, integer) IS
+    'Learns a Bayesian network (BIC hill climbing, QIs before sensitive attributes) over the released attributes of a release (scope qi, sensitive or all; a Break-Merge release is read through its merge view) and returns the dependency rules parents = values -> child = value whose conditional probability reaches risk, with their support (rows; default minimum: the release''s k).';
+
+CREATE OR REPLACE FUNCTION anon.dependency_network(
+    release     text,
+    scope       text    DEFAULT 'all',
+    max_parents integer DEFAULT 3
+)
+RETURNS TABLE (parent text, child text)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import break_merge
+return break_merge.dependency_network(plpy, release, scope=scope, max_parents=max_parents)
+$$;
+COMMENT ON FUNCTION anon.dependency_network(text, text, integer) IS
+    'The edges of the Bayesian network anon.detect_dependencies learns over a release.';
+
+CREATE OR REPLACE FUNCTION anon.breach_report(
+    release   text,
+    threshold double precision DEFAULT 0.5
+)
+RETURNS TABLE (release_kind text, target text, known text, max_probability double precision,
+               mean_probability double precision, n_above bigint)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import break_merge
+return break_merge.breach_report(plpy, release, threshold=threshold)
+$$;
+COMMENT ON FUNCTION anon.breach_report(text, double precision) IS
+    'Knowledge-breach probabilities: per sensitive attribute (target), the adversary''s probability of the most likely value knowing the QI group only (known NULL) or also one other sensitive value (known); max, mean over individuals and individuals at or above threshold. For a Break-Merge release, rows for the plain generalized release of the same partition and for the Break-Merge release.';
+
+-------------------------------------------------------------------------------
+-- idempotent/070-operations.sql
+-- Running releases in production: analysts' access, refreshing everything, pg_cron schedules and
+-- the status of every release. None of these is executable by PUBLIC (900-privileges.sql); they
+-- are the DBA's. Analysts only ever receive SELECT on releases (and USAGE on their schemas).
+
+CREATE OR REPLACE FUNCTION anon.grant_analyst(role text)
+RETURNS integer
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import grants
+return grants.grant_analyst(plpy, role)
+$$;
+COMMENT ON FUNCTION anon.grant_analyst(text) IS
+    'Lets a role read every current and future release (SELECT, and USAGE on release schemas) and nothing else; returns the number of releases it can read now.';
+
+CREATE OR REPLACE FUNCTION anon.revoke_analyst(role text)
+RETURNS integer
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import grants
+return grants.revoke_analyst(plpy, role)
+$$;
+COMMENT ON FUNCTION anon.revoke_analyst(text) IS
+    'Takes back what anon.grant_analyst gave: SELECT on every release, USAGE on schemas that hold only releases. Returns the number of releases revoked.';
+
+CREATE OR REPLACE FUNCTION anon.refresh_all()
+RETURNS TABLE (release text, status text, seconds double precision, error text)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import releases
+return releases.refresh_all(plpy, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.refresh_all() IS
+    'Refreshes every release in dependency order, each on its own: status is refreshed, failed (recorded, old release kept) or skipped (built from a release that failed).';
+
+CREATE OR REPLACE FUNCTION anon._refresh_job_name(release_schema name, release_name name)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN octet_length('plpy_anon refresh ' || $1 || '.' || $2) <= 63
+                THEN 'plpy_anon refresh ' || $1 || '.' || $2
+                ELSE 'plpy_anon refresh ' || md5($1 || '.' || $2) END
+$$;
+
+CREATE OR REPLACE FUNCTION anon.schedule_refresh(release text, schedule text)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import schedule as sched
+return sched.schedule_refresh(plpy, release, schedule)
+$$;
+COMMENT ON FUNCTION anon.schedule_refresh(text, text) IS
+    'Schedules SELECT anon.refresh(release) with pg_cron (cron syntax, e.g. ''0 3 * * *''), replacing an earlier schedule of the same release; returns the pg_cron job id.';
+
+CREATE OR REPLACE FUNCTION anon.unschedule_refresh(release text)
+RETURNS boolean
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import schedule as sched
+return sched.unschedule_refresh(plpy, release)
+$$;
+COMMENT ON FUNCTION anon.unschedule_refresh(text) IS
+    'Removes the pg_cron job refreshing a release (also for a dropped release given as schema.name); false if there was none.';
+
+CREATE OR REPLACE FUNCTION anon.release_status()
+RETURNS TABLE (release text, method text, source text, row_count bigint, achieved_k integer,
+               refreshed_at timestamptz, refresh_seconds double precision,
+               last_error text, last_error_at timestamptz, failures bigint,
+               schedule text, jobid bigint, last_run_start timestamptz,
+               last_run_seconds double precision, last_run_status text, last_run_message text)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import schedule as sched
+return sched.release_status(plpy)
+$$;
+COMMENT ON FUNCTION anon.release_status() IS
+    'One row per release: last refresh (time, duration, rows, achieved k), the last error and the number of failed refreshes, and with pg_cron its schedule and the outcome of its last scheduled run.';
+
+-------------------------------------------------------------------------------
+-- idempotent/090-pattern.sql
+-- Pattern-preserving releases (localities + random walk, paper 002): numeric columns get new
+-- values that keep a sampled fraction of their locality properties, as materialized views.
+
+CREATE OR REPLACE FUNCTION anon.pattern_view(
+    source         regclass,
+    columns        text[],
+    segment        integer          DEFAULT 100,
+    sample         double precision DEFAULT 0.3,
+    iterations     integer          DEFAULT 4000,
+    seed           bigint           DEFAULT NULL,
+    bounds         jsonb            DEFAULT NULL,
+    sensitive      text[]           DEFAULT NULL,
+    identifiers    text[]           DEFAULT NULL,
+    release_name   text             DEFAULT NULL,
+    release_schema text             DEFAULT 'release',
+    replace        boolean          DEFAULT false
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import pattern
+return pattern.pattern_view(plpy, source, columns=columns, segment=segment, sample=sample,
+                            iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive,
+                            identifiers=identifiers, release_name=release_name,
+                            release_schema=release_schema, replace=replace, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean) IS
+    'Creates a materialized view in which the numeric columns are replaced by values from a random walk that keeps a sampled fraction of their locality properties (sorted segments of segment values; bounds default to each column''s observed range), keeps sensitive columns and drops the rest; returns its qualified name. Each refresh walks with a new seed unless seed is given.';
+
+-- The walk behind a pattern release, called from the release's own query. STABLE so that it reads
+-- the source in the same snapshot as the query that joins its result back to the source by ctid.
+CREATE OR REPLACE FUNCTION anon._pattern_run(release_id integer)
+RETURNS anon.pattern_values
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import pattern
+return pattern.run_release(plpy, GD, release_id)
+$$;
+COMMENT ON FUNCTION anon._pattern_run(integer) IS
+    'Internal: reads the source of pattern release release_id, walks its columns and returns the new values by row ctid.';
+
+CREATE OR REPLACE FUNCTION anon.distortion(source regclass, release text)
+RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision,
+               preserved_fraction double precision)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import pattern
+return pattern.distortion_report(plpy, source, release)
+$$;
+COMMENT ON FUNCTION anon.distortion(regclass, text) IS
+    'Distortion of a pattern release as measured at its last build or refresh: per substituted column the mean relative error Dst, the Spearman rank correlation with the source and the fraction of sampled localities preserved (1.0); the row with column_name NULL is the overall Dst.';
+
+-------------------------------------------------------------------------------
+-- idempotent/100-fusion.sql
+-- Fusion-resilient enterprise releases (FRED, seed 004): the identifier is kept, the sensitive
+-- column suppressed, the numeric attributes microaggregated with MDAV, and k chosen against a
+-- simulated fusion attack that joins the release with auxiliary facts on the identifier.
+
+CREATE OR REPLACE FUNCTION anon.fusion_scan(
+    source               regclass,
+    sensitive            text,
+    identifier           text,
+    auxiliary            regclass,
+    k_from               integer          DEFAULT 2,
+    k_to                 integer          DEFAULT 30,
+    attributes           text[]           DEFAULT NULL,
+    auxiliary_identifier text             DEFAULT NULL,
+    attacker             text             DEFAULT 'regression',
+    rules                jsonb            DEFAULT NULL,
+    known_fraction       double precision DEFAULT 0.1,
+    min_protection       double precision DEFAULT 0,
+    min_utility          double precision DEFAULT 0,
+    w_protection         double precision DEFAULT 0.5,
+    w_utility            double precision DEFAULT 0.5,
+    random_state         integer          DEFAULT 0
+)
+RETURNS TABLE (
+    k                    integer,
+    n_groups             integer,
+    protection           double precision,
+    protection_no_fusion double precision,
+    gain                 double precision,
+    utility              double precision,
+    utility_normalized   double precision,
+    h                    double precision,
+    admissible           boolean
+)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import fusion
+return fusion.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier,
+                          auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes,
+                          auxiliary_identifier=auxiliary_identifier, attacker=attacker,
+                          rules=rules, known_fraction=known_fraction,
+                          min_protection=min_protection, min_utility=min_utility,
+                          w_protection=w_protection, w_utility=w_utility,
+                          random_state=random_state)
+$$;
+COMMENT ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer) IS
+    'For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) and returns protection P∘P̂ and P∘P′ (standardized), the attacker''s gain, utility 1/C_DM and |D|/C_DM, H and whether k meets the thresholds. Creates nothing.';
+
+CREATE OR REPLACE FUNCTION anon.fusion_resilient_view(
+    source               regclass,
+    sensitive            text,
+    identifier           text,
+    auxiliary            regclass,
+    min_protection       double precision DEFAULT 0,
+    min_utility          double precision DEFAULT 0,
+    w_protection         double precision DEFAULT 0.5,
+    w_utility            double precision DEFAULT 0.5,
+    k_from               integer          DEFAULT 2,
+    k_to                 integer          DEFAULT 30,
+    attributes           text[]           DEFAULT NULL,
+    auxiliary_identifier text             DEFAULT NULL,
+    attacker             text             DEFAULT 'regression',
+    rules                jsonb            DEFAULT NULL,
+    known_fraction       double precision DEFAULT 0.1,
+    random_state         integer          DEFAULT 0,
+    release_name         text             DEFAULT NULL,
+    release_schema       text             DEFAULT 'release',
+    replace              boolean          DEFAULT false
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import fusion
+return fusion.fusion_resilient_view(
+    plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary,
+    min_protection=min_protection, min_utility=min_utility, w_protection=w_protection,
+    w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes,
+    auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules,
+    known_fraction=known_fraction, random_state=random_state, release_name=release_name,
+    release_schema=release_schema, replace=replace, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean) IS
+    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name.';
+
+CREATE OR REPLACE FUNCTION anon.fusion_scan_of(release text)
+RETURNS TABLE (
+    k                    integer,
+    n_groups             integer,
+    protection           double precision,
+    protection_no_fusion double precision,
+    gain                 double precision,
+    utility              double precision,
+    utility_normalized   double precision,
+    h                    double precision,
+    admissible           boolean,
+    chosen               boolean
+)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import fusion
+return fusion.fusion_scan_of(plpy, release)
+$$;
+COMMENT ON FUNCTION anon.fusion_scan_of(text) IS
+    'The k scan stored with a fusion-resilient release (name or schema.name), one row per k, with the chosen k flagged.';
+
+-- The MDAV run behind a fusion-resilient release, called from the release's own query. STABLE so
+-- that it reads the source in the same snapshot as the query that joins its result back by ctid.
+CREATE OR REPLACE FUNCTION anon._fusion_partition(release_id integer)
+RETURNS anon.partition
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import fusion
+return fusion.partition(plpy, GD, release_id)
+$$;
 
 -------------------------------------------------------------------------------
 -- idempotent/900-privileges.sql

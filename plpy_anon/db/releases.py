@@ -21,6 +21,7 @@ import time
 from typing import Callable
 
 from plpy_anon.core.errors import DuplicateObject, InvalidParameter, UndefinedObject
+from plpy_anon.db import grants, refreshing
 from plpy_anon.db.columns import Table
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, run
@@ -126,7 +127,9 @@ def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
         [release_schema, release_name, source.oid, method, json.dumps(parameters)])[0]
     release_id = row["release_id"]
     build(release_id, ident(plpy, release_schema, release_name))
-    return record(plpy, release_id, take_run(GD, release_id))
+    row = record(plpy, release_id, take_run(GD, release_id))
+    grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
+    return row
 
 
 def record(plpy, release_id: int, run_stats: dict | None) -> dict:
@@ -169,16 +172,22 @@ def method_module(method: str):
 @sql_entry
 def refresh(plpy, name: str, GD=None) -> dict:
     """Re-run a release from current data. A method whose release is not a single materialized
-    view defines ``refresh_release(plpy, GD, release)`` in its db module; otherwise this is
-    REFRESH MATERIALIZED VIEW (and the event trigger records the run)."""
-    release = find(plpy, name)
+    view defines ``refresh_release(plpy, GD, release)`` in its db module; otherwise the view is
+    rebuilt beside the old one and swapped in (refreshing.py). A failure is recorded in
+    anon.refresh_history / last_error and re-raised; the old release stays."""
+    return refresh_row(plpy, GD, find(plpy, name))
+
+
+def refresh_row(plpy, GD, release: dict) -> dict:
     module = method_module(release["method"])
-    if module is not None and hasattr(module, "refresh_release"):
-        module.refresh_release(plpy, GD, release)
-    else:
-        plpy.execute(f"REFRESH MATERIALIZED VIEW "
-                     f"{ident(plpy, release['release_schema'], release['release_name'])}")
-    return by_id(plpy, release["release_id"])
+    rebuild = getattr(module, "refresh_release", None) if module is not None else None
+    return refreshing.refresh(plpy, GD, release, rebuild)
+
+
+@sql_entry
+def refresh_all(plpy, GD=None) -> list[tuple]:
+    """anon.refresh_all(): every release in dependency order; see refreshing.refresh_all."""
+    return refreshing.refresh_all(plpy, lambda release: refresh_row(plpy, GD, release))
 
 
 def drop(plpy, release: dict) -> None:

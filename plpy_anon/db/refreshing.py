@@ -1,0 +1,281 @@
+"""Refreshing releases without analysts ever seeing an empty or half-built one.
+
+A release that is one materialized view is refreshed by **build and swap**: the view's own query
+(``pg_get_viewdef``) builds a new materialized view beside the old one -- the long part, during
+which readers keep reading the old release without waiting -- then, in the same transaction, the
+old view is dropped and the new one renamed into its place with the old owner, privileges,
+comment and indexes. Readers wait only for that swap (milliseconds) and then see the new release;
+PostgreSQL re-resolves the name after the lock wait, so they never see an error or an empty
+relation. Plain ``REFRESH MATERIALIZED VIEW`` would hold an ACCESS EXCLUSIVE lock for the whole
+rebuild (readers block for minutes), and ``REFRESH ... CONCURRENTLY`` needs a unique index that a
+k-anonymous release (duplicate rows by design) cannot have. When other objects depend on the view
+(a DBA's view on top of it), dropping it is impossible, so such a release falls back to an
+in-place REFRESH: consistent, but readers wait for the whole rebuild.
+
+A method whose release is several relations keeps its own ``refresh_release`` (see releases.py).
+
+A failed refresh leaves the old release (the rebuild runs in a subtransaction) and is recorded in
+``anon.refresh_history`` and ``anon.releases.last_error`` through a short separate connection to
+the same database (an autonomous transaction), so the record survives the rollback the error
+causes; then the error is raised as usual. The connection is the session's own user over the
+server's Unix socket (the same path pg_cron uses), or ``plpy_anon.loopback_dsn`` if set.
+"""
+from __future__ import annotations
+
+import graphlib
+import time
+
+from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
+from plpy_anon.db import grants
+from plpy_anon.db.sqltext import ident, run
+
+LOCK_CLASS = 0x616E6F6E   # advisory lock namespace ('anon'): one refresh per release at a time
+SUFFIX = "__refresh"
+
+
+def progress(plpy, message: str) -> None:
+    """A NOTICE when the session asked for progress (SET plpy_anon.progress = on): the client
+    shows these phases; psql users and pg_cron are not spammed."""
+    if run(plpy, "SELECT current_setting('plpy_anon.progress', true) AS p")[0]["p"] == "on":
+        plpy.notice(f"plpy_anon: {message}")
+
+
+def qualified_text(release: dict) -> str:
+    return f"{release['release_schema']}.{release['release_name']}"
+
+
+# ---------------------------------------------------------------------------- one release
+
+def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
+    """Rebuild ``release`` (``rebuild_method(plpy, GD, release)`` for methods with their own
+    refresh, else build-and-swap); on failure record it autonomously and re-raise."""
+    run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", ["int4", "int4"],
+        [LOCK_CLASS, release["release_id"]])
+    started_at = run(plpy, "SELECT pg_catalog.clock_timestamp() AS t")[0]["t"]
+    t0 = time.monotonic()
+    progress(plpy, f"refreshing {qualified_text(release)} ({release['method']})")
+    try:
+        with plpy.subtransaction():
+            if rebuild_method is not None:
+                rebuild_method(plpy, GD, release)
+            else:
+                rebuild_view(plpy, GD, release)
+            from plpy_anon.db.releases import by_id
+            row = by_id(plpy, release["release_id"])
+            grants.grant_release(plpy, row)
+    except Exception as exc:
+        record_failure(plpy, release, started_at, time.monotonic() - t0, exc)
+        raise
+    seconds = time.monotonic() - t0
+    run(plpy, """
+        INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds, succeeded,
+                                          row_count, achieved_k)
+        VALUES ($1, $2, $3::timestamptz, $4, true, $5, $6)""",
+        ["int4", "text", "text", "float8", "int8", "int4"],
+        [row["release_id"], qualified_text(row), started_at, seconds, row["row_count"], row["achieved_k"]])
+    progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}, {seconds:.2f} s")
+    return row
+
+
+def rebuild_view(plpy, GD, release: dict) -> None:
+    from plpy_anon.db import releases
+    schema, name = release["release_schema"], release["release_name"]
+    rel = view_oid(plpy, schema, name)
+    if blocks_swap(plpy, rel):
+        progress(plpy, "other objects depend on the release: refreshing in place (readers wait)")
+        plpy.execute(f"REFRESH MATERIALIZED VIEW {ident(plpy, schema, name)}")
+        return
+    saved = saved_properties(plpy, rel)
+    temp = temp_name(name, release["release_id"])
+    if releases.relation_exists(plpy, schema, temp):   # left by a crash? it is ours: replace it
+        plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
+    progress(plpy, "building the new release beside the old one (readers keep the old)")
+    plpy.execute(f"CREATE MATERIALIZED VIEW {ident(plpy, schema, temp)} AS {saved['query']}")
+    stats = releases.take_run(GD, release["release_id"])
+    progress(plpy, "swapping in the new release")
+    plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, name)}")
+    plpy.execute(f"ALTER MATERIALIZED VIEW {ident(plpy, schema, temp)} RENAME TO {plpy.quote_ident(name)}")
+    restore_properties(plpy, ident(plpy, schema, name), saved)
+    releases.record(plpy, release["release_id"], stats)
+
+
+def view_oid(plpy, schema: str, name: str) -> int:
+    rows = run(plpy, """
+        SELECT c.oid, c.relkind::text AS relkind FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2""", ["text", "text"], [schema, name])
+    if not rows:
+        raise UndefinedObject(
+            f"the relation of release {schema}.{name} no longer exists",
+            hint="It was dropped outside plpy_anon (perhaps by DROP ... CASCADE on its source); "
+                 "remove the catalog entry with anon.drop_release and create the release again.")
+    if rows[0]["relkind"] != "m":
+        raise InvalidParameter(f"release {schema}.{name} is not a materialized view",
+                               hint="Its method must define refresh_release; recreate it with replace => true.")
+    return rows[0]["oid"]
+
+
+def blocks_swap(plpy, rel: int) -> bool:
+    """True when dropping the view is impossible or unsafe: other relations' rules depend on it,
+    or a catalog row names it as a source (regclass columns hold the OID a swap would change)."""
+    rows = run(plpy, """
+        SELECT EXISTS (
+            SELECT 1 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite w ON w.oid = d.objid
+            WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refobjid = $1 AND w.ev_class <> $1)
+        OR EXISTS (SELECT 1 FROM anon.releases WHERE source = $1::regclass)
+        OR EXISTS (SELECT 1 FROM anon.column_roles WHERE source = $1::regclass)
+        OR EXISTS (SELECT 1 FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d
+                   ON d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.refobjid = e.oid
+                   WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = $1) AS blocked""",
+        ["oid"], [rel])
+    return rows[0]["blocked"]
+
+
+def temp_name(name: str, release_id: int) -> str:
+    """A name for the new view, at most 63 bytes and unique per release."""
+    suffix = f"{SUFFIX}{release_id}"
+    encoded = name.encode()[: 63 - len(suffix)]
+    return encoded.decode(errors="ignore") + suffix
+
+
+def saved_properties(plpy, rel: int) -> dict:
+    """What a swap must carry over: query, owner, privileges, comment, index definitions."""
+    row = run(plpy, """
+        SELECT pg_catalog.pg_get_viewdef(c.oid) AS query,
+               pg_catalog.pg_get_userbyid(c.relowner) AS owner,
+               pg_catalog.obj_description(c.oid, 'pg_class') AS comment,
+               ARRAY(SELECT pg_catalog.format('GRANT %s ON %%s TO %s%s', a.privilege_type,
+                                    CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                                    CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END)
+                     FROM pg_catalog.aclexplode(c.relacl) a WHERE a.grantee <> c.relowner) AS grants,
+               ARRAY(SELECT pg_catalog.pg_get_indexdef(i.indexrelid) FROM pg_catalog.pg_index i
+                     WHERE i.indrelid = c.oid ORDER BY i.indexrelid) AS indexes
+        FROM pg_catalog.pg_class c WHERE c.oid = $1""", ["oid"], [rel])[0]
+    return {"query": row["query"].rstrip().rstrip(";"), "owner": row["owner"],
+            "comment": row["comment"], "grants": list(row["grants"]), "indexes": list(row["indexes"])}
+
+
+def restore_properties(plpy, qualified: str, saved: dict) -> None:
+    current = run(plpy, "SELECT current_user::text AS u")[0]["u"]
+    if saved["owner"] != current:
+        plpy.execute(f"ALTER MATERIALIZED VIEW {qualified} OWNER TO {plpy.quote_ident(saved['owner'])}")
+    for grant in saved["grants"]:
+        plpy.execute(grant.replace("%s", qualified, 1))
+    if saved["comment"] is not None:
+        plpy.execute(f"COMMENT ON MATERIALIZED VIEW {qualified} IS {plpy.quote_literal(saved['comment'])}")
+    for index in saved["indexes"]:       # the old indexes went with the old view; same names, same table name
+        plpy.execute(index)
+
+
+# ---------------------------------------------------------------------------- failures
+
+def error_parts(exc: BaseException) -> tuple[str, str | None]:
+    if isinstance(exc, AnonError):
+        return exc.message, exc.sqlstate
+    return str(exc).strip() or type(exc).__name__, getattr(exc, "sqlstate", None)
+
+
+def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseException) -> None:
+    """Write the failure through a separate connection (it must outlive our rollback)."""
+    message, sqlstate = error_parts(exc)
+    try:
+        write_autonomously(plpy, release, started_at, seconds, message, sqlstate)
+    except Exception as write_error:      # never hide the refresh's own error behind this one
+        plpy.warning(f"plpy_anon: the failed refresh of {qualified_text(release)} could not be "
+                     f"recorded: {str(write_error).strip()}",
+                     hint="Set plpy_anon.loopback_dsn to a connection string this server accepts "
+                          "from itself (the same kind pg_cron's cron.host needs).")
+    progress(plpy, f"failed: {message}")
+
+
+def loopback_conninfo(plpy) -> dict:
+    row = run(plpy, """
+        SELECT pg_catalog.current_database()::text AS dbname, session_user::text AS user,
+               pg_catalog.current_setting('port') AS port,
+               pg_catalog.split_part(pg_catalog.current_setting('unix_socket_directories'), ',', 1) AS socket,
+               pg_catalog.current_setting('plpy_anon.loopback_dsn', true) AS dsn""")[0]
+    if row["dsn"]:
+        return {"conninfo": row["dsn"]}
+    host = row["socket"].strip() or "localhost"
+    return {"conninfo": "", "host": host, "port": row["port"], "dbname": row["dbname"], "user": row["user"]}
+
+
+def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) -> None:
+    import psycopg   # the venv's; imported only when a refresh fails
+
+    params = loopback_conninfo(plpy)
+    conninfo = params.pop("conninfo")
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5,
+                         application_name="plpy_anon refresh log",
+                         options="-c lock_timeout=2s -c statement_timeout=10s", **params) as conn:
+        conn.execute("""
+            INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds,
+                                              succeeded, error, sqlstate)
+            VALUES (%s, %s, %s, %s, false, %s, %s)""",
+            (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate))
+        try:
+            # lock_timeout: if our own transaction holds the row (it updated it earlier), waiting
+            # would deadlock invisibly; the history row above is then the record.
+            conn.execute("UPDATE anon.releases SET last_error = %s, last_error_at = %s::timestamptz "
+                         "WHERE release_id = %s", (message, started_at, release["release_id"]))
+        except psycopg.errors.LockNotAvailable:
+            pass
+
+
+# ---------------------------------------------------------------------------- all releases
+
+def release_graph(plpy) -> tuple[dict, dict]:
+    """Every release by id, and for each the ids of the releases it reads: its source is one of
+    their relations, or its query (a view's rewrite rule) reads one."""
+    rows = run(plpy, "SELECT * FROM anon.releases ORDER BY release_id")
+    edges = run(plpy, """
+        SELECT DISTINCT a.release_id AS dependent, b.release_id AS dependency
+        FROM anon.releases a
+        JOIN anon.releases b ON b.release_id <> a.release_id
+        JOIN pg_catalog.pg_namespace bn ON bn.nspname = b.release_schema
+        JOIN pg_catalog.pg_class bc ON bc.relnamespace = bn.oid AND bc.relname = b.release_name
+        LEFT JOIN pg_catalog.pg_namespace an ON an.nspname = a.release_schema
+        LEFT JOIN pg_catalog.pg_class ac ON ac.relnamespace = an.oid AND ac.relname = a.release_name
+        WHERE a.source::oid = bc.oid
+           OR EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite w JOIN pg_catalog.pg_depend d
+                      ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
+                      WHERE w.ev_class = ac.oid AND d.refobjid = bc.oid)""")
+    deps: dict[int, set[int]] = {r["release_id"]: set() for r in rows}
+    for e in edges:
+        deps[e["dependent"]].add(e["dependency"])
+    return {r["release_id"]: r for r in rows}, deps
+
+
+def dependency_order(by_id: dict, deps: dict) -> list[dict]:
+    try:
+        order = list(graphlib.TopologicalSorter(deps).static_order())
+    except graphlib.CycleError as cycle:
+        raise InvalidParameter(f"releases depend on each other in a cycle: {cycle.args[1]}",
+                               hint="Drop one of them; a release cannot be built from itself.")
+    return [by_id[i] for i in order]
+
+
+def refresh_all(plpy, refresh_one) -> list[tuple]:
+    """Refresh every release in dependency order, each on its own: a failure is recorded, its
+    dependents are skipped, the others go on. Returns (release, status, seconds, error) rows."""
+    by_id, deps = release_graph(plpy)
+    results, failed = [], set()
+    for release in dependency_order(by_id, deps):
+        name = qualified_text(release)
+        if deps[release["release_id"]] & failed:
+            failed.add(release["release_id"])
+            results.append((name, "skipped", None, "a release it is built from failed to refresh"))
+            continue
+        t0 = time.monotonic()
+        try:
+            with plpy.subtransaction():
+                refresh_one(release)
+        except Exception as exc:
+            failed.add(release["release_id"])
+            message = error_parts(exc)[0]
+            plpy.warning(f"plpy_anon: refresh of {name} failed: {message}")
+            results.append((name, "failed", time.monotonic() - t0, message))
+            continue
+        results.append((name, "refreshed", time.monotonic() - t0, None))
+    return results

@@ -1,0 +1,130 @@
+"""Scheduled refreshes through pg_cron, and the status of every release.
+
+A release's job is named after the release (``plpy_anon refresh <schema>.<name>``, or an md5 of it
+when that would not fit pg_cron's 63-byte name; anon._refresh_job_name), so ``schedule_refresh`` on an already scheduled
+release replaces its schedule, a release replaced with ``replace => true`` keeps its job, and
+``release_status`` finds the job without a table of our own. The job runs
+``SELECT anon.refresh('<schema>.<name>')`` as the user who scheduled it, so a failure is recorded
+by anon.refresh (catalog, anon.refresh_history) and by pg_cron (cron.job_run_details).
+"""
+from __future__ import annotations
+
+from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.db import releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.sqltext import ident, run
+
+JOB_PREFIX = "plpy_anon refresh "
+
+
+class PrerequisiteMissing(AnonError):
+    """pg_cron is not installed or not preloaded (object_not_in_prerequisite_state)."""
+
+    sqlstate = "55000"
+
+
+def job_name(plpy, schema: str, name: str) -> str:
+    """The pg_cron job name of a release (anon._refresh_job_name: one definition, used by SQL too)."""
+    return run(plpy, "SELECT anon._refresh_job_name($1, $2) AS j", ["name", "name"], [schema, name])[0]["j"]
+
+
+def cron_installed(plpy) -> bool:
+    return bool(run(plpy, "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'"))
+
+
+def require_cron(plpy) -> None:
+    """Clear errors for the two ways pg_cron can be missing, each with the fix."""
+    if cron_installed(plpy):
+        return
+    row = run(plpy, """
+        SELECT pg_catalog.current_setting('shared_preload_libraries') AS libs,
+               pg_catalog.current_setting('cron.database_name', true) AS cron_db,
+               pg_catalog.current_database()::text AS db""")[0]
+    preloaded = "pg_cron" in [lib.strip().strip('"') for lib in row["libs"].split(",")]
+    if not preloaded:
+        raise PrerequisiteMissing(
+            "pg_cron is not loaded by this server",
+            hint="Install Debian's postgresql-15-cron, add pg_cron to shared_preload_libraries, set "
+                 f"cron.database_name = '{row['db']}', restart PostgreSQL, then CREATE EXTENSION pg_cron.")
+    if row["cron_db"] and row["cron_db"] != row["db"]:
+        raise PrerequisiteMissing(
+            f"pg_cron runs in database {row['cron_db']}, not in {row['db']}",
+            hint=f"Set cron.database_name = '{row['db']}' and restart, then CREATE EXTENSION pg_cron here.")
+    raise PrerequisiteMissing("pg_cron is preloaded but its extension is not installed in this database",
+                              hint="CREATE EXTENSION pg_cron;")
+
+
+def refresh_command(plpy, release: dict) -> str:
+    qualified = ident(plpy, release["release_schema"], release["release_name"])
+    return f"SELECT anon.refresh({plpy.quote_literal(qualified)})"
+
+
+@sql_entry
+def schedule_refresh(plpy, name: str, schedule: str) -> int:
+    """Create (or reschedule) the pg_cron job refreshing a release; returns its job id."""
+    release = releases.find(plpy, name)
+    if schedule is None or not schedule.strip():
+        raise InvalidParameter("a cron schedule is required",
+                               hint="Pass e.g. '0 3 * * *' (minute hour day month weekday: nightly at 03:00) or '@daily'.")
+    require_cron(plpy)
+    jobname = job_name(plpy, release["release_schema"], release["release_name"])
+    try:
+        with plpy.subtransaction():
+            rows = run(plpy, "SELECT cron.schedule($1, $2, $3) AS jobid", ["text", "text", "text"],
+                       [jobname, schedule, refresh_command(plpy, release)])
+    except plpy.SPIError as exc:
+        if "schedule" in str(exc):
+            raise InvalidParameter(f'invalid cron schedule "{schedule}": {str(exc).strip()}',
+                                   hint="Five fields, minute hour day month weekday, e.g. '0 3 * * *', "
+                                        "or @hourly, @daily, @weekly.") from None
+        raise
+    return rows[0]["jobid"]
+
+
+@sql_entry
+def unschedule_refresh(plpy, name: str) -> bool:
+    """Remove a release's job; false if it had none. Works for a dropped release given as
+    schema.name, so its job can be cleaned up."""
+    require_cron(plpy)
+    try:
+        release = releases.find(plpy, name)
+        schema, rel = release["release_schema"], release["release_name"]
+    except AnonError:
+        parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]
+        if len(parts) != 2:
+            raise
+        schema, rel = parts
+    jobs = run(plpy, "SELECT jobid FROM cron.job WHERE jobname = $1", ["text"], [job_name(plpy, schema, rel)])
+    for job in jobs:
+        run(plpy, "SELECT cron.unschedule($1)", ["int8"], [job["jobid"]])
+    return bool(jobs)
+
+
+STATUS_COLUMNS = """
+    pg_catalog.format('%I.%I', r.release_schema, r.release_name) AS release,
+    r.method, r.source::text AS source, r.row_count, r.achieved_k,
+    r.refreshed_at, r.refresh_seconds, r.last_error, r.last_error_at,
+    (SELECT count(*) FROM anon.refresh_history h WHERE h.release_id = r.release_id AND NOT h.succeeded) AS failures"""
+
+STATUS_WITHOUT_CRON = f"""
+SELECT {STATUS_COLUMNS},
+       NULL::text AS schedule, NULL::bigint AS jobid, NULL::timestamptz AS last_run_start,
+       NULL::double precision AS last_run_seconds, NULL::text AS last_run_status, NULL::text AS last_run_message
+FROM anon.releases r ORDER BY 1"""
+
+# pg_cron's run details: the latest run of the release's job (by job name, see job_name()).
+STATUS_WITH_CRON = f"""
+SELECT {STATUS_COLUMNS},
+       j.schedule, j.jobid, d.start_time AS last_run_start,
+       extract(epoch FROM d.end_time - d.start_time)::double precision AS last_run_seconds,
+       d.status AS last_run_status, d.return_message AS last_run_message
+FROM anon.releases r
+LEFT JOIN cron.job j ON j.jobname = anon._refresh_job_name(r.release_schema, r.release_name)
+LEFT JOIN LATERAL (SELECT * FROM cron.job_run_details x WHERE x.jobid = j.jobid
+                   ORDER BY x.start_time DESC NULLS LAST LIMIT 1) d ON true
+ORDER BY 1"""
+
+
+@sql_entry
+def release_status(plpy) -> list[dict]:
+    return list(run(plpy, STATUS_WITH_CRON if cron_installed(plpy) else STATUS_WITHOUT_CRON))
