@@ -171,7 +171,7 @@ def test_release_report_and_workload_precision(db, schema, patients):
         assert released_rows >= true_rows
         assert precision == pytest.approx(true_rows / released_rows if released_rows else 1.0)
     # released answer of "age > 50" counted on the release with range semantics
-    age_rows = [r for r in per_query if r[0].endswith("age > 50")][0]
+    age_rows = next(r for r in per_query if r[0].endswith("age > 50"))
     assert age_rows[2] == db.execute(
         f"SELECT count(*) FROM {release} WHERE upper(age) - 1 > 50").fetchone()[0]
     stored = db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s",
@@ -188,3 +188,62 @@ def test_release_report_of_a_plain_mondrian_release(db, schema, patients):
     assert row[0] == 5 and row[1] == sum(s * s for s in sizes) and row[2] == 0
     assert row[3] == {"age": pytest.approx(1 / 3), "sex": pytest.approx(1 / 3),
                       "zip": pytest.approx(1 / 3)}
+
+
+STDERR_LOG = """\
+2026-11-21 10:00:00.123 UTC [7] LOG:  statement: SELECT age FROM patients WHERE sex = 'F'
+2026-11-21 10:00:01.000 UTC [7] LOG:  duration: 1.5 ms  statement: SELECT age
+\tFROM patients WHERE sex = 'F';
+2026-11-21 10:00:02.000 UTC [7] LOG:  statement: SELECT zip FROM patients WHERE age > 30
+2026-11-21 10:00:03.000 UTC [7] LOG:  checkpoint starting: time
+"""
+
+
+def test_client_load_queries_stores_counts_and_learns_in_one_transaction(db, schema, patients,
+                                                                         tmp_path):
+    from plpy_anon.client.querylog import load_queries
+
+    log = tmp_path / "postgresql.log"
+    log.write_text(STDERR_LOG)
+    result = load_queries(db, str(log), table=f"{schema}.patients")
+    assert (result.statements, result.distinct, result.skipped_entries) == (3, 2, 1)
+    stored = dict(db.execute("SELECT query, frequency FROM anon.workload").fetchall())
+    assert stored == {"SELECT age FROM patients WHERE sex = 'F'": 2,
+                      "SELECT zip FROM patients WHERE age > 30": 1}
+    last = db.execute("SELECT executed_at AT TIME ZONE 'UTC' FROM anon.workload "
+                      "WHERE frequency = 2").fetchone()[0]
+    assert str(last) == "2026-11-21 10:00:01"
+    weights = {r["column_name"]: r["weight"] for r in result.priorities}
+    # projection age 2 / zip 1, selection sex 2 / age 1 (of 3 each), share 0.5
+    assert weights["age"] == pytest.approx(0.5 * 2 / 3 + 0.5 * 1 / 3)
+
+
+def test_client_load_queries_rolls_back_when_learning_fails(db, schema, patients, tmp_path):
+    from plpy_anon.client.querylog import load_queries
+
+    log = tmp_path / "other.log"
+    log.write_text("2026-11-21 10:00:00 UTC [7] LOG:  statement: SELECT 1\n")
+    with pytest.raises(psycopg.errors.DataException, match="reads"):
+        load_queries(db, str(log), table=f"{schema}.patients")
+    assert db.execute("SELECT count(*) FROM anon.workload").fetchone()[0] == 0
+
+
+def test_pg_stat_statements_without_preload_warns_and_uses_the_store(db, schema, patients):
+    available = db.execute("SELECT count(*) FROM pg_available_extensions "
+                           "WHERE name = 'pg_stat_statements'").fetchone()[0]
+    if not available:
+        pytest.skip("pg_stat_statements is not installed on this server")
+    db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    warnings = []
+
+    def collect(diagnostic):
+        warnings.append((diagnostic.severity_nonlocalized, diagnostic.message_primary))
+
+    db.add_notice_handler(collect)
+    try:
+        add(db, "SELECT age FROM patients")
+        assert learn(db)["age"][4] == pytest.approx(1.0)
+    finally:
+        db.remove_notice_handler(collect)
+        db.execute("DROP EXTENSION pg_stat_statements")
+    assert any(sev == "WARNING" and "pg_stat_statements" in msg for sev, msg in warnings)
