@@ -405,7 +405,7 @@ def _require_columns(frame, columns, what, table_name):
         )
 
 
-def _require_unique(values, column, table_name):
+def require_unique_identifier(values, column, table_name):
     if values.isna().any():
         raise InvalidParameter(
             f"identifier {column!r} of {table_name} has {int(values.isna().sum())} NULL values",
@@ -528,8 +528,8 @@ def fusion_scan(
             f"sensitive column {sensitive!r} has {int(table[sensitive].isna().sum())} NULL values",
             hint="Filter or impute them before the scan.",
         )
-    _require_unique(table[identifier], identifier, "the table")
-    _require_unique(auxiliary[auxiliary_identifier], auxiliary_identifier, "the auxiliary table")
+    require_unique_identifier(table[identifier], identifier, "the table")
+    require_unique_identifier(auxiliary[auxiliary_identifier], auxiliary_identifier, "the auxiliary table")
     validate_scan_parameters(
         len(table), k_from, k_to, min_protection, min_utility, w_protection, w_utility
     )

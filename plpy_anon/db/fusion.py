@@ -1,0 +1,276 @@
+"""Fusion-resilient releases: ``anon.fusion_scan``, ``anon.fusion_resilient_view``,
+``anon.fusion_scan_of`` and the MDAV run behind every refresh.
+
+``fusion_scan`` reads the source (identifier as text, numeric attributes, the sensitive column)
+and the auxiliary table in one query each, runs the pure scan (``plpy_anon.core.fusion``) and
+returns one row per k. ``fusion_resilient_view`` does the same, chooses k, and creates a
+materialized view through the release catalog:
+
+    SELECT s."name", c.a0::float8 AS "perf_1", ...
+    FROM anon._fusion_partition(<release_id>) AS p                 -- MDAV at the chosen k
+    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)
+    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid                  -- the identifier stays in SQL
+    JOIN LATERAL ROWS FROM (jsonb_array_elements_text(p.classes -> 'a0'), ...) WITH ORDINALITY
+         AS c(a0, ..., class_no) ON c.class_no = r.class_id + 1    -- one row per group
+    ORDER BY r.class_id
+
+The whole scan, the auxiliary match counts and the attack settings are stored in the catalog row's
+``parameters`` (``anon.fusion_scan_of`` reads them back). A refresh re-runs MDAV on current data at
+the chosen k; it does not re-scan (the choice is part of the release: recreate it with
+``replace => true`` to choose again).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core import fusion as core
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+from plpy_anon.core.mdav import MDAV
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.reader import read_columns
+from plpy_anon.db.sqltext import ident
+
+METHOD = "fusion"
+# Numbers MDAV can average and the attacker can estimate: integers and floats, not dates.
+NUMBER_KINDS = ("int", "float")
+
+
+def _is_number(col) -> bool:
+    return col.kind == "numeric" and catalog.NUMERIC_TYPES[col.type_name][2] in NUMBER_KINDS
+
+
+def _frame(data, numeric, categorical) -> pd.DataFrame:
+    """The columns read by ``read_columns`` as a DataFrame, NULL numbers as NaN."""
+    frame = {}
+    for col in numeric:
+        d = data.columns[col.name]
+        values = d.values.astype(float)
+        if d.null_mask is not None:
+            values[d.null_mask] = np.nan
+        frame[col.name] = values
+    for col in categorical:
+        frame[col.name] = pd.Series(data.columns[col.name].values, dtype=object)
+    return pd.DataFrame(frame)
+
+
+def _source_columns(plpy, tbl, sensitive, identifier, attributes):
+    """(identifier, sensitive, attribute columns, dropped names) of the source table."""
+    cols = catalog.table_columns(plpy, tbl)
+    for name, what in ((sensitive, "sensitive"), (identifier, "identifier")):
+        if name is None:
+            raise InvalidParameter(f"{what} must not be NULL",
+                                   hint=f"Name the {what} column: {what} => 'column'.")
+    id_col = catalog.column_named(tbl, cols, identifier)
+    sens_col = catalog.column_named(tbl, cols, sensitive)
+    if not _is_number(sens_col):
+        raise UnsupportedType(
+            f'sensitive column "{sensitive}" has type {sens_col.display_type}; the fusion attack '
+            "estimates a number",
+            hint="Pick an integer or floating-point column (salary, hours), or cast it in a copy "
+                 "of the table.")
+    if sensitive == identifier:
+        raise InvalidParameter("the sensitive column cannot be the identifier",
+                               hint="The identifier is kept in the release; the sensitive column is suppressed.")
+    if attributes is not None:
+        chosen = [catalog.column_named(tbl, cols, name) for name in attributes]
+        for col in chosen:
+            if not _is_number(col):
+                raise UnsupportedType(
+                    f'attribute "{col.name}" has type {col.display_type}; MDAV averages numbers',
+                    hint="Leave it out of attributes (it is then not released).")
+    else:
+        roles = catalog.resolve_roles(plpy, tbl, sensitive=[sensitive], identifiers=[identifier],
+                                      cols=cols)
+        chosen = [c for c, role in roles if role == "quasi_identifier" and _is_number(c)]
+    names = {c.name for c in chosen}
+    if identifier in names or sensitive in names:
+        raise InvalidParameter(
+            "the attributes must not include the identifier or the sensitive column",
+            hint="attributes lists the numeric columns to microaggregate, e.g. ARRAY['perf_1'].")
+    dropped = [c.name for c in cols if c.name not in names | {identifier}]
+    return id_col, sens_col, chosen, dropped
+
+
+def _read_source(plpy, tbl, id_col, sens_col, attrs):
+    data = read_columns(plpy, tbl, [*attrs, sens_col], [id_col])
+    if data.n_rows == 0:
+        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
+                               hint="Load rows first; a release of no rows protects nothing.")
+    return _frame(data, [*attrs, sens_col], [id_col])
+
+
+def _read_auxiliary(plpy, auxiliary, auxiliary_identifier):
+    tbl = catalog.table(plpy, auxiliary)
+    cols = catalog.table_columns(plpy, tbl)
+    key = catalog.column_named(tbl, cols, auxiliary_identifier)
+    facts = [c for c in cols if c.name != key.name]
+    skipped = [c.name for c in facts if c.kind is None]
+    if skipped:
+        plpy.notice(f"auxiliary table {tbl.schema}.{tbl.name}: columns of unsupported types "
+                    f"ignored: {', '.join(skipped)}")
+    numeric = [c for c in facts if c.kind == "numeric"]
+    categorical = [key] + [c for c in facts if c.kind == "categorical"]
+    data = read_columns(plpy, tbl, numeric, categorical)
+    if data.n_rows == 0:
+        return tbl, pd.DataFrame({key.name: pd.Series(dtype=object)})
+    return tbl, _frame(data, numeric, categorical)
+
+
+def _rules(rules):
+    if rules is None:
+        return None
+    parsed = json.loads(rules) if isinstance(rules, str) else rules
+    if not isinstance(parsed, list):
+        raise InvalidParameter(
+            "rules must be a JSON array of rules",
+            hint='E.g. \'[{"if": {"title": "manager"}, "then": "high"}]\'::jsonb')
+    return parsed
+
+
+def run_scan(plpy, source, *, sensitive, identifier, auxiliary, attributes, auxiliary_identifier,
+             **options):
+    """Read both tables and run the core scan: returns (tbl, aux_tbl, scan, columns)."""
+    tbl = catalog.table(plpy, source)
+    id_col, sens_col, attrs, dropped = _source_columns(plpy, tbl, sensitive, identifier, attributes)
+    if not attrs:
+        raise InvalidParameter(
+            f"table {tbl.schema}.{tbl.name} has no numeric attribute to microaggregate",
+            hint="Pass attributes => ARRAY[...] naming integer or floating-point columns.")
+    table = _read_source(plpy, tbl, id_col, sens_col, attrs)
+    aux_key = auxiliary_identifier or identifier
+    aux_tbl, facts = _read_auxiliary(plpy, auxiliary, aux_key)
+    options["rules"] = _rules(options.get("rules"))
+    scan = core.fusion_scan(table, facts, identifier=id_col.name, sensitive=sens_col.name,
+                            attributes=[c.name for c in attrs], auxiliary_identifier=aux_key,
+                            **options)
+    if scan.n_auxiliary_unmatched:
+        plpy.notice(f"{scan.n_auxiliary_unmatched} of the {scan.n_auxiliary_rows} rows of "
+                    f"{aux_tbl.schema}.{aux_tbl.name} match no {identifier} of "
+                    f"{tbl.schema}.{tbl.name} and were ignored")
+    return tbl, aux_tbl, scan, (id_col, sens_col, attrs, dropped)
+
+
+def _scan_rows(scan_table: pd.DataFrame) -> list[dict]:
+    """Plain Python ints, floats and bools (numpy scalars are neither JSON nor SQL values)."""
+    return [{name: value.item() if hasattr(value, "item") else value for name, value in row.items()}
+            for row in scan_table.to_dict(orient="records")]
+
+
+@sql_entry
+def fusion_scan(plpy, source, **options):
+    _, _, scan, _ = run_scan(plpy, source, **options)
+    return [tuple(row[c] for c in core.SCAN_COLUMNS) for row in _scan_rows(scan.table)]
+
+
+@sql_entry
+def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace, GD=None,
+                          **options):
+    tbl, aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, source, **options)
+    k = scan.chosen_k()
+    parameters = {
+        "k": k,
+        "identifier": id_col.name,
+        "sensitive": sens_col.name,
+        "attributes": [c.name for c in attrs],
+        "released": [id_col.name] + [c.name for c in attrs],
+        "dropped": dropped,
+        "auxiliary": f"{aux_tbl.schema}.{aux_tbl.name}",
+        "auxiliary_identifier": options["auxiliary_identifier"] or id_col.name,
+        "auxiliary_rows": scan.n_auxiliary_rows,
+        "auxiliary_matched": scan.n_auxiliary_matched,
+        "auxiliary_unmatched": scan.n_auxiliary_unmatched,
+        "n_known": scan.n_known,
+        "k_from": options["k_from"],
+        "k_to": options["k_to"],
+        "rules": _rules(options.get("rules")),
+        **scan.settings,
+        "scan": _scan_rows(scan.table),
+    }
+    name = release_name or f"{tbl.name}_fusion_k{k}"
+
+    def build(release_id, qualified):
+        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
+                     f"{release_query(plpy, tbl, id_col, attrs, release_id)}")
+
+    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
+                                  release_schema=release_schema, release_name=name,
+                                  replace=replace, parameters=parameters, build=build)
+    return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def release_query(plpy, tbl, id_col, attrs, release_id: int) -> str:
+    aliases = [f"a{i}" for i in range(len(attrs))]
+    selects = [f"s.{ident(plpy, id_col.name)}"] + [
+        f"c.{alias}::float8 AS {ident(plpy, col.name)}" for alias, col in zip(aliases, attrs)]
+    groups = ", ".join(f"jsonb_array_elements_text(p.classes -> '{alias}')" for alias in aliases)
+    return (
+        f"SELECT {', '.join(selects)}\n"
+        f"FROM anon._fusion_partition({int(release_id)}) AS p\n"
+        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)\n"
+        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"JOIN LATERAL ROWS FROM ({groups}) WITH ORDINALITY AS c({', '.join(aliases)}, class_no)\n"
+        f"  ON c.class_no = r.class_id + 1\n"
+        f"ORDER BY r.class_id")
+
+
+@sql_entry
+def fusion_scan_of(plpy, release):
+    row = releases.find(plpy, release)
+    if row["method"] != METHOD:
+        raise InvalidParameter(
+            f'release "{release}" was made by method {row["method"]}, not by a fusion scan',
+            hint="See SELECT release_name FROM anon.releases WHERE method = 'fusion'.")
+    params = row["parameters"]
+    params = json.loads(params) if isinstance(params, str) else params
+    return [tuple(r[c] for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],)
+            for r in params["scan"]]
+
+
+# ---------------------------------------------------------------------------- the MDAV run
+
+@sql_entry
+def partition(plpy, GD, release_id: int):
+    started = time.monotonic()
+    release = releases.by_id(plpy, release_id)
+    params = release["parameters"]
+    params = json.loads(params) if isinstance(params, str) else params
+    tbl = catalog.table(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    missing = [n for n in [params["identifier"], *params["attributes"]] if n not in cols]
+    if missing:
+        raise InvalidParameter(
+            f"column(s) {', '.join(missing)} of {tbl.schema}.{tbl.name} used by this release no "
+            "longer exist", hint="Recreate the release with replace => true after changing the table.")
+    attrs = [cols[n] for n in params["attributes"]]
+    data = read_columns(plpy, tbl, attrs, [cols[params["identifier"]]])
+    k = int(params["k"])
+    if data.n_rows < k:
+        raise InsufficientData(
+            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than the release's k = {k}",
+            hint="Load more rows, or recreate the release with replace => true to choose k again.")
+    frame = _frame(data, attrs, [cols[params["identifier"]]])
+    core.require_unique_identifier(frame[params["identifier"]], params["identifier"],
+                                   f"{tbl.schema}.{tbl.name}")
+    mdav = MDAV(k=k).fit(frame[params["attributes"]])
+    classes = {f"a{i}": mdav.centroids_[:, i].tolist() for i in range(len(attrs))}
+    sizes = mdav.group_sizes_
+    metrics = {
+        "n_groups": len(sizes),
+        "discernibility": core.discernibility_cost(sizes, k),
+        "utility_normalized": core.normalized_utility(sizes, k),
+        "seconds": {"python_total": round(time.monotonic() - started, 4)},
+    }
+    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=int(sizes.min()),
+                       metrics=metrics, started=started)
+    return {
+        "row_ctids": data.row_ctids,
+        "class_ids": "{" + ",".join(map(str, mdav.labels_.tolist())) + "}",
+        "classes": json.dumps(classes),
+    }

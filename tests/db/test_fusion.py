@@ -1,0 +1,199 @@
+"""anon.fusion_scan / anon.fusion_resilient_view / anon.fusion_scan_of against a real PostgreSQL.
+
+Released rows are checked with SQL that shares no code with the extension (tests/helpers.py);
+the scan is compared with the pure core run in the test process on the same rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import psycopg
+import pytest
+from psycopg import sql
+
+from plpy_anon.core import fusion as core
+from plpy_anon.core.synthetic import make_enterprise
+from tests.helpers import class_sizes, release_columns
+
+PERF = ["perf_1", "perf_2", "perf_3"]
+N_EMPLOYEES, N_STRANGERS = 150, 6
+
+
+@pytest.fixture(scope="module")
+def frames():
+    return make_enterprise(n_employees=N_EMPLOYEES, web_coverage=0.8, n_strangers=N_STRANGERS,
+                           random_state=2)
+
+
+def load(db, table, frame, types):
+    db.execute(sql.SQL("CREATE TABLE {} ({})").format(
+        sql.Identifier(table),
+        sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(types[c]))
+                           for c in frame.columns)))
+    with db.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(sql.Identifier(table))) as copy:
+        for row in frame.itertuples(index=False):
+            copy.write_row([None if isinstance(v, float) and np.isnan(v) else v for v in row])
+
+
+@pytest.fixture
+def enterprise(db, schema, frames):
+    employees, web = frames
+    load(db, "employees", employees, {"name": "text PRIMARY KEY", "perf_1": "int", "perf_2": "int",
+                                      "perf_3": "int", "salary": "numeric(10,2)"})
+    load(db, "web_facts", web, {"name": "text", "title": "text", "holdings": "float8"})
+    return employees, web
+
+
+def call(db, function, **kwargs):
+    args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in kwargs.items()]
+    query = sql.SQL("SELECT * FROM anon.{}({})").format(sql.Identifier(function),
+                                                         sql.SQL(", ").join(args))
+    return db.execute(query).fetchall()
+
+
+def scan(db, **kwargs):
+    options = {"source": "employees", "sensitive": "salary", "identifier": "name",
+               "auxiliary": "web_facts", "k_from": 2, "k_to": 6, "known_fraction": 0.2}
+    return call(db, "fusion_scan", **{**options, **kwargs})
+
+
+def resilient_view(db, schema, **kwargs):
+    options = {"source": "employees", "sensitive": "salary", "identifier": "name",
+               "auxiliary": "web_facts", "k_from": 2, "k_to": 6, "known_fraction": 0.2,
+               "release_schema": schema}
+    return call(db, "fusion_resilient_view", **{**options, **kwargs})[0][0]
+
+
+def test_scan_matches_the_core_on_the_same_rows(db, schema, enterprise):
+    employees, web = enterprise
+    rows = scan(db)
+    expected = core.fusion_scan(employees, web, identifier="name", sensitive="salary",
+                                k_from=2, k_to=6, known_fraction=0.2).table
+    got = pd.DataFrame(rows, columns=list(core.SCAN_COLUMNS))
+    assert got["k"].tolist() == [2, 3, 4, 5, 6]
+    assert got["n_groups"].tolist() == [N_EMPLOYEES // k for k in range(2, 7)]
+    for column in ("protection", "protection_no_fusion", "gain", "utility", "h"):
+        np.testing.assert_allclose(got[column], expected[column], rtol=1e-9)
+
+
+def test_unmatched_auxiliary_rows_are_ignored_and_counted(db, schema, enterprise):
+    notices = []
+
+    def collect(diagnostic):
+        notices.append(diagnostic.message_primary)
+
+    db.add_notice_handler(collect)
+    try:
+        scan(db, k_to=2)
+    finally:
+        db.remove_notice_handler(collect)
+    assert any(f"{N_STRANGERS} of the" in n and "were ignored" in n for n in notices)
+
+
+def test_resilient_view_releases_identifier_and_k_anonymous_attributes(db, schema, enterprise):
+    employees, _ = enterprise
+    rows = scan(db, min_protection=0.0, min_utility=0.25)
+    admissible = [r for r in rows if r[8]]
+    best_h = max(r[7] for r in admissible)
+    expected_k = max(r[0] for r in admissible if r[7] == best_h)
+
+    release = resilient_view(db, schema, min_protection=0.0, min_utility=0.25)
+    assert release == f"{schema}.employees_fusion_k{expected_k}"
+    assert release_columns(db, release) == [("name", "text")] + [(c, "double precision")
+                                                                for c in PERF]
+    assert min(class_sizes(db, release, PERF)) >= expected_k
+    names = [r[0] for r in db.execute(f"SELECT name FROM {release}").fetchall()]
+    assert sorted(names) == sorted(employees["name"])
+    # Microaggregation keeps each attribute's total: the means per group times the sizes.
+    totals = db.execute(f"SELECT sum(perf_1), sum(perf_2), sum(perf_3) FROM {release}").fetchone()
+    np.testing.assert_allclose(totals, employees[PERF].sum().to_numpy())
+
+
+def test_catalog_stores_the_whole_scan(db, schema, enterprise):
+    release = resilient_view(db, schema, w_protection=0.0, w_utility=1.0)
+    # Utility alone: |D|/C_DM is largest for the smallest k.
+    assert release.endswith("_k2")
+    method, params, achieved_k, row_count = db.execute(
+        "SELECT method, parameters, achieved_k, row_count FROM anon.releases "
+        "WHERE release_schema = %s", (schema,)).fetchone()
+    assert (method, params["k"], achieved_k, row_count) == ("fusion", 2, 2, N_EMPLOYEES)
+    assert [r["k"] for r in params["scan"]] == [2, 3, 4, 5, 6]
+    assert params["auxiliary_unmatched"] == N_STRANGERS
+    assert "salary" not in params["released"]
+    stored = call(db, "fusion_scan_of", release=release)
+    assert [r[0] for r in stored if r[9]] == [2]
+    assert [r[:9] for r in stored] == [tuple(r) for r in scan(db, w_protection=0.0, w_utility=1.0)]
+
+
+def test_refresh_microaggregates_current_data_at_the_chosen_k(db, schema, enterprise):
+    release = resilient_view(db, schema, k_from=4, k_to=4)
+    db.execute("INSERT INTO employees SELECT name || '-bis', perf_1, perf_2, perf_3, salary "
+               "FROM employees LIMIT 10")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == N_EMPLOYEES + 10
+    assert min(class_sizes(db, release, PERF)) >= 4
+    assert db.execute("SELECT row_count FROM anon.releases WHERE release_schema = %s",
+                      (schema,)).fetchone()[0] == N_EMPLOYEES + 10
+
+
+def test_fuzzy_attacker_with_a_rule_table(db, schema, enterprise):
+    rules = ('[{"if": {"title": "director"}, "then": "high"},'
+             ' {"if": {"title": "assistant"}, "then": "low"},'
+             ' {"if": {"holdings": "medium"}, "then": "medium", "weight": 0.5}]')
+    rows = scan(db, attacker="fuzzy", rules=rules, k_to=3)
+    assert all(r[2] < r[3] for r in rows)  # the rules about Q help the attacker
+
+
+# ---------------------------------------------------------------------------- bad input
+
+def test_identifier_not_unique(db, schema, enterprise):
+    db.execute("CREATE TABLE twice AS SELECT * FROM employees UNION ALL "
+               "SELECT * FROM employees LIMIT 160")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="is not unique") as info:
+        scan(db, source="twice")
+    assert "unique column" in info.value.diag.message_hint
+
+
+def test_sensitive_column_not_numeric(db, schema, enterprise):
+    db.execute("ALTER TABLE employees ADD COLUMN grade text DEFAULT 'B'")
+    with pytest.raises(psycopg.errors.DatatypeMismatch, match='"grade" has type text'):
+        scan(db, sensitive="grade")
+
+
+def test_k_range_beyond_the_row_count(db, schema, enterprise):
+    with pytest.raises(psycopg.errors.DataException, match=f"exceeds the {N_EMPLOYEES} rows"):
+        scan(db, k_to=500)
+
+
+def test_thresholds_no_k_can_meet(db, schema, enterprise):
+    with pytest.raises(psycopg.errors.DataException, match="closest: k=") as info:
+        resilient_view(db, schema, min_protection=0.99, min_utility=0.9)
+    assert "Lower min_protection" in info.value.diag.message_hint
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (schema,)).fetchone()[0] == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"identifier": "nom"}, psycopg.errors.UndefinedObject, 'column "nom" does not exist'),
+        ({"auxiliary_identifier": "who"}, psycopg.errors.UndefinedObject, '"who" does not exist'),
+        ({"k_from": 1}, psycopg.errors.InvalidParameterValue, "starts below 2"),
+        ({"known_fraction": 1.5}, psycopg.errors.InvalidParameterValue, "known_fraction"),
+        ({"attacker": "oracle"}, psycopg.errors.InvalidParameterValue, "unknown attacker"),
+        ({"attributes": ["name"]}, psycopg.errors.DatatypeMismatch, '"name" has type text'),
+        ({"rules": '{"if": 1}', "attacker": "fuzzy"}, psycopg.errors.InvalidParameterValue,
+         "JSON array"),
+    ],
+)
+def test_bad_parameters(db, schema, enterprise, kwargs, error, message):
+    with pytest.raises(error, match=message) as info:
+        scan(db, **kwargs)
+    assert info.value.diag.message_hint
+
+
+def test_null_sensitive_values(db, schema, enterprise):
+    db.execute("UPDATE employees SET salary = NULL WHERE perf_1 = 5")
+    with pytest.raises(psycopg.errors.DataException, match="NULL values"):
+        scan(db)
