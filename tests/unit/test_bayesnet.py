@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from plpy_anon.core.bayesnet import (
     BayesNet,
+    _apply,
+    _candidate_moves,
     conditional_probability_table,
     encode_columns,
     family_bic,
@@ -201,3 +203,36 @@ def test_tiers_orient_edges_without_losing_score():
     assert tiered.score_ == pytest.approx(free.score_)
     with pytest.raises(InvalidParameter, match="not in the data"):
         BayesNet(tiers=[["zzz"]]).fit(X)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(3, 6).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.booleans(), min_size=n * n, max_size=n * n),
+            st.permutations(range(n)),
+        )
+    )
+)
+def test_every_candidate_move_keeps_a_dag(case):
+    n, bits, perm = case
+    # a random DAG: upper-triangular edges under a random node order
+    upper = np.triu(np.array(bits, dtype=bool).reshape(n, n), k=1)
+    adjacency = upper[np.ix_(perm, perm)]
+    names = list(range(n))
+    legal = set()
+    for move in _candidate_moves(adjacency, n, np.zeros((n, n), dtype=bool)):
+        trial = adjacency.copy()
+        _apply(move, trial)
+        edges = [(u, v) for u, v in zip(*np.nonzero(trial))]
+        assert _is_acyclic(edges, names), move
+        legal.add((move.kind, move.parent, move.child))
+    # and no acyclic single-edge addition is missed
+    for u, v in itertools.permutations(names, 2):
+        if not adjacency[u, v] and not adjacency[v, u]:
+            edges = [(a, b) for a, b in zip(*np.nonzero(adjacency))] + [(u, v)]
+            assert (("add", u, v) in legal) == _is_acyclic(edges, names)
+        if adjacency[u, v]:
+            edges = [(a, b) for a, b in zip(*np.nonzero(adjacency)) if (a, b) != (u, v)] + [(v, u)]
+            assert (("reverse", u, v) in legal) == _is_acyclic(edges, names)
