@@ -10,7 +10,8 @@ random walk in the polytope they define.
 from plpy_anon.core.pattern.localities import (Localities, constraint_matrix, extract_localities,
                                                sample_localities)
 from plpy_anon.core.pattern.metrics import (distortion, distortion_per_column,
-                                            preserved_fraction, rank_correlation)
+                                            preserved_fraction, rank_correlation,
+                                            unchanged_fraction)
 from plpy_anon.core.pattern.release import PatternPreservingRelease, release_column
 from plpy_anon.core.pattern.walk import Blocks, polytope_violation, random_walk
 
@@ -18,4 +19,5 @@ __all__ = [
     "Blocks", "Localities", "PatternPreservingRelease", "constraint_matrix", "distortion",
     "distortion_per_column", "extract_localities", "polytope_violation", "preserved_fraction",
     "random_walk", "rank_correlation", "release_column", "sample_localities",
+    "unchanged_fraction",
 ]

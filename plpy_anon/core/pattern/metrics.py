@@ -6,6 +6,9 @@
   (the relative error of a 0 is undefined); NULLs stay NULL in every release we compare.
 * :func:`rank_correlation` -- Spearman's rho between original and released column: how much of
   the order survives, next to ``Dst`` which says how much of the value does.
+* :func:`unchanged_fraction` -- per column, the share of non-NULL entries released exactly as
+  they were: the walk can move values by less than the source's precision, and then rounding
+  gives the original back (see docs/pattern.md: with the paper's parameters this is most values).
 * :func:`preserved_fraction` -- the fraction of (sampled) localities that hold on the released
   values, evaluated in their original absolute-value form, in exact integer arithmetic when the
   values lie on a decimal grid.  A correct release scores 1.0.
@@ -49,6 +52,15 @@ def distortion(original, released):
         return float("nan")
     relative = np.abs(original[usable] - released[usable]) / np.abs(original[usable])
     return float(relative.mean())
+
+
+def unchanged_fraction(original, released):
+    """Per column, the fraction of non-NULL entries whose released value equals the original."""
+    original, released = _as_2d(original), _as_2d(released)
+    _check_same_shape(original, released)
+    present = ~np.isnan(original)
+    with np.errstate(invalid="ignore"):
+        return (present & (original == released)).sum(axis=0) / present.sum(axis=0)
 
 
 def rank_correlation(original, released):
