@@ -75,15 +75,21 @@ class PrioritizedMondrian(Mondrian):
         self.cut_points = cut_points
         self.cut_tolerance = cut_tolerance
 
-    def fit(self, columns, sensitive=None, target=None):
-        """Partition ``columns``; ``target``: class label per row for the information gain."""
-        names = [c.name for c in columns]
+    def check_parameters(self, names, has_target=False):
+        """Validate priorities, metric weights and tolerance against the QI ``names`` without any
+        data (the database layer calls it before creating anything); :meth:`fit` calls it too."""
         self.priorities_ = (
             None if self.priorities is None else normalize_weights(dict(self.priorities), names)
         )
-        self._target = None if target is None else _dense_target(target, len(columns[0].codes))
-        self.metric_weights_ = self._resolve_metric_weights()
+        self.metric_weights_ = self._resolve_metric_weights(has_target)
         self._check_tolerance()
+        return self
+
+    def fit(self, columns, sensitive=None, target=None):
+        """Partition ``columns``; ``target``: class label per row for the information gain."""
+        names = [c.name for c in columns]
+        self.check_parameters(names, has_target=target is not None)
+        self._target = None if target is None else _dense_target(target, len(columns[0].codes))
         self.boundaries_ = _boundaries(columns, self.cut_points)
         self._priority_metric = None
         if self.priorities_ is not None:
@@ -161,11 +167,11 @@ class PrioritizedMondrian(Mondrian):
         return gain
 
     # ------------------------------------------------------------------ validation
-    def _resolve_metric_weights(self):
+    def _resolve_metric_weights(self, has_target):
         defaults = {
             "spread": 1.0,
             "priority": 1.0 if self.priorities_ is not None else 0.0,
-            "infogain": 1.0 if self._target is not None else 0.0,
+            "infogain": 1.0 if has_target else 0.0,
         }
         if self.metric_weights is None:
             return defaults
@@ -190,7 +196,7 @@ class PrioritizedMondrian(Mondrian):
                 "metric_weights gives 'priority' a weight but no priorities were given",
                 hint="pass priorities, or set the 'priority' metric weight to 0",
             )
-        if weights["infogain"] > 0 and self._target is None:
+        if weights["infogain"] > 0 and not has_target:
             raise InvalidParameter(
                 "metric_weights gives 'infogain' a weight but no target column was given",
                 hint="pass target (the class label column), or set 'infogain' to 0",

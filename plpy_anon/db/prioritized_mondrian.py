@@ -73,9 +73,10 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
         "metric_weights": _json(metric_weights), "cut_points": cuts,
         "cut_tolerance": cut_tolerance,
     }
-    # validate everything the partitioning run will use now, before anything is created
+    # validate what the partitioning run will use now: its errors would surface wrapped in the
+    # view's CREATE, and nothing must be created for bad parameters
     PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
-                        cut_tolerance=cut_tolerance)._check_tolerance()
+                        cut_tolerance=cut_tolerance).check_parameters(qi_names, target is not None)
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "") + "_prioritized"
 
     def build(release_id, qualified):

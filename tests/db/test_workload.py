@@ -134,6 +134,8 @@ def test_bad_priorities_fail_cleanly_and_create_nothing(db, schema, patients):
     for value, error, message in cases:
         with pytest.raises(error, match=message):
             view(db, schema, k=5, priorities=value)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown metric"):
+        view(db, schema, k=5, priorities="none", metric_weights='{"entropy": 1}')
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
                       (schema,)).fetchone()[0] == 0
 

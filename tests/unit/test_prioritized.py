@@ -145,3 +145,12 @@ def test_init_only_stores_parameters():
     model = PrioritizedMondrian(k=3, priorities={"a": 1})
     assert vars(model) == {"k": 3, "l": None, "priorities": {"a": 1}, "metric_weights": None,
                            "cut_points": None, "cut_tolerance": 0.25}
+
+
+def test_parameters_are_checked_without_data():
+    model = PrioritizedMondrian(k=5, priorities={"age": 2, "sex": 2})
+    assert model.check_parameters(["age", "sex", "zip"]).priorities_ == {
+        "age": 0.5, "sex": 0.5, "zip": 0.0}
+    assert model.metric_weights_ == {"spread": 1.0, "infogain": 0.0, "priority": 1.0}
+    with pytest.raises(InvalidParameter, match="no target"):
+        PrioritizedMondrian(k=5, metric_weights={"infogain": 1}).check_parameters(["age"])

@@ -98,3 +98,20 @@ def test_statement_of_message(message, expected):
 def test_unknown_format_is_rejected():
     with pytest.raises(InvalidParameter, match="unknown log format"):
         read_server_log(io.StringIO(""), "jsonlog")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2026-11-21 10:00:00.123 UTC", "2026-11-21 10:00:00.123000+00:00"),
+        ("2026-11-21 10:00:00 CET", "2026-11-21 10:00:00"),  # zone left to the server
+        ("2026-11-21T10:00:00+02:00", "2026-11-21 10:00:00+02:00"),
+        ("[101]", None),
+        (None, None),
+    ],
+)
+def test_log_timestamps(text, expected):
+    from plpy_anon.client.querylog import parse_log_timestamp
+
+    value = parse_log_timestamp(text)
+    assert (None if value is None else str(value)) == expected
