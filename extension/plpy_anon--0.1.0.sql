@@ -142,6 +142,58 @@ SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history', '');
 SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history_refresh_id_seq', '');
 
 -------------------------------------------------------------------------------
+-- incremental/040-trust.sql
+-- Trust- and purpose-aware releases (paper 001): who asks for data (requesters and the role they
+-- read with), what the provider knows about them (interactions, recommendations), and what they
+-- want the data for (purposes = attribute priorities).
+
+CREATE TABLE anon.requesters (
+    requester_name text        PRIMARY KEY,
+    role_name      name        NOT NULL,
+    created_at     timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE anon.requesters IS
+    'Data requesters: a name and the database role their releases are granted to (anon.add_requester).';
+
+CREATE TABLE anon.interactions (
+    interaction_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    requester_name text             NOT NULL REFERENCES anon.requesters ON DELETE CASCADE,
+    outcome        double precision NOT NULL CHECK (outcome >= 0 AND outcome <= 1),
+    recorded_at    timestamptz      NOT NULL DEFAULT now(),
+    note           text
+);
+CREATE INDEX interactions_requester ON anon.interactions (requester_name);
+COMMENT ON TABLE anon.interactions IS
+    'The provider''s own history with a requester: outcome 1 = good, 0 = bad (fractions allowed); the history-based trust.';
+
+CREATE TABLE anon.recommendations (
+    requester_name    text             NOT NULL REFERENCES anon.requesters ON DELETE CASCADE,
+    recommender       text             NOT NULL,
+    rating            double precision NOT NULL CHECK (rating >= 0 AND rating <= 1),
+    recommender_trust double precision CHECK (recommender_trust >= 0 AND recommender_trust <= 1),
+    recorded_at       timestamptz      NOT NULL DEFAULT now(),
+    PRIMARY KEY (requester_name, recommender)
+);
+COMMENT ON TABLE anon.recommendations IS
+    'Ratings of a requester by others (latest per recommender); recommender_trust weighs each (NULL = evaluated at trust time).';
+
+CREATE TABLE anon.purposes (
+    purpose_name text        PRIMARY KEY,
+    priorities   jsonb       NOT NULL,
+    source       regclass,
+    derivation   jsonb,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE anon.purposes IS
+    'Application purposes: per-attribute priorities in [0, 1], given or derived from a table''s mutual information (source, derivation).';
+
+SELECT pg_catalog.pg_extension_config_dump('anon.requesters', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.interactions', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.interactions_interaction_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.recommendations', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.purposes', '');
+
+-------------------------------------------------------------------------------
 -- incremental/050-pattern.sql
 -- Issue 7: the result of a pattern-preserving run, handed from Python to the release's SQL in one
 -- round trip: the rows' ctids and, per substituted column, the new values as an array literal
@@ -1311,6 +1363,300 @@ return sched.release_status(plpy)
 $$;
 COMMENT ON FUNCTION anon.release_status() IS
     'One row per release: last refresh (time, duration, rows, achieved k), the last error and the number of failed refreshes, and with pg_cron its schedule and the outcome of its last scheduled run.';
+
+-------------------------------------------------------------------------------
+-- idempotent/080-trust.sql
+-- Trust- and purpose-aware releases (paper 001): requesters, their trust, purposes and the
+-- release whose degree of anonymisation follows trust and whose levels follow the purpose.
+
+CREATE OR REPLACE FUNCTION anon.add_requester(requester text, role name)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import trust
+return trust.add_requester(plpy, requester, role)
+$$;
+COMMENT ON FUNCTION anon.add_requester(text, name) IS
+    'Registers a data requester and the (non-superuser) role its trust-aware releases are granted to. Returns the requester name.';
+
+CREATE OR REPLACE FUNCTION anon.record_interaction(
+    requester   text,
+    outcome     text,
+    recorded_at timestamptz DEFAULT NULL,
+    note        text        DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import trust
+return trust.record_interaction(plpy, requester, outcome, recorded_at, note)
+$$;
+COMMENT ON FUNCTION anon.record_interaction(text, text, timestamptz, text) IS
+    'Records one interaction with a requester: outcome ''good'' (1), ''bad'' (0), ''neutral'' (0.5) or a number in [0, 1]; recorded_at defaults to now(). Returns the interaction id.';
+
+CREATE OR REPLACE FUNCTION anon.add_recommendation(
+    requester text,
+    by        text,
+    rating    double precision,
+    by_trust  double precision DEFAULT NULL
+)
+RETURNS void
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import trust
+trust.add_recommendation(plpy, requester, by, rating, by_trust)
+$$;
+COMMENT ON FUNCTION anon.add_recommendation(text, text, double precision, double precision) IS
+    'Records (or replaces) the rating in [0, 1] that recommender "by" gives a requester. The rating is weighted by by_trust, or when NULL by the recommender''s own history-based trust if it is a requester, else 0.5.';
+
+CREATE OR REPLACE FUNCTION anon.define_purpose(
+    purpose     text,
+    priorities  jsonb    DEFAULT NULL,
+    derive_from regclass DEFAULT NULL,
+    most_useful  text    DEFAULT NULL,
+    least_useful text    DEFAULT NULL,
+    replace     boolean  DEFAULT false
+)
+RETURNS jsonb
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import trust
+return trust.define_purpose(plpy, purpose, priorities=priorities, derive_from=derive_from,
+                            most=most_useful, least=least_useful, replace=replace)
+$$;
+COMMENT ON FUNCTION anon.define_purpose(text, jsonb, regclass, text, text, boolean) IS
+    'Defines a purpose: explicit priorities (jsonb {"column": priority in [0, 1]}) or priorities derived from the normalized mutual information of derive_from''s columns, most_useful column = 1, least_useful = 0 (LEAST is a reserved word, hence the longer names). Returns the priorities.';
+
+CREATE OR REPLACE FUNCTION anon.trust(
+    requester      text,
+    history_weight double precision DEFAULT 0.5,
+    half_life_days double precision DEFAULT 180
+)
+RETURNS TABLE (history double precision, recommendation double precision, trust double precision,
+               interactions integer, recommendations integer)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import trust
+return trust.trust(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
+$$;
+COMMENT ON FUNCTION anon.trust(text, double precision, double precision) IS
+    'A requester''s trust: the beta-reputation of its interactions (decayed with half_life_days), the trust-weighted mean of its recommendations, and their combination history_weight * history + (1 - history_weight) * recommendation.';
+
+CREATE OR REPLACE FUNCTION anon.trust_view(
+    source            regclass,
+    requester         text,
+    purpose           text,
+    k                 integer          DEFAULT NULL,
+    max_suppression   double precision DEFAULT 0,
+    quasi_identifiers text[]           DEFAULT NULL,
+    gamma             double precision DEFAULT 2,
+    d_min             double precision DEFAULT 0,
+    d_max             double precision DEFAULT 1,
+    history_weight    double precision DEFAULT 0.5,
+    half_life_days    double precision DEFAULT 180,
+    min_share         double precision DEFAULT 0.1,
+    release_name      text             DEFAULT NULL,
+    release_schema    text             DEFAULT 'release',
+    replace           boolean          DEFAULT false
+)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import trust
+return trust.trust_view(plpy, source, requester=requester, purpose=purpose, k=k,
+                        max_suppression=max_suppression, quasi_identifiers=quasi_identifiers,
+                        gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight,
+                        half_life_days=half_life_days, min_share=min_share,
+                        release_name=release_name, release_schema=release_schema,
+                        replace=replace, GD=GD)
+$$;
+COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], double precision, double precision, double precision, double precision, double precision, double precision, text, text, boolean) IS
+    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). Refresh re-evaluates trust. Returns the qualified name.';
+
+-- The run behind a trust-aware release, called from the release's own query. STABLE: it reads
+-- the source in the query's snapshot, so the ctids it returns are those the join sees.
+CREATE OR REPLACE FUNCTION anon._trust_partition(release_id integer)
+RETURNS anon.partition
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="Run 'make install' as root, or point the setting at the environment: "
+                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import trust
+return trust.partition(plpy, GD, release_id)
+$$;
 
 -------------------------------------------------------------------------------
 -- idempotent/090-pattern.sql

@@ -1,0 +1,477 @@
+"""Trust- and purpose-aware releases (paper 001): requesters, trust, purposes, ``anon.trust_view``.
+
+The release is a materialized view in the Mondrian pattern (see ``mondrian.py``):
+
+    SELECT c.q0::int4range AS "age", c.q1::text AS "sex", ..., s."salary"
+    FROM anon._trust_partition(<release_id>) AS p                -- Python, once per refresh
+    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)
+    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid
+    JOIN LATERAL ROWS FROM (jsonb_array_elements_text(p.classes -> 'q0'), ...) WITH ORDINALITY
+         AS c(q0, ..., class_no) ON c.class_no = r.class_id + 1
+    WHERE r.class_id >= 0                                          -- suppressed rows: class -1
+    ORDER BY r.class_id
+
+Each run re-evaluates the requester's trust and re-reads the purpose, so a refresh follows the
+requester's latest history. Quasi-identifiers are released as text labels of their hierarchy level
+(categorical) or as ranges (numeric: nested interval hierarchies; the root is the unbounded range).
+The release is granted to the requester's role only (``parameters.grantees``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core.degree import DegreeRelease
+from plpy_anon.core.errors import (
+    DuplicateObject,
+    InvalidParameter,
+    UndefinedObject,
+    UnsupportedType,
+)
+from plpy_anon.core.purpose import MIPriorities, validate_priorities
+from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import grants, releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.reader import read_columns
+from plpy_anon.db.sqltext import ident, run
+
+METHOD = "trust"
+OUTCOMES = {"good": 1.0, "bad": 0.0, "neutral": 0.5}
+UNKNOWN_RECOMMENDER_TRUST = 0.5  # nothing known about the recommender: the Beta(1, 1) mean
+RANGE_KINDS = ("int", "float")   # numeric reader kinds whose interval labels are range literals
+
+
+# ---------------------------------------------------------------------------- requesters
+
+def _requester(plpy, requester) -> dict:
+    rows = run(plpy, "SELECT requester_name, role_name::text AS role_name FROM anon.requesters "
+                     "WHERE requester_name = $1", ["text"], [requester])
+    if not rows:
+        raise UndefinedObject(f'requester "{requester}" does not exist',
+                              hint="Register it first with anon.add_requester(requester, role => ...).")
+    return rows[0]
+
+
+@sql_entry
+def add_requester(plpy, requester, role):
+    if requester is None or not requester.strip():
+        raise InvalidParameter("a requester name is required", hint="Pass e.g. 'uni_research'.")
+    role = grants.check_role(plpy, role)
+    if run(plpy, "SELECT 1 FROM anon.requesters WHERE requester_name = $1", ["text"], [requester]):
+        raise DuplicateObject(f'requester "{requester}" already exists',
+                              hint="Choose another name; its history and recommendations are kept.")
+    run(plpy, "INSERT INTO anon.requesters (requester_name, role_name) VALUES ($1, $2)",
+        ["text", "name"], [requester, role])
+    return requester
+
+
+def parse_outcome(outcome) -> float:
+    """'good' -> 1, 'bad' -> 0, 'neutral' -> 0.5, or a number in [0, 1] written as text."""
+    text = (outcome or "").strip().lower()
+    if text in OUTCOMES:
+        return OUTCOMES[text]
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= 1.0:
+        raise InvalidParameter(f'outcome "{outcome}" is neither good, bad, neutral nor a number in [0, 1]',
+                               hint="Pass outcome => 'good', 'bad', 'neutral' or e.g. '0.7'.")
+    return value
+
+
+@sql_entry
+def record_interaction(plpy, requester, outcome, recorded_at, note):
+    _requester(plpy, requester)
+    value = parse_outcome(outcome)
+    return run(plpy, """
+        INSERT INTO anon.interactions (requester_name, outcome, recorded_at, note)
+        VALUES ($1, $2, coalesce($3::timestamptz, pg_catalog.now()), $4) RETURNING interaction_id""",
+        ["text", "float8", "text", "text"], [requester, value, recorded_at, note])[0]["interaction_id"]
+
+
+def _check_unit(value, name):
+    if value is None or not 0.0 <= value <= 1.0:
+        raise InvalidParameter(f"{name} must lie in [0, 1]; got {value}",
+                               hint=f"Pass {name} between 0 (worst) and 1 (best).")
+
+
+@sql_entry
+def add_recommendation(plpy, requester, by, rating, by_trust):
+    _requester(plpy, requester)
+    if by is None or not by.strip():
+        raise InvalidParameter("the recommender (by) is required", hint="Pass by => 'partner_a'.")
+    if by == requester:
+        raise InvalidParameter(f'requester "{requester}" cannot recommend itself',
+                               hint="Record its own behaviour with anon.record_interaction.")
+    _check_unit(rating, "rating")
+    if by_trust is not None:
+        _check_unit(by_trust, "by_trust")
+    run(plpy, """
+        INSERT INTO anon.recommendations (requester_name, recommender, rating, recommender_trust)
+        VALUES ($1, $2, $3, $4)
+        ON CONFLICT (requester_name, recommender) DO UPDATE
+        SET rating = EXCLUDED.rating, recommender_trust = EXCLUDED.recommender_trust,
+            recorded_at = pg_catalog.now()""",
+        ["text", "text", "float8", "float8"], [requester, by, rating, by_trust])
+
+
+# ---------------------------------------------------------------------------- trust
+
+EVIDENCE_QUERY = """
+SELECT h.outcomes, h.ages, c.ratings, c.weights, c.recommenders, c.histories
+FROM anon.requesters r
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(i.outcome), '{}') AS outcomes,
+           coalesce(array_agg(extract(epoch FROM pg_catalog.now() - i.recorded_at)::float8 / 86400), '{}') AS ages
+    FROM anon.interactions i WHERE i.requester_name = r.requester_name) h
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(x.rating ORDER BY x.recommender), '{}') AS ratings,
+           coalesce(array_agg(x.recommender_trust ORDER BY x.recommender), '{}') AS weights,
+           coalesce(array_agg(x.recommender ORDER BY x.recommender), '{}') AS recommenders,
+           -- a recommender that is itself a requester: its own history, for the NULL weights
+           coalesce(jsonb_object_agg(x.recommender, o.history) FILTER (WHERE o.history IS NOT NULL),
+                    '{}') AS histories
+    FROM anon.recommendations x
+    LEFT JOIN LATERAL (
+        SELECT jsonb_build_object(
+                   'outcomes', coalesce(jsonb_agg(i.outcome) FILTER (WHERE i.interaction_id IS NOT NULL), '[]'),
+                   'ages', coalesce(jsonb_agg(extract(epoch FROM pg_catalog.now() - i.recorded_at)::float8 / 86400)
+                                    FILTER (WHERE i.interaction_id IS NOT NULL), '[]')) AS history
+        FROM anon.requesters q LEFT JOIN anon.interactions i ON i.requester_name = q.requester_name
+        WHERE q.requester_name = x.recommender
+        HAVING count(*) > 0) o ON true
+    WHERE x.requester_name = r.requester_name) c
+WHERE r.requester_name = $1
+"""
+
+
+def evaluate(plpy, requester, *, history_weight, half_life_days):
+    """TrustScores of ``requester`` plus the evidence counts, in one round trip."""
+    _check_unit(history_weight, "history_weight")
+    if half_life_days is None or not half_life_days > 0:
+        raise InvalidParameter(f"half_life_days must be positive; got {half_life_days}",
+                               hint="Pass e.g. 180, or 'infinity' for no decay.")
+    rows = run(plpy, EVIDENCE_QUERY, ["text"], [requester])
+    if not rows:
+        _requester(plpy, requester)  # raises the clear error
+    row = rows[0]
+    histories = row["histories"]
+    histories = json.loads(histories) if isinstance(histories, str) else histories
+    weights = [w if w is not None else _recommender_trust(histories.get(name), half_life_days)
+               for name, w in zip(row["recommenders"], row["weights"])]
+    scores = evaluate_trust(row["outcomes"], row["ages"], row["ratings"], weights,
+                            half_life=half_life_days, history_weight=history_weight)
+    return scores, len(row["outcomes"]), len(row["ratings"])
+
+
+def _recommender_trust(history, half_life_days):
+    if history is None:
+        return UNKNOWN_RECOMMENDER_TRUST
+    return history_score(history["outcomes"], history["ages"], half_life=half_life_days)
+
+
+@sql_entry
+def trust(plpy, requester, *, history_weight, half_life_days):
+    scores, n_interactions, n_recommendations = evaluate(
+        plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
+    return [(scores.history, scores.recommendation, scores.trust, n_interactions,
+             n_recommendations)]
+
+
+# ---------------------------------------------------------------------------- purposes
+
+def _purpose(plpy, purpose) -> dict:
+    rows = run(plpy, "SELECT priorities, source::text AS source FROM anon.purposes "
+                     "WHERE purpose_name = $1", ["text"], [purpose])
+    if not rows:
+        raise UndefinedObject(f'purpose "{purpose}" does not exist',
+                              hint="Define it first with anon.define_purpose(purpose, priorities => ...).")
+    priorities = rows[0]["priorities"]
+    return json.loads(priorities) if isinstance(priorities, str) else priorities
+
+
+def _read_frame(plpy, tbl, cols) -> pd.DataFrame:
+    """The columns as a DataFrame (numbers as floats with NaN for NULL, text as object)."""
+    numeric = [c for c in cols if c.kind == "numeric"]
+    categorical = [c for c in cols if c.kind == "categorical"]
+    data = read_columns(plpy, tbl, numeric, categorical)
+    frame = {}
+    for col in cols:
+        column = data.columns.get(col.name)
+        if column is None:
+            frame[col.name] = np.array([], dtype=object)
+            continue
+        values = column.values
+        if col.kind == "numeric" and column.null_mask is not None and column.null_mask.any():
+            values = np.where(column.null_mask, np.nan, values.astype(float))
+        frame[col.name] = values
+    return pd.DataFrame(frame), data
+
+
+@sql_entry
+def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, replace):
+    if purpose is None or not purpose.strip():
+        raise InvalidParameter("a purpose name is required", hint="Pass e.g. 'demographics'.")
+    exists = run(plpy, "SELECT 1 FROM anon.purposes WHERE purpose_name = $1", ["text"], [purpose])
+    if exists and not replace:
+        raise DuplicateObject(f'purpose "{purpose}" already exists',
+                              hint="Pass replace => true to redefine it.")
+    if (priorities is None) == (derive_from is None):
+        raise InvalidParameter("give either priorities or derive_from (with most_useful and least_useful)",
+                               hint="""E.g. priorities => '{"age": 1}' or derive_from => 'adult', most_useful => 'education', least_useful => 'race'.""")
+    source, derivation = None, None
+    if priorities is not None:
+        given = json.loads(priorities) if isinstance(priorities, str) else priorities
+        if not isinstance(given, dict):
+            raise InvalidParameter("priorities must be a JSON object {column: priority}",
+                                   hint="""E.g. '{"age": 1, "sex": 0.9}'::jsonb.""")
+        result = validate_priorities(given, list(given)).to_dict()
+    else:
+        if most is None or least is None:
+            raise InvalidParameter("deriving priorities needs most_useful and least_useful",
+                                   hint="Name the most and least useful columns: most_useful => 'education', least_useful => 'race'.")
+        tbl = catalog.table(plpy, derive_from)
+        cols = [c for c, role in catalog.resolve_roles(plpy, tbl)
+                if role in ("quasi_identifier", "sensitive") and c.kind is not None]
+        for name in (most, least):
+            catalog.column_named(tbl, cols, name)
+        frame, _ = _read_frame(plpy, tbl, cols)
+        model = MIPriorities(most=most, least=least).fit(frame)
+        result = {name: round(float(p), 6) for name, p in model.priorities_.items()}
+        source = tbl.oid
+        derivation = {"most": most, "least": least, "order": model.order_,
+                      "mi_matrix": model.mi_matrix_.round(6).to_dict()}
+    run(plpy, """
+        INSERT INTO anon.purposes (purpose_name, priorities, source, derivation)
+        VALUES ($1, $2, $3::oid::regclass, $4)
+        ON CONFLICT (purpose_name) DO UPDATE
+        SET priorities = EXCLUDED.priorities, source = EXCLUDED.source,
+            derivation = EXCLUDED.derivation, created_at = pg_catalog.now()""",
+        ["text", "jsonb", "oid", "jsonb"],
+        [purpose, json.dumps(result), source, json.dumps(derivation) if derivation else None])
+    return json.dumps(result)
+
+
+# ---------------------------------------------------------------------------- the release
+
+def _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share):
+    if k is not None and k < 2:
+        raise InvalidParameter(f"k must be at least 2, got {k}",
+                               hint="Pass k => 5, or leave k out for the paper's scheme alone.")
+    _check_unit(max_suppression, "max_suppression")
+    TrustProjection(gamma=gamma, d_min=d_min, d_max=d_max)  # validates
+    if min_share is None or not min_share >= 0:
+        raise InvalidParameter(f"min_share must be >= 0; got {min_share}",
+                               hint="0 keeps priority-1 attributes exact; the default is 0.1.")
+
+
+def _release_priorities(tbl, cols, qis, priorities) -> dict:
+    """Priorities for the release's quasi-identifiers: a priority for a column the table lacks is
+    an error; columns released as is (sensitive) ignore theirs; QIs without one get 0."""
+    names = [c.name for c in cols]
+    for name in priorities:
+        if name not in names:
+            raise UndefinedObject(
+                f'the purpose gives a priority to "{name}", which is not a column of '
+                f"{tbl.schema}.{tbl.name}",
+                hint="Redefine the purpose for this table (anon.define_purpose(..., replace => true)).")
+    return {c.name: float(priorities.get(c.name, 0.0)) for c in qis}
+
+
+@sql_entry
+def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_identifiers, gamma,
+               d_min, d_max, history_weight, half_life_days, min_share, release_name,
+               release_schema, replace, GD=None):
+    tbl = catalog.table(plpy, source)
+    role = _requester(plpy, requester)["role_name"]
+    role = grants.check_role(plpy, role)
+    priorities = _purpose(plpy, purpose)
+    _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share)
+    evaluate(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
+    cols = catalog.table_columns(plpy, tbl)
+    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, cols=cols)
+    qis = [c for c, r in roles if r == "quasi_identifier"]
+    if not qis:
+        raise InvalidParameter(f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
+                               hint="Pass quasi_identifiers => ARRAY[...].")
+    for col in qis:
+        catalog.check_quasi_identifier(tbl, col)
+        if col.kind == "numeric" and catalog.NUMERIC_TYPES[col.type_name][2] not in RANGE_KINDS:
+            raise UnsupportedType(
+                f'column "{col.name}" has type {col.display_type}; trust_view generalizes integer '
+                "and floating-point numbers, text, booleans and enums",
+                hint="Leave it out of quasi_identifiers or declare it ignored.")
+    parameters = {
+        "requester": requester, "purpose": purpose, "k": k,
+        "max_suppression": max_suppression, "gamma": gamma, "d_min": d_min, "d_max": d_max,
+        "history_weight": history_weight, "half_life_days": _json_number(half_life_days),
+        "min_share": min_share,
+        "priorities": _release_priorities(tbl, cols, qis, priorities),
+        "quasi_identifiers": [c.name for c in qis],
+        "sensitive": [c.name for c, r in roles if r == "sensitive"],
+        "dropped": [c.name for c, r in roles if r in ("identifier", "ignored")],
+        "grantees": [role],
+    }
+    name = release_name or f"{tbl.name}_{requester}_{purpose}"
+
+    def build(release_id, qualified):
+        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
+                     f"{release_query(plpy, tbl, roles, release_id)}")
+
+    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
+                                  release_schema=release_schema, release_name=name,
+                                  replace=replace, parameters=parameters, build=build)
+    restrict_grants(plpy, row, role)
+    _notice_cost(plpy, row)
+    return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def _json_number(value):
+    return None if value is None or math.isinf(value) else value
+
+
+def restrict_grants(plpy, release, role) -> None:
+    """Only the requester's role reads the release: take back what create_release gave analysts."""
+    relations = grants.release_relations(plpy, release)
+    others = [r for r in grants.analysts(plpy) if r != role]
+    for rel in relations:
+        plpy.execute(f"REVOKE ALL ON {rel} FROM PUBLIC")
+        if others:
+            plpy.execute(f"REVOKE ALL ON {rel} FROM {', '.join(plpy.quote_ident(r) for r in others)}")
+        plpy.execute(f"GRANT SELECT ON {rel} TO {plpy.quote_ident(role)}")
+    plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, release['release_schema'])} "
+                 f"TO {plpy.quote_ident(role)}")
+
+
+def _notice_cost(plpy, release) -> None:
+    metrics = release["metrics"]
+    metrics = json.loads(metrics) if isinstance(metrics, str) else metrics
+    cost = metrics.get("cost", {})
+    extra = sum(cost.get("extra_levels", {}).values())
+    if extra or cost.get("rows_suppressed"):
+        plpy.notice(f"plpy_anon: reaching k = {metrics.get('k')} cost {extra} extra hierarchy "
+                    f"level(s) (degree {cost['requested_degree']:.3f} -> "
+                    f"{cost['final_degree']:.3f}) and {cost['rows_suppressed']} suppressed row(s)")
+
+
+def output_type(col) -> str:
+    return catalog.NUMERIC_TYPES[col.type_name][1] if col.kind == "numeric" else "text"
+
+
+def release_query(plpy, tbl, roles, release_id: int) -> str:
+    qi_names = [c.name for c, r in roles if r == "quasi_identifier"]
+    selects = []
+    for col, role in roles:
+        if role == "quasi_identifier":
+            q = f"q{qi_names.index(col.name)}"
+            selects.append(f"c.{q}::{output_type(col)} AS {ident(plpy, col.name)}")
+        elif role == "sensitive":
+            selects.append(f"s.{ident(plpy, col.name)}")
+    class_cols = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')"
+                           for i in range(len(qi_names)))
+    aliases = ", ".join(f"q{i}" for i in range(len(qi_names)))
+    return (
+        f"SELECT {', '.join(selects)}\n"
+        f"FROM anon._trust_partition({int(release_id)}) AS p\n"
+        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)\n"
+        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"JOIN LATERAL ROWS FROM ({class_cols}) WITH ORDINALITY AS c({aliases}, class_no)\n"
+        f"  ON c.class_no = r.class_id + 1\n"
+        f"WHERE r.class_id >= 0\n"
+        f"ORDER BY r.class_id")
+
+
+# ---------------------------------------------------------------------------- the run
+
+@sql_entry
+def partition(plpy, GD, release_id: int):
+    started = time.monotonic()
+    release = releases.by_id(plpy, release_id)
+    params = release["parameters"]
+    params = json.loads(params) if isinstance(params, str) else params
+    tbl = catalog.table(plpy, release["source"])
+    by_name = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    qis = [_column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
+    half_life = params["half_life_days"] if params["half_life_days"] is not None else math.inf
+    scores, _, _ = evaluate(plpy, params["requester"], history_weight=params["history_weight"],
+                            half_life_days=half_life)
+    priorities = _release_priorities(tbl, list(by_name.values()), qis,
+                                     _purpose(plpy, params["purpose"]))
+    degree = TrustProjection(gamma=params["gamma"], d_min=params["d_min"],
+                             d_max=params["d_max"])(scores.trust)
+    frame, data = _read_frame(plpy, tbl, qis)
+    _check_no_nulls(tbl, frame)
+    hierarchies = {c.name: catalog.load_hierarchy(plpy, tbl, c.name)
+                   for c in qis if c.kind == "categorical"}
+    model = DegreeRelease(degree, priorities, hierarchies={n: h for n, h in hierarchies.items() if h},
+                          k=params["k"], max_suppression=params["max_suppression"],
+                          min_share=params["min_share"]).fit(frame)
+    class_ids, classes, sizes = _classes(model, qis)
+    metrics = {
+        "trust": {"history": scores.history, "recommendation": scores.recommendation,
+                  "trust": scores.trust},
+        "degree": degree, "view_degree": model.view_degree_, "k": params["k"],
+        "priorities": priorities,
+        "requested_levels": {n: int(v) for n, v in model.requested_levels_.items()},
+        "levels": {n: int(v) for n, v in model.levels_.items()},
+        "cost": model.cost_,
+    }
+    releases.stash_run(GD, release_id, row_count=int(model.kept_.sum()),
+                       achieved_k=int(sizes.min()) if sizes.size else None,
+                       metrics=metrics, started=started)
+    return {"row_ctids": data.row_ctids,
+            "class_ids": "{" + ",".join(map(str, class_ids.tolist())) + "}",
+            "classes": json.dumps(classes)}
+
+
+def _column_for(tbl, by_name, name):
+    if name not in by_name:
+        raise InvalidParameter(
+            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
+            hint="Recreate the release with replace => true after changing the table.")
+    return by_name[name]
+
+
+def _check_no_nulls(tbl, frame) -> None:
+    for name in frame.columns:
+        if frame[name].isna().any():
+            raise UnsupportedType(
+                f'column "{name}" of {tbl.schema}.{tbl.name} holds NULLs, which trust_view cannot '
+                "place in a generalization hierarchy",
+                hint="Fill them (e.g. 'unknown') or leave the column out of quasi_identifiers.")
+
+
+def _classes(model, qis):
+    """Per-row class ids (-1 = suppressed), per-QI class labels, and class sizes."""
+    levels = model.levels_
+    codes = np.column_stack([model.tables_[c.name].codes[int(levels[c.name])] for c in qis])
+    kept = model.kept_
+    class_ids = np.full(len(kept), -1, dtype=np.int64)
+    if not kept.any():
+        return class_ids, {f"q{i}": [] for i in range(len(qis))}, np.array([], dtype=np.int64)
+    unique, inverse, sizes = np.unique(codes[kept], axis=0, return_inverse=True,
+                                       return_counts=True)
+    class_ids[kept] = inverse.reshape(-1)
+    classes = {}
+    for i, col in enumerate(qis):
+        labels = model.tables_[col.name].labels[int(levels[col.name])][unique[:, i]]
+        classes[f"q{i}"] = [_literal(col, label) for label in labels]
+    return class_ids, classes, sizes
+
+
+def _literal(col, label):
+    """Text for categorical QIs; for numeric ones a range literal: a value v is [v,v], an
+    interval label [lo,hi) is one already, and the root * is the unbounded range."""
+    if col.kind != "numeric":
+        return label
+    if label == "*":
+        return "(,)"
+    if label.startswith("["):
+        return label
+    return f"[{label},{label}]"

@@ -1,0 +1,242 @@
+"""Trust- and purpose-aware releases against a real PostgreSQL: requesters, trust, purposes,
+anon.trust_view (grants, k, refresh) and bad input. Released rows are checked with SQL that shares
+no code with the extension (tests/helpers.py)."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import class_sizes
+
+PEOPLE = """
+CREATE TABLE people (id int PRIMARY KEY, age int, sex text, job text, salary text);
+INSERT INTO people
+SELECT i, 18 + (i * 37) % 70, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END,
+       (ARRAY['nurse', 'doctor', 'clerk', 'cashier'])[1 + (i * 7) % 4],
+       CASE WHEN (i * 11) % 5 = 0 THEN '>50K' ELSE '<=50K' END
+FROM generate_series(1, 400) i;
+SELECT anon.set_column_role('people', 'salary', 'sensitive');
+SELECT anon.set_hierarchy('people', 'job', ARRAY[
+    ARRAY['nurse', 'health', '*'], ARRAY['doctor', 'health', '*'],
+    ARRAY['clerk', 'office', '*'], ARRAY['cashier', 'office', '*']]);
+"""
+_names = itertools.count()
+
+
+@pytest.fixture
+def people(db, schema):
+    db.execute(PEOPLE)
+    return f'"{schema}".people'
+
+
+@pytest.fixture
+def role(db):
+    name = f"requester_role_{next(_names)}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    yield name
+    db.execute("DELETE FROM anon.requesters WHERE role_name = %s", (name,))
+    db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+    db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def requester(db, role):
+    name = f"req_{next(_names)}"
+    db.execute("SELECT anon.add_requester(%s, role => %s)", (name, role))
+    return name
+
+
+@pytest.fixture
+def purpose(db):
+    created = []
+
+    def define(priorities=None, **kwargs):
+        name = f"purpose_{next(_names)}"
+        args = {"priorities": json.dumps(priorities)} if priorities is not None else {}
+        args.update(kwargs)
+        params = sql.SQL(", ").join(sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v))
+                                    for k, v in args.items())
+        created.append(name)
+        result = db.execute(sql.SQL("SELECT anon.define_purpose({}, {})").format(
+            sql.Literal(name), params)).fetchone()[0]
+        return name, result
+
+    yield define
+    db.execute("DELETE FROM anon.purposes WHERE purpose_name = ANY(%s)", (created,))
+
+
+def record(db, requester, outcomes):
+    for outcome in outcomes:
+        db.execute("SELECT anon.record_interaction(%s, outcome => %s)", (requester, outcome))
+
+
+def trust(db, requester, **kwargs):
+    extra = "".join(f", {k} => %({k})s" for k in kwargs)
+    row = db.execute(f"SELECT * FROM anon.trust(%(r)s{extra})", dict(r=requester, **kwargs))
+    return row.fetchone()
+
+
+def trust_view(db, schema, source, requester, purpose, **kwargs):
+    args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in kwargs.items()]
+    query = sql.SQL("SELECT anon.trust_view({}, requester => {}, purpose => {}, "
+                    "release_schema => {}{})").format(
+        sql.Literal(source), sql.Literal(requester), sql.Literal(purpose), sql.Literal(schema),
+        sql.SQL("").join(sql.SQL(", ") + a for a in args))
+    return db.execute(query).fetchone()[0]
+
+
+def metrics(db, relation):
+    schema, name = relation.replace('"', "").split(".")
+    return db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s "
+                      "AND release_name = %s", (schema, name)).fetchone()[0]
+
+
+# ---------------------------------------------------------------------------- trust
+
+def test_trust_combines_history_and_weighted_recommendations(db, requester):
+    record(db, requester, ["good", "good", "bad"])
+    history, recommendation, combined, n_int, n_rec = trust(db, requester,
+                                                           half_life_days=float("inf"))
+    assert (history, recommendation, combined) == (pytest.approx(3 / 5), None, pytest.approx(3 / 5))
+    assert (n_int, n_rec) == (3, 0)
+    db.execute("SELECT anon.add_recommendation(%s, by => 'partner_a', rating => 0.9, by_trust => 1)",
+               (requester,))
+    db.execute("SELECT anon.add_recommendation(%s, by => 'partner_b', rating => 0.1, by_trust => 0.25)",
+               (requester,))
+    # (0.9 * 1 + 0.1 * 0.25) / 1.25 = 0.74; combined with weight 0.75 on history
+    row = trust(db, requester, history_weight=0.75, half_life_days=float("inf"))
+    assert row[1] == pytest.approx(0.74)
+    assert row[2] == pytest.approx(0.75 * 0.6 + 0.25 * 0.74)
+
+
+def test_recommender_that_is_a_requester_weighs_with_its_own_history(db, requester, role):
+    other = f"req_{next(_names)}"
+    db.execute("SELECT anon.add_requester(%s, role => %s)", (other, role))
+    record(db, other, ["bad", "bad", "bad"])            # history (0 + 1) / (3 + 2) = 0.2
+    db.execute("SELECT anon.add_recommendation(%s, by => %s, rating => 1)", (requester, other))
+    db.execute("SELECT anon.add_recommendation(%s, by => 'stranger', rating => 0)", (requester,))
+    # weights 0.2 (the requester's history) and 0.5 (unknown recommender): 0.2 / 0.7
+    assert trust(db, requester, half_life_days=float("inf"))[1] == pytest.approx(0.2 / 0.7)
+
+
+def test_old_interactions_count_less(db, requester):
+    db.execute("SELECT anon.record_interaction(%s, 'bad', recorded_at => now() - interval '360 days')",
+               (requester,))
+    # one bad outcome two half-lives old counts 0.25: (0 + 1) / (0.25 + 2)
+    assert trust(db, requester, half_life_days=180)[0] == pytest.approx(1 / 2.25, rel=1e-4)
+
+
+# ---------------------------------------------------------------------------- purposes
+
+def test_derived_purpose_pins_most_and_least(db, people, purpose):
+    _, priorities = purpose(derive_from=people, most_useful="job", least_useful="sex")
+    assert priorities["job"] == 1 and priorities["sex"] == 0
+    assert set(priorities) == {"age", "sex", "job", "salary"}   # the identifier id is left out
+    assert all(0 <= p <= 1 for p in priorities.values())
+    derivation = db.execute("SELECT derivation FROM anon.purposes WHERE priorities = %s::jsonb",
+                            (json.dumps(priorities),)).fetchone()[0]
+    assert derivation["order"][0] == "job" and derivation["order"][-1] == "sex"
+
+
+# ---------------------------------------------------------------------------- the release
+
+def test_release_is_granted_to_the_requester_role_only(db, connect, schema, people, requester,
+                                                        role, purpose):
+    record(db, requester, ["good"] * 5)
+    name, _ = purpose({"age": 1, "sex": 0.5})
+    analyst = f"analyst_{next(_names)}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(analyst)))
+    try:
+        db.execute("SELECT anon.grant_analyst(%s)", (analyst,))
+        relation = trust_view(db, schema, people, requester, name)
+        with connect(user=role) as conn:
+            assert conn.execute(f"SELECT count(*) FROM {relation}").fetchone()[0] == 400
+        with connect(user=analyst) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"SELECT count(*) FROM {relation}")
+    finally:
+        db.execute("SELECT anon.revoke_analyst(%s)", (analyst,))
+        db.execute(sql.SQL("DROP OWNED BY {}; DROP ROLE {}").format(
+            sql.Identifier(analyst), sql.Identifier(analyst)))
+
+
+def test_columns_and_levels_follow_the_purpose(db, schema, people, requester, purpose):
+    record(db, requester, ["good", "bad"])               # trust 0.5 -> D = 0.75
+    name, _ = purpose({"age": 1, "job": 0})
+    relation = trust_view(db, schema, people, requester, name, min_share=0)
+    columns = [r[0] for r in db.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "ORDER BY attnum", (relation,)).fetchall()]
+    assert columns == ["age", "sex", "job", "salary"]     # the identifier id is dropped
+    m = metrics(db, relation)
+    assert m["degree"] == pytest.approx(0.75)
+    assert m["levels"]["age"] == 0                         # priority 1 with min_share 0: exact
+    assert m["levels"]["job"] == 2 and m["levels"]["sex"] == 1  # priority 0 (unlisted): coarse
+    # age released as exact one-value ranges, job fully generalized, salary as is
+    assert db.execute(f"SELECT bool_and(lower(age) = upper(age) - 1), bool_and(job = '*'), "
+                      f"count(DISTINCT salary) FROM {relation}").fetchone() == (True, True, 2)
+
+
+def test_k_is_enforced_and_its_cost_reported(db, schema, people, requester, purpose):
+    record(db, requester, ["good"] * 20)                   # high trust: a fine view
+    name, _ = purpose({"age": 1, "sex": 1, "job": 1})
+    relation = trust_view(db, schema, people, requester, name, k=10, max_suppression=0.05)
+    sizes = class_sizes(db, relation, ["age", "sex", "job"])
+    assert min(sizes) >= 10
+    m = metrics(db, relation)
+    cost = m["cost"]
+    assert cost["rows_suppressed"] == 400 - sum(sizes) <= 20
+    assert cost["final_degree"] >= cost["requested_degree"]
+    assert all(m["levels"][a] >= m["requested_levels"][a] for a in m["levels"])
+
+
+def test_more_trust_never_gives_a_coarser_release_and_refresh_follows_trust(db, schema, people,
+                                                                           requester, purpose):
+    name, _ = purpose({"age": 0.8, "sex": 0.2, "job": 0.5})
+    record(db, requester, ["good"] * 10)
+    relation = trust_view(db, schema, people, requester, name, k=3)
+    before = metrics(db, relation)
+    record(db, requester, ["bad"] * 30)                    # trust falls: the release coarsens
+    db.execute("SELECT anon.refresh(%s)", (relation.replace('"', ""),))
+    after = metrics(db, relation)
+    assert after["trust"]["trust"] < before["trust"]["trust"]
+    assert after["degree"] > before["degree"]
+    assert all(after["levels"][a] >= before["levels"][a] for a in before["levels"])
+    assert min(class_sizes(db, relation, ["age", "sex", "job"])) >= 3
+
+
+# ---------------------------------------------------------------------------- bad input
+
+def fails(db, query, params, sqlstate, match):
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute(query, params)
+    assert caught.value.sqlstate == sqlstate
+    assert match in caught.value.diag.message_primary
+
+
+def test_bad_input_is_rejected_clearly(db, schema, people, requester, purpose):
+    fails(db, "SELECT anon.record_interaction('nobody', 'good')", (), "42704",
+          'requester "nobody" does not exist')
+    fails(db, "SELECT anon.record_interaction(%s, 'meh')", (requester,), "22023",
+          'outcome "meh"')
+    fails(db, "SELECT anon.add_recommendation(%s, by => 'x', rating => 1.5)", (requester,),
+          "22023", "rating must lie in [0, 1]")
+    fails(db, "SELECT anon.define_purpose('p', priorities => '{\"age\": 2}')", (), "22023",
+          "priority of 'age' must lie in [0, 1]")
+    fails(db, "SELECT anon.trust_view(%s, requester => %s, purpose => 'no_such_purpose')",
+          (people, requester), "42704", 'purpose "no_such_purpose" does not exist')
+    zip_purpose, _ = purpose({"zip": 1})
+    fails(db, "SELECT anon.trust_view(%s, requester => %s, purpose => %s)",
+          (people, requester, zip_purpose), "42704", 'priority to "zip", which is not a column')
+
+
+def test_hierarchy_not_covering_a_value_names_it(db, schema, people, requester, purpose):
+    name, _ = purpose({"job": 1})
+    db.execute("SELECT anon.set_hierarchy('people', 'job', ARRAY[ARRAY['nurse', '*'], "
+               "ARRAY['doctor', '*'], ARRAY['clerk', '*'], ARRAY['cashier', '*']])")
+    db.execute("INSERT INTO people VALUES (999, 40, 'F', 'pilot', '<=50K')")
+    fails(db, "SELECT anon.trust_view(%s, requester => %s, purpose => %s)",
+          (people, requester, name), "42704", "value 'pilot' of column 'job' is not covered")
