@@ -416,7 +416,8 @@ def require_unique_identifier(values, column, table_name):
         examples = ", ".join(map(repr, repeated[:3].tolist()))
         raise InvalidParameter(
             f"identifier {column!r} of {table_name} is not unique: "
-            f"{len(repeated)} values repeat (e.g. {examples})",
+            f"{len(repeated)} value{'s occur' if len(repeated) > 1 else ' occurs'} more than once "
+            f"(e.g. {examples})",
             hint="Choose a unique column (a key) as identifier, or aggregate the rows per "
             "identifier first.",
         )
@@ -529,7 +530,9 @@ def fusion_scan(
             hint="Filter or impute them before the scan.",
         )
     require_unique_identifier(table[identifier], identifier, "the table")
-    require_unique_identifier(auxiliary[auxiliary_identifier], auxiliary_identifier, "the auxiliary table")
+    require_unique_identifier(
+        auxiliary[auxiliary_identifier], auxiliary_identifier, "the auxiliary table"
+    )
     validate_scan_parameters(
         len(table), k_from, k_to, min_protection, min_utility, w_protection, w_utility
     )

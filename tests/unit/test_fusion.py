@@ -266,7 +266,7 @@ def _scan(employees, web, **options):
 def test_identifier_not_unique(enterprise):
     employees, web = enterprise
     twice = pd.concat([employees, employees.iloc[:2]], ignore_index=True)
-    with pytest.raises(InvalidParameter, match="'name' of the table is not unique: 2 values"):
+    with pytest.raises(InvalidParameter, match="'name' of the table is not unique: 2 values occur"):
         _scan(twice, web)
     with pytest.raises(InvalidParameter, match="auxiliary table is not unique"):
         _scan(employees, pd.concat([web, web.iloc[:1]], ignore_index=True))
