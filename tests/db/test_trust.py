@@ -240,3 +240,23 @@ def test_hierarchy_not_covering_a_value_names_it(db, schema, people, requester, 
     db.execute("INSERT INTO people VALUES (999, 40, 'F', 'pilot', '<=50K')")
     fails(db, "SELECT anon.trust_view(%s, requester => %s, purpose => %s)",
           (people, requester, name), "42704", "value 'pilot' of column 'job' is not covered")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "needs the foundation to honour parameters.grantees: refreshing.refresh and "
+    "grants.grant_analyst call grants.grant_release, which grants every analyst"))
+def test_release_stays_private_after_refresh_and_for_new_analysts(db, connect, schema, people,
+                                                                  requester, purpose):
+    name, _ = purpose({"age": 1})
+    relation = trust_view(db, schema, people, requester, name)
+    analyst = f"analyst_{next(_names)}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(analyst)))
+    try:
+        db.execute("SELECT anon.grant_analyst(%s)", (analyst,))
+        db.execute("SELECT anon.refresh(%s)", (relation.replace('"', ""),))
+        with connect(user=analyst) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"SELECT count(*) FROM {relation}")
+    finally:
+        db.execute("SELECT anon.revoke_analyst(%s)", (analyst,))
+        db.execute(sql.SQL("DROP OWNED BY {}; DROP ROLE {}").format(
+            sql.Identifier(analyst), sql.Identifier(analyst)))
