@@ -1,0 +1,247 @@
+"""Pattern-preserving releases (paper 002): ``anon.pattern_view`` and ``anon.distortion``.
+
+The release is a materialized view whose query joins the substituted values back to the source:
+
+    SELECT r.c0::numeric AS "age", r.c1::float8 AS "score", s."salary"
+    FROM anon._pattern_run(<release_id>) AS p                        -- Python, once per refresh
+    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.released[1]::numeric[],
+                              p.released[2]::float8[]) AS r(row_ctid, c0, c1)
+    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid                  -- kept columns stay in SQL
+    ORDER BY r.c0, r.c1                                              -- no trace of source order
+
+Only the substituted columns travel to Python, and only their new values (as array literals
+parsed by ``array_in``) travel back.  ``_pattern_run`` is STABLE, so it reads the source in the
+snapshot of the query that joins its ctids.  Each refresh walks with a new random seed unless
+the release was created with ``seed => ...``.
+
+Column roles: the substituted ``columns`` are released with new values; ``sensitive`` columns
+are kept as they are; every other column (identifiers, ignored columns and quasi-identifiers not
+listed in ``columns``) is dropped -- nothing undeclared is published as is.  Substituted
+integer and numeric columns come out as ``numeric`` (integers whenever every sampled locality
+survives rounding to integers, otherwise with the decimals they need), float columns as
+``float8``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core.errors import InvalidParameter, UnsupportedType
+from plpy_anon.core.pattern import (PatternPreservingRelease, distortion,
+                                    distortion_per_column, rank_correlation,
+                                    unchanged_fraction)
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.reader import read_columns
+from plpy_anon.db.sqltext import ident
+
+METHOD = "pattern"
+# source type -> the type the substituted values are released as
+RELEASED_TYPES = {"int2": "numeric", "int4": "numeric", "int8": "numeric", "numeric": "numeric",
+                  "float4": "float8", "float8": "float8"}
+# threads walking segments inside the backend (process pools do not work there)
+MAX_THREADS = 4
+
+
+@sql_entry
+def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bounds, sensitive,
+                 identifiers, release_name, release_schema, replace, GD=None):
+    tbl = catalog.table(plpy, source)
+    cols = catalog.table_columns(plpy, tbl)
+    substituted = _substituted_columns(tbl, cols, columns)
+    roles = catalog.resolve_roles(plpy, tbl, sensitive=sensitive, identifiers=identifiers,
+                                  cols=cols)
+    names = [c.name for c in substituted]
+    kept = [c.name for c, role in roles if role == "sensitive" and c.name not in names]
+    parameters = {
+        "columns": names,
+        "segment": segment, "sample": sample, "iterations": iterations, "seed": seed,
+        "bounds": _parse_bounds(bounds, names),
+        "sensitive": kept,
+        "released": names + kept,
+        "dropped": [c.name for c in cols if c.name not in names and c.name not in kept],
+    }
+    # fail fast on bad parameters, before any view exists (the run validates again)
+    PatternPreservingRelease(segment=segment, sample=sample, iterations=iterations,
+                             seed=seed).check_parameters()
+    name = release_name or f"{tbl.name}_pp"
+
+    def build(release_id, qualified):
+        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
+                     f"{release_query(plpy, tbl, substituted, kept, release_id)}")
+
+    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
+                                  release_schema=release_schema, release_name=name,
+                                  replace=replace, parameters=parameters, build=build)
+    return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def _substituted_columns(tbl, cols, names):
+    if not names:
+        raise InvalidParameter("columns must name at least one numeric column",
+                               hint="e.g. columns => ARRAY['age', 'fnlwgt']")
+    if len(set(names)) != len(names):
+        raise InvalidParameter("columns lists a column twice", hint="name each column once")
+    chosen = []
+    for name in names:
+        if name is None:
+            raise InvalidParameter("columns contains NULL", hint="Remove the NULL.")
+        col = catalog.column_named(tbl, cols, name)
+        if col.type_name not in RELEASED_TYPES:
+            raise UnsupportedType(
+                f'column "{name}" of {tbl.schema}.{tbl.name} has type {col.display_type}; '
+                "pattern_view substitutes numbers only",
+                hint="List only integer, numeric or floating-point columns; declare the others "
+                     "sensitive (kept) or leave them out (dropped).")
+        chosen.append(col)
+    return chosen
+
+
+def _parse_bounds(bounds, names):
+    """``{"age": [1, 120]}`` (jsonb, arriving as text) -> the same dict, checked."""
+    if bounds is None:
+        return {}
+    parsed = json.loads(bounds) if isinstance(bounds, str) else bounds
+    if not isinstance(parsed, dict):
+        raise InvalidParameter("bounds must be a JSON object of column -> [low, high]",
+                               hint='e.g. bounds => \'{"age": [1, 120]}\'')
+    for name, pair in parsed.items():
+        if name not in names:
+            raise InvalidParameter(f'bounds names column "{name}", which is not substituted',
+                                   hint=f"give bounds for columns among {names}")
+        if (not isinstance(pair, list) or len(pair) != 2
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                           for v in pair)):
+            raise InvalidParameter(f'bounds of "{name}" must be [low, high] numbers, got {pair}',
+                                   hint='e.g. {"age": [1, 120]}')
+    return parsed
+
+
+def release_query(plpy, tbl, substituted, kept, release_id: int) -> str:
+    selects = [f"r.c{i}::{RELEASED_TYPES[c.type_name]} AS {ident(plpy, c.name)}"
+               for i, c in enumerate(substituted)]
+    selects += [f"s.{ident(plpy, name)}" for name in kept]
+    arrays = ", ".join(f"p.released[{i + 1}]::{RELEASED_TYPES[c.type_name]}[]"
+                       for i, c in enumerate(substituted))
+    aliases = ", ".join(f"c{i}" for i in range(len(substituted)))
+    return (
+        f"SELECT {', '.join(selects)}\n"
+        f"FROM anon._pattern_run({int(release_id)}) AS p\n"
+        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], {arrays}) AS r(row_ctid, {aliases})\n"
+        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"ORDER BY {aliases}")
+
+
+# ---------------------------------------------------------------------------- the walk
+
+@sql_entry
+def run_release(plpy, GD, release_id: int):
+    started = time.monotonic()
+    release = releases.by_id(plpy, release_id)
+    params = release["parameters"]
+    params = json.loads(params) if isinstance(params, str) else params
+    tbl = catalog.table(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    substituted = [_still_there(tbl, cols, name) for name in params["columns"]]
+    data = read_columns(plpy, tbl, substituted, [])
+    read_s = time.monotonic() - started
+    frame = pd.DataFrame({c.name: _with_nulls(data.columns[c.name]) for c in substituted}
+                         if data.n_rows else {c.name: [] for c in substituted}, dtype=float)
+    t0 = time.monotonic()
+    model = PatternPreservingRelease(
+        segment=params["segment"], sample=params["sample"], iterations=params["iterations"],
+        seed=params["seed"], bounds={k: tuple(v) for k, v in params["bounds"].items()},
+        n_jobs=min(MAX_THREADS, os.cpu_count() or 1)).fit(frame)
+    walk_s = time.monotonic() - t0
+    original = frame.to_numpy()
+    metrics = _metrics(model, original, params["seed"] is not None)
+    metrics["seconds"] = {"read": round(read_s, 4), "walk": round(walk_s, 4),
+                          "python_total": round(time.monotonic() - started, 4)}
+    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=None, metrics=metrics,
+                       started=started)
+    return {"row_ctids": data.row_ctids,
+            "released": [_array_literal(model.released_[:, i], model.decimals_[i])
+                         for i in range(len(substituted))]}
+
+
+def _still_there(tbl, cols, name):
+    if name not in cols or cols[name].type_name not in RELEASED_TYPES:
+        raise InvalidParameter(
+            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists '
+            "or is no longer numeric",
+            hint="Recreate the release with replace => true after changing the table.")
+    return cols[name]
+
+
+def _with_nulls(column_data):
+    values = column_data.values.astype(np.float64)
+    if column_data.null_mask is not None:
+        values[column_data.null_mask] = np.nan
+    return values
+
+
+def _metrics(model, original, seed_fixed):
+    per_column = distortion_per_column(original, model.released_)
+    spearman = rank_correlation(original, model.released_)
+    unchanged = unchanged_fraction(original, model.released_)
+    return {
+        "distortion": _number(distortion(original, model.released_)),
+        "seed": "fixed" if seed_fixed else "random per refresh",
+        "columns": {
+            name: {"distortion": _number(per_column[i]),
+                   "rank_correlation": _number(spearman[i]),
+                   "preserved_fraction": _number(model.preserved_fraction_[i]),
+                   "unchanged_fraction": _number(unchanged[i]),
+                   "localities_extracted": int(model.n_extracted_[i]),
+                   "localities_sampled": int(model.n_sampled_[i]),
+                   "decimals": model.decimals_[i],
+                   "bounds": [float(b) for b in model.bounds_[i]]}
+            for i, name in enumerate(model.columns_)},
+    }
+
+
+def _number(value):
+    """JSON has no NaN: a metric that is undefined (e.g. Dst of an all-zero column) is null."""
+    value = float(value)
+    return None if np.isnan(value) else value
+
+
+def _array_literal(values, decimals):
+    """A numeric array literal; NaN -> NULL; ``decimals`` digits (None: full float precision)."""
+    def text(value):
+        if value != value:
+            return "NULL"
+        return repr(value) if decimals is None else format(value, f".{decimals}f")
+
+    return "{" + ",".join(map(text, values.tolist())) + "}"
+
+
+# ---------------------------------------------------------------------------- metrics
+
+@sql_entry
+def distortion_report(plpy, source, release_name):
+    """Rows (column_name, distortion, rank_correlation, preserved_fraction) of a pattern release
+    as measured by its last build or refresh; the row with column_name NULL is the overall Dst."""
+    tbl = catalog.table(plpy, source)
+    release = releases.find(plpy, release_name)
+    if release["method"] != METHOD:
+        raise InvalidParameter(
+            f'release "{release_name}" was made by {release["method"]}, not by pattern_view',
+            hint="anon.distortion reports on releases made by anon.pattern_view.")
+    made_from = catalog.table(plpy, release["source"])
+    if made_from.oid != tbl.oid:
+        raise InvalidParameter(
+            f'release "{release_name}" was made from {made_from.schema}.{made_from.name}, '
+            f"not from {tbl.schema}.{tbl.name}",
+            hint=f"Call anon.distortion('{made_from.schema}.{made_from.name}', ...).")
+    metrics = release["metrics"]
+    metrics = json.loads(metrics) if isinstance(metrics, str) else metrics
+    rows = [(name, m["distortion"], m["rank_correlation"], m["preserved_fraction"])
+            for name, m in metrics.get("columns", {}).items()]
+    rows.append((None, metrics.get("distortion"), None, None))
+    return rows
