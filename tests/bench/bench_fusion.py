@@ -13,12 +13,11 @@ For each data set and attacker (regression, fuzzy rules) and k = 2..30 it report
 P o P_hat, G, U_k, the normalized utility and H, writes bench-results/fusion.md and one PNG per
 run with the five panels of the paper's Figures 4-8, and the k chosen for a few weightings.
 
-Run: ``python -m tests.bench.bench_fusion`` (``PLPY_ANON_DATA`` = the data directory).
+Run: ``python -m tests.bench fusion`` (``PLPY_ANON_DATA`` = the data directory). The last section
+runs the synthetic scan through the SQL functions in a throwaway cluster and times it.
 """
 
-import os
 import time
-from pathlib import Path
 
 import matplotlib
 
@@ -30,42 +29,24 @@ import pandas as pd
 from plpy_anon.core import fusion
 from plpy_anon.core.errors import InsufficientData
 from plpy_anon.core.synthetic import make_enterprise
+from tests.bench import common
+from tests.bench.common import copy_frame, extension_db, markdown_table, results_dir
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = Path(os.environ.get("PLPY_ANON_DATA", ROOT.parent / "shared" / "data"))
-RESULTS = ROOT / "bench-results"
 K_FROM, K_TO = 2, 30
 N_ROWS = 3000
-ADULT_COLUMNS = [
-    "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
-    "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week",
-    "native_country", "income",
-]  # fmt: skip
 ADULT_AUXILIARY = ["occupation", "workclass", "sex", "marital_status", "relationship"]
 ADULT_NUMERIC = ["age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"]
 # (w_protection, w_utility) pairs for the "chosen k" table.
 WEIGHTINGS = [(0.5, 0.5), (0.8, 0.2), (0.95, 0.05)]
 
 
-def markdown_table(frame):
-    """A GitHub Markdown table (pandas' to_markdown needs tabulate, not a project dependency)."""
-
-    def cell(value):
-        if isinstance(value, (float, np.floating)):
-            return "" if np.isnan(value) else f"{value:.4g}"
-        return str(value)
-
-    header = "| " + " | ".join(map(str, frame.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
+def frame_table(frame):
+    return markdown_table(list(frame.columns), frame.to_numpy().tolist())
 
 
 def load_adult(sensitive, random_state=0):
     """(table, auxiliary) from Adult: a 3,000-row sample and web-like facts about most of it."""
-    adult = pd.read_csv(DATA / "adult" / "adult.data", header=None, names=ADULT_COLUMNS,
-                        skipinitialspace=True, na_values="?").dropna()  # fmt: skip
-    adult = adult.reset_index(drop=True).rename_axis("row_id").reset_index()
+    adult = common.adult().rename_axis("row_id").reset_index()
     rng = np.random.default_rng(random_state)
     order = rng.permutation(len(adult))
     sample, outsiders = adult.iloc[order[:N_ROWS]], adult.iloc[order[N_ROWS : N_ROWS + 50]]
@@ -142,7 +123,7 @@ def run(name, table, auxiliary, identifier, sensitive, attributes, attacker):
     choices = chosen_ks(scan_table, min_protection, min_utility)
     chosen = choices["chosen_k"].iloc[0]
     slug = f"fusion-{name}-{attacker}".replace("_", "-")
-    plot_figures(scan_table, f"{name}, {attacker} attacker", chosen, RESULTS / f"{slug}.png")
+    plot_figures(scan_table, f"{name}, {attacker} attacker", chosen, results_dir() / f"{slug}.png")
     lines = [
         f"### {name}, {attacker} attacker",
         "",
@@ -154,9 +135,9 @@ def run(name, table, auxiliary, identifier, sensitive, attributes, attacker):
         ),
         f"Thresholds: T_p = {min_protection:.4f} (median P∘P̂), T_u = {min_utility:.4f}.",
         "",
-        markdown_table(scan_table),
+        frame_table(scan_table),
         "",
-        markdown_table(choices),
+        frame_table(choices),
         "",
         f"![{slug}]({slug}.png)",
         "",
@@ -165,8 +146,45 @@ def run(name, table, auxiliary, identifier, sensitive, attributes, attacker):
     return lines
 
 
+def in_database(employees, web):
+    """The same synthetic scan through the SQL functions, timed (reads + scan + release)."""
+    types = {"name": "text PRIMARY KEY", "perf_1": "int", "perf_2": "int", "perf_3": "int",
+             "salary": "numeric(10,2)"}  # fmt: skip
+    with extension_db() as conn:
+        copy_frame(conn, "employees", employees, types)
+        copy_frame(conn, "web_facts", web, {"name": "text", "title": "text", "holdings": "float8"})
+        call = ("'employees', sensitive => 'salary', identifier => 'name', "
+                "auxiliary => 'web_facts', k_from => 2, k_to => 30")  # fmt: skip
+        started = time.perf_counter()
+        conn.execute(f"SELECT * FROM anon.fusion_scan({call})").fetchall()
+        scan_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        release = conn.execute(
+            f"SELECT anon.fusion_resilient_view({call}, min_protection => 0.15, "
+            "min_utility => 0.05, w_protection => 0.8, w_utility => 0.2)"
+        ).fetchone()[0]
+        view_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        conn.execute("SELECT anon.refresh(%s)", (release,))
+        refresh_seconds = time.perf_counter() - started
+    lines = [
+        "### In the database (synthetic, 3,000 employees, k = 2..30, regression attacker)",
+        "",
+        markdown_table(
+            ["call", "seconds"],
+            [
+                ["anon.fusion_scan", round(scan_seconds, 2)],
+                [f"anon.fusion_resilient_view -> {release}", round(view_seconds, 2)],
+                ["anon.refresh (MDAV at the chosen k, no re-scan)", round(refresh_seconds, 2)],
+            ],
+        ),
+        "",
+    ]
+    print("\n".join(lines))
+    return lines
+
+
 def main():
-    RESULTS.mkdir(exist_ok=True)
     report = ["# FRED: fusion attack and choice of k (issue 8)", "", __doc__, ""]
     employees, web = make_enterprise(n_employees=N_ROWS, web_coverage=0.85, n_strangers=50)
     for attacker in ("regression", "fuzzy"):
@@ -176,8 +194,9 @@ def main():
         table, auxiliary, attributes = load_adult(sensitive)
         report += run(f"adult_{sensitive}", table, auxiliary, "row_id", sensitive, attributes,
                       "regression")  # fmt: skip
-    (RESULTS / "fusion.md").write_text("\n".join(report))
-    print(f"wrote {RESULTS / 'fusion.md'}")
+    report += in_database(employees, web)
+    (results_dir() / "fusion.md").write_text("\n".join(report))
+    print(f"wrote {results_dir() / 'fusion.md'}")
 
 
 if __name__ == "__main__":
