@@ -38,10 +38,22 @@ from plpy_anon.core.generalize import class_bounds
 from plpy_anon.core.mondrian import Mondrian
 
 ADULT_COLUMNS = [
-    "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
-    "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week",
-    "native_country", "income",
-]  # fmt: skip
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education_num",
+    "marital_status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital_gain",
+    "capital_loss",
+    "hours_per_week",
+    "native_country",
+    "income",
+]
 QIS = ["age", "sex", "race", "native_country"]
 SENSITIVE = ["workclass", "marital_status", "income"]
 K, L, RISK, THRESHOLD = 5, 2, 0.9, 0.5
@@ -74,9 +86,11 @@ def generalize(frame, labels, n_classes, columns):
             text = np.where(
                 b.lo == b.hi,
                 b.lo.astype(int).astype(str),
-                np.char.add(np.char.add(np.char.add("[", b.lo.astype(int).astype(str)), "-"),
-                            np.char.add(b.hi.astype(int).astype(str), "]")),
-            )  # fmt: skip
+                np.char.add(
+                    np.char.add(np.char.add("[", b.lo.astype(int).astype(str)), "-"),
+                    np.char.add(b.hi.astype(int).astype(str), "]"),
+                ),
+            )
         else:
             text = np.array([v[0] if len(v) == 1 else "{" + ",".join(v) + "}" for v in b])
         out[col.name] = text[labels]
@@ -170,33 +184,37 @@ def markdown(frame, floatfmt="{:.3f}"):
 
 
 def timing_table(results):
-    return pd.DataFrame([
-        {
-            "rows": r["rows"],
-            "classes": r["classes"],
-            "gids after merge": r["gids"],
-            "largest gid": r["largest_gid"],
-            "mondrian s": r["t_mondrian"],
-            "BN plain s": r["t_bn_plain"],
-            "break s": r["t_break"],
-            "merge view s": r["t_merge"],
-            "BN Break-Merge s": r["t_bn_bm"],
-        }
-        for r in results
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "rows": r["rows"],
+                "classes": r["classes"],
+                "gids after merge": r["gids"],
+                "largest gid": r["largest_gid"],
+                "mondrian s": r["t_mondrian"],
+                "BN plain s": r["t_bn_plain"],
+                "break s": r["t_break"],
+                "merge view s": r["t_merge"],
+                "BN Break-Merge s": r["t_bn_bm"],
+            }
+            for r in results
+        ]
+    )
 
 
 def rules_table(result):
     rows = []
     for name, rules in (("plain", result["rules_plain"]), ("Break-Merge", result["rules_bm"])):
         qs = qi_to_sa_rules(rules)
-        rows.append({
-            "release": name,
-            "rules >= 0.9": len(rules),
-            "QI -> SA rules": len(qs),
-            "QI -> SA support": float(qs["support"].sum()) if len(qs) else 0.0,
-            "strongest QI -> SA": _describe(qs.iloc[0]) if len(qs) else "-",
-        })  # fmt: skip
+        rows.append(
+            {
+                "release": name,
+                "rules >= 0.9": len(rules),
+                "QI -> SA rules": len(qs),
+                "QI -> SA support": float(qs["support"].sum()) if len(qs) else 0.0,
+                "strongest QI -> SA": _describe(qs.iloc[0]) if len(qs) else "-",
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -206,11 +224,13 @@ def _describe(rule):
 
 
 def attack_table(results):
-    return pd.DataFrame([
-        {"rows": r["rows"], "target": t, "plain success": p, "Break-Merge success": b}
-        for r in results
-        for t, (p, b) in r["attack"].items()
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {"rows": r["rows"], "target": t, "plain success": p, "Break-Merge success": b}
+            for r in results
+            for t, (p, b) in r["attack"].items()
+        ]
+    )
 
 
 def plot(results, path):
@@ -221,8 +241,11 @@ def plot(results, path):
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     rows = [r["rows"] for r in results]
-    for key, label in (("t_bn_plain", "BN learn (plain)"), ("t_break", "break"),
-                       ("t_bn_bm", "BN learn (Break-Merge)")):  # fmt: skip
+    for key, label in (
+        ("t_bn_plain", "BN learn (plain)"),
+        ("t_break", "break"),
+        ("t_bn_bm", "BN learn (Break-Merge)"),
+    ):
         ax1.plot(rows, [r[key] for r in results], marker="o", label=label)
     ax1.set(xscale="log", xlabel="rows", ylabel="seconds", title="Adult replicated")
     ax1.legend()
@@ -231,8 +254,13 @@ def plot(results, path):
     x = np.arange(len(single))
     ax2.bar(x - 0.2, single["mean_probability_plain"], 0.4, label="plain")
     ax2.bar(x + 0.2, single["mean_probability_bm"], 0.4, label="Break-Merge")
-    ax2.set_xticks(x, [f"{t}|{k}" for t, k in zip(single["target"], single["known"])],
-                   rotation=60, ha="right", fontsize=7)  # fmt: skip
+    ax2.set_xticks(
+        x,
+        [f"{t}|{k}" for t, k in zip(single["target"], single["known"])],
+        rotation=60,
+        ha="right",
+        fontsize=7,
+    )
     ax2.set(ylabel="mean breach probability", title=f"{results[0]['rows']} rows, given one SA")
     ax2.legend()
     fig.tight_layout()

@@ -1,0 +1,517 @@
+"""Break-Merge releases (``anon.break_merge``), dependency detection (``anon.detect_dependencies``,
+``anon.dependency_network``) and knowledge-breach reports (``anon.breach_report``).
+
+Objects of a Break-Merge release ``<name>`` (all in the release schema):
+
+* ``<name>``: the release's storage, ONE materialized view holding both the QIT classes
+  (generalized QIs, ``_gid``, ``_count`` rows, ``_attribute`` NULL) and every ST row
+  (``_gid``, ``_attribute``, ``_value``, ``_count``). Because the QIT and the STs come out of the
+  same statement, ``REFRESH MATERIALIZED VIEW`` (what ``anon.refresh`` runs) rebuilds them from
+  one snapshot in one transaction: they cannot drift apart. It holds exactly what the QIT and the
+  STs hold together, nothing more.
+* ``<name>_qit``: view, one row per individual: the generalized QIs exactly as ``anon.mondrian_view``
+  shows them (same types, same literals) plus ``gid``. No sensitive value, no identifier.
+* ``<name>_st_<attribute>``: view per sensitive attribute, rows ``(gid, value, count)``.
+* ``<name>_merged``: the analyst's merge, a view joining QIT classes and STs on ``gid`` with a
+  ``weight`` = individuals the combination stands for when the STs are read as independent inside
+  the group (``rows * prod count / size^A``; weights of a group sum to its size).
+
+The partition is strict Mondrian with the release's ``k`` on the QIs; ``l`` is enforced by merging
+ST groups (see :mod:`plpy_anon.core.breakmerge`), which keeps the QIs as precise as the k-anonymous
+partition makes them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+
+from plpy_anon.core.bayesnet import BayesNet
+from plpy_anon.core.breach import break_merge_breach, plain_breach
+from plpy_anon.core.breakmerge import (
+    MAX_CATEGORIES,
+    BreakMerge,
+    relabel_in_order,
+    validate_attribute_roles,
+)
+from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.generalize import class_bounds, class_code_range
+from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import releases
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.mondrian import _column_for, check_k, class_literals, output_type
+from plpy_anon.db.reader import read_columns
+from plpy_anon.db.sqltext import ident
+
+METHOD = "break_merge"
+RESERVED = ("gid", "weight", "_gid", "_attribute", "_value", "_count")
+SCOPES = ("qi", "sensitive", "all")
+
+
+# ---------------------------------------------------------------------------- anon.break_merge
+
+
+@sql_entry
+def break_merge(
+    plpy,
+    source,
+    *,
+    k,
+    l,
+    sensitive,
+    quasi_identifiers,
+    identifiers,
+    max_categories,
+    release_name,
+    release_schema,
+    replace,
+    GD=None,
+):
+    tbl = catalog.table(plpy, source)
+    k = check_k(k)
+    if quasi_identifiers is not None and sensitive is not None:
+        validate_attribute_roles(list(quasi_identifiers), list(sensitive))
+    roles = catalog.resolve_roles(
+        plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers
+    )
+    qis = [c for c, role in roles if role == "quasi_identifier"]
+    sens = [c for c, role in roles if role == "sensitive"]
+    if not qis:
+        raise InvalidParameter(
+            f"table {tbl.schema}.{tbl.name} has no quasi-identifier for the QIT",
+            hint="Pass quasi_identifiers => ARRAY[...] or declare them with anon.set_column_role.",
+        )
+    validate_attribute_roles([c.name for c in qis], [c.name for c in sens])
+    for col in qis:
+        catalog.check_quasi_identifier(tbl, col)
+    _check_reserved([c.name for c in qis + sens])
+    _check_l(l)
+    name = release_name or f"{tbl.name}_bm"
+    objects = _object_names(name, [c.name for c in sens])
+    for obj in [objects["qit"], objects["merged"], *objects["sensitive_tables"].values()]:
+        releases.check_name(obj, "release object name")
+    parameters = {
+        "k": k,
+        "l": l,
+        "max_categories": int(max_categories or MAX_CATEGORIES),
+        "quasi_identifiers": [c.name for c in qis],
+        "sensitive": [c.name for c in sens],
+        "hierarchies": [
+            c.name
+            for c in qis
+            if c.name in set(catalog.hierarchy_columns(plpy, tbl)) and c.kind == "categorical"
+        ],
+        "qit": objects["qit"],
+        "merged": objects["merged"],
+        "sensitive_tables": objects["sensitive_tables"],
+        # dependents first: the merge view reads the ST views, all views read the storage
+        "objects": [objects["merged"], *objects["sensitive_tables"].values(), objects["qit"]],
+    }
+
+    def build(release_id, qualified):
+        plpy.execute(
+            f"CREATE MATERIALIZED VIEW {qualified} AS "
+            f"{storage_query(plpy, tbl, qis, parameters, release_id)}"
+        )
+        create_views(plpy, release_schema, name, parameters)
+
+    row = releases.create_release(
+        plpy,
+        GD,
+        source=tbl,
+        method=METHOD,
+        release_schema=release_schema,
+        release_name=name,
+        replace=replace,
+        parameters=parameters,
+        build=build,
+    )
+    return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def _check_l(l):
+    if l is not None and l < 1:
+        raise InvalidParameter(
+            f"l must be at least 1, got {l}", hint="Pass l => 2 or more, or omit it."
+        )
+
+
+def _check_reserved(names):
+    clash = [n for n in names if n in RESERVED]
+    if clash:
+        raise InvalidParameter(
+            f"column(s) {clash} use a name the Break-Merge views reserve ({', '.join(RESERVED)})",
+            hint="Release from a view that renames them.",
+        )
+
+
+def _object_names(name, sensitive):
+    return {
+        "qit": f"{name}_qit",
+        "merged": f"{name}_merged",
+        "sensitive_tables": {s: f"{name}_st_{s}" for s in sensitive},
+    }
+
+
+def storage_query(plpy, tbl, qis, parameters, release_id):
+    """QIT classes UNION ALL ST rows, from one call of the run function (MATERIALIZED CTE)."""
+    hierarchical = set(parameters["hierarchies"])
+    n = len(qis)
+    qi_types = [output_type(c, c.name in hierarchical) for c in qis]
+    class_cols = [f"jsonb_array_elements_text(p.r -> 'classes' -> 'q{i}')" for i in range(n)]
+    class_cols += [f"jsonb_array_elements_text(p.r -> 'classes' -> '{c}')" for c in ("gid", "n")]
+    st_cols = [
+        f"jsonb_array_elements_text(p.r -> 'st' -> '{c}')"
+        for c in ("gid", "attribute", "value", "count")
+    ]
+    qit_select = [
+        f"c.q{i}::{t} AS {ident(plpy, col.name)}" for i, (col, t) in enumerate(zip(qis, qi_types))
+    ]
+    st_select = [f"NULL::{t}" for t in qi_types]
+    aliases = ", ".join(f"q{i}" for i in range(n))
+    return (
+        f"WITH p AS MATERIALIZED (SELECT anon._break_merge_run({int(release_id)}) AS r)\n"
+        f"SELECT {', '.join(qit_select)}, c.gid::int4 AS _gid, NULL::text AS _attribute,\n"
+        f"       NULL::text AS _value, c.n::int8 AS _count\n"
+        f"FROM p CROSS JOIN LATERAL ROWS FROM ({', '.join(class_cols)}) AS c({aliases}, gid, n)\n"
+        f"UNION ALL\n"
+        f"SELECT {', '.join(st_select)}, s.gid::int4, s.attribute, s.value, s.count::int8\n"
+        f"FROM p CROSS JOIN LATERAL ROWS FROM ({', '.join(st_cols)}) AS s(gid, attribute, value, count)"
+    )
+
+
+def create_views(plpy, schema, name, parameters):
+    storage = ident(plpy, schema, name)
+    qis = ", ".join(ident(plpy, q) for q in parameters["quasi_identifiers"])
+    plpy.execute(
+        f"CREATE VIEW {ident(plpy, schema, parameters['qit'])} AS "
+        f"SELECT {qis}, m._gid AS gid FROM {storage} AS m "
+        f"CROSS JOIN LATERAL pg_catalog.generate_series(1, m._count) "
+        f"WHERE m._attribute IS NULL"
+    )
+    for attribute in parameters["sensitive"]:
+        st_name = parameters["sensitive_tables"][attribute]
+        plpy.execute(
+            f"CREATE VIEW {ident(plpy, schema, st_name)} AS "
+            f"SELECT _gid AS gid, _value AS value, _count AS count FROM {storage} "
+            f"WHERE _attribute = {plpy.quote_literal(attribute)}"
+        )
+    plpy.execute(
+        f"CREATE VIEW {ident(plpy, schema, parameters['merged'])} AS "
+        f"{merged_query(plpy, schema, storage, parameters)}"
+    )
+
+
+def merged_query(plpy, schema, storage, parameters):
+    sensitive = [(a, parameters["sensitive_tables"][a]) for a in parameters["sensitive"]]
+    qis = [ident(plpy, q) for q in parameters["quasi_identifiers"]]
+    values = [f"s{i}.value AS {ident(plpy, a)}" for i, (a, _) in enumerate(sensitive)]
+    counts = " * ".join(f"s{i}.count" for i in range(len(sensitive)))
+    joins = "\n".join(
+        f"JOIN {ident(plpy, schema, st)} AS s{i} ON s{i}.gid = q.gid"
+        for i, (_, st) in enumerate(sensitive)
+    )
+    return (
+        f"SELECT {', '.join('q.' + q for q in qis)}, q.gid, {', '.join(values)},\n"
+        f"       q.n::float8 * {counts} / pg_catalog.power(g.size, {len(sensitive)}) AS weight\n"
+        f"FROM (SELECT {', '.join(qis)}, _gid AS gid, _count AS n FROM {storage}"
+        f" WHERE _attribute IS NULL) AS q\n"
+        f"JOIN (SELECT _gid AS gid, sum(_count)::float8 AS size FROM {storage}"
+        f" WHERE _attribute IS NULL GROUP BY _gid) AS g ON g.gid = q.gid\n"
+        f"{joins}"
+    )
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@sql_entry
+def run_release(plpy, GD, release_id: int):
+    """Partition the source, break it, return QIT classes and ST rows as one JSON document."""
+    started = time.monotonic()
+    release = releases.by_id(plpy, release_id)
+    params = _parameters(release)
+    part = partition_source(plpy, release, params)
+    t0 = time.monotonic()
+    broken = BreakMerge(l=params["l"], k=params["k"], max_categories=params["max_categories"]).fit(
+        part.ordered_labels, part.sensitive
+    )
+    break_s = time.monotonic() - t0
+    class_gid = broken.group_map_["gid"].to_numpy()[part.order_of_class]
+    classes = {f"q{i}": lits for i, lits in enumerate(part.literals)}
+    classes["gid"] = class_gid.tolist()
+    classes["n"] = part.class_sizes.tolist()
+    st = _st_columns(broken.sensitive_tables_)
+    metrics = {
+        "n_classes": int(part.class_sizes.size),
+        "n_groups": int(broken.group_sizes_.size),
+        "n_merged": broken.n_merged_,
+        "largest_group": int(broken.group_sizes_.max()),
+        "seconds": {
+            "partition": round(part.seconds, 4),
+            "break": round(break_s, 4),
+            "python_total": round(time.monotonic() - started, 4),
+        },
+    }
+    releases.stash_run(
+        GD,
+        release_id,
+        row_count=part.n_rows,
+        achieved_k=int(part.class_sizes.min()),
+        metrics=metrics,
+        started=started,
+    )
+    return json.dumps({"classes": classes, "st": st})
+
+
+def _st_columns(tables):
+    out = {"gid": [], "attribute": [], "value": [], "count": []}
+    for attribute, table in tables.items():
+        out["gid"] += table["gid"].tolist()
+        out["attribute"] += [attribute] * len(table)
+        out["value"] += [None if pd.isna(v) else str(v) for v in table["value"].tolist()]
+        out["count"] += table["count"].tolist()
+    return out
+
+
+def _parameters(release):
+    params = release["parameters"]
+    return json.loads(params) if isinstance(params, str) else params
+
+
+class SourcePartition:
+    """What one Mondrian run over the source gives Break-Merge and the breach report."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def partition_source(plpy, release, params) -> SourcePartition:
+    """Read the source once, partition it with Mondrian(k), number classes along the QIs."""
+    started = time.monotonic()
+    tbl = catalog.table(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    qis = [_column_for(tbl, cols, n) for n in params["quasi_identifiers"]]
+    sens = [_column_for(tbl, cols, n) for n in params["sensitive"]]
+    numeric = [c for c in qis if c.kind == "numeric"]
+    data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
+    k = int(params["k"])
+    if data.n_rows < k:
+        raise InsufficientData(
+            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
+            hint=f"Use k <= {data.n_rows}, or release a larger table.",
+        )
+    encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
+    model = Mondrian(k=k).fit(encoded)
+    labels, n_classes = model.labels_, model.n_classes_
+    bounds = class_bounds(encoded, labels, n_classes)
+    # Number classes along the QIs (lowest code first) so that ST merges pool neighbours.
+    lows = {col.name: class_code_range(col.codes, labels, n_classes)[0][labels] for col in encoded}
+    ordered = relabel_in_order(labels, pd.DataFrame(lows))
+    order_of_class = np.empty(n_classes, dtype=np.int64)
+    order_of_class[labels] = ordered
+    sensitive = pd.DataFrame({c.name: data.columns[c.name].values for c in sens})
+    return SourcePartition(
+        n_rows=data.n_rows,
+        labels=labels,
+        ordered_labels=ordered,
+        order_of_class=order_of_class,
+        class_sizes=np.bincount(labels, minlength=n_classes),
+        literals=[class_literals(col, bounds[col.name]) for col in qis],
+        sensitive=sensitive,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _encode(plpy, tbl, col, data, params):
+    values = data.columns[col.name]
+    if col.kind == "numeric":
+        return encode_numeric(col.name, values.values, values.null_mask)
+    hierarchy = (
+        catalog.load_hierarchy(plpy, tbl, col.name) if col.name in params["hierarchies"] else None
+    )
+    return encode_categorical(col.name, values.values, hierarchy)
+
+
+# ---------------------------------------------------------------------------- reading releases
+
+
+def _release_roles(plpy, release):
+    """(quasi-identifiers, sensitive) column names of a released relation."""
+    params = _parameters(release)
+    columns = [
+        r["attname"]
+        for r in plpy.execute(
+            "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = "
+            f"{plpy.quote_literal(ident(plpy, release['release_schema'], release['release_name']))}::regclass"
+            " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        )
+    ]
+    qis = [
+        c
+        for c in params.get("quasi_identifiers", [])
+        if c in columns or release["method"] == METHOD
+    ]
+    sens = [c for c in params.get("sensitive", []) if c in columns or release["method"] == METHOD]
+    if not qis and not sens:  # a method that does not record roles: every released column
+        qis = [c for c in columns if not c.startswith("_")]
+    return qis, sens
+
+
+def _grouped_frame(plpy, relation, columns, weight_expr, where=""):
+    """``SELECT col::text ..., weight FROM relation GROUP BY ...``: the weighted distinct rows."""
+    cols = ", ".join(f"{ident(plpy, c)}::text" for c in columns)
+    rows = plpy.execute(
+        f"SELECT {cols}, {weight_expr} AS __w FROM {relation} {where} "
+        f"GROUP BY {', '.join(str(i + 1) for i in range(len(columns)))}"
+    )
+    frame = pd.DataFrame({c: [r[c] for r in rows] for c in columns})
+    return frame, np.array([float(r["__w"]) for r in rows])
+
+
+def _released_table(plpy, release, scope):
+    """The released attributes of ``release`` for ``scope``, as weighted distinct rows, and the
+    (QI, SA) tiers. Break-Merge releases are read through their merge view (the analyst's view):
+    QIs come from the QIT, the SAs from the STs, linked only through ``gid``."""
+    qis, sens = _release_roles(plpy, release)
+    wanted = {"qi": qis, "sensitive": sens, "all": qis + sens}[scope]
+    if len(wanted) < 2:
+        raise InvalidParameter(
+            f"scope '{scope}' of release {release['release_name']} has {len(wanted)} column(s); "
+            "a dependency needs at least two",
+            hint="Use scope => 'all', or declare more columns with that role.",
+        )
+    schema = release["release_schema"]
+    if release["method"] == METHOD:
+        params = _parameters(release)
+        if scope == "qi":
+            relation, weight = ident(plpy, schema, release["release_name"]), "sum(_count)"
+            frame, w = _grouped_frame(plpy, relation, wanted, weight, "WHERE _attribute IS NULL")
+        else:
+            frame, w = _grouped_frame(
+                plpy, ident(plpy, schema, params["merged"]), wanted, "sum(weight)"
+            )
+    else:
+        frame, w = _grouped_frame(
+            plpy, ident(plpy, schema, release["release_name"]), wanted, "count(*)"
+        )
+    return frame, w, [[c for c in wanted if c in qis], [c for c in wanted if c in sens]]
+
+
+def _learn(plpy, release, scope, max_parents):
+    if scope not in SCOPES:
+        raise InvalidParameter(f"unknown scope '{scope}'", hint="Use 'qi', 'sensitive' or 'all'.")
+    frame, weights, tiers = _released_table(plpy, release, scope)
+    if weights.sum() == 0:
+        raise InsufficientData(
+            f"release {release['release_name']} has no rows",
+            hint="Refresh it after loading the source.",
+        )
+    return BayesNet(max_parents=max_parents, tiers=tiers).fit(frame, sample_weight=weights)
+
+
+@sql_entry
+def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents):
+    row = releases.find(plpy, release)
+    bn = _learn(plpy, row, scope, max_parents)
+    if min_support is None:
+        min_support = _parameters(row).get("k") or 1
+    rules = bn.dependency_rules(risk, min_support=min_support)
+    return [
+        {
+            "parents": list(r.parents),
+            "parent_values": [None if pd.isna(v) else str(v) for v in r.parent_values],
+            "child": r.child,
+            "child_value": None if pd.isna(r.child_value) else str(r.child_value),
+            "probability": float(r.probability),
+            "support": float(r.support),
+            "parent_support": float(r.parent_support),
+        }
+        for r in rules.itertuples()
+    ]
+
+
+@sql_entry
+def dependency_network(plpy, release, *, scope, max_parents):
+    row = releases.find(plpy, release)
+    bn = _learn(plpy, row, scope, max_parents)
+    return [{"parent": p, "child": c} for p, c in bn.edges_]
+
+
+# ---------------------------------------------------------------------------- breach report
+
+
+@sql_entry
+def breach_report(plpy, release, *, threshold):
+    row = releases.find(plpy, release)
+    params = _parameters(row)
+    if row["method"] == METHOD:
+        plain = plain_breach(*_plain_from_source(plpy, row, params), threshold=threshold)
+        broken = break_merge_breach(*_sensitive_tables(plpy, row, params), threshold=threshold)
+        reports = [("plain", plain), ("break_merge", broken)]
+    else:
+        reports = [("plain", plain_breach(*_plain_from_release(plpy, row), threshold=threshold))]
+    return [
+        {
+            "release_kind": kind,
+            "target": r.target,
+            "known": None if pd.isna(r.known) else r.known,
+            "max_probability": r.max_probability,
+            "mean_probability": r.mean_probability,
+            "n_above": int(r.n_above),
+        }
+        for kind, report in reports
+        for r in report.itertuples()
+    ]
+
+
+def _plain_from_source(plpy, release, params):
+    """The plain generalized release of the same partition: re-run it on the source."""
+    part = partition_source(plpy, release, params)
+    return part.labels, part.sensitive
+
+
+def _plain_from_release(plpy, release):
+    qis, sens = _release_roles(plpy, release)
+    if not qis or not sens:
+        raise InvalidParameter(
+            f"release {release['release_name']} records no quasi-identifier/sensitive roles",
+            hint="A breach report needs the QIs (to form groups) and at least one sensitive column.",
+        )
+    frame, weights = _grouped_frame(
+        plpy,
+        ident(plpy, release["release_schema"], release["release_name"]),
+        qis + sens,
+        "count(*)",
+    )
+    repeat = weights.astype(np.int64)
+    rows = frame.loc[frame.index.repeat(repeat)].reset_index(drop=True)
+    groups = rows.groupby(qis, dropna=False, sort=False).ngroup().to_numpy()
+    return groups, rows[sens]
+
+
+def _sensitive_tables(plpy, release, params):
+    """Group sizes and STs exactly as an analyst reads them (from the ST views)."""
+    schema = release["release_schema"]
+    qit = ident(plpy, schema, params["qit"])
+    size_rows = plpy.execute(f"SELECT gid, count(*) AS n FROM {qit} GROUP BY gid")
+    gids = np.array([r["gid"] for r in size_rows], dtype=np.int64)
+    sizes = np.zeros(gids.max() + 1 if gids.size else 0, dtype=np.int64)
+    sizes[gids] = [r["n"] for r in size_rows]
+    tables = {}
+    for attribute in params["sensitive"]:  # jsonb does not keep key order: follow the list
+        st = params["sensitive_tables"][attribute]
+        rows = plpy.execute(f"SELECT gid, value, count FROM {ident(plpy, schema, st)}")
+        tables[attribute] = pd.DataFrame(
+            {
+                "gid": [r["gid"] for r in rows],
+                "value": [r["value"] for r in rows],
+                "count": [r["count"] for r in rows],
+            }
+        )
+    return sizes, tables

@@ -1,0 +1,449 @@
+"""Break-Merge releases, dependency detection and breach reports against the real extension.
+
+The invariants are checked with SQL written here, independently of the extension's code.
+"""
+
+import numpy as np
+import pandas as pd
+import psycopg
+import pytest
+from psycopg import sql
+
+from plpy_anon.core.breach import attack_break_merge, attack_plain
+from tests.helpers import class_sizes
+
+QIS = ["age", "sex", "zip"]
+SENSITIVE = ["workclass", "marital_status", "income"]
+
+
+def _people(n, seed=0):
+    """Synthetic people with planted dependencies: young -> never married; workclass decides
+    income exactly (Gov -> <=50K, Self -> >50K, Private by marital status)."""
+    rng = np.random.default_rng(seed)
+    age = rng.integers(18, 70, n)
+    sex = rng.choice(["F", "M"], n)
+    zip_code = rng.choice(["13000", "13500", "14000", "22000", "23000"], n)
+    workclass = rng.choice(["Private", "Gov", "Self"], n, p=[0.6, 0.25, 0.15])
+    marital = np.where(
+        age < 26, "Never-married", rng.choice(["Married", "Divorced", "Never-married"], n)
+    )
+    income = np.where(
+        workclass == "Gov",
+        "<=50K",
+        np.where(workclass == "Self", ">50K", np.where(marital == "Married", ">50K", "<=50K")),
+    )
+    return pd.DataFrame(
+        {
+            "id": np.arange(n),
+            "age": age,
+            "sex": sex,
+            "zip": zip_code,
+            "workclass": workclass,
+            "marital_status": marital,
+            "income": income,
+        }
+    )
+
+
+def _load(db, schema, frame, name="people"):
+    db.execute(
+        sql.SQL(
+            "CREATE TABLE {}.{} (id int PRIMARY KEY, age int, sex text, zip text, workclass text, "
+            "marital_status text, income text)"
+        ).format(sql.Identifier(schema), sql.Identifier(name))
+    )
+    with db.cursor().copy(
+        sql.SQL("COPY {}.{} FROM STDIN").format(sql.Identifier(schema), sql.Identifier(name))
+    ) as copy:
+        for row in frame.itertuples(index=False):
+            copy.write_row(tuple(v.item() if hasattr(v, "item") else v for v in row))
+    return f"{schema}.{name}"
+
+
+def _break(db, schema, source, k=5, l=2, name="people_bm"):
+    return db.execute(
+        "SELECT anon.break_merge(%s, k => %s, l => %s, sensitive => %s, quasi_identifiers => %s, "
+        "identifiers => ARRAY['id'], release_name => %s, release_schema => %s)",
+        (source, k, l, SENSITIVE, QIS, name, schema),
+    ).fetchone()[0]
+
+
+@pytest.fixture
+def people(db, schema):
+    source = _load(db, schema, _people(600))
+    _break(db, schema, source)
+    return schema, source
+
+
+def _rel(schema, name):
+    return f"{schema}.{name}"
+
+
+def check_invariants(db, schema, source, k, l, name="people_bm"):
+    qit = _rel(schema, f"{name}_qit")
+    (n_source,) = db.execute(f"SELECT count(*) FROM {source}").fetchone()
+    (n_qit,) = db.execute(f"SELECT count(*) FROM {qit}").fetchone()
+    assert n_qit == n_source
+    # the QIT carries the QIs and gid only
+    cols = [
+        r[0]
+        for r in db.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "ORDER BY attnum",
+            (qit,),
+        ).fetchall()
+    ]
+    assert cols == QIS + ["gid"]
+    assert min(class_sizes(db, qit, QIS)) >= k
+    for attribute in SENSITIVE:
+        st = _rel(schema, f"{name}_st_{attribute}")
+        mismatched = db.execute(f"""
+            SELECT count(*) FROM (SELECT gid, count(*) AS n FROM {qit} GROUP BY gid) q
+            FULL JOIN (SELECT gid, sum(count) AS n FROM {st} GROUP BY gid) s USING (gid)
+            WHERE q.n IS DISTINCT FROM s.n""").fetchone()[0]
+        assert mismatched == 0, attribute
+        (total,) = db.execute(f"SELECT sum(count) FROM {st}").fetchone()
+        assert total == n_source
+        (least,) = db.execute(
+            f"SELECT min(c) FROM (SELECT count(DISTINCT value) c FROM {st} GROUP BY gid) x"
+        ).fetchone()
+        assert least >= l, attribute
+        # the ST is the true histogram: join the QIT's gid back to the rows through the classes
+    return n_source
+
+
+def test_release_objects_and_invariants(db, people):
+    schema, source = people
+    check_invariants(db, schema, source, k=5, l=2)
+    row = db.execute(
+        "SELECT method, row_count, achieved_k, metrics FROM anon.releases "
+        "WHERE release_schema = %s AND release_name = 'people_bm'",
+        (schema,),
+    ).fetchone()
+    assert row[0] == "break_merge" and row[1] == 600 and row[2] >= 5
+    assert row[3]["n_groups"] <= row[3]["n_classes"]
+
+
+def test_qit_shows_the_mondrian_generalization(db, people):
+    schema, source = people
+    db.execute(
+        "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
+        "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
+        (source, QIS, SENSITIVE, schema),
+    )
+    cols = ", ".join(QIS)
+    diff = db.execute(f"""
+        (SELECT {cols} FROM {schema}.people_bm_qit EXCEPT ALL SELECT {cols} FROM {schema}.people_k5)
+        UNION ALL
+        (SELECT {cols} FROM {schema}.people_k5 EXCEPT ALL SELECT {cols} FROM {schema}.people_bm_qit)
+    """).fetchall()
+    assert diff == []
+    types = db.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+        "%s::regclass AND attnum > 0 ORDER BY attnum",
+        (f"{schema}.people_bm_qit",),
+    ).fetchall()
+    assert [t[0] for t in types] == ["int4range", "text[]", "text[]", "integer"]
+
+
+def test_sensitive_tables_are_the_group_histograms(db, people):
+    schema, source = people
+    # every individual lies in exactly one QIT class (bounding boxes are disjoint), so the class's
+    # gid can be joined back to the source; the STs must equal the histograms of those rows
+    for attribute in SENSITIVE:
+        diff = db.execute(f"""
+            WITH classes AS (SELECT DISTINCT age, sex, zip, gid FROM {schema}.people_bm_qit),
+            truth AS (SELECT c.gid, s.{attribute} AS value, count(*) AS count FROM {source} s
+                      JOIN classes c ON s.age <@ c.age AND s.sex = ANY (c.sex) AND s.zip = ANY (c.zip)
+                      GROUP BY 1, 2)
+            (SELECT * FROM truth EXCEPT SELECT * FROM {schema}.people_bm_st_{attribute})
+            UNION ALL
+            (SELECT * FROM {schema}.people_bm_st_{attribute} EXCEPT SELECT * FROM truth)""").fetchall()
+        assert diff == [], attribute
+
+
+def test_merged_view_weights(db, people):
+    schema, _ = people
+    bad = db.execute(f"""
+        SELECT count(*) FROM (SELECT gid, sum(weight) w FROM {schema}.people_bm_merged GROUP BY gid) m
+        JOIN (SELECT gid, count(*) n FROM {schema}.people_bm_qit GROUP BY gid) q USING (gid)
+        WHERE abs(m.w - q.n) > 1e-9""").fetchone()[0]
+    assert bad == 0
+    # the income margin of the merge equals the income ST
+    bad = db.execute(f"""
+        SELECT count(*) FROM (SELECT gid, income, sum(weight) w FROM {schema}.people_bm_merged
+                              GROUP BY 1, 2) m
+        JOIN {schema}.people_bm_st_income s ON s.gid = m.gid AND s.value = m.income
+        WHERE abs(m.w - s.count) > 1e-9""").fetchone()[0]
+    assert bad == 0
+
+
+def test_refresh_keeps_invariants(db, people):
+    schema, source = people
+    extra = _people(150, seed=7)
+    extra["id"] += 10_000
+    db.execute(f"DELETE FROM {source} WHERE id % 7 = 0")
+    with db.cursor().copy(f"COPY {source} FROM STDIN") as copy:
+        for row in extra.itertuples(index=False):
+            copy.write_row(tuple(v.item() if hasattr(v, "item") else v for v in row))
+    row = db.execute(f"SELECT row_count FROM anon.refresh('{schema}.people_bm')").fetchone()
+    n = check_invariants(db, schema, source, k=5, l=2)
+    assert row[0] == n == 600 - 86 + 150
+
+
+def test_refresh_is_one_transaction(db, people):
+    schema, source = people
+    before = db.execute(f"SELECT count(*) FROM {schema}.people_bm_qit").fetchone()
+    db.execute(f"UPDATE {source} SET income = 'unknown' WHERE id = 1")  # income: 3 values now
+    db.execute(f"DELETE FROM {source} WHERE id >= 3")  # 3 rows < k = 5: refresh must fail
+    with pytest.raises(psycopg.errors.DataException):
+        db.execute(f"SELECT anon.refresh('{schema}.people_bm')")
+    after = db.execute(f"SELECT count(*) FROM {schema}.people_bm_qit").fetchone()
+    assert before == after
+
+
+def test_drop_removes_every_object(db, people):
+    schema, _ = people
+    db.execute("SELECT anon.drop_release(%s)", (f"{schema}.people_bm",))
+    left = db.execute(
+        "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = relnamespace "
+        "WHERE nspname = %s AND relname LIKE 'people_bm%%'",
+        (schema,),
+    ).fetchall()
+    assert left == []
+
+
+# ---------------------------------------------------------------------------- dependencies
+
+
+def _rules(db, release, **kwargs):
+    args = ", ".join(f"{k} => %s" for k in kwargs)
+    return pd.DataFrame(
+        db.execute(
+            f"SELECT * FROM anon.detect_dependencies(%s{', ' if args else ''}{args})",
+            (release, *kwargs.values()),
+        ).fetchall(),
+        columns=[
+            "parents",
+            "parent_values",
+            "child",
+            "child_value",
+            "probability",
+            "support",
+            "parent_support",
+        ],
+    )
+
+
+def test_dependencies_found_in_plain_release_and_blurred_by_break_merge(db, people):
+    schema, source = people
+    db.execute(
+        "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
+        "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
+        (source, QIS, SENSITIVE, schema),
+    )
+    plain = _rules(db, f"{schema}.people_k5", risk=0.99, scope="sensitive")
+    # workclass decides income in the data: Gov -> <=50K and Self -> >50K with probability 1
+    planted = plain[(plain["child"] == "income") & plain["parents"].map(lambda p: "workclass" in p)]
+    assert len(planted) > 0 and (planted["probability"] >= 0.99).all()
+    # the rules are what the released rows say (checked in SQL)
+    for r in plain.itertuples():
+        cond = " AND ".join(f"{p}::text = %s" for p in r.parents)
+        n_parent, n_both = db.execute(
+            f"SELECT count(*), count(*) FILTER (WHERE {r.child}::text = %s) FROM {schema}.people_k5 WHERE {cond}",
+            (r.child_value, *r.parent_values),
+        ).fetchone()
+        assert (n_parent, n_both) == (r.parent_support, r.support)
+        assert r.probability == pytest.approx(n_both / n_parent)
+    # in the Break-Merge release the STs are unlinked: no rule workclass -> income reaches 0.99
+    broken = _rules(db, f"{schema}.people_bm", risk=0.99, scope="sensitive")
+    assert not (
+        (broken["child"] == "income") & broken["parents"].map(lambda p: "workclass" in p)
+    ).any()
+
+
+def test_dependency_network_and_scopes(db, people):
+    schema, _ = people
+    edges = db.execute(
+        "SELECT parent, child FROM anon.dependency_network(%s, scope => 'qi')",
+        (f"{schema}.people_bm",),
+    ).fetchall()
+    assert all(p in QIS and c in QIS for p, c in edges)
+    edges = db.execute(
+        "SELECT parent, child FROM anon.dependency_network(%s)", (f"{schema}.people_bm",)
+    ).fetchall()
+    assert not any(p in SENSITIVE and c in QIS for p, c in edges)  # QIs come first
+    rules = _rules(db, f"{schema}.people_bm", risk=0.5)
+    assert (rules["probability"] >= 0.5).all() and (rules["parent_support"] >= 5).all()
+
+
+# ---------------------------------------------------------------------------- breach
+
+
+def test_breach_report(db, people):
+    schema, source = people
+    report = pd.DataFrame(
+        db.execute(
+            "SELECT * FROM anon.breach_report(%s, threshold => 0.9)", (f"{schema}.people_bm",)
+        ).fetchall(),
+        columns=["release_kind", "target", "known", "max", "mean", "n_above"],
+    )
+    plain = report[report["release_kind"] == "plain"].set_index(["target", "known"])
+    bm = report[report["release_kind"] == "break_merge"].set_index(["target", "known"])
+    single = [i for i in plain.index if "," not in i[0] and i[1] is not None]
+    assert (bm.loc[single, "mean"] <= plain.loc[single, "mean"] + 1e-12).all()
+    # plain, group only, recomputed in SQL on the Mondrian release of the same partition
+    db.execute(
+        "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
+        "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
+        (source, QIS, SENSITIVE, schema),
+    )
+    mx, mean = db.execute(f"""
+        WITH cells AS (SELECT age, sex, zip, income, count(*) AS n FROM {schema}.people_k5 GROUP BY 1, 2, 3, 4),
+        classes AS (SELECT max(n)::float8 / sum(n) AS p, sum(n) AS size FROM cells GROUP BY age, sex, zip)
+        SELECT max(p), sum(p * size) / sum(size) FROM classes""").fetchone()
+    income = report[
+        (report["release_kind"] == "plain")
+        & (report["target"] == "income")
+        & report["known"].isna()
+    ]
+    assert income["max"].item() == pytest.approx(mx) and income["mean"].item() == pytest.approx(
+        mean
+    )
+    # Break-Merge rows come from the STs: with l = 2 no group is certain of income
+    bm_income = report[
+        (report["release_kind"] == "break_merge")
+        & (report["target"] == "income")
+        & report["known"].isna()
+    ]
+    assert bm_income["max"].item() < 1
+
+
+def test_attack_break_merge_does_not_help_the_adversary(db, connect, people):
+    """The paper's adversary: knows a target's QIs and workclass, reads only what an analyst can
+    read (the plain Mondrian release, or the QIT and the STs), guesses income / marital status."""
+    schema, source = people
+    db.execute(
+        "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
+        "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
+        (source, QIS, SENSITIVE, schema),
+    )
+    role = f"{schema}_analyst"[:63]
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        db.execute("SELECT anon.grant_analyst(%s)", (role,))  # what every analyst gets
+        # background knowledge of the adversary: each target's QIs and workclass
+        knowledge = db.execute(
+            f"SELECT id, age, sex, zip, workclass FROM {source} ORDER BY id"
+        ).fetchall()
+        truth = pd.DataFrame(
+            db.execute(f"SELECT income, marital_status FROM {source} ORDER BY id").fetchall(),
+            columns=["income", "marital_status"],
+        )
+        with connect(user=role) as analyst:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                analyst.execute(f"SELECT * FROM {source}")
+            targets, plain, qit, sts = _adversary_view(analyst, schema, knowledge)
+        targets = pd.concat([targets.sort_values("id").reset_index(drop=True), truth], axis=1)
+        for target in ("income", "marital_status"):
+            plain_rate = attack_plain(plain, targets, QIS, "workclass", target).mean()
+            bm_rate = attack_break_merge(qit, sts, targets, QIS, "workclass", target).mean()
+            assert bm_rate <= plain_rate + 1e-12
+        # income is a function of workclass for 40% of the people: plain cracks them, BM cannot
+        assert (
+            attack_plain(plain, targets, QIS, "workclass", "income").mean()
+            > attack_break_merge(qit, sts, targets, QIS, "workclass", "income").mean() + 0.05
+        )
+    finally:
+        db.execute("SELECT anon.revoke_analyst(%s)", (role,))
+        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _adversary_view(analyst, schema, knowledge):
+    """Everything read as the analyst: locate each target's class by containment of its QIs."""
+    analyst.execute(
+        "CREATE TEMP TABLE knowledge (id int, age int, sex text, zip text, workclass text)"
+    )
+    with analyst.cursor().copy("COPY knowledge FROM STDIN") as copy:
+        for row in knowledge:
+            copy.write_row(row)
+    as_text = "age::text AS age, sex::text AS sex, zip::text AS zip"
+    targets = pd.DataFrame(
+        analyst.execute(f"""
+        SELECT k.id, c.age::text, c.sex::text, c.zip::text, k.workclass
+        FROM knowledge k JOIN (SELECT DISTINCT age, sex, zip FROM {schema}.people_k5) c
+          ON k.age <@ c.age AND k.sex = ANY (c.sex) AND k.zip = ANY (c.zip)""").fetchall(),
+        columns=["id", *QIS, "workclass"],
+    )
+    plain = pd.DataFrame(
+        analyst.execute(
+            f"SELECT {as_text}, workclass, marital_status, income FROM {schema}.people_k5"
+        ).fetchall(),
+        columns=[*QIS, *SENSITIVE],
+    )
+    qit = pd.DataFrame(
+        analyst.execute(f"SELECT {as_text}, gid FROM {schema}.people_bm_qit").fetchall(),
+        columns=[*QIS, "gid"],
+    )
+    sts = {
+        a: pd.DataFrame(
+            analyst.execute(f"SELECT gid, value, count FROM {schema}.people_bm_st_{a}").fetchall(),
+            columns=["gid", "value", "count"],
+        )
+        for a in SENSITIVE
+    }
+    return targets, plain, qit, sts
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def test_sensitive_column_that_is_also_a_qi(db, schema):
+    source = _load(db, schema, _people(50))
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="both"):
+        db.execute(
+            "SELECT anon.break_merge(%s, k => 5, sensitive => ARRAY['sex','income'], "
+            "quasi_identifiers => ARRAY['age','sex'], release_schema => %s)",
+            (source, schema),
+        )
+
+
+def test_l_larger_than_distinct_values(db, schema):
+    source = _load(db, schema, _people(50))
+    with pytest.raises(psycopg.errors.DataException, match="income") as error:
+        _break(db, schema, source, l=3)
+    assert "l <= 2" in error.value.diag.message_hint
+
+
+def test_release_that_does_not_exist(db, schema):
+    for call in (
+        "anon.detect_dependencies(%s)",
+        "anon.breach_report(%s)",
+        "anon.dependency_network(%s)",
+    ):
+        with pytest.raises(psycopg.errors.UndefinedObject, match="does not exist"):
+            db.execute(f"SELECT * FROM {call}", ("no_such_release",))
+
+
+def test_many_valued_sensitive_column_is_refused(db, schema):
+    db.execute(
+        f"CREATE TABLE {schema}.pay AS SELECT g AS id, 20 + g % 50 AS age, "
+        f"(g * 37) % 5000 AS salary FROM generate_series(1, 6000) g"
+    )
+    with pytest.raises(psycopg.errors.DatatypeMismatch, match="distinct values") as error:
+        db.execute(
+            "SELECT anon.break_merge(%s, k => 5, sensitive => ARRAY['salary'], "
+            "quasi_identifiers => ARRAY['age'], identifiers => ARRAY['id'], release_schema => %s)",
+            (f"{schema}.pay", schema),
+        )
+    assert "bucket" in error.value.diag.message_hint
+
+
+def test_unknown_scope(db, people):
+    schema, _ = people
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="scope"):
+        db.execute(
+            "SELECT * FROM anon.detect_dependencies(%s, scope => 'everything')",
+            (f"{schema}.people_bm",),
+        )
