@@ -37,8 +37,8 @@ import pandas as pd
 from scipy import sparse
 
 from plpy_anon.core.errors import (InsufficientData, InvalidParameter, UnsupportedType)
-from plpy_anon.core.pattern.localities import (Localities, check_fraction, extract_localities,
-                                               sample_localities)
+from plpy_anon.core.pattern.localities import (Localities, check_fraction, constraint_matrix,
+                                               extract_localities, sample_localities)
 from plpy_anon.core.pattern.metrics import preserved_fraction
 from plpy_anon.core.pattern.walk import Blocks, random_walk
 
@@ -250,30 +250,12 @@ def _interior_start(sorted_values, lower, upper, grid_step, rng):
 
 
 def _stack_constraints(segments):
-    """The block-diagonal constraint matrix of a batch: per segment its order rows, then its
-    sampled locality rows, with column indices offset to the segment's place in the batch."""
-    rows, cols, coefs = [], [], []
-    row_starts, col_starts = [], []
-    n_rows = n_cols = 0
-    for segment in segments:          # one iteration per segment, all work inside is vectorized
-        size, loc = segment.start.size, segment.sampled
-        below = np.arange(size - 1)
-        sign = loc.relation.astype(np.float64)
-        n_seg_rows = size - 1 + len(loc)
-        row_starts.append(n_rows)
-        col_starts.append(n_cols)
-        rows.append(n_rows + np.concatenate([np.repeat(np.arange(size - 1), 2),
-                                             size - 1 + np.repeat(np.arange(len(loc)), 3)]))
-        cols.append(n_cols + np.concatenate([
-            np.column_stack([below, below + 1]).ravel(),
-            np.column_stack([loc.first, loc.middle, loc.last]).ravel()]))
-        coefs.append(np.concatenate([np.tile([1.0, -1.0], size - 1),
-                                     np.column_stack([-sign, 2.0 * sign, -sign]).ravel()]))
-        n_rows += n_seg_rows
-        n_cols += size
-    A = sparse.csr_matrix((np.concatenate(coefs), (np.concatenate(rows), np.concatenate(cols))),
-                          shape=(n_rows, n_cols))
-    return A, Blocks(np.array(row_starts), np.array(col_starts))
+    """The block-diagonal constraint matrix of a batch (one block per segment: its order rows,
+    then its sampled locality rows) and the block layout the walk needs."""
+    matrices = [constraint_matrix(segment.sampled, segment.start.size) for segment in segments]
+    row_starts = np.cumsum([0] + [m.shape[0] for m in matrices[:-1]])
+    col_starts = np.cumsum([0] + [m.shape[1] for m in matrices[:-1]])
+    return sparse.block_diag(matrices, format="csr"), Blocks(row_starts, col_starts)
 
 
 def _round_to_grid(x, anchor, A, blocks, lower, upper, min_decimals, max_decimals):
@@ -289,8 +271,8 @@ def _round_to_grid(x, anchor, A, blocks, lower, upper, min_decimals, max_decimal
     """
     A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
     n_blocks = len(blocks)
-    row_block = np.repeat(np.arange(n_blocks), blocks.sizes(A.shape[0], blocks.row_starts))
-    col_block = np.repeat(np.arange(n_blocks), blocks.sizes(x.size, blocks.col_starts))
+    row_block = np.repeat(np.arange(n_blocks), blocks.row_sizes(A.shape[0]))
+    col_block = np.repeat(np.arange(n_blocks), blocks.col_sizes(x.size))
     chosen = np.full(n_blocks, -1)
     released = x.copy()
     for pull in (0.0, 0.125, 0.5, 1.0):

@@ -38,8 +38,11 @@ class Blocks:
     def __len__(self):
         return int(self.col_starts.size)
 
-    def sizes(self, total, starts):
-        return np.diff(np.append(starts, total))
+    def row_sizes(self, n_rows):
+        return np.diff(np.append(self.row_starts, n_rows))
+
+    def col_sizes(self, n_cols):
+        return np.diff(np.append(self.col_starts, n_cols))
 
 
 def polytope_violation(A, b, lower, upper, x):
@@ -90,8 +93,8 @@ class _Walker:
         n_rows, n_cols = self.A.shape
         self.row_starts = blocks.row_starts
         self.col_starts = blocks.col_starts
-        self.row_sizes = blocks.sizes(n_rows, blocks.row_starts)
-        self.col_sizes = blocks.sizes(n_cols, blocks.col_starts)
+        self.row_sizes = blocks.row_sizes(n_rows)
+        self.col_sizes = blocks.col_sizes(n_cols)
         if np.any(self.col_sizes <= 0):
             raise ValueError("every block needs at least one coordinate")
         # q[r] = (A u)_r / slack_r; one trailing NaN lets reduceat handle blocks without rows
