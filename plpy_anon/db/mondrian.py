@@ -2,13 +2,15 @@
 
 The release is a materialized view whose query does the set work in SQL:
 
-    SELECT c.q0::int4range AS "age", c.q1::text[] AS "sex", ..., s."diagnosis"
-    FROM anon._mondrian_partition(<release_id>) AS p                 -- Python, once per refresh
-    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)
-    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid                  -- sensitive values stay in SQL
-    JOIN (ROWS FROM (jsonb_array_elements_text(p.classes -> 'q0'), ...) WITH ORDINALITY)
-         AS c(q0, ..., class_no) ON c.class_no = r.class_id + 1     -- one row per class
-    ORDER BY r.class_id                                              -- no trace of source order
+    SELECT c.q0 AS "age", c.q1 AS "sex", ..., rs.s0 AS "diagnosis"
+    FROM anon._mondrian_partition(<release_id>) AS p              -- Python, once per refresh
+    CROSS JOIN LATERAL (SELECT r.class_id, s."diagnosis" AS s0    -- each row's class, joined back
+        FROM anon._partition_rows(p) AS r                         --   to the source by ctid (hash
+        JOIN ONLY <source> AS s ON s.ctid = r.row_ctid            --   join: sensitive values never
+        ORDER BY r.row_position OFFSET 0) AS rs                   --   leave SQL), in release order
+    JOIN LATERAL (SELECT x.class_no, x.q0::int4range AS q0, ...   -- one row per class, cast once
+        FROM ROWS FROM (jsonb_array_elements_text(p.classes -> 'q0'), ...) WITH ORDINALITY
+             AS x(q0, ..., class_no) OFFSET 0) AS c ON c.class_no = rs.class_id + 1
 
 so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
 only a class id per row plus one generalized value per class and QI travel back. The partitioning
@@ -110,26 +112,37 @@ def output_type(col, hierarchical: bool) -> str:
 
 
 def release_query(plpy, tbl, roles, parameters, release_id: int) -> str:
+    """The materialized view's query (see the module docstring for its shape and why)."""
     qi_names = parameters["quasi_identifiers"]
     hierarchical = set(parameters["hierarchies"])
-    selects, class_cols = [], []
+    sensitive = [col for col, role in roles if role == "sensitive"]
+    selects = []
     for col, role in roles:
         if role == "quasi_identifier":
-            q = f"q{qi_names.index(col.name)}"
-            selects.append(f"c.{q}::{output_type(col, col.name in hierarchical)} AS {ident(plpy, col.name)}")
+            selects.append(f"c.q{qi_names.index(col.name)} AS {ident(plpy, col.name)}")
         elif role == "sensitive":
-            selects.append(f"s.{ident(plpy, col.name)}")
-    for i in range(len(qi_names)):
-        class_cols.append(f"jsonb_array_elements_text(p.classes -> 'q{i}')")
+            selects.append(f"rs.s{sensitive.index(col)} AS {ident(plpy, col.name)}")
+    by_col = {col.name: col for col, _ in roles}
+    casts = ", ".join(
+        f"x.q{i}::{output_type(by_col[name], name in hierarchical)} AS q{i}"
+        for i, name in enumerate(qi_names))
+    elements = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')" for i in range(len(qi_names)))
     aliases = ", ".join(f"q{i}" for i in range(len(qi_names)))
+    kept = "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
+    # OFFSET 0 keeps each subquery whole: the casts run once per class, not once per row, and the
+    # rows are put in release order (by class, shuffled inside it) while they are still narrow.
     return (
         f"SELECT {', '.join(selects)}\n"
         f"FROM anon._mondrian_partition({int(release_id)}) AS p\n"
-        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)\n"
-        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
-        f"JOIN LATERAL ROWS FROM ({', '.join(class_cols)}) WITH ORDINALITY AS c({aliases}, class_no)\n"
-        f"  ON c.class_no = r.class_id + 1\n"
-        f"ORDER BY r.class_id")
+        f"CROSS JOIN LATERAL (\n"
+        f"    SELECT r.class_id{kept}\n"
+        f"    FROM anon._partition_rows(p) AS r\n"
+        f"    JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"    ORDER BY r.row_position OFFSET 0) AS rs\n"
+        f"JOIN LATERAL (\n"
+        f"    SELECT x.class_no, {casts}\n"
+        f"    FROM ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)\n"
+        f"    OFFSET 0) AS c ON c.class_no = rs.class_id + 1")
 
 
 # ---------------------------------------------------------------------------- partitioning run
@@ -183,7 +196,8 @@ def partition(plpy, GD, release_id: int):
     metrics = release_metrics(encoded, labels, k)
     result = {
         "row_ctids": data.row_ctids,
-        "class_ids": "{" + ",".join(map(str, labels.tolist())) + "}",
+        "class_ids": int_array_literal(labels),
+        "row_positions": int_array_literal(release_positions(labels, seed=release_id)),
         "classes": json.dumps(classes),
     }
     metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
@@ -191,6 +205,22 @@ def partition(plpy, GD, release_id: int):
     releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=metrics["achieved_k"],
                        metrics=metrics, started=started)
     return result
+
+
+def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
+    """Each row's position in the release: grouped by class, classes in random order and rows in
+    random order inside a class, so the release keeps no trace of the source's physical row order
+    (insertion order can identify a row)."""
+    rng = np.random.default_rng([seed, labels.size])
+    class_rank = rng.permutation(int(labels.max()) + 1)
+    order = np.lexsort((rng.random(labels.size), class_rank[labels]))
+    positions = np.empty(labels.size, dtype=np.int64)
+    positions[order] = np.arange(labels.size)
+    return positions
+
+
+def int_array_literal(values: np.ndarray) -> str:
+    return "{" + ",".join(map(str, values.tolist())) + "}"
 
 
 def _column_for(tbl, cols, name):

@@ -38,3 +38,13 @@ AS $$
 from plpy_anon.db import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
+
+-- The rows of a partitioning run as a relation. Not inlinable (it pins search_path), so the
+-- planner uses its ROWS estimate and joins the source by hashing instead of a million TID scans.
+CREATE OR REPLACE FUNCTION anon._partition_rows(p anon.partition)
+RETURNS TABLE (row_ctid tid, class_id integer, row_position integer)
+LANGUAGE sql IMMUTABLE ROWS 100000
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM unnest($1.row_ctids::tid[], $1.class_ids::integer[], $1.row_positions::integer[])
+$$;

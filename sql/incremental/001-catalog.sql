@@ -48,10 +48,12 @@ SELECT pg_catalog.pg_extension_config_dump('anon.releases', '');
 SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
 
 -- The result of a partitioning run, handed from Python to the release's SQL in one round trip:
--- row ctids and class ids as array literals (parsed by array_in in C, not element by element in
--- Python), and the per-class generalized values as a JSON array.
+-- per source row (in the order Python read them) its ctid, its class and its position in the
+-- release, as array literals (parsed by array_in in C, not element by element in Python); and the
+-- generalized values of each class as JSON arrays of literals, one array per quasi-identifier.
 CREATE TYPE anon.partition AS (
-    row_ctids text,
-    class_ids text,
-    classes   jsonb
+    row_ctids     text,
+    class_ids     text,
+    row_positions text,
+    classes       jsonb
 );
