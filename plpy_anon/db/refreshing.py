@@ -23,6 +23,7 @@ server's Unix socket (the same path pg_cron uses), or ``plpy_anon.loopback_dsn``
 from __future__ import annotations
 
 import graphlib
+import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
@@ -65,7 +66,7 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
             grants.grant_release(plpy, row)
     except Exception as exc:
         record_failure(plpy, release, started_at, time.monotonic() - t0, exc)
-        raise
+        raise as_anon_error(exc) from None
     seconds = time.monotonic() - t0
     run(plpy, """
         INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds, succeeded,
@@ -170,10 +171,33 @@ def restore_properties(plpy, qualified: str, saved: dict) -> None:
 
 # ---------------------------------------------------------------------------- failures
 
+PREFIXES = re.compile(r"^(?:(?:spiexceptions\.\w+|plpy\.\w+|\w*Error): )+")
+
+
+def clean_message(text: str) -> str:
+    """An error's own message: without the ``spiexceptions.X: plpy.Error: `` prefixes PL/Python
+    stacks up each time an error crosses a PL/Python function boundary."""
+    return PREFIXES.sub("", text.strip())
+
+
 def error_parts(exc: BaseException) -> tuple[str, str | None]:
     if isinstance(exc, AnonError):
-        return exc.message, exc.sqlstate
-    return str(exc).strip() or type(exc).__name__, getattr(exc, "sqlstate", None)
+        return clean_message(exc.message), exc.sqlstate
+    return clean_message(str(exc)) or type(exc).__name__, getattr(exc, "sqlstate", None)
+
+
+def as_anon_error(exc: BaseException) -> BaseException:
+    """The refresh's error as an AnonError carrying its original SQLSTATE, hint and detail, so
+    sql_entry reports it with a clean message (not a PL/Python traceback label)."""
+    if isinstance(exc, AnonError):
+        exc.message = clean_message(exc.message)
+        return exc
+    if not hasattr(exc, "sqlstate"):
+        return exc
+    message, sqlstate = error_parts(exc)
+    error = AnonError(message, hint=getattr(exc, "hint", None), detail=getattr(exc, "detail", None))
+    error.sqlstate = sqlstate or "P0001"
+    return error
 
 
 def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseException) -> None:

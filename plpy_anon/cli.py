@@ -1,0 +1,437 @@
+"""``plpy-anon``: the client library as a command line.
+
+    plpy-anon --dsn postgresql:///db releases
+    plpy-anon --dsn ... create mondrian patients --k 5 --qi age,sex,zip --sensitive diagnosis
+    plpy-anon --dsn ... refresh patients_k5
+    plpy-anon --dsn ... report patients_k5 --format json
+
+Results print as tables for people, ``--format json`` or ``csv`` for scripts. Long operations
+report their phases on stderr with the elapsed time (``--quiet`` silences them). A failure prints
+one line, ``plpy-anon: error: <server message> (hint: ...)``, and exits 1 (2 for usage errors).
+The DSN comes from ``--dsn`` or the ``PLPY_ANON_DSN`` environment variable (libpq's PG* variables
+apply as usual).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import sys
+import threading
+import time
+from typing import Any
+
+import click
+import pandas as pd
+from psycopg.types.range import Range
+
+from plpy_anon.client import AnonClient
+from plpy_anon.client.errors import ServerError
+from plpy_anon.core.errors import AnonError
+
+METHODS = {                      # CLI name -> (client method, SQL function)
+    "mondrian": "mondrian_view",
+    "break-merge": "break_merge",
+    "trust": "trust_view",
+    "pattern": "pattern_view",
+    "fusion": "fusion_resilient_view",
+}
+SINGLE_VALUED = {"fusion": {"sensitive"}}   # parameters that are one column name, not a list
+
+
+# ---------------------------------------------------------------------------- rendering
+
+def plain(value: Any) -> Any:
+    """A value as JSON/CSV/table cells show it: PostgreSQL's text forms for ranges and arrays."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if isinstance(value, Range):
+        if value.isempty:
+            return "empty"
+        lo = "" if value.lower is None else plain(value.lower)
+        hi = "" if value.upper is None else plain(value.upper)
+        return f"{value.bounds[0]}{lo},{hi}{value.bounds[1]}"
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if hasattr(value, "item"):           # numpy scalars
+        return value.item()
+    return value
+
+
+def cell(value: Any) -> str:
+    value = plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "{" + ",".join("NULL" if v is None else str(plain(v)) for v in value) + "}"
+    if isinstance(value, dict):
+        return json.dumps(value, default=str)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def render_table(frame: pd.DataFrame) -> str:
+    headers = [str(c) for c in frame.columns]
+    rows = [[cell(v) for v in row] for row in frame.itertuples(index=False)]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    line = lambda vals: " " + " | ".join(v.ljust(w) for v, w in zip(vals, widths))
+    out = [line(headers), "-" + "-+-".join("-" * w for w in widths) + "-"]
+    out += [line(r) for r in rows]
+    out.append(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")
+    return "\n".join(out)
+
+
+def render_csv(frame: pd.DataFrame) -> str:
+    import csv
+    import io
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(frame.columns)
+    for row in frame.itertuples(index=False):
+        writer.writerow([cell(v) for v in row])
+    return buffer.getvalue().rstrip("\n")
+
+
+def render_json(frame: pd.DataFrame) -> str:
+    records = [{str(k): _json_value(v) for k, v in zip(frame.columns, row)}
+               for row in frame.itertuples(index=False)]
+    return json.dumps(records, indent=2, default=str)
+
+
+def _json_value(value: Any) -> Any:
+    value = plain(value)
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+RENDERERS = {"table": render_table, "json": render_json, "csv": render_csv}
+
+
+def emit(ctx: click.Context, frame: pd.DataFrame) -> None:
+    click.echo(RENDERERS[ctx.obj["format"]](frame))
+
+
+def emit_record(ctx: click.Context, record: dict) -> None:
+    emit(ctx, pd.DataFrame([record]))
+
+
+# ---------------------------------------------------------------------------- progress
+
+class Progress:
+    """Phases on stderr with elapsed time, and a heartbeat every few seconds while the server
+    works silently, so a long refresh never looks hung."""
+
+    def __init__(self, enabled: bool, heartbeat: float = 5.0):
+        self.enabled = enabled
+        self.heartbeat = heartbeat
+        self.started = time.monotonic()
+        self._last = self.started
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, message: str) -> None:
+        if self.enabled:
+            self._last = time.monotonic()
+            click.echo(f"[{self._last - self.started:7.1f}s] {message}", err=True)
+
+    def __enter__(self) -> "Progress":
+        self.started = self._last = time.monotonic()
+        if self.enabled:
+            self._thread = threading.Thread(target=self._beat, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            if time.monotonic() - self._last >= self.heartbeat:
+                self("... still working")
+
+
+# ---------------------------------------------------------------------------- plumbing
+
+def client(ctx: click.Context, progress: Progress | None = None) -> AnonClient:
+    dsn = ctx.obj["dsn"]
+    if not dsn:
+        raise click.UsageError("no database given: pass --dsn or set PLPY_ANON_DSN")
+    anon = AnonClient(dsn, progress=progress)
+    ctx.call_on_close(anon.close)
+    return anon
+
+
+def split_list(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict:
+    """``--param key=value``: the value as JSON when it parses (numbers, booleans, arrays,
+    objects), else as text."""
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--param")
+        try:
+            params[key] = json.loads(value)
+        except ValueError:
+            params[key] = value
+    return params
+
+
+class Group(click.Group):
+    """Turns every error into one line on stderr and exit status 1."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except (ServerError, AnonError) as error:
+            message = error.message + (f" (hint: {error.hint})" if error.hint else "")
+            click.echo(f"plpy-anon: error: {' '.join(message.split())}", err=True)   # one line
+            ctx.exit(1)
+
+
+# ---------------------------------------------------------------------------- commands
+
+@click.group(cls=Group)
+@click.option("--dsn", envvar="PLPY_ANON_DSN", help="libpq connection string or URI (or PLPY_ANON_DSN).")
+@click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="table",
+              help="Output: human table (default), json or csv.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.pass_context
+def main(ctx, dsn, fmt, quiet):
+    """Anonymized releases of PostgreSQL tables (the plpy_anon extension)."""
+    ctx.ensure_object(dict)
+    ctx.obj.update(dsn=dsn, format=fmt, quiet=quiet)
+
+
+def format_option(f):
+    """--format accepted after the command too (plpy-anon report x --format json)."""
+    def store(ctx, _param, value):
+        if value:
+            ctx.obj["format"] = value
+    return click.option("--format", "fmt_local", type=click.Choice(list(RENDERERS)), default=None,
+                        expose_value=False, callback=store, help="Output: table, json or csv.")(f)
+
+
+@main.command()
+@click.option("--version", "version", default=None, help="Install this version (default: the newest).")
+@click.option("--upgrade", is_flag=True, help="Upgrade an installed extension to the newest version.")
+@format_option
+@click.pass_context
+def install(ctx, version, upgrade):
+    """CREATE EXTENSION plpy_anon CASCADE (or ALTER EXTENSION ... UPDATE with --upgrade)."""
+    anon = client(ctx)
+    before = anon.extension_version()
+    if upgrade and before is not None:
+        old, new = anon.upgrade(version)
+    else:
+        old, new = before, anon.install(version)
+    emit_record(ctx, {"extension": "plpy_anon", "before": old, "installed": new})
+
+
+@main.command()
+@format_option
+@click.pass_context
+def releases(ctx):
+    """Every release: method, rows, k, last refresh, errors, schedule."""
+    frame = client(ctx).releases()
+    if ctx.obj["format"] == "table":
+        frame = frame[["release", "method", "source", "row_count", "achieved_k", "refreshed_at",
+                       "refresh_seconds", "last_error", "schedule", "last_run_status"]]
+    emit(ctx, frame)
+
+
+@main.command()
+@click.argument("method", type=click.Choice(list(METHODS)))
+@click.argument("source")
+@click.option("--k", type=int, help="Every class has at least k rows.")
+@click.option("--l", type=int, help="At least l distinct sensitive values per class.")
+@click.option("--qi", help="Quasi-identifiers, comma-separated.")
+@click.option("--sensitive", help="Sensitive columns, comma-separated.")
+@click.option("--identifiers", help="Identifier columns (dropped), comma-separated.")
+@click.option("--name", "release_name", help="Release name (default: derived from the table).")
+@click.option("--schema", "release_schema", help="Schema of the release (default: release).")
+@click.option("--replace", is_flag=True, help="Rebuild an existing release of that name.")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Any other parameter of the SQL function (repeatable; JSON values accepted).")
+@format_option
+@click.pass_context
+def create(ctx, method, source, k, l, qi, sensitive, identifiers, release_name, release_schema,
+           replace, params):
+    """Create a release of SOURCE with METHOD; prints its name."""
+    kwargs = dict(k=k, l=l, quasi_identifiers=split_list(qi), sensitive=split_list(sensitive),
+                  identifiers=split_list(identifiers), release_name=release_name,
+                  release_schema=release_schema, replace=replace or None, **parse_params(params))
+    for single in SINGLE_VALUED.get(method, ()):
+        if isinstance(kwargs.get(single), list):
+            kwargs[single] = ",".join(kwargs[single])
+    with Progress(not ctx.obj["quiet"]) as progress:
+        anon = client(ctx, progress)
+        progress(f"creating a {method} release of {source}")
+        name = anon.scalar(METHODS[method], source, **kwargs)
+        progress("done")
+    emit_record(ctx, {"release": name})
+
+
+@main.command()
+@click.argument("release", required=False)
+@click.option("--all", "all_", is_flag=True, help="Refresh every release in dependency order.")
+@format_option
+@click.pass_context
+def refresh(ctx, release, all_):
+    """Re-anonymize RELEASE from current data (phases shown on stderr)."""
+    if bool(release) == all_:
+        raise click.UsageError("give a release or --all")
+    with Progress(not ctx.obj["quiet"]) as progress:
+        anon = client(ctx, progress)
+        if all_:
+            frame = anon.refresh_all()
+            emit(ctx, frame)
+            if (frame["status"] != "refreshed").any():
+                ctx.exit(1)
+            return
+        row = anon.refresh(release)
+    emit_record(ctx, {k: row[k] for k in ("release_schema", "release_name", "row_count",
+                                          "achieved_k", "refreshed_at", "refresh_seconds")})
+
+
+@main.command()
+@click.argument("release")
+@format_option
+@click.pass_context
+def report(ctx, release):
+    """Utility and protection figures of RELEASE (k, C_DM, NCP, ...)."""
+    emit(ctx, client(ctx).report(release))
+
+
+@main.command()
+@click.argument("release")
+@click.option("--limit", type=int, default=20, show_default=True, help="Rows to show (0: all).")
+@format_option
+@click.pass_context
+def show(ctx, release, limit):
+    """The rows of RELEASE, as analysts see them."""
+    emit(ctx, client(ctx).release_frame(release, limit=limit or None))
+
+
+@main.command()
+@click.argument("release")
+@click.option("--if-exists", is_flag=True, help="No error if it does not exist.")
+@format_option
+@click.pass_context
+def drop(ctx, release, if_exists):
+    """Drop RELEASE (its relations and catalog row)."""
+    emit_record(ctx, {"release": release, "dropped": client(ctx).drop(release, if_exists=if_exists)})
+
+
+@main.command()
+@click.argument("table")
+@click.option("--identifiers", help="Columns to drop from releases (names, ids), comma-separated.")
+@click.option("--qi", help="Quasi-identifiers to generalize, comma-separated.")
+@click.option("--sensitive", help="Sensitive columns released as they are, comma-separated.")
+@click.option("--ignored", help="Columns left out of releases, comma-separated.")
+@format_option
+@click.pass_context
+def declare(ctx, table, identifiers, qi, sensitive, ignored):
+    """Declare the roles of TABLE's columns; prints every column's role."""
+    emit(ctx, client(ctx).declare(table, identifiers=split_list(identifiers) or (),
+                                  quasi_identifiers=split_list(qi) or (),
+                                  sensitive=split_list(sensitive) or (), ignored=split_list(ignored) or ()))
+
+
+@main.group()
+def hierarchy():
+    """Value-generalization hierarchies of categorical quasi-identifiers."""
+
+
+@hierarchy.command("load")
+@click.argument("table")
+@click.argument("column")
+@click.argument("csv_file", type=click.File("r", encoding="utf-8-sig"))
+@click.option("--sep", default=";", show_default=True, help="Field separator of the CSV.")
+@format_option
+@click.pass_context
+def hierarchy_load(ctx, table, column, csv_file, sep):
+    """Register an ARX-style hierarchy CSV (leaf;parent;...;*) for TABLE.COLUMN ('-': stdin)."""
+    leaves = client(ctx).load_hierarchy_csv(table, column, csv_file.read(), sep=sep)
+    emit_record(ctx, {"table": table, "column": column, "leaves": leaves})
+
+
+@hierarchy.command("drop")
+@click.argument("table")
+@click.argument("column")
+@format_option
+@click.pass_context
+def hierarchy_drop(ctx, table, column):
+    """Remove the hierarchy of TABLE.COLUMN."""
+    emit_record(ctx, {"table": table, "column": column, "dropped": client(ctx).drop_hierarchy(table, column)})
+
+
+@main.command("load-queries")
+@click.argument("log_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--table", help="Also learn this table's attribute priorities from the log.")
+@click.option("--log-format", type=click.Choice(["auto", "csvlog", "stderr"]), default="auto", show_default=True)
+@click.option("--projection-share", type=float, default=0.5, show_default=True,
+              help="Weight of SELECT-list use against WHERE use in the learned priorities.")
+@format_option
+@click.pass_context
+def load_queries(ctx, log_file, table, log_format, projection_share):
+    """Load a PostgreSQL server log (csvlog or stderr) into the workload store."""
+    with Progress(not ctx.obj["quiet"]) as progress:
+        progress(f"reading {log_file}")
+        result = client(ctx).load_queries(log_file, table=table, log_format=log_format,
+                                          projection_share=projection_share)
+    if result.priorities:
+        emit(ctx, pd.DataFrame(result.priorities))
+    else:
+        emit_record(ctx, {"statements": result.statements, "distinct": result.distinct,
+                          "skipped_entries": result.skipped_entries})
+
+
+@main.command()
+@click.argument("release")
+@click.argument("cron")
+@format_option
+@click.pass_context
+def schedule(ctx, release, cron):
+    """Refresh RELEASE on a pg_cron schedule, e.g. '0 3 * * *'."""
+    emit_record(ctx, {"release": release, "schedule": cron, "jobid": client(ctx).schedule_refresh(release, cron)})
+
+
+@main.command()
+@click.argument("release")
+@format_option
+@click.pass_context
+def unschedule(ctx, release):
+    """Remove RELEASE's pg_cron job."""
+    emit_record(ctx, {"release": release, "unscheduled": client(ctx).unschedule_refresh(release)})
+
+
+@main.command()
+@click.argument("role")
+@format_option
+@click.pass_context
+def grant(ctx, role):
+    """Let ROLE read every current and future release (and nothing else)."""
+    emit_record(ctx, {"role": role, "releases": client(ctx).grant_analyst(role)})
+
+
+@main.command()
+@click.argument("role")
+@format_option
+@click.pass_context
+def revoke(ctx, role):
+    """Take back ROLE's access to releases."""
+    emit_record(ctx, {"role": role, "releases": client(ctx).revoke_analyst(role)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""``AnonClient``: the extension's SQL surface as Python methods, on psycopg 3.
+
+    from plpy_anon.client import AnonClient
+    with AnonClient("postgresql:///db") as anon:
+        rel = anon.mondrian_view("patients", k=5)
+        df = anon.release_frame(rel)
+
+Every method is one SQL call (or one transaction) on an autocommit connection; keyword arguments
+mirror the SQL function's parameter names and are passed by name, so the server's defaults apply
+to whatever is left out (``None`` means "not given"). Errors the server raises come back as the
+typed exceptions of :mod:`plpy_anon.client.errors`, carrying its message, detail and hint.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pandas as pd
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from plpy_anon.client import errors
+
+ProgressCallback = Callable[[str], None]
+ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
+
+
+@contextlib.contextmanager
+def translated() -> Iterator[None]:
+    """Re-raise database errors as the typed exceptions of plpy_anon.client.errors."""
+    try:
+        yield
+    except psycopg.Error as error:
+        raise errors.from_psycopg(error) from error
+
+
+def _param(value: Any) -> Any:
+    """Python value -> query parameter: dicts become jsonb, tuples lists (arrays)."""
+    if isinstance(value, dict):
+        return Jsonb(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+class AnonClient:
+    """A connection to a database with the plpy_anon extension.
+
+    ``dsn``: a libpq connection string or URI; or pass an open psycopg ``connection`` (it must be
+    in autocommit mode). ``progress``: called with each phase the server reports during long
+    operations (refreshes), e.g. ``progress=print``.
+    """
+
+    def __init__(self, dsn: str | None = None, *, connection: psycopg.Connection | None = None,
+                 progress: ProgressCallback | None = None):
+        if (dsn is None) == (connection is None):
+            raise errors.InvalidParameter("give either a dsn or a connection",
+                                          hint='AnonClient("postgresql:///db") or AnonClient(connection=conn).')
+        if connection is None:
+            with translated():
+                connection = psycopg.connect(dsn, autocommit=True)
+            self._owns_connection = True
+        else:
+            if not connection.autocommit:
+                raise errors.InvalidParameter("the connection must be in autocommit mode",
+                                              hint="psycopg.connect(..., autocommit=True): each call is its own transaction.")
+            self._owns_connection = False
+        self.connection = connection
+        self.progress = progress
+        if progress is not None:
+            connection.add_notice_handler(self._on_notice)
+            with translated():
+                connection.execute("SET plpy_anon.progress = on")
+
+    # ------------------------------------------------------------------ life cycle
+    def __enter__(self) -> "AnonClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owns_connection and not self.connection.closed:
+            self.connection.close()
+
+    def _on_notice(self, diag) -> None:
+        message = diag.message_primary or ""
+        if message.startswith("plpy_anon: ") and self.progress is not None:
+            self.progress(message[len("plpy_anon: "):])
+
+    # ------------------------------------------------------------------ generic calls
+    def _execute(self, query, params=None) -> psycopg.Cursor:
+        with translated():
+            return self.connection.execute(query, params)
+
+    def call(self, function: str, *args: Any, **named: Any) -> list[dict]:
+        """``SELECT * FROM anon.<function>(args..., name => value, ...)`` as a list of dicts;
+        named arguments that are None are left out (the server's default applies)."""
+        cursor = self._execute(*self._call_query(function, args, named))
+        names = [d.name for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+    def scalar(self, function: str, *args: Any, **named: Any) -> Any:
+        """``SELECT anon.<function>(...)``: the single value it returns."""
+        query, params = self._call_query(function, args, named, scalar=True)
+        return self._execute(query, params).fetchone()[0]
+
+    def frame(self, function: str, *args: Any, **named: Any) -> pd.DataFrame:
+        """A set-returning function's rows as a DataFrame (columns even when there are no rows)."""
+        cursor = self._execute(*self._call_query(function, args, named))
+        return pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
+
+    @staticmethod
+    def _call_query(function, args, named, scalar=False):
+        placeholders = [sql.Placeholder() for _ in args]
+        params = [_param(a) for a in args]
+        for name, value in named.items():
+            if value is None:
+                continue
+            placeholders.append(sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder()))
+            params.append(_param(value))
+        call = sql.SQL("anon.{}({})").format(sql.Identifier(function), sql.SQL(", ").join(placeholders))
+        template = "SELECT {}" if scalar else "SELECT * FROM {}"
+        return sql.SQL(template).format(call), params
+
+    # ------------------------------------------------------------------ the extension
+    def extension_version(self) -> str | None:
+        """The installed version of the extension in this database, or None."""
+        row = self._execute("SELECT extversion FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()
+        return row[0] if row else None
+
+    def available_versions(self) -> list[str]:
+        rows = self._execute("SELECT version FROM pg_available_extension_versions "
+                             "WHERE name = 'plpy_anon' ORDER BY version").fetchall()
+        return [r[0] for r in rows]
+
+    def install(self, version: str | None = None) -> str:
+        """CREATE EXTENSION plpy_anon (and plpython3u) if missing; returns the installed version."""
+        if self.extension_version() is None:
+            query = sql.SQL("CREATE EXTENSION plpy_anon")
+            if version:
+                query += sql.SQL(" VERSION {}").format(sql.Literal(version))
+            self._execute(query + sql.SQL(" CASCADE"))
+        return self.extension_version()
+
+    def upgrade(self, version: str | None = None) -> tuple[str, str]:
+        """ALTER EXTENSION plpy_anon UPDATE [TO version]; returns (old, new) versions. Existing
+        releases and the catalog are kept."""
+        old = self.extension_version()
+        if old is None:
+            raise errors.ExtensionMissing("plpy_anon is not installed in this database",
+                                          hint="Install it first: plpy-anon install (CREATE EXTENSION plpy_anon CASCADE).")
+        query = sql.SQL("ALTER EXTENSION plpy_anon UPDATE")
+        if version:
+            query += sql.SQL(" TO {}").format(sql.Literal(version))
+        self._execute(query)
+        return old, self.extension_version()
+
+    def versions(self) -> pd.DataFrame:
+        """What the server's Python runs (anon.versions())."""
+        return self.frame("versions")
+
+    # ------------------------------------------------------------------ declarations
+    def set_column_role(self, table: str, column: str, role: str | None) -> None:
+        """Declare a column's role (identifier, quasi_identifier, sensitive, ignored; None removes it)."""
+        self.scalar("set_column_role", table, column, role)
+
+    def declare(self, table: str, *, identifiers: Sequence[str] = (),
+                quasi_identifiers: Sequence[str] = (), sensitive: Sequence[str] = (),
+                ignored: Sequence[str] = ()) -> pd.DataFrame:
+        """Declare several columns' roles in one transaction; returns anon.column_roles(table)."""
+        wanted = {"identifier": identifiers, "quasi_identifier": quasi_identifiers,
+                  "sensitive": sensitive, "ignored": ignored}
+        with translated(), self.connection.transaction():
+            for role, columns in wanted.items():
+                for column in columns:
+                    self.connection.execute("SELECT anon.set_column_role(%s, %s, %s)", (table, column, role))
+        return self.column_roles(table)
+
+    def column_roles(self, table: str) -> pd.DataFrame:
+        return self.frame("column_roles", table)
+
+    def set_hierarchy(self, table: str, column: str, paths: Sequence[Sequence[str | None]]) -> int:
+        """Register a hierarchy: one path per leaf (leaf, parent, ..., root); returns the leaves."""
+        width = max(len(p) for p in paths) if paths else 0
+        padded = [list(p) + [None] * (width - len(p)) for p in paths]
+        return self.scalar("set_hierarchy", table, column, padded)
+
+    def load_hierarchy_csv(self, table: str, column: str, source: str | os.PathLike | io.TextIOBase,
+                           sep: str = ";") -> int:
+        """Register an ARX-style hierarchy CSV (``leaf;parent;...;*`` per line) from a path, an
+        open file or the CSV text itself; returns the number of leaves."""
+        if hasattr(source, "read"):
+            text = source.read()
+        elif isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
+                                                  and os.path.exists(source)):
+            with open(source, encoding="utf-8-sig") as f:
+                text = f.read()
+        else:
+            text = str(source)
+        return self.scalar("set_hierarchy_csv", table, column, text, sep)
+
+    def drop_hierarchy(self, table: str, column: str) -> bool:
+        return self.scalar("drop_hierarchy", table, column)
+
+    # ------------------------------------------------------------------ creating releases
+    def mondrian_view(self, source: str, k: int, *, l: int | None = None,
+                      quasi_identifiers: Sequence[str] | None = None,
+                      sensitive: Sequence[str] | None = None, identifiers: Sequence[str] | None = None,
+                      priorities: str | dict | None = None, release_name: str | None = None,
+                      release_schema: str | None = None, replace: bool | None = None,
+                      **options: Any) -> str:
+        """anon.mondrian_view: a k-anonymous (l-diverse with ``l``) Mondrian release; returns its
+        qualified name. ``priorities``: 'learned' or {column: weight} (prioritized Mondrian);
+        ``options``: any further parameter of the SQL function (target, cut_points, ...)."""
+        return self.scalar("mondrian_view", source, k=k, l=l, quasi_identifiers=quasi_identifiers,
+                           sensitive=sensitive, identifiers=identifiers, priorities=priorities,
+                           release_name=release_name, release_schema=release_schema,
+                           replace=replace, **options)
+
+    def break_merge(self, source: str, k: int, *, l: int | None = None,
+                    sensitive: Sequence[str] | None = None,
+                    quasi_identifiers: Sequence[str] | None = None,
+                    release_name: str | None = None, release_schema: str | None = None,
+                    replace: bool | None = None, **options: Any) -> str:
+        """anon.break_merge: a Break-Merge release (QIT + ST tables); returns its name."""
+        return self.scalar("break_merge", source, k=k, l=l, sensitive=sensitive,
+                           quasi_identifiers=quasi_identifiers, release_name=release_name,
+                           release_schema=release_schema, replace=replace, **options)
+
+    def trust_view(self, source: str, *, requester: str, purpose: str | None = None,
+                   k: int | None = None, release_name: str | None = None,
+                   release_schema: str | None = None, replace: bool | None = None,
+                   **options: Any) -> str:
+        """anon.trust_view: a release whose protection follows the requester's trust."""
+        return self.scalar("trust_view", source, requester=requester, purpose=purpose, k=k,
+                           release_name=release_name, release_schema=release_schema,
+                           replace=replace, **options)
+
+    def pattern_view(self, source: str, *, columns: Sequence[str] | None = None,
+                     release_name: str | None = None, release_schema: str | None = None,
+                     replace: bool | None = None, **options: Any) -> str:
+        """anon.pattern_view: a pattern-preserving release of numeric columns."""
+        return self.scalar("pattern_view", source, columns=columns, release_name=release_name,
+                           release_schema=release_schema, replace=replace, **options)
+
+    def fusion_resilient_view(self, source: str, *, sensitive: str, identifier: str | None = None,
+                              release_name: str | None = None, release_schema: str | None = None,
+                              replace: bool | None = None, **options: Any) -> str:
+        """anon.fusion_resilient_view: a release resisting fusion (regression) attacks."""
+        return self.scalar("fusion_resilient_view", source, sensitive=sensitive,
+                           identifier=identifier, release_name=release_name,
+                           release_schema=release_schema, replace=replace, **options)
+
+    # ------------------------------------------------------------------ managing releases
+    def releases(self) -> pd.DataFrame:
+        """Every release with its last refresh, rows, k, errors and schedule (anon.release_status())."""
+        return self.frame("release_status")
+
+    def release_name(self, name: str) -> str:
+        """The quoted qualified name of a release given as ``name`` or ``schema.name``."""
+        rows = self._execute("""
+            SELECT format('%%I.%%I', r.release_schema, r.release_name)
+            FROM anon.releases r, parse_ident(%s) p
+            WHERE (cardinality(p) = 2 AND r.release_schema = p[1] AND r.release_name = p[2])
+               OR (cardinality(p) = 1 AND r.release_name = p[1])""", (name,)).fetchall()
+        if not rows:
+            raise errors.UndefinedObject(f'release "{name}" does not exist',
+                                         hint="plpy-anon releases lists them.")
+        if len(rows) > 1:
+            raise errors.InvalidParameter(f'release name "{name}" is ambiguous: '
+                                          + ", ".join(r[0] for r in rows), hint="Qualify it with its schema.")
+        return rows[0][0]
+
+    def release(self, name: str) -> dict:
+        """The catalog row of a release (anon.releases)."""
+        qualified = self.release_name(name)
+        rows = self._execute("SELECT * FROM anon.releases WHERE format('%%I.%%I', release_schema, "
+                             "release_name) = %s", (qualified,))
+        return dict(zip([d.name for d in rows.description], rows.fetchone()))
+
+    def refresh(self, name: str) -> dict:
+        """Re-anonymize a release from current data; returns its updated catalog row. On failure
+        the old release stays and the failure is recorded (see release_status)."""
+        return self.call("refresh", name)[0]
+
+    def refresh_all(self) -> pd.DataFrame:
+        """Refresh every release in dependency order: release, status, seconds, error."""
+        return self.frame("refresh_all")
+
+    def drop(self, name: str, *, if_exists: bool = False) -> bool:
+        return self.scalar("drop_release", name, if_exists=if_exists)
+
+    def release_frame(self, name: str, *, limit: int | None = None) -> pd.DataFrame:
+        """A release's rows as a DataFrame (ranges as psycopg Range objects, sets as lists)."""
+        query = sql.SQL("SELECT * FROM {}").format(sql.SQL(self.release_name(name)))
+        if limit is not None:
+            query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))
+        cursor = self._execute(query)
+        return pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
+
+    def report(self, name: str) -> pd.DataFrame:
+        """anon.release_report(release) when the server has it, else the catalog's figures."""
+        if self._has_function("release_report"):
+            return self.frame("release_report", name)
+        row = self.release(name)
+        metrics = row.get("metrics") or {}
+        flat = {"release": self.release_name(name), "method": row["method"],
+                "row_count": row["row_count"], "achieved_k": row["achieved_k"],
+                "refreshed_at": row["refreshed_at"],
+                **{k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}}
+        return pd.DataFrame([flat])
+
+    def _has_function(self, name: str) -> bool:
+        return self._execute("SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON "
+                             "n.oid = p.pronamespace WHERE n.nspname = 'anon' AND p.proname = %s)",
+                             (name,)).fetchone()[0]
+
+    # ------------------------------------------------------------------ operations
+    def schedule_refresh(self, name: str, schedule: str) -> int:
+        """A pg_cron job refreshing the release on ``schedule`` ('0 3 * * *'); returns the job id."""
+        return self.scalar("schedule_refresh", name, schedule)
+
+    def unschedule_refresh(self, name: str) -> bool:
+        return self.scalar("unschedule_refresh", name)
+
+    def grant_analyst(self, role: str) -> int:
+        """Let ``role`` read every current and future release; returns how many it can read."""
+        return self.scalar("grant_analyst", role)
+
+    def revoke_analyst(self, role: str) -> int:
+        return self.scalar("revoke_analyst", role)
+
+    def load_queries(self, path: str | os.PathLike, *, table: str | None = None,
+                     log_format: str = "auto", projection_share: float = 0.5):
+        """Load a PostgreSQL server log (csvlog or stderr) into the workload store; with ``table``
+        learn its attribute priorities too. Returns plpy_anon.client.querylog.LoadResult."""
+        from plpy_anon.client import querylog
+        from plpy_anon.core.errors import AnonError
+
+        try:
+            with translated():
+                return querylog.load_queries(self.connection, os.fspath(path), table=table,
+                                             log_format=log_format, projection_share=projection_share)
+        except errors.ServerError:
+            raise
+        except AnonError as error:      # found on the client (missing file, empty log)
+            raise errors.BY_SQLSTATE.get(error.sqlstate, errors.ServerError)(
+                error.message, hint=error.hint, detail=error.detail) from error
+
+
+def frame_to_csv(frame: pd.DataFrame) -> str:
+    """CSV text of a frame (used by the CLI); values rendered as PostgreSQL prints them."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(frame.columns)
+    for row in frame.itertuples(index=False):
+        writer.writerow(["" if v is None or (isinstance(v, float) and v != v) else v for v in row])
+    return out.getvalue()
