@@ -12,7 +12,7 @@ materialized view through the release catalog:
     JOIN ONLY <source> AS s ON s.ctid = r.row_ctid                  -- the identifier stays in SQL
     JOIN LATERAL ROWS FROM (jsonb_array_elements_text(p.classes -> 'a0'), ...) WITH ORDINALITY
          AS c(a0, ..., class_no) ON c.class_no = r.class_id + 1    -- one row per group
-    ORDER BY r.class_id
+    ORDER BY s."name"                                    -- public anyway; hides the source order
 
 The whole scan, the auxiliary match counts and the attack settings are stored in the catalog row's
 ``parameters`` (``anon.fusion_scan_of`` reads them back). A refresh re-runs MDAV on current data at
@@ -217,7 +217,7 @@ def release_query(plpy, tbl, id_col, attrs, release_id: int) -> str:
         f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
         f"JOIN LATERAL ROWS FROM ({groups}) WITH ORDINALITY AS c({', '.join(aliases)}, class_no)\n"
         f"  ON c.class_no = r.class_id + 1\n"
-        f"ORDER BY r.class_id")
+        f"ORDER BY s.{ident(plpy, id_col.name)}")
 
 
 @sql_entry
@@ -269,8 +269,17 @@ def partition(plpy, GD, release_id: int):
     }
     releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=int(sizes.min()),
                        metrics=metrics, started=started)
+    # The release is ordered by the identifier (it is published anyway), so a row's position
+    # says nothing else; row_positions (grouped by class) only fills anon.partition's field.
+    positions = np.empty(data.n_rows, dtype=np.int64)
+    positions[np.argsort(mdav.labels_, kind="stable")] = np.arange(data.n_rows)
     return {
         "row_ctids": data.row_ctids,
-        "class_ids": "{" + ",".join(map(str, mdav.labels_.tolist())) + "}",
+        "class_ids": _int_array(mdav.labels_),
+        "row_positions": _int_array(positions),
         "classes": json.dumps(classes),
     }
+
+
+def _int_array(values) -> str:
+    return "{" + ",".join(map(str, values.tolist())) + "}"
