@@ -54,12 +54,14 @@ SELECT pg_catalog.pg_extension_config_dump('anon.releases', '');
 SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
 
 -- The result of a partitioning run, handed from Python to the release's SQL in one round trip:
--- row ctids and class ids as array literals (parsed by array_in in C, not element by element in
--- Python), and the per-class generalized values as a JSON array.
+-- per source row (in the order Python read them) its ctid, its class and its position in the
+-- release, as array literals (parsed by array_in in C, not element by element in Python); and the
+-- generalized values of each class as JSON arrays of literals, one array per quasi-identifier.
 CREATE TYPE anon.partition AS (
-    row_ctids text,
-    class_ids text,
-    classes   jsonb
+    row_ctids     text,
+    class_ids     text,
+    row_positions text,
+    classes       jsonb
 );
 
 -------------------------------------------------------------------------------
@@ -623,6 +625,16 @@ if "plpy_anon" not in GD:
     GD["plpy_anon"] = _venv
 from plpy_anon.db import mondrian
 return mondrian.partition(plpy, GD, release_id)
+$$;
+
+-- The rows of a partitioning run as a relation. Not inlinable (it pins search_path), so the
+-- planner uses its ROWS estimate and joins the source by hashing instead of a million TID scans.
+CREATE OR REPLACE FUNCTION anon._partition_rows(p anon.partition)
+RETURNS TABLE (row_ctid tid, class_id integer, row_position integer)
+LANGUAGE sql IMMUTABLE ROWS 100000
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT * FROM unnest($1.row_ctids::tid[], $1.class_ids::integer[], $1.row_positions::integer[])
 $$;
 
 -------------------------------------------------------------------------------
@@ -1574,6 +1586,8 @@ CREATE OR REPLACE FUNCTION anon.trust_view(
     k                 integer          DEFAULT NULL,
     max_suppression   double precision DEFAULT 0,
     quasi_identifiers text[]           DEFAULT NULL,
+    sensitive         text[]           DEFAULT NULL,
+    identifiers       text[]           DEFAULT NULL,
     gamma             double precision DEFAULT 2,
     d_min             double precision DEFAULT 0,
     d_max             double precision DEFAULT 1,
@@ -1615,13 +1629,14 @@ if "plpy_anon" not in GD:
 from plpy_anon.db import trust
 return trust.trust_view(plpy, source, requester=requester, purpose=purpose, k=k,
                         max_suppression=max_suppression, quasi_identifiers=quasi_identifiers,
-                        gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight,
+                        sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min,
+                        d_max=d_max, history_weight=history_weight,
                         half_life_days=half_life_days, min_share=min_share,
                         release_name=release_name, release_schema=release_schema,
                         replace=replace, GD=GD)
 $$;
-COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], double precision, double precision, double precision, double precision, double precision, double precision, text, text, boolean) IS
-    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). Refresh re-evaluates trust. Returns the qualified name.';
+COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, text, text, boolean) IS
+    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). Column roles as in anon.mondrian_view (quasi_identifiers, sensitive, identifiers). Refresh re-evaluates trust. Returns the qualified name.';
 
 -- The run behind a trust-aware release, called from the release's own query. STABLE: it reads
 -- the source in the query's snapshot, so the ctids it returns are those the join sees.

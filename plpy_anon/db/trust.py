@@ -2,14 +2,16 @@
 
 The release is a materialized view in the Mondrian pattern (see ``mondrian.py``):
 
-    SELECT c.q0::int4range AS "age", c.q1::text AS "sex", ..., s."salary"
+    SELECT c.q0 AS "age", c.q1 AS "sex", ..., rs.s0 AS "salary"
     FROM anon._trust_partition(<release_id>) AS p                -- Python, once per refresh
-    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)
-    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid
-    JOIN LATERAL ROWS FROM (jsonb_array_elements_text(p.classes -> 'q0'), ...) WITH ORDINALITY
-         AS c(q0, ..., class_no) ON c.class_no = r.class_id + 1
-    WHERE r.class_id >= 0                                          -- suppressed rows: class -1
-    ORDER BY r.class_id
+    CROSS JOIN LATERAL (SELECT r.class_id, s."salary" AS s0
+        FROM anon._partition_rows(p) AS r
+        JOIN ONLY <source> AS s ON s.ctid = r.row_ctid
+        WHERE r.class_id >= 0                                      -- suppressed rows: class -1
+        ORDER BY r.row_position OFFSET 0) AS rs                    -- shuffled release order
+    JOIN LATERAL (SELECT x.class_no, x.q0::int4range AS q0, x.q1::text AS q1, ...
+        FROM ROWS FROM (jsonb_array_elements_text(p.classes -> 'q0'), ...) WITH ORDINALITY
+             AS x(q0, ..., class_no) OFFSET 0) AS c ON c.class_no = rs.class_id + 1
 
 Each run re-evaluates the requester's trust and re-reads the purpose, so a refresh follows the
 requester's latest history. Quasi-identifiers are released as text labels of their hierarchy level
@@ -37,6 +39,7 @@ from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import grants, releases
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.mondrian import int_array_literal, release_positions
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, run
 
@@ -285,9 +288,9 @@ def _release_priorities(tbl, cols, qis, priorities) -> dict:
 
 
 @sql_entry
-def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_identifiers, gamma,
-               d_min, d_max, history_weight, half_life_days, min_share, release_name,
-               release_schema, replace, GD=None):
+def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_identifiers,
+               sensitive, identifiers, gamma, d_min, d_max, history_weight, half_life_days,
+               min_share, release_name, release_schema, replace, GD=None):
     tbl = catalog.table(plpy, source)
     role = _requester(plpy, requester)["role_name"]
     role = grants.check_role(plpy, role)
@@ -295,7 +298,8 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
     _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share)
     evaluate(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
     cols = catalog.table_columns(plpy, tbl)
-    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, cols=cols)
+    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
+                                  sensitive=sensitive, identifiers=identifiers, cols=cols)
     qis = [c for c, r in roles if r == "quasi_identifier"]
     if not qis:
         raise InvalidParameter(f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
@@ -365,26 +369,35 @@ def output_type(col) -> str:
 
 
 def release_query(plpy, tbl, roles, release_id: int) -> str:
+    """The materialized view's query: Mondrian's shape (see mondrian.py), minus suppressed rows."""
     qi_names = [c.name for c, r in roles if r == "quasi_identifier"]
+    sensitive = [c for c, r in roles if r == "sensitive"]
     selects = []
     for col, role in roles:
         if role == "quasi_identifier":
-            q = f"q{qi_names.index(col.name)}"
-            selects.append(f"c.{q}::{output_type(col)} AS {ident(plpy, col.name)}")
+            selects.append(f"c.q{qi_names.index(col.name)} AS {ident(plpy, col.name)}")
         elif role == "sensitive":
-            selects.append(f"s.{ident(plpy, col.name)}")
-    class_cols = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')"
-                           for i in range(len(qi_names)))
+            selects.append(f"rs.s{sensitive.index(col)} AS {ident(plpy, col.name)}")
+    by_name = {col.name: col for col, _ in roles}
+    casts = ", ".join(f"x.q{i}::{output_type(by_name[name])} AS q{i}"
+                      for i, name in enumerate(qi_names))
+    elements = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')"
+                         for i in range(len(qi_names)))
     aliases = ", ".join(f"q{i}" for i in range(len(qi_names)))
+    kept = "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
     return (
         f"SELECT {', '.join(selects)}\n"
         f"FROM anon._trust_partition({int(release_id)}) AS p\n"
-        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)\n"
-        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
-        f"JOIN LATERAL ROWS FROM ({class_cols}) WITH ORDINALITY AS c({aliases}, class_no)\n"
-        f"  ON c.class_no = r.class_id + 1\n"
-        f"WHERE r.class_id >= 0\n"
-        f"ORDER BY r.class_id")
+        f"CROSS JOIN LATERAL (\n"
+        f"    SELECT r.class_id{kept}\n"
+        f"    FROM anon._partition_rows(p) AS r\n"
+        f"    JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"    WHERE r.class_id >= 0\n"
+        f"    ORDER BY r.row_position OFFSET 0) AS rs\n"
+        f"JOIN LATERAL (\n"
+        f"    SELECT x.class_no, {casts}\n"
+        f"    FROM ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)\n"
+        f"    OFFSET 0) AS c ON c.class_no = rs.class_id + 1")
 
 
 # ---------------------------------------------------------------------------- the run
@@ -425,9 +438,10 @@ def partition(plpy, GD, release_id: int):
     releases.stash_run(GD, release_id, row_count=int(model.kept_.sum()),
                        achieved_k=int(sizes.min()) if sizes.size else None,
                        metrics=metrics, started=started)
-    return {"row_ctids": data.row_ctids,
-            "class_ids": "{" + ",".join(map(str, class_ids.tolist())) + "}",
-            "classes": json.dumps(classes)}
+    # suppressed rows (class -1) are shuffled as one more class; the release filters them out
+    positions = release_positions(class_ids + 1, seed=release_id)
+    return {"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),
+            "row_positions": int_array_literal(positions), "classes": json.dumps(classes)}
 
 
 def _column_for(tbl, by_name, name):

@@ -91,6 +91,8 @@ CREATE OR REPLACE FUNCTION anon.trust_view(
     k                 integer          DEFAULT NULL,
     max_suppression   double precision DEFAULT 0,
     quasi_identifiers text[]           DEFAULT NULL,
+    sensitive         text[]           DEFAULT NULL,
+    identifiers       text[]           DEFAULT NULL,
     gamma             double precision DEFAULT 2,
     d_min             double precision DEFAULT 0,
     d_max             double precision DEFAULT 1,
@@ -109,13 +111,14 @@ AS $$
 from plpy_anon.db import trust
 return trust.trust_view(plpy, source, requester=requester, purpose=purpose, k=k,
                         max_suppression=max_suppression, quasi_identifiers=quasi_identifiers,
-                        gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight,
+                        sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min,
+                        d_max=d_max, history_weight=history_weight,
                         half_life_days=half_life_days, min_share=min_share,
                         release_name=release_name, release_schema=release_schema,
                         replace=replace, GD=GD)
 $$;
-COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], double precision, double precision, double precision, double precision, double precision, double precision, text, text, boolean) IS
-    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). Refresh re-evaluates trust. Returns the qualified name.';
+COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, text, text, boolean) IS
+    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). Column roles as in anon.mondrian_view (quasi_identifiers, sensitive, identifiers). Refresh re-evaluates trust. Returns the qualified name.';
 
 -- The run behind a trust-aware release, called from the release's own query. STABLE: it reads
 -- the source in the query's snapshot, so the ctids it returns are those the join sees.

@@ -180,6 +180,19 @@ def test_columns_and_levels_follow_the_purpose(db, schema, people, requester, pu
                       f"count(DISTINCT salary) FROM {relation}").fetchone() == (True, True, 2)
 
 
+def test_explicit_column_roles(db, schema, people, requester, purpose):
+    name, _ = purpose({"age": 1})
+    relation = trust_view(db, schema, people, requester, name, quasi_identifiers=["age", "sex"],
+                          sensitive=["job"])
+    columns = [r[0] for r in db.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "ORDER BY attnum", (relation,)).fetchall()]
+    # job released as is; salary keeps its declared role (sensitive); id is an identifier
+    assert columns == ["age", "sex", "job", "salary"]
+    assert db.execute(f"SELECT count(DISTINCT job) FROM {relation}").fetchone()[0] == 4
+    assert set(metrics(db, relation)["levels"]) == {"age", "sex"}
+
+
 def test_k_is_enforced_and_its_cost_reported(db, schema, people, requester, purpose):
     record(db, requester, ["good"] * 20)                   # high trust: a fine view
     name, _ = purpose({"age": 1, "sex": 1, "job": 1})
