@@ -1,7 +1,8 @@
 """Experiment of issue 4 (paper 003), not a test: Break-Merge, Bayesian-network leak detection and
 knowledge-breach probabilities on UCI Adult.
 
-    /opt/plpy_anon/venv/bin/python tests/bench/bench_breakmerge.py [--quick]
+    /opt/plpy_anon/venv/bin/python -m tests.bench.bench_breakmerge [--quick] [--no-db]
+    (or make bench / python -m tests.bench breakmerge)
 
 Adult, the 30,162 rows without '?', QIs age, sex, race, native_country (the paper's age, gender and
 a location-like attribute, plus race), sensitive workclass, marital_status, income. For 30,162 rows
@@ -16,16 +17,19 @@ distinct l = 2 (income has two values, so l = 2 is the largest possible):
 * the attack of the issue's point 5: success rate of an adversary who knows a target's QIs and
   its workclass and guesses marital_status or income.
 
+Then, in a throwaway cluster with the extension, for 30,162 and 100,000 rows: seconds of
+anon.mondrian_view, anon.break_merge, anon.refresh of the Break-Merge release,
+anon.detect_dependencies (plain and Break-Merge) and anon.breach_report, with sample output.
+
 Prints Markdown tables, and writes bench-results/breakmerge.md and bench-results/breakmerge.png.
-``--quick`` runs the 30,162-row size only. PLPY_ANON_DATA overrides /work/shared/data.
+``--quick`` runs the 30,162-row size only; ``--no-db`` skips the cluster. PLPY_ANON_DATA overrides
+../shared/data.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,40 +40,13 @@ from plpy_anon.core.breakmerge import BreakMerge, merge_tables, relabel_in_order
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.generalize import class_bounds
 from plpy_anon.core.mondrian import Mondrian
+from tests.bench.common import adult, copy_frame, extension_db, results_dir
 
-ADULT_COLUMNS = [
-    "age",
-    "workclass",
-    "fnlwgt",
-    "education",
-    "education_num",
-    "marital_status",
-    "occupation",
-    "relationship",
-    "race",
-    "sex",
-    "capital_gain",
-    "capital_loss",
-    "hours_per_week",
-    "native_country",
-    "income",
-]
 QIS = ["age", "sex", "race", "native_country"]
 SENSITIVE = ["workclass", "marital_status", "income"]
 K, L, RISK, THRESHOLD = 5, 2, 0.9, 0.5
 SIZES = [30_162, 100_000, 1_000_000]
-RESULTS = Path("bench-results")
-
-
-def load_adult(data_dir):
-    frame = pd.read_csv(
-        Path(data_dir) / "adult" / "adult.data",
-        header=None,
-        names=ADULT_COLUMNS,
-        skipinitialspace=True,
-        na_values="?",
-    )
-    return frame.dropna().reset_index(drop=True)
+DB_SIZES = [30_162, 100_000]
 
 
 def replicate(frame, n_rows):
@@ -267,14 +244,108 @@ def plot(results, path):
     fig.savefig(path, dpi=120)
 
 
-def main(argv):
+# ---------------------------------------------------------------------------- in the extension
+
+SOURCE_TYPES = {
+    "age": "int",
+    "sex": "text",
+    "race": "text",
+    "native_country": "text",
+    "workclass": "text",
+    "marital_status": "text",
+    "income": "text",
+}
+
+
+def run_in_database(frame, sizes):
+    """Load Adult (replicated) into a throwaway cluster and time the SQL functions."""
+    rows, samples = [], {}
+    with extension_db() as conn:
+        for n_rows in sizes:
+            table = f"adult_{n_rows}"
+            copy_frame(conn, table, replicate(frame, n_rows)[list(SOURCE_TYPES)], SOURCE_TYPES)
+            params = {"t": table, "k": K, "l": L, "q": QIS, "s": SENSITIVE}
+            t_plain = _sql_seconds(
+                conn,
+                "SELECT anon.mondrian_view(%(t)s, k => %(k)s, quasi_identifiers => %(q)s, "
+                "sensitive => %(s)s)",
+                params,
+            )
+            t_break = _sql_seconds(
+                conn,
+                "SELECT anon.break_merge(%(t)s, k => %(k)s, l => %(l)s, quasi_identifiers => %(q)s, "
+                "sensitive => %(s)s)",
+                params,
+            )
+            t_refresh = _sql_seconds(
+                conn, "SELECT anon.refresh(%(r)s)", {"r": f"release.{table}_bm"}
+            )
+            rules, seconds = {}, {}
+            for kind, release in (("plain", f"{table}_k{K}"), ("break_merge", f"{table}_bm")):
+                start = time.perf_counter()
+                rules[kind] = conn.execute(
+                    "SELECT parents, parent_values, child, child_value, round(probability::numeric, 3), "
+                    "round(support::numeric, 1), round(parent_support::numeric, 1) "
+                    "FROM anon.detect_dependencies(%s, risk => %s)",
+                    (release, RISK),
+                ).fetchall()
+                seconds[kind] = time.perf_counter() - start
+            start = time.perf_counter()
+            breach = conn.execute(
+                "SELECT release_kind, target, known, round(max_probability::numeric, 3), "
+                "round(mean_probability::numeric, 3), n_above "
+                "FROM anon.breach_report(%s, threshold => %s)",
+                (f"{table}_bm", THRESHOLD),
+            ).fetchall()
+            t_breach = time.perf_counter() - start
+            rows.append(
+                {
+                    "rows": n_rows,
+                    "mondrian_view s": t_plain,
+                    "break_merge s": t_break,
+                    "refresh s": t_refresh,
+                    "detect_dependencies plain s": seconds["plain"],
+                    "detect_dependencies Break-Merge s": seconds["break_merge"],
+                    "breach_report s": t_breach,
+                }
+            )
+            samples.setdefault("rules", rules)
+            samples.setdefault("breach", breach)
+            samples.setdefault(
+                "release",
+                conn.execute(
+                    "SELECT release_name, row_count, achieved_k, metrics -> 'n_classes', "
+                    "metrics -> 'n_groups', metrics -> 'largest_group' FROM anon.releases "
+                    "WHERE release_name = %s",
+                    (f"{table}_bm",),
+                ).fetchall(),
+            )
+    return pd.DataFrame(rows), samples
+
+
+def _sql_seconds(conn, query, params):
+    start = time.perf_counter()
+    conn.execute(query, params).fetchall()
+    return time.perf_counter() - start
+
+
+def rule_lines(rules, limit=10):
+    out = []
+    for parents, values, child, value, p, support, parent_support in rules[:limit]:
+        lhs = ", ".join(f"{a}={v}" for a, v in zip(parents, values))
+        out.append(f"- {lhs} -> {child}={value}: p={p}, support {support} of {parent_support}")
+    return "\n".join(out) or "- (none)"
+
+
+def main(argv=None):
+    argv = [] if argv is None else argv
     quick = "--quick" in argv
-    adult = load_adult(os.environ.get("PLPY_ANON_DATA", "/work/shared/data"))
-    results = [run_size(adult, n) for n in (SIZES[:1] if quick else SIZES)]
+    frame = adult()
+    results = [run_size(frame, n) for n in (SIZES[:1] if quick else SIZES)]
     first = results[0]
     sections = [
         f"# Break-Merge on Adult (k={K}, l={L}, QIs {', '.join(QIS)}; SAs {', '.join(SENSITIVE)})",
-        "## Timings (seconds)",
+        "## Core timings (seconds; Adult replicated)",
         markdown(timing_table(results)),
         f"## Dependency rules at risk {RISK} ({first['rows']} rows)",
         markdown(rules_table(first)),
@@ -285,11 +356,27 @@ def main(argv):
         "## Attack: knows QIs + workclass, guesses another SA",
         markdown(attack_table(results)),
     ]
+    if "--no-db" not in argv:
+        db_times, samples = run_in_database(frame, DB_SIZES[:1] if quick else DB_SIZES)
+        breach = pd.DataFrame(
+            samples["breach"], columns=["release_kind", "target", "known", "max", "mean", "n_above"]
+        )
+        sections += [
+            "## In the extension (seconds, throwaway cluster)",
+            markdown(db_times),
+            f"Catalog row (name, rows, achieved k, classes, ST groups, largest group): {samples['release']}",
+            f"### anon.detect_dependencies on the Mondrian release, risk {RISK}",
+            rule_lines(samples["rules"]["plain"]),
+            f"### anon.detect_dependencies on the Break-Merge release, risk {RISK}",
+            rule_lines(samples["rules"]["break_merge"]),
+            "### anon.breach_report",
+            markdown(breach.fillna("-")),
+        ]
     report = "\n\n".join(sections) + "\n"
     print(report)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "breakmerge.md").write_text(report)
-    plot(results, RESULTS / "breakmerge.png")
+    out = results_dir()
+    (out / "breakmerge.md").write_text(report)
+    plot(results, out / "breakmerge.png")
 
 
 if __name__ == "__main__":
