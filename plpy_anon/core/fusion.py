@@ -474,6 +474,77 @@ def align_auxiliary(identifiers, auxiliary, auxiliary_identifier):
     return aligned, int(matched.sum()), int((~matched).sum())
 
 
+def _check_columns(
+    table, auxiliary, identifier, sensitive, attributes, auxiliary_identifier, labels
+):
+    """The attribute list to anonymize, after checking every column the scan relies on."""
+    table_label, auxiliary_label = labels
+    _require_columns(table, [identifier, sensitive], "column", table_label)
+    _require_columns(auxiliary, [auxiliary_identifier], "identifier", auxiliary_label)
+    if attributes is None:
+        attributes = [c for c in _numeric_columns(table) if c not in (identifier, sensitive)]
+    attributes = list(attributes)
+    _require_columns(table, attributes, "attribute", table_label)
+    if not attributes or sensitive in attributes or identifier in attributes:
+        raise InvalidParameter(
+            f"the attributes to anonymize are {attributes!r}",
+            hint="They must be at least one numeric column other than the identifier and the "
+            "sensitive column.",
+        )
+    non_numeric = [c for c in attributes if not pd.api.types.is_numeric_dtype(table[c])]
+    if non_numeric:
+        raise UnsupportedType(
+            f"MDAV needs numeric attributes; not numeric: {', '.join(non_numeric)}",
+            hint="Leave them out of attributes or encode them as numbers.",
+        )
+    _check_sensitive(table[sensitive], sensitive)
+    require_unique_identifier(table[identifier], identifier, table_label)
+    require_unique_identifier(auxiliary[auxiliary_identifier], auxiliary_identifier,
+                              auxiliary_label)  # fmt: skip
+    return attributes
+
+
+def _check_sensitive(values, sensitive):
+    if not pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+        raise UnsupportedType(
+            f"sensitive column {sensitive!r} is {values.dtype}, not numeric",
+            hint="The fusion attack estimates a number (salary, hours); pick a numeric column.",
+        )
+    if values.isna().any():
+        raise InsufficientData(
+            f"sensitive column {sensitive!r} has {int(values.isna().sum())} NULL values",
+            hint="Filter or impute them before the scan.",
+        )
+    if values.nunique() < 2:
+        raise InsufficientData(
+            f"sensitive column {sensitive!r} holds a single value; there is nothing to protect",
+            hint="Pick a sensitive column with at least two distinct values.",
+        )
+
+
+def _check_rule_columns(attacker, available):
+    if isinstance(attacker, FuzzyRuleAttacker) and attacker.rules is not None:
+        used = {c for rule in _validate_rules(attacker.rules) for c in rule[0]}
+        _require_columns(pd.DataFrame(columns=available), sorted(used, key=str),
+                         "fuzzy rule column", "the release or the auxiliary table")  # fmt: skip
+
+
+def measure_k(k, attributes_table, facts, P, attacker, known):
+    """One row of the scan: MDAV at k, the attack with and without the auxiliary facts."""
+    mdav = MDAV(k=k)
+    release = mdav.fit_transform(attributes_table)
+    P_hat = simulate_attack(attacker, pd.concat([release, facts], axis=1), P, known)
+    P_prime = simulate_attack(attacker, release, P, known)
+    return {
+        "k": k,
+        "n_groups": len(mdav.group_sizes_),
+        "protection": dissimilarity(P, P_hat),
+        "protection_no_fusion": dissimilarity(P, P_prime),
+        "utility": utility(mdav.group_sizes_, k),
+        "utility_normalized": normalized_utility(mdav.group_sizes_, k),
+    }
+
+
 def fusion_scan(
     table,
     auxiliary,
@@ -492,92 +563,35 @@ def fusion_scan(
     w_protection=0.5,
     w_utility=0.5,
     random_state=0,
+    labels=("the table", "the auxiliary table"),
 ):
     """Simulate the fusion attack on the MDAV release for each k in ``k_from..k_to``.
 
     ``attributes`` default to every numeric column but the identifier and the sensitive one.
-    Returns a ``FusionScan`` whose table has one row per k (see ``SCAN_COLUMNS``).
+    ``labels`` name the two tables in error messages. Returns a ``FusionScan`` whose table has
+    one row per k (see ``SCAN_COLUMNS``).
     """
     auxiliary_identifier = auxiliary_identifier or identifier
-    _require_columns(table, [identifier, sensitive], "column", "the table")
-    _require_columns(auxiliary, [auxiliary_identifier], "identifier", "the auxiliary table")
-    if attributes is None:
-        attributes = [c for c in _numeric_columns(table) if c not in (identifier, sensitive)]
-    attributes = list(attributes)
-    _require_columns(table, attributes, "attribute", "the table")
-    if not attributes or sensitive in attributes or identifier in attributes:
-        raise InvalidParameter(
-            f"the attributes to anonymize are {attributes!r}",
-            hint="They must be at least one numeric column other than the identifier and the "
-            "sensitive column.",
-        )
-    non_numeric = [c for c in attributes if not pd.api.types.is_numeric_dtype(table[c])]
-    if non_numeric:
-        raise UnsupportedType(
-            f"MDAV needs numeric attributes; not numeric: {', '.join(non_numeric)}",
-            hint="Leave them out of attributes or encode them as numbers.",
-        )
-    if not pd.api.types.is_numeric_dtype(table[sensitive]) or pd.api.types.is_bool_dtype(
-        table[sensitive]
-    ):
-        raise UnsupportedType(
-            f"sensitive column {sensitive!r} is {table[sensitive].dtype}, not numeric",
-            hint="The fusion attack estimates a number (salary, hours); pick a numeric column.",
-        )
-    if table[sensitive].isna().any():
-        raise InsufficientData(
-            f"sensitive column {sensitive!r} has {int(table[sensitive].isna().sum())} NULL values",
-            hint="Filter or impute them before the scan.",
-        )
-    require_unique_identifier(table[identifier], identifier, "the table")
-    require_unique_identifier(
-        auxiliary[auxiliary_identifier], auxiliary_identifier, "the auxiliary table"
-    )
+    attributes = _check_columns(table, auxiliary, identifier, sensitive, attributes,
+                                auxiliary_identifier, labels)  # fmt: skip
     validate_scan_parameters(
         len(table), k_from, k_to, min_protection, min_utility, w_protection, w_utility
     )
     attacker_name = attacker if isinstance(attacker, str) else type(attacker).__name__
     attacker = make_attacker(attacker, rules=rules, random_state=random_state)
-
     table = table.reset_index(drop=True)
     facts, n_matched, n_unmatched = align_auxiliary(
         table[identifier], auxiliary, auxiliary_identifier
     )
     facts = facts.rename(columns={c: f"{c}_aux" for c in facts.columns if c in attributes})
-    if isinstance(attacker, FuzzyRuleAttacker) and attacker.rules is not None:
-        used = {c for rule in _validate_rules(attacker.rules) for c in rule[0]}
-        _require_columns(
-            pd.DataFrame(columns=attributes + list(facts.columns)),
-            sorted(used, key=str),
-            "fuzzy rule column",
-            "the release or the auxiliary table",
-        )
+    _check_rule_columns(attacker, attributes + list(facts.columns))
     P = table[sensitive].to_numpy(dtype=float)
-    if P.std() == 0:
-        raise InsufficientData(
-            f"sensitive column {sensitive!r} holds a single value; there is nothing to protect",
-            hint="Pick a sensitive column with at least two distinct values.",
-        )
     known = draw_known_sample(len(table), known_fraction, random_state)
 
-    rows = []
-    for k in range(k_from, k_to + 1):
-        mdav = MDAV(k=k)
-        release = mdav.fit_transform(table[attributes])
-        fused = pd.concat([release, facts], axis=1)
-        P_hat = simulate_attack(attacker, fused, P, known)
-        P_prime = simulate_attack(attacker, release, P, known)
-        rows.append(
-            {
-                "k": k,
-                "n_groups": len(mdav.group_sizes_),
-                "protection": dissimilarity(P, P_hat),
-                "protection_no_fusion": dissimilarity(P, P_prime),
-                "utility": utility(mdav.group_sizes_, k),
-                "utility_normalized": normalized_utility(mdav.group_sizes_, k),
-            }
-        )
-    scan = pd.DataFrame(rows)
+    scan = pd.DataFrame(
+        [measure_k(k, table[attributes], facts, P, attacker, known)
+         for k in range(k_from, k_to + 1)]
+    )  # fmt: skip
     scan["gain"] = scan["protection_no_fusion"] - scan["protection"]
     scan["h"] = objective(scan["protection"], scan["utility_normalized"], w_protection, w_utility)
     scan["admissible"] = (scan["protection"] >= min_protection) & (

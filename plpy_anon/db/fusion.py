@@ -149,6 +149,7 @@ def run_scan(plpy, source, *, sensitive, identifier, auxiliary, attributes, auxi
     options["rules"] = _rules(options.get("rules"))
     scan = core.fusion_scan(table, facts, identifier=id_col.name, sensitive=sens_col.name,
                             attributes=[c.name for c in attrs], auxiliary_identifier=aux_key,
+                            labels=(f"{tbl.schema}.{tbl.name}", f"{aux_tbl.schema}.{aux_tbl.name}"),
                             **options)
     if scan.n_auxiliary_unmatched:
         plpy.notice(f"{scan.n_auxiliary_unmatched} of the {scan.n_auxiliary_rows} rows of "

@@ -48,6 +48,30 @@ def test_discernibility_cost_and_utilities_hand_computed():
     assert fusion.normalized_utility([4, 4, 4], 4) == pytest.approx(1 / 4)
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=30), st.integers(2, 8))
+def test_discernibility_is_the_sum_of_per_record_costs(sizes, k):
+    # The paper's per-record reading: a record in a class E costs |E| if |E| >= k, else |D|.
+    n_rows = sum(sizes)
+    per_record = [size if size >= k else n_rows for size in sizes for _ in range(size)]
+    assert fusion.discernibility_cost(sizes, k) == sum(per_record)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(-100, 100), st.floats(-100, 100)), min_size=2, max_size=30),
+    st.floats(0.01, 1000).flatmap(lambda a: st.sampled_from([a, -a])),
+    st.floats(-1e4, 1e4),
+)
+def test_standardized_dissimilarity_ignores_the_unit(pairs, scale, shift):
+    P, P_hat = (np.array(v) for v in zip(*pairs))
+    if P.std() < 1e-3:
+        return
+    before = fusion.dissimilarity(P, P_hat)
+    after = fusion.dissimilarity(scale * P + shift, scale * P_hat + shift)
+    assert after == pytest.approx(before, rel=1e-6, abs=1e-9)
+
+
 def test_objective_clips_protection_at_the_mean_guess():
     # An attacker worse than the mean guess (1.4) does not buy protection beyond 1.
     assert fusion.objective(1.4, 0.25, 0.5, 0.5) == pytest.approx(0.625)
@@ -229,6 +253,15 @@ def test_scan_with_fuzzy_attacker_and_a_user_rule_table(enterprise):
     assert table["protection_no_fusion"].iloc[0] == pytest.approx(
         table["protection_no_fusion"].iloc[1]
     )
+
+
+def test_auxiliary_key_with_another_name_gives_the_same_scan(enterprise, small_scan):
+    employees, web = enterprise
+    renamed = web.rename(columns={"name": "person"})
+    scan = fusion.fusion_scan(employees, renamed, identifier="name", sensitive="salary",
+                              auxiliary_identifier="person", k_from=2, k_to=6,
+                              known_fraction=0.2)  # fmt: skip
+    pd.testing.assert_frame_equal(scan.table, small_scan.table)
 
 
 def test_fusion_resilient_release_is_k_anonymous_and_suppresses_the_sensitive(enterprise):
