@@ -42,45 +42,45 @@ def _squared_distances(points, anchor):
     return np.einsum("ij,ij->i", points - anchor, points - anchor)
 
 
-def _nearest(points, anchor, count):
-    """Positions of the ``count`` points nearest to ``anchor`` (the anchor itself included)."""
-    distances = _squared_distances(points, anchor)
-    if count >= len(points):
-        return np.arange(len(points))
+def _nearest(distances, count):
+    """Positions of the ``count`` smallest distances (the anchor itself, at 0, included)."""
+    if count >= len(distances):
+        return np.arange(len(distances))
     return np.argpartition(distances, count - 1)[:count]
 
 
 def mdav_labels(z, k):
     """Group label of every row of the standardized matrix ``z``; groups numbered in MDAV order.
 
-    Group 0 is the group formed around the record farthest from the overall centroid.
+    Group 0 is the group formed around the record farthest from the overall centroid. The
+    records not yet grouped are kept compacted (their rows and original positions), and the
+    distances to r serve twice: to find s and to pick r's nearest neighbours.
     """
-    n_rows = len(z)
-    labels = np.empty(n_rows, dtype=np.int64)
-    remaining = np.arange(n_rows)
+    labels = np.empty(len(z), dtype=np.int64)
+    positions, points = np.arange(len(z)), z
     next_label = 0
 
-    def take_group_around(anchor):
-        # The anchor is a vector, not a row: in the >= 3k loop the record s was chosen before
-        # r's group was removed, and its neighbourhood is taken among what is left afterwards.
-        nonlocal remaining, next_label
-        chosen = _nearest(z[remaining], anchor, k)
-        labels[remaining[chosen]] = next_label
+    def take(chosen):
+        nonlocal positions, points, next_label
+        labels[positions[chosen]] = next_label
         next_label += 1
-        remaining = np.delete(remaining, chosen)
+        keep = np.ones(len(positions), dtype=bool)
+        keep[chosen] = False
+        positions, points = positions[keep], points[keep]
 
-    while len(remaining) >= 3 * k:
-        points = z[remaining]
-        centroid = points.mean(axis=0)
-        farthest_from_centroid = points[np.argmax(_squared_distances(points, centroid))]
-        farthest_from_that = points[np.argmax(_squared_distances(points, farthest_from_centroid))]
-        take_group_around(farthest_from_centroid)
-        take_group_around(farthest_from_that)
-    if len(remaining) >= 2 * k:
-        points = z[remaining]
-        centroid = points.mean(axis=0)
-        take_group_around(points[np.argmax(_squared_distances(points, centroid))])
-    labels[remaining] = next_label
+    def farthest_from_centroid():
+        return points[np.argmax(_squared_distances(points, points.mean(axis=0)))]
+
+    while len(positions) >= 3 * k:
+        r = farthest_from_centroid()
+        to_r = _squared_distances(points, r)
+        # s is chosen before r's group leaves; its group is taken among what is left after.
+        s = points[np.argmax(to_r)]
+        take(_nearest(to_r, k))
+        take(_nearest(_squared_distances(points, s), k))
+    if len(positions) >= 2 * k:
+        take(_nearest(_squared_distances(points, farthest_from_centroid()), k))
+    labels[positions] = next_label
     return labels
 
 
