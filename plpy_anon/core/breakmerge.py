@@ -43,6 +43,8 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter, Unsupporte
 
 __all__ = [
     "BreakMerge",
+    "check_categories",
+    "check_diversity_feasible",
     "merge_for_diversity",
     "merge_tables",
     "relabel_in_order",
@@ -161,19 +163,41 @@ def _spread_over_hosts(stuck_first, diverse_groups, buckets):
     return chosen
 
 
-def _encode_sensitive(sensitive, max_categories):
-    """Codes and values per sensitive column; refuses columns with too many distinct values."""
-    codes, values = {}, {}
-    for column in sensitive.columns:
-        col_codes, uniques = pd.factorize(sensitive[column], sort=True, use_na_sentinel=False)
-        if uniques.size > max_categories:
+def check_categories(distinct, max_categories):
+    """Refuse sensitive columns with more than ``max_categories`` distinct values.
+
+    ``distinct`` maps column -> number of distinct values (NULL counted as one). Shared by
+    :class:`BreakMerge` and the db layer, which checks before building anything.
+    """
+    for column, n_values in distinct.items():
+        if n_values > max_categories:
             raise UnsupportedType(
-                f"sensitive column {column!r} has {uniques.size} distinct values, more than "
+                f"sensitive column {column!r} has {n_values} distinct values, more than "
                 f"max_categories={max_categories}; a Break-Merge ST is a per-group histogram of a "
                 "categorical attribute",
                 hint=f"bucket {column!r} into ranges or categories first (e.g. width_bucket in a "
                 "view) or raise max_categories",
             )
+
+
+def check_diversity_feasible(distinct, l):
+    """Refuse ``l`` above the number of distinct values some sensitive column has in the whole
+    table: merging groups can never reach it."""
+    too_few = {c: n for c, n in distinct.items() if l is not None and n < l}
+    if too_few:
+        raise InsufficientData(
+            f"l={l} is impossible: sensitive column(s) have fewer distinct values than l "
+            f"in the whole table: {too_few}",
+            hint=f"use l <= {min(too_few.values())} or drop those columns from sensitive",
+        )
+
+
+def _encode_sensitive(sensitive, max_categories):
+    """Codes and values per sensitive column; refuses columns with too many distinct values."""
+    codes, values = {}, {}
+    for column in sensitive.columns:
+        col_codes, uniques = pd.factorize(sensitive[column], sort=True, use_na_sentinel=False)
+        check_categories({column: uniques.size}, max_categories)
         codes[column], values[column] = col_codes.astype(np.int64), pd.Index(uniques)
     return codes, values
 
@@ -283,13 +307,7 @@ class BreakMerge:
     def _merge(self, group, codes, values, n_groups):
         if self.l is None or self.l <= 1:
             return np.arange(n_groups)
-        too_few = {c: len(v) for c, v in values.items() if len(v) < self.l}
-        if too_few:
-            raise InsufficientData(
-                f"l={self.l} is impossible: sensitive column(s) have fewer distinct values than l "
-                f"in the whole table: {too_few}",
-                hint=f"use l <= {min(too_few.values())} or drop those columns from sensitive",
-            )
+        check_diversity_feasible({c: len(v) for c, v in values.items()}, self.l)
         presence = [
             _group_value_counts(group, codes[c], n_groups, len(values[c])) > 0 for c in values
         ]

@@ -34,6 +34,8 @@ from plpy_anon.core.breach import break_merge_breach, plain_breach
 from plpy_anon.core.breakmerge import (
     MAX_CATEGORIES,
     BreakMerge,
+    check_categories,
+    check_diversity_feasible,
     relabel_in_order,
     validate_attribute_roles,
 )
@@ -91,6 +93,8 @@ def break_merge(
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
     _check_l(l)
+    max_categories = int(max_categories or MAX_CATEGORIES)
+    precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
     name = release_name or f"{tbl.name}_bm"
     objects = _object_names(name, [c.name for c in sens])
     for obj in [objects["qit"], objects["merged"], *objects["sensitive_tables"].values()]:
@@ -98,7 +102,7 @@ def break_merge(
     parameters = {
         "k": k,
         "l": l,
-        "max_categories": int(max_categories or MAX_CATEGORIES),
+        "max_categories": max_categories,
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
         "hierarchies": [
@@ -133,6 +137,29 @@ def break_merge(
         build=build,
     )
     return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
+    """Refuse, before building anything, what the run would refuse: fewer rows than k, a sensitive
+    column with too many values or with fewer than l. WHY here: inside the storage view's query an
+    error reaches the user wrapped in the outer function's SPI exception; one aggregate query is
+    cheap next to the run."""
+    selects = ["count(*) AS n"]
+    for i, col in enumerate(sens):
+        name = ident(plpy, col.name)
+        selects.append(
+            f"count(DISTINCT {name}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
+        )
+    row = plpy.execute(f"SELECT {', '.join(selects)} FROM ONLY {tbl.quoted(plpy)}")[0]
+    if row["n"] < k:
+        raise InsufficientData(
+            f"table {tbl.schema}.{tbl.name} has {row['n']} rows, fewer than k = {k}",
+            hint=f"Use k <= {row['n']}, or release a larger table.",
+        )
+    distinct = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
+    check_categories(distinct, max_categories)
+    if l is not None and l > 1:
+        check_diversity_feasible(distinct, l)
 
 
 def _check_l(l):
