@@ -7,7 +7,8 @@ a fresh backend or another role open their own connections with ``connect()``.
 from __future__ import annotations
 
 import itertools
-import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -90,4 +91,14 @@ def schema(db, request):
 
 
 def pytest_configure(config):
-    os.environ.setdefault("PLPY_ANON_TESTING", "1")
+    # A private temp root per run: pytest prunes /tmp/pytest-of-<user>/pytest-<N> directories of
+    # earlier runs, which pulls the data directory from under a cluster another run still uses.
+    if not config.option.basetemp:
+        config.option.basetemp = tempfile.mkdtemp(prefix="plpy_anon_pytest_")
+        config._plpy_anon_basetemp = config.option.basetemp
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_plpy_anon_basetemp", None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)

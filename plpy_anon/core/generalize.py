@@ -132,7 +132,7 @@ class NumericBounds:
     has_null: np.ndarray
 
 
-def class_bounds(columns, labels, n_classes):
+def class_bounds(columns, labels, n_classes, index=None):
     """Generalized value of every class on every column, keyed by column name.
 
     * numeric: :class:`NumericBounds` (arrays of length ``n_classes``);
@@ -142,44 +142,92 @@ def class_bounds(columns, labels, n_classes):
       NULL; the root when it mixes NULL and values).
     """
     labels = np.asarray(labels)
+    index = index or ClassIndex.of(labels, n_classes)
     out = {}
     for col in columns:
         if col.kind == "numeric":
-            out[col.name] = _numeric_bounds(col, labels, n_classes)
+            out[col.name] = _numeric_bounds(col, labels, n_classes, index)
         elif col.hierarchy is None:
             out[col.name] = _value_sets(col, labels, n_classes)
         else:
-            lo, hi = class_code_range(col.codes, labels, n_classes)
+            lo, hi = class_code_range(col.codes, labels, n_classes, index)
             out[col.name] = SpreadMeasure(col).lca_labels(lo, hi)
     return out
 
 
-def class_code_range(codes, labels, n_classes):
-    """Smallest and largest code of every class."""
-    lo = np.full(n_classes, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(n_classes, -1, dtype=np.int64)
-    np.minimum.at(lo, labels, codes)
-    np.maximum.at(hi, labels, codes)
-    return lo, hi
+def class_code_pairs(codes, labels, n_classes, width=None):
+    """The distinct (class, code) pairs, sorted by class then code, as ``(codes, bounds)``:
+    class ``c`` holds ``codes[bounds[c]:bounds[c + 1]]`` in ascending order.
+
+    One sort of a combined int64 key and a neighbour comparison: no hashing and no unbuffered
+    ``ufunc.at``, which cost seconds at a million rows.
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    if width is None:
+        width = int(codes.max()) + 1 if codes.size else 1
+    key = np.sort(np.asarray(labels, dtype=np.int64) * width + codes)
+    if key.size:
+        keep = np.empty(key.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(key[1:], key[:-1], out=keep[1:])
+        key = key[keep]
+    cls = key // width
+    bounds = np.searchsorted(cls, np.arange(n_classes + 1))
+    return key - cls * width, bounds
+
+
+@dataclass(frozen=True)
+class ClassIndex:
+    """Rows grouped by class: class ``c`` is ``order[bounds[c]:bounds[c + 1]]``. Built once per
+    release and shared by every column's bounds and metrics (segment reductions need no sort)."""
+
+    order: np.ndarray
+    bounds: np.ndarray
+
+    @classmethod
+    def of(cls, labels, n_classes):
+        labels = np.asarray(labels)
+        order = np.argsort(labels, kind="stable")
+        return cls(order, np.searchsorted(labels[order], np.arange(n_classes + 1)))
+
+    def reduce(self, ufunc, values, empty):
+        """``ufunc`` reduced over every class of ``values`` (per row); ``empty`` for empty classes."""
+        grouped = np.asarray(values)[self.order]
+        starts, ends = self.bounds[:-1], self.bounds[1:]
+        out = np.full(starts.size, empty, dtype=grouped.dtype if grouped.size else np.int64)
+        occupied = ends > starts
+        if occupied.any():
+            out[occupied] = ufunc.reduceat(grouped, starts[occupied])
+        return out
+
+
+def class_code_range(codes, labels, n_classes, index=None):
+    """Smallest and largest code of every class (``int64 max`` and ``-1`` for an empty class)."""
+    index = index or ClassIndex.of(labels, n_classes)
+    codes = np.asarray(codes, dtype=np.int64)
+    return (index.reduce(np.minimum, codes, np.iinfo(np.int64).max),
+            index.reduce(np.maximum, codes, -1))
 
 
 def class_distinct_codes(codes, labels, n_classes):
     """Number of distinct codes in every class."""
-    pairs = np.unique(labels.astype(np.int64) * (int(codes.max()) + 1) + codes)
-    return np.bincount(pairs // (int(codes.max()) + 1), minlength=n_classes)
+    _, bounds = class_code_pairs(codes, labels, n_classes)
+    return np.diff(bounds)
 
 
-def _numeric_bounds(col, labels, n_classes):
+def _numeric_bounds(col, labels, n_classes, index):
     offset = numeric_offset(col)
     present = col.codes >= offset                  # NULL has code 0 when offset is 1
-    lo, hi = class_code_range(col.codes[present], labels[present], n_classes)
+    codes = col.codes.astype(np.int64)
+    lo = index.reduce(np.minimum, np.where(present, codes, np.iinfo(np.int64).max), np.iinfo(np.int64).max)
+    hi = index.reduce(np.maximum, np.where(present, codes, -1), -1)
     only_null = hi < 0
     lo[only_null] = 0                              # code 0 is NULL when only_null can happen
     hi[only_null] = 0
     lo_val, hi_val = value_bounds(col, lo, hi)
     has_null = np.zeros(n_classes, dtype=bool)
     if col.null_code is not None:
-        has_null[np.unique(labels[~present])] = True
+        has_null[labels[~present]] = True
     return NumericBounds(lo_val, hi_val, has_null)
 
 
@@ -191,12 +239,11 @@ def _value_sets(col, labels, n_classes):
     rank = np.empty(len(col.labels), dtype=np.int64)
     rank[by_label] = np.arange(len(col.labels))
     width = len(col.labels)
-    pairs = np.unique(labels.astype(np.int64) * width + rank[col.codes])
-    values = col.labels[np.asarray(by_label, dtype=np.int64)[pairs % width]]
-    bounds = np.searchsorted(pairs // width, np.arange(1, n_classes))
+    ranks, bounds = class_code_pairs(rank[col.codes], labels, n_classes, width)
+    values = col.labels[np.asarray(by_label, dtype=np.int64)[ranks]].tolist()
     sets = np.empty(n_classes, dtype=object)
-    for c, group in enumerate(np.split(values, bounds)):   # element-wise: tuples must not
-        sets[c] = tuple(group)                              # be broadcast into a 2-D array
+    for c in range(n_classes):                  # element-wise: tuples must not be broadcast
+        sets[c] = tuple(values[bounds[c]:bounds[c + 1]])   # into a 2-D array
     return sets
 
 

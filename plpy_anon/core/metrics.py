@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
-from plpy_anon.core.generalize import SpreadMeasure, class_code_range, class_distinct_codes
+from plpy_anon.core.generalize import (ClassIndex, SpreadMeasure, class_code_range,
+                                        class_distinct_codes)
 
 
-def release_metrics(columns, labels, k):
+def release_metrics(columns, labels, k, index=None):
     """Metrics of the release whose rows carry class ids ``labels`` (0..C-1)."""
     labels = np.asarray(labels)
     if labels.size == 0:
@@ -32,7 +33,8 @@ def release_metrics(columns, labels, k):
     class_sizes = np.bincount(labels)
     class_sizes = class_sizes[class_sizes > 0]     # ids need not be dense
     n_classes = class_sizes.size
-    ncp = {col.name: 100.0 * float(_row_mean_spread(col, labels)) for col in columns}
+    index = index or ClassIndex.of(labels, int(labels.max()) + 1)
+    ncp = {col.name: 100.0 * float(_row_mean_spread(col, labels, index)) for col in columns}
     return {
         "achieved_k": int(class_sizes.min()),
         "n_classes": int(n_classes),
@@ -43,11 +45,11 @@ def release_metrics(columns, labels, k):
     }
 
 
-def _row_mean_spread(col, labels):
+def _row_mean_spread(col, labels, index):
     """Mean over rows of the normalized spread of the row's class on ``col``."""
     n_slots = int(labels.max()) + 1
     measure = SpreadMeasure(col)
-    lo, hi = class_code_range(col.codes, labels, n_slots)
+    lo, hi = class_code_range(col.codes, labels, n_slots, index)
     distinct = class_distinct_codes(col.codes, labels, n_slots) if measure.needs_distinct else None
     occupied = hi >= 0
     spread = np.zeros(n_slots)

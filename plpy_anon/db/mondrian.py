@@ -25,7 +25,6 @@ hierarchy, the lowest common ancestor (``text``).
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import time
 
@@ -34,7 +33,7 @@ import pandas as pd
 
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
-from plpy_anon.core.generalize import class_bounds
+from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
@@ -191,9 +190,10 @@ def partition(plpy, GD, release_id: int):
     model = Mondrian(k=k, l=l).fit(encoded, sensitive)
     partition_s = time.monotonic() - t0
     labels = model.labels_
-    bounds = class_bounds(encoded, labels, model.n_classes_)
+    index = ClassIndex.of(labels, model.n_classes_)
+    bounds = class_bounds(encoded, labels, model.n_classes_, index)
     classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col in enumerate(qis)}
-    metrics = release_metrics(encoded, labels, k)
+    metrics = release_metrics(encoded, labels, k, index)
     result = {
         "row_ctids": data.row_ctids,
         "class_ids": int_array_literal(labels),
@@ -237,49 +237,49 @@ def class_literals(col, bounds) -> list:
     """One SQL literal per class (text cast by the release query), None for SQL NULL."""
     if col.kind == "categorical":
         if bounds.dtype == object and len(bounds) and isinstance(bounds[0], tuple):
-            return [array_literal(values) for values in bounds]
+            quoted = {}                        # each distinct value quoted once, not per class
+            for values in bounds:
+                for v in values:
+                    if v not in quoted:
+                        quoted[v] = array_element(v)
+            return ["{" + ",".join([quoted[v] for v in values]) + "}" for values in bounds]
         return [None if v is None else str(v) for v in bounds]
-    reader_kind = catalog.NUMERIC_TYPES[col.type_name][2]
-    fmt = VALUE_FORMATS[reader_kind]
-    out = []
-    for lo, hi in zip(bounds.lo.tolist(), bounds.hi.tolist()):
-        if lo != lo:  # NaN: the class holds only NULLs
-            out.append(None)
-        else:
-            out.append(f"[{fmt(lo)},{fmt(hi)}]")
-    return out
+    texts = VALUE_FORMATS[catalog.NUMERIC_TYPES[col.type_name][2]]
+    only_null = np.isnan(np.asarray(bounds.lo, dtype=np.float64))
+    lo, hi = texts(np.where(only_null, 0, bounds.lo)), texts(np.where(only_null, 0, bounds.hi))
+    return [None if null else f"[{a},{b}]" for a, b, null in zip(lo, hi, only_null.tolist())]
 
 
-def _fmt_int(v) -> str:
-    return str(int(v))
+# Bound values (as read: ints, floats, days since 2000-01-01, epoch seconds) to literal text,
+# a whole column at a time.
+def _ints(values) -> list[str]:
+    return [str(v) for v in np.asarray(values, dtype=np.int64).tolist()]
 
 
-def _fmt_float(v) -> str:
-    return repr(float(v))
+def _floats(values) -> list[str]:
+    return [repr(v) for v in np.asarray(values, dtype=np.float64).tolist()]
 
 
-def _fmt_date(days) -> str:
-    return str(EPOCH_DATE + np.timedelta64(int(days), "D"))
+def _dates(days) -> list[str]:
+    return (EPOCH_DATE + np.asarray(days, dtype=np.int64).astype("timedelta64[D]")).astype(str).tolist()
 
 
-def _fmt_timestamp(epoch) -> str:
-    return f'"{dt.datetime(1970, 1, 1) + dt.timedelta(seconds=float(epoch))}"'
+def _timestamps(epoch, suffix="") -> list[str]:
+    micros = np.round(np.asarray(epoch, dtype=np.float64) * 1e6).astype(np.int64)
+    iso = micros.astype("datetime64[us]").astype(str)
+    return [f'"{t.replace("T", " ")}{suffix}"' for t in iso.tolist()]
 
 
-def _fmt_timestamptz(epoch) -> str:
-    return f'"{dt.datetime(1970, 1, 1) + dt.timedelta(seconds=float(epoch))}+00"'
+VALUE_FORMATS = {"int": _ints, "float": _floats, "date": _dates,
+                 "timestamp": _timestamps, "timestamptz": lambda e: _timestamps(e, "+00")}
 
 
-VALUE_FORMATS = {"int": _fmt_int, "float": _fmt_float, "date": _fmt_date,
-                 "timestamp": _fmt_timestamp, "timestamptz": _fmt_timestamptz}
+def array_element(value) -> str:
+    """One element of a text[] literal: double-quoted with \\ and " escaped; None -> NULL."""
+    if value is None:
+        return "NULL"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def array_literal(values) -> str:
-    """A text[] literal: every element double-quoted with \\ and " escaped; None -> NULL."""
-    parts = []
-    for v in values:
-        if v is None:
-            parts.append("NULL")
-        else:
-            parts.append('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"')
-    return "{" + ",".join(parts) + "}"
+    return "{" + ",".join(array_element(v) for v in values) + "}"

@@ -92,14 +92,14 @@ def test_release_order_keeps_no_trace_of_source_order(db, schema):
     # ages rise with insertion order: classes are ordered in the source, so an ordered release
     # would let row position point at a person.
     db.execute("CREATE TABLE seq (id int, age int, s text)")
-    db.execute("INSERT INTO seq SELECT i, i / 3, 'v' || i % 4 FROM generate_series(1, 600) i")
+    db.execute("INSERT INTO seq SELECT i, i / 3, 'v' || i % 4 FROM generate_series(1, 3000) i")
     release = mondrian(db, schema, table="seq", k=5, quasi_identifiers=["age"], sensitive=["id", "s"])
     ids = [r[0] for r in db.execute(f"SELECT id FROM {release}").fetchall()]   # physical order
     n = len(ids)
     rank_of = {v: i for i, v in enumerate(sorted(ids))}
     d2 = sum((i - rank_of[v]) ** 2 for i, v in enumerate(ids))
     spearman = 1 - 6 * d2 / (n * (n * n - 1))
-    assert abs(spearman) < 0.2, spearman
+    assert abs(spearman) < 0.2, spearman         # ~600 classes: |rho| > 0.2 is a 5-sigma event
 
 
 def test_analysts_query_ranges_and_sets(db, schema, patients):
