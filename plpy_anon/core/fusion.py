@@ -45,6 +45,7 @@ from sklearn.ensemble import RandomForestRegressor
 from sklearn.impute import SimpleImputer
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder
+from sklearn.utils.validation import check_is_fitted
 
 from plpy_anon.core.errors import (
     InsufficientData,
@@ -118,6 +119,7 @@ class RegressionAttacker(RegressorMixin, BaseEstimator):
         return self
 
     def predict(self, X):
+        check_is_fitted(self, "model_")
         return self.model_.predict(_categories_as_objects(pd.DataFrame(X)))
 
 
@@ -239,23 +241,29 @@ class FuzzyRuleAttacker(RegressorMixin, BaseEstimator):
         self.centers_ = dict(zip(LEVELS, np.quantile(y, [1 / 6, 1 / 2, 5 / 6])))
         self.fallback_ = float(y.mean())
         self.ranges_ = {c: (float(X[c].min()), float(X[c].max())) for c in _numeric_columns(X)}
+        self._check_numeric_levels()
         self.n_features_in_ = X.shape[1]
         return self
+
+    def _check_numeric_levels(self):
+        for antecedents, _, _ in self.rules_:
+            for column, level in antecedents.items():
+                if column in self.ranges_ and level not in LEVELS:
+                    raise InvalidParameter(
+                        f"fuzzy rule on numeric column {column!r} uses level {level!r}",
+                        hint=f"Numeric columns take one of {', '.join(LEVELS)}.",
+                    )
 
     def _membership(self, X, column, level):
         if column not in X.columns:
             return np.zeros(len(X))
-        if column in self.ranges_ and pd.api.types.is_numeric_dtype(X[column]):
-            if level not in LEVELS:
-                raise InvalidParameter(
-                    f"fuzzy rule on numeric column {column!r} uses level {level!r}",
-                    hint=f"Numeric columns take one of {', '.join(LEVELS)}.",
-                )
+        if column in self.ranges_:
             values = X[column].to_numpy(dtype=float)
             return _triangular_memberships(values, *self.ranges_[column])[level]
         return (X[column].astype(object) == level).to_numpy(dtype=float)
 
     def predict(self, X):
+        check_is_fitted(self, "rules_")
         X = pd.DataFrame(X)
         numerator = np.zeros(len(X))
         denominator = np.zeros(len(X))

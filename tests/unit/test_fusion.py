@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LinearRegression
 
 from plpy_anon.core import fusion
@@ -133,6 +134,19 @@ def test_fuzzy_attacker_hand_computed():
     # x=0: only 'low' fires -> 10; x=10 -> 50; x=5: nothing fires -> known mean 30;
     # x=2.5: low with 0.5 -> 10; x=0 & ceo: (1*10 + 2*50) / 3; x missing: nothing fires -> 30.
     np.testing.assert_allclose(attacker.predict(X), [10, 50, 30, 10, 110 / 3, 30])
+
+
+def test_fuzzy_rule_with_a_category_on_a_numeric_column_is_refused_at_fit():
+    X = pd.DataFrame({"x": [1.0, 2.0, 3.0]})
+    attacker = fusion.FuzzyRuleAttacker(rules=[{"if": {"x": "huge"}, "then": "high"}])
+    with pytest.raises(InvalidParameter, match="numeric column 'x' uses level 'huge'"):
+        attacker.fit(X, [1.0, 2.0, 3.0])
+
+
+def test_predict_before_fit_is_refused():
+    for attacker in (fusion.RegressionAttacker(), fusion.FuzzyRuleAttacker()):
+        with pytest.raises(NotFittedError):
+            attacker.predict(pd.DataFrame({"x": [1.0]}))
 
 
 def test_fuzzy_memberships_are_a_partition_of_unity():
