@@ -50,7 +50,7 @@ def level_degrees(height, weights=None):
     weights = np.ones(height) if weights is None else np.asarray(weights, dtype=float)
     if weights.shape != (height,) or not np.isfinite(weights).all() or (weights <= 0).any():
         raise InvalidParameter(
-            f"level weights must be {height} positive numbers (one per step); got {weights!r}",
+            f"level weights must be {height} positive numbers (one per step); got {weights.tolist()}",
             hint="give one weight for each step from a level to the next, or omit for equal steps",
         )
     return np.concatenate([[0.0], np.cumsum(weights) / weights.sum()])

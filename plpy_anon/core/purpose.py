@@ -48,7 +48,7 @@ def validate_priorities(priorities, columns):
     if bad.any():
         name = series.index[bad.to_numpy()][0]
         raise InvalidParameter(
-            f"priority of {name!r} must lie in [0, 1]; got {series[name]!r}",
+            f"priority of {name!r} must lie in [0, 1]; got {float(series[name])}",
             hint="1 = most useful for the purpose (kept as exact as possible), 0 = least useful",
         )
     return series

@@ -33,7 +33,7 @@ def _as_unit_interval_array(values, name):
     bad = ~np.isfinite(array) | (array < 0.0) | (array > 1.0)
     if bad.any():
         raise InvalidParameter(
-            f"{name} must lie in [0, 1]; got {array[bad][0]!r}",
+            f"{name} must lie in [0, 1]; got {float(array[bad][0])}",
             hint=f"rescale {name} to [0, 1] (1 = fully good / trusted, 0 = bad / untrusted)",
         )
     return array
