@@ -162,6 +162,7 @@ def run_release(plpy, GD, release_id: int):
     metrics = _metrics(model, original, params["seed"] is not None)
     metrics["seconds"] = {"read": round(read_s, 4), "walk": round(walk_s, 4),
                           "python_total": round(time.monotonic() - started, 4)}
+    _warn_if_unchanged(plpy, metrics["columns"])
     releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=None, metrics=metrics,
                        started=started)
     return {"row_ctids": data.row_ctids,
@@ -203,6 +204,23 @@ def _metrics(model, original, seed_fixed):
                    "bounds": [float(b) for b in model.bounds_[i]]}
             for i, name in enumerate(model.columns_)},
     }
+
+
+# Above this share of values released exactly as they were, the user is told (see
+# docs/pattern.md: with many constraints the walk moves values by less than their precision).
+UNCHANGED_WARNING = 0.5
+
+
+def _warn_if_unchanged(plpy, columns):
+    for name, column in columns.items():
+        share = column["unchanged_fraction"]
+        if share is not None and share > UNCHANGED_WARNING:
+            plpy.warning(
+                f'pattern release: {share:.0%} of column "{name}" is released unchanged',
+                detail="The random walk moved these values by less than the column's precision, "
+                       "so rounding gave the originals back.",
+                hint="Lower sample (fewer localities) or raise iterations, and check "
+                     "anon.releases.metrics; do not rely on this column being anonymized.")
 
 
 def _number(value):
