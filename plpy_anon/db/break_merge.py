@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -48,7 +49,7 @@ from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.mondrian import _column_for, check_k, class_literals, output_type
 from plpy_anon.db.reader import read_columns
-from plpy_anon.db.sqltext import ident
+from plpy_anon.db.sqltext import ident, run
 
 METHOD = "break_merge"
 RESERVED = ("gid", "weight", "_gid", "_attribute", "_value", "_count")
@@ -99,17 +100,14 @@ def break_merge(
     objects = _object_names(name, [c.name for c in sens])
     for obj in [objects["qit"], objects["merged"], *objects["sensitive_tables"].values()]:
         releases.check_name(obj, "release object name")
+    hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
     parameters = {
         "k": k,
         "l": l,
         "max_categories": max_categories,
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
-        "hierarchies": [
-            c.name
-            for c in qis
-            if c.name in set(catalog.hierarchy_columns(plpy, tbl)) and c.kind == "categorical"
-        ],
+        "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
         "qit": objects["qit"],
         "merged": objects["merged"],
         "sensitive_tables": objects["sensitive_tables"],
@@ -331,11 +329,18 @@ def _parameters(release):
     return json.loads(params) if isinstance(params, str) else params
 
 
+@dataclass
 class SourcePartition:
     """What one Mondrian run over the source gives Break-Merge and the breach report."""
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+    n_rows: int
+    labels: np.ndarray  # Mondrian class of every row (numbered by first row)
+    ordered_labels: np.ndarray  # the same classes numbered along the QIs
+    order_of_class: np.ndarray  # Mondrian class -> its number along the QIs
+    class_sizes: np.ndarray
+    literals: list  # per QI, one SQL literal per class (as anon.mondrian_view writes them)
+    sensitive: pd.DataFrame
+    seconds: float
 
 
 def partition_source(plpy, release, params) -> SourcePartition:
@@ -388,25 +393,23 @@ def _encode(plpy, tbl, col, data, params):
 # ---------------------------------------------------------------------------- reading releases
 
 
+RELEASED_COLUMNS = """
+    SELECT attname::text AS name FROM pg_catalog.pg_attribute
+    WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"""
+
+
 def _release_roles(plpy, release):
-    """(quasi-identifiers, sensitive) column names of a released relation."""
+    """(quasi-identifiers, sensitive) column names of a released relation, from the roles the
+    release recorded; a method that records none releases every column as a QI."""
     params = _parameters(release)
-    columns = [
-        r["attname"]
-        for r in plpy.execute(
-            "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = "
-            f"{plpy.quote_literal(ident(plpy, release['release_schema'], release['release_name']))}::regclass"
-            " AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
-        )
-    ]
-    qis = [
-        c
-        for c in params.get("quasi_identifiers", [])
-        if c in columns or release["method"] == METHOD
-    ]
-    sens = [c for c in params.get("sensitive", []) if c in columns or release["method"] == METHOD]
-    if not qis and not sens:  # a method that does not record roles: every released column
-        qis = [c for c in columns if not c.startswith("_")]
+    qis, sens = params.get("quasi_identifiers", []), params.get("sensitive", [])
+    if release["method"] == METHOD:  # the sensitive columns live in the STs, not in the storage
+        return qis, sens
+    relation = ident(plpy, release["release_schema"], release["release_name"])
+    columns = [r["name"] for r in run(plpy, RELEASED_COLUMNS, ["text"], [relation])]
+    qis, sens = [c for c in qis if c in columns], [c for c in sens if c in columns]
+    if not qis and not sens:
+        qis = columns
     return qis, sens
 
 

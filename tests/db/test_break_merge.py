@@ -449,3 +449,22 @@ def test_unknown_scope(db, people):
             "SELECT * FROM anon.detect_dependencies(%s, scope => 'everything')",
             (f"{schema}.people_bm",),
         )
+
+
+def test_breach_report_of_a_mondrian_release_matches_the_plain_rows(db, people):
+    """Two independent paths: the Mondrian release's rows grouped by their QIs, and Break-Merge's
+    re-partition of the source; same partition, so the same plain figures."""
+    schema, source = people
+    db.execute(
+        "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
+        "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
+        (source, QIS, SENSITIVE, schema),
+    )
+    query = "SELECT * FROM anon.breach_report(%s) ORDER BY target, known NULLS FIRST"
+    from_mondrian = db.execute(query, (f"{schema}.people_k5",)).fetchall()
+    from_bm = [r for r in db.execute(query, (f"{schema}.people_bm",)).fetchall() if r[0] == "plain"]
+    assert {r[0] for r in from_mondrian} == {"plain"}
+    assert len(from_mondrian) == len(from_bm) == 12
+    for a, b in zip(from_mondrian, from_bm):
+        assert a[:3] == b[:3] and a[5] == b[5]
+        assert a[3] == pytest.approx(b[3]) and a[4] == pytest.approx(b[4])
