@@ -145,9 +145,10 @@ def _spread_over_hosts(stuck_first, diverse_groups, buckets):
     the last one used or full, then to the next one.
     """
     hosts = np.union1d(diverse_groups, [m[0] for m, ok in buckets if ok]).astype(np.int64)
-    if hosts.size == 0:  # unreachable when the table as a whole is l-diverse (checked before)
-        hosts = np.array([int(stuck_first[0])])
-        return np.full(stuck_first.size, hosts[0])
+    if hosts.size == 0:
+        # No diverse group at all: every group is in a stuck bucket, and merging them all gives
+        # the whole table, which the feasibility check guarantees is l-diverse.
+        return np.full(stuck_first.size, stuck_first[0])
     capacity = -(-stuck_first.size // hosts.size)
     after = np.clip(np.searchsorted(hosts, stuck_first), 0, hosts.size - 1)
     before = np.maximum(after - 1, 0)

@@ -197,3 +197,9 @@ def test_relabel_in_order():
     keys = pd.DataFrame({"age": [40, 20, 40, 30, 20], "sex": ["F", "M", "F", "M", "M"]})
     # sorted by age: label 9 (20) first, then 2 (30), then 5 (40)
     assert relabel_in_order(labels, keys).tolist() == [2, 0, 2, 1, 0]
+
+
+def test_merge_without_any_diverse_group_merges_everything():
+    # runs of "x"-only and "y"-only groups: no pool becomes diverse, no host exists
+    present = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=bool)
+    assert merge_for_diversity([present], 2).tolist() == [0, 0, 0, 0]
