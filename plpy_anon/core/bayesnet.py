@@ -392,7 +392,7 @@ class BayesNet:
         and ``parent_support`` (rows matching the parents), sorted by decreasing probability.
         """
         self._check_fitted()
-        if not 0 < risk <= 1:
+        if risk is None or not 0 < risk <= 1:
             raise InvalidParameter(
                 f"risk must be in (0, 1], got {risk!r}",
                 hint="risk is the confidence a rule must reach, e.g. 0.9",
@@ -415,37 +415,52 @@ class BayesNet:
         return rules.sort_values(["probability", "support"], ascending=False, ignore_index=True)
 
     def _rules_for(self, child, parents, risk, min_support):
-        table = self._cpt_frame(child, parents)
-        values = self.categories_[child]
-        probs = table[list(values)].to_numpy(dtype=float)
-        support = table["support"].to_numpy()
+        # Straight from the counts, not from the readable CPT frame, whose column labels (the
+        # child's values) could collide with parent names.
+        index = {c: i for i, c in enumerate(self.columns_)}
+        counts, observed, _ = _family_counts(
+            self._codes,
+            self._weights,
+            self._cardinalities,
+            index[child],
+            [index[p] for p in parents],
+        )
+        support = counts.sum(axis=1)
+        probs = counts / support[:, None]
         rows, cols = np.nonzero((probs >= risk - 1e-12) & (support[:, None] >= min_support))
-        parent_values = list(zip(*(table[p].to_numpy()[rows] for p in parents)))
+        decoded = _decode_configurations(
+            observed, parents, self.categories_, self._cardinalities, index
+        )
         return pd.DataFrame(
             {
                 "parents": [tuple(parents)] * rows.size,
-                "parent_values": parent_values,
+                "parent_values": list(zip(*(decoded[p][rows] for p in parents))),
                 "child": child,
-                "child_value": values[cols],
+                "child_value": self.categories_[child][cols],
                 "probability": probs[rows, cols],
-                "support": probs[rows, cols] * support[rows],
+                "support": counts[rows, cols],
                 "parent_support": support[rows],
             }
         )
+
+
+def _decode_configurations(observed, parents, categories, cardinalities, index):
+    """Parent values of each observed configuration index (undoes the mixed radix)."""
+    remainder, decoded = observed, {}
+    for p in reversed(parents):  # the last parent is the fastest digit
+        r = int(cardinalities[index[p]])
+        decoded[p] = np.asarray(categories[p][remainder % r], dtype=object)
+        remainder = remainder // r
+    return decoded
 
 
 def _cpt_from_counts(counts, observed, parents, child, categories, cardinalities, index):
     """Turn family counts into a readable CPT DataFrame (parent values decoded)."""
     support = counts.sum(axis=1)
     frame = pd.DataFrame(counts / support[:, None], columns=list(categories[child]))
-    remainder = observed
-    decoded = {}
-    for p in reversed(parents):  # undo the mixed radix, last parent is the fastest digit
-        r = int(cardinalities[index[p]])
-        decoded[p] = categories[p][remainder % r]
-        remainder = remainder // r
+    decoded = _decode_configurations(observed, parents, categories, cardinalities, index)
     for position, p in enumerate(parents):
-        frame.insert(position, p, decoded[p])
+        frame.insert(position, p, decoded[p], allow_duplicates=True)
     frame["support"] = support
     return frame
 

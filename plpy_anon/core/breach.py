@@ -61,7 +61,7 @@ def summarize(probability, threshold, weight=None):
 
 
 def _check_threshold(threshold):
-    if not 0 < threshold <= 1:
+    if threshold is None or not 0 < threshold <= 1:
         raise InvalidParameter(
             f"threshold must be in (0, 1], got {threshold!r}",
             hint="the threshold is a probability, e.g. 0.5",

@@ -236,3 +236,13 @@ def test_every_candidate_move_keeps_a_dag(case):
         if adjacency[u, v]:
             edges = [(a, b) for a, b in zip(*np.nonzero(adjacency)) if (a, b) != (u, v)] + [(v, u)]
             assert (("reverse", u, v) in legal) == _is_acyclic(edges, names)
+
+
+def test_rules_when_a_value_is_named_like_a_column():
+    # child "a" has a value "b", and "b" is also the parent column: no mix-up in the rules
+    X = pd.DataFrame({"b": ["u"] * 40 + ["v"] * 40, "a": ["b"] * 38 + ["c"] * 2 + ["c"] * 40})
+    bn = BayesNet(tiers=[["b"], ["a"]]).fit(X)
+    rules = bn.dependency_rules(0.9).set_index("parent_values")
+    assert rules.loc[[("u",)], "child_value"].item() == "b"
+    assert rules.loc[[("u",)], "probability"].item() == pytest.approx(38 / 40)
+    assert rules.loc[[("v",)], "support"].item() == 40
