@@ -23,6 +23,12 @@ class PrerequisiteMissing(AnonError):
     sqlstate = "55000"
 
 
+def run_cron(plpy, query: str, types=(), args=()):
+    """Queries touching pg_cron's objects are planned afresh each time: a cached plan would
+    point at the old relations once a DBA drops and re-creates the pg_cron extension."""
+    return plpy.execute(plpy.prepare(query, list(types)), list(args))
+
+
 def job_name(plpy, schema: str, name: str) -> str:
     """The pg_cron job name of a release (anon._refresh_job_name: one definition, used by SQL too)."""
     return run(plpy, "SELECT anon._refresh_job_name($1, $2) AS j", ["name", "name"], [schema, name])[0]["j"]
@@ -70,7 +76,7 @@ def schedule_refresh(plpy, name: str, schedule: str) -> int:
     jobname = job_name(plpy, release["release_schema"], release["release_name"])
     try:
         with plpy.subtransaction():
-            rows = run(plpy, "SELECT cron.schedule($1, $2, $3) AS jobid", ["text", "text", "text"],
+            rows = run_cron(plpy, "SELECT cron.schedule($1, $2, $3) AS jobid", ["text", "text", "text"],
                        [jobname, schedule, refresh_command(plpy, release)])
     except plpy.SPIError as exc:
         if "schedule" in str(exc):
@@ -94,9 +100,9 @@ def unschedule_refresh(plpy, name: str) -> bool:
         if len(parts) != 2:
             raise
         schema, rel = parts
-    jobs = run(plpy, "SELECT jobid FROM cron.job WHERE jobname = $1", ["text"], [job_name(plpy, schema, rel)])
+    jobs = run_cron(plpy, "SELECT jobid FROM cron.job WHERE jobname = $1", ["text"], [job_name(plpy, schema, rel)])
     for job in jobs:
-        run(plpy, "SELECT cron.unschedule($1)", ["int8"], [job["jobid"]])
+        run_cron(plpy, "SELECT cron.unschedule($1)", ["int8"], [job["jobid"]])
     return bool(jobs)
 
 
@@ -127,4 +133,6 @@ ORDER BY 1"""
 
 @sql_entry
 def release_status(plpy) -> list[dict]:
-    return list(run(plpy, STATUS_WITH_CRON if cron_installed(plpy) else STATUS_WITHOUT_CRON))
+    if cron_installed(plpy):
+        return list(run_cron(plpy, STATUS_WITH_CRON))
+    return list(run(plpy, STATUS_WITHOUT_CRON))

@@ -1,0 +1,132 @@
+"""Scheduled refreshes with pg_cron.
+
+pg_cron 1.4 (Debian 12's postgresql-15-cron) schedules to the minute, so the test that watches
+pg_cron itself run a job waits up to ~70 s: it is marked ``slow`` (``make test`` and CI run it;
+``-m "not slow"`` skips it while iterating). The fast tests check what can be checked without
+waiting: the job row pg_cron stores (schedule, command, database, user), that the stored command
+refreshes the release when run the way pg_cron runs it (a new session of the job's user), the
+status join, the clear errors, and unscheduling.
+"""
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from plpy_anon.cluster import PG_BIN, ThrowawayCluster
+
+TABLE = """
+CREATE TABLE patients (id int PRIMARY KEY, age int, sex text, diagnosis text);
+INSERT INTO patients SELECT i, 20 + i % 50, CASE WHEN i % 2 = 0 THEN 'F' ELSE 'M' END, 'flu'
+FROM generate_series(1, 80) i;
+"""
+
+
+@pytest.fixture
+def released(db, schema):
+    db.execute(TABLE)
+    return db.execute("SELECT anon.mondrian_view('patients', k => 4, release_name => 'r', "
+                      "release_schema => %s)", (schema,)).fetchone()[0]
+
+
+@pytest.fixture
+def cron(db):
+    # pg_cron's control file names no schema: without SCHEMA it would belong to the test's
+    # schema (first on the search_path) and be dropped with it -- and pg_cron caches its table's
+    # OID per backend, so the shared connection could not use a re-created one.
+    db.execute("CREATE EXTENSION IF NOT EXISTS pg_cron SCHEMA public")
+    yield
+    db.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE 'plpy_anon refresh %'")
+
+
+def job(db, release):
+    return db.execute("""
+        SELECT j.jobid, j.schedule, j.command, j.database, j.username FROM cron.job j
+        JOIN anon.releases r ON j.jobname = anon._refresh_job_name(r.release_schema, r.release_name)
+        WHERE format('%%I.%%I', r.release_schema, r.release_name) = %s""", (release,)).fetchone()
+
+
+def test_schedule_stores_a_job_that_refreshes_the_release(db, connect, schema, released, cron):
+    jobid = db.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (released,)).fetchone()[0]
+    stored = job(db, released)
+    assert stored[0] == jobid
+    assert stored[1:4] == ("0 3 * * *", f"SELECT anon.refresh('{released}')", "anon_test")
+    # rescheduling replaces the job instead of adding one
+    again = db.execute("SELECT anon.schedule_refresh(%s, '30 2 * * 1')", (released,)).fetchone()[0]
+    assert again == jobid and job(db, released)[1] == "30 2 * * 1"
+    status = db.execute("SELECT schedule, jobid FROM anon.release_status() WHERE release = %s",
+                        (released,)).fetchone()
+    assert status == ("30 2 * * 1", jobid)
+    # what pg_cron will run, run the way it runs it: a new session as the job's user
+    db.execute("INSERT INTO patients SELECT i, 30, 'F', 'flu' FROM generate_series(81, 100) i")
+    with connect(user=stored[4]) as session:
+        session.execute(stored[2])
+    assert db.execute("SELECT row_count FROM anon.release_status() WHERE release = %s",
+                      (released,)).fetchone()[0] == 100
+
+
+def test_bad_schedule_and_unknown_release_are_clear_errors(db, schema, released, cron):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="invalid cron schedule") as info:
+        db.execute("SELECT anon.schedule_refresh(%s, 'every night')", (released,))
+    assert "0 3 * * *" in info.value.diag.message_hint
+    with pytest.raises(psycopg.errors.UndefinedObject, match="does not exist"):
+        db.execute("SELECT anon.schedule_refresh('no_such_release', '0 3 * * *')")
+    assert db.execute("SELECT count(*) FROM cron.job WHERE jobname LIKE 'plpy_anon refresh %'").fetchone()[0] == 0
+
+
+def test_unschedule_removes_the_job(db, schema, released, cron):
+    db.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (released,))
+    assert db.execute("SELECT anon.unschedule_refresh(%s)", (released,)).fetchone()[0] is True
+    assert job(db, released) is None
+    assert db.execute("SELECT anon.unschedule_refresh(%s)", (released,)).fetchone()[0] is False
+
+
+def test_long_names_get_a_job_name_pg_cron_can_store(db):
+    long = db.execute("SELECT anon._refresh_job_name(repeat('s', 60), repeat('r', 60))").fetchone()[0]
+    assert len(long.encode()) <= 63 and long.startswith("plpy_anon refresh ")
+    other = db.execute("SELECT anon._refresh_job_name(repeat('s', 60), repeat('r', 59) || 'x')").fetchone()[0]
+    assert long != other
+
+
+def test_missing_pg_cron_is_a_clear_error():
+    """On a cluster of its own: first without pg_cron preloaded, then preloaded but with the
+    extension not created. The status still lists releases without pg_cron."""
+    with ThrowawayCluster() as cluster:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+            conn.execute(TABLE)
+            rel = conn.execute("SELECT anon.mondrian_view('patients', k => 4)").fetchone()[0]
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as info:
+                conn.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (rel,))
+            assert "not loaded" in info.value.diag.message_primary
+            assert "shared_preload_libraries" in info.value.diag.message_hint
+            assert conn.execute("SELECT release, schedule FROM anon.release_status()").fetchall() == [(rel, None)]
+            conn.execute("ALTER SYSTEM SET shared_preload_libraries = pg_cron")
+        cluster._run([PG_BIN / "pg_ctl", "-D", cluster.datadir, "-l", cluster.root / "server.log", "-w", "restart"])
+        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as info:
+                conn.execute("SELECT anon.unschedule_refresh(%s)", (rel,))
+            assert "not installed" in info.value.diag.message_primary
+            assert info.value.diag.message_hint == "CREATE EXTENSION pg_cron;"
+
+
+@pytest.mark.slow
+def test_pg_cron_runs_the_scheduled_refresh(db, schema, released, cron):
+    """Every minute; pg_cron starts it at the next minute boundary (at most ~60 s away)."""
+    db.execute("INSERT INTO patients SELECT i, 30, 'F', 'flu' FROM generate_series(81, 120) i")
+    db.execute("SELECT anon.schedule_refresh(%s, '* * * * *')", (released,))
+    deadline = time.monotonic() + 75
+    status = None
+    while time.monotonic() < deadline:
+        status = db.execute("SELECT row_count, last_run_status, last_run_seconds, last_run_start "
+                            "FROM anon.release_status() WHERE release = %s", (released,)).fetchone()
+        if status[1] in ("succeeded", "failed"):
+            break
+        time.sleep(1)
+    assert status is not None and status[1] == "succeeded", status
+    assert status[0] == 120                 # the refresh saw the new rows
+    assert status[2] >= 0 and status[3] is not None
+    history = db.execute("SELECT succeeded FROM anon.refresh_history h JOIN anon.releases r USING (release_id) "
+                         "WHERE r.release_schema = %s", (schema,)).fetchall()
+    assert (True,) in history
