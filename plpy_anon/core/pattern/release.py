@@ -166,7 +166,9 @@ def _assemble(n_rows, rows, outcomes, bounds):
         released[rows[outcome.positions]] = outcome.values
     grids = [outcome.decimals for outcome in outcomes]
     decimals = None if any(g is None for g in grids) else max(grids)
-    localities = Localities.concatenate(o.localities for o in outcomes).relabel(rows)
+    # row ids as int32 when they fit: a million-row column samples ~21 M localities
+    ids = rows.astype(np.int32) if n_rows < 2 ** 31 else rows
+    localities = Localities.concatenate(o.localities for o in outcomes).relabel(ids)
     return ColumnRelease(
         values=released, bounds=bounds, decimals=decimals, localities=localities,
         n_extracted=sum(o.n_extracted for o in outcomes),
