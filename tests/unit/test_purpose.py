@@ -159,3 +159,18 @@ def test_explicit_priorities_are_checked_against_the_table():
         validate_priorities({"age": 1.5}, ["age"])
     with pytest.raises(InvalidParameter, match="at least one"):
         validate_priorities({}, ["age"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_derived_priorities_in_unit_interval_on_random_tables(data):
+    n_rows = data.draw(st.integers(5, 60))
+    n_columns = data.draw(st.integers(2, 5))
+    codes = data.draw(hnp.arrays(np.int64, (n_rows, n_columns), elements=st.integers(0, 3)))
+    frame = pd.DataFrame(codes, columns=[f"c{j}" for j in range(n_columns)]).astype(str)
+    most, least = data.draw(st.lists(st.sampled_from(list(frame.columns)), min_size=2,
+                                     max_size=2, unique=True))
+    model = MIPriorities(most=most, least=least).fit(frame)
+    assert model.priorities_[most] == 1.0 and model.priorities_[least] == 0.0
+    assert model.priorities_.between(0, 1).all()
+    assert sorted(model.order_) == sorted(frame.columns)
