@@ -1594,6 +1594,7 @@ CREATE OR REPLACE FUNCTION anon.trust_view(
     history_weight    double precision DEFAULT 0.5,
     half_life_days    double precision DEFAULT 180,
     min_share         double precision DEFAULT 0.1,
+    level_weights     jsonb            DEFAULT NULL,
     release_name      text             DEFAULT NULL,
     release_schema    text             DEFAULT 'release',
     replace           boolean          DEFAULT false
@@ -1632,11 +1633,11 @@ return trust.trust_view(plpy, source, requester=requester, purpose=purpose, k=k,
                         sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min,
                         d_max=d_max, history_weight=history_weight,
                         half_life_days=half_life_days, min_share=min_share,
-                        release_name=release_name, release_schema=release_schema,
-                        replace=replace, GD=GD)
+                        level_weights=level_weights, release_name=release_name,
+                        release_schema=release_schema, replace=replace, GD=GD)
 $$;
-COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, text, text, boolean) IS
-    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). Column roles as in anon.mondrian_view (quasi_identifiers, sensitive, identifiers). Refresh re-evaluates trust. Returns the qualified name.';
+COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean) IS
+    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). level_weights ({"column": [w1, ..., wH]}) weighs the hierarchy steps (Definition 2.1; default equal). Column roles as in anon.mondrian_view (quasi_identifiers, sensitive, identifiers). Refresh re-evaluates trust. Returns the qualified name.';
 
 -- The run behind a trust-aware release, called from the release's own query. STABLE: it reads
 -- the source in the query's snapshot, so the ctids it returns are those the join sees.

@@ -42,15 +42,20 @@ _BOUNDARY_TOLERANCE = 1e-9
 
 # --- Definition 2.1 --------------------------------------------------------------------------
 
-def level_degrees(height, weights=None):
+def level_degrees(height, weights=None, attribute=None):
     """``c_0 .. c_H``: the degree of generalizing a value to each level of its hierarchy."""
+    where = f" of {attribute!r}" if attribute is not None else ""
     if height < 1:
-        raise InvalidParameter(f"a hierarchy needs at least one level above the values; got "
-                               f"height {height}", hint="end every path with a root such as '*'")
-    weights = np.ones(height) if weights is None else np.asarray(weights, dtype=float)
+        raise InvalidParameter(f"the hierarchy{where} needs at least one level above the values; "
+                               f"got height {height}", hint="end every path with a root such as '*'")
+    try:
+        weights = np.ones(height) if weights is None else np.asarray(weights, dtype=float)
+    except (TypeError, ValueError):
+        weights = np.array([np.nan])
     if weights.shape != (height,) or not np.isfinite(weights).all() or (weights <= 0).any():
         raise InvalidParameter(
-            f"level weights must be {height} positive numbers (one per step); got {weights.tolist()}",
+            f"level weights{where} must be {height} positive numbers (one per step); "
+            f"got {weights.tolist()}",
             hint="give one weight for each step from a level to the next, or omit for equal steps",
         )
     return np.concatenate([[0.0], np.cumsum(weights) / weights.sum()])
@@ -321,7 +326,12 @@ class DegreeRelease:
             hierarchy = hierarchies.get(name) or default_hierarchy(frame[name],
                                                                    self.n_interval_levels)
             self.tables_[name] = GeneralizationTable(name, frame[name], hierarchy)
-        degrees = {name: level_degrees(t.hierarchy.height, weights.get(name))
+        unknown = [name for name in weights if name not in self.tables_]
+        if unknown:
+            raise UndefinedObject(f"level weights for {unknown[0]!r}, which is not a "
+                                  "quasi-identifier of the release",
+                                  hint=f"give weights for: {', '.join(self.tables_)}")
+        degrees = {name: level_degrees(t.hierarchy.height, weights.get(name), name)
                    for name, t in self.tables_.items()}
         self.decomposition_ = DegreeDecomposition(self.min_share).fit(priorities, degrees)
         self.requested_levels_ = self.decomposition_.levels(self.degree)

@@ -290,7 +290,7 @@ def _release_priorities(tbl, cols, qis, priorities) -> dict:
 @sql_entry
 def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_identifiers,
                sensitive, identifiers, gamma, d_min, d_max, history_weight, half_life_days,
-               min_share, release_name, release_schema, replace, GD=None):
+               min_share, level_weights, release_name, release_schema, replace, GD=None):
     tbl = catalog.table(plpy, source)
     role = _requester(plpy, requester)["role_name"]
     role = grants.check_role(plpy, role)
@@ -316,6 +316,7 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
         "max_suppression": max_suppression, "gamma": gamma, "d_min": d_min, "d_max": d_max,
         "history_weight": history_weight, "half_life_days": _json_number(half_life_days),
         "min_share": min_share,
+        "level_weights": _level_weights(level_weights, [c.name for c in qis]),
         "priorities": _release_priorities(tbl, cols, qis, priorities),
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c, r in roles if r == "sensitive"],
@@ -334,6 +335,21 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
     restrict_grants(plpy, row, role)
     _notice_cost(plpy, row)
     return ident(plpy, row["release_schema"], row["release_name"])
+
+
+def _level_weights(level_weights, qi_names) -> dict:
+    """``{"column": [w1, ..., wH]}`` for quasi-identifiers; lengths are checked by the core."""
+    if level_weights is None:
+        return {}
+    weights = json.loads(level_weights) if isinstance(level_weights, str) else level_weights
+    if not isinstance(weights, dict) or not all(isinstance(w, list) for w in weights.values()):
+        raise InvalidParameter("level_weights must be a JSON object {column: [w1, ..., wH]}",
+                               hint="""E.g. '{"age": [1, 1, 2, 4, 8]}': one weight per hierarchy step.""")
+    for name in weights:
+        if name not in qi_names:
+            raise UndefinedObject(f'level weights for "{name}", which is not a quasi-identifier '
+                                  "of this release", hint="Quasi-identifiers: " + ", ".join(qi_names))
+    return weights
 
 
 def _json_number(value):
@@ -423,7 +439,8 @@ def partition(plpy, GD, release_id: int):
     hierarchies = {c.name: catalog.load_hierarchy(plpy, tbl, c.name)
                    for c in qis if c.kind == "categorical"}
     model = DegreeRelease(degree, priorities, hierarchies={n: h for n, h in hierarchies.items() if h},
-                          k=params["k"], max_suppression=params["max_suppression"],
+                          level_weights=params.get("level_weights"), k=params["k"],
+                          max_suppression=params["max_suppression"],
                           min_share=params["min_share"]).fit(frame)
     class_ids, classes, sizes = _classes(model, qis)
     metrics = {

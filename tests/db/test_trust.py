@@ -193,6 +193,22 @@ def test_explicit_column_roles(db, schema, people, requester, purpose):
     assert set(metrics(db, relation)["levels"]) == {"age", "sex"}
 
 
+def test_level_weights_move_the_level_boundaries(db, schema, people, requester, purpose):
+    name, _ = purpose({"age": 1, "sex": 1, "job": 0.6})
+    fixed = dict(gamma=1, d_min=0.2, d_max=0.2)            # D = 0.2 whatever the trust
+    # shares 0.1, 0.1, 0.5: t = 0.6 / 0.7, d_job = 0.43 -- below 1/2 (equal steps), above 1/10
+    plain = trust_view(db, schema, people, requester, name, release_name="plain", **fixed)
+    weighted = trust_view(db, schema, people, requester, name, release_name="weighted",
+                          level_weights=json.dumps({"job": [1, 9]}), **fixed)
+    assert metrics(db, plain)["levels"]["job"] == 0
+    assert metrics(db, weighted)["levels"]["job"] == 1
+    assert db.execute(f"SELECT array_agg(DISTINCT job ORDER BY job) FROM {weighted}").fetchone()[0] \
+        == ["health", "office"]
+    fails(db, "SELECT anon.trust_view(%s, requester => %s, purpose => %s, level_weights => %s)",
+          (people, requester, name, json.dumps({"job": [1, 2, 3]})), "22023",
+          "level weights of 'job' must be 2 positive numbers")
+
+
 def test_k_is_enforced_and_its_cost_reported(db, schema, people, requester, purpose):
     record(db, requester, ["good"] * 20)                   # high trust: a fine view
     name, _ = purpose({"age": 1, "sex": 1, "job": 1})

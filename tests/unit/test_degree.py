@@ -50,10 +50,12 @@ def test_degree_of_consecutive_moves_adds_up(weights, data):
 
 
 def test_level_weights_must_match_the_height():
-    with pytest.raises(InvalidParameter, match="2 positive numbers"):
-        level_degrees(2, [1, 2, 3])
+    with pytest.raises(InvalidParameter, match="level weights of 'age' must be 2 positive numbers"):
+        level_degrees(2, [1, 2, 3], "age")
     with pytest.raises(InvalidParameter, match="positive"):
         level_degrees(2, [1, 0])
+    with pytest.raises(InvalidParameter, match="positive"):
+        level_degrees(2, ["a", "b"])
 
 
 def test_select_level_takes_the_interval_containing_the_degree():
@@ -241,6 +243,18 @@ def test_k_step_keeps_monotonicity_in_trust(people, trust_a, trust_b):
     levels = [DegreeRelease(project(t), PRIORITIES, hierarchies={"job": JOBS}, k=5,
                             max_suppression=0.05).fit(people).levels_ for t in (low, high)]
     assert (levels[1] <= levels[0]).all()
+
+
+def test_level_weights_change_the_levels(people):
+    # shares 0.9, 0.1, 0.6 (age, sex, job); D = 0.3 -> t = 0.9 / 1.6, d_job = 0.3375: below the
+    # equal-weight boundary 0.5, above 0.1 once job's two steps weigh 1 and 9
+    plain = DegreeRelease(0.3, PRIORITIES, hierarchies={"job": JOBS}).fit(people)
+    cheap = DegreeRelease(0.3, PRIORITIES, hierarchies={"job": JOBS},
+                          level_weights={"job": [1, 9]}).fit(people)
+    assert cheap.decomposition_.degrees_["job"] == pytest.approx([0, 0.1, 1])
+    assert plain.levels_["job"] == 0 and cheap.levels_["job"] == 1
+    with pytest.raises(UndefinedObject, match="level weights for 'zip'"):
+        DegreeRelease(0.3, PRIORITIES, level_weights={"zip": [1]}).fit(people)
 
 
 def test_bad_release_input(people):
