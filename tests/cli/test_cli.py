@@ -1,0 +1,97 @@
+"""plpy-anon end to end: the commands of the issue against the real extension, exit codes and
+one-line errors. Each invocation is a new session (as from a shell), so they are kept few."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from plpy_anon.cli import main
+
+TABLE = """
+CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
+INSERT INTO patients
+SELECT i, 'name ' || i, 20 + (i * 37) % 60, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END,
+       (53700 + (i * 13) % 6)::text, (ARRAY['flu', 'asthma', 'gout'])[1 + i % 3]
+FROM generate_series(1, 90) i;
+"""
+
+
+@pytest.fixture
+def cli(pg_server, db, schema):
+    """cli(*args) -> click Result, with --dsn of the test database."""
+    db.execute(TABLE)
+    dsn = " ".join(f"{k}={v}" for k, v in pg_server.items()) + f" options='-c search_path={schema},public'"
+    runner = CliRunner()
+
+    def run(*args):
+        return runner.invoke(main, ["--dsn", dsn, *args], catch_exceptions=False)
+    return run
+
+
+def test_the_issue_workflow(cli, db, schema, tmp_path):
+    hierarchy = tmp_path / "zip.csv"
+    hierarchy.write_text("".join(f"5370{i};537**;*\n" for i in range(6)))
+    declared = cli("--format", "json", "declare", "patients", "--identifiers", "name", "--sensitive", "diagnosis")
+    assert declared.exit_code == 0, declared.output
+    roles = {r["column_name"]: r["role"] for r in json.loads(declared.stdout)}
+    assert roles["name"] == "identifier" and roles["diagnosis"] == "sensitive"
+    loaded = cli("hierarchy", "load", "patients", "zip", str(hierarchy), "--format", "json")
+    assert json.loads(loaded.stdout) == [{"table": "patients", "column": "zip", "leaves": 6}]
+
+    created = cli("create", "mondrian", "patients", "--k", "5", "--qi", "age,sex,zip",
+                  "--sensitive", "diagnosis", "--schema", schema, "--format", "json")
+    assert created.exit_code == 0, created.output
+    release = json.loads(created.stdout)[0]["release"]
+    assert release == f"{schema}.patients_k5"
+    assert "creating a mondrian release" in created.stderr
+
+    listed = cli("--format", "json", "releases")
+    rows = {r["release"]: r for r in json.loads(listed.stdout)}
+    assert rows[release]["row_count"] == 90 and rows[release]["achieved_k"] >= 5
+
+    db.execute("INSERT INTO patients SELECT i, 'n', 33, 'F', '53701', 'flu' FROM generate_series(91, 95) i")
+    refreshed = cli("refresh", release, "--format", "json")
+    assert refreshed.exit_code == 0, refreshed.output
+    assert json.loads(refreshed.stdout)[0]["row_count"] == 95
+    phases = refreshed.stderr.splitlines()
+    assert any("building the new release" in p for p in phases) and any("done: 95 rows" in p for p in phases)
+
+    report = cli("report", release, "--format", "csv")
+    header, first = report.stdout.splitlines()[:2]
+    assert "achieved_k" in header.split(",")
+    shown = cli("show", release, "--limit", "0", "--format", "csv")
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "age,sex,zip,diagnosis" and len(lines) == 1 + 95
+    labels = {"537**", "*"} | {f"5370{i}" for i in range(6)}     # the hierarchy's nodes
+    zips = [line.rsplit(",", 2)[1] for line in lines[1:]]     # age may hold a comma: split from the right
+    assert set(zips) <= labels
+
+    table = cli("releases")
+    assert table.stdout.splitlines()[0].split("|")[0].strip() == "release"
+    assert table.stdout.rstrip().endswith("row)") or table.stdout.rstrip().endswith("rows)")
+
+    dropped = cli("drop", release, "--format", "json")
+    assert json.loads(dropped.stdout) == [{"release": release, "dropped": True}]
+
+
+def test_failures_exit_non_zero_with_one_line(cli, schema):
+    bad_k = cli("create", "mondrian", "patients", "--k", "1", "--schema", schema)
+    assert bad_k.exit_code == 1
+    assert bad_k.stdout == ""
+    lines = bad_k.stderr.strip().splitlines()
+    assert len(lines) == 2                                   # the progress line, then the error
+    assert lines[-1].startswith("plpy-anon: error: k must be at least 2") and "(hint: " in lines[-1]
+    missing = cli("--quiet", "refresh", "no_such_release")
+    assert missing.exit_code == 1
+    assert missing.stderr.strip() == ('plpy-anon: error: release "no_such_release" does not exist '
+                                      '(hint: See SELECT release_schema, release_name FROM anon.releases.)')
+    usage = cli("refresh")
+    assert usage.exit_code == 2
+
+
+def test_no_dsn_is_a_usage_error(monkeypatch):
+    monkeypatch.delenv("PLPY_ANON_DSN", raising=False)
+    result = CliRunner().invoke(main, ["releases"])
+    assert result.exit_code == 2 and "--dsn" in result.stderr

@@ -1,0 +1,145 @@
+"""plpy_anon.client against the real extension: every property is checked from the database's
+own rows (or the DataFrame against them), and errors arrive typed with the server's text."""
+from __future__ import annotations
+
+import pandas as pd
+import psycopg
+import pytest
+from psycopg import sql
+
+from plpy_anon.client import AnonClient, errors
+from plpy_anon.core import errors as core_errors
+
+TABLE = """
+CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
+INSERT INTO patients
+SELECT i, 'name ' || i, 20 + (i * 37) % 60, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END,
+       (53700 + (i * 13) % 6)::text, (ARRAY['flu', 'asthma', 'gout'])[1 + i % 3]
+FROM generate_series(1, 90) i;
+"""
+
+ZIP_HIERARCHY = "".join(f"5370{i};5370*;537**;*\n" for i in range(6))
+
+
+@pytest.fixture
+def anon(db, schema):
+    db.execute(TABLE)
+    return AnonClient(connection=db)
+
+
+def dsn(pg_server) -> str:
+    return " ".join(f"{k}={v}" for k, v in pg_server.items())
+
+
+def test_declare_then_release_then_frame(anon, db, schema, tmp_path):
+    roles = anon.declare("patients", identifiers=["name"], sensitive=["diagnosis"])
+    declared = dict(zip(roles["column_name"], roles["role"]))
+    assert declared["name"] == "identifier" and declared["diagnosis"] == "sensitive"
+    assert declared["age"] == "quasi_identifier"                  # the documented default
+    csv_file = tmp_path / "zip.csv"
+    csv_file.write_text(ZIP_HIERARCHY)
+    assert anon.load_hierarchy_csv("patients", "zip", csv_file) == 6
+    rel = anon.mondrian_view("patients", k=5, release_schema=schema)
+    assert rel == f"{schema}.patients_k5"
+    frame = anon.release_frame(rel)
+    assert isinstance(frame, pd.DataFrame)
+    assert list(frame.columns) == ["age", "sex", "zip", "diagnosis"]   # identifier dropped
+    assert len(frame) == 90
+    classes = frame.assign(age=frame["age"].astype(str), sex=frame["sex"].astype(str)) \
+                   .groupby(["age", "sex", "zip"]).size()
+    assert classes.min() >= 5                                   # k-anonymous, counted client-side
+    assert set(frame["zip"]) <= {"5370*", "537**", "*"} | {f"5370{i}" for i in range(6)}
+    assert sorted(frame["diagnosis"]) == sorted(r[0] for r in db.execute("SELECT diagnosis FROM patients"))
+
+
+def test_list_inspect_refresh_report_drop(anon, db, schema):
+    rel = anon.mondrian_view("patients", k=4, quasi_identifiers=["age", "sex"], release_name="r",
+                             release_schema=schema)
+    listed = anon.releases()
+    assert rel in set(listed["release"])
+    assert anon.release(rel)["row_count"] == 90
+    db.execute("INSERT INTO patients SELECT i, 'n', 33, 'F', '53701', 'flu' FROM generate_series(91, 99) i")
+    row = anon.refresh(rel)
+    assert row["row_count"] == 99 and row["last_error"] is None
+    assert len(anon.release_frame(rel)) == 99
+    report = anon.report(rel)
+    assert len(report) == 1 and int(report["achieved_k"].iloc[0]) >= 4
+    assert anon.drop(rel) is True
+    assert anon.drop(rel, if_exists=True) is False
+    assert rel not in set(anon.releases()["release"])
+
+
+def test_errors_are_typed_and_carry_the_server_text(anon, schema):
+    with pytest.raises(errors.InvalidParameter) as info:
+        anon.mondrian_view("patients", k=1, release_schema=schema)
+    assert info.value.sqlstate == "22023"
+    assert "k must be at least 2" in info.value.message and info.value.hint
+    assert isinstance(info.value, core_errors.InvalidParameter)    # catchable as the core's error
+    with pytest.raises(errors.UndefinedObject):
+        anon.mondrian_view("no_such_table", k=2)
+    with pytest.raises(errors.InsufficientData):
+        anon.mondrian_view("patients", k=500, release_schema=schema)
+    anon.mondrian_view("patients", k=3, release_schema=schema)
+    with pytest.raises(errors.DuplicateObject, match="already exists"):
+        anon.mondrian_view("patients", k=3, release_schema=schema)
+    with pytest.raises(errors.UndefinedObject, match="does not exist"):
+        anon.release_frame("no_such_release")
+
+
+def test_permission_denied_for_an_analyst(db, connect, schema, anon):
+    db.execute("CREATE ROLE client_analyst LOGIN")
+    try:
+        with connect(user="client_analyst") as conn:
+            with pytest.raises(errors.PermissionDenied):
+                AnonClient(connection=conn).mondrian_view("patients", k=3)
+    finally:
+        db.execute("DROP ROLE client_analyst")
+
+
+def test_progress_reports_the_refresh_phases(pg_server, db, schema):
+    db.execute(TABLE)
+    phases = []
+    with AnonClient(dsn(pg_server), progress=phases.append) as anon:
+        rel = anon.mondrian_view(f"{schema}.patients", k=3, release_schema=schema)
+        anon.refresh(rel)
+        assert anon.extension_version() == anon.install()          # already there: unchanged
+    assert phases[0].startswith(f"refreshing {schema}.patients_k3")
+    assert any("building" in p for p in phases) and any("swapping" in p for p in phases)
+    assert phases[-1].startswith("done: 90 rows")
+
+
+def test_named_arguments_left_out_take_the_server_defaults(anon, db, schema):
+    rel = anon.mondrian_view("patients", k=3, release_schema=schema, l=None, replace=None)
+    params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s", (schema,)).fetchone()[0]
+    assert params["l"] is None and params["k"] == 3 and rel.endswith("patients_k3")
+
+
+def test_set_hierarchy_pads_ragged_paths(anon, db):
+    n = anon.set_hierarchy("patients", "sex", [["F", "*"], ["M", "person", "*"]])
+    assert n == 2
+    rows = db.execute("SELECT leaf, path FROM anon.hierarchies WHERE source = 'patients'::regclass "
+                      "ORDER BY leaf").fetchall()
+    assert rows == [("F", ["F", "*"]), ("M", ["M", "person", "*"])]
+
+
+def test_load_queries_feeds_the_workload_store(anon, db, tmp_path):
+    log = tmp_path / "postgresql.log"
+    log.write_text(
+        "2026-11-21 10:00:00.000 UTC [7] LOG:  statement: SELECT age, sex FROM patients WHERE age > 40\n"
+        "2026-11-21 10:00:01.000 UTC [7] LOG:  statement: SELECT age, sex FROM patients WHERE age > 40\n"
+        "2026-11-21 10:00:02.000 UTC [7] LOG:  statement: SELECT zip FROM patients WHERE sex = 'F'\n"
+        "2026-11-21 10:00:03.000 UTC [7] LOG:  checkpoint starting: time\n")
+    before = db.execute("SELECT coalesce(sum(frequency), 0) FROM anon.workload").fetchone()[0]
+    result = anon.load_queries(log)
+    assert (result.statements, result.skipped_entries) == (3, 1)
+    after = db.execute("SELECT coalesce(sum(frequency), 0) FROM anon.workload").fetchone()[0]
+    assert after - before == 3
+    with pytest.raises(errors.UndefinedObject, match="does not exist"):
+        anon.load_queries(tmp_path / "missing.log")
+
+
+def test_connection_errors_are_typed():
+    with pytest.raises(errors.ConnectionFailed):
+        AnonClient("host=/nonexistent dbname=x connect_timeout=1")
+    with pytest.raises(errors.InvalidParameter):
+        AnonClient()
