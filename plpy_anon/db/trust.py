@@ -30,6 +30,7 @@ import pandas as pd
 from plpy_anon.core.degree import DegreeRelease
 from plpy_anon.core.errors import (
     DuplicateObject,
+    InsufficientData,
     InvalidParameter,
     UndefinedObject,
     UnsupportedType,
@@ -435,6 +436,9 @@ def partition(plpy, GD, release_id: int):
     degree = TrustProjection(gamma=params["gamma"], d_min=params["d_min"],
                              d_max=params["d_max"])(scores.trust)
     frame, data = _read_frame(plpy, tbl, qis)
+    if data.n_rows == 0:
+        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
+                               hint="Load rows first; a release of no rows protects nothing.")
     _check_no_nulls(tbl, frame)
     hierarchies = {c.name: catalog.load_hierarchy(plpy, tbl, c.name)
                    for c in qis if c.kind == "categorical"}

@@ -262,6 +262,16 @@ def test_bad_input_is_rejected_clearly(db, schema, people, requester, purpose):
           (people, requester, zip_purpose), "42704", 'priority to "zip", which is not a column')
 
 
+def test_empty_table_and_nulls_are_refused(db, schema, requester, purpose):
+    name, _ = purpose({"sex": 1})
+    db.execute("CREATE TABLE empty (age int, sex text)")
+    fails(db, "SELECT anon.trust_view('empty', requester => %s, purpose => %s)",
+          (requester, name), "22000", "is empty")
+    db.execute("INSERT INTO empty VALUES (30, NULL), (40, 'F')")
+    fails(db, "SELECT anon.trust_view('empty', requester => %s, purpose => %s)",
+          (requester, name), "42804", 'column "sex" of')
+
+
 def test_hierarchy_not_covering_a_value_names_it(db, schema, people, requester, purpose):
     name, _ = purpose({"job": 1})
     db.execute("SELECT anon.set_hierarchy('people', 'job', ARRAY[ARRAY['nurse', '*'], "
