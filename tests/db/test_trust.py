@@ -195,7 +195,7 @@ def test_explicit_column_roles(db, schema, people, requester, purpose):
 
 def test_level_weights_move_the_level_boundaries(db, schema, people, requester, purpose):
     name, _ = purpose({"age": 1, "sex": 1, "job": 0.6})
-    fixed = dict(gamma=1, d_min=0.2, d_max=0.2)            # D = 0.2 whatever the trust
+    fixed = {"gamma": 1, "d_min": 0.2, "d_max": 0.2}      # D = 0.2 whatever the trust
     # shares 0.1, 0.1, 0.5: t = 0.6 / 0.7, d_job = 0.43 -- below 1/2 (equal steps), above 1/10
     plain = trust_view(db, schema, people, requester, name, release_name="plain", **fixed)
     weighted = trust_view(db, schema, people, requester, name, release_name="weighted",
