@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -39,7 +40,7 @@ from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.reader import read_columns
+from plpy_anon.db.reader import TableData, read_columns
 from plpy_anon.db.sqltext import ident
 
 METHOD = "mondrian"
@@ -150,17 +151,66 @@ def release_query(plpy, tbl, roles, parameters, release_id: int) -> str:
 def partition(plpy, GD, release_id: int):
     started = time.monotonic()
     release = releases.by_id(plpy, release_id)
-    params = release["parameters"]
-    params = json.loads(params) if isinstance(params, str) else params
+    rows = load_release_rows(plpy, release, with_target=False)
+    read_s = time.monotonic() - started
+    t0 = time.monotonic()
+    model = Mondrian(k=rows.k, l=rows.l).fit(rows.encoded, rows.sensitive)
+    return partition_result(plpy, GD, release_id, rows, model.labels_, model.n_classes_,
+                            started=started, read_s=read_s, partition_s=time.monotonic() - t0)
+
+
+def partition_result(plpy, GD, release_id: int, rows: ReleaseRows, labels, n_classes, *,
+                     started: float, read_s: float, partition_s: float, extra_metrics=None) -> dict:
+    """What a Mondrian-family partitioning function returns (an ``anon.partition``): class ids
+    and release positions per row, generalized literals per class; the run's metrics are stashed
+    for the catalog."""
+    index = ClassIndex.of(labels, n_classes)
+    bounds = class_bounds(rows.encoded, labels, n_classes, index)
+    classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col in enumerate(rows.qis)}
+    metrics = release_metrics(rows.encoded, labels, rows.k, index)
+    metrics.update(extra_metrics or {})
+    result = {
+        "row_ctids": rows.data.row_ctids,
+        "class_ids": int_array_literal(labels),
+        "row_positions": int_array_literal(release_positions(labels, seed=release_id)),
+        "classes": json.dumps(classes),
+    }
+    metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
+                          "python_total": round(time.monotonic() - started, 4)}
+    releases.stash_run(GD, release_id, row_count=rows.data.n_rows,
+                       achieved_k=metrics["achieved_k"], metrics=metrics, started=started)
+    return result
+
+
+@dataclass
+class ReleaseRows:
+    """A Mondrian-family release's source, read once: the encoded QIs and what else it needs."""
+
+    tbl: catalog.Table
+    k: int
+    l: int | None
+    qis: list
+    encoded: list
+    frame: pd.DataFrame        # original QI values (numbers with NaN for NULL, text)
+    sensitive: np.ndarray | None
+    target: np.ndarray | None
+    data: TableData
+
+
+def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
+    """Read the columns a Mondrian-family release needs in one query and encode its QIs."""
+    params = _json(release["parameters"])
     tbl = catalog.table(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [_column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
     l = params.get("l")
     sens = [_column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
+    target_name = params.get("target") if with_target else None
+    target_col = [_column_for(tbl, cols, target_name)] if target_name else []
     numeric = [c for c in qis if c.kind == "numeric"]
-    categorical = [c for c in qis if c.kind == "categorical"] + sens
-    data = read_columns(plpy, tbl, numeric, categorical)
-    read_s = time.monotonic() - started
+    categorical = [c for c in qis if c.kind == "categorical"]
+    extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
+    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra))
     k = int(params["k"])
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
@@ -169,42 +219,48 @@ def partition(plpy, GD, release_id: int):
         raise InsufficientData(
             f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
             hint=f"Use k <= {data.n_rows}, or release a larger table.")
-    hierarchical = set(params["hierarchies"])
-    encoded = []
+    hierarchical = set(params.get("hierarchies", []))
+    encoded, frame = [], {}
     for col in qis:
         d = data.columns[col.name]
         if col.kind == "numeric":
             encoded.append(encode_numeric(col.name, d.values, d.null_mask))
+            values = d.values.astype(float)
+            if d.null_mask is not None:
+                values[d.null_mask] = np.nan
+            frame[col.name] = values
         else:
-            hierarchy = catalog.load_hierarchy(plpy, tbl, col.name) if col.name in hierarchical else None
+            hierarchy = (catalog.load_hierarchy(plpy, tbl, col.name)
+                         if col.name in hierarchical else None)
             if col.name in hierarchical and hierarchy is None:
                 raise InvalidParameter(
-                    f'the hierarchy of column "{col.name}" was dropped after the release was created',
-                    hint="Register it again with anon.set_hierarchy, or recreate the release with replace => true.")
+                    f'the hierarchy of column "{col.name}" was dropped after the release was '
+                    "created",
+                    hint="Register it again with anon.set_hierarchy, or recreate the release "
+                         "with replace => true.")
             encoded.append(encode_categorical(col.name, d.values, hierarchy))
+            frame[col.name] = d.values
     sensitive = None
     if sens:
-        sensitive = np.column_stack([pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0]
-                                     for c in sens])
-    t0 = time.monotonic()
-    model = Mondrian(k=k, l=l).fit(encoded, sensitive)
-    partition_s = time.monotonic() - t0
-    labels = model.labels_
-    index = ClassIndex.of(labels, model.n_classes_)
-    bounds = class_bounds(encoded, labels, model.n_classes_, index)
-    classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col in enumerate(qis)}
-    metrics = release_metrics(encoded, labels, k, index)
-    result = {
-        "row_ctids": data.row_ctids,
-        "class_ids": int_array_literal(labels),
-        "row_positions": int_array_literal(release_positions(labels, seed=release_id)),
-        "classes": json.dumps(classes),
-    }
-    metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
-                          "python_total": round(time.monotonic() - started, 4)}
-    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=metrics["achieved_k"],
-                       metrics=metrics, started=started)
-    return result
+        sensitive = np.column_stack([
+            pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0] for c in sens])
+    target = None
+    if target_col:
+        target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
+    return ReleaseRows(tbl, k, l, qis, encoded, pd.DataFrame(frame), sensitive, target, data)
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _unique(cols):
+    seen, out = set(), []
+    for c in cols:
+        if c.name not in seen:
+            seen.add(c.name)
+            out.append(c)
+    return out
 
 
 def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:

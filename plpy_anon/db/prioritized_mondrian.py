@@ -18,19 +18,12 @@ from __future__ import annotations
 import json
 import time
 
-import numpy as np
-import pandas as pd
-
-from plpy_anon.core.encoding import encode_categorical, encode_numeric
-from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
-from plpy_anon.core.generalize import class_bounds
-from plpy_anon.core.metrics import release_metrics
+from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import normalize_weights, released_values, weighted_discernibility
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import mondrian, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, run
 
 METHOD = "prioritized_mondrian"
@@ -147,76 +140,6 @@ def learned_cut_points(plpy, tbl, qi_names):
 
 # ---------------------------------------------------------------------------- partitioning run
 
-def load_release_rows(plpy, release, *, with_target=True):
-    """Read a Mondrian-family release's source once: (tbl, qis, encoded, frame, sensitive,
-    target, data). ``frame`` holds the original QI values (numbers / text) for the metrics."""
-    params = _json(release["parameters"])
-    tbl = catalog.table(plpy, release["source"])
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [_column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
-    l = params.get("l")
-    sens = [_column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
-    target_name = params.get("target") if with_target else None
-    target_col = [_column_for(tbl, cols, target_name)] if target_name else []
-    numeric = [c for c in qis if c.kind == "numeric"]
-    categorical = [c for c in qis if c.kind == "categorical"]
-    extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
-    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra))
-    k = int(params["k"])
-    if data.n_rows == 0:
-        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
-                               hint="Load rows first; a release of no rows protects nothing.")
-    if data.n_rows < k:
-        raise InsufficientData(
-            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
-            hint=f"Use k <= {data.n_rows}, or release a larger table.")
-    hierarchical = set(params.get("hierarchies", []))
-    encoded, frame = [], {}
-    for col in qis:
-        d = data.columns[col.name]
-        if col.kind == "numeric":
-            encoded.append(encode_numeric(col.name, d.values, d.null_mask))
-            values = d.values.astype(float)
-            if d.null_mask is not None:
-                values[d.null_mask] = np.nan
-            frame[col.name] = values
-        else:
-            hierarchy = (catalog.load_hierarchy(plpy, tbl, col.name)
-                         if col.name in hierarchical else None)
-            if col.name in hierarchical and hierarchy is None:
-                raise InvalidParameter(
-                    f'the hierarchy of column "{col.name}" was dropped after the release was '
-                    "created",
-                    hint="Register it again with anon.set_hierarchy, or recreate the release.")
-            encoded.append(encode_categorical(col.name, d.values, hierarchy))
-            frame[col.name] = d.values
-    sensitive = None
-    if sens:
-        sensitive = np.column_stack([
-            pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0] for c in sens])
-    target = None
-    if target_col:
-        target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
-    return tbl, qis, encoded, pd.DataFrame(frame), sensitive, target, data
-
-
-def _unique(cols):
-    seen, out = set(), []
-    for c in cols:
-        if c.name not in seen:
-            seen.add(c.name)
-            out.append(c)
-    return out
-
-
-def _column_for(tbl, cols, name):
-    if name not in cols:
-        raise InvalidParameter(
-            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
-            hint="Recreate the release with replace => true after changing the table.")
-    return cols[name]
-
-
 def model_for(release):
     """The core model a Mondrian-family release was made with."""
     params = _json(release["parameters"])
@@ -233,25 +156,15 @@ def partition(plpy, GD, release_id: int):
     started = time.monotonic()
     release = releases.by_id(plpy, release_id)
     params = _json(release["parameters"])
-    _tbl, qis, encoded, frame, sensitive, target, data = load_release_rows(plpy, release)
+    rows = mondrian.load_release_rows(plpy, release)
     read_s = time.monotonic() - started
     t0 = time.monotonic()
-    model = model_for(release).fit(encoded, sensitive, target=target)
+    model = model_for(release).fit(rows.encoded, rows.sensitive, target=rows.target)
     partition_s = time.monotonic() - t0
-    labels = model.labels_
-    bounds = class_bounds(encoded, labels, model.n_classes_)
-    classes = {f"q{i}": mondrian.class_literals(col, bounds[col.name])
-               for i, col in enumerate(qis)}
-    metrics = release_metrics(encoded, labels, int(params["k"]))
+    extra = {}
     if params.get("priorities"):
-        metrics["c_wdm"] = weighted_discernibility(released_values(frame, labels),
-                                                   params["priorities"])
-    metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
-                          "python_total": round(time.monotonic() - started, 4)}
-    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=metrics["achieved_k"],
-                       metrics=metrics, started=started)
-    return {
-        "row_ctids": data.row_ctids,
-        "class_ids": "{" + ",".join(map(str, labels.tolist())) + "}",
-        "classes": json.dumps(classes),
-    }
+        extra["c_wdm"] = weighted_discernibility(released_values(rows.frame, model.labels_),
+                                                 params["priorities"])
+    return mondrian.partition_result(plpy, GD, release_id, rows, model.labels_, model.n_classes_,
+                                     started=started, read_s=read_s, partition_s=partition_s,
+                                     extra_metrics=extra)

@@ -33,7 +33,7 @@ from plpy_anon.core.workload import (
     workload_precision as core_workload_precision,
 )
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import prioritized_mondrian, releases
+from plpy_anon.db import mondrian, prioritized_mondrian, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import run
 from plpy_anon.querylog.priorities import PriorityLearner
@@ -167,10 +167,10 @@ class _ReleaseEvaluation:
                 "re-derives Mondrian classes",
                 hint=f"Use it on releases of {', '.join(MONDRIAN_METHODS)}.")
         self.params = prioritized_mondrian._json(self.release["parameters"])
-        (self.tbl, self.qis, self.encoded, self.frame, sensitive, target,
-         _) = prioritized_mondrian.load_release_rows(plpy, self.release)
+        rows = mondrian.load_release_rows(plpy, self.release)
+        self.tbl, self.qis, self.encoded, self.frame = rows.tbl, rows.qis, rows.encoded, rows.frame
         model = prioritized_mondrian.model_for(self.release).fit(
-            self.encoded, sensitive, target=target)
+            self.encoded, rows.sensitive, target=rows.target)
         self.labels = model.labels_
         self.n_classes = model.n_classes_
         self.plpy = plpy
