@@ -15,11 +15,13 @@ The release is a materialized view in the Mondrian pattern (see ``mondrian.py``)
 
 Each run re-evaluates the requester's trust and re-reads the purpose, so a refresh follows the
 requester's latest history. Quasi-identifiers are released as text labels of their hierarchy level
-(categorical) or as ranges (numeric: nested interval hierarchies; the root is the unbounded range).
+(categorical) or as ranges (numbers, dates, timestamps: nested interval hierarchies; the root is
+the unbounded range).
 The release is granted to the requester's role only (``parameters.grantees``).
 """
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import time
@@ -40,14 +42,13 @@ from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import grants, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import int_array_literal, release_positions
+from plpy_anon.db.mondrian import release_positions
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, run
 
 METHOD = "trust"
 OUTCOMES = {"good": 1.0, "bad": 0.0, "neutral": 0.5}
 UNKNOWN_RECOMMENDER_TRUST = 0.5  # nothing known about the recommender: the Beta(1, 1) mean
-RANGE_KINDS = ("int", "float")   # numeric reader kinds whose interval labels are range literals
 
 
 # ---------------------------------------------------------------------------- requesters
@@ -307,11 +308,6 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
                                hint="Pass quasi_identifiers => ARRAY[...].")
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
-        if col.kind == "numeric" and catalog.NUMERIC_TYPES[col.type_name][2] not in RANGE_KINDS:
-            raise UnsupportedType(
-                f'column "{col.name}" has type {col.display_type}; trust_view generalizes integer '
-                "and floating-point numbers, text, booleans and enums",
-                hint="Leave it out of quasi_identifiers or declare it ignored.")
     parameters = {
         "requester": requester, "purpose": purpose, "k": k,
         "max_suppression": max_suppression, "gamma": gamma, "d_min": d_min, "d_max": d_max,
@@ -465,6 +461,10 @@ def partition(plpy, GD, release_id: int):
             "row_positions": int_array_literal(positions), "classes": json.dumps(classes)}
 
 
+def int_array_literal(values) -> str:
+    return "{" + ",".join(map(str, np.asarray(values).tolist())) + "}"
+
+
 def _column_for(tbl, by_name, name):
     if name not in by_name:
         raise InvalidParameter(
@@ -502,11 +502,32 @@ def _classes(model, qis):
 
 def _literal(col, label):
     """Text for categorical QIs; for numeric ones a range literal: a value v is [v,v], an
-    interval label [lo,hi) is one already, and the root * is the unbounded range."""
+    interval label [lo,hi) keeps its bounds, and the root * is the unbounded range. Dates and
+    timestamps were generalized as numbers (days since 2000-01-01, epoch seconds), so their
+    bounds are written back in the column's own type."""
     if col.kind != "numeric":
         return label
     if label == "*":
         return "(,)"
+    kind = catalog.NUMERIC_TYPES[col.type_name][2]
     if label.startswith("["):
-        return label
-    return f"[{label},{label}]"
+        lo, hi = label[1:-1].split(",")
+        return f"[{_bound(kind, lo)},{_bound(kind, hi)})"
+    return f"[{_bound(kind, label)},{_bound(kind, label)}]"
+
+
+EPOCH_DATE = np.datetime64("2000-01-01", "D")     # the reader's origin for dates
+EPOCH = dt.datetime(1970, 1, 1)                    # and for timestamps (epoch seconds)
+
+
+def _bound(kind, number_text) -> str:
+    """One range bound in the column's own type, from the number it was generalized as."""
+    value = float(number_text)
+    if kind == "int":
+        return str(int(value))
+    if kind == "float":
+        return repr(value)
+    if kind == "date":
+        return str(EPOCH_DATE + np.timedelta64(int(value), "D"))
+    stamp = f"{EPOCH + dt.timedelta(seconds=value)}"
+    return f'"{stamp}+00"' if kind == "timestamptz" else f'"{stamp}"'
