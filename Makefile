@@ -5,6 +5,7 @@
 #   make bench     print the benchmark figures (reads ../shared/data, or PLPY_ANON_DATA)
 #   make build     regenerate extension/ from sql/ (committed; make test checks it is current)
 #   make install   install the Python package into $(VENV) and the extension files via PGXS
+#   make freeze    record the current version as released (before bumping it; see sql/build.py)
 
 VENV       ?= /opt/plpy_anon/venv
 PG_CONFIG  ?= /usr/lib/postgresql/15/bin/pg_config
@@ -21,13 +22,18 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 endif
 
-.PHONY: setup build install-py demo test test-unit test-db bench experiments lint clean-venv
+.PHONY: setup build freeze install-py demo test test-unit test-db bench experiments lint clean-venv
 
 setup:
 	bash docker/setup-debian.sh --dev
 
 build:
 	/usr/bin/python3 sql/build.py --venv $(VENV)
+
+# Releasing: freeze this version's incremental files (versions.txt, frozen.txt), commit, then bump
+# __version__; the next build writes the upgrade script from this version.
+freeze:
+	/usr/bin/python3 sql/build.py --freeze
 
 # PGXS's install copies $(DATA) into the server's extension directory; before it, rebuild the
 # scripts and install this checkout's package into the backend's environment.

@@ -11,7 +11,13 @@ The layout follows timescale/pgai:
 ``extension/plpy_anon--<version>.sql`` = head + every incremental file + every idempotent file.
 ``extension/plpy_anon--<prior>--<version>.sql`` (for each prior version listed in
 ``versions.txt``) = head + the incremental files that prior version did not have + every
-idempotent file, so all upgrade paths converge on the same objects.
+idempotent file, so all upgrade paths converge on the same objects. An upgrade script ends with
+``CLEANUP``: functions of the extension the script did not (re)create -- removed, or with a
+changed signature -- are dropped, so an old overload can never make a call ambiguous.
+
+Releasing version X: ``python3 sql/build.py --freeze`` records X's incremental files in
+``versions.txt`` and their hashes in ``frozen.txt`` (commit both), then ``__version__`` is bumped.
+Every later build writes ``plpy_anon--X--<new>.sql`` and refuses edits of X's incremental files.
 
 Every PL/Python body starts with the line ``#BOOTSTRAP``; it is replaced by a snippet that, once
 per backend, puts the package's virtual environment at the front of ``sys.path`` (before any
@@ -109,6 +115,53 @@ def script(files: list[Path], venv: str, version: str) -> str:
     return head + "".join(section(f, venv, version) for f in files)
 
 
+# Runs in upgrade scripts after the code files and before the final ones (FINAL: 900-privileges,
+# whose REVOKE ... ON ALL FUNCTIONS rewrites every pg_proc row). The whole script is one
+# transaction, and CREATE OR REPLACE writes a new pg_proc row version even for an unchanged
+# function, so every function this version defines has the current transaction as xmin; the
+# extension's other functions are leftovers of the old version. (A leftover a release's view still
+# uses makes the DROP, and the upgrade, fail loudly instead of leaving two overloads behind.)
+FINAL = "900"      # idempotent files numbered from here on define no functions
+CLEANUP = """
+-------------------------------------------------------------------------------
+-- cleanup: drop the functions of the previous version that this version does not define
+DO $cleanup$
+DECLARE
+    leftover regprocedure;
+BEGIN
+    FOR leftover IN
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass
+             AND d.objid = p.oid AND d.deptype = 'e'
+        JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
+        WHERE p.xmin::text <> (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text
+    LOOP
+        RAISE NOTICE 'plpy_anon upgrade: dropping %, which this version no longer defines', leftover;
+        EXECUTE pg_catalog.format('DROP ROUTINE %s', leftover);
+    END LOOP;
+END
+$cleanup$;
+"""
+
+
+def freeze() -> list[str]:
+    """Record the current version as released: its incremental files (versions.txt) and their
+    hashes (frozen.txt). Idempotent for the same version."""
+    version = package_version()
+    files = [f.name for f in incremental_files()]
+    versions = frozen_by_version()
+    versions[version] = set(files)
+    header = [line for line in (SQL / "versions.txt").read_text().splitlines() if line.startswith("#")] \
+        if (SQL / "versions.txt").exists() else []
+    lines = header + [f"{v} {' '.join(sorted(names))}" for v, names in versions.items()]
+    (SQL / "versions.txt").write_text("\n".join(lines) + "\n")
+    hashes = frozen()
+    for name in files:
+        hashes[name] = hashlib.sha256((SQL / "incremental" / name).read_bytes()).hexdigest()
+    (SQL / "frozen.txt").write_text("".join(f"{d} {n}\n" for n, d in sorted(hashes.items())))
+    return files
+
+
 def control(version: str) -> str:
     return (SQL / "plpy_anon.control.in").read_text().replace("@VERSION@", version)
 
@@ -130,7 +183,9 @@ def build(venv: str, out: Path) -> list[Path]:
             continue
         new_inc = [f for f in inc if f.name not in shipped.get(prior, set())]
         up = out / f"plpy_anon--{prior}--{version}.sql"
-        up.write_text(script(new_inc + idem, venv, version))
+        code = [f for f in idem if f.name < FINAL]
+        up.write_text(script(new_inc + code, venv, version) + CLEANUP
+                      + "".join(section(f, venv, version) for f in idem if f.name >= FINAL))
         written.append(up)
     ctl = out / "plpy_anon.control"
     ctl.write_text(control(version))
@@ -154,7 +209,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", default=DEFAULT_VENV, help="default plpy_anon.venv baked in")
     parser.add_argument("--out", default=str(ROOT / "extension"))
+    parser.add_argument("--freeze", action="store_true",
+                        help="record the current version as released (versions.txt, frozen.txt)")
     args = parser.parse_args()
+    if args.freeze:
+        print(f"froze {package_version()}: {' '.join(freeze())}")
+        return
     for path in build(args.venv, Path(args.out)):
         print(f"built {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 

@@ -1,0 +1,183 @@
+"""ALTER EXTENSION plpy_anon UPDATE keeps releases and the catalog, and what follows works.
+
+The current version (0.1.0) is not released yet, so there is no older version to install and no
+upgrade script in extension/ yet. This test makes the next release the way a maintainer will
+(see sql/build.py): in a copy of sql/, ``build.py --freeze`` records the current version as
+released; the version is bumped (to ``<current>.test``, a name no real release will use); a new
+incremental file is added and one function's signature changed. The resulting
+``plpy_anon--<current>--<next>.sql`` is installed next to the real scripts, and the "new package"
+is this checkout's package labelled with the next version, in a scratch environment the upgraded
+session points ``plpy_anon.venv`` at. A database is created with the real current version, given
+releases, declarations, an analyst and a failed refresh; it is upgraded; everything is compared
+and refreshed. The scratch files are removed afterwards.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import plpy_anon
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
+CURRENT = plpy_anon.__version__
+NEXT = f"{CURRENT}.test"
+DBNAME = "anon_upgrade"
+
+
+def extension_dir() -> Path:
+    return Path(subprocess.check_output([PG_CONFIG, "--sharedir"], text=True).strip()) / "extension"
+
+
+def build_next_version(work: Path) -> Path:
+    """The next version's scripts, built by sql/build.py from a modified copy of sql/."""
+    shutil.copytree(ROOT / "sql", work / "sql")
+    (work / "plpy_anon").mkdir()
+    init = work / "plpy_anon" / "__init__.py"
+    shutil.copy(ROOT / "plpy_anon" / "__init__.py", init)
+    build = [sys.executable, str(work / "sql" / "build.py")]
+    subprocess.run(build + ["--freeze"], check=True, capture_output=True)
+    init.write_text(init.read_text().replace(f'__version__ = "{CURRENT}"', f'__version__ = "{NEXT}"'))
+    (work / "sql" / "incremental" / "999-upgrade-probe.sql").write_text(
+        "CREATE TABLE anon.upgrade_probe (x integer);\n"
+        "ALTER TABLE anon.refresh_history ADD COLUMN note text;\n")
+    ops = work / "sql" / "idempotent" / "070-operations.sql"
+    text = ops.read_text()
+    assert "anon.unschedule_refresh(release text)" in text
+    ops.write_text(text.replace("anon.unschedule_refresh(release text)",
+                                "anon.unschedule_refresh(release text, quiet boolean DEFAULT false)")
+                       .replace("anon.unschedule_refresh(text)", "anon.unschedule_refresh(text, boolean)"))
+    out = work / "out"
+    subprocess.run(build + ["--out", str(out)], check=True, capture_output=True)
+    return out
+
+
+def scratch_environment(root: Path) -> Path:
+    """A plpy_anon.venv whose site-packages holds this package labelled NEXT; dependencies come
+    from the real environment through a .pth file."""
+    site = root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    installed = Path(plpy_anon.__file__).resolve().parent
+    shutil.copytree(installed, site / "plpy_anon", ignore=shutil.ignore_patterns("__pycache__"))
+    init = site / "plpy_anon" / "__init__.py"
+    init.write_text(init.read_text().replace(f'__version__ = "{CURRENT}"', f'__version__ = "{NEXT}"'))
+    (site / "real-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def next_version():
+    target = extension_dir()
+    if not os.access(target, os.W_OK):
+        pytest.skip(f"cannot install scratch upgrade scripts into {target} (run as root, as CI does)")
+    work = Path(tempfile.mkdtemp(prefix="plpy_anon_upgrade_"))
+    installed = []
+    try:
+        out = build_next_version(work)
+        assert sorted(p.name for p in out.glob("*.sql")) == sorted(
+            [f"plpy_anon--{NEXT}.sql", f"plpy_anon--{CURRENT}--{NEXT}.sql"])
+        for name in (f"plpy_anon--{NEXT}.sql", f"plpy_anon--{CURRENT}--{NEXT}.sql"):
+            shutil.copy(out / name, target / name)
+            installed.append(target / name)
+        env = scratch_environment(work / "venv")
+        for path in [work, *work.rglob("*")]:          # the server runs as postgres
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield {"venv": env, "upgrade_script": (out / f"plpy_anon--{CURRENT}--{NEXT}.sql").read_text()}
+    finally:
+        for path in installed:
+            path.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture
+def upgrade_db(connect):
+    with connect(dbname="postgres") as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
+        admin.execute("DROP ROLE IF EXISTS upgrade_analyst")
+        admin.execute("CREATE ROLE upgrade_analyst LOGIN")
+    yield DBNAME
+    with connect(dbname="postgres") as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBNAME)))
+        admin.execute("DROP ROLE IF EXISTS upgrade_analyst")
+
+
+SOURCE = """
+CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
+INSERT INTO patients
+SELECT i, 'name ' || i, 20 + (i * 37) % 60, CASE WHEN i % 3 = 0 THEN 'F' ELSE 'M' END,
+       (53700 + (i * 13) % 6)::text, (ARRAY['flu', 'asthma', 'gout'])[1 + i % 3]
+FROM generate_series(1, 120) i;
+CREATE TABLE fragile (id int PRIMARY KEY, age int, sex text);
+INSERT INTO fragile SELECT i, i % 40, 'F' FROM generate_series(1, 30) i;
+"""
+
+CATALOG = {
+    "releases": "SELECT release_id, release_schema, release_name, source::text, method, parameters, "
+                "row_count, achieved_k, metrics, last_error FROM anon.releases ORDER BY 1",
+    "roles": "SELECT source::text, column_name, role FROM anon.column_roles ORDER BY 1, 2",
+    "hierarchies": "SELECT source::text, column_name, leaf, path FROM anon.hierarchies ORDER BY 1, 2, 3",
+    "analysts": "SELECT role_name FROM anon.analysts",
+    "history": "SELECT refresh_id, release_id, succeeded, error FROM anon.refresh_history ORDER BY 1",
+}
+
+
+def snapshot(conn) -> dict:
+    return {k: conn.execute(q).fetchall() for k, q in CATALOG.items()}
+
+
+def test_alter_extension_update_keeps_releases_and_catalog(connect, next_version, upgrade_db):
+    assert f"CREATE TABLE anon.upgrade_probe" in next_version["upgrade_script"]
+    assert "CREATE TABLE anon.releases" not in next_version["upgrade_script"]   # shipped: not re-run
+
+    with connect(dbname=upgrade_db) as old:
+        old.execute(sql.SQL("CREATE EXTENSION plpy_anon VERSION {} CASCADE").format(sql.Literal(CURRENT)))
+        old.execute(SOURCE)
+        old.execute("SELECT anon.set_column_role('patients', 'name', 'identifier')")
+        old.execute("SELECT anon.set_column_role('patients', 'diagnosis', 'sensitive')")
+        old.execute("SELECT anon.set_hierarchy_csv('patients', 'zip', %s)",
+                    ("".join(f"5370{i};537**;*\n" for i in range(6)),))
+        rel = old.execute("SELECT anon.mondrian_view('patients', k => 5)").fetchone()[0]
+        fragile = old.execute("SELECT anon.mondrian_view('fragile', k => 3)").fetchone()[0]
+        old.execute("SELECT anon.grant_analyst('upgrade_analyst')")
+        old.execute("ALTER TABLE fragile DROP COLUMN sex")
+        with pytest.raises(psycopg.Error):
+            old.execute("SELECT anon.refresh(%s)", (fragile,))      # a recorded failure
+        before = snapshot(old)
+        rows_before = sorted(map(str, old.execute(f"SELECT * FROM {rel}").fetchall()))
+    assert len(before["history"]) == 1 and before["releases"][1][-1] is not None
+
+    options = f"-c plpy_anon.venv={next_version['venv']}"
+    with connect(dbname=upgrade_db, options=options) as new:
+        new.execute(sql.SQL("ALTER EXTENSION plpy_anon UPDATE TO {}").format(sql.Literal(NEXT)))
+        assert new.execute("SELECT extversion FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()[0] == NEXT
+        assert snapshot(new) == before                               # catalog kept, row for row
+        assert sorted(map(str, new.execute(f"SELECT * FROM {rel}").fetchall())) == rows_before
+        assert new.execute("SELECT to_regclass('anon.upgrade_probe') IS NOT NULL").fetchone()[0]
+        signatures = new.execute("SELECT oid::regprocedure::text FROM pg_proc "
+                                 "WHERE proname = 'unschedule_refresh'").fetchall()
+        assert signatures == [("anon.unschedule_refresh(text,boolean)",)]   # the old one is gone
+        versions = dict((r[0], r[2]) for r in new.execute("SELECT * FROM anon.versions()").fetchall())
+        assert versions["plpy_anon"].startswith(str(next_version["venv"]))   # the new package runs
+
+        new.execute("INSERT INTO patients SELECT i, 'n', 33, 'F', '53701', 'flu' FROM generate_series(121, 130) i")
+        row = new.execute("SELECT row_count, achieved_k FROM anon.refresh(%s)", (rel,)).fetchone()
+        assert row[0] == 130 and row[1] >= 5
+        assert new.execute("SELECT count(*) FROM anon.refresh_history WHERE succeeded").fetchone()[0] == 1
+        public = new.execute("""
+            SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+            WHERE n.nspname = 'anon' AND has_function_privilege('public', p.oid, 'EXECUTE')
+              AND EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+                          WHERE a.grantee = 0)""").fetchone()[0]
+        assert public == 0
+
+    with connect(dbname=upgrade_db, user="upgrade_analyst") as analyst:
+        assert analyst.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 130   # still granted
