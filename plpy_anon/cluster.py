@@ -17,9 +17,13 @@ PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 class ThrowawayCluster:
     """``with ThrowawayCluster() as c: psycopg.connect(c.dsn("postgres"))``"""
 
-    def __init__(self, settings: dict[str, str] | None = None, keep: bool = False):
+    def __init__(self, settings: dict[str, str] | None = None, keep: bool = False,
+                 cron_database: str | None = None):
+        """``cron_database``: preload pg_cron and let it run jobs in that database (connecting
+        through this cluster's Unix socket, the only way in)."""
         self.settings = settings or {}
         self.keep = keep
+        self.cron_database = cron_database
         self.root: Path | None = None
 
     # -- life cycle
@@ -41,7 +45,7 @@ class ThrowawayCluster:
         self._run([PG_BIN / "initdb", "-D", self.datadir, "-U", "postgres", "--auth=trust",
                    "--no-sync", "-E", "UTF8", "--locale=C.UTF-8"])
         conf = {"listen_addresses": "''", "unix_socket_directories": f"'{self.socket_dir}'",
-                "fsync": "off", "max_connections": "20", **self.settings}
+                "fsync": "off", "max_connections": "20", **self.cron_settings(), **self.settings}
         with open(self.datadir / "postgresql.auto.conf", "a") as f:
             f.writelines(f"{k} = {v}\n" for k, v in conf.items())
         self._run([PG_BIN / "pg_ctl", "-D", self.datadir, "-l", self.root / "server.log",
@@ -55,6 +59,12 @@ class ThrowawayCluster:
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
         self.root = None
+
+    def cron_settings(self) -> dict[str, str]:
+        if not self.cron_database:
+            return {}
+        return {"shared_preload_libraries": "'pg_cron'", "cron.database_name": f"'{self.cron_database}'",
+                "cron.host": f"'{self.socket_dir}'"}
 
     # -- addresses
     @property

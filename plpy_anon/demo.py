@@ -100,7 +100,7 @@ def step(title: str, sql: str | None = None) -> None:
 
 
 def run(k: int, keep: bool) -> None:
-    with ThrowawayCluster(keep=keep) as cluster:
+    with ThrowawayCluster(keep=keep, cron_database="postgres") as cluster:
         print(f"throwaway cluster at {cluster.root} (PostgreSQL 15, Unix socket only)")
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
             show_as_postgres_text(conn)
@@ -150,6 +150,13 @@ def run(k: int, keep: bool) -> None:
             conn.execute(f"REFRESH MATERIALIZED VIEW {release}")
             print(table(conn.execute(
                 "SELECT release_name, row_count, achieved_k, refreshed_at FROM anon.releases")))
+
+            step("nightly refreshes with pg_cron",
+                 f"CREATE EXTENSION pg_cron; SELECT anon.schedule_refresh('{release}', '0 3 * * *');")
+            conn.execute("CREATE EXTENSION pg_cron")
+            conn.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (release,))
+            print(table(conn.execute("SELECT release, row_count, achieved_k, refresh_seconds, schedule "
+                                     "FROM anon.release_status()")))
     print("\ncluster stopped and removed." if not keep else "\ncluster stopped (kept).")
 
 
