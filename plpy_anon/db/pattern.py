@@ -34,6 +34,7 @@ from plpy_anon.core.errors import InvalidParameter, UnsupportedType
 from plpy_anon.core.pattern import (PatternPreservingRelease, distortion,
                                     distortion_per_column, rank_correlation,
                                     unchanged_fraction)
+from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
@@ -66,9 +67,10 @@ def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bo
         "released": names + kept,
         "dropped": [c.name for c in cols if c.name not in names and c.name not in kept],
     }
-    # fail fast on bad parameters, before any view exists (the run validates again)
+    # fail fast with clean errors, before any view exists (the run checks again on its data)
     PatternPreservingRelease(segment=segment, sample=sample, iterations=iterations,
                              seed=seed).check_parameters()
+    _check_columns(plpy, tbl, substituted, parameters["bounds"])
     name = release_name or f"{tbl.name}_pp"
 
     def build(release_id, qualified):
@@ -100,6 +102,17 @@ def _substituted_columns(tbl, cols, names):
                      "sensitive (kept) or leave them out (dropped).")
         chosen.append(col)
     return chosen
+
+
+def _check_columns(plpy, tbl, substituted, bounds):
+    """Count, min and max of every substituted column in one query: a NULL-only or constant
+    column, or bounds that exclude data, are refused before the view is built."""
+    selects = ", ".join(f"count({q}) AS n{i}, min({q})::float8 AS lo{i}, max({q})::float8 AS hi{i}"
+                        for i, q in enumerate(ident(plpy, c.name) for c in substituted))
+    row = plpy.execute(f"SELECT {selects} FROM ONLY {tbl.quoted(plpy)}")[0]
+    for i, col in enumerate(substituted):
+        column_bounds(col.name, row[f"n{i}"], row[f"lo{i}"], row[f"hi{i}"],
+                      *bounds.get(col.name, (None, None)))
 
 
 def _parse_bounds(bounds, names):

@@ -167,6 +167,7 @@ def test_bad_input_is_refused_with_its_sqlstate(db, schema, people, overrides, s
         pattern(db, schema, **overrides)
     assert caught.value.sqlstate == sqlstate
     assert caught.value.diag.message_hint
+    assert "spiexceptions" not in caught.value.diag.message_primary   # refused before the build
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
                       (schema,)).fetchone()[0] == 0
 
@@ -177,6 +178,7 @@ def test_constant_and_null_columns_are_refused(db, schema, people):
         with pytest.raises(psycopg.Error, match=match) as caught:
             pattern(db, schema, columns=[column])
         assert caught.value.sqlstate == "22000"
+        assert "spiexceptions" not in caught.value.diag.message_primary
 
 
 def test_distortion_refuses_other_sources_and_methods(db, schema, people):

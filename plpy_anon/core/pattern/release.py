@@ -315,10 +315,20 @@ def _grid_decimals(values):
 
 
 def _column_bounds(present, lower, upper, name):
-    if present.size < 3:
-        raise InsufficientData(f"column {name!r} has {present.size} non-NULL values; a pattern "
+    if present.size == 0:
+        return column_bounds(name, 0, None, None, lower, upper)
+    return column_bounds(name, present.size, float(present.min()), float(present.max()),
+                         lower, upper)
+
+
+def column_bounds(name, count, observed_low, observed_high, lower=None, upper=None):
+    """The walk's bounds for a column with ``count`` non-NULL values in
+    ``[observed_low, observed_high]``: the given ones (checked to contain the data) or the observed
+    range.  Raises for a column there is nothing to release from (also usable on SQL aggregates,
+    before any value is read)."""
+    if count < 3:
+        raise InsufficientData(f"column {name!r} has {count} non-NULL values; a pattern "
                                "release needs at least 3", hint="choose a column with more data")
-    observed_low, observed_high = float(present.min()), float(present.max())
     if observed_low == observed_high:
         raise InsufficientData(f"column {name!r} is constant ({observed_low:g}): there is no "
                                "pattern to keep and no room to move",
