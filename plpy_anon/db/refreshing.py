@@ -195,7 +195,9 @@ def as_anon_error(exc: BaseException) -> BaseException:
     if not hasattr(exc, "sqlstate"):
         return exc
     message, sqlstate = error_parts(exc)
-    error = AnonError(message, hint=getattr(exc, "hint", None), detail=getattr(exc, "detail", None))
+    # PL/Python's SPIError keeps the original error's fields in spidata: (code, detail, hint, ...)
+    spidata = getattr(exc, "spidata", None) or (None, None, None)
+    error = AnonError(message, hint=spidata[2], detail=spidata[1])
     error.sqlstate = sqlstate or "P0001"
     return error
 

@@ -116,8 +116,9 @@ def test_failed_refresh_is_recorded_and_keeps_the_old_release(db, schema, patien
     rel = release(db, schema)
     refreshed_before = status(db, rel)[4]
     db.execute(f"ALTER TABLE {patients} DROP COLUMN age")     # a declared quasi-identifier
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match='"age".*no longer exists'):
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match='"age".*no longer exists') as info:
         db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert "replace => true" in info.value.diag.message_hint     # the method's hint survives
     row_count, last_error, last_error_at, failures, refreshed_at = status(db, rel)
     assert 'column "age"' in last_error
     assert last_error_at is not None and failures == 1
