@@ -5,9 +5,13 @@ release schema and SELECT on each relation a release owns; ``create_release`` (a
 that rebuilds relations) calls ``grant_release`` so future releases are readable too. Nothing
 else is granted: the ``anon`` schema, the catalog, the source tables and the extension's
 functions stay closed (900-privileges.sql revokes them from PUBLIC). Reading a release never runs
-extension code -- a materialized view's query only runs at refresh, as its owner.
+extension code -- a materialized view's query only runs at refresh, as its owner. A release whose
+method restricts it to some roles (``parameters.grantees``: trust-aware releases) is never
+granted to analysts.
 """
 from __future__ import annotations
+
+import json
 
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.db.errors import sql_entry
@@ -45,10 +49,26 @@ def release_relations(plpy, release: dict) -> list[str]:
             if relation_exists(plpy, schema, rel)]
 
 
+def restricted_to(release: dict) -> list[str] | None:
+    """The roles a release is meant for when its method restricts it (``parameters.grantees``,
+    e.g. a trust-aware release made for one requester), else None: every analyst reads it."""
+    params = release["parameters"]
+    params = json.loads(params) if isinstance(params, str) else params
+    grantees = (params or {}).get("grantees")
+    return None if grantees is None else list(grantees)
+
+
 def grant_release(plpy, release: dict, roles: list[str] | None = None) -> None:
     """Give ``roles`` (default: every analyst) read access to one release. Called by
-    create_release and after refreshes, so analysts never lose access to a rebuilt release."""
-    roles = analysts(plpy) if roles is None else roles
+    create_release and after refreshes, so analysts never lose access to a rebuilt release. A
+    release restricted to its grantees is only ever granted to them."""
+    restricted = restricted_to(release)
+    if restricted is not None:
+        existing = {r["rolname"] for r in run(plpy, "SELECT rolname::text FROM pg_catalog.pg_roles "
+                                                    "WHERE rolname = ANY($1)", ["text[]"], [restricted])}
+        roles = [r for r in (restricted if roles is None else roles) if r in restricted and r in existing]
+    elif roles is None:
+        roles = analysts(plpy)
     if not roles:
         return
     grantees = ", ".join(plpy.quote_ident(r) for r in roles)

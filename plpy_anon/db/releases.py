@@ -7,8 +7,9 @@ STABLE partitioning function); this module owns their life cycle:
 
 * creation and replacement happen in the caller's transaction, so a failure leaves nothing
   half-built and a replaced release stays as it was;
-* refresh is ``REFRESH MATERIALIZED VIEW`` -- transactional, so a failed refresh leaves the
-  previous release readable; what the partitioning run measured (rows, achieved k, metrics) is
+* refresh (refreshing.py) rebuilds a release's view beside the old one and swaps it in, so
+  readers keep the old release until the new one commits; a failed refresh leaves the previous
+  release and is recorded (anon.refresh_history); what the partitioning run measured (rows, achieved k, metrics) is
   stashed in the backend's ``GD`` by the method and moved into the catalog by ``record_refresh``,
   which the event trigger ``plpy_anon_record_refresh`` calls after every refresh of a release,
   whether it came through ``anon.refresh()`` or a plain ``REFRESH MATERIALIZED VIEW``.

@@ -126,6 +126,28 @@ def test_refreshed_release_stays_readable(db, connect, schema, patients, analyst
         assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 70
 
 
+def test_a_release_restricted_to_its_grantees_is_never_given_to_analysts(db, connect, schema, patients, analyst):
+    rel = release(db, schema, "for_one")
+    db.execute("CREATE ROLE the_requester LOGIN")
+    try:
+        db.execute("""UPDATE anon.releases SET parameters = parameters || '{"grantees": ["the_requester"]}'
+                      WHERE release_schema = %s""", (schema,))
+        db.execute("SELECT anon.grant_analyst(%s)", (analyst,))
+        db.execute("SELECT anon.refresh(%s)", (rel,))          # a refresh re-applies grants
+        with connect(user=analyst) as conn:
+            assert refused(conn, f"SELECT count(*) FROM {rel}")
+        with connect(user="the_requester") as conn:
+            assert count_rows(conn, rel) == 60
+    finally:
+        db.execute(f"REVOKE ALL ON {rel} FROM the_requester")
+        db.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM the_requester").format(sql.Identifier(schema)))
+        db.execute("DROP ROLE the_requester")
+
+
+def count_rows(conn, rel):
+    return conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0]
+
+
 def test_role_errors_are_clear(db):
     with pytest.raises(psycopg.errors.UndefinedObject, match="does not exist"):
         db.execute("SELECT anon.grant_analyst('no_such_role')")
