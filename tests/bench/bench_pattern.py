@@ -1,0 +1,326 @@
+"""Pattern-preserving release (paper 002): the paper's experiments, re-run on our implementation.
+
+(a) locality extraction time vs segment size 100..900 (the paper: quadratic);
+(b) random-walk time vs number of constraints, 4000 iterations (the paper: linear);
+(c) k-means clustering error (k = 3, 5, 7) of our release vs additive uniform perturbation tuned
+    to the same per-column distortion Dst, on Adult (age, fnlwgt, education_num) and on a
+    10,000-row synthetic uniform table;
+(d) relative error of 2,000 random aggregate range queries (AVG of one attribute under range
+    predicates on the two others) on Adult: our release vs Mondrian (k = l in 4..12, occupation
+    as the sensitive attribute, uniform-spread estimates inside each class);
+(f) how far the walk moves: mean |released - original| over the mean gap between neighbouring
+    values, vs sample and iterations (1,000 fnlwgt-like values, no rounding effect);
+(e) with PATTERN_BENCH_MILLION=1: one 1,000,000-row column, segment 100, rho 0.3, 4000 iterations.
+
+Prints Markdown tables and writes bench-results/pattern.md plus PNG plots.  (a) and (b) are
+single-threaded and timed in CPU seconds of this process (the machine is shared); releases and
+(e) in wall-clock seconds.  The shapes, not the constants, are the point.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
+
+from plpy_anon.core.encoding import encode_numeric
+from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.core.pattern import (PatternPreservingRelease, constraint_matrix,
+                                    distortion_per_column, extract_localities, random_walk,
+                                    rank_correlation, sample_localities, unchanged_fraction)
+from tests.bench.common import adult, markdown_table, results_dir
+
+ADULT_QIS = ["age", "fnlwgt", "education_num"]
+SEED = 2026
+
+
+def adult_table(rows=30_000):
+    """The paper's Adult extract: the first 30K complete tuples, 3 QIs + occupation."""
+    frame = adult().head(rows)
+    return frame[ADULT_QIS].astype(float), frame["occupation"].to_numpy()
+
+
+def synthetic_table(rows=10_000):
+    rng = np.random.default_rng(SEED)
+    return rng.uniform(0, 1, size=(rows, 3)).round(6)
+
+
+# ---------------------------------------------------------------- (a) extraction time
+
+def extraction_times(values, sizes, repeats=3):
+    """Average seconds to extract one segment of each size (sorted slices of ``values``)."""
+    ordered = np.sort(values)
+    rows = []
+    for size in sizes:
+        starts = np.linspace(0, ordered.size - size, repeats).astype(int)
+        t0 = time.process_time()
+        counts = [len(extract_localities(ordered[s:s + size])) for s in starts]
+        rows.append((size, (time.process_time() - t0) / repeats, int(np.mean(counts))))
+    return rows
+
+
+# ---------------------------------------------------------------- (b) walk time
+
+def walk_times(values, fractions, size=100, iterations=4000):
+    rng = np.random.default_rng(SEED)
+    segment = np.sort(values[:size]) + np.arange(size) * 1e-9 * max(1.0, np.ptp(values))
+    everything = extract_localities(segment)
+    rows = []
+    for fraction in fractions:
+        sampled = sample_localities(everything, fraction, rng)
+        A = constraint_matrix(sampled, size)
+        low, high = np.full(size, values.min()), np.full(size, values.max())
+        t0 = time.process_time()
+        random_walk(A, np.zeros(A.shape[0]), low, high, segment, iterations, rng)
+        rows.append((fraction, A.shape[0], time.process_time() - t0))
+    return rows
+
+
+# ---------------------------------------------------------------- (c) clustering
+
+def clustering_error(original, released, k):
+    """Share of rows not in the cluster matching theirs, clusters matched by max overlap."""
+    mean, std = original.mean(axis=0), original.std(axis=0)
+    fit = lambda data: KMeans(n_clusters=k, n_init=4, random_state=SEED).fit_predict(
+        (data - mean) / std)
+    before, after = fit(original), fit(released)
+    overlap = np.zeros((k, k))
+    np.add.at(overlap, (before, after), 1)
+    rows, cols = linear_sum_assignment(-overlap)
+    return 1.0 - overlap[rows, cols].sum() / original.shape[0]
+
+
+def perturb_to_distortion(original, target_dst, rng):
+    """Additive uniform noise U(-a, a) per column with a chosen so the column's Dst equals the
+    target exactly (Dst is linear in a for fixed draws)."""
+    draws = rng.uniform(-1, 1, size=original.shape)
+    nonzero = original != 0
+    scale = np.array([np.mean(np.abs(draws[nonzero[:, c], c]) / np.abs(original[nonzero[:, c], c]))
+                      for c in range(original.shape[1])])
+    return original + draws * (np.asarray(target_dst) / scale)
+
+
+_RELEASES = {}
+
+
+def release(table, sample, segment=100, iterations=4000):
+    """Our release of ``table`` (memoized: (c) and (d) share the Adult ones)."""
+    key = (id(table), sample, segment, iterations)
+    if key not in _RELEASES:
+        t0 = time.perf_counter()
+        model = PatternPreservingRelease(segment=segment, sample=sample, iterations=iterations,
+                                         seed=SEED, n_jobs=2).fit(table)
+        _RELEASES[key] = (model.released_, time.perf_counter() - t0)
+    return _RELEASES[key]
+
+
+def clustering_rows(name, table, fractions):
+    rng = np.random.default_rng(SEED)
+    rows = []
+    for fraction in fractions:
+        ours, seconds = release(table, fraction)
+        dst = distortion_per_column(table, ours)
+        noisy = perturb_to_distortion(table, dst, rng)
+        unchanged = float(np.mean(unchanged_fraction(table, ours)))
+        for k in (3, 5, 7):
+            rows.append([name, fraction, round(seconds, 1), float(np.mean(dst)), unchanged,
+                         float(np.mean(rank_correlation(table, ours))), k,
+                         clustering_error(table, ours, k), clustering_error(table, noisy, k)])
+    return rows
+
+
+# ---------------------------------------------------------------- (d) range queries
+
+def random_queries(table, n_queries, rng):
+    """(target column, [(column, low, high)] x 2) with at least one matching original row."""
+    queries = []
+    while len(queries) < n_queries:
+        target = int(rng.integers(3))
+        predicates = []
+        for c in (c for c in range(3) if c != target):
+            low, high = np.sort(rng.choice(table[:, c], size=2, replace=False))
+            predicates.append((c, low, high))
+        if _matching(table, predicates).any():
+            queries.append((target, predicates))
+    return queries
+
+
+def _matching(table, predicates):
+    mask = np.ones(table.shape[0], dtype=bool)
+    for c, low, high in predicates:
+        mask &= (table[:, c] >= low) & (table[:, c] <= high)
+    return mask
+
+
+def exact_answers(table, queries):
+    return np.array([table[_matching(table, p), t].mean() if _matching(table, p).any()
+                     else np.nan for t, p in queries])
+
+
+def mondrian_classes(table, occupation, l):
+    encoded = [encode_numeric(name, table[:, c]) for c, name in enumerate(ADULT_QIS)]
+    sensitive = np.unique(occupation, return_inverse=True)[1][:, None]
+    labels = Mondrian(k=l, l=l).fit(encoded, sensitive).labels_
+    n = labels.max() + 1
+    low = np.full((n, 3), np.inf)
+    high = np.full((n, 3), -np.inf)
+    for c in range(3):
+        np.minimum.at(low[:, c], labels, table[:, c])
+        np.maximum.at(high[:, c], labels, table[:, c])
+    sizes = np.bincount(labels, minlength=n)
+    means = np.column_stack([np.bincount(labels, table[:, c], n) / sizes for c in range(3)])
+    return labels, low, high, sizes, means
+
+
+def mondrian_answers(classes, queries):
+    """Uniform-spread estimate: each class contributes size x the product of the overlap shares
+    of its box with the predicate ranges, and its box midpoint for the averaged attribute."""
+    _, low, high, sizes, _ = classes
+    answers = []
+    for target, predicates in queries:
+        weight = sizes.astype(float)
+        for c, qlow, qhigh in predicates:
+            width = high[:, c] - low[:, c]
+            overlap = np.clip(np.minimum(high[:, c], qhigh) - np.maximum(low[:, c], qlow), 0, None)
+            inside = (low[:, c] <= qhigh) & (high[:, c] >= qlow)
+            share = np.where(width > 0, overlap / np.where(width > 0, width, 1), inside * 1.0)
+            weight = weight * share
+        midpoint = (low[:, target] + high[:, target]) / 2
+        total = weight.sum()
+        answers.append(np.nan if total == 0 else float((weight * midpoint).sum() / total))
+    return np.array(answers)
+
+
+def relative_error(truth, estimate):
+    error = np.abs(truth - estimate) / np.abs(truth)
+    return float(np.mean(np.where(np.isnan(estimate), 1.0, error)))   # no estimate: 100% error
+
+
+def query_rows(table, occupation, n_queries=2000, fractions=(0.02, 0.3)):
+    rng = np.random.default_rng(SEED)
+    queries = random_queries(table, n_queries, rng)
+    truth = exact_answers(table, queries)
+    rows = []
+    for l in (4, 6, 8, 10, 12):
+        classes = mondrian_classes(table, occupation, l)
+        dst = float(np.mean(distortion_per_column(table, classes[4][classes[0]])))
+        rows.append([f"Mondrian k=l={l}", dst, relative_error(truth, mondrian_answers(classes, queries))])
+    for fraction in fractions:
+        ours, _ = release(table, fraction)
+        dst = float(np.mean(distortion_per_column(table, ours)))
+        rows.append([f"pattern rho={fraction}", dst, relative_error(truth, exact_answers(ours, queries))])
+    return rows
+
+
+# ---------------------------------------------------------------- (f) how far values move
+
+def movement_rows(fractions=(0.01, 0.1, 0.3, 1.0), iterations=(4000, 40000)):
+    values = np.random.default_rng(SEED).normal(190_000, 100_000, size=(1000, 1)).round()
+    gap = np.diff(np.sort(values[:, 0])).mean()
+    rows = []
+    for fraction in fractions:
+        for steps in iterations:
+            released = PatternPreservingRelease(segment=100, sample=fraction, iterations=steps,
+                                                seed=SEED).fit(values).released_
+            rows.append([fraction, steps, float(np.abs(released - values).mean() / gap),
+                         float(distortion_per_column(values, released)[0])])
+    return rows
+
+
+# ---------------------------------------------------------------- output
+
+def plot(path, xs, series, xlabel, ylabel, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(5, 3.5))
+    for label, ys in series.items():
+        axes.plot(xs[label] if isinstance(xs, dict) else xs, ys, marker="o", label=label)
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main():
+    out = results_dir()
+    report = ["# Pattern-preserving release (paper 002)\n"]
+    adult_frame, occupation = adult_table()
+    adult_values = adult_frame.to_numpy()
+    synthetic = synthetic_table()
+
+    sizes = list(range(100, 1000, 100))
+    extraction = {"Adult fnlwgt": extraction_times(adult_values[:, 1], sizes),
+                  "Adult age": extraction_times(adult_values[:, 0], sizes),
+                  "synthetic": extraction_times(synthetic[:, 0], sizes)}
+    rows = [[size] + [v[i][1] * 1000 for v in extraction.values()]
+            + [extraction["synthetic"][i][2], extraction["synthetic"][i][1] / size ** 2 * 1e9]
+            for i, size in enumerate(sizes)]
+    table = markdown_table(["segment", *[f"{k} ms" for k in extraction], "localities (synth.)",
+                            "synth. ns / s^2"], rows)
+    report += ["## (a) Locality extraction time per segment\n", table, ""]
+    plot(out / "pattern_extraction.png", sizes,
+         {k: [r[1] * 1000 for r in v] for k, v in extraction.items()},
+         "segment size", "ms per segment", "(a) extraction time")
+    print(table, flush=True)
+
+    fractions = [0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
+    walks = {"Adult fnlwgt": walk_times(adult_values[:, 1], fractions),
+             "synthetic": walk_times(synthetic[:, 0], fractions)}
+    rows = [[f, walks["Adult fnlwgt"][i][1], walks["Adult fnlwgt"][i][2],
+             walks["synthetic"][i][1], walks["synthetic"][i][2],
+             walks["synthetic"][i][2] / walks["synthetic"][i][1] * 1e6]
+            for i, f in enumerate(fractions)]
+    table = markdown_table(["rho", "constraints (Adult)", "s (Adult)", "constraints (synth.)",
+                            "s (synth.)", "us / constraint (synth.)"], rows)
+    report += ["## (b) Random walk, segment 100, 4000 iterations\n", table, ""]
+    plot(out / "pattern_walk.png", {k: [r[1] for r in v] for k, v in walks.items()},
+         {k: [r[2] for r in v] for k, v in walks.items()},
+         "constraints (order + sampled localities)", "seconds", "(b) walk time")
+    print(table, flush=True)
+
+    rows = (clustering_rows("synthetic", synthetic, [0.02, 0.3])
+            + clustering_rows("Adult", adult_values, [0.02, 0.3]))
+    table = markdown_table(["data", "rho", "release s", "Dst", "unchanged", "Spearman", "k",
+                            "k-means error (ours)", "k-means error (perturbation, same Dst)"],
+                           rows)
+    report += ["## (c) k-means clustering error at equal distortion\n", table, ""]
+    for data in ("synthetic", "Adult"):
+        picked = [r for r in rows if r[0] == data and r[1] == 0.3]
+        plot(out / f"pattern_kmeans_{data.lower()}.png", [r[6] for r in picked],
+             {"pattern": [r[7] for r in picked], "perturbation": [r[8] for r in picked]},
+             "k", "clustering error", f"(c) {data}, rho 0.3")
+    print(table, flush=True)
+
+    rows = query_rows(adult_values, occupation)
+    table = markdown_table(["release", "Dst", "mean relative error, 2000 AVG range queries"], rows)
+    report += ["## (d) Aggregate range queries on Adult\n", table, ""]
+    plot(out / "pattern_queries.png", {"release": [r[1] for r in rows]},
+         {"release": [r[2] for r in rows]}, "Dst", "mean relative error", "(d) range queries")
+    print(table, flush=True)
+
+    rows = movement_rows()
+    table = markdown_table(["rho", "iterations", "mean move / mean gap", "Dst"], rows)
+    report += ["## (f) How far the walk moves (1,000 normal values, segment 100)\n", table, ""]
+    print(table, flush=True)
+
+    if os.environ.get("PATTERN_BENCH_MILLION"):
+        column = np.random.default_rng(SEED).uniform(0, 1, size=(1_000_000, 1)).round(6)
+        rows = []
+        for jobs in (1, 2):
+            t0 = time.perf_counter()
+            PatternPreservingRelease(segment=100, sample=0.3, iterations=4000, seed=SEED,
+                                     n_jobs=jobs).fit(column)
+            rows.append([jobs, time.perf_counter() - t0])
+        table = markdown_table(["threads", "seconds"], rows)
+        report += ["## (e) 1,000,000-row column, segment 100, rho 0.3, 4000 iterations\n", table]
+        print(table, flush=True)
+
+    (out / "pattern.md").write_text("\n".join(report) + "\n")
+
+
+if __name__ == "__main__":
+    main()
