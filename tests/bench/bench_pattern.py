@@ -298,8 +298,11 @@ def main():
     rows = query_rows(adult_values, occupation)
     table = markdown_table(["release", "Dst", "mean relative error, 2000 AVG range queries"], rows)
     report += ["## (d) Aggregate range queries on Adult\n", table, ""]
-    plot(out / "pattern_queries.png", {"release": [r[1] for r in rows]},
-         {"release": [r[2] for r in rows]}, "Dst", "mean relative error", "(d) range queries")
+    methods = {"Mondrian": [r for r in rows if r[0].startswith("Mondrian")],
+               "pattern": [r for r in rows if r[0].startswith("pattern")]}
+    plot(out / "pattern_queries.png", {m: [r[1] for r in v] for m, v in methods.items()},
+         {m: [r[2] for r in v] for m, v in methods.items()}, "Dst", "mean relative error",
+         "(d) range queries, Adult")
     print(table, flush=True)
 
     rows = movement_rows()
