@@ -16,10 +16,10 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import sys
+import math
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 import click
 import pandas as pd
@@ -43,7 +43,7 @@ SINGLE_VALUED = {"fusion": {"sensitive"}}   # parameters that are one column nam
 
 def plain(value: Any) -> Any:
     """A value as JSON/CSV/table cells show it: PostgreSQL's text forms for ranges and arrays."""
-    if value is None or (isinstance(value, float) and value != value):
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, Range):
         if value.isempty:
@@ -138,7 +138,7 @@ class Progress:
             self._last = time.monotonic()
             click.echo(f"[{self._last - self.started:7.1f}s] {message}", err=True)
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Self:
         self.started = self._last = time.monotonic()
         if self.enabled:
             self._thread = threading.Thread(target=self._beat, daemon=True)

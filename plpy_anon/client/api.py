@@ -13,11 +13,10 @@ typed exceptions of :mod:`plpy_anon.client.errors`, carrying its message, detail
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import pandas as pd
 import psycopg
@@ -78,7 +77,7 @@ class AnonClient:
                 connection.execute("SET plpy_anon.progress = on")
 
     # ------------------------------------------------------------------ life cycle
-    def __enter__(self) -> "AnonClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -353,12 +352,3 @@ class AnonClient:
             raise errors.BY_SQLSTATE.get(error.sqlstate, errors.ServerError)(
                 error.message, hint=error.hint, detail=error.detail) from error
 
-
-def frame_to_csv(frame: pd.DataFrame) -> str:
-    """CSV text of a frame (used by the CLI); values rendered as PostgreSQL prints them."""
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(frame.columns)
-    for row in frame.itertuples(index=False):
-        writer.writerow(["" if v is None or (isinstance(v, float) and v != v) else v for v in row])
-    return out.getvalue()

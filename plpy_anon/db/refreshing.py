@@ -64,7 +64,7 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
             from plpy_anon.db.releases import by_id
             row = by_id(plpy, release["release_id"])
             grants.grant_release(plpy, row)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- any failure is recorded, then re-raised
         record_failure(plpy, release, started_at, time.monotonic() - t0, exc)
         raise as_anon_error(exc) from None
     seconds = time.monotonic() - t0
@@ -207,7 +207,7 @@ def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseExc
     message, sqlstate = error_parts(exc)
     try:
         write_autonomously(plpy, release, started_at, seconds, message, sqlstate)
-    except Exception as write_error:      # never hide the refresh's own error behind this one
+    except Exception as write_error:  # noqa: BLE001 -- never hide the refresh's own error
         plpy.warning(f"plpy_anon: the failed refresh of {qualified_text(release)} could not be "
                      f"recorded: {str(write_error).strip()}",
                      hint="Set plpy_anon.loopback_dsn to a connection string this server accepts "
@@ -228,7 +228,7 @@ def loopback_conninfo(plpy) -> dict:
 
 
 def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) -> None:
-    import psycopg   # the venv's; imported only when a refresh fails
+    import psycopg  # the venv's; imported only when a refresh fails
 
     params = loopback_conninfo(plpy)
     conninfo = params.pop("conninfo")
@@ -297,7 +297,7 @@ def refresh_all(plpy, refresh_one) -> list[tuple]:
         try:
             with plpy.subtransaction():
                 refresh_one(release)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- recorded; the other releases go on
             failed.add(release["release_id"])
             message = error_parts(exc)[0]
             plpy.warning(f"plpy_anon: refresh of {name} failed: {message}")

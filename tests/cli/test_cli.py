@@ -59,7 +59,7 @@ def test_the_issue_workflow(cli, db, schema, tmp_path):
     assert any("building the new release" in p for p in phases) and any("done: 95 rows" in p for p in phases)
 
     report = cli("report", release, "--format", "csv")
-    header, first = report.stdout.splitlines()[:2]
+    header, _first = report.stdout.splitlines()[:2]
     assert "achieved_k" in header.split(",")
     shown = cli("show", release, "--limit", "0", "--format", "csv")
     lines = shown.stdout.splitlines()

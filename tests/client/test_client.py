@@ -3,9 +3,7 @@ own rows (or the DataFrame against them), and errors arrive typed with the serve
 from __future__ import annotations
 
 import pandas as pd
-import psycopg
 import pytest
-from psycopg import sql
 
 from plpy_anon.client import AnonClient, errors
 from plpy_anon.core import errors as core_errors
@@ -89,9 +87,8 @@ def test_errors_are_typed_and_carry_the_server_text(anon, schema):
 def test_permission_denied_for_an_analyst(db, connect, schema, anon):
     db.execute("CREATE ROLE client_analyst LOGIN")
     try:
-        with connect(user="client_analyst") as conn:
-            with pytest.raises(errors.PermissionDenied):
-                AnonClient(connection=conn).mondrian_view("patients", k=3)
+        with connect(user="client_analyst") as conn, pytest.raises(errors.PermissionDenied):
+            AnonClient(connection=conn).mondrian_view("patients", k=3)
     finally:
         db.execute("DROP ROLE client_analyst")
 

@@ -135,7 +135,7 @@ def snapshot(conn) -> dict:
 
 
 def test_alter_extension_update_keeps_releases_and_catalog(connect, next_version, upgrade_db):
-    assert f"CREATE TABLE anon.upgrade_probe" in next_version["upgrade_script"]
+    assert "CREATE TABLE anon.upgrade_probe" in next_version["upgrade_script"]
     assert "CREATE TABLE anon.releases" not in next_version["upgrade_script"]   # shipped: not re-run
 
     with connect(dbname=upgrade_db) as old:
@@ -165,7 +165,7 @@ def test_alter_extension_update_keeps_releases_and_catalog(connect, next_version
         signatures = new.execute("SELECT oid::regprocedure::text FROM pg_proc "
                                  "WHERE proname = 'unschedule_refresh'").fetchall()
         assert signatures == [("anon.unschedule_refresh(text,boolean)",)]   # the old one is gone
-        versions = dict((r[0], r[2]) for r in new.execute("SELECT * FROM anon.versions()").fetchall())
+        versions = {r[0]: r[2] for r in new.execute("SELECT * FROM anon.versions()").fetchall()}
         assert versions["plpy_anon"].startswith(str(next_version["venv"]))   # the new package runs
 
         new.execute("INSERT INTO patients SELECT i, 'n', 33, 'F', '53701', 'flu' FROM generate_series(121, 130) i")
