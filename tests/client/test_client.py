@@ -111,6 +111,17 @@ def test_named_arguments_left_out_take_the_server_defaults(anon, db, schema):
     assert params["l"] is None and params["k"] == 3 and rel.endswith("patients_k3")
 
 
+def test_priorities_pick_the_prioritized_overload(anon, schema):
+    rel = anon.mondrian_view("patients", k=4, priorities={"age": 1, "sex": 0.5}, release_schema=schema)
+    row = anon.release(rel)
+    assert row["method"] == "prioritized_mondrian"
+    weights = row["parameters"]["priorities"]
+    assert weights["age"] > weights["sex"]                      # the dict went through as jsonb
+    with pytest.raises(errors.UndefinedObject, match="no learned priorities"):
+        anon.mondrian_view("patients", k=4, priorities="learned", release_schema=schema,
+                           release_name="learned")            # the text overload: nothing learned yet
+
+
 def test_set_hierarchy_pads_ragged_paths(anon, db):
     n = anon.set_hierarchy("patients", "sex", [["F", "*"], ["M", "person", "*"]])
     assert n == 2

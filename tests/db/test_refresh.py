@@ -68,6 +68,30 @@ def test_readers_see_the_old_release_while_the_new_one_builds(db, connect, schem
         assert count(reader, rel) == 260
 
 
+def test_a_reader_caught_by_the_swap_gets_the_new_release_not_an_error(db, connect, schema, patients):
+    """The swap drops the old view: a reader that reached it just then waits for the commit and
+    PostgreSQL re-resolves the name, so the reader sees the new release."""
+    rel = release(db, schema)
+    add_rows(db, patients, 201, 240)
+    result = {}
+    with connect() as refresher, connect() as reader:
+        refresher.execute("BEGIN")
+        refresher.execute("SELECT anon.refresh(%s)", (rel,))         # swapped, not committed
+
+        def read():
+            try:
+                result["count"] = count(reader, rel)
+            except psycopg.Error as exc:          # pragma: no cover - reported by the assert below
+                result["error"] = exc
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        wait_until_waiting(db, reader)                                # blocked by the swap
+        refresher.execute("COMMIT")
+        thread.join(30)
+    assert result == {"count": 240}
+
+
 def wait_until_waiting(db, conn, timeout=10.0):
     pid = conn.info.backend_pid
     deadline = time.monotonic() + timeout
