@@ -306,9 +306,6 @@ def test_hierarchy_not_covering_a_value_names_it(db, schema, people, requester, 
           (people, requester, name), "42704", "value 'pilot' of column 'job' is not covered")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs the foundation to honour parameters.grantees: refreshing.refresh and "
-    "grants.grant_analyst call grants.grant_release, which grants every analyst"))
 def test_release_stays_private_after_refresh_and_for_new_analysts(db, connect, schema, people,
                                                                   requester, purpose):
     name, _ = purpose({"age": 1})
