@@ -95,3 +95,31 @@ def test_no_dsn_is_a_usage_error(monkeypatch):
     monkeypatch.delenv("PLPY_ANON_DSN", raising=False)
     result = CliRunner().invoke(main, ["releases"])
     assert result.exit_code == 2 and "--dsn" in result.stderr
+
+
+def test_load_queries_grant_and_revoke(cli, db, schema, tmp_path):
+    log = tmp_path / "postgresql.log"
+    log.write_text(
+        "2026-11-21 10:00:00.000 UTC [7] LOG:  statement: SELECT age FROM patients WHERE sex = 'F'\n"
+        "2026-11-21 10:00:01.000 UTC [7] LOG:  duration: 1.5 ms  statement: SELECT zip FROM patients\n")
+    loaded = cli("load-queries", str(log), "--format", "json")
+    assert loaded.exit_code == 0, loaded.output
+    assert json.loads(loaded.stdout) == [{"statements": 2, "distinct": 2, "skipped_entries": 0}]
+    missing = cli("load-queries", str(tmp_path / "nope.log"))
+    assert missing.exit_code == 2                                # click checks the path first
+
+    db.execute("CREATE ROLE cli_analyst")
+    try:
+        assert cli("--quiet", "create", "mondrian", "patients", "--k", "5", "--schema", schema).exit_code == 0
+        granted = cli("grant", "cli_analyst", "--format", "json")
+        assert json.loads(granted.stdout)[0]["releases"] >= 1
+        assert db.execute("SELECT has_table_privilege('cli_analyst', %s, 'SELECT')",
+                          (f"{schema}.patients_k5",)).fetchone()[0]
+        revoked = cli("revoke", "cli_analyst")
+        assert revoked.exit_code == 0
+        assert not db.execute("SELECT has_table_privilege('cli_analyst', %s, 'SELECT')",
+                              (f"{schema}.patients_k5",)).fetchone()[0]
+        unknown = cli("--quiet", "grant", "no_such_role")
+        assert unknown.exit_code == 1 and unknown.stderr.startswith('plpy-anon: error: role "no_such_role"')
+    finally:
+        db.execute("DROP OWNED BY cli_analyst; DROP ROLE cli_analyst")
