@@ -87,6 +87,19 @@ def check_names(files: list[Path]) -> None:
         sys.exit(f"build: duplicate file numbers in sql/: {sorted(dupes)}")
 
 
+ROUTINE = re.compile(r"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:FUNCTION|PROCEDURE|AGGREGATE)\b", re.IGNORECASE | re.MULTILINE)
+
+
+def check_routines(inc: list[Path], idem: list[Path]) -> None:
+    """Functions live in idempotent files below FINAL: the upgrade cleanup drops every function of
+    the extension that an upgrade script did not (re)create."""
+    misplaced = inc + [f for f in idem if f.name >= FINAL]
+    bad = [f.relative_to(SQL) for f in misplaced if ROUTINE.search(f.read_text())]
+    if bad:
+        sys.exit(f"build: {', '.join(map(str, bad))} define functions; put them in an idempotent file "
+                 f"numbered below {FINAL} (upgrades re-create functions only from those)")
+
+
 def frozen() -> dict[str, str]:
     """Hashes of incremental files shipped in released versions: they must never change."""
     path = SQL / "frozen.txt"
@@ -171,6 +184,7 @@ def build(venv: str, out: Path) -> list[Path]:
     inc, idem = incremental_files(), idempotent_files()
     check_names(inc)
     check_names(idem)
+    check_routines(inc, idem)
     check_frozen()
     out.mkdir(parents=True, exist_ok=True)
     written = []
