@@ -268,8 +268,10 @@ def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
     random order inside a class, so the release keeps no trace of the source's physical row order
     (insertion order can identify a row)."""
     rng = np.random.default_rng([seed, labels.size])
-    class_rank = rng.permutation(int(labels.max()) + 1)
-    order = np.lexsort((rng.random(labels.size), class_rank[labels]))
+    class_rank = rng.permutation(int(labels.max()) + 1).astype(np.int64)
+    # one int64 sort key: class rank in the high bits, a random tie-breaker in the low 24
+    key = (class_rank[labels] << 24) | rng.integers(0, 1 << 24, labels.size, dtype=np.int64)
+    order = np.argsort(key)
     positions = np.empty(labels.size, dtype=np.int64)
     positions[order] = np.arange(labels.size)
     return positions
