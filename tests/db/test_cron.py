@@ -66,6 +66,25 @@ def test_schedule_stores_a_job_that_refreshes_the_release(db, connect, schema, r
                       (released,)).fetchone()[0] == 100
 
 
+def test_status_shows_the_latest_run_of_the_job(db, schema, released, cron):
+    jobid = db.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (released,)).fetchone()[0]
+    # Two runs as pg_cron records them (written here: pg_cron would take up to a minute).
+    db.execute("""
+        INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, command, status,
+                                          return_message, start_time, end_time)
+        VALUES (%(j)s, nextval('cron.runid_seq'), 1, 'anon_test', 'postgres', 'x', 'failed', 'boom',
+                '2026-01-01 03:00:00+00', '2026-01-01 03:00:02+00'),
+               (%(j)s, nextval('cron.runid_seq'), 2, 'anon_test', 'postgres', 'x', 'succeeded', 'SELECT 1',
+                '2026-01-02 03:00:00+00', '2026-01-02 03:00:05.5+00')""", {"j": jobid})
+    try:
+        row = db.execute("SELECT last_run_status, last_run_seconds, last_run_message, last_run_start::date "
+                         "FROM anon.release_status() WHERE release = %s", (released,)).fetchone()
+        assert row[:3] == ("succeeded", 5.5, "SELECT 1")
+        assert str(row[3]) == "2026-01-02"
+    finally:
+        db.execute("DELETE FROM cron.job_run_details WHERE jobid = %s", (jobid,))
+
+
 def test_bad_schedule_and_unknown_release_are_clear_errors(db, schema, released, cron):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="invalid cron schedule") as info:
         db.execute("SELECT anon.schedule_refresh(%s, 'every night')", (released,))
