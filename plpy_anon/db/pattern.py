@@ -24,6 +24,7 @@ survives rounding to integers, otherwise with the decimals they need), float col
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -31,9 +32,13 @@ import numpy as np
 import pandas as pd
 
 from plpy_anon.core.errors import InvalidParameter, UnsupportedType
-from plpy_anon.core.pattern import (PatternPreservingRelease, distortion,
-                                    distortion_per_column, rank_correlation,
-                                    unchanged_fraction)
+from plpy_anon.core.pattern import (
+    PatternPreservingRelease,
+    distortion,
+    distortion_per_column,
+    rank_correlation,
+    unchanged_fraction,
+)
 from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
@@ -245,7 +250,7 @@ def _number(value):
 def _array_literal(values, decimals):
     """A numeric array literal; NaN -> NULL; ``decimals`` digits (None: full float precision)."""
     def text(value):
-        if value != value:
+        if math.isnan(value):
             return "NULL"
         return repr(value) if decimals is None else format(value, f".{decimals}f")
 

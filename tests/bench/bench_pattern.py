@@ -27,9 +27,16 @@ from sklearn.cluster import KMeans
 
 from plpy_anon.core.encoding import encode_numeric
 from plpy_anon.core.mondrian import Mondrian
-from plpy_anon.core.pattern import (PatternPreservingRelease, constraint_matrix,
-                                    distortion_per_column, extract_localities, random_walk,
-                                    rank_correlation, sample_localities, unchanged_fraction)
+from plpy_anon.core.pattern import (
+    PatternPreservingRelease,
+    constraint_matrix,
+    distortion_per_column,
+    extract_localities,
+    random_walk,
+    rank_correlation,
+    sample_localities,
+    unchanged_fraction,
+)
 from tests.bench.common import adult, markdown_table, results_dir
 
 ADULT_QIS = ["age", "fnlwgt", "education_num"]

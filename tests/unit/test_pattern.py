@@ -11,12 +11,20 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
-from plpy_anon.core.pattern import (Blocks, PatternPreservingRelease, constraint_matrix,
-                                    distortion, distortion_per_column, extract_localities,
-                                    polytope_violation, preserved_fraction, random_walk,
-                                    rank_correlation, sample_localities)
+from plpy_anon.core.pattern import (
+    Blocks,
+    PatternPreservingRelease,
+    constraint_matrix,
+    distortion,
+    distortion_per_column,
+    extract_localities,
+    polytope_violation,
+    preserved_fraction,
+    random_walk,
+    rank_correlation,
+    sample_localities,
+)
 from plpy_anon.core.pattern.localities import Localities
-
 
 # ---------------------------------------------------------------- independent references
 

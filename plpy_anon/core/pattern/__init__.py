@@ -7,11 +7,19 @@ random walk in the polytope they define.
 * :mod:`.metrics`    -- distortion ``Dst``, rank correlation, fraction of localities preserved.
 """
 
-from plpy_anon.core.pattern.localities import (Localities, constraint_matrix, extract_localities,
-                                               sample_localities)
-from plpy_anon.core.pattern.metrics import (distortion, distortion_per_column,
-                                            preserved_fraction, rank_correlation,
-                                            unchanged_fraction)
+from plpy_anon.core.pattern.localities import (
+                                               Localities,
+                                               constraint_matrix,
+                                               extract_localities,
+                                               sample_localities,
+)
+from plpy_anon.core.pattern.metrics import (
+                                               distortion,
+                                               distortion_per_column,
+                                               preserved_fraction,
+                                               rank_correlation,
+                                               unchanged_fraction,
+)
 from plpy_anon.core.pattern.release import PatternPreservingRelease, release_column
 from plpy_anon.core.pattern.walk import Blocks, polytope_violation, random_walk
 

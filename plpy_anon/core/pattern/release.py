@@ -36,9 +36,14 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from plpy_anon.core.errors import (InsufficientData, InvalidParameter, UnsupportedType)
-from plpy_anon.core.pattern.localities import (Localities, check_fraction, constraint_matrix,
-                                               extract_localities, sample_localities)
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+from plpy_anon.core.pattern.localities import (
+    Localities,
+    check_fraction,
+    constraint_matrix,
+    extract_localities,
+    sample_localities,
+)
 from plpy_anon.core.pattern.metrics import preserved_fraction
 from plpy_anon.core.pattern.walk import Blocks, random_walk
 
@@ -215,7 +220,7 @@ class _BatchContext:
         sampled = Localities.concatenate(p.sampled.relabel(p.positions) for p in prepared)
         decimals = None if np.any(grids < 0) else int(grids.max())
         return _BatchOutcome(positions, released, decimals, sampled,
-                             sum(p.n_extracted for p in prepared), int(round(n_holding)))
+                             sum(p.n_extracted for p in prepared), round(n_holding))
 
     def _prepare(self, positions, rng):
         start = _interior_start(self.values[positions], self.lower, self.upper,
