@@ -37,7 +37,7 @@ SUFFIX = "__refresh"
 def progress(plpy, message: str) -> None:
     """A NOTICE when the session asked for progress (SET plpy_anon.progress = on): the client
     shows these phases; psql users and pg_cron are not spammed."""
-    if run(plpy, "SELECT current_setting('plpy_anon.progress', true) AS p")[0]["p"] == "on":
+    if run(plpy, "SELECT pg_catalog.current_setting('plpy_anon.progress', true) AS p")[0]["p"] == "on":
         plpy.notice(f"plpy_anon: {message}")
 
 
@@ -50,6 +50,7 @@ def qualified_text(release: dict) -> str:
 def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
     """Rebuild ``release`` (``rebuild_method(plpy, GD, release)`` for methods with their own
     refresh, else build-and-swap); on failure record it autonomously and re-raise."""
+    from plpy_anon.db.releases import by_id  # releases imports this module
     run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", ["int4", "int4"],
         [LOCK_CLASS, release["release_id"]])
     started_at = run(plpy, "SELECT pg_catalog.clock_timestamp() AS t")[0]["t"]
@@ -61,7 +62,6 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
                 rebuild_method(plpy, GD, release)
             else:
                 rebuild_view(plpy, GD, release)
-            from plpy_anon.db.releases import by_id
             row = by_id(plpy, release["release_id"])
             grants.grant_release(plpy, row)
     except Exception as exc:  # noqa: BLE001 -- any failure is recorded, then re-raised
