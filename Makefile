@@ -9,7 +9,8 @@
 
 VENV       ?= /opt/plpy_anon/venv
 PG_CONFIG  ?= /usr/lib/postgresql/15/bin/pg_config
-PYTHON      = $(VENV)/bin/python
+# (not PYTHON: PGXS defines that as the interpreter PL/Python was built with)
+VPYTHON     = $(VENV)/bin/python
 VERSION    := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' plpy_anon/__init__.py)
 
 # PGXS: install the control file and every versioned script into the server's extension dir.
@@ -40,27 +41,27 @@ freeze:
 install: build install-py
 
 install-py:
-	@test -x $(PYTHON) || { echo "make: no environment at $(VENV): run 'make setup' first" >&2; exit 1; }
+	@test -x $(VPYTHON) || { echo "make: no environment at $(VENV): run 'make setup' first" >&2; exit 1; }
 	@test -f $(PG_CONFIG) || { echo "make: $(PG_CONFIG) missing: run 'make setup' first" >&2; exit 1; }
 	$(VENV)/bin/pip install -q --no-deps --no-build-isolation --force-reinstall . && chmod -R a+rX $(VENV)
 
 # setup may have just installed PostgreSQL, so install runs in a new make that includes PGXS.
 demo: setup
 	$(MAKE) install
-	$(PYTHON) -m plpy_anon.demo
+	$(VPYTHON) -m plpy_anon.demo
 
 test: setup
 	$(MAKE) install
-	$(PYTHON) -m pytest tests -q
+	$(VPYTHON) -m pytest tests -q
 
 test-unit:
-	$(PYTHON) -m pytest tests/unit -q
+	$(VPYTHON) -m pytest tests/unit -q
 
 test-db: install
-	$(PYTHON) -m pytest tests/db -q
+	$(VPYTHON) -m pytest tests/db -q
 
 bench: setup install
-	$(PYTHON) -m tests.bench
+	$(VPYTHON) -m tests.bench
 
 lint:
 	$(VENV)/bin/ruff check plpy_anon tests sql/build.py
