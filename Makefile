@@ -60,7 +60,8 @@ test-unit:
 test-db: install
 	$(VPYTHON) -m pytest tests/db -q
 
-bench: setup install
+bench: setup
+	$(MAKE) install
 	$(VPYTHON) -m tests.bench
 
 lint:
