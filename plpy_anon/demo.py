@@ -6,8 +6,6 @@ Run: ``python -m plpy_anon.demo [--k 5] [--keep]`` (as root or as the postgres u
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import time
 from importlib import resources
 

@@ -65,7 +65,7 @@ if "plpy_anon" not in GD:
 
 def package_version() -> str:
     text = (ROOT / "plpy_anon" / "__init__.py").read_text()
-    return re.search(r'^__version__ = "([^"]+)"', text, re.M).group(1)
+    return re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE).group(1)
 
 
 def prior_versions() -> list[str]:

@@ -38,13 +38,14 @@ postgresql_proc = factories.postgresql_proc(
 @pytest.fixture(scope="session")
 def pg_server(postgresql_proc):
     """Connection parameters of the session's cluster, with the extension installed in DBNAME."""
-    params = dict(host=postgresql_proc.host, port=postgresql_proc.port, user=postgresql_proc.user)
+    params = {"host": postgresql_proc.host, "port": postgresql_proc.port,
+              "user": postgresql_proc.user}
     with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBNAME)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
     with psycopg.connect(dbname=DBNAME, autocommit=True, **params) as conn:
         conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-    return dict(params, dbname=DBNAME)
+    return {**params, "dbname": DBNAME}
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
-from plpy_anon.core.generalize import (ClassIndex, SpreadMeasure, class_code_range,
-                                        class_distinct_codes)
+from plpy_anon.core.generalize import (
+    ClassIndex,
+    SpreadMeasure,
+    class_code_range,
+    class_distinct_codes,
+)
 
 
 def release_metrics(columns, labels, k, index=None):

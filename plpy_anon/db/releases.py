@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from plpy_anon.core.errors import DuplicateObject, InvalidParameter, UndefinedObject
 from plpy_anon.db import grants, refreshing
@@ -192,7 +192,7 @@ def refresh_all(plpy, GD=None) -> list[tuple]:
 
 
 def drop(plpy, release: dict) -> None:
-    schema, name = release["release_schema"], release["release_name"]
+    schema = release["release_schema"]
     for rel in owned_relations(plpy, release):
         kind = relation_exists(plpy, schema, rel)
         if kind == "m":

@@ -38,12 +38,13 @@ def results_dir() -> Path:
 @contextlib.contextmanager
 def extension_db(settings: dict[str, str] | None = None):
     """A throwaway cluster with the extension installed; yields an autocommit connection."""
-    with ThrowawayCluster(settings={"shared_buffers": "'512MB'", "work_mem": "'64MB'",
-                                    "maintenance_work_mem": "'256MB'", **(settings or {})}) as cluster:
-        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-            conn.execute("SELECT * FROM anon.versions()").fetchall()   # pay the imports once
-            yield conn
+    settings = {"shared_buffers": "'512MB'", "work_mem": "'64MB'",
+                "maintenance_work_mem": "'256MB'", **(settings or {})}
+    with ThrowawayCluster(settings=settings) as cluster, \
+            psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+        conn.execute("SELECT * FROM anon.versions()").fetchall()   # pay the imports once
+        yield conn
 
 
 def copy_frame(conn, table: str, df: pd.DataFrame, types: dict[str, str]) -> None:

@@ -21,7 +21,7 @@ def committed(path: Path) -> str | None:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     result = subprocess.run(["git", "show", f"HEAD:{path.relative_to(ROOT)}"], cwd=ROOT,
-                            capture_output=True, text=True)
+                            capture_output=True, text=True, check=False)
     return result.stdout if result.returncode == 0 else None
 
 
