@@ -68,11 +68,9 @@ def check_l(l, sensitive: list) -> int | None:
     return int(l)
 
 
-@sql_entry
-def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifiers, release_name,
-                  release_schema, replace, GD=None):
-    tbl = catalog.table(plpy, source)
-    k = check_k(k)
+def resolve_release_columns(plpy, tbl, *, quasi_identifiers, sensitive, identifiers, l):
+    """(roles, qis, sensitive columns, l) of a generalizing release, validated: at least one QI,
+    every QI of a type that generalizes, l only with a sensitive column."""
     roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
                                   sensitive=sensitive, identifiers=identifiers)
     qis = [c for c, role in roles if role == "quasi_identifier"]
@@ -80,12 +78,17 @@ def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifie
     if not qis:
         raise InvalidParameter(
             f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
-            hint="Declare some with anon.set_column_role(table, column, 'quasi_identifier') or pass quasi_identifiers => ARRAY[...].")
+            hint="Declare some with anon.set_column_role(table, column, 'quasi_identifier') "
+                 "or pass quasi_identifiers => ARRAY[...].")
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
-    l = check_l(l, sens)
+    return roles, qis, sens, check_l(l, sens)
+
+
+def base_parameters(plpy, tbl, roles, qis, sens, k, l) -> dict:
+    """The catalog parameters every Mondrian-family release records."""
     hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
-    parameters = {
+    return {
         "k": k, "l": l,
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
@@ -93,6 +96,17 @@ def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifie
         "released": [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")],
         "dropped": [c.name for c, role in roles if role in ("identifier", "ignored")],
     }
+
+
+@sql_entry
+def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifiers, release_name,
+                  release_schema, replace, GD=None):
+    tbl = catalog.table(plpy, source)
+    k = check_k(k)
+    roles, qis, sens, l = resolve_release_columns(
+        plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
+        identifiers=identifiers, l=l)
+    parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l)
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "")
 
     def build(release_id, qualified):
@@ -111,10 +125,22 @@ def output_type(col, hierarchical: bool) -> str:
     return "text" if hierarchical else "text[]"
 
 
-def release_query(plpy, tbl, roles, parameters, release_id: int) -> str:
-    """The materialized view's query (see the module docstring for its shape and why)."""
-    qi_names = parameters["quasi_identifiers"]
+def release_query(plpy, tbl, roles, parameters, release_id: int,
+                  partition_function: str = "anon._mondrian_partition") -> str:
+    """The materialized view's query of a Mondrian-family release."""
     hierarchical = set(parameters["hierarchies"])
+    by_name = {col.name: col for col, _ in roles}
+    qi_types = {name: output_type(by_name[name], name in hierarchical)
+                for name in parameters["quasi_identifiers"]}
+    return generalized_release_query(plpy, tbl, roles, qi_types,
+                                     f"{partition_function}({int(release_id)})")
+
+
+def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str) -> str:
+    """The query of a release whose partitioning function returns an ``anon.partition`` (see the
+    module docstring for its shape and why). ``qi_types``: released SQL type of each QI, in the
+    order of the ``q0, q1, ...`` class columns. Rows whose class id is negative are suppressed."""
+    qi_names = list(qi_types)
     sensitive = [col for col, role in roles if role == "sensitive"]
     selects = []
     for col, role in roles:
@@ -122,22 +148,21 @@ def release_query(plpy, tbl, roles, parameters, release_id: int) -> str:
             selects.append(f"c.q{qi_names.index(col.name)} AS {ident(plpy, col.name)}")
         elif role == "sensitive":
             selects.append(f"rs.s{sensitive.index(col)} AS {ident(plpy, col.name)}")
-    by_col = {col.name: col for col, _ in roles}
-    casts = ", ".join(
-        f"x.q{i}::{output_type(by_col[name], name in hierarchical)} AS q{i}"
-        for i, name in enumerate(qi_names))
-    elements = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')" for i in range(len(qi_names)))
+    casts = ", ".join(f"x.q{i}::{qi_types[name]} AS q{i}" for i, name in enumerate(qi_names))
+    elements = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')"
+                         for i in range(len(qi_names)))
     aliases = ", ".join(f"q{i}" for i in range(len(qi_names)))
     kept = "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
     # OFFSET 0 keeps each subquery whole: the casts run once per class, not once per row, and the
     # rows are put in release order (by class, shuffled inside it) while they are still narrow.
     return (
         f"SELECT {', '.join(selects)}\n"
-        f"FROM anon._mondrian_partition({int(release_id)}) AS p\n"
+        f"FROM {partition_call} AS p\n"
         f"CROSS JOIN LATERAL (\n"
         f"    SELECT r.class_id{kept}\n"
         f"    FROM anon._partition_rows(p) AS r\n"
         f"    JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"    WHERE r.class_id >= 0\n"
         f"    ORDER BY r.row_position OFFSET 0) AS rs\n"
         f"JOIN LATERAL (\n"
         f"    SELECT x.class_no, {casts}\n"

@@ -27,8 +27,6 @@ from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, run
 
 METHOD = "prioritized_mondrian"
-PLAIN_PARTITION = "anon._mondrian_partition("
-OWN_PARTITION = "anon._prioritized_mondrian_partition("
 
 
 @sql_entry
@@ -37,35 +35,21 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
                   release_schema, replace, GD=None):
     tbl = catalog.table(plpy, source)
     k = mondrian.check_k(k)
-    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
-                                  sensitive=sensitive, identifiers=identifiers)
-    qis = [c for c, role in roles if role == "quasi_identifier"]
-    sens = [c for c, role in roles if role == "sensitive"]
-    if not qis:
-        raise InvalidParameter(
-            f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
-            hint="Declare some with anon.set_column_role or pass quasi_identifiers => ARRAY[...].")
-    for col in qis:
-        catalog.check_quasi_identifier(tbl, col)
-    l = mondrian.check_l(l, sens)
+    roles, qis, sens, l = mondrian.resolve_release_columns(
+        plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
+        identifiers=identifiers, l=l)
     qi_names = [c.name for c in qis]
     weights, origin = resolve_priorities(plpy, tbl, priorities, qi_names)
     use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
     cuts = learned_cut_points(plpy, tbl, qi_names) if use_cuts else {}
     if target is not None:
         catalog.column_named(tbl, catalog.table_columns(plpy, tbl), target)
-    hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
-    parameters = {
-        "k": k, "l": l,
-        "quasi_identifiers": qi_names,
-        "sensitive": [c.name for c in sens],
-        "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
-        "released": [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")],
-        "dropped": [c.name for c, role in roles if role in ("identifier", "ignored")],
+    parameters = mondrian.base_parameters(plpy, tbl, roles, qis, sens, k, l)
+    parameters.update({
         "priorities": weights, "priorities_origin": origin, "target": target,
         "metric_weights": _json(metric_weights), "cut_points": cuts,
         "cut_tolerance": cut_tolerance,
-    }
+    })
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
     PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
@@ -73,10 +57,8 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "") + "_prioritized"
 
     def build(release_id, qualified):
-        query = mondrian.release_query(plpy, tbl, roles, parameters, release_id)
-        if PLAIN_PARTITION not in query:  # the shared query shape changed: fail loudly
-            raise RuntimeError("mondrian.release_query no longer calls anon._mondrian_partition")
-        query = query.replace(PLAIN_PARTITION, OWN_PARTITION, 1)
+        query = mondrian.release_query(plpy, tbl, roles, parameters, release_id,
+                                       partition_function="anon._prioritized_mondrian_partition")
         plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query}")
 
     row = releases.create_release(plpy, GD, source=tbl, method=METHOD,

@@ -42,7 +42,7 @@ from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import grants, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import release_positions
+from plpy_anon.db.mondrian import generalized_release_query, release_positions
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, run
 
@@ -382,35 +382,11 @@ def output_type(col) -> str:
 
 
 def release_query(plpy, tbl, roles, release_id: int) -> str:
-    """The materialized view's query: Mondrian's shape (see mondrian.py), minus suppressed rows."""
-    qi_names = [c.name for c, r in roles if r == "quasi_identifier"]
-    sensitive = [c for c, r in roles if r == "sensitive"]
-    selects = []
-    for col, role in roles:
-        if role == "quasi_identifier":
-            selects.append(f"c.q{qi_names.index(col.name)} AS {ident(plpy, col.name)}")
-        elif role == "sensitive":
-            selects.append(f"rs.s{sensitive.index(col)} AS {ident(plpy, col.name)}")
-    by_name = {col.name: col for col, _ in roles}
-    casts = ", ".join(f"x.q{i}::{output_type(by_name[name])} AS q{i}"
-                      for i, name in enumerate(qi_names))
-    elements = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')"
-                         for i in range(len(qi_names)))
-    aliases = ", ".join(f"q{i}" for i in range(len(qi_names)))
-    kept = "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
-    return (
-        f"SELECT {', '.join(selects)}\n"
-        f"FROM anon._trust_partition({int(release_id)}) AS p\n"
-        f"CROSS JOIN LATERAL (\n"
-        f"    SELECT r.class_id{kept}\n"
-        f"    FROM anon._partition_rows(p) AS r\n"
-        f"    JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
-        f"    WHERE r.class_id >= 0\n"
-        f"    ORDER BY r.row_position OFFSET 0) AS rs\n"
-        f"JOIN LATERAL (\n"
-        f"    SELECT x.class_no, {casts}\n"
-        f"    FROM ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)\n"
-        f"    OFFSET 0) AS c ON c.class_no = rs.class_id + 1")
+    """The materialized view's query: Mondrian's shape (see mondrian.py); suppressed rows carry
+    class id -1 and are left out."""
+    qi_types = {c.name: output_type(c) for c, r in roles if r == "quasi_identifier"}
+    return generalized_release_query(plpy, tbl, roles, qi_types,
+                                     f"anon._trust_partition({int(release_id)})")
 
 
 # ---------------------------------------------------------------------------- the run
