@@ -225,7 +225,7 @@ def _metrics(model, original, seed_fixed):
 
 
 # Above this share of values released exactly as they were, the user is told (see
-# docs/pattern.md: with many constraints the walk moves values by less than their precision).
+# README, Pattern-preserving releases: with many constraints the walk moves values by less than their precision).
 UNCHANGED_WARNING = 0.5
 
 

@@ -89,7 +89,7 @@ def test_catalog_metrics_match_an_independent_computation(db, schema, people):
         assert reported["columns"][column]["rank_correlation"] == pytest.approx(rho, rel=1e-6)
         assert reported["columns"][column]["preserved_fraction"] == 1.0
         # the share released exactly as it was (rounding to the source's precision can undo the
-        # walk's small moves: docs/pattern.md) is reported, not hidden
+        # walk's small moves: README, Pattern-preserving releases) is reported, not hidden
         assert reported["columns"][column]["unchanged_fraction"] == pytest.approx(
             np.mean(pairs[:, 0] == pairs[:, 1]))
         assert reported["columns"][column]["localities_sampled"] == pytest.approx(
@@ -212,4 +212,4 @@ def test_a_column_released_mostly_unchanged_raises_a_warning(db, schema, people)
     assert share == pytest.approx(np.mean(pairs[:, 0] == pairs[:, 1]))
     warned = [m for severity, m in notices if severity == "WARNING" and '"age"' in m]
     assert (len(warned) == 1) == (share > 0.5)
-    assert share > 0.5          # the documented behaviour on tied integer data (docs/pattern.md)
+    assert share > 0.5          # the documented behaviour on tied integer data (README, Pattern-preserving releases)

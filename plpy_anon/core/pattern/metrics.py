@@ -8,7 +8,7 @@
   the order survives, next to ``Dst`` which says how much of the value does.
 * :func:`unchanged_fraction` -- per column, the share of non-NULL entries released exactly as
   they were: the walk can move values by less than the source's precision, and then rounding
-  gives the original back (see docs/pattern.md: with the paper's parameters this is most values).
+  gives the original back (see README, Pattern-preserving releases: with the paper's parameters this is most values).
 * :func:`preserved_fraction` -- the fraction of (sampled) localities that hold on the released
   values, evaluated in their original absolute-value form, in exact integer arithmetic when the
   values lie on a decimal grid.  A correct release scores 1.0.
