@@ -113,7 +113,7 @@ def bench_synthetic(n_rows):
           f"NCP {m['ncp_percent']:.2f} %, classes {m['n_classes']}, min |E| {m['achieved_k']}")
 
 
-def main(argv):
+def main(argv=()):
     data_dir = os.environ.get("PLPY_ANON_DATA", "/work/shared/data")
     bench_adult(data_dir)
     bench_synthetic(100_000 if "--quick" in argv else 1_000_000)
