@@ -8,13 +8,12 @@
    on income.
 2. Synthetic 1,000,000 rows x 6 QIs at k = 10: fit seconds and tracemalloc peak (MB) of the fit.
 
-The data directory is /work/shared/data unless the environment variable PLPY_ANON_DATA says
+The data directory is ../shared/data beside the checkout unless the environment variable PLPY_ANON_DATA says
 otherwise.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import tracemalloc
@@ -26,6 +25,7 @@ import pandas as pd
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
+from tests.bench.common import DATA
 
 ADULT_COLUMNS = [
     "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
@@ -114,7 +114,7 @@ def bench_synthetic(n_rows):
 
 
 def main(argv=()):
-    data_dir = os.environ.get("PLPY_ANON_DATA", "/work/shared/data")
+    data_dir = DATA
     bench_adult(data_dir)
     bench_synthetic(100_000 if "--quick" in argv else 1_000_000)
 
