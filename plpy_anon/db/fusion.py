@@ -196,14 +196,11 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
     }
     name = release_name or f"{tbl.name}_fusion_k{k}"
 
-    def build(release_id, qualified):
-        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
-                     f"{release_query(plpy, tbl, id_col, attrs, release_id)}")
-
-    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
-                                  release_schema=release_schema, release_name=name,
-                                  replace=replace, parameters=parameters, build=build)
-    return ident(plpy, row["release_schema"], row["release_name"])
+    row = releases.create_view_release(
+        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+        replace=replace, parameters=parameters,
+        query=lambda release_id: release_query(plpy, tbl, id_col, attrs, release_id))
+    return releases.qualified_name(plpy, row)
 
 
 def release_query(plpy, tbl, id_col, attrs, release_id: int) -> str:

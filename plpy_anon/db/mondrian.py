@@ -109,14 +109,11 @@ def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifie
     parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l)
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "")
 
-    def build(release_id, qualified):
-        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
-                     f"{release_query(plpy, tbl, roles, parameters, release_id)}")
-
-    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
-                                  release_schema=release_schema, release_name=name,
-                                  replace=replace, parameters=parameters, build=build)
-    return ident(plpy, row["release_schema"], row["release_name"])
+    row = releases.create_view_release(
+        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+        replace=replace, parameters=parameters,
+        query=lambda release_id: release_query(plpy, tbl, roles, parameters, release_id))
+    return releases.qualified_name(plpy, row)
 
 
 def output_type(col, hierarchical: bool) -> str:

@@ -78,14 +78,11 @@ def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bo
     _check_columns(plpy, tbl, substituted, parameters["bounds"])
     name = release_name or f"{tbl.name}_pp"
 
-    def build(release_id, qualified):
-        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
-                     f"{release_query(plpy, tbl, substituted, kept, release_id)}")
-
-    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
-                                  release_schema=release_schema, release_name=name,
-                                  replace=replace, parameters=parameters, build=build)
-    return ident(plpy, row["release_schema"], row["release_name"])
+    row = releases.create_view_release(
+        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+        replace=replace, parameters=parameters,
+        query=lambda release_id: release_query(plpy, tbl, substituted, kept, release_id))
+    return releases.qualified_name(plpy, row)
 
 
 def _substituted_columns(tbl, cols, names):

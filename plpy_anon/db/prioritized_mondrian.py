@@ -24,7 +24,7 @@ from plpy_anon.core.workload import normalize_weights, released_values, weighted
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import mondrian, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import run
 
 METHOD = "prioritized_mondrian"
 
@@ -56,15 +56,13 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
                         cut_tolerance=cut_tolerance).check_parameters(qi_names, target is not None)
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "") + "_prioritized"
 
-    def build(release_id, qualified):
-        query = mondrian.release_query(plpy, tbl, roles, parameters, release_id,
-                                       partition_function="anon._prioritized_mondrian_partition")
-        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query}")
-
-    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
-                                  release_schema=release_schema, release_name=name,
-                                  replace=replace, parameters=parameters, build=build)
-    return ident(plpy, row["release_schema"], row["release_name"])
+    row = releases.create_view_release(
+        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+        replace=replace, parameters=parameters,
+        query=lambda release_id: mondrian.release_query(
+            plpy, tbl, roles, parameters, release_id,
+            partition_function="anon._prioritized_mondrian_partition"))
+    return releases.qualified_name(plpy, row)
 
 
 def _json(value):

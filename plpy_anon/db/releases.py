@@ -133,6 +133,20 @@ def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
     return row
 
 
+def create_view_release(plpy, GD, *, query: Callable[[int], str], **kwargs) -> dict:
+    """``create_release`` for the common case: one materialized view whose query is
+    ``query(release_id)``. Returns the catalog row."""
+    def build(release_id, qualified):
+        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query(release_id)}")
+
+    return create_release(plpy, GD, build=build, **kwargs)
+
+
+def qualified_name(plpy, release: dict) -> str:
+    """The quoted ``schema.name`` of a release's catalog row (what the SQL entry points return)."""
+    return ident(plpy, release["release_schema"], release["release_name"])
+
+
 def record(plpy, release_id: int, run_stats: dict | None) -> dict:
     """Write what a build or refresh produced into the catalog row and return the row."""
     stats = run_stats or {}

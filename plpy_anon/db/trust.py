@@ -322,16 +322,13 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
     }
     name = release_name or f"{tbl.name}_{requester}_{purpose}"
 
-    def build(release_id, qualified):
-        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS "
-                     f"{release_query(plpy, tbl, roles, release_id)}")
-
-    row = releases.create_release(plpy, GD, source=tbl, method=METHOD,
-                                  release_schema=release_schema, release_name=name,
-                                  replace=replace, parameters=parameters, build=build)
+    row = releases.create_view_release(
+        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+        replace=replace, parameters=parameters,
+        query=lambda release_id: release_query(plpy, tbl, roles, release_id))
     restrict_grants(plpy, row, role)
     _notice_cost(plpy, row)
-    return ident(plpy, row["release_schema"], row["release_name"])
+    return releases.qualified_name(plpy, row)
 
 
 def _level_weights(level_weights, qi_names) -> dict:
