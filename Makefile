@@ -8,6 +8,7 @@
 #   make freeze    record the current version as released (before bumping it; see sql/build.py)
 
 VENV       ?= /opt/plpy_anon/venv
+export VENV              # docker/setup-debian.sh reads it
 PG_CONFIG  ?= /usr/lib/postgresql/15/bin/pg_config
 # (not PYTHON: PGXS defines that as the interpreter PL/Python was built with)
 VPYTHON     = $(VENV)/bin/python
