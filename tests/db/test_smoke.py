@@ -1,4 +1,7 @@
 """The extension installs, its backend runs the venv's packages, and nothing is open to PUBLIC."""
+import psycopg
+import pytest
+
 import plpy_anon
 
 
@@ -31,3 +34,25 @@ def test_every_function_pins_search_path(db):
         WHERE n.nspname = 'anon'
           AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%')""").fetchall()
     assert rows == []
+
+
+def test_errors_reach_the_client_without_plpython_prefix(db):
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as info:
+        db.execute("SELECT anon.mondrian_view('pg_catalog.pg_class', k => 1)")
+    assert info.value.diag.message_primary.startswith("k must be at least 2")
+    assert "k => 2" in info.value.diag.message_hint
+
+
+def test_user_facing_functions_are_wrapped(db):
+    """Every anon.f the user calls is PL/pgSQL around anon._py_f (890-error-messages.sql), with
+    the same arguments, so no PL/Python prefix reaches users."""
+    rows = db.execute("""
+        SELECT p.proname, l.lanname,
+               EXISTS (SELECT 1 FROM pg_proc q WHERE q.pronamespace = p.pronamespace
+                       AND q.proname = '_py_' || p.proname AND q.proargtypes = p.proargtypes)
+        FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace JOIN pg_language l ON l.oid = p.prolang
+        WHERE n.nspname = 'anon' AND p.proname NOT LIKE '\\_%'""").fetchall()
+    assert rows
+    assert [r for r in rows if r[1] == "plpython3u"] == []
+    wrapped = [r[0] for r in rows if r[1] == "plpgsql" and r[2]]
+    assert "mondrian_view" in wrapped and "refresh" in wrapped
