@@ -47,9 +47,9 @@ from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import _column_for, check_k, class_literals, output_type
+from plpy_anon.db.mondrian import check_k, class_literals, column_for, output_type
 from plpy_anon.db.reader import read_columns
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "break_merge"
 RESERVED = ("gid", "weight", "_gid", "_attribute", "_value", "_count")
@@ -326,7 +326,7 @@ def _st_columns(tables):
 
 def _parameters(release):
     params = release["parameters"]
-    return json.loads(params) if isinstance(params, str) else params
+    return jsonb(params)
 
 
 @dataclass
@@ -348,8 +348,8 @@ def partition_source(plpy, release, params) -> SourcePartition:
     started = time.monotonic()
     tbl = catalog.table(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [_column_for(tbl, cols, n) for n in params["quasi_identifiers"]]
-    sens = [_column_for(tbl, cols, n) for n in params["sensitive"]]
+    qis = [column_for(tbl, cols, n) for n in params["quasi_identifiers"]]
+    sens = [column_for(tbl, cols, n) for n in params["sensitive"]]
     numeric = [c for c in qis if c.kind == "numeric"]
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
     k = int(params["k"])

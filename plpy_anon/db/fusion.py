@@ -35,7 +35,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.reader import read_columns
-from plpy_anon.db.sqltext import ident
+from plpy_anon.db.sqltext import ident, jsonb
 
 METHOD = "fusion"
 # Numbers MDAV can average and the attacker can estimate: integers and floats, not dates.
@@ -126,7 +126,7 @@ def _read_auxiliary(plpy, auxiliary, auxiliary_identifier):
 def _rules(rules):
     if rules is None:
         return None
-    parsed = json.loads(rules) if isinstance(rules, str) else rules
+    parsed = jsonb(rules)
     if not isinstance(parsed, list):
         raise InvalidParameter(
             "rules must be a JSON array of rules",
@@ -226,7 +226,7 @@ def fusion_scan_of(plpy, release):
             f'release "{release}" was made by method {row["method"]}, not by a fusion scan',
             hint="See SELECT release_name FROM anon.releases WHERE method = 'fusion'.")
     params = row["parameters"]
-    params = json.loads(params) if isinstance(params, str) else params
+    params = jsonb(params)
     return [tuple(r[c] for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],)
             for r in params["scan"]]
 
@@ -238,7 +238,7 @@ def partition(plpy, GD, release_id: int):
     started = time.monotonic()
     release = releases.by_id(plpy, release_id)
     params = release["parameters"]
-    params = json.loads(params) if isinstance(params, str) else params
+    params = jsonb(params)
     tbl = catalog.table(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     missing = [n for n in [params["identifier"], *params["attributes"]] if n not in cols]

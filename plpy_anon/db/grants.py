@@ -11,11 +11,9 @@ granted to analysts.
 """
 from __future__ import annotations
 
-import json
-
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import ident, jsonb, run
 
 
 def check_role(plpy, role: str) -> str:
@@ -53,7 +51,7 @@ def restricted_to(release: dict) -> list[str] | None:
     """The roles a release is meant for when its method restricts it (``parameters.grantees``,
     e.g. a trust-aware release made for one requester), else None: every analyst reads it."""
     params = release["parameters"]
-    params = json.loads(params) if isinstance(params, str) else params
+    params = jsonb(params)
     grantees = (params or {}).get("grantees")
     return None if grantees is None else list(grantees)
 

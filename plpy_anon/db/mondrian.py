@@ -41,7 +41,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.reader import TableData, read_columns
-from plpy_anon.db.sqltext import ident
+from plpy_anon.db.sqltext import ident, jsonb
 
 METHOD = "mondrian"
 EPOCH_DATE = np.datetime64("2000-01-01", "D")
@@ -221,14 +221,14 @@ class ReleaseRows:
 
 def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     """Read the columns a Mondrian-family release needs in one query and encode its QIs."""
-    params = _json(release["parameters"])
+    params = jsonb(release["parameters"])
     tbl = catalog.table(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [_column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
+    qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
     l = params.get("l")
-    sens = [_column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
+    sens = [column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
     target_name = params.get("target") if with_target else None
-    target_col = [_column_for(tbl, cols, target_name)] if target_name else []
+    target_col = [column_for(tbl, cols, target_name)] if target_name else []
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
     extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
@@ -272,9 +272,6 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     return ReleaseRows(tbl, k, l, qis, encoded, pd.DataFrame(frame), sensitive, target, data)
 
 
-def _json(value):
-    return json.loads(value) if isinstance(value, str) else value
-
 
 def _unique(cols):
     seen, out = set(), []
@@ -299,11 +296,13 @@ def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
     return positions
 
 
-def int_array_literal(values: np.ndarray) -> str:
+def int_array_literal(values) -> str:
+    """An int[] literal of a 1-D integer array (parsed by array_in, in C, on the SQL side)."""
     return "{" + ",".join(map(str, values.tolist())) + "}"
 
 
-def _column_for(tbl, cols, name):
+def column_for(tbl, cols: dict, name: str):
+    """The column ``name`` a release was made with; a clear error when the table lost it."""
     if name not in cols:
         raise InvalidParameter(
             f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
@@ -360,6 +359,3 @@ def array_element(value) -> str:
         return "NULL"
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-
-def array_literal(values) -> str:
-    return "{" + ",".join(array_element(v) for v in values) + "}"

@@ -23,7 +23,6 @@ survives rounding to integers, otherwise with the decimals they need), float col
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -44,7 +43,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.reader import read_columns
-from plpy_anon.db.sqltext import ident
+from plpy_anon.db.sqltext import ident, jsonb
 
 METHOD = "pattern"
 # source type -> the type the substituted values are released as
@@ -121,7 +120,7 @@ def _parse_bounds(bounds, names):
     """``{"age": [1, 120]}`` (jsonb, arriving as text) -> the same dict, checked."""
     if bounds is None:
         return {}
-    parsed = json.loads(bounds) if isinstance(bounds, str) else bounds
+    parsed = jsonb(bounds)
     if not isinstance(parsed, dict):
         raise InvalidParameter("bounds must be a JSON object of column -> [low, high]",
                                hint='e.g. bounds => \'{"age": [1, 120]}\'')
@@ -159,7 +158,7 @@ def run_release(plpy, GD, release_id: int):
     started = time.monotonic()
     release = releases.by_id(plpy, release_id)
     params = release["parameters"]
-    params = json.loads(params) if isinstance(params, str) else params
+    params = jsonb(params)
     tbl = catalog.table(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     substituted = [_still_there(tbl, cols, name) for name in params["columns"]]
@@ -273,7 +272,7 @@ def distortion_report(plpy, source, release_name):
             f"not from {tbl.schema}.{tbl.name}",
             hint=f"Call anon.distortion('{made_from.schema}.{made_from.name}', ...).")
     metrics = release["metrics"]
-    metrics = json.loads(metrics) if isinstance(metrics, str) else metrics
+    metrics = jsonb(metrics)
     rows = [(name, m["distortion"], m["rank_correlation"], m["preserved_fraction"])
             for name, m in metrics.get("columns", {}).items()]
     rows.append((None, metrics.get("distortion"), None, None))

@@ -15,7 +15,6 @@ profile (``anon.learn_priorities`` first).
 """
 from __future__ import annotations
 
-import json
 import time
 
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
@@ -24,7 +23,7 @@ from plpy_anon.core.workload import normalize_weights, released_values, weighted
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import mondrian, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.sqltext import run
+from plpy_anon.db.sqltext import jsonb, run
 
 METHOD = "prioritized_mondrian"
 
@@ -47,7 +46,7 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
     parameters = mondrian.base_parameters(plpy, tbl, roles, qis, sens, k, l)
     parameters.update({
         "priorities": weights, "priorities_origin": origin, "target": target,
-        "metric_weights": _json(metric_weights), "cut_points": cuts,
+        "metric_weights": jsonb(metric_weights), "cut_points": cuts,
         "cut_tolerance": cut_tolerance,
     })
     # validate what the partitioning run will use now: its errors would surface wrapped in the
@@ -65,13 +64,10 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
     return releases.qualified_name(plpy, row)
 
 
-def _json(value):
-    return json.loads(value) if isinstance(value, str) else value
-
 
 def resolve_priorities(plpy, tbl, priorities, qi_names):
     """(normalized weights over the QIs or None, origin) from the ``priorities`` argument."""
-    value = _json(priorities) if isinstance(priorities, str) and priorities.strip()[:1] in "{[" \
+    value = jsonb(priorities) if isinstance(priorities, str) and priorities.strip()[:1] in "{[" \
         else priorities
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None, None
@@ -114,7 +110,7 @@ def learned_cut_points(plpy, tbl, qi_names):
             f"no workload profile for {tbl.schema}.{tbl.name}: cut points are learned with it",
             hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or pass "
                  "cut_points => false.")
-    stored = _json(rows[0]["cut_points"]) or {}
+    stored = jsonb(rows[0]["cut_points"]) or {}
     return {c: cuts for c, cuts in stored.items() if c in qi_names}
 
 
@@ -122,7 +118,7 @@ def learned_cut_points(plpy, tbl, qi_names):
 
 def model_for(release):
     """The core model a Mondrian-family release was made with."""
-    params = _json(release["parameters"])
+    params = jsonb(release["parameters"])
     return PrioritizedMondrian(
         k=int(params["k"]), l=params.get("l"), priorities=params.get("priorities"),
         metric_weights=params.get("metric_weights"),
@@ -135,7 +131,7 @@ def model_for(release):
 def partition(plpy, GD, release_id: int):
     started = time.monotonic()
     release = releases.by_id(plpy, release_id)
-    params = _json(release["parameters"])
+    params = jsonb(release["parameters"])
     rows = mondrian.load_release_rows(plpy, release)
     read_s = time.monotonic() - started
     t0 = time.monotonic()

@@ -25,7 +25,7 @@ from plpy_anon.core.errors import DuplicateObject, InvalidParameter, UndefinedOb
 from plpy_anon.db import grants, refreshing
 from plpy_anon.db.columns import Table
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import ident, jsonb, run
 
 RUNS_KEY = "plpy_anon.runs"
 
@@ -222,7 +222,7 @@ def owned_relations(plpy, release: dict) -> list[str]:
     """The relations a release owns: its main relation plus any listed in parameters.objects
     (dependents first, so views over tables drop cleanly)."""
     params = release["parameters"]
-    params = json.loads(params) if isinstance(params, str) else params
+    params = jsonb(params)
     return list(params.get("objects", [])) + [release["release_name"]]
 
 

@@ -1,6 +1,8 @@
 """Building SQL text safely inside the backend: quoted identifiers, cached prepared statements."""
 from __future__ import annotations
 
+import json
+
 
 def ident(plpy, *parts: str) -> str:
     """A (possibly qualified) identifier, each part quoted as needed: ident(plpy, 'My Schema', 't')."""
@@ -21,3 +23,8 @@ def run(plpy, query: str, types: list[str] | tuple = (), args: list | tuple = ()
         plan = plpy.prepare(query, list(types))
         _PLANS[key] = plan
     return plpy.execute(plan, list(args))
+
+
+def jsonb(value):
+    """A jsonb value as Python data: PL/Python hands jsonb over as text (and SQL NULL as None)."""
+    return json.loads(value) if isinstance(value, str) else value

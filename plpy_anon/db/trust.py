@@ -42,9 +42,14 @@ from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import grants, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import generalized_release_query, release_positions
+from plpy_anon.db.mondrian import (
+    column_for,
+    generalized_release_query,
+    int_array_literal,
+    release_positions,
+)
 from plpy_anon.db.reader import read_columns
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "trust"
 OUTCOMES = {"good": 1.0, "bad": 0.0, "neutral": 0.5}
@@ -167,7 +172,7 @@ def evaluate(plpy, requester, *, history_weight, half_life_days):
         _requester(plpy, requester)  # raises the clear error
     row = rows[0]
     histories = row["histories"]
-    histories = json.loads(histories) if isinstance(histories, str) else histories
+    histories = jsonb(histories)
     weights = [w if w is not None else _recommender_trust(histories.get(name), half_life_days)
                for name, w in zip(row["recommenders"], row["weights"])]
     scores = evaluate_trust(row["outcomes"], row["ages"], row["ratings"], weights,
@@ -198,7 +203,7 @@ def _purpose(plpy, purpose) -> dict:
         raise UndefinedObject(f'purpose "{purpose}" does not exist',
                               hint="Define it first with anon.define_purpose(purpose, priorities => ...).")
     priorities = rows[0]["priorities"]
-    return json.loads(priorities) if isinstance(priorities, str) else priorities
+    return jsonb(priorities)
 
 
 def _read_frame(plpy, tbl, cols) -> pd.DataFrame:
@@ -232,7 +237,7 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
                                hint="""E.g. priorities => '{"age": 1}' or derive_from => 'adult', most_useful => 'education', least_useful => 'race'.""")
     source, derivation = None, None
     if priorities is not None:
-        given = json.loads(priorities) if isinstance(priorities, str) else priorities
+        given = jsonb(priorities)
         if not isinstance(given, dict):
             raise InvalidParameter("priorities must be a JSON object {column: priority}",
                                    hint="""E.g. '{"age": 1, "sex": 0.9}'::jsonb.""")
@@ -335,7 +340,7 @@ def _level_weights(level_weights, qi_names) -> dict:
     """``{"column": [w1, ..., wH]}`` for quasi-identifiers; lengths are checked by the core."""
     if level_weights is None:
         return {}
-    weights = json.loads(level_weights) if isinstance(level_weights, str) else level_weights
+    weights = jsonb(level_weights)
     if not isinstance(weights, dict) or not all(isinstance(w, list) for w in weights.values()):
         raise InvalidParameter("level_weights must be a JSON object {column: [w1, ..., wH]}",
                                hint="""E.g. '{"age": [1, 1, 2, 4, 8]}': one weight per hierarchy step.""")
@@ -365,7 +370,7 @@ def restrict_grants(plpy, release, role) -> None:
 
 def _notice_cost(plpy, release) -> None:
     metrics = release["metrics"]
-    metrics = json.loads(metrics) if isinstance(metrics, str) else metrics
+    metrics = jsonb(metrics)
     cost = metrics.get("cost", {})
     extra = sum(cost.get("extra_levels", {}).values())
     if extra or cost.get("rows_suppressed"):
@@ -393,10 +398,10 @@ def partition(plpy, GD, release_id: int):
     started = time.monotonic()
     release = releases.by_id(plpy, release_id)
     params = release["parameters"]
-    params = json.loads(params) if isinstance(params, str) else params
+    params = jsonb(params)
     tbl = catalog.table(plpy, release["source"])
     by_name = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [_column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
+    qis = [column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
     half_life = params["half_life_days"] if params["half_life_days"] is not None else math.inf
     scores, _, _ = evaluate(plpy, params["requester"], history_weight=params["history_weight"],
                             half_life_days=half_life)
@@ -432,18 +437,6 @@ def partition(plpy, GD, release_id: int):
     positions = release_positions(class_ids + 1, seed=release_id)
     return {"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),
             "row_positions": int_array_literal(positions), "classes": json.dumps(classes)}
-
-
-def int_array_literal(values) -> str:
-    return "{" + ",".join(map(str, np.asarray(values).tolist())) + "}"
-
-
-def _column_for(tbl, by_name, name):
-    if name not in by_name:
-        raise InvalidParameter(
-            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
-            hint="Recreate the release with replace => true after changing the table.")
-    return by_name[name]
 
 
 def _check_no_nulls(tbl, frame) -> None:

@@ -35,7 +35,7 @@ from plpy_anon.core.workload import (
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import mondrian, prioritized_mondrian, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.sqltext import run
+from plpy_anon.db.sqltext import jsonb, run
 from plpy_anon.querylog.priorities import PriorityLearner
 
 MONDRIAN_METHODS = ("mondrian", "prioritized_mondrian")
@@ -166,7 +166,7 @@ class _ReleaseEvaluation:
                 f"release {name} was made by method {self.release['method']!r}; the report "
                 "re-derives Mondrian classes",
                 hint=f"Use it on releases of {', '.join(MONDRIAN_METHODS)}.")
-        self.params = prioritized_mondrian._json(self.release["parameters"])
+        self.params = jsonb(self.release["parameters"])
         rows = mondrian.load_release_rows(plpy, self.release)
         self.tbl, self.qis, self.encoded, self.frame = rows.tbl, rows.qis, rows.encoded, rows.frame
         model = prioritized_mondrian.model_for(self.release).fit(
