@@ -135,11 +135,16 @@ def default_role(col: Column) -> str:
 
 
 def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, identifiers=None,
-                  cols: list[Column] | None = None) -> list[tuple[Column, str]]:
-    """Every column of the table with the role it takes in this release, in table order."""
+                  cols: list[Column] | None = None, detect: bool = True) -> list[tuple[Column, str]]:
+    """Every column of the table with the role it takes in this release, in table order.
+
+    With ``detect`` (releases), columns that would be quasi-identifiers by DEFAULT (undeclared,
+    not in the call's lists, no explicit quasi_identifiers list) are checked by the identifier
+    detector first: one that looks identifying refuses the release (see db/identifiers.py)."""
     cols = cols if cols is not None else table_columns(plpy, tbl)
     roles = {c.name: default_role(c) for c in cols}
-    for name, role in declared_roles(plpy, tbl).items():
+    declared = declared_roles(plpy, tbl)
+    for name, role in declared.items():
         if name in roles:  # a declaration for a column dropped since is ignored
             roles[name] = role
     given: dict[str, str] = {}
@@ -160,6 +165,10 @@ def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, i
             if role == "quasi_identifier" and name not in given:
                 roles[name] = "ignored"
     roles.update(given)
+    if detect and quasi_identifiers is None:
+        from plpy_anon.db.identifiers import check_undeclared
+        check_undeclared(plpy, tbl, [c for c in cols if roles[c.name] == "quasi_identifier"
+                                     and c.name not in declared and c.name not in given])
     return [(c, roles[c.name]) for c in cols]
 
 
@@ -197,7 +206,7 @@ def describe_roles(plpy, source):
     declared = declared_roles(plpy, tbl)
     with_hierarchy = set(hierarchy_columns(plpy, tbl))
     rows = []
-    for col, role in resolve_roles(plpy, tbl):
+    for col, role in resolve_roles(plpy, tbl, detect=False):
         rows.append((col.name, col.display_type, role, col.name in declared,
                      released_as(col, role, col.name in with_hierarchy)))
     return rows
