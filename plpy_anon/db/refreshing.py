@@ -1,18 +1,33 @@
-"""Refreshing releases without analysts ever seeing an empty or half-built one.
+"""Refreshing releases without analysts ever seeing an empty or half-built one, or queueing.
 
-A release that is one materialized view is refreshed by **build and swap**: the view's own query
+A release that is one materialized view (plus, optionally, plain views of its own over it, listed
+in ``parameters.objects``) is refreshed by **build and swap**: the view's own query
 (``pg_get_viewdef``) builds a new materialized view beside the old one -- the long part, during
 which readers keep reading the old release without waiting -- then, in the same transaction, the
 old view is dropped and the new one renamed into its place with the old owner, privileges,
-comment and indexes. Readers wait only for that swap (milliseconds) and then see the new release;
-PostgreSQL re-resolves the name after the lock wait, so they never see an error or an empty
-relation. Plain ``REFRESH MATERIALIZED VIEW`` would hold an ACCESS EXCLUSIVE lock for the whole
-rebuild (readers block for minutes), and ``REFRESH ... CONCURRENTLY`` needs a unique index that a
-k-anonymous release (duplicate rows by design) cannot have. When other objects depend on the view
-(a DBA's view on top of it), dropping it is impossible, so such a release falls back to an
-in-place REFRESH: consistent, but readers wait for the whole rebuild.
+comment and indexes (the release's own views are recreated over it). Readers wait only for that
+swap (milliseconds) and then see the new release; PostgreSQL re-resolves the name after the lock
+wait, so they never see an error or an empty relation.
 
-A method whose release is several relations keeps its own ``refresh_release`` (see releases.py).
+* Every snapshot sees the new release: it is built with ``CREATE ... WITH NO DATA`` then
+  ``REFRESH``, which writes frozen rows. (``CREATE MATERIALIZED VIEW ... AS`` would stamp them
+  with our transaction id: a REPEATABLE READ / SERIALIZABLE reader whose snapshot predates the
+  refresh would find the swapped-in release empty.)
+* The swap never sits in the lock queue in front of readers: its ACCESS EXCLUSIVE lock is taken
+  in attempts of ``plpy_anon.swap_lock_timeout`` (default 200ms; readers arriving meanwhile wait
+  at most that long), backing off between attempts, for at most ``plpy_anon.swap_wait`` (default
+  60s) in all; then the refresh fails with SQLSTATE 55P03 (lock_not_available), recorded like
+  any failure, and the old release stays.
+
+Plain REFRESH MATERIALIZED VIEW would hold an ACCESS EXCLUSIVE lock for the whole rebuild
+(readers block for minutes), and ``REFRESH ... CONCURRENTLY`` needs a unique index that a
+k-anonymous release (duplicate rows by design) cannot have. When other objects depend on the
+release (a DBA's view on top of it), dropping it is impossible, so such a release falls back to
+an in-place REFRESH (taking its lock the same bounded way): consistent, but readers wait for the
+whole rebuild.
+
+A method whose release is built otherwise keeps its own ``refresh_release`` (see releases.py);
+Break-Merge's calls ``rebuild_view`` (storage view + QIT/ST/merge views).
 
 A failed refresh leaves the old release (the rebuild runs in a subtransaction) and is recorded in
 ``anon.refresh_history`` and ``anon.releases.last_error`` through a short separate connection to

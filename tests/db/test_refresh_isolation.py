@@ -179,6 +179,12 @@ def made(request, db, schema):
         step()
 
 
+def catalog_stats(db, name):
+    schema, rel = name.replace('"', "").split(".")
+    return db.execute("SELECT row_count, metrics, refreshed_at, refresh_seconds FROM anon.releases "
+                      "WHERE release_schema = %s AND release_name = %s", (schema, rel)).fetchone()
+
+
 def counts(conn, relations):
     return tuple(conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] for rel in relations)
 
@@ -194,6 +200,7 @@ def test_readers_at_every_isolation_level_see_a_complete_release_after_refresh(d
         assert all(c > 0 for c in old)
         grow(db, next_id, next_id + 9)
         next_id += 10
+        before = catalog_stats(db, name)
         with connect() as reader:
             reader.execute(f"BEGIN ISOLATION LEVEL {level}")
             reader.execute("SELECT 1")                      # the snapshot, taken before the refresh
@@ -202,6 +209,10 @@ def test_readers_at_every_isolation_level_see_a_complete_release_after_refresh(d
             reader.execute("COMMIT")
         new = counts(db, relations)
         assert new != old, "the source grew: the new release must differ"
+        # what the partitioning run measured reached the catalog row of the real release
+        row_count, metrics, refreshed_at, seconds = catalog_stats(db, name)
+        assert row_count in new and row_count != before[0]
+        assert metrics is not None and seconds is not None and refreshed_at > before[2]
         if level == "READ COMMITTED":
             assert seen == new, (level, seen, new)
         else:                                   # old or new, whole: never 0, never a mix
@@ -328,3 +339,33 @@ def test_bad_swap_settings_fail_clearly_and_keep_the_release(db, connect, made):
             conn.execute("SELECT anon.refresh(%s)", (name,))
         assert "'30s'" in info.value.diag.message_hint
     assert counts(db, relations) == (200,)
+
+
+def test_break_merge_swap_keeps_its_views_and_falls_back_in_place_under_a_dba_view(db, made, schema):
+    name, relations, grow = made("break_merge")
+    role = f"iso_bm_reader_{next(_names)}"
+    db.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    try:
+        db.execute(sql.SQL("GRANT SELECT ON {}.bm_qit TO {}").format(sql.Identifier(schema), sql.Identifier(role)))
+        db.execute(f"COMMENT ON VIEW {schema}.bm_merged IS 'weights per combination'")
+        storage_before = db.execute("SELECT %s::regclass::oid", (name,)).fetchone()[0]
+        grow(db, 10_000, 10_009)
+        db.execute("SELECT anon.refresh(%s)", (name,))
+        assert db.execute("SELECT %s::regclass::oid", (name,)).fetchone()[0] != storage_before   # swapped
+        assert db.execute("SELECT has_table_privilege(%s, %s, 'SELECT')",
+                          (role, f"{schema}.bm_qit")).fetchone()[0]
+        assert db.execute("SELECT obj_description(%s::regclass, 'pg_class')",
+                          (f"{schema}.bm_merged",)).fetchone()[0] == "weights per combination"
+        assert db.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                          "WHERE n.nspname = %s AND c.relname LIKE '%%refresh%%'", (schema,)).fetchone()[0] == 0
+        assert counts(db, relations)[1] == 410                          # the QIT: one row per person
+        # a DBA's view over the merge view: no swap possible, the storage refreshes in place
+        db.execute(f"CREATE VIEW dba_summary AS SELECT count(*) AS n FROM {schema}.bm_merged")
+        grow(db, 10_010, 10_019)
+        storage_before = db.execute("SELECT %s::regclass::oid", (name,)).fetchone()[0]
+        row = db.execute("SELECT row_count FROM anon.refresh(%s)", (name,)).fetchone()
+        assert row == (420,) and counts(db, relations)[1] == 420
+        assert db.execute("SELECT %s::regclass::oid", (name,)).fetchone()[0] == storage_before
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
