@@ -6,8 +6,9 @@ Objects of a Break-Merge release ``<name>`` (all in the release schema):
 * ``<name>``: the release's storage, ONE materialized view holding both the QIT classes
   (generalized QIs, ``_gid``, ``_count`` rows, ``_attribute`` NULL) and every ST row
   (``_gid``, ``_attribute``, ``_value``, ``_count``). Because the QIT and the STs come out of the
-  same statement, ``REFRESH MATERIALIZED VIEW`` (what ``anon.refresh`` runs) rebuilds them from
-  one snapshot in one transaction: they cannot drift apart. It holds exactly what the QIT and the
+  same statement, a refresh (``anon.refresh`` builds a new storage beside the old and swaps it in;
+  a plain ``REFRESH MATERIALIZED VIEW`` works in place) rebuilds them from one snapshot in one
+  transaction: they cannot drift apart. It holds exactly what the QIT and the
   STs hold together, nothing more.
 * ``<name>_qit``: view, one row per individual: the generalized QIs exactly as ``anon.mondrian_view``
   shows them (same types, same literals) plus ``gid``. No sensitive value, no identifier.
@@ -221,13 +222,14 @@ def index_and_analyze(plpy, qualified, create_index=False):
 
 
 def refresh_release(plpy, GD, release):
-    """anon.refresh: rebuild the storage from one snapshot (the views follow), then re-analyze.
+    """anon.refresh: rebuild the storage from one snapshot beside the old one, analyze it, and swap
+    it in with the QIT/ST/merge views recreated over it (refreshing.rebuild_view): readers keep
+    the old release during the build, then see the new one whole -- at every isolation level,
+    the new storage's rows are frozen -- and the swap never queues in front of them for long.
+    When other objects depend on the views, the storage is refreshed in place instead."""
+    from plpy_anon.db import refreshing
 
-    In place, because the QIT/ST/merge views depend on the storage; the event trigger records the
-    run's statistics in the catalog."""
-    qualified = ident(plpy, release["release_schema"], release["release_name"])
-    plpy.execute(f"REFRESH MATERIALIZED VIEW {qualified}")
-    index_and_analyze(plpy, qualified)
+    refreshing.rebuild_view(plpy, GD, release, analyze=True)
 
 
 def create_views(plpy, schema, name, parameters):

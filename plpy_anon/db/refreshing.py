@@ -1,18 +1,33 @@
-"""Refreshing releases without analysts ever seeing an empty or half-built one.
+"""Refreshing releases without analysts ever seeing an empty or half-built one, or queueing.
 
-A release that is one materialized view is refreshed by **build and swap**: the view's own query
+A release that is one materialized view (plus, optionally, plain views of its own over it, listed
+in ``parameters.objects``) is refreshed by **build and swap**: the view's own query
 (``pg_get_viewdef``) builds a new materialized view beside the old one -- the long part, during
 which readers keep reading the old release without waiting -- then, in the same transaction, the
 old view is dropped and the new one renamed into its place with the old owner, privileges,
-comment and indexes. Readers wait only for that swap (milliseconds) and then see the new release;
-PostgreSQL re-resolves the name after the lock wait, so they never see an error or an empty
-relation. Plain ``REFRESH MATERIALIZED VIEW`` would hold an ACCESS EXCLUSIVE lock for the whole
-rebuild (readers block for minutes), and ``REFRESH ... CONCURRENTLY`` needs a unique index that a
-k-anonymous release (duplicate rows by design) cannot have. When other objects depend on the view
-(a DBA's view on top of it), dropping it is impossible, so such a release falls back to an
-in-place REFRESH: consistent, but readers wait for the whole rebuild.
+comment and indexes (the release's own views are recreated over it). Readers wait only for that
+swap (milliseconds) and then see the new release; PostgreSQL re-resolves the name after the lock
+wait, so they never see an error or an empty relation.
 
-A method whose release is several relations keeps its own ``refresh_release`` (see releases.py).
+* Every snapshot sees the new release: it is built with ``CREATE ... WITH NO DATA`` then
+  ``REFRESH``, which writes frozen rows. (``CREATE MATERIALIZED VIEW ... AS`` would stamp them
+  with our transaction id: a REPEATABLE READ / SERIALIZABLE reader whose snapshot predates the
+  refresh would find the swapped-in release empty.)
+* The swap never sits in the lock queue in front of readers: its ACCESS EXCLUSIVE lock is taken
+  in attempts of ``plpy_anon.swap_lock_timeout`` (default 200ms; readers arriving meanwhile wait
+  at most that long), backing off between attempts, for at most ``plpy_anon.swap_wait`` (default
+  60s) in all; then the refresh fails with SQLSTATE 55P03 (lock_not_available), recorded like
+  any failure, and the old release stays.
+
+Plain REFRESH MATERIALIZED VIEW would hold an ACCESS EXCLUSIVE lock for the whole rebuild
+(readers block for minutes), and ``REFRESH ... CONCURRENTLY`` needs a unique index that a
+k-anonymous release (duplicate rows by design) cannot have. When other objects depend on the
+release (a DBA's view on top of it), dropping it is impossible, so such a release falls back to
+an in-place REFRESH (taking its lock the same bounded way): consistent, but readers wait for the
+whole rebuild.
+
+A method whose release is built otherwise keeps its own ``refresh_release`` (see releases.py);
+Break-Merge's calls ``rebuild_view`` (storage view + QIT/ST/merge views).
 
 A failed refresh leaves the old release (the rebuild runs in a subtransaction) and is recorded in
 ``anon.refresh_history`` and ``anon.releases.last_error`` through a short separate connection to
@@ -23,6 +38,7 @@ server's Unix socket (the same path pg_cron uses), or ``plpy_anon.loopback_dsn``
 from __future__ import annotations
 
 import graphlib
+import random
 import re
 import time
 
@@ -78,29 +94,186 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
     return row
 
 
-def rebuild_view(plpy, GD, release: dict) -> None:
+def rebuild_view(plpy, GD, release: dict, *, analyze: bool = False) -> None:
+    """Build the release's materialized view beside the old one and swap it in; the release's own
+    views over it (``parameters.objects``, e.g. Break-Merge's QIT/ST/merge views) are recreated
+    on the new view with their owner, privileges and comment. ``analyze``: ANALYZE the new view
+    before the swap (the views' plans need statistics)."""
     from plpy_anon.db import releases
     schema, name = release["release_schema"], release["release_name"]
+    waits = SwapWaits.from_settings(plpy)          # bad settings fail before the long build
     rel = view_oid(plpy, schema, name)
-    if blocks_swap(plpy, rel):
+    views = owned_views(plpy, release)
+    if blocks_swap(plpy, rel, [oid for _, oid in views]):
         progress(plpy, "other objects depend on the release: refreshing in place (readers wait)")
+        lock_for_swap(plpy, release, [("MATERIALIZED VIEW", schema, name)], waits)
+        # REFRESH (not CREATE ... AS) writes frozen rows: a reader whose snapshot predates the
+        # refresh sees the new release, never an empty one. The event trigger records the stash.
         plpy.execute(f"REFRESH MATERIALIZED VIEW {ident(plpy, schema, name)}")
+        if analyze:
+            plpy.execute(f"ANALYZE {ident(plpy, schema, name)}")
         return
     saved = saved_properties(plpy, rel)
+    saved_views = [(view, saved_properties(plpy, oid)) for view, oid in views]
     temp = temp_name(name, release["release_id"])
     if releases.relation_exists(plpy, schema, temp):   # left by a crash? it is ours: replace it
         plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
     progress(plpy, "building the new release beside the old one (readers keep the old)")
     t0 = time.monotonic()
-    plpy.execute(f"CREATE MATERIALIZED VIEW {ident(plpy, schema, temp)} AS {saved['query']}")
+    build_frozen(plpy, ident(plpy, schema, temp), saved["query"])
     stats = releases.take_run(GD, release["release_id"])
     if stats is not None:     # the whole build (SQL join included), not only the Python part
         stats["seconds"] = time.monotonic() - t0
+    if analyze:
+        plpy.execute(f"ANALYZE {ident(plpy, schema, temp)}")
     progress(plpy, "swapping in the new release")
+    lock_for_swap(plpy, release, [("VIEW", schema, v) for v, _ in views] + [("MATERIALIZED VIEW", schema, name)],
+                  waits)
+    for view, _ in views:                                   # dependents first (parameters.objects)
+        plpy.execute(f"DROP VIEW {ident(plpy, schema, view)}")
     plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, name)}")
     plpy.execute(f"ALTER MATERIALIZED VIEW {ident(plpy, schema, temp)} RENAME TO {plpy.quote_ident(name)}")
     restore_properties(plpy, ident(plpy, schema, name), saved)
+    for view, view_saved in reversed(saved_views):          # what they read first
+        plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
+        restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
     releases.record(plpy, release["release_id"], stats)
+
+
+def build_frozen(plpy, qualified: str, query: str) -> None:
+    """Create a materialized view whose rows every snapshot sees.
+
+    ``CREATE MATERIALIZED VIEW ... AS`` writes rows stamped with our transaction id: a REPEATABLE
+    READ or SERIALIZABLE reader whose snapshot is older finds the swapped-in relation EMPTY. A
+    non-concurrent ``REFRESH`` writes its new heap with frozen tuples (TABLE_INSERT_FROZEN),
+    visible to every snapshot, as a plain REFRESH of a release would be. Nobody can read the new
+    view before we commit, so the REFRESH waits for no one. The event trigger ignores it (the view
+    is not in the catalog): the run's statistics stay stashed for ``releases.record``."""
+    plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query} WITH NO DATA")
+    plpy.execute(f"REFRESH MATERIALIZED VIEW {qualified}")
+
+
+def owned_views(plpy, release: dict) -> list[tuple[str, int]]:
+    """The plain views a release owns besides its main relation (``parameters.objects``, in that
+    order: dependents first), with their OIDs; objects that are not views are not swapped."""
+    from plpy_anon.db.sqltext import jsonb
+    objects = (jsonb(release.get("parameters")) or {}).get("objects", [])
+    if not objects:
+        return []
+    rows = run(plpy, """
+        SELECT c.relname::text AS name, c.oid FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = ANY($2) AND c.relkind = 'v'""",
+        ["text", "text[]"], [release["release_schema"], list(objects)])
+    oids = {r["name"]: r["oid"] for r in rows}
+    return [(o, oids[o]) for o in objects if o in oids]
+
+
+# ---------------------------------------------------------------------------- bounded lock waits
+
+DEFAULT_ATTEMPT = 0.2        # plpy_anon.swap_lock_timeout: one lock attempt, seconds
+DEFAULT_WAIT = 60.0          # plpy_anon.swap_wait: all attempts together, seconds
+MAX_PAUSE = 2.0              # longest pause between attempts, seconds
+DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|ms|s|min|h|d)?\s*$")
+UNIT_SECONDS = {"us": 1e-6, "ms": 1e-3, None: 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class LockNotAvailable(AnonError):
+    """The swap could not take its lock within plpy_anon.swap_wait: long readers hold the release."""
+
+    sqlstate = "55P03"
+
+
+def parse_duration(setting: str, value: str | None, default: float) -> float:
+    """A duration setting in seconds: '200ms', '30s', '5min', '1h'; a bare number is milliseconds
+    (as for lock_timeout). Unset or empty: ``default``."""
+    if value is None or not value.strip():
+        return default
+    match = DURATION.match(value.strip().lower())
+    if match is None:
+        raise InvalidParameter(f"{setting} = '{value}' is not a duration",
+                               hint=f"Use e.g. SET {setting} = '200ms', '30s' or '5min' (a bare number is milliseconds).")
+    return float(match.group(1)) * UNIT_SECONDS[match.group(2)]
+
+
+class SwapWaits:
+    """How long the swap may wait for readers: ``attempt`` seconds per lock attempt (readers that
+    arrive meanwhile queue behind it for at most that long), ``total`` seconds in all."""
+
+    def __init__(self, attempt: float, total: float):
+        self.attempt, self.total = attempt, total
+
+    @classmethod
+    def from_settings(cls, plpy) -> SwapWaits:
+        row = run(plpy, """
+            SELECT pg_catalog.current_setting('plpy_anon.swap_lock_timeout', true) AS attempt,
+                   pg_catalog.current_setting('plpy_anon.swap_wait', true) AS total""")[0]
+        attempt = parse_duration("plpy_anon.swap_lock_timeout", row["attempt"], DEFAULT_ATTEMPT)
+        total = parse_duration("plpy_anon.swap_wait", row["total"], DEFAULT_WAIT)
+        if attempt < 0.001:
+            raise InvalidParameter(f"plpy_anon.swap_lock_timeout must be at least 1ms, got '{row['attempt']}'",
+                                   hint="Use e.g. SET plpy_anon.swap_lock_timeout = '200ms'.")
+        return cls(attempt, total)
+
+
+def lock_for_swap(plpy, release: dict, relations: list[tuple[str, str, str]], waits: SwapWaits) -> None:
+    """ACCESS EXCLUSIVE locks on ``relations`` ((kind, schema, name): what the swap drops or the
+    in-place REFRESH rewrites) without ever sitting in the lock queue in front of readers for
+    more than ``waits.attempt``: each attempt runs in a subtransaction with a short lock_timeout;
+    between attempts the queue is free (new readers pass) while we back off; after
+    ``waits.total`` the refresh gives up with SQLSTATE 55P03 and the old release stays.
+
+    The lock is taken with ``ALTER ... OWNER TO <its owner>``: a no-op that takes ACCESS
+    EXCLUSIVE (LOCK TABLE refuses materialized views)."""
+    targets = run(plpy, """
+        SELECT c.oid, t.kind, pg_catalog.quote_ident(t.schema) || '.' || pg_catalog.quote_ident(t.name) AS qualified,
+               pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.relowner)) AS owner
+        FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))
+             WITH ORDINALITY AS t(kind, schema, name, i)
+        JOIN pg_catalog.pg_namespace n ON n.nspname = t.schema
+        JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.name
+        ORDER BY t.i""", ["text[]", "text[]", "text[]"],
+        [[r[0] for r in relations], [r[1] for r in relations], [r[2] for r in relations]])
+    if not targets:
+        return
+    assert all(t["kind"] in ("VIEW", "MATERIALIZED VIEW") for t in targets)   # ours, never user text
+    previous = run(plpy, "SELECT pg_catalog.current_setting('lock_timeout') AS v")[0]["v"]
+    attempt_ms = max(1, round(waits.attempt * 1000))
+    t0, pause, attempts = time.monotonic(), 0.05, 0
+    while True:
+        attempts += 1
+        try:
+            with plpy.subtransaction():
+                run(plpy, "SELECT pg_catalog.set_config('lock_timeout', $1, true)", ["text"], [f"{attempt_ms}ms"])
+                for t in targets:
+                    plpy.execute(f"ALTER {t['kind']} {t['qualified']} OWNER TO {t['owner']}")
+        except plpy.spiexceptions.LockNotAvailable:
+            waited = time.monotonic() - t0
+            if waited + pause > waits.total:
+                raise gave_up(plpy, release, targets, waited, attempts, waits) from None
+            run(plpy, "SELECT pg_catalog.pg_sleep($1)", ["float8"], [pause * random.uniform(0.5, 1.0)])
+            pause = min(pause * 2, MAX_PAUSE)
+            continue
+        finally:
+            run(plpy, "SELECT pg_catalog.set_config('lock_timeout', $1, true)", ["text"], [previous])
+        if attempts > 1:
+            progress(plpy, f"swap lock taken after {attempts} attempts ({time.monotonic() - t0:.2f} s)")
+        return
+
+
+def gave_up(plpy, release, targets, waited, attempts, waits) -> LockNotAvailable:
+    holders = run(plpy, """
+        SELECT pg_catalog.string_agg(DISTINCT l.pid::text, ', ') AS pids FROM pg_catalog.pg_locks l
+        WHERE l.relation = ANY($1) AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()""",
+        ["oid[]"], [[t["oid"] for t in targets]])[0]["pids"]
+    return LockNotAvailable(
+        f"refresh of release {qualified_text(release)} gave up after waiting {waited:.1f} s for "
+        f"transactions reading it to finish; the previous release is kept",
+        detail=f"{attempts} lock attempts of {waits.attempt * 1000:.0f} ms each within "
+               f"plpy_anon.swap_wait = {waits.total:g} s; backends holding it: {holders or 'none left'}.",
+        hint="Long-running transactions are reading the release (see pg_stat_activity for those "
+             "backends): let them finish or end them, or allow a longer wait, e.g. "
+             "SET plpy_anon.swap_wait = '10min', and refresh again.")
 
 
 def view_oid(plpy, schema: str, name: str) -> int:
@@ -119,19 +292,23 @@ def view_oid(plpy, schema: str, name: str) -> int:
     return rows[0]["oid"]
 
 
-def blocks_swap(plpy, rel: int) -> bool:
-    """True when dropping the view is impossible or unsafe: other relations' rules depend on it,
-    or a catalog row names it as a source (regclass columns hold the OID a swap would change)."""
+def blocks_swap(plpy, rel: int, own_views: list[int] = ()) -> bool:
+    """True when dropping the view (and the release's own views over it, which the swap
+    recreates) is impossible or unsafe: other relations' rules depend on them, or a catalog row
+    names one as a source (regclass columns hold the OID a swap would change)."""
     rows = run(plpy, """
+        WITH swapped AS (SELECT pg_catalog.unnest(pg_catalog.array_append($2, $1)) AS oid)
         SELECT EXISTS (
             SELECT 1 FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_rewrite w ON w.oid = d.objid
-            WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refobjid = $1 AND w.ev_class <> $1)
-        OR EXISTS (SELECT 1 FROM anon.releases WHERE source = $1::regclass)
-        OR EXISTS (SELECT 1 FROM anon.column_roles WHERE source = $1::regclass)
+            WHERE d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.refobjid IN (SELECT oid FROM swapped)
+              AND w.ev_class NOT IN (SELECT oid FROM swapped))
+        OR EXISTS (SELECT 1 FROM anon.releases WHERE source::oid IN (SELECT oid FROM swapped))
+        OR EXISTS (SELECT 1 FROM anon.column_roles WHERE source::oid IN (SELECT oid FROM swapped))
         OR EXISTS (SELECT 1 FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_depend d
                    ON d.refclassid = 'pg_catalog.pg_extension'::regclass AND d.refobjid = e.oid
-                   WHERE d.classid = 'pg_catalog.pg_class'::regclass AND d.objid = $1) AS blocked""",
-        ["oid"], [rel])
+                   WHERE d.classid = 'pg_catalog.pg_class'::regclass
+                     AND d.objid IN (SELECT oid FROM swapped)) AS blocked""",
+        ["oid", "oid[]"], [rel, list(own_views)])
     return rows[0]["blocked"]
 
 
@@ -160,14 +337,14 @@ def saved_properties(plpy, rel: int) -> dict:
             "comment": row["comment"], "grants": list(row["grants"]), "indexes": list(row["indexes"])}
 
 
-def restore_properties(plpy, qualified: str, saved: dict) -> None:
+def restore_properties(plpy, qualified: str, saved: dict, kind: str = "MATERIALIZED VIEW") -> None:
     current = run(plpy, "SELECT current_user::text AS u")[0]["u"]
     if saved["owner"] != current:
-        plpy.execute(f"ALTER MATERIALIZED VIEW {qualified} OWNER TO {plpy.quote_ident(saved['owner'])}")
+        plpy.execute(f"ALTER {kind} {qualified} OWNER TO {plpy.quote_ident(saved['owner'])}")
     for grant in saved["grants"]:
         plpy.execute(grant.replace("%s", qualified, 1))
     if saved["comment"] is not None:
-        plpy.execute(f"COMMENT ON MATERIALIZED VIEW {qualified} IS {plpy.quote_literal(saved['comment'])}")
+        plpy.execute(f"COMMENT ON {kind} {qualified} IS {plpy.quote_literal(saved['comment'])}")
     for index in saved["indexes"]:       # the old indexes went with the old view; same names, same table name
         plpy.execute(index)
 

@@ -12,7 +12,7 @@ from plpy_anon.db import releases
 return releases.refresh(plpy, release, GD=GD)
 $$;
 COMMENT ON FUNCTION anon.refresh(text) IS
-    'Re-anonymizes a release from the source''s current data (REFRESH MATERIALIZED VIEW in one transaction: on failure the previous release stays) and returns its updated catalog row.';
+    'Re-anonymizes a release from the source''s current data and returns its updated catalog row. The new release is built beside the old one (readers keep the old) and swapped in, in one transaction; readers at every isolation level see the old or the new release whole. The swap takes its lock in attempts of plpy_anon.swap_lock_timeout (default 200ms: new readers never wait longer behind it) for at most plpy_anon.swap_wait in all (default 60s); past that, long-running readers still hold the release and the refresh fails with SQLSTATE 55P03. On any failure the previous release stays and the error is recorded in anon.refresh_history and anon.releases.last_error.';
 
 CREATE OR REPLACE FUNCTION anon.drop_release(release text, if_exists boolean DEFAULT false)
 RETURNS boolean

@@ -36,7 +36,7 @@ from plpy_anon.db import releases
 return releases.refresh_all(plpy, GD=GD)
 $$;
 COMMENT ON FUNCTION anon.refresh_all() IS
-    'Refreshes every release in dependency order, each on its own: status is refreshed, failed (recorded, old release kept) or skipped (built from a release that failed).';
+    'Refreshes every release in dependency order, each on its own: status is refreshed, failed (recorded, old release kept) or skipped (built from a release that failed). Each refresh waits for readers as anon.refresh does (plpy_anon.swap_lock_timeout, plpy_anon.swap_wait).';
 
 CREATE OR REPLACE FUNCTION anon._refresh_job_name(release_schema name, release_name name)
 RETURNS text
