@@ -166,3 +166,54 @@ def test_add_queries_refuses_non_positive_frequencies(db, frequencies):
     assert "argument frequencies" in info.value.diag.message_primary
     assert str(min(frequencies)) in info.value.diag.message_primary
     assert db.execute("SELECT count(*) FROM anon.workload").fetchone()[0] == before
+
+
+# ---------------------------------------------------------------------------- odd hierarchy values
+
+JOBS = """
+CREATE TABLE jobs (id int PRIMARY KEY, age int, job text);
+INSERT INTO jobs SELECT i, 20 + i % 30, (ARRAY[' a ', 'a', '', 'b '])[1 + i % 4]
+FROM generate_series(1, 80) i;
+"""
+ARRAY_PATHS = [[" a ", "A", "*"], ["a", "A", "*"], ["", "B", "*"], ["b ", "B", "*"]]
+CSV_PATHS = '" a ";A;*\na ; A ;*\n"";B;*\n"b " ;B;*;;\n\n'
+
+
+@pytest.mark.parametrize("how", ["array", "csv"])
+def test_hierarchy_labels_with_spaces_and_empty_strings(db, schema, how):
+    db.execute(JOBS)
+    if how == "array":
+        n = db.execute("SELECT anon.set_hierarchy('jobs', 'job', %s::text[])", (ARRAY_PATHS,)).fetchone()[0]
+    else:
+        n = db.execute("SELECT anon.set_hierarchy_csv('jobs', 'job', %s)", (CSV_PATHS,)).fetchone()[0]
+    assert n == 4
+    stored = db.execute("SELECT leaf, path FROM anon.hierarchies WHERE source = 'jobs'::regclass "
+                        "ORDER BY leaf").fetchall()
+    assert stored == [("", ["", "B", "*"]), (" a ", [" a ", "A", "*"]), ("a", ["a", "A", "*"]),
+                      ("b ", ["b ", "B", "*"])]
+    release = db.execute("SELECT anon.mondrian_view('jobs', k => 5, release_schema => %s)",
+                         (schema,)).fetchone()[0]
+    # From the released rows: k-anonymous, every job a hierarchy label, no row invented, and the
+    # odd leaves themselves are released where a class holds only them.
+    sizes = [r[0] for r in db.execute(f"SELECT count(*) FROM {release} GROUP BY age, job")]
+    assert sum(sizes) == 80 and min(sizes) >= 5
+    labels = {r[0] for r in db.execute("SELECT DISTINCT unnest(path) FROM anon.hierarchies "
+                                       "WHERE source = 'jobs'::regclass")}
+    released = dict(db.execute(f"SELECT job, count(*) FROM {release} GROUP BY job").fetchall())
+    assert set(released) <= labels
+    assert {" a ", ""} <= set(released)
+    for leaf, count in released.items():
+        if leaf not in ("A", "B", "*"):
+            assert count <= db.execute("SELECT count(*) FROM jobs WHERE job = %s", (leaf,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("csv, message", [
+    ('" a ;A;*\n', "unterminated quoted cell"),
+    ('" a "x;A;*\n', "text after a quoted cell"),
+])
+def test_hierarchy_csv_quoting_errors(db, schema, csv, message):
+    db.execute(JOBS)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match=message) as info:
+        db.execute("SELECT anon.set_hierarchy_csv('jobs', 'job', %s)", (csv,))
+    assert "line 1" in info.value.diag.message_primary
+    assert db.execute("SELECT count(*) FROM anon.hierarchies WHERE source = 'jobs'::regclass").fetchone()[0] == 0
