@@ -21,7 +21,7 @@ DECLARE
     volatility text;
     checks text;
     arg record;
-    note text := ' NULL for an argument with a default means the default; the other arguments must not be NULL.';
+    note text := ' NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
     nullable constant text[] := ARRAY[
         'set_column_role.role'              -- NULL removes the declaration
     ];
