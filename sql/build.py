@@ -39,13 +39,13 @@ DEFAULT_VENV = "/opt/plpy_anon/venv"
 BOOTSTRAP = '''\
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "{venv}"
+    _venv = {venv_literal}
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -59,7 +59,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "{version}":
         plpy.error("plpy_anon: the extension is version {version} but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv'''
 
 
@@ -117,8 +118,17 @@ def check_frozen() -> None:
                      f"not change; add a new incremental file instead")
 
 
+def bootstrap(venv: str, version: str) -> str:
+    """The venv path is a constant of the generated script: it is never read from a setting, since
+    any role may SET a custom setting (or have one set by ALTER ROLE/DATABASE ... SET), and the
+    environment decides which Python code the backend -- the postgres OS user -- runs."""
+    if not venv.startswith("/") or any(ch in venv for ch in "\n\r\0"):
+        sys.exit(f"build: --venv must be an absolute path, not {venv!r}")
+    return BOOTSTRAP.format(venv_literal=repr(venv.rstrip("/") or "/"), version=version)
+
+
 def section(path: Path, venv: str, version: str) -> str:
-    body = path.read_text().replace("#BOOTSTRAP", BOOTSTRAP.format(venv=venv, version=version))
+    body = path.read_text().replace("#BOOTSTRAP", bootstrap(venv, version))
     return f"\n-------------------------------------------------------------------------------\n" \
            f"-- {path.relative_to(SQL)}\n{body.rstrip()}\n"
 
@@ -221,7 +231,8 @@ def frozen_by_version() -> dict[str, set[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--venv", default=DEFAULT_VENV, help="default plpy_anon.venv baked in")
+    parser.add_argument("--venv", default=DEFAULT_VENV,
+                        help="the Python environment the backend loads (baked into the script)")
     parser.add_argument("--out", default=str(ROOT / "extension"))
     parser.add_argument("--freeze", action="store_true",
                         help="record the current version as released (versions.txt, frozen.txt)")

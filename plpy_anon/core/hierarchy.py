@@ -59,8 +59,12 @@ class Hierarchy:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_paths(cls, paths):
-        """Build from ``[[leaf, parent, ..., root], ...]`` (one path per leaf)."""
-        cleaned = [_collapse_repeats([str(x).strip() for x in p], i) for i, p in enumerate(paths)]
+        """Build from ``[[leaf, parent, ..., root], ...]`` (one path per leaf).
+
+        Labels are taken literally -- ``" a "`` and ``""`` are labels like any other, as a column
+        may hold them -- and ``None`` entries are padding (a NULL-padded SQL array)."""
+        cleaned = [_collapse_repeats([str(x) for x in p if x is not None], i)
+                   for i, p in enumerate(paths)]
         if not cleaned:
             raise InvalidParameter(
                 "the hierarchy has no rows",
@@ -113,18 +117,10 @@ class Hierarchy:
         """Build from ARX/Basic_Mondrian text: one ``leaf;parent;...;root`` row per leaf.
 
         ``text_or_path`` is a path (``os.PathLike``, or a one-line string naming an existing file or
-        containing no separator) or the file's text itself. Blank lines and empty trailing cells
-        are ignored.
+        containing no separator) or the file's text itself. Cells are parsed by :func:`csv_rows`:
+        blank lines and empty cells are ignored, a double-quoted cell is taken literally.
         """
-        text = _read_text(text_or_path, sep)
-        rows = []
-        for line in text.lstrip("\ufeff").splitlines():
-            cells = [c.strip() for c in line.split(sep)]
-            while cells and not cells[-1]:
-                cells.pop()
-            if cells:
-                rows.append(cells)
-        return cls.from_paths(rows)
+        return cls.from_paths(csv_rows(_read_text(text_or_path, sep), sep))
 
     # ------------------------------------------------------------------ queries
     def ancestor(self, leaf, level):
@@ -214,9 +210,72 @@ class Hierarchy:
         return counts
 
 
+def csv_rows(text, sep=";"):
+    """Rows of hierarchy CSV text (ARX style, one ``leaf;parent;...;root`` line per leaf).
+
+    An unquoted cell is stripped of surrounding spaces, and an empty one is padding (ignored), as
+    in ARX's files. A cell in double quotes is taken literally, for labels a column really holds:
+    ``" Private"`` keeps its leading space, ``""`` is the empty string, ``""`` inside quotes is
+    one quote. Blank lines are ignored.
+    """
+    if not isinstance(sep, str) or not sep or '"' in sep or "\n" in sep or "\r" in sep:
+        raise InvalidParameter(
+            f"the hierarchy separator {sep!r} cannot be used",
+            hint="use a non-empty separator without quotes or line breaks, e.g. ';' or ','",
+        )
+    rows = []
+    for number, line in enumerate(str(text).lstrip("\ufeff").splitlines(), start=1):
+        cells = _split_cells(line, sep, number)
+        if cells:
+            rows.append(cells)
+    return rows
+
+
+def _split_cells(line, sep, number):
+    cells, i, n = [], 0, len(line)
+    while i <= n:
+        j = i
+        while j < n and line[j].isspace() and not line.startswith(sep, j):
+            j += 1
+        if j < n and line[j] == '"':
+            value, k = [], j + 1
+            while True:
+                if k >= n:
+                    raise InvalidParameter(
+                        f"hierarchy line {number} has an unterminated quoted cell: {line!r}",
+                        hint='close the cell with a double quote; write "" for a quote inside it',
+                    )
+                if line[k] == '"':
+                    if line.startswith('"', k + 1):
+                        value.append('"')
+                        k += 2
+                        continue
+                    k += 1
+                    break
+                value.append(line[k])
+                k += 1
+            while k < n and line[k].isspace() and not line.startswith(sep, k):
+                k += 1
+            if k < n and not line.startswith(sep, k):
+                raise InvalidParameter(
+                    f"hierarchy line {number} has text after a quoted cell: {line!r}",
+                    hint=f"a quoted cell must be followed by the separator {sep!r} or the line end",
+                )
+            cells.append("".join(value))
+            end = k
+        else:
+            end = line.find(sep, i)
+            end = n if end < 0 else end
+            cell = line[i:end].strip()
+            if cell:
+                cells.append(cell)
+        i = end + len(sep)
+    return cells
+
+
 def _collapse_repeats(path, row):
     """Drop consecutive duplicates (ARX pads short paths by repeating a label); reject cycles."""
-    out = [x for i, x in enumerate(path) if x and (i == 0 or x != path[i - 1])]
+    out = [x for i, x in enumerate(path) if i == 0 or x != path[i - 1]]
     if len(out) < 2:
         raise InvalidParameter(
             f"hierarchy row {row + 1} ({';'.join(path)!r}) has no generalization",

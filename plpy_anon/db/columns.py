@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
-from plpy_anon.core.hierarchy import Hierarchy
+from plpy_anon.core.hierarchy import Hierarchy, csv_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, run
 
@@ -290,7 +290,6 @@ def set_hierarchy_csv(plpy, source, column_name, csv, sep):
     tbl = table(plpy, source)
     if csv is None or not csv.strip():
         raise InvalidParameter("the hierarchy CSV is empty", hint="One line per leaf: leaf;parent;...;*")
-    clean = [[v.strip() for v in line.split(sep)] for line in csv.splitlines() if line.strip()]
-    clean = [[v for v in row if v != ""] for row in clean]
+    clean = csv_rows(csv, sep)
     hierarchy = Hierarchy.from_paths(clean)
     return _store_hierarchy(plpy, tbl, column_name, hierarchy, clean)

@@ -33,7 +33,8 @@ A failed refresh leaves the old release (the rebuild runs in a subtransaction) a
 ``anon.refresh_history`` and ``anon.releases.last_error`` through a short separate connection to
 the same database (an autonomous transaction), so the record survives the rollback the error
 causes; then the error is raised as usual. The connection is the session's own user over the
-server's Unix socket (the same path pg_cron uses), or ``plpy_anon.loopback_dsn`` if set.
+server's Unix socket (the same path pg_cron uses), or ``plpy_anon.loopback_dsn`` if set in the
+server's configuration (a session's or role's value is ignored: see settings.py).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db import grants
+from plpy_anon.db.settings import server_setting
 from plpy_anon.db.sqltext import ident, run
 
 LOCK_CLASS = 0x616E6F6E   # advisory lock namespace ('anon'): one refresh per release at a time
@@ -399,10 +401,10 @@ def loopback_conninfo(plpy) -> dict:
     row = run(plpy, """
         SELECT pg_catalog.current_database()::text AS dbname, session_user::text AS user,
                pg_catalog.current_setting('port') AS port,
-               pg_catalog.split_part(pg_catalog.current_setting('unix_socket_directories'), ',', 1) AS socket,
-               pg_catalog.current_setting('plpy_anon.loopback_dsn', true) AS dsn""")[0]
-    if row["dsn"]:
-        return {"conninfo": row["dsn"]}
+               pg_catalog.split_part(pg_catalog.current_setting('unix_socket_directories'), ',', 1) AS socket""")[0]
+    dsn = server_setting(plpy, "plpy_anon.loopback_dsn")   # never a session's or role's value
+    if dsn:
+        return {"conninfo": dsn}
     host = row["socket"].strip() or "localhost"
     return {"conninfo": "", "host": host, "port": row["port"], "dbname": row["dbname"], "user": row["user"]}
 

@@ -35,7 +35,7 @@ from plpy_anon.db import columns
 return columns.set_hierarchy(plpy, source, column_name, paths)
 $$;
 COMMENT ON FUNCTION anon.set_hierarchy(regclass, text, text[]) IS
-    'Registers a value-generalization hierarchy for a categorical column: a 2-D array, one row per leaf: leaf, parent, ..., root (rows padded with NULL). Returns the number of leaves.';
+    'Registers a value-generalization hierarchy for a categorical column: a 2-D array, one row per leaf: leaf, parent, ..., root (rows padded with NULL). Labels are taken literally (surrounding spaces and '''' are values like any other). Returns the number of leaves.';
 
 CREATE OR REPLACE FUNCTION anon.set_hierarchy_csv(source regclass, column_name text, csv text, sep text DEFAULT ';')
 RETURNS integer
@@ -47,15 +47,26 @@ from plpy_anon.db import columns
 return columns.set_hierarchy_csv(plpy, source, column_name, csv, sep)
 $$;
 COMMENT ON FUNCTION anon.set_hierarchy_csv(regclass, text, text, text) IS
-    'Registers a hierarchy given as ARX-style CSV text (one line per leaf: leaf;parent;...;*). Returns the number of leaves.';
+    'Registers a hierarchy given as ARX-style CSV text (one line per leaf: leaf;parent;...;*). Unquoted cells are trimmed and empty ones ignored; a cell in double quotes is taken literally (" Private" keeps its space, "" is the empty string). Returns the number of leaves.';
 
 CREATE OR REPLACE FUNCTION anon.drop_hierarchy(source regclass, column_name text)
 RETURNS boolean
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    dropped boolean;
+BEGIN
+    IF $1 IS NULL OR $2 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = pg_catalog.format('anon.drop_hierarchy: argument %s must not be NULL',
+                                        CASE WHEN $1 IS NULL THEN 'source' ELSE 'column_name' END),
+            HINT = 'Name the table and the column whose hierarchy to remove.';
+    END IF;
     WITH d AS (DELETE FROM anon.hierarchies h WHERE h.source = $1 AND h.column_name = $2 RETURNING 1)
-    SELECT count(*) > 0 FROM d
+    SELECT count(*) > 0 INTO dropped FROM d;
+    RETURN dropped;
+END
 $$;
 COMMENT ON FUNCTION anon.drop_hierarchy(regclass, text) IS
     'Removes the hierarchy of a column (its values are then generalized to value sets). True if one existed.';

@@ -38,26 +38,32 @@ from plpy_anon.db import releases
 releases.record_refresh(plpy, GD, relation)
 $$;
 
+-- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of
+-- any view. SECURITY DEFINER (the extension's owner; search_path pinned, everything qualified):
+-- the caller needs no privilege on schema anon, and a view that is not a release costs one
+-- indexed lookup and nothing else. Event trigger functions cannot be called directly.
 CREATE OR REPLACE FUNCTION anon._on_refresh()
 RETURNS event_trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     cmd record;
 BEGIN
-    FOR cmd IN SELECT objid FROM pg_event_trigger_ddl_commands()
-               WHERE command_tag = 'REFRESH MATERIALIZED VIEW'
+    FOR cmd IN SELECT e.objid FROM pg_catalog.pg_event_trigger_ddl_commands() e
+               WHERE e.command_tag = 'REFRESH MATERIALIZED VIEW'
     LOOP
-        IF EXISTS (SELECT 1 FROM anon.releases r
-                   JOIN pg_class c ON c.relname = r.release_name
-                   JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = r.release_schema
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                   JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
                    WHERE c.oid = cmd.objid) THEN
             PERFORM anon._record_refresh(cmd.objid);
         END IF;
     END LOOP;
 END
 $$;
+REVOKE ALL ON FUNCTION anon._on_refresh() FROM PUBLIC;
 
 DROP EVENT TRIGGER IF EXISTS plpy_anon_record_refresh;
 CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end

@@ -15,6 +15,16 @@ AS $$
 DECLARE
     added bigint;
 BEGIN
+    IF queries IS NULL THEN
+        RAISE EXCEPTION 'anon.add_queries: argument queries must not be NULL'
+            USING ERRCODE = '22023', HINT = 'Pass an array of query texts: ARRAY[''SELECT ...''].';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(frequencies) f WHERE f < 1) THEN
+        RAISE EXCEPTION 'anon.add_queries: argument frequencies must hold positive counts, not %',
+                        (SELECT min(f) FROM unnest(frequencies) f)
+            USING ERRCODE = '22023',
+                  HINT = 'A frequency is how many times the query ran: 1 or more (NULL means 1).';
+    END IF;
     IF frequencies IS NOT NULL AND cardinality(frequencies) <> cardinality(queries) THEN
         RAISE EXCEPTION 'add_queries got % queries but % frequencies', cardinality(queries), cardinality(frequencies)
             USING ERRCODE = '22023', HINT = 'Give one frequency per query, or leave frequencies NULL (each query ran once).';

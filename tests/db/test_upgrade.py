@@ -6,8 +6,9 @@ upgrade script in extension/ yet. This test makes the next release the way a mai
 released; the version is bumped (to ``<current>.test``, a name no real release will use); a new
 incremental file is added and one function's signature changed. The resulting
 ``plpy_anon--<current>--<next>.sql`` is installed next to the real scripts, and the "new package"
-is this checkout's package labelled with the next version, in a scratch environment the upgraded
-session points ``plpy_anon.venv`` at. A database is created with the real current version, given
+is this checkout's package labelled with the next version, in a scratch environment the next
+version's scripts are built for (``build.py --venv``: the path is baked in, never read from a
+setting). A database is created with the real current version, given
 releases, declarations, an analyst and a failed refresh; it is upgraded; everything is compared
 and refreshed. The scratch files are removed afterwards.
 """
@@ -38,7 +39,7 @@ def extension_dir() -> Path:
     return Path(subprocess.check_output([PG_CONFIG, "--sharedir"], text=True).strip()) / "extension"
 
 
-def build_next_version(work: Path) -> Path:
+def build_next_version(work: Path, venv: Path) -> Path:
     """The next version's scripts, built by sql/build.py from a modified copy of sql/."""
     shutil.copytree(ROOT / "sql", work / "sql")
     (work / "plpy_anon").mkdir()
@@ -57,12 +58,12 @@ def build_next_version(work: Path) -> Path:
                                 "anon.unschedule_refresh(release text, quiet boolean DEFAULT false)")
                        .replace("anon.unschedule_refresh(text)", "anon.unschedule_refresh(text, boolean)"))
     out = work / "out"
-    subprocess.run(build + ["--out", str(out)], check=True, capture_output=True)
+    subprocess.run(build + ["--out", str(out), "--venv", str(venv)], check=True, capture_output=True)
     return out
 
 
 def scratch_environment(root: Path) -> Path:
-    """A plpy_anon.venv whose site-packages holds this package labelled NEXT; dependencies come
+    """A Python environment whose site-packages holds this package labelled NEXT; dependencies come
     from the real environment through a .pth file."""
     site = root / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
     installed = Path(plpy_anon.__file__).resolve().parent
@@ -81,7 +82,7 @@ def next_version():
     work = Path(tempfile.mkdtemp(prefix="plpy_anon_upgrade_"))
     installed = []
     try:
-        out = build_next_version(work)
+        out = build_next_version(work, work / "venv")
         assert sorted(p.name for p in out.glob("*.sql")) == sorted(
             [f"plpy_anon--{NEXT}.sql", f"plpy_anon--{CURRENT}--{NEXT}.sql"])
         for name in (f"plpy_anon--{NEXT}.sql", f"plpy_anon--{CURRENT}--{NEXT}.sql"):
@@ -155,8 +156,7 @@ def test_alter_extension_update_keeps_releases_and_catalog(connect, next_version
         rows_before = sorted(map(str, old.execute(f"SELECT * FROM {rel}").fetchall()))
     assert len(before["history"]) == 1 and before["releases"][1][-1] is not None
 
-    options = f"-c plpy_anon.venv={next_version['venv']}"
-    with connect(dbname=upgrade_db, options=options) as new:
+    with connect(dbname=upgrade_db) as new:
         new.execute(sql.SQL("ALTER EXTENSION plpy_anon UPDATE TO {}").format(sql.Literal(NEXT)))
         assert new.execute("SELECT extversion FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()[0] == NEXT
         assert snapshot(new) == before                               # catalog kept, row for row

@@ -40,3 +40,21 @@ def test_every_plpython_body_is_bootstrapped():
     for path in build.idempotent_files():
         text = path.read_text()
         assert text.count("LANGUAGE plpython3u") == text.count("#BOOTSTRAP"), path.name
+
+
+def test_the_venv_is_baked_in_never_read_from_a_setting(tmp_path):
+    """Any role may SET a custom setting; the environment the backend activates (and whose .pth
+    files it runs as the postgres OS user) must come from the install alone."""
+    build = load_build()
+    build.build("/srv/some venv/", tmp_path)
+    script = (tmp_path / f"plpy_anon--{build.package_version()}.sql").read_text()
+    assert "current_setting" not in build.BOOTSTRAP and "plpy_anon.venv" not in script
+    assert script.count("_venv = '/srv/some venv'") == script.count("LANGUAGE plpython3u") > 20
+    assert "ALTER SYSTEM" not in script and "make install VENV=" in script
+
+
+@pytest.mark.parametrize("venv", ["relative/venv", "/opt/x\nimport os"])
+def test_a_venv_that_is_not_an_absolute_path_is_refused(tmp_path, venv):
+    build = load_build()
+    with pytest.raises(SystemExit, match="absolute path"):
+        build.build(venv, tmp_path)

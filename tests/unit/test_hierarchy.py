@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
-from plpy_anon.core.hierarchy import Hierarchy
+from plpy_anon.core.hierarchy import Hierarchy, csv_rows
 
 # the ARX and Basic_Mondrian hierarchies shipped with the package (see their README)
 DATA = Path(__file__).resolve().parents[2] / "plpy_anon" / "data" / "hierarchies"
@@ -159,3 +159,23 @@ def test_unknown_leaf_and_missing_file():
         Hierarchy.from_csv("/nonexistent/hierarchy.csv")
     with pytest.raises(InvalidParameter, match="level 5 is outside 0..1"):
         tree.ancestor("a", 5)
+
+
+def test_csv_rows_quoted_cells_are_literal():
+    text = '" a ";A;*\n a ; A ;*;;\n"";B;*\n"say ""hi""";B;*\n\n'
+    assert csv_rows(text) == [[" a ", "A", "*"], ["a", "A", "*"], ["", "B", "*"],
+                              ['say "hi"', "B", "*"]]
+    assert csv_rows("x||y||*", sep="||") == [["x", "y", "*"]]
+
+
+def test_labels_are_literal_in_paths():
+    tree = Hierarchy.from_paths([[" a ", "A", "*"], ["a", "A", "*"], ["", "B", None, "*"]])
+    assert tree.leaves == [" a ", "a", ""]
+    assert tree.generalize([" a ", "a"]) == ("A", 2)
+    assert tree.ancestor("", 1) == "B"
+
+
+@pytest.mark.parametrize("sep", ["", '"', "\n"])
+def test_csv_rows_refuses_unusable_separators(sep):
+    with pytest.raises(InvalidParameter, match="separator"):
+        csv_rows("a;*", sep)
