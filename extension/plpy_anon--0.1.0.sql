@@ -3,6 +3,62 @@
 \echo Use "CREATE EXTENSION plpy_anon CASCADE" to load this file. \quit
 
 -------------------------------------------------------------------------------
+-- incremental/000-schema-guard.sql
+-- plpy_anon lives in its own schema "anon" (the control file's schema = anon). When the schema is
+-- missing, CREATE EXTENSION creates it in this very transaction; when it already exists,
+-- PostgreSQL silently installs into it -- next to another extension's objects (PostgreSQL
+-- Anonymizer also uses "anon") or a schema someone made for something else. Refuse that.
+-- Incremental files run on install only, so an upgrade never sees this block.
+--
+-- "Created by this transaction": the schema's row was written by the current transaction or one
+-- of its subtransactions (CREATE EXTENSION inside a SAVEPOINT writes it with a subtransaction's
+-- xid, which is larger than the top-level one). Such an xid is "in progress" to
+-- pg_xact_status; a visible row of any other transaction is committed. And the schema must be
+-- empty: only this extension itself may depend on it (BEGIN; CREATE SCHEMA anon; CREATE
+-- FUNCTION anon.f ...; CREATE EXTENSION plpy_anon would otherwise pass the first test).
+DO $guard$
+DECLARE
+    nsp record;
+    top bigint := pg_catalog.pg_current_xact_id()::text::bigint;
+    delta bigint;
+    ours boolean := false;
+    contents text;
+BEGIN
+    SELECT n.oid, n.xmin::text::bigint AS xmin, pg_catalog.pg_get_userbyid(n.nspowner) AS owner
+    INTO nsp FROM pg_catalog.pg_namespace n WHERE n.nspname = 'anon';
+    IF NOT FOUND THEN
+        RETURN;      -- CREATE EXTENSION ... SCHEMA elsewhere is refused by relocatable = false
+    END IF;
+    delta := (nsp.xmin - top % 4294967296 + 4294967296) % 4294967296;
+    IF delta < 2147483648 THEN
+        ours := pg_catalog.pg_xact_status((top + delta)::text::pg_catalog.xid8) = 'in progress';
+    END IF;
+    SELECT pg_catalog.string_agg(d.what, ', ' ORDER BY d.what) INTO contents
+    FROM (SELECT o.type || ' ' || o.identity AS what
+          FROM pg_catalog.pg_depend dep,
+               LATERAL pg_catalog.pg_identify_object(dep.classid, dep.objid, dep.objsubid) o
+          WHERE dep.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+            AND dep.refobjid = nsp.oid
+            AND NOT (dep.classid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+                     AND dep.objid = (SELECT e.oid FROM pg_catalog.pg_extension e
+                                      WHERE e.extname = 'plpy_anon'))
+          LIMIT 6) d;
+    IF ours AND contents IS NULL THEN
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'plpy_anon needs its own schema "anon", but a schema "anon" (owner %) already exists',
+                    nsp.owner
+        USING ERRCODE = '42P06',
+              DETAIL = CASE WHEN contents IS NULL
+                            THEN 'The schema was not created by this CREATE EXTENSION; it is empty.'
+                            ELSE 'It already holds: ' || contents || '.' END,
+              HINT = 'Nothing was installed. Rename the existing schema (ALTER SCHEMA anon RENAME TO anon_old), '
+                     'or drop it or the extension that uses it (PostgreSQL Anonymizer: DROP EXTENSION anon), '
+                     'then run CREATE EXTENSION plpy_anon again.';
+END
+$guard$;
+
+-------------------------------------------------------------------------------
 -- incremental/001-catalog.sql
 -- The release catalog: declared column roles, value-generalization hierarchies, and one row per
 -- release. Every release method (Mondrian, Break-Merge, trust-aware, pattern-preserving,
@@ -217,13 +273,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -237,7 +293,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import info
 return info.versions()
@@ -257,13 +314,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -277,7 +334,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import columns
 columns.set_column_role(plpy, source, column_name, role)
@@ -292,13 +350,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -312,7 +370,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import columns
 return columns.describe_roles(plpy, source)
@@ -327,13 +386,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -347,13 +406,14 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import columns
 return columns.set_hierarchy(plpy, source, column_name, paths)
 $$;
 COMMENT ON FUNCTION anon.set_hierarchy(regclass, text, text[]) IS
-    'Registers a value-generalization hierarchy for a categorical column: a 2-D array, one row per leaf: leaf, parent, ..., root (rows padded with NULL). Returns the number of leaves.';
+    'Registers a value-generalization hierarchy for a categorical column: a 2-D array, one row per leaf: leaf, parent, ..., root (rows padded with NULL). Labels are taken literally (surrounding spaces and '''' are values like any other). Returns the number of leaves.';
 
 CREATE OR REPLACE FUNCTION anon.set_hierarchy_csv(source regclass, column_name text, csv text, sep text DEFAULT ';')
 RETURNS integer
@@ -362,13 +422,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -382,24 +442,79 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import columns
 return columns.set_hierarchy_csv(plpy, source, column_name, csv, sep)
 $$;
 COMMENT ON FUNCTION anon.set_hierarchy_csv(regclass, text, text, text) IS
-    'Registers a hierarchy given as ARX-style CSV text (one line per leaf: leaf;parent;...;*). Returns the number of leaves.';
+    'Registers a hierarchy given as ARX-style CSV text (one line per leaf: leaf;parent;...;*). Unquoted cells are trimmed and empty ones ignored; a cell in double quotes is taken literally (" Private" keeps its space, "" is the empty string). Returns the number of leaves.';
 
 CREATE OR REPLACE FUNCTION anon.drop_hierarchy(source regclass, column_name text)
 RETURNS boolean
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    dropped boolean;
+BEGIN
+    IF $1 IS NULL OR $2 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = pg_catalog.format('anon.drop_hierarchy: argument %s must not be NULL',
+                                        CASE WHEN $1 IS NULL THEN 'source' ELSE 'column_name' END),
+            HINT = 'Name the table and the column whose hierarchy to remove.';
+    END IF;
     WITH d AS (DELETE FROM anon.hierarchies h WHERE h.source = $1 AND h.column_name = $2 RETURNING 1)
-    SELECT count(*) > 0 FROM d
+    SELECT count(*) > 0 INTO dropped FROM d;
+    RETURN dropped;
+END
 $$;
 COMMENT ON FUNCTION anon.drop_hierarchy(regclass, text) IS
     'Removes the hierarchy of a column (its values are then generalized to value sets). True if one existed.';
+
+-------------------------------------------------------------------------------
+-- idempotent/025-identifiers.sql
+-- Privacy by default: which columns of a table look like they identify people (by name, English
+-- and French, and by a sample of values). A release refuses a table whose undeclared columns look
+-- identifying (SQLSTATE 42P10); this function lists every finding.
+
+CREATE OR REPLACE FUNCTION anon.detect_identifiers(source regclass, sample_size integer DEFAULT 1000)
+RETURNS TABLE (column_name name, data_type text, kind text, confidence text, evidence text,
+               declared_role text, blocks_release boolean)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import identifiers
+return identifiers.detect_identifiers(plpy, source, sample_size)
+$$;
+COMMENT ON FUNCTION anon.detect_identifiers(regclass, integer) IS
+    'Columns that look identifying (name, email, phone, national_id, identifier, address, network_id, free_text, near_unique, ...), by column name and a random sample of sample_size rows; blocks_release: an undeclared column a release would refuse (declare it with anon.set_column_role).';
 
 -------------------------------------------------------------------------------
 -- idempotent/030-releases.sql
@@ -414,13 +529,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -434,13 +549,14 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import releases
 return releases.refresh(plpy, release, GD=GD)
 $$;
 COMMENT ON FUNCTION anon.refresh(text) IS
-    'Re-anonymizes a release from the source''s current data (REFRESH MATERIALIZED VIEW in one transaction: on failure the previous release stays) and returns its updated catalog row.';
+    'Re-anonymizes a release from the source''s current data and returns its updated catalog row. The new release is built beside the old one (readers keep the old) and swapped in, in one transaction; readers at every isolation level see the old or the new release whole. The swap takes its lock in attempts of plpy_anon.swap_lock_timeout (default 200ms: new readers never wait longer behind it) for at most plpy_anon.swap_wait in all (default 60s); past that, long-running readers still hold the release and the refresh fails with SQLSTATE 55P03. On any failure the previous release stays and the error is recorded in anon.refresh_history and anon.releases.last_error.';
 
 CREATE OR REPLACE FUNCTION anon.drop_release(release text, if_exists boolean DEFAULT false)
 RETURNS boolean
@@ -449,13 +565,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -469,7 +585,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import releases
 return releases.drop_release(plpy, release, if_exists)
@@ -486,13 +603,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -506,32 +623,39 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import releases
 releases.record_refresh(plpy, GD, relation)
 $$;
 
+-- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of
+-- any view. SECURITY DEFINER (the extension's owner; search_path pinned, everything qualified):
+-- the caller needs no privilege on schema anon, and a view that is not a release costs one
+-- indexed lookup and nothing else. Event trigger functions cannot be called directly.
 CREATE OR REPLACE FUNCTION anon._on_refresh()
 RETURNS event_trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     cmd record;
 BEGIN
-    FOR cmd IN SELECT objid FROM pg_event_trigger_ddl_commands()
-               WHERE command_tag = 'REFRESH MATERIALIZED VIEW'
+    FOR cmd IN SELECT e.objid FROM pg_catalog.pg_event_trigger_ddl_commands() e
+               WHERE e.command_tag = 'REFRESH MATERIALIZED VIEW'
     LOOP
-        IF EXISTS (SELECT 1 FROM anon.releases r
-                   JOIN pg_class c ON c.relname = r.release_name
-                   JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = r.release_schema
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                   JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
                    WHERE c.oid = cmd.objid) THEN
             PERFORM anon._record_refresh(cmd.objid);
         END IF;
     END LOOP;
 END
 $$;
+REVOKE ALL ON FUNCTION anon._on_refresh() FROM PUBLIC;
 
 DROP EVENT TRIGGER IF EXISTS plpy_anon_record_refresh;
 CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end
@@ -560,13 +684,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -580,7 +704,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import mondrian
 return mondrian.mondrian_view(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers,
@@ -601,13 +726,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -621,7 +746,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import mondrian
 return mondrian.partition(plpy, GD, release_id)
@@ -656,6 +782,16 @@ AS $$
 DECLARE
     added bigint;
 BEGIN
+    IF queries IS NULL THEN
+        RAISE EXCEPTION 'anon.add_queries: argument queries must not be NULL'
+            USING ERRCODE = '22023', HINT = 'Pass an array of query texts: ARRAY[''SELECT ...''].';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(frequencies) f WHERE f < 1) THEN
+        RAISE EXCEPTION 'anon.add_queries: argument frequencies must hold positive counts, not %',
+                        (SELECT min(f) FROM unnest(frequencies) f)
+            USING ERRCODE = '22023',
+                  HINT = 'A frequency is how many times the query ran: 1 or more (NULL means 1).';
+    END IF;
     IF frequencies IS NOT NULL AND cardinality(frequencies) <> cardinality(queries) THEN
         RAISE EXCEPTION 'add_queries got % queries but % frequencies', cardinality(queries), cardinality(frequencies)
             USING ERRCODE = '22023', HINT = 'Give one frequency per query, or leave frequencies NULL (each query ran once).';
@@ -687,13 +823,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -707,7 +843,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import workload
 return workload.learn_priorities(plpy, source, projection_share=projection_share,
@@ -738,13 +875,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -758,7 +895,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import prioritized_mondrian
 return prioritized_mondrian.mondrian_view(
@@ -792,13 +930,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -812,7 +950,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import prioritized_mondrian
 return prioritized_mondrian.mondrian_view(
@@ -833,13 +972,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -853,7 +992,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
@@ -870,13 +1010,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -890,7 +1030,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import workload
 return workload.release_report(plpy, release)
@@ -906,13 +1047,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -926,7 +1067,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import workload
 return workload.workload_precision(plpy, release)
@@ -958,13 +1100,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -978,7 +1120,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import break_merge
 return break_merge.break_merge(plpy, source, k=k, l=l, sensitive=sensitive,
@@ -998,13 +1141,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1018,7 +1161,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import break_merge
 return break_merge.run_release(plpy, GD, release_id)
@@ -1039,13 +1183,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1059,7 +1203,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import break_merge
 return break_merge.detect_dependencies(plpy, release, risk=risk, scope=scope,
@@ -1079,13 +1224,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1099,7 +1244,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import break_merge
 return break_merge.dependency_network(plpy, release, scope=scope, max_parents=max_parents)
@@ -1118,13 +1264,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1138,7 +1284,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import break_merge
 return break_merge.breach_report(plpy, release, threshold=threshold)
@@ -1159,13 +1306,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1179,7 +1326,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import grants
 return grants.grant_analyst(plpy, role)
@@ -1194,13 +1342,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1214,7 +1362,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import grants
 return grants.revoke_analyst(plpy, role)
@@ -1229,13 +1378,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1249,13 +1398,14 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import releases
 return releases.refresh_all(plpy, GD=GD)
 $$;
 COMMENT ON FUNCTION anon.refresh_all() IS
-    'Refreshes every release in dependency order, each on its own: status is refreshed, failed (recorded, old release kept) or skipped (built from a release that failed).';
+    'Refreshes every release in dependency order, each on its own: status is refreshed, failed (recorded, old release kept) or skipped (built from a release that failed). Each refresh waits for readers as anon.refresh does (plpy_anon.swap_lock_timeout, plpy_anon.swap_wait).';
 
 CREATE OR REPLACE FUNCTION anon._refresh_job_name(release_schema name, release_name name)
 RETURNS text
@@ -1274,13 +1424,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1294,7 +1444,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import schedule as sched
 return sched.schedule_refresh(plpy, release, schedule)
@@ -1309,13 +1460,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1329,7 +1480,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import schedule as sched
 return sched.unschedule_refresh(plpy, release)
@@ -1348,13 +1500,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1368,7 +1520,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import schedule as sched
 return sched.release_status(plpy)
@@ -1388,13 +1541,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1408,7 +1561,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import trust
 return trust.add_requester(plpy, requester, role)
@@ -1428,13 +1582,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1448,7 +1602,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import trust
 return trust.record_interaction(plpy, requester, outcome, recorded_at, note)
@@ -1468,13 +1623,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1488,7 +1643,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import trust
 trust.add_recommendation(plpy, requester, by, rating, by_trust)
@@ -1510,13 +1666,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1530,7 +1686,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import trust
 return trust.define_purpose(plpy, purpose, priorities=priorities, derive_from=derive_from,
@@ -1551,13 +1708,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1571,7 +1728,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import trust
 return trust.trust(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
@@ -1605,13 +1763,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1625,7 +1783,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import trust
 return trust.trust_view(plpy, source, requester=requester, purpose=purpose, k=k,
@@ -1648,13 +1807,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1668,7 +1827,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import trust
 return trust.partition(plpy, GD, release_id)
@@ -1699,13 +1859,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1719,7 +1879,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import pattern
 return pattern.pattern_view(plpy, source, columns=columns, segment=segment, sample=sample,
@@ -1739,13 +1900,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1759,7 +1920,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import pattern
 return pattern.run_release(plpy, GD, release_id)
@@ -1775,13 +1937,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1795,7 +1957,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import pattern
 return pattern.distortion_report(plpy, source, release)
@@ -1843,13 +2006,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1863,7 +2026,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import fusion
 return fusion.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier,
@@ -1904,13 +2068,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1924,7 +2088,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import fusion
 return fusion.fusion_resilient_view(
@@ -1956,13 +2121,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -1976,7 +2141,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import fusion
 return fusion.fusion_scan_of(plpy, release)
@@ -1993,13 +2159,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
-    _venv = plpy.execute("SELECT current_setting('plpy_anon.venv', true) AS v")[0]["v"] or "/opt/plpy_anon/venv"
+    _venv = '/opt/plpy_anon/venv'
     _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
     import os as _os, site as _site_mod
     if not _os.path.isdir(_site):
         plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="Run 'make install' as root, or point the setting at the environment: "
-                        "ALTER SYSTEM SET plpy_anon.venv = '/path/to/venv'; SELECT pg_reload_conf();")
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
     for _m in ("numpy", "pandas", "sklearn", "scipy"):
         _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
         if _f and not _f.startswith(_venv):
@@ -2013,7 +2179,8 @@ if "plpy_anon" not in GD:
     if _pkg.__version__ != "0.1.0":
         plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install', then ALTER EXTENSION plpy_anon UPDATE.")
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import fusion
 return fusion.partition(plpy, GD, release_id)
@@ -2029,6 +2196,12 @@ $$;
 -- unexpected Python exception keeps its traceback as DETAIL). It runs after every code file, on
 -- install and on upgrade: an upgrade's CREATE OR REPLACE turns anon.f back into PL/Python, and
 -- this block wraps it again, replacing the previous version's anon._py_f.
+--
+-- NULL arguments, the same rule for every function: an argument without a default must not be
+-- NULL (SQLSTATE 22023, the message names it: "anon.mondrian_view: argument k must not be NULL"),
+-- checked here before any Python runs; an argument with a default takes NULL as "use the
+-- default" (release_schema => NULL means 'release'). NULLABLE lists the exceptions: arguments
+-- without a default whose NULL has a documented meaning.
 DO $wrap$
 DECLARE
     f record;
@@ -2036,6 +2209,12 @@ DECLARE
     call text;
     statement text;
     volatility text;
+    checks text;
+    arg record;
+    note text := ' NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    nullable constant text[] := ARRAY[
+        'set_column_role.role'              -- NULL removes the declaration
+    ];
 BEGIN
     FOR f IN
         SELECT p.oid, p.proname::text AS name, p.pronargs, p.proretset, p.provolatile,
@@ -2043,7 +2222,8 @@ BEGIN
                pg_catalog.pg_get_function_arguments(p.oid) AS args,
                pg_catalog.pg_get_function_identity_arguments(p.oid) AS identity_args,
                pg_catalog.pg_get_function_result(p.oid) AS result,
-               pg_catalog.obj_description(p.oid, 'pg_proc') AS comment
+               pg_catalog.obj_description(p.oid, 'pg_proc') AS comment,
+               p.proargnames AS argnames, p.proargmodes AS argmodes, p.proargtypes AS argtypes
         FROM pg_catalog.pg_proc p
         JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace AND n.nspname = 'anon'
         JOIN pg_catalog.pg_language l ON l.oid = p.prolang AND l.lanname = 'plpython3u'
@@ -2053,9 +2233,36 @@ BEGIN
         EXECUTE pg_catalog.format('DROP FUNCTION IF EXISTS anon.%I(%s)', inner_name, f.identity_args);
         EXECUTE pg_catalog.format('ALTER FUNCTION anon.%I(%s) RENAME TO %I',
                                   f.name, f.identity_args, inner_name);
-        SELECT pg_catalog.format('anon.%I(%s)', inner_name,
-                                 coalesce(pg_catalog.string_agg('$' || i, ', ' ORDER BY i), ''))
-        INTO call FROM pg_catalog.generate_series(1, f.pronargs) AS i;
+        checks := '';
+        call := '';
+        FOR arg IN
+            -- the input arguments in order: n counts them, ord is the position among all
+            -- arguments (RETURNS TABLE columns are arguments too) that pg_proc's arrays use
+            SELECT pg_catalog.row_number() OVER (ORDER BY a.ord) AS n, a.ord,
+                   f.argnames[a.ord] AS name,
+                   pg_catalog.pg_get_function_arg_default(f.oid, a.ord::integer) AS dflt
+            FROM pg_catalog.generate_series(1, coalesce(pg_catalog.cardinality(f.argmodes), f.pronargs)) AS a(ord)
+            WHERE coalesce(f.argmodes[a.ord], 'i') IN ('i', 'b', 'v')
+            ORDER BY a.ord
+        LOOP
+            call := call || CASE WHEN arg.n > 1 THEN ', ' ELSE '' END;
+            IF arg.dflt IS NULL AND NOT (f.name || '.' || arg.name) = ANY (nullable) THEN
+                checks := checks || pg_catalog.format($check$
+    IF $%s IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = %L, HINT = %L;
+    END IF;$check$, arg.n,
+                    pg_catalog.format('anon.%s: argument %s must not be NULL', f.name, arg.name),
+                    pg_catalog.format('Pass a value for %s (only arguments with a default may be NULL, '
+                                      'meaning the default).', arg.name));
+                call := call || '$' || arg.n;
+            ELSIF arg.dflt IS NULL OR arg.dflt ~* '^NULL(::.*)?$' THEN
+                call := call || '$' || arg.n;
+            ELSE
+                call := call || pg_catalog.format('coalesce($%s, (%s)::%s)', arg.n, arg.dflt,
+                    pg_catalog.format_type(f.argtypes[arg.n - 1], NULL));
+            END IF;
+        END LOOP;
+        call := pg_catalog.format('anon.%I(%s)', inner_name, call);
         statement := CASE
             WHEN f.proretset THEN 'RETURN QUERY SELECT * FROM ' || call || ';'
             WHEN f.returns_void THEN 'PERFORM ' || call || ';'
@@ -2068,7 +2275,7 @@ SET search_path = pg_catalog, pg_temp
 AS $body$
 DECLARE
     message text; detail text; hint text; state text; context text;
-BEGIN
+BEGIN%s
     %s
 EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,
@@ -2088,10 +2295,11 @@ EXCEPTION WHEN OTHERS THEN
         RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state;
     END IF;
 END
-$body$$create$, f.name, f.args, f.result, volatility, statement);
-        IF f.comment IS NOT NULL THEN
+$body$$create$, f.name, f.args, f.result, volatility, checks, statement);
+        IF f.comment IS NOT NULL OR f.pronargs > 0 THEN
             EXECUTE pg_catalog.format('COMMENT ON FUNCTION anon.%I(%s) IS %L',
-                                      f.name, f.identity_args, f.comment);
+                                      f.name, f.identity_args,
+                                      coalesce(f.comment, '') || CASE WHEN f.pronargs > 0 THEN note ELSE '' END);
         END IF;
     END LOOP;
 END

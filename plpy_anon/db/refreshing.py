@@ -251,9 +251,10 @@ def lock_for_swap(plpy, release: dict, relations: list[tuple[str, str, str]], wa
                     plpy.execute(f"ALTER {t['kind']} {t['qualified']} OWNER TO {t['owner']}")
         except plpy.spiexceptions.LockNotAvailable:
             waited = time.monotonic() - t0
-            if waited + pause > waits.total:
+            if waited >= waits.total:      # the whole budget spent, never less (no early give-up)
                 raise gave_up(plpy, release, targets, waited, attempts, waits) from None
-            run(plpy, "SELECT pg_catalog.pg_sleep($1)", ["float8"], [pause * random.uniform(0.5, 1.0)])
+            run(plpy, "SELECT pg_catalog.pg_sleep($1)", ["float8"],
+                [min(pause * random.uniform(0.5, 1.0), waits.total - waited)])
             pause = min(pause * 2, MAX_PAUSE)
             continue
         finally:
