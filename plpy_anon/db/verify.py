@@ -114,30 +114,33 @@ def is_populated(plpy, release: dict) -> bool:
 
 def class_query(plpy, spec: Spec) -> str:
     """One pass over the release: rows, classes, smallest class and, with l, the smallest number
-    of distinct values per sensitive column over the classes (GROUPING SETS: one hash table per
-    set, no sort; NULL is a value of its own, as the methods count it)."""
+    of distinct values per sensitive column over the classes. With l, rows are first counted per
+    (class, value) -- one hash table per sensitive column (GROUPING SETS), no sort -- and those
+    counts per class; NULL is a value of its own, as the methods count it. (Measured on 1M rows:
+    about twice the plain class count, against three times for count(DISTINCT) or a grouping set
+    of the class alone.)"""
     rel = spec.relation
     if not spec.class_key:
         return f"SELECT count(*)::int8 AS n_rows, NULL::int8 AS n_classes, NULL::int8 AS smallest FROM {rel}"
     key = [ident(plpy, c) for c in spec.class_key]
-    aliases = [f"k{i}" for i in range(len(key))]
-    selected = ", ".join(f"{col} AS {alias}" for col, alias in zip(key, aliases))
     sens = [ident(plpy, c) for c in spec.sensitive] if spec.l is not None else []
     if not sens:
         return (f"SELECT coalesce(sum(n), 0)::int8 AS n_rows, count(*)::int8 AS n_classes, "
                 f"min(n)::int8 AS smallest\n"
                 f"FROM (SELECT count(*) AS n FROM {rel} GROUP BY {', '.join(key)}) AS c")
+    aliases = [f"k{i}" for i in range(len(key))]
+    selected = ", ".join(f"{col} AS {alias}" for col, alias in zip(key, aliases))
     full = (1 << len(sens)) - 1
-    sets = [f"({', '.join(key)})"] + [f"({', '.join(key)}, {s})" for s in sens]
-    distinct = "".join(f", count(*) FILTER (WHERE gs = {full ^ (1 << (len(sens) - 1 - i))}) AS d{i}"
-                       for i in range(len(sens)))
+    grouping = [full ^ (1 << (len(sens) - 1 - i)) for i in range(len(sens))]   # set i: s_i kept
+    sets = ", ".join(f"({', '.join(key)}, {s})" for s in sens)
+    distinct = "".join(f", count(*) FILTER (WHERE gs = {g}) AS d{i}" for i, g in enumerate(grouping))
     mins = "".join(f", min(d{i})::int8 AS l{i}" for i in range(len(sens)))
     return (
         f"SELECT coalesce(sum(n), 0)::int8 AS n_rows, count(*)::int8 AS n_classes, "
         f"min(n)::int8 AS smallest{mins}\n"
-        f"FROM (SELECT sum(n) FILTER (WHERE gs = {full}) AS n{distinct}\n"
+        f"FROM (SELECT sum(n) FILTER (WHERE gs = {grouping[0]}) AS n{distinct}\n"
         f"      FROM (SELECT {selected}, GROUPING({', '.join(sens)}) AS gs, count(*) AS n\n"
-        f"            FROM {rel} GROUP BY GROUPING SETS ({', '.join(sets)})) AS s\n"
+        f"            FROM {rel} GROUP BY GROUPING SETS ({sets})) AS s\n"
         f"      GROUP BY {', '.join(aliases)}) AS c")
 
 

@@ -86,6 +86,15 @@ def test_mondrian_release_is_verified_with_independent_figures(db, schema, patie
     assert figures["rows_expected"] == 300 and figures["l"] == 3
 
 
+def test_l_is_checked_for_every_sensitive_column(db, schema, patients):
+    rel = db.execute("SELECT anon.mondrian_view('patients', k => 4, l => 2, "
+                     "quasi_identifiers => ARRAY['age', 'zip'], sensitive => ARRAY['diagnosis', 'sex'], "
+                     "identifiers => ARRAY['id'], release_schema => %s)", (schema,)).fetchone()[0]
+    figures = assert_verified(db, rel, source_rows=300, qis=["age", "zip"], k=4,
+                              sensitive=["diagnosis", "sex"], l=2)
+    assert set(figures["l_by_column"]) == {"diagnosis", "sex"}
+
+
 def test_prioritized_mondrian_release_is_verified(db, schema, patients):
     rel = db.execute("SELECT anon.mondrian_view('patients', k => 6, priorities => '{\"zip\": 1}'::jsonb, "
                      "identifiers => ARRAY['id'], release_schema => %s)", (schema,)).fetchone()[0]
