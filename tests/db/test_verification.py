@@ -256,14 +256,35 @@ return _json.dumps(r)
 
 def test_break_merge_sensitive_tables_must_count_the_qit_rows(db, schema):
     source = _load(db, schema, _people(300))
-    function = db.execute("SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
-                          "ON n.oid = p.pronamespace WHERE n.nspname = 'anon' "
-                          "AND p.proname = '_break_merge_run'").fetchone()[0]
-    call = db.execute("SELECT prosrc FROM pg_proc WHERE oid = %s::regprocedure",
-                      (function,)).fetchone()[0].strip().splitlines()[-1].strip()
-    with tampered(db, function, BREAK_ST_COUNT, call), \
+    with tampered(db, "anon._break_merge_run(integer)", BREAK_ST_COUNT,
+                  "return break_merge.run_release(plpy, GD, release_id)"), \
             pytest.raises(psycopg.errors.DataException) as failed:
         _break(db, schema, source, k=5, l=2)
     assert "do not count the same rows as the quasi-identifier table" in failed.value.diag.message_primary
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
                       (schema,)).fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("how", ["anon.refresh", "REFRESH MATERIALIZED VIEW"])
+def test_break_merge_refresh_breaking_the_counts_keeps_the_old_release(db, schema, how):
+    source = _load(db, schema, _people(300))
+    rel = _break(db, schema, source, k=5, l=2)
+    release_id = catalog(db, rel)[0]
+    qit = f"{schema}.people_bm_qit"
+    before = db.execute(f"SELECT * FROM {qit} ORDER BY 1, 2, 3, 4").fetchall()
+    db.execute(f"DELETE FROM {source} WHERE id < 20")
+    function = "anon._break_merge_run(integer)"
+    with tampered(db, function, BREAK_ST_COUNT, "return break_merge.run_release(plpy, GD, release_id)"), \
+            pytest.raises(psycopg.errors.DataException) as failed:
+        if how == "anon.refresh":
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+        else:
+            db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+    assert "do not count the same rows" in failed.value.diag.message_primary
+    assert db.execute(f"SELECT * FROM {qit} ORDER BY 1, 2, 3, 4").fetchall() == before
+    history = db.execute("SELECT succeeded, sqlstate FROM anon.refresh_history WHERE release_id = %s",
+                         (release_id,)).fetchall()
+    assert history == [(False, "22000")]
+    assert catalog(db, rel)[3].startswith(f"release {schema}.people_bm: ")
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert catalog(db, rel)[1] is True and count(db, qit) == 280          # ids 0..19 deleted
