@@ -245,7 +245,7 @@ def releases(ctx):
     frame = client(ctx).releases()
     if ctx.obj["format"] == "table":
         frame = frame[["release", "method", "source", "row_count", "achieved_k", "refreshed_at",
-                       "refresh_seconds", "last_error", "schedule", "last_run_status"]]
+                       "refresh_seconds", "verified", "last_error", "schedule", "last_run_status"]]
     emit(ctx, frame)
 
 

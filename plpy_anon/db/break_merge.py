@@ -46,7 +46,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases
+from plpy_anon.db import releases, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.mondrian import check_k, class_literals, column_for, output_type
 from plpy_anon.db.reader import read_columns
@@ -230,6 +230,20 @@ def refresh_release(plpy, GD, release):
     from plpy_anon.db import refreshing
 
     refreshing.rebuild_view(plpy, GD, release, analyze=True)
+
+
+def verification_spec(plpy, release, stats) -> verify.Spec:
+    """What verify.py checks, on the views analysts read: the QIT holds every source row, its
+    classes (identical generalized QIs) at least k rows; every sensitive table counts, group by
+    group, the rows the QIT gives that group, with at least l distinct values when l was asked."""
+    params = _parameters(release)
+    schema = release["release_schema"]
+    return verify.Spec(
+        relation=ident(plpy, schema, params["qit"]),
+        class_key=list(params["quasi_identifiers"]), k=params["k"], l=params.get("l"),
+        expected_rows=verify.expected_rows(stats), group_column="gid",
+        count_tables={a: ident(plpy, schema, params["sensitive_tables"][a])
+                      for a in params["sensitive"]})
 
 
 def create_views(plpy, schema, name, parameters):

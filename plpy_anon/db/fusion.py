@@ -32,7 +32,7 @@ from plpy_anon.core import fusion as core
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases
+from plpy_anon.db import releases, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, jsonb
@@ -202,6 +202,15 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, id_col, attrs, release_id))
     return releases.qualified_name(plpy, row)
+
+
+def verification_spec(plpy, release, stats) -> verify.Spec:
+    """What verify.py checks: every row, and classes of identical released centroids holding at
+    least k rows (the identifier is published by design; the sensitive column is not)."""
+    params = jsonb(release["parameters"])
+    return verify.Spec(relation=ident(plpy, release["release_schema"], release["release_name"]),
+                       class_key=list(params["attributes"]), k=params["k"],
+                       expected_rows=verify.expected_rows(stats))
 
 
 def release_query(plpy, tbl, id_col, attrs, release_id: int) -> str:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from plpy_anon.core.errors import DuplicateObject, InvalidParameter, UndefinedObject
-from plpy_anon.db import grants, refreshing
+from plpy_anon.db import grants, refreshing, verify
 from plpy_anon.db.columns import Table
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, jsonb, run
@@ -31,11 +31,17 @@ RUNS_KEY = "plpy_anon.runs"
 
 
 def stash_run(GD, release_id: int, *, row_count: int, achieved_k: int | None, metrics: dict,
-              started: float) -> None:
-    """Called by a method's partitioning function: what this run produced, for record_refresh."""
+              started: float, source_rows: int | None = None, suppressed: int = 0) -> None:
+    """Called by a method's partitioning function: what this run produced, for record_refresh.
+
+    ``row_count`` is what the catalog shows; the release must hold ``source_rows`` (rows read from
+    the source in the build's snapshot, default ``row_count``) minus ``suppressed`` rows, which
+    verify.py checks against ``count(*)`` of the released relation."""
     GD.setdefault(RUNS_KEY, {})[release_id] = {
         "row_count": row_count, "achieved_k": achieved_k, "metrics": metrics,
-        "seconds": time.monotonic() - started, "started": started}
+        "seconds": time.monotonic() - started, "started": started,
+        "source_rows": row_count if source_rows is None else int(source_rows),
+        "suppressed": int(suppressed)}
 
 
 def take_run(GD, release_id: int) -> dict | None:
@@ -148,7 +154,10 @@ def qualified_name(plpy, release: dict) -> str:
 
 
 def record(plpy, release_id: int, run_stats: dict | None) -> dict:
-    """Write what a build or refresh produced into the catalog row and return the row."""
+    """Check the release just built from its released rows (verify.py; raises, so the caller's
+    transaction rolls back, when it breaks a promise), then write what the build produced and the
+    check's figures into the catalog row and return the row."""
+    figures = verify.check(plpy, by_id(plpy, release_id), run_stats)
     stats = run_stats or {}
     seconds = stats.get("seconds")
     rows = run(plpy, """
@@ -158,22 +167,38 @@ def record(plpy, release_id: int, run_stats: dict | None) -> dict:
             row_count = coalesce($3, row_count),
             achieved_k = coalesce($4, achieved_k),
             metrics = coalesce($5, metrics),
+            verified = $6 IS NOT NULL, verification = $6,
             last_error = NULL, last_error_at = NULL
         WHERE release_id = $1 RETURNING *""",
-        ["int4", "float8", "int8", "int4", "jsonb"],
+        ["int4", "float8", "int8", "int4", "jsonb", "jsonb"],
         [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
-         json.dumps(stats["metrics"]) if "metrics" in stats else None])
+         json.dumps(stats["metrics"]) if "metrics" in stats else None,
+         json.dumps(figures) if figures is not None else None])
     return rows[0]
 
 
+REFRESHING_KEY = "plpy_anon.refreshing"
+
+
+@sql_entry
 def record_refresh(plpy, GD, relation_oid: int) -> None:
+    """After REFRESH MATERIALIZED VIEW of a release (event trigger): check and record it. A plain
+    REFRESH that fails the check is recorded here (autonomously: it outlives the rollback that
+    keeps the old rows); inside anon.refresh, refreshing.refresh records it."""
     rows = run(plpy, """
-        SELECT r.release_id FROM anon.releases r
+        SELECT r.* FROM anon.releases r
         JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema
         JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = r.release_name
         WHERE c.oid = $1""", ["oid"], [relation_oid])
     for r in rows:
-        record(plpy, r["release_id"], take_run(GD, r["release_id"]))
+        stats = take_run(GD, r["release_id"])
+        try:
+            record(plpy, r["release_id"], stats)
+        except verify.VerificationFailed as exc:
+            if r["release_id"] not in GD.get(REFRESHING_KEY, set()):
+                started_at = run(plpy, "SELECT pg_catalog.statement_timestamp()::text AS t")[0]["t"]
+                refreshing.record_failure(plpy, r, started_at, (stats or {}).get("seconds") or 0.0, exc)
+            raise
 
 
 def method_module(method: str):
@@ -196,7 +221,13 @@ def refresh(plpy, name: str, GD=None) -> dict:
 def refresh_row(plpy, GD, release: dict) -> dict:
     module = method_module(release["method"])
     rebuild = getattr(module, "refresh_release", None) if module is not None else None
-    return refreshing.refresh(plpy, GD, release, rebuild)
+    # a REFRESH run by the rebuild reaches record_refresh: refreshing.refresh records its failure
+    inside = GD.setdefault(REFRESHING_KEY, set()) if GD is not None else set()
+    inside.add(release["release_id"])
+    try:
+        return refreshing.refresh(plpy, GD, release, rebuild)
+    finally:
+        inside.discard(release["release_id"])
 
 
 @sql_entry

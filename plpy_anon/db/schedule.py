@@ -112,10 +112,14 @@ STATUS_COLUMNS = """
     r.refreshed_at, r.refresh_seconds, r.last_error, r.last_error_at,
     (SELECT count(*) FROM anon.refresh_history h WHERE h.release_id = r.release_id AND NOT h.succeeded) AS failures"""
 
+# the check of the release's rows (verify.py): passed?, and its figures
+VERIFICATION_COLUMNS = "r.verified, r.verification"
+
 STATUS_WITHOUT_CRON = f"""
 SELECT {STATUS_COLUMNS},
        NULL::text AS schedule, NULL::bigint AS jobid, NULL::timestamptz AS last_run_start,
-       NULL::double precision AS last_run_seconds, NULL::text AS last_run_status, NULL::text AS last_run_message
+       NULL::double precision AS last_run_seconds, NULL::text AS last_run_status, NULL::text AS last_run_message,
+       {VERIFICATION_COLUMNS}
 FROM anon.releases r ORDER BY 1"""
 
 # pg_cron's run details: the latest run of the release's job (by job name, see job_name()).
@@ -123,7 +127,8 @@ STATUS_WITH_CRON = f"""
 SELECT {STATUS_COLUMNS},
        j.schedule, j.jobid, d.start_time AS last_run_start,
        extract(epoch FROM d.end_time - d.start_time)::double precision AS last_run_seconds,
-       d.status AS last_run_status, d.return_message AS last_run_message
+       d.status AS last_run_status, d.return_message AS last_run_message,
+       {VERIFICATION_COLUMNS}
 FROM anon.releases r
 LEFT JOIN cron.job j ON j.jobname = anon._refresh_job_name(r.release_schema, r.release_name)
 LEFT JOIN LATERAL (SELECT * FROM cron.job_run_details x WHERE x.jobid = j.jobid

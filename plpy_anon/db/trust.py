@@ -432,7 +432,8 @@ def partition(plpy, GD, release_id: int):
     }
     releases.stash_run(GD, release_id, row_count=int(model.kept_.sum()),
                        achieved_k=int(sizes.min()) if sizes.size else None,
-                       metrics=metrics, started=started)
+                       metrics=metrics, started=started, source_rows=data.n_rows,
+                       suppressed=int((~model.kept_).sum()))
     # suppressed rows (class -1) are shuffled as one more class; the release filters them out
     positions = release_positions(class_ids + 1, seed=release_id)
     return {"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),

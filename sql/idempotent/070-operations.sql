@@ -77,7 +77,8 @@ RETURNS TABLE (release text, method text, source text, row_count bigint, achieve
                refreshed_at timestamptz, refresh_seconds double precision,
                last_error text, last_error_at timestamptz, failures bigint,
                schedule text, jobid bigint, last_run_start timestamptz,
-               last_run_seconds double precision, last_run_status text, last_run_message text)
+               last_run_seconds double precision, last_run_status text, last_run_message text,
+               verified boolean, verification jsonb)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -86,4 +87,4 @@ from plpy_anon.db import schedule as sched
 return sched.release_status(plpy)
 $$;
 COMMENT ON FUNCTION anon.release_status() IS
-    'One row per release: last refresh (time, duration, rows, achieved k), the last error and the number of failed refreshes, and with pg_cron its schedule and the outcome of its last scheduled run.';
+    'One row per release: last refresh (time, duration, rows, achieved k), the last error and the number of failed refreshes, with pg_cron its schedule and the outcome of its last scheduled run, and whether the release passed the check of its released rows (verified, with the figures).';

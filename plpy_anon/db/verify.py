@@ -1,0 +1,217 @@
+"""Every release is checked from its released rows, in SQL, before it is published.
+
+``releases.record`` -- which every path that builds a release goes through: creation
+(``create_release``), the build-and-swap refresh (``refreshing.rebuild_view``) and a plain
+``REFRESH MATERIALIZED VIEW`` (event trigger -> ``record_refresh``; Break-Merge's refresh is one)
+-- calls :func:`check` before it writes the catalog. The check reads the released relation(s) with
+SQL of its own and compares what it counts with what the release promises:
+
+* **rows**: ``count(*)`` of the release = rows the build read from the source in its snapshot
+  minus rows the method deliberately suppressed (both stashed by the partitioning run in ``GD``,
+  ``releases.stash_run(row_count=..., source_rows=..., suppressed=...)``). A release that lost
+  or duplicated rows fails.
+* **k**: the smallest class (``GROUP BY`` the released quasi-identifier columns, exactly the
+  columns an analyst can link on) has at least ``k`` rows.
+* **l** (when ``l`` was asked): every class holds at least ``l`` distinct values (NULL counting as
+  one) in each sensitive column -- or, for Break-Merge, in every group of every sensitive table,
+  whose counts must also add up to the QIT's rows group by group.
+
+Containment (every source row lies inside its class's released box) is checked as a pair with
+the Mondrian-family release query: that query carries a *containment filter* (a row whose value is
+not inside its class's released range/set is not emitted), and the row-count check above then
+sees the missing row and refuses the release. Neither half trusts the partitioning code: a wrong
+box loses rows, a lost row fails the count.
+
+What each method promises, and so what is checked (a method's db module may define
+``verification_spec(plpy, release, stats) -> Spec``; the default reads the catalog parameters of
+``mondrian.base_parameters``: ``quasi_identifiers``, ``sensitive``, ``k``, ``l``):
+
+* mondrian, prioritized_mondrian: rows, k over the QIs, l per sensitive column when asked;
+* trust: rows (suppressed outliers excluded), k over the QI labels when k was given;
+* break_merge: rows and k over the ``_qit`` view, l and consistent counts over the ``_st_*`` views;
+* fusion: rows, k over the released centroids (the identifier is published by design);
+* pattern: rows only (no classes; it perturbs values and promises no k).
+
+A failure raises :class:`VerificationFailed` (SQLSTATE 22000, data_exception) naming the check and
+its figures, so the caller's (sub)transaction rolls back: a create leaves nothing, a refresh keeps
+the previous release, and the refresh machinery records the failure.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from dataclasses import dataclass, field
+
+from plpy_anon.core.errors import AnonError
+from plpy_anon.db.sqltext import ident, jsonb, run
+
+#: work_mem for the check's hash aggregates (restored afterwards): one hash table of the classes
+#: (and, with l, of class x value), so that 1M-row releases aggregate in memory.
+WORK_MEM = "256MB"
+
+
+class VerificationFailed(AnonError):
+    """A release's rows do not keep the promise it was built with (data_exception)."""
+
+    sqlstate = "22000"
+
+
+@dataclass
+class Spec:
+    """What to read and what to compare: the generic check is driven by this alone."""
+
+    relation: str                     # quoted relation holding one row per released individual
+    class_key: list[str]              # its columns forming a class (released QIs); [] = no classes
+    k: int | None = None              # smallest class promised
+    sensitive: list[str] = field(default_factory=list)   # columns of relation checked for l
+    l: int | None = None              # distinct sensitive values per class promised
+    expected_rows: int | None = None
+    # Break-Merge: attribute -> quoted relation (gid, value, count), grouped by group_column
+    count_tables: dict[str, str] = field(default_factory=dict)
+    group_column: str | None = None
+
+
+def expected_rows(stats: dict | None) -> int | None:
+    """Rows the release must hold: source rows the run read, minus those it suppressed."""
+    if not stats:
+        return None
+    source_rows = stats.get("source_rows")
+    if source_rows is None:
+        source_rows = stats.get("row_count")
+    if source_rows is None:
+        return None
+    return int(source_rows) - int(stats.get("suppressed") or 0)
+
+
+def default_spec(plpy, release: dict, stats: dict | None) -> Spec:
+    params = jsonb(release["parameters"])
+    l = params.get("l")
+    sensitive = params.get("sensitive") or []
+    return Spec(relation=ident(plpy, release["release_schema"], release["release_name"]),
+                class_key=list(params.get("quasi_identifiers") or []),
+                k=params.get("k"), l=l, sensitive=list(sensitive) if l else [],
+                expected_rows=expected_rows(stats))
+
+
+def spec_for(plpy, release: dict, stats: dict | None) -> Spec:
+    from plpy_anon.db.releases import method_module  # releases imports this module
+    module = method_module(release["method"])
+    hook = getattr(module, "verification_spec", None) if module is not None else None
+    return hook(plpy, release, stats) if hook is not None else default_spec(plpy, release, stats)
+
+
+def is_populated(plpy, release: dict) -> bool:
+    rows = run(plpy, """
+        SELECT c.relispopulated FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2""", ["text", "text"],
+        [release["release_schema"], release["release_name"]])
+    return bool(rows) and bool(rows[0]["relispopulated"])
+
+
+# ---------------------------------------------------------------------------- the queries
+
+def class_query(plpy, spec: Spec) -> str:
+    """One pass over the release: rows, classes, smallest class and, with l, the smallest number
+    of distinct values per sensitive column over the classes. With l, rows are first counted per
+    (class, value) -- one hash table per sensitive column (GROUPING SETS), no sort -- and those
+    counts per class; NULL is a value of its own, as the methods count it. (Measured on 1M rows:
+    about twice the plain class count, against three times for count(DISTINCT) or a grouping set
+    of the class alone.)"""
+    rel = spec.relation
+    if not spec.class_key:
+        return f"SELECT count(*)::int8 AS n_rows, NULL::int8 AS n_classes, NULL::int8 AS smallest FROM {rel}"
+    key = [ident(plpy, c) for c in spec.class_key]
+    sens = [ident(plpy, c) for c in spec.sensitive] if spec.l is not None else []
+    if not sens:
+        return (f"SELECT coalesce(sum(n), 0)::int8 AS n_rows, count(*)::int8 AS n_classes, "
+                f"min(n)::int8 AS smallest\n"
+                f"FROM (SELECT count(*) AS n FROM {rel} GROUP BY {', '.join(key)}) AS c")
+    aliases = [f"k{i}" for i in range(len(key))]
+    selected = ", ".join(f"{col} AS {alias}" for col, alias in zip(key, aliases))
+    full = (1 << len(sens)) - 1
+    grouping = [full ^ (1 << (len(sens) - 1 - i)) for i in range(len(sens))]   # set i: s_i kept
+    sets = ", ".join(f"({', '.join(key)}, {s})" for s in sens)
+    distinct = "".join(f", count(*) FILTER (WHERE gs = {g}) AS d{i}" for i, g in enumerate(grouping))
+    mins = "".join(f", min(d{i})::int8 AS l{i}" for i in range(len(sens)))
+    return (
+        f"SELECT coalesce(sum(n), 0)::int8 AS n_rows, count(*)::int8 AS n_classes, "
+        f"min(n)::int8 AS smallest{mins}\n"
+        f"FROM (SELECT sum(n) FILTER (WHERE gs = {grouping[0]}) AS n{distinct}\n"
+        f"      FROM (SELECT {selected}, GROUPING({', '.join(sens)}) AS gs, count(*) AS n\n"
+        f"            FROM {rel} GROUP BY GROUPING SETS ({sets})) AS s\n"
+        f"      GROUP BY {', '.join(aliases)}) AS c")
+
+
+def count_table_query(plpy, spec: Spec, table: str) -> str:
+    """A sensitive table (gid, value, count) against the relation's groups: groups whose counts
+    disagree (missing on either side included), smallest number of distinct values, total."""
+    group = ident(plpy, spec.group_column)
+    return (
+        f"SELECT count(*) FILTER (WHERE q.n IS DISTINCT FROM s.n)::int8 AS mismatched,\n"
+        f"       min(s.d)::int8 AS smallest_l, coalesce(sum(s.n), 0)::int8 AS n_rows\n"
+        f"FROM (SELECT {group} AS g, count(*) AS n FROM {spec.relation} GROUP BY {group}) AS q\n"
+        f"FULL JOIN (SELECT gid AS g, sum(count) AS n,\n"
+        f"                  count(DISTINCT value) + max(CASE WHEN value IS NULL THEN 1 ELSE 0 END) AS d\n"
+        f"           FROM {table} GROUP BY gid) AS s ON s.g = q.g")
+
+
+# ---------------------------------------------------------------------------- the check
+
+def check(plpy, release: dict, stats: dict | None) -> dict | None:
+    """Check a release just built (not yet recorded); returns its figures for the catalog, or None
+    when there is nothing to check (a relation registered by hand with a method plpy_anon does not
+    know, or a materialized view refreshed WITH NO DATA). Raises
+    VerificationFailed with every failed check and its figures."""
+    from plpy_anon.db.releases import method_module  # releases imports this module
+    if method_module(release["method"]) is None or not is_populated(plpy, release):
+        return None      # not built by a plpy_anon method (promises nothing), or no rows to read
+    started = time.monotonic()
+    name = f"{release['release_schema']}.{release['release_name']}"
+    spec = spec_for(plpy, release, stats)
+    old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w")[0]["w"]
+    run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [WORK_MEM])
+    try:
+        row = plpy.execute(class_query(plpy, spec))[0]
+        tables = {attr: plpy.execute(count_table_query(plpy, spec, table))[0]
+                  for attr, table in spec.count_tables.items()}
+    finally:
+        run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [old])
+    figures = {"rows_expected": spec.expected_rows, "rows_released": row["n_rows"],
+               "classes": row["n_classes"], "smallest_class": row["smallest"],
+               "k": spec.k, "l": spec.l, "l_by_column": {}}
+    failures = []
+    if spec.expected_rows is None:
+        failures.append("the build's statistics (rows read, rows suppressed) are missing, so its "
+                        "row count cannot be checked")
+    elif row["n_rows"] != spec.expected_rows:
+        read = stats.get("source_rows", stats.get("row_count"))
+        failures.append(f"{row['n_rows']} rows released, {spec.expected_rows} expected "
+                        f"({read} source rows read, {int(stats.get('suppressed') or 0)} suppressed)")
+    if (spec.k is not None and spec.class_key and row["smallest"] is not None
+            and row["smallest"] < spec.k):
+        failures.append(f"smallest class has {row['smallest']} rows, k = {spec.k} promised")
+    if spec.l is not None:
+        for i, col in enumerate(spec.sensitive):
+            figures["l_by_column"][col] = row[f"l{i}"]
+            if row[f"l{i}"] is not None and row[f"l{i}"] < spec.l:
+                failures.append(f'a class has {row[f"l{i}"]} distinct values of "{col}", '
+                                f"l = {spec.l} promised")
+    for attr, t in tables.items():
+        figures["l_by_column"][attr] = t["smallest_l"]
+        if t["mismatched"]:
+            failures.append(f'{t["mismatched"]} group(s) of the sensitive table of "{attr}" do not '
+                            "count the same rows as the quasi-identifier table")
+        if spec.l is not None and t["smallest_l"] is not None and t["smallest_l"] < spec.l:
+            failures.append(f'a group has {t["smallest_l"]} distinct values of "{attr}", '
+                            f"l = {spec.l} promised")
+    figures["seconds"] = round(time.monotonic() - started, 4)
+    figures["checked_at"] = dt.datetime.now(dt.UTC).isoformat()
+    if failures:
+        raise VerificationFailed(
+            f"release {name}: " + "; ".join(failures),
+            detail="figures: " + json.dumps(figures),
+            hint="The release was not published (a previous release stays as it was). Its rows "
+                 "break a promise of the method: report this with the release's parameters.")
+    return figures

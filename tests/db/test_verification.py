@@ -1,0 +1,290 @@
+"""Every release is checked from its released rows, in SQL, before it is published (verify.py).
+
+A fresh release of every method is verified and its figures equal counts made here with SQL of our
+own. Faults are injected from outside the code: as superuser the method's STABLE partitioning
+function is replaced by one that tampers with the real run's result (classes split below k, rows
+dropped as a containment filter drops them, sensitive-table counts changed); a create is then
+refused with nothing left, and a refresh -- through anon.refresh and through a plain REFRESH
+MATERIALIZED VIEW -- is refused with the old release still readable and the failure recorded.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+
+import psycopg
+import pytest
+
+from tests.db.test_break_merge import _break, _load, _people
+from tests.db.test_fusion import enterprise, frames, resilient_view  # noqa: F401 (fixtures)
+from tests.db.test_trust import PEOPLE as TRUST_PEOPLE
+from tests.db.test_trust import purpose, record, requester, role, trust_view  # noqa: F401
+from tests.helpers import class_sizes, distinct_sensitive_per_class
+
+PATIENTS = """
+CREATE TABLE patients (id int PRIMARY KEY, age int, zip text, sex text, diagnosis text);
+INSERT INTO patients
+SELECT i, 20 + (i * 7) % 50, (ARRAY['13000', '13500', '14000', '22000'])[1 + (i * 3) % 4],
+       CASE WHEN i % 2 = 0 THEN 'F' ELSE 'M' END,
+       (ARRAY['flu', 'cold', 'asthma', 'diabetes', 'gastritis'])[1 + (i * 11) % 5]
+FROM generate_series(1, 300) i;
+SELECT anon.set_column_role('patients', 'diagnosis', 'sensitive');
+"""
+QIS = ["age", "zip", "sex"]
+
+
+@pytest.fixture
+def patients(db, schema):
+    db.execute(PATIENTS)
+    return f"{schema}.patients"
+
+
+def catalog(db, relation):
+    schema, name = relation.replace('"', "").split(".")
+    return db.execute("SELECT release_id, verified, verification, last_error FROM anon.releases "
+                      "WHERE release_schema = %s AND release_name = %s", (schema, name)).fetchone()
+
+
+def count(db, relation):
+    return db.execute(f"SELECT count(*) FROM {relation}").fetchone()[0]
+
+
+def mondrian(db, schema, k=5, l=None, name="rel"):
+    return db.execute(
+        "SELECT anon.mondrian_view('patients', k => %s, l => %s, identifiers => ARRAY['id'], "
+        "release_name => %s, release_schema => %s)", (k, l, name, schema)).fetchone()[0]
+
+
+def assert_verified(db, relation, *, source_rows, qis=None, k=None, sensitive=(), l=None):
+    """verified = true and the stored figures equal this test's own SQL counts."""
+    _, verified, figures, _ = catalog(db, relation)
+    assert verified is True
+    released = count(db, relation)
+    assert figures["rows_released"] == released == figures["rows_expected"]
+    assert released <= source_rows
+    if qis:
+        sizes = class_sizes(db, relation, qis)
+        assert figures["smallest_class"] == min(sizes) >= k
+        assert figures["classes"] == len(sizes)
+    for col in sensitive:
+        smallest = min(distinct_sensitive_per_class(db, relation, qis, col))
+        assert figures["l_by_column"][col] == smallest >= l
+    assert figures["seconds"] >= 0 and figures["checked_at"]
+    status = db.execute("SELECT verified, verification FROM anon.release_status() WHERE release = %s",
+                        (relation,)).fetchone()
+    assert status == (True, figures)
+    return figures
+
+
+# ---------------------------------------------------------------------------- every method
+
+def test_mondrian_release_is_verified_with_independent_figures(db, schema, patients):
+    rel = mondrian(db, schema, k=5)
+    assert_verified(db, rel, source_rows=300, qis=QIS, k=5)
+    rel = mondrian(db, schema, k=4, l=3, name="rel_l")
+    figures = assert_verified(db, rel, source_rows=300, qis=QIS, k=4, sensitive=["diagnosis"], l=3)
+    assert figures["rows_expected"] == 300 and figures["l"] == 3
+
+
+def test_l_is_checked_for_every_sensitive_column(db, schema, patients):
+    rel = db.execute("SELECT anon.mondrian_view('patients', k => 4, l => 2, "
+                     "quasi_identifiers => ARRAY['age', 'zip'], sensitive => ARRAY['diagnosis', 'sex'], "
+                     "identifiers => ARRAY['id'], release_schema => %s)", (schema,)).fetchone()[0]
+    figures = assert_verified(db, rel, source_rows=300, qis=["age", "zip"], k=4,
+                              sensitive=["diagnosis", "sex"], l=2)
+    assert set(figures["l_by_column"]) == {"diagnosis", "sex"}
+
+
+def test_prioritized_mondrian_release_is_verified(db, schema, patients):
+    rel = db.execute("SELECT anon.mondrian_view('patients', k => 6, priorities => '{\"zip\": 1}'::jsonb, "
+                     "identifiers => ARRAY['id'], release_schema => %s)", (schema,)).fetchone()[0]
+    assert_verified(db, rel, source_rows=300, qis=QIS, k=6)
+
+
+def test_trust_release_is_verified_with_suppressed_rows_excluded(db, schema, requester, purpose):  # noqa: F811
+    db.execute(TRUST_PEOPLE)
+    record(db, requester, ["good"] * 20)
+    name, _ = purpose({"age": 1, "sex": 1, "job": 1})
+    rel = trust_view(db, schema, f'"{schema}".people', requester, name, k=10, max_suppression=0.05)
+    figures = assert_verified(db, rel, source_rows=400, qis=["age", "sex", "job"], k=10)
+    metrics = db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s",
+                         (schema,)).fetchone()[0]
+    assert figures["rows_expected"] == 400 - metrics["cost"]["rows_suppressed"]
+
+
+def test_pattern_release_is_verified_on_its_row_count(db, schema, patients):
+    rel = db.execute("SELECT anon.pattern_view('patients', columns => ARRAY['age'], segment => 20, "
+                     "iterations => 200, sensitive => ARRAY['diagnosis'], release_schema => %s)",
+                     (schema,)).fetchone()[0]
+    figures = assert_verified(db, rel, source_rows=300)
+    assert figures["rows_expected"] == 300 and figures["smallest_class"] is None
+
+
+def test_fusion_release_is_verified_over_its_centroids(db, schema, enterprise):  # noqa: F811
+    rel = resilient_view(db, schema)
+    k = db.execute("SELECT (parameters->>'k')::int FROM anon.releases WHERE release_schema = %s",
+                   (schema,)).fetchone()[0]
+    assert_verified(db, rel, source_rows=len(enterprise[0]), qis=["perf_1", "perf_2", "perf_3"], k=k)
+
+
+def test_break_merge_release_is_verified_on_qit_and_sensitive_tables(db, schema):
+    source = _load(db, schema, _people(600))
+    rel = _break(db, schema, source, k=5, l=2)
+    _, verified, figures, _ = catalog(db, rel)
+    qit = f"{schema}.people_bm_qit"
+    assert verified is True
+    assert figures["rows_released"] == count(db, qit) == figures["rows_expected"] == 600
+    assert figures["smallest_class"] == min(class_sizes(db, qit, ["age", "sex", "zip"])) >= 5
+    for attribute in ("workclass", "income"):
+        st = f"{schema}.people_bm_st_{attribute}"
+        smallest = db.execute(f"SELECT min(n) FROM (SELECT count(DISTINCT value) AS n FROM {st} "
+                              "GROUP BY gid) g").fetchone()[0]
+        assert figures["l_by_column"][attribute] == smallest >= 2
+        assert db.execute(f"SELECT sum(count) FROM {st}").fetchone()[0] == 600
+
+
+# ---------------------------------------------------------------------------- fault injection
+
+SPLIT_BELOW_K = """
+p = mondrian.partition(plpy, GD, release_id)
+import json as _json
+ids = [int(x) for x in p["class_ids"].strip("{}").split(",")]
+classes = _json.loads(p["classes"])
+# every class split in two (its rows alternately); the second half's zip set gets an extra
+# element, so both halves still contain their rows (containment holds) but are distinct released
+# classes below k
+seen = {}
+split = []
+for c in ids:
+    seen[c] = seen.get(c, 0) + 1
+    split.append(2 * c + seen[c] % 2)
+p["class_ids"] = "{" + ",".join(map(str, split)) + "}"
+def widen(lit):
+    return lit if lit is None else (lit[:-1] + ",zzzzz}" if lit != "{}" else "{zzzzz}")
+p["classes"] = _json.dumps({q: [v for lit in lits for v in (lit, widen(lit) if q == "q1" else lit)]
+                            for q, lits in classes.items()})
+return p
+"""
+
+DROP_ROWS = """
+p = mondrian.partition(plpy, GD, release_id)
+ids = p["class_ids"].strip("{}").split(",")
+# three rows not emitted: what the release query's containment filter does to a row outside its box
+p["class_ids"] = "{" + ",".join(["-1"] * 3 + ids[3:]) + "}"
+return p
+"""
+
+
+@contextlib.contextmanager
+def tampered(db, function, body, call):
+    """Replace ``function`` (its real PL/Python body, bootstrap included) so that it ends with
+    ``body`` instead of ``call``; restore the original whatever happens."""
+    original = db.execute("SELECT pg_get_functiondef(%s::regprocedure)", (function,)).fetchone()[0]
+    line = next(x for x in original.splitlines() if x.strip() == call)
+    db.execute(original.replace(line, body.strip()))
+    try:
+        yield
+    finally:
+        db.execute(original)
+
+
+def mondrian_tampered(db, body):
+    return tampered(db, "anon._mondrian_partition(integer)", body,
+                    "return mondrian.partition(plpy, GD, release_id)")
+
+
+def release_rows(db, relation):
+    return db.execute(f"SELECT * FROM {relation} ORDER BY 1, 2, 3, 4").fetchall()
+
+
+@pytest.mark.parametrize("body, message", [
+    (SPLIT_BELOW_K, "smallest class has {} rows, k = 5 promised"),
+    (DROP_ROWS, "297 rows released, 300 expected (300 source rows read, 0 suppressed)"),
+])
+def test_create_of_a_release_breaking_its_promise_is_refused_and_leaves_nothing(db, schema, patients,
+                                                                                 body, message):
+    with mondrian_tampered(db, body), pytest.raises(psycopg.errors.DataException) as failed:
+        mondrian(db, schema, k=5)
+    text = failed.value.diag.message_primary
+    assert text.startswith(f"release {schema}.rel: ")
+    if "{}" in message:     # the smallest class the tampered run made, counted here
+        assert "k = 5 promised" in text and "smallest class has " in text
+    else:
+        assert message in text
+    assert json.loads(failed.value.diag.message_detail.removeprefix("figures: "))["k"] == 5
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (schema,)).fetchone()[0] == 0
+    assert db.execute("SELECT to_regclass(%s)", (f"{schema}.rel",)).fetchone()[0] is None
+    rel = mondrian(db, schema, k=5)        # the real function is back: the release is fine
+    assert catalog(db, rel)[1] is True
+
+
+@pytest.mark.parametrize("how", ["anon.refresh", "REFRESH MATERIALIZED VIEW"])
+@pytest.mark.parametrize("body", [SPLIT_BELOW_K, DROP_ROWS], ids=["below_k", "rows_dropped"])
+def test_refresh_of_a_release_breaking_its_promise_keeps_the_old_release(db, schema, patients,
+                                                                         how, body):
+    rel = mondrian(db, schema, k=5)
+    release_id, _, figures_before, _ = catalog(db, rel)
+    before = release_rows(db, rel)
+    db.execute(f"INSERT INTO {patients} SELECT i, 30, '13000', 'F', 'flu' FROM generate_series(301, 320) i")
+    with mondrian_tampered(db, body), pytest.raises(psycopg.errors.DataException) as failed:
+        if how == "anon.refresh":
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+        else:
+            db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+    assert f"release {schema}.rel: " in failed.value.diag.message_primary
+    assert release_rows(db, rel) == before                       # the old release, still readable
+    _, verified, figures, last_error = catalog(db, rel)
+    assert verified is True and figures == figures_before        # describes the old release
+    assert last_error.startswith(f"release {schema}.rel: ")
+    history = db.execute("SELECT succeeded, error, sqlstate FROM anon.refresh_history "
+                         "WHERE release_id = %s ORDER BY refresh_id", (release_id,)).fetchall()
+    assert len(history) == 1                                     # recorded once, not twice
+    assert history[0][0] is False and history[0][2] == "22000"
+    assert history[0][1].startswith(f"release {schema}.rel: ")
+    db.execute("SELECT anon.refresh(%s)", (rel,))                # the real function: it refreshes
+    assert catalog(db, rel)[1] is True and count(db, rel) == 320
+
+
+BREAK_ST_COUNT = """
+import json as _json
+r = _json.loads(break_merge.run_release(plpy, GD, release_id))
+r["st"]["count"][0] += 1        # a sensitive table counting one row the QIT does not have
+return _json.dumps(r)
+"""
+
+
+def test_break_merge_sensitive_tables_must_count_the_qit_rows(db, schema):
+    source = _load(db, schema, _people(300))
+    with tampered(db, "anon._break_merge_run(integer)", BREAK_ST_COUNT,
+                  "return break_merge.run_release(plpy, GD, release_id)"), \
+            pytest.raises(psycopg.errors.DataException) as failed:
+        _break(db, schema, source, k=5, l=2)
+    assert "do not count the same rows as the quasi-identifier table" in failed.value.diag.message_primary
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (schema,)).fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("how", ["anon.refresh", "REFRESH MATERIALIZED VIEW"])
+def test_break_merge_refresh_breaking_the_counts_keeps_the_old_release(db, schema, how):
+    source = _load(db, schema, _people(300))
+    rel = _break(db, schema, source, k=5, l=2)
+    release_id = catalog(db, rel)[0]
+    qit = f"{schema}.people_bm_qit"
+    before = db.execute(f"SELECT * FROM {qit} ORDER BY 1, 2, 3, 4").fetchall()
+    db.execute(f"DELETE FROM {source} WHERE id < 20")
+    function = "anon._break_merge_run(integer)"
+    with tampered(db, function, BREAK_ST_COUNT, "return break_merge.run_release(plpy, GD, release_id)"), \
+            pytest.raises(psycopg.errors.DataException) as failed:
+        if how == "anon.refresh":
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+        else:
+            db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+    assert "do not count the same rows" in failed.value.diag.message_primary
+    assert db.execute(f"SELECT * FROM {qit} ORDER BY 1, 2, 3, 4").fetchall() == before
+    history = db.execute("SELECT succeeded, sqlstate FROM anon.refresh_history WHERE release_id = %s",
+                         (release_id,)).fetchall()
+    assert history == [(False, "22000")]
+    assert catalog(db, rel)[3].startswith(f"release {schema}.people_bm: ")
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert catalog(db, rel)[1] is True and count(db, qit) == 280          # ids 0..19 deleted
