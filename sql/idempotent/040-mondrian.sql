@@ -41,10 +41,13 @@ $$;
 
 -- The rows of a partitioning run as a relation. Not inlinable (it pins search_path), so the
 -- planner uses its ROWS estimate and joins the source by hashing instead of a million TID scans.
+-- row_tableoid is NULL when the source is one relation (p.row_tableoids NULL): join with
+-- (r.row_tableoid IS NULL OR s.tableoid = r.row_tableoid) AND s.ctid = r.row_ctid.
 CREATE OR REPLACE FUNCTION anon._partition_rows(p anon.partition)
-RETURNS TABLE (row_ctid tid, class_id integer, row_position integer)
+RETURNS TABLE (row_ctid tid, class_id integer, row_position integer, row_tableoid oid)
 LANGUAGE sql IMMUTABLE ROWS 100000
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM unnest($1.row_ctids::tid[], $1.class_ids::integer[], $1.row_positions::integer[])
+    SELECT * FROM unnest($1.row_ctids::tid[], $1.class_ids::integer[], $1.row_positions::integer[],
+                         $1.row_tableoids::oid[])
 $$;
