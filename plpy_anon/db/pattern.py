@@ -42,7 +42,7 @@ from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.reader import read_columns, refuse_non_finite
+from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 
 METHOD = "pattern"
@@ -108,10 +108,16 @@ def _substituted_columns(tbl, cols, names):
 def _check_columns(plpy, tbl, substituted, bounds):
     """Count, min and max of every substituted column in one query: a NULL-only or constant
     column, or bounds that exclude data, are refused before the view is built."""
-    selects = ", ".join(f"count({q}) AS n{i}, min({q})::float8 AS lo{i}, max({q})::float8 AS hi{i}"
+    selects = ", ".join(f"count({q}) AS n{i}, min({q})::float8 AS lo{i}, max({q})::float8 AS hi{i}, "
+                        f"count(*) FILTER (WHERE {q}::float8 = 'NaN') AS nan{i}, "
+                        f"count(*) FILTER (WHERE abs({q}::float8) = 'Infinity') AS inf{i}"
                         for i, q in enumerate(ident(plpy, c.name) for c in substituted))
     row = plpy.execute(f"SELECT {selects} FROM {tbl.quoted(plpy)}")[0]
     for i, col in enumerate(substituted):
+        for what in ("nan", "inf"):
+            if row[f"{what}{i}"]:
+                raise non_finite_error(tbl, col.name, "NaN" if what == "nan" else "infinity",
+                                       "pattern_view")
         column_bounds(col.name, row[f"n{i}"], row[f"lo{i}"], row[f"hi{i}"],
                       *bounds.get(col.name, (None, None)))
 

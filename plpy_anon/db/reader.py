@@ -99,10 +99,13 @@ def refuse_non_finite(tbl: Table, data: TableData, columns: list[Column], method
         if d.null_mask is not None:
             bad &= ~d.null_mask
         if bad.any():
-            what = "NaN" if np.isnan(d.values[bad]).any() else "infinity"
-            raise InvalidParameter(
-                f'column "{col.name}" of {tbl.schema}.{tbl.name} holds {what}, which {method} '
-                "cannot release",
-                hint=f'Replace it with NULL (UPDATE ... SET "{col.name}" = NULL WHERE "{col.name}" '
-                     f"IN ('NaN', 'Infinity', '-Infinity')) or declare the column ignored or "
-                     "sensitive; anon.mondrian_view releases such values.")
+            raise non_finite_error(tbl, col.name, "NaN" if np.isnan(d.values[bad]).any()
+                                   else "infinity", method)
+
+
+def non_finite_error(tbl: Table, column: str, what: str, method: str) -> InvalidParameter:
+    return InvalidParameter(
+        f'column "{column}" of {tbl.schema}.{tbl.name} holds {what}, which {method} cannot release',
+        hint=f'Replace it with NULL (UPDATE ... SET "{column}" = NULL WHERE "{column}" '
+             "IN ('NaN', 'Infinity', '-Infinity')) or declare the column ignored or sensitive; "
+             "anon.mondrian_view releases such values.")
