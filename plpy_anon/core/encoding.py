@@ -93,9 +93,8 @@ def finite_for_ordering(values, null_mask=None):
         return values
     usable = values[present & finite]
     lo, hi = (float(usable.min()), float(usable.max())) if usable.size else (0.0, 0.0)
-    step = hi / 100 - lo / 100                     # 1% of the finite width (no overflow)
-    if step <= 0:
-        step = max(abs(hi), 1.0) * 1e-6
+    # 1% of the finite width (computed without overflow), and never below the float spacing
+    step = max(hi / 100 - lo / 100, max(abs(hi), abs(lo), 1.0) * 1e-6)
     out = values.astype(np.float64, copy=True)
     out[bad & np.isneginf(values)] = lo - step
     out[bad & np.isposinf(values)] = hi + step
