@@ -3,20 +3,19 @@
 The release is a materialized view whose query does the set work in SQL:
 
     WITH run AS MATERIALIZED (SELECT anon._mondrian_partition(<release_id>) AS p),  -- Python, once
-    kept_rows AS MATERIALIZED (                     -- each row's class, joined back to the source
+    kept_rows AS MATERIALIZED (                     -- each kept row's class, joined back to the
         SELECT r.class_id, r.row_position, s."age" AS v0, s."sex" AS v1, s."diagnosis" AS s0
-        FROM run CROSS JOIN LATERAL anon._partition_rows(run.p) AS r
-        JOIN <source> AS s ON s.ctid = r.row_ctid AND (r.row_tableoid IS NULL
-                                                       OR s.tableoid = r.row_tableoid)
-        WHERE r.class_id >= 0),                     -- (suppressed rows: negative class ids)
+        FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, '<source>'::regclass) AS r
+        JOIN <source> AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),
     bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
-    classes AS (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0, x.q1::text[] AS q1
+    classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
+                                    x.q1::text[] AS q1                  -- once per class
         FROM bounds b JOIN (<p.classes -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
     SELECT c.q0 AS "age", c.q1 AS "sex", rs.s0 AS "diagnosis"
-    FROM (SELECT * FROM kept_rows ORDER BY row_position OFFSET 0) AS rs   -- release order
-    JOIN classes AS c ON c.class_id = rs.class_id
+    FROM kept_rows AS rs JOIN classes AS c ON c.class_id = rs.class_id
     WHERE (rs.v0 IS NULL OR c.q0 @> rs.v0::int4)                           -- containment filter
       AND array_position(c.q1, rs.v1::text) IS NOT NULL
+    ORDER BY rs.row_position                        -- release order: by class, shuffled inside
 
 so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
 only a class id per row plus, for categorical QIs, one generalized value per class travel back
@@ -207,26 +206,27 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         else:
             filters.append(f"pg_catalog.array_position(c.q{i}, rs.v{i}::text) IS NOT NULL")
     where = f"WHERE {' AND '.join(filters)}" if filters else ""
-    # run: the partitioning call, once. rows: each kept row's class and the values the release
-    # needs, joined to the source by (tableoid, ctid) -- scanned twice (bounds, output), so
-    # materialized. The output subquery keeps release order (by class, shuffled inside it); the
-    # small per-class relation is hashed and probed in that order.
+    # run: the partitioning call, once. kept_rows: each kept row's class and the values the
+    # release needs, joined to the source by (tableoid, ctid); scanned twice (bounds, output), so
+    # materialized. classes: one row per class, ranges built once per class. The release order
+    # (by class, shuffled inside it: see release_positions) is imposed by the final ORDER BY.
+    source = tbl.quoted(plpy)
     return (
         f"WITH run AS MATERIALIZED (SELECT {partition_call} AS p),\n"
         f"kept_rows AS MATERIALIZED (\n"
         f"    SELECT r.class_id, r.row_position{kept}\n"
-        f"    FROM run CROSS JOIN LATERAL anon._partition_rows(run.p) AS r\n"
-        f"    JOIN {tbl.quoted(plpy)} AS s\n"
-        f"      ON s.ctid = r.row_ctid AND (r.row_tableoid IS NULL OR s.tableoid = r.row_tableoid)\n"
-        f"    WHERE r.class_id >= 0),\n"
+        f"    FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, "
+        f"{plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
+        f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
         f"bounds AS (SELECT rs.class_id{aggregates} FROM kept_rows AS rs GROUP BY rs.class_id),\n"
-        f"classes AS (\n"
+        f"classes AS MATERIALIZED (\n"
         f"    SELECT b.class_id, {', '.join(generalized)}\n"
         f"{class_source})\n"
         f"SELECT {', '.join(selects)}\n"
-        f"FROM (SELECT * FROM kept_rows ORDER BY kept_rows.row_position OFFSET 0) AS rs\n"
+        f"FROM kept_rows AS rs\n"
         f"JOIN classes AS c ON c.class_id = rs.class_id\n"
-        f"{where}")
+        f"{where}\n"
+        f"ORDER BY rs.row_position")
 
 
 def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:

@@ -128,6 +128,9 @@ class _Quoter:
     def quote_ident(self, name):
         return sql.Identifier(name).as_string(self.conn)
 
+    def quote_literal(self, value):
+        return sql.Literal(value).as_string(self.conn)
+
 
 def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema):
     """A partition whose published values do not contain the rows' values (here crafted by
