@@ -73,6 +73,35 @@ def encode_numeric(name, values, null_mask=None):
     return EncodedColumn(name, "numeric", codes, labels, null_code)
 
 
+def finite_for_ordering(values, null_mask=None):
+    """Non-finite numbers mapped to finite stand-ins that keep PostgreSQL's order, for
+    partitioning only (released bounds are computed in SQL from the real values).
+
+    ``-inf`` becomes just below the smallest finite value, ``+inf`` just above the largest, and
+    NaN (which PostgreSQL sorts above infinity, equal to itself) just above that, so a median cut
+    can still isolate them and spreads are not poisoned by infinite widths (the stand-ins lie 1% of
+    the finite width beyond the extremes; values within 2% of the float8 maximum may overflow). Entries marked in
+    ``null_mask`` are left as they are. Integer arrays are returned unchanged.
+    """
+    values = np.asarray(values)
+    if not np.issubdtype(values.dtype, np.floating):
+        return values
+    present = np.ones(values.shape, dtype=bool) if null_mask is None else ~np.asarray(null_mask, dtype=bool)
+    finite = np.isfinite(values)
+    bad = present & ~finite
+    if not bad.any():
+        return values
+    usable = values[present & finite]
+    lo, hi = (float(usable.min()), float(usable.max())) if usable.size else (0.0, 0.0)
+    # 1% of the finite width (computed without overflow), and never below the float spacing
+    step = max(hi / 100 - lo / 100, max(abs(hi), abs(lo), 1.0) * 1e-6)
+    out = values.astype(np.float64, copy=True)
+    out[bad & np.isneginf(values)] = lo - step
+    out[bad & np.isposinf(values)] = hi + step
+    out[bad & np.isnan(values)] = hi + 2 * step
+    return out
+
+
 def encode_categorical(name, values, hierarchy=None):
     """Encode a text column (``str`` or ``None`` = NULL); see the module docstring for the order."""
     values = np.asarray(values, dtype=object)

@@ -49,7 +49,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.mondrian import check_k, class_literals, column_for, output_type
-from plpy_anon.db.reader import read_columns
+from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "break_merge"
@@ -149,7 +149,7 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
         selects.append(
             f"count(DISTINCT {name}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
         )
-    row = plpy.execute(f"SELECT {', '.join(selects)} FROM ONLY {tbl.quoted(plpy)}")[0]
+    row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
     if row["n"] < k:
         raise InsufficientData(
             f"table {tbl.schema}.{tbl.name} has {row['n']} rows, fewer than k = {k}",
@@ -374,6 +374,8 @@ def partition_source(plpy, release, params) -> SourcePartition:
             f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
             hint=f"Use k <= {data.n_rows}, or release a larger table.",
         )
+    # class bounds are written from Python's float8 reading here: refuse what it cannot write
+    refuse_non_finite(tbl, data, numeric, "break_merge")
     encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
     model = Mondrian(k=k).fit(encoded)
     labels, n_classes = model.labels_, model.n_classes_

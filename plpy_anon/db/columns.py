@@ -23,15 +23,29 @@ ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
 #   read       -- SQL expression (over the quoted column %s) giving a number for numeric kinds
 #   range_type -- the range type analysts query with @>, &&, ...
 NUMERIC_TYPES = {
-    "int2": ("%s::int8", "int4range", "int"),
-    "int4": ("%s::int8", "int4range", "int"),
-    "int8": ("%s", "int8range", "int"),
-    "numeric": ("%s::float8", "numrange", "float"),
-    "float4": ("%s::float8", "numrange", "float"),
-    "float8": ("%s", "numrange", "float"),
-    "date": ("(%s - DATE '2000-01-01')", "daterange", "date"),
-    "timestamp": ("extract(epoch FROM %s)::float8", "tsrange", "timestamp"),
-    "timestamptz": ("extract(epoch FROM %s)::float8", "tstzrange", "timestamptz"),
+    "int2": ("%(c)s::int8", "int4range", "int"),
+    "int4": ("%(c)s::int8", "int4range", "int"),
+    "int8": ("%(c)s", "int8range", "int"),
+    "numeric": ("%(c)s::float8", "numrange", "float"),
+    "float4": ("%(c)s::float8", "numrange", "float"),
+    "float8": ("%(c)s", "numrange", "float"),
+    # days since 2000-01-01; 'infinity' / '-infinity' (which date subtraction refuses) as +-inf
+    "date": (("CASE WHEN pg_catalog.isfinite(%(c)s) THEN (%(c)s - DATE '2000-01-01')::float8 "
+              "WHEN %(c)s > DATE '2000-01-01' THEN 'Infinity'::float8 ELSE '-Infinity'::float8 END"),
+             "daterange", "date"),
+    "timestamp": ("extract(epoch FROM %(c)s)::float8", "tsrange", "timestamp"),
+    "timestamptz": ("extract(epoch FROM %(c)s)::float8", "tstzrange", "timestamptz"),
+}
+# The element type each range type is tested against (``range @> value::element``) and the
+# largest value of the discrete ones: ``[lo, max]`` would canonicalize to ``[lo, max + 1)``, which
+# overflows, so a class reaching the type's maximum is released upper-unbounded (still truthful).
+RANGE_ELEMENTS = {
+    "int4range": ("int4", "2147483647"),
+    "int8range": ("int8", "9223372036854775807"),
+    "numrange": ("numeric", None),
+    "daterange": ("date", "'5874897-12-31'::date"),
+    "tsrange": ("timestamp", None),
+    "tstzrange": ("timestamptz", None),
 }
 # typcategory: S string, B boolean, E enum -- released as the set of values (text[]) or, with a
 # hierarchy, the lowest common ancestor (text).
@@ -77,12 +91,14 @@ RELKIND_NAMES = {"v": "a view", "m": "a materialized view", "p": "a partitioned 
 
 
 def table(plpy, source: str) -> Table:
-    """The ordinary table named by ``source`` (a regclass rendered as text by PL/Python)."""
+    """The table named by ``source`` (a regclass rendered as text by PL/Python): an ordinary table
+    (with its inheritance children, if any) or a partitioned table (with all its partitions).
+    Releases read it without ONLY: every row of the hierarchy is released."""
     row = run(plpy, TABLE_QUERY, ["text"], [source])[0]
-    if row["relkind"] != "r":
+    if row["relkind"] not in ("r", "p"):
         raise UnsupportedType(
             f"{row['schema']}.{row['name']} is {RELKIND_NAMES.get(row['relkind'], 'not a table')}; "
-            "releases are made from ordinary tables",
+            "releases are made from tables (ordinary, partitioned or inheritance parents)",
             hint="Copy the data into a table first: CREATE TABLE t AS SELECT ...")
     return Table(int(row["oid"]), row["schema"], row["name"])
 
@@ -257,7 +273,7 @@ def _store_hierarchy(plpy, tbl: Table, column_name: str, hierarchy: Hierarchy, p
 
 def check_hierarchy_covers(plpy, tbl: Table, col: Column, hierarchy: Hierarchy) -> None:
     """Every non-NULL value present in the column must be a leaf of its hierarchy."""
-    query = (f"SELECT DISTINCT {ident(plpy, col.name)}::text AS v FROM ONLY {tbl.quoted(plpy)} "
+    query = (f"SELECT DISTINCT {ident(plpy, col.name)}::text AS v FROM {tbl.quoted(plpy)} "
              f"WHERE {ident(plpy, col.name)} IS NOT NULL")
     leaves = set(hierarchy.leaves)
     missing = sorted(r["v"] for r in plpy.execute(query) if r["v"] not in leaves)

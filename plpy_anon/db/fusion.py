@@ -8,8 +8,10 @@ materialized view through the release catalog:
 
     SELECT s."name", c.a0::float8 AS "perf_1", ...
     FROM anon._fusion_partition(<release_id>) AS p                 -- MDAV at the chosen k
-    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)
-    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid                  -- the identifier stays in SQL
+    CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[], p.row_tableoids::oid[])
+         AS r(row_ctid, class_id, row_tableoid)       -- tableoids: partitioned/inherited sources
+    JOIN <source> AS s ON s.ctid = r.row_ctid AND (r.row_tableoid IS NULL OR s.tableoid = ...)
+                                                                    -- the identifier stays in SQL
     JOIN LATERAL ROWS FROM (jsonb_array_elements_text(p.classes -> 'a0'), ...) WITH ORDINALITY
          AS c(a0, ..., class_no) ON c.class_no = r.class_id + 1    -- one row per group
     ORDER BY s."name"                                    -- public anyway; hides the source order
@@ -34,7 +36,7 @@ from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases, verify
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.reader import read_columns
+from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 
 METHOD = "fusion"
@@ -221,8 +223,10 @@ def release_query(plpy, tbl, id_col, attrs, release_id: int) -> str:
     return (
         f"SELECT {', '.join(selects)}\n"
         f"FROM anon._fusion_partition({int(release_id)}) AS p\n"
-        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[]) AS r(row_ctid, class_id)\n"
-        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.class_ids::int4[], p.row_tableoids::oid[])\n"
+        f"  AS r(row_ctid, class_id, row_tableoid)\n"
+        f"JOIN {tbl.quoted(plpy)} AS s\n"
+        f"  ON s.ctid = r.row_ctid AND (r.row_tableoid IS NULL OR s.tableoid = r.row_tableoid)\n"
         f"JOIN LATERAL ROWS FROM ({groups}) WITH ORDINALITY AS c({', '.join(aliases)}, class_no)\n"
         f"  ON c.class_no = r.class_id + 1\n"
         f"ORDER BY s.{ident(plpy, id_col.name)}")
@@ -263,6 +267,7 @@ def partition(plpy, GD, release_id: int):
         raise InsufficientData(
             f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than the release's k = {k}",
             hint="Load more rows, or recreate the release with replace => true to choose k again.")
+    refuse_non_finite(tbl, data, attrs, "fusion_resilient_view")
     frame = _frame(data, attrs, [cols[params["identifier"]]])
     core.require_unique_identifier(frame[params["identifier"]], params["identifier"],
                                    f"{tbl.schema}.{tbl.name}")
@@ -286,6 +291,7 @@ def partition(plpy, GD, release_id: int):
         "class_ids": _int_array(mdav.labels_),
         "row_positions": _int_array(positions),
         "classes": json.dumps(classes),
+        "row_tableoids": data.row_tableoids,
     }
 
 

@@ -2,26 +2,49 @@
 
 The release is a materialized view whose query does the set work in SQL:
 
-    SELECT c.q0 AS "age", c.q1 AS "sex", ..., rs.s0 AS "diagnosis"
-    FROM anon._mondrian_partition(<release_id>) AS p              -- Python, once per refresh
-    CROSS JOIN LATERAL (SELECT r.class_id, s."diagnosis" AS s0    -- each row's class, joined back
-        FROM anon._partition_rows(p) AS r                         --   to the source by ctid (hash
-        JOIN ONLY <source> AS s ON s.ctid = r.row_ctid            --   join: sensitive values never
-        ORDER BY r.row_position OFFSET 0) AS rs                   --   leave SQL), in release order
-    JOIN LATERAL (SELECT x.class_no, x.q0::int4range AS q0, ...   -- one row per class, cast once
-        FROM ROWS FROM (jsonb_array_elements_text(p.classes -> 'q0'), ...) WITH ORDINALITY
-             AS x(q0, ..., class_no) OFFSET 0) AS c ON c.class_no = rs.class_id + 1
+    WITH run AS MATERIALIZED (SELECT anon._mondrian_partition(<release_id>) AS p),  -- Python, once
+    kept_rows AS MATERIALIZED (                     -- each kept row's class, joined back to the
+        SELECT r.class_id, r.row_position, s."age" AS v0, s."sex" AS v1, s."diagnosis" AS s0
+        FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, '<source>'::regclass) AS r
+        JOIN <source> AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),
+    bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
+    classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
+                                    x.q1::text[] AS q1                  -- once per class
+        FROM bounds b JOIN (<p.classes -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
+    SELECT c.q0 AS "age", c.q1 AS "sex", rs.s0 AS "diagnosis"
+    FROM kept_rows AS rs JOIN classes AS c ON c.class_id = rs.class_id
+    WHERE (rs.v0 IS NULL OR c.q0 @> rs.v0::int4)                           -- containment filter
+      AND array_position(c.q1, rs.v1::text) IS NOT NULL
+    ORDER BY rs.row_position                        -- release order: by class, shuffled inside
 
 so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
-only a class id per row plus one generalized value per class and QI travel back. The partitioning
-function is STABLE: it reads the source in the query's own snapshot, so the ctids it returns are
-those the join sees.
+only a class id per row plus, for categorical QIs, one generalized value per class travel back
+(sensitive values never leave SQL). The partitioning function is STABLE: it reads the source in
+the query's own snapshot, so the ctids it returns are those the join sees.
 
-Generalized values: numeric and date QIs become ranges with the tightest bounds of the class's
-non-NULL values (NULL when the class holds only NULLs; a class mixing NULL and values shows the
-range of its values, and NCP counts such a cell as fully generalized); categorical QIs become the
-sorted set of values present (``text[]``, NULL an element of its own), or, with a registered
-hierarchy, the lowest common ancestor (``text``).
+Sources: ordinary tables, inheritance parents and partitioned tables, read without ONLY (every
+row of every child / partition). ctids repeat across physical relations, so for a source with
+children the run also returns each row's tableoid and the join uses (tableoid, ctid).
+
+Generalized values: numeric, date and timestamp QIs become ranges with the tightest bounds of the
+class's non-NULL values, computed IN SQL from the source rows in the column's own type (Python
+partitions on a float8 approximation, which orders values but cannot write bounds: a bigint above
+2^53, a 20-digit numeric or a timestamp's microseconds would be lost). Bounds are inclusive
+(``[lo, hi]``); a discrete range whose upper bound is the type's maximum (2147483647, the largest
+date) is released upper-unbounded (``[lo,)``), since ``[lo, max]`` canonicalizes to an overflowing
+``[lo, max + 1)``. ±infinity (dates, timestamps, floats, numeric) and NaN (floats, numeric; a
+numrange holds it as a bound above infinity) are released as they are; the partitioner sees them
+as values just beyond the finite ones. A class of only NULLs gets NULL; a class mixing NULL and
+values shows the range of its values (NCP counts such a cell as fully generalized). Categorical
+QIs become the sorted set of values present (``text[]``, NULL an element of its own), or, with a
+registered hierarchy, the lowest common ancestor (``text``).
+
+Containment filter: a row is emitted only if each of its QI values lies inside its released class
+value, tested with the column's own operators (``range @> value::element`` -- NULL values pass, as
+above -- and ``array_position(set, value::text) IS NOT NULL``; hierarchy labels are not checked).
+A row failing it is left out of the release instead of being published under a value that does not
+contain it; the release's post-build verification, which compares the release's row count with
+the source's, then fails the build, so a wrong range is never published.
 """
 from __future__ import annotations
 
@@ -32,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.encoding import encode_categorical, encode_numeric, finite_for_ordering
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
@@ -133,38 +156,93 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
                                      f"{partition_function}({int(release_id)})")
 
 
-def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str) -> str:
+def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str,
+                               *, literal_ranges: bool = False) -> str:
     """The query of a release whose partitioning function returns an ``anon.partition`` (see the
     module docstring for its shape and why). ``qi_types``: released SQL type of each QI, in the
-    order of the ``q0, q1, ...`` class columns. Rows whose class id is negative are suppressed."""
+    order of the ``q0, q1, ...`` class columns. Rows whose class id is negative are suppressed.
+
+    Range-typed QIs get their bounds from the class's rows in SQL (``min``/``max`` in the
+    column's own type). With ``literal_ranges`` the partition also carries a range literal per
+    class (trust's hierarchy intervals) and the released range is the smallest one holding both
+    that literal and the class's values. Every row passes the containment filter."""
     qi_names = list(qi_types)
+    by_name = {col.name: col for col, _ in roles}
     sensitive = [col for col, role in roles if role == "sensitive"]
+    ranged = [i for i, name in enumerate(qi_names) if qi_types[name] in catalog.RANGE_ELEMENTS]
+    literal = [i for i, name in enumerate(qi_names) if i not in ranged or literal_ranges]
+    checked = [i for i in range(len(qi_names)) if i in ranged or qi_types[qi_names[i]] == "text[]"]
     selects = []
     for col, role in roles:
         if role == "quasi_identifier":
             selects.append(f"c.q{qi_names.index(col.name)} AS {ident(plpy, col.name)}")
         elif role == "sensitive":
             selects.append(f"rs.s{sensitive.index(col)} AS {ident(plpy, col.name)}")
-    casts = ", ".join(f"x.q{i}::{qi_types[name]} AS q{i}" for i, name in enumerate(qi_names))
-    elements = ", ".join(f"jsonb_array_elements_text(p.classes -> 'q{i}')"
-                         for i in range(len(qi_names)))
-    aliases = ", ".join(f"q{i}" for i in range(len(qi_names)))
-    kept = "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
-    # OFFSET 0 keeps each subquery whole: the casts run once per class, not once per row, and the
-    # rows are put in release order (by class, shuffled inside it) while they are still narrow.
+    kept = "".join(f", s.{ident(plpy, by_name[qi_names[i]].name)} AS v{i}" for i in checked)
+    kept += "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
+    aggregates = "".join(f", min(rs.v{i}) AS lo{i}, max(rs.v{i}) AS hi{i}" for i in ranged)
+    generalized = []
+    for i, name in enumerate(qi_names):
+        if i in ranged:
+            generalized.append(f"{range_expression(qi_types[name], i, literal_ranges)} AS q{i}")
+        else:
+            generalized.append(f"x.q{i}::{qi_types[name]} AS q{i}")
+    if literal:
+        elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
+                             for i in literal)
+        aliases = ", ".join(f"q{i}" for i in literal)
+        class_source = (
+            f"    FROM bounds AS b\n"
+            f"    JOIN (SELECT x.class_no - 1 AS class_id, {aliases} FROM run,\n"
+            f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)) AS x\n"
+            f"      ON x.class_id = b.class_id")
+    else:
+        class_source = "    FROM bounds AS b"
+    filters = []
+    for i in checked:
+        if i in ranged:
+            element = catalog.RANGE_ELEMENTS[qi_types[qi_names[i]]][0]
+            filters.append(f"(rs.v{i} IS NULL OR c.q{i} @> rs.v{i}::{element})")
+        else:
+            filters.append(f"pg_catalog.array_position(c.q{i}, rs.v{i}::text) IS NOT NULL")
+    where = f"WHERE {' AND '.join(filters)}" if filters else ""
+    # run: the partitioning call, once. kept_rows: each kept row's class and the values the
+    # release needs, joined to the source by (tableoid, ctid); scanned twice (bounds, output), so
+    # materialized. classes: one row per class, ranges built once per class. The release order
+    # (by class, shuffled inside it: see release_positions) is imposed by the final ORDER BY.
+    source = tbl.quoted(plpy)
     return (
+        f"WITH run AS MATERIALIZED (SELECT {partition_call} AS p),\n"
+        f"kept_rows AS MATERIALIZED (\n"
+        f"    SELECT r.class_id, r.row_position{kept}\n"
+        f"    FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, "
+        f"{plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
+        f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
+        f"bounds AS (SELECT rs.class_id{aggregates} FROM kept_rows AS rs GROUP BY rs.class_id),\n"
+        f"classes AS MATERIALIZED (\n"
+        f"    SELECT b.class_id, {', '.join(generalized)}\n"
+        f"{class_source})\n"
         f"SELECT {', '.join(selects)}\n"
-        f"FROM {partition_call} AS p\n"
-        f"CROSS JOIN LATERAL (\n"
-        f"    SELECT r.class_id{kept}\n"
-        f"    FROM anon._partition_rows(p) AS r\n"
-        f"    JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
-        f"    WHERE r.class_id >= 0\n"
-        f"    ORDER BY r.row_position OFFSET 0) AS rs\n"
-        f"JOIN LATERAL (\n"
-        f"    SELECT x.class_no, {casts}\n"
-        f"    FROM ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)\n"
-        f"    OFFSET 0) AS c ON c.class_no = rs.class_id + 1")
+        f"FROM kept_rows AS rs\n"
+        f"JOIN classes AS c ON c.class_id = rs.class_id\n"
+        f"{where}\n"
+        f"ORDER BY rs.row_position")
+
+
+def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:
+    """The released range of QI ``i`` from its class's bounds ``b.lo<i>``/``b.hi<i>`` (column
+    type): inclusive ``[lo, hi]``; NULL when the class holds only NULLs; upper-unbounded when
+    ``hi`` is the maximum of a discrete type (``[lo, max]`` would canonicalize to an overflowing
+    ``[lo, max + 1)``). With ``literal_ranges``, merged with the class's range literal ``x.q<i>``."""
+    element, maximum = catalog.RANGE_ELEMENTS[range_type]
+    fn = f"pg_catalog.{range_type}"
+    lo, hi = f"b.lo{i}::{element}", f"b.hi{i}::{element}"
+    unbounded = f"WHEN {hi} = {maximum} THEN {fn}({lo}, NULL, '[)') " if maximum else ""
+    exact = f"CASE WHEN b.lo{i} IS NULL THEN NULL::{range_type} {unbounded}ELSE {fn}({lo}, {hi}, '[]') END"
+    if not literal_ranges:
+        return exact
+    return (f"CASE WHEN b.lo{i} IS NULL THEN x.q{i}::{range_type} "
+            f"ELSE pg_catalog.range_merge(x.q{i}::{range_type}, {exact}) END")
 
 
 # ---------------------------------------------------------------------------- partitioning run
@@ -187,8 +265,11 @@ def partition_result(plpy, GD, release_id: int, rows: ReleaseRows, labels, n_cla
     and release positions per row, generalized literals per class; the run's metrics are stashed
     for the catalog."""
     index = ClassIndex.of(labels, n_classes)
-    bounds = class_bounds(rows.encoded, labels, n_classes, index)
-    classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col in enumerate(rows.qis)}
+    # numeric QIs: bounds come from SQL (generalized_release_query); categorical ones from here
+    listed = [(i, col, enc) for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded))
+              if col.kind == "categorical"]
+    bounds = class_bounds([enc for _, _, enc in listed], labels, n_classes, index)
+    classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed}
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
     metrics.update(extra_metrics or {})
     result = {
@@ -196,6 +277,7 @@ def partition_result(plpy, GD, release_id: int, rows: ReleaseRows, labels, n_cla
         "class_ids": int_array_literal(labels),
         "row_positions": int_array_literal(release_positions(labels, seed=release_id)),
         "classes": json.dumps(classes),
+        "row_tableoids": rows.data.row_tableoids,
     }
     metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
                           "python_total": round(time.monotonic() - started, 4)}
@@ -246,8 +328,9 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     for col in qis:
         d = data.columns[col.name]
         if col.kind == "numeric":
-            encoded.append(encode_numeric(col.name, d.values, d.null_mask))
-            values = d.values.astype(float)
+            ordered = finite_for_ordering(d.values, d.null_mask)   # ±inf, NaN: released as is
+            encoded.append(encode_numeric(col.name, ordered, d.null_mask))
+            values = ordered.astype(float)
             if d.null_mask is not None:
                 values[d.null_mask] = np.nan
             frame[col.name] = values

@@ -6,7 +6,7 @@ The release is a materialized view whose query joins the substituted values back
     FROM anon._pattern_run(<release_id>) AS p                        -- Python, once per refresh
     CROSS JOIN LATERAL unnest(p.row_ctids::tid[], p.released[1]::numeric[],
                               p.released[2]::float8[]) AS r(row_ctid, c0, c1)
-    JOIN ONLY <source> AS s ON s.ctid = r.row_ctid                  -- kept columns stay in SQL
+    JOIN <source> AS s ON s.ctid = r.row_ctid                   -- kept columns stay in SQL
     ORDER BY r.c0, r.c1                                              -- no trace of source order
 
 Only the substituted columns travel to Python, and only their new values (as array literals
@@ -42,7 +42,7 @@ from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.reader import read_columns
+from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 
 METHOD = "pattern"
@@ -109,10 +109,16 @@ def _substituted_columns(tbl, cols, names):
 def _check_columns(plpy, tbl, substituted, bounds):
     """Count, min and max of every substituted column in one query: a NULL-only or constant
     column, or bounds that exclude data, are refused before the view is built."""
-    selects = ", ".join(f"count({q}) AS n{i}, min({q})::float8 AS lo{i}, max({q})::float8 AS hi{i}"
+    selects = ", ".join(f"count({q}) AS n{i}, min({q})::float8 AS lo{i}, max({q})::float8 AS hi{i}, "
+                        f"count(*) FILTER (WHERE {q}::float8 = 'NaN') AS nan{i}, "
+                        f"count(*) FILTER (WHERE abs({q}::float8) = 'Infinity') AS inf{i}"
                         for i, q in enumerate(ident(plpy, c.name) for c in substituted))
-    row = plpy.execute(f"SELECT {selects} FROM ONLY {tbl.quoted(plpy)}")[0]
+    row = plpy.execute(f"SELECT {selects} FROM {tbl.quoted(plpy)}")[0]
     for i, col in enumerate(substituted):
+        for what in ("nan", "inf"):
+            if row[f"{what}{i}"]:
+                raise non_finite_error(tbl, col.name, "NaN" if what == "nan" else "infinity",
+                                       "pattern_view")
         column_bounds(col.name, row[f"n{i}"], row[f"lo{i}"], row[f"hi{i}"],
                       *bounds.get(col.name, (None, None)))
 
@@ -147,8 +153,10 @@ def release_query(plpy, tbl, substituted, kept, release_id: int) -> str:
     return (
         f"SELECT {', '.join(selects)}\n"
         f"FROM anon._pattern_run({int(release_id)}) AS p\n"
-        f"CROSS JOIN LATERAL unnest(p.row_ctids::tid[], {arrays}) AS r(row_ctid, {aliases})\n"
-        f"JOIN ONLY {tbl.quoted(plpy)} AS s ON s.ctid = r.row_ctid\n"
+        f"CROSS JOIN LATERAL unnest(p.row_tableoids::oid[], p.row_ctids::tid[], {arrays})\n"
+        f"  AS r(row_tableoid, row_ctid, {aliases})\n"
+        f"JOIN {tbl.quoted(plpy)} AS s\n"
+        f"  ON s.ctid = r.row_ctid AND (r.row_tableoid IS NULL OR s.tableoid = r.row_tableoid)\n"
         f"ORDER BY {aliases}")
 
 
@@ -164,6 +172,7 @@ def run_release(plpy, GD, release_id: int):
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     substituted = [_still_there(tbl, cols, name) for name in params["columns"]]
     data = read_columns(plpy, tbl, substituted, [])
+    refuse_non_finite(tbl, data, substituted, "pattern_view")
     read_s = time.monotonic() - started
     frame = pd.DataFrame({c.name: _with_nulls(data.columns[c.name]) for c in substituted}
                          if data.n_rows else {c.name: [] for c in substituted}, dtype=float)
@@ -180,7 +189,7 @@ def run_release(plpy, GD, release_id: int):
     _warn_if_unchanged(plpy, metrics["columns"])
     releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=None, metrics=metrics,
                        started=started)
-    return {"row_ctids": data.row_ctids,
+    return {"row_ctids": data.row_ctids, "row_tableoids": data.row_tableoids,
             "released": [_array_literal(model.released_[:, i], model.decimals_[i])
                          for i in range(len(substituted))]}
 

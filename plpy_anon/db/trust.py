@@ -6,7 +6,7 @@ The release is a materialized view in the Mondrian pattern (see ``mondrian.py``)
     FROM anon._trust_partition(<release_id>) AS p                -- Python, once per refresh
     CROSS JOIN LATERAL (SELECT r.class_id, s."salary" AS s0
         FROM anon._partition_rows(p) AS r
-        JOIN ONLY <source> AS s ON s.ctid = r.row_ctid
+        JOIN <source> AS s ON s.ctid = r.row_ctid                  -- (and tableoid)
         WHERE r.class_id >= 0                                      -- suppressed rows: class -1
         ORDER BY r.row_position OFFSET 0) AS rs                    -- shuffled release order
     JOIN LATERAL (SELECT x.class_no, x.q0::int4range AS q0, x.q1::text AS q1, ...
@@ -48,7 +48,7 @@ from plpy_anon.db.mondrian import (
     int_array_literal,
     release_positions,
 )
-from plpy_anon.db.reader import read_columns
+from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "trust"
@@ -388,7 +388,8 @@ def release_query(plpy, tbl, roles, release_id: int) -> str:
     class id -1 and are left out."""
     qi_types = {c.name: output_type(c) for c, r in roles if r == "quasi_identifier"}
     return generalized_release_query(plpy, tbl, roles, qi_types,
-                                     f"anon._trust_partition({int(release_id)})")
+                                     f"anon._trust_partition({int(release_id)})",
+                                     literal_ranges=True)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -413,6 +414,7 @@ def partition(plpy, GD, release_id: int):
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
                                hint="Load rows first; a release of no rows protects nothing.")
+    refuse_non_finite(tbl, data, qis, "trust_view")
     _check_no_nulls(tbl, frame)
     hierarchies = {c.name: catalog.load_hierarchy(plpy, tbl, c.name)
                    for c in qis if c.kind == "categorical"}
@@ -437,7 +439,8 @@ def partition(plpy, GD, release_id: int):
     # suppressed rows (class -1) are shuffled as one more class; the release filters them out
     positions = release_positions(class_ids + 1, seed=release_id)
     return {"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),
-            "row_positions": int_array_literal(positions), "classes": json.dumps(classes)}
+            "row_positions": int_array_literal(positions), "classes": json.dumps(classes),
+            "row_tableoids": data.row_tableoids}
 
 
 def _check_no_nulls(tbl, frame) -> None:

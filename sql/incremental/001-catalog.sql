@@ -51,9 +51,13 @@ SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
 -- per source row (in the order Python read them) its ctid, its class and its position in the
 -- release, as array literals (parsed by array_in in C, not element by element in Python); and the
 -- generalized values of each class as JSON arrays of literals, one array per quasi-identifier.
+-- A ctid is unique only inside one physical relation: when the source has partitions or
+-- inheritance children, row_tableoids holds each row's tableoid (same order), and the release
+-- joins on (tableoid, ctid); it is NULL for a source that is one relation.
 CREATE TYPE anon.partition AS (
     row_ctids     text,
     class_ids     text,
     row_positions text,
-    classes       jsonb
+    classes       jsonb,
+    row_tableoids text
 );

@@ -4,5 +4,6 @@
 
 CREATE TYPE anon.pattern_values AS (
     row_ctids text,
-    released  text[]
+    released  text[],
+    row_tableoids text        -- per row, when the source has partitions / children; else NULL
 );
