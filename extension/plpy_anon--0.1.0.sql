@@ -113,11 +113,15 @@ SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
 -- per source row (in the order Python read them) its ctid, its class and its position in the
 -- release, as array literals (parsed by array_in in C, not element by element in Python); and the
 -- generalized values of each class as JSON arrays of literals, one array per quasi-identifier.
+-- A ctid is unique only inside one physical relation: when the source has partitions or
+-- inheritance children, row_tableoids holds each row's tableoid (same order), and the release
+-- joins on (tableoid, ctid); it is NULL for a source that is one relation.
 CREATE TYPE anon.partition AS (
     row_ctids     text,
     class_ids     text,
     row_positions text,
-    classes       jsonb
+    classes       jsonb,
+    row_tableoids text
 );
 
 -------------------------------------------------------------------------------
@@ -259,8 +263,26 @@ SELECT pg_catalog.pg_extension_config_dump('anon.purposes', '');
 
 CREATE TYPE anon.pattern_values AS (
     row_ctids text,
-    released  text[]
+    released  text[],
+    row_tableoids text        -- per row, when the source has partitions / children; else NULL
 );
+
+-------------------------------------------------------------------------------
+-- incremental/080-verification.sql
+-- Every release is checked from its released rows, in SQL, before it is published (see
+-- plpy_anon/db/verify.py): whether the last build passed, and the figures the check measured
+-- (rows expected and released, smallest class, distinct sensitive values per class, seconds).
+-- NULL: not checked (e.g. a release refreshed WITH NO DATA). A build that fails the check is
+-- never published, so a stored row says true; failures are in anon.refresh_history.
+
+ALTER TABLE anon.releases
+    ADD COLUMN verified     boolean,
+    ADD COLUMN verification jsonb;
+
+COMMENT ON COLUMN anon.releases.verified IS
+    'The current release passed the check of its released rows (row count, smallest class >= k, distinct sensitive values >= l); NULL if not checked.';
+COMMENT ON COLUMN anon.releases.verification IS
+    'Figures of the last check: rows_expected, rows_released, classes, smallest_class, k, l, l_by_column, seconds, checked_at.';
 
 -------------------------------------------------------------------------------
 -- idempotent/010-info.sql
@@ -642,6 +664,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     cmd record;
+    message text; detail text; hint text; state text;
 BEGIN
     FOR cmd IN SELECT e.objid FROM pg_catalog.pg_event_trigger_ddl_commands() e
                WHERE e.command_tag = 'REFRESH MATERIALIZED VIEW'
@@ -650,7 +673,24 @@ BEGIN
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                    JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
                    WHERE c.oid = cmd.objid) THEN
-            PERFORM anon._record_refresh(cmd.objid);
+            BEGIN
+                PERFORM anon._record_refresh(cmd.objid);
+            EXCEPTION WHEN OTHERS THEN
+                -- a release that fails its verification aborts the REFRESH: re-raise with the
+                -- message alone (no "plpy.Error: " prefix), same SQLSTATE, DETAIL and HINT
+                GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,
+                                        hint = PG_EXCEPTION_HINT, state = RETURNED_SQLSTATE;
+                message := pg_catalog.regexp_replace(message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+                IF detail <> '' AND hint <> '' THEN
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, DETAIL = detail, HINT = hint;
+                ELSIF detail <> '' THEN
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, DETAIL = detail;
+                ELSIF hint <> '' THEN
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, HINT = hint;
+                ELSE
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state;
+                END IF;
+            END;
         END IF;
     END LOOP;
 END
@@ -753,14 +793,20 @@ from plpy_anon.db import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
 
--- The rows of a partitioning run as a relation. Not inlinable (it pins search_path), so the
--- planner uses its ROWS estimate and joins the source by hashing instead of a million TID scans.
-CREATE OR REPLACE FUNCTION anon._partition_rows(p anon.partition)
-RETURNS TABLE (row_ctid tid, class_id integer, row_position integer)
+-- The rows of a partitioning run as a relation: each kept row's (tableoid, ctid), class and
+-- release position; rows of a negative class (suppressed) are left out. row_tableoids is NULL when
+-- the source is one relation: every row then belongs to `source`. Not inlinable (it pins
+-- search_path), so the planner uses its ROWS estimate and joins the source by hashing on
+-- (tableoid, ctid) instead of a million TID scans.
+CREATE OR REPLACE FUNCTION anon._partition_rows(p anon.partition, source regclass)
+RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position integer)
 LANGUAGE sql IMMUTABLE ROWS 100000
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT * FROM unnest($1.row_ctids::tid[], $1.class_ids::integer[], $1.row_positions::integer[])
+    SELECT coalesce(u.row_tableoid, $2::oid), u.row_ctid, u.class_id, u.row_position
+    FROM unnest($1.row_tableoids::oid[], $1.row_ctids::tid[], $1.class_ids::integer[],
+                $1.row_positions::integer[]) AS u(row_tableoid, row_ctid, class_id, row_position)
+    WHERE u.class_id >= 0
 $$;
 
 -------------------------------------------------------------------------------
@@ -1494,7 +1540,8 @@ RETURNS TABLE (release text, method text, source text, row_count bigint, achieve
                refreshed_at timestamptz, refresh_seconds double precision,
                last_error text, last_error_at timestamptz, failures bigint,
                schedule text, jobid bigint, last_run_start timestamptz,
-               last_run_seconds double precision, last_run_status text, last_run_message text)
+               last_run_seconds double precision, last_run_status text, last_run_message text,
+               verified boolean, verification jsonb)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1527,7 +1574,7 @@ from plpy_anon.db import schedule as sched
 return sched.release_status(plpy)
 $$;
 COMMENT ON FUNCTION anon.release_status() IS
-    'One row per release: last refresh (time, duration, rows, achieved k), the last error and the number of failed refreshes, and with pg_cron its schedule and the outcome of its last scheduled run.';
+    'One row per release: last refresh (time, duration, rows, achieved k), the last error and the number of failed refreshes, with pg_cron its schedule and the outcome of its last scheduled run, and whether the release passed the check of its released rows (verified, with the figures).';
 
 -------------------------------------------------------------------------------
 -- idempotent/080-trust.sql

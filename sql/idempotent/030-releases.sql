@@ -50,6 +50,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     cmd record;
+    message text; detail text; hint text; state text;
 BEGIN
     FOR cmd IN SELECT e.objid FROM pg_catalog.pg_event_trigger_ddl_commands() e
                WHERE e.command_tag = 'REFRESH MATERIALIZED VIEW'
@@ -58,7 +59,24 @@ BEGIN
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                    JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
                    WHERE c.oid = cmd.objid) THEN
-            PERFORM anon._record_refresh(cmd.objid);
+            BEGIN
+                PERFORM anon._record_refresh(cmd.objid);
+            EXCEPTION WHEN OTHERS THEN
+                -- a release that fails its verification aborts the REFRESH: re-raise with the
+                -- message alone (no "plpy.Error: " prefix), same SQLSTATE, DETAIL and HINT
+                GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,
+                                        hint = PG_EXCEPTION_HINT, state = RETURNED_SQLSTATE;
+                message := pg_catalog.regexp_replace(message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+                IF detail <> '' AND hint <> '' THEN
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, DETAIL = detail, HINT = hint;
+                ELSIF detail <> '' THEN
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, DETAIL = detail;
+                ELSIF hint <> '' THEN
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, HINT = hint;
+                ELSE
+                    RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state;
+                END IF;
+            END;
         END IF;
     END LOOP;
 END
