@@ -91,6 +91,23 @@ def schema(db, request):
     db.execute("RESET search_path")
 
 
+@pytest.fixture
+def release_schema(db, schema):
+    """A release schema for one test: a name derived from ``schema`` that does not exist yet, so
+    plpy_anon creates it with the test's first release (releases go only into schemas the
+    extension created). Dropped after the test with its releases."""
+    name = f"{schema[:58]}_rel"
+    yield name
+    if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        db.rollback()
+    releases = db.execute("SELECT format('%%I.%%I', release_schema, release_name) FROM anon.releases "
+                          "WHERE release_schema = %s", (name,)).fetchall()
+    for (rel,) in releases:
+        db.execute("SELECT anon.drop_release(%s, if_exists => true)", (rel,))
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+    db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (name,))
+
+
 def pytest_configure(config):
     # A private temp root per run: pytest prunes /tmp/pytest-of-<user>/pytest-<N> directories of
     # earlier runs, which pulls the data directory from under a cluster another run still uses.
