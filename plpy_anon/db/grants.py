@@ -97,8 +97,12 @@ def grant_release(plpy, release: dict, roles: list[str] | None = None) -> None:
         roles = analysts(plpy)
     if not roles:
         return
-    # SELECT only: USAGE on the schema was granted once (ensure_release_schema / grant_analyst);
+    # SELECT only: analysts got USAGE on the schema once (ensure_release_schema / grant_analyst);
     # re-granting it here made concurrent creates and refreshes collide on its pg_namespace row.
+    # A restricted release's grantees need not be analysts: USAGE for them, unless they have it.
+    if restricted is not None:
+        for role in roles:
+            grant_usage(plpy, release["release_schema"], role)
     grantees = ", ".join(plpy.quote_ident(r) for r in roles)
     for rel in release_relations(plpy, release):
         plpy.execute(f"GRANT SELECT ON {rel} TO {grantees}")
