@@ -144,7 +144,7 @@ ok_rel AS (
           WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
             AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
             AND d.refobjid IN (SELECT oid FROM rel) AND d.deptype IN ('a', 'i')),
-foreign_objects AS (
+foreign_objects AS MATERIALIZED (     -- describe only what is found, not every row scanned
     SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid FROM pg_catalog.pg_class c
     WHERE c.relnamespace = (SELECT oid FROM ns) AND c.oid NOT IN (SELECT oid FROM ok_rel)
     UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_type t
