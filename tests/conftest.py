@@ -16,6 +16,8 @@ import pytest
 from psycopg import sql
 from pytest_postgresql import factories
 
+from tests.helpers import release_schema_of
+
 HERE = Path(__file__).resolve().parent
 PG_CTL = str(HERE / "pg_ctl_as_postgres")
 DBNAME = "anon_test"
@@ -79,16 +81,27 @@ def schema(db, request):
     yield name
     if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         db.rollback()
+    released_in = release_schema_of(name)
     releases = db.execute(
         """SELECT format('%%I.%%I', r.release_schema, r.release_name) FROM anon.releases r
-           WHERE r.release_schema = %s
+           WHERE r.release_schema IN (%s, %s)
               OR r.source::oid IN (SELECT c.oid FROM pg_class c JOIN pg_namespace n
                                    ON n.oid = c.relnamespace WHERE n.nspname = %s)""",
-        (name, name)).fetchall()
+        (name, released_in, name)).fetchall()
     for (rel,) in releases:
         db.execute("SELECT anon.drop_release(%s, if_exists => true)", (rel,))
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(released_in)))
+    db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (released_in,))
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
     db.execute("RESET search_path")
+
+
+@pytest.fixture
+def release_schema(schema):
+    """The test's release schema (``release_schema_of(schema)``): it does not exist yet, so
+    plpy_anon creates it with the test's first release (releases go only into schemas the
+    extension created). The ``schema`` fixture drops it, with its releases, after the test."""
+    return release_schema_of(schema)
 
 
 def pytest_configure(config):

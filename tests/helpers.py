@@ -27,3 +27,10 @@ def release_columns(conn, relation: str) -> list[tuple[str, str]]:
         "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
         (relation,)).fetchall()
     return [(r[0], r[1]) for r in rows]
+
+
+def release_schema_of(schema: str) -> str:
+    """The release schema of a test whose source tables live in ``schema``: a schema that does not
+    exist before the test's first release (plpy_anon creates it, releases go only into schemas it
+    created); the ``schema`` fixture drops it with its releases."""
+    return f"{schema[:58]}_rel"

@@ -1,9 +1,19 @@
 """Analysts' access: roles that may read every release and nothing else.
 
+Release schemas are the extension's own: ``ensure_release_schema`` creates them (recorded in
+``anon.release_schemas``) and refuses an existing schema it did not create, or one holding
+anything but releases (a function, type, table, ... that USAGE would hand to analysts).
+
 ``anon.grant_analyst(role)`` records the role in ``anon.analysts`` and grants it USAGE on each
-release schema and SELECT on each relation a release owns; ``create_release`` (and every refresh
-that rebuilds relations) calls ``grant_release`` so future releases are readable too. Nothing
-else is granted: the ``anon`` schema, the catalog, the source tables and the extension's
+release schema -- after checking again that each holds releases only -- and SELECT on each
+relation a release owns. USAGE is granted once per (schema, role): when grant_analyst registers
+a role, and when the extension creates a schema (to the analysts registered then). Creating or
+refreshing a release only grants SELECT on its own new relations (``grant_release``): concurrent
+creates and refreshes never update the same catalog row (``GRANT USAGE`` on every create made
+them collide: "tuple concurrently updated", deadlocks on pg_namespace). ``revoke_analyst`` takes
+SELECT on every release and USAGE on every release schema back.
+
+Nothing else is granted: the ``anon`` schema, the catalog, the source tables and the extension's
 functions stay closed (900-privileges.sql revokes them from PUBLIC). Reading a release never runs
 extension code -- a materialized view's query only runs at refresh, as its owner. A release whose
 method restricts it to some roles (``parameters.grantees``: trust-aware releases) is never
@@ -11,9 +21,27 @@ granted to analysts.
 """
 from __future__ import annotations
 
-from plpy_anon.core.errors import InvalidParameter, UndefinedObject
+from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, jsonb, run
+
+# Advisory lock keys (class 'ansc'): one per schema name while it is created, and one for the set
+# of analysts (grant_analyst / revoke_analyst exclusive, release creation shared) so that a role
+# registered while a release is being created still receives it.
+LOCK_CLASS = 0x616E7363
+ANALYSTS_KEY = 0
+
+
+class SchemaNotOurs(AnonError):
+    """An existing schema plpy_anon did not create (duplicate_schema)."""
+
+    sqlstate = "42P06"
+
+
+class SchemaNotReleaseOnly(AnonError):
+    """A release schema holding objects that are not releases (object_not_in_prerequisite_state)."""
+
+    sqlstate = "55000"
 
 
 def check_role(plpy, role: str) -> str:
@@ -69,10 +97,183 @@ def grant_release(plpy, release: dict, roles: list[str] | None = None) -> None:
         roles = analysts(plpy)
     if not roles:
         return
+    # SELECT only: analysts got USAGE on the schema once (ensure_release_schema / grant_analyst);
+    # re-granting it here made concurrent creates and refreshes collide on its pg_namespace row.
+    # A restricted release's grantees need not be analysts: USAGE for them, unless they have it.
+    if restricted is not None:
+        for role in roles:
+            grant_usage(plpy, release["release_schema"], role)
     grantees = ", ".join(plpy.quote_ident(r) for r in roles)
-    plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, release['release_schema'])} TO {grantees}")
     for rel in release_relations(plpy, release):
         plpy.execute(f"GRANT SELECT ON {rel} TO {grantees}")
+
+
+# ---------------------------------------------------------------------------- release schemas
+
+# Objects of a schema that are not part of a release, one query (one snapshot, so a release
+# committed meanwhile is seen together with its catalog row). Part of a release: its relations
+# (release_name, parameters.objects, a refresh's leftover <name>__refresh<id>), their indexes and
+# owned sequences (row and array types are reported with their relation or element type; functions
+# first: they are what USAGE would hand over). Anything else -- functions,
+# procedures, aggregates, types, domains, tables, views, sequences, operators, collations, text
+# search objects, statistics, extensions -- is foreign, and so is CREATE granted to anyone but the
+# owner (others could add objects later).
+FOREIGN_OBJECTS = """
+WITH ns AS (SELECT n.oid, n.nspowner, n.nspacl FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
+rel_names AS (
+    SELECT r.release_id, r.release_name::text AS name FROM anon.releases r WHERE r.release_schema = $1
+    UNION ALL
+    SELECT r.release_id, o.name FROM anon.releases r,
+        pg_catalog.jsonb_array_elements_text(CASE WHEN pg_catalog.jsonb_typeof(r.parameters -> 'objects') = 'array'
+                                                  THEN r.parameters -> 'objects' ELSE '[]' END) AS o(name)
+    WHERE r.release_schema = $1),
+rel AS (
+    SELECT c.oid FROM pg_catalog.pg_class c JOIN ns ON c.relnamespace = ns.oid
+    WHERE c.relkind IN ('r', 'v', 'm', 'p')
+      AND EXISTS (SELECT 1 FROM rel_names x
+                  WHERE x.name = c.relname::text
+                     OR (pg_catalog.right(c.relname::text, pg_catalog.length('__refresh' || x.release_id))
+                             = '__refresh' || x.release_id
+                         AND pg_catalog.starts_with(x.name, pg_catalog.left(
+                                 c.relname::text,
+                                 pg_catalog.length(c.relname::text) - pg_catalog.length('__refresh' || x.release_id)))))),
+ok_rel AS (
+    SELECT oid FROM rel
+    UNION SELECT i.indexrelid FROM pg_catalog.pg_index i WHERE i.indrelid IN (SELECT oid FROM rel)
+    UNION SELECT d.objid FROM pg_catalog.pg_depend d
+          WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            AND d.refobjid IN (SELECT oid FROM rel) AND d.deptype IN ('a', 'i')),
+foreign_objects AS MATERIALIZED (     -- describe only what is found, not every row scanned
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass AS classid, c.oid AS objid FROM pg_catalog.pg_class c
+    WHERE c.relnamespace = (SELECT oid FROM ns) AND c.oid NOT IN (SELECT oid FROM ok_rel)
+    UNION ALL SELECT 'pg_catalog.pg_type'::pg_catalog.regclass, t.oid FROM pg_catalog.pg_type t
+    WHERE t.typnamespace = (SELECT oid FROM ns)
+      AND t.typrelid = 0                                    -- a row type goes with its relation
+      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type e    -- an array type with its element type
+                      WHERE e.oid = t.typelem AND e.typarray = t.oid)
+    UNION ALL SELECT 'pg_catalog.pg_proc'::pg_catalog.regclass, oid FROM pg_catalog.pg_proc
+    WHERE pronamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_operator'::pg_catalog.regclass, oid FROM pg_catalog.pg_operator
+    WHERE oprnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_collation'::pg_catalog.regclass, oid FROM pg_catalog.pg_collation
+    WHERE collnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_conversion'::pg_catalog.regclass, oid FROM pg_catalog.pg_conversion
+    WHERE connamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_opclass'::pg_catalog.regclass, oid FROM pg_catalog.pg_opclass
+    WHERE opcnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_opfamily'::pg_catalog.regclass, oid FROM pg_catalog.pg_opfamily
+    WHERE opfnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_ts_config'::pg_catalog.regclass, oid FROM pg_catalog.pg_ts_config
+    WHERE cfgnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_ts_dict'::pg_catalog.regclass, oid FROM pg_catalog.pg_ts_dict
+    WHERE dictnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_ts_parser'::pg_catalog.regclass, oid FROM pg_catalog.pg_ts_parser
+    WHERE prsnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_ts_template'::pg_catalog.regclass, oid FROM pg_catalog.pg_ts_template
+    WHERE tmplnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, oid FROM pg_catalog.pg_statistic_ext
+    WHERE stxnamespace = (SELECT oid FROM ns)
+    UNION ALL SELECT 'pg_catalog.pg_extension'::pg_catalog.regclass, oid FROM pg_catalog.pg_extension
+    WHERE extnamespace = (SELECT oid FROM ns)),
+described AS (
+    SELECT CASE classid WHEN 'pg_catalog.pg_proc'::pg_catalog.regclass THEN 1
+                        WHEN 'pg_catalog.pg_class'::pg_catalog.regclass THEN 2 ELSE 3 END AS rank,
+           pg_catalog.pg_describe_object(classid, objid, 0) AS what FROM foreign_objects
+    UNION ALL
+    SELECT 0, pg_catalog.format('CREATE privilege on the schema granted to %s',
+                             CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                  ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END)
+    FROM ns, pg_catalog.aclexplode(ns.nspacl) a
+    WHERE a.privilege_type = 'CREATE' AND a.grantee <> ns.nspowner)
+SELECT ARRAY(SELECT what FROM described WHERE what IS NOT NULL ORDER BY rank, what) AS objects"""
+
+
+def foreign_objects(plpy, schema: str) -> list[str]:
+    """Descriptions of what ``schema`` holds besides releases (empty: releases only)."""
+    return list(run(plpy, FOREIGN_OBJECTS, ["text"], [schema])[0]["objects"])
+
+
+def check_release_only(plpy, schema: str) -> None:
+    """Refuse (55000) a release schema that holds anything but releases: USAGE on it would
+    hand analysts those objects (a PUBLIC-executable SECURITY DEFINER function, say)."""
+    found = foreign_objects(plpy, schema)
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise SchemaNotReleaseOnly(
+            f'release schema "{schema}" holds {found[0]}{more}, which is not a release',
+            detail="Objects that are not releases: " + "; ".join(found[:10]) + ("; ..." if len(found) > 10 else ""),
+            hint="Release schemas hold releases only, because analysts get USAGE on them: move those objects "
+                 "to another schema (ALTER ... SET SCHEMA) or drop them, or use another release_schema "
+                 "(plpy_anon creates it), e.g. the default \"release\".")
+
+
+def schema_exists(plpy, schema: str) -> bool:
+    return bool(run(plpy, "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1", ["text"], [schema]))
+
+
+def is_release_schema(plpy, schema: str) -> bool:
+    return bool(run(plpy, "SELECT 1 FROM anon.release_schemas WHERE schema_name = $1", ["name"], [schema]))
+
+
+def lock_analysts(plpy, *, shared: bool) -> None:
+    fn = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    run(plpy, f"SELECT pg_catalog.{fn}($1, $2)", ["int4", "int4"], [LOCK_CLASS, ANALYSTS_KEY])
+
+
+def ensure_release_schema(plpy, schema: str) -> None:
+    """Make sure releases can go into ``schema``: create it (and give the registered analysts
+    USAGE, once) if it does not exist; otherwise it must be one plpy_anon created, still holding
+    releases only. Serialized per schema name, so two first releases in a new schema do not both
+    create it."""
+    lock_analysts(plpy, shared=True)     # a concurrent grant_analyst waits for this release
+    if not schema_exists(plpy, schema):
+        run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
+            ["int4", "text"], [LOCK_CLASS, schema])
+        if not schema_exists(plpy, schema):       # re-read: another session may have made it
+            plpy.execute(f"CREATE SCHEMA {ident(plpy, schema)}")
+            run(plpy, """INSERT INTO anon.release_schemas (schema_name) VALUES ($1)
+                         ON CONFLICT (schema_name) DO UPDATE SET created_at = pg_catalog.now()""",
+                ["name"], [schema])
+            roles = analysts(plpy)
+            if roles:
+                plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, schema)} TO "
+                             + ", ".join(plpy.quote_ident(r) for r in roles))
+            return
+    if not is_release_schema(plpy, schema):
+        raise SchemaNotOurs(
+            f'schema "{schema}" exists and was not created by plpy_anon: releases go only into '
+            "schemas plpy_anon creates",
+            detail="Analysts get USAGE on release schemas, which would give them every object of an "
+                   "existing schema (its functions, types, tables).",
+            hint="Use another release_schema (plpy_anon creates it), or the default \"release\".")
+    check_release_only(plpy, schema)
+
+
+def release_schemas(plpy) -> list[str]:
+    """Release schemas that exist: those plpy_anon created, and any schema a release is in."""
+    rows = run(plpy, """
+        SELECT n.nspname::text AS s FROM pg_catalog.pg_namespace n
+        WHERE n.nspname IN (SELECT schema_name FROM anon.release_schemas
+                            UNION SELECT release_schema FROM anon.releases)
+        ORDER BY 1""")
+    return [r["s"] for r in rows]
+
+
+def grant_usage(plpy, schema: str, role: str) -> None:
+    """USAGE on a release schema for ``role``, unless it holds it already: GRANT rewrites the
+    schema's pg_namespace row even when nothing changes, and concurrent rewrites collide."""
+    if not has_usage(plpy, schema, role):
+        plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, schema)} TO {plpy.quote_ident(role)}")
+
+
+def has_usage(plpy, schema: str, role: str) -> bool:
+    """Whether ``role`` itself holds USAGE on ``schema`` (an explicit ACL entry)."""
+    return run(plpy, """
+        SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+                       WHERE n.nspname = $1 AND a.privilege_type = 'USAGE'
+                         AND a.grantee = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = $2)) AS u""",
+               ["text", "text"], [schema, role])[0]["u"]
 
 
 def all_releases(plpy) -> list[dict]:
@@ -83,27 +284,17 @@ def all_releases(plpy) -> list[dict]:
 def grant_analyst(plpy, role: str) -> int:
     """Make ``role`` an analyst; returns the number of releases it can now read."""
     role = check_role(plpy, role)
+    lock_analysts(plpy, shared=False)     # waits for releases being created right now
+    schemas = release_schemas(plpy)
+    for schema in schemas:                 # check all first: USAGE never reaches a foreign object
+        check_release_only(plpy, schema)
     run(plpy, "INSERT INTO anon.analysts (role_name) VALUES ($1) ON CONFLICT DO NOTHING", ["name"], [role])
+    for schema in schemas:
+        grant_usage(plpy, schema, role)
     releases = all_releases(plpy)
     for release in releases:
         grant_release(plpy, release, [role])
     return len(releases)
-
-
-def release_only_schemas(plpy) -> list[str]:
-    """Schemas holding releases and nothing else: USAGE on them was ours to give, so it is ours to
-    take back. A schema the DBA shares with other objects keeps whatever USAGE it had."""
-    rows = run(plpy, """
-        SELECT DISTINCT r.release_schema::text AS s FROM anon.releases r
-        WHERE NOT EXISTS (
-            SELECT 1 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-            WHERE n.nspname = r.release_schema AND c.relkind IN ('r', 'v', 'm', 'p', 'f')
-              AND NOT EXISTS (SELECT 1 FROM anon.releases o
-                              WHERE o.release_schema = n.nspname
-                                AND (o.release_name = c.relname
-                                     OR o.parameters -> 'objects' ? c.relname::text)))
-        ORDER BY 1""")
-    return [r["s"] for r in rows]
 
 
 @sql_entry
@@ -117,11 +308,12 @@ def revoke_analyst(plpy, role: str) -> int:
         if deleted:
             return 0          # the role is gone, and with it its privileges
         raise UndefinedObject(f'role "{role}" does not exist', hint="See SELECT role_name FROM anon.analysts.")
+    lock_analysts(plpy, shared=False)
     grantee = plpy.quote_ident(role)
     releases = all_releases(plpy)
     for release in releases:
         for rel in release_relations(plpy, release):
             plpy.execute(f"REVOKE SELECT ON {rel} FROM {grantee}")
-    for schema in release_only_schemas(plpy):
+    for schema in release_schemas(plpy):   # every release schema: all of them were ours to give
         plpy.execute(f"REVOKE USAGE ON SCHEMA {ident(plpy, schema)} FROM {grantee}")
     return len(releases)

@@ -99,7 +99,19 @@ def check_name(name: str, what: str) -> None:
 
 
 def ensure_schema(plpy, schema: str) -> None:
-    plpy.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(plpy, schema)}")
+    """Create the release schema, or check that an existing one is plpy_anon's own and holds
+    releases only (grants.ensure_release_schema: clear errors otherwise)."""
+    grants.ensure_release_schema(plpy, schema)
+
+
+NAME_LOCK_CLASS = 0x616E726E   # advisory lock namespace ('anrn'): one creation per release name
+
+
+def lock_release_name(plpy, schema: str, name: str) -> None:
+    """Serialize creations of the same schema.name (two replace => true of one release would
+    otherwise both drop the old one and collide on the catalog's unique key)."""
+    run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
+        ["int4", "text"], [NAME_LOCK_CLASS, f"{schema}.{name}"])
 
 
 def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
@@ -114,6 +126,8 @@ def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
     """
     check_name(release_schema, "release_schema")
     check_name(release_name, "release_name")
+    ensure_schema(plpy, release_schema)
+    lock_release_name(plpy, release_schema, release_name)
     existing = run(plpy, "SELECT * FROM anon.releases WHERE release_schema = $1 AND release_name = $2",
                    ["text", "text"], [release_schema, release_name])
     if existing and not replace:
@@ -126,7 +140,6 @@ def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
         raise DuplicateObject(
             f"relation {release_schema}.{release_name} already exists and is not a release",
             hint="Choose another release_name; plpy_anon never replaces objects it did not create.")
-    ensure_schema(plpy, release_schema)
     row = run(plpy, """
         INSERT INTO anon.releases (release_schema, release_name, source, method, parameters)
         VALUES ($1, $2, $3::oid::regclass, $4, $5) RETURNING release_id""",

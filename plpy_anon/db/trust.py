@@ -49,7 +49,7 @@ from plpy_anon.db.mondrian import (
     release_positions,
 )
 from plpy_anon.db.reader import read_columns, refuse_non_finite
-from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.db.sqltext import jsonb, run
 
 METHOD = "trust"
 OUTCOMES = {"good": 1.0, "bad": 0.0, "neutral": 0.5}
@@ -364,8 +364,7 @@ def restrict_grants(plpy, release, role) -> None:
         if others:
             plpy.execute(f"REVOKE ALL ON {rel} FROM {', '.join(plpy.quote_ident(r) for r in others)}")
         plpy.execute(f"GRANT SELECT ON {rel} TO {plpy.quote_ident(role)}")
-    plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, release['release_schema'])} "
-                 f"TO {plpy.quote_ident(role)}")
+    grants.grant_usage(plpy, release["release_schema"], role)   # once: concurrent GRANTs collide
 
 
 def _notice_cost(plpy, release) -> None:

@@ -1,6 +1,7 @@
 -- Running releases in production: analysts' access, refreshing everything, pg_cron schedules and
 -- the status of every release. None of these is executable by PUBLIC (900-privileges.sql); they
--- are the DBA's. Analysts only ever receive SELECT on releases (and USAGE on their schemas).
+-- are the DBA's. Analysts only ever receive SELECT on releases and USAGE on release schemas, which
+-- plpy_anon creates (anon.release_schemas) and which hold releases only (checked on every grant).
 
 CREATE OR REPLACE FUNCTION anon.grant_analyst(role text)
 RETURNS integer
@@ -12,7 +13,7 @@ from plpy_anon.db import grants
 return grants.grant_analyst(plpy, role)
 $$;
 COMMENT ON FUNCTION anon.grant_analyst(text) IS
-    'Lets a role read every current and future release (SELECT, and USAGE on release schemas) and nothing else; returns the number of releases it can read now.';
+    'Lets a role read every current and future release (SELECT, and USAGE on the release schemas plpy_anon created) and nothing else; refused if a release schema holds anything but releases. Returns the number of releases it can read now.';
 
 CREATE OR REPLACE FUNCTION anon.revoke_analyst(role text)
 RETURNS integer
@@ -24,7 +25,7 @@ from plpy_anon.db import grants
 return grants.revoke_analyst(plpy, role)
 $$;
 COMMENT ON FUNCTION anon.revoke_analyst(text) IS
-    'Takes back what anon.grant_analyst gave: SELECT on every release, USAGE on schemas that hold only releases. Returns the number of releases revoked.';
+    'Takes back what anon.grant_analyst gave: SELECT on every release and USAGE on every release schema. Returns the number of releases revoked.';
 
 CREATE OR REPLACE FUNCTION anon.refresh_all()
 RETURNS TABLE (release text, status text, seconds double precision, error text)

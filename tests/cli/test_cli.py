@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from plpy_anon.cli import main
+from tests.helpers import release_schema_of
 
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
@@ -43,10 +44,10 @@ def test_the_issue_workflow(cli, db, schema, tmp_path):
     assert json.loads(loaded.stdout) == [{"table": "patients", "column": "zip", "leaves": 6}]
 
     created = cli("create", "mondrian", "patients", "--k", "5", "--qi", "age,sex,zip",
-                  "--sensitive", "diagnosis", "--schema", schema, "--format", "json")
+                  "--sensitive", "diagnosis", "--schema", release_schema_of(schema), "--format", "json")
     assert created.exit_code == 0, created.output
     release = json.loads(created.stdout)[0]["release"]
-    assert release == f"{schema}.patients_k5"
+    assert release == f"{release_schema_of(schema)}.patients_k5"
     assert "creating a mondrian release" in created.stderr
 
     listed = cli("--format", "json", "releases")
@@ -79,7 +80,7 @@ def test_the_issue_workflow(cli, db, schema, tmp_path):
 
 
 def test_failures_exit_non_zero_with_one_line(cli, schema):
-    bad_k = cli("create", "mondrian", "patients", "--k", "1", "--schema", schema)
+    bad_k = cli("create", "mondrian", "patients", "--k", "1", "--schema", release_schema_of(schema))
     assert bad_k.exit_code == 1
     assert bad_k.stdout == ""
     lines = bad_k.stderr.strip().splitlines()
@@ -112,15 +113,15 @@ def test_load_queries_grant_and_revoke(cli, db, schema, tmp_path):
 
     db.execute("CREATE ROLE cli_analyst")
     try:
-        assert cli("--quiet", "create", "mondrian", "patients", "--k", "5", "--schema", schema).exit_code == 0
+        assert cli("--quiet", "create", "mondrian", "patients", "--k", "5", "--schema", release_schema_of(schema)).exit_code == 0
         granted = cli("grant", "cli_analyst", "--format", "json")
         assert json.loads(granted.stdout)[0]["releases"] >= 1
         assert db.execute("SELECT has_table_privilege('cli_analyst', %s, 'SELECT')",
-                          (f"{schema}.patients_k5",)).fetchone()[0]
+                          (f"{release_schema_of(schema)}.patients_k5",)).fetchone()[0]
         revoked = cli("revoke", "cli_analyst")
         assert revoked.exit_code == 0
         assert not db.execute("SELECT has_table_privilege('cli_analyst', %s, 'SELECT')",
-                              (f"{schema}.patients_k5",)).fetchone()[0]
+                              (f"{release_schema_of(schema)}.patients_k5",)).fetchone()[0]
         unknown = cli("--quiet", "grant", "no_such_role")
         assert unknown.exit_code == 1 and unknown.stderr.startswith('plpy-anon: error: role "no_such_role"')
     finally:

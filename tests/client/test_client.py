@@ -7,6 +7,7 @@ import pytest
 
 from plpy_anon.client import AnonClient, errors
 from plpy_anon.core import errors as core_errors
+from tests.helpers import release_schema_of
 
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
@@ -39,8 +40,8 @@ def test_declare_then_release_then_frame(anon, db, schema, tmp_path):
     csv_file = tmp_path / "zip.csv"
     csv_file.write_text(ZIP_HIERARCHY)
     assert anon.load_hierarchy_csv("patients", "zip", csv_file) == 6
-    rel = anon.mondrian_view("patients", k=5, release_schema=schema)
-    assert rel == f"{schema}.patients_k5"
+    rel = anon.mondrian_view("patients", k=5, release_schema=release_schema_of(schema))
+    assert rel == f"{release_schema_of(schema)}.patients_k5"
     frame = anon.release_frame(rel)
     assert isinstance(frame, pd.DataFrame)
     assert list(frame.columns) == ["age", "sex", "zip", "diagnosis"]   # identifier dropped
@@ -54,7 +55,7 @@ def test_declare_then_release_then_frame(anon, db, schema, tmp_path):
 
 def test_list_inspect_refresh_report_drop(anon, db, schema):
     rel = anon.mondrian_view("patients", k=4, quasi_identifiers=["age", "sex"], release_name="r",
-                             release_schema=schema)
+                             release_schema=release_schema_of(schema))
     listed = anon.releases()
     assert rel in set(listed["release"])
     assert anon.release(rel)["row_count"] == 90
@@ -71,17 +72,17 @@ def test_list_inspect_refresh_report_drop(anon, db, schema):
 
 def test_errors_are_typed_and_carry_the_server_text(anon, schema):
     with pytest.raises(errors.InvalidParameter) as info:
-        anon.mondrian_view("patients", k=1, release_schema=schema)
+        anon.mondrian_view("patients", k=1, release_schema=release_schema_of(schema))
     assert info.value.sqlstate == "22023"
     assert "k must be at least 2" in info.value.message and info.value.hint
     assert isinstance(info.value, core_errors.InvalidParameter)    # catchable as the core's error
     with pytest.raises(errors.UndefinedObject):
         anon.mondrian_view("no_such_table", k=2)
     with pytest.raises(errors.InsufficientData):
-        anon.mondrian_view("patients", k=500, release_schema=schema)
-    anon.mondrian_view("patients", k=3, release_schema=schema)
+        anon.mondrian_view("patients", k=500, release_schema=release_schema_of(schema))
+    anon.mondrian_view("patients", k=3, release_schema=release_schema_of(schema))
     with pytest.raises(errors.DuplicateObject, match="already exists"):
-        anon.mondrian_view("patients", k=3, release_schema=schema)
+        anon.mondrian_view("patients", k=3, release_schema=release_schema_of(schema))
     with pytest.raises(errors.UndefinedObject, match="does not exist"):
         anon.release_frame("no_such_release")
 
@@ -99,28 +100,28 @@ def test_progress_reports_the_refresh_phases(pg_server, db, schema):
     db.execute(TABLE)
     phases = []
     with AnonClient(dsn(pg_server), progress=phases.append) as anon:
-        rel = anon.mondrian_view(f"{schema}.patients", k=3, release_schema=schema)
+        rel = anon.mondrian_view(f"{schema}.patients", k=3, release_schema=release_schema_of(schema))
         anon.refresh(rel)
         assert anon.extension_version() == anon.install()          # already there: unchanged
-    assert phases[0].startswith(f"refreshing {schema}.patients_k3")
+    assert phases[0].startswith(f"refreshing {release_schema_of(schema)}.patients_k3")
     assert any("building" in p for p in phases) and any("swapping" in p for p in phases)
     assert phases[-1].startswith("done: 90 rows")
 
 
 def test_named_arguments_left_out_take_the_server_defaults(anon, db, schema):
-    rel = anon.mondrian_view("patients", k=3, release_schema=schema, l=None, replace=None)
-    params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s", (schema,)).fetchone()[0]
+    rel = anon.mondrian_view("patients", k=3, release_schema=release_schema_of(schema), l=None, replace=None)
+    params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),)).fetchone()[0]
     assert params["l"] is None and params["k"] == 3 and rel.endswith("patients_k3")
 
 
 def test_priorities_pick_the_prioritized_overload(anon, schema):
-    rel = anon.mondrian_view("patients", k=4, priorities={"age": 1, "sex": 0.5}, release_schema=schema)
+    rel = anon.mondrian_view("patients", k=4, priorities={"age": 1, "sex": 0.5}, release_schema=release_schema_of(schema))
     row = anon.release(rel)
     assert row["method"] == "prioritized_mondrian"
     weights = row["parameters"]["priorities"]
     assert weights["age"] > weights["sex"]                      # the dict went through as jsonb
     with pytest.raises(errors.UndefinedObject, match="no learned priorities"):
-        anon.mondrian_view("patients", k=4, priorities="learned", release_schema=schema,
+        anon.mondrian_view("patients", k=4, priorities="learned", release_schema=release_schema_of(schema),
                            release_name="learned")            # the text overload: nothing learned yet
 
 

@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from plpy_anon.core.breach import attack_break_merge, attack_plain
-from tests.helpers import class_sizes
+from tests.helpers import class_sizes, release_schema_of
 
 QIS = ["age", "sex", "zip"]
 SENSITIVE = ["workclass", "marital_status", "income"]
@@ -64,7 +64,7 @@ def _break(db, schema, source, k=5, l=2, name="people_bm"):
     return db.execute(
         "SELECT anon.break_merge(%s, k => %s, l => %s, sensitive => %s, quasi_identifiers => %s, "
         "identifiers => ARRAY['id'], release_name => %s, release_schema => %s)",
-        (source, k, l, SENSITIVE, QIS, name, schema),
+        (source, k, l, SENSITIVE, QIS, name, release_schema_of(schema)),
     ).fetchone()[0]
 
 
@@ -76,7 +76,7 @@ def people(db, schema):
 
 
 def _rel(schema, name):
-    return f"{schema}.{name}"
+    return f"{release_schema_of(schema)}.{name}"
 
 
 def check_invariants(db, schema, source, k, l, name="people_bm"):
@@ -118,7 +118,7 @@ def test_release_objects_and_invariants(db, people):
     row = db.execute(
         "SELECT method, row_count, achieved_k, metrics FROM anon.releases "
         "WHERE release_schema = %s AND release_name = 'people_bm'",
-        (schema,),
+        (release_schema_of(schema),),
     ).fetchone()
     assert row[0] == "break_merge" and row[1] == 600 and row[2] >= 5
     assert row[3]["n_groups"] <= row[3]["n_classes"]
@@ -129,19 +129,19 @@ def test_qit_shows_the_mondrian_generalization(db, people):
     db.execute(
         "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
         "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
-        (source, QIS, SENSITIVE, schema),
+        (source, QIS, SENSITIVE, release_schema_of(schema)),
     )
     cols = ", ".join(QIS)
     diff = db.execute(f"""
-        (SELECT {cols} FROM {schema}.people_bm_qit EXCEPT ALL SELECT {cols} FROM {schema}.people_k5)
+        (SELECT {cols} FROM {release_schema_of(schema)}.people_bm_qit EXCEPT ALL SELECT {cols} FROM {release_schema_of(schema)}.people_k5)
         UNION ALL
-        (SELECT {cols} FROM {schema}.people_k5 EXCEPT ALL SELECT {cols} FROM {schema}.people_bm_qit)
+        (SELECT {cols} FROM {release_schema_of(schema)}.people_k5 EXCEPT ALL SELECT {cols} FROM {release_schema_of(schema)}.people_bm_qit)
     """).fetchall()
     assert diff == []
     types = db.execute(
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
         "%s::regclass AND attnum > 0 ORDER BY attnum",
-        (f"{schema}.people_bm_qit",),
+        (f"{release_schema_of(schema)}.people_bm_qit",),
     ).fetchall()
     assert [t[0] for t in types] == ["int4range", "text[]", "text[]", "integer"]
 
@@ -152,28 +152,28 @@ def test_sensitive_tables_are_the_group_histograms(db, people):
     # gid can be joined back to the source; the STs must equal the histograms of those rows
     for attribute in SENSITIVE:
         diff = db.execute(f"""
-            WITH classes AS (SELECT DISTINCT age, sex, zip, gid FROM {schema}.people_bm_qit),
+            WITH classes AS (SELECT DISTINCT age, sex, zip, gid FROM {release_schema_of(schema)}.people_bm_qit),
             truth AS (SELECT c.gid, s.{attribute} AS value, count(*) AS count FROM {source} s
                       JOIN classes c ON s.age <@ c.age AND s.sex = ANY (c.sex) AND s.zip = ANY (c.zip)
                       GROUP BY 1, 2)
-            (SELECT * FROM truth EXCEPT SELECT * FROM {schema}.people_bm_st_{attribute})
+            (SELECT * FROM truth EXCEPT SELECT * FROM {release_schema_of(schema)}.people_bm_st_{attribute})
             UNION ALL
-            (SELECT * FROM {schema}.people_bm_st_{attribute} EXCEPT SELECT * FROM truth)""").fetchall()
+            (SELECT * FROM {release_schema_of(schema)}.people_bm_st_{attribute} EXCEPT SELECT * FROM truth)""").fetchall()
         assert diff == [], attribute
 
 
 def test_merged_view_weights(db, people):
     schema, _ = people
     bad = db.execute(f"""
-        SELECT count(*) FROM (SELECT gid, sum(weight) w FROM {schema}.people_bm_merged GROUP BY gid) m
-        JOIN (SELECT gid, count(*) n FROM {schema}.people_bm_qit GROUP BY gid) q USING (gid)
+        SELECT count(*) FROM (SELECT gid, sum(weight) w FROM {release_schema_of(schema)}.people_bm_merged GROUP BY gid) m
+        JOIN (SELECT gid, count(*) n FROM {release_schema_of(schema)}.people_bm_qit GROUP BY gid) q USING (gid)
         WHERE abs(m.w - q.n) > 1e-9""").fetchone()[0]
     assert bad == 0
     # the income margin of the merge equals the income ST
     bad = db.execute(f"""
-        SELECT count(*) FROM (SELECT gid, income, sum(weight) w FROM {schema}.people_bm_merged
+        SELECT count(*) FROM (SELECT gid, income, sum(weight) w FROM {release_schema_of(schema)}.people_bm_merged
                               GROUP BY 1, 2) m
-        JOIN {schema}.people_bm_st_income s ON s.gid = m.gid AND s.value = m.income
+        JOIN {release_schema_of(schema)}.people_bm_st_income s ON s.gid = m.gid AND s.value = m.income
         WHERE abs(m.w - s.count) > 1e-9""").fetchone()[0]
     assert bad == 0
 
@@ -186,25 +186,25 @@ def test_refresh_keeps_invariants(db, people):
     with db.cursor().copy(f"COPY {source} FROM STDIN") as copy:
         for row in extra.itertuples(index=False):
             copy.write_row(tuple(v.item() if hasattr(v, "item") else v for v in row))
-    row = db.execute(f"SELECT row_count FROM anon.refresh('{schema}.people_bm')").fetchone()
+    row = db.execute(f"SELECT row_count FROM anon.refresh('{release_schema_of(schema)}.people_bm')").fetchone()
     n = check_invariants(db, schema, source, k=5, l=2)
     assert row[0] == n == 600 - 86 + 150
 
 
 def test_refresh_is_one_transaction(db, people):
     schema, source = people
-    before = db.execute(f"SELECT count(*) FROM {schema}.people_bm_qit").fetchone()
+    before = db.execute(f"SELECT count(*) FROM {release_schema_of(schema)}.people_bm_qit").fetchone()
     db.execute(f"UPDATE {source} SET income = 'unknown' WHERE id = 1")  # income: 3 values now
     db.execute(f"DELETE FROM {source} WHERE id >= 3")  # 3 rows < k = 5: refresh must fail
     with pytest.raises(psycopg.errors.DataException):
-        db.execute(f"SELECT anon.refresh('{schema}.people_bm')")
-    after = db.execute(f"SELECT count(*) FROM {schema}.people_bm_qit").fetchone()
+        db.execute(f"SELECT anon.refresh('{release_schema_of(schema)}.people_bm')")
+    after = db.execute(f"SELECT count(*) FROM {release_schema_of(schema)}.people_bm_qit").fetchone()
     assert before == after
 
 
 def test_drop_removes_every_object(db, people):
     schema, _ = people
-    db.execute("SELECT anon.drop_release(%s)", (f"{schema}.people_bm",))
+    db.execute("SELECT anon.drop_release(%s)", (f"{release_schema_of(schema)}.people_bm",))
     left = db.execute(
         "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = relnamespace "
         "WHERE nspname = %s AND relname LIKE 'people_bm%%'",
@@ -240,9 +240,9 @@ def test_dependencies_found_in_plain_release_and_blurred_by_break_merge(db, peop
     db.execute(
         "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
         "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
-        (source, QIS, SENSITIVE, schema),
+        (source, QIS, SENSITIVE, release_schema_of(schema)),
     )
-    plain = _rules(db, f"{schema}.people_k5", risk=0.99, scope="sensitive")
+    plain = _rules(db, f"{release_schema_of(schema)}.people_k5", risk=0.99, scope="sensitive")
     # workclass decides income in the data: Gov -> <=50K and Self -> >50K with probability 1
     planted = plain[(plain["child"] == "income") & plain["parents"].map(lambda p: "workclass" in p)]
     assert len(planted) > 0 and (planted["probability"] >= 0.99).all()
@@ -250,13 +250,13 @@ def test_dependencies_found_in_plain_release_and_blurred_by_break_merge(db, peop
     for r in plain.itertuples():
         cond = " AND ".join(f"{p}::text = %s" for p in r.parents)
         n_parent, n_both = db.execute(
-            f"SELECT count(*), count(*) FILTER (WHERE {r.child}::text = %s) FROM {schema}.people_k5 WHERE {cond}",
+            f"SELECT count(*), count(*) FILTER (WHERE {r.child}::text = %s) FROM {release_schema_of(schema)}.people_k5 WHERE {cond}",
             (r.child_value, *r.parent_values),
         ).fetchone()
         assert (n_parent, n_both) == (r.parent_support, r.support)
         assert r.probability == pytest.approx(n_both / n_parent)
     # in the Break-Merge release the STs are unlinked: no rule workclass -> income reaches 0.99
-    broken = _rules(db, f"{schema}.people_bm", risk=0.99, scope="sensitive")
+    broken = _rules(db, f"{release_schema_of(schema)}.people_bm", risk=0.99, scope="sensitive")
     assert not (
         (broken["child"] == "income") & broken["parents"].map(lambda p: "workclass" in p)
     ).any()
@@ -266,14 +266,14 @@ def test_dependency_network_and_scopes(db, people):
     schema, _ = people
     edges = db.execute(
         "SELECT parent, child FROM anon.dependency_network(%s, scope => 'qi')",
-        (f"{schema}.people_bm",),
+        (f"{release_schema_of(schema)}.people_bm",),
     ).fetchall()
     assert all(p in QIS and c in QIS for p, c in edges)
     edges = db.execute(
-        "SELECT parent, child FROM anon.dependency_network(%s)", (f"{schema}.people_bm",)
+        "SELECT parent, child FROM anon.dependency_network(%s)", (f"{release_schema_of(schema)}.people_bm",)
     ).fetchall()
     assert not any(p in SENSITIVE and c in QIS for p, c in edges)  # QIs come first
-    rules = _rules(db, f"{schema}.people_bm", risk=0.5)
+    rules = _rules(db, f"{release_schema_of(schema)}.people_bm", risk=0.5)
     assert (rules["probability"] >= 0.5).all() and (rules["parent_support"] >= 5).all()
 
 
@@ -284,7 +284,7 @@ def test_breach_report(db, people):
     schema, source = people
     report = pd.DataFrame(
         db.execute(
-            "SELECT * FROM anon.breach_report(%s, threshold => 0.9)", (f"{schema}.people_bm",)
+            "SELECT * FROM anon.breach_report(%s, threshold => 0.9)", (f"{release_schema_of(schema)}.people_bm",)
         ).fetchall(),
         columns=["release_kind", "target", "known", "max", "mean", "n_above"],
     )
@@ -296,10 +296,10 @@ def test_breach_report(db, people):
     db.execute(
         "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
         "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
-        (source, QIS, SENSITIVE, schema),
+        (source, QIS, SENSITIVE, release_schema_of(schema)),
     )
     mx, mean = db.execute(f"""
-        WITH cells AS (SELECT age, sex, zip, income, count(*) AS n FROM {schema}.people_k5 GROUP BY 1, 2, 3, 4),
+        WITH cells AS (SELECT age, sex, zip, income, count(*) AS n FROM {release_schema_of(schema)}.people_k5 GROUP BY 1, 2, 3, 4),
         classes AS (SELECT max(n)::float8 / sum(n) AS p, sum(n) AS size FROM cells GROUP BY age, sex, zip)
         SELECT max(p), sum(p * size) / sum(size) FROM classes""").fetchone()
     income = report[
@@ -326,7 +326,7 @@ def test_attack_break_merge_does_not_help_the_adversary(db, connect, people):
     db.execute(
         "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
         "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
-        (source, QIS, SENSITIVE, schema),
+        (source, QIS, SENSITIVE, release_schema_of(schema)),
     )
     role = f"{schema}_analyst"[:63]
     db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
@@ -372,23 +372,23 @@ def _adversary_view(analyst, schema, knowledge):
     targets = pd.DataFrame(
         analyst.execute(f"""
         SELECT k.id, c.age::text, c.sex::text, c.zip::text, k.workclass
-        FROM knowledge k JOIN (SELECT DISTINCT age, sex, zip FROM {schema}.people_k5) c
+        FROM knowledge k JOIN (SELECT DISTINCT age, sex, zip FROM {release_schema_of(schema)}.people_k5) c
           ON k.age <@ c.age AND k.sex = ANY (c.sex) AND k.zip = ANY (c.zip)""").fetchall(),
         columns=["id", *QIS, "workclass"],
     )
     plain = pd.DataFrame(
         analyst.execute(
-            f"SELECT {as_text}, workclass, marital_status, income FROM {schema}.people_k5"
+            f"SELECT {as_text}, workclass, marital_status, income FROM {release_schema_of(schema)}.people_k5"
         ).fetchall(),
         columns=[*QIS, *SENSITIVE],
     )
     qit = pd.DataFrame(
-        analyst.execute(f"SELECT {as_text}, gid FROM {schema}.people_bm_qit").fetchall(),
+        analyst.execute(f"SELECT {as_text}, gid FROM {release_schema_of(schema)}.people_bm_qit").fetchall(),
         columns=[*QIS, "gid"],
     )
     sts = {
         a: pd.DataFrame(
-            analyst.execute(f"SELECT gid, value, count FROM {schema}.people_bm_st_{a}").fetchall(),
+            analyst.execute(f"SELECT gid, value, count FROM {release_schema_of(schema)}.people_bm_st_{a}").fetchall(),
             columns=["gid", "value", "count"],
         )
         for a in SENSITIVE
@@ -405,7 +405,7 @@ def test_sensitive_column_that_is_also_a_qi(db, schema):
         db.execute(
             "SELECT anon.break_merge(%s, k => 5, sensitive => ARRAY['sex','income'], "
             "quasi_identifiers => ARRAY['age','sex'], release_schema => %s)",
-            (source, schema),
+            (source, release_schema_of(schema)),
         )
 
 
@@ -436,7 +436,7 @@ def test_many_valued_sensitive_column_is_refused(db, schema):
         db.execute(
             "SELECT anon.break_merge(%s, k => 5, sensitive => ARRAY['salary'], "
             "quasi_identifiers => ARRAY['age'], identifiers => ARRAY['id'], release_schema => %s)",
-            (f"{schema}.pay", schema),
+            (f"{schema}.pay", release_schema_of(schema)),
         )
     assert "bucket" in error.value.diag.message_hint
     assert "spiexceptions" not in error.value.diag.message_primary
@@ -447,7 +447,7 @@ def test_unknown_scope(db, people):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="scope"):
         db.execute(
             "SELECT * FROM anon.detect_dependencies(%s, scope => 'everything')",
-            (f"{schema}.people_bm",),
+            (f"{release_schema_of(schema)}.people_bm",),
         )
 
 
@@ -458,11 +458,11 @@ def test_breach_report_of_a_mondrian_release_matches_the_plain_rows(db, people):
     db.execute(
         "SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, sensitive => %s, "
         "identifiers => ARRAY['id'], release_name => 'people_k5', release_schema => %s)",
-        (source, QIS, SENSITIVE, schema),
+        (source, QIS, SENSITIVE, release_schema_of(schema)),
     )
     query = "SELECT * FROM anon.breach_report(%s) ORDER BY target, known NULLS FIRST"
-    from_mondrian = db.execute(query, (f"{schema}.people_k5",)).fetchall()
-    from_bm = [r for r in db.execute(query, (f"{schema}.people_bm",)).fetchall() if r[0] == "plain"]
+    from_mondrian = db.execute(query, (f"{release_schema_of(schema)}.people_k5",)).fetchall()
+    from_bm = [r for r in db.execute(query, (f"{release_schema_of(schema)}.people_bm",)).fetchall() if r[0] == "plain"]
     assert {r[0] for r in from_mondrian} == {"plain"}
     assert len(from_mondrian) == len(from_bm) == 12
     for a, b in zip(from_mondrian, from_bm):

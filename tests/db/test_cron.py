@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from plpy_anon.cluster import PG_BIN, ThrowawayCluster
+from tests.helpers import release_schema_of
 
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, age int, sex text, diagnosis text);
@@ -27,7 +28,7 @@ FROM generate_series(1, 80) i;
 def released(db, schema):
     db.execute(TABLE)
     return db.execute("SELECT anon.mondrian_view('patients', k => 4, release_name => 'r', "
-                      "release_schema => %s)", (schema,)).fetchone()[0]
+                      "release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
 
 
 @pytest.fixture
@@ -147,5 +148,5 @@ def test_pg_cron_runs_the_scheduled_refresh(db, schema, released, cron):
     assert status[0] == 120                 # the refresh saw the new rows
     assert status[2] >= 0 and status[3] is not None
     history = db.execute("SELECT succeeded FROM anon.refresh_history h JOIN anon.releases r USING (release_id) "
-                         "WHERE r.release_schema = %s", (schema,)).fetchall()
+                         "WHERE r.release_schema = %s", (release_schema_of(schema),)).fetchall()
     assert (True,) in history

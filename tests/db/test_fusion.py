@@ -14,7 +14,7 @@ from psycopg import sql
 
 from plpy_anon.core import fusion as core
 from plpy_anon.core.synthetic import make_enterprise
-from tests.helpers import class_sizes, release_columns
+from tests.helpers import class_sizes, release_columns, release_schema_of
 
 PERF = ["perf_1", "perf_2", "perf_3"]
 N_EMPLOYEES, N_STRANGERS = 150, 6
@@ -61,7 +61,7 @@ def scan(db, **kwargs):
 def resilient_view(db, schema, **kwargs):
     options = {"source": "employees", "sensitive": "salary", "identifier": "name",
                "auxiliary": "web_facts", "k_from": 2, "k_to": 6, "known_fraction": 0.2,
-               "release_schema": schema}
+               "release_schema": release_schema_of(schema)}
     return call(db, "fusion_resilient_view", **{**options, **kwargs})[0][0]
 
 
@@ -99,7 +99,7 @@ def test_resilient_view_releases_identifier_and_k_anonymous_attributes(db, schem
     expected_k = max(r[0] for r in admissible if r[7] == best_h)
 
     release = resilient_view(db, schema, min_protection=0.0, min_utility=0.25)
-    assert release == f"{schema}.employees_fusion_k{expected_k}"
+    assert release == f"{release_schema_of(schema)}.employees_fusion_k{expected_k}"
     assert release_columns(db, release) == [("name", "text")] + [(c, "double precision")
                                                                 for c in PERF]
     assert min(class_sizes(db, release, PERF)) >= expected_k
@@ -116,7 +116,7 @@ def test_catalog_stores_the_whole_scan(db, schema, enterprise):
     assert release.endswith("_k2")
     method, params, achieved_k, row_count = db.execute(
         "SELECT method, parameters, achieved_k, row_count FROM anon.releases "
-        "WHERE release_schema = %s", (schema,)).fetchone()
+        "WHERE release_schema = %s", (release_schema_of(schema),)).fetchone()
     assert (method, params["k"], achieved_k, row_count) == ("fusion", 2, 2, N_EMPLOYEES)
     assert [r["k"] for r in params["scan"]] == [2, 3, 4, 5, 6]
     assert params["auxiliary_unmatched"] == N_STRANGERS
@@ -134,7 +134,7 @@ def test_refresh_microaggregates_current_data_at_the_chosen_k(db, schema, enterp
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == N_EMPLOYEES + 10
     assert min(class_sizes(db, release, PERF)) >= 4
     assert db.execute("SELECT row_count FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == N_EMPLOYEES + 10
+                      (release_schema_of(schema),)).fetchone()[0] == N_EMPLOYEES + 10
 
 
 def test_fuzzy_attacker_with_a_rule_table(db, schema, enterprise):
@@ -171,7 +171,7 @@ def test_thresholds_no_k_can_meet(db, schema, enterprise):
         resilient_view(db, schema, min_protection=0.99, min_utility=0.9)
     assert "Lower min_protection" in info.value.diag.message_hint
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == 0
+                      (release_schema_of(schema),)).fetchone()[0] == 0
 
 
 @pytest.mark.parametrize(

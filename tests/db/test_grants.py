@@ -8,6 +8,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.helpers import release_schema_of
+
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
 INSERT INTO patients
@@ -38,10 +40,11 @@ def analyst(db):
     db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
-def release(db, release_schema, name, k=3, source=None):
-    source = source or f"{release_schema}.patients"
+def release(db, schema, name, k=3, source=None):
+    """A release of schema's patients, in the release schema plpy_anon creates for the test."""
+    source = source or f"{schema}.patients"
     return db.execute("SELECT anon.mondrian_view(%s::regclass, k => %s, release_name => %s, "
-                      "release_schema => %s)", (source, k, name, release_schema)).fetchone()[0]
+                      "release_schema => %s)", (source, k, name, release_schema_of(schema))).fetchone()[0]
 
 
 def refused(conn, query) -> bool:
@@ -70,7 +73,7 @@ def test_analyst_reads_current_and_future_releases_and_nothing_else(db, connect,
                      "SELECT anon.drop_release('x')", "SELECT anon._mondrian_partition(1)"):
             assert refused(conn, call), call
         # and the analyst cannot create a table in the release schema to plant objects there
-        assert refused(conn, f"CREATE TABLE {schema}.planted (x int)")
+        assert refused(conn, f"CREATE TABLE {release_schema_of(schema)}.planted (x int)")
 
 
 def test_no_function_is_executable_by_an_analyst(db, schema, patients, analyst):
@@ -97,24 +100,17 @@ def test_security_definer_functions_pin_search_path(db):
 
 
 def test_revoke_takes_the_releases_back(db, connect, schema, patients, analyst):
-    shared = release(db, schema, "r")                # in a schema that also holds the source
-    own = f"{schema}_rel"                            # a schema holding nothing but releases
-    try:
-        rel = release(db, own, "r", source=patients)
-        db.execute("SELECT anon.grant_analyst(%s)", (analyst,))
-        with connect(user=analyst) as conn:
-            assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 60
-        assert db.execute("SELECT anon.revoke_analyst(%s)", (analyst,)).fetchone()[0] >= 2
-        later = release(db, own, "later", source=patients)
-        with connect(user=analyst) as conn:
-            for r in (shared, rel, later):           # later: no longer an analyst, no new grant
-                assert refused(conn, f"SELECT count(*) FROM {r}"), r
-        assert not db.execute("SELECT has_schema_privilege(%s, %s, 'USAGE')", (analyst, own)).fetchone()[0]
-    finally:
-        for (r,) in db.execute("SELECT format('%%I.%%I', release_schema, release_name) FROM anon.releases "
-                               "WHERE release_schema = %s", (own,)).fetchall():
-            db.execute("SELECT anon.drop_release(%s)", (r,))
-        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(own)))
+    rel = release(db, schema, "r")
+    db.execute("SELECT anon.grant_analyst(%s)", (analyst,))
+    with connect(user=analyst) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 60
+    assert db.execute("SELECT anon.revoke_analyst(%s)", (analyst,)).fetchone()[0] >= 1
+    later = release(db, schema, "later")
+    with connect(user=analyst) as conn:
+        for r in (rel, later):                       # later: no longer an analyst, no new grant
+            assert refused(conn, f"SELECT count(*) FROM {r}"), r
+    assert not db.execute("SELECT has_schema_privilege(%s, %s, 'USAGE')",
+                          (analyst, release_schema_of(schema))).fetchone()[0]
 
 
 def test_refreshed_release_stays_readable(db, connect, schema, patients, analyst):
@@ -131,7 +127,7 @@ def test_a_release_restricted_to_its_grantees_is_never_given_to_analysts(db, con
     db.execute("CREATE ROLE the_requester LOGIN")
     try:
         db.execute("""UPDATE anon.releases SET parameters = parameters || '{"grantees": ["the_requester"]}'
-                      WHERE release_schema = %s""", (schema,))
+                      WHERE release_schema = %s""", (release_schema_of(schema),))
         db.execute("SELECT anon.grant_analyst(%s)", (analyst,))
         db.execute("SELECT anon.refresh(%s)", (rel,))          # a refresh re-applies grants
         with connect(user=analyst) as conn:
@@ -140,7 +136,8 @@ def test_a_release_restricted_to_its_grantees_is_never_given_to_analysts(db, con
             assert count_rows(conn, rel) == 60
     finally:
         db.execute(f"REVOKE ALL ON {rel} FROM the_requester")
-        db.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM the_requester").format(sql.Identifier(schema)))
+        db.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM the_requester").format(
+            sql.Identifier(release_schema_of(schema))))
         db.execute("DROP ROLE the_requester")
 
 
@@ -222,7 +219,7 @@ def test_no_text_argument_injects_sql(db, schema, patients):
                        (patients, [[f"537{i:02d}", p, "*"] for i in range(20)]))
             rel = db.execute("SELECT anon.mondrian_view(%s::regclass, k => 3, release_schema => %s, "
                              "release_name => %s, quasi_identifiers => ARRAY['age', 'zip'], replace => true)",
-                             (patients, schema, p[:60])).fetchone()[0]
+                             (patients, release_schema_of(schema), p[:60])).fetchone()[0]
             labels = {r[0] for r in db.execute(f"SELECT DISTINCT zip FROM {rel}").fetchall()}
             assert labels <= {p, "*"} | {f"537{i:02d}" for i in range(20)}   # labels are data, verbatim
             assert db.execute("SELECT relname FROM pg_class WHERE oid = %s::regclass",
@@ -233,6 +230,7 @@ def test_no_text_argument_injects_sql(db, schema, patients):
         for (new,) in db.execute("SELECT nspname FROM pg_namespace").fetchall():
             if new not in schemas_before:            # release_schema => payload made one
                 db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(new)))
+                db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (new,))
     assert {"anon.grant_analyst(text)", "anon.refresh(text)", "anon.schedule_refresh(text,text)"} <= set(called)
     assert db.execute(f"SELECT is_called FROM {schema}.hits").fetchone()[0] is False
     assert db.execute(f"SELECT count(*) FROM {schema}.canary").fetchone()[0] == 1

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 from scipy import stats
 
-from tests.helpers import release_columns
+from tests.helpers import release_columns, release_schema_of
 
 PEOPLE = """
 CREATE TABLE people (id int PRIMARY KEY, name text, age int, income numeric, score float8,
@@ -34,7 +34,7 @@ def pattern(db, schema, table="people", **kwargs):
     kwargs.setdefault("iterations", 300)
     kwargs.setdefault("sensitive", ["id", "salary"])
     args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in kwargs.items()]
-    args.append(sql.SQL("release_schema => {}").format(sql.Literal(schema)))
+    args.append(sql.SQL("release_schema => {}").format(sql.Literal(release_schema_of(schema))))
     query = sql.SQL("SELECT anon.pattern_view({}, {})").format(
         sql.Literal(f'"{schema}".{table}'), sql.SQL(", ").join(args))
     return db.execute(query).fetchone()[0]
@@ -56,12 +56,12 @@ def joined(db, release, column):
 
 def metrics(db, schema):
     return db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0]
+                      (release_schema_of(schema),)).fetchone()[0]
 
 
 def test_release_substitutes_columns_keeps_sensitive_and_drops_the_rest(db, schema, people):
     release = pattern(db, schema, seed=7)
-    assert release == f"{schema}.people_pp"
+    assert release == f"{release_schema_of(schema)}.people_pp"
     assert release_columns(db, release) == [
         ("age", "numeric"), ("income", "numeric"), ("score", "double precision"),
         ("id", "integer"), ("salary", "text")]
@@ -129,7 +129,7 @@ def test_refresh_sees_new_rows(db, schema, people):
     db.execute("SELECT anon.refresh(%s)", (release,))
     count, row_count = db.execute(
         f"SELECT (SELECT count(*) FROM {release}), row_count FROM anon.releases "
-        "WHERE release_schema = %s", (schema,)).fetchone()
+        "WHERE release_schema = %s", (release_schema_of(schema),)).fetchone()
     assert count == row_count == 241
 
 
@@ -169,7 +169,7 @@ def test_bad_input_is_refused_with_its_sqlstate(db, schema, people, overrides, s
     assert caught.value.diag.message_hint
     assert "spiexceptions" not in caught.value.diag.message_primary   # refused before the build
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == 0
+                      (release_schema_of(schema),)).fetchone()[0] == 0
 
 
 def test_constant_and_null_columns_are_refused(db, schema, people):
@@ -189,7 +189,7 @@ def test_distortion_refuses_other_sources_and_methods(db, schema, people):
     assert caught.value.sqlstate == "22023"
     mondrian = db.execute(sql.SQL("SELECT anon.mondrian_view('people', k => 5, "
                                   "quasi_identifiers => ARRAY['age'], release_schema => {})")
-                          .format(sql.Literal(schema))).fetchone()[0]
+                          .format(sql.Literal(release_schema_of(schema)))).fetchone()[0]
     with pytest.raises(psycopg.Error, match="not by pattern_view"):
         db.execute("SELECT * FROM anon.distortion('people', %s)", (mondrian,))
 

@@ -8,6 +8,8 @@ import time
 import psycopg
 import pytest
 
+from tests.helpers import release_schema_of
+
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
 INSERT INTO patients
@@ -27,7 +29,7 @@ def patients(db, schema):
 
 def release(db, schema, name="r", k=3, source=None):
     return db.execute("SELECT anon.mondrian_view(%s::regclass, k => %s, release_name => %s, "
-                      "release_schema => %s)", (source or f"{schema}.patients", k, name, schema)).fetchone()[0]
+                      "release_schema => %s)", (source or f"{schema}.patients", k, name, release_schema_of(schema))).fetchone()[0]
 
 
 def add_rows(db, table, first, last):
@@ -167,7 +169,7 @@ def test_a_later_success_clears_the_error(db, schema, patients):
     assert row == (210, None)
     assert status(db, rel)[:2] == (210, None)
     outcomes = db.execute("SELECT succeeded FROM anon.refresh_history h JOIN anon.releases r USING (release_id) "
-                          "WHERE r.release_schema = %s ORDER BY refresh_id", (schema,)).fetchall()
+                          "WHERE r.release_schema = %s ORDER BY refresh_id", (release_schema_of(schema),)).fetchall()
     assert outcomes == [(False,), (True,)]
 
 
@@ -193,9 +195,9 @@ def test_swap_keeps_owner_privileges_comment_and_indexes(db, schema, patients):
         assert db.execute("SELECT has_table_privilege('swap_reader', %s, 'SELECT')", (rel,)).fetchone()[0]
         assert db.execute("SELECT obj_description(%s::regclass, 'pg_class')", (rel,)).fetchone()[0] == "nightly k=3"
         assert db.execute("SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'r_age'",
-                          (schema,)).fetchone()[0] == 1
+                          (release_schema_of(schema),)).fetchone()[0] == 1
         leftovers = db.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                               "WHERE n.nspname = %s AND c.relname LIKE '%%refresh%%'", (schema,)).fetchone()[0]
+                               "WHERE n.nspname = %s AND c.relname LIKE '%%refresh%%'", (release_schema_of(schema),)).fetchone()[0]
         assert leftovers == 0
     finally:
         db.execute(f"REVOKE ALL ON {rel} FROM swap_reader")
@@ -206,13 +208,13 @@ def test_refresh_all_orders_dependents_after_their_releases_and_isolates_failure
     base = release(db, schema, "base")
     # A release built on another release: a DBA's summary registered in the catalog. Its view
     # depends on base, so base must refresh first (and in place: it cannot be swapped).
-    db.execute(f"CREATE MATERIALIZED VIEW {schema}.summary AS SELECT count(*) AS n FROM {base}")
+    db.execute(f"CREATE MATERIALIZED VIEW {release_schema_of(schema)}.summary AS SELECT count(*) AS n FROM {base}")
     db.execute("INSERT INTO anon.releases (release_schema, release_name, source, method) "
-               "VALUES (%s, 'summary', %s::regclass, 'manual')", (schema, base))
+               "VALUES (%s, 'summary', %s::regclass, 'manual')", (release_schema_of(schema), base))
     try:
         check_refresh_all(db, schema, patients, base)
     finally:                                     # the fixture would drop base before summary
-        db.execute("SELECT anon.drop_release(%s)", (f"{schema}.summary",))
+        db.execute("SELECT anon.drop_release(%s)", (f"{release_schema_of(schema)}.summary",))
 
 
 def check_refresh_all(db, schema, patients, base):
@@ -222,12 +224,12 @@ def check_refresh_all(db, schema, patients, base):
     db.execute(f"ALTER TABLE {schema}.other RENAME COLUMN sex TO gender")   # release depends on it
     add_rows(db, patients, 201, 250)
     results = db.execute("SELECT release, status, error FROM anon.refresh_all() "
-                         "WHERE release LIKE %s", (f"{schema}.%",)).fetchall()
+                         "WHERE release LIKE %s", (f"{release_schema_of(schema)}.%",)).fetchall()
     order = [r[0] for r in results]
-    assert order.index(f"{schema}.base") < order.index(f"{schema}.summary")
+    assert order.index(f"{release_schema_of(schema)}.base") < order.index(f"{release_schema_of(schema)}.summary")
     outcome = {r[0]: (r[1], r[2]) for r in results}
-    assert outcome[f"{schema}.base"] == ("refreshed", None)
-    assert outcome[f"{schema}.summary"] == ("refreshed", None)
+    assert outcome[f"{release_schema_of(schema)}.base"] == ("refreshed", None)
+    assert outcome[f"{release_schema_of(schema)}.summary"] == ("refreshed", None)
     assert outcome[broken][0] == "failed" and '"sex"' in outcome[broken][1]
-    assert db.execute(f"SELECT n FROM {schema}.summary").fetchone()[0] == 250   # saw the new base
+    assert db.execute(f"SELECT n FROM {release_schema_of(schema)}.summary").fetchone()[0] == 250   # saw the new base
     assert status(db, broken)[1] is not None

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import class_sizes
+from tests.helpers import class_sizes, release_schema_of
 
 PEOPLE = """
 CREATE TABLE people (id int PRIMARY KEY, age int, sex text, job text, salary text);
@@ -84,7 +84,7 @@ def trust_view(db, schema, source, requester, purpose, **kwargs):
     args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in kwargs.items()]
     query = sql.SQL("SELECT anon.trust_view({}, requester => {}, purpose => {}, "
                     "release_schema => {}{})").format(
-        sql.Literal(source), sql.Literal(requester), sql.Literal(purpose), sql.Literal(schema),
+        sql.Literal(source), sql.Literal(requester), sql.Literal(purpose), sql.Literal(release_schema_of(schema)),
         sql.SQL("").join(sql.SQL(", ") + a for a in args))
     return db.execute(query).fetchone()[0]
 

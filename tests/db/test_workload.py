@@ -7,7 +7,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import class_sizes, distinct_sensitive_per_class
+from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
 
 PATIENTS = """
 CREATE TABLE patients (id int PRIMARY KEY, age int, sex text, zip int, diagnosis text);
@@ -40,7 +40,7 @@ def learn(db, table="patients", **kwargs):
 
 def view(db, schema, **kwargs):
     args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in kwargs.items()]
-    args.append(sql.SQL("release_schema => {}").format(sql.Literal(schema)))
+    args.append(sql.SQL("release_schema => {}").format(sql.Literal(release_schema_of(schema))))
     return db.execute(sql.SQL("SELECT anon.mondrian_view('patients', {})").format(
         sql.SQL(", ").join(args))).fetchone()[0]
 
@@ -96,7 +96,7 @@ def test_learned_release_is_k_anonymous_l_diverse_and_snaps_to_predicates(db, sc
         frequencies=[5, 5])
     learn(db)
     release = view(db, schema, k=10, l=2, priorities="learned")
-    assert release == f"{schema}.patients_k10_l2_prioritized"
+    assert release == f"{release_schema_of(schema)}.patients_k10_l2_prioritized"
     sizes = class_sizes(db, release, QIS)
     assert min(sizes) >= 10 and sum(sizes) == 400
     assert min(distinct_sensitive_per_class(db, release, QIS, "diagnosis")) >= 2
@@ -105,7 +105,7 @@ def test_learned_release_is_k_anonymous_l_diverse_and_snaps_to_predicates(db, sc
                             "OR (age @> 60 AND age @> 61)").fetchone()[0]
     assert straddling == 0
     params = db.execute("SELECT method, parameters FROM anon.releases WHERE release_schema = %s",
-                        (schema,)).fetchone()
+                        (release_schema_of(schema),)).fetchone()
     assert params[0] == "prioritized_mondrian"
     assert params[1]["priorities_origin"] == "learned"
     assert params[1]["cut_points"]["age"]
@@ -113,10 +113,10 @@ def test_learned_release_is_k_anonymous_l_diverse_and_snaps_to_predicates(db, sc
 
 def test_explicit_priorities_make_the_favoured_attribute_finer(db, schema, patients):
     plain = db.execute("SELECT anon.mondrian_view('patients', k => 8, release_schema => %s)",
-                       (schema,)).fetchone()[0]
+                       (release_schema_of(schema),)).fetchone()[0]
     favoured = db.execute(sql.SQL(
         "SELECT anon.mondrian_view('patients', k => 8, priorities => '{{\"zip\": 1}}'::jsonb, "
-        "release_schema => {}, release_name => 'zipped')").format(sql.Literal(schema))).fetchone()[0]
+        "release_schema => {}, release_name => 'zipped')").format(sql.Literal(release_schema_of(schema)))).fetchone()[0]
     def zip_width(release):
         return db.execute(f"SELECT avg(upper(zip) - lower(zip)) FROM {release}").fetchone()[0]
     assert zip_width(favoured) < zip_width(plain)
@@ -137,7 +137,7 @@ def test_bad_priorities_fail_cleanly_and_create_nothing(db, schema, patients):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="unknown metric"):
         view(db, schema, k=5, priorities="none", metric_weights='{"entropy": 1}')
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == 0
+                      (release_schema_of(schema),)).fetchone()[0] == 0
 
 
 def test_target_adds_information_gain_and_refresh_rebuilds(db, schema, patients):
@@ -177,13 +177,13 @@ def test_release_report_and_workload_precision(db, schema, patients):
     assert age_rows[2] == db.execute(
         f"SELECT count(*) FROM {release} WHERE upper(age) - 1 > 50").fetchone()[0]
     stored = db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s",
-                        (schema,)).fetchone()[0]
+                        (release_schema_of(schema),)).fetchone()[0]
     assert stored["workload"]["queries"] == 3 and stored["c_wdm"] == pytest.approx(report["c_wdm"])
 
 
 def test_release_report_of_a_plain_mondrian_release(db, schema, patients):
     release = db.execute("SELECT anon.mondrian_view('patients', k => 5, release_schema => %s)",
-                         (schema,)).fetchone()[0]
+                         (release_schema_of(schema),)).fetchone()[0]
     row = db.execute("SELECT k, c_dm, workload_queries, weights FROM anon.release_report(%s)",
                      (release,)).fetchone()
     sizes = class_sizes(db, release, QIS)
