@@ -208,7 +208,7 @@ def test_drop_removes_every_object(db, people):
     left = db.execute(
         "SELECT relname FROM pg_class c JOIN pg_namespace n ON n.oid = relnamespace "
         "WHERE nspname = %s AND relname LIKE 'people_bm%%'",
-        (schema,),
+        (release_schema_of(schema),),
     ).fetchall()
     assert left == []
 

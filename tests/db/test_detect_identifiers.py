@@ -6,6 +6,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.helpers import release_schema_of
+
 PATIENTS = """
 CREATE TABLE patients (patient_id int PRIMARY KEY, full_name text NOT NULL, age int, sex text,
                        zip text, diagnosis text);
@@ -42,7 +44,7 @@ def test_undeclared_full_name_refuses_the_release_and_leaves_nothing(db, schema)
     before = db.execute("SELECT count(*) FROM anon.releases").fetchone()[0]
     with pytest.raises(psycopg.Error) as info:
         db.execute("SELECT anon.mondrian_view('patients', k => 5, release_name => 'p5', "
-                   "release_schema => %s)", (schema,))
+                   "release_schema => %s)", (release_schema_of(schema),))
     error = info.value
     assert error.sqlstate == "42P10"
     assert '"full_name"' in error.diag.message_primary
@@ -56,7 +58,7 @@ def test_undeclared_full_name_refuses_the_release_and_leaves_nothing(db, schema)
     assert '"patient_id"' not in error.diag.message_primary and '"zip"' not in error.diag.message_primary
     # nothing half-built
     assert db.execute("SELECT count(*) FROM anon.releases").fetchone()[0] == before
-    assert db.execute("SELECT to_regclass(%s)", (f"{schema}.p5",)).fetchone()[0] is None
+    assert db.execute("SELECT to_regclass(%s)", (f"{release_schema_of(schema)}.p5",)).fetchone()[0] is None
 
 
 def test_declared_role_or_explicit_list_overrides(db, schema):
@@ -65,18 +67,18 @@ def test_declared_role_or_explicit_list_overrides(db, schema):
     # an explicit quasi_identifiers list: full_name is not in it, so it is not released
     rel = db.execute("SELECT anon.mondrian_view('patients', k => 5, quasi_identifiers => "
                      "ARRAY['age', 'sex'], release_name => 'listed', release_schema => %s)",
-                     (schema,)).fetchone()[0]
+                     (release_schema_of(schema),)).fetchone()[0]
     text = released_text(db, rel)
     assert not any(n in text for n in names)
     # naming it as an identifier in the call
     rel = db.execute("SELECT anon.mondrian_view('patients', k => 5, identifiers => "
                      "ARRAY['full_name'], release_name => 'named', release_schema => %s)",
-                     (schema,)).fetchone()[0]
+                     (release_schema_of(schema),)).fetchone()[0]
     assert not any(n in released_text(db, rel) for n in names)
     # a declared role
     db.execute("SELECT anon.set_column_role('patients', 'full_name', 'identifier')")
     rel = db.execute("SELECT anon.mondrian_view('patients', k => 5, release_name => 'declared', "
-                     "release_schema => %s)", (schema,)).fetchone()[0]
+                     "release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
     assert not any(n in released_text(db, rel) for n in names)
     cols = [r[0] for r in db.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0", (rel,))]
@@ -149,7 +151,7 @@ def test_detect_identifiers_output(db, schema):
     assert blockers == {"Full Name", "EMail", "phone", "numéro", "notes", "ref", "card"}
     # a release of the table names exactly those columns
     with pytest.raises(psycopg.Error) as info:
-        db.execute("SELECT anon.mondrian_view('people', k => 5, release_schema => %s)", (schema,))
+        db.execute("SELECT anon.mondrian_view('people', k => 5, release_schema => %s)", (release_schema_of(schema),))
     message = info.value.diag.message_primary
     for col in blockers:
         assert f'"{col}"' in message
@@ -167,7 +169,7 @@ def test_quoted_mixed_case_table_and_empty_table(db, schema):
     assert not [k for k in got if k[0] in ('Weird"Col', "age")]
     with pytest.raises(psycopg.Error) as info:
         db.execute("""SELECT anon.mondrian_view('"Odd Table"', k => 2, release_schema => %s)""",
-                   (schema,))
+                   (release_schema_of(schema),))
     assert info.value.sqlstate == "42P10"
     assert f"""anon.set_column_role('{schema}."Odd Table"', 'Prénom', 'identifier')""" \
         in info.value.diag.message_hint

@@ -14,6 +14,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.helpers import release_schema_of
+
 # Arguments without a default whose NULL has a documented meaning (see 890-error-messages.sql).
 NULLABLE = {("set_column_role", "role")}
 
@@ -79,7 +81,7 @@ def plausible(function: str, arg: str, typ: str, ctx: dict):
 def ctx(db, schema, connect):
     db.execute(SETUP)
     release = db.execute("SELECT anon.mondrian_view('people', k => 3, release_schema => %s)",
-                         (schema,)).fetchone()[0]
+                         (release_schema_of(schema),)).fetchone()[0]
     with connect() as admin:
         admin.execute("DROP ROLE IF EXISTS h1_null_role")
         admin.execute("CREATE ROLE h1_null_role")
@@ -192,7 +194,7 @@ def test_hierarchy_labels_with_spaces_and_empty_strings(db, schema, how):
     assert stored == [("", ["", "B", "*"]), (" a ", [" a ", "A", "*"]), ("a", ["a", "A", "*"]),
                       ("b ", ["b ", "B", "*"])]
     release = db.execute("SELECT anon.mondrian_view('jobs', k => 5, release_schema => %s)",
-                         (schema,)).fetchone()[0]
+                         (release_schema_of(schema),)).fetchone()[0]
     # From the released rows: k-anonymous, every job a hierarchy label, no row invented, and the
     # odd leaves themselves are released where a class holds only them.
     sizes = [r[0] for r in db.execute(f"SELECT count(*) FROM {release} GROUP BY age, job")]

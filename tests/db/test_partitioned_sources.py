@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from tests.db.test_trust import purpose, record, requester, role  # noqa: F401 (fixtures)
-from tests.helpers import class_sizes
+from tests.helpers import class_sizes, release_schema_of
 
 COLUMNS = """(id int, name text, age int, sex text, zip text, born date, perf float8,
               salary int, diagnosis text)"""
@@ -77,11 +77,11 @@ def check_generalized(db, rel, k):
 def test_mondrian_releases_every_row_of_every_partition(db, schema, source):
     rel = db.execute("SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, "
                      "sensitive => ARRAY['id', 'diagnosis'], release_schema => %s)",
-                     (source, QIS, schema)).fetchone()[0]
+                     (source, QIS, release_schema_of(schema))).fetchone()[0]
     check_generalized(db, rel, 5)
     n = count(db, "src")
     assert db.execute("SELECT row_count FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == n
+                      (release_schema_of(schema),)).fetchone()[0] == n
     # rows added to a partition / child are in the refreshed release
     db.execute("INSERT INTO src " + ROWS.format(lo=1001, hi=1010))
     db.execute("SELECT anon.refresh(%s)", (rel,))
@@ -92,25 +92,25 @@ def test_mondrian_releases_every_row_of_every_partition(db, schema, source):
 def test_prioritized_mondrian_releases_every_row(db, schema, source):
     rel = db.execute("SELECT anon.mondrian_view(%s, k => 5, priorities => '{\"age\": 1}'::jsonb, "
                      "quasi_identifiers => %s, sensitive => ARRAY['id'], release_schema => %s)",
-                     (source, QIS, schema)).fetchone()[0]
+                     (source, QIS, release_schema_of(schema))).fetchone()[0]
     check_generalized(db, rel, 5)
 
 
 def test_break_merge_releases_every_row(db, schema, source):
     rel = db.execute("SELECT anon.break_merge(%s, k => 5, l => 2, sensitive => ARRAY['diagnosis'], "
                      "quasi_identifiers => %s, identifiers => ARRAY['id', 'name'], "
-                     "release_schema => %s)", (source, QIS, schema)).fetchone()[0]
-    qit = sql.Identifier(schema, rel.split(".")[-1].strip('"') + "_qit").as_string(db)
+                     "release_schema => %s)", (source, QIS, release_schema_of(schema))).fetchone()[0]
+    qit = sql.Identifier(release_schema_of(schema), rel.split(".")[-1].strip('"') + "_qit").as_string(db)
     assert count(db, qit) == count(db, "src")
     assert min(class_sizes(db, qit, QIS)) >= 5
-    st = sql.Identifier(schema, rel.split(".")[-1].strip('"') + "_st_diagnosis").as_string(db)
+    st = sql.Identifier(release_schema_of(schema), rel.split(".")[-1].strip('"') + "_st_diagnosis").as_string(db)
     assert db.execute(f"SELECT sum(count) FROM {st}").fetchone()[0] == count(db, "src")
 
 
 def test_pattern_releases_every_row(db, schema, source):
     rel = db.execute("SELECT anon.pattern_view(%s, columns => ARRAY['perf', 'salary'], segment => 20, "
                      "iterations => 50, sensitive => ARRAY['id'], release_schema => %s)",
-                     (source, schema)).fetchone()[0]
+                     (source, release_schema_of(schema))).fetchone()[0]
     check_rows_released_once(db, rel)
 
 
@@ -120,7 +120,7 @@ def test_fusion_releases_every_row(db, schema, source):
                "FROM generate_series(1, 40) i")
     rel = db.execute("SELECT anon.fusion_resilient_view(%s, sensitive => 'salary', identifier => 'name', "
                      "auxiliary => 'aux', attributes => ARRAY['perf'], k_from => 2, k_to => 4, "
-                     "release_schema => %s)", (source, schema)).fetchone()[0]
+                     "release_schema => %s)", (source, release_schema_of(schema))).fetchone()[0]
     check_rows_released_once(db, rel, id_column="name", key="name")
 
 
@@ -129,7 +129,7 @@ def test_trust_releases_every_row(db, schema, source, requester, purpose):  # no
     name, _ = purpose({"age": 1, "sex": 0.5})
     rel = db.execute("SELECT anon.trust_view(%s, requester => %s, purpose => %s, k => 5, "
                      "quasi_identifiers => ARRAY['age', 'sex'], sensitive => ARRAY['id'], "
-                     "release_schema => %s)", (source, requester, name, schema)).fetchone()[0]
+                     "release_schema => %s)", (source, requester, name, release_schema_of(schema))).fetchone()[0]
     check_rows_released_once(db, rel)
     assert db.execute(f"SELECT count(*) FROM {rel} r JOIN src s USING (id) "
                       "WHERE NOT (r.age @> s.age)").fetchone()[0] == 0
@@ -140,6 +140,6 @@ def test_views_are_refused_clearly(db, schema):
     db.execute(f"CREATE TABLE base {COLUMNS}")
     db.execute("CREATE VIEW v AS SELECT * FROM base")
     with pytest.raises(psycopg.errors.DatatypeMismatch) as info:
-        db.execute("SELECT anon.mondrian_view('v', k => 5, release_schema => %s)", (schema,))
+        db.execute("SELECT anon.mondrian_view('v', k => 5, release_schema => %s)", (release_schema_of(schema),))
     assert info.value.sqlstate == "42804"
     assert "is a view" in str(info.value) and "CREATE TABLE" in info.value.diag.message_hint

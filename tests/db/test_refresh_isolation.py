@@ -23,6 +23,7 @@ import pytest
 from psycopg import sql
 
 from plpy_anon.core.synthetic import make_enterprise
+from tests.helpers import release_schema_of
 
 _names = itertools.count()
 LEVELS = ("REPEATABLE READ", "SERIALIZABLE", "READ COMMITTED")
@@ -50,7 +51,7 @@ def make_mondrian(db, schema, cleanup, priorities=None):
     db.execute(PATIENTS)
     extra = ", priorities => %s::jsonb" if priorities else ""
     rel = db.execute(f"SELECT anon.mondrian_view('patients', k => 3, release_schema => %s{extra})",
-                     (schema, priorities) if priorities else (schema,)).fetchone()[0]
+                     (release_schema_of(schema), priorities) if priorities else (release_schema_of(schema),)).fetchone()[0]
     return rel, [rel], grow_patients
 
 
@@ -82,9 +83,9 @@ def make_break_merge(db, schema, cleanup):
         "SELECT anon.break_merge('people', k => 5, l => 2, sensitive => ARRAY['workclass', "
         "'marital_status', 'income'], quasi_identifiers => ARRAY['age', 'sex', 'zip'], "
         "identifiers => ARRAY['id'], release_name => 'bm', release_schema => %s)",
-        (schema,)).fetchone()[0]
+        (release_schema_of(schema),)).fetchone()[0]
     # every relation of the release, read in the same transaction: they must match one release
-    return rel, [rel, f"{schema}.bm_qit", f"{schema}.bm_st_income", f"{schema}.bm_merged"], grow_people
+    return rel, [rel, f"{release_schema_of(schema)}.bm_qit", f"{release_schema_of(schema)}.bm_st_income", f"{release_schema_of(schema)}.bm_merged"], grow_people
 
 
 TRUST_PEOPLE = """
@@ -119,7 +120,7 @@ def make_trust(db, schema, cleanup):
     for _ in range(5):
         db.execute("SELECT anon.record_interaction(%s, outcome => 'good')", (requester,))
     rel = db.execute("SELECT anon.trust_view('people', requester => %s, purpose => %s, k => 3, "
-                     "release_schema => %s)", (requester, purpose, schema)).fetchone()[0]
+                     "release_schema => %s)", (requester, purpose, release_schema_of(schema))).fetchone()[0]
     return rel, [rel], grow_trust_people
 
 
@@ -141,7 +142,7 @@ def make_pattern(db, schema, cleanup):
     db.execute(PATTERN_PEOPLE)
     rel = db.execute("SELECT anon.pattern_view('people', columns => ARRAY['age', 'income', 'score'], "
                      "segment => 20, iterations => 100, seed => 1, sensitive => ARRAY['id', 'salary'], "
-                     "release_schema => %s)", (schema,)).fetchone()[0]
+                     "release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
     return rel, [rel], grow_pattern_people
 
 
@@ -162,7 +163,7 @@ def make_fusion(db, schema, cleanup):
                 copy.write_row([None if isinstance(v, float) and np.isnan(v) else v for v in row])
     rel = db.execute("SELECT anon.fusion_resilient_view(source => 'employees', sensitive => 'salary', "
                      "identifier => 'name', auxiliary => 'web_facts', k_from => 4, k_to => 4, "
-                     "known_fraction => 0.2, release_schema => %s)", (schema,)).fetchone()[0]
+                     "known_fraction => 0.2, release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
     return rel, [rel], grow_employees
 
 
@@ -346,21 +347,21 @@ def test_break_merge_swap_keeps_its_views_and_falls_back_in_place_under_a_dba_vi
     role = f"iso_bm_reader_{next(_names)}"
     db.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
     try:
-        db.execute(sql.SQL("GRANT SELECT ON {}.bm_qit TO {}").format(sql.Identifier(schema), sql.Identifier(role)))
-        db.execute(f"COMMENT ON VIEW {schema}.bm_merged IS 'weights per combination'")
+        db.execute(sql.SQL("GRANT SELECT ON {}.bm_qit TO {}").format(sql.Identifier(release_schema_of(schema)), sql.Identifier(role)))
+        db.execute(f"COMMENT ON VIEW {release_schema_of(schema)}.bm_merged IS 'weights per combination'")
         storage_before = db.execute("SELECT %s::regclass::oid", (name,)).fetchone()[0]
         grow(db, 10_000, 10_009)
         db.execute("SELECT anon.refresh(%s)", (name,))
         assert db.execute("SELECT %s::regclass::oid", (name,)).fetchone()[0] != storage_before   # swapped
         assert db.execute("SELECT has_table_privilege(%s, %s, 'SELECT')",
-                          (role, f"{schema}.bm_qit")).fetchone()[0]
+                          (role, f"{release_schema_of(schema)}.bm_qit")).fetchone()[0]
         assert db.execute("SELECT obj_description(%s::regclass, 'pg_class')",
-                          (f"{schema}.bm_merged",)).fetchone()[0] == "weights per combination"
+                          (f"{release_schema_of(schema)}.bm_merged",)).fetchone()[0] == "weights per combination"
         assert db.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                          "WHERE n.nspname = %s AND c.relname LIKE '%%refresh%%'", (schema,)).fetchone()[0] == 0
+                          "WHERE n.nspname = %s AND c.relname LIKE '%%refresh%%'", (release_schema_of(schema),)).fetchone()[0] == 0
         assert counts(db, relations)[1] == 410                          # the QIT: one row per person
         # a DBA's view over the merge view: no swap possible, the storage refreshes in place
-        db.execute(f"CREATE VIEW dba_summary AS SELECT count(*) AS n FROM {schema}.bm_merged")
+        db.execute(f"CREATE VIEW dba_summary AS SELECT count(*) AS n FROM {release_schema_of(schema)}.bm_merged")
         grow(db, 10_010, 10_019)
         storage_before = db.execute("SELECT %s::regclass::oid", (name,)).fetchone()[0]
         row = db.execute("SELECT row_count FROM anon.refresh(%s)", (name,)).fetchone()

@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 
 from plpy_anon.db.mondrian import generalized_release_query
-from tests.helpers import class_sizes
+from tests.helpers import class_sizes, release_schema_of
 
 # (column type, released range type, values): extremes float8 cannot represent or that
 # overflow a discrete range's canonical form, infinities and NaN.
@@ -55,7 +55,7 @@ def load(db, type_name, values, nulls=1):
 def release(db, schema, table="vals", k=2, **kwargs):
     args = "".join(f", {key} => %({key})s" for key in kwargs)
     return db.execute(f"SELECT anon.mondrian_view(%(t)s, k => %(k)s, release_schema => %(s)s{args})",
-                      dict(t=f'"{schema}".{table}', k=k, s=schema, **kwargs)).fetchone()[0]
+                      dict(t=f'"{schema}".{table}', k=k, s=release_schema_of(schema), **kwargs)).fetchone()[0]
 
 
 def uncontained(db, rel, column="v", element=None):
@@ -170,12 +170,12 @@ def test_methods_that_compute_with_numbers_refuse_nan_naming_the_column(db, sche
                "FROM generate_series(1, 60) i")
     with pytest.raises(psycopg.Error) as info:
         db.execute("SELECT anon.pattern_view('vals', columns => ARRAY['w', 'x'], segment => 10, "
-                   "iterations => 10, sensitive => ARRAY['id'], release_schema => %s)", (schema,))
+                   "iterations => 10, sensitive => ARRAY['id'], release_schema => %s)", (release_schema_of(schema),))
     assert info.value.sqlstate == "22023"
     assert 'column "w"' in str(info.value) and "NaN" in str(info.value)
     assert "NULL" in info.value.diag.message_hint
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == 0          # nothing half-built
+                      (release_schema_of(schema),)).fetchone()[0] == 0          # nothing half-built
 
 
 def test_break_merge_refuses_infinite_dates_naming_the_column(db, schema):
@@ -184,6 +184,6 @@ def test_break_merge_refuses_infinite_dates_naming_the_column(db, schema):
                "'s' || (i % 3) FROM generate_series(1, 40) i")
     with pytest.raises(psycopg.Error) as info:
         db.execute("SELECT anon.break_merge('vals', k => 4, sensitive => ARRAY['s'], "
-                   "identifiers => ARRAY['id'], release_schema => %s)", (schema,))
+                   "identifiers => ARRAY['id'], release_schema => %s)", (release_schema_of(schema),))
     assert info.value.sqlstate == "22023"
     assert 'column "d"' in str(info.value) and "infinity" in str(info.value)

@@ -11,6 +11,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.helpers import release_schema_of
+
 ROLE = "h1_caller"
 
 
@@ -133,7 +135,7 @@ def test_unrelated_matview_refresh_needs_no_anon_privileges(connect, db, schema,
     db.execute("CREATE TABLE people (id int PRIMARY KEY, age int, zip text)")
     db.execute("INSERT INTO people SELECT i, 20 + i % 40, (53700 + i % 7)::text FROM generate_series(1, 100) i")
     release = db.execute("SELECT anon.mondrian_view('people', k => 4, release_schema => %s)",
-                         (schema,)).fetchone()[0]
+                         (release_schema_of(schema),)).fetchone()[0]
     db.execute("INSERT INTO people SELECT i, 30, '53701' FROM generate_series(101, 130) i")
     with connect() as fresh:                           # a backend of its own
         fresh.execute(f"REFRESH MATERIALIZED VIEW {release}")

@@ -19,7 +19,7 @@ from tests.db.test_break_merge import _break, _load, _people
 from tests.db.test_fusion import enterprise, frames, resilient_view  # noqa: F401 (fixtures)
 from tests.db.test_trust import PEOPLE as TRUST_PEOPLE
 from tests.db.test_trust import purpose, record, requester, role, trust_view  # noqa: F401
-from tests.helpers import class_sizes, distinct_sensitive_per_class
+from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
 
 PATIENTS = """
 CREATE TABLE patients (id int PRIMARY KEY, age int, zip text, sex text, diagnosis text);
@@ -52,7 +52,7 @@ def count(db, relation):
 def mondrian(db, schema, k=5, l=None, name="rel"):
     return db.execute(
         "SELECT anon.mondrian_view('patients', k => %s, l => %s, identifiers => ARRAY['id'], "
-        "release_name => %s, release_schema => %s)", (k, l, name, schema)).fetchone()[0]
+        "release_name => %s, release_schema => %s)", (k, l, name, release_schema_of(schema))).fetchone()[0]
 
 
 def assert_verified(db, relation, *, source_rows, qis=None, k=None, sensitive=(), l=None):
@@ -89,7 +89,7 @@ def test_mondrian_release_is_verified_with_independent_figures(db, schema, patie
 def test_l_is_checked_for_every_sensitive_column(db, schema, patients):
     rel = db.execute("SELECT anon.mondrian_view('patients', k => 4, l => 2, "
                      "quasi_identifiers => ARRAY['age', 'zip'], sensitive => ARRAY['diagnosis', 'sex'], "
-                     "identifiers => ARRAY['id'], release_schema => %s)", (schema,)).fetchone()[0]
+                     "identifiers => ARRAY['id'], release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
     figures = assert_verified(db, rel, source_rows=300, qis=["age", "zip"], k=4,
                               sensitive=["diagnosis", "sex"], l=2)
     assert set(figures["l_by_column"]) == {"diagnosis", "sex"}
@@ -97,7 +97,7 @@ def test_l_is_checked_for_every_sensitive_column(db, schema, patients):
 
 def test_prioritized_mondrian_release_is_verified(db, schema, patients):
     rel = db.execute("SELECT anon.mondrian_view('patients', k => 6, priorities => '{\"zip\": 1}'::jsonb, "
-                     "identifiers => ARRAY['id'], release_schema => %s)", (schema,)).fetchone()[0]
+                     "identifiers => ARRAY['id'], release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
     assert_verified(db, rel, source_rows=300, qis=QIS, k=6)
 
 
@@ -108,14 +108,14 @@ def test_trust_release_is_verified_with_suppressed_rows_excluded(db, schema, req
     rel = trust_view(db, schema, f'"{schema}".people', requester, name, k=10, max_suppression=0.05)
     figures = assert_verified(db, rel, source_rows=400, qis=["age", "sex", "job"], k=10)
     metrics = db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s",
-                         (schema,)).fetchone()[0]
+                         (release_schema_of(schema),)).fetchone()[0]
     assert figures["rows_expected"] == 400 - metrics["cost"]["rows_suppressed"]
 
 
 def test_pattern_release_is_verified_on_its_row_count(db, schema, patients):
     rel = db.execute("SELECT anon.pattern_view('patients', columns => ARRAY['age'], segment => 20, "
                      "iterations => 200, sensitive => ARRAY['diagnosis'], release_schema => %s)",
-                     (schema,)).fetchone()[0]
+                     (release_schema_of(schema),)).fetchone()[0]
     figures = assert_verified(db, rel, source_rows=300)
     assert figures["rows_expected"] == 300 and figures["smallest_class"] is None
 
@@ -123,7 +123,7 @@ def test_pattern_release_is_verified_on_its_row_count(db, schema, patients):
 def test_fusion_release_is_verified_over_its_centroids(db, schema, enterprise):  # noqa: F811
     rel = resilient_view(db, schema)
     k = db.execute("SELECT (parameters->>'k')::int FROM anon.releases WHERE release_schema = %s",
-                   (schema,)).fetchone()[0]
+                   (release_schema_of(schema),)).fetchone()[0]
     assert_verified(db, rel, source_rows=len(enterprise[0]), qis=["perf_1", "perf_2", "perf_3"], k=k)
 
 
@@ -131,12 +131,12 @@ def test_break_merge_release_is_verified_on_qit_and_sensitive_tables(db, schema)
     source = _load(db, schema, _people(600))
     rel = _break(db, schema, source, k=5, l=2)
     _, verified, figures, _ = catalog(db, rel)
-    qit = f"{schema}.people_bm_qit"
+    qit = f"{release_schema_of(schema)}.people_bm_qit"
     assert verified is True
     assert figures["rows_released"] == count(db, qit) == figures["rows_expected"] == 600
     assert figures["smallest_class"] == min(class_sizes(db, qit, ["age", "sex", "zip"])) >= 5
     for attribute in ("workclass", "income"):
-        st = f"{schema}.people_bm_st_{attribute}"
+        st = f"{release_schema_of(schema)}.people_bm_st_{attribute}"
         smallest = db.execute(f"SELECT min(n) FROM (SELECT count(DISTINCT value) AS n FROM {st} "
                               "GROUP BY gid) g").fetchone()[0]
         assert figures["l_by_column"][attribute] == smallest >= 2
@@ -206,15 +206,15 @@ def test_create_of_a_release_breaking_its_promise_is_refused_and_leaves_nothing(
     with mondrian_tampered(db, body), pytest.raises(psycopg.errors.DataException) as failed:
         mondrian(db, schema, k=5)
     text = failed.value.diag.message_primary
-    assert text.startswith(f"release {schema}.rel: ")
+    assert text.startswith(f"release {release_schema_of(schema)}.rel: ")
     if "{}" in message:     # the smallest class the tampered run made, counted here
         assert "k = 5 promised" in text and "smallest class has " in text
     else:
         assert message in text
     assert json.loads(failed.value.diag.message_detail.removeprefix("figures: "))["k"] == 5
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == 0
-    assert db.execute("SELECT to_regclass(%s)", (f"{schema}.rel",)).fetchone()[0] is None
+                      (release_schema_of(schema),)).fetchone()[0] == 0
+    assert db.execute("SELECT to_regclass(%s)", (f"{release_schema_of(schema)}.rel",)).fetchone()[0] is None
     rel = mondrian(db, schema, k=5)        # the real function is back: the release is fine
     assert catalog(db, rel)[1] is True
 
@@ -232,16 +232,16 @@ def test_refresh_of_a_release_breaking_its_promise_keeps_the_old_release(db, sch
             db.execute("SELECT anon.refresh(%s)", (rel,))
         else:
             db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
-    assert failed.value.diag.message_primary.startswith(f"release {schema}.rel: ")   # no plpy.Error: prefix
+    assert failed.value.diag.message_primary.startswith(f"release {release_schema_of(schema)}.rel: ")   # no plpy.Error: prefix
     assert release_rows(db, rel) == before                       # the old release, still readable
     _, verified, figures, last_error = catalog(db, rel)
     assert verified is True and figures == figures_before        # describes the old release
-    assert last_error.startswith(f"release {schema}.rel: ")
+    assert last_error.startswith(f"release {release_schema_of(schema)}.rel: ")
     history = db.execute("SELECT succeeded, error, sqlstate FROM anon.refresh_history "
                          "WHERE release_id = %s ORDER BY refresh_id", (release_id,)).fetchall()
     assert len(history) == 1                                     # recorded once, not twice
     assert history[0][0] is False and history[0][2] == "22000"
-    assert history[0][1].startswith(f"release {schema}.rel: ")
+    assert history[0][1].startswith(f"release {release_schema_of(schema)}.rel: ")
     db.execute("SELECT anon.refresh(%s)", (rel,))                # the real function: it refreshes
     assert catalog(db, rel)[1] is True and count(db, rel) == 320
 
@@ -262,7 +262,7 @@ def test_break_merge_sensitive_tables_must_count_the_qit_rows(db, schema):
         _break(db, schema, source, k=5, l=2)
     assert "do not count the same rows as the quasi-identifier table" in failed.value.diag.message_primary
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
-                      (schema,)).fetchone()[0] == 0
+                      (release_schema_of(schema),)).fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("how", ["anon.refresh", "REFRESH MATERIALIZED VIEW"])
@@ -270,7 +270,7 @@ def test_break_merge_refresh_breaking_the_counts_keeps_the_old_release(db, schem
     source = _load(db, schema, _people(300))
     rel = _break(db, schema, source, k=5, l=2)
     release_id = catalog(db, rel)[0]
-    qit = f"{schema}.people_bm_qit"
+    qit = f"{release_schema_of(schema)}.people_bm_qit"
     before = db.execute(f"SELECT * FROM {qit} ORDER BY 1, 2, 3, 4").fetchall()
     db.execute(f"DELETE FROM {source} WHERE id < 20")
     function = "anon._break_merge_run(integer)"
@@ -285,6 +285,6 @@ def test_break_merge_refresh_breaking_the_counts_keeps_the_old_release(db, schem
     history = db.execute("SELECT succeeded, sqlstate FROM anon.refresh_history WHERE release_id = %s",
                          (release_id,)).fetchall()
     assert history == [(False, "22000")]
-    assert catalog(db, rel)[3].startswith(f"release {schema}.people_bm: ")
+    assert catalog(db, rel)[3].startswith(f"release {release_schema_of(schema)}.people_bm: ")
     db.execute("SELECT anon.refresh(%s)", (rel,))
     assert catalog(db, rel)[1] is True and count(db, qit) == 280          # ids 0..19 deleted
