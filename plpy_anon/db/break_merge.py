@@ -20,6 +20,17 @@ Objects of a Break-Merge release ``<name>`` (all in the release schema):
 The partition is strict Mondrian with the release's ``k`` on the QIs; ``l`` is enforced by merging
 ST groups (see :mod:`plpy_anon.core.breakmerge`), which keeps the QIs as precise as the k-anonymous
 partition makes them.
+
+Released QI values: Python partitions on a float8 reading of numeric, date and timestamp QIs
+(±infinity and NaN ordered as PostgreSQL orders them) but never writes their bounds: the run
+returns each source row's (tableoid, ctid) and class, and the storage query joins them back to the
+source (same snapshot: the run is STABLE and called by that query) and takes ``min``/``max`` per
+class in the column's own type, with Mondrian's ``range_expression`` (inclusive bounds,
+upper-unbounded at a discrete type's maximum, ±infinity and NaN released as they are). Categorical
+value sets and hierarchy labels come from the run. A class's QIT count is the number of its rows
+inside its released values (Mondrian's ``containment_test``); the STs count the rows the run
+partitioned, so a row outside its class's values makes the QIT and the STs disagree, and the
+post-build verification refuses the release.
 """
 
 from __future__ import annotations
