@@ -20,6 +20,17 @@ Objects of a Break-Merge release ``<name>`` (all in the release schema):
 The partition is strict Mondrian with the release's ``k`` on the QIs; ``l`` is enforced by merging
 ST groups (see :mod:`plpy_anon.core.breakmerge`), which keeps the QIs as precise as the k-anonymous
 partition makes them.
+
+Released QI values: Python partitions on a float8 reading of numeric, date and timestamp QIs
+(±infinity and NaN ordered as PostgreSQL orders them) but never writes their bounds: the run
+returns each source row's (tableoid, ctid) and class, and the storage query joins them back to the
+source (same snapshot: the run is STABLE and called by that query) and takes ``min``/``max`` per
+class in the column's own type, with Mondrian's ``range_expression`` (inclusive bounds,
+upper-unbounded at a discrete type's maximum, ±infinity and NaN released as they are). Categorical
+value sets and hierarchy labels come from the run. A class's QIT count is the number of its rows
+inside its released values (Mondrian's ``containment_test``); the STs count the rows the run
+partitioned, so a row outside its class's values makes the QIT and the STs disagree, and the
+post-build verification refuses the release.
 """
 
 from __future__ import annotations
@@ -41,15 +52,23 @@ from plpy_anon.core.breakmerge import (
     relabel_in_order,
     validate_attribute_roles,
 )
-from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.encoding import encode_categorical, encode_numeric, finite_for_ordering
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases, verify
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import check_k, class_literals, column_for, output_type
-from plpy_anon.db.reader import read_columns, refuse_non_finite
+from plpy_anon.db.mondrian import (
+    check_k,
+    class_literals,
+    column_for,
+    containment_test,
+    int_array_literal,
+    output_type,
+    range_expression,
+)
+from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "break_merge"
@@ -186,26 +205,65 @@ def _object_names(name, sensitive):
 
 
 def storage_query(plpy, tbl, qis, parameters, release_id):
-    """QIT classes UNION ALL ST rows, from one call of the run function (MATERIALIZED CTE)."""
+    """QIT classes UNION ALL ST rows, from one call of the run function (MATERIALIZED CTE).
+
+    The run returns each source row's (tableoid, ctid) and Mondrian class, and per class its gid
+    and categorical values; the numeric/date/timestamp ranges are computed here, in SQL, as the
+    ``min``/``max`` of the class's rows in the column's own type (joined back to the source read
+    in the same snapshot), exactly as ``mondrian.generalized_release_query`` does (shared helpers:
+    ``range_expression``, ``containment_test``). A class's ``_count`` is its rows that lie inside
+    its released values: a row outside them is not counted, so the QIT then disagrees with the
+    STs (counted by the run) and the post-build verification refuses the release."""
     hierarchical = set(parameters["hierarchies"])
     n = len(qis)
     qi_types = [output_type(c, c.name in hierarchical) for c in qis]
-    class_cols = [f"jsonb_array_elements_text(p.r -> 'classes' -> 'q{i}')" for i in range(n)]
-    class_cols += [f"jsonb_array_elements_text(p.r -> 'classes' -> '{c}')" for c in ("gid", "n")]
+    ranged = [i for i, t in enumerate(qi_types) if t in catalog.RANGE_ELEMENTS]
+    listed = [i for i in range(n) if i not in ranged]
+    checked = [i for i, t in enumerate(qi_types) if i in ranged or t == "text[]"]
+    source = tbl.quoted(plpy)
+    kept = "".join(f", s.{ident(plpy, qis[i].name)} AS v{i}" for i in checked)
+    aggregates = "".join(f", min(rs.v{i}) AS lo{i}, max(rs.v{i}) AS hi{i}" for i in ranged)
+    generalized = [
+        f"{range_expression(t, i, False)} AS q{i}" if i in ranged else f"x.q{i}::{t} AS q{i}"
+        for i, t in enumerate(qi_types)
+    ]
+    elements = ", ".join(
+        f"pg_catalog.jsonb_array_elements_text(p.r -> 'classes' -> '{c}')"
+        for c in ["gid"] + [f"q{i}" for i in listed]
+    )
+    aliases = ", ".join(["gid"] + [f"q{i}" for i in listed])
+    filters = " AND ".join(containment_test(qi_types[i], i) for i in checked) or "true"
     st_cols = [
-        f"jsonb_array_elements_text(p.r -> 'st' -> '{c}')"
+        f"pg_catalog.jsonb_array_elements_text(p.r -> 'st' -> '{c}')"
         for c in ("gid", "attribute", "value", "count")
     ]
-    qit_select = [
-        f"c.q{i}::{t} AS {ident(plpy, col.name)}" for i, (col, t) in enumerate(zip(qis, qi_types))
-    ]
+    qit_select = [f"c.q{i} AS {ident(plpy, col.name)}" for i, col in enumerate(qis)]
     st_select = [f"NULL::{t}" for t in qi_types]
-    aliases = ", ".join(f"q{i}" for i in range(n))
+    # p: the run, once. rs: each row's class and QI values, joined to the source by
+    # (tableoid, ctid); scanned for the bounds and for the counts, so materialized. classes: one
+    # row per class, ranges built once. counted: per class, its rows inside its released values.
     return (
-        f"WITH p AS MATERIALIZED (SELECT anon._break_merge_run({int(release_id)}) AS r)\n"
+        f"WITH p AS MATERIALIZED (SELECT anon._break_merge_run({int(release_id)}) AS r),\n"
+        f"rs AS MATERIALIZED (\n"
+        f"    SELECT r.class_id{kept}\n"
+        f"    FROM p CROSS JOIN LATERAL anon._partition_rows(\n"
+        f"        ROW(p.r ->> 'row_ctids', p.r ->> 'class_ids', NULL, NULL,\n"
+        f"            p.r ->> 'row_tableoids')::anon.partition,\n"
+        f"        {plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
+        f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
+        f"bounds AS (SELECT rs.class_id{aggregates} FROM rs GROUP BY rs.class_id),\n"
+        f"classes AS MATERIALIZED (\n"
+        f"    SELECT b.class_id, x.gid, {', '.join(generalized)}\n"
+        f"    FROM bounds AS b\n"
+        f"    JOIN (SELECT x.class_no - 1 AS class_id, {aliases} FROM p,\n"
+        f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)) AS x\n"
+        f"      ON x.class_id = b.class_id),\n"
+        f"counted AS (\n"
+        f"    SELECT rs.class_id, count(*) AS n FROM rs JOIN classes AS c ON c.class_id = rs.class_id\n"
+        f"    WHERE {filters} GROUP BY rs.class_id)\n"
         f"SELECT {', '.join(qit_select)}, c.gid::int4 AS _gid, NULL::text AS _attribute,\n"
-        f"       NULL::text AS _value, c.n::int8 AS _count\n"
-        f"FROM p CROSS JOIN LATERAL ROWS FROM ({', '.join(class_cols)}) AS c({aliases}, gid, n)\n"
+        f"       NULL::text AS _value, n.n::int8 AS _count\n"
+        f"FROM classes AS c JOIN counted AS n ON n.class_id = c.class_id\n"
         f"UNION ALL\n"
         f"SELECT {', '.join(st_select)}, s.gid::int4, s.attribute, s.value, s.count::int8\n"
         f"FROM p CROSS JOIN LATERAL ROWS FROM ({', '.join(st_cols)}) AS s(gid, attribute, value, count)"
@@ -304,9 +362,9 @@ def run_release(plpy, GD, release_id: int):
     )
     break_s = time.monotonic() - t0
     class_gid = broken.group_map_["gid"].to_numpy()[part.order_of_class]
-    classes = {f"q{i}": lits for i, lits in enumerate(part.literals)}
+    # per class: gid and categorical values; ranges and counts are computed in SQL from the rows
+    classes = {f"q{i}": lits for i, lits in part.literals.items()}
     classes["gid"] = class_gid.tolist()
-    classes["n"] = part.class_sizes.tolist()
     st = _st_columns(broken.sensitive_tables_)
     metrics = {
         "n_classes": int(part.class_sizes.size),
@@ -327,7 +385,9 @@ def run_release(plpy, GD, release_id: int):
         metrics=metrics,
         started=started,
     )
-    return json.dumps({"classes": classes, "st": st})
+    return json.dumps({"classes": classes, "st": st, "row_ctids": part.row_ctids,
+                       "row_tableoids": part.row_tableoids,
+                       "class_ids": int_array_literal(part.labels)})
 
 
 def _st_columns(tables):
@@ -354,9 +414,11 @@ class SourcePartition:
     ordered_labels: np.ndarray  # the same classes numbered along the QIs
     order_of_class: np.ndarray  # Mondrian class -> its number along the QIs
     class_sizes: np.ndarray
-    literals: list  # per QI, one SQL literal per class (as anon.mondrian_view writes them)
+    literals: dict  # categorical QI's index -> one SQL literal per class (as mondrian_view's)
     sensitive: pd.DataFrame
     seconds: float
+    row_ctids: str  # the rows' ctids (read order, as labels), an array literal for SQL
+    row_tableoids: str | None  # and their tableoids when the source has several relations
 
 
 def partition_source(plpy, release, params) -> SourcePartition:
@@ -374,12 +436,12 @@ def partition_source(plpy, release, params) -> SourcePartition:
             f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
             hint=f"Use k <= {data.n_rows}, or release a larger table.",
         )
-    # class bounds are written from Python's float8 reading here: refuse what it cannot write
-    refuse_non_finite(tbl, data, numeric, "break_merge")
     encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
     model = Mondrian(k=k).fit(encoded)
     labels, n_classes = model.labels_, model.n_classes_
-    bounds = class_bounds(encoded, labels, n_classes)
+    # numeric QIs: ranges come from SQL (storage_query); categorical ones from here
+    listed = {i: col for i, col in enumerate(qis) if col.kind == "categorical"}
+    bounds = class_bounds([encoded[i] for i in listed], labels, n_classes)
     # Number classes along the QIs (lowest code first) so that ST merges pool neighbours.
     lows = {col.name: class_code_range(col.codes, labels, n_classes)[0][labels] for col in encoded}
     ordered = relabel_in_order(labels, pd.DataFrame(lows))
@@ -392,16 +454,19 @@ def partition_source(plpy, release, params) -> SourcePartition:
         ordered_labels=ordered,
         order_of_class=order_of_class,
         class_sizes=np.bincount(labels, minlength=n_classes),
-        literals=[class_literals(col, bounds[col.name]) for col in qis],
+        literals={i: class_literals(col, bounds[col.name]) for i, col in listed.items()},
         sensitive=sensitive,
         seconds=time.monotonic() - started,
+        row_ctids=data.row_ctids,
+        row_tableoids=data.row_tableoids,
     )
 
 
 def _encode(plpy, tbl, col, data, params):
     values = data.columns[col.name]
-    if col.kind == "numeric":
-        return encode_numeric(col.name, values.values, values.null_mask)
+    if col.kind == "numeric":  # ±inf, NaN: ordered as PostgreSQL does, released as they are
+        ordered = finite_for_ordering(values.values, values.null_mask)
+        return encode_numeric(col.name, ordered, values.null_mask)
     hierarchy = (
         catalog.load_hierarchy(plpy, tbl, col.name) if col.name in params["hierarchies"] else None
     )

@@ -198,13 +198,7 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
             f"      ON x.class_id = b.class_id")
     else:
         class_source = "    FROM bounds AS b"
-    filters = []
-    for i in checked:
-        if i in ranged:
-            element = catalog.RANGE_ELEMENTS[qi_types[qi_names[i]]][0]
-            filters.append(f"(rs.v{i} IS NULL OR c.q{i} @> rs.v{i}::{element})")
-        else:
-            filters.append(f"pg_catalog.array_position(c.q{i}, rs.v{i}::text) IS NOT NULL")
+    filters = [containment_test(qi_types[qi_names[i]], i) for i in checked]
     where = f"WHERE {' AND '.join(filters)}" if filters else ""
     # run: the partitioning call, once. kept_rows: each kept row's class and the values the
     # release needs, joined to the source by (tableoid, ctid); scanned twice (bounds, output), so
@@ -227,6 +221,16 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         f"JOIN classes AS c ON c.class_id = rs.class_id\n"
         f"{where}\n"
         f"ORDER BY rs.row_position")
+
+
+def containment_test(qi_type: str, i: int) -> str:
+    """True when row value ``rs.v<i>`` lies inside its class's released value ``c.q<i>``, tested
+    with the column's own operators: ``range @> value`` (a NULL value passes: it may sit in any
+    class) or, for a value set (``text[]``), membership (NULL an element of its own)."""
+    if qi_type in catalog.RANGE_ELEMENTS:
+        element = catalog.RANGE_ELEMENTS[qi_type][0]
+        return f"(rs.v{i} IS NULL OR c.q{i} @> rs.v{i}::{element})"
+    return f"pg_catalog.array_position(c.q{i}, rs.v{i}::text) IS NOT NULL"
 
 
 def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:

@@ -176,14 +176,3 @@ def test_methods_that_compute_with_numbers_refuse_nan_naming_the_column(db, sche
     assert "NULL" in info.value.diag.message_hint
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
                       (release_schema_of(schema),)).fetchone()[0] == 0          # nothing half-built
-
-
-def test_break_merge_refuses_infinite_dates_naming_the_column(db, schema):
-    db.execute("CREATE TABLE vals (id int PRIMARY KEY, d date, s text)")
-    db.execute("INSERT INTO vals SELECT i, CASE WHEN i = 3 THEN 'infinity' ELSE DATE '2000-01-01' + i END, "
-               "'s' || (i % 3) FROM generate_series(1, 40) i")
-    with pytest.raises(psycopg.Error) as info:
-        db.execute("SELECT anon.break_merge('vals', k => 4, sensitive => ARRAY['s'], "
-                   "identifiers => ARRAY['id'], release_schema => %s)", (release_schema_of(schema),))
-    assert info.value.sqlstate == "22023"
-    assert 'column "d"' in str(info.value) and "infinity" in str(info.value)
