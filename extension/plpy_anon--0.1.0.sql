@@ -268,6 +268,21 @@ CREATE TYPE anon.pattern_values AS (
 );
 
 -------------------------------------------------------------------------------
+-- incremental/070-release-schemas.sql
+-- Release schemas are the extension's own: created by it (anon.create_release / ensure_schema),
+-- holding releases and nothing else. Analysts get USAGE on these schemas only, so USAGE never
+-- hands them a function, type or table someone else put in a schema. A release is refused in an
+-- existing schema not listed here, or in one that holds anything but releases.
+CREATE TABLE anon.release_schemas (
+    schema_name name        PRIMARY KEY,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE anon.release_schemas IS
+    'Schemas plpy_anon created for releases: the only schemas analysts receive USAGE on (anon.grant_analyst).';
+
+SELECT pg_catalog.pg_extension_config_dump('anon.release_schemas', '');
+
+-------------------------------------------------------------------------------
 -- incremental/080-verification.sql
 -- Every release is checked from its released rows, in SQL, before it is published (see
 -- plpy_anon/db/verify.py): whether the last build passed, and the figures the check measured
@@ -1343,7 +1358,8 @@ COMMENT ON FUNCTION anon.breach_report(text, double precision) IS
 -- idempotent/070-operations.sql
 -- Running releases in production: analysts' access, refreshing everything, pg_cron schedules and
 -- the status of every release. None of these is executable by PUBLIC (900-privileges.sql); they
--- are the DBA's. Analysts only ever receive SELECT on releases (and USAGE on their schemas).
+-- are the DBA's. Analysts only ever receive SELECT on releases and USAGE on release schemas, which
+-- plpy_anon creates (anon.release_schemas) and which hold releases only (checked on every grant).
 
 CREATE OR REPLACE FUNCTION anon.grant_analyst(role text)
 RETURNS integer
@@ -1379,7 +1395,7 @@ from plpy_anon.db import grants
 return grants.grant_analyst(plpy, role)
 $$;
 COMMENT ON FUNCTION anon.grant_analyst(text) IS
-    'Lets a role read every current and future release (SELECT, and USAGE on release schemas) and nothing else; returns the number of releases it can read now.';
+    'Lets a role read every current and future release (SELECT, and USAGE on the release schemas plpy_anon created) and nothing else; refused if a release schema holds anything but releases. Returns the number of releases it can read now.';
 
 CREATE OR REPLACE FUNCTION anon.revoke_analyst(role text)
 RETURNS integer
@@ -1415,7 +1431,7 @@ from plpy_anon.db import grants
 return grants.revoke_analyst(plpy, role)
 $$;
 COMMENT ON FUNCTION anon.revoke_analyst(text) IS
-    'Takes back what anon.grant_analyst gave: SELECT on every release, USAGE on schemas that hold only releases. Returns the number of releases revoked.';
+    'Takes back what anon.grant_analyst gave: SELECT on every release and USAGE on every release schema. Returns the number of releases revoked.';
 
 CREATE OR REPLACE FUNCTION anon.refresh_all()
 RETURNS TABLE (release text, status text, seconds double precision, error text)
