@@ -69,8 +69,17 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
     """Rebuild ``release`` (``rebuild_method(plpy, GD, release)`` for methods with their own
     refresh, else build-and-swap); on failure record it autonomously and re-raise."""
     from plpy_anon.db.releases import by_id  # releases imports this module
-    run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", ["int4", "int4"],
-        [LOCK_CLASS, release["release_id"]])
+    lock_release(plpy, release["release_id"])
+    # re-read after the wait: a drop or a replace => true that committed meanwhile
+    current = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"],
+                  [release["release_id"]])
+    if not current:
+        raise UndefinedObject(
+            f"release {qualified_text(release)} was dropped or replaced while this refresh "
+            "waited for it",
+            hint="Nothing was refreshed. If it was replaced, the new release is already current; "
+                 "see SELECT * FROM anon.release_status().")
+    release = current[0]
     started_at = run(plpy, "SELECT pg_catalog.clock_timestamp() AS t")[0]["t"]
     t0 = time.monotonic()
     progress(plpy, f"refreshing {qualified_text(release)} ({release['method']})")
@@ -94,6 +103,13 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
         [row["release_id"], qualified_text(row), started_at, seconds, row["row_count"], row["achieved_k"]])
     progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}, {seconds:.2f} s")
     return row
+
+
+def lock_release(plpy, release_id: int) -> None:
+    """The per-release lock refresh, drop and replace take (transaction-scoped): one of them at
+    a time for a given release."""
+    run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", ["int4", "int4"],
+        [LOCK_CLASS, release_id])
 
 
 def rebuild_view(plpy, GD, release: dict, *, analyze: bool = False) -> None:

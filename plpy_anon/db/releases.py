@@ -250,6 +250,9 @@ def refresh_all(plpy, GD=None) -> list[tuple]:
 
 
 def drop(plpy, release: dict) -> None:
+    """Drop a release's relations and catalog row. Waits for a refresh of the same release to
+    finish (the refresh lock), so a refresh never loses its relations halfway."""
+    refreshing.lock_release(plpy, release["release_id"])
     schema = release["release_schema"]
     for rel in owned_relations(plpy, release):
         kind = relation_exists(plpy, schema, rel)

@@ -233,3 +233,40 @@ def check_refresh_all(db, schema, patients, base):
     assert outcome[broken][0] == "failed" and '"sex"' in outcome[broken][1]
     assert db.execute(f"SELECT n FROM {release_schema_of(schema)}.summary").fetchone()[0] == 250   # saw the new base
     assert status(db, broken)[1] is not None
+
+
+@pytest.mark.parametrize("change", ["drop", "replace"])
+def test_a_refresh_waiting_behind_a_drop_or_replace_fails_clearly(db, connect, schema, patients, change):
+    """A refresh that finds its release being dropped or replaced waits for that transaction,
+    then says what happened instead of failing on a relation that vanished under it."""
+    rel = release(db, schema)
+    with connect() as other, connect() as refresher:
+        other.execute("BEGIN")
+        if change == "drop":
+            other.execute("SELECT anon.drop_release(%s)", (rel,))
+        else:
+            other.execute("SELECT anon.mondrian_view(%s::regclass, k => 4, release_name => 'r', "
+                          "release_schema => %s, replace => true)",
+                          (patients, release_schema_of(schema)))
+        outcome = {}
+
+        def refresh():
+            try:
+                refresher.execute("SELECT anon.refresh(%s)", (rel,))
+            except psycopg.Error as error:
+                outcome["error"] = error
+
+        thread = threading.Thread(target=refresh)
+        thread.start()
+        wait_until_waiting(db, refresher)            # queued behind the drop / replace
+        other.execute("COMMIT")
+        thread.join(30)
+    error = outcome.get("error")
+    assert isinstance(error, psycopg.errors.UndefinedObject), outcome
+    assert "was dropped or replaced while this refresh waited for it" in error.diag.message_primary
+    exists = db.execute("SELECT to_regclass(%s) IS NOT NULL", (rel,)).fetchone()[0]
+    assert exists == (change == "replace")
+    if change == "replace":                          # the replacement is intact and verified
+        assert db.execute("SELECT verified, (parameters->>'k')::int FROM anon.releases "
+                          "WHERE release_schema = %s AND release_name = 'r'",
+                          (release_schema_of(schema),)).fetchone() == (True, 4)
