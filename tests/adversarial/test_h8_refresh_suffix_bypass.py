@@ -1,0 +1,27 @@
+"""Adversarial (h8): grants.FOREIGN_OBJECTS counts as "part of a release" any relation named
+``<P>__refresh<id>`` where <P> is ANY prefix of a release's name -- including the empty prefix.
+A view ``"__refresh<id>"`` over the source table (or a table ``"x__refresh<id>"``) in a release
+schema is not reported: creates and grant_analyst go on, although the schema holds a non-release
+relation (one GRANT away from analysts). Fix: accept only the exact temp name
+``refreshing.temp_name(release_name, release_id)`` (and only a materialized view).
+"""
+from __future__ import annotations
+
+import psycopg
+import pytest
+from psycopg import sql
+
+
+def test_non_release_view_named_like_a_refresh_leftover_is_refused(db, schema, release_schema):
+    db.execute("CREATE TABLE pat (id serial PRIMARY KEY, age int, dx text)")
+    db.execute("INSERT INTO pat (age, dx) SELECT 20 + g % 40, 'd' || g % 4 FROM generate_series(1, 100) g")
+    db.execute("SELECT anon.mondrian_view('pat', k => 5, quasi_identifiers => '{age}', "
+               "sensitive => '{dx}', release_schema => %s)", (release_schema,))
+    rid = db.execute("SELECT release_id FROM anon.releases WHERE release_schema = %s",
+                     (release_schema,)).fetchone()[0]
+    db.execute(sql.SQL("CREATE VIEW {}.{} AS SELECT * FROM pat").format(
+        sql.Identifier(release_schema), sql.Identifier(f"__refresh{rid}")))
+    with pytest.raises(psycopg.Error) as info:
+        db.execute("SELECT anon.mondrian_view('pat', k => 5, quasi_identifiers => '{age}', "
+                   "release_name => 'second', release_schema => %s)", (release_schema,))
+    assert info.value.sqlstate == "55000"
