@@ -67,6 +67,15 @@ def load_patients(conn, csv_text: str | None = None) -> int:
     return conn.execute("SELECT count(*) FROM patients").fetchone()[0]
 
 
+def cell(value) -> str:
+    """A value as psql prints it (booleans as t/f, NULL as nothing)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    return str(value)
+
+
 def table(cursor_or_rows, headers=None, limit=None) -> str:
     """psql-style rendering of a result."""
     if headers is None:
@@ -75,7 +84,7 @@ def table(cursor_or_rows, headers=None, limit=None) -> str:
     else:
         rows = cursor_or_rows
     rows = rows[:limit] if limit else rows
-    cells = [[("" if v is None else str(v)) for v in r] for r in rows]
+    cells = [[cell(v) for v in r] for r in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     line = lambda vals: " " + " | ".join(v.ljust(w) for v, w in zip(vals, widths))
     out = [line(headers), "-" + "-+-".join("-" * w for w in widths) + "-"]
@@ -91,10 +100,33 @@ def show_as_postgres_text(conn) -> None:
     conn.adapters.register_loader(conn.adapters.types["text"].array_oid, TextLoader)
 
 
-def step(title: str, sql: str | None = None) -> None:
+def step(title: str) -> None:
     print(f"\n=== {title}")
-    if sql:
-        print(f"psql> {sql}")
+
+
+def show(conn, sql: str, params=None, limit=None) -> list:
+    """Print a statement as psql would show it, run exactly that statement, print its result."""
+    print(f"psql> {sql}")
+    cur = conn.execute(sql, params)
+    if cur.description is None:
+        return []
+    rows = cur.fetchall()
+    print(table(rows, [d.name for d in cur.description], limit))
+    return rows
+
+
+def refused(conn, sql: str) -> None:
+    """Print a statement the server refuses and the error it gives (message, hint)."""
+    print(f"psql> {sql}")
+    try:
+        conn.execute(sql)
+    except psycopg.Error as error:
+        print(f"ERROR:  {error.diag.message_primary}")
+        for label, text in (("DETAIL", error.diag.message_detail), ("HINT", error.diag.message_hint)):
+            if text:
+                print(f"{label}:  {text}")
+    else:
+        raise SystemExit(f"demo: the server accepted {sql!r}, which it must refuse")
 
 
 def run(k: int, keep: bool) -> None:
@@ -102,59 +134,68 @@ def run(k: int, keep: bool) -> None:
         print(f"throwaway cluster at {cluster.root} (PostgreSQL 15, Unix socket only)")
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
             show_as_postgres_text(conn)
-            step("install", "CREATE EXTENSION plpy_anon CASCADE;")
-            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-            print(table(conn.execute("SELECT component, version FROM anon.versions()")))
+            step("install")
+            show(conn, "CREATE EXTENSION plpy_anon CASCADE")
+            show(conn, "SELECT component, version FROM anon.versions()")
 
             n = load_patients(conn)
-            step(f"the bundled sample: {n} invented patients", "SELECT * FROM patients LIMIT 3;")
-            print(table(conn.execute("SELECT * FROM patients ORDER BY patient_id LIMIT 3")))
+            step(f"the bundled sample: {n} invented patients")
+            show(conn, "SELECT * FROM patients ORDER BY patient_id LIMIT 3")
+
+            step("undeclared columns that look identifying stop a release")
+            show(conn, "SELECT column_name, kind, confidence, blocks_release "
+                       "FROM anon.detect_identifiers('patients') WHERE kind IS NOT NULL")
+            refused(conn, "SELECT anon.mondrian_view('patients', k => 5)")
 
             step("declare column roles")
-            for sql in ("SELECT anon.set_column_role('patients', 'full_name', 'identifier');",
-                        "SELECT anon.set_column_role('patients', 'admitted', 'ignored');",
-                        "SELECT anon.set_column_role('patients', 'diagnosis', 'sensitive');"):
-                print(f"psql> {sql}")
-                conn.execute(sql)
-            print(table(conn.execute("SELECT * FROM anon.column_roles('patients')")))
+            for column, role in (("full_name", "identifier"), ("admitted", "ignored"),
+                                 ("diagnosis", "sensitive")):
+                conn.execute("SELECT anon.set_column_role('patients', %s, %s)", (column, role))
+                print(f"psql> SELECT anon.set_column_role('patients', '{column}', '{role}');")
+            show(conn, "SELECT * FROM anon.column_roles('patients')")
 
-            step("release", f"SELECT anon.mondrian_view('patients', k => {k});")
+            step("release")
             t0 = time.perf_counter()
-            release = conn.execute("SELECT anon.mondrian_view('patients', k => %s)", (k,)).fetchone()[0]
-            print(f" {release}   ({time.perf_counter() - t0:.2f} s)")
+            release = show(conn, f"SELECT anon.mondrian_view('patients', k => {int(k)})")[0][0]
+            print(f"({time.perf_counter() - t0:.2f} s)")
 
-            step("what analysts see", f"SELECT * FROM {release} LIMIT 5;")
-            print(table(conn.execute(f"SELECT * FROM {release} LIMIT 5")))
-            step("analysts query ranges and sets",
-                 f"SELECT count(*) FROM {release} WHERE age @> 42 AND 'F' = ANY(sex);")
-            print(table(conn.execute(
-                f"SELECT count(*) FROM {release} WHERE age @> 42 AND 'F' = ANY(sex)")))
+            step("what analysts see")
+            show(conn, f"SELECT * FROM {release} LIMIT 5")
+            step("analysts query ranges and sets")
+            show(conn, f"SELECT count(*) FROM {release} WHERE age @> 42 AND 'F' = ANY(sex)")
 
-            step("achieved k, counted from the released rows",
-                 f"SELECT min(n) AS achieved_k, count(*) AS classes FROM "
-                 f"(SELECT count(*) n FROM {release} GROUP BY age, sex, zip) e;")
-            print(table(conn.execute(
-                f"SELECT min(n) AS achieved_k, count(*) AS classes FROM "
-                f"(SELECT count(*) n FROM {release} GROUP BY age, sex, zip) e")))
-            step("the catalog", "SELECT release_name, row_count, achieved_k, metrics->'ncp_percent' AS ncp_percent, metrics->'c_dm' AS c_dm FROM anon.releases;")
-            print(table(conn.execute(
-                "SELECT release_name, row_count, achieved_k, round((metrics->>'ncp_percent')::numeric, 2) AS ncp_percent, "
-                "metrics->'c_dm' AS c_dm, metrics->'n_classes' AS classes FROM anon.releases")))
+            step("achieved k, counted from the released rows")
+            show(conn, f"SELECT min(n) AS achieved_k, count(*) AS classes FROM "
+                       f"(SELECT count(*) AS n FROM {release} GROUP BY age, sex, zip) AS e")
+            step("verified from its own rows before it was published")
+            show(conn, "SELECT release, verified, verification->'rows_released' AS rows, "
+                       "verification->'smallest_class' AS smallest_class, verification->'k' AS k "
+                       "FROM anon.release_status()")
 
-            step("new data arrives; refresh re-anonymizes it",
-                 "INSERT INTO patients SELECT patient_id + 10000, ... ; REFRESH MATERIALIZED VIEW " + release + ";")
-            conn.execute("INSERT INTO patients SELECT patient_id + 10000, full_name, age + 1, sex, zip, "
-                         "admitted, diagnosis FROM patients WHERE patient_id <= 200")
-            conn.execute(f"REFRESH MATERIALIZED VIEW {release}")
-            print(table(conn.execute(
-                "SELECT release_name, row_count, achieved_k, refreshed_at FROM anon.releases")))
+            step("analysts read releases and nothing else")
+            show(conn, "CREATE ROLE analyst")
+            show(conn, "SELECT anon.grant_analyst('analyst')")
+            show(conn, "SET ROLE analyst")
+            show(conn, f"SELECT count(*) FROM {release}")
+            refused(conn, "SELECT * FROM patients LIMIT 1")
+            show(conn, "RESET ROLE")
 
-            step("nightly refreshes with pg_cron",
-                 f"CREATE EXTENSION pg_cron; SELECT anon.schedule_refresh('{release}', '0 3 * * *');")
-            conn.execute("CREATE EXTENSION pg_cron")
-            conn.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (release,))
-            print(table(conn.execute("SELECT release, row_count, achieved_k, refresh_seconds, schedule "
-                                     "FROM anon.release_status()")))
+            step("the catalog")
+            show(conn, "SELECT release_name, row_count, achieved_k, "
+                       "round((metrics->>'ncp_percent')::numeric, 2) AS ncp_percent, "
+                       "metrics->'c_dm' AS c_dm, metrics->'n_classes' AS classes FROM anon.releases")
+
+            step("new data arrives; refresh re-anonymizes it")
+            show(conn, "INSERT INTO patients SELECT patient_id + 10000, full_name, age + 1, sex, zip, "
+                       "admitted, diagnosis FROM patients WHERE patient_id <= 200")
+            show(conn, f"REFRESH MATERIALIZED VIEW {release}")
+            show(conn, "SELECT release_name, row_count, achieved_k, refreshed_at FROM anon.releases")
+
+            step("nightly refreshes with pg_cron")
+            show(conn, "CREATE EXTENSION pg_cron")
+            show(conn, f"SELECT anon.schedule_refresh('{release}', '0 3 * * *')")
+            show(conn, "SELECT release, row_count, achieved_k, round(refresh_seconds::numeric, 3) "
+                       "AS refresh_seconds, schedule FROM anon.release_status()")
     print("\ncluster stopped and removed." if not keep else "\ncluster stopped (kept).")
 
 

@@ -391,7 +391,8 @@ def normalize_weights(weights: Mapping[str, float], columns: Sequence[str]) -> d
     for column, weight in weights.items():
         if isinstance(weight, bool) or not isinstance(weight, (int, float, np.number)):
             raise InvalidParameter(
-                f"priority weight of {column!r} is {weight!r}, not a number",
+                f"priority weight of {column!r} is {'null' if weight is None else repr(weight)}, "
+                "not a number",
                 hint='write weights as JSON numbers, e.g. {"age": 1, "sex": 0.5}',
             )
         if not math.isfinite(weight) or weight < 0:

@@ -60,12 +60,14 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.mondrian import (
+    check_float_digits,
     check_k,
     class_literals,
     column_for,
     containment_test,
     int_array_literal,
     output_type,
+    qi_value,
     range_expression,
 )
 from plpy_anon.db.reader import read_columns
@@ -221,7 +223,7 @@ def storage_query(plpy, tbl, qis, parameters, release_id):
     listed = [i for i in range(n) if i not in ranged]
     checked = [i for i, t in enumerate(qi_types) if i in ranged or t == "text[]"]
     source = tbl.quoted(plpy)
-    kept = "".join(f", s.{ident(plpy, qis[i].name)} AS v{i}" for i in checked)
+    kept = "".join(f", {qi_value(plpy, qis[i])} AS v{i}" for i in checked)
     aggregates = "".join(f", min(rs.v{i}) AS lo{i}, max(rs.v{i}) AS hi{i}" for i in ranged)
     generalized = [
         f"{range_expression(t, i, False)} AS q{i}" if i in ranged else f"x.q{i}::{t} AS q{i}"
@@ -428,6 +430,7 @@ def partition_source(plpy, release, params) -> SourcePartition:
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, cols, n) for n in params["quasi_identifiers"]]
     sens = [column_for(tbl, cols, n) for n in params["sensitive"]]
+    check_float_digits(plpy, tbl, qis)
     numeric = [c for c in qis if c.kind == "numeric"]
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
     k = int(params["k"])

@@ -44,20 +44,26 @@ def sample_columns(plpy, tbl: catalog.Table, cols: list[catalog.Column],
     """One random sample of the columns (values as text), with the table's row count."""
     if not cols:
         return []
-    estimate = run(plpy, "SELECT reltuples::float8 AS n FROM pg_catalog.pg_class WHERE oid = $1",
-                   ["oid"], [tbl.oid])[0]["n"]
+    # the whole table: a partitioned table or an inheritance parent keeps its rows in its
+    # descendants (the parent's own reltuples, or a scan of the parent alone, sees none of them)
+    estimate = run(plpy, """
+        WITH RECURSIVE tree(oid) AS (
+            SELECT $1::pg_catalog.oid
+            UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+        SELECT pg_catalog.sum(GREATEST(c.reltuples, 0))::float8 AS n
+        FROM pg_catalog.pg_class c JOIN tree USING (oid)""", ["oid"], [tbl.oid])[0]["n"]
     select = ", ".join(f"pg_catalog.left({ident(plpy, c.name)}::text, {MAX_VALUE_CHARS}) AS c{i}"
                        for i, c in enumerate(cols))
     if estimate is not None and estimate > TABLESAMPLE_FACTOR * sample_size:
         # a few times the sample in random blocks, then a random subset of it
         percent = min(100.0, 100.0 * 4 * sample_size / estimate)
-        plan = plpy.prepare(f"SELECT {select} FROM ONLY {tbl.quoted(plpy)} TABLESAMPLE SYSTEM ($1) "
+        plan = plpy.prepare(f"SELECT {select} FROM {tbl.quoted(plpy)} TABLESAMPLE SYSTEM ($1) "
                             "ORDER BY pg_catalog.random() LIMIT $2", ["float8", "int4"])
         rows = plpy.execute(plan, [percent, sample_size])
         total = max(int(estimate), len(rows))
     else:
         plan = plpy.prepare(f"SELECT {select}, pg_catalog.count(*) OVER () AS n_rows "
-                            f"FROM ONLY {tbl.quoted(plpy)} ORDER BY pg_catalog.random() LIMIT $1",
+                            f"FROM {tbl.quoted(plpy)} ORDER BY pg_catalog.random() LIMIT $1",
                             ["int4"])
         rows = plpy.execute(plan, [sample_size])
         total = int(rows[0]["n_rows"]) if rows.nrows() else 0

@@ -64,7 +64,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.reader import TableData, read_columns
-from plpy_anon.db.sqltext import ident, jsonb
+from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "mondrian"
 EPOCH_DATE = np.datetime64("2000-01-01", "D")
@@ -178,7 +178,7 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
             selects.append(f"c.q{qi_names.index(col.name)} AS {ident(plpy, col.name)}")
         elif role == "sensitive":
             selects.append(f"rs.s{sensitive.index(col)} AS {ident(plpy, col.name)}")
-    kept = "".join(f", s.{ident(plpy, by_name[qi_names[i]].name)} AS v{i}" for i in checked)
+    kept = "".join(f", {qi_value(plpy, by_name[qi_names[i]])} AS v{i}" for i in checked)
     kept += "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
     aggregates = "".join(f", min(rs.v{i}) AS lo{i}, max(rs.v{i}) AS hi{i}" for i in ranged)
     generalized = []
@@ -221,6 +221,31 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         f"JOIN classes AS c ON c.class_id = rs.class_id\n"
         f"{where}\n"
         f"ORDER BY rs.row_position")
+
+
+FLOAT_TYPES = ("float4", "float8")
+
+
+def qi_value(plpy, col) -> str:
+    """Source row ``s``'s value of QI ``col`` as the release bounds and tests it. Floats go
+    through their text form, which is exact (the shortest digits that read back as the same
+    float): a direct float-to-numeric cast keeps only 15 (float8) or 6 (float4) significant
+    digits and would publish ranges that miss the row's value. See check_float_digits."""
+    value = f"s.{ident(plpy, col.name)}"
+    return f"{value}::text::numeric" if col.type_name in FLOAT_TYPES else value
+
+
+def check_float_digits(plpy, tbl, qis) -> None:
+    """The text form of a float is exact only with extra_float_digits >= 1 (the default): with
+    fewer, PostgreSQL rounds it, and so would the released ranges. Refuse instead of publishing
+    rounded bounds (called by every build, inside the release's own query)."""
+    floats = [c.name for c in qis if c.type_name in FLOAT_TYPES]
+    if floats and int(run(plpy, "SELECT pg_catalog.current_setting('extra_float_digits') AS d")[0]["d"]) < 1:
+        raise InvalidParameter(
+            f"extra_float_digits is below 1 in this session, so the floating-point column(s) "
+            f"{', '.join(map(repr, floats))} of {tbl.schema}.{tbl.name} would be released with "
+            "rounded range bounds",
+            hint="RESET extra_float_digits (the default, 1, writes floats exactly) and run it again.")
 
 
 def containment_test(qi_type: str, i: int) -> str:
@@ -315,6 +340,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     sens = [column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
     target_name = params.get("target") if with_target else None
     target_col = [column_for(tbl, cols, target_name)] if target_name else []
+    check_float_digits(plpy, tbl, qis)
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
     extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]

@@ -43,6 +43,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import grants, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.mondrian import (
+    check_float_digits,
     column_for,
     generalized_release_query,
     int_array_literal,
@@ -208,6 +209,7 @@ def _purpose(plpy, purpose) -> dict:
 
 def _read_frame(plpy, tbl, cols) -> pd.DataFrame:
     """The columns as a DataFrame (numbers as floats with NaN for NULL, text as object)."""
+    check_float_digits(plpy, tbl, cols)
     numeric = [c for c in cols if c.kind == "numeric"]
     categorical = [c for c in cols if c.kind == "categorical"]
     data = read_columns(plpy, tbl, numeric, categorical)

@@ -41,6 +41,13 @@ CASES = {
 }
 ELEMENT = {"int4range": "int4", "int8range": "int8", "numrange": "numeric", "daterange": "date",
            "tsrange": "timestamp", "tstzrange": "timestamptz"}
+# A float's true value is its text form (the shortest digits that read back as the same float,
+# what the source shows); PostgreSQL 15's float-to-numeric cast rounds to 15 / 6 digits.
+FLOAT_ELEMENT = "text::numeric"
+
+
+def element_of(type_name, range_type):
+    return FLOAT_ELEMENT if type_name in ("float4", "float8") else ELEMENT[range_type]
 
 
 def load(db, type_name, values, nulls=1):
@@ -79,10 +86,10 @@ def test_every_released_range_contains_its_rows_values(db, schema, type_name):
     n = db.execute("SELECT count(*) FROM vals").fetchone()[0]
     assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == n
     assert db.execute(f"SELECT count(*) FROM {rel} r JOIN vals USING (id)").fetchone()[0] == n
-    assert uncontained(db, rel, element=ELEMENT[range_type]) == []
+    assert uncontained(db, rel, element=element_of(type_name, range_type)) == []
     assert min(class_sizes(db, rel, ["v"])) >= 2
     # tight: each class's bounds are values of the class (inclusive, or unbounded at a maximum)
-    element = ELEMENT[range_type]
+    element = element_of(type_name, range_type)
     next_up = " + 1" if range_type in ("int4range", "int8range", "daterange") else ""
     loose = db.execute(
         f"""SELECT r.v::text FROM {rel} r JOIN vals s USING (id) GROUP BY r.v
@@ -176,3 +183,39 @@ def test_methods_that_compute_with_numbers_refuse_nan_naming_the_column(db, sche
     assert "NULL" in info.value.diag.message_hint
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
                       (release_schema_of(schema),)).fetchone()[0] == 0          # nothing half-built
+
+
+def test_floats_are_bounded_by_their_exact_text_not_the_rounding_cast(db, schema):
+    """PostgreSQL 15 casts float8 to numeric with 15 significant digits and float4 with 6; the
+    released bounds are the floats' exact text form, so 123456.71 is not published as 123457."""
+    db.execute("CREATE TABLE vals (id int PRIMARY KEY, v float4, w float8)")
+    db.execute("INSERT INTO vals SELECT i, 123456.71::float4 + i, 1234567890123456::float8 + i "
+               "FROM generate_series(1, 6) i")
+    db.execute("SELECT anon.set_column_role('vals', 'id', 'sensitive')")
+    rel = release(db, schema)
+    lost = db.execute(f"SELECT s.id FROM {rel} r JOIN vals s USING (id) "
+                      "WHERE NOT (r.v @> s.v::text::numeric AND r.w @> s.w::text::numeric)").fetchall()
+    assert lost == []
+    assert db.execute(f"SELECT bool_and(lower(r.v) <> round(lower(r.v))) FROM {rel} r").fetchone()[0]
+
+
+def test_a_session_that_rounds_floats_cannot_build_a_float_release(db, schema):
+    """With extra_float_digits < 1 the text form of a float is rounded too: every build path
+    refuses (naming the columns) instead of publishing rounded bounds; the old release stays."""
+    db.execute("CREATE TABLE vals (id int PRIMARY KEY, v float8)")
+    db.execute("INSERT INTO vals SELECT i, 1234567890123456::float8 + i FROM generate_series(1, 6) i")
+    db.execute("SELECT anon.set_column_role('vals', 'id', 'sensitive')")
+    db.execute("SET extra_float_digits = 0")
+    try:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="extra_float_digits"):
+            release(db, schema)
+        db.execute("RESET extra_float_digits")
+        rel = release(db, schema)
+        before = db.execute(f"SELECT v::text FROM {rel} ORDER BY 1").fetchall()
+        db.execute("SET extra_float_digits = 0")
+        for refresh in (f"REFRESH MATERIALIZED VIEW {rel}", f"SELECT anon.refresh('{rel}')"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="'v'"):
+                db.execute(refresh)
+    finally:
+        db.execute("RESET extra_float_digits")
+    assert db.execute(f"SELECT v::text FROM {rel} ORDER BY 1").fetchall() == before
