@@ -1,8 +1,11 @@
 """Analysts' access: roles that may read every release and nothing else.
 
 Release schemas are the extension's own: ``ensure_release_schema`` creates them (recorded in
-``anon.release_schemas``) and refuses an existing schema it did not create, or one holding
-anything but releases (a function, type, table, ... that USAGE would hand to analysts).
+``anon.release_schemas`` with their OID) and refuses an existing schema it did not create, or one
+holding anything but releases (a function, type, table, ... that USAGE would hand to analysts).
+A schema is the one plpy_anon created only while its OID is the recorded one: a release schema
+dropped outside plpy_anon and created again by anyone else under its name is not a release
+schema (nothing is created, granted or refreshed in it).
 
 ``anon.grant_analyst(role)`` records the role in ``anon.analysts`` and grants it USAGE on each
 release schema -- after checking again that each holds releases only -- and SELECT on each
