@@ -1,8 +1,11 @@
 """Analysts' access: roles that may read every release and nothing else.
 
 Release schemas are the extension's own: ``ensure_release_schema`` creates them (recorded in
-``anon.release_schemas``) and refuses an existing schema it did not create, or one holding
-anything but releases (a function, type, table, ... that USAGE would hand to analysts).
+``anon.release_schemas`` with their OID) and refuses an existing schema it did not create, or one
+holding anything but releases (a function, type, table, ... that USAGE would hand to analysts).
+A schema is the one plpy_anon created only while its OID is the recorded one: a release schema
+dropped outside plpy_anon and created again by anyone else under its name is not a release
+schema (nothing is created, granted or refreshed in it).
 
 ``anon.grant_analyst(role)`` records the role in ``anon.analysts`` and grants it USAGE on each
 release schema -- after checking again that each holds releases only -- and SELECT on each
@@ -68,11 +71,12 @@ def analysts(plpy) -> list[str]:
 
 
 def release_relations(plpy, release: dict) -> list[str]:
-    """Qualified names of the relations of a release that exist right now."""
-    from plpy_anon.db.releases import owned_relations, relation_exists
+    """Qualified names of the relations of a release that exist right now and are plpy_anon's
+    (releases.genuine_relations: in the schema the release was created in, owned by its creator;
+    nothing of a stale release whose schema was dropped or re-created outside plpy_anon)."""
+    from plpy_anon.db.releases import genuine_relations
     schema = release["release_schema"]
-    return [ident(plpy, schema, rel) for rel in owned_relations(plpy, release)
-            if relation_exists(plpy, schema, rel)]
+    return [ident(plpy, schema, rel) for rel, _ in genuine_relations(plpy, release)]
 
 
 def restricted_to(release: dict) -> list[str] | None:
@@ -97,6 +101,9 @@ def grant_release(plpy, release: dict, roles: list[str] | None = None) -> None:
         roles = analysts(plpy)
     if not roles:
         return
+    relations = release_relations(plpy, release)
+    if not relations:        # a stale release: nothing of it is ours to grant, nor its schema
+        return
     # SELECT only: analysts got USAGE on the schema once (ensure_release_schema / grant_analyst);
     # re-granting it here made concurrent creates and refreshes collide on its pg_namespace row.
     # A restricted release's grantees need not be analysts: USAGE for them, unless they have it.
@@ -104,7 +111,7 @@ def grant_release(plpy, release: dict, roles: list[str] | None = None) -> None:
         for role in roles:
             grant_usage(plpy, release["release_schema"], role)
     grantees = ", ".join(plpy.quote_ident(r) for r in roles)
-    for rel in release_relations(plpy, release):
+    for rel in relations:
         plpy.execute(f"GRANT SELECT ON {rel} TO {grantees}")
 
 
@@ -112,31 +119,33 @@ def grant_release(plpy, release: dict, roles: list[str] | None = None) -> None:
 
 # Objects of a schema that are not part of a release, one query (one snapshot, so a release
 # committed meanwhile is seen together with its catalog row). Part of a release: its relations
-# (release_name, parameters.objects, a refresh's leftover <name>__refresh<id>), their indexes and
-# owned sequences (row and array types are reported with their relation or element type; functions
-# first: they are what USAGE would hand over). Anything else -- functions,
+# (release_name, parameters.objects, and only as a materialized view a refresh's leftover, named
+# exactly refreshing.temp_name(name, id): $2/$3 pair those names with release ids) -- of releases
+# created in this very schema (same OID) and owned by the role that created the release -- their
+# indexes and owned sequences (row and array types are reported with their relation or element
+# type; functions first: they are what USAGE would hand over). Anything else -- functions,
 # procedures, aggregates, types, domains, tables, views, sequences, operators, collations, text
 # search objects, statistics, extensions -- is foreign, and so is CREATE granted to anyone but the
 # owner (others could add objects later).
 FOREIGN_OBJECTS = """
 WITH ns AS (SELECT n.oid, n.nspowner, n.nspacl FROM pg_catalog.pg_namespace n WHERE n.nspname = $1),
+ours AS (
+    SELECT r.* FROM anon.releases r, ns WHERE r.release_schema = $1 AND r.schema_oid = ns.oid),
 rel_names AS (
-    SELECT r.release_id, r.release_name::text AS name FROM anon.releases r WHERE r.release_schema = $1
+    SELECT r.release_owner, r.release_name::text AS name, false AS temp FROM ours r
     UNION ALL
-    SELECT r.release_id, o.name FROM anon.releases r,
+    SELECT r.release_owner, o.name, false FROM ours r,
         pg_catalog.jsonb_array_elements_text(CASE WHEN pg_catalog.jsonb_typeof(r.parameters -> 'objects') = 'array'
                                                   THEN r.parameters -> 'objects' ELSE '[]' END) AS o(name)
-    WHERE r.release_schema = $1),
+    UNION ALL
+    SELECT r.release_owner, t.name, true FROM ours r
+    JOIN ROWS FROM (pg_catalog.unnest($2::text[]), pg_catalog.unnest($3::int4[])) AS t(name, release_id) ON t.release_id = r.release_id),
 rel AS (
     SELECT c.oid FROM pg_catalog.pg_class c JOIN ns ON c.relnamespace = ns.oid
     WHERE c.relkind IN ('r', 'v', 'm', 'p')
       AND EXISTS (SELECT 1 FROM rel_names x
-                  WHERE x.name = c.relname::text
-                     OR (pg_catalog.right(c.relname::text, pg_catalog.length('__refresh' || x.release_id))
-                             = '__refresh' || x.release_id
-                         AND pg_catalog.starts_with(x.name, pg_catalog.left(
-                                 c.relname::text,
-                                 pg_catalog.length(c.relname::text) - pg_catalog.length('__refresh' || x.release_id)))))),
+                  WHERE x.name = c.relname::text AND x.release_owner = c.relowner
+                    AND (NOT x.temp OR c.relkind = 'm'))),
 ok_rel AS (
     SELECT oid FROM rel
     UNION SELECT i.indexrelid FROM pg_catalog.pg_index i WHERE i.indrelid IN (SELECT oid FROM rel)
@@ -191,7 +200,12 @@ SELECT ARRAY(SELECT what FROM described WHERE what IS NOT NULL ORDER BY rank, wh
 
 def foreign_objects(plpy, schema: str) -> list[str]:
     """Descriptions of what ``schema`` holds besides releases (empty: releases only)."""
-    return list(run(plpy, FOREIGN_OBJECTS, ["text"], [schema])[0]["objects"])
+    from plpy_anon.db.refreshing import temp_name
+    ids = run(plpy, "SELECT release_id, release_name::text AS name FROM anon.releases WHERE release_schema = $1",
+              ["text"], [schema])
+    temps = [temp_name(r["name"], r["release_id"]) for r in ids]
+    return list(run(plpy, FOREIGN_OBJECTS, ["text", "text[]", "int4[]"],
+                    [schema, temps, [r["release_id"] for r in ids]])[0]["objects"])
 
 
 def check_release_only(plpy, schema: str) -> None:
@@ -213,7 +227,17 @@ def schema_exists(plpy, schema: str) -> bool:
 
 
 def is_release_schema(plpy, schema: str) -> bool:
-    return bool(run(plpy, "SELECT 1 FROM anon.release_schemas WHERE schema_name = $1", ["name"], [schema]))
+    """Whether the schema now named ``schema`` is the one plpy_anon created: same OID. A row whose
+    schema was dropped outside plpy_anon names nothing, whoever creates that name again."""
+    return bool(run(plpy, """
+        SELECT 1 FROM anon.release_schemas s
+        JOIN pg_catalog.pg_namespace n ON n.nspname = s.schema_name AND n.oid = s.schema_oid
+        WHERE s.schema_name = $1""", ["name"], [schema]))
+
+
+def schema_oid(plpy, schema: str) -> int | None:
+    rows = run(plpy, "SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = $1", ["text"], [schema])
+    return rows[0]["oid"] if rows else None
 
 
 def lock_analysts(plpy, *, shared: bool) -> None:
@@ -221,41 +245,49 @@ def lock_analysts(plpy, *, shared: bool) -> None:
     run(plpy, f"SELECT pg_catalog.{fn}($1, $2)", ["int4", "int4"], [LOCK_CLASS, ANALYSTS_KEY])
 
 
-def ensure_release_schema(plpy, schema: str) -> None:
+def ensure_release_schema(plpy, schema: str) -> int:
     """Make sure releases can go into ``schema``: create it (and give the registered analysts
-    USAGE, once) if it does not exist; otherwise it must be one plpy_anon created, still holding
-    releases only. Serialized per schema name, so two first releases in a new schema do not both
-    create it."""
+    USAGE, once) if it does not exist; otherwise it must be the one plpy_anon created (same OID),
+    still holding releases only. Serialized per schema name, so two first releases in a new
+    schema do not both create it. Returns the schema's OID."""
     lock_analysts(plpy, shared=True)     # a concurrent grant_analyst waits for this release
     if not schema_exists(plpy, schema):
         run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
             ["int4", "text"], [LOCK_CLASS, schema])
         if not schema_exists(plpy, schema):       # re-read: another session may have made it
             plpy.execute(f"CREATE SCHEMA {ident(plpy, schema)}")
-            run(plpy, """INSERT INTO anon.release_schemas (schema_name) VALUES ($1)
-                         ON CONFLICT (schema_name) DO UPDATE SET created_at = pg_catalog.now()""",
-                ["name"], [schema])
+            oid = schema_oid(plpy, schema)
+            # a row left by a schema of that name dropped outside plpy_anon now names this one
+            run(plpy, """INSERT INTO anon.release_schemas (schema_name, schema_oid) VALUES ($1, $2)
+                         ON CONFLICT (schema_name) DO UPDATE
+                         SET created_at = pg_catalog.now(), schema_oid = EXCLUDED.schema_oid""",
+                ["name", "oid"], [schema, oid])
             roles = analysts(plpy)
             if roles:
                 plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, schema)} TO "
                              + ", ".join(plpy.quote_ident(r) for r in roles))
-            return
+            return oid
     if not is_release_schema(plpy, schema):
+        recorded = run(plpy, "SELECT 1 FROM anon.release_schemas WHERE schema_name = $1", ["name"], [schema])
         raise SchemaNotOurs(
             f'schema "{schema}" exists and was not created by plpy_anon: releases go only into '
             "schemas plpy_anon creates",
-            detail="Analysts get USAGE on release schemas, which would give them every object of an "
-                   "existing schema (its functions, types, tables).",
+            detail=(f'plpy_anon created a schema "{schema}" once, but it was dropped outside plpy_anon '
+                    "and this one was created by someone else. " if recorded else "")
+                   + "Analysts get USAGE on release schemas, which would give them every object of an "
+                     "existing schema (its functions, types, tables).",
             hint="Use another release_schema (plpy_anon creates it), or the default \"release\".")
     check_release_only(plpy, schema)
+    return schema_oid(plpy, schema)
 
 
 def release_schemas(plpy) -> list[str]:
-    """Release schemas that exist: those plpy_anon created, and any schema a release is in."""
+    """Release schemas that exist: those plpy_anon created, and any schema a release was created
+    in -- the very schemas (same OID), not others created under their names since."""
     rows = run(plpy, """
         SELECT n.nspname::text AS s FROM pg_catalog.pg_namespace n
-        WHERE n.nspname IN (SELECT schema_name FROM anon.release_schemas
-                            UNION SELECT release_schema FROM anon.releases)
+        WHERE (n.nspname, n.oid) IN (SELECT schema_name, schema_oid FROM anon.release_schemas
+                                     UNION SELECT release_schema, schema_oid FROM anon.releases)
         ORDER BY 1""")
     return [r["s"] for r in rows]
 

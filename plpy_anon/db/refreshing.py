@@ -68,7 +68,7 @@ def qualified_text(release: dict) -> str:
 def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
     """Rebuild ``release`` (``rebuild_method(plpy, GD, release)`` for methods with their own
     refresh, else build-and-swap); on failure record it autonomously and re-raise."""
-    from plpy_anon.db.releases import by_id  # releases imports this module
+    from plpy_anon.db.releases import by_id, check_genuine  # releases imports this module
     lock_release(plpy, release["release_id"])
     # re-read after the wait: a drop or a replace => true that committed meanwhile
     current = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"],
@@ -85,6 +85,10 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
     progress(plpy, f"refreshing {qualified_text(release)} ({release['method']})")
     try:
         with plpy.subtransaction():
+            # before anything reads the release's relations by name: they must be plpy_anon's
+            # (schema not re-created, relations owned by the release's creator), or a stale row
+            # would rebuild someone else's view with our rights
+            check_genuine(plpy, release)
             if rebuild_method is not None:
                 rebuild_method(plpy, GD, release)
             else:
@@ -119,6 +123,9 @@ def rebuild_view(plpy, GD, release: dict, *, analyze: bool = False) -> None:
     before the swap (the views' plans need statistics)."""
     from plpy_anon.db import releases
     schema, name = release["release_schema"], release["release_name"]
+    # The new view is built from the old one's query (pg_get_viewdef), run with our rights: only
+    # ever the query of a view plpy_anon made (schema OID and owner as recorded at creation).
+    releases.check_genuine(plpy, release)
     waits = SwapWaits.from_settings(plpy)          # bad settings fail before the long build
     rel = view_oid(plpy, schema, name)
     views = owned_views(plpy, release)

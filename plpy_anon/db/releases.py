@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable
 
-from plpy_anon.core.errors import DuplicateObject, InvalidParameter, UndefinedObject
+from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter, UndefinedObject
 from plpy_anon.db import grants, refreshing, verify
 from plpy_anon.db.columns import Table
 from plpy_anon.db.errors import sql_entry
@@ -59,8 +59,11 @@ def by_id(plpy, release_id: int) -> dict:
     return rows[0]
 
 
-def find(plpy, name: str) -> dict:
-    """The catalog row of a release named ``name`` or ``schema.name`` (quoted parts allowed)."""
+def find(plpy, name: str, *, genuine: bool = True) -> dict:
+    """The catalog row of a release named ``name`` or ``schema.name`` (quoted parts allowed).
+    ``genuine`` (default): refuse a stale release (``check_genuine``) -- callers then read its
+    relations by name; drop and refresh pass False (drop removes a stale row, refresh checks
+    under the release's lock and records the failure)."""
     if name is None or not name.strip():
         raise InvalidParameter("a release name is required", hint="See SELECT * FROM anon.releases.")
     parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]
@@ -78,7 +81,92 @@ def find(plpy, name: str) -> dict:
     if not rows:
         raise UndefinedObject(f'release "{name}" does not exist',
                               hint="See SELECT release_schema, release_name FROM anon.releases.")
+    if genuine:
+        check_genuine(plpy, rows[0])
     return rows[0]
+
+
+# ---------------------------------------------------------------------------- genuine releases
+#
+# A release is a catalog row naming relations (schema, name): names alone prove nothing. A
+# schema dropped outside plpy_anon leaves its release rows behind, and whoever creates a schema
+# of that name next would own relations carrying the releases' names -- which a refresh rebuilds
+# from their own query (pg_get_viewdef) with the refresher's rights, and a verification reads
+# with the extension owner's. So every path that acts on a release's relations first checks that
+# they are the ones plpy_anon made: the schema has the OID recorded when the release was created
+# (anon.releases.schema_oid), and each relation is owned by the role that created the release
+# (anon.releases.release_owner; plpy_anon creates every relation of a release as that role and a
+# refresh keeps the owner). Releases made by different roles in one schema are each checked
+# against their own creator.
+
+
+class StaleRelease(AnonError):
+    """A catalog row whose schema or relations were dropped or re-created outside plpy_anon
+    (object_not_in_prerequisite_state)."""
+
+    sqlstate = "55000"
+
+
+GENUINE = """
+SELECT n.oid IS NOT NULL AS schema_exists, n.oid IS NOT DISTINCT FROM r.schema_oid AS schema_ours,
+       ARRAY(SELECT pg_catalog.format('%s (owned by %s)', c.relname, pg_catalog.pg_get_userbyid(c.relowner))
+             FROM pg_catalog.pg_class c
+             WHERE c.relnamespace = n.oid AND c.relname::text = ANY($2) AND c.relowner <> r.release_owner
+             ORDER BY c.relname) AS impostors,
+       pg_catalog.pg_get_userbyid(r.release_owner) AS owner
+FROM anon.releases r LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema
+WHERE r.release_id = $1"""
+
+
+def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
+    """Why ``release``'s relations are not plpy_anon's (message, detail), or None if they are."""
+    rows = run(plpy, GENUINE, ["int4", "text[]"], [release["release_id"], owned_relations(plpy, release)])
+    if not rows:
+        return None              # the row is gone: callers report that themselves
+    row, q = rows[0], f"{release['release_schema']}.{release['release_name']}"
+    schema = release["release_schema"]
+    if not row["schema_exists"]:
+        what = f'schema "{schema}" was dropped'
+        detail = "The release's relations went with it; only its catalog row is left."
+    elif not row["schema_ours"]:
+        what = f'schema "{schema}" was dropped and re-created'
+        detail = (f'The schema now named "{schema}" is not the one the release was created in: '
+                  "plpy_anon neither reads nor changes anything in it on the release's behalf.")
+    elif row["impostors"]:
+        what = "relations were dropped and re-created"
+        detail = (f"Relations carrying its names are not owned by {row['owner']}, the role that "
+                  f"created the release: {', '.join(row['impostors'])}.")
+    else:
+        return None
+    return f"release {q}'s {what} outside plpy_anon; drop the release with anon.drop_release", detail
+
+
+def check_genuine(plpy, release: dict) -> None:
+    """Raise StaleRelease (55000) unless ``release``'s schema and relations are plpy_anon's own."""
+    reason = stale_reason(plpy, release)
+    if reason is not None:
+        q = qualified_name(plpy, release)
+        raise StaleRelease(
+            reason[0], detail=reason[1],
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) (it removes the "
+                 "catalog row and leaves objects plpy_anon did not make alone) and create it again.")
+
+
+GENUINE_RELATIONS = """
+SELECT c.relname::text AS name, c.relkind::text AS relkind FROM anon.releases r
+JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema AND n.oid = r.schema_oid
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relowner = r.release_owner
+WHERE r.release_id = $1 AND c.relname::text = ANY($2)"""
+
+
+def genuine_relations(plpy, release: dict) -> list[tuple[str, str]]:
+    """(name, relkind) of the release's relations that exist and are plpy_anon's (in the schema
+    the release was created in, owned by its creator), in ``owned_relations`` order (dependents
+    first). Empty for a release whose schema was dropped or re-created."""
+    names = owned_relations(plpy, release)
+    found = {r["name"]: r["relkind"] for r in run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
+                                                   [release["release_id"], names])}
+    return [(n, found[n]) for n in names if n in found]
 
 
 def relation_exists(plpy, schema: str, name: str) -> str | None:
@@ -98,10 +186,10 @@ def check_name(name: str, what: str) -> None:
                                hint="PostgreSQL would truncate it; choose a shorter name.")
 
 
-def ensure_schema(plpy, schema: str) -> None:
+def ensure_schema(plpy, schema: str) -> int:
     """Create the release schema, or check that an existing one is plpy_anon's own and holds
-    releases only (grants.ensure_release_schema: clear errors otherwise)."""
-    grants.ensure_release_schema(plpy, schema)
+    releases only (grants.ensure_release_schema: clear errors otherwise); returns its OID."""
+    return grants.ensure_release_schema(plpy, schema)
 
 
 NAME_LOCK_CLASS = 0x616E726E   # advisory lock namespace ('anrn'): one creation per release name
@@ -126,7 +214,7 @@ def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
     """
     check_name(release_schema, "release_schema")
     check_name(release_name, "release_name")
-    ensure_schema(plpy, release_schema)
+    schema_oid = ensure_schema(plpy, release_schema)
     lock_release_name(plpy, release_schema, release_name)
     existing = run(plpy, "SELECT * FROM anon.releases WHERE release_schema = $1 AND release_name = $2",
                    ["text", "text"], [release_schema, release_name])
@@ -140,11 +228,16 @@ def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
         raise DuplicateObject(
             f"relation {release_schema}.{release_name} already exists and is not a release",
             hint="Choose another release_name; plpy_anon never replaces objects it did not create.")
+    # the schema's OID and the creating role: what tells this release's relations from anything
+    # else that may carry their names later (see check_genuine)
     row = run(plpy, """
-        INSERT INTO anon.releases (release_schema, release_name, source, method, parameters)
-        VALUES ($1, $2, $3::oid::regclass, $4, $5) RETURNING release_id""",
-        ["text", "text", "oid", "text", "jsonb"],
-        [release_schema, release_name, source.oid, method, json.dumps(parameters)])[0]
+        INSERT INTO anon.releases (release_schema, release_name, source, method, parameters,
+                                   schema_oid, release_owner)
+        VALUES ($1, $2, $3::oid::regclass, $4, $5, $6,
+                (SELECT a.oid FROM pg_catalog.pg_roles a WHERE a.rolname = current_user))
+        RETURNING release_id""",
+        ["text", "text", "oid", "text", "jsonb", "oid"],
+        [release_schema, release_name, source.oid, method, json.dumps(parameters), schema_oid])[0]
     release_id = row["release_id"]
     build(release_id, ident(plpy, release_schema, release_name))
     row = record(plpy, release_id, take_run(GD, release_id))
@@ -198,10 +291,14 @@ def record_refresh(plpy, GD, relation_oid: int) -> None:
     """After REFRESH MATERIALIZED VIEW of a release (event trigger): check and record it. A plain
     REFRESH that fails the check is recorded here (autonomously: it outlives the rollback that
     keeps the old rows); inside anon.refresh, refreshing.refresh records it."""
+    # a release only in the schema it was created in and owned by its creator (the event trigger
+    # checks the same): a view carrying a release's name elsewhere is someone else's, and this
+    # runs as the extension's owner
     rows = run(plpy, """
         SELECT r.* FROM anon.releases r
-        JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema
+        JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema AND n.oid = r.schema_oid
         JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = r.release_name
+                                  AND c.relowner = r.release_owner AND c.relkind = 'm'
         WHERE c.oid = $1""", ["oid"], [relation_oid])
     for r in rows:
         stats = take_run(GD, r["release_id"])
@@ -228,7 +325,7 @@ def refresh(plpy, name: str, GD=None) -> dict:
     view defines ``refresh_release(plpy, GD, release)`` in its db module; otherwise the view is
     rebuilt beside the old one and swapped in (refreshing.py). A failure is recorded in
     anon.refresh_history / last_error and re-raised; the old release stays."""
-    return refresh_row(plpy, GD, find(plpy, name))
+    return refresh_row(plpy, GD, find(plpy, name, genuine=False))   # checked under the lock
 
 
 def refresh_row(plpy, GD, release: dict) -> dict:
@@ -251,11 +348,12 @@ def refresh_all(plpy, GD=None) -> list[tuple]:
 
 def drop(plpy, release: dict) -> None:
     """Drop a release's relations and catalog row. Waits for a refresh of the same release to
-    finish (the refresh lock), so a refresh never loses its relations halfway."""
+    finish (the refresh lock), so a refresh never loses its relations halfway. Only relations
+    plpy_anon made are dropped (``genuine_relations``): of a stale release (its schema dropped or
+    re-created outside plpy_anon) only the catalog row goes, whatever now carries its names."""
     refreshing.lock_release(plpy, release["release_id"])
     schema = release["release_schema"]
-    for rel in owned_relations(plpy, release):
-        kind = relation_exists(plpy, schema, rel)
+    for rel, kind in genuine_relations(plpy, release):
         if kind == "m":
             plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, rel)}")
         elif kind == "v":
@@ -276,7 +374,7 @@ def owned_relations(plpy, release: dict) -> list[str]:
 @sql_entry
 def drop_release(plpy, name: str, if_exists: bool) -> bool:
     try:
-        release = find(plpy, name)
+        release = find(plpy, name, genuine=False)   # a stale release is dropped too (its row only)
     except UndefinedObject:
         if if_exists:
             return False

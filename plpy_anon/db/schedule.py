@@ -93,7 +93,7 @@ def unschedule_refresh(plpy, name: str) -> bool:
     schema.name, so its job can be cleaned up."""
     require_cron(plpy)
     try:
-        release = releases.find(plpy, name)
+        release = releases.find(plpy, name, genuine=False)
         schema, rel = release["release_schema"], release["release_name"]
     except AnonError:
         parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]

@@ -164,7 +164,10 @@ def check(plpy, release: dict, stats: dict | None) -> dict | None:
     when there is nothing to check (a relation registered by hand with a method plpy_anon does not
     know, or a materialized view refreshed WITH NO DATA). Raises
     VerificationFailed with every failed check and its figures."""
-    from plpy_anon.db.releases import method_module  # releases imports this module
+    from plpy_anon.db.releases import check_genuine, method_module  # releases imports this module
+    # the queries below read the release's relations by name, possibly as the extension's owner
+    # (event trigger): only those plpy_anon made, never a stale row's namesakes
+    check_genuine(plpy, release)
     if method_module(release["method"]) is None or not is_populated(plpy, release):
         return None      # not built by a plpy_anon method (promises nothing), or no rows to read
     started = time.monotonic()

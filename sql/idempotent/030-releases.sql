@@ -42,6 +42,11 @@ $$;
 -- any view. SECURITY DEFINER (the extension's owner; search_path pinned, everything qualified):
 -- the caller needs no privilege on schema anon, and a view that is not a release costs one
 -- indexed lookup and nothing else. Event trigger functions cannot be called directly.
+-- A release is recognised by more than its name: the view must be in the very schema the
+-- release was created in (same OID: not a schema of that name re-created by someone else after
+-- a DROP SCHEMA) and owned by the role that created the release. Anything else carrying a
+-- release's name is not a release, and the extension owner never reads it (the verification
+-- would run that role's views with the extension owner's rights).
 CREATE OR REPLACE FUNCTION anon._on_refresh()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -58,7 +63,8 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                    JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
-                   WHERE c.oid = cmd.objid) THEN
+                                        AND r.schema_oid = n.oid AND r.release_owner = c.relowner
+                   WHERE c.oid = cmd.objid AND c.relkind = 'm') THEN
             BEGIN
                 PERFORM anon._record_refresh(cmd.objid);
             EXCEPTION WHEN OTHERS THEN

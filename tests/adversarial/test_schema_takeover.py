@@ -125,3 +125,27 @@ def test_event_trigger_does_not_run_attacker_code_as_superuser(db, connect, sche
         except psycopg.Error:
             pass
     assert not [m for m in seen if m.startswith("evil") and m.endswith("super=t")], seen
+
+
+def test_event_trigger_ignores_a_stale_release_in_a_recreated_schema(db, connect, schema, release_schema,
+                                                                    attacker):
+    """No DBA involved after the cleanup: a Break-Merge release's schema is dropped by hand (its
+    catalog row stays), the attacker re-creates the schema with its own matview and ``_qit`` view
+    under the release's names and refreshes its own matview: the SECURITY DEFINER event trigger
+    must not take it for the release (verification would read ``_qit`` as the extension owner)."""
+    source_table(db, schema)
+    db.execute("SELECT anon.break_merge('pat', k => 5, l => 2, quasi_identifiers => '{age,zip}', "
+               "sensitive => '{dx}', release_schema => %s)", (release_schema,))
+    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(release_schema)))  # DBA cleanup
+    s = sql.Identifier(release_schema)
+    with connect(user=attacker) as a:
+        seen = notices(a)
+        a.execute(sql.SQL("CREATE SCHEMA {}").format(s))
+        a.execute(EVIL.format(schema=s.as_string(a)))
+        a.execute(sql.SQL("CREATE MATERIALIZED VIEW {s}.pat_bm AS SELECT 1 AS x").format(s=s))
+        a.execute(sql.SQL("CREATE VIEW {s}.pat_bm_qit AS SELECT 1 AS age, 'z' AS zip, {s}.evil() AS gid")
+                  .format(s=s))
+        a.execute(sql.SQL("CREATE VIEW {s}.pat_bm_st_dx AS SELECT 1 AS gid, 'd' AS value, 1 AS count")
+                  .format(s=s))
+        a.execute(sql.SQL("REFRESH MATERIALIZED VIEW {s}.pat_bm").format(s=s))
+    assert not [m for m in seen if m.startswith("evil") and m.endswith("super=t")], seen

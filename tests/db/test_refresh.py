@@ -209,8 +209,9 @@ def test_refresh_all_orders_dependents_after_their_releases_and_isolates_failure
     # A release built on another release: a DBA's summary registered in the catalog. Its view
     # depends on base, so base must refresh first (and in place: it cannot be swapped).
     db.execute(f"CREATE MATERIALIZED VIEW {release_schema_of(schema)}.summary AS SELECT count(*) AS n FROM {base}")
-    db.execute("INSERT INTO anon.releases (release_schema, release_name, source, method) "
-               "VALUES (%s, 'summary', %s::regclass, 'manual')", (release_schema_of(schema), base))
+    db.execute("INSERT INTO anon.releases (release_schema, release_name, source, method, schema_oid, release_owner) "
+               "VALUES (%s, 'summary', %s::regclass, 'manual', %s::regnamespace, current_user::regrole)",
+               (release_schema_of(schema), base, release_schema_of(schema)))
     try:
         check_refresh_all(db, schema, patients, base)
     finally:                                     # the fixture would drop base before summary
