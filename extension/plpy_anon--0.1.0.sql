@@ -273,14 +273,37 @@ CREATE TYPE anon.pattern_values AS (
 -- holding releases and nothing else. Analysts get USAGE on these schemas only, so USAGE never
 -- hands them a function, type or table someone else put in a schema. A release is refused in an
 -- existing schema not listed here, or in one that holds anything but releases.
+--
+-- A schema is identified by its OID, never by its name alone: a schema dropped outside
+-- plpy_anon (DROP SCHEMA ... CASCADE) leaves its row here, and anyone with CREATE on the
+-- database may create a new schema of that name. That schema has another OID and is not a
+-- release schema: no release goes into it, nothing is granted on it, and no release recorded
+-- in the old one is refreshed, verified or granted there. When plpy_anon itself creates a schema
+-- of that name again, the row takes the new OID.
 CREATE TABLE anon.release_schemas (
     schema_name name        PRIMARY KEY,
-    created_at  timestamptz NOT NULL DEFAULT now()
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    schema_oid  oid         NOT NULL
 );
 COMMENT ON TABLE anon.release_schemas IS
     'Schemas plpy_anon created for releases: the only schemas analysts receive USAGE on (anon.grant_analyst).';
+COMMENT ON COLUMN anon.release_schemas.schema_oid IS
+    'pg_namespace OID of the schema plpy_anon created: a schema of this name with another OID was re-created outside plpy_anon and is not a release schema.';
 
 SELECT pg_catalog.pg_extension_config_dump('anon.release_schemas', '');
+
+-- Likewise a release: the OID of the schema it was created in, and the role that created (owns)
+-- its relations. A relation carrying a release's name in another schema of the same name, or
+-- owned by another role, is not the release: refresh, verification, grants and drop leave it
+-- alone (a refresh says the release is stale; anon.drop_release removes the catalog row).
+ALTER TABLE anon.releases
+    ADD COLUMN schema_oid    oid NOT NULL,
+    ADD COLUMN release_owner oid NOT NULL;
+
+COMMENT ON COLUMN anon.releases.schema_oid IS
+    'pg_namespace OID of the release schema the release was created in.';
+COMMENT ON COLUMN anon.releases.release_owner IS
+    'pg_authid OID of the role that created the release and owns its relations.';
 
 -------------------------------------------------------------------------------
 -- incremental/080-verification.sql
@@ -671,6 +694,11 @@ $$;
 -- any view. SECURITY DEFINER (the extension's owner; search_path pinned, everything qualified):
 -- the caller needs no privilege on schema anon, and a view that is not a release costs one
 -- indexed lookup and nothing else. Event trigger functions cannot be called directly.
+-- A release is recognised by more than its name: the view must be in the very schema the
+-- release was created in (same OID: not a schema of that name re-created by someone else after
+-- a DROP SCHEMA) and owned by the role that created the release. Anything else carrying a
+-- release's name is not a release, and the extension owner never reads it (the verification
+-- would run that role's views with the extension owner's rights).
 CREATE OR REPLACE FUNCTION anon._on_refresh()
 RETURNS event_trigger
 LANGUAGE plpgsql
@@ -687,7 +715,8 @@ BEGIN
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                    JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
-                   WHERE c.oid = cmd.objid) THEN
+                                        AND r.schema_oid = n.oid AND r.release_owner = c.relowner
+                   WHERE c.oid = cmd.objid AND c.relkind = 'm') THEN
             BEGIN
                 PERFORM anon._record_refresh(cmd.objid);
             EXCEPTION WHEN OTHERS THEN
