@@ -162,7 +162,7 @@ def rebuild_view(plpy, GD, release: dict, *, analyze: bool = False) -> None:
     for view, view_saved in reversed(saved_views):          # what they read first
         plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
         restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
-    releases.record(plpy, release["release_id"], stats)
+    releases.record(plpy, release["release_id"], stats, built=True)
 
 
 def build_frozen(plpy, qualified: str, query: str) -> None:

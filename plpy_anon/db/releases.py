@@ -136,9 +136,47 @@ def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
         what = "relations were dropped and re-created"
         detail = (f"Relations carrying its names are not owned by {row['owner']}, the role that "
                   f"created the release: {', '.join(row['impostors'])}.")
+    elif changed := changed_definitions(plpy, release["release_id"]):
+        what = "relations were changed"
+        detail = (f"The definitions of {', '.join(changed)} are not the ones plpy_anon built "
+                  "(CREATE OR REPLACE, or dropped and re-created by their owner): plpy_anon runs "
+                  "no query of theirs.")
     else:
         return None
     return f"release {q}'s {what} outside plpy_anon; drop the release with anon.drop_release", detail
+
+
+# md5 of each relation's definition as plpy_anon built it: a rebuild runs the storage view's own
+# query (pg_get_viewdef) and verification reads the release's views, possibly as the extension's
+# owner (the event trigger), so a definition changed since is never run on the release's behalf.
+DEFINITIONS = """
+SELECT coalesce(pg_catalog.jsonb_object_agg(c.relname::text, pg_catalog.md5(pg_catalog.pg_get_viewdef(c.oid))),
+                '{}'::jsonb) AS defs
+FROM anon.releases r
+JOIN pg_catalog.pg_class c ON c.relnamespace = r.schema_oid AND c.relowner = r.release_owner
+WHERE r.release_id = $1 AND c.relname::text = ANY($2) AND c.relkind IN ('m', 'v')"""
+
+
+def current_definitions(plpy, release_id: int, names: list[str]) -> dict:
+    return jsonb(run(plpy, DEFINITIONS, ["int4", "text[]"], [release_id, names])[0]["defs"])
+
+
+def changed_definitions(plpy, release_id: int) -> list[str]:
+    """Names of the release's relations whose definition is not the one plpy_anon recorded."""
+    row = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"], [release_id])
+    if not row or row[0]["definitions"] is None:
+        return []
+    recorded = jsonb(row[0]["definitions"])
+    current = current_definitions(plpy, release_id, list(recorded))
+    return sorted(n for n, digest in recorded.items() if current.get(n) != digest)
+
+
+def store_definitions(plpy, release_id: int) -> None:
+    """Record the definitions of the relations plpy_anon just built (create, rebuild)."""
+    release = by_id(plpy, release_id)
+    defs = current_definitions(plpy, release_id, owned_relations(plpy, release))
+    run(plpy, "UPDATE anon.releases SET definitions = $2 WHERE release_id = $1",
+        ["int4", "jsonb"], [release_id, json.dumps(defs)])
 
 
 def check_genuine(plpy, release: dict) -> None:
@@ -240,7 +278,7 @@ def create_release(plpy, GD, *, source: Table, method: str, release_schema: str,
         [release_schema, release_name, source.oid, method, json.dumps(parameters), schema_oid])[0]
     release_id = row["release_id"]
     build(release_id, ident(plpy, release_schema, release_name))
-    row = record(plpy, release_id, take_run(GD, release_id))
+    row = record(plpy, release_id, take_run(GD, release_id), built=True)
     grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
     return row
 
@@ -259,10 +297,14 @@ def qualified_name(plpy, release: dict) -> str:
     return ident(plpy, release["release_schema"], release["release_name"])
 
 
-def record(plpy, release_id: int, run_stats: dict | None) -> dict:
+def record(plpy, release_id: int, run_stats: dict | None, *, built: bool = False) -> dict:
     """Check the release just built from its released rows (verify.py; raises, so the caller's
     transaction rolls back, when it breaks a promise), then write what the build produced and the
-    check's figures into the catalog row and return the row."""
+    check's figures into the catalog row and return the row. ``built``: plpy_anon itself just
+    (re)created the relations (create, build-and-swap): their definitions become the recorded
+    ones; otherwise (a plain REFRESH) they must still be the recorded ones."""
+    if built:
+        store_definitions(plpy, release_id)
     figures = verify.check(plpy, by_id(plpy, release_id), run_stats)
     stats = run_stats or {}
     seconds = stats.get("seconds")

@@ -27,9 +27,12 @@ SELECT pg_catalog.pg_extension_config_dump('anon.release_schemas', '');
 -- alone (a refresh says the release is stale; anon.drop_release removes the catalog row).
 ALTER TABLE anon.releases
     ADD COLUMN schema_oid    oid NOT NULL,
-    ADD COLUMN release_owner oid NOT NULL;
+    ADD COLUMN release_owner oid NOT NULL,
+    ADD COLUMN definitions   jsonb;
 
 COMMENT ON COLUMN anon.releases.schema_oid IS
     'pg_namespace OID of the release schema the release was created in.';
 COMMENT ON COLUMN anon.releases.release_owner IS
     'pg_authid OID of the role that created the release and owns its relations.';
+COMMENT ON COLUMN anon.releases.definitions IS
+    'md5 of pg_get_viewdef of each of the release''s relations as plpy_anon last built them: a relation whose definition differs was changed outside plpy_anon, and nothing runs its query on the release''s behalf.';

@@ -170,3 +170,57 @@ def test_relations_replaced_by_another_role_in_a_release_schema_are_not_the_rele
     assert db.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "WHERE n.nspname = %s AND c.relname LIKE 'pat_bm%%'", (release_schema,)).fetchone()[0] == 3
     db.execute(sql.SQL("REVOKE CREATE, USAGE ON SCHEMA {} FROM {}").format(s, sql.Identifier(other)))
+
+
+def test_a_release_owner_changing_its_definitions_gets_no_query_run_on_its_behalf(
+        db, connect, schema, pat, release_schema, other):
+    """The role that created a release owns its relations and could CREATE OR REPLACE its views
+    or re-create its materialized view with another query. plpy_anon records each definition as
+    it built it: a changed one is never run by a refresh nor read by the verification (which the
+    event trigger runs as the extension's owner); the release is reported changed instead."""
+    db.execute(f"GRANT USAGE ON SCHEMA anon TO {other}; GRANT ALL ON ALL TABLES IN SCHEMA anon TO {other}; "
+               f"GRANT ALL ON ALL SEQUENCES IN SCHEMA anon TO {other}; "
+               f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO {other}; GRANT SELECT ON pat TO {other}"
+               )
+    db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(other)))
+    try:
+        with connect(user=other) as o:
+            o.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+            o.execute("SELECT anon.break_merge('pat', k => 5, l => 2, quasi_identifiers => '{age,zip}', "
+                      "sensitive => '{dx}', release_schema => %s)", (release_schema,))
+            s = sql.Identifier(release_schema)
+            o.execute(sql.SQL("REFRESH MATERIALIZED VIEW {s}.pat_bm").format(s=s))    # unchanged: fine
+            seen = notices(o)
+            o.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(other)))
+            o.execute(EVIL.format(schema=other))
+            o.execute(sql.SQL("CREATE OR REPLACE VIEW {s}.pat_bm_st_dx AS SELECT _gid AS gid, _value AS value, "
+                              "_count + {o}.evil() - 1 AS count FROM {s}.pat_bm WHERE _attribute = 'dx'")
+                      .format(s=s, o=sql.Identifier(other)))
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="relations were changed"):
+                o.execute(sql.SQL("REFRESH MATERIALIZED VIEW {s}.pat_bm").format(s=s))  # event trigger
+            assert not [m for m in seen if m.startswith("evil")], seen
+        with connect() as dba:
+            seen = notices(dba)
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                               match="relations were changed outside plpy_anon") as info:
+                dba.execute("SELECT anon.refresh(%s)", (f"{release_schema}.pat_bm",))
+            assert "pat_bm_st_dx" in info.value.diag.message_detail
+            assert not [m for m in seen if m.startswith("evil")], seen
+    finally:
+        db.execute(f"SELECT anon.drop_release('{release_schema}.pat_bm', if_exists => true)")
+        db.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA anon FROM {other}; REVOKE ALL ON ALL SEQUENCES IN SCHEMA anon FROM {other}; "
+                   f"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA anon FROM {other}; REVOKE USAGE ON SCHEMA anon FROM {other}; "
+                   f"REVOKE SELECT ON pat FROM {other}")
+
+
+def test_a_rebuilt_release_records_its_new_definitions(db, pat, release_schema):
+    """anon.refresh re-creates the relations itself: their definitions become the recorded ones,
+    and a later plain REFRESH (the event trigger) still finds them unchanged."""
+    rel = mondrian(db, release_schema)
+    before = db.execute("SELECT definitions FROM anon.releases WHERE release_schema = %s",
+                        (release_schema,)).fetchone()[0]
+    assert set(before) == {"pat_k5"}
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+    assert db.execute("SELECT verified FROM anon.releases WHERE release_schema = %s",
+                      (release_schema,)).fetchone()[0] is True
