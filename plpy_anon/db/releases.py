@@ -149,11 +149,15 @@ def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
 # md5 of each relation's definition as plpy_anon built it: a rebuild runs the storage view's own
 # query (pg_get_viewdef) and verification reads the release's views, possibly as the extension's
 # owner (the event trigger), so a definition changed since is never run on the release's behalf.
+# The definition is the view's stored query tree (pg_rewrite.ev_action), which names relations
+# and columns by OID and number: renaming the source or its columns leaves it as it was (the
+# method then says which column is gone); CREATE OR REPLACE or drop-and-re-create changes it.
 DEFINITIONS = """
-SELECT coalesce(pg_catalog.jsonb_object_agg(c.relname::text, pg_catalog.md5(pg_catalog.pg_get_viewdef(c.oid))),
+SELECT coalesce(pg_catalog.jsonb_object_agg(c.relname::text, pg_catalog.md5(w.ev_action::text)),
                 '{}'::jsonb) AS defs
 FROM anon.releases r
 JOIN pg_catalog.pg_class c ON c.relnamespace = r.schema_oid AND c.relowner = r.release_owner
+JOIN pg_catalog.pg_rewrite w ON w.ev_class = c.oid AND w.rulename = '_RETURN'
 WHERE r.release_id = $1 AND c.relname::text = ANY($2) AND c.relkind IN ('m', 'v')"""
 
 
@@ -168,7 +172,8 @@ def changed_definitions(plpy, release_id: int) -> list[str]:
         return []
     recorded = jsonb(row[0]["definitions"])
     current = current_definitions(plpy, release_id, list(recorded))
-    return sorted(n for n, digest in recorded.items() if current.get(n) != digest)
+    # a relation that is gone is not "changed": callers report missing relations themselves
+    return sorted(n for n, digest in recorded.items() if n in current and current[n] != digest)
 
 
 def store_definitions(plpy, release_id: int) -> None:
