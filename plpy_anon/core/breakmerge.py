@@ -47,6 +47,8 @@ __all__ = [
     "check_diversity_feasible",
     "merge_for_diversity",
     "merge_tables",
+    "merge_until_no_rule",
+    "qi_to_sa_rules",
     "relabel_in_order",
     "validate_attribute_roles",
 ]
@@ -237,13 +239,22 @@ class BreakMerge:
     n_merged_ : number of input groups that were merged into another group's gid.
     """
 
-    def __init__(self, l=None, k=None, max_categories=MAX_CATEGORIES):
+    def __init__(self, l=None, k=None, max_categories=MAX_CATEGORIES, max_rule_probability=None,
+                 max_parents=3, min_support=None):
         self.l = l
         self.k = k
         self.max_categories = max_categories
+        self.max_rule_probability = max_rule_probability
+        self.max_parents = max_parents
+        self.min_support = min_support
 
-    def fit(self, labels, sensitive):
-        """Break the rows labelled by ``labels`` (one per row) with the columns of ``sensitive``."""
+    def fit(self, labels, sensitive, quasi_identifiers=None):
+        """Break the rows labelled by ``labels`` (one per row) with the columns of ``sensitive``.
+
+        ``quasi_identifiers`` (DataFrame, one row per row, the row's *released* QI values, equal
+        for all rows of a label) is needed with ``max_rule_probability``: gids are then merged
+        until the merge view shows no QI -> SA rule at that probability (``rule_check_`` says
+        what was found before, what remains, and how many gids were merged for it)."""
         self._validate_params()
         labels = self._validate_input(labels, sensitive)
         label_values, group = np.unique(labels, return_inverse=True)
@@ -252,6 +263,21 @@ class BreakMerge:
         self._check_k(sizes, label_values)
         codes, values = _encode_sensitive(sensitive, self.max_categories)
         new_gid = self._merge(group, codes, values, label_values.size)
+        self.rule_check_ = None
+        if self.max_rule_probability is not None:
+            if quasi_identifiers is None or len(quasi_identifiers) != labels.size:
+                raise InvalidParameter(
+                    "max_rule_probability needs the released QI values of every row",
+                    hint="pass quasi_identifiers= (one row per row, as released)",
+                )
+            first = np.unique(group, return_index=True)[1]
+            group_qis = quasi_identifiers.iloc[first].reset_index(drop=True)
+            histograms = {c: _group_value_counts(group, codes[c], label_values.size,
+                                                 len(values[c])) for c in values}
+            min_support = self.min_support if self.min_support is not None else (self.k or 1)
+            new_gid, self.rule_check_ = merge_until_no_rule(
+                group_qis, sizes, new_gid, histograms, values, self.max_rule_probability,
+                max_parents=self.max_parents, min_support=min_support)
         self.gid_ = new_gid[group]
         self.group_map_ = pd.DataFrame({"label": label_values, "gid": new_gid})
         self.group_sizes_ = np.bincount(self.gid_)
@@ -271,6 +297,12 @@ class BreakMerge:
                     f"{name} must be a positive integer or None, got {value!r}",
                     hint=f"e.g. {name} => 2 (None means no {name} requirement)",
                 )
+        alpha = self.max_rule_probability
+        if alpha is not None and not (isinstance(alpha, (int, float)) and 0 < alpha < 1):
+            raise InvalidParameter(
+                f"max_rule_probability must be in (0, 1), got {alpha!r}",
+                hint="e.g. max_rule_probability => 0.9 (NULL: no rule check)",
+            )
         if not isinstance(self.max_categories, (int, np.integer)) or self.max_categories < 2:
             raise InvalidParameter(
                 f"max_categories must be an integer >= 2, got {self.max_categories!r}",
@@ -355,3 +387,200 @@ def relabel_in_order(labels, sort_keys):
     first = np.unique(sorted_groups, return_index=True)[1]
     rank[sorted_groups[np.sort(first)]] = np.arange(first.size)
     return rank[group.ravel()]
+
+
+# ---------------------------------------------------------------------------- QI -> SA rules
+#
+# l-diversity does not stop an analyst's Bayesian network from reading "age = [19,20) ->
+# income = <=50K (0.997)" off the merge view: every group of young people has both incomes but
+# almost only <=50K. ``max_rule_probability`` (alpha) closes that: the merge view the release will
+# publish is rebuilt in memory (same rows and weights as ``merged_query`` / ``merge_tables``, QIs
+# identified by their released class values), the detector of ``anon.detect_dependencies`` (same
+# BayesNet, tiers QIs before SAs, same max_parents and min_support) is run on it, and groups are
+# merged until no rule with a QI in its antecedent and a sensitive attribute as consequent
+# reaches alpha. The db layer re-runs the detector on the released relations after the build.
+
+
+def qi_to_sa_rules(rules, quasi_identifiers, sensitive):
+    """The rules whose antecedent holds a QI and whose consequent is a sensitive attribute."""
+    if rules.empty:
+        return rules
+    qis, sens = set(quasi_identifiers), set(sensitive)
+    has_qi = rules["parents"].map(lambda ps: any(p in qis for p in ps))
+    return rules[has_qi & rules["child"].isin(sens)].reset_index(drop=True)
+
+
+def describe_rule(rule):
+    """``age=[19,20), sex=M -> income=<=50K (p = 0.997, 812 rows)``."""
+    lhs = ", ".join(f"{p}={v}" for p, v in zip(rule["parents"], rule["parent_values"]))
+    return (f"{lhs} -> {rule['child']}={rule['child_value']} "
+            f"(p = {rule['probability']:.3f}, {rule['parent_support']:.0f} rows)")
+
+
+def rule_record(rule):
+    """A rule as JSON-able dict (what the catalog stores)."""
+    return {
+        "parents": list(rule["parents"]),
+        "parent_values": [None if pd.isna(v) else str(v) for v in rule["parent_values"]],
+        "child": rule["child"],
+        "child_value": None if pd.isna(rule["child_value"]) else str(rule["child_value"]),
+        "probability": round(float(rule["probability"]), 6),
+        "support": round(float(rule["support"]), 3),
+        "parent_support": round(float(rule["parent_support"]), 3),
+    }
+
+
+def merged_view_frame(group_qis, group_sizes, gid, histograms, values):
+    """The analyst's merge view as weighted distinct rows, from groups (input labels).
+
+    ``group_qis``: DataFrame, one row per group, its released QI values (hashable);
+    ``group_sizes``: rows per group; ``gid``: merged gid per group; ``histograms``: attribute ->
+    ``(n_groups, n_values)`` counts; ``values``: attribute -> Index of values. Weight of a (group,
+    v_1..v_A) row: ``size * prod_a count_a(gid, v_a) / |gid|`` (``merged_query``); rows with the
+    same released values are summed (``detect_dependencies`` groups by the released columns).
+    """
+    n_gids = int(gid.max()) + 1
+    gid_sizes = np.bincount(gid, weights=group_sizes, minlength=n_gids)
+    frame = pd.DataFrame({"_group": np.arange(gid.size), "_gid": gid,
+                          "_w": np.asarray(group_sizes, dtype=float)})
+    for attribute, hist in histograms.items():
+        gid_hist = np.zeros((n_gids, hist.shape[1]))
+        np.add.at(gid_hist, gid, hist)
+        rows, cols = np.nonzero(gid_hist)
+        st = pd.DataFrame({"_gid": rows, attribute: values[attribute][cols],
+                           "_share": gid_hist[rows, cols] / gid_sizes[rows]})
+        frame = frame.merge(st, on="_gid", how="inner")
+        frame["_w"] = frame["_w"] * frame.pop("_share")
+    qis = list(group_qis.columns)
+    for column in qis:
+        frame[column] = group_qis[column].to_numpy()[frame["_group"].to_numpy()]
+    columns = qis + list(histograms)
+    grouped = frame.groupby(columns, dropna=False, sort=False)["_w"].sum().reset_index()
+    return grouped[columns], grouped["_w"].to_numpy()
+
+
+def detect_qi_sa_rules(frame, weights, quasi_identifiers, sensitive, risk, *, max_parents,
+                       min_support):
+    """``anon.detect_dependencies`` on a merge view, restricted to QI -> SA rules."""
+    from plpy_anon.core.bayesnet import BayesNet  # core -> core; kept local: optional feature
+
+    bn = BayesNet(max_parents=max_parents, tiers=[list(quasi_identifiers), list(sensitive)])
+    bn.fit(frame, sample_weight=weights)
+    rules = bn.dependency_rules(risk, min_support=min_support)
+    return qi_to_sa_rules(rules, quasi_identifiers, sensitive)
+
+
+def check_base_rates(histograms, values, alpha):
+    """Refuse alpha at or below a sensitive value's share of the whole table: merging every group
+    into one leaves exactly that share as P(value | any QIs), so no merge can get below alpha."""
+    worst = None
+    for attribute, hist in histograms.items():
+        totals = hist.sum(axis=0)
+        j = int(np.argmax(totals))
+        share = totals[j] / totals.sum()
+        if worst is None or share > worst[2]:
+            worst = (attribute, values[attribute][j], share)
+    if worst is not None and worst[2] >= alpha:
+        attribute, value, share = worst
+        raise InsufficientData(
+            f"max_rule_probability = {alpha} cannot be honoured: {share:.3f} of all rows have "
+            f"{attribute} = {value!r}, so even one merged group lets anyone infer "
+            f"(any QIs) -> {attribute}={value} with p = {share:.3f}",
+            hint=f"use max_rule_probability above {share:.3f}, or drop {attribute!r} from sensitive "
+                 "(a value that common is no secret of a QI group)",
+        )
+
+
+def _merge_offending(gid, rules, group_qis, histograms, values):
+    """One round: every gid holding a group that matches a rule's QI antecedent is merged with a
+    gid that does not, the ones richest in the rule's consequent paired with the poorest (so the
+    merged share falls fastest); left-over offenders are paired with each other. Every round with
+    a rule merges at least two gids, so the loop ends (one gid is the limit)."""
+    n_gids = int(gid.max()) + 1
+    parent = np.arange(n_gids)
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    used = set()
+    for rule in rules.to_dict("records"):
+        match = np.ones(gid.size, dtype=bool)
+        for p, v in zip(rule["parents"], rule["parent_values"]):
+            if p in group_qis.columns:
+                match &= (group_qis[p].to_numpy() == v)
+        offending = np.unique(gid[match])
+        offending = np.array([g for g in offending if find(g) not in used], dtype=np.int64)
+        if offending.size == 0:
+            continue
+        hist = histograms[rule["child"]]
+        column = values[rule["child"]].get_loc(rule["child_value"])
+        gid_count = np.bincount(gid, weights=hist[:, column], minlength=n_gids)
+        gid_sizes = np.bincount(gid, weights=hist.sum(axis=1), minlength=n_gids)
+        share = gid_count / np.maximum(gid_sizes, 1)
+        others = np.setdiff1d(np.arange(n_gids), offending)
+        others = np.array([g for g in others if find(g) not in used], dtype=np.int64)
+        rich = offending[np.argsort(-share[offending], kind="stable")]
+        poor = others[np.argsort(share[others], kind="stable")]
+        pairs = min(rich.size, poor.size)
+        for a, b in zip(rich[:pairs], poor[:pairs]):
+            union(int(a), int(b))
+        rest = rich[pairs:]
+        for a, b in zip(rest[0::2], rest[1::2]):
+            union(int(a), int(b))
+        if rest.size % 2 == 1:  # odd one out: with the group it is closest to in label order
+            a = int(rest[-1])
+            union(a, a - 1 if a > 0 else a + 1)
+        used.update(find(int(g)) for g in rich)
+    roots = np.array([find(g) for g in range(n_gids)])
+    _, renumbered = np.unique(roots, return_inverse=True)
+    return renumbered.ravel()[gid]
+
+
+def merge_until_no_rule(group_qis, group_sizes, gid, histograms, values, alpha, *,
+                        max_parents=3, min_support=1, report=10):
+    """Merge gids until the detector finds no QI -> SA rule at or above ``alpha`` on the merge
+    view; returns ``(gid, info)``. Refuses (:class:`InsufficientData`, SQLSTATE 22000) when a
+    sensitive value's global share is at least alpha, or when one gid still shows a rule."""
+    check_base_rates(histograms, values, alpha)
+    qis, sens = list(group_qis.columns), list(histograms)
+    gid = np.asarray(gid, dtype=np.int64)
+    n_start, rounds, before = int(gid.max()) + 1, 0, None
+    while True:
+        frame, weights = merged_view_frame(group_qis, group_sizes, gid, histograms, values)
+        rules = detect_qi_sa_rules(frame, weights, qis, sens, alpha, max_parents=max_parents,
+                                   min_support=min_support)
+        if before is None:
+            before = rules
+        if rules.empty:
+            break
+        if gid.max() == 0:
+            raise InsufficientData(
+                f"max_rule_probability = {alpha} cannot be honoured: with every group merged "
+                f"into one, {len(rules)} QI -> SA rule(s) still reach it, the strongest "
+                f"{describe_rule(rules.iloc[0])}",
+                hint=f"use max_rule_probability above {rules['probability'].max():.3f}, or "
+                     "drop that attribute from sensitive",
+            )
+        gid = _merge_offending(gid, rules, group_qis, histograms, values)
+        rounds += 1
+    residual = detect_qi_sa_rules(frame, weights, qis, sens, 1e-9, max_parents=max_parents,
+                                  min_support=min_support)
+    info = {
+        "max_rule_probability": alpha,
+        "rules_before": len(before),
+        "strongest_before": [rule_record(r) for r in before.head(report).to_dict("records")],
+        "rounds": rounds,
+        "gids_merged": int(n_start - (int(gid.max()) + 1)),
+        "residual_rules": [rule_record(r) for r in residual.head(report).to_dict("records")],
+        "max_residual_probability": (
+            round(float(residual["probability"].max()), 6) if len(residual) else None),
+    }
+    return gid, info

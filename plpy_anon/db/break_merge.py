@@ -49,6 +49,8 @@ from plpy_anon.core.breakmerge import (
     BreakMerge,
     check_categories,
     check_diversity_feasible,
+    describe_rule,
+    qi_to_sa_rules,
     relabel_in_order,
     validate_attribute_roles,
 )
@@ -76,6 +78,7 @@ from plpy_anon.db.sqltext import ident, jsonb, run
 METHOD = "break_merge"
 RESERVED = ("gid", "weight", "_gid", "_attribute", "_value", "_count")
 SCOPES = ("qi", "sensitive", "all")
+RULE_MAX_PARENTS = 3  # anon.detect_dependencies' default max_parents
 
 
 # ---------------------------------------------------------------------------- anon.break_merge
@@ -95,6 +98,7 @@ def break_merge(
     release_name,
     release_schema,
     replace,
+    max_rule_probability=None,
     GD=None,
 ):
     tbl = catalog.table(plpy, source)
@@ -116,6 +120,7 @@ def break_merge(
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
     _check_l(l)
+    _check_alpha(max_rule_probability)
     max_categories = int(max_categories or MAX_CATEGORIES)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
     name = release_name or f"{tbl.name}_bm"
@@ -127,6 +132,9 @@ def break_merge(
         "k": k,
         "l": l,
         "max_categories": max_categories,
+        # QI -> SA rule check (None: none); the detector's settings, re-applied by refresh
+        "max_rule_probability": max_rule_probability,
+        "rule_max_parents": RULE_MAX_PARENTS,
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
         "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
@@ -144,6 +152,7 @@ def break_merge(
         )
         index_and_analyze(plpy, qualified, create_index=True)
         create_views(plpy, release_schema, name, parameters)
+        check_released_rules(plpy, releases.by_id(plpy, release_id))
 
     row = releases.create_release(
         plpy,
@@ -180,6 +189,37 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
     check_categories(distinct, max_categories)
     if l is not None and l > 1:
         check_diversity_feasible(distinct, l)
+
+
+def _check_alpha(alpha):
+    if alpha is not None and not 0 < alpha < 1:
+        raise InvalidParameter(
+            f"max_rule_probability must be in (0, 1), got {alpha}",
+            hint="Pass e.g. max_rule_probability => 0.9, or omit it (no rule check).",
+        )
+
+
+def check_released_rules(plpy, release):
+    """The guarantee, checked on what analysts read: ``anon.detect_dependencies`` (scope 'all',
+    the release's max_parents and min_support = k) on the released merge view must find no
+    QI -> SA rule at max_rule_probability. The run merged groups until its in-memory copy of that
+    view had none; this re-reads the released relations so that a release (or a refresh) whose
+    published rows would still show one is refused, not published."""
+    params = _parameters(release)
+    alpha = params.get("max_rule_probability")
+    if alpha is None:
+        return
+    bn = _learn(plpy, release, "all", int(params.get("rule_max_parents") or RULE_MAX_PARENTS))
+    rules = qi_to_sa_rules(bn.dependency_rules(alpha, min_support=params["k"]),
+                           params["quasi_identifiers"], params["sensitive"])
+    if len(rules):
+        raise InsufficientData(
+            f"release {release['release_schema']}.{release['release_name']} would still show "
+            f"{len(rules)} QI -> sensitive rule(s) at max_rule_probability = {alpha}, the strongest "
+            + "; ".join(describe_rule(r) for r in rules.head(3).to_dict("records")),
+            hint="Raise max_rule_probability, or release fewer sensitive attributes; nothing was "
+                 "published.",
+        )
 
 
 def _check_l(l):
@@ -290,6 +330,8 @@ def refresh_release(plpy, GD, release):
     from plpy_anon.db import refreshing
 
     refreshing.rebuild_view(plpy, GD, release, analyze=True)
+    # same guarantee as the first build; failing here rolls the refresh back (old release kept)
+    check_released_rules(plpy, releases.by_id(plpy, release["release_id"]))
 
 
 def verification_spec(plpy, release, stats) -> verify.Spec:
@@ -359,9 +401,13 @@ def run_release(plpy, GD, release_id: int):
     params = _parameters(release)
     part = partition_source(plpy, release, params)
     t0 = time.monotonic()
-    broken = BreakMerge(l=params["l"], k=params["k"], max_categories=params["max_categories"]).fit(
-        part.ordered_labels, part.sensitive
-    )
+    alpha = params.get("max_rule_probability")
+    broken = BreakMerge(
+        l=params["l"], k=params["k"], max_categories=params["max_categories"],
+        max_rule_probability=alpha,
+        max_parents=int(params.get("rule_max_parents") or RULE_MAX_PARENTS),
+    ).fit(part.ordered_labels, part.sensitive,
+          part.released_qis if alpha is not None else None)
     break_s = time.monotonic() - t0
     class_gid = broken.group_map_["gid"].to_numpy()[part.order_of_class]
     # per class: gid and categorical values; ranges and counts are computed in SQL from the rows
@@ -373,6 +419,8 @@ def run_release(plpy, GD, release_id: int):
         "n_groups": int(broken.group_sizes_.size),
         "n_merged": broken.n_merged_,
         "largest_group": int(broken.group_sizes_.max()),
+        "mean_group_size": round(float(broken.group_sizes_.mean()), 3),
+        "rule_check": broken.rule_check_,
         "seconds": {
             "partition": round(part.seconds, 4),
             "break": round(break_s, 4),
@@ -421,6 +469,8 @@ class SourcePartition:
     seconds: float
     row_ctids: str  # the rows' ctids (read order, as labels), an array literal for SQL
     row_tableoids: str | None  # and their tableoids when the source has several relations
+    released_qis: pd.DataFrame  # per row, its class's released QI values (by identity: the
+    # numeric ranges as their (min, max) codes, categorical values as their literals)
 
 
 def partition_source(plpy, release, params) -> SourcePartition:
@@ -451,18 +501,34 @@ def partition_source(plpy, release, params) -> SourcePartition:
     order_of_class = np.empty(n_classes, dtype=np.int64)
     order_of_class[labels] = ordered
     sensitive = pd.DataFrame({c.name: data.columns[c.name].values for c in sens})
+    literals = {i: class_literals(col, bounds[col.name]) for i, col in listed.items()}
     return SourcePartition(
         n_rows=data.n_rows,
         labels=labels,
         ordered_labels=ordered,
         order_of_class=order_of_class,
         class_sizes=np.bincount(labels, minlength=n_classes),
-        literals={i: class_literals(col, bounds[col.name]) for i, col in listed.items()},
+        literals=literals,
         sensitive=sensitive,
         seconds=time.monotonic() - started,
         row_ctids=data.row_ctids,
         row_tableoids=data.row_tableoids,
+        released_qis=_released_qis(qis, encoded, labels, n_classes, literals),
     )
+
+
+def _released_qis(qis, encoded, labels, n_classes, literals):
+    """Per row, a value standing for its class's released QI, one-to-one with the text an
+    analyst reads: a numeric/date range is the class's min and max (storage_query), i.e. its
+    (lowest, highest) code; a categorical value is the class's literal."""
+    out = {}
+    for i, col in enumerate(qis):
+        if i in literals:
+            out[col.name] = np.asarray(literals[i], dtype=object)[labels]
+        else:
+            lo, hi = class_code_range(encoded[i].codes, labels, n_classes)
+            out[col.name] = np.char.add(np.char.add(lo.astype(str), ":"), hi.astype(str))[labels]
+    return pd.DataFrame(out)
 
 
 def _encode(plpy, tbl, col, data, params):

@@ -468,3 +468,111 @@ def test_breach_report_of_a_mondrian_release_matches_the_plain_rows(db, people):
     for a, b in zip(from_mondrian, from_bm):
         assert a[:3] == b[:3] and a[5] == b[5]
         assert a[3] == pytest.approx(b[3]) and a[4] == pytest.approx(b[4])
+
+
+# ---------------------------------------------------------------------------- max_rule_probability
+
+ALPHA = 0.9
+QI_TO_SA = f"""
+    SELECT parents, parent_values, child, child_value, probability
+    FROM anon.detect_dependencies(%s, risk => {ALPHA})
+    WHERE child = ANY(%s) AND parents && %s::text[] ORDER BY probability DESC"""
+
+
+def _planted(n=800, seed=3):
+    """The issue's leak, planted on a QI a network can read with few rows: zip 13000 -> income
+    '<=50K' always (a fifth of the rows)."""
+    frame = _people(n, seed)
+    frame.loc[frame["zip"] == "13000", "income"] = "<=50K"
+    return frame
+
+
+def _break_alpha(db, schema, source, alpha, name="people_bm", l=None):
+    return db.execute(
+        "SELECT anon.break_merge(%s, k => 5, l => %s, sensitive => %s, quasi_identifiers => %s, "
+        "identifiers => ARRAY['id'], max_rule_probability => %s, release_name => %s, "
+        "release_schema => %s)",
+        (source, l, SENSITIVE, QIS, alpha, name, release_schema_of(schema)),
+    ).fetchone()[0]
+
+
+def _qi_to_sa(db, release):
+    return db.execute(QI_TO_SA, (release, SENSITIVE, QIS)).fetchall()
+
+
+def test_planted_rule_is_readable_without_max_rule_probability(db, schema):
+    """Proves the test below can fail: the plain Break-Merge release leaks the planted rule."""
+    source = _load(db, schema, _planted())
+    release = _break_alpha(db, schema, source, None)
+    rules = _qi_to_sa(db, release)
+    assert any(r[2] == "income" and r[3] == "<=50K" and "zip" in r[0] for r in rules), rules
+
+
+def test_max_rule_probability_leaves_no_qi_to_sa_rule(db, schema):
+    source = _load(db, schema, _planted())
+    release = _break_alpha(db, schema, source, ALPHA)
+    assert _qi_to_sa(db, release) == []
+    check_invariants(db, schema, source, k=5, l=1)  # k still holds
+    # the residual rules are in the catalog, all below alpha, and the merges are counted
+    (check,) = db.execute(
+        "SELECT metrics -> 'rule_check' FROM anon.releases WHERE release_schema = %s "
+        "AND release_name = 'people_bm'", (release_schema_of(schema),)).fetchone()
+    assert check["max_rule_probability"] == ALPHA
+    assert check["rules_before"] >= 1 and check["gids_merged"] >= 1
+    assert all(r["probability"] < ALPHA for r in check["residual_rules"])
+    # the residual rules are what detect_dependencies reads on the release (none: no QI -> SA edge)
+    found = db.execute(QI_TO_SA.replace(str(ALPHA), "%s"), (release, 1e-9, SENSITIVE, QIS)).fetchall()
+    assert len(found) >= len(check["residual_rules"])
+    assert [round(r[4], 4) for r in found[:len(check["residual_rules"])]] == [
+        round(r["probability"], 4) for r in check["residual_rules"]]
+
+
+def test_max_rule_probability_below_a_base_rate_is_refused(db, schema):
+    frame = _planted()
+    frame["workclass"] = np.where(np.arange(len(frame)) % 20 == 0, "Gov", "Private")  # 95%
+    source = _load(db, schema, frame)
+    with pytest.raises(psycopg.Error) as err:
+        _break_alpha(db, schema, source, ALPHA)
+    assert err.value.sqlstate == "22000"
+    assert "workclass = 'Private'" in str(err.value) and "0.950" in str(err.value)
+    assert "max_rule_probability above 0.950" in err.value.diag.message_hint
+    (n,) = db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (release_schema_of(schema),)).fetchone()
+    assert n == 0
+
+
+def test_max_rule_probability_out_of_range(db, schema):
+    source = _load(db, schema, _planted(100))
+    with pytest.raises(psycopg.Error) as err:
+        _break_alpha(db, schema, source, 1.0)
+    assert err.value.sqlstate == "22023" and "max_rule_probability" in str(err.value)
+
+
+def test_refresh_reapplies_max_rule_probability(db, schema):
+    source = _load(db, schema, _planted())
+    release = _break_alpha(db, schema, source, ALPHA)
+    # new rows with a fresh planted rule: sex 'X' -> marital_status 'Widowed' always
+    extra = _planted(300, seed=9)
+    extra["id"] += 10_000
+    extra["sex"], extra["marital_status"] = "X", "Widowed"
+    added = _load(db, schema, extra, name="extra")
+    db.execute(f"INSERT INTO {source} SELECT * FROM {added}")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    assert _qi_to_sa(db, release) == []
+    (n,) = db.execute(f"SELECT count(*) FROM {_rel(schema, 'people_bm_qit')}").fetchone()
+    assert n == 1100
+
+
+def test_refresh_that_cannot_honour_max_rule_probability_fails_and_keeps_the_release(db, schema):
+    source = _load(db, schema, _planted())
+    release = _break_alpha(db, schema, source, ALPHA)
+    before = db.execute(f"SELECT * FROM {release} ORDER BY 1, 2, 3, 4, 5, 6, 7").fetchall()
+    db.execute(f"UPDATE {source} SET workclass = 'Private' WHERE id % 20 <> 0")
+    with pytest.raises(psycopg.Error) as err:
+        db.execute("SELECT anon.refresh(%s)", (release,))
+    assert err.value.sqlstate == "22000" and "max_rule_probability" in str(err.value)
+    assert db.execute(f"SELECT * FROM {release} ORDER BY 1, 2, 3, 4, 5, 6, 7").fetchall() == before
+    (last_error,) = db.execute(
+        "SELECT last_error FROM anon.releases WHERE release_schema = %s AND release_name = "
+        "'people_bm'", (release_schema_of(schema),)).fetchone()
+    assert "max_rule_probability" in last_error

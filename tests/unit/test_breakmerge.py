@@ -203,3 +203,61 @@ def test_merge_without_any_diverse_group_merges_everything():
     # runs of "x"-only and "y"-only groups: no pool becomes diverse, no host exists
     present = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], dtype=bool)
     assert merge_for_diversity([present], 2).tolist() == [0, 0, 0, 0]
+
+
+# ---------------------------------------------------------------------------- max_rule_probability
+
+from plpy_anon.core.bayesnet import BayesNet
+from plpy_anon.core.breakmerge import qi_to_sa_rules
+
+
+def _planted_frame(seed, n=400, strength=1.0):
+    rng = np.random.default_rng(seed)
+    zone = rng.choice(["a", "b", "c", "d"], n)
+    income = np.where(rng.random(n) < 0.6, "low", "high")
+    income = np.where((zone == "a") & (rng.random(n) < strength), "low", income)
+    job = rng.choice(["x", "y", "z"], n)
+    labels = pd.factorize(pd.Series(zone) + (rng.integers(0, 4, n)).astype(str))[0]
+    return labels, pd.DataFrame({"zone": zone}), pd.DataFrame({"income": income, "job": job})
+
+
+def _rules_on_release(broken, qis, k):
+    """What anon.detect_dependencies reads: the QIT x ST merge, QI -> SA rules at 0.9."""
+    merged = merge_tables(qis.assign(gid=broken.gid_), broken.sensitive_tables_)
+    bn = BayesNet(tiers=[["zone"], ["income", "job"]]).fit(
+        merged[["zone", "income", "job"]], sample_weight=merged["weight"].to_numpy())
+    return qi_to_sa_rules(bn.dependency_rules(0.9, min_support=k), ["zone"], ["income", "job"])
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), strength=st.sampled_from([0.95, 1.0]))
+def test_max_rule_probability_leaves_no_rule_on_the_merge_view(seed, strength):
+    labels, qis, sensitive = _planted_frame(seed, strength=strength)
+    plain = BreakMerge(k=1).fit(labels, sensitive)
+    broken = BreakMerge(k=1, max_rule_probability=0.9).fit(labels, sensitive, qis)
+    assert _rules_on_release(broken, qis, 1).empty
+    check = broken.rule_check_
+    assert check["rules_before"] == len(_rules_on_release(plain, qis, 1))
+    assert all(r["probability"] < 0.9 for r in check["residual_rules"])
+    assert broken.group_sizes_.sum() == len(labels)  # merges only regroup rows
+
+
+def test_planted_rule_is_found_without_max_rule_probability():
+    labels, qis, sensitive = _planted_frame(1)
+    assert not _rules_on_release(BreakMerge(k=1).fit(labels, sensitive), qis, 1).empty
+
+
+def test_max_rule_probability_refuses_a_base_rate_above_it():
+    labels, qis, sensitive = _planted_frame(2)
+    sensitive["job"] = np.where(np.arange(len(labels)) % 25 == 0, "y", "x")  # 96% x
+    with pytest.raises(InsufficientData, match="job = 'x'.*0.960") as err:
+        BreakMerge(k=1, max_rule_probability=0.9).fit(labels, sensitive, qis)
+    assert "above 0.960" in err.value.hint
+
+
+def test_max_rule_probability_needs_the_released_qis():
+    labels, _, sensitive = _planted_frame(3)
+    with pytest.raises(InvalidParameter, match="released QI values"):
+        BreakMerge(max_rule_probability=0.9).fit(labels, sensitive)
+    with pytest.raises(InvalidParameter, match="max_rule_probability"):
+        BreakMerge(max_rule_probability=1.5).fit(labels, sensitive)
