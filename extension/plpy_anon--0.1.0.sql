@@ -1183,6 +1183,7 @@ CREATE OR REPLACE FUNCTION anon.break_merge(
     quasi_identifiers text[]  DEFAULT NULL,
     identifiers       text[]  DEFAULT NULL,
     max_categories    integer DEFAULT 64,
+    max_rule_probability double precision DEFAULT NULL,
     release_name      text    DEFAULT NULL,
     release_schema    text    DEFAULT 'release',
     replace           boolean DEFAULT false
@@ -1219,11 +1220,13 @@ if "plpy_anon" not in GD:
 from plpy_anon.db import break_merge
 return break_merge.break_merge(plpy, source, k=k, l=l, sensitive=sensitive,
                                quasi_identifiers=quasi_identifiers, identifiers=identifiers,
-                               max_categories=max_categories, release_name=release_name,
+                               max_categories=max_categories,
+                               max_rule_probability=max_rule_probability,
+                               release_name=release_name,
                                release_schema=release_schema, replace=replace, GD=GD)
 $$;
-COMMENT ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, text, text, boolean) IS
-    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name.';
+COMMENT ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean) IS
+    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until anon.detect_dependencies finds no QI -> sensitive rule reaching alpha on the release (checked again on the released views, and by every refresh; residual rules in anon.releases.metrics->''rule_check''); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name.';
 
 -- The run behind a Break-Merge release, called once by the storage view's query (MATERIALIZED
 -- CTE). STABLE: it reads the source in the query's snapshot.
