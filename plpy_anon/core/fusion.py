@@ -27,10 +27,14 @@ Measures and their normalization (the paper leaves H's scale open; this is our r
   P's mean and population std. It is the attacker's mean squared error in units of the variance,
   so 0 = exact disclosure and 1 = no better than guessing the mean.
 * ``C_DM(k) = sum_{|E|>=k} |E|^2 + sum_{|E|<k} |D||E|`` and ``U_k = 1/C_DM(k)`` (reported raw).
-* H needs both terms on one scale, independent of the k range scanned:
-  protection term = ``min(P o P_hat, 1)`` (any attacker can guess the mean, so error beyond the
-  variance is not protection), utility term = ``|D| / C_DM(k) = |D| U_k`` in (0, 1], 1 for the
-  unanonymized table and 1/k for groups of exactly k. ``H = w_p * protection + w_u * utility``.
+* H puts both terms on one scale, the paper's solution space (see ``objective``): protection
+  ``min(P o P_hat, 1)`` and utility ``|D| / C_DM(k)`` are each rescaled to [0, 1] over the
+  admissible ks (all ks when none is admissible), then ``H = w_p * protection' + w_u * utility'``.
+  (Until 0.1.0 the terms were unscaled: 1/k fell by 0.47 between k=2 and 30 while protection
+  moved by a few hundredths, so k=2 won even at 0.95 / 0.05.)
+* Verdict (``protection_verdict``): when the best scanned k improves protection over k_from by
+  less than 0.05 of the variance and the attacker still explains >= 25% of it, no k protects
+  against this auxiliary data; ``fusion_resilient_view`` refuses to publish under that verdict.
 * Thresholds: ``min_protection`` applies to P o P_hat (standardized), ``min_utility`` to the
   normalized utility |D|/C_DM(k).
 """
@@ -365,9 +369,104 @@ def normalized_utility(group_sizes, k):
     return float(np.sum(group_sizes)) / discernibility_cost(group_sizes, k)
 
 
-def objective(protection, utility_normalized, w_protection=0.5, w_utility=0.5):
-    """``H = w_p * min(P o P_hat, 1) + w_u * |D|/C_DM(k)`` (vectorized over ks)."""
-    return w_protection * np.minimum(protection, 1.0) + w_utility * np.asarray(utility_normalized)
+def _scaled(values, over):
+    """``values`` mapped affinely so that ``values[over]`` spans [0, 1] (0 where they are equal)."""
+    values = np.asarray(values, dtype=float)
+    low, high = values[over].min(), values[over].max()
+    if not high > low:
+        return np.zeros_like(values)
+    return (values - low) / (high - low)
+
+
+def objective(protection, utility_normalized, w_protection=0.5, w_utility=0.5, candidates=None):
+    """The paper's ``H_k = W1 * (P o P_hat_k) + W2 * U_k`` with both terms on the same scale.
+
+    The paper adds P o P_hat (squared salary units: T_p = 3.075) to U_k = 1/C_DM(k)
+    (T_u = 0.0018) unscaled and compares H only across its solution space (Fig. 8: the ks meeting
+    both thresholds); its final formula, ``(1/m) Tr(. W1 .) + (1/m) Tr(U^T W2 U)``, did not survive
+    the extraction. A weighted sum of quantities in unrelated units means what its weights say
+    only once each term has one scale, and the only scale the paper's setting defines is that
+    solution space. So (our reading) each term is rescaled to [0, 1] over the ``candidates``
+    (boolean mask, default all ks; 0 = the candidates' worst, 1 = their best): protection
+    ``min(P o P_hat, 1)`` (error beyond the mean guess is not protection), utility
+    ``|D| / C_DM(k)`` (an affine image of the paper's U_k, so the same ranking). W1 and W2 are
+    then the shares of the trade-off across the candidates, whatever the units or the k range: with
+    0.95 / 0.05 the k that protects best wins unless it costs 19 times more utility, relative to
+    the candidates' spread, than it buys protection. A term constant over the candidates adds 0.
+    """
+    protection = np.minimum(np.atleast_1d(np.asarray(protection, dtype=float)), 1.0)
+    utility_normalized = np.atleast_1d(np.asarray(utility_normalized, dtype=float))
+    over = np.ones(len(protection), dtype=bool) if candidates is None else np.asarray(candidates)
+    if not over.any():
+        over = np.ones(len(protection), dtype=bool)
+    return w_protection * _scaled(protection, over) + w_utility * _scaled(utility_normalized, over)
+
+
+# --------------------------------------------------------------------------- the verdict
+# Protection "improves with k" when the best scanned k buys at least this much of the sensitive
+# column's variance over k_from; an attacker explaining at least R2_DISCLOSURE of the variance at
+# every scanned k has disclosed something worth refusing to publish as fusion-resilient.
+MIN_PROTECTION_CHANGE = 0.05
+R2_DISCLOSURE = 0.25
+PROTECTED, UNPROTECTED, NOT_ASSESSED = "protected", "unprotected", "not assessed"
+VERDICT_COLUMNS = ("verdict", "protection_change", "attacker_r2")
+
+
+def protection_verdict(scan_table):
+    """Whether generalization protects against this auxiliary data, with the figures.
+
+    ``protection_change`` = the best protection over the scanned ks minus protection at k_from;
+    ``attacker_r2`` = 1 - P o P_hat at that best k: the share of the sensitive variance the
+    attacker explains whatever k is chosen (P o P_hat is his mean squared error in units of the
+    variance, so 1 - P o P_hat is his R^2 over all rows). The verdict is "unprotected" when the
+    change is below MIN_PROTECTION_CHANGE and the attacker still explains R2_DISCLOSURE or more:
+    no k in the range protects, the auxiliary data (not the release) carries the attack. A scan of
+    a single k (k_from = k_to) cannot tell whether k helps: its verdict is "not assessed".
+    """
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    ks = scan_table["k"].to_numpy()
+    best = int(np.argmax(protection))
+    change = float(protection[best] - protection[0])
+    r2 = float(1.0 - protection[best])
+    unprotected = change < MIN_PROTECTION_CHANGE and r2 >= R2_DISCLOSURE
+    return {
+        "verdict": NOT_ASSESSED if len(ks) < 2 else UNPROTECTED if unprotected else PROTECTED,
+        "k_from": int(ks[0]),
+        "k_to": int(ks[-1]),
+        "protection_from": float(protection[0]),
+        "protection_to": float(protection[-1]),
+        "best_k": int(ks[best]),
+        "protection_best": float(protection[best]),
+        "protection_change": change,
+        "attacker_r2": r2,
+        "min_protection_change": MIN_PROTECTION_CHANGE,
+        "r2_disclosure": R2_DISCLOSURE,
+    }
+
+
+def describe_verdict(verdict):
+    """The figures of a verdict in one sentence (for errors, warnings and docs)."""
+    return (
+        f"protection P o P_hat is {verdict['protection_from']:.3f} at k={verdict['k_from']} and "
+        f"{verdict['protection_to']:.3f} at k={verdict['k_to']} (best {verdict['protection_best']:.3f}"
+        f" at k={verdict['best_k']}): a change of {verdict['protection_change']:+.3f} "
+        f"(< {verdict['min_protection_change']}), and the attacker's R^2 stays "
+        f"{verdict['attacker_r2']:.3f} (>= {verdict['r2_disclosure']})"
+    )
+
+
+def refuse_unprotected(verdict, *, accept_unprotected=False):
+    """Raise InsufficientData (22000) under an "unprotected" verdict unless accepted."""
+    if verdict["verdict"] != UNPROTECTED or accept_unprotected:
+        return
+    raise InsufficientData(
+        "no k protects against this auxiliary data: " + describe_verdict(verdict),
+        hint="The auxiliary data alone predicts the sensitive column, so a larger k does not "
+        "help: withhold or coarsen the columns it predicts from, or publish anyway with "
+        "accept_unprotected => true (recorded in the release's catalog row).",
+        detail="protection is the attacker's mean squared error on the standardized sensitive "
+        "values (1 = guessing the mean); R^2 = 1 - protection.",
+    )
 
 
 # --------------------------------------------------------------------------- the k scan
@@ -397,6 +496,10 @@ class FusionScan:
     attributes: list
     auxiliary_columns: list
     settings: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self):
+        return protection_verdict(self.table)
 
     def chosen_k(self):
         return choose_k(
@@ -601,10 +704,11 @@ def fusion_scan(
          for k in range(k_from, k_to + 1)]
     )  # fmt: skip
     scan["gain"] = scan["protection_no_fusion"] - scan["protection"]
-    scan["h"] = objective(scan["protection"], scan["utility_normalized"], w_protection, w_utility)
     scan["admissible"] = (scan["protection"] >= min_protection) & (
         scan["utility_normalized"] >= min_utility
     )
+    scan["h"] = objective(scan["protection"], scan["utility_normalized"], w_protection, w_utility,
+                          candidates=scan["admissible"].to_numpy())  # fmt: skip
     return FusionScan(
         table=scan[list(SCAN_COLUMNS)],
         n_rows=len(table),

@@ -86,3 +86,30 @@ def make_enterprise(n_employees=3000, web_coverage=0.85, n_strangers=50, random_
         }
     )
     return employees, web_facts.sample(frac=1.0, random_state=random_state).reset_index(drop=True)
+
+
+def make_fusion_case(driven_by, n_employees=120, random_state=0):
+    """``(employees, web_facts)`` where one side alone drives the salary (fusion verdict tests).
+
+    ``driven_by="auxiliary"``: the salary is noise the performance scores know nothing of, and the
+    web's ``holdings`` are the salary / 1000 within 2%: the auxiliary data alone predicts it, so no
+    k protects. ``driven_by="release"``: the salary follows the sum of the performance scores
+    (released, microaggregated) and ``holdings`` are noise: a larger k hides it.
+    """
+    if driven_by not in ("auxiliary", "release"):
+        raise InvalidParameter(
+            f"driven_by must be 'auxiliary' or 'release', got {driven_by!r}",
+            hint="Say which side carries the salary.",
+        )
+    rng = np.random.default_rng(random_state)
+    perf = rng.integers(1, 11, size=(n_employees, 3))
+    if driven_by == "auxiliary":
+        salary = 50000 + 12000 * rng.normal(size=n_employees)
+        holdings = salary / 1000 * rng.lognormal(sigma=0.02, size=n_employees)
+    else:
+        salary = 30000 + 2500 * perf.sum(axis=1) + 800 * rng.normal(size=n_employees)
+        holdings = rng.lognormal(3, 0.5, size=n_employees)
+    names = [f"p{i:04d}" for i in range(n_employees)]
+    employees = pd.DataFrame({"name": names, "perf_1": perf[:, 0], "perf_2": perf[:, 1],
+                              "perf_3": perf[:, 2], "salary": np.round(salary, 2)})
+    return employees, pd.DataFrame({"name": names, "holdings": np.round(holdings, 3)})

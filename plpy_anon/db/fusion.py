@@ -167,16 +167,28 @@ def _scan_rows(scan_table: pd.DataFrame) -> list[dict]:
             for row in scan_table.to_dict(orient="records")]
 
 
+def _verdict_columns(verdict) -> tuple:
+    """The verdict columns ending every row of fusion_scan / fusion_scan_of (VERDICT_COLUMNS)."""
+    return tuple(verdict[c] for c in core.VERDICT_COLUMNS)
+
+
 @sql_entry
 def fusion_scan(plpy, source, **options):
     _, _, scan, _ = run_scan(plpy, source, **options)
-    return [tuple(row[c] for c in core.SCAN_COLUMNS) for row in _scan_rows(scan.table)]
+    verdict = _verdict_columns(scan.verdict)
+    return [tuple(row[c] for c in core.SCAN_COLUMNS) + verdict for row in _scan_rows(scan.table)]
 
 
 @sql_entry
-def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace, GD=None,
-                          **options):
+def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace,
+                          accept_unprotected=False, GD=None, **options):
     tbl, aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, source, **options)
+    verdict = scan.verdict
+    # Refused before anything is created: a release that no k protects is not fusion-resilient.
+    core.refuse_unprotected(verdict, accept_unprotected=bool(accept_unprotected))
+    if verdict["verdict"] == core.UNPROTECTED:
+        plpy.warning("publishing with accept_unprotected => true although no k protects against "
+                     f"{aux_tbl.schema}.{aux_tbl.name}: {core.describe_verdict(verdict)}")
     k = scan.chosen_k()
     parameters = {
         "k": k,
@@ -195,6 +207,8 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
         "k_to": options["k_to"],
         "rules": _rules(options.get("rules")),
         **scan.settings,
+        "verdict": verdict,
+        "accept_unprotected": bool(accept_unprotected),
         "scan": _scan_rows(scan.table),
     }
     name = release_name or f"{tbl.name}_fusion_k{k}"
@@ -241,7 +255,8 @@ def fusion_scan_of(plpy, release):
             hint="See SELECT release_name FROM anon.releases WHERE method = 'fusion'.")
     params = row["parameters"]
     params = jsonb(params)
-    return [tuple(r[c] for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],)
+    verdict = _verdict_columns(params["verdict"]) + (params["accept_unprotected"],)
+    return [tuple(r[c] for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],) + verdict
             for r in params["scan"]]
 
 

@@ -29,7 +29,10 @@ RETURNS TABLE (
     utility              double precision,
     utility_normalized   double precision,
     h                    double precision,
-    admissible           boolean
+    admissible           boolean,
+    verdict              text,
+    protection_change    double precision,
+    attacker_r2          double precision
 )
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
@@ -66,7 +69,8 @@ CREATE OR REPLACE FUNCTION anon.fusion_resilient_view(
     random_state         integer          DEFAULT 0,
     release_name         text             DEFAULT NULL,
     release_schema       text             DEFAULT 'release',
-    replace              boolean          DEFAULT false
+    replace              boolean          DEFAULT false,
+    accept_unprotected   boolean          DEFAULT false
 )
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -80,10 +84,10 @@ return fusion.fusion_resilient_view(
     w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes,
     auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules,
     known_fraction=known_fraction, random_state=random_state, release_name=release_name,
-    release_schema=release_schema, replace=replace, GD=GD)
+    release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, GD=GD)
 $$;
-COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean) IS
-    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name.';
+COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean) IS
+    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name.';
 
 CREATE OR REPLACE FUNCTION anon.fusion_scan_of(release text)
 RETURNS TABLE (
@@ -96,7 +100,11 @@ RETURNS TABLE (
     utility_normalized   double precision,
     h                    double precision,
     admissible           boolean,
-    chosen               boolean
+    chosen               boolean,
+    verdict              text,
+    protection_change    double precision,
+    attacker_r2          double precision,
+    accept_unprotected   boolean
 )
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp

@@ -13,7 +13,7 @@ import pytest
 from psycopg import sql
 
 from plpy_anon.core import fusion as core
-from plpy_anon.core.synthetic import make_enterprise
+from plpy_anon.core.synthetic import make_enterprise, make_fusion_case
 from tests.helpers import class_sizes, release_columns, release_schema_of
 
 PERF = ["perf_1", "perf_2", "perf_3"]
@@ -70,7 +70,11 @@ def test_scan_matches_the_core_on_the_same_rows(db, schema, enterprise):
     rows = scan(db)
     expected = core.fusion_scan(employees, web, identifier="name", sensitive="salary",
                                 k_from=2, k_to=6, known_fraction=0.2).table
-    got = pd.DataFrame(rows, columns=list(core.SCAN_COLUMNS))
+    got = pd.DataFrame(rows, columns=list(core.SCAN_COLUMNS + core.VERDICT_COLUMNS))
+    verdict = core.protection_verdict(expected)
+    assert set(got["verdict"]) == {verdict["verdict"]}
+    np.testing.assert_allclose(got["protection_change"], verdict["protection_change"], rtol=1e-9)
+    np.testing.assert_allclose(got["attacker_r2"], verdict["attacker_r2"], rtol=1e-9)
     assert got["k"].tolist() == [2, 3, 4, 5, 6]
     assert got["n_groups"].tolist() == [N_EMPLOYEES // k for k in range(2, 7)]
     for column in ("protection", "protection_no_fusion", "gain", "utility", "h"):
@@ -123,7 +127,10 @@ def test_catalog_stores_the_whole_scan(db, schema, enterprise):
     assert "salary" not in params["released"]
     stored = call(db, "fusion_scan_of", release=release)
     assert [r[0] for r in stored if r[9]] == [2]
-    assert [r[:9] for r in stored] == [tuple(r) for r in scan(db, w_protection=0.0, w_utility=1.0)]
+    assert [r[:9] + r[10:13] for r in stored] == [
+        tuple(r) for r in scan(db, w_protection=0.0, w_utility=1.0)]
+    assert params["verdict"]["verdict"] == stored[0][10] == "protected"
+    assert params["accept_unprotected"] is False and stored[0][13] is False
 
 
 def test_refresh_microaggregates_current_data_at_the_chosen_k(db, schema, enterprise):
@@ -143,6 +150,86 @@ def test_fuzzy_attacker_with_a_rule_table(db, schema, enterprise):
              ' {"if": {"holdings": "medium"}, "then": "medium", "weight": 0.5}]')
     rows = scan(db, attacker="fuzzy", rules=rules, k_to=3)
     assert all(r[2] < r[3] for r in rows)  # the rules about Q help the attacker
+
+
+# ---------------------------------------------------------------------------- the verdict
+
+@pytest.fixture
+def fusion_case(db, schema, request):
+    """employees / web_facts where the auxiliary data or the release alone drives the salary."""
+    employees, web = make_fusion_case(request.param, n_employees=120, random_state=0)
+    load(db, "employees", employees, {"name": "text PRIMARY KEY", "perf_1": "int", "perf_2": "int",
+                                      "perf_3": "int", "salary": "numeric(10,2)"})
+    load(db, "web_facts", web, {"name": "text", "holdings": "float8"})
+    return request.param
+
+
+def _verdict_in_sql(db, **kwargs):
+    return db.execute(
+        "SELECT DISTINCT verdict, protection_change, attacker_r2, "
+        "       max(protection) FILTER (WHERE k = 2) OVER (), "
+        "       max(protection) OVER () "
+        "FROM anon.fusion_scan('employees', sensitive => 'salary', identifier => 'name', "
+        "auxiliary => 'web_facts', k_from => 2, k_to => 20, known_fraction => 0.2, "
+        "attacker => %s)", (kwargs.get("attacker", "regression"),)).fetchall()
+
+
+@pytest.mark.parametrize("fusion_case", ["auxiliary"], indirect=True)
+@pytest.mark.parametrize("attacker", ["regression", "fuzzy"])
+def test_auxiliary_data_alone_predicts_no_k_protects_view_refused(db, schema, fusion_case,
+                                                                  attacker):
+    (verdict, change, r2, at_k_from, best), = _verdict_in_sql(db, attacker=attacker)
+    assert verdict == "unprotected"
+    # The figures are the released scan's own: best protection minus protection at k_from.
+    assert change == pytest.approx(min(best, 1) - min(at_k_from, 1)) and change < 0.05
+    assert r2 == pytest.approx(1 - min(best, 1)) and r2 >= 0.25
+    with pytest.raises(psycopg.errors.DataException,
+                       match="no k protects against this auxiliary data") as info:
+        resilient_view(db, schema, k_to=20, attacker=attacker)
+    assert info.value.sqlstate == "22000"
+    message = info.value.diag.message_primary
+    assert "at k=2 and" in message and "at k=20" in message
+    assert f"{change:+.3f}" in message and f"R^2 stays {r2:.3f}" in message
+    assert "accept_unprotected => true" in info.value.diag.message_hint
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (release_schema_of(schema),)).fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("fusion_case", ["auxiliary"], indirect=True)
+def test_accept_unprotected_publishes_with_a_warning_recorded_in_the_catalog(db, schema,
+                                                                             fusion_case):
+    notices = []
+    db.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
+    try:
+        release = resilient_view(db, schema, k_to=20, accept_unprotected=True)
+    finally:
+        db._notice_handlers.clear()
+    assert any(severity == "WARNING" and "no k protects" in message
+               for severity, message in notices)
+    params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s",
+                        (release_schema_of(schema),)).fetchone()[0]
+    assert params["accept_unprotected"] is True
+    assert params["verdict"]["verdict"] == "unprotected"
+    stored = call(db, "fusion_scan_of", release=release)
+    assert {(r[10], r[13]) for r in stored} == {("unprotected", True)}
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 120
+
+
+@pytest.mark.parametrize("fusion_case", ["release"], indirect=True)
+def test_generalization_helps_verdict_protected_view_published(db, schema, fusion_case):
+    (verdict, change, _, _, _), = _verdict_in_sql(db)
+    assert verdict == "protected" and change >= 0.05
+    release = resilient_view(db, schema, k_to=20, w_protection=0.95, w_utility=0.05)
+    params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s",
+                        (release_schema_of(schema),)).fetchone()[0]
+    assert params["verdict"]["verdict"] == "protected" and params["accept_unprotected"] is False
+    k = params["k"]
+    assert k > 2  # protection weighed at 95% and growing with k: not the smallest k
+    assert min(class_sizes(db, release, PERF)) >= k
+    # The chosen k keeps (almost) the best protection of the scan: checked from the stored scan.
+    protection = {r["k"]: min(r["protection"], 1) for r in params["scan"]}
+    spread = max(protection.values()) - min(protection.values())
+    assert protection[k] >= max(protection.values()) - 0.05 / 0.95 * spread - 1e-9
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -16,7 +16,7 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
-from plpy_anon.core.synthetic import make_enterprise
+from plpy_anon.core.synthetic import make_enterprise, make_fusion_case
 
 
 # --------------------------------------------------------------------------- measures
@@ -73,14 +73,105 @@ def test_standardized_dissimilarity_ignores_the_unit(pairs, scale, shift):
     assert after == pytest.approx(before, rel=1e-6, abs=1e-9)
 
 
-def test_objective_clips_protection_at_the_mean_guess():
-    # An attacker worse than the mean guess (1.4) does not buy protection beyond 1.
-    assert fusion.objective(1.4, 0.25, 0.5, 0.5) == pytest.approx(0.625)
-    assert fusion.objective(0.3, 0.25, 0.8, 0.2) == pytest.approx(0.24 + 0.05)
+def test_objective_clips_protection_at_the_mean_guess_and_scales_both_terms():
+    # Protection clipped at 1 (1.4 buys nothing over 1.0), then both terms span [0, 1].
+    h = fusion.objective([0.5, 1.0, 1.4], [0.5, 0.3, 0.1], 0.5, 0.5)
+    np.testing.assert_allclose(h, [0.5 * 0 + 0.5 * 1, 0.5 * 1 + 0.5 * 0.5, 0.5 * 1 + 0.5 * 0])
+    # Scaled over the candidates only; a term constant over them adds nothing.
+    h = fusion.objective([0.2, 0.4, 0.4], [0.5, 0.3, 0.2], 0.8, 0.2, candidates=[False, True, True])
+    np.testing.assert_allclose(h, [0.8 * 0 + 0.2 * 3, 0.2 * 1, 0.0])
+
+
+def test_protection_weight_0_95_picks_a_larger_k_when_protection_grows():
+    # The case: protection grows by 0.03 over k=2..6 while |D|/C_DM = 1/k falls by 0.33.
+    # Unscaled, H = 0.95 p + 0.05 / k chose k=2; scaled per the paper's solution space, the
+    # protection the publisher weighs at 95% wins.
+    ks = np.arange(2, 7)
+    table = _scan_table(0.40 + 0.0075 * (ks - 2), 1.0 / ks, 0.0, 0.0, 0.95, 0.05)
+    assert fusion.choose_k(table, min_protection=0.0, min_utility=0.0) == 6
+    # and the weights still mean what they say the other way round
+    table = _scan_table(0.40 + 0.0075 * (ks - 2), 1.0 / ks, 0.0, 0.0, 0.05, 0.95)
+    assert fusion.choose_k(table, min_protection=0.0, min_utility=0.0) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.001, 0.2), min_size=2, max_size=25), st.floats(0.0, 0.7))
+def test_chosen_k_is_near_the_most_protective_with_weight_0_95(steps, start):
+    # Protection growing with k: with 0.95 / 0.05 the chosen k keeps at least 1 - 0.05/0.95 of
+    # the protection spread (it gives up no more than utility could pay back), whatever the units.
+    protection = start + np.cumsum(steps)
+    ks = np.arange(2, 2 + len(protection))
+    table = _scan_table(protection, 1.0 / ks, 0.0, 0.0, 0.95, 0.05)
+    chosen = fusion.choose_k(table, min_protection=0.0, min_utility=0.0)
+    clipped = np.minimum(protection, 1.0)
+    spread = clipped.max() - clipped.min()
+    got = clipped[chosen - 2]
+    assert got >= clipped.max() - (0.05 / 0.95) * spread - 1e-12
+    if spread > 0:
+        assert chosen > 2
+
+
+# --------------------------------------------------------------------------- verdict
+def _verdict_table(protection):
+    return pd.DataFrame({"k": range(2, 2 + len(protection)), "protection": protection})
+
+
+def test_verdict_unprotected_when_protection_is_flat_and_the_attacker_strong():
+    verdict = fusion.protection_verdict(_verdict_table([0.10, 0.12, 0.09, 0.11]))
+    assert verdict["verdict"] == "unprotected"
+    assert verdict["protection_change"] == pytest.approx(0.02)
+    assert verdict["attacker_r2"] == pytest.approx(0.88)
+    assert (verdict["k_from"], verdict["k_to"], verdict["best_k"]) == (2, 5, 3)
+    with pytest.raises(InsufficientData, match="no k protects against this auxiliary data") as e:
+        fusion.refuse_unprotected(verdict)
+    message = str(e.value)
+    for figure in ("0.100 at k=2", "0.110 at k=5", "+0.020", "R^2 stays 0.880"):
+        assert figure in message
+    assert "accept_unprotected => true" in e.value.hint
+    assert e.value.sqlstate == "22000"
+    fusion.refuse_unprotected(verdict, accept_unprotected=True)  # told to: no error
+
+
+@pytest.mark.parametrize(
+    "protection",
+    [[0.10, 0.20, 0.30], [0.80, 0.81, 0.80], [0.5, 0.3, 0.6]],
+    ids=["grows-with-k", "weak-attacker", "best-k-helps"],
+)
+def test_verdict_protected(protection):
+    verdict = fusion.protection_verdict(_verdict_table(protection))
+    assert verdict["verdict"] == "protected"
+    fusion.refuse_unprotected(verdict)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 1.5), min_size=1, max_size=30))
+def test_verdict_figures_are_consistent(protection):
+    verdict = fusion.protection_verdict(_verdict_table(protection))
+    clipped = np.minimum(protection, 1.0)
+    assert verdict["protection_change"] == pytest.approx(clipped.max() - clipped[0])
+    assert verdict["protection_change"] >= 0
+    assert verdict["attacker_r2"] == pytest.approx(1 - clipped.max())
+    expected = verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25
+    if len(protection) == 1:
+        assert verdict["verdict"] == "not assessed"  # one k says nothing about larger ks
+    else:
+        assert (verdict["verdict"] == "unprotected") == expected
+
+
+@pytest.mark.parametrize("attacker", ["regression", "fuzzy"])
+@pytest.mark.parametrize("driven_by, expected", [("auxiliary", "unprotected"),
+                                                 ("release", "protected")])
+def test_scan_verdict_follows_what_drives_the_sensitive_value(driven_by, expected, attacker):
+    employees, web = make_fusion_case(driven_by, n_employees=120, random_state=0)
+    scan = fusion.fusion_scan(employees, web, identifier="name", sensitive="salary", k_from=2,
+                              k_to=20, known_fraction=0.2, attacker=attacker)
+    assert scan.verdict["verdict"] == expected
+    if driven_by == "auxiliary" and attacker == "regression":
+        assert scan.verdict["attacker_r2"] > 0.8  # holdings give the salary away at every k
 
 
 # --------------------------------------------------------------------------- choice of k
-def _scan_table(protection, utility_normalized, min_protection, min_utility):
+def _scan_table(protection, utility_normalized, min_protection, min_utility, w_p=0.5, w_u=0.5):
     table = pd.DataFrame(
         {
             "k": range(2, 2 + len(protection)),
@@ -88,10 +179,11 @@ def _scan_table(protection, utility_normalized, min_protection, min_utility):
             "utility_normalized": utility_normalized,
         }
     )
-    table["h"] = fusion.objective(table["protection"], table["utility_normalized"])
     table["admissible"] = (table["protection"] >= min_protection) & (
         table["utility_normalized"] >= min_utility
     )
+    table["h"] = fusion.objective(table["protection"], table["utility_normalized"], w_p, w_u,
+                                  candidates=table["admissible"].to_numpy())
     return table
 
 
