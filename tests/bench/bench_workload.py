@@ -42,7 +42,6 @@ from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import (
     discernibility,
-    released_values,
     restrict_predicate,
     weighted_discernibility,
     workload_precision,
@@ -85,11 +84,10 @@ def adult_experiment(data: pd.DataFrame):
                 started = time.perf_counter()
                 labels = model.fit(columns).labels_
                 seconds = time.perf_counter() - started
-                released = released_values(qis, labels)
                 rows.append({
                     "priority": favourite, "k": k, "release": name,
                     "classes": int(labels.max()) + 1, "C_DM": discernibility(labels),
-                    "C_WDM": weighted_discernibility(released, weights), "seconds": seconds,
+                    "C_WDM": weighted_discernibility(qis, labels, weights), "seconds": seconds,
                 })
     return pd.DataFrame(rows)
 
@@ -154,12 +152,11 @@ def release_accuracy_rows(task, features, target, favoured):
         }
         for name, (model, fit_args) in models.items():
             labels = model.fit(columns, **fit_args).labels_
-            released = released_values(features, labels)
             rows.append({
                 "task": task, "k": k, "release": name,
                 "accuracy": nb_accuracy(midpoints(features, labels), target),
                 "C_DM": discernibility(labels),
-                "C_WDM": weighted_discernibility(released, weights),
+                "C_WDM": weighted_discernibility(features, labels, weights),
             })
     return rows
 
@@ -269,7 +266,7 @@ def workload_experiment(data: pd.DataFrame):
                 "mean_precision": precision.mean_precision,
                 "weighted_precision": precision.weighted_precision,
                 "mean_recall": precision.mean_recall, "C_DM": discernibility(labels),
-                "C_WDM": weighted_discernibility(released_values(qis, labels), weights),
+                "C_WDM": weighted_discernibility(qis, labels, weights),
             })
     return pd.DataFrame(rows), learner, len(predicates)
 
