@@ -124,7 +124,7 @@ def model_for(release):
         metric_weights=params.get("metric_weights"),
         cut_points={c: [tuple(x) for x in cuts] for c, cuts in
                     (params.get("cut_points") or {}).items()},
-        cut_tolerance=params.get("cut_tolerance", 0.25))
+        cut_tolerance=params.get("cut_tolerance", 0.5))
 
 
 @sql_entry

@@ -73,7 +73,7 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     target            text             DEFAULT NULL,
     metric_weights    jsonb            DEFAULT NULL,
     cut_points        boolean          DEFAULT NULL,
-    cut_tolerance     double precision DEFAULT 0.25,
+    cut_tolerance     double precision DEFAULT 0.5,
     release_name      text             DEFAULT NULL,
     release_schema    text             DEFAULT 'release',
     replace           boolean          DEFAULT false
@@ -104,7 +104,7 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     target            text             DEFAULT NULL,
     metric_weights    jsonb            DEFAULT NULL,
     cut_points        boolean          DEFAULT NULL,
-    cut_tolerance     double precision DEFAULT 0.25,
+    cut_tolerance     double precision DEFAULT 0.5,
     release_name      text             DEFAULT NULL,
     release_schema    text             DEFAULT 'release',
     replace           boolean          DEFAULT false
