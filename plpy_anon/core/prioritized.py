@@ -26,8 +26,11 @@ adjacent to the partition's median code (the nearest one below and the nearest o
 which are the most balanced ones since the left size is monotone in b), take the most balanced
 *allowable* one (k, and l when asked); use it instead of the median cut when its left side holds
 between ``1/2 − cut_tolerance`` and ``1/2 + cut_tolerance`` of the partition's rows. Otherwise the
-median cut stands. So a released class straddles an analyst's predicate only when cutting there
-would cost too much balance (default tolerance 0.25: a 25/75 split is accepted).
+median cut stands. Default tolerance 0.5: any allowable cut point is taken before any median cut,
+so (with k alone; the two nearest boundaries are the most balanced ones) **no released class
+straddles a cut point unless cutting it there would leave fewer than k rows on one side**: a final
+class had no allowable cut on any attribute. A smaller tolerance trades that guarantee for balance
+(0.25: a 25/75 split is accepted, a more lopsided one is not and the class may straddle).
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ class PrioritizedMondrian(Mondrian):
         None for the defaults (module docstring).
     cut_points : mapping numeric column name -> iterable of ``(threshold, left_inclusive)`` (a
         DataFrame with those columns works), or None.
-    cut_tolerance : float in [0, 0.5]: how far from a balanced split a cut point may be.
+    cut_tolerance : float in [0, 0.5]: how far from a balanced split a cut point may be (0.5, the
+        default: any cut point k allows).
 
     Attributes (after :meth:`fit`)
     -------------------------------
@@ -68,7 +72,7 @@ class PrioritizedMondrian(Mondrian):
     """
 
     def __init__(self, k=5, l=None, priorities=None, metric_weights=None, cut_points=None,
-                 cut_tolerance=0.25):
+                 cut_tolerance=0.5):
         super().__init__(k=k, l=l)
         self.priorities = priorities
         self.metric_weights = metric_weights

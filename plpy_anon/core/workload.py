@@ -16,10 +16,17 @@ Semantics of a release (paper 000, section 4.3, "precision of the relevant subpo
   With the semantics above every true row is released (recall 1); recall is still measured, not
   assumed, so that a release whose regions do not cover its rows shows up.
 
-Weighted discernibility (paper 000, eq. 4.2): ``C_WDM = Σ_i weight_i · Σ_m |E_m^{X_i}|²`` where
-``E_m^{X_i}`` are the groups of rows sharing the same released value of the single attribute X_i.
-Reading chosen here: the weights are normalized to sum to 1 first, so that C_WDM is on the scale of
-C_DM and releases ranked by different weight vectors stay comparable.
+Weighted discernibility (paper 000, eq. 4.2): ``C_WDM = Σ_i weight_i · Σ_m |E_m^{X_i}|²``, with
+``E_m^{X_i}`` "the m-th equivalence class with respect to X_i". Reading implemented: every row is
+charged, per attribute X_i, the number of rows of the table whose *original* value of X_i lies in
+the region the row's class releases on X_i, ``C_WDM = Σ_i weight_i · Σ_rows |{r' : x_{r'}^{X_i} ∈
+region_i(r)}|``. When the released regions of X_i partition the rows into groups this is exactly
+the paper's ``Σ_m |E_m^{X_i}|²``; in general it grows with generalization: an exact release (each
+class holds one value of X_i) scores the floor ``Σ_v n_v²`` and widening a region never lowers it.
+(Grouping rows by identical released value instead -- the earlier reading -- gives an exactly
+released attribute, split into many small classes of the same value, the *largest* penalty.)
+The weights are normalized to sum to 1 first, so that C_WDM is on the scale of C_DM and releases
+scored with the same weights are comparable.
 """
 
 from __future__ import annotations
@@ -418,45 +425,55 @@ def discernibility(labels) -> int:
     return int(np.sum(sizes.astype(np.int64) ** 2))
 
 
-def attribute_discernibility(released_values) -> int:
-    """Σ_m |E_m^X|² for one attribute: squared sizes of the groups of equal released values."""
-    codes, _ = pd.factorize(pd.Series(released_values, dtype=object))
-    sizes = np.bincount(codes[codes >= 0])
-    return int(np.sum(sizes.astype(np.int64) ** 2))
+def region_row_counts(data: pd.DataFrame, regions: ClassRegions, column) -> np.ndarray:
+    """``(n_classes,)``: how many rows of ``data`` hold, on ``column``, an original value lying in
+    each class's released region (numeric ``[low, high]``, categorical value set)."""
+    _require_column(column, data.columns)
+    values = data[column]
+    if column in regions.low:
+        ordered = np.sort(values.to_numpy(dtype=float))
+        return (np.searchsorted(ordered, regions.high[column], side="right")
+                - np.searchsorted(ordered, regions.low[column], side="left")).astype(np.int64)
+    _require_column(column, set(regions.members))
+    categories = regions.categories[column]
+    index = pd.Index(categories).get_indexer(values.astype(str).to_numpy(dtype=object))
+    per_value = np.bincount(index[index >= 0], minlength=len(categories)).astype(np.int64)
+    return regions.members[column].astype(np.int64) @ per_value
 
 
-def weighted_discernibility(released: pd.DataFrame, weights: Mapping[str, float]) -> float:
-    """C_WDM = Σ_i weight_i · Σ_m |E_m^{X_i}|² with weights normalized to sum to 1.
+def attribute_discernibility(data: pd.DataFrame, labels, column, *,
+                             regions: ClassRegions | None = None) -> int:
+    """``Σ_rows |{r' : x_{r'} ∈ region(r)}|`` on one column: every row is charged the number of
+    rows whose original value lies in the region its class releases (module docstring)."""
+    regions = regions if regions is not None else ClassRegions.from_rows(data, labels)
+    counts = region_row_counts(data, regions, column)
+    return int(np.bincount(regions.codes, minlength=regions.n_classes) @ counts)
 
-    ``released``: one column per quasi-identifier holding each row's released (generalized)
-    value, any hashable (an interval string, a tuple, a frozenset).
+
+def weighted_discernibility(data: pd.DataFrame, labels, weights: Mapping[str, float], *,
+                            regions: ClassRegions | None = None) -> float:
+    """C_WDM = Σ_i weight_i · Σ_rows |{r' : x_{r'}^{X_i} ∈ region_i(r)}|, weights normalized to
+    sum to 1 (module docstring).
+
+    ``data``: the original quasi-identifier columns; ``labels``: each row's class; ``regions``:
+    what each class releases (default: the tight regions of :meth:`ClassRegions.from_rows`; a
+    release publishing wider regions passes its own).
     """
-    normalized = normalize_weights(dict(weights), list(released.columns))
-    return float(
-        sum(
-            weight * attribute_discernibility(released[column])
-            for column, weight in normalized.items()
-            if weight > 0
-        )
-    )
+    normalized = normalize_weights(dict(weights), list(data.columns))
+    regions = regions if regions is not None else ClassRegions.from_rows(data, labels)
+    return float(sum(
+        weight * attribute_discernibility(data, labels, column, regions=regions)
+        for column, weight in normalized.items() if weight > 0
+    ))
 
 
-def released_values(data: pd.DataFrame, labels) -> pd.DataFrame:
-    """Each row's released value per column under tight regions (see module docstring).
-
-    Numeric columns become ``(min, max)`` tuples of the row's class, categorical ones an integer
-    naming the set of values of the class (equal sets, equal ids) -- the input
-    :func:`weighted_discernibility` expects.
-    """
-    regions = ClassRegions.from_rows(data, labels)
-    released = {}
-    for column in data.columns:
-        if column in regions.low:
-            pairs = list(zip(regions.low[column].tolist(), regions.high[column].tolist()))
-        else:
-            # rows of the membership matrix identify the class's value set
-            _, set_ids = np.unique(regions.members[column], axis=0, return_inverse=True)
-            pairs = set_ids.ravel().tolist()
-        per_class = pd.Series(pairs, dtype=object)
-        released[column] = per_class.iloc[regions.codes].to_numpy()
-    return pd.DataFrame(released, index=data.index)
+def minimum_weighted_discernibility(data: pd.DataFrame, weights: Mapping[str, float]) -> float:
+    """The C_WDM of an exact release (every class one original value per column): the floor no
+    release of ``data`` goes below, ``Σ_i weight_i · Σ_v n_v²`` over the values v of X_i."""
+    normalized = normalize_weights(dict(weights), list(data.columns))
+    total = 0.0
+    for column, weight in normalized.items():
+        if weight > 0:
+            sizes = data[column].value_counts(dropna=False).to_numpy(dtype=np.int64)
+            total += weight * int(np.sum(sizes ** 2))
+    return total

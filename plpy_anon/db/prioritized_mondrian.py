@@ -19,7 +19,7 @@ import time
 
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
-from plpy_anon.core.workload import normalize_weights, released_values, weighted_discernibility
+from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import mondrian, releases
 from plpy_anon.db.errors import sql_entry
@@ -124,7 +124,7 @@ def model_for(release):
         metric_weights=params.get("metric_weights"),
         cut_points={c: [tuple(x) for x in cuts] for c, cuts in
                     (params.get("cut_points") or {}).items()},
-        cut_tolerance=params.get("cut_tolerance", 0.25))
+        cut_tolerance=params.get("cut_tolerance", 0.5))
 
 
 @sql_entry
@@ -139,8 +139,13 @@ def partition(plpy, GD, release_id: int):
     partition_s = time.monotonic() - t0
     extra = {}
     if params.get("priorities"):
-        extra["c_wdm"] = weighted_discernibility(released_values(rows.frame, model.labels_),
+        names = [c.name for c in rows.qis]
+        extra["c_wdm"] = weighted_discernibility(rows.frame, model.labels_,
                                                  params["priorities"])
+        # scored with the release's own priorities; anon.release_report rescores it with
+        # weights that do not depend on the release (comparable across releases)
+        extra["c_wdm_weights"] = normalize_weights(params["priorities"], names)
+        extra["c_wdm_weights_origin"] = "release"
     return mondrian.partition_result(plpy, GD, release_id, rows, model.labels_, model.n_classes_,
                                      started=started, read_s=read_s, partition_s=partition_s,
                                      extra_metrics=extra)

@@ -25,7 +25,6 @@ from plpy_anon.core.workload import (
     ClassRegions,
     discernibility,
     normalize_weights,
-    released_values,
     restrict_predicate,
     weighted_discernibility,
 )
@@ -175,16 +174,26 @@ class _ReleaseEvaluation:
         self.n_classes = model.n_classes_
         self.plpy = plpy
 
-    def weights(self):
-        """Learned priorities of the source, else the release's own, else equal weights."""
+    def weights(self, given=None):
+        """The C_WDM weights: ``given`` (a JSON object column -> weight), else the learned
+        priorities of the source, else equal weights. Never the release's own priorities: the
+        weights depend on the source only, so that a plain and a prioritized release of the same
+        source are scored on the same scale (a release judged by its own favourite attributes
+        would always look best)."""
         names = [c.name for c in self.qis]
+        if given is not None:
+            given = jsonb(given)
+            if not isinstance(given, dict):
+                raise InvalidParameter(
+                    "weights must be a JSON object mapping quasi-identifiers to numbers",
+                    hint='e.g. wdm_weights => \'{"age": 1, "sex": 0.1}\'::jsonb, or NULL for the '
+                         "learned priorities (else equal weights)")
+            return normalize_weights(given, names), "given"
         rows = run(self.plpy, "SELECT column_name::text AS c, weight FROM anon.priorities "
                               "WHERE source = $1::oid::regclass", ["oid"], [self.tbl.oid])
         learned = {r["c"]: float(r["weight"]) for r in rows if r["c"] in names}
         if learned and any(learned.values()):
             return normalize_weights(learned, names), "learned"
-        if self.params.get("priorities"):
-            return normalize_weights(self.params["priorities"], names), "release"
         return normalize_weights({n: 1.0 for n in names}, names), "equal"
 
     def workload(self):
@@ -218,12 +227,12 @@ class _ReleaseEvaluation:
 
 
 @sql_entry
-def release_report(plpy, name):
+def release_report(plpy, name, weights=None):
     ev = _ReleaseEvaluation(plpy, name)
     k = int(ev.params["k"])
     metrics = release_metrics(ev.encoded, ev.labels, k)
-    weights, weights_origin = ev.weights()
-    c_wdm = weighted_discernibility(released_values(ev.frame, ev.labels), weights)
+    weights, weights_origin = ev.weights(weights)
+    c_wdm = weighted_discernibility(ev.frame, ev.labels, weights)
     _texts, precision = ev.precision()
     workload = precision.as_dict() if precision is not None else {"queries": 0}
     stored = {"c_wdm": c_wdm, "c_wdm_weights": weights, "c_wdm_weights_origin": weights_origin,

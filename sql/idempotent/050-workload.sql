@@ -73,7 +73,7 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     target            text             DEFAULT NULL,
     metric_weights    jsonb            DEFAULT NULL,
     cut_points        boolean          DEFAULT NULL,
-    cut_tolerance     double precision DEFAULT 0.25,
+    cut_tolerance     double precision DEFAULT 0.5,
     release_name      text             DEFAULT NULL,
     release_schema    text             DEFAULT 'release',
     replace           boolean          DEFAULT false
@@ -104,7 +104,7 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     target            text             DEFAULT NULL,
     metric_weights    jsonb            DEFAULT NULL,
     cut_points        boolean          DEFAULT NULL,
-    cut_tolerance     double precision DEFAULT 0.25,
+    cut_tolerance     double precision DEFAULT 0.5,
     release_name      text             DEFAULT NULL,
     release_schema    text             DEFAULT 'release',
     replace           boolean          DEFAULT false
@@ -136,7 +136,7 @@ from plpy_anon.db import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;
 
-CREATE OR REPLACE FUNCTION anon.release_report(release text)
+CREATE OR REPLACE FUNCTION anon.release_report(release text, wdm_weights jsonb DEFAULT NULL)
 RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, classes integer,
                row_count bigint, c_dm bigint, c_wdm double precision, ncp_percent double precision,
                ncp_per_attribute jsonb, weights jsonb, workload_queries integer,
@@ -147,10 +147,10 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
 from plpy_anon.db import workload
-return workload.release_report(plpy, release)
+return workload.release_report(plpy, release, wdm_weights)
 $$;
-COMMENT ON FUNCTION anon.release_report(text) IS
-    'Utility of a Mondrian-family release: k, C_DM, weighted discernibility C_WDM (learned, else the release''s, else equal weights), NCP overall and per attribute, and the precision/recall of the stored workload''s predicates on the quasi-identifiers; the figures are also stored in anon.releases.metrics.';
+COMMENT ON FUNCTION anon.release_report(text, jsonb) IS
+    'Utility of a Mondrian-family release: k, C_DM, weighted discernibility C_WDM (each row charged, per quasi-identifier, the source rows whose value lies in its released region; weights: wdm_weights, else the source''s learned priorities, else equal -- never the release''s own, so that releases of one source compare), NCP overall and per attribute, and the precision/recall of the stored workload''s predicates on the quasi-identifiers; the figures are also stored in anon.releases.metrics.';
 
 CREATE OR REPLACE FUNCTION anon.workload_precision(release text)
 RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows bigint,

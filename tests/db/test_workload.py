@@ -249,3 +249,45 @@ def test_pg_stat_statements_without_preload_warns_and_uses_the_store(db, schema,
         db.remove_notice_handler(collect)
         db.execute("DROP EXTENSION pg_stat_statements")
     assert any(sev == "WARNING" and "pg_stat_statements" in msg for sev, msg in warnings)
+
+
+def sql_wdm(db, release, weights):
+    """C_WDM recomputed by PostgreSQL from the released rows: each released row is charged, per
+    QI, the source rows whose value lies in its released range (age, zip) or set (sex)."""
+    total = sum(weights.values())
+    charged = db.execute(
+        f"SELECT sum((SELECT count(*) FROM patients p WHERE r.age @> p.age)), "
+        f"sum((SELECT count(*) FROM patients p WHERE p.sex = ANY (r.sex))), "
+        f"sum((SELECT count(*) FROM patients p WHERE r.zip @> p.zip)) FROM {release} r").fetchone()
+    return sum(weights[c] / total * float(n) for c, n in zip(("age", "sex", "zip"), charged))
+
+
+def test_release_report_scores_plain_and_prioritized_with_the_same_weights(db, schema, patients):
+    target = release_schema_of(schema)
+    plain = db.execute("SELECT anon.mondrian_view('patients', k => 8, release_schema => %s)",
+                       (target,)).fetchone()[0]
+    favoured = db.execute(
+        "SELECT anon.mondrian_view('patients', k => 8, priorities => %s::jsonb, "
+        "release_schema => %s, release_name => 'aged')",
+        ('{"age": 1, "sex": 0.1, "zip": 0.1}', target)).fetchone()[0]
+    query = "SELECT c_dm, c_wdm, weights FROM anon.release_report(%s, wdm_weights => %s::jsonb)"
+    weights = {"age": 1, "sex": 0.1, "zip": 0.1}
+    reports = {r: db.execute(query, (r, '{"age": 1, "sex": 0.1, "zip": 0.1}')).fetchone()
+               for r in (plain, favoured)}
+    for release, (_c_dm, c_wdm, used) in reports.items():
+        assert used == {c: pytest.approx(w / 1.2) for c, w in weights.items()}
+        assert c_wdm == pytest.approx(sql_wdm(db, release, weights))
+    # the release that keeps age finest scores better on an age-weighted C_WDM
+    assert reports[favoured][1] < reports[plain][1]
+    # with no weights given and none learned, both are scored with the same (equal) weights,
+    # not the prioritized release with its own
+    default = {r: db.execute("SELECT c_wdm, weights FROM anon.release_report(%s)", (r,)).fetchone()
+               for r in (plain, favoured)}
+    assert default[plain][1] == default[favoured][1] == {
+        c: pytest.approx(1 / 3) for c in ("age", "sex", "zip")}
+    for release, (c_wdm, _used) in default.items():
+        assert c_wdm == pytest.approx(sql_wdm(db, release, {"age": 1, "sex": 1, "zip": 1}))
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="JSON object"):
+        db.execute(query, (plain, "[1, 2]"))
+    with pytest.raises(psycopg.errors.UndefinedObject, match="salary"):
+        db.execute(query, (plain, '{"salary": 1}'))

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
@@ -12,7 +12,6 @@ from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian, _normalized_gain
 from plpy_anon.core.workload import (
     Condition,
-    released_values,
     weighted_discernibility,
     workload_precision,
 )
@@ -73,8 +72,8 @@ def test_a_prioritized_attribute_ends_finer():
     plain_zip_range = frame["zip"].groupby(plain.labels_).agg(np.ptp).mean()
     assert zip_range < plain_zip_range / 2
     weights = {"zip": 1}
-    assert weighted_discernibility(released_values(frame, model.labels_), weights) < \
-        weighted_discernibility(released_values(frame, plain.labels_), weights)
+    assert weighted_discernibility(frame, model.labels_, weights) < \
+        weighted_discernibility(frame, plain.labels_, weights)
 
 
 def test_cut_points_stop_classes_straddling_the_predicate():
@@ -93,8 +92,7 @@ def test_cut_points_stop_classes_straddling_the_predicate():
 def test_a_cut_point_far_from_the_median_is_ignored():
     frame = pd.DataFrame({"age": np.arange(100)})
     cols = columns_of(frame)
-    # left side of x <= 2 holds 3 % of the rows: never within the 25 % tolerance, and k = 10
-    # forbids it anyway; the first cut must stay the median
+    # left side of x <= 2 holds 3 rows: k = 40 forbids that cut, so the median cut stands
     model = PrioritizedMondrian(k=40, cut_points={"age": [(2, True)]}).fit(cols)
     plain = Mondrian(k=40).fit(cols)
     np.testing.assert_array_equal(model.labels_, plain.labels_)
@@ -144,7 +142,7 @@ def test_bad_parameters():
 def test_init_only_stores_parameters():
     model = PrioritizedMondrian(k=3, priorities={"a": 1})
     assert vars(model) == {"k": 3, "l": None, "priorities": {"a": 1}, "metric_weights": None,
-                           "cut_points": None, "cut_tolerance": 0.25}
+                           "cut_points": None, "cut_tolerance": 0.5}
 
 
 def test_parameters_are_checked_without_data():
@@ -154,3 +152,21 @@ def test_parameters_are_checked_without_data():
     assert model.metric_weights_ == {"spread": 1.0, "infogain": 0.0, "priority": 1.0}
     with pytest.raises(InvalidParameter, match="no target"):
         PrioritizedMondrian(k=5, metric_weights={"infogain": 1}).check_parameters(["age"])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 12),
+       st.lists(st.tuples(st.integers(0, 60), st.booleans()), min_size=1, max_size=4))
+def test_no_class_straddles_a_cut_point_where_k_allows_cutting_it(seed, k, cuts):
+    # "where k allows": every cell between consecutive cut points (and the two outer ones)
+    # holds >= k rows, so every cut point can be cut in any partition holding it
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"x": rng.integers(0, 60, 150)})
+    left_of = [frame["x"] <= t if inclusive else frame["x"] < t for t, inclusive in cuts]
+    cell = sum(side.astype(int) for side in left_of)
+    assume(cell.value_counts().min() >= k and cell.nunique() == len(
+        {side.sum() for side in left_of}) + 1)
+    labels = PrioritizedMondrian(k=k, cut_points={"x": cuts}).fit(columns_of(frame)).labels_
+    assert np.bincount(labels).min() >= k
+    for side in left_of:
+        assert side.groupby(labels).nunique().max() == 1

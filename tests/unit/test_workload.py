@@ -18,8 +18,8 @@ from plpy_anon.core.workload import (
     discernibility,
     evaluate_classes,
     evaluate_rows,
+    minimum_weighted_discernibility,
     normalize_weights,
-    released_values,
     restrict_predicate,
     weighted_discernibility,
     workload_precision,
@@ -126,24 +126,94 @@ def test_discernibility_by_hand():
 
 
 def test_weighted_discernibility_by_hand():
-    released = released_values(DATA, LABELS)
-    # age: three distinct intervals of 2 rows -> 12; sex: {F,M}, {F}, {M} -> 12
-    assert attribute_discernibility(released["age"]) == 12
-    assert weighted_discernibility(released, {"age": 3, "sex": 1}) == pytest.approx(12.0)
-    merged = released_values(DATA, [0, 0, 0, 0, 1, 1])  # sex {F,M} for 4 rows, {M} for 2
-    assert attribute_discernibility(merged["sex"]) == 16 + 4
-    assert weighted_discernibility(merged, {"age": 0, "sex": 1}) == pytest.approx(20.0)
-    # two classes with the same sex set fall in one group along sex alone
-    same_sets = released_values(pd.DataFrame({"s": ["F", "M", "F", "M"]}), [0, 0, 1, 1])
-    assert attribute_discernibility(same_sets["s"]) == 16
+    # each row is charged the rows whose original value lies in its class's released region
+    # age: [20,25], [30,35], [60,70] hold 2 rows each -> 6 rows x 2 = 12
+    assert attribute_discernibility(DATA, LABELS, "age") == 12
+    # sex: {F,M} holds all 6 rows (2 rows charged 6), {F} 3 rows, {M} 3 rows -> 12 + 6 + 6
+    assert attribute_discernibility(DATA, LABELS, "sex") == 24
+    assert weighted_discernibility(DATA, LABELS, {"age": 3, "sex": 1}) == pytest.approx(
+        0.75 * 12 + 0.25 * 24)
+    merged = [0, 0, 0, 0, 1, 1]  # age [20,35] (4 rows) for 4 rows, [60,70] for 2
+    assert attribute_discernibility(DATA, merged, "age") == 4 * 4 + 2 * 2
+    assert weighted_discernibility(DATA, merged, {"age": 0, "sex": 1}) == pytest.approx(
+        4 * 6 + 2 * 3)
+    # exact release: one class per distinct row -> the floor sum of squared value counts
+    exact = [0, 1, 2, 3, 4, 5]
+    assert attribute_discernibility(DATA, exact, "sex") == 3 * 3 + 3 * 3 == \
+        minimum_weighted_discernibility(DATA[["sex"]], {"sex": 1})
+
+
+def test_an_exactly_released_attribute_scores_less_than_a_generalized_one():
+    # the earlier reading (groups of identical released values) charged an exact attribute split
+    # over many classes the most; now exact age beats any age range
+    data = pd.DataFrame({"age": [30] * 4 + [40] * 4, "sex": list("FFMMFFMM")})
+    by_age = [0, 0, 1, 1, 2, 2, 3, 3]          # age exact, sex exact too
+    by_sex = [0, 0, 1, 1, 0, 0, 1, 1]          # age [30,40] everywhere, sex exact
+    weights = {"age": 1, "sex": 0.1}
+    assert weighted_discernibility(data, by_age, weights) < weighted_discernibility(
+        data, by_sex, weights)
+
+
+def _brute_force_wdm(data, labels, weights):
+    labels = np.asarray(labels)
+    total = sum(weights.values())
+    score = 0.0
+    for column, weight in weights.items():
+        values = data[column].tolist()
+        charged = 0
+        for r in range(len(values)):
+            members = [values[i] for i in range(len(values)) if labels[i] == labels[r]]
+            if isinstance(values[0], str):
+                charged += sum(v in set(members) for v in values)
+            else:
+                charged += sum(min(members) <= v <= max(members) for v in values)
+        score += weight / total * charged
+    return score
+
+
+small_tables = st.integers(1, 14).flatmap(lambda n: st.tuples(
+    st.lists(st.integers(0, 6), min_size=n, max_size=n),
+    st.lists(st.sampled_from("abc"), min_size=n, max_size=n),
+    st.lists(st.integers(0, 3), min_size=n, max_size=n),
+    st.lists(st.floats(0, 5), min_size=2, max_size=2),
+))
+
+
+@settings(max_examples=80, deadline=None)
+@given(small_tables)
+def test_wdm_matches_a_brute_force_count(table):
+    x, s, labels, (wx, ws) = table
+    data = pd.DataFrame({"x": x, "s": s})
+    weights = {"x": wx + 0.01, "s": ws}
+    assert weighted_discernibility(data, labels, weights) == pytest.approx(
+        _brute_force_wdm(data, labels, weights))
+
+
+@settings(max_examples=80, deadline=None)
+@given(small_tables, st.lists(st.integers(0, 2), min_size=4, max_size=4))
+def test_exact_release_is_the_floor_and_coarser_never_scores_lower(table, merge):
+    x, s, labels, (wx, ws) = table
+    data = pd.DataFrame({"x": x, "s": s})
+    weights = {"x": wx + 0.01, "s": ws}
+    floor = minimum_weighted_discernibility(data, weights)
+    # exact release: every class holds one original value per attribute
+    exact, _ = pd.factorize(pd.Series(list(zip(x, s))))
+    assert weighted_discernibility(data, exact, weights) == pytest.approx(floor)
+    fine = weighted_discernibility(data, labels, weights)
+    assert fine >= floor - 1e-9
+    # merging classes (a coarser generalization) never lowers the score
+    coarse = [merge[label] for label in labels]
+    assert weighted_discernibility(data, coarse, weights) >= fine - 1e-9
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(0, 5), min_size=1, max_size=40))
-def test_wdm_with_one_attribute_equals_dm_of_its_groups(labels):
-    data = pd.DataFrame({"x": np.arange(len(labels))})  # distinct values: groups == classes
-    released = released_values(data, labels)
-    assert weighted_discernibility(released, {"x": 2.5}) == discernibility(labels)
+def test_wdm_of_distinct_values_is_the_dm_of_the_classes(labels):
+    # distinct values, contiguous classes: a class's range holds exactly its own rows
+    order = np.argsort(labels, kind="stable")
+    data = pd.DataFrame({"x": np.empty(len(labels))})
+    data.loc[order, "x"] = np.arange(len(labels), dtype=float)
+    assert weighted_discernibility(data, labels, {"x": 2.5}) == discernibility(labels)
 
 
 def test_normalize_weights_and_bad_weights():
