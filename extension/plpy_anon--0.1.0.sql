@@ -957,7 +957,7 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     target            text             DEFAULT NULL,
     metric_weights    jsonb            DEFAULT NULL,
     cut_points        boolean          DEFAULT NULL,
-    cut_tolerance     double precision DEFAULT 0.25,
+    cut_tolerance     double precision DEFAULT 0.5,
     release_name      text             DEFAULT NULL,
     release_schema    text             DEFAULT 'release',
     replace           boolean          DEFAULT false
@@ -1012,7 +1012,7 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     target            text             DEFAULT NULL,
     metric_weights    jsonb            DEFAULT NULL,
     cut_points        boolean          DEFAULT NULL,
-    cut_tolerance     double precision DEFAULT 0.25,
+    cut_tolerance     double precision DEFAULT 0.5,
     release_name      text             DEFAULT NULL,
     release_schema    text             DEFAULT 'release',
     replace           boolean          DEFAULT false
@@ -1092,7 +1092,7 @@ from plpy_anon.db import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;
 
-CREATE OR REPLACE FUNCTION anon.release_report(release text)
+CREATE OR REPLACE FUNCTION anon.release_report(release text, wdm_weights jsonb DEFAULT NULL)
 RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, classes integer,
                row_count bigint, c_dm bigint, c_wdm double precision, ncp_percent double precision,
                ncp_per_attribute jsonb, weights jsonb, workload_queries integer,
@@ -1127,10 +1127,10 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import workload
-return workload.release_report(plpy, release)
+return workload.release_report(plpy, release, wdm_weights)
 $$;
-COMMENT ON FUNCTION anon.release_report(text) IS
-    'Utility of a Mondrian-family release: k, C_DM, weighted discernibility C_WDM (learned, else the release''s, else equal weights), NCP overall and per attribute, and the precision/recall of the stored workload''s predicates on the quasi-identifiers; the figures are also stored in anon.releases.metrics.';
+COMMENT ON FUNCTION anon.release_report(text, jsonb) IS
+    'Utility of a Mondrian-family release: k, C_DM, weighted discernibility C_WDM (each row charged, per quasi-identifier, the source rows whose value lies in its released region; weights: wdm_weights, else the source''s learned priorities, else equal -- never the release''s own, so that releases of one source compare), NCP overall and per attribute, and the precision/recall of the stored workload''s predicates on the quasi-identifiers; the figures are also stored in anon.releases.metrics.';
 
 CREATE OR REPLACE FUNCTION anon.workload_precision(release text)
 RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows bigint,
@@ -2097,7 +2097,10 @@ RETURNS TABLE (
     utility              double precision,
     utility_normalized   double precision,
     h                    double precision,
-    admissible           boolean
+    admissible           boolean,
+    verdict              text,
+    protection_change    double precision,
+    attacker_r2          double precision
 )
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
@@ -2158,7 +2161,8 @@ CREATE OR REPLACE FUNCTION anon.fusion_resilient_view(
     random_state         integer          DEFAULT 0,
     release_name         text             DEFAULT NULL,
     release_schema       text             DEFAULT 'release',
-    replace              boolean          DEFAULT false
+    replace              boolean          DEFAULT false,
+    accept_unprotected   boolean          DEFAULT false
 )
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -2196,10 +2200,10 @@ return fusion.fusion_resilient_view(
     w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes,
     auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules,
     known_fraction=known_fraction, random_state=random_state, release_name=release_name,
-    release_schema=release_schema, replace=replace, GD=GD)
+    release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, GD=GD)
 $$;
-COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean) IS
-    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name.';
+COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean) IS
+    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name.';
 
 CREATE OR REPLACE FUNCTION anon.fusion_scan_of(release text)
 RETURNS TABLE (
@@ -2212,7 +2216,11 @@ RETURNS TABLE (
     utility_normalized   double precision,
     h                    double precision,
     admissible           boolean,
-    chosen               boolean
+    chosen               boolean,
+    verdict              text,
+    protection_change    double precision,
+    attacker_r2          double precision,
+    accept_unprotected   boolean
 )
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
