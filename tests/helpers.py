@@ -34,3 +34,21 @@ def release_schema_of(schema: str) -> str:
     exist before the test's first release (plpy_anon creates it, releases go only into schemas it
     created); the ``schema`` fixture drops it with its releases."""
     return f"{schema[:58]}_rel"
+
+
+# A function that only says who runs it: planted by attackers in the adversarial tests, it must
+# never appear among the notices of a session that refreshes or verifies a release.
+EVIL = """
+CREATE FUNCTION {schema}.evil() RETURNS int LANGUAGE plpgsql AS $f$
+BEGIN
+  RAISE NOTICE 'evil as % super=%', current_user,
+        (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user);
+  RETURN 1;
+END $f$"""
+
+
+def notices(conn) -> list[str]:
+    """The primary messages of the NOTICEs ``conn`` receives from now on (a live list)."""
+    seen: list[str] = []
+    conn.add_notice_handler(lambda d: seen.append(d.message_primary))
+    return seen

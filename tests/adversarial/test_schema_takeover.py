@@ -19,13 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-EVIL = """
-CREATE FUNCTION {schema}.evil() RETURNS int LANGUAGE plpgsql AS $f$
-BEGIN
-  RAISE NOTICE 'evil as % super=%', current_user,
-        (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user);
-  RETURN 1;
-END $f$"""
+from tests.helpers import EVIL, notices
 
 
 @pytest.fixture
@@ -38,11 +32,6 @@ def attacker(db, connect):
     db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
     db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
-
-def notices(conn):
-    seen = []
-    conn.add_notice_handler(lambda d: seen.append(d.message_primary))
-    return seen
 
 
 def source_table(db, schema):

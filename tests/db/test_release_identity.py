@@ -11,13 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-EVIL = """
-CREATE FUNCTION {schema}.evil() RETURNS int LANGUAGE plpgsql AS $f$
-BEGIN
-  RAISE NOTICE 'evil as % super=%', current_user,
-        (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user);
-  RETURN 1;
-END $f$"""
+from tests.helpers import EVIL, notices
 
 
 @pytest.fixture
@@ -47,11 +41,6 @@ def catalog_rows(db, release_schema, name="pat_k5"):
     return db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s AND release_name = %s",
                       (release_schema, name)).fetchone()[0]
 
-
-def notices(conn):
-    seen = []
-    conn.add_notice_handler(lambda d: seen.append(d.message_primary))
-    return seen
 
 
 def test_refresh_of_a_release_whose_schema_was_dropped_fails_clearly_and_drop_release_cleans_up(
