@@ -26,6 +26,7 @@ Choices made where the paper is silent (each one is what the docs promise):
   so rounding never leaves them.
 """
 
+import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from plpy_anon.core.pattern.walk import Blocks, random_walk
 MAX_DECIMALS = 9
 # Segments walked together in one vectorized loop (also the unit handed to a thread); fixed so a
 # seed gives the same release whatever n_jobs is.
-SEGMENTS_PER_BATCH = 256
+SEGMENTS_PER_BATCH = 128
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,16 @@ class PatternPreservingRelease:
         matrix, columns = _as_numeric_matrix(X)
         bounds = _resolve_bounds(self.bounds, matrix, columns)
         self.seed_ = _draw_seed() if self.seed is None else int(self.seed)
-        results = [release_column(matrix[:, c], *bounds[c], segment=self.segment,
-                                  sample=self.sample, iterations=self.iterations,
-                                  delta=float(self.delta), seed=(self.seed_, c), n_jobs=self.n_jobs, name=columns[c])
-                   for c in range(matrix.shape[1])]
+        plans = [_plan_column(matrix[:, c], *bounds[c], segment=self.segment,
+                              sample=self.sample, iterations=self.iterations,
+                              delta=float(self.delta), seed=(self.seed_, c), name=columns[c])
+                 for c in range(matrix.shape[1])]
+        # every batch of every column is one task: threads stay busy across columns
+        outcomes = _run_tasks([task for plan in plans for task in plan.tasks], self.n_jobs)
+        results, used = [], 0
+        for plan in plans:
+            results.append(plan.assemble(outcomes[used:used + len(plan.tasks)]))
+            used += len(plan.tasks)
         self.columns_ = columns
         self.bounds_ = [r.bounds for r in results]
         self.released_ = np.column_stack([r.values for r in results])
@@ -146,9 +153,34 @@ class PatternPreservingRelease:
 
 
 def release_column(values, lower=None, upper=None, *, segment, sample, iterations, seed,
-                   n_jobs=1, name="column", delta=1.0):
+                   n_jobs=1, name="column", delta=16.0):
     """Release one column (NaN = NULL).  ``seed``: anything ``np.random.default_rng`` takes as a
     list of integers -- batch ``g`` walks with ``default_rng([*seed, g])``."""
+    plan = _plan_column(values, lower, upper, segment=segment, sample=sample,
+                        iterations=iterations, seed=seed, name=name, delta=delta)
+    return plan.assemble(_run_tasks(plan.tasks, n_jobs))
+
+
+@dataclass(frozen=True)
+class _ColumnPlan:
+    n_rows: int
+    rows: np.ndarray
+    bounds: tuple
+    decimals: int
+    tasks: list                 # callables, one per batch of segments
+
+    def assemble(self, outcomes):
+        return _assemble(self.n_rows, self.rows, outcomes, self.bounds, self.decimals)
+
+
+def _run_tasks(tasks, n_jobs):
+    if n_jobs > 1 and len(tasks) > 1:
+        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+            return list(pool.map(lambda task: task(), tasks))
+    return [task() for task in tasks]
+
+
+def _plan_column(values, lower, upper, *, segment, sample, iterations, seed, name, delta):
     values = np.asarray(values, dtype=np.float64)
     rows = np.flatnonzero(~np.isnan(values))
     input_decimals = _grid_decimals(values[rows])
@@ -157,24 +189,19 @@ def release_column(values, lower=None, upper=None, *, segment, sample, iteration
     decimals = min(input_decimals, _output_decimals_cap(lower, upper))
     order = np.argsort(present, kind="stable")
     segments = np.array_split(order, max(1, order.size // segment))
-    batches = [segments[g:g + SEGMENTS_PER_BATCH]
-               for g in range(0, len(segments), SEGMENTS_PER_BATCH)]
+    # batches of equal size (at most SEGMENTS_PER_BATCH segments), fixed by the data alone so a
+    # seed gives the same release whatever n_jobs is
+    n_batches = -(-len(segments) // SEGMENTS_PER_BATCH)
+    cuts = np.linspace(0, len(segments), n_batches + 1).round().astype(int)
+    batches = [segments[cuts[g]:cuts[g + 1]] for g in range(n_batches)]
     seed = [int(part) for part in np.atleast_1d(seed)]
     scale = 10.0 ** decimals
     context = _BatchContext(present, math.ceil(lower * scale - 1e-9),
                             math.floor(upper * scale + 1e-9), decimals, sample, iterations,
                             float(delta))
-
-    def run(index_and_batch):
-        index, batch = index_and_batch
-        return context.release(batch, np.random.default_rng([*seed, index]))
-
-    if n_jobs > 1 and len(batches) > 1:
-        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
-            outcomes = list(pool.map(run, enumerate(batches)))
-    else:
-        outcomes = [run(item) for item in enumerate(batches)]
-    return _assemble(values.size, rows, outcomes, (lower, upper), decimals)
+    tasks = [functools.partial(context.release, batch, np.random.default_rng([*seed, index]))
+             for index, batch in enumerate(batches)]
+    return _ColumnPlan(values.size, rows, (lower, upper), decimals, tasks)
 
 
 def _assemble(n_rows, rows, outcomes, bounds, decimals):
