@@ -166,8 +166,8 @@ def test_every_step_of_the_walk_stays_in_the_polytope(values, fraction, delta, s
     b = np.full(A.shape[0], delta)
     lower, upper = np.full(values.size, values[0] - 3), np.full(values.size, values[-1] + 3)
     x = values
-    for _ in range(steps):
-        x = random_walk(A, b, lower, upper, x, 1, rng)
+    for step in range(steps):
+        x = random_walk(A, b, lower, upper, x, 1, rng, offset=step)
         assert polytope_violation(A, b, lower, upper, x) <= 1e-9
         # independently of A: each sampled locality on signed distances, within delta
         for i, j, k, relation in as_tuples(localities):

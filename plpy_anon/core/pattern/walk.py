@@ -7,8 +7,8 @@ moves to a uniform point of it.  The paper derives the interval through slack va
 ``t * (A u)_r <= v_r`` for every row.  Bounds are handled the same way with the slacks
 ``upper - x`` and ``x - lower``.
 
-Direction: a coordinate axis ``e_c`` drawn uniformly (coordinate hit-and-run, whose stationary
-law is also the uniform distribution on the polytope).  ``A e_c`` is column ``c`` of ``A``: a
+Direction: a coordinate axis ``e_c``, scanned systematically (coordinate hit-and-run, whose
+stationary law is also the uniform distribution on the polytope).  ``A e_c`` is column ``c`` of ``A``: a
 step costs the few rows that contain ``x_c`` instead of the whole matrix, which is what makes
 the paper's 4000 steps per segment affordable on a whole table (a random-direction step reads
 every row of the segment, ~100 times more).
@@ -59,8 +59,9 @@ def polytope_violation(A, b, lower, upper, x):
     return float(max(worst))
 
 
-def random_walk(A, b, lower, upper, start, iterations, rng, *, blocks=None):
-    """Walk ``iterations`` steps (per block) from ``start``; return the end point.
+def random_walk(A, b, lower, upper, start, iterations, rng, *, blocks=None, offset=0):
+    """Walk ``iterations`` steps (per block) from ``start``; return the end point.  ``offset``:
+    the scan position of the first step (to continue a walk step by step).
 
     ``start`` must lie in the polytope.  The end point is checked against every constraint before
     it is returned (a violation beyond float rounding is a bug and raises ``RuntimeError``).
@@ -73,11 +74,11 @@ def random_walk(A, b, lower, upper, start, iterations, rng, *, blocks=None):
     tolerance = _tolerance(lower, upper, b)
     if polytope_violation(A, b, lower, upper, x) > tolerance:
         raise ValueError("the random walk must start inside the polytope")
-    walker = _Walker(sparse.csc_matrix(A), b, lower, upper, x, blocks)
+    walker = _Walker(sparse.csc_matrix(A), b, lower, upper, x, blocks, offset)
     for step in range(int(iterations)):
         if step % _RESYNC_EVERY == 0:
             walker.resync()
-        walker.step(rng)
+        walker.step(rng, step)
     violation = polytope_violation(A, b, lower, upper, walker.x)
     if violation > tolerance:
         raise RuntimeError(f"random walk left the polytope by {violation:g}")
@@ -91,52 +92,94 @@ def _tolerance(lower, upper, b):
     return 1e-9 * scale
 
 
-class _Walker:
-    """State of the walk: the point, the constraint slack and the column layout of ``A``."""
+@dataclass(frozen=True)
+class _Side:
+    """Entries of one sign of the columns moved at one scan position: ``t * coef <= slack``
+    bounds ``t`` from above (positive coefficients) or below (negative ones)."""
 
-    def __init__(self, A_csc, b, lower, upper, x, blocks):
-        A_csc.sort_indices()
+    rows: np.ndarray            # constraint rows, grouped by moved column
+    coef: np.ndarray
+    inverse: np.ndarray         # 1 / coef
+    owner: np.ndarray           # index of the moved column (into the position's columns)
+    offsets: np.ndarray         # start of each group, for reduceat
+    has: np.ndarray             # moved columns having at least one entry of this sign
+
+
+@dataclass(frozen=True)
+class _Position:
+    columns: np.ndarray         # coordinate ``position`` of every block long enough
+    sides: tuple
+
+
+def _scan_plan(A_csc, col_starts, col_sizes):
+    """Per scan position ``p``: the coordinates ``col_starts + p`` and their entries of ``A`` by
+    sign -- a reordering of ``A``'s columns, built once, so a step gathers nothing but slacks."""
+    n_cols = A_csc.shape[1]
+    position = np.arange(n_cols) - np.repeat(col_starts, col_sizes)
+    column = np.repeat(np.arange(n_cols), np.diff(A_csc.indptr))
+    sign = np.where(A_csc.data > 0, 0, np.where(A_csc.data < 0, 1, 2))
+    order = np.lexsort((column, sign, position[column]))
+    key = position[column][order] * 3 + sign[order]
+    plan = []
+    for p in range(int(col_sizes.max())):
+        columns = np.flatnonzero(position == p)
+        sides = []
+        for which in (0, 1):
+            lo = np.searchsorted(key, p * 3 + which, side="left")
+            hi = np.searchsorted(key, p * 3 + which, side="right")
+            picked = order[lo:hi]
+            owner = np.searchsorted(columns, column[picked])
+            starts = np.flatnonzero(np.diff(owner, prepend=-1)) if owner.size else owner
+            coef = A_csc.data[picked]
+            sides.append(_Side(A_csc.indices[picked], coef, 1.0 / coef, owner, starts,
+                               owner[starts]))
+        plan.append(_Position(columns, tuple(sides)))
+    return plan
+
+
+class _Walker:
+    """State of the walk: the point, the constraint slack and the scan plan of ``A``.
+
+    Systematic scan: step ``s`` moves coordinate ``s mod max_size`` of every block (blocks
+    shorter than that rest), so ``iterations`` steps move each value ``iterations / size``
+    times.  Each coordinate update is a hit-and-run step along an axis, which leaves the
+    uniform distribution on the polytope invariant, and so does their composition."""
+
+    def __init__(self, A_csc, b, lower, upper, x, blocks, offset=0):
         self.A = A_csc
         self.b, self.lower, self.upper, self.x = b, lower, upper, x
-        self.col_starts = np.asarray(blocks.col_starts, dtype=np.int64)
-        self.col_sizes = blocks.col_sizes(x.size)
-        if np.any(self.col_sizes <= 0):
+        col_starts = np.asarray(blocks.col_starts, dtype=np.int64)
+        col_sizes = blocks.col_sizes(x.size)
+        if np.any(col_sizes <= 0):
             raise ValueError("every block needs at least one coordinate")
-        self.indptr = A_csc.indptr.astype(np.int64)
-        self.blocks = np.arange(self.col_starts.size)
+        self.plan = _scan_plan(A_csc, col_starts, col_sizes)
+        self.offset = int(offset)
         self.slack = np.empty(A_csc.shape[0])
 
     def resync(self):
         np.subtract(self.b, self.A @ self.x, out=self.slack)
         np.maximum(self.slack, 0.0, out=self.slack)
 
-    def step(self, rng):
-        n_blocks = self.col_starts.size
-        c = self.col_starts + (rng.random(n_blocks) * self.col_sizes).astype(np.int64)
-        begin = self.indptr[c]
-        lengths = self.indptr[c + 1] - begin
+    def step(self, rng, step):
+        at = self.plan[(self.offset + step) % len(self.plan)]
+        c = at.columns
         x_c = self.x[c]
         t_hi = self.upper[c] - x_c                     # bounds: lower <= x_c + t <= upper
         t_lo = self.lower[c] - x_c
-        total = int(lengths.sum())
-        if total:
-            ends = np.cumsum(lengths)
-            # entry e of block g: begin[g] + (e - first entry of g); grouped by block
-            entry = np.arange(total) + np.repeat(begin - (ends - lengths), lengths)
-            rows, coef = self.A.indices[entry], self.A.data[entry]
-            slack = self.slack[rows]
-            limit = slack / coef                        # t * coef <= slack (coef is never 0)
-            has = lengths > 0
-            offsets = (ends - lengths)[has]
-            t_hi[has] = np.minimum(t_hi[has], np.minimum.reduceat(
-                np.where(coef > 0, limit, np.inf), offsets))
-            t_lo[has] = np.maximum(t_lo[has], np.maximum.reduceat(
-                np.where(coef < 0, limit, -np.inf), offsets))
+        positive, negative = at.sides
+        slacks = []
+        for side, limit, reduce in ((positive, t_hi, np.minimum), (negative, t_lo, np.maximum)):
+            slack = self.slack[side.rows]
+            slacks.append(slack)
+            if side.rows.size:
+                limit[side.has] = reduce(limit[side.has],
+                                         reduce.reduceat(slack * side.inverse, side.offsets))
         t_hi = np.maximum(t_hi, 0.0) * (1.0 - _STEP_SHRINK)
         t_lo = np.minimum(t_lo, 0.0) * (1.0 - _STEP_SHRINK)
-        t = t_lo + (t_hi - t_lo) * rng.random(n_blocks)
+        t = t_lo + (t_hi - t_lo) * rng.random(c.size)
         self.x[c] = x_c + t
-        if total:
-            # a row holds one coordinate once and belongs to one block: no repeated index.
-            # Rounding can push a slack a hair below 0; 0 then blocks moves outwards.
-            self.slack[rows] = np.maximum(slack - np.repeat(t, lengths) * coef, 0.0)
+        for side, slack in zip(at.sides, slacks):
+            if side.rows.size:
+                # a row holds one coordinate once and belongs to one block: no repeated index.
+                # Rounding can push a slack a hair below 0; 0 then blocks moves outwards.
+                self.slack[side.rows] = np.maximum(slack - t[side.owner] * side.coef, 0.0)
