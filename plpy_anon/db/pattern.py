@@ -30,7 +30,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from plpy_anon.core.errors import InvalidParameter, UnsupportedType
+from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 from plpy_anon.core.pattern import (
     PatternPreservingRelease,
     distortion,
@@ -46,16 +46,37 @@ from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finit
 from plpy_anon.db.sqltext import ident, jsonb
 
 METHOD = "pattern"
+
+
+class UnchangedValues(InsufficientData):
+    """Too many values came out of the walk as they went in (22000, data_exception)."""
+
 # source type -> the type the substituted values are released as
 RELEASED_TYPES = {"int2": "numeric", "int4": "numeric", "int8": "numeric", "numeric": "numeric",
                   "float4": "float8", "float8": "float8"}
 # threads walking segments inside the backend (process pools do not work there)
 MAX_THREADS = 4
+# the paper's slack of a locality, in mean gaps of the sorted segment (see core.pattern.release);
+# 16 is the smallest power of two with which >= 90 % of every Adult column (age, fnlwgt,
+# education_num) moves at the paper's parameters (docs/pattern.md)
+DEFAULT_DELTA = 16.0
+# a release in which more than this share of a column's values is published as it was is refused
+DEFAULT_MAX_UNCHANGED = 0.10
+
+
+def _check_max_unchanged(value):
+    if (value is None or isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0.0 <= float(value) <= 1.0):
+        raise InvalidParameter(f"max_unchanged must be a share in [0, 1], got {value!r}",
+                               hint="e.g. max_unchanged => 0.10 refuses a release in which more "
+                                    "than 10% of a column's values are published unchanged")
+    return float(value)
 
 
 @sql_entry
 def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bounds, sensitive,
-                 identifiers, release_name, release_schema, replace, GD=None):
+                 identifiers, release_name, release_schema, replace, delta=DEFAULT_DELTA,
+                 max_unchanged=DEFAULT_MAX_UNCHANGED, GD=None):
     tbl = catalog.table(plpy, source)
     cols = catalog.table_columns(plpy, tbl)
     substituted = _substituted_columns(tbl, cols, columns)
@@ -67,6 +88,7 @@ def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bo
     parameters = {
         "columns": names,
         "segment": segment, "sample": sample, "iterations": iterations, "seed": seed,
+        "delta": delta, "max_unchanged": _check_max_unchanged(max_unchanged),
         "bounds": _parse_bounds(bounds, names),
         "sensitive": kept,
         "released": names + kept,
@@ -74,7 +96,7 @@ def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bo
     }
     # fail fast with clean errors, before any view exists (the run checks again on its data)
     PatternPreservingRelease(segment=segment, sample=sample, iterations=iterations,
-                             seed=seed).check_parameters()
+                             seed=seed, delta=delta).check_parameters()
     _check_columns(plpy, tbl, substituted, parameters["bounds"])
     name = release_name or f"{tbl.name}_pp"
 
@@ -180,18 +202,60 @@ def run_release(plpy, GD, release_id: int):
     model = PatternPreservingRelease(
         segment=params["segment"], sample=params["sample"], iterations=params["iterations"],
         seed=params["seed"], bounds={k: tuple(v) for k, v in params["bounds"].items()},
+        delta=params.get("delta", DEFAULT_DELTA),
         n_jobs=min(MAX_THREADS, os.cpu_count() or 1)).fit(frame)
     walk_s = time.monotonic() - t0
     original = frame.to_numpy()
     metrics = _metrics(model, original, params["seed"] is not None)
+    released = [_array_literal(model.released_[:, i], model.decimals_[i])
+                for i in range(len(substituted))]
+    counted = count_unchanged(plpy, tbl, substituted, data, released)
+    for name, (same, present) in counted.items():
+        metrics["columns"][name]["unchanged_fraction"] = same / present if present else None
+    refuse_unchanged(tbl, counted, params.get("max_unchanged", DEFAULT_MAX_UNCHANGED),
+                     params.get("delta", DEFAULT_DELTA))
     metrics["seconds"] = {"read": round(read_s, 4), "walk": round(walk_s, 4),
                           "python_total": round(time.monotonic() - started, 4)}
-    _warn_if_unchanged(plpy, metrics["columns"])
     releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=None, metrics=metrics,
                        started=started)
     return {"row_ctids": data.row_ctids, "row_tableoids": data.row_tableoids,
-            "released": [_array_literal(model.released_[:, i], model.decimals_[i])
-                         for i in range(len(substituted))]}
+            "released": released}
+
+
+def count_unchanged(plpy, tbl, substituted, data, released):
+    """Per column (values released unchanged, non-NULL values), counted in SQL: the very array
+    literals the release is built from, joined to the source by ctid as the release query does,
+    compared with the source's values (no Python arithmetic involved)."""
+    types = [RELEASED_TYPES[c.type_name] for c in substituted]
+    aliases = [f"c{i}" for i in range(len(substituted))]
+    counts = ", ".join(
+        f"count(s.{ident(plpy, c.name)}) AS n{i}, "
+        f"count(*) FILTER (WHERE s.{ident(plpy, c.name)}::{types[i]} = r.c{i}) AS same{i}"
+        for i, c in enumerate(substituted))
+    arrays = ", ".join(f"${i + 3}::{t}[]" for i, t in enumerate(types))
+    plan = plpy.prepare(
+        f"SELECT {counts}\n"
+        f"FROM unnest($1::tid[], $2::oid[], {arrays}) AS r(row_ctid, row_tableoid, "
+        f"{', '.join(aliases)})\n"
+        f"JOIN {tbl.quoted(plpy)} AS s\n"
+        f"  ON s.ctid = r.row_ctid AND (r.row_tableoid IS NULL OR s.tableoid = r.row_tableoid)",
+        ["text"] * (2 + len(substituted)))
+    row = plpy.execute(plan, [data.row_ctids, data.row_tableoids, *released])[0]
+    return {c.name: (int(row[f"same{i}"]), int(row[f"n{i}"])) for i, c in enumerate(substituted)}
+
+
+def refuse_unchanged(tbl, counted, max_unchanged, delta):
+    """Refuse (22000) a release in which a column kept more than ``max_unchanged`` of its values."""
+    over = [(name, same, present) for name, (same, present) in counted.items()
+            if present and same / present > max_unchanged]
+    if over:
+        figures = "; ".join(f'{same / present:.1%} of column "{name}" ({same} of {present} '
+                            "values)" for name, same, present in over)
+        raise UnchangedValues(
+            f"pattern release of {tbl.schema}.{tbl.name} refused: {figures} released "
+            f"unchanged, above max_unchanged = {max_unchanged:.0%}",
+            hint=f"Give the walk more room: raise delta (now {delta:g}) or lower sample, or "
+                 "leave the column out; max_unchanged => 1 publishes it knowingly.")
 
 
 def _still_there(tbl, cols, name):
@@ -228,23 +292,6 @@ def _metrics(model, original, seed_fixed):
                    "bounds": [float(b) for b in model.bounds_[i]]}
             for i, name in enumerate(model.columns_)},
     }
-
-
-# Above this share of values released exactly as they were, the user is told (see
-# README, Pattern-preserving releases: with many constraints the walk moves values by less than their precision).
-UNCHANGED_WARNING = 0.5
-
-
-def _warn_if_unchanged(plpy, columns):
-    for name, column in columns.items():
-        share = column["unchanged_fraction"]
-        if share is not None and share > UNCHANGED_WARNING:
-            plpy.warning(
-                f'pattern release: {share:.0%} of column "{name}" is released unchanged',
-                detail="The random walk moved these values by less than the column's precision, "
-                       "so rounding gave the originals back.",
-                hint="Lower sample (fewer localities) or raise iterations, and check "
-                     "anon.releases.metrics; do not rely on this column being anonymized.")
 
 
 def _number(value):

@@ -10,7 +10,14 @@
     as the sensitive attribute, uniform-spread estimates inside each class);
 (f) how far the walk moves: mean |released - original| over the mean gap between neighbouring
     values, vs sample and iterations (1,000 fnlwgt-like values, no rounding effect);
-(e) with PATTERN_BENCH_MILLION=1: one 1,000,000-row column, segment 100, rho 0.3, 4000 iterations.
+(e) with PATTERN_BENCH_MILLION=1: one 1,000,000-row column, segment 100, rho 0.3, 4000 iterations;
+(g) the targets of the "values really move" issue, in PostgreSQL: ``anon.pattern_view`` on Adult
+    (age, fnlwgt, education_num) at the paper's parameters (segment 100, rho 0.3, 4000
+    iterations, our default delta 16), timed beside a Mondrian release of the same columns;
+    share of rows changed per column (target >= 90 %) and linkage re-identification on the
+    released (age, education_num, fnlwgt +- 1) (target < 5 %; 89.9 % before the fix).
+
+PATTERN_BENCH_PARTS=g,c,d (for example) runs only those parts; default: all.
 
 Prints Markdown tables and writes bench-results/pattern.md plus PNG plots.  (a) and (b) are
 single-threaded and timed in CPU seconds of this process (the machine is shared); releases and
@@ -37,7 +44,7 @@ from plpy_anon.core.pattern import (
     sample_localities,
     unchanged_fraction,
 )
-from tests.bench.common import adult, markdown_table, results_dir
+from tests.bench.common import adult, copy_frame, extension_db, markdown_table, results_dir
 
 ADULT_QIS = ["age", "fnlwgt", "education_num"]
 SEED = 2026
@@ -112,13 +119,13 @@ def perturb_to_distortion(original, target_dst, rng):
 _RELEASES = {}
 
 
-def release(table, sample, segment=100, iterations=4000):
+def release(table, sample, segment=100, iterations=4000, delta=16.0):
     """Our release of ``table`` (memoized: (c) and (d) share the Adult ones)."""
-    key = (id(table), sample, segment, iterations)
+    key = (id(table), sample, segment, iterations, delta)
     if key not in _RELEASES:
         t0 = time.perf_counter()
         model = PatternPreservingRelease(segment=segment, sample=sample, iterations=iterations,
-                                         seed=SEED, n_jobs=2).fit(table)
+                                         seed=SEED, n_jobs=2, delta=delta).fit(table)
         _RELEASES[key] = (model.released_, time.perf_counter() - t0)
     return _RELEASES[key]
 
@@ -205,7 +212,8 @@ def relative_error(truth, estimate):
     return float(np.mean(np.where(np.isnan(estimate), 1.0, error)))   # no estimate: 100% error
 
 
-def query_rows(table, occupation, n_queries=2000, fractions=(0.02, 0.3)):
+def query_rows(table, occupation, n_queries=2000,
+               settings=((0.02, 16.0), (0.3, 16.0), (0.3, 4.0), (0.3, 1.0))):
     rng = np.random.default_rng(SEED)
     queries = random_queries(table, n_queries, rng)
     truth = exact_answers(table, queries)
@@ -213,11 +221,13 @@ def query_rows(table, occupation, n_queries=2000, fractions=(0.02, 0.3)):
     for l in (4, 6, 8, 10, 12):
         classes = mondrian_classes(table, occupation, l)
         dst = float(np.mean(distortion_per_column(table, classes[4][classes[0]])))
-        rows.append([f"Mondrian k=l={l}", dst, relative_error(truth, mondrian_answers(classes, queries))])
-    for fraction in fractions:
-        ours, _ = release(table, fraction)
+        rows.append([f"Mondrian k=l={l}", dst, "", relative_error(truth, mondrian_answers(classes, queries))])
+    for fraction, delta in settings:
+        ours, _ = release(table, fraction, delta=delta)
         dst = float(np.mean(distortion_per_column(table, ours)))
-        rows.append([f"pattern rho={fraction}", dst, relative_error(truth, exact_answers(ours, queries))])
+        worst = float(np.max(unchanged_fraction(table, ours)))
+        rows.append([f"pattern rho={fraction} delta={delta:g}", dst, worst,
+                     relative_error(truth, exact_answers(ours, queries))])
     return rows
 
 
@@ -233,6 +243,68 @@ def movement_rows(fractions=(0.01, 0.1, 0.3, 1.0), iterations=(4000, 40000)):
                                                 seed=SEED).fit(values).released_
             rows.append([fraction, steps, float(np.abs(released - values).mean() / gap),
                          float(distortion_per_column(values, released)[0])])
+    return rows
+
+
+# ---------------------------------------------------------------- (g) issue targets, in SQL
+
+def linkage_share(original, released):
+    """Share of rows an attacker who knows a row's original (age, fnlwgt, education_num)
+    re-identifies: exactly one released row has the same age and education_num and a fnlwgt
+    within +-1 of the known one, and it is that row.  Rows are aligned (row i = same person)."""
+    def key(table, shift=0):
+        return ((table[:, 0].astype(np.int64) * 32 + table[:, 2].astype(np.int64)) << 22) \
+            + table[:, 1].astype(np.int64) + shift
+    released_key = key(released)
+    order = np.argsort(released_key, kind="stable")
+    ordered = released_key[order]
+    first = np.searchsorted(ordered, key(original, -1), side="left")
+    last = np.searchsorted(ordered, key(original, +1), side="right")
+    unique = (last - first) == 1
+    own = np.zeros(original.shape[0], dtype=bool)
+    own[unique] = order[first[unique]] == np.flatnonzero(unique)
+    return float(own.mean())
+
+
+def issue_rows():
+    """pattern_view vs mondrian_view on Adult in a throwaway cluster; changed share and linkage
+    counted on the released rows joined to the source by id."""
+    frame = adult().head(30_000)[ADULT_QIS].reset_index(drop=True)
+    frame.insert(0, "id", np.arange(len(frame)))
+    with extension_db() as conn:
+        copy_frame(conn, "adult", frame, {"id": "int", "age": "int", "fnlwgt": "int",
+                                          "education_num": "int"})
+        conn.execute("ALTER TABLE adult ADD PRIMARY KEY (id)")
+        t0 = time.perf_counter()
+        conn.execute("SELECT anon.pattern_view('adult', ARRAY['age', 'fnlwgt', 'education_num'], "
+                     "segment => 100, sample => 0.3, iterations => 4000, seed => %s, "
+                     "sensitive => ARRAY['id'], release_name => 'adult_pp')", (SEED,))
+        pattern_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        conn.execute("SELECT anon.mondrian_view('adult', k => 10, quasi_identifiers => "
+                     "ARRAY['age', 'fnlwgt', 'education_num'], release_name => 'adult_mondrian')")
+        mondrian_s = time.perf_counter() - t0
+        pairs = np.array(conn.execute(
+            "SELECT a.age, a.fnlwgt, a.education_num, r.age, r.fnlwgt, r.education_num "
+            "FROM adult a JOIN release.adult_pp r USING (id) ORDER BY id").fetchall(), dtype=float)
+        changed = conn.execute(
+            "SELECT avg((r.age <> a.age)::int), avg((r.fnlwgt <> a.fnlwgt)::int), "
+            "avg((r.education_num <> a.education_num)::int) "
+            "FROM adult a JOIN release.adult_pp r USING (id)").fetchone()
+        dst = conn.execute("SELECT column_name, distortion FROM anon.distortion('adult', "
+                           "'release.adult_pp')").fetchall()
+    original, released = pairs[:, :3], pairs[:, 3:]
+    before = {"age": "0 % (before the fix)", "fnlwgt": "62 % (before the fix)",
+              "education_num": "0 % (before the fix)"}
+    rows = [[f"rows changed, {c}", float(changed[i]), before[c], ">= 90 %"]
+            for i, c in enumerate(ADULT_QIS)]
+    rows.append(["linkage re-identification (age, edu, fnlwgt +- 1)",
+                 linkage_share(original, released), "89.9 % (before the fix)", "< 5 %"])
+    rows.append(["linkage on the source itself (for scale)", linkage_share(original, original),
+                 "", ""])
+    rows.append(["pattern_view seconds", pattern_s, "~27 s (before the fix)", "<= 5 s"])
+    rows.append(["mondrian_view seconds (k = 10, same columns)", mondrian_s, "", ""])
+    rows += [[f"Dst {name or 'overall'}", value, "", ""] for name, value in dst]
     return rows
 
 
@@ -255,10 +327,37 @@ def plot(path, xs, series, xlabel, ylabel, title):
 def main():
     out = results_dir()
     report = ["# Pattern-preserving release (paper 002)\n"]
+    parts = set((os.environ.get("PATTERN_BENCH_PARTS") or "a,b,c,d,e,f,g").split(","))
+    if "g" in parts:
+        table = markdown_table(["figure", "ours", "before / paper", "target"], issue_rows())
+        report += ["## (g) Values really move: Adult at the paper's parameters, in SQL\n",
+                   table, ""]
+        print(table, flush=True)
     adult_frame, occupation = adult_table()
     adult_values = adult_frame.to_numpy()
     synthetic = synthetic_table()
 
+    if "a" in parts:
+        report += part_a(synthetic, adult_values, out)
+    if "b" in parts:
+        report += part_b(synthetic, adult_values, out)
+    if "c" in parts:
+        report += part_c(synthetic, adult_values, out)
+    if "d" in parts:
+        report += part_d(adult_values, occupation, out)
+    if "f" in parts:
+        rows = movement_rows()
+        table = markdown_table(["rho", "iterations", "mean move / mean gap", "Dst"], rows)
+        report += ["## (f) How far the walk moves (1,000 normal values, segment 100)\n", table,
+                   ""]
+        print(table, flush=True)
+    if "e" in parts and os.environ.get("PATTERN_BENCH_MILLION"):
+        report += part_e()
+    (out / "pattern.md").write_text("\n".join(report) + "\n")
+
+
+def part_a(synthetic, adult_values, out):
+    report = []
     sizes = list(range(100, 1000, 100))
     extraction = {"Adult fnlwgt": extraction_times(adult_values[:, 1], sizes),
                   "Adult age": extraction_times(adult_values[:, 0], sizes),
@@ -273,7 +372,11 @@ def main():
          {k: [r[1] * 1000 for r in v] for k, v in extraction.items()},
          "segment size", "ms per segment", "(a) extraction time")
     print(table, flush=True)
+    return report
 
+
+def part_b(synthetic, adult_values, out):
+    report = []
     fractions = [0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0]
     walks = {"Adult fnlwgt": walk_times(adult_values[:, 1], fractions),
              "synthetic": walk_times(synthetic[:, 0], fractions)}
@@ -286,9 +389,13 @@ def main():
     report += ["## (b) Random walk, segment 100, 4000 iterations\n", table, ""]
     plot(out / "pattern_walk.png", {k: [r[1] for r in v] for k, v in walks.items()},
          {k: [r[2] for r in v] for k, v in walks.items()},
-         "constraints (order + sampled localities)", "seconds", "(b) walk time")
+         "constraints (sampled localities)", "seconds", "(b) walk time")
     print(table, flush=True)
+    return report
 
+
+def part_c(synthetic, adult_values, out):
+    report = []
     rows = (clustering_rows("synthetic", synthetic, [0.02, 0.3])
             + clustering_rows("Adult", adult_values, [0.02, 0.3]))
     table = markdown_table(["data", "rho", "release s", "Dst", "unchanged", "Spearman", "k",
@@ -301,35 +408,35 @@ def main():
              {"pattern": [r[7] for r in picked], "perturbation": [r[8] for r in picked]},
              "k", "clustering error", f"(c) {data}, rho 0.3")
     print(table, flush=True)
+    return report
 
+
+def part_d(adult_values, occupation, out):
+    report = []
     rows = query_rows(adult_values, occupation)
-    table = markdown_table(["release", "Dst", "mean relative error, 2000 AVG range queries"], rows)
+    table = markdown_table(["release", "Dst", "unchanged (worst column)",
+                            "mean relative error, 2000 AVG range queries"], rows)
     report += ["## (d) Aggregate range queries on Adult\n", table, ""]
     methods = {"Mondrian": [r for r in rows if r[0].startswith("Mondrian")],
                "pattern": [r for r in rows if r[0].startswith("pattern")]}
     plot(out / "pattern_queries.png", {m: [r[1] for r in v] for m, v in methods.items()},
-         {m: [r[2] for r in v] for m, v in methods.items()}, "Dst", "mean relative error",
+         {m: [r[3] for r in v] for m, v in methods.items()}, "Dst", "mean relative error",
          "(d) range queries, Adult")
     print(table, flush=True)
+    return report
 
-    rows = movement_rows()
-    table = markdown_table(["rho", "iterations", "mean move / mean gap", "Dst"], rows)
-    report += ["## (f) How far the walk moves (1,000 normal values, segment 100)\n", table, ""]
+
+def part_e():
+    column = np.random.default_rng(SEED).uniform(0, 1, size=(1_000_000, 1)).round(6)
+    rows = []
+    for jobs in (1, 2):
+        t0 = time.perf_counter()
+        PatternPreservingRelease(segment=100, sample=0.3, iterations=4000, seed=SEED,
+                                 n_jobs=jobs).fit(column)
+        rows.append([jobs, time.perf_counter() - t0])
+    table = markdown_table(["threads", "seconds"], rows)
     print(table, flush=True)
-
-    if os.environ.get("PATTERN_BENCH_MILLION"):
-        column = np.random.default_rng(SEED).uniform(0, 1, size=(1_000_000, 1)).round(6)
-        rows = []
-        for jobs in (1, 2):
-            t0 = time.perf_counter()
-            PatternPreservingRelease(segment=100, sample=0.3, iterations=4000, seed=SEED,
-                                     n_jobs=jobs).fit(column)
-            rows.append([jobs, time.perf_counter() - t0])
-        table = markdown_table(["threads", "seconds"], rows)
-        report += ["## (e) 1,000,000-row column, segment 100, rho 0.3, 4000 iterations\n", table]
-        print(table, flush=True)
-
-    (out / "pattern.md").write_text("\n".join(report) + "\n")
+    return ["## (e) 1,000,000-row column, segment 100, rho 0.3, 4000 iterations\n", table]
 
 
 if __name__ == "__main__":

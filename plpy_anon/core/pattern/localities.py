@@ -6,21 +6,28 @@ which of the two neighbours of ``d_j`` is closer::
     relation +1:  |d_i - d_j| <= |d_j - d_k|      (i is not farther from j than k)
     relation -1:  |d_i - d_j| >= |d_j - d_k|      (strictly: the "+1" comparison is false)
 
-Reading chosen where the paper's text is lost: every triple gets exactly one relation, the one
-that holds (ties go to ``+1``).  Because the release also keeps the order of the segment
-(``x_1 <= ... <= x_s``, see :func:`order_rows`), the absolute values disappear and a locality is
-the linear constraint ``relation * (2 x_j - x_i - x_k) <= 0``.
+Reading chosen where the paper's text is lost: every triple gets the relation that holds; an
+exact tie (``|d_i - d_j| == |d_j - d_k|``, e.g. three equal values) gets both, i.e. "equally
+far".  With ``i < j < k`` in sorted order the distances are ``d_j - d_i`` and ``d_k - d_j``, and a
+locality is the linear constraint ``relation * (2 x_j - x_i - x_k) <= delta`` -- the paper's
+locality with its slack ``delta > 0`` (see :mod:`.release`), read on signed distances.  With
+``delta > 0`` a tie is a band of width ``2 delta``, never an equality that pins equal values to
+each other.
 
 Pruning (the paper's two rules, its "circle around d_j"): for a pair ``i < j`` the breakpoint
 ``beta = 2 d_j - d_i`` splits the values after ``j``: every ``k`` with ``d_k >= beta`` gets ``+1``
 and every ``k`` with ``d_k < beta`` gets ``-1``.  Only the two neighbours of the breakpoint are
-kept -- ``k+`` (first index with ``d_k >= beta``) and ``k-`` (last index with ``d_k < beta``) --
-because together with the order they imply all the others:
+kept -- ``k+`` (first index with ``d_k >= beta``) and ``k-`` (last index with ``d_k <= beta``:
+values equal to ``beta`` are exact ties and hold both relations) -- because together with the
+order they imply all the others:
 
     k >= k+:  x_j - x_i <= x_{k+} - x_j <= x_k - x_j
     k <= k-:  x_k - x_j <= x_{k-} - x_j <= x_j - x_i
 
-So a segment of size ``s`` yields at most ``2 * C(s-1, 2)`` localities instead of ``C(s, 3)``,
+(These implications use the order; the release does not impose the order -- its polytope is the
+sampled localities and the domain bounds only -- so pruning is a choice of which localities to
+keep, not a loss-free compression, there.)
+So a segment of size ``s`` yields at most ``2 * C(s-1, 2)`` localities (plus one per exact tie) instead of ``C(s, 3)``,
 computed with one vectorized ``searchsorted`` over the ``O(s^2)`` pairs (``O(s^2 log s)``
 comparisons in C, no Python loop).  Relations are decided in float64 arithmetic, which is exact
 for integers below 2**52 -- the release driver only calls this on values where that holds or where
@@ -93,7 +100,8 @@ def extract_localities(values):
     # side="left": the first value >= beta; ties with beta count as "+1" (<=).  When d_i == d_j
     # the breakpoint is d_j itself and searchsorted may land at or before j: clamp to j + 1.
     k_plus = np.maximum(np.searchsorted(d, breakpoint_, side="left"), middle + 1)
-    k_minus = k_plus - 1
+    # "-1" holds for every k with d_k <= beta (an exact tie holds both ways): keep the last one
+    k_minus = np.searchsorted(d, breakpoint_, side="right") - 1
     has_plus = k_plus < size
     has_minus = k_minus > middle
     plus = Localities(first[has_plus], middle[has_plus], k_plus[has_plus],
@@ -134,12 +142,14 @@ def order_rows(size):
     return lower, lower + 1
 
 
-def constraint_matrix(localities, size):
-    """``A`` (CSR) with ``A x <= 0`` iff ``x`` keeps the segment's order and the localities.
+def constraint_matrix(localities, size, order=False):
+    """``A`` (CSR) with ``A x <= 0`` iff ``x`` keeps the localities (in their signed form) and,
+    with ``order=True``, the segment's order.
 
-    Rows: first the ``size - 1`` order constraints, then one row per locality.
+    Rows: first the ``size - 1`` order constraints (``order=True`` only), then one row per
+    locality.  The release walks with ``order=False``: localities and bounds only.
     """
-    below, above = order_rows(size)
+    below, above = order_rows(size if order else 1)
     n_order, n_loc = below.size, len(localities)
     rows = np.concatenate([np.repeat(np.arange(n_order), 2),
                            n_order + np.repeat(np.arange(n_loc), 3)])

@@ -8,10 +8,11 @@
   the order survives, next to ``Dst`` which says how much of the value does.
 * :func:`unchanged_fraction` -- per column, the share of non-NULL entries released exactly as
   they were: the walk can move values by less than the source's precision, and then rounding
-  gives the original back (see README, Pattern-preserving releases: with the paper's parameters this is most values).
+  gives the original back; a release refuses above ``max_unchanged``.
 * :func:`preserved_fraction` -- the fraction of (sampled) localities that hold on the released
-  values, evaluated in their original absolute-value form, in exact integer arithmetic when the
-  values lie on a decimal grid.  A correct release scores 1.0.
+  values within their slack ``delta`` (``relation * (2 x_j - x_i - x_k) <= delta``, the form the
+  walk keeps), in exact integer arithmetic when the values lie on a decimal grid.  A correct
+  release scores 1.0.
 """
 
 import numpy as np
@@ -76,8 +77,9 @@ def rank_correlation(original, released):
     return result
 
 
-def preserved_fraction(released, localities, decimals=None):
-    """Fraction of ``localities`` (positions into ``released``) that hold on ``released``.
+def preserved_fraction(released, localities, decimals=None, slack=0.0):
+    """Fraction of ``localities`` (positions into ``released``) that hold on ``released`` within
+    ``slack`` (a number or one per locality): ``relation * (2 x_j - x_i - x_k) <= slack``.
 
     ``decimals``: when the values lie on the grid ``10**-decimals`` they are compared as exact
     integers ``round(value * 10**decimals)``; ``None`` compares the float values directly.
@@ -85,14 +87,15 @@ def preserved_fraction(released, localities, decimals=None):
     if len(localities) == 0:
         return 1.0
     values = np.asarray(released, dtype=np.float64)
+    slack = np.broadcast_to(np.asarray(slack, dtype=np.float64), (len(localities),))
 
-    def at(positions):
-        picked = values[positions]
+    def exact(picked):
         if decimals is None:
             return picked
         return np.rint(picked * 10.0 ** decimals).astype(np.int64)
 
-    first, middle, last = at(localities.first), at(localities.middle), at(localities.last)
-    left, right = np.abs(middle - first), np.abs(last - middle)
-    holds = np.where(localities.relation > 0, left <= right, left >= right)
-    return float(holds.mean())
+    first, middle, last = (exact(values[p]) for p in (localities.first, localities.middle,
+                                                      localities.last))
+    bound = slack if decimals is None else np.floor(slack * 10.0 ** decimals + 1e-6)
+    signed = localities.relation.astype(np.int64) * (2 * middle - first - last)
+    return float(np.mean(signed <= bound))

@@ -6,28 +6,27 @@ Choices made where the paper is silent (each one is what the docs promise):
 * Segments: the non-NULL values of a column sorted (stable, so row identity is kept), cut into
   ``max(1, n // segment)`` consecutive pieces of sizes differing by at most one -- no piece is
   smaller than ``segment`` (the remainder is spread) unless the column itself is.
-* Order: each segment keeps its order (``x_1 <= ... <= x_s``), which turns the absolute-value
-  localities into linear constraints and is what the pruning rules rely on.  Different segments
-  walk independently inside the column's bounds, so the column's global order is not kept.
-* Start point: the paper starts at the original vector ``D``.  With ties (integer data) ``D`` sits
-  on many facets at once and a random direction almost never has a feasible step -- the walk
-  would release ``D`` itself.  So localities are extracted from, and the walk starts at, a point
-  ``D'`` within an eighth of the data's grid step of ``D`` (shrunk a hair towards the centre of
-  the bounds, then jittered).  Every strict relation of ``D`` keeps its direction in ``D'`` (its
-  margin is at least one grid step); a tie of ``D`` gets a random direction.  Hence every
-  extracted locality and order constraint holds on ``D`` too (``D`` stays in the polytope) while
-  ``D'`` is strictly inside it.
+* Polytope: the sampled localities of each segment, each with the paper's slack
+  ``delta > 0`` (``relation * (2 x_j - x_i - x_k) <= delta``), and the column's domain bounds --
+  nothing else.  No order constraint between neighbours: the order of a segment is not part of
+  the pattern the paper keeps, and with ties it pinned equal values to each other (a segment of
+  one repeated value had no room at all).  Segments walk independently.
+* delta: ``delta_factor * max(grid, mean gap of the sorted segment)`` for the walk, plus the
+  rounding margin ``2 * grid`` for the published values (see below).  Ties (``d_i = d_j``) are
+  bands of width ``2 delta``, so equal values move apart and together freely.
+* Start point: the original vector ``D`` itself, as in the paper: every locality holds on ``D``
+  with room ``delta`` to spare.
 * Grid: values with at most 9 decimals are read exactly on their grid ``10**-q``; values with
-  more are first rounded to 9 decimals.
-* Rounding of the output: each segment is rounded to the coarsest grid ``10**-p`` (``p = 0..9``)
-  on which every one of its constraints still holds, checked in exact int64 arithmetic.  An
-  integer column is therefore released as integers when ``p = 0`` works for all its segments,
-  and otherwise as numbers with ``decimals_`` digits.  A segment whose end point is too close
-  to a facet for any grid is pulled part of the way back towards its start ``D'`` (see
-  :func:`_round_to_grid`); one that still fails keeps its float values (``decimals_`` is then
-  ``None``).
+  more are first rounded to 9 decimals.  The release is on the source's grid (integers stay
+  integers), capped so that exact int64 checks cannot overflow.
+* Rounding: each coordinate moves by at most half a grid step and a locality row has
+  coefficients summing to 4 in absolute value, so the rounded values satisfy
+  ``relation * (2 z_j - z_i - z_k) <= delta_walk + 2 grid`` = the published ``delta``; checked in
+  exact integers (a failure is a bug and raises).  The walk stays inside the grid-aligned bounds,
+  so rounding never leaves them.
 """
 
+import functools
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,13 +43,12 @@ from plpy_anon.core.pattern.localities import (
     extract_localities,
     sample_localities,
 )
-from plpy_anon.core.pattern.metrics import preserved_fraction
 from plpy_anon.core.pattern.walk import Blocks, random_walk
 
 MAX_DECIMALS = 9
 # Segments walked together in one vectorized loop (also the unit handed to a thread); fixed so a
 # seed gives the same release whatever n_jobs is.
-SEGMENTS_PER_BATCH = 32
+SEGMENTS_PER_BATCH = 128
 
 
 @dataclass(frozen=True)
@@ -61,6 +59,7 @@ class ColumnRelease:
     bounds: tuple               # (lower, upper) the walk stayed in
     decimals: int | None        # the grid 10**-decimals the values lie on (None: plain floats)
     localities: Localities      # the sampled localities, as row ids of the column
+    slack: np.ndarray           # per sampled locality, the delta it is kept within
     n_extracted: int            # localities found by the pruned extraction, before sampling
     preserved_fraction: float   # of the sampled localities, on the released values
 
@@ -73,6 +72,8 @@ class PatternPreservingRelease:
     segment : int >= 3, size of the sorted segments localities are extracted from.
     sample : float in (0, 1], fraction rho of the extracted localities kept as constraints.
     iterations : int >= 1, random-walk steps per segment.
+    delta : float > 0, the paper's slack of a locality, in units of ``max(grid step, mean gap
+        between the sorted values of the segment)`` (the published slack adds 2 grid steps).
     bounds : None, a sequence with one ``(low, high)`` or ``None`` per column, or (DataFrame input)
         a mapping column name -> ``(low, high)``.  Default: the column's observed range.
     seed : None or int >= 0.  ``None`` draws a fresh seed, recorded in ``seed_``.
@@ -83,13 +84,15 @@ class PatternPreservingRelease:
     released_ : ndarray (n_rows, n_columns), NaN where the source is NULL.
     decimals_ : list, per column the decimal grid of the released values (0 = integers).
     localities_ : list of :class:`Localities` (row ids), the sampled constraints per column.
+    slack_ : list of arrays, per column and sampled locality the delta it holds within.
     n_extracted_, n_sampled_ : lists of counts per column.
     preserved_fraction_ : ndarray, per column (1.0 for a correct release).
     bounds_ : list of (low, high) per column.  columns_ : column names.  seed_ : the seed used.
     """
 
     def __init__(self, segment=100, sample=0.3, iterations=4000, bounds=None, seed=None,
-                 n_jobs=1):
+                 n_jobs=1, delta=16.0):
+        self.delta = delta
         self.segment = segment
         self.sample = sample
         self.iterations = iterations
@@ -102,15 +105,22 @@ class PatternPreservingRelease:
         matrix, columns = _as_numeric_matrix(X)
         bounds = _resolve_bounds(self.bounds, matrix, columns)
         self.seed_ = _draw_seed() if self.seed is None else int(self.seed)
-        results = [release_column(matrix[:, c], *bounds[c], segment=self.segment,
-                                  sample=self.sample, iterations=self.iterations,
-                                  seed=(self.seed_, c), n_jobs=self.n_jobs, name=columns[c])
-                   for c in range(matrix.shape[1])]
+        plans = [_plan_column(matrix[:, c], *bounds[c], segment=self.segment,
+                              sample=self.sample, iterations=self.iterations,
+                              delta=float(self.delta), seed=(self.seed_, c), name=columns[c])
+                 for c in range(matrix.shape[1])]
+        # every batch of every column is one task: threads stay busy across columns
+        outcomes = _run_tasks([task for plan in plans for task in plan.tasks], self.n_jobs)
+        results, used = [], 0
+        for plan in plans:
+            results.append(plan.assemble(outcomes[used:used + len(plan.tasks)]))
+            used += len(plan.tasks)
         self.columns_ = columns
         self.bounds_ = [r.bounds for r in results]
         self.released_ = np.column_stack([r.values for r in results])
         self.decimals_ = [r.decimals for r in results]
         self.localities_ = [r.localities for r in results]
+        self.slack_ = [r.slack for r in results]
         self.n_extracted_ = [r.n_extracted for r in results]
         self.n_sampled_ = [len(r.localities) for r in results]
         self.preserved_fraction_ = np.array([r.preserved_fraction for r in results])
@@ -131,51 +141,79 @@ class PatternPreservingRelease:
                    hint="the paper walks 4000 steps per segment")
         _check_int("n_jobs", self.n_jobs, minimum=1, hint="use 1 to walk in this thread only")
         check_fraction(self.sample)
+        if (isinstance(self.delta, bool) or not isinstance(self.delta, (int, float, np.integer,
+                                                                         np.floating))
+                or not np.isfinite(self.delta) or self.delta <= 0):
+            raise InvalidParameter(f"delta must be a positive number, got {self.delta!r}",
+                                   hint="delta => 1 lets each locality bend by one mean gap "
+                                        "between sorted values; larger values move more")
         if self.seed is not None:
             _check_int("seed", self.seed, minimum=0, hint="pass a non-negative integer or NULL")
         return self
 
 
 def release_column(values, lower=None, upper=None, *, segment, sample, iterations, seed,
-                   n_jobs=1, name="column"):
+                   n_jobs=1, name="column", delta=16.0):
     """Release one column (NaN = NULL).  ``seed``: anything ``np.random.default_rng`` takes as a
     list of integers -- batch ``g`` walks with ``default_rng([*seed, g])``."""
+    plan = _plan_column(values, lower, upper, segment=segment, sample=sample,
+                        iterations=iterations, seed=seed, name=name, delta=delta)
+    return plan.assemble(_run_tasks(plan.tasks, n_jobs))
+
+
+@dataclass(frozen=True)
+class _ColumnPlan:
+    n_rows: int
+    rows: np.ndarray
+    bounds: tuple
+    decimals: int
+    tasks: list                 # callables, one per batch of segments
+
+    def assemble(self, outcomes):
+        return _assemble(self.n_rows, self.rows, outcomes, self.bounds, self.decimals)
+
+
+def _run_tasks(tasks, n_jobs):
+    if n_jobs > 1 and len(tasks) > 1:
+        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
+            return list(pool.map(lambda task: task(), tasks))
+    return [task() for task in tasks]
+
+
+def _plan_column(values, lower, upper, *, segment, sample, iterations, seed, name, delta):
     values = np.asarray(values, dtype=np.float64)
     rows = np.flatnonzero(~np.isnan(values))
     input_decimals = _grid_decimals(values[rows])
     present = np.round(values[rows], input_decimals)
     lower, upper = _column_bounds(present, lower, upper, name)
+    decimals = min(input_decimals, _output_decimals_cap(lower, upper))
     order = np.argsort(present, kind="stable")
     segments = np.array_split(order, max(1, order.size // segment))
-    batches = [segments[g:g + SEGMENTS_PER_BATCH]
-               for g in range(0, len(segments), SEGMENTS_PER_BATCH)]
+    # batches of equal size (at most SEGMENTS_PER_BATCH segments), fixed by the data alone so a
+    # seed gives the same release whatever n_jobs is
+    n_batches = -(-len(segments) // SEGMENTS_PER_BATCH)
+    cuts = np.linspace(0, len(segments), n_batches + 1).round().astype(int)
+    batches = [segments[cuts[g]:cuts[g + 1]] for g in range(n_batches)]
     seed = [int(part) for part in np.atleast_1d(seed)]
-    context = _BatchContext(present, lower, upper, input_decimals, sample, iterations,
-                            max(input_decimals, _output_decimals_cap(lower, upper)))
-
-    def run(index_and_batch):
-        index, batch = index_and_batch
-        return context.release(batch, np.random.default_rng([*seed, index]))
-
-    if n_jobs > 1 and len(batches) > 1:
-        with ThreadPoolExecutor(max_workers=n_jobs) as pool:
-            outcomes = list(pool.map(run, enumerate(batches)))
-    else:
-        outcomes = [run(item) for item in enumerate(batches)]
-    return _assemble(values.size, rows, outcomes, (lower, upper))
+    scale = 10.0 ** decimals
+    context = _BatchContext(present, math.ceil(lower * scale - 1e-9),
+                            math.floor(upper * scale + 1e-9), decimals, sample, iterations,
+                            float(delta))
+    tasks = [functools.partial(context.release, batch, np.random.default_rng([*seed, index]))
+             for index, batch in enumerate(batches)]
+    return _ColumnPlan(values.size, rows, (lower, upper), decimals, tasks)
 
 
-def _assemble(n_rows, rows, outcomes, bounds):
+def _assemble(n_rows, rows, outcomes, bounds, decimals):
     released = np.full(n_rows, np.nan)
     for outcome in outcomes:
         released[rows[outcome.positions]] = outcome.values
-    grids = [outcome.decimals for outcome in outcomes]
-    decimals = None if any(g is None for g in grids) else max(grids)
     # row ids as int32 when they fit: a million-row column samples ~21 M localities
     ids = rows.astype(np.int32) if n_rows < 2 ** 31 else rows
     localities = Localities.concatenate(o.localities for o in outcomes).relabel(ids)
     return ColumnRelease(
         values=released, bounds=bounds, decimals=decimals, localities=localities,
+        slack=np.concatenate([o.slack for o in outcomes]) if outcomes else np.empty(0),
         n_extracted=sum(o.n_extracted for o in outcomes),
         preserved_fraction=sum(o.n_holding for o in outcomes) / max(1, len(localities)))
 
@@ -184,8 +222,8 @@ def _assemble(n_rows, rows, outcomes, bounds):
 class _BatchOutcome:
     positions: np.ndarray       # indices into the column's non-NULL values
     values: np.ndarray          # their released values
-    decimals: int | None
     localities: Localities      # sampled, as indices into the non-NULL values
+    slack: np.ndarray           # the published delta of each sampled locality
     n_extracted: int
     n_holding: int              # sampled localities that hold on the released values
 
@@ -193,113 +231,60 @@ class _BatchOutcome:
 @dataclass(frozen=True)
 class _BatchContext:
     values: np.ndarray          # the column's non-NULL values (on their grid)
-    lower: float
-    upper: float
-    input_decimals: int
+    low: int                    # bounds in grid units (10**-decimals)
+    high: int
+    decimals: int
     sample: float
     iterations: int
-    max_decimals: int
+    delta: float                # delta factor
 
     def release(self, segments, rng):
-        """Extract, sample, walk and round the segments of one batch."""
-        prepared = [self._prepare(positions, rng) for positions in segments]
+        """Extract, sample, walk and round the segments of one batch.  The walk runs in grid
+        units, so the exact check after rounding is an integer one."""
+        scale = 10.0 ** self.decimals
+        prepared = [self._prepare(positions, rng, scale) for positions in segments]
         positions = np.concatenate([p.positions for p in prepared])
         A, blocks = _stack_constraints(prepared)
-        start = np.concatenate([p.start for p in prepared])
-        walked = random_walk(A, np.zeros(A.shape[0]), np.full(start.size, self.lower),
-                             np.full(start.size, self.upper), start, self.iterations, rng,
+        start = np.clip(np.concatenate([p.start for p in prepared]), self.low, self.high)
+        walk_slack = np.concatenate([np.full(len(p.sampled), p.delta) for p in prepared])
+        walked = random_walk(A, walk_slack, np.full(start.size, float(self.low)),
+                             np.full(start.size, float(self.high)), start, self.iterations, rng,
                              blocks=blocks)
-        released, grids = _round_to_grid(walked, start, A, blocks, self.lower, self.upper,
-                                         self.input_decimals, self.max_decimals)
-        # each segment checked on its own grid (exact integers) or, unrounded, in floats
-        offsets = np.append(blocks.col_starts, released.size)
-        n_holding = sum(
-            preserved_fraction(released[offsets[g]:offsets[g + 1]], segment.sampled,
-                               None if grids[g] < 0 else int(grids[g])) * len(segment.sampled)
-            for g, segment in enumerate(prepared))
+        # |rounding| <= 1/2 per value, row coefficients (-1, 2, -1): A z <= A x + 2
+        z = np.clip(np.rint(walked), self.low, self.high).astype(np.int64)
+        allowed = np.floor(walk_slack + 2.0 + 1e-9).astype(np.int64)
+        A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
+        holding = int(np.sum(A_int @ z <= allowed))
+        if holding != A.shape[0]:
+            raise RuntimeError(f"{A.shape[0] - holding} localities broken by rounding")
         sampled = Localities.concatenate(p.sampled.relabel(p.positions) for p in prepared)
-        decimals = None if np.any(grids < 0) else int(grids.max())
-        return _BatchOutcome(positions, released, decimals, sampled,
-                             sum(p.n_extracted for p in prepared), round(n_holding))
+        return _BatchOutcome(positions, z / scale, sampled, allowed / scale,
+                             sum(p.n_extracted for p in prepared), holding)
 
-    def _prepare(self, positions, rng):
-        start = _interior_start(self.values[positions], self.lower, self.upper,
-                                10.0 ** -self.input_decimals, rng)
-        # the jitter may reorder tied values: follow it, extraction needs a sorted segment
-        order = np.argsort(start, kind="stable")
-        start, positions = start[order], positions[order]
+    def _prepare(self, positions, rng, scale):
+        start = np.rint(self.values[positions] * scale)          # sorted: positions are
         extracted = extract_localities(start)
+        mean_gap = (start[-1] - start[0]) / max(1, start.size - 1)
         return _Segment(positions, start, sample_localities(extracted, self.sample, rng),
-                        len(extracted))
+                        len(extracted), self.delta * max(1.0, mean_gap))
 
 
 @dataclass(frozen=True)
 class _Segment:
     positions: np.ndarray
-    start: np.ndarray
+    start: np.ndarray           # D, in grid units
     sampled: Localities         # positions into this segment
     n_extracted: int
-
-
-def _interior_start(sorted_values, lower, upper, grid_step, rng):
-    """``D'``: shrink ``D`` towards the centre of the bounds and jitter it by under ``grid/8``.
-
-    Every non-zero combination ``x_{t+1} - x_t`` or ``2 x_j - x_i - x_k`` of grid values is at
-    least one grid step; the jitter moves it by at most ``4 delta = grid / 2`` and the shrink
-    multiplies it by ``1 - eta > 1/2``, so its sign survives.  The shrink keeps ``D'`` at least
-    ``delta`` inside the bounds.
-    """
-    delta = min(grid_step, upper - lower) / 8.0
-    eta = 4.0 * delta / (upper - lower)
-    centre = (lower + upper) / 2.0
-    jitter = rng.uniform(-delta, delta, size=sorted_values.size)
-    return centre + (1.0 - eta) * (sorted_values + jitter - centre)
+    delta: float                # the walk's slack, grid units
 
 
 def _stack_constraints(segments):
-    """The block-diagonal constraint matrix of a batch (one block per segment: its order rows,
-    then its sampled locality rows) and the block layout the walk needs."""
+    """The block-diagonal constraint matrix of a batch (one block per segment: its sampled
+    locality rows) and the block layout the walk needs."""
     matrices = [constraint_matrix(segment.sampled, segment.start.size) for segment in segments]
     row_starts = np.cumsum([0] + [m.shape[0] for m in matrices[:-1]])
     col_starts = np.cumsum([0] + [m.shape[1] for m in matrices[:-1]])
     return sparse.block_diag(matrices, format="csr"), Blocks(row_starts, col_starts)
-
-
-def _round_to_grid(x, anchor, A, blocks, lower, upper, min_decimals, max_decimals):
-    """Round every block to the coarsest grid ``10**-p``, ``min_decimals <= p <= max_decimals``,
-    on which all its constraints hold (exact int64 check of ``A z <= 0``; clipping to the bounds
-    is monotone, so it keeps the order).  Returns the values and each block's ``p`` (-1: float).
-
-    Never coarser than the source's own grid: a coarse grid would always "work" by collapsing a
-    narrow segment to one constant value.  A block whose walk ended closer to a facet than the
-    finest grid's rounding error (a few in a hundred thousand) is pulled towards its start ``D'``
-    -- which keeps a margin of half a source grid step on every constraint that is strict in the
-    source -- by 1/8, then 1/2, then all the way; a block that still fails keeps its floats.
-    """
-    A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
-    n_blocks = len(blocks)
-    row_block = np.repeat(np.arange(n_blocks), blocks.row_sizes(A.shape[0]))
-    col_block = np.repeat(np.arange(n_blocks), blocks.col_sizes(x.size))
-    chosen = np.full(n_blocks, -1)
-    released = x.copy()
-    for pull in (0.0, 0.125, 0.5, 1.0):
-        candidate = x + pull * (anchor - x)
-        for p in range(min_decimals, max_decimals + 1):
-            pending = chosen < 0
-            if not pending.any():
-                return released, chosen
-            scale = 10.0 ** p
-            low, high = math.ceil(lower * scale - 1e-9), math.floor(upper * scale + 1e-9)
-            if low > high:
-                continue
-            z = np.clip(np.rint(candidate * scale), low, high).astype(np.int64)
-            violated = np.zeros(n_blocks, dtype=bool)
-            violated[row_block[(A_int @ z) > 0]] = True
-            accept = pending & ~violated
-            chosen[accept] = p
-            take = accept[col_block]
-            released[take] = z[take] / scale
-    return released, chosen
 
 
 def _output_decimals_cap(lower, upper):
