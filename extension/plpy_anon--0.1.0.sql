@@ -1949,7 +1949,9 @@ CREATE OR REPLACE FUNCTION anon.pattern_view(
     identifiers    text[]           DEFAULT NULL,
     release_name   text             DEFAULT NULL,
     release_schema text             DEFAULT 'release',
-    replace        boolean          DEFAULT false
+    replace        boolean          DEFAULT false,
+    delta          double precision DEFAULT 16,
+    max_unchanged  double precision DEFAULT 0.10
 )
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -1984,10 +1986,11 @@ from plpy_anon.db import pattern
 return pattern.pattern_view(plpy, source, columns=columns, segment=segment, sample=sample,
                             iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive,
                             identifiers=identifiers, release_name=release_name,
-                            release_schema=release_schema, replace=replace, GD=GD)
+                            release_schema=release_schema, replace=replace, delta=delta,
+                            max_unchanged=max_unchanged, GD=GD)
 $$;
-COMMENT ON FUNCTION anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean) IS
-    'Creates a materialized view in which the numeric columns are replaced by values from a random walk that keeps a sampled fraction of their locality properties (sorted segments of segment values; bounds default to each column''s observed range), keeps sensitive columns and drops the rest; returns its qualified name. Each refresh walks with a new seed unless seed is given.';
+COMMENT ON FUNCTION anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision) IS
+    'Creates a materialized view in which the numeric columns are replaced by values from a random walk that keeps a sampled fraction of their locality properties (sorted segments of segment values; bounds default to each column''s observed range), keeps sensitive columns and drops the rest; returns its qualified name. Each locality may bend by delta mean gaps of its sorted segment; a column of which more than max_unchanged of the values come out unchanged (counted in SQL against the source) is refused (22000). Each refresh walks with a new seed unless seed is given.';
 
 -- The walk behind a pattern release, called from the release's own query. STABLE so that it reads
 -- the source in the same snapshot as the query that joins its result back to the source by ctid.
