@@ -420,6 +420,8 @@ def main(argv=None):
             rule_lines(samples["rules"]["break_merge"]),
             "### anon.breach_report",
             markdown(breach.fillna("-")),
+            f"## QI -> SA rules on Adult with max_rule_probability (k={K}, l={L}, risk {RISK}; target: 0)",
+            markdown(rule_check_in_database(frame)),
         ]
     report = "\n\n".join(sections) + "\n"
     print(report)
