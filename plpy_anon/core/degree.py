@@ -14,19 +14,29 @@ proportion to the shares, and an attribute that is fully suppressed passes its e
 attribute then takes the level whose degree interval ``[c_g, c_{g+1})`` contains ``d_i`` (the
 paper's "interval containing the degree"; never more generalization than asked).
 
-**Degree of a view.** The paper checks correctness by recomputing the degree of the produced view
-and decomposing it again. Since levels are discrete, we define the degree of a view as the
-*smallest table degree whose decomposition produces it*: attribute ``i`` at level ``g`` needs
-``t >= c_g / s_i``, so ``Deg(view) = max_i mean_j min(1, c_{g_i} s_j / s_i)``. With this reading
-the decomposition of ``Deg(view)`` is the view again (a fixed point), and because every ``d_i`` is
-non-decreasing in ``D``, more trust (a smaller ``D``) never gives a coarser view.
+**Degree of a view** (Definition 2.1 applied to the view). The degree of a released view is the
+degree actually applied to its values: attribute ``i`` released at level ``g_i`` has degree
+``c_{g_i}`` (its weighted levels crossed from the value), a suppressed row counts as fully
+generalized (degree 1 on every attribute), and the table's degree is the mean over attributes
+(the same mean the decomposition pours ``D`` into) of the row mean:
+``Deg(view) = mean_i [(1 - f) c_{g_i} + f]`` with ``f`` the suppressed fraction. The extraction
+lost the paper's table-level formula; the mean is our reading, chosen so that ``Deg`` and the
+decomposition use one scale. This is *not* the degree that was requested: levels are discrete, so
+``Deg(view(D)) <= D`` (never more generalization than asked), the gap is below the mean width of
+the level intervals the attributes sit in, and re-decomposing ``Deg(view)`` gives a view at most
+as coarse (never the same by definition). Tests check these properties against the definition.
 
-**k-anonymity.** The chosen view may leave equivalence classes below ``k``. They are handled by
-walking further along the same decomposition -- raising ``D`` to the next breakpoint where some
-attribute's level rises -- until at most ``max_suppression`` of the rows sit in classes below
-``k``; those rows are then suppressed (removed). Views along ``D`` are nested (each is a
-coarsening of the previous), so the number of rows to suppress only falls along the walk, the
-search is a bisection, and the final view is still a decomposition view (fixed point kept).
+**k-anonymity** (ARX-style suppression, then minimal generalization). At the requested view, the
+rows in classes smaller than ``k`` are suppressed when they are at most ``max_suppression`` of
+the table (default 5 %, reported). Otherwise attributes are raised one level at a time from the
+requested view, greedily: each step takes the raise that removes the most rows-to-suppress per
+unit of priority-weighted degree (``(P_i + min_share) * (c_{g+1} - c_g)``), so low-priority
+attributes absorb k, until the budget is met; then the remaining small classes are suppressed.
+Coarsening only merges classes, so rows-to-suppress never grows along the walk and the walk ends
+(at the latest when every attribute is at its root: one class of all rows). Unlike walking ``D``
+along the decomposition, the requested levels of high-priority attributes are kept whenever the
+low-priority ones can carry ``k``, so more trust still gives a finer release. The walk is greedy,
+not an optimum over the lattice, and monotonicity in trust is measured (tests, bench), not proved.
 """
 
 import numpy as np
@@ -251,19 +261,19 @@ class DegreeDecomposition:
         return pd.Series([int(select_level(degrees[name], self.degrees_[name]))
                           for name in self.attributes_], index=self.attributes_)
 
-    def degree_of_view(self, levels):
-        """The smallest table degree whose decomposition gives ``levels`` (see module docstring)."""
-        needed = []
-        for i, name in enumerate(self.attributes_):
+    def degree_of_view(self, levels, suppressed_fraction=0.0):
+        """Definition 2.1 on the view: mean over attributes of the degree applied to the rows."""
+        applied = []
+        for name in self.attributes_:
             level = int(levels[name])
-            if level == 0:
-                continue
-            if self._shares[i] == 0:
+            degrees = self.degrees_[name]
+            if not 0 <= level < len(degrees):
                 raise InvalidParameter(
-                    f"attribute {name!r} has share 0 and is never generalized, but the view puts "
-                    f"it at level {level}", hint="give it a priority below 1 or min_share > 0")
-            needed.append(self._degree_reaching(i, self.degrees_[name][level])[0])
-        return float(max(needed, default=0.0))
+                    f"attribute {name!r} has levels 0..{len(degrees) - 1}; the view puts it at "
+                    f"level {level}", hint="levels come from the attribute's hierarchy")
+            applied.append(degrees[level])
+        f = float(suppressed_fraction)
+        return float(np.mean(applied) * (1.0 - f) + f)
 
 
 def _check_degree(degree):
@@ -292,7 +302,7 @@ class DegreeRelease:
     priority; these attributes are the quasi-identifiers), ``hierarchies`` (dict attribute ->
     Hierarchy; missing ones are built by ``default_hierarchy``), ``level_weights`` (dict attribute
     -> step weights), ``k`` (None = no k-anonymity), ``max_suppression`` (fraction of rows that may
-    be suppressed before generalizing further), ``min_share``, ``n_interval_levels``.
+    be suppressed before generalizing further; default 5 %), ``min_share``, ``n_interval_levels``.
 
     After ``fit(frame)``: ``tables_`` (GeneralizationTable per attribute), ``decomposition_``,
     ``requested_levels_`` (the view for ``degree``), ``levels_`` (after the k step),
@@ -301,7 +311,7 @@ class DegreeRelease:
     """
 
     def __init__(self, degree, priorities, *, hierarchies=None, level_weights=None, k=None,
-                 max_suppression=0.0, min_share=0.1, n_interval_levels=4):
+                 max_suppression=0.05, min_share=0.1, n_interval_levels=4):
         self.degree = degree
         self.priorities = priorities
         self.hierarchies = hierarchies
@@ -335,12 +345,12 @@ class DegreeRelease:
                    for name, t in self.tables_.items()}
         self.decomposition_ = DegreeDecomposition(self.min_share).fit(priorities, degrees)
         self.requested_levels_ = self.decomposition_.levels(self.degree)
-        final_degree = self._degree_meeting_k(len(frame))
-        self.levels_ = self.decomposition_.levels(final_degree)
-        self.view_degree_ = self.decomposition_.degree_of_view(self.levels_)
+        self.levels_ = self._levels_meeting_k(len(frame))
         sizes = self._class_sizes(self.levels_)
         self.kept_ = sizes >= (self.k or 1)
-        self.cost_ = self._cost(final_degree)
+        self.view_degree_ = self.decomposition_.degree_of_view(
+            self.levels_, float((~self.kept_).mean()) if self.kept_.size else 0.0)
+        self.cost_ = self._cost(self.view_degree_)
         return self
 
     def _check_k(self, n_rows):
@@ -360,34 +370,42 @@ class DegreeRelease:
     def _class_sizes(self, levels):
         return class_sizes([self.tables_[name].codes[int(level)] for name, level in levels.items()])
 
-    def _too_small(self, degree):
-        sizes = self._class_sizes(self.decomposition_.levels(degree))
-        return int((sizes < self.k).sum())
+    def _too_small(self, levels):
+        return int((self._class_sizes(levels) < self.k).sum())
 
-    def _degree_meeting_k(self, n_rows):
-        """The smallest degree >= the requested one whose view needs little enough suppression."""
+    def _levels_meeting_k(self, n_rows):
+        """From the requested view, raise single attributes greedily until suppression fits."""
+        levels = self.requested_levels_.copy()
         if self.k is None:
-            return self.degree
+            return levels
         budget = int(np.floor(self.max_suppression * n_rows))
-        candidates = np.concatenate([[self.degree],
-                                     self.decomposition_.breakpoints_[
-                                         self.decomposition_.breakpoints_ > self.degree]])
-        # suppression needed is non-increasing along the candidates (nested views): bisect
-        lo, hi = 0, len(candidates) - 1
-        if self._too_small(candidates[hi]) > budget:
-            return float(candidates[hi])  # even the coarsest view needs more: suppress anyway
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._too_small(candidates[mid]) <= budget:
-                hi = mid
-            else:
-                lo = mid + 1
-        return float(candidates[lo])
+        model = self.decomposition_
+        weight = pd.Series(self.priorities, dtype=float) + model.min_share
+        too_small = self._too_small(levels)
+        while too_small > budget:
+            best = None
+            for name in model.attributes_:  # loop over attributes: one candidate raise each
+                level = int(levels[name])
+                if level + 1 >= len(model.degrees_[name]):
+                    continue
+                raised = levels.copy()
+                raised[name] = level + 1
+                after = self._too_small(raised)
+                cost = max(float(weight[name]), 1e-6) * float(
+                    model.degrees_[name][level + 1] - model.degrees_[name][level])
+                key = (-(too_small - after) / cost, cost, name)
+                if best is None or key < best[0]:
+                    best = (key, raised, after)
+            if best is None:  # every attribute at its root: one class holding every row
+                break
+            _, levels, too_small = best
+        return levels
 
     def _cost(self, final_degree):
         extra_levels = self.levels_ - self.requested_levels_
         return {
             "requested_degree": float(self.degree),
+            "requested_view_degree": self.decomposition_.degree_of_view(self.requested_levels_),
             "final_degree": final_degree,
             "extra_levels": {name: int(extra) for name, extra in extra_levels.items()},
             "rows_suppressed": int((~self.kept_).sum()),
