@@ -1840,7 +1840,7 @@ CREATE OR REPLACE FUNCTION anon.trust_view(
     requester         text,
     purpose           text,
     k                 integer          DEFAULT NULL,
-    max_suppression   double precision DEFAULT 0,
+    max_suppression   double precision DEFAULT 0.05,
     quasi_identifiers text[]           DEFAULT NULL,
     sensitive         text[]           DEFAULT NULL,
     identifiers       text[]           DEFAULT NULL,
