@@ -108,4 +108,4 @@ def non_finite_error(tbl: Table, column: str, what: str, method: str) -> Invalid
         f'column "{column}" of {tbl.schema}.{tbl.name} holds {what}, which {method} cannot release',
         hint=f'Replace it with NULL (UPDATE ... SET "{column}" = NULL WHERE "{column}" '
              "IN ('NaN', 'Infinity', '-Infinity')) or declare the column ignored or sensitive; "
-             "anon.mondrian_view releases such values.")
+             "anon.mondrian_view and anon.break_merge release such values.")
