@@ -26,17 +26,23 @@ decomposition use one scale. This is *not* the degree that was requested: levels
 the level intervals the attributes sit in, and re-decomposing ``Deg(view)`` gives a view at most
 as coarse (never the same by definition). Tests check these properties against the definition.
 
-**k-anonymity** (ARX-style suppression, then minimal generalization). At the requested view, the
-rows in classes smaller than ``k`` are suppressed when they are at most ``max_suppression`` of
-the table (default 5 %, reported). Otherwise attributes are raised one level at a time from the
-requested view, greedily: each step takes the raise that removes the most rows-to-suppress per
-unit of priority-weighted degree (``(P_i + min_share) * (c_{g+1} - c_g)``), so low-priority
-attributes absorb k, until the budget is met; then the remaining small classes are suppressed.
-Coarsening only merges classes, so rows-to-suppress never grows along the walk and the walk ends
-(at the latest when every attribute is at its root: one class of all rows). Unlike walking ``D``
-along the decomposition, the requested levels of high-priority attributes are kept whenever the
-low-priority ones can carry ``k``, so more trust still gives a finer release. The walk is greedy,
-not an optimum over the lattice, and monotonicity in trust is measured (tests, bench), not proved.
+**k-anonymity** (local recoding, then ARX-style suppression). Local recoding starts from the
+values (every row at level 0, whatever the requested degree): the rows of classes smaller than
+``k`` -- and only they -- rise one level on their cheapest attribute (step cost
+``(P_i + min_share) * (c_{g+1} - c_g)``: low-priority attributes first), the rows are re-grouped
+(a class is one (level, value) per attribute), and again, until at most ``max_suppression`` of the
+rows (default 5 %) remain in small classes; those are suppressed. Each row is then released, on
+each attribute, at the coarser of this level and the requested level. Classes of the recoding only
+merge when levels rise (rows of one class share levels and values, so they share the coarser ones
+too), hence every released class holds ``k`` rows. Because the recoding does not depend on the
+degree and the requested levels fall with trust, more trust gives every row a level no higher on
+every attribute, with the same rows suppressed: the view degree never rises with trust, and falls
+strictly as soon as one kept row is released finer -- by construction, not measured. The price:
+the suppressed rows are the same at every trust (also at low trust, where the requested view alone
+might have needed fewer), and a row may be raised on an attribute that a coarse request would have
+let it keep. Should the small rows all reach the root with more of them than the budget, the
+smallest other classes join them at the root until they number ``k``. The ``levels_`` reported per
+attribute are the coarsest any kept row gets.
 """
 
 import numpy as np
@@ -342,12 +348,15 @@ class DegreeRelease:
     priority; these attributes are the quasi-identifiers), ``hierarchies`` (dict attribute ->
     Hierarchy; missing ones are built by ``default_hierarchy``), ``level_weights`` (dict attribute
     -> step weights), ``k`` (None = no k-anonymity), ``max_suppression`` (fraction of rows that may
-    be suppressed before generalizing further; default 5 %), ``min_share``, ``n_interval_levels``.
+    be suppressed once the rows of small classes are locally recoded; default 5 %),
+    ``min_share``, ``n_interval_levels``.
 
     After ``fit(frame)``: ``tables_`` (GeneralizationTable per attribute), ``decomposition_``,
-    ``requested_levels_`` (the view for ``degree``), ``levels_`` (after the k step),
-    ``view_degree_`` (degree of the final view), ``kept_`` (row mask), ``cost_`` (dict: rows
-    suppressed, extra degree and levels spent on k, NCP per attribute).
+    ``requested_levels_`` (the view for ``degree``), ``row_levels_`` (frame, rows x attributes: the
+    level each row is released at, after local recoding for k), ``levels_`` (per attribute, the
+    coarsest level of a kept row), ``view_degree_`` (Definition 2.1 on ``row_levels_``),
+    ``kept_`` (row mask), ``cost_`` (dict: rows suppressed, rows locally recoded, extra levels,
+    degree requested and delivered, NCP per attribute).
     """
 
     def __init__(self, degree, priorities, *, hierarchies=None, level_weights=None, k=None,
