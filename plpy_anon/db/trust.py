@@ -374,10 +374,12 @@ def _notice_cost(plpy, release) -> None:
     metrics = jsonb(metrics)
     cost = metrics.get("cost", {})
     extra = sum(cost.get("extra_levels", {}).values())
-    if extra or cost.get("rows_suppressed"):
-        plpy.notice(f"plpy_anon: reaching k = {metrics.get('k')} cost {extra} extra hierarchy "
-                    f"level(s) (degree {cost['requested_degree']:.3f} -> "
-                    f"{cost['final_degree']:.3f}) and {cost['rows_suppressed']} suppressed row(s)")
+    recoded = cost.get("rows_recoded", 0)
+    if extra or recoded or cost.get("rows_suppressed"):
+        plpy.notice(f"plpy_anon: reaching k = {metrics.get('k')} locally recoded {recoded} row(s) "
+                    f"(up to {extra} extra hierarchy level(s) in all; degree "
+                    f"{cost['requested_degree']:.3f} -> {cost['final_degree']:.3f}) and "
+                    f"suppressed {cost['rows_suppressed']} row(s)")
 
 
 def output_type(col) -> str:
