@@ -26,17 +26,23 @@ decomposition use one scale. This is *not* the degree that was requested: levels
 the level intervals the attributes sit in, and re-decomposing ``Deg(view)`` gives a view at most
 as coarse (never the same by definition). Tests check these properties against the definition.
 
-**k-anonymity** (ARX-style suppression, then minimal generalization). At the requested view, the
-rows in classes smaller than ``k`` are suppressed when they are at most ``max_suppression`` of
-the table (default 5 %, reported). Otherwise attributes are raised one level at a time from the
-requested view, greedily: each step takes the raise that removes the most rows-to-suppress per
-unit of priority-weighted degree (``(P_i + min_share) * (c_{g+1} - c_g)``), so low-priority
-attributes absorb k, until the budget is met; then the remaining small classes are suppressed.
-Coarsening only merges classes, so rows-to-suppress never grows along the walk and the walk ends
-(at the latest when every attribute is at its root: one class of all rows). Unlike walking ``D``
-along the decomposition, the requested levels of high-priority attributes are kept whenever the
-low-priority ones can carry ``k``, so more trust still gives a finer release. The walk is greedy,
-not an optimum over the lattice, and monotonicity in trust is measured (tests, bench), not proved.
+**k-anonymity** (local recoding, then ARX-style suppression). Local recoding starts from the
+values (every row at level 0, whatever the requested degree): the rows of classes smaller than
+``k`` -- and only they -- rise one level on their cheapest attribute (step cost
+``(P_i + min_share) * (c_{g+1} - c_g)``: low-priority attributes first), the rows are re-grouped
+(a class is one (level, value) per attribute), and again, until at most ``max_suppression`` of the
+rows (default 5 %) remain in small classes; those are suppressed. Each row is then released, on
+each attribute, at the coarser of this level and the requested level. Classes of the recoding only
+merge when levels rise (rows of one class share levels and values, so they share the coarser ones
+too), hence every released class holds ``k`` rows. Because the recoding does not depend on the
+degree and the requested levels fall with trust, more trust gives every row a level no higher on
+every attribute, with the same rows suppressed: the view degree never rises with trust, and falls
+strictly as soon as one kept row is released finer -- by construction, not measured. The price:
+the suppressed rows are the same at every trust (also at low trust, where the requested view alone
+might have needed fewer), and a row may be raised on an attribute that a coarse request would have
+let it keep. Should the small rows all reach the root with more of them than the budget, the
+smallest other classes join them at the root until they number ``k``. The ``levels_`` reported per
+attribute are the coarsest any kept row gets.
 """
 
 import numpy as np
@@ -180,15 +186,43 @@ class GeneralizationTable:
             self.labels.append(np.asarray(level_labels, dtype=object))
             self.leaf_counts.append(np.array([hierarchy.leaf_count(x) for x in level_labels]))
 
+        # codes of every level stacked, and an offset per level so that (level, code) pairs of
+        # rows released at different levels get distinct keys
+        self._stacked = np.stack(self.codes)
+        sizes = np.array([len(labels) for labels in self.labels])
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+
+    def _rows(self, levels):
+        levels = np.broadcast_to(np.asarray(levels, dtype=np.int64), self.codes[0].shape)
+        return levels, self._stacked[levels, np.arange(levels.size)]
+
+    def row_keys(self, levels):
+        """Each row's class key on this column when row ``r`` is released at ``levels[r]`` (a
+        level or one per row): equal keys mean equal level and equal generalized value."""
+        levels, codes = self._rows(levels)
+        return self._offsets[levels] + codes
+
+    def row_labels(self, levels):
+        """Each row's label at its level (``levels``: one level, or one per row)."""
+        levels, codes = self._rows(levels)
+        labels = np.empty(levels.size, dtype=object)
+        for level in np.unique(levels):  # loop over the few levels in use
+            at = levels == level
+            labels[at] = self.labels[level][codes[at]]
+        return labels
+
     def ncp(self, level, kept=None):
         """Normalized certainty penalty ``(leaves under label - 1) / (leaves - 1)``, row mean.
 
-        Rows outside ``kept`` (suppressed) count as fully generalized.
+        ``level``: one level, or one per row (local recoding). Rows outside ``kept``
+        (suppressed) count as fully generalized.
         """
         n_leaves = len(self.hierarchy.leaves)
         if n_leaves < 2:
             return 0.0
-        penalty = (self.leaf_counts[level][self.codes[level]] - 1) / (n_leaves - 1)
+        levels, codes = self._rows(level)
+        counts = np.concatenate(self.leaf_counts)[self._offsets[levels] + codes]
+        penalty = (counts - 1) / (n_leaves - 1)
         if kept is not None:
             penalty = np.where(kept, penalty, 1.0)
         return float(penalty.mean())
@@ -275,6 +309,18 @@ class DegreeDecomposition:
         f = float(suppressed_fraction)
         return float(np.mean(applied) * (1.0 - f) + f)
 
+    def degree_of_rows(self, row_levels, kept):
+        """Definition 2.1 on a locally recoded view: the mean over rows and attributes of the
+        degree ``c_g`` of the level each row is released at on each attribute (``row_levels``: a
+        frame, rows x attributes), a suppressed row (``kept`` False) counting 1 on every one.
+        With one level per attribute for every row this is ``degree_of_view``."""
+        kept = np.asarray(kept, dtype=bool)
+        if kept.size == 0:
+            return 0.0
+        applied = np.column_stack([self.degrees_[name][row_levels[name].to_numpy()]
+                                   for name in self.attributes_])
+        return float(np.where(kept, applied.mean(axis=1), 1.0).mean())
+
 
 def _check_degree(degree):
     if not (np.isfinite(degree) and 0.0 <= degree <= 1.0):
@@ -302,12 +348,15 @@ class DegreeRelease:
     priority; these attributes are the quasi-identifiers), ``hierarchies`` (dict attribute ->
     Hierarchy; missing ones are built by ``default_hierarchy``), ``level_weights`` (dict attribute
     -> step weights), ``k`` (None = no k-anonymity), ``max_suppression`` (fraction of rows that may
-    be suppressed before generalizing further; default 5 %), ``min_share``, ``n_interval_levels``.
+    be suppressed once the rows of small classes are locally recoded; default 5 %),
+    ``min_share``, ``n_interval_levels``.
 
     After ``fit(frame)``: ``tables_`` (GeneralizationTable per attribute), ``decomposition_``,
-    ``requested_levels_`` (the view for ``degree``), ``levels_`` (after the k step),
-    ``view_degree_`` (degree of the final view), ``kept_`` (row mask), ``cost_`` (dict: rows
-    suppressed, extra degree and levels spent on k, NCP per attribute).
+    ``requested_levels_`` (the view for ``degree``), ``row_levels_`` (frame, rows x attributes: the
+    level each row is released at, after local recoding for k), ``levels_`` (per attribute, the
+    coarsest level of a kept row), ``view_degree_`` (Definition 2.1 on ``row_levels_``),
+    ``kept_`` (row mask), ``cost_`` (dict: rows suppressed, rows locally recoded, extra levels,
+    degree requested and delivered, NCP per attribute).
     """
 
     def __init__(self, degree, priorities, *, hierarchies=None, level_weights=None, k=None,
@@ -345,11 +394,18 @@ class DegreeRelease:
                    for name, t in self.tables_.items()}
         self.decomposition_ = DegreeDecomposition(self.min_share).fit(priorities, degrees)
         self.requested_levels_ = self.decomposition_.levels(self.degree)
-        self.levels_ = self._levels_meeting_k(len(frame))
-        sizes = self._class_sizes(self.levels_)
-        self.kept_ = sizes >= (self.k or 1)
-        self.view_degree_ = self.decomposition_.degree_of_view(
-            self.levels_, float((~self.kept_).mean()) if self.kept_.size else 0.0)
+        names = self.decomposition_.attributes_
+        requested = self.requested_levels_[names].to_numpy(dtype=np.int64)
+        if self.k is None:
+            floor = np.zeros((len(frame), len(names)), dtype=np.int64)
+            self.kept_ = np.ones(len(frame), dtype=bool)
+        else:
+            floor, self.kept_ = self._local_floor(len(frame))
+        self.row_levels_ = pd.DataFrame(np.maximum(floor, requested), columns=names)
+        self.levels_ = pd.Series(self.row_levels_[self.kept_].max(axis=0) if self.kept_.any()
+                                 else self.requested_levels_[names], index=names).astype(int)
+        self.view_degree_ = (self.decomposition_.degree_of_rows(self.row_levels_, self.kept_)
+                             if len(frame) else self.decomposition_.degree_of_view(self.levels_))
         self.cost_ = self._cost(self.view_degree_)
         return self
 
@@ -367,51 +423,71 @@ class DegreeRelease:
                 f"max_suppression must lie in [0, 1]; got {self.max_suppression!r}",
                 hint="it is the fraction of rows that may be removed to reach k")
 
-    def _class_sizes(self, levels):
-        return class_sizes([self.tables_[name].codes[int(level)] for name, level in levels.items()])
+    def _row_classes(self, levels):
+        """Class id and class size of each row, row ``r`` released at ``levels[r]``."""
+        keys = [self.tables_[name].row_keys(levels[:, i])
+                for i, name in enumerate(self.decomposition_.attributes_)]
+        key = np.zeros(levels.shape[0], dtype=np.int64)
+        for codes in keys:  # loop over attributes; re-densify so the key never overflows
+            key = np.unique(key * (int(codes.max()) + 1) + codes, return_inverse=True)[1]
+        sizes = np.bincount(key)
+        return key, sizes[key]
 
-    def _too_small(self, levels):
-        return int((self._class_sizes(levels) < self.k).sum())
+    def _local_floor(self, n_rows):
+        """Local recoding for k, independent of the requested degree: per-row levels and the
+        kept-row mask.
 
-    def _levels_meeting_k(self, n_rows):
-        """From the requested view, raise single attributes greedily until suppression fits."""
-        levels = self.requested_levels_.copy()
-        if self.k is None:
-            return levels
-        budget = int(np.floor(self.max_suppression * n_rows))
+        From every row at its values (level 0), the rows of classes smaller than ``k`` -- and only
+        they -- rise one level on their cheapest attribute (``(P_i + min_share) * (c_{g+1} -
+        c_g)``: low priority first), the rows are re-grouped, and so on until at most
+        ``max_suppression`` of the rows remain in small classes; those are suppressed. Should the
+        small rows all reach the root of every attribute with more of them than the budget (they
+        then form one class), the smallest other classes are moved, whole, to the root until that
+        class holds ``k`` rows. Every class of kept rows holds ``k`` rows.
+        """
         model = self.decomposition_
-        weight = pd.Series(self.priorities, dtype=float) + model.min_share
-        too_small = self._too_small(levels)
-        while too_small > budget:
-            best = None
-            for name in model.attributes_:  # loop over attributes: one candidate raise each
-                level = int(levels[name])
-                if level + 1 >= len(model.degrees_[name]):
-                    continue
-                raised = levels.copy()
-                raised[name] = level + 1
-                after = self._too_small(raised)
-                cost = max(float(weight[name]), 1e-6) * float(
-                    model.degrees_[name][level + 1] - model.degrees_[name][level])
-                key = (-(too_small - after) / cost, cost, name)
-                if best is None or key < best[0]:
-                    best = (key, raised, after)
-            if best is None:  # every attribute at its root: one class holding every row
+        names = model.attributes_
+        weight = (pd.Series(self.priorities, dtype=float)[names] + model.min_share).to_numpy()
+        step_costs = [max(float(w), 1e-6) * np.append(np.diff(model.degrees_[name]), np.inf)
+                      for w, name in zip(weight, names)]
+        tops = np.array([len(model.degrees_[name]) - 1 for name in names])
+        budget = int(np.floor(self.max_suppression * n_rows))
+        levels = np.zeros((n_rows, len(names)), dtype=np.int64)
+        while True:  # at most sum of heights rounds: every round raises each small row a level
+            _, sizes = self._row_classes(levels)
+            rows = np.flatnonzero(sizes < self.k)
+            if rows.size <= budget:
                 break
-            _, levels, too_small = best
-        return levels
+            costs = np.column_stack([c[levels[rows, i]] for i, c in enumerate(step_costs)])
+            cheapest = costs.argmin(axis=1)  # ties: the first attribute
+            movable = np.isfinite(costs[np.arange(rows.size), cheapest])
+            if not movable.any():  # the small rows all sit at the root: one class below k
+                break
+            levels[rows[movable], cheapest[movable]] += 1
+        while True:  # the root residue above the budget: pull the smallest classes into it
+            ids, sizes = self._row_classes(levels)
+            small = sizes < self.k
+            if small.sum() <= budget:
+                return levels, ~small
+            candidates = np.flatnonzero(~small & ~(levels == tops).all(axis=1))
+            levels[ids == ids[candidates[np.argmin(sizes[candidates])]]] = tops
 
     def _cost(self, final_degree):
         extra_levels = self.levels_ - self.requested_levels_
+        requested = self.requested_levels_[self.decomposition_.attributes_].to_numpy()
+        raised = (self.row_levels_.to_numpy() > requested) & self.kept_[:, None]
         return {
             "requested_degree": float(self.degree),
             "requested_view_degree": self.decomposition_.degree_of_view(self.requested_levels_),
             "final_degree": final_degree,
             "extra_levels": {name: int(extra) for name, extra in extra_levels.items()},
+            "rows_recoded": int(raised.any(axis=1).sum()),
+            "rows_recoded_per_attribute": dict(zip(self.decomposition_.attributes_,
+                                                   raised.sum(axis=0).tolist())),
             "rows_suppressed": int((~self.kept_).sum()),
             "suppressed_fraction": float((~self.kept_).mean()) if self.kept_.size else 0.0,
-            "ncp": {name: self.tables_[name].ncp(int(level), self.kept_)
-                    for name, level in self.levels_.items()},
+            "ncp": {name: self.tables_[name].ncp(self.row_levels_[name].to_numpy(), self.kept_)
+                    for name in self.decomposition_.attributes_},
         }
 
     def transform(self, frame):
@@ -424,7 +500,6 @@ class DegreeRelease:
                 f"fitted on {self.kept_.size} rows, transform got {len(frame)}",
                 hint="transform the same frame the release was fitted on")
         released = frame.copy()
-        for name, level in self.levels_.items():
-            table = self.tables_[name]
-            released[name] = table.labels[int(level)][table.codes[int(level)]]
+        for name in self.decomposition_.attributes_:  # each row at its own level (local recoding)
+            released[name] = self.tables_[name].row_labels(self.row_levels_[name].to_numpy())
         return released.loc[self.kept_].reset_index(drop=True)

@@ -374,10 +374,12 @@ def _notice_cost(plpy, release) -> None:
     metrics = jsonb(metrics)
     cost = metrics.get("cost", {})
     extra = sum(cost.get("extra_levels", {}).values())
-    if extra or cost.get("rows_suppressed"):
-        plpy.notice(f"plpy_anon: reaching k = {metrics.get('k')} cost {extra} extra hierarchy "
-                    f"level(s) (degree {cost['requested_degree']:.3f} -> "
-                    f"{cost['final_degree']:.3f}) and {cost['rows_suppressed']} suppressed row(s)")
+    recoded = cost.get("rows_recoded", 0)
+    if extra or recoded or cost.get("rows_suppressed"):
+        plpy.notice(f"plpy_anon: reaching k = {metrics.get('k')} locally recoded {recoded} row(s) "
+                    f"(up to {extra} extra hierarchy level(s) in all; degree "
+                    f"{cost['requested_degree']:.3f} -> {cost['final_degree']:.3f}) and "
+                    f"suppressed {cost['rows_suppressed']} row(s)")
 
 
 def output_type(col) -> str:
@@ -454,19 +456,23 @@ def _check_no_nulls(tbl, frame) -> None:
 
 
 def _classes(model, qis):
-    """Per-row class ids (-1 = suppressed), per-QI class labels, and class sizes."""
-    levels = model.levels_
-    codes = np.column_stack([model.tables_[c.name].codes[int(levels[c.name])] for c in qis])
+    """Per-row class ids (-1 = suppressed), per-QI class labels, and class sizes. Local
+    recoding puts rows of one column at different levels: a class is one (level, value) per QI,
+    and its label is that of its rows."""
+    levels = model.row_levels_
+    codes = np.column_stack([model.tables_[c.name].row_keys(levels[c.name].to_numpy())
+                             for c in qis])
     kept = model.kept_
     class_ids = np.full(len(kept), -1, dtype=np.int64)
     if not kept.any():
         return class_ids, {f"q{i}": [] for i in range(len(qis))}, np.array([], dtype=np.int64)
-    unique, inverse, sizes = np.unique(codes[kept], axis=0, return_inverse=True,
-                                       return_counts=True)
+    _, first, inverse, sizes = np.unique(codes[kept], axis=0, return_index=True,
+                                         return_inverse=True, return_counts=True)
     class_ids[kept] = inverse.reshape(-1)
+    first_rows = np.flatnonzero(kept)[first]       # one row of each class
     classes = {}
     for i, col in enumerate(qis):
-        labels = model.tables_[col.name].labels[int(levels[col.name])][unique[:, i]]
+        labels = model.tables_[col.name].row_labels(levels[col.name].to_numpy())[first_rows]
         classes[f"q{i}"] = [_literal(col, label) for label in labels]
     return class_ids, classes, sizes
 

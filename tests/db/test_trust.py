@@ -262,6 +262,51 @@ def test_more_trust_never_gives_a_coarser_release_and_refresh_follows_trust(db, 
     assert min(class_sizes(db, relation, ["age", "sex", "job"])) >= 3
 
 
+def test_local_recoding_is_k_anonymous_truthful_and_finer_with_more_trust(db, schema, people,
+                                                                         requester, purpose):
+    """k = 5 on 500 rows, 400 of them spread over 70 ages: at high trust most classes are too
+    small, so the rows of small classes -- only they -- are generalized further; one column then
+    holds several levels."""
+    db.execute("INSERT INTO people SELECT i, 40, 'F', 'nurse', '<=50K' "
+               "FROM generate_series(401, 500) i")          # one class that is big already
+    name, _ = purpose({"age": 0.5, "sex": 1, "job": 0.9})
+    roles = {"quasi_identifiers": ["age", "sex", "job"], "sensitive": ["salary", "id"]}
+    fixed = {"gamma": 1, "k": 5, "max_suppression": 0.02}
+    fine = trust_view(db, schema, people, requester, name, release_name="fine",
+                      d_min=0.05, d_max=0.05, **roles, **fixed)
+    coarse = trust_view(db, schema, people, requester, name, release_name="coarse",
+                        d_min=0.4, d_max=0.4, **roles, **fixed)
+    for relation in (fine, coarse):
+        # k from the released rows themselves
+        assert min(class_sizes(db, relation, ["age", "sex", "job"])) >= 5
+        # every released value holds the row's true value (joined back on the identifier)
+        wrong, released = db.execute(f"""
+            SELECT count(*) FILTER (WHERE NOT (r.age @> p.age AND r.sex IN (p.sex, '*')
+                                               AND r.job IN (p.job, h.parent, '*'))), count(*)
+            FROM {relation} r JOIN people p USING (id)
+            JOIN (VALUES ('nurse', 'health'), ('doctor', 'health'), ('clerk', 'office'),
+                         ('cashier', 'office')) h(job, parent) ON h.job = p.job""").fetchone()
+        assert wrong == 0
+        cost = metrics(db, relation)["cost"]
+        assert released == 500 - cost["rows_suppressed"] and cost["rows_suppressed"] <= 10
+    # local, not whole-column: the fine release's ages come in more than one width, and the big
+    # class is left at its values
+    widths = db.execute(f"SELECT count(DISTINCT upper(age) - lower(age)) FILTER "
+                        f"(WHERE NOT lower_inf(age)), count(*) FILTER (WHERE lower_inf(age)) "
+                        f"FROM {fine}").fetchone()
+    assert widths[0] + (widths[1] > 0) >= 2
+    cost = metrics(db, fine)["cost"]
+    assert 0 < cost["rows_recoded"] <= 400
+    assert db.execute(f"SELECT count(*) FROM {fine} WHERE age = int4range(40, 40, '[]') "
+                      f"AND sex = 'F' AND job = 'nurse'").fetchone()[0] >= 100
+    # more trust (lower D), strictly finer: the view degree falls, read from the catalog
+    degrees = [db.execute("SELECT (metrics ->> 'view_degree')::float8, metrics -> 'requested_levels' "
+                          "FROM anon.releases WHERE release_name = %s", (n,)).fetchone()
+               for n in ("fine", "coarse")]
+    assert degrees[0][1] != degrees[1][1]
+    assert degrees[0][0] < degrees[1][0]
+
+
 # ---------------------------------------------------------------------------- bad input
 
 def fails(db, query, params, sqlstate, match):

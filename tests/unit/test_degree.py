@@ -226,31 +226,101 @@ def test_release_without_k_is_the_decomposition_view(people):
     assert set(released["job"]) <= {"a", "b", "c", "d", "ab", "cd", "*"}
 
 
+def _released_levels(release, frame):
+    """Each kept row's level per attribute, read back from the released labels: the level whose
+    label of the row's value is the released one (ranges and sets of the hierarchy nest)."""
+    released = release.transform(frame)
+    kept = frame.loc[release.kept_].reset_index(drop=True)
+    levels = {}
+    for name, table in release.tables_.items():
+        hierarchy = table.hierarchy
+        values = kept[name].astype(str)
+        levels[name] = [next(g for g in range(hierarchy.height + 1)
+                             if hierarchy.ancestor(v, g) == label)
+                        for v, label in zip(values, released[name])]
+    return pd.DataFrame(levels), released
+
+
 @settings(max_examples=15, deadline=None)
 @given(unit, st.integers(2, 12), st.sampled_from([0.0, 0.02, 0.1]))
 def test_k_step_yields_k_anonymous_rows_within_budget(people, degree, k, max_suppression):
     release = DegreeRelease(degree, PRIORITIES, hierarchies={"job": JOBS}, k=k,
                             max_suppression=max_suppression).fit(people)
-    released = release.transform(people)
+    levels, released = _released_levels(release, people)
     sizes = released.groupby(["age", "sex", "job"]).size()  # checked on the output itself
     assert (sizes >= k).all()
-    assert (release.levels_ >= release.requested_levels_).all()
-    if (release.levels_ > release.requested_levels_).any():  # generalized: budget then met
-        assert release.cost_["rows_suppressed"] <= max_suppression * len(people)
-    kept = release.kept_.mean()
-    assert release.view_degree_ == pytest.approx(
-        release.decomposition_.degree_of_view(release.levels_, 1 - kept))
+    # every released label generalizes the row's own value, never below the requested level
+    assert (levels.to_numpy() >= release.requested_levels_[list(levels)].to_numpy()).all()
+    assert release.cost_["rows_suppressed"] <= max_suppression * len(people) + 1e-9 \
+        or release.cost_["rows_suppressed"] < k  # only the root residue may exceed the budget
     assert release.cost_["rows_suppressed"] == len(people) - len(released)
+    # Definition 2.1 from the released labels: mean over rows and attributes, suppressed = 1
+    c = release.decomposition_.degrees_
+    applied = np.column_stack([c[name][levels[name].to_numpy()] for name in levels]).mean(axis=1)
+    by_hand = (applied.sum() + release.cost_["rows_suppressed"]) / len(people)
+    assert release.view_degree_ == pytest.approx(by_hand, abs=1e-12)
 
 
 @settings(max_examples=15, deadline=None)
-@given(unit, unit)
-def test_k_step_keeps_monotonicity_in_trust(people, trust_a, trust_b):
+@given(st.integers(2, 7))
+def test_local_recoding_only_touches_rows_of_small_classes(people, k):
+    """Local, not whole-column: on a table where most rows are already in classes of k, the rows
+    left at their values are exactly those whose class at the requested view has k rows."""
+    rows = pd.concat([people.assign(age=30, job="a"), people.iloc[:7].assign(sex="M", job="b")],
+                     ignore_index=True)
+    rows.loc[len(people):, "age"] = np.arange(60, 67)     # 7 rows alone on age, alike otherwise
+    release = DegreeRelease(0.0, PRIORITIES, hierarchies={"job": JOBS}, k=k,
+                            max_suppression=0.0).fit(rows)
+    sizes = rows.groupby(["age", "sex", "job"])["age"].transform("size").to_numpy()
+    recoded = (release.row_levels_.to_numpy() > 0).any(axis=1)
+    assert (recoded == (sizes < k)).all()
+    assert release.cost_["rows_recoded"] == int((sizes < k).sum())
+    assert release.levels_["age"] > 0 and (release.row_levels_["age"] == 0).mean() > 0.9
+
+
+@settings(max_examples=25, deadline=None)
+@given(unit, unit, st.integers(2, 12), st.sampled_from([0.0, 0.05]),
+       st.sampled_from([PRIORITIES, {"age": 1.0, "sex": 0.0, "job": 0.3}]))
+def test_k_step_keeps_monotonicity_in_trust(people, trust_a, trust_b, k, max_suppression,
+                                            priorities):
+    """More trust never gives a coarser release, row by row.
+
+    Replaces the property "the per-attribute levels at higher trust are never above" of the
+    whole-table k step: under local recoding an attribute has no single level (rows sit at
+    different levels), so the property is now stated on every row -- stronger: each row, on each
+    attribute, is released at a level no higher at the higher trust, the same rows are
+    suppressed, hence the view degree (Definition 2.1) never rises -- and it falls strictly as
+    soon as one kept row is released finer. It holds by construction: local recoding starts from
+    the values whatever the trust and the release takes, per row, the coarser of that and the
+    requested view, which is monotone in trust (test_more_trust_never_gives_a_coarser_view).
+    """
     project = TrustProjection(gamma=2)
     low, high = sorted([trust_a, trust_b])
-    levels = [DegreeRelease(project(t), PRIORITIES, hierarchies={"job": JOBS}, k=5,
-                            max_suppression=0.05).fit(people).levels_ for t in (low, high)]
-    assert (levels[1] <= levels[0]).all()
+    coarse, fine = (DegreeRelease(project(t), priorities, hierarchies={"job": JOBS}, k=k,
+                                  max_suppression=max_suppression).fit(people)
+                    for t in (low, high))
+    coarse_levels, _ = _released_levels(coarse, people)  # from the released labels
+    fine_levels, _ = _released_levels(fine, people)
+    assert (fine.kept_ == coarse.kept_).all()
+    assert (fine_levels.to_numpy() <= coarse_levels.to_numpy()).all()
+    assert fine.view_degree_ <= coarse.view_degree_ + 1e-12
+    if (fine_levels.to_numpy() < coarse_levels.to_numpy()).any():
+        assert fine.view_degree_ < coarse.view_degree_
+    assert (fine.levels_ <= coarse.levels_).all()
+
+
+def test_strictly_more_trust_gives_a_strictly_finer_release(people):
+    """Where the requested views differ, so do the releases: at k = 5 on this table the view
+    degree falls strictly across T = 0.2, 0.5, 0.8, 0.95 (the whole-table k step gave the two
+    highest trust levels one view)."""
+    project = TrustProjection(gamma=2)
+    releases = [DegreeRelease(project(t), PRIORITIES, hierarchies={"job": JOBS}, k=5,
+                              max_suppression=0.05).fit(people) for t in (0.2, 0.5, 0.8, 0.95)]
+    requested = [tuple(r.requested_levels_) for r in releases]
+    degrees = [r.view_degree_ for r in releases]
+    for i in range(len(releases) - 1):
+        if requested[i] != requested[i + 1]:
+            assert degrees[i + 1] < degrees[i]
 
 
 def test_level_weights_change_the_levels(people):
