@@ -193,6 +193,11 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except (ServerError, AnonError) as error:
+            if (ctx.obj or {}).get("format") == "json":      # scripts parse errors too
+                click.echo(json.dumps({"sqlstate": getattr(error, "sqlstate", None),
+                                       "message": error.message, "detail": error.detail,
+                                       "hint": error.hint}), err=True)
+                ctx.exit(1)
             message = error.message + (f" (hint: {error.hint})" if error.hint else "")
             click.echo(f"plpy-anon: error: {' '.join(message.split())}", err=True)   # one line
             ctx.exit(1)
