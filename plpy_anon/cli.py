@@ -25,6 +25,7 @@ import click
 import pandas as pd
 from psycopg.types.range import Range
 
+import plpy_anon
 from plpy_anon.client import AnonClient
 from plpy_anon.client.errors import ServerError
 from plpy_anon.core.errors import AnonError
@@ -205,16 +206,40 @@ class Group(click.Group):
 
 # ---------------------------------------------------------------------------- commands
 
-@click.group(cls=Group)
+def version_lines(dsn: str | None) -> list[str]:
+    """``plpy-anon --version``: the package's version, and the extension's in the database when
+    one is given (else why not, in one line)."""
+    lines = [f"plpy-anon {plpy_anon.__version__}"]
+    if not dsn:
+        return lines + ["extension: not connected (no --dsn or PLPY_ANON_DSN)"]
+    try:
+        with AnonClient(dsn) as anon:
+            installed = anon.extension_version()
+            database = anon.connection.info.dbname
+    except (ServerError, AnonError) as error:
+        return lines + [f"extension: not connected: {' '.join(error.message.split())}"]
+    if installed is None:
+        return lines + [f"extension: not installed in database {database}"]
+    return lines + [f"extension: plpy_anon {installed} in database {database}"]
+
+
+@click.group(cls=Group, invoke_without_command=True, no_args_is_help=True)
 @click.option("--dsn", envvar="PLPY_ANON_DSN", help="libpq connection string or URI (or PLPY_ANON_DSN).")
 @click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="table",
               help="Output: human table (default), json or csv.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--version", "show_version", is_flag=True,
+              help="Print the package's version, and the extension's in the database (with --dsn).")
 @click.pass_context
-def main(ctx, dsn, fmt, quiet):
+def main(ctx, dsn, fmt, quiet, show_version):
     """Anonymized releases of PostgreSQL tables (the plpy_anon extension)."""
     ctx.ensure_object(dict)
     ctx.obj.update(dsn=dsn, format=fmt, quiet=quiet)
+    if show_version:
+        click.echo("\n".join(version_lines(dsn)))
+        ctx.exit(0)
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError("Missing command.")
 
 
 def format_option(f):
