@@ -79,3 +79,17 @@ def test_one_declaration_per_public_function_and_no_install_time_rewrite(tmp_pat
         assert f"CREATE OR REPLACE FUNCTION anon.{name}(" in script
         assert f"CREATE OR REPLACE FUNCTION anon_py.{name}(" in script
     assert "RENAME TO %I" not in script and "_py_" not in script
+
+
+def test_handwritten_public_functions_are_in_the_reference_and_need_a_comment(tmp_path, monkeypatch):
+    build = load_build()
+    names = {f.name for f in build.handwritten()}
+    assert {"add_queries", "drop_hierarchy"} <= names and not any(n.startswith("_") for n in names)
+    assert "### anon.add_queries\n" in build.reference()
+    idem = tmp_path / "idempotent"
+    idem.mkdir()
+    (idem / "010-x.sql").write_text("CREATE OR REPLACE FUNCTION anon.undocumented(a int)\n"
+                                    "RETURNS int\nLANGUAGE sql IMMUTABLE\nAS $$ SELECT a $$;\n")
+    monkeypatch.setattr(build, "SQL", tmp_path)
+    with pytest.raises(SystemExit, match="anon.undocumented .* has no COMMENT ON FUNCTION"):
+        build.handwritten()
