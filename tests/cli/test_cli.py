@@ -127,3 +127,14 @@ def test_load_queries_grant_and_revoke(cli, db, schema, tmp_path):
         assert unknown.exit_code == 1 and unknown.stderr.startswith('plpy-anon: error: role "no_such_role"')
     finally:
         db.execute("DROP OWNED BY cli_analyst; DROP ROLE cli_analyst")
+
+
+def test_refresh_all_and_its_older_spelling(cli, schema):
+    assert cli("--quiet", "mondrian-view", "patients", "--k", "5",
+               "--release-schema", release_schema_of(schema)).exit_code == 0
+    release = f"{release_schema_of(schema)}.patients_k5"
+    for args in (["refresh-all"], ["refresh", "--all"]):
+        result = cli("--quiet", "--format", "json", *args)
+        rows = {r["release"]: r for r in json.loads(result.stdout)}
+        assert rows[release]["status"] == "refreshed"
+        assert result.exit_code == (0 if all(r["status"] == "refreshed" for r in rows.values()) else 1)
