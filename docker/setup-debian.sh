@@ -11,8 +11,8 @@ set -euo pipefail
 
 VENV="${VENV:-/opt/plpy_anon/venv}"
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
-EXTRAS=""
-[ "${1:-}" = "--dev" ] && EXTRAS="[dev]"
+EXTRAS="[server,client]"
+[ "${1:-}" = "--dev" ] && EXTRAS="[server,client,dev]"
 
 PKGS="postgresql-15 postgresql-plpython3-15 postgresql-server-dev-15 postgresql-15-cron python3-venv make"
 missing=""
@@ -45,4 +45,6 @@ chmod -R a+rX "$(dirname "$VENV")"
 "$VENV/bin/pip" install -q "setuptools>=77" "$SRC$EXTRAS"
 "$VENV/bin/pip" install -q --no-deps --force-reinstall "$SRC"
 chmod -R a+rX "$VENV"
+# the CLI on PATH (its console script lives in the venv)
+ln -sf "$VENV/bin/plpy-anon" /usr/local/bin/plpy-anon
 echo "setup: $("$VENV/bin/python" -c 'import plpy_anon, sys; print("plpy_anon", plpy_anon.__version__, "python", sys.version.split()[0])') in $VENV"

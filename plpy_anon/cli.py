@@ -1,9 +1,13 @@
 """``plpy-anon``: the client library as a command line.
 
-    plpy-anon --dsn postgresql:///db releases
-    plpy-anon --dsn ... create mondrian patients --k 5 --qi age,sex,zip --sensitive diagnosis
+    plpy-anon --dsn postgresql:///db release-status
+    plpy-anon --dsn ... mondrian-view patients --k 5 --quasi-identifiers age,sex,zip --sensitive diagnosis
     plpy-anon --dsn ... refresh patients_k5
-    plpy-anon --dsn ... report patients_k5 --format json
+    plpy-anon --dsn ... release-report patients_k5 --format json
+
+Commands and options are named like the SQL functions and arguments they use (``release_frame``
+works as well as ``release-frame``); the older spellings (``create mondrian``, ``show``, ``--qi``,
+...) still work, with a warning on stderr.
 
 Results print as tables for people, ``--format json`` or ``csv`` for scripts. Long operations
 report their phases on stderr with the elapsed time (``--quiet`` silences them). A failure prints
@@ -25,18 +29,18 @@ import click
 import pandas as pd
 from psycopg.types.range import Range
 
+import plpy_anon
 from plpy_anon.client import AnonClient
 from plpy_anon.client.errors import ServerError
 from plpy_anon.core.errors import AnonError
 
-METHODS = {                      # CLI name -> (client method, SQL function)
+METHODS = {                      # deprecated "create METHOD" name -> SQL function
     "mondrian": "mondrian_view",
     "break-merge": "break_merge",
     "trust": "trust_view",
     "pattern": "pattern_view",
     "fusion": "fusion_resilient_view",
 }
-SINGLE_VALUED = {"fusion": {"sensitive"}}   # parameters that are one column name, not a list
 
 
 # ---------------------------------------------------------------------------- rendering
@@ -186,13 +190,52 @@ def parse_params(pairs: tuple[str, ...]) -> dict:
     return params
 
 
+# Old spellings, still accepted (hidden) with a one-line warning on stderr.
+DEPRECATED_COMMANDS = {          # old command -> command named like the SQL function it calls
+    "releases": "release-status", "report": "release-report", "show": "release-frame",
+    "drop": "drop-release", "declare": "set-column-role", "schedule": "schedule-refresh",
+    "unschedule": "unschedule-refresh", "grant": "grant-analyst", "revoke": "revoke-analyst",
+}
+DEPRECATED_OPTIONS = {           # old option -> option named like the SQL argument
+    "--qi": "--quasi-identifiers", "--name": "--release-name", "--schema": "--release-schema",
+    "--table": "--source",
+}
+
+
+def deprecated(old: str, new: str) -> None:
+    click.echo(f"plpy-anon: warning: '{old}' is deprecated, use '{new}'", err=True)
+
+
 class Group(click.Group):
-    """Turns every error into one line on stderr and exit status 1."""
+    """Turns every error into one line on stderr and exit status 1; resolves ``release_frame`` as
+    ``release-frame`` and the deprecated spellings (DEPRECATED_COMMANDS, DEPRECATED_OPTIONS)."""
+
+    def get_command(self, ctx, cmd_name):
+        command = super().get_command(ctx, cmd_name) or super().get_command(ctx, cmd_name.replace("_", "-"))
+        if command is None and cmd_name in DEPRECATED_COMMANDS:
+            deprecated(cmd_name, DEPRECATED_COMMANDS[cmd_name])
+            command = super().get_command(ctx, DEPRECATED_COMMANDS[cmd_name])
+        return command
+
+    def parse_args(self, ctx, args):
+        renamed = []
+        for arg in args:
+            option, eq, value = arg.partition("=")
+            if option in DEPRECATED_OPTIONS:
+                deprecated(option, DEPRECATED_OPTIONS[option])
+                arg = DEPRECATED_OPTIONS[option] + eq + value
+            renamed.append(arg)
+        return super().parse_args(ctx, renamed)
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except (ServerError, AnonError) as error:
+            if (ctx.obj or {}).get("format") == "json":      # scripts parse errors too
+                click.echo(json.dumps({"sqlstate": getattr(error, "sqlstate", None),
+                                       "message": error.message, "detail": error.detail,
+                                       "hint": error.hint}), err=True)
+                ctx.exit(1)
             message = error.message + (f" (hint: {error.hint})" if error.hint else "")
             click.echo(f"plpy-anon: error: {' '.join(message.split())}", err=True)   # one line
             ctx.exit(1)
@@ -200,20 +243,44 @@ class Group(click.Group):
 
 # ---------------------------------------------------------------------------- commands
 
-@click.group(cls=Group)
+def version_lines(dsn: str | None) -> list[str]:
+    """``plpy-anon --version``: the package's version, and the extension's in the database when
+    one is given (else why not, in one line)."""
+    lines = [f"plpy-anon {plpy_anon.__version__}"]
+    if not dsn:
+        return lines + ["extension: not connected (no --dsn or PLPY_ANON_DSN)"]
+    try:
+        with AnonClient(dsn) as anon:
+            installed = anon.extension_version()
+            database = anon.connection.info.dbname
+    except (ServerError, AnonError) as error:
+        return lines + [f"extension: not connected: {' '.join(error.message.split())}"]
+    if installed is None:
+        return lines + [f"extension: not installed in database {database}"]
+    return lines + [f"extension: plpy_anon {installed} in database {database}"]
+
+
+@click.group(cls=Group, invoke_without_command=True, no_args_is_help=True)
 @click.option("--dsn", envvar="PLPY_ANON_DSN", help="libpq connection string or URI (or PLPY_ANON_DSN).")
 @click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="table",
               help="Output: human table (default), json or csv.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--version", "show_version", is_flag=True,
+              help="Print the package's version, and the extension's in the database (with --dsn).")
 @click.pass_context
-def main(ctx, dsn, fmt, quiet):
+def main(ctx, dsn, fmt, quiet, show_version):
     """Anonymized releases of PostgreSQL tables (the plpy_anon extension)."""
     ctx.ensure_object(dict)
     ctx.obj.update(dsn=dsn, format=fmt, quiet=quiet)
+    if show_version:
+        click.echo("\n".join(version_lines(dsn)))
+        ctx.exit(0)
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError("Missing command.")
 
 
 def format_option(f):
-    """--format accepted after the command too (plpy-anon report x --format json)."""
+    """--format accepted after the command too (plpy-anon release-report x --format json)."""
     def store(ctx, _param, value):
         if value:
             ctx.obj["format"] = value
@@ -237,10 +304,123 @@ def install(ctx, version, upgrade):
     emit_record(ctx, {"extension": "plpy_anon", "before": old, "installed": new})
 
 
-@main.command()
+COMMON_OPTIONS = {    # SQL argument -> (type, help); lists are comma-separated
+    "k": (int, "Every class has at least k rows."),
+    "l": (int, "At least l distinct sensitive values per class."),
+    "requester": (str, "Who asks for the release (anon.add_requester)."),
+    "purpose": (str, "The purpose the release is for (anon.define_purpose)."),
+    "columns": (list, "Numeric columns to release, comma-separated."),
+    "quasi_identifiers": (list, "Quasi-identifiers, comma-separated."),
+    "sensitive": (list, "Sensitive columns, comma-separated."),
+    "identifiers": (list, "Identifier columns (dropped), comma-separated."),
+    "identifier": (str, "The identifier column."),
+    "release_name": (str, "Release name (default: derived from the table)."),
+    "release_schema": (str, "Schema of the release (default: release)."),
+}
+METHOD_OPTIONS = {   # SQL function -> its arguments the CLI has options for (besides --param)
+    "mondrian_view": ["k", "l", "quasi_identifiers", "sensitive", "identifiers"],
+    "break_merge": ["k", "l", "quasi_identifiers", "sensitive", "identifiers"],
+    "trust_view": ["requester", "purpose", "k", "quasi_identifiers", "sensitive", "identifiers"],
+    "pattern_view": ["columns", "sensitive", "identifiers"],
+    "fusion_resilient_view": ["sensitive", "identifier"],
+}
+RELEASE_OPTIONS = ["release_name", "release_schema"]
+
+
+def option_name(argument: str) -> str:
+    return "--" + argument.replace("_", "-")
+
+
+def create_release(ctx, function: str, source: str, kwargs: dict, params: tuple[str, ...]) -> None:
+    kwargs = {k: (split_list(v) if COMMON_OPTIONS.get(k, (None,))[0] is list else v)
+              for k, v in kwargs.items()}
+    kwargs["replace"] = kwargs.get("replace") or None
+    if function == "fusion_resilient_view" and isinstance(kwargs.get("sensitive"), list):
+        kwargs["sensitive"] = ",".join(kwargs["sensitive"])            # one column
+    with Progress(not ctx.obj["quiet"]) as progress:
+        anon = client(ctx, progress)
+        progress(f"creating a {function} release of {source}")
+        name = anon.scalar(function, source, **kwargs, **parse_params(params))
+        progress("done")
+    emit_record(ctx, {"release": name})
+
+
+def method_command(function: str) -> click.Command:
+    """The command anon.<function> (e.g. mondrian-view SOURCE --k 5 --quasi-identifiers a,b)."""
+    def command(ctx, source, params, **kwargs):
+        create_release(ctx, function, source, kwargs, params)
+    command.__doc__ = f"Create a release of SOURCE with anon.{function}; prints its name."
+    for argument in reversed(METHOD_OPTIONS[function] + RELEASE_OPTIONS):
+        kind, text = COMMON_OPTIONS[argument]
+        command = click.option(option_name(argument), argument, type=str if kind is list else kind,
+                               help=text)(command)
+    command = click.option("--replace", is_flag=True, help="Rebuild an existing release of that name.")(command)
+    command = click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+                           help="Any other argument of the SQL function (repeatable; JSON values accepted).")(command)
+    command = format_option(command)
+    command = click.argument("source")(command)
+    return main.command(function.replace("_", "-"))(click.pass_context(command))
+
+
+for _function in METHOD_OPTIONS:
+    method_command(_function)
+
+
+@main.command(hidden=True)
+@click.argument("method", type=click.Choice(list(METHODS)))
+@click.argument("source")
+@click.option("--k", type=int)
+@click.option("--l", type=int)
+@click.option("--quasi-identifiers", "quasi_identifiers")
+@click.option("--sensitive")
+@click.option("--identifiers")
+@click.option("--release-name", "release_name")
+@click.option("--release-schema", "release_schema")
+@click.option("--replace", is_flag=True)
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE")
 @format_option
 @click.pass_context
-def releases(ctx):
+def create(ctx, method, source, params, **kwargs):
+    """Deprecated: create METHOD SOURCE is now the command named like the SQL function."""
+    function = METHODS[method]
+    deprecated(f"create {method}", function.replace("_", "-"))
+    create_release(ctx, function, source, {k: v for k, v in kwargs.items() if v is not None}, params)
+
+
+@main.command()
+@click.argument("release", required=False)
+@click.option("--all", "all_", is_flag=True, help="Refresh every release in dependency order (refresh-all).")
+@format_option
+@click.pass_context
+def refresh(ctx, release, all_):
+    """Re-anonymize RELEASE from current data (phases shown on stderr)."""
+    if bool(release) == all_:
+        raise click.UsageError("give a release or --all")
+    if all_:
+        ctx.invoke(refresh_all)
+        return
+    with Progress(not ctx.obj["quiet"]) as progress:
+        row = client(ctx, progress).refresh(release)
+    emit_record(ctx, {k: row[k] for k in ("release_schema", "release_name", "row_count",
+                                          "achieved_k", "refreshed_at", "refresh_seconds")})
+
+
+@main.command("refresh-all")
+@format_option
+@click.pass_context
+def refresh_all(ctx):
+    """Refresh every release in dependency order; exits 1 if one failed."""
+    with Progress(not ctx.obj["quiet"]) as progress:
+        frame = client(ctx, progress).refresh_all()
+    emit(ctx, frame)
+    if (frame["status"] != "refreshed").any():
+        ctx.exit(1)
+
+
+@main.command("release-status")
+@format_option
+@click.pass_context
+def release_status(ctx):
     """Every release: method, rows, k, last refresh, errors, schedule."""
     frame = client(ctx).releases()
     if ctx.obj["format"] == "table":
@@ -249,145 +429,110 @@ def releases(ctx):
     emit(ctx, frame)
 
 
-@main.command()
-@click.argument("method", type=click.Choice(list(METHODS)))
-@click.argument("source")
-@click.option("--k", type=int, help="Every class has at least k rows.")
-@click.option("--l", type=int, help="At least l distinct sensitive values per class.")
-@click.option("--qi", help="Quasi-identifiers, comma-separated.")
-@click.option("--sensitive", help="Sensitive columns, comma-separated.")
-@click.option("--identifiers", help="Identifier columns (dropped), comma-separated.")
-@click.option("--name", "release_name", help="Release name (default: derived from the table).")
-@click.option("--schema", "release_schema", help="Schema of the release (default: release).")
-@click.option("--replace", is_flag=True, help="Rebuild an existing release of that name.")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="Any other parameter of the SQL function (repeatable; JSON values accepted).")
-@format_option
-@click.pass_context
-def create(ctx, method, source, k, l, qi, sensitive, identifiers, release_name, release_schema,
-           replace, params):
-    """Create a release of SOURCE with METHOD; prints its name."""
-    kwargs = dict(k=k, l=l, quasi_identifiers=split_list(qi), sensitive=split_list(sensitive),
-                  identifiers=split_list(identifiers), release_name=release_name,
-                  release_schema=release_schema, replace=replace or None, **parse_params(params))
-    for single in SINGLE_VALUED.get(method, ()):
-        if isinstance(kwargs.get(single), list):
-            kwargs[single] = ",".join(kwargs[single])
-    with Progress(not ctx.obj["quiet"]) as progress:
-        anon = client(ctx, progress)
-        progress(f"creating a {method} release of {source}")
-        name = anon.scalar(METHODS[method], source, **kwargs)
-        progress("done")
-    emit_record(ctx, {"release": name})
-
-
-@main.command()
-@click.argument("release", required=False)
-@click.option("--all", "all_", is_flag=True, help="Refresh every release in dependency order.")
-@format_option
-@click.pass_context
-def refresh(ctx, release, all_):
-    """Re-anonymize RELEASE from current data (phases shown on stderr)."""
-    if bool(release) == all_:
-        raise click.UsageError("give a release or --all")
-    with Progress(not ctx.obj["quiet"]) as progress:
-        anon = client(ctx, progress)
-        if all_:
-            frame = anon.refresh_all()
-            emit(ctx, frame)
-            if (frame["status"] != "refreshed").any():
-                ctx.exit(1)
-            return
-        row = anon.refresh(release)
-    emit_record(ctx, {k: row[k] for k in ("release_schema", "release_name", "row_count",
-                                          "achieved_k", "refreshed_at", "refresh_seconds")})
-
-
-@main.command()
+@main.command("release-report")
 @click.argument("release")
 @format_option
 @click.pass_context
-def report(ctx, release):
+def release_report(ctx, release):
     """Utility and protection figures of RELEASE (k, C_DM, NCP, ...)."""
-    emit(ctx, client(ctx).report(release))
+    emit(ctx, client(ctx).release_report(release))
 
 
-@main.command()
+@main.command("release-frame")
 @click.argument("release")
 @click.option("--limit", type=int, default=20, show_default=True, help="Rows to show (0: all).")
 @format_option
 @click.pass_context
-def show(ctx, release, limit):
+def release_frame(ctx, release, limit):
     """The rows of RELEASE, as analysts see them."""
     emit(ctx, client(ctx).release_frame(release, limit=limit or None))
 
 
-@main.command()
+@main.command("drop-release")
 @click.argument("release")
-@click.option("--if-exists", is_flag=True, help="No error if it does not exist.")
+@click.option("--if-exists", "if_exists", is_flag=True, help="No error if it does not exist.")
 @format_option
 @click.pass_context
-def drop(ctx, release, if_exists):
+def drop_release(ctx, release, if_exists):
     """Drop RELEASE (its relations and catalog row)."""
-    emit_record(ctx, {"release": release, "dropped": client(ctx).drop(release, if_exists=if_exists)})
+    emit_record(ctx, {"release": release, "dropped": client(ctx).drop_release(release, if_exists=if_exists)})
 
 
-@main.command()
-@click.argument("table")
+@main.command("set-column-role")
+@click.argument("source")
 @click.option("--identifiers", help="Columns to drop from releases (names, ids), comma-separated.")
-@click.option("--qi", help="Quasi-identifiers to generalize, comma-separated.")
+@click.option("--quasi-identifiers", "quasi_identifiers", help="Quasi-identifiers to generalize, comma-separated.")
 @click.option("--sensitive", help="Sensitive columns released as they are, comma-separated.")
 @click.option("--ignored", help="Columns left out of releases, comma-separated.")
 @format_option
 @click.pass_context
-def declare(ctx, table, identifiers, qi, sensitive, ignored):
-    """Declare the roles of TABLE's columns; prints every column's role."""
-    emit(ctx, client(ctx).declare(table, identifiers=split_list(identifiers) or (),
-                                  quasi_identifiers=split_list(qi) or (),
+def set_column_role(ctx, source, identifiers, quasi_identifiers, sensitive, ignored):
+    """Declare the roles of SOURCE's columns (anon.set_column_role); prints every column's role."""
+    emit(ctx, client(ctx).declare(source, identifiers=split_list(identifiers) or (),
+                                  quasi_identifiers=split_list(quasi_identifiers) or (),
                                   sensitive=split_list(sensitive) or (), ignored=split_list(ignored) or ()))
 
 
-@main.group()
-def hierarchy():
-    """Value-generalization hierarchies of categorical quasi-identifiers."""
-
-
-@hierarchy.command("load")
-@click.argument("table")
-@click.argument("column")
-@click.argument("csv_file", type=click.File("r", encoding="utf-8-sig"))
+@main.command("set-hierarchy-csv")
+@click.argument("source")
+@click.argument("column_name")
+@click.argument("csv", type=click.File("r", encoding="utf-8-sig"))
 @click.option("--sep", default=";", show_default=True, help="Field separator of the CSV.")
 @format_option
 @click.pass_context
-def hierarchy_load(ctx, table, column, csv_file, sep):
-    """Register an ARX-style hierarchy CSV (leaf;parent;...;*) for TABLE.COLUMN ('-': stdin)."""
-    leaves = client(ctx).load_hierarchy_csv(table, column, csv_file.read(), sep=sep)
-    emit_record(ctx, {"table": table, "column": column, "leaves": leaves})
+def set_hierarchy_csv(ctx, source, column_name, csv, sep):
+    """Register an ARX-style hierarchy CSV (leaf;parent;...;*) for SOURCE.COLUMN_NAME ('-': stdin)."""
+    leaves = client(ctx).set_hierarchy_csv(source, column_name, csv.read(), sep=sep)
+    emit_record(ctx, {"table": source, "column": column_name, "leaves": leaves})
 
 
-@hierarchy.command("drop")
-@click.argument("table")
-@click.argument("column")
+@main.command("drop-hierarchy")
+@click.argument("source")
+@click.argument("column_name")
 @format_option
 @click.pass_context
-def hierarchy_drop(ctx, table, column):
-    """Remove the hierarchy of TABLE.COLUMN."""
-    emit_record(ctx, {"table": table, "column": column, "dropped": client(ctx).drop_hierarchy(table, column)})
+def drop_hierarchy(ctx, source, column_name):
+    """Remove the hierarchy of SOURCE.COLUMN_NAME."""
+    emit_record(ctx, {"table": source, "column": column_name,
+                      "dropped": client(ctx).drop_hierarchy(source, column_name)})
+
+
+@main.group(hidden=True)
+def hierarchy():
+    """Deprecated: set-hierarchy-csv and drop-hierarchy."""
+
+
+@hierarchy.command("load", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def hierarchy_load(ctx, args):
+    deprecated("hierarchy load", "set-hierarchy-csv")
+    set_hierarchy_csv.main(list(args), prog_name="plpy-anon set-hierarchy-csv", obj=ctx.obj,
+                           standalone_mode=False)
+
+
+@hierarchy.command("drop", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def hierarchy_drop(ctx, args):
+    deprecated("hierarchy drop", "drop-hierarchy")
+    drop_hierarchy.main(list(args), prog_name="plpy-anon drop-hierarchy", obj=ctx.obj,
+                        standalone_mode=False)
 
 
 @main.command("load-queries")
 @click.argument("log_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--table", help="Also learn this table's attribute priorities from the log.")
+@click.option("--source", help="Also learn this table's attribute priorities from the log (anon.learn_priorities).")
 @click.option("--log-format", type=click.Choice(["auto", "csvlog", "stderr"]), default="auto", show_default=True)
 @click.option("--projection-share", type=float, default=0.5, show_default=True,
               help="Weight of SELECT-list use against WHERE use in the learned priorities.")
 @format_option
 @click.pass_context
-def load_queries(ctx, log_file, table, log_format, projection_share):
-    """Load a PostgreSQL server log (csvlog or stderr) into the workload store."""
+def load_queries(ctx, log_file, source, log_format, projection_share):
+    """Load a PostgreSQL server log (csvlog or stderr) into the workload store (anon.add_queries)."""
     with Progress(not ctx.obj["quiet"]) as progress:
         progress(f"reading {log_file}")
-        result = client(ctx).load_queries(log_file, table=table, log_format=log_format,
+        result = client(ctx).load_queries(log_file, source=source, log_format=log_format,
                                           projection_share=projection_share)
     if result.priorities:
         emit(ctx, pd.DataFrame(result.priorities))
@@ -396,39 +541,40 @@ def load_queries(ctx, log_file, table, log_format, projection_share):
                           "skipped_entries": result.skipped_entries})
 
 
-@main.command()
+@main.command("schedule-refresh")
 @click.argument("release")
-@click.argument("cron")
+@click.argument("schedule")
 @format_option
 @click.pass_context
-def schedule(ctx, release, cron):
-    """Refresh RELEASE on a pg_cron schedule, e.g. '0 3 * * *'."""
-    emit_record(ctx, {"release": release, "schedule": cron, "jobid": client(ctx).schedule_refresh(release, cron)})
+def schedule_refresh(ctx, release, schedule):
+    """Refresh RELEASE on a pg_cron SCHEDULE, e.g. '0 3 * * *'."""
+    emit_record(ctx, {"release": release, "schedule": schedule,
+                      "jobid": client(ctx).schedule_refresh(release, schedule)})
 
 
-@main.command()
+@main.command("unschedule-refresh")
 @click.argument("release")
 @format_option
 @click.pass_context
-def unschedule(ctx, release):
+def unschedule_refresh(ctx, release):
     """Remove RELEASE's pg_cron job."""
     emit_record(ctx, {"release": release, "unscheduled": client(ctx).unschedule_refresh(release)})
 
 
-@main.command()
+@main.command("grant-analyst")
 @click.argument("role")
 @format_option
 @click.pass_context
-def grant(ctx, role):
+def grant_analyst(ctx, role):
     """Let ROLE read every current and future release (and nothing else)."""
     emit_record(ctx, {"role": role, "releases": client(ctx).grant_analyst(role)})
 
 
-@main.command()
+@main.command("revoke-analyst")
 @click.argument("role")
 @format_option
 @click.pass_context
-def revoke(ctx, role):
+def revoke_analyst(ctx, role):
     """Take back ROLE's access to releases."""
     emit_record(ctx, {"role": role, "releases": client(ctx).revoke_analyst(role)})
 

@@ -19,6 +19,22 @@ Releasing version X: ``python3 sql/build.py --freeze`` records X's incremental f
 ``versions.txt`` and their hashes in ``frozen.txt`` (commit both), then ``__version__`` is bumped.
 Every later build writes ``plpy_anon--X--<new>.sql`` and refuses edits of X's incremental files.
 
+``functions/NNN-*.py`` -- one declaration per user-facing PL/Python function (name, arguments with
+  SQL types and defaults, which NULLs mean something, result, volatility, comment, the Python entry
+  point). From it the build writes, just before ``idempotent/NNN-*.sql`` of the same number:
+
+  - ``anon_py.f``: the PL/Python implementation, in the extension's internal schema. Its first
+    lines refuse (42501) a caller without EXECUTE on ``anon.f``, so that GRANT EXECUTE ON
+    FUNCTION anon.f is all a role needs, and no grant on anon.f can be bypassed;
+  - ``anon.f``: the public PL/pgSQL function (defaults, comment), which refuses NULL for an
+    argument without a default (22023, naming it) unless the declaration says what NULL means,
+    passes NULL for an argument with a default as that default, calls ``anon_py.f`` and re-raises
+    its errors with the message alone (PL/Python writes "plpy.Error: " before every message
+    raised from Python), same SQLSTATE, DETAIL and HINT; CONTEXT names anon.f;
+  - the SQL reference, ``docs/sql-reference.md``.
+
+  An argument type ``"text | jsonb"`` declares one overload per type, with one body.
+
 Every PL/Python body starts with the line ``#BOOTSTRAP``; it is replaced by a snippet that, once
 per backend, puts the package's virtual environment at the front of ``sys.path`` (before any
 third-party import, so Debian's numpy can never shadow the venv's) and checks that the installed
@@ -101,6 +117,232 @@ def check_routines(inc: list[Path], idem: list[Path]) -> None:
                  f"numbered below {FINAL} (upgrades re-create functions only from those)")
 
 
+INTERNAL = "anon_py"
+
+# The note every public function's comment ends with (the NULL rule).
+NULL_NOTE = (" NULL for an argument with a default means the default; other arguments must not be"
+             " NULL unless said above.")
+
+RERAISE = """\
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;"""
+
+
+class Arg:
+    def __init__(self, text: str, nullable: bool):
+        head, _, default = text.partition(" DEFAULT ")
+        self.name, _, types = head.partition(" ")
+        self.types = [t.strip() for t in types.split("|")]
+        self.default = default.strip() or None
+        self.nullable = nullable
+
+
+class Function:
+    """One declaration of ``sql/functions/*.py`` (see the module docstring)."""
+
+    def __init__(self, name: str, *, args: list[str], returns: str, python: str, comment: str,
+                 volatility: str = "VOLATILE", positional: int = 0, gd: bool = False,
+                 rename: dict[str, str] | None = None, plpy: bool = True,
+                 nullable: list[str] = ()):
+        self.name, self.returns, self.python, self.comment = name, returns, python, comment
+        self.volatility, self.positional, self.gd, self.plpy = volatility, positional, gd, plpy
+        self.rename = rename or {}
+        self.args = [Arg(a, a.split()[0] in nullable) for a in args]
+        unknown = set(nullable) - {a.name for a in self.args}
+        unknown |= set(self.rename) - {a.name for a in self.args}
+        if unknown or volatility not in ("VOLATILE", "STABLE", "IMMUTABLE") or "." not in python:
+            sys.exit(f"build: bad declaration of {name}: {sorted(unknown) or volatility or python}")
+        if sum(len(a.types) > 1 for a in self.args) > 1:
+            sys.exit(f"build: {name}: at most one argument may have alternative types")
+
+    def overloads(self) -> list[list[tuple[Arg, str]]]:
+        alternatives = max(len(a.types) for a in self.args) if self.args else 1
+        return [[(a, a.types[i] if len(a.types) > 1 else a.types[0]) for a in self.args]
+                for i in range(alternatives)]
+
+    def call(self) -> str:
+        module, function = self.python.rsplit(".", 1)
+        parts = ["plpy"] if self.plpy else []
+        for i, a in enumerate(self.args):
+            parts.append(a.name if i < self.positional else f"{self.rename.get(a.name, a.name)}={a.name}")
+        if self.gd:
+            parts.append("GD=GD")
+        returns = "" if self.returns == "void" else "return "
+        return (f"from plpy_anon.db import {module} as _module\n"
+                f"{returns}_module.{function}({', '.join(parts)})")
+
+    def sql(self, venv: str, version: str) -> str:
+        return "".join(self.overload_sql(sig, venv, version) for sig in self.overloads())
+
+    def overload_sql(self, sig: list[tuple[Arg, str]], venv: str, version: str) -> str:
+        types = ", ".join(t for _, t in sig)
+        public = f"anon.{self.name}({types})"
+        inner_args = ", ".join(f"{a.name} {t}" for a, t in sig)
+        outer_args = ",\n    ".join(f"{a.name} {t}" + (f" DEFAULT {a.default}" if a.default else "")
+                                    for a, t in sig)
+        outer_args = f"\n    {outer_args}\n" if sig else ""
+        guard = (f'if not plpy.execute("SELECT pg_catalog.has_function_privilege({sql_literal(public)}, '
+                 f"'EXECUTE') AS ok\")[0][\"ok\"]:\n"
+                 f'    plpy.error("permission denied for function {public}", sqlstate="42501",\n'
+                 f'               hint="{INTERNAL}.{self.name} implements {public}: call that, after'
+                 f' GRANT EXECUTE ON FUNCTION {public}.")\n')
+        checks, call = [], []
+        for n, (a, t) in enumerate(sig, 1):
+            if a.default is None and not a.nullable:
+                checks.append(
+                    f"    IF ${n} IS NULL THEN\n"
+                    f"        RAISE EXCEPTION USING ERRCODE = '22023',\n"
+                    f"            MESSAGE = {sql_literal(f'anon.{self.name}: argument {a.name} must not be NULL')},\n"
+                    f"            HINT = {sql_literal(f'Pass a value for {a.name} (only arguments with a default may be NULL, meaning the default).')};\n"
+                    f"    END IF;\n")
+            if a.default is None or re.fullmatch(r"NULL(::.*)?", a.default, re.IGNORECASE):
+                call.append(f"${n}")
+            else:
+                call.append(f"coalesce(${n}, ({a.default})::{t})")
+        invoke = f"{INTERNAL}.{self.name}({', '.join(call)})"
+        statement = ("RETURN QUERY SELECT * FROM " if self.returns.startswith("TABLE") else
+                     "PERFORM " if self.returns == "void" else "RETURN ") + invoke + ";"
+        comment = self.comment + (NULL_NOTE if sig else "")
+        return f"""
+-- {public}: generated from sql/functions/ (implementation: {INTERNAL}.{self.name})
+CREATE OR REPLACE FUNCTION {INTERNAL}.{self.name}({inner_args})
+RETURNS {self.returns}
+LANGUAGE plpython3u {self.volatility}
+SET search_path = pg_catalog, pg_temp
+AS $$
+{guard}{bootstrap(venv, version)}
+{self.call()}
+$$;
+COMMENT ON FUNCTION {INTERNAL}.{self.name}({types}) IS {sql_literal(f"Implementation of {public}; executable only by a role that may execute that.")};
+
+CREATE OR REPLACE FUNCTION {public[:-len(types) - 2]}({outer_args})
+RETURNS {self.returns}
+LANGUAGE plpgsql {self.volatility}
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+{"".join(checks)}    BEGIN
+        {statement}
+{RERAISE}
+END
+$$;
+COMMENT ON FUNCTION {public} IS
+    {sql_literal(comment)};
+"""
+
+    def reference(self) -> str:
+        out = []
+        for sig in self.overloads():
+            args = ",\n    ".join(f"{a.name} {t}" + (f" DEFAULT {a.default}" if a.default else "")
+                                  for a, t in sig)
+            out.append(f"anon.{self.name}(" + (f"\n    {args}\n" if sig else "") + f") RETURNS {self.returns}")
+        required = [a.name for a in self.args if a.default is None and not a.nullable]
+        nullable = [a.name for a in self.args if a.nullable]
+        lines = [f"### anon.{self.name}", "", "```sql", "\n".join(out), "```", "", self.comment, "",
+                 f"{self.volatility.lower()}; Python: `plpy_anon.db.{self.python}`."]
+        if required:
+            lines.append(f"Must not be NULL (22023): {', '.join(required)}.")
+        if nullable:
+            lines.append(f"NULL has the meaning given above: {', '.join(nullable)}.")
+        return "\n".join(lines) + "\n"
+
+
+def sql_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def declaration_files() -> list[Path]:
+    return sorted((SQL / "functions").glob("[0-9][0-9][0-9]-*.py"))
+
+
+def declarations(path: Path) -> list[Function]:
+    namespace = {"function": Function, "__builtins__": {}}
+    # the declarations are files of this repository, like this script
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102
+    return namespace["FUNCTIONS"]
+
+
+def all_declarations() -> list[Function]:
+    return [f for path in declaration_files() for f in declarations(path)]
+
+
+HANDWRITTEN = re.compile(r"^CREATE OR REPLACE FUNCTION anon\.([a-z][a-z0-9_]*)\((.*?)\)\s*RETURNS\s+(.*?)\s*"
+                         r"LANGUAGE\s+(\w+)\s+(VOLATILE|STABLE|IMMUTABLE)\b", re.DOTALL | re.MULTILINE)
+
+
+class Handwritten:
+    """A user-facing function written in SQL or PL/pgSQL in ``idempotent/*.sql`` (names not
+    starting with ``_``): documented in the reference from its definition and its COMMENT."""
+
+    def __init__(self, path: Path, match: re.Match):
+        self.path, self.name, self.returns = path, match.group(1), " ".join(match.group(3).split())
+        self.language, self.volatility = match.group(4), match.group(5)
+        self.args = [" ".join(a.split()) for a in split_args(match.group(2))]
+        comment = re.search(rf"^COMMENT ON FUNCTION anon\.{self.name}\(.*?\) IS\s*'((?:[^']|'')*)';",
+                            path.read_text(), re.DOTALL | re.MULTILINE)
+        if comment is None:
+            sys.exit(f"build: anon.{self.name} in {path.relative_to(SQL)} has no COMMENT ON FUNCTION "
+                     f"(user-facing functions are documented from it)")
+        self.comment = " ".join(comment.group(1).replace("''", "'").split())
+
+    def reference(self) -> str:
+        args = ",\n    ".join(self.args)
+        signature = f"anon.{self.name}(" + (f"\n    {args}\n" if self.args else "") + f") RETURNS {self.returns}"
+        return "\n".join([f"### anon.{self.name}", "", "```sql", signature, "```", "", self.comment, "",
+                          (f"{self.volatility.lower()}; {self.language}, written by hand in "
+                           f"`sql/{self.path.relative_to(SQL)}`.")]) + "\n"
+
+
+def split_args(text: str) -> list[str]:
+    """Top-level commas only (a type or default may hold parentheses)."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return [p.strip() for p in parts + [current] if p.strip()]
+
+
+def handwritten() -> list[Handwritten]:
+    return [Handwritten(path, m) for path in idempotent_files()
+            for m in HANDWRITTEN.finditer(path.read_text())]
+
+
+def reference() -> str:
+    head = ("# SQL reference\n\n"
+            "Generated by `sql/build.py` from `sql/functions/*.py` -- edit the declarations there --\n"
+            "and from the few functions written by hand in SQL (`sql/idempotent/*.sql`, their COMMENTs).\n"
+            "Every function is `anon.<name>`; a role needs `USAGE` on schema `anon` and `EXECUTE` on\n"
+            "the function, nothing else. Errors carry the message alone with SQLSTATE, DETAIL and\n"
+            "HINT. NULL for an argument with a default means the default; an argument without a\n"
+            "default must not be NULL (SQLSTATE 22023) unless its NULL is given a meaning below.\n")
+    functions = [*all_declarations(), *handwritten()]
+    body = "\n".join(f.reference() for f in sorted(functions, key=lambda f: f.name))
+    return head + "\n" + body
+
+
 def frozen() -> dict[str, str]:
     """Hashes of incremental files shipped in released versions: they must never change."""
     path = SQL / "frozen.txt"
@@ -133,9 +375,24 @@ def section(path: Path, venv: str, version: str) -> str:
            f"-- {path.relative_to(SQL)}\n{body.rstrip()}\n"
 
 
+def generated(path: Path, venv: str, version: str) -> str:
+    body = "".join(f.sql(venv, version) for f in declarations(path))
+    return f"\n-------------------------------------------------------------------------------\n" \
+           f"-- {path.relative_to(SQL)} (generated)\n{body.lstrip()}"
+
+
+def code_sections(files: list[Path], venv: str, version: str) -> str:
+    """Idempotent files and declaration files, by number; a declaration file first."""
+    items = [(f.name[:3], 1, f) for f in files] + [(f.name[:3], 0, f) for f in declaration_files()]
+    return "".join(generated(f, venv, version) if kind == 0 else section(f, venv, version)
+                   for _, kind, f in sorted(items))
+
+
 def script(files: list[Path], venv: str, version: str) -> str:
     head = (SQL / "head.sql").read_text()
-    return head + "".join(section(f, venv, version) for f in files)
+    inc = [f for f in files if f.parent.name == "incremental"]
+    idem = [f for f in files if f.parent.name == "idempotent"]
+    return head + "".join(section(f, venv, version) for f in inc) + code_sections(idem, venv, version)
 
 
 # Runs in upgrade scripts after the code files and before the final ones (FINAL: 900-privileges,
@@ -194,6 +451,9 @@ def build(venv: str, out: Path) -> list[Path]:
     inc, idem = incremental_files(), idempotent_files()
     check_names(inc)
     check_names(idem)
+    check_names(declaration_files())
+    if any(f.name[:3] >= FINAL for f in declaration_files()):
+        sys.exit(f"build: declaration files must be numbered below {FINAL}")
     check_routines(inc, idem)
     check_frozen()
     out.mkdir(parents=True, exist_ok=True)
@@ -236,12 +496,17 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "extension"))
     parser.add_argument("--freeze", action="store_true",
                         help="record the current version as released (versions.txt, frozen.txt)")
+    parser.add_argument("--no-docs", action="store_true",
+                        help="do not rewrite docs/sql-reference.md")
     args = parser.parse_args()
     if args.freeze:
         print(f"froze {package_version()}: {' '.join(freeze())}")
         return
     for path in build(args.venv, Path(args.out)):
         print(f"built {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    if not args.no_docs:
+        (ROOT / "docs" / "sql-reference.md").write_text(reference())
+        print("built docs/sql-reference.md")
 
 
 if __name__ == "__main__":

@@ -165,11 +165,11 @@ class AnonClient:
         return self.frame("versions")
 
     # ------------------------------------------------------------------ declarations
-    def set_column_role(self, table: str, column: str, role: str | None) -> None:
+    def set_column_role(self, source: str, column_name: str, role: str | None) -> None:
         """Declare a column's role (identifier, quasi_identifier, sensitive, ignored; None removes it)."""
-        self.scalar("set_column_role", table, column, role)
+        self.scalar("set_column_role", source, column_name, role)
 
-    def declare(self, table: str, *, identifiers: Sequence[str] = (),
+    def declare(self, source: str, *, identifiers: Sequence[str] = (),
                 quasi_identifiers: Sequence[str] = (), sensitive: Sequence[str] = (),
                 ignored: Sequence[str] = ()) -> pd.DataFrame:
         """Declare several columns' roles in one transaction; returns anon.column_roles(table)."""
@@ -178,34 +178,36 @@ class AnonClient:
         with translated(), self.connection.transaction():
             for role, columns in wanted.items():
                 for column in columns:
-                    self.connection.execute("SELECT anon.set_column_role(%s, %s, %s)", (table, column, role))
-        return self.column_roles(table)
+                    self.connection.execute("SELECT anon.set_column_role(%s, %s, %s)", (source, column, role))
+        return self.column_roles(source)
 
-    def column_roles(self, table: str) -> pd.DataFrame:
-        return self.frame("column_roles", table)
+    def column_roles(self, source: str) -> pd.DataFrame:
+        return self.frame("column_roles", source)
 
-    def set_hierarchy(self, table: str, column: str, paths: Sequence[Sequence[str | None]]) -> int:
+    def set_hierarchy(self, source: str, column_name: str, paths: Sequence[Sequence[str | None]]) -> int:
         """Register a hierarchy: one path per leaf (leaf, parent, ..., root); returns the leaves."""
         width = max(len(p) for p in paths) if paths else 0
         padded = [list(p) + [None] * (width - len(p)) for p in paths]
-        return self.scalar("set_hierarchy", table, column, padded)
+        return self.scalar("set_hierarchy", source, column_name, padded)
 
-    def load_hierarchy_csv(self, table: str, column: str, source: str | os.PathLike | io.TextIOBase,
+    def load_hierarchy_csv(self, source: str, column_name: str, csv: str | os.PathLike | io.TextIOBase,
                            sep: str = ";") -> int:
         """Register an ARX-style hierarchy CSV (``leaf;parent;...;*`` per line) from a path, an
         open file or the CSV text itself; returns the number of leaves."""
-        if hasattr(source, "read"):
-            text = source.read()
-        elif isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
-                                                  and os.path.exists(source)):
-            with open(source, encoding="utf-8-sig") as f:
+        if hasattr(csv, "read"):
+            text = csv.read()
+        elif isinstance(csv, os.PathLike) or (isinstance(csv, str) and "\n" not in csv
+                                               and os.path.exists(csv)):
+            with open(csv, encoding="utf-8-sig") as f:
                 text = f.read()
         else:
-            text = str(source)
-        return self.scalar("set_hierarchy_csv", table, column, text, sep)
+            text = str(csv)
+        return self.scalar("set_hierarchy_csv", source, column_name, text, sep)
 
-    def drop_hierarchy(self, table: str, column: str) -> bool:
-        return self.scalar("drop_hierarchy", table, column)
+    set_hierarchy_csv = load_hierarchy_csv
+
+    def drop_hierarchy(self, source: str, column_name: str) -> bool:
+        return self.scalar("drop_hierarchy", source, column_name)
 
     # ------------------------------------------------------------------ creating releases
     def mondrian_view(self, source: str, k: int, *, l: int | None = None,
@@ -270,7 +272,7 @@ class AnonClient:
                OR (cardinality(p) = 1 AND r.release_name = p[1])""", (name,)).fetchall()
         if not rows:
             raise errors.UndefinedObject(f'release "{name}" does not exist',
-                                         hint="plpy-anon releases lists them.")
+                                         hint="plpy-anon release-status lists them.")
         if len(rows) > 1:
             raise errors.InvalidParameter(f'release name "{name}" is ambiguous: '
                                           + ", ".join(r[0] for r in rows), hint="Qualify it with its schema.")
@@ -283,28 +285,31 @@ class AnonClient:
                              "release_name) = %s", (qualified,))
         return dict(zip([d.name for d in rows.description], rows.fetchone()))
 
-    def refresh(self, name: str) -> dict:
+    def refresh(self, release: str) -> dict:
         """Re-anonymize a release from current data; returns its updated catalog row. On failure
         the old release stays and the failure is recorded (see release_status)."""
-        return self.call("refresh", name)[0]
+        return self.call("refresh", release)[0]
 
     def refresh_all(self) -> pd.DataFrame:
         """Refresh every release in dependency order: release, status, seconds, error."""
         return self.frame("refresh_all")
 
-    def drop(self, name: str, *, if_exists: bool = False) -> bool:
-        return self.scalar("drop_release", name, if_exists=if_exists)
+    def drop_release(self, release: str, *, if_exists: bool = False) -> bool:
+        return self.scalar("drop_release", release, if_exists=if_exists)
 
-    def release_frame(self, name: str, *, limit: int | None = None) -> pd.DataFrame:
+    drop = drop_release
+
+    def release_frame(self, release: str, *, limit: int | None = None) -> pd.DataFrame:
         """A release's rows as a DataFrame (ranges as psycopg Range objects, sets as lists)."""
-        query = sql.SQL("SELECT * FROM {}").format(sql.SQL(self.release_name(name)))
+        query = sql.SQL("SELECT * FROM {}").format(sql.SQL(self.release_name(release)))
         if limit is not None:
             query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))
         cursor = self._execute(query)
         return pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
 
-    def report(self, name: str) -> pd.DataFrame:
+    def release_report(self, release: str) -> pd.DataFrame:
         """anon.release_report(release) when the server has it, else the catalog's figures."""
+        name = release
         if self._has_function("release_report"):
             return self.frame("release_report", name)
         row = self.release(name)
@@ -315,18 +320,20 @@ class AnonClient:
                 **{k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}}
         return pd.DataFrame([flat])
 
+    report = release_report
+
     def _has_function(self, name: str) -> bool:
         return self._execute("SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON "
                              "n.oid = p.pronamespace WHERE n.nspname = 'anon' AND p.proname = %s)",
                              (name,)).fetchone()[0]
 
     # ------------------------------------------------------------------ operations
-    def schedule_refresh(self, name: str, schedule: str) -> int:
+    def schedule_refresh(self, release: str, schedule: str) -> int:
         """A pg_cron job refreshing the release on ``schedule`` ('0 3 * * *'); returns the job id."""
-        return self.scalar("schedule_refresh", name, schedule)
+        return self.scalar("schedule_refresh", release, schedule)
 
-    def unschedule_refresh(self, name: str) -> bool:
-        return self.scalar("unschedule_refresh", name)
+    def unschedule_refresh(self, release: str) -> bool:
+        return self.scalar("unschedule_refresh", release)
 
     def grant_analyst(self, role: str) -> int:
         """Let ``role`` read every current and future release; returns how many it can read."""
@@ -335,16 +342,17 @@ class AnonClient:
     def revoke_analyst(self, role: str) -> int:
         return self.scalar("revoke_analyst", role)
 
-    def load_queries(self, path: str | os.PathLike, *, table: str | None = None,
+    def load_queries(self, path: str | os.PathLike, *, source: str | None = None,
                      log_format: str = "auto", projection_share: float = 0.5):
-        """Load a PostgreSQL server log (csvlog or stderr) into the workload store; with ``table``
-        learn its attribute priorities too. Returns plpy_anon.client.querylog.LoadResult."""
+        """Load a PostgreSQL server log (csvlog or stderr) into the workload store; with ``source``
+        learn the attribute priorities of ``source`` too (the table, as anon.learn_priorities).
+        Returns plpy_anon.client.querylog.LoadResult."""
         from plpy_anon.client import querylog
         from plpy_anon.core.errors import AnonError
 
         try:
             with translated():
-                return querylog.load_queries(self.connection, os.fspath(path), table=table,
+                return querylog.load_queries(self.connection, os.fspath(path), table=source,
                                              log_format=log_format, projection_share=projection_share)
         except errors.ServerError:
             raise

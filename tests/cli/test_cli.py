@@ -36,21 +36,22 @@ def cli(pg_server, db, schema):
 def test_the_issue_workflow(cli, db, schema, tmp_path):
     hierarchy = tmp_path / "zip.csv"
     hierarchy.write_text("".join(f"5370{i};537**;*\n" for i in range(6)))
-    declared = cli("--format", "json", "declare", "patients", "--identifiers", "name", "--sensitive", "diagnosis")
+    declared = cli("--format", "json", "set-column-role", "patients", "--identifiers", "name", "--sensitive", "diagnosis")
     assert declared.exit_code == 0, declared.output
     roles = {r["column_name"]: r["role"] for r in json.loads(declared.stdout)}
     assert roles["name"] == "identifier" and roles["diagnosis"] == "sensitive"
-    loaded = cli("hierarchy", "load", "patients", "zip", str(hierarchy), "--format", "json")
+    loaded = cli("set-hierarchy-csv", "patients", "zip", str(hierarchy), "--format", "json")
     assert json.loads(loaded.stdout) == [{"table": "patients", "column": "zip", "leaves": 6}]
 
-    created = cli("create", "mondrian", "patients", "--k", "5", "--qi", "age,sex,zip",
-                  "--sensitive", "diagnosis", "--schema", release_schema_of(schema), "--format", "json")
+    created = cli("mondrian-view", "patients", "--k", "5", "--quasi-identifiers", "age,sex,zip",
+                  "--sensitive", "diagnosis", "--release-schema", release_schema_of(schema), "--format", "json")
     assert created.exit_code == 0, created.output
     release = json.loads(created.stdout)[0]["release"]
     assert release == f"{release_schema_of(schema)}.patients_k5"
-    assert "creating a mondrian release" in created.stderr
+    assert "creating a mondrian_view release" in created.stderr
+    assert "deprecated" not in created.stderr
 
-    listed = cli("--format", "json", "releases")
+    listed = cli("--format", "json", "release-status")
     rows = {r["release"]: r for r in json.loads(listed.stdout)}
     assert rows[release]["row_count"] == 90 and rows[release]["achieved_k"] >= 5
 
@@ -61,26 +62,26 @@ def test_the_issue_workflow(cli, db, schema, tmp_path):
     phases = refreshed.stderr.splitlines()
     assert any("building the new release" in p for p in phases) and any("done: 95 rows" in p for p in phases)
 
-    report = cli("report", release, "--format", "csv")
+    report = cli("release-report", release, "--format", "csv")
     header, _first = report.stdout.splitlines()[:2]
     assert "achieved_k" in header.split(",")
-    shown = cli("show", release, "--limit", "0", "--format", "csv")
+    shown = cli("release_frame", release, "--limit", "0", "--format", "csv")
     lines = shown.stdout.splitlines()
     assert lines[0] == "age,sex,zip,diagnosis" and len(lines) == 1 + 95
     labels = {"537**", "*"} | {f"5370{i}" for i in range(6)}     # the hierarchy's nodes
     zips = [line.rsplit(",", 2)[1] for line in lines[1:]]     # age may hold a comma: split from the right
     assert set(zips) <= labels
 
-    table = cli("releases")
+    table = cli("release-status")
     assert table.stdout.splitlines()[0].split("|")[0].strip() == "release"
     assert table.stdout.rstrip().endswith("row)") or table.stdout.rstrip().endswith("rows)")
 
-    dropped = cli("drop", release, "--format", "json")
+    dropped = cli("drop-release", release, "--format", "json")
     assert json.loads(dropped.stdout) == [{"release": release, "dropped": True}]
 
 
 def test_failures_exit_non_zero_with_one_line(cli, schema):
-    bad_k = cli("create", "mondrian", "patients", "--k", "1", "--schema", release_schema_of(schema))
+    bad_k = cli("mondrian-view", "patients", "--k", "1", "--release-schema", release_schema_of(schema))
     assert bad_k.exit_code == 1
     assert bad_k.stdout == ""
     lines = bad_k.stderr.strip().splitlines()
@@ -96,7 +97,7 @@ def test_failures_exit_non_zero_with_one_line(cli, schema):
 
 def test_no_dsn_is_a_usage_error(monkeypatch):
     monkeypatch.delenv("PLPY_ANON_DSN", raising=False)
-    result = CliRunner().invoke(main, ["releases"])
+    result = CliRunner().invoke(main, ["release-status"])
     assert result.exit_code == 2 and "--dsn" in result.stderr
 
 
@@ -113,16 +114,27 @@ def test_load_queries_grant_and_revoke(cli, db, schema, tmp_path):
 
     db.execute("CREATE ROLE cli_analyst")
     try:
-        assert cli("--quiet", "create", "mondrian", "patients", "--k", "5", "--schema", release_schema_of(schema)).exit_code == 0
-        granted = cli("grant", "cli_analyst", "--format", "json")
+        assert cli("--quiet", "mondrian-view", "patients", "--k", "5", "--release-schema", release_schema_of(schema)).exit_code == 0
+        granted = cli("grant-analyst", "cli_analyst", "--format", "json")
         assert json.loads(granted.stdout)[0]["releases"] >= 1
         assert db.execute("SELECT has_table_privilege('cli_analyst', %s, 'SELECT')",
                           (f"{release_schema_of(schema)}.patients_k5",)).fetchone()[0]
-        revoked = cli("revoke", "cli_analyst")
+        revoked = cli("revoke-analyst", "cli_analyst")
         assert revoked.exit_code == 0
         assert not db.execute("SELECT has_table_privilege('cli_analyst', %s, 'SELECT')",
                               (f"{release_schema_of(schema)}.patients_k5",)).fetchone()[0]
-        unknown = cli("--quiet", "grant", "no_such_role")
+        unknown = cli("--quiet", "grant-analyst", "no_such_role")
         assert unknown.exit_code == 1 and unknown.stderr.startswith('plpy-anon: error: role "no_such_role"')
     finally:
         db.execute("DROP OWNED BY cli_analyst; DROP ROLE cli_analyst")
+
+
+def test_refresh_all_and_its_older_spelling(cli, schema):
+    assert cli("--quiet", "mondrian-view", "patients", "--k", "5",
+               "--release-schema", release_schema_of(schema)).exit_code == 0
+    release = f"{release_schema_of(schema)}.patients_k5"
+    for args in (["refresh-all"], ["refresh", "--all"]):
+        result = cli("--quiet", "--format", "json", *args)
+        rows = {r["release"]: r for r in json.loads(result.stdout)}
+        assert rows[release]["status"] == "refreshed"
+        assert result.exit_code == (0 if all(r["status"] == "refreshed" for r in rows.values()) else 1)

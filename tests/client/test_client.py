@@ -63,10 +63,10 @@ def test_list_inspect_refresh_report_drop(anon, db, schema):
     row = anon.refresh(rel)
     assert row["row_count"] == 99 and row["last_error"] is None
     assert len(anon.release_frame(rel)) == 99
-    report = anon.report(rel)
+    report = anon.release_report(rel)
     assert len(report) == 1 and int(report["achieved_k"].iloc[0]) >= 4
-    assert anon.drop(rel) is True
-    assert anon.drop(rel, if_exists=True) is False
+    assert anon.drop_release(rel) is True
+    assert anon.drop_release(release=rel, if_exists=True) is False
     assert rel not in set(anon.releases()["release"])
 
 

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from tests.helpers import release_schema_of
 
-# Arguments without a default whose NULL has a documented meaning (see 890-error-messages.sql).
+# Arguments without a default whose NULL has a documented meaning (nullable= in sql/functions/).
 NULLABLE = {("set_column_role", "role")}
 
 # What a rejected call may report: data exceptions (class 22), unknown objects, unmet

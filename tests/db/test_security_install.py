@@ -25,7 +25,7 @@ def caller(connect):
             admin.execute(f"DROP ROLE {ROLE}")
         admin.execute(f"CREATE ROLE {ROLE} LOGIN")
         admin.execute(f"GRANT USAGE ON SCHEMA anon TO {ROLE}")
-        admin.execute(f"GRANT EXECUTE ON FUNCTION anon.versions(), anon._py_versions() TO {ROLE}")
+        admin.execute(f"GRANT EXECUTE ON FUNCTION anon.versions() TO {ROLE}")
     yield ROLE
     with connect() as admin:
         dbname = admin.info.dbname

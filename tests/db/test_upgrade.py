@@ -4,7 +4,7 @@ The current version (0.1.0) is not released yet, so there is no older version to
 upgrade script in extension/ yet. This test makes the next release the way a maintainer will
 (see sql/build.py): in a copy of sql/, ``build.py --freeze`` records the current version as
 released; the version is bumped (to ``<current>.test``, a name no real release will use); a new
-incremental file is added and one function's signature changed. The resulting
+incremental file is added and one declared function's signature changed. The resulting
 ``plpy_anon--<current>--<next>.sql`` is installed next to the real scripts, and the "new package"
 is this checkout's package labelled with the next version, in a scratch environment the next
 version's scripts are built for (``build.py --venv``: the path is baked in, never read from a
@@ -51,14 +51,14 @@ def build_next_version(work: Path, venv: Path) -> Path:
     (work / "sql" / "incremental" / "999-upgrade-probe.sql").write_text(
         "CREATE TABLE anon.upgrade_probe (x integer);\n"
         "ALTER TABLE anon.refresh_history ADD COLUMN note text;\n")
-    ops = work / "sql" / "idempotent" / "070-operations.sql"
+    # a changed signature (declarations: sql/functions/); only the signature is looked at
+    ops = work / "sql" / "functions" / "070-operations.py"
     text = ops.read_text()
-    assert "anon.unschedule_refresh(release text)" in text
-    ops.write_text(text.replace("anon.unschedule_refresh(release text)",
-                                "anon.unschedule_refresh(release text, quiet boolean DEFAULT false)")
-                       .replace("anon.unschedule_refresh(text)", "anon.unschedule_refresh(text, boolean)"))
+    declared = "'unschedule_refresh',\n        args=[\n            'release text',\n"
+    assert declared in text
+    ops.write_text(text.replace(declared, declared + "            'quiet boolean DEFAULT false',\n"))
     out = work / "out"
-    subprocess.run(build + ["--out", str(out), "--venv", str(venv)], check=True, capture_output=True)
+    subprocess.run(build + ["--out", str(out), "--venv", str(venv), "--no-docs"], check=True, capture_output=True)
     return out
 
 
@@ -163,8 +163,9 @@ def test_alter_extension_update_keeps_releases_and_catalog(connect, next_version
         assert sorted(map(str, new.execute(f"SELECT * FROM {rel}").fetchall())) == rows_before
         assert new.execute("SELECT to_regclass('anon.upgrade_probe') IS NOT NULL").fetchone()[0]
         signatures = new.execute("SELECT oid::regprocedure::text FROM pg_proc "
-                                 "WHERE proname = 'unschedule_refresh'").fetchall()
-        assert signatures == [("anon.unschedule_refresh(text,boolean)",)]   # the old one is gone
+                                 "WHERE proname = 'unschedule_refresh' ORDER BY 1").fetchall()
+        assert signatures == [("anon.unschedule_refresh(text,boolean)",),       # the old ones
+                              ("anon_py.unschedule_refresh(text,boolean)",)]    # are gone
         versions = {r[0]: r[2] for r in new.execute("SELECT * FROM anon.versions()").fetchall()}
         assert versions["plpy_anon"].startswith(str(next_version["venv"]))   # the new package runs
 

@@ -58,3 +58,38 @@ def test_a_venv_that_is_not_an_absolute_path_is_refused(tmp_path, venv):
     build = load_build()
     with pytest.raises(SystemExit, match="absolute path"):
         build.build(venv, tmp_path)
+
+
+def test_committed_sql_reference_matches_the_declarations():
+    build = load_build()
+    assert (ROOT / "docs" / "sql-reference.md").read_text() == build.reference(), (
+        "docs/sql-reference.md is stale: run 'python3 sql/build.py' and commit it")
+
+
+def test_one_declaration_per_public_function_and_no_install_time_rewrite(tmp_path):
+    """The shipped script creates anon.f (PL/pgSQL) and anon_py.f (PL/Python) for every declared
+    function; nothing renames functions when it runs."""
+    build = load_build()
+    build.build(build.DEFAULT_VENV, tmp_path)
+    script = (tmp_path / f"plpy_anon--{build.package_version()}.sql").read_text()
+    signatures = [(f.name, tuple(tuple(a.types) for a in f.args)) for f in build.all_declarations()]
+    assert len(signatures) == len(set(signatures)) > 30
+    names = {name for name, _ in signatures}
+    for name in names:
+        assert f"CREATE OR REPLACE FUNCTION anon.{name}(" in script
+        assert f"CREATE OR REPLACE FUNCTION anon_py.{name}(" in script
+    assert "RENAME TO %I" not in script and "_py_" not in script
+
+
+def test_handwritten_public_functions_are_in_the_reference_and_need_a_comment(tmp_path, monkeypatch):
+    build = load_build()
+    names = {f.name for f in build.handwritten()}
+    assert {"add_queries", "drop_hierarchy"} <= names and not any(n.startswith("_") for n in names)
+    assert "### anon.add_queries\n" in build.reference()
+    idem = tmp_path / "idempotent"
+    idem.mkdir()
+    (idem / "010-x.sql").write_text("CREATE OR REPLACE FUNCTION anon.undocumented(a int)\n"
+                                    "RETURNS int\nLANGUAGE sql IMMUTABLE\nAS $$ SELECT a $$;\n")
+    monkeypatch.setattr(build, "SQL", tmp_path)
+    with pytest.raises(SystemExit, match="anon.undocumented .* has no COMMENT ON FUNCTION"):
+        build.handwritten()

@@ -1,0 +1,73 @@
+"""Fusion-resilient enterprise releases (FRED, seed 004): the identifier is kept, the sensitive
+column suppressed, the numeric attributes microaggregated with MDAV, and k chosen against a
+simulated fusion attack that joins the release with auxiliary facts on the identifier.
+
+Declarations: see sql/build.py (the SQL, the error handling and docs/sql-reference.md are
+generated from them).
+"""
+
+FUNCTIONS = [
+    function(
+        'fusion_scan',
+        args=[
+            'source regclass',
+            'sensitive text',
+            'identifier text',
+            'auxiliary regclass',
+            'k_from integer DEFAULT 2',
+            'k_to integer DEFAULT 30',
+            'attributes text[] DEFAULT NULL',
+            'auxiliary_identifier text DEFAULT NULL',
+            "attacker text DEFAULT 'regression'",
+            'rules jsonb DEFAULT NULL',
+            'known_fraction double precision DEFAULT 0.1',
+            'min_protection double precision DEFAULT 0',
+            'min_utility double precision DEFAULT 0',
+            'w_protection double precision DEFAULT 0.5',
+            'w_utility double precision DEFAULT 0.5',
+            'random_state integer DEFAULT 0',
+        ],
+        returns='TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )',
+        volatility='STABLE',
+        python='fusion.fusion_scan', positional=1,
+        comment="For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) and returns protection P∘P̂ and P∘P′ (standardized), the attacker's gain, utility 1/C_DM and |D|/C_DM, H and whether k meets the thresholds. Creates nothing.",
+    ),
+    function(
+        'fusion_resilient_view',
+        args=[
+            'source regclass',
+            'sensitive text',
+            'identifier text',
+            'auxiliary regclass',
+            'min_protection double precision DEFAULT 0',
+            'min_utility double precision DEFAULT 0',
+            'w_protection double precision DEFAULT 0.5',
+            'w_utility double precision DEFAULT 0.5',
+            'k_from integer DEFAULT 2',
+            'k_to integer DEFAULT 30',
+            'attributes text[] DEFAULT NULL',
+            'auxiliary_identifier text DEFAULT NULL',
+            "attacker text DEFAULT 'regression'",
+            'rules jsonb DEFAULT NULL',
+            'known_fraction double precision DEFAULT 0.1',
+            'random_state integer DEFAULT 0',
+            'release_name text DEFAULT NULL',
+            "release_schema text DEFAULT 'release'",
+            'replace boolean DEFAULT false',
+            'accept_unprotected boolean DEFAULT false',
+        ],
+        returns='text',
+        python='fusion.fusion_resilient_view', positional=1, gd=True,
+        comment="Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is 'unprotected' unless accept_unprotected => true (then warns and records it), picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release's catalog row (see anon.fusion_scan_of). Returns the view's qualified name.",
+    ),
+    function(
+        'fusion_scan_of',
+        args=[
+            'release text',
+        ],
+        returns='TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )',
+        volatility='STABLE',
+        python='fusion.fusion_scan_of', positional=1,
+        comment='The k scan stored with a fusion-resilient release (name or schema.name), one row per k, with the chosen k flagged.',
+    ),
+]

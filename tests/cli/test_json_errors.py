@@ -1,0 +1,16 @@
+"""--format json makes errors JSON on stderr too (sqlstate, message, detail, hint)."""
+import json
+
+from click.testing import CliRunner
+
+from plpy_anon.cli import main
+
+
+def test_errors_are_json_on_stderr_with_format_json():
+    runner = CliRunner()
+    result = runner.invoke(main, ["--dsn", "host=/nonexistent_plpy_anon dbname=x",
+                                  "--format", "json", "releases"])
+    assert result.exit_code == 1
+    error = json.loads(result.stderr.strip().splitlines()[-1])
+    assert set(error) == {"sqlstate", "message", "detail", "hint"}
+    assert error["sqlstate"].startswith("08") and "Check the DSN" in error["hint"]
