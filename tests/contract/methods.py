@@ -72,7 +72,8 @@ class Method:
     def arguments(self, ctx: Context | None, source: str, k, l=None) -> dict:
         args = {}
         if self.name == "fusion_resilient_view":
-            args.update(auxiliary=f"{source}_aux", k_from=k, k_to=None if k is None else k + 3)
+            # k is k_from; k_to stays small (a short scan) even when k_from is NULL or bad
+            args.update(auxiliary=f"{source}_aux", k_from=k, k_to=(k or 5) + 3)
         elif self.name == "trust_view":
             args.update(requester=ctx.requester, purpose=ctx.purpose, k=k)
         elif self.k_arg:
