@@ -320,9 +320,49 @@ def check_k_0_22023(db, method, released, shared, schema, ctx):
     bad_k(db, method, ctx, shared, schema, 0)
 
 
+def k_has_default(db, method) -> bool:
+    """Whether anon.<function>'s k argument has a default (pg_proc, not a hand list)."""
+    row = db.execute(
+        """SELECT p.proargnames, p.pronargs, p.pronargdefaults
+           FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+           WHERE n.nspname = 'anon' AND p.proname = %s AND %s = ANY (p.proargnames)""",
+        (method.function, method.k_arg if method.name != "fusion_resilient_view" else "k_from"),
+    ).fetchone()
+    names, nargs, ndefaults = row
+    name = method.k_arg if method.name != "fusion_resilient_view" else "k_from"
+    return names.index(name) >= nargs - ndefaults
+
+
 @check
-def check_k_null_22023(db, method, released, shared, schema, ctx):
-    bad_k(db, method, ctx, shared, schema, None)
+def check_k_null_is_refused_or_the_default(db, method, released, shared, schema, ctx):
+    """The NULL rule every function follows: NULL for an argument without a default is refused
+    (22023); NULL for one with a default means the default, so the release made with k => NULL
+    records exactly the parameters of the release made without k."""
+    if method.k_arg is None or not k_has_default(db, method):
+        bad_k(db, method, ctx, shared, schema, None)
+        return
+    _, source, _ = shared
+    target = release_schema_of(schema)
+    k_name = "k_from" if method.name == "fusion_resilient_view" else method.k_arg
+    with_null = method.call(ctx[0], source, None, release_schema=target, release_name="k_null")
+    # the same call with the k argument left out altogether
+    args = {**method.arguments(ctx[0], source, None), "release_schema": target,
+            "release_name": "k_omitted"}
+    assert args.pop(k_name) is None
+    parts = [sql.SQL("{} => {}{}").format(
+                 sql.Identifier(n), sql.Literal(v),
+                 sql.SQL("::text[]" if isinstance(v, list) else "::jsonb" if n == "priorities" else ""))
+             for n, v in args.items()]
+    omitted = sql.SQL("SELECT anon.{}({}::regclass, {})").format(
+        sql.Identifier(method.function), sql.Literal(source), sql.SQL(", ").join(parts))
+    db.execute(with_null)
+    db.execute(omitted)
+    params = dict(db.execute(
+        "SELECT release_name, parameters - 'objects' - 'grantees' FROM anon.releases "
+        "WHERE release_schema = %s AND release_name IN ('k_null', 'k_omitted')", (target,)
+    ).fetchall())
+    assert set(params) == {"k_null", "k_omitted"}
+    assert params["k_null"] == params["k_omitted"]
 
 
 @check
@@ -353,16 +393,7 @@ def check_view_source_42804(db, method, released, shared, schema, ctx):
 
 # Known deviations from the contract, as the code behaves today (strict: they turn the check
 # red when fixed, so the mark must then be removed). (check, method) -> reason.
-XFAIL: dict[tuple[str, str], str] = {
-    ("check_k_null_22023", "trust_view"):
-        "trust_view(k => NULL) publishes a release with no k (k DEFAULT NULL = no k requested, "
-        "and 890-error-messages.sql: NULL for an argument with a default means the default); "
-        "the contract wants 22023 for k = NULL",
-    ("check_k_null_22023", "fusion_resilient_view"):
-        "fusion_resilient_view(k_from => NULL, k_to => 8) publishes: NULL takes the default "
-        "k_from = 2 (890-error-messages.sql rule), so the scan starts at k = 2; the contract "
-        "wants 22023",
-}
+XFAIL: dict[tuple[str, str], str] = {}
 
 
 def cases():
