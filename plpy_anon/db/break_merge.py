@@ -61,9 +61,8 @@ from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import releases, verify
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import (
+from plpy_anon.db.generalization import (
     check_float_digits,
-    check_k,
     class_literals,
     column_for,
     containment_test,
@@ -72,6 +71,7 @@ from plpy_anon.db.mondrian import (
     qi_value,
     range_expression,
 )
+from plpy_anon.db.params import check_k, check_k_rows, check_l
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 
@@ -119,7 +119,7 @@ def break_merge(
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
-    _check_l(l)
+    l = check_l(l)
     _check_alpha(max_rule_probability)
     max_categories = int(max_categories or MAX_CATEGORIES)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
@@ -180,11 +180,7 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
             f"count(DISTINCT {name}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
         )
     row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
-    if row["n"] < k:
-        raise InsufficientData(
-            f"table {tbl.schema}.{tbl.name} has {row['n']} rows, fewer than k = {k}",
-            hint=f"Use k <= {row['n']}, or release a larger table.",
-        )
+    check_k_rows(k, row["n"], f"{tbl.schema}.{tbl.name}")
     distinct = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
     check_categories(distinct, max_categories)
     if l is not None and l > 1:
@@ -222,13 +218,6 @@ def check_released_rules(plpy, release):
         )
 
 
-def _check_l(l):
-    if l is not None and l < 1:
-        raise InvalidParameter(
-            f"l must be at least 1, got {l}", hint="Pass l => 2 or more, or omit it."
-        )
-
-
 def _check_reserved(names):
     clash = [n for n in names if n in RESERVED]
     if clash:
@@ -252,7 +241,7 @@ def storage_query(plpy, tbl, qis, parameters, release_id):
     The run returns each source row's (tableoid, ctid) and Mondrian class, and per class its gid
     and categorical values; the numeric/date/timestamp ranges are computed here, in SQL, as the
     ``min``/``max`` of the class's rows in the column's own type (joined back to the source read
-    in the same snapshot), exactly as ``mondrian.generalized_release_query`` does (shared helpers:
+    in the same snapshot), exactly as ``generalized_release_query`` does (shared helpers:
     ``range_expression``, ``containment_test``). A class's ``_count`` is its rows that lie inside
     its released values: a row outside them is not counted, so the QIT then disagrees with the
     STs (counted by the run) and the post-build verification refuses the release."""
@@ -484,11 +473,7 @@ def partition_source(plpy, release, params) -> SourcePartition:
     numeric = [c for c in qis if c.kind == "numeric"]
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
     k = int(params["k"])
-    if data.n_rows < k:
-        raise InsufficientData(
-            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
-            hint=f"Use k <= {data.n_rows}, or release a larger table.",
-        )
+    check_k_rows(k, data.n_rows, f"{tbl.schema}.{tbl.name}")
     encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
     model = Mondrian(k=k).fit(encoded)
     labels, n_classes = model.labels_, model.n_classes_

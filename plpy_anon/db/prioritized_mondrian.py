@@ -23,6 +23,7 @@ from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import mondrian, releases
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.params import check_k
 from plpy_anon.db.sqltext import jsonb, run
 
 METHOD = "prioritized_mondrian"
@@ -33,7 +34,7 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
                   target, metric_weights, cut_points, cut_tolerance, release_name,
                   release_schema, replace, GD=None):
     tbl = catalog.table(plpy, source)
-    k = mondrian.check_k(k)
+    k = check_k(k)
     roles, qis, sens, l = mondrian.resolve_release_columns(
         plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
         identifiers=identifiers, l=l)

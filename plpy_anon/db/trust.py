@@ -42,13 +42,14 @@ from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import grants, releases
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import (
+from plpy_anon.db.generalization import (
     check_float_digits,
     column_for,
     generalized_release_query,
     int_array_literal,
     release_positions,
 )
+from plpy_anon.db.params import check_k
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import jsonb, run
 
@@ -273,9 +274,7 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
 # ---------------------------------------------------------------------------- the release
 
 def _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share):
-    if k is not None and k < 2:
-        raise InvalidParameter(f"k must be at least 2, got {k}",
-                               hint="Pass k => 5, or leave k out for the paper's scheme alone.")
+    check_k(k, optional=True)      # NULL: the paper's scheme alone
     _check_unit(max_suppression, "max_suppression")
     TrustProjection(gamma=gamma, d_min=d_min, d_max=d_max)  # validates
     if min_share is None or not min_share >= 0:
