@@ -59,7 +59,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases, verify
+from plpy_anon.db import params, publish, refreshing, release_rows, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -71,6 +71,7 @@ from plpy_anon.db.generalization import (
     qi_value,
     range_expression,
 )
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k, check_k_rows, check_l
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
@@ -126,7 +127,7 @@ def break_merge(
     name = release_name or f"{tbl.name}_bm"
     objects = _object_names(name, [c.name for c in sens])
     for obj in [objects["qit"], objects["merged"], *objects["sensitive_tables"].values()]:
-        releases.check_name(obj, "release object name")
+        publish.check_name(obj, "release object name")
     hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
     parameters = {
         "k": k,
@@ -152,13 +153,13 @@ def break_merge(
         )
         index_and_analyze(plpy, qualified, create_index=True)
         create_views(plpy, release_schema, name, parameters)
-        check_released_rules(plpy, releases.by_id(plpy, release_id))
+        check_released_rules(plpy, release_rows.by_id(plpy, release_id))
 
-    row = releases.create_release(
+    row = publish.create_release(
         plpy,
         GD,
         source=tbl,
-        method=METHOD,
+        method=RELEASE_METHOD,
         release_schema=release_schema,
         release_name=name,
         replace=replace,
@@ -316,11 +317,11 @@ def refresh_release(plpy, GD, release):
     the old release during the build, then see the new one whole -- at every isolation level,
     the new storage's rows are frozen -- and the swap never queues in front of them for long.
     When other objects depend on the views, the storage is refreshed in place instead."""
-    from plpy_anon.db import refreshing
 
-    refreshing.rebuild_view(plpy, GD, release, analyze=True)
+
+    refreshing.rebuild_view(plpy, GD, release, method=RELEASE_METHOD, analyze=True)
     # same guarantee as the first build; failing here rolls the refresh back (old release kept)
-    check_released_rules(plpy, releases.by_id(plpy, release["release_id"]))
+    check_released_rules(plpy, release_rows.by_id(plpy, release["release_id"]))
 
 
 def verification_spec(plpy, release, stats) -> verify.Spec:
@@ -386,7 +387,7 @@ def merged_query(plpy, schema, storage, parameters):
 def run_release(plpy, GD, release_id: int):
     """Partition the source, break it, return QIT classes and ST rows as one JSON document."""
     started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
+    release = release_rows.by_id(plpy, release_id)
     params = _parameters(release)
     part = partition_source(plpy, release, params)
     t0 = time.monotonic()
@@ -416,7 +417,7 @@ def run_release(plpy, GD, release_id: int):
             "python_total": round(time.monotonic() - started, 4),
         },
     }
-    releases.stash_run(
+    release_rows.stash_run(
         GD,
         release_id,
         row_count=part.n_rows,
@@ -604,7 +605,7 @@ def _learn(plpy, release, scope, max_parents):
 
 @sql_entry
 def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     bn = _learn(plpy, row, scope, max_parents)
     if min_support is None:
         min_support = _parameters(row).get("k") or 1
@@ -625,7 +626,7 @@ def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents)
 
 @sql_entry
 def dependency_network(plpy, release, *, scope, max_parents):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     bn = _learn(plpy, row, scope, max_parents)
     return [{"parent": p, "child": c} for p, c in bn.edges_]
 
@@ -635,7 +636,7 @@ def dependency_network(plpy, release, *, scope, max_parents):
 
 @sql_entry
 def breach_report(plpy, release, *, threshold):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     params = _parameters(row)
     if row["method"] == METHOD:
         plain = plain_breach(*_plain_from_source(plpy, row, params), threshold=threshold)
@@ -702,3 +703,7 @@ def _sensitive_tables(plpy, release, params):
             }
         )
     return sizes, tables
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L}, refresh_release=refresh_release, verification_spec=verification_spec)

@@ -34,8 +34,9 @@ from plpy_anon.core import fusion as core
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases, verify
+from plpy_anon.db import publish, release_rows, verify
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 
@@ -213,11 +214,11 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
     }
     name = release_name or f"{tbl.name}_fusion_k{k}"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, id_col, attrs, release_id))
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 def verification_spec(plpy, release, stats) -> verify.Spec:
@@ -248,7 +249,7 @@ def release_query(plpy, tbl, id_col, attrs, release_id: int) -> str:
 
 @sql_entry
 def fusion_scan_of(plpy, release):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     if row["method"] != METHOD:
         raise InvalidParameter(
             f'release "{release}" was made by method {row["method"]}, not by a fusion scan',
@@ -265,7 +266,7 @@ def fusion_scan_of(plpy, release):
 @sql_entry
 def partition(plpy, GD, release_id: int):
     started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
+    release = release_rows.by_id(plpy, release_id)
     params = release["parameters"]
     params = jsonb(params)
     tbl = catalog.table(plpy, release["source"])
@@ -295,7 +296,7 @@ def partition(plpy, GD, release_id: int):
         "utility_normalized": core.normalized_utility(sizes, k),
         "seconds": {"python_total": round(time.monotonic() - started, 4)},
     }
-    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=int(sizes.min()),
+    release_rows.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=int(sizes.min()),
                        metrics=metrics, started=started)
     # The release is ordered by the identifier (it is published anyway), so a row's position
     # says nothing else; row_positions (grouped by class) only fills anon.partition's field.
@@ -312,3 +313,7 @@ def partition(plpy, GD, release_id: int):
 
 def _int_array(values) -> str:
     return "{" + ",".join(map(str, values.tolist())) + "}"
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {}, verification_spec=verification_spec)

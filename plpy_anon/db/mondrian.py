@@ -61,7 +61,7 @@ from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases
+from plpy_anon.db import params, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-exported for callers
     EPOCH_DATE,
@@ -77,6 +77,7 @@ from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-ex
     range_expression,
     release_positions,
 )
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k, check_k_rows
 from plpy_anon.db.params import check_l as check_l_value
 from plpy_anon.db.reader import TableData, read_columns
@@ -137,11 +138,11 @@ def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifie
     parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l)
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "")
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, roles, parameters, release_id))
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 
@@ -174,7 +175,7 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
 @sql_entry
 def partition(plpy, GD, release_id: int):
     started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
+    release = release_rows.by_id(plpy, release_id)
     rows = load_release_rows(plpy, release, with_target=False)
     read_s = time.monotonic() - started
     t0 = time.monotonic()
@@ -205,7 +206,7 @@ def partition_result(plpy, GD, release_id: int, rows: ReleaseRows, labels, n_cla
     }
     metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
                           "python_total": round(time.monotonic() - started, 4)}
-    releases.stash_run(GD, release_id, row_count=rows.data.n_rows,
+    release_rows.stash_run(GD, release_id, row_count=rows.data.n_rows,
                        achieved_k=metrics["achieved_k"], metrics=metrics, started=started)
     return result
 
@@ -296,15 +297,5 @@ def _unique(cols):
 # ---------------------------------------------------------------------------- literals
 
 
-
-
-
-
-
-
-
-
-
-
-
-
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L})

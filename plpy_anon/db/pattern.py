@@ -40,8 +40,9 @@ from plpy_anon.core.pattern import (
 )
 from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases
+from plpy_anon.db import publish, release_rows
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 
@@ -100,11 +101,11 @@ def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bo
     _check_columns(plpy, tbl, substituted, parameters["bounds"])
     name = release_name or f"{tbl.name}_pp"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, substituted, kept, release_id))
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 def _substituted_columns(tbl, cols, names):
@@ -187,7 +188,7 @@ def release_query(plpy, tbl, substituted, kept, release_id: int) -> str:
 @sql_entry
 def run_release(plpy, GD, release_id: int):
     started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
+    release = release_rows.by_id(plpy, release_id)
     params = release["parameters"]
     params = jsonb(params)
     tbl = catalog.table(plpy, release["source"])
@@ -216,7 +217,7 @@ def run_release(plpy, GD, release_id: int):
                      params.get("delta", DEFAULT_DELTA))
     metrics["seconds"] = {"read": round(read_s, 4), "walk": round(walk_s, 4),
                           "python_total": round(time.monotonic() - started, 4)}
-    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=None, metrics=metrics,
+    release_rows.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=None, metrics=metrics,
                        started=started)
     return {"row_ctids": data.row_ctids, "row_tableoids": data.row_tableoids,
             "released": released}
@@ -317,7 +318,7 @@ def distortion_report(plpy, source, release_name):
     """Rows (column_name, distortion, rank_correlation, preserved_fraction) of a pattern release
     as measured by its last build or refresh; the row with column_name NULL is the overall Dst."""
     tbl = catalog.table(plpy, source)
-    release = releases.find(plpy, release_name)
+    release = release_rows.find(plpy, release_name)
     if release["method"] != METHOD:
         raise InvalidParameter(
             f'release "{release_name}" was made by {release["method"]}, not by pattern_view',
@@ -334,3 +335,7 @@ def distortion_report(plpy, source, release_name):
             for name, m in metrics.get("columns", {}).items()]
     rows.append((None, metrics.get("distortion"), None, None))
     return rows
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {})

@@ -21,8 +21,9 @@ from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import mondrian, releases
+from plpy_anon.db import mondrian, params, publish, release_rows
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k
 from plpy_anon.db.sqltext import jsonb, run
 
@@ -56,13 +57,13 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
                         cut_tolerance=cut_tolerance).check_parameters(qi_names, target is not None)
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "") + "_prioritized"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: mondrian.release_query(
             plpy, tbl, roles, parameters, release_id,
             partition_function="anon._prioritized_mondrian_partition"))
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 
@@ -131,7 +132,7 @@ def model_for(release):
 @sql_entry
 def partition(plpy, GD, release_id: int):
     started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
+    release = release_rows.by_id(plpy, release_id)
     params = jsonb(release["parameters"])
     rows = mondrian.load_release_rows(plpy, release)
     read_s = time.monotonic() - started
@@ -150,3 +151,7 @@ def partition(plpy, GD, release_id: int):
     return mondrian.partition_result(plpy, GD, release_id, rows, model.labels_, model.n_classes_,
                                      started=started, read_s=read_s, partition_s=partition_s,
                                      extra_metrics=extra)
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L})

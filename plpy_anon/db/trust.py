@@ -40,7 +40,7 @@ from plpy_anon.core.errors import (
 from plpy_anon.core.purpose import MIPriorities, validate_priorities
 from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import grants, releases
+from plpy_anon.db import grants, params, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -49,6 +49,7 @@ from plpy_anon.db.generalization import (
     int_array_literal,
     release_positions,
 )
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import jsonb, run
@@ -328,13 +329,13 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
     }
     name = release_name or f"{tbl.name}_{requester}_{purpose}"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, roles, release_id))
     restrict_grants(plpy, row, role)
     _notice_cost(plpy, row)
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 def _level_weights(level_weights, qi_names) -> dict:
@@ -397,7 +398,7 @@ def release_query(plpy, tbl, roles, release_id: int) -> str:
 @sql_entry
 def partition(plpy, GD, release_id: int):
     started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
+    release = release_rows.by_id(plpy, release_id)
     params = release["parameters"]
     params = jsonb(params)
     tbl = catalog.table(plpy, release["source"])
@@ -432,7 +433,7 @@ def partition(plpy, GD, release_id: int):
         "levels": {n: int(v) for n, v in model.levels_.items()},
         "cost": model.cost_,
     }
-    releases.stash_run(GD, release_id, row_count=int(model.kept_.sum()),
+    release_rows.stash_run(GD, release_id, row_count=int(model.kept_.sum()),
                        achieved_k=int(sizes.min()) if sizes.size else None,
                        metrics=metrics, started=started, source_rows=data.n_rows,
                        suppressed=int((~model.kept_).sum()))
@@ -501,3 +502,7 @@ def _bound(kind, number_text) -> str:
         return str(EPOCH_DATE + np.timedelta64(int(value), "D"))
     stamp = f"{EPOCH + dt.timedelta(seconds=value)}"
     return f'"{stamp}+00"' if kind == "timestamptz" else f'"{stamp}"'
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.OPTIONAL_K})
