@@ -42,3 +42,18 @@ def test_registry_names_every_method_once():
     from plpy_anon.db.methods import REGISTRY
     assert sorted(REGISTRY) == ["break_merge", "fusion", "mondrian", "pattern",
                                 "prioritized_mondrian", "trust"]
+
+
+def test_registry_loads_every_declared_method():
+    from plpy_anon.db.methods import REGISTRY
+    assert {name: REGISTRY[name].name for name in REGISTRY} == {n: n for n in REGISTRY}
+    assert REGISTRY.get("no_such_method") is None
+
+
+def test_registry_import_costs_no_method_module():
+    """Importing the registry (every refresh does) must not import the heavy method modules."""
+    code = ("import sys, plpy_anon.db.releases; "
+            "print(sorted(m for m in ('sklearn', 'scipy', 'plpy_anon.db.fusion', "
+            "'plpy_anon.db.pattern') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
