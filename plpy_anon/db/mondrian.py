@@ -49,7 +49,6 @@ the source's, then fails the build, so a wrong range is never published.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +60,7 @@ from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import params, publish, release_rows
+from plpy_anon.db import method, params, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-exported for callers
     EPOCH_DATE,
@@ -78,7 +77,7 @@ from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-ex
     release_positions,
 )
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.params import check_k, check_k_rows
+from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.params import check_l as check_l_value
 from plpy_anon.db.reader import TableData, read_columns
 from plpy_anon.db.sqltext import jsonb
@@ -131,7 +130,7 @@ def base_parameters(plpy, tbl, roles, qis, sens, k, l) -> dict:
 def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifiers, release_name,
                   release_schema, replace, GD=None):
     tbl = catalog.table(plpy, source)
-    k = check_k(k)
+    k = RELEASE_METHOD.validate(k=k)["k"]
     roles, qis, sens, l = resolve_release_columns(
         plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
         identifiers=identifiers, l=l)
@@ -174,21 +173,26 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
-    started = time.monotonic()
-    release = release_rows.by_id(plpy, release_id)
-    rows = load_release_rows(plpy, release, with_target=False)
-    read_s = time.monotonic() - started
-    t0 = time.monotonic()
-    model = Mondrian(k=rows.k, l=rows.l).fit(rows.encoded, rows.sensitive)
-    return partition_result(plpy, GD, release_id, rows, model.labels_, model.n_classes_,
-                            started=started, read_s=read_s, partition_s=time.monotonic() - t0)
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 
-def partition_result(plpy, GD, release_id: int, rows: ReleaseRows, labels, n_classes, *,
-                     started: float, read_s: float, partition_s: float, extra_metrics=None) -> dict:
+def read(ctx: method.Run) -> ReleaseRows:
+    return load_release_rows(ctx.plpy, ctx.release, with_target=False)
+
+
+def fit(rows: ReleaseRows, parameters: dict) -> Mondrian:
+    return Mondrian(k=rows.k, l=rows.l).fit(rows.encoded, rows.sensitive)
+
+
+def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, dict]:
+    return partition_output(ctx, rows, model.labels_, model.n_classes_)
+
+
+def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
+                     extra_metrics=None) -> tuple[dict, dict]:
     """What a Mondrian-family partitioning function returns (an ``anon.partition``): class ids
-    and release positions per row, generalized literals per class; the run's metrics are stashed
-    for the catalog."""
+    and release positions per row, generalized literals per class; and the run's statistics for
+    the catalog (``stash_run``'s keywords)."""
     index = ClassIndex.of(labels, n_classes)
     # numeric QIs: bounds come from SQL (generalized_release_query); categorical ones from here
     listed = [(i, col, enc) for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded))
@@ -200,15 +204,14 @@ def partition_result(plpy, GD, release_id: int, rows: ReleaseRows, labels, n_cla
     result = {
         "row_ctids": rows.data.row_ctids,
         "class_ids": int_array_literal(labels),
-        "row_positions": int_array_literal(release_positions(labels, seed=release_id)),
+        "row_positions": int_array_literal(release_positions(labels, seed=ctx.release_id)),
         "classes": json.dumps(classes),
         "row_tableoids": rows.data.row_tableoids,
     }
-    metrics["seconds"] = {"read": round(read_s, 4), "partition": round(partition_s, 4),
-                          "python_total": round(time.monotonic() - started, 4)}
-    release_rows.stash_run(GD, release_id, row_count=rows.data.n_rows,
-                       achieved_k=metrics["achieved_k"], metrics=metrics, started=started)
-    return result
+    metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
+                          "python_total": round(ctx.elapsed(), 4)}
+    return result, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
+                    "metrics": metrics}
 
 
 @dataclass
@@ -298,4 +301,5 @@ def _unique(cols):
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L})
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
+                               read=read, fit=fit, publish=publish_partition)
