@@ -59,7 +59,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import params, publish, refreshing, release_rows, verify
+from plpy_anon.db import method, params, publish, refreshing, release_rows, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -72,7 +72,7 @@ from plpy_anon.db.generalization import (
     range_expression,
 )
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.params import check_k, check_k_rows, check_l
+from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 
@@ -103,7 +103,7 @@ def break_merge(
     GD=None,
 ):
     tbl = catalog.table(plpy, source)
-    k = check_k(k)
+    k = RELEASE_METHOD.validate(k=k)["k"]
     if quasi_identifiers is not None and sensitive is not None:
         validate_attribute_roles(list(quasi_identifiers), list(sensitive))
     roles = catalog.resolve_roles(
@@ -120,7 +120,7 @@ def break_merge(
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
-    l = check_l(l)
+    l = RELEASE_METHOD.validate(l=l)["l"]
     _check_alpha(max_rule_probability)
     max_categories = int(max_categories or MAX_CATEGORIES)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
@@ -386,19 +386,24 @@ def merged_query(plpy, schema, storage, parameters):
 @sql_entry
 def run_release(plpy, GD, release_id: int):
     """Partition the source, break it, return QIT classes and ST rows as one JSON document."""
-    started = time.monotonic()
-    release = release_rows.by_id(plpy, release_id)
-    params = _parameters(release)
-    part = partition_source(plpy, release, params)
-    t0 = time.monotonic()
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+def read(ctx: method.Run) -> SourcePartition:
+    return partition_source(ctx.plpy, ctx.release, ctx.parameters)
+
+
+def fit(part: SourcePartition, params: dict) -> BreakMerge:
     alpha = params.get("max_rule_probability")
-    broken = BreakMerge(
+    return BreakMerge(
         l=params["l"], k=params["k"], max_categories=params["max_categories"],
         max_rule_probability=alpha,
         max_parents=int(params.get("rule_max_parents") or RULE_MAX_PARENTS),
     ).fit(part.ordered_labels, part.sensitive,
           part.released_qis if alpha is not None else None)
-    break_s = time.monotonic() - t0
+
+
+def publish_run(ctx: method.Run, part: SourcePartition, broken) -> tuple[str, dict]:
     class_gid = broken.group_map_["gid"].to_numpy()[part.order_of_class]
     # per class: gid and categorical values; ranges and counts are computed in SQL from the rows
     classes = {f"q{i}": lits for i, lits in part.literals.items()}
@@ -413,21 +418,15 @@ def run_release(plpy, GD, release_id: int):
         "rule_check": broken.rule_check_,
         "seconds": {
             "partition": round(part.seconds, 4),
-            "break": round(break_s, 4),
-            "python_total": round(time.monotonic() - started, 4),
+            "break": round(ctx.fit_s, 4),
+            "python_total": round(ctx.elapsed(), 4),
         },
     }
-    release_rows.stash_run(
-        GD,
-        release_id,
-        row_count=part.n_rows,
-        achieved_k=int(part.class_sizes.min()),
-        metrics=metrics,
-        started=started,
-    )
-    return json.dumps({"classes": classes, "st": st, "row_ctids": part.row_ctids,
-                       "row_tableoids": part.row_tableoids,
-                       "class_ids": int_array_literal(part.labels)})
+    output = json.dumps({"classes": classes, "st": st, "row_ctids": part.row_ctids,
+                         "row_tableoids": part.row_tableoids,
+                         "class_ids": int_array_literal(part.labels)})
+    return output, {"row_count": part.n_rows, "achieved_k": int(part.class_sizes.min()),
+                    "metrics": metrics}
 
 
 def _st_columns(tables):
@@ -706,4 +705,7 @@ def _sensitive_tables(plpy, release, params):
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L}, refresh_release=refresh_release, verification_spec=verification_spec)
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
+                               refresh_release=refresh_release,
+                               verification_spec=verification_spec,
+                               read=read, fit=fit, publish=publish_run)
