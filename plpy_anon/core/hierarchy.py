@@ -217,6 +217,10 @@ def csv_rows(text, sep=";"):
     in ARX's files. A cell in double quotes is taken literally, for labels a column really holds:
     ``" Private"`` keeps its leading space, ``""`` is the empty string, ``""`` inside quotes is
     one quote. Blank lines are ignored.
+
+    Hand-written on purpose (issue 13 item 6): the ``csv`` module takes one-character delimiters
+    only (``sep="||"`` is accepted here) and, before Python 3.12's ``QUOTE_NOTNULL`` reader, reads
+    ``""`` and padding alike as ``''``.
     """
     if not isinstance(sep, str) or not sep or '"' in sep or "\n" in sep or "\r" in sep:
         raise InvalidParameter(

@@ -59,11 +59,10 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases, verify
+from plpy_anon.db import method, params, publish, refreshing, release_rows, verify
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import (
+from plpy_anon.db.generalization import (
     check_float_digits,
-    check_k,
     class_literals,
     column_for,
     containment_test,
@@ -72,6 +71,8 @@ from plpy_anon.db.mondrian import (
     qi_value,
     range_expression,
 )
+from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 
@@ -102,7 +103,7 @@ def break_merge(
     GD=None,
 ):
     tbl = catalog.table(plpy, source)
-    k = check_k(k)
+    k = RELEASE_METHOD.validate(k=k)["k"]
     if quasi_identifiers is not None and sensitive is not None:
         validate_attribute_roles(list(quasi_identifiers), list(sensitive))
     roles = catalog.resolve_roles(
@@ -119,14 +120,14 @@ def break_merge(
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
-    _check_l(l)
+    l = RELEASE_METHOD.validate(l=l)["l"]
     _check_alpha(max_rule_probability)
     max_categories = int(max_categories or MAX_CATEGORIES)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
     name = release_name or f"{tbl.name}_bm"
     objects = _object_names(name, [c.name for c in sens])
     for obj in [objects["qit"], objects["merged"], *objects["sensitive_tables"].values()]:
-        releases.check_name(obj, "release object name")
+        publish.check_name(obj, "release object name")
     hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
     parameters = {
         "k": k,
@@ -152,13 +153,13 @@ def break_merge(
         )
         index_and_analyze(plpy, qualified, create_index=True)
         create_views(plpy, release_schema, name, parameters)
-        check_released_rules(plpy, releases.by_id(plpy, release_id))
+        check_released_rules(plpy, release_rows.by_id(plpy, release_id))
 
-    row = releases.create_release(
+    row = publish.create_release(
         plpy,
         GD,
         source=tbl,
-        method=METHOD,
+        method=RELEASE_METHOD,
         release_schema=release_schema,
         release_name=name,
         replace=replace,
@@ -180,11 +181,7 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
             f"count(DISTINCT {name}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
         )
     row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
-    if row["n"] < k:
-        raise InsufficientData(
-            f"table {tbl.schema}.{tbl.name} has {row['n']} rows, fewer than k = {k}",
-            hint=f"Use k <= {row['n']}, or release a larger table.",
-        )
+    check_k_rows(k, row["n"], f"{tbl.schema}.{tbl.name}")
     distinct = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
     check_categories(distinct, max_categories)
     if l is not None and l > 1:
@@ -222,13 +219,6 @@ def check_released_rules(plpy, release):
         )
 
 
-def _check_l(l):
-    if l is not None and l < 1:
-        raise InvalidParameter(
-            f"l must be at least 1, got {l}", hint="Pass l => 2 or more, or omit it."
-        )
-
-
 def _check_reserved(names):
     clash = [n for n in names if n in RESERVED]
     if clash:
@@ -252,7 +242,7 @@ def storage_query(plpy, tbl, qis, parameters, release_id):
     The run returns each source row's (tableoid, ctid) and Mondrian class, and per class its gid
     and categorical values; the numeric/date/timestamp ranges are computed here, in SQL, as the
     ``min``/``max`` of the class's rows in the column's own type (joined back to the source read
-    in the same snapshot), exactly as ``mondrian.generalized_release_query`` does (shared helpers:
+    in the same snapshot), exactly as ``generalized_release_query`` does (shared helpers:
     ``range_expression``, ``containment_test``). A class's ``_count`` is its rows that lie inside
     its released values: a row outside them is not counted, so the QIT then disagrees with the
     STs (counted by the run) and the post-build verification refuses the release."""
@@ -327,11 +317,11 @@ def refresh_release(plpy, GD, release):
     the old release during the build, then see the new one whole -- at every isolation level,
     the new storage's rows are frozen -- and the swap never queues in front of them for long.
     When other objects depend on the views, the storage is refreshed in place instead."""
-    from plpy_anon.db import refreshing
 
-    refreshing.rebuild_view(plpy, GD, release, analyze=True)
+
+    refreshing.rebuild_view(plpy, GD, release, method=RELEASE_METHOD, analyze=True)
     # same guarantee as the first build; failing here rolls the refresh back (old release kept)
-    check_released_rules(plpy, releases.by_id(plpy, release["release_id"]))
+    check_released_rules(plpy, release_rows.by_id(plpy, release["release_id"]))
 
 
 def verification_spec(plpy, release, stats) -> verify.Spec:
@@ -396,19 +386,24 @@ def merged_query(plpy, schema, storage, parameters):
 @sql_entry
 def run_release(plpy, GD, release_id: int):
     """Partition the source, break it, return QIT classes and ST rows as one JSON document."""
-    started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
-    params = _parameters(release)
-    part = partition_source(plpy, release, params)
-    t0 = time.monotonic()
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+def read(ctx: method.Run) -> SourcePartition:
+    return partition_source(ctx.plpy, ctx.release, ctx.parameters)
+
+
+def fit(part: SourcePartition, params: dict) -> BreakMerge:
     alpha = params.get("max_rule_probability")
-    broken = BreakMerge(
+    return BreakMerge(
         l=params["l"], k=params["k"], max_categories=params["max_categories"],
         max_rule_probability=alpha,
         max_parents=int(params.get("rule_max_parents") or RULE_MAX_PARENTS),
     ).fit(part.ordered_labels, part.sensitive,
           part.released_qis if alpha is not None else None)
-    break_s = time.monotonic() - t0
+
+
+def publish_run(ctx: method.Run, part: SourcePartition, broken) -> tuple[str, dict]:
     class_gid = broken.group_map_["gid"].to_numpy()[part.order_of_class]
     # per class: gid and categorical values; ranges and counts are computed in SQL from the rows
     classes = {f"q{i}": lits for i, lits in part.literals.items()}
@@ -423,21 +418,15 @@ def run_release(plpy, GD, release_id: int):
         "rule_check": broken.rule_check_,
         "seconds": {
             "partition": round(part.seconds, 4),
-            "break": round(break_s, 4),
-            "python_total": round(time.monotonic() - started, 4),
+            "break": round(ctx.fit_s, 4),
+            "python_total": round(ctx.elapsed(), 4),
         },
     }
-    releases.stash_run(
-        GD,
-        release_id,
-        row_count=part.n_rows,
-        achieved_k=int(part.class_sizes.min()),
-        metrics=metrics,
-        started=started,
-    )
-    return json.dumps({"classes": classes, "st": st, "row_ctids": part.row_ctids,
-                       "row_tableoids": part.row_tableoids,
-                       "class_ids": int_array_literal(part.labels)})
+    output = json.dumps({"classes": classes, "st": st, "row_ctids": part.row_ctids,
+                         "row_tableoids": part.row_tableoids,
+                         "class_ids": int_array_literal(part.labels)})
+    return output, {"row_count": part.n_rows, "achieved_k": int(part.class_sizes.min()),
+                    "metrics": metrics}
 
 
 def _st_columns(tables):
@@ -484,11 +473,7 @@ def partition_source(plpy, release, params) -> SourcePartition:
     numeric = [c for c in qis if c.kind == "numeric"]
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
     k = int(params["k"])
-    if data.n_rows < k:
-        raise InsufficientData(
-            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than k = {k}",
-            hint=f"Use k <= {data.n_rows}, or release a larger table.",
-        )
+    check_k_rows(k, data.n_rows, f"{tbl.schema}.{tbl.name}")
     encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
     model = Mondrian(k=k).fit(encoded)
     labels, n_classes = model.labels_, model.n_classes_
@@ -619,7 +604,7 @@ def _learn(plpy, release, scope, max_parents):
 
 @sql_entry
 def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     bn = _learn(plpy, row, scope, max_parents)
     if min_support is None:
         min_support = _parameters(row).get("k") or 1
@@ -640,7 +625,7 @@ def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents)
 
 @sql_entry
 def dependency_network(plpy, release, *, scope, max_parents):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     bn = _learn(plpy, row, scope, max_parents)
     return [{"parent": p, "child": c} for p, c in bn.edges_]
 
@@ -650,7 +635,7 @@ def dependency_network(plpy, release, *, scope, max_parents):
 
 @sql_entry
 def breach_report(plpy, release, *, threshold):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     params = _parameters(row)
     if row["method"] == METHOD:
         plain = plain_breach(*_plain_from_source(plpy, row, params), threshold=threshold)
@@ -717,3 +702,10 @@ def _sensitive_tables(plpy, release, params):
             }
         )
     return sizes, tables
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
+                               refresh_release=refresh_release,
+                               verification_spec=verification_spec,
+                               read=read, fit=fit, publish=publish_run)

@@ -25,7 +25,6 @@ the chosen k; it does not re-scan (the choice is part of the release: recreate i
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pandas as pd
@@ -34,8 +33,9 @@ from plpy_anon.core import fusion as core
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases, verify
+from plpy_anon.db import method, publish, release_rows, verify
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 
@@ -213,11 +213,11 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
     }
     name = release_name or f"{tbl.name}_fusion_k{k}"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, id_col, attrs, release_id))
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 def verification_spec(plpy, release, stats) -> verify.Spec:
@@ -248,7 +248,7 @@ def release_query(plpy, tbl, id_col, attrs, release_id: int) -> str:
 
 @sql_entry
 def fusion_scan_of(plpy, release):
-    row = releases.find(plpy, release)
+    row = release_rows.find(plpy, release)
     if row["method"] != METHOD:
         raise InvalidParameter(
             f'release "{release}" was made by method {row["method"]}, not by a fusion scan',
@@ -264,11 +264,12 @@ def fusion_scan_of(plpy, release):
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
-    started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
-    params = release["parameters"]
-    params = jsonb(params)
-    tbl = catalog.table(plpy, release["source"])
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+def read(ctx: method.Run):
+    plpy, params = ctx.plpy, ctx.parameters
+    tbl = catalog.table(plpy, ctx.release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     missing = [n for n in [params["identifier"], *params["attributes"]] if n not in cols]
     if missing:
@@ -286,17 +287,26 @@ def partition(plpy, GD, release_id: int):
     frame = _frame(data, attrs, [cols[params["identifier"]]])
     core.require_unique_identifier(frame[params["identifier"]], params["identifier"],
                                    f"{tbl.schema}.{tbl.name}")
-    mdav = MDAV(k=k).fit(frame[params["attributes"]])
-    classes = {f"a{i}": mdav.centroids_[:, i].tolist() for i in range(len(attrs))}
+    return data, frame
+
+
+def fit(read_data, params: dict) -> MDAV:
+    _, frame = read_data
+    return MDAV(k=int(params["k"])).fit(frame[params["attributes"]])
+
+
+def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
+    data, _ = read_data
+    k = int(ctx.parameters["k"])
+    classes = {f"a{i}": mdav.centroids_[:, i].tolist()
+               for i in range(len(ctx.parameters["attributes"]))}
     sizes = mdav.group_sizes_
     metrics = {
         "n_groups": len(sizes),
         "discernibility": core.discernibility_cost(sizes, k),
         "utility_normalized": core.normalized_utility(sizes, k),
-        "seconds": {"python_total": round(time.monotonic() - started, 4)},
+        "seconds": {"python_total": round(ctx.elapsed(), 4)},
     }
-    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=int(sizes.min()),
-                       metrics=metrics, started=started)
     # The release is ordered by the identifier (it is published anyway), so a row's position
     # says nothing else; row_positions (grouped by class) only fills anon.partition's field.
     positions = np.empty(data.n_rows, dtype=np.int64)
@@ -307,8 +317,13 @@ def partition(plpy, GD, release_id: int):
         "row_positions": _int_array(positions),
         "classes": json.dumps(classes),
         "row_tableoids": data.row_tableoids,
-    }
+    }, {"row_count": data.n_rows, "achieved_k": int(sizes.min()), "metrics": metrics}
 
 
 def _int_array(values) -> str:
     return "{" + ",".join(map(str, values.tolist())) + "}"
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {}, verification_spec=verification_spec,
+                               read=read, fit=fit, publish=publish_partition)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.release_rows import genuine_relations, temp_name
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 # Advisory lock keys (class 'ansc'): one per schema name while it is created, and one for the set
@@ -74,7 +75,6 @@ def release_relations(plpy, release: dict) -> list[str]:
     """Qualified names of the relations of a release that exist right now and are plpy_anon's
     (releases.genuine_relations: in the schema the release was created in, owned by its creator;
     nothing of a stale release whose schema was dropped or re-created outside plpy_anon)."""
-    from plpy_anon.db.releases import genuine_relations
     schema = release["release_schema"]
     return [ident(plpy, schema, rel) for rel, _ in genuine_relations(plpy, release)]
 
@@ -200,7 +200,6 @@ SELECT ARRAY(SELECT what FROM described WHERE what IS NOT NULL ORDER BY rank, wh
 
 def foreign_objects(plpy, schema: str) -> list[str]:
     """Descriptions of what ``schema`` holds besides releases (empty: releases only)."""
-    from plpy_anon.db.refreshing import temp_name
     ids = run(plpy, "SELECT release_id, release_name::text AS name FROM anon.releases WHERE release_schema = $1",
               ["text"], [schema])
     temps = [temp_name(r["name"], r["release_id"]) for r in ids]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 
 import numpy as np
 import pandas as pd
@@ -40,8 +39,9 @@ from plpy_anon.core.pattern import (
 )
 from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases
+from plpy_anon.db import method, publish, release_rows
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 
@@ -100,11 +100,11 @@ def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bo
     _check_columns(plpy, tbl, substituted, parameters["bounds"])
     name = release_name or f"{tbl.name}_pp"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, substituted, kept, release_id))
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 def _substituted_columns(tbl, cols, names):
@@ -186,40 +186,46 @@ def release_query(plpy, tbl, substituted, kept, release_id: int) -> str:
 
 @sql_entry
 def run_release(plpy, GD, release_id: int):
-    started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
-    params = release["parameters"]
-    params = jsonb(params)
-    tbl = catalog.table(plpy, release["source"])
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    substituted = [_still_there(tbl, cols, name) for name in params["columns"]]
-    data = read_columns(plpy, tbl, substituted, [])
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+def read(ctx: method.Run):
+    tbl = catalog.table(ctx.plpy, ctx.release["source"])
+    cols = {c.name: c for c in catalog.table_columns(ctx.plpy, tbl)}
+    substituted = [_still_there(tbl, cols, name) for name in ctx.parameters["columns"]]
+    data = read_columns(ctx.plpy, tbl, substituted, [])
     refuse_non_finite(tbl, data, substituted, "pattern_view")
-    read_s = time.monotonic() - started
     frame = pd.DataFrame({c.name: _with_nulls(data.columns[c.name]) for c in substituted}
                          if data.n_rows else {c.name: [] for c in substituted}, dtype=float)
-    t0 = time.monotonic()
-    model = PatternPreservingRelease(
+    return tbl, substituted, data, frame
+
+
+def fit(read_data, params: dict) -> PatternPreservingRelease:
+    frame = read_data[3]
+    return PatternPreservingRelease(
         segment=params["segment"], sample=params["sample"], iterations=params["iterations"],
         seed=params["seed"], bounds={k: tuple(v) for k, v in params["bounds"].items()},
         delta=params.get("delta", DEFAULT_DELTA),
         n_jobs=min(MAX_THREADS, os.cpu_count() or 1)).fit(frame)
-    walk_s = time.monotonic() - t0
+
+
+def publish_walk(ctx: method.Run, read_data, model) -> tuple[dict, dict]:
+    tbl, substituted, data, frame = read_data
+    params = ctx.parameters
     original = frame.to_numpy()
     metrics = _metrics(model, original, params["seed"] is not None)
     released = [_array_literal(model.released_[:, i], model.decimals_[i])
                 for i in range(len(substituted))]
-    counted = count_unchanged(plpy, tbl, substituted, data, released)
+    counted = count_unchanged(ctx.plpy, tbl, substituted, data, released)
     for name, (same, present) in counted.items():
         metrics["columns"][name]["unchanged_fraction"] = same / present if present else None
     refuse_unchanged(tbl, counted, params.get("max_unchanged", DEFAULT_MAX_UNCHANGED),
                      params.get("delta", DEFAULT_DELTA))
-    metrics["seconds"] = {"read": round(read_s, 4), "walk": round(walk_s, 4),
-                          "python_total": round(time.monotonic() - started, 4)}
-    releases.stash_run(GD, release_id, row_count=data.n_rows, achieved_k=None, metrics=metrics,
-                       started=started)
-    return {"row_ctids": data.row_ctids, "row_tableoids": data.row_tableoids,
-            "released": released}
+    metrics["seconds"] = {"read": round(ctx.read_s, 4), "walk": round(ctx.fit_s, 4),
+                          "python_total": round(ctx.elapsed(), 4)}
+    return ({"row_ctids": data.row_ctids, "row_tableoids": data.row_tableoids,
+             "released": released},
+            {"row_count": data.n_rows, "achieved_k": None, "metrics": metrics})
 
 
 def count_unchanged(plpy, tbl, substituted, data, released):
@@ -317,7 +323,7 @@ def distortion_report(plpy, source, release_name):
     """Rows (column_name, distortion, rank_correlation, preserved_fraction) of a pattern release
     as measured by its last build or refresh; the row with column_name NULL is the overall Dst."""
     tbl = catalog.table(plpy, source)
-    release = releases.find(plpy, release_name)
+    release = release_rows.find(plpy, release_name)
     if release["method"] != METHOD:
         raise InvalidParameter(
             f'release "{release_name}" was made by {release["method"]}, not by pattern_view',
@@ -334,3 +340,7 @@ def distortion_report(plpy, source, release_name):
             for name, m in metrics.get("columns", {}).items()]
     rows.append((None, metrics.get("distortion"), None, None))
     return rows
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {}, read=read, fit=fit, publish=publish_walk)

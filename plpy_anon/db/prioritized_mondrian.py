@@ -15,14 +15,13 @@ profile (``anon.learn_priorities`` first).
 """
 from __future__ import annotations
 
-import time
-
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import mondrian, releases
+from plpy_anon.db import method, mondrian, params, publish, release_rows
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.sqltext import jsonb, run
 
 METHOD = "prioritized_mondrian"
@@ -33,7 +32,7 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
                   target, metric_weights, cut_points, cut_tolerance, release_name,
                   release_schema, replace, GD=None):
     tbl = catalog.table(plpy, source)
-    k = mondrian.check_k(k)
+    k = RELEASE_METHOD.validate(k=k)["k"]
     roles, qis, sens, l = mondrian.resolve_release_columns(
         plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
         identifiers=identifiers, l=l)
@@ -55,13 +54,13 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
                         cut_tolerance=cut_tolerance).check_parameters(qi_names, target is not None)
     name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "") + "_prioritized"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: mondrian.release_query(
             plpy, tbl, roles, parameters, release_id,
             partition_function="anon._prioritized_mondrian_partition"))
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 
@@ -116,9 +115,8 @@ def learned_cut_points(plpy, tbl, qi_names):
 
 # ---------------------------------------------------------------------------- partitioning run
 
-def model_for(release):
-    """The core model a Mondrian-family release was made with."""
-    params = jsonb(release["parameters"])
+def model_for(params: dict):
+    """The core model a prioritized Mondrian release was made with (its stored parameters)."""
     return PrioritizedMondrian(
         k=int(params["k"]), l=params.get("l"), priorities=params.get("priorities"),
         metric_weights=params.get("metric_weights"),
@@ -129,14 +127,19 @@ def model_for(release):
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
-    started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
-    params = jsonb(release["parameters"])
-    rows = mondrian.load_release_rows(plpy, release)
-    read_s = time.monotonic() - started
-    t0 = time.monotonic()
-    model = model_for(release).fit(rows.encoded, rows.sensitive, target=rows.target)
-    partition_s = time.monotonic() - t0
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+def read(ctx: method.Run) -> mondrian.ReleaseRows:
+    return mondrian.load_release_rows(ctx.plpy, ctx.release)
+
+
+def fit(rows: mondrian.ReleaseRows, parameters: dict) -> PrioritizedMondrian:
+    return model_for(parameters).fit(rows.encoded, rows.sensitive, target=rows.target)
+
+
+def publish_partition(ctx: method.Run, rows: mondrian.ReleaseRows, model) -> tuple[dict, dict]:
+    params = ctx.parameters
     extra = {}
     if params.get("priorities"):
         names = [c.name for c in rows.qis]
@@ -146,6 +149,10 @@ def partition(plpy, GD, release_id: int):
         # weights that do not depend on the release (comparable across releases)
         extra["c_wdm_weights"] = normalize_weights(params["priorities"], names)
         extra["c_wdm_weights_origin"] = "release"
-    return mondrian.partition_result(plpy, GD, release_id, rows, model.labels_, model.n_classes_,
-                                     started=started, read_s=read_s, partition_s=partition_s,
+    return mondrian.partition_output(ctx, rows, model.labels_, model.n_classes_,
                                      extra_metrics=extra)
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
+                               read=read, fit=fit, publish=publish_partition)

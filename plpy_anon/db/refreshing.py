@@ -44,12 +44,20 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db import grants
+from plpy_anon.db import grants, publish
+from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
+    LOCK_CLASS,
+    SUFFIX,
+    by_id,
+    check_genuine,
+    lock_release,
+    relation_exists,
+    take_run,
+    temp_name,
+)
 from plpy_anon.db.settings import server_setting
-from plpy_anon.db.sqltext import ident, run
-
-LOCK_CLASS = 0x616E6F6E   # advisory lock namespace ('anon'): one refresh per release at a time
-SUFFIX = "__refresh"
+from plpy_anon.db.sqltext import ident, jsonb, run
 
 
 def progress(plpy, message: str) -> None:
@@ -65,10 +73,9 @@ def qualified_text(release: dict) -> str:
 
 # ---------------------------------------------------------------------------- one release
 
-def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
-    """Rebuild ``release`` (``rebuild_method(plpy, GD, release)`` for methods with their own
-    refresh, else build-and-swap); on failure record it autonomously and re-raise."""
-    from plpy_anon.db.releases import by_id, check_genuine  # releases imports this module
+def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
+    """Rebuild ``release`` (``method.refresh_release(plpy, GD, release)`` for methods with their
+    own refresh, else build-and-swap); on failure record it autonomously and re-raise."""
     lock_release(plpy, release["release_id"])
     # re-read after the wait: a drop or a replace => true that committed meanwhile
     current = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"],
@@ -89,10 +96,10 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
             # (schema not re-created, relations owned by the release's creator), or a stale row
             # would rebuild someone else's view with our rights
             check_genuine(plpy, release)
-            if rebuild_method is not None:
-                rebuild_method(plpy, GD, release)
+            if method is not None and method.refresh_release is not None:
+                method.refresh_release(plpy, GD, release)
             else:
-                rebuild_view(plpy, GD, release)
+                rebuild_view(plpy, GD, release, method=method)
             row = by_id(plpy, release["release_id"])
             grants.grant_release(plpy, row)
     except Exception as exc:  # noqa: BLE001 -- any failure is recorded, then re-raised
@@ -109,23 +116,16 @@ def refresh(plpy, GD, release: dict, rebuild_method) -> dict:
     return row
 
 
-def lock_release(plpy, release_id: int) -> None:
-    """The per-release lock refresh, drop and replace take (transaction-scoped): one of them at
-    a time for a given release."""
-    run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", ["int4", "int4"],
-        [LOCK_CLASS, release_id])
-
-
-def rebuild_view(plpy, GD, release: dict, *, analyze: bool = False) -> None:
+def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
+                 analyze: bool = False) -> None:
     """Build the release's materialized view beside the old one and swap it in; the release's own
     views over it (``parameters.objects``, e.g. Break-Merge's QIT/ST/merge views) are recreated
     on the new view with their owner, privileges and comment. ``analyze``: ANALYZE the new view
     before the swap (the views' plans need statistics)."""
-    from plpy_anon.db import releases
     schema, name = release["release_schema"], release["release_name"]
     # The new view is built from the old one's query (pg_get_viewdef), run with our rights: only
     # ever the query of a view plpy_anon made (schema OID and owner as recorded at creation).
-    releases.check_genuine(plpy, release)
+    check_genuine(plpy, release)
     waits = SwapWaits.from_settings(plpy)          # bad settings fail before the long build
     rel = view_oid(plpy, schema, name)
     views = owned_views(plpy, release)
@@ -141,12 +141,12 @@ def rebuild_view(plpy, GD, release: dict, *, analyze: bool = False) -> None:
     saved = saved_properties(plpy, rel)
     saved_views = [(view, saved_properties(plpy, oid)) for view, oid in views]
     temp = temp_name(name, release["release_id"])
-    if releases.relation_exists(plpy, schema, temp):   # left by a crash? it is ours: replace it
+    if relation_exists(plpy, schema, temp):   # left by a crash? it is ours: replace it
         plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
     progress(plpy, "building the new release beside the old one (readers keep the old)")
     t0 = time.monotonic()
     build_frozen(plpy, ident(plpy, schema, temp), saved["query"])
-    stats = releases.take_run(GD, release["release_id"])
+    stats = take_run(GD, release["release_id"])
     if stats is not None:     # the whole build (SQL join included), not only the Python part
         stats["seconds"] = time.monotonic() - t0
     if analyze:
@@ -162,7 +162,7 @@ def rebuild_view(plpy, GD, release: dict, *, analyze: bool = False) -> None:
     for view, view_saved in reversed(saved_views):          # what they read first
         plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
         restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
-    releases.record(plpy, release["release_id"], stats, built=True)
+    publish.record(plpy, release["release_id"], stats, built=True, method=method)
 
 
 def build_frozen(plpy, qualified: str, query: str) -> None:
@@ -181,7 +181,6 @@ def build_frozen(plpy, qualified: str, query: str) -> None:
 def owned_views(plpy, release: dict) -> list[tuple[str, int]]:
     """The plain views a release owns besides its main relation (``parameters.objects``, in that
     order: dependents first), with their OIDs; objects that are not views are not swapped."""
-    from plpy_anon.db.sqltext import jsonb
     objects = (jsonb(release.get("parameters")) or {}).get("objects", [])
     if not objects:
         return []
@@ -336,13 +335,6 @@ def blocks_swap(plpy, rel: int, own_views: list[int] = ()) -> bool:
                      AND d.objid IN (SELECT oid FROM swapped)) AS blocked""",
         ["oid", "oid[]"], [rel, list(own_views)])
     return rows[0]["blocked"]
-
-
-def temp_name(name: str, release_id: int) -> str:
-    """A name for the new view, at most 63 bytes and unique per release."""
-    suffix = f"{SUFFIX}{release_id}"
-    encoded = name.encode()[: 63 - len(suffix)]
-    return encoded.decode(errors="ignore") + suffix
 
 
 def saved_properties(plpy, rel: int) -> dict:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -40,15 +40,16 @@ from plpy_anon.core.errors import (
 from plpy_anon.core.purpose import MIPriorities, validate_priorities
 from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import grants, releases
+from plpy_anon.db import grants, method, params, publish, release_rows
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.mondrian import (
+from plpy_anon.db.generalization import (
     check_float_digits,
     column_for,
     generalized_release_query,
     int_array_literal,
     release_positions,
 )
+from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import jsonb, run
 
@@ -273,9 +274,7 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
 # ---------------------------------------------------------------------------- the release
 
 def _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share):
-    if k is not None and k < 2:
-        raise InvalidParameter(f"k must be at least 2, got {k}",
-                               hint="Pass k => 5, or leave k out for the paper's scheme alone.")
+    RELEASE_METHOD.validate(k=k)   # NULL: the paper's scheme alone
     _check_unit(max_suppression, "max_suppression")
     TrustProjection(gamma=gamma, d_min=d_min, d_max=d_max)  # validates
     if min_share is None or not min_share >= 0:
@@ -329,13 +328,13 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
     }
     name = release_name or f"{tbl.name}_{requester}_{purpose}"
 
-    row = releases.create_view_release(
-        plpy, GD, source=tbl, method=METHOD, release_schema=release_schema, release_name=name,
+    row = publish.create_view_release(
+        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
         query=lambda release_id: release_query(plpy, tbl, roles, release_id))
     restrict_grants(plpy, row, role)
     _notice_cost(plpy, row)
-    return releases.qualified_name(plpy, row)
+    return release_rows.qualified_name(plpy, row)
 
 
 def _level_weights(level_weights, qi_names) -> dict:
@@ -399,11 +398,23 @@ def release_query(plpy, tbl, roles, release_id: int) -> str:
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
-    started = time.monotonic()
-    release = releases.by_id(plpy, release_id)
-    params = release["parameters"]
-    params = jsonb(params)
-    tbl = catalog.table(plpy, release["source"])
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+@dataclass
+class TrustRead:
+    qis: list
+    scores: object
+    priorities: dict
+    degree: float
+    frame: object
+    data: object
+    hierarchies: dict
+
+
+def read(ctx: method.Run) -> TrustRead:
+    plpy, params = ctx.plpy, ctx.parameters
+    tbl = catalog.table(plpy, ctx.release["source"])
     by_name = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
     half_life = params["half_life_days"] if params["half_life_days"] is not None else math.inf
@@ -421,29 +432,38 @@ def partition(plpy, GD, release_id: int):
     _check_no_nulls(tbl, frame)
     hierarchies = {c.name: catalog.load_hierarchy(plpy, tbl, c.name)
                    for c in qis if c.kind == "categorical"}
-    model = DegreeRelease(degree, priorities, hierarchies={n: h for n, h in hierarchies.items() if h},
-                          level_weights=params.get("level_weights"), k=params["k"],
-                          max_suppression=params["max_suppression"],
-                          min_share=params["min_share"]).fit(frame)
-    class_ids, classes, sizes = _classes(model, qis)
+    return TrustRead(qis, scores, priorities, degree, frame, data, hierarchies)
+
+
+def fit(source: TrustRead, params: dict) -> DegreeRelease:
+    return DegreeRelease(source.degree, source.priorities,
+                         hierarchies={n: h for n, h in source.hierarchies.items() if h},
+                         level_weights=params.get("level_weights"), k=params["k"],
+                         max_suppression=params["max_suppression"],
+                         min_share=params["min_share"]).fit(source.frame)
+
+
+def publish_partition(ctx: method.Run, source: TrustRead, model) -> tuple[dict, dict]:
+    params, scores, data = ctx.parameters, source.scores, source.data
+    class_ids, classes, sizes = _classes(model, source.qis)
     metrics = {
         "trust": {"history": scores.history, "recommendation": scores.recommendation,
                   "trust": scores.trust},
-        "degree": degree, "view_degree": model.view_degree_, "k": params["k"],
-        "priorities": priorities,
+        "degree": source.degree, "view_degree": model.view_degree_, "k": params["k"],
+        "priorities": source.priorities,
         "requested_levels": {n: int(v) for n, v in model.requested_levels_.items()},
         "levels": {n: int(v) for n, v in model.levels_.items()},
         "cost": model.cost_,
     }
-    releases.stash_run(GD, release_id, row_count=int(model.kept_.sum()),
-                       achieved_k=int(sizes.min()) if sizes.size else None,
-                       metrics=metrics, started=started, source_rows=data.n_rows,
-                       suppressed=int((~model.kept_).sum()))
+    stats = {"row_count": int(model.kept_.sum()),
+             "achieved_k": int(sizes.min()) if sizes.size else None,
+             "metrics": metrics, "source_rows": data.n_rows,
+             "suppressed": int((~model.kept_).sum())}
     # suppressed rows (class -1) are shuffled as one more class; the release filters them out
-    positions = release_positions(class_ids + 1, seed=release_id)
-    return {"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),
-            "row_positions": int_array_literal(positions), "classes": json.dumps(classes),
-            "row_tableoids": data.row_tableoids}
+    positions = release_positions(class_ids + 1, seed=ctx.release_id)
+    return ({"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),
+             "row_positions": int_array_literal(positions), "classes": json.dumps(classes),
+             "row_tableoids": data.row_tableoids}, stats)
 
 
 def _check_no_nulls(tbl, frame) -> None:
@@ -508,3 +528,8 @@ def _bound(kind, number_text) -> str:
         return str(EPOCH_DATE + np.timedelta64(int(value), "D"))
     stamp = f"{EPOCH + dt.timedelta(seconds=value)}"
     return f'"{stamp}+00"' if kind == "timestamptz" else f'"{stamp}"'
+
+
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.OPTIONAL_K},
+                               read=read, fit=fit, publish=publish_partition)

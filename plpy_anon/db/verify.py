@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 
 from plpy_anon.core.errors import AnonError
+from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.release_rows import check_genuine
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 #: work_mem for the check's hash aggregates (restored afterwards): one hash table of the classes
@@ -94,10 +96,8 @@ def default_spec(plpy, release: dict, stats: dict | None) -> Spec:
                 expected_rows=expected_rows(stats))
 
 
-def spec_for(plpy, release: dict, stats: dict | None) -> Spec:
-    from plpy_anon.db.releases import method_module  # releases imports this module
-    module = method_module(release["method"])
-    hook = getattr(module, "verification_spec", None) if module is not None else None
+def spec_for(plpy, release: dict, stats: dict | None, method: ReleaseMethod) -> Spec:
+    hook = method.verification_spec
     return hook(plpy, release, stats) if hook is not None else default_spec(plpy, release, stats)
 
 
@@ -159,20 +159,19 @@ def count_table_query(plpy, spec: Spec, table: str) -> str:
 
 # ---------------------------------------------------------------------------- the check
 
-def check(plpy, release: dict, stats: dict | None) -> dict | None:
+def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None) -> dict | None:
     """Check a release just built (not yet recorded); returns its figures for the catalog, or None
     when there is nothing to check (a relation registered by hand with a method plpy_anon does not
     know, or a materialized view refreshed WITH NO DATA). Raises
     VerificationFailed with every failed check and its figures."""
-    from plpy_anon.db.releases import check_genuine, method_module  # releases imports this module
     # the queries below read the release's relations by name, possibly as the extension's owner
     # (event trigger): only those plpy_anon made, never a stale row's namesakes
     check_genuine(plpy, release)
-    if method_module(release["method"]) is None or not is_populated(plpy, release):
+    if method is None or not is_populated(plpy, release):
         return None      # not built by a plpy_anon method (promises nothing), or no rows to read
     started = time.monotonic()
     name = f"{release['release_schema']}.{release['release_name']}"
-    spec = spec_for(plpy, release, stats)
+    spec = spec_for(plpy, release, stats, method)
     old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w")[0]["w"]
     run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [WORK_MEM])
     try:

@@ -168,7 +168,7 @@ class _ReleaseEvaluation:
         self.params = jsonb(self.release["parameters"])
         rows = mondrian.load_release_rows(plpy, self.release)
         self.tbl, self.qis, self.encoded, self.frame = rows.tbl, rows.qis, rows.encoded, rows.frame
-        model = prioritized_mondrian.model_for(self.release).fit(
+        model = prioritized_mondrian.model_for(self.params).fit(
             self.encoded, rows.sensitive, target=rows.target)
         self.labels = model.labels_
         self.n_classes = model.n_classes_

@@ -271,3 +271,14 @@ def test_a_refresh_waiting_behind_a_drop_or_replace_fails_clearly(db, connect, s
         assert db.execute("SELECT verified, (parameters->>'k')::int FROM anon.releases "
                           "WHERE release_schema = %s AND release_name = 'r'",
                           (release_schema_of(schema),)).fetchone() == (True, 4)
+
+
+def test_the_generic_run_validates_the_stored_parameters_once_more(db, schema, patients):
+    """The run behind every refresh checks the catalog's parameters against the method's
+    constraints (db/method.py run): a k the entry point would refuse is refused here too."""
+    rel = release(db, schema)
+    db.execute("UPDATE anon.releases SET parameters = jsonb_set(parameters, '{k}', '1') "
+               "WHERE format('%%I.%%I', release_schema, release_name) = %s", (rel,))
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="k must be at least 2"):
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert count(db, rel) == 200

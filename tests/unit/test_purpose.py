@@ -13,6 +13,7 @@ from plpy_anon.core.purpose import (
     MIPriorities,
     chain_priorities,
     discretize,
+    entropy,
     mutual_information,
     normalized_mi_matrix,
     validate_priorities,
@@ -32,6 +33,34 @@ def test_mi_of_independent_columns_is_zero():
     x = np.array([0, 0, 1, 1])
     y = np.array([0, 1, 0, 1])  # every (x, y) pair once: the joint is the product of marginals
     assert mutual_information(x, y) == pytest.approx(0.0)
+
+
+def reference_entropy(codes):
+    """The hand-written formula entropy() replaced (issue 13 item 6), kept as the reference."""
+    p = np.bincount(codes) / codes.size
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def reference_mutual_information(x, y):
+    """The hand-written contingency-table formula mutual_information() replaced."""
+    n_y = int(y.max()) + 1
+    joint = np.bincount(x * n_y + y, minlength=(int(x.max()) + 1) * n_y).reshape(-1, n_y)
+    joint = joint / x.size
+    outer = joint.sum(axis=1, keepdims=True) @ joint.sum(axis=0, keepdims=True)
+    nonzero = joint > 0
+    return float((joint[nonzero] * np.log(joint[nonzero] / outer[nonzero])).sum())
+
+
+@fast
+@given(st.data())
+def test_library_entropy_and_mi_equal_the_hand_written_formulas(data):
+    n = data.draw(st.integers(1, 60))
+    codes = data.draw(hnp.arrays(np.int64, (n, 2), elements=st.integers(0, 7)))
+    x, y = codes[:, 0], codes[:, 1]
+    assert entropy(x) == pytest.approx(reference_entropy(x), abs=1e-12)
+    assert mutual_information(x, y) == pytest.approx(reference_mutual_information(x, y),
+                                                     abs=1e-12)
 
 
 @fast

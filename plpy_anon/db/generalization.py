@@ -1,0 +1,217 @@
+"""SQL generalization shared by the release methods: the query that joins a partitioning run back
+to its source and publishes generalized classes (``generalized_release_query``), the pieces of it
+(``range_expression``, ``containment_test``, ``qi_value``), the release order
+(``release_positions``) and the literals a partitioning run hands back to SQL.
+
+Moved here from mondrian.py, the reference method, so that every method imports the foundation
+rather than another method; see mondrian.py's docstring for the query's shape and why.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.db import columns as catalog
+from plpy_anon.db.sqltext import ident, run
+
+EPOCH_DATE = np.datetime64("2000-01-01", "D")
+
+
+def output_type(col, hierarchical: bool) -> str:
+    if col.kind == "numeric":
+        return catalog.NUMERIC_TYPES[col.type_name][1]
+    return "text" if hierarchical else "text[]"
+
+
+def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str,
+                               *, literal_ranges: bool = False) -> str:
+    """The query of a release whose partitioning function returns an ``anon.partition`` (see the
+    module docstring for its shape and why). ``qi_types``: released SQL type of each QI, in the
+    order of the ``q0, q1, ...`` class columns. Rows whose class id is negative are suppressed.
+
+    Range-typed QIs get their bounds from the class's rows in SQL (``min``/``max`` in the
+    column's own type). With ``literal_ranges`` the partition also carries a range literal per
+    class (trust's hierarchy intervals) and the released range is the smallest one holding both
+    that literal and the class's values. Every row passes the containment filter."""
+    qi_names = list(qi_types)
+    by_name = {col.name: col for col, _ in roles}
+    sensitive = [col for col, role in roles if role == "sensitive"]
+    ranged = [i for i, name in enumerate(qi_names) if qi_types[name] in catalog.RANGE_ELEMENTS]
+    literal = [i for i, name in enumerate(qi_names) if i not in ranged or literal_ranges]
+    checked = [i for i in range(len(qi_names)) if i in ranged or qi_types[qi_names[i]] == "text[]"]
+    selects = []
+    for col, role in roles:
+        if role == "quasi_identifier":
+            selects.append(f"c.q{qi_names.index(col.name)} AS {ident(plpy, col.name)}")
+        elif role == "sensitive":
+            selects.append(f"rs.s{sensitive.index(col)} AS {ident(plpy, col.name)}")
+    kept = "".join(f", {qi_value(plpy, by_name[qi_names[i]])} AS v{i}" for i in checked)
+    kept += "".join(f", s.{ident(plpy, col.name)} AS s{i}" for i, col in enumerate(sensitive))
+    aggregates = "".join(f", min(rs.v{i}) AS lo{i}, max(rs.v{i}) AS hi{i}" for i in ranged)
+    generalized = []
+    for i, name in enumerate(qi_names):
+        if i in ranged:
+            generalized.append(f"{range_expression(qi_types[name], i, literal_ranges)} AS q{i}")
+        else:
+            generalized.append(f"x.q{i}::{qi_types[name]} AS q{i}")
+    if literal:
+        elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
+                             for i in literal)
+        aliases = ", ".join(f"q{i}" for i in literal)
+        class_source = (
+            f"    FROM bounds AS b\n"
+            f"    JOIN (SELECT x.class_no - 1 AS class_id, {aliases} FROM run,\n"
+            f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)) AS x\n"
+            f"      ON x.class_id = b.class_id")
+    else:
+        class_source = "    FROM bounds AS b"
+    filters = [containment_test(qi_types[qi_names[i]], i) for i in checked]
+    where = f"WHERE {' AND '.join(filters)}" if filters else ""
+    # run: the partitioning call, once. kept_rows: each kept row's class and the values the
+    # release needs, joined to the source by (tableoid, ctid); scanned twice (bounds, output), so
+    # materialized. classes: one row per class, ranges built once per class. The release order
+    # (by class, shuffled inside it: see release_positions) is imposed by the final ORDER BY.
+    source = tbl.quoted(plpy)
+    return (
+        f"WITH run AS MATERIALIZED (SELECT {partition_call} AS p),\n"
+        f"kept_rows AS MATERIALIZED (\n"
+        f"    SELECT r.class_id, r.row_position{kept}\n"
+        f"    FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, "
+        f"{plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
+        f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
+        f"bounds AS (SELECT rs.class_id{aggregates} FROM kept_rows AS rs GROUP BY rs.class_id),\n"
+        f"classes AS MATERIALIZED (\n"
+        f"    SELECT b.class_id, {', '.join(generalized)}\n"
+        f"{class_source})\n"
+        f"SELECT {', '.join(selects)}\n"
+        f"FROM kept_rows AS rs\n"
+        f"JOIN classes AS c ON c.class_id = rs.class_id\n"
+        f"{where}\n"
+        f"ORDER BY rs.row_position")
+
+
+FLOAT_TYPES = ("float4", "float8")
+
+
+def qi_value(plpy, col) -> str:
+    """Source row ``s``'s value of QI ``col`` as the release bounds and tests it. Floats go
+    through their text form, which is exact (the shortest digits that read back as the same
+    float): a direct float-to-numeric cast keeps only 15 (float8) or 6 (float4) significant
+    digits and would publish ranges that miss the row's value. See check_float_digits."""
+    value = f"s.{ident(plpy, col.name)}"
+    return f"{value}::text::numeric" if col.type_name in FLOAT_TYPES else value
+
+
+def check_float_digits(plpy, tbl, qis) -> None:
+    """The text form of a float is exact only with extra_float_digits >= 1 (the default): with
+    fewer, PostgreSQL rounds it, and so would the released ranges. Refuse instead of publishing
+    rounded bounds (called by every build, inside the release's own query)."""
+    floats = [c.name for c in qis if c.type_name in FLOAT_TYPES]
+    if floats and int(run(plpy, "SELECT pg_catalog.current_setting('extra_float_digits') AS d")[0]["d"]) < 1:
+        raise InvalidParameter(
+            f"extra_float_digits is below 1 in this session, so the floating-point column(s) "
+            f"{', '.join(map(repr, floats))} of {tbl.schema}.{tbl.name} would be released with "
+            "rounded range bounds",
+            hint="RESET extra_float_digits (the default, 1, writes floats exactly) and run it again.")
+
+
+def containment_test(qi_type: str, i: int) -> str:
+    """True when row value ``rs.v<i>`` lies inside its class's released value ``c.q<i>``, tested
+    with the column's own operators: ``range @> value`` (a NULL value passes: it may sit in any
+    class) or, for a value set (``text[]``), membership (NULL an element of its own)."""
+    if qi_type in catalog.RANGE_ELEMENTS:
+        element = catalog.RANGE_ELEMENTS[qi_type][0]
+        return f"(rs.v{i} IS NULL OR c.q{i} @> rs.v{i}::{element})"
+    return f"pg_catalog.array_position(c.q{i}, rs.v{i}::text) IS NOT NULL"
+
+
+def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:
+    """The released range of QI ``i`` from its class's bounds ``b.lo<i>``/``b.hi<i>`` (column
+    type): inclusive ``[lo, hi]``; NULL when the class holds only NULLs; upper-unbounded when
+    ``hi`` is the maximum of a discrete type (``[lo, max]`` would canonicalize to an overflowing
+    ``[lo, max + 1)``). With ``literal_ranges``, merged with the class's range literal ``x.q<i>``."""
+    element, maximum = catalog.RANGE_ELEMENTS[range_type]
+    fn = f"pg_catalog.{range_type}"
+    lo, hi = f"b.lo{i}::{element}", f"b.hi{i}::{element}"
+    unbounded = f"WHEN {hi} = {maximum} THEN {fn}({lo}, NULL, '[)') " if maximum else ""
+    exact = f"CASE WHEN b.lo{i} IS NULL THEN NULL::{range_type} {unbounded}ELSE {fn}({lo}, {hi}, '[]') END"
+    if not literal_ranges:
+        return exact
+    return (f"CASE WHEN b.lo{i} IS NULL THEN x.q{i}::{range_type} "
+            f"ELSE pg_catalog.range_merge(x.q{i}::{range_type}, {exact}) END")
+
+
+def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
+    """Each row's position in the release: grouped by class, classes in random order and rows in
+    random order inside a class, so the release keeps no trace of the source's physical row order
+    (insertion order can identify a row)."""
+    rng = np.random.default_rng([seed, labels.size])
+    class_rank = rng.permutation(int(labels.max()) + 1).astype(np.int64)
+    # one int64 sort key: class rank in the high bits, a random tie-breaker in the low 24
+    key = (class_rank[labels] << 24) | rng.integers(0, 1 << 24, labels.size, dtype=np.int64)
+    order = np.argsort(key)
+    positions = np.empty(labels.size, dtype=np.int64)
+    positions[order] = np.arange(labels.size)
+    return positions
+
+
+def int_array_literal(values) -> str:
+    """An int[] literal of a 1-D integer array (parsed by array_in, in C, on the SQL side)."""
+    return "{" + ",".join(map(str, values.tolist())) + "}"
+
+
+def column_for(tbl, cols: dict, name: str):
+    """The column ``name`` a release was made with; a clear error when the table lost it."""
+    if name not in cols:
+        raise InvalidParameter(
+            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
+            hint="Recreate the release with replace => true after changing the table.")
+    return cols[name]
+
+
+def class_literals(col, bounds) -> list:
+    """One SQL literal per class (text cast by the release query), None for SQL NULL."""
+    if col.kind == "categorical":
+        if bounds.dtype == object and len(bounds) and isinstance(bounds[0], tuple):
+            quoted = {}                        # each distinct value quoted once, not per class
+            for values in bounds:
+                for v in values:
+                    if v not in quoted:
+                        quoted[v] = array_element(v)
+            return ["{" + ",".join([quoted[v] for v in values]) + "}" for values in bounds]
+        return [None if v is None else str(v) for v in bounds]
+    texts = VALUE_FORMATS[catalog.NUMERIC_TYPES[col.type_name][2]]
+    only_null = np.isnan(np.asarray(bounds.lo, dtype=np.float64))
+    lo, hi = texts(np.where(only_null, 0, bounds.lo)), texts(np.where(only_null, 0, bounds.hi))
+    return [None if null else f"[{a},{b}]" for a, b, null in zip(lo, hi, only_null.tolist())]
+
+
+# Bound values (as read: ints, floats, days since 2000-01-01, epoch seconds) to literal text,
+# a whole column at a time.
+def _ints(values) -> list[str]:
+    return [str(v) for v in np.asarray(values, dtype=np.int64).tolist()]
+
+
+def _floats(values) -> list[str]:
+    return [repr(v) for v in np.asarray(values, dtype=np.float64).tolist()]
+
+
+def _dates(days) -> list[str]:
+    return (EPOCH_DATE + np.asarray(days, dtype=np.int64).astype("timedelta64[D]")).astype(str).tolist()
+
+
+def _timestamps(epoch, suffix="") -> list[str]:
+    micros = np.round(np.asarray(epoch, dtype=np.float64) * 1e6).astype(np.int64)
+    iso = micros.astype("datetime64[us]").astype(str)
+    return [f'"{t.replace("T", " ")}{suffix}"' for t in iso.tolist()]
+
+
+VALUE_FORMATS = {"int": _ints, "float": _floats, "date": _dates,
+                 "timestamp": _timestamps, "timestamptz": lambda e: _timestamps(e, "+00")}
+
+
+def array_element(value) -> str:
+    """One element of a text[] literal: double-quoted with \\ and " escaped; None -> NULL."""
+    if value is None:
+        return "NULL"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,145 @@
+"""Creating a release: names checked, old release replaced, catalog row inserted, relations built,
+then verified (verify.py) and recorded (``record``) and granted (grants.py), all in the caller's
+transaction. What the method modules call; ``releases.py`` above it holds the SQL entry points
+that act on existing releases (refresh, drop) and the registry of methods.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from plpy_anon.core.errors import DuplicateObject, InvalidParameter
+from plpy_anon.db import grants, verify
+from plpy_anon.db.columns import Table
+from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.release_rows import (
+    by_id,
+    genuine_relations,
+    lock_release,
+    relation_exists,
+    store_definitions,
+    take_run,
+)
+from plpy_anon.db.sqltext import ident, run
+
+
+def check_name(name: str, what: str) -> None:
+    if name is None or name == "":
+        raise InvalidParameter(f"{what} must not be empty", hint="Give a name, or leave it NULL for the default.")
+    if len(name.encode()) > 63:
+        raise InvalidParameter(f'{what} "{name}" is longer than 63 bytes',
+                               hint="PostgreSQL would truncate it; choose a shorter name.")
+
+
+def ensure_schema(plpy, schema: str) -> int:
+    """Create the release schema, or check that an existing one is plpy_anon's own and holds
+    releases only (grants.ensure_release_schema: clear errors otherwise); returns its OID."""
+    return grants.ensure_release_schema(plpy, schema)
+
+
+NAME_LOCK_CLASS = 0x616E726E   # advisory lock namespace ('anrn'): one creation per release name
+
+
+def lock_release_name(plpy, schema: str, name: str) -> None:
+    """Serialize creations of the same schema.name (two replace => true of one release would
+    otherwise both drop the old one and collide on the catalog's unique key)."""
+    run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
+        ["int4", "text"], [NAME_LOCK_CLASS, f"{schema}.{name}"])
+
+
+def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_schema: str,
+                   release_name: str, replace: bool, parameters: dict,
+                   build: Callable[[int, str], None]) -> dict:
+    """Record a release and build its relations; returns the final catalog row.
+
+    ``build(release_id, qualified_name)`` creates the release's relations (e.g. CREATE MATERIALIZED
+    VIEW ... AS SELECT ... anon._<method>_partition(release_id) ...). A release owning more than one
+    relation (Break-Merge's _qit/_st_*) lists the others in ``parameters["objects"]``, dependents
+    first, so that replacement and drop find them all.
+    """
+    check_name(release_schema, "release_schema")
+    check_name(release_name, "release_name")
+    schema_oid = ensure_schema(plpy, release_schema)
+    lock_release_name(plpy, release_schema, release_name)
+    existing = run(plpy, "SELECT * FROM anon.releases WHERE release_schema = $1 AND release_name = $2",
+                   ["text", "text"], [release_schema, release_name])
+    if existing and not replace:
+        raise DuplicateObject(
+            f'release {release_schema}.{release_name} already exists',
+            hint="Pass replace => true to rebuild it, or choose another release_name.")
+    if existing:
+        drop(plpy, existing[0])
+    elif relation_exists(plpy, release_schema, release_name):
+        raise DuplicateObject(
+            f"relation {release_schema}.{release_name} already exists and is not a release",
+            hint="Choose another release_name; plpy_anon never replaces objects it did not create.")
+    # the schema's OID and the creating role: what tells this release's relations from anything
+    # else that may carry their names later (see check_genuine)
+    row = run(plpy, """
+        INSERT INTO anon.releases (release_schema, release_name, source, method, parameters,
+                                   schema_oid, release_owner)
+        VALUES ($1, $2, $3::oid::regclass, $4, $5, $6,
+                (SELECT a.oid FROM pg_catalog.pg_roles a WHERE a.rolname = current_user))
+        RETURNING release_id""",
+        ["text", "text", "oid", "text", "jsonb", "oid"],
+        [release_schema, release_name, source.oid, method.name, json.dumps(parameters), schema_oid])[0]
+    release_id = row["release_id"]
+    build(release_id, ident(plpy, release_schema, release_name))
+    row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
+    grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
+    return row
+
+
+def create_view_release(plpy, GD, *, query: Callable[[int], str], **kwargs) -> dict:
+    """``create_release`` for the common case: one materialized view whose query is
+    ``query(release_id)``. Returns the catalog row."""
+    def build(release_id, qualified):
+        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query(release_id)}")
+
+    return create_release(plpy, GD, build=build, **kwargs)
+
+
+def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMethod | None,
+           built: bool = False) -> dict:
+    """Check the release just built from its released rows (verify.py; raises, so the caller's
+    transaction rolls back, when it breaks a promise), then write what the build produced and the
+    check's figures into the catalog row and return the row. ``built``: plpy_anon itself just
+    (re)created the relations (create, build-and-swap): their definitions become the recorded
+    ones; otherwise (a plain REFRESH) they must still be the recorded ones."""
+    if built:
+        store_definitions(plpy, release_id)
+    figures = verify.check(plpy, by_id(plpy, release_id), run_stats, method)
+    stats = run_stats or {}
+    seconds = stats.get("seconds")
+    rows = run(plpy, """
+        UPDATE anon.releases SET
+            refreshed_at = pg_catalog.clock_timestamp(),
+            refresh_seconds = $2,
+            row_count = coalesce($3, row_count),
+            achieved_k = coalesce($4, achieved_k),
+            metrics = coalesce($5, metrics),
+            verified = $6 IS NOT NULL, verification = $6,
+            last_error = NULL, last_error_at = NULL
+        WHERE release_id = $1 RETURNING *""",
+        ["int4", "float8", "int8", "int4", "jsonb", "jsonb"],
+        [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
+         json.dumps(stats["metrics"]) if "metrics" in stats else None,
+         json.dumps(figures) if figures is not None else None])
+    return rows[0]
+
+
+def drop(plpy, release: dict) -> None:
+    """Drop a release's relations and catalog row. Waits for a refresh of the same release to
+    finish (the refresh lock), so a refresh never loses its relations halfway. Only relations
+    plpy_anon made are dropped (``genuine_relations``): of a stale release (its schema dropped or
+    re-created outside plpy_anon) only the catalog row goes, whatever now carries its names."""
+    lock_release(plpy, release["release_id"])
+    schema = release["release_schema"]
+    for rel, kind in genuine_relations(plpy, release):
+        if kind == "m":
+            plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, rel)}")
+        elif kind == "v":
+            plpy.execute(f"DROP VIEW {ident(plpy, schema, rel)}")
+        elif kind == "r":
+            plpy.execute(f"DROP TABLE {ident(plpy, schema, rel)}")
+    run(plpy, "DELETE FROM anon.releases WHERE release_id = $1", ["int4"], [release["release_id"]])

@@ -1,0 +1,232 @@
+"""The release catalog's rows (``anon.releases``), below everything that acts on them: lookups
+(``by_id``, ``find``), the genuineness check of a release's relations (``check_genuine``), the
+run statistics a build stashes (``stash_run``/``take_run``) and the per-release lock.
+
+The lowest layer of the release machinery: grants, verify, refreshing, publish and releases all
+import it, and it imports none of them (no import cycle: see tests/unit/test_layering.py).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
+from plpy_anon.db.sqltext import ident, jsonb, run
+
+RUNS_KEY = "plpy_anon.runs"
+
+
+def stash_run(GD, release_id: int, *, row_count: int, achieved_k: int | None, metrics: dict,
+              started: float, source_rows: int | None = None, suppressed: int = 0) -> None:
+    """Called by a method's partitioning function: what this run produced, for record_refresh.
+
+    ``row_count`` is what the catalog shows; the release must hold ``source_rows`` (rows read from
+    the source in the build's snapshot, default ``row_count``) minus ``suppressed`` rows, which
+    verify.py checks against ``count(*)`` of the released relation."""
+    GD.setdefault(RUNS_KEY, {})[release_id] = {
+        "row_count": row_count, "achieved_k": achieved_k, "metrics": metrics,
+        "seconds": time.monotonic() - started, "started": started,
+        "source_rows": row_count if source_rows is None else int(source_rows),
+        "suppressed": int(suppressed)}
+
+
+def take_run(GD, release_id: int) -> dict | None:
+    return GD.get(RUNS_KEY, {}).pop(release_id, None)
+
+
+CATALOG_ROW = "SELECT * FROM anon.releases WHERE release_id = $1"
+
+
+def by_id(plpy, release_id: int) -> dict:
+    rows = run(plpy, CATALOG_ROW, ["int4"], [release_id])
+    if not rows:
+        raise UndefinedObject(f"release {release_id} is not in anon.releases",
+                              hint="Its catalog row was deleted; drop the relation and create the release again.")
+    return rows[0]
+
+
+def find(plpy, name: str, *, genuine: bool = True) -> dict:
+    """The catalog row of a release named ``name`` or ``schema.name`` (quoted parts allowed).
+    ``genuine`` (default): refuse a stale release (``check_genuine``) -- callers then read its
+    relations by name; drop and refresh pass False (drop removes a stale row, refresh checks
+    under the release's lock and records the failure)."""
+    if name is None or not name.strip():
+        raise InvalidParameter("a release name is required", hint="See SELECT * FROM anon.releases.")
+    parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]
+    if len(parts) == 2:
+        rows = run(plpy, "SELECT * FROM anon.releases WHERE release_schema = $1 AND release_name = $2",
+                   ["text", "text"], parts)
+    elif len(parts) == 1:
+        rows = run(plpy, "SELECT * FROM anon.releases WHERE release_name = $1", ["text"], parts)
+    else:
+        rows = []
+    if len(rows) > 1:
+        where = ", ".join(f"{r['release_schema']}.{r['release_name']}" for r in rows)
+        raise InvalidParameter(f'release name "{name}" is ambiguous: {where}',
+                               hint="Qualify it with its schema.")
+    if not rows:
+        raise UndefinedObject(f'release "{name}" does not exist',
+                              hint="See SELECT release_schema, release_name FROM anon.releases.")
+    if genuine:
+        check_genuine(plpy, rows[0])
+    return rows[0]
+
+
+# ---------------------------------------------------------------------------- genuine releases
+#
+# A release is a catalog row naming relations (schema, name): names alone prove nothing. A
+# schema dropped outside plpy_anon leaves its release rows behind, and whoever creates a schema
+# of that name next would own relations carrying the releases' names -- which a refresh rebuilds
+# from their own query (pg_get_viewdef) with the refresher's rights, and a verification reads
+# with the extension owner's. So every path that acts on a release's relations first checks that
+# they are the ones plpy_anon made: the schema has the OID recorded when the release was created
+# (anon.releases.schema_oid), and each relation is owned by the role that created the release
+# (anon.releases.release_owner; plpy_anon creates every relation of a release as that role and a
+# refresh keeps the owner). Releases made by different roles in one schema are each checked
+# against their own creator.
+
+
+class StaleRelease(AnonError):
+    """A catalog row whose schema or relations were dropped or re-created outside plpy_anon
+    (object_not_in_prerequisite_state)."""
+
+    sqlstate = "55000"
+
+
+GENUINE = """
+SELECT n.oid IS NOT NULL AS schema_exists, n.oid IS NOT DISTINCT FROM r.schema_oid AS schema_ours,
+       ARRAY(SELECT pg_catalog.format('%s (owned by %s)', c.relname, pg_catalog.pg_get_userbyid(c.relowner))
+             FROM pg_catalog.pg_class c
+             WHERE c.relnamespace = n.oid AND c.relname::text = ANY($2) AND c.relowner <> r.release_owner
+             ORDER BY c.relname) AS impostors,
+       pg_catalog.pg_get_userbyid(r.release_owner) AS owner
+FROM anon.releases r LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema
+WHERE r.release_id = $1"""
+
+
+def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
+    """Why ``release``'s relations are not plpy_anon's (message, detail), or None if they are."""
+    rows = run(plpy, GENUINE, ["int4", "text[]"], [release["release_id"], owned_relations(plpy, release)])
+    if not rows:
+        return None              # the row is gone: callers report that themselves
+    row, q = rows[0], f"{release['release_schema']}.{release['release_name']}"
+    schema = release["release_schema"]
+    if not row["schema_exists"]:
+        what = f'schema "{schema}" was dropped'
+        detail = "The release's relations went with it; only its catalog row is left."
+    elif not row["schema_ours"]:
+        what = f'schema "{schema}" was dropped and re-created'
+        detail = (f'The schema now named "{schema}" is not the one the release was created in: '
+                  "plpy_anon neither reads nor changes anything in it on the release's behalf.")
+    elif row["impostors"]:
+        what = "relations were dropped and re-created"
+        detail = (f"Relations carrying its names are not owned by {row['owner']}, the role that "
+                  f"created the release: {', '.join(row['impostors'])}.")
+    elif changed := changed_definitions(plpy, release["release_id"]):
+        what = "relations were changed"
+        detail = (f"The definitions of {', '.join(changed)} are not the ones plpy_anon built "
+                  "(CREATE OR REPLACE, or dropped and re-created by their owner): plpy_anon runs "
+                  "no query of theirs.")
+    else:
+        return None
+    return f"release {q}'s {what} outside plpy_anon; drop the release with anon.drop_release", detail
+
+
+DEFINITIONS = """
+SELECT coalesce(pg_catalog.jsonb_object_agg(c.relname::text, pg_catalog.md5(w.ev_action::text)),
+                '{}'::jsonb) AS defs
+FROM anon.releases r
+JOIN pg_catalog.pg_class c ON c.relnamespace = r.schema_oid AND c.relowner = r.release_owner
+JOIN pg_catalog.pg_rewrite w ON w.ev_class = c.oid AND w.rulename = '_RETURN'
+WHERE r.release_id = $1 AND c.relname::text = ANY($2) AND c.relkind IN ('m', 'v')"""
+
+
+def current_definitions(plpy, release_id: int, names: list[str]) -> dict:
+    return jsonb(run(plpy, DEFINITIONS, ["int4", "text[]"], [release_id, names])[0]["defs"])
+
+
+def changed_definitions(plpy, release_id: int) -> list[str]:
+    """Names of the release's relations whose definition is not the one plpy_anon recorded."""
+    row = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"], [release_id])
+    if not row or row[0]["definitions"] is None:
+        return []
+    recorded = jsonb(row[0]["definitions"])
+    current = current_definitions(plpy, release_id, list(recorded))
+    # a relation that is gone is not "changed": callers report missing relations themselves
+    return sorted(n for n, digest in recorded.items() if n in current and current[n] != digest)
+
+
+def store_definitions(plpy, release_id: int) -> None:
+    """Record the definitions of the relations plpy_anon just built (create, rebuild)."""
+    release = by_id(plpy, release_id)
+    defs = current_definitions(plpy, release_id, owned_relations(plpy, release))
+    run(plpy, "UPDATE anon.releases SET definitions = $2 WHERE release_id = $1",
+        ["int4", "jsonb"], [release_id, json.dumps(defs)])
+
+
+def check_genuine(plpy, release: dict) -> None:
+    """Raise StaleRelease (55000) unless ``release``'s schema and relations are plpy_anon's own."""
+    reason = stale_reason(plpy, release)
+    if reason is not None:
+        q = qualified_name(plpy, release)
+        raise StaleRelease(
+            reason[0], detail=reason[1],
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) (it removes the "
+                 "catalog row and leaves objects plpy_anon did not make alone) and create it again.")
+
+
+GENUINE_RELATIONS = """
+SELECT c.relname::text AS name, c.relkind::text AS relkind FROM anon.releases r
+JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema AND n.oid = r.schema_oid
+JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relowner = r.release_owner
+WHERE r.release_id = $1 AND c.relname::text = ANY($2)"""
+
+
+def genuine_relations(plpy, release: dict) -> list[tuple[str, str]]:
+    """(name, relkind) of the release's relations that exist and are plpy_anon's (in the schema
+    the release was created in, owned by its creator), in ``owned_relations`` order (dependents
+    first). Empty for a release whose schema was dropped or re-created."""
+    names = owned_relations(plpy, release)
+    found = {r["name"]: r["relkind"] for r in run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
+                                                   [release["release_id"], names])}
+    return [(n, found[n]) for n in names if n in found]
+
+
+def relation_exists(plpy, schema: str, name: str) -> str | None:
+    """relkind of schema.name, or None."""
+    rows = run(plpy, """
+        SELECT c.relkind::text AS relkind FROM pg_catalog.pg_class c
+        JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $1 AND c.relname = $2""", ["text", "text"], [schema, name])
+    return rows[0]["relkind"] if rows else None
+
+
+def qualified_name(plpy, release: dict) -> str:
+    """The quoted ``schema.name`` of a release's catalog row (what the SQL entry points return)."""
+    return ident(plpy, release["release_schema"], release["release_name"])
+
+
+def owned_relations(plpy, release: dict) -> list[str]:
+    """The relations a release owns: its main relation plus any listed in parameters.objects
+    (dependents first, so views over tables drop cleanly)."""
+    params = release["parameters"]
+    params = jsonb(params)
+    return list(params.get("objects", [])) + [release["release_name"]]
+
+
+LOCK_CLASS = 0x616E6F6E   # advisory lock namespace ('anon'): one refresh, drop or replace per release at a time
+SUFFIX = "__refresh"
+
+
+def lock_release(plpy, release_id: int) -> None:
+    """The per-release lock refresh, drop and replace take (transaction-scoped): one of them at
+    a time for a given release."""
+    run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", ["int4", "int4"],
+        [LOCK_CLASS, release_id])
+
+
+def temp_name(name: str, release_id: int) -> str:
+    """A name for the new view, at most 63 bytes and unique per release."""
+    suffix = f"{SUFFIX}{release_id}"
+    encoded = name.encode()[: 63 - len(suffix)]
+    return encoded.decode(errors="ignore") + suffix

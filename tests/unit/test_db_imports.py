@@ -1,0 +1,59 @@
+"""The db layer's module graph: no import cycle, no import hidden inside a function to dodge one."""
+import ast
+import graphlib
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+DB = pathlib.Path(__file__).resolve().parents[2] / "plpy_anon" / "db"
+MODULES = sorted(p.stem for p in DB.glob("*.py") if p.stem != "__init__")
+
+
+def db_imports(tree, top_level_only):
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "plpy_anon.db":
+                yield from (a.name for a in node.names if a.name in MODULES)
+            elif node.module.startswith("plpy_anon.db."):
+                yield node.module.rsplit(".", 1)[1]
+
+
+def test_db_module_graph_is_acyclic():
+    graph = {m: set(db_imports(ast.parse((DB / f"{m}.py").read_text()), True)) for m in MODULES}
+    graphlib.TopologicalSorter(graph).prepare()     # raises CycleError on a cycle
+
+
+@pytest.mark.parametrize("module", ["grants", "releases", "refreshing", "verify"])
+def test_no_function_level_db_imports_in_the_machinery(module):
+    tree = ast.parse((DB / f"{module}.py").read_text())
+    everywhere = list(db_imports(tree, False))
+    assert everywhere == list(db_imports(tree, True))
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_each_db_module_imports_alone(module):
+    subprocess.run([sys.executable, "-c", f"import plpy_anon.db.{module}"], check=True)
+
+
+def test_registry_names_every_method_once():
+    from plpy_anon.db.methods import REGISTRY
+    assert sorted(REGISTRY) == ["break_merge", "fusion", "mondrian", "pattern",
+                                "prioritized_mondrian", "trust"]
+
+
+def test_registry_loads_every_declared_method():
+    from plpy_anon.db.methods import REGISTRY
+    assert {name: REGISTRY[name].name for name in REGISTRY} == {n: n for n in REGISTRY}
+    assert REGISTRY.get("no_such_method") is None
+
+
+def test_registry_import_costs_no_method_module():
+    """Importing the registry (every refresh does) must not import the heavy method modules."""
+    code = ("import sys, plpy_anon.db.releases; "
+            "print(sorted(m for m in ('sklearn', 'scipy', 'plpy_anon.db.fusion', "
+            "'plpy_anon.db.pattern') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "[]"
