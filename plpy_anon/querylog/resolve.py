@@ -75,6 +75,12 @@ class ResolvedStatement:
 
 def resolve_statement(expression: exp.Expr, schema: dict, default_schema: str = "public"):
     """Resolve one parsed statement against ``schema`` ({schema: {table: {column: type}}})."""
+    return resolve_shape(expression, schema, default_schema).bind({})
+
+
+def resolve_shape(expression: exp.Expr, schema: dict, default_schema: str = "public"):
+    """Qualify and walk ``expression`` once: a :class:`ResolvedShape` whose :meth:`~ResolvedShape.bind`
+    gives the :class:`ResolvedStatement` of any statement of the same shape from its literals."""
     if not isinstance(expression, exp.Query):
         raise NotAQuery(f"{type(expression).__name__} statement")
     try:
@@ -85,12 +91,50 @@ def resolve_statement(expression: exp.Expr, schema: dict, default_schema: str = 
     scopes = traverse_scope(qualified)
     for scope in scopes:
         walker.visit(scope)
-    return ResolvedStatement(
-        tables=frozenset(walker.tables),
-        uses=frozenset(walker.uses),
-        conditions=tuple(walker.conditions),
-        where=_conjunction(walker.where_trees),
-    )
+    return ResolvedShape(walker, scopes, literal_nodes(qualified))
+
+
+def literal_nodes(expression: exp.Expr) -> dict:
+    """``{start offset in the text: [Literal nodes]}`` of the literals that still carry the
+    position of their token (a literal that qualification rewrote or built has none)."""
+    found: dict = {}
+    for node in expression.find_all(exp.Literal):
+        start = node.meta.get("start") if node._meta else None
+        if start is not None:
+            found.setdefault(start, []).append(node)
+    return found
+
+
+class ResolvedShape:
+    """A resolved statement whose literal values can be replaced: tables and column uses do not
+    depend on literals; predicates are recomputed from the literals bound."""
+
+    def __init__(self, walker, scopes, literals):
+        self._walker, self._scopes, self._literals = walker, scopes, literals
+        self.tables = frozenset(walker.tables)
+        self.uses = frozenset(walker.uses)
+
+    def rebindable(self, start, text) -> bool:
+        """True when the token at ``start`` reads as ``text`` in the resolved tree, so that
+        binding another value there is what parsing that value would have given."""
+        nodes = self._literals.get(start)
+        return bool(nodes) and all(n.this == text for n in nodes)
+
+    def bind(self, values: dict) -> ResolvedStatement:
+        """The statement with the literal at each ``start`` of ``values`` set to its text."""
+        for start, text in values.items():
+            for node in self._literals.get(start, ()):
+                node.args["this"] = text
+        walker = self._walker
+        walker.conditions, walker.where_trees = [], []
+        for scope in self._scopes:
+            walker._collect_predicates(scope)
+        return ResolvedStatement(
+            tables=self.tables,
+            uses=self.uses,
+            conditions=tuple(walker.conditions),
+            where=_conjunction(walker.where_trees),
+        )
 
 
 def _conjunction(trees):
@@ -109,6 +153,7 @@ class _ScopeWalker:
         self.uses = set()
         self.conditions = []
         self.where_trees = []
+        self._direct = {}  # id(column node) -> direct origin (the tree outlives the walker)
 
     # -- scopes ---------------------------------------------------------------------------
     def visit(self, scope: Scope):
@@ -124,7 +169,6 @@ class _ScopeWalker:
                 clause = _projection_clause(scope)
             for ref, _direct in self.origins(scope, column):
                 self.uses.add(ColumnUse(ref, clause))
-        self._collect_predicates(scope)
 
     def _table_key(self, table: exp.Table):
         return (table.db or self.default_schema, table.name)
@@ -168,9 +212,12 @@ class _ScopeWalker:
 
     def direct_origin(self, scope, column):
         """The single real column whose value ``column`` is, or None."""
-        origins = self.origins(scope, column)
-        refs = {ref for ref, direct in origins if direct}
-        return refs.pop() if len(refs) == 1 and len(origins) == 1 else None
+        key = id(column)
+        if key not in self._direct:
+            origins = self.origins(scope, column)
+            refs = {ref for ref, direct in origins if direct}
+            self._direct[key] = refs.pop() if len(refs) == 1 and len(origins) == 1 else None
+        return self._direct[key]
 
     # -- predicates -----------------------------------------------------------------------
     def _collect_predicates(self, scope: Scope):

@@ -135,7 +135,7 @@ def test_unknown_table_and_bad_share():
 def test_init_only_stores_parameters():
     learner = PriorityLearner("patients", projection_share=0.3)
     assert vars(learner) == {"table": "patients", "projection_share": 0.3,
-                             "default_schema": "public"}
+                             "default_schema": "public", "by_shape": True}
 
 
 def test_split_table_name():
