@@ -187,12 +187,54 @@ def statement_shape(text: str):
     return tuple(key), tuple(literals)
 
 
+# A cache in front of the tokenizer: texts equal once their plain string and number literals are
+# masked share one tokenization. The masked texts' literals are read by this regex, and a masked
+# text is trusted only if, on the first text seen with it, the regex finds exactly the literal
+# tokens sqlglot's tokenizer finds (same offsets, same values); texts the regex could misread
+# (backslashes, comments, prefixed or dollar-quoted strings) always go through the tokenizer.
+_MASKABLE = re.compile(
+    r'"(?:[^"]|"")*"'  # quoted identifier: kept (may hold quotes and digits)
+    r"|'((?:[^']|'')*)'"  # plain string
+    r"|(?<![\w.$])([0-9]+(?:\.[0-9]+)?)(?![\w.])"  # plain number, not in a name, not a $n
+)
+_UNMASKABLE = re.compile(r"[\\\x00]|--|/\*|\$(?!\d)|[A-Za-z_&]'")
+
+
+def _masked(text: str):
+    """``(masked text, literals)`` by the regex, or None when the text is not maskable."""
+    if _UNMASKABLE.search(text):
+        return None
+    parts, literals, end = [], [], 0
+    for match in _MASKABLE.finditer(text):
+        string, number = match.group(1), match.group(2)
+        if string is None and number is None:
+            continue
+        parts.append(text[end:match.start()])
+        parts.append("\x00s" if string is not None else "\x00n")
+        literals.append((match.start(), string.replace("''", "'") if number is None else number))
+        end = match.end()
+    parts.append(text[end:])
+    return "".join(parts), tuple(literals)
+
+
 def group_by_shape(counts: Counter) -> list:
     """The distinct texts of ``counts`` (from :func:`count_statements`) grouped by shape, each
     group a list of :class:`Shaped` in workload order; texts that do not tokenize are alone."""
     groups: dict = {}
+    shapes_of_masks: dict = {}  # masked text -> shape key, or None when the regex misreads it
     for index, (text, frequency) in enumerate(counts.items()):
-        shape = statement_shape(text)
+        masked = _masked(text)
+        shape = None
+        if masked is not None:
+            key = shapes_of_masks.get(masked[0], _UNSHAPED)
+            if key is _UNSHAPED:  # first text with this mask: tokenize it and check the regex
+                shape = statement_shape(text)
+                key = shape[0] if shape is not None and shape[1] == masked[1] else None
+                shapes_of_masks[masked[0]] = key
+            elif key is not None:
+                shape = key, masked[1]
+        if shape is None:
+            shape = statement_shape(text)
         if shape is None:
             groups[(_UNSHAPED, text)] = [Shaped(index, text, frequency, ())]
             continue

@@ -218,3 +218,26 @@ def test_generated_workloads_learn_the_same_by_shape(base, data):
             PriorityLearner("patients").fit(statements, CATALOG)
         return
     assert_same(PriorityLearner("patients").fit(statements, CATALOG), reference)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(statement(), min_size=1, max_size=10),
+       st.lists(st.sampled_from(["'it''s'", "'a\\b'", "E'x'", "1e3", "5.", "$2", "''", "7"]),
+                max_size=3))
+def test_masked_texts_read_the_literals_the_tokenizer_reads(texts, odd):
+    # the regex cache in front of the tokenizer: every text gets the tokenizer's key and literals
+    texts = texts + [t.replace("1", o, 1) for t, o in zip(texts, odd)]
+    texts += [t.replace("2", "3") for t in texts]
+    for group in group_by_shape(count_statements(texts)):
+        for member in group:
+            expected = statement_shape(member.text)
+            if expected is None:  # does not tokenize: alone, no literals
+                assert group == [member] and member.literals == ()
+                continue
+            assert member.literals == expected[1]
+            assert statement_shape(group[0].text)[0] == expected[0]
+
+
+def test_masked_cache_does_not_hide_an_interval():
+    texts = ["SELECT 1 FROM t WHERE x > interval '1 day'", "SELECT 1 FROM t WHERE x > interval '2 h'"]
+    assert len(group_by_shape(count_statements(texts))) == 2
