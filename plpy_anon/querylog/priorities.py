@@ -336,14 +336,23 @@ class _Accumulator:
             same = [m for m in pending if key(m) == wanted]
             pending = [m for m in pending if key(m) != wanted]
             starts = [representative.literals[i][0] for i in slots]
+            target = (self.schema, self.table)
+            plans = [(outcome, shape, shape is not None and target in shape.tables,
+                      [(u.clause, u.ref.column) for u in shape.uses
+                       if (u.ref.schema, u.ref.table) == target] if shape is not None else [])
+                     for outcome, shape in plans]
             for member in same:
                 values = {start: member.literals[i][1] for start, i in zip(starts, slots)}
-                for outcome, shape in plans:
-                    if shape is None:
-                        self.outcomes[outcome] += member.frequency
-                    else:
-                        resolved = shape.bind(values)
-                        self._add_resolved(resolved, member.text, member.frequency, member.index)
+                frequency = member.frequency
+                for outcome, shape, reads, uses in plans:
+                    if not reads:  # not a query, or reads other tables only
+                        self.outcomes[outcome if shape is None else "other_tables"] += frequency
+                        continue
+                    self.n_used += frequency
+                    self.outcomes["used"] += frequency
+                    for clause, column in uses:
+                        self.counts[clause][column] += frequency
+                    self._add_predicates(shape.bind(values), member.text, frequency, member.index)
 
     def _plan(self, representative, catalog):
         """``([(outcome, ResolvedShape or None) per expression], bindable starts)`` or None."""
@@ -382,6 +391,9 @@ class _Accumulator:
         for use in resolved.uses:
             if (use.ref.schema, use.ref.table) == (self.schema, self.table):
                 self.counts[use.clause][use.ref.column] += frequency
+        self._add_predicates(resolved, text, frequency, index)
+
+    def _add_predicates(self, resolved, text, frequency, index):
         for condition in resolved.conditions:
             ref = condition.column
             if (ref.schema, ref.table) == (self.schema, self.table):
