@@ -37,10 +37,12 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 from sqlglot import exp
+from sqlglot.schema import ensure_schema
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
 from plpy_anon.core.workload import AllOf, AnyOf, Condition
 from plpy_anon.querylog.parse import (
+    DIALECT,
     ParsedStatement,
     count_statements,
     group_by_shape,
@@ -132,6 +134,7 @@ class PriorityLearner:
                 "load-queries), or pass explicit priorities",
             )
         accumulator = _Accumulator(schema, table, columns, self.default_schema)
+        catalog = ensure_schema(catalog, dialect=DIALECT)  # built once, not per statement
         if self.by_shape:
             groups = group_by_shape(counts)
             for group in groups:
