@@ -12,8 +12,8 @@ Shapes. Statements that differ only in their constants (``age > 30`` / ``age > 4
 de-duplication, so :func:`statement_shape` computes, from sqlglot's *tokenizer* (no parse), a key
 in which every string and number literal is a placeholder (``?s`` / ``?n``), unquoted identifiers
 and keywords are lower-cased (SQL folds them), quoted identifiers and every other token (``$$..$$``,
-``E'..'``, ``B'..'``, ``X'..'`` strings, operators, ``$n`` markers) are kept exactly, and comments
-are dropped. The number of items of an ``IN (...)`` list is part of the shape (``IN (?n, ?n)`` and
+``E'..'``, ``B'..'``, ``X'..'`` strings, operators, the ``$`` of ``$n``) are kept exactly, and
+comments are dropped. The number of items of an ``IN (...)`` list is part of the shape (``IN (?n, ?n)`` and
 ``IN (?n, ?n, ?n)`` are two shapes): exact, and applications issue a handful of list lengths.
 The string after ``INTERVAL`` stays in the key (sqlglot splits ``'1 day'`` into value and unit).
 :func:`group_by_shape` groups the distinct texts by shape; the priority learner parses and resolves

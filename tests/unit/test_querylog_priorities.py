@@ -181,3 +181,10 @@ def test_hundred_thousand_logged_statements_under_30_seconds():
     assert learner.report_["statements"] == 100_000
     assert learner.report_["used"] == 100_000
     assert elapsed < 30, f"learning took {elapsed:.1f} s"
+
+
+def test_unquoted_table_names_fold_to_lower_case_quoted_ones_do_not():
+    learner = learn_priorities(["SELECT age FROM PATIENTS WHERE AGE > 3",
+                                'SELECT age FROM "PATIENTS"'], CATALOG, "patients")
+    assert learner.report_["used"] == 1 and learner.report_["other_tables"] == 1
+    assert learner.constants_["age"] == {(">", (3,)): 1}
