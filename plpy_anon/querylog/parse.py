@@ -7,6 +7,17 @@ placeholders; server logs repeat application queries). So statements are first *
 counted, and each distinct normalized text is parsed exactly once.
 
 A statement that does not parse is recorded with its error and its frequency, never raised.
+
+Shapes. Statements that differ only in their constants (``age > 30`` / ``age > 41``) defeat that
+de-duplication, so :func:`statement_shape` computes, from sqlglot's *tokenizer* (no parse), a key
+in which every string and number literal is a placeholder (``?s`` / ``?n``), unquoted identifiers
+and keywords are lower-cased (SQL folds them), quoted identifiers and every other token (``$$..$$``,
+``E'..'``, ``B'..'``, ``X'..'`` strings, operators, the ``$`` of ``$n``) are kept exactly, and
+comments are dropped. The number of items of an ``IN (...)`` list is part of the shape (``IN (?n, ?n)`` and
+``IN (?n, ?n, ?n)`` are two shapes): exact, and applications issue a handful of list lengths.
+The string after ``INTERVAL`` stays in the key (sqlglot splits ``'1 day'`` into value and unit).
+:func:`group_by_shape` groups the distinct texts by shape; the priority learner parses and resolves
+one representative per shape and binds each statement's literals (read from its tokens) onto it.
 """
 
 from __future__ import annotations
@@ -18,7 +29,9 @@ from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
 
 DIALECT = "postgres"
 
@@ -116,9 +129,115 @@ def _first_line(message: str) -> str:
 
 def parse_workload(statements: Iterable) -> ParsedWorkload:
     """Normalize, count and parse each distinct statement once."""
-    counts = count_statements(statements)
+    return parse_counts(count_statements(statements))
+
+
+def parse_counts(counts: Counter) -> ParsedWorkload:
+    """Parse each distinct text of ``counts`` (from :func:`count_statements`) once."""
     workload = ParsedWorkload(n_input=sum(counts.values()))
     for text, frequency in counts.items():
         expressions, error = parse_statement(text)
         workload.statements.append(ParsedStatement(text, frequency, expressions, error))
     return workload
+
+
+# -- shapes -------------------------------------------------------------------------------------
+_PLACEHOLDERS = {TokenType.STRING: "?s", TokenType.NUMBER: "?n"}
+_KEYWORDS = frozenset(Postgres.Tokenizer.KEYWORDS)
+_tokenizer = Postgres().tokenizer
+_UNSHAPED = object()  # key part of a text that does not tokenize: never equal to a shape
+
+
+@dataclass(frozen=True)
+class Shaped:
+    """One distinct normalized text with its frequency, its position in the workload's order and
+    its literal slots ``((start offset, token text), ...)`` in order of appearance."""
+
+    index: int
+    text: str
+    frequency: int
+    literals: tuple
+
+
+def statement_shape(text: str):
+    """``(shape key, literals)`` of a statement from its tokens, or None when it does not tokenize.
+
+    ``literals`` are the ``(start, text)`` of the string and number tokens replaced by
+    placeholders in the key (``text`` is the value as sqlglot's parser reads it: quotes removed,
+    ``''`` unescaped; a leading ``-`` stays a token of the key)."""
+    try:
+        tokens = _tokenizer().tokenize(text)
+    except (SqlglotError, ValueError, IndexError):
+        return None
+    key, literals = [], []
+    previous = None
+    for token in tokens:
+        kind = token.token_type
+        placeholder = _PLACEHOLDERS.get(kind)
+        if placeholder is not None and previous is not TokenType.INTERVAL:
+            key.append(placeholder)
+            literals.append((token.start, token.text))
+        elif kind is TokenType.VAR or (
+            kind is not TokenType.IDENTIFIER and token.text.upper() in _KEYWORDS
+        ):
+            key.append(token.text.lower())
+        else:  # quoted identifiers, special strings, operators: exactly as written
+            key.append((kind.name, token.text))
+        previous = kind
+    return tuple(key), tuple(literals)
+
+
+# A cache in front of the tokenizer: texts equal once their plain string and number literals are
+# masked share one tokenization. The masked texts' literals are read by this regex, and a masked
+# text is trusted only if, on the first text seen with it, the regex finds exactly the literal
+# tokens sqlglot's tokenizer finds (same offsets, same values); texts the regex could misread
+# (backslashes, comments, prefixed or dollar-quoted strings) always go through the tokenizer.
+_MASKABLE = re.compile(
+    r'"(?:[^"]|"")*"'  # quoted identifier: kept (may hold quotes and digits)
+    r"|'((?:[^']|'')*)'"  # plain string
+    r"|(?<![\w.$])([0-9]+(?:\.[0-9]+)?)(?![\w.])"  # plain number, not in a name, not a $n
+)
+_UNMASKABLE = re.compile(r"[\\\x00]|--|/\*|\$(?!\d)|[A-Za-z_&]'")
+
+
+def _masked(text: str):
+    """``(masked text, literals)`` by the regex, or None when the text is not maskable."""
+    if _UNMASKABLE.search(text):
+        return None
+    parts, literals, end = [], [], 0
+    for match in _MASKABLE.finditer(text):
+        string, number = match.group(1), match.group(2)
+        if string is None and number is None:
+            continue
+        parts.append(text[end:match.start()])
+        parts.append("\x00s" if string is not None else "\x00n")
+        literals.append((match.start(), string.replace("''", "'") if number is None else number))
+        end = match.end()
+    parts.append(text[end:])
+    return "".join(parts), tuple(literals)
+
+
+def group_by_shape(counts: Counter) -> list:
+    """The distinct texts of ``counts`` (from :func:`count_statements`) grouped by shape, each
+    group a list of :class:`Shaped` in workload order; texts that do not tokenize are alone."""
+    groups: dict = {}
+    shapes_of_masks: dict = {}  # masked text -> shape key, or None when the regex misreads it
+    for index, (text, frequency) in enumerate(counts.items()):
+        masked = _masked(text)
+        shape = None
+        if masked is not None:
+            key = shapes_of_masks.get(masked[0], _UNSHAPED)
+            if key is _UNSHAPED:  # first text with this mask: tokenize it and check the regex
+                shape = statement_shape(text)
+                key = shape[0] if shape is not None and shape[1] == masked[1] else None
+                shapes_of_masks[masked[0]] = key
+            elif key is not None:
+                shape = key, masked[1]
+        if shape is None:
+            shape = statement_shape(text)
+        if shape is None:
+            groups[(_UNSHAPED, text)] = [Shaped(index, text, frequency, ())]
+            continue
+        key, literals = shape
+        groups.setdefault(key, []).append(Shaped(index, text, frequency, literals))
+    return list(groups.values())

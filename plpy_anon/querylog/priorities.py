@@ -37,10 +37,18 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 from sqlglot import exp
+from sqlglot.schema import ensure_schema
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
 from plpy_anon.core.workload import AllOf, AnyOf, Condition
-from plpy_anon.querylog.parse import parse_workload
+from plpy_anon.querylog.parse import (
+    DIALECT,
+    ParsedStatement,
+    count_statements,
+    group_by_shape,
+    parse_counts,
+    parse_statement,
+)
 from plpy_anon.querylog.resolve import (
     CLAUSES,
     GROUP_BY,
@@ -49,6 +57,8 @@ from plpy_anon.querylog.resolve import (
     SELECTION,
     NotAQuery,
     ResolveError,
+    literal_nodes,
+    resolve_shape,
     resolve_statement,
 )
 
@@ -81,6 +91,9 @@ class PriorityLearner:
     table : ``'name'`` or ``'schema.name'`` of the table whose columns get priorities.
     projection_share : α in the weight formula (module docstring), in [0, 1].
     default_schema : schema of unqualified table names in the statements.
+    by_shape : parse and resolve once per literal-free statement shape and bind each statement's
+        constants onto it (:mod:`plpy_anon.querylog.parse`); False parses every distinct text
+        (the reference path, same results, kept for tests).
 
     Attributes set by :meth:`fit`
     -----------------------------
@@ -92,14 +105,17 @@ class PriorityLearner:
     queries_ : list of (predicate tree over column names, frequency), one per distinct statement
         with a bounded WHERE on the table -- the workload of :func:`workload_precision`.
     query_texts_ : the normalized statement text of each entry of ``queries_``.
+    n_shapes_ : number of statement shapes parsed and resolved (distinct texts when
+        ``by_shape`` is False).
     report_ : dict of what happened to the statements (parsed, failed, other tables, ...).
     elapsed_seconds_ : time fit took.
     """
 
-    def __init__(self, table, *, projection_share=0.5, default_schema="public"):
+    def __init__(self, table, *, projection_share=0.5, default_schema="public", by_shape=True):
         self.table = table
         self.projection_share = projection_share
         self.default_schema = default_schema
+        self.by_shape = by_shape
 
     # ------------------------------------------------------------------------------------
     def fit(self, statements: Iterable, catalog: dict) -> PriorityLearner:
@@ -109,20 +125,29 @@ class PriorityLearner:
         alpha = self._check_projection_share()
         schema, table = split_table_name(self.table, self.default_schema)
         columns = self._table_columns(catalog, schema, table)
-        workload = parse_workload(statements)
-        if workload.n_input == 0:
+        counts = count_statements(statements)
+        n_input = sum(counts.values())
+        if n_input == 0:
             raise InsufficientData(
                 "the workload is empty: there is no statement to learn priorities from",
                 hint="store queries first (pg_stat_statements, anon.workload, or the client's "
                 "load-queries), or pass explicit priorities",
             )
         accumulator = _Accumulator(schema, table, columns, self.default_schema)
-        for statement in workload.statements:
-            accumulator.add(statement, catalog)
-        report = accumulator.report(workload)
+        catalog = ensure_schema(catalog, dialect=DIALECT)  # built once, not per statement
+        if self.by_shape:
+            groups = group_by_shape(counts)
+            for group in groups:
+                accumulator.add_shape(group, catalog)
+            self.n_shapes_ = len(groups)
+        else:
+            for index, statement in enumerate(parse_counts(counts).statements):
+                accumulator.add(statement, catalog, index)
+            self.n_shapes_ = len(counts)
+        report = accumulator.report(n_input, len(counts))
         if accumulator.n_used == 0:
             raise InsufficientData(
-                f"none of the {workload.n_input} statements of the workload reads "
+                f"none of the {n_input} statements of the workload reads "
                 f"{schema}.{table}",
                 hint="load queries that read this table, or pass explicit priorities",
                 detail=_report_detail(report),
@@ -136,8 +161,7 @@ class PriorityLearner:
         self.cut_points_ = {
             c: cut_points(self.constants_[c]) for c in numeric if c in self.constants_
         }
-        self.queries_ = accumulator.queries
-        self.query_texts_ = accumulator.query_texts
+        self.queries_, self.query_texts_ = accumulator.workload_queries()
         self.report_ = report
         self.elapsed_seconds_ = time.perf_counter() - started
         return self
@@ -242,28 +266,37 @@ def _report_detail(report) -> str:
     return ", ".join(f"{k}: {v}" for k, v in report.items() if k != "errors")
 
 
+def _folded(identifier):
+    """An identifier's name as PostgreSQL reads it: unquoted names fold to lower case."""
+    if not isinstance(identifier, exp.Identifier):
+        return identifier.name if identifier is not None else ""
+    return identifier.this if identifier.quoted else identifier.this.lower()
+
+
 class _Accumulator:
-    """Sums the resolved statements of a workload for one target table."""
+    """Sums the resolved statements of a workload for one target table. ``index`` is a distinct
+    text's position in the workload: queries and errors are reported in that order, whatever
+    order the statements were resolved in."""
 
     def __init__(self, schema, table, columns, default_schema):
         self.schema, self.table, self.columns = schema, table, columns
         self.default_schema = default_schema
         self.counts = {clause: Counter() for clause in CLAUSES}
         self.constants = defaultdict(Counter)
-        self.queries = []
-        self.query_texts = []
+        self.queries = []  # (index, predicate, frequency, text)
         self.outcomes = Counter()
-        self.errors = []
+        self.errors = []  # (index, error dict)
         self.n_used = 0
 
-    def add(self, statement, catalog):
+    # -- one distinct text (the reference path, and the fallback of a shape) ----------------
+    def add(self, statement, catalog, index):
         if not statement.ok:
-            self._fail("parse_errors", statement, statement.error)
+            self._fail("parse_errors", index, statement, statement.error)
             return
         for expression in statement.expressions:
-            self._add_expression(statement, expression, catalog)
+            self._add_expression(statement, expression, catalog, index)
 
-    def _add_expression(self, statement, expression, catalog):
+    def _add_expression(self, statement, expression, catalog, index):
         frequency = statement.frequency
         if not self._mentions_table(expression):
             self.outcomes["other_tables"] += frequency
@@ -274,8 +307,85 @@ class _Accumulator:
             self.outcomes["not_queries"] += frequency
             return
         except ResolveError as error:
-            self._fail("unresolved", statement, str(error))
+            self._fail("unresolved", index, statement, str(error))
             return
+        self._add_resolved(resolved, statement.text, frequency, index)
+
+    # -- one shape: parse and resolve a representative, bind the others' literals ------------
+    def add_shape(self, members, catalog):
+        """``members``: the :class:`~plpy_anon.querylog.parse.Shaped` texts of one shape.
+
+        A literal is bound only where the resolved tree still holds it as the token read it;
+        the others (``GROUP BY 1`` consumed by qualification, ``INTERVAL '1 day'`` split) are
+        structural: members whose structural literals differ are resolved on their own."""
+        pending = list(members)
+        while pending:
+            representative = pending[0]
+            plans = self._plan(representative, catalog)
+            if plans is None:  # no parse or no resolution: every text on its own, as before
+                for member in pending:
+                    expressions, error = parse_statement(member.text)
+                    statement = ParsedStatement(member.text, member.frequency, expressions, error)
+                    self.add(statement, catalog, member.index)
+                return
+            plans, bound = plans
+            slots = [i for i, (start, _) in enumerate(representative.literals) if start in bound]
+            structural = [i for i in range(len(representative.literals)) if i not in set(slots)]
+
+            def key(member, structural=structural):
+                return tuple(member.literals[i][1] for i in structural)
+
+            wanted = key(representative)
+            same = [m for m in pending if key(m) == wanted]
+            pending = [m for m in pending if key(m) != wanted]
+            starts = [representative.literals[i][0] for i in slots]
+            target = (self.schema, self.table)
+            plans = [(outcome, shape, shape is not None and target in shape.tables,
+                      [(u.clause, u.ref.column) for u in shape.uses
+                       if (u.ref.schema, u.ref.table) == target] if shape is not None else [])
+                     for outcome, shape in plans]
+            for member in same:
+                values = {start: member.literals[i][1] for start, i in zip(starts, slots)}
+                frequency = member.frequency
+                for outcome, shape, reads, uses in plans:
+                    if not reads:  # not a query, or reads other tables only
+                        self.outcomes[outcome if shape is None else "other_tables"] += frequency
+                        continue
+                    self.n_used += frequency
+                    self.outcomes["used"] += frequency
+                    for clause, column in uses:
+                        self.counts[clause][column] += frequency
+                    self._add_predicates(shape.bind(values), member.text, frequency, member.index)
+
+    def _plan(self, representative, catalog):
+        """``([(outcome, ResolvedShape or None) per expression], bindable starts)`` or None."""
+        expressions, error = parse_statement(representative.text)
+        if error is not None:
+            return None
+        plans, bound = [], set()
+        for expression in expressions:
+            shape = None
+            if not self._mentions_table(expression):
+                outcome = "other_tables"
+            else:
+                try:
+                    shape = resolve_shape(expression, catalog, self.default_schema)
+                    outcome = "resolved"
+                except NotAQuery:
+                    outcome = "not_queries"
+                except ResolveError:
+                    return None
+            if shape is None:  # literals that play no part: any value binds
+                nodes = literal_nodes(expression)
+                bound |= {s for s, t in representative.literals
+                          if nodes.get(s) and all(n.this == t for n in nodes[s])}
+            else:
+                bound |= {s for s, t in representative.literals if shape.rebindable(s, t)}
+            plans.append((outcome, shape))
+        return plans, bound
+
+    # -- shared ------------------------------------------------------------------------------
+    def _add_resolved(self, resolved, text, frequency, index):
         if (self.schema, self.table) not in resolved.tables:
             self.outcomes["other_tables"] += frequency
             return
@@ -284,27 +394,36 @@ class _Accumulator:
         for use in resolved.uses:
             if (use.ref.schema, use.ref.table) == (self.schema, self.table):
                 self.counts[use.clause][use.ref.column] += frequency
+        self._add_predicates(resolved, text, frequency, index)
+
+    def _add_predicates(self, resolved, text, frequency, index):
         for condition in resolved.conditions:
             ref = condition.column
             if (ref.schema, ref.table) == (self.schema, self.table):
                 self.constants[ref.column][(condition.op, condition.values)] += frequency
         predicate = localize_predicate(resolved.where, self.schema, self.table)
         if predicate is not None:
-            self.queries.append((predicate, frequency))
-            self.query_texts.append(statement.text)
+            self.queries.append((index, predicate, frequency, text))
 
     def _mentions_table(self, expression) -> bool:
         """Cheap pre-filter on the raw parse: skip qualification of statements that cannot
         read the table (most of a shared workload)."""
         return any(
-            t.name == self.table and (t.db or self.default_schema) == self.schema
+            _folded(t.args.get("this")) == self.table
+            and (_folded(t.args.get("db")) or self.default_schema) == self.schema
             for t in expression.find_all(exp.Table)
         )
 
-    def _fail(self, kind, statement, message):
+    def _fail(self, kind, index, statement, message):
         self.outcomes[kind] += statement.frequency
-        if len(self.errors) < MAX_REPORTED_ERRORS:
-            self.errors.append({"kind": kind, "statement": statement.text[:200], "error": message})
+        self.errors.append(
+            (index, {"kind": kind, "statement": statement.text[:200], "error": message})
+        )
+
+    def workload_queries(self):
+        """``([(predicate, frequency)], [text])`` in workload order."""
+        ordered = sorted(self.queries, key=lambda q: q[0])
+        return [(p, f) for _, p, f, _ in ordered], [t for *_, t in ordered]
 
     def counts_frame(self) -> pd.DataFrame:
         return pd.DataFrame(
@@ -312,17 +431,18 @@ class _Accumulator:
             index=pd.Index(list(self.columns), name="column"),
         ).astype(np.int64)
 
-    def report(self, workload) -> dict:
+    def report(self, n_input, n_distinct) -> dict:
+        errors = sorted(self.errors, key=lambda e: e[0])[:MAX_REPORTED_ERRORS]
         return {
-            "statements": workload.n_input,
-            "distinct_statements": workload.n_distinct,
+            "statements": n_input,
+            "distinct_statements": n_distinct,
             "used": self.outcomes["used"],
             "parse_errors": self.outcomes["parse_errors"],
             "unresolved": self.outcomes["unresolved"],
             "not_queries": self.outcomes["not_queries"],
             "other_tables": self.outcomes["other_tables"],
             "queries_with_predicates": len(self.queries),
-            "errors": list(self.errors),
+            "errors": [e for _, e in errors],
         }
 
 

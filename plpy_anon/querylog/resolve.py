@@ -75,6 +75,12 @@ class ResolvedStatement:
 
 def resolve_statement(expression: exp.Expr, schema: dict, default_schema: str = "public"):
     """Resolve one parsed statement against ``schema`` ({schema: {table: {column: type}}})."""
+    return resolve_shape(expression, schema, default_schema).bind({})
+
+
+def resolve_shape(expression: exp.Expr, schema: dict, default_schema: str = "public"):
+    """Qualify and walk ``expression`` once: a :class:`ResolvedShape` whose :meth:`~ResolvedShape.bind`
+    gives the :class:`ResolvedStatement` of any statement of the same shape from its literals."""
     if not isinstance(expression, exp.Query):
         raise NotAQuery(f"{type(expression).__name__} statement")
     try:
@@ -85,12 +91,52 @@ def resolve_statement(expression: exp.Expr, schema: dict, default_schema: str = 
     scopes = traverse_scope(qualified)
     for scope in scopes:
         walker.visit(scope)
-    return ResolvedStatement(
-        tables=frozenset(walker.tables),
-        uses=frozenset(walker.uses),
-        conditions=tuple(walker.conditions),
-        where=_conjunction(walker.where_trees),
-    )
+    return ResolvedShape(walker, scopes, literal_nodes(qualified))
+
+
+def literal_nodes(expression: exp.Expr) -> dict:
+    """``{start offset in the text: [Literal nodes]}`` of the literals that still carry the
+    position of their token (a literal that qualification rewrote or built has none)."""
+    found: dict = {}
+    for node in expression.find_all(exp.Literal):
+        start = node.meta.get("start") if node._meta else None
+        if start is not None:
+            found.setdefault(start, []).append(node)
+    return found
+
+
+class ResolvedShape:
+    """A resolved statement whose literal values can be replaced: tables and column uses do not
+    depend on literals; predicates are recomputed from the literals bound."""
+
+    def __init__(self, walker, scopes, literals):
+        self._literals = literals
+        self._plans = [plan for scope in scopes for plan in walker.predicate_plans(scope)]
+        self.tables = frozenset(walker.tables)
+        self.uses = frozenset(walker.uses)
+
+    def rebindable(self, start, text) -> bool:
+        """True when the token at ``start`` reads as ``text`` in the resolved tree, so that
+        binding another value there is what parsing that value would have given."""
+        nodes = self._literals.get(start)
+        return bool(nodes) and all(n.this == text for n in nodes)
+
+    def bind(self, values: dict) -> ResolvedStatement:
+        """The statement with the literal at each ``start`` of ``values`` set to its text."""
+        for start, text in values.items():
+            for node in self._literals.get(start, ()):
+                node.args["this"] = text
+        conditions, where_trees = [], []
+        for plan, combined in self._plans:
+            tree = evaluate_plan(plan, conditions)
+            if combined:
+                where_trees.append(tree)
+        return ResolvedStatement(
+            tables=self.tables,
+            uses=self.uses,
+            conditions=tuple(conditions),
+            where=_conjunction(where_trees),
+        )
 
 
 def _conjunction(trees):
@@ -107,8 +153,7 @@ class _ScopeWalker:
         self.default_schema = default_schema
         self.tables = set()
         self.uses = set()
-        self.conditions = []
-        self.where_trees = []
+        self._direct = {}  # id(column node) -> direct origin (the tree outlives the walker)
 
     # -- scopes ---------------------------------------------------------------------------
     def visit(self, scope: Scope):
@@ -124,7 +169,6 @@ class _ScopeWalker:
                 clause = _projection_clause(scope)
             for ref, _direct in self.origins(scope, column):
                 self.uses.add(ColumnUse(ref, clause))
-        self._collect_predicates(scope)
 
     def _table_key(self, table: exp.Table):
         return (table.db or self.default_schema, table.name)
@@ -168,47 +212,60 @@ class _ScopeWalker:
 
     def direct_origin(self, scope, column):
         """The single real column whose value ``column`` is, or None."""
-        origins = self.origins(scope, column)
-        refs = {ref for ref, direct in origins if direct}
-        return refs.pop() if len(refs) == 1 and len(origins) == 1 else None
+        key = id(column)
+        if key not in self._direct:
+            origins = self.origins(scope, column)
+            refs = {ref for ref, direct in origins if direct}
+            self._direct[key] = refs.pop() if len(refs) == 1 and len(origins) == 1 else None
+        return self._direct[key]
 
     # -- predicates -----------------------------------------------------------------------
-    def _collect_predicates(self, scope: Scope):
+    def predicate_plans(self, scope: Scope):
+        """``[(plan, combined)]`` per filter of the scope (WHERE, HAVING, JOIN ... ON), in order;
+        ``combined`` for the WHERE clauses that enter the statement's predicate tree. A plan is
+        the filter's AND/OR structure with, at each leaf, the comparison whose constants
+        :func:`evaluate_plan` reads (or None where no column is compared with constants)."""
         select = scope.expression
         if not isinstance(select, exp.Select):
-            return
+            return []
         filters = [select.args.get("where"), select.args.get("having")]
         filters += [join.args.get("on") for join in select.args.get("joins") or []]
+        plans = []
         for node in filters:
             if node is None:
                 continue
             body = node.this if isinstance(node, (exp.Where, exp.Having)) else node
-            tree = self._predicate_tree(scope, body)
-            if isinstance(node, exp.Where) and scope.scope_type in _WHERE_COMBINED:
-                self.where_trees.append(tree)
+            combined = isinstance(node, exp.Where) and scope.scope_type in _WHERE_COMBINED
+            plans.append((self._plan(scope, body), combined))
+        return plans
 
-    def _predicate_tree(self, scope, node):
-        """Predicate tree of ``node``; records atomic conditions; None where unbounded."""
+    def _plan(self, scope, node):
         if isinstance(node, exp.Paren):
-            return self._predicate_tree(scope, node.this)
+            return self._plan(scope, node.this)
         if isinstance(node, (exp.And, exp.Or)):
-            parts = [self._predicate_tree(scope, part) for part in node.flatten()]
-            if isinstance(node, exp.And):
-                kept = tuple(p for p in parts if p is not None)
-                return None if not kept else kept[0] if len(kept) == 1 else AllOf(kept)
-            return None if any(p is None for p in parts) else AnyOf(tuple(parts))
-        condition = self._condition(scope, node)
-        if condition is not None:
-            self.conditions.append(condition)
-        return condition
-
-    def _condition(self, scope, node):
+            kind = "and" if isinstance(node, exp.And) else "or"
+            return (kind, [self._plan(scope, part) for part in node.flatten()])
         for column_side, const_side, flipped in _comparison_sides(node):
             ref = self.direct_origin(scope, column_side)
-            if ref is None:
-                return None
-            return _make_condition(ref, node, const_side, flipped)
+            return None if ref is None else ("leaf", ref, node, const_side, flipped)
         return None
+
+
+def evaluate_plan(plan, conditions: list):
+    """Predicate tree of a plan with the literals now in the tree; appends the atomic conditions
+    to ``conditions`` in order of appearance; None where unbounded."""
+    if plan is None:
+        return None
+    if plan[0] == "leaf":
+        condition = _make_condition(*plan[1:])
+        if condition is not None:
+            conditions.append(condition)
+        return condition
+    parts = [evaluate_plan(part, conditions) for part in plan[1]]
+    if plan[0] == "and":
+        kept = tuple(p for p in parts if p is not None)
+        return None if not kept else kept[0] if len(kept) == 1 else AllOf(kept)
+    return None if any(p is None for p in parts) else AnyOf(tuple(parts))
 
 
 _WHERE_COMBINED = (ScopeType.ROOT, ScopeType.CTE, ScopeType.DERIVED_TABLE)

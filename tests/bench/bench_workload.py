@@ -18,6 +18,12 @@
    (:class:`~plpy_anon.querylog.priorities.PriorityLearner`) and the workload precision of the
    plain, learned and learned + cut-point releases is reported for k in {5, 10, 50}. The same
    templates expanded to 100,000 logged statements time the learner (issue item 7).
+4. **Shapes** (issue 14 item 4): 100,000 statements whose literals all differ, over ~2,500
+   literal-free shapes; ``learn_priorities`` by shape (the default) timed beside the per-text
+   path (``by_shape=False``, on a 10,000-statement sample extrapolated to 100,000 unless
+   ``WORKLOAD_BENCH_FULL_BEFORE=1``) and the target <= 15 s; both paths' results are compared.
+
+``WORKLOAD_BENCH_PARTS`` (comma-separated ``paper,shapes``; default both) selects the parts.
 
 Writes bench-results/workload.md and workload_adult.png, workload_credit.png,
 workload_precision.png. Run: ``python -m tests.bench workload``.
@@ -25,6 +31,7 @@ workload_precision.png. Run: ``python -m tests.bench workload``.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -396,6 +403,66 @@ def end_to_end(data: pd.DataFrame, n_statements=100_000):
     return figures
 
 
+SHAPES_TARGET_SECONDS = 15.0
+SHAPES_ISSUE_BEFORE = "90-104 s"  # the issue's figure for the per-text path
+
+
+def shaped_workload(n_statements=100_000, n_shapes=2_500, seed=3):
+    """``n_statements`` texts over public.adult, all distinct, drawn from ``n_shapes`` shapes
+    (projection, 1-3 predicates from a pool of predicate forms, optional GROUP BY/ORDER BY)."""
+    rng = np.random.default_rng(seed)
+    forms = ["age > {n}", "age <= {n}", "age BETWEEN {n} AND {m}", "-{n} < age",
+             "education_num >= {n}", "hours_per_week < {n}", "capital_gain = {n}",
+             "sex = '{s}'", "race IN ('{s}', '{t}')", "occupation LIKE '{s}%'",
+             "native_country <> '{s}'", "capital_loss IN ({n}, {m}, {n})",
+             "workclass = '{s}'", "fnlwgt > '{n}'::integer"]
+    projections = ["age", "sex, count(*)", "education_num, hours_per_week", "race",
+                   "marital_status", "occupation, age"]
+    shapes = set()
+    while len(shapes) < n_shapes:
+        chosen = rng.choice(len(forms), size=rng.integers(1, 4), replace=False)
+        projection = projections[rng.integers(len(projections))]
+        tail = ["", " ORDER BY 1", " LIMIT {n}"][rng.integers(3)]
+        if "count" in projection:
+            tail = " GROUP BY sex"
+        joiner = " AND " if rng.random() < 0.7 else " OR "
+        shapes.add(f"SELECT {projection} FROM adult WHERE "
+                   + joiner.join(forms[i] for i in sorted(chosen)) + tail)
+    shapes = sorted(shapes)
+    statements = []
+    for i, shape in enumerate(rng.integers(0, len(shapes), n_statements)):
+        # {n} carries the statement number: every text differs from every other
+        statements.append(shapes[shape].format(n=i, m=i + int(rng.integers(1, 50)),
+                                               s=f"v{int(rng.integers(1000))}",
+                                               t=f"w{int(rng.integers(1000))}"))
+    return statements
+
+
+def shapes_experiment(n_statements=100_000, sample=10_000):
+    """Seconds of learn_priorities by shape on all statements and per text (sample or all)."""
+    catalog = {"public": {"adult": {**ADULT_CATALOG_TYPES, "fnlwgt": "integer"}}}
+    statements = shaped_workload(n_statements)
+    started = time.perf_counter()
+    learner = PriorityLearner("adult").fit(statements, catalog)
+    after = time.perf_counter() - started
+    full = bool(os.environ.get("WORKLOAD_BENCH_FULL_BEFORE"))
+    measured = statements if full else statements[:sample]
+    started = time.perf_counter()
+    reference = PriorityLearner("adult", by_shape=False).fit(measured, catalog)
+    before = (time.perf_counter() - started) * len(statements) / len(measured)
+    check = learner if full else PriorityLearner("adult").fit(measured, catalog)
+    same = (check.counts_.equals(reference.counts_) and check.constants_ == reference.constants_
+            and check.queries_ == reference.queries_ and check.report_ == reference.report_)
+    return {"statements": len(statements), "distinct texts": learner.report_["distinct_statements"],
+            "shapes": learner.n_shapes_,
+            "before: per text (s)": round(before, 1),
+            "before measured on": f"{len(measured)} statements"
+                                  + ("" if full else f", x{len(statements) // len(measured)}"),
+            "issue's before (s)": SHAPES_ISSUE_BEFORE,
+            "after: by shape (s)": round(after, 2), "target (s)": f"<= {SHAPES_TARGET_SECONDS:g}",
+            "same results as per text": same}
+
+
 def plot_precision(frame, path):
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.25
@@ -414,7 +481,24 @@ def plot_precision(frame, path):
 
 # ------------------------------------------------------------------------------ report
 def main():
+    parts = set((os.environ.get("WORKLOAD_BENCH_PARTS") or "paper,shapes").split(","))
     out = results_dir()
+    sections = []
+    if "paper" in parts:
+        sections += paper_parts(out)
+    if "shapes" in parts:
+        figures = shapes_experiment()
+        for name, value in figures.items():
+            print(f"{name}: {value}")
+        sections += ["## Learning by statement shape (issue 14 item 4)\n",
+                     _md(pd.DataFrame({"figure": list(figures),
+                                       "value": [str(v) for v in figures.values()]})), ""]
+    name = "workload.md" if "paper" in parts else "workload_shapes.md"
+    (out / name).write_text("\n".join(sections))
+    print(f"wrote {out / name}")
+
+
+def paper_parts(out):
     data = adult()
     sections = ["# Issue 3: application-aware releases (paper 000, section 5)\n"]
 
@@ -469,8 +553,7 @@ def main():
     sections += ["## Through the extension\n",
                  _md(pd.DataFrame({"figure": list(figures), "value": list(figures.values())})),
                  ""]
-    (out / "workload.md").write_text("\n".join(sections))
-    print(f"wrote {out / 'workload.md'}")
+    return sections
 
 
 def _md(frame: pd.DataFrame) -> str:

@@ -135,7 +135,7 @@ def test_unknown_table_and_bad_share():
 def test_init_only_stores_parameters():
     learner = PriorityLearner("patients", projection_share=0.3)
     assert vars(learner) == {"table": "patients", "projection_share": 0.3,
-                             "default_schema": "public"}
+                             "default_schema": "public", "by_shape": True}
 
 
 def test_split_table_name():
@@ -181,3 +181,10 @@ def test_hundred_thousand_logged_statements_under_30_seconds():
     assert learner.report_["statements"] == 100_000
     assert learner.report_["used"] == 100_000
     assert elapsed < 30, f"learning took {elapsed:.1f} s"
+
+
+def test_unquoted_table_names_fold_to_lower_case_quoted_ones_do_not():
+    learner = learn_priorities(["SELECT age FROM PATIENTS WHERE AGE > 3",
+                                'SELECT age FROM "PATIENTS"'], CATALOG, "patients")
+    assert learner.report_["used"] == 1 and learner.report_["other_tables"] == 1
+    assert learner.constants_["age"] == {(">", (3,)): 1}
