@@ -146,6 +146,8 @@ def run(name, table, auxiliary, identifier, sensitive, attributes, attacker):
              f">= {fusion.MIN_PROTECTION_CHANGE}"],
             ["attacker R^2 at the best k", "-", f"{verdict['attacker_r2']:.3f}",
              f"< {fusion.R2_DISCLOSURE} or protection improving"],
+            ["fusion gain (median over k of P∘P′ - P∘P̂)", "-", f"{verdict['fusion_gain']:+.3f}",
+             f"< {fusion.MIN_FUSION_GAIN} or protection improving"],
         ],
     )
     slug = f"fusion-{name}-{attacker}".replace("_", "-")
@@ -186,13 +188,15 @@ def verdict_cases():
             expected = "unprotected" if driven_by == "auxiliary" else "protected"
             rows.append([driven_by, attacker, round(v["protection_from"], 3),
                          round(v["protection_to"], 3), f"{v['protection_change']:+.3f}",
-                         round(v["attacker_r2"], 3), v["verdict"], expected,
+                         round(v["attacker_r2"], 3), f"{v['fusion_gain']:+.3f}", v["verdict"],
+                         expected,
                          scan.chosen_k() if v["verdict"] == "protected" else "refused"])
     lines = [
         "### Verdict: who drives the salary (300 employees, k = 2..30, 10% known)",
         "",
         markdown_table(["salary driven by", "attacker", "P∘P̂ at k=2", "P∘P̂ at k=30",
-                        "change (best - k=2)", "attacker R²", "verdict", "target", "k (0.5/0.5)"],
+                        "change (best - k=2)", "attacker R²", "fusion gain (median P∘P′ - P∘P̂)",
+                        "verdict", "target", "k (0.5/0.5)"],
                        rows),
         "",
     ]
