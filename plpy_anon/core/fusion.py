@@ -33,8 +33,10 @@ Measures and their normalization (the paper leaves H's scale open; this is our r
   (Until 0.1.0 the terms were unscaled: 1/k fell by 0.47 between k=2 and 30 while protection
   moved by a few hundredths, so k=2 won even at 0.95 / 0.05.)
 * Verdict (``protection_verdict``): when the best scanned k improves protection over k_from by
-  less than 0.05 of the variance and the attacker still explains >= 25% of it, no k protects
-  against this auxiliary data; ``fusion_resilient_view`` refuses to publish under that verdict.
+  less than 0.05 of the variance, the attacker still explains >= 25% of it, and fusing the
+  auxiliary data makes him better by >= 0.05 of it (median over k of P o P' - P o P_hat), no k
+  protects against this auxiliary data; ``fusion_resilient_view`` refuses to publish under that
+  verdict.
 * Thresholds: ``min_protection`` applies to P o P_hat (standardized), ``min_utility`` to the
   normalized utility |D|/C_DM(k).
 """
@@ -408,6 +410,11 @@ def objective(protection, utility_normalized, w_protection=0.5, w_utility=0.5, c
 # every scanned k has disclosed something worth refusing to publish as fusion-resilient.
 MIN_PROTECTION_CHANGE = 0.05
 R2_DISCLOSURE = 0.25
+# ... and the refusal blames the auxiliary data only when fusing it makes the attacker better by at
+# least this much of the variance (median over the scanned ks of P o P' - P o P_hat, both clipped
+# at 1): an attacker who is as strong without it learns from the release and his known sample,
+# which is what k is for (ours, not the paper's: see docs/fusion.md, "The verdict").
+MIN_FUSION_GAIN = 0.05
 PROTECTED, UNPROTECTED, NOT_ASSESSED = "protected", "unprotected", "not assessed"
 VERDICT_COLUMNS = ("verdict", "protection_change", "attacker_r2")
 
@@ -418,17 +425,27 @@ def protection_verdict(scan_table):
     ``protection_change`` = the best protection over the scanned ks minus protection at k_from;
     ``attacker_r2`` = 1 - P o P_hat at that best k: the share of the sensitive variance the
     attacker explains whatever k is chosen (P o P_hat is his mean squared error in units of the
-    variance, so 1 - P o P_hat is his R^2 over all rows). The verdict is "unprotected" when the
-    change is below MIN_PROTECTION_CHANGE and the attacker still explains R2_DISCLOSURE or more:
-    no k in the range protects, the auxiliary data (not the release) carries the attack. A scan of
-    a single k (k_from = k_to) cannot tell whether k helps: its verdict is "not assessed".
+    variance, so 1 - P o P_hat is his R^2 over all rows); ``fusion_gain`` = the median over the
+    scanned ks of ``min(P o P', 1) - min(P o P_hat, 1)``: how much the auxiliary data adds to
+    the same attacker given the release alone. The verdict is "unprotected" when the change is
+    below MIN_PROTECTION_CHANGE, the attacker still explains R2_DISCLOSURE or more, and the
+    fusion gain is MIN_FUSION_GAIN or more: no k in the range protects and the auxiliary data
+    (not the release) carries the attack. Without that gain the attacker is as strong without
+    the auxiliary data -- what he knows comes from the release and his known sample, whose
+    flat protection across k is not evidence against this auxiliary data (a fuzzy attacker with
+    coarse low/medium/high rules on a 300-row table was refused so, +0.045 < 0.05, while the
+    auxiliary data made him worse). A scan of a single k (k_from = k_to) cannot tell whether k
+    helps: its verdict is "not assessed".
     """
     protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    without = np.minimum(scan_table["protection_no_fusion"].to_numpy(dtype=float), 1.0)
     ks = scan_table["k"].to_numpy()
     best = int(np.argmax(protection))
     change = float(protection[best] - protection[0])
     r2 = float(1.0 - protection[best])
-    unprotected = change < MIN_PROTECTION_CHANGE and r2 >= R2_DISCLOSURE
+    gain = float(np.median(without - protection))
+    unprotected = (change < MIN_PROTECTION_CHANGE and r2 >= R2_DISCLOSURE
+                   and gain >= MIN_FUSION_GAIN)
     return {
         "verdict": NOT_ASSESSED if len(ks) < 2 else UNPROTECTED if unprotected else PROTECTED,
         "k_from": int(ks[0]),
@@ -439,8 +456,10 @@ def protection_verdict(scan_table):
         "protection_best": float(protection[best]),
         "protection_change": change,
         "attacker_r2": r2,
+        "fusion_gain": gain,
         "min_protection_change": MIN_PROTECTION_CHANGE,
         "r2_disclosure": R2_DISCLOSURE,
+        "min_fusion_gain": MIN_FUSION_GAIN,
     }
 
 
@@ -451,7 +470,9 @@ def describe_verdict(verdict):
         f"{verdict['protection_to']:.3f} at k={verdict['k_to']} (best {verdict['protection_best']:.3f}"
         f" at k={verdict['best_k']}): a change of {verdict['protection_change']:+.3f} "
         f"(< {verdict['min_protection_change']}), and the attacker's R^2 stays "
-        f"{verdict['attacker_r2']:.3f} (>= {verdict['r2_disclosure']})"
+        f"{verdict['attacker_r2']:.3f} (>= {verdict['r2_disclosure']}), of which the auxiliary "
+        f"data adds {verdict['fusion_gain']:.3f} (median P o P' - P o P_hat over k, "
+        f">= {verdict['min_fusion_gain']})"
     )
 
 

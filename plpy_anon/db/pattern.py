@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import numpy as np
 import pandas as pd
@@ -202,11 +203,16 @@ def read(ctx: method.Run):
 
 def fit(read_data, params: dict) -> PatternPreservingRelease:
     frame = read_data[3]
-    return PatternPreservingRelease(
+    cpu0 = time.process_time()
+    model = PatternPreservingRelease(
         segment=params["segment"], sample=params["sample"], iterations=params["iterations"],
         seed=params["seed"], bounds={k: tuple(v) for k, v in params["bounds"].items()},
         delta=params.get("delta", DEFAULT_DELTA),
         n_jobs=min(MAX_THREADS, os.cpu_count() or 1)).fit(frame)
+    # CPU seconds of the backend (all its threads): wall time on a loaded machine says more
+    # about the neighbours than about the walk
+    model.walk_cpu_ = time.process_time() - cpu0
+    return model
 
 
 def publish_walk(ctx: method.Run, read_data, model) -> tuple[dict, dict]:
@@ -222,6 +228,7 @@ def publish_walk(ctx: method.Run, read_data, model) -> tuple[dict, dict]:
     refuse_unchanged(tbl, counted, params.get("max_unchanged", DEFAULT_MAX_UNCHANGED),
                      params.get("delta", DEFAULT_DELTA))
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "walk": round(ctx.fit_s, 4),
+                          "walk_cpu": round(model.walk_cpu_, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return ({"row_ctids": data.row_ctids, "row_tableoids": data.row_tableoids,
              "released": released},
@@ -308,6 +315,11 @@ def _number(value):
 
 def _array_literal(values, decimals):
     """A numeric array literal; NaN -> NULL; ``decimals`` digits (None: full float precision)."""
+    missing = np.isnan(values)
+    if decimals == 0 and not missing.any():
+        # the common case (integer columns): int64 -> str in one pass, no per-value format
+        return "{" + ",".join(map(str, np.rint(values).astype(np.int64).tolist())) + "}"
+
     def text(value):
         if math.isnan(value):
             return "NULL"

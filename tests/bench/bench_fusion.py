@@ -26,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import psycopg
 
 from plpy_anon.core import fusion
 from plpy_anon.core.errors import InsufficientData
@@ -146,6 +147,8 @@ def run(name, table, auxiliary, identifier, sensitive, attributes, attacker):
              f">= {fusion.MIN_PROTECTION_CHANGE}"],
             ["attacker R^2 at the best k", "-", f"{verdict['attacker_r2']:.3f}",
              f"< {fusion.R2_DISCLOSURE} or protection improving"],
+            ["fusion gain (median over k of P∘P′ - P∘P̂)", "-", f"{verdict['fusion_gain']:+.3f}",
+             f"< {fusion.MIN_FUSION_GAIN} or protection improving"],
         ],
     )
     slug = f"fusion-{name}-{attacker}".replace("_", "-")
@@ -186,13 +189,15 @@ def verdict_cases():
             expected = "unprotected" if driven_by == "auxiliary" else "protected"
             rows.append([driven_by, attacker, round(v["protection_from"], 3),
                          round(v["protection_to"], 3), f"{v['protection_change']:+.3f}",
-                         round(v["attacker_r2"], 3), v["verdict"], expected,
+                         round(v["attacker_r2"], 3), f"{v['fusion_gain']:+.3f}", v["verdict"],
+                         expected,
                          scan.chosen_k() if v["verdict"] == "protected" else "refused"])
     lines = [
         "### Verdict: who drives the salary (300 employees, k = 2..30, 10% known)",
         "",
         markdown_table(["salary driven by", "attacker", "P∘P̂ at k=2", "P∘P̂ at k=30",
-                        "change (best - k=2)", "attacker R²", "verdict", "target", "k (0.5/0.5)"],
+                        "change (best - k=2)", "attacker R²", "fusion gain (median P∘P′ - P∘P̂)",
+                        "verdict", "target", "k (0.5/0.5)"],
                        rows),
         "",
     ]
@@ -239,7 +244,80 @@ def in_database(employees, web):
     return lines
 
 
+# ---------------------------------------------------------------- docs/fusion.md examples
+DOC_QUERIES = [
+ "SELECT * FROM employees ORDER BY name LIMIT 3",
+ "SELECT * FROM web_facts ORDER BY name LIMIT 3",
+ """SELECT * FROM anon.fusion_scan('employees', sensitive => 'salary', identifier => 'name',
+                               auxiliary => 'web_facts', k_from => 2, k_to => 12,
+                               min_protection => 0.2, min_utility => 0.1)""",
+ """SELECT anon.fusion_resilient_view('employees', sensitive => 'salary', identifier => 'name',
+                                  auxiliary => 'web_facts', min_protection => 0.2, min_utility => 0.1,
+                                  w_protection => 0.8, w_utility => 0.2, k_to => 12)""",
+ """SELECT anon.fusion_resilient_view('employees', sensitive => 'salary', identifier => 'name',
+                                  auxiliary => 'web_facts', min_protection => 0.2, min_utility => 0.1,
+                                  w_protection => 0.8, w_utility => 0.2, k_to => 12,
+                                  accept_unprotected => true)""",
+ "SELECT * FROM release.employees_fusion_k{K} ORDER BY name LIMIT 4",
+ "SELECT k, protection, utility_normalized, h, admissible, chosen, verdict, accept_unprotected FROM anon.fusion_scan_of('release.employees_fusion_k{K}')",
+ """SELECT release_name, method, achieved_k, row_count,
+       parameters->>'auxiliary_unmatched' AS unmatched, parameters->>'attacker' AS attacker,
+       parameters->'verdict'->>'verdict' AS verdict, parameters->>'accept_unprotected' AS accepted
+FROM anon.releases""",
+ """SELECT * FROM anon.fusion_scan('employees', sensitive => 'salary', identifier => 'name',
+                               auxiliary => 'web_facts', k_to => 4, attacker => 'fuzzy',
+                               rules => '[{"if": {"title": "director"}, "then": "high"},
+                                          {"if": {"title": "assistant"}, "then": "low"},
+                                          {"if": {"holdings": "high"}, "then": "high", "weight": 0.5}]')""",
+ """SELECT anon.fusion_resilient_view('employees', sensitive => 'salary', identifier => 'name',
+                                  auxiliary => 'web_facts', min_protection => 0.5, min_utility => 0.3)""",
+ "SELECT * FROM anon.fusion_scan('employees', sensitive => 'name', identifier => 'name', auxiliary => 'web_facts')",
+ "SELECT * FROM anon.fusion_scan('employees', sensitive => 'salary', identifier => 'name', auxiliary => 'web_facts', k_to => 5000)",
+ "SELECT * FROM anon.fusion_scan('dup', sensitive => 'salary', identifier => 'name', auxiliary => 'web_facts')",
+]
+
+
+def docs_examples():
+    """Every output block of docs/fusion.md's example, from a real run: psql in a throwaway
+    cluster on ``make_enterprise(1000, 0.85, 20 strangers, random_state=0)``, floats printed
+    with 4 significant digits (``extra_float_digits = -11``)."""
+    import re
+    import subprocess
+
+    from plpy_anon.cluster import ThrowawayCluster
+
+    psql = os.path.join(os.environ["PG_BIN"], "psql")
+    employees, web = make_enterprise(n_employees=1000, web_coverage=0.85, n_strangers=20,
+                                     random_state=0)
+    blocks, chosen = [], None
+    with ThrowawayCluster() as cluster:
+        dsn = cluster.dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+            copy_frame(conn, "employees", employees,
+                       {"name": "text PRIMARY KEY", "perf_1": "int", "perf_2": "int",
+                        "perf_3": "int", "salary": "numeric(10,2)"})
+            copy_frame(conn, "web_facts", web,
+                       {"name": "text", "title": "text", "holdings": "numeric(10,4)"})
+            conn.execute("CREATE TABLE dup AS SELECT * FROM employees UNION ALL "
+                         "(SELECT * FROM employees ORDER BY name LIMIT 1)")
+        for query in DOC_QUERIES:
+            query = query.replace("{K}", str(chosen))
+            out = subprocess.run([psql, dsn, "-X", "-q", "-c", "SET extra_float_digits = -11",
+                                  "-c", query], capture_output=True, text=True, check=False)
+            text = re.sub(r"^psql:[^:\n]*:\d+: ", "", (out.stderr + out.stdout).rstrip(),
+                          flags=re.MULTILINE)
+            found = re.search(r"employees_fusion_k(\d+)", text)
+            chosen = chosen or (found and found.group(1))
+            blocks.append(f"```sql\n{query}\n```\n```\n{text}\n```\n")
+    print("\n".join(blocks))
+    return blocks
+
+
 def main():
+    if os.environ.get("FUSION_BENCH_DOCS"):
+        docs_examples()
+        return
     report = ["# FRED: fusion attack and choice of k (issue 8)", "", __doc__, ""]
     employees, web = make_enterprise(n_employees=N_ROWS, web_coverage=0.85, n_strangers=50)
     for attacker in ("regression", "fuzzy"):

@@ -232,6 +232,40 @@ def test_generalization_helps_verdict_protected_view_published(db, schema, fusio
     assert protection[k] >= max(protection.values()) - 0.05 / 0.95 * spread - 1e-9
 
 
+@pytest.mark.parametrize("driven_by, expected", [("release", "protected"),
+                                                 ("auxiliary", "unprotected")])
+def test_issue_300_rows_fuzzy_attacker_verdict(db, schema, driven_by, expected):
+    """The issue's tables (300 employees, k = 2..30, 10% known, fuzzy attacker). Release-driven:
+    the fuzzy attacker's protection is flat across k (+0.045 < 0.05) but the auxiliary data adds
+    nothing to him (fusion gain < 0.05), so that is no refusal and the view is published. The
+    auxiliary-driven table is still refused, its gain figure in the message."""
+    employees, web = make_fusion_case(driven_by, n_employees=300, random_state=0)
+    load(db, "employees", employees, {"name": "text PRIMARY KEY", "perf_1": "int",
+                                      "perf_2": "int", "perf_3": "int",
+                                      "salary": "numeric(10,2)"})
+    load(db, "web_facts", web, {"name": "text", "holdings": "float8"})
+    options = {"k_to": 30, "known_fraction": 0.1, "attacker": "fuzzy"}
+    verdicts = {r[0] for r in db.execute(
+        "SELECT DISTINCT verdict FROM anon.fusion_scan('employees', sensitive => 'salary', "
+        "identifier => 'name', auxiliary => 'web_facts', k_from => 2, k_to => 30, "
+        "known_fraction => 0.1, attacker => 'fuzzy')").fetchall()}
+    assert verdicts == {expected}
+    if expected == "unprotected":
+        with pytest.raises(psycopg.errors.DataException,
+                           match="no k protects against this auxiliary data") as info:
+            resilient_view(db, schema, **options)
+        assert info.value.sqlstate == "22000"
+        assert "of which the auxiliary data adds" in info.value.diag.message_primary
+        return
+    release = resilient_view(db, schema, **options)
+    verdict = db.execute("SELECT parameters->'verdict' FROM anon.releases "
+                         "WHERE release_schema = %s", (release_schema_of(schema),)).fetchone()[0]
+    assert verdict["verdict"] == "protected"
+    assert verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25  # the old rule
+    assert verdict["fusion_gain"] < 0.05                                         # the new one
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 300
+
+
 # ---------------------------------------------------------------------------- bad input
 
 def test_identifier_not_unique(db, schema, enterprise):

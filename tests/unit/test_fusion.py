@@ -112,8 +112,11 @@ def test_chosen_k_is_near_the_most_protective_with_weight_0_95(steps, start):
 
 
 # --------------------------------------------------------------------------- verdict
-def _verdict_table(protection):
-    return pd.DataFrame({"k": range(2, 2 + len(protection)), "protection": protection})
+def _verdict_table(protection, no_fusion=None):
+    """A scan table; ``no_fusion`` (P o P', default 1.0 = the release alone tells nothing)."""
+    no_fusion = [1.0] * len(protection) if no_fusion is None else no_fusion
+    return pd.DataFrame({"k": range(2, 2 + len(protection)), "protection": protection,
+                         "protection_no_fusion": no_fusion})
 
 
 def test_verdict_unprotected_when_protection_is_flat_and_the_attacker_strong():
@@ -143,15 +146,36 @@ def test_verdict_protected(protection):
     fusion.refuse_unprotected(verdict)
 
 
+def test_verdict_protected_when_the_auxiliary_data_adds_nothing():
+    """Flat protection and a strong attacker, but as strong without the auxiliary data (here
+    even stronger: fusion gain < 0): the release is what he learns from, k's business -- not a
+    refusal against this auxiliary data."""
+    flat = [0.52, 0.51, 0.50, 0.56, 0.52]
+    verdict = fusion.protection_verdict(_verdict_table(flat, [0.48, 0.47, 0.46, 0.53, 0.48]))
+    assert verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25
+    assert verdict["fusion_gain"] == pytest.approx(-0.04)
+    assert verdict["verdict"] == "protected"
+    fusion.refuse_unprotected(verdict)
+    # the same attacker, worse without the auxiliary data by 0.3: refused, the gain named
+    verdict = fusion.protection_verdict(_verdict_table(flat, [0.82, 0.81, 0.80, 0.86, 0.82]))
+    assert verdict["verdict"] == "unprotected"
+    with pytest.raises(InsufficientData, match=r"auxiliary data adds 0\.300"):
+        fusion.refuse_unprotected(verdict)
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.floats(0.0, 1.5), min_size=1, max_size=30))
-def test_verdict_figures_are_consistent(protection):
-    verdict = fusion.protection_verdict(_verdict_table(protection))
+@given(st.lists(st.tuples(st.floats(0.0, 1.5), st.floats(0.0, 1.5)), min_size=1, max_size=30))
+def test_verdict_figures_are_consistent(pairs):
+    protection, no_fusion = (list(v) for v in zip(*pairs))
+    verdict = fusion.protection_verdict(_verdict_table(protection, no_fusion))
     clipped = np.minimum(protection, 1.0)
     assert verdict["protection_change"] == pytest.approx(clipped.max() - clipped[0])
     assert verdict["protection_change"] >= 0
     assert verdict["attacker_r2"] == pytest.approx(1 - clipped.max())
-    expected = verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25
+    gain = np.median(np.minimum(no_fusion, 1.0) - clipped)
+    assert verdict["fusion_gain"] == pytest.approx(gain)
+    expected = (verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25
+                and gain >= 0.05)
     if len(protection) == 1:
         assert verdict["verdict"] == "not assessed"  # one k says nothing about larger ks
     else:
@@ -168,6 +192,24 @@ def test_scan_verdict_follows_what_drives_the_sensitive_value(driven_by, expecte
     assert scan.verdict["verdict"] == expected
     if driven_by == "auxiliary" and attacker == "regression":
         assert scan.verdict["attacker_r2"] > 0.8  # holdings give the salary away at every k
+
+
+@pytest.mark.parametrize("driven_by, expected", [("auxiliary", "unprotected"),
+                                                 ("release", "protected")])
+def test_issue_300_rows_fuzzy_attacker(driven_by, expected):
+    """The issue's tables at its parameters (300 employees, k = 2..30, 10% known): the fuzzy
+    attacker's protection is flat in both, so the old rule (change < 0.05, R^2 >= 0.25) refused
+    the release-driven one too (+0.045). What separates them is what the auxiliary data adds."""
+    employees, web = make_fusion_case(driven_by, n_employees=300, random_state=0)
+    scan = fusion.fusion_scan(employees, web, identifier="name", sensitive="salary", k_from=2,
+                              k_to=30, known_fraction=0.1, attacker="fuzzy")
+    verdict = scan.verdict
+    assert verdict["verdict"] == expected
+    assert verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25
+    if driven_by == "release":
+        assert verdict["fusion_gain"] < 0.05
+    else:
+        assert verdict["fusion_gain"] > 0.3
 
 
 # --------------------------------------------------------------------------- choice of k

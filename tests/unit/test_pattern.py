@@ -191,6 +191,55 @@ def test_equal_values_are_not_pinned_to_each_other(size, seed):
     assert np.all(end != values)                       # every coordinate moved
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.lists(sorted_int_segments, min_size=1, max_size=4), st.floats(0.2, 1.0),
+       st.lists(st.floats(0.5, 6.0), min_size=4, max_size=4), st.integers(1, 80),
+       st.integers(0, 2 ** 32))
+def test_locality_walker_is_the_generic_chain(segments, fraction, deltas, steps, seed):
+    """The release's fast walker (bounds read off each locality's two other values, one delta
+    per block) takes exactly the steps of the generic slack-based walker: same scan, same draws,
+    end points equal up to float rounding -- on several blocks of different sizes and deltas."""
+    from scipy import sparse
+
+    from plpy_anon.core.pattern import walk
+
+    rng = np.random.default_rng(seed)
+    parts = [np.asarray(v, dtype=float) for v in segments]
+    matrices = [constraint_matrix(sample_localities(extract_localities(v), fraction, rng), v.size)
+                for v in parts]
+    A = sparse.block_diag(matrices, format="csr")
+    if A.shape[0] == 0:
+        return
+    blocks = Blocks(np.cumsum([0] + [m.shape[0] for m in matrices[:-1]]),
+                    np.cumsum([0] + [m.shape[1] for m in matrices[:-1]]))
+    b = np.concatenate([np.full(m.shape[0], deltas[g]) for g, m in enumerate(matrices)])
+    start = np.concatenate(parts)
+    lower, upper = np.full(start.size, start.min() - 2), np.full(start.size, start.max() + 2)
+    assert walk._LocalityWalker.of(A, b, lower, upper, start.copy(), blocks) is not None
+    fast = random_walk(A, b, lower, upper, start, steps, np.random.default_rng(seed),
+                       blocks=blocks)
+    generic = walk._Walker(sparse.csc_matrix(A), b, lower, upper, start.copy(), blocks)
+    chain = np.random.default_rng(seed)
+    for step in range(steps):
+        if step % walk._RESYNC_EVERY == 0:
+            generic.resync()
+        generic.step(chain, step)
+    assert np.allclose(fast, generic.x, rtol=0, atol=1e-6 * max(1.0, np.abs(start).max()))
+    assert polytope_violation(A, b, lower, upper, fast) <= 1e-9 * max(1.0, np.abs(start).max())
+
+
+def test_locality_walker_only_takes_locality_rows_with_one_delta_per_block():
+    from plpy_anon.core.pattern import walk
+
+    A = constraint_matrix(extract_localities([0.0, 1.0, 3.0, 4.0]), 4)
+    x, low, high = np.array([0.0, 1.0, 3.0, 4.0]), np.full(4, -1.0), np.full(4, 5.0)
+    one = Blocks.single()
+    assert walk._LocalityWalker.of(A, np.full(A.shape[0], 1.0), low, high, x, one) is not None
+    varying = np.linspace(1.0, 2.0, A.shape[0])         # a delta per row: the generic walker
+    assert walk._LocalityWalker.of(A, varying, low, high, x, one) is None
+    assert walk._LocalityWalker.of(2.0 * A, np.ones(A.shape[0]), low, high, x, one) is None
+
+
 def test_walk_refuses_a_start_outside():
     A = constraint_matrix(extract_localities([0, 1, 3]), 3)
     with pytest.raises(ValueError, match="inside"):
