@@ -29,6 +29,7 @@ from plpy_anon.db.sqltext import ident, jsonb, run
 
 DEFAULT_SCHEMA = "snapshot"
 # schemas a snapshot never goes into: the extension's own and the system's
+PRIVATE_PARAMETERS = {"dropped", "grantees"}
 RESERVED_SCHEMAS = {"anon", "anon_py", "pg_catalog", "information_schema", "pg_toast", "cron"}
 
 
@@ -123,7 +124,9 @@ def metadata_of(plpy, release: dict, relation: str, columns: list[dict]) -> dict
         "release": releases.qualified_name(plpy, release),
         "relation": ident(plpy, release["release_schema"], relation),
         "method": row["method"],
-        "parameters": jsonb(row["parameters"]),
+        # the method's parameters, less the names of source columns left out of the release and
+        # of the roles it is granted to: nothing the release itself does not show
+        "parameters": {k: v for k, v in jsonb(row["parameters"]).items() if k not in PRIVATE_PARAMETERS},
         "achieved_k": row["achieved_k"],
         "row_count": row["row_count"],
         "verified": row["verified"],

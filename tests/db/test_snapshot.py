@@ -19,7 +19,7 @@ from tests.helpers import release_columns
 def pg_bin(tool: str) -> str:
     if os.environ.get("PG_BIN"):
         return str(Path(os.environ["PG_BIN"]) / tool)
-    out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=True)
+    out = subprocess.run([os.environ.get("PG_CONFIG", "pg_config"), "--bindir"], capture_output=True, text=True, check=True)
     return str(Path(out.stdout.strip()) / tool)
 
 
@@ -173,3 +173,20 @@ def test_analysts_cannot_read_a_snapshot(db, connect, pat, release_schema, snaps
         db.execute("SELECT anon.revoke_analyst(%s)", (analyst,))
         db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(analyst)))
         db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(analyst)))
+
+
+def test_a_release_of_several_relations_is_snapshotted_relation_by_relation(db, pat, release_schema, snapshot_schema):
+    rel = db.execute("SELECT anon.break_merge('pat', k => 5, l => 2, sensitive => ARRAY['dx'], "
+                     "quasi_identifiers => ARRAY['age','zip'], identifiers => ARRAY['id'], "
+                     "release_schema => %s)", (release_schema,)).fetchone()[0]
+    objects = db.execute("SELECT parameters->'objects' FROM anon.releases WHERE format('%%I.%%I', "
+                         "release_schema, release_name) = %s", (rel,)).fetchone()[0]
+    with pytest.raises(psycopg.errors.FeatureNotSupported) as info:
+        db.execute("SELECT anon.snapshot(%s, snapshot_schema => %s)", (rel, snapshot_schema))
+    assert all(o in info.value.diag.message_primary for o in objects)
+    assert "anon.snapshot(" in info.value.diag.message_hint
+    for name in objects:
+        qualified = f"{release_schema}.{name}"
+        snap = db.execute("SELECT anon.snapshot(%s, snapshot_schema => %s)", (qualified, snapshot_schema)).fetchone()[0]
+        assert rows(db, snap) == rows(db, qualified)
+        assert db.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", (snap,)).fetchone()[0] == "r"
