@@ -336,6 +336,34 @@ COMMENT ON SCHEMA anon_py IS
     'plpy_anon internals: anon_py.f implements anon.f and runs only for a role that may execute anon.f.';
 
 -------------------------------------------------------------------------------
+-- incremental/110-snapshots.sql
+-- Snapshots (anon.snapshot): a release copied into a plain table that leaves the database with
+-- pg_dump -t -- its rows and columns only, no dependency on the source or on the extension.
+-- Snapshots live in schemas of their own (default "snapshot"), never in a release schema:
+-- release schemas hold releases only, and every analyst registered with anon.grant_analyst gets
+-- USAGE on them, whereas a snapshot is read by its owner and whoever the owner grants it to.
+-- A snapshot outlives its release: anon.drop_release leaves it (and this row) in place; the row
+-- keeps the release's identity and metadata as they were when the snapshot was taken.
+CREATE TABLE anon.snapshots (
+    snapshot_id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    release_id      integer     NOT NULL,   -- anon.releases.release_id at the time (no FK: survives drop_release)
+    release         text        NOT NULL,   -- the release's schema.name at the time
+    relation        oid         NOT NULL,   -- pg_class OID of the snapshot table
+    snapshot_schema name        NOT NULL,
+    snapshot_name   name        NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    created_by      name        NOT NULL DEFAULT current_user,
+    row_count       bigint      NOT NULL,
+    metadata        jsonb       NOT NULL,
+    UNIQUE (snapshot_schema, snapshot_name)
+);
+COMMENT ON TABLE anon.snapshots IS
+    'One row per snapshot taken by anon.snapshot: which release (and relation), where the table is, its rows and the release''s metadata at the time. Snapshots survive anon.drop_release.';
+
+SELECT pg_catalog.pg_extension_config_dump('anon.snapshots', '');
+SELECT pg_catalog.pg_extension_config_dump('anon.snapshots_snapshot_id_seq', '');
+
+-------------------------------------------------------------------------------
 -- functions/010-info.py (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -3825,6 +3853,169 @@ if "plpy_anon" not in GD:
 from plpy_anon.db import fusion
 return fusion.partition(plpy, GD, release_id)
 $$;
+
+-------------------------------------------------------------------------------
+-- functions/110-snapshots.py (generated)
+-- anon.snapshot(text, text, text, boolean): generated from sql/functions/ (implementation: anon_py.snapshot)
+CREATE OR REPLACE FUNCTION anon_py.snapshot(release text, snapshot_name text, snapshot_schema text, replace boolean)
+RETURNS text
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+    plpy.error("permission denied for function anon.snapshot(text, text, text, boolean)", sqlstate="42501",
+               hint="anon_py.snapshot implements anon.snapshot(text, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.snapshot(text, text, text, boolean).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import snapshots as _module
+return _module.snapshot(plpy, release, snapshot_name=snapshot_name, snapshot_schema=snapshot_schema, replace=replace)
+$$;
+COMMENT ON FUNCTION anon_py.snapshot(text, text, text, boolean) IS 'Implementation of anon.snapshot(text, text, text, boolean); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.snapshot(
+    release text,
+    snapshot_name text DEFAULT NULL,
+    snapshot_schema text DEFAULT NULL,
+    replace boolean DEFAULT false
+)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.snapshot: argument release must not be NULL',
+            HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN anon_py.snapshot($1, $2, $3, coalesce($4, (false)::boolean));
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.snapshot(text, text, text, boolean) IS
+    'Copies a genuine release into a plain table owned by the caller and granted to nobody: exactly the release''s columns (core types only; others refused, 42804) and rows, no dependency on the source or on the extension, so pg_dump -t carries it to a server without plpy_anon. NULL snapshot_schema: the schema "snapshot" (created if missing; never a release schema); NULL snapshot_name: <relation>_<yyyymmdd>. A release of several relations (Break-Merge) is refused; name each relation (schema.relation) instead. Its COMMENT and its anon.snapshots row hold the release''s metadata (method, parameters, achieved k, when built). An existing name is refused unless replace => true and it is a snapshot. Snapshots outlive refreshes and anon.drop_release. Returns the table''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
+-- anon.release_metadata(text): generated from sql/functions/ (implementation: anon_py.release_metadata)
+CREATE OR REPLACE FUNCTION anon_py.release_metadata(release text)
+RETURNS jsonb
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]:
+    plpy.error("permission denied for function anon.release_metadata(text)", sqlstate="42501",
+               hint="anon_py.release_metadata implements anon.release_metadata(text): call that, after GRANT EXECUTE ON FUNCTION anon.release_metadata(text).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import snapshots as _module
+return _module.release_metadata(plpy, release)
+$$;
+COMMENT ON FUNCTION anon_py.release_metadata(text) IS 'Implementation of anon.release_metadata(text); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.release_metadata(
+    release text
+)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.release_metadata: argument release must not be NULL',
+            HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN anon_py.release_metadata($1);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.release_metadata(text) IS
+    'What travels with a snapshot or an export of a genuine release: release, relation, method, parameters, achieved k, row count, verified, created and refreshed at, extension version, columns, and the risk report when the catalog has one. A release of several relations is refused; name one of its relations. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/900-privileges.sql

@@ -448,6 +448,34 @@ def release_frame(ctx, release, limit):
     emit(ctx, client(ctx).release_frame(release, limit=limit or None))
 
 
+@main.command("export")
+@click.argument("release")
+@click.option("--format", "export_format", type=click.Choice(["csv", "parquet", "sql"]), default="csv",
+              show_default=True, help="csv (header), parquet (needs pyarrow) or sql (CREATE TABLE + COPY for psql).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="File to write; FILE.meta.json is written beside it.")
+@click.pass_context
+def export(ctx, release, export_format, output):
+    """Write RELEASE's rows (exactly its columns and rows) to FILE, and FILE.meta.json (method,
+    parameters, achieved k, row count, when built and exported). See docs/export.md."""
+    meta = client(ctx).export(release, output, format=export_format)
+    emit_record(ctx, {"release": meta["release"], "format": export_format, "file": output,
+                      "rows": meta["exported_rows"], "metadata": f"{output}.meta.json"})
+
+
+@main.command("snapshot")
+@click.argument("release")
+@click.option("--snapshot-name", "snapshot_name", help="Table name (default <relation>_<yyyymmdd>).")
+@click.option("--snapshot-schema", "snapshot_schema", help='Schema (default "snapshot"; never a release schema).')
+@click.option("--replace", is_flag=True, default=None, help="Replace an existing snapshot of that name.")
+@format_option
+@click.pass_context
+def snapshot(ctx, release, snapshot_name, snapshot_schema, replace):
+    """Copy RELEASE into a plain table that pg_dump -t carries to a server without plpy_anon."""
+    emit_record(ctx, {"release": release, "snapshot": client(ctx).snapshot(
+        release, snapshot_name=snapshot_name, snapshot_schema=snapshot_schema, replace=replace)})
+
+
 @main.command("drop-release")
 @click.argument("release")
 @click.option("--if-exists", "if_exists", is_flag=True, help="No error if it does not exist.")

@@ -13,9 +13,13 @@ typed exceptions of :mod:`plpy_anon.client.errors`, carrying its message, detail
 from __future__ import annotations
 
 import contextlib
+import datetime
+import importlib.util
 import io
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, Self
 
 import pandas as pd
@@ -26,6 +30,7 @@ from psycopg.types.json import Jsonb
 from plpy_anon.client import errors
 
 ProgressCallback = Callable[[str], None]
+EXPORT_FORMATS = ("csv", "parquet", "sql")
 ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
 
 
@@ -321,6 +326,82 @@ class AnonClient:
         return pd.DataFrame([flat])
 
     report = release_report
+
+    # ------------------------------------------------------------------ leaving the database
+    def snapshot(self, release: str, *, snapshot_name: str | None = None, snapshot_schema: str | None = None,
+                 replace: bool | None = None) -> str:
+        """anon.snapshot: copy RELEASE into a plain table pg_dump -t carries elsewhere; returns its name."""
+        return self.scalar("snapshot", release, snapshot_name=snapshot_name,
+                           snapshot_schema=snapshot_schema, replace=replace)
+
+    def release_metadata(self, release: str) -> dict:
+        """anon.release_metadata: method, parameters, achieved k, row count, when built, columns."""
+        return self.scalar("release_metadata", release)
+
+    def export(self, release: str, path: str | os.PathLike, format: str = "csv") -> dict:
+        """Write RELEASE's rows (exactly its columns and rows, ordered by every column) to ``path``
+        as ``csv`` (with a header), ``parquet`` (needs pyarrow) or ``sql`` (CREATE TABLE + COPY,
+        loadable by psql into a database without plpy_anon), and ``<path>.meta.json`` beside it
+        (anon.release_metadata + format, exported_rows, exported_at). Rows and metadata are read
+        in one REPEATABLE READ snapshot. Returns the metadata written."""
+        if format not in EXPORT_FORMATS:
+            raise errors.InvalidParameter(f"unknown export format {format!r}",
+                                          hint="Use one of: " + ", ".join(EXPORT_FORMATS) + ".")
+        if format == "parquet" and importlib.util.find_spec("pyarrow") is None:
+            raise errors.PrerequisiteMissing(
+                "parquet export needs pyarrow, which is not installed in this Python environment",
+                hint="pip install pyarrow, or export --format csv or sql.")
+        path = Path(path)
+        with translated(), self.connection.transaction():
+            self.connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            meta = self.connection.execute("SELECT anon.release_metadata(%s)", (release,)).fetchone()[0]
+            columns = [c["name"] for c in meta["columns"]]
+            select = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
+                sql.SQL(", ").join(sql.Identifier(c) for c in columns), sql.SQL(meta["relation"]),
+                sql.SQL(", ").join(sql.Literal(i) for i in range(1, len(columns) + 1)))
+            rows = self.connection.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                sql.SQL(meta["relation"]))).fetchone()[0]
+            if format == "csv":
+                self._copy_out(sql.SQL("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)").format(select), path, b"")
+            elif format == "sql":
+                name = self.connection.execute("SELECT (parse_ident(%s))[2]", (meta["relation"],)).fetchone()[0]
+                self._copy_out(sql.SQL("COPY ({}) TO STDOUT").format(select), path,
+                               self._sql_header(meta, name), b"\\.\nCOMMIT;\n")
+            else:
+                cursor = self.connection.execute(select)
+                frame = pd.DataFrame(cursor.fetchall(), columns=columns)
+                for c in frame.columns:     # ranges and other composite values: their text form
+                    if frame[c].map(lambda v: v is not None and not isinstance(v, (str, int, float, bool))).any():
+                        frame[c] = frame[c].map(lambda v: None if v is None else str(v))
+                frame.to_parquet(path, index=False)
+        meta.update({"format": format, "file": path.name, "exported_rows": rows,
+                     "exported_at": datetime.datetime.now(datetime.UTC).isoformat()})
+        Path(f"{path}.meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+        return meta
+
+    def _copy_out(self, statement, path: Path, header: bytes, footer: bytes = b"") -> None:
+        """COPY ... TO STDOUT into ``path`` between ``header`` and ``footer``."""
+        with open(path, "wb") as out:
+            out.write(header)
+            with self.connection.cursor().copy(statement) as copy:
+                out.writelines(copy)
+            out.write(footer)
+
+    def _sql_header(self, meta: dict, name: str) -> bytes:
+        """CREATE TABLE (core types only: anon.release_metadata refuses others) + COMMENT + COPY."""
+        table = sql.Identifier(name)
+        cols = sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c["name"]), sql.SQL(c["type"]))
+                                  for c in meta["columns"])
+        names = sql.SQL(", ").join(sql.Identifier(c["name"]) for c in meta["columns"])
+        comment = "plpy_anon export " + json.dumps(meta, sort_keys=True, default=str)
+        text = sql.SQL(
+            "-- plpy_anon export of {release}: the release's rows only; needs no extension.\n"
+            "-- Load with: psql -v ON_ERROR_STOP=1 -d DATABASE -f FILE\n"
+            "SET client_encoding = 'UTF8';\nBEGIN;\nCREATE TABLE {table} ({cols});\n"
+            "COMMENT ON TABLE {table} IS {comment};\nCOPY {table} ({names}) FROM stdin;\n").format(
+                release=sql.SQL(meta["release"].replace("\n", " ")), table=table, cols=cols,
+                comment=sql.Literal(comment), names=names)
+        return text.as_string(self.connection).encode()
 
     def _has_function(self, name: str) -> bool:
         return self._execute("SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON "

@@ -138,3 +138,20 @@ def test_refresh_all_and_its_older_spelling(cli, schema):
         rows = {r["release"]: r for r in json.loads(result.stdout)}
         assert rows[release]["status"] == "refreshed"
         assert result.exit_code == (0 if all(r["status"] == "refreshed" for r in rows.values()) else 1)
+
+
+def test_export_writes_the_release_and_its_metadata(cli, db, schema, tmp_path):
+    rel = db.execute("SELECT anon.mondrian_view('patients', k => 5, quasi_identifiers => '{age,zip}', "
+                     "sensitive => '{diagnosis}', release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
+    out = tmp_path / "patients.csv"
+    result = cli("--format", "json", "export", rel, "--format", "csv", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["rows"] == 90
+    assert out.read_text().splitlines()[0] == "age,zip,diagnosis" and len(out.read_text().splitlines()) == 91
+    meta = json.loads((tmp_path / "patients.csv.meta.json").read_text())
+    assert meta["method"] == "mondrian" and meta["achieved_k"] >= 5 and meta["exported_rows"] == 90
+    refused = cli("export", rel, "--format", "parquet", "-o", str(tmp_path / "p.parquet"))
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert refused.exit_code == 1 and "pip install pyarrow" in refused.stderr

@@ -20,6 +20,7 @@ EXTRA = {     # commands that are not one SQL function, or options that are not 
     "install": {"version", "upgrade"},                 # CREATE/ALTER EXTENSION
     "load-queries": {"log_file", "log_format", "source", "projection_share"},   # client-side reader
     "release-frame": {"release", "limit"},             # AnonClient.release_frame (a SELECT)
+    "export": {"release", "export_format", "output"},   # AnonClient.export (COPY, client-side files)
     "set-column-role": {"identifiers", "quasi_identifiers", "sensitive", "ignored"},  # one per role
 }
 
