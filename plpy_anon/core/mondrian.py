@@ -24,8 +24,9 @@ re-reads codes through a permuted row order (random memory access at 10M rows). 
 are chosen every ``order_a`` and ``layout_a`` is regrouped by one stable selection (positions
 of all left children, then of all right children), which keeps each segment sorted without
 re-sorting; finished partitions drop out. The regrouping of the attributes is independent work
-and runs on two threads when the level holds >= 200,000 rows (numpy releases the GIL; results
-are joined in attribute order, so labels do not depend on it). One stable radix argsort per
+and can run on two threads for levels of >= 200,000 rows (:class:`_Workers`; numpy releases the
+GIL; results are joined in attribute order, so labels do not depend on it) -- off by default,
+as it did not win on the loaded 2-core development machine. One stable radix argsort per
 attribute at the start is the only sort.
 
 Measured on the 2-core development machine (``tests/bench/bench_partition.py``): UCI Adult
@@ -606,11 +607,15 @@ def _distinct_in_ranges(values, order, range_starts, range_ends):
 
 
 class _Workers:
-    """Runs independent per-attribute numpy work on two threads when a level is large (numpy
-    releases the GIL in gathers and ``nonzero``); small levels run inline (thread hand-off costs
-    more than it saves). Results come back in submission order, so the output is the same."""
+    """Runs independent per-attribute numpy work on ``THREADS`` threads when a level is large
+    (numpy releases the GIL in gathers and ``nonzero``); small levels run inline (thread hand-off
+    costs more than it saves). Results come back in submission order, so the output is the same.
 
-    THREADS, MIN_ROWS = 2, 200_000
+    Off by default (``THREADS = 1``): on the shared 2-core development machine two threads did
+    not beat one at 1M rows (wall and CPU, issue 14 measurements); set ``THREADS = 2`` to measure
+    on a quiet multi-core host before turning it on."""
+
+    THREADS, MIN_ROWS = 1, 200_000
 
     def __enter__(self):
         self._pool = None

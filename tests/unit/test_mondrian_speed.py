@@ -1,4 +1,4 @@
-"""Issue 14 item 3: the faster partitioner (codes kept in layout order, two threads at large n)
+"""Issue 14 item 3: the faster partitioner (codes kept in layout order, optional threads)
 gives exactly the labels of the implementation it replaced (tests/unit/reference_mondrian.py)."""
 
 import numpy as np
@@ -32,12 +32,13 @@ def test_larger_tables_identical_to_previous_implementation_threads(seed, k):
     n = int(rng.integers(2000, 6000))
     columns = [_random_column(kind, f"q{i}", n, rng) for i, kind in enumerate(KINDS * 2)]
     sensitive = rng.integers(0, 70, n)             # > 64 values: the sort-based distinct count
-    for pool_rows in (0, mondrian._Workers.MIN_ROWS):
-        mondrian._Workers.MIN_ROWS, saved = pool_rows, mondrian._Workers.MIN_ROWS
+    saved = mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS
+    for threads, pool_rows in ((2, 0), saved):     # every level on two threads; the default
+        mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS = threads, pool_rows
         try:
             for lv, sens in ((None, None), (3, sensitive)):
                 new = Mondrian(k=k, l=lv).fit(columns, sens)
                 old = reference_mondrian.Mondrian(k=k, l=lv).fit(columns, sens)
                 np.testing.assert_array_equal(new.labels_, old.labels_)
         finally:
-            mondrian._Workers.MIN_ROWS = saved
+            mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS = saved
