@@ -376,9 +376,7 @@ class Mondrian:
     # ------------------------------------------------------------------ validation
     def _validate(self, columns, sensitive):
         _check_int(self.k, "k", 2)
-        if not isinstance(self.split, str) or self.split not in SPLITS:
-            raise InvalidParameter(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}",
-                                   hint='use split="median" (default) or split="utility"')
+        check_split(self.split)
         if self.l is not None:
             _check_int(self.l, "l", 1)
         if not columns:
@@ -673,6 +671,15 @@ def _number_by_first_row(labels):
     rank = np.empty(n_classes, dtype=np.int32)
     rank[np.argsort(first_row)] = np.arange(n_classes, dtype=np.int32)
     return rank[labels], n_classes
+
+
+def check_split(split):
+    """Raise :class:`InvalidParameter` (SQLSTATE 22023) unless ``split`` is one of
+    :data:`SPLITS`; callers validating before creating anything (the database layer) use it."""
+    if not isinstance(split, str) or split not in SPLITS:
+        raise InvalidParameter(f"split must be one of {', '.join(SPLITS)}, got {split!r}",
+                               hint="use split 'median' (the default) or 'utility'")
+    return split
 
 
 def _check_int(value, name, minimum):

@@ -43,7 +43,7 @@ import numpy as np
 
 from plpy_anon.core.encoding import numeric_offset
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
-from plpy_anon.core.mondrian import Mondrian, _segment_bound
+from plpy_anon.core.mondrian import Mondrian, _segment_bound, check_split
 from plpy_anon.core.workload import normalize_weights
 
 METRICS = ("spread", "infogain", "priority")
@@ -86,13 +86,15 @@ class PrioritizedMondrian(Mondrian):
         self.cut_tolerance = cut_tolerance
 
     def check_parameters(self, names, has_target=False):
-        """Validate priorities, metric weights and tolerance against the QI ``names`` without any
-        data (the database layer calls it before creating anything); :meth:`fit` calls it too."""
+        """Validate priorities, metric weights, tolerance and split against the QI ``names``
+        without any data (the database layer calls it before creating anything); :meth:`fit`
+        calls it too."""
         self.priorities_ = (
             None if self.priorities is None else normalize_weights(dict(self.priorities), names)
         )
         self.metric_weights_ = self._resolve_metric_weights(has_target)
         self._check_tolerance()
+        check_split(self.split)
         return self
 
     def fit(self, columns, sensitive=None, target=None):

@@ -192,6 +192,13 @@ def test_bad_split(split):
         Mondrian(k=2, split=split).fit([encode_numeric("x", np.arange(5))])
 
 
+def test_prioritized_checks_split_without_data():
+    with pytest.raises(InvalidParameter, match="split must be one of") as e:
+        PrioritizedMondrian(k=5, split="mean").check_parameters(["age"])
+    assert e.value.sqlstate == "22023"
+    assert PrioritizedMondrian(k=5, split="utility").check_parameters(["age"]).split == "utility"
+
+
 @settings(max_examples=20, deadline=None)
 @given(tables())
 def test_prioritized_without_intent_is_plain_utility(table):
