@@ -19,7 +19,8 @@ are unchanged (with no priorities, no target and no cut points it *is* plain Mon
 1 when a target is given). Attributes are tried best O_i first; attributes of spread 0 are never
 tried, as in plain Mondrian.
 
-**Cut point** (``_median_cut``). A cut point of the workload (see
+**Cut point** (``_cut``: the median cut, or with ``split="utility"`` the cut of least information
+loss, see :class:`~plpy_anon.core.mondrian.Mondrian`). A cut point of the workload (see
 :mod:`plpy_anon.querylog.priorities`: ``left = {x <= t}`` or ``left = {x < t}``) becomes a code
 boundary ``b``: ``left = {code <= b}``. Rule: on a numeric attribute, among the boundaries
 adjacent to the partition's median code (the nearest one below and the nearest one at or above,
@@ -42,7 +43,7 @@ import numpy as np
 
 from plpy_anon.core.encoding import numeric_offset
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
-from plpy_anon.core.mondrian import Mondrian, _segment_bound
+from plpy_anon.core.mondrian import Mondrian, _segment_bound, check_split
 from plpy_anon.core.workload import normalize_weights
 
 METRICS = ("spread", "infogain", "priority")
@@ -62,6 +63,11 @@ class PrioritizedMondrian(Mondrian):
         DataFrame with those columns works), or None.
     cut_tolerance : float in [0, 0.5]: how far from a balanced split a cut point may be (0.5, the
         default: any cut point k allows).
+    split : ``"median"`` (default) or ``"utility"``, as :class:`Mondrian`. With no priorities,
+        no information gain and no cut points, ``"utility"`` chooses attribute and cut by
+        information loss exactly as plain Mondrian does; otherwise the attribute ranking and the
+        cut points above stand and ``"utility"`` replaces only the median cut on the attribute
+        tried (and the cut the information gain evaluates).
 
     Attributes (after :meth:`fit`)
     -------------------------------
@@ -72,21 +78,23 @@ class PrioritizedMondrian(Mondrian):
     """
 
     def __init__(self, k=5, l=None, priorities=None, metric_weights=None, cut_points=None,
-                 cut_tolerance=0.5):
-        super().__init__(k=k, l=l)
+                 cut_tolerance=0.5, split="median"):
+        super().__init__(k=k, l=l, split=split)
         self.priorities = priorities
         self.metric_weights = metric_weights
         self.cut_points = cut_points
         self.cut_tolerance = cut_tolerance
 
     def check_parameters(self, names, has_target=False):
-        """Validate priorities, metric weights and tolerance against the QI ``names`` without any
-        data (the database layer calls it before creating anything); :meth:`fit` calls it too."""
+        """Validate priorities, metric weights, tolerance and split against the QI ``names``
+        without any data (the database layer calls it before creating anything); :meth:`fit`
+        calls it too."""
         self.priorities_ = (
             None if self.priorities is None else normalize_weights(dict(self.priorities), names)
         )
         self.metric_weights_ = self._resolve_metric_weights(has_target)
         self._check_tolerance()
+        check_split(self.split)
         return self
 
     def fit(self, columns, sensitive=None, target=None):
@@ -123,8 +131,14 @@ class PrioritizedMondrian(Mondrian):
         score = np.where(spread > 0, score, -np.inf)
         return np.argsort(-score, axis=1, kind="stable")
 
-    def _median_cut(self, level, a, parts):
-        cut = super()._median_cut(level, a, parts)
+    def _joint_utility(self):
+        # priorities, information gain and cut points are stated intent: keep their attribute
+        # ranking and cut points; split="utility" then only replaces the median cut
+        w = self.metric_weights_
+        return w["priority"] == 0 and w["infogain"] == 0 and not self.boundaries_
+
+    def _cut(self, level, a, parts):
+        cut = super()._cut(level, a, parts)
         boundaries = self.boundaries_.get(a)
         if boundaries is None or boundaries.size == 0:
             return cut
@@ -159,7 +173,7 @@ class PrioritizedMondrian(Mondrian):
             tried = np.flatnonzero(spread[:, a] > 0)
             if tried.size == 0:
                 continue
-            n_left = self._median_cut(level, a, cand[tried])
+            n_left = self._cut(level, a, cand[tried])
             # label counts by prefix sums over the attribute's layout
             onehot = np.zeros((level.orders[a].size + 1, n_labels), dtype=np.int64)
             onehot[1 + np.arange(level.orders[a].size), y[level.orders[a]]] = 1

@@ -1,12 +1,24 @@
-"""Benchmark of the Mondrian core (not a test): prints timings and utility figures.
+"""Benchmark of the Mondrian core (not a test): prints timings and utility figures beside the
+targets of issue 14.
 
-    /opt/plpy_anon/venv/bin/python tests/bench/bench_partition.py [--quick]
+    PYTHONPATH=. /opt/plpy_anon/venv/bin/python tests/bench/bench_partition.py \
+        [--quick] [--10m] [--no-utility]
 
 1. UCI Adult (the 30,162 rows without '?'; QIs age, workclass, education_num, marital_status,
-   occupation, race, sex, native_country; no hierarchies) for k in 5, 10, 25, 50, 100: encode
-   seconds, fit seconds (best of 3), NCP %, C_DM, classes; then k = 10 with distinct 2-diversity
-   on income.
-2. Synthetic 1,000,000 rows x 6 QIs at k = 10: fit seconds and tracemalloc peak (MB) of the fit.
+   occupation, race, sex, native_country; no hierarchies, categoricals as value sets) for k in
+   5, 10, 25, 50, 100: encode seconds, fit seconds (best of 3), NCP %, C_DM, classes; then
+   k = 10 with distinct 2-diversity on income; then the k = 10 fit, median of 5, of this
+   implementation and of the previous one (tests/unit/reference_mondrian.py) beside the target.
+2. Split strategies: NCP % and C_DM of split="median" and split="utility" on Adult (as above) and
+   on UCI Credit Approval (crx.data, the 653 rows without '?', the 15 attributes A1..A15 as QIs:
+   A2 A3 A8 A11 A14 A15 numeric, the others categorical) for k in 2, 5, 10, 25, 50, 100, with fit
+   seconds, and whether "utility" wins (lower NCP, C_DM not higher) at every k on both.
+3. Synthetic 1,000,000 rows x 6 QIs at k = 10: fit seconds (median of 3) of this and of the
+   previous implementation (labels compared), tracemalloc peak (MB) of the fit.
+4. With --10m: the same at 10,000,000 rows, one fit each (minutes, several GB), against the
+   target <= 12 s.
+
+Timings are wall-clock on a shared machine: read them beside the process CPU seconds printed.
 
 The data directory is ../shared/data beside the checkout unless the environment variable PLPY_ANON_DATA says
 otherwise.
@@ -26,6 +38,14 @@ from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
 from tests.bench.common import DATA
+from tests.unit import reference_mondrian
+
+TARGET_ADULT_FIT_S = 0.02        # issue 14: Adult k = 10 partitioning (0.030 s before)
+TARGET_ADULT_NCP = 4.7           # issue 14: Adult k = 10 NCP % (5.21 % before), C_DM not worse
+TARGET_10M_FIT_S = 12.0          # issue 14: 10M synthetic rows, k = 10 (24 s before)
+UTILITY_KS = (2, 5, 10, 25, 50, 100)
+CRX_NUMERIC = ["A2", "A3", "A8", "A11", "A14", "A15"]
+CRX_COLUMNS = [f"A{i}" for i in range(1, 17)]
 
 ADULT_COLUMNS = [
     "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
@@ -49,6 +69,30 @@ def encode_adult(frame):
     encoded.update({name: encode_categorical(name, frame[name].to_numpy())
                     for name in CATEGORICAL_QIS})
     return [encoded[name] for name in QI_ORDER]
+
+
+def load_crx(data_dir):
+    frame = pd.read_csv(Path(data_dir) / "credit" / "crx.data", header=None, names=CRX_COLUMNS,
+                        na_values="?", keep_default_na=False)
+    return frame.dropna().reset_index(drop=True)
+
+
+def encode_crx(frame):
+    return [encode_numeric(name, frame[name].to_numpy(dtype=float)) if name in CRX_NUMERIC
+            else encode_categorical(name, frame[name].astype(str).to_numpy(dtype=object))
+            for name in CRX_COLUMNS[:-1]]
+
+
+def timed(fn):
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def median_of(n, fn):
+    runs = [timed(fn) for _ in range(n)]
+    return (float(np.median([r[0] for r in runs])), float(np.median([r[1] for r in runs])),
+            runs[-1][2])
 
 
 def synthetic_columns(n_rows, seed=0):
@@ -94,29 +138,77 @@ def bench_adult(data_dir):
     m = release_metrics(columns, model.labels_, 10)
     print(f"k=10, l=2 (income): fit {fit_s:.4f} s, NCP {m['ncp_percent']:.2f} %, "
           f"C_DM {m['c_dm']}, classes {m['n_classes']}")
+    new_wall, new_cpu, new = median_of(5, lambda: Mondrian(k=10).fit(columns))
+    old_wall, old_cpu, old = median_of(5, lambda: reference_mondrian.Mondrian(k=10).fit(columns))
+    print(f"Adult k=10 fit, median of 5: {new_wall:.4f} s wall / {new_cpu:.4f} s CPU "
+          f"(target <= {TARGET_ADULT_FIT_S} s: {'met' if new_wall <= TARGET_ADULT_FIT_S else 'NOT met'}"
+          f"); previous implementation {old_wall:.4f} s wall / {old_cpu:.4f} s CPU; labels "
+          f"{'identical' if np.array_equal(new.labels_, old.labels_) else 'DIFFER'}")
 
 
-def bench_synthetic(n_rows):
+def bench_split_strategies(data_dir):
+    data = {"Adult": encode_adult(load_adult(data_dir)), "crx": encode_crx(load_crx(data_dir))}
+    wins = True
+    for name, columns in data.items():
+        print(f"{name}: {len(columns[0].codes)} rows, {len(columns)} QIs -- median vs utility")
+        print(f"{'k':>4} {'NCP% med':>9} {'NCP% util':>9} {'C_DM med':>10} {'C_DM util':>10} "
+              f"{'fit s med':>9} {'fit s util':>10}  utility wins")
+        for k in UTILITY_KS:
+            row = {}
+            for split in ("median", "utility"):
+                wall, _, model = timed(lambda k=k, split=split, columns=columns:
+                                       Mondrian(k=k, split=split).fit(columns))
+                m = release_metrics(columns, model.labels_, k)
+                assert m["achieved_k"] >= k
+                row[split] = (m["ncp_percent"], m["c_dm"], wall)
+            (n_m, c_m, t_m), (n_u, c_u, t_u) = row["median"], row["utility"]
+            win = n_u < n_m and c_u <= c_m
+            wins &= win
+            note = ""
+            if name == "Adult" and k == 10:
+                ok = n_u <= TARGET_ADULT_NCP and c_u <= c_m
+                note = f"  [target NCP <= {TARGET_ADULT_NCP} %, C_DM not worse: " \
+                       f"{'met' if ok else 'NOT met'}]"
+            print(f"{k:>4} {n_m:>9.2f} {n_u:>9.2f} {c_m:>10} {c_u:>10} {t_m:>9.3f} {t_u:>10.3f}"
+                  f"  {'yes' if win else 'no'}{note}")
+    print(f"utility wins on both data sets at every k: {'yes' if wins else 'no'} "
+          f"(default split: {Mondrian().split!r})")
+
+
+def bench_synthetic(n_rows, repeats=3, target=None):
     start = time.perf_counter()
     columns = synthetic_columns(n_rows)
     encode_s = time.perf_counter() - start
     data_mb = sum(c.codes.nbytes + c.labels.nbytes for c in columns) / 2**20
-    fit_s, model = best_of(3, lambda: Mondrian(k=10).fit(columns))
+    print(f"Synthetic: {n_rows} rows x {len(columns)} QIs (encoded data {data_mb:.1f} MB), "
+          f"encode {encode_s:.2f} s")
+    new_wall, new_cpu, model = median_of(repeats, lambda: Mondrian(k=10).fit(columns))
+    old_wall, old_cpu, old = median_of(repeats,
+                                       lambda: reference_mondrian.Mondrian(k=10).fit(columns))
+    same = np.array_equal(model.labels_, old.labels_)
+    del old
     tracemalloc.start()
     Mondrian(k=10).fit(columns)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     m = release_metrics(columns, model.labels_, 10)
-    print(f"Synthetic: {n_rows} rows x {len(columns)} QIs (encoded data {data_mb:.1f} MB), "
-          f"encode {encode_s:.2f} s")
-    print(f"k=10: fit {fit_s:.3f} s (best of 3), tracemalloc peak {peak / 2**20:.1f} MB, "
-          f"NCP {m['ncp_percent']:.2f} %, classes {m['n_classes']}, min |E| {m['achieved_k']}")
+    goal = "" if target is None else \
+        f" (target <= {target:.0f} s: {'met' if new_wall <= target else 'NOT met'})"
+    print(f"k=10: fit {new_wall:.3f} s wall / {new_cpu:.3f} s CPU (median of {repeats}){goal}; "
+          f"previous implementation {old_wall:.3f} s wall / {old_cpu:.3f} s CPU "
+          f"({old_wall / new_wall:.2f}x); labels {'identical' if same else 'DIFFER'}")
+    print(f"tracemalloc peak {peak / 2**20:.1f} MB, NCP {m['ncp_percent']:.2f} %, "
+          f"classes {m['n_classes']}, min |E| {m['achieved_k']}")
 
 
 def main(argv=()):
     data_dir = DATA
     bench_adult(data_dir)
+    if "--no-utility" not in argv:
+        bench_split_strategies(data_dir)
     bench_synthetic(100_000 if "--quick" in argv else 1_000_000)
+    if "--10m" in argv:
+        bench_synthetic(10_000_000, repeats=1, target=TARGET_10M_FIT_S)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ def test_k_equals_n_gives_one_class():
 
 def test_fit_returns_self_and_init_only_stores():
     model = Mondrian(k=3, l=None)
-    assert vars(model) == {"k": 3, "l": None}
+    assert vars(model) == {"k": 3, "l": None, "split": "median"}
     assert model.fit([encode_numeric("x", np.arange(6))]) is model
 
 

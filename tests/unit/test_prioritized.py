@@ -142,7 +142,7 @@ def test_bad_parameters():
 def test_init_only_stores_parameters():
     model = PrioritizedMondrian(k=3, priorities={"a": 1})
     assert vars(model) == {"k": 3, "l": None, "priorities": {"a": 1}, "metric_weights": None,
-                           "cut_points": None, "cut_tolerance": 0.5}
+                           "cut_points": None, "cut_tolerance": 0.5, "split": "median"}
 
 
 def test_parameters_are_checked_without_data():
