@@ -45,3 +45,9 @@ class DuplicateObject(AnonError):
     """A release (or other named object) of that name exists already."""
 
     sqlstate = "42710"
+
+
+class InsufficientPrivilege(AnonError):
+    """The caller may not do this to an object another role owns."""
+
+    sqlstate = "42501"

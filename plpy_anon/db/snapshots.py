@@ -19,6 +19,7 @@ import json
 from plpy_anon.core.errors import (
     AnonError,
     DuplicateObject,
+    InsufficientPrivilege,
     InvalidParameter,
     UndefinedObject,
     UnsupportedType,
@@ -165,6 +166,20 @@ def snapshot_schema_ready(plpy, schema: str) -> None:
             hint=f'Use another snapshot_schema, e.g. the default "{DEFAULT_SCHEMA}".')
     if not grants.schema_exists(plpy, schema):
         plpy.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(plpy, schema)}")
+        return
+    # A schema someone else owns is refused: its owner could drop or rename the snapshot, and
+    # (with CREATE granted to others) objects planted beside it would travel with a dump.
+    owner = run(plpy, """
+        SELECT pg_catalog.pg_get_userbyid(n.nspowner)::text AS owner,
+               n.nspowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user) AS mine
+        FROM pg_catalog.pg_namespace n WHERE n.nspname = $1""", ["text"], [schema])[0]
+    if not owner["mine"]:
+        raise InsufficientPrivilege(
+            f'schema "{schema}" is owned by role "{owner["owner"]}", not by you: snapshots go '
+            f'into a schema the caller owns',
+            detail="The owner of a schema can drop or rename the tables in it.",
+            hint='Pass snapshot_schema => a schema you own (a missing one is created for you), or '
+                 f'ALTER SCHEMA {ident(plpy, schema)} OWNER TO CURRENT_USER.')
 
 
 @sql_entry

@@ -190,3 +190,28 @@ def test_a_release_of_several_relations_is_snapshotted_relation_by_relation(db, 
         snap = db.execute("SELECT anon.snapshot(%s, snapshot_schema => %s)", (qualified, snapshot_schema)).fetchone()[0]
         assert rows(db, snap) == rows(db, qualified)
         assert db.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", (snap,)).fetchone()[0] == "r"
+
+
+def test_a_snapshot_schema_owned_by_another_role_is_refused(db, pat, release_schema, snapshot_schema):
+    """Its owner could drop or rename the snapshot: refused (42501) naming the owner and the fix;
+    the same schema once handed to the caller is accepted."""
+    rel = mondrian(db, release_schema)
+    other = f"{snapshot_schema}_owner"
+    db.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(other)))
+    db.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(snapshot_schema)))
+    try:
+        db.execute(sql.SQL("ALTER SCHEMA {} OWNER TO {}").format(
+            sql.Identifier(snapshot_schema), sql.Identifier(other)))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+            db.execute("SELECT anon.snapshot(%s, 'taken', %s)", (rel, snapshot_schema))
+        assert f'owned by role "{other}"' in info.value.diag.message_primary
+        assert "snapshot_schema" in info.value.diag.message_hint
+        assert db.execute("SELECT count(*) FROM anon.snapshots WHERE snapshot_name = 'taken'"
+                          ).fetchone()[0] == 0
+        db.execute(sql.SQL("ALTER SCHEMA {} OWNER TO CURRENT_USER").format(
+            sql.Identifier(snapshot_schema)))
+        db.execute("SELECT anon.snapshot(%s, 'taken', %s)", (rel, snapshot_schema))
+    finally:
+        db.execute(sql.SQL("ALTER SCHEMA {} OWNER TO CURRENT_USER").format(
+            sql.Identifier(snapshot_schema)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(other)))
