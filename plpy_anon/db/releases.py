@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter, UndefinedObject
-from plpy_anon.db import grants, refreshing, verify
+from plpy_anon.db import grants, refreshing, risk, verify
 from plpy_anon.db.columns import Table
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, jsonb, run
@@ -305,7 +305,7 @@ def qualified_name(plpy, release: dict) -> str:
 def record(plpy, release_id: int, run_stats: dict | None, *, built: bool = False) -> dict:
     """Check the release just built from its released rows (verify.py; raises, so the caller's
     transaction rolls back, when it breaks a promise), then write what the build produced and the
-    check's figures into the catalog row and return the row. ``built``: plpy_anon itself just
+    check's figures into the catalog row, store the risk report (risk.store) and return the row. ``built``: plpy_anon itself just
     (re)created the relations (create, build-and-swap): their definitions become the recorded
     ones; otherwise (a plain REFRESH) they must still be the recorded ones."""
     if built:
@@ -313,7 +313,7 @@ def record(plpy, release_id: int, run_stats: dict | None, *, built: bool = False
     figures = verify.check(plpy, by_id(plpy, release_id), run_stats)
     stats = run_stats or {}
     seconds = stats.get("seconds")
-    rows = run(plpy, """
+    run(plpy, """
         UPDATE anon.releases SET
             refreshed_at = pg_catalog.clock_timestamp(),
             refresh_seconds = $2,
@@ -327,7 +327,8 @@ def record(plpy, release_id: int, run_stats: dict | None, *, built: bool = False
         [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
          json.dumps(stats["metrics"]) if "metrics" in stats else None,
          json.dumps(figures) if figures is not None else None])
-    return rows[0]
+    risk.store(plpy, release_id)
+    return by_id(plpy, release_id)
 
 
 REFRESHING_KEY = "plpy_anon.refreshing"
