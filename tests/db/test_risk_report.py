@@ -58,7 +58,8 @@ def report(db, relation, **named):
 
 
 def expected(df, qis, sensitive, ordered, population=None, threshold=0.2, c=3.0):
-    """Record by record and class by class in pandas (NULL: a value of its own)."""
+    """Record by record (class sizes broadcast to rows) and, per sensitive column, from the class x
+    value crosstab in pandas (NULL: a value of its own, ordered last)."""
     df = df.astype(object).where(df.notna(), "<NULL>")
     df = df.apply(lambda col: col.map(lambda v: str(v) if isinstance(v, list) else v))
     size = df.groupby(qis)[qis[0]].transform("size")
@@ -74,27 +75,25 @@ def expected(df, qis, sensitive, ordered, population=None, threshold=0.2, c=3.0)
         out[("journalist_risk_max", None)] = (1 / big).max()
         out[("journalist_records_at_risk", None)] = (1 / big > threshold).sum()
         out[("marketer_risk", None)] = (1 / big).mean()
+    key = df[qis].apply(lambda r: repr(tuple(r)), axis=1)
     for s in sensitive:
-        # ordered: the column's values in order, NULL last
         values = sorted(v for v in df[s].unique() if v != "<NULL>")
         values += ["<NULL>"] if (df[s] == "<NULL>").any() else []
+        counts = pd.crosstab(key, df[s]).reindex(columns=values, fill_value=0).to_numpy(float)
+        p = counts / counts.sum(axis=1, keepdims=True)
         q = df[s].value_counts(normalize=True).reindex(values).to_numpy()
-        ls, hs, rs, ts = [], [], [], []
-        for _, g in df.groupby(qis):
-            counts = g[s].value_counts()
-            p = g[s].value_counts(normalize=True).reindex(values, fill_value=0).to_numpy()
-            ls.append(len(counts))
-            hs.append(-sum(x * math.log(x) for x in counts / counts.sum()))
-            r = sorted(counts, reverse=True)
-            rs.append(max([l for l in range(1, len(r) + 1) if r[0] < c * sum(r[l - 1:])], default=0))
-            if ordered[s]:
-                ts.append(np.abs(np.cumsum(p - q)).sum() / (len(values) - 1))
-            else:
-                ts.append(np.abs(p - q).sum() / 2)
-        out[("distinct_l", s)] = min(ls)
-        out[("entropy_l", s)] = math.exp(min(hs))
-        out[("recursive_cl_l", s)] = min(rs)
-        out[("t_closeness", s)] = max(ts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            entropy = -np.where(p > 0, p * np.log(p), 0).sum(axis=1)
+        r = -np.sort(-counts, axis=1)                                  # r_1 >= r_2 >= ...
+        tails = np.cumsum(r[:, ::-1], axis=1)[:, ::-1]                 # r_l + ... + r_m
+        if ordered[s]:
+            emd = np.abs(np.cumsum(p - q, axis=1)).sum(axis=1) / max(len(values) - 1, 1)
+        else:
+            emd = np.abs(p - q).sum(axis=1) / 2
+        out[("distinct_l", s)] = (counts > 0).sum(axis=1).min()
+        out[("entropy_l", s)] = math.exp(entropy.min())
+        out[("recursive_cl_l", s)] = (r[:, :1] < c * tails).sum(axis=1).min()
+        out[("t_closeness", s)] = emd.max()
     return out
 
 
@@ -161,6 +160,13 @@ def test_release_report_from_catalog_and_stored(db, schema):
     stored = db.execute("SELECT risk FROM anon.releases WHERE release_schema = %s AND "
                         "release_name = 'people_k5'", [rs]).fetchone()[0]
     assert {(r["measure"], r["column_name"]): r["value"] for r in stored} == {k: v[0] for k, v in got.items()}
+    # the query of docs/operations.md
+    doc = dict(db.execute("""
+        SELECT r->>'measure' AS measure, (r->>'value')::float8 AS value
+        FROM anon.releases, jsonb_array_elements(risk) AS r
+        WHERE release_schema = %s AND r->>'measure' IN ('smallest_class', 'prosecutor_risk_max',
+                                                        'prosecutor_records_at_risk')""", [rs]).fetchall())
+    assert doc == {m: got[(m, None)][0] for m in doc} and len(doc) == 3
     # refresh: stored again, from the new rows
     db.execute("INSERT INTO people SELECT id + 1000, age, sex, zip, 'ulcer', salary FROM people")
     db.execute("SELECT anon.refresh(%s)", [relation])
@@ -240,3 +246,23 @@ def test_runs_as_the_caller(db, schema, connect):
     finally:
         db.execute("DROP OWNED BY risk_reader")
         db.execute("DROP ROLE risk_reader")
+
+
+def test_adult_source_and_k10_release_equal_pandas(db, schema):
+    """The worked example of docs/risk.md: each figure of the source and of its k = 10 Mondrian
+    release equals pandas on the same rows."""
+    from tests.bench.bench_risk import ADULT_QIS, POPULATION, load_adult
+    from tests.bench.common import DATA
+    if not (DATA / "adult" / "adult.data").exists():
+        pytest.skip("UCI Adult not found (PLPY_ANON_DATA)")
+    load_adult(db)
+    got = report(db, "adult", quasi_identifiers=ADULT_QIS, sensitive=["income"], population=POPULATION)
+    assert_report(got, expected(read(db, "adult"), ADULT_QIS, ["income"], {"income": False},
+                                population=POPULATION))
+    rs = release_schema_of(schema)
+    release = db.execute("SELECT anon.mondrian_view('adult', k => 10, quasi_identifiers => %s, "
+                         "sensitive => ARRAY['income'], release_schema => %s)", [ADULT_QIS, rs]).fetchone()[0]
+    got = report(db, release, population=POPULATION)
+    want = expected(read(db, release), ADULT_QIS, ["income"], {"income": False}, population=POPULATION)
+    assert_report(got, want)
+    assert want[("smallest_class", None)] >= 10 and want[("records_in_classes_below_10", None)] == 0
