@@ -71,6 +71,7 @@ class Target:
                  ordered: dict[str, bool], notes: dict[str, str]):
         self.relation, self.label, self.qis, self.sensitive = relation, label, qis, sensitive
         self.ordered, self.notes = ordered, notes
+        self.skipped: dict[str, str] = {}     # sensitive column -> why its figures are NULL
 
 
 def release_target(plpy, release: dict, quasi_identifiers, sensitive) -> Target:
@@ -88,13 +89,16 @@ def release_target(plpy, release: dict, quasi_identifiers, sensitive) -> Target:
         sens = list(sensitive)
     elif spec.count_tables:
         sens = []
-        notes["sensitive"] = ("not applicable: Break-Merge publishes each sensitive column in a "
-                              "table of its own, per group (see the catalog's verification)")
     else:
         sens = list(params.get("sensitive") or [])
     name = f"{release['release_schema']}.{release['release_name']}"
     label = f"release {name} ({release['method']})"
-    return Target(spec.relation, label, qis, sens, {}, notes)
+    target = Target(spec.relation, label, qis, sens, {}, notes)
+    if sensitive is None:
+        for attr in spec.count_tables:
+            target.skipped[attr] = ("not applicable: Break-Merge publishes each sensitive column in "
+                                    "a table of its own, per group (see the catalog's verification)")
+    return target
 
 
 def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
@@ -143,8 +147,29 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
         raise InvalidParameter(f"{sorted(overlap)} given both as quasi-identifier and sensitive",
                                hint="A column is either linked on (quasi-identifier) or protected "
                                     "(sensitive), not both.")
+    if sensitive is None:      # columns from the catalog: report why, rather than refuse
+        for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
+            target.sensitive.remove(s)
+            target.skipped[s] = f"not computed: type {cols[s].display_type} has no ordering"
+    for name in target.qis + target.sensitive:
+        if not orderable(plpy, cols[name].display_type):
+            raise UnsupportedType(
+                f'column "{name}" of {target.label} has type {cols[name].display_type}, which has '
+                "no ordering: its values cannot be counted into classes",
+                hint="Report a view that casts it to text (or a type with an ordering).")
     target.ordered = {s: cols[s].category in ORDERED_CATEGORIES for s in target.sensitive}
     return target
+
+
+def orderable(plpy, display_type: str) -> bool:
+    """Whether values of the type can be grouped and ranked (a default btree ordering): json, xml,
+    point, ... cannot. ``display_type`` comes from pg_catalog.format_type (valid SQL)."""
+    try:
+        with plpy.subtransaction():
+            plpy.prepare(f"SELECT 1 ORDER BY NULL::{display_type}")
+        return True
+    except plpy.SPIError:
+        return False
 
 
 # ---------------------------------------------------------------------------- the counts
@@ -246,9 +271,9 @@ def describe_all(target, figures, tables, *, population, risk_threshold, recursi
         else:
             value = figures[measure]
             out.append(describe(measure, None, value, empty if value is None else detail))
-    if "sensitive" in target.notes:
+    for s, why in target.skipped.items():
         for measure in ("distinct_l", "entropy_l", "recursive_cl_l", "t_closeness"):
-            out.append(describe(measure, None, None, target.notes["sensitive"]))
+            out.append(describe(measure, s, None, why))
     for s in target.sensitive:
         if na:
             for measure in ("distinct_l", "entropy_l", "recursive_cl_l", "t_closeness"):
@@ -292,6 +317,9 @@ def store(plpy, release_id: int) -> list[dict] | None:
             oid = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]["oid"]
             cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(int(oid), "", ""))}
         target.sensitive = [s for s in target.sensitive if s in cols]   # e.g. fusion hides it
+        for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
+            target.sensitive.remove(s)      # a release keeps e.g. a json column as it is
+            target.skipped[s] = f"not computed: type {cols[s].display_type} has no ordering"
         target.ordered = {s: cols[s].category in ORDERED_CATEGORIES for s in target.sensitive}
         report = compute(plpy, target)
     run(plpy, "UPDATE anon.releases SET risk = $2 WHERE release_id = $1", ["int4", "jsonb"],

@@ -266,3 +266,38 @@ def test_adult_source_and_k10_release_equal_pandas(db, schema):
     want = expected(read(db, release), ADULT_QIS, ["income"], {"income": False}, population=POPULATION)
     assert_report(got, want)
     assert want[("smallest_class", None)] >= 10 and want[("records_in_classes_below_10", None)] == 0
+
+
+def test_break_merge_release_counts_its_qit(db, schema):
+    load(db)
+    rs = release_schema_of(schema)
+    release = db.execute(
+        "SELECT anon.break_merge('people', 5, sensitive => ARRAY['diagnosis'], quasi_identifiers => "
+        "ARRAY['age', 'sex'], identifiers => ARRAY['id', 'zip', 'salary'], release_name => 'people_bm', "
+        "release_schema => %s)", [rs]).fetchone()[0]
+    got = report(db, release)
+    assert_report(got, expected(read(db, f"{rs}.people_bm_qit"), ["age", "sex"], [], {}))
+    value, detail = got[("t_closeness", "diagnosis")]
+    assert value is None and detail.startswith("not applicable: Break-Merge")
+
+
+def test_unorderable_columns(db, schema):
+    """A json sensitive column: the release is still made and its report says why the column has
+    no figures; named explicitly, anon.risk_report refuses it with 42804 and the fix."""
+    db.execute("CREATE TABLE docs (id int, age int, sex text, payload json)")
+    db.execute("""INSERT INTO docs SELECT i, 20 + i % 7, CASE WHEN i % 2 = 0 THEN 'F' ELSE 'M' END,
+                  json_build_object('n', i) FROM generate_series(1, 60) i""")
+    rs = release_schema_of(schema)
+    release = db.execute("SELECT anon.mondrian_view('docs', 5, quasi_identifiers => ARRAY['age', 'sex'], "
+                         "sensitive => ARRAY['payload'], identifiers => ARRAY['id'], release_schema => %s)",
+                         [rs]).fetchone()[0]
+    stored = db.execute("SELECT risk FROM anon.releases WHERE release_schema = %s", [rs]).fetchone()[0]
+    rows = {(r["measure"], r["column_name"]): r for r in stored}
+    assert rows[("t_closeness", "payload")]["value"] is None
+    assert rows[("t_closeness", "payload")]["detail"] == "not computed: type json has no ordering"
+    assert rows[("smallest_class", None)]["value"] >= 5
+    assert report(db, release)[("entropy_l", "payload")] == (None, "not computed: type json has no ordering")
+    with pytest.raises(psycopg.Error) as info:
+        report(db, release, sensitive=["payload"])
+    assert info.value.sqlstate == "42804" and "no ordering" in str(info.value)
+    assert "casts it to text" in info.value.diag.message_hint
