@@ -364,6 +364,16 @@ SELECT pg_catalog.pg_extension_config_dump('anon.snapshots', '');
 SELECT pg_catalog.pg_extension_config_dump('anon.snapshots_snapshot_id_seq', '');
 
 -------------------------------------------------------------------------------
+-- incremental/150-risk.sql
+-- Issue 15: every release stores its risk report (anon.risk_report's rows as a JSON array of
+-- {measure, column_name, value, detail}) at creation and at every refresh (plpy_anon/db/risk.py).
+
+ALTER TABLE anon.releases ADD COLUMN risk jsonb;
+
+COMMENT ON COLUMN anon.releases.risk IS
+    'Risk report of the current release (anon.risk_report rows: measure, column_name, value, detail), written at creation and every refresh; NULL if not computed (e.g. refreshed WITH NO DATA).';
+
+-------------------------------------------------------------------------------
 -- functions/010-info.py (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -4016,6 +4026,92 @@ END
 $$;
 COMMENT ON FUNCTION anon.release_metadata(text) IS
     'What travels with a snapshot or an export of a genuine release: release, relation, method, parameters, achieved k, row count, verified, created and refreshed at, extension version, columns, and the risk report when the catalog has one. A release of several relations is refused; name one of its relations. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
+-------------------------------------------------------------------------------
+-- functions/150-risk.py (generated)
+-- anon.risk_report(regclass, text[], text[], bigint, double precision, double precision): generated from sql/functions/ (implementation: anon_py.risk_report)
+CREATE OR REPLACE FUNCTION anon_py.risk_report(relation regclass, quasi_identifiers text[], sensitive text[], population bigint, risk_threshold double precision, recursive_c double precision)
+RETURNS TABLE (measure text, column_name text, value double precision, detail text)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
+    plpy.error("permission denied for function anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)", sqlstate="42501",
+               hint="anon_py.risk_report implements anon.risk_report(regclass, text[], text[], bigint, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.risk_report(regclass, text[], text[], bigint, double precision, double precision).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import risk as _module
+return _module.risk_report(plpy, relation, quasi_identifiers=quasi_identifiers, sensitive=sensitive, population=population, risk_threshold=risk_threshold, recursive_c=recursive_c)
+$$;
+COMMENT ON FUNCTION anon_py.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS 'Implementation of anon.risk_report(regclass, text[], text[], bigint, double precision, double precision); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.risk_report(
+    relation regclass,
+    quasi_identifiers text[] DEFAULT NULL,
+    sensitive text[] DEFAULT NULL,
+    population bigint DEFAULT NULL,
+    risk_threshold double precision DEFAULT 0.2,
+    recursive_c double precision DEFAULT 3
+)
+RETURNS TABLE (measure text, column_name text, value double precision, detail text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.risk_report: argument relation must not be NULL',
+            HINT = 'Pass a value for relation (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM anon_py.risk_report($1, $2, $3, $4, coalesce($5, (0.2)::double precision), coalesce($6, (3)::double precision));
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS
+    'Risk figures of a table, partitioned table, view, materialized view or release, one a row (column_name: the sensitive column, NULL for the whole relation; value NULL where not applicable, detail says why): rows, classes, smallest_class (k), records_in_classes_below_2/5/10, prosecutor_risk_max/avg, prosecutor_records_at_risk (1/class size > risk_threshold); with population (the size of the population the relation is a sample of) journalist_risk_max, journalist_records_at_risk and marketer_risk, with population class sizes estimated as f*N/n; per sensitive column distinct_l, entropy_l, recursive_cl_l (largest l for c = recursive_c) and t_closeness (equal-distance EMD for categories, ordered EMD for numbers and dates). Classes are the GROUP BY of the quasi-identifiers (NULL a value of its own). Quasi-identifiers and sensitive columns: the arguments, else for a release those of its catalog row (its released columns), else those declared with anon.set_column_role; none is an error. Runs with the caller''s privileges. See docs/risk.md. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/900-privileges.sql

@@ -17,6 +17,7 @@ apply as usual).
 """
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import decimal
 import json
@@ -436,6 +437,32 @@ def release_status(ctx):
 def release_report(ctx, release):
     """Utility and protection figures of RELEASE (k, C_DM, NCP, ...)."""
     emit(ctx, client(ctx).release_report(release))
+
+
+@main.command("risk-report")
+@click.argument("relation")
+@click.option("--quasi-identifiers", "quasi_identifiers",
+              help="Quasi-identifiers, comma-separated (default: a release's, else the declared ones).")
+@click.option("--sensitive", help="Sensitive columns, comma-separated (default: a release's, else the declared ones).")
+@click.option("--population", type=int, default=None,
+              help="Size of the population RELATION is a sample of (journalist and marketer risk).")
+@click.option("--risk-threshold", "risk_threshold", type=float, default=None,
+              help="A record is at risk above this re-identification probability (default 0.2).")
+@click.option("--recursive-c", "recursive_c", type=float, default=None,
+              help="c of recursive (c,l)-diversity (default 3).")
+@format_option
+@click.pass_context
+def risk_report(ctx, relation, quasi_identifiers, sensitive, population, risk_threshold, recursive_c):
+    """Risk figures of RELATION (table, view, materialized view or release): k, small classes,
+    prosecutor (and with --population journalist, marketer) risk, l-diversity and t-closeness."""
+    emit(ctx, client(ctx).risk_report(relation, quasi_identifiers=split_list(quasi_identifiers),
+                                      sensitive=split_list(sensitive), population=population,
+                                      risk_threshold=risk_threshold, recursive_c=recursive_c))
+
+
+risk_alias = copy.copy(risk_report)       # plpy-anon risk RELATION: the same, not listed
+risk_alias.hidden = True
+main.add_command(risk_alias, "risk")
 
 
 @main.command("release-frame")

@@ -403,6 +403,16 @@ class AnonClient:
                 comment=sql.Literal(comment), names=names)
         return text.as_string(self.connection).encode()
 
+    def risk_report(self, relation: str, *, quasi_identifiers: list[str] | None = None,
+                    sensitive: list[str] | None = None, population: int | None = None,
+                    risk_threshold: float | None = None,
+                    recursive_c: float | None = None) -> pd.DataFrame:
+        """anon.risk_report: the risk figures of a table, view, materialized view or release, one
+        a row (measure, column_name, value, detail); see docs/risk.md."""
+        return self.frame("risk_report", relation, quasi_identifiers=quasi_identifiers,
+                          sensitive=sensitive, population=population,
+                          risk_threshold=risk_threshold, recursive_c=recursive_c)
+
     def _has_function(self, name: str) -> bool:
         return self._execute("SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON "
                              "n.oid = p.pronamespace WHERE n.nspname = 'anon' AND p.proname = %s)",

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 
 from plpy_anon.core.errors import DuplicateObject, InvalidParameter
-from plpy_anon.db import grants, verify
+from plpy_anon.db import grants, risk, verify
 from plpy_anon.db.columns import Table
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
@@ -103,15 +103,15 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
            built: bool = False) -> dict:
     """Check the release just built from its released rows (verify.py; raises, so the caller's
     transaction rolls back, when it breaks a promise), then write what the build produced and the
-    check's figures into the catalog row and return the row. ``built``: plpy_anon itself just
-    (re)created the relations (create, build-and-swap): their definitions become the recorded
-    ones; otherwise (a plain REFRESH) they must still be the recorded ones."""
+    check's figures into the catalog row, store the risk report (risk.store) and return the row.
+    ``built``: plpy_anon itself just (re)created the relations (create, build-and-swap): their
+    definitions become the recorded ones; otherwise (a plain REFRESH) they must still be the recorded ones."""
     if built:
         store_definitions(plpy, release_id)
     figures = verify.check(plpy, by_id(plpy, release_id), run_stats, method)
     stats = run_stats or {}
     seconds = stats.get("seconds")
-    rows = run(plpy, """
+    run(plpy, """
         UPDATE anon.releases SET
             refreshed_at = pg_catalog.clock_timestamp(),
             refresh_seconds = $2,
@@ -125,7 +125,8 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
          json.dumps(stats["metrics"]) if "metrics" in stats else None,
          json.dumps(figures) if figures is not None else None])
-    return rows[0]
+    risk.store(plpy, release_id)
+    return by_id(plpy, release_id)
 
 
 def drop(plpy, release: dict) -> None:

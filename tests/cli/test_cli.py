@@ -155,3 +155,21 @@ def test_export_writes_the_release_and_its_metadata(cli, db, schema, tmp_path):
         import pyarrow  # noqa: F401
     except ImportError:
         assert refused.exit_code == 1 and "pip install pyarrow" in refused.stderr
+
+
+def test_risk_report_and_its_short_name(cli, db, schema):
+    """plpy-anon risk-report prints anon.risk_report's rows; ``risk`` is the same command."""
+    want = {(m, c): v for m, c, v, _ in db.execute(
+        "SELECT * FROM anon.risk_report('patients', ARRAY['age', 'sex'], ARRAY['diagnosis'], 1000)")}
+    for command in ("risk-report", "risk"):
+        out = cli("--format", "json", command, "patients", "--quasi-identifiers", "age,sex",
+                  "--sensitive", "diagnosis", "--population", "1000")
+        assert out.exit_code == 0, out.output
+        got = {(r["measure"], r["column_name"]): r["value"] for r in json.loads(out.stdout)}
+        assert got == want and got[("rows", None)] == 90
+        assert "deprecated" not in out.stderr
+    table = cli("risk-report", "patients", "--quasi-identifiers", "age,sex")
+    assert table.exit_code == 0 and "prosecutor_risk_max" in table.stdout
+    missing = cli("risk-report", "patients")
+    assert missing.exit_code == 1 and "no quasi-identifiers" in missing.stderr
+    assert "quasi_identifiers =>" in missing.stderr

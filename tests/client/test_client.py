@@ -154,3 +154,18 @@ def test_connection_errors_are_typed():
         AnonClient("host=/nonexistent dbname=x connect_timeout=1")
     with pytest.raises(errors.InvalidParameter):
         AnonClient()
+
+
+def test_risk_report_is_a_frame_of_the_sql_rows(anon, db, schema):
+    frame = anon.risk_report("patients", quasi_identifiers=["age", "sex", "zip"], sensitive=["diagnosis"],
+                             risk_threshold=0.5)
+    assert list(frame.columns) == ["measure", "column_name", "value", "detail"]
+    sizes = pd.DataFrame(db.execute("SELECT age, sex, zip FROM patients").fetchall()).value_counts()
+    figures = frame.set_index(["measure", frame["column_name"].fillna("")])["value"]
+    assert figures[("rows", "")] == 90
+    assert figures[("classes", "")] == len(sizes)
+    assert figures[("smallest_class", "")] == sizes.min()
+    assert figures[("prosecutor_records_at_risk", "")] == sizes[1 / sizes > 0.5].sum()
+    assert figures[("distinct_l", "diagnosis")] >= 1
+    with pytest.raises(errors.UndefinedObject):
+        anon.risk_report("patients", quasi_identifiers=["nope"])

@@ -1,0 +1,128 @@
+"""Re-identification and attribute-disclosure risk of a relation, from compact counts.
+
+The database layer counts in SQL (``plpy_anon/db/risk.py``); this module only turns the counts
+into figures, so it never sees a row:
+
+* the *class-size histogram* ``sizes[i]`` (a class size) x ``classes[i]`` (how many classes have
+  it) gives rows, classes, the smallest class (k), records in small classes and the prosecutor,
+  journalist and marketer risks;
+* the *class x value table* of one sensitive column, ``(class_id, value_id, count)`` with value
+  ids ranked in the column's order (0 .. m-1), gives distinct / entropy / recursive (c,l)
+  diversity and t-closeness.
+
+Definitions (docs/risk.md has them with a worked example):
+
+* prosecutor risk of a record = 1 / |its class| (the attacker knows the target is in the data);
+  max = 1/k, average = classes / rows (El Emam & Dankar, JAMIA 2008; ARX).
+* journalist and marketer (the relation is a sample of a population of ``population`` = N
+  records): the population size of class j is estimated by scaling the sample,
+  F_j ~ f_j * N / n (uniform random sample assumed). Journalist risk of a record = 1 / F_j;
+  marketer risk = (1/n) sum_j f_j / F_j (El Emam & Dankar 2008), = classes / N under that
+  estimator. This is NOT a population-uniqueness model (Pitman, Zayatz, SNB as in ARX): a sample
+  unique may well be unique in the population, so the prosecutor figures stay the upper bound.
+* distinct l = min over classes of the number of distinct values; entropy l = exp(min over
+  classes of the entropy -sum p ln p); recursive (c,l): a class is (c,l)-diverse when
+  r_1 < c (r_l + ... + r_m) with r_1 >= r_2 >= ... its value counts -- reported as the largest l
+  for which every class is (Machanavajjhala et al. 2007).
+* t-closeness = max over classes of the Earth Mover's Distance between the class's distribution
+  p and the relation's q (Li, Li & Venkatasubramanian 2007, as in ARX): equal distance for
+  categories, EMD = 1/2 sum |p_i - q_i|; ordered distance for numbers and dates,
+  EMD = 1/(m-1) sum_i |sum_{j<=i} (p_j - q_j)| over the m distinct values in order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from plpy_anon.core.errors import InvalidParameter
+
+SMALL_CLASS_LIMITS = (2, 5, 10)
+
+
+def class_figures(sizes, classes, *, risk_threshold: float = 0.2,
+                  population: int | None = None) -> dict:
+    """Figures of the class-size histogram (``sizes`` distinct class sizes, ``classes`` how many
+    classes have each). An empty relation gives rows = classes = 0 and None elsewhere."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    classes = np.asarray(classes, dtype=np.int64)
+    rows = int((sizes * classes).sum())
+    n_classes = int(classes.sum())
+    out: dict = {"rows": rows, "classes": n_classes}
+    if population is not None and population < rows:
+        raise InvalidParameter(
+            f"population {population} is smaller than the relation's {rows} rows",
+            hint="population is the number of records in the population the relation is a "
+                 "sample of (at least its row count); omit it when the relation is the population.")
+    if rows == 0:
+        out.update(smallest_class=None, prosecutor_risk_max=None, prosecutor_risk_avg=None,
+                   prosecutor_records_at_risk=None,
+                   **{f"records_in_classes_below_{x}": None for x in SMALL_CLASS_LIMITS})
+        if population is not None:
+            out.update(journalist_risk_max=None, journalist_records_at_risk=None, marketer_risk=None)
+        return out
+    k = int(sizes[classes > 0].min())
+    out["smallest_class"] = k
+    for x in SMALL_CLASS_LIMITS:
+        out[f"records_in_classes_below_{x}"] = int((sizes * classes)[sizes < x].sum())
+    out["prosecutor_risk_max"] = 1.0 / k
+    out["prosecutor_risk_avg"] = n_classes / rows
+    out["prosecutor_records_at_risk"] = int((sizes * classes)[1.0 / sizes > risk_threshold].sum())
+    if population is not None:
+        scale = population / rows
+        estimated = sizes * scale                           # F_j ~ f_j N / n
+        out["journalist_risk_max"] = float(1.0 / (k * scale))
+        out["journalist_records_at_risk"] = int((sizes * classes)[1.0 / estimated > risk_threshold].sum())
+        out["marketer_risk"] = float((classes * sizes / estimated).sum() / rows)
+    return out
+
+
+def _class_matrix(class_ids, value_ids, counts, n_values, lo, hi):
+    m = np.zeros((hi - lo, n_values))
+    sel = (class_ids >= lo) & (class_ids < hi)
+    np.add.at(m, (class_ids[sel] - lo, value_ids[sel]), counts[sel])
+    return m
+
+
+def sensitive_figures(class_ids, value_ids, counts, *, ordered: bool, c: float = 3.0,
+                      chunk_cells: int = 4_000_000) -> dict:
+    """Diversity and t-closeness of one sensitive column from its class x value table.
+    ``class_ids`` 0..C-1 and ``value_ids`` 0..m-1 (in the column's order when ``ordered``) need
+    not be sorted; each (class, value) pair appears once with its ``count`` > 0."""
+    class_ids = np.asarray(class_ids, dtype=np.int64)
+    value_ids = np.asarray(value_ids, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.float64)
+    if len(counts) == 0:
+        return {"distinct_l": None, "entropy_l": None, "recursive_cl_l": None, "t_closeness": None}
+    n_classes = int(class_ids.max()) + 1
+    n_values = int(value_ids.max()) + 1
+    size = np.bincount(class_ids, weights=counts, minlength=n_classes)
+    distinct = np.bincount(class_ids, minlength=n_classes)
+    p = counts / size[class_ids]
+    entropy = np.bincount(class_ids, weights=-p * np.log(p), minlength=n_classes)
+    # recursive (c,l): per class, counts in decreasing order; l_j = number of l in 1..m_j with
+    # r_1 < c * (r_l + ... + r_m) (the tail sum shrinks as l grows, so the l that hold are 1..l_j)
+    order = np.lexsort((-counts, class_ids))
+    cls, r = class_ids[order], counts[order]
+    starts = np.flatnonzero(np.r_[True, cls[1:] != cls[:-1]])
+    first = np.repeat(r[starts], np.diff(np.r_[starts, len(r)]))
+    total = np.repeat(size[cls[starts]], np.diff(np.r_[starts, len(r)]))
+    before = np.cumsum(r) - r
+    tail = total - (before - np.repeat(before[starts], np.diff(np.r_[starts, len(r)])))
+    holds = first < c * tail
+    recursive = np.bincount(cls, weights=holds, minlength=n_classes)
+    # t-closeness against the relation's distribution, classes in chunks of bounded memory
+    q = np.bincount(value_ids, weights=counts, minlength=n_values)
+    q = q / q.sum()
+    step = max(1, chunk_cells // n_values)
+    t = 0.0
+    for lo in range(0, n_classes, step):
+        hi = min(n_classes, lo + step)
+        d = _class_matrix(class_ids, value_ids, counts, n_values, lo, hi)
+        d = d / d.sum(axis=1, keepdims=True) - q
+        if ordered:
+            emd = (np.abs(np.cumsum(d, axis=1)).sum(axis=1) / (n_values - 1)
+                   if n_values > 1 else np.zeros(hi - lo))
+        else:
+            emd = 0.5 * np.abs(d).sum(axis=1)
+        t = max(t, float(emd.max()))
+    return {"distinct_l": int(distinct.min()), "entropy_l": float(np.exp(entropy.min())),
+            "recursive_cl_l": int(recursive.min()), "t_closeness": t}

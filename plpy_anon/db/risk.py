@@ -1,0 +1,332 @@
+"""anon.risk_report: re-identification and attribute-disclosure risk of any relation (table,
+partitioned table, view, materialized view, foreign table, release), and the report every release
+stores in its catalog row (``anon.releases.risk``) at creation and refresh.
+
+The counting is SQL, so it scales with the relation: one ``GROUP BY`` over the quasi-identifiers
+gives the class-size histogram (size, number of classes: a few hundred rows whatever the table
+size); per sensitive column one ``GROUP BY`` quasi-identifiers, value gives the class x value
+table (class and value as dense ranks), whose formulas (entropy, recursive (c,l), EMD) are numpy
+(``plpy_anon/core/risk.py``). NULL is a value of its own, in a quasi-identifier (rows with NULL
+there form their own class, as GROUP BY groups them) and in a sensitive column (ordered last for
+the ordered EMD).
+
+Runs as the caller (SECURITY INVOKER): a role that may not read the relation gets 42501 from
+PostgreSQL itself.
+
+The result is long, one figure a row: ``(measure, column_name, value, detail)``; column_name is
+NULL for figures of the whole relation, the sensitive column otherwise; value is NULL where a
+figure is not applicable or not defined, and detail says why.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from plpy_anon.core import risk as core
+from plpy_anon.core.errors import AnonError, InvalidParameter, UnsupportedType
+from plpy_anon.db import columns
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.sqltext import ident, jsonb, run
+
+WORK_MEM = "256MB"
+ORDERED_CATEGORIES = {"N", "D"}       # numbers, dates and times: ordered EMD; the rest: equal distance
+READABLE_RELKINDS = {"r": "table", "p": "partitioned table", "v": "view", "m": "materialized view",
+                     "f": "foreign table"}
+
+
+class UndefinedColumn(AnonError):
+    sqlstate = "42703"
+
+
+RELATION_QUERY = """
+SELECT c.oid::int8 AS oid, n.nspname::text AS schema, c.relname::text AS name, c.relkind::text AS relkind
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = $1::pg_catalog.regclass
+"""
+
+RELEASE_QUERY = """
+SELECT r.* FROM anon.releases r
+JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema AND n.oid = r.schema_oid
+WHERE r.release_schema = $1 AND r.release_name = $2
+"""
+
+CAN_READ_CATALOG = """
+SELECT pg_catalog.has_table_privilege('anon.releases', 'SELECT')
+   AND pg_catalog.has_table_privilege('anon.column_roles', 'SELECT') AS ok
+"""
+
+
+def describe(measure, column, value, detail=None):
+    return {"measure": measure, "column_name": column,
+            "value": None if value is None else float(value), "detail": detail}
+
+
+# ---------------------------------------------------------------------------- what to count
+
+class Target:
+    """The relation to count and its quasi-identifier / sensitive columns."""
+
+    def __init__(self, relation: str, label: str, qis: list[str], sensitive: list[str],
+                 ordered: dict[str, bool], notes: dict[str, str]):
+        self.relation, self.label, self.qis, self.sensitive = relation, label, qis, sensitive
+        self.ordered, self.notes = ordered, notes
+        self.skipped: dict[str, str] = {}     # sensitive column -> why its figures are NULL
+
+
+def release_target(plpy, release: dict, quasi_identifiers, sensitive) -> Target:
+    """A release's released relation, its QIs (the released, generalized columns an analyst links
+    on: verify.py's class key) and sensitive columns from the catalog, unless given."""
+    from plpy_anon.db import verify
+    from plpy_anon.db.methods import REGISTRY
+    method = REGISTRY.get(release["method"])
+    spec = (verify.spec_for(plpy, release, None, method) if method is not None
+            else verify.default_spec(plpy, release, None))
+    params = jsonb(release["parameters"])
+    notes = {}
+    qis = list(quasi_identifiers) if quasi_identifiers is not None else list(spec.class_key)
+    if not qis:
+        notes["classes"] = (f"not applicable: a {release['method']} release has no classes "
+                            "(it perturbs values instead of generalizing them)")
+    if sensitive is not None:
+        sens = list(sensitive)
+    elif spec.count_tables:
+        sens = []
+    else:
+        sens = list(params.get("sensitive") or [])
+    name = f"{release['release_schema']}.{release['release_name']}"
+    label = f"release {name} ({release['method']})"
+    target = Target(spec.relation, label, qis, sens, {}, notes)
+    if sensitive is None:
+        for attr in spec.count_tables:
+            target.skipped[attr] = ("not applicable: Break-Merge publishes each sensitive column in "
+                                    "a table of its own, per group (see the catalog's verification)")
+    return target
+
+
+def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
+    rel = run(plpy, RELATION_QUERY, ["text"], [relation])[0]
+    if rel["relkind"] not in READABLE_RELKINDS:
+        raise UnsupportedType(
+            f"{rel['schema']}.{rel['name']} is {columns.RELKIND_NAMES.get(rel['relkind'], 'not a relation with rows')}",
+            hint="Pass a table, partitioned table, view, materialized view or release.")
+    for arg, values in (("quasi_identifiers", quasi_identifiers), ("sensitive", sensitive)):
+        if values is not None and any(v is None for v in values):
+            raise InvalidParameter(f"{arg} must not contain NULL", hint=f"List column names in {arg}.")
+    catalog = bool(run(plpy, CAN_READ_CATALOG)[0]["ok"])
+    release = run(plpy, RELEASE_QUERY, ["text", "text"], [rel["schema"], rel["name"]]) if catalog else []
+    if release:
+        target = release_target(plpy, release[0], quasi_identifiers, sensitive)
+        if target.relation != ident(plpy, rel["schema"], rel["name"]):
+            target_rel = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]
+            oid = int(target_rel["oid"])
+        else:
+            oid = int(rel["oid"])
+    else:
+        declared = {}
+        if catalog:
+            declared = columns.declared_roles(plpy, columns.Table(int(rel["oid"]), rel["schema"], rel["name"]))
+        qis = (list(quasi_identifiers) if quasi_identifiers is not None
+               else [c for c, r in declared.items() if r == "quasi_identifier"])
+        sens = (list(sensitive) if sensitive is not None
+                else [c for c, r in declared.items() if r == "sensitive"])
+        if not qis:
+            raise InvalidParameter(
+                f"no quasi-identifiers for {rel['schema']}.{rel['name']}",
+                hint="Pass quasi_identifiers => ARRAY['col', ...], or declare them with "
+                     "anon.set_column_role(relation, column, 'quasi_identifier').")
+        target = Target(ident(plpy, rel["schema"], rel["name"]),
+                        f"{READABLE_RELKINDS[rel['relkind']]} {rel['schema']}.{rel['name']}",
+                        qis, sens, {}, {})
+        oid = int(rel["oid"])
+    cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
+    for name in target.qis + target.sensitive:
+        if name not in cols:
+            raise UndefinedColumn(
+                f'column "{name}" does not exist in {target.label}',
+                hint=f"Columns are: {', '.join(cols)}. Names are case-sensitive as stored.")
+    overlap = set(target.qis) & set(target.sensitive)
+    if overlap:
+        raise InvalidParameter(f"{sorted(overlap)} given both as quasi-identifier and sensitive",
+                               hint="A column is either linked on (quasi-identifier) or protected "
+                                    "(sensitive), not both.")
+    if sensitive is None:      # columns from the catalog: report why, rather than refuse
+        for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
+            target.sensitive.remove(s)
+            target.skipped[s] = f"not computed: type {cols[s].display_type} has no ordering"
+    for name in target.qis + target.sensitive:
+        if not orderable(plpy, cols[name].display_type):
+            raise UnsupportedType(
+                f'column "{name}" of {target.label} has type {cols[name].display_type}, which has '
+                "no ordering: its values cannot be counted into classes",
+                hint="Report a view that casts it to text (or a type with an ordering).")
+    target.ordered = {s: cols[s].category in ORDERED_CATEGORIES for s in target.sensitive}
+    return target
+
+
+def orderable(plpy, display_type: str) -> bool:
+    """Whether values of the type can be grouped and ranked (a default btree ordering): json, xml,
+    point, ... cannot. ``display_type`` comes from pg_catalog.format_type (valid SQL)."""
+    try:
+        with plpy.subtransaction():
+            plpy.prepare(f"SELECT 1 ORDER BY NULL::{display_type}")
+        return True
+    except plpy.SPIError:
+        return False
+
+
+# ---------------------------------------------------------------------------- the counts
+
+def histogram_query(plpy, target: Target) -> str:
+    key = ", ".join(ident(plpy, q) for q in target.qis)
+    return (f"SELECT n::int8 AS size, count(*)::int8 AS classes\n"
+            f"FROM (SELECT count(*) AS n FROM {target.relation} GROUP BY {key}) AS c GROUP BY n")
+
+
+def class_value_query(plpy, target: Target, column: str) -> str:
+    keys = [f"k{i}" for i in range(len(target.qis))]
+    selected = ", ".join(f"{ident(plpy, q)} AS {k}" for q, k in zip(target.qis, keys))
+    group = ", ".join(ident(plpy, q) for q in target.qis)
+    sa = ident(plpy, column)
+    return (
+        f"SELECT array_agg(cid)::text AS cids, array_agg(vid)::text AS vids, array_agg(n)::text AS ns\n"
+        f"FROM (SELECT dense_rank() OVER (ORDER BY {', '.join(keys)}) - 1 AS cid,\n"
+        f"             dense_rank() OVER (ORDER BY v NULLS LAST) - 1 AS vid, n\n"
+        f"      FROM (SELECT {selected}, {sa} AS v, count(*) AS n FROM {target.relation}\n"
+        f"            GROUP BY {group}, {sa}) AS cv) AS r")
+
+
+def int_array(text: str | None) -> np.ndarray:
+    if not text or text == "{}":
+        return np.zeros(0, dtype=np.int64)
+    return np.array(text.strip("{}").split(","), dtype=np.int64)
+
+
+def count_rows(plpy, relation: str) -> int:
+    return int(plpy.execute(f"SELECT count(*)::int8 AS n FROM {relation}")[0]["n"])
+
+
+# ---------------------------------------------------------------------------- the report
+
+def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recursive_c=3.0) -> list[dict]:
+    if not 0 < risk_threshold <= 1:
+        raise InvalidParameter(f"risk_threshold {risk_threshold:g} is not in (0, 1]",
+                               hint="A record is at risk when its re-identification probability "
+                                    "exceeds risk_threshold, e.g. 0.2 (classes below 5 rows).")
+    if population is not None and population <= 0:
+        raise InvalidParameter(f"population {population} is not positive",
+                               hint="Pass the number of records in the population, or omit it.")
+    if not recursive_c > 0:
+        raise InvalidParameter(f"recursive_c {recursive_c:g} is not positive",
+                               hint="Recursive (c,l)-diversity needs c > 0, e.g. 3.")
+    old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w")[0]["w"]
+    run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [WORK_MEM])
+    try:
+        if target.qis:
+            hist = plpy.execute(histogram_query(plpy, target))
+            figures = core.class_figures([r["size"] for r in hist], [r["classes"] for r in hist],
+                                         risk_threshold=risk_threshold, population=population)
+            tables = {s: plpy.execute(class_value_query(plpy, target, s))[0] for s in target.sensitive}
+        else:
+            figures = {"rows": count_rows(plpy, target.relation)}
+            tables = {}
+    finally:
+        run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [old])
+    return describe_all(target, figures, tables, population=population,
+                        risk_threshold=risk_threshold, recursive_c=recursive_c)
+
+
+def describe_all(target, figures, tables, *, population, risk_threshold, recursive_c) -> list[dict]:
+    rows = figures["rows"]
+    empty = "not defined: the relation has no rows" if rows == 0 else None
+    na = target.notes.get("classes")
+    qis = ", ".join(target.qis)
+    out = [describe("rows", None, rows, target.label)]
+    class_measures = [
+        ("classes", f"equivalence classes over ({qis}); NULL is a value of its own"),
+        ("smallest_class", "k: rows in the smallest class"),
+        *[(f"records_in_classes_below_{x}", f"records in classes of fewer than {x} rows")
+          for x in core.SMALL_CLASS_LIMITS],
+        ("prosecutor_risk_max", "1 / smallest class"),
+        ("prosecutor_risk_avg", "mean over records of 1 / class size = classes / rows"),
+        ("prosecutor_records_at_risk", f"records whose prosecutor risk 1 / class size exceeds {risk_threshold:g}"),
+    ]
+    estimator = (f"population N = {population}; population class size estimated as "
+                 f"F_j = f_j * N / n (uniform random sample, El Emam & Dankar 2008); "
+                 f"not a population-uniqueness model: the prosecutor figure is the upper bound")
+    pop_measures = [
+        ("journalist_risk_max", "max over classes of 1 / F_j; " + estimator),
+        ("journalist_records_at_risk", f"records with 1 / F_j above {risk_threshold:g}; " + estimator),
+        ("marketer_risk", "(1/n) sum_j f_j / F_j = classes / N; " + estimator),
+    ]
+    for measure, detail in class_measures:
+        if na:
+            out.append(describe(measure, None, None, na))
+        else:
+            value = figures[measure]
+            out.append(describe(measure, None, value, empty if value is None and measure != "classes" else detail))
+    for measure, detail in pop_measures:
+        if population is None:
+            out.append(describe(measure, None, None, "not computed: pass population (the size of the "
+                                                     "population the relation is a sample of)"))
+        elif na:
+            out.append(describe(measure, None, None, na))
+        else:
+            value = figures[measure]
+            out.append(describe(measure, None, value, empty if value is None else detail))
+    for s, why in target.skipped.items():
+        for measure in ("distinct_l", "entropy_l", "recursive_cl_l", "t_closeness"):
+            out.append(describe(measure, s, None, why))
+    for s in target.sensitive:
+        if na:
+            for measure in ("distinct_l", "entropy_l", "recursive_cl_l", "t_closeness"):
+                out.append(describe(measure, s, None, na))
+            continue
+        t = tables[s]
+        sf = core.sensitive_figures(int_array(t["cids"]), int_array(t["vids"]), int_array(t["ns"]),
+                                    ordered=target.ordered[s], c=recursive_c)
+        emd = ("ordered EMD over the column's distinct values in order (NULL last)"
+               if target.ordered[s] else "equal-distance EMD")
+        details = {
+            "distinct_l": "min over classes of distinct values (NULL counts as one)",
+            "entropy_l": "exp(min over classes of -sum p ln p)",
+            "recursive_cl_l": f"largest l with r_1 < c (r_l + ... + r_m) in every class, c = {recursive_c:g}",
+            "t_closeness": f"max over classes of the {emd} to the relation's distribution",
+        }
+        for measure, detail in details.items():
+            out.append(describe(measure, s, sf[measure], empty if sf[measure] is None else detail))
+    return out
+
+
+@sql_entry
+def risk_report(plpy, relation: str, quasi_identifiers=None, sensitive=None, population=None,
+                risk_threshold=0.2, recursive_c=3.0) -> list[dict]:
+    target = resolve(plpy, relation, quasi_identifiers, sensitive)
+    return compute(plpy, target, population=population, risk_threshold=risk_threshold,
+                   recursive_c=recursive_c)
+
+
+def store(plpy, release_id: int) -> list[dict] | None:
+    """The risk report of a release just built, written to anon.releases.risk (called by
+    ``publish.record`` at creation and every refresh). None, and NULL stored, when there is
+    nothing to read (a view refreshed WITH NO DATA or a method plpy_anon does not know)."""
+    from plpy_anon.db import verify
+    from plpy_anon.db.methods import REGISTRY
+    from plpy_anon.db.release_rows import by_id
+    release = by_id(plpy, release_id)
+    report = None
+    if release["method"] in REGISTRY and verify.is_populated(plpy, release):
+        target = release_target(plpy, release, None, None)
+        cols = {}
+        if target.sensitive:
+            oid = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]["oid"]
+            cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(int(oid), "", ""))}
+        target.sensitive = [s for s in target.sensitive if s in cols]   # e.g. fusion hides it
+        for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
+            target.sensitive.remove(s)      # a release keeps e.g. a json column as it is
+            target.skipped[s] = f"not computed: type {cols[s].display_type} has no ordering"
+        target.ordered = {s: cols[s].category in ORDERED_CATEGORIES for s in target.sensitive}
+        report = compute(plpy, target)
+    run(plpy, "UPDATE anon.releases SET risk = $2 WHERE release_id = $1", ["int4", "jsonb"],
+        [release_id, json.dumps(report) if report is not None else None])
+    return report

@@ -1,0 +1,102 @@
+"""The risk formulas (plpy_anon/core/risk.py) against brute force in pandas, record by record and
+class by class, on random relations (hypothesis)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core import risk
+from plpy_anon.core.errors import InvalidParameter
+
+frames = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 4)),
+                  min_size=1, max_size=60).map(lambda rows: pd.DataFrame(rows, columns=["a", "b", "s"]))
+
+
+def histogram(df):
+    sizes = df.groupby(["a", "b"]).size()
+    h = sizes.value_counts()
+    return h.index.to_numpy(), h.to_numpy()
+
+
+def class_value(df):
+    cv = df.groupby(["a", "b", "s"]).size().reset_index(name="n")
+    cid = cv.groupby(["a", "b"]).ngroup().to_numpy()
+    vid = cv["s"].rank(method="dense").astype(int).to_numpy() - 1
+    return cid, vid, cv["n"].to_numpy()
+
+
+@settings(max_examples=150, deadline=None)
+@given(frames, st.sampled_from([0.05, 0.2, 0.5, 1.0]), st.integers(0, 500))
+def test_class_figures_match_record_by_record(df, threshold, extra):
+    size = df.groupby(["a", "b"])["a"].transform("size")         # each record's class size
+    population = len(df) + extra
+    f = risk.class_figures(*histogram(df), risk_threshold=threshold, population=population)
+    assert f["rows"] == len(df)
+    assert f["classes"] == df.groupby(["a", "b"]).ngroups
+    assert f["smallest_class"] == size.min()
+    for x in (2, 5, 10):
+        assert f[f"records_in_classes_below_{x}"] == (size < x).sum()
+    assert f["prosecutor_risk_max"] == pytest.approx((1 / size).max())
+    assert f["prosecutor_risk_avg"] == pytest.approx((1 / size).mean())
+    assert f["prosecutor_records_at_risk"] == (1 / size > threshold).sum()
+    big_f = size * population / len(df)
+    assert f["journalist_risk_max"] == pytest.approx((1 / big_f).max())
+    assert f["journalist_records_at_risk"] == (1 / big_f > threshold).sum()
+    assert f["marketer_risk"] == pytest.approx((1 / big_f).mean())
+    # never above the prosecutor's: the population holds at least the sample
+    assert f["journalist_risk_max"] <= f["prosecutor_risk_max"] + 1e-12
+
+
+def brute_sensitive(df, ordered, c):
+    values = sorted(df["s"].unique())
+    q = df["s"].value_counts(normalize=True).reindex(values, fill_value=0).to_numpy()
+    distinct, entropies, recursive, emds = [], [], [], []
+    for _, g in df.groupby(["a", "b"]):
+        counts = g["s"].value_counts()
+        distinct.append(len(counts))
+        p = counts / counts.sum()
+        entropies.append(-(p * np.log(p)).sum())
+        r = sorted(counts.tolist(), reverse=True)
+        recursive.append(max([l for l in range(1, len(r) + 1) if r[0] < c * sum(r[l - 1:])], default=0))
+        pv = g["s"].value_counts(normalize=True).reindex(values, fill_value=0).to_numpy()
+        if ordered:
+            m = len(values)
+            emds.append(0 if m == 1 else sum(abs(sum(pv[j] - q[j] for j in range(i + 1)))
+                                             for i in range(m)) / (m - 1))
+        else:
+            emds.append(0.5 * sum(abs(pv - q)))
+    return {"distinct_l": min(distinct), "entropy_l": math.exp(min(entropies)),
+            "recursive_cl_l": min(recursive), "t_closeness": max(emds)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(frames, st.booleans(), st.sampled_from([0.5, 1.0, 1.5, 3.0]), st.sampled_from([1, 3, 1000]))
+def test_sensitive_figures_match_brute_force(df, ordered, c, chunk):
+    got = risk.sensitive_figures(*class_value(df), ordered=ordered, c=c, chunk_cells=chunk)
+    want = brute_sensitive(df, ordered, c)
+    assert got["distinct_l"] == want["distinct_l"]
+    assert got["entropy_l"] == pytest.approx(want["entropy_l"])
+    assert got["recursive_cl_l"] == want["recursive_cl_l"]
+    assert got["t_closeness"] == pytest.approx(want["t_closeness"], abs=1e-12)
+
+
+def test_textbook_values():
+    # one class with the whole distribution: t = 0; two classes splitting a binary SA: t = 1/2
+    df = pd.DataFrame({"a": [0, 0, 1, 1], "b": 0, "s": [0, 0, 1, 1]})
+    f = risk.sensitive_figures(*class_value(df), ordered=False)
+    assert f == {"distinct_l": 1, "entropy_l": 1.0, "recursive_cl_l": 1, "t_closeness": 0.5}
+    # ordered: {0} vs uniform over 0,1,2 -> (|1-1/3| + |1-2/3| + 0) / 2 = 1/2
+    df = pd.DataFrame({"a": [0, 1, 1, 1, 1, 1], "b": 0, "s": [0, 1, 1, 2, 2, 0]})
+    assert risk.sensitive_figures(*class_value(df), ordered=True)["t_closeness"] == pytest.approx(0.5)
+
+
+def test_empty_and_bad_population():
+    f = risk.class_figures([], [], population=10)
+    assert f["rows"] == 0 and f["classes"] == 0 and f["smallest_class"] is None
+    with pytest.raises(InvalidParameter, match="population 3 is smaller"):
+        risk.class_figures([2], [2], population=3)
