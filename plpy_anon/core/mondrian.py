@@ -7,8 +7,9 @@ Rules (the reference implementation in ``tests/unit/test_mondrian.py`` follows t
    column position (:meth:`Mondrian._attribute_order`); attributes of spread 0 are never tried.
 2. On an attribute, with the partition's codes sorted and ``v`` the code at position
    ``size // 2``, the candidate cuts are ``left = {code < v}`` and ``left = {code <= v}``. A cut is
-   allowable when both sides keep ``>= k`` rows (and, with ``l``, ``>= l`` distinct values in
-   every sensitive column). The more balanced allowable cut wins (``|2 * n_left - size|``
+   allowable when both sides keep ``>= k`` rows and satisfy every privacy model asked (distinct,
+   entropy or recursive (c,l) l-diversity, t-closeness; :mod:`plpy_anon.core.privacy_models`) in
+   every sensitive column. The more balanced allowable cut wins (``|2 * n_left - size|``
    smallest, ties to ``< v``). No allowable cut -> the next attribute in the ranking.
 3. A partition with no allowable cut on any attribute is an equivalence class.
 
@@ -42,12 +43,14 @@ import numpy as np
 from plpy_anon.core.encoding import EncodedColumn
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import SpreadMeasure
+from plpy_anon.core.privacy_models import Models, check_models
 
 _LEFT, _RIGHT, _DONE = 0, 1, 2
 
 #: Split strategies of the Mondrian family (``split=`` of :class:`Mondrian` and subclasses).
 SPLITS = ("median", "utility")
 _L_ROUNDS = 8          # utility split with l: best cuts checked for l in turn, then the median cut
+_HIST_CELLS = 1 << 22  # histogram models: count-matrix cells per chunk of candidate cuts
 
 
 class Mondrian:
@@ -57,8 +60,20 @@ class Mondrian:
     ----------
     k : int, >= 2
         Minimum equivalence-class size.
-    l : int or None
-        Distinct l-diversity: every class holds ``>= l`` distinct values in each sensitive column.
+    l : number or None
+        l-diversity of kind ``l_diversity`` in each sensitive column (None or 1: none).
+    l_diversity : ``"distinct"`` (default), ``"entropy"`` or ``"recursive"``
+        Distinct: ``>= l`` distinct values per class (``l`` an integer). Entropy: the class's SA
+        entropy ``>= ln(l)`` (natural log; ``l`` may be fractional, e.g. 1.5). Recursive (c,l):
+        with the class's SA counts sorted ``r_1 >= r_2 >= ...``, ``r_1 < c (r_l + r_{l+1} + ...)``.
+    c : number > 0, for ``l_diversity="recursive"`` only (required there).
+    t : number in (0, 1] or None
+        t-closeness: the Earth Mover's Distance between each class's SA distribution and the
+        whole table's is ``<= t`` (equal ground distance for categorical SAs, ordered distance
+        for SAs marked ordered in :meth:`fit`). Definitions: :mod:`plpy_anon.core.privacy_models`.
+        The whole table must satisfy every model asked (else :class:`InvalidParameter`, naming
+        the figure); every cut is then allowable only if both sides satisfy every model, so
+        every class does.
     split : ``"median"`` (default) or ``"utility"``
         How a partition is cut (see :data:`SPLITS`). ``"median"``: the rules above (LeFevre et
         al.). ``"utility"``: attribute and cut chosen by the information loss they cause (Xu et
@@ -76,18 +91,30 @@ class Mondrian:
     n_classes_ : int
     """
 
-    def __init__(self, k=5, l=None, split="median"):
+    def __init__(self, k=5, l=None, l_diversity="distinct", c=None, t=None, split="median"):
         self.k = k
         self.l = l
+        self.l_diversity = l_diversity
+        self.c = c
+        self.t = t
         self.split = split
 
     # ------------------------------------------------------------------ public
-    def fit(self, columns, sensitive=None):
-        """Partition the rows described by ``columns`` (list of :class:`EncodedColumn`)."""
+    def fit(self, columns, sensitive=None, sensitive_ordered=False, sensitive_names=None):
+        """Partition the rows described by ``columns`` (list of :class:`EncodedColumn`).
+
+        ``sensitive``: integer codes, shape ``(n,)`` or ``(n, s)``, needed with ``l`` or ``t``.
+        ``sensitive_ordered``: bool, or one per sensitive column: its codes are in value order
+        (a numeric SA), so t-closeness uses the ordered-distance EMD. ``sensitive_names``: names
+        used in refusals (default ``sensitive column j``)."""
         n_rows = self._validate(columns, sensitive)
         self._k = int(self.k)
         self._split = self.split
-        self._l = None if self.l is None or int(self.l) <= 1 else int(self.l)
+        asked_l = self.l is not None and self.l > 1
+        self._l = int(self.l) if asked_l and self.l_diversity == "distinct" else None
+        self._models = self._table_models(sensitive, sensitive_ordered, sensitive_names) \
+            if (asked_l and self.l_diversity != "distinct") or self.t is not None else None
+        self._constrained = self._l is not None or self._models is not None
         self._measures = [SpreadMeasure(c) for c in columns]
         self._codes = [_narrow(c.codes, c.n_codes) for c in columns]
         self._sensitive = _dense_sensitive(sensitive) if self._l else None
@@ -97,7 +124,7 @@ class Mondrian:
             labels = self._partition(n_rows)
         finally:
             # row-sized working state must not outlive fit (the estimator may be kept around)
-            del self._codes, self._sensitive, self._measures, self._columns_width
+            del self._codes, self._sensitive, self._measures, self._columns_width, self._models
         self.labels_, self.n_classes_ = _number_by_first_row(labels)
         return self
 
@@ -221,7 +248,7 @@ class Mondrian:
         order = np.lexsort((cand_gap, cand_score, owner))
         owner, cand_left, cand_score = owner[order], cand_left[order], cand_score[order]
         head = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])   # best per partition
-        if self._l is None:
+        if not self._constrained:
             n_left[owner[head]], score[owner[head]] = cand_left[head], cand_score[head]
             return self._median_fallback(level, a, parts, n_left, score)
         count = np.diff(np.r_[head, owner.size])
@@ -242,7 +269,7 @@ class Mondrian:
         ``l`` there is none: the median rule finds a cut keeping k on both sides exactly when
         some code boundary does (the boundaries next to the median are the most balanced)."""
         rest = np.flatnonzero(n_left == 0)
-        if rest.size and self._l is not None:
+        if rest.size and self._constrained:
             cut = self._median_cut(level, a, parts[rest])
             found = cut > 0
             n_left[rest[found]] = cut[found]
@@ -302,12 +329,16 @@ class Mondrian:
         return np.where(ok_lt & (lt_balanced | ~ok_le), n_lt, np.where(ok_le, n_le, 0))
 
     def _allowable(self, level, a, starts, sizes, n_left):
-        """Cuts keeping >= k rows (and >= l distinct sensitive values) on both sides."""
+        """Cuts keeping >= k rows and every asked privacy model on both sides."""
         ok = (n_left >= self._k) & (sizes - n_left >= self._k)
-        if self._l is None or not ok.any():
+        if not self._constrained or not ok.any():
             return ok
         idx = np.flatnonzero(ok)
         s, cut, end = starts[idx], starts[idx] + n_left[idx], starts[idx] + sizes[idx]
+        if self._models is not None:
+            ok[idx] &= self._models_allowable(level, a, s, cut, end)
+        if self._l is None:
+            return ok
         for j, values in enumerate(self._sensitive):
             if values.dtype.kind == "u":           # one bit per value: distinct = popcount(OR)
                 left, right = _distinct_by_bitmask(level.sensitive_in_layout(a, j, values),
@@ -318,6 +349,48 @@ class Mondrian:
                 left, right = distinct[: idx.size], distinct[idx.size:]
             ok[idx] &= (left >= self._l) & (right >= self._l)
         return ok
+
+    def _models_allowable(self, level, a, s, cut, end):
+        """Entropy / recursive l-diversity and t-closeness of both sides of each cut, from the
+        per-side SA histograms (one ``bincount`` over the rows of the cut partitions, in chunks of
+        at most ``_HIST_CELLS`` count cells)."""
+        ok = np.ones(s.size, dtype=bool)
+        order = level.orders[a]
+        for codes, model in self._models:
+            m = model.table.size
+            chunk = max(1, _HIST_CELLS // (2 * m))
+            for lo in range(0, s.size, chunk):
+                part = np.arange(lo, min(lo + chunk, s.size))
+                part = part[ok[part]]
+                if part.size == 0:
+                    continue
+                counts = _side_counts(codes, order, s[part], cut[part], end[part], m)
+                ok[part] &= model.satisfied(counts).reshape(-1, 2).all(axis=1)
+        return ok
+
+    def _table_models(self, sensitive, ordered, names):
+        """Per sensitive column: (dense codes in value order, :class:`Models` with the table's
+        distribution); refuses when the whole table fails a model (no partition can help)."""
+        values = np.asarray(sensitive)
+        values = values.reshape(values.shape[0], -1)
+        if isinstance(ordered, (bool, np.bool_)) or ordered is None:
+            ordered = [bool(ordered)] * values.shape[1]
+        names = names or [f"sensitive column {j}" for j in range(values.shape[1])]
+        asked_l = self.l if self.l is not None and self.l > 1 and \
+            self.l_diversity != "distinct" else None
+        out = []
+        for j, col in enumerate(values.T):
+            _, dense = np.unique(col, return_inverse=True)    # sorted: keeps the value order
+            dense = dense.astype(np.int64).ravel()
+            counts = np.bincount(dense).astype(np.float64)
+            model = Models(l=asked_l, l_diversity=self.l_diversity, c=self.c, t=self.t,
+                           table=counts / counts.sum(), ordered=bool(ordered[j]))
+            failed = model.failures(counts, f"the table's {names[j]}")
+            if failed:
+                raise InvalidParameter("; ".join(failed) + ": no partition can satisfy it",
+                                       hint=_relax_hint(model, counts))
+            out.append((dense, model))
+        return out
 
     @staticmethod
     def _retire(order, starts, sizes, final, labels, n_classes):
@@ -376,8 +449,9 @@ class Mondrian:
     def _validate(self, columns, sensitive):
         _check_int(self.k, "k", 2)
         check_split(self.split)
-        if self.l is not None:
+        if self.l is not None and self.l_diversity in ("distinct", "recursive"):
             _check_int(self.l, "l", 1)
+        check_models(self.l, self.l_diversity, self.c, self.t)
         if not columns:
             raise InvalidParameter("no quasi-identifier columns given",
                                    hint="pass at least one EncodedColumn")
@@ -397,14 +471,15 @@ class Mondrian:
         if self.k > n_rows:
             raise InsufficientData(f"k = {self.k} exceeds the number of rows ({n_rows})",
                                    hint=f"choose k <= {n_rows}")
-        if self.l is not None and self.l > 1:
+        if (self.l is not None and self.l > 1) or self.t is not None:
             self._validate_sensitive(sensitive, n_rows)
         return n_rows
 
     def _validate_sensitive(self, sensitive, n_rows):
         if sensitive is None:
-            raise InvalidParameter(f"l = {self.l} needs the sensitive column(s)",
-                                   hint="pass sensitive= integer codes, or leave l unset")
+            asked = f"l = {self.l}" if self.l is not None and self.l > 1 else f"t = {self.t}"
+            raise InvalidParameter(f"{asked} needs the sensitive column(s)",
+                                   hint="pass sensitive= integer codes, or leave l and t unset")
         values = np.asarray(sensitive)
         if values.ndim not in (1, 2) or values.shape[0] != n_rows:
             raise InvalidParameter(
@@ -413,6 +488,8 @@ class Mondrian:
         if not np.issubdtype(values.dtype, np.integer):
             raise InvalidParameter(f"sensitive codes must be integers, got {values.dtype}",
                                    hint="encode the sensitive column(s) as integer codes")
+        if self.l is None or self.l <= 1 or self.l_diversity != "distinct":
+            return              # the other models are checked on the table in _table_models
         for j, column in enumerate(values.reshape(n_rows, -1).T):
             distinct = np.unique(column).size
             if distinct < self.l:
@@ -590,6 +667,34 @@ def _distinct_by_bitmask(bits, starts, cuts, ends):
     bounds = np.stack([starts, cuts, ends], axis=1).ravel()
     ors = np.bitwise_or.reduceat(bits, bounds).reshape(-1, 3)
     return np.bitwise_count(ors[:, 0]), np.bitwise_count(ors[:, 1])
+
+
+def _side_counts(codes, order, starts, cuts, ends, m):
+    """``(2 * len(starts), m)`` SA histograms: rows ``[start, cut)`` then ``[cut, end)`` of each
+    range of the layout ``order`` (``codes``: dense SA code per row, ``< m``)."""
+    lengths = ends - starts
+    range_id = np.repeat(np.arange(lengths.size, dtype=np.int64), lengths)
+    first_of_range = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    positions = np.arange(range_id.size, dtype=np.int64) - first_of_range + np.repeat(starts,
+                                                                                     lengths)
+    side = range_id * 2 + (positions >= np.repeat(cuts, lengths))
+    counts = np.bincount(side * m + codes[order[positions]], minlength=2 * lengths.size * m)
+    return counts.reshape(2 * lengths.size, m)
+
+
+def _relax_hint(model, counts):
+    """What would let the table itself pass (the figure to choose)."""
+    from plpy_anon.core.privacy_models import entropy
+    if model.l is not None and model.l_diversity == "entropy":
+        most = np.floor(float(np.exp(entropy(counts)[0])) * 1000) / 1000
+        return f"Choose l <= {most:g} (exp of the table's entropy)."
+    if model.l is not None and model.l_diversity == "recursive":
+        r = -np.sort(-counts)
+        tail = r[int(model.l) - 1:].sum()
+        if tail == 0:
+            return f"Choose l <= {np.count_nonzero(counts)} (the table's distinct values)."
+        return f"Choose c > {r[0] / tail:.4g}, or a smaller l."
+    return "Relax the model (smaller l, larger t), or release more varied data."
 
 
 def _distinct_in_ranges(values, order, range_starts, range_ends):

@@ -44,6 +44,7 @@ import numpy as np
 from plpy_anon.core.encoding import numeric_offset
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.mondrian import Mondrian, _segment_bound, check_split
+from plpy_anon.core.privacy_models import check_models
 from plpy_anon.core.workload import normalize_weights
 
 METRICS = ("spread", "infogain", "priority")
@@ -55,7 +56,8 @@ class PrioritizedMondrian(Mondrian):
 
     Parameters
     ----------
-    k, l : as :class:`Mondrian`.
+    k, l, l_diversity, c, t : as :class:`Mondrian` (the same ``_allowable``: every cut, the
+        snapped cut points included, keeps every asked privacy model on both sides).
     priorities : mapping column name -> weight >= 0 (not all 0), or None.
     metric_weights : mapping metric -> weight >= 0 over ``spread``, ``infogain``, ``priority``, or
         None for the defaults (module docstring).
@@ -78,8 +80,8 @@ class PrioritizedMondrian(Mondrian):
     """
 
     def __init__(self, k=5, l=None, priorities=None, metric_weights=None, cut_points=None,
-                 cut_tolerance=0.5, split="median"):
-        super().__init__(k=k, l=l, split=split)
+                 cut_tolerance=0.5, split="median", l_diversity="distinct", c=None, t=None):
+        super().__init__(k=k, l=l, l_diversity=l_diversity, c=c, t=t, split=split)
         self.priorities = priorities
         self.metric_weights = metric_weights
         self.cut_points = cut_points
@@ -95,9 +97,11 @@ class PrioritizedMondrian(Mondrian):
         self.metric_weights_ = self._resolve_metric_weights(has_target)
         self._check_tolerance()
         check_split(self.split)
+        check_models(self.l, self.l_diversity, self.c, self.t)
         return self
 
-    def fit(self, columns, sensitive=None, target=None):
+    def fit(self, columns, sensitive=None, target=None, sensitive_ordered=False,
+            sensitive_names=None):
         """Partition ``columns``; ``target``: class label per row for the information gain."""
         names = [c.name for c in columns]
         self.check_parameters(names, has_target=target is not None)
@@ -108,7 +112,8 @@ class PrioritizedMondrian(Mondrian):
             weights = np.array([self.priorities_[n] for n in names])
             self._priority_metric = weights / weights.max()
         self._level = None
-        return super().fit(columns, sensitive)
+        return super().fit(columns, sensitive, sensitive_ordered=sensitive_ordered,
+                           sensitive_names=sensitive_names)
 
     # ------------------------------------------------------------------ extension points
     def _spread_matrix(self, level, cand):

@@ -113,11 +113,70 @@ def resolve_release_columns(plpy, tbl, *, quasi_identifiers, sensitive, identifi
     return roles, qis, sens, check_l(l, sens)
 
 
-def base_parameters(plpy, tbl, roles, qis, sens, k, l) -> dict:
+#: SA types whose values are ordered for t-closeness (ordered-distance EMD); others: equal distance
+ORDERED_SENSITIVE_TYPES = ("int2", "int4", "int8", "numeric", "float4", "float8")
+
+
+def check_models(l, sens: list, *, l_diversity, c, t, split) -> dict:
+    """The privacy-model and split parameters of a Mondrian-family release, validated once
+    (params.MODELS, then their combination), as stored in its parameters. ``ordered_sensitive``:
+    the sensitive columns t-closeness treats as ordered (numeric types)."""
+    models = params.validate(params.MODELS, {"l_diversity": l_diversity, "c": c, "t": t,
+                                             "split": split})
+    params.check_models({"l": l, **models})
+    if models["t"] is not None and not sens:
+        raise InvalidParameter(
+            "t-closeness needs a sensitive column, and the table has none",
+            hint="Declare one with anon.set_column_role(table, column, 'sensitive') or pass sensitive => ARRAY[...].")
+    models["ordered_sensitive"] = [c.name for c in sens if c.type_name in ORDERED_SENSITIVE_TYPES]
+    return models
+
+
+def model_suffix(l, models: dict) -> str:
+    """Default release name suffix: ``_l2``, ``_l2_entropy``, ``_l2_recursive_c3``, ``_t0_2``."""
+    out = f"_l{l}" if l else ""
+    if l and models.get("l_diversity", "distinct") != "distinct":
+        out += f"_{models['l_diversity']}"
+        if models.get("c") is not None:
+            out += f"_c{models['c']:g}".replace(".", "_")
+    if models.get("t") is not None:
+        out += f"_t{models['t']:g}".replace(".", "_")
+    return out
+
+
+def core_models(parameters: dict) -> dict:
+    """The core estimator's model keywords from a release's (validated) parameters; keys missing
+    from parameters of older releases mean the old behaviour (distinct l, median split)."""
+    return {"l_diversity": parameters.get("l_diversity") or "distinct", "c": parameters.get("c"),
+            "t": parameters.get("t"), "split": parameters.get("split") or "median"}
+
+
+def sensitive_for_models(rows, parameters: dict):
+    """(sensitive codes, ordered flags, names) for the core: with t, the codes of the ordered
+    (numeric) sensitive columns are renumbered in value order (NaN after numbers, NULL last, as
+    PostgreSQL sorts them) so that the ordered-distance EMD sees neighbours as neighbours."""
+    names = list(parameters.get("sensitive") or [])
+    if rows.sensitive is None or not names:
+        return rows.sensitive, False, None
+    ordered_names = set(parameters.get("ordered_sensitive") or []) \
+        if parameters.get("t") is not None else set()
+    codes = rows.sensitive.copy()
+    for j, name in enumerate(names):
+        if name in ordered_names:
+            raw = rows.data.columns[name].values
+            null = np.array([v is None for v in raw], dtype=bool)
+            numbers = np.array([np.nan if v is None else float(v) for v in raw])
+            dense = np.unique(numbers[~null], return_inverse=True)[1].ravel()   # NaN last
+            codes[~null, j] = dense
+            codes[null, j] = dense.max(initial=-1) + 1
+    return codes, [n in ordered_names for n in names], names
+
+
+def base_parameters(plpy, tbl, roles, qis, sens, k, l, models=None) -> dict:
     """The catalog parameters every Mondrian-family release records."""
     hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
     return {
-        "k": k, "l": l,
+        "k": k, "l": l, **(models or {}),
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
         "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
@@ -128,14 +187,16 @@ def base_parameters(plpy, tbl, roles, qis, sens, k, l) -> dict:
 
 @sql_entry
 def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifiers, release_name,
-                  release_schema, replace, GD=None):
+                  release_schema, replace, l_diversity="distinct", c=None, t=None,
+                  split="median", GD=None):
     tbl = catalog.table(plpy, source)
     k = RELEASE_METHOD.validate(k=k)["k"]
     roles, qis, sens, l = resolve_release_columns(
         plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
         identifiers=identifiers, l=l)
-    parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l)
-    name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "")
+    models = check_models(l, sens, l_diversity=l_diversity, c=c, t=t, split=split)
+    parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
+    name = release_name or f"{tbl.name}_k{k}" + model_suffix(l, models)
 
     row = publish.create_view_release(
         plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
@@ -181,7 +242,9 @@ def read(ctx: method.Run) -> ReleaseRows:
 
 
 def fit(rows: ReleaseRows, parameters: dict) -> Mondrian:
-    return Mondrian(k=rows.k, l=rows.l).fit(rows.encoded, rows.sensitive)
+    sensitive, ordered, names = sensitive_for_models(rows, parameters)
+    return Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
+        rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names)
 
 
 def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, dict]:
@@ -236,7 +299,8 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
     l = params.get("l")
-    sens = [column_for(tbl, cols, name) for name in params["sensitive"]] if l else []
+    sens = [column_for(tbl, cols, name) for name in params["sensitive"]] \
+        if l or params.get("t") is not None else []
     target_name = params.get("target") if with_target else None
     target_col = [column_for(tbl, cols, target_name)] if target_name else []
     check_float_digits(plpy, tbl, qis)
@@ -301,5 +365,5 @@ def _unique(cols):
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L, **params.MODELS},
                                read=read, fit=fit, publish=publish_partition)

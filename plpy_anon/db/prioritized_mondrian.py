@@ -30,19 +30,21 @@ METHOD = "prioritized_mondrian"
 @sql_entry
 def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitive, identifiers,
                   target, metric_weights, cut_points, cut_tolerance, release_name,
-                  release_schema, replace, GD=None):
+                  release_schema, replace, l_diversity="distinct", c=None, t=None,
+                  split="median", GD=None):
     tbl = catalog.table(plpy, source)
     k = RELEASE_METHOD.validate(k=k)["k"]
     roles, qis, sens, l = mondrian.resolve_release_columns(
         plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
         identifiers=identifiers, l=l)
-    qi_names = [c.name for c in qis]
+    models = mondrian.check_models(l, sens, l_diversity=l_diversity, c=c, t=t, split=split)
+    qi_names = [col.name for col in qis]
     weights, origin = resolve_priorities(plpy, tbl, priorities, qi_names)
     use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
     cuts = learned_cut_points(plpy, tbl, qi_names) if use_cuts else {}
     if target is not None:
         catalog.column_named(tbl, catalog.table_columns(plpy, tbl), target)
-    parameters = mondrian.base_parameters(plpy, tbl, roles, qis, sens, k, l)
+    parameters = mondrian.base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
     parameters.update({
         "priorities": weights, "priorities_origin": origin, "target": target,
         "metric_weights": jsonb(metric_weights), "cut_points": cuts,
@@ -51,8 +53,9 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
     PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
-                        cut_tolerance=cut_tolerance).check_parameters(qi_names, target is not None)
-    name = release_name or f"{tbl.name}_k{k}" + (f"_l{l}" if l else "") + "_prioritized"
+                        cut_tolerance=cut_tolerance, **mondrian.core_models(parameters)
+                        ).check_parameters(qi_names, target is not None)
+    name = release_name or f"{tbl.name}_k{k}" + mondrian.model_suffix(l, models) + "_prioritized"
 
     row = publish.create_view_release(
         plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
@@ -122,7 +125,7 @@ def model_for(params: dict):
         metric_weights=params.get("metric_weights"),
         cut_points={c: [tuple(x) for x in cuts] for c, cuts in
                     (params.get("cut_points") or {}).items()},
-        cut_tolerance=params.get("cut_tolerance", 0.5))
+        cut_tolerance=params.get("cut_tolerance", 0.5), **mondrian.core_models(params))
 
 
 @sql_entry
@@ -135,7 +138,9 @@ def read(ctx: method.Run) -> mondrian.ReleaseRows:
 
 
 def fit(rows: mondrian.ReleaseRows, parameters: dict) -> PrioritizedMondrian:
-    return model_for(parameters).fit(rows.encoded, rows.sensitive, target=rows.target)
+    sensitive, ordered, names = mondrian.sensitive_for_models(rows, parameters)
+    return model_for(parameters).fit(rows.encoded, sensitive, target=rows.target,
+                                     sensitive_ordered=ordered, sensitive_names=names)
 
 
 def publish_partition(ctx: method.Run, rows: mondrian.ReleaseRows, model) -> tuple[dict, dict]:
@@ -154,5 +159,5 @@ def publish_partition(ctx: method.Run, rows: mondrian.ReleaseRows, model) -> tup
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
+RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L, **params.MODELS},
                                read=read, fit=fit, publish=publish_partition)

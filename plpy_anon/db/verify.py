@@ -16,6 +16,13 @@ SQL of its own and compares what it counts with what the release promises:
   one) in each sensitive column -- or, for Break-Merge, in every group of every sensitive table,
   whose counts must also add up to the QIT's rows group by group.
 
+* **privacy models** (when asked, Mondrian family): entropy or recursive (c,l) l-diversity and
+  t-closeness, per sensitive column. SQL counts the released rows per (class, value) -- in the
+  column's own type and order for ordered (numeric) columns, as text otherwise -- and hands one
+  row per class (value ranks, counts) to the pure checks of
+  :mod:`plpy_anon.core.privacy_models` (``Models.satisfied``; the table distribution for t is the
+  released rows' own), in chunks of classes; the partitioner's state is never consulted.
+
 Containment (every source row lies inside its class's released box) is checked as a pair with
 the Mondrian-family release query: that query carries a *containment filter* (a row whose value is
 not inside its class's released range/set is not emitted), and the row-count check above then
@@ -72,6 +79,20 @@ class Spec:
     # Break-Merge: attribute -> quoted relation (gid, value, count), grouped by group_column
     count_tables: dict[str, str] = field(default_factory=dict)
     group_column: str | None = None
+    # privacy models beyond distinct l (Mondrian family): checked per sensitive column
+    l_diversity: str = "distinct"
+    c: float | None = None
+    t: float | None = None
+    ordered: list[str] = field(default_factory=list)   # sensitive columns in value order (t)
+
+    def models_asked(self) -> bool:
+        return bool(self.class_key and self.model_columns and
+                    ((self.l is not None and self.l > 1 and self.l_diversity != "distinct")
+                     or self.t is not None))
+
+    @property
+    def model_columns(self) -> list[str]:
+        return self.sensitive
 
 
 def expected_rows(stats: dict | None) -> int | None:
@@ -89,11 +110,15 @@ def expected_rows(stats: dict | None) -> int | None:
 def default_spec(plpy, release: dict, stats: dict | None) -> Spec:
     params = jsonb(release["parameters"])
     l = params.get("l")
+    t = params.get("t")
     sensitive = params.get("sensitive") or []
     return Spec(relation=ident(plpy, release["release_schema"], release["release_name"]),
                 class_key=list(params.get("quasi_identifiers") or []),
-                k=params.get("k"), l=l, sensitive=list(sensitive) if l else [],
-                expected_rows=expected_rows(stats))
+                k=params.get("k"), l=l,
+                sensitive=list(sensitive) if l or t is not None else [],
+                expected_rows=expected_rows(stats),
+                l_diversity=params.get("l_diversity") or "distinct", c=params.get("c"), t=t,
+                ordered=list(params.get("ordered_sensitive") or []) if t is not None else [])
 
 
 def spec_for(plpy, release: dict, stats: dict | None, method: ReleaseMethod) -> Spec:
@@ -124,6 +149,8 @@ def class_query(plpy, spec: Spec) -> str:
         return f"SELECT count(*)::int8 AS n_rows, NULL::int8 AS n_classes, NULL::int8 AS smallest FROM {rel}"
     key = [ident(plpy, c) for c in spec.class_key]
     sens = [ident(plpy, c) for c in spec.sensitive] if spec.l is not None else []
+    if spec.l_diversity != "distinct":
+        sens = []                       # l is checked by model_query's classes instead
     if not sens:
         return (f"SELECT coalesce(sum(n), 0)::int8 AS n_rows, count(*)::int8 AS n_classes, "
                 f"min(n)::int8 AS smallest\n"
@@ -142,6 +169,72 @@ def class_query(plpy, spec: Spec) -> str:
         f"      FROM (SELECT {selected}, GROUPING({', '.join(sens)}) AS gs, count(*) AS n\n"
         f"            FROM {rel} GROUP BY GROUPING SETS ({sets})) AS s\n"
         f"      GROUP BY {', '.join(aliases)}) AS c")
+
+
+def model_query(plpy, spec: Spec, column: str) -> str:
+    """One row per class of the release: the ranks of its values of ``column`` among all the
+    release's values (value order for ordered columns, NULL last) and its rows per value."""
+    key = ", ".join(ident(plpy, c) for c in spec.class_key)
+    value = ident(plpy, column)
+    if column not in spec.ordered:
+        value = f"{value}::text"
+    return (
+        f"SELECT array_agg(anon_rank_ ORDER BY anon_rank_) AS v,\n"
+        f"       array_agg(anon_rows_ ORDER BY anon_rank_) AS n\n"
+        f"FROM (SELECT {key}, (dense_rank() OVER (ORDER BY anon_value_) - 1)::int4 AS anon_rank_,\n"
+        f"             anon_rows_\n"
+        f"      FROM (SELECT {key}, {value} AS anon_value_, count(*)::int8 AS anon_rows_\n"
+        f"            FROM {spec.relation} GROUP BY {key}, {len(spec.class_key) + 1}) AS cv) AS r\n"
+        f"GROUP BY {key}")
+
+
+#: count-matrix cells per chunk of classes in the model check
+MODEL_CELLS = 1 << 22
+
+
+def check_models(plpy, spec: Spec) -> tuple[dict, list[str]]:
+    """Entropy / recursive l-diversity and t-closeness of every released class, per sensitive
+    column: (figures, failures)."""
+    import numpy as np
+
+    from plpy_anon.core.privacy_models import Models, distinct_values, entropy
+    figures, failures = {}, []
+    l = spec.l if spec.l is not None and spec.l > 1 and spec.l_diversity != "distinct" else None
+    for column in spec.model_columns:
+        rows = plpy.execute(model_query(plpy, spec, column))
+        if not rows:
+            continue
+        lengths = np.array([len(r["v"]) for r in rows])
+        ranks = np.concatenate([np.asarray(r["v"], dtype=np.int64) for r in rows])
+        counts = np.concatenate([np.asarray(r["n"], dtype=np.float64) for r in rows])
+        owner = np.repeat(np.arange(len(rows)), lengths)
+        m = int(ranks.max()) + 1
+        table = np.bincount(ranks, weights=counts, minlength=m)
+        model = Models(l=l, l_diversity=spec.l_diversity, c=spec.c, t=spec.t,
+                       table=table / table.sum(), ordered=column in spec.ordered)
+        chunk = max(1, MODEL_CELLS // m)
+        bad, low_h, high_emd, low_d = [], np.inf, 0.0, np.inf
+        for lo in range(0, len(rows), chunk):
+            hi = min(lo + chunk, len(rows))
+            sel = (owner >= lo) & (owner < hi)
+            dense = np.zeros((hi - lo, m))
+            np.add.at(dense, (owner[sel] - lo, ranks[sel]), counts[sel])
+            ok = model.satisfied(dense)
+            bad.extend(dense[~ok][:1])
+            low_h = min(low_h, float(entropy(dense).min()))
+            low_d = min(low_d, int(distinct_values(dense).min()))
+            if spec.t is not None:
+                high_emd = max(high_emd, float(model.emd(dense).max()))
+            n_bad = int((~ok).sum())
+            figures.setdefault(column, {"failing_classes": 0})["failing_classes"] += n_bad
+        figures[column].update({"min_entropy": round(low_h, 6), "min_distinct": low_d})
+        if spec.t is not None:
+            figures[column]["max_emd"] = round(high_emd, 6)
+        if figures[column]["failing_classes"]:
+            why = model.failures(bad[0], f'"{column}" in a class')
+            failures.append(f'{figures[column]["failing_classes"]} class(es) fail the privacy '
+                            f"model asked: " + "; ".join(why))
+    return figures, failures
 
 
 def count_table_query(plpy, spec: Spec, table: str) -> str:
@@ -178,6 +271,8 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None)
         row = plpy.execute(class_query(plpy, spec))[0]
         tables = {attr: plpy.execute(count_table_query(plpy, spec, table))[0]
                   for attr, table in spec.count_tables.items()}
+        model_figures, model_failures = check_models(plpy, spec) if spec.models_asked() \
+            else ({}, [])
     finally:
         run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [old])
     figures = {"rows_expected": spec.expected_rows, "rows_released": row["n_rows"],
@@ -194,7 +289,11 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None)
     if (spec.k is not None and spec.class_key and row["smallest"] is not None
             and row["smallest"] < spec.k):
         failures.append(f"smallest class has {row['smallest']} rows, k = {spec.k} promised")
-    if spec.l is not None:
+    if spec.models_asked():
+        figures["models"] = {"l_diversity": spec.l_diversity, "c": spec.c, "t": spec.t,
+                             "by_column": model_figures}
+        failures.extend(model_failures)
+    if spec.l is not None and spec.l_diversity == "distinct":
         for i, col in enumerate(spec.sensitive):
             figures["l_by_column"][col] = row[f"l{i}"]
             if row[f"l{i}"] is not None and row[f"l{i}"] < spec.l:

@@ -15,6 +15,11 @@ targets of issue 14.
    seconds, and whether "utility" wins (lower NCP, C_DM not higher) at every k on both.
 3. Synthetic 1,000,000 rows x 6 QIs at k = 10: fit seconds (median of 3) of this and of the
    previous implementation (labels compared), tracemalloc peak (MB) of the fit.
+5. Privacy models (issue 15; ``--models`` runs only this part): Adult as in 1 with income
+   sensitive, k = 10, each split strategy: no model, distinct l = 2, entropy l = 1.5,
+   recursive (c, l) = (3, 2) and (4, 2), t = 0.2 and t = 0.1: fit seconds (best of 3), NCP %,
+   C_DM, classes, and per class (recomputed from the labels with core.privacy_models) the
+   smallest entropy and largest EMD; a model the whole table fails prints its refusal.
 4. With --10m: the same at 10,000,000 rows, one fit each (minutes, several GB), against the
    target <= 12 s.
 
@@ -34,7 +39,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from plpy_anon.core import privacy_models as pm
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
+from plpy_anon.core.errors import AnonError
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
 from tests.bench.common import DATA
@@ -201,11 +208,49 @@ def bench_synthetic(n_rows, repeats=3, target=None):
           f"classes {m['n_classes']}, min |E| {m['achieved_k']}")
 
 
+MODEL_ROWS = [
+    ("none", {}), ("distinct l=2", {"l": 2}),
+    ("entropy l=1.5", {"l": 1.5, "l_diversity": "entropy"}),
+    ("recursive c=3, l=2", {"l": 2, "l_diversity": "recursive", "c": 3}),
+    ("recursive c=4, l=2", {"l": 2, "l_diversity": "recursive", "c": 4}),
+    ("t=0.2", {"t": 0.2}), ("t=0.1", {"t": 0.1}),
+]
+
+
+def bench_models(data_dir):
+    frame = load_adult(data_dir)
+    columns = encode_adult(frame)
+    income = encode_categorical("income", frame["income"].to_numpy()).codes
+    table = np.bincount(income).astype(float)
+    print(f"Adult k=10, income sensitive (table: {table.astype(int).tolist()}, entropy "
+          f"{pm.entropy(table)[0]:.4f} = ln {np.exp(pm.entropy(table)[0]):.3f})")
+    print("| model | split | fit s | NCP % | C_DM | classes | min entropy | max EMD |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for name, kwargs in MODEL_ROWS:
+        for split in ("median", "utility"):
+            try:
+                fit_s, model = best_of(3, lambda kw=kwargs, sp=split:
+                                       Mondrian(k=10, split=sp, **kw).fit(columns, income))
+            except AnonError as err:
+                print(f"| {name} | {split} | refused: {err} | | | | | |")
+                continue
+            m = release_metrics(columns, model.labels_, 10)
+            counts = np.zeros((model.n_classes_, table.size))
+            np.add.at(counts, (model.labels_, income), 1)
+            emd = pm.emd_equal(pm.distribution(counts), table / table.sum())
+            print(f"| {name} | {split} | {fit_s:.4f} | {m['ncp_percent']:.2f} | {m['c_dm']} | "
+                  f"{m['n_classes']} | {pm.entropy(counts).min():.4f} | {emd.max():.4f} |")
+
+
 def main(argv=()):
     data_dir = DATA
+    if "--models" in argv:
+        bench_models(data_dir)
+        return
     bench_adult(data_dir)
     if "--no-utility" not in argv:
         bench_split_strategies(data_dir)
+    bench_models(data_dir)
     bench_synthetic(100_000 if "--quick" in argv else 1_000_000)
     if "--10m" in argv:
         bench_synthetic(10_000_000, repeats=1, target=TARGET_10M_FIT_S)

@@ -52,13 +52,16 @@ def _reference_spread(col, codes):
     return (count - 1) / (domain - 1)
 
 
-def reference_mondrian(columns, k, l=None, sensitive=None):
-    """One recursive call per partition, the rules of plpy_anon.core.mondrian spelled out."""
+def reference_mondrian(columns, k, l=None, sensitive=None, valid=None):
+    """One recursive call per partition, the rules of plpy_anon.core.mondrian spelled out.
+    ``valid(rows) -> bool``: another privacy model asked of both sides of every cut."""
     n = len(columns[0].codes)
     sens = None if sensitive is None else np.asarray(sensitive).reshape(n, -1)
     classes = []
 
     def diverse(rows):
+        if valid is not None and not valid(rows):
+            return False
         return l is None or all(len(set(sens[rows, j])) >= l for j in range(sens.shape[1]))
 
     def allowable(rows, left):
@@ -198,7 +201,8 @@ def test_k_equals_n_gives_one_class():
 
 def test_fit_returns_self_and_init_only_stores():
     model = Mondrian(k=3, l=None)
-    assert vars(model) == {"k": 3, "l": None, "split": "median"}
+    assert vars(model) == {"k": 3, "l": None, "l_diversity": "distinct", "c": None, "t": None,
+                           "split": "median"}
     assert model.fit([encode_numeric("x", np.arange(6))]) is model
 
 

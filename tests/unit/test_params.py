@@ -54,3 +54,21 @@ def test_validate_checks_declared_names_only():
     assert out == {"k": 3, "l": None, "other": "x"}
     with pytest.raises(InvalidParameter, match="l must be at least 1"):
         params.validate({"l": params.L}, {"l": 0})
+
+
+def test_model_parameters_default_when_missing_and_refuse_with_a_hint():
+    # a release made before the models existed has none of these keys: its old behaviour
+    out = params.validate(params.MODELS, {"l_diversity": None, "c": None, "t": None,
+                                          "split": None})
+    assert out == {"l_diversity": "distinct", "c": None, "t": None, "split": "median"}
+    for name, value, match in (("l_diversity", "shannon", "must be one of distinct"),
+                               ("split", "best", "must be one of median, utility"),
+                               ("c", 0, "c must be greater than 0"),
+                               ("t", 0, "t must be greater than 0"),
+                               ("t", 1.01, "t must be at most 1")):
+        with pytest.raises(InvalidParameter, match=match) as info:
+            params.validate(params.MODELS, {name: value})
+        assert info.value.sqlstate == "22023" and f"{name} =>" in info.value.hint
+    assert params.validate(params.MODELS, {"t": 1, "c": 0.5}) == {"t": 1, "c": 0.5}
+    with pytest.raises(InvalidParameter, match="c applies to recursive"):
+        params.check_models({"l": 2, "l_diversity": "distinct", "c": 2, "t": None})

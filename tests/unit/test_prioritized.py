@@ -142,7 +142,8 @@ def test_bad_parameters():
 def test_init_only_stores_parameters():
     model = PrioritizedMondrian(k=3, priorities={"a": 1})
     assert vars(model) == {"k": 3, "l": None, "priorities": {"a": 1}, "metric_weights": None,
-                           "cut_points": None, "cut_tolerance": 0.5, "split": "median"}
+                           "cut_points": None, "cut_tolerance": 0.5, "split": "median",
+                           "l_diversity": "distinct", "c": None, "t": None}
 
 
 def test_parameters_are_checked_without_data():
