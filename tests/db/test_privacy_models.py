@@ -186,3 +186,24 @@ def test_refusals_are_22023_naming_the_fix(db, schema, people, kwargs, message, 
     assert message in err.value.diag.message_primary
     assert hint in err.value.diag.message_hint
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_name = 'x'").fetchone()[0] == 0
+
+
+def test_the_stored_risk_report_confirms_each_model(db, schema, people):
+    """The risk report each release stores (anon.releases.risk, counted in SQL by db/risk.py)
+    confirms the model the partition was asked for, on the released rows."""
+    asked = {"e": dict(l=2, l_diversity="entropy"), "r": dict(l=2, l_diversity="recursive", c=3),
+             "t": dict(t=0.2)}
+    for name, kwargs in asked.items():
+        release(db, schema, name, k=5, **kwargs)
+    reports = {name: {(r["measure"], r["column_name"]): r["value"] for r in risk}
+               for name, risk in db.execute("SELECT release_name, risk FROM anon.releases "
+                                            "WHERE release_name IN ('e', 'r', 't')")}
+    assert reports["e"][("entropy_l", "income")] >= 2 - 1e-9
+    assert reports["e"][("smallest_class", None)] >= 5
+    # recursive_cl_l is reported at the default c = 3, the c asked for here
+    assert reports["r"][("recursive_cl_l", "income")] >= 2
+    assert reports["t"][("t_closeness", "income")] <= 0.2 + 1e-9
+    # the report is not a copy of the request: the distinct release of the same table fails entropy
+    release(db, schema, "d", k=5, l=2)
+    risk = db.execute("SELECT risk FROM anon.releases WHERE release_name = 'd'").fetchone()[0]
+    assert {(r["measure"], r["column_name"]): r["value"] for r in risk}[("entropy_l", "income")] < 2
