@@ -267,32 +267,41 @@ class _LocalityWalker:
         """One step; ``uniforms``: one draw in [0, 1) per coordinate moved, in column order."""
         at = self.plan[(self.offset + step) % len(self.plan)]
         c = at.columns
-        x_c = self.x[c]
-        y_hi = self.upper[c].copy()
-        y_lo = self.lower[c].copy()
+        x = self.x
+        # ndarray.take, not x[index]: fancy indexing with int32 indices is about twice as slow
+        x_c = x.take(c)
+        y_hi = self.upper.take(c)
+        y_lo = self.lower.take(c)
         for kind in at.kinds:
-            gathered = self.x[kind.p]
+            gathered = x.take(kind.p)
             if kind.middle:
-                gathered += self.x[kind.q]            # x_i + x_k
+                gathered += x.take(kind.q)            # x_i + x_k
             else:
                 gathered *= 2.0
-                gathered -= self.x[kind.q]            # 2 x_j - x_other
+                gathered -= x.take(kind.q)            # 2 x_j - x_other
             if kind.upper:
-                bound = np.minimum.reduceat(gathered, kind.starts) + kind.delta
+                bound = np.minimum.reduceat(gathered, kind.starts)
+                bound += kind.delta
                 if kind.middle:
                     bound *= 0.5
-                y_hi[kind.owner] = np.minimum(y_hi[kind.owner], bound)
+                y_hi[kind.owner] = np.minimum(y_hi.take(kind.owner), bound)
             else:
-                bound = np.maximum.reduceat(gathered, kind.starts) - kind.delta
+                bound = np.maximum.reduceat(gathered, kind.starts)
+                bound -= kind.delta
                 if kind.middle:
                     bound *= 0.5
-                y_lo[kind.owner] = np.maximum(y_lo[kind.owner], bound)
-        # the current point is inside: a bound a hair on its wrong side is rounding, 0 then
-        # blocks the move that way
-        t_hi = np.maximum(y_hi - x_c, 0.0) * (1.0 - _STEP_SHRINK)
-        t_lo = np.minimum(y_lo - x_c, 0.0) * (1.0 - _STEP_SHRINK)
-        t = t_lo + (t_hi - t_lo) * uniforms
-        self.x[c] = x_c + t
+                y_lo[kind.owner] = np.maximum(y_lo.take(kind.owner), bound)
+        x[c] = _move(x_c, y_lo, y_hi, uniforms)
+
+
+def _move(x_c, y_lo, y_hi, uniforms):
+    """``x_c`` moved to a uniform point of ``[y_lo, y_hi]`` (the feasible interval)."""
+    # the current point is inside: a bound a hair on its wrong side is rounding, 0 then
+    # blocks the move that way
+    t_hi = np.maximum(y_hi - x_c, 0.0) * (1.0 - _STEP_SHRINK)
+    t_lo = np.minimum(y_lo - x_c, 0.0) * (1.0 - _STEP_SHRINK)
+    t = t_lo + (t_hi - t_lo) * uniforms
+    return x_c + t
 
 
 @dataclass(frozen=True)
