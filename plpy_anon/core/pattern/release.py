@@ -300,11 +300,21 @@ class _Segment:
 
 def _stack_constraints(segments):
     """The block-diagonal constraint matrix of a batch (one block per segment: its sampled
-    locality rows) and the block layout the walk needs."""
-    matrices = [constraint_matrix(segment.sampled, segment.start.size) for segment in segments]
-    row_starts = np.cumsum([0] + [m.shape[0] for m in matrices[:-1]])
-    col_starts = np.cumsum([0] + [m.shape[1] for m in matrices[:-1]])
-    return sparse.block_diag(matrices, format="csr"), Blocks(row_starts, col_starts)
+    locality rows) and the block layout the walk needs.  Stacked CSR by CSR (the blocks' arrays
+    concatenated, column indices shifted): ``sparse.block_diag`` goes through COO and costs
+    about 10 times more."""
+    matrices = [sparse.csr_matrix(constraint_matrix(segment.sampled, segment.start.size))
+                for segment in segments]
+    row_sizes = [m.shape[0] for m in matrices]
+    col_sizes = [m.shape[1] for m in matrices]
+    row_starts = np.cumsum([0] + row_sizes[:-1])
+    col_starts = np.cumsum([0] + col_sizes[:-1])
+    nnz_starts = np.cumsum([0] + [m.nnz for m in matrices[:-1]])
+    indptr = np.concatenate([[0]] + [m.indptr[1:] + nnz for m, nnz in zip(matrices, nnz_starts)])
+    A = sparse.csr_matrix((np.concatenate([m.data for m in matrices]),
+                           np.concatenate([m.indices + off for m, off in zip(matrices, col_starts)]),
+                           indptr), shape=(sum(row_sizes), sum(col_sizes)))
+    return A, Blocks(row_starts, col_starts)
 
 
 def _output_decimals_cap(lower, upper):
