@@ -46,8 +46,8 @@ from plpy_anon.core.pattern.localities import (
 from plpy_anon.core.pattern.walk import Blocks, Walk, random_walks
 
 MAX_DECIMALS = 9
-# Segments walked together in one vectorized loop (also the unit handed to a thread); fixed so a
-# seed gives the same release whatever n_jobs is.
+# Segments sharing one random generator (and prepared by one task); fixed so a seed gives the same
+# release whatever n_jobs is.  The walk itself runs all batches fused (see random_walks).
 SEGMENTS_PER_BATCH = 128
 
 
@@ -77,7 +77,8 @@ class PatternPreservingRelease:
     bounds : None, a sequence with one ``(low, high)`` or ``None`` per column, or (DataFrame input)
         a mapping column name -> ``(low, high)``.  Default: the column's observed range.
     seed : None or int >= 0.  ``None`` draws a fresh seed, recorded in ``seed_``.
-    n_jobs : int >= 1, threads walking batches of segments in parallel.
+    n_jobs : int >= 1, threads preparing batches of segments and walking parts of the fused
+        walk in parallel (the release does not depend on it).
 
     Attributes (after ``fit``)
     ----------

@@ -23,7 +23,8 @@ the memory traffic, which is what bounds the walk's speed.
 
 Several independent walks run at once on a block-diagonal ``A`` (:class:`Blocks`): at every step
 each block moves one of its own coordinates by its own step length; ``iterations`` counts steps
-per block.
+per block.  :func:`random_walks` goes one further and stacks whole walks (each with its own
+generator) into one, so a Python-level step advances all of them -- same chain, same draws.
 """
 
 from dataclasses import dataclass
