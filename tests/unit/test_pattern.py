@@ -228,6 +228,52 @@ def test_locality_walker_is_the_generic_chain(segments, fraction, deltas, steps,
     assert polytope_violation(A, b, lower, upper, fast) <= 1e-9 * max(1.0, np.abs(start).max())
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.lists(sorted_int_segments, min_size=1, max_size=3), min_size=1, max_size=4),
+       st.floats(0.2, 1.0), st.integers(1, 120), st.integers(1, 3), st.integers(0, 2 ** 32))
+def test_fused_walks_are_each_walk_bit_for_bit(walks, fraction, steps, n_jobs, seed):
+    """random_walks (walks of the same scan period stacked into one walk, each drawing from its
+    own generator by whole periods) ends exactly where random_walk ends for each walk alone --
+    same chain, same draws -- whatever the periods, the step count (partial last period) and the
+    number of threads; a walk that is not a locality polytope takes the generic walker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from scipy import sparse
+
+    from plpy_anon.core.pattern import walk
+
+    rng = np.random.default_rng(seed)
+    specs = []
+    for g, segments in enumerate(walks):
+        parts = [np.asarray(v, dtype=float) for v in segments]
+        matrices = [constraint_matrix(sample_localities(extract_localities(v), fraction, rng),
+                                      v.size) for v in parts]
+        A = sparse.block_diag(matrices, format="csr")
+        if A.shape[0] == 0:
+            continue
+        blocks = Blocks(np.cumsum([0] + [m.shape[0] for m in matrices[:-1]]),
+                        np.cumsum([0] + [m.shape[1] for m in matrices[:-1]]))
+        deltas = rng.uniform(0.5, 6.0, len(matrices))
+        if g == 1:
+            deltas[:] = deltas[0]
+        b = np.concatenate([np.full(m.shape[0], deltas[i]) for i, m in enumerate(matrices)])
+        if g == 2:
+            b = np.linspace(1.0, 2.0, A.shape[0])           # a delta per row: generic walker
+        start = np.concatenate(parts)
+        specs.append((A, b, np.full(start.size, start.min() - 2),
+                      np.full(start.size, start.max() + 2), start, blocks, seed + g))
+    alone = [random_walk(A, b, lo, hi, x, steps, np.random.default_rng(s), blocks=blocks)
+             for A, b, lo, hi, x, blocks, s in specs]
+    together = [walk.Walk(A, b, lo, hi, x, np.random.default_rng(s), blocks)
+                for A, b, lo, hi, x, blocks, s in specs]
+    with ThreadPoolExecutor(n_jobs) as pool:
+        fused = walk.random_walks(together, steps, n_jobs=n_jobs,
+                                  executor=pool if n_jobs > 1 else None)
+    assert len(fused) == len(alone)
+    for one, other in zip(alone, fused):
+        assert np.array_equal(one, other)
+
+
 def test_locality_walker_only_takes_locality_rows_with_one_delta_per_block():
     from plpy_anon.core.pattern import walk
 

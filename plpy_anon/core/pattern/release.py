@@ -43,11 +43,11 @@ from plpy_anon.core.pattern.localities import (
     extract_localities,
     sample_localities,
 )
-from plpy_anon.core.pattern.walk import Blocks, random_walk
+from plpy_anon.core.pattern.walk import Blocks, Walk, random_walks
 
 MAX_DECIMALS = 9
-# Segments walked together in one vectorized loop (also the unit handed to a thread); fixed so a
-# seed gives the same release whatever n_jobs is.
+# Segments sharing one random generator (and prepared by one task); fixed so a seed gives the same
+# release whatever n_jobs is.  The walk itself runs all batches fused (see random_walks).
 SEGMENTS_PER_BATCH = 128
 
 
@@ -77,7 +77,8 @@ class PatternPreservingRelease:
     bounds : None, a sequence with one ``(low, high)`` or ``None`` per column, or (DataFrame input)
         a mapping column name -> ``(low, high)``.  Default: the column's observed range.
     seed : None or int >= 0.  ``None`` draws a fresh seed, recorded in ``seed_``.
-    n_jobs : int >= 1, threads walking batches of segments in parallel.
+    n_jobs : int >= 1, threads preparing batches of segments and walking parts of the fused
+        walk in parallel (the release does not depend on it).
 
     Attributes (after ``fit``)
     ----------
@@ -109,8 +110,10 @@ class PatternPreservingRelease:
                               sample=self.sample, iterations=self.iterations,
                               delta=float(self.delta), seed=(self.seed_, c), name=columns[c])
                  for c in range(matrix.shape[1])]
-        # every batch of every column is one task: threads stay busy across columns
-        outcomes = _run_tasks([task for plan in plans for task in plan.tasks], self.n_jobs)
+        # every batch of every column walks in one fused walk (batches of the same scan period
+        # stacked): threads stay busy across columns
+        outcomes = _run_tasks([task for plan in plans for task in plan.tasks], self.iterations,
+                              self.n_jobs)
         results, used = [], 0
         for plan in plans:
             results.append(plan.assemble(outcomes[used:used + len(plan.tasks)]))
@@ -158,7 +161,7 @@ def release_column(values, lower=None, upper=None, *, segment, sample, iteration
     list of integers -- batch ``g`` walks with ``default_rng([*seed, g])``."""
     plan = _plan_column(values, lower, upper, segment=segment, sample=sample,
                         iterations=iterations, seed=seed, name=name, delta=delta)
-    return plan.assemble(_run_tasks(plan.tasks, n_jobs))
+    return plan.assemble(_run_tasks(plan.tasks, iterations, n_jobs))
 
 
 @dataclass(frozen=True)
@@ -167,17 +170,23 @@ class _ColumnPlan:
     rows: np.ndarray
     bounds: tuple
     decimals: int
-    tasks: list                 # callables, one per batch of segments
+    tasks: list                 # callables preparing one batch of segments each
 
     def assemble(self, outcomes):
         return _assemble(self.n_rows, self.rows, outcomes, self.bounds, self.decimals)
 
 
-def _run_tasks(tasks, n_jobs):
+def _run_tasks(tasks, iterations, n_jobs):
+    """Prepare every batch, walk them all (fused, see :func:`random_walks`), round them."""
     if n_jobs > 1 and len(tasks) > 1:
         with ThreadPoolExecutor(max_workers=n_jobs) as pool:
-            return list(pool.map(lambda task: task(), tasks))
-    return [task() for task in tasks]
+            prepared = list(pool.map(lambda task: task(), tasks))
+            ends = random_walks([p.walk for p in prepared], iterations, n_jobs=n_jobs,
+                                executor=pool)
+    else:
+        prepared = [task() for task in tasks]
+        ends = random_walks([p.walk for p in prepared], iterations)
+    return [p.finish(end) for p, end in zip(prepared, ends)]
 
 
 def _plan_column(values, lower, upper, *, segment, sample, iterations, seed, name, delta):
@@ -199,7 +208,7 @@ def _plan_column(values, lower, upper, *, segment, sample, iterations, seed, nam
     context = _BatchContext(present, math.ceil(lower * scale - 1e-9),
                             math.floor(upper * scale + 1e-9), decimals, sample, iterations,
                             float(delta))
-    tasks = [functools.partial(context.release, batch, np.random.default_rng([*seed, index]))
+    tasks = [functools.partial(context.prepare, batch, np.random.default_rng([*seed, index]))
              for index, batch in enumerate(batches)]
     return _ColumnPlan(values.size, rows, (lower, upper), decimals, tasks)
 
@@ -238,28 +247,17 @@ class _BatchContext:
     iterations: int
     delta: float                # delta factor
 
-    def release(self, segments, rng):
-        """Extract, sample, walk and round the segments of one batch.  The walk runs in grid
-        units, so the exact check after rounding is an integer one."""
+    def prepare(self, segments, rng):
+        """Extract and sample the segments of one batch: the walk to run (in grid units, so the
+        exact check after rounding is an integer one) and how to finish it."""
         scale = 10.0 ** self.decimals
         prepared = [self._prepare(positions, rng, scale) for positions in segments]
-        positions = np.concatenate([p.positions for p in prepared])
         A, blocks = _stack_constraints(prepared)
         start = np.clip(np.concatenate([p.start for p in prepared]), self.low, self.high)
         walk_slack = np.concatenate([np.full(len(p.sampled), p.delta) for p in prepared])
-        walked = random_walk(A, walk_slack, np.full(start.size, float(self.low)),
-                             np.full(start.size, float(self.high)), start, self.iterations, rng,
-                             blocks=blocks)
-        # |rounding| <= 1/2 per value, row coefficients (-1, 2, -1): A z <= A x + 2
-        z = np.clip(np.rint(walked), self.low, self.high).astype(np.int64)
-        allowed = np.floor(walk_slack + 2.0 + 1e-9).astype(np.int64)
-        A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
-        holding = int(np.sum(A_int @ z <= allowed))
-        if holding != A.shape[0]:
-            raise RuntimeError(f"{A.shape[0] - holding} localities broken by rounding")
-        sampled = Localities.concatenate(p.sampled.relabel(p.positions) for p in prepared)
-        return _BatchOutcome(positions, z / scale, sampled, allowed / scale,
-                             sum(p.n_extracted for p in prepared), holding)
+        walk = Walk(A, walk_slack, np.full(start.size, float(self.low)),
+                    np.full(start.size, float(self.high)), start, rng, blocks)
+        return _PreparedBatch(self, prepared, walk)
 
     def _prepare(self, positions, rng, scale):
         start = np.rint(self.values[positions] * scale)          # sorted: positions are
@@ -267,6 +265,29 @@ class _BatchContext:
         mean_gap = (start[-1] - start[0]) / max(1, start.size - 1)
         return _Segment(positions, start, sample_localities(extracted, self.sample, rng),
                         len(extracted), self.delta * max(1.0, mean_gap))
+
+
+@dataclass(frozen=True)
+class _PreparedBatch:
+    context: _BatchContext
+    segments: list
+    walk: Walk
+
+    def finish(self, walked):
+        """Round the walked values of the batch and check every locality exactly."""
+        context, prepared, A = self.context, self.segments, self.walk.A
+        scale = 10.0 ** context.decimals
+        positions = np.concatenate([p.positions for p in prepared])
+        # |rounding| <= 1/2 per value, row coefficients (-1, 2, -1): A z <= A x + 2
+        z = np.clip(np.rint(walked), context.low, context.high).astype(np.int64)
+        allowed = np.floor(self.walk.b + 2.0 + 1e-9).astype(np.int64)
+        A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
+        holding = int(np.sum(A_int @ z <= allowed))
+        if holding != A.shape[0]:
+            raise RuntimeError(f"{A.shape[0] - holding} localities broken by rounding")
+        sampled = Localities.concatenate(p.sampled.relabel(p.positions) for p in prepared)
+        return _BatchOutcome(positions, z / scale, sampled, allowed / scale,
+                             sum(p.n_extracted for p in prepared), holding)
 
 
 @dataclass(frozen=True)
@@ -280,11 +301,21 @@ class _Segment:
 
 def _stack_constraints(segments):
     """The block-diagonal constraint matrix of a batch (one block per segment: its sampled
-    locality rows) and the block layout the walk needs."""
-    matrices = [constraint_matrix(segment.sampled, segment.start.size) for segment in segments]
-    row_starts = np.cumsum([0] + [m.shape[0] for m in matrices[:-1]])
-    col_starts = np.cumsum([0] + [m.shape[1] for m in matrices[:-1]])
-    return sparse.block_diag(matrices, format="csr"), Blocks(row_starts, col_starts)
+    locality rows) and the block layout the walk needs.  Stacked CSR by CSR (the blocks' arrays
+    concatenated, column indices shifted): ``sparse.block_diag`` goes through COO and costs
+    about 10 times more."""
+    matrices = [sparse.csr_matrix(constraint_matrix(segment.sampled, segment.start.size))
+                for segment in segments]
+    row_sizes = [m.shape[0] for m in matrices]
+    col_sizes = [m.shape[1] for m in matrices]
+    row_starts = np.cumsum([0] + row_sizes[:-1])
+    col_starts = np.cumsum([0] + col_sizes[:-1])
+    nnz_starts = np.cumsum([0] + [m.nnz for m in matrices[:-1]])
+    indptr = np.concatenate([[0]] + [m.indptr[1:] + nnz for m, nnz in zip(matrices, nnz_starts)])
+    A = sparse.csr_matrix((np.concatenate([m.data for m in matrices]),
+                           np.concatenate([m.indices + off for m, off in zip(matrices, col_starts)]),
+                           indptr), shape=(sum(row_sizes), sum(col_sizes)))
+    return A, Blocks(row_starts, col_starts)
 
 
 def _output_decimals_cap(lower, upper):

@@ -23,7 +23,8 @@ the memory traffic, which is what bounds the walk's speed.
 
 Several independent walks run at once on a block-diagonal ``A`` (:class:`Blocks`): at every step
 each block moves one of its own coordinates by its own step length; ``iterations`` counts steps
-per block.
+per block.  :func:`random_walks` goes one further and stacks whole walks (each with its own
+generator) into one, so a Python-level step advances all of them -- same chain, same draws.
 """
 
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ def random_walk(A, b, lower, upper, start, iterations, rng, *, blocks=None, offs
     walker = _LocalityWalker.of(A, b, lower, upper, x, blocks, offset)
     if walker is not None:
         for step in range(int(iterations)):
-            walker.step(rng, step)
+            walker.step(rng.random(walker.size_at(step)), step)
     else:
         walker = _Walker(sparse.csc_matrix(A), b, lower, upper, x, blocks, offset)
         for step in range(int(iterations)):
@@ -221,8 +222,20 @@ class _LocalityWalker:
     @classmethod
     def of(cls, A, b, lower, upper, x, blocks, offset=0):
         """The walker, or None when ``A``/``b`` are not of that form (the generic one walks)."""
+        layout = cls.layout(A, b, blocks)
+        if layout is None:
+            return None
+        index, sign, col_starts, col_sizes, column_delta = layout
+        return cls(_locality_plan(index, sign, col_starts, col_sizes, column_delta),
+                   lower, upper, x, offset)
+
+    @staticmethod
+    def layout(A, b, blocks):
+        """``A``'s rows as (indices, sign) and the blocks' layout, or None when ``A``/``b`` are
+        not locality rows with one delta per block."""
         A = sparse.csr_matrix(A, copy=True)
         A.sort_indices()
+        b = np.asarray(b, dtype=np.float64)
         n_rows, n_cols = A.shape
         if n_rows == 0 or A.nnz != 3 * n_rows or np.any(np.diff(A.indptr) != 3):
             return None
@@ -245,38 +258,200 @@ class _LocalityWalker:
         col_block = np.repeat(np.arange(len(blocks)), col_sizes)
         if np.any(col_block[index] != row_block[:, None]):
             return None                                 # a row reaching into another block
-        return cls(_locality_plan(index, sign, col_starts, col_sizes,
-                                  block_delta[col_block]), lower, upper, x, offset)
+        return index, sign, col_starts, col_sizes, block_delta[col_block]
 
-    def step(self, rng, step):
+    def size_at(self, step):
+        """How many coordinates step ``step`` moves (= the uniforms it consumes)."""
+        return self.plan[(self.offset + step) % len(self.plan)].columns.size
+
+    def step(self, uniforms, step):
+        """One step; ``uniforms``: one draw in [0, 1) per coordinate moved, in column order."""
         at = self.plan[(self.offset + step) % len(self.plan)]
         c = at.columns
-        x_c = self.x[c]
-        y_hi = self.upper[c].copy()
-        y_lo = self.lower[c].copy()
+        x = self.x
+        # ndarray.take, not x[index]: fancy indexing with int32 indices is about twice as slow
+        x_c = x.take(c)
+        y_hi = self.upper.take(c)
+        y_lo = self.lower.take(c)
         for kind in at.kinds:
-            gathered = self.x[kind.p]
+            gathered = x.take(kind.p)
             if kind.middle:
-                gathered += self.x[kind.q]            # x_i + x_k
+                gathered += x.take(kind.q)            # x_i + x_k
             else:
                 gathered *= 2.0
-                gathered -= self.x[kind.q]            # 2 x_j - x_other
+                gathered -= x.take(kind.q)            # 2 x_j - x_other
             if kind.upper:
-                bound = np.minimum.reduceat(gathered, kind.starts) + kind.delta
+                bound = np.minimum.reduceat(gathered, kind.starts)
+                bound += kind.delta
                 if kind.middle:
                     bound *= 0.5
-                y_hi[kind.owner] = np.minimum(y_hi[kind.owner], bound)
+                y_hi[kind.owner] = np.minimum(y_hi.take(kind.owner), bound)
             else:
-                bound = np.maximum.reduceat(gathered, kind.starts) - kind.delta
+                bound = np.maximum.reduceat(gathered, kind.starts)
+                bound -= kind.delta
                 if kind.middle:
                     bound *= 0.5
-                y_lo[kind.owner] = np.maximum(y_lo[kind.owner], bound)
-        # the current point is inside: a bound a hair on its wrong side is rounding, 0 then
-        # blocks the move that way
-        t_hi = np.maximum(y_hi - x_c, 0.0) * (1.0 - _STEP_SHRINK)
-        t_lo = np.minimum(y_lo - x_c, 0.0) * (1.0 - _STEP_SHRINK)
-        t = t_lo + (t_hi - t_lo) * rng.random(c.size)
-        self.x[c] = x_c + t
+                y_lo[kind.owner] = np.maximum(y_lo.take(kind.owner), bound)
+        x[c] = _move(x_c, y_lo, y_hi, uniforms)
+
+
+def _move(x_c, y_lo, y_hi, uniforms):
+    """``x_c`` moved to a uniform point of ``[y_lo, y_hi]`` (the feasible interval)."""
+    # the current point is inside: a bound a hair on its wrong side is rounding, 0 then
+    # blocks the move that way
+    t_hi = np.maximum(y_hi - x_c, 0.0) * (1.0 - _STEP_SHRINK)
+    t_lo = np.minimum(y_lo - x_c, 0.0) * (1.0 - _STEP_SHRINK)
+    t = t_lo + (t_hi - t_lo) * uniforms
+    return x_c + t
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One :func:`random_walk` to run among others in :func:`random_walks`."""
+
+    A: object
+    b: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    start: np.ndarray
+    rng: np.random.Generator
+    blocks: Blocks
+
+
+def random_walks(walks, iterations, *, n_jobs=1, executor=None):
+    """The end points of ``random_walk(w.A, w.b, w.lower, w.upper, w.start, iterations, w.rng,
+    blocks=w.blocks)`` for every walk ``w`` -- the same chain with the same draws, hence the same
+    end points, bit for bit -- but fused: walks whose scans have the same period (their longest
+    block) are stacked into one block-diagonal walk, so one Python-level step advances all of
+    them (per-call overhead amortized over larger arrays, which also release the GIL long enough
+    for ``n_jobs`` threads to overlap).
+
+    Each walk still draws from its own generator, in its own order: over one scan period a walk
+    moves each of its coordinates once, so its draws for the period are one ``rng.random(n)``,
+    permuted once into the fused step order (``Generator.random`` yields the same stream whether
+    asked for ``n`` numbers at once or in pieces).  Walks that are not locality polytopes (see
+    :class:`_LocalityWalker`) walk one by one through :func:`random_walk`.
+    """
+    walks = list(walks)
+    run = executor.map if executor is not None else map
+    plans = list(run(_plan_of, walks))
+    ends = [None] * len(walks)
+    groups = {}
+    for index, (w, plan) in enumerate(zip(walks, plans)):
+        if plan is None:
+            ends[index] = random_walk(w.A, w.b, w.lower, w.upper, w.start, iterations, w.rng,
+                                      blocks=w.blocks)
+        else:
+            groups.setdefault(len(plan), []).append(index)
+    pieces = _balance(list(groups.values()), walks, n_jobs)
+    results = list(run(lambda piece: _fused_walk([walks[i] for i in piece],
+                                                 [plans[i] for i in piece], iterations),
+                       pieces))
+    for piece, piece_ends in zip(pieces, results):
+        for index, end in zip(piece, piece_ends):
+            ends[index] = end
+    return ends
+
+
+def _plan_of(walk):
+    """The walk's locality scan plan, or None when it needs the generic walker."""
+    layout = _LocalityWalker.layout(walk.A, walk.b, walk.blocks)
+    return None if layout is None else _locality_plan(*layout)
+
+
+def _balance(groups, walks, n_jobs):
+    """Split the largest groups (by coordinates) in halves until there are ``n_jobs`` pieces."""
+    def weight(piece):
+        return sum(np.asarray(walks[i].start).size for i in piece)
+    pieces = [g for g in groups if g]
+    while len(pieces) < n_jobs:
+        largest = max(range(len(pieces)), key=lambda i: weight(pieces[i]), default=None)
+        if largest is None or len(pieces[largest]) < 2:
+            break
+        piece = pieces.pop(largest)
+        half = len(piece) // 2
+        pieces += [piece[:half], piece[half:]]
+    return pieces
+
+
+def _fuse_plans(plans, sizes):
+    """One scan plan for walks of the same period laid end to end (coordinates of walk g shifted
+    by the sizes of the walks before it): per position, the walks' columns and entries in walk
+    order -- what :func:`_locality_plan` gives for their block-diagonal stack, built piecewise so
+    each piece stays in cache."""
+    col_offsets = np.cumsum([0] + list(sizes[:-1]))
+    idx_type = np.int32 if sum(sizes) < 2 ** 31 else np.int64
+    fused = []
+    for at in range(len(plans[0])):
+        positions = [plan[at] for plan in plans]
+        widths = np.cumsum([0] + [pos.columns.size for pos in positions[:-1]])
+        columns = np.concatenate([pos.columns + off for pos, off in zip(positions, col_offsets)])
+        kinds = []
+        for role, side in _LocalityWalker.KINDS:
+            middle, upper = role == "mid", side == "upper"
+            parts = [(kind, off, width) for pos, off, width in zip(positions, col_offsets, widths)
+                     for kind in pos.kinds if kind.middle == middle and kind.upper == upper]
+            if not parts:
+                continue
+            entries = np.cumsum([0] + [kind.p.size for kind, _, _ in parts[:-1]])
+            kinds.append(_Kind(
+                middle, upper,
+                np.concatenate([kind.p + off for kind, off, _ in parts]).astype(idx_type),
+                np.concatenate([kind.q + off for kind, off, _ in parts]).astype(idx_type),
+                np.concatenate([kind.starts + e for (kind, _, _), e in zip(parts, entries)]),
+                np.concatenate([kind.owner + width for kind, _, width in parts]),
+                np.concatenate([kind.delta for kind, _, _ in parts])))
+        fused.append(_LocalityPosition(columns, tuple(kinds)))
+    return fused
+
+
+def _fused_walk(walks, plans, iterations):
+    starts = [np.array(w.start, dtype=np.float64) for w in walks]
+    checks = []
+    for w, start in zip(walks, starts):
+        b = np.asarray(w.b, dtype=np.float64)
+        lower = np.asarray(w.lower, dtype=np.float64)
+        upper = np.asarray(w.upper, dtype=np.float64)
+        checks.append((w.A, b, lower, upper, _tolerance(lower, upper, b)))
+        if polytope_violation(w.A, b, lower, upper, start) > checks[-1][-1]:
+            raise ValueError("the random walk must start inside the polytope")
+    sizes = [start.size for start in starts]
+    col_offsets = np.cumsum([0] + sizes[:-1])
+    x = np.concatenate(starts)
+    walker = _LocalityWalker(_fuse_plans(plans, sizes), np.concatenate([c[2] for c in checks]),
+                             np.concatenate([c[3] for c in checks]), x, 0)
+    period = len(walker.plan)
+    # the fused step moves the coordinates of every walk at its scan position, walk after walk;
+    # walk g's draws for one period are its coordinates ordered by (position, index)
+    walk_of = np.repeat(np.arange(len(walks)), sizes)
+    position = np.empty(x.size, dtype=np.intp)
+    for at, pos in enumerate(walker.plan):
+        position[pos.columns] = at
+    coordinate = np.arange(x.size)
+    draw = np.empty(x.size, dtype=np.intp)
+    draw[np.lexsort((coordinate, position, walk_of))] = coordinate
+    permutation = draw[np.concatenate([pos.columns for pos in walker.plan])]
+    bounds = np.cumsum([0] + [pos.columns.size for pos in walker.plan])
+    # draws of walk g in the first r steps of a period: its coordinates at positions < r
+    prefix = np.zeros((len(walks), period + 1), dtype=np.intp)
+    np.add.at(prefix, (walk_of, position + 1), 1)
+    prefix = np.cumsum(prefix, axis=1)
+    buffer = np.zeros(x.size)
+    offsets = np.append(col_offsets, x.size)
+    iterations = int(iterations)
+    for first in range(0, iterations, period):
+        steps = min(period, iterations - first)
+        for g, w in enumerate(walks):
+            w.rng.random(out=buffer[offsets[g]:offsets[g] + prefix[g, steps]])
+        uniforms = buffer[permutation]
+        for s in range(steps):
+            walker.step(uniforms[bounds[s]:bounds[s + 1]], first + s)
+    ends = np.split(walker.x, col_offsets[1:])
+    for (A, b, lower, upper, tolerance), end in zip(checks, ends):
+        violation = polytope_violation(A, b, lower, upper, end)
+        if violation > tolerance:
+            raise RuntimeError(f"random walk left the polytope by {violation:g}")
+    return ends
 
 
 @dataclass(frozen=True)
