@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -100,6 +101,37 @@ def vm_hwm_mib(pid: int) -> float:
     return float("nan")
 
 
+class MemorySampler:
+    """Polls /proc/<pid>/status while a build runs: peak RssAnon (the backend's private memory:
+    Python objects, numpy arrays, sort and hash memory) and peak RssShmem (shared buffers the
+    backend touched, which VmHWM also counts)."""
+
+    def __init__(self, pid: int, every: float = 0.02):
+        self.pid, self.every = pid, every
+        self.anon = self.shmem = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                fields = dict(line.split(":", 1) for line in
+                              Path(f"/proc/{self.pid}/status").read_text().splitlines())
+            except OSError:
+                return
+            self.anon = max(self.anon, int(fields["RssAnon"].split()[0]) / 1024)
+            self.shmem = max(self.shmem, int(fields["RssShmem"].split()[0]) / 1024)
+            self._stop.wait(self.every)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
 def fresh_backend(conn):
     """A new connection (a backend whose VmHWM starts from scratch), imports paid."""
     other = psycopg.connect(conn.info.dsn, autocommit=True)
@@ -156,11 +188,12 @@ def build(conn, qis, l=None):
         pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
         base = vm_hwm_mib(pid)
         t0 = time.perf_counter()
-        release = other.execute(
-            "SELECT anon.mondrian_view('synthetic', k => 10, l => %s, quasi_identifiers => %s, "
-            "sensitive => ARRAY['diagnosis'], replace => true)", (l, qis)).fetchone()[0]
+        with MemorySampler(pid) as memory:
+            release = other.execute(
+                "SELECT anon.mondrian_view('synthetic', k => 10, l => %s, quasi_identifiers => %s, "
+                "sensitive => ARRAY['diagnosis'], replace => true)", (l, qis)).fetchone()[0]
         e2e = time.perf_counter() - t0
-        return release, e2e, vm_hwm_mib(pid), base
+        return release, e2e, vm_hwm_mib(pid), base, memory
 
 
 def bench_size(conn, n: int) -> list | None:
@@ -171,7 +204,7 @@ def bench_size(conn, n: int) -> list | None:
     copy_s = time.perf_counter() - t0
     conn.execute("DROP TABLE synthetic_copy")
     qis = ["age", "zip", "sex", "segment", "income", "visit"]
-    release, e2e, hwm, base = build(conn, qis)
+    release, e2e, hwm, base, memory = build(conn, qis)
     m = release_figures(conn, release)
     s = m["seconds"]
     write = e2e - s["python_total"]
@@ -183,16 +216,16 @@ def bench_size(conn, n: int) -> list | None:
     ratio_target, hwm_target = TARGETS.get(n, (None, None))
     print(f"{n:,} rows: end-to-end {e2e:.2f} s, copy {copy_s:.2f} s, ratio {e2e / copy_s:.1f}x"
           f"{f' (target <= {ratio_target:g}x)' if ratio_target else ''}, backend VmHWM "
-          f"{hwm:.0f} MiB (fresh backend {base:.0f} MiB){f' (target <= {hwm_target:g} GiB)' if hwm_target else ''}, "
+          f"{hwm:.0f} MiB (fresh backend {base:.0f} MiB; peak private RssAnon {memory.anon:.0f} MiB, shared buffers touched {memory.shmem:.0f} MiB){f' (target <= {hwm_target:g} GiB)' if hwm_target else ''}, "
           f"verified {verified}, smallest class {smallest}, release {sizes[1] / 2**20:.0f} MiB "
           f"vs source {sizes[0] / 2**20:.0f} MiB", flush=True)
     if n == 1_000_000 and os.environ.get("PLPY_ANON_BENCH_VERIFY", "1") != "0":
         VERIFICATION.append(verification_row(conn, release, e2e, "k = 10"))
-        with_l, e2e_l, _, _ = build(conn, qis, l=3)
+        with_l, e2e_l, *_ = build(conn, qis, l=3)
         VERIFICATION.append(verification_row(conn, with_l, e2e_l, "k = 10, l = 3"))
     return [n, round(e2e, 2), s["read"], s["partition"],
             round(s["python_total"] - s["read"] - s["partition"], 3), round(write, 2),
-            round(copy_s, 2), round(e2e / copy_s, 2), ratio_target or "", round(hwm), hwm_target or "",
+            round(copy_s, 2), round(e2e / copy_s, 2), ratio_target or "", round(hwm), round(memory.anon), hwm_target or "",
             bool(verified), smallest, m["achieved_k"], round(m["ncp_percent"], 2),
             round(sizes[1] / 2**20), round(sizes[0] / 2**20)]
 
@@ -212,7 +245,7 @@ def main() -> None:
                          "achieved k"], adult_rows)
     t2 = markdown_table(["rows", "end-to-end s", "read s", "partition s", "generalize+metrics s",
                          "write (SQL join + matview) s", "CREATE TABLE AS s", "ratio to copy",
-                         "target ratio", "backend VmHWM MiB", "target GiB", "verified",
+                         "target ratio", "backend VmHWM MiB", "peak RssAnon MiB", "target GiB", "verified",
                          "smallest class", "achieved k", "NCP %", "release MiB", "source MiB"],
                         size_rows)
     t3 = markdown_table(["release", "rows", "smallest class", "smallest l", "build s", "check s",
