@@ -9,6 +9,11 @@
   release and source sizes, and end-to-end seconds split into read /
   partition / write, beside ``CREATE TABLE copy AS SELECT * FROM source`` on the same table,
   measured in the same run.
+  100k and 1M rows are made in SQL at each run; 10M is loaded from a file made once with
+  ``PLPY_ANON_DATA=../shared/data python -m tests.bench.bench_mondrian generate 10000000`` (~3 min,
+  181 MiB gzipped) and skipped with that message when the file is missing. Targets printed beside
+  the figures: 1M <= 6x the copy, 10M <= 10x and VmHWM <= 2 GiB. VmHWM counts the shared buffers
+  the backend touched; the sampled peak RssAnon is its private memory.
 * The check of every release from its released rows (verify.py), on the same 1M-row releases
   (without and with l): its seconds against the build's (end-to-end minus the check); target
   <= 30 % of the build.
