@@ -155,9 +155,16 @@ def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
     return positions
 
 
+LITERAL_SLICE = 65536
+
+
 def int_array_literal(values) -> str:
-    """An int[] literal of a 1-D integer array (parsed by array_in, in C, on the SQL side)."""
-    return "{" + ",".join(map(str, values.tolist())) + "}"
+    """An int[] literal of a 1-D integer array (parsed by array_in, in C, on the SQL side), built
+    a slice at a time: the per-element Python ints and strings of one slice only, not of the whole
+    array (~100 MiB per million at once)."""
+    values = np.asarray(values)
+    return "{" + ",".join(",".join(map(str, values[i:i + LITERAL_SLICE].tolist()))
+                          for i in range(0, values.shape[0], LITERAL_SLICE)) + "}"
 
 
 def column_for(tbl, cols: dict, name: str):

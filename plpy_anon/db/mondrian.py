@@ -48,13 +48,19 @@ the source's, then fails the build, so a wrong range is never published.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from plpy_anon.core.encoding import encode_categorical, encode_numeric, finite_for_ordering
+from plpy_anon.core.encoding import (
+    encode_categorical,
+    encode_numeric,
+    finite_for_ordering,
+    numeric_offset,
+)
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
@@ -286,10 +292,27 @@ class ReleaseRows:
     l: int | None
     qis: list
     encoded: list
-    frame: pd.DataFrame        # original QI values (numbers with NaN for NULL, text)
     sensitive: np.ndarray | None
     target: np.ndarray | None
-    data: TableData
+    data: TableData            # n_rows and the rows' ctids / tableoids; its columns are released
+
+    @functools.cached_property
+    def frame(self) -> pd.DataFrame:
+        """Original QI values (numbers with NaN for NULL, text with None), rebuilt from the codes
+        only for the methods that need them (prioritized, workload): a plain Mondrian run keeps
+        no copy of the values beside the codes."""
+        frame = {}
+        for enc in self.encoded:
+            if enc.kind == "numeric":
+                offset = numeric_offset(enc)
+                labels = np.append(np.asarray(enc.labels, dtype=np.float64), np.nan)
+                index = enc.codes.astype(np.int64) - offset
+                if enc.null_code is not None:
+                    index[enc.codes == enc.null_code] = labels.size - 1
+                frame[enc.name] = labels[index]
+            else:
+                frame[enc.name] = np.asarray(enc.labels, dtype=object)[enc.codes]
+        return pd.DataFrame(frame)
 
 
 def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
@@ -314,16 +337,12 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
                                hint="Load rows first; a release of no rows protects nothing.")
     check_k_rows(k, data.n_rows, f"{tbl.schema}.{tbl.name}")
     hierarchical = set(params.get("hierarchies", []))
-    encoded, frame = [], {}
+    encoded = []
     for col in qis:
         d = data.columns[col.name]
         if col.kind == "numeric":
             ordered = finite_for_ordering(d.values, d.null_mask)   # ±inf, NaN: released as is
             encoded.append(encode_numeric(col.name, ordered, d.null_mask))
-            values = ordered.astype(float)
-            if d.null_mask is not None:
-                values[d.null_mask] = np.nan
-            frame[col.name] = values
         else:
             hierarchy = (catalog.load_hierarchy(plpy, tbl, col.name)
                          if col.name in hierarchical else None)
@@ -334,7 +353,6 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
                     hint="Register it again with anon.set_hierarchy, or recreate the release "
                          "with replace => true.")
             encoded.append(encode_categorical(col.name, d.values, hierarchy))
-            frame[col.name] = d.values
     sensitive = None
     if sens:
         sensitive = np.column_stack([
@@ -342,7 +360,8 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     target = None
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
-    return ReleaseRows(tbl, k, l, qis, encoded, pd.DataFrame(frame), sensitive, target, data)
+    data.columns.clear()             # the values are in the codes now: keep one copy
+    return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data)
 
 
 

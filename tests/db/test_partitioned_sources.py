@@ -145,3 +145,38 @@ def test_views_are_refused_clearly(db, schema):
         db.execute("SELECT anon.mondrian_view('v', k => 5, release_schema => %s)", (release_schema_of(schema),))
     assert info.value.sqlstate == "42804"
     assert "is a view" in str(info.value) and "CREATE TABLE" in info.value.diag.message_hint
+
+
+@pytest.mark.parametrize("chunk_blocks", ["1", "3"])
+def test_mondrian_reads_partition_by_partition_in_chunks(db, schema, chunk_blocks):
+    """Issue 14: the source is read relation by relation, a few blocks per query
+    (plpy_anon.read_chunk_blocks), categorical codes merged across chunks. Many chunks per
+    partition, NULLs in numeric and text QIs, a value first seen in a late chunk: every row is
+    released once, inside its released ranges / sets, in classes of at least k."""
+    db.execute(f"CREATE TABLE src {COLUMNS} PARTITION BY RANGE (id)")
+    db.execute("CREATE TABLE src_1 PARTITION OF src FOR VALUES FROM (1) TO (1501)")
+    db.execute("CREATE TABLE src_2 PARTITION OF src FOR VALUES FROM (1501) TO (3001)")
+    db.execute("CREATE TABLE src_default PARTITION OF src DEFAULT")
+    db.execute("INSERT INTO src " + ROWS.format(lo=1, hi=3300))
+    db.execute("UPDATE src SET age = NULL, zip = NULL WHERE id % 97 = 0")
+    db.execute("UPDATE src SET sex = 'X' WHERE id > 3200")          # only in the last chunks
+    assert db.execute("SELECT count(DISTINCT (tableoid, (ctid::text::point)[0])) FROM src"
+                      ).fetchone()[0] > 30                            # many blocks: many chunks
+    db.execute("SET plpy_anon.read_chunk_blocks = " + chunk_blocks)
+    try:
+        rel = db.execute("SELECT anon.mondrian_view('src', k => 5, quasi_identifiers => %s, "
+                         "sensitive => ARRAY['id', 'diagnosis'], release_schema => %s)",
+                         (QIS, release_schema_of(schema))).fetchone()[0]
+    finally:
+        db.execute("RESET plpy_anon.read_chunk_blocks")
+    check_rows_released_once(db, rel)
+    bad = db.execute(f"""SELECT count(*) FROM {rel} r JOIN src s USING (id)
+                         WHERE NOT ((s.age IS NULL OR r.age @> s.age) AND r.born @> s.born
+                                    AND s.sex = ANY(r.sex)
+                                    AND array_position(r.zip, s.zip) IS NOT NULL)""").fetchone()[0]
+    assert bad == 0
+    assert min(class_sizes(db, rel, QIS)) >= 5
+    assert db.execute(f"SELECT count(*) FROM {rel} WHERE 'X' = ANY(sex)").fetchone()[0] >= 100
+    verified = db.execute("SELECT verified FROM anon.release_status() WHERE release = %s",
+                          (rel,)).fetchone()[0]
+    assert verified is True
