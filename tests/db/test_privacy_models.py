@@ -191,8 +191,8 @@ def test_refusals_are_22023_naming_the_fix(db, schema, people, kwargs, message, 
 def test_the_stored_risk_report_confirms_each_model(db, schema, people):
     """The risk report each release stores (anon.releases.risk, counted in SQL by db/risk.py)
     confirms the model the partition was asked for, on the released rows."""
-    asked = {"e": dict(l=2, l_diversity="entropy"), "r": dict(l=2, l_diversity="recursive", c=3),
-             "t": dict(t=0.2)}
+    asked = {"e": {"l": 2, "l_diversity": "entropy"},
+             "r": {"l": 2, "l_diversity": "recursive", "c": 3}, "t": {"t": 0.2}}
     for name, kwargs in asked.items():
         release(db, schema, name, k=5, **kwargs)
     reports = {name: {(r["measure"], r["column_name"]): r["value"] for r in risk}
