@@ -157,25 +157,31 @@ def core_models(parameters: dict) -> dict:
             "t": parameters.get("t"), "split": parameters.get("split") or "median"}
 
 
+def ordered_sensitive_names(parameters: dict) -> set[str]:
+    """The sensitive columns whose codes follow their values' order: with t, the numeric ones."""
+    return set(parameters.get("ordered_sensitive") or []) if parameters.get("t") is not None else set()
+
+
+def value_ordered_codes(values) -> np.ndarray:
+    """Codes of a numeric sensitive column numbered in value order (NaN after numbers, NULL last,
+    as PostgreSQL sorts them), so that the ordered-distance EMD sees neighbours as neighbours."""
+    null = np.array([v is None for v in values], dtype=bool)
+    numbers = np.array([np.nan if v is None else float(v) for v in values])
+    codes = np.empty(len(values), dtype=np.int64)
+    dense = np.unique(numbers[~null], return_inverse=True)[1].ravel()   # NaN last
+    codes[~null] = dense
+    codes[null] = dense.max(initial=-1) + 1
+    return codes
+
+
 def sensitive_for_models(rows, parameters: dict):
-    """(sensitive codes, ordered flags, names) for the core: with t, the codes of the ordered
-    (numeric) sensitive columns are renumbered in value order (NaN after numbers, NULL last, as
-    PostgreSQL sorts them) so that the ordered-distance EMD sees neighbours as neighbours."""
+    """(sensitive codes, ordered flags, names) for the core; the codes of ordered columns were
+    numbered in value order when the rows were read (load_release_rows)."""
     names = list(parameters.get("sensitive") or [])
     if rows.sensitive is None or not names:
         return rows.sensitive, False, None
-    ordered_names = set(parameters.get("ordered_sensitive") or []) \
-        if parameters.get("t") is not None else set()
-    codes = rows.sensitive.copy()
-    for j, name in enumerate(names):
-        if name in ordered_names:
-            raw = rows.data.columns[name].values
-            null = np.array([v is None for v in raw], dtype=bool)
-            numbers = np.array([np.nan if v is None else float(v) for v in raw])
-            dense = np.unique(numbers[~null], return_inverse=True)[1].ravel()   # NaN last
-            codes[~null, j] = dense
-            codes[null, j] = dense.max(initial=-1) + 1
-    return codes, [n in ordered_names for n in names], names
+    ordered_names = ordered_sensitive_names(parameters)
+    return rows.sensitive, [n in ordered_names for n in names], names
 
 
 def base_parameters(plpy, tbl, roles, qis, sens, k, l, models=None) -> dict:
@@ -355,8 +361,10 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
             encoded.append(encode_categorical(col.name, d.values, hierarchy))
     sensitive = None
     if sens:
+        ordered = ordered_sensitive_names(params)
         sensitive = np.column_stack([
-            pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0] for c in sens])
+            value_ordered_codes(data.columns[c.name].values) if c.name in ordered
+            else pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0] for c in sens])
     target = None
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
