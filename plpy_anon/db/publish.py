@@ -125,7 +125,7 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
          json.dumps(stats["metrics"]) if "metrics" in stats else None,
          json.dumps(figures) if figures is not None else None])
-    risk.store(plpy, release_id)
+    risk.store(plpy, release_id, method)
     return by_id(plpy, release_id)
 
 

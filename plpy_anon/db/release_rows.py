@@ -3,7 +3,7 @@
 run statistics a build stashes (``stash_run``/``take_run``) and the per-release lock.
 
 The lowest layer of the release machinery: grants, verify, refreshing, publish and releases all
-import it, and it imports none of them (no import cycle: see tests/unit/test_layering.py).
+import it, and it imports none of them (no import cycle: see tests/unit/test_db_imports.py).
 """
 from __future__ import annotations
 

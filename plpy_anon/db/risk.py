@@ -25,8 +25,10 @@ import numpy as np
 
 from plpy_anon.core import risk as core
 from plpy_anon.core.errors import AnonError, InvalidParameter, UnsupportedType
-from plpy_anon.db import columns
+from plpy_anon.db import columns, verify
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.release_rows import by_id
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 WORK_MEM = "256MB"
@@ -74,12 +76,10 @@ class Target:
         self.skipped: dict[str, str] = {}     # sensitive column -> why its figures are NULL
 
 
-def release_target(plpy, release: dict, quasi_identifiers, sensitive) -> Target:
+def release_target(plpy, release: dict, method: ReleaseMethod | None, quasi_identifiers,
+                   sensitive) -> Target:
     """A release's released relation, its QIs (the released, generalized columns an analyst links
     on: verify.py's class key) and sensitive columns from the catalog, unless given."""
-    from plpy_anon.db import verify
-    from plpy_anon.db.methods import REGISTRY
-    method = REGISTRY.get(release["method"])
     spec = (verify.spec_for(plpy, release, None, method) if method is not None
             else verify.default_spec(plpy, release, None))
     params = jsonb(release["parameters"])
@@ -116,7 +116,11 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
     catalog = bool(run(plpy, CAN_READ_CATALOG)[0]["ok"])
     release = run(plpy, RELEASE_QUERY, ["text", "text"], [rel["schema"], rel["name"]]) if catalog else []
     if release:
-        target = release_target(plpy, release[0], quasi_identifiers, sensitive)
+        # the registry imports the method modules, which import publish, which imports this
+        # module (publish.record stores every release's report): looked up here, not at import
+        from plpy_anon.db.methods import REGISTRY
+        target = release_target(plpy, release[0], REGISTRY.get(release[0]["method"]),
+                                quasi_identifiers, sensitive)
         if target.relation != ident(plpy, rel["schema"], rel["name"]):
             target_rel = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]
             oid = int(target_rel["oid"])
@@ -306,17 +310,14 @@ def risk_report(plpy, relation: str, quasi_identifiers=None, sensitive=None, pop
                    recursive_c=recursive_c)
 
 
-def store(plpy, release_id: int) -> list[dict] | None:
+def store(plpy, release_id: int, method: ReleaseMethod | None) -> list[dict] | None:
     """The risk report of a release just built, written to anon.releases.risk (called by
     ``publish.record`` at creation and every refresh). None, and NULL stored, when there is
     nothing to read (a view refreshed WITH NO DATA or a method plpy_anon does not know)."""
-    from plpy_anon.db import verify
-    from plpy_anon.db.methods import REGISTRY
-    from plpy_anon.db.release_rows import by_id
     release = by_id(plpy, release_id)
     report = None
-    if release["method"] in REGISTRY and verify.is_populated(plpy, release):
-        target = release_target(plpy, release, None, None)
+    if method is not None and verify.is_populated(plpy, release):
+        target = release_target(plpy, release, method, None, None)
         cols = {}
         if target.sensitive:
             oid = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]["oid"]
