@@ -172,6 +172,14 @@ def run(k: int, keep: bool) -> None:
                        "verification->'smallest_class' AS smallest_class, verification->'k' AS k "
                        "FROM anon.release_status()")
 
+            step("re-identification risk: the source against the release (anon.risk_report)")
+            show(conn, "SELECT s.measure, s.value::numeric AS source, r.value::numeric AS release "
+                       "FROM anon.risk_report('patients', ARRAY['age', 'sex', 'zip']) AS s "
+                       f"JOIN anon.risk_report('{release}') AS r USING (measure) "
+                       "WHERE s.column_name IS NULL AND r.column_name IS NULL "
+                       "AND s.measure IN ('classes', 'smallest_class', 'records_in_classes_below_5', "
+                       "'prosecutor_risk_max', 'prosecutor_risk_avg') ORDER BY s.measure")
+
             step("analysts read releases and nothing else")
             show(conn, "CREATE ROLE analyst")
             show(conn, "SELECT anon.grant_analyst('analyst')")
