@@ -20,9 +20,18 @@ ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education_num", "ma
                  "hours_per_week", "native_country", "income"]
 
 
+#: adult.data as shipped in the repository (tests/fixtures/adult/README.md), for a plain clone
+ADULT_IN_REPO = ROOT / "tests" / "fixtures" / "adult" / "adult.data.gz"
+
+
+def adult_path() -> Path:
+    path = DATA / "adult" / "adult.data"
+    return path if path.exists() else ADULT_IN_REPO
+
+
 def adult() -> pd.DataFrame:
     """UCI Adult, the 30,162 rows of adult.data without '?'."""
-    path = DATA / "adult" / "adult.data"
+    path = adult_path()
     if not path.exists():
         raise SystemExit(f"benchmark data not found at {path}; set PLPY_ANON_DATA to ../shared/data")
     df = pd.read_csv(path, header=None, names=ADULT_COLUMNS, skipinitialspace=True,

@@ -252,10 +252,7 @@ def test_adult_source_and_k10_release_equal_pandas(db, schema):
     """The worked example of docs/risk.md: each figure of the source and of its k = 10 Mondrian
     release equals pandas on the same rows."""
     from tests.bench.bench_risk import ADULT_QIS, POPULATION, load_adult
-    from tests.bench.common import DATA
-    if not (DATA / "adult" / "adult.data").exists():
-        pytest.skip("UCI Adult not found (PLPY_ANON_DATA)")
-    load_adult(db)
+    load_adult(db)          # from ../shared/data, else the copy in tests/fixtures/adult
     got = report(db, "adult", quasi_identifiers=ADULT_QIS, sensitive=["income"], population=POPULATION)
     assert_report(got, expected(read(db, "adult"), ADULT_QIS, ["income"], {"income": False},
                                 population=POPULATION))
