@@ -109,7 +109,12 @@ def encode_categorical(name, values, hierarchy=None):
         raise InvalidParameter(f"column {name!r} must be one-dimensional, got shape {values.shape}",
                                hint="pass one sequence per column")
     factor, uniques = pd.factorize(values, use_na_sentinel=True)
-    uniques = [str(u) for u in uniques]
+    return encode_factorized(name, factor, [str(u) for u in uniques], hierarchy)
+
+
+def encode_factorized(name, factor, uniques, hierarchy=None):
+    """:func:`encode_categorical` of a column already factorized: ``factor`` int codes into the
+    list of strings ``uniques``, -1 for NULL (every unique occurring at least once)."""
     has_null = bool((factor < 0).any())
     if hierarchy is None:
         return _encode_by_frequency(name, factor, uniques, has_null)

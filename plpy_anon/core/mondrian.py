@@ -152,9 +152,10 @@ class Mondrian:
             while sizes.size:
                 level = _Level(orders, sizes, self._codes, self._key_width, layouts)
                 n_left, attr = self._choose_cuts(level)
-                n_classes = self._retire(orders[0], level.starts, sizes, attr < 0, labels,
-                                         n_classes)
-                orders, layouts, sizes = self._regroup(orders, layouts, level.starts, sizes,
+                starts = level.starts
+                del level          # its caches (segment ids, keys: 8 bytes per row) go first
+                n_classes = self._retire(orders[0], starts, sizes, attr < 0, labels, n_classes)
+                orders, layouts, sizes = self._regroup(orders, layouts, starts, sizes,
                                                        n_left, attr, side_of_row, workers)
         return labels
 
@@ -436,14 +437,25 @@ class Mondrian:
         known = int(used[0]) if used.size == 1 else -1
 
         def split_one(a):
+            # compressed by boolean masks into arrays of the old dtype (no int64 index arrays),
+            # and replaced in the lists at once: at most one old and one new layout per thread
+            # coexist, not all of them (10M rows x 6 QIs: ~0.5 GB less at the peak)
             o = orders[a]
             s = side if a == known else side_of_row[o]
-            keep = np.concatenate([np.flatnonzero(s == _LEFT), np.flatnonzero(s == _RIGHT)])
-            return o[keep], layouts[a][keep]
+            left, right = s == _LEFT, s == _RIGHT
+            n_l = int(np.count_nonzero(left))
+            size = n_l + int(np.count_nonzero(right))
+            for arrays in (orders, layouts):
+                old = arrays[a]
+                new = np.empty(size, dtype=old.dtype)
+                np.compress(left, old, out=new[:n_l])
+                np.compress(right, old, out=new[n_l:])
+                arrays[a] = new
+                del old
 
-        done = workers.map(split_one, range(len(orders)), n)
+        workers.map(split_one, range(len(orders)), n)
         new_sizes = np.concatenate([n_left[split], (sizes - n_left)[split]])
-        return [d[0] for d in done], [d[1] for d in done], new_sizes
+        return orders, layouts, new_sizes
 
     # ------------------------------------------------------------------ validation
     def _validate(self, columns, sensitive):

@@ -54,7 +54,7 @@ from plpy_anon.core.breakmerge import (
     relabel_in_order,
     validate_attribute_roles,
 )
-from plpy_anon.core.encoding import encode_categorical, encode_numeric, finite_for_ordering
+from plpy_anon.core.encoding import encode_factorized, encode_numeric, finite_for_ordering
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
@@ -280,7 +280,7 @@ def storage_query(plpy, tbl, qis, parameters, release_id):
         f"    SELECT r.class_id{kept}\n"
         f"    FROM p CROSS JOIN LATERAL anon._partition_rows(\n"
         f"        ROW(p.r ->> 'row_ctids', p.r ->> 'class_ids', NULL, NULL,\n"
-        f"            p.r ->> 'row_tableoids')::anon.partition,\n"
+        f"            p.r ->> 'row_tableoids', NULL)::anon.partition,\n"
         f"        {plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
         f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
         f"bounds AS (SELECT rs.class_id{aggregates} FROM rs GROUP BY rs.class_id),\n"
@@ -524,7 +524,7 @@ def _encode(plpy, tbl, col, data, params):
     hierarchy = (
         catalog.load_hierarchy(plpy, tbl, col.name) if col.name in params["hierarchies"] else None
     )
-    return encode_categorical(col.name, values.values, hierarchy)
+    return encode_factorized(col.name, values.codes, values.dictionary, hierarchy)
 
 
 # ---------------------------------------------------------------------------- reading releases

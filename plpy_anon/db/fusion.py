@@ -317,6 +317,7 @@ def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
         "row_positions": _int_array(positions),
         "classes": json.dumps(classes),
         "row_tableoids": data.row_tableoids,
+        "class_sizes": None,
     }, {"row_count": data.n_rows, "achieved_k": int(sizes.min()), "metrics": metrics}
 
 

@@ -141,15 +141,25 @@ def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:
             f"ELSE pg_catalog.range_merge(x.q{i}::{range_type}, {exact}) END")
 
 
-def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
-    """Each row's position in the release: grouped by class, classes in random order and rows in
-    random order inside a class, so the release keeps no trace of the source's physical row order
-    (insertion order can identify a row)."""
+def release_order(labels: np.ndarray, n_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The release's row order: grouped by class, classes in random order and rows in random
+    order inside a class, so the release keeps no trace of the source's physical row order
+    (insertion order can identify a row). Returns (labels renumbered so that class ``c`` is the
+    ``c``-th in the release (int32), row indices in release order)."""
     rng = np.random.default_rng([seed, labels.size])
-    class_rank = rng.permutation(int(labels.max()) + 1).astype(np.int64)
+    class_rank = rng.permutation(max(int(n_classes), 1)).astype(np.int32)
+    ranked = class_rank[labels]
     # one int64 sort key: class rank in the high bits, a random tie-breaker in the low 24
-    key = (class_rank[labels] << 24) | rng.integers(0, 1 << 24, labels.size, dtype=np.int64)
+    key = (ranked.astype(np.int64) << 24) | rng.integers(0, 1 << 24, labels.size, dtype=np.int64)
     order = np.argsort(key)
+    del key
+    return ranked, order
+
+
+def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
+    """Each row's position in the release (see release_order), for methods that hand SQL a class
+    id and a position per row."""
+    _, order = release_order(labels, int(labels.max()) + 1, seed)
     positions = np.empty(labels.size, dtype=np.int64)
     positions[order] = np.arange(labels.size)
     return positions

@@ -52,9 +52,47 @@ class Run:
     started: float             # time.monotonic() at the start (stash_run's clock)
     read_s: float = 0.0        # seconds spent in read
     fit_s: float = 0.0         # seconds spent in fit
+    memory_mib: dict = field(default_factory=dict)   # backend memory after each phase
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def note_memory(self, phase: str) -> None:
+        """Record the backend's resident memory now and its peak so far (VmRSS / VmHWM, MiB),
+        so a release's metrics say which phase made the peak (Linux; nothing elsewhere)."""
+        status = backend_memory()
+        if status:
+            self.memory_mib[phase] = status
+
+
+def return_free_memory() -> None:
+    """Hand the heap memory Python freed back to the OS (glibc ``malloc_trim``): large arrays
+    freed by one phase otherwise stay in this backend's resident set and stack under the next
+    phase's peak (glibc raises its mmap threshold as large blocks are freed, so they land on
+    the heap). A no-op where there is no glibc."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
+def backend_memory() -> dict | None:
+    """{"rss": VmRSS, "peak": VmHWM} of this process in MiB, from /proc/self/status."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("VmRSS", "VmHWM")))
+    except OSError:
+        return None
+    return {"rss": int(fields["VmRSS"].split()[0]) // 1024,
+            "peak": int(fields["VmHWM"].split()[0]) // 1024}
 
 
 def run(method: ReleaseMethod, plpy, GD, release_id: int):
@@ -65,11 +103,21 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
     stored = jsonb(release["parameters"])
     checked = method.validate(**{name: stored.get(name) for name in method.parameter_constraints})
     ctx = Run(plpy, GD, release_id, release, {**stored, **checked}, started)
+    ctx.note_memory("start")
     data = method.read(ctx)
     ctx.read_s = ctx.elapsed()
+    return_free_memory()
+    ctx.note_memory("read")
     t0 = time.monotonic()
     result = method.fit(data, ctx.parameters)
     ctx.fit_s = time.monotonic() - t0
+    return_free_memory()
+    ctx.note_memory("fit")
     output, stats = method.publish(ctx, data, result)
+    del data, result      # before the output is copied into SQL values: only the output stays
+    return_free_memory()
+    ctx.note_memory("publish")
+    if ctx.memory_mib and isinstance(stats.get("metrics"), dict):
+        stats["metrics"]["memory_mib"] = ctx.memory_mib
     release_rows.stash_run(GD, release_id, started=started, **stats)
     return output

@@ -56,7 +56,7 @@ import numpy as np
 import pandas as pd
 
 from plpy_anon.core.encoding import (
-    encode_categorical,
+    encode_factorized,
     encode_numeric,
     finite_for_ordering,
     numeric_offset,
@@ -80,12 +80,13 @@ from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-ex
     output_type,
     qi_value,
     range_expression,
+    release_order,
     release_positions,
 )
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.params import check_l as check_l_value
-from plpy_anon.db.reader import TableData, read_columns
+from plpy_anon.db.reader import TableData, TextColumnData, read_columns
 from plpy_anon.db.sqltext import jsonb
 
 METHOD = "mondrian"
@@ -162,16 +163,14 @@ def ordered_sensitive_names(parameters: dict) -> set[str]:
     return set(parameters.get("ordered_sensitive") or []) if parameters.get("t") is not None else set()
 
 
-def value_ordered_codes(values) -> np.ndarray:
-    """Codes of a numeric sensitive column numbered in value order (NaN after numbers, NULL last,
-    as PostgreSQL sorts them), so that the ordered-distance EMD sees neighbours as neighbours."""
-    null = np.array([v is None for v in values], dtype=bool)
-    numbers = np.array([np.nan if v is None else float(v) for v in values])
-    codes = np.empty(len(values), dtype=np.int64)
-    dense = np.unique(numbers[~null], return_inverse=True)[1].ravel()   # NaN last
-    codes[~null] = dense
-    codes[null] = dense.max(initial=-1) + 1
-    return codes
+def value_ordered_codes(column: TextColumnData) -> np.ndarray:
+    """Codes of a numeric sensitive column (read as text) numbered in value order (NaN after
+    numbers, NULL last, as PostgreSQL sorts them), so that the ordered-distance EMD sees
+    neighbours as neighbours. The dictionary's strings are parsed once each, not once per row."""
+    numbers = np.array([float(v) for v in column.dictionary], dtype=np.float64)
+    rank = np.unique(numbers, return_inverse=True)[1].ravel().astype(np.int64)  # NaN last
+    table = np.append(rank, rank.max(initial=-1) + 1)                   # code -1 (NULL): last
+    return table[column.codes]
 
 
 def sensitive_for_models(rows, parameters: dict):
@@ -268,7 +267,11 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     """What a Mondrian-family partitioning function returns (an ``anon.partition``): class ids
     and release positions per row, generalized literals per class; and the run's statistics for
     the catalog (``stash_run``'s keywords)."""
-    index = ClassIndex.of(labels, n_classes)
+    # classes renumbered in release order and rows listed in it (release_order): SQL gets the
+    # ctids in that order and each class's size, not a class id and a position per row
+    labels, order = release_order(labels, n_classes, seed=ctx.release_id)
+    index = ClassIndex(order, np.concatenate([[0], np.cumsum(np.bincount(labels,
+                                                                         minlength=n_classes))]))
     # numeric QIs: bounds come from SQL (generalized_release_query); categorical ones from here
     listed = [(i, col, enc) for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded))
               if col.kind == "categorical"]
@@ -277,11 +280,12 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
     metrics.update(extra_metrics or {})
     result = {
-        "row_ctids": rows.data.row_ctids,
-        "class_ids": int_array_literal(labels),
-        "row_positions": int_array_literal(release_positions(labels, seed=ctx.release_id)),
+        "row_ctids": rows.data.ctid_literal(order),
+        "class_ids": None,
+        "row_positions": None,
         "classes": json.dumps(classes),
-        "row_tableoids": rows.data.row_tableoids,
+        "row_tableoids": rows.data.tableoid_literal(order),
+        "class_sizes": int_array_literal(np.diff(index.bounds)),
     }
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
@@ -358,13 +362,13 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
                     "created",
                     hint="Register it again with anon.set_hierarchy, or recreate the release "
                          "with replace => true.")
-            encoded.append(encode_categorical(col.name, d.values, hierarchy))
+            encoded.append(encode_factorized(col.name, d.codes, d.dictionary, hierarchy))
     sensitive = None
     if sens:
         ordered = ordered_sensitive_names(params)
         sensitive = np.column_stack([
-            value_ordered_codes(data.columns[c.name].values) if c.name in ordered
-            else pd.factorize(data.columns[c.name].values, use_na_sentinel=False)[0] for c in sens])
+            value_ordered_codes(data.columns[c.name]) if c.name in ordered
+            else data.columns[c.name].factorized() for c in sens])
     target = None
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)

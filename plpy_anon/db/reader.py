@@ -13,9 +13,10 @@ aggregates of one query see the rows in the same order:
   dictionary across chunks: what is kept is int32 codes, and the values array handed to the
   methods is ``dictionary[codes]`` (an object array whose entries all point to the few distinct
   strings: 8 bytes per row, not a string per row). The chunk's strings are freed with the chunk;
-* ``array_agg(ctid)::text`` per chunk: the rows' ctids as an opaque text literal, never parsed in
-  Python: they go back to SQL unchanged, where ``::tid[]`` (array_in, in C) turns them into the
-  join key that brings each row's class back to it.
+* the rows' ctids as ONE ``bytea`` of ``tidsend`` values (6 bytes per row: block, line pointer),
+  read with ``np.frombuffer``: they go back to SQL as a ``tid[]`` literal (``ctid_literal``), in
+  whatever order the release wants its rows, where ``::tid[]`` (array_in, in C) turns them into
+  the join key that brings each row's class back to it.
 
 So the backend's peak grows with the codes (bytes per row per column) and one chunk's text, not
 with one Python object per value read (the previous single ``array_agg`` query made ~420 MiB of
@@ -37,6 +38,7 @@ cannot release them.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,12 +55,74 @@ class ColumnData:
     null_mask: np.ndarray | None
 
 
+class TextColumnData:
+    """A column read as text, kept as int32 ``codes`` (-1 for NULL) into ``dictionary`` (its
+    distinct strings, in order of first appearance). ``values`` (one object per row, all
+    pointing to the dictionary's strings) is built only when a method asks for it: encoding and
+    the sensitive codes work from the codes (8 bytes per row and a re-factorization saved)."""
+
+    null_mask = None
+
+    def __init__(self, codes: np.ndarray, dictionary: list[str]):
+        self.codes = codes
+        self.dictionary = dictionary
+
+    @functools.cached_property
+    def values(self) -> np.ndarray:
+        table = np.empty(len(self.dictionary) + 1, dtype=object)
+        table[:-1] = self.dictionary
+        table[-1] = None                         # code -1: NULL
+        return table[self.codes]
+
+    def factorized(self) -> np.ndarray:
+        """Codes with NULL as a value of its own (``len(dictionary)``), like
+        ``pd.factorize(values, use_na_sentinel=False)`` up to numbering."""
+        return np.where(self.codes < 0, np.int32(len(self.dictionary)), self.codes)
+
+
+#: one ctid as tidsend writes it: block number and line pointer, big-endian
+TID_DTYPE = np.dtype([("block", ">u4"), ("offset", ">u2")])
+#: elements of a text array literal per slice when writing one (bounds the per-element strings)
+LITERAL_SLICE = 65536
+
+
 @dataclass
 class TableData:
+    """The rows read: ``n_rows``, each row's ctid (``row_tids``, TID_DTYPE, read order), its
+    tableoid when the source has several physical relations (``row_relations``, else None), and
+    the columns asked for."""
+
     n_rows: int
-    row_ctids: str                       # '{"(0,1)","(0,2)",...}' in read order
-    columns: dict[str, ColumnData] = field(default_factory=dict)
-    row_tableoids: str | None = None     # '{16384,16390,...}' when the source has several relations
+    row_tids: np.ndarray
+    columns: dict[str, ColumnData | TextColumnData] = field(default_factory=dict)
+    row_relations: np.ndarray | None = None
+
+    @property
+    def row_ctids(self) -> str:
+        """The ctids in read order as a ``tid[]`` literal (``'{"(0,1)","(0,2)",...}'``)."""
+        return self.ctid_literal()
+
+    @property
+    def row_tableoids(self) -> str | None:
+        """The tableoids in read order as an ``oid[]`` literal, or None (one relation)."""
+        return self.tableoid_literal()
+
+    def ctid_literal(self, order: np.ndarray | None = None) -> str:
+        """A ``tid[]`` literal of the rows' ctids in read order, or in ``order`` (row indices)."""
+        tids = self.row_tids if order is None else self.row_tids[order]
+        parts = []
+        for i in range(0, tids.shape[0], LITERAL_SLICE):
+            part = tids[i:i + LITERAL_SLICE]
+            parts.append(",".join([f'"({b},{o})"' for b, o in zip(part["block"].tolist(),
+                                                                   part["offset"].tolist())]))
+        return "{" + ",".join(parts) + "}"
+
+    def tableoid_literal(self, order: np.ndarray | None = None) -> str | None:
+        if self.row_relations is None:
+            return None
+        oids = self.row_relations if order is None else self.row_relations[order]
+        return "{" + ",".join(",".join(map(str, oids[i:i + LITERAL_SLICE].tolist()))
+                              for i in range(0, oids.shape[0], LITERAL_SLICE)) + "}"
 
 
 HAS_CHILDREN = """
@@ -146,21 +210,21 @@ class _Dictionary:
         codes[present] = mapping[local[present]]
         self.parts.append(codes)
 
-    def values(self) -> np.ndarray:
+    def column(self) -> TextColumnData:
         codes = np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int32)
-        dictionary = np.empty(len(self.index) + 1, dtype=object)
-        dictionary[:-1] = list(self.index)
-        dictionary[-1] = None                         # code -1: NULL
-        return dictionary[codes]
+        self.parts = []
+        return TextColumnData(codes, list(self.index))
 
 
 def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column]) -> TableData:
     """Read ``numeric`` columns as numbers and ``categorical`` columns as text, chunk by chunk
     (see the module docstring)."""
     plan, several = read_plan(plpy, tbl)
-    selects = ["count(*) AS n", "array_agg(ctid)::text AS row_ctids"]
+    selects = ["count(*) AS n",
+               "pg_catalog.string_agg(pg_catalog.tidsend(ctid), ''::bytea) AS row_tids"]
     if several:
-        selects.append("array_agg(tableoid)::text AS row_tableoids")
+        selects.append("pg_catalog.string_agg(pg_catalog.oidsend(tableoid), ''::bytea) "
+                       "AS row_relations")
     kinds = []
     for i, col in enumerate(numeric):
         is_int = NUMERIC_TYPES[col.type_name][2] == "int"
@@ -191,9 +255,9 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
             if n == 0:
                 continue
             n_rows += n
-            ctids.append(row["row_ctids"][1:-1])
+            ctids.append(np.frombuffer(row["row_tids"], dtype=TID_DTYPE))
             if several:
-                tableoids.append(row["row_tableoids"][1:-1])
+                tableoids.append(np.frombuffer(row["row_relations"], dtype=">u4"))
             for i, col in enumerate(numeric):
                 numbers[i].append(np.frombuffer(row[f"n{i}"], dtype=kinds[i]))
                 if f"z{i}" in row:
@@ -201,8 +265,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
             for i in range(len(categorical)):
                 dictionaries[i].add(row[f"c{i}"])
             del row
-    data = TableData(n_rows, "{" + ",".join(ctids) + "}",
-                     row_tableoids=("{" + ",".join(tableoids) + "}") if several else None)
+    data = TableData(n_rows, np.concatenate(ctids) if ctids else np.empty(0, dtype=TID_DTYPE),
+                     row_relations=np.concatenate(tableoids).astype(np.uint32) if tableoids else None)
     del ctids, tableoids
     if n_rows == 0:
         return data
@@ -215,7 +279,7 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
             values = values.astype(np.int64)          # days: exact in float8, ints when finite
         data.columns[col.name] = ColumnData(values, mask)
     for i, col in enumerate(categorical):
-        data.columns[col.name] = ColumnData(dictionaries[i].values(), None)
+        data.columns[col.name] = dictionaries[i].column()
     return data
 
 

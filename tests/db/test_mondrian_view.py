@@ -107,6 +107,31 @@ def test_release_order_keeps_no_trace_of_source_order(db, schema):
     assert abs(spearman) < 0.2, spearman         # ~600 classes: |rho| > 0.2 is a 5-sigma event
 
 
+def test_release_rows_come_grouped_by_class(db, schema, patients):
+    """The Mondrian family hands SQL the rows in release order and only each class's size
+    (anon.partition's class_sizes layout): the released rows of a class are consecutive, so
+    the class sizes were decoded in step with the ctids (an off-by-one would split classes)."""
+    release = mondrian(db, schema, k=5)
+    cols = ", ".join(QIS)
+    runs, classes = db.execute(f"""
+        WITH r AS (SELECT row_number() OVER () AS i, ROW({cols})::text AS class FROM {release}),
+        starts AS (SELECT class, i, lag(class) OVER (ORDER BY i) IS DISTINCT FROM class AS new FROM r)
+        SELECT count(*) FILTER (WHERE new), count(DISTINCT class) FROM starts""").fetchone()
+    assert classes > 10
+    assert runs == classes
+
+
+def test_release_metrics_record_the_backend_memory_of_each_phase(db, schema, patients):
+    release = mondrian(db, schema, k=5)
+    memory = db.execute("SELECT metrics->'memory_mib' FROM anon.releases "
+                        "WHERE format('%%I.%%I', release_schema, release_name) = %s",
+                        (release,)).fetchone()[0]
+    assert set(memory) == {"start", "read", "fit", "publish"}
+    for phase in memory.values():
+        assert 0 < phase["rss"] <= phase["peak"]
+    assert memory["start"]["peak"] <= memory["publish"]["peak"]
+
+
 def test_analysts_query_ranges_and_sets(db, schema, patients):
     release = mondrian(db, schema, k=5)
     n = db.execute(f"SELECT count(*) FROM {release} WHERE age @> 42 AND 'F' = ANY(sex)").fetchone()[0]

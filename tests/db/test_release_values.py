@@ -139,10 +139,15 @@ class _Quoter:
         return sql.Literal(value).as_string(self.conn)
 
 
-def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema):
+@pytest.mark.parametrize("layout", [
+    "'{0,0,0,0}', '{0,1,2,3}', %s, NULL, NULL",     # a class id and a position per row
+    "NULL, NULL, %s, NULL, '{4}'",                  # rows in release order, class sizes
+], ids=["per-row", "class-sizes"])
+def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema, layout):
     """A partition whose published values do not contain the rows' values (here crafted by
     hand) releases no row under a wrong value: the filter drops it, so the release's row count
-    differs from the source's (what the post-build verification refuses)."""
+    differs from the source's (what the post-build verification refuses). Both layouts of
+    anon.partition."""
     db.execute("CREATE TABLE vals (id int PRIMARY KEY, v int4, c text)")
     db.execute("INSERT INTO vals VALUES (1, 10, 'a'), (2, 20, 'b'), (3, 30, 'a'), (4, NULL, NULL)")
     from plpy_anon.db.columns import Column, Table
@@ -153,8 +158,8 @@ def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema
              (Column("c", "text", "text", "S", False, False), "quasi_identifier")]
     ctids = db.execute("SELECT array_agg(ctid ORDER BY id)::text FROM vals").fetchone()[0]
     # one class; its value set for c claims only "a" (and NULL): row 2 ('b') must not be released
-    call = (f"ROW({sql.Literal(ctids).as_string(db)}, '{{0,0,0,0}}', '{{0,1,2,3}}', "
-            """'{"q1": ["{a,NULL}"]}'::jsonb, NULL)::anon.partition""")
+    classes = """'{"q1": ["{a,NULL}"]}'::jsonb"""
+    call = f"ROW({sql.Literal(ctids).as_string(db)}, {layout % classes})::anon.partition"
     query = generalized_release_query(_Quoter(db), tbl, roles, {"v": "int4range", "c": "text[]"},
                                       call)
     rows = db.execute(f"SELECT id, v::text, c FROM ({query}) AS q ORDER BY id").fetchall()

@@ -5,7 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.core.encoding import encode_categorical, encode_numeric
+import pandas as pd
+
+from plpy_anon.core.encoding import encode_categorical, encode_factorized, encode_numeric
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
 from plpy_anon.core.generalize import value_bounds
 from plpy_anon.core.hierarchy import Hierarchy
@@ -95,3 +97,17 @@ def test_shape_errors():
         encode_numeric("x", np.zeros((2, 2)))
     with pytest.raises(InvalidParameter, match="null_mask"):
         encode_numeric("x", np.zeros(3), null_mask=[True])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d", ""])), min_size=1,
+                max_size=40))
+def test_encoding_already_factorized_codes_matches_encoding_the_values(values):
+    """The reader hands text columns over as codes into a dictionary (first appearance order,
+    -1 for NULL); encoding those gives exactly the encoding of the values themselves."""
+    factor, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+    direct = encode_categorical("c", values)
+    from_codes = encode_factorized("c", factor.astype(np.int32), [str(u) for u in uniques])
+    assert from_codes.codes.tolist() == direct.codes.tolist()
+    assert from_codes.labels.tolist() == direct.labels.tolist()
+    assert from_codes.null_code == direct.null_code
