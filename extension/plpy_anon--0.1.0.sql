@@ -109,26 +109,19 @@ SELECT pg_catalog.pg_extension_config_dump('anon.hierarchies', '');
 SELECT pg_catalog.pg_extension_config_dump('anon.releases', '');
 SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
 
--- The result of a partitioning run, handed from Python to the release's SQL in one round trip,
--- as array literals (parsed by array_in in C, not element by element in Python), in one of two
--- layouts:
--- * per source row (in the order Python read them) its ctid, its class and its position in the
---   release (class_ids, row_positions; class_sizes NULL);
--- * the rows already in release order, grouped by class, classes numbered in that order: the
---   ctids, and only the size of each class (class_sizes; class_ids and row_positions NULL): a
---   row's position is its ordinal, its class follows from the sizes (the Mondrian family: two
---   per-row arrays fewer between Python and SQL).
--- classes: the generalized values of each class as JSON arrays of literals, one array per
--- quasi-identifier. A ctid is unique only inside one physical relation: when the source has
--- partitions or inheritance children, row_tableoids holds each row's tableoid (same order as the
--- ctids), and the release joins on (tableoid, ctid); it is NULL for a source that is one relation.
+-- The result of a partitioning run, handed from Python to the release's SQL in one round trip:
+-- per source row (in the order Python read them) its ctid, its class and its position in the
+-- release, as array literals (parsed by array_in in C, not element by element in Python); and the
+-- generalized values of each class as JSON arrays of literals, one array per quasi-identifier.
+-- A ctid is unique only inside one physical relation: when the source has partitions or
+-- inheritance children, row_tableoids holds each row's tableoid (same order), and the release
+-- joins on (tableoid, ctid); it is NULL for a source that is one relation.
 CREATE TYPE anon.partition AS (
     row_ctids     text,
     class_ids     text,
     row_positions text,
     classes       jsonb,
-    row_tableoids text,
-    class_sizes   text
+    row_tableoids text
 );
 
 -------------------------------------------------------------------------------
@@ -379,6 +372,16 @@ ALTER TABLE anon.releases ADD COLUMN risk jsonb;
 
 COMMENT ON COLUMN anon.releases.risk IS
     'Risk report of the current release (anon.risk_report rows: measure, column_name, value, detail), written at creation and every refresh; NULL if not computed (e.g. refreshed WITH NO DATA).';
+
+-------------------------------------------------------------------------------
+-- incremental/160-partition-class-sizes.sql
+-- A second layout of anon.partition (the Mondrian family's): the rows already in release order,
+-- grouped by class, classes numbered in that order, and only each class's size (class_sizes;
+-- class_ids and row_positions NULL). A row's position is then its ordinal and its class follows
+-- from the sizes, so two per-row arrays fewer travel from Python to SQL (at 10M rows: ~150 MB
+-- of text and its copies). The per-row layout (class_sizes NULL) stays for the other methods.
+-- anon._partition_rows reads both.
+ALTER TYPE anon.partition ADD ATTRIBUTE class_sizes text;
 
 -------------------------------------------------------------------------------
 -- functions/010-info.py (generated)

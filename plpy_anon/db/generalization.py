@@ -8,6 +8,8 @@ rather than another method; see mondrian.py's docstring for the query's shape an
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
@@ -227,8 +229,17 @@ VALUE_FORMATS = {"int": _ints, "float": _floats, "date": _dates,
                  "timestamp": _timestamps, "timestamptz": lambda e: _timestamps(e, "+00")}
 
 
+# what makes array_in need quotes around an element (as array_out decides): empty, the word
+# NULL in any case, a delimiter, brace, quote or backslash, or white space anywhere
+_NEEDS_QUOTES = re.compile(r'(?i)^(?:|null)$|[{},"\\\s]')
+
+
 def array_element(value) -> str:
-    """One element of a text[] literal: double-quoted with \\ and " escaped; None -> NULL."""
+    """One element of a text[] literal, quoted (\\ and " escaped) only when array_in needs it
+    -- unquoted values keep the literals, and the JSON carrying them, about half as long; None
+    -> NULL."""
     if value is None:
         return "NULL"
+    if _NEEDS_QUOTES.search(value) is None:
+        return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg import sql
 
+from plpy_anon.db.generalization import array_element
 from plpy_anon.db.mondrian import generalized_release_query
 from tests.helpers import class_sizes, release_schema_of
 
@@ -224,3 +227,18 @@ def test_a_session_that_rounds_floats_cannot_build_a_float_release(db, schema):
     finally:
         db.execute("RESET extra_float_digits")
     assert db.execute(f"SELECT v::text FROM {rel} ORDER BY 1").fetchall() == before
+
+
+# ---------------------------------------------------------------------------- value-set literals
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.none(), st.text(max_size=8),
+                          st.sampled_from(["", "NULL", "null", " a", "a b", "{x}", 'q"t', "b\\s",
+                                           "a,b", "\t", "\u00a0", "é", "NuLl"])),
+                max_size=6))
+def test_value_set_literals_read_back_as_the_same_values(db, values):
+    """Released value sets travel as text[] literals whose elements are quoted only where
+    array_in needs it: PostgreSQL must read every such literal back as exactly the values."""
+    values = [v.replace("\x00", "") if v is not None else None for v in values]
+    literal = "{" + ",".join(array_element(v) for v in values) + "}"
+    assert db.execute("SELECT %s::text[]", (literal,)).fetchone()[0] == values

@@ -148,17 +148,12 @@ def test_break_merge_release_is_verified_on_qit_and_sensitive_tables(db, schema)
 SPLIT_BELOW_K = """
 p = mondrian.partition(plpy, GD, release_id)
 import json as _json
-ids = [int(x) for x in p["class_ids"].strip("{}").split(",")]
+sizes = [int(x) for x in p["class_sizes"].strip("{}").split(",")]
 classes = _json.loads(p["classes"])
-# every class split in two (its rows alternately); the second half's zip set gets an extra
-# element, so both halves still contain their rows (containment holds) but are distinct released
-# classes below k
-seen = {}
-split = []
-for c in ids:
-    seen[c] = seen.get(c, 0) + 1
-    split.append(2 * c + seen[c] % 2)
-p["class_ids"] = "{" + ",".join(map(str, split)) + "}"
+# every class split in two (its rows come grouped by class: first half, second half); the second
+# half's zip set gets an extra element, so both halves still contain their rows (containment
+# holds) but are distinct released classes below k
+p["class_sizes"] = "{" + ",".join(f"{n - n // 2},{n // 2}" for n in sizes) + "}"
 def widen(lit):
     return lit if lit is None else (lit[:-1] + ",zzzzz}" if lit != "{}" else "{zzzzz}")
 p["classes"] = _json.dumps({q: [v for lit in lits for v in (lit, widen(lit) if q == "q1" else lit)]
@@ -168,9 +163,12 @@ return p
 
 DROP_ROWS = """
 p = mondrian.partition(plpy, GD, release_id)
-ids = p["class_ids"].strip("{}").split(",")
-# three rows not emitted: what the release query's containment filter does to a row outside its box
-p["class_ids"] = "{" + ",".join(["-1"] * 3 + ids[3:]) + "}"
+sizes = p["class_sizes"].strip("{}").split(",")
+# three rows not emitted (the first class's first three): what the release query's containment
+# filter does to a row outside its box
+tids = p["row_ctids"][2:-2].split('","')
+p["row_ctids"] = '{"' + '","'.join(tids[3:]) + '"}'
+p["class_sizes"] = "{" + ",".join([str(int(sizes[0]) - 3)] + sizes[1:]) + "}"
 return p
 """
 

@@ -1,11 +1,10 @@
 """Encoding of quasi-identifiers: code order = cut order, NULL as a value of its own, round trips."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import pandas as pd
 
 from plpy_anon.core.encoding import encode_categorical, encode_factorized, encode_numeric
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
