@@ -18,9 +18,11 @@ The release is a materialized view whose query does the set work in SQL:
     ORDER BY rs.row_position                        -- release order: by class, shuffled inside
 
 so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
-only a class id per row plus, for categorical QIs, one generalized value per class travel back
-(sensitive values never leave SQL). The partitioning function is STABLE: it reads the source in
-the query's own snapshot, so the ctids it returns are those the join sees.
+only the rows' ctids (in release order), each class's size and, for categorical QIs, one
+generalized value per class travel back (anon.partition's class-size layout; _partition_rows
+turns it into a class id and a position per row; sensitive values never leave SQL). The
+partitioning function is STABLE: it reads the source in the query's own snapshot, so the ctids
+it returns are those the join sees.
 
 Sources: ordinary tables, inheritance parents and partitioned tables, read without ONLY (every
 row of every child / partition). ctids repeat across physical relations, so for a source with
@@ -216,8 +218,6 @@ def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifie
     return release_rows.qualified_name(plpy, row)
 
 
-
-
 def release_query(plpy, tbl, roles, parameters, release_id: int,
                   partition_function: str = "anon._mondrian_partition") -> str:
     """The materialized view's query of a Mondrian-family release."""
@@ -227,18 +227,6 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
                 for name in parameters["quasi_identifiers"]}
     return generalized_release_query(plpy, tbl, roles, qi_types,
                                      f"{partition_function}({int(release_id)})")
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------------------- partitioning run
@@ -264,9 +252,9 @@ def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, 
 
 def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
                      extra_metrics=None) -> tuple[dict, dict]:
-    """What a Mondrian-family partitioning function returns (an ``anon.partition``): class ids
-    and release positions per row, generalized literals per class; and the run's statistics for
-    the catalog (``stash_run``'s keywords)."""
+    """What a Mondrian-family partitioning function returns (an ``anon.partition`` in its
+    class-size layout): the rows' ctids in release order, each class's size, generalized
+    literals per class; and the run's statistics for the catalog (``stash_run``'s keywords)."""
     # classes renumbered in release order and rows listed in it (release_order): SQL gets the
     # ctids in that order and each class's size, not a class id and a position per row
     labels, order = release_order(labels, n_classes, seed=ctx.release_id)
@@ -376,7 +364,6 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data)
 
 
-
 def _unique(cols):
     seen, out = set(), []
     for c in cols:
@@ -384,15 +371,6 @@ def _unique(cols):
             seen.add(c.name)
             out.append(c)
     return out
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------------------- literals
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py

@@ -298,3 +298,17 @@ def test_unorderable_columns(db, schema):
         report(db, release, sensitive=["payload"])
     assert info.value.sqlstate == "42804" and "no ordering" in str(info.value)
     assert "casts it to text" in info.value.diag.message_hint
+
+
+def test_array_valued_sensitive_column_counts_whole_arrays(db, schema):
+    """A text[] sensitive column: each array is one value (not its elements, and arrays of
+    different lengths do not break the count); NULL and '{}' are values of their own."""
+    db.execute("CREATE TABLE tagged (a int, b text, s text[])")
+    db.execute("""INSERT INTO tagged VALUES (1, 'x', '{p,q}'), (1, 'x', '{p}'), (1, 'x', NULL),
+                  (2, 'y', '{r,s,t}'), (2, 'y', '{r,s,t}'), (2, 'y', '{}'),
+                  (NULL, NULL, '{}'), (NULL, NULL, '{p}')""")
+    got = report(db, "tagged", quasi_identifiers=["a", "b"], sensitive=["s"])
+    df = read(db, "tagged")
+    df["s"] = df["s"].map(lambda v: None if v is None else tuple(v))
+    per_class = df.groupby(["a", "b"], dropna=False)["s"].apply(lambda s: s.astype(str).nunique())
+    assert got[("distinct_l", "s")][0] == per_class.min() == 2
