@@ -37,7 +37,7 @@ from plpy_anon.db import method, publish, release_rows, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
-from plpy_anon.db.sqltext import ident, jsonb
+from plpy_anon.db.sqltext import ident, int_array_literal, jsonb
 
 METHOD = "fusion"
 # Numbers MDAV can average and the attacker can estimate: integers and floats, not dates.
@@ -313,16 +313,12 @@ def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
     positions[np.argsort(mdav.labels_, kind="stable")] = np.arange(data.n_rows)
     return {
         "row_ctids": data.row_ctids,
-        "class_ids": _int_array(mdav.labels_),
-        "row_positions": _int_array(positions),
+        "class_ids": int_array_literal(mdav.labels_),
+        "row_positions": int_array_literal(positions),
         "classes": json.dumps(classes),
         "row_tableoids": data.row_tableoids,
         "class_sizes": None,
     }, {"row_count": data.n_rows, "achieved_k": int(sizes.min()), "metrics": metrics}
-
-
-def _int_array(values) -> str:
-    return "{" + ",".join(map(str, values.tolist())) + "}"
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py

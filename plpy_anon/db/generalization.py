@@ -14,7 +14,7 @@ import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db import columns as catalog
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import ident, int_array_literal, run  # noqa: F401 -- re-exported
 
 EPOCH_DATE = np.datetime64("2000-01-01", "D")
 
@@ -165,18 +165,6 @@ def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
     positions = np.empty(labels.size, dtype=np.int64)
     positions[order] = np.arange(labels.size)
     return positions
-
-
-LITERAL_SLICE = 65536
-
-
-def int_array_literal(values) -> str:
-    """An int[] literal of a 1-D integer array (parsed by array_in, in C, on the SQL side), built
-    a slice at a time: the per-element Python ints and strings of one slice only, not of the whole
-    array (~100 MiB per million at once)."""
-    values = np.asarray(values)
-    return "{" + ",".join(",".join(map(str, values[i:i + LITERAL_SLICE].tolist()))
-                          for i in range(0, values.shape[0], LITERAL_SLICE)) + "}"
 
 
 def column_for(tbl, cols: dict, name: str):

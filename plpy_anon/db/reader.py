@@ -46,7 +46,7 @@ import pandas as pd
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db.columns import NUMERIC_TYPES, Column, Table
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import LITERAL_SLICE, ident, int_array_literal, run
 
 
 @dataclass
@@ -82,8 +82,6 @@ class TextColumnData:
 
 #: one ctid as tidsend writes it: block number and line pointer, big-endian
 TID_DTYPE = np.dtype([("block", ">u4"), ("offset", ">u2")])
-#: elements of a text array literal per slice when writing one (bounds the per-element strings)
-LITERAL_SLICE = 65536
 
 
 @dataclass
@@ -120,9 +118,7 @@ class TableData:
     def tableoid_literal(self, order: np.ndarray | None = None) -> str | None:
         if self.row_relations is None:
             return None
-        oids = self.row_relations if order is None else self.row_relations[order]
-        return "{" + ",".join(",".join(map(str, oids[i:i + LITERAL_SLICE].tolist()))
-                              for i in range(0, oids.shape[0], LITERAL_SLICE)) + "}"
+        return int_array_literal(self.row_relations if order is None else self.row_relations[order])
 
 
 HAS_CHILDREN = """

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 
 def ident(plpy, *parts: str) -> str:
     """A (possibly qualified) identifier, each part quoted as needed: ident(plpy, 'My Schema', 't')."""
@@ -28,3 +30,16 @@ def run(plpy, query: str, types: list[str] | tuple = (), args: list | tuple = ()
 def jsonb(value):
     """A jsonb value as Python data: PL/Python hands jsonb over as text (and SQL NULL as None)."""
     return json.loads(value) if isinstance(value, str) else value
+
+
+#: elements per slice when writing a large array literal: only one slice's per-element Python
+#: ints and strings exist at a time, not the whole array's (~100 MiB per million at once)
+LITERAL_SLICE = 65536
+
+
+def int_array_literal(values) -> str:
+    """An int[] / oid[] literal of a 1-D integer array (parsed by array_in, in C, on the SQL
+    side), built a slice at a time (LITERAL_SLICE)."""
+    values = np.asarray(values)
+    return "{" + ",".join(",".join(map(str, values[i:i + LITERAL_SLICE].tolist()))
+                          for i in range(0, values.shape[0], LITERAL_SLICE)) + "}"
