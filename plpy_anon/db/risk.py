@@ -3,9 +3,9 @@ partitioned table, view, materialized view, foreign table, release), and the rep
 stores in its catalog row (``anon.releases.risk``) at creation and refresh.
 
 The counting is SQL, so it scales with the relation: one ``GROUP BY`` over the quasi-identifiers
-gives the class-size histogram (size, number of classes: a few hundred rows whatever the table
-size); per sensitive column one ``GROUP BY`` quasi-identifiers, value gives the class x value
-table (class and value as dense ranks), whose formulas (entropy, recursive (c,l), EMD) are numpy
+(``class_query``) gives the class-size histogram (size, number of classes: a few hundred rows
+whatever the table size) and, per sensitive column, the class x value table (class and value as
+dense ranks), whose formulas (entropy, recursive (c,l), EMD) are numpy
 (``plpy_anon/core/risk.py``). NULL is a value of its own, in a quasi-identifier (rows with NULL
 there form their own class, as GROUP BY groups them) and in a sensitive column (ordered last for
 the ordered EMD).
@@ -181,34 +181,58 @@ def orderable(plpy, display_type: str) -> bool:
 
 # ---------------------------------------------------------------------------- the counts
 
-def histogram_query(plpy, target: Target) -> str:
-    key = ", ".join(ident(plpy, q) for q in target.qis)
-    return (f"SELECT n::int8 AS size, count(*)::int8 AS classes\n"
-            f"FROM (SELECT count(*) AS n FROM {target.relation} GROUP BY {key}) AS c GROUP BY n")
-
-
-def class_value_query(plpy, target: Target, column: str) -> str:
-    """(class id, value id, rows) for every value of ``column`` present in every class, as three
-    int arrays. Classes are found by ONE hash aggregate over the QIs that also collects each
-    class's sensitive values (``array_agg``); the class id is the group's row number and the
-    values are counted per (class id, value) on integer-keyed groups. Value ids follow the
-    values' order (NULL last), which the ordered EMD needs. No sort on the QIs (compute turns
-    sorts off for it): ordering ranges and text arrays (a dense_rank over them) cost 10 of 25 s
-    at 2M release rows, and grew faster than the rows."""
+def class_query(plpy, target: Target) -> str:
+    """ONE pass over the relation for every figure: a hash aggregate over the QIs finds the
+    classes, counts their rows and collects their values of each sensitive column
+    (``array_agg``); the class-size histogram (``sizes``, ``classes``) and, per sensitive column
+    ``i``, the (class id, value id, rows) table (``cids<i>``, ``vids<i>``, ``ns<i>``) are read
+    from that materialized result, all as int array texts. The class id is the group's row
+    number; value ids follow the values' order (NULL last), which the ordered EMD needs. No sort
+    on the QIs (compute turns sorts off for it): ordering ranges and text arrays (a dense_rank
+    over them) cost 10 of 25 s at 2M release rows, and grew faster than the rows. One pass, not
+    one per figure: each pass re-hashes every row's ranges and arrays (2.3 s a pass at 1M
+    release rows)."""
     group = ", ".join(ident(plpy, q) for q in target.qis)
-    sa = ident(plpy, column)
-    if is_array_column(plpy, target.relation, column):
-        # array_agg of arrays stacks them (and refuses ragged ones), unnest would flatten them:
-        # carry each value in a one-field record instead (ordered like the value, NULL last)
-        sa = f"ROW({sa})"
+    values = []
+    for column in target.sensitive:
+        sa = ident(plpy, column)
+        if is_array_column(plpy, target.relation, column):
+            # array_agg of arrays stacks them (and refuses ragged ones), unnest would flatten
+            # them: carry each value in a one-field record instead (ordered like the value,
+            # NULL last)
+            sa = f"ROW({sa})"
+        values.append(sa)
+    collected = "".join(f", array_agg({sa}) AS vals{i}" for i, sa in enumerate(values))
+    carried = "".join(f", g.vals{i}" for i in range(len(values)))
+    # value ids: the column's distinct non-NULL values ranked in their order, NULL after them
+    # (a NULL matches no ranked value and takes the next id); ranking the few distinct values
+    # and joining them to the (class, value) counts costs a third of a dense_rank over the
+    # counts, which sorts one row per (class, value) pair
+    tables = "".join(
+        f"CROSS JOIN (SELECT array_agg(r.cid)::text AS cids{i}, array_agg(r.vid)::text AS vids{i},\n"
+        f"                   array_agg(r.n)::text AS ns{i}\n"
+        f"            FROM (SELECT cv.cid, coalesce(d.vid, (SELECT count(*) FROM ranked{i})) AS vid, cv.n\n"
+        f"                  FROM (SELECT x.cid, x.v, count(*) AS n\n"
+        f"                        FROM (SELECT c.cid, pg_catalog.unnest(c.vals{i}) AS v\n"
+        f"                              FROM grouped AS c) AS x\n"
+        f"                        GROUP BY x.cid, x.v) AS cv\n"
+        f"                  LEFT JOIN ranked{i} AS d ON d.v = cv.v) AS r) AS t{i}\n"
+        for i in range(len(values)))
+    ranked = "".join(
+        f",\nranked{i} AS MATERIALIZED (\n"
+        f"    SELECT u.v, row_number() OVER (ORDER BY u.v) - 1 AS vid\n"
+        f"    FROM (SELECT DISTINCT pg_catalog.unnest(c.vals{i}) AS v FROM grouped AS c) AS u\n"
+        f"    WHERE u.v IS NOT NULL)"
+        for i in range(len(values)))
     return (
-        f"SELECT array_agg(cid)::text AS cids, array_agg(vid)::text AS vids, array_agg(n)::text AS ns\n"
-        f"FROM (SELECT x.cid, dense_rank() OVER (ORDER BY x.v NULLS LAST) - 1 AS vid, count(*) AS n\n"
-        f"      FROM (SELECT g.cid, pg_catalog.unnest(g.vals) AS v\n"
-        f"            FROM (SELECT pg_catalog.row_number() OVER () - 1 AS cid, c.vals\n"
-        f"                  FROM (SELECT array_agg({sa}) AS vals FROM {target.relation}\n"
-        f"                        GROUP BY {group}) AS c) AS g) AS x\n"
-        f"      GROUP BY x.cid, x.v) AS r")
+        f"WITH grouped AS MATERIALIZED (\n"
+        f"    SELECT pg_catalog.row_number() OVER () - 1 AS cid, g.n{carried}\n"
+        f"    FROM (SELECT count(*) AS n{collected} FROM {target.relation}\n"
+        f"          GROUP BY {group}) AS g){ranked}\n"
+        f"SELECT *\n"
+        f"FROM (SELECT array_agg(h.size)::text AS sizes, array_agg(h.classes)::text AS classes\n"
+        f"      FROM (SELECT n AS size, count(*) AS classes FROM grouped GROUP BY n) AS h) AS hist\n"
+        f"{tables}")
 
 
 ARRAY_COLUMN = """
@@ -247,24 +271,30 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
         raise InvalidParameter(f"recursive_c {recursive_c:g} is not positive",
                                hint="Recursive (c,l)-diversity needs c > 0, e.g. 3.")
     old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w, "
-                    "pg_catalog.current_setting('enable_sort') AS s")[0]
+                    "pg_catalog.current_setting('enable_sort') AS s, "
+                    "pg_catalog.current_setting('jit') AS j")[0]
     run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [WORK_MEM])
     # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
-    # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here
-    run(plpy, "SELECT pg_catalog.set_config('enable_sort', 'off', true)")
+    # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
+    # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
+    # rows, for a plan that runs once): JIT off too.
+    run(plpy, "SELECT pg_catalog.set_config('enable_sort', 'off', true), "
+              "pg_catalog.set_config('jit', 'off', true)")
     try:
         if target.qis:
-            hist = plpy.execute(histogram_query(plpy, target))
-            figures = core.class_figures([r["size"] for r in hist], [r["classes"] for r in hist],
+            row = plpy.execute(class_query(plpy, target))[0]
+            figures = core.class_figures(int_array(row["sizes"]), int_array(row["classes"]),
                                          risk_threshold=risk_threshold, population=population)
-            tables = {s: plpy.execute(class_value_query(plpy, target, s))[0] for s in target.sensitive}
+            tables = {s: {part: row[f"{part}{i}"] for part in ("cids", "vids", "ns")}
+                      for i, s in enumerate(target.sensitive)}
         else:
             figures = {"rows": count_rows(plpy, target.relation)}
             tables = {}
     finally:
         run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true), "
-                  "pg_catalog.set_config('enable_sort', $2, true)", ["text", "text"],
-            [old["w"], old["s"]])
+                  "pg_catalog.set_config('enable_sort', $2, true), "
+                  "pg_catalog.set_config('jit', $3, true)", ["text", "text", "text"],
+            [old["w"], old["s"], old["j"]])
     return describe_all(target, figures, tables, population=population,
                         risk_threshold=risk_threshold, recursive_c=recursive_c)
 

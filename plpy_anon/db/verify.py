@@ -265,8 +265,12 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None)
     started = time.monotonic()
     name = f"{release['release_schema']}.{release['release_name']}"
     spec = spec_for(plpy, release, stats, method)
-    old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w")[0]["w"]
-    run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [WORK_MEM])
+    old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w, "
+                    "pg_catalog.current_setting('jit') AS j")[0]
+    # JIT off: a check's plan runs once, and above 1M rows its cost estimate triggers JIT
+    # compilation (about 0.6 s for the class query) that the run never earns back
+    run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true), "
+              "pg_catalog.set_config('jit', 'off', true)", ["text"], [WORK_MEM])
     try:
         row = plpy.execute(class_query(plpy, spec))[0]
         tables = {attr: plpy.execute(count_table_query(plpy, spec, table))[0]
@@ -274,7 +278,8 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None)
         model_figures, model_failures = check_models(plpy, spec) if spec.models_asked() \
             else ({}, [])
     finally:
-        run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [old])
+        run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true), "
+                  "pg_catalog.set_config('jit', $2, true)", ["text", "text"], [old["w"], old["j"]])
     figures = {"rows_expected": spec.expected_rows, "rows_released": row["n_rows"],
                "classes": row["n_classes"], "smallest_class": row["smallest"],
                "k": spec.k, "l": spec.l, "l_by_column": {}}
