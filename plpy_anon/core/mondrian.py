@@ -415,21 +415,23 @@ class Mondrian:
         if not split.any():
             return [], [], np.zeros(0, dtype=np.int64)
         n = orders[0].size
-        index = np.int32 if n < 2**31 else np.int64
-        # side of every position, in any layout (all share partition boundaries)
-        offset = np.arange(n, dtype=index) - np.repeat(starts.astype(index), sizes)
-        side = (offset >= np.repeat(np.where(split, n_left, sizes).astype(index), sizes))
-        side = side.view(np.int8)
+        # side of every position, in any layout (all share partition boundaries), from one-byte
+        # difference marks: +1 where a split partition's left part starts, -1 where it ends;
+        # the running sum is 1 on left positions. Final partitions get _DONE the same way.
+        # (Per-position int32 offsets and repeated bounds cost ~120 MB more at 10M rows.)
+        side = _spans(n, starts[split], starts[split] + n_left[split])
+        np.subtract(_RIGHT, side, out=side)            # left 1 -> _LEFT 0, else _RIGHT 1
         if not split.all():
-            side += np.repeat(np.where(split, 0, _DONE).astype(np.int8), sizes)
-        del offset
+            done = _spans(n, starts[~split], starts[~split] + sizes[~split])
+            side += done * (_DONE - _RIGHT)            # final: _RIGHT 1 -> _DONE 2
+            del done
         # translate positions to rows through the layout of the attribute each partition cut
         via_attr = np.where(split, attr, 0)
         used = np.unique(via_attr)
         if used.size == 1:
             side_of_row[orders[used[0]]] = side
         else:
-            via = np.repeat(via_attr, sizes)
+            via = np.repeat(via_attr.astype(np.min_scalar_type(len(orders))), sizes)
             for a in used:
                 here = via == a
                 side_of_row[orders[a][here]] = side[here]
@@ -667,6 +669,16 @@ def _change_flags(sorted_codes, starts):
     np.not_equal(sorted_codes[1:], sorted_codes[:-1], out=change[1:])
     change[starts] = True
     return change
+
+
+def _spans(n, begins, ends):
+    """int8 array of ``n`` positions: 1 inside the disjoint spans ``[begin, end)``, else 0
+    (a running sum of +1/-1 marks; each span non-empty)."""
+    marks = np.zeros(n + 1, dtype=np.int8)
+    marks[begins] = 1
+    marks[ends] -= 1            # an end may be the next span's begin: subtract, don't assign
+    inside = np.cumsum(marks[:-1], dtype=np.int8)
+    return inside
 
 
 def _distinct_by_bitmask(bits, starts, cuts, ends):
