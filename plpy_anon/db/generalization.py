@@ -69,13 +69,18 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         class_source = "    FROM bounds AS b"
     filters = [containment_test(qi_types[qi_names[i]], i) for i in checked]
     where = f"WHERE {' AND '.join(filters)}" if filters else ""
-    # run: the partitioning call, once. kept_rows: each kept row's class and the values the
+    # run: the partitioning call, once, as a scalar subquery: PL/Python builds its result
+    # (and garbage: each text field copied twice, the JSON parsed) in the calling node's
+    # per-tuple memory, which a plain SELECT frees only when asked for a second row -- after
+    # kept_rows has been built (10M rows: ~950 MB held through the join). The subquery asks
+    # for that second row at once (to check there is none), so only its copy of the result
+    # stays. kept_rows: each kept row's class and the values the
     # release needs, joined to the source by (tableoid, ctid); scanned twice (bounds, output), so
     # materialized. classes: one row per class, ranges built once per class. The release order
     # (by class, shuffled inside it: see release_positions) is imposed by the final ORDER BY.
     source = tbl.quoted(plpy)
     return (
-        f"WITH run AS MATERIALIZED (SELECT {partition_call} AS p),\n"
+        f"WITH run AS MATERIALIZED (SELECT (SELECT {partition_call}) AS p),\n"
         f"kept_rows AS MATERIALIZED (\n"
         f"    SELECT r.class_id, r.row_position{kept}\n"
         f"    FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, "

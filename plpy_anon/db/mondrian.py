@@ -2,7 +2,7 @@
 
 The release is a materialized view whose query does the set work in SQL:
 
-    WITH run AS MATERIALIZED (SELECT anon._mondrian_partition(<release_id>) AS p),  -- Python, once
+    WITH run AS MATERIALIZED (SELECT (SELECT anon._mondrian_partition(<release_id>)) AS p),  -- Python, once
     kept_rows AS MATERIALIZED (                     -- each kept row's class, joined back to the
         SELECT r.class_id, r.row_position, s."age" AS v0, s."sex" AS v1, s."diagnosis" AS s0
         FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, '<source>'::regclass) AS r
