@@ -384,19 +384,6 @@ COMMENT ON COLUMN anon.releases.risk IS
 ALTER TYPE anon.partition ADD ATTRIBUTE class_sizes text;
 
 -------------------------------------------------------------------------------
--- incremental/170-partition-bytes.sql
--- The Mondrian family's two large outputs as bytes (anon.partition's byte layout): the tid[]
--- literal of the rows' ctids (ctids_utf8) and the JSON of the classes' generalized values
--- (classes_utf8), both plain ASCII, with row_ctids and classes NULL. PL/Python hands a bytes
--- result over with one copy; a text result costs a Python copy, a C-string copy and the text
--- copy, and a jsonb one a full parse (measured: ~3.4x the text's size at the call, ~3.5x the
--- JSON's). At 10M rows that is ~600 MB less at the moment the run's result is converted. The
--- release query reads them with convert_from (and the JSON as json, parsed field by field).
--- Only the two-argument partitioning functions (layout 2) return it, so the queries of releases
--- made before keep the fields they read.
-ALTER TYPE anon.partition ADD ATTRIBUTE ctids_utf8 bytea, ADD ATTRIBUTE classes_utf8 bytea;
-
--------------------------------------------------------------------------------
 -- functions/010-info.py (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -1328,43 +1315,6 @@ from plpy_anon.db import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
 
--- The same run returning anon.partition's byte layout (layout 2: ctids_utf8, classes_utf8; see
--- sql/incremental/170-partition-bytes.sql); the release queries built now call this one, those
--- of releases made before call the one-argument function above.
-CREATE OR REPLACE FUNCTION anon._mondrian_partition(release_id integer, layout integer)
-RETURNS anon.partition
-LANGUAGE plpython3u STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-if "plpy_anon" not in GD:
-    import sys as _sys
-    _venv = '/opt/plpy_anon/venv'
-    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
-    import os as _os, site as _site_mod
-    if not _os.path.isdir(_site):
-        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="The environment's path is fixed when the extension is installed: as root, "
-                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
-    for _m in ("numpy", "pandas", "sklearn", "scipy"):
-        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
-        if _f and not _f.startswith(_venv):
-            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
-                       sqlstate="55000", hint="Another PL/Python function imported it first; "
-                       "start a new session and call a plpy_anon function before it.")
-    _before = list(_sys.path)
-    _site_mod.addsitedir(_site)
-    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
-    import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
-                   % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
-                        "ALTER EXTENSION plpy_anon UPDATE.")
-    GD["plpy_anon"] = _venv
-from plpy_anon.db import mondrian
-return mondrian.partition(plpy, GD, release_id, layout)
-$$;
-
 -- Class ids 0, 1, ... each repeated as often as its size says, in that order: the class of each
 -- row of a partition whose rows come grouped by class (class_sizes). The LATERAL call makes a
 -- nested loop, which emits the inner rows of each outer row in turn, in the outer's order.
@@ -1381,7 +1331,7 @@ $$;
 -- The rows of a partitioning run as a relation: each kept row's (tableoid, ctid), class and
 -- release position; rows of a negative class (suppressed) are left out. Two layouts (see
 -- anon.partition): per-row class ids and positions, or rows in release order with class sizes
--- (position = ordinal; their ctids as text or, in the byte layout, as bytes). row_tableoids is NULL when the source is one relation: every row then
+-- (position = ordinal). row_tableoids is NULL when the source is one relation: every row then
 -- belongs to `source`. The layout test has no row variable, so the planner makes it a one-time
 -- filter and the other branch never runs. Not inlinable (it pins search_path), so the planner
 -- uses its ROWS estimate and joins the source by hashing on (tableoid, ctid) instead of a
@@ -1397,9 +1347,7 @@ AS $$
     WHERE $1.class_sizes IS NULL AND u.class_id >= 0
     UNION ALL
     SELECT coalesce(g.row_tableoid, $2::oid), g.row_ctid, g.class_id, g.row_position::integer
-    FROM ROWS FROM (unnest($1.row_tableoids::oid[]),
-                    unnest(coalesce($1.row_ctids,
-                                    pg_catalog.convert_from($1.ctids_utf8, 'UTF8'))::tid[]),
+    FROM ROWS FROM (unnest($1.row_tableoids::oid[]), unnest($1.row_ctids::tid[]),
                     anon._class_ids_by_size($1.class_sizes::integer[]))
          WITH ORDINALITY AS g(row_tableoid, row_ctid, class_id, row_position)
     WHERE $1.class_sizes IS NOT NULL
@@ -1941,42 +1889,6 @@ if "plpy_anon" not in GD:
     GD["plpy_anon"] = _venv
 from plpy_anon.db import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
-$$;
-
--- The same run returning anon.partition's byte layout (see anon._mondrian_partition(integer,
--- integer)); called by the release queries built now.
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition(release_id integer, layout integer)
-RETURNS anon.partition
-LANGUAGE plpython3u STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-if "plpy_anon" not in GD:
-    import sys as _sys
-    _venv = '/opt/plpy_anon/venv'
-    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
-    import os as _os, site as _site_mod
-    if not _os.path.isdir(_site):
-        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
-                   hint="The environment's path is fixed when the extension is installed: as root, "
-                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
-    for _m in ("numpy", "pandas", "sklearn", "scipy"):
-        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
-        if _f and not _f.startswith(_venv):
-            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
-                       sqlstate="55000", hint="Another PL/Python function imported it first; "
-                       "start a new session and call a plpy_anon function before it.")
-    _before = list(_sys.path)
-    _site_mod.addsitedir(_site)
-    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
-    import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
-                   % (_venv, _pkg.__version__), sqlstate="55000",
-                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
-                        "ALTER EXTENSION plpy_anon UPDATE.")
-    GD["plpy_anon"] = _venv
-from plpy_anon.db import prioritized_mondrian
-return prioritized_mondrian.partition(plpy, GD, release_id, layout)
 $$;
 
 -------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ def output_type(col, hierarchical: bool) -> str:
 
 
 def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str,
-                               *, literal_ranges: bool = False, byte_layout: bool = False) -> str:
+                               *, literal_ranges: bool = False) -> str:
     """The query of a release whose partitioning function returns an ``anon.partition`` (see the
     module docstring for its shape and why). ``qi_types``: released SQL type of each QI, in the
     order of the ``q0, q1, ...`` class columns. Rows whose class id is negative are suppressed.
@@ -34,10 +34,7 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
     Range-typed QIs get their bounds from the class's rows in SQL (``min``/``max`` in the
     column's own type). With ``literal_ranges`` the partition also carries a range literal per
     class (trust's hierarchy intervals) and the released range is the smallest one holding both
-    that literal and the class's values. Every row passes the containment filter. With
-    ``byte_layout`` the partition carries its classes as JSON bytes (``classes_utf8``), read as
-    json one field at a time (a parse that keeps nothing, where jsonb would build the whole
-    document's tree)."""
+    that literal and the class's values. Every row passes the containment filter."""
     qi_names = list(qi_types)
     by_name = {col.name: col for col, _ in roles}
     sensitive = [col for col, role in roles if role == "sensitive"]
@@ -60,13 +57,8 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         else:
             generalized.append(f"x.q{i}::{qi_types[name]} AS q{i}")
     if literal:
-        if byte_layout:
-            document = "pg_catalog.convert_from((run.p).classes_utf8, 'UTF8')::pg_catalog.json"
-            elements = ", ".join(f"pg_catalog.json_array_elements_text({document} -> 'q{i}')"
-                                 for i in literal)
-        else:
-            elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
-                                 for i in literal)
+        elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
+                             for i in literal)
         aliases = ", ".join(f"q{i}" for i in literal)
         class_source = (
             f"    FROM bounds AS b\n"

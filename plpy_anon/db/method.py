@@ -53,7 +53,6 @@ class Run:
     read_s: float = 0.0        # seconds spent in read
     fit_s: float = 0.0         # seconds spent in fit
     memory_mib: dict = field(default_factory=dict)   # backend memory after each phase
-    layout: int = 1            # anon.partition layout the calling SQL function returns (publish)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -96,16 +95,14 @@ def backend_memory() -> dict | None:
             "peak": int(fields["VmHWM"].split()[0]) // 1024}
 
 
-def run(method: ReleaseMethod, plpy, GD, release_id: int, layout: int = 1):
+def run(method: ReleaseMethod, plpy, GD, release_id: int):
     """The one run of every method: look up the release, validate its parameters once, read the
-    source, fit, and stash the run's statistics for the catalog; returns the hook's output.
-    ``layout``: the output layout the calling SQL function returns (Mondrian family: 2, the
-    byte layout, for the release queries built now; 1 for those of releases made before)."""
+    source, fit, and stash the run's statistics for the catalog; returns the hook's output."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
     stored = jsonb(release["parameters"])
     checked = method.validate(**{name: stored.get(name) for name in method.parameter_constraints})
-    ctx = Run(plpy, GD, release_id, release, {**stored, **checked}, started, layout=layout)
+    ctx = Run(plpy, GD, release_id, release, {**stored, **checked}, started)
     ctx.note_memory("start")
     data = method.read(ctx)
     ctx.read_s = ctx.elapsed()

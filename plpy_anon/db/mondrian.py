@@ -2,7 +2,7 @@
 
 The release is a materialized view whose query does the set work in SQL:
 
-    WITH run AS MATERIALIZED (SELECT (SELECT anon._mondrian_partition(<release_id>, 2)) AS p),  -- Python, once
+    WITH run AS MATERIALIZED (SELECT (SELECT anon._mondrian_partition(<release_id>)) AS p),  -- Python, once
     kept_rows AS MATERIALIZED (                     -- each kept row's class, joined back to the
         SELECT r.class_id, r.row_position, s."age" AS v0, s."sex" AS v1, s."diagnosis" AS s0
         FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, '<source>'::regclass) AS r
@@ -10,7 +10,7 @@ The release is a materialized view whose query does the set work in SQL:
     bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
     classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
                                     x.q1::text[] AS q1                  -- once per class
-        FROM bounds b JOIN (<p.classes_utf8 -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
+        FROM bounds b JOIN (<p.classes -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
     SELECT c.q0 AS "age", c.q1 AS "sex", rs.s0 AS "diagnosis"
     FROM kept_rows AS rs JOIN classes AS c ON c.class_id = rs.class_id
     WHERE (rs.v0 IS NULL OR c.q0 @> rs.v0::int4)                           -- containment filter
@@ -226,15 +226,14 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
     qi_types = {name: output_type(by_name[name], name in hierarchical)
                 for name in parameters["quasi_identifiers"]}
     return generalized_release_query(plpy, tbl, roles, qi_types,
-                                     f"{partition_function}({int(release_id)}, 2)",
-                                     byte_layout=True)
+                                     f"{partition_function}({int(release_id)})")
 
 
 # ---------------------------------------------------------------------------- partitioning run
 
 @sql_entry
-def partition(plpy, GD, release_id: int, layout: int = 1):
-    return method.run(RELEASE_METHOD, plpy, GD, release_id, layout)
+def partition(plpy, GD, release_id: int):
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 
 def read(ctx: method.Run) -> ReleaseRows:
@@ -268,17 +267,14 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed}
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
     metrics.update(extra_metrics or {})
-    result = {"class_ids": None, "row_positions": None,
-              "row_tableoids": rows.data.tableoid_literal(order),
-              "class_sizes": int_array_literal(np.diff(index.bounds))}
-    if ctx.layout == 2:       # the byte layout: one copy each into SQL (170-partition-bytes.sql)
-        result.update(row_ctids=None, classes=None,
-                      ctids_utf8=rows.data.ctid_literal(order, as_bytes=True),
-                      classes_utf8=json.dumps(classes).encode("ascii"))  # ensure_ascii: ASCII
-    else:
-        result.update(row_ctids=rows.data.ctid_literal(order), classes=json.dumps(classes),
-                      ctids_utf8=None, classes_utf8=None)
-    del classes
+    result = {
+        "row_ctids": rows.data.ctid_literal(order),
+        "class_ids": None,
+        "row_positions": None,
+        "classes": json.dumps(classes),
+        "row_tableoids": rows.data.tableoid_literal(order),
+        "class_sizes": int_array_literal(np.diff(index.bounds)),
+    }
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return result, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],

@@ -129,8 +129,8 @@ def model_for(params: dict):
 
 
 @sql_entry
-def partition(plpy, GD, release_id: int, layout: int = 1):
-    return method.run(RELEASE_METHOD, plpy, GD, release_id, layout)
+def partition(plpy, GD, release_id: int):
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 
 def read(ctx: method.Run) -> mondrian.ReleaseRows:

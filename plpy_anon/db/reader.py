@@ -105,23 +105,15 @@ class TableData:
         """The tableoids in read order as an ``oid[]`` literal, or None (one relation)."""
         return self.tableoid_literal()
 
-    def ctid_literal(self, order: np.ndarray | None = None, as_bytes: bool = False) -> str | bytes:
-        """A ``tid[]`` literal of the rows' ctids in read order, or in ``order`` (row indices);
-        ASCII bytes with ``as_bytes``. Built a slice at a time and joined once, the braces
-        added to the end slices (no second copy of the whole literal)."""
+    def ctid_literal(self, order: np.ndarray | None = None) -> str:
+        """A ``tid[]`` literal of the rows' ctids in read order, or in ``order`` (row indices)."""
         tids = self.row_tids if order is None else self.row_tids[order]
-        slices = []
+        parts = []
         for i in range(0, tids.shape[0], LITERAL_SLICE):
             part = tids[i:i + LITERAL_SLICE]
-            slices.append(",".join([f'"({b},{o})"' for b, o in zip(part["block"].tolist(),
+            parts.append(",".join([f'"({b},{o})"' for b, o in zip(part["block"].tolist(),
                                                                    part["offset"].tolist())]))
-        if not slices:
-            return b"{}" if as_bytes else "{}"
-        slices[0] = "{" + slices[0]
-        slices[-1] += "}"                   # in turn: with one slice both are the same one
-        if as_bytes:
-            return b",".join([text.encode("ascii") for text in slices])
-        return ",".join(slices)
+        return "{" + ",".join(parts) + "}"
 
     def tableoid_literal(self, order: np.ndarray | None = None) -> str | None:
         if self.row_relations is None:

@@ -14,19 +14,6 @@ from plpy_anon.db import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
 
--- The same run returning anon.partition's byte layout (layout 2: ctids_utf8, classes_utf8; see
--- sql/incremental/170-partition-bytes.sql); the release queries built now call this one, those
--- of releases made before call the one-argument function above.
-CREATE OR REPLACE FUNCTION anon._mondrian_partition(release_id integer, layout integer)
-RETURNS anon.partition
-LANGUAGE plpython3u STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#BOOTSTRAP
-from plpy_anon.db import mondrian
-return mondrian.partition(plpy, GD, release_id, layout)
-$$;
-
 -- Class ids 0, 1, ... each repeated as often as its size says, in that order: the class of each
 -- row of a partition whose rows come grouped by class (class_sizes). The LATERAL call makes a
 -- nested loop, which emits the inner rows of each outer row in turn, in the outer's order.
@@ -43,7 +30,7 @@ $$;
 -- The rows of a partitioning run as a relation: each kept row's (tableoid, ctid), class and
 -- release position; rows of a negative class (suppressed) are left out. Two layouts (see
 -- anon.partition): per-row class ids and positions, or rows in release order with class sizes
--- (position = ordinal; their ctids as text or, in the byte layout, as bytes). row_tableoids is NULL when the source is one relation: every row then
+-- (position = ordinal). row_tableoids is NULL when the source is one relation: every row then
 -- belongs to `source`. The layout test has no row variable, so the planner makes it a one-time
 -- filter and the other branch never runs. Not inlinable (it pins search_path), so the planner
 -- uses its ROWS estimate and joins the source by hashing on (tableoid, ctid) instead of a
@@ -59,9 +46,7 @@ AS $$
     WHERE $1.class_sizes IS NULL AND u.class_id >= 0
     UNION ALL
     SELECT coalesce(g.row_tableoid, $2::oid), g.row_ctid, g.class_id, g.row_position::integer
-    FROM ROWS FROM (unnest($1.row_tableoids::oid[]),
-                    unnest(coalesce($1.row_ctids,
-                                    pg_catalog.convert_from($1.ctids_utf8, 'UTF8'))::tid[]),
+    FROM ROWS FROM (unnest($1.row_tableoids::oid[]), unnest($1.row_ctids::tid[]),
                     anon._class_ids_by_size($1.class_sizes::integer[]))
          WITH ORDINALITY AS g(row_tableoid, row_ctid, class_id, row_position)
     WHERE $1.class_sizes IS NOT NULL

@@ -55,15 +55,3 @@ AS $$
 from plpy_anon.db import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;
-
--- The same run returning anon.partition's byte layout (see anon._mondrian_partition(integer,
--- integer)); called by the release queries built now.
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition(release_id integer, layout integer)
-RETURNS anon.partition
-LANGUAGE plpython3u STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-#BOOTSTRAP
-from plpy_anon.db import prioritized_mondrian
-return prioritized_mondrian.partition(plpy, GD, release_id, layout)
-$$;

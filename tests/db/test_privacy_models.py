@@ -150,7 +150,7 @@ IGNORE_MODELS = """
 _models = mondrian.core_models
 mondrian.core_models = lambda p: {"l_diversity": "distinct", "c": None, "t": None, "split": "median"}
 try:
-    return mondrian.partition(plpy, GD, release_id, layout)
+    return mondrian.partition(plpy, GD, release_id)
 finally:
     mondrian.core_models = _models
 """

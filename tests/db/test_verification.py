@@ -146,28 +146,28 @@ def test_break_merge_release_is_verified_on_qit_and_sensitive_tables(db, schema)
 # ---------------------------------------------------------------------------- fault injection
 
 SPLIT_BELOW_K = """
-p = mondrian.partition(plpy, GD, release_id, layout)
+p = mondrian.partition(plpy, GD, release_id)
 import json as _json
 sizes = [int(x) for x in p["class_sizes"].strip("{}").split(",")]
-classes = _json.loads(p["classes_utf8"])
+classes = _json.loads(p["classes"])
 # every class split in two (its rows come grouped by class: first half, second half); the second
 # half's zip set gets an extra element, so both halves still contain their rows (containment
 # holds) but are distinct released classes below k
 p["class_sizes"] = "{" + ",".join(f"{n - n // 2},{n // 2}" for n in sizes) + "}"
 def widen(lit):
     return lit if lit is None else (lit[:-1] + ",zzzzz}" if lit != "{}" else "{zzzzz}")
-p["classes_utf8"] = _json.dumps({q: [v for lit in lits for v in (lit, widen(lit) if q == "q1" else lit)]
-                                 for q, lits in classes.items()}).encode()
+p["classes"] = _json.dumps({q: [v for lit in lits for v in (lit, widen(lit) if q == "q1" else lit)]
+                            for q, lits in classes.items()})
 return p
 """
 
 DROP_ROWS = """
-p = mondrian.partition(plpy, GD, release_id, layout)
+p = mondrian.partition(plpy, GD, release_id)
 sizes = p["class_sizes"].strip("{}").split(",")
 # three rows not emitted (the first class's first three): what the release query's containment
 # filter does to a row outside its box
-tids = p["ctids_utf8"].decode()[2:-2].split('","')
-p["ctids_utf8"] = ('{"' + '","'.join(tids[3:]) + '"}').encode()
+tids = p["row_ctids"][2:-2].split('","')
+p["row_ctids"] = '{"' + '","'.join(tids[3:]) + '"}'
 p["class_sizes"] = "{" + ",".join([str(int(sizes[0]) - 3)] + sizes[1:]) + "}"
 return p
 """
@@ -187,9 +187,8 @@ def tampered(db, function, body, call):
 
 
 def mondrian_tampered(db, body):
-    """The run behind the release queries built now (the byte layout, anon.partition layout 2)."""
-    return tampered(db, "anon._mondrian_partition(integer, integer)", body,
-                    "return mondrian.partition(plpy, GD, release_id, layout)")
+    return tampered(db, "anon._mondrian_partition(integer)", body,
+                    "return mondrian.partition(plpy, GD, release_id)")
 
 
 def release_rows(db, relation):
