@@ -29,7 +29,7 @@ from plpy_anon.db import columns, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import by_id
-from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 
 WORK_MEM = "256MB"
 ORDERED_CATEGORIES = {"N", "D"}       # numbers, dates and times: ordered EMD; the rest: equal distance
@@ -270,17 +270,11 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
     if not recursive_c > 0:
         raise InvalidParameter(f"recursive_c {recursive_c:g} is not positive",
                                hint="Recursive (c,l)-diversity needs c > 0, e.g. 3.")
-    old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w, "
-                    "pg_catalog.current_setting('enable_sort') AS s, "
-                    "pg_catalog.current_setting('jit') AS j")[0]
-    run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true)", ["text"], [WORK_MEM])
     # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
     # rows, for a plan that runs once): JIT off too.
-    run(plpy, "SELECT pg_catalog.set_config('enable_sort', 'off', true), "
-              "pg_catalog.set_config('jit', 'off', true)")
-    try:
+    with local_settings(plpy, work_mem=WORK_MEM, enable_sort="off", jit="off"):
         if target.qis:
             row = plpy.execute(class_query(plpy, target))[0]
             figures = core.class_figures(int_array(row["sizes"]), int_array(row["classes"]),
@@ -290,11 +284,6 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
         else:
             figures = {"rows": count_rows(plpy, target.relation)}
             tables = {}
-    finally:
-        run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true), "
-                  "pg_catalog.set_config('enable_sort', $2, true), "
-                  "pg_catalog.set_config('jit', $3, true)", ["text", "text", "text"],
-            [old["w"], old["s"], old["j"]])
     return describe_all(target, figures, tables, population=population,
                         risk_threshold=risk_threshold, recursive_c=recursive_c)
 

@@ -1,6 +1,7 @@
 """Building SQL text safely inside the backend: quoted identifiers, cached prepared statements."""
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -25,6 +26,22 @@ def run(plpy, query: str, types: list[str] | tuple = (), args: list | tuple = ()
         plan = plpy.prepare(query, list(types))
         _PLANS[key] = plan
     return plpy.execute(plan, list(args))
+
+
+@contextlib.contextmanager
+def local_settings(plpy, **values: str):
+    """Run the block with configuration parameters set for this transaction only
+    (``set_config(name, value, true)``), and put back the values they had however it ends:
+    ``with local_settings(plpy, work_mem="256MB", jit="off"): ...``."""
+    previous = {name: run(plpy, "SELECT pg_catalog.current_setting($1) AS v", ["text"], [name])[0]["v"]
+                for name in values}
+    try:
+        for name, value in values.items():
+            run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
+        yield
+    finally:
+        for name, value in previous.items():
+            run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
 
 
 def jsonb(value):

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from plpy_anon.core.errors import AnonError
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine
-from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 
 #: work_mem for the check's hash aggregates (restored afterwards): one hash table of the classes
 #: (and, with l, of class x value), so that 1M-row releases aggregate in memory.
@@ -265,21 +265,14 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None)
     started = time.monotonic()
     name = f"{release['release_schema']}.{release['release_name']}"
     spec = spec_for(plpy, release, stats, method)
-    old = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w, "
-                    "pg_catalog.current_setting('jit') AS j")[0]
     # JIT off: a check's plan runs once, and above 1M rows its cost estimate triggers JIT
     # compilation (about 0.6 s for the class query) that the run never earns back
-    run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true), "
-              "pg_catalog.set_config('jit', 'off', true)", ["text"], [WORK_MEM])
-    try:
+    with local_settings(plpy, work_mem=WORK_MEM, jit="off"):
         row = plpy.execute(class_query(plpy, spec))[0]
         tables = {attr: plpy.execute(count_table_query(plpy, spec, table))[0]
                   for attr, table in spec.count_tables.items()}
         model_figures, model_failures = check_models(plpy, spec) if spec.models_asked() \
             else ({}, [])
-    finally:
-        run(plpy, "SELECT pg_catalog.set_config('work_mem', $1, true), "
-                  "pg_catalog.set_config('jit', $2, true)", ["text", "text"], [old["w"], old["j"]])
     figures = {"rows_expected": spec.expected_rows, "rows_released": row["n_rows"],
                "classes": row["n_classes"], "smallest_class": row["smallest"],
                "k": spec.k, "l": spec.l, "l_by_column": {}}

@@ -144,6 +144,22 @@ def test_declared_roles_are_the_default(db, schema):
     assert ("t_closeness", "salary") not in got
 
 
+def test_report_and_check_put_back_the_settings_they_change(db, schema):
+    """The report and the verification raise work_mem and turn sorts / JIT off for their own
+    queries; the caller's transaction gets its values back afterwards."""
+    load(db)
+    names = ("work_mem", "enable_sort", "jit")
+    with db.transaction():
+        db.execute("SET LOCAL work_mem = '3MB'")
+        db.execute("SET LOCAL enable_sort = on")
+        db.execute("SET LOCAL jit = on")
+        db.execute("SELECT anon.mondrian_view('people', 5, quasi_identifiers => %s, "
+                   "sensitive => ARRAY['diagnosis'], release_schema => %s)",
+                   [QIS, release_schema_of(schema)])
+        assert report(db, "people", quasi_identifiers=QIS, sensitive=["diagnosis"])
+        assert [db.execute(f"SHOW {name}").fetchone()[0] for name in names] == ["3MB", "on", "on"]
+
+
 def test_release_report_from_catalog_and_stored(db, schema):
     load(db)
     rs = release_schema_of(schema)
