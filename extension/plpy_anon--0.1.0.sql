@@ -384,6 +384,15 @@ COMMENT ON COLUMN anon.releases.risk IS
 ALTER TYPE anon.partition ADD ATTRIBUTE class_sizes text;
 
 -------------------------------------------------------------------------------
+-- incremental/170-partition-ctid-bytes.sql
+-- The Mondrian family's ctid list as bytes (ctids_utf8: the tid[] literal's ASCII text, with
+-- row_ctids NULL). PL/Python hands a bytes result to a bytea field with one copy; a str handed to
+-- a text field costs a UTF-8 copy, a C-string copy and the text value, and the C string and the
+-- text both stay until the whole result is converted: at 10M rows ~260 MB less at that moment.
+-- anon._partition_rows reads either field; the other methods keep row_ctids.
+ALTER TYPE anon.partition ADD ATTRIBUTE ctids_utf8 bytea;
+
+-------------------------------------------------------------------------------
 -- functions/010-info.py (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -1331,7 +1340,8 @@ $$;
 -- The rows of a partitioning run as a relation: each kept row's (tableoid, ctid), class and
 -- release position; rows of a negative class (suppressed) are left out. Two layouts (see
 -- anon.partition): per-row class ids and positions, or rows in release order with class sizes
--- (position = ordinal). row_tableoids is NULL when the source is one relation: every row then
+-- (position = ordinal; their ctids as text, row_ctids, or as bytes, ctids_utf8: see
+-- sql/incremental/170-partition-ctid-bytes.sql). row_tableoids is NULL when the source is one relation: every row then
 -- belongs to `source`. The layout test has no row variable, so the planner makes it a one-time
 -- filter and the other branch never runs. Not inlinable (it pins search_path), so the planner
 -- uses its ROWS estimate and joins the source by hashing on (tableoid, ctid) instead of a
@@ -1347,7 +1357,9 @@ AS $$
     WHERE $1.class_sizes IS NULL AND u.class_id >= 0
     UNION ALL
     SELECT coalesce(g.row_tableoid, $2::oid), g.row_ctid, g.class_id, g.row_position::integer
-    FROM ROWS FROM (unnest($1.row_tableoids::oid[]), unnest($1.row_ctids::tid[]),
+    FROM ROWS FROM (unnest($1.row_tableoids::oid[]),
+                    unnest(coalesce($1.row_ctids,
+                                    pg_catalog.convert_from($1.ctids_utf8, 'UTF8'))::tid[]),
                     anon._class_ids_by_size($1.class_sizes::integer[]))
          WITH ORDINALITY AS g(row_tableoid, row_ctid, class_id, row_position)
     WHERE $1.class_sizes IS NOT NULL

@@ -263,18 +263,24 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     # numeric QIs: bounds come from SQL (generalized_release_query); categorical ones from here
     listed = [(i, col, enc) for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded))
               if col.kind == "categorical"]
-    bounds = class_bounds([enc for _, _, enc in listed], labels, n_classes, index)
-    classes = {f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed}
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
     metrics.update(extra_metrics or {})
+    # the classes' JSON first, its Python strings and the bounds freed before the ctid literal
+    # is built: the two largest transients (one string per class and QI; the literal's slices
+    # and their join) never coexist (measured with tracemalloc at 2M rows: see docs/scaling.md)
+    bounds = class_bounds([enc for _, _, enc in listed], labels, n_classes, index)
+    classes = json.dumps({f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed})
+    del bounds, labels
     result = {
-        "row_ctids": rows.data.ctid_literal(order),
+        "row_ctids": None,                 # handed as bytes (ctids_utf8): one copy into SQL
         "class_ids": None,
         "row_positions": None,
-        "classes": json.dumps(classes),
-        "row_tableoids": rows.data.tableoid_literal(order),
+        "classes": classes,
         "class_sizes": int_array_literal(np.diff(index.bounds)),
+        "row_tableoids": rows.data.tableoid_literal(order),
     }
+    del index
+    result["ctids_utf8"] = rows.data.ctid_literal_bytes(order)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return result, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],

@@ -142,15 +142,18 @@ class _Quoter:
         return sql.Literal(value).as_string(self.conn)
 
 
+# anon.partition's fields: row_ctids, class_ids, row_positions, classes, row_tableoids,
+# class_sizes, ctids_utf8 ({ctids}: the tid[] literal, {classes}: the JSON)
 @pytest.mark.parametrize("layout", [
-    "'{0,0,0,0}', '{0,1,2,3}', %s, NULL, NULL",     # a class id and a position per row
-    "NULL, NULL, %s, NULL, '{4}'",                  # rows in release order, class sizes
-], ids=["per-row", "class-sizes"])
+    "{ctids}, '{{0,0,0,0}}', '{{0,1,2,3}}', {classes}, NULL, NULL, NULL",   # class id, position per row
+    "{ctids}, NULL, NULL, {classes}, NULL, '{{4}}', NULL",       # release order, class sizes
+    "NULL, NULL, NULL, {classes}, NULL, '{{4}}', convert_to({ctids}, 'UTF8')",   # ctids as bytes
+], ids=["per-row", "class-sizes", "class-sizes-ctid-bytes"])
 def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema, layout):
     """A partition whose published values do not contain the rows' values (here crafted by
     hand) releases no row under a wrong value: the filter drops it, so the release's row count
     differs from the source's (what the post-build verification refuses). Both layouts of
-    anon.partition."""
+    anon.partition, and the class-size one with its ctids as bytes."""
     db.execute("CREATE TABLE vals (id int PRIMARY KEY, v int4, c text)")
     db.execute("INSERT INTO vals VALUES (1, 10, 'a'), (2, 20, 'b'), (3, 30, 'a'), (4, NULL, NULL)")
     from plpy_anon.db.columns import Column, Table
@@ -162,7 +165,8 @@ def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema
     ctids = db.execute("SELECT array_agg(ctid ORDER BY id)::text FROM vals").fetchone()[0]
     # one class; its value set for c claims only "a" (and NULL): row 2 ('b') must not be released
     classes = """'{"q1": ["{a,NULL}"]}'::jsonb"""
-    call = f"ROW({sql.Literal(ctids).as_string(db)}, {layout % classes})::anon.partition"
+    fields = layout.format(ctids=sql.Literal(ctids).as_string(db), classes=classes)
+    call = f"ROW({fields})::anon.partition"
     query = generalized_release_query(_Quoter(db), tbl, roles, {"v": "int4range", "c": "text[]"},
                                       call)
     rows = db.execute(f"SELECT id, v::text, c FROM ({query}) AS q ORDER BY id").fetchall()

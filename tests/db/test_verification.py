@@ -166,8 +166,8 @@ p = mondrian.partition(plpy, GD, release_id)
 sizes = p["class_sizes"].strip("{}").split(",")
 # three rows not emitted (the first class's first three): what the release query's containment
 # filter does to a row outside its box
-tids = p["row_ctids"][2:-2].split('","')
-p["row_ctids"] = '{"' + '","'.join(tids[3:]) + '"}'
+tids = p["ctids_utf8"].decode()[2:-2].split('","')
+p["ctids_utf8"] = ('{"' + '","'.join(tids[3:]) + '"}').encode()
 p["class_sizes"] = "{" + ",".join([str(int(sizes[0]) - 3)] + sizes[1:]) + "}"
 return p
 """

@@ -25,11 +25,14 @@ def test_literal_lists_every_ctid_in_order_whatever_the_slices(pairs, slice_size
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(reader, "LITERAL_SLICE", slice_size)
         literal = data.ctid_literal(order)
+        as_bytes = data.ctid_literal_bytes(order)
     expected = pairs[::-1] if reverse else pairs
     assert literal == "{" + ",".join(f'"({b},{o})"' for b, o in expected) + "}"
+    assert as_bytes == literal.encode("ascii")      # the bytea field's content, the same text
 
 
 @pytest.mark.parametrize("n", [0, 1, 3])
 def test_literal_of_few_rows(n):
-    assert table([(7, i + 1) for i in range(n)]).ctid_literal() == (
-        "{" + ",".join(f'"(7,{i + 1})"' for i in range(n)) + "}")
+    data = table([(7, i + 1) for i in range(n)])
+    assert data.ctid_literal() == "{" + ",".join(f'"(7,{i + 1})"' for i in range(n)) + "}"
+    assert data.ctid_literal_bytes() == data.ctid_literal().encode("ascii")
