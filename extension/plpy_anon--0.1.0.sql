@@ -374,23 +374,23 @@ COMMENT ON COLUMN anon.releases.risk IS
     'Risk report of the current release (anon.risk_report rows: measure, column_name, value, detail), written at creation and every refresh; NULL if not computed (e.g. refreshed WITH NO DATA).';
 
 -------------------------------------------------------------------------------
--- incremental/160-partition-class-sizes.sql
--- A second layout of anon.partition (the Mondrian family's): the rows already in release order,
--- grouped by class, classes numbered in that order, and only each class's size (class_sizes;
--- class_ids and row_positions NULL). A row's position is then its ordinal and its class follows
--- from the sizes, so two per-row arrays fewer travel from Python to SQL (at 10M rows: ~150 MB
--- of text and its copies). The per-row layout (class_sizes NULL) stays for the other methods.
--- anon._partition_rows reads both.
-ALTER TYPE anon.partition ADD ATTRIBUTE class_sizes text;
-
--------------------------------------------------------------------------------
--- incremental/170-partition-ctid-bytes.sql
--- The Mondrian family's ctid list as bytes (ctids_utf8: the tid[] literal's ASCII text, with
--- row_ctids NULL). PL/Python hands a bytes result to a bytea field with one copy; a str handed to
--- a text field costs a UTF-8 copy, a C-string copy and the text value, and the C string and the
--- text both stay until the whole result is converted: at 10M rows ~260 MB less at that moment.
--- anon._partition_rows reads either field; the other methods keep row_ctids.
-ALTER TYPE anon.partition ADD ATTRIBUTE ctids_utf8 bytea;
+-- incremental/170-partition-slices.sql
+-- The Mondrian family's partitioning run returns its result in slices (SETOF
+-- anon.partition_slice): consecutive whole classes of about a million rows each, in release
+-- order. A slice carries the ctids of its rows in that order (the tid[] literal's ASCII text as
+-- bytes: PL/Python copies a bytes value into a bytea once, a str into a text three times), each
+-- class's size, and each class's generalized literals. PostgreSQL frees the memory of converting
+-- one slice before asking for the next, and the release query reads the slices one at a time:
+-- one result of ~230 MB (10M rows) held, copied and re-read whole cost ~0.5 GB of the backend's
+-- peak. anon.partition stays for the methods that hand back one row per source row.
+CREATE TYPE anon.partition_slice AS (
+    first_position bigint,     -- release position (0-based) of the slice's first row
+    first_class    integer,    -- class id of the slice's first class
+    class_sizes    text,       -- int4[] literal: rows of each class of the slice, in order
+    ctids_utf8     bytea,      -- tid[] literal (ASCII) of the slice's rows in release order
+    row_tableoids  text,       -- oid[] literal of their relations, NULL for a one-relation source
+    classes        jsonb       -- {"q<i>": [literal per class of the slice]} for literal QIs
+);
 
 -------------------------------------------------------------------------------
 -- functions/010-info.py (generated)
@@ -1287,12 +1287,13 @@ COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[
 -- Strict multidimensional Mondrian (LeFevre et al., ICDE 2006): k-anonymous (optionally
 -- l-diverse) releases as materialized views.
 
--- The partitioning run behind a Mondrian release, called from the release's own query. STABLE so
--- that it reads the source in the same snapshot as the query that joins its result back to the
--- source by ctid.
-CREATE OR REPLACE FUNCTION anon._mondrian_partition(release_id integer)
-RETURNS anon.partition
-LANGUAGE plpython3u STABLE
+-- The partitioning run behind a Mondrian release, called from the release's own query: its result
+-- in slices (anon.partition_slice, sql/incremental/170-partition-slices.sql). STABLE so that it
+-- reads the source in the same snapshot as the query that joins its result back to the source by
+-- ctid. ROWS 1: the planner costs the join back as for one result, not a thousand.
+CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices(release_id integer)
+RETURNS SETOF anon.partition_slice
+LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:
@@ -1325,8 +1326,9 @@ return mondrian.partition(plpy, GD, release_id)
 $$;
 
 -- Class ids 0, 1, ... each repeated as often as its size says, in that order: the class of each
--- row of a partition whose rows come grouped by class (class_sizes). The LATERAL call makes a
--- nested loop, which emits the inner rows of each outer row in turn, in the outer's order.
+-- row of a slice whose rows come grouped by class (anon.partition_slice's class_sizes). The
+-- LATERAL call makes a nested loop, which emits the inner rows of each outer row in turn, in the
+-- outer's order.
 CREATE OR REPLACE FUNCTION anon._class_ids_by_size(class_sizes integer[])
 RETURNS SETOF integer
 LANGUAGE sql IMMUTABLE ROWS 100000
@@ -1337,15 +1339,12 @@ AS $$
     CROSS JOIN LATERAL generate_series(1, c.size) AS r
 $$;
 
--- The rows of a partitioning run as a relation: each kept row's (tableoid, ctid), class and
--- release position; rows of a negative class (suppressed) are left out. Two layouts (see
--- anon.partition): per-row class ids and positions, or rows in release order with class sizes
--- (position = ordinal; their ctids as text, row_ctids, or as bytes, ctids_utf8: see
--- sql/incremental/170-partition-ctid-bytes.sql). row_tableoids is NULL when the source is one relation: every row then
--- belongs to `source`. The layout test has no row variable, so the planner makes it a one-time
--- filter and the other branch never runs. Not inlinable (it pins search_path), so the planner
--- uses its ROWS estimate and joins the source by hashing on (tableoid, ctid) instead of a
--- million TID scans.
+-- The rows of a partitioning run that hands back one class id and release position per row
+-- (anon.partition: trust, Break-Merge) as a relation: each kept row's (tableoid, ctid), class
+-- and position; rows of a negative class (suppressed) are left out. row_tableoids is NULL when
+-- the source is one relation: every row then belongs to `source`. Not inlinable (it pins
+-- search_path), so the planner uses its ROWS estimate and joins the source by hashing on
+-- (tableoid, ctid) instead of a million TID scans.
 CREATE OR REPLACE FUNCTION anon._partition_rows(p anon.partition, source regclass)
 RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position integer)
 LANGUAGE sql IMMUTABLE ROWS 100000
@@ -1354,15 +1353,22 @@ AS $$
     SELECT coalesce(u.row_tableoid, $2::oid), u.row_ctid, u.class_id, u.row_position
     FROM unnest($1.row_tableoids::oid[], $1.row_ctids::tid[], $1.class_ids::integer[],
                 $1.row_positions::integer[]) AS u(row_tableoid, row_ctid, class_id, row_position)
-    WHERE $1.class_sizes IS NULL AND u.class_id >= 0
-    UNION ALL
-    SELECT coalesce(g.row_tableoid, $2::oid), g.row_ctid, g.class_id, g.row_position::integer
+    WHERE u.class_id >= 0
+$$;
+
+-- The rows of one slice of a Mondrian-family run (anon.partition_slice) as a relation: each
+-- row's (tableoid, ctid), class and release position, the slice's offsets added.
+CREATE OR REPLACE FUNCTION anon._partition_slice_rows(s anon.partition_slice, source regclass)
+RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position bigint)
+LANGUAGE sql IMMUTABLE ROWS 100000
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(g.row_tableoid, $2::oid), g.row_ctid, $1.first_class + g.class_id,
+           $1.first_position + g.ordinal - 1
     FROM ROWS FROM (unnest($1.row_tableoids::oid[]),
-                    unnest(coalesce($1.row_ctids,
-                                    pg_catalog.convert_from($1.ctids_utf8, 'UTF8'))::tid[]),
+                    unnest(pg_catalog.convert_from($1.ctids_utf8, 'UTF8')::tid[]),
                     anon._class_ids_by_size($1.class_sizes::integer[]))
-         WITH ORDINALITY AS g(row_tableoid, row_ctid, class_id, row_position)
-    WHERE $1.class_sizes IS NOT NULL
+         WITH ORDINALITY AS g(row_tableoid, row_ctid, class_id, ordinal)
 $$;
 
 -------------------------------------------------------------------------------
@@ -1867,11 +1873,12 @@ $$;
 COMMENT ON FUNCTION anon.add_queries(text[], bigint[], timestamptz[], text) IS
     'Adds query texts (with optional frequencies and execution times) to the workload store anon.workload; returns how many were added.';
 
--- The partitioning run behind a prioritized Mondrian release (STABLE: same snapshot as the
--- release query that joins its result back to the source by ctid).
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition(release_id integer)
-RETURNS anon.partition
-LANGUAGE plpython3u STABLE
+-- The partitioning run behind a prioritized Mondrian release, in slices like
+-- anon._mondrian_partition_slices's (STABLE: same snapshot as the release query that joins its
+-- result back to the source by ctid).
+CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices(release_id integer)
+RETURNS SETOF anon.partition_slice
+LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
 if "plpy_anon" not in GD:

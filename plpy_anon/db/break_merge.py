@@ -280,7 +280,7 @@ def storage_query(plpy, tbl, qis, parameters, release_id):
         f"    SELECT r.class_id{kept}\n"
         f"    FROM p CROSS JOIN LATERAL anon._partition_rows(\n"
         f"        ROW(p.r ->> 'row_ctids', p.r ->> 'class_ids', NULL, NULL,\n"
-        f"            p.r ->> 'row_tableoids', NULL, NULL)::anon.partition,\n"
+        f"            p.r ->> 'row_tableoids')::anon.partition,\n"
         f"        {plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
         f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
         f"bounds AS (SELECT rs.class_id{aggregates} FROM rs GROUP BY rs.class_id),\n"

@@ -317,7 +317,6 @@ def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
         "row_positions": int_array_literal(positions),
         "classes": json.dumps(classes),
         "row_tableoids": data.row_tableoids,
-        "class_sizes": None, "ctids_utf8": None,
     }, {"row_count": data.n_rows, "achieved_k": int(sizes.min()), "metrics": metrics}
 
 

@@ -26,7 +26,7 @@ def output_type(col, hierarchical: bool) -> str:
 
 
 def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str,
-                               *, literal_ranges: bool = False) -> str:
+                               *, literal_ranges: bool = False, sliced: bool = False) -> str:
     """The query of a release whose partitioning function returns an ``anon.partition`` (see the
     module docstring for its shape and why). ``qi_types``: released SQL type of each QI, in the
     order of the ``q0, q1, ...`` class columns. Rows whose class id is negative are suppressed.
@@ -34,7 +34,11 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
     Range-typed QIs get their bounds from the class's rows in SQL (``min``/``max`` in the
     column's own type). With ``literal_ranges`` the partition also carries a range literal per
     class (trust's hierarchy intervals) and the released range is the smallest one holding both
-    that literal and the class's values. Every row passes the containment filter."""
+    that literal and the class's values. Every row passes the containment filter.
+
+    ``sliced``: ``partition_call`` is a set-returning function of ``anon.partition_slice`` (the
+    Mondrian family: whole classes in release order, a slice at a time) instead of one
+    ``anon.partition``."""
     qi_names = list(qi_types)
     by_name = {col.name: col for col, _ in roles}
     sensitive = [col for col, role in roles if role == "sensitive"]
@@ -60,9 +64,10 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
                              for i in literal)
         aliases = ", ".join(f"q{i}" for i in literal)
+        first_class = "(run.p).first_class + " if sliced else ""
         class_source = (
             f"    FROM bounds AS b\n"
-            f"    JOIN (SELECT x.class_no - 1 AS class_id, {aliases} FROM run,\n"
+            f"    JOIN (SELECT {first_class}x.class_no - 1 AS class_id, {aliases} FROM run,\n"
             f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)) AS x\n"
             f"      ON x.class_id = b.class_id")
     else:
@@ -78,12 +83,21 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
     # release needs, joined to the source by (tableoid, ctid); scanned twice (bounds, output), so
     # materialized. classes: one row per class, ranges built once per class. The release order
     # (by class, shuffled inside it: see release_positions) is imposed by the final ORDER BY.
+    # Sliced: the slices come from a function scan, which frees each slice's conversion before
+    # asking for the next one, and are read back one at a time; no copy of the whole result is
+    # held (one ~230 MB result at 10M rows was held twice through the join back).
     source = tbl.quoted(plpy)
+    if sliced:
+        run = f"SELECT s AS p FROM {partition_call} AS s"
+        rows_of = "anon._partition_slice_rows"
+    else:
+        run = f"SELECT (SELECT {partition_call}) AS p"
+        rows_of = "anon._partition_rows"
     return (
-        f"WITH run AS MATERIALIZED (SELECT (SELECT {partition_call}) AS p),\n"
+        f"WITH run AS MATERIALIZED ({run}),\n"
         f"kept_rows AS MATERIALIZED (\n"
         f"    SELECT r.class_id, r.row_position{kept}\n"
-        f"    FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, "
+        f"    FROM run CROSS JOIN LATERAL {rows_of}(run.p, "
         f"{plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
         f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
         f"bounds AS (SELECT rs.class_id{aggregates} FROM kept_rows AS rs GROUP BY rs.class_id),\n"

@@ -2,10 +2,10 @@
 
 The release is a materialized view whose query does the set work in SQL:
 
-    WITH run AS MATERIALIZED (SELECT (SELECT anon._mondrian_partition(<release_id>)) AS p),  -- Python, once
-    kept_rows AS MATERIALIZED (                     -- each kept row's class, joined back to the
+    WITH run AS MATERIALIZED (SELECT s AS p FROM anon._mondrian_partition_slices(<release_id>) AS s),
+    kept_rows AS MATERIALIZED (                     -- Python, once; its slices, one at a time:
         SELECT r.class_id, r.row_position, s."age" AS v0, s."sex" AS v1, s."diagnosis" AS s0
-        FROM run CROSS JOIN LATERAL anon._partition_rows(run.p, '<source>'::regclass) AS r
+        FROM run CROSS JOIN LATERAL anon._partition_slice_rows(run.p, '<source>'::regclass) AS r
         JOIN <source> AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),
     bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
     classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
@@ -19,8 +19,10 @@ The release is a materialized view whose query does the set work in SQL:
 
 so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
 only the rows' ctids (in release order), each class's size and, for categorical QIs, one
-generalized value per class travel back (anon.partition's class-size layout; _partition_rows
-turns it into a class id and a position per row; sensitive values never leave SQL). The
+generalized value per class travel back, in slices of whole classes (anon.partition_slice, about
+a million rows each: PostgreSQL converts and frees one slice before asking for the next, so no
+copy of the whole result sits in the backend; _partition_slice_rows turns a slice into a class id
+and a position per row; sensitive values never leave SQL). The
 partitioning function is STABLE: it reads the source in the query's own snapshot, so the ctids
 it returns are those the join sees.
 
@@ -52,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -219,14 +222,14 @@ def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifie
 
 
 def release_query(plpy, tbl, roles, parameters, release_id: int,
-                  partition_function: str = "anon._mondrian_partition") -> str:
+                  partition_function: str = "anon._mondrian_partition_slices") -> str:
     """The materialized view's query of a Mondrian-family release."""
     hierarchical = set(parameters["hierarchies"])
     by_name = {col.name: col for col, _ in roles}
     qi_types = {name: output_type(by_name[name], name in hierarchical)
                 for name in parameters["quasi_identifiers"]}
     return generalized_release_query(plpy, tbl, roles, qi_types,
-                                     f"{partition_function}({int(release_id)})")
+                                     f"{partition_function}({int(release_id)})", sliced=True)
 
 
 # ---------------------------------------------------------------------------- partitioning run
@@ -251,10 +254,10 @@ def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, 
 
 
 def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
-                     extra_metrics=None) -> tuple[dict, dict]:
-    """What a Mondrian-family partitioning function returns (an ``anon.partition`` in its
-    class-size layout): the rows' ctids in release order, each class's size, generalized
-    literals per class; and the run's statistics for the catalog (``stash_run``'s keywords)."""
+                     extra_metrics=None) -> tuple[Iterator[dict], dict]:
+    """What a Mondrian-family partitioning function returns: its ``anon.partition_slice`` rows
+    (an iterator, each slice built when PostgreSQL asks for it: see :func:`partition_slices`);
+    and the run's statistics for the catalog (``stash_run``'s keywords)."""
     # classes renumbered in release order and rows listed in it (release_order): SQL gets the
     # ctids in that order and each class's size, not a class id and a position per row
     labels, order = release_order(labels, n_classes, seed=ctx.release_id)
@@ -265,26 +268,44 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
               if col.kind == "categorical"]
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
     metrics.update(extra_metrics or {})
-    # the classes' JSON first, its Python strings and the bounds freed before the ctid literal
-    # is built: the two largest transients (one string per class and QI; the literal's slices
-    # and their join) never coexist (measured with tracemalloc at 2M rows: see docs/scaling.md)
     bounds = class_bounds([enc for _, _, enc in listed], labels, n_classes, index)
-    classes = json.dumps({f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed})
+    literals = {f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed}
     del bounds, labels
-    result = {
-        "row_ctids": None,                 # handed as bytes (ctids_utf8): one copy into SQL
-        "class_ids": None,
-        "row_positions": None,
-        "classes": classes,
-        "class_sizes": int_array_literal(np.diff(index.bounds)),
-        "row_tableoids": rows.data.tableoid_literal(order),
-    }
-    del index
-    result["ctids_utf8"] = rows.data.ctid_literal_bytes(order)
+    # only the rows' ctids (and relations) outlive this call, not the columns read
+    located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
+    slices = partition_slices(located, order, np.diff(index.bounds), literals)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
-    return result, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
+    return slices, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
                     "metrics": metrics}
+
+
+#: rows per anon.partition_slice (whole classes: a slice ends at the class that reaches it)
+SLICE_ROWS = 1 << 20
+
+
+def partition_slices(data: TableData, order: np.ndarray, sizes: np.ndarray,
+                     literals: dict[str, list]) -> Iterator[dict]:
+    """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
+    about ``SLICE_ROWS`` rows (at least one class each), their rows' ctids in release order
+    (``order``: row indices by release position), each class's size (``sizes``, release order)
+    and literals (``literals``: per literal QI, one per class)."""
+    ends = np.cumsum(sizes)
+    first_class, first_position = 0, 0
+    while first_class < sizes.size:
+        last = max(first_class + 1,
+                   int(np.searchsorted(ends, first_position + SLICE_ROWS, side="right")))
+        end = int(ends[last - 1])
+        rows = order[first_position:end]
+        yield {
+            "first_position": first_position,
+            "first_class": first_class,
+            "class_sizes": int_array_literal(sizes[first_class:last]),
+            "ctids_utf8": data.ctid_literal_bytes(rows),
+            "row_tableoids": data.tableoid_literal(rows),
+            "classes": json.dumps({q: lits[first_class:last] for q, lits in literals.items()}),
+        }
+        first_class, first_position = last, end
 
 
 @dataclass

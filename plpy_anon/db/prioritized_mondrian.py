@@ -2,7 +2,7 @@
 
 The release is built exactly like a plain Mondrian release (same materialized-view query, same
 released column types, refresh by ``REFRESH MATERIALIZED VIEW``); only the partitioning run
-differs: ``anon._prioritized_mondrian_partition`` runs
+differs: ``anon._prioritized_mondrian_partition_slices`` runs
 :class:`~plpy_anon.core.prioritized.PrioritizedMondrian` with the parameters recorded in the
 catalog. Learned priorities and cut points are copied into the release's parameters when it is
 created, so a refresh re-anonymizes current data with the priorities the release was made with
@@ -62,7 +62,7 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
         replace=replace, parameters=parameters,
         query=lambda release_id: mondrian.release_query(
             plpy, tbl, roles, parameters, release_id,
-            partition_function="anon._prioritized_mondrian_partition"))
+            partition_function="anon._prioritized_mondrian_partition_slices"))
     return release_rows.qualified_name(plpy, row)
 
 

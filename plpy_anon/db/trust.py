@@ -463,7 +463,7 @@ def publish_partition(ctx: method.Run, source: TrustRead, model) -> tuple[dict, 
     positions = release_positions(class_ids + 1, seed=ctx.release_id)
     return ({"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),
              "row_positions": int_array_literal(positions), "classes": json.dumps(classes),
-             "row_tableoids": data.row_tableoids, "class_sizes": None, "ctids_utf8": None}, stats)
+             "row_tableoids": data.row_tableoids}, stats)
 
 
 def _check_no_nulls(tbl, frame) -> None:

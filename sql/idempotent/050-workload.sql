@@ -44,11 +44,12 @@ $$;
 COMMENT ON FUNCTION anon.add_queries(text[], bigint[], timestamptz[], text) IS
     'Adds query texts (with optional frequencies and execution times) to the workload store anon.workload; returns how many were added.';
 
--- The partitioning run behind a prioritized Mondrian release (STABLE: same snapshot as the
--- release query that joins its result back to the source by ctid).
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition(release_id integer)
-RETURNS anon.partition
-LANGUAGE plpython3u STABLE
+-- The partitioning run behind a prioritized Mondrian release, in slices like
+-- anon._mondrian_partition_slices's (STABLE: same snapshot as the release query that joins its
+-- result back to the source by ctid).
+CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices(release_id integer)
+RETURNS SETOF anon.partition_slice
+LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP

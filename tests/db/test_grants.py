@@ -70,7 +70,7 @@ def test_analyst_reads_current_and_future_releases_and_nothing_else(db, connect,
         assert refused(conn, "SELECT * FROM anon.analysts")
         for call in ("SELECT anon.refresh('x')", "SELECT anon.grant_analyst('x')",
                      f"SELECT anon.mondrian_view('{patients}', k => 2)", "SELECT * FROM anon.release_status()",
-                     "SELECT anon.drop_release('x')", "SELECT anon._mondrian_partition(1)"):
+                     "SELECT anon.drop_release('x')", "SELECT * FROM anon._mondrian_partition_slices(1)"):
             assert refused(conn, call), call
         # and the analyst cannot create a table in the release schema to plant objects there
         assert refused(conn, f"CREATE TABLE {release_schema_of(schema)}.planted (x int)")

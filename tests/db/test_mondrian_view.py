@@ -109,7 +109,7 @@ def test_release_order_keeps_no_trace_of_source_order(db, schema):
 
 def test_release_rows_come_grouped_by_class(db, schema, patients):
     """The Mondrian family hands SQL the rows in release order and only each class's size
-    (anon.partition's class_sizes layout): the released rows of a class are consecutive, so
+    (anon.partition_slice's class_sizes): the released rows of a class are consecutive, so
     the class sizes were decoded in step with the ctids (an off-by-one would split classes)."""
     release = mondrian(db, schema, k=5)
     cols = ", ".join(QIS)

@@ -142,18 +142,32 @@ class _Quoter:
         return sql.Literal(value).as_string(self.conn)
 
 
-# anon.partition's fields: row_ctids, class_ids, row_positions, classes, row_tableoids,
-# class_sizes, ctids_utf8 ({ctids}: the tid[] literal, {classes}: the JSON)
-@pytest.mark.parametrize("layout", [
-    "{ctids}, '{{0,0,0,0}}', '{{0,1,2,3}}', {classes}, NULL, NULL, NULL",   # class id, position per row
-    "{ctids}, NULL, NULL, {classes}, NULL, '{{4}}', NULL",       # release order, class sizes
-    "NULL, NULL, NULL, {classes}, NULL, '{{4}}', convert_to({ctids}, 'UTF8')",   # ctids as bytes
-], ids=["per-row", "class-sizes", "class-sizes-ctid-bytes"])
-def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema, layout):
+ONE_CLASS = [(1, "[10,31)", ["a", None]), (3, "[10,31)", ["a", None]), (4, "[10,31)", ["a", None])]
+TWO_CLASSES = [(1, "[10,21)", ["a", None]), (3, "[30,31)", ["a", None]), (4, "[30,31)", ["a", None])]
+
+
+def _slice(first_position, first_class, sizes, ctids, classes):
+    """An anon.partition_slice: (first_position, first_class, class_sizes, ctids_utf8,
+    row_tableoids, classes)."""
+    return (f"ROW({first_position}, {first_class}, '{sizes}', convert_to({ctids}, 'UTF8'), NULL, "
+            f"'{classes}')::anon.partition_slice")
+
+
+@pytest.mark.parametrize("layout, expected", [
+    # anon.partition (row_ctids, class_ids, row_positions, classes, row_tableoids): one class
+    ("ROW({ctids}, '{{0,0,0,0}}', '{{0,1,2,3}}', '{{\"q1\": [\"{{a,NULL}}\"]}}', NULL)::anon.partition",
+     ONE_CLASS),
+    # one slice holding the one class
+    ("unnest(ARRAY[" + _slice(0, 0, "{{4}}", "{ctids}", '{{"q1": ["{{a,NULL}}"]}}') + "])", ONE_CLASS),
+    # two slices of one class each: the second's class id and positions come from its offsets
+    ("unnest(ARRAY[" + _slice(0, 0, "{{2}}", "{ctids_12}", '{{"q1": ["{{a,NULL}}"]}}') + ", "
+     + _slice(2, 1, "{{2}}", "{ctids_34}", '{{"q1": ["{{a,NULL}}"]}}') + "])", TWO_CLASSES),
+], ids=["per-row", "one-slice", "two-slices"])
+def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema, layout, expected):
     """A partition whose published values do not contain the rows' values (here crafted by
     hand) releases no row under a wrong value: the filter drops it, so the release's row count
-    differs from the source's (what the post-build verification refuses). Both layouts of
-    anon.partition, and the class-size one with its ctids as bytes."""
+    differs from the source's (what the post-build verification refuses). anon.partition's
+    per-row layout and the Mondrian family's slices (anon.partition_slice), one or two."""
     db.execute("CREATE TABLE vals (id int PRIMARY KEY, v int4, c text)")
     db.execute("INSERT INTO vals VALUES (1, 10, 'a'), (2, 20, 'b'), (3, 30, 'a'), (4, NULL, NULL)")
     from plpy_anon.db.columns import Column, Table
@@ -162,16 +176,16 @@ def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema
     roles = [(Column("id", "int4", "integer", "N", True, True), "sensitive"),
              (Column("v", "int4", "integer", "N", False, False), "quasi_identifier"),
              (Column("c", "text", "text", "S", False, False), "quasi_identifier")]
-    ctids = db.execute("SELECT array_agg(ctid ORDER BY id)::text FROM vals").fetchone()[0]
-    # one class; its value set for c claims only "a" (and NULL): row 2 ('b') must not be released
-    classes = """'{"q1": ["{a,NULL}"]}'::jsonb"""
-    fields = layout.format(ctids=sql.Literal(ctids).as_string(db), classes=classes)
-    call = f"ROW({fields})::anon.partition"
+
+    def ctids(where):
+        return sql.Literal(db.execute(f"SELECT array_agg(ctid ORDER BY id)::text FROM vals "
+                                      f"WHERE {where}").fetchone()[0]).as_string(db)
+    # each class's value set for c claims only "a" (and NULL): row 2 ('b') must not be released
+    call = layout.format(ctids=ctids("true"), ctids_12=ctids("id <= 2"), ctids_34=ctids("id > 2"))
     query = generalized_release_query(_Quoter(db), tbl, roles, {"v": "int4range", "c": "text[]"},
-                                      call)
+                                      call, sliced="partition_slice" in layout)
     rows = db.execute(f"SELECT id, v::text, c FROM ({query}) AS q ORDER BY id").fetchall()
-    assert rows == [(1, "[10,31)", ["a", None]), (3, "[10,31)", ["a", None]),
-                    (4, "[10,31)", ["a", None])]
+    assert rows == expected
 
 
 def test_a_quasi_identifier_the_release_reads_cannot_be_dropped(db, schema):

@@ -146,30 +146,34 @@ def test_break_merge_release_is_verified_on_qit_and_sensitive_tables(db, schema)
 # ---------------------------------------------------------------------------- fault injection
 
 SPLIT_BELOW_K = """
-p = mondrian.partition(plpy, GD, release_id)
 import json as _json
-sizes = [int(x) for x in p["class_sizes"].strip("{}").split(",")]
-classes = _json.loads(p["classes"])
-# every class split in two (its rows come grouped by class: first half, second half); the second
-# half's zip set gets an extra element, so both halves still contain their rows (containment
-# holds) but are distinct released classes below k
-p["class_sizes"] = "{" + ",".join(f"{n - n // 2},{n // 2}" for n in sizes) + "}"
 def widen(lit):
     return lit if lit is None else (lit[:-1] + ",zzzzz}" if lit != "{}" else "{zzzzz}")
-p["classes"] = _json.dumps({q: [v for lit in lits for v in (lit, widen(lit) if q == "q1" else lit)]
-                            for q, lits in classes.items()})
-return p
+out = []
+for p in mondrian.partition(plpy, GD, release_id):
+    # every class split in two (its rows come grouped by class: first half, second half); the
+    # second half's zip set gets an extra element, so both halves still contain their rows
+    # (containment holds) but are distinct released classes below k
+    sizes = [int(x) for x in p["class_sizes"].strip("{}").split(",")]
+    classes = _json.loads(p["classes"])
+    p["class_sizes"] = "{" + ",".join(f"{n - n // 2},{n // 2}" for n in sizes) + "}"
+    p["first_class"] = 2 * p["first_class"]
+    p["classes"] = _json.dumps({q: [v for lit in lits for v in (lit, widen(lit) if q == "q1" else lit)]
+                                for q, lits in classes.items()})
+    out.append(p)
+return out
 """
 
 DROP_ROWS = """
-p = mondrian.partition(plpy, GD, release_id)
+out = list(mondrian.partition(plpy, GD, release_id))
+p = out[0]
 sizes = p["class_sizes"].strip("{}").split(",")
 # three rows not emitted (the first class's first three): what the release query's containment
 # filter does to a row outside its box
 tids = p["ctids_utf8"].decode()[2:-2].split('","')
 p["ctids_utf8"] = ('{"' + '","'.join(tids[3:]) + '"}').encode()
 p["class_sizes"] = "{" + ",".join([str(int(sizes[0]) - 3)] + sizes[1:]) + "}"
-return p
+return out
 """
 
 
@@ -187,7 +191,7 @@ def tampered(db, function, body, call):
 
 
 def mondrian_tampered(db, body):
-    return tampered(db, "anon._mondrian_partition(integer)", body,
+    return tampered(db, "anon._mondrian_partition_slices(integer)", body,
                     "return mondrian.partition(plpy, GD, release_id)")
 
 

@@ -1,0 +1,49 @@
+"""The Mondrian family's result in slices (plpy_anon.db.mondrian.partition_slices): whole classes,
+in release order, every row once, offsets that add up."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.db import mondrian
+from plpy_anon.db.reader import TID_DTYPE, TableData
+
+
+def ints(literal: str) -> list[int]:
+    return [int(x) for x in literal.strip("{}").split(",") if x]
+
+
+@settings(max_examples=80, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=0, max_size=25),
+       slice_rows=st.integers(1, 20), several=st.booleans(), seed=st.integers(0, 2**16))
+def test_slices_hold_whole_classes_in_order_and_every_row_once(sizes, slice_rows, several, seed):
+    n = sum(sizes)
+    rng = np.random.default_rng(seed)
+    tids = np.zeros(n, dtype=TID_DTYPE)
+    tids["block"], tids["offset"] = np.arange(n) // 7, np.arange(n) % 7 + 1
+    relations = rng.integers(16000, 16010, n).astype(np.uint32) if several else None
+    data = TableData(n, tids, row_relations=relations)
+    order = rng.permutation(n)
+    literals = {"q1": [f"{{c{i}}}" for i in range(len(sizes))]}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mondrian, "SLICE_ROWS", slice_rows)
+        slices = list(mondrian.partition_slices(data, order, np.array(sizes, dtype=np.int64),
+                                                literals))
+    position, next_class, seen = 0, 0, []
+    for s in slices:
+        own = ints(s["class_sizes"])
+        assert s["first_class"] == next_class and s["first_position"] == position
+        assert own == sizes[next_class:next_class + len(own)] and own       # whole classes
+        assert sum(own) <= slice_rows or len(own) == 1      # a bigger class makes its own slice
+        assert json.loads(s["classes"]) == {"q1": literals["q1"][next_class:next_class + len(own)]}
+        ctids = s["ctids_utf8"].decode("ascii")
+        rows = order[position:position + sum(own)]
+        assert ctids == data.ctid_literal(rows)
+        assert s["row_tableoids"] == data.tableoid_literal(rows)
+        seen.extend(rows.tolist())
+        position, next_class = position + sum(own), next_class + len(own)
+    assert next_class == len(sizes) and seen == order.tolist()     # every class, every row, once
