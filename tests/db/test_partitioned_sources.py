@@ -180,3 +180,29 @@ def test_mondrian_reads_partition_by_partition_in_chunks(db, schema, chunk_block
     verified = db.execute("SELECT verified FROM anon.release_status() WHERE release = %s",
                           (rel,)).fetchone()[0]
     assert verified is True
+
+
+@pytest.mark.parametrize("slice_rows", [1, 37])
+def test_mondrian_release_over_many_slices_of_its_run(db, schema, source, slice_rows):
+    """The Mondrian family's run comes back in slices of whole classes (anon.partition_slice,
+    ~2^20 rows each in production). Here this backend's slices hold one class, or about 37
+    rows, so a few hundred rows span many slices, each with its own offsets and its rows'
+    relations: every row is released once, inside its class's ranges and sets, in classes of at
+    least k, and the release is verified."""
+    db.execute("SELECT * FROM anon.versions()")       # the package is loaded in this backend
+    db.execute(f"DO $$ from plpy_anon.db import mondrian; mondrian.SLICE_ROWS = {slice_rows} $$ "
+               "LANGUAGE plpython3u")
+    try:
+        rel = db.execute("SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, "
+                         "sensitive => ARRAY['id', 'diagnosis'], release_schema => %s)",
+                         (source, QIS, release_schema_of(schema))).fetchone()[0]
+        slices = db.execute("SELECT count(*) FROM anon._mondrian_partition_slices("
+                            "(SELECT release_id FROM anon.releases WHERE release_schema = %s))",
+                            (release_schema_of(schema),)).fetchone()[0]
+    finally:
+        db.execute("DO $$ from plpy_anon.db import mondrian; mondrian.SLICE_ROWS = 1 << 20 $$ "
+                   "LANGUAGE plpython3u")
+    assert slices >= 5                                   # many slices, not one
+    check_generalized(db, rel, 5)
+    assert db.execute("SELECT verified FROM anon.release_status() WHERE release = %s",
+                      (rel,)).fetchone()[0] is True
