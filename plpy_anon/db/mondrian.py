@@ -273,7 +273,7 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     del bounds, labels
     # only the rows' ctids (and relations) outlive this call, not the columns read
     located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
-    slices = partition_slices(located, order, np.diff(index.bounds), literals)
+    slices = partition_slices(located, order, index.bounds, literals)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return slices, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
@@ -284,28 +284,29 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
 SLICE_ROWS = 1 << 20
 
 
-def partition_slices(data: TableData, order: np.ndarray, sizes: np.ndarray,
+def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
                      literals: dict[str, list]) -> Iterator[dict]:
     """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
     about ``SLICE_ROWS`` rows (at least one class each), their rows' ctids in release order
-    (``order``: row indices by release position), each class's size (``sizes``, release order)
-    and literals (``literals``: per literal QI, one per class)."""
-    ends = np.cumsum(sizes)
-    first_class, first_position = 0, 0
-    while first_class < sizes.size:
-        last = max(first_class + 1,
-                   int(np.searchsorted(ends, first_position + SLICE_ROWS, side="right")))
-        end = int(ends[last - 1])
-        rows = order[first_position:end]
+    (``order``: row indices by release position; class ``c`` holds the positions
+    ``bounds[c]:bounds[c + 1]``), each class's size and literals (``literals``: per literal QI,
+    one per class)."""
+    n_classes = bounds.size - 1
+    first = 0
+    while first < n_classes:
+        # the classes ending within SLICE_ROWS of this slice's start; at least one
+        last = max(first + 1, int(np.searchsorted(bounds, bounds[first] + SLICE_ROWS,
+                                                  side="right")) - 1)
+        rows = order[bounds[first]:bounds[last]]
         yield {
-            "first_position": first_position,
-            "first_class": first_class,
-            "class_sizes": int_array_literal(sizes[first_class:last]),
+            "first_position": int(bounds[first]),
+            "first_class": first,
+            "class_sizes": int_array_literal(np.diff(bounds[first:last + 1])),
             "ctids_utf8": data.ctid_literal_bytes(rows),
             "row_tableoids": data.tableoid_literal(rows),
-            "classes": json.dumps({q: lits[first_class:last] for q, lits in literals.items()}),
+            "classes": json.dumps({q: lits[first:last] for q, lits in literals.items()}),
         }
-        first_class, first_position = last, end
+        first = last
 
 
 @dataclass
