@@ -9,11 +9,12 @@ import json
 from collections.abc import Callable
 
 from plpy_anon.core.errors import DuplicateObject, InvalidParameter
-from plpy_anon.db import grants, risk, verify
+from plpy_anon.db import class_counts, grants, risk, verify
 from plpy_anon.db.columns import Table
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
     by_id,
+    check_genuine,
     genuine_relations,
     lock_release,
     relation_exists,
@@ -108,7 +109,15 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
     definitions become the recorded ones; otherwise (a plain REFRESH) they must still be the recorded ones."""
     if built:
         store_definitions(plpy, release_id)
-    figures = verify.check(plpy, by_id(plpy, release_id), run_stats, method)
+    release = by_id(plpy, release_id)
+    # the check and the stored report read the same classes: one pass (class_counts.py), in
+    # which the check also counts the sensitive columns the report will ask for
+    check_genuine(plpy, release)
+    report_target = risk.stored_target(plpy, release, method)
+    counter = class_counts.Counter(plpy)
+    if report_target is not None and report_target.qis:
+        counter.expect(report_target.relation, report_target.qis, report_target.sensitive)
+    figures = verify.check(plpy, release, run_stats, method, counter)
     stats = run_stats or {}
     seconds = stats.get("seconds")
     run(plpy, """
@@ -125,7 +134,7 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
          json.dumps(stats["metrics"]) if "metrics" in stats else None,
          json.dumps(figures) if figures is not None else None])
-    risk.store(plpy, release_id, method)
+    risk.store(plpy, release_id, report_target, counter)
     return by_id(plpy, release_id)
 
 

@@ -3,8 +3,8 @@ partitioned table, view, materialized view, foreign table, release), and the rep
 stores in its catalog row (``anon.releases.risk``) at creation and refresh.
 
 The counting is SQL, so it scales with the relation: one ``GROUP BY`` over the quasi-identifiers
-(``class_query``) gives the class-size histogram (size, number of classes: a few hundred rows
-whatever the table size) and, per sensitive column, the class x value table (class and value as
+(``class_counts.py``; a build's check and its stored report share that pass) gives the
+class-size histogram (size, number of classes: a few hundred rows whatever the table size) and, per sensitive column, the class x value table (class and value as
 dense ranks), whose formulas (entropy, recursive (c,l), EMD) are numpy
 (``plpy_anon/core/risk.py``). NULL is a value of its own, in a quasi-identifier (rows with NULL
 there form their own class, as GROUP BY groups them) and in a sensitive column (ordered last for
@@ -20,19 +20,15 @@ figure is not applicable or not defined, and detail says why.
 from __future__ import annotations
 
 import json
-import warnings
-
-import numpy as np
 
 from plpy_anon.core import risk as core
 from plpy_anon.core.errors import AnonError, InvalidParameter, UnsupportedType
 from plpy_anon.db import columns, verify
+from plpy_anon.db.class_counts import Counter, orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.release_rows import by_id
-from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
+from plpy_anon.db.sqltext import ident, jsonb, run
 
-WORK_MEM = "256MB"
 ORDERED_CATEGORIES = {"N", "D"}       # numbers, dates and times: ordered EMD; the rest: equal distance
 READABLE_RELKINDS = {"r": "table", "p": "partitioned table", "v": "view", "m": "materialized view",
                      "f": "foreign table"}
@@ -169,103 +165,7 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
     return target
 
 
-def orderable(plpy, display_type: str) -> bool:
-    """Whether values of the type can be grouped and ranked (a default btree ordering): json, xml,
-    point, ... cannot. ``display_type`` comes from pg_catalog.format_type (valid SQL)."""
-    try:
-        with plpy.subtransaction():
-            plpy.prepare(f"SELECT 1 ORDER BY NULL::{display_type}")
-        return True
-    except plpy.SPIError:
-        return False
-
-
 # ---------------------------------------------------------------------------- the counts
-
-def class_query(plpy, target: Target) -> str:
-    """ONE pass over the relation for every figure: a hash aggregate over the QIs finds the
-    classes, counts their rows and collects their values of each sensitive column
-    (``array_agg``); the class-size histogram (``sizes``, ``classes``) and, per sensitive column
-    ``i``, the (class id, value id, rows) table (``cids<i>``, ``vids<i>``, ``ns<i>``) are read
-    from that materialized result, all as int array texts. The class id is the group's row
-    number; value ids follow the values' order (NULL last), which the ordered EMD needs. No sort
-    on the QIs (compute turns sorts off for it): ordering ranges and text arrays (a dense_rank
-    over them) cost 10 of 25 s at 2M release rows, and grew faster than the rows. One pass, not
-    one per figure: each pass re-hashes every row's ranges and arrays (2.3 s a pass at 1M
-    release rows)."""
-    group = ", ".join(ident(plpy, q) for q in target.qis)
-    values = []
-    for column in target.sensitive:
-        sa = ident(plpy, column)
-        if is_array_column(plpy, target.relation, column):
-            # array_agg of arrays stacks them (and refuses ragged ones), unnest would flatten
-            # them: carry each value in a one-field record instead (ordered like the value,
-            # NULL last)
-            sa = f"ROW({sa})"
-        values.append(sa)
-    collected = "".join(f", array_agg({sa}) AS vals{i}" for i, sa in enumerate(values))
-    carried = "".join(f", g.vals{i}" for i in range(len(values)))
-    # value ids: the column's distinct non-NULL values ranked in their order, NULL after them
-    # (a NULL matches no ranked value and takes the next id); ranking the few distinct values
-    # and joining them to the (class, value) counts costs a third of a dense_rank over the
-    # counts, which sorts one row per (class, value) pair
-    tables = "".join(
-        f"CROSS JOIN (SELECT array_agg(r.cid)::text AS cids{i}, array_agg(r.vid)::text AS vids{i},\n"
-        f"                   array_agg(r.n)::text AS ns{i}\n"
-        f"            FROM (SELECT cv.cid, coalesce(d.vid, (SELECT count(*) FROM ranked{i})) AS vid, cv.n\n"
-        f"                  FROM (SELECT x.cid, x.v, count(*) AS n\n"
-        f"                        FROM (SELECT c.cid, pg_catalog.unnest(c.vals{i}) AS v\n"
-        f"                              FROM grouped AS c) AS x\n"
-        f"                        GROUP BY x.cid, x.v) AS cv\n"
-        f"                  LEFT JOIN ranked{i} AS d ON d.v = cv.v) AS r) AS t{i}\n"
-        for i in range(len(values)))
-    ranked = "".join(
-        f",\nranked{i} AS MATERIALIZED (\n"
-        f"    SELECT u.v, row_number() OVER (ORDER BY u.v) - 1 AS vid\n"
-        f"    FROM (SELECT DISTINCT pg_catalog.unnest(c.vals{i}) AS v FROM grouped AS c) AS u\n"
-        f"    WHERE u.v IS NOT NULL)"
-        for i in range(len(values)))
-    return (
-        f"WITH grouped AS MATERIALIZED (\n"
-        f"    SELECT pg_catalog.row_number() OVER () - 1 AS cid, g.n{carried}\n"
-        f"    FROM (SELECT count(*) AS n{collected} FROM {target.relation}\n"
-        f"          GROUP BY {group}) AS g){ranked}\n"
-        f"SELECT *\n"
-        f"FROM (SELECT array_agg(h.size)::text AS sizes, array_agg(h.classes)::text AS classes\n"
-        f"      FROM (SELECT n AS size, count(*) AS classes FROM grouped GROUP BY n) AS h) AS hist\n"
-        f"{tables}")
-
-
-ARRAY_COLUMN = """
-SELECT t.typcategory = 'A' AS is_array
-FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-WHERE a.attrelid = $1::pg_catalog.regclass AND a.attname = $2 AND NOT a.attisdropped
-"""
-
-
-def is_array_column(plpy, relation: str, column: str) -> bool:
-    rows = run(plpy, ARRAY_COLUMN, ["text", "text"], [relation, column])
-    return bool(rows and rows[0]["is_array"])
-
-
-def int_array(text: str | None) -> np.ndarray:
-    """An int8[] literal of the report's query as an array, parsed in C: splitting it made one
-    Python string per element first (10M-row release: ~5.7M (class, value) pairs per sensitive
-    column, ~300 MB of strings at once, the peak of the report)."""
-    if not text or text == "{}":
-        return np.zeros(0, dtype=np.int64)
-    body = text[1:-1]
-    with warnings.catch_warnings():
-        # fromstring stops at what it cannot read with only a DeprecationWarning: an error here
-        warnings.simplefilter("error", DeprecationWarning)
-        try:
-            values = np.fromstring(body, dtype=np.int64, sep=",")
-        except (DeprecationWarning, ValueError):
-            values = None
-    if values is None or values.size != body.count(",") + 1:
-        raise ValueError(f"not an array of integers: {text[:80]!r}")
-    return values
-
 
 def count_rows(plpy, relation: str) -> int:
     return int(plpy.execute(f"SELECT count(*)::int8 AS n FROM {relation}")[0]["n"])
@@ -273,7 +173,10 @@ def count_rows(plpy, relation: str) -> int:
 
 # ---------------------------------------------------------------------------- the report
 
-def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recursive_c=3.0) -> list[dict]:
+def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recursive_c=3.0,
+            counter: Counter | None = None) -> list[dict]:
+    """The report's rows for ``target``; its counts from ``counter`` when given (a build's
+    check has counted them already, class_counts.py)."""
     if not 0 < risk_threshold <= 1:
         raise InvalidParameter(f"risk_threshold {risk_threshold:g} is not in (0, 1]",
                                hint="A record is at risk when its re-identification probability "
@@ -284,20 +187,14 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
     if not recursive_c > 0:
         raise InvalidParameter(f"recursive_c {recursive_c:g} is not positive",
                                hint="Recursive (c,l)-diversity needs c > 0, e.g. 3.")
-    # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
-    # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
-    # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
-    # rows, for a plan that runs once): JIT off too.
-    with local_settings(plpy, work_mem=WORK_MEM, enable_sort="off", jit="off"):
-        if target.qis:
-            row = plpy.execute(class_query(plpy, target))[0]
-            figures = core.class_figures(int_array(row["sizes"]), int_array(row["classes"]),
-                                         risk_threshold=risk_threshold, population=population)
-            tables = {s: {part: row[f"{part}{i}"] for part in ("cids", "vids", "ns")}
-                      for i, s in enumerate(target.sensitive)}
-        else:
-            figures = {"rows": count_rows(plpy, target.relation)}
-            tables = {}
+    if target.qis:
+        counts = (counter or Counter(plpy)).get(target.relation, target.qis, target.sensitive)
+        figures = core.class_figures(counts.sizes, counts.classes,
+                                     risk_threshold=risk_threshold, population=population)
+        tables = {s: counts.tables[s] for s in target.sensitive}
+    else:
+        figures = {"rows": count_rows(plpy, target.relation)}
+        tables = {}
     return describe_all(target, figures, tables, population=population,
                         risk_threshold=risk_threshold, recursive_c=recursive_c)
 
@@ -348,8 +245,8 @@ def describe_all(target, figures, tables, *, population, risk_threshold, recursi
             for measure in ("distinct_l", "entropy_l", "recursive_cl_l", "t_closeness"):
                 out.append(describe(measure, s, None, na))
             continue
-        t = tables[s]
-        sf = core.sensitive_figures(int_array(t["cids"]), int_array(t["vids"]), int_array(t["ns"]),
+        class_ids, value_ids, rows_per_pair = tables[s]
+        sf = core.sensitive_figures(class_ids, value_ids, rows_per_pair,
                                     ordered=target.ordered[s], c=recursive_c)
         emd = ("ordered EMD over the column's distinct values in order (NULL last)"
                if target.ordered[s] else "equal-distance EMD")
@@ -372,24 +269,31 @@ def risk_report(plpy, relation: str, quasi_identifiers=None, sensitive=None, pop
                    recursive_c=recursive_c)
 
 
-def store(plpy, release_id: int, method: ReleaseMethod | None) -> list[dict] | None:
-    """The risk report of a release just built, written to anon.releases.risk (called by
-    ``publish.record`` at creation and every refresh). None, and NULL stored, when there is
-    nothing to read (a view refreshed WITH NO DATA or a method plpy_anon does not know)."""
-    release = by_id(plpy, release_id)
-    report = None
-    if method is not None and verify.is_populated(plpy, release):
-        target = release_target(plpy, release, method, None, None)
-        cols = {}
-        if target.sensitive:
-            oid = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]["oid"]
-            cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(int(oid), "", ""))}
-        target.sensitive = [s for s in target.sensitive if s in cols]   # e.g. fusion hides it
-        for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
-            target.sensitive.remove(s)      # a release keeps e.g. a json column as it is
-            target.skipped[s] = f"not computed: type {cols[s].display_type} has no ordering"
-        target.ordered = {s: cols[s].category in ORDERED_CATEGORIES for s in target.sensitive}
-        report = compute(plpy, target)
+def stored_target(plpy, release: dict, method: ReleaseMethod | None) -> Target | None:
+    """What the report stored with a release counts (its QIs and its orderable sensitive columns
+    still released); None when there is nothing to read (a view refreshed WITH NO DATA or a
+    method plpy_anon does not know)."""
+    if method is None or not verify.is_populated(plpy, release):
+        return None
+    target = release_target(plpy, release, method, None, None)
+    cols = {}
+    if target.sensitive:
+        oid = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]["oid"]
+        cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(int(oid), "", ""))}
+    target.sensitive = [s for s in target.sensitive if s in cols]   # e.g. fusion hides it
+    for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
+        target.sensitive.remove(s)      # a release keeps e.g. a json column as it is
+        target.skipped[s] = f"not computed: type {cols[s].display_type} has no ordering"
+    target.ordered = {s: cols[s].category in ORDERED_CATEGORIES for s in target.sensitive}
+    return target
+
+
+def store(plpy, release_id: int, target: Target | None, counter: Counter | None = None
+          ) -> list[dict] | None:
+    """The risk report of a release just built (``target``: :func:`stored_target`), written to
+    anon.releases.risk (called by ``publish.record`` at creation and every refresh, with the
+    counter its check used). NULL is stored when the target is None."""
+    report = compute(plpy, target, counter=counter) if target is not None else None
     run(plpy, "UPDATE anon.releases SET risk = $2 WHERE release_id = $1", ["int4", "jsonb"],
         [release_id, json.dumps(report) if report is not None else None])
     return report

@@ -17,11 +17,13 @@ SQL of its own and compares what it counts with what the release promises:
   whose counts must also add up to the QIT's rows group by group.
 
 * **privacy models** (when asked, Mondrian family): entropy or recursive (c,l) l-diversity and
-  t-closeness, per sensitive column. SQL counts the released rows per (class, value) -- in the
-  column's own type and order for ordered (numeric) columns, as text otherwise -- and hands one
-  row per class (value ranks, counts) to the pure checks of
+  t-closeness, per sensitive column, from the released rows' class x value table (value ranks in
+  the column's order, NULL last) given to the pure checks of
   :mod:`plpy_anon.core.privacy_models` (``Models.satisfied``; the table distribution for t is the
   released rows' own), in chunks of classes; the partitioner's state is never consulted.
+
+The classes are counted by one ``GROUP BY`` over the released quasi-identifiers
+(:mod:`plpy_anon.db.class_counts`), in the same pass as the release's stored risk report.
 
 Containment (every source row lies inside its class's released box) is checked as a pair with
 the Mondrian-family release query: that query carries a *containment filter* (a row whose value is
@@ -51,12 +53,13 @@ import time
 from dataclasses import dataclass, field
 
 from plpy_anon.core.errors import AnonError
+from plpy_anon.db.class_counts import ClassCounts, Counter
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 
-#: work_mem for the check's hash aggregates (restored afterwards): one hash table of the classes
-#: (and, with l, of class x value), so that 1M-row releases aggregate in memory.
+#: work_mem for the check's Break-Merge count-table aggregates (restored afterwards); the class
+#: counts set their own (class_counts.WORK_MEM)
 WORK_MEM = "256MB"
 
 
@@ -135,90 +138,44 @@ def is_populated(plpy, release: dict) -> bool:
     return bool(rows) and bool(rows[0]["relispopulated"])
 
 
-# ---------------------------------------------------------------------------- the queries
+# ---------------------------------------------------------------------------- the counts
 
-def class_query(plpy, spec: Spec) -> str:
-    """One pass over the release: rows, classes, smallest class and, with l, the smallest number
-    of distinct values per sensitive column over the classes. With l, rows are first counted per
-    (class, value) -- one hash table per sensitive column (GROUPING SETS), no sort -- and those
-    counts per class; NULL is a value of its own, as the methods count it. (Measured on 1M rows:
-    about twice the plain class count, against three times for count(DISTINCT) or a grouping set
-    of the class alone.)"""
-    rel = spec.relation
-    if not spec.class_key:
-        return f"SELECT count(*)::int8 AS n_rows, NULL::int8 AS n_classes, NULL::int8 AS smallest FROM {rel}"
-    key = [ident(plpy, c) for c in spec.class_key]
-    sens = [ident(plpy, c) for c in spec.sensitive] if spec.l is not None else []
-    if spec.l_diversity != "distinct":
-        sens = []                       # l is checked by model_query's classes instead
-    if not sens:
-        return (f"SELECT coalesce(sum(n), 0)::int8 AS n_rows, count(*)::int8 AS n_classes, "
-                f"min(n)::int8 AS smallest\n"
-                f"FROM (SELECT count(*) AS n FROM {rel} GROUP BY {', '.join(key)}) AS c")
-    aliases = [f"k{i}" for i in range(len(key))]
-    selected = ", ".join(f"{col} AS {alias}" for col, alias in zip(key, aliases))
-    full = (1 << len(sens)) - 1
-    grouping = [full ^ (1 << (len(sens) - 1 - i)) for i in range(len(sens))]   # set i: s_i kept
-    sets = ", ".join(f"({', '.join(key)}, {s})" for s in sens)
-    distinct = "".join(f", count(*) FILTER (WHERE gs = {g}) AS d{i}" for i, g in enumerate(grouping))
-    mins = "".join(f", min(d{i})::int8 AS l{i}" for i in range(len(sens)))
-    return (
-        f"SELECT coalesce(sum(n), 0)::int8 AS n_rows, count(*)::int8 AS n_classes, "
-        f"min(n)::int8 AS smallest{mins}\n"
-        f"FROM (SELECT sum(n) FILTER (WHERE gs = {grouping[0]}) AS n{distinct}\n"
-        f"      FROM (SELECT {selected}, GROUPING({', '.join(sens)}) AS gs, count(*) AS n\n"
-        f"            FROM {rel} GROUP BY GROUPING SETS ({sets})) AS s\n"
-        f"      GROUP BY {', '.join(aliases)}) AS c")
-
-
-def model_query(plpy, spec: Spec, column: str) -> str:
-    """One row per class of the release: the ranks of its values of ``column`` among all the
-    release's values (value order for ordered columns, NULL last) and its rows per value."""
-    key = ", ".join(ident(plpy, c) for c in spec.class_key)
-    value = ident(plpy, column)
-    if column not in spec.ordered:
-        value = f"{value}::text"
-    return (
-        f"SELECT array_agg(anon_rank_ ORDER BY anon_rank_) AS v,\n"
-        f"       array_agg(anon_rows_ ORDER BY anon_rank_) AS n\n"
-        f"FROM (SELECT {key}, (dense_rank() OVER (ORDER BY anon_value_) - 1)::int4 AS anon_rank_,\n"
-        f"             anon_rows_\n"
-        f"      FROM (SELECT {key}, {value} AS anon_value_, count(*)::int8 AS anon_rows_\n"
-        f"            FROM {spec.relation} GROUP BY {key}, {len(spec.class_key) + 1}) AS cv) AS r\n"
-        f"GROUP BY {key}")
+def counted_sensitive(spec: Spec) -> list[str]:
+    """Sensitive columns whose class x value tables the check reads (l or a model asked)."""
+    return list(spec.sensitive) if spec.class_key and (spec.l is not None or spec.models_asked()) \
+        else []
 
 
 #: count-matrix cells per chunk of classes in the model check
 MODEL_CELLS = 1 << 22
 
 
-def check_models(plpy, spec: Spec) -> tuple[dict, list[str]]:
+def check_models(spec: Spec, counts: ClassCounts) -> tuple[dict, list[str]]:
     """Entropy / recursive l-diversity and t-closeness of every released class, per sensitive
-    column: (figures, failures)."""
+    column, from its class x value table (value ranks in the column's order, NULL last; the
+    table distribution for t is the released rows' own): (figures, failures)."""
     import numpy as np
 
     from plpy_anon.core.privacy_models import Models, distinct_values, entropy
     figures, failures = {}, []
     l = spec.l if spec.l is not None and spec.l > 1 and spec.l_diversity != "distinct" else None
+    n_classes = counts.n_classes
     for column in spec.model_columns:
-        rows = plpy.execute(model_query(plpy, spec, column))
-        if not rows:
+        owner, ranks, rows_per_pair = counts.tables[column]
+        if rows_per_pair.size == 0:
             continue
-        lengths = np.array([len(r["v"]) for r in rows])
-        ranks = np.concatenate([np.asarray(r["v"], dtype=np.int64) for r in rows])
-        counts = np.concatenate([np.asarray(r["n"], dtype=np.float64) for r in rows])
-        owner = np.repeat(np.arange(len(rows)), lengths)
+        pair_rows = rows_per_pair.astype(np.float64)
         m = int(ranks.max()) + 1
-        table = np.bincount(ranks, weights=counts, minlength=m)
+        table = np.bincount(ranks, weights=pair_rows, minlength=m)
         model = Models(l=l, l_diversity=spec.l_diversity, c=spec.c, t=spec.t,
                        table=table / table.sum(), ordered=column in spec.ordered)
         chunk = max(1, MODEL_CELLS // m)
         bad, low_h, high_emd, low_d = [], np.inf, 0.0, np.inf
-        for lo in range(0, len(rows), chunk):
-            hi = min(lo + chunk, len(rows))
+        for lo in range(0, n_classes, chunk):
+            hi = min(lo + chunk, n_classes)
             sel = (owner >= lo) & (owner < hi)
             dense = np.zeros((hi - lo, m))
-            np.add.at(dense, (owner[sel] - lo, ranks[sel]), counts[sel])
+            np.add.at(dense, (owner[sel] - lo, ranks[sel]), pair_rows[sel])
             ok = model.satisfied(dense)
             bad.extend(dense[~ok][:1])
             low_h = min(low_h, float(entropy(dense).min()))
@@ -252,11 +209,13 @@ def count_table_query(plpy, spec: Spec, table: str) -> str:
 
 # ---------------------------------------------------------------------------- the check
 
-def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None) -> dict | None:
+def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
+          counter: Counter | None = None) -> dict | None:
     """Check a release just built (not yet recorded); returns its figures for the catalog, or None
     when there is nothing to check (a relation registered by hand with a method plpy_anon does not
     know, or a materialized view refreshed WITH NO DATA). Raises
-    VerificationFailed with every failed check and its figures."""
+    VerificationFailed with every failed check and its figures. ``counter``: where the classes
+    are counted (class_counts.py; the build's risk report reads the same counts)."""
     # the queries below read the release's relations by name, possibly as the extension's owner
     # (event trigger): only those plpy_anon made, never a stale row's namesakes
     check_genuine(plpy, release)
@@ -265,14 +224,22 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None)
     started = time.monotonic()
     name = f"{release['release_schema']}.{release['release_name']}"
     spec = spec_for(plpy, release, stats, method)
+    counts = None
+    if spec.class_key:
+        counts = (counter or Counter(plpy)).get(spec.relation, spec.class_key,
+                                                counted_sensitive(spec))
+        row = {"n_rows": counts.n_rows, "n_classes": counts.n_classes,
+               "smallest": counts.smallest}
+    else:
+        row = {"n_rows": int(plpy.execute(f"SELECT count(*)::int8 AS n FROM {spec.relation}")[0]["n"]),
+               "n_classes": None, "smallest": None}
     # JIT off: a check's plan runs once, and above 1M rows its cost estimate triggers JIT
-    # compilation (about 0.6 s for the class query) that the run never earns back
+    # compilation that the run never earns back
     with local_settings(plpy, work_mem=WORK_MEM, jit="off"):
-        row = plpy.execute(class_query(plpy, spec))[0]
         tables = {attr: plpy.execute(count_table_query(plpy, spec, table))[0]
                   for attr, table in spec.count_tables.items()}
-        model_figures, model_failures = check_models(plpy, spec) if spec.models_asked() \
-            else ({}, [])
+    model_figures, model_failures = check_models(spec, counts) if spec.models_asked() \
+        else ({}, [])
     figures = {"rows_expected": spec.expected_rows, "rows_released": row["n_rows"],
                "classes": row["n_classes"], "smallest_class": row["smallest"],
                "k": spec.k, "l": spec.l, "l_by_column": {}}
@@ -292,10 +259,11 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None)
                              "by_column": model_figures}
         failures.extend(model_failures)
     if spec.l is not None and spec.l_diversity == "distinct":
-        for i, col in enumerate(spec.sensitive):
-            figures["l_by_column"][col] = row[f"l{i}"]
-            if row[f"l{i}"] is not None and row[f"l{i}"] < spec.l:
-                failures.append(f'a class has {row[f"l{i}"]} distinct values of "{col}", '
+        for col in counted_sensitive(spec):
+            fewest = counts.fewest_distinct(col)
+            figures["l_by_column"][col] = fewest
+            if fewest is not None and fewest < spec.l:
+                failures.append(f'a class has {fewest} distinct values of "{col}", '
                                 f"l = {spec.l} promised")
     for attr, t in tables.items():
         figures["l_by_column"][attr] = t["smallest_l"]

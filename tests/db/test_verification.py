@@ -95,6 +95,30 @@ def test_l_is_checked_for_every_sensitive_column(db, schema, patients):
     assert set(figures["l_by_column"]) == {"diagnosis", "sex"}
 
 
+def test_check_and_stored_risk_report_share_one_pass_over_the_release(db, schema, patients):
+    """The check and the report read the same classes (class_counts.Counter): a build scans the
+    released rows once, and the report's figures are the check's (both equal to this test's own
+    counts through assert_verified)."""
+    def scans(relation):
+        db.execute("SELECT pg_catalog.pg_stat_force_next_flush()")
+        return db.execute("SELECT coalesce(seq_scan, 0) FROM pg_catalog.pg_stat_user_tables "
+                          "WHERE relid = %s::regclass", (relation,)).fetchone()[0]
+
+    rel = mondrian(db, schema, k=4, l=3, name="one_pass")
+    assert scans(rel) == 1
+    figures = assert_verified(db, rel, source_rows=300, qis=QIS, k=4, sensitive=["diagnosis"], l=3)
+    risk = {(r["measure"], r["column_name"]): r["value"] for r in db.execute(
+        "SELECT risk FROM anon.releases WHERE release_id = %s", (catalog(db, rel)[0],)).fetchone()[0]}
+    assert risk["smallest_class", None] == figures["smallest_class"]
+    assert risk["classes", None] == figures["classes"]
+    assert risk["rows", None] == figures["rows_released"]
+    assert risk["distinct_l", "diagnosis"] == figures["l_by_column"]["diagnosis"]
+    before = scans(rel)                                   # the counts made here read it too
+    db.execute(f"REFRESH MATERIALIZED VIEW {rel}")       # the event trigger's check and report
+    assert scans(rel) == before + 1
+    assert catalog(db, rel)[1] is True
+
+
 def test_prioritized_mondrian_release_is_verified(db, schema, patients):
     rel = db.execute("SELECT anon.mondrian_view('patients', k => 6, priorities => '{\"zip\": 1}'::jsonb, "
                      "identifiers => ARRAY['id'], release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]

@@ -1,4 +1,4 @@
-"""The risk report's int8[] literals, parsed in C (plpy_anon.db.risk.int_array)."""
+"""The risk report's int8[] literals, parsed in C (plpy_anon.db.class_counts.int_array)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.db.risk import int_array
+from plpy_anon.db.class_counts import int_array
 
 
 @settings(max_examples=80, deadline=None)
