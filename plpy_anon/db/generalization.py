@@ -86,6 +86,19 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
     # Sliced: the slices come from a function scan, which frees each slice's conversion before
     # asking for the next one, and are read back one at a time; no copy of the whole result is
     # held (one ~230 MB result at 10M rows was held twice through the join back).
+    # Sliced: class ids are release ranks, so (class_id, row_position) is the release order.
+    # Both sides sorted on class_id let the planner merge-join them, which keeps that order: the
+    # sort is then of kept_rows (one row's values, ~100 bytes at 6 QIs) instead of the joined
+    # rows with every class's ranges and sets (~230 bytes; 1M rows: 62 instead of 349 MB sorted
+    # on disk, 0.65 s less). The ORDER BY stays: whatever plan is chosen, the order holds.
+    # (Unsliced runs number classes by their first source row: their order is positions only.)
+    if sliced:
+        joined = ("FROM (SELECT * FROM kept_rows ORDER BY class_id, row_position) AS rs\n"
+                  "JOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id")
+        order = "rs.class_id, rs.row_position"
+    else:
+        joined = "FROM kept_rows AS rs\nJOIN classes AS c ON c.class_id = rs.class_id"
+        order = "rs.row_position"
     source = tbl.quoted(plpy)
     if sliced:
         run = f"SELECT s AS p FROM {partition_call} AS s"
@@ -105,10 +118,9 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         f"    SELECT b.class_id, {', '.join(generalized)}\n"
         f"{class_source})\n"
         f"SELECT {', '.join(selects)}\n"
-        f"FROM kept_rows AS rs\n"
-        f"JOIN classes AS c ON c.class_id = rs.class_id\n"
+        f"{joined}\n"
         f"{where}\n"
-        f"ORDER BY rs.row_position")
+        f"ORDER BY {order}")
 
 
 FLOAT_TYPES = ("float4", "float8")
