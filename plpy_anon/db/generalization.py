@@ -106,12 +106,23 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
     else:
         run = f"SELECT (SELECT {partition_call}) AS p"
         rows_of = "anon._partition_rows"
+    rows_call = f"{rows_of}(run.p, {plpy.quote_literal(source)}::pg_catalog.regclass)"
+    if sliced:
+        # every slice's rows first, then ONE join with the source: joined slice by slice
+        # (LATERAL), the planner fetches each row by a TID scan once the source is too large
+        # to hash per slice (10M rows: 10 slices, 10M TID scans, 54 s)
+        handed_back = (f"slice_rows AS MATERIALIZED (\n"
+                       f"    SELECT r.* FROM run CROSS JOIN LATERAL {rows_call} AS r),\n")
+        joined_rows = "FROM slice_rows AS r"
+    else:
+        handed_back = ""
+        joined_rows = f"FROM run CROSS JOIN LATERAL {rows_call} AS r"
     return (
         f"WITH run AS MATERIALIZED ({run}),\n"
+        f"{handed_back}"
         f"kept_rows AS MATERIALIZED (\n"
         f"    SELECT r.class_id, r.row_position{kept}\n"
-        f"    FROM run CROSS JOIN LATERAL {rows_of}(run.p, "
-        f"{plpy.quote_literal(source)}::pg_catalog.regclass) AS r\n"
+        f"    {joined_rows}\n"
         f"    JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),\n"
         f"bounds AS (SELECT rs.class_id{aggregates} FROM kept_rows AS rs GROUP BY rs.class_id),\n"
         f"classes AS MATERIALIZED (\n"
