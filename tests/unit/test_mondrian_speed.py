@@ -32,16 +32,18 @@ def test_larger_tables_identical_to_previous_implementation_threads(seed, k):
     n = int(rng.integers(2000, 6000))
     columns = [_random_column(kind, f"q{i}", n, rng) for i, kind in enumerate(KINDS * 2)]
     sensitive = rng.integers(0, 70, n)             # > 64 values: the sort-based distinct count
-    saved = mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS, mondrian._STACKED_CELLS
-    # every level on two threads; the default (a table this small: all attributes stacked);
-    # one array per attribute on one thread
-    for threads, pool_rows, stacked in ((2, 0, 0), saved, (1, saved[1], 0)):
+    saved = (mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS, mondrian._STACKED_CELLS,
+             mondrian._COMPRESS_CHUNK)
+    # every level on two threads, regrouped in chunks of 97 positions; the default (a table
+    # this small: all attributes stacked); one array per attribute on one thread
+    for threads, pool_rows, stacked, chunk in ((2, 0, 0, 97), saved, (1, saved[1], 0, saved[3])):
         mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS = threads, pool_rows
-        mondrian._STACKED_CELLS = stacked
+        mondrian._STACKED_CELLS, mondrian._COMPRESS_CHUNK = stacked, chunk
         try:
             for lv, sens in ((None, None), (3, sensitive)):
                 new = Mondrian(k=k, l=lv).fit(columns, sens)
                 old = reference_mondrian.Mondrian(k=k, l=lv).fit(columns, sens)
                 np.testing.assert_array_equal(new.labels_, old.labels_)
         finally:
-            mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS, mondrian._STACKED_CELLS = saved
+            (mondrian._Workers.THREADS, mondrian._Workers.MIN_ROWS, mondrian._STACKED_CELLS,
+             mondrian._COMPRESS_CHUNK) = saved
