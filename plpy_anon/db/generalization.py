@@ -74,49 +74,45 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         class_source = "    FROM bounds AS b"
     filters = [containment_test(qi_types[qi_names[i]], i) for i in checked]
     where = f"WHERE {' AND '.join(filters)}" if filters else ""
-    # run: the partitioning call, once, as a scalar subquery: PL/Python builds its result
-    # (and garbage: each text field copied twice, the JSON parsed) in the calling node's
-    # per-tuple memory, which a plain SELECT frees only when asked for a second row -- after
-    # kept_rows has been built (10M rows: ~950 MB held through the join). The subquery asks
-    # for that second row at once (to check there is none), so only its copy of the result
-    # stays. kept_rows: each kept row's class and the values the
-    # release needs, joined to the source by (tableoid, ctid); scanned twice (bounds, output), so
-    # materialized. classes: one row per class, ranges built once per class. The release order
-    # (by class, shuffled inside it: see release_positions) is imposed by the final ORDER BY.
-    # Sliced: the slices come from a function scan, which frees each slice's conversion before
-    # asking for the next one, and are read back one at a time; no copy of the whole result is
-    # held (one ~230 MB result at 10M rows was held twice through the join back).
-    # Sliced: class ids are release ranks, so (class_id, row_position) is the release order.
-    # Both sides sorted on class_id let the planner merge-join them, which keeps that order: the
-    # sort is then of kept_rows (one row's values, ~100 bytes at 6 QIs) instead of the joined
-    # rows with every class's ranges and sets (~230 bytes; 1M rows: 62 instead of 349 MB sorted
-    # on disk, 0.65 s less). The ORDER BY stays: whatever plan is chosen, the order holds.
-    # (Unsliced runs number classes by their first source row: their order is positions only.)
+    # kept_rows: each kept row's class and the values the release needs, joined to the source
+    # by (tableoid, ctid); scanned twice (bounds, output), so materialized. classes: one row per
+    # class, ranges built once per class. The release order (by class, shuffled inside it: see
+    # release_order) is imposed by the final ORDER BY, which stays whatever plan is chosen.
+    source = tbl.quoted(plpy)
+    rows_of = "anon._partition_slice_rows" if sliced else "anon._partition_rows"
+    rows_call = f"{rows_of}(run.p, {plpy.quote_literal(source)}::pg_catalog.regclass)"
     if sliced:
+        # run: the slices come from a function scan, which frees each slice's conversion before
+        # asking for the next one; no copy of the whole result is held (one ~230 MB result at
+        # 10M rows was held twice through the join back).
+        run = f"SELECT s AS p FROM {partition_call} AS s"
+        # slice_rows: every slice's rows first, then ONE join with the source: joined slice by
+        # slice (LATERAL), the planner fetches each row by a TID scan once the source is too
+        # large to hash per slice (10M rows: 10 slices, 10M TID scans, 54 s)
+        handed_back = (f"slice_rows AS MATERIALIZED (\n"
+                       f"    SELECT r.* FROM run CROSS JOIN LATERAL {rows_call} AS r),\n")
+        joined_rows = "FROM slice_rows AS r"
+        # class ids are release ranks, so (class_id, row_position) is the release order. Both
+        # sides sorted on class_id let the planner merge-join them, which keeps that order: the
+        # sort is then of kept_rows (one row's values, ~100 bytes at 6 QIs) instead of the
+        # joined rows with every class's ranges and sets (~230 bytes; 1M rows: 62 instead of
+        # 349 MB sorted on disk, 0.65 s less).
         joined = ("FROM (SELECT * FROM kept_rows ORDER BY class_id, row_position) AS rs\n"
                   "JOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id")
         order = "rs.class_id, rs.row_position"
     else:
-        joined = "FROM kept_rows AS rs\nJOIN classes AS c ON c.class_id = rs.class_id"
-        order = "rs.row_position"
-    source = tbl.quoted(plpy)
-    if sliced:
-        run = f"SELECT s AS p FROM {partition_call} AS s"
-        rows_of = "anon._partition_slice_rows"
-    else:
+        # run: the partitioning call, once, as a scalar subquery: PL/Python builds its result
+        # (and garbage: each text field copied twice, the JSON parsed) in the calling node's
+        # per-tuple memory, which a plain SELECT frees only when asked for a second row --
+        # after kept_rows has been built (10M rows: ~950 MB held through the join). The
+        # subquery asks for that second row at once (to check there is none), so only its copy
+        # of the result stays.
         run = f"SELECT (SELECT {partition_call}) AS p"
-        rows_of = "anon._partition_rows"
-    rows_call = f"{rows_of}(run.p, {plpy.quote_literal(source)}::pg_catalog.regclass)"
-    if sliced:
-        # every slice's rows first, then ONE join with the source: joined slice by slice
-        # (LATERAL), the planner fetches each row by a TID scan once the source is too large
-        # to hash per slice (10M rows: 10 slices, 10M TID scans, 54 s)
-        handed_back = (f"slice_rows AS MATERIALIZED (\n"
-                       f"    SELECT r.* FROM run CROSS JOIN LATERAL {rows_call} AS r),\n")
-        joined_rows = "FROM slice_rows AS r"
-    else:
         handed_back = ""
         joined_rows = f"FROM run CROSS JOIN LATERAL {rows_call} AS r"
+        # classes numbered by their first source row: the release order is the positions only
+        joined = "FROM kept_rows AS rs\nJOIN classes AS c ON c.class_id = rs.class_id"
+        order = "rs.row_position"
     return (
         f"WITH run AS MATERIALIZED ({run}),\n"
         f"{handed_back}"

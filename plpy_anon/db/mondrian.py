@@ -3,19 +3,22 @@
 The release is a materialized view whose query does the set work in SQL:
 
     WITH run AS MATERIALIZED (SELECT s AS p FROM anon._mondrian_partition_slices(<release_id>) AS s),
-    kept_rows AS MATERIALIZED (                     -- Python, once; its slices, one at a time:
+    slice_rows AS MATERIALIZED (                    -- Python, once; its slices, one at a time:
+        SELECT r.* FROM run CROSS JOIN LATERAL anon._partition_slice_rows(run.p, '<source>'::regclass) AS r),
+    kept_rows AS MATERIALIZED (                     -- one join back to the source
         SELECT r.class_id, r.row_position, s."age" AS v0, s."sex" AS v1, s."diagnosis" AS s0
-        FROM run CROSS JOIN LATERAL anon._partition_slice_rows(run.p, '<source>'::regclass) AS r
+        FROM slice_rows AS r
         JOIN <source> AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),
     bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
     classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
                                     x.q1::text[] AS q1                  -- once per class
         FROM bounds b JOIN (<p.classes -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
     SELECT c.q0 AS "age", c.q1 AS "sex", rs.s0 AS "diagnosis"
-    FROM kept_rows AS rs JOIN classes AS c ON c.class_id = rs.class_id
+    FROM (SELECT * FROM kept_rows ORDER BY class_id, row_position) AS rs   -- merge-joined:
+    JOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id  -- no resort
     WHERE (rs.v0 IS NULL OR c.q0 @> rs.v0::int4)                           -- containment filter
       AND array_position(c.q1, rs.v1::text) IS NOT NULL
-    ORDER BY rs.row_position                        -- release order: by class, shuffled inside
+    ORDER BY rs.class_id, rs.row_position           -- release order: by class, shuffled inside
 
 so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
 only the rows' ctids (in release order), each class's size and, for categorical QIs, one

@@ -4,8 +4,9 @@ stores in its catalog row (``anon.releases.risk``) at creation and refresh.
 
 The counting is SQL, so it scales with the relation: one ``GROUP BY`` over the quasi-identifiers
 (``class_counts.py``; a build's check and its stored report share that pass) gives the
-class-size histogram (size, number of classes: a few hundred rows whatever the table size) and, per sensitive column, the class x value table (class and value as
-dense ranks), whose formulas (entropy, recursive (c,l), EMD) are numpy
+class-size histogram (size, number of classes: a few hundred rows whatever the table size) and,
+per sensitive column, the class x value table (class and value as dense ranks), whose formulas
+(entropy, recursive (c,l), EMD) are numpy
 (``plpy_anon/core/risk.py``). NULL is a value of its own, in a quasi-identifier (rows with NULL
 there form their own class, as GROUP BY groups them) and in a sensitive column (ordered last for
 the ordered EMD).
