@@ -136,6 +136,11 @@ class PrioritizedMondrian(Mondrian):
         score = np.where(spread > 0, score, -np.inf)
         return np.argsort(-score, axis=1, kind="stable")
 
+    def _renumber_rows(self, row_of):
+        super()._renumber_rows(row_of)
+        if self._target is not None:
+            self._target = self._target[row_of]
+
     def _joint_utility(self):
         # priorities, information gain and cut points are stated intent: keep their attribute
         # ranking and cut points; split="utility" then only replaces the median cut
