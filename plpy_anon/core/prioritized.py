@@ -112,8 +112,12 @@ class PrioritizedMondrian(Mondrian):
             weights = np.array([self.priorities_[n] for n in names])
             self._priority_metric = weights / weights.max()
         self._level = None
-        return super().fit(columns, sensitive, sensitive_ordered=sensitive_ordered,
-                           sensitive_names=sensitive_names)
+        try:
+            return super().fit(columns, sensitive, sensitive_ordered=sensitive_ordered,
+                               sensitive_names=sensitive_names)
+        finally:
+            # the last level (row orders, codes) and the target are row-sized: not kept
+            self._level = self._cand = self._target = None
 
     # ------------------------------------------------------------------ extension points
     def _spread_matrix(self, level, cand):

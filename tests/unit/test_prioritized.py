@@ -171,3 +171,18 @@ def test_no_class_straddles_a_cut_point_where_k_allows_cutting_it(seed, k, cuts)
     assert np.bincount(labels).min() >= k
     for side in left_of:
         assert side.groupby(labels).nunique().max() == 1
+
+
+@pytest.mark.parametrize("cls", [Mondrian, PrioritizedMondrian])
+def test_a_fitted_estimator_keeps_no_row_sized_state(cls):
+    """An estimator may be kept around after its fit: then it holds
+    labels_ and parameters, not the fit's row orders, codes, levels or target."""
+    frame = random_frame(3, n=500)
+    kwargs = {"metric_weights": {"spread": 1, "priority": 0, "infogain": 1}} \
+        if cls is PrioritizedMondrian else {}
+    fit_kwargs = {"target": frame["sex"].to_numpy()} if cls is PrioritizedMondrian else {}
+    model = cls(k=5, **kwargs).fit(columns_of(frame), **fit_kwargs)
+    held = {name: value for name, value in vars(model).items()
+            if name != "labels_" and (np.size(value) >= len(frame) if isinstance(value, np.ndarray)
+                                      else hasattr(value, "orders"))}
+    assert held == {}
