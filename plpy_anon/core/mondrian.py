@@ -269,8 +269,7 @@ class Mondrian:
         n_le = (np.searchsorted(keys, query, side="right") - base).reshape(n_attrs, -1)
         ok_lt = (n_lt >= k) & (sizes - n_lt >= k)
         ok_le = (n_le >= k) & (sizes - n_le >= k)
-        lt_balanced = np.abs(2 * n_lt - sizes) <= np.abs(2 * n_le - sizes)
-        cut = np.where(ok_lt & (lt_balanced | ~ok_le), n_lt, np.where(ok_le, n_le, 0)).T  # (C, A)
+        cut = _tie_aware_median(n_lt, n_le, sizes, ok_lt, ok_le).T                    # (C, A)
         rows = np.arange(cand.size)[:, None]
         usable = (spread[rows, ranking] > 0) & (cut[rows, ranking] > 0)
         found = usable.any(axis=1)
@@ -417,8 +416,7 @@ class Mondrian:
         n_lt, n_le = level.tie_counts(a, parts)
         ok_lt = self._allowable(level, a, starts, sizes, n_lt)
         ok_le = self._allowable(level, a, starts, sizes, n_le)
-        lt_balanced = np.abs(2 * n_lt - sizes) <= np.abs(2 * n_le - sizes)
-        return np.where(ok_lt & (lt_balanced | ~ok_le), n_lt, np.where(ok_le, n_le, 0))
+        return _tie_aware_median(n_lt, n_le, sizes, ok_lt, ok_le)
 
     def _allowable(self, level, a, starts, sizes, n_left):
         """Cuts keeping >= k rows and every asked privacy model on both sides."""
@@ -704,6 +702,16 @@ class _Level:
 
 
 # ---------------------------------------------------------------------- vectorized helpers
+def _tie_aware_median(n_lt, n_le, sizes, ok_lt, ok_le):
+    """The median rule's cut, given the rows ``< v`` and ``<= v`` of the median code ``v`` and
+    whether each cut is allowable: rows ``< v`` if allowable and at least as balanced as the
+    other (or the other is not allowable), else rows ``<= v`` if allowable, else 0 (no cut).
+    Shared by :meth:`Mondrian._median_cut` and :meth:`Mondrian._stacked_median_choice`, which
+    must make the same cuts."""
+    lt_balanced = np.abs(2 * n_lt - sizes) <= np.abs(2 * n_le - sizes)
+    return np.where(ok_lt & (lt_balanced | ~ok_le), n_lt, np.where(ok_le, n_le, 0))
+
+
 def _segment_bound(order, codes, lo, hi, v, strict):
     """First position in ``[lo, hi)`` whose code is ``>= v`` (strict) or ``> v``; ``hi`` if none.
 
