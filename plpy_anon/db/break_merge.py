@@ -551,8 +551,10 @@ def _release_roles(plpy, release):
 
 
 def _grouped_frame(plpy, relation, columns, weight_expr, where=""):
-    """``SELECT col::text ..., weight FROM relation GROUP BY ...``: the weighted distinct rows."""
-    cols = ", ".join(f"{ident(plpy, c)}::text" for c in columns)
+    """``SELECT col-as-text ..., weight FROM relation GROUP BY ...``: the weighted distinct rows
+    (text without casts of a type's owner: ``columns.columns_as_text``)."""
+    cols = ", ".join(f"{text} AS {ident(plpy, c)}"
+                     for c, text in zip(columns, catalog.columns_as_text(plpy, relation, columns)))
     rows = plpy.execute(
         f"SELECT {cols}, {weight_expr} AS __w FROM {relation} {where} "
         f"GROUP BY {', '.join(str(i + 1) for i in range(len(columns)))}"

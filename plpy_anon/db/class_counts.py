@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from plpy_anon.db.columns import columns_as_text
 from plpy_anon.db.sqltext import ident, local_settings, run
 
 #: work_mem of the pass's hash aggregates (restored afterwards): one hash table of the classes
@@ -78,11 +79,12 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
     1M release rows). ``as_text``: sensitive columns counted by their text form (a type without
     equality or ordering, e.g. json)."""
     group = ", ".join(ident(plpy, q) for q in qis)
+    texts = dict(zip(as_text, columns_as_text(plpy, relation, as_text)))
     values = []
     for column in sensitive:
         sa = ident(plpy, column)
         if column in as_text:
-            sa = f"{sa}::text"
+            sa = texts[column]           # no cast of the type's owner (sqltext.text_of)
         elif is_array_column(plpy, relation, column):
             # array_agg of arrays stacks them (and refuses ragged ones), unnest would flatten
             # them: carry each value in a one-field record instead (ordered like the value,

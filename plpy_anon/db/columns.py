@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
 from plpy_anon.core.hierarchy import Hierarchy, csv_rows
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import ident, run, text_of
 
 ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
 
@@ -65,11 +65,17 @@ class Table:
 @dataclass(frozen=True)
 class Column:
     name: str
-    type_name: str      # base type name (pg_type.typname)
+    type_name: str      # base type name (pg_type.typname; schema-qualified outside pg_catalog)
     display_type: str   # format_type(), for messages
     category: str       # pg_type.typcategory
     not_null: bool
     unique: bool
+    builtin: bool       # the (base) type is in pg_catalog: see sqltext.text_of
+
+    def as_text(self, plpy, table_alias: str | None = None) -> str:
+        """SQL reading this column's value as text (:func:`~plpy_anon.db.sqltext.text_of`)."""
+        column = ident(plpy, self.name)
+        return text_of(f"{table_alias}.{column}" if table_alias else column, self.builtin)
 
     @property
     def kind(self) -> str | None:
@@ -105,7 +111,11 @@ def table(plpy, source: str) -> Table:
 
 COLUMNS_QUERY = """
 SELECT a.attname::text AS name,
-       bt.typname::text AS type_name,
+       -- a type outside pg_catalog by its qualified name: an "int4" of another schema (an enum,
+       -- say) is not read as a number (a cast from it would run its owner's function)
+       CASE WHEN bt.typnamespace = 'pg_catalog'::pg_catalog.regnamespace THEN bt.typname::text
+            ELSE bt.oid::pg_catalog.regtype::text END AS type_name,
+       bt.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AS builtin,
        pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type,
        bt.typcategory::text AS category,
        a.attnotnull AS not_null,
@@ -121,10 +131,28 @@ ORDER BY a.attnum
 """
 
 
+BUILTIN_COLUMNS = """
+SELECT a.attname::text AS name, bt.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AS builtin
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+WHERE a.attrelid = $1::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropped
+"""
+
+
+def columns_as_text(plpy, relation: str, columns, alias: str | None = None) -> list[str]:
+    """SQL reading each of ``columns`` of ``relation`` (a quoted name) as text, for relations read
+    by column name (releases, whose sensitive columns keep the source's types):
+    :func:`~plpy_anon.db.sqltext.text_of`; a column not found counts as not built-in."""
+    builtin = {r["name"]: r["builtin"] for r in run(plpy, BUILTIN_COLUMNS, ["text"], [relation])}
+    prefix = f"{alias}." if alias else ""
+    return [text_of(prefix + ident(plpy, c), builtin.get(c, False)) for c in columns]
+
+
 def table_columns(plpy, tbl: Table) -> list[Column]:
     rows = run(plpy, COLUMNS_QUERY, ["oid"], [tbl.oid])
     return [Column(r["name"], r["type_name"], r["display_type"], r["category"], r["not_null"],
-                   r["is_unique"]) for r in rows]
+                   r["is_unique"], r["builtin"]) for r in rows]
 
 
 def column_named(tbl: Table, cols: list[Column], name: str) -> Column:
@@ -273,7 +301,7 @@ def _store_hierarchy(plpy, tbl: Table, column_name: str, hierarchy: Hierarchy, p
 
 def check_hierarchy_covers(plpy, tbl: Table, col: Column, hierarchy: Hierarchy) -> None:
     """Every non-NULL value present in the column must be a leaf of its hierarchy."""
-    query = (f"SELECT DISTINCT {ident(plpy, col.name)}::text AS v FROM {tbl.quoted(plpy)} "
+    query = (f"SELECT DISTINCT {col.as_text(plpy)} AS v FROM {tbl.quoted(plpy)} "
              f"WHERE {ident(plpy, col.name)} IS NOT NULL")
     leaves = set(hierarchy.leaves)
     missing = sorted(r["v"] for r in plpy.execute(query) if r["v"] not in leaves)

@@ -137,7 +137,10 @@ def qi_value(plpy, col) -> str:
     """Source row ``s``'s value of QI ``col`` as the release bounds and tests it. Floats go
     through their text form, which is exact (the shortest digits that read back as the same
     float): a direct float-to-numeric cast keeps only 15 (float8) or 6 (float4) significant
-    digits and would publish ranges that miss the row's value. See check_float_digits."""
+    digits and would publish ranges that miss the row's value. See check_float_digits. A value
+    released in a value set is read as text (``Column.as_text``: no cast of the type's owner)."""
+    if col.kind != "numeric":
+        return col.as_text(plpy, "s")
     value = f"s.{ident(plpy, col.name)}"
     return f"{value}::text::numeric" if col.type_name in FLOAT_TYPES else value
 
@@ -158,11 +161,12 @@ def check_float_digits(plpy, tbl, qis) -> None:
 def containment_test(qi_type: str, i: int) -> str:
     """True when row value ``rs.v<i>`` lies inside its class's released value ``c.q<i>``, tested
     with the column's own operators: ``range @> value`` (a NULL value passes: it may sit in any
-    class) or, for a value set (``text[]``), membership (NULL an element of its own)."""
+    class) or, for a value set (``text[]``), membership (NULL an element of its own; ``rs.v<i>``
+    is then the value's text, :func:`qi_value`)."""
     if qi_type in catalog.RANGE_ELEMENTS:
         element = catalog.RANGE_ELEMENTS[qi_type][0]
         return f"(rs.v{i} IS NULL OR c.q{i} @> rs.v{i}::{element})"
-    return f"pg_catalog.array_position(c.q{i}, rs.v{i}::text) IS NOT NULL"
+    return f"pg_catalog.array_position(c.q{i}, rs.v{i}) IS NOT NULL"
 
 
 def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:

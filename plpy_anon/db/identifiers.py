@@ -19,7 +19,7 @@ from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.identifiers import ColumnSample, Finding, IdentifyingColumns, blocking, detect
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import run
 
 DEFAULT_SAMPLE = 1000
 MAX_SAMPLE = 100_000
@@ -52,7 +52,7 @@ def sample_columns(plpy, tbl: catalog.Table, cols: list[catalog.Column],
             UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
         SELECT pg_catalog.sum(GREATEST(c.reltuples, 0))::float8 AS n
         FROM pg_catalog.pg_class c JOIN tree USING (oid)""", ["oid"], [tbl.oid])[0]["n"]
-    select = ", ".join(f"pg_catalog.left({ident(plpy, c.name)}::text, {MAX_VALUE_CHARS}) AS c{i}"
+    select = ", ".join(f"pg_catalog.left({c.as_text(plpy)}, {MAX_VALUE_CHARS}) AS c{i}"
                        for i, c in enumerate(cols))
     if estimate is not None and estimate > TABLESAMPLE_FACTOR * sample_size:
         # a few times the sample in random blocks, then a random subset of it

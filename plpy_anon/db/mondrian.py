@@ -6,7 +6,7 @@ The release is a materialized view whose query does the set work in SQL:
     slice_rows AS MATERIALIZED (                    -- Python, once; its slices, one at a time:
         SELECT r.* FROM run CROSS JOIN LATERAL anon._partition_slice_rows(run.p, '<source>'::regclass) AS r),
     kept_rows AS MATERIALIZED (                     -- one join back to the source
-        SELECT r.class_id, r.row_position, s."age" AS v0, s."sex" AS v1, s."diagnosis" AS s0
+        SELECT r.class_id, r.row_position, s."age" AS v0, (s."sex")::text AS v1, s."diagnosis" AS s0
         FROM slice_rows AS r
         JOIN <source> AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),
     bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
@@ -17,7 +17,7 @@ The release is a materialized view whose query does the set work in SQL:
     FROM (SELECT * FROM kept_rows ORDER BY class_id, row_position) AS rs   -- merge-joined:
     JOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id  -- no resort
     WHERE (rs.v0 IS NULL OR c.q0 @> rs.v0::int4)                           -- containment filter
-      AND array_position(c.q1, rs.v1::text) IS NOT NULL
+      AND array_position(c.q1, rs.v1) IS NOT NULL
     ORDER BY rs.class_id, rs.row_position           -- release order: by class, shuffled inside
 
 so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
@@ -48,7 +48,10 @@ registered hierarchy, the lowest common ancestor (``text``).
 
 Containment filter: a row is emitted only if each of its QI values lies inside its released class
 value, tested with the column's own operators (``range @> value::element`` -- NULL values pass, as
-above -- and ``array_position(set, value::text) IS NOT NULL``; hierarchy labels are not checked).
+above -- and ``array_position(set, value's text) IS NOT NULL``; hierarchy labels are not checked).
+A value's text is ``value::text`` for pg_catalog's types and the type's output function for any
+other type (an enum, say): a cast to text from a type its owner made may run the owner's function
+(``sqltext.text_of``), and the build must not run it with the builder's rights.
 A row failing it is left out of the release instead of being published under a value that does not
 contain it; the release's post-build verification, which compares the release's row count with
 the source's, then fails the build, so a wrong range is never published.

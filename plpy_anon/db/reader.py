@@ -248,7 +248,7 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
             selects.append(f"pg_catalog.string_agg(CASE WHEN {ident(plpy, col.name)} IS NULL "
                            f"THEN '\\x01'::bytea ELSE '\\x00'::bytea END, ''::bytea) AS z{i}")
     for i, col in enumerate(categorical):
-        selects.append(f"array_agg({ident(plpy, col.name)}::text) AS c{i}")
+        selects.append(f"array_agg({col.as_text(plpy)}) AS c{i}")
     select = ", ".join(selects)
     step = chunk_blocks(plpy)
     n_rows = 0

@@ -44,6 +44,23 @@ def local_settings(plpy, **values: str):
             run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
 
 
+def text_of(expr: str, builtin: bool) -> str:
+    """The SQL text of ``expr``, a value of a source or released column, without running code of
+    the column type's owner.
+
+    ``expr::text`` runs the cast from the type to text if pg_cast has one, and the owner of a type
+    may create that cast (CREATE CAST needs only ownership of one of the two types) with a function
+    of their own: the build, a refresh or a pg_cron job would then run that function with their
+    rights (a superuser's). Types of pg_catalog (``builtin``; a domain counts as its base type) can
+    only have casts a superuser made, and keep ``::text`` (bool reads 'true', bpchar loses its
+    padding, as releases always showed them). Any other type goes through its output function
+    (``format('%s', ...)``, the text ``::text`` gives when no cast exists), NULL staying NULL
+    (``num_nonnulls`` tests the value itself: ``IS NULL`` on a composite tests its fields)."""
+    if builtin:
+        return f"({expr})::text"
+    return f"CASE WHEN pg_catalog.num_nonnulls({expr}) = 1 THEN pg_catalog.format('%s', {expr}) END"
+
+
 def jsonb(value):
     """A jsonb value as Python data: PL/Python hands jsonb over as text (and SQL NULL as None)."""
     return json.loads(value) if isinstance(value, str) else value

@@ -173,9 +173,9 @@ def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema
     from plpy_anon.db.columns import Column, Table
     oid = db.execute("SELECT 'vals'::regclass::oid").fetchone()[0]
     tbl = Table(int(oid), schema, "vals")
-    roles = [(Column("id", "int4", "integer", "N", True, True), "sensitive"),
-             (Column("v", "int4", "integer", "N", False, False), "quasi_identifier"),
-             (Column("c", "text", "text", "S", False, False), "quasi_identifier")]
+    roles = [(Column("id", "int4", "integer", "N", True, True, True), "sensitive"),
+             (Column("v", "int4", "integer", "N", False, False, True), "quasi_identifier"),
+             (Column("c", "text", "text", "S", False, False, True), "quasi_identifier")]
 
     def ctids(where):
         return sql.Literal(db.execute(f"SELECT array_agg(ctid ORDER BY id)::text FROM vals "
