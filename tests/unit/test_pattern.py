@@ -456,3 +456,17 @@ def test_bad_columns_are_refused():
         PatternPreservingRelease(bounds={"height": (0, 3)}).fit(table)
     with pytest.raises(InvalidParameter, match="infinite"):
         PatternPreservingRelease().fit(table.assign(score=np.inf))
+
+
+def test_values_beyond_exact_integer_checks_are_refused_before_any_work():
+    """Released values are integers on the column's grid, checked exactly in int64: a column
+    reaching 2^60 is refused with the reason (a review found 3e20 failing with a bare
+    RuntimeError after the walk); just below it the release goes through."""
+    big = pd.DataFrame({"v": np.arange(1, 301, dtype=np.float64) * 1e18})
+    with pytest.raises(InvalidParameter, match=r"3e\+20 in magnitude.*2\^60") as caught:
+        PatternPreservingRelease(seed=3).fit(big)
+    assert "rescaled" in caught.value.hint
+    below = pd.DataFrame({"v": np.sort(np.random.default_rng(0).uniform(-1e18, 1e18, 300)).round()})
+    released = PatternPreservingRelease(seed=3).fit(below).released_[:, 0]
+    assert np.isfinite(released).all() and np.abs(released).max() < 2.0 ** 60
+    assert (released != below["v"].to_numpy()).any()

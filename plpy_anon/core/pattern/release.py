@@ -46,6 +46,9 @@ from plpy_anon.core.pattern.localities import (
 from plpy_anon.core.pattern.walk import Blocks, Walk, random_walks
 
 MAX_DECIMALS = 9
+#: largest |value| a column may reach: released values are integers on the column's grid, checked
+#: exactly in int64 with coefficients (-1, 2, -1) (4 * 2^60 < 2^63)
+MAX_MAGNITUDE = 2.0 ** 60
 # Segments sharing one random generator (and prepared by one task); fixed so a seed gives the same
 # release whatever n_jobs is.  The walk itself runs all batches fused (see random_walks).
 SEGMENTS_PER_BATCH = 128
@@ -207,7 +210,7 @@ def _plan_column(values, lower, upper, *, segment, sample, iterations, seed, nam
     scale = 10.0 ** decimals
     context = _BatchContext(present, math.ceil(lower * scale - 1e-9),
                             math.floor(upper * scale + 1e-9), decimals, sample, iterations,
-                            float(delta))
+                            float(delta), str(name))
     tasks = [functools.partial(context.prepare, batch, np.random.default_rng([*seed, index]))
              for index, batch in enumerate(batches)]
     return _ColumnPlan(values.size, rows, (lower, upper), decimals, tasks)
@@ -246,6 +249,7 @@ class _BatchContext:
     sample: float
     iterations: int
     delta: float                # delta factor
+    name: str = "column"        # for errors
 
     def prepare(self, segments, rng):
         """Extract and sample the segments of one batch: the walk to run (in grid units, so the
@@ -284,7 +288,16 @@ class _PreparedBatch:
         A_int = sparse.csr_matrix((A.data.astype(np.int64), A.indices, A.indptr), shape=A.shape)
         holding = int(np.sum(A_int @ z <= allowed))
         if holding != A.shape[0]:
-            raise RuntimeError(f"{A.shape[0] - holding} localities broken by rounding")
+            # the walk is in float64: beyond 2^53 grid units its values are no longer integers
+            # exactly, and rounding them may break what the walk kept (checked exactly here)
+            magnitude = max(abs(context.low), abs(context.high))
+            raise InvalidParameter(
+                f"column {context.name!r}: {A.shape[0] - holding} of {A.shape[0]} localities would "
+                f"break when the perturbed values are rounded to the column's grid (10^-"
+                f"{context.decimals}); its values reach {magnitude:.3g} grid units, and above "
+                f"2^53 ({2.0 ** 53:.3g}) the walk cannot keep every locality exactly",
+                hint="Release a rescaled column (a view dividing it by a power of ten) or a "
+                     "smaller range; nothing was released.")
         sampled = Localities.concatenate(p.sampled.relabel(p.positions) for p in prepared)
         return _BatchOutcome(positions, z / scale, sampled, allowed / scale,
                              sum(p.n_extracted for p in prepared), holding)
@@ -356,6 +369,12 @@ def column_bounds(name, count, observed_low, observed_high, lower=None, upper=No
                                hint="leave the column out of columns => ...")
     lower = observed_low if lower is None else float(lower)
     upper = observed_high if upper is None else float(upper)
+    if max(abs(lower), abs(upper)) >= MAX_MAGNITUDE:
+        raise InvalidParameter(
+            f"column {name!r} reaches {max(abs(lower), abs(upper)):.3g} in magnitude; the pattern "
+            f"release perturbs values below 2^60 ({MAX_MAGNITUDE:.3g}), where its exact integer "
+            "checks cannot overflow",
+            hint="Release a rescaled column (a view dividing it by a power of ten).")
     if not (np.isfinite(lower) and np.isfinite(upper)) or lower > observed_low \
             or upper < observed_high:
         raise InvalidParameter(
