@@ -125,7 +125,7 @@ class Mondrian:
         ``sensitive_ordered``: bool, or one per sensitive column: its codes are in value order
         (a numeric SA), so t-closeness uses the ordered-distance EMD. ``sensitive_names``: names
         used in refusals (default ``sensitive column j``)."""
-        n_rows = self._validate(columns, sensitive)
+        n_rows = self._validate(columns, sensitive, sensitive_names)
         self._k = int(self.k)
         self._split = self.split
         asked_l = self.l is not None and self.l > 1
@@ -566,7 +566,7 @@ class Mondrian:
         return orders, layouts, new_sizes
 
     # ------------------------------------------------------------------ validation
-    def _validate(self, columns, sensitive):
+    def _validate(self, columns, sensitive, sensitive_names=None):
         _check_int(self.k, "k", 2)
         check_split(self.split)
         if self.l is not None and self.l_diversity in ("distinct", "recursive"):
@@ -592,10 +592,10 @@ class Mondrian:
             raise InsufficientData(f"k = {self.k} exceeds the number of rows ({n_rows})",
                                    hint=f"choose k <= {n_rows}")
         if (self.l is not None and self.l > 1) or self.t is not None:
-            self._validate_sensitive(sensitive, n_rows)
+            self._validate_sensitive(sensitive, n_rows, sensitive_names)
         return n_rows
 
-    def _validate_sensitive(self, sensitive, n_rows):
+    def _validate_sensitive(self, sensitive, n_rows, names=None):
         if sensitive is None:
             asked = f"l = {self.l}" if self.l is not None and self.l > 1 else f"t = {self.t}"
             raise InvalidParameter(f"{asked} needs the sensitive column(s)",
@@ -613,8 +613,9 @@ class Mondrian:
         for j, column in enumerate(values.reshape(n_rows, -1).T):
             distinct = np.unique(column).size
             if distinct < self.l:
+                name = repr(names[j]) if names else str(j)
                 raise InsufficientData(
-                    f"sensitive column {j} has {distinct} distinct values; l = {self.l} "
+                    f"sensitive column {name} has {distinct} distinct values; l = {self.l} "
                     "cannot be reached",
                     hint=f"choose l <= {distinct}")
 

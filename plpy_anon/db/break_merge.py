@@ -113,7 +113,7 @@ def break_merge(
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
         raise InvalidParameter(
-            f"table {tbl.schema}.{tbl.name} has no quasi-identifier for the QIT",
+            f"table {tbl.label} has no quasi-identifier for the QIT",
             hint="Pass quasi_identifiers => ARRAY[...] or declare them with anon.set_column_role.",
         )
     validate_attribute_roles([c.name for c in qis], [c.name for c in sens])
@@ -181,7 +181,7 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
             f"count(DISTINCT {name}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
         )
     row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
-    check_k_rows(k, row["n"], f"{tbl.schema}.{tbl.name}")
+    check_k_rows(k, row["n"], tbl.label)
     distinct = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
     check_categories(distinct, max_categories)
     if l is not None and l > 1:
@@ -473,7 +473,7 @@ def partition_source(plpy, release, params) -> SourcePartition:
     numeric = [c for c in qis if c.kind == "numeric"]
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
     k = int(params["k"])
-    check_k_rows(k, data.n_rows, f"{tbl.schema}.{tbl.name}")
+    check_k_rows(k, data.n_rows, tbl.label)
     encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
     model = Mondrian(k=k).fit(encoded)
     labels, n_classes = model.labels_, model.n_classes_

@@ -57,9 +57,16 @@ class Table:
     oid: int
     schema: str
     name: str
+    quoted_name: str = ""   # format('%I.%I'): how messages name the table (see label)
 
     def quoted(self, plpy) -> str:
         return ident(plpy, self.schema, self.name)
+
+    @property
+    def label(self) -> str:
+        """The table as messages name it: quoted where SQL needs it (``public."Pat ""ients"``,
+        not ``public.Pat "ients``)."""
+        return self.quoted_name or f"{self.schema}.{self.name}"
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,8 @@ class Column:
 
 
 TABLE_QUERY = """
-SELECT c.oid::int8 AS oid, n.nspname::text AS schema, c.relname::text AS name, c.relkind::text AS relkind
+SELECT c.oid::int8 AS oid, n.nspname::text AS schema, c.relname::text AS name, c.relkind::text AS relkind,
+       pg_catalog.format('%I.%I', n.nspname, c.relname) AS quoted_name
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = $1::pg_catalog.regclass
 """
@@ -106,7 +114,7 @@ def table(plpy, source: str) -> Table:
             f"{row['schema']}.{row['name']} is {RELKIND_NAMES.get(row['relkind'], 'not a table')}; "
             "releases are made from tables (ordinary, partitioned or inheritance parents)",
             hint="Copy the data into a table first: CREATE TABLE t AS SELECT ...")
-    return Table(int(row["oid"]), row["schema"], row["name"])
+    return Table(int(row["oid"]), row["schema"], row["name"], row["quoted_name"])
 
 
 COLUMNS_QUERY = """
@@ -161,7 +169,7 @@ def column_named(tbl: Table, cols: list[Column], name: str) -> Column:
             return c
     listing = ", ".join(c.name for c in cols)
     raise UndefinedObject(
-        f'column "{name}" does not exist in table {tbl.schema}.{tbl.name}',
+        f'column "{name}" does not exist in table {tbl.label}',
         hint=f"Columns are: {listing}. Names are case-sensitive as stored.")
 
 
@@ -219,10 +227,10 @@ def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, i
 def check_quasi_identifier(tbl: Table, col: Column) -> None:
     if col.kind is None:
         raise UnsupportedType(
-            f'column "{col.name}" of {tbl.schema}.{tbl.name} has type {col.display_type}, which '
+            f'column "{col.name}" of {tbl.label} has type {col.display_type}, which '
             "cannot be generalized as a quasi-identifier",
             hint=f"Declare another role for it, e.g. SELECT anon.set_column_role("
-                 f"'{tbl.schema}.{tbl.name}', '{col.name}', 'ignored'), or pass "
+                 f"'{tbl.label}', '{col.name}', 'ignored'), or pass "
                  "quasi_identifiers => ARRAY[...] without it.")
 
 

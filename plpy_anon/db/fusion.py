@@ -104,7 +104,7 @@ def _source_columns(plpy, tbl, sensitive, identifier, attributes):
 def _read_source(plpy, tbl, id_col, sens_col, attrs):
     data = read_columns(plpy, tbl, [*attrs, sens_col], [id_col])
     if data.n_rows == 0:
-        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
+        raise InsufficientData(f"table {tbl.label} is empty",
                                hint="Load rows first; a release of no rows protects nothing.")
     return _frame(data, [*attrs, sens_col], [id_col])
 
@@ -116,7 +116,7 @@ def _read_auxiliary(plpy, auxiliary, auxiliary_identifier):
     facts = [c for c in cols if c.name != key.name]
     skipped = [c.name for c in facts if c.kind is None]
     if skipped:
-        plpy.notice(f"auxiliary table {tbl.schema}.{tbl.name}: columns of unsupported types "
+        plpy.notice(f"auxiliary table {tbl.label}: columns of unsupported types "
                     f"ignored: {', '.join(skipped)}")
     numeric = [c for c in facts if c.kind == "numeric"]
     categorical = [key] + [c for c in facts if c.kind == "categorical"]
@@ -144,7 +144,7 @@ def run_scan(plpy, source, *, sensitive, identifier, auxiliary, attributes, auxi
     id_col, sens_col, attrs, dropped = _source_columns(plpy, tbl, sensitive, identifier, attributes)
     if not attrs:
         raise InvalidParameter(
-            f"table {tbl.schema}.{tbl.name} has no numeric attribute to microaggregate",
+            f"table {tbl.label} has no numeric attribute to microaggregate",
             hint="Pass attributes => ARRAY[...] naming integer or floating-point columns.")
     table = _read_source(plpy, tbl, id_col, sens_col, attrs)
     aux_key = auxiliary_identifier or identifier
@@ -152,12 +152,12 @@ def run_scan(plpy, source, *, sensitive, identifier, auxiliary, attributes, auxi
     options["rules"] = _rules(options.get("rules"))
     scan = core.fusion_scan(table, facts, identifier=id_col.name, sensitive=sens_col.name,
                             attributes=[c.name for c in attrs], auxiliary_identifier=aux_key,
-                            labels=(f"{tbl.schema}.{tbl.name}", f"{aux_tbl.schema}.{aux_tbl.name}"),
+                            labels=(tbl.label, aux_tbl.label),
                             **options)
     if scan.n_auxiliary_unmatched:
         plpy.notice(f"{scan.n_auxiliary_unmatched} of the {scan.n_auxiliary_rows} rows of "
-                    f"{aux_tbl.schema}.{aux_tbl.name} match no {identifier} of "
-                    f"{tbl.schema}.{tbl.name} and were ignored")
+                    f"{aux_tbl.label} match no {identifier} of "
+                    f"{tbl.label} and were ignored")
     return tbl, aux_tbl, scan, (id_col, sens_col, attrs, dropped)
 
 
@@ -188,7 +188,7 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
     core.refuse_unprotected(verdict, accept_unprotected=bool(accept_unprotected))
     if verdict["verdict"] == core.UNPROTECTED:
         plpy.warning("publishing with accept_unprotected => true although no k protects against "
-                     f"{aux_tbl.schema}.{aux_tbl.name}: {core.describe_verdict(verdict)}")
+                     f"{aux_tbl.label}: {core.describe_verdict(verdict)}")
     k = scan.chosen_k()
     parameters = {
         "k": k,
@@ -197,7 +197,7 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
         "attributes": [c.name for c in attrs],
         "released": [id_col.name] + [c.name for c in attrs],
         "dropped": dropped,
-        "auxiliary": f"{aux_tbl.schema}.{aux_tbl.name}",
+        "auxiliary": aux_tbl.label,
         "auxiliary_identifier": options["auxiliary_identifier"] or id_col.name,
         "auxiliary_rows": scan.n_auxiliary_rows,
         "auxiliary_matched": scan.n_auxiliary_matched,
@@ -274,19 +274,19 @@ def read(ctx: method.Run):
     missing = [n for n in [params["identifier"], *params["attributes"]] if n not in cols]
     if missing:
         raise InvalidParameter(
-            f"column(s) {', '.join(missing)} of {tbl.schema}.{tbl.name} used by this release no "
+            f"column(s) {', '.join(missing)} of {tbl.label} used by this release no "
             "longer exist", hint="Recreate the release with replace => true after changing the table.")
     attrs = [cols[n] for n in params["attributes"]]
     data = read_columns(plpy, tbl, attrs, [cols[params["identifier"]]])
     k = int(params["k"])
     if data.n_rows < k:
         raise InsufficientData(
-            f"table {tbl.schema}.{tbl.name} has {data.n_rows} rows, fewer than the release's k = {k}",
+            f"table {tbl.label} has {data.n_rows} rows, fewer than the release's k = {k}",
             hint="Load more rows, or recreate the release with replace => true to choose k again.")
     refuse_non_finite(tbl, data, attrs, "fusion_resilient_view")
     frame = _frame(data, attrs, [cols[params["identifier"]]])
     core.require_unique_identifier(frame[params["identifier"]], params["identifier"],
-                                   f"{tbl.schema}.{tbl.name}")
+                                   tbl.label)
     return data, frame
 
 

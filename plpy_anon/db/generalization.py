@@ -153,7 +153,7 @@ def check_float_digits(plpy, tbl, qis) -> None:
     if floats and int(run(plpy, "SELECT pg_catalog.current_setting('extra_float_digits') AS d")[0]["d"]) < 1:
         raise InvalidParameter(
             f"extra_float_digits is below 1 in this session, so the floating-point column(s) "
-            f"{', '.join(map(repr, floats))} of {tbl.schema}.{tbl.name} would be released with "
+            f"{', '.join(map(repr, floats))} of {tbl.label} would be released with "
             "rounded range bounds",
             hint="RESET extra_float_digits (the default, 1, writes floats exactly) and run it again.")
 
@@ -213,7 +213,7 @@ def column_for(tbl, cols: dict, name: str):
     """The column ``name`` a release was made with; a clear error when the table lost it."""
     if name not in cols:
         raise InvalidParameter(
-            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists',
+            f'column "{name}" of {tbl.label} used by this release no longer exists',
             hint="Recreate the release with replace => true after changing the table.")
     return cols[name]
 

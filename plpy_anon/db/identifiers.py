@@ -116,7 +116,7 @@ def check_undeclared(plpy, tbl: catalog.Table, defaulted: list[catalog.Column]) 
     declare = " ".join(f"SELECT anon.set_column_role({table_literal}, {_literal(plpy, name)}, "
                        "'identifier');" for name in found)
     raise IdentifyingColumns(
-        f"table {tbl.schema}.{tbl.name} has undeclared column(s) that look identifying: {names}; "
+        f"table {tbl.label} has undeclared column(s) that look identifying: {names}; "
         "they would be released as quasi-identifiers by default",
         detail=detail,
         hint=f"Declare each one's role before releasing, e.g. {declare} (or 'sensitive', "

@@ -123,7 +123,7 @@ def resolve_release_columns(plpy, tbl, *, quasi_identifiers, sensitive, identifi
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
         raise InvalidParameter(
-            f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
+            f"table {tbl.label} has no quasi-identifier to generalize",
             hint="Declare some with anon.set_column_role(table, column, 'quasi_identifier') "
                  "or pass quasi_identifiers => ARRAY[...].")
     for col in qis:
@@ -365,9 +365,9 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra))
     k = int(params["k"])
     if data.n_rows == 0:
-        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
+        raise InsufficientData(f"table {tbl.label} is empty",
                                hint="Load rows first; a release of no rows protects nothing.")
-    check_k_rows(k, data.n_rows, f"{tbl.schema}.{tbl.name}")
+    check_k_rows(k, data.n_rows, tbl.label)
     hierarchical = set(params.get("hierarchies", []))
     encoded = []
     for col in qis:

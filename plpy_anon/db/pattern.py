@@ -121,7 +121,7 @@ def _substituted_columns(tbl, cols, names):
         col = catalog.column_named(tbl, cols, name)
         if col.type_name not in RELEASED_TYPES:
             raise UnsupportedType(
-                f'column "{name}" of {tbl.schema}.{tbl.name} has type {col.display_type}; '
+                f'column "{name}" of {tbl.label} has type {col.display_type}; '
                 "pattern_view substitutes numbers only",
                 hint="List only integer, numeric or floating-point columns; declare the others "
                      "sensitive (kept) or leave them out (dropped).")
@@ -265,7 +265,7 @@ def refuse_unchanged(tbl, counted, max_unchanged, delta):
         figures = "; ".join(f'{same / present:.1%} of column "{name}" ({same} of {present} '
                             "values)" for name, same, present in over)
         raise UnchangedValues(
-            f"pattern release of {tbl.schema}.{tbl.name} refused: {figures} released "
+            f"pattern release of {tbl.label} refused: {figures} released "
             f"unchanged, above max_unchanged = {max_unchanged:.0%}",
             hint=f"Give the walk more room: raise delta (now {delta:g}) or lower sample, or "
                  "leave the column out; max_unchanged => 1 publishes it knowingly.")
@@ -274,7 +274,7 @@ def refuse_unchanged(tbl, counted, max_unchanged, delta):
 def _still_there(tbl, cols, name):
     if name not in cols or cols[name].type_name not in RELEASED_TYPES:
         raise InvalidParameter(
-            f'column "{name}" of {tbl.schema}.{tbl.name} used by this release no longer exists '
+            f'column "{name}" of {tbl.label} used by this release no longer exists '
             "or is no longer numeric",
             hint="Recreate the release with replace => true after changing the table.")
     return cols[name]
@@ -343,9 +343,8 @@ def distortion_report(plpy, source, release_name):
     made_from = catalog.table(plpy, release["source"])
     if made_from.oid != tbl.oid:
         raise InvalidParameter(
-            f'release "{release_name}" was made from {made_from.schema}.{made_from.name}, '
-            f"not from {tbl.schema}.{tbl.name}",
-            hint=f"Call anon.distortion('{made_from.schema}.{made_from.name}', ...).")
+            f'release "{release_name}" was made from {made_from.label}, not from {tbl.label}',
+            hint=f"Call anon.distortion({plpy.quote_literal(made_from.label)}, ...).")
     metrics = release["metrics"]
     metrics = jsonb(metrics)
     rows = [(name, m["distortion"], m["rank_correlation"], m["preserved_fraction"])

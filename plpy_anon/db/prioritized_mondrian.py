@@ -91,13 +91,13 @@ def learned_priorities(plpy, tbl, qi_names):
                      "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
     if not rows:
         raise UndefinedObject(
-            f"no learned priorities for {tbl.schema}.{tbl.name}",
+            f"no learned priorities for {tbl.label}",
             hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or pass explicit "
                  "priorities.")
     learned = {r["c"]: float(r["weight"]) for r in rows if r["c"] in qi_names}
     if not any(learned.values()):
         raise InvalidParameter(
-            f"the workload never uses a quasi-identifier of {tbl.schema}.{tbl.name}",
+            f"the workload never uses a quasi-identifier of {tbl.label}",
             hint="All learned weights of the quasi-identifiers are 0; load queries that use them "
                  "or pass explicit priorities.")
     return normalize_weights(learned, qi_names)
@@ -109,7 +109,7 @@ def learned_cut_points(plpy, tbl, qi_names):
                      "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
     if not rows:
         raise UndefinedObject(
-            f"no workload profile for {tbl.schema}.{tbl.name}: cut points are learned with it",
+            f"no workload profile for {tbl.label}: cut points are learned with it",
             hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or pass "
                  "cut_points => false.")
     stored = jsonb(rows[0]["cut_points"]) or {}

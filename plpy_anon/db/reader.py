@@ -311,7 +311,7 @@ def refuse_non_finite(tbl: Table, data: TableData, columns: list[Column], method
 
 def non_finite_error(tbl: Table, column: str, what: str, method: str) -> InvalidParameter:
     return InvalidParameter(
-        f'column "{column}" of {tbl.schema}.{tbl.name} holds {what}, which {method} cannot release',
+        f'column "{column}" of {tbl.label} holds {what}, which {method} cannot release',
         hint=f'Replace it with NULL (UPDATE ... SET "{column}" = NULL WHERE "{column}" '
              "IN ('NaN', 'Infinity', '-Infinity')) or declare the column ignored or sensitive; "
              "anon.mondrian_view and anon.break_merge release such values.")

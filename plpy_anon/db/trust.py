@@ -290,7 +290,7 @@ def _release_priorities(tbl, cols, qis, priorities) -> dict:
         if name not in names:
             raise UndefinedObject(
                 f'the purpose gives a priority to "{name}", which is not a column of '
-                f"{tbl.schema}.{tbl.name}",
+                f"{tbl.label}",
                 hint="Redefine the purpose for this table (anon.define_purpose(..., replace => true)).")
     return {c.name: float(priorities.get(c.name, 0.0)) for c in qis}
 
@@ -310,7 +310,7 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
                                   sensitive=sensitive, identifiers=identifiers, cols=cols)
     qis = [c for c, r in roles if r == "quasi_identifier"]
     if not qis:
-        raise InvalidParameter(f"table {tbl.schema}.{tbl.name} has no quasi-identifier to generalize",
+        raise InvalidParameter(f"table {tbl.label} has no quasi-identifier to generalize",
                                hint="Pass quasi_identifiers => ARRAY[...].")
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
@@ -426,7 +426,7 @@ def read(ctx: method.Run) -> TrustRead:
                              d_max=params["d_max"])(scores.trust)
     frame, data = _read_frame(plpy, tbl, qis)
     if data.n_rows == 0:
-        raise InsufficientData(f"table {tbl.schema}.{tbl.name} is empty",
+        raise InsufficientData(f"table {tbl.label} is empty",
                                hint="Load rows first; a release of no rows protects nothing.")
     refuse_non_finite(tbl, data, qis, "trust_view")
     _check_no_nulls(tbl, frame)
@@ -470,7 +470,7 @@ def _check_no_nulls(tbl, frame) -> None:
     for name in frame.columns:
         if frame[name].isna().any():
             raise UnsupportedType(
-                f'column "{name}" of {tbl.schema}.{tbl.name} holds NULLs, which trust_view cannot '
+                f'column "{name}" of {tbl.label} holds NULLs, which trust_view cannot '
                 "place in a generalization hierarchy",
                 hint="Fill them (e.g. 'unknown') or leave the column out of quasi_identifiers.")
 

@@ -110,7 +110,7 @@ def learn_priorities(plpy, source, *, projection_share, use_pg_stat_statements):
     store(plpy, tbl, learner)
     report = learner.report_
     plpy.notice(
-        f"learned priorities of {tbl.schema}.{tbl.name} from {report['statements']} statements "
+        f"learned priorities of {tbl.label} from {report['statements']} statements "
         f"({report['distinct_statements']} distinct): {report['used']} read the table, "
         f"{report['parse_errors']} did not parse, {report['unresolved']} did not resolve, "
         f"{report['other_tables']} read other tables, {report['not_queries']} were not queries "

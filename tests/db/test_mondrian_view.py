@@ -146,6 +146,17 @@ def test_l_diversity(db, schema, patients, l):
     assert min(class_sizes(db, release, QIS)) >= 5
 
 
+def test_unreachable_l_names_the_sensitive_column(db, schema, patients):
+    """Five diagnoses cannot make l = 6: the refusal says which column (it said "sensitive
+    column 0"), and nothing is created."""
+    with pytest.raises(psycopg.errors.DataException,
+                       match="sensitive column 'diagnosis' has 5 distinct values; l = 6") as error:
+        mondrian(db, schema, k=5, l=6)
+    assert "l <= 5" in error.value.diag.message_hint
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE source = 'patients'::regclass"
+                      ).fetchone()[0] == 0
+
+
 def test_default_roles_without_declarations(db, schema):
     db.execute("CREATE TABLE people (id serial PRIMARY KEY, email text UNIQUE, age int, city text)")
     db.execute("INSERT INTO people (email, age, city) SELECT 'u' || i || '@x', 20 + i % 50, "
@@ -300,6 +311,12 @@ def test_names_needing_quotes_and_injection_attempts(db, schema):
     cols = [c for c, _ in release_columns(db, release)]
     assert cols == ["Age Years", "Sex;--", "d'x"]
     assert min(class_sizes(db, release, ["Age Years", "Sex;--"])) >= 5
+    # messages name the table as SQL would (they printed Patient "Records", ambiguous)
+    with pytest.raises(psycopg.errors.DataException) as error:
+        db.execute("SELECT anon.mondrian_view(%s::regclass, k => 51, sensitive => ARRAY[%s])",
+                   (f'"{schema}"."Patient ""Records"""', "d'x"))
+    assert f'table {schema}."Patient ""Records""" has 50 rows, fewer than k = 51' \
+        == error.value.diag.message_primary
     with pytest.raises(psycopg.errors.UndefinedObject):
         db.execute("SELECT anon.mondrian_view('canary', k => 2, quasi_identifiers => ARRAY['x); DROP TABLE canary; --'])")
     assert db.execute("SELECT to_regclass('canary') IS NOT NULL").fetchone()[0]
