@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
+from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject, UnsupportedType
 from plpy_anon.core.hierarchy import Hierarchy, csv_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, run, text_of
@@ -107,13 +107,15 @@ RELKIND_NAMES = {"v": "a view", "m": "a materialized view", "p": "a partitioned 
 def table(plpy, source: str) -> Table:
     """The table named by ``source`` (a regclass rendered as text by PL/Python): an ordinary table
     (with its inheritance children, if any) or a partitioned table (with all its partitions).
-    Releases read it without ONLY: every row of the hierarchy is released."""
+    Releases read it without ONLY: every row of the hierarchy is released. Refused if planning a
+    query on it would run code its owner wrote (:func:`check_planner_code`)."""
     row = run(plpy, TABLE_QUERY, ["text"], [source])[0]
     if row["relkind"] not in ("r", "p"):
         raise UnsupportedType(
             f"{row['schema']}.{row['name']} is {RELKIND_NAMES.get(row['relkind'], 'not a table')}; "
             "releases are made from tables (ordinary, partitioned or inheritance parents)",
             hint="Copy the data into a table first: CREATE TABLE t AS SELECT ...")
+    check_planner_code(plpy, int(row["oid"]), row["quoted_name"])
     return Table(int(row["oid"]), row["schema"], row["name"], row["quoted_name"])
 
 
@@ -137,6 +139,88 @@ JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbaset
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
+
+
+# Code the PLANNER runs on a table, with the rights of whoever plans a query on it: the expressions
+# and predicates of its indexes, the CHECK constraints of inheritance children (constraint
+# exclusion) and the expressions of extended statistics are constant-folded when first loaded, so
+# an IMMUTABLE function of the owner's, with constant arguments, runs as the DBA building or
+# refreshing a release, before any line of ours (an independent review made a table's owner
+# superuser this way: CREATE INDEX ON t (age) WHERE owner_function()). Functions (and operators'
+# functions) owned by a superuser are the server's own; any other owner's is refused.
+PLANNER_CODE = """
+WITH RECURSIVE tree(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid),
+attached(classid, objid, what) AS (
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, x.indexrelid,
+           pg_catalog.format('index %s', x.indexrelid::pg_catalog.regclass)
+    FROM pg_catalog.pg_index x JOIN tree ON x.indrelid = tree.oid
+    UNION ALL
+    SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass, c.oid,
+           pg_catalog.format('constraint %I of %s', c.conname, c.conrelid::pg_catalog.regclass)
+    FROM pg_catalog.pg_constraint c JOIN tree ON c.conrelid = tree.oid
+    UNION ALL
+    SELECT 'pg_catalog.pg_statistic_ext'::pg_catalog.regclass, s.oid,
+           pg_catalog.format('statistics %I.%I', sn.nspname, s.stxname)
+    FROM pg_catalog.pg_statistic_ext s JOIN tree ON s.stxrelid = tree.oid
+    JOIN pg_catalog.pg_namespace sn ON sn.oid = s.stxnamespace)
+SELECT DISTINCT a.what, p.oid::pg_catalog.regprocedure::text AS function,
+       pg_catalog.pg_get_userbyid(p.proowner)::text AS owner
+FROM attached a
+JOIN pg_catalog.pg_depend d ON d.classid = a.classid AND d.objid = a.objid
+LEFT JOIN pg_catalog.pg_operator o
+       ON d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = d.refobjid
+JOIN pg_catalog.pg_proc p
+  ON p.oid = CASE WHEN d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass THEN d.refobjid
+                  ELSE o.oprcode::pg_catalog.oid END
+JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+WHERE NOT r.rolsuper
+ORDER BY 1, 2
+"""
+
+
+def check_planner_code(plpy, oid: int, label: str) -> None:
+    """Refuse table ``oid`` (with its children and partitions) if planning a query on it would run
+    a function not owned by a superuser (see PLANNER_CODE). Catalog reads only: callable from any
+    function; :func:`guard_source` adds the lock that keeps it true until the transaction ends."""
+    found = run(plpy, PLANNER_CODE, ["oid"], [oid])
+    if found:
+        listing = "; ".join(f"{r['what']} calls {r['function']} (owned by {r['owner']})"
+                            for r in found[:5])
+        raise UnsafeSource(
+            f"planning a query on table {label} would run functions not owned by a superuser, "
+            f"with the rights of whoever builds or refreshes a release of it: {listing}",
+            hint="Have a superuser review those functions and ALTER FUNCTION ... OWNER TO a "
+                 "superuser role, or drop the index / constraint / statistics, or release a copy "
+                 "of the table (CREATE TABLE ... AS SELECT, made by its owner) instead.")
+
+
+def guard_source(plpy, oid: int) -> None:
+    """Before a release's build or refresh plans anything on its source: lock the table tree
+    against new indexes, constraints and statistics (SHARE UPDATE EXCLUSIVE: reads and writes go
+    on; concurrent builds of the same source, VACUUM and CREATE INDEX wait), then
+    :func:`check_planner_code`. Without the lock an index created during a build would be
+    planned, and run, by the build's later queries. A caller who may not take that lock (it needs
+    UPDATE, DELETE or TRUNCATE on the table) is checked without it."""
+    row = run(plpy, """
+        SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
+               pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
+               OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock
+        FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = $1 AND c.relkind IN ('r', 'p')""", ["oid"], [oid])
+    if not row:
+        return                   # gone or not a table: the build reports it in its own words
+    if row[0]["may_lock"]:
+        plpy.execute(f"LOCK TABLE {row[0]['name']} IN SHARE UPDATE EXCLUSIVE MODE")
+    check_planner_code(plpy, oid, row[0]["name"])
+
+
+class UnsafeSource(AnonError):
+    """A source whose planning would run code of a role that is not a superuser
+    (insufficient_privilege)."""
+
+    sqlstate = "42501"
 
 
 BUILTIN_COLUMNS = """

@@ -45,6 +45,7 @@ import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db import grants, publish
+from plpy_anon.db.columns import guard_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
     LOCK_CLASS,
@@ -96,6 +97,10 @@ def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
             # (schema not re-created, relations owned by the release's creator), or a stale row
             # would rebuild someone else's view with our rights
             check_genuine(plpy, release)
+            # and before anything plans a query on its source (its indexes' code runs then)
+            source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"],
+                         [release["source"]])[0]["oid"]
+            guard_source(plpy, source)
             if method is not None and method.refresh_release is not None:
                 method.refresh_release(plpy, GD, release)
             else:

@@ -141,6 +141,9 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
                         f"{READABLE_RELKINDS[rel['relkind']]} {rel['schema']}.{rel['name']}",
                         qis, sens, {}, {})
         oid = int(rel["oid"])
+    if rel["relkind"] in ("r", "p"):
+        # the report's queries plan the table: refuse one whose planning runs its owner's code
+        columns.check_planner_code(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]))
     cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
     for name in target.qis + target.sensitive:
         if name not in cols:

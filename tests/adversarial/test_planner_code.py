@@ -1,0 +1,149 @@
+"""Adversarial: code the PLANNER runs on a source table, with the rights of whoever plans.
+
+The expressions and predicates of a table's indexes, the CHECK constraints of inheritance
+children (constraint exclusion) and extended-statistics expressions are constant-folded when a
+query on the table is first planned: an IMMUTABLE function of the table owner's with constant
+arguments then runs as the DBA who builds or refreshes a release (an independent review made the
+owner superuser through ``CREATE INDEX ON t (age) WHERE owner_function()``, with mondrian_view,
+refresh, a pg_cron refresh, detect_identifiers and risk_report). plpy_anon refuses such sources
+(42501) before anything plans a query on them, and locks the table against new ones during a
+build or refresh. Each test FAILS while the hole is open.
+"""
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import notices
+
+PAYLOAD = """
+CREATE FUNCTION {s}.act() RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+  RAISE NOTICE 'evil as % super=%', current_user, current_setting('is_superuser');
+  IF current_setting('is_superuser') = 'on' THEN
+    EXECUTE pg_catalog.format('ALTER ROLE %I SUPERUSER', {owner});
+  END IF;
+  RETURN true;
+END $f$;
+CREATE FUNCTION {s}.boom() RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $f$
+BEGIN RETURN {s}.act(); END $f$;
+CREATE FUNCTION {s}.shift(int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $f$
+BEGIN PERFORM {s}.act(); RETURN $1; END $f$;
+CREATE TABLE {s}.t (id int PRIMARY KEY, age int, zip text, dx text);
+INSERT INTO {s}.t SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 FROM generate_series(1, 300) g;
+"""
+
+# what the owner adds to the table; each makes the planner call the owner's function
+PLANTED = {
+    "partial index": "CREATE INDEX ON {s}.t (age) WHERE {s}.boom()",
+    "expression index": "CREATE INDEX ON {s}.t ({s}.shift(age + 0 * {s}.shift(1)))",
+    "child CHECK": ("CREATE TABLE {s}.c (CHECK ({s}.boom())) INHERITS ({s}.t); "
+                    "INSERT INTO {s}.c VALUES (1000, 30, 'z1', 'd1')"),
+    "statistics": "CREATE STATISTICS {s}.st ON ({s}.shift(age)), zip FROM {s}.t",
+}
+
+
+@pytest.fixture
+def owner(db, connect, schema):
+    """A plain login role owning a schema with its table t (300 rows) and IMMUTABLE functions
+    whose body runs the payload. Yields (role, quoted schema, a connection as the role)."""
+    role = f"adv_{uuid.uuid4().hex[:8]}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    own = sql.Identifier(f"{schema}_own")
+    db.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(own, sql.Identifier(role)))
+    with connect(user=role) as a:
+        s = own.as_string(a)
+        a.execute(PAYLOAD.format(s=s, owner=sql.Literal(role).as_string(a)))
+        yield role, s, a
+    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(own))
+    db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+    db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def assert_not_run(db, role, seen):
+    evil = [m for m in seen if m.startswith("evil")]
+    superuser = db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+    assert not evil and not superuser, (evil, superuser)
+
+
+def build(dba, s, release_schema, **extra):
+    args = "".join(f", {k} => {v}" for k, v in extra.items())
+    return dba.execute(f"SELECT anon.mondrian_view('{s}.t', k => 5, quasi_identifiers => "
+                       f"'{{age,zip}}', sensitive => '{{dx}}', release_schema => %s{args})",
+                       (release_schema,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("planted", list(PLANTED))
+def test_a_source_whose_planning_runs_the_owners_code_is_refused(db, connect, owner, release_schema,
+                                                                 planted):
+    role, s, a = owner
+    db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    a.execute(PLANTED[planted].format(s=s))
+    with connect() as dba:                                   # a fresh backend: nothing cached
+        seen = notices(dba)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege,
+                           match="would run functions not owned by a superuser") as error:
+            build(dba, s, release_schema)
+        assert f"{s.strip(chr(34))}.boom()" in error.value.diag.message_primary \
+            or f"{s.strip(chr(34))}.shift(integer)" in error.value.diag.message_primary
+        assert "ALTER FUNCTION" in error.value.diag.message_hint
+        for call in (f"SELECT * FROM anon.detect_identifiers('{s}.t')",
+                     f"SELECT * FROM anon.column_roles('{s}.t')",
+                     f"SELECT * FROM anon.risk_report('{s}.t', quasi_identifiers => '{{age,zip}}')"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                dba.execute(call)
+    assert_not_run(db, role, seen)
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (release_schema,)).fetchone()[0] == 0
+
+
+def test_a_refresh_after_the_owner_planted_code_is_refused_and_keeps_the_release(
+        db, connect, owner, release_schema):
+    role, s, a = owner
+    with connect() as dba:
+        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+        name = build(dba, s, release_schema)
+    a.execute(PLANTED["partial index"].format(s=s))
+    with connect() as dba:                                   # the DBA, or the pg_cron job
+        seen = notices(dba)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            dba.execute("SELECT anon.refresh(%s)", (name,))
+        dba.execute("SELECT anon.refresh_all()")         # records the failure, refreshes nothing
+        assert dba.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 300
+        error = dba.execute("SELECT last_error FROM anon.releases WHERE format('%%I.%%I', "
+                            "release_schema, release_name) = %s", (name,)).fetchone()[0]
+        assert error and "not owned by a superuser" in error
+    assert_not_run(db, role, seen)
+
+
+def test_the_owner_cannot_plant_code_while_a_build_runs(db, connect, owner, release_schema):
+    """The build locks the table (SHARE UPDATE EXCLUSIVE) until it commits: an index created
+    meanwhile would be planned, and run, by the build's later queries. Reads and writes go on."""
+    role, s, a = owner
+    with connect() as dba:
+        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+        dba.autocommit = False
+        build(dba, s, release_schema)                         # transaction still open
+        a.execute("SET lock_timeout = '300ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            a.execute(PLANTED["partial index"].format(s=s))
+        assert a.execute(f"SELECT count(*) FROM {s}.t").fetchone()[0] == 300
+        a.execute(f"INSERT INTO {s}.t VALUES (301, 40, 'z1', 'd1')")
+        dba.commit()
+    assert db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0] is False
+
+
+def test_superuser_functions_in_indexes_are_fine(db, connect, owner, release_schema):
+    """Built-in and superuser-owned functions are the server's own: such sources release."""
+    _role, s, a = owner
+    a.execute(f"CREATE INDEX ON {s}.t (lower(zip)) WHERE age > 30")
+    db.execute(f"CREATE FUNCTION {s}.trusted(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1'")
+    a.execute(f"CREATE INDEX ON {s}.t ({s}.trusted(age))")
+    with connect() as dba:
+        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+        name = build(dba, s, release_schema)
+        assert dba.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 300
+        dba.execute("SELECT anon.refresh(%s)", (name,))
