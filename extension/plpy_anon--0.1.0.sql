@@ -2175,7 +2175,7 @@ COMMENT ON FUNCTION anon.dependency_network(text, text, integer) IS
 -- anon.breach_report(text, double precision): generated from sql/functions/ (implementation: anon_py.breach_report)
 CREATE OR REPLACE FUNCTION anon_py.breach_report(release text, threshold double precision)
 RETURNS TABLE (release_kind text, target text, known text, max_probability double precision, mean_probability double precision, n_above bigint)
-LANGUAGE plpython3u STABLE
+LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
@@ -2216,7 +2216,7 @@ CREATE OR REPLACE FUNCTION anon.breach_report(
     threshold double precision DEFAULT 0.5
 )
 RETURNS TABLE (release_kind text, target text, known text, max_probability double precision, mean_probability double precision, n_above bigint)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -3459,7 +3459,7 @@ COMMENT ON FUNCTION anon.pattern_view(regclass, text[], integer, double precisio
 -- anon.distortion(regclass, text): generated from sql/functions/ (implementation: anon_py.distortion)
 CREATE OR REPLACE FUNCTION anon_py.distortion(source regclass, release text)
 RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision)
-LANGUAGE plpython3u STABLE
+LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]:
@@ -3500,7 +3500,7 @@ CREATE OR REPLACE FUNCTION anon.distortion(
     release text
 )
 RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -3589,7 +3589,7 @@ COMMENT ON FUNCTION anon._pattern_run(integer) IS
 -- anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer): generated from sql/functions/ (implementation: anon_py.fusion_scan)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan(source regclass, sensitive text, identifier text, auxiliary regclass, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, random_state integer)
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
-LANGUAGE plpython3u STABLE
+LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer)', 'EXECUTE') AS ok")[0]["ok"]:
@@ -3644,7 +3644,7 @@ CREATE OR REPLACE FUNCTION anon.fusion_scan(
     random_state integer DEFAULT 0
 )
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -3811,7 +3811,7 @@ COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, d
 -- anon.fusion_scan_of(text): generated from sql/functions/ (implementation: anon_py.fusion_scan_of)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan_of(release text)
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
-LANGUAGE plpython3u STABLE
+LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]:
@@ -3851,7 +3851,7 @@ CREATE OR REPLACE FUNCTION anon.fusion_scan_of(
     release text
 )
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -4097,7 +4097,7 @@ COMMENT ON FUNCTION anon.release_metadata(text) IS
 -- anon.risk_report(regclass, text[], text[], bigint, double precision, double precision): generated from sql/functions/ (implementation: anon_py.risk_report)
 CREATE OR REPLACE FUNCTION anon_py.risk_report(relation regclass, quasi_identifiers text[], sensitive text[], population bigint, risk_threshold double precision, recursive_c double precision)
 RETURNS TABLE (measure text, column_name text, value double precision, detail text)
-LANGUAGE plpython3u STABLE
+LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
@@ -4142,7 +4142,7 @@ CREATE OR REPLACE FUNCTION anon.risk_report(
     recursive_c double precision DEFAULT 3
 )
 RETURNS TABLE (measure text, column_name text, value double precision, detail text)
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -465,7 +465,7 @@ class SourcePartition:
 def partition_source(plpy, release, params) -> SourcePartition:
     """Read the source once, partition it with Mondrian(k), number classes along the QIs."""
     started = time.monotonic()
-    tbl = catalog.table(plpy, release["source"])
+    tbl = catalog.table(plpy, release["source"], guard=False)   # in the release query: guarded by its build / refresh
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, cols, n) for n in params["quasi_identifiers"]]
     sens = [column_for(tbl, cols, n) for n in params["sensitive"]]
@@ -640,6 +640,7 @@ def breach_report(plpy, release, *, threshold):
     row = release_rows.find(plpy, release)
     params = _parameters(row)
     if row["method"] == METHOD:
+        catalog.table(plpy, row["source"])             # guarded before the source is read again
         plain = plain_breach(*_plain_from_source(plpy, row, params), threshold=threshold)
         broken = break_merge_breach(*_sensitive_tables(plpy, row, params), threshold=threshold)
         reports = [("plain", plain), ("break_merge", broken)]

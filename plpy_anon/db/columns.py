@@ -104,18 +104,25 @@ RELKIND_NAMES = {"v": "a view", "m": "a materialized view", "p": "a partitioned 
                  "f": "a foreign table", "S": "a sequence", "i": "an index", "c": "a composite type"}
 
 
-def table(plpy, source: str) -> Table:
+def table(plpy, source: str, *, guard: bool = True) -> Table:
     """The table named by ``source`` (a regclass rendered as text by PL/Python): an ordinary table
     (with its inheritance children, if any) or a partitioned table (with all its partitions).
     Releases read it without ONLY: every row of the hierarchy is released. Refused if planning a
-    query on it would run code its owner wrote (:func:`check_planner_code`)."""
+    query on it would run code its owner wrote (:func:`check_planner_code`), after locking it
+    against new such code (:func:`guard_source`) so that the check holds until the transaction
+    ends. ``guard=False``, for callers inside STABLE functions (which may not lock: the release
+    queries' partitioning functions, run after their build or refresh guarded the source, and
+    ``anon.column_roles``, which plans nothing on it): the check alone."""
     row = run(plpy, TABLE_QUERY, ["text"], [source])[0]
     if row["relkind"] not in ("r", "p"):
         raise UnsupportedType(
             f"{row['schema']}.{row['name']} is {RELKIND_NAMES.get(row['relkind'], 'not a table')}; "
             "releases are made from tables (ordinary, partitioned or inheritance parents)",
             hint="Copy the data into a table first: CREATE TABLE t AS SELECT ...")
-    check_planner_code(plpy, int(row["oid"]), row["quoted_name"])
+    if guard:
+        guard_source(plpy, int(row["oid"]))
+    else:
+        check_planner_code(plpy, int(row["oid"]), row["quoted_name"])
     return Table(int(row["oid"]), row["schema"], row["name"], row["quoted_name"])
 
 
@@ -142,8 +149,9 @@ ORDER BY a.attnum
 
 
 # Code the PLANNER runs on a table, with the rights of whoever plans a query on it: the expressions
-# and predicates of its indexes, the CHECK constraints of inheritance children (constraint
-# exclusion) and the expressions of extended statistics are constant-folded when first loaded, so
+# and predicates of its indexes, its partition key, the CHECK constraints of inheritance children
+# (constraint exclusion) and the expressions of extended statistics are constant-folded when first
+# loaded, so
 # an IMMUTABLE function of the owner's, with constant arguments, runs as the DBA building or
 # refreshing a release, before any line of ours (an independent review made a table's owner
 # superuser this way: CREATE INDEX ON t (age) WHERE owner_function()). Functions (and operators'
@@ -153,6 +161,11 @@ WITH RECURSIVE tree(oid) AS (
     SELECT $1::pg_catalog.oid
     UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid),
 attached(classid, objid, what) AS (
+    -- the tables themselves: partition keys (folded when the key is loaded)
+    SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, tree.oid,
+           pg_catalog.format('the partition key of %s', tree.oid::pg_catalog.regclass)
+    FROM tree
+    UNION ALL
     SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, x.indexrelid,
            pg_catalog.format('index %s', x.indexrelid::pg_catalog.regclass)
     FROM pg_catalog.pg_index x JOIN tree ON x.indrelid = tree.oid
@@ -338,7 +351,7 @@ def set_column_role(plpy, source, column_name, role):
 
 @sql_entry
 def describe_roles(plpy, source):
-    tbl = table(plpy, source)
+    tbl = table(plpy, source, guard=False)          # STABLE; reads the catalog only
     declared = declared_roles(plpy, tbl)
     with_hierarchy = set(hierarchy_columns(plpy, tbl))
     rows = []

@@ -269,7 +269,7 @@ def partition(plpy, GD, release_id: int):
 
 def read(ctx: method.Run):
     plpy, params = ctx.plpy, ctx.parameters
-    tbl = catalog.table(plpy, ctx.release["source"])
+    tbl = catalog.table(plpy, ctx.release["source"], guard=False)   # in the release query: guarded by its build / refresh
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     missing = [n for n in [params["identifier"], *params["attributes"]] if n not in cols]
     if missing:

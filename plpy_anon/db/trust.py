@@ -414,7 +414,7 @@ class TrustRead:
 
 def read(ctx: method.Run) -> TrustRead:
     plpy, params = ctx.plpy, ctx.parameters
-    tbl = catalog.table(plpy, ctx.release["source"])
+    tbl = catalog.table(plpy, ctx.release["source"], guard=False)   # in the release query: guarded by its build / refresh
     by_name = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
     half_life = params["half_life_days"] if params["half_life_days"] is not None else math.inf

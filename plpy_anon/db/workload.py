@@ -166,6 +166,7 @@ class _ReleaseEvaluation:
                 "re-derives Mondrian classes",
                 hint=f"Use it on releases of {', '.join(MONDRIAN_METHODS)}.")
         self.params = jsonb(self.release["parameters"])
+        catalog.table(plpy, self.release["source"])      # guarded before the rows are read
         rows = mondrian.load_release_rows(plpy, self.release)
         self.tbl, self.qis, self.encoded, self.frame = rows.tbl, rows.qis, rows.encoded, rows.frame
         model = prioritized_mondrian.model_for(self.params).fit(

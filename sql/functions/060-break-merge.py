@@ -59,7 +59,6 @@ FUNCTIONS = [
             'threshold double precision DEFAULT 0.5',
         ],
         returns='TABLE (release_kind text, target text, known text, max_probability double precision, mean_probability double precision, n_above bigint)',
-        volatility='STABLE',
         python='break_merge.breach_report', positional=1,
         comment="Knowledge-breach probabilities: per sensitive attribute (target), the adversary's probability of the most likely value knowing the QI group only (known NULL) or also one other sensitive value (known); max, mean over individuals and individuals at or above threshold. For a Break-Merge release, rows for the plain generalized release of the same partition and for the Break-Merge release.",
     ),

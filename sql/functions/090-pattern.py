@@ -35,7 +35,6 @@ FUNCTIONS = [
             'release text',
         ],
         returns='TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision)',
-        volatility='STABLE',
         python='pattern.distortion_report', positional=2,
         comment='Distortion of a pattern release as measured at its last build or refresh: per substituted column the mean relative error Dst, the Spearman rank correlation with the source and the fraction of sampled localities preserved (1.0); the row with column_name NULL is the overall Dst.',
     ),

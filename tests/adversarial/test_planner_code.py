@@ -11,6 +11,8 @@ build or refresh. Each test FAILS while the hole is open.
 """
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 import psycopg
@@ -147,3 +149,72 @@ def test_superuser_functions_in_indexes_are_fine(db, connect, owner, release_sch
         name = build(dba, s, release_schema)
         assert dba.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 300
         dba.execute("SELECT anon.refresh(%s)", (name,))
+
+
+def test_a_partition_key_calling_the_owners_code_is_refused_even_when_added_later(
+        db, connect, owner, release_schema):
+    """A partition key is folded when it is loaded, like an index predicate (the second review's
+    bypass). Here the owner adds, after the release, a sub-partition whose key calls its code:
+    the next refresh must refuse, not run it."""
+    role, s, a = owner
+    a.execute(f"CREATE TABLE {s}.p (id int, age int, zip text, dx text) PARTITION BY RANGE (age); "
+              f"CREATE TABLE {s}.p1 PARTITION OF {s}.p FOR VALUES FROM (0) TO (40); "
+              f"INSERT INTO {s}.p SELECT g, g % 40, 'z' || g % 5, 'd' || g % 4 "
+              "FROM generate_series(1, 200) g")
+    with connect() as dba:
+        dba.execute(f"SELECT anon.set_column_role('{s}.p', 'id', 'identifier')")
+        name = dba.execute(f"SELECT anon.mondrian_view('{s}.p', k => 5, quasi_identifiers => "
+                           "'{age,zip}', sensitive => '{dx}', release_schema => %s)",
+                           (release_schema,)).fetchone()[0]
+    a.execute(f"CREATE TABLE {s}.p2 PARTITION OF {s}.p FOR VALUES FROM (40) TO (100) "
+              f"PARTITION BY RANGE (({s}.shift(age))); "
+              f"CREATE TABLE {s}.p21 PARTITION OF {s}.p2 FOR VALUES FROM (40) TO (100)")
+    with connect() as dba:
+        seen = notices(dba)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="the partition key of"):
+            dba.execute("SELECT anon.refresh(%s)", (name,))
+        assert dba.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 200
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            dba.execute(f"SELECT * FROM anon.risk_report('{s}.p', quasi_identifiers => '{{age,zip}}')")
+    assert_not_run(db, role, seen)
+
+
+@pytest.mark.parametrize("call", [
+    "SELECT count(*) FROM anon.detect_identifiers('{s}.t')",
+    "SELECT count(*) FROM anon.risk_report('{s}.t', quasi_identifiers => '{{age,zip}}')",
+    "SELECT anon.mondrian_view('{s}.t', k => 5, release_schema => '{r}')",
+])
+def test_code_planted_while_the_call_waits_for_the_table_is_refused(db, connect, owner, release_schema,
+                                                                    call):
+    """The second review's race: the owner creates the index in a transaction that also holds
+    the table ACCESS EXCLUSIVE; the DBA's call checks the catalog (the index is not committed
+    yet), waits for the table, and plans it once the owner commits. The call must lock the table
+    first and check after the lock is granted."""
+    role, s, a = owner
+    db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    a.autocommit = False
+    a.execute(PLANTED["partial index"].format(s=s))
+    a.execute(f"LOCK TABLE {s}.t IN ACCESS EXCLUSIVE MODE")
+    outcome = {}
+
+    def dba_call():
+        with connect() as dba:
+            seen = notices(dba)
+            try:
+                dba.execute(call.format(s=s, r=release_schema)).fetchall()
+                outcome["result"] = "ran"
+            except psycopg.Error as exc:
+                outcome["result"] = exc
+            outcome["seen"] = seen
+
+    worker = threading.Thread(target=dba_call)
+    worker.start()
+    waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass"
+    for _ in range(100):                                  # the call is now waiting for the table
+        if db.execute(waiting, (f"{s}.t",)).fetchone()[0]:
+            break
+        time.sleep(0.05)
+    a.commit()
+    worker.join(60)
+    assert isinstance(outcome["result"], psycopg.errors.InsufficientPrivilege), outcome
+    assert_not_run(db, role, outcome["seen"])
