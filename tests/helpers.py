@@ -1,6 +1,9 @@
 """Independent checks over released rows, written in SQL so they share no code with the extension."""
 from __future__ import annotations
 
+import contextlib
+import uuid
+
 from psycopg import sql
 
 
@@ -52,3 +55,40 @@ def notices(conn) -> list[str]:
     seen: list[str] = []
     conn.add_notice_handler(lambda d: seen.append(d.message_primary))
     return seen
+
+
+@contextlib.contextmanager
+def role_owning_schema(db, name: str):
+    """A new plain login role (no grants) owning a new schema ``name``: the owner of a source table
+    in the adversarial tests. Yields (role, schema identifier); drops both afterwards."""
+    role = f"adv_{uuid.uuid4().hex[:8]}"
+    schema = sql.Identifier(name)
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    db.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(schema, sql.Identifier(role)))
+    try:
+        yield role, schema
+    finally:
+        db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(schema))
+        db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def assert_payload_not_run(db, role: str, seen: list[str]) -> None:
+    """No NOTICE of the owner's payload ('evil as ...') and the owner did not become superuser."""
+    evil = [m for m in seen if m.startswith("evil")]
+    superuser = db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+    assert not evil and not superuser, (evil, superuser)
+
+
+#: the owner's payload in the adversarial tests (format with s = quoted schema, owner = quoted
+#: role literal): a NOTICE naming who runs it and, run by a superuser, the owner made superuser
+PAYLOAD_FUNCTION = """
+CREATE FUNCTION {s}.payload() RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+  RAISE NOTICE 'evil as % super=%', current_user, current_setting('is_superuser');
+  IF current_setting('is_superuser') = 'on' THEN
+    EXECUTE pg_catalog.format('ALTER ROLE %I SUPERUSER', {owner});
+  END IF;
+  RETURN true;
+END $f$;
+"""

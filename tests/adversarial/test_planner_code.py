@@ -13,27 +13,19 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import notices
+from tests.helpers import PAYLOAD_FUNCTION, notices, role_owning_schema
+from tests.helpers import assert_payload_not_run as assert_not_run
 
-PAYLOAD = """
-CREATE FUNCTION {s}.act() RETURNS boolean LANGUAGE plpgsql AS $f$
-BEGIN
-  RAISE NOTICE 'evil as % super=%', current_user, current_setting('is_superuser');
-  IF current_setting('is_superuser') = 'on' THEN
-    EXECUTE pg_catalog.format('ALTER ROLE %I SUPERUSER', {owner});
-  END IF;
-  RETURN true;
-END $f$;
+PAYLOAD = PAYLOAD_FUNCTION + """
 CREATE FUNCTION {s}.boom() RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $f$
-BEGIN RETURN {s}.act(); END $f$;
+BEGIN RETURN {s}.payload(); END $f$;
 CREATE FUNCTION {s}.shift(int) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $f$
-BEGIN PERFORM {s}.act(); RETURN $1; END $f$;
+BEGIN PERFORM {s}.payload(); RETURN $1; END $f$;
 CREATE TABLE {s}.t (id int PRIMARY KEY, age int, zip text, dx text);
 INSERT INTO {s}.t SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 FROM generate_series(1, 300) g;
 """
@@ -52,23 +44,10 @@ PLANTED = {
 def owner(db, connect, schema):
     """A plain login role owning a schema with its table t (300 rows) and IMMUTABLE functions
     whose body runs the payload. Yields (role, quoted schema, a connection as the role)."""
-    role = f"adv_{uuid.uuid4().hex[:8]}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    own = sql.Identifier(f"{schema}_own")
-    db.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(own, sql.Identifier(role)))
-    with connect(user=role) as a:
+    with role_owning_schema(db, f"{schema}_own") as (role, own), connect(user=role) as a:
         s = own.as_string(a)
         a.execute(PAYLOAD.format(s=s, owner=sql.Literal(role).as_string(a)))
         yield role, s, a
-    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(own))
-    db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
-    db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
-def assert_not_run(db, role, seen):
-    evil = [m for m in seen if m.startswith("evil")]
-    superuser = db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
-    assert not evil and not superuser, (evil, superuser)
 
 
 def build(dba, s, release_schema, **extra):

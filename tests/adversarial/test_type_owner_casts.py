@@ -13,27 +13,19 @@ no cast the owner made is ever called. Each test FAILS while the hole is open.
 """
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from psycopg import sql
 
-from tests.helpers import notices
+from tests.helpers import PAYLOAD_FUNCTION, notices, role_owning_schema
+from tests.helpers import assert_payload_not_run as assert_not_run
 
 # Every cast function raises a NOTICE naming who runs it and, run by a superuser, makes its owner
 # one: either is a failure. It returns the value's label, so a release built through it would
 # still look plausible.
-CASTS = """
+CASTS = PAYLOAD_FUNCTION + """
 CREATE TYPE {s}.sexe AS ENUM ('F', 'M');
 CREATE TYPE {s}."int4" AS ENUM ('g1', 'g2', 'g3');
 CREATE TYPE {s}.note AS (j json);
-CREATE FUNCTION {s}.payload() RETURNS void LANGUAGE plpgsql AS $f$
-BEGIN
-  RAISE NOTICE 'evil as % super=%', current_user, current_setting('is_superuser');
-  IF current_setting('is_superuser') = 'on' THEN
-    EXECUTE pg_catalog.format('ALTER ROLE %I SUPERUSER', {owner});
-  END IF;
-END $f$;
 CREATE FUNCTION {s}.sexe_text({s}.sexe) RETURNS text LANGUAGE plpgsql AS $f$
 BEGIN PERFORM {s}.payload(); RETURN pg_catalog.format('%s', $1); END $f$;
 CREATE CAST ({s}.sexe AS text) WITH FUNCTION {s}.sexe_text({s}.sexe);
@@ -63,23 +55,11 @@ FROM generate_series(1, 240) g;
 def owner_schema(db, connect, schema):
     """A plain login role owning a schema, a table in it and the types of its columns, each type
     with casts whose function is the role's own. Yields (role, quoted schema)."""
-    role = f"adv_{uuid.uuid4().hex[:8]}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    s = sql.Identifier(f"{schema}_own")
-    db.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(s, sql.Identifier(role)))
-    with connect(user=role) as a:
-        quoted = s.as_string(a)
-        a.execute(CASTS.format(s=quoted, owner=sql.Literal(role).as_string(a)))
-    yield role, quoted
-    db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(s))
-    db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
-    db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
-def assert_not_run(db, role, seen):
-    evil = [m for m in seen if m.startswith("evil")]
-    superuser = db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
-    assert not evil and not superuser, (evil, superuser)
+    with role_owning_schema(db, f"{schema}_own") as (role, own):
+        with connect(user=role) as a:
+            quoted = own.as_string(a)
+            a.execute(CASTS.format(s=quoted, owner=sql.Literal(role).as_string(a)))
+        yield role, quoted
 
 
 def test_releases_and_refreshes_never_call_the_type_owners_casts(db, connect, owner_schema,
@@ -137,11 +117,7 @@ def test_a_cast_added_after_the_release_is_not_called_by_its_refresh(db, connect
                                                                      release_schema):
     """The stored release query and every refresh read values through the output function: a
     cast created later (the review's second scenario) is not picked up either."""
-    role = f"adv_{uuid.uuid4().hex[:8]}"
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    own = sql.Identifier(f"{schema}_late")
-    db.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(own, sql.Identifier(role)))
-    try:
+    with role_owning_schema(db, f"{schema}_late") as (role, own):
         with connect(user=role) as a:
             s = own.as_string(a)
             a.execute(f"CREATE TYPE {s}.sexe AS ENUM ('F', 'M'); "
@@ -156,12 +132,7 @@ def test_a_cast_added_after_the_release_is_not_called_by_its_refresh(db, connect
                                "quasi_identifiers => '{age,sex}', sensitive => '{dx}', "
                                "release_schema => %s)", (release_schema,)).fetchone()[0]
             with connect(user=role) as a:
-                a.execute(sql.SQL(
-                    "CREATE FUNCTION {s}.payload() RETURNS void LANGUAGE plpgsql AS $f$ BEGIN "
-                    "RAISE NOTICE 'evil as % super=%', current_user, current_setting('is_superuser'); "
-                    "IF current_setting('is_superuser') = 'on' THEN "
-                    "EXECUTE pg_catalog.format('ALTER ROLE %I SUPERUSER', {role}); END IF; END $f$"
-                ).format(s=own, role=sql.Literal(role)))
+                a.execute(PAYLOAD_FUNCTION.format(s=s, owner=sql.Literal(role).as_string(a)))
                 a.execute(f"CREATE FUNCTION {s}.sexe_text({s}.sexe) RETURNS text LANGUAGE plpgsql "
                           f"AS $f$ BEGIN PERFORM {s}.payload(); RETURN pg_catalog.format('%s', $1); "
                           f"END $f$; CREATE CAST ({s}.sexe AS text) WITH FUNCTION {s}.sexe_text({s}.sexe)")
@@ -169,7 +140,3 @@ def test_a_cast_added_after_the_release_is_not_called_by_its_refresh(db, connect
             dba.execute(f"REFRESH MATERIALIZED VIEW {name}")
             dba.execute("SELECT anon.refresh_all()")
         assert_not_run(db, role, seen)
-    finally:
-        db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(own))
-        db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
