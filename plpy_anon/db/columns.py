@@ -224,9 +224,30 @@ def guard_source(plpy, oid: int) -> None:
         WHERE c.oid = $1 AND c.relkind IN ('r', 'p')""", ["oid"], [oid])
     if not row:
         return                   # gone or not a table: the build reports it in its own words
+    name = row[0]["name"]
     if row[0]["may_lock"]:
-        plpy.execute(f"LOCK TABLE {row[0]['name']} IN SHARE UPDATE EXCLUSIVE MODE")
-    check_planner_code(plpy, oid, row[0]["name"])
+        plpy.execute(f"LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")
+        # LOCK takes a name, and while it waited the owner may have renamed the table and given
+        # its name to another one, or turned it into a view (a fourth review did both): the
+        # lock holds only if the name still means this table, and it is still a table. Locked,
+        # neither can change any more until the transaction ends.
+        after = run(plpy, """
+            SELECT c.relkind::text AS relkind,
+                   pg_catalog.to_regclass($2)::pg_catalog.oid = c.oid AS same
+            FROM pg_catalog.pg_class c WHERE c.oid = $1""", ["oid", "text"], [oid, name])
+        if not after or after[0]["relkind"] not in ("r", "p") or not after[0]["same"]:
+            raise SourceChanged(
+                f"table {name} was renamed, replaced or turned into a view while this call "
+                "waited for it; nothing was read",
+                hint="Check what the table is now, then run the call again.")
+    check_planner_code(plpy, oid, name)
+
+
+class SourceChanged(AnonError):
+    """A source that changed identity while a call waited for its lock
+    (object_not_in_prerequisite_state)."""
+
+    sqlstate = "55000"
 
 
 class UnsafeSource(AnonError):

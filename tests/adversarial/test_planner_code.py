@@ -158,22 +158,22 @@ def test_a_partition_key_calling_the_owners_code_is_refused_even_when_added_late
     assert_not_run(db, role, seen)
 
 
-@pytest.mark.parametrize("call", [
+RACED_CALLS = [
     "SELECT count(*) FROM anon.detect_identifiers('{s}.t')",
     "SELECT count(*) FROM anon.risk_report('{s}.t', quasi_identifiers => '{{age,zip}}')",
     "SELECT anon.mondrian_view('{s}.t', k => 5, release_schema => '{r}')",
-])
-def test_code_planted_while_the_call_waits_for_the_table_is_refused(db, connect, owner, release_schema,
-                                                                    call):
-    """The second review's race: the owner creates the index in a transaction that also holds
-    the table ACCESS EXCLUSIVE; the DBA's call checks the catalog (the index is not committed
-    yet), waits for the table, and plans it once the owner commits. The call must lock the table
-    first and check after the lock is granted."""
-    role, s, a = owner
+]
+
+
+def race(db, connect, owner, release_schema, call, planted):
+    """The owner runs ``planted`` in a transaction that also holds the table ACCESS EXCLUSIVE;
+    the DBA's ``call`` starts, waits for the table, and goes on once the owner commits. Returns
+    the call's result ("ran" or the error) and the NOTICEs it saw."""
+    _role, s, a = owner
     db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
     a.autocommit = False
-    a.execute(PLANTED["partial index"].format(s=s))
     a.execute(f"LOCK TABLE {s}.t IN ACCESS EXCLUSIVE MODE")
+    a.execute(planted.format(s=s))
     outcome = {}
 
     def dba_call():
@@ -188,12 +188,52 @@ def test_code_planted_while_the_call_waits_for_the_table_is_refused(db, connect,
 
     worker = threading.Thread(target=dba_call)
     worker.start()
-    waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass"
+    waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation'"
     for _ in range(100):                                  # the call is now waiting for the table
-        if db.execute(waiting, (f"{s}.t",)).fetchone()[0]:
+        if db.execute(waiting).fetchone()[0]:
             break
         time.sleep(0.05)
     a.commit()
     worker.join(60)
-    assert isinstance(outcome["result"], psycopg.errors.InsufficientPrivilege), outcome
-    assert_not_run(db, role, outcome["seen"])
+    return outcome["result"], outcome["seen"]
+
+
+@pytest.mark.parametrize("call", RACED_CALLS)
+def test_code_planted_while_the_call_waits_for_the_table_is_refused(db, connect, owner, release_schema,
+                                                                    call):
+    """The third review's race: the owner creates the index in a transaction that also holds the
+    table; the call's catalog check does not see it yet, waits for the table, and would plan it
+    once the owner commits. The call must lock first and check once the lock is granted."""
+    result, seen = race(db, connect, owner, release_schema, call, PLANTED["partial index"])
+    assert isinstance(result, psycopg.errors.InsufficientPrivilege), result
+    assert_not_run(db, owner[0], seen)
+
+
+SWAPS = {
+    # the name now means another table, which carries the owner's index
+    "renamed and replaced": ("ALTER TABLE {s}.t RENAME TO t_old; "
+                             "CREATE TABLE {s}.t (LIKE {s}.t_old INCLUDING ALL); "
+                             "INSERT INTO {s}.t SELECT * FROM {s}.t_old; "
+                             "CREATE INDEX ON {s}.t (age) WHERE {s}.boom()"),
+    # the same oid, now a view whose query runs the owner's code
+    "turned into a view": ("TRUNCATE {s}.t; "
+                           "CREATE RULE \"_RETURN\" AS ON SELECT TO {s}.t DO INSTEAD "
+                           "SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip, 'd' || g % 4 AS dx "
+                           "FROM generate_series(1, 300) g WHERE {s}.payload()"),
+}
+
+
+@pytest.mark.parametrize("swap", list(SWAPS))
+@pytest.mark.parametrize("call", RACED_CALLS)
+def test_a_table_swapped_while_the_call_waits_is_refused(db, connect, owner, release_schema, call, swap):
+    """The fourth review: LOCK TABLE takes a name, and while the call waited the owner gave the
+    name to another table, or turned the table into a view. The call must see that once locked
+    (55000), and run nothing of the owner's."""
+    role, s, a = owner
+    if swap == "turned into a view":          # a table with indexes cannot become a view
+        a.execute(f"ALTER TABLE {s}.t DROP CONSTRAINT t_pkey")
+        a.execute(f"VACUUM {s}.t")             # clears relhasindex, which CREATE RULE refuses
+    result, seen = race(db, connect, owner, release_schema, call, SWAPS[swap])
+    assert isinstance(result, psycopg.errors.ObjectNotInPrerequisiteState), result
+    assert "while this call waited for it" in result.diag.message_primary
+    assert_not_run(db, role, seen)
