@@ -120,7 +120,8 @@ def table(plpy, source: str, *, guard: bool = True) -> Table:
             "releases are made from tables (ordinary, partitioned or inheritance parents)",
             hint="Copy the data into a table first: CREATE TABLE t AS SELECT ...")
     if guard:
-        guard_source(plpy, int(row["oid"]))
+        # the name this Table will be read by is the one locked and verified
+        guard_source(plpy, int(row["oid"]), row["quoted_name"])
     else:
         check_planner_code(plpy, int(row["oid"]), row["quoted_name"])
     return Table(int(row["oid"]), row["schema"], row["name"], row["quoted_name"])
@@ -193,10 +194,31 @@ ORDER BY 1, 2
 """
 
 
+FOREIGN_MEMBERS = """
+WITH RECURSIVE tree(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+SELECT c.oid::pg_catalog.regclass::text AS name
+FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
+WHERE c.relkind = 'f'
+ORDER BY 1
+"""
+
+
 def check_planner_code(plpy, oid: int, label: str) -> None:
     """Refuse table ``oid`` (with its children and partitions) if planning a query on it would run
-    a function not owned by a superuser (see PLANNER_CODE). Catalog reads only: callable from any
+    a function not owned by a superuser (see PLANNER_CODE), or if it has foreign partitions or
+    children (a fifth review: a postgres_fdw partition whose user mapping logs in as the DBA when
+    the DBA is a superuser ran the owner's remote view as postgres). Catalog reads only: callable from any
     function; :func:`guard_source` adds the lock that keeps it true until the transaction ends."""
+    foreign = run(plpy, FOREIGN_MEMBERS, ["oid"], [oid])
+    if foreign:
+        raise UnsafeSource(
+            f"table {label} has foreign partitions or children ({', '.join(r['name'] for r in foreign[:5])}): "
+            "reading them runs a query on another server, as the user mapping says, on behalf of "
+            "whoever builds or refreshes a release of it",
+            hint="Release a local copy of the data (CREATE TABLE ... AS SELECT), or detach the "
+                 "foreign tables.")
     found = run(plpy, PLANNER_CODE, ["oid"], [oid])
     if found:
         listing = "; ".join(f"{r['what']} calls {r['function']} (owned by {r['owner']})"
@@ -209,13 +231,16 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
                  "of the table (CREATE TABLE ... AS SELECT, made by its owner) instead.")
 
 
-def guard_source(plpy, oid: int) -> None:
+def guard_source(plpy, oid: int, name: str | None = None) -> None:
     """Before a release's build or refresh plans anything on its source: lock the table tree
     against new indexes, constraints and statistics (SHARE UPDATE EXCLUSIVE: reads and writes go
     on; concurrent builds of the same source, VACUUM and CREATE INDEX wait), then
     :func:`check_planner_code`. Without the lock an index created during a build would be
     planned, and run, by the build's later queries. A caller who may not take that lock (it needs
-    UPDATE, DELETE or TRUNCATE on the table) is checked without it."""
+    UPDATE, DELETE or TRUNCATE on the table) is checked without it. ``name``: the name the caller
+    will read the table by, read before this call (default: the oid's name now); it is the name
+    locked, and refused unless it still means ``oid`` (a fifth review swapped two tables' names
+    between the caller's read and this one: the guard checked one, the reads went to the other)."""
     row = run(plpy, """
         SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
                pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
@@ -224,7 +249,7 @@ def guard_source(plpy, oid: int) -> None:
         WHERE c.oid = $1 AND c.relkind IN ('r', 'p')""", ["oid"], [oid])
     if not row:
         return                   # gone or not a table: the build reports it in its own words
-    name = row[0]["name"]
+    name = name or row[0]["name"]
     if row[0]["may_lock"]:
         plpy.execute(f"LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")
         # LOCK takes a name, and while it waited the owner may have renamed the table and given
@@ -240,6 +265,10 @@ def guard_source(plpy, oid: int) -> None:
                 f"table {name} was renamed, replaced or turned into a view while this call "
                 "waited for it; nothing was read",
                 hint="Check what the table is now, then run the call again.")
+    elif run(plpy, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid AS o", ["text"],
+             [name])[0]["o"] != oid:
+        raise SourceChanged(f"table {name} was renamed or replaced during this call; nothing was read",
+                            hint="Check what the table is now, then run the call again.")
     check_planner_code(plpy, oid, name)
 
 

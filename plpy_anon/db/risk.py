@@ -143,7 +143,7 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
         oid = int(rel["oid"])
     if rel["relkind"] in ("r", "p"):
         # the report's queries plan the table: refuse one whose planning runs its owner's code
-        columns.guard_source(plpy, int(rel["oid"]))
+        columns.guard_source(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]))
     cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
     for name in target.qis + target.sensitive:
         if name not in cols:

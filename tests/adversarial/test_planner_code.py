@@ -237,3 +237,83 @@ def test_a_table_swapped_while_the_call_waits_is_refused(db, connect, owner, rel
     assert isinstance(result, psycopg.errors.ObjectNotInPrerequisiteState), result
     assert "while this call waited for it" in result.diag.message_primary
     assert_not_run(db, role, seen)
+
+
+def test_the_guard_verifies_the_name_its_caller_will_read(db, owner):
+    """The fifth review swapped two tables' names between the caller's read of the source's name
+    and the guard's own: the guard locked and checked one table, the reads went to the other.
+    The guard now locks the caller's name and refuses it unless it still means the oid checked."""
+    _role, s, a = owner
+    a.execute(f"CREATE TABLE {s}.trap (LIKE {s}.t)")
+    seen = []
+    db.add_notice_handler(lambda d: seen.append(d.message_primary))
+    db.execute(f"""DO $$
+from plpy_anon.db import columns
+table, trap = '''{s}.t''', '''{s}.trap'''
+oid = plpy.execute("SELECT to_regclass(%s)::oid AS o" % plpy.quote_literal(table))[0]["o"]
+try:
+    columns.guard_source(plpy, oid, trap)
+    plpy.notice("accepted")
+except columns.SourceChanged as exc:
+    plpy.notice("refused: " + str(exc))
+columns.guard_source(plpy, oid, table)
+plpy.notice("its own name: accepted")
+$$ LANGUAGE plpython3u""")
+    assert seen[0].startswith("refused: table ") and "renamed" in seen[0], seen
+    assert seen[1] == "its own name: accepted", seen
+
+
+def test_foreign_partitions_are_refused(db, connect, owner, release_schema):
+    """A foreign partition is read on another server with its user mapping's rights (the fifth
+    review: postgres_fdw logs in as the DBA when the DBA is a superuser, and the owner's remote
+    view ran as postgres). plpy_anon refuses such trees; file_fdw stands in for any wrapper."""
+    if not db.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'file_fdw'").fetchone():
+        pytest.skip("file_fdw is not installed")
+    _role, s, a = owner
+    a.execute(f"CREATE TABLE {s}.p (id int, age int, zip text, dx text) PARTITION BY RANGE (age); "
+              f"CREATE TABLE {s}.p1 PARTITION OF {s}.p FOR VALUES FROM (0) TO (40); "
+              f"INSERT INTO {s}.p SELECT g, g % 40, 'z' || g % 5, 'd' || g % 4 "
+              "FROM generate_series(1, 200) g")
+    db.execute("CREATE EXTENSION IF NOT EXISTS file_fdw")
+    server = f"{s.strip(chr(34))}_files"
+    db.execute(f'CREATE SERVER "{server}" FOREIGN DATA WRAPPER file_fdw')
+    try:
+        db.execute(f'CREATE FOREIGN TABLE {s}.pf PARTITION OF {s}.p FOR VALUES FROM (40) TO (100) '
+                   f'SERVER "{server}" OPTIONS (filename \'/dev/null\')')
+        with connect() as dba:
+            for call in (f"SELECT count(*) FROM anon.detect_identifiers('{s}.p')",
+                         f"SELECT anon.set_column_role('{s}.p', 'id', 'identifier')",
+                         f"SELECT count(*) FROM anon.risk_report('{s}.p', quasi_identifiers => '{{age,zip}}')"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege, match="foreign partitions"):
+                    dba.execute(call)
+    finally:
+        db.execute(f"DROP FOREIGN TABLE IF EXISTS {s}.pf")
+        db.execute(f'DROP SERVER "{server}"')
+
+
+def test_a_source_renamed_between_its_lookup_and_its_guard_is_refused(db, owner):
+    """The fifth review's swap, replayed inside one call: ``columns.table`` reads the source's
+    name, then (here, through a wrapper of the guard) the owner's two tables trade names, then
+    the guard runs. The Table's later reads would go by the name read first, so that name must
+    be the one locked and verified."""
+    _role, s, a = owner
+    a.execute(f"CREATE TABLE {s}.trap (LIKE {s}.t)")
+    seen = []
+    db.add_notice_handler(lambda d: seen.append(d.message_primary))
+    db.execute(f"""DO $$
+from plpy_anon.db import columns
+guard = columns.guard_source
+def swapped_first(plpy, oid, name=None):
+    plpy.execute('''ALTER TABLE {s}.t RENAME TO t_clean''')
+    plpy.execute('''ALTER TABLE {s}.trap RENAME TO t''')
+    return guard(plpy, oid, name)
+columns.guard_source = swapped_first
+try:
+    tbl = columns.table(plpy, '''{s}.t''')
+    plpy.notice("accepted " + tbl.label)
+except columns.SourceChanged as exc:
+    plpy.notice("refused: " + str(exc))
+finally:
+    columns.guard_source = guard
+$$ LANGUAGE plpython3u""")
+    assert seen and seen[-1].startswith("refused: table "), seen
