@@ -252,6 +252,15 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     name = name or row[0]["name"]
     if row[0]["may_lock"]:
         plpy.execute(f"LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")
+        # every later query finds the table by its schema's NAME, and ALTER SCHEMA ... RENAME
+        # takes no lock on the tables inside: a sixth review swapped two schemas mid-call. A
+        # superuser (the caller who matters) also share-locks the schema's catalog row, which a
+        # rename must update: it waits until this transaction ends
+        run(plpy, """
+            SELECT 1 FROM pg_catalog.pg_namespace n
+            WHERE n.oid = (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = $1)
+              AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+            FOR SHARE OF n""", ["oid"], [oid])
         # LOCK takes a name, and while it waited the owner may have renamed the table and given
         # its name to another one, or turned it into a view (a fourth review did both): the
         # lock holds only if the name still means this table, and it is still a table. Locked,

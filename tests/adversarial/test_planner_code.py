@@ -317,3 +317,21 @@ finally:
     columns.guard_source = guard
 $$ LANGUAGE plpython3u""")
     assert seen and seen[-1].startswith("refused: table "), seen
+
+
+def test_the_sources_schema_cannot_be_renamed_while_a_build_runs(db, connect, owner, release_schema):
+    """The sixth review: later queries find the source by its schema's name, and ALTER SCHEMA
+    RENAME takes no lock on the tables inside, so an owner with CREATE on the database swapped
+    two schemas mid-call. The guard share-locks the schema's catalog row: renames wait."""
+    role, s, a = owner
+    db.execute(sql.SQL("GRANT CREATE ON DATABASE anon_test TO {}").format(sql.Identifier(role)))
+    with connect() as dba:
+        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+        dba.autocommit = False
+        build(dba, s, release_schema)                         # transaction still open
+        a.execute("SET lock_timeout = '300ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            a.execute(f"ALTER SCHEMA {s} RENAME TO {s.strip(chr(34))[:40]}_x")
+        dba.commit()
+    a.execute(f"ALTER SCHEMA {s} RENAME TO {s.strip(chr(34))[:40]}_x")   # free again
+    a.execute(f"ALTER SCHEMA {s.strip(chr(34))[:40]}_x RENAME TO {s}")
