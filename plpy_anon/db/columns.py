@@ -152,11 +152,11 @@ ORDER BY a.attnum
 # Code the PLANNER runs on a table, with the rights of whoever plans a query on it: the expressions
 # and predicates of its indexes, its partition key, the CHECK constraints of inheritance children
 # (constraint exclusion) and the expressions of extended statistics are constant-folded when first
-# loaded, so
-# an IMMUTABLE function of the owner's, with constant arguments, runs as the DBA building or
-# refreshing a release, before any line of ours (an independent review made a table's owner
+# loaded, so an IMMUTABLE function of the owner's, with constant arguments, runs as the DBA building
+# or refreshing a release, before any line of ours (an independent review made a table's owner
 # superuser this way: CREATE INDEX ON t (age) WHERE owner_function()). Functions (and operators'
-# functions) owned by a superuser are the server's own; any other owner's is refused.
+# functions) owned by a superuser are the server's own; any other owner's is refused. Foreign
+# members are listed too (function NULL): reading them runs a query on another server.
 PLANNER_CODE = """
 WITH RECURSIVE tree(oid) AS (
     SELECT $1::pg_catalog.oid
@@ -190,18 +190,11 @@ JOIN pg_catalog.pg_proc p
                   ELSE o.oprcode::pg_catalog.oid END
 JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
 WHERE NOT r.rolsuper
-ORDER BY 1, 2
-"""
-
-
-FOREIGN_MEMBERS = """
-WITH RECURSIVE tree(oid) AS (
-    SELECT $1::pg_catalog.oid
-    UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
-SELECT c.oid::pg_catalog.regclass::text AS name
+UNION
+SELECT c.oid::pg_catalog.regclass::text, NULL, NULL
 FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
 WHERE c.relkind = 'f'
-ORDER BY 1
+ORDER BY 1, 2
 """
 
 
@@ -209,17 +202,19 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
     """Refuse table ``oid`` (with its children and partitions) if planning a query on it would run
     a function not owned by a superuser (see PLANNER_CODE), or if it has foreign partitions or
     children (a fifth review: a postgres_fdw partition whose user mapping logs in as the DBA when
-    the DBA is a superuser ran the owner's remote view as postgres). Catalog reads only: callable from any
-    function; :func:`guard_source` adds the lock that keeps it true until the transaction ends."""
-    foreign = run(plpy, FOREIGN_MEMBERS, ["oid"], [oid])
+    the DBA is a superuser ran the owner's remote view as postgres). Catalog reads only: callable
+    from any function; :func:`guard_source` adds the lock that keeps it true until the transaction
+    ends."""
+    rows = run(plpy, PLANNER_CODE, ["oid"], [oid])
+    foreign = [r["what"] for r in rows if r["function"] is None]
     if foreign:
         raise UnsafeSource(
-            f"table {label} has foreign partitions or children ({', '.join(r['name'] for r in foreign[:5])}): "
+            f"table {label} has foreign partitions or children ({', '.join(foreign[:5])}): "
             "reading them runs a query on another server, as the user mapping says, on behalf of "
             "whoever builds or refreshes a release of it",
             hint="Release a local copy of the data (CREATE TABLE ... AS SELECT), or detach the "
                  "foreign tables.")
-    found = run(plpy, PLANNER_CODE, ["oid"], [oid])
+    found = [r for r in rows if r["function"] is not None]
     if found:
         listing = "; ".join(f"{r['what']} calls {r['function']} (owned by {r['owner']})"
                             for r in found[:5])
@@ -261,23 +256,18 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
             WHERE n.oid = (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = $1)
               AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
             FOR SHARE OF n""", ["oid"], [oid])
-        # LOCK takes a name, and while it waited the owner may have renamed the table and given
-        # its name to another one, or turned it into a view (a fourth review did both): the
-        # lock holds only if the name still means this table, and it is still a table. Locked,
-        # neither can change any more until the transaction ends.
-        after = run(plpy, """
-            SELECT c.relkind::text AS relkind,
-                   pg_catalog.to_regclass($2)::pg_catalog.oid = c.oid AS same
-            FROM pg_catalog.pg_class c WHERE c.oid = $1""", ["oid", "text"], [oid, name])
-        if not after or after[0]["relkind"] not in ("r", "p") or not after[0]["same"]:
-            raise SourceChanged(
-                f"table {name} was renamed, replaced or turned into a view while this call "
-                "waited for it; nothing was read",
-                hint="Check what the table is now, then run the call again.")
-    elif run(plpy, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid AS o", ["text"],
-             [name])[0]["o"] != oid:
-        raise SourceChanged(f"table {name} was renamed or replaced during this call; nothing was read",
-                            hint="Check what the table is now, then run the call again.")
+    # LOCK takes a name, and while it waited (or, unlocked, since the caller read it) the owner
+    # may have renamed the table and given its name to another one, or turned it into a view (a
+    # fourth and a fifth review did): go on only if the name still means this table, and it is
+    # still a table. Locked, neither can change any more until the transaction ends.
+    after = run(plpy, """
+        SELECT c.relkind::text AS relkind, pg_catalog.to_regclass($2)::pg_catalog.oid = c.oid AS same
+        FROM pg_catalog.pg_class c WHERE c.oid = $1""", ["oid", "text"], [oid, name])
+    if not after or after[0]["relkind"] not in ("r", "p") or not after[0]["same"]:
+        when = "while this call waited for it" if row[0]["may_lock"] else "during this call"
+        raise SourceChanged(
+            f"table {name} was renamed, replaced or turned into a view {when}; nothing was read",
+            hint="Check what the table is now, then run the call again.")
     check_planner_code(plpy, oid, name)
 
 

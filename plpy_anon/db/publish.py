@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from plpy_anon.core.errors import DuplicateObject, InvalidParameter
 from plpy_anon.db import class_counts, grants, risk, verify
-from plpy_anon.db.columns import Table, guard_source
+from plpy_anon.db.columns import Table
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
     by_id,
@@ -85,7 +85,6 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
         ["text", "text", "oid", "text", "jsonb", "oid"],
         [release_schema, release_name, source.oid, method.name, json.dumps(parameters), schema_oid])[0]
     release_id = row["release_id"]
-    guard_source(plpy, source.oid)       # before anything plans a query on the source
     build(release_id, ident(plpy, release_schema, release_name))
     row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
     grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
