@@ -135,11 +135,11 @@ class AnonClient:
     # ------------------------------------------------------------------ the extension
     def extension_version(self) -> str | None:
         """The installed version of the extension in this database, or None."""
-        row = self._execute("SELECT extversion FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()
+        row = self._execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'plpy_anon'").fetchone()
         return row[0] if row else None
 
     def available_versions(self) -> list[str]:
-        rows = self._execute("SELECT version FROM pg_available_extension_versions "
+        rows = self._execute("SELECT version FROM pg_catalog.pg_available_extension_versions "
                              "WHERE name = 'plpy_anon' ORDER BY version").fetchall()
         return [r[0] for r in rows]
 
@@ -271,10 +271,10 @@ class AnonClient:
     def release_name(self, name: str) -> str:
         """The quoted qualified name of a release given as ``name`` or ``schema.name``."""
         rows = self._execute("""
-            SELECT format('%%I.%%I', r.release_schema, r.release_name)
-            FROM anon.releases r, parse_ident(%s) p
-            WHERE (cardinality(p) = 2 AND r.release_schema = p[1] AND r.release_name = p[2])
-               OR (cardinality(p) = 1 AND r.release_name = p[1])""", (name,)).fetchall()
+            SELECT pg_catalog.format('%%I.%%I', r.release_schema, r.release_name)
+            FROM anon.releases r, pg_catalog.parse_ident(%s) p
+            WHERE (pg_catalog.cardinality(p) = 2 AND r.release_schema = p[1] AND r.release_name = p[2])
+               OR (pg_catalog.cardinality(p) = 1 AND r.release_name = p[1])""", (name,)).fetchall()
         if not rows:
             raise errors.UndefinedObject(f'release "{name}" does not exist',
                                          hint="plpy-anon release-status lists them.")
@@ -359,12 +359,12 @@ class AnonClient:
             select = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
                 sql.SQL(", ").join(sql.Identifier(c) for c in columns), sql.SQL(meta["relation"]),
                 sql.SQL(", ").join(sql.Literal(i) for i in range(1, len(columns) + 1)))
-            rows = self.connection.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            rows = self.connection.execute(sql.SQL("SELECT pg_catalog.count(*) FROM {}").format(
                 sql.SQL(meta["relation"]))).fetchone()[0]
             if format == "csv":
                 self._copy_out(sql.SQL("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)").format(select), path, b"")
             elif format == "sql":
-                name = self.connection.execute("SELECT (parse_ident(%s))[2]", (meta["relation"],)).fetchone()[0]
+                name = self.connection.execute("SELECT (pg_catalog.parse_ident(%s))[2]", (meta["relation"],)).fetchone()[0]
                 self._copy_out(sql.SQL("COPY ({}) TO STDOUT").format(select), path,
                                self._sql_header(meta, name), b"\\.\nCOMMIT;\n")
             else:
@@ -414,7 +414,7 @@ class AnonClient:
                           risk_threshold=risk_threshold, recursive_c=recursive_c)
 
     def _has_function(self, name: str) -> bool:
-        return self._execute("SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON "
+        return self._execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON "
                              "n.oid = p.pronamespace WHERE n.nspname = 'anon' AND p.proname = %s)",
                              (name,)).fetchone()[0]
 

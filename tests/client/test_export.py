@@ -91,3 +91,27 @@ def test_export_refusals(anon, release, tmp_path):
     with pytest.raises(errors.InvalidParameter, match="unknown export format"):
         anon.export(release, tmp_path / "x.xlsx", format="xlsx")
     assert not os.listdir(tmp_path)
+
+
+def test_the_client_calls_no_function_of_a_schema_on_the_administrators_search_path(db, anon, release, tmp_path):
+    # CVE-2018-1058's pattern: a role that can create functions in a schema on the
+    # administrator's search_path adds overloads that match the client's calls better than the
+    # built-ins (exact types instead of VARIADIC "any" or a defaulted argument). The client
+    # qualifies what it calls with pg_catalog, so none of them runs.
+    db.execute("""
+        CREATE FUNCTION format(text, name, name) RETURNS text LANGUAGE plpgsql AS
+            $$BEGIN RAISE EXCEPTION 'planted format ran'; END$$;
+        CREATE FUNCTION parse_ident(text) RETURNS text[] LANGUAGE plpgsql AS
+            $$BEGIN RAISE EXCEPTION 'planted parse_ident ran'; END$$;
+        CREATE FUNCTION cardinality(text[]) RETURNS int LANGUAGE plpgsql AS
+            $$BEGIN RAISE EXCEPTION 'planted cardinality ran'; END$$;""")
+    try:
+        # the planted functions would run: an unqualified call picks them
+        with pytest.raises(Exception, match="planted format ran"):
+            db.execute("SELECT format('%I.%I', 'a'::name, 'b'::name)")
+        assert anon.release_name(release.split(".")[1]) == release
+        meta = anon.export(release, tmp_path / "pat.sql", format="sql")
+        assert meta["exported_rows"] == 200
+        assert anon.extension_version() and anon.available_versions()
+    finally:    # the fixture's own cleanup calls format()
+        db.execute("DROP FUNCTION format(text, name, name), parse_ident(text), cardinality(text[])")
