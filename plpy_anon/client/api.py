@@ -286,7 +286,7 @@ class AnonClient:
     def release(self, name: str) -> dict:
         """The catalog row of a release (anon.releases)."""
         qualified = self.release_name(name)
-        rows = self._execute("SELECT * FROM anon.releases WHERE format('%%I.%%I', release_schema, "
+        rows = self._execute("SELECT * FROM anon.releases WHERE pg_catalog.format('%%I.%%I', release_schema, "
                              "release_name) = %s", (qualified,))
         return dict(zip([d.name for d in rows.description], rows.fetchone()))
 

@@ -9,6 +9,7 @@ rather than another method; see mondrian.py's docstring for the query's shape an
 from __future__ import annotations
 
 import re
+import secrets
 
 import numpy as np
 
@@ -185,12 +186,18 @@ def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:
             f"ELSE pg_catalog.range_merge(x.q{i}::{range_type}, {exact}) END")
 
 
-def release_order(labels: np.ndarray, n_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def release_order(labels: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """The release's row order: grouped by class, classes in random order and rows in random
     order inside a class, so the release keeps no trace of the source's physical row order
     (insertion order can identify a row). Returns (labels renumbered so that class ``c`` is the
-    ``c``-th in the release (int32), row indices in release order)."""
-    rng = np.random.default_rng([seed, labels.size])
+    ``c``-th in the release (int32), row indices in release order).
+
+    The generator is seeded with 128 fresh bits from the operating system's CSPRNG at every
+    call, kept nowhere. A seed anyone can know makes the shuffle a function an analyst can
+    replay: seeded with the release id (printed in the release's own view definition) and the
+    row count, a review sorted each class's members by their replayed tie-breakers and read off
+    every person's sensitive value (tests/adversarial/test_release_order.py)."""
+    rng = np.random.default_rng(secrets.randbits(128))
     class_rank = rng.permutation(max(int(n_classes), 1)).astype(np.int32)
     ranked = class_rank[labels]
     # one int64 sort key: class rank in the high bits, a random tie-breaker in the low 24
@@ -200,10 +207,10 @@ def release_order(labels: np.ndarray, n_classes: int, seed: int) -> tuple[np.nda
     return ranked, order
 
 
-def release_positions(labels: np.ndarray, seed: int) -> np.ndarray:
+def release_positions(labels: np.ndarray) -> np.ndarray:
     """Each row's position in the release (see release_order), for methods that hand SQL a class
     id and a position per row."""
-    _, order = release_order(labels, int(labels.max()) + 1, seed)
+    _, order = release_order(labels, int(labels.max()) + 1)
     positions = np.empty(labels.size, dtype=np.int64)
     positions[order] = np.arange(labels.size)
     return positions

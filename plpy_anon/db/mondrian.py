@@ -266,7 +266,7 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     and the run's statistics for the catalog (``stash_run``'s keywords)."""
     # classes renumbered in release order and rows listed in it (release_order): SQL gets the
     # ctids in that order and each class's size, not a class id and a position per row
-    labels, order = release_order(labels, n_classes, seed=ctx.release_id)
+    labels, order = release_order(labels, n_classes)
     index = ClassIndex(order, np.concatenate([[0], np.cumsum(np.bincount(labels,
                                                                          minlength=n_classes))]))
     # numeric QIs: bounds come from SQL (generalized_release_query); categorical ones from here

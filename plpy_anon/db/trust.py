@@ -460,7 +460,7 @@ def publish_partition(ctx: method.Run, source: TrustRead, model) -> tuple[dict, 
              "metrics": metrics, "source_rows": data.n_rows,
              "suppressed": int((~model.kept_).sum())}
     # suppressed rows (class -1) are shuffled as one more class; the release filters them out
-    positions = release_positions(class_ids + 1, seed=ctx.release_id)
+    positions = release_positions(class_ids + 1)
     return ({"row_ctids": data.row_ctids, "class_ids": int_array_literal(class_ids),
              "row_positions": int_array_literal(positions), "classes": json.dumps(classes),
              "row_tableoids": data.row_tableoids}, stats)

@@ -110,6 +110,7 @@ def test_the_client_calls_no_function_of_a_schema_on_the_administrators_search_p
         with pytest.raises(Exception, match="planted format ran"):
             db.execute("SELECT format('%I.%I', 'a'::name, 'b'::name)")
         assert anon.release_name(release.split(".")[1]) == release
+        assert anon.release(release)["method"] == "mondrian"
         meta = anon.export(release, tmp_path / "pat.sql", format="sql")
         assert meta["exported_rows"] == 200
         assert anon.extension_version() and anon.available_versions()
