@@ -271,6 +271,93 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     check_planner_code(plpy, oid, name)
 
 
+#: what a view reads (through the views it reads, recursively): the relations that are not views,
+#: and the functions (or operators' functions) its rules call that no superuser owns
+VIEW_READS = """
+WITH RECURSIVE views(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION
+    SELECT d.refobjid FROM views
+    JOIN pg_catalog.pg_rewrite w ON w.ev_class = views.oid
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+         AND d.objid = w.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+         AND d.refobjid <> views.oid
+    JOIN pg_catalog.pg_class c ON c.oid = d.refobjid AND c.relkind = 'v'),
+rule_refs AS (
+    SELECT views.oid AS view, d.refclassid, d.refobjid
+    FROM views JOIN pg_catalog.pg_rewrite w ON w.ev_class = views.oid
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+         AND d.objid = w.oid)
+SELECT DISTINCT c.oid::int8 AS oid, c.relkind::text AS relkind,
+       pg_catalog.format('%I.%I', n.nspname, c.relname) AS name, NULL::text AS function,
+       NULL::text AS owner
+FROM rule_refs x JOIN pg_catalog.pg_class c ON c.oid = x.refobjid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE x.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass AND x.refobjid <> x.view
+  AND c.relkind <> 'v'
+UNION
+SELECT NULL, NULL, pg_catalog.format('view %s', x.view::pg_catalog.regclass),
+       p.oid::pg_catalog.regprocedure::text, pg_catalog.pg_get_userbyid(p.proowner)::text
+FROM rule_refs x
+LEFT JOIN pg_catalog.pg_operator o
+       ON x.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = x.refobjid
+JOIN pg_catalog.pg_proc p
+  ON p.oid = CASE WHEN x.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass THEN x.refobjid
+                  ELSE o.oprcode::pg_catalog.oid END
+JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+WHERE NOT r.rolsuper
+"""
+
+
+def guard_relation(plpy, oid: int, name: str, relkind: str) -> None:
+    """:func:`guard_source` for any relation a report reads (``anon.risk_report`` takes views and
+    materialized views too). A seventh review reported on the DBA's own, function-free view over
+    another role's table: planning the view planned the table, whose index predicate ran its
+    owner's code as the DBA. So:
+
+    * a table: :func:`guard_source`;
+    * a foreign table: refused (reading it runs a query on another server, as its user mapping
+      says);
+    * a materialized view: :func:`check_planner_code` (its indexes and statistics; LOCK TABLE
+      does not take materialized views, so an index its owner adds during the call is not
+      excluded: see docs/security.md);
+    * a view: locked ``ACCESS SHARE`` first (its definition, and those of the views it reads,
+      cannot be replaced until the transaction ends), re-checked by name; refused if its rules
+      call a function no superuser owns; then each relation it reads, recursively, guarded as
+      above."""
+    if relkind in ("r", "p"):
+        guard_source(plpy, oid, name)
+    elif relkind == "f":
+        raise UnsafeSource(
+            f"{name} is a foreign table: reading it runs a query on another server, as the user "
+            "mapping says, on behalf of whoever reads it",
+            hint="Report a local copy of the data (CREATE TABLE ... AS SELECT).")
+    elif relkind == "m":
+        check_planner_code(plpy, oid, name)
+    elif relkind == "v":
+        plpy.execute(f"LOCK TABLE {name} IN ACCESS SHARE MODE")
+        same = run(plpy, """
+            SELECT c.relkind = 'v' AND pg_catalog.to_regclass($2)::pg_catalog.oid = c.oid AS same
+            FROM pg_catalog.pg_class c WHERE c.oid = $1""", ["oid", "text"], [oid, name])
+        if not same or not same[0]["same"]:
+            raise SourceChanged(f"view {name} was renamed or replaced while this call waited for "
+                                "it; nothing was read",
+                                hint="Check what the view is now, then run the call again.")
+        reads = run(plpy, VIEW_READS, ["oid"], [oid])
+        found = [r for r in reads if r["function"] is not None]
+        if found:
+            listing = "; ".join(f"{r['name']} calls {r['function']} (owned by {r['owner']})"
+                                for r in found[:5])
+            raise UnsafeSource(
+                f"reading view {name} would run functions not owned by a superuser, with the "
+                f"rights of whoever reads it: {listing}",
+                hint="Have a superuser review those functions and ALTER FUNCTION ... OWNER TO a "
+                     "superuser role, or report a view that does not call them.")
+        for r in reads:
+            if r["function"] is None:
+                guard_relation(plpy, int(r["oid"]), r["name"], r["relkind"])
+
+
 class SourceChanged(AnonError):
     """A source that changed identity while a call waited for its lock
     (object_not_in_prerequisite_state)."""

@@ -141,9 +141,11 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
                         f"{READABLE_RELKINDS[rel['relkind']]} {rel['schema']}.{rel['name']}",
                         qis, sens, {}, {})
         oid = int(rel["oid"])
-    if rel["relkind"] in ("r", "p"):
-        # the report's queries plan the table: refuse one whose planning runs its owner's code
-        columns.guard_source(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]))
+    # the report's queries plan the relation (and what a view reads): refuse one whose planning
+    # or reading runs code of a role that is not a superuser
+    columns.guard_relation(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]), rel["relkind"])
+    if oid != int(rel["oid"]):     # a release read through another of its relations
+        columns.guard_relation(plpy, oid, target.relation, target_rel["relkind"])
     cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
     for name in target.qis + target.sensitive:
         if name not in cols:

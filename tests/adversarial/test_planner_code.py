@@ -324,3 +324,79 @@ finally:
     columns.guard_source = guard
 $$ LANGUAGE plpython3u""")
     assert seen and seen[-1].startswith("refused: table "), seen
+
+
+REPORT = "SELECT count(*) FROM anon.risk_report('{rel}', quasi_identifiers => '{{age,zip}}')"
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_report_on_the_dbas_view_over_the_owners_table_is_refused(db, connect, owner, schema, depth):
+    """A seventh review: the guard ran only when the relation reported was a table. The DBA's own
+    view, calling no function, over the owner's table with a planted index: planning the view
+    planned the table, and the owner became superuser. A view reading that view, too."""
+    role, s, a = owner
+    a.execute(PLANTED["partial index"].format(s=s))
+    db.execute(f"CREATE VIEW {schema}.v1 AS SELECT age, zip, dx FROM {s}.t")
+    db.execute(f"CREATE VIEW {schema}.v2 AS SELECT * FROM {schema}.v1 WHERE age > 0")
+    with connect() as dba:
+        seen = notices(dba)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"boom\(\)"):
+            dba.execute(REPORT.format(rel=f"{schema}.v{depth}"))
+    assert_not_run(db, role, seen)
+
+
+def test_a_report_on_a_view_calling_the_owners_function_is_refused(db, connect, owner, schema):
+    """Reading a view runs the functions it calls with the reader's rights: the report refuses a
+    view whose rules call a function no superuser owns (it used to be a documented limit)."""
+    role, s, a = owner
+    a.execute(f"CREATE VIEW {s}.tv AS SELECT {s}.shift(age) AS age, zip, dx FROM {s}.t")
+    a.execute(f"GRANT USAGE ON SCHEMA {s} TO PUBLIC; GRANT SELECT ON {s}.tv TO PUBLIC")
+    db.execute(f"CREATE VIEW {schema}.over AS SELECT * FROM {s}.tv")
+    with connect() as dba:
+        seen = notices(dba)
+        for rel in (f"{s}.tv", f"{schema}.over"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"shift\(integer\)"):
+                dba.execute(REPORT.format(rel=rel))
+    assert_not_run(db, role, seen)
+
+
+def test_a_report_on_clean_views_and_materialized_views_still_works(db, owner, schema):
+    _role, s, _a = owner
+    db.execute(f"CREATE VIEW {schema}.v AS SELECT age, zip, dx FROM {s}.t WHERE age > 25")
+    db.execute(f"CREATE MATERIALIZED VIEW {schema}.m AS SELECT age, zip, dx FROM {s}.t")
+    for rel in (f"{schema}.v", f"{schema}.m"):
+        got = db.execute(f"SELECT value FROM anon.risk_report('{rel}', quasi_identifiers => "
+                         "'{age,zip}') WHERE measure = 'rows'").fetchone()[0]
+        assert 0 < float(got) == db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0]
+
+
+def test_a_report_on_the_owners_materialized_view_with_planted_code_is_refused(db, connect, owner):
+    role, s, a = owner
+    a.execute(f"CREATE MATERIALIZED VIEW {s}.m AS SELECT age, zip, dx FROM {s}.t; "
+              f"CREATE INDEX ON {s}.m (age) WHERE {s}.boom(); "
+              f"GRANT USAGE ON SCHEMA {s} TO PUBLIC; GRANT SELECT ON {s}.m TO PUBLIC")
+    with connect() as dba:
+        seen = notices(dba)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"boom\(\)"):
+            dba.execute(REPORT.format(rel=f"{s}.m"))
+    assert_not_run(db, role, seen)
+
+
+def test_a_report_on_a_foreign_table_is_refused(db, connect, owner, schema):
+    if not db.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'file_fdw'").fetchone():
+        pytest.skip("file_fdw is not installed")
+    _role, s, _a = owner
+    db.execute("CREATE EXTENSION IF NOT EXISTS file_fdw")
+    server = f"{s.strip(chr(34))}_report_files"
+    db.execute(f'CREATE SERVER "{server}" FOREIGN DATA WRAPPER file_fdw')
+    try:
+        db.execute(f"CREATE FOREIGN TABLE {schema}.ft (age int, zip text, dx text) "
+                   f'SERVER "{server}" OPTIONS (filename \'/dev/null\')')
+        db.execute(f"CREATE VIEW {schema}.fv AS SELECT * FROM {schema}.ft")
+        with connect() as dba:
+            for rel in (f"{schema}.ft", f"{schema}.fv"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege, match="foreign table"):
+                    dba.execute(REPORT.format(rel=rel))
+    finally:
+        db.execute(f"DROP FOREIGN TABLE IF EXISTS {schema}.ft CASCADE")
+        db.execute(f'DROP SERVER "{server}"')
