@@ -399,7 +399,7 @@ class AnonClient:
             "-- Load with: psql -v ON_ERROR_STOP=1 -d DATABASE -f FILE\n"
             "SET client_encoding = 'UTF8';\nBEGIN;\nCREATE TABLE {table} ({cols});\n"
             "COMMENT ON TABLE {table} IS {comment};\nCOPY {table} ({names}) FROM stdin;\n").format(
-                release=sql.SQL(meta["release"].replace("\n", " ")), table=table, cols=cols,
+                release=sql.SQL(printable(meta["release"])), table=table, cols=cols,
                 comment=sql.Literal(comment), names=names)
         return text.as_string(self.connection).encode()
 
@@ -451,3 +451,10 @@ class AnonClient:
             raise errors.BY_SQLSTATE.get(error.sqlstate, errors.ServerError)(
                 error.message, hint=error.hint, detail=error.detail) from error
 
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (line ends, carriage returns, other
+    control and separator characters) as "?": for names written into comments of a script that
+    psql will run. psql ends a ``--`` comment at a carriage return too: a table named
+    "t<carriage return>\\! command" ran the command on the machine loading an export (a review)."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text)

@@ -116,3 +116,34 @@ def test_the_client_calls_no_function_of_a_schema_on_the_administrators_search_p
         assert anon.extension_version() and anon.available_versions()
     finally:    # the fixture's own cleanup calls format()
         db.execute("DROP FUNCTION format(text, name, name), parse_ident(text), cardinality(text[])")
+
+
+def test_a_sql_export_runs_nothing_a_table_name_carries(db, connect, pg_server, anon, schema, tmp_path):
+    """A review named a table "visits<CR>\\! id > file #": the export wrote the release's name in
+    a ``--`` comment, psql ended the comment at the carriage return and ran the shell command on
+    the machine loading the file. Names are written there with control characters replaced."""
+    table = "pat\r\\echo PLANTED_BY_NAME"
+    db.execute(sql.SQL("CREATE TABLE {} (age int, zip text, dx text)").format(sql.Identifier(table)))
+    db.execute(sql.SQL("INSERT INTO {} SELECT 20 + g % 40, 'z' || g % 5, 'd' || g % 4 "
+                       "FROM generate_series(1, 100) g").format(sql.Identifier(table)))
+    release = db.execute("SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => '{age,zip}', "
+                         "sensitive => '{dx}', release_schema => %s)",
+                         (sql.Identifier(table).as_string(db), release_schema_of(schema))).fetchone()[0]
+    out = tmp_path / "named.sql"
+    anon.export(release, out, format="sql")
+    header = out.read_bytes().split(b"COPY ", 1)[0]
+    comments = [line for line in header.split(b"\n") if line.startswith(b"--")]
+    assert comments and not any(b"\r" in line for line in comments)
+    name = f"load_{uuid.uuid4().hex[:8]}"
+    with connect(dbname="postgres") as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        loaded = subprocess.run([pg_bin("psql"), "-X", "-v", "ON_ERROR_STOP=1", "-d", name, "-f", str(out)],
+                                env=libpq_env(pg_server), check=True, capture_output=True, text=True)
+        assert "PLANTED_BY_NAME" not in loaded.stdout + loaded.stderr
+        with connect(dbname=name) as other:          # the rows arrived under the quoted name
+            assert other.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                sql.Identifier(release.split(".", 1)[1].strip('"').replace('""', '"')))).fetchone()[0] == 100
+    finally:
+        with connect(dbname="postgres") as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
