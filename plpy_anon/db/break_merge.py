@@ -73,7 +73,7 @@ from plpy_anon.db.generalization import (
 )
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
-from plpy_anon.db.reader import read_columns
+from plpy_anon.db.reader import SPELLED_TYPES, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "break_merge"
@@ -335,7 +335,36 @@ def verification_spec(plpy, release, stats) -> verify.Spec:
         class_key=list(params["quasi_identifiers"]), k=params["k"], l=params.get("l"),
         expected_rows=verify.expected_rows(stats), group_column="gid",
         count_tables={a: ident(plpy, schema, params["sensitive_tables"][a])
-                      for a in params["sensitive"]})
+                      for a in params["sensitive"]},
+        count_values=compared_values(plpy, release, params["sensitive"]))
+
+
+NONDETERMINISTIC_COLLATIONS = """
+SELECT a.attname::text AS name, pg_catalog.format('%I.%I', cn.nspname, co.collname) AS collation
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
+JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
+WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped AND NOT co.collisdeterministic
+"""
+
+
+def compared_values(plpy, release, sensitive: list[str]) -> dict[str, str]:
+    """How the check compares each sensitive table's text values: as the source column's type
+    (built-in types whose text spells a value several ways: reader.SPELLED_TYPES) or under its
+    nondeterministic collation, so that two spellings of one value count once -- the check
+    counts values as an analyst who knows the column's type would, not as the build did."""
+    tbl = catalog.table(plpy, release["source"], guard=False)
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    collated = {r["name"]: r["collation"] for r in run(
+        plpy, NONDETERMINISTIC_COLLATIONS, ["oid", "text[]"], [tbl.oid, list(sensitive)])}
+    out = {}
+    for name in sensitive:
+        col = cols.get(name)
+        if col is not None and col.builtin and col.type_name in SPELLED_TYPES:
+            out[name] = f"(value::pg_catalog.{col.type_name})"
+        elif name in collated:
+            out[name] = f"(value COLLATE {collated[name]})"
+    return out
 
 
 def create_views(plpy, schema, name, parameters):
@@ -472,6 +501,7 @@ def partition_source(plpy, release, params) -> SourcePartition:
     check_float_digits(plpy, tbl, qis)
     numeric = [c for c in qis if c.kind == "numeric"]
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
+    merge_equal_spellings(plpy, tbl, data, sens)     # l counts values, not spellings
     k = int(params["k"])
     check_k_rows(k, data.n_rows, tbl.label)
     encoded = [_encode(plpy, tbl, col, data, params) for col in qis]

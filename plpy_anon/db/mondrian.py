@@ -97,7 +97,7 @@ from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-ex
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.params import check_l as check_l_value
-from plpy_anon.db.reader import TableData, TextColumnData, read_columns
+from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import jsonb
 
 METHOD = "mondrian"
@@ -363,6 +363,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     categorical = [c for c in qis if c.kind == "categorical"]
     extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra))
+    merge_equal_spellings(plpy, tbl, data, sens)     # l and t count values, not spellings
     k = int(params["k"])
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.label} is empty",

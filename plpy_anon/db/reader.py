@@ -294,6 +294,63 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     return data
 
 
+#: built-in types whose text spells one value several ways ('1.0' and '1.00', '-0' and '0',
+#: '1 day' and '24:00:00'); text types join them under a nondeterministic collation ('HIV' and
+#: 'hiv' under a case-insensitive one)
+SPELLED_TYPES = ("numeric", "float4", "float8", "interval")
+
+SPELLED_COLUMNS = """
+SELECT a.attname::text AS name
+FROM pg_catalog.pg_attribute a
+LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
+WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT coalesce(co.collisdeterministic, true)
+"""
+
+
+def spelled_columns(plpy, tbl: Table, columns: list[Column]) -> list[Column]:
+    """Those of ``columns`` (read as text) whose equal values may be read as different texts:
+    a built-in type of SPELLED_TYPES, or a nondeterministic collation. Only built-in types: the
+    equality of another role's type would run that role's code."""
+    collated = {r["name"] for r in run(plpy, SPELLED_COLUMNS, ["oid", "text[]"],
+                                       [tbl.oid, [c.name for c in columns]])}
+    return [c for c in columns if c.builtin and (c.type_name in SPELLED_TYPES or c.name in collated)]
+
+
+def merge_equal_spellings(plpy, tbl: Table, data: TableData, columns: list[Column]) -> None:
+    """Give values that are EQUAL in their column's type and collation one code and one text
+    (the smallest of their spellings), in place, for the columns of ``spelled_columns``. Read as
+    text, '1.0' and '1.00' were two values: Break-Merge published groups holding one value as
+    l = 2 (a review). The spellings are grouped by PostgreSQL itself (GROUP BY the column, which
+    uses the type's equality and the column's collation): one aggregate over the source per
+    such column, returning only values spelled more than one way."""
+    for col in spelled_columns(plpy, tbl, columns):
+        d = data.columns.get(col.name)
+        if not isinstance(d, TextColumnData) or not d.dictionary:
+            continue
+        column = ident(plpy, col.name)
+        groups = run(plpy, f"""
+            SELECT pg_catalog.array_agg(x.t) AS spellings
+            FROM (SELECT s.{column} AS v, ({col.as_text(plpy, 's')}) COLLATE pg_catalog."C" AS t
+                  FROM {tbl.quoted(plpy)} AS s
+                  WHERE s.{column} IS NOT NULL GROUP BY 1, 2) AS x
+            GROUP BY x.v HAVING pg_catalog.count(*) > 1""")
+        if not groups:
+            continue
+        index = {text: i for i, text in enumerate(d.dictionary)}
+        mapping = np.arange(len(d.dictionary) + 1, dtype=np.int32)   # last entry: NULL (-1)
+        mapping[-1] = -1
+        for g in groups:
+            present = sorted(t for t in g["spellings"] if t in index)
+            for t in present[1:]:
+                mapping[index[t]] = index[present[0]]
+        merged = mapping[d.codes]
+        kept = merged >= 0
+        local, uniques = pd.factorize(merged[kept])
+        codes = np.full(merged.shape[0], -1, dtype=np.int32)
+        codes[kept] = local
+        data.columns[col.name] = TextColumnData(codes, [d.dictionary[u] for u in uniques])
+
+
 def refuse_non_finite(tbl: Table, data: TableData, columns: list[Column], method: str) -> None:
     """A clear error naming the first numeric column holding NaN or ±infinity (read as such), for
     methods that compute with the numbers themselves."""

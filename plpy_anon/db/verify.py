@@ -81,6 +81,9 @@ class Spec:
     expected_rows: int | None = None
     # Break-Merge: attribute -> quoted relation (gid, value, count), grouped by group_column
     count_tables: dict[str, str] = field(default_factory=dict)
+    # attribute -> SQL comparing a count table's text values as the source column did (its
+    # type's equality, its collation: '1.0' and '1.00' are one value); default: the text
+    count_values: dict[str, str] = field(default_factory=dict)
     group_column: str | None = None
     # privacy models beyond distinct l (Mondrian family): checked per sensitive column
     l_diversity: str = "distinct"
@@ -194,16 +197,17 @@ def check_models(spec: Spec, counts: ClassCounts) -> tuple[dict, list[str]]:
     return figures, failures
 
 
-def count_table_query(plpy, spec: Spec, table: str) -> str:
+def count_table_query(plpy, spec: Spec, attribute: str, table: str) -> str:
     """A sensitive table (gid, value, count) against the relation's groups: groups whose counts
     disagree (missing on either side included), smallest number of distinct values, total."""
     group = ident(plpy, spec.group_column)
+    value = spec.count_values.get(attribute, "value")
     return (
         f"SELECT count(*) FILTER (WHERE q.n IS DISTINCT FROM s.n)::int8 AS mismatched,\n"
         f"       min(s.d)::int8 AS smallest_l, coalesce(sum(s.n), 0)::int8 AS n_rows\n"
         f"FROM (SELECT {group} AS g, count(*) AS n FROM {spec.relation} GROUP BY {group}) AS q\n"
         f"FULL JOIN (SELECT gid AS g, sum(count) AS n,\n"
-        f"                  count(DISTINCT value) + max(CASE WHEN value IS NULL THEN 1 ELSE 0 END) AS d\n"
+        f"                  count(DISTINCT {value}) + max(CASE WHEN value IS NULL THEN 1 ELSE 0 END) AS d\n"
         f"           FROM {table} GROUP BY gid) AS s ON s.g = q.g")
 
 
@@ -236,7 +240,7 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
     # JIT off: a check's plan runs once, and above 1M rows its cost estimate triggers JIT
     # compilation that the run never earns back
     with local_settings(plpy, work_mem=WORK_MEM, jit="off"):
-        tables = {attr: plpy.execute(count_table_query(plpy, spec, table))[0]
+        tables = {attr: plpy.execute(count_table_query(plpy, spec, attr, table))[0]
                   for attr, table in spec.count_tables.items()}
     model_figures, model_failures = check_models(spec, counts) if spec.models_asked() \
         else ({}, [])
