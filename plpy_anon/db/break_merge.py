@@ -177,8 +177,10 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
     selects = ["count(*) AS n"]
     for i, col in enumerate(sens):
         name = ident(plpy, col.name)
+        # json has no equality: its documents counted as jsonb (as the run and the check do)
+        value = f"{name}::pg_catalog.jsonb" if col.builtin and col.type_name == "json" else name
         selects.append(
-            f"count(DISTINCT {name}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
+            f"count(DISTINCT {value}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
         )
     row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
     check_k_rows(k, row["n"], tbl.label)
@@ -361,7 +363,9 @@ def compared_values(plpy, release, sensitive: list[str]) -> dict[str, str]:
     for name in sensitive:
         col = cols.get(name)
         if col is not None and col.builtin and col.type_name in SPELLED_TYPES:
-            out[name] = f"(value::pg_catalog.{col.type_name})"
+            # json has no equality: compared as jsonb
+            kind = "jsonb" if col.type_name == "json" else col.type_name
+            out[name] = f"(value::pg_catalog.{kind})"
         elif name in collated:
             out[name] = f"(value COLLATE {collated[name]})"
     return out

@@ -83,7 +83,11 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
     values = []
     for column in sensitive:
         sa = ident(plpy, column)
-        if column in as_text:
+        if column in as_text and is_json_column(plpy, relation, column):
+            # json has no equality: its documents compared as jsonb, where '{"a":1}' and
+            # '{"a": 1}' are one value (as text they made a class of one value look l-diverse)
+            sa = f"({sa})::pg_catalog.jsonb"
+        elif column in as_text:
             sa = texts[column]           # no cast of the type's owner (sqltext.text_of)
         elif is_array_column(plpy, relation, column):
             # array_agg of arrays stacks them (and refuses ragged ones), unnest would flatten
@@ -175,6 +179,11 @@ SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type
 FROM pg_catalog.pg_attribute a
 WHERE a.attrelid = $1::pg_catalog.regclass AND a.attname = $2 AND NOT a.attisdropped
 """
+
+
+def is_json_column(plpy, relation: str, column: str) -> bool:
+    rows = run(plpy, COLUMN_TYPE, ["text", "text"], [relation, column])
+    return bool(rows and rows[0]["display_type"] == "json")
 
 
 def is_array_column(plpy, relation: str, column: str) -> bool:

@@ -295,9 +295,10 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
 
 
 #: built-in types whose text spells one value several ways ('1.0' and '1.00', '-0' and '0',
-#: '1 day' and '24:00:00'); text types join them under a nondeterministic collation ('HIV' and
-#: 'hiv' under a case-insensitive one)
-SPELLED_TYPES = ("numeric", "float4", "float8", "interval")
+#: '1 day' and '24:00:00'; json, which has no equality, as jsonb: '{"a":1}' and '{"a": 1}');
+#: text types join them under a nondeterministic collation ('HIV' and 'hiv' under a
+#: case-insensitive one)
+SPELLED_TYPES = ("numeric", "float4", "float8", "interval", "json")
 
 SPELLED_COLUMNS = """
 SELECT a.attname::text AS name
@@ -328,9 +329,10 @@ def merge_equal_spellings(plpy, tbl: Table, data: TableData, columns: list[Colum
         if not isinstance(d, TextColumnData) or not d.dictionary:
             continue
         column = ident(plpy, col.name)
+        value = f"s.{column}::pg_catalog.jsonb" if col.type_name == "json" else f"s.{column}"
         groups = run(plpy, f"""
             SELECT pg_catalog.array_agg(x.t) AS spellings
-            FROM (SELECT s.{column} AS v, ({col.as_text(plpy, 's')}) COLLATE pg_catalog."C" AS t
+            FROM (SELECT {value} AS v, ({col.as_text(plpy, 's')}) COLLATE pg_catalog."C" AS t
                   FROM {tbl.quoted(plpy)} AS s
                   WHERE s.{column} IS NOT NULL GROUP BY 1, 2) AS x
             GROUP BY x.v HAVING pg_catalog.count(*) > 1""")
