@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import math
 from dataclasses import dataclass
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -221,10 +222,31 @@ def _read_frame(plpy, tbl, cols) -> pd.DataFrame:
             frame[col.name] = np.array([], dtype=object)
             continue
         values = column.values
+        if col.kind == "numeric":
+            _check_exact_in_float(tbl, col, values, column.null_mask)
         if col.kind == "numeric" and column.null_mask is not None and column.null_mask.any():
             values = np.where(column.null_mask, np.nan, values.astype(float))
         frame[col.name] = values
     return pd.DataFrame(frame), data
+
+
+#: the interval hierarchies are built on float8 numbers, exact for integers up to 2^53
+EXACT_IN_FLOAT = 2**53
+
+
+def _check_exact_in_float(tbl, col, values, null_mask) -> None:
+    """Refuse an integer column whose values a float8 cannot hold exactly: the default interval
+    hierarchy is built on float8, where 2^63 - 1 became 2^63 and wrapped around to -2^63 (a
+    review's int8 column at its extremes failed with "hierarchy node ... has two parents")."""
+    if values.dtype.kind != "i" or values.size == 0:
+        return
+    present = values if null_mask is None else values[~null_mask]
+    if present.size and max(abs(int(present.max())), abs(int(present.min()))) > EXACT_IN_FLOAT:
+        raise InvalidParameter(
+            f'column "{col.name}" of {tbl.label} holds integers beyond 2^53 '
+            f"({EXACT_IN_FLOAT:,}), which trust releases cannot generalize exactly",
+            hint=f'Release a rescaled copy (e.g. "{col.name}" / 1000), or declare the column '
+                 "ignored; anon.mondrian_view releases such values exactly.")
 
 
 @sql_entry
@@ -507,25 +529,44 @@ def _literal(col, label):
     if label == "*":
         return "(,)"
     kind = catalog.NUMERIC_TYPES[col.type_name][2]
+    # a discrete type's range [v, v] is stored as [v, v + 1): at the type's maximum that
+    # overflows (a review's int4 column holding 2^31 - 1 failed with "integer out of range"), so
+    # such a range is released upper-unbounded, as Mondrian does (still truthful)
+    top = DISCRETE_TOPS.get(catalog.NUMERIC_TYPES[col.type_name][1])
     if label.startswith("["):
         lo, hi = label[1:-1].split(",")
-        return f"[{_bound(kind, lo)},{_bound(kind, hi)})"
+        upper = "" if top is not None and Decimal(hi) > top + 1 else _bound(kind, hi)
+        return f"[{_bound(kind, lo)},{upper})"
+    if top is not None and Decimal(label) >= top:
+        return f"[{_bound(kind, label)},)"
     return f"[{_bound(kind, label)},{_bound(kind, label)}]"
 
 
 EPOCH_DATE = np.datetime64("2000-01-01", "D")     # the reader's origin for dates
 EPOCH = dt.datetime(1970, 1, 1)                    # and for timestamps (epoch seconds)
+#: the largest value of each discrete range's element, as the number it is generalized as
+DISCRETE_TOPS = {"int4range": 2**31 - 1, "int8range": 2**63 - 1,
+                 "daterange": int((np.datetime64("5874897-12-31", "D") - EPOCH_DATE).astype(np.int64))}
+
+
+def _date_text(day: np.datetime64) -> str:
+    """A date as PostgreSQL reads it: numpy writes astronomical years (year 0 is 1 BC, -4712 is
+    4713 BC), which PostgreSQL takes for a time zone offset; years before 1 get ' BC'."""
+    text = str(day)
+    year, rest = text[:-6], text[-6:]
+    return text if int(year) > 0 else f"{1 - int(year):04d}{rest} BC"
 
 
 def _bound(kind, number_text) -> str:
-    """One range bound in the column's own type, from the number it was generalized as."""
-    value = float(number_text)
+    """One range bound in the column's own type, from the number it was generalized as
+    (integers through Decimal: a float has 53 bits, an int8 63)."""
     if kind == "int":
-        return str(int(value))
+        return str(int(Decimal(number_text)))
+    value = float(number_text)
     if kind == "float":
         return repr(value)
     if kind == "date":
-        return str(EPOCH_DATE + np.timedelta64(int(value), "D"))
+        return _date_text(EPOCH_DATE + np.timedelta64(int(value), "D"))
     stamp = f"{EPOCH + dt.timedelta(seconds=value)}"
     return f'"{stamp}+00"' if kind == "timestamptz" else f'"{stamp}"'
 
