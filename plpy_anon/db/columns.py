@@ -309,6 +309,26 @@ WHERE NOT r.rolsuper
 """
 
 
+#: the views a view reads (itself included, through nested views) that are owned neither by a
+#: superuser nor by the caller
+FOREIGN_VIEWS = """
+WITH RECURSIVE views(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION
+    SELECT d.refobjid FROM views
+    JOIN pg_catalog.pg_rewrite w ON w.ev_class = views.oid
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+         AND d.objid = w.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+         AND d.refobjid <> views.oid
+    JOIN pg_catalog.pg_class c ON c.oid = d.refobjid AND c.relkind = 'v')
+SELECT pg_catalog.format('%s (owned by %s)', c.oid::pg_catalog.regclass,
+                         pg_catalog.pg_get_userbyid(c.relowner)) AS view
+FROM views JOIN pg_catalog.pg_class c ON c.oid = views.oid
+JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
+WHERE NOT r.rolsuper AND r.rolname <> current_user
+"""
+
+
 def guard_relation(plpy, oid: int, name: str, relkind: str) -> None:
     """:func:`guard_source` for any relation a report reads (``anon.risk_report`` takes views and
     materialized views too). A seventh review reported on the DBA's own, function-free view over
@@ -322,9 +342,17 @@ def guard_relation(plpy, oid: int, name: str, relkind: str) -> None:
       does not take materialized views, so an index its owner adds during the call is not
       excluded: see docs/security.md);
     * a view: locked ``ACCESS SHARE`` first (its definition, and those of the views it reads,
-      cannot be replaced until the transaction ends), re-checked by name; refused if its rules
-      call a function no superuser owns; then each relation it reads, recursively, guarded as
-      above."""
+      cannot be replaced until the transaction ends), re-checked by name; refused if it, or a
+      view it reads, is owned by a role that is neither a superuser nor the caller, or if its
+      rules call a function no superuser owns; then each relation it reads, recursively, guarded
+      as above.
+
+    Why the owner test: an eighth review ran its code as the DBA through its own views in three
+    ways no catalog walk of the view sees -- a cast to its domain whose CHECK calls its function,
+    a built-in that runs SQL text (``query_to_xml('SELECT payload()', ...)``; pinned built-ins
+    leave no pg_depend row), and a row-level security policy on its table (relations under a
+    view are read with the view owner's rights, so the superuser's bypass does not apply). A
+    view is code its owner wrote, and reading it runs that code as the reader."""
     if relkind in ("r", "p"):
         guard_source(plpy, oid, name)
     elif relkind == "f":
@@ -343,6 +371,14 @@ def guard_relation(plpy, oid: int, name: str, relkind: str) -> None:
             raise SourceChanged(f"view {name} was renamed or replaced while this call waited for "
                                 "it; nothing was read",
                                 hint="Check what the view is now, then run the call again.")
+        foreign = [r["view"] for r in run(plpy, FOREIGN_VIEWS, ["oid"], [oid])]
+        if foreign:
+            raise UnsafeSource(
+                f"reading view {name} would run code of roles that are neither superusers nor "
+                f"you, with your rights: {', '.join(foreign[:5])} (a view's expressions, the "
+                "domains it casts to and the policies of the tables it reads run as its reader)",
+                hint="Report the tables it reads, or a view of your own over them, or have its "
+                     "owner run the report.")
         reads = run(plpy, VIEW_READS, ["oid"], [oid])
         found = [r for r in reads if r["function"] is not None]
         if found:
