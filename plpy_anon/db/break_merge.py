@@ -60,6 +60,7 @@ from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import method, params, publish, refreshing, release_rows, verify
+from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -73,7 +74,7 @@ from plpy_anon.db.generalization import (
 )
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
-from plpy_anon.db.reader import SPELLED_TYPES, merge_equal_spellings, read_columns
+from plpy_anon.db.reader import CANONICAL_TYPES, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "break_merge"
@@ -349,25 +350,39 @@ JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
 WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped AND NOT co.collisdeterministic
 """
 
+BASE_TYPES = """
+SELECT a.attname::text AS name, bt.oid::pg_catalog.regtype::text AS base_type
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped
+"""
+
 
 def compared_values(plpy, release, sensitive: list[str]) -> dict[str, str]:
     """How the check compares each sensitive table's text values: as the source column's type
-    (built-in types whose text spells a value several ways: reader.SPELLED_TYPES) or under its
-    nondeterministic collation, so that two spellings of one value count once -- the check
-    counts values as an analyst who knows the column's type would, not as the build did."""
+    (built-in types whose text may spell a value several ways: see reader.CANONICAL_TYPES; json
+    as jsonb) or under its nondeterministic collation, so that two spellings of one value count
+    once -- the check counts values as an analyst who knows the column's type would, not as the
+    build did. A type without an ordering (xml, point) is compared by its text."""
     tbl = catalog.table(plpy, release["source"], guard=False)
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     collated = {r["name"]: r["collation"] for r in run(
         plpy, NONDETERMINISTIC_COLLATIONS, ["oid", "text[]"], [tbl.oid, list(sensitive)])}
+    # the search path is pg_catalog's: a built-in type's name means the built-in type
+    base = {r["name"]: r["base_type"] for r in run(
+        plpy, BASE_TYPES, ["oid", "text[]"], [tbl.oid, list(sensitive)])}
     out = {}
     for name in sensitive:
         col = cols.get(name)
-        if col is not None and col.builtin and col.type_name in SPELLED_TYPES:
-            # json has no equality: compared as jsonb
-            kind = "jsonb" if col.type_name == "json" else col.type_name
-            out[name] = f"(value::pg_catalog.{kind})"
-        elif name in collated:
+        if name in collated:
             out[name] = f"(value COLLATE {collated[name]})"
+        elif col is None or not col.builtin or col.category == "S" or col.type_name in CANONICAL_TYPES:
+            continue
+        elif col.type_name == "json":
+            out[name] = "(value::pg_catalog.jsonb)"
+        elif orderable(plpy, base[name]):
+            out[name] = f"(value::{base[name]})"
     return out
 
 
