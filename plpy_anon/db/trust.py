@@ -21,7 +21,6 @@ The release is granted to the requester's role only (``parameters.grantees``).
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 from dataclasses import dataclass
@@ -523,38 +522,66 @@ def _literal(col, label):
     """Text for categorical QIs; for numeric ones a range literal: a value v is [v,v], an
     interval label [lo,hi) keeps its bounds, and the root * is the unbounded range. Dates and
     timestamps were generalized as numbers (days since 2000-01-01, epoch seconds), so their
-    bounds are written back in the column's own type."""
+    bounds are written back in the column's own type.
+
+    A bound beyond what the column's type holds is left out (the range is unbounded on that
+    side, still truthful): an interval of the default hierarchy may start below the type's
+    minimum or end above its maximum, and a discrete type's [v, v] is stored as [v, v + 1),
+    which overflows at the maximum (reviews' int4 columns at 2^31 - 1 and near -2^31 failed with
+    "integer out of range")."""
     if col.kind != "numeric":
         return label
     if label == "*":
         return "(,)"
     kind = catalog.NUMERIC_TYPES[col.type_name][2]
-    # a discrete type's range [v, v] is stored as [v, v + 1): at the type's maximum that
-    # overflows (a review's int4 column holding 2^31 - 1 failed with "integer out of range"), so
-    # such a range is released upper-unbounded, as Mondrian does (still truthful)
-    top = DISCRETE_TOPS.get(catalog.NUMERIC_TYPES[col.type_name][1])
+    range_type = catalog.NUMERIC_TYPES[col.type_name][1]
+    bottom, top = TYPE_LIMITS.get(range_type, (None, None))
     if label.startswith("["):
         lo, hi = label[1:-1].split(",")
-        upper = "" if top is not None and Decimal(hi) > top + 1 else _bound(kind, hi)
-        return f"[{_bound(kind, lo)},{upper})"
-    if top is not None and Decimal(label) >= top:
+        lower = "" if bottom is not None and Decimal(lo) < bottom else _bound(kind, lo)
+        upper = "" if top is not None and Decimal(hi) > top else _bound(kind, hi)
+        return f"[{lower},{upper})"
+    if range_type in DISCRETE and Decimal(label) >= top:
         return f"[{_bound(kind, label)},)"
     return f"[{_bound(kind, label)},{_bound(kind, label)}]"
 
 
 EPOCH_DATE = np.datetime64("2000-01-01", "D")     # the reader's origin for dates
-EPOCH = dt.datetime(1970, 1, 1)                    # and for timestamps (epoch seconds)
-#: the largest value of each discrete range's element, as the number it is generalized as
-DISCRETE_TOPS = {"int4range": 2**31 - 1, "int8range": 2**63 - 1,
-                 "daterange": int((np.datetime64("5874897-12-31", "D") - EPOCH_DATE).astype(np.int64))}
+EPOCH_DAY = np.datetime64("1970-01-01", "D")      # and for timestamps (epoch seconds)
+DISCRETE = ("int4range", "int8range", "daterange")
+#: the smallest and largest value of each range's element type, as the number it is generalized
+#: as (timestamps: 4714-11-24 BC and 294276-12-31 23:59:59, in epoch seconds)
+TYPE_LIMITS = {
+    "int4range": (-2**31, 2**31 - 1), "int8range": (-2**63, 2**63 - 1),
+    "daterange": (int((np.datetime64("-4713-11-24", "D") - EPOCH_DATE).astype(np.int64)),
+                  int((np.datetime64("5874897-12-31", "D") - EPOCH_DATE).astype(np.int64))),
+    "tsrange": (-210866803200, 9224318015999), "tstzrange": (-210866803200, 9224318015999),
+}
+
+
+def _date_parts(day: np.datetime64) -> tuple[str, str]:
+    """(date, era suffix) as PostgreSQL reads them: numpy writes astronomical years (year 0 is
+    1 BC, -4712 is 4713 BC), which PostgreSQL takes for a time zone offset."""
+    text = str(day)
+    year, rest = int(text[:-6]), text[-6:]
+    return (text, "") if year > 0 else (f"{1 - year:04d}{rest}", " BC")
 
 
 def _date_text(day: np.datetime64) -> str:
-    """A date as PostgreSQL reads it: numpy writes astronomical years (year 0 is 1 BC, -4712 is
-    4713 BC), which PostgreSQL takes for a time zone offset; years before 1 get ' BC'."""
-    text = str(day)
-    year, rest = text[:-6], text[-6:]
-    return text if int(year) > 0 else f"{1 - int(year):04d}{rest} BC"
+    date, era = _date_parts(day)
+    return date + era
+
+
+def _timestamp_text(seconds: float, with_zone: bool) -> str:
+    """Epoch seconds as a timestamp PostgreSQL reads, over its whole range (Python's datetime
+    stops at years 1 and 9999: a review's timestamps of 44 BC failed with an OverflowError)."""
+    micros = round(seconds * 1e6)
+    days, micros = divmod(micros, 86_400_000_000)
+    date, era = _date_parts(EPOCH_DAY + np.timedelta64(days, "D"))
+    hours, micros = divmod(micros, 3_600_000_000)
+    minutes, micros = divmod(micros, 60_000_000)
+    clock = f"{hours:02d}:{minutes:02d}:{micros // 1_000_000:02d}.{micros % 1_000_000:06d}"
+    return f'"{date} {clock}{"+00" if with_zone else ""}{era}"'
 
 
 def _bound(kind, number_text) -> str:
@@ -567,8 +594,7 @@ def _bound(kind, number_text) -> str:
         return repr(value)
     if kind == "date":
         return _date_text(EPOCH_DATE + np.timedelta64(int(value), "D"))
-    stamp = f"{EPOCH + dt.timedelta(seconds=value)}"
-    return f'"{stamp}+00"' if kind == "timestamptz" else f'"{stamp}"'
+    return _timestamp_text(value, kind == "timestamptz")
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py

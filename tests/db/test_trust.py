@@ -237,23 +237,31 @@ def test_dates_timestamps_and_floats_are_released_as_ranges(db, schema, requeste
 @pytest.mark.parametrize("level", [0, 1])
 def test_values_at_their_types_extremes_are_released_truthfully(db, schema, requester, purpose, level):
     """A review's int4 column holding 2^31 - 1 failed with a bare "integer out of range": the
-    range [v, v] of a discrete type is stored as [v, v + 1), which overflows at the maximum.
+    range [v, v] of a discrete type is stored as [v, v + 1), which overflows at the maximum; the
+    next review's values near -2^31 got an interval starting below it, and timestamps before
+    year 1 or after 9999 failed in Python's datetime.
     Such ranges are released upper-unbounded (as Mondrian's are); integers a float8 cannot hold
     (int8 near 2^63) are refused by name, since the interval hierarchies are built on float8."""
     db.execute("""
-        CREATE TABLE edges (a int4, b int8, c date, tag text);
+        CREATE TABLE edges (a int4, b int8, c date, near int4, ts timestamp, tz timestamptz, tag text);
         INSERT INTO edges SELECT
             CASE WHEN i % 2 = 0 THEN 2147483647 ELSE -2147483648 END,
             CASE WHEN i % 3 = 0 THEN 9007199254740992 WHEN i % 3 = 1 THEN 9007199254740991
                  ELSE -9007199254740992 END,
-            CASE WHEN i % 2 = 0 THEN DATE '5874897-12-31' ELSE DATE '4713-01-01 BC' END, 't' || i
+            CASE WHEN i % 2 = 0 THEN DATE '5874897-12-31' ELSE DATE '4713-01-01 BC' END,
+            -2147483648 + (i * 11) % 648,
+            CASE WHEN i % 2 = 0 THEN TIMESTAMP '0044-03-15 12:00:00 BC' ELSE TIMESTAMP '20000-01-01 00:00:00' END,
+            CASE WHEN i % 2 = 0 THEN TIMESTAMPTZ '4713-01-01 00:00:00+00 BC' ELSE TIMESTAMPTZ '294276-12-31 23:59:59+00' END,
+            't' || i
         FROM generate_series(1, 60) i""")
-    name, _ = purpose({"a": 1, "b": 1, "c": 1})
+    name, _ = purpose({"a": 1, "b": 1, "c": 1, "near": 1, "ts": 1, "tz": 1})
     shares = {"d_min": float(level), "d_max": float(level)}
     relation = trust_view(db, schema, "edges", requester, name, k=2, sensitive=["tag"],
                           gamma=1, min_share=0.5, **shares)
     released, untrue = db.execute(f"""
-        SELECT count(*), count(*) FILTER (WHERE NOT (r.a @> e.a AND r.b @> e.b AND r.c @> e.c))
+        SELECT count(*), count(*) FILTER (WHERE NOT (r.a @> e.a AND r.b @> e.b AND r.c @> e.c
+                                                     AND r.near @> e.near AND r.ts @> e.ts
+                                                     AND r.tz @> e.tz))
         FROM {relation} r JOIN edges e USING (tag)""").fetchone()
     assert released == 60 and untrue == 0
     db.execute("UPDATE edges SET b = 9223372036854775807 WHERE tag = 't3'")
