@@ -313,12 +313,13 @@ WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT coalesce(co.collisdetermin
 
 def spelled_columns(plpy, tbl: Table, columns: list[Column]) -> list[Column]:
     """Those of ``columns`` (read as text) whose equal values may be read as different texts
-    (see CANONICAL_TYPES). Only built-in types: the equality of another role's type would run
-    that role's code."""
+    (see CANONICAL_TYPES): also domains over domains, arrays of domains and composite types
+    (a review: '1.0' and '1.00' in each). Grouping them runs no role's code: a type's equality
+    comes from its default operator class, which only a superuser can create."""
     collated = {r["name"] for r in run(plpy, SPELLED_COLUMNS, ["oid", "text[]"],
                                        [tbl.oid, [c.name for c in columns]])}
-    return [c for c in columns if c.builtin and (
-        c.name in collated or (c.category != "S" and c.type_name not in CANONICAL_TYPES))]
+    return [c for c in columns if c.name in collated or (
+        c.category not in ("S", "E") and not (c.builtin and c.type_name in CANONICAL_TYPES))]
 
 
 def merge_equal_spellings(plpy, tbl: Table, data: TableData, columns: list[Column]) -> None:
