@@ -135,6 +135,17 @@ def interval_hierarchy(values, n_levels=4):
     distinct = np.unique(numbers)
     spread = distinct[-1] - distinct[0]
     base = _nice_width(spread / 2.0 ** (n_levels - 1)) if spread > 0 else 1.0
+    # float8 intervals narrower than a hundred steps of float8 at the values' magnitude do not
+    # nest reliably (a review's microsecond timestamps of 1650 made a node with two parents)
+    resolution = np.spacing(max(abs(distinct[0]), abs(distinct[-1])))
+    if base < 100 * resolution:
+        column = getattr(values, "name", None)
+        raise InvalidParameter(
+            f"the values of {f'column {column!r}' if column else 'a numeric column'} lie closer "
+            f"together ({spread:g} apart at magnitude {max(abs(distinct[0]), abs(distinct[-1])):g}) "
+            "than the default interval hierarchy can split in float8",
+            hint="Round the column (e.g. timestamps to milliseconds), or register a hierarchy "
+                 "for it with anon.set_hierarchy.")
     widths = base * 2.0 ** np.arange(n_levels)
     origin = np.floor(distinct[0] / widths[-1]) * widths[-1]  # a multiple of every width
     lows = origin + np.floor((distinct[:, None] - origin) / widths) * widths

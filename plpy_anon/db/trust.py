@@ -538,12 +538,27 @@ def _literal(col, label):
     bottom, top = TYPE_LIMITS.get(range_type, (None, None))
     if label.startswith("["):
         lo, hi = label[1:-1].split(",")
-        lower = "" if bottom is not None and Decimal(lo) < bottom else _bound(kind, lo)
-        upper = "" if top is not None and Decimal(hi) > top else _bound(kind, hi)
-        return f"[{lower},{upper})"
-    if range_type in DISCRETE and Decimal(label) >= top:
-        return f"[{_bound(kind, label)},)"
+        return f"[{_clamped(kind, lo, bottom, top, '')},{_clamped(kind, hi, bottom, top, None)})"
+    value = Decimal(label)
+    if top is not None and (value > top or (range_type in DISCRETE and value == top)):
+        # read as float8, a timestamp in the last millisecond of the type rounds past its end
+        # (a review): the release query merges the class's exact bounds into this range
+        return f"[{_bound(kind, str(top))},)"
+    if bottom is not None and value < bottom:
+        return f"(,{_bound(kind, str(bottom))}]"
     return f"[{_bound(kind, label)},{_bound(kind, label)}]"
+
+
+def _clamped(kind, number_text, bottom, top, below) -> str:
+    """A bound inside the type's limits: one beyond its maximum is the maximum (a lower bound)
+    or left out (an upper bound, ``below`` None); one below its minimum is left out (``below``
+    "") or the minimum. The release query merges the class's exact bounds into the range."""
+    value = Decimal(number_text)
+    if top is not None and value > top:
+        return "" if below is None else _bound(kind, str(top))
+    if bottom is not None and value < bottom:
+        return below if below is not None else _bound(kind, str(bottom))
+    return _bound(kind, number_text)
 
 
 EPOCH_DATE = np.datetime64("2000-01-01", "D")     # the reader's origin for dates
