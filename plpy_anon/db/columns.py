@@ -271,13 +271,8 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     check_planner_code(plpy, oid, name)
 
 
-#: what a view reads (through the views it reads, recursively): the relations that are not views;
-#: the functions (or operators' functions) its rules call that are not built in (pg_catalog's:
-#: another function's body may read relations no check here follows, a superuser's included);
-#: and the types it uses (domains, ranges, composite types) owned by a role that is neither a
-#: superuser nor the caller (a domain's CHECK runs on a cast to it, a range's subtype_diff when
-#: the planner estimates an && on it)
-VIEW_READS = """
+#: a view and the views it reads, recursively (``views``)
+VIEW_TREE = """
 WITH RECURSIVE views(oid) AS (
     SELECT $1::pg_catalog.oid
     UNION
@@ -286,7 +281,15 @@ WITH RECURSIVE views(oid) AS (
     JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
          AND d.objid = w.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
          AND d.refobjid <> views.oid
-    JOIN pg_catalog.pg_class c ON c.oid = d.refobjid AND c.relkind = 'v'),
+    JOIN pg_catalog.pg_class c ON c.oid = d.refobjid AND c.relkind = 'v')"""
+
+#: what a view reads (through the views it reads, recursively): the relations that are not views;
+#: the functions (or operators' functions) its rules call that are not built in (pg_catalog's:
+#: another function's body may read relations no check here follows, a superuser's included);
+#: and the types it uses (domains, ranges, composite types) owned by a role that is neither a
+#: superuser nor the caller (a domain's CHECK runs on a cast to it, a range's subtype_diff when
+#: the planner estimates an && on it)
+VIEW_READS = VIEW_TREE + """,
 rule_refs AS (
     SELECT views.oid AS view, d.refclassid, d.refobjid
     FROM views JOIN pg_catalog.pg_rewrite w ON w.ev_class = views.oid
@@ -327,16 +330,7 @@ WHERE t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace
 
 #: the views a view reads (itself included, through nested views) that are owned neither by a
 #: superuser nor by the caller
-FOREIGN_VIEWS = """
-WITH RECURSIVE views(oid) AS (
-    SELECT $1::pg_catalog.oid
-    UNION
-    SELECT d.refobjid FROM views
-    JOIN pg_catalog.pg_rewrite w ON w.ev_class = views.oid
-    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
-         AND d.objid = w.oid AND d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-         AND d.refobjid <> views.oid
-    JOIN pg_catalog.pg_class c ON c.oid = d.refobjid AND c.relkind = 'v')
+FOREIGN_VIEWS = VIEW_TREE + """
 SELECT pg_catalog.format('%s (owned by %s)', c.oid::pg_catalog.regclass,
                          pg_catalog.pg_get_userbyid(c.relowner)) AS view
 FROM views JOIN pg_catalog.pg_class c ON c.oid = views.oid

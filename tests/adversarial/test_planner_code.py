@@ -329,6 +329,17 @@ $$ LANGUAGE plpython3u""")
 REPORT = "SELECT count(*) FROM anon.risk_report('{rel}', quasi_identifiers => '{{age,zip}}')"
 
 
+def assert_reports_refused(db, connect, role, relations, match):
+    """Each of ``relations`` reported by the DBA in a fresh backend: refused, nothing of the
+    owner's run."""
+    with connect() as dba:
+        seen = notices(dba)
+        for rel in relations:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match=match):
+                dba.execute(REPORT.format(rel=rel))
+    assert_not_run(db, role, seen)
+
+
 @pytest.mark.parametrize("depth", [1, 2])
 def test_a_report_on_the_dbas_view_over_the_owners_table_is_refused(db, connect, owner, schema, depth):
     """A seventh review: the guard ran only when the relation reported was a table. The DBA's own
@@ -338,11 +349,7 @@ def test_a_report_on_the_dbas_view_over_the_owners_table_is_refused(db, connect,
     a.execute(PLANTED["partial index"].format(s=s))
     db.execute(f"CREATE VIEW {schema}.v1 AS SELECT age, zip, dx FROM {s}.t")
     db.execute(f"CREATE VIEW {schema}.v2 AS SELECT * FROM {schema}.v1 WHERE age > 0")
-    with connect() as dba:
-        seen = notices(dba)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"boom\(\)"):
-            dba.execute(REPORT.format(rel=f"{schema}.v{depth}"))
-    assert_not_run(db, role, seen)
+    assert_reports_refused(db, connect, role, [f"{schema}.v{depth}"], r"boom\(\)")
 
 
 def test_a_report_on_a_view_calling_the_owners_function_is_refused(db, connect, owner, schema):
@@ -352,11 +359,7 @@ def test_a_report_on_a_view_calling_the_owners_function_is_refused(db, connect, 
     role, s, a = owner
     a.execute(f"GRANT USAGE ON SCHEMA {s} TO PUBLIC")
     db.execute(f"CREATE VIEW {schema}.calls AS SELECT {s}.shift(age) AS age, zip, dx FROM {s}.t")
-    with connect() as dba:
-        seen = notices(dba)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"function .*shift\(integer\)"):
-            dba.execute(REPORT.format(rel=f"{schema}.calls"))
-    assert_not_run(db, role, seen)
+    assert_reports_refused(db, connect, role, [f"{schema}.calls"], r"function .*shift\(integer\)")
 
 
 # views of the owner's that run its code when read, in ways no catalog walk of the view sees
@@ -382,13 +385,8 @@ def test_a_report_on_another_roles_view_is_refused(db, connect, owner, schema, v
     a.execute(OWNER_VIEWS[view].format(s=s))
     a.execute(f"GRANT USAGE ON SCHEMA {s} TO PUBLIC; GRANT SELECT ON {s}.v TO PUBLIC")
     db.execute(f"CREATE VIEW {schema}.over AS SELECT * FROM {s}.v")
-    with connect() as dba:
-        seen = notices(dba)
-        for rel in (f"{s}.v", f"{schema}.over"):
-            with pytest.raises(psycopg.errors.InsufficientPrivilege,
-                               match=f"neither superusers nor you.*owned by {role}"):
-                dba.execute(REPORT.format(rel=rel))
-    assert_not_run(db, role, seen)
+    assert_reports_refused(db, connect, role, [f"{s}.v", f"{schema}.over"],
+                           f"neither superusers nor you.*owned by {role}")
 
 
 # the DBA's own views that ran the owner's code (a ninth review made the owner superuser with
@@ -420,11 +418,7 @@ def test_a_report_on_the_dbas_view_using_the_owners_types_or_any_function_is_ref
     db.execute(f"CREATE FUNCTION {schema}.rows_of_t() RETURNS SETOF {s}.t LANGUAGE sql "
                f"AS 'SELECT * FROM {s}.t'")
     db.execute(f"CREATE VIEW {schema}.dv AS {query.format(s=s, schema=schema)}")
-    with connect() as dba:
-        seen = notices(dba)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="outside PostgreSQL's built-ins"):
-            dba.execute(REPORT.format(rel=f"{schema}.dv"))
-    assert_not_run(db, role, seen)
+    assert_reports_refused(db, connect, role, [f"{schema}.dv"], "outside PostgreSQL's built-ins")
 
 
 def test_a_report_on_clean_views_and_materialized_views_still_works(db, owner, schema):
@@ -442,11 +436,7 @@ def test_a_report_on_the_owners_materialized_view_with_planted_code_is_refused(d
     a.execute(f"CREATE MATERIALIZED VIEW {s}.m AS SELECT age, zip, dx FROM {s}.t; "
               f"CREATE INDEX ON {s}.m (age) WHERE {s}.boom(); "
               f"GRANT USAGE ON SCHEMA {s} TO PUBLIC; GRANT SELECT ON {s}.m TO PUBLIC")
-    with connect() as dba:
-        seen = notices(dba)
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=r"boom\(\)"):
-            dba.execute(REPORT.format(rel=f"{s}.m"))
-    assert_not_run(db, role, seen)
+    assert_reports_refused(db, connect, role, [f"{s}.m"], r"boom\(\)")
 
 
 def test_a_report_on_a_foreign_table_is_refused(db, connect, owner, schema):
