@@ -160,7 +160,8 @@ def run(k: int, keep: bool) -> None:
             print(f"({time.perf_counter() - t0:.2f} s)")
 
             step("what analysts see")
-            show(conn, f"SELECT * FROM {release} LIMIT 5")
+            # ordered: the release's own order is shuffled afresh at every build
+            show(conn, f"SELECT * FROM {release} ORDER BY age, sex, zip, diagnosis LIMIT 5")
             step("analysts query ranges and sets")
             show(conn, f"SELECT count(*) FROM {release} WHERE age @> 42 AND 'F' = ANY(sex)")
 
