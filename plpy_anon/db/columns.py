@@ -314,6 +314,33 @@ JOIN pg_catalog.pg_proc p
                   ELSE o.oprcode::pg_catalog.oid END
 WHERE p.pronamespace <> 'pg_catalog'::pg_catalog.regnamespace
 UNION
+-- built-ins that run SQL text or read relations named at run time: what they read is neither
+-- locked nor checked (a tenth review planted an index on a table a DBA's view read through
+-- query_to_xml('SELECT ... FROM owner.t')). Built-ins are pinned and leave no pg_depend row:
+-- they are found in the rule's node tree by their oid
+SELECT NULL, NULL, pg_catalog.format('view %s', views.oid::pg_catalog.regclass),
+       pg_catalog.format('function %s', p.oid::pg_catalog.regprocedure),
+       pg_catalog.pg_get_userbyid(p.proowner)::text
+FROM views JOIN pg_catalog.pg_rewrite w ON w.ev_class = views.oid
+JOIN pg_catalog.pg_proc p ON p.pronamespace = 'pg_catalog'::pg_catalog.regnamespace
+ AND p.proname IN ('query_to_xml', 'query_to_xmlschema', 'query_to_xml_and_xmlschema',
+                   'cursor_to_xml', 'cursor_to_xmlschema', 'table_to_xml', 'table_to_xmlschema',
+                   'table_to_xml_and_xmlschema', 'schema_to_xml', 'schema_to_xmlschema',
+                   'schema_to_xml_and_xmlschema', 'database_to_xml', 'database_to_xmlschema',
+                   'database_to_xml_and_xmlschema', 'ts_stat')
+WHERE w.ev_action::text OPERATOR(pg_catalog.~) (':funcid ' || p.oid::text || '\\M')
+UNION
+-- an operator of another role's: its negator or commutator (which the planner may substitute)
+-- is that role's choice, even when its own function is a built-in
+SELECT NULL, NULL, pg_catalog.format('view %s', x.view::pg_catalog.regclass),
+       pg_catalog.format('operator %s', o.oid::pg_catalog.regoperator),
+       pg_catalog.pg_get_userbyid(o.oprowner)::text
+FROM rule_refs x
+JOIN pg_catalog.pg_operator o
+  ON x.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass AND o.oid = x.refobjid
+JOIN pg_catalog.pg_roles r ON r.oid = o.oprowner
+WHERE NOT r.rolsuper AND r.rolname <> current_user
+UNION
 SELECT NULL, NULL, pg_catalog.format('view %s', x.view::pg_catalog.regclass),
        pg_catalog.format('type %s', t.oid::pg_catalog.regtype),
        pg_catalog.pg_get_userbyid(t.typowner)::text
@@ -337,6 +364,46 @@ FROM views JOIN pg_catalog.pg_class c ON c.oid = views.oid
 JOIN pg_catalog.pg_roles r ON r.oid = c.relowner
 WHERE NOT r.rolsuper AND r.rolname <> current_user
 """
+
+
+#: columns (all, or those named) whose type -- through domains -- is a range or multirange type
+#: whose subtype_diff or canonical function no superuser owns: ANALYZE of any relation holding
+#: such a column (autovacuum's included, as the relation's owner) and the planner's estimate of
+#: a range operator on it call that function
+UNSAFE_RANGES = """
+WITH RECURSIVE flat(name, type) AS (
+    SELECT a.attname::text, a.atttypid FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+      AND ($2::text[] IS NULL OR a.attname = ANY($2))
+    UNION ALL
+    SELECT f.name, t.typbasetype FROM flat f JOIN pg_catalog.pg_type t ON t.oid = f.type
+    WHERE t.typtype = 'd')
+SELECT DISTINCT f.name, p.oid::pg_catalog.regprocedure::text AS function,
+       pg_catalog.pg_get_userbyid(p.proowner)::text AS owner
+FROM flat f
+JOIN pg_catalog.pg_range rg ON rg.rngtypid = f.type OR rg.rngmultitypid = f.type
+JOIN pg_catalog.pg_proc p ON p.oid IN (rg.rngsubdiff, rg.rngcanonical)
+JOIN pg_catalog.pg_roles o ON o.oid = p.proowner
+WHERE NOT o.rolsuper
+"""
+
+
+def check_range_columns(plpy, oid: int, label: str, names: list[str] | None = None) -> None:
+    """Refuse a relation whose columns (``names``, default all) are of a range type whose
+    subtype_diff or canonical function no superuser owns. A tenth review kept such a column as
+    a sensitive column of a Mondrian release: the release is a materialized view owned by the
+    DBA, and autovacuum's ANALYZE of it ran the range owner's subtype_diff as the DBA; a DBA's
+    view filtering it with ``@>`` ran it when anon.risk_report planned the view."""
+    found = run(plpy, UNSAFE_RANGES, ["oid", "text[]"], [oid, names])
+    if found:
+        listing = "; ".join(f'column "{r["name"]}" ({r["function"]}, owned by {r["owner"]})'
+                            for r in found[:5])
+        raise UnsafeSource(
+            f"{label} has columns of range types whose functions are not owned by a superuser, "
+            f"which ANALYZE and the planner run with the rights of whoever holds or plans the "
+            f"relation: {listing}",
+            hint="Release or report a copy with the column cast to text, or declare the column "
+                 "ignored, or have a superuser take over the range type's functions.")
 
 
 def guard_relation(plpy, oid: int, name: str, relkind: str) -> None:
@@ -402,6 +469,7 @@ def guard_relation(plpy, oid: int, name: str, relkind: str) -> None:
         for r in reads:
             if r["function"] is None:
                 guard_relation(plpy, int(r["oid"]), r["name"], r["relkind"])
+                check_range_columns(plpy, int(r["oid"]), r["name"])
 
 
 class SourceChanged(AnonError):
@@ -466,8 +534,13 @@ def default_role(col: Column) -> str:
 
 
 def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, identifiers=None,
-                  cols: list[Column] | None = None, detect: bool = True) -> list[tuple[Column, str]]:
+                  cols: list[Column] | None = None, detect: bool = True,
+                  publishing: bool = True) -> list[tuple[Column, str]]:
     """Every column of the table with the role it takes in this release, in table order.
+
+    With ``publishing`` (every release), sensitive columns, which releases keep in their own
+    type, are refused if that type is a range type running another role's code on ANALYZE
+    (:func:`check_range_columns`).
 
     With ``detect`` (releases), columns that would be quasi-identifiers by DEFAULT (undeclared,
     not in the call's lists, no explicit quasi_identifiers list) are checked by the identifier
@@ -500,6 +573,9 @@ def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, i
         from plpy_anon.db.identifiers import check_undeclared
         check_undeclared(plpy, tbl, [c for c in cols if roles[c.name] == "quasi_identifier"
                                      and c.name not in declared and c.name not in given])
+    if publishing:
+        check_range_columns(plpy, tbl.oid, f"table {tbl.label}",
+                            [c.name for c in cols if roles[c.name] == "sensitive"])
     return [(c, roles[c.name]) for c in cols]
 
 
@@ -537,7 +613,7 @@ def describe_roles(plpy, source):
     declared = declared_roles(plpy, tbl)
     with_hierarchy = set(hierarchy_columns(plpy, tbl))
     rows = []
-    for col, role in resolve_roles(plpy, tbl, detect=False):
+    for col, role in resolve_roles(plpy, tbl, detect=False, publishing=False):
         rows.append((col.name, col.display_type, role, col.name in declared,
                      released_as(col, role, col.name in with_hierarchy)))
     return rows

@@ -271,7 +271,7 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
             raise InvalidParameter("deriving priorities needs most_useful and least_useful",
                                    hint="Name the most and least useful columns: most_useful => 'education', least_useful => 'race'.")
         tbl = catalog.table(plpy, derive_from)
-        cols = [c for c, role in catalog.resolve_roles(plpy, tbl, detect=False)  # publishes nothing
+        cols = [c for c, role in catalog.resolve_roles(plpy, tbl, detect=False, publishing=False)  # publishes nothing
                 if role in ("quasi_identifier", "sensitive") and c.kind is not None]
         for name in (most, least):
             catalog.column_named(tbl, cols, name)
