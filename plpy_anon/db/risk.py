@@ -28,6 +28,7 @@ from plpy_anon.db import columns, verify
 from plpy_anon.db.class_counts import Counter, orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.release_rows import check_genuine
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 ORDERED_CATEGORIES = {"N", "D"}       # numbers, dates and times: ordered EMD; the rest: equal distance
@@ -145,7 +146,10 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
     # or reading runs code of a role that is not a superuser
     columns.guard_relation(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]), rel["relkind"])
     if oid != int(rel["oid"]):     # a release read through another of its relations
-        columns.guard_relation(plpy, oid, target.relation, target_rel["relkind"])
+        # plpy_anon's own view over the release's storage, checked to be the one it built: its
+        # owner is whoever created the release, who need not be a superuser
+        check_genuine(plpy, release[0])
+        columns.guard_relation(plpy, oid, target.relation, target_rel["relkind"], own_view=True)
     cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
     for name in target.qis + target.sensitive:
         if name not in cols:

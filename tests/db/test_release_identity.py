@@ -213,3 +213,36 @@ def test_a_rebuilt_release_records_its_new_definitions(db, pat, release_schema):
     db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
     assert db.execute("SELECT verified FROM anon.releases WHERE release_schema = %s",
                       (release_schema,)).fetchone()[0] is True
+
+
+def test_a_break_merge_release_of_another_creator_is_reported_until_its_views_change(
+        db, connect, schema, pat, release_schema, other):
+    """anon.risk_report refuses views owned by roles that are neither superusers nor the caller
+    (their code would run as the caller), except a release's own views: plpy_anon built them,
+    and checks their definitions are still the ones it recorded before reading them."""
+    db.execute(f"GRANT USAGE ON SCHEMA anon TO {other}; GRANT ALL ON ALL TABLES IN SCHEMA anon TO {other}; "
+               f"GRANT ALL ON ALL SEQUENCES IN SCHEMA anon TO {other}; "
+               f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO {other}; GRANT SELECT ON pat TO {other}")
+    db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(other)))
+    s = sql.Identifier(release_schema)
+    try:
+        with connect(user=other) as o:
+            o.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(schema)))
+            o.execute("SELECT anon.break_merge('pat', k => 5, l => 2, quasi_identifiers => '{age,zip}', "
+                      "sensitive => '{dx}', release_schema => %s)", (release_schema,))
+        report = "SELECT value FROM anon.risk_report(%s) WHERE measure = 'rows'"
+        assert float(db.execute(report, (f"{release_schema}.pat_bm",)).fetchone()[0]) == 200
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="neither superusers nor you"):
+            db.execute("SELECT * FROM anon.risk_report(%s, quasi_identifiers => '{age,zip}')",
+                       (f"{release_schema}.pat_bm_qit",))           # named as a view, read as one
+        with connect(user=other) as o:
+            o.execute(sql.SQL("CREATE OR REPLACE VIEW {s}.pat_bm_qit AS SELECT age, zip, m._gid AS gid "
+                              "FROM {s}.pat_bm AS m CROSS JOIN LATERAL pg_catalog.generate_series(1, m._count) "
+                              "WHERE m._attribute IS NULL AND m._gid >= 0").format(s=s))
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="relations were changed"):
+            db.execute(report, (f"{release_schema}.pat_bm",))
+    finally:
+        db.execute(f"SELECT anon.drop_release('{release_schema}.pat_bm', if_exists => true)")
+        db.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA anon FROM {other}; "
+                   f"REVOKE ALL ON ALL SEQUENCES IN SCHEMA anon FROM {other}; "
+                   f"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA anon FROM {other}; REVOKE USAGE ON SCHEMA anon FROM {other}")
