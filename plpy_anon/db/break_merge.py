@@ -74,7 +74,12 @@ from plpy_anon.db.generalization import (
 )
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
-from plpy_anon.db.reader import CANONICAL_TYPES, merge_equal_spellings, read_columns
+from plpy_anon.db.reader import (
+    CANONICAL_TYPES,
+    merge_equal_spellings,
+    nondeterministic_collations,
+    read_columns,
+)
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 METHOD = "break_merge"
@@ -342,14 +347,6 @@ def verification_spec(plpy, release, stats) -> verify.Spec:
         count_values=compared_values(plpy, release, params["sensitive"]))
 
 
-NONDETERMINISTIC_COLLATIONS = """
-SELECT a.attname::text AS name, pg_catalog.format('%I.%I', cn.nspname, co.collname) AS collation
-FROM pg_catalog.pg_attribute a
-JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
-JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
-WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped AND NOT co.collisdeterministic
-"""
-
 #: each column's type with every domain taken off (domains over domains, arrays of domains):
 #: the built-in type its values are compared in, its array when the column is an array, and
 #: whether that is pg_catalog's. Casting text to a domain would run the domain's CHECK (its
@@ -381,8 +378,7 @@ def compared_values(plpy, release, sensitive: list[str]) -> dict[str, str]:
     build did. A type without an ordering (xml, point) is compared by its text."""
     tbl = catalog.table(plpy, release["source"], guard=False)
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    collated = {r["name"]: r["collation"] for r in run(
-        plpy, NONDETERMINISTIC_COLLATIONS, ["oid", "text[]"], [tbl.oid, list(sensitive)])}
+    collated = nondeterministic_collations(plpy, tbl.oid, sensitive)
     # the search path is pg_catalog's: a built-in type's name means the built-in type
     base = {r["name"]: r for r in run(plpy, BASE_TYPES, ["oid", "text[]"],
                                       [tbl.oid, list(sensitive)])}

@@ -303,12 +303,20 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
 CANONICAL_TYPES = ("bool", "int2", "int4", "int8", "oid", "date", "uuid", "timestamp",
                    "timestamptz", "time", "char", "bytea")
 
-SPELLED_COLUMNS = """
-SELECT a.attname::text AS name
+NONDETERMINISTIC_COLLATIONS = """
+SELECT a.attname::text AS name, pg_catalog.format('%I.%I', cn.nspname, co.collname) AS collation
 FROM pg_catalog.pg_attribute a
-LEFT JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
-WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT coalesce(co.collisdeterministic, true)
+JOIN pg_catalog.pg_collation co ON co.oid = a.attcollation
+JOIN pg_catalog.pg_namespace cn ON cn.oid = co.collnamespace
+WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped AND NOT co.collisdeterministic
 """
+
+
+def nondeterministic_collations(plpy, oid: int, names: list[str]) -> dict[str, str]:
+    """Those of the columns ``names`` of relation ``oid`` under a nondeterministic collation,
+    with that collation's qualified name: equal values there may be spelled differently."""
+    return {r["name"]: r["collation"] for r in run(plpy, NONDETERMINISTIC_COLLATIONS,
+                                                    ["oid", "text[]"], [oid, list(names)])}
 
 
 def spelled_columns(plpy, tbl: Table, columns: list[Column]) -> list[Column]:
@@ -316,8 +324,7 @@ def spelled_columns(plpy, tbl: Table, columns: list[Column]) -> list[Column]:
     (see CANONICAL_TYPES): also domains over domains, arrays of domains and composite types
     (a review: '1.0' and '1.00' in each). Grouping them runs no role's code: a type's equality
     comes from its default operator class, which only a superuser can create."""
-    collated = {r["name"] for r in run(plpy, SPELLED_COLUMNS, ["oid", "text[]"],
-                                       [tbl.oid, [c.name for c in columns]])}
+    collated = nondeterministic_collations(plpy, tbl.oid, [c.name for c in columns])
     return [c for c in columns if c.name in collated or (
         c.category not in ("S", "E") and not (c.builtin and c.type_name in CANONICAL_TYPES))]
 
