@@ -420,9 +420,12 @@ def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = Fal
       excluded: see docs/security.md);
     * a view: locked ``ACCESS SHARE`` first (its definition, and those of the views it reads,
       cannot be replaced until the transaction ends), re-checked by name; refused if it, or a
-      view it reads, is owned by a role that is neither a superuser nor the caller, or if its
-      rules call a function no superuser owns; then each relation it reads, recursively, guarded
-      as above.
+      view it reads, is owned by a role that is neither a superuser nor the caller (unless
+      ``own_view``: a release's own view, checked genuine by the caller), or if its rules use
+      anything :data:`VIEW_READS` lists (functions outside pg_catalog, built-ins running SQL
+      text, other roles' operators and types); then each relation it reads guarded as above,
+      and refused if it has a column of a range type running another role's code
+      (:func:`check_range_columns`).
 
     Why the owner test: an eighth review ran its code as the DBA through its own views in three
     ways no catalog walk of the view sees -- a cast to its domain whose CHECK calls its function,
