@@ -4,34 +4,20 @@
 
 -------------------------------------------------------------------------------
 -- incremental/000-schema-guard.sql
--- plpy_anon lives in its own schema "anon" (the control file's schema = anon). When the schema is
--- missing, CREATE EXTENSION creates it in this very transaction; when it already exists,
--- PostgreSQL silently installs into it -- next to another extension's objects (PostgreSQL
--- Anonymizer also uses "anon") or a schema someone made for something else. Refuse that.
--- Incremental files run on install only, so an upgrade never sees this block.
---
--- "Created by this transaction": the schema's row was written by the current transaction or one
--- of its subtransactions (CREATE EXTENSION inside a SAVEPOINT writes it with a subtransaction's
--- xid, which is larger than the top-level one). Such an xid is "in progress" to
--- pg_xact_status; a visible row of any other transaction is committed. And the schema must be
--- empty: only this extension itself may depend on it (BEGIN; CREATE SCHEMA anon; CREATE
--- FUNCTION anon.f ...; CREATE EXTENSION plpy_anon would otherwise pass the first test).
+-- plpy_anon's schemas are members of the extension: this script creates "anon" (and, later,
+-- "anon_py") itself, so pg_dump leaves them to CREATE EXTENSION, DROP EXTENSION removes them,
+-- and the control file names pg_catalog as the extension's schema (as plpgsql's does) only
+-- because PostgreSQL wants one. An existing schema "anon" belongs to someone else (PostgreSQL
+-- Anonymizer also uses the name): refuse it with what to do, before anything is created.
 DO $guard$
 DECLARE
     nsp record;
-    top bigint := pg_catalog.pg_current_xact_id()::text::bigint;
-    delta bigint;
-    ours boolean := false;
     contents text;
 BEGIN
-    SELECT n.oid, n.xmin::text::bigint AS xmin, pg_catalog.pg_get_userbyid(n.nspowner) AS owner
+    SELECT n.oid, pg_catalog.pg_get_userbyid(n.nspowner) AS owner
     INTO nsp FROM pg_catalog.pg_namespace n WHERE n.nspname = 'anon';
     IF NOT FOUND THEN
-        RETURN;      -- CREATE EXTENSION ... SCHEMA elsewhere is refused by relocatable = false
-    END IF;
-    delta := (nsp.xmin - top % 4294967296 + 4294967296) % 4294967296;
-    IF delta < 2147483648 THEN
-        ours := pg_catalog.pg_xact_status((top + delta)::text::pg_catalog.xid8) = 'in progress';
+        RETURN;
     END IF;
     SELECT pg_catalog.string_agg(d.what, ', ' ORDER BY d.what) INTO contents
     FROM (SELECT o.type || ' ' || o.identity AS what
@@ -39,24 +25,21 @@ BEGIN
                LATERAL pg_catalog.pg_identify_object(dep.classid, dep.objid, dep.objsubid) o
           WHERE dep.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
             AND dep.refobjid = nsp.oid
-            AND NOT (dep.classid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-                     AND dep.objid = (SELECT e.oid FROM pg_catalog.pg_extension e
-                                      WHERE e.extname = 'plpy_anon'))
           LIMIT 6) d;
-    IF ours AND contents IS NULL THEN
-        RETURN;
-    END IF;
     RAISE EXCEPTION 'plpy_anon needs its own schema "anon", but a schema "anon" (owner %) already exists',
                     nsp.owner
         USING ERRCODE = '42P06',
               DETAIL = CASE WHEN contents IS NULL
-                            THEN 'The schema was not created by this CREATE EXTENSION; it is empty.'
+                            THEN 'The schema is empty, but plpy_anon creates its schema itself (it is part of the extension).'
                             ELSE 'It already holds: ' || contents || '.' END,
               HINT = 'Nothing was installed. Rename the existing schema (ALTER SCHEMA anon RENAME TO anon_old), '
                      'or drop it or the extension that uses it (PostgreSQL Anonymizer: DROP EXTENSION anon), '
                      'then run CREATE EXTENSION plpy_anon again.';
 END
 $guard$;
+
+CREATE SCHEMA anon;
+COMMENT ON SCHEMA anon IS 'plpy_anon: anonymized releases (functions analysts never call, the release catalog).';
 
 -------------------------------------------------------------------------------
 -- incremental/001-catalog.sql
@@ -280,10 +263,13 @@ CREATE TYPE anon.pattern_values AS (
 -- release schema: no release goes into it, nothing is granted on it, and no release recorded
 -- in the old one is refreshed, verified or granted there. When plpy_anon itself creates a schema
 -- of that name again, the row takes the new OID.
+-- The OID is kept as regnamespace (and the release's owner as regrole): pg_dump writes them as
+-- names and a restore reads them back as the new cluster's OIDs, so restored releases are
+-- recognised by what a dump preserves.
 CREATE TABLE anon.release_schemas (
     schema_name name        PRIMARY KEY,
     created_at  timestamptz NOT NULL DEFAULT now(),
-    schema_oid  oid         NOT NULL
+    schema_oid  regnamespace NOT NULL
 );
 COMMENT ON TABLE anon.release_schemas IS
     'Schemas plpy_anon created for releases: the only schemas analysts receive USAGE on (anon.grant_analyst).';
@@ -297,8 +283,8 @@ SELECT pg_catalog.pg_extension_config_dump('anon.release_schemas', '');
 -- owned by another role, is not the release: refresh, verification, grants and drop leave it
 -- alone (a refresh says the release is stale; anon.drop_release removes the catalog row).
 ALTER TABLE anon.releases
-    ADD COLUMN schema_oid    oid NOT NULL,
-    ADD COLUMN release_owner oid NOT NULL,
+    ADD COLUMN schema_oid    regnamespace NOT NULL,
+    ADD COLUMN release_owner regrole NOT NULL,
     ADD COLUMN definitions   jsonb;
 
 COMMENT ON COLUMN anon.releases.schema_oid IS
@@ -306,7 +292,7 @@ COMMENT ON COLUMN anon.releases.schema_oid IS
 COMMENT ON COLUMN anon.releases.release_owner IS
     'pg_authid OID of the role that created the release and owns its relations.';
 COMMENT ON COLUMN anon.releases.definitions IS
-    'md5 of pg_get_viewdef of each of the release''s relations as plpy_anon last built them: a relation whose definition differs was changed outside plpy_anon, and nothing runs its query on the release''s behalf.';
+    'md5 of pg_get_viewdef of each of the release''s relations as plpy_anon last built them (names, not OIDs: a restored release keeps them): a relation whose definition differs was changed outside plpy_anon, and nothing runs its query on the release''s behalf.';
 
 -------------------------------------------------------------------------------
 -- incremental/080-verification.sql
@@ -348,7 +334,7 @@ CREATE TABLE anon.snapshots (
     snapshot_id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     release_id      integer     NOT NULL,   -- anon.releases.release_id at the time (no FK: survives drop_release)
     release         text        NOT NULL,   -- the release's schema.name at the time
-    relation        oid         NOT NULL,   -- pg_class OID of the snapshot table
+    relation        regclass    NOT NULL,   -- the snapshot table (regclass: survives dump and restore)
     snapshot_schema name        NOT NULL,
     snapshot_name   name        NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now(),
@@ -391,6 +377,29 @@ CREATE TYPE anon.partition_slice AS (
     row_tableoids  text,       -- oid[] literal of their relations, NULL for a one-relation source
     classes        jsonb       -- {"q<i>": [literal per class of the slice]} for literal QIs
 );
+
+-------------------------------------------------------------------------------
+-- incremental/180-custodian.sql
+-- Custodians who are not superusers: the role plpy_anon_custodian holds what creating,
+-- refreshing and dropping releases of one's own tables needs (USAGE on anon, EXECUTE on its
+-- functions, the catalog's rows; 900-privileges.sql grants them), the way PostgreSQL's predefined
+-- roles do: GRANT plpy_anon_custodian TO alice. Roles belong to the cluster, so a second
+-- database's install finds it; one that can log in was not made here and is refused.
+DO $custodian$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'plpy_anon_custodian') THEN
+        CREATE ROLE plpy_anon_custodian NOLOGIN;
+        COMMENT ON ROLE plpy_anon_custodian IS
+            'plpy_anon: members create, refresh and drop releases of tables they may read (GRANT plpy_anon_custodian TO role).';
+    ELSIF EXISTS (SELECT 1 FROM pg_catalog.pg_roles
+                  WHERE rolname = 'plpy_anon_custodian' AND (rolcanlogin OR rolsuper)) THEN
+        RAISE EXCEPTION 'role plpy_anon_custodian exists and can log in or is a superuser'
+            USING ERRCODE = '42710',
+                  DETAIL = 'plpy_anon grants its custodians'' privileges to this role; the one it creates is NOLOGIN.',
+                  HINT = 'Rename or drop that role (ALTER ROLE plpy_anon_custodian RENAME TO ...), then CREATE EXTENSION plpy_anon again.';
+    END IF;
+END
+$custodian$;
 
 -------------------------------------------------------------------------------
 -- functions/010-info.py (generated)
@@ -1129,18 +1138,16 @@ releases.record_refresh(plpy, GD, relation)
 $$;
 
 -- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of
--- any view. SECURITY DEFINER (the extension's owner; search_path pinned, everything qualified):
--- the caller needs no privilege on schema anon, and a view that is not a release costs one
--- indexed lookup and nothing else. Event trigger functions cannot be called directly.
--- A release is recognised by more than its name: the view must be in the very schema the
--- release was created in (same OID: not a schema of that name re-created by someone else after
--- a DROP SCHEMA) and owned by the role that created the release. Anything else carrying a
--- release's name is not a release, and the extension owner never reads it (the verification
--- would run that role's views with the extension owner's rights).
+-- any view, and runs with the refresher's rights (no SECURITY DEFINER: no code of plpy_anon runs
+-- with more rights than its caller). A view whose query calls none of the extension's functions
+-- is not a release: it costs one catalog lookup and needs no privilege on schema anon. A release
+-- is recorded with the refresher's rights, which refreshing it needs anyway (its query calls
+-- functions in anon), so a refresher without them is told what to grant. A release is
+-- recognised by more than its name: the view must be in the very schema the release was created
+-- in and owned by the role that created the release.
 CREATE OR REPLACE FUNCTION anon._on_refresh()
 RETURNS event_trigger
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -1150,6 +1157,24 @@ BEGIN
     FOR cmd IN SELECT e.objid FROM pg_catalog.pg_event_trigger_ddl_commands() e
                WHERE e.command_tag = 'REFRESH MATERIALIZED VIEW'
     LOOP
+        CONTINUE WHEN NOT EXISTS (
+            SELECT 1 FROM pg_catalog.pg_rewrite w
+            JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                                       AND d.objid = w.oid
+                                       AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+            JOIN pg_catalog.pg_depend m ON m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                       AND m.objid = d.refobjid AND m.deptype = 'e'
+                                       AND m.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+            JOIN pg_catalog.pg_extension x ON x.oid = m.refobjid AND x.extname = 'plpy_anon'
+            WHERE w.ev_class = cmd.objid);
+        IF NOT pg_catalog.has_schema_privilege('anon', 'USAGE')
+           OR NOT pg_catalog.has_table_privilege('anon.releases', 'SELECT, UPDATE') THEN
+            RAISE EXCEPTION 'refreshing % needs the privileges of a plpy_anon custodian',
+                            cmd.objid::pg_catalog.regclass
+                USING ERRCODE = '42501',
+                      DETAIL = 'A release''s refresh is checked from its rows and recorded in anon.releases, with the rights of the role that refreshes it.',
+                      HINT = pg_catalog.format('GRANT plpy_anon_custodian TO %I;', current_user);
+        END IF;
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                    JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
@@ -1292,6 +1317,38 @@ COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[
 -- reads the source in the same snapshot as the query that joins its result back to the source by
 -- ctid. ROWS 1: the planner costs the join back as for one result, not a thousand.
 CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices(release_id integer)
+RETURNS SETOF anon.partition_slice
+LANGUAGE plpgsql STABLE ROWS 1
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    BEGIN
+        RETURN QUERY SELECT (q.r).* FROM (SELECT anon._mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon._mondrian_partition_slices(integer) IS
+    'Internal: runs anon._mondrian_partition_slices_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices_py(release_id integer)
 RETURNS SETOF anon.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
@@ -1880,6 +1937,38 @@ COMMENT ON FUNCTION anon.add_queries(text[], bigint[], timestamptz[], text) IS
 -- result back to the source by ctid).
 CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices(release_id integer)
 RETURNS SETOF anon.partition_slice
+LANGUAGE plpgsql STABLE ROWS 1
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    BEGIN
+        RETURN QUERY SELECT (q.r).* FROM (SELECT anon._prioritized_mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon._prioritized_mondrian_partition_slices(integer) IS
+    'Internal: runs anon._prioritized_mondrian_partition_slices_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices_py(release_id integer)
+RETURNS SETOF anon.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -2261,6 +2350,38 @@ COMMENT ON FUNCTION anon.breach_report(text, double precision) IS
 -- The run behind a Break-Merge release, called once by the storage view's query (MATERIALIZED
 -- CTE). STABLE: it reads the source in the query's snapshot.
 CREATE OR REPLACE FUNCTION anon._break_merge_run(release_id integer)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    BEGIN
+        RETURN anon._break_merge_run_py($1);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon._break_merge_run(integer) IS
+    'Internal: runs anon._break_merge_run_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION anon._break_merge_run_py(release_id integer)
 RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
@@ -3325,6 +3446,38 @@ COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precis
 -- the source in the query's snapshot, so the ctids it returns are those the join sees.
 CREATE OR REPLACE FUNCTION anon._trust_partition(release_id integer)
 RETURNS anon.partition
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    BEGIN
+        RETURN anon._trust_partition_py($1);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon._trust_partition(integer) IS
+    'Internal: runs anon._trust_partition_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION anon._trust_partition_py(release_id integer)
+RETURNS anon.partition
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -3550,6 +3703,38 @@ COMMENT ON FUNCTION anon.distortion(regclass, text) IS
 -- the source in the same snapshot as the query that joins its result back to the source by ctid.
 CREATE OR REPLACE FUNCTION anon._pattern_run(release_id integer)
 RETURNS anon.pattern_values
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    BEGIN
+        RETURN anon._pattern_run_py($1);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon._pattern_run(integer) IS
+    'Internal: runs anon._pattern_run_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION anon._pattern_run_py(release_id integer)
+RETURNS anon.pattern_values
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -3581,7 +3766,7 @@ if "plpy_anon" not in GD:
 from plpy_anon.db import pattern
 return pattern.run_release(plpy, GD, release_id)
 $$;
-COMMENT ON FUNCTION anon._pattern_run(integer) IS
+COMMENT ON FUNCTION anon._pattern_run_py(integer) IS
     'Internal: reads the source of pattern release release_id, walks its columns and returns the new values by row ctid.';
 
 -------------------------------------------------------------------------------
@@ -3897,6 +4082,38 @@ COMMENT ON FUNCTION anon.fusion_scan_of(text) IS
 -- that it reads the source in the same snapshot as the query that joins its result back by ctid.
 CREATE OR REPLACE FUNCTION anon._fusion_partition(release_id integer)
 RETURNS anon.partition
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    BEGIN
+        RETURN anon._fusion_partition_py($1);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon._fusion_partition(integer) IS
+    'Internal: runs anon._fusion_partition_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION anon._fusion_partition_py(release_id integer)
+RETURNS anon.partition
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4188,3 +4405,10 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA anon FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA anon FROM PUBLIC;
 GRANT USAGE ON SCHEMA anon_py TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon_py TO PUBLIC;
+
+-- Custodians (180-custodian.sql): call every function, keep the catalog's rows. They act with
+-- their own rights: a custodian releases only tables it may read, into schemas it may create in.
+GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
+GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -239,7 +239,8 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     row = run(plpy, """
         SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
                pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
-               OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock
+               OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock,
+               (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) AS superuser
         FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
         WHERE c.oid = $1 AND c.relkind IN ('r', 'p')""", ["oid"], [oid])
     if not row:
@@ -250,12 +251,13 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
         # every later query finds the table by its schema's NAME, and ALTER SCHEMA ... RENAME
         # takes no lock on the tables inside: a sixth review swapped two schemas mid-call. A
         # superuser (the caller who matters) also share-locks the schema's catalog row, which a
-        # rename must update: it waits until this transaction ends
-        run(plpy, """
-            SELECT 1 FROM pg_catalog.pg_namespace n
-            WHERE n.oid = (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = $1)
-              AND (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
-            FOR SHARE OF n""", ["oid"], [oid])
+        # rename must update: it waits until this transaction ends. Only a superuser may: FOR
+        # SHARE needs UPDATE on pg_namespace, checked when the query is planned, whatever it reads
+        if row[0]["superuser"]:
+            run(plpy, """
+                SELECT 1 FROM pg_catalog.pg_namespace n
+                WHERE n.oid = (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = $1)
+                FOR SHARE OF n""", ["oid"], [oid])
     # LOCK takes a name, and while it waited (or, unlocked, since the caller read it) the owner
     # may have renamed the table and given its name to another one, or turned it into a view (a
     # fourth and a fifth review did): go on only if the name still means this table, and it is

@@ -24,7 +24,12 @@ granted to analysts.
 """
 from __future__ import annotations
 
-from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
+from plpy_anon.core.errors import (
+    AnonError,
+    InsufficientPrivilege,
+    InvalidParameter,
+    UndefinedObject,
+)
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.release_rows import genuine_relations, temp_name
 from plpy_anon.db.sqltext import ident, jsonb, run
@@ -247,37 +252,85 @@ def lock_analysts(plpy, *, shared: bool) -> None:
 def ensure_release_schema(plpy, schema: str) -> int:
     """Make sure releases can go into ``schema``: create it (and give the registered analysts
     USAGE, once) if it does not exist; otherwise it must be the one plpy_anon created (same OID),
-    still holding releases only. Serialized per schema name, so two first releases in a new
-    schema do not both create it. Returns the schema's OID."""
+    still holding releases only, or an empty schema of the caller's that no one else may create
+    in (one left by DROP EXTENSION, which removes the releases but not their schemas), which is
+    adopted. Serialized per schema name, so two first releases in a new schema do not both
+    create it. Returns the schema's OID."""
     lock_analysts(plpy, shared=True)     # a concurrent grant_analyst waits for this release
-    if not schema_exists(plpy, schema):
+    if not is_release_schema(plpy, schema):
         run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
             ["int4", "text"], [LOCK_CLASS, schema])
-        if not schema_exists(plpy, schema):       # re-read: another session may have made it
-            plpy.execute(f"CREATE SCHEMA {ident(plpy, schema)}")
-            oid = schema_oid(plpy, schema)
-            # a row left by a schema of that name dropped outside plpy_anon now names this one
-            run(plpy, """INSERT INTO anon.release_schemas (schema_name, schema_oid) VALUES ($1, $2)
-                         ON CONFLICT (schema_name) DO UPDATE
-                         SET created_at = pg_catalog.now(), schema_oid = EXCLUDED.schema_oid""",
-                ["name", "oid"], [schema, oid])
-            roles = analysts(plpy)
-            if roles:
-                plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, schema)} TO "
-                             + ", ".join(plpy.quote_ident(r) for r in roles))
-            return oid
-    if not is_release_schema(plpy, schema):
-        recorded = run(plpy, "SELECT 1 FROM anon.release_schemas WHERE schema_name = $1", ["name"], [schema])
-        raise SchemaNotOurs(
-            f'schema "{schema}" exists and was not created by plpy_anon: releases go only into '
-            "schemas plpy_anon creates",
-            detail=(f'plpy_anon created a schema "{schema}" once, but it was dropped outside plpy_anon '
-                    "and this one was created by someone else. " if recorded else "")
-                   + "Analysts get USAGE on release schemas, which would give them every object of an "
-                     "existing schema (its functions, types, tables).",
-            hint="Use another release_schema (plpy_anon creates it), or the default \"release\".")
-    check_release_only(plpy, schema)
-    return schema_oid(plpy, schema)
+    if is_release_schema(plpy, schema):           # (re-read: another session may have made it)
+        check_release_only(plpy, schema)
+        check_may_create(plpy, schema)
+        return schema_oid(plpy, schema)
+    if not schema_exists(plpy, schema):
+        plpy.execute(f"CREATE SCHEMA {ident(plpy, schema)}")
+        return record_release_schema(plpy, schema)
+    if adoptable(plpy, schema):
+        return record_release_schema(plpy, schema)
+    recorded = run(plpy, "SELECT 1 FROM anon.release_schemas WHERE schema_name = $1", ["name"], [schema])
+    raise SchemaNotOurs(
+        f'schema "{schema}" exists and was not created by plpy_anon: releases go only into '
+        "schemas plpy_anon creates",
+        detail=(f'plpy_anon created a schema "{schema}" once, but it was dropped outside plpy_anon '
+                "and this one was created by someone else. " if recorded else "")
+               + "Analysts get USAGE on release schemas, which would give them every object of an "
+                 "existing schema (its functions, types, tables). An empty schema is taken over only "
+                 "when it is the caller's own and no other role may create objects in it.",
+        hint=("Use another release_schema (plpy_anon creates it)"
+              + (', e.g. the default "release"' if schema != "release" else "")
+              + f'; or, if schema "{schema}" is an empty leftover (DROP EXTENSION leaves release schemas), '
+              f"DROP SCHEMA {ident(plpy, schema)} and call again."))
+
+
+def check_may_create(plpy, schema: str) -> None:
+    """A release schema is its creator's: another custodian releases into a schema of its own
+    (plpy_anon creates it) rather than sharing one whose owner may drop what is in it."""
+    row = run(plpy, """
+        SELECT pg_catalog.has_schema_privilege(n.oid, 'CREATE') AS may,
+               pg_catalog.pg_get_userbyid(n.nspowner)::text AS owner
+        FROM pg_catalog.pg_namespace n WHERE n.nspname = $1""", ["text"], [schema])[0]
+    if not row["may"]:
+        raise InsufficientPrivilege(
+            f'release schema "{schema}" belongs to {row["owner"]}: you may not create releases in it',
+            hint="Pass a release schema of your own, e.g. release_schema => "
+                 + plpy.quote_literal(f"{schema}_" + run(plpy, "SELECT current_user::text AS u")[0]["u"])
+                 + " (plpy_anon creates it and you own it), or have " + row["owner"]
+                 + f" run GRANT CREATE ON SCHEMA {ident(plpy, schema)} TO you.")
+
+
+ADOPTABLE = """
+SELECT 1 FROM pg_catalog.pg_namespace n
+WHERE n.nspname = $1
+  AND n.nspowner = (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user)
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                  WHERE d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass AND d.refobjid = n.oid)
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.relnamespace = n.oid)
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.aclexplode(n.nspacl) a
+                  WHERE a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner)"""
+
+
+def adoptable(plpy, schema: str) -> bool:
+    """An existing schema may become a release schema: the caller owns it, it is empty, and no
+    other role may create objects in it (USAGE would hand analysts nothing but releases)."""
+    return bool(run(plpy, ADOPTABLE, ["text"], [schema]))
+
+
+def record_release_schema(plpy, schema: str) -> int:
+    """Register ``schema`` (just created or adopted) as a release schema and give every
+    registered analyst USAGE on it. A row left by a schema of that name dropped outside
+    plpy_anon now names this one."""
+    oid = schema_oid(plpy, schema)
+    run(plpy, """INSERT INTO anon.release_schemas (schema_name, schema_oid) VALUES ($1, $2)
+                 ON CONFLICT (schema_name) DO UPDATE
+                 SET created_at = pg_catalog.now(), schema_oid = EXCLUDED.schema_oid""",
+        ["name", "oid"], [schema, oid])
+    roles = analysts(plpy)
+    if roles:
+        plpy.execute(f"GRANT USAGE ON SCHEMA {ident(plpy, schema)} TO "
+                     + ", ".join(plpy.quote_ident(r) for r in roles))
+    return oid
 
 
 def release_schemas(plpy) -> list[str]:

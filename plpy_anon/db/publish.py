@@ -118,6 +118,8 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive)
     figures = verify.check(plpy, release, run_stats, method, counter)
+    if not built:   # genuine by one of its digests: record both as they are now (after the check,
+        store_definitions(plpy, release_id)   # so a failure's autonomous record finds the row free)
     stats = run_stats or {}
     seconds = stats.get("seconds")
     run(plpy, """

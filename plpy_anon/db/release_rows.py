@@ -11,6 +11,7 @@ import json
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
+from plpy_anon.db.columns import PLANNER_CODE
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 RUNS_KEY = "plpy_anon.runs"
@@ -132,9 +133,14 @@ def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
     return f"release {q}'s {what} outside plpy_anon; drop the release with anon.drop_release", detail
 
 
+# Each relation's definition, two ways: its rule's node tree (OIDs: unchanged by renames of what
+# it reads) and its text (names: unchanged by pg_dump and restore, which give every object a new
+# OID). A relation whose definition matches neither recorded digest was changed outside plpy_anon.
 DEFINITIONS = """
-SELECT coalesce(pg_catalog.jsonb_object_agg(c.relname::text, pg_catalog.md5(w.ev_action::text)),
-                '{}'::jsonb) AS defs
+SELECT coalesce(pg_catalog.jsonb_object_agg(
+           c.relname::text, pg_catalog.jsonb_build_array(pg_catalog.md5(w.ev_action::text),
+                                                         pg_catalog.md5(pg_catalog.pg_get_viewdef(c.oid)))),
+           '{}'::jsonb) AS defs
 FROM anon.releases r
 JOIN pg_catalog.pg_class c ON c.relnamespace = r.schema_oid AND c.relowner = r.release_owner
 JOIN pg_catalog.pg_rewrite w ON w.ev_class = c.oid AND w.rulename = '_RETURN'
@@ -153,11 +159,14 @@ def changed_definitions(plpy, release_id: int) -> list[str]:
     recorded = jsonb(row[0]["definitions"])
     current = current_definitions(plpy, release_id, list(recorded))
     # a relation that is gone is not "changed": callers report missing relations themselves
-    return sorted(n for n, digest in recorded.items() if n in current and current[n] != digest)
+    return sorted(n for n, digests in recorded.items()
+                  if n in current and not set(map(str, current[n])) & set(map(str, digests)))
 
 
 def store_definitions(plpy, release_id: int) -> None:
-    """Record the definitions of the relations plpy_anon just built (create, rebuild)."""
+    """Record the definitions of the release's relations: those plpy_anon just built (create,
+    rebuild), or, after a check found them genuine, both digests as they are now (a restored
+    release matched by its text gets its new node tree's digest)."""
     release = by_id(plpy, release_id)
     defs = current_definitions(plpy, release_id, owned_relations(plpy, release))
     run(plpy, "UPDATE anon.releases SET definitions = $2 WHERE release_id = $1",
@@ -165,7 +174,8 @@ def store_definitions(plpy, release_id: int) -> None:
 
 
 def check_genuine(plpy, release: dict) -> None:
-    """Raise StaleRelease (55000) unless ``release``'s schema and relations are plpy_anon's own."""
+    """Raise StaleRelease (55000) unless ``release``'s schema and relations are plpy_anon's own,
+    and UnsafeRelease (42501) if planning a query on them would run code not owned by a superuser."""
     reason = stale_reason(plpy, release)
     if reason is not None:
         q = qualified_name(plpy, release)
@@ -173,10 +183,39 @@ def check_genuine(plpy, release: dict) -> None:
             reason[0], detail=reason[1],
             hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) (it removes the "
                  "catalog row and leaves objects plpy_anon did not make alone) and create it again.")
+    check_release_planner_code(plpy, release)
+
+
+class UnsafeRelease(AnonError):
+    """A release whose relations carry code the planner would run for whoever reads them."""
+
+    sqlstate = "42501"
+
+
+def check_release_planner_code(plpy, release: dict) -> None:
+    """The release's owner may add indexes and statistics to its relations; an index predicate or
+    expression calling the owner's function runs with the rights of whoever plans a query on the
+    relation -- the verification and the risk report of every refresh, a superuser's plain REFRESH
+    or pg_cron job included. So a release is read on its behalf only while every function its
+    relations' planner code calls is a superuser's (the same rule as a source's, columns.PLANNER_CODE).
+    Refresh holds the relations locked, so nothing can be added between this check and the reads."""
+    relations = run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
+                    [release["release_id"], owned_relations(plpy, release)])
+    for relation in relations:
+        found = [r for r in run(plpy, PLANNER_CODE, ["oid"], [relation["oid"]]) if r["function"] is not None]
+        if found:
+            listing = "; ".join(f"{r['what']} calls {r['function']} (owned by {r['owner']})" for r in found[:5])
+            raise UnsafeRelease(
+                f"release {qualified_name(plpy, release)} carries code not owned by a superuser that "
+                f"planning a query on it would run, with the rights of whoever verifies, reports on "
+                f"or refreshes it: {listing}",
+                hint="Drop that index or statistics object (an index on a release may use built-in "
+                     "functions only), or have a superuser review the function and ALTER FUNCTION ... "
+                     "OWNER TO a superuser role.")
 
 
 GENUINE_RELATIONS = """
-SELECT c.relname::text AS name, c.relkind::text AS relkind FROM anon.releases r
+SELECT c.relname::text AS name, c.relkind::text AS relkind, c.oid FROM anon.releases r
 JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema AND n.oid = r.schema_oid
 JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relowner = r.release_owner
 WHERE r.release_id = $1 AND c.relname::text = ANY($2)"""

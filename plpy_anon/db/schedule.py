@@ -38,6 +38,13 @@ def cron_installed(plpy) -> bool:
     return bool(run(plpy, "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'pg_cron'"))
 
 
+def cron_readable(plpy) -> bool:
+    """pg_cron is installed and the caller may read its job tables (a custodian may not)."""
+    return bool(run(plpy, """
+        SELECT 1 FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'pg_cron' AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')"""))
+
+
 def require_cron(plpy) -> None:
     """Clear errors for the two ways pg_cron can be missing, each with the fix."""
     if cron_installed(plpy):
@@ -112,8 +119,15 @@ STATUS_COLUMNS = """
     r.refreshed_at, r.refresh_seconds, r.last_error, r.last_error_at,
     (SELECT count(*) FROM anon.refresh_history h WHERE h.release_id = r.release_id AND NOT h.succeeded) AS failures"""
 
-# the check of the release's rows (verify.py): passed?, and its figures
-VERIFICATION_COLUMNS = "r.verified, r.verification"
+# the check of the release's rows (verify.py): passed?, and its figures. Only a relation that is
+# there (in the release's own schema, owned by its creator) and populated is called verified: a
+# catalog row restored without its relation, or refreshed WITH NO DATA, is not
+VERIFICATION_COLUMNS = """
+    r.verified AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                           WHERE c.relnamespace = r.schema_oid AND c.relname = r.release_name
+                             AND c.relowner = r.release_owner AND (c.relkind <> 'm' OR c.relispopulated))
+      AS verified,
+    r.verification"""
 
 STATUS_WITHOUT_CRON = f"""
 SELECT {STATUS_COLUMNS},
@@ -138,6 +152,6 @@ ORDER BY 1"""
 
 @sql_entry
 def release_status(plpy) -> list[dict]:
-    if cron_installed(plpy):
+    if cron_readable(plpy):
         return list(run_cron(plpy, STATUS_WITH_CRON))
     return list(run(plpy, STATUS_WITHOUT_CRON))

@@ -15,18 +15,16 @@ releases.record_refresh(plpy, GD, relation)
 $$;
 
 -- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of
--- any view. SECURITY DEFINER (the extension's owner; search_path pinned, everything qualified):
--- the caller needs no privilege on schema anon, and a view that is not a release costs one
--- indexed lookup and nothing else. Event trigger functions cannot be called directly.
--- A release is recognised by more than its name: the view must be in the very schema the
--- release was created in (same OID: not a schema of that name re-created by someone else after
--- a DROP SCHEMA) and owned by the role that created the release. Anything else carrying a
--- release's name is not a release, and the extension owner never reads it (the verification
--- would run that role's views with the extension owner's rights).
+-- any view, and runs with the refresher's rights (no SECURITY DEFINER: no code of plpy_anon runs
+-- with more rights than its caller). A view whose query calls none of the extension's functions
+-- is not a release: it costs one catalog lookup and needs no privilege on schema anon. A release
+-- is recorded with the refresher's rights, which refreshing it needs anyway (its query calls
+-- functions in anon), so a refresher without them is told what to grant. A release is
+-- recognised by more than its name: the view must be in the very schema the release was created
+-- in and owned by the role that created the release.
 CREATE OR REPLACE FUNCTION anon._on_refresh()
 RETURNS event_trigger
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -36,6 +34,24 @@ BEGIN
     FOR cmd IN SELECT e.objid FROM pg_catalog.pg_event_trigger_ddl_commands() e
                WHERE e.command_tag = 'REFRESH MATERIALIZED VIEW'
     LOOP
+        CONTINUE WHEN NOT EXISTS (
+            SELECT 1 FROM pg_catalog.pg_rewrite w
+            JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                                       AND d.objid = w.oid
+                                       AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+            JOIN pg_catalog.pg_depend m ON m.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                                       AND m.objid = d.refobjid AND m.deptype = 'e'
+                                       AND m.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+            JOIN pg_catalog.pg_extension x ON x.oid = m.refobjid AND x.extname = 'plpy_anon'
+            WHERE w.ev_class = cmd.objid);
+        IF NOT pg_catalog.has_schema_privilege('anon', 'USAGE')
+           OR NOT pg_catalog.has_table_privilege('anon.releases', 'SELECT, UPDATE') THEN
+            RAISE EXCEPTION 'refreshing % needs the privileges of a plpy_anon custodian',
+                            cmd.objid::pg_catalog.regclass
+                USING ERRCODE = '42501',
+                      DETAIL = 'A release''s refresh is checked from its rows and recorded in anon.releases, with the rights of the role that refreshes it.',
+                      HINT = pg_catalog.format('GRANT plpy_anon_custodian TO %I;', current_user);
+        END IF;
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
                    JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname

@@ -5,7 +5,8 @@
 -- in slices (anon.partition_slice, sql/incremental/170-partition-slices.sql). STABLE so that it
 -- reads the source in the same snapshot as the query that joins its result back to the source by
 -- ctid. ROWS 1: the planner costs the join back as for one result, not a thousand.
-CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices(release_id integer)
+#WRAP anon._mondrian_partition_slices(release_id integer) RETURNS SETOF anon.partition_slice STABLE ROWS 1
+CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices_py(release_id integer)
 RETURNS SETOF anon.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp

@@ -47,7 +47,8 @@ COMMENT ON FUNCTION anon.add_queries(text[], bigint[], timestamptz[], text) IS
 -- The partitioning run behind a prioritized Mondrian release, in slices like
 -- anon._mondrian_partition_slices's (STABLE: same snapshot as the release query that joins its
 -- result back to the source by ctid).
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices(release_id integer)
+#WRAP anon._prioritized_mondrian_partition_slices(release_id integer) RETURNS SETOF anon.partition_slice STABLE ROWS 1
+CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices_py(release_id integer)
 RETURNS SETOF anon.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp

@@ -4,7 +4,8 @@
 
 -- The run behind a Break-Merge release, called once by the storage view's query (MATERIALIZED
 -- CTE). STABLE: it reads the source in the query's snapshot.
-CREATE OR REPLACE FUNCTION anon._break_merge_run(release_id integer)
+#WRAP anon._break_merge_run(release_id integer) RETURNS jsonb STABLE
+CREATE OR REPLACE FUNCTION anon._break_merge_run_py(release_id integer)
 RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp

@@ -4,7 +4,8 @@
 
 -- The MDAV run behind a fusion-resilient release, called from the release's own query. STABLE so
 -- that it reads the source in the same snapshot as the query that joins its result back by ctid.
-CREATE OR REPLACE FUNCTION anon._fusion_partition(release_id integer)
+#WRAP anon._fusion_partition(release_id integer) RETURNS anon.partition STABLE
+CREATE OR REPLACE FUNCTION anon._fusion_partition_py(release_id integer)
 RETURNS anon.partition
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp

@@ -6,3 +6,10 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA anon FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA anon FROM PUBLIC;
 GRANT USAGE ON SCHEMA anon_py TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon_py TO PUBLIC;
+
+-- Custodians (180-custodian.sql): call every function, keep the catalog's rows. They act with
+-- their own rights: a custodian releases only tables it may read, into schemas it may create in.
+GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
+GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

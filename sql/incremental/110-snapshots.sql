@@ -9,7 +9,7 @@ CREATE TABLE anon.snapshots (
     snapshot_id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     release_id      integer     NOT NULL,   -- anon.releases.release_id at the time (no FK: survives drop_release)
     release         text        NOT NULL,   -- the release's schema.name at the time
-    relation        oid         NOT NULL,   -- pg_class OID of the snapshot table
+    relation        regclass    NOT NULL,   -- the snapshot table (regclass: survives dump and restore)
     snapshot_schema name        NOT NULL,
     snapshot_name   name        NOT NULL,
     created_at      timestamptz NOT NULL DEFAULT now(),

@@ -250,6 +250,23 @@ def check_failed_refresh_keeps_the_old_release(db, method, released, shared, sch
 
 
 @check
+def check_failed_plain_refresh_reports_the_error_alone(db, method, released, shared, schema, ctx):
+    """A plain REFRESH MATERIALIZED VIEW of a release whose source can no longer be released fails
+    with the message alone (no "plpy.Error: " prefix, no Python traceback), its SQLSTATE, and the
+    old rows (issue 27, point 7)."""
+    source, relation = fresh_release(db, method, schema, ctx)
+    old = count(db, relation)
+    break_source(db, method, source)
+    with pytest.raises(psycopg.Error) as info:
+        db.execute(f"REFRESH MATERIALIZED VIEW {relation}")
+    diag = info.value.diag
+    assert diag.message_primary and "plpy." not in diag.message_primary
+    assert "Traceback" not in diag.message_primary and "Traceback" not in (diag.context or "")
+    assert info.value.sqlstate not in (None, "38000", "XX000")
+    assert count(db, relation) == old
+
+
+@check
 def check_drop_removes_everything(db, method, released, shared, schema, ctx):
     _, relation = fresh_release(db, method, schema, ctx)
     row = catalog(db, relation)

@@ -184,7 +184,7 @@ def test_rows_outside_their_released_values_fail_the_build(db, schema):
     from tests.db.test_verification import tampered
 
     source = _load(db, schema, _people(200))
-    with tampered(db, "anon._break_merge_run(integer)", WRONG_SET,
+    with tampered(db, "anon._break_merge_run_py(integer)", WRONG_SET,
                   "return break_merge.run_release(plpy, GD, release_id)"), \
             pytest.raises(psycopg.errors.DataException) as failed:
         _break(db, schema, source, k=5, l=2)

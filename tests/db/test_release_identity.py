@@ -109,11 +109,11 @@ def test_a_schema_recreated_by_another_role_is_not_used_and_its_objects_are_left
 def test_plpy_anon_recreating_a_dropped_release_schema_works_and_old_rows_stay_stale(db, pat, release_schema):
     old = mondrian(db, release_schema, name="old")
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(release_schema)))
-    before = db.execute("SELECT schema_oid FROM anon.release_schemas WHERE schema_name = %s",
+    before = db.execute("SELECT schema_oid::oid FROM anon.release_schemas WHERE schema_name = %s",
                         (release_schema,)).fetchone()[0]
     new = mondrian(db, release_schema, name="new")           # plpy_anon creates the schema again
     oid = db.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", (release_schema,)).fetchone()[0]
-    assert db.execute("SELECT schema_oid FROM anon.release_schemas WHERE schema_name = %s",
+    assert db.execute("SELECT schema_oid::oid FROM anon.release_schemas WHERE schema_name = %s",
                       (release_schema,)).fetchone()[0] == oid != before
     assert db.execute("SELECT row_count FROM anon.refresh(%s)", (new,)).fetchone()[0] == 200
     db.execute(f"REFRESH MATERIALIZED VIEW {new}")

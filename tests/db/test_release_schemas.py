@@ -87,13 +87,33 @@ def test_a_release_in_the_source_schema_is_refused_and_hands_over_nothing(db, co
     assert not usage(db, analyst, hr)
 
 
-def test_an_existing_empty_schema_not_created_by_plpy_anon_is_refused(db, schema, release_schema):
+@pytest.mark.parametrize("setup", [
+    "CREATE SCHEMA {s} AUTHORIZATION {other}",                       # another role's
+    "CREATE SCHEMA {s}; GRANT CREATE ON SCHEMA {s} TO {other}",      # others may create in it
+    "CREATE SCHEMA {s}; CREATE TYPE {s}.mood AS ENUM ('ok')",        # not empty
+])
+def test_an_existing_schema_not_created_by_plpy_anon_is_refused(db, schema, release_schema, analyst, setup):
     db.execute(TABLE)
-    db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(release_schema)))
-    with pytest.raises(psycopg.errors.DuplicateSchema, match=f'schema "{release_schema}" exists'):
+    db.execute(setup.format(s=sql.Identifier(release_schema).as_string(db), other=analyst))
+    with pytest.raises(psycopg.errors.DuplicateSchema, match=f'schema "{release_schema}" exists') as info:
         mondrian(db, release_schema)
+    assert '"release"' in info.value.diag.message_hint and "DROP SCHEMA" in info.value.diag.message_hint
     assert db.execute("SELECT count(*) FROM anon.release_schemas WHERE schema_name = %s",
                       (release_schema,)).fetchone()[0] == 0
+
+
+def test_an_empty_schema_of_the_callers_own_is_taken_over(db, connect, schema, release_schema, analyst):
+    """What DROP EXTENSION leaves (release schemas, emptied): a reinstall releases into it at once."""
+    db.execute(TABLE)
+    db.execute("SELECT anon.grant_analyst(%s)", (analyst,))
+    db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(release_schema)))
+    rel = mondrian(db, release_schema)
+    assert db.execute("SELECT schema_oid::oid FROM anon.release_schemas WHERE schema_name = %s",
+                      (release_schema,)).fetchone()[0] == db.execute(
+        "SELECT oid FROM pg_namespace WHERE nspname = %s", (release_schema,)).fetchone()[0]
+    assert usage(db, analyst, release_schema)
+    with connect(user=analyst) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 60
 
 
 def test_the_extension_creates_and_records_the_schema_and_gives_analysts_usage(db, connect, schema,

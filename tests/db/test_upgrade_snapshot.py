@@ -1,14 +1,10 @@
 """An upgraded database has exactly the objects of a fresh install (pgai's snapshot test).
 
-No version is released yet (sql/versions.txt is empty), so each case makes a prior version:
-
-* ``frozen``: a copy of sql/ is frozen as released (``build.py --freeze``) and the version bumped
-  to ``<current>.snap``: the upgrade script re-runs every code file and the cleanup, and the fresh
-  script is the same sources -- any difference is the upgrade path's own doing;
-* ``py-layout``: the script of commit PY_LAYOUT (before sql/functions/, when an install-time block
-  renamed every PL/Python function anon.f to anon._py_f and wrapped it) installed as version
-  ``0.0.9``, upgraded by ``plpy_anon--0.0.9--<current>.sql`` built from this checkout's sql/ with
-  a versions.txt naming that commit's incremental files. Skipped when git or the commit is missing.
+A copy of sql/ is frozen as released (``build.py --freeze``) and the version bumped to
+``<current>.snap``: the upgrade script re-runs every code file and the cleanup, and the fresh
+script is the same sources -- any difference is the upgrade path's own doing. (Scripts of commits
+before the extension created its own schemas cannot be installed with today's control file, which
+names pg_catalog: none of them was released.)
 
 One database installs the prior version and runs ALTER EXTENSION UPDATE, another installs the new
 version fresh; ``snapshot()`` of both must be equal. The scratch scripts are removed afterwards.
@@ -31,8 +27,6 @@ from tests.db.test_upgrade import extension_dir, scratch_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 CURRENT = plpy_anon.__version__
-PY_LAYOUT = "b124b42d53156420225ff3b7371e65e80fd74163"   # last commit with the anon._py_f layout
-PRIOR_PY = "0.0.9"
 SNAP = f"{CURRENT}.snap"
 
 # Every object of the extension (pg_depend 'e'), and what defines it.
@@ -155,28 +149,7 @@ def scratch_environment_for(root: Path, version: str) -> Path:
     return env
 
 
-def py_layout_case(work: Path) -> dict:
-    """Prior: commit PY_LAYOUT's script as 0.0.9; new: the current version, installed as is."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    if shutil.which("git") is None or git("cat-file", "-e", f"{PY_LAYOUT}^{{commit}}").returncode:
-        pytest.skip(f"commit {PY_LAYOUT[:12]} (the anon._py_f layout) is not in this checkout")
-    old = git("show", f"{PY_LAYOUT}:extension/plpy_anon--{CURRENT}.sql").stdout
-    files = git("ls-tree", "--name-only", PY_LAYOUT, "sql/incremental/").stdout.split()
-    assert old and files
-    venv = installed_venv()
-    build = copy_sources(work)
-    (work / "sql" / "versions.txt").write_text(
-        f"{PRIOR_PY} {' '.join(Path(f).name for f in files)}\n")
-    out = work / "out"
-    subprocess.run(build + ["--out", str(out), "--venv", venv], check=True, capture_output=True)
-    prior = out / f"plpy_anon--{PRIOR_PY}.sql"
-    prior.write_text(old.replace("_venv = '/opt/plpy_anon/venv'", f"_venv = {venv!r}"))
-    return {"prior": PRIOR_PY, "new": CURRENT,
-            "scripts": [prior, out / f"plpy_anon--{PRIOR_PY}--{CURRENT}.sql"]}
-
-
-@pytest.fixture(scope="module", params=["frozen", "py-layout"])
+@pytest.fixture(scope="module", params=["frozen"])
 def versions(request):
     target = extension_dir()
     if not os.access(target, os.W_OK):
@@ -184,7 +157,7 @@ def versions(request):
     work = Path(tempfile.mkdtemp(prefix="plpy_anon_snapshot_"))
     installed = []
     try:
-        case = (frozen_case if request.param == "frozen" else py_layout_case)(work)
+        case = frozen_case(work)
         for script in case["scripts"]:
             shutil.copy(script, target / script.name)
             installed.append(target / script.name)
@@ -215,16 +188,12 @@ def test_upgrade_and_fresh_install_have_the_same_objects(connect, versions, two_
     with connect(dbname=upgraded_db) as upgraded, connect(dbname=fresh_db) as fresh:
         upgraded.execute(sql.SQL("CREATE EXTENSION plpy_anon VERSION {} CASCADE")
                          .format(sql.Literal(versions["prior"])))
-        prior = snapshot(upgraded)
         upgraded.execute(sql.SQL("ALTER EXTENSION plpy_anon UPDATE TO {}").format(sql.Literal(versions["new"])))
         fresh.execute(sql.SQL("CREATE EXTENSION plpy_anon VERSION {} CASCADE")
                       .format(sql.Literal(versions["new"])))
         after, expected = snapshot(upgraded), snapshot(fresh)
         assert all(after[k] for k in ("functions", "relations", "columns", "schemas", "members"))
         assert differences(after, expected) == {}
-        if versions["prior"] == PRIOR_PY:      # the upgrade had work to do: the _py_f layout went
-            assert any(r[1].startswith("_py_") for r in prior["functions"])
-            assert not any(r[1].startswith("_py_") for r in after["functions"])
 
         # The comparison catches what an upgrade script could get wrong: a leftover function, a
         # changed grant, a column default (planted in the fresh database, then rolled back).

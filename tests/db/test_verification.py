@@ -215,7 +215,7 @@ def tampered(db, function, body, call):
 
 
 def mondrian_tampered(db, body):
-    return tampered(db, "anon._mondrian_partition_slices(integer)", body,
+    return tampered(db, "anon._mondrian_partition_slices_py(integer)", body,
                     "return mondrian.partition(plpy, GD, release_id)")
 
 
@@ -287,7 +287,7 @@ return _json.dumps(r)
 
 def test_break_merge_sensitive_tables_must_count_the_qit_rows(db, schema):
     source = _load(db, schema, _people(300))
-    with tampered(db, "anon._break_merge_run(integer)", BREAK_ST_COUNT,
+    with tampered(db, "anon._break_merge_run_py(integer)", BREAK_ST_COUNT,
                   "return break_merge.run_release(plpy, GD, release_id)"), \
             pytest.raises(psycopg.errors.DataException) as failed:
         _break(db, schema, source, k=5, l=2)
@@ -304,7 +304,7 @@ def test_break_merge_refresh_breaking_the_counts_keeps_the_old_release(db, schem
     qit = f"{release_schema_of(schema)}.people_bm_qit"
     before = db.execute(f"SELECT * FROM {qit} ORDER BY 1, 2, 3, 4").fetchall()
     db.execute(f"DELETE FROM {source} WHERE id < 20")
-    function = "anon._break_merge_run(integer)"
+    function = "anon._break_merge_run_py(integer)"
     with tampered(db, function, BREAK_ST_COUNT, "return break_merge.run_release(plpy, GD, release_id)"), \
             pytest.raises(psycopg.errors.DataException) as failed:
         if how == "anon.refresh":

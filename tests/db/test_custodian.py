@@ -1,0 +1,134 @@
+"""Custodians who are not superusers (issue 27, points 3 and 4): membership in the role the
+extension creates, plpy_anon_custodian, and CREATE on the database are all it takes to create,
+refresh and drop releases of one's own tables; nothing of plpy_anon runs with more rights than its
+caller, so a custodian planting code in its release's indexes gets no one else's rights."""
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import class_sizes, notices
+
+QIS = ["age", "zip"]
+
+# The custodian's payload: harmless when its owner runs it (PostgreSQL builds a release's indexes
+# as the release's owner), makes the custodian superuser when a superuser runs it.
+PAYLOAD = """
+CREATE FUNCTION {s}.payload() RETURNS boolean LANGUAGE plpgsql AS $f$
+BEGIN
+  IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+    RAISE NOTICE 'evil as %', current_user;
+    EXECUTE pg_catalog.format('ALTER ROLE %I SUPERUSER', {owner});
+  END IF;
+  RETURN true;
+END $f$"""
+
+
+@pytest.fixture
+def custodian(db, connect):
+    """A login role that is a member of plpy_anon_custodian, may create schemas, and owns a schema
+    with a table of 200 rows. Yields (role, schema name)."""
+    role = f"cust_{uuid.uuid4().hex[:8]}"
+    own = f"{role}_data"
+    r = sql.Identifier(role)
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(r))
+    db.execute(sql.SQL("GRANT plpy_anon_custodian TO {}").format(r))
+    db.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(db.info.dbname), r))
+    with connect(user=role) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(own)))
+        conn.execute(sql.SQL("CREATE TABLE {}.pat (id int PRIMARY KEY, age int, zip text, dx text)")
+                     .format(sql.Identifier(own)))
+        conn.execute(sql.SQL("INSERT INTO {}.pat SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 "
+                             "FROM generate_series(1, 200) g").format(sql.Identifier(own)))
+    yield role, own
+    for (name,) in db.execute("SELECT format('%%I.%%I', release_schema, release_name) FROM anon.releases "
+                              "WHERE release_owner = %s::regrole", (role,)).fetchall():
+        db.execute("SELECT anon.drop_release(%s, if_exists => true)", (name,))
+    release_schema = f"{own}_rel"
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(release_schema)))
+    db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (release_schema,))
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(own)))
+    db.execute(sql.SQL("REVOKE CREATE ON DATABASE {} FROM {}").format(sql.Identifier(db.info.dbname), r))
+    db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(r))
+    db.execute(sql.SQL("DROP ROLE {}").format(r))
+
+
+def create(conn, own: str, method: str = "mondrian_view", extra: str = "") -> str:
+    return conn.execute(
+        f"SELECT anon.{method}(%s, k => 5, quasi_identifiers => '{{age,zip}}', sensitive => '{{dx}}', "
+        f"release_schema => %s{extra})", (f"{own}.pat", f"{own}_rel")).fetchone()[0]
+
+
+def test_a_custodian_creates_refreshes_and_drops_releases_of_its_own_tables(db, connect, custodian):
+    role, own = custodian
+    assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+    with connect(user=role) as conn:
+        mondrian = create(conn, own)
+        break_merge = create(conn, own, "break_merge", ", l => 2")
+        conn.execute(sql.SQL("INSERT INTO {}.pat SELECT g, 30, 'z1', 'd1' FROM generate_series(201, 230) g")
+                     .format(sql.Identifier(own)))
+        conn.execute(f"REFRESH MATERIALIZED VIEW {mondrian}")                 # the event trigger records it
+        assert conn.execute("SELECT row_count FROM anon.releases WHERE format('%%I.%%I', release_schema, "
+                            "release_name) = %s", (mondrian,)).fetchone()[0] == 230
+        assert conn.execute("SELECT row_count FROM anon.refresh(%s)", (break_merge,)).fetchone()[0] == 230
+        assert min(class_sizes(conn, mondrian, QIS)) >= 5
+        status = dict(conn.execute("SELECT release, verified FROM anon.release_status()").fetchall())
+        assert status[mondrian] is True and status[break_merge] is True
+        assert conn.execute("SELECT anon.drop_release(%s)", (mondrian,)).fetchone()[0] is True
+        assert conn.execute("SELECT to_regclass(%s)", (mondrian,)).fetchone()[0] is None
+
+
+def test_without_the_custodian_role_a_release_is_neither_created_nor_refreshed(db, connect, custodian):
+    role, own = custodian
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+    db.execute(sql.SQL("REVOKE plpy_anon_custodian FROM {}").format(sql.Identifier(role)))
+    with connect(user=role) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            create(conn, own, extra=", release_name => 'again'")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 200     # the old rows stay
+
+
+@pytest.mark.parametrize("refresh", ["plain REFRESH", "anon.refresh"])
+def test_a_custodian_planting_code_in_its_releases_index_does_not_run_it_as_the_dba(
+        db, connect, custodian, refresh):
+    """Issue 27 point 3: the index predicate calls the custodian's IMMUTABLE function, which calls a
+    VOLATILE one that makes the custodian superuser when a superuser runs it. The DBA refreshes."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        conn.execute(sql.SQL("CREATE FUNCTION {s}.looks_pure() RETURNS boolean LANGUAGE sql IMMUTABLE "
+                             "AS 'SELECT {s}.payload()'").format(s=s))
+        conn.execute(sql.SQL("CREATE INDEX planted ON {} (age) WHERE {}.looks_pure()").format(sql.SQL(rel), s))
+    with connect() as dba:
+        seen = notices(dba)
+        statement = {"plain REFRESH": f"REFRESH MATERIALIZED VIEW {rel}",
+                     "anon.refresh": f"SELECT anon.refresh('{rel}')"}[refresh]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+            dba.execute(statement)
+        message = info.value.diag.message_primary
+        assert "planted" in message and "looks_pure" in message and "plpy.Error" not in message
+        assert not [m for m in seen if m.startswith("evil")], seen
+    assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 200
+
+
+def test_no_function_of_the_extension_runs_with_its_owners_rights(db):
+    """Every function of the extension runs with its caller's rights: none is SECURITY DEFINER."""
+    definers = db.execute("""
+        SELECT p.oid::regprocedure::text FROM pg_proc p
+        JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+        JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
+        WHERE p.prosecdef ORDER BY 1""").fetchall()
+    assert definers == []
+    functions = db.execute("""
+        SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
+        WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'""").fetchone()[0]
+    assert functions > 50                                  # the query does see the extension's functions
