@@ -452,7 +452,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.versions();
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -540,7 +540,7 @@ BEGIN
     END IF;
     BEGIN
         PERFORM anon_py.set_column_role($1, $2, $3);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -619,7 +619,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.column_roles($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -710,7 +710,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.set_hierarchy($1, $2, $3);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -802,7 +802,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.set_hierarchy_csv($1, $2, $3, coalesce($4, (';')::text));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -911,7 +911,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.detect_identifiers($1, coalesce($2, (1000)::integer));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -992,7 +992,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.refresh($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1072,7 +1072,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.drop_release($1, coalesce($2, (false)::boolean));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1182,7 +1182,7 @@ BEGIN
                    WHERE c.oid = cmd.objid AND c.relkind = 'm') THEN
             BEGIN
                 PERFORM anon._record_refresh(cmd.objid);
-            EXCEPTION WHEN OTHERS THEN
+            EXCEPTION WHEN OTHERS OR query_canceled THEN
                 -- a release that fails its verification aborts the REFRESH: re-raise with the
                 -- message alone (no "plpy.Error: " prefix), same SQLSTATE, DETAIL and HINT
                 GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,
@@ -1284,7 +1284,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, coalesce($8, ('release')::text), coalesce($9, (false)::boolean), coalesce($10, ('distinct')::text), $11, $12, coalesce($13, ('median')::text));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1326,7 +1326,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN QUERY SELECT (q.r).* FROM (SELECT anon._mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1490,7 +1490,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.learn_priorities($1, coalesce($2, (0.5)::double precision), coalesce($3, (true)::boolean));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1596,7 +1596,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, coalesce($11, (0.5)::double precision), $12, coalesce($13, ('release')::text), coalesce($14, (false)::boolean), coalesce($15, ('distinct')::text), $16, $17, coalesce($18, ('median')::text));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1702,7 +1702,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, coalesce($11, (0.5)::double precision), $12, coalesce($13, ('release')::text), coalesce($14, (false)::boolean), coalesce($15, ('distinct')::text), $16, $17, coalesce($18, ('median')::text));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1782,7 +1782,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.release_report($1, $2);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1861,7 +1861,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.workload_precision($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -1945,7 +1945,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN QUERY SELECT (q.r).* FROM (SELECT anon._prioritized_mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2074,7 +2074,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.break_merge($1, $2, $3, $4, $5, $6, coalesce($7, (64)::integer), $8, $9, coalesce($10, ('release')::text), coalesce($11, (false)::boolean));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2157,7 +2157,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.detect_dependencies($1, coalesce($2, (0.9)::double precision), coalesce($3, ('all')::text), $4, coalesce($5, (3)::integer));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2238,7 +2238,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.dependency_network($1, coalesce($2, ('all')::text), coalesce($3, (3)::integer));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2318,7 +2318,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.breach_report($1, coalesce($2, (0.5)::double precision));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2359,7 +2359,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN anon._break_merge_run_py($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2473,7 +2473,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.grant_analyst($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2552,7 +2552,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.revoke_analyst($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2624,7 +2624,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.refresh_all();
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2709,7 +2709,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.schedule_refresh($1, $2);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2788,7 +2788,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.unschedule_refresh($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2860,7 +2860,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.release_status();
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -2964,7 +2964,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.add_requester($1, $2);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3051,7 +3051,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.record_interaction($1, $2, $3, $4);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3143,7 +3143,7 @@ BEGIN
     END IF;
     BEGIN
         PERFORM anon_py.add_recommendation($1, $2, $3, $4);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3227,7 +3227,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.define_purpose($1, $2, $3, $4, $5, coalesce($6, (false)::boolean));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3308,7 +3308,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.trust($1, coalesce($2, (0.5)::double precision), coalesce($3, (180)::double precision));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3414,7 +3414,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.trust_view($1, $2, $3, $4, coalesce($5, (0.05)::double precision), $6, $7, $8, coalesce($9, (2)::double precision), coalesce($10, (0)::double precision), coalesce($11, (1)::double precision), coalesce($12, (0.5)::double precision), coalesce($13, (180)::double precision), coalesce($14, (0.1)::double precision), $15, $16, coalesce($17, ('release')::text), coalesce($18, (false)::boolean));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3454,7 +3454,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN anon._trust_partition_py($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3586,7 +3586,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.pattern_view($1, $2, coalesce($3, (100)::integer), coalesce($4, (0.3)::double precision), coalesce($5, (4000)::integer), $6, $7, $8, $9, $10, coalesce($11, ('release')::text), coalesce($12, (false)::boolean), coalesce($13, (16)::double precision), coalesce($14, (0.10)::double precision));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3671,7 +3671,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.distortion($1, $2);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3711,7 +3711,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN anon._pattern_run_py($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3857,7 +3857,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.fusion_scan($1, $2, $3, $4, coalesce($5, (2)::integer), coalesce($6, (30)::integer), $7, $8, coalesce($9, ('regression')::text), $10, coalesce($11, (0.1)::double precision), coalesce($12, (0)::double precision), coalesce($13, (0)::double precision), coalesce($14, (0.5)::double precision), coalesce($15, (0.5)::double precision), coalesce($16, (0)::integer));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -3970,7 +3970,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.fusion_resilient_view($1, $2, $3, $4, coalesce($5, (0)::double precision), coalesce($6, (0)::double precision), coalesce($7, (0.5)::double precision), coalesce($8, (0.5)::double precision), coalesce($9, (2)::integer), coalesce($10, (30)::integer), $11, $12, coalesce($13, ('regression')::text), $14, coalesce($15, (0.1)::double precision), coalesce($16, (0)::integer), $17, coalesce($18, ('release')::text), coalesce($19, (false)::boolean), coalesce($20, (false)::boolean));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -4049,7 +4049,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.fusion_scan_of($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -4090,7 +4090,7 @@ DECLARE
 BEGIN
     BEGIN
         RETURN anon._fusion_partition_py($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -4207,7 +4207,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.snapshot($1, $2, $3, coalesce($4, (false)::boolean));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -4286,7 +4286,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN anon_py.release_metadata($1);
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
@@ -4372,7 +4372,7 @@ BEGIN
     END IF;
     BEGIN
         RETURN QUERY SELECT * FROM anon_py.risk_report($1, $2, $3, $4, coalesce($5, (0.2)::double precision), coalesce($6, (3)::double precision));
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;

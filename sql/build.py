@@ -124,7 +124,7 @@ NULL_NOTE = (" NULL for an argument with a default means the default; other argu
              " NULL unless said above.")
 
 RERAISE = """\
-    EXCEPTION WHEN OTHERS THEN
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;

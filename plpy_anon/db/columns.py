@@ -226,6 +226,26 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
                  "of the table (CREATE TABLE ... AS SELECT, made by its owner) instead.")
 
 
+def lock_source(plpy, source: str) -> None:
+    """The first lock of a refresh, taken in the order every path takes its locks (docs/
+    operations.md, "Locks"): the source tree SHARE UPDATE EXCLUSIVE, as a build's entry takes it,
+    before the release's own lock and relations. Only the lock: :func:`guard_source` checks the
+    table once the release is locked (and reports a source that is gone, renamed or refused)."""
+    try:
+        with plpy.subtransaction():
+            row = run(plpy, """
+                SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
+                       pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
+                       OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock
+                FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.oid = pg_catalog.to_regclass($1)::pg_catalog.oid AND c.relkind IN ('r', 'p')""",
+                ["text"], [source])
+            if row and row[0]["may_lock"]:
+                plpy.execute(f"LOCK TABLE {row[0]['name']} IN SHARE UPDATE EXCLUSIVE MODE")
+    except plpy.SPIError:
+        pass                     # the guard, under the release's lock, says what is wrong
+
+
 def guard_source(plpy, oid: int, name: str | None = None) -> None:
     """Before a release's build or refresh plans anything on its source: lock the table tree
     against new indexes, constraints and statistics (SHARE UPDATE EXCLUSIVE: reads and writes go

@@ -66,10 +66,13 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
                              for i in literal)
         aliases = ", ".join(f"q{i}" for i in literal)
         first_class = "(run.p).first_class + " if sliced else ""
+        # OFFSET 0: class_id is computed before the join. Flattened, the join computed it from
+        # run.p, so every row carried its whole slice (~20 MB): a hash join that spilled wrote
+        # that per row (2M rows: > 70 GB of temporary files, issue 27)
         class_source = (
             f"    FROM bounds AS b\n"
             f"    JOIN (SELECT {first_class}x.class_no - 1 AS class_id, {aliases} FROM run,\n"
-            f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)) AS x\n"
+            f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no) OFFSET 0) AS x\n"
             f"      ON x.class_id = b.class_id")
     else:
         class_source = "    FROM bounds AS b"

@@ -45,7 +45,7 @@ import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db import grants, publish
-from plpy_anon.db.columns import guard_source
+from plpy_anon.db.columns import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
     LOCK_CLASS,
@@ -77,6 +77,7 @@ def qualified_text(release: dict) -> str:
 def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
     """Rebuild ``release`` (``method.refresh_release(plpy, GD, release)`` for methods with their
     own refresh, else build-and-swap); on failure record it autonomously and re-raise."""
+    lock_source(plpy, release["source"])     # the one lock order: source, release, its relations
     lock_release(plpy, release["release_id"])
     # re-read after the wait: a drop or a replace => true that committed meanwhile
     current = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"],

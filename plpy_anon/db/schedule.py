@@ -41,8 +41,11 @@ def cron_installed(plpy) -> bool:
 def cron_readable(plpy) -> bool:
     """pg_cron is installed and the caller may read its job tables (a custodian may not)."""
     return bool(run(plpy, """
-        SELECT 1 FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
-        WHERE e.extname = 'pg_cron' AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')"""))
+        SELECT 1 FROM pg_catalog.pg_extension e, pg_catalog.pg_namespace n
+        JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = 'job'
+        WHERE e.extname = 'pg_cron' AND n.nspname = 'cron'         -- its tables' schema, always
+          AND pg_catalog.has_schema_privilege(n.oid, 'USAGE')
+          AND pg_catalog.has_table_privilege(c.oid, 'SELECT')"""))
 
 
 def require_cron(plpy) -> None:

@@ -59,7 +59,7 @@ BEGIN
                    WHERE c.oid = cmd.objid AND c.relkind = 'm') THEN
             BEGIN
                 PERFORM anon._record_refresh(cmd.objid);
-            EXCEPTION WHEN OTHERS THEN
+            EXCEPTION WHEN OTHERS OR query_canceled THEN
                 -- a release that fails its verification aborts the REFRESH: re-raise with the
                 -- message alone (no "plpy.Error: " prefix), same SQLSTATE, DETAIL and HINT
                 GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,

@@ -64,6 +64,7 @@ def create(conn, own: str, method: str = "mondrian_view", extra: str = "") -> st
 
 def test_a_custodian_creates_refreshes_and_drops_releases_of_its_own_tables(db, connect, custodian):
     role, own = custodian
+    db.execute("CREATE EXTENSION IF NOT EXISTS pg_cron SCHEMA public")   # its schema "cron" is closed to them
     assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
     with connect(user=role) as conn:
         mondrian = create(conn, own)
