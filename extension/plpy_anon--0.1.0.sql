@@ -1210,6 +1210,81 @@ CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end
     EXECUTE FUNCTION anon._on_refresh();
 
 -------------------------------------------------------------------------------
+-- idempotent/035-catalog-guard.sql
+-- What a role that is not a superuser (a custodian) may change in the catalog: the rows of its
+-- own releases (naming a source it may read), declarations of tables it owns (column roles,
+-- hierarchies, learned priorities), its own release schemas and snapshots, and the refresh
+-- history of its own releases. Analysts, requesters, purposes and the workload are the DBA's
+-- (custodians only read them: 900-privileges.sql). Without this a review's custodian edited
+-- another role's release (k, grantees), declared a DBA table's identifying columns sensitive and
+-- registered itself as an analyst of every release. A trigger rather than row security: pg_dump
+-- and pg_restore run with row_security = off, under which a restore's REFRESH of a custodian's
+-- release (its query reads anon.releases as that custodian) fails.
+CREATE OR REPLACE FUNCTION anon._catalog_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    allowed boolean;
+    what text;
+BEGIN
+    IF (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = current_user) THEN
+        RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    -- the row as it was (update, delete) and as it will be (insert, update)
+    FOR r IN SELECT * FROM (VALUES (OLD, false), (NEW, true)) AS v(x, new)
+             WHERE CASE WHEN v.new THEN TG_OP <> 'DELETE' ELSE TG_OP <> 'INSERT' END LOOP
+        CASE TG_TABLE_NAME
+        WHEN 'releases' THEN
+            allowed := pg_catalog.pg_has_role((r.x).release_owner, 'MEMBER')
+                       AND (NOT r.new OR pg_catalog.has_table_privilege((r.x).source, 'SELECT'));
+            what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
+        WHEN 'refresh_history' THEN
+            allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
+                               AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
+            what := 'the refresh history of release ' || (r.x).release_name;
+        WHEN 'release_schemas' THEN
+            allowed := pg_catalog.pg_has_role((SELECT n.nspowner FROM pg_catalog.pg_namespace n
+                                               WHERE n.oid = (r.x).schema_oid), 'MEMBER');
+            what := pg_catalog.format('release schema %I', (r.x).schema_name);
+        WHEN 'snapshots' THEN
+            allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                                               WHERE c.oid = (r.x).relation), 'MEMBER');
+            what := pg_catalog.format('snapshot %I.%I', (r.x).snapshot_schema, (r.x).snapshot_name);
+        ELSE          -- column_roles, hierarchies, priorities, workload_profiles: keyed by source
+            allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                                               WHERE c.oid = (r.x).source), 'MEMBER');
+            what := pg_catalog.format('declarations of table %s', (r.x).source);
+        END CASE;
+        IF NOT coalesce(allowed, false) THEN
+            RAISE EXCEPTION 'permission denied to change % in anon.%', what, TG_TABLE_NAME
+                USING ERRCODE = '42501',
+                      DETAIL = 'A role that is not a superuser changes only the catalog rows of its own releases, schemas and snapshots and the declarations of tables it owns; a release names only a source its owner may read.',
+                      HINT = 'Ask a superuser, or the owner of the release or table.';
+        END IF;
+    END LOOP;
+    RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
+END
+$$;
+COMMENT ON FUNCTION anon._catalog_guard() IS
+    'Internal: lets a role that is not a superuser change only its own catalog rows (trigger on the catalog tables).';
+
+DO $triggers$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
+                             'hierarchies', 'priorities', 'workload_profiles'] LOOP
+        EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
+        EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '
+                                  'FOR EACH ROW EXECUTE FUNCTION anon._catalog_guard()', t);
+    END LOOP;
+END
+$triggers$;
+
+-------------------------------------------------------------------------------
 -- functions/040-mondrian.py (generated)
 -- anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
 CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text)
@@ -4406,9 +4481,13 @@ REVOKE ALL ON ALL TABLES IN SCHEMA anon FROM PUBLIC;
 GRANT USAGE ON SCHEMA anon_py TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon_py TO PUBLIC;
 
--- Custodians (180-custodian.sql): call every function, keep the catalog's rows. They act with
+-- Custodians (180-custodian.sql): call every function, read the catalog, and change the rows
+-- row security leaves them (their own releases, declarations of their own tables). They act with
 -- their own rights: a custodian releases only tables it may read, into schemas it may create in.
 GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
-GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;
+GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
+GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
+    anon.hierarchies, anon.priorities, anon.workload_profiles TO plpy_anon_custodian;
+GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -286,11 +286,21 @@ def ensure_release_schema(plpy, schema: str) -> int:
 
 def check_may_create(plpy, schema: str) -> None:
     """A release schema is its creator's: another custodian releases into a schema of its own
-    (plpy_anon creates it) rather than sharing one whose owner may drop what is in it."""
+    (plpy_anon creates it) rather than sharing one whose owner may drop what is in it; and a
+    schema owned by a role that is neither a superuser nor the caller's takes no release, since
+    its owner could drop or take over what the caller puts there."""
     row = run(plpy, """
         SELECT pg_catalog.has_schema_privilege(n.oid, 'CREATE') AS may,
+               pg_catalog.pg_has_role(n.nspowner, 'MEMBER') OR r.rolsuper AS trusted,
                pg_catalog.pg_get_userbyid(n.nspowner)::text AS owner
-        FROM pg_catalog.pg_namespace n WHERE n.nspname = $1""", ["text"], [schema])[0]
+        FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+        WHERE n.nspname = $1""", ["text"], [schema])[0]
+    if row["may"] and not row["trusted"]:
+        raise InsufficientPrivilege(
+            f'release schema "{schema}" belongs to {row["owner"]}, who could drop or replace a release '
+            "you put there",
+            hint="Pass a release schema of your own (plpy_anon creates it), e.g. the default \"release\" "
+                 "if it is yours.")
     if not row["may"]:
         raise InsufficientPrivilege(
             f'release schema "{schema}" belongs to {row["owner"]}: you may not create releases in it',

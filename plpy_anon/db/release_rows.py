@@ -183,7 +183,70 @@ def check_genuine(plpy, release: dict) -> None:
             reason[0], detail=reason[1],
             hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) (it removes the "
                  "catalog row and leaves objects plpy_anon did not make alone) and create it again.")
+    check_release_query(plpy, release)
     check_release_planner_code(plpy, release)
+
+
+# What a release's queries (its relations' rules) read and call, beyond its source, its own
+# relations and code a superuser owns: functions, operators' functions and casts' functions of
+# other roles, and other relations. A refresh runs those queries with the refresher's rights (a
+# rebuild re-runs pg_get_viewdef's text; the verification reads the views), so the owner of a
+# release could otherwise swap in its own function, or a view of its own under the source's name
+# with an identical text (a review made itself superuser both ways through the DBA's refresh).
+QUERY_READS = """
+WITH deps AS (
+    SELECT DISTINCT d.refclassid, d.refobjid
+    FROM pg_catalog.pg_rewrite w
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass AND d.objid = w.oid
+    WHERE w.ev_class = ANY($1) AND d.refobjid <> w.ev_class),
+code(fn, what) AS (
+    SELECT d.refobjid, 'function'
+    FROM deps d WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+    UNION ALL
+    SELECT o.oprcode::pg_catalog.oid, pg_catalog.format('operator %s', o.oid::pg_catalog.regoperator)
+    FROM deps d JOIN pg_catalog.pg_operator o ON o.oid = d.refobjid
+    WHERE d.refclassid = 'pg_catalog.pg_operator'::pg_catalog.regclass
+    UNION ALL
+    SELECT c.castfunc, pg_catalog.format('cast %s', pg_catalog.format_type(c.castsource, NULL))
+    FROM deps d JOIN pg_catalog.pg_cast c ON c.oid = d.refobjid
+    WHERE d.refclassid = 'pg_catalog.pg_cast'::pg_catalog.regclass AND c.castfunc <> 0)
+SELECT pg_catalog.format('%s calls %s (owned by %s)', c.what, p.oid::pg_catalog.regprocedure,
+                         pg_catalog.pg_get_userbyid(p.proowner)) AS what
+FROM code c JOIN pg_catalog.pg_proc p ON p.oid = c.fn JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
+WHERE NOT r.rolsuper
+UNION ALL
+SELECT pg_catalog.format('reads %s', d.refobjid::pg_catalog.regclass)
+FROM deps d
+JOIN pg_catalog.pg_class c ON c.oid = d.refobjid JOIN pg_catalog.pg_roles o ON o.oid = c.relowner
+WHERE d.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+  AND d.refobjid <> $2 AND d.refobjid <> ALL($1)
+  AND NOT (c.relkind = 'c' AND o.rolsuper)        -- a superuser's composite type (anon.partition)
+UNION ALL
+SELECT pg_catalog.format('its owner %s may not read its source %s', pg_catalog.pg_get_userbyid($3),
+                         $2::pg_catalog.regclass)
+WHERE NOT pg_catalog.has_table_privilege($3, $2, 'SELECT')
+ORDER BY 1"""
+
+
+def check_release_query(plpy, release: dict) -> None:
+    """Refuse (42501) a release whose queries read anything but its source and its own relations,
+    or call code no superuser owns, or whose owner may no longer read its source: a release
+    publishes only what its owner may read, through plpy_anon's code and the server's."""
+    relations = run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
+                    [release["release_id"], owned_relations(plpy, release)])
+    source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid, "
+                       "$2::pg_catalog.regrole::pg_catalog.oid AS owner",
+                 ["text", "text"], [release["source"], release["release_owner"]])[0]
+    found = [r["what"] for r in run(plpy, QUERY_READS, ["oid[]", "oid", "oid"],
+                                    [[r["oid"] for r in relations], source["oid"], source["owner"]])]
+    if found:
+        raise UnsafeRelease(
+            f"release {qualified_name(plpy, release)} is not plpy_anon's query of its source any more: "
+            + "; ".join(found[:5]),
+            detail="A release's relations may read only its source and each other, and call only code a "
+                   "superuser owns; nothing else is run on its behalf.",
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(qualified_name(plpy, release))}) "
+                 "and create it again from the table you mean.")
 
 
 class UnsafeRelease(AnonError):

@@ -7,9 +7,13 @@ REVOKE ALL ON ALL TABLES IN SCHEMA anon FROM PUBLIC;
 GRANT USAGE ON SCHEMA anon_py TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon_py TO PUBLIC;
 
--- Custodians (180-custodian.sql): call every function, keep the catalog's rows. They act with
+-- Custodians (180-custodian.sql): call every function, read the catalog, and change the rows
+-- row security leaves them (their own releases, declarations of their own tables). They act with
 -- their own rights: a custodian releases only tables it may read, into schemas it may create in.
 GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
-GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;
+GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
+GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
+    anon.hierarchies, anon.priorities, anon.workload_profiles TO plpy_anon_custodian;
+GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

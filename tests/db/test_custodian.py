@@ -133,3 +133,84 @@ def test_no_function_of_the_extension_runs_with_its_owners_rights(db):
         SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
         WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'""").fetchone()[0]
     assert functions > 50                                  # the query does see the extension's functions
+
+
+def dba_refresh_refused(db, connect, role, rel, how="SELECT anon.refresh('{rel}')"):
+    """The DBA refreshes ``rel``: refused (42501) before the custodian's payload runs as the DBA."""
+    with connect() as dba:
+        seen = notices(dba)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+            dba.execute(how.format(rel=rel))
+        assert not [m for m in seen if m.startswith("evil")], seen
+    assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+    return info.value.diag.message_primary
+
+
+def test_a_custodian_splicing_its_function_into_its_release_gets_it_refused(db, connect, custodian):
+    """A review: the custodian re-created its release's view with its own function in the query
+    and cleared the recorded definitions (its own catalog row); the DBA's refresh ran it."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        text = conn.execute("SELECT pg_get_viewdef(%s::regclass)", (rel,)).fetchone()[0].rstrip().rstrip(";")
+        conn.execute(f"DROP MATERIALIZED VIEW {rel}")
+        conn.execute(sql.SQL("CREATE MATERIALIZED VIEW {} AS SELECT * FROM ({}) AS q WHERE {}.payload() "
+                             "WITH NO DATA").format(sql.SQL(rel), sql.SQL(text), s))
+        conn.execute("UPDATE anon.releases SET definitions = NULL WHERE release_owner = %s::regrole", (role,))
+    for how in ("SELECT anon.refresh('{rel}')", "SELECT * FROM anon.refresh_all()",
+                "REFRESH MATERIALIZED VIEW {rel}"):
+        if "refresh_all" in how:       # refresh_all reports failures per release instead of raising
+            with connect() as dba:
+                seen = notices(dba)
+                rows = dba.execute(how).fetchall()
+                assert not [m for m in seen if m.startswith("evil")], seen
+            assert any(r[0] == rel and r[1] == "failed" and "payload" in r[3] for r in rows), rows
+            continue
+        assert "payload" in dba_refresh_refused(db, connect, role, rel, how)
+
+
+def test_a_custodian_putting_a_view_under_its_sources_name_gets_its_release_refused(db, connect, custodian):
+    """A review: the source renamed, a view of the custodian's under its name (same text, other
+    object) calling its function, the release's view re-created from its unchanged text."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        text = conn.execute("SELECT pg_get_viewdef(%s::regclass)", (rel,)).fetchone()[0]
+        conn.execute(sql.SQL("ALTER TABLE {s}.pat RENAME TO data").format(s=s))
+        conn.execute(sql.SQL("CREATE VIEW {s}.pat AS SELECT pg_catalog.to_regclass({q})::oid AS tableoid, ctid, id, "
+                             "age, zip, dx FROM {s}.data WHERE {s}.payload()").format(
+                                 s=s, q=sql.Literal(f"{own}.pat")))
+        conn.execute(f"DROP MATERIALIZED VIEW {rel}")
+        conn.execute(sql.SQL("CREATE MATERIALIZED VIEW {} AS {} WITH NO DATA").format(
+            sql.SQL(rel), sql.SQL(text.rstrip().rstrip(";"))))
+    assert "reads" in dba_refresh_refused(db, connect, role, rel)
+
+
+def test_a_custodian_changes_only_its_own_catalog_rows(db, connect, custodian, schema, release_schema):
+    """A review: a custodian weakened another role's release (k, grantees), declared a DBA table's
+    identifying columns sensitive and registered itself as an analyst of every release."""
+    role, own = custodian
+    db.execute("CREATE TABLE dba_pat (id int PRIMARY KEY, full_name text, age int, zip text)")
+    db.execute("INSERT INTO dba_pat SELECT g, 'n' || g, g % 50, 'z' || g % 3 FROM generate_series(1, 100) g")
+    dba_rel = db.execute("SELECT anon.mondrian_view('dba_pat', k => 5, quasi_identifiers => '{age,zip}', "
+                         "identifiers => '{full_name}', release_schema => %s)", (release_schema,)).fetchone()[0]
+    oid = db.execute("SELECT 'dba_pat'::regclass::oid").fetchone()[0]
+    with connect(user=role) as conn:
+        for statement, params in [
+                ("""UPDATE anon.releases SET parameters = parameters || '{"k": 2, "grantees": ["x"]}'
+                    WHERE format('%%I.%%I', release_schema, release_name) = %s""", (dba_rel,)),
+                ("DELETE FROM anon.releases WHERE format('%%I.%%I', release_schema, release_name) = %s", (dba_rel,)),
+                ("INSERT INTO anon.column_roles VALUES (%s, 'full_name', 'sensitive')", (oid,)),
+                ("INSERT INTO anon.analysts VALUES (%s)", (role,)),
+                ("INSERT INTO anon.release_schemas (schema_name, schema_oid) VALUES ('public', 'public')", None)]:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement, params)
+        mine = create(conn, own)                      # its own rows it may change
+        conn.execute("UPDATE anon.releases SET parameters = parameters || '{\"note\": 1}' "
+                     "WHERE format('%%I.%%I', release_schema, release_name) = %s", (mine,))
+    assert db.execute("SELECT parameters->>'k' FROM anon.releases WHERE format('%%I.%%I', release_schema, "
+                      "release_name) = %s", (dba_rel,)).fetchone()[0] == "5"

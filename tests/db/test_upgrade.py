@@ -27,6 +27,7 @@ import pytest
 from psycopg import sql
 
 import plpy_anon
+from tests.contract.methods import METHODS, N_ROWS, Context, create_table, insert_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
@@ -182,3 +183,35 @@ def test_alter_extension_update_keeps_releases_and_catalog(connect, next_version
 
     with connect(dbname=upgrade_db, user="upgrade_analyst") as analyst:
         assert analyst.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 130   # still granted
+
+
+def test_releases_of_every_method_made_before_an_update_are_refreshed_and_verified_after_it(
+        connect, next_version, upgrade_db):
+    """Issue 27, point 8: one release of each method under the old version; after ALTER EXTENSION
+    UPDATE (a new session: the new package) each is read, refreshed through anon.refresh and a
+    plain REFRESH where it has a main materialized view, and verified from its rows again."""
+    with connect(dbname=upgrade_db) as old:
+        old.execute(sql.SQL("CREATE EXTENSION plpy_anon VERSION {} CASCADE").format(sql.Literal(CURRENT)))
+        source = create_table(old, "public.people")
+        old.execute("SELECT anon.add_requester('upgrade_requester', role => 'upgrade_analyst')")
+        old.execute("""SELECT anon.define_purpose('upgrade_purpose', priorities => '{"age": 1, "job": 0.2}')""")
+        ctx = Context(requester="upgrade_requester", purpose="upgrade_purpose")
+        made = {m.name: m.create(old, ctx, source, 5, 2 if m.l_arg else None, release_name=f"{m.name}_r")
+                for m in METHODS}
+        before = {name: old.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] for name, rel in made.items()}
+
+    with connect(dbname=upgrade_db) as new:
+        new.execute(sql.SQL("ALTER EXTENSION plpy_anon UPDATE TO {}").format(sql.Literal(NEXT)))
+    with connect(dbname=upgrade_db) as new:                          # a backend with the new package
+        versions = {r[0]: r[2] for r in new.execute("SELECT * FROM anon.versions()").fetchall()}
+        assert versions["plpy_anon"].startswith(str(next_version["venv"]))
+        for name, rel in made.items():
+            assert new.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == before[name], name
+        insert_rows(new, source, N_ROWS + 1, N_ROWS + 40)
+        for name, rel in made.items():
+            row = new.execute("SELECT row_count, verified FROM anon.refresh(%s)", (rel,)).fetchone()
+            assert row[1] is True and row[0] > 0, (name, row)
+            if new.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", (rel,)).fetchone()[0] == "m":
+                new.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+        status = dict(new.execute("SELECT release, verified FROM anon.release_status()").fetchall())
+        assert set(status) == set(made.values()) and set(status.values()) == {True}, status
