@@ -5,10 +5,11 @@ that act on existing releases (refresh, drop) and the registry of methods.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 
-from plpy_anon.core.errors import DuplicateObject, InvalidParameter
+from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
 from plpy_anon.db import class_counts, grants, risk, verify
 from plpy_anon.db.columns import Table
 from plpy_anon.db.method import ReleaseMethod
@@ -85,10 +86,38 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
         ["text", "text", "oid", "text", "jsonb", "oid"],
         [release_schema, release_name, source.oid, method.name, json.dumps(parameters), schema_oid])[0]
     release_id = row["release_id"]
-    build(release_id, ident(plpy, release_schema, release_name))
+    with temp_file_limit_explained(plpy, source.oid):
+        build(release_id, ident(plpy, release_schema, release_name))
     row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
     grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
     return row
+
+
+class TempFileLimitExceeded(AnonError):
+    """A build that wrote more temporary files than temp_file_limit allows."""
+
+    sqlstate = "53400"
+
+
+@contextlib.contextmanager
+def temp_file_limit_explained(plpy, source_oid: int):
+    """PostgreSQL's own error, with the source's size and what to do; the transaction rolls back,
+    so nothing is published and an earlier release stays."""
+    try:
+        with plpy.subtransaction():
+            yield
+    except plpy.spiexceptions.ConfigurationLimitExceeded as exc:
+        row = run(plpy, """
+            SELECT pg_catalog.pg_size_pretty(pg_catalog.pg_total_relation_size($1)) AS size,
+                   pg_catalog.current_setting('temp_file_limit') AS lim, $1::pg_catalog.regclass::text AS name""",
+            ["oid"], [source_oid])[0]
+        raise TempFileLimitExceeded(
+            f"building a release of {row['name']} ({row['size']}) needs more temporary files than "
+            f"temp_file_limit = {row['lim']} allows; nothing was published",
+            detail=str(exc).strip().removeprefix("spiexceptions.ConfigurationLimitExceeded: "),
+            hint="A build writes about ten times its source in temporary files (docs/operations.md, "
+                 "'Temporary files'): raise temp_file_limit for the session that builds (SET temp_file_limit, "
+                 "as a superuser) or release a smaller table.") from None
 
 
 def create_view_release(plpy, GD, *, query: Callable[[int], str], **kwargs) -> dict:

@@ -151,7 +151,9 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
         plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
     progress(plpy, "building the new release beside the old one (readers keep the old)")
     t0 = time.monotonic()
-    build_frozen(plpy, ident(plpy, schema, temp), saved["query"])
+    source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
+    with publish.temp_file_limit_explained(plpy, source):
+        build_frozen(plpy, ident(plpy, schema, temp), saved["query"])
     stats = take_run(GD, release["release_id"])
     if stats is not None:     # the whole build (SQL join included), not only the Python part
         stats["seconds"] = time.monotonic() - t0

@@ -40,3 +40,26 @@ def test_a_build_whose_joins_spill_writes_temporary_files_in_proportion(connect,
         assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == ROWS
         assert conn.execute(f"SELECT min(n) FROM (SELECT count(*) n FROM {rel} GROUP BY a_int, b_int, c_int, "
                             "d_txt, e_txt, f_txt) c").fetchone()[0] >= 10
+
+
+def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connect, schema, release_schema, synth):
+    with connect() as conn:
+        conn.execute(f"SET search_path = {schema}, public")
+        rel = conn.execute("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
+                           "release_schema => %s, quasi_identifiers => ARRAY['a_int','d_txt'])",
+                           (release_schema,)).fetchone()[0]
+        conn.execute("INSERT INTO synth SELECT * FROM synth")
+        conn.execute("SET work_mem = '64kB'")
+        conn.execute("SET temp_file_limit = '1MB'")
+        for statement in (f"SELECT anon.refresh('{rel}')",
+                          "SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
+                          f"release_schema => '{release_schema}', release_name => 'other', "
+                          "quasi_identifiers => ARRAY['a_int','d_txt'])"):
+            with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as info:
+                conn.execute(statement)
+            diag = info.value.diag
+            assert "temp_file_limit = 1MB" in diag.message_primary and "nothing was published" in diag.message_primary
+            assert "plpy" not in diag.message_primary and "temp_file_limit" in diag.message_hint
+        conn.execute("RESET temp_file_limit")
+        assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == ROWS      # the old release
+        assert conn.execute("SELECT to_regclass(%s)", (f"{release_schema}.other",)).fetchone()[0] is None
