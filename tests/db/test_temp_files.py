@@ -51,10 +51,10 @@ def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connec
         conn.execute("INSERT INTO synth SELECT * FROM synth")
         conn.execute("SET work_mem = '64kB'")
         conn.execute("SET temp_file_limit = '1MB'")
-        for statement in (f"SELECT anon.refresh('{rel}')",
-                          "SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
-                          f"release_schema => '{release_schema}', release_name => 'other', "
-                          "quasi_identifiers => ARRAY['a_int','d_txt'])"):
+        create_other = ("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
+                        f"release_schema => '{release_schema}', release_name => 'other', "
+                        "quasi_identifiers => ARRAY['a_int','d_txt'])")
+        for statement in (f"SELECT anon.refresh('{rel}')", create_other):
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as info:
                 conn.execute(statement)
             diag = info.value.diag
