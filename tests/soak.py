@@ -1,6 +1,6 @@
 """A mixed load on SHARED releases (issue 27, point 5): writers create, replace, refresh
 (``anon.refresh`` and plain ``REFRESH MATERIALIZED VIEW``) and drop the same few releases of a few
-sources, while analysts read them. Used by ``tests/db/test_soak.py`` (60 s) and ``make bench``
+sources, while analysts read them. Used by ``tests/db/test_concurrency.py`` (60 s) and ``make bench``
 (10 minutes).
 
 An operation may lose a race cleanly: the release it names was dropped (42704) or already exists
