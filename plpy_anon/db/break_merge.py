@@ -336,6 +336,7 @@ def verification_spec(plpy, release, stats) -> verify.Spec:
     """What verify.py checks, on the views analysts read: the QIT holds every source row, its
     classes (identical generalized QIs) at least k rows; every sensitive table counts, group by
     group, the rows the QIT gives that group, with at least l distinct values when l was asked."""
+    check_views(plpy, release)           # before anything reads them
     params = _parameters(release)
     schema = release["release_schema"]
     return verify.Spec(
@@ -398,26 +399,57 @@ def compared_values(plpy, release, sensitive: list[str]) -> dict[str, str]:
     return out
 
 
-def create_views(plpy, schema, name, parameters):
+def view_definitions(plpy, schema, name, parameters) -> dict[str, str]:
+    """The release's plain views over its storage and their queries, in creation order (the QIT
+    and the sensitive tables before the merge that reads them)."""
     storage = ident(plpy, schema, name)
     qis = ", ".join(ident(plpy, q) for q in parameters["quasi_identifiers"])
-    plpy.execute(
-        f"CREATE VIEW {ident(plpy, schema, parameters['qit'])} AS "
-        f"SELECT {qis}, m._gid AS gid FROM {storage} AS m "
-        f"CROSS JOIN LATERAL pg_catalog.generate_series(1, m._count) "
-        f"WHERE m._attribute IS NULL"
-    )
+    views = {parameters["qit"]: (f"SELECT {qis}, m._gid AS gid FROM {storage} AS m "
+                                 f"CROSS JOIN LATERAL pg_catalog.generate_series(1, m._count) "
+                                 f"WHERE m._attribute IS NULL")}
     for attribute in parameters["sensitive"]:
-        st_name = parameters["sensitive_tables"][attribute]
-        plpy.execute(
-            f"CREATE VIEW {ident(plpy, schema, st_name)} AS "
+        views[parameters["sensitive_tables"][attribute]] = (
             f"SELECT _gid AS gid, _value AS value, _count AS count FROM {storage} "
-            f"WHERE _attribute = {plpy.quote_literal(attribute)}"
-        )
-    plpy.execute(
-        f"CREATE VIEW {ident(plpy, schema, parameters['merged'])} AS "
-        f"{merged_query(plpy, schema, storage, parameters)}"
-    )
+            f"WHERE _attribute = {plpy.quote_literal(attribute)}")
+    views[parameters["merged"]] = merged_query(plpy, schema, storage, parameters)
+    return views
+
+
+def create_views(plpy, schema, name, parameters):
+    for view, query in view_definitions(plpy, schema, name, parameters).items():
+        plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {query}")
+
+
+def check_views(plpy, release) -> None:
+    """Refuse (42501) a release whose plain views are not the queries plpy_anon writes for them.
+    Reading a view runs the functions in it with the reader's rights, and the release's owner may
+    redefine its views (CREATE OR REPLACE VIEW): a review's custodian put query_to_xml('SELECT
+    its_function()') into the QIT and the DBA's refresh, plain REFRESH and restore ran it as
+    superuser. Each view's text is compared with a temporary view of the expected query, both
+    printed by pg_get_viewdef under the same search_path (pg_catalog: every other name qualified)."""
+    params = _parameters(release)
+    schema = release["release_schema"]
+    changed = []
+    for view, query in view_definitions(plpy, schema, release["release_name"], params).items():
+        plpy.execute(f"CREATE TEMPORARY VIEW plpy_anon_expected_view AS {query}")
+        try:
+            same = run(plpy, """
+                SELECT pg_catalog.pg_get_viewdef('pg_temp.plpy_anon_expected_view'::pg_catalog.regclass)
+                       = pg_catalog.pg_get_viewdef(c.oid) AS same
+                FROM pg_catalog.pg_class c
+                WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'""",
+                ["text", "text"], [release["schema_oid"], view])
+        finally:
+            plpy.execute("DROP VIEW pg_temp.plpy_anon_expected_view")
+        if same and not same[0]["same"]:
+            changed.append(view)
+    if changed:
+        q = release_rows.qualified_name(plpy, release)
+        raise release_rows.UnsafeRelease(
+            f"release {q}'s views {', '.join(changed)} are not the queries plpy_anon wrote for them",
+            detail="Reading a view runs its functions with the reader's rights; plpy_anon reads only "
+                   "the views it would write itself.",
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) and create it again.")
 
 
 def merged_query(plpy, schema, storage, parameters):
@@ -771,5 +803,5 @@ def _sensitive_tables(plpy, release, params):
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
 RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
                                refresh_release=refresh_release,
-                               verification_spec=verification_spec,
+                               verification_spec=verification_spec, check_relations=check_views,
                                read=read, fit=fit, publish=publish_run)

@@ -31,6 +31,9 @@ class ReleaseMethod:
     parameter_constraints: dict = field(default_factory=dict)
     refresh_release: Callable | None = None
     verification_spec: Callable | None = None
+    # check_relations(plpy, release): refuse relations of the release that are not the ones
+    # plpy_anon writes (a method whose release has plain views, which run code when read)
+    check_relations: Callable | None = None
     read: Callable | None = None
     fit: Callable | None = None
     publish: Callable | None = None

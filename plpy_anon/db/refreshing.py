@@ -153,7 +153,7 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     t0 = time.monotonic()
     source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
     with publish.temp_file_limit_explained(plpy, source):
-        build_frozen(plpy, ident(plpy, schema, temp), saved["query"])
+        build_frozen(plpy, ident(plpy, schema, temp), saved["query"], release["release_owner"])
     stats = take_run(GD, release["release_id"])
     if stats is not None:     # the whole build (SQL join included), not only the Python part
         stats["seconds"] = time.monotonic() - t0
@@ -173,16 +173,26 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     publish.record(plpy, release["release_id"], stats, built=True, method=method)
 
 
-def build_frozen(plpy, qualified: str, query: str) -> None:
-    """Create a materialized view whose rows every snapshot sees.
+def build_frozen(plpy, qualified: str, query: str, owner: str) -> None:
+    """Create a materialized view whose rows every snapshot sees, its query run by its owner.
 
     ``CREATE MATERIALIZED VIEW ... AS`` writes rows stamped with our transaction id: a REPEATABLE
     READ or SERIALIZABLE reader whose snapshot is older finds the swapped-in relation EMPTY. A
     non-concurrent ``REFRESH`` writes its new heap with frozen tuples (TABLE_INSERT_FROZEN),
     visible to every snapshot, as a plain REFRESH of a release would be. Nobody can read the new
     view before we commit, so the REFRESH waits for no one. The event trigger ignores it (the view
-    is not in the catalog): the run's statistics stay stashed for ``releases.record``."""
+    is not in the catalog): the run's statistics stay stashed for ``releases.record``.
+
+    ``query`` is the release's own (pg_get_viewdef), which its owner may have redefined: it is
+    created WITH NO DATA (parsed, never run), given to the release's ``owner`` and filled by
+    REFRESH, which PostgreSQL runs as the owner in a security-restricted operation. A review made
+    itself superuser through the DBA's rebuild when it ran with the refresher's rights."""
     plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query} WITH NO DATA")
+    if run(plpy, "SELECT $1::pg_catalog.regrole::pg_catalog.oid <> (SELECT r.oid FROM pg_catalog.pg_roles r "
+                 "WHERE r.rolname = current_user) AS other", ["text"], [owner])[0]["other"]:
+        # regrole's output is the role's name, quoted where it needs to be
+        plpy.execute(f"ALTER MATERIALIZED VIEW {qualified} OWNER TO "
+                     + run(plpy, "SELECT $1::pg_catalog.regrole::text AS q", ["text"], [owner])[0]["q"])
     plpy.execute(f"REFRESH MATERIALIZED VIEW {qualified}")
 
 

@@ -61,6 +61,9 @@ def resolve(plpy, name: str) -> tuple[dict, str]:
         if len(rows) != 1:
             raise
         releases.check_genuine(plpy, rows[0])
+        method = releases.method_named(rows[0]["method"])
+        if method is not None and method.check_relations is not None:
+            method.check_relations(plpy, rows[0])     # one of its views: read by this caller
         return rows[0], parts[-1]
     relations = published_relations(release)
     if relations != [release["release_name"]]:

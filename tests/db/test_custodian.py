@@ -214,3 +214,54 @@ def test_a_custodian_changes_only_its_own_catalog_rows(db, connect, custodian, s
                      "WHERE format('%%I.%%I', release_schema, release_name) = %s", (mine,))
     assert db.execute("SELECT parameters->>'k' FROM anon.releases WHERE format('%%I.%%I', release_schema, "
                       "release_name) = %s", (dba_rel,)).fetchone()[0] == "5"
+
+
+@pytest.mark.parametrize("planted", [
+    "query_to_xml('SELECT {s}.payload()', true, false, '') IS NOT NULL",    # SQL text: no pg_depend row
+    "1::{s}.checked = 1",                                                   # a domain whose CHECK calls it
+])
+def test_a_custodian_whose_release_query_runs_its_code_runs_it_only_as_itself(db, connect, custodian, planted):
+    """A second review: code the dependency check cannot see (a function named inside SQL text, a
+    domain's CHECK) in the release's query; the DBA's rebuild ran the query with its own rights.
+    The rebuild now fills the new view by REFRESH, as the release's owner."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        conn.execute(sql.SQL("CREATE DOMAIN {s}.checked AS int CHECK ({s}.payload())").format(s=s))
+        text = conn.execute("SELECT pg_get_viewdef(%s::regclass)", (rel,)).fetchone()[0].rstrip().rstrip(";")
+        conn.execute(f"DROP MATERIALIZED VIEW {rel}")
+        condition = planted.format(s=s.as_string(conn))
+        conn.execute(f"CREATE MATERIALIZED VIEW {rel} AS SELECT * FROM ({text}) AS q WHERE {condition} "
+                     "WITH NO DATA")
+        conn.execute("UPDATE anon.releases SET definitions = NULL WHERE release_owner = %s::regrole", (role,))
+    with connect() as dba:
+        seen = notices(dba)
+        for statement in (f"SELECT anon.refresh('{rel}')", "SELECT * FROM anon.refresh_all()",
+                          f"REFRESH MATERIALIZED VIEW {rel}"):
+            try:
+                dba.execute(statement)
+            except psycopg.Error:
+                pass                                   # refusing is as good as running it as its owner
+        assert not [m for m in seen if m.startswith("evil")], seen
+    assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+
+
+def test_a_custodian_redefining_its_break_merge_views_gets_them_refused(db, connect, custodian):
+    """A second review: CREATE OR REPLACE VIEW of the QIT with query_to_xml('SELECT payload()'); the
+    DBA's anon.refresh, plain REFRESH (its verification reads the views) and snapshot ran it."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        rel = create(conn, own, "break_merge", ", l => 2")
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        qit = f"{rel}_qit"
+        text = conn.execute("SELECT pg_get_viewdef(%s::regclass)", (qit,)).fetchone()[0].rstrip().rstrip(";")
+        conn.execute(f"CREATE OR REPLACE VIEW {qit} AS SELECT * FROM ({text}) AS q "
+                     f"WHERE query_to_xml('SELECT {s.as_string(conn)}.payload()', true, false, '') IS NOT NULL")
+        conn.execute("UPDATE anon.releases SET definitions = NULL WHERE release_owner = %s::regrole", (role,))
+    for how in ("SELECT anon.refresh('{rel}')", "REFRESH MATERIALIZED VIEW {rel}"):
+        assert "not the queries plpy_anon wrote" in dba_refresh_refused(db, connect, role, rel, how)
+    assert "not the queries plpy_anon wrote" in dba_refresh_refused(
+        db, connect, role, qit, "SELECT anon.snapshot('{rel}', snapshot_schema => 'snap_refused')")
