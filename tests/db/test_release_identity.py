@@ -239,7 +239,10 @@ def test_a_break_merge_release_of_another_creator_is_reported_until_its_views_ch
             o.execute(sql.SQL("CREATE OR REPLACE VIEW {s}.pat_bm_qit AS SELECT age, zip, m._gid AS gid "
                               "FROM {s}.pat_bm AS m CROSS JOIN LATERAL pg_catalog.generate_series(1, m._count) "
                               "WHERE m._attribute IS NULL AND m._gid >= 0").format(s=s))
-        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="relations were changed"):
+        # refused: its recorded definitions differ (55000) or, checked first on some paths, the
+        # view is not the query plpy_anon writes for it (42501)
+        with pytest.raises((psycopg.errors.ObjectNotInPrerequisiteState, psycopg.errors.InsufficientPrivilege),
+                           match="relations were changed|not the queries plpy_anon wrote"):
             db.execute(report, (f"{release_schema}.pat_bm",))
     finally:
         db.execute(f"SELECT anon.drop_release('{release_schema}.pat_bm', if_exists => true)")
