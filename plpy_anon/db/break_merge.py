@@ -437,11 +437,12 @@ def check_views(plpy, release) -> None:
                 SELECT pg_catalog.pg_get_viewdef('pg_temp.plpy_anon_expected_view'::pg_catalog.regclass)
                        = pg_catalog.pg_get_viewdef(c.oid) AS same
                 FROM pg_catalog.pg_class c
-                WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'""",
-                ["text", "text"], [release["schema_oid"], view])
+                WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'
+                  AND c.relowner = $3::pg_catalog.regrole""",
+                ["text", "text", "text"], [release["schema_oid"], view, release["release_owner"]])
         finally:
             plpy.execute("DROP VIEW pg_temp.plpy_anon_expected_view")
-        if same and not same[0]["same"]:
+        if not same or not same[0]["same"]:       # missing, not a view, or another query
             changed.append(view)
     if changed:
         q = release_rows.qualified_name(plpy, release)

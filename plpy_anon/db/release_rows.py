@@ -123,6 +123,10 @@ def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
         what = "relations were dropped and re-created"
         detail = (f"Relations carrying its names are not owned by {row['owner']}, the role that "
                   f"created the release: {', '.join(row['impostors'])}.")
+    elif wrong := wrong_kinds(plpy, release):
+        what = "relations were replaced"
+        detail = (f"{', '.join(wrong)}: a release is one materialized view and the plain views over it "
+                  "plpy_anon made; a table under one of their names is not read on its behalf.")
     elif changed := changed_definitions(plpy, release["release_id"]):
         what = "relations were changed"
         detail = (f"The definitions of {', '.join(changed)} are not the ones plpy_anon built "
@@ -136,6 +140,25 @@ def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
 # Each relation's definition, two ways: its rule's node tree (OIDs: unchanged by renames of what
 # it reads) and its text (names: unchanged by pg_dump and restore, which give every object a new
 # OID). A relation whose definition matches neither recorded digest was changed outside plpy_anon.
+def wrong_kinds(plpy, release: dict) -> list[str]:
+    """The release's relations that exist but are not what plpy_anon made: its main relation a
+    materialized view, the others (parameters.objects) plain views. A review's custodian replaced a
+    Break-Merge view by a table whose column type had its implicit cast: the DBA's verification,
+    summing that column, ran the cast's function as superuser; and a table has no definition to
+    compare."""
+    rows = run(plpy, """
+        SELECT c.relname::text AS name, c.relkind::text AS kind FROM pg_catalog.pg_class c
+        WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname::text = ANY($2)""",
+        ["text", "text[]"], [release["schema_oid"], owned_relations(plpy, release)])
+    expected = {name: "v" for name in owned_relations(plpy, release)} | {release["release_name"]: "m"}
+    return sorted(f"{r['name']} is a {KINDS.get(r['kind'], r['kind'])}" for r in rows
+                  if r["kind"] != expected[r["name"]])
+
+
+KINDS = {"r": "table", "p": "partitioned table", "v": "view", "m": "materialized view",
+         "f": "foreign table", "S": "sequence", "i": "index", "c": "composite type"}
+
+
 DEFINITIONS = """
 SELECT coalesce(pg_catalog.jsonb_object_agg(
            c.relname::text, pg_catalog.jsonb_build_array(pg_catalog.md5(w.ev_action::text),

@@ -265,3 +265,36 @@ def test_a_custodian_redefining_its_break_merge_views_gets_them_refused(db, conn
         assert "not the queries plpy_anon wrote" in dba_refresh_refused(db, connect, role, rel, how)
     assert "not the queries plpy_anon wrote" in dba_refresh_refused(
         db, connect, role, qit, "SELECT anon.snapshot('{rel}', snapshot_schema => 'snap_refused')")
+
+
+def test_a_custodian_replacing_a_break_merge_view_by_a_table_gets_the_release_refused(db, connect, custodian):
+    """A third review: the sensitive table's view replaced by a table whose count column has the
+    custodian's enum type with an implicit cast to float8 calling its function; the DBA's
+    verification summed the column and ran the cast as superuser (refresh, plain REFRESH, restore)."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        rel = create(conn, own, "break_merge", ", l => 2")
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        labels = ", ".join(f"'{i}'" for i in range(301))
+        conn.execute(sql.SQL(f"CREATE TYPE {{s}}.n AS ENUM ({labels})").format(s=s))
+        conn.execute(sql.SQL("CREATE FUNCTION {s}.n2f({s}.n) RETURNS float8 LANGUAGE plpgsql AS "
+                             "$f$ BEGIN PERFORM {s}.payload(); RETURN $1::text::float8; END $f$").format(s=s))
+        conn.execute(sql.SQL("CREATE CAST ({s}.n AS float8) WITH FUNCTION {s}.n2f({s}.n) AS IMPLICIT").format(s=s))
+        st, merged = f"{rel}_st_dx", f"{rel}_merged"
+        with conn.transaction():
+            conn.execute(f"DROP VIEW {merged}")
+            conn.execute(sql.SQL("CREATE TABLE {}_t (gid int4, value text, count {}.n)").format(sql.SQL(st), s))
+            conn.execute(f"INSERT INTO {st}_t SELECT gid, value, count::text::{s.as_string(conn)}.n FROM {st}")
+            conn.execute(f"DROP VIEW {st}")
+            conn.execute(sql.SQL("ALTER TABLE {}_t RENAME TO {}").format(
+                sql.SQL(st), sql.Identifier(st.split(".")[1])))
+    with connect() as dba:
+        seen = notices(dba)
+        for how in (f"SELECT anon.refresh('{rel}')", f"REFRESH MATERIALIZED VIEW {rel}"):
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="relations were replaced"):
+                dba.execute(how)
+        rows = dba.execute("SELECT * FROM anon.refresh_all()").fetchall()
+        assert any(r[0] == rel and r[1] == "failed" and "replaced" in r[3] for r in rows), rows
+        assert not [m for m in seen if m.startswith("evil")], seen
+    assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
