@@ -207,7 +207,42 @@ def check_genuine(plpy, release: dict) -> None:
             hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) (it removes the "
                  "catalog row and leaves objects plpy_anon did not make alone) and create it again.")
     check_release_query(plpy, release)
+    check_column_types(plpy, release)
     check_release_planner_code(plpy, release)
+
+
+# Columns of a release whose type is neither pg_catalog's nor the type of the source's column of
+# that name. plpy_anon's queries give every column a built-in type (ranges, arrays, text, counts)
+# or keep a source column's own; any other type came from a relation its owner re-created, and
+# reading, comparing or casting its values could run that owner's code (a fourth review: an enum
+# with the owner's cast to numeric under Break-Merge's value column; the DBA's verification cast
+# it and ran the cast as superuser).
+FOREIGN_TYPES = """
+SELECT pg_catalog.format('%s.%I is of type %s', a.attrelid::pg_catalog.regclass, a.attname,
+                         pg_catalog.format_type(a.atttypid, a.atttypmod)) AS what
+FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped
+  AND t.typnamespace <> 'pg_catalog'::pg_catalog.regnamespace
+  AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute s
+                  WHERE s.attrelid = $2 AND s.attname = a.attname AND s.atttypid = a.atttypid
+                    AND s.attnum > 0 AND NOT s.attisdropped)
+ORDER BY 1"""
+
+
+def check_column_types(plpy, release: dict) -> None:
+    """Refuse (42501) a release with a column of a type plpy_anon would not have given it."""
+    relations = run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
+                    [release["release_id"], owned_relations(plpy, release)])
+    source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]
+    found = [r["what"] for r in run(plpy, FOREIGN_TYPES, ["oid[]", "oid"],
+                                    [[r["oid"] for r in relations], source["oid"]])]
+    if found:
+        q = qualified_name(plpy, release)
+        raise UnsafeRelease(
+            f"release {q} has columns of types plpy_anon did not give them: " + "; ".join(found[:5]),
+            detail="A release's columns are of built-in types or of its source column's own type; another "
+                   "type's operators and casts would run its owner's code for whoever reads the release.",
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) and create it again.")
 
 
 # What a release's queries (its relations' rules) read and call, beyond its source, its own

@@ -298,3 +298,41 @@ def test_a_custodian_replacing_a_break_merge_view_by_a_table_gets_the_release_re
         assert any(r[0] == rel and r[1] == "failed" and "replaced" in r[3] for r in rows), rows
         assert not [m for m in seen if m.startswith("evil")], seen
     assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+
+
+def test_a_custodian_giving_its_break_merge_storage_a_type_of_its_own_gets_the_release_refused(
+        db, connect, custodian):
+    """A fourth review: the storage view re-created with its value column cast to the custodian's
+    enum, which has the custodian's cast to numeric (the source column is numeric), the views
+    re-created from their unchanged texts and the recorded definitions cleared; the DBA's
+    verification compared the values as numeric and ran the cast as superuser."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        conn.execute(sql.SQL("ALTER TABLE {s}.pat ALTER dx TYPE numeric USING substr(dx, 2)::numeric").format(s=s))
+        rel = create(conn, own, "break_merge", ", l => 2")
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        conn.execute(sql.SQL("CREATE TYPE {s}.n AS ENUM ('0', '1', '2', '3')").format(s=s))
+        conn.execute(sql.SQL("CREATE FUNCTION {s}.n2num({s}.n) RETURNS numeric LANGUAGE plpgsql AS "
+                             "$f$ BEGIN PERFORM {s}.payload(); RETURN $1::text::numeric; END $f$").format(s=s))
+        conn.execute(sql.SQL("CREATE CAST ({s}.n AS numeric) WITH FUNCTION {s}.n2num({s}.n)").format(s=s))
+        names = [rel] + [f"{rel}{suffix}" for suffix in ("_qit", "_st_dx", "_merged")]
+        texts = {n: conn.execute("SELECT pg_get_viewdef(%s::regclass)", (n,)).fetchone()[0].rstrip().rstrip(";")
+                 for n in names}
+        columns = [c.name for c in conn.execute(f"SELECT * FROM {rel} LIMIT 0").description]
+        select = ", ".join(f"x.{c}::{s.as_string(conn)}.n AS {c}" if c == "_value" else f"x.{c}" for c in columns)
+        with conn.transaction():
+            conn.execute(f"DROP MATERIALIZED VIEW {rel} CASCADE")
+            conn.execute(f"CREATE MATERIALIZED VIEW {rel} AS SELECT {select} FROM ({texts[rel]}) AS x WITH NO DATA")
+            for n in names[1:]:
+                conn.execute(f"CREATE VIEW {n} AS {texts[n]}")
+            conn.execute("UPDATE anon.releases SET definitions = NULL WHERE release_owner = %s::regrole", (role,))
+    with connect() as dba:
+        seen = notices(dba)
+        for how in (f"SELECT anon.refresh('{rel}')", f"REFRESH MATERIALIZED VIEW {rel}"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="types plpy_anon did not give"):
+                dba.execute(how)
+        rows = dba.execute("SELECT * FROM anon.refresh_all()").fetchall()
+        assert any(r[0] == rel and r[1] == "failed" for r in rows), rows
+        assert not [m for m in seen if m.startswith("evil")], seen
+    assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
