@@ -1137,6 +1137,45 @@ from plpy_anon.db import releases
 releases.record_refresh(plpy, GD, relation)
 $$;
 
+-- The check of a release that belongs to another role (publish.checked_as_owner): called by the
+-- query of a throwaway materialized view owned by that role, whose REFRESH PostgreSQL runs as the
+-- owner in a security-restricted operation; it runs the check the calling session left pending.
+CREATE OR REPLACE FUNCTION anon._check_as_owner(check_id integer)
+RETURNS boolean
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.1.0":
+        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import publish
+return publish.run_pending_check(plpy, check_id)
+$$;
+COMMENT ON FUNCTION anon._check_as_owner(integer) IS
+    'Internal: runs, as a release''s owner, the check of its released rows that this session left pending.';
+
 -- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of
 -- any view, and runs with the refresher's rights (no SECURITY DEFINER: no code of plpy_anon runs
 -- with more rights than its caller). A view whose query calls none of the extension's functions

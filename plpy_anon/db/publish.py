@@ -142,11 +142,15 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
     # the check and the stored report read the same classes: one pass (class_counts.py), in
     # which the check also counts the sensitive columns the report will ask for
     check_genuine(plpy, release)
+    if method is not None and method.check_relations is not None:
+        method.check_relations(plpy, release)        # before anything reads them (its views)
     report_target = risk.stored_target(plpy, release, method)
     counter = class_counts.Counter(plpy)
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive)
-    figures = verify.check(plpy, release, run_stats, method, counter)
+    figures, report = checked_as_owner(plpy, release, lambda: (
+        verify.check(plpy, release, run_stats, method, counter),
+        risk.compute(plpy, report_target, counter=counter) if report_target is not None else None))
     if not built:   # genuine by one of its digests: record both as they are now (after the check,
         store_definitions(plpy, release_id)   # so a failure's autonomous record finds the row free)
     stats = run_stats or {}
@@ -165,8 +169,69 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
          json.dumps(stats["metrics"]) if "metrics" in stats else None,
          json.dumps(figures) if figures is not None else None])
-    risk.store(plpy, release_id, report_target, counter)
+    risk.store_report(plpy, release_id, report)
     return by_id(plpy, release_id)
+
+
+# Checks left pending by checked_as_owner for anon._check_as_owner, by id: (work, result, error)
+_PENDING: dict[int, dict] = {}
+
+
+def checked_as_owner(plpy, release: dict, work: Callable[[], tuple]):
+    """``work()`` (the check of the release's rows and its stored report), run with the rights of
+    the release's owner when the caller is another role and the owner is not a superuser: the
+    owner may have changed what its relations hold or run (four reviews made a custodian
+    superuser through a superuser's refresh, by ways each check after the fact missed). The work
+    runs inside the REFRESH of a throwaway materialized view owned by that role, which PostgreSQL
+    executes as the owner in a security-restricted operation (no SET ROLE there, nothing the
+    owner's code could use to get back to the caller's rights); the view is dropped after."""
+    def checked():                  # the figures say whose rights the check ran with
+        figures, report = work()
+        if figures is not None:
+            figures["checked_as"] = run(plpy, "SELECT current_user::text AS u")[0]["u"]
+        return figures, report
+
+    row = run(plpy, """
+        SELECT $1::pg_catalog.regrole::pg_catalog.oid <> u.oid AND NOT o.rolsuper AS other,
+               $1::pg_catalog.regrole::text AS owner
+        FROM pg_catalog.pg_roles u, pg_catalog.pg_roles o
+        WHERE u.rolname = current_user AND o.oid = $1::pg_catalog.regrole""",
+        ["text"], [release["release_owner"]])
+    if not row or not row[0]["other"]:
+        return checked()
+    key = release["release_id"]
+    helper = ident(plpy, release["release_schema"], f"plpy_anon_check_{key}")
+    _PENDING[key] = {"work": checked}
+    try:
+        plpy.execute(f"CREATE MATERIALIZED VIEW {helper} AS SELECT anon._check_as_owner({int(key)}) AS ok "
+                     "WITH NO DATA")
+        plpy.execute(f"ALTER MATERIALIZED VIEW {helper} OWNER TO {row[0]['owner']}")
+        try:
+            plpy.execute(f"REFRESH MATERIALIZED VIEW {helper}")
+        except plpy.SPIError:
+            if "error" in _PENDING.get(key, {}):
+                raise _PENDING[key]["error"] from None     # the check's own error, as raised
+            raise
+        plpy.execute(f"DROP MATERIALIZED VIEW {helper}")
+        pending = _PENDING[key]
+        if "error" in pending:
+            raise pending["error"]
+        return pending["result"]
+    finally:
+        _PENDING.pop(key, None)
+
+
+def run_pending_check(plpy, key: int) -> bool:
+    """anon._check_as_owner: the pending check, now with the owner's rights."""
+    pending = _PENDING.get(key)
+    if pending is None or "work" not in pending:
+        plpy.error("plpy_anon: no check is pending here", sqlstate="55000")
+    try:
+        pending["result"] = pending.pop("work")()
+    except Exception as exc:
+        pending["error"] = exc
+        raise
+    return True
 
 
 def drop(plpy, release: dict) -> None:

@@ -304,6 +304,11 @@ def store(plpy, release_id: int, target: Target | None, counter: Counter | None 
     anon.releases.risk (called by ``publish.record`` at creation and every refresh, with the
     counter its check used). NULL is stored when the target is None."""
     report = compute(plpy, target, counter=counter) if target is not None else None
+    store_report(plpy, release_id, report)
+    return report
+
+
+def store_report(plpy, release_id: int, report: list[dict] | None) -> None:
+    """Write a computed report (or NULL) to anon.releases.risk."""
     run(plpy, "UPDATE anon.releases SET risk = $2 WHERE release_id = $1", ["int4", "jsonb"],
         [release_id, json.dumps(report) if report is not None else None])
-    return report

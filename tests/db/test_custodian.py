@@ -336,3 +336,27 @@ def test_a_custodian_giving_its_break_merge_storage_a_type_of_its_own_gets_the_r
         assert any(r[0] == rel and r[1] == "failed" for r in rows), rows
         assert not [m for m in seen if m.startswith("evil")], seen
     assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+
+
+def test_a_superusers_refresh_checks_a_custodians_release_with_the_custodians_rights(db, connect, custodian):
+    """The check of a release's rows and its risk report run as the release's owner when another
+    role refreshes it (inside a REFRESH PostgreSQL runs as the owner, security-restricted): a
+    superuser's refresh, plain REFRESH or refresh_all never reads a custodian's release itself."""
+    role, own = custodian
+    with connect(user=role) as conn:
+        mondrian = create(conn, own)
+        break_merge = create(conn, own, "break_merge", ", l => 2")
+    checked_as = ("SELECT verified, verification->>'checked_as', risk IS NOT NULL FROM anon.releases "
+                  "WHERE format('%%I.%%I', release_schema, release_name) = %s")
+    assert db.execute(checked_as, (mondrian,)).fetchone() == (True, role, True)
+    with connect() as dba:
+        for statement in (f"SELECT anon.refresh('{mondrian}')", f"REFRESH MATERIALIZED VIEW {mondrian}",
+                          f"SELECT anon.refresh('{break_merge}')", f"REFRESH MATERIALIZED VIEW {break_merge}"):
+            dba.execute(statement)
+            rel = mondrian if mondrian in statement else break_merge
+            assert dba.execute(checked_as, (rel,)).fetchone() == (True, role, True), statement
+        # the throwaway views are gone, and the release schema holds the releases only
+        left = dba.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'plpy_anon_check_%%'").fetchone()[0]
+        assert left == 0
+    db.execute(f"SELECT anon.refresh('{mondrian}')")
+    assert db.execute(checked_as, (mondrian,)).fetchone() == (True, role, True)
