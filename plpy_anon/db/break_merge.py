@@ -428,8 +428,9 @@ def check_views(plpy, release) -> None:
     printed by pg_get_viewdef under the same search_path (pg_catalog: every other name qualified)."""
     params = _parameters(release)
     schema = release["release_schema"]
-    changed = []
-    for view, query in view_definitions(plpy, schema, release["release_name"], params).items():
+    expected = view_definitions(plpy, schema, release["release_name"], params)
+    changed = sorted(set(jsonb(release["parameters"]).get("objects", [])) ^ set(expected))
+    for view, query in expected.items():
         plpy.execute(f"CREATE TEMPORARY VIEW plpy_anon_expected_view AS {query}")
         try:
             same = run(plpy, """

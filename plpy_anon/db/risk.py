@@ -149,6 +149,13 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
         # plpy_anon's own view over the release's storage, checked to be the one it built: its
         # owner is whoever created the release, who need not be a superuser
         check_genuine(plpy, release[0])
+        from plpy_anon.db.methods import REGISTRY     # (the methods sit above this module)
+        method = REGISTRY.get(release[0]["method"])
+        if method is None or method.check_relations is None:
+            raise columns.UnsafeSource(
+                f"{target.label} is not a relation plpy_anon builds for a release of this method",
+                hint="Report the release's materialized view itself.")
+        method.check_relations(plpy, release[0])      # its views are the queries plpy_anon writes
         columns.guard_relation(plpy, oid, target.relation, target_rel["relkind"], own_view=True)
     cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
     for name in target.qis + target.sensitive:

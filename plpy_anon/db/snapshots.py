@@ -62,8 +62,11 @@ def resolve(plpy, name: str) -> tuple[dict, str]:
             raise
         releases.check_genuine(plpy, rows[0])
         method = releases.method_named(rows[0]["method"])
-        if method is not None and method.check_relations is not None:
-            method.check_relations(plpy, rows[0])     # one of its views: read by this caller
+        if method is None or method.check_relations is None:
+            raise NotASingleRelation(
+                f"{name} is not a relation plpy_anon builds for a release of method {rows[0]['method']}",
+                hint="Snapshot the release itself, by its name.")
+        method.check_relations(plpy, rows[0])         # one of its views: read by this caller
         return rows[0], parts[-1]
     relations = published_relations(release)
     if relations != [release["release_name"]]:

@@ -209,9 +209,12 @@ def test_a_custodian_changes_only_its_own_catalog_rows(db, connect, custodian, s
                 ("INSERT INTO anon.release_schemas (schema_name, schema_oid) VALUES ('public', 'public')", None)]:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement, params)
-        mine = create(conn, own)                      # its own rows it may change
-        conn.execute("UPDATE anon.releases SET parameters = parameters || '{\"note\": 1}' "
+        mine = create(conn, own)                      # its own rows it may change, not what they are
+        conn.execute("UPDATE anon.releases SET last_error = NULL "
                      "WHERE format('%%I.%%I', release_schema, release_name) = %s", (mine,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE anon.releases SET parameters = parameters || '{\"k\": 2}' "
+                         "WHERE format('%%I.%%I', release_schema, release_name) = %s", (mine,))
     assert db.execute("SELECT parameters->>'k' FROM anon.releases WHERE format('%%I.%%I', release_schema, "
                       "release_name) = %s", (dba_rel,)).fetchone()[0] == "5"
 
@@ -360,3 +363,36 @@ def test_a_superusers_refresh_checks_a_custodians_release_with_the_custodians_ri
         assert left == 0
     db.execute(f"SELECT anon.refresh('{mondrian}')")
     assert db.execute(checked_as, (mondrian,)).fetchone() == (True, role, True)
+
+
+def test_a_custodian_cannot_list_a_view_of_its_own_among_its_releases_relations(db, connect, custodian):
+    """A fifth review: the custodian added a view calling query_to_xml('SELECT payload()') to its
+    release's parameters.objects; the DBA's anon.snapshot of that 'release relation' (as the 0A000
+    hint of the release itself suggested) ran it as superuser."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        summary = f"{rel}_summary"
+        conn.execute(f"CREATE VIEW {summary} AS SELECT query_to_xml('SELECT {s.as_string(conn)}.payload()', "
+                     "true, true, '') AS x")
+        name = summary.split(".")[1]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):      # what a release is stays as created
+            conn.execute("UPDATE anon.releases SET parameters = jsonb_set(parameters, '{objects}', %s::jsonb) "
+                         "WHERE release_owner = %s::regrole", (f'["{name}"]', role))
+        # a row of its own making, listing the view (what create_release's INSERT could have been)
+        conn.execute("""
+            INSERT INTO anon.releases (release_schema, release_name, source, method, parameters, schema_oid,
+                                       release_owner)
+            SELECT release_schema, 'fabricated', source, method,
+                   parameters || jsonb_build_object('objects', jsonb_build_array(%s::text)), schema_oid, release_owner
+            FROM anon.releases WHERE release_owner = %s::regrole""", (name, role))
+    with connect() as dba:
+        seen = notices(dba)
+        for statement in (f"SELECT anon.snapshot('{summary}', snapshot_schema => 'snap_refused')",
+                          f"SELECT * FROM anon.risk_report('{summary}')"):
+            with pytest.raises(psycopg.Error):
+                dba.execute(statement)
+        assert not [m for m in seen if m.startswith("evil")], seen
+    assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
