@@ -149,7 +149,7 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> Target:
         # plpy_anon's own view over the release's storage, checked to be the one it built: its
         # owner is whoever created the release, who need not be a superuser
         check_genuine(plpy, release[0])
-        from plpy_anon.db.methods import REGISTRY     # (the methods sit above this module)
+        from plpy_anon.db.methods import REGISTRY  # (the methods sit above this module)
         method = REGISTRY.get(release[0]["method"])
         if method is None or method.check_relations is None:
             raise columns.UnsafeSource(
