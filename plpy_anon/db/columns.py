@@ -226,6 +226,17 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
                  "of the table (CREATE TABLE ... AS SELECT, made by its owner) instead.")
 
 
+# The source as LOCK names it, whether the caller may take SHARE UPDATE EXCLUSIVE on it (UPDATE,
+# DELETE or TRUNCATE), and whether the caller is a superuser (who also locks the schema's row)
+LOCK_TARGET = """
+SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
+       pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
+       OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock,
+       (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) AS superuser
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = $1 AND c.relkind IN ('r', 'p')"""
+
+
 def lock_source(plpy, source: str) -> None:
     """The first lock of a refresh, taken in the order every path takes its locks (docs/
     operations.md, "Locks"): the source tree SHARE UPDATE EXCLUSIVE, as a build's entry takes it,
@@ -233,13 +244,8 @@ def lock_source(plpy, source: str) -> None:
     table once the release is locked (and reports a source that is gone, renamed or refused)."""
     try:
         with plpy.subtransaction():
-            row = run(plpy, """
-                SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
-                       pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
-                       OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock
-                FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                WHERE c.oid = pg_catalog.to_regclass($1)::pg_catalog.oid AND c.relkind IN ('r', 'p')""",
-                ["text"], [source])
+            oid = run(plpy, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid AS oid", ["text"], [source])[0]["oid"]
+            row = run(plpy, LOCK_TARGET, ["oid"], [oid]) if oid is not None else []
             if row and row[0]["may_lock"]:
                 plpy.execute(f"LOCK TABLE {row[0]['name']} IN SHARE UPDATE EXCLUSIVE MODE")
     except plpy.SPIError:
@@ -256,13 +262,7 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     will read the table by, read before this call (default: the oid's name now); it is the name
     locked, and refused unless it still means ``oid`` (a fifth review swapped two tables' names
     between the caller's read and this one: the guard checked one, the reads went to the other)."""
-    row = run(plpy, """
-        SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
-               pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
-               OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock,
-               (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) AS superuser
-        FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.oid = $1 AND c.relkind IN ('r', 'p')""", ["oid"], [oid])
+    row = run(plpy, LOCK_TARGET, ["oid"], [oid])
     if not row:
         return                   # gone or not a table: the build reports it in its own words
     name = name or row[0]["name"]
