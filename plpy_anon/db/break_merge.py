@@ -422,9 +422,8 @@ def create_views(plpy, schema, name, parameters):
 def check_views(plpy, release) -> None:
     """Refuse (42501) a release whose plain views are not the queries plpy_anon writes for them.
     Reading a view runs the functions in it with the reader's rights, and the release's owner may
-    redefine its views (CREATE OR REPLACE VIEW): a review's custodian put query_to_xml('SELECT
-    its_function()') into the QIT and the DBA's refresh, plain REFRESH and restore ran it as
-    superuser. Each view's text is compared with a temporary view of the expected query, both
+    redefine its views (CREATE OR REPLACE VIEW ... query_to_xml('SELECT its_function()'), code no
+    catalog dependency shows). Each view's text is compared with a temporary view of the expected query, both
     printed by pg_get_viewdef under the same search_path (pg_catalog: every other name qualified)."""
     params = _parameters(release)
     schema = release["release_schema"]

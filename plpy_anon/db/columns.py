@@ -269,7 +269,7 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     if row[0]["may_lock"]:
         plpy.execute(f"LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")
         # every later query finds the table by its schema's NAME, and ALTER SCHEMA ... RENAME
-        # takes no lock on the tables inside: a sixth review swapped two schemas mid-call. A
+        # takes no lock on the tables inside, so two schemas could trade names mid-call. A
         # superuser (the caller who matters) also share-locks the schema's catalog row, which a
         # rename must update: it waits until this transaction ends. Only a superuser may: FOR
         # SHARE needs UPDATE on pg_namespace, checked when the query is planned, whatever it reads
@@ -279,8 +279,8 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
                 WHERE n.oid = (SELECT c.relnamespace FROM pg_catalog.pg_class c WHERE c.oid = $1)
                 FOR SHARE OF n""", ["oid"], [oid])
     # LOCK takes a name, and while it waited (or, unlocked, since the caller read it) the owner
-    # may have renamed the table and given its name to another one, or turned it into a view (a
-    # fourth and a fifth review did): go on only if the name still means this table, and it is
+    # may have renamed the table and given its name to another one, or turned it into a view: go
+    # on only if the name still means this table, and it is
     # still a table. Locked, neither can change any more until the transaction ends.
     after = run(plpy, """
         SELECT c.relkind::text AS relkind, pg_catalog.to_regclass($2)::pg_catalog.oid = c.oid AS same

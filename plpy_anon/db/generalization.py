@@ -66,9 +66,9 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
                              for i in literal)
         aliases = ", ".join(f"q{i}" for i in literal)
         first_class = "(run.p).first_class + " if sliced else ""
-        # OFFSET 0: class_id is computed before the join. Flattened, the join computed it from
-        # run.p, so every row carried its whole slice (~20 MB): a hash join that spilled wrote
-        # that per row (2M rows: > 70 GB of temporary files, issue 27)
+        # OFFSET 0: class_id is computed before the join. Flattened, the join computes it from
+        # run.p, so every row carries its whole slice (~20 MB), which a hash join that spills
+        # writes once per row: tens of GB of temporary files at 2M rows
         class_source = (
             f"    FROM bounds AS b\n"
             f"    JOIN (SELECT {first_class}x.class_no - 1 AS class_id, {aliases} FROM run,\n"

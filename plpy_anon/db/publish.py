@@ -180,8 +180,8 @@ _PENDING: dict[int, dict] = {}
 def checked_as_owner(plpy, release: dict, work: Callable[[], tuple]):
     """``work()`` (the check of the release's rows and its stored report), run with the rights of
     the release's owner when the caller is another role and the owner is not a superuser: the
-    owner may have changed what its relations hold or run (four reviews made a custodian
-    superuser through a superuser's refresh, by ways each check after the fact missed). The work
+    owner may have changed what its relations hold or run in ways no check before the reading
+    can list completely (SQL text, casts, types). The work
     runs inside the REFRESH of a throwaway materialized view owned by that role, which PostgreSQL
     executes as the owner in a security-restricted operation (no SET ROLE there, nothing the
     owner's code could use to get back to the caller's rights); the view is dropped after."""

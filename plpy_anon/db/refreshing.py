@@ -185,14 +185,15 @@ def build_frozen(plpy, qualified: str, query: str, owner: str) -> None:
 
     ``query`` is the release's own (pg_get_viewdef), which its owner may have redefined: it is
     created WITH NO DATA (parsed, never run), given to the release's ``owner`` and filled by
-    REFRESH, which PostgreSQL runs as the owner in a security-restricted operation. A review made
-    itself superuser through the DBA's rebuild when it ran with the refresher's rights."""
+    REFRESH, which PostgreSQL runs as the owner in a security-restricted operation: the owner's
+    code in it can never run with the refresher's rights."""
     plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query} WITH NO DATA")
-    if run(plpy, "SELECT $1::pg_catalog.regrole::pg_catalog.oid <> (SELECT r.oid FROM pg_catalog.pg_roles r "
-                 "WHERE r.rolname = current_user) AS other", ["text"], [owner])[0]["other"]:
-        # regrole's output is the role's name, quoted where it needs to be
-        plpy.execute(f"ALTER MATERIALIZED VIEW {qualified} OWNER TO "
-                     + run(plpy, "SELECT $1::pg_catalog.regrole::text AS q", ["text"], [owner])[0]["q"])
+    # regrole's output is the role's name, quoted where it needs to be
+    row = run(plpy, "SELECT $1::pg_catalog.regrole::text AS name, $1::pg_catalog.regrole::pg_catalog.oid "
+                    "<> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) AS other",
+              ["text"], [owner])[0]
+    if row["other"]:
+        plpy.execute(f"ALTER MATERIALIZED VIEW {qualified} OWNER TO {row['name']}")
     plpy.execute(f"REFRESH MATERIALIZED VIEW {qualified}")
 
 

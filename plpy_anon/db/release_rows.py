@@ -137,20 +137,17 @@ def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
     return f"release {q}'s {what} outside plpy_anon; drop the release with anon.drop_release", detail
 
 
-# Each relation's definition, two ways: its rule's node tree (OIDs: unchanged by renames of what
-# it reads) and its text (names: unchanged by pg_dump and restore, which give every object a new
-# OID). A relation whose definition matches neither recorded digest was changed outside plpy_anon.
 def wrong_kinds(plpy, release: dict) -> list[str]:
     """The release's relations that exist but are not what plpy_anon made: its main relation a
-    materialized view, the others (parameters.objects) plain views. A review's custodian replaced a
-    Break-Merge view by a table whose column type had its implicit cast: the DBA's verification,
-    summing that column, ran the cast's function as superuser; and a table has no definition to
-    compare."""
+    materialized view, the others (parameters.objects) plain views. A table under one of their
+    names has no definition to compare, and its owner chooses its column types, whose casts and
+    operators the verification would run."""
+    names = owned_relations(plpy, release)
     rows = run(plpy, """
         SELECT c.relname::text AS name, c.relkind::text AS kind FROM pg_catalog.pg_class c
         WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname::text = ANY($2)""",
-        ["text", "text[]"], [release["schema_oid"], owned_relations(plpy, release)])
-    expected = {name: "v" for name in owned_relations(plpy, release)} | {release["release_name"]: "m"}
+        ["text", "text[]"], [release["schema_oid"], names])
+    expected = {name: "v" for name in names} | {release["release_name"]: "m"}
     return sorted(f"{r['name']} is a {KINDS.get(r['kind'], r['kind'])}" for r in rows
                   if r["kind"] != expected[r["name"]])
 
@@ -159,6 +156,9 @@ KINDS = {"r": "table", "p": "partitioned table", "v": "view", "m": "materialized
          "f": "foreign table", "S": "sequence", "i": "index", "c": "composite type"}
 
 
+# Each relation's definition, two ways: its rule's node tree (OIDs: unchanged by renames of what
+# it reads) and its text (names: unchanged by pg_dump and restore, which give every object a new
+# OID). A relation whose definition matches neither recorded digest was changed outside plpy_anon.
 DEFINITIONS = """
 SELECT coalesce(pg_catalog.jsonb_object_agg(
            c.relname::text, pg_catalog.jsonb_build_array(pg_catalog.md5(w.ev_action::text),
@@ -206,17 +206,21 @@ def check_genuine(plpy, release: dict) -> None:
             reason[0], detail=reason[1],
             hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) (it removes the "
                  "catalog row and leaves objects plpy_anon did not make alone) and create it again.")
-    check_release_query(plpy, release)
-    check_column_types(plpy, release)
-    check_release_planner_code(plpy, release)
+    relations = [r["oid"] for r in run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
+                                       [release["release_id"], owned_relations(plpy, release)])]
+    ids = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS source, "
+                    "$2::pg_catalog.regrole::pg_catalog.oid AS owner",
+              ["text", "text"], [release["source"], release["release_owner"]])[0]
+    check_release_query(plpy, release, relations, ids["source"], ids["owner"])
+    check_column_types(plpy, release, relations, ids["source"])
+    check_release_planner_code(plpy, release, relations)
 
 
 # Columns of a release whose type is neither pg_catalog's nor the type of the source's column of
 # that name. plpy_anon's queries give every column a built-in type (ranges, arrays, text, counts)
 # or keep a source column's own; any other type came from a relation its owner re-created, and
-# reading, comparing or casting its values could run that owner's code (a fourth review: an enum
-# with the owner's cast to numeric under Break-Merge's value column; the DBA's verification cast
-# it and ran the cast as superuser).
+# reading, comparing or casting its values (the verification does) could run that owner's code:
+# an enum with the owner's cast to numeric, say.
 FOREIGN_TYPES = """
 SELECT pg_catalog.format('%s.%I is of type %s', a.attrelid::pg_catalog.regclass, a.attname,
                          pg_catalog.format_type(a.atttypid, a.atttypmod)) AS what
@@ -229,13 +233,10 @@ WHERE a.attrelid = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY 1"""
 
 
-def check_column_types(plpy, release: dict) -> None:
-    """Refuse (42501) a release with a column of a type plpy_anon would not have given it."""
-    relations = run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
-                    [release["release_id"], owned_relations(plpy, release)])
-    source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]
-    found = [r["what"] for r in run(plpy, FOREIGN_TYPES, ["oid[]", "oid"],
-                                    [[r["oid"] for r in relations], source["oid"]])]
+def check_column_types(plpy, release: dict, relations: list[int], source: int) -> None:
+    """Refuse (42501) a release with a column of a type plpy_anon would not have given it
+    (``relations``: its relations' OIDs; ``source``: its source's)."""
+    found = [r["what"] for r in run(plpy, FOREIGN_TYPES, ["oid[]", "oid"], [relations, source])]
     if found:
         q = qualified_name(plpy, release)
         raise UnsafeRelease(
@@ -247,10 +248,9 @@ def check_column_types(plpy, release: dict) -> None:
 
 # What a release's queries (its relations' rules) read and call, beyond its source, its own
 # relations and code a superuser owns: functions, operators' functions and casts' functions of
-# other roles, and other relations. A refresh runs those queries with the refresher's rights (a
-# rebuild re-runs pg_get_viewdef's text; the verification reads the views), so the owner of a
-# release could otherwise swap in its own function, or a view of its own under the source's name
-# with an identical text (a review made itself superuser both ways through the DBA's refresh).
+# other roles, and other relations. Whoever reads a release's views runs their functions, so the
+# owner of a release could otherwise swap in its own function, or a view of its own under the
+# source's name with an identical text (which a text digest alone would take for the original).
 QUERY_READS = """
 WITH deps AS (
     SELECT DISTINCT d.refclassid, d.refobjid
@@ -286,24 +286,18 @@ WHERE NOT pg_catalog.has_table_privilege($3, $2, 'SELECT')
 ORDER BY 1"""
 
 
-def check_release_query(plpy, release: dict) -> None:
+def check_release_query(plpy, release: dict, relations: list[int], source: int, owner: int) -> None:
     """Refuse (42501) a release whose queries read anything but its source and its own relations,
     or call code no superuser owns, or whose owner may no longer read its source: a release
     publishes only what its owner may read, through plpy_anon's code and the server's."""
-    relations = run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
-                    [release["release_id"], owned_relations(plpy, release)])
-    source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid, "
-                       "$2::pg_catalog.regrole::pg_catalog.oid AS owner",
-                 ["text", "text"], [release["source"], release["release_owner"]])[0]
-    found = [r["what"] for r in run(plpy, QUERY_READS, ["oid[]", "oid", "oid"],
-                                    [[r["oid"] for r in relations], source["oid"], source["owner"]])]
+    found = [r["what"] for r in run(plpy, QUERY_READS, ["oid[]", "oid", "oid"], [relations, source, owner])]
     if found:
+        q = qualified_name(plpy, release)
         raise UnsafeRelease(
-            f"release {qualified_name(plpy, release)} is not plpy_anon's query of its source any more: "
-            + "; ".join(found[:5]),
+            f"release {q} is not plpy_anon's query of its source any more: " + "; ".join(found[:5]),
             detail="A release's relations may read only its source and each other, and call only code a "
                    "superuser owns; nothing else is run on its behalf.",
-            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(qualified_name(plpy, release))}) "
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) "
                  "and create it again from the table you mean.")
 
 
@@ -313,17 +307,15 @@ class UnsafeRelease(AnonError):
     sqlstate = "42501"
 
 
-def check_release_planner_code(plpy, release: dict) -> None:
+def check_release_planner_code(plpy, release: dict, relations: list[int]) -> None:
     """The release's owner may add indexes and statistics to its relations; an index predicate or
     expression calling the owner's function runs with the rights of whoever plans a query on the
     relation -- the verification and the risk report of every refresh, a superuser's plain REFRESH
     or pg_cron job included. So a release is read on its behalf only while every function its
     relations' planner code calls is a superuser's (the same rule as a source's, columns.PLANNER_CODE).
     Refresh holds the relations locked, so nothing can be added between this check and the reads."""
-    relations = run(plpy, GENUINE_RELATIONS, ["int4", "text[]"],
-                    [release["release_id"], owned_relations(plpy, release)])
-    for relation in relations:
-        found = [r for r in run(plpy, PLANNER_CODE, ["oid"], [relation["oid"]]) if r["function"] is not None]
+    for oid in relations:
+        found = [r for r in run(plpy, PLANNER_CODE, ["oid"], [oid]) if r["function"] is not None]
         if found:
             listing = "; ".join(f"{r['what']} calls {r['function']} (owned by {r['owner']})" for r in found[:5])
             raise UnsafeRelease(

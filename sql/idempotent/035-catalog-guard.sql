@@ -2,9 +2,9 @@
 -- own releases (naming a source it may read), declarations of tables it owns (column roles,
 -- hierarchies, learned priorities), its own release schemas and snapshots, and the refresh
 -- history of its own releases. Analysts, requesters, purposes and the workload are the DBA's
--- (custodians only read them: 900-privileges.sql). Without this a review's custodian edited
--- another role's release (k, grantees), declared a DBA table's identifying columns sensitive and
--- registered itself as an analyst of every release. A trigger rather than row security: pg_dump
+-- (custodians only read them: 900-privileges.sql): otherwise one custodian could weaken another
+-- role's release (k, grantees) or declare a DBA table's identifying columns sensitive. A trigger
+-- rather than row security: pg_dump
 -- and pg_restore run with row_security = off, under which a restore's REFRESH of a custodian's
 -- release (its query reads anon.releases as that custodian) fails.
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
@@ -27,8 +27,8 @@ BEGIN
         WHEN 'releases' THEN
             allowed := pg_catalog.pg_has_role((r.x).release_owner, 'MEMBER')
                        AND (NOT r.new OR pg_catalog.has_table_privilege((r.x).source, 'SELECT'))
-                       -- what a release is stays as created: plpy_anon never updates these, and a
-                       -- review's custodian listed a view of its own among its release's objects
+                       -- what a release is stays as created: plpy_anon never updates these, and
+                       -- an owner listing its own view among the objects would have it read as one
                        AND (TG_OP <> 'UPDATE' OR NOT r.new
                             OR (OLD.release_id, OLD.release_schema, OLD.release_name, OLD.source, OLD.method,
                                 OLD.parameters, OLD.schema_oid, OLD.release_owner, OLD.created_at)
