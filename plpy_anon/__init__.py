@@ -8,4 +8,4 @@ The package has four layers, imported strictly in this order:
 * ``plpy_anon.client`` -- psycopg client and the ``plpy-anon`` CLI, talking SQL only.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,19 +1,23 @@
 """ALTER EXTENSION plpy_anon UPDATE keeps releases and the catalog, and what follows works.
 
-The current version (0.1.0) is not released yet, so there is no older version to install and no
-upgrade script in extension/ yet. This test makes the next release the way a maintainer will
-(see sql/build.py): in a copy of sql/, ``build.py --freeze`` records the current version as
-released; the version is bumped (to ``<current>.test``, a name no real release will use); a new
-incremental file is added and one declared function's signature changed. The resulting
-``plpy_anon--<current>--<next>.sql`` is installed next to the real scripts, and the "new package"
-is this checkout's package labelled with the next version, in a scratch environment the next
-version's scripts are built for (``build.py --venv``: the path is baked in, never read from a
-setting). A database is created with the real current version, given
-releases, declarations, an analyst and a failed refresh; it is upgraded; everything is compared
-and refreshed. The scratch files are removed afterwards.
+Two kinds of old version:
+
+* **Every released version** (``sql/versions.txt``, each tagged ``v<version>`` in git): its
+  ``sql/``, package and contract helpers are taken from the tag (``git archive``), its install
+  script is built for a scratch environment holding that package, a database gets a release of
+  every method made by the old code, and it is updated to the current version with the scripts
+  ``make install`` put in place, then read, refreshed and verified by the current package.
+* **The next version, made now**: in a copy of sql/, ``build.py --freeze`` records the current
+  version as released, the version is bumped (to ``<current>.test``, a name no real release will
+  use), a new incremental file is added and one declared function's signature changed; the
+  upgrade from the current version must run that file, drop the old signature and keep the catalog.
+
+Scratch scripts are installed next to the real ones for the test and removed afterwards (a file of
+the same name that was there is put back).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -27,13 +31,21 @@ import pytest
 from psycopg import sql
 
 import plpy_anon
-from tests.contract.methods import METHODS, N_ROWS, Context, create_table, insert_rows
+from tests.contract.methods import N_ROWS, insert_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_CONFIG = os.environ.get("PG_CONFIG", "/usr/lib/postgresql/15/bin/pg_config")
 CURRENT = plpy_anon.__version__
 NEXT = f"{CURRENT}.test"
 DBNAME = "anon_upgrade"
+
+
+def released_versions() -> list[str]:
+    lines = (ROOT / "sql" / "versions.txt").read_text().splitlines()
+    return [line.split()[0] for line in lines if line.strip() and not line.startswith("#")]
+
+
+RELEASED = released_versions()
 
 
 def extension_dir() -> Path:
@@ -84,8 +96,9 @@ def next_version():
     installed = []
     try:
         out = build_next_version(work, work / "venv")
-        assert sorted(p.name for p in out.glob("*.sql")) == sorted(
-            [f"plpy_anon--{NEXT}.sql", f"plpy_anon--{CURRENT}--{NEXT}.sql"])
+        names = {p.name for p in out.glob("*.sql")}
+        assert {f"plpy_anon--{NEXT}.sql", f"plpy_anon--{CURRENT}--{NEXT}.sql"} <= names
+        assert names - {f"plpy_anon--{NEXT}.sql"} == {f"plpy_anon--{v}--{NEXT}.sql" for v in [*RELEASED, CURRENT]}
         for name in (f"plpy_anon--{NEXT}.sql", f"plpy_anon--{CURRENT}--{NEXT}.sql"):
             shutil.copy(out / name, target / name)
             installed.append(target / name)
@@ -185,33 +198,105 @@ def test_alter_extension_update_keeps_releases_and_catalog(connect, next_version
         assert analyst.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 130   # still granted
 
 
-def test_releases_of_every_method_made_before_an_update_are_refreshed_and_verified_after_it(
-        connect, next_version, upgrade_db):
-    """Issue 27, point 8: one release of each method under the old version; after ALTER EXTENSION
-    UPDATE (a new session: the new package) each is read, refreshed through anon.refresh and a
-    plain REFRESH where it has a main materialized view, and verified from its rows again."""
-    with connect(dbname=upgrade_db) as old:
-        old.execute(sql.SQL("CREATE EXTENSION plpy_anon VERSION {} CASCADE").format(sql.Literal(CURRENT)))
-        source = create_table(old, "public.people")
-        old.execute("SELECT anon.add_requester('upgrade_requester', role => 'upgrade_analyst')")
-        old.execute("""SELECT anon.define_purpose('upgrade_purpose', priorities => '{"age": 1, "job": 0.2}')""")
-        ctx = Context(requester="upgrade_requester", purpose="upgrade_purpose")
-        made = {m.name: m.create(old, ctx, source, 5, 2 if m.l_arg else None, release_name=f"{m.name}_r")
-                for m in METHODS}
-        before = {name: old.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] for name, rel in made.items()}
+# Made by the released version's own code, in a subprocess whose sys.path starts with its tree.
+OLD_SIDE = """
+import json, sys
+import psycopg
+from tests.contract.methods import METHODS, Context, create_table
+conn = psycopg.connect(sys.argv[1], autocommit=True)
+conn.execute("CREATE EXTENSION plpy_anon VERSION " + sys.argv[2] + " CASCADE")
+source = create_table(conn, "public.people")
+conn.execute("SELECT anon.add_requester('upgrade_requester', role => 'upgrade_analyst')")
+conn.execute(\"\"\"SELECT anon.define_purpose('upgrade_purpose', priorities => '{"age": 1, "job": 0.2}')\"\"\")
+ctx = Context(requester="upgrade_requester", purpose="upgrade_purpose")
+made = {m.name: m.create(conn, ctx, source, 5, 2 if m.l_arg else None, release_name=m.name + "_r")
+        for m in METHODS}
+conn.execute("SELECT anon.grant_analyst('upgrade_analyst')")
+package = conn.execute("SELECT location FROM anon.versions() WHERE component = 'plpy_anon'").fetchone()[0]
+print(json.dumps({"source": source, "made": made, "package": package}))
+"""
 
-    with connect(dbname=upgrade_db) as new:
-        new.execute(sql.SQL("ALTER EXTENSION plpy_anon UPDATE TO {}").format(sql.Literal(NEXT)))
+
+@pytest.fixture(params=RELEASED, ids=lambda v: f"from-{v}")
+def released_version(request):
+    """The released version's tree (from its git tag), its install script built for a scratch
+    environment holding its package, installed into the server's extension directory."""
+    version = request.param
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the released versions come from their git tags")
+    target = extension_dir()
+    if not os.access(target, os.W_OK):
+        pytest.skip(f"cannot install the released version's script into {target} (run as root, as CI does)")
+    archive = subprocess.run(["git", "archive", "--format=tar", f"v{version}", "sql", "plpy_anon", "tests"],
+                             cwd=ROOT, capture_output=True, check=False)
+    assert archive.returncode == 0, (
+        f"version {version} is listed in sql/versions.txt but its tag v{version} is missing "
+        f"('git fetch --tags'): {archive.stderr.decode()}")
+    work = Path(tempfile.mkdtemp(prefix="plpy_anon_released_"))
+    script = target / f"plpy_anon--{version}.sql"
+    kept = script.read_bytes() if script.exists() else None
+    try:
+        tree = work / "tree"
+        tree.mkdir()
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        venv = work / "venv"
+        site = venv / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+        shutil.copytree(tree / "plpy_anon", site / "plpy_anon")
+        (site / "real-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        out = work / "out"
+        subprocess.run([sys.executable, str(tree / "sql" / "build.py"), "--out", str(out),
+                        "--venv", str(venv), "--no-docs"], check=True, capture_output=True)
+        for path in [work, *work.rglob("*")]:          # the server runs as postgres
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        shutil.copy(out / f"plpy_anon--{version}.sql", script)
+        yield {"version": version, "tree": tree, "venv": venv}
+    finally:
+        if kept is None:
+            script.unlink(missing_ok=True)
+        else:
+            script.write_bytes(kept)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_releases_of_every_method_made_by_a_released_version_survive_the_update(
+        connect, released_version, upgrade_db, pg_server):
+    """Issue 27, point 8: one release of each method made by the released version's code; after
+    ALTER EXTENSION plpy_anon UPDATE (to the version ``make install`` installed) a new session runs
+    the current package, and each release is read by its analyst, refreshed through anon.refresh
+    and a plain REFRESH where it has a main materialized view, and verified from its rows again."""
+    old = released_version["version"]
+    dsn = psycopg.conninfo.make_conninfo(**dict(pg_server, dbname=upgrade_db))
+    made = subprocess.run([sys.executable, "-c", OLD_SIDE, dsn, f"'{old}'"],
+                          cwd=released_version["tree"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(released_version["tree"])}, check=False)
+    assert made.returncode == 0, made.stderr[-3000:]
+    made = json.loads(made.stdout.splitlines()[-1])
+    assert made["package"].startswith(str(released_version["venv"]))    # the old code built them
+    releases = made["made"]
+    with connect(dbname=upgrade_db) as conn:
+        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()[0] == old
+        before = snapshot(conn)
+        counts = {name: conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] for name, rel in releases.items()}
+        conn.execute("ALTER EXTENSION plpy_anon UPDATE")
+        assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()[0] == CURRENT
+        assert snapshot(conn) == before                               # catalog kept, row for row
+
     with connect(dbname=upgrade_db) as new:                          # a backend with the new package
         versions = {r[0]: r[2] for r in new.execute("SELECT * FROM anon.versions()").fetchall()}
-        assert versions["plpy_anon"].startswith(str(next_version["venv"]))
-        for name, rel in made.items():
-            assert new.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == before[name], name
-        insert_rows(new, source, N_ROWS + 1, N_ROWS + 40)
-        for name, rel in made.items():
+        assert versions["plpy_anon"].startswith(sys.prefix) and not versions["plpy_anon"].startswith(
+            str(released_version["venv"]))
+        for name, rel in releases.items():
+            assert new.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == counts[name], name
+        insert_rows(new, made["source"], N_ROWS + 1, N_ROWS + 40)
+        for name, rel in releases.items():
             row = new.execute("SELECT row_count, verified FROM anon.refresh(%s)", (rel,)).fetchone()
             assert row[1] is True and row[0] > 0, (name, row)
             if new.execute("SELECT relkind FROM pg_class WHERE oid = %s::regclass", (rel,)).fetchone()[0] == "m":
                 new.execute(f"REFRESH MATERIALIZED VIEW {rel}")
         status = dict(new.execute("SELECT release, verified FROM anon.release_status()").fetchall())
-        assert set(status) == set(made.values()) and set(status.values()) == {True}, status
+        assert set(status) == set(releases.values()) and set(status.values()) == {True}, status
+        counts = {name: new.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] for name, rel in releases.items()}
+
+    with connect(dbname=upgrade_db, user="upgrade_analyst") as analyst:
+        for name, rel in releases.items():
+            assert analyst.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == counts[name], name

@@ -93,3 +93,12 @@ def test_handwritten_public_functions_are_in_the_reference_and_need_a_comment(tm
     monkeypatch.setattr(build, "SQL", tmp_path)
     with pytest.raises(SystemExit, match="anon.undocumented .* has no COMMENT ON FUNCTION"):
         build.handwritten()
+
+
+def test_extension_dir_holds_only_what_the_build_writes(tmp_path):
+    """A released version's full script is not shipped once the version moves on: it would install
+    code whose package (the version check in every body) is no longer in the environment."""
+    build = load_build()
+    written = {p.name for p in build.build(build.DEFAULT_VENV, tmp_path)}
+    assert {p.name for p in (ROOT / "extension").iterdir()} == written
+    assert {f"plpy_anon--{v}--{build.package_version()}.sql" for v in build.prior_versions()} <= written

@@ -3,405 +3,6 @@
 \echo Use "CREATE EXTENSION plpy_anon CASCADE" to load this file. \quit
 
 -------------------------------------------------------------------------------
--- incremental/000-schema-guard.sql
--- plpy_anon's schemas are members of the extension: this script creates "anon" (and, later,
--- "anon_py") itself, so pg_dump leaves them to CREATE EXTENSION, DROP EXTENSION removes them,
--- and the control file names pg_catalog as the extension's schema (as plpgsql's does) only
--- because PostgreSQL wants one. An existing schema "anon" belongs to someone else (PostgreSQL
--- Anonymizer also uses the name): refuse it with what to do, before anything is created.
-DO $guard$
-DECLARE
-    nsp record;
-    contents text;
-BEGIN
-    SELECT n.oid, pg_catalog.pg_get_userbyid(n.nspowner) AS owner
-    INTO nsp FROM pg_catalog.pg_namespace n WHERE n.nspname = 'anon';
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    SELECT pg_catalog.string_agg(d.what, ', ' ORDER BY d.what) INTO contents
-    FROM (SELECT o.type || ' ' || o.identity AS what
-          FROM pg_catalog.pg_depend dep,
-               LATERAL pg_catalog.pg_identify_object(dep.classid, dep.objid, dep.objsubid) o
-          WHERE dep.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
-            AND dep.refobjid = nsp.oid
-          LIMIT 6) d;
-    RAISE EXCEPTION 'plpy_anon needs its own schema "anon", but a schema "anon" (owner %) already exists',
-                    nsp.owner
-        USING ERRCODE = '42P06',
-              DETAIL = CASE WHEN contents IS NULL
-                            THEN 'The schema is empty, but plpy_anon creates its schema itself (it is part of the extension).'
-                            ELSE 'It already holds: ' || contents || '.' END,
-              HINT = 'Nothing was installed. Rename the existing schema (ALTER SCHEMA anon RENAME TO anon_old), '
-                     'or drop it or the extension that uses it (PostgreSQL Anonymizer: DROP EXTENSION anon), '
-                     'then run CREATE EXTENSION plpy_anon again.';
-END
-$guard$;
-
-CREATE SCHEMA anon;
-COMMENT ON SCHEMA anon IS 'plpy_anon: anonymized releases (functions analysts never call, the release catalog).';
-
--------------------------------------------------------------------------------
--- incremental/001-catalog.sql
--- The release catalog: declared column roles, value-generalization hierarchies, and one row per
--- release. Every release method (Mondrian, Break-Merge, trust-aware, pattern-preserving,
--- fusion-resilient) records itself here, so refresh, grants and reports work the same for all.
-
-CREATE TABLE anon.column_roles (
-    source      regclass NOT NULL,
-    column_name name     NOT NULL,
-    role        text     NOT NULL CHECK (role IN ('identifier', 'quasi_identifier', 'sensitive', 'ignored')),
-    PRIMARY KEY (source, column_name)
-);
-COMMENT ON TABLE anon.column_roles IS
-    'Declared role of each column: identifier (dropped), quasi_identifier (generalized), sensitive (kept), ignored (dropped).';
-
-CREATE TABLE anon.hierarchies (
-    source      regclass NOT NULL,
-    column_name name     NOT NULL,
-    leaf        text     NOT NULL,
-    path        text[]   NOT NULL CHECK (cardinality(path) >= 2),
-    PRIMARY KEY (source, column_name, leaf)
-);
-COMMENT ON TABLE anon.hierarchies IS
-    'Value-generalization hierarchy of a categorical quasi-identifier: one row per leaf, path = leaf, parent, ..., root.';
-
-CREATE TABLE anon.releases (
-    release_id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    release_schema name        NOT NULL,
-    release_name   name        NOT NULL,
-    source         regclass    NOT NULL,
-    method         text        NOT NULL,
-    parameters     jsonb       NOT NULL DEFAULT '{}',
-    created_at     timestamptz NOT NULL DEFAULT now(),
-    refreshed_at   timestamptz,
-    refresh_seconds double precision,
-    row_count      bigint,
-    achieved_k     integer,
-    metrics        jsonb       NOT NULL DEFAULT '{}',
-    last_error     text,
-    last_error_at  timestamptz,
-    UNIQUE (release_schema, release_name)
-);
-COMMENT ON TABLE anon.releases IS
-    'One row per release: where it lives, how it was made (method, parameters) and what it achieved (k, metrics).';
-
--- pg_dump keeps the catalog's rows with the extension.
-SELECT pg_catalog.pg_extension_config_dump('anon.column_roles', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.hierarchies', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.releases', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
-
--- The result of a partitioning run, handed from Python to the release's SQL in one round trip:
--- per source row (in the order Python read them) its ctid, its class and its position in the
--- release, as array literals (parsed by array_in in C, not element by element in Python); and the
--- generalized values of each class as JSON arrays of literals, one array per quasi-identifier.
--- A ctid is unique only inside one physical relation: when the source has partitions or
--- inheritance children, row_tableoids holds each row's tableoid (same order), and the release
--- joins on (tableoid, ctid); it is NULL for a source that is one relation.
-CREATE TYPE anon.partition AS (
-    row_ctids     text,
-    class_ids     text,
-    row_positions text,
-    classes       jsonb,
-    row_tableoids text
-);
-
--------------------------------------------------------------------------------
--- incremental/010-workload.sql
--- Issue 3: the workload store (the analysts' queries) and what is learned from it.
-
-CREATE TABLE anon.workload (
-    query_id    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    query       text        NOT NULL CHECK (pg_catalog.btrim(query) <> ''),
-    frequency   bigint      NOT NULL DEFAULT 1 CHECK (frequency > 0),
-    executed_at timestamptz,
-    origin      text        NOT NULL DEFAULT 'sql',
-    added_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
-);
-COMMENT ON TABLE anon.workload IS
-    'Query texts of the analysts'' workload (with how often they ran): filled by INSERT, anon.add_queries or the client''s load-queries; read by anon.learn_priorities together with pg_stat_statements.';
-
-CREATE TABLE anon.priorities (
-    source      regclass         NOT NULL,
-    column_name name             NOT NULL,
-    projection  bigint           NOT NULL,
-    selection   bigint           NOT NULL,
-    group_by    bigint           NOT NULL,
-    order_by    bigint           NOT NULL,
-    weight      double precision NOT NULL CHECK (weight >= 0),
-    PRIMARY KEY (source, column_name)
-);
-COMMENT ON TABLE anon.priorities IS
-    'Priority weight of each column learned from the workload (weight = share * projection/total projection + (1 - share) * selection/total selection); used by mondrian_view(priorities => ''learned'').';
-
-CREATE TABLE anon.workload_profiles (
-    source           regclass         PRIMARY KEY,
-    learned_at       timestamptz      NOT NULL DEFAULT pg_catalog.now(),
-    projection_share double precision NOT NULL,
-    report           jsonb            NOT NULL,
-    cut_points       jsonb            NOT NULL DEFAULT '{}',
-    constants        jsonb            NOT NULL DEFAULT '{}'
-);
-COMMENT ON TABLE anon.workload_profiles IS
-    'Per source table: when priorities were learned, what happened to the statements (report), and the predicate constants and cut points of the workload.';
-
-SELECT pg_catalog.pg_extension_config_dump('anon.workload', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.workload_query_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.priorities', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.workload_profiles', '');
-
--------------------------------------------------------------------------------
--- incremental/030-operations.sql
--- Running releases in production: which roles are analysts, and every refresh's outcome.
-
--- Roles that read every release (anon.grant_analyst): each new release is granted to them.
-CREATE TABLE anon.analysts (
-    role_name  name        PRIMARY KEY,
-    granted_at timestamptz NOT NULL DEFAULT now()
-);
-COMMENT ON TABLE anon.analysts IS
-    'Roles granted SELECT on every current and future release by anon.grant_analyst.';
-
--- One row per refresh attempt. Failures are written by a separate (autonomous) connection, so
--- they survive the rollback of the failed refresh; no foreign key, for the same reason (the
--- failing release's row may be locked or not yet committed).
-CREATE TABLE anon.refresh_history (
-    refresh_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    release_id   integer          NOT NULL,
-    release_name text             NOT NULL,   -- schema.name at the time, for dropped releases
-    started_at   timestamptz      NOT NULL,
-    seconds      double precision NOT NULL,
-    succeeded    boolean          NOT NULL,
-    row_count    bigint,
-    achieved_k   integer,
-    error        text,
-    sqlstate     text
-);
-CREATE INDEX refresh_history_release ON anon.refresh_history (release_id, started_at DESC);
-COMMENT ON TABLE anon.refresh_history IS
-    'Every refresh of a release: when, how long, rows and k achieved, or the error that made it fail.';
-
-SELECT pg_catalog.pg_extension_config_dump('anon.analysts', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history_refresh_id_seq', '');
-
--------------------------------------------------------------------------------
--- incremental/040-trust.sql
--- Trust- and purpose-aware releases (paper 001): who asks for data (requesters and the role they
--- read with), what the provider knows about them (interactions, recommendations), and what they
--- want the data for (purposes = attribute priorities).
-
-CREATE TABLE anon.requesters (
-    requester_name text        PRIMARY KEY,
-    role_name      name        NOT NULL,
-    created_at     timestamptz NOT NULL DEFAULT now()
-);
-COMMENT ON TABLE anon.requesters IS
-    'Data requesters: a name and the database role their releases are granted to (anon.add_requester).';
-
-CREATE TABLE anon.interactions (
-    interaction_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    requester_name text             NOT NULL REFERENCES anon.requesters ON DELETE CASCADE,
-    outcome        double precision NOT NULL CHECK (outcome >= 0 AND outcome <= 1),
-    recorded_at    timestamptz      NOT NULL DEFAULT now(),
-    note           text
-);
-CREATE INDEX interactions_requester ON anon.interactions (requester_name);
-COMMENT ON TABLE anon.interactions IS
-    'The provider''s own history with a requester: outcome 1 = good, 0 = bad (fractions allowed); the history-based trust.';
-
-CREATE TABLE anon.recommendations (
-    requester_name    text             NOT NULL REFERENCES anon.requesters ON DELETE CASCADE,
-    recommender       text             NOT NULL,
-    rating            double precision NOT NULL CHECK (rating >= 0 AND rating <= 1),
-    recommender_trust double precision CHECK (recommender_trust >= 0 AND recommender_trust <= 1),
-    recorded_at       timestamptz      NOT NULL DEFAULT now(),
-    PRIMARY KEY (requester_name, recommender)
-);
-COMMENT ON TABLE anon.recommendations IS
-    'Ratings of a requester by others (latest per recommender); recommender_trust weighs each (NULL = evaluated at trust time).';
-
-CREATE TABLE anon.purposes (
-    purpose_name text        PRIMARY KEY,
-    priorities   jsonb       NOT NULL,
-    source       regclass,
-    derivation   jsonb,
-    created_at   timestamptz NOT NULL DEFAULT now()
-);
-COMMENT ON TABLE anon.purposes IS
-    'Application purposes: per-attribute priorities in [0, 1], given or derived from a table''s mutual information (source, derivation).';
-
-SELECT pg_catalog.pg_extension_config_dump('anon.requesters', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.interactions', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.interactions_interaction_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.recommendations', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.purposes', '');
-
--------------------------------------------------------------------------------
--- incremental/050-pattern.sql
--- Issue 7: the result of a pattern-preserving run, handed from Python to the release's SQL in one
--- round trip: the rows' ctids and, per substituted column, the new values as an array literal
--- (parsed by array_in in C, not element by element in Python).
-
-CREATE TYPE anon.pattern_values AS (
-    row_ctids text,
-    released  text[],
-    row_tableoids text        -- per row, when the source has partitions / children; else NULL
-);
-
--------------------------------------------------------------------------------
--- incremental/070-release-schemas.sql
--- Release schemas are the extension's own: created by it (anon.create_release / ensure_schema),
--- holding releases and nothing else. Analysts get USAGE on these schemas only, so USAGE never
--- hands them a function, type or table someone else put in a schema. A release is refused in an
--- existing schema not listed here, or in one that holds anything but releases.
---
--- A schema is identified by its OID, never by its name alone: a schema dropped outside
--- plpy_anon (DROP SCHEMA ... CASCADE) leaves its row here, and anyone with CREATE on the
--- database may create a new schema of that name. That schema has another OID and is not a
--- release schema: no release goes into it, nothing is granted on it, and no release recorded
--- in the old one is refreshed, verified or granted there. When plpy_anon itself creates a schema
--- of that name again, the row takes the new OID.
--- The OID is kept as regnamespace (and the release's owner as regrole): pg_dump writes them as
--- names and a restore reads them back as the new cluster's OIDs, so restored releases are
--- recognised by what a dump preserves.
-CREATE TABLE anon.release_schemas (
-    schema_name name        PRIMARY KEY,
-    created_at  timestamptz NOT NULL DEFAULT now(),
-    schema_oid  regnamespace NOT NULL
-);
-COMMENT ON TABLE anon.release_schemas IS
-    'Schemas plpy_anon created for releases: the only schemas analysts receive USAGE on (anon.grant_analyst).';
-COMMENT ON COLUMN anon.release_schemas.schema_oid IS
-    'pg_namespace OID of the schema plpy_anon created: a schema of this name with another OID was re-created outside plpy_anon and is not a release schema.';
-
-SELECT pg_catalog.pg_extension_config_dump('anon.release_schemas', '');
-
--- Likewise a release: the OID of the schema it was created in, and the role that created (owns)
--- its relations. A relation carrying a release's name in another schema of the same name, or
--- owned by another role, is not the release: refresh, verification, grants and drop leave it
--- alone (a refresh says the release is stale; anon.drop_release removes the catalog row).
-ALTER TABLE anon.releases
-    ADD COLUMN schema_oid    regnamespace NOT NULL,
-    ADD COLUMN release_owner regrole NOT NULL,
-    ADD COLUMN definitions   jsonb;
-
-COMMENT ON COLUMN anon.releases.schema_oid IS
-    'pg_namespace OID of the release schema the release was created in.';
-COMMENT ON COLUMN anon.releases.release_owner IS
-    'pg_authid OID of the role that created the release and owns its relations.';
-COMMENT ON COLUMN anon.releases.definitions IS
-    'md5 of pg_get_viewdef of each of the release''s relations as plpy_anon last built them (names, not OIDs: a restored release keeps them): a relation whose definition differs was changed outside plpy_anon, and nothing runs its query on the release''s behalf.';
-
--------------------------------------------------------------------------------
--- incremental/080-verification.sql
--- Every release is checked from its released rows, in SQL, before it is published (see
--- plpy_anon/db/verify.py): whether the last build passed, and the figures the check measured
--- (rows expected and released, smallest class, distinct sensitive values per class, seconds).
--- NULL: not checked (e.g. a release refreshed WITH NO DATA). A build that fails the check is
--- never published, so a stored row says true; failures are in anon.refresh_history.
-
-ALTER TABLE anon.releases
-    ADD COLUMN verified     boolean,
-    ADD COLUMN verification jsonb;
-
-COMMENT ON COLUMN anon.releases.verified IS
-    'The current release passed the check of its released rows (row count, smallest class >= k, distinct sensitive values >= l); NULL if not checked.';
-COMMENT ON COLUMN anon.releases.verification IS
-    'Figures of the last check: rows_expected, rows_released, classes, smallest_class, k, l, l_by_column, seconds, checked_at.';
-
--------------------------------------------------------------------------------
--- incremental/090-internal-schema.sql
--- The internal schema: the PL/Python implementation anon_py.f of each public function anon.f
--- (generated by sql/build.py from sql/functions/). Schema anon holds what users call; nothing
--- here is meant to be called directly, and each function refuses a caller who may not execute
--- its anon.f (42501), so USAGE and EXECUTE here are PUBLIC (900-privileges.sql).
-CREATE SCHEMA anon_py;
-COMMENT ON SCHEMA anon_py IS
-    'plpy_anon internals: anon_py.f implements anon.f and runs only for a role that may execute anon.f.';
-
--------------------------------------------------------------------------------
--- incremental/110-snapshots.sql
--- Snapshots (anon.snapshot): a release copied into a plain table that leaves the database with
--- pg_dump -t -- its rows and columns only, no dependency on the source or on the extension.
--- Snapshots live in schemas of their own (default "snapshot"), never in a release schema:
--- release schemas hold releases only, and every analyst registered with anon.grant_analyst gets
--- USAGE on them, whereas a snapshot is read by its owner and whoever the owner grants it to.
--- A snapshot outlives its release: anon.drop_release leaves it (and this row) in place; the row
--- keeps the release's identity and metadata as they were when the snapshot was taken.
-CREATE TABLE anon.snapshots (
-    snapshot_id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    release_id      integer     NOT NULL,   -- anon.releases.release_id at the time (no FK: survives drop_release)
-    release         text        NOT NULL,   -- the release's schema.name at the time
-    relation        regclass    NOT NULL,   -- the snapshot table (regclass: survives dump and restore)
-    snapshot_schema name        NOT NULL,
-    snapshot_name   name        NOT NULL,
-    created_at      timestamptz NOT NULL DEFAULT now(),
-    created_by      name        NOT NULL DEFAULT current_user,
-    row_count       bigint      NOT NULL,
-    metadata        jsonb       NOT NULL,
-    UNIQUE (snapshot_schema, snapshot_name)
-);
-COMMENT ON TABLE anon.snapshots IS
-    'One row per snapshot taken by anon.snapshot: which release (and relation), where the table is, its rows and the release''s metadata at the time. Snapshots survive anon.drop_release.';
-
-SELECT pg_catalog.pg_extension_config_dump('anon.snapshots', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.snapshots_snapshot_id_seq', '');
-
--------------------------------------------------------------------------------
--- incremental/150-risk.sql
--- Issue 15: every release stores its risk report (anon.risk_report's rows as a JSON array of
--- {measure, column_name, value, detail}) at creation and at every refresh (plpy_anon/db/risk.py).
-
-ALTER TABLE anon.releases ADD COLUMN risk jsonb;
-
-COMMENT ON COLUMN anon.releases.risk IS
-    'Risk report of the current release (anon.risk_report rows: measure, column_name, value, detail), written at creation and every refresh; NULL if not computed (e.g. refreshed WITH NO DATA).';
-
--------------------------------------------------------------------------------
--- incremental/170-partition-slices.sql
--- The Mondrian family's partitioning run returns its result in slices (SETOF
--- anon.partition_slice): consecutive whole classes of about a million rows each, in release
--- order. A slice carries the ctids of its rows in that order (the tid[] literal's ASCII text as
--- bytes: PL/Python copies a bytes value into a bytea once, a str into a text three times), each
--- class's size, and each class's generalized literals. PostgreSQL frees the memory of converting
--- one slice before asking for the next, and the release query reads the slices one at a time:
--- one result of ~230 MB (10M rows) held, copied and re-read whole cost ~0.5 GB of the backend's
--- peak. anon.partition stays for the methods that hand back one row per source row.
-CREATE TYPE anon.partition_slice AS (
-    first_position bigint,     -- release position (0-based) of the slice's first row
-    first_class    integer,    -- class id of the slice's first class
-    class_sizes    text,       -- int4[] literal: rows of each class of the slice, in order
-    ctids_utf8     bytea,      -- tid[] literal (ASCII) of the slice's rows in release order
-    row_tableoids  text,       -- oid[] literal of their relations, NULL for a one-relation source
-    classes        jsonb       -- {"q<i>": [literal per class of the slice]} for literal QIs
-);
-
--------------------------------------------------------------------------------
--- incremental/180-custodian.sql
--- Custodians who are not superusers: the role plpy_anon_custodian holds what creating,
--- refreshing and dropping releases of one's own tables needs (USAGE on anon, EXECUTE on its
--- functions, the catalog's rows; 900-privileges.sql grants them), the way PostgreSQL's predefined
--- roles do: GRANT plpy_anon_custodian TO alice. Roles belong to the cluster, so a second
--- database's install finds it; one that can log in was not made here and is refused.
-DO $custodian$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'plpy_anon_custodian') THEN
-        CREATE ROLE plpy_anon_custodian NOLOGIN;
-        COMMENT ON ROLE plpy_anon_custodian IS
-            'plpy_anon: members create, refresh and drop releases of tables they may read (GRANT plpy_anon_custodian TO role).';
-    ELSIF EXISTS (SELECT 1 FROM pg_catalog.pg_roles
-                  WHERE rolname = 'plpy_anon_custodian' AND (rolcanlogin OR rolsuper)) THEN
-        RAISE EXCEPTION 'role plpy_anon_custodian exists and can log in or is a superuser'
-            USING ERRCODE = '42710',
-                  DETAIL = 'plpy_anon grants its custodians'' privileges to this role; the one it creates is NOLOGIN.',
-                  HINT = 'Rename or drop that role (ALTER ROLE plpy_anon_custodian RENAME TO ...), then CREATE EXTENSION plpy_anon again.';
-    END IF;
-END
-$custodian$;
-
--------------------------------------------------------------------------------
 -- functions/010-info.py (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -431,8 +32,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -505,8 +106,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -591,8 +192,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -670,8 +271,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -761,8 +362,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -882,8 +483,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -964,8 +565,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1043,8 +644,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1127,8 +728,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1164,8 +765,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1361,8 +962,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1494,8 +1095,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1582,8 +1183,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1663,8 +1264,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1769,8 +1370,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1875,8 +1476,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -1955,8 +1556,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2113,8 +1714,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2153,8 +1754,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2247,8 +1848,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2330,8 +1931,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2411,8 +2012,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2527,8 +2128,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2567,8 +2168,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2646,8 +2247,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2725,8 +2326,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2797,8 +2398,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2882,8 +2483,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -2961,8 +2562,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3052,8 +2653,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3137,8 +2738,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3224,8 +2825,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3316,8 +2917,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3400,8 +3001,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3481,8 +3082,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3622,8 +3223,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3662,8 +3263,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3759,8 +3360,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3879,8 +3480,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -3921,8 +3522,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -4030,8 +3631,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -4143,8 +3744,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -4258,8 +3859,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -4298,8 +3899,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -4380,8 +3981,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -4461,8 +4062,8 @@ if "plpy_anon" not in GD:
     _site_mod.addsitedir(_site)
     _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
     import plpy_anon as _pkg
-    if _pkg.__version__ != "0.1.0":
-        plpy.error("plpy_anon: the extension is version 0.1.0 but %s holds package version %s"
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
@@ -4516,6 +4117,25 @@ END
 $$;
 COMMENT ON FUNCTION anon.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS
     'Risk figures of a table, partitioned table, view, materialized view or release, one a row (column_name: the sensitive column, NULL for the whole relation; value NULL where not applicable, detail says why): rows, classes, smallest_class (k), records_in_classes_below_2/5/10, prosecutor_risk_max/avg, prosecutor_records_at_risk (1/class size > risk_threshold); with population (the size of the population the relation is a sample of) journalist_risk_max, journalist_records_at_risk and marketer_risk, with population class sizes estimated as f*N/n; per sensitive column distinct_l, entropy_l, recursive_cl_l (largest l for c = recursive_c) and t_closeness (equal-distance EMD for categories, ordered EMD for numbers and dates). Classes are the GROUP BY of the quasi-identifiers (NULL a value of its own). Quasi-identifiers and sensitive columns: the arguments, else for a release those of its catalog row (its released columns), else those declared with anon.set_column_role; none is an error. Runs with the caller''s privileges. See docs/risk.md. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
+-------------------------------------------------------------------------------
+-- cleanup: drop the functions of the previous version that this version does not define
+DO $cleanup$
+DECLARE
+    leftover regprocedure;
+BEGIN
+    FOR leftover IN
+        SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+        JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass
+             AND d.objid = p.oid AND d.deptype = 'e'
+        JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
+        WHERE p.xmin::text <> (pg_catalog.pg_current_xact_id()::text::bigint % 4294967296)::text
+    LOOP
+        RAISE NOTICE 'plpy_anon upgrade: dropping %, which this version no longer defines', leftover;
+        EXECUTE pg_catalog.format('DROP ROUTINE %s', leftover);
+    END LOOP;
+END
+$cleanup$;
 
 -------------------------------------------------------------------------------
 -- idempotent/900-privileges.sql
