@@ -435,13 +435,30 @@ def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseExc
 def loopback_conninfo(plpy) -> dict:
     row = run(plpy, """
         SELECT pg_catalog.current_database()::text AS dbname, session_user::text AS user,
-               pg_catalog.current_setting('port') AS port,
-               pg_catalog.split_part(pg_catalog.current_setting('unix_socket_directories'), ',', 1) AS socket""")[0]
+               pg_catalog.current_setting('port') AS port""")[0]
     dsn = server_setting(plpy, "plpy_anon.loopback_dsn")   # never a session's or role's value
     if dsn:
         return {"conninfo": dsn}
-    host = row["socket"].strip() or "localhost"
+    host = socket_directory(plpy) or "localhost"
     return {"conninfo": "", "host": host, "port": row["port"], "dbname": row["dbname"], "user": row["user"]}
+
+
+def socket_directory(plpy) -> str | None:
+    """The server's first Unix socket directory. Read from postmaster.pid in the data directory
+    (the backend's working directory; line 5), where the postmaster writes it: the setting
+    unix_socket_directories needs pg_read_all_settings, which would show a custodian every setting
+    of the server (primary_conninfo, archive_command, ...)."""
+    try:
+        with open("postmaster.pid", encoding="utf-8") as pid_file:
+            lines = pid_file.read().splitlines()
+        if len(lines) > 4 and lines[4].strip():
+            return lines[4].strip()
+    except OSError:
+        pass
+    if run(plpy, "SELECT pg_catalog.pg_has_role(current_user, 'pg_read_all_settings', 'USAGE') AS ok")[0]["ok"]:
+        value = run(plpy, "SELECT pg_catalog.current_setting('unix_socket_directories') AS d")[0]["d"]
+        return value.split(",")[0].strip() or None
+    return None
 
 
 def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) -> None:

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import PAYLOAD_FUNCTION, notices, role_owning_schema
+from tests.helpers import PAYLOAD_FUNCTION, notices
 from tests.helpers import assert_payload_not_run as assert_not_run
 
 PAYLOAD = PAYLOAD_FUNCTION + """
@@ -41,10 +41,10 @@ PLANTED = {
 
 
 @pytest.fixture
-def owner(db, connect, schema):
+def owner(db, connect, schema, owner_for):
     """A plain login role owning a schema with its table t (300 rows) and IMMUTABLE functions
     whose body runs the payload. Yields (role, quoted schema, a connection as the role)."""
-    with role_owning_schema(db, f"{schema}_own") as (role, own), connect(user=role) as a:
+    with owner_for(f"{schema}_own") as (role, own), connect(user=role) as a:
         s = own.as_string(a)
         a.execute(PAYLOAD.format(s=s, owner=sql.Literal(role).as_string(a)))
         yield role, s, a
@@ -58,12 +58,12 @@ def build(dba, s, release_schema, **extra):
 
 
 @pytest.mark.parametrize("planted", list(PLANTED))
-def test_a_source_whose_planning_runs_the_owners_code_is_refused(db, connect, owner, release_schema,
+def test_a_source_whose_planning_runs_the_owners_code_is_refused(as_dba, db, connect, owner, release_schema,
                                                                  planted):
     role, s, a = owner
     db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
     a.execute(PLANTED[planted].format(s=s))
-    with connect() as dba:                                   # a fresh backend: nothing cached
+    with as_dba() as dba:                                   # a fresh backend: nothing cached
         seen = notices(dba)
         with pytest.raises(psycopg.errors.InsufficientPrivilege,
                            match="would run functions not owned by a superuser") as error:
@@ -81,14 +81,14 @@ def test_a_source_whose_planning_runs_the_owners_code_is_refused(db, connect, ow
                       (release_schema,)).fetchone()[0] == 0
 
 
-def test_a_refresh_after_the_owner_planted_code_is_refused_and_keeps_the_release(
+def test_a_refresh_after_the_owner_planted_code_is_refused_and_keeps_the_release(as_dba, 
         db, connect, owner, release_schema):
     role, s, a = owner
-    with connect() as dba:
-        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    with as_dba() as dba:
+        db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
         name = build(dba, s, release_schema)
     a.execute(PLANTED["partial index"].format(s=s))
-    with connect() as dba:                                   # the DBA, or the pg_cron job
+    with as_dba() as dba:                                   # the DBA, or the pg_cron job
         seen = notices(dba)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             dba.execute("SELECT anon.refresh(%s)", (name,))
@@ -100,7 +100,7 @@ def test_a_refresh_after_the_owner_planted_code_is_refused_and_keeps_the_release
     assert_not_run(db, role, seen)
 
 
-def test_the_owner_cannot_plant_code_while_a_build_runs(db, connect, owner, release_schema):
+def test_the_owner_cannot_plant_code_while_a_build_runs(as_dba, db, connect, owner, release_schema):
     """The build locks the table (SHARE UPDATE EXCLUSIVE) until it commits: an index created
     meanwhile would be planned, and run, by the build's later queries. And it share-locks the
     schema's catalog row: later queries find the table by the schema's name, and ALTER SCHEMA
@@ -109,14 +109,16 @@ def test_the_owner_cannot_plant_code_while_a_build_runs(db, connect, owner, rele
     role, s, a = owner
     db.execute(sql.SQL("GRANT CREATE ON DATABASE anon_test TO {}").format(sql.Identifier(role)))
     renamed = f"{s.strip(chr(34))[:40]}_x"
-    with connect() as dba:
-        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    with as_dba() as dba:
+        db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
         dba.autocommit = False
         build(dba, s, release_schema)                         # transaction still open
         a.execute("SET lock_timeout = '300ms'")
         with pytest.raises(psycopg.errors.LockNotAvailable):
             a.execute(PLANTED["partial index"].format(s=s))
-        with pytest.raises(psycopg.errors.LockNotAvailable):
+        # a custodian's source lives in a schema only it or a superuser may rename
+        refused = psycopg.errors.InsufficientPrivilege if as_dba.custodian else psycopg.errors.LockNotAvailable
+        with pytest.raises(refused):
             a.execute(f"ALTER SCHEMA {s} RENAME TO {renamed}")
         assert a.execute(f"SELECT count(*) FROM {s}.t").fetchone()[0] == 300
         a.execute(f"INSERT INTO {s}.t VALUES (301, 40, 'z1', 'd1')")
@@ -124,20 +126,20 @@ def test_the_owner_cannot_plant_code_while_a_build_runs(db, connect, owner, rele
     assert db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0] is False
 
 
-def test_superuser_functions_in_indexes_are_fine(db, connect, owner, release_schema):
+def test_superuser_functions_in_indexes_are_fine(as_dba, db, connect, owner, release_schema):
     """Built-in and superuser-owned functions are the server's own: such sources release."""
     _role, s, a = owner
     a.execute(f"CREATE INDEX ON {s}.t (lower(zip)) WHERE age > 30")
     db.execute(f"CREATE FUNCTION {s}.trusted(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1'")
     a.execute(f"CREATE INDEX ON {s}.t ({s}.trusted(age))")
-    with connect() as dba:
-        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    with as_dba() as dba:
+        db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
         name = build(dba, s, release_schema)
         assert dba.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 300
         dba.execute("SELECT anon.refresh(%s)", (name,))
 
 
-def test_a_partition_key_calling_the_owners_code_is_refused_even_when_added_later(
+def test_a_partition_key_calling_the_owners_code_is_refused_even_when_added_later(as_dba, 
         db, connect, owner, release_schema):
     """A partition key is folded when it is loaded, like an index predicate (the second review's
     bypass). Here the owner adds, after the release, a sub-partition whose key calls its code:
@@ -147,15 +149,15 @@ def test_a_partition_key_calling_the_owners_code_is_refused_even_when_added_late
               f"CREATE TABLE {s}.p1 PARTITION OF {s}.p FOR VALUES FROM (0) TO (40); "
               f"INSERT INTO {s}.p SELECT g, g % 40, 'z' || g % 5, 'd' || g % 4 "
               "FROM generate_series(1, 200) g")
-    with connect() as dba:
-        dba.execute(f"SELECT anon.set_column_role('{s}.p', 'id', 'identifier')")
+    with as_dba() as dba:
+        db.execute(f"SELECT anon.set_column_role('{s}.p', 'id', 'identifier')")
         name = dba.execute(f"SELECT anon.mondrian_view('{s}.p', k => 5, quasi_identifiers => "
                            "'{age,zip}', sensitive => '{dx}', release_schema => %s)",
                            (release_schema,)).fetchone()[0]
     a.execute(f"CREATE TABLE {s}.p2 PARTITION OF {s}.p FOR VALUES FROM (40) TO (100) "
               f"PARTITION BY RANGE (({s}.shift(age))); "
               f"CREATE TABLE {s}.p21 PARTITION OF {s}.p2 FOR VALUES FROM (40) TO (100)")
-    with connect() as dba:
+    with as_dba() as dba:
         seen = notices(dba)
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="the partition key of"):
             dba.execute("SELECT anon.refresh(%s)", (name,))
@@ -172,7 +174,7 @@ RACED_CALLS = [
 ]
 
 
-def race(db, connect, owner, release_schema, call, planted):
+def race(db, as_dba, owner, release_schema, call, planted):
     """The owner runs ``planted`` in a transaction that also holds the table ACCESS EXCLUSIVE;
     the DBA's ``call`` starts, waits for the table, and goes on once the owner commits. Returns
     the call's result ("ran" or the error) and the NOTICEs it saw."""
@@ -184,7 +186,7 @@ def race(db, connect, owner, release_schema, call, planted):
     outcome = {}
 
     def dba_call():
-        with connect() as dba:
+        with as_dba() as dba:
             seen = notices(dba)
             try:
                 dba.execute(call.format(s=s, r=release_schema)).fetchall()
@@ -206,12 +208,12 @@ def race(db, connect, owner, release_schema, call, planted):
 
 
 @pytest.mark.parametrize("call", RACED_CALLS)
-def test_code_planted_while_the_call_waits_for_the_table_is_refused(db, connect, owner, release_schema,
+def test_code_planted_while_the_call_waits_for_the_table_is_refused(as_dba, db, owner, release_schema,
                                                                     call):
     """The third review's race: the owner creates the index in a transaction that also holds the
     table; the call's catalog check does not see it yet, waits for the table, and would plan it
     once the owner commits. The call must lock first and check once the lock is granted."""
-    result, seen = race(db, connect, owner, release_schema, call, PLANTED["partial index"])
+    result, seen = race(db, as_dba, owner, release_schema, call, PLANTED["partial index"])
     assert isinstance(result, psycopg.errors.InsufficientPrivilege), result
     assert_not_run(db, owner[0], seen)
 
@@ -232,7 +234,7 @@ SWAPS = {
 
 @pytest.mark.parametrize("swap", list(SWAPS))
 @pytest.mark.parametrize("call", RACED_CALLS)
-def test_a_table_swapped_while_the_call_waits_is_refused(db, connect, owner, release_schema, call, swap):
+def test_a_table_swapped_while_the_call_waits_is_refused(as_dba, db, owner, release_schema, call, swap):
     """The fourth review: LOCK TABLE takes a name, and while the call waited the owner gave the
     name to another table, or turned the table into a view. The call must see that once locked
     (55000), and run nothing of the owner's."""
@@ -240,7 +242,7 @@ def test_a_table_swapped_while_the_call_waits_is_refused(db, connect, owner, rel
     if swap == "turned into a view":          # a table with indexes cannot become a view
         a.execute(f"ALTER TABLE {s}.t DROP CONSTRAINT t_pkey")
         a.execute(f"VACUUM {s}.t")             # clears relhasindex, which CREATE RULE refuses
-    result, seen = race(db, connect, owner, release_schema, call, SWAPS[swap])
+    result, seen = race(db, as_dba, owner, release_schema, call, SWAPS[swap])
     assert isinstance(result, psycopg.errors.ObjectNotInPrerequisiteState), result
     assert "while this call waited for it" in result.diag.message_primary
     assert_not_run(db, role, seen)
@@ -270,7 +272,7 @@ $$ LANGUAGE plpython3u""")
     assert seen[1] == "its own name: accepted", seen
 
 
-def test_foreign_partitions_are_refused(db, connect, owner, release_schema):
+def test_foreign_partitions_are_refused(as_dba, db, connect, owner, release_schema):
     """A foreign partition is read on another server with its user mapping's rights (the fifth
     review: postgres_fdw logs in as the DBA when the DBA is a superuser, and the owner's remote
     view ran as postgres). plpy_anon refuses such trees; file_fdw stands in for any wrapper."""
@@ -287,7 +289,7 @@ def test_foreign_partitions_are_refused(db, connect, owner, release_schema):
     try:
         db.execute(f'CREATE FOREIGN TABLE {s}.pf PARTITION OF {s}.p FOR VALUES FROM (40) TO (100) '
                    f'SERVER "{server}" OPTIONS (filename \'/dev/null\')')
-        with connect() as dba:
+        with as_dba() as dba:
             for call in (f"SELECT count(*) FROM anon.detect_identifiers('{s}.p')",
                          f"SELECT anon.set_column_role('{s}.p', 'id', 'identifier')",
                          f"SELECT count(*) FROM anon.risk_report('{s}.p', quasi_identifiers => '{{age,zip}}')"):
@@ -329,10 +331,10 @@ $$ LANGUAGE plpython3u""")
 REPORT = "SELECT count(*) FROM anon.risk_report('{rel}', quasi_identifiers => '{{age,zip}}')"
 
 
-def assert_reports_refused(db, connect, role, relations, match):
+def assert_reports_refused(db, as_dba, role, relations, match):
     """Each of ``relations`` reported by the DBA in a fresh backend: refused, nothing of the
     owner's run."""
-    with connect() as dba:
+    with as_dba() as dba:
         seen = notices(dba)
         for rel in relations:
             with pytest.raises(psycopg.errors.InsufficientPrivilege, match=match):
@@ -341,7 +343,7 @@ def assert_reports_refused(db, connect, role, relations, match):
 
 
 @pytest.mark.parametrize("depth", [1, 2])
-def test_a_report_on_the_dbas_view_over_the_owners_table_is_refused(db, connect, owner, schema, depth):
+def test_a_report_on_the_dbas_view_over_the_owners_table_is_refused(as_dba, db, connect, owner, schema, depth):
     """A seventh review: the guard ran only when the relation reported was a table. The DBA's own
     view, calling no function, over the owner's table with a planted index: planning the view
     planned the table, and the owner became superuser. A view reading that view, too."""
@@ -349,17 +351,17 @@ def test_a_report_on_the_dbas_view_over_the_owners_table_is_refused(db, connect,
     a.execute(PLANTED["partial index"].format(s=s))
     db.execute(f"CREATE VIEW {schema}.v1 AS SELECT age, zip, dx FROM {s}.t")
     db.execute(f"CREATE VIEW {schema}.v2 AS SELECT * FROM {schema}.v1 WHERE age > 0")
-    assert_reports_refused(db, connect, role, [f"{schema}.v{depth}"], r"boom\(\)")
+    assert_reports_refused(db, as_dba, role, [f"{schema}.v{depth}"], r"boom\(\)")
 
 
-def test_a_report_on_a_view_calling_the_owners_function_is_refused(db, connect, owner, schema):
+def test_a_report_on_a_view_calling_the_owners_function_is_refused(as_dba, db, connect, owner, schema):
     """Reading a view runs the functions it calls with the reader's rights: the report refuses a
     view, even the DBA's own, whose rules call a function no superuser owns (it used to be a
     documented limit)."""
     role, s, a = owner
     a.execute(f"GRANT USAGE ON SCHEMA {s} TO PUBLIC")
     db.execute(f"CREATE VIEW {schema}.calls AS SELECT {s}.shift(age) AS age, zip, dx FROM {s}.t")
-    assert_reports_refused(db, connect, role, [f"{schema}.calls"], r"function .*shift\(integer\)")
+    assert_reports_refused(db, as_dba, role, [f"{schema}.calls"], r"function .*shift\(integer\)")
 
 
 # views of the owner's that run its code when read, in ways no catalog walk of the view sees
@@ -377,7 +379,7 @@ OWNER_VIEWS = {
 
 
 @pytest.mark.parametrize("view", list(OWNER_VIEWS))
-def test_a_report_on_another_roles_view_is_refused(db, connect, owner, schema, view):
+def test_a_report_on_another_roles_view_is_refused(as_dba, db, connect, owner, schema, view):
     """A view is code its owner wrote, run as its reader: the report refuses views (read
     directly or through the DBA's own view) owned by a role that is neither a superuser nor the
     caller."""
@@ -385,7 +387,7 @@ def test_a_report_on_another_roles_view_is_refused(db, connect, owner, schema, v
     a.execute(OWNER_VIEWS[view].format(s=s))
     a.execute(f"GRANT USAGE ON SCHEMA {s} TO PUBLIC; GRANT SELECT ON {s}.v TO PUBLIC")
     db.execute(f"CREATE VIEW {schema}.over AS SELECT * FROM {s}.v")
-    assert_reports_refused(db, connect, role, [f"{s}.v", f"{schema}.over"],
+    assert_reports_refused(db, as_dba, role, [f"{s}.v", f"{schema}.over"],
                            f"neither superusers nor you.*owned by {role}")
 
 
@@ -424,7 +426,7 @@ DBA_VIEWS = {
 
 
 @pytest.mark.parametrize("view", list(DBA_VIEWS))
-def test_a_report_on_the_dbas_view_using_the_owners_types_or_any_function_is_refused(
+def test_a_report_on_the_dbas_view_using_the_owners_types_or_any_function_is_refused(as_dba, 
         db, connect, owner, schema, view):
     role, s, a = owner
     planted, query = DBA_VIEWS[view]
@@ -433,20 +435,20 @@ def test_a_report_on_the_dbas_view_using_the_owners_types_or_any_function_is_ref
     db.execute(f"CREATE FUNCTION {schema}.rows_of_t() RETURNS SETOF {s}.t LANGUAGE sql "
                f"AS 'SELECT * FROM {s}.t'")
     db.execute(f"CREATE VIEW {schema}.dv AS {query.format(s=s, schema=schema)}")
-    assert_reports_refused(db, connect, role, [f"{schema}.dv"],
+    assert_reports_refused(db, as_dba, role, [f"{schema}.dv"],
                            "outside PostgreSQL's built-ins|range types whose functions")
 
 
-def test_a_release_keeping_a_column_of_the_owners_range_type_is_refused(db, connect, owner,
+def test_a_release_keeping_a_column_of_the_owners_range_type_is_refused(as_dba, db, connect, owner,
                                                                          release_schema):
     """A tenth review kept a column of the owner's range type as a sensitive column: the release
     is a materialized view owned by the DBA, and autovacuum's ANALYZE of it ran the range's
     subtype_diff as the DBA (the owner became superuser seconds after the build)."""
     role, s, a = owner
     a.execute(RANGE_COLUMN.format(s=s))
-    with connect() as dba:
+    with as_dba() as dba:
         seen = notices(dba)
-        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+        db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match='column "stay"'):
             dba.execute(f"SELECT anon.mondrian_view('{s}.t', k => 5, quasi_identifiers => "
                         "'{age,zip}', sensitive => '{dx,stay}', release_schema => %s)",
@@ -467,15 +469,15 @@ def test_a_report_on_clean_views_and_materialized_views_still_works(db, owner, s
         assert 0 < float(got) == db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0]
 
 
-def test_a_report_on_the_owners_materialized_view_with_planted_code_is_refused(db, connect, owner):
+def test_a_report_on_the_owners_materialized_view_with_planted_code_is_refused(as_dba, db, connect, owner):
     role, s, a = owner
     a.execute(f"CREATE MATERIALIZED VIEW {s}.m AS SELECT age, zip, dx FROM {s}.t; "
               f"CREATE INDEX ON {s}.m (age) WHERE {s}.boom(); "
               f"GRANT USAGE ON SCHEMA {s} TO PUBLIC; GRANT SELECT ON {s}.m TO PUBLIC")
-    assert_reports_refused(db, connect, role, [f"{s}.m"], r"boom\(\)")
+    assert_reports_refused(db, as_dba, role, [f"{s}.m"], r"boom\(\)")
 
 
-def test_a_report_on_a_foreign_table_is_refused(db, connect, owner, schema):
+def test_a_report_on_a_foreign_table_is_refused(as_dba, db, connect, owner, schema):
     if not db.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'file_fdw'").fetchone():
         pytest.skip("file_fdw is not installed")
     _role, s, _a = owner
@@ -486,7 +488,7 @@ def test_a_report_on_a_foreign_table_is_refused(db, connect, owner, schema):
         db.execute(f"CREATE FOREIGN TABLE {schema}.ft (age int, zip text, dx text) "
                    f'SERVER "{server}" OPTIONS (filename \'/dev/null\')')
         db.execute(f"CREATE VIEW {schema}.fv AS SELECT * FROM {schema}.ft")
-        with connect() as dba:
+        with as_dba() as dba:
             for rel in (f"{schema}.ft", f"{schema}.fv"):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege, match="foreign table"):
                     dba.execute(REPORT.format(rel=rel))

@@ -60,7 +60,7 @@ def test_recreated_release_schema_is_not_accepted_as_plpy_anons(db, connect, sch
     assert owner != attacker, f"release created in schema {release_schema} owned by {attacker}"
 
 
-def test_refresh_of_stale_release_does_not_run_attacker_code_as_superuser(db, connect, schema,
+def test_refresh_of_stale_release_does_not_run_attacker_code_as_superuser(as_dba, db, connect, schema,
                                                                           release_schema, attacker):
     source_table(db, schema)
     db.execute("SELECT anon.mondrian_view('pat', k => 5, quasi_identifiers => '{age,zip}', "
@@ -72,7 +72,7 @@ def test_refresh_of_stale_release_does_not_run_attacker_code_as_superuser(db, co
         a.execute(sql.SQL("CREATE MATERIALIZED VIEW {}.pat_k5 AS SELECT {}.evil() AS age, "
                           "'x'::text AS zip, 'd'::text AS dx WITH NO DATA").format(
             sql.Identifier(release_schema), sql.Identifier(release_schema)))
-    with connect() as dba:                                # the DBA, or the pg_cron job
+    with as_dba() as dba:                                # the DBA, or the pg_cron job
         seen = notices(dba)
         try:
             dba.execute("SELECT anon.refresh(%s)", (f"{release_schema}.pat_k5",))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from psycopg import sql
 
-from tests.helpers import PAYLOAD_FUNCTION, notices, role_owning_schema
+from tests.helpers import PAYLOAD_FUNCTION, notices
 from tests.helpers import assert_payload_not_run as assert_not_run
 
 # Every cast function raises a NOTICE naming who runs it and, run by a superuser, makes its owner
@@ -52,22 +52,22 @@ FROM generate_series(1, 240) g;
 
 
 @pytest.fixture
-def owner_schema(db, connect, schema):
+def owner_schema(db, connect, schema, owner_for):
     """A plain login role owning a schema, a table in it and the types of its columns, each type
     with casts whose function is the role's own. Yields (role, quoted schema)."""
-    with role_owning_schema(db, f"{schema}_own") as (role, own):
+    with owner_for(f"{schema}_own") as (role, own):
         with connect(user=role) as a:
             quoted = own.as_string(a)
             a.execute(CASTS.format(s=quoted, owner=sql.Literal(role).as_string(a)))
         yield role, quoted
 
 
-def test_releases_and_refreshes_never_call_the_type_owners_casts(db, connect, owner_schema,
+def test_releases_and_refreshes_never_call_the_type_owners_casts(as_dba, db, connect, owner_schema,
                                                                  release_schema):
     role, s = owner_schema
-    with connect() as dba:                                   # the DBA (superuser), or pg_cron
+    with as_dba() as dba:                                   # the DBA (superuser), or pg_cron
         seen = notices(dba)
-        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+        db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
         name = dba.execute(
             f"SELECT anon.mondrian_view('{s}.t', k => 5, quasi_identifiers => '{{age,sex,grade}}', "
             "sensitive => '{dx}', release_schema => %s)", (release_schema,)).fetchone()[0]
@@ -87,16 +87,16 @@ def test_releases_and_refreshes_never_call_the_type_owners_casts(db, connect, ow
     assert_not_run(db, role, seen)
 
 
-def test_detection_reports_and_hierarchies_never_call_the_type_owners_casts(db, connect, owner_schema,
+def test_detection_reports_and_hierarchies_never_call_the_type_owners_casts(as_dba, db, connect, owner_schema,
                                                                             release_schema):
     role, s = owner_schema
-    with connect() as dba:
+    with as_dba() as dba:
         seen = notices(dba)
         found = dba.execute(f"SELECT column_name FROM anon.detect_identifiers('{s}.t')").fetchall()
         assert found is not None
-        dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+        db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
         # a hierarchy is checked against the values present (their text)
-        dba.execute(f"SELECT anon.set_hierarchy('{s}.t', 'sex', "
+        db.execute(f"SELECT anon.set_hierarchy('{s}.t', 'sex', "
                     "ARRAY[ARRAY['F', 'any'], ARRAY['M', 'any']])")
         rows = dba.execute(f"SELECT measure, value FROM anon.risk_report('{s}.t', "
                            "quasi_identifiers => '{sex,grade}', sensitive => '{dx}')").fetchall()
@@ -113,11 +113,11 @@ def test_detection_reports_and_hierarchies_never_call_the_type_owners_casts(db, 
     assert_not_run(db, role, seen)
 
 
-def test_a_cast_added_after_the_release_is_not_called_by_its_refresh(db, connect, schema,
+def test_a_cast_added_after_the_release_is_not_called_by_its_refresh(as_dba, owner_for, db, connect, schema,
                                                                      release_schema):
     """The stored release query and every refresh read values through the output function: a
     cast created later (the review's second scenario) is not picked up either."""
-    with role_owning_schema(db, f"{schema}_late") as (role, own):
+    with owner_for(f"{schema}_late") as (role, own):
         with connect(user=role) as a:
             s = own.as_string(a)
             a.execute(f"CREATE TYPE {s}.sexe AS ENUM ('F', 'M'); "
@@ -125,9 +125,9 @@ def test_a_cast_added_after_the_release_is_not_called_by_its_refresh(db, connect
                       f"INSERT INTO {s}.t (age, sex, dx) SELECT 20 + g % 40, "
                       f"(CASE WHEN g % 2 = 0 THEN 'F' ELSE 'M' END)::{s}.sexe, 'd' || g % 4 "
                       "FROM generate_series(1, 200) g")
-        with connect() as dba:
+        with as_dba() as dba:
             seen = notices(dba)
-            dba.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+            db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
             name = dba.execute(f"SELECT anon.mondrian_view('{s}.t', k => 5, "
                                "quasi_identifiers => '{age,sex}', sensitive => '{dx}', "
                                "release_schema => %s)", (release_schema,)).fetchone()[0]

@@ -82,6 +82,28 @@ def test_a_custodian_creates_refreshes_and_drops_releases_of_its_own_tables(db, 
         assert conn.execute("SELECT to_regclass(%s)", (mondrian,)).fetchone()[0] is None
 
 
+def test_a_custodians_failed_refresh_is_recorded(db, connect, custodian):
+    """The record is written through a loopback connection to the server's socket, whose directory
+    (the setting unix_socket_directories) a role without pg_read_all_settings may not read."""
+    role, own = custodian
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        conn.execute(sql.SQL("DELETE FROM {}.pat WHERE id > 3").format(sql.Identifier(own)))
+        with pytest.raises(psycopg.Error) as error:
+            conn.execute("SELECT anon.refresh(%s)", (rel,))
+        seen = notices(conn)
+        assert conn.execute("SELECT count(*) FROM anon.refresh_all()").fetchone()[0] >= 1
+        assert not [m for m in seen if "could not be recorded" in m], seen
+        last_error = conn.execute("SELECT last_error FROM anon.releases WHERE format('%%I.%%I', release_schema, "
+                                  "release_name) = %s", (rel,)).fetchone()[0]
+        assert last_error == error.value.diag.message_primary
+        history = conn.execute("SELECT succeeded, error FROM anon.refresh_history h JOIN anon.releases r "
+                               "USING (release_id) WHERE format('%%I.%%I', r.release_schema, r.release_name) "
+                               "= %s ORDER BY refresh_id", (rel,)).fetchall()
+        assert history == [(False, last_error), (False, last_error)]
+        assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 200      # the old rows stay
+
+
 def test_without_the_custodian_role_a_release_is_neither_created_nor_refreshed(db, connect, custodian):
     role, own = custodian
     with connect(user=role) as conn:
