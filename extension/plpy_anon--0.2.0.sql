@@ -1142,6 +1142,38 @@ $$;
 -- owner in a security-restricted operation; it runs the check the calling session left pending.
 CREATE OR REPLACE FUNCTION anon._check_as_owner(check_id integer)
 RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    BEGIN
+        RETURN anon._check_as_owner_py($1);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon._check_as_owner(integer) IS
+    'Internal: runs anon._check_as_owner_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION anon._check_as_owner_py(check_id integer)
+RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1173,7 +1205,7 @@ if "plpy_anon" not in GD:
 from plpy_anon.db import publish
 return publish.run_pending_check(plpy, check_id)
 $$;
-COMMENT ON FUNCTION anon._check_as_owner(integer) IS
+COMMENT ON FUNCTION anon._check_as_owner_py(integer) IS
     'Internal: runs, as a release''s owner, the check of its released rows that this session left pending.';
 
 -- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of

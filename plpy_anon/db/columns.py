@@ -226,20 +226,28 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
                  "of the table (CREATE TABLE ... AS SELECT, made by its owner) instead.")
 
 
-# The source as LOCK names it, whether the caller may take SHARE UPDATE EXCLUSIVE on it (UPDATE,
-# DELETE or TRUNCATE), whether the caller is a superuser (who also locks the schema's row), and
-# whether only the caller or a superuser may rename the table's schema (its owner: the caller, a
-# superuser, or pg_database_owner of a database the caller or a superuser owns)
+# The source as LOCK names it; whether the caller may take SHARE UPDATE EXCLUSIVE on it (UPDATE,
+# DELETE or TRUNCATE); whether the caller is a superuser (who also locks the schema's row);
+# whether only the caller or superusers own the table and its inheritance tree (only an owner adds
+# indexes, statistics or children); whether only the caller or a superuser may rename its schema
+# (owned by the caller, a superuser, or pg_database_owner of a database one of them owns)
 LOCK_TARGET = """
+WITH RECURSIVE me AS (SELECT r.oid, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
+tree(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION
+    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid),
+kept(role_oid, kept) AS (
+    SELECT r.oid, r.oid = me.oid OR r.rolsuper FROM pg_catalog.pg_roles r, me)
 SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
        pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
        OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock,
-       (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) AS superuser,
-       (SELECT o.rolname = current_user OR o.rolsuper
-               OR (o.rolname = 'pg_database_owner' AND (d.rolname = current_user OR d.rolsuper))
-        FROM pg_catalog.pg_roles o,
-             (SELECT r.rolname, r.rolsuper FROM pg_catalog.pg_database db
-              JOIN pg_catalog.pg_roles r ON r.oid = db.datdba
+       (SELECT me.rolsuper FROM me) AS superuser,
+       NOT EXISTS (SELECT 1 FROM tree JOIN pg_catalog.pg_class tc ON tc.oid = tree.oid
+                   JOIN kept ON kept.role_oid = tc.relowner WHERE NOT kept.kept) AS owners_kept,
+       (SELECT kept.kept OR (o.rolname = 'pg_database_owner' AND d.kept)
+        FROM pg_catalog.pg_roles o JOIN kept ON kept.role_oid = o.oid,
+             (SELECT k.kept FROM pg_catalog.pg_database db JOIN kept k ON k.role_oid = db.datdba
               WHERE db.datname = pg_catalog.current_database()) AS d
         WHERE o.oid = n.nspowner) AS schema_kept
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -267,10 +275,11 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     on; concurrent builds of the same source, VACUUM and CREATE INDEX wait), then
     :func:`check_planner_code`. Without the lock an index created during a build would be
     planned, and run, by the build's later queries. A caller that is not a superuser is refused
-    unless it may take that lock (it needs UPDATE, DELETE or TRUNCATE) and only it or a superuser
-    may rename the table's schema (the superuser's schema row lock needs UPDATE on pg_namespace):
-    otherwise the owner could plant code, or swap in another table, between the check and the
-    plan, and run it with the caller's rights. ``name``: the name the caller
+    unless only it or a superuser may rename the table's schema (the superuser's schema row lock
+    needs UPDATE on pg_namespace) and the table is owned by it or superusers or it may take that
+    lock (UPDATE, DELETE or TRUNCATE): otherwise another owner could plant code, or swap in
+    another table, between the check and the plan, and run it with the caller's rights.
+    ``name``: the name the caller
     will read the table by, read before this call (default: the oid's name now); it is the name
     locked, and refused unless it still means ``oid`` (a fifth review swapped two tables' names
     between the caller's read and this one: the guard checked one, the reads went to the other)."""
@@ -278,11 +287,12 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     if not row:
         return                   # gone or not a table: the build reports it in its own words
     name = name or row[0]["name"]
-    if not row[0]["superuser"] and not (row[0]["may_lock"] and row[0]["schema_kept"]):
+    if not row[0]["superuser"] and not (row[0]["schema_kept"] and (row[0]["owners_kept"] or row[0]["may_lock"])):
         raise UnsafeSource(
             f"table {name} cannot be kept as checked while this call reads it: a role that is "
-            "not a superuser must be able to lock it against new indexes (own it, or hold UPDATE, "
-            "DELETE or TRUNCATE on it), in a schema only it or a superuser can rename",
+            "not a superuser reads only a table owned by it or a superuser, or one it may lock "
+            "against new indexes (UPDATE, DELETE or TRUNCATE), in a schema only it or a superuser "
+            "can rename",
             detail="Otherwise the table's owner could add an index calling its own function, or "
                    "swap in another table, after the check and before the read, and its code would "
                    "run with your rights.",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 from collections.abc import Callable
 
 from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
@@ -200,7 +201,8 @@ def checked_as_owner(plpy, release: dict, work: Callable[[], tuple]):
     if not row or not row[0]["other"]:
         return checked()
     key = release["release_id"]
-    helper = ident(plpy, release["release_schema"], f"plpy_anon_check_{key}")
+    # a name no one can create beforehand (the owner may create objects in its release schema)
+    helper = ident(plpy, release["release_schema"], f"plpy_anon_check_{key}_{secrets.token_hex(8)}")
     _PENDING[key] = {"work": checked}
     try:
         plpy.execute(f"CREATE MATERIALIZED VIEW {helper} AS SELECT anon._check_as_owner({int(key)}) AS ok "
@@ -225,7 +227,8 @@ def run_pending_check(plpy, key: int) -> bool:
     """anon._check_as_owner: the pending check, now with the owner's rights."""
     pending = _PENDING.get(key)
     if pending is None or "work" not in pending:
-        plpy.error("plpy_anon: no check is pending here", sqlstate="55000")
+        plpy.error("plpy_anon: no check is pending in this session (anon._check_as_owner is called only "
+                   "by the throwaway view publish.checked_as_owner refreshes)", sqlstate="55000")
     try:
         pending["result"] = pending.pop("work")()
     except Exception as exc:

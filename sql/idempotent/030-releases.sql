@@ -17,7 +17,8 @@ $$;
 -- The check of a release that belongs to another role (publish.checked_as_owner): called by the
 -- query of a throwaway materialized view owned by that role, whose REFRESH PostgreSQL runs as the
 -- owner in a security-restricted operation; it runs the check the calling session left pending.
-CREATE OR REPLACE FUNCTION anon._check_as_owner(check_id integer)
+#WRAP anon._check_as_owner(check_id integer) RETURNS boolean VOLATILE
+CREATE OR REPLACE FUNCTION anon._check_as_owner_py(check_id integer)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -26,7 +27,7 @@ AS $$
 from plpy_anon.db import publish
 return publish.run_pending_check(plpy, check_id)
 $$;
-COMMENT ON FUNCTION anon._check_as_owner(integer) IS
+COMMENT ON FUNCTION anon._check_as_owner_py(integer) IS
     'Internal: runs, as a release''s owner, the check of its released rows that this session left pending.';
 
 -- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of

@@ -418,3 +418,20 @@ def test_a_custodian_cannot_list_a_view_of_its_own_among_its_releases_relations(
                 dba.execute(statement)
         assert not [m for m in seen if m.startswith("evil")], seen
     assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+
+
+def test_a_custodian_cannot_block_the_owner_check_by_taking_its_views_name(db, connect, custodian):
+    """The owner check's throwaway view has an unguessable name: the custodian's relations named
+    like earlier versions' (plpy_anon_check_<id>) or like any guess do not stop the DBA's refresh."""
+    role, own = custodian
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        release_id = conn.execute("SELECT release_id FROM anon.releases WHERE format('%%I.%%I', release_schema, "
+                                  "release_name) = %s", (rel,)).fetchone()[0]
+        conn.execute(sql.SQL("CREATE TABLE {}.{} (x int)").format(
+            sql.Identifier(f"{own}_rel"), sql.Identifier(f"plpy_anon_check_{release_id}")))
+    with connect() as dba:
+        assert dba.execute("SELECT verified FROM anon.refresh(%s)", (rel,)).fetchone()[0] is True
+        dba.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+        left = dba.execute("SELECT array_agg(relname::text) FROM pg_class WHERE relname LIKE 'plpy_anon_check_%%'").fetchone()[0]
+        assert left == [f"plpy_anon_check_{release_id}"]            # the custodian's own table only

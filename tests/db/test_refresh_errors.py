@@ -53,3 +53,13 @@ def test_a_refresh_of_a_release_dropped_meanwhile_fails_cleanly(db, connect, sch
             assert_clean(info.value)
             assert info.value.sqlstate not in ("38000", "XX000")
     assert db.execute(f"SELECT count(*) FROM {big_release}").fetchone()[0] == 150000
+
+
+@pytest.mark.parametrize("arg", ["NULL", "12345"])
+def test_the_owner_check_called_by_hand_fails_with_the_message_alone(db, arg):
+    """anon._check_as_owner is what a custodian's throwaway check view calls; called otherwise it
+    refuses, with no 'plpy.Error:' prefix or traceback in the message."""
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as error:
+        db.execute(f"SELECT anon._check_as_owner({arg})")
+    assert error.value.diag.message_primary.startswith("plpy_anon: no check is pending in this session")
+    assert "plpy.Error" not in str(error.value) and "Traceback" not in str(error.value)
