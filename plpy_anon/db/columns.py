@@ -227,10 +227,11 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
 
 
 # The source as LOCK names it; whether the caller may take SHARE UPDATE EXCLUSIVE on it (UPDATE,
-# DELETE or TRUNCATE); whether the caller is a superuser (who also locks the schema's row);
-# whether only the caller or superusers own the table and its inheritance tree (only an owner adds
-# indexes, statistics or children); whether only the caller or a superuser may rename its schema
-# (owned by the caller, a superuser, or pg_database_owner of a database one of them owns)
+# DELETE or TRUNCATE); whether the caller is a superuser (who also locks the schema's row); the
+# first member of its inheritance tree owned by a role other than the caller and superusers
+# (only an owner adds indexes, statistics, policies or children), and the first such one with row
+# security; the schema and its owner unless only the caller or a superuser may rename it (owned
+# by the caller, a superuser, or pg_database_owner of a database one of them owns)
 LOCK_TARGET = """
 WITH RECURSIVE me AS (SELECT r.oid, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
 tree(oid) AS (
@@ -238,20 +239,88 @@ tree(oid) AS (
     UNION
     SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid),
 kept(role_oid, kept) AS (
-    SELECT r.oid, r.oid = me.oid OR r.rolsuper FROM pg_catalog.pg_roles r, me)
+    SELECT r.oid, r.oid = me.oid OR r.rolsuper FROM pg_catalog.pg_roles r, me),
+foreign_members AS (
+    SELECT pg_catalog.format('%I.%I (owned by %I)', tn.nspname, tc.relname, o.rolname) AS what,
+           tc.relrowsecurity
+    FROM tree JOIN pg_catalog.pg_class tc ON tc.oid = tree.oid
+    JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace
+    JOIN pg_catalog.pg_roles o ON o.oid = tc.relowner
+    JOIN kept ON kept.role_oid = tc.relowner WHERE NOT kept.kept)
 SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
        pg_catalog.has_table_privilege(c.oid, 'UPDATE') OR pg_catalog.has_table_privilege(c.oid, 'DELETE')
        OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock,
        (SELECT me.rolsuper FROM me) AS superuser,
-       NOT EXISTS (SELECT 1 FROM tree JOIN pg_catalog.pg_class tc ON tc.oid = tree.oid
-                   JOIN kept ON kept.role_oid = tc.relowner WHERE NOT kept.kept) AS owners_kept,
-       (SELECT kept.kept OR (o.rolname = 'pg_database_owner' AND d.kept)
+       (SELECT min(f.what) FROM foreign_members f) AS foreign_owner,
+       (SELECT min(f.what) FROM foreign_members f WHERE f.relrowsecurity) AS foreign_policies,
+       (SELECT CASE WHEN kept.kept OR (o.rolname = 'pg_database_owner' AND d.kept) THEN NULL
+                    ELSE pg_catalog.format('%I (owned by %I%s)', n.nspname, o.rolname,
+                         CASE WHEN o.rolname = 'pg_database_owner'
+                              THEN ', the owner of this database: ' || d.rolname ELSE '' END) END
         FROM pg_catalog.pg_roles o JOIN kept ON kept.role_oid = o.oid,
-             (SELECT k.kept FROM pg_catalog.pg_database db JOIN kept k ON k.role_oid = db.datdba
+             (SELECT k.kept, r.rolname::text FROM pg_catalog.pg_database db JOIN kept k ON k.role_oid = db.datdba
+              JOIN pg_catalog.pg_roles r ON r.oid = db.datdba
               WHERE db.datname = pg_catalog.current_database()) AS d
-        WHERE o.oid = n.nspowner) AS schema_kept
+        WHERE o.oid = n.nspowner) AS open_schema,
+       pg_catalog.current_setting('transaction_isolation') AS isolation
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE c.oid = $1 AND c.relkind IN ('r', 'p')"""
+
+# The members of a table's inheritance tree (partitions and children, recursively) that LOCK takes
+TREE_MEMBERS = """
+WITH RECURSIVE tree(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION
+    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+SELECT c.oid, pg_catalog.format('%I.%I', n.nspname, c.relname) AS name
+FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p')      -- LOCK takes no foreign table (check_planner_code refuses them)"""
+
+
+def refuse_unkept(name: str, row: dict) -> None:
+    """Refuse a source whose code could change between the guard's check and the caller's reads
+    (see guard_source), naming what is not kept and why."""
+    if row["foreign_owner"] and row["isolation"] not in ("read committed", "read uncommitted"):
+        raise SourceChanged(
+            f"table {name} belongs in part to another role ({row['foreign_owner']}), and under "
+            f"{row['isolation'].upper()} this call's checks would read the catalog as it was "
+            "before the call locked the table",
+            hint="Run the call in a READ COMMITTED transaction (the default).")
+    if row["superuser"]:
+        return
+    why = None
+    if row["open_schema"]:
+        why = (f"its schema {row['open_schema']} may be renamed by a role other than you and "
+               "superusers, who could swap in another table after the check")
+    elif row["foreign_policies"]:
+        why = (f"{row['foreign_policies']} has row security, whose policies would run with your "
+               "rights")
+    elif row["foreign_owner"] and not row["may_lock"]:
+        why = (f"{row['foreign_owner']} may get an index calling its owner's function after the "
+               "check, since you may not lock the table (UPDATE, DELETE or TRUNCATE)")
+    if why:
+        raise UnsafeSource(
+            f"table {name} cannot be kept as checked while this call reads it: {why}",
+            detail="A role that is not a superuser reads only a table in a schema that only it or "
+                   "a superuser can rename, owned with its inheritance tree by it or superusers or "
+                   "lockable by it, with no other role's row security.",
+            hint="Release a copy of the table made by you (CREATE TABLE ... AS SELECT) in a "
+                 "schema of yours, or have a superuser build the release.")
+
+
+def lock_tree(plpy, oid: int) -> None:
+    """SHARE UPDATE EXCLUSIVE on every member of the table's inheritance tree. LOCK TABLE lists the
+    descendants before it waits, so a child attached meanwhile to a member it was waiting for is
+    not locked: read the tree again (a fresh snapshot: READ COMMITTED) until every member is held."""
+    held: set[int] = set()
+    while True:
+        members = [m for m in run(plpy, TREE_MEMBERS, ["oid"], [oid]) if m["oid"] not in held]
+        if not members:
+            return
+        for member in members:
+            plpy.execute(f"LOCK TABLE ONLY {member['name']} IN SHARE UPDATE EXCLUSIVE MODE")
+            held.add(member["oid"])
 
 
 def lock_source(plpy, source: str) -> None:
@@ -276,9 +345,11 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     :func:`check_planner_code`. Without the lock an index created during a build would be
     planned, and run, by the build's later queries. A caller that is not a superuser is refused
     unless only it or a superuser may rename the table's schema (the superuser's schema row lock
-    needs UPDATE on pg_namespace) and the table is owned by it or superusers or it may take that
-    lock (UPDATE, DELETE or TRUNCATE): otherwise another owner could plant code, or swap in
-    another table, between the check and the plan, and run it with the caller's rights.
+    needs UPDATE on pg_namespace), the tree is owned by it or superusers or it may take that lock
+    (UPDATE, DELETE or TRUNCATE), and no other role's row security applies: otherwise another
+    owner could plant code, or swap in another table, between the check and the plan, and run it
+    with the caller's rights (refuse_unkept). A tree owned in part by another role is checked only
+    under READ COMMITTED, where the check after the lock sees what the lock waited for.
     ``name``: the name the caller
     will read the table by, read before this call (default: the oid's name now); it is the name
     locked, and refused unless it still means ``oid`` (a fifth review swapped two tables' names
@@ -287,19 +358,14 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     if not row:
         return                   # gone or not a table: the build reports it in its own words
     name = name or row[0]["name"]
-    if not row[0]["superuser"] and not (row[0]["schema_kept"] and (row[0]["owners_kept"] or row[0]["may_lock"])):
-        raise UnsafeSource(
-            f"table {name} cannot be kept as checked while this call reads it: a role that is "
-            "not a superuser reads only a table owned by it or a superuser, or one it may lock "
-            "against new indexes (UPDATE, DELETE or TRUNCATE), in a schema only it or a superuser "
-            "can rename",
-            detail="Otherwise the table's owner could add an index calling its own function, or "
-                   "swap in another table, after the check and before the read, and its code would "
-                   "run with your rights.",
-            hint="Release a copy of the table made by you (CREATE TABLE ... AS SELECT) in a "
-                 "schema of yours, or have a superuser build the release.")
+    refuse_unkept(name, row[0])
     if row[0]["may_lock"]:
         plpy.execute(f"LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")
+        lock_tree(plpy, oid)
+        # what the lock waited for (a new owner, row security, a child) is seen only now
+        again = run(plpy, LOCK_TARGET, ["oid"], [oid])
+        if again:
+            refuse_unkept(name, again[0])
         # every later query finds the table by its schema's NAME, and ALTER SCHEMA ... RENAME
         # takes no lock on the tables inside, so two schemas could trade names mid-call. A
         # superuser (the caller who matters) also share-locks the schema's catalog row, which a

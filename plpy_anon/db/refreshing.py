@@ -468,16 +468,19 @@ def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) ->
     conninfo = params.pop("conninfo")
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=5,
                          application_name="plpy_anon refresh log",
-                         options="-c lock_timeout=2s -c statement_timeout=10s", **params) as conn:
+                         # the database's owner may set a search_path (ALTER DATABASE ... SET)
+                         # whose types or functions would shadow pg_catalog's in these statements
+                         options="-c lock_timeout=2s -c statement_timeout=10s "
+                                 "-c search_path=pg_catalog,pg_temp", **params) as conn:
         conn.execute("""
             INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds,
                                               succeeded, error, sqlstate)
-            VALUES (%s, %s, %s, %s, false, %s, %s)""",
+            VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s)""",
             (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate))
         try:
             # lock_timeout: if our own transaction holds the row (it updated it earlier), waiting
             # would deadlock invisibly; the history row above is then the record.
-            conn.execute("UPDATE anon.releases SET last_error = %s, last_error_at = %s::timestamptz "
+            conn.execute("UPDATE anon.releases SET last_error = %s, last_error_at = %s::pg_catalog.timestamptz "
                          "WHERE release_id = %s", (message, started_at, release["release_id"]))
         except psycopg.errors.LockNotAvailable:
             pass

@@ -6,6 +6,10 @@ the database's owner. A setting that makes the backend (the ``postgres`` OS user
 connect somewhere, load code -- must come from a place only a superuser controls:
 postgresql.conf / ALTER SYSTEM (source ``configuration file``) or the server's command line.
 Anything else is ignored, as if the setting were not set.
+
+A placeholder (a setting no loaded module defines, as every ``plpy_anon.*`` one) is not listed in
+pg_settings, so its configured value is read from pg_file_settings, which only superusers and
+members of pg_read_all_settings may read: for other roles such a setting is not set.
 """
 from __future__ import annotations
 
@@ -20,6 +24,13 @@ def server_setting(plpy, name: str) -> str | None:
     by a session, role, database or client, which any role may do)."""
     rows = run(plpy, "SELECT setting, source FROM pg_catalog.pg_settings WHERE name = $1",
                ["text"], [name])
-    if not rows or rows[0]["source"] not in SUPERUSER_SOURCES:
+    if rows:
+        return rows[0]["setting"] or None if rows[0]["source"] in SUPERUSER_SOURCES else None
+    readable = run(plpy, """
+        SELECT pg_catalog.pg_has_role(current_user, 'pg_read_all_settings', 'USAGE') AS ok""")[0]["ok"]
+    if not readable:
         return None
-    return rows[0]["setting"] or None
+    rows = run(plpy, """
+        SELECT setting FROM pg_catalog.pg_file_settings
+        WHERE name = $1 AND applied ORDER BY seqno DESC LIMIT 1""", ["text"], [name])
+    return (rows[0]["setting"] or None) if rows else None

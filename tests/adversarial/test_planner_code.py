@@ -495,3 +495,92 @@ def test_a_report_on_a_foreign_table_is_refused(as_dba, db, connect, owner, sche
     finally:
         db.execute(f"DROP FOREIGN TABLE IF EXISTS {schema}.ft CASCADE")
         db.execute(f'DROP SERVER "{server}"')
+
+
+def test_a_child_attached_while_the_call_waits_is_locked_and_checked(as_dba, db, connect, owner, release_schema):
+    """A review: LOCK TABLE lists the descendants before it waits, so a grandchild the owner
+    attaches to a child the call was waiting for is never locked, and the owner indexes it with
+    its function after the check. The guard locks the tree until no member is new."""
+    role, s, a = owner
+    a.execute(f"CREATE TABLE {s}.c () INHERITS ({s}.t)")
+    a.execute(f"CREATE TABLE {s}.gc (id int NOT NULL, age int, zip text, dx text)")
+    db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    with connect(user=role) as a2:
+        a.autocommit = False
+        a.execute(f"LOCK TABLE {s}.c IN ACCESS EXCLUSIVE MODE")
+        a.execute(f"ALTER TABLE {s}.gc INHERIT {s}.c")
+        outcome = {}
+
+        def dba_call():
+            with as_dba() as dba:
+                seen = notices(dba)
+                try:
+                    build(dba, s, release_schema)
+                    outcome["result"] = "ran"
+                except psycopg.Error as exc:
+                    outcome["result"] = exc
+                outcome["seen"] = seen
+
+        def waiting(n):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation'"
+                              ).fetchone()[0] >= n:
+                    return
+                time.sleep(0.05)
+            raise AssertionError("nobody waited")
+
+        worker = threading.Thread(target=dba_call)
+        worker.start()
+        waiting(1)                                            # the call waits for c
+        a2.autocommit = False
+        locker = threading.Thread(target=lambda: a2.execute(f"LOCK TABLE {s}.gc IN ACCESS EXCLUSIVE MODE"))
+        locker.start()
+        waiting(2)                                            # the owner's second session waits for gc
+        a.commit()                                            # c and gc free: the call gets c, a2 gets gc
+        locker.join(30)
+        time.sleep(1)
+        a2.execute(f"CREATE INDEX ON {s}.gc (age) WHERE {s}.boom()")
+        a2.commit()
+        worker.join(60)
+    assert isinstance(outcome["result"], psycopg.errors.InsufficientPrivilege), outcome["result"]
+    assert "boom()" in outcome["result"].diag.message_primary
+    assert_not_run(db, role, outcome["seen"])
+
+
+@pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_a_call_on_another_roles_table_outside_read_committed_is_refused(as_dba, db, owner, release_schema,
+                                                                         isolation):
+    """A review: under REPEATABLE READ the checks run in the transaction's snapshot, taken before
+    the lock, while the planner reads the current catalog: an index the owner created while the
+    call waited was planned, unchecked. Such calls are refused before anything is read."""
+    role, s, _a = owner
+    db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    with as_dba() as dba:
+        seen = notices(dba)
+        dba.autocommit = False
+        dba.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="READ COMMITTED") as error:
+            build(dba, s, release_schema)
+        assert f"owned by {role}" in error.value.diag.message_primary
+        dba.rollback()
+        dba.autocommit = True
+        assert build(dba, s, release_schema)                    # READ COMMITTED: released
+    assert_not_run(db, role, seen)
+
+
+def test_another_roles_row_security_is_not_run_by_a_custodian(as_dba, db, owner, release_schema):
+    """A review: a policy of the table's owner runs with the reader's rights (superusers bypass
+    row security); a custodian does not read such a table."""
+    role, s, a = owner
+    a.execute(f"CREATE POLICY p ON {s}.t USING ({s}.payload())")
+    a.execute(f"ALTER TABLE {s}.t ENABLE ROW LEVEL SECURITY")
+    db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    with as_dba() as dba:
+        seen = notices(dba)
+        if as_dba.custodian:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="has row security"):
+                build(dba, s, release_schema)
+        else:
+            assert build(dba, s, release_schema)
+    assert_not_run(db, role, seen)

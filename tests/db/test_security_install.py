@@ -97,6 +97,32 @@ $$""")
     assert "'conninfo': ''" in notices[0] and "'dbname':" in notices[0]
 
 
+def test_a_configured_loopback_dsn_is_honoured_for_those_who_may_read_the_configuration(connect):
+    """A plpy_anon.* setting is a placeholder, absent from pg_settings: its configured value is
+    read from pg_file_settings (ALTER SYSTEM / postgresql.conf), which a superuser may read and
+    a session cannot change; for other roles it stays unset."""
+    probe = """DO LANGUAGE plpython3u $$
+from plpy_anon.db import refreshing
+plpy.notice(repr(refreshing.loopback_conninfo(plpy)))
+$$"""
+    with connect() as admin:
+        admin.execute("SET plpy_anon.loopback_dsn = ''")      # ALTER SYSTEM wants the placeholder
+        admin.execute("ALTER SYSTEM SET plpy_anon.loopback_dsn = 'host=/tmp dbname=configured'")
+        admin.execute("SELECT pg_reload_conf()")
+    try:
+        with connect(options="-c plpy_anon.loopback_dsn=host=evil.example") as conn:
+            plpy_anon_location(conn)                             # the environment is active
+            seen = []
+            conn.add_notice_handler(lambda d: seen.append(d.message_primary))
+            conn.execute(probe)
+        assert seen == ["{'conninfo': 'host=/tmp dbname=configured'}"], seen
+    finally:
+        with connect() as admin:
+            admin.execute("SET plpy_anon.loopback_dsn = ''")
+            admin.execute("ALTER SYSTEM RESET plpy_anon.loopback_dsn")
+            admin.execute("SELECT pg_reload_conf()")
+
+
 # ---------------------------------------------------------------------------- the event trigger
 
 OTHER = "h1_matview_owner"
