@@ -273,8 +273,31 @@ def declaration_files() -> list[Path]:
     return sorted((SQL / "functions").glob("[0-9][0-9][0-9]-*.py"))
 
 
+def method_parameters():
+    """plpy_anon/parameters.py, where each release method's parameters are declared (standard
+    library only, like this script): the package is imported from this checkout."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from plpy_anon import parameters
+    if Path(parameters.__file__).resolve().parent.parent != ROOT:
+        sys.exit(f"build: plpy_anon.parameters was imported from {parameters.__file__}, not {ROOT}")
+    return parameters
+
+
+def method_args(method: str, names: list[str] | None = None) -> list[str]:
+    """The SQL arguments of release method ``method``'s function, from its declaration; with
+    ``names``, those of its parameters in that order (another function taking the same ones)."""
+    surface = method_parameters().SURFACES[method]
+    if names is None:
+        return surface.sql_args()
+    unknown = [n for n in names if n not in surface.by_name]
+    if unknown:
+        sys.exit(f"build: method {method} declares no parameter {', '.join(unknown)}")
+    return [surface.by_name[n].sql() for n in names]
+
+
 def declarations(path: Path) -> list[Function]:
-    namespace = {"function": Function, "__builtins__": {}}
+    namespace = {"function": Function, "method_args": method_args, "__builtins__": {}}
     # the declarations are files of this repository, like this script
     exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102
     return namespace["FUNCTIONS"]

@@ -59,7 +59,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, params, publish, refreshing, release_rows, verify
+from plpy_anon.db import method, publish, refreshing, release_rows, verify
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
@@ -801,7 +801,7 @@ def _sensitive_tables(plpy, release, params):
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L},
+RELEASE_METHOD = ReleaseMethod(METHOD,
                                refresh_release=refresh_release,
                                verification_spec=verification_spec, check_relations=check_views,
                                read=read, fit=fit, publish=publish_run)

@@ -181,7 +181,7 @@ def fusion_scan(plpy, source, **options):
 
 @sql_entry
 def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace,
-                          accept_unprotected=False, GD=None, **options):
+                          accept_unprotected, GD=None, **options):
     tbl, aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, source, **options)
     verdict = scan.verdict
     # Refused before anything is created: a release that no k protects is not fusion-resilient.
@@ -321,5 +321,5 @@ def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {}, verification_spec=verification_spec,
+RELEASE_METHOD = ReleaseMethod(METHOD, verification_spec=verification_spec,
                                read=read, fit=fit, publish=publish_partition)

@@ -4,8 +4,8 @@ refresh, verification, grants) can act on its releases without knowing it.
 A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.methods``:
 
 * ``name``: the value of ``anon.releases.method`` for its releases;
-* ``parameter_constraints``: ``{name: params.Interval}`` of its shared parameters (``k``, ``l``),
-  validated once by ``validate`` (scikit-learn's ``_parameter_constraints`` style);
+* its parameters are declared in ``plpy_anon.parameters`` (``SURFACES[name]``: SQL type, default,
+  constraint, help), and validated once by ``validate``;
 * ``refresh_release(plpy, GD, release)``: only for releases that are not one materialized view
   (default: rebuild the view beside the old one and swap it in, refreshing.py);
 * ``verification_spec(plpy, release, stats) -> verify.Spec``: only for releases whose relations
@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from plpy_anon.db import params, release_rows
+from plpy_anon import parameters
+from plpy_anon.db import release_rows
 from plpy_anon.db.sqltext import jsonb
 
 
 @dataclass(frozen=True)
 class ReleaseMethod:
     name: str
-    parameter_constraints: dict = field(default_factory=dict)
     refresh_release: Callable | None = None
     verification_spec: Callable | None = None
     # check_relations(plpy, release): refuse relations of the release that are not the ones
@@ -38,9 +38,19 @@ class ReleaseMethod:
     fit: Callable | None = None
     publish: Callable | None = None
 
+    @property
+    def surface(self) -> parameters.Surface:
+        return parameters.SURFACES[self.name]
+
     def validate(self, **values) -> dict:
-        """The method's parameters checked against its constraints (InvalidParameter, 22023)."""
-        return params.validate(self.parameter_constraints, values)
+        """The method's parameters checked by their declarations (InvalidParameter, 22023)."""
+        return self.surface.validate(values)
+
+    def checked_parameters(self, stored: dict) -> dict:
+        """A release's stored parameters with every constrained one validated; a key missing
+        (a release made before the parameter existed) is its default."""
+        constrained = [p.name for p in self.surface.parameters if p.constraint is not None]
+        return {**stored, **self.surface.validate({name: stored.get(name) for name in constrained})}
 
 
 @dataclass
@@ -104,8 +114,7 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
     stored = jsonb(release["parameters"])
-    checked = method.validate(**{name: stored.get(name) for name in method.parameter_constraints})
-    ctx = Run(plpy, GD, release_id, release, {**stored, **checked}, started)
+    ctx = Run(plpy, GD, release_id, release, method.checked_parameters(stored), started)
     ctx.note_memory("start")
     data = method.read(ctx)
     ctx.read_s = ctx.elapsed()

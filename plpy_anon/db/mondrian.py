@@ -96,15 +96,15 @@ from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-ex
 )
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
-from plpy_anon.db.params import check_l as check_l_value
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import jsonb
+from plpy_anon.parameters import L_DIVERSITY, MONDRIAN, L
 
 METHOD = "mondrian"
 
 
 def check_l(l, sensitive: list) -> int | None:
-    l = check_l_value(l)
+    l = L.check(l)
     if l is None:
         return None
     if not sensitive:
@@ -137,10 +137,9 @@ ORDERED_SENSITIVE_TYPES = ("int2", "int4", "int8", "numeric", "float4", "float8"
 
 def check_models(l, sens: list, *, l_diversity, c, t, split) -> dict:
     """The privacy-model and split parameters of a Mondrian-family release, validated once
-    (params.MODELS, then their combination), as stored in its parameters. ``ordered_sensitive``:
+    (each by its declaration, then their combination), as stored in its parameters. ``ordered_sensitive``:
     the sensitive columns t-closeness treats as ordered (numeric types)."""
-    models = params.validate(params.MODELS, {"l_diversity": l_diversity, "c": c, "t": t,
-                                             "split": split})
+    models = MONDRIAN.validate({"l_diversity": l_diversity, "c": c, "t": t, "split": split})
     params.check_models({"l": l, **models})
     if models["t"] is not None and not sens:
         raise InvalidParameter(
@@ -153,7 +152,7 @@ def check_models(l, sens: list, *, l_diversity, c, t, split) -> dict:
 def model_suffix(l, models: dict) -> str:
     """Default release name suffix: ``_l2``, ``_l2_entropy``, ``_l2_recursive_c3``, ``_t0_2``."""
     out = f"_l{l}" if l else ""
-    if l and models.get("l_diversity", "distinct") != "distinct":
+    if l and models.get("l_diversity", L_DIVERSITY.python_default) != "distinct":
         out += f"_{models['l_diversity']}"
         if models.get("c") is not None:
             out += f"_c{models['c']:g}".replace(".", "_")
@@ -163,10 +162,9 @@ def model_suffix(l, models: dict) -> str:
 
 
 def core_models(parameters: dict) -> dict:
-    """The core estimator's model keywords from a release's (validated) parameters; keys missing
-    from parameters of older releases mean the old behaviour (distinct l, median split)."""
-    return {"l_diversity": parameters.get("l_diversity") or "distinct", "c": parameters.get("c"),
-            "t": parameters.get("t"), "split": parameters.get("split") or "median"}
+    """The core estimator's model keywords from a release's validated parameters (a key missing
+    from an older release's was filled with its default: ReleaseMethod.checked_parameters)."""
+    return {name: parameters[name] for name in ("l_diversity", "c", "t", "split")}
 
 
 def ordered_sensitive_names(parameters: dict) -> set[str]:
@@ -209,8 +207,8 @@ def base_parameters(plpy, tbl, roles, qis, sens, k, l, models=None) -> dict:
 
 @sql_entry
 def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifiers, release_name,
-                  release_schema, replace, l_diversity="distinct", c=None, t=None,
-                  split="median", GD=None):
+                  release_schema, replace, l_diversity=None, c=None, t=None, split=None,
+                  GD=None):
     tbl = catalog.table(plpy, source)
     k = RELEASE_METHOD.validate(k=k)["k"]
     roles, qis, sens, l = resolve_release_columns(
@@ -409,5 +407,5 @@ def _unique(cols):
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L, **params.MODELS},
+RELEASE_METHOD = ReleaseMethod(METHOD,
                                read=read, fit=fit, publish=publish_partition)

@@ -354,4 +354,4 @@ def distortion_report(plpy, source, release_name):
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {}, read=read, fit=fit, publish=publish_walk)
+RELEASE_METHOD = ReleaseMethod(METHOD, read=read, fit=fit, publish=publish_walk)

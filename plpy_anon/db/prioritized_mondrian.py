@@ -19,19 +19,21 @@ from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, mondrian, params, publish, release_rows
+from plpy_anon.db import method, mondrian, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.parameters import PRIORITIZED_MONDRIAN
 
 METHOD = "prioritized_mondrian"
+CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
 
 
 @sql_entry
 def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitive, identifiers,
                   target, metric_weights, cut_points, cut_tolerance, release_name,
-                  release_schema, replace, l_diversity="distinct", c=None, t=None,
-                  split="median", GD=None):
+                  release_schema, replace, l_diversity=None, c=None, t=None, split=None,
+                  GD=None):
     tbl = catalog.table(plpy, source)
     k = RELEASE_METHOD.validate(k=k)["k"]
     roles, qis, sens, l = mondrian.resolve_release_columns(
@@ -125,7 +127,7 @@ def model_for(params: dict):
         metric_weights=params.get("metric_weights"),
         cut_points={c: [tuple(x) for x in cuts] for c, cuts in
                     (params.get("cut_points") or {}).items()},
-        cut_tolerance=params.get("cut_tolerance", 0.5), **mondrian.core_models(params))
+        cut_tolerance=params.get("cut_tolerance", CUT_TOLERANCE.python_default), **mondrian.core_models(params))
 
 
 @sql_entry
@@ -159,5 +161,5 @@ def publish_partition(ctx: method.Run, rows: mondrian.ReleaseRows, model) -> tup
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.K, "l": params.L, **params.MODELS},
+RELEASE_METHOD = ReleaseMethod(METHOD,
                                read=read, fit=fit, publish=publish_partition)

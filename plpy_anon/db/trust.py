@@ -40,7 +40,7 @@ from plpy_anon.core.errors import (
 from plpy_anon.core.purpose import MIPriorities, validate_priorities
 from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import grants, method, params, publish, release_rows
+from plpy_anon.db import grants, method, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -613,5 +613,5 @@ def _bound(kind, number_text) -> str:
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, {"k": params.OPTIONAL_K},
+RELEASE_METHOD = ReleaseMethod(METHOD,
                                read=read, fit=fit, publish=publish_partition)

@@ -57,6 +57,7 @@ from plpy_anon.db.class_counts import ClassCounts, Counter
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
+from plpy_anon.parameters import L_DIVERSITY
 
 #: work_mem for the check's Break-Merge count-table aggregates (restored afterwards); the class
 #: counts set their own (class_counts.WORK_MEM)
@@ -123,7 +124,7 @@ def default_spec(plpy, release: dict, stats: dict | None) -> Spec:
                 k=params.get("k"), l=l,
                 sensitive=list(sensitive) if l or t is not None else [],
                 expected_rows=expected_rows(stats),
-                l_diversity=params.get("l_diversity") or "distinct", c=params.get("c"), t=t,
+                l_diversity=params.get("l_diversity") or L_DIVERSITY.python_default, c=params.get("c"), t=t,
                 ordered=list(params.get("ordered_sensitive") or []) if t is not None else [])
 
 

@@ -8,22 +8,7 @@ generated from them).
 FUNCTIONS = [
     function(
         'pattern_view',
-        args=[
-            'source regclass',
-            'columns text[]',
-            'segment integer DEFAULT 100',
-            'sample double precision DEFAULT 0.3',
-            'iterations integer DEFAULT 4000',
-            'seed bigint DEFAULT NULL',
-            'bounds jsonb DEFAULT NULL',
-            'sensitive text[] DEFAULT NULL',
-            'identifiers text[] DEFAULT NULL',
-            'release_name text DEFAULT NULL',
-            "release_schema text DEFAULT 'release'",
-            'replace boolean DEFAULT false',
-            'delta double precision DEFAULT 16',
-            'max_unchanged double precision DEFAULT 0.10',
-        ],
+        args=method_args('pattern'),
         returns='text',
         python='pattern.pattern_view', positional=1, gd=True,
         comment="Creates a materialized view in which the numeric columns are replaced by values from a random walk that keeps a sampled fraction of their locality properties (sorted segments of segment values; bounds default to each column's observed range), keeps sensitive columns and drops the rest; returns its qualified name. Each locality may bend by delta mean gaps of its sorted segment; a column of which more than max_unchanged of the values come out unchanged (counted in SQL against the source) is refused (22000). Each refresh walks with a new seed unless seed is given.",

@@ -55,9 +55,9 @@ def extension_dir() -> Path:
 def build_next_version(work: Path, venv: Path) -> Path:
     """The next version's scripts, built by sql/build.py from a modified copy of sql/."""
     shutil.copytree(ROOT / "sql", work / "sql")
-    (work / "plpy_anon").mkdir()
+    # the build reads the version and the methods' parameters from the package
+    shutil.copytree(ROOT / "plpy_anon", work / "plpy_anon", ignore=shutil.ignore_patterns("__pycache__"))
     init = work / "plpy_anon" / "__init__.py"
-    shutil.copy(ROOT / "plpy_anon" / "__init__.py", init)
     build = [sys.executable, str(work / "sql" / "build.py")]
     subprocess.run(build + ["--freeze"], check=True, capture_output=True)
     init.write_text(init.read_text().replace(f'__version__ = "{CURRENT}"', f'__version__ = "{NEXT}"'))

@@ -1,0 +1,243 @@
+"""The parameters of the release methods, each declared once: name, SQL type, default,
+constraint, help.
+
+Standard library only, so that everything reads it: ``sql/build.py`` (before any environment
+exists) writes the SQL signatures of the methods' functions and the reference from it; the db
+layer validates with it; the client and the CLI build their signatures and options from it.
+
+A constraint raises :class:`~plpy_anon.core.errors.InvalidParameter` (SQLSTATE 22023) with a
+hint naming the fix, in the style of scikit-learn's ``_parameter_constraints``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+from plpy_anon.core.errors import InvalidParameter
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A number in ``[low, high]`` (``None``: unbounded; ``open_low``: ``(low, high]``);
+    ``integer`` refuses fractions."""
+
+    low: float | None = None
+    high: float | None = None
+    integer: bool = False
+    open_low: bool = False
+
+    def check(self, name: str, value, hint: str | None):
+        kind = Integral if self.integer else Real
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise InvalidParameter(
+                f"{name} must be {'an integer' if self.integer else 'a number'}, got {value!r}", hint=hint)
+        if value != value:  # noqa: PLR0124 -- NaN, which passes every comparison
+            raise InvalidParameter(f"{name} must be a number, got NaN", hint=hint)
+        if self.low is not None and self.open_low and value <= self.low:
+            raise InvalidParameter(f"{name} must be greater than {_num(self.low)}, got {value}", hint=hint)
+        if self.low is not None and value < self.low:
+            raise InvalidParameter(f"{name} must be at least {_num(self.low)}, got {value}", hint=hint)
+        if self.high is not None and value > self.high:
+            raise InvalidParameter(f"{name} must be at most {_num(self.high)}, got {value}", hint=hint)
+        return int(value) if self.integer else value
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of ``values`` (text)."""
+
+    values: tuple[str, ...]
+
+    def check(self, name: str, value, hint: str | None):
+        if not isinstance(value, str) or value not in self.values:
+            raise InvalidParameter(f"{name} must be one of {', '.join(self.values)}, got {value!r}",
+                                   hint=hint)
+        return value
+
+
+def _num(x) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+_LITERAL = re.compile(r"^'((?:[^']|'')*)'$")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One argument of a method's SQL function. ``default``: its SQL literal (``NULL``: optional,
+    the method decides what its absence means); None: required. ``sql_type`` ``"text | jsonb"``
+    declares one overload per type. ``hint``: how to fix a value the constraint refuses."""
+
+    name: str
+    sql_type: str
+    default: str | None = None
+    constraint: Interval | Choice | None = None
+    help: str = ""
+    hint: str | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+    @property
+    def python_default(self):
+        """The default as a Python value (None for NULL or a required parameter)."""
+        text = self.default
+        if text is None or text == "NULL":
+            return None
+        if text in ("true", "false"):
+            return text == "true"
+        quoted = _LITERAL.match(text)
+        if quoted:
+            return quoted.group(1).replace("''", "'")
+        return int(text) if re.fullmatch(r"-?\d+", text) else float(text)
+
+    def sql(self) -> str:
+        """The argument as ``sql/build.py`` declares it: ``name type [DEFAULT literal]``."""
+        return f"{self.name} {self.sql_type}" + (f" DEFAULT {self.default}" if self.default else "")
+
+    def check(self, value):
+        """``value`` validated; NULL is the default (a required parameter must not be NULL)."""
+        if value is None:
+            if self.required:
+                raise InvalidParameter(f"{self.name} must not be NULL", hint=self.hint)
+            return self.python_default
+        return self.constraint.check(self.name, value, self.hint) if self.constraint else value
+
+
+@dataclass(frozen=True)
+class Surface:
+    """The SQL function of a release method and its parameters, in their SQL order."""
+
+    method: str                      # anon.releases.method
+    function: str                    # anon.<function>
+    parameters: tuple[Parameter, ...]
+    by_name: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "by_name", {p.name: p for p in self.parameters})
+
+    def sql_args(self) -> list[str]:
+        return [p.sql() for p in self.parameters]
+
+    def validate(self, values: dict, names=None) -> dict:
+        """``values`` checked by their parameters (only ``names`` if given); names this method
+        does not declare pass unchanged (the method's own code checks them)."""
+        return {name: self.by_name[name].check(value) if name in self.by_name
+                and (names is None or name in names) else value
+                for name, value in values.items()}
+
+
+# ------------------------------------------------------------------------------ shared
+
+SOURCE = Parameter("source", "regclass", help="The table to release.")
+K = Parameter("k", "integer", constraint=Interval(2, None, integer=True),
+              help="Every class has at least k rows.",
+              hint="Use k => 2 or more (every class gets at least k rows; k = 1 would release every "
+                   "row as it is).")
+#: k where the method has a default of its own when NULL (trust: the paper's scheme alone)
+OPTIONAL_K = Parameter("k", "integer", "NULL", K.constraint, help=K.help, hint=K.hint)
+L = Parameter("l", "integer", "NULL", Interval(1, None, integer=True),
+              help="At least l distinct sensitive values per class (NULL: no l-diversity).",
+              hint="Pass l => 2 or more, or omit it.")
+QUASI_IDENTIFIERS = Parameter("quasi_identifiers", "text[]", "NULL",
+                              help="Quasi-identifiers (default: the declared ones).")
+SENSITIVE = Parameter("sensitive", "text[]", "NULL", help="Sensitive columns (default: the declared ones).")
+IDENTIFIERS = Parameter("identifiers", "text[]", "NULL", help="Identifier columns, dropped.")
+RELEASE_NAME = Parameter("release_name", "text", "NULL", help="Release name (default: derived from the table).")
+RELEASE_SCHEMA = Parameter("release_schema", "text", "'release'", help="Schema of the release.")
+REPLACE = Parameter("replace", "boolean", "false", help="Rebuild an existing release of that name.")
+RELEASE = (RELEASE_NAME, RELEASE_SCHEMA, REPLACE)
+
+# the privacy models of the Mondrian family (core.privacy_models)
+L_DIVERSITY = Parameter("l_diversity", "text", "'distinct'", Choice(("distinct", "entropy", "recursive")),
+                        help="distinct (>= l values), entropy (entropy >= ln l) or recursive (c, l).",
+                        hint="Use l_diversity => 'distinct' (the default), 'entropy' or 'recursive'.")
+C = Parameter("c", "double precision", "NULL", Interval(0, None, open_low=True),
+              help="Recursive (c, l)-diversity's c: r1 < c (r_l + ... + r_m).",
+              hint="Pass c => a number > 0 (e.g. 3) with l_diversity => 'recursive', or omit it.")
+T = Parameter("t", "double precision", "NULL", Interval(0, 1, open_low=True),
+              help="t-closeness: each class's sensitive distribution within EMD t of the table's.",
+              hint="Pass t => a number in (0, 1], e.g. 0.2, or omit it.")
+SPLIT = Parameter("split", "text", "'median'", Choice(("median", "utility")),
+                  help="How a partition is cut: median (default) or utility (least information loss).",
+                  hint="Use split => 'median' (the default) or 'utility'.")
+MODELS = (L_DIVERSITY, C, T, SPLIT)
+
+# ------------------------------------------------------------------------------ methods
+
+MONDRIAN = Surface("mondrian", "mondrian_view", (
+    SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE, *MODELS))
+
+PRIORITIZED_MONDRIAN = Surface("prioritized_mondrian", "mondrian_view", (
+    SOURCE, K,
+    Parameter("priorities", "text | jsonb",
+              help="'learned' (from the analysts' workload), 'none', or a JSON object {column: weight}."),
+    L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS,
+    Parameter("target", "text", "NULL", help="A column whose information gain also guides the cuts."),
+    Parameter("metric_weights", "jsonb", "NULL", help='Weights of the split metrics, e.g. {"spread": 1, "priority": 1, "infogain": 1}.'),
+    Parameter("cut_points", "boolean", "NULL", help="Cut at the workload's constants where k allows (default: true with 'learned')."),
+    Parameter("cut_tolerance", "double precision", "0.5",
+              help="A cut point replaces the median when its left side holds 1/2 +- cut_tolerance of the rows."),
+    *RELEASE, *MODELS))
+
+BREAK_MERGE = Surface("break_merge", "break_merge", (
+    SOURCE, K, L, SENSITIVE, QUASI_IDENTIFIERS, IDENTIFIERS,
+    Parameter("max_categories", "integer", "64", help="Most distinct values of a column the leak detection models."),
+    Parameter("max_rule_probability", "double precision", "NULL",
+              help="Merge until no QI -> sensitive rule reaches this probability (NULL: no claim)."),
+    *RELEASE))
+
+TRUST = Surface("trust", "trust_view", (
+    SOURCE,
+    Parameter("requester", "text", help="Who asks for the release (anon.add_requester)."),
+    Parameter("purpose", "text", help="The purpose the release is for (anon.define_purpose)."),
+    OPTIONAL_K,
+    Parameter("max_suppression", "double precision", "0.05", help="Largest share of rows left suppressed."),
+    QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS,
+    Parameter("gamma", "double precision", "2", help="Exponent of the degree curve D = d_min + (d_max - d_min)(1 - T^gamma), >= 1."),
+    Parameter("d_min", "double precision", "0", help="Degree of anonymization at full trust."),
+    Parameter("d_max", "double precision", "1", help="Degree of anonymization at no trust."),
+    Parameter("history_weight", "double precision", "0.5", help="Weight of the requester's history against recommendations."),
+    Parameter("half_life_days", "double precision", "180", help="Half-life of past interactions, in days."),
+    Parameter("min_share", "double precision", "0.1", help="Floor added to each attribute's share of the degree."),
+    Parameter("level_weights", "jsonb", "NULL", help="Per column, the weight of each generalization step."),
+    *RELEASE))
+
+PATTERN = Surface("pattern", "pattern_view", (
+    SOURCE,
+    Parameter("columns", "text[]", help="Numeric columns to release."),
+    Parameter("segment", "integer", "100", help="Values per sorted segment (>= 3)."),
+    Parameter("sample", "double precision", "0.3", help="Fraction of localities kept, in (0, 1]."),
+    Parameter("iterations", "integer", "4000", help="Random-walk steps per segment."),
+    Parameter("seed", "bigint", "NULL", help="Seed of the walk (default: fresh randomness)."),
+    Parameter("bounds", "jsonb", "NULL", help='Per column [low, high], e.g. {"age": [1, 120]} (default: the observed range).'),
+    SENSITIVE, IDENTIFIERS, *RELEASE,
+    Parameter("delta", "double precision", "16", help="A locality's slack, in mean gaps of its sorted segment."),
+    Parameter("max_unchanged", "double precision", "0.10",
+              help="Refuse when a larger share of a column's values comes out unchanged.")))
+
+FUSION = Surface("fusion", "fusion_resilient_view", (
+    SOURCE,
+    Parameter("sensitive", "text", help="The sensitive column the attacker predicts."),
+    Parameter("identifier", "text", help="The identifier column."),
+    Parameter("auxiliary", "regclass", help="The attacker's auxiliary table, keyed by the identifier."),
+    Parameter("min_protection", "double precision", "0", help="Smallest standardized protection accepted."),
+    Parameter("min_utility", "double precision", "0", help="Smallest standardized utility accepted."),
+    Parameter("w_protection", "double precision", "0.5", help="Weight of protection in H."),
+    Parameter("w_utility", "double precision", "0.5", help="Weight of utility in H."),
+    Parameter("k_from", "integer", "2", help="Smallest k scanned."),
+    Parameter("k_to", "integer", "30", help="Largest k scanned."),
+    Parameter("attributes", "text[]", "NULL", help="Numeric attributes to microaggregate (default: the numeric quasi-identifiers)."),
+    Parameter("auxiliary_identifier", "text", "NULL", help="The auxiliary table's key column."),
+    Parameter("attacker", "text", "'regression'", help="'regression' (a random forest) or 'fuzzy' (a rule table)."),
+    Parameter("rules", "jsonb", "NULL", help="The fuzzy attacker's rule table."),
+    Parameter("known_fraction", "double precision", "0.1", help="Share of rows whose sensitive value the attacker knows."),
+    Parameter("random_state", "integer", "0", help="Seed of that known sample."),
+    *RELEASE,
+    Parameter("accept_unprotected", "boolean", "false",
+              help="Publish even when the verdict is 'unprotected' (recorded).")))
+
+#: every method's surface, by anon.releases.method
+SURFACES = {s.method: s for s in (MONDRIAN, PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN, FUSION)}
