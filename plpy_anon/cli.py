@@ -28,12 +28,15 @@ from typing import Any, Self
 
 import click
 import pandas as pd
+from psycopg.types.json import Jsonb
 from psycopg.types.range import Range
 
 import plpy_anon
 from plpy_anon.client import AnonClient
+from plpy_anon.client.api import function_parameters
 from plpy_anon.client.errors import ServerError
 from plpy_anon.core.errors import AnonError
+from plpy_anon.parameters import SURFACES
 
 METHODS = {                      # deprecated "create METHOD" name -> SQL function
     "mondrian": "mondrian_view",
@@ -305,39 +308,34 @@ def install(ctx, version, upgrade):
     emit_record(ctx, {"extension": "plpy_anon", "before": old, "installed": new})
 
 
-COMMON_OPTIONS = {    # SQL argument -> (type, help); lists are comma-separated
-    "k": (int, "Every class has at least k rows."),
-    "l": (int, "At least l distinct sensitive values per class."),
-    "requester": (str, "Who asks for the release (anon.add_requester)."),
-    "purpose": (str, "The purpose the release is for (anon.define_purpose)."),
-    "columns": (list, "Numeric columns to release, comma-separated."),
-    "quasi_identifiers": (list, "Quasi-identifiers, comma-separated."),
-    "sensitive": (list, "Sensitive columns, comma-separated."),
-    "identifiers": (list, "Identifier columns (dropped), comma-separated."),
-    "identifier": (str, "The identifier column."),
-    "release_name": (str, "Release name (default: derived from the table)."),
-    "release_schema": (str, "Schema of the release (default: release)."),
-}
-METHOD_OPTIONS = {   # SQL function -> its arguments the CLI has options for (besides --param)
-    "mondrian_view": ["k", "l", "quasi_identifiers", "sensitive", "identifiers"],
-    "break_merge": ["k", "l", "quasi_identifiers", "sensitive", "identifiers"],
-    "trust_view": ["requester", "purpose", "k", "quasi_identifiers", "sensitive", "identifiers"],
-    "pattern_view": ["columns", "sensitive", "identifiers"],
-    "fusion_resilient_view": ["sensitive", "identifier"],
-}
-RELEASE_OPTIONS = ["release_name", "release_schema"]
+# SQL type of a method parameter -> its option's click type; lists are comma-separated, jsonb JSON
+OPTION_TYPES = {"integer": click.INT, "bigint": click.INT, "double precision": click.FLOAT,
+                "text": click.STRING, "regclass": click.STRING, "text[]": click.STRING,
+                "jsonb": click.STRING, "text | jsonb": click.STRING}
 
 
 def option_name(argument: str) -> str:
     return "--" + argument.replace("_", "-")
 
 
+def option_value(parameter, value):
+    """An option's text as the SQL argument: a list for text[], parsed JSON for jsonb."""
+    if value is None:
+        return None
+    if parameter.sql_type == "text[]":
+        return split_list(value)
+    if parameter.sql_type == "jsonb":
+        try:
+            return Jsonb(json.loads(value))
+        except ValueError as error:
+            raise click.BadParameter(f"not JSON: {error}", param_hint=option_name(parameter.name)) from None
+    return value
+
+
 def create_release(ctx, function: str, source: str, kwargs: dict, params: tuple[str, ...]) -> None:
-    kwargs = {k: (split_list(v) if COMMON_OPTIONS.get(k, (None,))[0] is list else v)
-              for k, v in kwargs.items()}
-    kwargs["replace"] = kwargs.get("replace") or None
-    if function == "fusion_resilient_view" and isinstance(kwargs.get("sensitive"), list):
-        kwargs["sensitive"] = ",".join(kwargs["sensitive"])            # one column
+    declared = {p.name: p for p in function_parameters(function)}
+    kwargs = {k: option_value(declared[k], v) if k in declared else v for k, v in kwargs.items()}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None and v is not False}
     with Progress(not ctx.obj["quiet"]) as progress:
         anon = client(ctx, progress)
         progress(f"creating a {function} release of {source}")
@@ -347,15 +345,24 @@ def create_release(ctx, function: str, source: str, kwargs: dict, params: tuple[
 
 
 def method_command(function: str) -> click.Command:
-    """The command anon.<function> (e.g. mondrian-view SOURCE --k 5 --quasi-identifiers a,b)."""
+    """The command anon.<function> (e.g. mondrian-view SOURCE --k 5 --quasi-identifiers a,b): one
+    option per parameter the SQL function declares (plpy_anon.parameters)."""
     def command(ctx, source, params, **kwargs):
         create_release(ctx, function, source, kwargs, params)
     command.__doc__ = f"Create a release of SOURCE with anon.{function}; prints its name."
-    for argument in reversed(METHOD_OPTIONS[function] + RELEASE_OPTIONS):
-        kind, text = COMMON_OPTIONS[argument]
-        command = click.option(option_name(argument), argument, type=str if kind is list else kind,
-                               help=text)(command)
-    command = click.option("--replace", is_flag=True, help="Rebuild an existing release of that name.")(command)
+    for p in reversed([p for p in function_parameters(function) if p.name != "source"]):
+        text = p.help + ("" if p.default in (None, "NULL") else f" [default: {p.python_default}]")
+        if p.sql_type == "text[]":
+            text += " Comma-separated."
+        if p.sql_type == "boolean" and p.default == "false":
+            option = click.option(option_name(p.name), p.name, is_flag=True, default=None, help=text)
+        elif p.sql_type == "boolean":
+            flag = p.name.replace("_", "-")
+            option = click.option(f"--{flag}/--no-{flag}", p.name, default=None, help=text)
+        else:
+            option = click.option(option_name(p.name), p.name, type=OPTION_TYPES[p.sql_type],
+                                  required=p.required, help=text)
+        command = option(command)
     command = click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
                            help="Any other argument of the SQL function (repeatable; JSON values accepted).")(command)
     command = format_option(command)
@@ -363,7 +370,7 @@ def method_command(function: str) -> click.Command:
     return main.command(function.replace("_", "-"))(click.pass_context(command))
 
 
-for _function in METHOD_OPTIONS:
+for _function in sorted({s.function for s in SURFACES.values()}):
     method_command(_function)
 
 

@@ -13,8 +13,10 @@ typed exceptions of :mod:`plpy_anon.client.errors`, carrying its message, detail
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import importlib.util
+import inspect
 import io
 import json
 import os
@@ -27,6 +29,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from plpy_anon import parameters
 from plpy_anon.client import errors
 
 ProgressCallback = Callable[[str], None]
@@ -50,6 +53,56 @@ def _param(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
     return value
+
+
+# SQL type of a method parameter -> the annotation its client method shows
+PYTHON_TYPES = {"integer": int, "bigint": int, "double precision": float, "boolean": bool,
+                "text": str, "regclass": str, "text[]": Sequence[str], "jsonb": str | dict,
+                "text | jsonb": str | dict}
+
+
+def function_parameters(function: str) -> list[parameters.Parameter]:
+    """The parameters of SQL function anon.<function> over every method it creates (mondrian_view:
+    plain and prioritized Mondrian), in their SQL order; one that not every method declares
+    (priorities) is optional."""
+    surfaces = [s for s in parameters.SURFACES.values() if s.function == function]
+    merged: dict[str, parameters.Parameter] = {}
+    for surface in surfaces:
+        for p in surface.parameters:
+            merged.setdefault(p.name, p)
+    everywhere = set.intersection(*(set(s.by_name) for s in surfaces))
+    return [p if p.name in everywhere else dataclasses.replace(p, default="NULL")
+            for p in merged.values()]
+
+
+def release_method(function: str) -> Callable[..., str]:
+    """``AnonClient.<function>(source, name=value, ...)``: creates a release with anon.<function>
+    and returns its qualified name. Its signature and docstring come from the parameters'
+    declarations (plpy_anon.parameters): an unknown or missing argument is a TypeError before any
+    SQL runs; None leaves an argument to the server's default."""
+    declared = function_parameters(function)
+    signature = inspect.Signature([
+        inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+        inspect.Parameter("source", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str),
+        *(inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
+                            default=inspect.Parameter.empty if p.required else None,
+                            annotation=PYTHON_TYPES[p.sql_type] if p.required else PYTHON_TYPES[p.sql_type] | None)
+          for p in declared if p.name != "source")],
+        return_annotation=str)
+
+    def call(self, *args, **named):
+        bound = signature.bind(self, *args, **named)
+        source = bound.arguments.pop("source")
+        bound.arguments.pop("self")
+        return self.scalar(function, source, **bound.arguments)
+
+    call.__signature__ = signature
+    call.__name__ = call.__qualname__ = function
+    lines = [f"anon.{function}: creates a release of ``source``; returns its qualified name.", ""]
+    lines += [f"``{p.name}``{' (required)' if p.required else ''}: {p.help}"
+              for p in declared if p.name != "source"]
+    call.__doc__ = "\n".join(lines)
+    return call
 
 
 class AnonClient:
@@ -215,53 +268,12 @@ class AnonClient:
         return self.scalar("drop_hierarchy", source, column_name)
 
     # ------------------------------------------------------------------ creating releases
-    def mondrian_view(self, source: str, k: int, *, l: int | None = None,
-                      quasi_identifiers: Sequence[str] | None = None,
-                      sensitive: Sequence[str] | None = None, identifiers: Sequence[str] | None = None,
-                      priorities: str | dict | None = None, release_name: str | None = None,
-                      release_schema: str | None = None, replace: bool | None = None,
-                      **options: Any) -> str:
-        """anon.mondrian_view: a k-anonymous (l-diverse with ``l``) Mondrian release; returns its
-        qualified name. ``priorities``: 'learned' or {column: weight} (prioritized Mondrian);
-        ``options``: any further parameter of the SQL function (target, cut_points, ...)."""
-        return self.scalar("mondrian_view", source, k=k, l=l, quasi_identifiers=quasi_identifiers,
-                           sensitive=sensitive, identifiers=identifiers, priorities=priorities,
-                           release_name=release_name, release_schema=release_schema,
-                           replace=replace, **options)
-
-    def break_merge(self, source: str, k: int, *, l: int | None = None,
-                    sensitive: Sequence[str] | None = None,
-                    quasi_identifiers: Sequence[str] | None = None,
-                    release_name: str | None = None, release_schema: str | None = None,
-                    replace: bool | None = None, **options: Any) -> str:
-        """anon.break_merge: a Break-Merge release (QIT + ST tables); returns its name."""
-        return self.scalar("break_merge", source, k=k, l=l, sensitive=sensitive,
-                           quasi_identifiers=quasi_identifiers, release_name=release_name,
-                           release_schema=release_schema, replace=replace, **options)
-
-    def trust_view(self, source: str, *, requester: str, purpose: str | None = None,
-                   k: int | None = None, release_name: str | None = None,
-                   release_schema: str | None = None, replace: bool | None = None,
-                   **options: Any) -> str:
-        """anon.trust_view: a release whose protection follows the requester's trust."""
-        return self.scalar("trust_view", source, requester=requester, purpose=purpose, k=k,
-                           release_name=release_name, release_schema=release_schema,
-                           replace=replace, **options)
-
-    def pattern_view(self, source: str, *, columns: Sequence[str] | None = None,
-                     release_name: str | None = None, release_schema: str | None = None,
-                     replace: bool | None = None, **options: Any) -> str:
-        """anon.pattern_view: a pattern-preserving release of numeric columns."""
-        return self.scalar("pattern_view", source, columns=columns, release_name=release_name,
-                           release_schema=release_schema, replace=replace, **options)
-
-    def fusion_resilient_view(self, source: str, *, sensitive: str, identifier: str | None = None,
-                              release_name: str | None = None, release_schema: str | None = None,
-                              replace: bool | None = None, **options: Any) -> str:
-        """anon.fusion_resilient_view: a release resisting fusion (regression) attacks."""
-        return self.scalar("fusion_resilient_view", source, sensitive=sensitive,
-                           identifier=identifier, release_name=release_name,
-                           release_schema=release_schema, replace=replace, **options)
+    # one method per SQL function of a release method, its signature read from the declarations
+    mondrian_view = release_method("mondrian_view")
+    break_merge = release_method("break_merge")
+    trust_view = release_method("trust_view")
+    pattern_view = release_method("pattern_view")
+    fusion_resilient_view = release_method("fusion_resilient_view")
 
     # ------------------------------------------------------------------ managing releases
     def releases(self) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from plpy_anon import cli
 from plpy_anon.client import AnonClient
+from plpy_anon.parameters import SURFACES
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_ONLY = {"fmt_local", "params", "all_"}            # --format, --param, refresh --all
@@ -58,9 +59,12 @@ def test_every_option_and_argument_is_named_like_a_sql_argument():
             assert param.name in allowed, f"{name}: {param.name} is not an argument of anon.{function}"
             if isinstance(param, click.Option) and param.name in SQL.get(function, ()):
                 assert param.opts == ["--" + param.name.replace("_", "-")], (name, param.opts)
-    # the release-creating commands' options come from METHOD_OPTIONS: each is a real argument
-    for function, arguments in cli.METHOD_OPTIONS.items():
-        assert set(arguments + cli.RELEASE_OPTIONS) <= SQL[function], function
+    # a release-creating command has an option for every argument of its SQL function but the
+    # source (its argument), built from the declarations (plpy_anon.parameters)
+    for function in {s.function for s in SURFACES.values()}:
+        command = cli.main.commands[function.replace("_", "-")]
+        assert {p.name for p in command.params} - CLI_ONLY == SQL[function], function
+        assert AnonClient.__dict__[function].__signature__.parameters.keys() - {"self"} == SQL[function]
 
 
 def test_client_methods_named_like_sql_functions_take_its_argument_names():
@@ -74,12 +78,6 @@ def test_client_methods_named_like_sql_functions_take_its_argument_names():
         assert not extra, f"AnonClient.{name}: {sorted(extra)} are not arguments of anon.{name}"
         checked += 1
     assert checked >= 15
-
-
-def test_a_diverging_name_is_caught(monkeypatch):
-    monkeypatch.setitem(cli.METHOD_OPTIONS, "mondrian_view", ["k", "qi"])
-    with pytest.raises(AssertionError):
-        assert set(cli.METHOD_OPTIONS["mondrian_view"]) <= SQL["mondrian_view"]
 
 
 @pytest.mark.parametrize(("old", "new"), [

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -217,6 +218,23 @@ print(json.dumps({"source": source, "made": made, "package": package}))
 """
 
 
+def released_commit(version: str) -> str:
+    """The commit of a released version: its tag v<version>, or (a clone without tags) the commit
+    that recorded it in sql/versions.txt."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    tag = git("rev-parse", "--verify", "--quiet", f"v{version}^{{commit}}")
+    if tag.returncode == 0:
+        return tag.stdout.strip()
+    recorded = git("log", "--format=%H", "--reverse", "-G", f"^{re.escape(version)} ", "--", "sql/versions.txt")
+    if recorded.stdout.split():
+        return recorded.stdout.split()[0]
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+        pytest.skip(f"a shallow clone holds neither the tag v{version} nor the commit that released it")
+    raise AssertionError(f"version {version} is in sql/versions.txt but neither its tag v{version} "
+                         "nor the commit recording it is in this repository ('git fetch --tags')")
+
+
 @pytest.fixture(params=RELEASED, ids=lambda v: f"from-{v}")
 def released_version(request):
     """The released version's tree (from its git tag), its install script built for a scratch
@@ -227,11 +245,10 @@ def released_version(request):
     target = extension_dir()
     if not os.access(target, os.W_OK):
         pytest.skip(f"cannot install the released version's script into {target} (run as root, as CI does)")
-    archive = subprocess.run(["git", "archive", "--format=tar", f"v{version}", "sql", "plpy_anon", "tests"],
+    commit = released_commit(version)
+    archive = subprocess.run(["git", "archive", "--format=tar", commit, "sql", "plpy_anon", "tests"],
                              cwd=ROOT, capture_output=True, check=False)
-    assert archive.returncode == 0, (
-        f"version {version} is listed in sql/versions.txt but its tag v{version} is missing "
-        f"('git fetch --tags'): {archive.stderr.decode()}")
+    assert archive.returncode == 0, archive.stderr.decode()
     work = Path(tempfile.mkdtemp(prefix="plpy_anon_released_"))
     script = target / f"plpy_anon--{version}.sql"
     kept = script.read_bytes() if script.exists() else None

@@ -121,8 +121,8 @@ def installed_venv() -> str:
 
 def copy_sources(work: Path) -> list[str]:
     shutil.copytree(ROOT / "sql", work / "sql")
-    (work / "plpy_anon").mkdir()
-    shutil.copy(ROOT / "plpy_anon" / "__init__.py", work / "plpy_anon" / "__init__.py")
+    # the build reads the version and the methods' parameters from the package
+    shutil.copytree(ROOT / "plpy_anon", work / "plpy_anon", ignore=shutil.ignore_patterns("__pycache__"))
     (work / "docs").mkdir()
     return [sys.executable, str(work / "sql" / "build.py"), "--no-docs"]
 
