@@ -229,8 +229,9 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
 # The source as LOCK names it; whether the caller may take SHARE UPDATE EXCLUSIVE on it (UPDATE,
 # DELETE or TRUNCATE); whether the caller is a superuser (who also locks the schema's row); the
 # first member of its inheritance tree owned by a role other than the caller and superusers
-# (only an owner adds indexes, statistics, policies or children), and the first such one with row
-# security; the schema and its owner unless only the caller or a superuser may rename it (owned
+# (only an owner adds indexes, statistics or children); the table itself if row security applies
+# to the caller (whose policies run as the reader; a partition's do not, read through its parent);
+# the schema and its owner unless only the caller or a superuser may rename it (owned
 # by the caller, a superuser, or pg_database_owner of a database one of them owns)
 LOCK_TARGET = """
 WITH RECURSIVE me AS (SELECT r.oid, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
@@ -241,8 +242,7 @@ tree(oid) AS (
 kept(role_oid, kept) AS (
     SELECT r.oid, r.oid = me.oid OR r.rolsuper FROM pg_catalog.pg_roles r, me),
 foreign_members AS (
-    SELECT pg_catalog.format('%I.%I (owned by %I)', tn.nspname, tc.relname, o.rolname) AS what,
-           tc.relrowsecurity
+    SELECT pg_catalog.format('%I.%I (owned by %I)', tn.nspname, tc.relname, o.rolname) AS what
     FROM tree JOIN pg_catalog.pg_class tc ON tc.oid = tree.oid
     JOIN pg_catalog.pg_namespace tn ON tn.oid = tc.relnamespace
     JOIN pg_catalog.pg_roles o ON o.oid = tc.relowner
@@ -252,7 +252,8 @@ SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name,
        OR pg_catalog.has_table_privilege(c.oid, 'TRUNCATE') AS may_lock,
        (SELECT me.rolsuper FROM me) AS superuser,
        (SELECT min(f.what) FROM foreign_members f) AS foreign_owner,
-       (SELECT min(f.what) FROM foreign_members f WHERE f.relrowsecurity) AS foreign_policies,
+       CASE WHEN c.relrowsecurity AND (c.relowner <> (SELECT me.oid FROM me) OR c.relforcerowsecurity)
+            THEN pg_catalog.format('%I.%I', n.nspname, c.relname) END AS policies_apply,
        (SELECT CASE WHEN kept.kept OR (o.rolname = 'pg_database_owner' AND d.kept) THEN NULL
                     ELSE pg_catalog.format('%I (owned by %I%s)', n.nspname, o.rolname,
                          CASE WHEN o.rolname = 'pg_database_owner'
@@ -267,15 +268,23 @@ FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamesp
 WHERE c.oid = $1 AND c.relkind IN ('r', 'p')"""
 
 # The members of a table's inheritance tree (partitions and children, recursively) that LOCK takes
-TREE_MEMBERS = """
+# and this backend does not hold in a mode that keeps CREATE INDEX out (SHARE UPDATE EXCLUSIVE or
+# one conflicting with SHARE)
+TREE_NOT_HELD = """
 WITH RECURSIVE tree(oid) AS (
     SELECT $1::pg_catalog.oid
     UNION
     SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
-SELECT c.oid, pg_catalog.format('%I.%I', n.nspname, c.relname) AS name
-FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relkind IN ('r', 'p')      -- LOCK takes no foreign table (check_planner_code refuses them)"""
+SELECT c.oid FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
+WHERE c.relkind IN ('r', 'p')      -- LOCK takes no foreign table (check_planner_code refuses them)
+  AND NOT EXISTS (
+    SELECT 1 FROM pg_catalog.pg_locks l
+    WHERE l.pid = pg_catalog.pg_backend_pid() AND l.locktype = 'relation' AND l.granted
+      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database d
+                        WHERE d.datname = pg_catalog.current_database())
+      AND l.relation = c.oid
+      AND l.mode IN ('ShareUpdateExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock',
+                     'AccessExclusiveLock'))"""
 
 
 def refuse_unkept(name: str, row: dict) -> None:
@@ -293,9 +302,9 @@ def refuse_unkept(name: str, row: dict) -> None:
     if row["open_schema"]:
         why = (f"its schema {row['open_schema']} may be renamed by a role other than you and "
                "superusers, who could swap in another table after the check")
-    elif row["foreign_policies"]:
-        why = (f"{row['foreign_policies']} has row security, whose policies would run with your "
-               "rights")
+    elif row["policies_apply"]:
+        why = ("its row security policies would run with your rights, and no check follows what "
+               "they call or read")
     elif row["foreign_owner"] and not row["may_lock"]:
         why = (f"{row['foreign_owner']} may get an index calling its owner's function after the "
                "check, since you may not lock the table (UPDATE, DELETE or TRUNCATE)")
@@ -304,23 +313,27 @@ def refuse_unkept(name: str, row: dict) -> None:
             f"table {name} cannot be kept as checked while this call reads it: {why}",
             detail="A role that is not a superuser reads only a table in a schema that only it or "
                    "a superuser can rename, owned with its inheritance tree by it or superusers or "
-                   "lockable by it, with no other role's row security.",
+                   "lockable by it, and with no row security policy that applies to it.",
             hint="Release a copy of the table made by you (CREATE TABLE ... AS SELECT) in a "
                  "schema of yours, or have a superuser build the release.")
 
 
-def lock_tree(plpy, oid: int) -> None:
-    """SHARE UPDATE EXCLUSIVE on every member of the table's inheritance tree. LOCK TABLE lists the
-    descendants before it waits, so a child attached meanwhile to a member it was waiting for is
-    not locked: read the tree again (a fresh snapshot: READ COMMITTED) until every member is held."""
-    held: set[int] = set()
-    while True:
-        members = [m for m in run(plpy, TREE_MEMBERS, ["oid"], [oid]) if m["oid"] not in held]
-        if not members:
+def lock_tree(plpy, oid: int, name: str) -> None:
+    """SHARE UPDATE EXCLUSIVE on every member of table ``oid``'s inheritance tree, ``name`` being
+    the root's name (checked to mean ``oid`` by the caller). LOCK TABLE lists the descendants
+    before it waits, so a child attached meanwhile to a member it was waiting for is not locked:
+    lock the root again (a new statement: a fresh look at the tree) until this backend holds every
+    member, as pg_locks shows by oid -- a member is never taken by a name its owner may have moved
+    to another table. Only the root is named: LOCK checks privileges on the table it names."""
+    for _ in range(100):
+        plpy.execute(f"LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")
+        if not run(plpy, TREE_NOT_HELD, ["oid"], [oid]):
             return
-        for member in members:
-            plpy.execute(f"LOCK TABLE ONLY {member['name']} IN SHARE UPDATE EXCLUSIVE MODE")
-            held.add(member["oid"])
+        if not run(plpy, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid = $2 AS same",
+                   ["text", "oid"], [name, oid])[0]["same"]:
+            return                   # locked another table: guard_source refuses it (55000)
+    raise SourceChanged(f"the partitions or children of table {name} kept changing while this call "
+                        "locked them; nothing was read", hint="Run the call again.")
 
 
 def lock_source(plpy, source: str) -> None:
@@ -360,8 +373,7 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     name = name or row[0]["name"]
     refuse_unkept(name, row[0])
     if row[0]["may_lock"]:
-        plpy.execute(f"LOCK TABLE {name} IN SHARE UPDATE EXCLUSIVE MODE")
-        lock_tree(plpy, oid)
+        lock_tree(plpy, oid, name)
         # what the lock waited for (a new owner, row security, a child) is seen only now
         again = run(plpy, LOCK_TARGET, ["oid"], [oid])
         if again:

@@ -468,10 +468,11 @@ def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) ->
     conninfo = params.pop("conninfo")
     with psycopg.connect(conninfo, autocommit=True, connect_timeout=5,
                          application_name="plpy_anon refresh log",
-                         # the database's owner may set a search_path (ALTER DATABASE ... SET)
-                         # whose types or functions would shadow pg_catalog's in these statements
+                         # the database's owner may set (ALTER DATABASE ... SET) a search_path
+                         # whose types or functions would shadow pg_catalog's here, or a role
                          options="-c lock_timeout=2s -c statement_timeout=10s "
-                                 "-c search_path=pg_catalog,pg_temp", **params) as conn:
+                                 "-c search_path=pg_catalog,pg_temp -c role=none "
+                                 "-c default_transaction_read_only=off", **params) as conn:
         conn.execute("""
             INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds,
                                               succeeded, error, sqlstate)

@@ -579,8 +579,70 @@ def test_another_roles_row_security_is_not_run_by_a_custodian(as_dba, db, owner,
     with as_dba() as dba:
         seen = notices(dba)
         if as_dba.custodian:
-            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="has row security"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row security policies would run"):
                 build(dba, s, release_schema)
         else:
             assert build(dba, s, release_schema)
     assert_not_run(db, role, seen)
+
+
+def test_a_child_renamed_away_while_the_tree_is_locked_is_still_locked_and_checked(as_dba, db, connect, owner,
+                                                                                    release_schema):
+    """A seventh review: the guard locked new members by NAME, and the owner renamed an unlocked
+    member away and gave its name to another table, then indexed the real member after the check
+    (the superuser became the owner's tool). Members are now held by oid (pg_locks), the root
+    alone named."""
+    role, s, a = owner
+    cols = "(id int NOT NULL, age int, zip text, dx text)"
+    a.execute(f"CREATE TABLE {s}.c () INHERITS ({s}.t)")
+    for name in ("g1", "g2", "z"):
+        a.execute(f"CREATE TABLE {s}.{name} {cols}")
+    db.execute(f"SELECT anon.set_column_role('{s}.t', 'id', 'identifier')")
+    outcome = {}
+
+    def dba_call():
+        with as_dba() as dba:
+            seen = notices(dba)
+            try:
+                build(dba, s, release_schema)
+                outcome["result"] = "ran"
+            except psycopg.Error as exc:
+                outcome["result"] = exc
+            outcome["seen"] = seen
+
+    def waiting(n):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation'"
+                          ).fetchone()[0] >= n:
+                return
+            time.sleep(0.05)
+        raise AssertionError("nobody waited")
+
+    with connect(user=role) as a2, connect(user=role) as a3:
+        a.autocommit = False
+        a.execute(f"LOCK TABLE {s}.c IN ACCESS EXCLUSIVE MODE")
+        a.execute(f"ALTER TABLE {s}.g1 INHERIT {s}.c")
+        a.execute(f"ALTER TABLE {s}.g2 INHERIT {s}.c")
+        worker = threading.Thread(target=dba_call)
+        worker.start()
+        waiting(1)                                             # the call waits for c
+        a2.autocommit = False
+        locker = threading.Thread(target=lambda: a2.execute(f"LOCK TABLE {s}.g1 IN ACCESS EXCLUSIVE MODE"))
+        locker.start()
+        waiting(2)
+        a.commit()                                             # the call gets c, then waits for g1
+        locker.join(30)
+        waiting(1)
+        a3.execute(f"ALTER TABLE {s}.g2 RENAME TO g2x")          # g2 not locked yet: renamed away,
+        a3.execute(f"ALTER TABLE {s}.z RENAME TO g2")            # its name given to another table
+        a3.autocommit = False
+        a3.execute(f"LOCK TABLE {s}.g2x IN ACCESS EXCLUSIVE MODE")
+        a2.commit()                                            # the call gets g1, then waits for g2x
+        waiting(1)
+        a3.execute(f"CREATE INDEX ON {s}.g2x (age) WHERE {s}.boom()")
+        a3.commit()
+        worker.join(60)
+    assert isinstance(outcome["result"], psycopg.errors.InsufficientPrivilege), outcome["result"]
+    assert "boom()" in outcome["result"].diag.message_primary
+    assert_not_run(db, role, outcome["seen"])

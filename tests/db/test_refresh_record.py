@@ -57,3 +57,20 @@ def test_the_record_of_a_failed_refresh_runs_none_of_the_database_owners_code(co
         assert recorded == error.value.diag.message_primary               # the record was written
         assert dba.execute("SELECT count(*) FROM anon.refresh_history WHERE NOT succeeded").fetchone()[0] == 1
         assert dba.execute("SELECT count(*) FROM trap.log").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("setting", ["role = {owner}", "default_transaction_read_only = on"])
+def test_the_record_is_written_whatever_the_database_owner_sets(connect, owned_database, setting):
+    """The owner's ALTER DATABASE ... SET role / read-only would make the superuser's record run as
+    the owner, or not at all (a seventh review): the connection's own options override them."""
+    name, owner, release = owned_database
+    with connect(dbname=name) as dba:
+        dba.execute(sql.SQL("ALTER DATABASE {} SET " + setting.format(owner=sql.Identifier(owner).as_string(dba)))
+                    .format(sql.Identifier(name)))
+    with connect(dbname=name) as dba:
+        dba.execute("SET ROLE NONE")                                    # this session: the superuser
+        dba.execute("SET default_transaction_read_only = off")
+        dba.execute("DELETE FROM data.t WHERE id > 3")
+        with pytest.raises(psycopg.Error) as error:
+            dba.execute("SELECT anon.refresh(%s)", (release,))
+        assert dba.execute("SELECT last_error FROM anon.releases").fetchone()[0] == error.value.diag.message_primary
