@@ -4499,7 +4499,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import risk as _module
+from plpy_anon.db import risk_report as _module
 return _module.risk_report(plpy, relation, quasi_identifiers=quasi_identifiers, sensitive=sensitive, population=population, risk_threshold=risk_threshold, recursive_c=recursive_c)
 $$;
 COMMENT ON FUNCTION anon_py.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS 'Implementation of anon.risk_report(regclass, text[], text[], bigint, double precision, double precision); executable only by a role that may execute that.';

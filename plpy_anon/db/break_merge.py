@@ -72,6 +72,7 @@ from plpy_anon.db.generalization import (
     qi_value,
     range_expression,
 )
+from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import (
@@ -112,9 +113,8 @@ def break_merge(
     k = RELEASE_METHOD.validate(k=k)["k"]
     if quasi_identifiers is not None and sensitive is not None:
         validate_attribute_roles(list(quasi_identifiers), list(sensitive))
-    roles = catalog.resolve_roles(
-        plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers
-    )
+    roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
+                          identifiers=identifiers)
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:

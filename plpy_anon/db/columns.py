@@ -671,17 +671,15 @@ def default_role(col: Column) -> str:
 
 
 def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, identifiers=None,
-                  cols: list[Column] | None = None, detect: bool = True,
+                  cols: list[Column] | None = None,
                   publishing: bool = True) -> list[tuple[Column, str]]:
-    """Every column of the table with the role it takes in this release, in table order.
+    """Every column of the table with the role it takes in this release, in table order: its
+    declaration, overridden by the call's lists, else its default. A release resolves its roles
+    through ``identifiers.release_roles``, which also runs the identifier detector.
 
     With ``publishing`` (every release), sensitive columns, which releases keep in their own
     type, are refused if that type is a range type running another role's code on ANALYZE
-    (:func:`check_range_columns`).
-
-    With ``detect`` (releases), columns that would be quasi-identifiers by DEFAULT (undeclared,
-    not in the call's lists, no explicit quasi_identifiers list) are checked by the identifier
-    detector first: one that looks identifying refuses the release (see db/identifiers.py)."""
+    (:func:`check_range_columns`)."""
     cols = cols if cols is not None else table_columns(plpy, tbl)
     roles = {c.name: default_role(c) for c in cols}
     declared = declared_roles(plpy, tbl)
@@ -706,10 +704,6 @@ def resolve_roles(plpy, tbl: Table, *, quasi_identifiers=None, sensitive=None, i
             if role == "quasi_identifier" and name not in given:
                 roles[name] = "ignored"
     roles.update(given)
-    if detect and quasi_identifiers is None:
-        from plpy_anon.db.identifiers import check_undeclared
-        check_undeclared(plpy, tbl, [c for c in cols if roles[c.name] == "quasi_identifier"
-                                     and c.name not in declared and c.name not in given])
     if publishing:
         check_range_columns(plpy, tbl.oid, f"table {tbl.label}",
                             [c.name for c in cols if roles[c.name] == "sensitive"])
@@ -750,7 +744,7 @@ def describe_roles(plpy, source):
     declared = declared_roles(plpy, tbl)
     with_hierarchy = set(hierarchy_columns(plpy, tbl))
     rows = []
-    for col, role in resolve_roles(plpy, tbl, detect=False, publishing=False):
+    for col, role in resolve_roles(plpy, tbl, publishing=False):
         rows.append((col.name, col.display_type, role, col.name in declared,
                      released_as(col, role, col.name in with_hierarchy)))
     return rows

@@ -88,9 +88,9 @@ def _source_columns(plpy, tbl, sensitive, identifier, attributes):
                     f'attribute "{col.name}" has type {col.display_type}; MDAV averages numbers',
                     hint="Leave it out of attributes (it is then not released).")
     else:
-        # detect=False: only numeric columns are kept, microaggregated; the others are dropped
+        # no identifier detection: only numeric columns are kept, microaggregated; the others dropped
         roles = catalog.resolve_roles(plpy, tbl, sensitive=[sensitive], identifiers=[identifier],
-                                      cols=cols, detect=False)
+                                      cols=cols)
         chosen = [c for c, role in roles if role == "quasi_identifier" and _is_number(c)]
     names = {c.name for c in chosen}
     if identifier in names or sensitive in names:

@@ -5,7 +5,7 @@ table (one query: ``ORDER BY random() LIMIT n`` over the table, with the exact r
 window, or ``TABLESAMPLE SYSTEM`` first when the table is much larger than the sample) and turns
 the findings into rows or into the refusal.
 
-The check (``check_undeclared``, called by ``columns.resolve_roles``): a column that would get its
+The check (``check_undeclared``, called by ``release_roles``): a column that would get its
 role by DEFAULT -- not declared in ``anon.column_roles``, not named in the call's lists, no
 explicit ``quasi_identifiers`` list -- and is not a unique key would be released as a
 quasi-identifier. If the detector finds it identifying, the release is refused with SQLSTATE
@@ -98,6 +98,22 @@ def detect_identifiers(plpy, source, sample_size):
 
 def _literal(plpy, value: str) -> str:
     return plpy.quote_literal(value)
+
+
+def release_roles(plpy, tbl: catalog.Table, *, quasi_identifiers=None, sensitive=None,
+                  identifiers=None, cols: list[catalog.Column] | None = None
+                  ) -> list[tuple[catalog.Column, str]]:
+    """A release's columns and their roles (``columns.resolve_roles``), after refusing undeclared
+    columns that would be released as quasi-identifiers by default and look identifying
+    (:func:`check_undeclared`; an explicit quasi_identifiers list names them all)."""
+    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
+                                  identifiers=identifiers, cols=cols)
+    if quasi_identifiers is None:
+        declared = catalog.declared_roles(plpy, tbl)
+        given = {*(sensitive or ()), *(identifiers or ())}
+        check_undeclared(plpy, tbl, [c for c, role in roles if role == "quasi_identifier"
+                                     and c.name not in declared and c.name not in given])
+    return roles
 
 
 def check_undeclared(plpy, tbl: catalog.Table, defaulted: list[catalog.Column]) -> None:

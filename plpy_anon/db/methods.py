@@ -4,9 +4,10 @@ Explicit on purpose, and lazy: ``REGISTRY[name]`` imports the module of that one
 first asked for, so refreshing a Mondrian release does not pay for scikit-learn (fusion) or scipy
 (pattern) in a backend that never uses them. A seventh method adds its module and one ``case``
 below: a package scan would have to import every module to find its ``RELEASE_METHOD`` (the cost
-this laziness avoids), and names are never turned into import paths. Imported only by releases.py
-(refresh, drop, the event trigger), the top of the db layer; the method modules import the
-machinery below it (publish, refreshing, verify, release_rows), never this module.
+this laziness avoids), and names are never turned into import paths. Imported only by the top of
+the db layer, releases.py (refresh, drop, the event trigger) and risk_report.py (a release's
+report); the method modules import the machinery below it (publish, refreshing, verify,
+release_rows), never this module.
 """
 from __future__ import annotations
 

@@ -94,6 +94,7 @@ from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-ex
     release_order,
     release_positions,
 )
+from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
@@ -117,8 +118,8 @@ def check_l(l, sensitive: list) -> int | None:
 def resolve_release_columns(plpy, tbl, *, quasi_identifiers, sensitive, identifiers, l):
     """(roles, qis, sensitive columns, l) of a generalizing release, validated: at least one QI,
     every QI of a type that generalizes, l only with a sensitive column."""
-    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
-                                  sensitive=sensitive, identifiers=identifiers)
+    roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
+                          sensitive=sensitive, identifiers=identifiers)
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:

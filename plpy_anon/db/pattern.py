@@ -81,9 +81,9 @@ def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bo
     tbl = catalog.table(plpy, source)
     cols = catalog.table_columns(plpy, tbl)
     substituted = _substituted_columns(tbl, cols, columns)
-    # detect=False: pattern releases only the substituted and sensitive columns, never defaults
+    # no identifier detection: pattern releases only the substituted and sensitive columns
     roles = catalog.resolve_roles(plpy, tbl, sensitive=sensitive, identifiers=identifiers,
-                                  cols=cols, detect=False)
+                                  cols=cols)
     names = [c.name for c in substituted]
     kept = [c.name for c, role in roles if role == "sensitive" and c.name not in names]
     parameters = {

@@ -49,6 +49,7 @@ from plpy_anon.db.generalization import (
     int_array_literal,
     release_positions,
 )
+from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import jsonb, run
@@ -271,7 +272,7 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
             raise InvalidParameter("deriving priorities needs most_useful and least_useful",
                                    hint="Name the most and least useful columns: most_useful => 'education', least_useful => 'race'.")
         tbl = catalog.table(plpy, derive_from)
-        cols = [c for c, role in catalog.resolve_roles(plpy, tbl, detect=False, publishing=False)  # publishes nothing
+        cols = [c for c, role in catalog.resolve_roles(plpy, tbl, publishing=False)  # publishes nothing
                 if role in ("quasi_identifier", "sensitive") and c.kind is not None]
         for name in (most, least):
             catalog.column_named(tbl, cols, name)
@@ -327,8 +328,8 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
     _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share)
     evaluate(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
     cols = catalog.table_columns(plpy, tbl)
-    roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
-                                  sensitive=sensitive, identifiers=identifiers, cols=cols)
+    roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
+                          sensitive=sensitive, identifiers=identifiers, cols=cols)
     qis = [c for c, r in roles if r == "quasi_identifier"]
     if not qis:
         raise InvalidParameter(f"table {tbl.label} has no quasi-identifier to generalize",

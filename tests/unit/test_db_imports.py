@@ -26,8 +26,10 @@ def test_db_module_graph_is_acyclic():
     graphlib.TopologicalSorter(graph).prepare()     # raises CycleError on a cycle
 
 
-@pytest.mark.parametrize("module", ["grants", "releases", "refreshing", "verify"])
-def test_no_function_level_db_imports_in_the_machinery(module):
+@pytest.mark.parametrize("module", [m for m in MODULES if m != "methods"])
+def test_no_function_level_db_imports(module):
+    """Only the registry imports inside functions (one method's module when it is first asked
+    for, by design: methods.py); an import anywhere else hidden in a function dodges a cycle."""
     tree = ast.parse((DB / f"{module}.py").read_text())
     everywhere = list(db_imports(tree, False))
     assert everywhere == list(db_imports(tree, True))

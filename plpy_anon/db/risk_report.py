@@ -1,0 +1,109 @@
+"""anon.risk_report: the report of any relation a caller names (table, partitioned table, view,
+materialized view, release): which relation and columns to count, checked and guarded, then
+``risk.compute``. Above the method registry (a release is read through its method), so that
+``risk``, which every build uses to store its report, stays below the methods.
+"""
+from __future__ import annotations
+
+from plpy_anon.core.errors import InvalidParameter, UnsupportedType
+from plpy_anon.db import columns, risk
+from plpy_anon.db.class_counts import orderable
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.methods import REGISTRY
+from plpy_anon.db.release_rows import check_genuine
+from plpy_anon.db.sqltext import ident, run
+
+RELEASE_QUERY = """
+SELECT r.* FROM anon.releases r
+JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema AND n.oid = r.schema_oid
+WHERE r.release_schema = $1 AND r.release_name = $2
+"""
+
+CAN_READ_CATALOG = """
+SELECT pg_catalog.has_table_privilege('anon.releases', 'SELECT')
+   AND pg_catalog.has_table_privilege('anon.column_roles', 'SELECT') AS ok
+"""
+
+
+def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
+    rel = run(plpy, risk.RELATION_QUERY, ["text"], [relation])[0]
+    if rel["relkind"] not in risk.READABLE_RELKINDS:
+        raise UnsupportedType(
+            f"{rel['schema']}.{rel['name']} is {columns.RELKIND_NAMES.get(rel['relkind'], 'not a relation with rows')}",
+            hint="Pass a table, partitioned table, view, materialized view or release.")
+    for arg, values in (("quasi_identifiers", quasi_identifiers), ("sensitive", sensitive)):
+        if values is not None and any(v is None for v in values):
+            raise InvalidParameter(f"{arg} must not contain NULL", hint=f"List column names in {arg}.")
+    catalog = bool(run(plpy, CAN_READ_CATALOG)[0]["ok"])
+    release = run(plpy, RELEASE_QUERY, ["text", "text"], [rel["schema"], rel["name"]]) if catalog else []
+    if release:
+        target = risk.release_target(plpy, release[0], REGISTRY.get(release[0]["method"]),
+                                quasi_identifiers, sensitive)
+        if target.relation != ident(plpy, rel["schema"], rel["name"]):
+            target_rel = run(plpy, risk.RELATION_QUERY, ["text"], [target.relation])[0]
+            oid = int(target_rel["oid"])
+        else:
+            oid = int(rel["oid"])
+    else:
+        declared = {}
+        if catalog:
+            declared = columns.declared_roles(plpy, columns.Table(int(rel["oid"]), rel["schema"], rel["name"]))
+        qis = (list(quasi_identifiers) if quasi_identifiers is not None
+               else [c for c, r in declared.items() if r == "quasi_identifier"])
+        sens = (list(sensitive) if sensitive is not None
+                else [c for c, r in declared.items() if r == "sensitive"])
+        if not qis:
+            raise InvalidParameter(
+                f"no quasi-identifiers for {rel['schema']}.{rel['name']}",
+                hint="Pass quasi_identifiers => ARRAY['col', ...], or declare them with "
+                     "anon.set_column_role(relation, column, 'quasi_identifier').")
+        target = risk.Target(ident(plpy, rel["schema"], rel["name"]),
+                        f"{risk.READABLE_RELKINDS[rel['relkind']]} {rel['schema']}.{rel['name']}",
+                        qis, sens, {}, {})
+        oid = int(rel["oid"])
+    # the report's queries plan the relation (and what a view reads): refuse one whose planning
+    # or reading runs code of a role that is not a superuser
+    columns.guard_relation(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]), rel["relkind"])
+    if oid != int(rel["oid"]):     # a release read through another of its relations
+        # plpy_anon's own view over the release's storage, checked to be the one it built: its
+        # owner is whoever created the release, who need not be a superuser
+        check_genuine(plpy, release[0])
+        method = REGISTRY.get(release[0]["method"])
+        if method is None or method.check_relations is None:
+            raise columns.UnsafeSource(
+                f"{target.label} is not a relation plpy_anon builds for a release of this method",
+                hint="Report the release's materialized view itself.")
+        method.check_relations(plpy, release[0])      # its views are the queries plpy_anon writes
+        columns.guard_relation(plpy, oid, target.relation, target_rel["relkind"], own_view=True)
+    cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
+    for name in target.qis + target.sensitive:
+        if name not in cols:
+            raise risk.UndefinedColumn(
+                f'column "{name}" does not exist in {target.label}',
+                hint=f"Columns are: {', '.join(cols)}. Names are case-sensitive as stored.")
+    overlap = set(target.qis) & set(target.sensitive)
+    if overlap:
+        raise InvalidParameter(f"{sorted(overlap)} given both as quasi-identifier and sensitive",
+                               hint="A column is either linked on (quasi-identifier) or protected "
+                                    "(sensitive), not both.")
+    if sensitive is None:      # columns from the catalog: report why, rather than refuse
+        for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
+            target.sensitive.remove(s)
+            target.skipped[s] = f"not computed: type {cols[s].display_type} has no ordering"
+    for name in target.qis + target.sensitive:
+        if not orderable(plpy, cols[name].display_type):
+            raise UnsupportedType(
+                f'column "{name}" of {target.label} has type {cols[name].display_type}, which has '
+                "no ordering: its values cannot be counted into classes",
+                hint="Report a view that casts it to text (or a type with an ordering).")
+    target.ordered = {s: cols[s].category in risk.ORDERED_CATEGORIES for s in target.sensitive}
+    return target
+
+
+
+@sql_entry
+def risk_report(plpy, relation: str, quasi_identifiers=None, sensitive=None, population=None,
+                risk_threshold=0.2, recursive_c=3.0) -> list[dict]:
+    target = resolve(plpy, relation, quasi_identifiers, sensitive)
+    return risk.compute(plpy, target, population=population, risk_threshold=risk_threshold,
+                   recursive_c=recursive_c)
