@@ -49,15 +49,13 @@ def test_recreated_release_schema_is_not_accepted_as_plpy_anons(db, connect, sch
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(release_schema)))  # DBA cleanup
     with connect(user=attacker) as a:
         a.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(release_schema)))
-    # the DBA's next release in that schema must not land in a schema the attacker owns
-    try:
+    # the DBA's next release in that schema must not land in a schema the attacker owns: refused
+    with pytest.raises(psycopg.errors.DuplicateSchema, match="was not created by plpy_anon") as error:
         db.execute("SELECT anon.mondrian_view('pat', k => 5, quasi_identifiers => '{age,zip}', "
                    "sensitive => '{dx}', release_schema => %s)", (release_schema,))
-    except psycopg.Error:
-        return                                           # refused: fine
-    owner = db.execute("SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s",
-                       (release_schema,)).fetchone()[0]
-    assert owner != attacker, f"release created in schema {release_schema} owned by {attacker}"
+    assert release_schema in error.value.diag.message_primary, error.value.diag.message_primary
+    assert db.execute("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                      "WHERE n.nspname = %s", (release_schema,)).fetchone()[0] == 0
 
 
 def test_refresh_of_stale_release_does_not_run_attacker_code_as_superuser(as_dba, db, connect, schema,
@@ -93,27 +91,13 @@ def test_event_trigger_does_not_run_attacker_code_as_superuser(db, connect, sche
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(release_schema)))
     with connect(user=attacker) as a:
         a.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(release_schema)))
-    try:   # the DBA's release goes into the attacker's schema (first test)
+    # the DBA's release would go into the attacker's schema: refused (first test), so there is
+    # nothing of the DBA's there for the attacker to swap
+    with pytest.raises(psycopg.errors.DuplicateSchema, match="was not created by plpy_anon"):
         db.execute("SELECT anon.break_merge('pat', k => 5, l => 2, quasi_identifiers => '{age,zip}', "
                    "sensitive => '{dx}', release_schema => %s)", (release_schema,))
-    except psycopg.Error:
-        return
-    s = sql.Identifier(release_schema)
-    with connect(user=attacker) as a:
-        seen = notices(a)
-        a.execute(EVIL.format(schema=s.as_string(a)))
-        a.execute(sql.SQL("DROP VIEW {s}.pat_bm_merged, {s}.pat_bm_qit, {s}.pat_bm_st_dx").format(s=s))
-        a.execute(sql.SQL("DROP MATERIALIZED VIEW {s}.pat_bm").format(s=s))
-        a.execute(sql.SQL("CREATE MATERIALIZED VIEW {s}.pat_bm AS SELECT 1 AS x").format(s=s))
-        a.execute(sql.SQL("CREATE VIEW {s}.pat_bm_qit AS SELECT 1 AS age, 'z' AS zip, {s}.evil() AS gid")
-                  .format(s=s))
-        a.execute(sql.SQL("CREATE VIEW {s}.pat_bm_st_dx AS SELECT 1 AS gid, 'd' AS value, 1 AS count")
-                  .format(s=s))
-        try:   # the attacker refreshes ITS OWN view: the SECURITY DEFINER event trigger verifies it
-            a.execute(sql.SQL("REFRESH MATERIALIZED VIEW {s}.pat_bm").format(s=s))
-        except psycopg.Error:
-            pass
-    assert not [m for m in seen if m.startswith("evil") and m.endswith("super=t")], seen
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (release_schema,)).fetchone()[0] == 0
 
 
 def test_event_trigger_ignores_a_stale_release_in_a_recreated_schema(db, connect, schema, release_schema,
