@@ -468,5 +468,5 @@ def printable(text: str) -> str:
     """``text`` with every character that is not printable (line ends, carriage returns, other
     control and separator characters) as "?": for names written into comments of a script that
     psql will run. psql ends a ``--`` comment at a carriage return too: a table named
-    "t<carriage return>\\! command" ran the command on the machine loading an export (a review)."""
+    "t<carriage return>\\! command" would run the command on the machine loading an export."""
     return "".join(ch if ch.isprintable() else "?" for ch in text)

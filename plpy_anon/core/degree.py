@@ -136,7 +136,7 @@ def interval_hierarchy(values, n_levels=4):
     spread = distinct[-1] - distinct[0]
     base = _nice_width(spread / 2.0 ** (n_levels - 1)) if spread > 0 else 1.0
     # float8 intervals narrower than a hundred steps of float8 at the values' magnitude do not
-    # nest reliably (a review's microsecond timestamps of 1650 made a node with two parents)
+    # nest reliably (microsecond timestamps of 1650 made a node with two parents)
     resolution = np.spacing(max(abs(distinct[0]), abs(distinct[-1])))
     if base < 100 * resolution:
         column = getattr(values, "name", None)

@@ -567,10 +567,10 @@ class Mondrian:
 
     # ------------------------------------------------------------------ validation
     def _validate(self, columns, sensitive, sensitive_names=None):
-        _check_int(self.k, "k", 2)
+        _check_int("k", self.k, minimum=2)
         check_split(self.split)
         if self.l is not None and self.l_diversity in ("distinct", "recursive"):
-            _check_int(self.l, "l", 1)
+            _check_int("l", self.l, minimum=1)
         check_models(self.l, self.l_diversity, self.c, self.t)
         if not columns:
             raise InvalidParameter("no quasi-identifier columns given",
@@ -1039,7 +1039,7 @@ def check_split(split):
     return split
 
 
-def _check_int(value, name, minimum):
+def _check_int(name, value, *, minimum):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidParameter(f"{name} must be an integer, got {value!r}",
                                hint=f"pass an integer {name} >= {minimum}")

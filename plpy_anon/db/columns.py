@@ -153,8 +153,8 @@ ORDER BY a.attnum
 # and predicates of its indexes, its partition key, the CHECK constraints of inheritance children
 # (constraint exclusion) and the expressions of extended statistics are constant-folded when first
 # loaded, so an IMMUTABLE function of the owner's, with constant arguments, runs as the DBA building
-# or refreshing a release, before any line of ours (an independent review made a table's owner
-# superuser this way: CREATE INDEX ON t (age) WHERE owner_function()). Functions (and operators'
+# or refreshing a release, before any line of ours (CREATE INDEX ON t (age) WHERE
+# owner_function() would make the owner superuser). Functions (and operators'
 # functions) owned by a superuser are the server's own; any other owner's is refused. Foreign
 # members are listed too (function NULL): reading them runs a query on another server.
 PLANNER_CODE = """
@@ -201,8 +201,8 @@ ORDER BY 1, 2
 def check_planner_code(plpy, oid: int, label: str) -> None:
     """Refuse table ``oid`` (with its children and partitions) if planning a query on it would run
     a function not owned by a superuser (see PLANNER_CODE), or if it has foreign partitions or
-    children (a fifth review: a postgres_fdw partition whose user mapping logs in as the DBA when
-    the DBA is a superuser ran the owner's remote view as postgres). Catalog reads only: callable
+    children (a postgres_fdw partition whose user mapping logs in as the DBA when the DBA is a
+    superuser runs the owner's remote view as postgres). Catalog reads only: callable
     from any function; :func:`guard_source` adds the lock that keeps it true until the transaction
     ends."""
     rows = run(plpy, PLANNER_CODE, ["oid"], [oid])
@@ -365,8 +365,8 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     under READ COMMITTED, where the check after the lock sees what the lock waited for.
     ``name``: the name the caller
     will read the table by, read before this call (default: the oid's name now); it is the name
-    locked, and refused unless it still means ``oid`` (a fifth review swapped two tables' names
-    between the caller's read and this one: the guard checked one, the reads went to the other)."""
+    locked, and refused unless it still means ``oid`` (two tables' names swapped between the
+    caller's read and this one would have the guard check one and the reads go to the other)."""
     row = run(plpy, LOCK_TARGET, ["oid"], [oid])
     if not row:
         return                   # gone or not a table: the build reports it in its own words
@@ -447,8 +447,8 @@ JOIN pg_catalog.pg_proc p
 WHERE p.pronamespace <> 'pg_catalog'::pg_catalog.regnamespace
 UNION
 -- built-ins that run SQL text or read relations named at run time: what they read is neither
--- locked nor checked (a tenth review planted an index on a table a DBA's view read through
--- query_to_xml('SELECT ... FROM owner.t')). Built-ins are pinned and leave no pg_depend row:
+-- locked nor checked (an index on a table a DBA's view reads through
+-- query_to_xml('SELECT ... FROM owner.t') would run unchecked). Built-ins are pinned and leave no pg_depend row:
 -- they are found in the rule's node tree by their oid
 SELECT NULL, NULL, pg_catalog.format('view %s', views.oid::pg_catalog.regclass),
        pg_catalog.format('function %s', p.oid::pg_catalog.regprocedure),
@@ -522,10 +522,10 @@ WHERE NOT o.rolsuper
 
 def check_range_columns(plpy, oid: int, label: str, names: list[str] | None = None) -> None:
     """Refuse a relation whose columns (``names``, default all) are of a range type whose
-    subtype_diff or canonical function no superuser owns. A tenth review kept such a column as
-    a sensitive column of a Mondrian release: the release is a materialized view owned by the
-    DBA, and autovacuum's ANALYZE of it ran the range owner's subtype_diff as the DBA; a DBA's
-    view filtering it with ``@>`` ran it when anon.risk_report planned the view."""
+    subtype_diff or canonical function no superuser owns. Kept as a sensitive column of a
+    Mondrian release (a materialized view owned by the DBA), autovacuum's ANALYZE of it would run
+    the range owner's subtype_diff as the DBA; a DBA's view filtering it with ``@>`` would run it
+    when anon.risk_report plans the view."""
     found = run(plpy, UNSAFE_RANGES, ["oid", "text[]"], [oid, names])
     if found:
         listing = "; ".join(f'column "{r["name"]}" ({r["function"]}, owned by {r["owner"]})'
@@ -540,9 +540,8 @@ def check_range_columns(plpy, oid: int, label: str, names: list[str] | None = No
 
 def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = False) -> None:
     """:func:`guard_source` for any relation a report reads (``anon.risk_report`` takes views and
-    materialized views too). A seventh review reported on the DBA's own, function-free view over
-    another role's table: planning the view planned the table, whose index predicate ran its
-    owner's code as the DBA. So:
+    materialized views too). Planning even the DBA's own, function-free view over another role's
+    table plans the table, whose index predicate would run its owner's code as the DBA. So:
 
     * a table: :func:`guard_source`;
     * a foreign table: refused (reading it runs a query on another server, as its user mapping
@@ -559,8 +558,8 @@ def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = Fal
       and refused if it has a column of a range type running another role's code
       (:func:`check_range_columns`).
 
-    Why the owner test: an eighth review ran its code as the DBA through its own views in three
-    ways no catalog walk of the view sees -- a cast to its domain whose CHECK calls its function,
+    Why the owner test: a view's owner can run its code as the DBA in three ways no catalog walk
+    of the view sees -- a cast to its domain whose CHECK calls its function,
     a built-in that runs SQL text (``query_to_xml('SELECT payload()', ...)``; pinned built-ins
     leave no pg_depend row), and a row-level security policy on its table (relations under a
     view are read with the view owner's rights, so the superuser's bypass does not apply). A

@@ -3,8 +3,61 @@ to its source and publishes generalized classes (``generalized_release_query``),
 (``range_expression``, ``containment_test``, ``qi_value``), the release order
 (``release_positions``) and the literals a partitioning run hands back to SQL.
 
-Moved here from mondrian.py, the reference method, so that every method imports the foundation
-rather than another method; see mondrian.py's docstring for the query's shape and why.
+A Mondrian release's query, for example, does the set work in SQL:
+
+    WITH run AS MATERIALIZED (SELECT s AS p FROM anon._mondrian_partition_slices(<release_id>) AS s),
+    slice_rows AS MATERIALIZED (                    -- Python, once; its slices, one at a time:
+        SELECT r.* FROM run CROSS JOIN LATERAL anon._partition_slice_rows(run.p, '<source>'::regclass) AS r),
+    kept_rows AS MATERIALIZED (                     -- one join back to the source
+        SELECT r.class_id, r.row_position, s."age" AS v0, (s."sex")::text AS v1, s."diagnosis" AS s0
+        FROM slice_rows AS r
+        JOIN <source> AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid),
+    bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
+    classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
+                                    x.q1::text[] AS q1                  -- once per class
+        FROM bounds b JOIN (<p.classes -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
+    SELECT c.q0 AS "age", c.q1 AS "sex", rs.s0 AS "diagnosis"
+    FROM (SELECT * FROM kept_rows ORDER BY class_id, row_position) AS rs   -- merge-joined:
+    JOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id  -- no resort
+    WHERE (rs.v0 IS NULL OR c.q0 @> rs.v0::int4)                           -- containment filter
+      AND array_position(c.q1, rs.v1) IS NOT NULL
+    ORDER BY rs.class_id, rs.row_position           -- release order: by class, shuffled inside
+
+so only the quasi-identifiers (and, for l-diversity, the sensitive columns) travel to Python, and
+only the rows' ctids (in release order), each class's size and, for categorical QIs, one
+generalized value per class travel back, in slices of whole classes (anon.partition_slice, about
+a million rows each: PostgreSQL converts and frees one slice before asking for the next, so no
+copy of the whole result sits in the backend; _partition_slice_rows turns a slice into a class id
+and a position per row; sensitive values never leave SQL). The
+partitioning function is STABLE: it reads the source in the query's own snapshot, so the ctids
+it returns are those the join sees.
+
+Sources: ordinary tables, inheritance parents and partitioned tables, read without ONLY (every
+row of every child / partition). ctids repeat across physical relations, so for a source with
+children the run also returns each row's tableoid and the join uses (tableoid, ctid).
+
+Generalized values: numeric, date and timestamp QIs become ranges with the tightest bounds of the
+class's non-NULL values, computed IN SQL from the source rows in the column's own type (Python
+partitions on a float8 approximation, which orders values but cannot write bounds: a bigint above
+2^53, a 20-digit numeric or a timestamp's microseconds would be lost). Bounds are inclusive
+(``[lo, hi]``); a discrete range whose upper bound is the type's maximum (2147483647, the largest
+date) is released upper-unbounded (``[lo,)``), since ``[lo, max]`` canonicalizes to an overflowing
+``[lo, max + 1)``. ±infinity (dates, timestamps, floats, numeric) and NaN (floats, numeric; a
+numrange holds it as a bound above infinity) are released as they are; the partitioner sees them
+as values just beyond the finite ones. A class of only NULLs gets NULL; a class mixing NULL and
+values shows the range of its values (NCP counts such a cell as fully generalized). Categorical
+QIs become the sorted set of values present (``text[]``, NULL an element of its own), or, with a
+registered hierarchy, the lowest common ancestor (``text``).
+
+Containment filter: a row is emitted only if each of its QI values lies inside its released class
+value, tested with the column's own operators (``range @> value::element`` -- NULL values pass, as
+above -- and ``array_position(set, value's text) IS NOT NULL``; hierarchy labels are not checked).
+A value's text is ``value::text`` for pg_catalog's types and the type's output function for any
+other type (an enum, say): a cast to text from a type its owner made may run the owner's function
+(``sqltext.text_of``), and the build must not run it with the builder's rights.
+A row failing it is left out of the release instead of being published under a value that does not
+contain it; the release's post-build verification, which compares the release's row count with
+the source's, then fails the build, so a wrong range is never published.
 """
 from __future__ import annotations
 
@@ -198,8 +251,8 @@ def release_order(labels: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.nd
     The generator is seeded with 128 fresh bits from the operating system's CSPRNG at every
     call, kept nowhere. A seed anyone can know makes the shuffle a function an analyst can
     replay: seeded with the release id (printed in the release's own view definition) and the
-    row count, a review sorted each class's members by their replayed tie-breakers and read off
-    every person's sensitive value (tests/adversarial/test_release_order.py)."""
+    row count, sorting each class's members by their replayed tie-breakers reads off every
+    person's sensitive value (tests/adversarial/test_release_order.py)."""
     rng = np.random.default_rng(secrets.randbits(128))
     class_rank = rng.permutation(max(int(n_classes), 1)).astype(np.int32)
     ranked = class_rank[labels]

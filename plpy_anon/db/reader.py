@@ -322,7 +322,7 @@ def nondeterministic_collations(plpy, oid: int, names: list[str]) -> dict[str, s
 def spelled_columns(plpy, tbl: Table, columns: list[Column]) -> list[Column]:
     """Those of ``columns`` (read as text) whose equal values may be read as different texts
     (see CANONICAL_TYPES): also domains over domains, arrays of domains and composite types
-    (a review: '1.0' and '1.00' in each). Grouping them runs no role's code: a type's equality
+    ('1.0' and '1.00' in each). Grouping them runs no role's code: a type's equality
     comes from its default operator class, which only a superuser can create."""
     collated = nondeterministic_collations(plpy, tbl.oid, [c.name for c in columns])
     return [c for c in columns if c.name in collated or (
@@ -332,8 +332,8 @@ def spelled_columns(plpy, tbl: Table, columns: list[Column]) -> list[Column]:
 def merge_equal_spellings(plpy, tbl: Table, data: TableData, columns: list[Column]) -> None:
     """Give values that are EQUAL in their column's type and collation one code and one text
     (the smallest of their spellings), in place, for the columns of ``spelled_columns``. Read as
-    text, '1.0' and '1.00' were two values: Break-Merge published groups holding one value as
-    l = 2 (a review). The spellings are grouped by PostgreSQL itself (GROUP BY the column, which
+    text, '1.0' and '1.00' would be two values, and a group holding one value would count as
+    l = 2. The spellings are grouped by PostgreSQL itself (GROUP BY the column, which
     uses the type's equality and the column's collation): one aggregate over the source per
     such column, returning only values spelled more than one way."""
     for col in spelled_columns(plpy, tbl, columns):

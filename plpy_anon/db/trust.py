@@ -236,8 +236,8 @@ EXACT_IN_FLOAT = 2**53
 
 def _check_exact_in_float(tbl, col, values, null_mask) -> None:
     """Refuse an integer column whose values a float8 cannot hold exactly: the default interval
-    hierarchy is built on float8, where 2^63 - 1 became 2^63 and wrapped around to -2^63 (a
-    review's int8 column at its extremes failed with "hierarchy node ... has two parents")."""
+    hierarchy is built on float8, where 2^63 - 1 becomes 2^63 and wraps around to -2^63 (an int8
+    column at its extremes would fail with "hierarchy node ... has two parents")."""
     if values.dtype.kind != "i" or values.size == 0:
         return
     present = values if null_mask is None else values[~null_mask]
@@ -408,7 +408,7 @@ def output_type(col) -> str:
 
 
 def release_query(plpy, tbl, roles, release_id: int) -> str:
-    """The materialized view's query: Mondrian's shape (see mondrian.py); suppressed rows carry
+    """The materialized view's query: Mondrian's shape (see generalization.py); suppressed rows carry
     class id -1 and are left out."""
     qi_types = {c.name: output_type(c) for c, r in roles if r == "quasi_identifier"}
     return generalized_release_query(plpy, tbl, roles, qi_types,
@@ -528,7 +528,7 @@ def _literal(col, label):
     A bound beyond what the column's type holds is left out (the range is unbounded on that
     side, still truthful): an interval of the default hierarchy may start below the type's
     minimum or end above its maximum, and a discrete type's [v, v] is stored as [v, v + 1),
-    which overflows at the maximum (reviews' int4 columns at 2^31 - 1 and near -2^31 failed with
+    which overflows at the maximum (int4 columns at 2^31 - 1 or near -2^31 would fail with
     "integer out of range")."""
     if col.kind != "numeric":
         return label
@@ -542,8 +542,8 @@ def _literal(col, label):
         return f"[{_clamped(kind, lo, bottom, top, '')},{_clamped(kind, hi, bottom, top, None)})"
     value = Decimal(label)
     if top is not None and (value > top or (range_type in DISCRETE and value == top)):
-        # read as float8, a timestamp in the last millisecond of the type rounds past its end
-        # (a review): the release query merges the class's exact bounds into this range
+        # read as float8, a timestamp in the last millisecond of the type rounds past its end:
+        # the release query merges the class's exact bounds into this range
         return f"[{_bound(kind, str(top))},)"
     if bottom is not None and value < bottom:
         return f"(,{_bound(kind, str(bottom))}]"
@@ -590,7 +590,7 @@ def _date_text(day: np.datetime64) -> str:
 
 def _timestamp_text(seconds: float, with_zone: bool) -> str:
     """Epoch seconds as a timestamp PostgreSQL reads, over its whole range (Python's datetime
-    stops at years 1 and 9999: a review's timestamps of 44 BC failed with an OverflowError)."""
+    stops at years 1 and 9999: timestamps of 44 BC would raise an OverflowError)."""
     micros = round(seconds * 1e6)
     days, micros = divmod(micros, 86_400_000_000)
     date, era = _date_parts(EPOCH_DAY + np.timedelta64(days, "D"))
