@@ -113,7 +113,13 @@ def table(plpy, source: str, *, guard: bool = True) -> Table:
     ends. ``guard=False``, for callers inside STABLE functions (which may not lock: the release
     queries' partitioning functions, run after their build or refresh guarded the source, and
     ``anon.column_roles``, which plans nothing on it): the check alone."""
-    row = run(plpy, TABLE_QUERY, ["text"], [source])[0]
+    rows = run(plpy, TABLE_QUERY, ["text"], [source])
+    if not rows:       # resolved by name (the catalog's latest state), absent from the snapshot
+        raise SourceChanged(
+            f"table {source} was created after this transaction's snapshot was taken (REPEATABLE "
+            "READ or SERIALIZABLE), so this call cannot read it",
+            hint="Run the call in a new transaction.")
+    row = rows[0]
     if row["relkind"] not in ("r", "p"):
         raise UnsupportedType(
             f"{row['schema']}.{row['name']} is {RELKIND_NAMES.get(row['relkind'], 'not a table')}; "

@@ -646,3 +646,17 @@ def test_a_child_renamed_away_while_the_tree_is_locked_is_still_locked_and_check
     assert isinstance(outcome["result"], psycopg.errors.InsufficientPrivilege), outcome["result"]
     assert "boom()" in outcome["result"].diag.message_primary
     assert_not_run(db, role, outcome["seen"])
+
+
+def test_a_table_created_after_a_repeatable_read_snapshot_is_refused_cleanly(db, connect, schema, release_schema):
+    """A seventh review: the name resolves (the catalog's latest state) but the table is not in
+    the transaction's snapshot; the call failed with a Python IndexError."""
+    with connect() as dba:
+        dba.autocommit = False
+        dba.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        dba.execute("SELECT 1")                                  # the snapshot is taken
+        db.execute("CREATE TABLE late (id int, age int, zip text)")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="created after this transaction"):
+            dba.execute("SELECT anon.mondrian_view(%s, k => 5, release_schema => %s)",
+                        (f"{schema}.late", release_schema))
+        dba.rollback()
