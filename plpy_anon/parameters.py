@@ -214,6 +214,8 @@ PATTERN = Surface("pattern", "pattern_view", (
     Parameter("seed", "bigint", "NULL", help="Seed of the walk (default: fresh randomness)."),
     Parameter("bounds", "jsonb", "NULL", help='Per column [low, high], e.g. {"age": [1, 120]} (default: the observed range).'),
     SENSITIVE, IDENTIFIERS, *RELEASE,
+    # 16: the smallest power of two with which >= 90 % of every Adult column (age, fnlwgt,
+    # education_num) moves at the paper's parameters (docs/pattern.md)
     Parameter("delta", "double precision", "16", help="A locality's slack, in mean gaps of its sorted segment."),
     Parameter("max_unchanged", "double precision", "0.10",
               help="Refuse when a larger share of a column's values comes out unchanged.")))

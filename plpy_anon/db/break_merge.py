@@ -45,7 +45,6 @@ import pandas as pd
 from plpy_anon.core.bayesnet import BayesNet
 from plpy_anon.core.breach import break_merge_breach, plain_breach
 from plpy_anon.core.breakmerge import (
-    MAX_CATEGORIES,
     BreakMerge,
     check_categories,
     check_diversity_feasible,
@@ -82,6 +81,7 @@ from plpy_anon.db.reader import (
     read_columns,
 )
 from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.parameters import BREAK_MERGE
 
 METHOD = "break_merge"
 RESERVED = ("gid", "weight", "_gid", "_attribute", "_value", "_count")
@@ -128,7 +128,7 @@ def break_merge(
     _check_reserved([c.name for c in qis + sens])
     l = RELEASE_METHOD.validate(l=l)["l"]
     _check_alpha(max_rule_probability)
-    max_categories = int(max_categories or MAX_CATEGORIES)
+    max_categories = int(max_categories or BREAK_MERGE.by_name["max_categories"].python_default)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
     name = release_name or f"{tbl.name}_bm"
     objects = _object_names(name, [c.name for c in sens])

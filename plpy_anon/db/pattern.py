@@ -45,6 +45,7 @@ from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
+from plpy_anon.parameters import PATTERN
 
 METHOD = "pattern"
 
@@ -57,12 +58,9 @@ RELEASED_TYPES = {"int2": "numeric", "int4": "numeric", "int8": "numeric", "nume
                   "float4": "float8", "float8": "float8"}
 # threads walking segments inside the backend (process pools do not work there)
 MAX_THREADS = 4
-# the paper's slack of a locality, in mean gaps of the sorted segment (see core.pattern.release);
-# 16 is the smallest power of two with which >= 90 % of every Adult column (age, fnlwgt,
-# education_num) moves at the paper's parameters (docs/pattern.md)
-DEFAULT_DELTA = 16.0
-# a release in which more than this share of a column's values is published as it was is refused
-DEFAULT_MAX_UNCHANGED = 0.10
+# a release made before these parameters existed: their declared defaults
+DEFAULT_DELTA = PATTERN.by_name["delta"].python_default
+DEFAULT_MAX_UNCHANGED = PATTERN.by_name["max_unchanged"].python_default
 
 
 def _check_max_unchanged(value):
@@ -76,8 +74,8 @@ def _check_max_unchanged(value):
 
 @sql_entry
 def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bounds, sensitive,
-                 identifiers, release_name, release_schema, replace, delta=DEFAULT_DELTA,
-                 max_unchanged=DEFAULT_MAX_UNCHANGED, GD=None):
+                 identifiers, release_name, release_schema, replace, delta, max_unchanged,
+                 GD=None):
     tbl = catalog.table(plpy, source)
     cols = catalog.table_columns(plpy, tbl)
     substituted = _substituted_columns(tbl, cols, columns)

@@ -128,6 +128,11 @@ def test_each_methods_default_is_written_once():
                         rf"\.get\(['\"]{p.name}['\"]\) or ['\"]?{default}\b"]
             if not isinstance(p.python_default, str):
                 patterns.append(rf"\b{p.name}={re.escape(repr(p.python_default))}(?![\w.])")
+                # a module constant holding it again: DELTA = 16, DEFAULT_MAX_UNCHANGED = 0.10
+                for path, text in sources.items():
+                    for m in re.finditer(rf"(?m)^(?:DEFAULT_)?{p.name.upper()}\s*=\s*(-?[\d.]+)$", text):
+                        if float(m.group(1)) == float(p.python_default):
+                            found.append(f"{path}:{text[:m.start()].count(chr(10)) + 1}: {m.group(0)}")
             for path, text in sources.items():
                 for pattern in patterns:
                     for m in re.finditer(pattern, text):
