@@ -1569,7 +1569,7 @@ $$;
 
 -- The rows of one slice of a Mondrian-family run (anon.partition_slice) as a relation: each
 -- row's (tableoid, ctid), class and release position, the slice's offsets added. ROWS is a
--- slice's size (plpy_anon.db.mondrian.SLICE_ROWS): with 100000 the planner fetched a 10M-row
+-- slice's size (plpy_anon.db.mondrian_family.SLICE_ROWS): with 100000 the planner fetched a 10M-row
 -- source's rows by 10M TID scans (31.7 s) rather than hashing it once (17.6 s).
 CREATE OR REPLACE FUNCTION anon._partition_slice_rows(s anon.partition_slice, source regclass)
 RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position bigint)

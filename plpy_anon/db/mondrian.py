@@ -6,152 +6,25 @@ described in generalization.py, which every Mondrian-family method shares.
 """
 from __future__ import annotations
 
-import functools
-import json
-from collections.abc import Iterator
-from dataclasses import dataclass
-
-import numpy as np
-import pandas as pd
-
-from plpy_anon.core.encoding import (
-    encode_factorized,
-    encode_numeric,
-    finite_for_ordering,
-    numeric_offset,
-)
-from plpy_anon.core.errors import InsufficientData, InvalidParameter
-from plpy_anon.core.generalize import ClassIndex, class_bounds
-from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, params, publish, release_rows
+from plpy_anon.db import method, publish, release_rows
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.generalization import (  # noqa: F401 -- shared helpers, re-exported for callers
-    EPOCH_DATE,
-    array_element,
-    check_float_digits,
-    class_literals,
-    column_for,
-    containment_test,
-    generalized_release_query,
-    int_array_literal,
-    output_type,
-    qi_value,
-    range_expression,
-    release_order,
-    release_positions,
-)
-from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.params import check_k_rows
-from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
-from plpy_anon.db.sqltext import jsonb
-from plpy_anon.parameters import L_DIVERSITY, MONDRIAN, L
+from plpy_anon.db.mondrian_family import (
+    ReleaseRows,
+    base_parameters,
+    check_models,
+    core_models,
+    load_release_rows,
+    model_suffix,
+    partition_output,
+    release_query,
+    resolve_release_columns,
+    sensitive_for_models,
+)
 
 METHOD = "mondrian"
-
-
-def check_l(l, sensitive: list) -> int | None:
-    l = L.check(l)
-    if l is None:
-        return None
-    if not sensitive:
-        raise InvalidParameter(
-            "l-diversity needs a sensitive column, and the table has none",
-            hint="Declare one with anon.set_column_role(table, column, 'sensitive') or pass sensitive => ARRAY[...].")
-    return int(l)
-
-
-def resolve_release_columns(plpy, tbl, *, quasi_identifiers, sensitive, identifiers, l):
-    """(roles, qis, sensitive columns, l) of a generalizing release, validated: at least one QI,
-    every QI of a type that generalizes, l only with a sensitive column."""
-    roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
-                          sensitive=sensitive, identifiers=identifiers)
-    qis = [c for c, role in roles if role == "quasi_identifier"]
-    sens = [c for c, role in roles if role == "sensitive"]
-    if not qis:
-        raise InvalidParameter(
-            f"table {tbl.label} has no quasi-identifier to generalize",
-            hint="Declare some with anon.set_column_role(table, column, 'quasi_identifier') "
-                 "or pass quasi_identifiers => ARRAY[...].")
-    for col in qis:
-        catalog.check_quasi_identifier(tbl, col)
-    return roles, qis, sens, check_l(l, sens)
-
-
-#: SA types whose values are ordered for t-closeness (ordered-distance EMD); others: equal distance
-ORDERED_SENSITIVE_TYPES = ("int2", "int4", "int8", "numeric", "float4", "float8")
-
-
-def check_models(l, sens: list, *, l_diversity, c, t, split) -> dict:
-    """The privacy-model and split parameters of a Mondrian-family release, validated once
-    (each by its declaration, then their combination), as stored in its parameters. ``ordered_sensitive``:
-    the sensitive columns t-closeness treats as ordered (numeric types)."""
-    models = MONDRIAN.validate({"l_diversity": l_diversity, "c": c, "t": t, "split": split})
-    params.check_models({"l": l, **models})
-    if models["t"] is not None and not sens:
-        raise InvalidParameter(
-            "t-closeness needs a sensitive column, and the table has none",
-            hint="Declare one with anon.set_column_role(table, column, 'sensitive') or pass sensitive => ARRAY[...].")
-    models["ordered_sensitive"] = [c.name for c in sens if c.type_name in ORDERED_SENSITIVE_TYPES]
-    return models
-
-
-def model_suffix(l, models: dict) -> str:
-    """Default release name suffix: ``_l2``, ``_l2_entropy``, ``_l2_recursive_c3``, ``_t0_2``."""
-    out = f"_l{l}" if l else ""
-    if l and models.get("l_diversity", L_DIVERSITY.python_default) != "distinct":
-        out += f"_{models['l_diversity']}"
-        if models.get("c") is not None:
-            out += f"_c{models['c']:g}".replace(".", "_")
-    if models.get("t") is not None:
-        out += f"_t{models['t']:g}".replace(".", "_")
-    return out
-
-
-def core_models(parameters: dict) -> dict:
-    """The core estimator's model keywords from a release's validated parameters (a key missing
-    from an older release's was filled with its default: ReleaseMethod.checked_parameters)."""
-    return {name: parameters[name] for name in ("l_diversity", "c", "t", "split")}
-
-
-def ordered_sensitive_names(parameters: dict) -> set[str]:
-    """The sensitive columns whose codes follow their values' order: with t, the numeric ones."""
-    return set(parameters.get("ordered_sensitive") or []) if parameters.get("t") is not None else set()
-
-
-def value_ordered_codes(column: TextColumnData) -> np.ndarray:
-    """Codes of a numeric sensitive column (read as text) numbered in value order (NaN after
-    numbers, NULL last, as PostgreSQL sorts them), so that the ordered-distance EMD sees
-    neighbours as neighbours. The dictionary's strings are parsed once each, not once per row."""
-    numbers = np.array([float(v) for v in column.dictionary], dtype=np.float64)
-    rank = np.unique(numbers, return_inverse=True)[1].ravel().astype(np.int64)  # NaN last
-    table = np.append(rank, rank.max(initial=-1) + 1)                   # code -1 (NULL): last
-    return table[column.codes]
-
-
-def sensitive_for_models(rows, parameters: dict):
-    """(sensitive codes, ordered flags, names) for the core; the codes of ordered columns were
-    numbered in value order when the rows were read (load_release_rows)."""
-    names = list(parameters.get("sensitive") or [])
-    if rows.sensitive is None or not names:
-        return rows.sensitive, False, None
-    ordered_names = ordered_sensitive_names(parameters)
-    return rows.sensitive, [n in ordered_names for n in names], names
-
-
-def base_parameters(plpy, tbl, roles, qis, sens, k, l, models=None) -> dict:
-    """The catalog parameters every Mondrian-family release records."""
-    hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
-    return {
-        "k": k, "l": l, **(models or {}),
-        "quasi_identifiers": [c.name for c in qis],
-        "sensitive": [c.name for c in sens],
-        "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
-        "released": [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")],
-        "dropped": [c.name for c, role in roles if role in ("identifier", "ignored")],
-    }
 
 
 @sql_entry
@@ -174,19 +47,6 @@ def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifie
     return release_rows.qualified_name(plpy, row)
 
 
-def release_query(plpy, tbl, roles, parameters, release_id: int,
-                  partition_function: str = "anon._mondrian_partition_slices") -> str:
-    """The materialized view's query of a Mondrian-family release."""
-    hierarchical = set(parameters["hierarchies"])
-    by_name = {col.name: col for col, _ in roles}
-    qi_types = {name: output_type(by_name[name], name in hierarchical)
-                for name in parameters["quasi_identifiers"]}
-    return generalized_release_query(plpy, tbl, roles, qi_types,
-                                     f"{partition_function}({int(release_id)})", sliced=True)
-
-
-# ---------------------------------------------------------------------------- partitioning run
-
 @sql_entry
 def partition(plpy, GD, release_id: int):
     return method.run(RELEASE_METHOD, plpy, GD, release_id)
@@ -206,155 +66,5 @@ def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, 
     return partition_output(ctx, rows, model.labels_, model.n_classes_)
 
 
-def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
-                     extra_metrics=None) -> tuple[Iterator[dict], dict]:
-    """What a Mondrian-family partitioning function returns: its ``anon.partition_slice`` rows
-    (an iterator, each slice built when PostgreSQL asks for it: see :func:`partition_slices`);
-    and the run's statistics for the catalog (``stash_run``'s keywords)."""
-    # classes renumbered in release order and rows listed in it (release_order): SQL gets the
-    # ctids in that order and each class's size, not a class id and a position per row
-    labels, order = release_order(labels, n_classes)
-    index = ClassIndex(order, np.concatenate([[0], np.cumsum(np.bincount(labels,
-                                                                         minlength=n_classes))]))
-    # numeric QIs: bounds come from SQL (generalized_release_query); categorical ones from here
-    listed = [(i, col, enc) for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded))
-              if col.kind == "categorical"]
-    metrics = release_metrics(rows.encoded, labels, rows.k, index)
-    metrics.update(extra_metrics or {})
-    bounds = class_bounds([enc for _, _, enc in listed], labels, n_classes, index)
-    literals = {f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed}
-    del bounds, labels
-    # only the rows' ctids (and relations) outlive this call, not the columns read
-    located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
-    slices = partition_slices(located, order, index.bounds, literals)
-    metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
-                          "python_total": round(ctx.elapsed(), 4)}
-    return slices, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
-                    "metrics": metrics}
-
-
-#: rows per anon.partition_slice (whole classes: a slice ends at the class that reaches it)
-SLICE_ROWS = 1 << 20
-
-
-def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
-                     literals: dict[str, list]) -> Iterator[dict]:
-    """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
-    about ``SLICE_ROWS`` rows (at least one class each), their rows' ctids in release order
-    (``order``: row indices by release position; class ``c`` holds the positions
-    ``bounds[c]:bounds[c + 1]``), each class's size and literals (``literals``: per literal QI,
-    one per class)."""
-    n_classes = bounds.size - 1
-    first = 0
-    while first < n_classes:
-        # the classes ending within SLICE_ROWS of this slice's start; at least one
-        last = max(first + 1, int(np.searchsorted(bounds, bounds[first] + SLICE_ROWS,
-                                                  side="right")) - 1)
-        rows = order[bounds[first]:bounds[last]]
-        yield {
-            "first_position": int(bounds[first]),
-            "first_class": first,
-            "class_sizes": int_array_literal(np.diff(bounds[first:last + 1])),
-            "ctids_utf8": data.ctid_literal_bytes(rows),
-            "row_tableoids": data.tableoid_literal(rows),
-            "classes": json.dumps({q: lits[first:last] for q, lits in literals.items()}),
-        }
-        first = last
-
-
-@dataclass
-class ReleaseRows:
-    """A Mondrian-family release's source, read once: the encoded QIs and what else it needs."""
-
-    tbl: catalog.Table
-    k: int
-    l: int | None
-    qis: list
-    encoded: list
-    sensitive: np.ndarray | None
-    target: np.ndarray | None
-    data: TableData            # n_rows and the rows' ctids / tableoids; its columns are released
-
-    @functools.cached_property
-    def frame(self) -> pd.DataFrame:
-        """Original QI values (numbers with NaN for NULL, text with None), rebuilt from the codes
-        only for the methods that need them (prioritized, workload): a plain Mondrian run keeps
-        no copy of the values beside the codes."""
-        frame = {}
-        for enc in self.encoded:
-            if enc.kind == "numeric":
-                offset = numeric_offset(enc)
-                labels = np.append(np.asarray(enc.labels, dtype=np.float64), np.nan)
-                index = enc.codes.astype(np.int64) - offset
-                if enc.null_code is not None:
-                    index[enc.codes == enc.null_code] = labels.size - 1
-                frame[enc.name] = labels[index]
-            else:
-                frame[enc.name] = np.asarray(enc.labels, dtype=object)[enc.codes]
-        return pd.DataFrame(frame)
-
-
-def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
-    """Read the columns a Mondrian-family release needs in one query and encode its QIs."""
-    params = jsonb(release["parameters"])
-    tbl = catalog.table(plpy, release["source"], guard=False)   # in the release query: guarded by its build / refresh
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
-    l = params.get("l")
-    sens = [column_for(tbl, cols, name) for name in params["sensitive"]] \
-        if l or params.get("t") is not None else []
-    target_name = params.get("target") if with_target else None
-    target_col = [column_for(tbl, cols, target_name)] if target_name else []
-    check_float_digits(plpy, tbl, qis)
-    numeric = [c for c in qis if c.kind == "numeric"]
-    categorical = [c for c in qis if c.kind == "categorical"]
-    extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
-    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra))
-    merge_equal_spellings(plpy, tbl, data, sens)     # l and t count values, not spellings
-    k = int(params["k"])
-    if data.n_rows == 0:
-        raise InsufficientData(f"table {tbl.label} is empty",
-                               hint="Load rows first; a release of no rows protects nothing.")
-    check_k_rows(k, data.n_rows, tbl.label)
-    hierarchical = set(params.get("hierarchies", []))
-    encoded = []
-    for col in qis:
-        d = data.columns[col.name]
-        if col.kind == "numeric":
-            ordered = finite_for_ordering(d.values, d.null_mask)   # ±inf, NaN: released as is
-            encoded.append(encode_numeric(col.name, ordered, d.null_mask))
-        else:
-            hierarchy = (catalog.load_hierarchy(plpy, tbl, col.name)
-                         if col.name in hierarchical else None)
-            if col.name in hierarchical and hierarchy is None:
-                raise InvalidParameter(
-                    f'the hierarchy of column "{col.name}" was dropped after the release was '
-                    "created",
-                    hint="Register it again with anon.set_hierarchy, or recreate the release "
-                         "with replace => true.")
-            encoded.append(encode_factorized(col.name, d.codes, d.dictionary, hierarchy))
-    sensitive = None
-    if sens:
-        ordered = ordered_sensitive_names(params)
-        sensitive = np.column_stack([
-            value_ordered_codes(data.columns[c.name]) if c.name in ordered
-            else data.columns[c.name].factorized() for c in sens])
-    target = None
-    if target_col:
-        target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
-    data.columns.clear()             # the values are in the codes now: keep one copy
-    return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data)
-
-
-def _unique(cols):
-    seen, out = set(), []
-    for c in cols:
-        if c.name not in seen:
-            seen.add(c.name)
-            out.append(c)
-    return out
-
-
-# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
 RELEASE_METHOD = ReleaseMethod(METHOD,
                                read=read, fit=fit, publish=publish_partition)

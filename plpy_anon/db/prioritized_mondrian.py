@@ -19,7 +19,7 @@ from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, mondrian, publish, release_rows
+from plpy_anon.db import method, mondrian_family, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.sqltext import jsonb, run
@@ -36,17 +36,17 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
                   GD=None):
     tbl = catalog.table(plpy, source)
     k = RELEASE_METHOD.validate(k=k)["k"]
-    roles, qis, sens, l = mondrian.resolve_release_columns(
+    roles, qis, sens, l = mondrian_family.resolve_release_columns(
         plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
         identifiers=identifiers, l=l)
-    models = mondrian.check_models(l, sens, l_diversity=l_diversity, c=c, t=t, split=split)
+    models = mondrian_family.check_models(l, sens, l_diversity=l_diversity, c=c, t=t, split=split)
     qi_names = [col.name for col in qis]
     weights, origin = resolve_priorities(plpy, tbl, priorities, qi_names)
     use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
     cuts = learned_cut_points(plpy, tbl, qi_names) if use_cuts else {}
     if target is not None:
         catalog.column_named(tbl, catalog.table_columns(plpy, tbl), target)
-    parameters = mondrian.base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
+    parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
     parameters.update({
         "priorities": weights, "priorities_origin": origin, "target": target,
         "metric_weights": jsonb(metric_weights), "cut_points": cuts,
@@ -55,14 +55,14 @@ def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitiv
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
     PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
-                        cut_tolerance=cut_tolerance, **mondrian.core_models(parameters)
+                        cut_tolerance=cut_tolerance, **mondrian_family.core_models(parameters)
                         ).check_parameters(qi_names, target is not None)
-    name = release_name or f"{tbl.name}_k{k}" + mondrian.model_suffix(l, models) + "_prioritized"
+    name = release_name or f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized"
 
     row = publish.create_view_release(
         plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
         replace=replace, parameters=parameters,
-        query=lambda release_id: mondrian.release_query(
+        query=lambda release_id: mondrian_family.release_query(
             plpy, tbl, roles, parameters, release_id,
             partition_function="anon._prioritized_mondrian_partition_slices"))
     return release_rows.qualified_name(plpy, row)
@@ -127,7 +127,7 @@ def model_for(params: dict):
         metric_weights=params.get("metric_weights"),
         cut_points={c: [tuple(x) for x in cuts] for c, cuts in
                     (params.get("cut_points") or {}).items()},
-        cut_tolerance=params.get("cut_tolerance", CUT_TOLERANCE.python_default), **mondrian.core_models(params))
+        cut_tolerance=params.get("cut_tolerance", CUT_TOLERANCE.python_default), **mondrian_family.core_models(params))
 
 
 @sql_entry
@@ -135,17 +135,17 @@ def partition(plpy, GD, release_id: int):
     return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 
-def read(ctx: method.Run) -> mondrian.ReleaseRows:
-    return mondrian.load_release_rows(ctx.plpy, ctx.release)
+def read(ctx: method.Run) -> mondrian_family.ReleaseRows:
+    return mondrian_family.load_release_rows(ctx.plpy, ctx.release)
 
 
-def fit(rows: mondrian.ReleaseRows, parameters: dict) -> PrioritizedMondrian:
-    sensitive, ordered, names = mondrian.sensitive_for_models(rows, parameters)
+def fit(rows: mondrian_family.ReleaseRows, parameters: dict) -> PrioritizedMondrian:
+    sensitive, ordered, names = mondrian_family.sensitive_for_models(rows, parameters)
     return model_for(parameters).fit(rows.encoded, sensitive, target=rows.target,
                                      sensitive_ordered=ordered, sensitive_names=names)
 
 
-def publish_partition(ctx: method.Run, rows: mondrian.ReleaseRows, model) -> tuple[dict, dict]:
+def publish_partition(ctx: method.Run, rows: mondrian_family.ReleaseRows, model) -> tuple[dict, dict]:
     params = ctx.parameters
     extra = {}
     if params.get("priorities"):
@@ -156,7 +156,7 @@ def publish_partition(ctx: method.Run, rows: mondrian.ReleaseRows, model) -> tup
         # weights that do not depend on the release (comparable across releases)
         extra["c_wdm_weights"] = normalize_weights(params["priorities"], names)
         extra["c_wdm_weights_origin"] = "release"
-    return mondrian.partition_output(ctx, rows, model.labels_, model.n_classes_,
+    return mondrian_family.partition_output(ctx, rows, model.labels_, model.n_classes_,
                                      extra_metrics=extra)
 
 

@@ -32,7 +32,7 @@ from plpy_anon.core.workload import (
     workload_precision as core_workload_precision,
 )
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import mondrian, prioritized_mondrian, releases
+from plpy_anon.db import mondrian_family, prioritized_mondrian, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import jsonb, run
 from plpy_anon.querylog.priorities import PriorityLearner
@@ -167,7 +167,7 @@ class _ReleaseEvaluation:
                 hint=f"Use it on releases of {', '.join(MONDRIAN_METHODS)}.")
         self.params = jsonb(self.release["parameters"])
         catalog.table(plpy, self.release["source"])      # guarded before the rows are read
-        rows = mondrian.load_release_rows(plpy, self.release)
+        rows = mondrian_family.load_release_rows(plpy, self.release)
         self.tbl, self.qis, self.encoded, self.frame = rows.tbl, rows.qis, rows.encoded, rows.frame
         model = prioritized_mondrian.model_for(self.params).fit(
             self.encoded, rows.sensitive, target=rows.target)

@@ -9,7 +9,7 @@ PostgreSQL 15's float4 -> numeric and float8 -> numeric casts round to FLT_DIG (
 with verified = true. An analyst testing the row's real value (its text form, which round-trips)
 finds it outside its class's range. Fix: build the numrange bounds from the float's exact text
 (``lo::text::numeric``; extra_float_digits >= 1 gives the shortest exact form) and test
-containment the same way (mondrian.range_expression / containment_test).
+containment the same way (generalization.range_expression / containment_test).
 """
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from plpy_anon.db.generalization import array_element
-from plpy_anon.db.mondrian import generalized_release_query
+from plpy_anon.db.generalization import array_element, generalized_release_query
 from tests.helpers import class_sizes, release_schema_of
 
 # (column type, released range type, values): extremes float8 cannot represent or that

@@ -59,3 +59,12 @@ def test_registry_import_costs_no_method_module():
             "'plpy_anon.db.pattern') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_no_method_module_imports_another():
+    """What methods share lives below them (mondrian_family, generalization, publish, ...), so a
+    method can change, or a new one be added, without touching another."""
+    from plpy_anon.db.methods import NAMES
+    for name in NAMES:
+        imported = set(db_imports(ast.parse((DB / f"{name}.py").read_text()), False))
+        assert not imported & set(NAMES), (name, sorted(imported & set(NAMES)))

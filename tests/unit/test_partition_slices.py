@@ -1,4 +1,4 @@
-"""The Mondrian family's result in slices (plpy_anon.db.mondrian.partition_slices): whole classes,
+"""The Mondrian family's result in slices (plpy_anon.db.mondrian_family.partition_slices): whole classes,
 in release order, every row once, offsets that add up."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.db import mondrian
+from plpy_anon.db import mondrian_family
 from plpy_anon.db.reader import TID_DTYPE, TableData
 
 
@@ -30,9 +30,9 @@ def test_slices_hold_whole_classes_in_order_and_every_row_once(sizes, slice_rows
     order = rng.permutation(n)
     literals = {"q1": [f"{{c{i}}}" for i in range(len(sizes))]}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mondrian, "SLICE_ROWS", slice_rows)
+        patch.setattr(mondrian_family, "SLICE_ROWS", slice_rows)
         bounds = np.concatenate([[0], np.cumsum(np.array(sizes, dtype=np.int64))])
-        slices = list(mondrian.partition_slices(data, order, bounds, literals))
+        slices = list(mondrian_family.partition_slices(data, order, bounds, literals))
     position, next_class, seen = 0, 0, []
     for s in slices:
         own = ints(s["class_sizes"])
