@@ -155,6 +155,13 @@ ORDER BY a.attnum
 """
 
 
+# Table $1 and its inheritance tree (partitions and children, recursively), as the CTE ``tree``
+INHERITANCE_TREE = """tree(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION
+    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)"""
+
+
 # Code the PLANNER runs on a table, with the rights of whoever plans a query on it: the expressions
 # and predicates of its indexes, its partition key, the CHECK constraints of inheritance children
 # (constraint exclusion) and the expressions of extended statistics are constant-folded when first
@@ -163,10 +170,8 @@ ORDER BY a.attnum
 # owner_function() would make the owner superuser). Functions (and operators'
 # functions) owned by a superuser are the server's own; any other owner's is refused. Foreign
 # members are listed too (function NULL): reading them runs a query on another server.
-PLANNER_CODE = """
-WITH RECURSIVE tree(oid) AS (
-    SELECT $1::pg_catalog.oid
-    UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid),
+PLANNER_CODE = f"""
+WITH RECURSIVE {INHERITANCE_TREE},
 attached(classid, objid, what) AS (
     -- the tables themselves: partition keys (folded when the key is loaded)
     SELECT 'pg_catalog.pg_class'::pg_catalog.regclass, tree.oid,
@@ -239,12 +244,9 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
 # to the caller (whose policies run as the reader; a partition's do not, read through its parent);
 # the schema and its owner unless only the caller or a superuser may rename it (owned
 # by the caller, a superuser, or pg_database_owner of a database one of them owns)
-LOCK_TARGET = """
+LOCK_TARGET = f"""
 WITH RECURSIVE me AS (SELECT r.oid, r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
-tree(oid) AS (
-    SELECT $1::pg_catalog.oid
-    UNION
-    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid),
+{INHERITANCE_TREE},
 kept(role_oid, kept) AS (
     SELECT r.oid, r.oid = me.oid OR r.rolsuper FROM pg_catalog.pg_roles r, me),
 foreign_members AS (
@@ -276,11 +278,8 @@ WHERE c.oid = $1 AND c.relkind IN ('r', 'p')"""
 # The members of a table's inheritance tree (partitions and children, recursively) that LOCK takes
 # and this backend does not hold in a mode that keeps CREATE INDEX out (SHARE UPDATE EXCLUSIVE or
 # one conflicting with SHARE)
-TREE_NOT_HELD = """
-WITH RECURSIVE tree(oid) AS (
-    SELECT $1::pg_catalog.oid
-    UNION
-    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+TREE_NOT_HELD = f"""
+WITH RECURSIVE {INHERITANCE_TREE}
 SELECT c.oid FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
 WHERE c.relkind IN ('r', 'p')      -- LOCK takes no foreign table (check_planner_code refuses them)
   AND NOT EXISTS (

@@ -46,10 +46,8 @@ def sample_columns(plpy, tbl: catalog.Table, cols: list[catalog.Column],
         return []
     # the whole table: a partitioned table or an inheritance parent keeps its rows in its
     # descendants (the parent's own reltuples, or a scan of the parent alone, sees none of them)
-    estimate = run(plpy, """
-        WITH RECURSIVE tree(oid) AS (
-            SELECT $1::pg_catalog.oid
-            UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+    estimate = run(plpy, f"""
+        WITH RECURSIVE {catalog.INHERITANCE_TREE}
         SELECT pg_catalog.sum(GREATEST(c.reltuples, 0))::float8 AS n
         FROM pg_catalog.pg_class c JOIN tree USING (oid)""", ["oid"], [tbl.oid])[0]["n"]
     select = ", ".join(f"pg_catalog.left({c.as_text(plpy)}, {MAX_VALUE_CHARS}) AS c{i}"

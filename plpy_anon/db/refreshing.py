@@ -57,7 +57,7 @@ from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name
     take_run,
     temp_name,
 )
-from plpy_anon.db.settings import server_setting
+from plpy_anon.db.settings import may_read_all_settings, server_setting
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 
@@ -455,7 +455,7 @@ def socket_directory(plpy) -> str | None:
             return lines[4].strip()
     except OSError:
         pass
-    if run(plpy, "SELECT pg_catalog.pg_has_role(current_user, 'pg_read_all_settings', 'USAGE') AS ok")[0]["ok"]:
+    if may_read_all_settings(plpy):
         value = run(plpy, "SELECT pg_catalog.current_setting('unix_socket_directories') AS d")[0]["d"]
         return value.split(",")[0].strip() or None
     return None

@@ -26,11 +26,16 @@ def server_setting(plpy, name: str) -> str | None:
                ["text"], [name])
     if rows:
         return rows[0]["setting"] or None if rows[0]["source"] in SUPERUSER_SOURCES else None
-    readable = run(plpy, """
-        SELECT pg_catalog.pg_has_role(current_user, 'pg_read_all_settings', 'USAGE') AS ok""")[0]["ok"]
-    if not readable:
+    if not may_read_all_settings(plpy):
         return None
     rows = run(plpy, """
         SELECT setting FROM pg_catalog.pg_file_settings
         WHERE name = $1 AND applied ORDER BY seqno DESC LIMIT 1""", ["text"], [name])
     return (rows[0]["setting"] or None) if rows else None
+
+
+def may_read_all_settings(plpy) -> bool:
+    """Whether the caller sees every setting and pg_file_settings (a superuser, or a member of
+    pg_read_all_settings)."""
+    return run(plpy, """
+        SELECT pg_catalog.pg_has_role(current_user, 'pg_read_all_settings', 'USAGE') AS ok""")[0]["ok"]
