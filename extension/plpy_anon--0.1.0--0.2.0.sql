@@ -1000,8 +1000,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import mondrian as _module
-return _module.mondrian_view(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, GD=GD)
+from plpy_anon.db import creation as _module
+return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, method='mondrian', GD=GD)
 $$;
 COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text) IS 'Implementation of anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text); executable only by a role that may execute that.';
 
@@ -1133,7 +1133,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import mondrian
+from plpy_anon.db.methods import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
 
@@ -1170,7 +1170,7 @@ $$;
 
 -- The rows of one slice of a Mondrian-family run (anon.partition_slice) as a relation: each
 -- row's (tableoid, ctid), class and release position, the slice's offsets added. ROWS is a
--- slice's size (plpy_anon.db.mondrian_family.SLICE_ROWS): with 100000 the planner fetched a 10M-row
+-- slice's size (plpy_anon.db.methods.mondrian_family.SLICE_ROWS): with 100000 the planner fetched a 10M-row
 -- source's rows by 10M TID scans (31.7 s) rather than hashing it once (17.6 s).
 CREATE OR REPLACE FUNCTION anon._partition_slice_rows(s anon.partition_slice, source regclass)
 RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position bigint)
@@ -1302,8 +1302,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import prioritized_mondrian as _module
-return _module.mondrian_view(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, GD=GD)
+from plpy_anon.db import creation as _module
+return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, method='prioritized_mondrian', GD=GD)
 $$;
 COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text) IS 'Implementation of anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text); executable only by a role that may execute that.';
 
@@ -1408,8 +1408,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import prioritized_mondrian as _module
-return _module.mondrian_view(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, GD=GD)
+from plpy_anon.db import creation as _module
+return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, method='prioritized_mondrian', GD=GD)
 $$;
 COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text) IS 'Implementation of anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text); executable only by a role that may execute that.';
 
@@ -1752,7 +1752,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import prioritized_mondrian
+from plpy_anon.db.methods import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;
 
@@ -1792,8 +1792,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import break_merge as _module
-return _module.break_merge(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, GD=GD)
+from plpy_anon.db import creation as _module
+return _module.create(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, method='break_merge', GD=GD)
 $$;
 COMMENT ON FUNCTION anon_py.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean) IS 'Implementation of anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean); executable only by a role that may execute that.';
 
@@ -2166,7 +2166,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import break_merge
+from plpy_anon.db.methods import break_merge
 return break_merge.run_release(plpy, GD, release_id)
 $$;
 
@@ -3120,8 +3120,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import trust as _module
-return _module.trust_view(plpy, source, requester=requester, purpose=purpose, k=k, max_suppression=max_suppression, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight, half_life_days=half_life_days, min_share=min_share, level_weights=level_weights, release_name=release_name, release_schema=release_schema, replace=replace, GD=GD)
+from plpy_anon.db import creation as _module
+return _module.create(plpy, source, requester=requester, purpose=purpose, k=k, max_suppression=max_suppression, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight, half_life_days=half_life_days, min_share=min_share, level_weights=level_weights, release_name=release_name, release_schema=release_schema, replace=replace, method='trust', GD=GD)
 $$;
 COMMENT ON FUNCTION anon_py.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean) IS 'Implementation of anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean); executable only by a role that may execute that.';
 
@@ -3261,7 +3261,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import trust
+from plpy_anon.db.methods import trust
 return trust.partition(plpy, GD, release_id)
 $$;
 
@@ -3301,8 +3301,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import pattern as _module
-return _module.pattern_view(plpy, source, columns=columns, segment=segment, sample=sample, iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, delta=delta, max_unchanged=max_unchanged, GD=GD)
+from plpy_anon.db import creation as _module
+return _module.create(plpy, source, columns=columns, segment=segment, sample=sample, iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, delta=delta, max_unchanged=max_unchanged, method='pattern', GD=GD)
 $$;
 COMMENT ON FUNCTION anon_py.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision) IS 'Implementation of anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision); executable only by a role that may execute that.';
 
@@ -3518,7 +3518,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import pattern
+from plpy_anon.db.methods import pattern
 return pattern.run_release(plpy, GD, release_id)
 $$;
 COMMENT ON FUNCTION anon._pattern_run_py(integer) IS
@@ -3669,8 +3669,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import fusion as _module
-return _module.fusion_resilient_view(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, GD=GD)
+from plpy_anon.db import creation as _module
+return _module.create(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, method='fusion', GD=GD)
 $$;
 COMMENT ON FUNCTION anon_py.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean) IS 'Implementation of anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean); executable only by a role that may execute that.';
 
@@ -3897,7 +3897,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import fusion
+from plpy_anon.db.methods import fusion
 return fusion.partition(plpy, GD, release_id)
 $$;
 

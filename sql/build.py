@@ -159,8 +159,9 @@ class Function:
     def __init__(self, name: str, *, args: list[str], returns: str, python: str, comment: str,
                  volatility: str = "VOLATILE", positional: int = 0, gd: bool = False,
                  rename: dict[str, str] | None = None, plpy: bool = True,
-                 nullable: list[str] = ()):
+                 nullable: list[str] = (), constants: dict | None = None):
         self.name, self.returns, self.python, self.comment = name, returns, python, comment
+        self.constants = constants or {}
         self.volatility, self.positional, self.gd, self.plpy = volatility, positional, gd, plpy
         self.rename = rename or {}
         self.args = [Arg(a, a.split()[0] in nullable) for a in args]
@@ -177,14 +178,16 @@ class Function:
                 for i in range(alternatives)]
 
     def call(self) -> str:
-        module, function = self.python.rsplit(".", 1)
+        package, _, module = f"plpy_anon.db.{self.python}".rsplit(".", 1)[0].rpartition(".")
+        function = self.python.rsplit(".", 1)[1]
         parts = ["plpy"] if self.plpy else []
         for i, a in enumerate(self.args):
             parts.append(a.name if i < self.positional else f"{self.rename.get(a.name, a.name)}={a.name}")
+        parts += [f"{name}={value!r}" for name, value in self.constants.items()]
         if self.gd:
             parts.append("GD=GD")
         returns = "" if self.returns == "void" else "return "
-        return (f"from plpy_anon.db import {module} as _module\n"
+        return (f"from {package} import {module} as _module\n"
                 f"{returns}_module.{function}({', '.join(parts)})")
 
     def sql(self, venv: str, version: str) -> str:
@@ -296,8 +299,18 @@ def method_args(method: str, names: list[str] | None = None) -> list[str]:
     return [surface.by_name[n].sql() for n in names]
 
 
+def release_function(method: str, comment: str) -> Function:
+    """The SQL function creating a release by ``method``: its name and arguments are the method's
+    declaration (plpy_anon.parameters); every one calls plpy_anon.db.creation.create."""
+    surface = method_parameters().SURFACES[method]
+    return Function(surface.function, args=surface.sql_args(), returns="text",
+                    python="creation.create", positional=1, gd=True,
+                    constants={"method": method}, comment=comment)
+
+
 def declarations(path: Path) -> list[Function]:
-    namespace = {"function": Function, "method_args": method_args, "__builtins__": {}}
+    namespace = {"function": Function, "method_args": method_args,
+                 "release_function": release_function, "__builtins__": {}}
     # the declarations are files of this repository, like this script
     exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102
     return namespace["FUNCTIONS"]

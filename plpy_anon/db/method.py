@@ -1,11 +1,15 @@
 """The release-method contract: what a method declares so that the shared machinery (publish,
 refresh, verification, grants) can act on its releases without knowing it.
 
-A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.methods``:
+A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.methods.registry``:
 
 * ``name``: the value of ``anon.releases.method`` for its releases;
 * its parameters are declared in ``plpy_anon.parameters`` (``SURFACES[name]``: SQL type, default,
-  constraint, help), and validated once by ``validate``;
+  constraint, help; or ``surface`` for a method declared elsewhere), and validated once by
+  ``validate``;
+* ``resolve(plpy, table, values) -> Plan``: what the validated values mean for this table (columns,
+  stored parameters), the release's default name and how its relations are built; creation.py does
+  the rest (the source, the name, the catalog row, the checks) the same way for every method;
 * ``refresh_release(plpy, GD, release)``: only for releases that are not one materialized view
   (default: rebuild the view beside the old one and swap it in, refreshing.py);
 * ``verification_spec(plpy, release, stats) -> verify.Spec``: only for releases whose relations
@@ -26,9 +30,25 @@ from plpy_anon.db import release_rows
 from plpy_anon.db.sqltext import jsonb
 
 
+@dataclass
+class Plan:
+    """A release about to be created, as its method resolved it (``ReleaseMethod.resolve``)."""
+
+    parameters: dict                   # stored in anon.releases.parameters; refreshes read them
+    default_name: str                  # the release's name when release_name is NULL
+    query: Callable[[int], str] | None = None   # one materialized view: its query for release_id
+    # otherwise build(release_id, qualified_name, release_name) creates the relations itself
+    build: Callable[[int, str, str], None] | None = None
+    # parameters naming the release's other relations, from its final name (Break-Merge's views)
+    objects: Callable[[str], dict] | None = None
+    created: Callable[[dict], None] | None = None   # after the catalog row exists (trust's grants)
+
+
 @dataclass(frozen=True)
 class ReleaseMethod:
     name: str
+    resolve: Callable | None = None
+    declared: parameters.Surface | None = None   # a method whose surface is not in SURFACES
     refresh_release: Callable | None = None
     verification_spec: Callable | None = None
     # check_relations(plpy, release): refuse relations of the release that are not the ones
@@ -40,7 +60,7 @@ class ReleaseMethod:
 
     @property
     def surface(self) -> parameters.Surface:
-        return parameters.SURFACES[self.name]
+        return self.declared or parameters.SURFACES[self.name]
 
     def validate(self, **values) -> dict:
         """The method's parameters checked by their declarations (InvalidParameter, 22023)."""

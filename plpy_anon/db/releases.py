@@ -22,7 +22,7 @@ from plpy_anon.core.errors import UndefinedObject
 from plpy_anon.db import refreshing, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.methods import REGISTRY
+from plpy_anon.db.methods.registry import REGISTRY
 from plpy_anon.db.publish import (  # noqa: F401 -- the creation API, re-exported
     check_name,
     create_release,

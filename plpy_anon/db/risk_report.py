@@ -9,7 +9,7 @@ from plpy_anon.core.errors import InvalidParameter, UnsupportedType
 from plpy_anon.db import columns, risk
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
-from plpy_anon.db.methods import REGISTRY
+from plpy_anon.db.methods.registry import REGISTRY
 from plpy_anon.db.release_rows import check_genuine
 from plpy_anon.db.sqltext import ident, run
 

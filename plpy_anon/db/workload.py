@@ -32,8 +32,9 @@ from plpy_anon.core.workload import (
     workload_precision as core_workload_precision,
 )
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import mondrian_family, prioritized_mondrian, releases
+from plpy_anon.db import releases
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.methods import mondrian_family, prioritized_mondrian
 from plpy_anon.db.sqltext import jsonb, run
 from plpy_anon.querylog.priorities import PriorityLearner
 

@@ -6,11 +6,8 @@ generated from them).
 """
 
 FUNCTIONS = [
-    function(
-        'mondrian_view',
-        args=method_args('mondrian'),
-        returns='text',
-        python='mondrian.mondrian_view', positional=1, gd=True,
+    release_function(
+        'mondrian',
         comment=("Creates a materialized view holding a k-anonymous Mondrian release of the table and returns its qualified name. Refresh it to re-anonymize current data. Privacy models asked of every class in each sensitive column (a cut is made only if both sides keep them; the whole table must satisfy them, else 22023 naming the figure): l with l_diversity => 'distinct' (>= l distinct values, the default), 'entropy' (entropy >= ln l) or 'recursive' (r1 < c (r_l + ... + r_m), c required); t => t-closeness (EMD to the table's distribution <= t; ordered distance for numeric sensitive columns, equal distance otherwise). split => 'median' (default) or 'utility' (least information loss). Each model is checked again from the released rows before publishing."),
     ),
 ]

@@ -18,11 +18,8 @@ FUNCTIONS = [
         python='workload.learn_priorities', positional=1,
         comment='Parses the workload (anon.workload, and pg_stat_statements when installed), counts how each column of the table is used (SELECT list, WHERE/JOIN/HAVING, GROUP BY, ORDER BY), stores the normalized weights in anon.priorities and the predicate cut points in anon.workload_profiles, and returns the weights. Unparseable statements are counted in a NOTICE, never fatal.',
     ),
-    function(
-        'mondrian_view',
-        args=method_args('prioritized_mondrian'),
-        returns='text',
-        python='prioritized_mondrian.mondrian_view', positional=1, gd=True,
+    release_function(
+        'prioritized_mondrian',
         comment=("Prioritized Mondrian release (materialized view): priorities => 'learned' (from anon.learn_priorities), a JSON object of column weights, or 'none' (text), or explicit weights as jsonb, e.g. '{\"age\": 1, \"sex\": 0}'::jsonb; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload's predicate constants; l, l_diversity, c, t and split as for the plain anon.mondrian_view. Returns the release's qualified name."),
     ),
     function(

@@ -7,11 +7,8 @@ generated from them).
 """
 
 FUNCTIONS = [
-    function(
+    release_function(
         'break_merge',
-        args=method_args('break_merge'),
-        returns='text',
-        python='break_merge.break_merge', positional=1, gd=True,
         comment="Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until anon.detect_dependencies finds no QI -> sensitive rule reaching alpha on the release (checked again on the released views, and by every refresh; residual rules in anon.releases.metrics->'rule_check'); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. anon.refresh rebuilds all of them from one snapshot. Returns the storage relation's qualified name.",
     ),
     function(

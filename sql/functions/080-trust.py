@@ -62,11 +62,8 @@ FUNCTIONS = [
         python='trust.trust', positional=1,
         comment="A requester's trust: the beta-reputation of its interactions (decayed with half_life_days), the trust-weighted mean of its recommendations, and their combination history_weight * history + (1 - history_weight) * recommendation.",
     ),
-    function(
-        'trust_view',
-        args=method_args('trust'),
-        returns='text',
-        python='trust.trust_view', positional=1, gd=True,
+    release_function(
+        'trust',
         comment='Creates a materialized view releasing the table for one requester and purpose, readable by the requester\'s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). level_weights ({"column": [w1, ..., wH]}) weighs the hierarchy steps (Definition 2.1; default equal). Column roles as in anon.mondrian_view (quasi_identifiers, sensitive, identifiers). Refresh re-evaluates trust. Returns the qualified name.',
     ),
 ]

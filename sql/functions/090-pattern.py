@@ -6,11 +6,8 @@ generated from them).
 """
 
 FUNCTIONS = [
-    function(
-        'pattern_view',
-        args=method_args('pattern'),
-        returns='text',
-        python='pattern.pattern_view', positional=1, gd=True,
+    release_function(
+        'pattern',
         comment="Creates a materialized view in which the numeric columns are replaced by values from a random walk that keeps a sampled fraction of their locality properties (sorted segments of segment values; bounds default to each column's observed range), keeps sensitive columns and drops the rest; returns its qualified name. Each locality may bend by delta mean gaps of its sorted segment; a column of which more than max_unchanged of the values come out unchanged (counted in SQL against the source) is refused (22000). Each refresh walks with a new seed unless seed is given.",
     ),
     function(

@@ -31,11 +31,8 @@ FUNCTIONS = [
         python='fusion.fusion_scan', positional=1,
         comment="For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) and returns protection P∘P̂ and P∘P′ (standardized), the attacker's gain, utility 1/C_DM and |D|/C_DM, H and whether k meets the thresholds. Creates nothing.",
     ),
-    function(
-        'fusion_resilient_view',
-        args=method_args('fusion'),
-        returns='text',
-        python='fusion.fusion_resilient_view', positional=1, gd=True,
+    release_function(
+        'fusion',
         comment="Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is 'unprotected' unless accept_unprotected => true (then warns and records it), picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release's catalog row (see anon.fusion_scan_of). Returns the view's qualified name.",
     ),
     function(

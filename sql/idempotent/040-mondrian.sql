@@ -12,7 +12,7 @@ LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
-from plpy_anon.db import mondrian
+from plpy_anon.db.methods import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
 
@@ -49,7 +49,7 @@ $$;
 
 -- The rows of one slice of a Mondrian-family run (anon.partition_slice) as a relation: each
 -- row's (tableoid, ctid), class and release position, the slice's offsets added. ROWS is a
--- slice's size (plpy_anon.db.mondrian_family.SLICE_ROWS): with 100000 the planner fetched a 10M-row
+-- slice's size (plpy_anon.db.methods.mondrian_family.SLICE_ROWS): with 100000 the planner fetched a 10M-row
 -- source's rows by 10M TID scans (31.7 s) rather than hashing it once (17.6 s).
 CREATE OR REPLACE FUNCTION anon._partition_slice_rows(s anon.partition_slice, source regclass)
 RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position bigint)

@@ -54,6 +54,6 @@ LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
-from plpy_anon.db import prioritized_mondrian
+from plpy_anon.db.methods import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;

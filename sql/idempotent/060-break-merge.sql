@@ -11,6 +11,6 @@ LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
-from plpy_anon.db import break_merge
+from plpy_anon.db.methods import break_merge
 return break_merge.run_release(plpy, GD, release_id)
 $$;

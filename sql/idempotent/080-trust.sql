@@ -10,6 +10,6 @@ LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
-from plpy_anon.db import trust
+from plpy_anon.db.methods import trust
 return trust.partition(plpy, GD, release_id)
 $$;

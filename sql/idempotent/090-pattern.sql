@@ -10,7 +10,7 @@ LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
-from plpy_anon.db import pattern
+from plpy_anon.db.methods import pattern
 return pattern.run_release(plpy, GD, release_id)
 $$;
 COMMENT ON FUNCTION anon._pattern_run_py(integer) IS

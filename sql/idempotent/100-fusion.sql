@@ -11,6 +11,6 @@ LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #BOOTSTRAP
-from plpy_anon.db import fusion
+from plpy_anon.db.methods import fusion
 return fusion.partition(plpy, GD, release_id)
 $$;

@@ -10,6 +10,7 @@ import json
 import pytest
 from psycopg import sql
 
+from tests.contract import random_groups
 from tests.contract.methods import Context, create_table
 from tests.helpers import release_schema_of
 
@@ -27,6 +28,14 @@ def drop_role(db, name: str) -> None:
     db.execute("DELETE FROM anon.requesters WHERE role_name = %s", (name,))
     db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
     db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="package", autouse=True)
+def seventh_method(db):
+    """The method kept in tests (random_groups.py), installed for the contract suite only."""
+    random_groups.install(db)
+    yield
+    random_groups.uninstall(db)
 
 
 @pytest.fixture(scope="module")

@@ -190,7 +190,7 @@ def test_mondrian_release_over_many_slices_of_its_run(db, schema, source, slice_
     relations: every row is released once, inside its class's ranges and sets, in classes of at
     least k, and the release is verified."""
     db.execute("SELECT * FROM anon.versions()")       # the package is loaded in this backend
-    db.execute(f"DO $$ from plpy_anon.db import mondrian_family; mondrian_family.SLICE_ROWS = {slice_rows} $$ "
+    db.execute(f"DO $$ from plpy_anon.db.methods import mondrian_family; mondrian_family.SLICE_ROWS = {slice_rows} $$ "
                "LANGUAGE plpython3u")
     try:
         rel = db.execute("SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => %s, "
@@ -200,7 +200,7 @@ def test_mondrian_release_over_many_slices_of_its_run(db, schema, source, slice_
                             "(SELECT release_id FROM anon.releases WHERE release_schema = %s))",
                             (release_schema_of(schema),)).fetchone()[0]
     finally:
-        db.execute("DO $$ from plpy_anon.db import mondrian_family; mondrian_family.SLICE_ROWS = 1 << 20 $$ "
+        db.execute("DO $$ from plpy_anon.db.methods import mondrian_family; mondrian_family.SLICE_ROWS = 1 << 20 $$ "
                    "LANGUAGE plpython3u")
     assert slices >= 5                                   # many slices, not one
     check_generalized(db, rel, 5)

@@ -8,29 +8,37 @@ import sys
 import pytest
 
 DB = pathlib.Path(__file__).resolve().parents[2] / "plpy_anon" / "db"
-MODULES = sorted(p.stem for p in DB.glob("*.py") if p.stem != "__init__")
+# every module of the db layer, methods/ included, by its dotted name below plpy_anon.db
+MODULES = sorted(".".join(p.relative_to(DB).with_suffix("").parts) for p in DB.rglob("*.py")
+                 if p.stem != "__init__")
+METHODS = [m for m in MODULES if m.startswith("methods.") and m != "methods.registry"]
+
+
+def path_of(module: str) -> pathlib.Path:
+    return DB.joinpath(*module.split(".")).with_suffix(".py")
 
 
 def db_imports(tree, top_level_only):
     nodes = tree.body if top_level_only else ast.walk(tree)
     for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "plpy_anon.db":
-                yield from (a.name for a in node.names if a.name in MODULES)
-            elif node.module.startswith("plpy_anon.db."):
-                yield node.module.rsplit(".", 1)[1]
+        if isinstance(node, ast.ImportFrom) and node.module and (
+                node.module == "plpy_anon.db" or node.module.startswith("plpy_anon.db.")):
+            package = node.module.removeprefix("plpy_anon.db").lstrip(".")
+            for alias in node.names:
+                name = f"{package}.{alias.name}" if package else alias.name
+                yield name if name in MODULES else package
 
 
 def test_db_module_graph_is_acyclic():
-    graph = {m: set(db_imports(ast.parse((DB / f"{m}.py").read_text()), True)) for m in MODULES}
+    graph = {m: set(db_imports(ast.parse(path_of(m).read_text()), True)) for m in MODULES}
     graphlib.TopologicalSorter(graph).prepare()     # raises CycleError on a cycle
 
 
-@pytest.mark.parametrize("module", [m for m in MODULES if m != "methods"])
+@pytest.mark.parametrize("module", [m for m in MODULES if m != "methods.registry"])
 def test_no_function_level_db_imports(module):
     """Only the registry imports inside functions (one method's module when it is first asked
-    for, by design: methods.py); an import anywhere else hidden in a function dodges a cycle."""
-    tree = ast.parse((DB / f"{module}.py").read_text())
+    for, by design: methods/registry.py); an import anywhere else hidden in a function dodges a cycle."""
+    tree = ast.parse(path_of(module).read_text())
     everywhere = list(db_imports(tree, False))
     assert everywhere == list(db_imports(tree, True))
 
@@ -41,13 +49,13 @@ def test_each_db_module_imports_alone(module):
 
 
 def test_registry_names_every_method_once():
-    from plpy_anon.db.methods import REGISTRY
+    from plpy_anon.db.methods.registry import REGISTRY
     assert sorted(REGISTRY) == ["break_merge", "fusion", "mondrian", "pattern",
                                 "prioritized_mondrian", "trust"]
 
 
 def test_registry_loads_every_declared_method():
-    from plpy_anon.db.methods import REGISTRY
+    from plpy_anon.db.methods.registry import REGISTRY
     assert {name: REGISTRY[name].name for name in REGISTRY} == {n: n for n in REGISTRY}
     assert REGISTRY.get("no_such_method") is None
 
@@ -55,8 +63,8 @@ def test_registry_loads_every_declared_method():
 def test_registry_import_costs_no_method_module():
     """Importing the registry (every refresh does) must not import the heavy method modules."""
     code = ("import sys, plpy_anon.db.releases; "
-            "print(sorted(m for m in ('sklearn', 'scipy', 'plpy_anon.db.fusion', "
-            "'plpy_anon.db.pattern') if m in sys.modules))")
+            "print(sorted(m for m in ('sklearn', 'scipy', 'plpy_anon.db.methods.fusion', "
+            "'plpy_anon.db.methods.pattern') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "[]"
 
@@ -64,7 +72,14 @@ def test_registry_import_costs_no_method_module():
 def test_no_method_module_imports_another():
     """What methods share lives below them (mondrian_family, generalization, publish, ...), so a
     method can change, or a new one be added, without touching another."""
-    from plpy_anon.db.methods import NAMES
-    for name in NAMES:
-        imported = set(db_imports(ast.parse((DB / f"{name}.py").read_text()), False))
-        assert not imported & set(NAMES), (name, sorted(imported & set(NAMES)))
+    from plpy_anon.db.methods.registry import NAMES
+    methods = {f"methods.{name}" for name in NAMES}
+    assert methods <= set(METHODS)
+    for name in METHODS:
+        imported = set(db_imports(ast.parse(path_of(name).read_text()), False))
+        assert not imported & methods, (name, sorted(imported & methods))
+
+
+def test_the_method_modules_are_the_registered_ones_and_their_shared_code():
+    from plpy_anon.db.methods.registry import NAMES
+    assert sorted(METHODS) == sorted([f"methods.{n}" for n in NAMES] + ["methods.mondrian_family"])

@@ -1,4 +1,4 @@
-"""The Mondrian family's result in slices (plpy_anon.db.mondrian_family.partition_slices): whole classes,
+"""The Mondrian family's result in slices (plpy_anon.db.methods.mondrian_family.partition_slices): whole classes,
 in release order, every row once, offsets that add up."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.db import mondrian_family
+from plpy_anon.db.methods import mondrian_family
 from plpy_anon.db.reader import TID_DTYPE, TableData
 
 

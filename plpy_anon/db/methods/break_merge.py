@@ -92,29 +92,13 @@ RULE_MAX_PARENTS = 3  # anon.detect_dependencies' default max_parents
 # ---------------------------------------------------------------------------- anon.break_merge
 
 
-@sql_entry
-def break_merge(
-    plpy,
-    source,
-    *,
-    k,
-    l,
-    sensitive,
-    quasi_identifiers,
-    identifiers,
-    max_categories,
-    release_name,
-    release_schema,
-    replace,
-    max_rule_probability=None,
-    GD=None,
-):
-    tbl = catalog.table(plpy, source)
-    k = RELEASE_METHOD.validate(k=k)["k"]
+def resolve(plpy, tbl, values: dict) -> method.Plan:
+    k, l, max_rule_probability = values["k"], values["l"], values["max_rule_probability"]
+    quasi_identifiers, sensitive = values["quasi_identifiers"], values["sensitive"]
     if quasi_identifiers is not None and sensitive is not None:
         validate_attribute_roles(list(quasi_identifiers), list(sensitive))
     roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
-                          identifiers=identifiers)
+                          identifiers=values["identifiers"])
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
@@ -126,14 +110,10 @@ def break_merge(
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
-    l = RELEASE_METHOD.validate(l=l)["l"]
     _check_alpha(max_rule_probability)
-    max_categories = int(max_categories or BREAK_MERGE.by_name["max_categories"].python_default)
+    max_categories = int(values["max_categories"]
+                         or BREAK_MERGE.by_name["max_categories"].python_default)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
-    name = release_name or f"{tbl.name}_bm"
-    objects = _object_names(name, [c.name for c in sens])
-    for obj in [objects["qit"], objects["merged"], *objects["sensitive_tables"].values()]:
-        publish.check_name(obj, "release object name")
     hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
     parameters = {
         "k": k,
@@ -145,34 +125,21 @@ def break_merge(
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
         "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
-        "qit": objects["qit"],
-        "merged": objects["merged"],
-        "sensitive_tables": objects["sensitive_tables"],
-        # dependents first: the merge view reads the ST views, all views read the storage
-        "objects": [objects["merged"], *objects["sensitive_tables"].values(), objects["qit"]],
     }
 
-    def build(release_id, qualified):
+    def build(release_id, qualified, name):
+        release = release_rows.by_id(plpy, release_id)
+        stored = jsonb(release["parameters"])
         plpy.execute(
             f"CREATE MATERIALIZED VIEW {qualified} AS "
-            f"{storage_query(plpy, tbl, qis, parameters, release_id)}"
+            f"{storage_query(plpy, tbl, qis, stored, release_id)}"
         )
         index_and_analyze(plpy, qualified, create_index=True)
-        create_views(plpy, release_schema, name, parameters)
-        check_released_rules(plpy, release_rows.by_id(plpy, release_id))
+        create_views(plpy, release["release_schema"], name, stored)
+        check_released_rules(plpy, release)
 
-    row = publish.create_release(
-        plpy,
-        GD,
-        source=tbl,
-        method=RELEASE_METHOD,
-        release_schema=release_schema,
-        release_name=name,
-        replace=replace,
-        parameters=parameters,
-        build=build,
-    )
-    return ident(plpy, row["release_schema"], row["release_name"])
+    return method.Plan(parameters, default_name=f"{tbl.name}_bm", build=build,
+                       objects=lambda name: _objects(name, [c.name for c in sens]))
 
 
 def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
@@ -236,12 +203,18 @@ def _check_reserved(names):
         )
 
 
-def _object_names(name, sensitive):
-    return {
+def _objects(name, sensitive):
+    """The parameters naming a release's views, from its name (each checked as a name)."""
+    objects = {
         "qit": f"{name}_qit",
         "merged": f"{name}_merged",
         "sensitive_tables": {s: f"{name}_st_{s}" for s in sensitive},
     }
+    for obj in [objects["qit"], objects["merged"], *objects["sensitive_tables"].values()]:
+        publish.check_name(obj, "release object name")
+    # dependents first: the merge view reads the ST views, all views read the storage
+    objects["objects"] = [objects["merged"], *objects["sensitive_tables"].values(), objects["qit"]]
+    return objects
 
 
 def storage_query(plpy, tbl, qis, parameters, release_id):
@@ -800,8 +773,8 @@ def _sensitive_tables(plpy, release, params):
     return sizes, tables
 
 
-# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD,
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve,
                                refresh_release=refresh_release,
                                verification_spec=verification_spec, check_relations=check_views,
                                read=read, fit=fit, publish=publish_run)

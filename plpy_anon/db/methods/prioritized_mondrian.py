@@ -19,9 +19,10 @@ from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, mondrian_family, publish, release_rows
+from plpy_anon.db import method
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.methods import mondrian_family
 from plpy_anon.db.sqltext import jsonb, run
 from plpy_anon.parameters import PRIORITIZED_MONDRIAN
 
@@ -29,44 +30,33 @@ METHOD = "prioritized_mondrian"
 CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
 
 
-@sql_entry
-def mondrian_view(plpy, source, *, k, priorities, l, quasi_identifiers, sensitive, identifiers,
-                  target, metric_weights, cut_points, cut_tolerance, release_name,
-                  release_schema, replace, l_diversity=None, c=None, t=None, split=None,
-                  GD=None):
-    tbl = catalog.table(plpy, source)
-    k = RELEASE_METHOD.validate(k=k)["k"]
-    roles, qis, sens, l = mondrian_family.resolve_release_columns(
-        plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
-        identifiers=identifiers, l=l)
-    models = mondrian_family.check_models(l, sens, l_diversity=l_diversity, c=c, t=t, split=split)
+def resolve(plpy, tbl, values: dict) -> method.Plan:
+    k, cut_points, cut_tolerance = values["k"], values["cut_points"], values["cut_tolerance"]
+    roles, qis, sens, l = mondrian_family.resolve_release_columns(plpy, tbl, values)
+    models = mondrian_family.check_models(l, sens, values)
     qi_names = [col.name for col in qis]
-    weights, origin = resolve_priorities(plpy, tbl, priorities, qi_names)
+    weights, origin = resolve_priorities(plpy, tbl, values["priorities"], qi_names)
     use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
     cuts = learned_cut_points(plpy, tbl, qi_names) if use_cuts else {}
-    if target is not None:
-        catalog.column_named(tbl, catalog.table_columns(plpy, tbl), target)
+    if values["target"] is not None:
+        catalog.column_named(tbl, catalog.table_columns(plpy, tbl), values["target"])
     parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
     parameters.update({
-        "priorities": weights, "priorities_origin": origin, "target": target,
-        "metric_weights": jsonb(metric_weights), "cut_points": cuts,
+        "priorities": weights, "priorities_origin": origin, "target": values["target"],
+        "metric_weights": jsonb(values["metric_weights"]), "cut_points": cuts,
         "cut_tolerance": cut_tolerance,
     })
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
     PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
                         cut_tolerance=cut_tolerance, **mondrian_family.core_models(parameters)
-                        ).check_parameters(qi_names, target is not None)
-    name = release_name or f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized"
-
-    row = publish.create_view_release(
-        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
-        replace=replace, parameters=parameters,
+                        ).check_parameters(qi_names, values["target"] is not None)
+    return method.Plan(
+        parameters,
+        default_name=f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized",
         query=lambda release_id: mondrian_family.release_query(
             plpy, tbl, roles, parameters, release_id,
             partition_function="anon._prioritized_mondrian_partition_slices"))
-    return release_rows.qualified_name(plpy, row)
-
 
 
 def resolve_priorities(plpy, tbl, priorities, qi_names):
@@ -160,6 +150,5 @@ def publish_partition(ctx: method.Run, rows: mondrian_family.ReleaseRows, model)
                                      extra_metrics=extra)
 
 
-# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD,
-                               read=read, fit=fit, publish=publish_partition)
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition)

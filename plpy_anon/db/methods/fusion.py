@@ -33,7 +33,7 @@ from plpy_anon.core import fusion as core
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, publish, release_rows, verify
+from plpy_anon.db import method, release_rows, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
@@ -137,10 +137,9 @@ def _rules(rules):
     return parsed
 
 
-def run_scan(plpy, source, *, sensitive, identifier, auxiliary, attributes, auxiliary_identifier,
+def run_scan(plpy, tbl, *, sensitive, identifier, auxiliary, attributes, auxiliary_identifier,
              **options):
-    """Read both tables and run the core scan: returns (tbl, aux_tbl, scan, columns)."""
-    tbl = catalog.table(plpy, source)
+    """Read both tables and run the core scan: returns (aux_tbl, scan, columns)."""
     id_col, sens_col, attrs, dropped = _source_columns(plpy, tbl, sensitive, identifier, attributes)
     if not attrs:
         raise InvalidParameter(
@@ -158,7 +157,7 @@ def run_scan(plpy, source, *, sensitive, identifier, auxiliary, attributes, auxi
         plpy.notice(f"{scan.n_auxiliary_unmatched} of the {scan.n_auxiliary_rows} rows of "
                     f"{aux_tbl.label} match no {identifier} of "
                     f"{tbl.label} and were ignored")
-    return tbl, aux_tbl, scan, (id_col, sens_col, attrs, dropped)
+    return aux_tbl, scan, (id_col, sens_col, attrs, dropped)
 
 
 def _scan_rows(scan_table: pd.DataFrame) -> list[dict]:
@@ -174,18 +173,17 @@ def _verdict_columns(verdict) -> tuple:
 
 @sql_entry
 def fusion_scan(plpy, source, **options):
-    _, _, scan, _ = run_scan(plpy, source, **options)
+    _, scan, _ = run_scan(plpy, catalog.table(plpy, source), **options)
     verdict = _verdict_columns(scan.verdict)
     return [tuple(row[c] for c in core.SCAN_COLUMNS) + verdict for row in _scan_rows(scan.table)]
 
 
-@sql_entry
-def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace,
-                          accept_unprotected, GD=None, **options):
-    tbl, aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, source, **options)
+def resolve(plpy, tbl, values: dict) -> method.Plan:
+    accept_unprotected = bool(values.pop("accept_unprotected"))
+    aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, tbl, **values)
     verdict = scan.verdict
     # Refused before anything is created: a release that no k protects is not fusion-resilient.
-    core.refuse_unprotected(verdict, accept_unprotected=bool(accept_unprotected))
+    core.refuse_unprotected(verdict, accept_unprotected=accept_unprotected)
     if verdict["verdict"] == core.UNPROTECTED:
         plpy.warning("publishing with accept_unprotected => true although no k protects against "
                      f"{aux_tbl.label}: {core.describe_verdict(verdict)}")
@@ -198,26 +196,22 @@ def fusion_resilient_view(plpy, source, *, release_name, release_schema, replace
         "released": [id_col.name] + [c.name for c in attrs],
         "dropped": dropped,
         "auxiliary": aux_tbl.label,
-        "auxiliary_identifier": options["auxiliary_identifier"] or id_col.name,
+        "auxiliary_identifier": values["auxiliary_identifier"] or id_col.name,
         "auxiliary_rows": scan.n_auxiliary_rows,
         "auxiliary_matched": scan.n_auxiliary_matched,
         "auxiliary_unmatched": scan.n_auxiliary_unmatched,
         "n_known": scan.n_known,
-        "k_from": options["k_from"],
-        "k_to": options["k_to"],
-        "rules": _rules(options.get("rules")),
+        "k_from": values["k_from"],
+        "k_to": values["k_to"],
+        "rules": _rules(values.get("rules")),
         **scan.settings,
         "verdict": verdict,
-        "accept_unprotected": bool(accept_unprotected),
+        "accept_unprotected": accept_unprotected,
         "scan": _scan_rows(scan.table),
     }
-    name = release_name or f"{tbl.name}_fusion_k{k}"
-
-    row = publish.create_view_release(
-        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
-        replace=replace, parameters=parameters,
+    return method.Plan(
+        parameters, default_name=f"{tbl.name}_fusion_k{k}",
         query=lambda release_id: release_query(plpy, tbl, id_col, attrs, release_id))
-    return release_rows.qualified_name(plpy, row)
 
 
 def verification_spec(plpy, release, stats) -> verify.Spec:
@@ -320,6 +314,6 @@ def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
     }, {"row_count": data.n_rows, "achieved_k": int(sizes.min()), "metrics": metrics}
 
 
-# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, verification_spec=verification_spec,
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, verification_spec=verification_spec,
                                read=read, fit=fit, publish=publish_partition)

@@ -37,11 +37,10 @@ from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import jsonb
-from plpy_anon.parameters import L_DIVERSITY, MONDRIAN, L
+from plpy_anon.parameters import L_DIVERSITY
 
 
 def check_l(l, sensitive: list) -> int | None:
-    l = L.check(l)
     if l is None:
         return None
     if not sensitive:
@@ -51,11 +50,11 @@ def check_l(l, sensitive: list) -> int | None:
     return int(l)
 
 
-def resolve_release_columns(plpy, tbl, *, quasi_identifiers, sensitive, identifiers, l):
-    """(roles, qis, sensitive columns, l) of a generalizing release, validated: at least one QI,
-    every QI of a type that generalizes, l only with a sensitive column."""
-    roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
-                          sensitive=sensitive, identifiers=identifiers)
+def resolve_release_columns(plpy, tbl, values: dict):
+    """(roles, qis, sensitive columns, l) of a generalizing release from its validated ``values``:
+    at least one QI, every QI of a type that generalizes, l only with a sensitive column."""
+    roles = release_roles(plpy, tbl, quasi_identifiers=values["quasi_identifiers"],
+                          sensitive=values["sensitive"], identifiers=values["identifiers"])
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
@@ -65,18 +64,21 @@ def resolve_release_columns(plpy, tbl, *, quasi_identifiers, sensitive, identifi
                  "or pass quasi_identifiers => ARRAY[...].")
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
-    return roles, qis, sens, check_l(l, sens)
+    return roles, qis, sens, check_l(values["l"], sens)
 
 
 #: SA types whose values are ordered for t-closeness (ordered-distance EMD); others: equal distance
 ORDERED_SENSITIVE_TYPES = ("int2", "int4", "int8", "numeric", "float4", "float8")
 
 
-def check_models(l, sens: list, *, l_diversity, c, t, split) -> dict:
-    """The privacy-model and split parameters of a Mondrian-family release, validated once
-    (each by its declaration, then their combination), as stored in its parameters. ``ordered_sensitive``:
-    the sensitive columns t-closeness treats as ordered (numeric types)."""
-    models = MONDRIAN.validate({"l_diversity": l_diversity, "c": c, "t": t, "split": split})
+MODEL_ARGUMENTS = ("l_diversity", "c", "t", "split")
+
+
+def check_models(l, sens: list, values: dict) -> dict:
+    """The privacy-model and split parameters of a Mondrian-family release (``values``, each
+    validated by its declaration) checked together, as stored in its parameters.
+    ``ordered_sensitive``: the sensitive columns t-closeness treats as ordered (numeric types)."""
+    models = {name: values[name] for name in MODEL_ARGUMENTS}
     params.check_models({"l": l, **models})
     if models["t"] is not None and not sens:
         raise InvalidParameter(
@@ -304,4 +306,3 @@ def _unique(cols):
     return out
 
 
-# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py

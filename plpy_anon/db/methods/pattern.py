@@ -40,7 +40,7 @@ from plpy_anon.core.pattern import (
 )
 from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, publish, release_rows
+from plpy_anon.db import method, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
@@ -72,38 +72,29 @@ def _check_max_unchanged(value):
     return float(value)
 
 
-@sql_entry
-def pattern_view(plpy, source, *, columns, segment, sample, iterations, seed, bounds, sensitive,
-                 identifiers, release_name, release_schema, replace, delta, max_unchanged,
-                 GD=None):
-    tbl = catalog.table(plpy, source)
+def resolve(plpy, tbl, values: dict) -> method.Plan:
     cols = catalog.table_columns(plpy, tbl)
-    substituted = _substituted_columns(tbl, cols, columns)
+    substituted = _substituted_columns(tbl, cols, values["columns"])
     # no identifier detection: pattern releases only the substituted and sensitive columns
-    roles = catalog.resolve_roles(plpy, tbl, sensitive=sensitive, identifiers=identifiers,
-                                  cols=cols)
+    roles = catalog.resolve_roles(plpy, tbl, sensitive=values["sensitive"],
+                                  identifiers=values["identifiers"], cols=cols)
     names = [c.name for c in substituted]
     kept = [c.name for c, role in roles if role == "sensitive" and c.name not in names]
+    walk = {name: values[name] for name in ("segment", "sample", "iterations", "seed", "delta")}
     parameters = {
-        "columns": names,
-        "segment": segment, "sample": sample, "iterations": iterations, "seed": seed,
-        "delta": delta, "max_unchanged": _check_max_unchanged(max_unchanged),
-        "bounds": _parse_bounds(bounds, names),
+        "columns": names, **walk,
+        "max_unchanged": _check_max_unchanged(values["max_unchanged"]),
+        "bounds": _parse_bounds(values["bounds"], names),
         "sensitive": kept,
         "released": names + kept,
         "dropped": [c.name for c in cols if c.name not in names and c.name not in kept],
     }
     # fail fast with clean errors, before any view exists (the run checks again on its data)
-    PatternPreservingRelease(segment=segment, sample=sample, iterations=iterations,
-                             seed=seed, delta=delta).check_parameters()
+    PatternPreservingRelease(**walk).check_parameters()
     _check_columns(plpy, tbl, substituted, parameters["bounds"])
-    name = release_name or f"{tbl.name}_pp"
-
-    row = publish.create_view_release(
-        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
-        replace=replace, parameters=parameters,
+    return method.Plan(
+        parameters, default_name=f"{tbl.name}_pp",
         query=lambda release_id: release_query(plpy, tbl, substituted, kept, release_id))
-    return release_rows.qualified_name(plpy, row)
 
 
 def _substituted_columns(tbl, cols, names):
@@ -351,5 +342,5 @@ def distortion_report(plpy, source, release_name):
     return rows
 
 
-# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD, read=read, fit=fit, publish=publish_walk)
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_walk)

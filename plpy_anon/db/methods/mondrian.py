@@ -7,11 +7,10 @@ described in generalization.py, which every Mondrian-family method shares.
 from __future__ import annotations
 
 from plpy_anon.core.mondrian import Mondrian
-from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, publish, release_rows
+from plpy_anon.db import method
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.mondrian_family import (
+from plpy_anon.db.methods.mondrian_family import (
     ReleaseRows,
     base_parameters,
     check_models,
@@ -27,24 +26,14 @@ from plpy_anon.db.mondrian_family import (
 METHOD = "mondrian"
 
 
-@sql_entry
-def mondrian_view(plpy, source, *, k, l, quasi_identifiers, sensitive, identifiers, release_name,
-                  release_schema, replace, l_diversity=None, c=None, t=None, split=None,
-                  GD=None):
-    tbl = catalog.table(plpy, source)
-    k = RELEASE_METHOD.validate(k=k)["k"]
-    roles, qis, sens, l = resolve_release_columns(
-        plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
-        identifiers=identifiers, l=l)
-    models = check_models(l, sens, l_diversity=l_diversity, c=c, t=t, split=split)
+def resolve(plpy, tbl, values: dict) -> method.Plan:
+    k = values["k"]
+    roles, qis, sens, l = resolve_release_columns(plpy, tbl, values)
+    models = check_models(l, sens, values)
     parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
-    name = release_name or f"{tbl.name}_k{k}" + model_suffix(l, models)
-
-    row = publish.create_view_release(
-        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
-        replace=replace, parameters=parameters,
+    return method.Plan(
+        parameters, default_name=f"{tbl.name}_k{k}" + model_suffix(l, models),
         query=lambda release_id: release_query(plpy, tbl, roles, parameters, release_id))
-    return release_rows.qualified_name(plpy, row)
 
 
 @sql_entry
@@ -66,5 +55,4 @@ def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, 
     return partition_output(ctx, rows, model.labels_, model.n_classes_)
 
 
-RELEASE_METHOD = ReleaseMethod(METHOD,
-                               read=read, fit=fit, publish=publish_partition)
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition)

@@ -40,7 +40,7 @@ from plpy_anon.core.errors import (
 from plpy_anon.core.purpose import MIPriorities, validate_priorities
 from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import grants, method, publish, release_rows
+from plpy_anon.db import grants, method
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -295,10 +295,10 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
 
 # ---------------------------------------------------------------------------- the release
 
-def _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share):
-    RELEASE_METHOD.validate(k=k)   # NULL: the paper's scheme alone
-    _check_unit(max_suppression, "max_suppression")
-    TrustProjection(gamma=gamma, d_min=d_min, d_max=d_max)  # validates
+def _check_release_parameters(values: dict):
+    min_share = values["min_share"]
+    _check_unit(values["max_suppression"], "max_suppression")
+    TrustProjection(gamma=values["gamma"], d_min=values["d_min"], d_max=values["d_max"])  # validates
     if min_share is None or not min_share >= 0:
         raise InvalidParameter(f"min_share must be >= 0; got {min_share}",
                                hint="0 keeps priority-1 attributes exact; the default is 0.1.")
@@ -317,19 +317,17 @@ def _release_priorities(tbl, cols, qis, priorities) -> dict:
     return {c.name: float(priorities.get(c.name, 0.0)) for c in qis}
 
 
-@sql_entry
-def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_identifiers,
-               sensitive, identifiers, gamma, d_min, d_max, history_weight, half_life_days,
-               min_share, level_weights, release_name, release_schema, replace, GD=None):
-    tbl = catalog.table(plpy, source)
+def resolve(plpy, tbl, values: dict) -> method.Plan:
+    requester, purpose = values["requester"], values["purpose"]
     role = _requester(plpy, requester)["role_name"]
     role = grants.check_role(plpy, role)
     priorities = _purpose(plpy, purpose)
-    _check_release_parameters(k, max_suppression, gamma, d_min, d_max, min_share)
-    evaluate(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
+    _check_release_parameters(values)
+    evaluate(plpy, requester, history_weight=values["history_weight"],
+             half_life_days=values["half_life_days"])
     cols = catalog.table_columns(plpy, tbl)
-    roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers,
-                          sensitive=sensitive, identifiers=identifiers, cols=cols)
+    roles = release_roles(plpy, tbl, quasi_identifiers=values["quasi_identifiers"],
+                          sensitive=values["sensitive"], identifiers=values["identifiers"], cols=cols)
     qis = [c for c, r in roles if r == "quasi_identifier"]
     if not qis:
         raise InvalidParameter(f"table {tbl.label} has no quasi-identifier to generalize",
@@ -337,26 +335,24 @@ def trust_view(plpy, source, *, requester, purpose, k, max_suppression, quasi_id
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
     parameters = {
-        "requester": requester, "purpose": purpose, "k": k,
-        "max_suppression": max_suppression, "gamma": gamma, "d_min": d_min, "d_max": d_max,
-        "history_weight": history_weight, "half_life_days": _json_number(half_life_days),
-        "min_share": min_share,
-        "level_weights": _level_weights(level_weights, [c.name for c in qis]),
+        **{name: values[name] for name in ("requester", "purpose", "k", "max_suppression", "gamma",
+                                           "d_min", "d_max", "history_weight", "min_share")},
+        "half_life_days": _json_number(values["half_life_days"]),
+        "level_weights": _level_weights(values["level_weights"], [c.name for c in qis]),
         "priorities": _release_priorities(tbl, cols, qis, priorities),
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c, r in roles if r == "sensitive"],
         "dropped": [c.name for c, r in roles if r in ("identifier", "ignored")],
         "grantees": [role],
     }
-    name = release_name or f"{tbl.name}_{requester}_{purpose}"
 
-    row = publish.create_view_release(
-        plpy, GD, source=tbl, method=RELEASE_METHOD, release_schema=release_schema, release_name=name,
-        replace=replace, parameters=parameters,
-        query=lambda release_id: release_query(plpy, tbl, roles, release_id))
-    restrict_grants(plpy, row, role)
-    _notice_cost(plpy, row)
-    return release_rows.qualified_name(plpy, row)
+    def created(row):
+        restrict_grants(plpy, row, role)
+        _notice_cost(plpy, row)
+
+    return method.Plan(
+        parameters, default_name=f"{tbl.name}_{requester}_{purpose}",
+        query=lambda release_id: release_query(plpy, tbl, roles, release_id), created=created)
 
 
 def _level_weights(level_weights, qi_names) -> dict:
@@ -613,6 +609,5 @@ def _bound(kind, number_text) -> str:
     return _timestamp_text(value, kind == "timestamptz")
 
 
-# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods.py
-RELEASE_METHOD = ReleaseMethod(METHOD,
-                               read=read, fit=fit, publish=publish_partition)
+# the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition)

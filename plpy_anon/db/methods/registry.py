@@ -2,9 +2,12 @@
 
 Explicit on purpose, and lazy: ``REGISTRY[name]`` imports the module of that one method when it is
 first asked for, so refreshing a Mondrian release does not pay for scikit-learn (fusion) or scipy
-(pattern) in a backend that never uses them. A seventh method adds its module and one ``case``
-below: a package scan would have to import every module to find its ``RELEASE_METHOD`` (the cost
-this laziness avoids), and names are never turned into import paths. Imported only by the top of
+(pattern) in a backend that never uses them. A seventh method of the package adds its module and
+one ``case`` below: a package scan would have to import every module to find its
+``RELEASE_METHOD`` (the cost this laziness avoids), and names are never turned into import paths.
+A method defined outside the package (tests/contract/random_groups.py) is added to one backend
+with ``register``: only code already running in the backend can call it, that is PL/Python code,
+which only a superuser can create. Imported only by the top of
 the db layer, releases.py (refresh, drop, the event trigger) and risk_report.py (a release's
 report); the method modules import the machinery below it (publish, refreshing, verify,
 release_rows), never this module.
@@ -22,24 +25,36 @@ def _module(name: str):
     """The module of method ``name``, imported now (and only it); None for an unknown name."""
     match name:
         case "break_merge":
-            from plpy_anon.db import break_merge as module
+            from plpy_anon.db.methods import break_merge as module
         case "fusion":
-            from plpy_anon.db import fusion as module
+            from plpy_anon.db.methods import fusion as module
         case "mondrian":
-            from plpy_anon.db import mondrian as module
+            from plpy_anon.db.methods import mondrian as module
         case "pattern":
-            from plpy_anon.db import pattern as module
+            from plpy_anon.db.methods import pattern as module
         case "prioritized_mondrian":
-            from plpy_anon.db import prioritized_mondrian as module
+            from plpy_anon.db.methods import prioritized_mondrian as module
         case "trust":
-            from plpy_anon.db import trust as module
+            from plpy_anon.db.methods import trust as module
         case _:
             return None
     return module
 
 
+_registered: dict[str, ReleaseMethod] = {}
+
+
+def register(method: ReleaseMethod) -> None:
+    """Make ``method`` (defined outside this package) known to this backend until it exits."""
+    if method.name in NAMES:
+        raise ValueError(f"{method.name} is a method of plpy_anon itself")
+    _registered[method.name] = method
+
+
 class _Registry(Mapping):
     def __getitem__(self, name: str) -> ReleaseMethod:
+        if name in _registered:
+            return _registered[name]
         module = _module(name) if name in NAMES else None
         if module is None:
             raise KeyError(name)
@@ -48,10 +63,10 @@ class _Registry(Mapping):
         return method
 
     def __iter__(self) -> Iterator[str]:
-        return iter(NAMES)
+        return iter((*NAMES, *_registered))
 
     def __len__(self) -> int:
-        return len(NAMES)
+        return len(NAMES) + len(_registered)
 
 
 REGISTRY: Mapping[str, ReleaseMethod] = _Registry()

@@ -1,0 +1,47 @@
+"""Creating a release: the one entry point behind every method's SQL function (anon.mondrian_view,
+anon.break_merge, ...; sql/build.py generates them from the declarations in plpy_anon.parameters).
+
+The method resolves what its validated parameters mean for the table (``ReleaseMethod.resolve``
+-> ``Plan``); the rest is the same for all: the source checked, the declared constraints, the
+name, the catalog row, the relations built and verified (publish.py), in the caller's transaction.
+"""
+from __future__ import annotations
+
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import publish, release_rows
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.method import run as run_method
+from plpy_anon.db.methods.registry import REGISTRY
+
+RELEASE_ARGUMENTS = ("release_name", "release_schema", "replace")
+
+
+@sql_entry
+def create(plpy, source, *, method: str, GD=None, **arguments) -> str:
+    """Create a release of ``source`` by ``method`` with its SQL function's ``arguments``;
+    returns the release's qualified name."""
+    release_method = REGISTRY[method]
+    release_name, release_schema, replace = (arguments.pop(n) for n in RELEASE_ARGUMENTS)
+    tbl = catalog.table(plpy, source)
+    plan = release_method.resolve(plpy, tbl, release_method.validate(**arguments))
+    name = release_name or plan.default_name
+    parameters = plan.parameters
+    if plan.objects is not None:
+        parameters = {**parameters, **plan.objects(name)}
+    common = {"source": tbl, "method": release_method, "release_schema": release_schema,
+                  "release_name": name, "replace": replace, "parameters": parameters}
+    if plan.build is None:
+        row = publish.create_view_release(plpy, GD, query=plan.query, **common)
+    else:
+        row = publish.create_release(
+            plpy, GD, build=lambda release_id, qualified: plan.build(release_id, qualified, name),
+            **common)
+    if plan.created is not None:
+        plan.created(row)
+    return release_rows.qualified_name(plpy, row)
+
+
+@sql_entry
+def run(plpy, GD, method: str, release_id: int):
+    """The run behind a release's query, for a method registered by name (registry.register)."""
+    return run_method(REGISTRY[method], plpy, GD, release_id)
