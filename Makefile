@@ -44,6 +44,8 @@ install: build install-py
 install-py:
 	@test -x $(VPYTHON) || { echo "make: no environment at $(VENV): run 'make setup' first" >&2; exit 1; }
 	@test -f $(PG_CONFIG) || { echo "make: $(PG_CONFIG) missing: run 'make setup' first" >&2; exit 1; }
+	@# setuptools builds the wheel in ./build: files left there by an older tree would be installed too
+	rm -rf build
 	$(VENV)/bin/pip install -q --no-deps --no-build-isolation --force-reinstall . && chmod -R a+rX $(VENV)
 
 # setup may have just installed PostgreSQL, so install runs in a new make that includes PGXS.

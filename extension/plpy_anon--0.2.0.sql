@@ -402,7 +402,7 @@ END
 $custodian$;
 
 -------------------------------------------------------------------------------
--- functions/010-info.py (generated)
+-- functions/010-info.toml (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
 RETURNS TABLE (component text, version text, location text)
@@ -476,7 +476,7 @@ COMMENT ON FUNCTION anon.versions() IS
     'Python, plpy_anon and dependency versions loaded in this backend, with where each was loaded from.';
 
 -------------------------------------------------------------------------------
--- functions/020-columns.py (generated)
+-- functions/020-columns.toml (generated)
 -- anon.set_column_role(regclass, text, text): generated from sql/functions/ (implementation: anon_py.set_column_role)
 CREATE OR REPLACE FUNCTION anon_py.set_column_role(source regclass, column_name text, role text)
 RETURNS void
@@ -853,7 +853,7 @@ COMMENT ON FUNCTION anon.drop_hierarchy(regclass, text) IS
     'Removes the hierarchy of a column (its values are then generalized to value sets). True if one existed.';
 
 -------------------------------------------------------------------------------
--- functions/025-identifiers.py (generated)
+-- functions/025-identifiers.toml (generated)
 -- anon.detect_identifiers(regclass, integer): generated from sql/functions/ (implementation: anon_py.detect_identifiers)
 CREATE OR REPLACE FUNCTION anon_py.detect_identifiers(source regclass, sample_size integer)
 RETURNS TABLE (column_name name, data_type text, kind text, confidence text, evidence text, declared_role text, blocks_release boolean)
@@ -935,7 +935,7 @@ COMMENT ON FUNCTION anon.detect_identifiers(regclass, integer) IS
     'Columns that look identifying (name, email, phone, national_id, identifier, address, network_id, free_text, near_unique, ...), by column name and a random sample of sample_size rows; blocks_release: an undeclared column a release would refuse (declare it with anon.set_column_role). NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
--- functions/030-releases.py (generated)
+-- functions/030-releases.toml (generated)
 -- anon.refresh(text): generated from sql/functions/ (implementation: anon_py.refresh)
 CREATE OR REPLACE FUNCTION anon_py.refresh(release text)
 RETURNS anon.releases
@@ -1364,7 +1364,7 @@ END
 $triggers$;
 
 -------------------------------------------------------------------------------
--- functions/040-mondrian.py (generated)
+-- functions/040-mondrian.toml (generated)
 -- anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
 CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text)
 RETURNS text
@@ -1585,7 +1585,7 @@ AS $$
 $$;
 
 -------------------------------------------------------------------------------
--- functions/050-workload.py (generated)
+-- functions/050-workload.toml (generated)
 -- anon.learn_priorities(regclass, double precision, boolean): generated from sql/functions/ (implementation: anon_py.learn_priorities)
 CREATE OR REPLACE FUNCTION anon_py.learn_priorities(source regclass, projection_share double precision, use_pg_stat_statements boolean)
 RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by bigint, order_by bigint, weight double precision)
@@ -2156,7 +2156,7 @@ return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;
 
 -------------------------------------------------------------------------------
--- functions/060-break-merge.py (generated)
+-- functions/060-break-merge.toml (generated)
 -- anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean): generated from sql/functions/ (implementation: anon_py.break_merge)
 CREATE OR REPLACE FUNCTION anon_py.break_merge(source regclass, k integer, l integer, sensitive text[], quasi_identifiers text[], identifiers text[], max_categories integer, max_rule_probability double precision, release_name text, release_schema text, replace boolean)
 RETURNS text
@@ -2285,7 +2285,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import break_merge as _module
+from plpy_anon.db.methods import break_merge as _module
 return _module.detect_dependencies(plpy, release, risk=risk, scope=scope, min_support=min_support, max_parents=max_parents)
 $$;
 COMMENT ON FUNCTION anon_py.detect_dependencies(text, double precision, text, integer, integer) IS 'Implementation of anon.detect_dependencies(text, double precision, text, integer, integer); executable only by a role that may execute that.';
@@ -2368,7 +2368,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import break_merge as _module
+from plpy_anon.db.methods import break_merge as _module
 return _module.dependency_network(plpy, release, scope=scope, max_parents=max_parents)
 $$;
 COMMENT ON FUNCTION anon_py.dependency_network(text, text, integer) IS 'Implementation of anon.dependency_network(text, text, integer); executable only by a role that may execute that.';
@@ -2449,7 +2449,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import break_merge as _module
+from plpy_anon.db.methods import break_merge as _module
 return _module.breach_report(plpy, release, threshold=threshold)
 $$;
 COMMENT ON FUNCTION anon_py.breach_report(text, double precision) IS 'Implementation of anon.breach_report(text, double precision); executable only by a role that may execute that.';
@@ -2570,7 +2570,7 @@ return break_merge.run_release(plpy, GD, release_id)
 $$;
 
 -------------------------------------------------------------------------------
--- functions/070-operations.py (generated)
+-- functions/070-operations.toml (generated)
 -- anon.grant_analyst(text): generated from sql/functions/ (implementation: anon_py.grant_analyst)
 CREATE OR REPLACE FUNCTION anon_py.grant_analyst(role text)
 RETURNS integer
@@ -3055,7 +3055,7 @@ AS $$
 $$;
 
 -------------------------------------------------------------------------------
--- functions/080-trust.py (generated)
+-- functions/080-trust.toml (generated)
 -- anon.add_requester(text, name): generated from sql/functions/ (implementation: anon_py.add_requester)
 CREATE OR REPLACE FUNCTION anon_py.add_requester(requester text, role name)
 RETURNS text
@@ -3090,7 +3090,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import trust as _module
+from plpy_anon.db.methods import trust as _module
 return _module.add_requester(plpy, requester, role)
 $$;
 COMMENT ON FUNCTION anon_py.add_requester(text, name) IS 'Implementation of anon.add_requester(text, name); executable only by a role that may execute that.';
@@ -3175,7 +3175,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import trust as _module
+from plpy_anon.db.methods import trust as _module
 return _module.record_interaction(plpy, requester, outcome, recorded_at, note)
 $$;
 COMMENT ON FUNCTION anon_py.record_interaction(text, text, timestamptz, text) IS 'Implementation of anon.record_interaction(text, text, timestamptz, text); executable only by a role that may execute that.';
@@ -3262,7 +3262,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import trust as _module
+from plpy_anon.db.methods import trust as _module
 _module.add_recommendation(plpy, requester, by, rating, by_trust)
 $$;
 COMMENT ON FUNCTION anon_py.add_recommendation(text, text, double precision, double precision) IS 'Implementation of anon.add_recommendation(text, text, double precision, double precision); executable only by a role that may execute that.';
@@ -3354,7 +3354,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import trust as _module
+from plpy_anon.db.methods import trust as _module
 return _module.define_purpose(plpy, purpose, priorities=priorities, derive_from=derive_from, most=most_useful, least=least_useful, replace=replace)
 $$;
 COMMENT ON FUNCTION anon_py.define_purpose(text, jsonb, regclass, text, text, boolean) IS 'Implementation of anon.define_purpose(text, jsonb, regclass, text, text, boolean); executable only by a role that may execute that.';
@@ -3438,7 +3438,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import trust as _module
+from plpy_anon.db.methods import trust as _module
 return _module.trust(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
 $$;
 COMMENT ON FUNCTION anon_py.trust(text, double precision, double precision) IS 'Implementation of anon.trust(text, double precision, double precision); executable only by a role that may execute that.';
@@ -3665,7 +3665,7 @@ return trust.partition(plpy, GD, release_id)
 $$;
 
 -------------------------------------------------------------------------------
--- functions/090-pattern.py (generated)
+-- functions/090-pattern.toml (generated)
 -- anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision): generated from sql/functions/ (implementation: anon_py.pattern_view)
 CREATE OR REPLACE FUNCTION anon_py.pattern_view(source regclass, columns text[], segment integer, sample double precision, iterations integer, seed bigint, bounds jsonb, sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, delta double precision, max_unchanged double precision)
 RETURNS text
@@ -3797,7 +3797,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import pattern as _module
+from plpy_anon.db.methods import pattern as _module
 return _module.distortion_report(plpy, source, release)
 $$;
 COMMENT ON FUNCTION anon_py.distortion(regclass, text) IS 'Implementation of anon.distortion(regclass, text); executable only by a role that may execute that.';
@@ -3924,7 +3924,7 @@ COMMENT ON FUNCTION anon._pattern_run_py(integer) IS
     'Internal: reads the source of pattern release release_id, walks its columns and returns the new values by row ctid.';
 
 -------------------------------------------------------------------------------
--- functions/100-fusion.py (generated)
+-- functions/100-fusion.toml (generated)
 -- anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer): generated from sql/functions/ (implementation: anon_py.fusion_scan)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan(source regclass, sensitive text, identifier text, auxiliary regclass, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, random_state integer)
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
@@ -3959,7 +3959,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import fusion as _module
+from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, random_state=random_state)
 $$;
 COMMENT ON FUNCTION anon_py.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer) IS 'Implementation of anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer); executable only by a role that may execute that.';
@@ -4181,7 +4181,7 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
-from plpy_anon.db import fusion as _module
+from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan_of(plpy, release)
 $$;
 COMMENT ON FUNCTION anon_py.fusion_scan_of(text) IS 'Implementation of anon.fusion_scan_of(text); executable only by a role that may execute that.';
@@ -4301,7 +4301,7 @@ return fusion.partition(plpy, GD, release_id)
 $$;
 
 -------------------------------------------------------------------------------
--- functions/110-snapshots.py (generated)
+-- functions/110-snapshots.toml (generated)
 -- anon.snapshot(text, text, text, boolean): generated from sql/functions/ (implementation: anon_py.snapshot)
 CREATE OR REPLACE FUNCTION anon_py.snapshot(release text, snapshot_name text, snapshot_schema text, replace boolean)
 RETURNS text
@@ -4464,7 +4464,7 @@ COMMENT ON FUNCTION anon.release_metadata(text) IS
     'What travels with a snapshot or an export of a genuine release: release, relation, method, parameters, achieved k, row count, verified, created and refreshed at, extension version, columns, and the risk report when the catalog has one. A release of several relations is refused; name one of its relations. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
--- functions/150-risk.py (generated)
+-- functions/150-risk.toml (generated)
 -- anon.risk_report(regclass, text[], text[], bigint, double precision, double precision): generated from sql/functions/ (implementation: anon_py.risk_report)
 CREATE OR REPLACE FUNCTION anon_py.risk_report(relation regclass, quasi_identifiers text[], sensitive text[], population bigint, risk_threshold double precision, recursive_c double precision)
 RETURNS TABLE (measure text, column_name text, value double precision, detail text)

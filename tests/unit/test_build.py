@@ -3,6 +3,7 @@ sql/ without its rebuilt script would install different code than the one review
 import importlib.util
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,32 @@ def test_extension_dir_holds_only_what_the_build_writes(tmp_path):
     written = {p.name for p in build.build(build.DEFAULT_VENV, tmp_path)}
     assert {p.name for p in (ROOT / "extension").iterdir()} == written
     assert {f"plpy_anon--{v}--{build.package_version()}.sql" for v in build.prior_versions()} <= written
+
+
+def test_every_declared_entry_point_is_a_function_of_the_package():
+    """A declaration naming a module or function the package lacks builds fine and fails at the
+    first call: each one imported from this checkout."""
+    import importlib
+    build = load_build()
+    for function in build.all_declarations():
+        module_name, _, name = f"plpy_anon.db.{function.python}".rpartition(".")
+        module = importlib.import_module(module_name)
+        assert Path(module.__file__).is_relative_to(ROOT), module.__file__
+        assert callable(getattr(module, name, None)), f"anon.{function.name}: {function.python}"
+
+
+def test_the_installed_package_is_this_checkouts():
+    """The environment the tests' server runs holds exactly this checkout's modules (a module
+    left from an older tree would answer calls that this tree no longer serves)."""
+    out = subprocess.run([sys.executable, "-c", ("import os, plpy_anon; "
+                          "print(os.path.dirname(plpy_anon.__file__))")],
+                         cwd="/", capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        pytest.skip("plpy_anon is not installed in this interpreter's environment")
+    installed = Path(out.stdout.strip())
+    if installed == ROOT / "plpy_anon":
+        pytest.skip("installed in development mode")
+
+    def modules(top: Path) -> set[str]:
+        return {str(p.relative_to(top)) for p in top.rglob("*.py")}
+    assert modules(installed) == modules(ROOT / "plpy_anon")
