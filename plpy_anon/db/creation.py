@@ -7,8 +7,7 @@ name, the catalog row, the relations built and verified (publish.py), in the cal
 """
 from __future__ import annotations
 
-from plpy_anon.db import columns as catalog
-from plpy_anon.db import publish, release_rows
+from plpy_anon.db import guards, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import run as run_method
 from plpy_anon.db.methods.registry import REGISTRY
@@ -22,7 +21,7 @@ def create(plpy, source, *, method: str, GD=None, **arguments) -> str:
     returns the release's qualified name."""
     release_method = REGISTRY[method]
     release_name, release_schema, replace = (arguments.pop(n) for n in RELEASE_ARGUMENTS)
-    tbl = catalog.table(plpy, source)
+    tbl = guards.table(plpy, source)
     plan = release_method.resolve(plpy, tbl, release_method.validate(**arguments))
     name = release_name or plan.default_name
     parameters = plan.parameters

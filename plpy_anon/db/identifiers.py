@@ -18,6 +18,7 @@ from __future__ import annotations
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.identifiers import ColumnSample, Finding, IdentifyingColumns, blocking, detect
 from plpy_anon.db import columns as catalog
+from plpy_anon.db import guards
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import run
 
@@ -39,7 +40,7 @@ def _check_sample_size(sample_size) -> int:
     return int(sample_size)
 
 
-def sample_columns(plpy, tbl: catalog.Table, cols: list[catalog.Column],
+def sample_columns(plpy, tbl: guards.Table, cols: list[catalog.Column],
                    sample_size: int = DEFAULT_SAMPLE) -> list[ColumnSample]:
     """One random sample of the columns (values as text), with the table's row count."""
     if not cols:
@@ -47,7 +48,7 @@ def sample_columns(plpy, tbl: catalog.Table, cols: list[catalog.Column],
     # the whole table: a partitioned table or an inheritance parent keeps its rows in its
     # descendants (the parent's own reltuples, or a scan of the parent alone, sees none of them)
     estimate = run(plpy, f"""
-        WITH RECURSIVE {catalog.INHERITANCE_TREE}
+        WITH RECURSIVE {guards.INHERITANCE_TREE}
         SELECT pg_catalog.sum(GREATEST(c.reltuples, 0))::float8 AS n
         FROM pg_catalog.pg_class c JOIN tree USING (oid)""", ["oid"], [tbl.oid])[0]["n"]
     select = ", ".join(f"pg_catalog.left({c.as_text(plpy)}, {MAX_VALUE_CHARS}) AS c{i}"
@@ -70,7 +71,7 @@ def sample_columns(plpy, tbl: catalog.Table, cols: list[catalog.Column],
             for i, c in enumerate(cols)]
 
 
-def findings_for(plpy, tbl: catalog.Table, cols: list[catalog.Column],
+def findings_for(plpy, tbl: guards.Table, cols: list[catalog.Column],
                  sample_size: int = DEFAULT_SAMPLE) -> list[Finding]:
     return detect(sample_columns(plpy, tbl, cols, sample_size))
 
@@ -81,9 +82,9 @@ def detect_identifiers(plpy, source, sample_size):
         raise InvalidParameter("source must not be NULL",
                                hint="Name a table: SELECT * FROM anon.detect_identifiers('patients');")
     sample_size = _check_sample_size(sample_size)
-    tbl = catalog.table(plpy, source)
+    tbl = guards.table(plpy, source)
     cols = catalog.table_columns(plpy, tbl)
-    declared = catalog.declared_roles(plpy, tbl)
+    declared = catalog.declared_roles(plpy, tbl.oid)
     by_name = {c.name: c for c in cols}
     rows = []
     for f in findings_for(plpy, tbl, cols, sample_size):
@@ -98,7 +99,7 @@ def _literal(plpy, value: str) -> str:
     return plpy.quote_literal(value)
 
 
-def release_roles(plpy, tbl: catalog.Table, *, quasi_identifiers=None, sensitive=None,
+def release_roles(plpy, tbl: guards.Table, *, quasi_identifiers=None, sensitive=None,
                   identifiers=None, cols: list[catalog.Column] | None = None
                   ) -> list[tuple[catalog.Column, str]]:
     """A release's columns and their roles (``columns.resolve_roles``), after refusing undeclared
@@ -107,14 +108,14 @@ def release_roles(plpy, tbl: catalog.Table, *, quasi_identifiers=None, sensitive
     roles = catalog.resolve_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
                                   identifiers=identifiers, cols=cols)
     if quasi_identifiers is None:
-        declared = catalog.declared_roles(plpy, tbl)
+        declared = catalog.declared_roles(plpy, tbl.oid)
         given = {*(sensitive or ()), *(identifiers or ())}
         check_undeclared(plpy, tbl, [c for c, role in roles if role == "quasi_identifier"
                                      and c.name not in declared and c.name not in given])
     return roles
 
 
-def check_undeclared(plpy, tbl: catalog.Table, defaulted: list[catalog.Column]) -> None:
+def check_undeclared(plpy, tbl: guards.Table, defaulted: list[catalog.Column]) -> None:
     """Refuse (IdentifyingColumns, 42P10) if any of ``defaulted`` -- columns about to be released
     as quasi-identifiers by default -- looks identifying."""
     if not defaulted:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
 from plpy_anon.db import class_counts, grants, risk, verify
-from plpy_anon.db.columns import Table
+from plpy_anon.db.guards import Table
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
     by_id,

@@ -45,7 +45,8 @@ import numpy as np
 import pandas as pd
 
 from plpy_anon.core.errors import InvalidParameter
-from plpy_anon.db.columns import NUMERIC_TYPES, Column, Table
+from plpy_anon.db.columns import NUMERIC_TYPES, Column
+from plpy_anon.db.guards import Table
 from plpy_anon.db.sqltext import LITERAL_SLICE, ident, int_array_literal, run
 
 

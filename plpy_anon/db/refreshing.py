@@ -45,7 +45,7 @@ import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db import grants, publish
-from plpy_anon.db.columns import guard_source, lock_source
+from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
     LOCK_CLASS,

@@ -11,7 +11,7 @@ import json
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db.columns import PLANNER_CODE
+from plpy_anon.db.guards import PLANNER_CODE
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 RUNS_KEY = "plpy_anon.runs"
@@ -237,13 +237,20 @@ def check_column_types(plpy, release: dict, relations: list[int], source: int) -
     """Refuse (42501) a release with a column of a type plpy_anon would not have given it
     (``relations``: its relations' OIDs; ``source``: its source's)."""
     found = [r["what"] for r in run(plpy, FOREIGN_TYPES, ["oid[]", "oid"], [relations, source])]
+    refuse_unsafe(plpy, release, found, "has columns of types plpy_anon did not give them",
+                  "A release's columns are of built-in types or of its source column's own type; "
+                  "another type's operators and casts would run its owner's code for whoever "
+                  "reads the release.")
+
+
+def refuse_unsafe(plpy, release: dict, found: list[str], what: str, detail: str) -> None:
+    """Refuse (42501) the release when a check ``found`` anything: ``release <q> <what>: ...``."""
     if found:
         q = qualified_name(plpy, release)
         raise UnsafeRelease(
-            f"release {q} has columns of types plpy_anon did not give them: " + "; ".join(found[:5]),
-            detail="A release's columns are of built-in types or of its source column's own type; another "
-                   "type's operators and casts would run its owner's code for whoever reads the release.",
-            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) and create it again.")
+            f"release {q} {what}: " + "; ".join(found[:5]), detail=detail,
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) and "
+                 "create it again from the table you mean.")
 
 
 # What a release's queries (its relations' rules) read and call, beyond its source, its own
@@ -290,15 +297,11 @@ def check_release_query(plpy, release: dict, relations: list[int], source: int, 
     """Refuse (42501) a release whose queries read anything but its source and its own relations,
     or call code no superuser owns, or whose owner may no longer read its source: a release
     publishes only what its owner may read, through plpy_anon's code and the server's."""
-    found = [r["what"] for r in run(plpy, QUERY_READS, ["oid[]", "oid", "oid"], [relations, source, owner])]
-    if found:
-        q = qualified_name(plpy, release)
-        raise UnsafeRelease(
-            f"release {q} is not plpy_anon's query of its source any more: " + "; ".join(found[:5]),
-            detail="A release's relations may read only its source and each other, and call only code a "
-                   "superuser owns; nothing else is run on its behalf.",
-            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) "
-                 "and create it again from the table you mean.")
+    found = [r["what"] for r in run(plpy, QUERY_READS, ["oid[]", "oid", "oid"],
+                                    [relations, source, owner])]
+    refuse_unsafe(plpy, release, found, "is not plpy_anon's query of its source any more",
+                  "A release's relations may read only its source and each other, and call only "
+                  "code a superuser owns; nothing else is run on its behalf.")
 
 
 class UnsafeRelease(AnonError):
@@ -312,7 +315,7 @@ def check_release_planner_code(plpy, release: dict, relations: list[int]) -> Non
     expression calling the owner's function runs with the rights of whoever plans a query on the
     relation -- the verification and the risk report of every refresh, a superuser's plain REFRESH
     or pg_cron job included. So a release is read on its behalf only while every function its
-    relations' planner code calls is a superuser's (the same rule as a source's, columns.PLANNER_CODE).
+    relations' planner code calls is a superuser's (the same rule as a source's, guards.PLANNER_CODE).
     Refresh holds the relations locked, so nothing can be added between this check and the reads."""
     for oid in relations:
         found = [r for r in run(plpy, PLANNER_CODE, ["oid"], [oid]) if r["function"] is not None]

@@ -195,7 +195,7 @@ def stored_target(plpy, release: dict, method: ReleaseMethod | None) -> Target |
     cols = {}
     if target.sensitive:
         oid = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]["oid"]
-        cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(int(oid), "", ""))}
+        cols = {c.name: c for c in columns.relation_columns(plpy, int(oid))}
     target.sensitive = [s for s in target.sensitive if s in cols]   # e.g. fusion hides it
     for s in [s for s in target.sensitive if not orderable(plpy, cols[s].display_type)]:
         target.sensitive.remove(s)      # a release keeps e.g. a json column as it is

@@ -6,7 +6,7 @@ materialized view, release): which relation and columns to count, checked and gu
 from __future__ import annotations
 
 from plpy_anon.core.errors import InvalidParameter, UnsupportedType
-from plpy_anon.db import columns, risk
+from plpy_anon.db import columns, guards, risk
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods.registry import REGISTRY
@@ -29,7 +29,7 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
     rel = run(plpy, risk.RELATION_QUERY, ["text"], [relation])[0]
     if rel["relkind"] not in risk.READABLE_RELKINDS:
         raise UnsupportedType(
-            f"{rel['schema']}.{rel['name']} is {columns.RELKIND_NAMES.get(rel['relkind'], 'not a relation with rows')}",
+            f"{rel['schema']}.{rel['name']} is {guards.RELKIND_NAMES.get(rel['relkind'], 'not a relation with rows')}",
             hint="Pass a table, partitioned table, view, materialized view or release.")
     for arg, values in (("quasi_identifiers", quasi_identifiers), ("sensitive", sensitive)):
         if values is not None and any(v is None for v in values):
@@ -47,7 +47,7 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
     else:
         declared = {}
         if catalog:
-            declared = columns.declared_roles(plpy, columns.Table(int(rel["oid"]), rel["schema"], rel["name"]))
+            declared = columns.declared_roles(plpy, int(rel["oid"]))
         qis = (list(quasi_identifiers) if quasi_identifiers is not None
                else [c for c, r in declared.items() if r == "quasi_identifier"])
         sens = (list(sensitive) if sensitive is not None
@@ -63,19 +63,19 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
         oid = int(rel["oid"])
     # the report's queries plan the relation (and what a view reads): refuse one whose planning
     # or reading runs code of a role that is not a superuser
-    columns.guard_relation(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]), rel["relkind"])
+    guards.guard_relation(plpy, int(rel["oid"]), ident(plpy, rel["schema"], rel["name"]), rel["relkind"])
     if oid != int(rel["oid"]):     # a release read through another of its relations
         # plpy_anon's own view over the release's storage, checked to be the one it built: its
         # owner is whoever created the release, who need not be a superuser
         check_genuine(plpy, release[0])
         method = REGISTRY.get(release[0]["method"])
         if method is None or method.check_relations is None:
-            raise columns.UnsafeSource(
+            raise guards.UnsafeSource(
                 f"{target.label} is not a relation plpy_anon builds for a release of this method",
                 hint="Report the release's materialized view itself.")
         method.check_relations(plpy, release[0])      # its views are the queries plpy_anon writes
-        columns.guard_relation(plpy, oid, target.relation, target_rel["relkind"], own_view=True)
-    cols = {c.name: c for c in columns.table_columns(plpy, columns.Table(oid, "", ""))}
+        guards.guard_relation(plpy, oid, target.relation, target_rel["relkind"], own_view=True)
+    cols = {c.name: c for c in columns.relation_columns(plpy, oid)}
     for name in target.qis + target.sensitive:
         if name not in cols:
             raise risk.UndefinedColumn(

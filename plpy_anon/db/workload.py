@@ -32,7 +32,7 @@ from plpy_anon.core.workload import (
     workload_precision as core_workload_precision,
 )
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import releases
+from plpy_anon.db import guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods import mondrian_family, prioritized_mondrian
 from plpy_anon.db.sqltext import jsonb, run
@@ -102,7 +102,7 @@ def fit_learner(plpy, tbl, statements, projection_share=0.5):
 
 @sql_entry
 def learn_priorities(plpy, source, *, projection_share, use_pg_stat_statements):
-    tbl = catalog.table(plpy, source)
+    tbl = guards.table(plpy, source)
     if projection_share is None:
         raise InvalidParameter("projection_share must not be NULL",
                                hint="Pass a number in [0, 1]; 0.5 weighs SELECT and WHERE equally.")
@@ -167,7 +167,7 @@ class _ReleaseEvaluation:
                 "re-derives Mondrian classes",
                 hint=f"Use it on releases of {', '.join(MONDRIAN_METHODS)}.")
         self.params = jsonb(self.release["parameters"])
-        catalog.table(plpy, self.release["source"])      # guarded before the rows are read
+        guards.table(plpy, self.release["source"])      # guarded before the rows are read
         rows = mondrian_family.load_release_rows(plpy, self.release)
         self.tbl, self.qis, self.encoded, self.frame = rows.tbl, rows.qis, rows.encoded, rows.frame
         model = prioritized_mondrian.model_for(self.params).fit(

@@ -5,7 +5,7 @@ with the custodian's rights either: a custodian may change its own rows of the c
 what it was granted (here every table, through ``pg_read_all_data``).
 
 A custodian builds only from tables it may lock whose schema no other role may rename
-(columns.guard_source): for the custodian, the table owner's schema is therefore a superuser's in
+(guards.guard_source): for the custodian, the table owner's schema is therefore a superuser's in
 which the owner may create, and the owner grants the custodian UPDATE on its tables, so the
 attacks meet the same defences as with a superuser. ``test_custodian_guard.py`` attacks that rule.
 """

@@ -4,7 +4,7 @@ Without the superuser's locks, the owner could add an index calling its own func
 another table by renaming schemas) between plpy_anon's check and the custodian's read, and the
 function would run with the custodian's rights: every table it may read, its catalog rows. So a
 custodian reads only tables it may lock against new indexes (it owns them, or holds UPDATE, DELETE
-or TRUNCATE) in a schema only it or a superuser may rename (columns.guard_source). Each test
+or TRUNCATE) in a schema only it or a superuser may rename (guards.guard_source). Each test
 FAILS while the rule is missing.
 """
 from __future__ import annotations

@@ -257,15 +257,15 @@ def test_the_guard_verifies_the_name_its_caller_will_read(db, owner):
     seen = []
     db.add_notice_handler(lambda d: seen.append(d.message_primary))
     db.execute(f"""DO $$
-from plpy_anon.db import columns
+from plpy_anon.db import guards
 table, trap = '''{s}.t''', '''{s}.trap'''
 oid = plpy.execute("SELECT to_regclass(%s)::oid AS o" % plpy.quote_literal(table))[0]["o"]
 try:
-    columns.guard_source(plpy, oid, trap)
+    guards.guard_source(plpy, oid, trap)
     plpy.notice("accepted")
-except columns.SourceChanged as exc:
+except guards.SourceChanged as exc:
     plpy.notice("refused: " + str(exc))
-columns.guard_source(plpy, oid, table)
+guards.guard_source(plpy, oid, table)
 plpy.notice("its own name: accepted")
 $$ LANGUAGE plpython3u""")
     assert seen[0].startswith("refused: table ") and "renamed" in seen[0], seen
@@ -301,7 +301,7 @@ def test_foreign_partitions_are_refused(as_dba, db, connect, owner, release_sche
 
 
 def test_a_source_renamed_between_its_lookup_and_its_guard_is_refused(db, owner):
-    """The fifth review's swap, replayed inside one call: ``columns.table`` reads the source's
+    """The fifth review's swap, replayed inside one call: ``guards.table`` reads the source's
     name, then (here, through a wrapper of the guard) the owner's two tables trade names, then
     the guard runs. The Table's later reads would go by the name read first, so that name must
     be the one locked and verified."""
@@ -310,20 +310,20 @@ def test_a_source_renamed_between_its_lookup_and_its_guard_is_refused(db, owner)
     seen = []
     db.add_notice_handler(lambda d: seen.append(d.message_primary))
     db.execute(f"""DO $$
-from plpy_anon.db import columns
-guard = columns.guard_source
+from plpy_anon.db import guards
+guard = guards.guard_source
 def swapped_first(plpy, oid, name=None):
     plpy.execute('''ALTER TABLE {s}.t RENAME TO t_clean''')
     plpy.execute('''ALTER TABLE {s}.trap RENAME TO t''')
     return guard(plpy, oid, name)
-columns.guard_source = swapped_first
+guards.guard_source = swapped_first
 try:
-    tbl = columns.table(plpy, '''{s}.t''')
+    tbl = guards.table(plpy, '''{s}.t''')
     plpy.notice("accepted " + tbl.label)
-except columns.SourceChanged as exc:
+except guards.SourceChanged as exc:
     plpy.notice("refused: " + str(exc))
 finally:
-    columns.guard_source = guard
+    guards.guard_source = guard
 $$ LANGUAGE plpython3u""")
     assert seen and seen[-1].startswith("refused: table "), seen
 

@@ -8,8 +8,8 @@ import pytest
 CHECK = r"""
 DO $do$
 import numpy as np
-from plpy_anon.db import columns, reader
-tbl = columns.table(plpy, 'src')
+from plpy_anon.db import columns, guards, reader
+tbl = guards.table(plpy, 'src')
 cols = {c.name: c for c in columns.table_columns(plpy, tbl)}
 d = reader.read_columns(plpy, tbl, [cols['age'], cols['born'], cols['perf']],
                         [cols['zip'], cols['sex']])

@@ -66,11 +66,11 @@ def build_next_version(work: Path, venv: Path) -> Path:
         "CREATE TABLE anon.upgrade_probe (x integer);\n"
         "ALTER TABLE anon.refresh_history ADD COLUMN note text;\n")
     # a changed signature (declarations: sql/functions/); only the signature is looked at
-    ops = work / "sql" / "functions" / "070-operations.py"
+    ops = work / "sql" / "functions" / "070-operations.toml"
     text = ops.read_text()
-    declared = "'unschedule_refresh',\n        args=[\n            'release text',\n"
+    declared = 'name = "unschedule_refresh"\nargs = ["release text"'
     assert declared in text
-    ops.write_text(text.replace(declared, declared + "            'quiet boolean DEFAULT false',\n"))
+    ops.write_text(text.replace(declared, declared + ', "quiet boolean DEFAULT false"'))
     out = work / "out"
     subprocess.run(build + ["--out", str(out), "--venv", str(venv), "--no-docs"], check=True, capture_output=True)
     return out

@@ -83,3 +83,18 @@ def test_no_method_module_imports_another():
 def test_the_method_modules_are_the_registered_ones_and_their_shared_code():
     from plpy_anon.db.methods.registry import NAMES
     assert sorted(METHODS) == sorted([f"methods.{n}" for n in NAMES] + ["methods.mondrian_family"])
+
+
+def test_only_the_guards_make_a_table():
+    """Every read of a user relation goes through plpy_anon.db.guards by construction: a
+    ``Table`` (what every query names a source by) is made there only, and its name for a query
+    (``Table.quoted``) refuses one no guard made."""
+    makers = []
+    for module in MODULES:
+        for node in ast.walk(ast.parse(path_of(module).read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Table":
+                makers.append(module)
+    assert set(makers) == {"guards"}
+    from plpy_anon.db.guards import Table
+    with pytest.raises(RuntimeError, match="not resolved by plpy_anon.db.guards"):
+        Table(1, "public", "t").quoted(None)

@@ -100,15 +100,15 @@ def test_every_default_reads_back_as_the_sql_literal_it_is(surface):
 
 
 def _sources():
-    files = [*(ROOT / "sql").rglob("*.sql"), *(ROOT / "sql" / "functions").glob("*.py"),
+    files = [*(ROOT / "sql").rglob("*.sql"), *(ROOT / "sql" / "functions").glob("*.toml"),
              *(p for p in (ROOT / "plpy_anon").rglob("*.py") if p.name != "parameters.py"
                and "core" not in p.parts)]
     return {p.relative_to(ROOT): p.read_text() for p in files}
 
 
 # functions outside the release methods with an argument of the same name, type and default
-OTHER_FUNCTIONS = {("sql/functions/110-snapshots.py", "replace boolean DEFAULT false"),      # snapshot
-                   ("sql/functions/080-trust.py", "replace boolean DEFAULT false")}         # define_purpose
+OTHER_FUNCTIONS = {("sql/functions/110-snapshots.toml", "replace boolean DEFAULT false"),      # snapshot
+                   ("sql/functions/080-trust.toml", "replace boolean DEFAULT false")}         # define_purpose
 
 
 def test_each_methods_default_is_written_once():

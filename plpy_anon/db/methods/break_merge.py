@@ -58,7 +58,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, publish, refreshing, release_rows, verify
+from plpy_anon.db import guards, method, publish, refreshing, release_rows, verify
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
@@ -349,7 +349,7 @@ def compared_values(plpy, release, sensitive: list[str]) -> dict[str, str]:
     as jsonb) or under its nondeterministic collation, so that two spellings of one value count
     once -- the check counts values as an analyst who knows the column's type would, not as the
     build did. A type without an ordering (xml, point) is compared by its text."""
-    tbl = catalog.table(plpy, release["source"], guard=False)
+    tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     collated = nondeterministic_collations(plpy, tbl.oid, sensitive)
     # the search path is pg_catalog's: a built-in type's name means the built-in type
@@ -530,7 +530,7 @@ class SourcePartition:
 def partition_source(plpy, release, params) -> SourcePartition:
     """Read the source once, partition it with Mondrian(k), number classes along the QIs."""
     started = time.monotonic()
-    tbl = catalog.table(plpy, release["source"], guard=False)   # in the release query: guarded by its build / refresh
+    tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, cols, n) for n in params["quasi_identifiers"]]
     sens = [column_for(tbl, cols, n) for n in params["sensitive"]]
@@ -706,7 +706,7 @@ def breach_report(plpy, release, *, threshold):
     row = release_rows.find(plpy, release)
     params = _parameters(row)
     if row["method"] == METHOD:
-        catalog.table(plpy, row["source"])             # guarded before the source is read again
+        guards.table(plpy, row["source"])             # guarded before the source is read again
         plain = plain_breach(*_plain_from_source(plpy, row, params), threshold=threshold)
         broken = break_merge_breach(*_sensitive_tables(plpy, row, params), threshold=threshold)
         reports = [("plain", plain), ("break_merge", broken)]

@@ -33,7 +33,7 @@ from plpy_anon.core import fusion as core
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, release_rows, verify
+from plpy_anon.db import guards, method, release_rows, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
@@ -110,7 +110,7 @@ def _read_source(plpy, tbl, id_col, sens_col, attrs):
 
 
 def _read_auxiliary(plpy, auxiliary, auxiliary_identifier):
-    tbl = catalog.table(plpy, auxiliary)
+    tbl = guards.table(plpy, auxiliary)
     cols = catalog.table_columns(plpy, tbl)
     key = catalog.column_named(tbl, cols, auxiliary_identifier)
     facts = [c for c in cols if c.name != key.name]
@@ -173,7 +173,7 @@ def _verdict_columns(verdict) -> tuple:
 
 @sql_entry
 def fusion_scan(plpy, source, **options):
-    _, scan, _ = run_scan(plpy, catalog.table(plpy, source), **options)
+    _, scan, _ = run_scan(plpy, guards.table(plpy, source), **options)
     verdict = _verdict_columns(scan.verdict)
     return [tuple(row[c] for c in core.SCAN_COLUMNS) + verdict for row in _scan_rows(scan.table)]
 
@@ -263,7 +263,7 @@ def partition(plpy, GD, release_id: int):
 
 def read(ctx: method.Run):
     plpy, params = ctx.plpy, ctx.parameters
-    tbl = catalog.table(plpy, ctx.release["source"], guard=False)   # in the release query: guarded by its build / refresh
+    tbl = guards.table_in_query(plpy, ctx.release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     missing = [n for n in [params["identifier"], *params["attributes"]] if n not in cols]
     if missing:

@@ -23,7 +23,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, params
+from plpy_anon.db import guards, method, params
 from plpy_anon.db.generalization import (
     check_float_digits,
     class_literals,
@@ -217,7 +217,7 @@ def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
 class ReleaseRows:
     """A Mondrian-family release's source, read once: the encoded QIs and what else it needs."""
 
-    tbl: catalog.Table
+    tbl: guards.Table
     k: int
     l: int | None
     qis: list
@@ -248,7 +248,7 @@ class ReleaseRows:
 def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     """Read the columns a Mondrian-family release needs in one query and encode its QIs."""
     params = jsonb(release["parameters"])
-    tbl = catalog.table(plpy, release["source"], guard=False)   # in the release query: guarded by its build / refresh
+    tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
     l = params.get("l")

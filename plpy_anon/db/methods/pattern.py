@@ -40,7 +40,7 @@ from plpy_anon.core.pattern import (
 )
 from plpy_anon.core.pattern.release import column_bounds
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method, release_rows
+from plpy_anon.db import guards, method, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
@@ -180,7 +180,7 @@ def run_release(plpy, GD, release_id: int):
 
 
 def read(ctx: method.Run):
-    tbl = catalog.table(ctx.plpy, ctx.release["source"], guard=False)   # in the release query: guarded by its build / refresh
+    tbl = guards.table_in_query(ctx.plpy, ctx.release["source"])
     cols = {c.name: c for c in catalog.table_columns(ctx.plpy, tbl)}
     substituted = [_still_there(tbl, cols, name) for name in ctx.parameters["columns"]]
     data = read_columns(ctx.plpy, tbl, substituted, [])
@@ -323,13 +323,13 @@ def _array_literal(values, decimals):
 def distortion_report(plpy, source, release_name):
     """Rows (column_name, distortion, rank_correlation, preserved_fraction) of a pattern release
     as measured by its last build or refresh; the row with column_name NULL is the overall Dst."""
-    tbl = catalog.table(plpy, source)
+    tbl = guards.table(plpy, source)
     release = release_rows.find(plpy, release_name)
     if release["method"] != METHOD:
         raise InvalidParameter(
             f'release "{release_name}" was made by {release["method"]}, not by pattern_view',
             hint="anon.distortion reports on releases made by anon.pattern_view.")
-    made_from = catalog.table(plpy, release["source"])
+    made_from = guards.table(plpy, release["source"])
     if made_from.oid != tbl.oid:
         raise InvalidParameter(
             f'release "{release_name}" was made from {made_from.label}, not from {tbl.label}',

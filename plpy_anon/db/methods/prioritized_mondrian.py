@@ -78,14 +78,20 @@ def resolve_priorities(plpy, tbl, priorities, qi_names):
     return normalize_weights(value, qi_names), "explicit"
 
 
-def learned_priorities(plpy, tbl, qi_names):
-    rows = run(plpy, "SELECT column_name::text AS c, weight FROM anon.priorities "
-                     "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
+def _learned(plpy, query: str, tbl, missing: str, otherwise: str) -> list[dict]:
+    """The rows of what anon.learn_priorities stored for the table ($1), or 42704 saying so."""
+    rows = run(plpy, query, ["oid"], [tbl.oid])
     if not rows:
-        raise UndefinedObject(
-            f"no learned priorities for {tbl.label}",
-            hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or pass explicit "
-                 "priorities.")
+        raise UndefinedObject(missing,
+                              hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or "
+                                   + otherwise)
+    return rows
+
+
+def learned_priorities(plpy, tbl, qi_names):
+    rows = _learned(plpy, "SELECT column_name::text AS c, weight FROM anon.priorities "
+                          "WHERE source = $1::oid::regclass", tbl, f"no learned priorities for {tbl.label}",
+                    "pass explicit priorities.")
     learned = {r["c"]: float(r["weight"]) for r in rows if r["c"] in qi_names}
     if not any(learned.values()):
         raise InvalidParameter(
@@ -97,13 +103,10 @@ def learned_priorities(plpy, tbl, qi_names):
 
 def learned_cut_points(plpy, tbl, qi_names):
     """{column: [[threshold, left_inclusive], ...]} of the QIs, from the stored profile."""
-    rows = run(plpy, "SELECT cut_points FROM anon.workload_profiles "
-                     "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
-    if not rows:
-        raise UndefinedObject(
-            f"no workload profile for {tbl.label}: cut points are learned with it",
-            hint="Run SELECT * FROM anon.learn_priorities('<table>') first, or pass "
-                 "cut_points => false.")
+    rows = _learned(plpy, "SELECT cut_points FROM anon.workload_profiles "
+                          "WHERE source = $1::oid::regclass", tbl,
+                    f"no workload profile for {tbl.label}: cut points are learned with it",
+                    "pass cut_points => false.")
     stored = jsonb(rows[0]["cut_points"]) or {}
     return {c: cuts for c, cuts in stored.items() if c in qi_names}
 

@@ -40,7 +40,7 @@ from plpy_anon.core.errors import (
 from plpy_anon.core.purpose import MIPriorities, validate_priorities
 from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import grants, method
+from plpy_anon.db import grants, guards, method
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -61,13 +61,18 @@ UNKNOWN_RECOMMENDER_TRUST = 0.5  # nothing known about the recommender: the Beta
 
 # ---------------------------------------------------------------------------- requesters
 
-def _requester(plpy, requester) -> dict:
-    rows = run(plpy, "SELECT requester_name, role_name::text AS role_name FROM anon.requesters "
-                     "WHERE requester_name = $1", ["text"], [requester])
+def _named(plpy, query: str, name: str, what: str, hint: str) -> dict:
+    """The row ``query`` finds for ``name`` ($1), or 42704 saying how to create it."""
+    rows = run(plpy, query, ["text"], [name])
     if not rows:
-        raise UndefinedObject(f'requester "{requester}" does not exist',
-                              hint="Register it first with anon.add_requester(requester, role => ...).")
+        raise UndefinedObject(f'{what} "{name}" does not exist', hint=hint)
     return rows[0]
+
+
+def _requester(plpy, requester) -> dict:
+    return _named(plpy, "SELECT requester_name, role_name::text AS role_name FROM anon.requesters "
+                        "WHERE requester_name = $1", requester, "requester",
+                  "Register it first with anon.add_requester(requester, role => ...).")
 
 
 @sql_entry
@@ -200,13 +205,10 @@ def trust(plpy, requester, *, history_weight, half_life_days):
 # ---------------------------------------------------------------------------- purposes
 
 def _purpose(plpy, purpose) -> dict:
-    rows = run(plpy, "SELECT priorities, source::text AS source FROM anon.purposes "
-                     "WHERE purpose_name = $1", ["text"], [purpose])
-    if not rows:
-        raise UndefinedObject(f'purpose "{purpose}" does not exist',
-                              hint="Define it first with anon.define_purpose(purpose, priorities => ...).")
-    priorities = rows[0]["priorities"]
-    return jsonb(priorities)
+    return jsonb(_named(plpy, "SELECT priorities FROM anon.purposes WHERE purpose_name = $1",
+                        purpose, "purpose",
+                        "Define it first with anon.define_purpose(purpose, priorities => ...).")
+                 ["priorities"])
 
 
 def _read_frame(plpy, tbl, cols) -> pd.DataFrame:
@@ -271,7 +273,7 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
         if most is None or least is None:
             raise InvalidParameter("deriving priorities needs most_useful and least_useful",
                                    hint="Name the most and least useful columns: most_useful => 'education', least_useful => 'race'.")
-        tbl = catalog.table(plpy, derive_from)
+        tbl = guards.table(plpy, derive_from)
         cols = [c for c, role in catalog.resolve_roles(plpy, tbl, publishing=False)  # publishes nothing
                 if role in ("quasi_identifier", "sensitive") and c.kind is not None]
         for name in (most, least):
@@ -432,7 +434,7 @@ class TrustRead:
 
 def read(ctx: method.Run) -> TrustRead:
     plpy, params = ctx.plpy, ctx.parameters
-    tbl = catalog.table(plpy, ctx.release["source"], guard=False)   # in the release query: guarded by its build / refresh
+    tbl = guards.table_in_query(plpy, ctx.release["source"])
     by_name = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
     half_life = params["half_life_days"] if params["half_life_days"] is not None else math.inf
