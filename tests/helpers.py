@@ -17,10 +17,11 @@ def class_sizes(conn, relation: str, qi_columns: list[str]) -> list[int]:
 
 
 def distinct_sensitive_per_class(conn, relation: str, qi_columns: list[str], sensitive: str) -> list[int]:
+    """Per class, the sensitive values an attacker is unsure between: SQL's count(DISTINCT),
+    which leaves NULL out (a NULL is no value)."""
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in qi_columns)
-    query = sql.SQL("SELECT count(DISTINCT {}) + max(CASE WHEN {} IS NULL THEN 1 ELSE 0 END) "
-                    "FROM {} GROUP BY {}").format(
-        sql.Identifier(sensitive), sql.Identifier(sensitive), sql.SQL(relation), cols)
+    query = sql.SQL("SELECT count(DISTINCT {}) FROM {} GROUP BY {}").format(
+        sql.Identifier(sensitive), sql.SQL(relation), cols)
     return [r[0] for r in conn.execute(query).fetchall()]
 
 

@@ -12,7 +12,8 @@ sensitive values, and between its different sensitive values, is gone.
 
 l-diversity by merging (our rule; the paper only says the STs are l-diverse)
 ---------------------------------------------------------------------------
-Distinct l-diversity is required in every group of every ST: at least ``l`` distinct values. It is
+Distinct l-diversity is required in every group of every ST: at least ``l`` distinct values that
+are not NULL (a NULL is no value an attacker is unsure between; the ST still lists it). It is
 *monotone under union* (the union of two groups has at least the distinct values of each), so
 merging groups can only repair a violation, never create one. The rule:
 
@@ -169,7 +170,8 @@ def _spread_over_hosts(stuck_first, diverse_groups, buckets):
 def check_categories(distinct, max_categories):
     """Refuse sensitive columns with more than ``max_categories`` distinct values.
 
-    ``distinct`` maps column -> number of distinct values (NULL counted as one). Shared by
+    ``distinct`` maps column -> number of distinct values (NULL counted as one: it takes rows of
+    the sensitive table). Shared by
     :class:`BreakMerge` and the db layer, which checks before building anything.
     """
     for column, n_values in distinct.items():
@@ -184,8 +186,8 @@ def check_categories(distinct, max_categories):
 
 
 def check_diversity_feasible(distinct, l):
-    """Refuse ``l`` above the number of distinct values some sensitive column has in the whole
-    table: merging groups can never reach it."""
+    """Refuse ``l`` above the number of distinct values (not NULL) some sensitive column has in
+    the whole table: merging groups can never reach it."""
     too_few = {c: n for c, n in distinct.items() if l is not None and n < l}
     if too_few:
         raise InsufficientData(
@@ -340,9 +342,11 @@ class BreakMerge:
     def _merge(self, group, codes, values, n_groups):
         if self.l is None or self.l <= 1:
             return np.arange(n_groups)
-        check_diversity_feasible({c: len(v) for c, v in values.items()}, self.l)
+        known = {c: ~np.asarray(pd.isna(v)) for c, v in values.items()}    # NULL is no value
+        check_diversity_feasible({c: int(k.sum()) for c, k in known.items()}, self.l)
         presence = [
-            _group_value_counts(group, codes[c], n_groups, len(values[c])) > 0 for c in values
+            (_group_value_counts(group, codes[c], n_groups, len(values[c])) > 0)[:, known[c]]
+            for c in values
         ]
         return merge_for_diversity(presence, self.l)
 

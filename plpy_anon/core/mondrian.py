@@ -121,7 +121,10 @@ class Mondrian:
     def fit(self, columns, sensitive=None, sensitive_ordered=False, sensitive_names=None):
         """Partition the rows described by ``columns`` (list of :class:`EncodedColumn`).
 
-        ``sensitive``: integer codes, shape ``(n,)`` or ``(n, s)``, needed with ``l`` or ``t``.
+        ``sensitive``: integer codes, shape ``(n,)`` or ``(n, s)``, needed with ``l`` or ``t``;
+        a negative code is a missing value (SQL NULL), which an attacker is not unsure between:
+        it counts for no model (distinct values, entropy, (c, l) and the distributions for t are
+        those of the known values).
         ``sensitive_ordered``: bool, or one per sensitive column: its codes are in value order
         (a numeric SA), so t-closeness uses the ordered-distance EMD. ``sensitive_names``: names
         used in refusals (default ``sensitive column j``)."""
@@ -454,7 +457,8 @@ class Mondrian:
                 part = part[ok[part]]
                 if part.size == 0:
                     continue
-                counts = _side_counts(codes, order, s[part], cut[part], end[part], m)
+                # code m: missing values, counted apart and left out of the model
+                counts = _side_counts(codes, order, s[part], cut[part], end[part], m + 1)[:, :m]
                 ok[part] &= model.satisfied(counts).reshape(-1, 2).all(axis=1)
         return ok
 
@@ -470,9 +474,15 @@ class Mondrian:
             self.l_diversity != "distinct" else None
         out = []
         for j, col in enumerate(values.T):
-            _, dense = np.unique(col, return_inverse=True)    # sorted: keeps the value order
-            dense = dense.astype(np.int64).ravel()
-            counts = np.bincount(dense).astype(np.float64)
+            known = col >= 0
+            # sorted: keeps the value order; a missing value takes the extra code m
+            uniques, known_codes = np.unique(col[known], return_inverse=True)
+            dense = np.full(col.size, uniques.size, dtype=np.int64)
+            dense[known] = known_codes.ravel()
+            counts = np.bincount(known_codes.ravel(), minlength=uniques.size).astype(np.float64)
+            if counts.sum() == 0:
+                raise InsufficientData(f"the table's {names[j]} has no value that is not NULL",
+                                       hint="Release it without l and t, or load its values.")
             model = Models(l=asked_l, l_diversity=self.l_diversity, c=self.c, t=self.t,
                            table=counts / counts.sum(), ordered=bool(ordered[j]))
             failed = model.failures(counts, f"the table's {names[j]}")
@@ -611,7 +621,7 @@ class Mondrian:
         if self.l is None or self.l <= 1 or self.l_diversity != "distinct":
             return              # the other models are checked on the table in _table_models
         for j, column in enumerate(values.reshape(n_rows, -1).T):
-            distinct = np.unique(column).size
+            distinct = np.unique(column[column >= 0]).size     # NULL (negative) is no value
             if distinct < self.l:
                 name = repr(names[j]) if names else str(j)
                 raise InsufficientData(
@@ -845,7 +855,9 @@ def _distinct_in_ranges(values, order, range_starts, range_ends):
     first_of_range = np.repeat(np.cumsum(lengths) - lengths, lengths)
     positions = np.arange(range_id.size) - first_of_range + np.repeat(range_starts, lengths)
     width = int(values.max()) + 1
-    pairs = np.unique(range_id * width + values[order[positions]])
+    found = values[order[positions]]
+    known = found >= 0                        # a missing value (-1) is no value
+    pairs = np.unique(range_id[known] * width + found[known])
     return np.bincount(pairs // width, minlength=lengths.size)
 
 
@@ -1006,18 +1018,25 @@ def _narrow(codes, n_codes):
 
 
 def _dense_sensitive(sensitive):
-    """Sensitive columns as dense codes; as one-bit masks when they have <= 64 values (in the
-    narrowest unsigned type that fits, to keep the per-level gathers small)."""
+    """Sensitive columns as dense codes, a missing value (negative code) as -1; as one-bit masks
+    when they have <= 64 values (in the narrowest unsigned type that fits, to keep the per-level
+    gathers small), a missing value as no bit."""
     values = np.asarray(sensitive)
     values = values.reshape(values.shape[0], -1)
-    dense = [np.unique(col, return_inverse=True)[1].astype(np.int64) for col in values.T]
-    return [_one_bit_masks(c) if c.max() < 64 else c for c in dense]
+    dense = []
+    for col in values.T:
+        known = col >= 0
+        codes = np.full(col.size, -1, dtype=np.int64)
+        codes[known] = np.unique(col[known], return_inverse=True)[1].ravel()
+        dense.append(codes)
+    return [_one_bit_masks(c) if c.max(initial=-1) < 64 else c for c in dense]
 
 
 def _one_bit_masks(codes):
     dtype = next(t for t in (np.uint8, np.uint16, np.uint32, np.uint64)
-                 if codes.max() < np.iinfo(t).bits)
-    return np.left_shift(dtype(1), codes.astype(dtype))
+                 if codes.max(initial=0) < np.iinfo(t).bits)
+    return np.where(codes >= 0, np.left_shift(dtype(1), np.maximum(codes, 0).astype(dtype)),
+                    dtype(0)).astype(dtype)
 
 
 def _number_by_first_row(labels):

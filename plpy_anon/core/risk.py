@@ -83,16 +83,21 @@ def _class_matrix(class_ids, value_ids, counts, n_values, lo, hi):
 
 
 def sensitive_figures(class_ids, value_ids, counts, *, ordered: bool, c: float = 3.0,
-                      chunk_cells: int = 4_000_000) -> dict:
+                      chunk_cells: int = 4_000_000, n_classes: int | None = None) -> dict:
     """Diversity and t-closeness of one sensitive column from its class x value table.
     ``class_ids`` 0..C-1 and ``value_ids`` 0..m-1 (in the column's order when ``ordered``) need
-    not be sorted; each (class, value) pair appears once with its ``count`` > 0."""
+    not be sorted; each (class, value) pair appears once with its ``count`` > 0. ``n_classes``
+    (default: the largest class id + 1) counts the classes without a pair too (all their values
+    NULL): 0 distinct values, and no mass where the relation's distribution has all of it (their
+    EMD, as the release check computes it)."""
     class_ids = np.asarray(class_ids, dtype=np.int64)
     value_ids = np.asarray(value_ids, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.float64)
     if len(counts) == 0:
+        if n_classes:
+            return {"distinct_l": 0, "entropy_l": 1.0, "recursive_cl_l": 0, "t_closeness": None}
         return {"distinct_l": None, "entropy_l": None, "recursive_cl_l": None, "t_closeness": None}
-    n_classes = int(class_ids.max()) + 1
+    n_classes = max(int(class_ids.max()) + 1, n_classes or 0)
     n_values = int(value_ids.max()) + 1
     size = np.bincount(class_ids, weights=counts, minlength=n_classes)
     distinct = np.bincount(class_ids, minlength=n_classes)
@@ -117,7 +122,8 @@ def sensitive_figures(class_ids, value_ids, counts, *, ordered: bool, c: float =
     for lo in range(0, n_classes, step):
         hi = min(n_classes, lo + step)
         d = _class_matrix(class_ids, value_ids, counts, n_values, lo, hi)
-        d = d / d.sum(axis=1, keepdims=True) - q
+        total = d.sum(axis=1, keepdims=True)     # 0: a class of NULLs, counted as no mass
+        d = np.divide(d, total, out=np.zeros_like(d), where=total > 0) - q
         if ordered:
             emd = (np.abs(np.cumsum(d, axis=1)).sum(axis=1) / (n_values - 1)
                    if n_values > 1 else np.zeros(hi - lo))

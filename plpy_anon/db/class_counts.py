@@ -10,8 +10,9 @@ columns of both, and the report is served from it.
 
 :class:`ClassCounts` holds the class-size histogram (size, classes of that size: a few hundred
 numbers whatever the table size) and, per sensitive column, the class x value table
-``(class id, value id, rows)`` with value ids ranked in the column's order, NULL last (one value
-of its own). Everything else (rows, classes, k, distinct l, entropy, (c,l), t) follows in numpy.
+``(class id, value id, rows)`` with value ids ranked in the column's order, NULL as -1: a NULL is
+no value an attacker is unsure between, and counts for no privacy model (``known``). Everything
+else (rows, classes, k, distinct l, entropy, (c,l), t) follows in numpy.
 """
 from __future__ import annotations
 
@@ -53,12 +54,18 @@ class ClassCounts:
         present = self.sizes[self.classes > 0]
         return int(present.min()) if present.size else None
 
+    def known(self, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``tables[column]`` without its NULL pairs: what the privacy models count."""
+        class_ids, value_ids, rows = self.tables[column]
+        kept = value_ids >= 0
+        return class_ids[kept], value_ids[kept], rows[kept]
+
     def fewest_distinct(self, column: str) -> int | None:
-        """The smallest number of distinct values of ``column`` in a class (NULL counts as one);
-        None without classes. A class holding no pair would count 0."""
+        """The smallest number of distinct values of ``column`` that are not NULL in a class (what
+        SQL's ``count(DISTINCT column)`` gives); None without classes. A class of NULLs counts 0."""
         if self.n_classes == 0:
             return None
-        class_ids = self.tables[column][0]
+        class_ids = self.known(column)[0]
         return int(np.bincount(class_ids, minlength=self.n_classes).min())
 
     def serves(self, relation: str, qis, sensitive) -> bool:
@@ -72,7 +79,7 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
     (``array_agg``); the class-size histogram (``sizes``, ``classes``) and, per sensitive column
     ``i``, the (class id, value id, rows) table (``cids<i>``, ``vids<i>``, ``ns<i>``) are read
     from that materialized result, all as int array texts. The class id is the group's row
-    number; value ids follow the values' order (NULL last), which the ordered EMD needs. No sort
+    number; value ids follow the values' order (NULL -1), which the ordered EMD needs. No sort
     on the QIs (:func:`count` turns sorts off for it): ordering ranges and text arrays (a
     dense_rank over them) cost 10 of 25 s at 2M release rows, and grew faster than the rows. One
     pass, not one per figure: each pass re-hashes every row's ranges and arrays (2.3 s a pass at
@@ -97,14 +104,14 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
         values.append(sa)
     collected = "".join(f", array_agg({sa}) AS vals{i}" for i, sa in enumerate(values))
     carried = "".join(f", g.vals{i}" for i in range(len(values)))
-    # value ids: the column's distinct non-NULL values ranked in their order, NULL after them
-    # (a NULL matches no ranked value and takes the next id); ranking the few distinct values
+    # value ids: the column's distinct non-NULL values ranked in their order, NULL -1 (a NULL
+    # matches no ranked value); ranking the few distinct values
     # and joining them to the (class, value) counts costs a third of a dense_rank over the
     # counts, which sorts one row per (class, value) pair
     tables = "".join(
         f"CROSS JOIN (SELECT array_agg(r.cid)::text AS cids{i}, array_agg(r.vid)::text AS vids{i},\n"
         f"                   array_agg(r.n)::text AS ns{i}\n"
-        f"            FROM (SELECT cv.cid, coalesce(d.vid, (SELECT count(*) FROM ranked{i})) AS vid, cv.n\n"
+        f"            FROM (SELECT cv.cid, coalesce(d.vid, -1) AS vid, cv.n\n"
         f"                  FROM (SELECT x.cid, x.v, count(*) AS n\n"
         f"                        FROM (SELECT c.cid, pg_catalog.unnest(c.vals{i}) AS v\n"
         f"                              FROM grouped AS c) AS x\n"

@@ -75,11 +75,6 @@ class TextColumnData:
         table[-1] = None                         # code -1: NULL
         return table[self.codes]
 
-    def factorized(self) -> np.ndarray:
-        """Codes with NULL as a value of its own (``len(dictionary)``), like
-        ``pd.factorize(values, use_na_sentinel=False)`` up to numbering."""
-        return np.where(self.codes < 0, np.int32(len(self.dictionary)), self.codes)
-
 
 #: one ctid as tidsend writes it: block number and line pointer, big-endian
 TID_DTYPE = np.dtype([("block", ">u4"), ("offset", ">u2")])

@@ -7,9 +7,10 @@ The counting is SQL, so it scales with the relation: one ``GROUP BY`` over the q
 class-size histogram (size, number of classes: a few hundred rows whatever the table size) and,
 per sensitive column, the class x value table (class and value as dense ranks), whose formulas
 (entropy, recursive (c,l), EMD) are numpy
-(``plpy_anon/core/risk.py``). NULL is a value of its own, in a quasi-identifier (rows with NULL
-there form their own class, as GROUP BY groups them) and in a sensitive column (ordered last for
-the ordered EMD).
+(``plpy_anon/core/risk.py``). NULL is a value of its own in a quasi-identifier (rows with NULL
+there form their own class, as GROUP BY groups them); in a sensitive column it is no value an
+attacker is unsure between: its rows are left out of the diversity and closeness figures (a class
+whose sensitive values are all NULL has 0 distinct values).
 
 Runs as the caller (SECURITY INVOKER): a role that may not read the relation gets 42501 from
 PostgreSQL itself.
@@ -115,7 +116,7 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
         counts = (counter or Counter(plpy)).get(target.relation, target.qis, target.sensitive)
         figures = core.class_figures(counts.sizes, counts.classes,
                                      risk_threshold=risk_threshold, population=population)
-        tables = {s: counts.tables[s] for s in target.sensitive}
+        tables = {s: counts.known(s) for s in target.sensitive}   # a NULL is no value
     else:
         figures = {"rows": count_rows(plpy, target.relation)}
         tables = {}
@@ -171,11 +172,12 @@ def describe_all(target, figures, tables, *, population, risk_threshold, recursi
             continue
         class_ids, value_ids, rows_per_pair = tables[s]
         sf = core.sensitive_figures(class_ids, value_ids, rows_per_pair,
-                                    ordered=target.ordered[s], c=recursive_c)
-        emd = ("ordered EMD over the column's distinct values in order (NULL last)"
+                                    ordered=target.ordered[s], c=recursive_c,
+                                    n_classes=figures.get("classes"))
+        emd = ("ordered EMD over the column's distinct values in order (NULL rows left out)"
                if target.ordered[s] else "equal-distance EMD")
         details = {
-            "distinct_l": "min over classes of distinct values (NULL counts as one)",
+            "distinct_l": "min over classes of distinct values that are not NULL",
             "entropy_l": "exp(min over classes of -sum p ln p)",
             "recursive_cl_l": f"largest l with r_1 < c (r_l + ... + r_m) in every class, c = {recursive_c:g}",
             "t_closeness": f"max over classes of the {emd} to the relation's distribution",

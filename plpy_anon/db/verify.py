@@ -12,13 +12,14 @@ SQL of its own and compares what it counts with what the release promises:
   or duplicated rows fails.
 * **k**: the smallest class (``GROUP BY`` the released quasi-identifier columns, exactly the
   columns an analyst can link on) has at least ``k`` rows.
-* **l** (when ``l`` was asked): every class holds at least ``l`` distinct values (NULL counting as
-  one) in each sensitive column -- or, for Break-Merge, in every group of every sensitive table,
-  whose counts must also add up to the QIT's rows group by group.
+* **l** (when ``l`` was asked): every class holds at least ``l`` distinct values that are not NULL
+  in each sensitive column (SQL's ``count(DISTINCT column)``: a NULL is no value an attacker is
+  unsure between) -- or, for Break-Merge, in every group of every sensitive table, whose counts
+  must also add up to the QIT's rows group by group.
 
 * **privacy models** (when asked, Mondrian family): entropy or recursive (c,l) l-diversity and
   t-closeness, per sensitive column, from the released rows' class x value table (value ranks in
-  the column's order, NULL last) given to the pure checks of
+  the column's order, NULL rows left out) given to the pure checks of
   :mod:`plpy_anon.core.privacy_models` (``Models.satisfied``; the table distribution for t is the
   released rows' own), in chunks of classes; the partitioner's state is never consulted.
 
@@ -156,7 +157,7 @@ MODEL_CELLS = 1 << 22
 
 def check_models(spec: Spec, counts: ClassCounts) -> tuple[dict, list[str]]:
     """Entropy / recursive l-diversity and t-closeness of every released class, per sensitive
-    column, from its class x value table (value ranks in the column's order, NULL last; the
+    column, from its class x value table (value ranks in the column's order, NULL rows left out; the
     table distribution for t is the released rows' own): (figures, failures)."""
     import numpy as np
 
@@ -165,7 +166,7 @@ def check_models(spec: Spec, counts: ClassCounts) -> tuple[dict, list[str]]:
     l = spec.l if spec.l is not None and spec.l > 1 and spec.l_diversity != "distinct" else None
     n_classes = counts.n_classes
     for column in spec.model_columns:
-        owner, ranks, rows_per_pair = counts.tables[column]
+        owner, ranks, rows_per_pair = counts.known(column)
         if rows_per_pair.size == 0:
             continue
         pair_rows = rows_per_pair.astype(np.float64)
@@ -208,7 +209,7 @@ def count_table_query(plpy, spec: Spec, attribute: str, table: str) -> str:
         f"       min(s.d)::int8 AS smallest_l, coalesce(sum(s.n), 0)::int8 AS n_rows\n"
         f"FROM (SELECT {group} AS g, count(*) AS n FROM {spec.relation} GROUP BY {group}) AS q\n"
         f"FULL JOIN (SELECT gid AS g, sum(count) AS n,\n"
-        f"                  count(DISTINCT {value}) + max(CASE WHEN value IS NULL THEN 1 ELSE 0 END) AS d\n"
+        f"                  count(DISTINCT {value}) AS d\n"
         f"           FROM {table} GROUP BY gid) AS s ON s.g = q.g")
 
 

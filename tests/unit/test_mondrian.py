@@ -62,7 +62,8 @@ def reference_mondrian(columns, k, l=None, sensitive=None, valid=None):
     def diverse(rows):
         if valid is not None and not valid(rows):
             return False
-        return l is None or all(len(set(sens[rows, j])) >= l for j in range(sens.shape[1]))
+        # a missing value (negative code, SQL NULL) is no value an attacker is unsure between
+        return l is None or all(len(set(sens[rows, j]) - {-1}) >= l for j in range(sens.shape[1]))
 
     def allowable(rows, left):
         return k <= left.sum() <= len(rows) - k and diverse(rows[left]) and diverse(rows[~left])
@@ -223,8 +224,8 @@ def test_k_anonymous_and_equal_to_reference(table):
 def test_l_diverse_and_equal_to_reference(table, l, n_sensitive):
     columns, k, rng = table
     n = len(columns[0].codes)
-    sensitive = rng.integers(0, 4, size=(n, n_sensitive))
-    if min(len(set(sensitive[:, j])) for j in range(n_sensitive)) < l:
+    sensitive = rng.integers(-1, 4, size=(n, n_sensitive))      # -1: NULL, no value
+    if l > 1 and min(len(set(sensitive[:, j]) - {-1}) for j in range(n_sensitive)) < l:
         with pytest.raises(InsufficientData):
             Mondrian(k=k, l=l).fit(columns, sensitive)
         return
@@ -232,7 +233,7 @@ def test_l_diverse_and_equal_to_reference(table, l, n_sensitive):
     for cls in range(model.n_classes_):
         rows = model.labels_ == cls
         assert rows.sum() >= k
-        assert all(len(set(sensitive[rows, j])) >= l for j in range(n_sensitive))
+        assert l == 1 or all(len(set(sensitive[rows, j]) - {-1}) >= l for j in range(n_sensitive))
     np.testing.assert_array_equal(model.labels_,
                                   reference_mondrian(columns, k, l if l > 1 else None, sensitive))
 

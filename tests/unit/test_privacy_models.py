@@ -24,8 +24,11 @@ EPS = 1e-9
 
 # ---------------------------------------------------------------------- brute force
 def brute_ok(values, table_values, *, l=None, kind="distinct", c=None, t=None, ordered=False):
-    """Does the class with SA ``values`` satisfy the models? (pandas + loops, per definition)"""
-    counts = pd.Series(values).value_counts()
+    """Does the class with SA ``values`` satisfy the models? (pandas + loops, per definition;
+    a missing value, -1, is no value: left out of the class and of the table)"""
+    values = [v for v in values if v >= 0]
+    table_values = [v for v in table_values if v >= 0]
+    counts = pd.Series(values, dtype=np.int64).value_counts()
     n = counts.sum()
     if l is not None and l > 1:
         if kind == "distinct" and len(counts) < l:
@@ -39,9 +42,11 @@ def brute_ok(values, table_values, *, l=None, kind="distinct", c=None, t=None, o
             if not r[0] < c * sum(r[int(l) - 1:]):
                 return False
     if t is not None:
+        if not table_values:
+            return False                # no known value in the table: refused
         domain = sorted(set(table_values))
         q = pd.Series(table_values).value_counts()
-        p = [counts.get(v, 0) / n for v in domain]
+        p = [counts.get(v, 0) / n if n else 0.0 for v in domain]   # no known value: no mass
         qq = [q[v] / len(table_values) for v in domain]
         if ordered:
             m = len(domain)
@@ -126,6 +131,8 @@ def cases(draw, max_rows=60):
     domain = draw(st.integers(2, 6))
     skew = draw(st.floats(0, 0.8))
     sens = np.where(rng.random((n, n_sens)) < skew, 0, rng.integers(0, domain, (n, n_sens)))
+    # some values missing (SQL NULL, code -1), which no model counts
+    sens = np.where(rng.random((n, n_sens)) < draw(st.sampled_from([0, 0.2])), -1, sens)
     return columns, k, sens, draw(MODELS)
 
 

@@ -100,3 +100,13 @@ def test_empty_and_bad_population():
     assert f["rows"] == 0 and f["classes"] == 0 and f["smallest_class"] is None
     with pytest.raises(InvalidParameter, match="population 3 is smaller"):
         risk.class_figures([2], [2], population=3)
+
+
+def test_a_class_whose_sensitive_values_are_all_null_holds_no_value():
+    """NULL pairs are left out before the figures (class_counts.known): class 2, all NULL, has
+    no pair left and must still count, with 0 values."""
+    figures = risk.sensitive_figures([0, 0, 1, 1], [0, 1, 0, 1], [3, 2, 4, 1], ordered=False,
+                                     n_classes=3)
+    assert figures["distinct_l"] == 0 and figures["recursive_cl_l"] == 0
+    assert risk.sensitive_figures([0, 0, 1, 1], [0, 1, 0, 1], [3, 2, 4, 1],
+                                  ordered=False)["distinct_l"] == 2

@@ -152,15 +152,15 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
         name = ident(plpy, col.name)
         # json has no equality: its documents counted as jsonb (as the run and the check do)
         value = f"{name}::pg_catalog.jsonb" if col.builtin and col.type_name == "json" else name
-        selects.append(
-            f"count(DISTINCT {value}) + max(CASE WHEN {name} IS NULL THEN 1 ELSE 0 END) AS d{i}"
-        )
+        selects.append(f"count(DISTINCT {value}) AS d{i}, bool_or({name} IS NULL) AS z{i}")
     row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
     check_k_rows(k, row["n"], tbl.label)
-    distinct = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
-    check_categories(distinct, max_categories)
+    # a NULL takes a category of the sensitive table, but is no value for l
+    known = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
+    check_categories({c: n + bool(row[f"z{i}"]) for i, (c, n) in enumerate(known.items())},
+                     max_categories)
     if l is not None and l > 1:
-        check_diversity_feasible(distinct, l)
+        check_diversity_feasible(known, l)
 
 
 def _check_alpha(alpha):

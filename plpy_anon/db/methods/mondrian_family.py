@@ -113,11 +113,12 @@ def ordered_sensitive_names(parameters: dict) -> set[str]:
 
 def value_ordered_codes(column: TextColumnData) -> np.ndarray:
     """Codes of a numeric sensitive column (read as text) numbered in value order (NaN after
-    numbers, NULL last, as PostgreSQL sorts them), so that the ordered-distance EMD sees
-    neighbours as neighbours. The dictionary's strings are parsed once each, not once per row."""
+    numbers, as PostgreSQL sorts them), so that the ordered-distance EMD sees neighbours as
+    neighbours; NULL stays -1 (no value: core.mondrian). The dictionary's strings are parsed once
+    each, not once per row."""
     numbers = np.array([float(v) for v in column.dictionary], dtype=np.float64)
     rank = np.unique(numbers, return_inverse=True)[1].ravel().astype(np.int64)  # NaN last
-    table = np.append(rank, rank.max(initial=-1) + 1)                   # code -1 (NULL): last
+    table = np.append(rank, -1)                                          # code -1 (NULL): -1
     return table[column.codes]
 
 
@@ -289,7 +290,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
         ordered = ordered_sensitive_names(params)
         sensitive = np.column_stack([
             value_ordered_codes(data.columns[c.name]) if c.name in ordered
-            else data.columns[c.name].factorized() for c in sens])
+            else data.columns[c.name].codes for c in sens])          # NULL: -1, no value
     target = None
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
