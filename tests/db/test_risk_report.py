@@ -59,7 +59,8 @@ def report(db, relation, **named):
 
 def expected(df, qis, sensitive, ordered, population=None, threshold=0.2, c=3.0):
     """Record by record (class sizes broadcast to rows) and, per sensitive column, from the class x
-    value crosstab in pandas (NULL: a value of its own, ordered last)."""
+    value crosstab in pandas (NULL: a value of its own in a quasi-identifier; in a sensitive column
+    no value, its rows left out, a class of NULLs a row of zeros)."""
     df = df.astype(object).where(df.notna(), "<NULL>")
     df = df.apply(lambda col: col.map(lambda v: str(v) if isinstance(v, list) else v))
     size = df.groupby(qis)[qis[0]].transform("size")
@@ -78,10 +79,12 @@ def expected(df, qis, sensitive, ordered, population=None, threshold=0.2, c=3.0)
     key = df[qis].apply(lambda r: repr(tuple(r)), axis=1)
     for s in sensitive:
         values = sorted(v for v in df[s].unique() if v != "<NULL>")
-        values += ["<NULL>"] if (df[s] == "<NULL>").any() else []
-        counts = pd.crosstab(key, df[s]).reindex(columns=values, fill_value=0).to_numpy(float)
-        p = counts / counts.sum(axis=1, keepdims=True)
-        q = df[s].value_counts(normalize=True).reindex(values).to_numpy()
+        known = df[s] != "<NULL>"
+        counts = (pd.crosstab(key[known], df[s][known])
+                  .reindex(index=key.unique(), columns=values, fill_value=0).to_numpy(float))
+        totals = counts.sum(axis=1, keepdims=True)
+        p = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+        q = df[s][known].value_counts(normalize=True).reindex(values).to_numpy()
         with np.errstate(divide="ignore", invalid="ignore"):
             entropy = -np.where(p > 0, p * np.log(p), 0).sum(axis=1)
         r = -np.sort(-counts, axis=1)                                  # r_1 >= r_2 >= ...
