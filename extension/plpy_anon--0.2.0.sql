@@ -3925,15 +3925,15 @@ COMMENT ON FUNCTION anon._pattern_run_py(integer) IS
 
 -------------------------------------------------------------------------------
 -- functions/100-fusion.toml (generated)
--- anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer): generated from sql/functions/ (implementation: anon_py.fusion_scan)
-CREATE OR REPLACE FUNCTION anon_py.fusion_scan(source regclass, sensitive text, identifier text, auxiliary regclass, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, random_state integer)
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
+-- anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): generated from sql/functions/ (implementation: anon_py.fusion_scan)
+CREATE OR REPLACE FUNCTION anon_py.fusion_scan(source regclass, sensitive text, identifier text, auxiliary regclass, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, random_state integer, repeats integer)
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer)', 'EXECUTE') AS ok")[0]["ok"]:
-    plpy.error("permission denied for function anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer)", sqlstate="42501",
-               hint="anon_py.fusion_scan implements anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer).")
+if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]:
+    plpy.error("permission denied for function anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)", sqlstate="42501",
+               hint="anon_py.fusion_scan implements anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3960,9 +3960,9 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db.methods import fusion as _module
-return _module.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, random_state=random_state)
+return _module.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, random_state=random_state, repeats=repeats)
 $$;
-COMMENT ON FUNCTION anon_py.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer) IS 'Implementation of anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer) IS 'Implementation of anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer); executable only by a role that may execute that.';
 
 CREATE OR REPLACE FUNCTION anon.fusion_scan(
     source regclass,
@@ -3980,9 +3980,10 @@ CREATE OR REPLACE FUNCTION anon.fusion_scan(
     min_utility double precision DEFAULT 0,
     w_protection double precision DEFAULT 0.5,
     w_utility double precision DEFAULT 0.5,
-    random_state integer DEFAULT 0
+    random_state integer DEFAULT 0,
+    repeats integer DEFAULT 5
 )
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4010,7 +4011,7 @@ BEGIN
             HINT = 'Pass a value for auxiliary (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
-        RETURN QUERY SELECT * FROM anon_py.fusion_scan($1, $2, $3, $4, coalesce($5, (2)::integer), coalesce($6, (30)::integer), $7, $8, coalesce($9, ('regression')::text), $10, coalesce($11, (0.1)::double precision), coalesce($12, (0)::double precision), coalesce($13, (0)::double precision), coalesce($14, (0.5)::double precision), coalesce($15, (0.5)::double precision), coalesce($16, (0)::integer));
+        RETURN QUERY SELECT * FROM anon_py.fusion_scan($1, $2, $3, $4, coalesce($5, (2)::integer), coalesce($6, (30)::integer), $7, $8, coalesce($9, ('regression')::text), $10, coalesce($11, (0.1)::double precision), coalesce($12, (0)::double precision), coalesce($13, (0)::double precision), coalesce($14, (0.5)::double precision), coalesce($15, (0.5)::double precision), coalesce($16, (0)::integer), coalesce($17, (5)::integer));
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -4031,18 +4032,18 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer) IS
-    'For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) and returns protection P∘P̂ and P∘P′ (standardized), the attacker''s gain, utility 1/C_DM and |D|/C_DM, H and whether k meets the thresholds. Creates nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer) IS
+    'For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) repeats times, each with its own known sample and seed, and returns the mean protection P∘P̂ (standardized), its standard deviation over the simulations, P∘P′, the attacker''s gain, utility 1/C_DM and |D|/C_DM, H and whether k meets the thresholds. Creates nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean): generated from sql/functions/ (implementation: anon_py.fusion_resilient_view)
-CREATE OR REPLACE FUNCTION anon_py.fusion_resilient_view(source regclass, sensitive text, identifier text, auxiliary regclass, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, random_state integer, release_name text, release_schema text, replace boolean, accept_unprotected boolean)
+-- anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): generated from sql/functions/ (implementation: anon_py.fusion_resilient_view)
+CREATE OR REPLACE FUNCTION anon_py.fusion_resilient_view(source regclass, sensitive text, identifier text, auxiliary regclass, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, random_state integer, repeats integer, release_name text, release_schema text, replace boolean, accept_unprotected boolean)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
-    plpy.error("permission denied for function anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean)", sqlstate="42501",
-               hint="anon_py.fusion_resilient_view implements anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean).")
+if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+    plpy.error("permission denied for function anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)", sqlstate="42501",
+               hint="anon_py.fusion_resilient_view implements anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4069,9 +4070,9 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import creation as _module
-return _module.create(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, method='fusion', GD=GD)
+return _module.create(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, repeats=repeats, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, method='fusion', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean) IS 'Implementation of anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean) IS 'Implementation of anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean); executable only by a role that may execute that.';
 
 CREATE OR REPLACE FUNCTION anon.fusion_resilient_view(
     source regclass,
@@ -4090,6 +4091,7 @@ CREATE OR REPLACE FUNCTION anon.fusion_resilient_view(
     rules jsonb DEFAULT NULL,
     known_fraction double precision DEFAULT 0.1,
     random_state integer DEFAULT 0,
+    repeats integer DEFAULT 5,
     release_name text DEFAULT NULL,
     release_schema text DEFAULT 'release',
     replace boolean DEFAULT false,
@@ -4123,7 +4125,7 @@ BEGIN
             HINT = 'Pass a value for auxiliary (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
-        RETURN anon_py.fusion_resilient_view($1, $2, $3, $4, coalesce($5, (0)::double precision), coalesce($6, (0)::double precision), coalesce($7, (0.5)::double precision), coalesce($8, (0.5)::double precision), coalesce($9, (2)::integer), coalesce($10, (30)::integer), $11, $12, coalesce($13, ('regression')::text), $14, coalesce($15, (0.1)::double precision), coalesce($16, (0)::integer), $17, coalesce($18, ('release')::text), coalesce($19, (false)::boolean), coalesce($20, (false)::boolean));
+        RETURN anon_py.fusion_resilient_view($1, $2, $3, $4, coalesce($5, (0)::double precision), coalesce($6, (0)::double precision), coalesce($7, (0.5)::double precision), coalesce($8, (0.5)::double precision), coalesce($9, (2)::integer), coalesce($10, (30)::integer), $11, $12, coalesce($13, ('regression')::text), $14, coalesce($15, (0.1)::double precision), coalesce($16, (0)::integer), coalesce($17, (5)::integer), $18, coalesce($19, ('release')::text), coalesce($20, (false)::boolean), coalesce($21, (false)::boolean));
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -4144,12 +4146,12 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, text, text, boolean, boolean) IS
-    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), picks the one maximizing H and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean) IS
+    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), picks the smallest k whose H is within two standard errors of the best H (the simulations cannot tell them apart; with repeats => 1 the k maximizing H) and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.fusion_scan_of(text): generated from sql/functions/ (implementation: anon_py.fusion_scan_of)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan_of(release text)
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4189,7 +4191,7 @@ COMMENT ON FUNCTION anon_py.fusion_scan_of(text) IS 'Implementation of anon.fusi
 CREATE OR REPLACE FUNCTION anon.fusion_scan_of(
     release text
 )
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$

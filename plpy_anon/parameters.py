@@ -236,7 +236,10 @@ FUSION = Surface("fusion", "fusion_resilient_view", (
     Parameter("attacker", "text", "'regression'", help="'regression' (a random forest) or 'fuzzy' (a rule table)."),
     Parameter("rules", "jsonb", "NULL", help="The fuzzy attacker's rule table."),
     Parameter("known_fraction", "double precision", "0.1", help="Share of rows whose sensitive value the attacker knows."),
-    Parameter("random_state", "integer", "0", help="Seed of that known sample."),
+    Parameter("random_state", "integer", "0", help="Seed of the first known sample and attacker."),
+    Parameter("repeats", "integer", "5", Interval(1, 50, integer=True),
+              help="Simulations of the attack per k (each its own known sample and seed); protection is their mean.",
+              hint="Use repeats => 5 (the default) or more: one simulation's protection is noise."),
     *RELEASE,
     Parameter("accept_unprotected", "boolean", "false",
               help="Publish even when the verdict is 'unprotected' (recorded).")))

@@ -415,6 +415,8 @@ R2_DISCLOSURE = 0.25
 # at 1): an attacker who is as strong without it learns from the release and his known sample,
 # which is what k is for (ours, not the paper's: see docs/fusion.md, "The verdict").
 MIN_FUSION_GAIN = 0.05
+#: most simulations of the attack per k (each one trains the attacker twice per k)
+MAX_REPEATS = 50
 PROTECTED, UNPROTECTED, NOT_ASSESSED = "protected", "unprotected", "not assessed"
 VERDICT_COLUMNS = ("verdict", "protection_change", "attacker_r2")
 
@@ -495,6 +497,7 @@ SCAN_COLUMNS = (
     "k",
     "n_groups",
     "protection",
+    "protection_sd",
     "protection_no_fusion",
     "gain",
     "utility",
@@ -524,7 +527,8 @@ class FusionScan:
 
     def chosen_k(self):
         return choose_k(
-            self.table, **{name: self.settings[name] for name in ("min_protection", "min_utility")}
+            self.table, **{name: self.settings[name] for name in ("min_protection", "min_utility")},
+            w_protection=self.settings["w_protection"], repeats=self.settings.get("repeats", 1),
         )
 
 
@@ -661,17 +665,20 @@ def _check_rule_columns(attacker, available):
                          "fuzzy rule column", "the release or the auxiliary table")  # fmt: skip
 
 
-def measure_k(k, attributes_table, facts, P, attacker, known):
-    """One row of the scan: MDAV at k, the attack with and without the auxiliary facts."""
+def measure_k(k, attributes_table, facts, P, attacks):
+    """One row of the scan: MDAV at k, then each of ``attacks`` (attacker, known rows) with and
+    without the auxiliary facts; protection is their mean, ``protection_sd`` their spread."""
     mdav = MDAV(k=k)
     release = mdav.fit_transform(attributes_table)
-    P_hat = simulate_attack(attacker, pd.concat([release, facts], axis=1), P, known)
-    P_prime = simulate_attack(attacker, release, P, known)
+    fused = pd.concat([release, facts], axis=1)
+    protection = [dissimilarity(P, simulate_attack(a, fused, P, known)) for a, known in attacks]
+    alone = [dissimilarity(P, simulate_attack(a, release, P, known)) for a, known in attacks]
     return {
         "k": k,
         "n_groups": len(mdav.group_sizes_),
-        "protection": dissimilarity(P, P_hat),
-        "protection_no_fusion": dissimilarity(P, P_prime),
+        "protection": float(np.mean(protection)),
+        "protection_sd": float(np.std(protection, ddof=1)) if len(attacks) > 1 else 0.0,
+        "protection_no_fusion": float(np.mean(alone)),
         "utility": utility(mdav.group_sizes_, k),
         "utility_normalized": normalized_utility(mdav.group_sizes_, k),
     }
@@ -695,9 +702,14 @@ def fusion_scan(
     w_protection=0.5,
     w_utility=0.5,
     random_state=0,
+    repeats=5,
     labels=("the table", "the auxiliary table"),
 ):
     """Simulate the fusion attack on the MDAV release for each k in ``k_from..k_to``.
+
+    The attack is simulated ``repeats`` times, each with its own known sample and attacker seed
+    (``random_state``, ``random_state + 1``, ...): one simulation's protection moves by as much
+    between seeds as between neighbouring ks, and a k chosen on one is chosen on noise.
 
     ``attributes`` default to every numeric column but the identifier and the sensitive one.
     ``labels`` name the two tables in error messages. Returns a ``FusionScan`` whose table has
@@ -710,20 +722,25 @@ def fusion_scan(
         len(table), k_from, k_to, min_protection, min_utility, w_protection, w_utility
     )
     attacker_name = attacker if isinstance(attacker, str) else type(attacker).__name__
-    attacker = make_attacker(attacker, rules=rules, random_state=random_state)
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or \
+            not 1 <= repeats <= MAX_REPEATS:
+        raise InvalidParameter(f"repeats must be an integer in 1..{MAX_REPEATS}, got {repeats!r}",
+                               hint="5 (the default) estimates the spread of the protection.")
+    attackers = [make_attacker(attacker, rules=rules, random_state=random_state + r)
+                 for r in range(repeats)]
     table = table.reset_index(drop=True)
     facts, n_matched, n_unmatched = align_auxiliary(
         table[identifier], auxiliary, auxiliary_identifier
     )
     facts = facts.rename(columns={c: f"{c}_aux" for c in facts.columns if c in attributes})
-    _check_rule_columns(attacker, attributes + list(facts.columns))
+    _check_rule_columns(attackers[0], attributes + list(facts.columns))
     P = table[sensitive].to_numpy(dtype=float)
-    known = draw_known_sample(len(table), known_fraction, random_state)
+    attacks = [(a, draw_known_sample(len(table), known_fraction, random_state + r))
+               for r, a in enumerate(attackers)]
 
     scan = pd.DataFrame(
-        [measure_k(k, table[attributes], facts, P, attacker, known)
-         for k in range(k_from, k_to + 1)]
-    )  # fmt: skip
+        [measure_k(k, table[attributes], facts, P, attacks) for k in range(k_from, k_to + 1)]
+    )
     scan["gain"] = scan["protection_no_fusion"] - scan["protection"]
     scan["admissible"] = (scan["protection"] >= min_protection) & (
         scan["utility_normalized"] >= min_utility
@@ -733,7 +750,7 @@ def fusion_scan(
     return FusionScan(
         table=scan[list(SCAN_COLUMNS)],
         n_rows=len(table),
-        n_known=int(known.sum()),
+        n_known=int(attacks[0][1].sum()),
         n_auxiliary_rows=len(auxiliary),
         n_auxiliary_matched=n_matched,
         n_auxiliary_unmatched=n_unmatched,
@@ -747,6 +764,7 @@ def fusion_scan(
             "w_protection": w_protection,
             "w_utility": w_utility,
             "random_state": random_state,
+            "repeats": repeats,
         },
     )
 
@@ -763,15 +781,39 @@ def _closest_candidates(scan_table, min_protection, min_utility, count=3):
     return scan_table.iloc[order[:count]]
 
 
-def choose_k(scan_table, *, min_protection, min_utility):
-    """The admissible k maximizing H (ties: the larger k, as the paper's ``>=``).
+def h_noise(scan_table, *, w_protection, repeats):
+    """The standard error of each k's H: protection's, scaled as ``objective`` scales it over the
+    admissible ks (utility is exact). Zero with one simulation (no spread to estimate)."""
+    if repeats <= 1 or "protection_sd" not in scan_table:
+        return np.zeros(len(scan_table))
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    over = scan_table["admissible"].to_numpy(dtype=bool)
+    over = over if over.any() else np.ones(len(over), dtype=bool)
+    spread = protection[over].max() - protection[over].min()
+    if spread <= 0:
+        return np.zeros(len(scan_table))
+    return w_protection * scan_table["protection_sd"].to_numpy(dtype=float) / np.sqrt(repeats) / spread
+
+
+def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, repeats=1):
+    """The smallest admissible k whose H is within the noise of the best H (two standard errors
+    of their difference, :func:`h_noise`): ks the simulations cannot tell apart are one choice,
+    and the smallest of them is what a re-run with other seeds chooses too. Without a noise
+    estimate (one simulation): the k maximizing H (ties: the larger k, as the paper's ``>=``).
 
     Raises InsufficientData naming the closest candidates when no k meets both thresholds.
     """
-    admissible = scan_table[scan_table["admissible"]]
-    if len(admissible):
-        best = admissible["h"].to_numpy()
-        return int(admissible["k"].to_numpy()[np.flatnonzero(best == best.max())[-1]])
+    admissible = scan_table["admissible"].to_numpy(dtype=bool)
+    if admissible.any():
+        h = scan_table["h"].to_numpy(dtype=float)
+        ks = scan_table["k"].to_numpy()
+        se = h_noise(scan_table, w_protection=w_protection, repeats=repeats)
+        candidates = np.flatnonzero(admissible)
+        best = candidates[np.flatnonzero(h[candidates] == h[candidates].max())[-1]]
+        if se[best] == 0 and not se[candidates].any():
+            return int(ks[best])
+        close = candidates[h[candidates] >= h[best] - 2 * np.hypot(se[candidates], se[best])]
+        return int(ks[close].min())
     closest = _closest_candidates(scan_table, min_protection, min_utility)
     described = "; ".join(
         f"k={int(r.k)} (protection {r.protection:.3f}, utility {r.utility_normalized:.4f})"

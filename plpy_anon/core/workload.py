@@ -160,7 +160,9 @@ class ClassRegions:
                 np.minimum.at(low[column], codes, numbers)
                 np.maximum.at(high[column], codes, numbers)
             else:
-                category_codes, uniques = pd.factorize(values.astype(str), sort=True)
+                # NULL is a category of its own, as GROUP BY and the release's sets keep it
+                category_codes, uniques = pd.factorize(values.astype(str), sort=True,
+                                                       use_na_sentinel=False)
                 matrix = np.zeros((n_classes, len(uniques)), dtype=bool)
                 matrix[codes, category_codes] = True
                 members[column] = matrix

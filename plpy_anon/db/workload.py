@@ -110,6 +110,14 @@ def learn_priorities(plpy, source, *, projection_share, use_pg_stat_statements):
     learner = fit_learner(plpy, tbl, statements, projection_share)
     store(plpy, tbl, learner)
     report = learner.report_
+    if learner.no_constants_:
+        plpy.notice(
+            f"no cut points learned for {', '.join(learner.no_constants_)} of {tbl.label}: the "
+            "workload filters on them without numeric constants (pg_stat_statements keeps $1 "
+            "placeholders, not values)",
+            hint="Add statements with their constants (SELECT anon.add_queries(...), or the "
+                 "client's load-queries from a server log), then learn again; cut_points => "
+                 "true releases these columns without cut points.")
     plpy.notice(
         f"learned priorities of {tbl.label} from {report['statements']} statements "
         f"({report['distinct_statements']} distinct): {report['used']} read the table, "
@@ -149,7 +157,8 @@ def store(plpy, tbl, learner):
             projection_share = EXCLUDED.projection_share, report = EXCLUDED.report,
             cut_points = EXCLUDED.cut_points, constants = EXCLUDED.constants""",
         ["oid", "float8", "jsonb", "jsonb", "jsonb"],
-        [tbl.oid, float(learner.projection_share), json.dumps(learner.report_),
+        [tbl.oid, float(learner.projection_share),
+         json.dumps({**learner.report_, "no_constants": learner.no_constants_}),
          json.dumps(cut_points), json.dumps(constants, default=str)])
 
 

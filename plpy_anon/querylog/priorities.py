@@ -102,6 +102,8 @@ class PriorityLearner:
     weights_ : Series, the normalized weight per column (sums to 1).
     constants_ : dict column -> Counter {(op, values): frequency} of the predicates seen.
     cut_points_ : dict numeric column -> DataFrame (threshold, left_inclusive, frequency).
+    no_constants_ : numeric columns the workload filters on without a numeric constant (e.g.
+        pg_stat_statements' ``$1`` placeholders): no cut point can be learned for them.
     queries_ : list of (predicate tree over column names, frequency), one per distinct statement
         with a bounded WHERE on the table -- the workload of :func:`workload_precision`.
     query_texts_ : the normalized statement text of each entry of ``queries_``.
@@ -161,6 +163,9 @@ class PriorityLearner:
         self.cut_points_ = {
             c: cut_points(self.constants_[c]) for c in numeric if c in self.constants_
         }
+        selected = self.counts_[SELECTION]
+        self.no_constants_ = [c for c in numeric if selected.get(c, 0) > 0
+                              and (c not in self.cut_points_ or self.cut_points_[c].empty)]
         self.queries_, self.query_texts_ = accumulator.workload_queries()
         self.report_ = report
         self.elapsed_seconds_ = time.perf_counter() - started

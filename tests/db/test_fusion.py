@@ -52,16 +52,19 @@ def call(db, function, **kwargs):
     return db.execute(query).fetchall()
 
 
+# The tests of the SQL wiring, the catalog and the verdict's paths run one simulation per k
+# (repeats => 1), the scenarios they were written on; test_repeated_simulations_* the default.
 def scan(db, **kwargs):
     options = {"source": "employees", "sensitive": "salary", "identifier": "name",
-               "auxiliary": "web_facts", "k_from": 2, "k_to": 6, "known_fraction": 0.2}
+               "auxiliary": "web_facts", "k_from": 2, "k_to": 6, "known_fraction": 0.2,
+               "repeats": 1}
     return call(db, "fusion_scan", **{**options, **kwargs})
 
 
 def resilient_view(db, schema, **kwargs):
     options = {"source": "employees", "sensitive": "salary", "identifier": "name",
                "auxiliary": "web_facts", "k_from": 2, "k_to": 6, "known_fraction": 0.2,
-               "release_schema": release_schema_of(schema)}
+               "repeats": 1, "release_schema": release_schema_of(schema)}
     return call(db, "fusion_resilient_view", **{**options, **kwargs})[0][0]
 
 
@@ -69,7 +72,7 @@ def test_scan_matches_the_core_on_the_same_rows(db, schema, enterprise):
     employees, web = enterprise
     rows = scan(db)
     expected = core.fusion_scan(employees, web, identifier="name", sensitive="salary",
-                                k_from=2, k_to=6, known_fraction=0.2).table
+                                k_from=2, k_to=6, known_fraction=0.2, repeats=1).table
     got = pd.DataFrame(rows, columns=list(core.SCAN_COLUMNS + core.VERDICT_COLUMNS))
     verdict = core.protection_verdict(expected)
     assert set(got["verdict"]) == {verdict["verdict"]}
@@ -98,9 +101,9 @@ def test_unmatched_auxiliary_rows_are_ignored_and_counted(db, schema, enterprise
 def test_resilient_view_releases_identifier_and_k_anonymous_attributes(db, schema, enterprise):
     employees, _ = enterprise
     rows = scan(db, min_protection=0.0, min_utility=0.25)
-    admissible = [r for r in rows if r[8]]
-    best_h = max(r[7] for r in admissible)
-    expected_k = max(r[0] for r in admissible if r[7] == best_h)
+    admissible = [r for r in rows if r[9]]
+    best_h = max(r[8] for r in admissible)
+    expected_k = max(r[0] for r in admissible if r[8] == best_h)
 
     release = resilient_view(db, schema, min_protection=0.0, min_utility=0.25)
     assert release == f"{release_schema_of(schema)}.employees_fusion_k{expected_k}"
@@ -126,11 +129,11 @@ def test_catalog_stores_the_whole_scan(db, schema, enterprise):
     assert params["auxiliary_unmatched"] == N_STRANGERS
     assert "salary" not in params["released"]
     stored = call(db, "fusion_scan_of", release=release)
-    assert [r[0] for r in stored if r[9]] == [2]
-    assert [r[:9] + r[10:13] for r in stored] == [
+    assert [r[0] for r in stored if r[10]] == [2]
+    assert [r[:10] + r[11:14] for r in stored] == [
         tuple(r) for r in scan(db, w_protection=0.0, w_utility=1.0)]
-    assert params["verdict"]["verdict"] == stored[0][10] == "protected"
-    assert params["accept_unprotected"] is False and stored[0][13] is False
+    assert params["verdict"]["verdict"] == stored[0][11] == "protected"
+    assert params["accept_unprotected"] is False and stored[0][14] is False
 
 
 def test_refresh_microaggregates_current_data_at_the_chosen_k(db, schema, enterprise):
@@ -149,7 +152,7 @@ def test_fuzzy_attacker_with_a_rule_table(db, schema, enterprise):
              ' {"if": {"title": "assistant"}, "then": "low"},'
              ' {"if": {"holdings": "medium"}, "then": "medium", "weight": 0.5}]')
     rows = scan(db, attacker="fuzzy", rules=rules, k_to=3)
-    assert all(r[2] < r[3] for r in rows)  # the rules about Q help the attacker
+    assert all(r[2] < r[4] for r in rows)  # the rules about Q help the attacker
 
 
 # ---------------------------------------------------------------------------- the verdict
@@ -171,7 +174,7 @@ def _verdict_in_sql(db, **kwargs):
         "       max(protection) OVER () "
         "FROM anon.fusion_scan('employees', sensitive => 'salary', identifier => 'name', "
         "auxiliary => 'web_facts', k_from => 2, k_to => 20, known_fraction => 0.2, "
-        "attacker => %s)", (kwargs.get("attacker", "regression"),)).fetchall()
+        "attacker => %s, repeats => 1)", (kwargs.get("attacker", "regression"),)).fetchall()
 
 
 @pytest.mark.parametrize("fusion_case", ["auxiliary"], indirect=True)
@@ -199,11 +202,15 @@ def test_auxiliary_data_alone_predicts_no_k_protects_view_refused(db, schema, fu
 def test_accept_unprotected_publishes_with_a_warning_recorded_in_the_catalog(db, schema,
                                                                              fusion_case):
     notices = []
-    db.add_notice_handler(lambda d: notices.append((d.severity_nonlocalized, d.message_primary)))
+
+    def collect(diagnostic):
+        notices.append((diagnostic.severity_nonlocalized, diagnostic.message_primary))
+
+    db.add_notice_handler(collect)
     try:
         release = resilient_view(db, schema, k_to=20, accept_unprotected=True)
     finally:
-        db._notice_handlers.clear()
+        db.remove_notice_handler(collect)
     assert any(severity == "WARNING" and "no k protects" in message
                for severity, message in notices)
     params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s",
@@ -211,7 +218,7 @@ def test_accept_unprotected_publishes_with_a_warning_recorded_in_the_catalog(db,
     assert params["accept_unprotected"] is True
     assert params["verdict"]["verdict"] == "unprotected"
     stored = call(db, "fusion_scan_of", release=release)
-    assert {(r[10], r[13]) for r in stored} == {("unprotected", True)}
+    assert {(r[11], r[14]) for r in stored} == {("unprotected", True)}
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 120
 
 
@@ -248,7 +255,7 @@ def test_issue_300_rows_fuzzy_attacker_verdict(db, schema, driven_by, expected):
     verdicts = {r[0] for r in db.execute(
         "SELECT DISTINCT verdict FROM anon.fusion_scan('employees', sensitive => 'salary', "
         "identifier => 'name', auxiliary => 'web_facts', k_from => 2, k_to => 30, "
-        "known_fraction => 0.1, attacker => 'fuzzy')").fetchall()}
+        "known_fraction => 0.1, attacker => 'fuzzy', repeats => 1)").fetchall()}
     assert verdicts == {expected}
     if expected == "unprotected":
         with pytest.raises(psycopg.errors.DataException,
@@ -264,6 +271,30 @@ def test_issue_300_rows_fuzzy_attacker_verdict(db, schema, driven_by, expected):
     assert verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25  # the old rule
     assert verdict["fusion_gain"] < 0.05                                         # the new one
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 300
+
+
+@pytest.mark.parametrize("fusion_case", ["release"], indirect=True)
+def test_repeated_simulations_choose_the_smallest_k_within_the_noise(db, schema, fusion_case):
+    """With repeats (default 5), each k's protection is the mean of five simulations and the
+    scan shows their spread; the chosen k is, recomputed here from the stored scan alone, the
+    smallest admissible k whose H is within two standard errors of the best H."""
+    release = resilient_view(db, schema, k_to=20, w_protection=0.95, w_utility=0.05, repeats=5)
+    params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s",
+                        (release_schema_of(schema),)).fetchone()[0]
+    rows = params["scan"]
+    assert params["repeats"] == 5 and all(r["protection_sd"] > 0 for r in rows)
+    protection = np.minimum([r["protection"] for r in rows], 1.0)
+    se = 0.95 * np.array([r["protection_sd"] for r in rows]) / np.sqrt(5) / np.ptp(protection)
+    h = np.array([r["h"] for r in rows])
+    best = max(range(len(rows)), key=lambda i: (h[i], rows[i]["k"]))
+    close = [rows[i]["k"] for i in range(len(rows))
+             if h[i] >= h[best] - 2 * np.hypot(se[i], se[best])]
+    assert params["k"] == min(close)
+    assert release.endswith(f"_k{params['k']}")
+    # the SQL scan shows the same figures
+    columns = [c.name for c in db.execute(
+        "SELECT * FROM anon.fusion_scan_of(%s) LIMIT 0", (release,)).description]
+    assert columns[:5] == ["k", "n_groups", "protection", "protection_sd", "protection_no_fusion"]
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -291,3 +291,57 @@ def test_release_report_scores_plain_and_prioritized_with_the_same_weights(db, s
         db.execute(query, (plain, "[1, 2]"))
     with pytest.raises(psycopg.errors.UndefinedObject, match="salary"):
         db.execute(query, (plain, '{"salary": 1}'))
+
+
+@pytest.mark.parametrize("column_type", ["text", "float8", "date"])
+def test_prioritized_release_with_an_all_null_quasi_identifier(db, schema, column_type):
+    """A quasi-identifier whose values are all NULL (issue 29, point 6: IndexError and a
+    traceback for text): published, every released class of at least k rows, the NULL column
+    released as NULL or {NULL} and C_WDM computed."""
+    db.execute(f"CREATE TABLE n (id int PRIMARY KEY, age int NOT NULL, x {column_type})")
+    db.execute("INSERT INTO n SELECT i, 20 + i % 40, NULL FROM generate_series(1, 100) i")
+    rel = db.execute(
+        "SELECT anon.mondrian_view('n', k => 5, priorities => '{\"age\": 1, \"x\": 1}'::jsonb, "
+        "quasi_identifiers => ARRAY['age', 'x'], release_schema => %s)",
+        (release_schema_of(schema),)).fetchone()[0]
+    assert min(class_sizes(db, rel, ["age", "x"])) >= 5
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 100
+    c_wdm = db.execute("SELECT metrics->>'c_wdm' FROM anon.releases WHERE "
+                       "format('%%I.%%I', release_schema, release_name) = %s", (rel,)).fetchone()[0]
+    assert c_wdm is not None and float(c_wdm) > 0
+
+
+def test_placeholders_learn_no_cut_points_and_say_so(db, schema, patients):
+    """Statements as pg_stat_statements keeps them ($1 for every constant) give no cut point
+    (issue 29, point 5): learning says which columns, in a NOTICE, and a release asking for cut
+    points says so again and records them (cut_points_unlearned); with the constants given,
+    neither."""
+    notices = []
+
+    def collect(diagnostic):
+        notices.append(diagnostic.message_primary or "")
+
+    db.add_notice_handler(collect)
+    try:
+        add(db, "SELECT * FROM patients WHERE age > $1 AND sex = $2", frequencies=[5])
+        learn(db)
+        assert any("no cut points learned for age of" in n for n in notices), notices
+        notices.clear()
+        rel = view(db, schema, k=5, priorities="learned", cut_points=True)
+        assert any("no cut points for age" in n for n in notices), notices
+        params = db.execute("SELECT parameters FROM anon.releases WHERE "
+                            "format('%%I.%%I', release_schema, release_name) = %s",
+                            (rel,)).fetchone()[0]
+        assert params["cut_points_unlearned"] == ["age"] and params["cut_points"] == {}
+        db.execute("DELETE FROM anon.workload")
+        notices.clear()
+        add(db, "SELECT * FROM patients WHERE age > 40 AND sex = 'F'", frequencies=[5])
+        learn(db)
+        assert not any("no cut points" in n for n in notices), notices
+        rel = view(db, schema, k=5, priorities="learned", cut_points=True, replace=True)
+        params = db.execute("SELECT parameters FROM anon.releases WHERE "
+                            "format('%%I.%%I', release_schema, release_name) = %s",
+                            (rel,)).fetchone()[0]
+        assert params["cut_points_unlearned"] == [] and "age" in params["cut_points"]
+    finally:
+        db.remove_notice_handler(collect)

@@ -201,8 +201,9 @@ def test_issue_300_rows_fuzzy_attacker(driven_by, expected):
     attacker's protection is flat in both, so the old rule (change < 0.05, R^2 >= 0.25) refused
     the release-driven one too (+0.045). What separates them is what the auxiliary data adds."""
     employees, web = make_fusion_case(driven_by, n_employees=300, random_state=0)
+    # one simulation, as in the issue (its figures are those of one known sample)
     scan = fusion.fusion_scan(employees, web, identifier="name", sensitive="salary", k_from=2,
-                              k_to=30, known_fraction=0.1, attacker="fuzzy")
+                              k_to=30, known_fraction=0.1, attacker="fuzzy", repeats=1)
     verdict = scan.verdict
     assert verdict["verdict"] == expected
     assert verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25
@@ -521,3 +522,43 @@ def test_constant_sensitive_column(enterprise):
     employees, web = enterprise
     with pytest.raises(InsufficientData, match="single value"):
         _scan(employees.assign(salary=1.0), web)
+
+
+# --------------------------------------------------------------------------- noise (issue 29.3)
+def test_protection_is_the_mean_of_the_simulations(enterprise):
+    """repeats => 3 is three simulations, the r-th with seed random_state + r for its known sample
+    and its attacker: its protection is their mean and protection_sd their spread."""
+    employees, web = enterprise
+    options = {"identifier": "name", "sensitive": "salary", "k_from": 2, "k_to": 4, "known_fraction": 0.2}
+    three = fusion.fusion_scan(employees, web, random_state=7, repeats=3, **options).table
+    singles = [fusion.fusion_scan(employees, web, random_state=7 + r, repeats=1, **options).table
+               for r in range(3)]
+    runs = np.array([s["protection"].to_numpy() for s in singles])
+    np.testing.assert_allclose(three["protection"], runs.mean(axis=0))
+    np.testing.assert_allclose(three["protection_sd"], runs.std(axis=0, ddof=1))
+    assert (singles[0]["protection_sd"] == 0).all()
+
+
+def test_choose_k_takes_the_smallest_k_within_the_noise_of_the_best():
+    # H: k=2 .40, k=3 .48, k=4 .50 (best), k=5 .20; protection spread over the ks = 0.6
+    table = _scan_table([0.3, 0.7, 0.9, 0.3], [0.5, 0.26, 0.1, 0.1], 0.0, 0.0, w_p=1.0, w_u=0.0)
+    table["h"] = [0.40, 0.48, 0.50, 0.20]
+    table["protection_sd"] = [0.0, 0.03, 0.03, 0.0]
+    # se(H) = 1.0 * 0.03 / sqrt(5) / 0.6 = 0.0224: k=3 is within 2 * hypot(se3, se4) = 0.063 of k=4
+    assert fusion.choose_k(table, min_protection=0, min_utility=0, w_protection=1.0,
+                           repeats=5) == 3
+    # one simulation, no noise estimate: the best H, as before
+    assert fusion.choose_k(table, min_protection=0, min_utility=0, w_protection=1.0,
+                           repeats=1) == 4
+
+
+def test_the_choice_of_k_does_not_follow_the_seed(enterprise):
+    """With protection from one simulation, the chosen k followed the seed of the known sample
+    (here, weights 0.95 / 0.05: 12, 10, 10, 5, 4 over five seeds on k = 2..12); averaged over
+    five, with the ks the simulations cannot tell apart taken as one, a re-run chooses the same."""
+    employees, web = enterprise
+    chosen = {fusion.fusion_scan(employees, web, identifier="name", sensitive="salary", k_from=2,
+                                 k_to=8, known_fraction=0.2, w_protection=0.95, w_utility=0.05,
+                                 random_state=seed).chosen_k()
+              for seed in (0, 100, 200)}
+    assert len(chosen) == 1, chosen

@@ -242,3 +242,19 @@ def test_bad_inputs():
         Condition("age", "between", (1,))
     with pytest.raises(InvalidParameter):
         Condition("age", "~", (1,))
+
+
+@pytest.mark.parametrize("values", [[None] * 10,
+                                    ["a", "a", None, "b", "b", None, "a", "b", "b", "b"]])
+def test_discernibility_counts_null_as_a_category_of_its_own(values):
+    """A categorical QI with NULLs (all of them, or some): NULL is a value of the released sets
+    (GROUP BY keeps it), so a class holding a NULL row covers every NULL row. The count, brute
+    force: for each row, the rows whose value is in its class's set (NULL matching NULL)."""
+    frame = pd.DataFrame({"age": np.arange(10), "s": pd.Series(values, dtype=object)})
+    labels = np.arange(10) // 5
+    key = ["<NULL>" if v is None else v for v in values]
+    sets = {c: {key[i] for i in range(10) if labels[i] == c} for c in set(labels)}
+    expected = sum(sum(key[j] in sets[labels[i]] for j in range(10)) for i in range(10))
+    assert attribute_discernibility(frame, labels, "s") == expected
+    assert weighted_discernibility(frame, labels, {"age": 1, "s": 1}) == \
+        0.5 * attribute_discernibility(frame, labels, "age") + 0.5 * expected

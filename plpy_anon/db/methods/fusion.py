@@ -250,7 +250,8 @@ def fusion_scan_of(plpy, release):
     params = row["parameters"]
     params = jsonb(params)
     verdict = _verdict_columns(params["verdict"]) + (params["accept_unprotected"],)
-    return [tuple(r[c] for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],) + verdict
+    # a scan stored before protection_sd existed: NULL there
+    return [tuple(r.get(c) for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],) + verdict
             for r in params["scan"]]
 
 

@@ -37,14 +37,19 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     qi_names = [col.name for col in qis]
     weights, origin = resolve_priorities(plpy, tbl, values["priorities"], qi_names)
     use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
-    cuts = learned_cut_points(plpy, tbl, qi_names) if use_cuts else {}
+    cuts, unlearned = learned_cut_points(plpy, tbl, qi_names) if use_cuts else ({}, [])
+    if unlearned:
+        plpy.notice(f"no cut points for {', '.join(unlearned)}: the stored workload filters on "
+                    "them without numeric constants (pg_stat_statements keeps $1 placeholders)",
+                    hint="Learn from statements with their constants (anon.add_queries) for "
+                         "cut points there; the release records them in cut_points_unlearned.")
     if values["target"] is not None:
         catalog.column_named(tbl, catalog.table_columns(plpy, tbl), values["target"])
     parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
     parameters.update({
         "priorities": weights, "priorities_origin": origin, "target": values["target"],
         "metric_weights": jsonb(values["metric_weights"]), "cut_points": cuts,
-        "cut_tolerance": cut_tolerance,
+        "cut_tolerance": cut_tolerance, "cut_points_unlearned": unlearned,
     })
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
@@ -102,13 +107,16 @@ def learned_priorities(plpy, tbl, qi_names):
 
 
 def learned_cut_points(plpy, tbl, qi_names):
-    """{column: [[threshold, left_inclusive], ...]} of the QIs, from the stored profile."""
-    rows = _learned(plpy, "SELECT cut_points FROM anon.workload_profiles "
-                          "WHERE source = $1::oid::regclass", tbl,
+    """({column: [[threshold, left_inclusive], ...]} of the QIs, the QIs the workload filters
+    on without constants, whose cut points could not be learned), from the stored profile."""
+    rows = _learned(plpy, "SELECT cut_points, report->'no_constants' AS no_constants "
+                          "FROM anon.workload_profiles WHERE source = $1::oid::regclass", tbl,
                     f"no workload profile for {tbl.label}: cut points are learned with it",
                     "pass cut_points => false.")
     stored = jsonb(rows[0]["cut_points"]) or {}
-    return {c: cuts for c, cuts in stored.items() if c in qi_names}
+    unlearned = jsonb(rows[0]["no_constants"]) or []
+    return ({c: cuts for c, cuts in stored.items() if c in qi_names},
+            [c for c in unlearned if c in qi_names])
 
 
 # ---------------------------------------------------------------------------- partitioning run
