@@ -402,6 +402,15 @@ END
 $custodian$;
 
 -------------------------------------------------------------------------------
+-- incremental/190-fusion-scan-spread.sql
+-- 0.2.0: the fusion scan shows the spread of its repeated simulations (protection_sd). The
+-- stored-scan function keeps its argument and changes its result columns, which CREATE OR
+-- REPLACE cannot do: the old one goes first (nothing depends on it), the idempotent part
+-- creates the new one.
+DROP FUNCTION IF EXISTS anon.fusion_scan_of(text);
+DROP FUNCTION IF EXISTS anon_py.fusion_scan_of(text);
+
+-------------------------------------------------------------------------------
 -- functions/010-info.toml (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
