@@ -1767,15 +1767,15 @@ $$;
 
 -------------------------------------------------------------------------------
 -- functions/060-break-merge.toml (generated)
--- anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean): generated from sql/functions/ (implementation: anon_py.break_merge)
-CREATE OR REPLACE FUNCTION anon_py.break_merge(source regclass, k integer, l integer, sensitive text[], quasi_identifiers text[], identifiers text[], max_categories integer, max_rule_probability double precision, release_name text, release_schema text, replace boolean)
+-- anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer): generated from sql/functions/ (implementation: anon_py.break_merge)
+CREATE OR REPLACE FUNCTION anon_py.break_merge(source regclass, k integer, l integer, sensitive text[], quasi_identifiers text[], identifiers text[], max_categories integer, max_rule_probability double precision, release_name text, release_schema text, replace boolean, max_rule_antecedents integer)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
-    plpy.error("permission denied for function anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean)", sqlstate="42501",
-               hint="anon_py.break_merge implements anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean).")
+if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]:
+    plpy.error("permission denied for function anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)", sqlstate="42501",
+               hint="anon_py.break_merge implements anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer): call that, after GRANT EXECUTE ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1802,9 +1802,9 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import creation as _module
-return _module.create(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, method='break_merge', GD=GD)
+return _module.create(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, max_rule_antecedents=max_rule_antecedents, method='break_merge', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean) IS 'Implementation of anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer) IS 'Implementation of anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer); executable only by a role that may execute that.';
 
 CREATE OR REPLACE FUNCTION anon.break_merge(
     source regclass,
@@ -1817,7 +1817,8 @@ CREATE OR REPLACE FUNCTION anon.break_merge(
     max_rule_probability double precision DEFAULT NULL,
     release_name text DEFAULT NULL,
     release_schema text DEFAULT 'release',
-    replace boolean DEFAULT false
+    replace boolean DEFAULT false,
+    max_rule_antecedents integer DEFAULT 2
 )
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -1837,7 +1838,7 @@ BEGIN
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
-        RETURN anon_py.break_merge($1, $2, $3, $4, $5, $6, coalesce($7, (64)::integer), $8, $9, coalesce($10, ('release')::text), coalesce($11, (false)::boolean));
+        RETURN anon_py.break_merge($1, $2, $3, $4, $5, $6, coalesce($7, (64)::integer), $8, $9, coalesce($10, ('release')::text), coalesce($11, (false)::boolean), coalesce($12, (2)::integer));
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -1858,8 +1859,8 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean) IS
-    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until anon.detect_dependencies finds no QI -> sensitive rule reaching alpha on the release (checked again on the released views, and by every refresh; residual rules in anon.releases.metrics->''rule_check''); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer) IS
+    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until no rule a reader can count in the released tables reaches alpha: for every antecedent of 1..max_rule_antecedents (default 2) released QI values held by at least k rows, each non-NULL sensitive value''s share over those rows stays below alpha (counted again in SQL on the released views, and by every refresh; residual rules in anon.releases.metrics->''rule_check''); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.detect_dependencies(text, double precision, text, integer, integer): generated from sql/functions/ (implementation: anon_py.detect_dependencies)
 CREATE OR REPLACE FUNCTION anon_py.detect_dependencies(release text, risk double precision, scope text, min_support integer, max_parents integer)

@@ -186,8 +186,11 @@ BREAK_MERGE = Surface("break_merge", "break_merge", (
     SOURCE, K, L, SENSITIVE, QUASI_IDENTIFIERS, IDENTIFIERS,
     Parameter("max_categories", "integer", "64", help="Most distinct values of a column the leak detection models."),
     Parameter("max_rule_probability", "double precision", "NULL",
-              help="Merge until no QI -> sensitive rule reaches this probability (NULL: no claim)."),
-    *RELEASE))
+              help="Merge until no QI -> sensitive rule a reader can count reaches this probability (NULL: no claim)."),
+    *RELEASE,
+    Parameter("max_rule_antecedents", "integer", "2", Interval(1, 3, integer=True),
+              help="Rules counted: antecedents of up to this many released QI values, support >= k.",
+              hint="Use max_rule_antecedents => 2 (the default), 1 or 3.")))
 
 TRUST = Surface("trust", "trust_view", (
     SOURCE,

@@ -61,7 +61,7 @@ class PrioritizedMondrian(Mondrian):
     priorities : mapping column name -> weight >= 0 (not all 0), or None.
     metric_weights : mapping metric -> weight >= 0 over ``spread``, ``infogain``, ``priority``, or
         None for the defaults (module docstring).
-    cut_points : mapping numeric column name -> iterable of ``(threshold, left_inclusive)`` (a
+    cut_points : mapping column name -> iterable of ``(threshold, left_inclusive)`` (a
         DataFrame with those columns works), or None.
     cut_tolerance : float in [0, 0.5]: how far from a balanced split a cut point may be (0.5, the
         default: any cut point k allows).
@@ -292,8 +292,11 @@ def _boundaries(columns, cut_points):
                 hint=f"give cut points for {', '.join(by_name)}",
             )
         col = columns[by_name[name]]
-        if col.kind != "numeric" or np.issubdtype(col.labels.dtype, np.datetime64):
-            continue  # cuts are value thresholds: only meaningful on a numeric order
+        if col.kind == "categorical":
+            out[by_name[name]] = _categorical_boundaries(col, cuts)
+            continue
+        if np.issubdtype(col.labels.dtype, np.datetime64):
+            continue  # thresholds are numbers; a date column's are not learned
         thresholds = np.array([float(t) for t, _ in cuts], dtype=float)
         inclusive = np.array([bool(i) for _, i in cuts], dtype=bool)
         values = col.labels.astype(float)
@@ -307,6 +310,17 @@ def _boundaries(columns, cut_points):
         valid = (last_left >= 0) & (last_left < values.size - 1)  # both sides non-empty
         out[by_name[name]] = np.unique(codes[valid]).astype(np.int64)
     return out
+
+
+def _categorical_boundaries(col, cuts):
+    """A categorical column's cut points (``(value, False)``: before the value, ``(value, True)``:
+    after it) as boundaries of its code order, which isolate each queried value; values the
+    column does not hold, and non-string thresholds, give none."""
+    code_of = {label: code for code, label in enumerate(col.labels) if isinstance(label, str)}
+    bounds = [code_of[value] - (0 if inclusive else 1)
+              for value, inclusive in cuts if isinstance(value, str) and value in code_of]
+    n_codes = len(col.labels)
+    return np.unique([b for b in bounds if 0 <= b < n_codes - 1]).astype(np.int64)
 
 
 def _cut_items(cut_points: Mapping):

@@ -145,7 +145,9 @@ def store(plpy, tbl, learner):
         [tbl.oid, list(counts.index), counts["projection"].tolist(), counts["selection"].tolist(),
          counts["group_by"].tolist(), counts["order_by"].tolist(),
          [float(learner.weights_[c]) for c in counts.index]])
-    cut_points = {c: [[float(r.threshold), bool(r.left_inclusive)] for r in frame.itertuples()]
+    # thresholds: numbers on numeric columns, the compared strings on the others
+    cut_points = {c: [[r.threshold if isinstance(r.threshold, str) else float(r.threshold),
+                       bool(r.left_inclusive)] for r in frame.itertuples()]
                   for c, frame in learner.cut_points_.items()}
     constants = {c: [{"op": op, "values": list(values), "frequency": int(f)}
                      for (op, values), f in counter.most_common()]

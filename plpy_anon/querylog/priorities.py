@@ -25,6 +25,10 @@ constant the analysts compare it with is turned into the cut ``left = {x <= t}``
     x = t, x IN (.., t, ..) ->  both (t, False) and (t, True): t isolated between two cuts
     x BETWEEN lo AND hi     ->  (lo, False) and (hi, True)
 
+A categorical column's equality constants are cut points too (``x = 'F'``, ``x IN ('F', 'M')``:
+``('F', False)`` and ``('F', True)``), read against the order of its released codes: the value is
+isolated in classes of its own where k allows, so a class never mixes it with others.
+
 Cut points carry the summed frequency of the predicates that produced them.
 """
 
@@ -101,7 +105,8 @@ class PriorityLearner:
         group_by / order_by (frequency-weighted statement counts).
     weights_ : Series, the normalized weight per column (sums to 1).
     constants_ : dict column -> Counter {(op, values): frequency} of the predicates seen.
-    cut_points_ : dict numeric column -> DataFrame (threshold, left_inclusive, frequency).
+    cut_points_ : dict column -> DataFrame (threshold, left_inclusive, frequency); thresholds
+        are numbers on numeric columns, the compared strings on the others.
     no_constants_ : numeric columns the workload filters on without a numeric constant (e.g.
         pg_stat_statements' ``$1`` placeholders): no cut point can be learned for them.
     queries_ : list of (predicate tree over column names, frequency), one per distinct statement
@@ -161,8 +166,10 @@ class PriorityLearner:
         self.constants_ = dict(accumulator.constants)
         numeric = [c for c, t in columns.items() if is_numeric_type(t)]
         self.cut_points_ = {
-            c: cut_points(self.constants_[c]) for c in numeric if c in self.constants_
+            c: cut_points(self.constants_[c], numeric=c in numeric)
+            for c in columns if c in self.constants_
         }
+        self.cut_points_ = {c: f for c, f in self.cut_points_.items() if not f.empty}
         selected = self.counts_[SELECTION]
         self.no_constants_ = [c for c in numeric if selected.get(c, 0) > 0
                               and (c not in self.cut_points_ or self.cut_points_[c].empty)]
@@ -220,14 +227,17 @@ def combine_counts(projection: pd.Series, selection: pd.Series, alpha: float) ->
     return (alpha * p_part + (1 - alpha) * s_part).rename("weight")
 
 
-def cut_points(constants: Counter) -> pd.DataFrame:
-    """Cut points of one numeric column from its predicate constants (module docstring)."""
+def cut_points(constants: Counter, numeric: bool = True) -> pd.DataFrame:
+    """Cut points of one column from its predicate constants (module docstring): numbers of any
+    comparison on a numeric column, the strings of ``=`` and ``IN`` on another."""
     cuts: Counter = Counter()
     for (op, values), frequency in constants.items():
-        if not all(_is_number(v) for v in values):
+        if numeric and not all(_is_number(v) for v in values):
+            continue
+        if not numeric and (op not in ("=", "in") or not all(isinstance(v, str) for v in values)):
             continue
         for threshold, left_inclusive in _cuts_of(op, values):
-            cuts[(float(threshold), left_inclusive)] += frequency
+            cuts[(float(threshold) if numeric else threshold, left_inclusive)] += frequency
     frame = pd.DataFrame(
         [(t, inc, f) for (t, inc), f in cuts.items()],
         columns=["threshold", "left_inclusive", "frequency"],

@@ -341,6 +341,28 @@ def rule_lines(rules, limit=10):
 ISSUE_RULES = 61  # QI -> SA rules at 0.9 the issue read off a Break-Merge release of Adult
 
 
+def readable_rules(conn, release, most=2):
+    """Per sensitive column: the rules a reader counts in the release's merge view, antecedents
+    of 1..most released QI values with at least K rows, probability >= RISK (issue 29, point 2:
+    the network-based check left 427 / 190 / 995 of them)."""
+    from itertools import combinations
+    counts = {}
+    for attribute in SENSITIVE:
+        n = 0
+        for r in range(1, most + 1):
+            for columns in combinations(QIS, r):
+                keys = ", ".join(f'"{c}"' for c in columns)
+                (found,), = conn.execute(
+                    f'SELECT count(*) FROM (SELECT sum(weight) / sum(sum(weight)) OVER w AS p, '
+                    f'sum(sum(weight)) OVER w AS support, "{attribute}" AS v '
+                    f'FROM {release}_merged GROUP BY {keys}, "{attribute}" '
+                    f"WINDOW w AS (PARTITION BY {keys})) AS x "
+                    f"WHERE v IS NOT NULL AND p >= %s AND support >= %s", (RISK, K)).fetchall()
+                n += found
+        counts[attribute] = n
+    return counts
+
+
 def rule_check_in_database(frame, alpha=RISK):
     """Issue: rules an analyst reads off the release (anon.detect_dependencies at risk 0.9, QI ->
     SA only), Break-Merge without and with max_rule_probability => alpha; the paper's k, l, QIs
@@ -361,6 +383,7 @@ def rule_check_in_database(frame, alpha=RISK):
                 (f"release.{name}", RISK, SENSITIVE, QIS)).fetchall()
             (metrics,), = conn.execute(
                 "SELECT metrics FROM anon.releases WHERE release_name = %s", (name,)).fetchall()
+            counted = readable_rules(conn, f"release.{name}")
             t_refresh = _sql_seconds(conn, "SELECT anon.refresh(%s)", (f"release.{name}",))
             check = metrics.get("rule_check") or {}
             residual = check.get("max_residual_probability")
@@ -368,6 +391,8 @@ def rule_check_in_database(frame, alpha=RISK):
                 "release": "Break-Merge" if a is None else f"max_rule_probability => {a}",
                 f"QI->SA rules >= {RISK} (issue: {ISSUE_RULES})": n_rules,
                 "strongest": None if top is None else round(top, 3),
+                f"rules a reader counts >= {RISK} per SA (target: 0 with alpha)":
+                    " / ".join(f"{a} {n}" for a, n in counted.items()),
                 "strongest residual": residual,
                 "rounds": check.get("rounds"),
                 "groups": metrics["n_groups"],

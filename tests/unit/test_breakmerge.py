@@ -11,6 +11,7 @@ from plpy_anon.core.breakmerge import (
     merge_for_diversity,
     merge_tables,
     relabel_in_order,
+    released_rules,
     validate_attribute_roles,
 )
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
@@ -209,44 +210,95 @@ def test_merge_without_any_diverse_group_merges_everything():
 
 # ---------------------------------------------------------------------------- max_rule_probability
 
-from plpy_anon.core.bayesnet import BayesNet
-from plpy_anon.core.breakmerge import qi_to_sa_rules
+from itertools import combinations
 
 
 def _planted_frame(seed, n=400, strength=1.0):
+    """Two QIs (zone, band); income planted low in zone a, job planted x on the pair (b, 1)."""
     rng = np.random.default_rng(seed)
     zone = rng.choice(["a", "b", "c", "d"], n)
+    band = rng.choice(["1", "2", "3"], n)
     income = np.where(rng.random(n) < 0.6, "low", "high")
     income = np.where((zone == "a") & (rng.random(n) < strength), "low", income)
     job = rng.choice(["x", "y", "z"], n)
-    labels = pd.factorize(pd.Series(zone) + (rng.integers(0, 4, n)).astype(str))[0]
-    return labels, pd.DataFrame({"zone": zone}), pd.DataFrame({"income": income, "job": job})
+    job = np.where((zone == "b") & (band == "1") & (rng.random(n) < strength), "x", job)
+    labels = pd.factorize(pd.Series(zone) + band + (rng.integers(0, 2, n)).astype(str))[0]
+    return labels, pd.DataFrame({"zone": zone, "band": band}), pd.DataFrame({"income": income,
+                                                                             "job": job})
 
 
-def _rules_on_release(broken, qis, k):
-    """What anon.detect_dependencies reads: the QIT x ST merge, QI -> SA rules at 0.9."""
-    merged = merge_tables(qis.assign(gid=broken.gid_), broken.sensitive_tables_)
-    bn = BayesNet(tiers=[["zone"], ["income", "job"]]).fit(
-        merged[["zone", "income", "job"]], sample_weight=merged["weight"].to_numpy())
-    return qi_to_sa_rules(bn.dependency_rules(0.9, min_support=k), ["zone"], ["income", "job"])
+def _counted_rules(broken, qis, alpha, most=2, min_support=1):
+    """Brute force, as a reader of the QIT and the STs counts: for every antecedent of 1..most
+    QI values (the QIT rows holding them, at least min_support) and every sensitive value, the
+    value's share over those rows, each row counting its gid's ST share."""
+    qit = qis.assign(gid=broken.gid_)
+    found = []
+    for attribute, table in broken.sensitive_tables_.items():
+        total = table.groupby("gid")["count"].sum()
+        for value in table["value"].dropna().unique():
+            share = (table[table["value"] == value].set_index("gid")["count"] / total)
+            for r in range(1, most + 1):
+                for columns in combinations(qis.columns, r):
+                    for key, rows in qit.groupby(list(columns)):
+                        if len(rows) < min_support:
+                            continue
+                        p = rows["gid"].map(share).fillna(0).sum() / len(rows)
+                        if p >= alpha - 1e-12:
+                            found.append((columns, key, attribute, value, p))
+    return found
 
 
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 10_000), strength=st.sampled_from([0.95, 1.0]))
-def test_max_rule_probability_leaves_no_rule_on_the_merge_view(seed, strength):
+def test_max_rule_probability_leaves_no_rule_a_reader_can_count(seed, strength):
     labels, qis, sensitive = _planted_frame(seed, strength=strength)
     plain = BreakMerge(k=1).fit(labels, sensitive)
     broken = BreakMerge(k=1, max_rule_probability=0.9).fit(labels, sensitive, qis)
-    assert _rules_on_release(broken, qis, 1).empty
+    assert _counted_rules(broken, qis, 0.9) == []
     check = broken.rule_check_
-    assert check["rules_before"] == len(_rules_on_release(plain, qis, 1))
+    assert check["rules_before"] == len(_counted_rules(plain, qis, 0.9))
     assert all(r["probability"] < 0.9 for r in check["residual_rules"])
     assert broken.group_sizes_.sum() == len(labels)  # merges only regroup rows
 
 
-def test_planted_rule_is_found_without_max_rule_probability():
+def test_planted_rules_are_counted_without_max_rule_probability():
     labels, qis, sensitive = _planted_frame(1)
-    assert not _rules_on_release(BreakMerge(k=1).fit(labels, sensitive), qis, 1).empty
+    found = _counted_rules(BreakMerge(k=1).fit(labels, sensitive), qis, 0.9)
+    assert any(f[0] == ("zone",) and f[2] == "income" for f in found)
+    assert any(f[0] == ("zone", "band") and f[2] == "job" for f in found)
+
+
+def test_a_rule_on_a_pair_of_values_is_checked_with_two_antecedents():
+    """job = x is planted on the pair (zone b, band 1) only: antecedents of one value do not
+    reach 0.9, so max_rule_antecedents = 1 leaves it readable; the default (2) does not."""
+    labels, qis, sensitive = _planted_frame(4)
+    sensitive["income"] = np.where(np.arange(len(labels)) % 2, "low", "high")   # no zone rule
+    one = BreakMerge(k=1, max_rule_probability=0.9, max_antecedents=1).fit(labels, sensitive, qis)
+    assert _counted_rules(one, qis, 0.9, most=1) == []
+    assert any(f[0] == ("zone", "band") for f in _counted_rules(one, qis, 0.9, most=2))
+    two = BreakMerge(k=1, max_rule_probability=0.9).fit(labels, sensitive, qis)
+    assert _counted_rules(two, qis, 0.9, most=2) == []
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.5, 0.7, 0.9]))
+def test_released_rules_equal_the_brute_force_count(seed, alpha):
+    labels, qis, sensitive = _planted_frame(seed, n=120)
+    broken = BreakMerge(k=1).fit(labels, sensitive)
+    first = np.unique(labels, return_index=True)[1]
+    group_qis = qis.iloc[first].reset_index(drop=True)
+    codes = {c: pd.factorize(sensitive[c], sort=True) for c in sensitive}
+    values = {c: pd.Index(u) for c, (_, u) in codes.items()}
+    group = np.unique(labels, return_inverse=True)[1].ravel()
+    histograms = {c: np.stack([np.bincount(codes[c][0][group == g], minlength=len(values[c]))
+                               for g in range(first.size)]) for c in sensitive}
+    rules = released_rules(group_qis, np.bincount(group), np.arange(first.size), histograms,
+                           values, threshold=alpha, min_support=3)
+    expected = _counted_rules(BreakMerge(k=1).fit(labels, sensitive), qis, alpha, min_support=3)
+    assert broken.n_merged_ == 0
+    assert len(rules) == len(expected)
+    assert sorted(round(p, 9) for p in rules["probability"]) == \
+        sorted(round(f[4], 9) for f in expected)
 
 
 def test_max_rule_probability_refuses_a_base_rate_above_it():

@@ -186,3 +186,30 @@ def test_a_fitted_estimator_keeps_no_row_sized_state(cls):
             if name != "labels_" and (np.size(value) >= len(frame) if isinstance(value, np.ndarray)
                                       else hasattr(value, "orders"))}
     assert held == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 8),
+       st.lists(st.sampled_from("abcdef"), min_size=1, max_size=3, unique=True))
+def test_no_class_mixes_a_queried_category_with_another_where_k_allows(seed, k, queried):
+    """Equality constants on a categorical column are cut points (issue 29, point 4): a released
+    class holds a queried value together with other values of the column only where cutting
+    there would leave fewer than k rows on a side (the class had no allowable cut left)."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"c": rng.choice(list("abcdef"), 150),
+                          "x": rng.integers(0, 60, 150)})
+    cuts = [(v, inclusive) for v in queried for inclusive in (False, True)]
+    columns = columns_of(frame)
+    labels = PrioritizedMondrian(k=k, cut_points={"c": cuts}).fit(columns).labels_
+    assert np.bincount(labels).min() >= k
+    code_of = {label: code for code, label in enumerate(columns[0].labels)}
+    for cls in range(labels.max() + 1):
+        codes = columns[0].codes[labels == cls]
+        for value in queried:
+            if value not in code_of:
+                continue
+            here = codes == code_of[value]
+            if here.any() and not here.all():
+                for boundary in (code_of[value] - 1, code_of[value]):
+                    left = int((codes <= boundary).sum())
+                    assert min(left, codes.size - left) < k, (value, boundary, cls)

@@ -104,13 +104,17 @@ def test_cut_points_follow_the_operator_rules():
                    (7.0, False): 1, (7.0, True): 1}
 
 
-def test_cut_points_only_for_numeric_columns():
+def test_cut_points_of_numeric_columns_and_of_equalities_on_the_others():
     learner = learn_priorities(
-        ["SELECT 1 FROM patients WHERE age > 5 AND sex = 'F' AND zip IN (1, 2)"],
+        ["SELECT 1 FROM patients WHERE age > 5 AND sex = 'F' AND zip IN (1, 2)",
+         "SELECT 1 FROM patients WHERE sex <> 'M'"],
         CATALOG, "patients",
     )
-    assert set(learner.cut_points_) == {"age", "zip"}
-    assert learner.constants_["sex"] == {("=", ("F",)): 1}
+    assert set(learner.cut_points_) == {"age", "zip", "sex"}
+    assert learner.constants_["sex"] == {("=", ("F",)): 1, ("<>", ("M",)): 1}
+    sex = learner.cut_points_["sex"]
+    # 'F' isolated between two cuts; <> bounds no set, so 'M' gives none
+    assert list(zip(sex["threshold"], sex["left_inclusive"])) == [("F", False), ("F", True)]
 
 
 @pytest.mark.parametrize("statements", [[], [""], [("SELECT 1 FROM patients", 0)]])

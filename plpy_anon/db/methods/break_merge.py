@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 import pandas as pd
@@ -45,11 +46,11 @@ import pandas as pd
 from plpy_anon.core.bayesnet import BayesNet
 from plpy_anon.core.breach import break_merge_breach, plain_breach
 from plpy_anon.core.breakmerge import (
+    MAX_ANTECEDENTS,
     BreakMerge,
     check_categories,
     check_diversity_feasible,
     describe_rule,
-    qi_to_sa_rules,
     relabel_in_order,
     validate_attribute_roles,
 )
@@ -86,7 +87,6 @@ from plpy_anon.parameters import BREAK_MERGE
 METHOD = "break_merge"
 RESERVED = ("gid", "weight", "_gid", "_attribute", "_value", "_count")
 SCOPES = ("qi", "sensitive", "all")
-RULE_MAX_PARENTS = 3  # anon.detect_dependencies' default max_parents
 
 
 # ---------------------------------------------------------------------------- anon.break_merge
@@ -119,9 +119,9 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         "k": k,
         "l": l,
         "max_categories": max_categories,
-        # QI -> SA rule check (None: none); the detector's settings, re-applied by refresh
+        # QI -> SA rule check (None: none), re-applied by every refresh
         "max_rule_probability": max_rule_probability,
-        "rule_max_parents": RULE_MAX_PARENTS,
+        "max_rule_antecedents": values["max_rule_antecedents"],
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
         "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
@@ -172,26 +172,68 @@ def _check_alpha(alpha):
 
 
 def check_released_rules(plpy, release):
-    """The guarantee, checked on what analysts read: ``anon.detect_dependencies`` (scope 'all',
-    the release's max_parents and min_support = k) on the released merge view must find no
-    QI -> SA rule at max_rule_probability. The run merged groups until its in-memory copy of that
-    view had none; this re-reads the released relations so that a release (or a refresh) whose
-    published rows would still show one is refused, not published."""
+    """The guarantee, counted in SQL on what analysts read: for every antecedent of up to
+    max_rule_antecedents released QI values with at least k QIT rows, and every sensitive value,
+    the share of the value among those rows (each row standing for its gid's ST shares) stays
+    below max_rule_probability. The run merged groups until its count had no such rule; this
+    counts again on the released views, so that a release (or a refresh) whose published rows
+    still show one is refused, not published."""
     params = _parameters(release)
     alpha = params.get("max_rule_probability")
     if alpha is None:
         return
-    bn = _learn(plpy, release, "all", int(params.get("rule_max_parents") or RULE_MAX_PARENTS))
-    rules = qi_to_sa_rules(bn.dependency_rules(alpha, min_support=params["k"]),
-                           params["quasi_identifiers"], params["sensitive"])
-    if len(rules):
+    rules = counted_rules(plpy, release, params, threshold=alpha)
+    if rules:
         raise InsufficientData(
             f"release {release['release_schema']}.{release['release_name']} would still show "
             f"{len(rules)} QI -> sensitive rule(s) at max_rule_probability = {alpha}, the strongest "
-            + "; ".join(describe_rule(r) for r in rules.head(3).to_dict("records")),
+            + "; ".join(describe_rule(r) for r in rules[:3]),
             hint="Raise max_rule_probability, or release fewer sensitive attributes; nothing was "
                  "published.",
         )
+
+
+def counted_rules(plpy, release, params, *, threshold) -> list[dict]:
+    """The rules a reader counts in the released QIT and STs (see check_released_rules) whose
+    probability reaches ``threshold``, strongest first: one query per set of QI columns and
+    sensitive attribute, each grouping the QIT by those columns and gid and joining the ST."""
+    schema = release["release_schema"]
+    qit = ident(plpy, schema, params["qit"])
+    qis = params["quasi_identifiers"]
+    most = int(params.get("max_rule_antecedents") or MAX_ANTECEDENTS)
+    found = []
+    for attribute, table in params["sensitive_tables"].items():
+        st = ident(plpy, schema, table)
+        for r in range(1, min(most, len(qis)) + 1):
+            for columns in combinations(qis, r):
+                found += _count_rules(plpy, qit, st, list(columns), attribute, params["k"],
+                                      threshold)
+    return sorted(found, key=lambda rule: (-rule["probability"], -rule["parent_support"]))
+
+
+def _count_rules(plpy, qit, st, columns, attribute, k, threshold):
+    keys = ", ".join(f"q.{ident(plpy, c)}" for c in columns)
+    texts = ", ".join(f"a.{ident(plpy, c)}::text" for c in columns)
+    same = " AND ".join(f"w.{ident(plpy, c)} IS NOT DISTINCT FROM a.{ident(plpy, c)}"
+                        for c in columns)
+    rows = plpy.execute(plpy.prepare(f"""
+        WITH q AS (SELECT {keys}, q.gid, count(*)::float8 AS n FROM {qit} AS q GROUP BY {keys}, q.gid),
+             s AS (SELECT s.gid, s.value, s.count::float8 / sum(s.count) OVER (PARTITION BY s.gid)
+                          AS share
+                   FROM {st} AS s),
+             a AS (SELECT {keys}, sum(q.n) AS support FROM q GROUP BY {keys}),
+             w AS (SELECT {keys}, s.value, sum(q.n * s.share) AS hits
+                   FROM q JOIN s ON s.gid = q.gid WHERE s.value IS NOT NULL
+                   GROUP BY {keys}, s.value)
+        SELECT ARRAY[{texts}] AS parent_values, w.value::text AS child_value,
+               w.hits / a.support AS probability, w.hits AS support, a.support AS parent_support
+        FROM w JOIN a ON {same}
+        WHERE a.support >= $1 AND w.hits / a.support >= $2""", ["float8", "float8"]),
+        [float(k), float(threshold)])
+    return [{"parents": columns, "parent_values": list(r["parent_values"]), "child": attribute,
+             "child_value": r["child_value"], "probability": float(r["probability"]),
+             "support": float(r["support"]), "parent_support": float(r["parent_support"])}
+            for r in rows]
 
 
 def _check_reserved(names):
@@ -462,8 +504,7 @@ def fit(part: SourcePartition, params: dict) -> BreakMerge:
     alpha = params.get("max_rule_probability")
     return BreakMerge(
         l=params["l"], k=params["k"], max_categories=params["max_categories"],
-        max_rule_probability=alpha,
-        max_parents=int(params.get("rule_max_parents") or RULE_MAX_PARENTS),
+        max_rule_probability=alpha, max_antecedents=params["max_rule_antecedents"],
     ).fit(part.ordered_labels, part.sensitive,
           part.released_qis if alpha is not None else None)
 
