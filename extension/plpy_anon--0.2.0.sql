@@ -402,13 +402,15 @@ END
 $custodian$;
 
 -------------------------------------------------------------------------------
--- incremental/190-fusion-scan-spread.sql
--- 0.2.0: the fusion scan shows the spread of its repeated simulations (protection_sd). The
--- stored-scan function keeps its argument and changes its result columns, which CREATE OR
--- REPLACE cannot do: the old one goes first (nothing depends on it), the idempotent part
--- creates the new one.
+-- incremental/190-result-columns.sql
+-- 0.2.0: functions that keep their arguments and gain result columns, which CREATE OR REPLACE
+-- cannot do: the old ones go first (nothing depends on them), the idempotent part creates the new
+-- ones. anon.fusion_scan_of: the spread of the repeated simulations (protection_sd);
+-- anon.distortion: the localities kept exactly (preserved_strict).
 DROP FUNCTION IF EXISTS anon.fusion_scan_of(text);
 DROP FUNCTION IF EXISTS anon_py.fusion_scan_of(text);
+DROP FUNCTION IF EXISTS anon.distortion(regclass, text);
+DROP FUNCTION IF EXISTS anon_py.distortion(regclass, text);
 
 -------------------------------------------------------------------------------
 -- functions/010-info.toml (generated)
@@ -1595,6 +1597,86 @@ $$;
 
 -------------------------------------------------------------------------------
 -- functions/050-workload.toml (generated)
+-- anon.add_queries_from_log(text, text): generated from sql/functions/ (implementation: anon_py.add_queries_from_log)
+CREATE OR REPLACE FUNCTION anon_py.add_queries_from_log(log_file text, log_format text)
+RETURNS bigint
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]:
+    plpy.error("permission denied for function anon.add_queries_from_log(text, text)", sqlstate="42501",
+               hint="anon_py.add_queries_from_log implements anon.add_queries_from_log(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.add_queries_from_log(text, text).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import workload as _module
+return _module.add_queries_from_log(plpy, log_file, log_format=log_format)
+$$;
+COMMENT ON FUNCTION anon_py.add_queries_from_log(text, text) IS 'Implementation of anon.add_queries_from_log(text, text); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.add_queries_from_log(
+    log_file text,
+    log_format text DEFAULT 'auto'
+)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.add_queries_from_log: argument log_file must not be NULL',
+            HINT = 'Pass a value for log_file (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN anon_py.add_queries_from_log($1, coalesce($2, ('auto')::text));
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.add_queries_from_log(text, text) IS
+    'Adds to anon.workload the statements, with their constants, that a server log recorded (log_statement or log_min_duration_statement; csvlog or stderr format, ''auto'' detects it). The file is read with pg_read_file, so PostgreSQL decides who may (superusers and members of pg_read_server_files; a relative path is relative to the data directory, e.g. ''log/postgresql.csv''). Returns the number of statements added; a NOTICE counts the entries skipped. What pg_stat_statements cannot give: the constants cut points are learned from. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
 -- anon.learn_priorities(regclass, double precision, boolean): generated from sql/functions/ (implementation: anon_py.learn_priorities)
 CREATE OR REPLACE FUNCTION anon_py.learn_priorities(source regclass, projection_share double precision, use_pg_stat_statements boolean)
 RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by bigint, order_by bigint, weight double precision)
@@ -3775,7 +3857,7 @@ COMMENT ON FUNCTION anon.pattern_view(regclass, text[], integer, double precisio
 
 -- anon.distortion(regclass, text): generated from sql/functions/ (implementation: anon_py.distortion)
 CREATE OR REPLACE FUNCTION anon_py.distortion(source regclass, release text)
-RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision)
+RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision, preserved_strict double precision)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -3816,7 +3898,7 @@ CREATE OR REPLACE FUNCTION anon.distortion(
     source regclass,
     release text
 )
-RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision)
+RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision, preserved_strict double precision)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -3856,7 +3938,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.distortion(regclass, text) IS
-    'Distortion of a pattern release as measured at its last build or refresh: per substituted column the mean relative error Dst, the Spearman rank correlation with the source and the fraction of sampled localities preserved (1.0); the row with column_name NULL is the overall Dst. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    'Distortion of a pattern release as measured at its last build or refresh: per substituted column the mean relative error Dst, the Spearman rank correlation with the source, the fraction of sampled localities preserved within their slack of delta mean gaps (1.0) and the fraction preserved exactly (preserved_strict: what a reader of the released values sees); the row with column_name NULL is the overall Dst. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/090-pattern.sql

@@ -158,16 +158,12 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
             "whoever builds or refreshes a release of it",
             hint="Release a local copy of the data (CREATE TABLE ... AS SELECT), or detach the "
                  "foreign tables.")
-    found = [r for r in rows if r["function"] is not None]
-    if found:
-        listing = "; ".join(f"{r['what']} calls {r['function']} (owned by {r['owner']})"
-                            for r in found[:5])
-        raise UnsafeSource(
-            f"planning a query on table {label} would run functions not owned by a superuser, "
-            f"with the rights of whoever builds or refreshes a release of it: {listing}",
-            hint="Have a superuser review those functions and ALTER FUNCTION ... OWNER TO a "
-                 "superuser role, or drop the index / constraint / statistics, or release a copy "
-                 "of the table (CREATE TABLE ... AS SELECT, made by its owner) instead.")
+    refuse_code(rows, "what", "calls",
+                f"planning a query on table {label} would run functions not owned by a "
+                "superuser, with the rights of whoever builds or refreshes a release of it",
+                "Have a superuser review those functions and ALTER FUNCTION ... OWNER TO a "
+                "superuser role, or drop the index / constraint / statistics, or release a copy "
+                "of the table (CREATE TABLE ... AS SELECT, made by its owner) instead.")
 
 
 # The source as LOCK names it; whether the caller may take SHARE UPDATE EXCLUSIVE on it (UPDATE,
@@ -531,19 +527,25 @@ def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = Fal
                 hint="Report the tables it reads, or a view of your own over them, or have its "
                      "owner run the report.")
         reads = run(plpy, VIEW_READS, ["oid"], [oid])
-        found = [r for r in reads if r["function"] is not None]
-        if found:
-            listing = "; ".join(f"{r['name']} uses {r['function']} (owned by {r['owner']})"
-                                for r in found[:5])
-            raise UnsafeSource(
-                f"reading view {name} would run code outside PostgreSQL's built-ins, with your "
-                f"rights, that no check here can follow: {listing}",
-                hint="Report the tables the view reads, or a view that calls only built-in "
-                     "functions and uses only your own or a superuser's types.")
+        refuse_code(reads, "name", "uses",
+                    f"reading view {name} would run code outside PostgreSQL's built-ins, with "
+                    "your rights, that no check here can follow",
+                    "Report the tables the view reads, or a view that calls only built-in "
+                    "functions and uses only your own or a superuser's types.")
         for r in reads:
             if r["function"] is None:
                 guard_relation(plpy, int(r["oid"]), r["name"], r["relkind"])
                 check_range_columns(plpy, int(r["oid"]), r["name"])
+
+
+def refuse_code(rows, subject: str, verb: str, message: str, hint: str) -> None:
+    """42501 when a catalog walk found code (rows with a ``function``): ``message: <subject>
+    <verb> <function> (owned by <owner>); ...`` for the first five."""
+    found = [r for r in rows if r["function"] is not None]
+    if found:
+        listing = "; ".join(f"{r[subject]} {verb} {r['function']} (owned by {r['owner']})"
+                            for r in found[:5])
+        raise UnsafeSource(f"{message}: {listing}", hint=hint)
 
 
 class SourceChanged(AnonError):

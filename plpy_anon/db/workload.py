@@ -17,7 +17,10 @@ in the calling transaction: an error (empty workload, nothing reading the table)
 """
 from __future__ import annotations
 
+import io
 import json
+import os
+from collections import Counter
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.metrics import release_metrics
@@ -36,6 +39,7 @@ from plpy_anon.db import guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods import mondrian_family, prioritized_mondrian
 from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.querylog.logs import read_server_log
 from plpy_anon.querylog.priorities import PriorityLearner
 
 MONDRIAN_METHODS = ("mondrian", "prioritized_mondrian")
@@ -92,6 +96,22 @@ def pg_stat_statements(plpy) -> list[tuple[str, int]]:
                           "pg_read_all_stats; anon.workload is used alone.")
         return []
     return [(r["query"], int(r["calls"])) for r in found if r["query"] and r["calls"]]
+
+
+@sql_entry
+def add_queries_from_log(plpy, log_file, *, log_format):
+    """Statements of a server log into anon.workload; the file is read by pg_read_file, whose
+    privilege checks (superuser, pg_read_server_files) decide who may read it."""
+    text = run(plpy, "SELECT pg_catalog.pg_read_file($1) AS t", ["text"], [log_file])[0]["t"]
+    result = read_server_log(io.StringIO(text or ""), log_format)
+    counted = Counter(s.text for s in result.statements)
+    added = run(plpy, "SELECT anon.add_queries($1, $2, NULL, $3) AS n",
+                ["text[]", "int8[]", "text"],
+                [list(counted), list(counted.values()), "log:" + os.path.basename(log_file)]
+                )[0]["n"] if counted else 0
+    plpy.notice(f"{log_file}: {result.entries} log entries, {len(result.statements)} statements "
+                f"({len(counted)} distinct) added to anon.workload, {result.skipped} skipped")
+    return added
 
 
 def fit_learner(plpy, tbl, statements, projection_share=0.5):

@@ -3,6 +3,8 @@ release_report and workload_precision. Properties are checked from released rows
 (tests/helpers.py) or recomputed by hand in the test."""
 from __future__ import annotations
 
+import os
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -345,3 +347,48 @@ def test_placeholders_learn_no_cut_points_and_say_so(db, schema, patients):
         assert params["cut_points_unlearned"] == [] and "age" in params["cut_points"]
     finally:
         db.remove_notice_handler(collect)
+
+
+SERVER_LOG = """2026-11-27 10:00:01.123 UTC [4242] LOG:  statement: SELECT * FROM patients WHERE age >= 40
+2026-11-27 10:00:02.456 UTC [4242] LOG:  duration: 1.2 ms  statement: SELECT sex FROM patients WHERE age < 30 AND sex = 'F'
+2026-11-27 10:00:03.000 UTC [4242] ERROR:  column "nope" does not exist
+2026-11-27 10:00:03.000 UTC [4242] STATEMENT:  SELECT nope FROM patients
+2026-11-27 10:00:04.789 UTC [4242] LOG:  statement: SELECT * FROM patients WHERE age >= 40
+"""
+
+
+def test_a_server_log_read_in_the_database_gives_cut_points(db, schema, patients, connect):
+    """Issue 29, point 5: the statements of a server log, with their constants, reach the workload
+    without a client step (anon.add_queries_from_log reads the file with pg_read_file), and the
+    cut points they carry are learned; pg_read_file's own check refuses a role that may not read
+    server files."""
+    data_directory = db.execute("SHOW data_directory").fetchone()[0]
+    name = f"plpy_anon_test_{schema}.log"
+    path = os.path.join(data_directory, name)
+    with open(path, "w") as log:
+        log.write(SERVER_LOG)
+    os.chmod(path, 0o644)
+    try:
+        assert db.execute("SELECT anon.add_queries_from_log(%s)", (name,)).fetchone()[0] == 2
+        rows = db.execute("SELECT query, frequency, origin FROM anon.workload ORDER BY query"
+                          ).fetchall()
+        assert rows == [("SELECT * FROM patients WHERE age >= 40", 2, f"log:{name}"),
+                        ("SELECT sex FROM patients WHERE age < 30 AND sex = 'F'", 1, f"log:{name}")]
+        learn(db)
+        cuts = db.execute("SELECT cut_points FROM anon.workload_profiles "
+                          "WHERE source = 'patients'::regclass").fetchone()[0]
+        assert sorted(map(tuple, cuts["age"])) == [(30.0, False), (40.0, False)]
+        assert sorted(map(tuple, cuts["sex"])) == [("F", False), ("F", True)]
+        role = f"log_reader_{schema}"[:60]
+        db.execute(f'CREATE ROLE "{role}" LOGIN')
+        db.execute(f'GRANT USAGE ON SCHEMA anon TO "{role}"')
+        db.execute(f'GRANT EXECUTE ON FUNCTION anon.add_queries_from_log(text, text) TO "{role}"')
+        try:
+            with connect(user=role) as conn, pytest.raises(psycopg.Error) as err:
+                conn.execute("SELECT anon.add_queries_from_log(%s)", (name,))
+            assert err.value.sqlstate == "42501", err.value
+        finally:
+            db.execute(f'DROP OWNED BY "{role}"')
+            db.execute(f'DROP ROLE "{role}"')
+    finally:
+        os.remove(path)

@@ -43,6 +43,7 @@ from plpy_anon.core.pattern.localities import (
     extract_localities,
     sample_localities,
 )
+from plpy_anon.core.pattern.metrics import preserved_fraction
 from plpy_anon.core.pattern.walk import Blocks, Walk, random_walks
 
 MAX_DECIMALS = 9
@@ -65,6 +66,7 @@ class ColumnRelease:
     slack: np.ndarray           # per sampled locality, the delta it is kept within
     n_extracted: int            # localities found by the pruned extraction, before sampling
     preserved_fraction: float   # of the sampled localities, on the released values
+    strict_preserved_fraction: float   # the same kept exactly (no slack): what a reader sees
 
 
 class PatternPreservingRelease:
@@ -90,7 +92,10 @@ class PatternPreservingRelease:
     localities_ : list of :class:`Localities` (row ids), the sampled constraints per column.
     slack_ : list of arrays, per column and sampled locality the delta it holds within.
     n_extracted_, n_sampled_ : lists of counts per column.
-    preserved_fraction_ : ndarray, per column (1.0 for a correct release).
+    preserved_fraction_ : ndarray, per column (1.0 for a correct release): each locality within
+        its slack (delta mean gaps).
+    strict_preserved_fraction_ : ndarray, per column: the sampled localities that hold exactly
+        (no slack) on the released values.
     bounds_ : list of (low, high) per column.  columns_ : column names.  seed_ : the seed used.
     """
 
@@ -130,6 +135,7 @@ class PatternPreservingRelease:
         self.n_extracted_ = [r.n_extracted for r in results]
         self.n_sampled_ = [len(r.localities) for r in results]
         self.preserved_fraction_ = np.array([r.preserved_fraction for r in results])
+        self.strict_preserved_fraction_ = np.array([r.strict_preserved_fraction for r in results])
         return self
 
     def fit_transform(self, X):
@@ -227,7 +233,8 @@ def _assemble(n_rows, rows, outcomes, bounds, decimals):
         values=released, bounds=bounds, decimals=decimals, localities=localities,
         slack=np.concatenate([o.slack for o in outcomes]) if outcomes else np.empty(0),
         n_extracted=sum(o.n_extracted for o in outcomes),
-        preserved_fraction=sum(o.n_holding for o in outcomes) / max(1, len(localities)))
+        preserved_fraction=sum(o.n_holding for o in outcomes) / max(1, len(localities)),
+        strict_preserved_fraction=preserved_fraction(released, localities, decimals))
 
 
 @dataclass(frozen=True)

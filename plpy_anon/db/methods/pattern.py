@@ -287,6 +287,7 @@ def _metrics(model, original, seed_fixed):
             name: {"distortion": _number(per_column[i]),
                    "rank_correlation": _number(spearman[i]),
                    "preserved_fraction": _number(model.preserved_fraction_[i]),
+                   "strict_preserved_fraction": _number(model.strict_preserved_fraction_[i]),
                    "unchanged_fraction": _number(unchanged[i]),
                    "localities_extracted": int(model.n_extracted_[i]),
                    "localities_sampled": int(model.n_sampled_[i]),
@@ -321,8 +322,9 @@ def _array_literal(values, decimals):
 
 @sql_entry
 def distortion_report(plpy, source, release_name):
-    """Rows (column_name, distortion, rank_correlation, preserved_fraction) of a pattern release
-    as measured by its last build or refresh; the row with column_name NULL is the overall Dst."""
+    """Rows (column_name, distortion, rank_correlation, preserved_fraction, preserved_strict) of
+    a pattern release as measured by its last build or refresh; the row with column_name NULL is
+    the overall Dst. preserved_strict is NULL for a release measured before it existed."""
     tbl = guards.table(plpy, source)
     release = release_rows.find(plpy, release_name)
     if release["method"] != METHOD:
@@ -336,9 +338,10 @@ def distortion_report(plpy, source, release_name):
             hint=f"Call anon.distortion({plpy.quote_literal(made_from.label)}, ...).")
     metrics = release["metrics"]
     metrics = jsonb(metrics)
-    rows = [(name, m["distortion"], m["rank_correlation"], m["preserved_fraction"])
+    rows = [(name, m["distortion"], m["rank_correlation"], m["preserved_fraction"],
+             m.get("strict_preserved_fraction"))
             for name, m in metrics.get("columns", {}).items()]
-    rows.append((None, metrics.get("distortion"), None, None))
+    rows.append((None, metrics.get("distortion"), None, None, None))
     return rows
 
 
