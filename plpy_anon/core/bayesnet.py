@@ -370,15 +370,14 @@ class BayesNet:
         self._check_fitted()
         return self._cpt_frame(child, self.parents_[child])
 
-    def _cpt_frame(self, child, parents):
+    def _family(self, child, parents):
+        """``(column index, _family_counts of child given parents)``, by column name."""
         index = {c: i for i, c in enumerate(self.columns_)}
-        counts, observed, _ = _family_counts(
-            self._codes,
-            self._weights,
-            self._cardinalities,
-            index[child],
-            [index[p] for p in parents],
-        )
+        return index, _family_counts(self._codes, self._weights, self._cardinalities,
+                                     index[child], [index[p] for p in parents])
+
+    def _cpt_frame(self, child, parents):
+        index, (counts, observed, _) = self._family(child, parents)
         return _cpt_from_counts(
             counts, observed, parents, child, self.categories_, self._cardinalities, index
         )
@@ -417,14 +416,7 @@ class BayesNet:
     def _rules_for(self, child, parents, risk, min_support):
         # Straight from the counts, not from the readable CPT frame, whose column labels (the
         # child's values) could collide with parent names.
-        index = {c: i for i, c in enumerate(self.columns_)}
-        counts, observed, _ = _family_counts(
-            self._codes,
-            self._weights,
-            self._cardinalities,
-            index[child],
-            [index[p] for p in parents],
-        )
+        index, (counts, observed, _) = self._family(child, parents)
         support = counts.sum(axis=1)
         probs = counts / support[:, None]
         rows, cols = np.nonzero((probs >= risk - 1e-12) & (support[:, None] >= min_support))

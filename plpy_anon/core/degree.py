@@ -179,14 +179,7 @@ class GeneralizationTable:
     def __init__(self, column, values, hierarchy):
         leaves = value_labels(values)
         row_leaf, distinct = pd.factorize(leaves)
-        covered = set(hierarchy.leaves)
-        missing = [value for value in distinct if value not in covered]
-        if missing:
-            raise UndefinedObject(
-                f"value {missing[0]!r} of column {column!r} is not covered by its hierarchy"
-                + (f" (nor are {len(missing) - 1} other values)" if len(missing) > 1 else ""),
-                hint=f"add a row '{missing[0]};...;*' to the hierarchy of {column!r}",
-            )
+        hierarchy.check_covers(distinct, column)
         self.column = column
         self.hierarchy = hierarchy
         self.codes, self.labels, self.leaf_counts = [], [], []

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
+from plpy_anon.core.errors import InvalidParameter, UnsupportedType
 from plpy_anon.core.hierarchy import Hierarchy
 
 
@@ -138,13 +138,7 @@ def _encode_by_frequency(name, factor, uniques, has_null):
 
 
 def _encode_by_hierarchy(name, factor, uniques, has_null, hierarchy):
-    missing = [u for u in uniques if u not in hierarchy]
-    if missing:
-        raise UndefinedObject(
-            f"value {missing[0]!r} of column {name!r} is not covered by its hierarchy"
-            + (f" ({len(missing) - 1} more uncovered values)" if len(missing) > 1 else ""),
-            hint=f"add a row '{missing[0]};...;{hierarchy.root}' to the hierarchy",
-        )
+    hierarchy.check_covers(uniques, name)
     n_leaves = len(hierarchy.leaves)
     code_of_unique = np.array([hierarchy.leaf_number(u) for u in uniques] + [n_leaves],
                               dtype=np.int32)

@@ -179,6 +179,16 @@ class Hierarchy:
         """Leaf counts of node ids."""
         return self._leaf_count[nodes]
 
+    def check_covers(self, values, column):
+        """Refuse (42704) values that are no leaf of this hierarchy, naming the first."""
+        missing = [v for v in values if v not in self]
+        if missing:
+            raise UndefinedObject(
+                f"value {missing[0]!r} of column {column!r} is not covered by its hierarchy"
+                + (f" ({len(missing) - 1} more uncovered values)" if len(missing) > 1 else ""),
+                hint=f"add a row '{missing[0]};...;{self.root}' to the hierarchy of {column!r}",
+            )
+
     def __contains__(self, leaf):
         return leaf in self._leaf_number
 

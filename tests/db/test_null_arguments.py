@@ -64,6 +64,7 @@ def plausible(function: str, arg: str, typ: str, ctx: dict):
         "requester": "h1_requester", "by": "h1_recommender", "rating": 0.5,
         "outcome": "success", "purpose": "research", "schedule": "0 3 * * *",
         "identifier": "id", "columns": ["age"], "priorities": "none" if typ == "text" else '{"age": 1}',
+        "log_file": "postmaster.opts",                # a file of the data directory, no log
     }
     if function == "set_column_role" and arg == "role":
         return "quasi_identifier"
