@@ -446,8 +446,9 @@ def released_rules(group_qis, group_sizes, gid, histograms, values, *, threshold
     and STs, whose probability reaches ``threshold``, strongest first (``qi_to_sa_rules``'
     format). The antecedent is 1..``max_antecedents`` released QI values; its support, the QIT
     rows holding them (at least ``min_support``); its probability, the share of the consequent
-    over those rows, each row standing for its gid's ST shares (what the merge view weighs). A
-    NULL consequent is no value (a reader learns nothing from it). ``group_qis``: one row per
+    among those rows whose value is known (not NULL), each row standing for its gid's ST shares
+    (what the merge view weighs): a NULL is no value, so 90 % NULLs do not dilute a rule that
+    holds for everyone whose value is recorded. ``group_qis``: one row per
     group, its released QI values (hashable); ``group_sizes``: rows per group; ``gid``: merged gid
     per group; ``histograms``: attribute -> ``(n_groups, n_values)`` counts; ``values``:
     attribute -> Index of values.
@@ -467,13 +468,17 @@ def released_rules(group_qis, group_sizes, gid, histograms, values, *, threshold
         share = gid_hist[:, known] / gid_hist.sum(axis=1, keepdims=True)
         expected = pd.DataFrame(sizes[:, None] * share[gid])      # rows of each value per group
         names = values[attribute][known]
+        expected["_known"] = expected.sum(axis=1)                 # rows with a known value
         expected["_support"] = sizes
         for r in range(1, min(max_antecedents, len(qis)) + 1):
             for columns in combinations(qis, r):
                 totals = pd.concat([keys[list(columns)], expected], axis=1).groupby(
                     list(columns), dropna=False, sort=False).sum()
                 support = totals.pop("_support").to_numpy()
-                probability = totals.to_numpy() / support[:, None]
+                known_rows = totals.pop("_known").to_numpy()
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    probability = totals.to_numpy() / known_rows[:, None]
+                probability = np.nan_to_num(probability, nan=0.0)
                 hits = np.argwhere((support[:, None] >= min_support) & (probability >= threshold))
                 antecedents = totals.index.to_flat_index()
                 for i, j in hits:
@@ -481,7 +486,7 @@ def released_rules(group_qis, group_sizes, gid, histograms, values, *, threshold
                     records.append({"parents": list(columns), "parent_values": list(antecedent),
                                     "child": attribute, "child_value": names[j],
                                     "probability": float(probability[i, j]),
-                                    "support": float(probability[i, j] * support[i]),
+                                    "support": float(probability[i, j] * known_rows[i]),
                                     "parent_support": float(support[i])})
     columns = ["parents", "parent_values", "child", "child_value", "probability", "support",
                "parent_support"]
@@ -494,11 +499,15 @@ def released_rules(group_qis, group_sizes, gid, histograms, values, *, threshold
 
 
 def check_base_rates(histograms, values, alpha):
-    """Refuse alpha at or below a sensitive value's share of the whole table: merging every group
-    into one leaves exactly that share as P(value | any QIs), so no merge can get below alpha."""
+    """Refuse alpha at or below a sensitive value's share of the table's known values: merging
+    every group into one leaves exactly that share as P(value | any QIs), so no merge can get
+    below alpha. A NULL is no value: neither counted nor a consequent."""
     worst = None
     for attribute, hist in histograms.items():
-        totals = hist.sum(axis=0)
+        known = ~np.asarray(pd.isna(values[attribute]))
+        if not known.any():
+            continue
+        totals = np.where(known, hist.sum(axis=0), 0)
         j = int(np.argmax(totals))
         share = totals[j] / totals.sum()
         if worst is None or share > worst[2]:
@@ -506,8 +515,8 @@ def check_base_rates(histograms, values, alpha):
     if worst is not None and worst[2] >= alpha:
         attribute, value, share = worst
         raise InsufficientData(
-            f"max_rule_probability = {alpha} cannot be honoured: {share:.3f} of all rows have "
-            f"{attribute} = {value!r}, so even one merged group lets anyone infer "
+            f"max_rule_probability = {alpha} cannot be honoured: {share:.3f} of the rows whose "
+            f"{attribute} is known have {attribute} = {value!r}, so even one merged group lets anyone infer "
             f"(any QIs) -> {attribute}={value} with p = {share:.3f}",
             hint=f"use max_rule_probability above {share:.3f}, or drop {attribute!r} from sensitive "
                  "(a value that common is no secret of a QI group)",

@@ -625,9 +625,10 @@ class Mondrian:
             if distinct < self.l:
                 name = repr(names[j]) if names else str(j)
                 raise InsufficientData(
-                    f"sensitive column {name} has {distinct} distinct values; l = {self.l} "
-                    "cannot be reached",
-                    hint=f"choose l <= {distinct}")
+                    f"sensitive column {name} has {distinct} distinct values that are not NULL; "
+                    f"l = {self.l} cannot be reached",
+                    hint=f"choose l <= {distinct}" if distinct > 1 else
+                    "Release it without l (a NULL is no value), or load its values.")
 
 
 # ---------------------------------------------------------------------- one level

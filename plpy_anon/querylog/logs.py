@@ -1,6 +1,9 @@
 """Statements from PostgreSQL server logs: ``csvlog`` and the default ``stderr`` format.
 
-What is taken: ``LOG`` entries whose message is ``statement: <sql>`` (``log_statement``),
+What is taken: queries only (a statement starting with SELECT, WITH, TABLE or VALUES, and no
+data-modifying WITH): a log of ``log_statement = 'all'`` also holds ``ALTER ROLE ... PASSWORD``
+and ``INSERT`` statements with row values, which must not reach the workload store. Of those,
+``LOG`` entries whose message is ``statement: <sql>`` (``log_statement``),
 ``duration: <ms> ms  statement: <sql>`` (``log_min_duration_statement``), and their
 extended-protocol forms ``execute <name>: <sql>`` / ``duration: <ms> ms  execute <name>: <sql>``.
 ``parse``/``bind`` entries are skipped (the same statement is logged again at ``execute``), and so
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 from plpy_anon.core.errors import InvalidParameter
 
 CSV_LOG_TIME, CSV_SEVERITY, CSV_MESSAGE = 0, 11, 13
+# a logged statement may be longer than csv's default field limit (128 KiB: a long IN list)
+csv.field_size_limit(1 << 30)
 
 _STATEMENT = re.compile(
     r"\A(?:duration: (?P<ms>[0-9.]+) ms\s+)?(?:statement|execute [^:]*): (?P<sql>.*)\Z", re.DOTALL
@@ -90,9 +95,23 @@ def read_stderr_log(lines: Iterable[str]) -> LogReadResult:
     return result
 
 
+_QUERY_START = re.compile(r"\A(?:\s|--[^\n]*\n|/\*.*?\*/)*(SELECT|WITH|TABLE|VALUES)\b",
+                          re.IGNORECASE | re.DOTALL)
+_MODIFIES = re.compile(r"\b(INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
+
+
+def is_query(sql: str) -> bool:
+    """A read: SELECT / WITH / TABLE / VALUES first, and a WITH that modifies nothing (its
+    statements may carry the values they write)."""
+    start = _QUERY_START.match(sql)
+    if start is None:
+        return False
+    return start.group(1).upper() != "WITH" or _MODIFIES.search(sql) is None
+
+
 def _append(result: LogReadResult, message: str, timestamp):
     found = statement_of_message(message)
-    if found is None:
+    if found is None or not is_query(found[0]):
         result.skipped += 1
         return
     sql, duration = found

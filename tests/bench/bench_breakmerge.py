@@ -353,7 +353,8 @@ def readable_rules(conn, release, most=2):
             for columns in combinations(QIS, r):
                 keys = ", ".join(f'"{c}"' for c in columns)
                 (found,), = conn.execute(
-                    f'SELECT count(*) FROM (SELECT sum(weight) / sum(sum(weight)) OVER w AS p, '
+                    f'SELECT count(*) FROM (SELECT sum(weight) / nullif(sum(sum(weight)) '
+                    f'FILTER (WHERE "{attribute}" IS NOT NULL) OVER w, 0) AS p, '
                     f'sum(sum(weight)) OVER w AS support, "{attribute}" AS v '
                     f'FROM {release}_merged GROUP BY {keys}, "{attribute}" '
                     f"WINDOW w AS (PARTITION BY {keys})) AS x "

@@ -481,7 +481,8 @@ def _readable_rules(db, schema, name, alpha, k=5, most=2):
     """The rules a reader counts, computed here from the release's merge view (a path the
     product's check does not take: it joins the QIT and the STs): for every antecedent of 1..most
     released QI values with at least k rows and every sensitive value that is not NULL, the
-    value's share of the antecedent's weight. Those reaching alpha, strongest first."""
+    value's share of the antecedent's weight whose value is known. Those reaching alpha,
+    strongest first."""
     merged = _rel(schema, f"{name}_merged")
     found = []
     for r in range(1, most + 1):
@@ -489,12 +490,14 @@ def _readable_rules(db, schema, name, alpha, k=5, most=2):
             keys = ", ".join(f'"{c}"' for c in columns)
             for attribute in SENSITIVE:
                 rows = db.execute(
-                    f'SELECT {keys}, "{attribute}", sum(weight) / sum(sum(weight)) OVER w, '
+                    f'SELECT {keys}, "{attribute}", sum(weight) / nullif(sum(sum(weight)) '
+                    f'FILTER (WHERE "{attribute}" IS NOT NULL) OVER w, 0), '
                     f"sum(sum(weight)) OVER w FROM {merged} GROUP BY {keys}, \"{attribute}\" "
                     f"WINDOW w AS (PARTITION BY {keys})").fetchall()
                 found += [(columns, row[:r], attribute, row[r], float(row[r + 1]))
                           for row in rows
-                          if row[r] is not None and row[r + 1] >= alpha - 1e-12
+                          if row[r] is not None and row[r + 1] is not None
+                          and row[r + 1] >= alpha - 1e-12
                           and row[r + 2] >= k - 1e-9]
     return sorted(found, key=lambda f: -f[4])
 

@@ -285,7 +285,7 @@ def test_empty_input():
 
 
 def test_l_above_distinct_sensitive_values():
-    with pytest.raises(InsufficientData, match="2 distinct values; l = 3") as e:
+    with pytest.raises(InsufficientData, match="2 distinct values that are not NULL; l = 3") as e:
         Mondrian(k=2, l=3).fit([encode_numeric("x", np.arange(6))], np.array([0, 1] * 3))
     assert "l <= 2" in e.value.hint
 

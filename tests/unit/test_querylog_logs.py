@@ -115,3 +115,28 @@ def test_log_timestamps(text, expected):
 
     value = parse_log_timestamp(text)
     assert (None if value is None else str(value)) == expected
+
+
+def test_only_queries_are_taken_from_a_log():
+    """A log of log_statement = 'all' holds passwords and written values: only reads are taken
+    (a data-modifying WITH is a write), the rest counted as skipped."""
+    log = (
+        "2026-11-27 10:00:01 UTC [1] LOG:  statement: SELECT * FROM t WHERE a > 1\n"
+        "2026-11-27 10:00:02 UTC [1] LOG:  statement: ALTER ROLE carol PASSWORD 'secret'\n"
+        "2026-11-27 10:00:03 UTC [1] LOG:  statement: INSERT INTO t VALUES (1, 'ssn')\n"
+        "2026-11-27 10:00:04 UTC [1] LOG:  statement: WITH d AS (DELETE FROM t RETURNING *) SELECT 1\n"
+        "2026-11-27 10:00:05 UTC [1] LOG:  statement: /* app */ WITH x AS (SELECT 1) SELECT * FROM x\n"
+    )
+    result = read_server_log(io.StringIO(log))
+    assert [s.text for s in result.statements] == [
+        "SELECT * FROM t WHERE a > 1", "/* app */ WITH x AS (SELECT 1) SELECT * FROM x"]
+    assert result.skipped == 3
+
+
+def test_a_csvlog_statement_longer_than_csv_s_default_field_limit():
+    query = "SELECT * FROM t WHERE a IN (" + ", ".join(map(str, range(40_000))) + ")"
+    record = ['2026-11-27 10:00:01.000 UTC'] + [''] * 10 + ['LOG', '', f'statement: {query}']
+    text = io.StringIO()
+    csv.writer(text).writerow(record)
+    result = read_server_log(io.StringIO(text.getvalue()))
+    assert len(query) > 131072 and [s.text for s in result.statements] == [query]

@@ -174,8 +174,8 @@ def _check_alpha(alpha):
 def check_released_rules(plpy, release):
     """The guarantee, counted in SQL on what analysts read: for every antecedent of up to
     max_rule_antecedents released QI values with at least k QIT rows, and every sensitive value,
-    the share of the value among those rows (each row standing for its gid's ST shares) stays
-    below max_rule_probability. The run merged groups until its count had no such rule; this
+    the share of the value among those rows whose value is known (each row standing for its
+    gid's ST shares) stays below max_rule_probability. The run merged groups until its count had no such rule; this
     counts again on the released views, so that a release (or a refresh) whose published rows
     still show one is refused, not published."""
     params = _parameters(release)
@@ -216,19 +216,23 @@ def _count_rules(plpy, qit, st, columns, attribute, k, threshold):
     texts = ", ".join(f"a.{ident(plpy, c)}::text" for c in columns)
     same = " AND ".join(f"w.{ident(plpy, c)} IS NOT DISTINCT FROM a.{ident(plpy, c)}"
                         for c in columns)
+    # a NULL is no value: the share of a value among the rows whose value is known
     rows = plpy.execute(plpy.prepare(f"""
         WITH q AS (SELECT {keys}, q.gid, count(*)::float8 AS n FROM {qit} AS q GROUP BY {keys}, q.gid),
              s AS (SELECT s.gid, s.value, s.count::float8 / sum(s.count) OVER (PARTITION BY s.gid)
                           AS share
                    FROM {st} AS s),
-             a AS (SELECT {keys}, sum(q.n) AS support FROM q GROUP BY {keys}),
+             g AS (SELECT s.gid, sum(s.share) FILTER (WHERE s.value IS NOT NULL) AS known
+                   FROM s GROUP BY s.gid),
+             a AS (SELECT {keys}, sum(q.n) AS support, sum(q.n * coalesce(g.known, 0)) AS known
+                   FROM q LEFT JOIN g ON g.gid = q.gid GROUP BY {keys}),
              w AS (SELECT {keys}, s.value, sum(q.n * s.share) AS hits
                    FROM q JOIN s ON s.gid = q.gid WHERE s.value IS NOT NULL
                    GROUP BY {keys}, s.value)
         SELECT ARRAY[{texts}] AS parent_values, w.value::text AS child_value,
-               w.hits / a.support AS probability, w.hits AS support, a.support AS parent_support
+               w.hits / a.known AS probability, w.hits AS support, a.support AS parent_support
         FROM w JOIN a ON {same}
-        WHERE a.support >= $1 AND w.hits / a.support >= $2""", ["float8", "float8"]),
+        WHERE a.support >= $1 AND a.known > 0 AND w.hits / a.known >= $2""", ["float8", "float8"]),
         [float(k), float(threshold)])
     return [{"parents": columns, "parent_values": list(r["parent_values"]), "child": attribute,
              "child_value": r["child_value"], "probability": float(r["probability"]),
