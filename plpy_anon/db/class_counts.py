@@ -104,14 +104,16 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
         values.append(sa)
     collected = "".join(f", array_agg({sa}) AS vals{i}" for i, sa in enumerate(values))
     carried = "".join(f", g.vals{i}" for i in range(len(values)))
-    # value ids: the column's distinct non-NULL values ranked in their order, NULL -1 (a NULL
-    # matches no ranked value); ranking the few distinct values
+    # value ids: the column's distinct non-NULL values ranked in their order, NULL -1; a value
+    # the ranking's join misses (a type whose = under this search_path is not its GROUP BY's
+    # equality, e.g. citext) is one value of its own, never taken for NULL; ranking the few
+    # distinct values
     # and joining them to the (class, value) counts costs a third of a dense_rank over the
     # counts, which sorts one row per (class, value) pair
     tables = "".join(
         f"CROSS JOIN (SELECT array_agg(r.cid)::text AS cids{i}, array_agg(r.vid)::text AS vids{i},\n"
         f"                   array_agg(r.n)::text AS ns{i}\n"
-        f"            FROM (SELECT cv.cid, coalesce(d.vid, -1) AS vid, cv.n\n"
+        f"            FROM (SELECT cv.cid, CASE WHEN cv.v IS NULL THEN -1 ELSE coalesce(d.vid, (SELECT count(*) FROM ranked{i})) END AS vid, cv.n\n"
         f"                  FROM (SELECT x.cid, x.v, count(*) AS n\n"
         f"                        FROM (SELECT c.cid, pg_catalog.unnest(c.vals{i}) AS v\n"
         f"                              FROM grouped AS c) AS x\n"

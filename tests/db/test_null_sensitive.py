@@ -99,3 +99,19 @@ def test_the_risk_report_counts_a_class_of_nulls_as_no_value(db, schema):
                            "quasi_identifiers => ARRAY['zip'], sensitive => ARRAY['dx'])"
                            " WHERE column_name = 'dx'").fetchall())
     assert rows["distinct_l"] == 0 and rows["recursive_cl_l"] == 0, rows
+
+
+def test_a_value_the_ranking_misses_is_not_taken_for_null(db, schema):
+    """citext: GROUP BY counts 'HIV' and 'hiv' as one value, while = under the check's
+    search_path (pg_catalog) compares them as text; a value the ranking's join misses is still a
+    value, never a NULL (it made a class of one known value count 0)."""
+    db.execute(f'CREATE EXTENSION citext SCHEMA "{schema}"')
+    db.execute("CREATE TABLE c (zip text, dx citext)")
+    db.execute("INSERT INTO c VALUES ('1', 'HIV'), ('1', 'hiv'), ('1', 'hiv'), "
+               "('2', 'flu'), ('2', 'HIV'), ('3', NULL), ('3', 'flu')")
+    rows = dict(db.execute("SELECT measure, value FROM anon.risk_report('c', "
+                           "quasi_identifiers => ARRAY['zip'], sensitive => ARRAY['dx'])"
+                           " WHERE column_name = 'dx'").fetchall())
+    per_class = sorted(distinct_sensitive_per_class(db, "c", ["zip"], "dx"))
+    assert per_class == [1, 1, 2]
+    assert rows["distinct_l"] == min(per_class) == 1
