@@ -380,6 +380,12 @@ def _scaled(values, over):
     return (values - low) / (high - low)
 
 
+def _candidates(mask, n):
+    """The ks H is scaled over: ``mask`` (default, or when it admits none: all ``n``)."""
+    over = np.ones(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    return over if over.any() else np.ones(n, dtype=bool)
+
+
 def objective(protection, utility_normalized, w_protection=0.5, w_utility=0.5, candidates=None):
     """The paper's ``H_k = W1 * (P o P_hat_k) + W2 * U_k`` with both terms on the same scale.
 
@@ -398,9 +404,7 @@ def objective(protection, utility_normalized, w_protection=0.5, w_utility=0.5, c
     """
     protection = np.minimum(np.atleast_1d(np.asarray(protection, dtype=float)), 1.0)
     utility_normalized = np.atleast_1d(np.asarray(utility_normalized, dtype=float))
-    over = np.ones(len(protection), dtype=bool) if candidates is None else np.asarray(candidates)
-    if not over.any():
-        over = np.ones(len(protection), dtype=bool)
+    over = _candidates(candidates, len(protection))
     return w_protection * _scaled(protection, over) + w_utility * _scaled(utility_normalized, over)
 
 
@@ -787,8 +791,7 @@ def h_noise(scan_table, *, w_protection, repeats):
     if repeats <= 1 or "protection_sd" not in scan_table:
         return np.zeros(len(scan_table))
     protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
-    over = scan_table["admissible"].to_numpy(dtype=bool)
-    over = over if over.any() else np.ones(len(over), dtype=bool)
+    over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(protection))
     spread = protection[over].max() - protection[over].min()
     if spread <= 0:
         return np.zeros(len(scan_table))

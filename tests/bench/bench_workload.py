@@ -317,6 +317,20 @@ RANGE_K = 10
 TARGET_PRECISION = 0.90
 
 
+def precision_table(releases, qis, columns, predicates, queries_label):
+    """Mean precision of each release's partition on ``predicates``, beside the target of the
+    learned + cut-point one."""
+    rows = []
+    for name, model in releases.items():
+        labels = model.fit(columns).labels_
+        precision = workload_precision(qis, labels, predicates)
+        rows.append({"k": RANGE_K, "release": name, queries_label: len(predicates),
+                     "mean_precision": round(precision.mean_precision, 3),
+                     "target": f">= {TARGET_PRECISION}" if name == "learned+cuts" else "",
+                     "C_DM": discernibility(labels)})
+    return pd.DataFrame(rows)
+
+
 def range_workload():
     """Range predicates on a few constants per numeric QI (``age >= 40``, ``education_num >= 13``,
     ``age < 30``...) and their conjunctions: the workload the cut points are for."""
@@ -347,15 +361,7 @@ def range_precision_experiment(data: pd.DataFrame):
         "learned": PrioritizedMondrian(k=RANGE_K, priorities=weights),
         "learned+cuts": PrioritizedMondrian(k=RANGE_K, priorities=weights, cut_points=cuts),
     }
-    rows = []
-    for name, model in releases.items():
-        labels = model.fit(columns).labels_
-        precision = workload_precision(qis, labels, predicates)
-        rows.append({"k": RANGE_K, "release": name, "queries": len(predicates),
-                     "mean_precision": round(precision.mean_precision, 3),
-                     "target": f">= {TARGET_PRECISION}" if name == "learned+cuts" else "",
-                     "C_DM": discernibility(labels)})
-    return pd.DataFrame(rows)
+    return precision_table(releases, qis, columns, predicates, "queries")
 
 
 MIXED_CATEGORICAL = ["sex", "race", "marital_status", "workclass"]
@@ -407,15 +413,7 @@ def mixed_precision_experiment(data: pd.DataFrame):
                                                     cut_points=numeric),
         "learned+cuts": PrioritizedMondrian(k=RANGE_K, priorities=weights, cut_points=every),
     }
-    rows = []
-    for name, model in releases.items():
-        labels = model.fit(columns).labels_
-        precision = workload_precision(qis, labels, predicates)
-        rows.append({"k": RANGE_K, "release": name, "held-out queries": len(predicates),
-                     "mean_precision": round(precision.mean_precision, 3),
-                     "target": f">= {TARGET_PRECISION}" if name == "learned+cuts" else "",
-                     "C_DM": discernibility(labels)})
-    return pd.DataFrame(rows)
+    return precision_table(releases, qis, columns, predicates, "held-out queries")
 
 
 def learner_speed(data: pd.DataFrame, n_statements=100_000):

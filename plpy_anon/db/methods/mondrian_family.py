@@ -103,7 +103,7 @@ def model_suffix(l, models: dict) -> str:
 def core_models(parameters: dict) -> dict:
     """The core estimator's model keywords from a release's validated parameters (a key missing
     from an older release's was filled with its default: ReleaseMethod.checked_parameters)."""
-    return {name: parameters[name] for name in ("l_diversity", "c", "t", "split")}
+    return {name: parameters[name] for name in MODEL_ARGUMENTS}
 
 
 def ordered_sensitive_names(parameters: dict) -> set[str]:
