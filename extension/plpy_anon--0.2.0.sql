@@ -420,7 +420,11 @@ RETURNS TABLE (component text, version text, location text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.versions()', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.versions()', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.versions()", sqlstate="42501",
                hint="anon_py.versions implements anon.versions(): call that, after GRANT EXECUTE ON FUNCTION anon.versions().")
 if "plpy_anon" not in GD:
@@ -494,7 +498,11 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_column_role(regclass, text, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_column_role(regclass, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.set_column_role(regclass, text, text)", sqlstate="42501",
                hint="anon_py.set_column_role implements anon.set_column_role(regclass, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.set_column_role(regclass, text, text).")
 if "plpy_anon" not in GD:
@@ -580,7 +588,11 @@ RETURNS TABLE (column_name text, data_type text, role text, declared boolean, ge
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.column_roles(regclass)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.column_roles(regclass)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.column_roles(regclass)", sqlstate="42501",
                hint="anon_py.column_roles implements anon.column_roles(regclass): call that, after GRANT EXECUTE ON FUNCTION anon.column_roles(regclass).")
 if "plpy_anon" not in GD:
@@ -659,7 +671,11 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy(regclass, text, text[])', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy(regclass, text, text[])', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.set_hierarchy(regclass, text, text[])", sqlstate="42501",
                hint="anon_py.set_hierarchy implements anon.set_hierarchy(regclass, text, text[]): call that, after GRANT EXECUTE ON FUNCTION anon.set_hierarchy(regclass, text, text[]).")
 if "plpy_anon" not in GD:
@@ -750,7 +766,11 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_csv(regclass, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_csv(regclass, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.set_hierarchy_csv(regclass, text, text, text)", sqlstate="42501",
                hint="anon_py.set_hierarchy_csv implements anon.set_hierarchy_csv(regclass, text, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.set_hierarchy_csv(regclass, text, text, text).")
 if "plpy_anon" not in GD:
@@ -871,7 +891,11 @@ RETURNS TABLE (column_name name, data_type text, kind text, confidence text, evi
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_identifiers(regclass, integer)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_identifiers(regclass, integer)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.detect_identifiers(regclass, integer)", sqlstate="42501",
                hint="anon_py.detect_identifiers implements anon.detect_identifiers(regclass, integer): call that, after GRANT EXECUTE ON FUNCTION anon.detect_identifiers(regclass, integer).")
 if "plpy_anon" not in GD:
@@ -953,7 +977,11 @@ RETURNS anon.releases
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh(text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.refresh(text)", sqlstate="42501",
                hint="anon_py.refresh implements anon.refresh(text): call that, after GRANT EXECUTE ON FUNCTION anon.refresh(text).")
 if "plpy_anon" not in GD:
@@ -1032,7 +1060,11 @@ RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.drop_release(text, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.drop_release(text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.drop_release(text, boolean)", sqlstate="42501",
                hint="anon_py.drop_release implements anon.drop_release(text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.drop_release(text, boolean).")
 if "plpy_anon" not in GD:
@@ -1382,7 +1414,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text)", sqlstate="42501",
                hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text).")
 if "plpy_anon" not in GD:
@@ -1603,7 +1639,11 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.add_queries_from_log(text, text)", sqlstate="42501",
                hint="anon_py.add_queries_from_log implements anon.add_queries_from_log(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.add_queries_from_log(text, text).")
 if "plpy_anon" not in GD:
@@ -1683,7 +1723,11 @@ RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by b
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.learn_priorities(regclass, double precision, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.learn_priorities(regclass, double precision, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.learn_priorities(regclass, double precision, boolean)", sqlstate="42501",
                hint="anon_py.learn_priorities implements anon.learn_priorities(regclass, double precision, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.learn_priorities(regclass, double precision, boolean).")
 if "plpy_anon" not in GD:
@@ -1764,7 +1808,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)", sqlstate="42501",
                hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text).")
 if "plpy_anon" not in GD:
@@ -1870,7 +1918,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)", sqlstate="42501",
                hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text).")
 if "plpy_anon" not in GD:
@@ -1976,7 +2028,11 @@ RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, cl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_report(text, jsonb)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_report(text, jsonb)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.release_report(text, jsonb)", sqlstate="42501",
                hint="anon_py.release_report implements anon.release_report(text, jsonb): call that, after GRANT EXECUTE ON FUNCTION anon.release_report(text, jsonb).")
 if "plpy_anon" not in GD:
@@ -2056,7 +2112,11 @@ RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows big
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.workload_precision(text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.workload_precision(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.workload_precision(text)", sqlstate="42501",
                hint="anon_py.workload_precision implements anon.workload_precision(text): call that, after GRANT EXECUTE ON FUNCTION anon.workload_precision(text).")
 if "plpy_anon" not in GD:
@@ -2254,7 +2314,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)", sqlstate="42501",
                hint="anon_py.break_merge implements anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer): call that, after GRANT EXECUTE ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer).")
 if "plpy_anon" not in GD:
@@ -2349,7 +2413,11 @@ RETURNS TABLE (parents text[], parent_values text[], child text, child_value tex
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_dependencies(text, double precision, text, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_dependencies(text, double precision, text, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.detect_dependencies(text, double precision, text, integer, integer)", sqlstate="42501",
                hint="anon_py.detect_dependencies implements anon.detect_dependencies(text, double precision, text, integer, integer): call that, after GRANT EXECUTE ON FUNCTION anon.detect_dependencies(text, double precision, text, integer, integer).")
 if "plpy_anon" not in GD:
@@ -2432,7 +2500,11 @@ RETURNS TABLE (parent text, child text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.dependency_network(text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.dependency_network(text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.dependency_network(text, text, integer)", sqlstate="42501",
                hint="anon_py.dependency_network implements anon.dependency_network(text, text, integer): call that, after GRANT EXECUTE ON FUNCTION anon.dependency_network(text, text, integer).")
 if "plpy_anon" not in GD:
@@ -2513,7 +2585,11 @@ RETURNS TABLE (release_kind text, target text, known text, max_probability doubl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.breach_report(text, double precision)", sqlstate="42501",
                hint="anon_py.breach_report implements anon.breach_report(text, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.breach_report(text, double precision).")
 if "plpy_anon" not in GD:
@@ -2669,7 +2745,11 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.grant_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.grant_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.grant_analyst(text)", sqlstate="42501",
                hint="anon_py.grant_analyst implements anon.grant_analyst(text): call that, after GRANT EXECUTE ON FUNCTION anon.grant_analyst(text).")
 if "plpy_anon" not in GD:
@@ -2748,7 +2828,11 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.revoke_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.revoke_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.revoke_analyst(text)", sqlstate="42501",
                hint="anon_py.revoke_analyst implements anon.revoke_analyst(text): call that, after GRANT EXECUTE ON FUNCTION anon.revoke_analyst(text).")
 if "plpy_anon" not in GD:
@@ -2827,7 +2911,11 @@ RETURNS TABLE (release text, status text, seconds double precision, error text)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_all()', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_all()', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.refresh_all()", sqlstate="42501",
                hint="anon_py.refresh_all implements anon.refresh_all(): call that, after GRANT EXECUTE ON FUNCTION anon.refresh_all().")
 if "plpy_anon" not in GD:
@@ -2899,7 +2987,11 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.schedule_refresh(text, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.schedule_refresh(text, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.schedule_refresh(text, text)", sqlstate="42501",
                hint="anon_py.schedule_refresh implements anon.schedule_refresh(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.schedule_refresh(text, text).")
 if "plpy_anon" not in GD:
@@ -2984,7 +3076,11 @@ RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.unschedule_refresh(text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.unschedule_refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.unschedule_refresh(text)", sqlstate="42501",
                hint="anon_py.unschedule_refresh implements anon.unschedule_refresh(text): call that, after GRANT EXECUTE ON FUNCTION anon.unschedule_refresh(text).")
 if "plpy_anon" not in GD:
@@ -3063,7 +3159,11 @@ RETURNS TABLE (release text, method text, source text, row_count bigint, achieve
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_status()', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_status()', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.release_status()", sqlstate="42501",
                hint="anon_py.release_status implements anon.release_status(): call that, after GRANT EXECUTE ON FUNCTION anon.release_status().")
 if "plpy_anon" not in GD:
@@ -3154,7 +3254,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_requester(text, name)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_requester(text, name)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.add_requester(text, name)", sqlstate="42501",
                hint="anon_py.add_requester implements anon.add_requester(text, name): call that, after GRANT EXECUTE ON FUNCTION anon.add_requester(text, name).")
 if "plpy_anon" not in GD:
@@ -3239,7 +3343,11 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.record_interaction(text, text, timestamptz, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.record_interaction(text, text, timestamptz, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.record_interaction(text, text, timestamptz, text)", sqlstate="42501",
                hint="anon_py.record_interaction implements anon.record_interaction(text, text, timestamptz, text): call that, after GRANT EXECUTE ON FUNCTION anon.record_interaction(text, text, timestamptz, text).")
 if "plpy_anon" not in GD:
@@ -3326,7 +3434,11 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_recommendation(text, text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_recommendation(text, text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.add_recommendation(text, text, double precision, double precision)", sqlstate="42501",
                hint="anon_py.add_recommendation implements anon.add_recommendation(text, text, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.add_recommendation(text, text, double precision, double precision).")
 if "plpy_anon" not in GD:
@@ -3418,7 +3530,11 @@ RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.define_purpose(text, jsonb, regclass, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.define_purpose(text, jsonb, regclass, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.define_purpose(text, jsonb, regclass, text, text, boolean)", sqlstate="42501",
                hint="anon_py.define_purpose implements anon.define_purpose(text, jsonb, regclass, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.define_purpose(text, jsonb, regclass, text, text, boolean).")
 if "plpy_anon" not in GD:
@@ -3502,7 +3618,11 @@ RETURNS TABLE (history double precision, recommendation double precision, trust 
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust(text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust(text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.trust(text, double precision, double precision)", sqlstate="42501",
                hint="anon_py.trust implements anon.trust(text, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.trust(text, double precision, double precision).")
 if "plpy_anon" not in GD:
@@ -3583,7 +3703,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)", sqlstate="42501",
                hint="anon_py.trust_view implements anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean).")
 if "plpy_anon" not in GD:
@@ -3764,7 +3888,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)", sqlstate="42501",
                hint="anon_py.pattern_view implements anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision).")
 if "plpy_anon" not in GD:
@@ -3861,7 +3989,11 @@ RETURNS TABLE (column_name text, distortion double precision, rank_correlation d
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.distortion(regclass, text)", sqlstate="42501",
                hint="anon_py.distortion implements anon.distortion(regclass, text): call that, after GRANT EXECUTE ON FUNCTION anon.distortion(regclass, text).")
 if "plpy_anon" not in GD:
@@ -4023,7 +4155,11 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)", sqlstate="42501",
                hint="anon_py.fusion_scan implements anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer).")
 if "plpy_anon" not in GD:
@@ -4133,7 +4269,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)", sqlstate="42501",
                hint="anon_py.fusion_resilient_view implements anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean).")
 if "plpy_anon" not in GD:
@@ -4247,7 +4387,11 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.fusion_scan_of(text)", sqlstate="42501",
                hint="anon_py.fusion_scan_of implements anon.fusion_scan_of(text): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_scan_of(text).")
 if "plpy_anon" not in GD:
@@ -4402,7 +4546,11 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.snapshot(text, text, text, boolean)", sqlstate="42501",
                hint="anon_py.snapshot implements anon.snapshot(text, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.snapshot(text, text, text, boolean).")
 if "plpy_anon" not in GD:
@@ -4484,7 +4632,11 @@ RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.release_metadata(text)", sqlstate="42501",
                hint="anon_py.release_metadata implements anon.release_metadata(text): call that, after GRANT EXECUTE ON FUNCTION anon.release_metadata(text).")
 if "plpy_anon" not in GD:
@@ -4565,7 +4717,11 @@ RETURNS TABLE (measure text, column_name text, value double precision, detail te
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-if not plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]:
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
     plpy.error("permission denied for function anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)", sqlstate="42501",
                hint="anon_py.risk_report implements anon.risk_report(regclass, text[], text[], bigint, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.risk_report(regclass, text[], text[], bigint, double precision, double precision).")
 if "plpy_anon" not in GD:

@@ -205,8 +205,13 @@ class Function:
         outer_args = ",\n    ".join(f"{a.name} {t}" + (f" DEFAULT {a.default}" if a.default else "")
                                     for a, t in sig)
         outer_args = f"\n    {outer_args}\n" if sig else ""
-        guard = (f'if not plpy.execute("SELECT pg_catalog.has_function_privilege({sql_literal(public)}, '
-                 f"'EXECUTE') AS ok\")[0][\"ok\"]:\n"
+        # a caller without USAGE on schema anon cannot even name anon.f: refused the same way
+        guard = (f'try:\n'
+                 f'    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('
+                 f"{sql_literal(public)}, 'EXECUTE') AS ok\")[0][\"ok\"]\n"
+                 f'except plpy.SPIError:\n'
+                 f'    _allowed = False\n'
+                 f'if not _allowed:\n'
                  f'    plpy.error("permission denied for function {public}", sqlstate="42501",\n'
                  f'               hint="{INTERNAL}.{self.name} implements {public}: call that, after'
                  f' GRANT EXECUTE ON FUNCTION {public}.")\n')

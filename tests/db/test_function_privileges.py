@@ -43,6 +43,27 @@ def test_the_internal_function_of_another_is_refused(connect, one_function_role)
             conn.execute("SELECT * FROM anon.release_status()")
 
 
+def test_a_role_without_usage_on_anon_is_refused_in_the_same_words(connect):
+    """Without USAGE on schema anon the check cannot even name anon.f: the refusal is still
+    42501 naming the public function, not the SPI error of that lookup."""
+    role = "h1_no_usage"
+    with connect() as admin:
+        if admin.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+            admin.execute(f"DROP ROLE {role}")
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        with connect(user=role) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+            conn.execute("SELECT * FROM anon_py.release_status()")
+        # as for a role with USAGE (test above; PL/Python prefixes its own errors with
+        # "plpy.Error: "), not the lookup's "spiexceptions.InsufficientPrivilege: ... schema anon"
+        message = info.value.diag.message_primary
+        assert message.endswith("permission denied for function anon.release_status()"), message
+        assert "spiexceptions" not in message and "schema anon" not in message
+    finally:
+        with connect() as admin:
+            admin.execute(f"DROP ROLE {role}")
+
+
 def test_the_internal_function_runs_for_a_role_allowed_the_public_one(connect, one_function_role):
     with connect(user=one_function_role) as conn:
         rows = conn.execute("SELECT * FROM anon_py.versions()").fetchall()
