@@ -22,11 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plpy_anon.db.columns import columns_as_text
-from plpy_anon.db.sqltext import ident, local_settings, run
+from plpy_anon.db.sqltext import build_work_mem, ident, local_settings, run
 
-#: work_mem of the pass's hash aggregates (restored afterwards): one hash table of the classes
-#: and one of (class, value) per sensitive column, so that 1M-row releases aggregate in memory
-WORK_MEM = "256MB"
+#: hash_mem_multiplier of the pass (restored afterwards). The planner sizes each array_agg state
+#: of the class hash table at 8 kB (its memory context's initial block), ~8x what a class's state
+#: holds, and the hash aggregate spills once the classes outnumber hash memory / 8 kB: at the
+#: default multiplier (2) and 256MB, past ~60,000 classes (2M release rows: 300 MB of temporary
+#: files, with 150 MB of memory really used). 16 lets ~500,000 classes hash in memory.
+HASH_MEM_MULTIPLIER = "16"
 
 
 @dataclass
@@ -145,7 +148,8 @@ def count(plpy, relation: str, qis, sensitive) -> ClassCounts:
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
     # rows, for a plan that runs once): JIT off too.
-    with local_settings(plpy, work_mem=WORK_MEM, enable_sort="off", jit="off"):
+    with local_settings(plpy, work_mem=build_work_mem(plpy), hash_mem_multiplier=HASH_MEM_MULTIPLIER,
+                        enable_sort="off", jit="off"):
         row = plpy.execute(class_query(plpy, relation, qis, sensitive, as_text=as_text))[0]
     tables = {s: tuple(int_array(row[f"{part}{i}"]) for part in ("cids", "vids", "ns"))
               for i, s in enumerate(sensitive)}

@@ -23,7 +23,7 @@ from plpy_anon.db.release_rows import (
     store_definitions,
     take_run,
 )
-from plpy_anon.db.sqltext import ident, run
+from plpy_anon.db.sqltext import build_work_mem, ident, local_settings, run
 
 
 def check_name(name: str, what: str) -> None:
@@ -102,10 +102,11 @@ class TempFileLimitExceeded(AnonError):
 
 @contextlib.contextmanager
 def temp_file_limit_explained(plpy, source_oid: int):
-    """PostgreSQL's own error, with the source's size and what to do; the transaction rolls back,
+    """The build's queries run with the build's work_mem (sqltext.build_work_mem: hashes and sorts
+    in memory rather than in temporary files); past temp_file_limit, PostgreSQL's own error, with the source's size and what to do; the transaction rolls back,
     so nothing is published and an earlier release stays."""
     try:
-        with plpy.subtransaction():
+        with plpy.subtransaction(), local_settings(plpy, work_mem=build_work_mem(plpy)):
             yield
     except plpy.spiexceptions.ConfigurationLimitExceeded as exc:
         row = run(plpy, """
@@ -116,9 +117,9 @@ def temp_file_limit_explained(plpy, source_oid: int):
             f"building a release of {row['name']} ({row['size']}) needs more temporary files than "
             f"temp_file_limit = {row['lim']} allows; nothing was published",
             detail=str(exc).strip().removeprefix("spiexceptions.ConfigurationLimitExceeded: "),
-            hint="A build writes about ten times its source in temporary files (docs/operations.md, "
-                 "'Temporary files'): raise temp_file_limit for the session that builds (SET temp_file_limit, "
-                 "as a superuser) or release a smaller table.") from None
+            hint="A build writes temporary files where its hashes and sorts outgrow plpy_anon.build_work_mem "
+                 "(docs/operations.md, 'Temporary files'): raise that setting, or temp_file_limit for the "
+                 "session that builds (SET temp_file_limit, as a superuser).") from None
 
 
 def create_view_release(plpy, GD, *, query: Callable[[int], str], **kwargs) -> dict:

@@ -135,12 +135,14 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     waits = SwapWaits.from_settings(plpy)          # bad settings fail before the long build
     rel = view_oid(plpy, schema, name)
     views = owned_views(plpy, release)
+    source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
     if blocks_swap(plpy, rel, [oid for _, oid in views]):
         progress(plpy, "other objects depend on the release: refreshing in place (readers wait)")
         lock_for_swap(plpy, release, [("MATERIALIZED VIEW", schema, name)], waits)
         # REFRESH (not CREATE ... AS) writes frozen rows: a reader whose snapshot predates the
         # refresh sees the new release, never an empty one. The event trigger records the stash.
-        plpy.execute(f"REFRESH MATERIALIZED VIEW {ident(plpy, schema, name)}")
+        with publish.temp_file_limit_explained(plpy, source):
+            plpy.execute(f"REFRESH MATERIALIZED VIEW {ident(plpy, schema, name)}")
         if analyze:
             plpy.execute(f"ANALYZE {ident(plpy, schema, name)}")
         return
@@ -151,7 +153,6 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
         plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
     progress(plpy, "building the new release beside the old one (readers keep the old)")
     t0 = time.monotonic()
-    source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
     with publish.temp_file_limit_explained(plpy, source):
         build_frozen(plpy, ident(plpy, schema, temp), saved["query"], release["release_owner"])
     stats = take_run(GD, release["release_id"])

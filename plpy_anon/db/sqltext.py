@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 
+from plpy_anon.core.errors import InvalidParameter
+
 
 def ident(plpy, *parts: str) -> str:
     """A (possibly qualified) identifier, each part quoted as needed: ident(plpy, 'My Schema', 't')."""
@@ -42,6 +44,34 @@ def local_settings(plpy, **values: str):
     finally:
         for name, value in previous.items():
             run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
+
+
+#: plpy_anon.build_work_mem's default: the work_mem of a build's queries (the release query, its
+#: check), so that a 2M-row build hashes and sorts in memory instead of writing temporary files
+DEFAULT_BUILD_WORK_MEM = "256MB"
+
+
+def build_work_mem(plpy) -> str:
+    """The work_mem a build runs with: ``plpy_anon.build_work_mem`` (any role may set it: it only
+    trades memory for temporary files; default :data:`DEFAULT_BUILD_WORK_MEM`), or the session's
+    own work_mem when that is larger. A value that is no size of at least 64kB (work_mem's least)
+    is refused, naming the setting."""
+    wanted = run(plpy, "SELECT pg_catalog.current_setting('plpy_anon.build_work_mem', true) AS v")[0]["v"]
+    wanted = wanted.strip() if wanted and wanted.strip() else DEFAULT_BUILD_WORK_MEM
+    try:
+        with plpy.subtransaction():
+            row = run(plpy, """
+                SELECT pg_catalog.pg_size_bytes($1) AS wanted,
+                       pg_catalog.pg_size_bytes(pg_catalog.current_setting('work_mem')) AS session""",
+                      ["text"], [wanted])[0]
+    except plpy.SPIError:
+        row = None
+    if row is None or row["wanted"] < 65536:
+        raise InvalidParameter(
+            f'plpy_anon.build_work_mem = "{wanted}" is not a size of at least 64kB',
+            hint="Set it like work_mem (SET plpy_anon.build_work_mem = '256MB'), or RESET it.")
+    return wanted if row["wanted"] > row["session"] else run(
+        plpy, "SELECT pg_catalog.current_setting('work_mem') AS v")[0]["v"]
 
 
 def text_of(expr: str, builtin: bool) -> str:

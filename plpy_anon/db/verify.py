@@ -57,12 +57,8 @@ from plpy_anon.core.errors import AnonError
 from plpy_anon.db.class_counts import ClassCounts, Counter
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine
-from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
+from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
 from plpy_anon.parameters import L_DIVERSITY
-
-#: work_mem for the check's Break-Merge count-table aggregates (restored afterwards); the class
-#: counts set their own (class_counts.WORK_MEM)
-WORK_MEM = "256MB"
 
 
 class VerificationFailed(AnonError):
@@ -241,7 +237,7 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
                "n_classes": None, "smallest": None}
     # JIT off: a check's plan runs once, and above 1M rows its cost estimate triggers JIT
     # compilation that the run never earns back
-    with local_settings(plpy, work_mem=WORK_MEM, jit="off"):
+    with local_settings(plpy, work_mem=build_work_mem(plpy), jit="off"):
         tables = {attr: plpy.execute(count_table_query(plpy, spec, attr, table))[0]
                   for attr, table in spec.count_tables.items()}
     model_figures, model_failures = check_models(spec, counts) if spec.models_asked() \

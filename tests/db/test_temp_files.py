@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+from psycopg import sql
 
 ROWS = 60000
 
@@ -23,12 +24,14 @@ def synth(db, schema):
 
 
 def test_a_build_whose_joins_spill_writes_temporary_files_in_proportion(connect, schema, release_schema, synth):
-    """work_mem at its minimum makes every join spill; the build stays under a temp_file_limit of
-    25 times the source (the previous query needed more than 3 GB here, 500 times the source)."""
+    """work_mem at its minimum (the build's too) makes every join spill; the build stays under a
+    temp_file_limit of 25 times the source (the previous query needed more than 3 GB here, 500
+    times the source)."""
     limit_kb = 25 * synth // 1024
     with connect() as conn:
         conn.execute(f"SET search_path = {schema}, public")
         conn.execute("SET work_mem = '64kB'")
+        conn.execute("SET plpy_anon.build_work_mem = '64kB'")
         conn.execute(f"SET temp_file_limit = '{limit_kb}kB'")
         try:
             rel = conn.execute(
@@ -50,6 +53,7 @@ def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connec
                            (release_schema,)).fetchone()[0]
         conn.execute("INSERT INTO synth SELECT * FROM synth")
         conn.execute("SET work_mem = '64kB'")
+        conn.execute("SET plpy_anon.build_work_mem = '64kB'")
         conn.execute("SET temp_file_limit = '1MB'")
         create_other = ("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
                         f"release_schema => '{release_schema}', release_name => 'other', "
@@ -63,3 +67,47 @@ def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connec
         conn.execute("RESET temp_file_limit")
         assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == ROWS      # the old release
         assert conn.execute("SELECT to_regclass(%s)", (f"{release_schema}.other",)).fetchone()[0] is None
+
+
+def temp_bytes(conn) -> int:
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    return conn.execute("SELECT temp_bytes FROM pg_stat_database WHERE datname = current_database()"
+                        ).fetchone()[0]
+
+
+def test_a_build_hashes_and_sorts_in_the_builds_work_mem_not_in_temporary_files(
+        connect, schema, release_schema, synth):
+    """At the server's default work_mem (4MB) a build runs its queries with
+    plpy_anon.build_work_mem (default 256MB): no temporary file; the same build and refresh with
+    the setting at the session's 4MB write them (the figure this setting removes)."""
+    create = ("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], release_schema => %s, "
+              "quasi_identifiers => ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt'], replace => true)")
+    written = {}
+    with connect() as conn:
+        conn.execute(f"SET search_path = {schema}, public")
+        conn.execute("SET work_mem = '4MB'")
+        for setting in ("DEFAULT", "'4MB'"):
+            conn.execute(f"SET plpy_anon.build_work_mem = {setting}")
+            conn.commit()
+            before = temp_bytes(conn)
+            rel = conn.execute(create, (release_schema,)).fetchone()[0]
+            conn.execute("SELECT anon.refresh(%s)", (rel,))
+            written[setting] = temp_bytes(conn) - before
+            assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == ROWS
+        assert conn.execute("SHOW work_mem").fetchone()[0] == "4MB"      # the session's, restored
+    assert written["DEFAULT"] == 0, written
+    assert written["'4MB'"] > 0, written
+
+
+@pytest.mark.parametrize("value", ["lots", "-1MB"])
+def test_a_build_work_mem_that_is_no_size_is_refused_by_name(connect, schema, release_schema, synth, value):
+    with connect() as conn:
+        conn.execute(f"SET search_path = {schema}, public")
+        conn.execute(sql.SQL("SET plpy_anon.build_work_mem = {}").format(sql.Literal(value)))
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as info:
+            conn.execute("SELECT anon.mondrian_view('synth', k => 10, release_schema => %s, "
+                         "quasi_identifiers => ARRAY['a_int','d_txt'])", (release_schema,))
+        assert "plpy_anon.build_work_mem" in info.value.diag.message_primary
+        assert "plpy.Error" not in info.value.diag.message_primary and "Traceback" not in str(info.value)
+        conn.rollback()
+        assert conn.execute("SELECT to_regclass(%s)", (f"{release_schema}.synth_k10",)).fetchone()[0] is None
