@@ -131,3 +131,66 @@ def test_dml_is_not_a_query():
 def test_constant_value(literal, value):
     node = sqlglot.parse_one(f"SELECT {literal}", dialect="postgres").selects[0]
     assert constant_value(node) == value
+
+
+# -- the single-table path: what qualify would have given, and taken where it should be -------
+def _both_ways(sql, monkeypatch):
+    """(resolution with the single-table path, resolution through qualify, path taken?)."""
+    from plpy_anon.querylog import resolve as module
+
+    taken = []
+    single = module._qualified_single_table
+
+    def spy(*args):
+        result = single(*args)
+        taken.append(result is not None)
+        return result
+
+    outcomes = []
+    for path in (spy, lambda *args: None):
+        monkeypatch.setattr(module, "_qualified_single_table", path)
+        try:
+            outcomes.append(resolve(sql))
+        except (ResolveError, NotAQuery) as error:
+            outcomes.append(type(error))
+    monkeypatch.setattr(module, "_qualified_single_table", single)
+    return outcomes[0], outcomes[1], taken == [True]
+
+
+FIXTURE_STATEMENTS = [sql for name in ("resolve.sql", "predicates.sql") for sql, _ in load_pairs(name)]
+
+
+@pytest.mark.parametrize("sql", FIXTURE_STATEMENTS)
+def test_the_single_table_path_resolves_every_fixture_as_qualify_does(sql, monkeypatch):
+    fast, reference, _ = _both_ways(sql, monkeypatch)
+    assert fast == reference
+
+
+SIMPLE = [
+    "SELECT age FROM patients WHERE age > 30",
+    "SELECT p.age, sex FROM public.patients AS p WHERE p.zip BETWEEN 1000 AND 2000 ORDER BY 1",
+    "SELECT sex, count(*) FROM patients WHERE diagnosis LIKE 'fl%' GROUP BY 1 ORDER BY sex DESC",
+    "SELECT AGE FROM Patients WHERE Sex IN ('F', 'M') OR -5 < Age LIMIT 10",
+    "SELECT extract(year FROM birth_date) FROM patients WHERE birth_date >= '2000-01-01'",
+]
+
+
+@pytest.mark.parametrize("sql", SIMPLE)
+def test_simple_statements_take_the_single_table_path_and_resolve_as_qualify_does(sql, monkeypatch):
+    fast, reference, taken = _both_ways(sql, monkeypatch)
+    assert fast == reference and taken
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT * FROM patients WHERE age > 3",                        # a star to expand
+    "SELECT age FROM patients p JOIN visits v ON v.pid = p.id",    # two tables
+    "SELECT age FROM patients WHERE id IN (SELECT pid FROM visits)",
+    "SELECT nope FROM patients",                                   # qualify's error
+    'SELECT "Age" FROM patients',                                  # quoted: not age
+    "SELECT age + 1 FROM patients ORDER BY 1",                     # a position on an expression
+    "SELECT sex, count(*) FROM patients GROUP BY sex ORDER BY 2",  # ... on an aggregate
+    "SELECT age AS years FROM patients WHERE zip <> 5 ORDER BY years",  # an output alias
+])
+def test_other_statements_go_through_qualify(sql, monkeypatch):
+    fast, reference, taken = _both_ways(sql, monkeypatch)
+    assert fast == reference and not taken
