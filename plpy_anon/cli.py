@@ -1,89 +1,129 @@
-"""``plpy-anon``: the client library as a command line.
+"""``plpy-anon``: the client library as a command line, with psql's connection manners.
 
-    plpy-anon --dsn postgresql:///db release-status
-    plpy-anon --dsn ... mondrian-view patients --k 5 --quasi-identifiers age,sex,zip --sensitive diagnosis
-    plpy-anon --dsn ... refresh patients_k5
-    plpy-anon --dsn ... release-report patients_k5 --format json
+    plpy-anon -d hospital release-status
+    plpy-anon -h db.example.org -U custodian -d hospital mondrian-view patients --k 5
+    plpy-anon refresh patients_k5                  # PGHOST, PGDATABASE, ... as libpq reads them
+    plpy-anon release-report patients_k5 --format json
 
-Commands and options are named like the SQL functions and arguments they use (``release_frame``
-works as well as ``release-frame``); the older spellings (``create mondrian``, ``show``, ``--qi``,
-...) still work, with a warning on stderr.
+Connection: ``-d/--dbname`` (a database name, or a connection string or URI, as psql's ``-d``;
+also ``--dsn`` or ``PLPY_ANON_DSN``), ``-h/--host``, ``-p/--port``, ``-U/--username``, ``-W``
+(ask for the password), ``-w`` (never ask); whatever is not given comes from libpq's defaults
+and ``PG*`` variables. Commands and options are named like the SQL functions and arguments they
+use (``release_frame`` works as well as ``release-frame``).
 
-Results print as tables for people, ``--format json`` or ``csv`` for scripts. Long operations
-report their phases on stderr with the elapsed time (``--quiet`` silences them). A failure prints
-one line, ``plpy-anon: error: <server message> (hint: ...)``, and exits 1 (2 for usage errors).
-The DSN comes from ``--dsn`` or the ``PLPY_ANON_DSN`` environment variable (libpq's PG* variables
-apply as usual).
+Results print as tables for people, ``--format json`` or ``csv`` for scripts, with numbers as
+exact as the server sent them and ISO 8601 timestamps. Long operations report their phases on
+stderr with the elapsed time (``--quiet`` silences them). A failure prints one line,
+``plpy-anon: error: <server message> (hint: ...)`` (JSON on stderr with ``--format json``), and
+the exit status says what kind of failure it was (:data:`EXIT_CODES`).
 """
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import decimal
 import json
 import math
+import os
 import threading
 import time
+import traceback
 from typing import Any, Self
 
 import click
 import pandas as pd
+from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg.types.range import Range
 
 import plpy_anon
 from plpy_anon.client import AnonClient
 from plpy_anon.client.api import function_parameters
-from plpy_anon.client.errors import ServerError
+from plpy_anon.client.errors import ConnectionFailed, ServerError
 from plpy_anon.core.errors import AnonError
 from plpy_anon.parameters import SURFACES
 
-METHODS = {                      # deprecated "create METHOD" name -> SQL function
-    "mondrian": "mondrian_view",
-    "break-merge": "break_merge",
-    "trust": "trust_view",
-    "pattern": "pattern_view",
-    "fusion": "fusion_resilient_view",
+#: exit status by kind of failure (docs/cli.md); 1 for any other error the server reports
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_INTERNAL = \
+    0, 1, 2, 3, 4, 5, 70
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "the server refused the command (permission, invalid argument, duplicate, ...)",
+    EXIT_USAGE: "usage: unknown command or option, missing argument",
+    EXIT_CONNECTION: "could not connect to the database",
+    EXIT_NOT_FOUND: "not found: table, column, release, role, schema or the extension's function",
+    EXIT_REFUSED: "refused by a privacy check: the release would break its promise (k, l, t, "
+                  "verification, an undeclared identifying column)",
+    EXIT_INTERNAL: "internal error of plpy-anon (a bug: please report it with the traceback)",
 }
+NOT_FOUND = {"42P01", "42704", "42703", "3F000", "42883"}
+REFUSED = {"22000", "42P10"}
+
+
+def exit_code(error: Exception) -> int:
+    """The exit status of a failed command (EXIT_CODES)."""
+    sqlstate = getattr(error, "sqlstate", None) or ""
+    if isinstance(error, ConnectionFailed) or sqlstate.startswith("08"):
+        return EXIT_CONNECTION
+    if sqlstate in NOT_FOUND:
+        return EXIT_NOT_FOUND
+    if sqlstate in REFUSED:
+        return EXIT_REFUSED
+    return EXIT_ERROR
 
 
 # ---------------------------------------------------------------------------- rendering
 
-def plain(value: Any) -> Any:
-    """A value as JSON/CSV/table cells show it: PostgreSQL's text forms for ranges and arrays."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def plain(value: Any, *, iso: bool = True) -> Any:
+    """A value as JSON/CSV/table cells show it: PostgreSQL's text forms for ranges and arrays,
+    ISO 8601 timestamps (``T`` between date and time; a space with ``iso=False``, as psql shows
+    them), numbers exactly as they came (a numeric stays a Decimal)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, Range):
         if value.isempty:
             return "empty"
-        lo = "" if value.lower is None else plain(value.lower)
-        hi = "" if value.upper is None else plain(value.upper)
+        lo = "" if value.lower is None else plain(value.lower, iso=iso)
+        hi = "" if value.upper is None else plain(value.upper, iso=iso)
         return f"{value.bounds[0]}{lo},{hi}{value.bounds[1]}"
-    if isinstance(value, (dt.date, dt.datetime, dt.time)):
-        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep="T" if iso else " ")
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
     if hasattr(value, "item"):           # numpy scalars
         return value.item()
     return value
 
 
-def cell(value: Any) -> str:
-    value = plain(value)
+def number_text(value: float | decimal.Decimal) -> str:
+    """A number's exact text: the shortest digits that read back as the same float (as
+    PostgreSQL writes float8), a numeric's own digits; Infinity and NaN as PostgreSQL spells them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, decimal.Decimal):
+        return "NaN" if value.is_nan() else str(value) if value.is_finite() else \
+            ("Infinity" if value > 0 else "-Infinity")
+    return repr(value)
+
+
+def cell(value: Any, *, iso: bool = True) -> str:
+    """A value as a table or CSV cell: booleans t/f as psql and COPY write them."""
+    value = plain(value, iso=iso)
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "t" if value else "f"
     if isinstance(value, list):
-        return "{" + ",".join("NULL" if v is None else str(plain(v)) for v in value) + "}"
+        return "{" + ",".join("NULL" if v is None else cell(v, iso=iso) for v in value) + "}"
     if isinstance(value, dict):
         return json.dumps(value, default=str)
-    if isinstance(value, float):
-        return f"{value:.6g}"
+    if isinstance(value, (float, decimal.Decimal)):
+        return number_text(value)
     return str(value)
 
 
 def render_table(frame: pd.DataFrame) -> str:
     headers = [str(c) for c in frame.columns]
-    rows = [[cell(v) for v in row] for row in frame.itertuples(index=False)]
+    rows = [[cell(v, iso=False) for v in row] for row in frame.itertuples(index=False)]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     line = lambda vals: " " + " | ".join(v.ljust(w) for v, w in zip(vals, widths))
     out = [line(headers), "-" + "-+-".join("-" * w for w in widths) + "-"]
@@ -110,9 +150,18 @@ def render_json(frame: pd.DataFrame) -> str:
 
 
 def _json_value(value: Any) -> Any:
+    """A JSON value, exact: a numeric that a float would round stays a string of its digits."""
     value = plain(value)
     if isinstance(value, list):
         return [_json_value(v) for v in value]
+    if isinstance(value, decimal.Decimal):
+        if value.is_finite() and value == value.to_integral_value():
+            return int(value)
+        as_float = float(value)
+        return as_float if math.isfinite(as_float) and decimal.Decimal(repr(as_float)) == value \
+            else number_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return number_text(value)           # JSON has no Infinity or NaN
     return value
 
 
@@ -164,11 +213,42 @@ class Progress:
 
 # ---------------------------------------------------------------------------- plumbing
 
+def looks_like_conninfo(text: str) -> bool:
+    """psql's rule for -d: a connection string (key=value) or a URI, else a database name."""
+    return "=" in text or text.startswith(("postgresql://", "postgres://"))
+
+
+def conninfo(options: dict, password: str | None = None) -> str:
+    """The libpq connection string of the global options; what they leave out, libpq takes from
+    its defaults and the PG* variables, as psql does."""
+    base, dbname = options.get("dbname") or "", None
+    if base and not looks_like_conninfo(base):
+        base, dbname = "", base
+    given = {"dbname": dbname, "host": options.get("host"), "port": options.get("port"),
+             "user": options.get("username"), "password": password}
+    return make_conninfo(base, **{k: v for k, v in given.items() if v is not None})
+
+
+def connect(ctx: click.Context, progress: Progress | None = None) -> AnonClient:
+    """A client on the global options' connection. -W asks for the password first; without it,
+    a server that wants a password it was not given gets it asked for on a terminal (unless -w)."""
+    options = ctx.obj
+    password = ask_password() if options.get("password_prompt") else None
+    try:
+        return AnonClient(conninfo(options, password), progress=progress)
+    except ConnectionFailed as error:
+        if password is not None or options.get("no_password") or "no password supplied" not in error.message \
+                or not click.get_text_stream("stdin").isatty():
+            raise
+    return AnonClient(conninfo(options, ask_password()), progress=progress)
+
+
+def ask_password() -> str:
+    return click.prompt("Password", hide_input=True, err=True)
+
+
 def client(ctx: click.Context, progress: Progress | None = None) -> AnonClient:
-    dsn = ctx.obj["dsn"]
-    if not dsn:
-        raise click.UsageError("no database given: pass --dsn or set PLPY_ANON_DSN")
-    anon = AnonClient(dsn, progress=progress)
+    anon = connect(ctx, progress)
     ctx.call_on_close(anon.close)
     return anon
 
@@ -194,42 +274,12 @@ def parse_params(pairs: tuple[str, ...]) -> dict:
     return params
 
 
-# Old spellings, still accepted (hidden) with a one-line warning on stderr.
-DEPRECATED_COMMANDS = {          # old command -> command named like the SQL function it calls
-    "releases": "release-status", "report": "release-report", "show": "release-frame",
-    "drop": "drop-release", "declare": "set-column-role", "schedule": "schedule-refresh",
-    "unschedule": "unschedule-refresh", "grant": "grant-analyst", "revoke": "revoke-analyst",
-}
-DEPRECATED_OPTIONS = {           # old option -> option named like the SQL argument
-    "--qi": "--quasi-identifiers", "--name": "--release-name", "--schema": "--release-schema",
-    "--table": "--source",
-}
-
-
-def deprecated(old: str, new: str) -> None:
-    click.echo(f"plpy-anon: warning: '{old}' is deprecated, use '{new}'", err=True)
-
-
 class Group(click.Group):
-    """Turns every error into one line on stderr and exit status 1; resolves ``release_frame`` as
-    ``release-frame`` and the deprecated spellings (DEPRECATED_COMMANDS, DEPRECATED_OPTIONS)."""
+    """Turns every error into one line on stderr (JSON with --format json) and the exit status
+    of its kind (EXIT_CODES); resolves ``release_frame`` as ``release-frame``."""
 
     def get_command(self, ctx, cmd_name):
-        command = super().get_command(ctx, cmd_name) or super().get_command(ctx, cmd_name.replace("_", "-"))
-        if command is None and cmd_name in DEPRECATED_COMMANDS:
-            deprecated(cmd_name, DEPRECATED_COMMANDS[cmd_name])
-            command = super().get_command(ctx, DEPRECATED_COMMANDS[cmd_name])
-        return command
-
-    def parse_args(self, ctx, args):
-        renamed = []
-        for arg in args:
-            option, eq, value = arg.partition("=")
-            if option in DEPRECATED_OPTIONS:
-                deprecated(option, DEPRECATED_OPTIONS[option])
-                arg = DEPRECATED_OPTIONS[option] + eq + value
-            renamed.append(arg)
-        return super().parse_args(ctx, renamed)
+        return super().get_command(ctx, cmd_name) or super().get_command(ctx, cmd_name.replace("_", "-"))
 
     def invoke(self, ctx):
         try:
@@ -239,22 +289,34 @@ class Group(click.Group):
                 click.echo(json.dumps({"sqlstate": getattr(error, "sqlstate", None),
                                        "message": error.message, "detail": error.detail,
                                        "hint": error.hint}), err=True)
-                ctx.exit(1)
+                ctx.exit(exit_code(error))
             message = error.message + (f" (hint: {error.hint})" if error.hint else "")
             click.echo(f"plpy-anon: error: {' '.join(message.split())}", err=True)   # one line
-            ctx.exit(1)
+            ctx.exit(exit_code(error))
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception:  # noqa: BLE001 -- a bug of ours: say so, with what to report
+            click.echo(traceback.format_exc().rstrip(), err=True)
+            click.echo("plpy-anon: internal error: this is a bug of plpy-anon; please report it "
+                       "with the traceback above", err=True)
+            ctx.exit(EXIT_INTERNAL)
 
 
 # ---------------------------------------------------------------------------- commands
 
-def version_lines(dsn: str | None) -> list[str]:
+CONNECTION_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+def version_lines(options: dict) -> list[str]:
     """``plpy-anon --version``: the package's version, and the extension's in the database when
-    one is given (else why not, in one line)."""
+    a connection is given (an option, PLPY_ANON_DSN or a PG* variable; else why not, in one line)."""
     lines = [f"plpy-anon {plpy_anon.__version__}"]
-    if not dsn:
-        return lines + ["extension: not connected (no --dsn or PLPY_ANON_DSN)"]
+    given = any(options.get(k) for k in ("dbname", "host", "port", "username")) \
+        or any(os.environ.get(v) for v in CONNECTION_VARIABLES)
+    if not given:
+        return lines + ["extension: not connected (no -d, -h, -p, -U, PLPY_ANON_DSN or PG* variable)"]
     try:
-        with AnonClient(dsn) as anon:
+        with AnonClient(conninfo(options)) as anon:
             installed = anon.extension_version()
             database = anon.connection.info.dbname
     except (ServerError, AnonError) as error:
@@ -264,20 +326,31 @@ def version_lines(dsn: str | None) -> list[str]:
     return lines + [f"extension: plpy_anon {installed} in database {database}"]
 
 
-@click.group(cls=Group, invoke_without_command=True, no_args_is_help=True)
-@click.option("--dsn", envvar="PLPY_ANON_DSN", help="libpq connection string or URI (or PLPY_ANON_DSN).")
+EPILOG = ("Exit status: 0 success, 1 refused by the server, 2 usage, 3 connection, 4 not found, "
+          "5 refused by a privacy check, 70 internal error (docs/cli.md).")
+
+
+@click.group(cls=Group, invoke_without_command=True, no_args_is_help=True, epilog=EPILOG)
+@click.option("-d", "--dbname", "--dsn", "dbname", envvar="PLPY_ANON_DSN", metavar="DBNAME",
+              help="Database name, or a libpq connection string or URI (as psql -d; or PLPY_ANON_DSN).")
+@click.option("-h", "--host", help="Server host or socket directory (libpq's PGHOST by default).")
+@click.option("-p", "--port", help="Server port (PGPORT by default).")
+@click.option("-U", "--username", help="Database user (PGUSER by default).")
+@click.option("-W", "--password", "password_prompt", is_flag=True, help="Ask for the password.")
+@click.option("-w", "--no-password", "no_password", is_flag=True, help="Never ask for a password.")
 @click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="table",
               help="Output: human table (default), json or csv.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--version", "show_version", is_flag=True,
-              help="Print the package's version, and the extension's in the database (with --dsn).")
+              help="Print the package's version, and the extension's in the database (when a connection is given).")
 @click.pass_context
-def main(ctx, dsn, fmt, quiet, show_version):
+def main(ctx, dbname, host, port, username, password_prompt, no_password, fmt, quiet, show_version):
     """Anonymized releases of PostgreSQL tables (the plpy_anon extension)."""
     ctx.ensure_object(dict)
-    ctx.obj.update(dsn=dsn, format=fmt, quiet=quiet)
+    ctx.obj.update(dbname=dbname, host=host, port=port, username=username,
+                   password_prompt=password_prompt, no_password=no_password, format=fmt, quiet=quiet)
     if show_version:
-        click.echo("\n".join(version_lines(dsn)))
+        click.echo("\n".join(version_lines(ctx.obj)))
         ctx.exit(0)
     if ctx.invoked_subcommand is None:
         raise click.UsageError("Missing command.")
@@ -340,7 +413,6 @@ def create_release(ctx, function: str, source: str, kwargs: dict, params: tuple[
         anon = client(ctx, progress)
         progress(f"creating a {function} release of {source}")
         name = anon.scalar(function, source, **kwargs, **parse_params(params))
-        progress("done")
     emit_record(ctx, {"release": name})
 
 
@@ -372,27 +444,6 @@ def method_command(function: str) -> click.Command:
 
 for _function in sorted({s.function for s in SURFACES.values()}):
     method_command(_function)
-
-
-@main.command(hidden=True)
-@click.argument("method", type=click.Choice(list(METHODS)))
-@click.argument("source")
-@click.option("--k", type=int)
-@click.option("--l", type=int)
-@click.option("--quasi-identifiers", "quasi_identifiers")
-@click.option("--sensitive")
-@click.option("--identifiers")
-@click.option("--release-name", "release_name")
-@click.option("--release-schema", "release_schema")
-@click.option("--replace", is_flag=True)
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE")
-@format_option
-@click.pass_context
-def create(ctx, method, source, params, **kwargs):
-    """Deprecated: create METHOD SOURCE is now the command named like the SQL function."""
-    function = METHODS[method]
-    deprecated(f"create {method}", function.replace("_", "-"))
-    create_release(ctx, function, source, {k: v for k, v in kwargs.items() if v is not None}, params)
 
 
 @main.command()
@@ -467,11 +518,6 @@ def risk_report(ctx, relation, quasi_identifiers, sensitive, population, risk_th
                                       risk_threshold=risk_threshold, recursive_c=recursive_c))
 
 
-risk_alias = copy.copy(risk_report)       # plpy-anon risk RELATION: the same, not listed
-risk_alias.hidden = True
-main.add_command(risk_alias, "risk")
-
-
 @main.command("release-frame")
 @click.argument("release")
 @click.option("--limit", type=int, default=20, show_default=True, help="Rows to show (0: all).")
@@ -488,10 +534,14 @@ def release_frame(ctx, release, limit):
               show_default=True, help="csv (header), parquet (needs pyarrow) or sql (CREATE TABLE + COPY for psql).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="File to write; FILE.meta.json is written beside it.")
+@click.option("--force", is_flag=True, help="Replace FILE and FILE.meta.json if they exist.")
 @click.pass_context
-def export(ctx, release, export_format, output):
+def export(ctx, release, export_format, output, force):
     """Write RELEASE's rows (exactly its columns and rows) to FILE, and FILE.meta.json (method,
     parameters, achieved k, row count, when built and exported). See docs/export.md."""
+    existing = [f for f in (output, f"{output}.meta.json") if os.path.lexists(f)]
+    if existing and not force:
+        raise click.UsageError(f"{existing[0]} exists: pass --force to replace it")
     meta = client(ctx).export(release, output, format=export_format)
     emit_record(ctx, {"release": meta["release"], "format": export_format, "file": output,
                       "rows": meta["exported_rows"], "metadata": f"{output}.meta.json"})
@@ -535,6 +585,28 @@ def set_column_role(ctx, source, identifiers, quasi_identifiers, sensitive, igno
                                   sensitive=split_list(sensitive) or (), ignored=split_list(ignored) or ()))
 
 
+@main.command("column-roles")
+@click.argument("source")
+@format_option
+@click.pass_context
+def column_roles(ctx, source):
+    """The role each column of SOURCE takes in a release (declared, or the default) and how a
+    quasi-identifier is released (anon.column_roles)."""
+    emit(ctx, client(ctx).column_roles(source))
+
+
+@main.command("detect-identifiers")
+@click.argument("source")
+@click.option("--sample-size", "sample_size", type=int, default=None,
+              help="Rows sampled to judge the values [default: 1000].")
+@format_option
+@click.pass_context
+def detect_identifiers(ctx, source, sample_size):
+    """Columns of SOURCE that look identifying (by name and a sample of values), and whether each
+    blocks a release until declared (anon.detect_identifiers)."""
+    emit(ctx, client(ctx).detect_identifiers(source, sample_size=sample_size))
+
+
 @main.command("set-hierarchy-csv")
 @click.argument("source")
 @click.argument("column_name")
@@ -557,29 +629,6 @@ def drop_hierarchy(ctx, source, column_name):
     """Remove the hierarchy of SOURCE.COLUMN_NAME."""
     emit_record(ctx, {"table": source, "column": column_name,
                       "dropped": client(ctx).drop_hierarchy(source, column_name)})
-
-
-@main.group(hidden=True)
-def hierarchy():
-    """Deprecated: set-hierarchy-csv and drop-hierarchy."""
-
-
-@hierarchy.command("load", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.pass_context
-def hierarchy_load(ctx, args):
-    deprecated("hierarchy load", "set-hierarchy-csv")
-    set_hierarchy_csv.main(list(args), prog_name="plpy-anon set-hierarchy-csv", obj=ctx.obj,
-                           standalone_mode=False)
-
-
-@hierarchy.command("drop", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.pass_context
-def hierarchy_drop(ctx, args):
-    deprecated("hierarchy drop", "drop-hierarchy")
-    drop_hierarchy.main(list(args), prog_name="plpy-anon drop-hierarchy", obj=ctx.obj,
-                        standalone_mode=False)
 
 
 @main.command("load-queries")

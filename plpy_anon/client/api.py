@@ -169,11 +169,11 @@ class AnonClient:
 
     def frame(self, function: str, *args: Any, **named: Any) -> pd.DataFrame:
         """A set-returning function's rows as a DataFrame (columns even when there are no rows)."""
-        cursor = self._execute(*self._call_query(function, args, named))
-        return pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
+        return frame_of(self._execute(*self._call_query(function, args, named)))
 
     @staticmethod
     def _call_query(function, args, named, scalar=False):
+        function = function.removeprefix("anon.")     # frame("anon.risk_report") as frame("risk_report")
         placeholders = [sql.Placeholder() for _ in args]
         params = [_param(a) for a in args]
         for name, value in named.items():
@@ -240,7 +240,14 @@ class AnonClient:
         return self.column_roles(source)
 
     def column_roles(self, source: str) -> pd.DataFrame:
+        """anon.column_roles: the role each column of ``source`` takes in a release (declared or
+        the default) and how a quasi-identifier is released."""
         return self.frame("column_roles", source)
+
+    def detect_identifiers(self, source: str, *, sample_size: int | None = None) -> pd.DataFrame:
+        """anon.detect_identifiers: the columns of ``source`` that look identifying (by name and a
+        sample of ``sample_size`` rows), and whether each blocks a release until declared."""
+        return self.frame("detect_identifiers", source, sample_size=sample_size)
 
     def set_hierarchy(self, source: str, column_name: str, paths: Sequence[Sequence[str | None]]) -> int:
         """Register a hierarchy: one path per leaf (leaf, parent, ..., root); returns the leaves."""
@@ -321,8 +328,7 @@ class AnonClient:
         query = sql.SQL("SELECT * FROM {}").format(sql.SQL(self.release_name(release)))
         if limit is not None:
             query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))
-        cursor = self._execute(query)
-        return pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
+        return frame_of(self._execute(query))
 
     def release_report(self, release: str) -> pd.DataFrame:
         """anon.release_report(release) when the server has it, else the catalog's figures."""
@@ -462,6 +468,20 @@ class AnonClient:
         except AnonError as error:      # found on the client (missing file, empty log)
             raise errors.BY_SQLSTATE.get(error.sqlstate, errors.ServerError)(
                 error.message, hint=error.hint, detail=error.detail) from error
+
+
+#: integer types (int2, int4, int8, oid): read as pandas' nullable Int64, so that a NULL does not
+#: turn a column of counts into floats (``achieved_k`` 10.0)
+INTEGER_TYPES = {21, 23, 20, 26}
+
+
+def frame_of(cursor: psycopg.Cursor) -> pd.DataFrame:
+    """A query's rows as a DataFrame with its columns' names; integer columns stay integers."""
+    frame = pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
+    for i, column in enumerate(cursor.description):
+        if column.type_code in INTEGER_TYPES:
+            frame[frame.columns[i]] = frame.iloc[:, i].astype("Int64")
+    return frame
 
 
 def printable(text: str) -> str:

@@ -95,7 +95,11 @@ PLPYTHON_PREFIXES = re.compile(r"^(?:(?:spiexceptions\.\w+|plpy\.\w+): )+")
 def from_psycopg(error: psycopg.Error) -> ServerError:
     """The typed exception for a psycopg error (ServerError for SQLSTATEs without a class)."""
     if isinstance(error, psycopg.OperationalError) and error.sqlstate is None:
-        return ConnectionFailed(str(error).strip(), hint="Check the DSN: host, port, database and user.")
+        # psycopg's own prefixes ("connection failed: ", "connection is bad: ") say less than
+        # libpq's message after them
+        message = re.sub(r"^(?:connection (?:failed|is bad): )+", "", str(error).strip())
+        return ConnectionFailed(message, hint="Check the connection: host (-h), port (-p), "
+                                              "database (-d) and user (-U), or libpq's PG* variables.")
     diag = error.diag
     message = PLPYTHON_PREFIXES.sub("", (diag.message_primary or str(error)).strip())
     cls = BY_SQLSTATE.get(error.sqlstate or "", ServerError)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from plpy_anon import parameters
 from plpy_anon.db import release_rows
-from plpy_anon.db.sqltext import jsonb
+from plpy_anon.db.sqltext import jsonb, progress
 
 
 @dataclass
@@ -128,6 +128,15 @@ def backend_memory() -> dict | None:
             "peak": int(fields["VmHWM"].split()[0]) // 1024}
 
 
+def _run_summary(stats: dict, fit_s: float) -> str:
+    """One progress line of what the run made: rows and classes when the method has them."""
+    metrics = stats.get("metrics") if isinstance(stats.get("metrics"), dict) else {}
+    made = [f"{stats['row_count']:,} rows"] if stats.get("row_count") is not None else []
+    if metrics.get("n_classes") is not None:
+        made.append(f"{metrics['n_classes']:,} classes")
+    return f"anonymized{': ' + ', '.join(made) if made else ''} ({fit_s:.1f} s); writing the release"
+
+
 def run(method: ReleaseMethod, plpy, GD, release_id: int):
     """The one run of every method: look up the release, validate its parameters once, read the
     source, fit, and stash the run's statistics for the catalog; returns the hook's output."""
@@ -138,6 +147,7 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
     ctx.note_memory("start")
     data = method.read(ctx)
     ctx.read_s = ctx.elapsed()
+    progress(plpy, f"read the source ({ctx.read_s:.1f} s)")
     return_free_memory()
     ctx.note_memory("read")
     t0 = time.monotonic()
@@ -146,6 +156,7 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
     return_free_memory()
     ctx.note_memory("fit")
     output, stats = method.publish(ctx, data, result)
+    progress(plpy, _run_summary(stats, ctx.fit_s))
     del data, result      # before the output is copied into SQL values: only the output stays
     return_free_memory()
     ctx.note_memory("publish")

@@ -23,7 +23,7 @@ from plpy_anon.db.release_rows import (
     store_definitions,
     take_run,
 )
-from plpy_anon.db.sqltext import build_work_mem, ident, local_settings, run
+from plpy_anon.db.sqltext import build_work_mem, ident, local_settings, progress, run
 
 
 def check_name(name: str, what: str) -> None:
@@ -87,9 +87,12 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
         ["text", "text", "oid", "text", "jsonb", "oid"],
         [release_schema, release_name, source.oid, method.name, json.dumps(parameters), schema_oid])[0]
     release_id = row["release_id"]
+    progress(plpy, f"creating {release_schema}.{release_name} ({method.name})")
     with temp_file_limit_explained(plpy, source.oid):
         build(release_id, ident(plpy, release_schema, release_name))
+    progress(plpy, "checking the released rows")
     row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
+    progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}")
     grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
     return row
 

@@ -58,14 +58,7 @@ from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name
     temp_name,
 )
 from plpy_anon.db.settings import may_read_all_settings, server_setting
-from plpy_anon.db.sqltext import ident, jsonb, run
-
-
-def progress(plpy, message: str) -> None:
-    """A NOTICE when the session asked for progress (SET plpy_anon.progress = on): the client
-    shows these phases; psql users and pg_cron are not spammed."""
-    if run(plpy, "SELECT pg_catalog.current_setting('plpy_anon.progress', true) AS p")[0]["p"] == "on":
-        plpy.notice(f"plpy_anon: {message}")
+from plpy_anon.db.sqltext import ident, jsonb, progress, run
 
 
 def qualified_text(release: dict) -> str:

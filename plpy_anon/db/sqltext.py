@@ -30,6 +30,13 @@ def run(plpy, query: str, types: list[str] | tuple = (), args: list | tuple = ()
     return plpy.execute(plan, list(args))
 
 
+def progress(plpy, message: str) -> None:
+    """A NOTICE when the session asked for progress (SET plpy_anon.progress = on): the client
+    shows these phases; psql users and pg_cron are not spammed."""
+    if run(plpy, "SELECT pg_catalog.current_setting('plpy_anon.progress', true) AS p")[0]["p"] == "on":
+        plpy.notice(f"plpy_anon: {message}")
+
+
 @contextlib.contextmanager
 def local_settings(plpy, **values: str):
     """Run the block with configuration parameters set for this transaction only

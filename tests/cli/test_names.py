@@ -1,6 +1,6 @@
 """CLI commands and options, and client methods' arguments, are named like the SQL functions and
-arguments they use (sql/functions/ declarations and the hand-written SQL functions); the old CLI
-spellings still work, with a one-line deprecation warning on stderr."""
+arguments they use (sql/functions/ declarations and the hand-written SQL functions); no older
+spelling is kept before 1.0."""
 from __future__ import annotations
 
 import importlib.util
@@ -24,6 +24,7 @@ EXTRA = {     # commands that are not one SQL function, or options that are not 
     "export": {"release", "export_format", "output"},   # AnonClient.export (COPY, client-side files)
     "set-column-role": {"identifiers", "quasi_identifiers", "sensitive", "ignored"},  # one per role
 }
+CLI_ONLY |= {"force"}                                  # export --force
 
 
 def sql_arguments() -> dict[str, set[str]]:
@@ -80,20 +81,12 @@ def test_client_methods_named_like_sql_functions_take_its_argument_names():
     assert checked >= 15
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    (["show", "r"], "'show' is deprecated, use 'release-frame'"),
-    (["grant", "someone"], "'grant' is deprecated, use 'grant-analyst'"),
-    (["releases"], "'releases' is deprecated, use 'release-status'"),
-    (["create", "mondrian", "t", "--qi", "a"], "'--qi' is deprecated, use '--quasi-identifiers'"),
-    (["create", "mondrian", "t", "--schema=s"], "'create mondrian' is deprecated, use 'mondrian-view'"),
-    (["hierarchy", "drop", "t", "c"], "'hierarchy drop' is deprecated, use 'drop-hierarchy'"),
-])
-def test_old_spellings_still_work_with_a_deprecation_warning(old, new):
-    result = CliRunner().invoke(cli.main, ["--dsn", "host=/nonexistent_plpy_anon dbname=x", "--quiet", *old])
-    assert result.exit_code == 1                          # parsed, then the connection fails
-    assert new in result.stderr.splitlines()[0] or any(new in line for line in result.stderr.splitlines())
-    assert "could not connect" in result.stderr or "nonexistent_plpy_anon" in result.stderr
-    assert old[0] not in visible_commands()
+@pytest.mark.parametrize("old", [["show", "r"], ["grant", "someone"], ["releases"],
+                                 ["create", "mondrian", "t"], ["hierarchy", "drop", "t", "c"],
+                                 ["risk", "t"], ["mondrian-view", "t", "--qi", "a"]])
+def test_no_old_spelling_is_kept_before_1_0(old):
+    result = CliRunner().invoke(cli.main, ["-d", "host=/nonexistent_plpy_anon dbname=x", "--quiet", *old])
+    assert result.exit_code == 2 and ("No such command" in result.stderr or "No such option" in result.stderr)
 
 
 def test_underscores_work_as_dashes():

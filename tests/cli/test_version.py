@@ -6,9 +6,12 @@ from click.testing import CliRunner
 import plpy_anon
 from plpy_anon.cli import main
 
+NO_CONNECTION = {v: None for v in ("PLPY_ANON_DSN", "PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE",
+                                    "PGUSER", "PGSERVICE")}
+
 
 def run(*args, env=None):
-    return CliRunner().invoke(main, list(args), env=env or {"PLPY_ANON_DSN": None},
+    return CliRunner().invoke(main, list(args), env={**NO_CONNECTION, **(env or {})},
                               catch_exceptions=False)
 
 
@@ -16,7 +19,7 @@ def test_version_without_a_database_says_not_connected():
     result = run("--version")
     assert result.exit_code == 0
     assert result.stdout.splitlines() == [f"plpy-anon {plpy_anon.__version__}",
-                                          "extension: not connected (no --dsn or PLPY_ANON_DSN)"]
+                                          "extension: not connected (no -d, -h, -p, -U, PLPY_ANON_DSN or PG* variable)"]
 
 
 def test_version_with_an_unreachable_database_gives_the_error_in_one_line():

@@ -96,16 +96,23 @@ def test_permission_denied_for_an_analyst(db, connect, schema, anon):
         db.execute("DROP ROLE client_analyst")
 
 
-def test_progress_reports_the_refresh_phases(pg_server, db, schema):
+def test_progress_reports_the_phases_of_a_create_and_a_refresh(pg_server, db, schema):
     db.execute(TABLE)
-    phases = []
-    with AnonClient(dsn(pg_server), progress=phases.append) as anon:
+    created, refreshed = [], []
+    with AnonClient(dsn(pg_server), progress=created.append) as anon:
         rel = anon.mondrian_view(f"{schema}.patients", k=3, release_schema=release_schema_of(schema))
+        anon.progress = refreshed.append
         anon.refresh(rel)
         assert anon.extension_version() == anon.install()          # already there: unchanged
-    assert phases[0].startswith(f"refreshing {release_schema_of(schema)}.patients_k3")
-    assert any("building" in p for p in phases) and any("swapping" in p for p in phases)
-    assert phases[-1].startswith("done: 90 rows")
+    assert created[0] == f"creating {release_schema_of(schema)}.patients_k3 (mondrian)"
+    assert created[1].startswith("read the source (")
+    anonymized = next(p for p in created if p.startswith("anonymized: "))
+    classes = db.execute(f"SELECT count(*) FROM (SELECT 1 FROM {rel} GROUP BY age, sex, zip) c").fetchone()[0]
+    assert anonymized.startswith(f"anonymized: 90 rows, {classes} classes (")
+    assert created[-2:] == ["checking the released rows", created[-1]] and created[-1].startswith("done: 90 rows, k = ")
+    assert refreshed[0].startswith(f"refreshing {release_schema_of(schema)}.patients_k3")
+    assert any("building" in p for p in refreshed) and any("swapping" in p for p in refreshed)
+    assert refreshed[-1].startswith("done: 90 rows")
 
 
 def test_named_arguments_left_out_take_the_server_defaults(anon, db, schema):
