@@ -531,18 +531,23 @@ def release_frame(ctx, release, limit):
 @main.command("export")
 @click.argument("release")
 @click.option("--format", "export_format", type=click.Choice(["csv", "parquet", "sql"]), default="csv",
-              show_default=True, help="csv (header), parquet (needs pyarrow) or sql (CREATE TABLE + COPY for psql).")
+              show_default=True, help="csv (header), parquet (typed columns; the [parquet] extra) or sql "
+                                      "(CREATE TABLE + COPY for psql).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="File to write; FILE.meta.json is written beside it.")
 @click.option("--force", is_flag=True, help="Replace FILE and FILE.meta.json if they exist.")
+@click.option("--no-formula-protection", "no_formula_protection", is_flag=True,
+              help="csv: write text cells starting with = + - @ as they are (by default they get a "
+                   "leading ' so that a spreadsheet shows them instead of running them).")
 @click.pass_context
-def export(ctx, release, export_format, output, force):
+def export(ctx, release, export_format, output, force, no_formula_protection):
     """Write RELEASE's rows (exactly its columns and rows) to FILE, and FILE.meta.json (method,
     parameters, achieved k, row count, when built and exported). See docs/export.md."""
     existing = [f for f in (output, f"{output}.meta.json") if os.path.lexists(f)]
     if existing and not force:
         raise click.UsageError(f"{existing[0]} exists: pass --force to replace it")
-    meta = client(ctx).export(release, output, format=export_format)
+    meta = client(ctx).export(release, output, format=export_format,
+                              formula_protection=not no_formula_protection)
     emit_record(ctx, {"release": meta["release"], "format": export_format, "file": output,
                       "rows": meta["exported_rows"], "metadata": f"{output}.meta.json"})
 

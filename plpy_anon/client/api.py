@@ -356,29 +356,37 @@ class AnonClient:
         """anon.release_metadata: method, parameters, achieved k, row count, when built, columns."""
         return self.scalar("release_metadata", release)
 
-    def export(self, release: str, path: str | os.PathLike, format: str = "csv") -> dict:
+    def export(self, release: str, path: str | os.PathLike, format: str = "csv", *,
+               formula_protection: bool = True) -> dict:
         """Write RELEASE's rows (exactly its columns and rows, ordered by every column) to ``path``
-        as ``csv`` (with a header), ``parquet`` (needs pyarrow) or ``sql`` (CREATE TABLE + COPY,
-        loadable by psql into a database without plpy_anon), and ``<path>.meta.json`` beside it
-        (anon.release_metadata + format, exported_rows, exported_at). Rows and metadata are read
-        in one REPEATABLE READ snapshot. Returns the metadata written."""
+        as ``csv`` (with a header), ``parquet`` (typed columns: plpy_anon.client.parquet; needs the
+        ``[parquet]`` extra) or ``sql`` (CREATE TABLE + COPY, loadable by psql into a database
+        without plpy_anon), and ``<path>.meta.json`` beside it (anon.release_metadata + format,
+        exported_rows, exported_at). Rows and metadata are read in one REPEATABLE READ snapshot.
+        ``formula_protection`` (csv): a text cell a spreadsheet would run as a formula (starting
+        with = + - @, a tab or a carriage return) is written with a leading ``'`` (OWASP's advice).
+        Returns the metadata written."""
         if format not in EXPORT_FORMATS:
             raise errors.InvalidParameter(f"unknown export format {format!r}",
                                           hint="Use one of: " + ", ".join(EXPORT_FORMATS) + ".")
         if format == "parquet" and importlib.util.find_spec("pyarrow") is None:
             raise errors.PrerequisiteMissing(
                 "parquet export needs pyarrow, which is not installed in this Python environment",
-                hint="pip install pyarrow, or export --format csv or sql.")
+                hint="pip install 'plpy_anon[parquet]' (or pyarrow), or export --format csv or sql.")
         path = Path(path)
         with translated(), self.connection.transaction():
             self.connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             meta = self.connection.execute("SELECT anon.release_metadata(%s)", (release,)).fetchone()[0]
             columns = [c["name"] for c in meta["columns"]]
+            order = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+            cells = [csv_cell(c["name"], c["type"]) if format == "csv" and formula_protection
+                     else sql.Identifier(c["name"]) for c in meta["columns"]]
             select = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
-                sql.SQL(", ").join(sql.Identifier(c) for c in columns), sql.SQL(meta["relation"]),
-                sql.SQL(", ").join(sql.Literal(i) for i in range(1, len(columns) + 1)))
+                sql.SQL(", ").join(cells), sql.SQL(meta["relation"]), order)
             rows = self.connection.execute(sql.SQL("SELECT pg_catalog.count(*) FROM {}").format(
                 sql.SQL(meta["relation"]))).fetchone()[0]
+            meta.update({"format": format, "file": path.name, "exported_rows": rows,
+                         "exported_at": datetime.datetime.now(datetime.UTC).isoformat()})
             if format == "csv":
                 self._copy_out(sql.SQL("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)").format(select), path, b"")
             elif format == "sql":
@@ -386,14 +394,8 @@ class AnonClient:
                 self._copy_out(sql.SQL("COPY ({}) TO STDOUT").format(select), path,
                                self._sql_header(meta, name), b"\\.\nCOMMIT;\n")
             else:
-                cursor = self.connection.execute(select)
-                frame = pd.DataFrame(cursor.fetchall(), columns=columns)
-                for c in frame.columns:     # ranges and other composite values: their text form
-                    if frame[c].map(lambda v: v is not None and not isinstance(v, (str, int, float, bool))).any():
-                        frame[c] = frame[c].map(lambda v: None if v is None else str(v))
-                frame.to_parquet(path, index=False)
-        meta.update({"format": format, "file": path.name, "exported_rows": rows,
-                     "exported_at": datetime.datetime.now(datetime.UTC).isoformat()})
+                from plpy_anon.client import parquet  # the optional pyarrow, asked for
+                parquet.write(self.connection, meta, path, order)
         Path(f"{path}.meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
         return meta
 
@@ -468,6 +470,24 @@ class AnonClient:
         except AnonError as error:      # found on the client (missing file, empty log)
             raise errors.BY_SQLSTATE.get(error.sqlstate, errors.ServerError)(
                 error.message, hint=error.hint, detail=error.detail) from error
+
+
+#: types a CSV cell cannot take for a formula: numbers (a negative one starts with "-" and stays
+#: a number), dates and times, booleans; ranges and arrays start with a bracket or brace
+NOT_TEXT = ("smallint", "integer", "bigint", "real", "double precision", "numeric", "boolean",
+            "date", "timestamp", "time", "interval", "oid")
+
+
+def csv_cell(name: str, sql_type: str) -> sql.Composable:
+    """A column as the CSV export writes it: a text value starting with = + - @, a tab or a
+    carriage return gets a leading ' so that a spreadsheet shows it instead of running it."""
+    column = sql.Identifier(name)
+    if sql_type.startswith(NOT_TEXT) or sql_type.endswith(("[]", "range")):
+        return column
+    return sql.SQL(
+        "CASE WHEN {c}::text OPERATOR(pg_catalog.~) {formula} THEN {quote} OPERATOR(pg_catalog.||) {c}::text "
+        "ELSE {c}::text END AS {c}").format(
+            c=column, formula=sql.Literal("^[-=+@\t\r]"), quote=sql.Literal("'"))
 
 
 #: integer types (int2, int4, int8, oid): read as pandas' nullable Int64, so that a NULL does not

@@ -143,15 +143,18 @@ def test_export_writes_the_release_and_its_metadata(cli, db, schema, tmp_path):
     again = cli("export", rel, "--format", "csv", "-o", str(out))        # never replaced silently
     assert again.exit_code == 2 and "--force" in again.stderr
     assert cli("--quiet", "export", rel, "--format", "csv", "-o", str(out), "--force").exit_code == 0
+    assert cli("--quiet", "export", rel, "-o", str(tmp_path / "raw.csv"), "--no-formula-protection").exit_code == 0
     assert json.loads(result.stdout)[0]["rows"] == 90
     assert out.read_text().splitlines()[0] == "age,zip,diagnosis" and len(out.read_text().splitlines()) == 91
     meta = json.loads((tmp_path / "patients.csv.meta.json").read_text())
     assert meta["method"] == "mondrian" and meta["achieved_k"] >= 5 and meta["exported_rows"] == 90
-    refused = cli("export", rel, "--format", "parquet", "-o", str(tmp_path / "p.parquet"))
+    parquet = cli("--quiet", "export", rel, "--format", "parquet", "-o", str(tmp_path / "p.parquet"))
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow.parquet as pq
     except ImportError:
-        assert refused.exit_code == 1 and "pip install pyarrow" in refused.stderr
+        assert parquet.exit_code == 1 and "plpy_anon[parquet]" in parquet.stderr
+    else:
+        assert parquet.exit_code == 0 and pq.read_table(tmp_path / "p.parquet").num_rows == 90
 
 
 def test_risk_report(cli, db, schema):

@@ -24,7 +24,7 @@ EXTRA = {     # commands that are not one SQL function, or options that are not 
     "export": {"release", "export_format", "output"},   # AnonClient.export (COPY, client-side files)
     "set-column-role": {"identifiers", "quasi_identifiers", "sensitive", "ignored"},  # one per role
 }
-CLI_ONLY |= {"force"}                                  # export --force
+CLI_ONLY |= {"force", "no_formula_protection"}        # export --force, --no-formula-protection
 
 
 def sql_arguments() -> dict[str, set[str]]:

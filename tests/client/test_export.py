@@ -81,7 +81,7 @@ def test_sql_export_loads_into_a_database_without_the_extension(db, connect, pg_
 def test_parquet_without_pyarrow_is_refused_naming_the_fix(anon, release, tmp_path):
     with pytest.raises(errors.PrerequisiteMissing) as info:
         anon.export(release, tmp_path / "pat.parquet", format="parquet")
-    assert "pyarrow" in info.value.message and "pip install pyarrow" in info.value.hint
+    assert "pyarrow" in info.value.message and "plpy_anon[parquet]" in info.value.hint
     assert not os.listdir(tmp_path)
 
 
@@ -147,3 +147,95 @@ def test_a_sql_export_runs_nothing_a_table_name_carries(db, connect, pg_server, 
     finally:
         with connect(dbname="postgres") as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+# -- typed Parquet and formula-safe CSV (issue 31) ------------------------------------------
+TYPED = """
+CREATE TABLE typed (id serial PRIMARY KEY, age int, zip text, visit date, amount numeric, ok boolean,
+                    dx text, seen timestamptz, w float8);
+INSERT INTO typed (age, zip, visit, amount, ok, dx, seen, w)
+SELECT 20 + g % 40, 'z' || g % 5, date '2020-01-01' + g % 300, 12345678901234567890.123 + g, g % 2 = 0,
+       CASE g % 4 WHEN 0 THEN '=HYPERLINK("http://x")' WHEN 1 THEN '+1' WHEN 2 THEN '@SUM(A1)' ELSE 'flu' END,
+       timestamptz '2026-01-01 00:00:00+00' + g * interval '1 hour',
+       CASE g WHEN 1 THEN 'NaN'::float8 WHEN 2 THEN '-Infinity' WHEN 3 THEN NULL ELSE g / 7.0 END
+FROM generate_series(1, 200) g;
+"""
+
+
+@pytest.fixture
+def typed_release(db, schema):
+    db.execute(TYPED)
+    return db.execute("SELECT anon.mondrian_view('typed', k => 5, quasi_identifiers => '{age,zip,visit}', "
+                      "sensitive => '{amount,ok,dx,seen,w}', release_schema => %s)",
+                      (release_schema_of(schema),)).fetchone()[0]
+
+
+def test_parquet_export_is_typed_streamed_and_carries_the_metadata(db, anon, typed_release, tmp_path, monkeypatch):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    from plpy_anon.client import parquet
+    monkeypatch.setattr(parquet, "CHUNK_BYTES", 16 << 10)      # 200 rows of ~500 bytes: row groups
+    out = tmp_path / "typed.parquet"
+    meta = anon.export(typed_release, out, format="parquet")
+    assert meta["exported_rows"] == 200
+    table = pq.read_table(out)
+    assert pq.ParquetFile(out).metadata.num_row_groups >= 4                  # written as read
+    types = {f.name: f.type for f in table.schema}
+    assert types["age"] == pa.struct([("lower", pa.int32()), ("upper", pa.int32()), ("lower_inclusive", pa.bool_()),
+                                      ("upper_inclusive", pa.bool_()), ("empty", pa.bool_())])
+    assert types["visit"].field("lower").type == pa.date32()
+    assert types["zip"] == pa.list_(pa.string()) and types["dx"] == pa.string()
+    assert types["amount"] == pa.string() and types["ok"] == pa.bool_()
+    assert types["seen"] == pa.timestamp("us", tz="UTC") and types["w"] == pa.float64()
+    expected = db.execute(sql.SQL(
+        "SELECT lower(age), upper(age), lower_inc(age), upper_inc(age), zip, lower(visit), upper(visit), amount::text, "
+        "ok, dx, seen "
+        "FROM {} ORDER BY age, zip, visit, amount, ok, dx, seen").format(sql.SQL(typed_release))).fetchall()
+    got = table.to_pylist()
+    assert [(r["age"]["lower"], r["age"]["upper"], r["age"]["lower_inclusive"], r["age"]["upper_inclusive"],
+             r["zip"], r["visit"]["lower"], r["visit"]["upper"], r["amount"], r["ok"], r["dx"], r["seen"])
+            for r in got] == [tuple(e) for e in expected]
+    assert got[0]["visit"]["lower"] <= got[0]["visit"]["upper"]
+    floats = db.execute(sql.SQL("SELECT w FROM {} ORDER BY age, zip, visit, amount, ok, dx, seen, w").format(
+        sql.SQL(typed_release))).fetchall()
+    assert [repr(r["w"]) for r in got] == [repr(w) for (w,) in floats]            # NaN, -inf, None too
+    assert {"nan", "-inf", "None"} <= {repr(r["w"]) for r in got}
+    assert any(r["amount"].startswith("1234567890123456789") and "." in r["amount"] for r in got)
+    embedded = json.loads(table.schema.metadata[b"plpy_anon"])
+    assert embedded["method"] == "mondrian" and embedded["parameters"]["k"] == 5
+    assert embedded["achieved_k"] >= 5 and embedded["exported_rows"] == 200
+
+
+def test_a_csv_cell_a_spreadsheet_would_run_is_written_with_a_quote_unless_asked_not_to(anon, typed_release, tmp_path):
+    protected = tmp_path / "protected.csv"
+    anon.export(typed_release, protected, format="csv")
+    with open(protected, newline="") as f:
+        cells = {row["dx"] for row in csv.DictReader(f)}
+    assert cells == {"'=HYPERLINK(\"http://x\")", "'+1", "'@SUM(A1)", "flu"}
+    raw = tmp_path / "raw.csv"
+    anon.export(typed_release, raw, format="csv", formula_protection=False)
+    with open(raw, newline="") as f:
+        assert {row["dx"] for row in csv.DictReader(f)} == {'=HYPERLINK("http://x")', "+1", "@SUM(A1)", "flu"}
+
+
+def test_a_csv_number_keeps_its_sign(db, anon, schema, tmp_path):
+    db.execute("CREATE TABLE neg (id serial PRIMARY KEY, age int, dx int)")
+    db.execute("INSERT INTO neg (age, dx) SELECT g % 30, -g FROM generate_series(1, 60) g")
+    rel = db.execute("SELECT anon.mondrian_view('neg', k => 5, quasi_identifiers => '{age}', sensitive => '{dx}', "
+                     "release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
+    anon.export(rel, tmp_path / "neg.csv", format="csv")
+    with open(tmp_path / "neg.csv", newline="") as f:
+        assert sorted(int(row["dx"]) for row in csv.DictReader(f)) == list(range(-60, 0))
+
+
+def test_parquet_refuses_an_infinite_date_naming_the_formats_that_keep_it(db, anon, schema, tmp_path):
+    pytest.importorskip("pyarrow")
+    db.execute("CREATE TABLE inf (id serial PRIMARY KEY, visit date, dx text)")
+    db.execute("INSERT INTO inf (visit, dx) SELECT CASE WHEN g = 1 THEN '-infinity'::date ELSE date '2020-01-01' + g END, "
+               "'d' || g % 3 FROM generate_series(1, 40) g")
+    rel = db.execute("SELECT anon.mondrian_view('inf', k => 5, quasi_identifiers => '{visit}', sensitive => '{dx}', "
+                     "release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
+    with pytest.raises(errors.InvalidParameter) as info:
+        anon.export(rel, tmp_path / "inf.parquet", format="parquet")
+    assert "Parquet cannot" in info.value.message and "csv or sql" in info.value.hint
