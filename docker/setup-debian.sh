@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a Debian 12 machine for plpy_anon, idempotently:
-#   1. Debian packages: PostgreSQL 15, PL/Python (plpython3u), PGXS headers, pg_cron, python3-venv.
+#   1. Debian packages: PostgreSQL 15, PL/Python (plpython3u), PGXS headers, pg_cron, python3-venv
+#      (and, with --dev, Chromium: a test renders the release report in it).
 #   2. A virtual environment built from Debian's /usr/bin/python3 -- the interpreter PL/Python
 #      embeds -- in a directory the `postgres` OS user can read (never under /root, which is 0700).
 #   3. The package and its dependencies in that environment (`pip install`), dev extras on request.
@@ -15,6 +16,8 @@ EXTRAS="[server,client]"
 [ "${1:-}" = "--dev" ] && EXTRAS="[server,client,dev]"
 
 PKGS="postgresql-15 postgresql-plpython3-15 postgresql-server-dev-15 postgresql-15-cron python3-venv make"
+# the tests open the release report in a real browser (tests/cli/test_report.py)
+[ "${1:-}" = "--dev" ] && PKGS="$PKGS chromium"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -1508,6 +1508,100 @@ $$;
 COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text) IS
     'Creates a materialized view holding a k-anonymous Mondrian release of the table and returns its qualified name. Refresh it to re-anonymize current data. Privacy models asked of every class in each sensitive column (a cut is made only if both sides keep them; the whole table must satisfy them, else 22023 naming the figure): l with l_diversity => ''distinct'' (>= l distinct values that are not NULL, the default; NULL is no value for any model), ''entropy'' (entropy >= ln l) or ''recursive'' (r1 < c (r_l + ... + r_m), c required); t => t-closeness (EMD to the table''s distribution <= t; ordered distance for numeric sensitive columns, equal distance otherwise). split => ''median'' (default) or ''utility'' (least information loss). Each model is checked again from the released rows before publishing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
+-- anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision): generated from sql/functions/ (implementation: anon_py.sweep)
+CREATE OR REPLACE FUNCTION anon_py.sweep(source regclass, k integer[], quasi_identifiers text[], sensitive text[], identifiers text[], l integer, risk_threshold double precision)
+RETURNS TABLE (target_k integer, classes integer, smallest_class integer, ncp_percent double precision, c_dm bigint, c_avg double precision, prosecutor_risk_max double precision, prosecutor_risk_avg double precision, prosecutor_records_at_risk bigint, note text)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision)", sqlstate="42501",
+               hint="anon_py.sweep implements anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import sweep as _module
+return _module.sweep(plpy, source, k, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, l=l, risk_threshold=risk_threshold)
+$$;
+COMMENT ON FUNCTION anon_py.sweep(regclass, integer[], text[], text[], text[], integer, double precision) IS 'Implementation of anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.sweep(
+    source regclass,
+    k integer[],
+    quasi_identifiers text[] DEFAULT NULL,
+    sensitive text[] DEFAULT NULL,
+    identifiers text[] DEFAULT NULL,
+    l integer DEFAULT NULL,
+    risk_threshold double precision DEFAULT 0.2
+)
+RETURNS TABLE (target_k integer, classes integer, smallest_class integer, ncp_percent double precision, c_dm bigint, c_avg double precision, prosecutor_risk_max double precision, prosecutor_risk_avg double precision, prosecutor_records_at_risk bigint, note text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.sweep: argument source must not be NULL',
+            HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    IF $2 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.sweep: argument k must not be NULL',
+            HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM anon_py.sweep($1, $2, $3, $4, $5, $6, coalesce($7, (0.2)::double precision));
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision) IS
+    'What a Mondrian release of the table would give for each k of the array (target_k), publishing nothing: the partition''s classes, smallest class, NCP %, C_DM, C_AVG and prosecutor risk (max 1/smallest class, average classes/rows, records whose risk exceeds risk_threshold). The source is read once, with the columns and defaults anon.mondrian_view would use; a published release''s classes can only merge, so its risk is at most, and its smallest class at least, the sweep''s. A k above the table''s rows gets NULL figures and a note. Runs with the caller''s rights; writes nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
 -------------------------------------------------------------------------------
 -- idempotent/040-mondrian.sql
 -- Strict multidimensional Mondrian (LeFevre et al., ICDE 2006): k-anonymous (optionally

@@ -552,6 +552,31 @@ def export(ctx, release, export_format, output, force, no_formula_protection):
                       "rows": meta["exported_rows"], "metadata": f"{output}.meta.json"})
 
 
+@main.command("report")
+@click.argument("release")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="The HTML file to write.")
+@click.option("--population", type=int, default=None,
+              help="Size of the population the source is a sample of (journalist and marketer risk).")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+@format_option
+@click.pass_context
+def report(ctx, release, output, population, force):
+    """Write a report of RELEASE a privacy officer can read and file: its guarantees and how they
+    were checked, source and release risk, class sizes, information loss, and utility and risk
+    against k (anon.sweep). One self-contained HTML file; needs the [report] extra (matplotlib)."""
+    if os.path.lexists(output) and not force:
+        raise click.UsageError(f"{output} exists: pass --force to replace it")
+    try:
+        from plpy_anon.client.report import write_report
+    except ImportError as error:
+        raise ServerError(f"the report needs matplotlib, which is not installed ({error})",
+                          hint="pip install 'plpy_anon[report]'.", sqlstate="55000") from None
+    with Progress(not ctx.obj["quiet"]) as progress:
+        anon = client(ctx, progress)
+        progress(f"gathering the figures of {release}")
+        emit_record(ctx, write_report(anon, release, output, population=population))
+
+
 @main.command("snapshot")
 @click.argument("release")
 @click.option("--snapshot-name", "snapshot_name", help="Table name (default <relation>_<yyyymmdd>).")
