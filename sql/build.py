@@ -269,7 +269,7 @@ COMMENT ON FUNCTION {public} IS
             out.append(f"anon.{self.name}(" + (f"\n    {args}\n" if sig else "") + f") RETURNS {self.returns}")
         required = [a.name for a in self.args if a.default is None and not a.nullable]
         nullable = [a.name for a in self.args if a.nullable]
-        lines = [f"### anon.{self.name}", "", "```sql", "\n".join(out), "```", "", self.comment, "",
+        lines = [f"### anon.{self.name}", "", "```", "\n".join(out), "```", "", self.comment, "",
                  f"{self.volatility.lower()}; Python: `plpy_anon.db.{self.python}`."]
         if required:
             lines.append(f"Must not be NULL (22023): {', '.join(required)}.")
@@ -356,7 +356,7 @@ class Handwritten:
     def reference(self) -> str:
         args = ",\n    ".join(self.args)
         signature = f"anon.{self.name}(" + (f"\n    {args}\n" if self.args else "") + f") RETURNS {self.returns}"
-        return "\n".join([f"### anon.{self.name}", "", "```sql", signature, "```", "", self.comment, "",
+        return "\n".join([f"### anon.{self.name}", "", "```", signature, "```", "", self.comment, "",
                           (f"{self.volatility.lower()}; {self.language}, written by hand in "
                            f"`sql/{self.path.relative_to(SQL)}`.")]) + "\n"
 

@@ -1,0 +1,169 @@
+"""Every ```sql block of README.md and docs/ runs as written, in order, against a real database
+holding the bundled sample: docs that paste. A block that needs more says so in a marker on the
+line before its fence (an HTML comment, invisible once rendered):
+
+    <!-- docs-test: setup adult -->        a table the examples read (SETUPS: adult, enterprise, hr)
+    <!-- docs-test: fresh [name] -->        from this block on, a new database (named so, if given)
+    <!-- docs-test: skip <why> -->         not run; the reason is listed by the coverage test
+
+A block whose output, shown in the document right after it, holds an ``ERROR:`` line must fail
+with that message. Blocks run in a database of their own per document, in the document's order (a
+later block reads what an earlier one made), as a superuser, with the bundled patients sample
+loaded and the extension installed (unless the block installs it); roles a document creates are
+dropped after it."""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from plpy_anon.demo import load_patients
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"<!--\s*docs-test:\s*(\w+)\s*(.*?)\s*-->")
+
+
+@dataclass
+class Block:
+    document: Path
+    line: int
+    text: str
+    directives: dict
+    error: str | None = None       # the ERROR line the document shows for it
+
+    @property
+    def name(self) -> str:
+        return f"{self.document.relative_to(ROOT)}:{self.line}"
+
+
+def blocks_of(document: Path) -> list[Block]:
+    lines = document.read_text().splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```sql":
+            directives = {}
+            j = i - 1
+            while j >= 0 and MARKER.search(lines[j]):
+                kind, arg = MARKER.search(lines[j]).groups()
+                directives[kind] = arg
+                j -= 1
+            end = next(k for k in range(i + 1, len(lines)) if lines[k].strip().startswith("```"))
+            error = None
+            if end + 1 < len(lines) and lines[end + 1].strip() == "```":          # its output
+                close = next(k for k in range(end + 2, len(lines)) if lines[k].strip() == "```")
+                error = next((line.removeprefix("ERROR:").strip() for line in lines[end + 2:close]
+                              if line.startswith("ERROR:")), None)
+            found.append(Block(document, i + 1, "\n".join(lines[i + 1:end]), directives, error))
+            i = end
+        i += 1
+    return found
+
+
+ALL = [b for d in DOCUMENTS for b in blocks_of(d)]
+
+
+def setup_enterprise(conn) -> None:
+    """docs/fusion.md's tables: make_enterprise(1000, 0.85, 20 strangers, random_state=0)."""
+    from plpy_anon.core.synthetic import make_enterprise
+
+    employees, web = make_enterprise(n_employees=1000, web_coverage=0.85, n_strangers=20, random_state=0)
+    for table, frame, types in (
+            ("employees", employees, {"name": "text PRIMARY KEY", "perf_1": "int", "perf_2": "int",
+                                      "perf_3": "int", "salary": "numeric(10,2)"}),
+            ("web_facts", web, {"name": "text", "title": "text", "holdings": "numeric(10,4)"})):
+        conn.execute(f"CREATE TABLE {table} ({', '.join(f'{c} {types[c]}' for c in frame.columns)})")
+        with conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
+            for row in frame.itertuples(index=False):
+                copy.write_row(row)
+    conn.execute("CREATE TABLE dup AS SELECT * FROM employees UNION ALL (SELECT * FROM employees ORDER BY name LIMIT 1)")
+
+
+
+
+def setup_adult(conn) -> None:
+    """UCI Adult's complete rows (tests/fixtures/adult): the usual 8 quasi-identifiers, education
+    and income."""
+    from tests.bench.bench_risk import ADULT_TYPES
+    from tests.bench.common import adult, copy_frame
+    types = {**ADULT_TYPES, "education": "text"}
+    copy_frame(conn, "adult", adult()[list(types)], types)
+
+
+def setup_hr(conn) -> None:
+    """A superuser's table a custodian is given to release (docs/operations.md)."""
+    conn.execute("CREATE SCHEMA hr")
+    conn.execute("CREATE TABLE hr.salaries AS SELECT age, sex, zip, "
+                 "20000 + (patient_id * 7919) % 60000 AS salary FROM patients")
+
+
+SETUPS = {"enterprise": setup_enterprise, "adult": setup_adult, "hr": setup_hr}
+
+
+class Database:
+    """The database a document's blocks run in, with the bundled patients sample."""
+
+    def __init__(self, connect, name: str | None = None):
+        self.connect, self.name = connect, name or f"docs_{uuid.uuid4().hex[:10]}"
+        with connect(dbname="postgres") as admin:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
+        self.conn = connect(dbname=self.name)
+        load_patients(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+        with self.connect(dbname="postgres") as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(self.name)))
+
+
+def run_document(connect, document: Path) -> list[str]:
+    """Run the document's blocks in order; the failures, one line each."""
+    blocks = [b for b in blocks_of(document) if "skip" not in b.directives]
+    failures, database = [], None
+    with connect(dbname="postgres") as admin:
+        roles = {r for (r,) in admin.execute("SELECT rolname FROM pg_roles")}
+    try:
+        for block in blocks:
+            if database is None or "fresh" in block.directives:
+                if database is not None:
+                    database.close()
+                database = Database(connect, block.directives.get("fresh") or None)
+                if "CREATE EXTENSION plpy_anon" not in block.text:
+                    database.conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+            if "setup" in block.directives:
+                SETUPS[block.directives["setup"]](database.conn)
+            try:
+                database.conn.execute(block.text)
+            except psycopg.Error as error:
+                message = (error.diag.message_primary or str(error)).strip()
+                if block.error is None or message != block.error:
+                    failures.append(f"{block.name}: {error.sqlstate}: {message}"
+                                    + (f" (the document shows: {block.error})" if block.error else ""))
+            else:
+                if block.error is not None:
+                    failures.append(f"{block.name}: ran, but the document shows: ERROR: {block.error}")
+    finally:
+        if database is not None:
+            database.close()
+        with connect(dbname="postgres") as admin:
+            for (role,) in admin.execute("SELECT rolname FROM pg_roles").fetchall():
+                if role not in roles:
+                    admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    return failures
+
+
+@pytest.mark.parametrize("document", [d for d in DOCUMENTS if blocks_of(d)], ids=lambda d: d.name)
+def test_every_sql_block_runs_as_written(connect, document):
+    failures = run_document(connect, document)
+    assert not failures, "\n".join(failures)
+
+
+def test_at_least_nine_blocks_in_ten_run():
+    skipped = [f"{b.name} ({b.directives['skip']})" for b in ALL if "skip" in b.directives]
+    assert len(ALL) >= 20
+    assert len(skipped) <= 0.1 * len(ALL), "skipped: " + "; ".join(skipped)
