@@ -41,6 +41,7 @@ from plpy_anon.client.api import function_parameters
 from plpy_anon.client.errors import ConnectionFailed, ServerError
 from plpy_anon.core.errors import AnonError
 from plpy_anon.parameters import SURFACES
+from plpy_anon.psql_text import aligned_table
 
 #: exit status by kind of failure (docs/cli.md); 1 for any other error the server reports
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_INTERNAL = \
@@ -122,14 +123,8 @@ def cell(value: Any, *, iso: bool = True) -> str:
 
 
 def render_table(frame: pd.DataFrame) -> str:
-    headers = [str(c) for c in frame.columns]
-    rows = [[cell(v, iso=False) for v in row] for row in frame.itertuples(index=False)]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    line = lambda vals: " " + " | ".join(v.ljust(w) for v, w in zip(vals, widths))
-    out = [line(headers), "-" + "-+-".join("-" * w for w in widths) + "-"]
-    out += [line(r) for r in rows]
-    out.append(f"({len(rows)} row{'' if len(rows) == 1 else 's'})")
-    return "\n".join(out)
+    return aligned_table([str(c) for c in frame.columns],
+                         [[cell(v, iso=False) for v in row] for row in frame.itertuples(index=False)])
 
 
 def render_csv(frame: pd.DataFrame) -> str:

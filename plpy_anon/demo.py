@@ -14,6 +14,7 @@ import psycopg
 from psycopg.types.string import TextLoader
 
 from plpy_anon.cluster import ThrowawayCluster
+from plpy_anon.psql_text import aligned_table
 
 PATIENTS_DDL = """
 CREATE TABLE patients (
@@ -84,12 +85,7 @@ def table(cursor_or_rows, headers=None, limit=None) -> str:
     else:
         rows = cursor_or_rows
     rows = rows[:limit] if limit else rows
-    cells = [[cell(v) for v in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = lambda vals: " " + " | ".join(v.ljust(w) for v, w in zip(vals, widths))
-    out = [line(headers), "-" + "-+-".join("-" * w for w in widths) + "-"]
-    out += [line(r) for r in cells]
-    return "\n".join(out) + f"\n({len(rows)} row{'' if len(rows) == 1 else 's'})"
+    return aligned_table(list(headers), [[cell(v) for v in r] for r in rows])
 
 
 def show_as_postgres_text(conn) -> None:

@@ -142,6 +142,7 @@ class AnonClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connection if this client opened it (not one it was given)."""
         if self._owns_connection and not self.connection.closed:
             self.connection.close()
 
@@ -192,6 +193,7 @@ class AnonClient:
         return row[0] if row else None
 
     def available_versions(self) -> list[str]:
+        """The versions of plpy_anon this server can install or update to, oldest first."""
         rows = self._execute("SELECT version FROM pg_catalog.pg_available_extension_versions "
                              "WHERE name = 'plpy_anon' ORDER BY version").fetchall()
         return [r[0] for r in rows]
@@ -272,6 +274,7 @@ class AnonClient:
     set_hierarchy_csv = load_hierarchy_csv
 
     def drop_hierarchy(self, source: str, column_name: str) -> bool:
+        """Remove the hierarchy of ``source.column_name``; True if there was one."""
         return self.scalar("drop_hierarchy", source, column_name)
 
     # ------------------------------------------------------------------ creating releases
@@ -319,6 +322,8 @@ class AnonClient:
         return self.frame("refresh_all")
 
     def drop_release(self, release: str, *, if_exists: bool = False) -> bool:
+        """Drop a release (its relations and catalog row); with ``if_exists`` a missing one is
+        no error. True if one was dropped."""
         return self.scalar("drop_release", release, if_exists=if_exists)
 
     drop = drop_release
@@ -444,6 +449,7 @@ class AnonClient:
         return self.scalar("schedule_refresh", release, schedule)
 
     def unschedule_refresh(self, release: str) -> bool:
+        """Remove the release's pg_cron job; True if there was one."""
         return self.scalar("unschedule_refresh", release)
 
     def grant_analyst(self, role: str) -> int:
@@ -451,6 +457,7 @@ class AnonClient:
         return self.scalar("grant_analyst", role)
 
     def revoke_analyst(self, role: str) -> int:
+        """Take back ``role``'s access to releases; returns how many it can still read (0)."""
         return self.scalar("revoke_analyst", role)
 
     def load_queries(self, path: str | os.PathLike, *, source: str | None = None,

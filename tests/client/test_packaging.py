@@ -28,3 +28,14 @@ def test_extras_split_client_and_server():
     assert "psycopg" in client and "pandas" in client
     assert not any(dep in client for dep in ("scikit-learn", "scipy", "sqlglot", "numpy"))
     assert all(dep in server for dep in ("numpy", "scikit-learn", "scipy", "sqlglot"))
+
+
+def test_the_package_is_typed_and_every_public_client_method_says_what_it_does():
+    import inspect
+    from importlib import resources
+
+    from plpy_anon.client import AnonClient
+    assert resources.files("plpy_anon").joinpath("py.typed").is_file()       # PEP 561
+    bare = [name for name, method in inspect.getmembers(AnonClient, inspect.isfunction)
+            if not name.startswith("_") and not (method.__doc__ or "").strip()]
+    assert not bare, f"AnonClient methods without a docstring: {bare}"

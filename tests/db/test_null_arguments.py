@@ -72,6 +72,8 @@ def plausible(function: str, arg: str, typ: str, ctx: dict):
         return ctx["role"]
     if function in ("fusion_scan", "fusion_resilient_view") and arg == "sensitive":
         return "age"                                  # the fusion attack estimates a number
+    if function == "sweep" and arg == "k":
+        return [3, 5]                                 # the k to try
     if arg in by_name:
         return by_name[arg]
     return {"integer": 3, "bigint": 3, "double precision": 0.5, "boolean": False, "text": "x",

@@ -5,6 +5,8 @@ line before its fence (an HTML comment, invisible once rendered):
     <!-- docs-test: setup adult -->        a table the examples read (SETUPS: adult, enterprise, hr)
     <!-- docs-test: fresh [name] -->        from this block on, a new database (named so, if given)
     <!-- docs-test: skip <why> -->         not run; the reason is listed by the coverage test
+    <!-- docs-test: output -->             the output shown after it is psql's, compared line by line
+                                           (floats at 4 digits: SET extra_float_digits = -11)
 
 A block whose output, shown in the document right after it, holds an ``ERROR:`` line must fail
 with that message. Blocks run in a database of their own per document, in the document's order (a
@@ -14,6 +16,7 @@ dropped after it."""
 from __future__ import annotations
 
 import re
+import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,7 @@ class Block:
     text: str
     directives: dict
     error: str | None = None       # the ERROR line the document shows for it
+    output: str | None = None      # the output block the document shows after it
 
     @property
     def name(self) -> str:
@@ -59,7 +63,10 @@ def blocks_of(document: Path) -> list[Block]:
                 close = next(k for k in range(end + 2, len(lines)) if lines[k].strip() == "```")
                 error = next((line.removeprefix("ERROR:").strip() for line in lines[end + 2:close]
                               if line.startswith("ERROR:")), None)
-            found.append(Block(document, i + 1, "\n".join(lines[i + 1:end]), directives, error))
+                output = "\n".join(lines[end + 2:close])
+            else:
+                output = None
+            found.append(Block(document, i + 1, "\n".join(lines[i + 1:end]), directives, error, output))
             i = end
         i += 1
     return found
@@ -121,6 +128,22 @@ class Database:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(self.name)))
 
 
+def psql_output(connect, dbname: str, text: str) -> str:
+    """What psql prints for ``text`` (stderr's NOTICE and ERROR lines first, as a terminal shows
+    them), floats at 4 significant digits, psql's location prefix removed."""
+    from tests.db.test_snapshot import libpq_env, pg_bin
+    with connect(dbname=dbname) as conn:
+        info = conn.info
+        env = libpq_env({"host": info.host, "port": info.port, "user": info.user, "dbname": dbname})
+    done = subprocess.run([pg_bin("psql"), "-X", "-q", "-d", dbname, "-c", "SET extra_float_digits = -11",
+                           "-c", text], check=False, env=env, capture_output=True, text=True, timeout=600)
+    return re.sub(r"^psql:[^:\n]*:\d+: ", "", (done.stderr + done.stdout).rstrip(), flags=re.MULTILINE)
+
+
+def normalized(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip().splitlines()]
+
+
 def run_document(connect, document: Path) -> list[str]:
     """Run the document's blocks in order; the failures, one line each."""
     blocks = [b for b in blocks_of(document) if "skip" not in b.directives]
@@ -137,6 +160,11 @@ def run_document(connect, document: Path) -> list[str]:
                     database.conn.execute("CREATE EXTENSION plpy_anon CASCADE")
             if "setup" in block.directives:
                 SETUPS[block.directives["setup"]](database.conn)
+            if "output" in block.directives:
+                shown = psql_output(connect, database.name, block.text)
+                if normalized(shown) != normalized(block.output or ""):
+                    failures.append(f"{block.name}: psql shows\n{shown}\nthe document shows\n{block.output}")
+                continue
             try:
                 database.conn.execute(block.text)
             except psycopg.Error as error:
