@@ -4494,6 +4494,90 @@ $$;
 COMMENT ON FUNCTION anon.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS
     'Risk figures of a table, partitioned table, view, materialized view or release, one a row (column_name: the sensitive column, NULL for the whole relation; value NULL where not applicable, detail says why): rows, classes, smallest_class (k), records_in_classes_below_2/5/10, prosecutor_risk_max/avg, prosecutor_records_at_risk (1/class size > risk_threshold); with population (the size of the population the relation is a sample of) journalist_risk_max, journalist_records_at_risk and marketer_risk, with population class sizes estimated as f*N/n; per sensitive column distinct_l, entropy_l, recursive_cl_l (largest l for c = recursive_c) and t_closeness (equal-distance EMD for categories, ordered EMD for numbers and dates). Classes are the GROUP BY of the quasi-identifiers (NULL a value of its own). Quasi-identifiers and sensitive columns: the arguments, else for a release those of its catalog row (its released columns), else those declared with anon.set_column_role; none is an error. Runs with the caller''s privileges. See docs/risk.md. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
+-- anon.class_sizes(regclass, text[]): generated from sql/functions/ (implementation: anon_py.class_sizes)
+CREATE OR REPLACE FUNCTION anon_py.class_sizes(relation regclass, quasi_identifiers text[])
+RETURNS TABLE (class_size bigint, classes bigint)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.class_sizes(regclass, text[])', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.class_sizes(regclass, text[])", sqlstate="42501",
+               hint="anon_py.class_sizes implements anon.class_sizes(regclass, text[]): call that, after GRANT EXECUTE ON FUNCTION anon.class_sizes(regclass, text[]).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import risk_report as _module
+return _module.class_sizes(plpy, relation, quasi_identifiers=quasi_identifiers)
+$$;
+COMMENT ON FUNCTION anon_py.class_sizes(regclass, text[]) IS 'Implementation of anon.class_sizes(regclass, text[]); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.class_sizes(
+    relation regclass,
+    quasi_identifiers text[] DEFAULT NULL
+)
+RETURNS TABLE (class_size bigint, classes bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.class_sizes: argument relation must not be NULL',
+            HINT = 'Pass a value for relation (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM anon_py.class_sizes($1, $2);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.class_sizes(regclass, text[]) IS
+    'The class-size histogram of a table, view, materialized view or release: for each size, how many classes (rows with the same quasi-identifiers; NULL a value of its own) have it. Quasi-identifiers as anon.risk_report finds them (the argument, a release''s own, or the declared ones), read through the same guards and with the caller''s privileges. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
 -------------------------------------------------------------------------------
 -- cleanup: drop the functions of the previous version that this version does not define
 DO $cleanup$

@@ -20,6 +20,7 @@ import inspect
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -382,8 +383,10 @@ class AnonClient:
         with translated(), self.connection.transaction():
             self.connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             meta = self.connection.execute("SELECT anon.release_metadata(%s)", (release,)).fetchone()[0]
-            columns = [c["name"] for c in meta["columns"]]
-            order = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+            # every column, by its text where its type has no ordering (json, xml)
+            order = sql.SQL(", ").join(
+                sql.SQL("{}::text").format(sql.Identifier(c["name"])) if c["type"] in ("json", "xml")
+                else sql.Identifier(c["name"]) for c in meta["columns"])
             cells = [csv_cell(c["name"], c["type"]) if format == "csv" and formula_protection
                      else sql.Identifier(c["name"]) for c in meta["columns"]]
             select = sql.SQL("SELECT {} FROM {} ORDER BY {}").format(
@@ -392,15 +395,21 @@ class AnonClient:
                 sql.SQL(meta["relation"]))).fetchone()[0]
             meta.update({"format": format, "file": path.name, "exported_rows": rows,
                          "exported_at": datetime.datetime.now(datetime.UTC).isoformat()})
-            if format == "csv":
-                self._copy_out(sql.SQL("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)").format(select), path, b"")
-            elif format == "sql":
-                name = self.connection.execute("SELECT (pg_catalog.parse_ident(%s))[2]", (meta["relation"],)).fetchone()[0]
-                self._copy_out(sql.SQL("COPY ({}) TO STDOUT").format(select), path,
-                               self._sql_header(meta, name), b"\\.\nCOMMIT;\n")
-            else:
-                from plpy_anon.client import parquet  # the optional pyarrow, asked for
-                parquet.write(self.connection, meta, path, order)
+            try:
+                if format == "csv":
+                    self._copy_out(sql.SQL("COPY ({}) TO STDOUT WITH (FORMAT csv, HEADER)").format(select),
+                                   path, b"")
+                elif format == "sql":
+                    name = self.connection.execute("SELECT (pg_catalog.parse_ident(%s))[2]",
+                                                   (meta["relation"],)).fetchone()[0]
+                    self._copy_out(sql.SQL("COPY ({}) TO STDOUT").format(select), path,
+                                   self._sql_header(meta, name), b"\\.\nCOMMIT;\n")
+                else:
+                    from plpy_anon.client import parquet  # the optional pyarrow, asked for
+                    parquet.write(self.connection, meta, path, order)
+            except BaseException:
+                path.unlink(missing_ok=True)            # no half-written file left behind
+                raise
         Path(f"{path}.meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
         return meta
 
@@ -485,16 +494,28 @@ NOT_TEXT = ("smallint", "integer", "bigint", "real", "double precision", "numeri
             "date", "timestamp", "time", "interval", "oid")
 
 
+#: what a spreadsheet may take for the start of a formula: = + - @ (also their fullwidth forms),
+#: after any white space or invisible character, or a tab, carriage return or line feed; one
+#: pattern for PostgreSQL's regular expressions and Python's
+FORMULA_START = ("^([\\s\u00a0\u200b\u200c\u200d\u2060\ufeff]*[-=+@\uff1d\uff0b\uff0d\uff20]"
+                 "|[\t\r\n])")
+
+
+def formula_safe(text: str) -> str:
+    """A header cell as the CSV export writes it (column names are the source's owner's)."""
+    return "'" + text if re.match(FORMULA_START, text) else text
+
+
 def csv_cell(name: str, sql_type: str) -> sql.Composable:
-    """A column as the CSV export writes it: a text value starting with = + - @, a tab or a
-    carriage return gets a leading ' so that a spreadsheet shows it instead of running it."""
-    column = sql.Identifier(name)
+    """A column as the CSV export writes it: a text value a spreadsheet would run as a formula
+    (:data:`FORMULA_START`) gets a leading ' so that it is shown instead; the header too."""
+    column, header = sql.Identifier(name), sql.Identifier(formula_safe(name))
     if sql_type.startswith(NOT_TEXT) or sql_type.endswith(("[]", "range")):
-        return column
+        return sql.SQL("{} AS {}").format(column, header)
     return sql.SQL(
         "CASE WHEN {c}::text OPERATOR(pg_catalog.~) {formula} THEN {quote} OPERATOR(pg_catalog.||) {c}::text "
-        "ELSE {c}::text END AS {c}").format(
-            c=column, formula=sql.Literal("^[-=+@\t\r]"), quote=sql.Literal("'"))
+        "ELSE {c}::text END AS {h}").format(
+            c=column, h=header, formula=sql.Literal(FORMULA_START), quote=sql.Literal("'"))
 
 
 #: integer types (int2, int4, int8, oid): read as pandas' nullable Int64, so that a NULL does not

@@ -9,7 +9,8 @@ PostgreSQL's text forms (the ``[parquet]`` extra: pyarrow).
 * ranges (a generalized quasi-identifier): a struct ``lower, upper, lower_inclusive,
   upper_inclusive, empty`` whose bounds have the element's type (NULL: unbounded), the whole
   struct NULL for a NULL range;
-* arrays (value sets): lists of their element's type;
+* arrays (value sets): lists of their element's type (an array's lower bound, as in
+  ``[5:6]={7,8}``, is not kept);
 * any other type (json, uuid, interval, bytea, ...): its PostgreSQL text form, as a string.
 
 The server writes each row as one line of JSON (``COPY ... TO STDOUT``, built by
@@ -90,6 +91,8 @@ def json_value(expression: sql.Composable, sql_type: str) -> sql.Composable:
     if sql_type.endswith("[]"):
         element = sql_type[:-2]
         return expression if element in AS_JSON else sql.SQL("{}::text[]").format(expression)
+    if sql_type == "oid":                         # json renders an oid as a string
+        return sql.SQL("{}::int8").format(expression)
     return expression if sql_type in AS_JSON else sql.SQL("{}::text").format(expression)
 
 

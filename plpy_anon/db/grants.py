@@ -287,11 +287,14 @@ def ensure_release_schema(plpy, schema: str) -> int:
 def check_may_create(plpy, schema: str) -> None:
     """A release schema is its creator's: another custodian releases into a schema of its own
     (plpy_anon creates it) rather than sharing one whose owner may drop what is in it; and a
-    schema owned by a role that is neither a superuser nor the caller's takes no release, since
-    its owner could drop or take over what the caller puts there."""
+    schema owned by a role that is neither a superuser nor the caller takes no release, since
+    its owner could drop or take over what the caller puts there. (Not "a role the caller is a
+    member of": a superuser is a member of every role, so its releases went into a schema a
+    custodian had created and could replace them with views of her own.)"""
     row = run(plpy, """
         SELECT pg_catalog.has_schema_privilege(n.oid, 'CREATE') AS may,
-               pg_catalog.pg_has_role(n.nspowner, 'MEMBER') OR r.rolsuper AS trusted,
+               n.nspowner = (SELECT c.oid FROM pg_catalog.pg_roles c WHERE c.rolname = current_user)
+                   OR r.rolsuper AS trusted,
                pg_catalog.pg_get_userbyid(n.nspowner)::text AS owner
         FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
         WHERE n.nspname = $1""", ["text"], [schema])[0]

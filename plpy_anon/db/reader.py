@@ -24,11 +24,9 @@ Python objects per million rows).
 
 Several physical relations: a ctid is unique only inside one, so for such sources the rows'
 ``tableoid`` is handed back too (``row_tableoids``) and the release joins back on (tableoid,
-ctid); for a source that is one relation it is None (saves a million-element array). Leaf
-relations are read directly only when the caller may SELECT each of them and no relation of the
-tree has row-level security; otherwise the chunks are read through the parent (block ranges of
-every relation at once, the parent's privileges and policies, the same rows the release's join
-sees).
+ctid); for a source that is one relation it is None (saves a million-element array). The
+chunks are read through the root (block ranges of every relation at once, the root's privileges
+and policies, the same rows the release's join sees), never by a member's name (read_plan).
 
 Numbers are approximations used for ORDERING only (partitioning): int8 is exact, numeric and
 timestamps go through float8, dates are days since 2000-01-01 (as float8 when the column holds
@@ -153,8 +151,7 @@ WITH RECURSIVE tree(oid) AS (
     SELECT $1::pg_catalog.oid
     UNION ALL
     SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
-SELECT c.oid::int8 AS oid, c.relkind::text AS relkind, c.relrowsecurity AS rls,
-       pg_catalog.has_table_privilege(c.oid, 'SELECT') AS readable,
+SELECT c.oid::int8 AS oid,
        (pg_catalog.pg_relation_size(c.oid)
         / pg_catalog.current_setting('block_size')::int8)::int8 AS blocks
 FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
@@ -174,21 +171,16 @@ def chunk_blocks(plpy) -> int:
 
 
 def read_plan(plpy, tbl: Table) -> tuple[list[tuple[str, int]], bool]:
-    """([(quoted relation to read, its size in blocks)], several physical relations?)."""
+    """([(quoted relation to read, its size in blocks)], several physical relations?).
+
+    A tree of relations is read through its root, the one name the guard keeps from being
+    renamed: chunk i covers blocks [i * chunk, (i + 1) * chunk) of every member. Naming each
+    member instead let a custodian rename the member's schema between the guard's check and the
+    read and put a table of her own under that name, whose index predicate the read's planning
+    then ran with the reader's rights."""
     rels = run(plpy, RELATIONS, ["oid"], [tbl.oid])
-    several = len(rels) > 1
-    direct = all(r["readable"] for r in rels) and not any(r["rls"] for r in rels)
-    if not several:
+    if len(rels) == 1:
         return [(f"ONLY {tbl.quoted(plpy)}", int(rels[0]["blocks"]))], False
-    if direct:
-        plan = []
-        for r in rels:
-            if r["relkind"] == "p":
-                continue                   # no storage: its rows are in its partitions
-            name = run(plpy, "SELECT $1::pg_catalog.regclass::text AS n", ["oid"], [r["oid"]])[0]["n"]
-            plan.append((f"ONLY {name}", int(r["blocks"])))
-        return plan, True
-    # through the parent: chunk i covers blocks [i * chunk, (i + 1) * chunk) of every relation
     return [(tbl.quoted(plpy), max(int(r["blocks"]) for r in rels))], True
 
 

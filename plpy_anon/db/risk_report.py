@@ -6,7 +6,7 @@ materialized view, release): which relation and columns to count, checked and gu
 from __future__ import annotations
 
 from plpy_anon.core.errors import InvalidParameter, UnsupportedType
-from plpy_anon.db import columns, guards, risk
+from plpy_anon.db import class_counts, columns, guards, risk
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods.registry import REGISTRY
@@ -107,3 +107,13 @@ def risk_report(plpy, relation: str, quasi_identifiers=None, sensitive=None, pop
     target = resolve(plpy, relation, quasi_identifiers, sensitive)
     return risk.compute(plpy, target, population=population, risk_threshold=risk_threshold,
                    recursive_c=recursive_c)
+
+
+@sql_entry
+def class_sizes(plpy, relation: str, quasi_identifiers=None) -> list[dict]:
+    """The class-size histogram of ``relation`` (its classes over the quasi-identifiers
+    :func:`resolve` finds), read through the same guards as the risk report."""
+    target = resolve(plpy, relation, quasi_identifiers, [])
+    counts = class_counts.count(plpy, target.relation, target.qis, [])
+    return [{"class_size": int(size), "classes": int(n)}
+            for size, n in sorted(zip(counts.sizes.tolist(), counts.classes.tolist())) if n > 0]

@@ -65,20 +65,23 @@ def build_work_mem(plpy) -> str:
     is refused, naming the setting."""
     wanted = run(plpy, "SELECT pg_catalog.current_setting('plpy_anon.build_work_mem', true) AS v")[0]["v"]
     wanted = wanted.strip() if wanted and wanted.strip() else DEFAULT_BUILD_WORK_MEM
+    # a number without a unit is kB, as for work_mem (pg_size_bytes would read bytes)
+    size = f"{wanted}kB" if wanted.isdigit() else wanted
     try:
         with plpy.subtransaction():
             row = run(plpy, """
                 SELECT pg_catalog.pg_size_bytes($1) AS wanted,
                        pg_catalog.pg_size_bytes(pg_catalog.current_setting('work_mem')) AS session""",
-                      ["text"], [wanted])[0]
+                      ["text"], [size])[0]
     except plpy.SPIError:
         row = None
     if row is None or row["wanted"] < 65536:
         raise InvalidParameter(
             f'plpy_anon.build_work_mem = "{wanted}" is not a size of at least 64kB',
             hint="Set it like work_mem (SET plpy_anon.build_work_mem = '256MB'), or RESET it.")
-    return wanted if row["wanted"] > row["session"] else run(
-        plpy, "SELECT pg_catalog.current_setting('work_mem') AS v")[0]["v"]
+    if row["wanted"] <= row["session"]:
+        return run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS v")[0]["v"]
+    return f"{int(row['wanted']) // 1024}kB"
 
 
 def text_of(expr: str, builtin: bool) -> str:

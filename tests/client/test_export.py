@@ -239,3 +239,36 @@ def test_parquet_refuses_an_infinite_date_naming_the_formats_that_keep_it(db, an
     with pytest.raises(errors.InvalidParameter) as info:
         anon.export(rel, tmp_path / "inf.parquet", format="parquet")
     assert "Parquet cannot" in info.value.message and "csv or sql" in info.value.hint
+    assert not (tmp_path / "inf.parquet").exists()                 # nothing half-written
+
+
+def test_formula_protection_covers_the_header_and_cells_after_white_space(db, anon, schema, tmp_path):
+    """Found by review: a column named like a formula reached the header as is, and a value
+    starting with white space or an invisible character before the = was not protected."""
+    db.execute('CREATE TABLE f (id serial PRIMARY KEY, age int, "=HYPERLINK(""http://x"")" text)')
+    db.execute("""INSERT INTO f (age, "=HYPERLINK(""http://x"")")
+                  SELECT g % 10, (ARRAY[' =1+1', E'\\u00a0+cmd', E'\\u200b@SUM(A1)', E'\\uff1d1', 'plain'])[1 + g % 5]
+                  FROM generate_series(1, 50) g""")
+    rel = db.execute("""SELECT anon.mondrian_view('f', k => 5, quasi_identifiers => '{age}',
+                        sensitive => '{"=HYPERLINK(\\"http://x\\")"}', release_schema => %s)""",
+                     (release_schema_of(schema),)).fetchone()[0]
+    out = tmp_path / "f.csv"
+    anon.export(rel, out, format="csv")
+    with open(out, newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == ["age", "'=HYPERLINK(\"http://x\")"]
+    assert {r[1] for r in rows[1:]} == {"' =1+1", "'\u00a0+cmd", "'\u200b@SUM(A1)", "'\uff1d1", "plain"}
+
+
+def test_a_release_with_a_json_column_exports_and_a_failed_export_leaves_no_file(db, anon, schema, tmp_path):
+    pytest.importorskip("pyarrow")
+    db.execute("CREATE TABLE j (id serial PRIMARY KEY, age int, doc json, seen date)")
+    db.execute("""INSERT INTO j (age, doc, seen) SELECT g % 10, json_build_object('n', g % 3),
+                  CASE WHEN g = 1 THEN 'infinity'::date ELSE date '2024-01-01' + g END FROM generate_series(1, 40) g""")
+    rel = db.execute("SELECT anon.mondrian_view('j', k => 5, quasi_identifiers => '{age}', sensitive => '{doc,seen}', "
+                     "release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
+    for fmt in ("csv", "sql"):                     # json has no ordering: ordered by its text
+        assert anon.export(rel, tmp_path / f"j.{fmt}", format=fmt)["exported_rows"] == 40
+    with pytest.raises(errors.InvalidParameter):   # the infinite date
+        anon.export(rel, tmp_path / "j.parquet", format="parquet")
+    assert not (tmp_path / "j.parquet").exists() and not (tmp_path / "j.parquet.meta.json").exists()

@@ -435,3 +435,26 @@ def test_a_custodian_cannot_block_the_owner_check_by_taking_its_views_name(db, c
         dba.execute(f"REFRESH MATERIALIZED VIEW {rel}")
         left = dba.execute("SELECT array_agg(relname::text) FROM pg_class WHERE relname LIKE 'plpy_anon_check_%%'").fetchone()[0]
         assert left == [f"plpy_anon_check_{release_id}"]            # the custodian's own table only
+
+
+def test_a_superusers_release_never_goes_into_a_release_schema_a_custodian_created(db, connect, custodian, schema):
+    """A superuser is a member of every role: "the owner is a role the caller belongs to" let a
+    superuser's release go into a release schema a custodian had created first, whose owner could
+    then replace it with a view running her code for its readers (found by review)."""
+    role, own = custodian
+    squatted = f"{own}_squat"
+    with connect(user=role) as conn:                           # the custodian's release creates it
+        conn.execute("SELECT anon.mondrian_view(%s, k => 5, quasi_identifiers => '{age,zip}', "
+                     "sensitive => '{dx}', release_schema => %s)", (f"{own}.pat", squatted))
+    db.execute("CREATE TABLE secret (id int PRIMARY KEY, age int, zip text, dx text)")
+    db.execute("INSERT INTO secret SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 FROM generate_series(1, 100) g")
+    try:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+            db.execute("SELECT anon.mondrian_view('secret', k => 5, quasi_identifiers => '{age,zip}', "
+                       "sensitive => '{dx}', release_schema => %s)", (squatted,))
+        assert f'belongs to {role}' in info.value.diag.message_primary
+        assert db.execute("SELECT to_regclass(%s)", (f"{squatted}.secret_k5",)).fetchone()[0] is None
+    finally:
+        db.execute("SELECT anon.drop_release(%s, if_exists => true)", (f"{squatted}.pat_k5",))
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(squatted)))
+        db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (squatted,))

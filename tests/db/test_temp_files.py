@@ -111,3 +111,17 @@ def test_a_build_work_mem_that_is_no_size_is_refused_by_name(connect, schema, re
         assert "plpy.Error" not in info.value.diag.message_primary and "Traceback" not in str(info.value)
         conn.rollback()
         assert conn.execute("SELECT to_regclass(%s)", (f"{release_schema}.synth_k10",)).fetchone()[0] is None
+
+
+def test_a_build_work_mem_without_a_unit_is_kilobytes_as_for_work_mem(connect, schema, release_schema, synth):
+    """'100' is 100kB, as work_mem reads it (taken for 100 bytes, it would be refused below 64kB;
+    a large number read as bytes and applied as kB was 1024 times what was asked: found by review)."""
+    with connect() as conn:
+        conn.execute(f"SET search_path = {schema}, public")
+        conn.execute("SET work_mem = '64kB'")
+        conn.execute("SET plpy_anon.build_work_mem = '100'")
+        conn.execute("SELECT anon.mondrian_view('synth', k => 10, release_schema => %s, "
+                     "quasi_identifiers => ARRAY['a_int','d_txt'])", (release_schema,))
+        conn.execute("SET plpy_anon.build_work_mem = '10'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="at least 64kB"):
+            conn.execute("SELECT anon.refresh(%s)", (f"{release_schema}.synth_k10",))
