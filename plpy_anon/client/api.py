@@ -330,8 +330,20 @@ class AnonClient:
     drop = drop_release
 
     def release_frame(self, release: str, *, limit: int | None = None) -> pd.DataFrame:
-        """A release's rows as a DataFrame (ranges as psycopg Range objects, sets as lists)."""
-        query = sql.SQL("SELECT * FROM {}").format(sql.SQL(self.release_name(release)))
+        """A release's rows as a DataFrame (ranges as psycopg Range objects, sets as lists). Only a
+        release owned by the connected role or a superuser: planning a read of another role's
+        relation runs whatever index predicate it has added, with the reader's rights."""
+        name = self.release_name(release)
+        owner = self._execute(
+            "SELECT o.rolname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid = c.relowner "
+            "WHERE c.oid = pg_catalog.to_regclass(%s)::pg_catalog.oid AND NOT o.rolsuper "
+            "AND o.rolname <> current_user", (name,)).fetchone()
+        if owner is not None:
+            raise errors.PermissionDenied(
+                f"{name} belongs to {owner[0]}, who may add an index at any moment whose predicate "
+                "planning a read would run with your rights",
+                hint=f"Have {owner[0]} read it, or SET ROLE {owner[0]} first.")
+        query = sql.SQL("SELECT * FROM {}").format(sql.SQL(name))
         if limit is not None:
             query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))
         return frame_of(self._execute(query))

@@ -80,7 +80,9 @@ class Markup(str):
     """Text already escaped (a verdict's span)."""
 
 
-def _verdict(ok: bool) -> Markup:
+def _verdict(ok: bool | None) -> Markup:
+    if ok is None:
+        return Markup('<span class="note">not counted now</span>')
     return Markup('<span class="ok">kept</span>' if ok else '<span class="bad">NOT kept</span>')
 
 
@@ -92,7 +94,11 @@ def gather(anon, release: str, population: int | None = None) -> dict:
     qis, sensitive = params.get("quasi_identifiers") or [], params.get("sensitive") or []
     facts = {"release": qualified, "row": row, "params": params, "qis": qis, "sensitive": sensitive,
              "population": population, "extension": anon.extension_version(), "notes": []}
-    facts["release_risk"] = _risk(anon, qualified, qis, sensitive, population)
+    try:
+        facts["release_risk"] = _risk(anon, qualified, qis, sensitive, population)
+    except errors.PermissionDenied as error:     # another role's release: its owner reads it
+        facts["release_risk"] = {}
+        facts["notes"].append(f"figures found now not shown: {error.message}")
     try:
         facts["source_risk"] = _risk(anon, str(row["source"]), qis, sensitive, population)
     except errors.ServerError as error:     # e.g. a custodian who may not read another's source
@@ -100,8 +106,10 @@ def gather(anon, release: str, population: int | None = None) -> dict:
         facts["notes"].append(f"source risk not shown: {error.message}")
     # through a guarded server function: a query of the release from here would plan whatever
     # index its owner added since the guarded calls above, with the reader's rights
-    facts["histogram"] = [(r["class_size"], r["classes"]) for r in
-                          anon.call("class_sizes", qualified, quasi_identifiers=qis or None)] if qis else []
+    facts["histogram"] = []
+    if qis and facts["release_risk"]:
+        facts["histogram"] = [(r["class_size"], r["classes"]) for r in
+                              anon.call("class_sizes", qualified, quasi_identifiers=qis or None)]
     facts["sweep"] = []
     if row["method"] in SWEPT_METHODS and qis:
         ks = [k for k in SWEEP_KS if k <= (row["row_count"] or 0)]
@@ -148,7 +156,7 @@ def _render(facts: dict) -> str:
         found = released.get(("smallest_class", None))
         promised.append(["k-anonymity: every class has at least k rows", params["k"],
                          None if found is None else int(found), verification.get("smallest_class"),
-                         _verdict(found is not None and found >= params["k"])])
+                         _verdict(None if found is None else found >= params["k"])])
     for column in facts["sensitive"]:
         if params.get("l") is None:
             break
@@ -156,12 +164,12 @@ def _render(facts: dict) -> str:
         promised.append([f"l-diversity of {column}: distinct values per class", params["l"],
                          None if found is None else int(found),
                          (verification.get("l_by_column") or {}).get(column),
-                         _verdict(found is not None and found >= params["l"])])
+                         _verdict(None if found is None else found >= params["l"])])
     rows_now = released.get(("rows", None))
     if verification.get("rows_expected") is not None:
         promised.append(["every source row released once (the build's count)", verification["rows_expected"],
                          None if rows_now is None else int(rows_now), verification.get("rows_released"),
-                         _verdict(rows_now is not None and int(rows_now) == verification["rows_expected"])])
+                         _verdict(None if rows_now is None else int(rows_now) == verification["rows_expected"])])
     parts += ["<h2>Guarantees, checked from the released rows</h2>",
               _table(["promise", "asked", "found now", "recorded by the build", ""], promised)
               if promised else "<p>No guarantee recorded.</p>",

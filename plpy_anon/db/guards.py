@@ -472,6 +472,29 @@ def check_range_columns(plpy, oid: int, label: str, names: list[str] | None = No
                  "ignored, or have a superuser take over the range type's functions.")
 
 
+FOREIGN_OWNER = """
+SELECT o.rolname::text AS owner
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid = c.relowner
+WHERE c.oid = $1 AND NOT o.rolsuper AND o.rolname <> current_user"""
+
+
+def refuse_foreign_matview(plpy, oid: int, name: str) -> None:
+    """Refuse to read a materialized view owned by a role that is neither a superuser nor the
+    caller. Its owner may add an index whose predicate calls its function at any moment, and
+    planning any query on the view runs that function with the reader's rights: LOCK TABLE does
+    not take materialized views, and the ACCESS SHARE a read takes does not keep CREATE INDEX
+    out, so no check before the read can stay true (a review made a custodian superuser through
+    the DBA's anon.risk_report this way). Its owner reads it, or plpy_anon does as its owner
+    (a refresh's check and stored risk report: publish.checked_as_owner)."""
+    row = run(plpy, FOREIGN_OWNER, ["oid"], [oid])
+    if row:
+        raise UnsafeSource(
+            f"{name} belongs to {row[0]['owner']}, who may add an index at any moment whose "
+            "predicate planning a read would run with your rights",
+            hint=f"Have {row[0]['owner']} run it; a release's risk report, computed with its owner's "
+                 "rights at every build, is in anon.releases.risk.")
+
+
 def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = False) -> None:
     """:func:`guard_source` for any relation a report reads (``anon.risk_report`` takes views and
     materialized views too). Planning even the DBA's own, function-free view over another role's
@@ -480,9 +503,9 @@ def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = Fal
     * a table: :func:`guard_source`;
     * a foreign table: refused (reading it runs a query on another server, as its user mapping
       says);
-    * a materialized view: :func:`check_planner_code` (its indexes and statistics; LOCK TABLE
-      does not take materialized views, so an index its owner adds during the call is not
-      excluded: see docs/security.md);
+    * a materialized view: refused when its owner is neither a superuser nor the caller
+      (:func:`refuse_foreign_matview`), else :func:`check_planner_code` (its indexes and
+      statistics);
     * a view: locked ``ACCESS SHARE`` first (its definition, and those of the views it reads,
       cannot be replaced until the transaction ends), re-checked by name; refused if it, or a
       view it reads, is owned by a role that is neither a superuser nor the caller (unless
@@ -506,6 +529,7 @@ def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = Fal
             "mapping says, on behalf of whoever reads it",
             hint="Report a local copy of the data (CREATE TABLE ... AS SELECT).")
     elif relkind == "m":
+        refuse_foreign_matview(plpy, oid, name)
         check_planner_code(plpy, oid, name)
     elif relkind == "v":
         plpy.execute(f"LOCK TABLE {name} IN ACCESS SHARE MODE")

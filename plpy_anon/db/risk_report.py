@@ -34,6 +34,13 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
     for arg, values in (("quasi_identifiers", quasi_identifiers), ("sensitive", sensitive)):
         if values is not None and any(v is None for v in values):
             raise InvalidParameter(f"{arg} must not contain NULL", hint=f"List column names in {arg}.")
+        if values is not None and any(not isinstance(v, str) for v in values):
+            raise InvalidParameter(f"{arg} must be a one-dimensional array of column names",
+                                   hint=f"Pass {arg} => ARRAY['col', ...].")
+    if quasi_identifiers is not None and len(quasi_identifiers) == 0:
+        raise InvalidParameter("quasi_identifiers is empty: classes need at least one column",
+                               hint="Pass quasi_identifiers => ARRAY['col', ...], or omit it for the "
+                                    "release's own or the declared ones.")
     catalog = bool(run(plpy, CAN_READ_CATALOG)[0]["ok"])
     release = run(plpy, RELEASE_QUERY, ["text", "text"], [rel["schema"], rel["name"]]) if catalog else []
     if release:

@@ -24,7 +24,7 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
-from plpy_anon.db import grants, releases
+from plpy_anon.db import guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, jsonb, run
 
@@ -49,7 +49,17 @@ def published_relations(release: dict) -> list[str]:
 
 def resolve(plpy, name: str) -> tuple[dict, str]:
     """(catalog row, relation name) of ``name``: a single-relation release, or one published
-    relation of a release of several (``schema.relation``). Genuine releases only (55000)."""
+    relation of a release of several (``schema.relation``). Genuine releases only (55000), and
+    only a release its caller or a superuser owns (guards.refuse_foreign_matview)."""
+    release, relation = _resolve(plpy, name)
+    oid = run(plpy, "SELECT pg_catalog.to_regclass(pg_catalog.format('%I.%I', $1::text, $2::text))::pg_catalog.oid AS o",
+              ["text", "text"], [release["release_schema"], relation])[0]["o"]
+    if oid is not None:
+        guards.refuse_foreign_matview(plpy, int(oid), ident(plpy, release["release_schema"], relation))
+    return release, relation
+
+
+def _resolve(plpy, name: str) -> tuple[dict, str]:
     try:
         release = releases.find(plpy, name)
     except UndefinedObject:
@@ -170,15 +180,18 @@ def snapshot_schema_ready(plpy, schema: str) -> None:
             detail="Release schemas hold releases only; every analyst registered with anon.grant_analyst "
                    "has USAGE on them.",
             hint=f'Use another snapshot_schema, e.g. the default "{DEFAULT_SCHEMA}".')
-    if not grants.schema_exists(plpy, schema):
-        plpy.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(plpy, schema)}")
-        return
+    # created if missing, and checked either way: another role may create it between the two
+    plpy.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(plpy, schema)}")
     # A schema someone else owns is refused: its owner could drop or rename the snapshot, and
     # (with CREATE granted to others) objects planted beside it would travel with a dump.
-    owner = run(plpy, """
+    rows = run(plpy, """
         SELECT pg_catalog.pg_get_userbyid(n.nspowner)::text AS owner,
                n.nspowner = (SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user) AS mine
-        FROM pg_catalog.pg_namespace n WHERE n.nspname = $1""", ["text"], [schema])[0]
+        FROM pg_catalog.pg_namespace n WHERE n.nspname = $1""", ["text"], [schema])
+    if not rows:
+        raise InsufficientPrivilege(f'schema "{schema}" was dropped while the snapshot was being made',
+                                    hint="Run the call again.")
+    owner = rows[0]
     if not owner["mine"]:
         raise InsufficientPrivilege(
             f'schema "{schema}" is owned by role "{owner["owner"]}", not by you: snapshots go '

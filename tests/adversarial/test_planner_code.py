@@ -474,7 +474,9 @@ def test_a_report_on_the_owners_materialized_view_with_planted_code_is_refused(a
     a.execute(f"CREATE MATERIALIZED VIEW {s}.m AS SELECT age, zip, dx FROM {s}.t; "
               f"CREATE INDEX ON {s}.m (age) WHERE {s}.boom(); "
               f"GRANT USAGE ON SCHEMA {s} TO PUBLIC; GRANT SELECT ON {s}.m TO PUBLIC")
-    assert_reports_refused(db, as_dba, role, [f"{s}.m"], r"boom\(\)")
+    # refused before its indexes are looked at: another role's materialized view may get an
+    # index between any check and the read (LOCK TABLE does not take materialized views)
+    assert_reports_refused(db, as_dba, role, [f"{s}.m"], f"belongs to {role}")
 
 
 def test_a_report_on_a_foreign_table_is_refused(as_dba, db, connect, owner, schema):

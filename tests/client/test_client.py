@@ -176,3 +176,29 @@ def test_risk_report_is_a_frame_of_the_sql_rows(anon, db, schema):
     assert figures[("distinct_l", "diagnosis")] >= 1
     with pytest.raises(errors.UndefinedObject):
         anon.risk_report("patients", quasi_identifiers=["nope"])
+
+
+def test_release_frame_reads_only_a_release_of_the_caller_or_a_superuser(pg_server, db, schema, connect):
+    import psycopg as pg
+
+    from plpy_anon.client import errors as client_errors
+    role = "frame_custodian"
+    db.execute(f"DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN; GRANT plpy_anon_custodian TO {role}")
+    db.execute(pg.sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(pg.sql.Identifier(db.info.dbname),
+                                                                     pg.sql.Identifier(role)))
+    try:
+        with connect(user=role) as conn:
+            conn.execute(f"CREATE SCHEMA {role}_data; CREATE TABLE {role}_data.t (id int PRIMARY KEY, age int, zip text)")
+            conn.execute(f"INSERT INTO {role}_data.t SELECT g, g % 40, 'z' || g % 5 FROM generate_series(1, 100) g")
+            rel = conn.execute(f"SELECT anon.mondrian_view('{role}_data.t', k => 5, identifiers => '{{id}}', "
+                               f"release_schema => '{role}_rel')").fetchone()[0]
+            assert len(AnonClient(connection=conn).release_frame(rel)) == 100       # its owner reads it
+        with pytest.raises(client_errors.PermissionDenied, match=f"belongs to {role}"):
+            AnonClient(connection=db).release_frame(rel)
+    finally:
+        db.execute(f"SELECT anon.drop_release('{role}_rel.t_k5', if_exists => true)")
+        db.execute(f"DROP SCHEMA IF EXISTS {role}_rel CASCADE; DROP SCHEMA IF EXISTS {role}_data CASCADE")
+        db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (f"{role}_rel",))
+        db.execute(pg.sql.SQL("REVOKE CREATE ON DATABASE {} FROM {}").format(pg.sql.Identifier(db.info.dbname),
+                                                                            pg.sql.Identifier(role)))
+        db.execute(f"DROP OWNED BY {role} CASCADE; DROP ROLE {role}")

@@ -458,3 +458,25 @@ def test_a_superusers_release_never_goes_into_a_release_schema_a_custodian_creat
         db.execute("SELECT anon.drop_release(%s, if_exists => true)", (f"{squatted}.pat_k5",))
         db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(squatted)))
         db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (squatted,))
+
+
+def test_the_dba_does_not_read_a_custodians_release_whose_owner_may_add_an_index_at_any_moment(db, connect, custodian):
+    """Planning a read of a materialized view runs its index predicates' functions, an index can
+    be added between any check and the read (LOCK TABLE does not take materialized views), so a
+    superuser's anon.risk_report, anon.class_sizes, anon.snapshot and anon.release_metadata of a
+    custodian's release are refused (a review made the custodian superuser through them); its
+    owner reads it, and each build stores its risk report read with the owner's rights."""
+    role, own = custodian
+    with connect(user=role) as conn:
+        rel = create(conn, own)
+        assert conn.execute(f"SELECT count(*) FROM anon.class_sizes('{rel}')").fetchone()[0] > 0
+        assert conn.execute("SELECT anon.release_metadata(%s)", (rel,)).fetchone()[0]["release"] == rel
+    for statement in (f"SELECT * FROM anon.risk_report('{rel}')", f"SELECT * FROM anon.class_sizes('{rel}')",
+                      f"SELECT anon.release_metadata('{rel}')",
+                      f"SELECT anon.snapshot('{rel}', snapshot_schema => 'snap_refused')"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as info:
+            db.execute(statement)
+        assert f"belongs to {role}" in info.value.diag.message_primary, statement
+    stored = db.execute("SELECT risk FROM anon.releases WHERE format('%%I.%%I', release_schema, release_name) = %s",
+                        (rel,)).fetchone()[0]
+    assert any(r["measure"] == "smallest_class" for r in stored)

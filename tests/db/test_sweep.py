@@ -77,3 +77,12 @@ def test_an_analyst_may_not_sweep(db, schema, connect):
                 analyst.execute(f"SELECT * FROM anon_py.sweep('{schema}.people', ARRAY[5], NULL, NULL, NULL, NULL, 0.2)")
     finally:
         db.execute("REVOKE USAGE ON SCHEMA anon FROM sweep_analyst; DROP ROLE sweep_analyst")
+
+
+@pytest.mark.parametrize("qis", ["'{}'::text[]", "'{{age},{zip}}'::text[]"])
+def test_class_sizes_refuses_no_or_nested_quasi_identifiers(db, schema, qis):
+    db.execute(TABLE)
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as info:
+        db.execute(f"SELECT * FROM anon.class_sizes('people', quasi_identifiers => {qis})")
+    assert "quasi_identifiers" in info.value.diag.message_primary
+    assert "plpy" not in info.value.diag.message_primary and "Traceback" not in str(info.value)
