@@ -4324,7 +4324,7 @@ COMMENT ON FUNCTION anon.snapshot(text, text, text, boolean) IS
 -- anon.release_metadata(text): generated from sql/functions/ (implementation: anon_py.release_metadata)
 CREATE OR REPLACE FUNCTION anon_py.release_metadata(release text)
 RETURNS jsonb
-LANGUAGE plpython3u STABLE
+LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 try:
@@ -4368,7 +4368,7 @@ CREATE OR REPLACE FUNCTION anon.release_metadata(
     release text
 )
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE

@@ -337,12 +337,12 @@ class AnonClient:
         owner = self._execute(
             "SELECT o.rolname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid = c.relowner "
             "WHERE c.oid = pg_catalog.to_regclass(%s)::pg_catalog.oid AND NOT o.rolsuper "
-            "AND o.rolname <> current_user", (name,)).fetchone()
+            "AND (o.rolname <> current_user OR current_user <> session_user)", (name,)).fetchone()
         if owner is not None:
             raise errors.PermissionDenied(
                 f"{name} belongs to {owner[0]}, who may add an index at any moment whose predicate "
                 "planning a read would run with your rights",
-                hint=f"Have {owner[0]} read it, or SET ROLE {owner[0]} first.")
+                hint=f"Have {owner[0]} read it in a session of its own.")
         query = sql.SQL("SELECT * FROM {}").format(sql.SQL(name))
         if limit is not None:
             query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))

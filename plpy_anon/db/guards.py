@@ -472,10 +472,12 @@ def check_range_columns(plpy, oid: int, label: str, names: list[str] | None = No
                  "ignored, or have a superuser take over the range type's functions.")
 
 
+# the owner of relation $1 unless it is a superuser, or the caller in a session of its own (under
+# SET ROLE, code planned as the owner can switch back to the session's superuser)
 FOREIGN_OWNER = """
 SELECT o.rolname::text AS owner
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid = c.relowner
-WHERE c.oid = $1 AND NOT o.rolsuper AND o.rolname <> current_user"""
+WHERE c.oid = $1 AND NOT o.rolsuper AND (o.rolname <> current_user OR current_user <> session_user)"""
 
 
 def refuse_foreign_matview(plpy, oid: int, name: str) -> None:
@@ -491,8 +493,16 @@ def refuse_foreign_matview(plpy, oid: int, name: str) -> None:
         raise UnsafeSource(
             f"{name} belongs to {row[0]['owner']}, who may add an index at any moment whose "
             "predicate planning a read would run with your rights",
-            hint=f"Have {row[0]['owner']} run it; a release's risk report, computed with its owner's "
-                 "rights at every build, is in anon.releases.risk.")
+            hint=f"Have {row[0]['owner']} run it, in a session of its own; a release's risk report, "
+                 "computed with its owner's rights at every build, is in anon.releases.risk.")
+
+
+def refuse_foreign_release(plpy, release: dict) -> None:
+    """:func:`refuse_foreign_matview` for the relations of a release (one owner for them all)."""
+    oid = run(plpy, "SELECT pg_catalog.to_regclass(pg_catalog.format('%I.%I', $1::text, $2::text))::pg_catalog.oid AS o",
+              ["text", "text"], [release["release_schema"], release["release_name"]])[0]["o"]
+    if oid is not None:
+        refuse_foreign_matview(plpy, int(oid), f"release {release['release_schema']}.{release['release_name']}")
 
 
 def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = False) -> None:

@@ -480,3 +480,21 @@ def test_the_dba_does_not_read_a_custodians_release_whose_owner_may_add_an_index
     stored = db.execute("SELECT risk FROM anon.releases WHERE format('%%I.%%I', release_schema, release_name) = %s",
                         (rel,)).fetchone()[0]
     assert any(r["measure"] == "smallest_class" for r in stored)
+
+
+def test_break_merge_readers_and_a_set_role_session_do_not_read_a_custodians_release(db, connect, custodian):
+    """A third review: anon.detect_dependencies, anon.dependency_network and anon.breach_report
+    read another role's release with the caller's rights too; and under SET ROLE to the owner,
+    code planned as the owner can switch back to the session's superuser."""
+    role, own = custodian
+    with connect(user=role) as conn:
+        rel = create(conn, own, "break_merge", ", l => 2")
+        assert conn.execute("SELECT count(*) FROM anon.breach_report(%s)", (rel,)).fetchone()[0] > 0
+    for statement in ("SELECT * FROM anon.detect_dependencies(%s)", "SELECT * FROM anon.dependency_network(%s)",
+                      "SELECT * FROM anon.breach_report(%s)"):
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=f"belongs to {role}"):
+            db.execute(statement, (rel,))
+    with connect() as dba:
+        dba.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match=f"belongs to {role}"):
+            dba.execute("SELECT * FROM anon.risk_report(%s)", (rel,))

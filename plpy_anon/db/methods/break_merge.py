@@ -718,6 +718,7 @@ def _learn(plpy, release, scope, max_parents):
 @sql_entry
 def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents):
     row = release_rows.find(plpy, release)
+    guards.refuse_foreign_release(plpy, row)     # read with the caller's rights
     bn = _learn(plpy, row, scope, max_parents)
     if min_support is None:
         min_support = _parameters(row).get("k") or 1
@@ -739,6 +740,7 @@ def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents)
 @sql_entry
 def dependency_network(plpy, release, *, scope, max_parents):
     row = release_rows.find(plpy, release)
+    guards.refuse_foreign_release(plpy, row)     # read with the caller's rights
     bn = _learn(plpy, row, scope, max_parents)
     return [{"parent": p, "child": c} for p, c in bn.edges_]
 
@@ -749,6 +751,7 @@ def dependency_network(plpy, release, *, scope, max_parents):
 @sql_entry
 def breach_report(plpy, release, *, threshold):
     row = release_rows.find(plpy, release)
+    guards.refuse_foreign_release(plpy, row)     # read with the caller's rights
     params = _parameters(row)
     if row["method"] == METHOD:
         guards.table(plpy, row["source"])             # guarded before the source is read again
