@@ -53,10 +53,14 @@ def arrow_type(sql_type: str) -> pa.DataType:
     if sql_type.endswith("[]"):
         return pa.list_(arrow_type(sql_type[:-2]))
     if sql_type in RANGE_ELEMENTS:
-        bound = arrow_type(RANGE_ELEMENTS[sql_type])
-        return pa.struct([("lower", bound), ("upper", bound), ("lower_inclusive", pa.bool_()),
-                          ("upper_inclusive", pa.bool_()), ("empty", pa.bool_())])
+        return range_struct(arrow_type(RANGE_ELEMENTS[sql_type]))
     return AS_JSON.get(sql_type) or FROM_TEXT.get(sql_type) or pa.string()
+
+
+def range_struct(bound: pa.DataType) -> pa.DataType:
+    """A range as a struct of its bounds (of type ``bound``, NULL for unbounded) and flags."""
+    return pa.struct([("lower", bound), ("upper", bound), ("lower_inclusive", pa.bool_()),
+                      ("upper_inclusive", pa.bool_()), ("empty", pa.bool_())])
 
 
 #: read as their text and cast by Arrow (:func:`typed`): floats (JSON has no NaN or Infinity),
@@ -69,9 +73,7 @@ def read_type(sql_type: str) -> pa.DataType:
     if sql_type.endswith("[]"):
         return pa.list_(read_type(sql_type[:-2]))
     if sql_type in RANGE_ELEMENTS:
-        bound = read_type(RANGE_ELEMENTS[sql_type])
-        return pa.struct([("lower", bound), ("upper", bound), ("lower_inclusive", pa.bool_()),
-                          ("upper_inclusive", pa.bool_()), ("empty", pa.bool_())])
+        return range_struct(read_type(RANGE_ELEMENTS[sql_type]))
     return pa.string() if sql_type in FROM_TEXT else arrow_type(sql_type)
 
 
