@@ -337,7 +337,9 @@ class AnonClient:
         owner = self._execute(
             "SELECT o.rolname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid = c.relowner "
             "WHERE c.oid = pg_catalog.to_regclass(%s)::pg_catalog.oid AND NOT o.rolsuper "
-            "AND (o.rolname <> current_user OR current_user <> session_user)", (name,)).fetchone()
+            "AND (o.rolname <> current_user OR current_user <> session_user OR o.oid IS DISTINCT FROM "
+            "(SELECT a.usesysid FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()))",
+            (name,)).fetchone()
         if owner is not None:
             raise errors.PermissionDenied(
                 f"{name} belongs to {owner[0]}, who may add an index at any moment whose predicate "

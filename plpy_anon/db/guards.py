@@ -472,12 +472,16 @@ def check_range_columns(plpy, oid: int, label: str, names: list[str] | None = No
                  "ignored, or have a superuser take over the range type's functions.")
 
 
-# the owner of relation $1 unless it is a superuser, or the caller in a session of its own (under
-# SET ROLE, code planned as the owner can switch back to the session's superuser)
+# the owner of relation $1 unless it is a superuser, or the caller in a session it logged in to
+# itself: under SET ROLE or SET SESSION AUTHORIZATION, code planned as the owner can switch back
+# to the superuser who logged in (pg_stat_activity keeps the role that authenticated)
 FOREIGN_OWNER = """
 SELECT o.rolname::text AS owner
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid = c.relowner
-WHERE c.oid = $1 AND NOT o.rolsuper AND (o.rolname <> current_user OR current_user <> session_user)"""
+WHERE c.oid = $1 AND NOT o.rolsuper
+  AND (o.rolname <> current_user OR current_user <> session_user
+       OR o.oid IS DISTINCT FROM (SELECT a.usesysid FROM pg_catalog.pg_stat_activity a
+                                  WHERE a.pid = pg_catalog.pg_backend_pid()))"""
 
 
 def refuse_foreign_matview(plpy, oid: int, name: str) -> None:

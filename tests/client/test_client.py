@@ -195,6 +195,10 @@ def test_release_frame_reads_only_a_release_of_the_caller_or_a_superuser(pg_serv
             assert len(AnonClient(connection=conn).release_frame(rel)) == 100       # its owner reads it
         with pytest.raises(client_errors.PermissionDenied, match=f"belongs to {role}"):
             AnonClient(connection=db).release_frame(rel)
+        with connect() as dba:        # the superuser who logged in is who planned code can become
+            dba.execute(f"SET SESSION AUTHORIZATION {role}")
+            with pytest.raises(client_errors.PermissionDenied, match=f"belongs to {role}"):
+                AnonClient(connection=dba).release_frame(rel)
     finally:
         db.execute(f"SELECT anon.drop_release('{role}_rel.t_k5', if_exists => true)")
         db.execute(f"DROP SCHEMA IF EXISTS {role}_rel CASCADE; DROP SCHEMA IF EXISTS {role}_data CASCADE")
