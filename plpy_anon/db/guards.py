@@ -489,9 +489,8 @@ def refuse_foreign_matview(plpy, oid: int, name: str) -> None:
     caller. Its owner may add an index whose predicate calls its function at any moment, and
     planning any query on the view runs that function with the reader's rights: LOCK TABLE does
     not take materialized views, and the ACCESS SHARE a read takes does not keep CREATE INDEX
-    out, so no check before the read can stay true (a review made a custodian superuser through
-    the DBA's anon.risk_report this way). Its owner reads it, or plpy_anon does as its owner
-    (a refresh's check and stored risk report: publish.checked_as_owner)."""
+    out, so no check before the read can stay true. Its owner reads it, or plpy_anon does as its
+    owner (a refresh's check and stored risk report: publish.checked_as_owner)."""
     row = run(plpy, FOREIGN_OWNER, ["oid"], [oid])
     if row:
         raise UnsafeSource(
@@ -501,12 +500,14 @@ def refuse_foreign_matview(plpy, oid: int, name: str) -> None:
                  "computed with its owner's rights at every build, is in anon.releases.risk.")
 
 
-def refuse_foreign_release(plpy, release: dict) -> None:
-    """:func:`refuse_foreign_matview` for the relations of a release (one owner for them all)."""
+def refuse_foreign_release(plpy, release: dict, relation: str | None = None) -> None:
+    """:func:`refuse_foreign_matview` for ``relation`` of a release (default: its main one; one
+    owner for them all)."""
+    relation = relation or release["release_name"]
     oid = run(plpy, "SELECT pg_catalog.to_regclass(pg_catalog.format('%I.%I', $1::text, $2::text))::pg_catalog.oid AS o",
-              ["text", "text"], [release["release_schema"], release["release_name"]])[0]["o"]
+              ["text", "text"], [release["release_schema"], relation])[0]["o"]
     if oid is not None:
-        refuse_foreign_matview(plpy, int(oid), f"release {release['release_schema']}.{release['release_name']}")
+        refuse_foreign_matview(plpy, int(oid), ident(plpy, release["release_schema"], relation))
 
 
 def guard_relation(plpy, oid: int, name: str, relkind: str, own_view: bool = False) -> None:

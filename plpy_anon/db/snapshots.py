@@ -52,10 +52,7 @@ def resolve(plpy, name: str) -> tuple[dict, str]:
     relation of a release of several (``schema.relation``). Genuine releases only (55000), and
     only a release its caller or a superuser owns (guards.refuse_foreign_matview)."""
     release, relation = _resolve(plpy, name)
-    oid = run(plpy, "SELECT pg_catalog.to_regclass(pg_catalog.format('%I.%I', $1::text, $2::text))::pg_catalog.oid AS o",
-              ["text", "text"], [release["release_schema"], relation])[0]["o"]
-    if oid is not None:
-        guards.refuse_foreign_matview(plpy, int(oid), ident(plpy, release["release_schema"], relation))
+    guards.refuse_foreign_release(plpy, release, relation)
     return release, relation
 
 
