@@ -1291,7 +1291,8 @@ BEGIN
         END IF;
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                   JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
+                   JOIN anon.releases r ON r.release_schema = n.nspname
+                                        AND coalesce(r.parameters ->> 'storage', r.release_name) = c.relname
                                         AND r.schema_oid = n.oid AND r.release_owner = c.relowner
                    WHERE c.oid = cmd.objid AND c.relkind = 'm') THEN
             BEGIN
@@ -1408,19 +1409,19 @@ $triggers$;
 
 -------------------------------------------------------------------------------
 -- functions/040-mondrian.toml (generated)
--- anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
-CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text)
+-- anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
+CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text)", sqlstate="42501",
-               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text).")
+    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
+               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1447,9 +1448,9 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import creation as _module
-return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, method='mondrian', GD=GD)
+return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='mondrian', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text) IS 'Implementation of anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
 
 CREATE OR REPLACE FUNCTION anon.mondrian_view(
     source regclass,
@@ -1464,7 +1465,8 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     l_diversity text DEFAULT 'distinct',
     c double precision DEFAULT NULL,
     t double precision DEFAULT NULL,
-    split text DEFAULT 'median'
+    split text DEFAULT 'median',
+    layout text DEFAULT NULL
 )
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -1484,7 +1486,7 @@ BEGIN
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
-        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, coalesce($8, ('release')::text), coalesce($9, (false)::boolean), coalesce($10, ('distinct')::text), $11, $12, coalesce($13, ('median')::text));
+        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, coalesce($8, ('release')::text), coalesce($9, (false)::boolean), coalesce($10, ('distinct')::text), $11, $12, coalesce($13, ('median')::text), $14);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -1505,7 +1507,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text) IS
+COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text) IS
     'Creates a materialized view holding a k-anonymous Mondrian release of the table and returns its qualified name. Refresh it to re-anonymize current data. Privacy models asked of every class in each sensitive column (a cut is made only if both sides keep them; the whole table must satisfy them, else 22023 naming the figure): l with l_diversity => ''distinct'' (>= l distinct values that are not NULL, the default; NULL is no value for any model), ''entropy'' (entropy >= ln l) or ''recursive'' (r1 < c (r_l + ... + r_m), c required); t => t-closeness (EMD to the table''s distribution <= t; ordered distance for numeric sensitive columns, equal distance otherwise). split => ''median'' (default) or ''utility'' (least information loss). Each model is checked again from the released rows before publishing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision): generated from sql/functions/ (implementation: anon_py.sweep)
@@ -1896,19 +1898,19 @@ $$;
 COMMENT ON FUNCTION anon.learn_priorities(regclass, double precision, boolean) IS
     'Parses the workload (anon.workload, and pg_stat_statements when installed), counts how each column of the table is used (SELECT list, WHERE/JOIN/HAVING, GROUP BY, ORDER BY), stores the normalized weights in anon.priorities and the predicate cut points in anon.workload_profiles, and returns the weights. Unparseable statements are counted in a NOTICE, never fatal. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
-CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, priorities text, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], target text, metric_weights jsonb, cut_points boolean, cut_tolerance double precision, release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text)
+-- anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
+CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, priorities text, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], target text, metric_weights jsonb, cut_points boolean, cut_tolerance double precision, release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)", sqlstate="42501",
-               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text).")
+    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
+               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1935,9 +1937,9 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import creation as _module
-return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, method='prioritized_mondrian', GD=GD)
+return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text) IS 'Implementation of anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
 
 CREATE OR REPLACE FUNCTION anon.mondrian_view(
     source regclass,
@@ -1957,7 +1959,8 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     l_diversity text DEFAULT 'distinct',
     c double precision DEFAULT NULL,
     t double precision DEFAULT NULL,
-    split text DEFAULT 'median'
+    split text DEFAULT 'median',
+    layout text DEFAULT NULL
 )
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -1982,7 +1985,7 @@ BEGIN
             HINT = 'Pass a value for priorities (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
-        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, coalesce($11, (0.5)::double precision), $12, coalesce($13, ('release')::text), coalesce($14, (false)::boolean), coalesce($15, ('distinct')::text), $16, $17, coalesce($18, ('median')::text));
+        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, coalesce($11, (0.5)::double precision), $12, coalesce($13, ('release')::text), coalesce($14, (false)::boolean), coalesce($15, ('distinct')::text), $16, $17, coalesce($18, ('median')::text), $19);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -2003,22 +2006,22 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text) IS
+COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS
     'Prioritized Mondrian release (materialized view): priorities => ''learned'' (from anon.learn_priorities), a JSON object of column weights, or ''none'' (text), or explicit weights as jsonb, e.g. ''{"age": 1, "sex": 0}''::jsonb; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload''s predicate constants; l, l_diversity, c, t and split as for the plain anon.mondrian_view. Returns the release''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
-CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, priorities jsonb, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], target text, metric_weights jsonb, cut_points boolean, cut_tolerance double precision, release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text)
+-- anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
+CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, priorities jsonb, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], target text, metric_weights jsonb, cut_points boolean, cut_tolerance double precision, release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text)", sqlstate="42501",
-               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text).")
+    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
+               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2045,9 +2048,9 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import creation as _module
-return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, method='prioritized_mondrian', GD=GD)
+return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text) IS 'Implementation of anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
 
 CREATE OR REPLACE FUNCTION anon.mondrian_view(
     source regclass,
@@ -2067,7 +2070,8 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     l_diversity text DEFAULT 'distinct',
     c double precision DEFAULT NULL,
     t double precision DEFAULT NULL,
-    split text DEFAULT 'median'
+    split text DEFAULT 'median',
+    layout text DEFAULT NULL
 )
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -2092,7 +2096,7 @@ BEGIN
             HINT = 'Pass a value for priorities (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
-        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, coalesce($11, (0.5)::double precision), $12, coalesce($13, ('release')::text), coalesce($14, (false)::boolean), coalesce($15, ('distinct')::text), $16, $17, coalesce($18, ('median')::text));
+        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, coalesce($11, (0.5)::double precision), $12, coalesce($13, ('release')::text), coalesce($14, (false)::boolean), coalesce($15, ('distinct')::text), $16, $17, coalesce($18, ('median')::text), $19);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -2113,7 +2117,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text) IS
+COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS
     'Prioritized Mondrian release (materialized view): priorities => ''learned'' (from anon.learn_priorities), a JSON object of column weights, or ''none'' (text), or explicit weights as jsonb, e.g. ''{"age": 1, "sex": 0}''::jsonb; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload''s predicate constants; l, l_diversity, c, t and split as for the plain anon.mondrian_view. Returns the release''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.release_report(text, jsonb): generated from sql/functions/ (implementation: anon_py.release_report)

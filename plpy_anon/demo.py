@@ -193,8 +193,8 @@ def run(k: int, keep: bool) -> None:
             step("new data arrives; refresh re-anonymizes it")
             show(conn, "INSERT INTO patients SELECT patient_id + 10000, full_name, age + 1, sex, zip, "
                        "admitted, diagnosis FROM patients WHERE patient_id <= 200")
-            show(conn, f"REFRESH MATERIALIZED VIEW {release}")
-            show(conn, "SELECT release_name, row_count, achieved_k, refreshed_at FROM anon.releases")
+            show(conn, "SELECT release_name, row_count, achieved_k, refreshed_at "
+                       f"FROM anon.refresh('{release}')")
 
             step("nightly refreshes with pg_cron")
             show(conn, "CREATE EXTENSION pg_cron")

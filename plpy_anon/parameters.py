@@ -164,11 +164,16 @@ SPLIT = Parameter("split", "text", "'median'", Choice(("median", "utility")),
                   help="How a partition is cut: median (default) or utility (least information loss).",
                   hint="Use split => 'median' (the default) or 'utility'.")
 MODELS = (L_DIVERSITY, C, T, SPLIT)
+LAYOUT = Parameter("layout", "text", "NULL", Choice(("flat", "compact")),
+                   help="compact (a view over one stored row per class) or flat (a materialized "
+                        "view of one row per person); NULL: compact unless a sensitive column "
+                        "cannot be stored so (an array, json, a type of its own: then flat).",
+                   hint="Use layout => 'compact', 'flat', or omit it.")
 
 # ------------------------------------------------------------------------------ methods
 
 MONDRIAN = Surface("mondrian", "mondrian_view", (
-    SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE, *MODELS))
+    SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE, *MODELS, LAYOUT))
 
 PRIORITIZED_MONDRIAN = Surface("prioritized_mondrian", "mondrian_view", (
     SOURCE, K,
@@ -180,7 +185,7 @@ PRIORITIZED_MONDRIAN = Surface("prioritized_mondrian", "mondrian_view", (
     Parameter("cut_points", "boolean", "NULL", help="Cut at the workload's constants where k allows (default: true with 'learned')."),
     Parameter("cut_tolerance", "double precision", "0.5",
               help="A cut point replaces the median when its left side holds 1/2 +- cut_tolerance of the rows."),
-    *RELEASE, *MODELS))
+    *RELEASE, *MODELS, LAYOUT))
 
 BREAK_MERGE = Surface("break_merge", "break_merge", (
     SOURCE, K, L, SENSITIVE, QUASI_IDENTIFIERS, IDENTIFIERS,

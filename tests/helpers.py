@@ -93,3 +93,20 @@ BEGIN
   RETURN true;
 END $f$;
 """
+
+
+def matview(conn, release: str) -> str:
+    """The materialized view a plain REFRESH MATERIALIZED VIEW of ``release`` (quoted, qualified)
+    names: a compact release's storage (the release itself is a view over it), else the release."""
+    kind = conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
+                        (release,)).fetchone()
+    if not kind or kind[0] != "v":
+        return release
+    return release[:-1] + '_classes"' if release.endswith('"') else release + "_classes"
+
+
+def drop_statement(conn, relation: str) -> str:
+    """DROP MATERIALIZED VIEW or DROP VIEW (a compact release) of ``relation``, as it is."""
+    kind = conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
+                        (relation,)).fetchone()
+    return f"DROP {'VIEW' if kind and kind[0] == 'v' else 'MATERIALIZED VIEW'} {relation}"

@@ -78,7 +78,8 @@ class Soak:
                     elif op == "refresh":
                         conn.execute("SELECT anon.refresh(%s)", (self.qualified(name),))
                     elif op == "refresh_matview":
-                        conn.execute(f"REFRESH MATERIALIZED VIEW {self.qualified(name)}")
+                        # compact releases (the default): a plain REFRESH names their storage
+                        conn.execute(f"REFRESH MATERIALIZED VIEW {self.qualified(name + '_classes')}")
                     else:
                         conn.execute("SELECT anon.drop_release(%s)", (self.qualified(name),))
                     self.record(op)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plpy_anon.db.columns import columns_as_text
-from plpy_anon.db.sqltext import build_work_mem, ident, local_settings, run
+from plpy_anon.db.compact import ROWS_COLUMN
+from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
 
 #: hash_mem_multiplier of the pass (restored afterwards). The planner sizes each array_agg state
 #: of the class hash table at 8 kB (its memory context's initial block), ~8x what a class's state
@@ -76,7 +77,16 @@ class ClassCounts:
                 and set(sensitive) <= set(self.sensitive))
 
 
-def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
+def per_class_query(plpy, storage: str, rows: str, sensitive) -> str:
+    """:func:`class_query`'s ``grouped`` for a compact release: its storage holds one row per
+    class already (``rows``: the SQL of the rows its view makes of one, each sensitive column an
+    array of the class's values), so no row is hashed."""
+    carried = "".join(f", s.{ident(plpy, column)} AS vals{i}" for i, column in enumerate(sensitive))
+    return (f"SELECT pg_catalog.row_number() OVER () - 1 AS cid, ({rows})::int8 AS n{carried}\n"
+            f"    FROM {storage} AS s")
+
+
+def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None) -> str:
     """ONE pass over the relation for every figure: a hash aggregate over the QIs finds the
     classes, counts their rows and collects their values of each sensitive column
     (``array_agg``); the class-size histogram (``sizes``, ``classes``) and, per sensitive column
@@ -87,7 +97,8 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
     dense_rank over them) cost 10 of 25 s at 2M release rows, and grew faster than the rows. One
     pass, not one per figure: each pass re-hashes every row's ranges and arrays (2.3 s a pass at
     1M release rows). ``as_text``: sensitive columns counted by their text form (a type without
-    equality or ordering, e.g. json)."""
+    equality or ordering, e.g. json). ``grouped``: the classes' query when they are stored
+    (:func:`per_class_query`)."""
     group = ", ".join(ident(plpy, q) for q in qis)
     texts = dict(zip(as_text, columns_as_text(plpy, relation, as_text)))
     values = []
@@ -129,20 +140,59 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=()) -> str:
         f"    FROM (SELECT DISTINCT pg_catalog.unnest(c.vals{i}) AS v FROM grouped AS c) AS u\n"
         f"    WHERE u.v IS NOT NULL)"
         for i in range(len(values)))
+    grouped = grouped or (f"SELECT pg_catalog.row_number() OVER () - 1 AS cid, g.n{carried}\n"
+                          f"    FROM (SELECT count(*) AS n{collected} FROM {relation}\n"
+                          f"          GROUP BY {group}) AS g")
     return (
         f"WITH grouped AS MATERIALIZED (\n"
-        f"    SELECT pg_catalog.row_number() OVER () - 1 AS cid, g.n{carried}\n"
-        f"    FROM (SELECT count(*) AS n{collected} FROM {relation}\n"
-        f"          GROUP BY {group}) AS g){ranked}\n"
+        f"    {grouped}){ranked}\n"
         f"SELECT *\n"
         f"FROM (SELECT array_agg(h.size)::text AS sizes, array_agg(h.classes)::text AS classes\n"
         f"      FROM (SELECT n AS size, count(*) AS classes FROM grouped GROUP BY n) AS h) AS hist\n"
         f"{tables}")
 
 
-def count(plpy, relation: str, qis, sensitive) -> ClassCounts:
-    """Run :func:`class_query` over ``relation`` (quoted) grouped by ``qis``."""
+@dataclass(frozen=True)
+class Storage:
+    """Where a compact release's classes are stored: its storage relation (quoted) and the SQL
+    of the rows its view makes of one stored row (``s``)."""
+
+    relation: str
+    rows: str
+
+
+def storage_for(plpy, release: dict) -> tuple[str, Storage] | None:
+    """(the relation analysts read, its Storage) of a compact release, else None."""
+    params = jsonb(release["parameters"])
+    if not params.get("storage"):
+        return None
+    sensitive = [f"pg_catalog.cardinality(s.{ident(plpy, c)})" for c in params.get("sensitive") or []]
+    # the view unnests the arrays side by side: as many rows as the longest (NULLs pad the others)
+    rows = (f"coalesce(GREATEST({', '.join(sensitive)}), 0)" if sensitive
+            else f"s.{ident(plpy, ROWS_COLUMN)}")
+    schema = release["release_schema"]
+    return (ident(plpy, schema, release["release_name"]),
+            Storage(ident(plpy, schema, params["storage"]), rows))
+
+
+def classes_merge(plpy, storage: Storage, qis) -> bool:
+    """Whether two stored classes have the same released QIs, so that an analyst sees them as
+    one class (possible, rare: e.g. two classes of only NULLs). Their counts are then taken from
+    the view, whose GROUP BY merges them."""
+    group = ", ".join(f"s.{ident(plpy, q)}" for q in qis)
+    with local_settings(plpy, work_mem=build_work_mem(plpy), enable_sort="off", jit="off"):
+        return plpy.execute(f"SELECT EXISTS (SELECT FROM {storage.relation} AS s GROUP BY {group} "
+                            f"HAVING count(*) > 1) AS merge")[0]["merge"]
+
+
+def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None) -> ClassCounts:
+    """Run :func:`class_query` over ``relation`` (quoted) grouped by ``qis``; over ``storage``'s
+    stored classes instead when ``relation`` is a compact release's view and no two of them
+    merge (checked first)."""
     sensitive = list(dict.fromkeys(sensitive))
+    grouped = None
+    if storage is not None and not classes_merge(plpy, storage, qis):
+        grouped = per_class_query(plpy, storage.relation, storage.rows, sensitive)
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
     # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
@@ -150,7 +200,8 @@ def count(plpy, relation: str, qis, sensitive) -> ClassCounts:
     # rows, for a plan that runs once): JIT off too.
     with local_settings(plpy, work_mem=build_work_mem(plpy), hash_mem_multiplier=HASH_MEM_MULTIPLIER,
                         enable_sort="off", jit="off"):
-        row = plpy.execute(class_query(plpy, relation, qis, sensitive, as_text=as_text))[0]
+        row = plpy.execute(class_query(plpy, relation, qis, sensitive, as_text=as_text,
+                                       grouped=grouped if not as_text else None))[0]
     tables = {s: tuple(int_array(row[f"{part}{i}"]) for part in ("cids", "vids", "ns"))
               for i, s in enumerate(sensitive)}
     return ClassCounts(relation, tuple(qis), tuple(sensitive), int_array(row["sizes"]),
@@ -162,10 +213,13 @@ class Counter:
     columns a later reader (the risk report) will ask for, so the first :meth:`get` (the check)
     counts them too and the later one is served from it."""
 
-    def __init__(self, plpy):
+    def __init__(self, plpy, release: dict | None = None):
         self._plpy = plpy
         self._expected: dict[tuple[str, frozenset], list[str]] = {}
         self._done: list[ClassCounts] = []
+        # a compact release's view is counted from its stored classes
+        self._stored = dict([storage_for(plpy, release)]) if release is not None \
+            and storage_for(plpy, release) else {}
 
     def expect(self, relation: str, qis, sensitive) -> None:
         key = (relation, frozenset(qis))
@@ -176,7 +230,7 @@ class Counter:
             if done.serves(relation, qis, sensitive):
                 return done
         wanted = list(sensitive) + self._expected.get((relation, frozenset(qis)), [])
-        counts = count(self._plpy, relation, qis, wanted)
+        counts = count(self._plpy, relation, qis, wanted, self._stored.get(relation))
         self._done.append(counts)
         return counts
 

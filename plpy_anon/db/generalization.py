@@ -68,6 +68,7 @@ import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db import columns as catalog
+from plpy_anon.db.compact import ROWS_COLUMN
 from plpy_anon.db.sqltext import ident, int_array_literal, run  # noqa: F401 -- re-exported
 
 EPOCH_DATE = np.datetime64("2000-01-01", "D")
@@ -80,7 +81,8 @@ def output_type(col, hierarchical: bool) -> str:
 
 
 def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str,
-                               *, literal_ranges: bool = False, sliced: bool = False) -> str:
+                               *, literal_ranges: bool = False, sliced: bool = False,
+                               compact: bool = False) -> str:
     """The query of a release whose partitioning function returns an ``anon.partition`` (see the
     module docstring for its shape and why). ``qi_types``: released SQL type of each QI, in the
     order of the ``q0, q1, ...`` class columns. Rows whose class id is negative are suppressed.
@@ -92,7 +94,14 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
 
     ``sliced``: ``partition_call`` is a set-returning function of ``anon.partition_slice`` (the
     Mondrian family: whole classes in release order, a slice at a time) instead of one
-    ``anon.partition``."""
+    ``anon.partition``.
+
+    ``compact`` (with ``sliced``): one row per class instead of one per person, the storage of a
+    compact release (:func:`compact_view_query` reads it): the class's released QIs once, and
+    each sensitive column as the array of its rows' values (in release order), or the class's
+    row count (``_rows``) when nothing sensitive is released. The containment filter applies
+    before the rows are counted, so a row outside its class's values is missing from the array
+    and the row-count check refuses the release as it does a flat one."""
     qi_names = list(qi_types)
     by_name = {col.name: col for col, _ in roles}
     sensitive = [col for col, role in roles if role == "sensitive"]
@@ -170,6 +179,14 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         # classes numbered by their first source row: the release order is the positions only
         joined = "FROM kept_rows AS rs\nJOIN classes AS c ON c.class_id = rs.class_id"
         order = "rs.row_position"
+    if compact:
+        assert sliced and not literal_ranges, "a compact release is a Mondrian family's"
+        return compact_storage_query(plpy, roles, qi_names, qi_types, ranged, literal, checked,
+                                     sensitive, kept, source, run, handed_back)
+    final = (f"SELECT {', '.join(selects)}\n"
+             f"{joined}\n"
+             f"{where}\n"
+             f"ORDER BY {order}")
     return (
         f"WITH run AS MATERIALIZED ({run}),\n"
         f"{handed_back}"
@@ -181,10 +198,60 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         f"classes AS MATERIALIZED (\n"
         f"    SELECT b.class_id, {', '.join(generalized)}\n"
         f"{class_source})\n"
-        f"SELECT {', '.join(selects)}\n"
+        f"{final}")
+
+
+def compact_storage_query(plpy, roles, qi_names, qi_types, ranged, literal, checked, sensitive,
+                          kept, source, run, handed_back) -> str:
+    """:func:`generalized_release_query` for a compact release: one row per class, in ONE pass
+    over the joined rows. They are sorted into release order (class, position) and each class is
+    aggregated as it passes: its ranges are the ``min``/``max`` of its rows (so a row is inside
+    its class's range by construction, and no bounds are computed beforehand: no materialized
+    copy of every row, which spilled ~1 GB at 10M rows), its value sets come from the run (one
+    per class, joined in the same order) and are checked by the containment filter, and each
+    sensitive column becomes the array of its rows' values in release order. The sets are taken
+    with ``max`` (one value per class): joining the classes after the grouping, the planner
+    (which cannot estimate the groups) nested loops over them, 70,000 x 70,000 comparisons at
+    1M rows."""
+    values = []
+    for i, name in enumerate(qi_names):
+        if i in ranged:
+            values.append(range_expression(qi_types[name], i, False,
+                                           (f"pg_catalog.min(rs.v{i})", f"pg_catalog.max(rs.v{i})")))
+        else:
+            values.append(f"pg_catalog.max(c.q{i})")
+    stored = [f"{values[qi_names.index(col.name)]} AS {ident(plpy, col.name)}"
+              if role == "quasi_identifier"
+              else f"pg_catalog.array_agg(rs.s{sensitive.index(col)} ORDER BY rs.row_position) "
+                   f"AS {ident(plpy, col.name)}"
+              for col, role in roles if role in ("quasi_identifier", "sensitive")]
+    if not sensitive:
+        stored.append(f"pg_catalog.count(*)::int4 AS {ROWS_COLUMN}")
+    joined = (f"FROM (SELECT r.class_id, r.row_position{kept}\n"
+              f"      FROM slice_rows AS r\n"
+              f"      JOIN {source} AS s ON s.tableoid = r.row_tableoid AND s.ctid = r.row_ctid\n"
+              f"      ORDER BY r.class_id, r.row_position) AS rs")
+    classes = ""
+    if literal:
+        elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
+                             for i in literal)
+        aliases = ", ".join(f"q{i}" for i in literal)
+        casts = ", ".join(f"x.q{i}::{qi_types[qi_names[i]]} AS q{i}" for i in literal)
+        classes = (f"classes AS MATERIALIZED (\n"
+                   f"    SELECT (run.p).first_class + x.class_no - 1 AS class_id, {casts}\n"
+                   f"    FROM run, ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)),\n")
+        joined += "\nJOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id"
+    filters = [containment_test(qi_types[qi_names[i]], i) for i in checked if i not in ranged]
+    where = f"WHERE {' AND '.join(filters)}\n" if filters else ""
+    return (
+        f"WITH run AS MATERIALIZED ({run}),\n"
+        f"{handed_back.rstrip().rstrip(',')}{',' if classes else ''}\n"
+        f"{classes.rstrip().rstrip(',')}\n"
+        f"SELECT {', '.join(stored)}\n"
         f"{joined}\n"
-        f"{where}\n"
-        f"ORDER BY {order}")
+        f"{where}"
+        f"GROUP BY rs.class_id\n"
+        f"ORDER BY rs.class_id")
 
 
 FLOAT_TYPES = ("float4", "float8")
@@ -226,19 +293,22 @@ def containment_test(qi_type: str, i: int) -> str:
     return f"pg_catalog.array_position(c.q{i}, rs.v{i}) IS NOT NULL"
 
 
-def range_expression(range_type: str, i: int, literal_ranges: bool) -> str:
+def range_expression(range_type: str, i: int, literal_ranges: bool,
+                     bounds: tuple[str, str] | None = None) -> str:
     """The released range of QI ``i`` from its class's bounds ``b.lo<i>``/``b.hi<i>`` (column
-    type): inclusive ``[lo, hi]``; NULL when the class holds only NULLs; upper-unbounded when
-    ``hi`` is the maximum of a discrete type (``[lo, max]`` would canonicalize to an overflowing
-    ``[lo, max + 1)``). With ``literal_ranges``, merged with the class's range literal ``x.q<i>``."""
+    type; or the expressions ``bounds``): inclusive ``[lo, hi]``; NULL when the class holds only
+    NULLs; upper-unbounded when ``hi`` is the maximum of a discrete type (``[lo, max]`` would
+    canonicalize to an overflowing ``[lo, max + 1)``). With ``literal_ranges``, merged with the
+    class's range literal ``x.q<i>``."""
     element, maximum = catalog.RANGE_ELEMENTS[range_type]
     fn = f"pg_catalog.{range_type}"
-    lo, hi = f"b.lo{i}::{element}", f"b.hi{i}::{element}"
+    low, high = bounds or (f"b.lo{i}", f"b.hi{i}")
+    lo, hi = f"{low}::{element}", f"{high}::{element}"
     unbounded = f"WHEN {hi} = {maximum} THEN {fn}({lo}, NULL, '[)') " if maximum else ""
-    exact = f"CASE WHEN b.lo{i} IS NULL THEN NULL::{range_type} {unbounded}ELSE {fn}({lo}, {hi}, '[]') END"
+    exact = f"CASE WHEN {low} IS NULL THEN NULL::{range_type} {unbounded}ELSE {fn}({lo}, {hi}, '[]') END"
     if not literal_ranges:
         return exact
-    return (f"CASE WHEN b.lo{i} IS NULL THEN x.q{i}::{range_type} "
+    return (f"CASE WHEN {low} IS NULL THEN x.q{i}::{range_type} "
             f"ELSE pg_catalog.range_merge(x.q{i}::{range_type}, {exact}) END")
 
 

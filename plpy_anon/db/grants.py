@@ -81,7 +81,8 @@ def release_relations(plpy, release: dict) -> list[str]:
     (releases.genuine_relations: in the schema the release was created in, owned by its creator;
     nothing of a stale release whose schema was dropped or re-created outside plpy_anon)."""
     schema = release["release_schema"]
-    return [ident(plpy, schema, rel) for rel, _ in genuine_relations(plpy, release)]
+    stored = jsonb(release["parameters"]).get("storage")   # read through the view only
+    return [ident(plpy, schema, rel) for rel, _ in genuine_relations(plpy, release) if rel != stored]
 
 
 def restricted_to(release: dict) -> list[str] | None:
@@ -138,6 +139,9 @@ ours AS (
     SELECT r.* FROM anon.releases r, ns WHERE r.release_schema = $1 AND r.schema_oid = ns.oid),
 rel_names AS (
     SELECT r.release_owner, r.release_name::text AS name, false AS temp FROM ours r
+    UNION ALL
+    SELECT r.release_owner, r.parameters ->> 'storage', false FROM ours r
+    WHERE r.parameters ->> 'storage' IS NOT NULL
     UNION ALL
     SELECT r.release_owner, o.name, false FROM ours r,
         pg_catalog.jsonb_array_elements_text(CASE WHEN pg_catalog.jsonb_typeof(r.parameters -> 'objects') = 'array'
@@ -205,8 +209,8 @@ SELECT ARRAY(SELECT what FROM described WHERE what IS NOT NULL ORDER BY rank, wh
 
 def foreign_objects(plpy, schema: str) -> list[str]:
     """Descriptions of what ``schema`` holds besides releases (empty: releases only)."""
-    ids = run(plpy, "SELECT release_id, release_name::text AS name FROM anon.releases WHERE release_schema = $1",
-              ["text"], [schema])
+    ids = run(plpy, "SELECT release_id, coalesce(parameters ->> 'storage', release_name::text) AS name "
+                    "FROM anon.releases WHERE release_schema = $1", ["text"], [schema])
     temps = [temp_name(r["name"], r["release_id"]) for r in ids]
     return list(run(plpy, FOREIGN_OBJECTS, ["text", "text[]", "int4[]"],
                     [schema, temps, [r["release_id"] for r in ids]])[0]["objects"])

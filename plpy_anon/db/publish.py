@@ -24,6 +24,7 @@ from plpy_anon.db.release_rows import (
     take_run,
 )
 from plpy_anon.db.sqltext import build_work_mem, ident, local_settings, progress, run
+from plpy_anon.db.swap_locks import SwapWaits, lock_for_swap
 
 
 def check_name(name: str, what: str) -> None:
@@ -150,7 +151,7 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
     if method is not None and method.check_relations is not None:
         method.check_relations(plpy, release)        # before anything reads them (its views)
     report_target = risk.stored_target(plpy, release, method)
-    counter = class_counts.Counter(plpy)
+    counter = class_counts.Counter(plpy, release)
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive)
     figures, report = checked_as_owner(plpy, release, lambda: (
@@ -248,7 +249,14 @@ def drop(plpy, release: dict) -> None:
     re-created outside plpy_anon) only the catalog row goes, whatever now carries its names."""
     lock_release(plpy, release["release_id"])
     schema = release["release_schema"]
-    for rel, kind in genuine_relations(plpy, release):
+    found = genuine_relations(plpy, release)
+    if len(found) > 1:
+        # readers lock a view before what it reads, a plain REFRESH's check its storage before
+        # the view: locked together in bounded attempts, so neither order can deadlock the drop
+        lock_for_swap(plpy, release, [("VIEW" if kind == "v" else "MATERIALIZED VIEW", schema, rel)
+                                      for rel, kind in found if kind in ("v", "m")],
+                      SwapWaits.from_settings(plpy), action="drop")
+    for rel, kind in found:
         if kind == "m":
             plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, rel)}")
         elif kind == "v":

@@ -39,7 +39,6 @@ server's configuration (a session's or role's value is ignored: see settings.py)
 from __future__ import annotations
 
 import graphlib
-import random
 import re
 import time
 
@@ -53,17 +52,20 @@ from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name
     by_id,
     check_genuine,
     lock_release,
+    owned_relations,
     relation_exists,
+    storage_of,
     take_run,
     temp_name,
 )
 from plpy_anon.db.settings import may_read_all_settings, server_setting
-from plpy_anon.db.sqltext import ident, jsonb, progress, run
-
-
-def qualified_text(release: dict) -> str:
-    return f"{release['release_schema']}.{release['release_name']}"
-
+from plpy_anon.db.sqltext import ident, progress, run
+from plpy_anon.db.swap_locks import (  # noqa: F401 -- LockNotAvailable: raised through here
+    LockNotAvailable,
+    SwapWaits,
+    lock_for_swap,
+    qualified_text,
+)
 
 # ---------------------------------------------------------------------------- one release
 
@@ -121,13 +123,19 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     views over it (``parameters.objects``, e.g. Break-Merge's QIT/ST/merge views) are recreated
     on the new view with their owner, privileges and comment. ``analyze``: ANALYZE the new view
     before the swap (the views' plans need statistics)."""
-    schema, name = release["release_schema"], release["release_name"]
+    schema, name = release["release_schema"], storage_of(release)
     # The new view is built from the old one's query (pg_get_viewdef), run with our rights: only
     # ever the query of a view plpy_anon made (schema OID and owner as recorded at creation).
     check_genuine(plpy, release)
     waits = SwapWaits.from_settings(plpy)          # bad settings fail before the long build
     rel = view_oid(plpy, schema, name)
     views = owned_views(plpy, release)
+    missing = sorted(set(owned_relations(plpy, release)) - {name} - {v for v, _ in views})
+    if missing:          # e.g. a compact release's view, dropped outside plpy_anon
+        raise UndefinedObject(
+            f"relation {', '.join(missing)} of release {qualified_text(release)} no longer exists",
+            hint="They were dropped outside plpy_anon; remove the catalog entry with anon.drop_release "
+                 "and create the release again.")
     source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
     if blocks_swap(plpy, rel, [oid for _, oid in views]):
         progress(plpy, "other objects depend on the release: refreshing in place (readers wait)")
@@ -192,9 +200,11 @@ def build_frozen(plpy, qualified: str, query: str, owner: str) -> None:
 
 
 def owned_views(plpy, release: dict) -> list[tuple[str, int]]:
-    """The plain views a release owns besides its main relation (``parameters.objects``, in that
-    order: dependents first), with their OIDs; objects that are not views are not swapped."""
-    objects = (jsonb(release.get("parameters")) or {}).get("objects", [])
+    """The plain views a release owns over its materialized view (``parameters.objects``, and a
+    compact release's own view, in ``owned_relations`` order: dependents first), with their
+    OIDs; relations that are not views are not swapped."""
+    storage = storage_of(release)
+    objects = [o for o in owned_relations(plpy, release) if o != storage]
     if not objects:
         return []
     rows = run(plpy, """
@@ -204,114 +214,6 @@ def owned_views(plpy, release: dict) -> list[tuple[str, int]]:
         ["text", "text[]"], [release["release_schema"], list(objects)])
     oids = {r["name"]: r["oid"] for r in rows}
     return [(o, oids[o]) for o in objects if o in oids]
-
-
-# ---------------------------------------------------------------------------- bounded lock waits
-
-DEFAULT_ATTEMPT = 0.2        # plpy_anon.swap_lock_timeout: one lock attempt, seconds
-DEFAULT_WAIT = 60.0          # plpy_anon.swap_wait: all attempts together, seconds
-MAX_PAUSE = 2.0              # longest pause between attempts, seconds
-DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(us|ms|s|min|h|d)?\s*$")
-UNIT_SECONDS = {"us": 1e-6, "ms": 1e-3, None: 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-class LockNotAvailable(AnonError):
-    """The swap could not take its lock within plpy_anon.swap_wait: long readers hold the release."""
-
-    sqlstate = "55P03"
-
-
-def parse_duration(setting: str, value: str | None, default: float) -> float:
-    """A duration setting in seconds: '200ms', '30s', '5min', '1h'; a bare number is milliseconds
-    (as for lock_timeout). Unset or empty: ``default``."""
-    if value is None or not value.strip():
-        return default
-    match = DURATION.match(value.strip().lower())
-    if match is None:
-        raise InvalidParameter(f"{setting} = '{value}' is not a duration",
-                               hint=f"Use e.g. SET {setting} = '200ms', '30s' or '5min' (a bare number is milliseconds).")
-    return float(match.group(1)) * UNIT_SECONDS[match.group(2)]
-
-
-class SwapWaits:
-    """How long the swap may wait for readers: ``attempt`` seconds per lock attempt (readers that
-    arrive meanwhile queue behind it for at most that long), ``total`` seconds in all."""
-
-    def __init__(self, attempt: float, total: float):
-        self.attempt, self.total = attempt, total
-
-    @classmethod
-    def from_settings(cls, plpy) -> SwapWaits:
-        row = run(plpy, """
-            SELECT pg_catalog.current_setting('plpy_anon.swap_lock_timeout', true) AS attempt,
-                   pg_catalog.current_setting('plpy_anon.swap_wait', true) AS total""")[0]
-        attempt = parse_duration("plpy_anon.swap_lock_timeout", row["attempt"], DEFAULT_ATTEMPT)
-        total = parse_duration("plpy_anon.swap_wait", row["total"], DEFAULT_WAIT)
-        if attempt < 0.001:
-            raise InvalidParameter(f"plpy_anon.swap_lock_timeout must be at least 1ms, got '{row['attempt']}'",
-                                   hint="Use e.g. SET plpy_anon.swap_lock_timeout = '200ms'.")
-        return cls(attempt, total)
-
-
-def lock_for_swap(plpy, release: dict, relations: list[tuple[str, str, str]], waits: SwapWaits) -> None:
-    """ACCESS EXCLUSIVE locks on ``relations`` ((kind, schema, name): what the swap drops or the
-    in-place REFRESH rewrites) without ever sitting in the lock queue in front of readers for
-    more than ``waits.attempt``: each attempt runs in a subtransaction with a short lock_timeout;
-    between attempts the queue is free (new readers pass) while we back off; after
-    ``waits.total`` the refresh gives up with SQLSTATE 55P03 and the old release stays.
-
-    The lock is taken with ``ALTER ... OWNER TO <its owner>``: a no-op that takes ACCESS
-    EXCLUSIVE (LOCK TABLE refuses materialized views)."""
-    targets = run(plpy, """
-        SELECT c.oid, t.kind, pg_catalog.quote_ident(t.schema) || '.' || pg_catalog.quote_ident(t.name) AS qualified,
-               pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(c.relowner)) AS owner
-        FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3))
-             WITH ORDINALITY AS t(kind, schema, name, i)
-        JOIN pg_catalog.pg_namespace n ON n.nspname = t.schema
-        JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.name
-        ORDER BY t.i""", ["text[]", "text[]", "text[]"],
-        [[r[0] for r in relations], [r[1] for r in relations], [r[2] for r in relations]])
-    if not targets:
-        return
-    assert all(t["kind"] in ("VIEW", "MATERIALIZED VIEW") for t in targets)   # ours, never user text
-    previous = run(plpy, "SELECT pg_catalog.current_setting('lock_timeout') AS v")[0]["v"]
-    attempt_ms = max(1, round(waits.attempt * 1000))
-    t0, pause, attempts = time.monotonic(), 0.05, 0
-    while True:
-        attempts += 1
-        try:
-            with plpy.subtransaction():
-                run(plpy, "SELECT pg_catalog.set_config('lock_timeout', $1, true)", ["text"], [f"{attempt_ms}ms"])
-                for t in targets:
-                    plpy.execute(f"ALTER {t['kind']} {t['qualified']} OWNER TO {t['owner']}")
-        except plpy.spiexceptions.LockNotAvailable:
-            waited = time.monotonic() - t0
-            if waited >= waits.total:      # the whole budget spent, never less (no early give-up)
-                raise gave_up(plpy, release, targets, waited, attempts, waits) from None
-            run(plpy, "SELECT pg_catalog.pg_sleep($1)", ["float8"],
-                [min(pause * random.uniform(0.5, 1.0), waits.total - waited)])
-            pause = min(pause * 2, MAX_PAUSE)
-            continue
-        finally:
-            run(plpy, "SELECT pg_catalog.set_config('lock_timeout', $1, true)", ["text"], [previous])
-        if attempts > 1:
-            progress(plpy, f"swap lock taken after {attempts} attempts ({time.monotonic() - t0:.2f} s)")
-        return
-
-
-def gave_up(plpy, release, targets, waited, attempts, waits) -> LockNotAvailable:
-    holders = run(plpy, """
-        SELECT pg_catalog.string_agg(DISTINCT l.pid::text, ', ') AS pids FROM pg_catalog.pg_locks l
-        WHERE l.relation = ANY($1) AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()""",
-        ["oid[]"], [[t["oid"] for t in targets]])[0]["pids"]
-    return LockNotAvailable(
-        f"refresh of release {qualified_text(release)} gave up after waiting {waited:.1f} s for "
-        f"transactions reading it to finish; the previous release is kept",
-        detail=f"{attempts} lock attempts of {waits.attempt * 1000:.0f} ms each within "
-               f"plpy_anon.swap_wait = {waits.total:g} s; backends holding it: {holders or 'none left'}.",
-        hint="Long-running transactions are reading the release (see pg_stat_activity for those "
-             "backends): let them finish or end them, or allow a longer wait, e.g. "
-             "SET plpy_anon.swap_wait = '10min', and refresh again.")
 
 
 def view_oid(plpy, schema: str, name: str) -> int:

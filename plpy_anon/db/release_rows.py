@@ -147,7 +147,7 @@ def wrong_kinds(plpy, release: dict) -> list[str]:
         SELECT c.relname::text AS name, c.relkind::text AS kind FROM pg_catalog.pg_class c
         WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname::text = ANY($2)""",
         ["text", "text[]"], [release["schema_oid"], names])
-    expected = {name: "v" for name in names} | {release["release_name"]: "m"}
+    expected = {name: "v" for name in names} | {storage_of(release): "m"}
     return sorted(f"{r['name']} is a {KINDS.get(r['kind'], r['kind'])}" for r in rows
                   if r["kind"] != expected[r["name"]])
 
@@ -363,10 +363,16 @@ def qualified_name(plpy, release: dict) -> str:
 
 def owned_relations(plpy, release: dict) -> list[str]:
     """The relations a release owns: its main relation plus any listed in parameters.objects
-    (dependents first, so views over tables drop cleanly)."""
-    params = release["parameters"]
-    params = jsonb(params)
-    return list(params.get("objects", [])) + [release["release_name"]]
+    and its storage (a compact release's), dependents first, so views over tables drop cleanly."""
+    params = jsonb(release["parameters"])
+    storage = params.get("storage")
+    return list(params.get("objects", [])) + [release["release_name"]] + ([storage] if storage else [])
+
+
+def storage_of(release: dict) -> str:
+    """The materialized view holding a release's rows: a compact release's storage (under the
+    view analysts read), else the release's own relation."""
+    return jsonb(release["parameters"]).get("storage") or release["release_name"]
 
 
 LOCK_CLASS = 0x616E6F6E   # advisory lock namespace ('anon'): one refresh, drop or replace per release at a time

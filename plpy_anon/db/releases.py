@@ -58,7 +58,8 @@ def record_refresh(plpy, GD, relation_oid: int) -> None:
     rows = run(plpy, """
         SELECT r.* FROM anon.releases r
         JOIN pg_catalog.pg_namespace n ON n.nspname = r.release_schema AND n.oid = r.schema_oid
-        JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = r.release_name
+        JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid
+                                  AND c.relname = coalesce(r.parameters ->> 'storage', r.release_name)
                                   AND c.relowner = r.release_owner AND c.relkind = 'm'
         WHERE c.oid = $1""", ["oid"], [relation_oid])
     for r in rows:

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from plpy_anon.core.errors import AnonError
 from plpy_anon.db.class_counts import ClassCounts, Counter
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.release_rows import check_genuine
+from plpy_anon.db.release_rows import check_genuine, storage_of
 from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
 from plpy_anon.parameters import L_DIVERSITY
 
@@ -131,11 +131,12 @@ def spec_for(plpy, release: dict, stats: dict | None, method: ReleaseMethod) -> 
 
 
 def is_populated(plpy, release: dict) -> bool:
+    """Whether the release's materialized view (a compact release's storage) holds rows."""
     rows = run(plpy, """
         SELECT c.relispopulated FROM pg_catalog.pg_class c
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = $1 AND c.relname = $2""", ["text", "text"],
-        [release["release_schema"], release["release_name"]])
+        [release["release_schema"], storage_of(release)])
     return bool(rows) and bool(rows[0]["relispopulated"])
 
 
@@ -228,7 +229,7 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
     spec = spec_for(plpy, release, stats, method)
     counts = None
     if spec.class_key:
-        counts = (counter or Counter(plpy)).get(spec.relation, spec.class_key,
+        counts = (counter or Counter(plpy, release)).get(spec.relation, spec.class_key,
                                                 counted_sensitive(spec))
         row = {"n_rows": counts.n_rows, "n_classes": counts.n_classes,
                "smallest": counts.smallest}

@@ -70,7 +70,8 @@ BEGIN
         END IF;
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                   JOIN anon.releases r ON r.release_schema = n.nspname AND r.release_name = c.relname
+                   JOIN anon.releases r ON r.release_schema = n.nspname
+                                        AND coalesce(r.parameters ->> 'storage', r.release_name) = c.relname
                                         AND r.schema_oid = n.oid AND r.release_owner = c.relowner
                    WHERE c.oid = cmd.objid AND c.relkind = 'm') THEN
             BEGIN

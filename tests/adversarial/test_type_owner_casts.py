@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from psycopg import sql
 
-from tests.helpers import PAYLOAD_FUNCTION, notices
+from tests.helpers import PAYLOAD_FUNCTION, matview, notices
 from tests.helpers import assert_payload_not_run as assert_not_run
 
 # Every cast function raises a NOTICE naming who runs it and, run by a superuser, makes its owner
@@ -77,7 +77,7 @@ def test_releases_and_refreshes_never_call_the_type_owners_casts(as_dba, db, con
         assert labels == ["F", "M", "g1", "g2", "g3"]
         assert dba.execute(f"SELECT pg_typeof(grade)::text FROM {name} LIMIT 1").fetchone()[0] == "text[]"
         dba.execute("SELECT anon.refresh(%s)", (name,))
-        dba.execute(f"REFRESH MATERIALIZED VIEW {name}")
+        dba.execute(f"REFRESH MATERIALIZED VIEW {matview(dba, name)}")
         by_sex = dba.execute(f"SELECT anon.mondrian_view('{s}.t', k => 5, l => 2, "
                              "quasi_identifiers => '{age,grade}', sensitive => '{sex}', "
                              "release_name => 'by_sex', release_schema => %s)",
@@ -137,6 +137,6 @@ def test_a_cast_added_after_the_release_is_not_called_by_its_refresh(as_dba, own
                           f"AS $f$ BEGIN PERFORM {s}.payload(); RETURN pg_catalog.format('%s', $1); "
                           f"END $f$; CREATE CAST ({s}.sexe AS text) WITH FUNCTION {s}.sexe_text({s}.sexe)")
             dba.execute("SELECT anon.refresh(%s)", (name,))
-            dba.execute(f"REFRESH MATERIALIZED VIEW {name}")
+            dba.execute(f"REFRESH MATERIALIZED VIEW {matview(dba, name)}")
             dba.execute("SELECT anon.refresh_all()")
         assert_not_run(db, role, seen)

@@ -66,6 +66,7 @@ class Method:
     qi_columns: tuple = tuple(QIS)             # released quasi-identifier columns
     qi_suffix: str = ""                        # relation of the QIs: release name + suffix
     published_suffixes: tuple = ("",)          # every relation the release publishes
+    storage_suffix: str = ""                   # its materialized view: release name + suffix
     values: str = "generalized"                # generalized | microaggregated | substituted
     reader: str = "analyst"                    # analyst (grant_analyst) | requester (trust)
 
@@ -101,6 +102,10 @@ class Method:
 METHODS = [
     Method("mondrian_view", "mondrian_view", l_arg="l",
            fixed={"quasi_identifiers": QIS, "sensitive": ["salary"]}),
+    # the compact layout: a view over one stored row per class
+    Method("mondrian_view_compact", "mondrian_view", l_arg="l",
+           fixed={"quasi_identifiers": QIS, "sensitive": ["salary"], "layout": "compact"},
+           storage_suffix="_classes"),
     Method("prioritized_mondrian_view", "mondrian_view", l_arg="l",
            fixed={"priorities": '{"age": 1, "job": 0.2}', "quasi_identifiers": QIS,
                   "sensitive": ["salary"]}),

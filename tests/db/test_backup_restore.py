@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 
 from plpy_anon.cluster import PG_BIN, ThrowawayCluster
-from tests.helpers import class_sizes
+from tests.helpers import class_sizes, drop_statement, matview
 
 SOURCE_DB = "anon_backup_source"
 CATALOG = {
@@ -120,7 +120,7 @@ def test_a_dump_restores_every_release_queryable_refreshable_and_verified(source
         for release in source["releases"]:
             assert conn.execute("SELECT row_count FROM anon.refresh(%s)", (release,)).fetchone()[0] == 320
         mondrian = next(r for r in source["releases"] if r.endswith("_k5"))
-        conn.execute(f"REFRESH MATERIALIZED VIEW {mondrian}")
+        conn.execute(f"REFRESH MATERIALIZED VIEW {matview(conn, mondrian)}")
         assert min(class_sizes(conn, mondrian, ["age", "sex", "zip"])) >= 5
         assert {v for _, v in conn.execute("SELECT release, verified FROM anon.release_status()")} == {True}
         rows = {r: conn.execute(f"SELECT count(*) FROM {r}").fetchone()[0] for r in source["releases"]}
@@ -136,7 +136,7 @@ def test_a_dump_restores_every_release_queryable_refreshable_and_verified(source
 def test_release_status_never_calls_a_missing_relation_verified(connect, source):
     with connect(dbname=SOURCE_DB) as dba, dba.transaction(force_rollback=True):
         mondrian = next(r for r in source["releases"] if r.endswith("_k5"))
-        dba.execute(f"DROP MATERIALIZED VIEW {mondrian}")
+        dba.execute(drop_statement(dba, mondrian))
         status = dict(dba.execute("SELECT release, verified FROM anon.release_status()").fetchall())
         assert status[mondrian] is False
         assert dba.execute("SELECT verified FROM anon.releases WHERE release_name = %s",

@@ -11,6 +11,7 @@ from psycopg import sql
 from tests.helpers import (
     class_sizes,
     distinct_sensitive_per_class,
+    matview,
     release_columns,
     release_schema_of,
 )
@@ -219,7 +220,7 @@ def test_refresh_reanonymizes_current_data(db, schema, patients):
     release = mondrian(db, schema, k=5)
     db.execute("INSERT INTO patients SELECT id + 1000, name, age, sex, zip, born, weight, seen, diagnosis "
                "FROM patients WHERE id <= 100")
-    db.execute(f"REFRESH MATERIALIZED VIEW {release}")
+    db.execute(f"REFRESH MATERIALIZED VIEW {matview(db, release)}")
     sizes = class_sizes(db, release, QIS)
     assert sum(sizes) == 400 and min(sizes) >= 5
     assert catalog_row(db, release)[0] == 400         # row_count followed the plain REFRESH
@@ -232,7 +233,7 @@ def test_failed_refresh_keeps_previous_release(db, schema, patients):
     before = db.execute(f"SELECT count(*) FROM {release}").fetchone()[0]
     db.execute("DELETE FROM patients WHERE id > 3")
     with pytest.raises(psycopg.errors.DataException, match="fewer than k = 5"):
-        db.execute(f"REFRESH MATERIALIZED VIEW {release}")
+        db.execute(f"REFRESH MATERIALIZED VIEW {matview(db, release)}")
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == before
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from tests.helpers import matview
+
 
 def assert_clean(error: psycopg.Error) -> None:
     diag = error.diag
@@ -30,7 +32,7 @@ def test_a_cancelled_refresh_reports_the_cancel_alone_and_keeps_the_old_rows(con
         conn.execute("SELECT * FROM anon.versions()").fetchall()
         for ms in (30, 60, 120, 250, 500):
             conn.execute(f"SET statement_timeout = '{ms}ms'")
-            for statement in (f"REFRESH MATERIALIZED VIEW {big_release}",
+            for statement in (f"REFRESH MATERIALIZED VIEW {matview(conn, big_release)}",
                               f"SELECT anon.refresh('{big_release}')"):
                 try:
                     conn.execute(statement)
@@ -49,7 +51,7 @@ def test_a_refresh_of_a_release_dropped_meanwhile_fails_cleanly(db, connect, sch
             conn.execute("DELETE FROM anon.releases WHERE format('%%I.%%I', release_schema, release_name) = %s",
                          (big_release,))
             with pytest.raises(psycopg.Error) as info, conn.transaction():   # (a savepoint)
-                conn.execute(f"REFRESH MATERIALIZED VIEW {big_release}")
+                conn.execute(f"REFRESH MATERIALIZED VIEW {matview(conn, big_release)}")
             assert_clean(info.value)
             assert info.value.sqlstate not in ("38000", "XX000")
     assert db.execute(f"SELECT count(*) FROM {big_release}").fetchone()[0] == 150000

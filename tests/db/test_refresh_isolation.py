@@ -23,7 +23,7 @@ import pytest
 from psycopg import sql
 
 from plpy_anon.core.synthetic import make_enterprise
-from tests.helpers import release_schema_of
+from tests.helpers import matview, release_schema_of
 
 _names = itertools.count()
 LEVELS = ("REPEATABLE READ", "SERIALIZABLE", "READ COMMITTED")
@@ -228,7 +228,7 @@ def test_a_plain_refresh_and_anon_refresh_agree_for_an_old_snapshot(db, connect,
     with connect() as reader:
         reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         reader.execute("SELECT 1")
-        db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+        db.execute(f"REFRESH MATERIALIZED VIEW {matview(db, rel)}")
         assert counts(reader, [rel]) == (230,)
         reader.execute("COMMIT")
 

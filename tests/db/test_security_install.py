@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import release_schema_of
+from tests.helpers import matview, release_schema_of
 
 ROLE = "h1_caller"
 
@@ -164,7 +164,7 @@ def test_unrelated_matview_refresh_needs_no_anon_privileges(connect, db, schema,
                          (release_schema_of(schema),)).fetchone()[0]
     db.execute("INSERT INTO people SELECT i, 30, '53701' FROM generate_series(101, 130) i")
     with connect() as fresh:                           # a backend of its own
-        fresh.execute(f"REFRESH MATERIALIZED VIEW {release}")
+        fresh.execute(f"REFRESH MATERIALIZED VIEW {matview(fresh, release)}")
     row = db.execute("SELECT row_count, achieved_k FROM anon.releases WHERE format('%%I.%%I', release_schema, "
                      "release_name) = %s", (release,)).fetchone()
     assert row[0] == 130 == db.execute(f"SELECT count(*) FROM {release}").fetchone()[0]

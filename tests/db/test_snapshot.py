@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import release_columns
+from tests.helpers import drop_statement, release_columns
 
 
 def pg_bin(tool: str) -> str:
@@ -146,7 +146,7 @@ def test_bad_inputs_are_refused(db, pat, release_schema, snapshot_schema):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="snapshots do not go into"):
             db.execute("SELECT anon.snapshot(%s, 'x', %s)", (rel, target))
     # a stale release: its relation was re-created outside plpy_anon
-    db.execute(sql.SQL("DROP MATERIALIZED VIEW {}").format(sql.SQL(rel)))
+    db.execute(drop_statement(db, rel))
     db.execute(sql.SQL("CREATE ROLE {} ").format(sql.Identifier(f"{snapshot_schema}_o")))
     try:
         db.execute(sql.SQL("CREATE TABLE {} (age int)").format(sql.SQL(rel)))

@@ -19,7 +19,7 @@ from tests.db.test_break_merge import _break, _load, _people
 from tests.db.test_fusion import enterprise, frames, resilient_view  # noqa: F401 (fixtures)
 from tests.db.test_trust import PEOPLE as TRUST_PEOPLE
 from tests.db.test_trust import purpose, record, requester, role, trust_view  # noqa: F401
-from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
+from tests.helpers import class_sizes, distinct_sensitive_per_class, matview, release_schema_of
 
 PATIENTS = """
 CREATE TABLE patients (id int PRIMARY KEY, age int, zip text, sex text, diagnosis text);
@@ -105,7 +105,10 @@ def test_check_and_stored_risk_report_share_one_pass_over_the_release(db, schema
                           "WHERE relid = %s::regclass", (relation,)).fetchone()[0]
 
     rel = mondrian(db, schema, k=4, l=3, name="one_pass")
-    assert scans(rel) == 1
+    stored = matview(db, rel)
+    # a compact release's storage (one row per class) is also scanned for classes that merge
+    passes = 1 if stored == rel else 2
+    assert scans(stored) == passes
     figures = assert_verified(db, rel, source_rows=300, qis=QIS, k=4, sensitive=["diagnosis"], l=3)
     risk = {(r["measure"], r["column_name"]): r["value"] for r in db.execute(
         "SELECT risk FROM anon.releases WHERE release_id = %s", (catalog(db, rel)[0],)).fetchone()[0]}
@@ -113,9 +116,9 @@ def test_check_and_stored_risk_report_share_one_pass_over_the_release(db, schema
     assert risk["classes", None] == figures["classes"]
     assert risk["rows", None] == figures["rows_released"]
     assert risk["distinct_l", "diagnosis"] == figures["l_by_column"]["diagnosis"]
-    before = scans(rel)                                   # the counts made here read it too
-    db.execute(f"REFRESH MATERIALIZED VIEW {rel}")       # the event trigger's check and report
-    assert scans(rel) == before + 1
+    before = scans(stored)                                # the counts made here read it too
+    db.execute(f"REFRESH MATERIALIZED VIEW {stored}")     # the event trigger's check and report
+    assert scans(stored) == before + passes
     assert catalog(db, rel)[1] is True
 
 
@@ -257,7 +260,7 @@ def test_refresh_of_a_release_breaking_its_promise_keeps_the_old_release(db, sch
         if how == "anon.refresh":
             db.execute("SELECT anon.refresh(%s)", (rel,))
         else:
-            db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+            db.execute(f"REFRESH MATERIALIZED VIEW {matview(db, rel)}")
     diag = failed.value.diag
     assert diag.message_primary.startswith(f"release {release_schema_of(schema)}.rel: ")   # no plpy.Error: prefix
     assert diag.sqlstate == "22000" and diag.message_detail.startswith("figures: ")
@@ -310,7 +313,7 @@ def test_break_merge_refresh_breaking_the_counts_keeps_the_old_release(db, schem
         if how == "anon.refresh":
             db.execute("SELECT anon.refresh(%s)", (rel,))
         else:
-            db.execute(f"REFRESH MATERIALIZED VIEW {rel}")
+            db.execute(f"REFRESH MATERIALIZED VIEW {matview(db, rel)}")
     assert "do not count the same rows" in failed.value.diag.message_primary
     assert db.execute(f"SELECT * FROM {qit} ORDER BY 1, 2, 3, 4").fetchall() == before
     history = db.execute("SELECT succeeded, sqlstate FROM anon.refresh_history WHERE release_id = %s",

@@ -7,7 +7,7 @@ described in generalization.py, which every Mondrian-family method shares.
 from __future__ import annotations
 
 from plpy_anon.core.mondrian import Mondrian
-from plpy_anon.db import method
+from plpy_anon.db import compact, method
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods.mondrian_family import (
@@ -18,7 +18,7 @@ from plpy_anon.db.methods.mondrian_family import (
     load_release_rows,
     model_suffix,
     partition_output,
-    release_query,
+    release_plan,
     resolve_release_columns,
     sensitive_for_models,
 )
@@ -31,9 +31,8 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     roles, qis, sens, l = resolve_release_columns(plpy, tbl, values)
     models = check_models(l, sens, values)
     parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
-    return method.Plan(
-        parameters, default_name=f"{tbl.name}_k{k}" + model_suffix(l, models),
-        query=lambda release_id: release_query(plpy, tbl, roles, parameters, release_id))
+    parameters["layout"] = values["layout"]
+    return release_plan(plpy, tbl, roles, parameters, f"{tbl.name}_k{k}" + model_suffix(l, models))
 
 
 @sql_entry
@@ -55,4 +54,5 @@ def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, 
     return partition_output(ctx, rows, model.labels_, model.n_classes_)
 
 
-RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition)
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,
+                               check_relations=compact.check_view)

@@ -19,11 +19,13 @@ from plpy_anon.core.encoding import (
     finite_for_ordering,
     numeric_offset,
 )
-from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import guards, method, params
+from plpy_anon.db import compact, guards, method, params, release_rows
+from plpy_anon.db.class_counts import orderable
+from plpy_anon.db.compact import ROWS_COLUMN
 from plpy_anon.db.generalization import (
     check_float_digits,
     class_literals,
@@ -36,7 +38,7 @@ from plpy_anon.db.generalization import (
 from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
-from plpy_anon.db.sqltext import jsonb
+from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
 
 
@@ -147,13 +149,84 @@ def base_parameters(plpy, tbl, roles, qis, sens, k, l, models=None) -> dict:
 
 def release_query(plpy, tbl, roles, parameters, release_id: int,
                   partition_function: str = "anon._mondrian_partition_slices") -> str:
-    """The materialized view's query of a Mondrian-family release."""
+    """The materialized view's query of a Mondrian-family release (a compact release's
+    storage: one row per class)."""
     hierarchical = set(parameters["hierarchies"])
     by_name = {col.name: col for col, _ in roles}
     qi_types = {name: output_type(by_name[name], name in hierarchical)
                 for name in parameters["quasi_identifiers"]}
     return generalized_release_query(plpy, tbl, roles, qi_types,
-                                     f"{partition_function}({int(release_id)})", sliced=True)
+                                     f"{partition_function}({int(release_id)})", sliced=True,
+                                     compact=parameters.get("layout") == "compact")
+
+
+def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
+                 partition_function: str = "anon._mondrian_partition_slices") -> method.Plan:
+    """How a Mondrian-family release is built. Flat (the default): one materialized view of one
+    row per person. Compact: a materialized view of one row per class (its storage,
+    ``<name>_classes``) and, under the release's own name, the plain view analysts read
+    (generalization.compact_view_query); a refresh rebuilds the storage and swaps it in under
+    the view (refreshing.rebuild_view)."""
+    unstorable = unstorable_columns(plpy, tbl, roles)
+    if parameters.get("layout") is None:
+        parameters["layout"] = "flat" if unstorable else "compact"
+        if unstorable:
+            plpy.notice(f"{tbl.label} is released flat (one row per person): a compact release "
+                        f"cannot store {unstorable}")
+    elif parameters["layout"] == "compact" and unstorable:
+        raise InvalidParameter(f"layout => 'compact' cannot store {unstorable} of {tbl.label}",
+                               hint="Use layout => 'flat' (or omit layout) for this table.")
+
+    def query(release_id):
+        return release_query(plpy, tbl, roles, parameters, release_id, partition_function)
+
+    if parameters["layout"] != "compact":
+        return method.Plan(parameters, default_name=default_name, query=query)
+
+    def build(release_id, qualified, name):
+        schema = release_rows.by_id(plpy, release_id)["release_schema"]
+        storage = compact.storage_name_for(name)
+        if release_rows.relation_exists(plpy, schema, storage):
+            raise DuplicateObject(
+                f"relation {schema}.{storage} already exists and is not this release's storage",
+                hint="Choose another release_name; plpy_anon never replaces objects it did not create.")
+        stored = ident(plpy, schema, storage)
+        plpy.execute(f"CREATE MATERIALIZED VIEW {stored} AS {query(release_id)}")
+        released = [(col.name, role == "sensitive") for col, role in roles
+                    if role in ("quasi_identifier", "sensitive")]
+        plpy.execute(f"CREATE VIEW {qualified} AS {compact.view_query(plpy, stored, released)}")
+
+    return method.Plan(parameters, default_name=default_name, build=build,
+                       objects=lambda name: {"storage": compact.storage_name_for(name)})
+
+
+def unstorable_columns(plpy, tbl, roles) -> str | None:
+    """What a compact release cannot store, described, or None. Each sensitive column is stored
+    as an array of its values, so it must be of a built-in type (another type's array would be a
+    column of a type plpy_anon did not give it: release_rows.check_column_types), not an array
+    itself (an array of arrays is one multidimensional array, which unnest flattens), and
+    ordered (its class x value counts need one); with nothing sensitive released, no column may
+    be named like the row-count column."""
+    released = [col for col, role in roles if role in ("quasi_identifier", "sensitive")]
+    sensitive = [col for col, role in roles if role == "sensitive"]
+    builtin = {r["name"] for r in run(plpy, BUILTIN_TYPES, ["oid", "text[]"],
+                                      [tbl.oid, [c.name for c in sensitive]])}
+    refused = [f'"{c.name}" ({c.display_type})' for c in sensitive
+               if c.name not in builtin or c.category == "A" or not orderable(plpy, c.display_type)]
+    if refused:
+        return f"the sensitive column(s) {', '.join(refused)}: an array, a type without an " \
+               "ordering, or a type that is not built in"
+    if not sensitive and any(c.name == ROWS_COLUMN for c in released):
+        return f'a column named "{ROWS_COLUMN}" (the name of its row-count column)'
+    return None
+
+
+#: the columns (of $2) whose type is pg_catalog's and not an array
+BUILTIN_TYPES = """
+SELECT a.attname::text AS name FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped
+  AND t.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AND t.typcategory <> 'A'"""
 
 
 # ---------------------------------------------------------------------------- partitioning run

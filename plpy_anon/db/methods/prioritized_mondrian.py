@@ -19,7 +19,7 @@ from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import method
+from plpy_anon.db import compact, method
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods import mondrian_family
@@ -56,12 +56,11 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
                         cut_tolerance=cut_tolerance, **mondrian_family.core_models(parameters)
                         ).check_parameters(qi_names, values["target"] is not None)
-    return method.Plan(
-        parameters,
-        default_name=f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized",
-        query=lambda release_id: mondrian_family.release_query(
-            plpy, tbl, roles, parameters, release_id,
-            partition_function="anon._prioritized_mondrian_partition_slices"))
+    parameters["layout"] = values["layout"]
+    return mondrian_family.release_plan(
+        plpy, tbl, roles, parameters,
+        f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized",
+        partition_function="anon._prioritized_mondrian_partition_slices")
 
 
 def resolve_priorities(plpy, tbl, priorities, qi_names):
@@ -162,4 +161,5 @@ def publish_partition(ctx: method.Run, rows: mondrian_family.ReleaseRows, model)
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
-RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition)
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,
+                               check_relations=compact.check_view)
