@@ -14,7 +14,8 @@ Break-Merge's views are.
 from __future__ import annotations
 
 from plpy_anon.core.errors import AnonError
-from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.db.release_rows import view_prints_as
+from plpy_anon.db.sqltext import ident, jsonb
 
 #: the storage's name is the release's plus this
 STORAGE_SUFFIX = "_classes"
@@ -67,17 +68,8 @@ def check_view(plpy, release: dict) -> None:
     check, where no temporary view may be created)."""
     if not jsonb(release["parameters"]).get("storage"):
         return
-    plpy.execute(f"CREATE TEMPORARY VIEW plpy_anon_expected_view AS {expected_view(plpy, release)}")
-    try:
-        same = run(plpy, """
-            SELECT pg_catalog.pg_get_viewdef('pg_temp.plpy_anon_expected_view'::pg_catalog.regclass)
-                   = pg_catalog.pg_get_viewdef(c.oid) AS same
-            FROM pg_catalog.pg_class c
-            WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'""",
-            ["text", "text"], [release["schema_oid"], release["release_name"]])
-    finally:
-        plpy.execute("DROP VIEW pg_temp.plpy_anon_expected_view")
-    if same and not same[0]["same"]:        # a missing view is reported by its callers
+    # a missing view is reported by its callers; one of another owner is not the release's
+    if view_prints_as(plpy, release, release["release_name"], expected_view(plpy, release)) is False:
         q = ident(plpy, release["release_schema"], release["release_name"])
         raise ChangedView(
             f"release {q}'s view is not the query plpy_anon wrote for it",

@@ -449,18 +449,7 @@ def check_views(plpy, release) -> None:
     expected = view_definitions(plpy, schema, release["release_name"], params)
     changed = sorted(set(jsonb(release["parameters"]).get("objects", [])) ^ set(expected))
     for view, query in expected.items():
-        plpy.execute(f"CREATE TEMPORARY VIEW plpy_anon_expected_view AS {query}")
-        try:
-            same = run(plpy, """
-                SELECT pg_catalog.pg_get_viewdef('pg_temp.plpy_anon_expected_view'::pg_catalog.regclass)
-                       = pg_catalog.pg_get_viewdef(c.oid) AS same
-                FROM pg_catalog.pg_class c
-                WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'
-                  AND c.relowner = $3::pg_catalog.regrole""",
-                ["text", "text", "text"], [release["schema_oid"], view, release["release_owner"]])
-        finally:
-            plpy.execute("DROP VIEW pg_temp.plpy_anon_expected_view")
-        if not same or not same[0]["same"]:       # missing, not a view, or another query
+        if not release_rows.view_prints_as(plpy, release, view, query):   # missing, or another query
             changed.append(view)
     if changed:
         q = release_rows.qualified_name(plpy, release)
