@@ -110,3 +110,13 @@ def drop_statement(conn, relation: str) -> str:
     kind = conn.execute("SELECT relkind::text FROM pg_class WHERE oid = to_regclass(%s)",
                         (relation,)).fetchone()
     return f"DROP {'VIEW' if kind and kind[0] == 'v' else 'MATERIALIZED VIEW'} {relation}"
+
+
+def create_release(db, function: str, schema: str, table: str, **arguments) -> str:
+    """SELECT anon.<function>('"schema".table', name => value, ..., release_schema => the test's
+    release schema): every argument named and literal; returns the release's name."""
+    args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in arguments.items()]
+    args.append(sql.SQL("release_schema => {}").format(sql.Literal(release_schema_of(schema))))
+    query = sql.SQL("SELECT anon.{}({}, {})").format(
+        sql.Identifier(function), sql.Literal(f'"{schema}".{table}'), sql.SQL(", ").join(args))
+    return db.execute(query).fetchone()[0]

@@ -12,6 +12,7 @@ from psycopg import sql
 
 from tests.helpers import (
     class_sizes,
+    create_release,
     distinct_sensitive_per_class,
     release_columns,
     release_schema_of,
@@ -36,11 +37,7 @@ _roles = itertools.count()
 
 
 def mondrian(db, schema, table="people", **kwargs) -> str:
-    args = [sql.SQL("{} => {}").format(sql.Identifier(k), sql.Literal(v)) for k, v in kwargs.items()]
-    args.append(sql.SQL("release_schema => {}").format(sql.Literal(release_schema_of(schema))))
-    query = sql.SQL("SELECT anon.mondrian_view({}, {})").format(
-        sql.Literal(f'"{schema}".{table}'), sql.SQL(", ").join(args))
-    return db.execute(query).fetchone()[0]
+    return create_release(db, "mondrian_view", schema, table, **kwargs)
 
 
 @pytest.fixture
