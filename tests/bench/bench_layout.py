@@ -7,6 +7,8 @@ the builds; the mean is the reference):
 * temporary files written by the build / source size (target <= 2x, issue 27);
 * analysts' queries on the compact release / the same query on a flat table of the same rows
   (target <= 1.5x): a filter on a range, a filter on a set, a GROUP BY, every row;
+* the build's backend memory: VmHWM and the sampled peak RssAnon (targets at 10M: 2,048 and
+  1,536 MiB);
 * each release verified from its rows (smallest class, rows).
 
 The table is issue 27's synthetic shape (6 QIs, 1 sensitive column, k = 10). PLPY_ANON_LAYOUT_ROWS
@@ -21,11 +23,13 @@ import time
 import psycopg
 
 from plpy_anon.cluster import ThrowawayCluster
+from tests.bench.bench_mondrian import MemorySampler, fresh_backend, vm_hwm_mib
 from tests.bench.bench_production import SYNTH, temp_bytes
 from tests.bench.common import markdown_table, results_dir
 
 QIS = "ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt']"
 RATIO_TARGETS = {1_000_000: 6.0, 10_000_000: 8.0}
+MEMORY_TARGETS = {10_000_000: " (targets <= 2,048 / 1,536 MiB)"}
 QUERIES = {
     "range filter": "SELECT count(*) FROM {r} WHERE a_int @> 42",
     "set filter, grouped": "SELECT s_txt, count(*) FROM {r} WHERE 'd1' = ANY(d_txt) GROUP BY s_txt",
@@ -53,13 +57,18 @@ def copy_seconds(conn, n: int) -> float:
 
 
 def build(conn, n: int, layout: str) -> dict:
+    """One build in a fresh backend (its VmHWM and sampled RssAnon peak are the build's)."""
     before = temp_bytes(conn)
-    t0 = time.perf_counter()
-    name = conn.execute(
-        f"SELECT anon.mondrian_view('synth_{n}', k => 10, sensitive => ARRAY['s_txt'], "
-        f"quasi_identifiers => {QIS}, release_name => 'synth_{n}_{layout}', "
-        f"layout => '{layout}')").fetchone()[0]
-    took = time.perf_counter() - t0
+    with fresh_backend(conn) as other:
+        pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        t0 = time.perf_counter()
+        with MemorySampler(pid) as memory:
+            name = other.execute(
+                f"SELECT anon.mondrian_view('synth_{n}', k => 10, sensitive => ARRAY['s_txt'], "
+                f"quasi_identifiers => {QIS}, release_name => 'synth_{n}_{layout}', "
+                f"layout => '{layout}')").fetchone()[0]
+        took = time.perf_counter() - t0
+        hwm = vm_hwm_mib(pid)
     written = temp_bytes(conn) - before
     storage = f"{name}_classes" if layout == "compact" else name
     size = conn.execute("SELECT pg_total_relation_size(%s::regclass)", (storage,)).fetchone()[0]
@@ -67,7 +76,7 @@ def build(conn, n: int, layout: str) -> dict:
         f"SELECT min(n), sum(n) FROM (SELECT count(*) AS n FROM {name} "
         f"GROUP BY a_int, b_int, c_int, d_txt, e_txt, f_txt) AS c").fetchone()
     return {"name": name, "seconds": took, "temp": written, "size": size,
-            "smallest": smallest, "rows": rows}
+            "smallest": smallest, "rows": rows, "hwm": hwm, "anon": memory.anon}
 
 
 def measure(conn, n: int) -> tuple[list[list], list[list]]:
@@ -85,11 +94,13 @@ def measure(conn, n: int) -> tuple[list[list], list[list]]:
         print(f"{n:,} rows, {layout}: {b['seconds']:.1f} s = {ratio:.1f}x copy ({copy:.2f} s)"
               f"{f' (target <= {target:g}x)' if target else ''}; storage {b['size'] / 2**20:.0f} MB = "
               f"{b['size'] / source:.2f}x source {source / 2**20:.0f} MB (target <= 1.5x); temp files "
-              f"{b['temp'] / 2**20:.0f} MB = {b['temp'] / source:.1f}x (target <= 2x); verified from its "
+              f"{b['temp'] / 2**20:.0f} MB = {b['temp'] / source:.1f}x (target <= 2x); backend VmHWM "
+              f"{b['hwm']:.0f} MiB, peak RssAnon {b['anon']:.0f} MiB{MEMORY_TARGETS.get(n, '')}; verified from its "
               f"rows: smallest class {b['smallest']} (k = 10), {b['rows']:,} rows", flush=True)
         rows.append([f"{n:,}", layout, f"{b['seconds']:.1f}", f"{copy:.2f}", f"{ratio:.1f}x",
                      f"{target:g}x" if target else "", f"{b['size'] / source:.2f}x", "1.5x",
-                     f"{b['temp'] / source:.1f}x", "2x", b["smallest"], f"{b['rows']:,}"])
+                     f"{b['temp'] / source:.1f}x", "2x", f"{b['hwm']:.0f} / {b['anon']:.0f}",
+                     b["smallest"], f"{b['rows']:,}"])
     # the same rows as a plain table: what an analyst's query costs on a flat table
     conn.execute(f"CREATE TABLE flat_{n} AS SELECT * FROM {built['compact']['name']}")
     conn.execute(f"VACUUM ANALYZE flat_{n}")
@@ -123,7 +134,8 @@ def main() -> None:
     out.write_text(
         "# Issue 28: flat and compact releases\n\n"
         + markdown_table(["rows", "layout", "build s", "copy s", "ratio", "target", "storage / source",
-                          "target", "temp / source", "target", "smallest class", "rows released"], builds)
+                          "target", "temp / source", "target", "VmHWM / RssAnon MiB", "smallest class",
+                          "rows released"], builds)
         + "\n\n## Analysts' queries: compact release against a flat table of the same rows\n\n"
         + markdown_table(["rows", "query", "compact ms", "flat table ms", "ratio", "target"], queries)
         + "\n")
