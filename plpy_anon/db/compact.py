@@ -30,6 +30,12 @@ class ChangedView(AnonError):
     sqlstate = "42501"
 
 
+class MissingView(AnonError):
+    """A compact release's view was dropped outside plpy_anon (undefined_object)."""
+
+    sqlstate = "42704"
+
+
 def storage_name_for(name: str) -> str:
     """The storage relation of a compact release named ``name``: the name, cut to leave room
     for the suffix within 63 bytes (a name already taken is refused at creation)."""
@@ -68,8 +74,13 @@ def check_view(plpy, release: dict) -> None:
     check, where no temporary view may be created)."""
     if not jsonb(release["parameters"]).get("storage"):
         return
-    # a missing view is reported by its callers; one of another owner is not the release's
-    if view_prints_as(plpy, release, release["release_name"], expected_view(plpy, release)) is False:
+    same = view_prints_as(plpy, release, release["release_name"], expected_view(plpy, release))
+    if same is None:
+        q = ident(plpy, release["release_schema"], release["release_name"])
+        raise MissingView(
+            f"release {q}'s view no longer exists (dropped outside plpy_anon)",
+            hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) and create it again.")
+    if not same:
         q = ident(plpy, release["release_schema"], release["release_name"])
         raise ChangedView(
             f"release {q}'s view is not the query plpy_anon wrote for it",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from plpy_anon.db import class_counts, grants, risk, verify
 from plpy_anon.db.guards import Table
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
+    SUFFIX,
     by_id,
     check_genuine,
     genuine_relations,
@@ -63,6 +65,12 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
     """
     check_name(release_schema, "release_schema")
     check_name(release_name, "release_name")
+    if re.search(rf"{SUFFIX}\d+$", release_name):
+        # a refresh builds its new relation under <name>__refresh<id> and drops what carries
+        # that name as its own leftover: no release may be called so
+        raise InvalidParameter(f'release name "{release_name}" ends like the name a refresh gives '
+                               f"its new relation ({SUFFIX}<id>)",
+                               hint="Choose another release_name.")
     schema_oid = ensure_schema(plpy, release_schema)
     lock_release_name(plpy, release_schema, release_name)
     existing = run(plpy, "SELECT * FROM anon.releases WHERE release_schema = $1 AND release_name = $2",

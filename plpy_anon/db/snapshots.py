@@ -24,7 +24,7 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
-from plpy_anon.db import guards, releases
+from plpy_anon.db import compact, guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, jsonb, run
 
@@ -203,6 +203,7 @@ def snapshot(plpy, name: str, snapshot_name: str | None = None, snapshot_schema:
              replace: bool = False) -> str:
     """anon.snapshot: copy a release into a plain table; returns its quoted qualified name."""
     release, relation = resolve(plpy, name)
+    compact.check_view(plpy, release)     # the copy's metadata is the storage's check
     columns = check_portable(plpy, release, relation)
     schema = DEFAULT_SCHEMA if snapshot_schema is None else snapshot_schema
     if snapshot_name is None:

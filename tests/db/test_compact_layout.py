@@ -198,6 +198,9 @@ def test_a_view_reading_the_source_is_refused_even_without_digests(db, schema, p
     for statement in (f"SELECT anon.refresh('{release}')", f"REFRESH MATERIALIZED VIEW {release}_classes"):
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="not the query plpy_anon wrote"):
             db.execute(statement)
+    # nor copied into a snapshot whose metadata would be the storage's check
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="not the query plpy_anon wrote"):
+        db.execute("SELECT anon.snapshot(%s, 'copied')", (release,))
     # a report on the view counts what the view shows, not the storage's classes
     report = dict(db.execute("SELECT measure, value FROM anon.risk_report(%s) WHERE column_name IS NULL",
                              (release,)).fetchall())
@@ -293,3 +296,19 @@ def test_prioritized_mondrian_has_the_layout_too(db, schema, people):
     sizes = class_sizes(db, release, QIS)
     assert min(sizes) >= 5 and sum(sizes) == 1200
     released_rows_hold_their_people(db, release)
+
+
+def test_a_dropped_view_fails_a_plain_refresh_cleanly(db, schema, people):
+    release = compact(db, schema)
+    db.execute(f"DROP VIEW {release}")
+    with pytest.raises(psycopg.errors.UndefinedObject, match="view no longer exists") as info:
+        db.execute(f"REFRESH MATERIALIZED VIEW {release}_classes")
+    assert "plpy." not in info.value.diag.message_primary
+    assert db.execute(f"SELECT count(*) FROM {release}_classes").fetchone()[0] > 0   # old rows
+
+
+def test_a_name_a_refresh_would_give_its_new_relation_is_refused(db, schema, people):
+    """A review: a release named <storage>__refresh<id> was dropped by the other release's refresh,
+    which took it for its own leftover."""
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="ends like the name a refresh"):
+        mondrian(db, schema, k=5, quasi_identifiers=QIS, release_name="people_k5_classes__refresh7")
