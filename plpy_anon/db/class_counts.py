@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plpy_anon.db.columns import columns_as_text
-from plpy_anon.db.compact import ROWS_COLUMN
+from plpy_anon.db.compact import stored_rows
 from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
 
 #: hash_mem_multiplier of the pass (restored afterwards). The planner sizes each array_agg state
@@ -166,13 +166,9 @@ def storage_for(plpy, release: dict) -> tuple[str, Storage] | None:
     params = jsonb(release["parameters"])
     if not params.get("storage"):
         return None
-    sensitive = [f"pg_catalog.cardinality(s.{ident(plpy, c)})" for c in params.get("sensitive") or []]
-    # the view unnests the arrays side by side: as many rows as the longest (NULLs pad the others)
-    rows = (f"coalesce(GREATEST({', '.join(sensitive)}), 0)" if sensitive
-            else f"s.{ident(plpy, ROWS_COLUMN)}")
     schema = release["release_schema"]
     return (ident(plpy, schema, release["release_name"]),
-            Storage(ident(plpy, schema, params["storage"]), rows))
+            Storage(ident(plpy, schema, params["storage"]), stored_rows(plpy, params)))
 
 
 def classes_merge(plpy, storage: Storage, qis) -> bool:
@@ -190,10 +186,10 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None) -
     stored classes instead when ``relation`` is a compact release's view and no two of them
     merge (checked first)."""
     sensitive = list(dict.fromkeys(sensitive))
-    grouped = None
-    if storage is not None and not classes_merge(plpy, storage, qis):
-        grouped = per_class_query(plpy, storage.relation, storage.rows, sensitive)
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
+    grouped = None       # values counted by their text are counted through the view
+    if storage is not None and not as_text and not classes_merge(plpy, storage, qis):
+        grouped = per_class_query(plpy, storage.relation, storage.rows, sensitive)
     # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
@@ -201,7 +197,7 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None) -
     with local_settings(plpy, work_mem=build_work_mem(plpy), hash_mem_multiplier=HASH_MEM_MULTIPLIER,
                         enable_sort="off", jit="off"):
         row = plpy.execute(class_query(plpy, relation, qis, sensitive, as_text=as_text,
-                                       grouped=grouped if not as_text else None))[0]
+                                       grouped=grouped))[0]
     tables = {s: tuple(int_array(row[f"{part}{i}"]) for part in ("cids", "vids", "ns"))
               for i, s in enumerate(sensitive)}
     return ClassCounts(relation, tuple(qis), tuple(sensitive), int_array(row["sizes"]),
@@ -218,8 +214,8 @@ class Counter:
         self._expected: dict[tuple[str, frozenset], list[str]] = {}
         self._done: list[ClassCounts] = []
         # a compact release's view is counted from its stored classes
-        self._stored = dict([storage_for(plpy, release)]) if release is not None \
-            and storage_for(plpy, release) else {}
+        stored = storage_for(plpy, release) if release is not None else None
+        self._stored = dict([stored]) if stored else {}
 
     def expect(self, relation: str, qis, sensitive) -> None:
         key = (relation, frozenset(qis))

@@ -58,6 +58,15 @@ def view_query(plpy, storage: str, released: list[tuple[str, bool]]) -> str:
     return f"SELECT {columns} FROM {storage} AS c CROSS JOIN LATERAL {rows}"
 
 
+def stored_rows(plpy, params: dict, alias: str = "s") -> str:
+    """The SQL of the rows :func:`view_query` makes of one stored class (``alias``): its
+    sensitive arrays unnested side by side give as many as the longest (NULLs pad the others),
+    else ``_rows``."""
+    lengths = [f"pg_catalog.cardinality({alias}.{ident(plpy, c)})" for c in params.get("sensitive") or []]
+    return (f"coalesce(GREATEST({', '.join(lengths)}), 0)" if lengths
+            else f"{alias}.{ident(plpy, ROWS_COLUMN)}")
+
+
 def expected_view(plpy, release: dict) -> str:
     """The view query of a compact release, from its catalog parameters."""
     params = jsonb(release["parameters"])

@@ -97,7 +97,7 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
     ``anon.partition``.
 
     ``compact`` (with ``sliced``): one row per class instead of one per person, the storage of a
-    compact release (:func:`compact_view_query` reads it): the class's released QIs once, and
+    compact release (``compact.view_query`` reads it): the class's released QIs once, and
     each sensitive column as the array of its rows' values (in release order), or the class's
     row count (``_rows``) when nothing sensitive is released. The containment filter applies
     before the rows are counted, so a row outside its class's values is missing from the array
@@ -207,7 +207,7 @@ def compact_storage_query(plpy, roles, qi_names, qi_types, ranged, literal, chec
     over the joined rows. They are sorted into release order (class, position) and each class is
     aggregated as it passes: its ranges are the ``min``/``max`` of its rows (so a row is inside
     its class's range by construction, and no bounds are computed beforehand: no materialized
-    copy of every row, which spilled ~1 GB at 10M rows), its value sets come from the run (one
+    copy of every row, which spilled ~500 MB at 10M rows), its value sets come from the run (one
     per class, joined in the same order) and are checked by the containment filter, and each
     sensitive column becomes the array of its rows' values in release order. The sets are taken
     with ``max`` (one value per class): joining the classes after the grouping, the planner

@@ -162,11 +162,11 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
 
 def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
                  partition_function: str = "anon._mondrian_partition_slices") -> method.Plan:
-    """How a Mondrian-family release is built. Flat (the default): one materialized view of one
-    row per person. Compact: a materialized view of one row per class (its storage,
-    ``<name>_classes``) and, under the release's own name, the plain view analysts read
-    (generalization.compact_view_query); a refresh rebuilds the storage and swaps it in under
-    the view (refreshing.rebuild_view)."""
+    """How a Mondrian-family release is built. Compact (the default where every sensitive column
+    can be stored so, :func:`unstorable_columns`): a materialized view of one row per class (its
+    storage, ``<name>_classes``) and, under the release's own name, the plain view analysts read
+    (compact.view_query); a refresh rebuilds the storage and swaps it in under the view
+    (refreshing.rebuild_view). Flat: one materialized view of one row per person."""
     unstorable = unstorable_columns(plpy, tbl, roles)
     if parameters.get("layout") is None:
         parameters["layout"] = "flat" if unstorable else "compact"
@@ -184,17 +184,15 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
         return method.Plan(parameters, default_name=default_name, query=query)
 
     def build(release_id, qualified, name):
-        schema = release_rows.by_id(plpy, release_id)["release_schema"]
-        storage = compact.storage_name_for(name)
+        release = release_rows.by_id(plpy, release_id)
+        schema, storage = release["release_schema"], jsonb(release["parameters"])["storage"]
         if release_rows.relation_exists(plpy, schema, storage):
             raise DuplicateObject(
                 f"relation {schema}.{storage} already exists and is not this release's storage",
                 hint="Choose another release_name; plpy_anon never replaces objects it did not create.")
-        stored = ident(plpy, schema, storage)
-        plpy.execute(f"CREATE MATERIALIZED VIEW {stored} AS {query(release_id)}")
-        released = [(col.name, role == "sensitive") for col, role in roles
-                    if role in ("quasi_identifier", "sensitive")]
-        plpy.execute(f"CREATE VIEW {qualified} AS {compact.view_query(plpy, stored, released)}")
+        plpy.execute(f"CREATE MATERIALIZED VIEW {ident(plpy, schema, storage)} AS {query(release_id)}")
+        # the very query compact.check_view compares the view with, from the same parameters
+        plpy.execute(f"CREATE VIEW {qualified} AS {compact.expected_view(plpy, release)}")
 
     return method.Plan(parameters, default_name=default_name, build=build,
                        objects=lambda name: {"storage": compact.storage_name_for(name)})
