@@ -254,6 +254,40 @@ def compact_storage_query(plpy, roles, qi_names, qi_types, ranged, literal, chec
         f"ORDER BY rs.class_id")
 
 
+def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str) -> str:
+    """The storage query of a compact release written from the values its run read
+    (stored_classes): every class's literals come in its slice, one per class and column
+    (``q<i>`` each QI, ``s<j>`` each sensitive column's array), and are cast to the released
+    types; no join back, no grouping, no sort: the slices come in release order and so do
+    their classes. With nothing sensitive released, each class's size is its row count."""
+    qi_names = list(qi_types)
+    sensitive = [col for col, role in roles if role == "sensitive"]
+    keys = [f"q{i}" for i in range(len(qi_names))] + [f"s{j}" for j in range(len(sensitive))]
+    functions = [f"pg_catalog.jsonb_array_elements_text((run.p).classes -> '{key}')" for key in keys]
+    if not sensitive:
+        functions.append("pg_catalog.unnest((run.p).class_sizes::pg_catalog.int4[])")
+        keys.append("class_size")
+    stored = []
+    for col, role in roles:
+        if role == "quasi_identifier":
+            i = qi_names.index(col.name)
+            stored.append(f"x.q{i}::{qi_types[col.name]} AS {ident(plpy, col.name)}")
+        elif role == "sensitive":
+            element = f"pg_catalog.{ident(plpy, col.type_name)}"
+            stored.append(f"x.s{sensitive.index(col)}::{element}[] AS {ident(plpy, col.name)}")
+    if not sensitive:
+        stored.append(f"x.class_size AS {ROWS_COLUMN}")
+    # the release depends on its source and the columns it releases, as one joined back does
+    # (DROP TABLE, DROP COLUMN, ALTER COLUMN TYPE refuse while it exists); a test that is false
+    # before any row is read
+    released = ", ".join(f"s.{ident(plpy, col.name)}" for col, role in roles
+                         if role in ("quasi_identifier", "sensitive"))
+    return (f"WITH run AS MATERIALIZED (SELECT s AS p FROM {partition_call} AS s)\n"
+            f"SELECT {', '.join(stored)}\n"
+            f"FROM run CROSS JOIN LATERAL ROWS FROM ({', '.join(functions)}) AS x({', '.join(keys)})\n"
+            f"WHERE NOT EXISTS (SELECT {released} FROM {tbl.quoted(plpy)} AS s WHERE false)")
+
+
 FLOAT_TYPES = ("float4", "float8")
 
 

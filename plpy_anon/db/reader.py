@@ -80,12 +80,12 @@ TID_DTYPE = np.dtype([("block", ">u4"), ("offset", ">u2")])
 
 @dataclass
 class TableData:
-    """The rows read: ``n_rows``, each row's ctid (``row_tids``, TID_DTYPE, read order), its
-    tableoid when the source has several physical relations (``row_relations``, else None), and
-    the columns asked for."""
+    """The rows read: ``n_rows``, each row's ctid (``row_tids``, TID_DTYPE, read order; None when
+    not asked for), its tableoid when the source has several physical relations
+    (``row_relations``, else None), and the columns asked for."""
 
     n_rows: int
-    row_tids: np.ndarray
+    row_tids: np.ndarray | None
     columns: dict[str, ColumnData | TextColumnData] = field(default_factory=dict)
     row_relations: np.ndarray | None = None
 
@@ -215,12 +215,15 @@ class _Dictionary:
         return TextColumnData(codes, list(self.index))
 
 
-def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column]) -> TableData:
+def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column],
+                 *, located: bool = True) -> TableData:
     """Read ``numeric`` columns as numbers and ``categorical`` columns as text, chunk by chunk
-    (see the module docstring)."""
+    (see the module docstring); with ``located``, each row's ctid (and relation) too."""
     plan, several = read_plan(plpy, tbl)
-    selects = ["count(*) AS n",
-               "pg_catalog.string_agg(pg_catalog.tidsend(ctid), ''::bytea) AS row_tids"]
+    several = several and located
+    selects = ["count(*) AS n"]
+    if located:
+        selects.append("pg_catalog.string_agg(pg_catalog.tidsend(ctid), ''::bytea) AS row_tids")
     if several:
         selects.append("pg_catalog.string_agg(pg_catalog.oidsend(tableoid), ''::bytea) "
                        "AS row_relations")
@@ -254,7 +257,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
             if n == 0:
                 continue
             n_rows += n
-            ctids.append(np.frombuffer(row["row_tids"], dtype=TID_DTYPE))
+            if located:
+                ctids.append(np.frombuffer(row["row_tids"], dtype=TID_DTYPE))
             if several:
                 tableoids.append(np.frombuffer(row["row_relations"], dtype=">u4"))
             for i, col in enumerate(numeric):
@@ -264,7 +268,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
             for i in range(len(categorical)):
                 dictionaries[i].add(row[f"c{i}"])
             del row
-    data = TableData(n_rows, np.concatenate(ctids) if ctids else np.empty(0, dtype=TID_DTYPE),
+    tids = None if not located else np.concatenate(ctids) if ctids else np.empty(0, dtype=TID_DTYPE)
+    data = TableData(n_rows, tids,
                      row_relations=np.concatenate(tableoids).astype(np.uint32) if tableoids else None)
     del ctids, tableoids
     if n_rows == 0:

@@ -23,13 +23,14 @@ from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidPara
 from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import compact, guards, method, params, release_rows
+from plpy_anon.db import compact, guards, method, params, release_rows, stored_classes
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.compact import ROWS_COLUMN
 from plpy_anon.db.generalization import (
     check_float_digits,
     class_literals,
     column_for,
+    compact_read_query,
     generalized_release_query,
     int_array_literal,
     output_type,
@@ -155,9 +156,18 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
     by_name = {col.name: col for col, _ in roles}
     qi_types = {name: output_type(by_name[name], name in hierarchical)
                 for name in parameters["quasi_identifiers"]}
-    return generalized_release_query(plpy, tbl, roles, qi_types,
-                                     f"{partition_function}({int(release_id)})", sliced=True,
+    call = f"{partition_function}({int(release_id)})"
+    if parameters.get("layout") == "compact" and not joins_back(parameters):
+        return compact_read_query(plpy, tbl, roles, qi_types, call)
+    return generalized_release_query(plpy, tbl, roles, qi_types, call, sliced=True,
                                      compact=parameters.get("layout") == "compact")
+
+
+def joins_back(parameters: dict) -> bool:
+    """Whether the release's rows get their values by a join back to the source (flat
+    releases; compact ones of columns not read exactly: stored_classes), or are written from
+    the values the run read."""
+    return parameters.get("layout") != "compact" or parameters.get("joined_back", True)
 
 
 def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
@@ -182,6 +192,9 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
 
     if parameters["layout"] != "compact":
         return method.Plan(parameters, default_name=default_name, query=query)
+    parameters["joined_back"] = not stored_classes.reads_exactly(
+        [c for c, role in roles if role == "quasi_identifier"],
+        [c for c, role in roles if role == "sensitive"])
 
     def build(release_id, qualified, name):
         release = release_rows.by_id(plpy, release_id)
@@ -239,7 +252,8 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     labels, order = release_order(labels, n_classes)
     index = ClassIndex(order, np.concatenate([[0], np.cumsum(np.bincount(labels,
                                                                          minlength=n_classes))]))
-    # numeric QIs: bounds come from SQL (generalized_release_query); categorical ones from here
+    # categorical QIs' literals come from here; numeric QIs' bounds from SQL (joined back) or,
+    # with the values read (rows.read), from here too, as do the sensitive arrays
     listed = [(i, col, enc) for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded))
               if col.kind == "categorical"]
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
@@ -247,7 +261,9 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     bounds = class_bounds([enc for _, _, enc in listed], labels, n_classes, index)
     literals = {f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed}
     del bounds, labels
-    # only the rows' ctids (and relations) outlive this call, not the columns read
+    if rows.read is not None:
+        literals.update(read_literals(ctx.plpy, rows, order, index))
+    # only the rows' ctids (and relations, if joined back) outlive this call, not the columns read
     located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
     slices = partition_slices(located, order, index.bounds, literals)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
@@ -260,13 +276,33 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
 SLICE_ROWS = 1 << 20
 
 
+def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex) -> dict:
+    """The literals of a release written from the values read (stored_classes): each numeric
+    QI's ranges (``q<i>``) and each sensitive column's arrays (``s<j>``), the arrays made a
+    slice at a time (a function of the slice's first and last class)."""
+    out = {}
+    for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded)):
+        if col.kind == "numeric":
+            low, high, only_null = stored_classes.class_extremes(enc.codes, enc.null_code, index)
+            values = rows.read.values_by_code[col.name]
+            out[f"q{i}"] = stored_classes.range_literals(
+                plpy, col.type_name, values[np.where(only_null, 0, low)],
+                values[np.where(only_null, 0, high)], only_null)
+    for j, text in enumerate(rows.read.sensitive):
+        elements = stored_classes.array_elements(text.dictionary)
+        out[f"s{j}"] = functools.partial(stored_classes.array_literals, text.codes, elements,
+                                         order, index.bounds)
+    return out
+
+
 def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
-                     literals: dict[str, list]) -> Iterator[dict]:
+                     literals: dict) -> Iterator[dict]:
     """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
     about ``SLICE_ROWS`` rows (at least one class each), their rows' ctids in release order
     (``order``: row indices by release position; class ``c`` holds the positions
-    ``bounds[c]:bounds[c + 1]``), each class's size and literals (``literals``: per literal QI,
-    one per class)."""
+    ``bounds[c]:bounds[c + 1]``; none when ``data`` has no ctids: nothing is joined back), each
+    class's size and literals (``literals``: per literal column, one per class, or a function
+    of the slice's first and last class returning them)."""
     n_classes = bounds.size - 1
     first = 0
     while first < n_classes:
@@ -278,11 +314,21 @@ def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
             "first_position": int(bounds[first]),
             "first_class": first,
             "class_sizes": int_array_literal(np.diff(bounds[first:last + 1])),
-            "ctids_utf8": data.ctid_literal_bytes(rows),
-            "row_tableoids": data.tableoid_literal(rows),
-            "classes": json.dumps({q: lits[first:last] for q, lits in literals.items()}),
+            "ctids_utf8": None if data.row_tids is None else data.ctid_literal_bytes(rows),
+            "row_tableoids": None if data.row_tids is None else data.tableoid_literal(rows),
+            "classes": json.dumps({q: lits(first, last) if callable(lits) else lits[first:last]
+                                   for q, lits in literals.items()}),
         }
         first = last
+
+
+@dataclass
+class ReadValues:
+    """The values a compact release's storage is written from (stored_classes): each numeric
+    QI's value of each of its codes, and each sensitive column's texts as spelled in the source."""
+
+    values_by_code: dict[str, np.ndarray]
+    sensitive: list[TextColumnData]
 
 
 @dataclass
@@ -297,6 +343,7 @@ class ReleaseRows:
     sensitive: np.ndarray | None
     target: np.ndarray | None
     data: TableData            # n_rows and the rows' ctids / tableoids; its columns are released
+    read: ReadValues | None = None   # what the storage is written from, unless joined back
 
     @functools.cached_property
     def frame(self) -> pd.DataFrame:
@@ -324,16 +371,24 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
     l = params.get("l")
+    reads_values = not joins_back(params)
     sens = [column_for(tbl, cols, name) for name in params["sensitive"]] \
-        if l or params.get("t") is not None else []
+        if l or params.get("t") is not None or reads_values else []
+    if reads_values and not stored_classes.reads_exactly(qis, sens):
+        raise InvalidParameter(
+            f"the columns of {tbl.label} changed type since the release was created and can no "
+            "longer be stored from the values read",
+            hint="Recreate the release with replace => true.")
     target_name = params.get("target") if with_target else None
     target_col = [column_for(tbl, cols, target_name)] if target_name else []
-    check_float_digits(plpy, tbl, qis)
+    check_float_digits(plpy, tbl, qis + (sens if reads_values else []))
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
     extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
-    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra))
-    merge_equal_spellings(plpy, tbl, data, sens)     # l and t count values, not spellings
+    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values)
+    # the stored texts as spelled in the source; l and t count values, not spellings
+    spelled = [data.columns[c.name] for c in sens] if reads_values else []
+    merge_equal_spellings(plpy, tbl, data, sens)
     k = int(params["k"])
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.label} is empty",
@@ -341,11 +396,17 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     check_k_rows(k, data.n_rows, tbl.label)
     hierarchical = set(params.get("hierarchies", []))
     encoded = []
+    values_by_code = {}
     for col in qis:
         d = data.columns[col.name]
         if col.kind == "numeric":
             ordered = finite_for_ordering(d.values, d.null_mask)   # ±inf, NaN: released as is
             encoded.append(encode_numeric(col.name, ordered, d.null_mask))
+            if reads_values:
+                # codes follow the (stand-in) values' order, one code per distinct value
+                values_by_code[col.name] = np.zeros(int(encoded[-1].codes.max()) + 1,
+                                                    dtype=d.values.dtype)
+                values_by_code[col.name][encoded[-1].codes] = d.values
         else:
             hierarchy = (catalog.load_hierarchy(plpy, tbl, col.name)
                          if col.name in hierarchical else None)
@@ -357,7 +418,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
                          "with replace => true.")
             encoded.append(encode_factorized(col.name, d.codes, d.dictionary, hierarchy))
     sensitive = None
-    if sens:
+    if sens and (l or params.get("t") is not None):
         ordered = ordered_sensitive_names(params)
         sensitive = np.column_stack([
             value_ordered_codes(data.columns[c.name]) if c.name in ordered
@@ -366,7 +427,8 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
     data.columns.clear()             # the values are in the codes now: keep one copy
-    return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data)
+    read = ReadValues(values_by_code, spelled) if reads_values else None
+    return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data, read)
 
 
 def _unique(cols):

@@ -1,0 +1,123 @@
+"""A compact release's class rows written from the values the partitioning run read, instead of
+joining every row back to the source for them (issue 28: the join back, its sort and their
+temporary files were most of a build's SQL time).
+
+Possible when every value the storage holds was read exactly:
+
+* a ranged QI of an integer type (read as int8), a float (float8, or float4 widened: both exact)
+  or a date (days since 2000-01-01, or +-infinity): its class's bounds are the values of its
+  smallest and largest codes (codes follow the values' order; NULLs left out), written as the
+  text PostgreSQL reads back as those very values (:func:`number_texts`);
+* a value-set or hierarchy QI: its literals come from the run already;
+* a sensitive column whose ``::text`` (what the reader reads) is its value's own spelling: every
+  built-in type but ``bpchar`` (whose ``::text`` drops the padding), floats with
+  ``extra_float_digits >= 1`` (``check_float_digits``); its rows' texts, as spelled in the source
+  (before equal spellings are merged for counting), become each class's array literal in
+  release order (:func:`array_literals`).
+
+Other releases (numeric, timestamp QIs: read through float8) keep the join back
+(``generalization.compact_storage_query``). Either way the check that follows counts the stored
+classes; truthfulness holds by construction here: a class's bounds are the extremes of its own
+rows' values, its sets the values its rows hold.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from plpy_anon.db.generalization import array_element
+from plpy_anon.db.sqltext import run
+
+#: QI types whose values the reader reads exactly (see the module docstring)
+EXACT_RANGE_TYPES = ("int2", "int4", "int8", "float4", "float8", "date")
+#: sensitive types whose ``::text`` is not their value's spelling
+INEXACT_TEXT_TYPES = ("bpchar",)
+#: the largest value of each exact type whose range is discrete: ``[lo, max]`` would
+#: canonicalize to an overflowing ``[lo, max + 1)``, so such a class is released ``[lo,)``
+#: (generalization.range_expression does the same)
+EPOCH = np.datetime64("2000-01-01", "D")
+DISCRETE_MAXIMUM = {"int4": 2147483647, "int8": 9223372036854775807,
+                    "date": int((np.datetime64("5874897-12-31", "D") - EPOCH).astype(np.int64))}
+
+
+def reads_exactly(qis, sensitive) -> bool:
+    """True when a compact release of these columns can be written from the values read."""
+    return (all(c.kind != "numeric" or c.type_name in EXACT_RANGE_TYPES for c in qis)
+            and all(c.type_name not in INEXACT_TEXT_TYPES for c in sensitive))
+
+
+def number_texts(plpy, values, type_name: str) -> list[str]:
+    """The text PostgreSQL reads back as exactly these values of a column of ``type_name``, as
+    its released range bound: ints as they are; dates as ISO dates (``BC`` before year 1; ISO is
+    read whatever the DateStyle) or +-infinity; floats as float4out / float8out print them (the
+    flat layout casts that text to numeric), asked of PostgreSQL once per distinct value: its
+    shortest form differs from Python's where a decimal lies exactly halfway between two floats
+    (1e23 prints 9.999999999999999e+22)."""
+    if type_name in ("int2", "int4", "int8"):
+        return [str(v) for v in np.asarray(values, dtype=np.int64).tolist()]
+    if type_name == "date":
+        return [_date_text(v) for v in np.asarray(values, dtype=np.float64).tolist()]
+    if type_name in ("float4", "float8"):
+        distinct, inverse = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True)
+        texts = run(plpy, FLOAT_TEXTS[type_name], ["float8[]"], [distinct.tolist()])[0]["texts"]
+        return np.asarray(texts, dtype=object)[inverse].tolist()
+    raise ValueError(f"{type_name} is not read exactly")
+
+
+# PL/Python hands each Python float over as its repr, which float8in reads back exactly
+FLOAT_TEXTS = {
+    t: f"""SELECT pg_catalog.array_agg(u.v::pg_catalog.{t}::pg_catalog.text ORDER BY u.o) AS texts
+           FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(v, o)"""
+    for t in ("float4", "float8")}
+
+
+def _date_text(days: float) -> str:
+    if days in (float("inf"), float("-inf")):
+        return "infinity" if days > 0 else "-infinity"
+    iso = str(EPOCH + np.timedelta64(int(days), "D"))      # astronomical years: 0 is 1 BC
+    if iso.startswith(("-", "0000")):
+        year, rest = iso.lstrip("-").split("-", 1)
+        astronomical = -int(year) if iso.startswith("-") else 0
+        return f"{1 - astronomical:04d}-{rest} BC"
+    return iso
+
+
+def range_literals(plpy, type_name: str, low, high, only_null) -> list[str | None]:
+    """Each class's released range (text of the column's range type) from its smallest and
+    largest value: inclusive ``[lo,hi]``, ``[lo,)`` when ``hi`` is the type's maximum, None
+    (SQL NULL) for a class of NULLs only."""
+    lo, hi = number_texts(plpy, low, type_name), number_texts(plpy, high, type_name)
+    maximum = DISCRETE_MAXIMUM.get(type_name)
+    # exact comparison: near 2^63 an int8 is not a float8
+    top = np.asarray(high, dtype=np.int64 if type_name in ("int4", "int8") else np.float64)
+    unbounded = (top == maximum).tolist() if maximum is not None else [False] * len(lo)
+    return [None if null else (f"[{a},)" if top else f"[{a},{b}]")
+            for a, b, top, null in zip(lo, hi, unbounded, np.asarray(only_null).tolist())]
+
+
+def class_extremes(codes, null_code, index):
+    """(smallest code, largest code, only NULLs?) of every class; ``index``: a ClassIndex."""
+    codes = np.asarray(codes, dtype=np.int64)
+    present = codes != (-1 if null_code is None else null_code)
+    low = index.reduce(np.minimum, np.where(present, codes, np.iinfo(np.int64).max),
+                       np.iinfo(np.int64).max)
+    high = index.reduce(np.maximum, np.where(present, codes, -1), -1)
+    return low, high, high < 0
+
+
+def array_elements(dictionary: list) -> np.ndarray:
+    """Each dictionary entry quoted as an array_in element, then NULL (code -1)."""
+    elements = np.empty(len(dictionary) + 1, dtype=object)
+    elements[:-1] = [array_element(v) for v in dictionary]
+    elements[-1] = "NULL"
+    return elements
+
+
+def array_literals(codes, elements: np.ndarray, order, bounds, first: int, last: int) -> list[str]:
+    """Array literals of classes ``first`` to ``last`` (exclusive): each the elements of its
+    rows (``codes`` into ``elements``, :func:`array_elements`) in release order
+    (``order[bounds[c]:bounds[c+1]]``)."""
+    texts = elements[np.asarray(codes)[order[bounds[first]:bounds[last]]]].tolist()
+    edges = (bounds[first:last + 1] - bounds[first]).tolist()
+    return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(edges)]
