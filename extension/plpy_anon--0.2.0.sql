@@ -1649,6 +1649,13 @@ CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices_py(release_id integer
 RETURNS SETOF anon.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
+-- the texts a compact release stores are read back by the release query, in the caller's
+-- session: printed in forms every DateStyle, IntervalStyle and TimeZone reads the same (ISO
+-- dates, numeric UTC offsets, ISO 8601 intervals; zone abbreviations are ambiguous)
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'iso_8601'
+SET TimeZone = 'UTC'
+SET bytea_output = 'hex'
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys
@@ -2374,6 +2381,13 @@ CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices_py(releas
 RETURNS SETOF anon.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
+-- the texts a compact release stores are read back by the release query, in the caller's
+-- session: printed in forms every DateStyle, IntervalStyle and TimeZone reads the same (ISO
+-- dates, numeric UTC offsets, ISO 8601 intervals; zone abbreviations are ambiguous)
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'iso_8601'
+SET TimeZone = 'UTC'
+SET bytea_output = 'hex'
 AS $$
 if "plpy_anon" not in GD:
     import sys as _sys

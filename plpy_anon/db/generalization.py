@@ -263,10 +263,12 @@ def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_cal
     qi_names = list(qi_types)
     sensitive = [col for col, role in roles if role == "sensitive"]
     keys = [f"q{i}" for i in range(len(qi_names))] + [f"s{j}" for j in range(len(sensitive))]
-    functions = [f"pg_catalog.jsonb_array_elements_text((run.p).classes -> '{key}')" for key in keys]
+    functions = [f"pg_catalog.jsonb_array_elements_text(run.classes -> '{key}')" for key in keys]
     if not sensitive:
-        functions.append("pg_catalog.unnest((run.p).class_sizes::pg_catalog.int4[])")
+        functions.append("pg_catalog.unnest(run.class_sizes::pg_catalog.int4[])")
         keys.append("class_size")
+    collations = {r["name"]: r["collation"] for r in run(plpy, COLLATIONS, ["oid", "text[]"],
+                                                         [tbl.oid, [c.name for c in sensitive]])}
     stored = []
     for col, role in roles:
         if role == "quasi_identifier":
@@ -274,18 +276,32 @@ def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_cal
             stored.append(f"x.q{i}::{qi_types[col.name]} AS {ident(plpy, col.name)}")
         elif role == "sensitive":
             element = f"pg_catalog.{ident(plpy, col.type_name)}"
-            stored.append(f"x.s{sensitive.index(col)}::{element}[] AS {ident(plpy, col.name)}")
+            collate = f" COLLATE {collations[col.name]}" if col.name in collations else ""
+            stored.append(f"x.s{sensitive.index(col)}::{element}[]{collate} AS {ident(plpy, col.name)}")
     if not sensitive:
         stored.append(f"x.class_size AS {ROWS_COLUMN}")
-    # the release depends on its source and the columns it releases, as one joined back does
-    # (DROP TABLE, DROP COLUMN, ALTER COLUMN TYPE refuse while it exists); a test that is false
-    # before any row is read
+    # released_columns: never read, so never planned (PostgreSQL skips an unreferenced CTE: the
+    # source's index predicates are not evaluated by whoever refreshes), but the release depends
+    # on its source and the columns it releases as one joined back does (DROP TABLE, DROP
+    # COLUMN, ALTER COLUMN TYPE refuse while it exists). The slices come from a function scan,
+    # in release order, and so do their classes.
     released = ", ".join(f"s.{ident(plpy, col.name)}" for col, role in roles
                          if role in ("quasi_identifier", "sensitive"))
-    return (f"WITH run AS MATERIALIZED (SELECT s AS p FROM {partition_call} AS s)\n"
+    return (f"WITH released_columns AS (SELECT {released} FROM {tbl.quoted(plpy)} AS s)\n"
             f"SELECT {', '.join(stored)}\n"
-            f"FROM run CROSS JOIN LATERAL ROWS FROM ({', '.join(functions)}) AS x({', '.join(keys)})\n"
-            f"WHERE NOT EXISTS (SELECT {released} FROM {tbl.quoted(plpy)} AS s WHERE false)")
+            f"FROM {partition_call} AS run\n"
+            f"CROSS JOIN LATERAL ROWS FROM ({', '.join(functions)}) AS x({', '.join(keys)})")
+
+
+# the columns (of $2) whose collation is not the database's default: the sensitive arrays keep
+# it, as array_agg of the column does when joined back (a case-insensitive diagnosis stays so)
+COLLATIONS = """
+SELECT a.attname::text AS name, pg_catalog.format('%I.%I', n.nspname, c.collname) AS collation
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace
+WHERE a.attrelid = $1 AND a.attname::text = ANY($2) AND NOT a.attisdropped
+  AND a.attcollation <> 'pg_catalog.default'::pg_catalog.regcollation"""
 
 
 FLOAT_TYPES = ("float4", "float8")

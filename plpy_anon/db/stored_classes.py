@@ -23,16 +23,21 @@ rows' values, its sets the values its rows hold.
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 
+from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db.generalization import array_element
 from plpy_anon.db.sqltext import run
 
 #: QI types whose values the reader reads exactly (see the module docstring)
 EXACT_RANGE_TYPES = ("int2", "int4", "int8", "float4", "float8", "date")
-#: sensitive types whose ``::text`` is not their value's spelling
-INEXACT_TEXT_TYPES = ("bpchar",)
+#: sensitive types whose text does not read back as the same value: ``bpchar::text`` drops the
+#: padding; the reg* types print names that another search_path reads as other objects
+INEXACT_TEXT_TYPES = ("bpchar", "regclass", "regcollation", "regconfig", "regdictionary",
+                      "regnamespace", "regoper", "regoperator", "regproc", "regprocedure",
+                      "regrole", "regtype")
 #: the largest value of each exact type whose range is discrete: ``[lo, max]`` would
 #: canonicalize to an overflowing ``[lo, max + 1)``, so such a class is released ``[lo,)``
 #: (generalization.range_expression does the same)
@@ -41,10 +46,39 @@ DISCRETE_MAXIMUM = {"int4": 2147483647, "int8": 9223372036854775807,
                     "date": int((np.datetime64("5874897-12-31", "D") - EPOCH).astype(np.int64))}
 
 
-def reads_exactly(qis, sensitive) -> bool:
-    """True when a compact release of these columns can be written from the values read."""
+def reads_exactly(plpy, qis, sensitive) -> bool:
+    """True when a compact release of these columns can be written from the values read. Not
+    in a SQL_ASCII database: its bytes are not text PL/Python can hold."""
     return (all(c.kind != "numeric" or c.type_name in EXACT_RANGE_TYPES for c in qis)
-            and all(c.type_name not in INEXACT_TEXT_TYPES for c in sensitive))
+            and all(c.type_name not in INEXACT_TEXT_TYPES for c in sensitive)
+            and run(plpy, "SELECT pg_catalog.current_setting('server_encoding') AS e")[0]["e"]
+            != "SQL_ASCII")
+
+
+# a column's number for each of its names: the run reads columns by the names recorded when the
+# release was created; the release's SQL (and a flat release's join back) by number
+COLUMN_NUMBERS = """
+SELECT pg_catalog.jsonb_object_agg(a.attname::text, a.attnum) AS numbers
+FROM pg_catalog.pg_attribute a
+WHERE a.attrelid = $1 AND a.attname::text = ANY($2) AND NOT a.attisdropped"""
+
+
+def column_numbers(plpy, table_oid: int, names: list[str]) -> dict[str, int]:
+    numbers = run(plpy, COLUMN_NUMBERS, ["oid", "text[]"], [table_oid, names])[0]["numbers"]
+    return json.loads(numbers) if numbers else {}
+
+
+def check_not_renamed(plpy, tbl, recorded: dict[str, int]) -> None:
+    """Refuse a run whose columns were renamed since the release was created: read by name, a
+    swap of two names would release one column's values under the other's (an identifier as a
+    diagnosis)."""
+    now = column_numbers(plpy, tbl.oid, list(recorded))
+    moved = sorted(name for name, number in recorded.items() if now.get(name) != number)
+    if moved:
+        raise InvalidParameter(
+            f"column(s) {', '.join(map(repr, moved))} of {tbl.label} were renamed since the "
+            "release was created",
+            hint="Rename them back, or recreate the release with replace => true.")
 
 
 def number_texts(plpy, values, type_name: str) -> list[str]:

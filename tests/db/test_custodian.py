@@ -504,3 +504,28 @@ def test_break_merge_readers_and_a_set_role_session_do_not_read_a_custodians_rel
             for statement in ("SELECT * FROM anon.risk_report(%s)", "SELECT * FROM anon.breach_report(%s)"):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege, match=f"belongs to {role}"):
                     dba.execute(statement, (rel,))
+
+
+def test_a_dbas_compact_release_does_not_plan_the_custodians_table_before_its_guard(db, connect, custodian):
+    """The DBA releases a custodian's table; the custodian then plants its payload in an index
+    predicate of that table, which planning a query of the table would evaluate as the DBA. A
+    compact release written from the values read does not plan the source in its own query (its
+    dependency on the source is a CTE no one reads), so the run's guard refuses it first."""
+    role, own = custodian
+    s = sql.Identifier(own)
+    rel = create(db, own, extra=", layout => 'compact'")
+    assert db.execute("SELECT (parameters->>'joined_back')::bool FROM anon.releases WHERE "
+                      "format('%%I.%%I', release_schema, release_name) = %s", (rel,)).fetchone()[0] is False
+    with connect(user=role) as conn:
+        conn.execute(sql.SQL(PAYLOAD).format(s=s, owner=sql.Literal(role)))
+        conn.execute(sql.SQL("CREATE FUNCTION {s}.looks_pure(int) RETURNS boolean LANGUAGE sql IMMUTABLE "
+                             "AS 'SELECT {s}.payload()'").format(s=s))
+        conn.execute(sql.SQL("CREATE INDEX planted ON {}.pat (age) WHERE {}.looks_pure(1)").format(s, s))
+    for statement in (f"REFRESH MATERIALIZED VIEW {matview(db, rel)}", f"SELECT anon.refresh('{rel}')"):
+        with connect() as dba:
+            seen = notices(dba)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                dba.execute(statement)
+            assert not [m for m in seen if m.startswith("evil")], seen
+        assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 200

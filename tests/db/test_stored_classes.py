@@ -181,3 +181,70 @@ def test_the_release_depends_on_its_source_and_columns(db, schema, extremes):
             db.execute(statement)
     # one it does not release stays free to change
     db.execute("ALTER TABLE extremes DROP COLUMN amount")
+
+
+@pytest.mark.parametrize("how", ["anon.refresh", "REFRESH MATERIALIZED VIEW"])
+def test_a_refresh_after_columns_were_renamed_is_refused(db, schema, how):
+    """Read by name, swapped names would release one column under the other's name (a name as a
+    diagnosis); refused, the old release kept."""
+    db.execute("CREATE TABLE pat AS SELECT i % 30 AS age, 'diag' || i % 5 AS diagnosis, "
+               "'Person ' || i AS full_name FROM generate_series(1, 300) i")
+    release = create_release(db, "mondrian_view", schema, "pat", k=5, quasi_identifiers=["age"],
+                             sensitive=["diagnosis"], identifiers=["full_name"], layout="compact")
+    db.execute("ALTER TABLE pat RENAME diagnosis TO tmp")
+    db.execute("ALTER TABLE pat RENAME full_name TO diagnosis")
+    db.execute("ALTER TABLE pat RENAME tmp TO full_name")
+    statement = (f"SELECT anon.refresh('{release}')" if how == "anon.refresh"
+                 else f"REFRESH MATERIALIZED VIEW {release}_classes")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="renamed"):
+        db.execute(statement)
+    assert db.execute(f"SELECT count(*) FROM {release} WHERE diagnosis LIKE 'Person%'").fetchone()[0] == 0
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 300
+
+
+@pytest.mark.parametrize("datestyle, timezone", [("SQL, MDY", "Asia/Shanghai"), ("Postgres, DMY", "Asia/Kolkata"),
+                                                 ("SQL, YMD", "Europe/Dublin")])
+def test_dates_and_times_survive_any_session_settings(db, schema, datestyle, timezone):
+    """Read and read back in the caller's session: zone abbreviations (CST, IST) and day-month
+    orders must not shift a value."""
+    db.execute("CREATE TABLE visits AS SELECT 20 + i % 10 AS age, "
+               "TIMESTAMPTZ '2024-05-01 12:00+00' + i * INTERVAL '1 min' AS seen, "
+               "DATE '2024-01-01' + i AS day, TIMESTAMP '2024-07-01 08:00' + i * INTERVAL '1 hour' AS at, "
+               "i * INTERVAL '-1 day 3 hours' AS took FROM generate_series(1, 40) i")
+    db.execute(f"SET DateStyle = '{datestyle}'")
+    db.execute(f"SET TimeZone = '{timezone}'")
+    db.execute("SET IntervalStyle = 'sql_standard'")
+    try:
+        release = create_release(db, "mondrian_view", schema, "visits", k=4, quasi_identifiers=["age"],
+                                 sensitive=["seen", "day", "at", "took"], layout="compact")
+        db.execute(f"REFRESH MATERIALIZED VIEW {release}_classes")
+        reset(db)
+        assert joined_back(db, release) is False
+        differing = db.execute(f"""SELECT count(*) FROM (SELECT seen, day, at, took FROM {release}
+                                   EXCEPT ALL SELECT seen, day, at, took FROM visits) d""").fetchone()[0]
+        assert differing == 0
+    finally:
+        reset(db)
+
+
+def reset(db):
+    for setting in ("DateStyle", "TimeZone", "IntervalStyle"):
+        db.execute(f"RESET {setting}")
+
+
+def test_reg_types_are_joined_back(db, schema):
+    """regclass prints a name that another search_path reads as another object."""
+    db.execute("CREATE TABLE rc AS SELECT i % 10 AS age, 'pg_class'::regclass AS r "
+               "FROM generate_series(1, 40) i")
+    release = create_release(db, "mondrian_view", schema, "rc", k=4, quasi_identifiers=["age"],
+                             sensitive=["r"], layout="compact")
+    assert joined_back(db, release) is True
+
+
+def test_a_sensitive_columns_collation_is_kept(db, schema, extremes):
+    release = assert_same_release(db, schema, "extremes", ["i4"], ["folded", "note"], k=4)
+    collations = db.execute("SELECT attname, attcollation::regcollation::text FROM pg_attribute "
+                            "WHERE attrelid = %s::regclass AND attname IN ('folded', 'note') ORDER BY 1",
+                            (release,)).fetchall()
+    assert collations == [("folded", "case_insensitive"), ("note", '"default"')]
+    assert db.execute(f"SELECT count(*) FROM {release} WHERE folded = 'hiv'").fetchone()[0] == 180

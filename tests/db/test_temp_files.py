@@ -46,10 +46,12 @@ def test_a_build_whose_joins_spill_writes_temporary_files_in_proportion(connect,
 
 
 def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connect, schema, release_schema, synth):
+    """Flat releases: they join back, which spills at 64kB."""
     with connect() as conn:
         conn.execute(f"SET search_path = {schema}, public")
         rel = conn.execute("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
-                           "release_schema => %s, quasi_identifiers => ARRAY['a_int','d_txt'])",
+                           "release_schema => %s, quasi_identifiers => ARRAY['a_int','d_txt'], "
+                           "layout => 'flat')",
                            (release_schema,)).fetchone()[0]
         conn.execute("INSERT INTO synth SELECT * FROM synth")
         conn.execute("SET work_mem = '64kB'")
@@ -57,7 +59,7 @@ def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connec
         conn.execute("SET temp_file_limit = '1MB'")
         create_other = ("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
                         f"release_schema => '{release_schema}', release_name => 'other', "
-                        "quasi_identifiers => ARRAY['a_int','d_txt'])")
+                        "quasi_identifiers => ARRAY['a_int','d_txt'], layout => 'flat')")
         for statement in (f"SELECT anon.refresh('{rel}')", create_other):
             with pytest.raises(psycopg.errors.ConfigurationLimitExceeded) as info:
                 conn.execute(statement)
@@ -79,9 +81,11 @@ def test_a_build_hashes_and_sorts_in_the_builds_work_mem_not_in_temporary_files(
         connect, schema, release_schema, synth):
     """At the server's default work_mem (4MB) a build runs its queries with
     plpy_anon.build_work_mem (default 256MB): no temporary file; the same build and refresh with
-    the setting at the session's 4MB write them (the figure this setting removes)."""
+    the setting at the session's 4MB write them (the figure this setting removes). A flat
+    release: it joins its rows back to the source."""
     create = ("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], release_schema => %s, "
-              "quasi_identifiers => ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt'], replace => true)")
+              "quasi_identifiers => ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt'], replace => true, "
+              "layout => 'flat')")
     written = {}
     with connect() as conn:
         conn.execute(f"SET search_path = {schema}, public")
@@ -97,6 +101,25 @@ def test_a_build_hashes_and_sorts_in_the_builds_work_mem_not_in_temporary_files(
         assert conn.execute("SHOW work_mem").fetchone()[0] == "4MB"      # the session's, restored
     assert written["DEFAULT"] == 0, written
     assert written["'4MB'"] > 0, written
+
+
+def test_a_compact_release_written_from_the_values_read_needs_no_temporary_file(
+        connect, schema, release_schema, synth):
+    """No join back, no sort: at 4MB the same build and refresh write nothing (a flat one does,
+    above)."""
+    with connect() as conn:
+        conn.execute(f"SET search_path = {schema}, public")
+        conn.execute("SET work_mem = '4MB'")
+        conn.execute("SET plpy_anon.build_work_mem = '4MB'")
+        conn.commit()
+        before = temp_bytes(conn)
+        rel = conn.execute(
+            "SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], release_schema => %s, "
+            "quasi_identifiers => ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt'])",
+            (release_schema,)).fetchone()[0]
+        conn.execute("SELECT anon.refresh(%s)", (rel,))
+        assert temp_bytes(conn) - before == 0
+        assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == ROWS
 
 
 @pytest.mark.parametrize("value", ["lots", "-1MB"])

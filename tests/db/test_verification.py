@@ -185,7 +185,13 @@ for p in mondrian.partition(plpy, GD, release_id):
     classes = _json.loads(p["classes"])
     p["class_sizes"] = "{" + ",".join(f"{n - n // 2},{n // 2}" for n in sizes) + "}"
     p["first_class"] = 2 * p["first_class"]
-    p["classes"] = _json.dumps({q: [v for lit in lits for v in (lit, widen(lit) if q == "q1" else lit)]
+    def halves(q, lit):
+        if q.startswith("s"):          # written from the values read: each half its own rows
+            rows = lit[1:-1].split(",")
+            return ("{" + ",".join(rows[:len(rows) - len(rows) // 2]) + "}",
+                    "{" + ",".join(rows[len(rows) - len(rows) // 2:]) + "}")
+        return (lit, widen(lit) if q == "q1" else lit)
+    p["classes"] = _json.dumps({q: [v for lit in lits for v in halves(q, lit)]
                                 for q, lits in classes.items()})
     out.append(p)
 return out
@@ -197,8 +203,14 @@ p = out[0]
 sizes = p["class_sizes"].strip("{}").split(",")
 # three rows not emitted (the first class's first three): what the release query's containment
 # filter does to a row outside its box
-tids = p["ctids_utf8"].decode()[2:-2].split('","')
-p["ctids_utf8"] = ('{"' + '","'.join(tids[3:]) + '"}').encode()
+if p["ctids_utf8"] is None:            # written from the values read: the first class's array
+    import json as _json
+    classes = _json.loads(p["classes"])
+    classes["s0"][0] = "{" + ",".join(classes["s0"][0][1:-1].split(",")[3:]) + "}"
+    p["classes"] = _json.dumps(classes)
+else:
+    tids = p["ctids_utf8"].decode()[2:-2].split('","')
+    p["ctids_utf8"] = ('{"' + '","'.join(tids[3:]) + '"}').encode()
 p["class_sizes"] = "{" + ",".join([str(int(sizes[0]) - 3)] + sizes[1:]) + "}"
 return out
 """

@@ -193,8 +193,11 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
     if parameters["layout"] != "compact":
         return method.Plan(parameters, default_name=default_name, query=query)
     parameters["joined_back"] = not stored_classes.reads_exactly(
-        [c for c, role in roles if role == "quasi_identifier"],
+        plpy, [c for c, role in roles if role == "quasi_identifier"],
         [c for c, role in roles if role == "sensitive"])
+    if not parameters["joined_back"]:
+        parameters["column_numbers"] = stored_classes.column_numbers(
+            plpy, tbl.oid, [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")])
 
     def build(release_id, qualified, name):
         release = release_rows.by_id(plpy, release_id)
@@ -374,11 +377,13 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     reads_values = not joins_back(params)
     sens = [column_for(tbl, cols, name) for name in params["sensitive"]] \
         if l or params.get("t") is not None or reads_values else []
-    if reads_values and not stored_classes.reads_exactly(qis, sens):
-        raise InvalidParameter(
-            f"the columns of {tbl.label} changed type since the release was created and can no "
-            "longer be stored from the values read",
-            hint="Recreate the release with replace => true.")
+    if reads_values:
+        stored_classes.check_not_renamed(plpy, tbl, params.get("column_numbers") or {})
+        if not stored_classes.reads_exactly(plpy, qis, sens):
+            raise InvalidParameter(
+                f"the columns of {tbl.label} changed type since the release was created and can "
+                "no longer be stored from the values read",
+                hint="Recreate the release with replace => true.")
     target_name = params.get("target") if with_target else None
     target_col = [column_for(tbl, cols, target_name)] if target_name else []
     check_float_digits(plpy, tbl, qis + (sens if reads_values else []))
@@ -387,7 +392,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values)
     # the stored texts as spelled in the source; l and t count values, not spellings
-    spelled = [data.columns[c.name] for c in sens] if reads_values else []
+    spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
     k = int(params["k"])
     if data.n_rows == 0:
