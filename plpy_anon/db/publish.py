@@ -25,7 +25,7 @@ from plpy_anon.db.release_rows import (
     store_definitions,
     take_run,
 )
-from plpy_anon.db.sqltext import build_work_mem, ident, local_settings, progress, run
+from plpy_anon.db.sqltext import build_work_mem, ident, jsonb_text, local_settings, progress, run
 from plpy_anon.db.swap_locks import SwapWaits, lock_for_swap
 
 
@@ -181,7 +181,7 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         WHERE release_id = $1 RETURNING *""",
         ["int4", "float8", "int8", "int4", "jsonb", "jsonb"],
         [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
-         json.dumps(stats["metrics"]) if "metrics" in stats else None,
+         jsonb_text(stats["metrics"]) if "metrics" in stats else None,
          json.dumps(figures) if figures is not None else None])
     risk.store_report(plpy, release_id, report)
     return by_id(plpy, release_id)

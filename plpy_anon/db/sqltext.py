@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 
 import numpy as np
 
@@ -99,6 +100,21 @@ def text_of(expr: str, builtin: bool) -> str:
     if builtin:
         return f"({expr})::text"
     return f"CASE WHEN pg_catalog.num_nonnulls({expr}) = 1 THEN pg_catalog.format('%s', {expr}) END"
+
+
+def jsonb_text(value) -> str:
+    """``value`` as JSON text for a jsonb parameter; a non-finite float (a metric of a range as
+    wide as float8 itself: inf / inf) becomes null, which jsonb has, instead of NaN, which it
+    refuses."""
+    def finite(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+    return json.dumps(finite(value))
 
 
 def jsonb(value):

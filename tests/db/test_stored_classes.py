@@ -248,3 +248,13 @@ def test_a_sensitive_columns_collation_is_kept(db, schema, extremes):
                             (release,)).fetchall()
     assert collations == [("folded", "case_insensitive"), ("note", '"default"')]
     assert db.execute(f"SELECT count(*) FROM {release} WHERE folded = 'hiv'").fetchone()[0] == 180
+
+
+@pytest.mark.parametrize("layout", ["compact", "flat"])
+def test_a_float_range_as_wide_as_float8_is_released(db, schema, layout):
+    """Its spread (inf / inf) is no number: the metric is stored as null, the release published."""
+    db.execute("CREATE TABLE wide AS SELECT (CASE WHEN i % 2 = 0 THEN '1.7976931348623157e308' "
+               "ELSE '-1.7976931348623157e308' END)::float8 AS b, i::text AS s FROM generate_series(1, 20) i")
+    release = create_release(db, "mondrian_view", schema, "wide", k=3, quasi_identifiers=["b"],
+                             sensitive=["s"], layout=layout)
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 20
