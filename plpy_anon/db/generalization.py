@@ -293,6 +293,28 @@ def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_cal
             f"CROSS JOIN LATERAL ROWS FROM ({', '.join(functions)}) AS x({', '.join(keys)})")
 
 
+def flat_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str) -> str:
+    """A flat release written from the values its run read: :func:`compact_read_query`'s
+    classes, each unfolded into its rows as a compact release's view does, each sensitive value
+    cast to its column's declared type (a flat release's columns keep varchar(n), numeric(p,s))."""
+    sensitive = [col for col, role in roles if role == "sensitive"]
+    columns = []
+    for col, role in roles:
+        if role == "quasi_identifier":
+            columns.append(f"c.{ident(plpy, col.name)}")
+        elif role == "sensitive":
+            columns.append(f"u.{ident(plpy, col.name)}::{col.display_type} AS {ident(plpy, col.name)}")
+    if sensitive:
+        names = [ident(plpy, col.name) for col in sensitive]
+        rows = (f"ROWS FROM ({', '.join(f'pg_catalog.unnest(c.{n})' for n in names)}) "
+                f"AS u({', '.join(names)})")
+    else:
+        rows = f"pg_catalog.generate_series(1, c.{ROWS_COLUMN}) AS u(n)"
+    return (f"SELECT {', '.join(columns)}\n"
+            f"FROM ({compact_read_query(plpy, tbl, roles, qi_types, partition_call)}) AS c\n"
+            f"CROSS JOIN LATERAL {rows}")
+
+
 # the columns (of $2) whose collation is not the database's default: the sensitive arrays keep
 # it, as array_agg of the column does when joined back (a case-insensitive diagnosis stays so)
 COLLATIONS = """

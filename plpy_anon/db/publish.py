@@ -100,7 +100,8 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
     with temp_file_limit_explained(plpy, source.oid):
         build(release_id, ident(plpy, release_schema, release_name))
     progress(plpy, "checking the released rows")
-    row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
+    with temp_file_limit_explained(plpy, source.oid):      # the check's grouping may spill too
+        row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
     progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}")
     grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
     return row

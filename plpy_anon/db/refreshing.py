@@ -172,7 +172,8 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     for view, view_saved in reversed(saved_views):          # what they read first
         plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
         restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
-    publish.record(plpy, release["release_id"], stats, built=True, method=method)
+    with publish.temp_file_limit_explained(plpy, source):
+        publish.record(plpy, release["release_id"], stats, built=True, method=method)
 
 
 def build_frozen(plpy, qualified: str, query: str, owner: str) -> None:

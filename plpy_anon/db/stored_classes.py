@@ -55,6 +55,14 @@ def reads_exactly(plpy, qis, sensitive) -> bool:
             != "SQL_ASCII")
 
 
+def join_back_asked(plpy) -> bool:
+    """``SET plpy_anon.join_back = on``: releases created in this session join back to the
+    source for every value (the reference the tests compare with; a fallback for anyone who
+    prefers it). Recorded in the release: its refreshes do the same."""
+    setting = run(plpy, "SELECT pg_catalog.current_setting('plpy_anon.join_back', true) AS v")[0]["v"]
+    return (setting or "").strip().lower() in ("on", "true", "yes", "1")
+
+
 # a column's number for each of its names: the run reads columns by the names recorded when the
 # release was created; the release's SQL (and a flat release's join back) by number
 COLUMN_NUMBERS = """

@@ -506,14 +506,15 @@ def test_break_merge_readers_and_a_set_role_session_do_not_read_a_custodians_rel
                     dba.execute(statement, (rel,))
 
 
-def test_a_dbas_compact_release_does_not_plan_the_custodians_table_before_its_guard(db, connect, custodian):
+@pytest.mark.parametrize("layout", ["compact", "flat"])
+def test_a_dbas_release_does_not_plan_the_custodians_table_before_its_guard(db, connect, custodian, layout):
     """The DBA releases a custodian's table; the custodian then plants its payload in an index
     predicate of that table, which planning a query of the table would evaluate as the DBA. A
-    compact release written from the values read does not plan the source in its own query (its
+    release written from the values read does not plan the source in its own query (its
     dependency on the source is a CTE no one reads), so the run's guard refuses it first."""
     role, own = custodian
     s = sql.Identifier(own)
-    rel = create(db, own, extra=", layout => 'compact'")
+    rel = create(db, own, extra=f", layout => '{layout}'")
     assert db.execute("SELECT (parameters->>'joined_back')::bool FROM anon.releases WHERE "
                       "format('%%I.%%I', release_schema, release_name) = %s", (rel,)).fetchone()[0] is False
     with connect(user=role) as conn:
@@ -521,7 +522,8 @@ def test_a_dbas_compact_release_does_not_plan_the_custodians_table_before_its_gu
         conn.execute(sql.SQL("CREATE FUNCTION {s}.looks_pure(int) RETURNS boolean LANGUAGE sql IMMUTABLE "
                              "AS 'SELECT {s}.payload()'").format(s=s))
         conn.execute(sql.SQL("CREATE INDEX planted ON {}.pat (age) WHERE {}.looks_pure(1)").format(s, s))
-    for statement in (f"REFRESH MATERIALIZED VIEW {matview(db, rel)}", f"SELECT anon.refresh('{rel}')"):
+    refreshed = matview(db, rel)
+    for statement in (f"REFRESH MATERIALIZED VIEW {refreshed}", f"SELECT anon.refresh('{rel}')"):
         with connect() as dba:
             seen = notices(dba)
             with pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -45,10 +45,13 @@ def test_a_build_whose_joins_spill_writes_temporary_files_in_proportion(connect,
                             "d_txt, e_txt, f_txt) c").fetchone()[0] >= 10
 
 
-def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connect, schema, release_schema, synth):
-    """Flat releases: they join back, which spills at 64kB."""
+@pytest.mark.parametrize("join_back", ["on", "off"])
+def test_a_build_beyond_temp_file_limit_says_so_and_keeps_the_old_release(connect, schema, release_schema, synth,
+                                                                           join_back):
+    """At 64kB a join back spills, and so does the check's grouping of a flat release's rows."""
     with connect() as conn:
         conn.execute(f"SET search_path = {schema}, public")
+        conn.execute(f"SET plpy_anon.join_back = {join_back}")
         rel = conn.execute("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], "
                            "release_schema => %s, quasi_identifiers => ARRAY['a_int','d_txt'], "
                            "layout => 'flat')",
@@ -81,8 +84,8 @@ def test_a_build_hashes_and_sorts_in_the_builds_work_mem_not_in_temporary_files(
         connect, schema, release_schema, synth):
     """At the server's default work_mem (4MB) a build runs its queries with
     plpy_anon.build_work_mem (default 256MB): no temporary file; the same build and refresh with
-    the setting at the session's 4MB write them (the figure this setting removes). A flat
-    release: it joins its rows back to the source."""
+    the setting at the session's 4MB write them (the figure this setting removes). A release
+    that joins its rows back to the source (plpy_anon.join_back)."""
     create = ("SELECT anon.mondrian_view('synth', k => 10, sensitive => ARRAY['s_txt'], release_schema => %s, "
               "quasi_identifiers => ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt'], replace => true, "
               "layout => 'flat')")
@@ -90,6 +93,7 @@ def test_a_build_hashes_and_sorts_in_the_builds_work_mem_not_in_temporary_files(
     with connect() as conn:
         conn.execute(f"SET search_path = {schema}, public")
         conn.execute("SET work_mem = '4MB'")
+        conn.execute("SET plpy_anon.join_back = on")
         for setting in ("DEFAULT", "'4MB'"):
             conn.execute(f"SET plpy_anon.build_work_mem = {setting}")
             conn.commit()

@@ -31,6 +31,7 @@ from plpy_anon.db.generalization import (
     class_literals,
     column_for,
     compact_read_query,
+    flat_read_query,
     generalized_release_query,
     int_array_literal,
     output_type,
@@ -157,17 +158,17 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
     qi_types = {name: output_type(by_name[name], name in hierarchical)
                 for name in parameters["quasi_identifiers"]}
     call = f"{partition_function}({int(release_id)})"
-    if parameters.get("layout") == "compact" and not joins_back(parameters):
-        return compact_read_query(plpy, tbl, roles, qi_types, call)
-    return generalized_release_query(plpy, tbl, roles, qi_types, call, sliced=True,
-                                     compact=parameters.get("layout") == "compact")
+    compact = parameters.get("layout") == "compact"
+    if not joins_back(parameters):
+        return (compact_read_query if compact else flat_read_query)(plpy, tbl, roles, qi_types, call)
+    return generalized_release_query(plpy, tbl, roles, qi_types, call, sliced=True, compact=compact)
 
 
 def joins_back(parameters: dict) -> bool:
-    """Whether the release's rows get their values by a join back to the source (flat
-    releases; compact ones of columns not read exactly: stored_classes), or are written from
-    the values the run read."""
-    return parameters.get("layout") != "compact" or parameters.get("joined_back", True)
+    """Whether the release's rows get their values by a join back to the source (columns not
+    read exactly: stored_classes; releases made before), or are written from the values the run
+    read."""
+    return parameters.get("joined_back", True)
 
 
 def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
@@ -187,17 +188,21 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
         raise InvalidParameter(f"layout => 'compact' cannot store {unstorable} of {tbl.label}",
                                hint="Use layout => 'flat' (or omit layout) for this table.")
 
+    # written from the values read where they are read exactly and a class can hold them (an
+    # array of each sensitive column: unstorable_columns), unless the session asks for the join
+    # back (plpy_anon.join_back = on)
+    parameters["joined_back"] = bool(unstorable) or stored_classes.join_back_asked(plpy) \
+        or not stored_classes.reads_exactly(plpy, [c for c, role in roles if role == "quasi_identifier"],
+                                            [c for c, role in roles if role == "sensitive"])
+    if not parameters["joined_back"]:
+        parameters["column_numbers"] = stored_classes.column_numbers(
+            plpy, tbl.oid, [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")])
+
     def query(release_id):
         return release_query(plpy, tbl, roles, parameters, release_id, partition_function)
 
     if parameters["layout"] != "compact":
         return method.Plan(parameters, default_name=default_name, query=query)
-    parameters["joined_back"] = not stored_classes.reads_exactly(
-        plpy, [c for c, role in roles if role == "quasi_identifier"],
-        [c for c, role in roles if role == "sensitive"])
-    if not parameters["joined_back"]:
-        parameters["column_numbers"] = stored_classes.column_numbers(
-            plpy, tbl.oid, [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")])
 
     def build(release_id, qualified, name):
         release = release_rows.by_id(plpy, release_id)
