@@ -349,8 +349,8 @@ def check_float_digits(plpy, tbl, qis) -> None:
     if floats and int(run(plpy, "SELECT pg_catalog.current_setting('extra_float_digits') AS d")[0]["d"]) < 1:
         raise InvalidParameter(
             f"extra_float_digits is below 1 in this session, so the floating-point column(s) "
-            f"{', '.join(map(repr, floats))} of {tbl.label} would be released with "
-            "rounded range bounds",
+            f"{', '.join(map(repr, floats))} of {tbl.label} would be released rounded "
+            "(their range bounds, or their values)",
             hint="RESET extra_float_digits (the default, 1, writes floats exactly) and run it again.")
 
 

@@ -23,12 +23,12 @@ rows' values, its sets the values its rows hold.
 from __future__ import annotations
 
 import itertools
-import json
 
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db.generalization import array_element
+from plpy_anon.db.release_rows import storage_of
 from plpy_anon.db.sqltext import run
 
 #: QI types whose values the reader reads exactly (see the module docstring)
@@ -63,29 +63,33 @@ def join_back_asked(plpy) -> bool:
     return (setting or "").strip().lower() in ("on", "true", "yes", "1")
 
 
-# a column's number for each of its names: the run reads columns by the names recorded when the
-# release was created; the release's SQL (and a flat release's join back) by number
-COLUMN_NUMBERS = """
-SELECT pg_catalog.jsonb_object_agg(a.attname::text, a.attnum) AS numbers
-FROM pg_catalog.pg_attribute a
-WHERE a.attrelid = $1 AND a.attname::text = ANY($2) AND NOT a.attisdropped"""
+# the release's materialized view as PostgreSQL prints it: its released_columns CTE names each
+# source column by its current name, and by the name it had when the rule was made, if another
+RELEASE_DEFINITION = """
+SELECT pg_catalog.pg_get_viewdef(c.oid) AS definition FROM pg_catalog.pg_class c
+WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2
+  AND c.relowner = $3::pg_catalog.regrole AND c.relkind = 'm'"""
 
 
-def column_numbers(plpy, table_oid: int, names: list[str]) -> dict[str, int]:
-    numbers = run(plpy, COLUMN_NUMBERS, ["oid", "text[]"], [table_oid, names])[0]["numbers"]
-    return json.loads(numbers) if numbers else {}
-
-
-def check_not_renamed(plpy, tbl, recorded: dict[str, int]) -> None:
-    """Refuse a run whose columns were renamed since the release was created: read by name, a
-    swap of two names would release one column's values under the other's (an identifier as a
-    diagnosis)."""
-    now = column_numbers(plpy, tbl.oid, list(recorded))
-    moved = sorted(name for name, number in recorded.items() if now.get(name) != number)
-    if moved:
+def check_not_renamed(plpy, release: dict, tbl, released: list[str]) -> None:
+    """Refuse a run whose source columns were renamed since its release's query was made: the
+    run reads columns by the names in the release's parameters, its query (and a restored
+    one) by number, so two swapped names would release one column's values under the other's
+    (an identifier as a diagnosis). The query's ``released_columns`` CTE shows it: PostgreSQL
+    prints a renamed column as ``s.new_name AS old_name``. Nothing to compare while the release
+    is being created (its relation does not exist yet)."""
+    rows = run(plpy, RELEASE_DEFINITION, ["text", "text", "text"],
+               [release["schema_oid"], storage_of(release), release["release_owner"]])
+    if not rows:
+        return
+    printed = " ".join(rows[0]["definition"].split())
+    expected = ("released_columns AS ( SELECT "
+                + ", ".join(f"s.{plpy.quote_ident(name)}" for name in released) + " FROM ")
+    if expected not in printed:
         raise InvalidParameter(
-            f"column(s) {', '.join(map(repr, moved))} of {tbl.label} were renamed since the "
-            "release was created",
+            f"columns of {tbl.label} released by {release['release_schema']}.{release['release_name']} "
+            "were renamed since the release was created",
+            detail=f"It releases {', '.join(map(repr, released))}.",
             hint="Rename them back, or recreate the release with replace => true.")
 
 

@@ -38,7 +38,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods import mondrian_family, prioritized_mondrian
-from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.db.sqltext import jsonb, jsonb_text, run
 from plpy_anon.querylog.logs import read_server_log
 from plpy_anon.querylog.priorities import PriorityLearner
 
@@ -271,15 +271,15 @@ def release_report(plpy, name, weights=None):
     stored = {"c_wdm": c_wdm, "c_wdm_weights": weights, "c_wdm_weights_origin": weights_origin,
               "workload": workload}
     run(plpy, "UPDATE anon.releases SET metrics = metrics || $2 WHERE release_id = $1",
-        ["int4", "jsonb"], [ev.release["release_id"], json.dumps(stored)])
+        ["int4", "jsonb"], [ev.release["release_id"], jsonb_text(stored)])
     return [{
         "release_name": f"{ev.release['release_schema']}.{ev.release['release_name']}",
         "method": ev.release["method"], "k": k, "achieved_k": metrics["achieved_k"],
         "classes": metrics["n_classes"], "row_count": int(ev.labels.size),
         "c_dm": discernibility(ev.labels), "c_wdm": c_wdm,
         "ncp_percent": metrics["ncp_percent"],
-        "ncp_per_attribute": json.dumps(metrics["ncp_per_attribute"]),
-        "weights": json.dumps(weights), "workload_queries": workload["queries"],
+        "ncp_per_attribute": jsonb_text(metrics["ncp_per_attribute"]),
+        "weights": jsonb_text(weights), "workload_queries": workload["queries"],
         "mean_precision": workload.get("mean_precision"),
         "mean_recall": workload.get("mean_recall"),
         "weighted_precision": workload.get("weighted_precision"),

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from tests.helpers import class_sizes, create_release
+from tests.helpers import class_sizes, create_release, matview
 
 EXTREMES = """
 CREATE TABLE extremes (id int, i2 int2, i4 int4, i8 int8, f4 float4, f8 float8, d date, word text,
@@ -200,18 +200,21 @@ def test_the_release_depends_on_its_source_and_columns(db, schema, extremes):
 
 
 @pytest.mark.parametrize("how", ["anon.refresh", "REFRESH MATERIALIZED VIEW"])
-def test_a_refresh_after_columns_were_renamed_is_refused(db, schema, how):
+@pytest.mark.parametrize("layout", ["compact", "flat"])
+@pytest.mark.parametrize("swapped", [("diagnosis", "full_name"), ("age", "zip")])
+def test_a_refresh_after_columns_were_renamed_is_refused(db, schema, how, layout, swapped):
     """Read by name, swapped names would release one column under the other's name (a name as a
-    diagnosis); refused, the old release kept."""
-    db.execute("CREATE TABLE pat AS SELECT i % 30 AS age, 'diag' || i % 5 AS diagnosis, "
+    diagnosis, a zip code as an age); refused, the old release kept."""
+    db.execute("CREATE TABLE pat AS SELECT i % 30 AS age, i % 7 AS zip, 'diag' || i % 5 AS diagnosis, "
                "'Person ' || i AS full_name FROM generate_series(1, 300) i")
-    release = create_release(db, "mondrian_view", schema, "pat", k=5, quasi_identifiers=["age"],
-                             sensitive=["diagnosis"], identifiers=["full_name"], layout="compact")
-    db.execute("ALTER TABLE pat RENAME diagnosis TO tmp")
-    db.execute("ALTER TABLE pat RENAME full_name TO diagnosis")
-    db.execute("ALTER TABLE pat RENAME tmp TO full_name")
+    release = create_release(db, "mondrian_view", schema, "pat", k=5, quasi_identifiers=["age", "zip"],
+                             sensitive=["diagnosis"], identifiers=["full_name"], layout=layout)
+    first, second = swapped
+    db.execute(f"ALTER TABLE pat RENAME {first} TO tmp")
+    db.execute(f"ALTER TABLE pat RENAME {second} TO {first}")
+    db.execute(f"ALTER TABLE pat RENAME tmp TO {second}")
     statement = (f"SELECT anon.refresh('{release}')" if how == "anon.refresh"
-                 else f"REFRESH MATERIALIZED VIEW {release}_classes")
+                 else f"REFRESH MATERIALIZED VIEW {matview(db, release)}")
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="renamed"):
         db.execute(statement)
     assert db.execute(f"SELECT count(*) FROM {release} WHERE diagnosis LIKE 'Person%'").fetchone()[0] == 0
@@ -274,3 +277,5 @@ def test_a_float_range_as_wide_as_float8_is_released(db, schema, layout):
     release = create_release(db, "mondrian_view", schema, "wide", k=3, quasi_identifiers=["b"],
                              sensitive=["s"], layout=layout)
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 20
+    report = db.execute("SELECT ncp_per_attribute FROM anon.release_report(%s)", (release,)).fetchone()[0]
+    assert report["b"] is None

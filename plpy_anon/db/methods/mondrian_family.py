@@ -194,9 +194,6 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
     parameters["joined_back"] = bool(unstorable) or stored_classes.join_back_asked(plpy) \
         or not stored_classes.reads_exactly(plpy, [c for c, role in roles if role == "quasi_identifier"],
                                             [c for c, role in roles if role == "sensitive"])
-    if not parameters["joined_back"]:
-        parameters["column_numbers"] = stored_classes.column_numbers(
-            plpy, tbl.oid, [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")])
 
     def query(release_id):
         return release_query(plpy, tbl, roles, parameters, release_id, partition_function)
@@ -383,7 +380,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     sens = [column_for(tbl, cols, name) for name in params["sensitive"]] \
         if l or params.get("t") is not None or reads_values else []
     if reads_values:
-        stored_classes.check_not_renamed(plpy, tbl, params.get("column_numbers") or {})
+        stored_classes.check_not_renamed(plpy, release, tbl, params["released"])
         if not stored_classes.reads_exactly(plpy, qis, sens):
             raise InvalidParameter(
                 f"the columns of {tbl.label} changed type since the release was created and can "
