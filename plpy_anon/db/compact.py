@@ -42,14 +42,19 @@ def storage_name_for(name: str) -> str:
     return name.encode()[: 63 - len(STORAGE_SUFFIX)].decode(errors="ignore") + STORAGE_SUFFIX
 
 
-def view_query(plpy, storage: str, released: list[tuple[str, bool]]) -> str:
+def view_query(plpy, storage: str, released: list[tuple[str, bool]],
+               types: dict[str, str] | None = None) -> str:
     """The view analysts read: one row per person, with a flat release's columns in its order
-    (``released``: (name, is sensitive)), from ``storage`` (quoted): the class's QIs repeated for
-    each element of its sensitive arrays, unnested side by side, or ``_rows`` times when nothing
-    sensitive is released."""
+    (``released``: (name, is sensitive)), from ``storage`` (quoted, or a subquery): the class's
+    QIs repeated for each element of its sensitive arrays, unnested side by side, or ``_rows``
+    times when nothing sensitive is released. ``types``: sensitive columns cast to these (a flat
+    release keeps its columns' modifiers)."""
+    types = types or {}
     sensitive = [ident(plpy, name) for name, is_sensitive in released if is_sensitive]
-    columns = ", ".join(f"{'u' if is_sensitive else 'c'}.{ident(plpy, name)}"
-                        for name, is_sensitive in released)
+    columns = ", ".join(
+        f"u.{ident(plpy, name)}::{types[name]} AS {ident(plpy, name)}" if name in types
+        else f"{'u' if is_sensitive else 'c'}.{ident(plpy, name)}"
+        for name, is_sensitive in released)
     if sensitive:
         rows = (f"ROWS FROM ({', '.join(f'pg_catalog.unnest(c.{s})' for s in sensitive)}) "
                 f"AS u({', '.join(sensitive)})")

@@ -68,7 +68,7 @@ import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db import columns as catalog
-from plpy_anon.db.compact import ROWS_COLUMN
+from plpy_anon.db.compact import ROWS_COLUMN, view_query
 from plpy_anon.db.sqltext import ident, int_array_literal, run  # noqa: F401 -- re-exported
 
 EPOCH_DATE = np.datetime64("2000-01-01", "D")
@@ -297,22 +297,11 @@ def flat_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: 
     """A flat release written from the values its run read: :func:`compact_read_query`'s
     classes, each unfolded into its rows as a compact release's view does, each sensitive value
     cast to its column's declared type (a flat release's columns keep varchar(n), numeric(p,s))."""
-    sensitive = [col for col, role in roles if role == "sensitive"]
-    columns = []
-    for col, role in roles:
-        if role == "quasi_identifier":
-            columns.append(f"c.{ident(plpy, col.name)}")
-        elif role == "sensitive":
-            columns.append(f"u.{ident(plpy, col.name)}::{col.display_type} AS {ident(plpy, col.name)}")
-    if sensitive:
-        names = [ident(plpy, col.name) for col in sensitive]
-        rows = (f"ROWS FROM ({', '.join(f'pg_catalog.unnest(c.{n})' for n in names)}) "
-                f"AS u({', '.join(names)})")
-    else:
-        rows = f"pg_catalog.generate_series(1, c.{ROWS_COLUMN}) AS u(n)"
-    return (f"SELECT {', '.join(columns)}\n"
-            f"FROM ({compact_read_query(plpy, tbl, roles, qi_types, partition_call)}) AS c\n"
-            f"CROSS JOIN LATERAL {rows}")
+    released = [(col.name, role == "sensitive") for col, role in roles
+                if role in ("quasi_identifier", "sensitive")]
+    types = {col.name: col.display_type for col, role in roles if role == "sensitive"}
+    stored = compact_read_query(plpy, tbl, roles, qi_types, partition_call)
+    return view_query(plpy, f"({stored})", released, types)
 
 
 # the columns (of $2) whose collation is not the database's default: the sensitive arrays keep

@@ -137,10 +137,12 @@ def test_qis_not_read_exactly_are_joined_back(db, schema, extremes, column, kind
     assert joined_back(db, release) is True
 
 
-def test_a_char_n_sensitive_column_is_joined_back(db, schema):
-    db.execute("CREATE TABLE padded AS SELECT i AS age, ('v' || i % 3)::char(4) AS code "
-               "FROM generate_series(1, 50) i")
-    release = create_release(db, "mondrian_view", schema, "padded", k=5, quasi_identifiers=["age"],
+@pytest.mark.parametrize("value", ["('v' || i % 3)::char(4)", "'pg_class'::regclass"])
+def test_sensitive_columns_whose_text_is_not_their_value_are_joined_back(db, schema, value):
+    """char(n)::text drops the padding; regclass prints a name another search_path reads as
+    another object."""
+    db.execute(f"CREATE TABLE odd AS SELECT i % 10 AS age, {value} AS code FROM generate_series(1, 50) i")
+    release = create_release(db, "mondrian_view", schema, "odd", k=5, quasi_identifiers=["age"],
                              sensitive=["code"], layout="compact")
     assert joined_back(db, release) is True
 
@@ -249,15 +251,6 @@ def test_dates_and_times_survive_any_session_settings(db, schema, datestyle, tim
 def reset(db):
     for setting in ("DateStyle", "TimeZone", "IntervalStyle"):
         db.execute(f"RESET {setting}")
-
-
-def test_reg_types_are_joined_back(db, schema):
-    """regclass prints a name that another search_path reads as another object."""
-    db.execute("CREATE TABLE rc AS SELECT i % 10 AS age, 'pg_class'::regclass AS r "
-               "FROM generate_series(1, 40) i")
-    release = create_release(db, "mondrian_view", schema, "rc", k=4, quasi_identifiers=["age"],
-                             sensitive=["r"], layout="compact")
-    assert joined_back(db, release) is True
 
 
 def test_a_sensitive_columns_collation_is_kept(db, schema, extremes):
