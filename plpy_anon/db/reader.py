@@ -88,6 +88,7 @@ class TableData:
     row_tids: np.ndarray | None
     columns: dict[str, ColumnData | TextColumnData] = field(default_factory=dict)
     row_relations: np.ndarray | None = None
+    exact_times: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def row_ctids(self) -> str:
@@ -215,10 +216,16 @@ class _Dictionary:
         return TextColumnData(codes, list(self.index))
 
 
+#: each value's microseconds since 2000-01-01 (UTC for timestamptz), what timestamp_send
+#: writes: exact, where the float8 epoch read for ordering is not (int64 min / max: +-infinity)
+EXACT_TIME_TYPES = ("timestamp", "timestamptz")
+
+
 def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column],
-                 *, located: bool = True) -> TableData:
+                 *, located: bool = True, exact_times: bool = False) -> TableData:
     """Read ``numeric`` columns as numbers and ``categorical`` columns as text, chunk by chunk
-    (see the module docstring); with ``located``, each row's ctid (and relation) too."""
+    (see the module docstring); with ``located``, each row's ctid (and relation) too; with
+    ``exact_times``, each timestamp column's microseconds too (``data.exact_times``)."""
     plan, several = read_plan(plpy, tbl)
     several = several and located
     selects = ["count(*) AS n"]
@@ -238,6 +245,9 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
         if not col.not_null:
             selects.append(f"pg_catalog.string_agg(CASE WHEN {ident(plpy, col.name)} IS NULL "
                            f"THEN '\\x01'::bytea ELSE '\\x00'::bytea END, ''::bytea) AS z{i}")
+        if exact_times and col.type_name in EXACT_TIME_TYPES:
+            selects.append(f"pg_catalog.string_agg(coalesce(pg_catalog.{col.type_name}_send("
+                           f"{ident(plpy, col.name)}), '\\x0000000000000000'::bytea), ''::bytea) AS e{i}")
     for i, col in enumerate(categorical):
         selects.append(f"array_agg({col.as_text(plpy)}) AS c{i}")
     select = ", ".join(selects)
@@ -246,6 +256,7 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     ctids, tableoids = [], []
     numbers = [[] for _ in numeric]
     masks = [[] for _ in numeric]
+    exact = [[] for _ in numeric]
     dictionaries = [_Dictionary() for _ in categorical]
     for relation, blocks in plan:
         lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid", ["text"])
@@ -265,6 +276,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                 numbers[i].append(np.frombuffer(row[f"n{i}"], dtype=kinds[i]))
                 if f"z{i}" in row:
                     masks[i].append(np.frombuffer(row[f"z{i}"], dtype=np.uint8))
+                if f"e{i}" in row:
+                    exact[i].append(np.frombuffer(row[f"e{i}"], dtype=">i8"))
             for i in range(len(categorical)):
                 dictionaries[i].add(row[f"c{i}"])
             del row
@@ -282,6 +295,9 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
         if kind == "date" and np.isfinite(values).all():
             values = values.astype(np.int64)          # days: exact in float8, ints when finite
         data.columns[col.name] = ColumnData(values, mask)
+        if exact[i]:
+            data.exact_times[col.name] = np.concatenate(exact[i]).astype(np.int64)
+            exact[i] = None
     for i, col in enumerate(categorical):
         data.columns[col.name] = dictionaries[i].column()
     return data

@@ -7,7 +7,8 @@ Possible when every value the storage holds was read exactly:
 * a ranged QI of an integer type (read as int8), a float (float8, or float4 widened: both exact)
   or a date (days since 2000-01-01, or +-infinity): its class's bounds are the values of its
   smallest and largest codes (codes follow the values' order; NULLs left out), written as the
-  text PostgreSQL reads back as those very values (:func:`number_texts`);
+  text PostgreSQL reads back as those very values (:func:`number_texts`); a timestamp: its
+  microseconds are read too (``timestamp_send``), and its class's bounds are their extremes;
 * a value-set or hierarchy QI: its literals come from the run already;
 * a sensitive column whose ``::text`` (what the reader reads) is its value's own spelling: every
   built-in type but ``bpchar`` (whose ``::text`` drops the padding), floats with
@@ -15,7 +16,7 @@ Possible when every value the storage holds was read exactly:
   (before equal spellings are merged for counting), become each class's array literal in
   release order (:func:`array_literals`).
 
-Other releases (numeric, timestamp QIs: read through float8) keep the join back
+Other releases (numeric QIs: read through float8) keep the join back
 (``generalization.compact_storage_query``). Either way the check that follows counts the stored
 classes; truthfulness holds by construction here: a class's bounds are the extremes of its own
 rows' values, its sets the values its rows hold.
@@ -32,7 +33,10 @@ from plpy_anon.db.release_rows import storage_of
 from plpy_anon.db.sqltext import run
 
 #: QI types whose values the reader reads exactly (see the module docstring)
-EXACT_RANGE_TYPES = ("int2", "int4", "int8", "float4", "float8", "date")
+EXACT_RANGE_TYPES = ("int2", "int4", "int8", "float4", "float8", "date", "timestamp", "timestamptz")
+#: timestamps: their bounds come from their microseconds (reader.EXACT_TIME_TYPES), not their codes
+TIME_TYPES = ("timestamp", "timestamptz")
+INT64 = np.iinfo(np.int64)
 #: sensitive types whose text does not read back as the same value: ``bpchar::text`` drops the
 #: padding; the reg* types print names that another search_path reads as other objects
 INEXACT_TEXT_TYPES = ("bpchar", "regclass", "regcollation", "regconfig", "regdictionary",
@@ -104,6 +108,8 @@ def number_texts(plpy, values, type_name: str) -> list[str]:
         return [str(v) for v in np.asarray(values, dtype=np.int64).tolist()]
     if type_name == "date":
         return [_date_text(v) for v in np.asarray(values, dtype=np.float64).tolist()]
+    if type_name in TIME_TYPES:
+        return time_texts(values, "+00" if type_name == "timestamptz" else "")
     if type_name in ("float4", "float8"):
         distinct, inverse = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True)
         texts = run(plpy, FLOAT_TEXTS[type_name], ["float8[]"], [distinct.tolist()])[0]["texts"]
@@ -116,6 +122,26 @@ FLOAT_TEXTS = {
     t: f"""SELECT pg_catalog.array_agg(u.v::pg_catalog.{t}::pg_catalog.text ORDER BY u.o) AS texts
            FROM pg_catalog.unnest($1) WITH ORDINALITY AS u(v, o)"""
     for t in ("float4", "float8")}
+
+
+MICROSECONDS_PER_DAY = 86_400_000_000
+
+
+def time_texts(micros, zone: str) -> list[str]:
+    """Timestamps (microseconds since 2000-01-01, int64 min / max for -+infinity) as ISO text,
+    ``zone`` after the time ('+00' for timestamptz's UTC), ``BC`` last for years before 1."""
+    micros = np.asarray(micros, dtype=np.int64)
+    days, of_day = np.divmod(micros, MICROSECONDS_PER_DAY)
+    out = []
+    for day, tod, m in zip(days.tolist(), of_day.tolist(), micros.tolist()):
+        if m in (INT64.max, INT64.min):
+            out.append("infinity" if m == INT64.max else "-infinity")
+            continue
+        date = _date_text(day)
+        seconds, fraction = divmod(tod, 1_000_000)
+        clock = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{fraction:06d}{zone}"
+        out.append(f"{date[:-3]} {clock} BC" if date.endswith(" BC") else f"{date} {clock}")
+    return out
 
 
 def _date_text(days: float) -> str:
@@ -150,6 +176,15 @@ def class_extremes(codes, null_code, index):
                        np.iinfo(np.int64).max)
     high = index.reduce(np.maximum, np.where(present, codes, -1), -1)
     return low, high, high < 0
+
+
+def value_extremes(values, null, index):
+    """(smallest value, largest value, only NULLs?) of every class, NULL rows (``null``) left out."""
+    values = np.asarray(values, dtype=np.int64)
+    low = index.reduce(np.minimum, np.where(null, INT64.max, values), INT64.max)
+    high = index.reduce(np.maximum, np.where(null, INT64.min, values), INT64.min)
+    only_null = index.reduce(np.maximum, (~np.asarray(null)).astype(np.int8), 0) == 0
+    return np.where(only_null, 0, low), np.where(only_null, 0, high), only_null
 
 
 def array_elements(dictionary: list) -> np.ndarray:

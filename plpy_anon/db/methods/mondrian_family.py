@@ -287,7 +287,13 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
     slice at a time (a function of the slice's first and last class)."""
     out = {}
     for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded)):
-        if col.kind == "numeric":
+        if col.type_name in stored_classes.TIME_TYPES:
+            # the codes follow float8 epochs, which two microseconds apart may share
+            null = (enc.codes == enc.null_code) if enc.null_code is not None \
+                else np.zeros(enc.codes.shape[0], dtype=bool)
+            low, high, only_null = stored_classes.value_extremes(rows.read.times[col.name], null, index)
+            out[f"q{i}"] = stored_classes.range_literals(plpy, col.type_name, low, high, only_null)
+        elif col.kind == "numeric":
             low, high, only_null = stored_classes.class_extremes(enc.codes, enc.null_code, index)
             values = rows.read.values_by_code[col.name]
             out[f"q{i}"] = stored_classes.range_literals(
@@ -334,6 +340,7 @@ class ReadValues:
 
     values_by_code: dict[str, np.ndarray]
     sensitive: list[TextColumnData]
+    times: dict[str, np.ndarray]           # timestamp QIs' microseconds (reader.read_columns)
 
 
 @dataclass
@@ -392,7 +399,8 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
     extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
-    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values)
+    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values,
+                        exact_times=reads_values)
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
@@ -434,7 +442,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
     data.columns.clear()             # the values are in the codes now: keep one copy
-    read = ReadValues(values_by_code, spelled) if reads_values else None
+    read = ReadValues(values_by_code, spelled, data.exact_times) if reads_values else None
     return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data, read)
 
 
