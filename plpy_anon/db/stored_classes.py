@@ -24,6 +24,7 @@ rows' values, its sets the values its rows hold.
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 
@@ -67,29 +68,42 @@ def join_back_asked(plpy) -> bool:
     return (setting or "").strip().lower() in ("on", "true", "yes", "1")
 
 
-# the release's materialized view as PostgreSQL prints it: its released_columns CTE names each
-# source column by its current name, and by the name it had when the rule was made, if another
-RELEASE_DEFINITION = """
-SELECT pg_catalog.pg_get_viewdef(c.oid) AS definition FROM pg_catalog.pg_class c
+# the rule of the release's materialized view, as its node tree (read from the catalog: no
+# relation is opened, so a release dropped or swapped meanwhile is simply not found)
+RELEASE_RULE = """
+SELECT w.ev_action::text AS tree FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_rewrite w ON w.ev_class = c.oid AND w.rulename = '_RETURN'
 WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2
   AND c.relowner = $3::pg_catalog.regrole AND c.relkind = 'm'"""
+COLUMN_NAMES = """
+SELECT a.attnum::int AS number, a.attname::text AS name FROM pg_catalog.pg_attribute a
+WHERE a.attrelid = $1 AND a.attnum = ANY($2) AND NOT a.attisdropped"""
+# one output column of the released_columns CTE: the source column's number and the name the
+# column had when the rule was made (outToken escapes ASCII spaces, tabs, newlines, braces and
+# backslashes; other white space, U+3000 say, is part of the name)
+_TARGET = re.compile(r"(?<!\\)\{TARGETENTRY :expr \{VAR :varno 1 :varattno (\d+) [^{}]*\} "
+                     r":resno \d+ :resname ((?:\\.|[^ \n\t\\])+) ", re.DOTALL)
 
 
 def check_not_renamed(plpy, release: dict, tbl, released: list[str]) -> None:
     """Refuse a run whose source columns were renamed since its release's query was made: the
     run reads columns by the names in the release's parameters, its query (and a restored
     one) by number, so two swapped names would release one column's values under the other's
-    (an identifier as a diagnosis). The query's ``released_columns`` CTE shows it: PostgreSQL
-    prints a renamed column as ``s.new_name AS old_name``. Nothing to compare while the release
-    is being created (its relation does not exist yet)."""
-    rows = run(plpy, RELEASE_DEFINITION, ["text", "text", "text"],
-               [release["schema_oid"], storage_of(release), release["release_owner"]])
-    if not rows:
+    (an identifier as a diagnosis). The rule's ``released_columns`` CTE records both: each
+    column's number and the name it had. Nothing to compare for a release being created (or
+    swept: no catalog row) and for one that joins back (no such CTE)."""
+    if release.get("schema_oid") is None:
         return
-    printed = " ".join(rows[0]["definition"].split())
-    expected = ("released_columns AS ( SELECT "
-                + ", ".join(f"s.{plpy.quote_ident(name)}" for name in released) + " FROM ")
-    if expected not in printed:
+    rows = run(plpy, RELEASE_RULE, ["text", "text", "text"],
+               [release["schema_oid"], storage_of(release), release["release_owner"]])
+    if not rows or ":ctename released_columns " not in rows[0]["tree"]:
+        return
+    tree = rows[0]["tree"].split(":ctename released_columns ", 1)[1]
+    targets = tree.split(":targetList (", 1)[1].split(" :override ", 1)[0]
+    made = [(int(number), re.sub(r"\\(.)", r"\1", name, flags=re.DOTALL)) for number, name in _TARGET.findall(targets)]
+    now = {r["number"]: r["name"] for r in run(plpy, COLUMN_NAMES, ["oid", "int2[]"],
+                                                [tbl.oid, [n for n, _ in made]])}
+    if [name for _, name in made] != list(released) or any(now.get(n) != name for n, name in made):
         raise InvalidParameter(
             f"columns of {tbl.label} released by {release['release_schema']}.{release['release_name']} "
             "were renamed since the release was created",

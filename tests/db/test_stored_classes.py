@@ -284,3 +284,30 @@ def test_a_float_range_as_wide_as_float8_is_released(db, schema, layout):
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 20
     report = db.execute("SELECT ncp_per_attribute FROM anon.release_report(%s)", (release,)).fetchone()[0]
     assert report["b"] is None
+
+
+def test_a_table_named_like_the_check_does_not_hide_a_rename(db, schema):
+    """The rename check reads the start of the release's definition, not any text in it."""
+    db.execute("CREATE TABLE t5 AS SELECT i % 20 AS age, (ARRAY['flu', 'hiv', 'gout'])[1 + i % 3] AS dx, "
+               "'SSN-' || i AS ssn FROM generate_series(1, 60) i")
+    release = create_release(db, "mondrian_view", schema, "t5", k=5, quasi_identifiers=["age"],
+                             sensitive=["dx"], identifiers=["ssn"], layout="flat")
+    db.execute("ALTER TABLE t5 RENAME dx TO tmp")
+    db.execute("ALTER TABLE t5 RENAME ssn TO dx")
+    db.execute("ALTER TABLE t5 RENAME tmp TO ssn")
+    db.execute('ALTER TABLE t5 RENAME TO "released_columns AS ( SELECT s.age, s.dx FROM "')
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="renamed"):
+        db.execute(f"SELECT anon.refresh('{release}')")
+    assert db.execute(f"SELECT count(*) FROM {release} WHERE dx LIKE 'SSN%'").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("name", ["a  b", "患者\u3000診断", "tab\there", "x AS y", "from"])
+def test_odd_column_names_refresh_and_restore(db, schema, name):
+    db.execute(sql.SQL("CREATE TABLE odd AS SELECT i % 20 AS age, 'd' || i % 3 AS {} "
+                       "FROM generate_series(1, 60) i").format(sql.Identifier(name)))
+    for layout in ("compact", "flat"):
+        release = create_release(db, "mondrian_view", schema, "odd", k=5, quasi_identifiers=["age"],
+                                 sensitive=[name], layout=layout, release_name=f"odd_{layout}")
+        db.execute(f"SELECT anon.refresh('{release}')")
+        db.execute(f"REFRESH MATERIALIZED VIEW {matview(db, release)}")
+        assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 60
