@@ -182,18 +182,10 @@ def range_literals(plpy, type_name: str, low, high, only_null) -> list[str | Non
             for a, b, top, null in zip(lo, hi, unbounded, np.asarray(only_null).tolist())]
 
 
-def class_extremes(codes, null_code, index):
-    """(smallest code, largest code, only NULLs?) of every class; ``index``: a ClassIndex."""
-    codes = np.asarray(codes, dtype=np.int64)
-    present = codes != (-1 if null_code is None else null_code)
-    low = index.reduce(np.minimum, np.where(present, codes, np.iinfo(np.int64).max),
-                       np.iinfo(np.int64).max)
-    high = index.reduce(np.maximum, np.where(present, codes, -1), -1)
-    return low, high, high < 0
-
-
-def value_extremes(values, null, index):
-    """(smallest value, largest value, only NULLs?) of every class, NULL rows (``null``) left out."""
+def class_extremes(values, null, index):
+    """(smallest value, largest value, only NULLs?) of every class (``index``: a ClassIndex),
+    NULL rows (``null``) left out; 0 for both where a class holds only NULLs. ``values``: a
+    numeric QI's codes (they follow its values' order) or a timestamp's microseconds."""
     values = np.asarray(values, dtype=np.int64)
     low = index.reduce(np.minimum, np.where(null, INT64.max, values), INT64.max)
     high = index.reduce(np.maximum, np.where(null, INT64.min, values), INT64.min)

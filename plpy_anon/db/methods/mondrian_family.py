@@ -287,18 +287,18 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
     slice at a time (a function of the slice's first and last class)."""
     out = {}
     for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded)):
+        if col.kind != "numeric":
+            continue
+        null = (enc.codes == enc.null_code) if enc.null_code is not None \
+            else np.zeros(enc.codes.shape[0], dtype=bool)
         if col.type_name in stored_classes.TIME_TYPES:
             # the codes follow float8 epochs, which two microseconds apart may share
-            null = (enc.codes == enc.null_code) if enc.null_code is not None \
-                else np.zeros(enc.codes.shape[0], dtype=bool)
-            low, high, only_null = stored_classes.value_extremes(rows.read.times[col.name], null, index)
-            out[f"q{i}"] = stored_classes.range_literals(plpy, col.type_name, low, high, only_null)
-        elif col.kind == "numeric":
-            low, high, only_null = stored_classes.class_extremes(enc.codes, enc.null_code, index)
+            low, high, only_null = stored_classes.class_extremes(rows.read.times[col.name], null, index)
+        else:
+            low, high, only_null = stored_classes.class_extremes(enc.codes, null, index)
             values = rows.read.values_by_code[col.name]
-            out[f"q{i}"] = stored_classes.range_literals(
-                plpy, col.type_name, values[np.where(only_null, 0, low)],
-                values[np.where(only_null, 0, high)], only_null)
+            low, high = values[low], values[high]
+        out[f"q{i}"] = stored_classes.range_literals(plpy, col.type_name, low, high, only_null)
     for j, text in enumerate(rows.read.sensitive):
         elements = stored_classes.array_elements(text.dictionary)
         out[f"s{j}"] = functools.partial(stored_classes.array_literals, text.codes, elements,
