@@ -28,7 +28,11 @@ NUMERIC_TYPES = {
     "int2": ("%(c)s::int8", "int4range", "int"),
     "int4": ("%(c)s::int8", "int4range", "int"),
     "int8": ("%(c)s", "int8range", "int"),
-    "numeric": ("%(c)s::float8", "numrange", "float"),
+    # beyond float8's range (1e400, 1e-400), which a cast refuses, as +-infinity or 0: ordering
+    # only, the released bounds are the values themselves (NaN sorts above all, so it goes first)
+    "numeric": (("CASE WHEN %(c)s = 'NaN' THEN 'NaN'::float8 WHEN %(c)s >= 1e308 THEN 'Infinity'::float8 "
+                 "WHEN %(c)s <= -1e308 THEN '-Infinity'::float8 WHEN pg_catalog.abs(%(c)s) < 1e-307 THEN 0::float8 "
+                 "ELSE %(c)s::float8 END"), "numrange", "float"),
     "float4": ("%(c)s::float8", "numrange", "float"),
     "float8": ("%(c)s", "numrange", "float"),
     # days since 2000-01-01; 'infinity' / '-infinity' (which date subtraction refuses) as +-inf

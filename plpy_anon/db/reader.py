@@ -89,6 +89,7 @@ class TableData:
     columns: dict[str, ColumnData | TextColumnData] = field(default_factory=dict)
     row_relations: np.ndarray | None = None
     exact_times: dict[str, np.ndarray] = field(default_factory=dict)
+    numeric_texts: dict[str, TextColumnData] = field(default_factory=dict)
 
     @property
     def row_ctids(self) -> str:
@@ -222,10 +223,12 @@ EXACT_TIME_TYPES = ("timestamp", "timestamptz")
 
 
 def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column],
-                 *, located: bool = True, exact_times: bool = False) -> TableData:
+                 *, located: bool = True, exact: bool = False) -> TableData:
     """Read ``numeric`` columns as numbers and ``categorical`` columns as text, chunk by chunk
     (see the module docstring); with ``located``, each row's ctid (and relation) too; with
-    ``exact_times``, each timestamp column's microseconds too (``data.exact_times``)."""
+    ``exact``, what the float8 read for ordering rounds, exactly: each timestamp column's
+    microseconds (``data.exact_times``) and each numeric column's text (``data.numeric_texts``,
+    coded like a categorical column's)."""
     plan, several = read_plan(plpy, tbl)
     several = several and located
     selects = ["count(*) AS n"]
@@ -245,7 +248,9 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
         if not col.not_null:
             selects.append(f"pg_catalog.string_agg(CASE WHEN {ident(plpy, col.name)} IS NULL "
                            f"THEN '\\x01'::bytea ELSE '\\x00'::bytea END, ''::bytea) AS z{i}")
-        if exact_times and col.type_name in EXACT_TIME_TYPES:
+        if exact and col.type_name == "numeric":
+            selects.append(f"array_agg({ident(plpy, col.name)}::text) AS x{i}")
+        if exact and col.type_name in EXACT_TIME_TYPES:
             selects.append(f"pg_catalog.string_agg(coalesce(pg_catalog.{col.type_name}_send("
                            f"{ident(plpy, col.name)}), '\\x0000000000000000'::bytea), ''::bytea) AS e{i}")
     for i, col in enumerate(categorical):
@@ -256,7 +261,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     ctids, tableoids = [], []
     numbers = [[] for _ in numeric]
     masks = [[] for _ in numeric]
-    exact = [[] for _ in numeric]
+    exact_parts = [[] for _ in numeric]
+    numeric_texts = [_Dictionary() for _ in numeric]
     dictionaries = [_Dictionary() for _ in categorical]
     for relation, blocks in plan:
         lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid", ["text"])
@@ -277,7 +283,9 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                 if f"z{i}" in row:
                     masks[i].append(np.frombuffer(row[f"z{i}"], dtype=np.uint8))
                 if f"e{i}" in row:
-                    exact[i].append(np.frombuffer(row[f"e{i}"], dtype=">i8"))
+                    exact_parts[i].append(np.frombuffer(row[f"e{i}"], dtype=">i8"))
+                if f"x{i}" in row:
+                    numeric_texts[i].add(row[f"x{i}"])
             for i in range(len(categorical)):
                 dictionaries[i].add(row[f"c{i}"])
             del row
@@ -295,9 +303,11 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
         if kind == "date" and np.isfinite(values).all():
             values = values.astype(np.int64)          # days: exact in float8, ints when finite
         data.columns[col.name] = ColumnData(values, mask)
-        if exact[i]:
-            data.exact_times[col.name] = np.concatenate(exact[i]).astype(np.int64)
-            exact[i] = None
+        if exact_parts[i]:
+            data.exact_times[col.name] = np.concatenate(exact_parts[i]).astype(np.int64)
+            exact_parts[i] = None
+        if numeric_texts[i].parts:
+            data.numeric_texts[col.name] = numeric_texts[i].column()
     for i, col in enumerate(categorical):
         data.columns[col.name] = dictionaries[i].column()
     return data

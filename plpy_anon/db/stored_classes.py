@@ -8,7 +8,10 @@ Possible when every value the storage holds was read exactly:
   or a date (days since 2000-01-01, or +-infinity): its class's bounds are the values of its
   smallest and largest codes (codes follow the values' order; NULLs left out), written as the
   text PostgreSQL reads back as those very values (:func:`number_texts`); a timestamp: its
-  microseconds are read too (``timestamp_send``), and its class's bounds are their extremes;
+  microseconds are read too (``timestamp_send``), and its class's bounds are their extremes; a
+  numeric: its text is read too (distinct values in the float8 read for ordering may share a
+  float8: 20 digits, 1e400), ranked by PostgreSQL (:func:`numeric_ranks`), and its class's
+  bounds are the texts of its smallest and largest ranks;
 * a value-set or hierarchy QI: its literals come from the run already;
 * a sensitive column whose ``::text`` (what the reader reads) is its value's own spelling: every
   built-in type but ``bpchar`` (whose ``::text`` drops the padding), floats with
@@ -16,8 +19,8 @@ Possible when every value the storage holds was read exactly:
   (before equal spellings are merged for counting), become each class's array literal in
   release order (:func:`array_literals`).
 
-Other releases (numeric QIs: read through float8) keep the join back
-(``generalization.compact_storage_query``). Either way the check that follows counts the stored
+Other releases (a sensitive column of an INEXACT_TEXT_TYPES type, a SQL_ASCII database) keep
+the join back (``generalization.compact_storage_query``). Either way the check that follows counts the stored
 classes; truthfulness holds by construction here: a class's bounds are the extremes of its own
 rows' values, its sets the values its rows hold.
 """
@@ -33,8 +36,6 @@ from plpy_anon.db.generalization import array_element
 from plpy_anon.db.release_rows import storage_of
 from plpy_anon.db.sqltext import run
 
-#: QI types whose values the reader reads exactly (see the module docstring)
-EXACT_RANGE_TYPES = ("int2", "int4", "int8", "float4", "float8", "date", "timestamp", "timestamptz")
 #: timestamps: their bounds come from their microseconds (reader.EXACT_TIME_TYPES), not their codes
 TIME_TYPES = ("timestamp", "timestamptz")
 INT64 = np.iinfo(np.int64)
@@ -51,11 +52,11 @@ DISCRETE_MAXIMUM = {"int4": 2147483647, "int8": 9223372036854775807,
                     "date": int((np.datetime64("5874897-12-31", "D") - EPOCH).astype(np.int64))}
 
 
-def reads_exactly(plpy, qis, sensitive) -> bool:
-    """True when a compact release of these columns can be written from the values read. Not
-    in a SQL_ASCII database: its bytes are not text PL/Python can hold."""
-    return (all(c.kind != "numeric" or c.type_name in EXACT_RANGE_TYPES for c in qis)
-            and all(c.type_name not in INEXACT_TEXT_TYPES for c in sensitive)
+def reads_exactly(plpy, sensitive) -> bool:
+    """True when a compact release of these columns can be written from the values read (every
+    QI is: see the module docstring). Not in a SQL_ASCII database: its bytes are not text
+    PL/Python can hold."""
+    return (all(c.type_name not in INEXACT_TEXT_TYPES for c in sensitive)
             and run(plpy, "SELECT pg_catalog.current_setting('server_encoding') AS e")[0]["e"]
             != "SQL_ASCII")
 
@@ -124,6 +125,8 @@ def number_texts(plpy, values, type_name: str) -> list[str]:
         return [_date_text(v) for v in np.asarray(values, dtype=np.float64).tolist()]
     if type_name in TIME_TYPES:
         return time_texts(values, "+00" if type_name == "timestamptz" else "")
+    if type_name == "numeric":
+        return list(values)                      # the source's own texts (numeric_ranks)
     if type_name in ("float4", "float8"):
         distinct, inverse = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True)
         texts = run(plpy, FLOAT_TEXTS[type_name], ["float8[]"], [distinct.tolist()])[0]["texts"]
@@ -175,17 +178,38 @@ def range_literals(plpy, type_name: str, low, high, only_null) -> list[str | Non
     (SQL NULL) for a class of NULLs only."""
     lo, hi = number_texts(plpy, low, type_name), number_texts(plpy, high, type_name)
     maximum = DISCRETE_MAXIMUM.get(type_name)
-    # exact comparison: near 2^63 an int8 is not a float8
-    top = np.asarray(high, dtype=np.int64 if type_name in ("int4", "int8") else np.float64)
-    unbounded = (top == maximum).tolist() if maximum is not None else [False] * len(lo)
+    unbounded = [False] * len(lo)
+    if maximum is not None:
+        # exact comparison: near 2^63 an int8 is not a float8
+        top = np.asarray(high, dtype=np.int64 if type_name in ("int4", "int8") else np.float64)
+        unbounded = (top == maximum).tolist()
     return [None if null else (f"[{a},)" if top else f"[{a},{b}]")
             for a, b, top, null in zip(lo, hi, unbounded, np.asarray(only_null).tolist())]
+
+
+# each distinct text's position in numeric order (ties: first read first, which decides the
+# spelling of a bound where equal values are spelled apart, 1.0 and 1.00)
+NUMERIC_ORDER = """
+SELECT pg_catalog.array_agg(u.o::int4 ORDER BY u.v::pg_catalog.numeric, u.o) AS positions
+FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS u(v, o)"""
+
+
+def numeric_ranks(plpy, dictionary: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(each dictionary entry's rank in PostgreSQL's numeric order, the entries by rank and
+    then None: rank 0 of a column of NULLs only)."""
+    positions = np.asarray(run(plpy, NUMERIC_ORDER, ["text[]"], [dictionary])[0]["positions"] or [],
+                           dtype=np.int64) - 1
+    ranks = np.empty(positions.size, dtype=np.int64)
+    ranks[positions] = np.arange(positions.size)
+    by_rank = np.empty(positions.size + 1, dtype=object)
+    by_rank[:-1] = np.asarray(dictionary, dtype=object)[positions]
+    return ranks, by_rank
 
 
 def class_extremes(values, null, index):
     """(smallest value, largest value, only NULLs?) of every class (``index``: a ClassIndex),
     NULL rows (``null``) left out; 0 for both where a class holds only NULLs. ``values``: a
-    numeric QI's codes (they follow its values' order) or a timestamp's microseconds."""
+    QI's codes (they follow its values' order), a numeric's ranks or a timestamp's microseconds."""
     values = np.asarray(values, dtype=np.int64)
     low = index.reduce(np.minimum, np.where(null, INT64.max, values), INT64.max)
     high = index.reduce(np.maximum, np.where(null, INT64.min, values), INT64.min)

@@ -13,7 +13,8 @@ the builds; the mean is the reference):
 
 The table is issue 27's synthetic shape (6 QIs, 1 sensitive column, k = 10). PLPY_ANON_LAYOUT_ROWS
 (default "1000000") sets the sizes, PLPY_ANON_LAYOUTS (default "flat,compact") the layouts built;
-one throwaway cluster at the server's defaults but
+PLPY_ANON_LAYOUT_NUMERIC=1 makes b_int and c_int numeric columns (read exactly as text beside
+their float8 ordering). One throwaway cluster at the server's defaults but
 shared_buffers 512MB."""
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.bench.bench_production import SYNTH, temp_bytes
 from tests.bench.common import markdown_table, results_dir
 
 QIS = "ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt']"
+NUMERIC = os.environ.get("PLPY_ANON_LAYOUT_NUMERIC", "") == "1"
 RATIO_TARGETS = {1_000_000: 6.0, 10_000_000: 8.0}
 MEMORY_TARGETS = {10_000_000: " (targets <= 2,048 / 1,536 MiB)"}
 QUERIES = {
@@ -82,6 +84,8 @@ def build(conn, n: int, layout: str) -> dict:
 
 def measure(conn, n: int) -> tuple[list[list], list[list]]:
     conn.execute(SYNTH.format(n=n))
+    if NUMERIC:
+        conn.execute(f"ALTER TABLE synth_{n} ALTER b_int TYPE numeric, ALTER c_int TYPE numeric")
     conn.execute(f"VACUUM ANALYZE synth_{n}")
     source = conn.execute(f"SELECT pg_total_relation_size('synth_{n}')").fetchone()[0]
     copies = [copy_seconds(conn, n)]
@@ -93,13 +97,13 @@ def measure(conn, n: int) -> tuple[list[list], list[list]]:
     rows = []
     for layout, b in built.items():
         ratio = b["seconds"] / copy
-        print(f"{n:,} rows, {layout}: {b['seconds']:.1f} s = {ratio:.1f}x copy ({copy:.2f} s)"
+        print(f"{n:,} rows{' (numeric b_int, c_int)' if NUMERIC else ''}, {layout}: {b['seconds']:.1f} s = {ratio:.1f}x copy ({copy:.2f} s)"
               f"{f' (target <= {target:g}x)' if target else ''}; storage {b['size'] / 2**20:.0f} MB = "
               f"{b['size'] / source:.2f}x source {source / 2**20:.0f} MB (target <= 1.5x); temp files "
               f"{b['temp'] / 2**20:.0f} MB = {b['temp'] / source:.1f}x (target <= 2x); backend VmHWM "
               f"{b['hwm']:.0f} MiB, peak RssAnon {b['anon']:.0f} MiB{MEMORY_TARGETS.get(n, '')}; verified from its "
               f"rows: smallest class {b['smallest']} (k = 10), {b['rows']:,} rows", flush=True)
-        rows.append([f"{n:,}", layout, f"{b['seconds']:.1f}", f"{copy:.2f}", f"{ratio:.1f}x",
+        rows.append([f"{n:,}{' numeric' if NUMERIC else ''}", layout, f"{b['seconds']:.1f}", f"{copy:.2f}", f"{ratio:.1f}x",
                      f"{target:g}x" if target else "", f"{b['size'] / source:.2f}x", "1.5x",
                      f"{b['temp'] / source:.1f}x", "2x", f"{b['hwm']:.0f} / {b['anon']:.0f}",
                      b["smallest"], f"{b['rows']:,}"])

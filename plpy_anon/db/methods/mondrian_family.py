@@ -192,8 +192,7 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
     # array of each sensitive column: unstorable_columns), unless the session asks for the join
     # back (plpy_anon.join_back = on)
     parameters["joined_back"] = bool(unstorable) or stored_classes.join_back_asked(plpy) \
-        or not stored_classes.reads_exactly(plpy, [c for c, role in roles if role == "quasi_identifier"],
-                                            [c for c, role in roles if role == "sensitive"])
+        or not stored_classes.reads_exactly(plpy, [c for c, role in roles if role == "sensitive"])
 
     def query(release_id):
         return release_query(plpy, tbl, roles, parameters, release_id, partition_function)
@@ -294,6 +293,14 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
         if col.type_name in stored_classes.TIME_TYPES:
             # the codes follow float8 epochs, which two microseconds apart may share
             low, high, only_null = stored_classes.class_extremes(rows.read.times[col.name], null, index)
+        elif col.type_name == "numeric":
+            # and numerics' float8 stand-ins, which 20 digits or 1e400 may share
+            text = rows.read.numeric_texts[col.name]
+            ranks, by_rank = stored_classes.numeric_ranks(plpy, text.dictionary)
+            # NULL's code -1 reads the appended 0; its rows are left out by ``null``
+            low, high, only_null = stored_classes.class_extremes(np.append(ranks, 0)[text.codes],
+                                                                 null, index)
+            low, high = by_rank[low], by_rank[high]
         else:
             low, high, only_null = stored_classes.class_extremes(enc.codes, null, index)
             values = rows.read.values_by_code[col.name]
@@ -341,6 +348,7 @@ class ReadValues:
     values_by_code: dict[str, np.ndarray]
     sensitive: list[TextColumnData]
     times: dict[str, np.ndarray]           # timestamp QIs' microseconds (reader.read_columns)
+    numeric_texts: dict[str, TextColumnData]   # numeric QIs' texts (reader.read_columns)
 
 
 @dataclass
@@ -388,7 +396,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
         if l or params.get("t") is not None or reads_values else []
     if reads_values:
         stored_classes.check_not_renamed(plpy, release, tbl, params["released"])
-        if not stored_classes.reads_exactly(plpy, qis, sens):
+        if not stored_classes.reads_exactly(plpy, sens):
             raise InvalidParameter(
                 f"the columns of {tbl.label} changed type since the release was created and can "
                 "no longer be stored from the values read",
@@ -400,7 +408,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     categorical = [c for c in qis if c.kind == "categorical"]
     extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values,
-                        exact_times=reads_values)
+                        exact=reads_values)
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
@@ -442,7 +450,8 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
     data.columns.clear()             # the values are in the codes now: keep one copy
-    read = ReadValues(values_by_code, spelled, data.exact_times) if reads_values else None
+    read = ReadValues(values_by_code, spelled, data.exact_times, data.numeric_texts) \
+        if reads_values else None
     return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data, read)
 
 
