@@ -254,6 +254,20 @@ def compact_storage_query(plpy, roles, qi_names, qi_types, ranged, literal, chec
         f"ORDER BY rs.class_id")
 
 
+_CHARACTER = re.compile(r"character\((\d+)\)")
+
+
+def element_type(plpy, col) -> str | None:
+    """The type a sensitive column's stored texts are cast back to (read path): its base type;
+    for bpchar, ``bpchar(n)`` of a ``character(n)`` column (the cast pads the texts, whose
+    ``::text`` dropped the padding, back to n); None for any other bpchar (no length, or a
+    domain's: its text is not its value). ``plpy`` None: only whether there is one."""
+    if col.type_name == "bpchar":
+        length = _CHARACTER.fullmatch(col.display_type)
+        return f"pg_catalog.bpchar({int(length.group(1))})" if length else None
+    return "" if plpy is None else f"pg_catalog.{ident(plpy, col.type_name)}"
+
+
 def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str) -> str:
     """The storage query of a compact release written from the values its run read
     (stored_classes): every class's literals come in its slice, one per class and column
@@ -275,7 +289,7 @@ def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_cal
             i = qi_names.index(col.name)
             stored.append(f"x.q{i}::{qi_types[col.name]} AS {ident(plpy, col.name)}")
         elif role == "sensitive":
-            element = f"pg_catalog.{ident(plpy, col.type_name)}"
+            element = element_type(plpy, col)
             collate = f" COLLATE {collations[col.name]}" if col.name in collations else ""
             stored.append(f"x.s{sensitive.index(col)}::{element}[]{collate} AS {ident(plpy, col.name)}")
     if not sensitive:

@@ -13,13 +13,15 @@ Possible when every value the storage holds was read exactly:
   float8: 20 digits, 1e400), ranked by PostgreSQL (:func:`numeric_ranks`), and its class's
   bounds are the texts of its smallest and largest ranks;
 * a value-set or hierarchy QI: its literals come from the run already;
-* a sensitive column whose ``::text`` (what the reader reads) is its value's own spelling: every
-  built-in type but ``bpchar`` (whose ``::text`` drops the padding), floats with
-  ``extra_float_digits >= 1`` (``check_float_digits``); its rows' texts, as spelled in the source
-  (before equal spellings are merged for counting), become each class's array literal in
-  release order (:func:`array_literals`).
+* a sensitive column whose ``::text`` (what the reader reads) is its value's own spelling once
+  cast back (generalization.element_type): every built-in type but the reg* ones, ``char(n)``
+  padded back to n (not a ``bpchar`` without length), floats with ``extra_float_digits >= 1``
+  (``check_float_digits``); its rows' texts, as spelled in the source (before equal spellings
+  are merged for counting), become each class's array literal in release order
+  (:func:`array_literals`).
 
-Other releases (a sensitive column of an INEXACT_TEXT_TYPES type, a SQL_ASCII database) keep
+Other releases (a sensitive column of an INEXACT_TEXT_TYPES type or a length-less bpchar, a
+SQL_ASCII database) keep
 the join back (``generalization.compact_storage_query``). Either way the check that follows counts the stored
 classes; truthfulness holds by construction here: a class's bounds are the extremes of its own
 rows' values, its sets the values its rows hold.
@@ -32,16 +34,17 @@ import re
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
-from plpy_anon.db.generalization import array_element
+from plpy_anon.db.generalization import array_element, element_type
 from plpy_anon.db.release_rows import storage_of
 from plpy_anon.db.sqltext import run
 
 #: timestamps: their bounds come from their microseconds (reader.EXACT_TIME_TYPES), not their codes
 TIME_TYPES = ("timestamp", "timestamptz")
 INT64 = np.iinfo(np.int64)
-#: sensitive types whose text does not read back as the same value: ``bpchar::text`` drops the
-#: padding; the reg* types print names that another search_path reads as other objects
-INEXACT_TEXT_TYPES = ("bpchar", "regclass", "regcollation", "regconfig", "regdictionary",
+#: sensitive types whose text does not read back as the same value: the reg* types print names
+#: that another search_path reads as other objects (``bpchar::text`` drops the padding, which a
+#: cast back to ``char(n)`` restores: generalization.element_type; not for a bpchar without length)
+INEXACT_TEXT_TYPES = ("regclass", "regcollation", "regconfig", "regdictionary",
                       "regnamespace", "regoper", "regoperator", "regproc", "regprocedure",
                       "regrole", "regtype")
 #: the largest value of each exact type whose range is discrete: ``[lo, max]`` would
@@ -56,7 +59,7 @@ def reads_exactly(plpy, sensitive) -> bool:
     """True when a compact release of these columns can be written from the values read (every
     QI is: see the module docstring). Not in a SQL_ASCII database: its bytes are not text
     PL/Python can hold."""
-    return (all(c.type_name not in INEXACT_TEXT_TYPES for c in sensitive)
+    return (all(c.type_name not in INEXACT_TEXT_TYPES and element_type(None, c) is not None for c in sensitive)
             and run(plpy, "SELECT pg_catalog.current_setting('server_encoding') AS e")[0]["e"]
             != "SQL_ASCII")
 
