@@ -413,6 +413,29 @@ DROP FUNCTION IF EXISTS anon.distortion(regclass, text);
 DROP FUNCTION IF EXISTS anon_py.distortion(regclass, text);
 
 -------------------------------------------------------------------------------
+-- incremental/200-republication.sql
+-- 0.2.0: refreshes in the stable mode (issue 30, docs/republication.md). What such a release has
+-- published about each person, so that the next version keeps it: the person's group (class)
+-- and the candidate values every version so far left them (the intersection an analyst keeping
+-- every version computes). A person is the hash of the release's salt (its parameters) and their
+-- identifier columns' text, never the identifier itself; people who left are kept, so that one
+-- who comes back is held to what earlier versions showed.
+CREATE TABLE anon.release_people (
+    release_id   integer NOT NULL,
+    person       bytea   NOT NULL,
+    member_group integer NOT NULL,
+    candidates   jsonb   NOT NULL,     -- {sensitive column: [values]}
+    versions     integer NOT NULL,     -- versions that held the person
+    PRIMARY KEY (release_id, person)
+);
+COMMENT ON TABLE anon.release_people IS
+    'Releases refreshed in the stable mode: per person (a salted hash of their identifiers), their class and the sensitive values every published version left them as candidates.';
+SELECT pg_catalog.pg_extension_config_dump('anon.release_people', '');
+
+-- the cross-version check of each refresh (people checked, fewest candidates left, ...)
+ALTER TABLE anon.refresh_history ADD COLUMN across_versions jsonb;
+
+-------------------------------------------------------------------------------
 -- functions/010-info.toml (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -1364,10 +1387,10 @@ BEGIN
                                (NEW.release_id, NEW.release_schema, NEW.release_name, NEW.source, NEW.method,
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
-        WHEN 'refresh_history' THEN
+        WHEN 'refresh_history', 'release_people' THEN
             allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
-            what := 'the refresh history of release ' || (r.x).release_name;
+            what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
         WHEN 'release_schemas' THEN
             allowed := pg_catalog.pg_has_role((SELECT n.nspowner FROM pg_catalog.pg_namespace n
                                                WHERE n.oid = (r.x).schema_oid), 'MEMBER');
@@ -1398,7 +1421,7 @@ DO $triggers$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
+    FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_people', 'release_schemas', 'snapshots', 'column_roles',
                              'hierarchies', 'priorities', 'workload_profiles'] LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
         EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '
@@ -1409,19 +1432,19 @@ $triggers$;
 
 -------------------------------------------------------------------------------
 -- functions/040-mondrian.toml (generated)
--- anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
-CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text)
+-- anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
+CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text, refresh_mode text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
-               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text).")
+    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)", sqlstate="42501",
+               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1448,9 +1471,9 @@ if "plpy_anon" not in GD:
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
 from plpy_anon.db import creation as _module
-return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='mondrian', GD=GD)
+return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, refresh_mode=refresh_mode, method='mondrian', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text); executable only by a role that may execute that.';
 
 CREATE OR REPLACE FUNCTION anon.mondrian_view(
     source regclass,
@@ -1466,7 +1489,8 @@ CREATE OR REPLACE FUNCTION anon.mondrian_view(
     c double precision DEFAULT NULL,
     t double precision DEFAULT NULL,
     split text DEFAULT 'median',
-    layout text DEFAULT NULL
+    layout text DEFAULT NULL,
+    refresh_mode text DEFAULT NULL
 )
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -1486,7 +1510,7 @@ BEGIN
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
-        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, coalesce($8, ('release')::text), coalesce($9, (false)::boolean), coalesce($10, ('distinct')::text), $11, $12, coalesce($13, ('median')::text), $14);
+        RETURN anon_py.mondrian_view($1, $2, $3, $4, $5, $6, $7, coalesce($8, ('release')::text), coalesce($9, (false)::boolean), coalesce($10, ('distinct')::text), $11, $12, coalesce($13, ('median')::text), $14, $15);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -1507,7 +1531,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text) IS
+COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text) IS
     'Creates a materialized view holding a k-anonymous Mondrian release of the table and returns its qualified name. Refresh it to re-anonymize current data. Privacy models asked of every class in each sensitive column (a cut is made only if both sides keep them; the whole table must satisfy them, else 22023 naming the figure): l with l_diversity => ''distinct'' (>= l distinct values that are not NULL, the default; NULL is no value for any model), ''entropy'' (entropy >= ln l) or ''recursive'' (r1 < c (r_l + ... + r_m), c required); t => t-closeness (EMD to the table''s distribution <= t; ordered distance for numeric sensitive columns, equal distance otherwise). split => ''median'' (default) or ''utility'' (least information loss). Each model is checked again from the released rows before publishing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision): generated from sql/functions/ (implementation: anon_py.sweep)
@@ -5013,6 +5037,6 @@ GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
 GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles TO plpy_anon_custodian;
+    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people TO plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -170,10 +170,17 @@ LAYOUT = Parameter("layout", "text", "NULL", Choice(("flat", "compact")),
                         "cannot be stored so (an array, json, a type of its own: then flat).",
                    hint="Use layout => 'compact', 'flat', or omit it.")
 
+REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fresh")),
+                         help="stable: refreshes keep each person's class (classes only merge), so an "
+                              "analyst who keeps every version cannot narrow anyone below l candidate "
+                              "values; fresh: a new partition each time. NULL: stable with l and "
+                              "identifier columns, fresh otherwise.",
+                         hint="Use refresh_mode => 'stable', 'fresh', or omit it.")
+
 # ------------------------------------------------------------------------------ methods
 
 MONDRIAN = Surface("mondrian", "mondrian_view", (
-    SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE, *MODELS, LAYOUT))
+    SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE, *MODELS, LAYOUT, REFRESH_MODE))
 
 PRIORITIZED_MONDRIAN = Surface("prioritized_mondrian", "mondrian_view", (
     SOURCE, K,

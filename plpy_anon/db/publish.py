@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable
 
 from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
-from plpy_anon.db import class_counts, grants, risk, verify
+from plpy_anon.db import class_counts, grants, republication, risk, verify
 from plpy_anon.db.guards import Table
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
@@ -163,9 +163,16 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
     counter = class_counts.Counter(plpy, release)
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive)
-    figures, report = checked_as_owner(plpy, release, lambda: (
-        verify.check(plpy, release, run_stats, method, counter),
-        risk.compute(plpy, report_target, counter=counter) if report_target is not None else None))
+    def checks():
+        figures = verify.check(plpy, release, run_stats, method, counter)
+        # a stable release's version against the ones published before (refused if it narrows
+        # someone below l), remembered for the next
+        across = republication.check_and_remember(plpy, release, run_stats)
+        if across is not None and figures is not None:
+            figures["across_versions"] = across
+        return figures, risk.compute(plpy, report_target, counter=counter) if report_target is not None else None
+
+    figures, report = checked_as_owner(plpy, release, checks)
     if not built:   # genuine by one of its digests: record both as they are now (after the check,
         store_definitions(plpy, release_id)   # so a failure's autonomous record finds the row free)
     stats = run_stats or {}
@@ -272,4 +279,5 @@ def drop(plpy, release: dict) -> None:
             plpy.execute(f"DROP VIEW {ident(plpy, schema, rel)}")
         elif kind == "r":
             plpy.execute(f"DROP TABLE {ident(plpy, schema, rel)}")
+    republication.forget(plpy, release["release_id"])
     run(plpy, "DELETE FROM anon.releases WHERE release_id = $1", ["int4"], [release["release_id"]])

@@ -90,6 +90,7 @@ class TableData:
     row_relations: np.ndarray | None = None
     exact_times: dict[str, np.ndarray] = field(default_factory=dict)
     numeric_texts: dict[str, TextColumnData] = field(default_factory=dict)
+    texts: dict[str, TextColumnData] = field(default_factory=dict)
 
     @property
     def row_ctids(self) -> str:
@@ -223,12 +224,13 @@ EXACT_TIME_TYPES = ("timestamp", "timestamptz")
 
 
 def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column],
-                 *, located: bool = True, exact: bool = False) -> TableData:
+                 *, located: bool = True, exact: bool = False, texts: list[Column] = ()) -> TableData:
     """Read ``numeric`` columns as numbers and ``categorical`` columns as text, chunk by chunk
     (see the module docstring); with ``located``, each row's ctid (and relation) too; with
     ``exact``, what the float8 read for ordering rounds, exactly: each timestamp column's
     microseconds (``data.exact_times``) and each numeric column's text (``data.numeric_texts``,
-    coded like a categorical column's)."""
+    coded like a categorical column's); ``texts``: these columns' text too, whatever else reads
+    them (``data.texts``)."""
     plan, several = read_plan(plpy, tbl)
     several = several and located
     selects = ["count(*) AS n"]
@@ -255,6 +257,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                            f"{ident(plpy, col.name)}), '\\x0000000000000000'::bytea), ''::bytea) AS e{i}")
     for i, col in enumerate(categorical):
         selects.append(f"array_agg({col.as_text(plpy)}) AS c{i}")
+    for i, col in enumerate(texts):
+        selects.append(f"array_agg({col.as_text(plpy)}) AS t{i}")
     select = ", ".join(selects)
     step = chunk_blocks(plpy)
     n_rows = 0
@@ -264,6 +268,7 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     exact_parts = [[] for _ in numeric]
     numeric_texts = [_Dictionary() for _ in numeric]
     dictionaries = [_Dictionary() for _ in categorical]
+    text_dictionaries = [_Dictionary() for _ in texts]
     for relation, blocks in plan:
         lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid", ["text"])
         both = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid AND ctid < $2::tid",
@@ -288,6 +293,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                     numeric_texts[i].add(row[f"x{i}"])
             for i in range(len(categorical)):
                 dictionaries[i].add(row[f"c{i}"])
+            for i in range(len(texts)):
+                text_dictionaries[i].add(row[f"t{i}"])
             del row
     tids = None if not located else np.concatenate(ctids) if ctids else np.empty(0, dtype=TID_DTYPE)
     data = TableData(n_rows, tids,
@@ -310,6 +317,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
             data.numeric_texts[col.name] = numeric_texts[i].column()
     for i, col in enumerate(categorical):
         data.columns[col.name] = dictionaries[i].column()
+    for i, col in enumerate(texts):
+        data.texts[col.name] = text_dictionaries[i].column()
     return data
 
 

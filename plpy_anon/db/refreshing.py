@@ -39,6 +39,7 @@ server's configuration (a session's or role's value is ignored: see settings.py)
 from __future__ import annotations
 
 import graphlib
+import json
 import re
 import time
 
@@ -59,7 +60,7 @@ from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name
     temp_name,
 )
 from plpy_anon.db.settings import may_read_all_settings, server_setting
-from plpy_anon.db.sqltext import ident, progress, run
+from plpy_anon.db.sqltext import ident, jsonb, progress, run
 from plpy_anon.db.swap_locks import (  # noqa: F401 -- LockNotAvailable: raised through here
     LockNotAvailable,
     SwapWaits,
@@ -107,12 +108,14 @@ def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
         record_failure(plpy, release, started_at, time.monotonic() - t0, exc)
         raise as_anon_error(exc) from None
     seconds = time.monotonic() - t0
+    across = (jsonb(row["verification"]) or {}).get("across_versions") if row["verification"] else None
     run(plpy, """
         INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds, succeeded,
-                                          row_count, achieved_k)
-        VALUES ($1, $2, $3::timestamptz, $4, true, $5, $6)""",
-        ["int4", "text", "text", "float8", "int8", "int4"],
-        [row["release_id"], qualified_text(row), started_at, seconds, row["row_count"], row["achieved_k"]])
+                                          row_count, achieved_k, across_versions)
+        VALUES ($1, $2, $3::timestamptz, $4, true, $5, $6, $7)""",
+        ["int4", "text", "text", "float8", "int8", "int4", "jsonb"],
+        [row["release_id"], qualified_text(row), started_at, seconds, row["row_count"], row["achieved_k"],
+         json.dumps(across) if across is not None else None])
     progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}, {seconds:.2f} s")
     return row
 

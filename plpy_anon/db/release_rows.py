@@ -18,17 +18,19 @@ RUNS_KEY = "plpy_anon.runs"
 
 
 def stash_run(GD, release_id: int, *, row_count: int, achieved_k: int | None, metrics: dict,
-              started: float, source_rows: int | None = None, suppressed: int = 0) -> None:
+              started: float, source_rows: int | None = None, suppressed: int = 0,
+              people: tuple | None = None) -> None:
     """Called by a method's partitioning function: what this run produced, for record_refresh.
 
     ``row_count`` is what the catalog shows; the release must hold ``source_rows`` (rows read from
     the source in the build's snapshot, default ``row_count``) minus ``suppressed`` rows, which
-    verify.py checks against ``count(*)`` of the released relation."""
+    verify.py checks against ``count(*)`` of the released relation. ``people``: a stable
+    release's (person hashes, groups), for republication.check_and_remember."""
     GD.setdefault(RUNS_KEY, {})[release_id] = {
         "row_count": row_count, "achieved_k": achieved_k, "metrics": metrics,
         "seconds": time.monotonic() - started, "started": started,
         "source_rows": row_count if source_rows is None else int(source_rows),
-        "suppressed": int(suppressed)}
+        "suppressed": int(suppressed), "people": people}
 
 
 def take_run(GD, release_id: int) -> dict | None:

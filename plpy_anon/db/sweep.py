@@ -56,6 +56,7 @@ def sweep(plpy, source, k, quasi_identifiers=None, sensitive=None, identifiers=N
     values.update(method.validate(k=ks[0], l=l, quasi_identifiers=quasi_identifiers,
                                   sensitive=sensitive, identifiers=identifiers))
     parameters = method.resolve(plpy, tbl, values).parameters
+    parameters["refresh_mode"] = "fresh"          # nothing is published: no one to follow
     name = run(plpy, "SELECT $1::pg_catalog.regclass::text AS n", ["oid"], [tbl.oid])[0]["n"]
     rows = load_release_rows(plpy, {"parameters": json.dumps(parameters), "source": name},
                              with_target=False)

@@ -36,10 +36,10 @@ BEGIN
                                (NEW.release_id, NEW.release_schema, NEW.release_name, NEW.source, NEW.method,
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
-        WHEN 'refresh_history' THEN
+        WHEN 'refresh_history', 'release_people' THEN
             allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
-            what := 'the refresh history of release ' || (r.x).release_name;
+            what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
         WHEN 'release_schemas' THEN
             allowed := pg_catalog.pg_has_role((SELECT n.nspowner FROM pg_catalog.pg_namespace n
                                                WHERE n.oid = (r.x).schema_oid), 'MEMBER');
@@ -70,7 +70,7 @@ DO $triggers$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
+    FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_people', 'release_schemas', 'snapshots', 'column_roles',
                              'hierarchies', 'priorities', 'workload_profiles'] LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
         EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '

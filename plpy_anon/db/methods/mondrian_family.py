@@ -23,7 +23,15 @@ from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidPara
 from plpy_anon.core.generalize import ClassIndex, class_bounds
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import compact, guards, method, params, release_rows, stored_classes
+from plpy_anon.db import (
+    compact,
+    guards,
+    method,
+    params,
+    release_rows,
+    republication,
+    stored_classes,
+)
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.compact import ROWS_COLUMN
 from plpy_anon.db.generalization import (
@@ -364,6 +372,7 @@ class ReleaseRows:
     target: np.ndarray | None
     data: TableData            # n_rows and the rows' ctids / tableoids; its columns are released
     read: ReadValues | None = None   # what the storage is written from, unless joined back
+    people: republication.People | None = None     # refresh_mode 'stable' only
 
     @functools.cached_property
     def frame(self) -> pd.DataFrame:
@@ -403,12 +412,15 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
                 hint="Recreate the release with replace => true.")
     target_name = params.get("target") if with_target else None
     target_col = [column_for(tbl, cols, target_name)] if target_name else []
+    stable = republication.is_stable(params)
+    identifiers = [column_for(tbl, cols, name) for name in params["identifiers"]] if stable else []
     check_float_digits(plpy, tbl, qis + (sens if reads_values else []))
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
-    extra = [c for c in sens + target_col if c.name not in {q.name for q in categorical}]
+    extra = [c for c in sens + target_col + identifiers if c.name not in {q.name for q in categorical}]
+    # a stable release's check matches its people with the released classes by their QIs as read
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values,
-                        exact=reads_values)
+                        exact=reads_values, texts=qis if stable else [])
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
@@ -449,10 +461,18 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     target = None
     if target_col:
         target = np.asarray([str(v) for v in data.columns[target_name].values], dtype=object)
+    people = None
+    if stable:
+        people = republication.people_of(
+            plpy, release["release_id"], params,
+            [data.columns[c.name].values.tolist() for c in identifiers],
+            [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
+            [data.texts[c.name].values.tolist() for c in qis])
+        data.texts.clear()
     data.columns.clear()             # the values are in the codes now: keep one copy
     read = ReadValues(values_by_code, spelled, data.exact_times, data.numeric_texts) \
         if reads_values else None
-    return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data, read)
+    return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data, read, people)
 
 
 def _unique(cols):

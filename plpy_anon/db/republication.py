@@ -1,0 +1,356 @@
+"""Refreshes in the stable mode (issue 30; the grouping itself: core.republication).
+
+What the run needs (:func:`people_of`): each row's person (a salted SHA-256 of the identifier
+columns' text; in SQL ``sha256(salt || convert_to(concat_ws(E'\\x1f', ids), 'UTF8'))``), the
+group and candidates each known person got from the versions published so far
+(``anon.release_people``).
+
+What every version is held to (:func:`check_and_remember`, from the record of each create and
+refresh, plain REFRESH included): for each person of the run (with their quasi-identifiers as the
+run read them: no second read of the source, which may have changed since), the sensitive values
+of every released class whose ranges and sets hold those quasi-identifiers -- what an analyst who
+knows them computes from the released rows alone -- intersected with what earlier versions left
+them. A person left with fewer than l values refuses the version (the transaction rolls back;
+the published one stays); otherwise the intersections are remembered for the next version, and
+the figures go to the release's verification and to ``anon.refresh_history``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+
+from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import guards
+from plpy_anon.db.sqltext import ident, jsonb, local_settings, run, text_of
+
+#: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
+SEPARATOR = "\x1f"
+
+
+def resolve_mode(values: dict, roles, parameters: dict) -> None:
+    """The release's ``refresh_mode`` (and what it needs) into ``parameters``. NULL: stable when
+    the release has l and identifier columns to follow people by, one of them unique (a primary
+    key, a unique index: a name is not a person), fresh otherwise."""
+    identifiers = [c.name for c, role in roles if role == "identifier"]
+    mode = values.get("refresh_mode")
+    if mode is None:
+        unique = any(c.unique for c, role in roles if role == "identifier")
+        mode = "stable" if parameters.get("l") and unique and not parameters.get("hierarchies") \
+            and parameters.get("t") is None and len(parameters.get("sensitive") or []) <= 1 else "fresh"
+    parameters["refresh_mode"] = mode
+    if mode != "stable":
+        return
+    if not identifiers:
+        raise InvalidParameter(
+            "refresh_mode => 'stable' follows people from version to version by their identifier "
+            "columns, and the release has none",
+            hint="Pass identifiers => ARRAY[...] (or declare them with anon.set_column_role), or use "
+                 "refresh_mode => 'fresh'.")
+    if parameters.get("hierarchies"):
+        raise InvalidParameter(
+            f"refresh_mode => 'stable' does not support hierarchies (column(s) {', '.join(parameters['hierarchies'])})",
+            hint="Release those columns as value sets, or use refresh_mode => 'fresh'.")
+    if len(parameters.get("sensitive") or []) > 1:
+        # a released row keeps one person's values together: an analyst intersects the
+        # combinations, which the per-column candidates do not bound
+        raise InvalidParameter(
+            "refresh_mode => 'stable' keeps candidates for one sensitive column, and the release has "
+            f"{len(parameters['sensitive'])} ({', '.join(parameters['sensitive'])})",
+            hint="Release one sensitive column per release, or use refresh_mode => 'fresh'.")
+    if parameters.get("t") is not None:
+        raise InvalidParameter("refresh_mode => 'stable' does not support t-closeness",
+                               hint="Use l (with refresh_mode => 'stable'), or refresh_mode => 'fresh'.")
+    parameters["identifiers"] = identifiers
+    parameters["person_salt"] = secrets.token_hex(16)
+
+
+def is_stable(parameters: dict) -> bool:
+    return parameters.get("refresh_mode") == "stable"
+
+
+def person_hashes(texts: list[list[str | None]], salt: str) -> list[bytes]:
+    """Each row's person: SHA-256 of the salt and its identifier texts joined by SEPARATOR."""
+    prefix = bytes.fromhex(salt)
+    return [hashlib.sha256(prefix + SEPARATOR.join(t for t in row if t is not None).encode()).digest()
+            for row in zip(*texts)]
+
+
+@dataclass
+class People:
+    """The run's people: each row's hash, and for the rows of known people their previous group
+    and their candidates' cohort (rows with the same candidates share one)."""
+
+    hashes: list[bytes]
+    groups: np.ndarray                    # -1: first seen now
+    cohorts: np.ndarray                   # -1: no candidates yet
+    cohort_values: list[np.ndarray]       # per sensitive column, (cohorts, values) bool
+    history: bool                         # some version was published before
+    qi_texts: list[list]                  # per QI, each row's value as text (for the check)
+
+
+STATE = "SELECT person, member_group, candidates FROM anon.release_people WHERE release_id = $1"
+
+
+def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
+              qi_texts) -> People:
+    """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
+    texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
+    hashes = person_hashes(identifier_texts, parameters["person_salt"])
+    if len(set(hashes)) < len(hashes):
+        raise InvalidParameter(
+            f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
+            f"{len(hashes) - len(set(hashes))} rows share a value with another row (or have none)",
+            hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
+                 "or recreate the release with refresh_mode => 'fresh'.")
+    state = {bytes(r["person"]): r for r in run(plpy, STATE, ["int4"], [release_id])}
+    if not state and published_versions(plpy, release_id):
+        raise InsufficientData(
+            f"release {release_id} has published versions, and what they showed of each person "
+            "(anon.release_people) is gone; a refresh now would start a new history that analysts "
+            "who kept the old versions could intersect with it",
+            hint="Restore the release's rows of anon.release_people (they are in every pg_dump of the "
+                 "database), or recreate the release with replace => true knowingly.")
+    n = len(hashes)
+    groups = np.full(n, -1, dtype=np.int64)
+    cohorts = np.full(n, -1, dtype=np.int64)
+    cohort_index: dict[str, int] = {}
+    cohort_sets: list[dict] = []
+    for i, h in enumerate(hashes):
+        known = state.get(h)
+        if known is None:
+            continue
+        groups[i] = known["member_group"]
+        key = known["candidates"]
+        if key not in cohort_index:
+            cohort_index[key] = len(cohort_sets)
+            cohort_sets.append(jsonb(key))
+        cohorts[i] = cohort_index[key]
+    names = parameters.get("sensitive") or []
+    cohort_values = []
+    for name, dictionary in zip(names, sensitive_dictionaries):
+        position = {v: j for j, v in enumerate(dictionary)}
+        matrix = np.zeros((len(cohort_sets), len(dictionary)), dtype=bool)
+        for c, sets in enumerate(cohort_sets):
+            held = [position[v] for v in sets.get(name, []) if v in position]
+            matrix[c, held] = True
+        cohort_values.append(matrix)
+    return People(hashes, groups, cohorts, cohort_values, history=bool(state), qi_texts=qi_texts)
+
+
+def published_versions(plpy, release_id: int) -> int:
+    """How many versions the release's last check counted (0: none published yet)."""
+    row = run(plpy, "SELECT (verification -> 'across_versions' ->> 'most_versions')::int AS n "
+                    "FROM anon.releases WHERE release_id = $1", ["int4"], [release_id])
+    return (row[0]["n"] or 0) if row else 0
+
+
+def released_relation(plpy, release: dict) -> str:
+    """What analysts read: the release's own name (a compact release's view)."""
+    return ident(plpy, release["release_schema"], release["release_name"])
+
+
+def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | None:
+    """The cross-version check of a stable release's new version (see the module docstring);
+    returns its figures, or None for a release of another mode or a record without a run."""
+    parameters = jsonb(release["parameters"])
+    if not is_stable(parameters) or not run_stats or run_stats.get("people") is None:
+        return None
+    hashes, groups, qi_texts = run_stats["people"]
+    tbl = guards.table_in_query(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    qis = [cols[name] for name in parameters["quasi_identifiers"]]
+    sensitive = [cols[name] for name in parameters.get("sensitive") or []]
+    # a plan this size would spend seconds compiling; its CTEs' estimates would invite nested loops
+    with local_settings(plpy, jit="off", enable_nestloop="off"):
+        expanded = expanded_columns(plpy, release, qis, qi_texts, len(hashes))
+        query = check_query(plpy, release, qis, sensitive, expanded)
+        figures = run(plpy, query, ["bytea[]", "int4[]", "int4", "text[]"] + ["text[]"] * len(qis),
+                      [hashes, [int(g) for g in groups], release["release_id"], [c.name for c in sensitive],
+                       *qi_texts])[0]
+    figures = {key: (int(v) if v is not None else None) for key, v in figures.items()}
+    figures["matched_by_equality"] = [c.name for c in expanded]
+    l = parameters.get("l")
+    if l is not None and figures["below_l"]:
+        raise InsufficientData(
+            f"this version of {release['release_schema']}.{release['release_name']} would leave "
+            f"{figures['below_l']} people with fewer than l = {l} candidate sensitive values across the "
+            "versions published (an analyst who kept them all could narrow them so); nothing was published",
+            detail=json.dumps(figures),
+            hint="The published version stays. Earlier versions cannot be unpublished: recreating the "
+                 "release with replace => true starts a new history, which analysts may intersect with the old.")
+    return figures
+
+
+#: range types whose values can be listed (integers, days): a class's range becomes equalities
+DISCRETE_RANGES = {"int4range": "int8", "int8range": "int8", "daterange": "date"}
+#: rows the equality join may list: classes x the values of the QIs listed
+EXPANSION_BUDGET = 2_000_000
+
+
+def _released_type(col, hierarchical: set) -> str:
+    if col.kind == "numeric":
+        return catalog.NUMERIC_TYPES[col.type_name][1]
+    return "text" if col.name in hierarchical else "text[]"
+
+
+def _width(col_type: str, value: str) -> str:
+    """SQL: how many values a class's released ``value`` lists (1e18: too many to list)."""
+    if col_type == "text[]":
+        return f"coalesce(pg_catalog.cardinality({value}), 1)::pg_catalog.float8"
+    if col_type == "daterange":
+        return (f"CASE WHEN {value} IS NULL THEN 1 WHEN pg_catalog.lower_inf({value}) OR pg_catalog.upper_inf({value}) "
+                f"OR NOT pg_catalog.isfinite(pg_catalog.lower({value})) OR NOT pg_catalog.isfinite(pg_catalog.upper({value})) "
+                f"THEN 1e18 ELSE (pg_catalog.upper({value}) - pg_catalog.lower({value}))::pg_catalog.float8 END")
+    return (f"CASE WHEN {value} IS NULL THEN 1 WHEN pg_catalog.lower_inf({value}) OR pg_catalog.upper_inf({value}) "
+            f"THEN 1e18 ELSE pg_catalog.upper({value})::pg_catalog.float8 - pg_catalog.lower({value})::pg_catalog.float8 END")
+
+
+def expanded_columns(plpy, release: dict, qis, qi_texts, n_people: int) -> list:
+    """The QIs whose class values the check lists as rows, so that people meet their classes
+    by equality (a hash join) rather than one containment test per person and class: value
+    sets and ranges of integers or days (not ranges a NULL of the run must meet everywhere),
+    fewest values per class first, as many as keep the listing within EXPANSION_BUDGET rows
+    (or 20 per person)."""
+    hierarchical = set(jsonb(release["parameters"]).get("hierarchies") or [])
+    listable = [c for c, texts in zip(qis, qi_texts)
+                if _released_type(c, hierarchical) == "text[]"
+                or (_released_type(c, hierarchical) in DISCRETE_RANGES and None not in texts)]
+    if not listable:
+        return []
+    widths = ", ".join(f"pg_catalog.array_agg({_width(_released_type(c, hierarchical), 'g.' + ident(plpy, c.name))}) AS w{i}"
+                       for i, c in enumerate(listable))
+    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+    row = run(plpy, f"SELECT {widths} FROM (SELECT {group_by.replace('r.', 'r.')} FROM "
+                    f"{released_relation(plpy, release)} r GROUP BY {group_by}) AS g")[0]
+    width = {c.name: np.asarray(row[f"w{i}"] or [], dtype=np.float64) for i, c in enumerate(listable)}
+    chosen, rows = [], None
+    budget = max(EXPANSION_BUDGET, 20 * n_people)
+    for col in sorted(listable, key=lambda c: float(width[c.name].mean()) if width[c.name].size else 0.0):
+        product = width[col.name] if rows is None else rows * width[col.name]
+        if float(product.sum()) > budget:
+            break
+        chosen.append(col)
+        rows = product
+    return chosen
+
+
+def check_query(plpy, release, qis, sensitive: list, expanded) -> str:
+    """The cross-version check as one statement: the released classes, the run's people (their
+    QIs as the run read them) matched with every class that could hold them, the intersection
+    with what earlier versions left them, remembered (upsert) and counted. Parameters: $1 the
+    run's people, $2 their groups, $3 the release id, $4 the sensitive columns' names, $5... each
+    QI's text per person. ``expanded``: the QIs matched by equality (:func:`expanded_columns`)."""
+    parameters = jsonb(release["parameters"])
+    hierarchical = set(parameters.get("hierarchies") or [])
+    q = {col.name: f"q{i}" for i, col in enumerate(qis)}
+    s = {col.name: f"s{j}" for j, col in enumerate(sensitive)}
+    released = released_relation(plpy, release)
+    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+    selects = [f"r.{ident(plpy, c.name)} AS {q[c.name]}" for c in qis]
+    # as text without running a cast of the type's owner (sqltext.text_of)
+    selects += [f"pg_catalog.array_agg(DISTINCT {text_of('r.' + ident(plpy, col.name), col.builtin)}) "
+                f"FILTER (WHERE r.{ident(plpy, col.name)} IS NOT NULL) AS {s[col.name]}" for col in sensitive]
+    expand, keys, listed, conditions = "", [], [], ["true"]
+    for i, col in enumerate(qis):
+        value, released_value = f"p.t{i}", f"c.{q[col.name]}"
+        col_type = _released_type(col, hierarchical)
+        if col in expanded:
+            # the class's values listed as rows: people meet them by equality (one hash join)
+            x = f"e{q[col.name]}.x"
+            if col_type == "text[]":
+                expand += f" CROSS JOIN LATERAL pg_catalog.unnest({released_value}) AS e{q[col.name]}(x)"
+                keys.append(value)
+            else:
+                # integers, or days since 2000-01-01; NULL for a class of NULLs only
+                days = DISCRETE_RANGES[col_type] == "date"
+                lo, hi = f"pg_catalog.lower({released_value})", f"pg_catalog.upper({released_value})"
+                if days:
+                    lo, hi = f"({lo} - DATE '2000-01-01')", f"({hi} - DATE '2000-01-01')"
+                expand += (f" CROSS JOIN LATERAL (SELECT v FROM pg_catalog.generate_series({lo}::pg_catalog.int8, "
+                           f"{hi}::pg_catalog.int8 - 1) AS v UNION ALL SELECT NULL WHERE {released_value} IS NULL) "
+                           f"AS e{q[col.name]}(x)")
+                # an infinite date meets no listed day (its class's range is not listed anyway)
+                keys.append(f"CASE WHEN {value} IS NULL THEN NULL WHEN pg_catalog.isfinite({value}::pg_catalog.date) "
+                            f"THEN pg_catalog.to_jsonb({value}::pg_catalog.date - DATE '2000-01-01') "
+                            "ELSE '\"infinite\"'::pg_catalog.jsonb END"
+                            if days else f"{value}::pg_catalog.int8")
+            listed.append(x)
+        elif col_type == "text[]":
+            conditions.append(f"(CASE WHEN {value} IS NULL THEN pg_catalog.array_position({released_value}, NULL) "
+                              f"IS NOT NULL ELSE {value} = ANY({released_value}) END)")
+        else:
+            # the text the run read is the value's own (floats: shortest exact digits); a NULL may
+            # sit in any class (a class of numbers and NULLs releases its numbers' range)
+            element = catalog.RANGE_ELEMENTS[col_type][0]
+            conditions.append(f"(CASE WHEN {value} IS NULL THEN true "
+                              f"ELSE coalesce({released_value} @> {value}::pg_catalog.{element}, false) END)")
+    values = ", ".join(f"($4[{j + 1}], c.{s[col.name]})" for j, col in enumerate(sensitive)) \
+        or "(NULL::pg_catalog.text, NULL::pg_catalog.text[])"
+    return f"""
+WITH classes AS MATERIALIZED (
+    SELECT pg_catalog.row_number() OVER () AS class_no, g.* FROM (
+        SELECT {', '.join(selects)} FROM {released} r GROUP BY {group_by}) g),
+    run AS MATERIALIZED (
+        SELECT u.* FROM ROWS FROM ({', '.join(f"pg_catalog.unnest(${n})" for n in [1, 2, *range(5, 5 + len(qis))])})
+        AS u(person, member_group{''.join(f", t{i}" for i in range(len(qis)))})),
+    listed AS MATERIALIZED (
+        SELECT c.class_no, pg_catalog.jsonb_build_array({', '.join(listed)}) AS key FROM classes c{expand}),
+    matched AS (
+        SELECT DISTINCT p.person, c.class_no
+        FROM run p JOIN listed x ON x.key = pg_catalog.jsonb_build_array({', '.join(keys)})
+        JOIN classes c ON c.class_no = x.class_no
+        WHERE {' AND '.join(conditions)}),
+    -- this version's candidates of each person: the values of every class that could hold them
+    seen AS (
+        SELECT DISTINCT m.person, j.col, v.x
+        FROM matched m JOIN classes c ON c.class_no = m.class_no
+        CROSS JOIN LATERAL (VALUES {values}) AS j(col, vals)
+        CROSS JOIN LATERAL pg_catalog.unnest(j.vals) AS v(x)),
+    state AS (SELECT x.person, x.candidates, x.versions FROM anon.release_people x WHERE x.release_id = $3),
+    before AS (
+        SELECT st.person, k.key AS col, e.v AS x
+        FROM state st CROSS JOIN LATERAL pg_catalog.jsonb_each(st.candidates) AS k
+        CROSS JOIN LATERAL pg_catalog.jsonb_array_elements_text(k.value) AS e(v)),
+    -- what every version left them: this one's, and the earlier ones' for people seen before
+    kept AS (
+        SELECT s.person, s.col, s.x FROM seen s
+        LEFT JOIN state st ON st.person = s.person
+        LEFT JOIN before b ON b.person = s.person AND b.col = s.col AND b.x = s.x
+        WHERE st.person IS NULL OR b.person IS NOT NULL),
+    per_column AS (
+        SELECT r.person, cols.name,
+               coalesce(pg_catalog.jsonb_agg(k.x ORDER BY k.x) FILTER (WHERE k.x IS NOT NULL),
+                        '[]'::pg_catalog.jsonb) AS vals, pg_catalog.count(k.x) AS n
+        FROM run r CROSS JOIN pg_catalog.unnest($4) AS cols(name)
+        LEFT JOIN kept k ON k.person = r.person AND k.col = cols.name
+        GROUP BY r.person, cols.name),
+    fewest AS MATERIALIZED (
+        SELECT r.person, r.member_group, st.person IS NOT NULL AS known, coalesce(st.versions, 0) AS versions,
+               coalesce(pg_catalog.jsonb_object_agg(pc.name, pc.vals) FILTER (WHERE pc.name IS NOT NULL),
+                        '{{}}'::pg_catalog.jsonb) AS candidates,
+               pg_catalog.min(pc.n) AS left_values
+        FROM run r LEFT JOIN state st ON st.person = r.person
+        LEFT JOIN per_column pc ON pc.person = r.person
+        GROUP BY r.person, r.member_group, st.person, st.versions),
+    saved AS (
+        INSERT INTO anon.release_people AS p (release_id, person, member_group, candidates, versions)
+        SELECT $3, f.person, f.member_group, f.candidates, f.versions + 1 FROM fewest f
+        ON CONFLICT (release_id, person) DO UPDATE
+        SET member_group = excluded.member_group, candidates = excluded.candidates, versions = excluded.versions
+        RETURNING 1)
+SELECT pg_catalog.count(*) AS people, pg_catalog.count(*) FILTER (WHERE f.known) AS seen_before,
+       pg_catalog.max(f.versions + 1) AS most_versions, pg_catalog.min(f.left_values) AS fewest_candidates,
+       pg_catalog.count(*) FILTER (WHERE f.left_values <= 1) AS disclosed,
+       pg_catalog.count(*) FILTER (WHERE f.left_values < {int(parameters.get('l') or 0)}) AS below_l,
+       (SELECT pg_catalog.count(*) FROM saved) AS remembered
+FROM fewest f"""
+
+
+def forget(plpy, release_id: int) -> None:
+    """A dropped (or replaced) release's people."""
+    run(plpy, "DELETE FROM anon.release_people WHERE release_id = $1", ["int4"], [release_id])
