@@ -36,7 +36,7 @@ BEGIN
                                (NEW.release_id, NEW.release_schema, NEW.release_name, NEW.source, NEW.method,
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
-        WHEN 'refresh_history', 'release_people' THEN
+        WHEN 'refresh_history' THEN
             allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
             what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
@@ -70,7 +70,7 @@ DO $triggers$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_people', 'release_schemas', 'snapshots', 'column_roles',
+    FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
                              'hierarchies', 'priorities', 'workload_profiles'] LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
         EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '
@@ -78,3 +78,52 @@ BEGIN
     END LOOP;
 END
 $triggers$;
+
+-- anon.release_people: a stable release's check writes one row per person in one statement, so
+-- the same rule (rows of releases the role owns) is checked once per statement over the rows it
+-- changed (transition tables), not once per row.
+CREATE OR REPLACE FUNCTION anon._release_people_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    foreign_release integer;
+BEGIN
+    IF (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = current_user) THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP IN ('DELETE', 'UPDATE') THEN
+        SELECT c.release_id INTO foreign_release FROM changed_old c
+        WHERE NOT EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = c.release_id
+                          AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER')) LIMIT 1;
+    END IF;
+    IF foreign_release IS NULL AND TG_OP IN ('INSERT', 'UPDATE') THEN
+        SELECT c.release_id INTO foreign_release FROM changed_new c
+        WHERE NOT EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = c.release_id
+                          AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER')) LIMIT 1;
+    END IF;
+    IF foreign_release IS NOT NULL THEN
+        RAISE EXCEPTION 'permission denied to change the release_people rows of release % in anon.release_people', foreign_release
+            USING ERRCODE = '42501',
+                  DETAIL = 'A role that is not a superuser changes only the catalog rows of its own releases.',
+                  HINT = 'Ask a superuser, or the owner of the release.';
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION anon._release_people_guard() IS
+    'Internal: lets a role that is not a superuser change only the anon.release_people rows of its own releases (statement triggers).';
+
+DROP TRIGGER IF EXISTS people_guard_insert ON anon.release_people;
+DROP TRIGGER IF EXISTS people_guard_update ON anon.release_people;
+DROP TRIGGER IF EXISTS people_guard_delete ON anon.release_people;
+CREATE TRIGGER people_guard_insert AFTER INSERT ON anon.release_people
+    REFERENCING NEW TABLE AS changed_new FOR EACH STATEMENT EXECUTE FUNCTION anon._release_people_guard();
+-- an UPDATE is checked on the rows as they were (a row moved away from a foreign release) and
+-- as they are
+CREATE TRIGGER people_guard_update AFTER UPDATE ON anon.release_people
+    REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed_new FOR EACH STATEMENT
+    EXECUTE FUNCTION anon._release_people_guard();
+CREATE TRIGGER people_guard_delete AFTER DELETE ON anon.release_people
+    REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._release_people_guard();

@@ -531,3 +531,28 @@ def test_a_dbas_release_does_not_plan_the_custodians_table_before_its_guard(db, 
             assert not [m for m in seen if m.startswith("evil")], seen
         assert not db.execute("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)).fetchone()[0]
     assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 200
+
+
+def test_a_custodian_keeps_its_stable_releases_people_and_touches_no_one_elses(db, connect, custodian, schema,
+                                                                               release_schema):
+    """anon.release_people (issue 30) is guarded per statement: a custodian's own stable release
+    writes its rows; another release's rows it may not insert, change or delete."""
+    role, own = custodian
+    db.execute("CREATE TABLE dba_pat (id int PRIMARY KEY, age int, zip text, dx text)")
+    db.execute("INSERT INTO dba_pat SELECT g, g % 50, 'z' || g % 3, 'd' || g % 4 FROM generate_series(1, 100) g")
+    db.execute("SELECT anon.mondrian_view('dba_pat', k => 5, l => 2, quasi_identifiers => '{age,zip}', "
+               "sensitive => '{dx}', identifiers => '{id}', release_schema => %s)", (release_schema,))
+    dba_release = db.execute("SELECT release_id FROM anon.releases WHERE source = 'dba_pat'::regclass").fetchone()[0]
+    with connect(user=role) as conn:
+        mine = create(conn, own, extra=", l => 2, identifiers => '{id}'")
+        conn.execute(sql.SQL("DELETE FROM {}.pat WHERE id % 20 = 0").format(sql.Identifier(own)))
+        across = conn.execute("SELECT (anon.refresh(%s)).verification->'across_versions'", (mine,)).fetchone()[0]
+        assert across["most_versions"] == 2 and across["below_l"] == 0 and across["seen_before"] == 190
+        for statement in [
+                "UPDATE anon.release_people SET candidates = '{\"dx\": [\"a\", \"b\"]}' WHERE release_id = %s",
+                "DELETE FROM anon.release_people WHERE release_id = %s",
+                "INSERT INTO anon.release_people VALUES (%s, '\\x00', 0, '{}', 1)"]:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="release_people rows of release"):
+                conn.execute(statement, (dba_release,))
+    assert db.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s",
+                      (dba_release,)).fetchone()[0] == 100
