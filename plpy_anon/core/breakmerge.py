@@ -42,6 +42,7 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
+from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
 
 __all__ = [
@@ -529,19 +530,8 @@ def _merge_offending(gid, rules, group_qis, histograms, values):
     merged share falls fastest); left-over offenders are paired with each other. Every round with
     a rule merges at least two gids, so the loop ends (one gid is the limit)."""
     n_gids = int(gid.max()) + 1
-    parent = np.arange(n_gids)
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a, b):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
+    sets = SmallestRootSets(n_gids)
+    find, union = sets.find, sets.union
     used = set()
     for rule in rules.to_dict("records"):
         match = np.ones(gid.size, dtype=bool)
@@ -571,8 +561,7 @@ def _merge_offending(gid, rules, group_qis, histograms, values):
             a = int(rest[-1])
             union(a, a - 1 if a > 0 else a + 1)
         used.update(find(int(g)) for g in rich)
-    roots = np.array([find(g) for g in range(n_gids)])
-    _, renumbered = np.unique(roots, return_inverse=True)
+    _, renumbered = np.unique(sets.roots(), return_inverse=True)
     return renumbered.ravel()[gid]
 
 

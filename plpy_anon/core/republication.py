@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.errors import InsufficientData
 
 
@@ -135,25 +136,15 @@ def _deficits(labels, n_groups, present, cohorts, cohort_values, k, l) -> np.nda
 
 def _merge(labels, n_groups, bad, points, present, deficit) -> np.ndarray:
     """Each bad group merged with the nearest group holding a value it misses (else the nearest);
-    one pass, merges chained through a union-find whose root is the smallest index."""
+    one pass, merges chained (the smallest index is the merged group's)."""
     centroids = _centroids(labels, n_groups, points)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
-    parent = np.arange(n_groups)
-
-    def root(g):
-        while parent[g] != g:
-            parent[g] = parent[parent[g]]
-            g = parent[g]
-        return g
-
+    sets = SmallestRootSets(n_groups)
     for g in bad.tolist():
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
         helps = (held & deficit[g]).any(axis=1)
         helps[g] = False
         pick = int(np.argmin(np.where(helps, distance, np.inf))) if helps.any() else int(np.argmin(distance))
-        a, b = root(g), root(pick)
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    roots = np.array([root(g) for g in range(n_groups)])
-    return roots[labels]
+        sets.union(g, pick)
+    return sets.roots()[labels]
