@@ -49,12 +49,15 @@ def test_every_person_keeps_l_candidates_across_versions(seed, k, l, n_values, r
         people[next_id] = (rng.integers(0, 50, 2), int(rng.integers(0, n_values)))
         next_id += 1
     state = {}                      # id -> (group, candidates) after the last version
+    away = {}                       # people who left, who may come back
     previous = None
     for version in range(refreshes + 1):
         if version:
             for gone in rng.choice(sorted(people), size=15, replace=False).tolist():
-                del people[gone]            # state is kept: a person may come back
-            for _ in range(15):
+                away[gone] = people.pop(gone)   # state is kept: a person may come back
+            for back in rng.choice(sorted(away), size=min(5, len(away)), replace=False).tolist():
+                people[back] = away.pop(back)
+            for _ in range(10):
                 people[next_id] = (rng.integers(0, 50, 2), int(rng.integers(0, n_values)))
                 next_id += 1
         ids, values, labels = one_version(people, state, k, l, n_values)
@@ -62,13 +65,14 @@ def test_every_person_keeps_l_candidates_across_versions(seed, k, l, n_values, r
         held = candidate_sets(values, labels)
         assert min(len(s) for s in held) >= l
         if previous is not None:
-            # groups only merge: two people together before are together now
+            # groups only merge: two people of the last version together before are together now
             together = {}
             for i, label in zip(ids, labels.tolist()):
                 if i in previous:
                     together.setdefault(previous[i], set()).add(label)
             assert all(len(labels_now) == 1 for labels_now in together.values())
         for i, label, values_now in zip(ids, labels.tolist(), held):
+            # people back from an absence are held to what the versions they were in showed
             candidates = values_now if i not in state else state[i][1] & values_now
             assert people[i][1] in candidates
             assert len(candidates) >= l
