@@ -26,6 +26,7 @@ import numpy as np
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards
+from plpy_anon.db.generalization import output_type
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run, text_of
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
@@ -101,10 +102,11 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
     hashes = person_hashes(identifier_texts, parameters["person_salt"])
-    if len(set(hashes)) < len(hashes):
+    shared = len(hashes) - len(set(hashes))
+    if shared:
         raise InvalidParameter(
             f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
-            f"{len(hashes) - len(set(hashes))} rows share a value with another row (or have none)",
+            f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
     state = {bytes(r["person"]): r for r in run(plpy, STATE, ["int4"], [release_id])}
@@ -193,9 +195,7 @@ EXPANSION_BUDGET = 2_000_000
 
 
 def _released_type(col, hierarchical: set) -> str:
-    if col.kind == "numeric":
-        return catalog.NUMERIC_TYPES[col.type_name][1]
-    return "text" if col.name in hierarchical else "text[]"
+    return output_type(col, col.name in hierarchical)
 
 
 def _width(col_type: str, value: str) -> str:
@@ -225,7 +225,7 @@ def expanded_columns(plpy, release: dict, qis, qi_texts, n_people: int) -> list:
     widths = ", ".join(f"pg_catalog.array_agg({_width(_released_type(c, hierarchical), 'g.' + ident(plpy, c.name))}) AS w{i}"
                        for i, c in enumerate(listable))
     group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
-    row = run(plpy, f"SELECT {widths} FROM (SELECT {group_by.replace('r.', 'r.')} FROM "
+    row = run(plpy, f"SELECT {widths} FROM (SELECT {group_by} FROM "
                     f"{released_relation(plpy, release)} r GROUP BY {group_by}) AS g")[0]
     width = {c.name: np.asarray(row[f"w{i}"] or [], dtype=np.float64) for i, c in enumerate(listable)}
     chosen, rows = [], None

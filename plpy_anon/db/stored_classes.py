@@ -21,9 +21,8 @@ Possible when every value the storage holds was read exactly:
   (:func:`array_literals`).
 
 Other releases (a sensitive column of an INEXACT_TEXT_TYPES type or a length-less bpchar, a
-SQL_ASCII database) keep
-the join back (``generalization.compact_storage_query``). Either way the check that follows counts the stored
-classes; truthfulness holds by construction here: a class's bounds are the extremes of its own
+SQL_ASCII database) keep the join back (``generalization.compact_storage_query``). Either way
+the check that follows counts the stored classes; truthfulness holds by construction here: a class's bounds are the extremes of its own
 rows' values, its sets the values its rows hold.
 """
 from __future__ import annotations

@@ -420,7 +420,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     extra = [c for c in sens + target_col + identifiers if c.name not in {q.name for q in categorical}]
     # a stable release's check matches its people with the released classes by their QIs as read
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values,
-                        exact=reads_values, texts=qis if stable else [])
+                        exact=reads_values, texts=numeric if stable else [])
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
@@ -467,7 +467,8 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
             plpy, release["release_id"], params,
             [data.columns[c.name].values.tolist() for c in identifiers],
             [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
-            [data.texts[c.name].values.tolist() for c in qis])
+            # categorical QIs' text is what they were read as already
+            [(data.texts if c.kind == "numeric" else data.columns)[c.name].values.tolist() for c in qis])
         data.texts.clear()
     data.columns.clear()             # the values are in the codes now: keep one copy
     read = ReadValues(values_by_code, spelled, data.exact_times, data.numeric_texts) \
