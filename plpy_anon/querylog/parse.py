@@ -36,13 +36,18 @@ DIALECT = "postgres"
 
 # quoted strings / identifiers are kept verbatim; runs of whitespace elsewhere become one space
 _TOKENS = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|\s+")
-_TRAILING_SEMICOLONS = re.compile(r"[\s;]+$")
+# whitespace that collapsing would change: a run, or a tab, newline...
+_UNCOLLAPSED = re.compile(r"\s\s|[^\S ]")
 
 
 def normalize_statement(text: str) -> str:
     """The text a statement is deduplicated on: collapsed whitespace, no trailing ``;``."""
-    collapsed = _TOKENS.sub(lambda m: m.group(1) or " ", text)
-    return _TRAILING_SEMICOLONS.sub("", collapsed).strip()
+    if _UNCOLLAPSED.search(text):
+        text = _TOKENS.sub(lambda m: m.group(1) or " ", text)
+    end = len(text)
+    while end and (text[end - 1] == ";" or text[end - 1].isspace()):
+        end -= 1
+    return text[:end].lstrip()
 
 
 @dataclass
@@ -101,10 +106,11 @@ def count_statements(statements: Iterable) -> Counter:
     return counts
 
 
-def parse_statement(text: str) -> tuple[tuple, str | None]:
-    """``(expressions, None)`` or ``((), error message)``; one text may hold several statements."""
+def parse_statement(text: str, tokens: list | None = None) -> tuple[tuple, str | None]:
+    """``(expressions, None)`` or ``((), error message)``; one text may hold several statements
+    (``tokens``: the text's tokens, when they are at hand)."""
     try:
-        parsed = _PARSER.parse(_TOKENIZER.tokenize(text), text)
+        parsed = _PARSER.parse(_TOKENIZER.tokenize(text) if tokens is None else tokens, text)
     except SqlglotError as error:
         return (), _first_line(str(error))
     except (ValueError, RecursionError) as error:  # sqlglot raises these on a few odd inputs
@@ -160,6 +166,8 @@ class Shaped:
     text: str
     frequency: int
     literals: tuple
+    # the first text of a shape keeps its tokens: its parse need not tokenize it again
+    tokens: list | None = field(default=None, compare=False, repr=False)
 
 
 def statement_shape(text: str):
@@ -168,10 +176,18 @@ def statement_shape(text: str):
     ``literals`` are the ``(start, text)`` of the string and number tokens replaced by
     placeholders in the key (``text`` is the value as sqlglot's parser reads it: quotes removed,
     ``''`` unescaped; a leading ``-`` stays a token of the key)."""
+    tokens = _tokens(text)
+    return None if tokens is None else _shape_of_tokens(tokens)
+
+
+def _tokens(text: str):
     try:
-        tokens = _tokenizer().tokenize(text)
+        return _TOKENIZER.tokenize(text)
     except (SqlglotError, ValueError, IndexError):
         return None
+
+
+def _shape_of_tokens(tokens):
     key, literals = [], []
     previous = None
     for token in tokens:
@@ -231,16 +247,22 @@ def group_by_shape(counts: Counter) -> list:
         if masked is not None:
             key = shapes_of_masks.get(masked[0], _UNSHAPED)
             if key is _UNSHAPED:  # first text with this mask: tokenize it and check the regex
-                shape = statement_shape(text)
+                tokens = _tokens(text)
+                shape = None if tokens is None else _shape_of_tokens(tokens)
                 key = shape[0] if shape is not None and shape[1] == masked[1] else None
                 shapes_of_masks[masked[0]] = key
             elif key is not None:
-                shape = key, masked[1]
+                shape, tokens = (key, masked[1]), None
         if shape is None:
-            shape = statement_shape(text)
+            tokens = _tokens(text)
+            shape = None if tokens is None else _shape_of_tokens(tokens)
         if shape is None:
             groups[(_UNSHAPED, text)] = [Shaped(index, text, frequency, ())]
             continue
         key, literals = shape
-        groups.setdefault(key, []).append(Shaped(index, text, frequency, literals))
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [Shaped(index, text, frequency, literals, tokens)]
+        else:
+            group.append(Shaped(index, text, frequency, literals))
     return list(groups.values())

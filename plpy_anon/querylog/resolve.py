@@ -33,7 +33,6 @@ from typing import NamedTuple
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
-from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, ScopeType, traverse_scope
 from sqlglot.schema import ensure_schema
@@ -86,30 +85,48 @@ def resolve_shape(expression: exp.Expr, schema: dict, default_schema: str = "pub
     if not isinstance(expression, exp.Query):
         raise NotAQuery(f"{type(expression).__name__} statement")
     schema = ensure_schema(schema, dialect=DIALECT)        # once per workload by the learner
-    qualified = _qualified_single_table(expression, schema, default_schema)
-    if qualified is None:
+    single = _qualified_single_table(expression, schema, default_schema)
+    if single is not None:
+        scopes, literals = single
+    else:
         try:
             qualified = qualify(expression, schema=schema, dialect=DIALECT, db=default_schema)
         except SqlglotError as error:
             raise ResolveError(str(error).splitlines()[0]) from error
+        scopes, literals = traverse_scope(qualified), literal_nodes(qualified)
     walker = _ScopeWalker(default_schema)
-    scopes = traverse_scope(qualified)
     for scope in scopes:
         walker.visit(scope)
-    return ResolvedShape(walker, scopes, literal_nodes(qualified))
+    return ResolvedShape(walker, scopes, literals)
 
 
 _NOT_SINGLE_TABLE = (exp.Subquery, exp.With, exp.Join, exp.Lateral, exp.SetOperation,
                      exp.Window, exp.Unnest, exp.Values)
 
 
+def _subclasses(classes):
+    found, pending = set(), list(classes)
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.add(cls)
+            pending += cls.__subclasses__()
+    return frozenset(found)
+
+
+# by exact type: a set lookup per node instead of an isinstance over a tuple
+_NOT_SINGLE_TABLE_KINDS = _subclasses(_NOT_SINGLE_TABLE)
+
+
 def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
-    """``expression`` qualified as ``qualify`` would, for the statements most workloads are made
+    """``([its one scope], its literal nodes)``: ``expression`` qualified as ``qualify`` would, for the statements most workloads are made
     of (qualify costs 60 % of resolving one): a SELECT of one table, without join, subquery, CTE,
     set operation, window, star, positional GROUP/ORDER BY or reference to an output alias, every
     column one of that table's, named bare or by the table's name or alias. None for anything
     else, which ``qualify`` resolves (and ``test_resolve`` checks both give the same uses and
-    predicates)."""
+    predicates). One walk collects what the checks, the normalization, the qualification and
+    the scope need (walking the tree five times and ``traverse_scope`` took a third of a
+    workload's learning time)."""
     if not isinstance(expression, exp.Select):
         return None
     source = expression.args.get("from_")
@@ -117,18 +134,31 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) \
             or table.args.get("catalog") is not None:
         return None
-    selects = 0
+    selects, found, identifiers, literals = 0, [], [], []
     for node in expression.walk():
-        if isinstance(node, _NOT_SINGLE_TABLE) or (
-                isinstance(node, exp.Star) and not isinstance(node.parent, exp.Count)):
+        kind = type(node)
+        if kind is exp.Identifier:
+            identifiers.append(node)
+        elif kind is exp.Column:
+            found.append(node)
+        elif kind is exp.Literal:
+            literals.append(node)
+        elif kind is exp.Select:
+            selects += 1
+        elif kind in _NOT_SINGLE_TABLE_KINDS or (
+                kind is exp.Star and not isinstance(node.parent, exp.Count)):
             return None
-        selects += isinstance(node, exp.Select)
+        if node._meta and node._meta.get("case_sensitive"):
+            return None  # a /* sqlglot.meta case_sensitive */ comment: qualify's business
     if selects != 1 or _positional(expression, "distinct"):
         return None
-    expression = normalize_identifiers(expression, dialect=DIALECT,
-                                       store_original_column_identifiers=True)
+    for identifier in identifiers:  # PostgreSQL folds unquoted names to ASCII lower case
+        if not identifier.args.get("quoted"):
+            identifier.args["this"] = identifier.args["this"].translate(_ASCII_LOWER)
+    replaced = set()
     for clause in ("group", "order"):         # GROUP BY 1, ORDER BY 1: that output column
         for position in _positional(expression, clause):
+            replaced.add(id(position))
             number = int(position.this) if position.is_int else 0
             if not 1 <= number <= len(expression.selects):
                 return None
@@ -136,8 +166,9 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
             if not isinstance(target, exp.Column):
                 return None
             # a new node, not target.copy(): a deep copy drags the node's metadata along
-            position.replace(exp.Column(this=exp.to_identifier(target.name, quoted=target.this.quoted)))
-    table = expression.args["from_"].this
+            column = exp.Column(this=exp.to_identifier(target.name, quoted=target.this.quoted))
+            position.replace(column)
+            found.append(column)
     try:
         names = schema.column_names(exp.table_(table.name, db=table.db or default_schema),
                                     dialect=DIALECT)
@@ -148,14 +179,35 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
         return None
     aliases = {select.alias for select in expression.selects if isinstance(select, exp.Alias)}
     qualifier = table.alias_or_name
-    found = list(expression.find_all(exp.Column))
     for column in found:
         if column.args.get("db") is not None or column.name in aliases \
                 or column.name not in columns or column.table not in ("", qualifier):
             return None
     for column in found:
         column.set("table", exp.to_identifier(qualifier))
-    return expression
+    starts: dict = {}
+    for node in literals:
+        start = node.meta.get("start") if node._meta else None
+        if start is not None and id(node) not in replaced:
+            starts.setdefault(start, []).append(node)
+    return [_SingleTableScope(expression, table, found)], starts
+
+
+class _SingleTableScope:
+    """The one scope of a statement :func:`_qualified_single_table` qualified, with what
+    :class:`_ScopeWalker` reads of a :class:`~sqlglot.optimizer.scope.Scope`."""
+
+    scope_type = ScopeType.ROOT
+    parent = None
+    set_operation_scopes = ()
+
+    def __init__(self, select: exp.Select, table: exp.Table, columns: list):
+        self.expression = select
+        self.sources = {table.alias_or_name: table}
+        self.columns = columns
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def _positional(select: exp.Select, clause: str) -> list:

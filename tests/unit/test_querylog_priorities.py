@@ -1,5 +1,7 @@
 """Priority weights, cut points, bad input and speed of the workload learner."""
 
+import gc
+import re
 import time
 
 import numpy as np
@@ -68,6 +70,19 @@ def test_normalization_keeps_whitespace_inside_literals():
     assert normalize_statement("SELECT  'a   b'  FROM\tt ;; ") == "SELECT 'a   b' FROM t"
 
 
+_QUOTED_OR_SPACE = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|\s+")
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from([" ", "  ", "\t", "\n", ";", "'", '"', "''", "a", "x y", "\u00a0",
+                                 "\u2003", "\x1c"]), max_size=14).map("".join))
+def test_normalization_is_the_regex_definition(text):
+    """The quick path (no whitespace to collapse) gives what collapsing every run outside quoted
+    strings and identifiers, then stripping trailing ';' and whitespace, gives."""
+    collapsed = _QUOTED_OR_SPACE.sub(lambda m: m.group(1) or " ", text)
+    assert normalize_statement(text) == re.sub(r"[\s;]+$", "", collapsed).strip()
+
+
 def test_bad_statements_are_counted_not_fatal():
     learner = learn_priorities(
         ["SELECT age FROM patients", "SELEC oops", "SELECT nosuch FROM patients",
@@ -121,6 +136,15 @@ def test_cut_points_of_numeric_columns_and_of_equalities_on_the_others():
 def test_empty_workload_is_a_clear_error(statements):
     with pytest.raises(InsufficientData, match="empty"):
         learn_priorities(statements, CATALOG, "patients")
+
+
+def test_full_collections_come_back_after_learning_even_on_error():
+    before = gc.get_threshold()
+    learn_priorities(["SELECT age FROM patients WHERE age > 3"], CATALOG, "patients")
+    assert gc.get_threshold() == before
+    with pytest.raises(InsufficientData):
+        learn_priorities(["SELECT pid FROM visits"], CATALOG, "patients")
+    assert gc.get_threshold() == before
 
 
 def test_workload_not_reading_the_table_is_a_clear_error():

@@ -190,6 +190,8 @@ def test_simple_statements_take_the_single_table_path_and_resolve_as_qualify_doe
     "SELECT age + 1 FROM patients ORDER BY 1",                     # a position on an expression
     "SELECT sex, count(*) FROM patients GROUP BY sex ORDER BY 2",  # ... on an aggregate
     "SELECT age AS years FROM patients WHERE zip <> 5 ORDER BY years",  # an output alias
+    "SELECT \u00c2GE FROM patients",                                   # folds only A-Z: no such column
+    "SELECT age /* sqlglot.meta case_sensitive */ FROM patients",  # sqlglot's own case rule
 ])
 def test_other_statements_go_through_qualify(sql, monkeypatch):
     fast, reference, taken = _both_ways(sql, monkeypatch)
