@@ -160,8 +160,39 @@ class Mondrian:
         return np.argsort(-spread, axis=1, kind="stable")
 
     # ------------------------------------------------------------------ level loop
+    def _initial_groups(self, n_rows):
+        """Group of every row (dense ids) to start the partitioning from, each group satisfying
+        k and the asked models, or None: one partition, the whole table. Extension point (the
+        prioritized variant starts from its workload's cells)."""
+        return
+
+    def _groups_satisfy(self, rows, group, n_groups):
+        """Per group of ``rows`` (``group``: dense id of each): at least k rows and every asked
+        privacy model (the checks a cut makes of each side, on whole groups)."""
+        ok = np.bincount(group, minlength=n_groups) >= self._k
+        for values in self._sensitive or ():
+            found = values[rows]
+            if values.dtype.kind == "u":           # one bit per value: distinct = popcount(OR)
+                seen = np.zeros(n_groups, dtype=values.dtype)
+                np.bitwise_or.at(seen, group, found)
+                distinct = np.bitwise_count(seen)
+            else:
+                known = found >= 0
+                pairs = np.unique(group[known] * (int(values.max()) + 1) + found[known])
+                distinct = np.bincount(pairs // (int(values.max()) + 1), minlength=n_groups)
+            ok &= distinct >= self._l
+        for codes, model in self._models or ():
+            width = model.table.size + 1           # code m: missing values, left out
+            counts = np.bincount(group * width + codes[rows], minlength=n_groups * width)
+            ok &= model.satisfied(counts.reshape(n_groups, width)[:, :-1])
+        return ok
+
     def _partition(self, n_rows):
+        groups = self._initial_groups(n_rows)
         orders = [_stable_argsort(codes) for codes in self._codes]
+        if groups is not None:
+            # by group, then by code (both sorts stable): each group a partition of its own
+            orders = [order[_stable_argsort(groups[order])] for order in orders]
         # codes kept in layout order beside each order: per level no gather codes[order] (random
         # memory access at large n); both are split with the same stable compressions
         layouts = [codes[order] for codes, order in zip(self._codes, orders)]
@@ -169,7 +200,9 @@ class Mondrian:
             # small tables: one (A, n) array each, regrouped by a few calls for all attributes
             # (per-attribute calls cost more in call overhead than in work there)
             orders, layouts = np.stack(orders), np.stack(layouts)
-        sizes = np.array([n_rows], dtype=np.int64)
+        sizes = np.array([n_rows], dtype=np.int64) if groups is None else \
+            np.bincount(groups).astype(np.int64)
+        del groups
         labels = np.empty(n_rows, dtype=np.int32)
         side_of_row = np.empty(n_rows, dtype=np.int8)
         n_classes = 0

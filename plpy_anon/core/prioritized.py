@@ -176,6 +176,73 @@ class PrioritizedMondrian(Mondrian):
         close_enough = best_gap <= 2 * self.cut_tolerance * sizes
         return np.where(close_enough, best_left, cut)
 
+    def _initial_groups(self, n_rows):
+        """The workload's cells: the rows grouped by the side of every cut point they fall on
+        (the *atoms* of each column: the intervals of its code order between its boundaries,
+        which hold each queried value alone), so that a query's answer is a union of whole
+        classes. Cells holding k rows and every asked model are groups; the rest are pooled by
+        the atoms of all columns but one, the column whose atoms, once ignored, let the most of
+        them form such cells (ties: the lower priority), then of all but two, and so on; the
+        rows no cell holds form one group, or join the most pooled group (a whole cell only
+        when there is none).
+
+        Top-down cuts alone split a partition on one column at a time, and once a child is too
+        small the cells below it mix; pooling the short cells instead keeps every large cell
+        whole (issue 29: on held-out mixed workloads over Adult, mean precision 0.85-0.89 ->
+        0.91-0.93). Skipped with ``cut_tolerance`` < 0.5, which asks for balanced cuts."""
+        columns = [a for a, b in self.boundaries_.items() if b.size]
+        if not columns or self.cut_tolerance < 0.5:
+            return None
+        atoms = {a: np.searchsorted(self.boundaries_[a], self._codes[a], side="left")
+                 for a in columns}
+
+        def cells(kept_columns, rows):
+            cell = np.zeros(rows.size, dtype=np.int64)
+            for a in kept_columns:
+                # dense after each column: the key never outgrows the number of rows
+                cell = cell * (self.boundaries_[a].size + 1) + atoms[a][rows]
+                cell = np.unique(cell, return_inverse=True)[1].ravel()
+            return cell, int(cell.max()) + 1
+
+        groups = np.full(n_rows, -1, dtype=np.int32)
+        pending = np.arange(n_rows)
+        n_groups, kept_by_group = 0, []            # columns whose atoms each group keeps
+        kept = sorted(columns, key=lambda a: (-self._weight_of(a), a))
+        while kept and pending.size:
+            cell, n_cells = cells(kept, pending)
+            whole = self._groups_satisfy(pending, cell, n_cells)[cell]
+            new = np.unique(cell[whole], return_inverse=True)[1].ravel()
+            groups[pending[whole]] = n_groups + new
+            added = int(new.max()) + 1 if new.size else 0
+            n_groups += added
+            kept_by_group += [len(kept)] * added
+            pending = pending[~whole]
+            if len(kept) == 1 or not pending.size:
+                break
+            holds = []
+            for a in kept:                         # kept is in priority order: ties drop the last
+                cell, n_cells = cells([b for b in kept if b != a], pending)
+                holds.append(int(self._groups_satisfy(pending, cell, n_cells)[cell].sum()))
+            kept.pop(len(holds) - 1 - int(np.argmax(holds[::-1])))
+        if pending.size:
+            if self._groups_satisfy(pending, np.zeros(pending.size, dtype=np.int64), 1)[0]:
+                groups[pending] = n_groups
+                n_groups += 1
+            elif n_groups:
+                # the most pooled group (fewest columns kept), the largest among those
+                size = np.bincount(groups[groups >= 0], minlength=n_groups)
+                target = int(np.lexsort((-size, np.array(kept_by_group)))[0])
+                groups[pending] = target
+                rows = np.flatnonzero(groups == target)
+                if not self._groups_satisfy(rows, np.zeros(rows.size, dtype=np.int64), 1)[0]:
+                    return None            # (c, l) need not hold on a union: start whole
+            else:
+                return None
+        return groups if n_groups > 1 else None
+
+    def _weight_of(self, a):
+        return 0.0 if self._priority_metric is None else float(self._priority_metric[a])
+
     # ------------------------------------------------------------------ information gain
     def _information_gain(self, level, cand, spread):
         """``(len(cand), A)`` normalized information gain of the cut Mondrian would make."""

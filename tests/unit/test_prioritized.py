@@ -213,3 +213,47 @@ def test_no_class_mixes_a_queried_category_with_another_where_k_allows(seed, k, 
                 for boundary in (code_of[value] - 1, code_of[value]):
                     left = int((codes <= boundary).sum())
                     assert min(left, codes.size - left) < k, (value, boundary, cls)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 12), st.sampled_from([None, 2]),
+       st.lists(st.sampled_from("abcdef"), min_size=1, max_size=3, unique=True),
+       st.lists(st.tuples(st.integers(0, 60), st.booleans()), min_size=1, max_size=3),
+       st.lists(st.sampled_from(["F", "M"]), max_size=1))
+def test_a_workload_cell_of_k_rows_is_never_mixed_with_other_rows(seed, k, l, queried, ranges,
+                                                                  sex):
+    """The cells of the cut points (the side of every cut point a row falls on: ranges of x,
+    each queried category of c and of sex apart from its neighbours) are where queries' answers begin and end: a
+    cell holding k rows and l values on its own is a union of whole classes, however the
+    priorities rank the columns (top-down cuts alone mixed such cells once a parent partition
+    had no cut left on one of the columns). One may take in the few rows no pooled group could
+    hold, when no cell was pooled."""
+    rng = np.random.default_rng(seed)
+    n = 300
+    frame = pd.DataFrame({"c": rng.choice(list("abcdef"), n, p=[.4, .2, .15, .1, .1, .05]),
+                          "x": rng.integers(0, 60, n), "sex": rng.choice(["F", "M"], n),
+                          "zip": rng.integers(0, 100, n)})
+    sensitive = rng.integers(0, 3, n)
+    cuts = {"c": [(v, side) for v in queried for side in (False, True)], "x": ranges}
+    if sex:
+        cuts["sex"] = [(sex[0], False), (sex[0], True)]
+    weights = dict(zip(["c", "x", "sex", "zip"], rng.random(4)))
+    columns = columns_of(frame)
+    labels = PrioritizedMondrian(k=k, l=l, priorities=weights, cut_points=cuts).fit(
+        columns, sensitive=sensitive).labels_
+    assert np.bincount(labels).min() >= k
+    if l:
+        assert pd.Series(sensitive).groupby(labels).nunique().min() >= l
+    # a categorical cut point (v, inclusive) cuts the column's code order before or after v
+    position = {col.name: (col.codes, {v: c for c, v in enumerate(col.labels)}) for col in columns}
+    sides = [frame["x"] <= t if inclusive else frame["x"] < t for t, inclusive in ranges]
+    for column in ("c", "sex"):
+        codes, code_of = position[column]
+        sides += [pd.Series(codes <= code_of[v] if inclusive else codes < code_of[v])
+                  for v, inclusive in cuts.get(column, [])]
+    cell = pd.Series(list(zip(*sides)) if sides else [()] * n).astype(str)
+    whole = cell.groupby(cell).transform("size").ge(k) & \
+        pd.Series(sensitive).groupby(cell).transform("nunique").ge(l or 1)
+    mixed = [name for name, rows in frame[whole].groupby(cell[whole]).groups.items()
+             if np.isin(labels, np.unique(labels[rows])).sum() > len(rows)]
+    assert len(mixed) <= 1, mixed
