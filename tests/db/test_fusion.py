@@ -274,22 +274,37 @@ def test_issue_300_rows_fuzzy_attacker_verdict(db, schema, driven_by, expected):
 
 
 @pytest.mark.parametrize("fusion_case", ["release"], indirect=True)
-def test_repeated_simulations_choose_the_smallest_k_within_the_noise(db, schema, fusion_case):
+def test_repeated_simulations_choose_k_on_the_line_of_protection(db, schema, fusion_case):
     """With repeats (default 5), each k's protection is the mean of five simulations and the
-    scan shows their spread; the chosen k is, recomputed here from the stored scan alone, the
-    smallest admissible k whose H is within two standard errors of the best H."""
+    scan shows their spread; the chosen k is, recomputed here from the stored scan alone (numpy's
+    least squares, not the product's), the admissible k of best H on the line of protection on
+    log k, or the most useful admissible k when that line's slope is within two standard errors
+    of 0. The release records the slope and its standard error."""
     release = resilient_view(db, schema, k_to=20, w_protection=0.95, w_utility=0.05, repeats=5)
     params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s",
                         (release_schema_of(schema),)).fetchone()[0]
     rows = params["scan"]
     assert params["repeats"] == 5 and all(r["protection_sd"] > 0 for r in rows)
+    ks = np.array([r["k"] for r in rows])
     protection = np.minimum([r["protection"] for r in rows], 1.0)
-    se = 0.95 * np.array([r["protection_sd"] for r in rows]) / np.sqrt(5) / np.ptp(protection)
-    h = np.array([r["h"] for r in rows])
-    best = max(range(len(rows)), key=lambda i: (h[i], rows[i]["k"]))
-    close = [rows[i]["k"] for i in range(len(rows))
-             if h[i] >= h[best] - 2 * np.hypot(se[i], se[best])]
-    assert params["k"] == min(close)
+    (slope, intercept), residual, *_ = np.linalg.lstsq(
+        np.column_stack([np.log(ks), np.ones(ks.size)]), protection, rcond=None)
+    spread = np.log(ks) - np.log(ks).mean()
+    se = np.sqrt(residual[0] / (ks.size - 2) / (spread @ spread))
+    assert params["protection_trend"]["slope"] == pytest.approx(slope)
+    assert params["protection_trend"]["standard_error"] == pytest.approx(se)
+    admissible = np.array([r["admissible"] for r in rows])
+    utility = np.array([r["utility_normalized"] for r in rows])
+    if slope > 2 * se:
+        line = intercept + slope * np.log(ks)
+
+        def scaled(v):
+            return (v - v[admissible].min()) / np.ptp(v[admissible])
+        h = 0.95 * scaled(line) + 0.05 * scaled(utility)
+        best = max(np.flatnonzero(admissible), key=lambda i: (h[i], ks[i]))
+    else:
+        best = min(np.flatnonzero(admissible), key=lambda i: (-utility[i], ks[i]))
+    assert params["k"] == ks[best]
     assert release.endswith(f"_k{params['k']}")
     # the SQL scan shows the same figures
     columns = [c.name for c in db.execute(

@@ -205,6 +205,8 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         "k_to": values["k_to"],
         "rules": _rules(values.get("rules")),
         **scan.settings,
+        "protection_trend": dict(zip(("slope", "standard_error"),
+                                     core.protection_trend(scan.table))),
         "verdict": verdict,
         "accept_unprotected": accept_unprotected,
         "scan": _scan_rows(scan.table),
