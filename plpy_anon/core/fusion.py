@@ -816,7 +816,7 @@ def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_uti
     smoothed across the ks, which a re-run with other seeds estimates alike: the least-squares
     line of protection on log k (:func:`protection_trend`). A slope within two standard errors
     of 0 means protection does not change with k detectably: the admissible k of best utility
-    (ties: the smaller k). A k's own mean moves between re-runs by as much as the differences
+    (ties: the smaller k). Otherwise (rising or falling), the best H on the line. A k's own mean moves between re-runs by as much as the differences
     between neighbouring ks (Adult: 0.025 per simulation against 0.03 over k = 2..30), so its
     maximum, or the smallest k within the noise of it, followed the seed. With one simulation
     (no spread measured) or exact protections: the k maximizing H (ties: the larger k, as the
@@ -832,7 +832,7 @@ def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_uti
         if _simulated(scan_table, repeats):
             slope, se = protection_trend(scan_table)
             utility = scan_table["utility_normalized"].to_numpy(dtype=float)
-            if not slope > 2 * se:
+            if abs(slope) <= 2 * se:
                 best_utility = candidates[utility[candidates] == utility[candidates].max()]
                 return int(ks[best_utility].min())
             log_k = np.log(ks.astype(float))

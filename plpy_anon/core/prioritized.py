@@ -107,6 +107,7 @@ class PrioritizedMondrian(Mondrian):
         self.check_parameters(names, has_target=target is not None)
         self._target = None if target is None else _dense_target(target, len(columns[0].codes))
         self.boundaries_ = _boundaries(columns, self.cut_points)
+        self._null_codes = [c.null_code for c in columns]
         self._priority_metric = None
         if self.priorities_ is not None:
             weights = np.array([self.priorities_[n] for n in names])
@@ -183,8 +184,9 @@ class PrioritizedMondrian(Mondrian):
         classes. Cells holding k rows and every asked model are groups; the rest are pooled by
         the atoms of all columns but one, the column whose atoms, once ignored, let the most of
         them form such cells (ties: the lower priority), then of all but two, and so on; the
-        rows no cell holds form one group, or join the most pooled group (a whole cell only
-        when there is none).
+        rows no cell holds form one group, or join the most pooled group that keeps the models
+        (a whole cell only when no pooled group does; the whole table when no group does). A
+        NULL is an atom of its own (it meets no predicate).
 
         Top-down cuts alone split a partition on one column at a time, and once a child is too
         small the cells below it mix; pooling the short cells instead keeps every large cell
@@ -193,14 +195,18 @@ class PrioritizedMondrian(Mondrian):
         columns = [a for a, b in self.boundaries_.items() if b.size]
         if not columns or self.cut_tolerance < 0.5:
             return None
-        atoms = {a: np.searchsorted(self.boundaries_[a], self._codes[a], side="left")
-                 for a in columns}
+        atoms = {}
+        for a in columns:
+            atom = np.searchsorted(self.boundaries_[a], self._codes[a], side="left")
+            if self._null_codes[a] is not None:   # NULL meets no predicate: an atom of its own
+                atom[self._codes[a] == self._null_codes[a]] = self.boundaries_[a].size + 1
+            atoms[a] = atom
 
         def cells(kept_columns, rows):
             cell = np.zeros(rows.size, dtype=np.int64)
             for a in kept_columns:
                 # dense after each column: the key never outgrows the number of rows
-                cell = cell * (self.boundaries_[a].size + 1) + atoms[a][rows]
+                cell = cell * (self.boundaries_[a].size + 2) + atoms[a][rows]
                 cell = np.unique(cell, return_inverse=True)[1].ravel()
             return cell, int(cell.max()) + 1
 
@@ -228,16 +234,20 @@ class PrioritizedMondrian(Mondrian):
             if self._groups_satisfy(pending, np.zeros(pending.size, dtype=np.int64), 1)[0]:
                 groups[pending] = n_groups
                 n_groups += 1
-            elif n_groups:
-                # the most pooled group (fewest columns kept), the largest among those
-                size = np.bincount(groups[groups >= 0], minlength=n_groups)
-                target = int(np.lexsort((-size, np.array(kept_by_group)))[0])
-                groups[pending] = target
-                rows = np.flatnonzero(groups == target)
-                if not self._groups_satisfy(rows, np.zeros(rows.size, dtype=np.int64), 1)[0]:
-                    return None            # (c, l) need not hold on a union: start whole
             else:
-                return None
+                # the most pooled groups (fewest columns kept) first, the largest among those;
+                # (c, l), entropy l and t need not hold on a union: the first that keeps them
+                size = np.bincount(groups[groups >= 0], minlength=n_groups)
+                members = np.argsort(groups, kind="stable")[pending.size:]   # by group
+                first = np.cumsum(size) - size
+                for target in np.lexsort((-size, np.array(kept_by_group, dtype=np.int64))):
+                    rows = np.concatenate(
+                        [members[first[target]:first[target] + size[target]], pending])
+                    if self._groups_satisfy(rows, np.zeros(rows.size, dtype=np.int64), 1)[0]:
+                        groups[pending] = target
+                        break
+                else:
+                    return None                # none does: start from the whole table
         return groups if n_groups > 1 else None
 
     def _weight_of(self, a):

@@ -295,7 +295,7 @@ def test_repeated_simulations_choose_k_on_the_line_of_protection(db, schema, fus
     assert params["protection_trend"]["standard_error"] == pytest.approx(se)
     admissible = np.array([r["admissible"] for r in rows])
     utility = np.array([r["utility_normalized"] for r in rows])
-    if slope > 2 * se:
+    if abs(slope) > 2 * se:
         line = intercept + slope * np.log(ks)
 
         def scaled(v):

@@ -605,3 +605,18 @@ def test_the_choice_of_k_does_not_follow_the_seed(enterprise):
                                  random_state=seed).chosen_k()
               for seed in (0, 100, 200)}
     assert len(chosen) == 1, chosen
+
+
+def test_a_protection_falling_with_k_is_read_on_the_line_too():
+    """A slope far below 0 is a trend, not noise: H on the line (its most protective k, here the
+    smallest), not the most useful k (utility here is best at k = 4)."""
+    ks = np.arange(2, 9)
+    rng = np.random.default_rng(0)
+    table = _scan_table(0.9 - 0.1 * np.log(ks) + rng.normal(0, 0.001, ks.size),
+                        [0.2, 0.3, 0.5, 0.3, 0.2, 0.1, 0.1], 0.0, 0.0, 0.95, 0.05)
+    table["k"] = ks
+    table["protection_sd"] = 0.01
+    slope, se = fusion.protection_trend(table)
+    assert slope < -2 * se
+    assert fusion.choose_k(table, min_protection=0, min_utility=0, w_protection=0.95,
+                           w_utility=0.05, repeats=5) == 2

@@ -257,3 +257,32 @@ def test_a_workload_cell_of_k_rows_is_never_mixed_with_other_rows(seed, k, l, qu
     mixed = [name for name, rows in frame[whole].groupby(cell[whole]).groups.items()
              if np.isin(labels, np.unique(labels[rows])).sum() > len(rows)]
     assert len(mixed) <= 1, mixed
+
+
+def test_a_null_is_a_workload_cell_of_its_own():
+    """NULL meets neither side of ``x <= 10``: three NULLs form a class of their own instead of
+    being pooled with the x <= 10 rows (they shared its cell: NULL's code is below every
+    boundary)."""
+    x = np.array([np.nan] * 3 + [1, 2, 3] + [20] * 3)
+    z = np.array(["a", "a", "b", "a", "b", "b", "a", "b", "a"], dtype=object)
+    labels = PrioritizedMondrian(k=3, priorities={"z": 1, "x": 0.1},
+                                 cut_points={"x": [(10, True)]}).fit(
+        [encode_numeric("x", x), encode_categorical("z", z)]).labels_
+    assert len({labels[0], labels[1], labels[2]}) == 1
+    assert not np.isin(labels[3:], labels[:3]).any()
+
+
+def test_leftover_rows_join_a_group_that_keeps_the_model():
+    """Cells x = 0..3 of 2, 10, 4 and 8 rows, k = 5, recursive (3, 2): the 6 leftover rows (all
+    one value) cannot join x = 1 (a union failing (3, 2)) but can join x = 3; the grouping is
+    kept and x = 1 stays whole (it was dropped, and both whole cells were mixed)."""
+    x = np.array([0] * 2 + [1] * 10 + [2] * 4 + [3] * 8, dtype=float)
+    sa = np.array([0, 0] + [0, 1, 1, 0, 0, 1, 1, 0, 0, 0] + [0] * 4 + [2, 1, 2, 1, 1, 2, 2, 1])
+    labels = PrioritizedMondrian(k=5, l=2, l_diversity="recursive", c=3, priorities={"x": 1},
+                                 cut_points={"x": [(0, True), (1, True), (2, True)]}).fit(
+        [encode_numeric("x", x)], sensitive=sa).labels_
+    ones = labels[x == 1]
+    assert not np.isin(labels[x != 1], ones).any()
+    for cls in np.unique(labels):
+        counts = np.sort(np.bincount(sa[labels == cls]))[::-1]
+        assert (labels == cls).sum() >= 5 and counts[0] < 3 * counts[1:].sum()
