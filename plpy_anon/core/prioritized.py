@@ -374,7 +374,14 @@ def _boundaries(columns, cut_points):
             continue
         if np.issubdtype(col.labels.dtype, np.datetime64):
             continue  # thresholds are numbers; a date column's are not learned
-        thresholds = np.array([float(t) for t, _ in cuts], dtype=float)
+        numbers = [t for t, _ in cuts if isinstance(t, (int, float, np.number))
+                   and not isinstance(t, bool)]
+        if len(numbers) != len(cuts):
+            wrong = next(t for t, _ in cuts if t not in numbers)
+            raise InvalidParameter(
+                f"cut point {wrong!r} of the numeric column {name!r} is not a number",
+                hint="give numeric columns numeric thresholds (categorical ones take values)")
+        thresholds = np.array(numbers, dtype=float)
         inclusive = np.array([bool(i) for _, i in cuts], dtype=bool)
         values = col.labels.astype(float)
         # last value on the left side, as an index into labels; -1 when the left side is empty
@@ -404,4 +411,10 @@ def _cut_items(cut_points: Mapping):
     for name, cuts in cut_points.items():
         if hasattr(cuts, "itertuples"):
             cuts = [(row.threshold, row.left_inclusive) for row in cuts.itertuples()]
-        yield name, list(cuts)
+        cuts = list(cuts)
+        for cut in cuts:
+            if not isinstance(cut, (tuple, list)) or len(cut) != 2:
+                raise InvalidParameter(
+                    f"cut point {cut!r} of {name!r} is not a (threshold, left_inclusive) pair",
+                    hint="give each column's cut points as (value, True/False) pairs")
+        yield name, cuts

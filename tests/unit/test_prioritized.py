@@ -286,3 +286,13 @@ def test_leftover_rows_join_a_group_that_keeps_the_model():
     for cls in np.unique(labels):
         counts = np.sort(np.bincount(sa[labels == cls]))[::-1]
         assert (labels == cls).sum() >= 5 and counts[0] < 3 * counts[1:].sum()
+
+
+@pytest.mark.parametrize("cuts, message", [
+    ({"age": [("abc", True)]}, "'abc' of the numeric column 'age' is not a number"),
+    ({"age": [(None, True)]}, "None of the numeric column 'age' is not a number"),
+    ({"age": [(5,)]}, r"\(5,\) of 'age' is not a \(threshold, left_inclusive\) pair"),
+])
+def test_malformed_cut_points_are_a_clear_error(cuts, message):
+    with pytest.raises(InvalidParameter, match=message):
+        PrioritizedMondrian(k=5, cut_points=cuts).fit(columns_of(random_frame(1)))
