@@ -34,10 +34,11 @@ from sqlglot.tokens import TokenType
 
 DIALECT = "postgres"
 
-# quoted strings / identifiers are kept verbatim; runs of whitespace elsewhere become one space
-_TOKENS = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|\s+")
-# whitespace that collapsing would change: a run, or a tab, newline...
-_UNCOLLAPSED = re.compile(r"\s\s|[^\S ]")
+# quoted strings / identifiers are kept verbatim; runs of whitespace elsewhere become one space,
+# and a -- comment goes (its newline gone, it would comment out the rest of the statement)
+_TOKENS = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|(?:--[^\n]*|\s)+")
+# whitespace that collapsing would change (a run, or a tab, newline...), or a -- comment
+_UNCOLLAPSED = re.compile(r"\s\s|[^\S ]|--")
 
 
 def normalize_statement(text: str) -> str:
@@ -148,6 +149,7 @@ def parse_counts(counts: Counter) -> ParsedWorkload:
 
 # -- shapes -------------------------------------------------------------------------------------
 _PLACEHOLDERS = {TokenType.STRING: "?s", TokenType.NUMBER: "?n"}
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _KEYWORDS = frozenset(Postgres.Tokenizer.KEYWORDS)
 _tokenizer = Postgres().tokenizer
 # one tokenizer and parser for every statement (each resets itself per call), not a new pair
@@ -199,7 +201,7 @@ def _shape_of_tokens(tokens):
         elif kind is TokenType.VAR or (
             kind is not TokenType.IDENTIFIER and token.text.upper() in _KEYWORDS
         ):
-            key.append(token.text.lower())
+            key.append(token.text.translate(_ASCII_LOWER))   # PostgreSQL folds A-Z only
         else:  # quoted identifiers, special strings, operators: exactly as written
             key.append((kind.name, token.text))
         previous = kind

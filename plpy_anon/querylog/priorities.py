@@ -35,6 +35,7 @@ Cut points carry the summed frequency of the predicates that produced them.
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -213,12 +214,23 @@ def _young_collections_only():
     """No full garbage collection while statements are parsed: their trees (cycles, through
     parent links) die young and young collections free them, but each full collection walks
     every object of the process; on 20,000 statements they took a third of the time."""
-    thresholds = gc.get_threshold()
-    gc.set_threshold(thresholds[0], thresholds[1], 2**30)
+    with _FITS_LOCK:                # fits overlapping in threads: the last one out restores
+        if not _FITS:
+            _SAVED_THRESHOLDS[:] = gc.get_threshold()
+            gc.set_threshold(_SAVED_THRESHOLDS[0], _SAVED_THRESHOLDS[1], 2**30)
+        _FITS.append(None)
     try:
         yield
     finally:
-        gc.set_threshold(*thresholds)
+        with _FITS_LOCK:
+            _FITS.pop()
+            if not _FITS:
+                gc.set_threshold(*_SAVED_THRESHOLDS)
+
+
+_FITS_LOCK = threading.Lock()
+_FITS: list = []
+_SAVED_THRESHOLDS: list = []
 
 
 def learn_priorities(statements, catalog, table, **params) -> PriorityLearner:

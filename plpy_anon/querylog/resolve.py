@@ -93,6 +93,10 @@ def resolve_shape(expression: exp.Expr, schema: dict, default_schema: str = "pub
             qualified = qualify(expression, schema=schema, dialect=DIALECT, db=default_schema)
         except SqlglotError as error:
             raise ResolveError(str(error).splitlines()[0]) from error
+        except (AssertionError, ValueError, KeyError, TypeError, RecursionError) as error:
+            # sqlglot's own assertions on statements it cannot resolve (a star beside an
+            # unknown table): unresolved, like its errors
+            raise ResolveError(f"not resolvable ({type(error).__name__}: {error})") from error
         scopes, literals = traverse_scope(qualified), literal_nodes(qualified)
     walker = _ScopeWalker(default_schema)
     for scope in scopes:
@@ -132,8 +136,10 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
     source = expression.args.get("from_")
     table = source.this if source is not None else None
     if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) \
-            or table.args.get("catalog") is not None:
-        return None
+            or table.args.get("catalog") is not None or table.this.quoted \
+            or (isinstance(table.args.get("db"), exp.Identifier) and table.args["db"].quoted) \
+            or (table.args.get("alias") is not None and table.args["alias"].columns):
+        return None         # quoted names match the catalog exactly, alias(x) renames: qualify's
     selects, found, identifiers, literals = 0, [], [], []
     for node in expression.walk():
         kind = type(node)
@@ -155,20 +161,19 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
     for identifier in identifiers:  # PostgreSQL folds unquoted names to ASCII lower case
         if not identifier.args.get("quoted"):
             identifier.args["this"] = identifier.args["this"].translate(_ASCII_LOWER)
-    replaced = set()
-    for clause in ("group", "order"):         # GROUP BY 1, ORDER BY 1: that output column
+    # GROUP BY 1, ORDER BY 1: that output column; checked before the tree is changed, since
+    # qualify resolves whatever this path gives up on
+    output_names = [select.alias_or_name for select in expression.selects]
+    positions = []
+    for clause in ("group", "order"):
         for position in _positional(expression, clause):
-            replaced.add(id(position))
             number = int(position.this) if position.is_int else 0
             if not 1 <= number <= len(expression.selects):
                 return None
             target = expression.selects[number - 1].unalias()
-            if not isinstance(target, exp.Column):
+            if not isinstance(target, exp.Column) or output_names.count(target.name) > 1:
                 return None
-            # a new node, not target.copy(): a deep copy drags the node's metadata along
-            column = exp.Column(this=exp.to_identifier(target.name, quoted=target.this.quoted))
-            position.replace(column)
-            found.append(column)
+            positions.append((position, target))
     try:
         names = schema.column_names(exp.table_(table.name, db=table.db or default_schema),
                                     dialect=DIALECT)
@@ -179,10 +184,17 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
         return None
     aliases = {select.alias for select in expression.selects if isinstance(select, exp.Alias)}
     qualifier = table.alias_or_name
-    for column in found:
+    for column in found + [target for _, target in positions]:
         if column.args.get("db") is not None or column.name in aliases \
                 or column.name not in columns or column.table not in ("", qualifier):
             return None
+    replaced = set()
+    for position, target in positions:
+        # a new node, not target.copy(): a deep copy drags the node's metadata along
+        column = exp.Column(this=exp.to_identifier(target.name, quoted=target.this.quoted))
+        position.replace(column)
+        found.append(column)
+        replaced.add(id(position))
     for column in found:
         column.set("table", exp.to_identifier(qualifier))
     starts: dict = {}
@@ -221,13 +233,24 @@ def _positional(select: exp.Select, clause: str) -> list:
 
 def literal_nodes(expression: exp.Expr) -> dict:
     """``{start offset in the text: [Literal nodes]}`` of the literals that still carry the
-    position of their token (a literal that qualification rewrote or built has none)."""
+    position of their token (a literal that qualification rewrote or built has none), but for
+    output positions qualify left in place (``GROUP BY 1`` on a constant): structure, not a
+    value another statement of the shape may bind."""
     found: dict = {}
     for node in expression.find_all(exp.Literal):
         start = node.meta.get("start") if node._meta else None
-        if start is not None:
+        if start is not None and not _is_position(node):
             found.setdefault(start, []).append(node)
     return found
+
+
+def _is_position(node: exp.Expr) -> bool:
+    """A literal standing for an output column: GROUP BY 1, ORDER BY 1, DISTINCT ON (1)."""
+    parent = node.parent
+    if isinstance(parent, exp.Ordered) and node.arg_key == "this":
+        parent = parent.parent
+    return isinstance(parent, (exp.Group, exp.Order)) or (
+        isinstance(parent, exp.Tuple) and isinstance(parent.parent, exp.Distinct))
 
 
 class ResolvedShape:

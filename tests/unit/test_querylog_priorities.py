@@ -70,15 +70,26 @@ def test_normalization_keeps_whitespace_inside_literals():
     assert normalize_statement("SELECT  'a   b'  FROM\tt ;; ") == "SELECT 'a   b' FROM t"
 
 
-_QUOTED_OR_SPACE = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|\s+")
+def test_a_line_comment_does_not_swallow_the_next_lines():
+    """Collapsed onto one line, a -- comment would comment out the rest of the statement: the
+    WHERE clause below was lost and age never counted as a selection."""
+    text = "SELECT age -- the age\nFROM patients\nWHERE age > 3 -- adults"
+    assert normalize_statement(text) == "SELECT age FROM patients WHERE age > 3"
+    assert normalize_statement("SELECT '--' FROM t") == "SELECT '--' FROM t"
+    learner = learn_priorities([text], CATALOG, "patients")
+    assert learner.counts_.loc["age", "selection"] == 1
+
+
+_QUOTED_OR_SPACE = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|(?:--[^\n]*|\s)+")
 
 
 @settings(max_examples=500)
 @given(st.lists(st.sampled_from([" ", "  ", "\t", "\n", ";", "'", '"', "''", "a", "x y", "\u00a0",
-                                 "\u2003", "\x1c"]), max_size=14).map("".join))
+                                 "\u2003", "\x1c", "--", "-"]), max_size=14).map("".join))
 def test_normalization_is_the_regex_definition(text):
-    """The quick path (no whitespace to collapse) gives what collapsing every run outside quoted
-    strings and identifiers, then stripping trailing ';' and whitespace, gives."""
+    """The quick path (no whitespace to collapse) gives what collapsing every run of whitespace
+    and -- comments outside quoted strings and identifiers, then stripping trailing ';' and
+    whitespace, gives."""
     collapsed = _QUOTED_OR_SPACE.sub(lambda m: m.group(1) or " ", text)
     assert normalize_statement(text) == re.sub(r"[\s;]+$", "", collapsed).strip()
 
@@ -216,3 +227,33 @@ def test_unquoted_table_names_fold_to_lower_case_quoted_ones_do_not():
                                 'SELECT age FROM "PATIENTS"'], CATALOG, "patients")
     assert learner.report_["used"] == 1 and learner.report_["other_tables"] == 1
     assert learner.constants_["age"] == {(">", (3,)): 1}
+
+
+def test_full_collections_come_back_when_overlapping_fits_end_in_any_order(monkeypatch):
+    """Fit A (another thread) starts, then fit B (this thread); A ends while B parses, then B:
+    the thresholds come back when the last fit ends (B restored what A had set: off for good)."""
+    import threading
+
+    from plpy_anon.querylog import priorities
+
+    before = gc.get_threshold()
+    started, release = threading.Event(), threading.Event()
+    group_by_shape = priorities.group_by_shape
+
+    def paused(counts):
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            release.wait(10)                      # A waits for B to start parsing
+        else:
+            release.set()
+            worker.join(10)                       # B waits for A to end
+            assert gc.get_threshold()[2] > before[2]   # B still parses: full collections off
+        return group_by_shape(counts)
+
+    monkeypatch.setattr(priorities, "group_by_shape", paused)
+    worker = threading.Thread(target=learn_priorities,
+                              args=(["SELECT age FROM patients WHERE age > 3"], CATALOG, "patients"))
+    worker.start()
+    assert started.wait(10)
+    learn_priorities(["SELECT age FROM patients"], CATALOG, "patients")
+    assert gc.get_threshold() == before

@@ -191,8 +191,21 @@ def test_simple_statements_take_the_single_table_path_and_resolve_as_qualify_doe
     "SELECT sex, count(*) FROM patients GROUP BY sex ORDER BY 2",  # ... on an aggregate
     "SELECT age AS years FROM patients WHERE zip <> 5 ORDER BY years",  # an output alias
     "SELECT \u00c2GE FROM patients",                                   # folds only A-Z: no such column
+    'SELECT age FROM "PATIENTS"',                                  # quoted: no such table
+    'SELECT age FROM "PUBLIC".patients WHERE age > 3',             # ... no such schema
+    "SELECT id FROM patients p(x)",                                # the alias renames id
+    "SELECT age, age FROM patients ORDER BY 1",                    # a position on a name twice
+    "SELECT age, zip AS age FROM patients ORDER BY 1",             # ... and an output alias
     "SELECT age /* sqlglot.meta case_sensitive */ FROM patients",  # sqlglot's own case rule
 ])
 def test_other_statements_go_through_qualify(sql, monkeypatch):
     fast, reference, taken = _both_ways(sql, monkeypatch)
     assert fast == reference and not taken
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM nosuch GROUP BY 1",
+                                 "SELECT * FROM patients JOIN nosuch ON true ORDER BY 1"])
+def test_statements_sqlglot_asserts_on_are_unresolved(sql):
+    """qualify raises an AssertionError ("* is not Alias") on these: unresolved, not a crash."""
+    with pytest.raises(ResolveError):
+        resolve(sql)

@@ -13,7 +13,7 @@ from plpy_anon.querylog.priorities import PriorityLearner
 CATALOG = {
     "public": {
         "patients": {"id": "integer", "age": "integer", "sex": "text", "zip": "integer",
-                     "seen": "date", "Score": "integer"},
+                     "seen": "date", "Score": "integer", "\u00c2ge": "integer"},
         "visits": {"pid": "integer", "cost": "numeric(10,2)"},
     },
 }
@@ -127,6 +127,16 @@ TRICKY = {
         "SELECT sex FROM patients WHERE id IN (SELECT pid FROM visits WHERE cost > 99)",
         "WITH c AS (SELECT * FROM patients WHERE age < 40) SELECT sex FROM c WHERE c.zip = 5",
         "WITH c AS (SELECT * FROM patients WHERE age < 50) SELECT sex FROM c WHERE c.zip = 6"],
+    "positions qualify leaves in place": [
+        "SELECT 5, zip FROM patients GROUP BY 1", "SELECT 5, zip FROM patients GROUP BY 2",
+        "SELECT age, zip FROM patients GROUP BY 1, 3", "SELECT age, zip FROM patients GROUP BY 1, 2",
+        "SELECT age, age FROM patients ORDER BY 1", "SELECT age, age FROM patients ORDER BY 2"],
+    "non-ascii capitals": ["SELECT \u00c2GE FROM patients WHERE \u00c2GE > 3",
+                           "SELECT \u00e2ge FROM patients WHERE \u00e2ge > 4",
+                           "SELECT age FROM patients WHERE age > 1"],
+    "a star beside an unknown table": ["SELECT * FROM patients JOIN nosuch ON true ORDER BY 1",
+                                       "SELECT * FROM patients JOIN nosuch ON true ORDER BY 2",
+                                       "SELECT age FROM patients WHERE age > 1"],
     "errors and other statements": [
         "SELECT nope FROM patients WHERE age > 1", "SELECT nope FROM patients WHERE age > 2",
         "SELECT cost FROM visits WHERE cost > 1", "SELECT cost FROM visits WHERE cost > 2",
