@@ -791,15 +791,21 @@ def protection_trend(scan_table):
     scanned ks (protection clipped at 1, as ``objective`` uses it); the standard error comes
     from the ks' scatter around the line, so it holds the simulations' noise and whatever the
     line does not follow. ``(0.0, 0.0)`` with fewer than three ks."""
+    return _trend_line(scan_table)[:2]
+
+
+def _trend_line(scan_table):
+    """:func:`protection_trend` and the line's protection at each scanned k."""
     protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
-    log_k = np.log(scan_table["k"].to_numpy(dtype=float))
+    centred = np.log(scan_table["k"].to_numpy(dtype=float))
+    centred -= centred.mean()
     if protection.size < 3:
-        return 0.0, 0.0
-    centred = log_k - log_k.mean()
+        return 0.0, 0.0, np.full(protection.size, protection.mean() if protection.size else 0.0)
     slope = float(centred @ (protection - protection.mean()) / (centred @ centred))
-    residual = protection - protection.mean() - slope * centred
+    line = protection.mean() + slope * centred
+    residual = protection - line
     se = float(np.sqrt(residual @ residual / (protection.size - 2) / (centred @ centred)))
-    return slope, se
+    return slope, se, line
 
 
 def _simulated(scan_table, repeats):
@@ -816,8 +822,8 @@ def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_uti
     smoothed across the ks, which a re-run with other seeds estimates alike: the least-squares
     line of protection on log k (:func:`protection_trend`). A slope within two standard errors
     of 0 means protection does not change with k detectably: the admissible k of best utility
-    (ties: the smaller k). Otherwise (rising or falling), the best H on the line. A k's own mean moves between re-runs by as much as the differences
-    between neighbouring ks (Adult: 0.025 per simulation against 0.03 over k = 2..30), so its
+    (ties: the smaller k). Otherwise (rising or falling), the best H on the line. A k's own mean
+    moves between re-runs by as much as the differences between neighbouring ks (Adult: 0.025 per simulation against 0.03 over k = 2..30), so its
     maximum, or the smallest k within the noise of it, followed the seed. With one simulation
     (no spread measured) or exact protections: the k maximizing H (ties: the larger k, as the
     paper's ``>=``).
@@ -830,14 +836,11 @@ def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_uti
         candidates = np.flatnonzero(admissible)
         h = scan_table["h"].to_numpy(dtype=float)
         if _simulated(scan_table, repeats):
-            slope, se = protection_trend(scan_table)
+            slope, se, line = _trend_line(scan_table)
             utility = scan_table["utility_normalized"].to_numpy(dtype=float)
             if abs(slope) <= 2 * se:
                 best_utility = candidates[utility[candidates] == utility[candidates].max()]
                 return int(ks[best_utility].min())
-            log_k = np.log(ks.astype(float))
-            line = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0).mean() + \
-                slope * (log_k - log_k.mean())
             h = objective(line, utility, w_protection, w_utility, candidates=admissible)
         best = candidates[np.flatnonzero(h[candidates] == h[candidates].max())[-1]]
         return int(ks[best])

@@ -169,17 +169,17 @@ class Mondrian:
     def _groups_satisfy(self, rows, group, n_groups):
         """Per group of ``rows`` (``group``: dense id of each): at least k rows and every asked
         privacy model (the checks a cut makes of each side, on whole groups)."""
-        ok = np.bincount(group, minlength=n_groups) >= self._k
+        sizes = np.bincount(group, minlength=n_groups)
+        ok = sizes >= self._k
         for values in self._sensitive or ():
-            found = values[rows]
             if values.dtype.kind == "u":           # one bit per value: distinct = popcount(OR)
                 seen = np.zeros(n_groups, dtype=values.dtype)
-                np.bitwise_or.at(seen, group, found)
+                np.bitwise_or.at(seen, group, values[rows])
                 distinct = np.bitwise_count(seen)
             else:
-                known = found >= 0
-                pairs = np.unique(group[known] * (int(values.max()) + 1) + found[known])
-                distinct = np.bincount(pairs // (int(values.max()) + 1), minlength=n_groups)
+                ends = np.cumsum(sizes)
+                distinct = _distinct_in_ranges(values, rows[np.argsort(group, kind="stable")],
+                                               ends - sizes, ends)
             ok &= distinct >= self._l
         for codes, model in self._models or ():
             width = model.table.size + 1           # code m: missing values, left out

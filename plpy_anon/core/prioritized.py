@@ -45,7 +45,7 @@ from plpy_anon.core.encoding import numeric_offset
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.mondrian import Mondrian, _segment_bound, check_split
 from plpy_anon.core.privacy_models import check_models
-from plpy_anon.core.workload import normalize_weights
+from plpy_anon.core.workload import is_number, normalize_weights
 
 METRICS = ("spread", "infogain", "priority")
 
@@ -374,14 +374,12 @@ def _boundaries(columns, cut_points):
             continue
         if np.issubdtype(col.labels.dtype, np.datetime64):
             continue  # thresholds are numbers; a date column's are not learned
-        numbers = [t for t, _ in cuts if isinstance(t, (int, float, np.number))
-                   and not isinstance(t, bool)]
-        if len(numbers) != len(cuts):
-            wrong = next(t for t, _ in cuts if t not in numbers)
+        wrong = [t for t, _ in cuts if not is_number(t)]
+        if wrong:
             raise InvalidParameter(
-                f"cut point {wrong!r} of the numeric column {name!r} is not a number",
+                f"cut point {wrong[0]!r} of the numeric column {name!r} is not a number",
                 hint="give numeric columns numeric thresholds (categorical ones take values)")
-        thresholds = np.array(numbers, dtype=float)
+        thresholds = np.array([t for t, _ in cuts], dtype=float)
         inclusive = np.array([bool(i) for _, i in cuts], dtype=bool)
         values = col.labels.astype(float)
         # last value on the left side, as an index into labels; -1 when the left side is empty

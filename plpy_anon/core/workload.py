@@ -102,6 +102,11 @@ class AnyOf:
         return frozenset().union(*(p.columns for p in self.parts))
 
 
+def is_number(value) -> bool:
+    """A predicate constant that is a number (a bool is not one)."""
+    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+
+
 def restrict_predicate(predicate, columns):
     """The part of ``predicate`` that only involves ``columns`` (e.g. the quasi-identifiers).
 

@@ -194,8 +194,9 @@ DISCRETE_RANGES = {"int4range": "int8", "int8range": "int8", "daterange": "date"
 EXPANSION_BUDGET = 2_000_000
 
 
-def _released_type(col, hierarchical: set) -> str:
-    return output_type(col, col.name in hierarchical)
+def _released_type(col) -> str:
+    """A QI's type in the release (the stable mode refuses hierarchies: never an LCA label)."""
+    return output_type(col, False)
 
 
 def _width(col_type: str, value: str) -> str:
@@ -216,13 +217,12 @@ def expanded_columns(plpy, release: dict, qis, qi_texts, n_people: int) -> list:
     sets and ranges of integers or days (not ranges a NULL of the run must meet everywhere),
     fewest values per class first, as many as keep the listing within EXPANSION_BUDGET rows
     (or 20 per person)."""
-    hierarchical = set(jsonb(release["parameters"]).get("hierarchies") or [])
     listable = [c for c, texts in zip(qis, qi_texts)
-                if _released_type(c, hierarchical) == "text[]"
-                or (_released_type(c, hierarchical) in DISCRETE_RANGES and None not in texts)]
+                if _released_type(c) == "text[]"
+                or (_released_type(c) in DISCRETE_RANGES and None not in texts)]
     if not listable:
         return []
-    widths = ", ".join(f"pg_catalog.array_agg({_width(_released_type(c, hierarchical), 'g.' + ident(plpy, c.name))}) AS w{i}"
+    widths = ", ".join(f"pg_catalog.array_agg({_width(_released_type(c), 'g.' + ident(plpy, c.name))}) AS w{i}"
                        for i, c in enumerate(listable))
     group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
     row = run(plpy, f"SELECT {widths} FROM (SELECT {group_by} FROM "
@@ -246,7 +246,6 @@ def check_query(plpy, release, qis, sensitive: list, expanded) -> str:
     run's people, $2 their groups, $3 the release id, $4 the sensitive columns' names, $5... each
     QI's text per person. ``expanded``: the QIs matched by equality (:func:`expanded_columns`)."""
     parameters = jsonb(release["parameters"])
-    hierarchical = set(parameters.get("hierarchies") or [])
     q = {col.name: f"q{i}" for i, col in enumerate(qis)}
     s = {col.name: f"s{j}" for j, col in enumerate(sensitive)}
     released = released_relation(plpy, release)
@@ -258,7 +257,7 @@ def check_query(plpy, release, qis, sensitive: list, expanded) -> str:
     expand, keys, listed, conditions = "", [], [], ["true"]
     for i, col in enumerate(qis):
         value, released_value = f"p.t{i}", f"c.{q[col.name]}"
-        col_type = _released_type(col, hierarchical)
+        col_type = _released_type(col)
         if col in expanded:
             # the class's values listed as rows: people meet them by equality (one hash join)
             x = f"e{q[col.name]}.x"

@@ -149,7 +149,8 @@ def parse_counts(counts: Counter) -> ParsedWorkload:
 
 # -- shapes -------------------------------------------------------------------------------------
 _PLACEHOLDERS = {TokenType.STRING: "?s", TokenType.NUMBER: "?n"}
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+#: PostgreSQL folds unquoted names to lower case in ASCII only (A-Z)
+ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 _KEYWORDS = frozenset(Postgres.Tokenizer.KEYWORDS)
 _tokenizer = Postgres().tokenizer
 # one tokenizer and parser for every statement (each resets itself per call), not a new pair
@@ -178,15 +179,16 @@ def statement_shape(text: str):
     ``literals`` are the ``(start, text)`` of the string and number tokens replaced by
     placeholders in the key (``text`` is the value as sqlglot's parser reads it: quotes removed,
     ``''`` unescaped; a leading ``-`` stays a token of the key)."""
-    tokens = _tokens(text)
-    return None if tokens is None else _shape_of_tokens(tokens)
+    return _tokens_and_shape(text)[1]
 
 
-def _tokens(text: str):
+def _tokens_and_shape(text: str):
+    """``(tokens, shape)`` of a text, ``(None, None)`` when it does not tokenize."""
     try:
-        return _TOKENIZER.tokenize(text)
+        tokens = _TOKENIZER.tokenize(text)
     except (SqlglotError, ValueError, IndexError):
-        return None
+        return None, None
+    return tokens, _shape_of_tokens(tokens)
 
 
 def _shape_of_tokens(tokens):
@@ -201,7 +203,7 @@ def _shape_of_tokens(tokens):
         elif kind is TokenType.VAR or (
             kind is not TokenType.IDENTIFIER and token.text.upper() in _KEYWORDS
         ):
-            key.append(token.text.translate(_ASCII_LOWER))   # PostgreSQL folds A-Z only
+            key.append(token.text.translate(ASCII_LOWER))
         else:  # quoted identifiers, special strings, operators: exactly as written
             key.append((kind.name, token.text))
         previous = kind
@@ -249,15 +251,13 @@ def group_by_shape(counts: Counter) -> list:
         if masked is not None:
             key = shapes_of_masks.get(masked[0], _UNSHAPED)
             if key is _UNSHAPED:  # first text with this mask: tokenize it and check the regex
-                tokens = _tokens(text)
-                shape = None if tokens is None else _shape_of_tokens(tokens)
+                tokens, shape = _tokens_and_shape(text)
                 key = shape[0] if shape is not None and shape[1] == masked[1] else None
                 shapes_of_masks[masked[0]] = key
             elif key is not None:
                 shape, tokens = (key, masked[1]), None
         if shape is None:
-            tokens = _tokens(text)
-            shape = None if tokens is None else _shape_of_tokens(tokens)
+            tokens, shape = _tokens_and_shape(text)
         if shape is None:
             groups[(_UNSHAPED, text)] = [Shaped(index, text, frequency, ())]
             continue

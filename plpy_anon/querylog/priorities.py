@@ -47,7 +47,7 @@ from sqlglot import exp
 from sqlglot.schema import ensure_schema
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
-from plpy_anon.core.workload import AllOf, AnyOf, Condition
+from plpy_anon.core.workload import AllOf, AnyOf, Condition, is_number
 from plpy_anon.querylog.parse import (
     DIALECT,
     ParsedStatement,
@@ -260,7 +260,7 @@ def cut_points(constants: Counter, numeric: bool = True) -> pd.DataFrame:
     comparison on a numeric column, the strings of ``=`` and ``IN`` on another."""
     cuts: Counter = Counter()
     for (op, values), frequency in constants.items():
-        if numeric and not all(_is_number(v) for v in values):
+        if numeric and not all(is_number(v) for v in values):
             continue
         if not numeric and (op not in ("=", "in") or not all(isinstance(v, str) for v in values)):
             continue
@@ -271,10 +271,6 @@ def cut_points(constants: Counter, numeric: bool = True) -> pd.DataFrame:
         columns=["threshold", "left_inclusive", "frequency"],
     )
     return frame.sort_values(["threshold", "left_inclusive"], ignore_index=True)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
 
 
 def _cuts_of(op, values):

@@ -38,7 +38,7 @@ from sqlglot.optimizer.scope import Scope, ScopeType, traverse_scope
 from sqlglot.schema import ensure_schema
 
 from plpy_anon.core.workload import AllOf, AnyOf, Condition
-from plpy_anon.querylog.parse import DIALECT
+from plpy_anon.querylog.parse import ASCII_LOWER, DIALECT
 
 PROJECTION, SELECTION, GROUP_BY, ORDER_BY = "projection", "selection", "group_by", "order_by"
 CLAUSES = (PROJECTION, SELECTION, GROUP_BY, ORDER_BY)
@@ -158,9 +158,9 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
             return None  # a /* sqlglot.meta case_sensitive */ comment: qualify's business
     if selects != 1 or _positional(expression, "distinct"):
         return None
-    for identifier in identifiers:  # PostgreSQL folds unquoted names to ASCII lower case
+    for identifier in identifiers:
         if not identifier.args.get("quoted"):
-            identifier.args["this"] = identifier.args["this"].translate(_ASCII_LOWER)
+            identifier.args["this"] = identifier.args["this"].translate(ASCII_LOWER)
     # GROUP BY 1, ORDER BY 1: that output column; checked before the tree is changed, since
     # qualify resolves whatever this path gives up on
     output_names = [select.alias_or_name for select in expression.selects]
@@ -188,20 +188,14 @@ def _qualified_single_table(expression: exp.Expr, schema, default_schema: str):
         if column.args.get("db") is not None or column.name in aliases \
                 or column.name not in columns or column.table not in ("", qualifier):
             return None
-    replaced = set()
+    starts = _by_start(node for node in literals if not _is_position(node))
     for position, target in positions:
         # a new node, not target.copy(): a deep copy drags the node's metadata along
         column = exp.Column(this=exp.to_identifier(target.name, quoted=target.this.quoted))
         position.replace(column)
         found.append(column)
-        replaced.add(id(position))
     for column in found:
         column.set("table", exp.to_identifier(qualifier))
-    starts: dict = {}
-    for node in literals:
-        start = node.meta.get("start") if node._meta else None
-        if start is not None and id(node) not in replaced:
-            starts.setdefault(start, []).append(node)
     return [_SingleTableScope(expression, table, found)], starts
 
 
@@ -219,9 +213,6 @@ class _SingleTableScope:
         self.columns = columns
 
 
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
 def _positional(select: exp.Select, clause: str) -> list:
     """The literals standing for output columns in a GROUP BY, ORDER BY or DISTINCT ON."""
     node = select.args.get(clause)
@@ -236,10 +227,15 @@ def literal_nodes(expression: exp.Expr) -> dict:
     position of their token (a literal that qualification rewrote or built has none), but for
     output positions qualify left in place (``GROUP BY 1`` on a constant): structure, not a
     value another statement of the shape may bind."""
+    return _by_start(node for node in expression.find_all(exp.Literal) if not _is_position(node))
+
+
+def _by_start(literals) -> dict:
+    """``{start offset: [nodes]}`` of the literals still carrying their token's position."""
     found: dict = {}
-    for node in expression.find_all(exp.Literal):
+    for node in literals:
         start = node.meta.get("start") if node._meta else None
-        if start is not None and not _is_position(node):
+        if start is not None:
             found.setdefault(start, []).append(node)
     return found
 
