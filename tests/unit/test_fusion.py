@@ -198,17 +198,17 @@ def test_scan_verdict_follows_what_drives_the_sensitive_value(driven_by, expecte
 
 @pytest.mark.parametrize("driven_by, expected", [("auxiliary", "unprotected"),
                                                  ("release", "protected")])
-def test_issue_300_rows_fuzzy_attacker(driven_by, expected):
-    """The issue's tables at its parameters (300 employees, k = 2..30, 10% known): the fuzzy
-    attacker's protection is flat in both, so the old rule (change < 0.05, R^2 >= 0.25) refused
-    the release-driven one too (+0.045). What separates them is what the auxiliary data adds."""
+def test_fuzzy_attacker_verdict_follows_what_the_auxiliary_data_adds(driven_by, expected):
+    """300 employees, k = 2..30, 10% known, one simulation: the fuzzy attacker's protection is
+    nearly flat over k in both tables and he explains a quarter of the variance or more, so
+    flatness alone would refuse both; what separates them is what the auxiliary data adds."""
     employees, web = make_fusion_case(driven_by, n_employees=300, random_state=0)
-    # one simulation, as in the issue (its figures are those of one known sample)
     scan = fusion.fusion_scan(employees, web, identifier="name", sensitive="salary", k_from=2,
                               k_to=30, known_fraction=0.1, attacker="fuzzy", repeats=1)
     verdict = scan.verdict
     assert verdict["verdict"] == expected
-    assert verdict["protection_change"] < 0.05 and verdict["attacker_r2"] >= 0.25
+    # nearly flat: within a tenth of the variance, about one simulation's spread
+    assert verdict["protection_change"] < 0.1 and verdict["attacker_r2"] >= 0.25
     if driven_by == "release":
         assert verdict["fusion_gain"] < 0.05
     else:
