@@ -31,6 +31,10 @@ CATALOG = {
     # what a stable release published about each person (issue 30); not the count of versions:
     # the restore's REFRESH of the release publishes one more (the same classes)
     "release_people": "SELECT release_id, person, member_group, candidates FROM anon.release_people ORDER BY 1, 2",
+    # trust's history tables refer to requesters: a parallel restore loads them in any order
+    "requesters": "SELECT requester_name, role_name FROM anon.requesters ORDER BY 1",
+    "interactions": "SELECT requester_name, outcome, note FROM anon.interactions ORDER BY 1, 3",
+    "recommendations": "SELECT requester_name, recommender, rating FROM anon.recommendations ORDER BY 1, 2",
 }
 
 
@@ -68,6 +72,11 @@ def source(connect):
         dba.execute("SELECT anon.break_merge('public.patients', k => 5, l => 2, "
                     "quasi_identifiers => '{age,sex,zip}', sensitive => '{dx}')")
         dba.execute(sql.SQL("SELECT anon.grant_analyst({})").format(sql.Literal(analyst)))
+        for i in range(40):
+            dba.execute("SELECT anon.add_requester(%s, %s)", (f"requester_{i}", analyst))
+            dba.execute("SELECT anon.record_interaction(%s, 'good', note => %s)",
+                        (f"requester_{i}", f"n{i}"))
+            dba.execute("SELECT anon.add_recommendation(%s, 'partner', 0.5)", (f"requester_{i}",))
     with connect(dbname=SOURCE_DB, user=custodian) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match='release schema "release" belongs to'):
             conn.execute("SELECT anon.mondrian_view('public.patients', k => 5)")

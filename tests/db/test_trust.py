@@ -97,6 +97,32 @@ def metrics(db, relation):
 
 # ---------------------------------------------------------------------------- trust
 
+def test_a_requesters_history_goes_with_it_when_deleted_or_renamed(db, role):
+    """History tables have no foreign key (a parallel restore loads them in any order): a trigger
+    deletes or renames a requester's interactions and recommendations with it."""
+    def history(name):
+        return [db.execute(f"SELECT count(*) FROM anon.{t} WHERE requester_name = %s",
+                           (name,)).fetchone()[0] for t in ("interactions", "recommendations")]
+    for name in ("hist_a", "hist_b"):
+        db.execute("SELECT anon.add_requester(%s, %s)", (name, role))
+        record(db, name, ["good", "bad"])
+        db.execute("SELECT anon.add_recommendation(%s, by => 'partner', rating => 0.5)", (name,))
+    try:
+        db.execute("UPDATE anon.requesters SET requester_name = 'hist_c' WHERE requester_name = 'hist_a'")
+        assert history("hist_a") == [0, 0] and history("hist_c") == [2, 1]
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="one at a time"):
+            db.execute("UPDATE anon.requesters SET requester_name = requester_name || '_x' "
+                       "WHERE requester_name IN ('hist_b', 'hist_c')")
+        db.execute("UPDATE anon.requesters SET role_name = role_name WHERE requester_name = 'hist_b'")
+        assert history("hist_b") == [2, 1]
+        db.execute("DELETE FROM anon.requesters WHERE requester_name IN ('hist_b', 'hist_c')")
+        assert history("hist_b") == [0, 0] and history("hist_c") == [0, 0]
+        with pytest.raises(psycopg.errors.UndefinedObject, match='requester "hist_b" does not exist'):
+            record(db, "hist_b", ["good"])
+    finally:
+        db.execute("DELETE FROM anon.requesters WHERE requester_name LIKE 'hist_%'")
+
+
 def test_trust_combines_history_and_weighted_recommendations(db, requester):
     record(db, requester, ["good", "good", "bad"])
     history, recommendation, combined, n_int, n_rec = trust(db, requester,

@@ -69,9 +69,12 @@ def _named(plpy, query: str, name: str, what: str, hint: str) -> dict:
     return rows[0]
 
 
-def _requester(plpy, requester) -> dict:
+def _requester(plpy, requester, *, lock=False) -> dict:
+    """``lock``: hold the row against a concurrent delete until commit, as a foreign key would
+    (history tables have none: sql/incremental/210-requester-history.sql)."""
     return _named(plpy, "SELECT requester_name, role_name::text AS role_name FROM anon.requesters "
-                        "WHERE requester_name = $1", requester, "requester",
+                        "WHERE requester_name = $1" + (" FOR KEY SHARE" if lock else ""),
+                  requester, "requester",
                   "Register it first with anon.add_requester(requester, role => ...).")
 
 
@@ -105,7 +108,7 @@ def parse_outcome(outcome) -> float:
 
 @sql_entry
 def record_interaction(plpy, requester, outcome, recorded_at, note):
-    _requester(plpy, requester)
+    _requester(plpy, requester, lock=True)
     value = parse_outcome(outcome)
     return run(plpy, """
         INSERT INTO anon.interactions (requester_name, outcome, recorded_at, note)
@@ -121,7 +124,7 @@ def _check_unit(value, name):
 
 @sql_entry
 def add_recommendation(plpy, requester, by, rating, by_trust):
-    _requester(plpy, requester)
+    _requester(plpy, requester, lock=True)
     if by is None or not by.strip():
         raise InvalidParameter("the recommender (by) is required", hint="Pass by => 'partner_a'.")
     if by == requester:
