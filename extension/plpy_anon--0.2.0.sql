@@ -524,6 +524,92 @@ COMMENT ON FUNCTION anon.versions() IS
     'Python, plpy_anon and dependency versions loaded in this backend, with where each was loaded from.';
 
 -------------------------------------------------------------------------------
+-- functions/015-samples.toml (generated)
+-- anon.load_sample(text, text): generated from sql/functions/ (implementation: anon_py.load_sample)
+CREATE OR REPLACE FUNCTION anon_py.load_sample(sample text, schema_name text)
+RETURNS TABLE (table_name text, row_count bigint)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.load_sample(text, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.load_sample(text, text)", sqlstate="42501",
+               hint="anon_py.load_sample implements anon.load_sample(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.load_sample(text, text).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import samples as _module
+return _module.load_sample(plpy, sample, schema_name)
+$$;
+COMMENT ON FUNCTION anon_py.load_sample(text, text) IS 'Implementation of anon.load_sample(text, text); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.load_sample(
+    sample text,
+    schema_name text DEFAULT 'public'
+)
+RETURNS TABLE (table_name text, row_count bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.load_sample: argument sample must not be NULL',
+            HINT = 'Pass a value for sample (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM anon_py.load_sample($1, coalesce($2, ('public')::text));
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.load_sample(text, text) IS
+    'Creates and fills a sample''s tables in schema_name with the caller''s rights: ''patients'' (1,000 invented patients), ''adult'' (UCI Adult''s 30,162 complete rows, CC BY 4.0), ''enterprise'' (employees and web_facts, generated), ''hr'' (salaries). Refused, creating nothing, if one of its tables exists. Returns each table and its row count. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
+-------------------------------------------------------------------------------
 -- functions/020-columns.toml (generated)
 -- anon.set_column_role(regclass, text, text): generated from sql/functions/ (implementation: anon_py.set_column_role)
 CREATE OR REPLACE FUNCTION anon_py.set_column_role(source regclass, column_name text, role text)

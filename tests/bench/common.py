@@ -20,8 +20,8 @@ ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education_num", "ma
                  "hours_per_week", "native_country", "income"]
 
 
-#: adult.data as shipped in the repository (tests/fixtures/adult/README.md), for a plain clone
-ADULT_IN_REPO = ROOT / "tests" / "fixtures" / "adult" / "adult.data.gz"
+#: adult.data as shipped in the package (plpy_anon/data/samples/README.md), for a plain clone
+ADULT_IN_REPO = ROOT / "plpy_anon" / "data" / "samples" / "adult.data.gz"
 
 
 def adult_path() -> Path:

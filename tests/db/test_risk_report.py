@@ -271,7 +271,7 @@ def test_adult_source_and_k10_release_equal_pandas(db, schema):
     """The worked example of docs/risk.md: each figure of the source and of its k = 10 Mondrian
     release equals pandas on the same rows."""
     from tests.bench.bench_risk import ADULT_QIS, POPULATION, load_adult
-    load_adult(db)          # from ../shared/data, else the copy in tests/fixtures/adult
+    load_adult(db)          # from ../shared/data, else the sample plpy_anon/data/samples ships
     got = report(db, "adult", quasi_identifiers=ADULT_QIS, sensitive=["income"], population=POPULATION)
     assert_report(got, expected(read(db, "adult"), ADULT_QIS, ["income"], {"income": False},
                                 population=POPULATION))

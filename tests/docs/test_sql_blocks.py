@@ -1,8 +1,8 @@
-"""Every ```sql block of README.md and docs/ runs as written, in order, against a real database
-holding the bundled sample: docs that paste. A block that needs more says so in a marker on the
-line before its fence (an HTML comment, invisible once rendered):
+"""Every ```sql block of README.md and docs/ runs as written, in order, against a real database:
+docs that paste. A block that needs more says so in a marker on the
+line before its fence (an HTML comment, invisible once rendered). The tables the examples read
+come from the documents' own blocks (anon.load_sample), nothing hidden:
 
-    <!-- docs-test: setup adult -->        a table the examples read (SETUPS: adult, enterprise, hr)
     <!-- docs-test: fresh [name] -->        from this block on, a new database (named so, if given)
     <!-- docs-test: skip <why> -->         not run; the reason is listed by the coverage test
     <!-- docs-test: output -->             the output shown after it is psql's, compared line by line
@@ -10,9 +10,8 @@ line before its fence (an HTML comment, invisible once rendered):
 
 A block whose output, shown in the document right after it, holds an ``ERROR:`` line must fail
 with that message. Blocks run in a database of their own per document, in the document's order (a
-later block reads what an earlier one made), as a superuser, with the bundled patients sample
-loaded and the extension installed (unless the block installs it); roles a document creates are
-dropped after it."""
+later block reads what an earlier one made), as a superuser, with the extension installed
+(unless the block installs it); roles a document creates are dropped after it."""
 from __future__ import annotations
 
 import re
@@ -24,8 +23,6 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-
-from plpy_anon.demo import load_patients
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -75,52 +72,14 @@ def blocks_of(document: Path) -> list[Block]:
 ALL = [b for d in DOCUMENTS for b in blocks_of(d)]
 
 
-def setup_enterprise(conn) -> None:
-    """docs/fusion.md's tables: make_enterprise(1000, 0.85, 20 strangers, random_state=0)."""
-    from plpy_anon.core.synthetic import make_enterprise
-
-    employees, web = make_enterprise(n_employees=1000, web_coverage=0.85, n_strangers=20, random_state=0)
-    for table, frame, types in (
-            ("employees", employees, {"name": "text PRIMARY KEY", "perf_1": "int", "perf_2": "int",
-                                      "perf_3": "int", "salary": "numeric(10,2)"}),
-            ("web_facts", web, {"name": "text", "title": "text", "holdings": "numeric(10,4)"})):
-        conn.execute(f"CREATE TABLE {table} ({', '.join(f'{c} {types[c]}' for c in frame.columns)})")
-        with conn.cursor().copy(f"COPY {table} FROM STDIN") as copy:
-            for row in frame.itertuples(index=False):
-                copy.write_row(row)
-    conn.execute("CREATE TABLE dup AS SELECT * FROM employees UNION ALL (SELECT * FROM employees ORDER BY name LIMIT 1)")
-
-
-
-
-def setup_adult(conn) -> None:
-    """UCI Adult's complete rows (tests/fixtures/adult): the usual 8 quasi-identifiers, education
-    and income."""
-    from tests.bench.bench_risk import ADULT_TYPES
-    from tests.bench.common import adult, copy_frame
-    types = {**ADULT_TYPES, "education": "text"}
-    copy_frame(conn, "adult", adult()[list(types)], types)
-
-
-def setup_hr(conn) -> None:
-    """A superuser's table a custodian is given to release (docs/operations.md)."""
-    conn.execute("CREATE SCHEMA hr")
-    conn.execute("CREATE TABLE hr.salaries AS SELECT age, sex, zip, "
-                 "20000 + (patient_id * 7919) % 60000 AS salary FROM patients")
-
-
-SETUPS = {"enterprise": setup_enterprise, "adult": setup_adult, "hr": setup_hr}
-
-
 class Database:
-    """The database a document's blocks run in, with the bundled patients sample."""
+    """The database a document's blocks run in: empty but for what its blocks create."""
 
     def __init__(self, connect, name: str | None = None):
         self.connect, self.name = connect, name or f"docs_{uuid.uuid4().hex[:10]}"
         with connect(dbname="postgres") as admin:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.name)))
         self.conn = connect(dbname=self.name)
-        load_patients(self.conn)
 
     def close(self) -> None:
         self.conn.close()
@@ -158,8 +117,6 @@ def run_document(connect, document: Path) -> list[str]:
                 database = Database(connect, block.directives.get("fresh") or None)
                 if "CREATE EXTENSION plpy_anon" not in block.text:
                     database.conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-            if "setup" in block.directives:
-                SETUPS[block.directives["setup"]](database.conn)
             if "output" in block.directives:
                 shown = psql_output(connect, database.name, block.text)
                 if normalized(shown) != normalized(block.output or ""):
