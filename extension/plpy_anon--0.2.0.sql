@@ -879,6 +879,97 @@ $$;
 COMMENT ON FUNCTION anon.set_hierarchy(regclass, text, text[]) IS
     'Registers a value-generalization hierarchy for a categorical column: a 2-D array, one row per leaf: leaf, parent, ..., root (rows padded with NULL). Labels are taken literally (surrounding spaces and '''' are values like any other). Returns the number of leaves. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
+-- anon.set_hierarchy_prefix(regclass, text, text, integer): generated from sql/functions/ (implementation: anon_py.set_hierarchy_prefix)
+CREATE OR REPLACE FUNCTION anon_py.set_hierarchy_prefix(source regclass, column_name text, mask text, step integer)
+RETURNS integer
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_prefix(regclass, text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.set_hierarchy_prefix(regclass, text, text, integer)", sqlstate="42501",
+               hint="anon_py.set_hierarchy_prefix implements anon.set_hierarchy_prefix(regclass, text, text, integer): call that, after GRANT EXECUTE ON FUNCTION anon.set_hierarchy_prefix(regclass, text, text, integer).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import columns as _module
+return _module.set_hierarchy_prefix(plpy, source, column_name, mask, step)
+$$;
+COMMENT ON FUNCTION anon_py.set_hierarchy_prefix(regclass, text, text, integer) IS 'Implementation of anon.set_hierarchy_prefix(regclass, text, text, integer); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.set_hierarchy_prefix(
+    source regclass,
+    column_name text,
+    mask text DEFAULT '*',
+    step integer DEFAULT 1
+)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.set_hierarchy_prefix: argument source must not be NULL',
+            HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    IF $2 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.set_hierarchy_prefix: argument column_name must not be NULL',
+            HINT = 'Pass a value for column_name (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN anon_py.set_hierarchy_prefix($1, $2, coalesce($3, ('*')::text), coalesce($4, (1)::integer));
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.set_hierarchy_prefix(regclass, text, text, integer) IS
+    'Registers a hierarchy that masks a code column''s values from the right, step characters a level (53706 -> 5370* -> 537** -> ... -> *****, then the root *), built from the values the table holds now (refresh it after new codes arrive). Returns the number of leaves. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
 -- anon.set_hierarchy_csv(regclass, text, text, text): generated from sql/functions/ (implementation: anon_py.set_hierarchy_csv)
 CREATE OR REPLACE FUNCTION anon_py.set_hierarchy_csv(source regclass, column_name text, csv text, sep text)
 RETURNS integer

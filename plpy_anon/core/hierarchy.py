@@ -220,6 +220,35 @@ class Hierarchy:
         return counts
 
 
+def prefix_paths(values, mask="*", step=1):
+    """Paths that mask codes from the right, ``step`` characters a level (zip codes, phone
+    prefixes, ICD codes): ``53706 -> 5370* -> 537** -> 53*** -> 5**** -> ***** -> *``; codes of
+    other lengths get paths of their own length under the same root."""
+    if not isinstance(mask, str) or len(mask) != 1:
+        raise InvalidParameter(f"the mask {mask!r} is not one character",
+                               hint="Pass one character, e.g. mask => '*' or mask => 'X'.")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise InvalidParameter(f"step must be a positive integer, got {step!r}",
+                               hint="It is the number of characters masked per level, e.g. 1.")
+    paths = []
+    for value in sorted(set(values)):
+        width = len(value)
+        kept = list(range(width - step, 0, -step)) + [0]
+        paths.append([value] + [value[:n] + mask * (width - n) for n in kept if n < width]
+                     + [mask])
+    labels = {}
+    for path in paths:
+        for depth, label in enumerate(path[1:-1], start=1):
+            labels.setdefault(label, depth)
+    clashes = sorted(v for v in {p[0] for p in paths} if v in labels)
+    if clashes:
+        raise InvalidParameter(
+            f"value(s) {', '.join(map(repr, clashes[:3]))} already look masked, so they would be "
+            "both a value and a generalization of other values",
+            hint="Pick a mask character the column never holds, e.g. mask => '#'.")
+    return paths
+
+
 def csv_rows(text, sep=";"):
     """Rows of hierarchy CSV text (ARX style, one ``leaf;parent;...;root`` line per leaf).
 
@@ -228,7 +257,7 @@ def csv_rows(text, sep=";"):
     ``" Private"`` keeps its leading space, ``""`` is the empty string, ``""`` inside quotes is
     one quote. Blank lines are ignored.
 
-    Hand-written on purpose (issue 13 item 6): the ``csv`` module takes one-character delimiters
+    Hand-written on purpose: the ``csv`` module takes one-character delimiters
     only (``sep="||"`` is accepted here) and, before Python 3.12's ``QUOTE_NOTNULL`` reader, reads
     ``""`` and padding alike as ``''``.
     """

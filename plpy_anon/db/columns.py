@@ -11,8 +11,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from plpy_anon.core.errors import InvalidParameter, UndefinedObject, UnsupportedType
-from plpy_anon.core.hierarchy import Hierarchy, csv_rows
+from plpy_anon.core.errors import (
+    InsufficientData,
+    InvalidParameter,
+    UndefinedObject,
+    UnsupportedType,
+)
+from plpy_anon.core.hierarchy import Hierarchy, csv_rows, prefix_paths
 from plpy_anon.db import guards
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.guards import Table
@@ -312,10 +317,30 @@ def set_hierarchy(plpy, source, column_name, paths):
 
 
 @sql_entry
+def set_hierarchy_prefix(plpy, source, column_name, mask, step):
+    tbl = guards.table(plpy, source)
+    col = column_named(tbl, table_columns(plpy, tbl), column_name)
+    values = [r["v"] for r in plpy.execute(
+        f"SELECT DISTINCT {col.as_text(plpy)} AS v FROM {tbl.quoted(plpy)} "
+        f"WHERE {ident(plpy, col.name)} IS NOT NULL")]
+    if not values:
+        raise InsufficientData(f'column "{col.name}" holds no value to build a hierarchy from',
+                               hint="Load the table first; the hierarchy covers the values present.")
+    paths = prefix_paths(values, mask, step)
+    return _store_hierarchy(plpy, tbl, column_name, Hierarchy.from_paths(paths), paths)
+
+
+@sql_entry
 def set_hierarchy_csv(plpy, source, column_name, csv, sep):
     tbl = guards.table(plpy, source)
     if csv is None or not csv.strip():
         raise InvalidParameter("the hierarchy CSV is empty", hint="One line per leaf: leaf;parent;...;*")
+    line = csv.strip()
+    if "\n" not in line and sep not in line and ("/" in line or line.lower().endswith((".csv", ".txt"))):
+        raise InvalidParameter(
+            f"csv is the hierarchy's text, not a file name: {line!r} has no {sep!r} separator",
+            hint="Pass the file's contents: in psql, \\set h `cat hierarchy.csv` then "
+                 "anon.set_hierarchy_csv('t', 'c', :'h'); a superuser may pass pg_read_file(path).")
     clean = csv_rows(csv, sep)
     hierarchy = Hierarchy.from_paths(clean)
     return _store_hierarchy(plpy, tbl, column_name, hierarchy, clean)

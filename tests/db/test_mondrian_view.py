@@ -208,6 +208,36 @@ def test_hierarchy_generalizes_to_common_ancestors(db, schema):
         assert released in ("*", original) or original in children.get(released, ())
 
 
+def test_prefix_hierarchy_masks_codes_truthfully(db, schema):
+    """anon.set_hierarchy_prefix: each released code is its own value masked from the right."""
+    db.execute("CREATE TABLE z (id int, zip text, age int)")
+    db.execute("INSERT INTO z SELECT i, (ARRAY['53706','53711','53715','53001','60601','60614',"
+               "'606'])[1 + (i * 5) % 7], 20 + i % 30 FROM generate_series(1, 210) i")
+    assert db.execute("SELECT anon.set_hierarchy_prefix('z', 'zip')").fetchone()[0] == 7
+    paths = dict(db.execute("SELECT leaf, path FROM anon.hierarchies WHERE source = 'z'::regclass")
+                 .fetchall())
+    assert paths["53706"] == ["53706", "5370*", "537**", "53***", "5****", "*****", "*"]
+    assert paths["606"] == ["606", "60*", "6**", "***", "*"]
+    release = mondrian(db, schema, table="z", k=10, quasi_identifiers=["zip", "age"],
+                       sensitive=["id"])
+    assert min(class_sizes(db, release, ["zip", "age"])) >= 10
+    released = db.execute(f"SELECT r.zip, z.zip FROM {release} r JOIN z USING (id)").fetchall()
+    assert len(released) == 210
+    for label, original in released:
+        kept = label.rstrip("*")
+        assert label == "*" or (len(label) == len(original) and original.startswith(kept)), label
+    assert any(label != original for label, original in released)
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="not one character"):
+        db.execute("SELECT anon.set_hierarchy_prefix('z', 'zip', mask => '**')")
+
+
+def test_a_file_name_given_as_hierarchy_csv_is_a_clear_error(db, schema):
+    db.execute("CREATE TABLE w (job text)")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="not a file name") as info:
+        db.execute("SELECT anon.set_hierarchy_csv('w', 'job', 'missing.csv')")
+    assert "pg_read_file" in info.value.diag.message_hint
+
+
 def test_hierarchy_that_misses_a_value_is_refused(db, schema):
     db.execute("CREATE TABLE w (job text)")
     db.execute("INSERT INTO w VALUES ('Private'), ('Never-worked')")

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
-from plpy_anon.core.hierarchy import Hierarchy, csv_rows
+from plpy_anon.core.hierarchy import Hierarchy, csv_rows, prefix_paths
 
 # the ARX and Basic_Mondrian hierarchies shipped with the package (see their README)
 DATA = Path(__file__).resolve().parents[2] / "plpy_anon" / "data" / "hierarchies"
@@ -179,3 +179,20 @@ def test_labels_are_literal_in_paths():
 def test_csv_rows_refuses_unusable_separators(sep):
     with pytest.raises(InvalidParameter, match="separator"):
         csv_rows("a;*", sep)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="0123456789", min_size=1, max_size=6), min_size=1, max_size=30),
+       st.integers(1, 3))
+def test_prefix_paths_mask_each_code_from_the_right(codes, step):
+    paths = prefix_paths(codes, "*", step)
+    assert sorted(p[0] for p in paths) == sorted(set(codes))
+    hierarchy = Hierarchy.from_paths(paths)
+    assert set(hierarchy.leaves) == set(codes) and hierarchy.root == "*"
+    for path in paths:
+        value = path[0]
+        assert path[-1] == "*"
+        kept = [len(label.rstrip("*")) for label in path[1:-1]]
+        assert kept == sorted(kept, reverse=True) and len(set(kept)) == len(kept)
+        for label in path[1:-1]:
+            assert len(label) == len(value) and value.startswith(label.rstrip("*"))
