@@ -157,16 +157,59 @@ def interval_hierarchy(values, n_levels=4):
 
 
 def flat_hierarchy(values):
-    """``value -> *`` for a categorical column with no registered hierarchy."""
+    """``value -> *``: the hierarchy of a categorical column with a single value."""
     return Hierarchy.from_paths([[leaf, "*"] for leaf in pd.unique(value_labels(values))])
 
 
+def _array_element(text):
+    if text == "" or text.upper() == "NULL" or any(c in text for c in '{},"\\') or \
+            text != text.strip() or any(c.isspace() for c in text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return text
+
+
+def set_label(values):
+    """A set of values as PostgreSQL writes a text[] (``{Female,Male}``): a label analysts can
+    cast and search (``'Male' = ANY(label::text[])``)."""
+    return "{" + ",".join(_array_element(v) for v in values) + "}"
+
+
+def value_set_hierarchy(values):
+    """Nested value sets for a categorical column with no registered hierarchy: the values in
+    order of frequency (most frequent first, ties by text) are paired at level 1, the pairs paired
+    at level 2, and so on up to the root ``*``; labels are the sets (``{Female,Male}``). With a
+    flat ``value -> *`` hierarchy a degree below 1 left such a column as it was, so releases for
+    every trust but full suppression were the same; ``ceil(log2(values))`` levels let each degree
+    reach its own view. Rare values sit together, so the sets small classes need form first."""
+    labels = pd.Series(value_labels(values))
+    counts = labels.value_counts()
+    order = sorted(counts.index, key=lambda v: (-counts[v], v))
+    if len(order) < 2:
+        return flat_hierarchy(values)
+    paths = {leaf: [leaf] for leaf in order}
+    size = 2
+    while size < len(order):
+        groups = [order[start:start + size] for start in range(0, len(order), size)]
+        if len(groups[-1]) == 1:           # no value stays alone while the others are grouped
+            groups[-2:] = [groups[-2] + groups[-1]]
+        if len(groups) == 1:
+            break
+        for group in groups:
+            for leaf in group:
+                paths[leaf].append(set_label(group))
+        size *= 2
+    internal = {label for path in paths.values() for label in path[1:] if label != path[0]}
+    if internal & (set(order) | {"*"}):
+        return flat_hierarchy(values)   # a value spelled like a set label (or the root)
+    return Hierarchy.from_paths([path + ["*"] for path in paths.values()])
+
+
 def default_hierarchy(values, n_levels=4):
-    """Interval hierarchy for numbers, flat (value or ``*``) otherwise."""
+    """Interval hierarchy for numbers, nested value sets otherwise."""
     series = pd.Series(values)
     if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
         return interval_hierarchy(series, n_levels)
-    return flat_hierarchy(series)
+    return value_set_hierarchy(series)
 
 
 class GeneralizationTable:

@@ -1,5 +1,6 @@
 """Degree of anonymisation, its decomposition over hierarchies, and the k step (paper 001)."""
 
+import itertools
 import re
 
 import numpy as np
@@ -17,6 +18,7 @@ from plpy_anon.core.degree import (
     interval_hierarchy,
     level_degrees,
     select_level,
+    value_set_hierarchy,
 )
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.hierarchy import Hierarchy
@@ -343,3 +345,61 @@ def test_bad_release_input(people):
     with pytest.raises(UndefinedObject, match="value 'd' of column 'job'"):
         DegreeRelease(0.5, PRIORITIES, hierarchies={"job": Hierarchy.from_paths(
             [["a", "*"], ["b", "*"], ["c", "*"]])}).fit(people)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f g", "NULL", "x,y", '"q"', ""]),
+                min_size=1, max_size=60))
+def test_value_sets_nest_and_each_holds_its_values(values):
+    """Without a registered hierarchy a categorical column generalizes through nested value sets
+    whose labels are PostgreSQL text[] literals of the values they hold."""
+    hierarchy = value_set_hierarchy(pd.Series(values))
+    assert set(hierarchy.leaves) == set(values) and hierarchy.root == "*"
+    for leaf in hierarchy.leaves:
+        chain = [hierarchy.ancestor(leaf, g) for g in range(hierarchy.height + 1)]
+        assert chain[-1] == "*"
+        held = [set(_parse_array(label)) for label in chain[1:-1] if label != leaf]
+        assert all(leaf in members for members in held)
+        assert all(a < b for a, b in itertools.pairwise(held))     # strictly nested
+        assert all(len(members) >= 2 for members in held)           # no value alone in a set
+
+
+def _parse_array(label):
+    """A text[] literal's elements (the quoting set_label writes)."""
+    assert label.startswith("{") and label.endswith("}")
+    elements, current, quoted, i, body = [], "", False, 0, label[1:-1]
+    while i < len(body):
+        ch = body[i]
+        if quoted and ch == "\\":
+            current += body[i + 1]
+            i += 2
+            continue
+        if ch == '"':
+            quoted = not quoted
+        elif ch == "," and not quoted:
+            elements.append(current)
+            current = ""
+        else:
+            current += ch
+        i += 1
+    return elements + [current]
+
+
+def test_degree_follows_trust_without_registered_hierarchies():
+    """Categorical columns without a hierarchy used to be flat (value or *), so every degree below
+    1 released them as they were and releases for very different trust were the same."""
+    rng = np.random.default_rng(4)
+    frame = pd.DataFrame({
+        "age": rng.integers(18, 90, 3000),
+        "job": rng.choice([f"job{i}" for i in range(12)], 3000),
+        "city": rng.choice([f"city{i}" for i in range(20)], 3000),
+        "sex": rng.choice(["F", "M"], 3000)})
+    priorities = {"age": 0.5, "job": 0.5, "city": 0.5, "sex": 0.5}
+    projection = TrustProjection()
+    reached = [DegreeRelease(projection(trust), priorities, k=5).fit(frame).view_degree_
+               for trust in (0.65, 0.8, 0.95)]
+    assert reached[0] > reached[1] > reached[2]
+    requested = [DegreeRelease(d, priorities).fit(frame) for d in (0.3, 0.6, 0.9)]
+    views = [r.decomposition_.degree_of_view(r.requested_levels_) for r in requested]
+    assert views[0] < views[1] < views[2]
+    assert all(view <= d + 1e-9 for view, d in zip(views, (0.3, 0.6, 0.9)))
