@@ -39,8 +39,8 @@ SWEEP_KS = (2, 3, 5, 10, 20, 50, 100)
 SWEPT_METHODS = ("mondrian", "prioritized_mondrian")
 RISK_MEASURES = ("smallest_class", "prosecutor_risk_max", "prosecutor_risk_avg", "prosecutor_records_at_risk",
                  "journalist_risk_max", "journalist_records_at_risk", "marketer_risk")
-#: classes listed under "what the release gives away" (the strongest rules first)
-RULES_SHOWN = 20
+#: classes listed per sensitive value under "what the release gives away" (the strongest first)
+RULES_SHOWN = 10
 
 #: thresholds the figures are judged against when the release asked for none (``--threshold``
 #: overrides them): k and l as commonly published (k >= 5: no record above 0.2 prosecutor risk),
