@@ -69,6 +69,7 @@ tr.failed td { background: #fdecea; } tr.failed td.num.found, tr.disclosed td { 
 .verdict { font-size: 1.15rem; padding: .7rem 1rem; border-radius: 4px; margin: 1rem 0; }
 .verdict.bad { background: #fdecea; border-left: 6px solid #b42318; }
 .verdict.ok { background: #e8f5ec; border-left: 6px solid #17753a; }
+.verdict.unchecked { background: #f1f3f6; border-left: 6px solid #5a6270; }
 .note { color: #5a6270; font-size: .9rem; } .unchecked { color: #5a6270; }
 dl dt { font-weight: 600; margin-top: .5rem; } dl dd { margin-left: 1.2rem; }
 figure { margin: .8rem 0; } figure svg { max-width: 100%; height: auto; }
@@ -97,6 +98,8 @@ def number(value) -> str:
         value = int(value)
     if isinstance(value, int):
         return f"{value:,}"
+    if isinstance(value, float) and abs(value) >= 1000:
+        return f"{value:,.0f}"
     if isinstance(value, float):
         return np.format_float_positional(value, precision=3, unique=True, fractional=False, trim="-")
     return str(value)
@@ -180,8 +183,8 @@ def checks(facts: dict, given: dict) -> list[Check]:
     return out
 
 
-def verdict(facts: dict, judged: list[Check]) -> tuple[bool, str]:
-    """(passed, one line a board can read)."""
+def verdict(facts: dict, judged: list[Check]) -> tuple[bool | None, str]:
+    """(passed, one line a board can read); passed None when nothing could be checked."""
     failed = [c for c in judged if c.passed is False]
     unchecked = [c for c in judged if c.passed is None]
     rows = number(facts["row"]["row_count"])
@@ -202,6 +205,10 @@ def verdict(facts: dict, judged: list[Check]) -> tuple[bool, str]:
                 line += (f" Anyone who knows a person's {known} guesses their {column} with probability "
                          f"{number(gives_away[0].threshold)} or more for {number(likely)} of {rows} people.")
         return False, line
+    if len(unchecked) == len(judged):
+        why = next((c.note for c in judged if c.note), "")
+        return None, (f"Nothing here could be checked ({why}): judge this {facts['row']['method']} "
+                      "release by its method's own figures.")
     line = f"Meets every threshold checked ({len(judged) - len(unchecked)} of {len(judged)})."
     if unchecked:
         line += " Not checked: " + ", ".join(dict.fromkeys(c.measure for c in unchecked)) + "."

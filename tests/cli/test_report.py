@@ -234,7 +234,12 @@ def test_every_methods_release_is_reportable(method, pg_server, db, schema, tmp_
         result = CliRunner().invoke(main, ["-d", conninfo, "--quiet", "--format", "json", "report", rel,
                                            "-o", str(out)])
         assert result.exit_code == 0, result.output
-        checks = {cells[0]: cells for _css, cells in tables_of(out.read_text())["checks"][1:]}
+        page = out.read_text()
+        checks = {cells[0]: cells for _css, cells in tables_of(page)["checks"][1:]}
+        passed = json.loads(result.stdout)[0]["passed"]
+        assert re.search(r'class="verdict (\w+)"', page).group(1) == {True: "ok", False: "bad", None: "unchecked"}[passed]
+        if method.values == "substituted":        # no classes: nothing to judge, and it says so
+            assert passed is None and "Nothing here could be checked" in page
         assert {"k: smallest class", "strongest rule: quasi-identifiers -> value", "prosecutor risk (highest)",
                 "journalist risk (highest)", "marketer risk"} <= set(checks)
         if method.k_arg:            # k found from the released rows, as the server counts it
