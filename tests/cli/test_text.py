@@ -37,6 +37,12 @@ def test_float8_is_written_as_postgresql_writes_it(db):
     assert [cli.number_text(v) for v in values] == [r[0] for r in server]
 
 
+def test_lists_are_written_as_postgresql_writes_arrays(db):
+    lists = [["Paris", "Paris, TX", 'a"b'], [None, "NULL", "null", ""], ["back\\slash", " lead", "{x}", "é 東"]]
+    server = [db.execute("SELECT %s::text[]::text", (values,)).fetchone()[0] for values in lists]
+    assert [cli.cell(values) for values in lists] == server
+
+
 def test_release_frame_prints_arrays_and_ranges_as_the_server_does(cli_in, db, schema):
     db.execute("CREATE TABLE towns (id int PRIMARY KEY, age int, city text)")
     db.execute("""INSERT INTO towns SELECT g, 20 + g % 3,
