@@ -106,7 +106,10 @@ def number(value) -> str:
 
 
 def parameter_text(value) -> str:
-    """A parameter's value in the parameters table: lists as comma-separated names."""
+    """A parameter's value in the parameters table: lists as comma-separated names, booleans as
+    SQL and JSON spell them."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, list):
         return ", ".join(parameter_text(v) for v in value) or "(none)"
     if isinstance(value, dict):

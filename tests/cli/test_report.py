@@ -175,7 +175,9 @@ def test_a_k_only_release_shows_l_1_and_the_classes_that_give_income_away(adult_
     assert min(distinct_sensitive_per_class(db, rel, ADULT_QIS, "income")) == 1      # the rows agree
     assert checks[("k: smallest class", "")][0] == "passed"
     assert checks[("entropy l", "income")][1][2] == "1" and checks[("entropy l", "income")][0] == "failed"
-    assert checks[("strongest rule: quasi-identifiers -> value", "income")][1][2] == "1"
+    rule = checks[("strongest rule: quasi-identifiers -> value", "income")][1]
+    assert rule[2] == "1" and rule[3] == "below 1 (given)"                        # --threshold rule=1
+    assert checks[("distinct l", "income")][1][3] == "at least 2 (default)"        # no l asked
     assert checks[("journalist risk (highest)", "")][0] == "unchecked"             # no --population: said so
     # the classes whose every row is >50K, counted from the released rows here, are the ones shown red
     classes, people = db.execute(
@@ -279,3 +281,10 @@ def test_a_report_into_a_missing_directory_is_a_clear_error(pg_server, tmp_path)
         assert result.stderr.strip() == (f"plpy-anon: error: cannot write {target}: directory {target.parent} "
                                          "does not exist (hint: Create it first (mkdir -p), or give another -o.)")
         assert "Traceback" not in result.output
+
+
+def test_an_unknown_threshold_is_a_usage_error(tmp_path):
+    result = CliRunner().invoke(main, ["report", "x", "-o", str(tmp_path / "r.html"), "--threshold", "kk=3"])
+    assert result.exit_code == 2 and "unknown threshold 'kk'" in result.stderr
+    result = CliRunner().invoke(main, ["report", "x", "-o", str(tmp_path / "r.html"), "--threshold", "k=five"])
+    assert result.exit_code == 2 and "NAME=NUMBER" in result.stderr
