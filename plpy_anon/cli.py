@@ -39,13 +39,14 @@ import plpy_anon
 from plpy_anon.client import AnonClient
 from plpy_anon.client.api import function_parameters
 from plpy_anon.client.errors import ConnectionFailed, ServerError
+from plpy_anon.client.report import DEFAULT_THRESHOLDS, THRESHOLD_HELP, write_report
 from plpy_anon.core.errors import AnonError
 from plpy_anon.parameters import SURFACES
 from plpy_anon.psql_text import aligned_table
 
 #: exit status by kind of failure (docs/cli.md); 1 for any other error the server reports
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_INTERNAL = \
-    0, 1, 2, 3, 4, 5, 70
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_INTERNAL, \
+    EXIT_FILE = 0, 1, 2, 3, 4, 5, 70, 73
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_ERROR: "the server refused the command (permission, invalid argument, duplicate, ...)",
@@ -55,14 +56,38 @@ EXIT_CODES = {
     EXIT_REFUSED: "refused by a privacy check: the release would break its promise (k, l, t, "
                   "verification, an undeclared identifying column)",
     EXIT_INTERNAL: "internal error of plpy-anon (a bug: please report it with the traceback)",
+    EXIT_FILE: "the output file cannot be written (missing directory, no permission, disk full)",
 }
 NOT_FOUND = {"42P01", "42704", "42703", "3F000", "42883"}
 REFUSED = {"22000", "42P10"}
 
 
+class OutputFileError(AnonError):
+    """A file the command was told to write cannot be written (sysexits' EX_CANTCREAT)."""
+
+    sqlstate = "58030"          # PostgreSQL's io_error
+
+
+def output_file(path: str, force: bool) -> None:
+    """Refuse, before anything runs, to replace ``path`` without --force or to write it into a
+    directory that does not exist or cannot be written."""
+    existing = [f for f in (path, f"{path}.meta.json") if os.path.lexists(f)]
+    if existing and not force:
+        raise click.UsageError(f"{existing[0]} exists: pass --force to replace it")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise OutputFileError(f"cannot write {path}: directory {directory} does not exist",
+                              hint="Create it first (mkdir -p), or give another -o.")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputFileError(f"cannot write {path}: directory {directory} is not writable",
+                              hint="Give -o a file in a directory you may write.")
+
+
 def exit_code(error: Exception) -> int:
     """The exit status of a failed command (EXIT_CODES)."""
     sqlstate = getattr(error, "sqlstate", None) or ""
+    if isinstance(error, OutputFileError):
+        return EXIT_FILE
     if isinstance(error, ConnectionFailed) or sqlstate.startswith("08"):
         return EXIT_CONNECTION
     if sqlstate in NOT_FOUND:
@@ -96,14 +121,43 @@ def plain(value: Any, *, iso: bool = True) -> Any:
 
 
 def number_text(value: float | decimal.Decimal) -> str:
-    """A number's exact text: the shortest digits that read back as the same float (as
-    PostgreSQL writes float8), a numeric's own digits; Infinity and NaN as PostgreSQL spells them."""
+    """A number's exact text, as PostgreSQL writes it: a float8 in the shortest digits that read
+    back as the same float, without a fraction when it has none and in exponent notation only
+    below 1e-4 or from 1e15 on (``30162``, ``0.1``, ``1e+15``, ``1e-05``); a numeric's own digits;
+    Infinity and NaN as PostgreSQL spells them."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, decimal.Decimal):
         return "NaN" if value.is_nan() else str(value) if value.is_finite() else \
             ("Infinity" if value > 0 else "-Infinity")
-    return repr(value)
+    if value == 0:
+        return "-0" if math.copysign(1, value) < 0 else "0"
+    shortest = decimal.Decimal(repr(value))
+    sign, digits, _ = shortest.as_tuple()
+    digits = "".join(map(str, digits)).rstrip("0") or "0"
+    magnitude = shortest.adjusted()          # the exponent of the leading digit
+    if -4 <= magnitude < 15:
+        text = format(shortest, "f")
+        text = text.rstrip("0").rstrip(".") if "." in text else text
+        return text
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'+' if magnitude >= 0 else '-'}{abs(magnitude):02d}"
+
+
+def array_text(values: list, *, iso: bool = True) -> str:
+    """A list as PostgreSQL writes an array: elements quoted when empty, NULL or holding a
+    delimiter, brace, quote, backslash or white space."""
+    def element(v):
+        if v is None:
+            return "NULL"
+        if isinstance(v, list):
+            return array_text(v, iso=iso)
+        text = cell(v, iso=iso)
+        if text == "" or text.upper() == "NULL" or any(ch in text for ch in '{},"\\') \
+                or any(ch.isspace() for ch in text):
+            return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return text
+    return "{" + ",".join(element(v) for v in values) + "}"
 
 
 def cell(value: Any, *, iso: bool = True) -> str:
@@ -114,7 +168,7 @@ def cell(value: Any, *, iso: bool = True) -> str:
     if isinstance(value, bool):
         return "t" if value else "f"
     if isinstance(value, list):
-        return "{" + ",".join("NULL" if v is None else cell(v, iso=iso) for v in value) + "}"
+        return array_text(value, iso=iso)
     if isinstance(value, dict):
         return json.dumps(value, default=str)
     if isinstance(value, (float, decimal.Decimal)):
@@ -149,6 +203,8 @@ def _json_value(value: Any) -> Any:
     value = plain(value)
     if isinstance(value, list):
         return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
     if isinstance(value, decimal.Decimal):
         if value.is_finite() and value == value.to_integral_value():
             return int(value)
@@ -157,6 +213,8 @@ def _json_value(value: Any) -> Any:
             else number_text(value)
     if isinstance(value, float) and not math.isfinite(value):
         return number_text(value)           # JSON has no Infinity or NaN
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return int(value)                   # a count in a float8 column: 30162, as to_json writes it
     return value
 
 
@@ -322,7 +380,8 @@ def version_lines(options: dict) -> list[str]:
 
 
 EPILOG = ("Exit status: 0 success, 1 refused by the server, 2 usage, 3 connection, 4 not found, "
-          "5 refused by a privacy check, 70 internal error (docs/cli.md).")
+          "5 refused by a privacy check, 70 internal error, 73 output file cannot be written "
+          "(docs/cli.md).")
 
 
 @click.group(cls=Group, invoke_without_command=True, no_args_is_help=True, epilog=EPILOG)
@@ -366,7 +425,9 @@ def format_option(f):
 @format_option
 @click.pass_context
 def install(ctx, version, upgrade):
-    """CREATE EXTENSION plpy_anon CASCADE (or ALTER EXTENSION ... UPDATE with --upgrade)."""
+    """CREATE EXTENSION plpy_anon CASCADE (or ALTER EXTENSION ... UPDATE with --upgrade). With
+    --version, installs exactly that version, or refuses when another one is installed (without
+    --upgrade)."""
     anon = client(ctx)
     before = anon.extension_version()
     if upgrade and before is not None:
@@ -513,14 +574,41 @@ def risk_report(ctx, relation, quasi_identifiers, sensitive, population, risk_th
                                       risk_threshold=risk_threshold, recursive_c=recursive_c))
 
 
+@main.command("sweep")
+@click.argument("source")
+@click.option("--k", "k", required=True, metavar="K,K,...",
+              help="The k to try, comma-separated (at most 50), e.g. 2,5,10,20,50.")
+@click.option("--quasi-identifiers", "quasi_identifiers",
+              help="Quasi-identifiers, comma-separated (default: the declared ones, as mondrian-view).")
+@click.option("--sensitive", help="Sensitive columns, comma-separated (default: the declared ones).")
+@click.option("--identifiers", help="Identifying columns left out, comma-separated.")
+@click.option("--l", "l", type=int, default=None, help="Distinct l-diversity each partition keeps.")
+@click.option("--risk-threshold", "risk_threshold", type=float, default=None,
+              help="A record is at risk above this prosecutor risk (default 0.2).")
+@format_option
+@click.pass_context
+def sweep(ctx, source, k, quasi_identifiers, sensitive, identifiers, l, risk_threshold):
+    """What a Mondrian release of SOURCE would give for each k, publishing nothing (anon.sweep):
+    classes, smallest class, NCP %, C_DM, C_AVG and prosecutor risk per k."""
+    try:
+        ks = [int(v) for v in split_list(k)]
+    except ValueError:
+        raise click.BadParameter(f"{k!r} is not a comma-separated list of integers", param_hint="--k") from None
+    with Progress(not ctx.obj["quiet"]) as progress:
+        emit(ctx, client(ctx, progress).frame(
+            "sweep", source, ks, quasi_identifiers=split_list(quasi_identifiers),
+            sensitive=split_list(sensitive), identifiers=split_list(identifiers), l=l,
+            risk_threshold=risk_threshold))
+
+
 @main.command("release-frame")
 @click.argument("release")
 @click.option("--limit", type=int, default=20, show_default=True, help="Rows to show (0: all).")
 @format_option
 @click.pass_context
 def release_frame(ctx, release, limit):
-    """The rows of RELEASE, as analysts see them."""
-    emit(ctx, client(ctx).release_frame(release, limit=limit or None))
+    """The rows of RELEASE, as analysts see them (arrays and ranges as psql shows them)."""
+    emit(ctx, client(ctx).release_frame(release, limit=limit or None, text=True))
 
 
 @main.command("export")
@@ -538,11 +626,12 @@ def release_frame(ctx, release, limit):
 def export(ctx, release, export_format, output, force, no_formula_protection):
     """Write RELEASE's rows (exactly its columns and rows) to FILE, and FILE.meta.json (method,
     parameters, achieved k, row count, when built and exported). See docs/export.md."""
-    existing = [f for f in (output, f"{output}.meta.json") if os.path.lexists(f)]
-    if existing and not force:
-        raise click.UsageError(f"{existing[0]} exists: pass --force to replace it")
-    meta = client(ctx).export(release, output, format=export_format,
-                              formula_protection=not no_formula_protection)
+    output_file(output, force)
+    try:
+        meta = client(ctx).export(release, output, format=export_format,
+                                  formula_protection=not no_formula_protection)
+    except OSError as error:        # the directory went away or filled up while writing
+        raise OutputFileError(f"cannot write {output}: {error.strerror}") from None
     emit_record(ctx, {"release": meta["release"], "format": export_format, "file": output,
                       "rows": meta["exported_rows"], "metadata": f"{output}.meta.json"})
 
@@ -553,23 +642,45 @@ def export(ctx, release, export_format, output, force, no_formula_protection):
 @click.option("--population", type=int, default=None,
               help="Size of the population the source is a sample of (journalist and marketer risk).")
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+@click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
+              help="Judge a figure against VALUE instead of the release's parameter or the default "
+                   "(repeatable): " + "; ".join(f"{k} ({v}, default {DEFAULT_THRESHOLDS[k]})"
+                                               for k, v in THRESHOLD_HELP.items()) + ".")
 @format_option
 @click.pass_context
-def report(ctx, release, output, population, force):
-    """Write a report of RELEASE a privacy officer can read and file: its guarantees and how they
-    were checked, source and release risk, class sizes, information loss, and utility and risk
-    against k (anon.sweep). One self-contained HTML file; needs the [report] extra (matplotlib)."""
+def report(ctx, release, output, population, force, thresholds):
+    """Write a report of RELEASE a privacy officer can read and file: a one-line verdict, what an
+    attacker learns (k, l, t, the strongest quasi-identifier -> sensitive value rule, prosecutor,
+    journalist and marketer risk, each against a threshold), the classes that give a value away,
+    its parameters and guarantees, source and release risk, class sizes, information loss, utility
+    and risk against k (anon.sweep) and a glossary. One self-contained HTML file; needs the
+    [report] extra (matplotlib). Exit 0 whatever the verdict: read "passed" in the output."""
     if os.path.lexists(output) and not force:
         raise click.UsageError(f"{output} exists: pass --force to replace it")
+    output_file(output, True)
+    given = {}
+    for pair in thresholds:
+        key, _, value = pair.partition("=")
+        if key not in DEFAULT_THRESHOLDS:
+            raise click.BadParameter(f"unknown threshold {key!r}: one of {', '.join(DEFAULT_THRESHOLDS)}",
+                                     param_hint="--threshold")
+        try:
+            given[key] = float(value)
+        except ValueError:
+            raise click.BadParameter(f"{pair!r} is not NAME=NUMBER", param_hint="--threshold") from None
     try:
-        from plpy_anon.client.report import write_report
+        import matplotlib  # noqa: F401 -- the charts' library, an extra: say so before connecting
     except ImportError as error:
         raise ServerError(f"the report needs matplotlib, which is not installed ({error})",
                           hint="pip install 'plpy_anon[report]'.", sqlstate="55000") from None
     with Progress(not ctx.obj["quiet"]) as progress:
         anon = client(ctx, progress)
         progress(f"gathering the figures of {release}")
-        emit_record(ctx, write_report(anon, release, output, population=population))
+        try:
+            written = write_report(anon, release, output, population=population, thresholds=given)
+        except OSError as error:
+            raise OutputFileError(f"cannot write {output}: {error.strerror}") from None
+        emit_record(ctx, written)
 
 
 @main.command("snapshot")

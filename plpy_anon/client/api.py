@@ -200,12 +200,20 @@ class AnonClient:
         return [r[0] for r in rows]
 
     def install(self, version: str | None = None) -> str:
-        """CREATE EXTENSION plpy_anon (and plpython3u) if missing; returns the installed version."""
-        if self.extension_version() is None:
+        """CREATE EXTENSION plpy_anon (and plpython3u) if missing; returns the installed version.
+        A ``version`` other than the one installed is refused (upgrade() moves between versions)."""
+        installed = self.extension_version()
+        if installed is None:
             query = sql.SQL("CREATE EXTENSION plpy_anon")
             if version:
                 query += sql.SQL(" VERSION {}").format(sql.Literal(version))
             self._execute(query + sql.SQL(" CASCADE"))
+        elif version and version != installed:
+            raise errors.PrerequisiteMissing(
+                f"plpy_anon {installed} is installed in this database, not {version}",
+                hint=f"Update it with plpy-anon install --upgrade --version {version} (ALTER EXTENSION "
+                     f"plpy_anon UPDATE TO '{version}') where an update path leads there; an older "
+                     "version needs DROP EXTENSION plpy_anon CASCADE (which drops every release) first.")
         return self.extension_version()
 
     def upgrade(self, version: str | None = None) -> tuple[str, str]:
@@ -329,26 +337,55 @@ class AnonClient:
 
     drop = drop_release
 
-    def release_frame(self, release: str, *, limit: int | None = None) -> pd.DataFrame:
-        """A release's rows as a DataFrame (ranges as psycopg Range objects, sets as lists). Only a
+    def release_frame(self, release: str, *, limit: int | None = None, text: bool = False) -> pd.DataFrame:
+        """A release's rows as a DataFrame (ranges as psycopg Range objects, sets as lists; with
+        ``text``, both as PostgreSQL's own text, as psql shows them). Only a
         release owned by the connected role or a superuser: planning a read of another role's
         relation runs whatever index predicate it has added, with the reader's rights."""
         name = self.release_name(release)
+        owner = self.foreign_owner(name)
+        if owner is not None:
+            raise errors.PermissionDenied(
+                f"{name} belongs to {owner}, who may add an index at any moment whose predicate "
+                "planning a read would run with your rights",
+                hint=f"Have {owner} read it in a session of its own.")
+        columns = self.relation_columns(name, with_types=True)
+        # arrays and ranges as the server writes them (psql's and COPY's text): a list or a
+        # psycopg Range loses the quoting that tells 'NULL' from NULL and "a, b" from two values
+        query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(
+            sql.SQL("{c}::text AS {c}").format(c=sql.Identifier(c)) if text and kind in "AR"
+            else sql.Identifier(c) for c, kind in columns.items()), sql.SQL(name))
+        if limit is not None:
+            query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))
+        return frame_of(self._execute(query))
+
+    def foreign_owner(self, name: str) -> str | None:
+        """The owner of relation ``name`` when it is neither a superuser nor the connected role
+        (then planning a read of it runs whatever index predicate it has added, with the reader's
+        rights); else None."""
         owner = self._execute(
             "SELECT o.rolname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_roles o ON o.oid = c.relowner "
             "WHERE c.oid = pg_catalog.to_regclass(%s)::pg_catalog.oid AND NOT o.rolsuper "
             "AND (o.rolname <> current_user OR current_user <> session_user OR o.oid IS DISTINCT FROM "
             "(SELECT a.usesysid FROM pg_catalog.pg_stat_activity a WHERE a.pid = pg_catalog.pg_backend_pid()))",
             (name,)).fetchone()
-        if owner is not None:
-            raise errors.PermissionDenied(
-                f"{name} belongs to {owner[0]}, who may add an index at any moment whose predicate "
-                "planning a read would run with your rights",
-                hint=f"Have {owner[0]} read it in a session of its own.")
-        query = sql.SQL("SELECT * FROM {}").format(sql.SQL(name))
-        if limit is not None:
-            query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))
-        return frame_of(self._execute(query))
+        return None if owner is None else owner[0]
+
+    def relation_columns(self, name: str, *, with_types: bool = False) -> list[str] | dict[str, str]:
+        """The columns of relation ``name`` in order; ``with_types``: each with its type's
+        category (pg_type.typcategory: A array, R range, N numeric, ...)."""
+        rows = self._execute(
+            "SELECT a.attname, t.typcategory FROM pg_catalog.pg_attribute a "
+            "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = pg_catalog.to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum", (name,)).fetchall()
+        return {r[0]: r[1] for r in rows} if with_types else [r[0] for r in rows]
+
+    def query(self, statement, *params: Any) -> list[dict]:
+        """A statement's rows as dicts (``%s`` placeholders bound to ``params``)."""
+        cursor = self._execute(statement, params or None)
+        names = [d.name for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
 
     def release_report(self, release: str) -> pd.DataFrame:
         """anon.release_report(release) when the server has it, else the catalog's figures."""

@@ -79,7 +79,8 @@ def release_target(plpy, release: dict, method: ReleaseMethod | None, quasi_iden
     elif spec.count_tables:
         sens = []
     else:
-        sens = list(params.get("sensitive") or [])
+        declared = params.get("sensitive") or []
+        sens = [declared] if isinstance(declared, str) else list(declared)   # fusion names one
     name = f"{release['release_schema']}.{release['release_name']}"
     label = f"release {name} ({release['method']})"
     target = Target(spec.relation, label, qis, sens, {}, notes)

@@ -83,6 +83,10 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
         method.check_relations(plpy, release[0])      # its views are the queries plpy_anon writes
         guards.guard_relation(plpy, oid, target.relation, target_rel["relkind"], own_view=True)
     cols = {c.name: c for c in columns.relation_columns(plpy, oid)}
+    if sensitive is None:      # from the catalog: a column the method does not publish (fusion)
+        for s in [s for s in target.sensitive if s not in cols]:
+            target.sensitive.remove(s)
+            target.skipped[s] = "not applicable: this release does not publish the column"
     for name in target.qis + target.sensitive:
         if name not in cols:
             raise risk.UndefinedColumn(

@@ -23,7 +23,7 @@ EXTRA = {     # commands that are not one SQL function, or options that are not 
     "release-frame": {"release", "limit"},             # AnonClient.release_frame (a SELECT)
     "export": {"release", "export_format", "output"},   # AnonClient.export (COPY, client-side files)
     "set-column-role": {"identifiers", "quasi_identifiers", "sensitive", "ignored"},  # one per role
-    "report": {"release", "output", "population"},      # client.report.write_report (an HTML file)
+    "report": {"release", "output", "population", "thresholds"},   # client.report.write_report (HTML)
 }
 CLI_ONLY |= {"force", "no_formula_protection"}        # export --force, --no-formula-protection
 
