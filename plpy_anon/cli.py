@@ -601,6 +601,18 @@ def sweep(ctx, source, k, quasi_identifiers, sensitive, identifiers, l, risk_thr
             risk_threshold=risk_threshold))
 
 
+@main.command("sample")
+@click.argument("name", type=click.Choice(["patients", "adult", "enterprise", "hr"]))
+@click.option("--schema", "schema_name", default="public", show_default=True,
+              help="The schema to create the sample's tables in.")
+@format_option
+@click.pass_context
+def sample(ctx, name, schema_name):
+    """Load a sample's tables (anon.load_sample): patients, adult (UCI Adult), enterprise
+    (employees, web_facts) or hr (salaries), the tables the docs' examples read."""
+    emit(ctx, client(ctx).frame("load_sample", name, schema_name=schema_name))
+
+
 @main.command("release-frame")
 @click.argument("release")
 @click.option("--limit", type=int, default=20, show_default=True, help="Rows to show (0: all).")
