@@ -208,7 +208,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.load_sample(text, text) IS
-    'Creates and fills a sample''s tables in schema_name with the caller''s rights: ''patients'' (1,000 invented patients), ''adult'' (UCI Adult''s 30,162 complete rows, CC BY 4.0), ''enterprise'' (employees and web_facts, generated), ''hr'' (salaries). Refused, creating nothing, if one of its tables exists. Returns each table and its row count. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    'Creates and fills a sample''s tables in schema_name (created if missing) with the caller''s rights: ''patients'' (1,000 invented patients), ''adult'' (UCI Adult''s 30,162 complete rows, CC BY 4.0), ''enterprise'' (employees and web_facts, generated), ''hr'' (salaries). Refused, creating nothing, if one of its tables exists. Returns each table and its row count. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- functions/020-columns.toml (generated)

@@ -57,6 +57,7 @@ def world(pg_server, connect, tmp_path_factory):
     db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(released_in)))
     db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (released_in,))
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(released_in + "_sample")))
     db.close()
 
 
@@ -68,7 +69,7 @@ COMMANDS = {
     "risk-report": lambda w: [w["release"], "--population", "4000"],
     "sweep": lambda w: [w["source"], "--k", "2,5,10", "--quasi-identifiers", QI_OPTION, "--sensitive", "salary"],
     "release-frame": lambda w: [w["release"], "--limit", "5"],
-    "sample": lambda w: ["hr", "--schema", w["schema"]],
+    "sample": lambda w: ["hr", "--schema", w["schema"] + "_sample"],
     "refresh": lambda w: [w["release"]],
     "refresh-all": lambda w: [],
     "mondrian-view": lambda w: [w["source"], "--k", "8", "--quasi-identifiers", QI_OPTION, "--sensitive", "salary",
