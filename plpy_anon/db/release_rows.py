@@ -37,6 +37,22 @@ def take_run(GD, release_id: int) -> dict | None:
     return GD.get(RUNS_KEY, {}).pop(release_id, None)
 
 
+#: releases this backend is creating: the REFRESH that fills their relations is recorded by the
+#: creation itself (publish.create_release), not by the event trigger
+BUILDING_KEY = "plpy_anon.building"
+
+
+def create_frozen_view(plpy, qualified: str, query: str) -> None:
+    """``CREATE MATERIALIZED VIEW qualified AS query``, its rows visible to every snapshot.
+
+    Rows written by ``CREATE ... AS`` carry this transaction's id: a REPEATABLE READ or
+    SERIALIZABLE reader whose snapshot is older, waiting for the name while a replace => true
+    drops the old release, would find the new one EMPTY. A REFRESH writes frozen rows (as a
+    refresh's build does: refreshing.build_frozen); the query still runs once."""
+    plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query} WITH NO DATA")
+    plpy.execute(f"REFRESH MATERIALIZED VIEW {qualified}")
+
+
 CATALOG_ROW = "SELECT * FROM anon.releases WHERE release_id = $1"
 
 
