@@ -17,14 +17,17 @@ from plpy_anon.db.guards import Table, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
     BUILDING_KEY,
+    SECRETS,
     SUFFIX,
     by_id,
     check_genuine,
     create_frozen_view,
     genuine_relations,
     lock_release,
+    owner_state,
     relation_exists,
     store_definitions,
+    store_secrets,
     take_run,
 )
 from plpy_anon.db.sqltext import build_work_mem, ident, jsonb_text, local_settings, progress, run
@@ -96,8 +99,10 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
                 (SELECT a.oid FROM pg_catalog.pg_roles a WHERE a.rolname = current_user))
         RETURNING release_id""",
         ["text", "text", "oid", "text", "jsonb", "oid"],
-        [release_schema, release_name, source.oid, method.name, json.dumps(parameters), schema_oid])[0]
+        [release_schema, release_name, source.oid, method.name,
+         json.dumps({k: v for k, v in parameters.items() if k not in SECRETS}), schema_oid])[0]
     release_id = row["release_id"]
+    store_secrets(plpy, release_id, parameters)
     progress(plpy, f"creating {release_schema}.{release_name} ({method.name})")
     building = GD.setdefault(BUILDING_KEY, set()) if GD is not None else set()
     building.add(release_id)
@@ -174,7 +179,8 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         figures = verify.check(plpy, release, run_stats, method, counter)
         # a stable release's version against the ones published before (refused if it narrows
         # someone below l), remembered for the next
-        across = republication.check_and_remember(plpy, release, run_stats)
+        with owner_state(plpy):
+            across = republication.check_and_remember(plpy, release, run_stats)
         if across is not None and figures is not None:
             figures["across_versions"] = across
         return figures, risk.compute(plpy, report_target, counter=counter) if report_target is not None else None
@@ -291,5 +297,7 @@ def drop(plpy, release: dict, *, source_locked: bool = False) -> None:
             plpy.execute(f"DROP VIEW {ident(plpy, schema, rel)}")
         elif kind == "r":
             plpy.execute(f"DROP TABLE {ident(plpy, schema, rel)}")
-    republication.forget(plpy, release["release_id"])
+    with owner_state(plpy):
+        republication.forget(plpy, release["release_id"])
+        run(plpy, "DELETE FROM anon.release_secrets WHERE release_id = $1", ["int4"], [release["release_id"]])
     run(plpy, "DELETE FROM anon.releases WHERE release_id = $1", ["int4"], [release["release_id"]])
