@@ -47,6 +47,45 @@ ALTER TABLE anon.interactions DROP CONSTRAINT IF EXISTS interactions_requester_n
 ALTER TABLE anon.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
 
 -------------------------------------------------------------------------------
+-- incremental/230-release-state-owners.sql
+-- A stable release's state is its owner's alone. anon.release_people holds a salted hash of each
+-- person's identifiers with the candidates every version left them; with the salt, a custodian
+-- who can guess another custodian's identifiers (national ids, say) could test who is in that
+-- custodian's table and what it left them. So the salt leaves the catalog every custodian reads
+-- (anon.releases.parameters) for anon.release_secrets, and both tables are read and written under
+-- row security: a role sees the rows of the releases it owns (or whose owner it is a member of);
+-- superusers and the extension's owner bypass it. plpy_anon's own reads and writes of the state
+-- run with row_security = on (release_rows.owner_state), so a restore (pg_restore sets it off)
+-- still refreshes a custodian's release, which reads its state as the custodian.
+CREATE TABLE anon.release_secrets (
+    release_id  integer PRIMARY KEY,
+    person_salt text    NOT NULL
+);
+COMMENT ON TABLE anon.release_secrets IS
+    'Stable releases: the salt of their person hashes (anon.release_people), readable by the release''s owner only (row security).';
+SELECT pg_catalog.pg_extension_config_dump('anon.release_secrets', '');
+
+INSERT INTO anon.release_secrets (release_id, person_salt)
+SELECT release_id, parameters ->> 'person_salt' FROM anon.releases WHERE parameters ? 'person_salt';
+UPDATE anon.releases SET parameters = parameters - 'person_salt' WHERE parameters ? 'person_salt';
+
+ALTER TABLE anon.release_people ENABLE ROW LEVEL SECURITY;
+ALTER TABLE anon.release_secrets ENABLE ROW LEVEL SECURITY;
+CREATE POLICY release_owner ON anon.release_people
+    USING (EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = release_people.release_id
+                   AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER')));
+CREATE POLICY release_owner ON anon.release_secrets
+    USING (EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = release_secrets.release_id
+                   AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER')));
+
+-- The candidates of a person: {sensitive column: [value text, ...]}. Anything else (written by a
+-- custodian into its own rows) is refused when written, not met by a refresh later.
+ALTER TABLE anon.release_people ADD CONSTRAINT candidates_well_formed CHECK (
+    pg_catalog.jsonb_typeof(candidates) = 'object'
+    AND NOT pg_catalog.jsonb_path_exists(candidates, 'strict $.* ? (@.type() != "array")', '{}', true)
+    AND NOT pg_catalog.jsonb_path_exists(candidates, 'strict $.*[*] ? (@.type() != "string")', '{}', true));
+
+-------------------------------------------------------------------------------
 -- functions/010-info.toml (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -3219,6 +3258,35 @@ AS $$
                 ELSE 'plpy_anon refresh ' || md5($1 || '.' || $2) END
 $$;
 
+-- The command of a release's pg_cron job. DROP EXTENSION plpy_anon leaves pg_cron's jobs (rows
+-- of another extension), and an event trigger of ours cannot remove them: it is dropped with the
+-- extension before a sql_drop trigger would fire. So the job looks for the extension first and,
+-- once it is gone, unschedules itself instead of failing every run.
+CREATE OR REPLACE FUNCTION anon._refresh_job_command(refresh_call text, job_name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('DO $job$ BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = %L) '
+                  'THEN PERFORM %s; ELSE PERFORM cron.unschedule(%L); END IF; END $job$',
+                  'plpy_anon', $1, $2)
+$fn$;
+
+-- Jobs scheduled before their command looked for the extension (a plain SELECT anon.refresh),
+-- including those a DROP EXTENSION left behind: given the command above (needs pg_cron >= 1.3
+-- and the rights of the superuser who installs or upgrades the extension).
+DO $jobs$
+BEGIN
+    IF pg_catalog.to_regprocedure('cron.alter_job(bigint,text,text,text,text,boolean)') IS NOT NULL
+       AND (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = current_user) THEN
+        PERFORM cron.alter_job(j.jobid, command => anon._refresh_job_command(
+                    pg_catalog.substr(j.command, pg_catalog.length('SELECT ') + 1), j.jobname))
+        FROM cron.job j
+        WHERE j.jobname LIKE 'plpy_anon refresh %' AND j.command ~ '^SELECT anon\.refresh\(''.*''\)$';
+    END IF;
+END
+$jobs$;
+
 -------------------------------------------------------------------------------
 -- functions/080-trust.toml (generated)
 -- anon.add_requester(text, name): generated from sql/functions/ (implementation: anon_py.add_requester)
@@ -4939,6 +5007,7 @@ GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
 GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people TO plpy_anon_custodian;
+    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people, anon.release_secrets
+    TO plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -31,6 +31,7 @@ from typing import Any, Self
 
 import click
 import pandas as pd
+import psycopg
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 from psycopg.types.range import Range
@@ -50,7 +51,7 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_NOT_FOUND, EXIT_REFUSED, 
 EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_ERROR: "the server refused the command (permission, invalid argument, duplicate, ...)",
-    EXIT_USAGE: "usage: unknown command or option, missing argument",
+    EXIT_USAGE: "usage: unknown command or option, missing argument, malformed connection string",
     EXIT_CONNECTION: "could not connect to the database",
     EXIT_NOT_FOUND: "not found: table, column, release, role, schema or the extension's function",
     EXIT_REFUSED: "refused by a privacy check: the release would break its promise (k, l, t, "
@@ -279,7 +280,13 @@ def conninfo(options: dict, password: str | None = None) -> str:
         base, dbname = "", base
     given = {"dbname": dbname, "host": options.get("host"), "port": options.get("port"),
              "user": options.get("username"), "password": password}
-    return make_conninfo(base, **{k: v for k, v in given.items() if v is not None})
+    try:
+        return make_conninfo(base, **{k: v for k, v in given.items() if v is not None})
+    except psycopg.ProgrammingError as error:     # libpq could not parse it
+        raise click.BadParameter(
+            f"not a connection string or URI: {error} (a database name has no '=', a URI starts "
+            "with postgresql://, e.g. -d 'host=/tmp dbname=hospital' or -d postgresql:///hospital)",
+            param_hint="'-d' / '--dbname' / PLPY_ANON_DSN") from None
 
 
 def connect(ctx: click.Context, progress: Progress | None = None) -> AnonClient:

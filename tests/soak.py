@@ -1,11 +1,14 @@
-"""A mixed load on SHARED releases (issue 27, point 5): writers create, replace, refresh
-(``anon.refresh`` and plain ``REFRESH MATERIALIZED VIEW``) and drop the same few releases of a few
-sources, while analysts read them. Used by ``tests/db/test_concurrency.py`` (60 s) and ``make bench``
-(10 minutes).
+"""A mixed load on SHARED releases: writers create, replace, refresh (``anon.refresh`` and plain
+``REFRESH MATERIALIZED VIEW``) and drop the same few releases of a few sources, while analysts read
+them, each read a REPEATABLE READ transaction of its own (by default): its snapshot is taken before
+it waits for a writer's lock, so it sees the release that replaced the one it waited for only if
+that release's rows are visible to every snapshot. Used by ``tests/db/test_concurrency.py`` (a
+short run) and ``python -m tests.bench soak`` (120 s; ``make bench``).
 
 An operation may lose a race cleanly: the release it names was dropped (42704) or already exists
 (42710), or a refresh gave up waiting for readers (55P03). Anything else is a failure; a deadlock
-(40P01) means two paths take the same locks in opposite orders.
+(40P01) means two paths take the same locks in opposite orders; a read of fewer rows than the
+source has (an empty read) means an analyst saw a release half-built or not at all.
 """
 from __future__ import annotations
 
@@ -41,9 +44,12 @@ def setup(conn, schema: str) -> None:
 
 class Soak:
     def __init__(self, connect, schema: str, release_schema: str, analyst: str | None,
-                 writers: int = 8, analysts: int = 2):
+                 writers: int = 8, analysts: int = 2,
+                 isolation: psycopg.IsolationLevel = psycopg.IsolationLevel.REPEATABLE_READ):
         self.connect, self.schema, self.release_schema = connect, schema, release_schema
         self.analyst, self.writers, self.analysts = analyst, writers, analysts
+        self.isolation = isolation
+        self.empty_reads = 0                       # reads that saw fewer rows than the source
         self.ops = collections.Counter()           # (op, outcome) -> n; outcome 'ok' or SQLSTATE
         self.failures: list[tuple] = []            # (op, sqlstate, message) of unclean errors
         self.lock = threading.Lock()
@@ -88,13 +94,18 @@ class Soak:
 
     def reader(self, start: threading.Barrier) -> None:
         with self.connect(user=self.analyst) if self.analyst else self.connect() as conn:
+            conn.autocommit = False
+            conn.isolation_level = self.isolation
             start.wait()
             while time.monotonic() < self.deadline:
                 for name in NAMES:
                     try:
-                        n = conn.execute(f"SELECT count(*) FROM {self.qualified(name)}").fetchone()[0]
+                        # one statement per transaction: its snapshot predates any lock wait
+                        with conn.transaction():
+                            n = conn.execute(f"SELECT count(*) FROM {self.qualified(name)}").fetchone()[0]
                         if n != ROWS:
                             with self.lock:
+                                self.empty_reads += 1
                                 self.failures.append(("read", None, f"{name} has {n} rows"))
                         self.record("read")
                     except psycopg.Error as exc:
@@ -126,4 +137,5 @@ class Soak:
         reads = sum(n for (op, _), n in self.ops.items() if op == "read")
         return (f"{writes} operations by {self.writers} writers ({reads} reads by {self.analysts} analysts); "
                 f"outcomes by SQLSTATE: {self.by_sqlstate()}; deadlocks: "
-                f"{self.by_sqlstate().get('40P01', 0)}; unclean errors: {len(self.failures)}")
+                f"{self.by_sqlstate().get('40P01', 0)}; empty reads: {self.empty_reads}; "
+                f"unclean errors: {len(self.failures)}")

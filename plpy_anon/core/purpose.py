@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
+from plpy_anon.core.workload import number_value
 
 
 def _check_columns_exist(names, columns, what):
@@ -43,7 +44,15 @@ def validate_priorities(priorities, columns):
         raise InvalidParameter("a purpose needs at least one attribute priority",
                                hint='pass e.g. {"age": 1, "sex": 0.5}')
     _check_columns_exist(list(priorities), list(columns), "priority for")
-    series = pd.Series(priorities, dtype=float)
+    values = {name: number_value(value) for name, value in priorities.items()}
+    for name, value in values.items():
+        if value is None:
+            raise InvalidParameter(
+                f"priority of {name!r} is {'null' if priorities[name] is None else repr(priorities[name])}, "
+                "not a number",
+                hint='write priorities as JSON numbers in [0, 1], e.g. {"age": 1, "sex": 0.5}',
+            )
+    series = pd.Series(values, dtype=float)
     bad = ~np.isfinite(series) | (series < 0.0) | (series > 1.0)
     if bad.any():
         name = series.index[bad.to_numpy()][0]

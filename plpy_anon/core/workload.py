@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -387,6 +388,18 @@ def _check_frequencies(frequencies, n):
 # --------------------------------------------------------------------------------------------
 # weights and discernibility
 # --------------------------------------------------------------------------------------------
+def number_value(value) -> float | None:
+    """A JSON number as a float, ±inf past double precision (jsonb keeps ``1e400`` exactly, and
+    PL/Python hands it over as a 401-digit int, which ``float()`` refuses); None for what is not
+    a number (null, a boolean, a string)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Decimal, np.number)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def normalize_weights(weights: Mapping[str, float], columns: Sequence[str]) -> dict:
     """Validate attribute priority weights against ``columns`` and scale them to sum to 1.
 
@@ -403,19 +416,21 @@ def normalize_weights(weights: Mapping[str, float], columns: Sequence[str]) -> d
         )
     cleaned = {}
     for column, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.number)):
+        value = number_value(weight)
+        if value is None:
             raise InvalidParameter(
                 f"priority weight of {column!r} is {'null' if weight is None else repr(weight)}, "
                 "not a number",
                 hint='write weights as JSON numbers, e.g. {"age": 1, "sex": 0.5}',
             )
-        if not math.isfinite(weight) or weight < 0:
+        if not math.isfinite(value) or value < 0:
             raise InvalidParameter(
-                f"priority weight of {column!r} is {weight}; weights must be finite and >= 0",
+                f"priority weight of {column!r} is {value:g}; weights must be finite (within "
+                "double precision) and >= 0",
                 hint="use 0 for a column that does not matter and larger numbers for more "
                 "important ones",
             )
-        cleaned[column] = float(weight)
+        cleaned[column] = value
     total = sum(cleaned.values())
     if total <= 0:
         raise InvalidParameter(

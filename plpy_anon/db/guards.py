@@ -281,6 +281,9 @@ def lock_source(plpy, source: str) -> None:
             row = run(plpy, LOCK_TARGET, ["oid"], [oid]) if oid is not None else []
             if row and row[0]["may_lock"]:
                 plpy.execute(f"LOCK TABLE {row[0]['name']} IN SHARE UPDATE EXCLUSIVE MODE")
+    except (plpy.spiexceptions.DeadlockDetected, plpy.spiexceptions.LockNotAvailable,
+            plpy.spiexceptions.QueryCanceled):
+        raise                    # going on unlocked would take the release's lock first
     except plpy.SPIError:
         pass                     # the guard, under the release's lock, says what is wrong
 

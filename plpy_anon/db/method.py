@@ -21,6 +21,7 @@ A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,10 +143,14 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
     source, fit, and stash the run's statistics for the catalog; returns the hook's output."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
-    stored = jsonb(release["parameters"])
-    ctx = Run(plpy, GD, release_id, release, method.checked_parameters(stored), started)
-    ctx.note_memory("start")
-    data = method.read(ctx)
+    with release_rows.owner_state(plpy):         # the stable mode's state is its owner's
+        secret = release_rows.secrets(plpy, release_id)
+        if secret:       # the run reads its parameters from the row: with the secrets, in memory only
+            release = {**release, "parameters": json.dumps({**jsonb(release["parameters"]), **secret})}
+        stored = jsonb(release["parameters"])
+        ctx = Run(plpy, GD, release_id, release, method.checked_parameters(stored), started)
+        ctx.note_memory("start")
+        data = method.read(ctx)
     ctx.read_s = ctx.elapsed()
     progress(plpy, f"read the source ({ctx.read_s:.1f} s)")
     return_free_memory()

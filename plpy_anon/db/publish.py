@@ -13,16 +13,21 @@ from collections.abc import Callable
 
 from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
 from plpy_anon.db import class_counts, grants, republication, risk, verify
-from plpy_anon.db.guards import Table
+from plpy_anon.db.guards import Table, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
+    BUILDING_KEY,
+    SECRETS,
     SUFFIX,
     by_id,
     check_genuine,
+    create_frozen_view,
     genuine_relations,
     lock_release,
+    owner_state,
     relation_exists,
     store_definitions,
+    store_secrets,
     take_run,
 )
 from plpy_anon.db.sqltext import build_work_mem, ident, jsonb_text, local_settings, progress, run
@@ -80,7 +85,7 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
             f'release {release_schema}.{release_name} already exists',
             hint="Pass replace => true to rebuild it, or choose another release_name.")
     if existing:
-        drop(plpy, existing[0])
+        drop(plpy, existing[0], source_locked=True)
     elif relation_exists(plpy, release_schema, release_name):
         raise DuplicateObject(
             f"relation {release_schema}.{release_name} already exists and is not a release",
@@ -94,11 +99,18 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
                 (SELECT a.oid FROM pg_catalog.pg_roles a WHERE a.rolname = current_user))
         RETURNING release_id""",
         ["text", "text", "oid", "text", "jsonb", "oid"],
-        [release_schema, release_name, source.oid, method.name, json.dumps(parameters), schema_oid])[0]
+        [release_schema, release_name, source.oid, method.name,
+         json.dumps({k: v for k, v in parameters.items() if k not in SECRETS}), schema_oid])[0]
     release_id = row["release_id"]
+    store_secrets(plpy, release_id, parameters)
     progress(plpy, f"creating {release_schema}.{release_name} ({method.name})")
-    with temp_file_limit_explained(plpy, source.oid):
-        build(release_id, ident(plpy, release_schema, release_name))
+    building = GD.setdefault(BUILDING_KEY, set()) if GD is not None else set()
+    building.add(release_id)
+    try:
+        with temp_file_limit_explained(plpy, source.oid):
+            build(release_id, ident(plpy, release_schema, release_name))
+    finally:
+        building.discard(release_id)
     progress(plpy, "checking the released rows")
     with temp_file_limit_explained(plpy, source.oid):      # the check's grouping may spill too
         row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
@@ -139,7 +151,7 @@ def create_view_release(plpy, GD, *, query: Callable[[int], str], **kwargs) -> d
     """``create_release`` for the common case: one materialized view whose query is
     ``query(release_id)``. Returns the catalog row."""
     def build(release_id, qualified):
-        plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query(release_id)}")
+        create_frozen_view(plpy, qualified, query(release_id))
 
     return create_release(plpy, GD, build=build, **kwargs)
 
@@ -167,7 +179,8 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         figures = verify.check(plpy, release, run_stats, method, counter)
         # a stable release's version against the ones published before (refused if it narrows
         # someone below l), remembered for the next
-        across = republication.check_and_remember(plpy, release, run_stats)
+        with owner_state(plpy):
+            across = republication.check_and_remember(plpy, release, run_stats)
         if across is not None and figures is not None:
             figures["across_versions"] = across
         return figures, risk.compute(plpy, report_target, counter=counter) if report_target is not None else None
@@ -258,17 +271,22 @@ def run_pending_check(plpy, key: int) -> bool:
     return True
 
 
-def drop(plpy, release: dict) -> None:
+def drop(plpy, release: dict, *, source_locked: bool = False) -> None:
     """Drop a release's relations and catalog row. Waits for a refresh of the same release to
     finish (the refresh lock), so a refresh never loses its relations halfway. Only relations
     plpy_anon made are dropped (``genuine_relations``): of a stale release (its schema dropped or
-    re-created outside plpy_anon) only the catalog row goes, whatever now carries its names."""
+    re-created outside plpy_anon) only the catalog row goes, whatever now carries its names.
+    Locks in the one order (docs/operations.md): the source (unless the caller, a replace, holds
+    the new release's already), the release, its relations."""
+    if not source_locked:
+        lock_source(plpy, release["source"])
     lock_release(plpy, release["release_id"])
     schema = release["release_schema"]
     found = genuine_relations(plpy, release)
-    if len(found) > 1:
+    if found:
         # readers lock a view before what it reads, a plain REFRESH's check its storage before
-        # the view: locked together in bounded attempts, so neither order can deadlock the drop
+        # the view: locked together in bounded attempts, so neither order can deadlock the drop,
+        # and a drop never queues in front of readers for longer than one attempt
         lock_for_swap(plpy, release, [("VIEW" if kind == "v" else "MATERIALIZED VIEW", schema, rel)
                                       for rel, kind in found if kind in ("v", "m")],
                       SwapWaits.from_settings(plpy), action="drop")
@@ -279,5 +297,7 @@ def drop(plpy, release: dict) -> None:
             plpy.execute(f"DROP VIEW {ident(plpy, schema, rel)}")
         elif kind == "r":
             plpy.execute(f"DROP TABLE {ident(plpy, schema, rel)}")
-    republication.forget(plpy, release["release_id"])
+    with owner_state(plpy):
+        republication.forget(plpy, release["release_id"])
+        run(plpy, "DELETE FROM anon.release_secrets WHERE release_id = $1", ["int4"], [release["release_id"]])
     run(plpy, "DELETE FROM anon.releases WHERE release_id = $1", ["int4"], [release["release_id"]])

@@ -424,6 +424,14 @@ def refresh_all(plpy, refresh_one) -> list[tuple]:
     """Refresh every release in dependency order, each on its own: a failure is recorded, its
     dependents are skipped, the others go on. Returns (release, status, seconds, error) rows."""
     by_id, deps = release_graph(plpy)
+    # every source first, in one order (by OID), before any release's lock: one transaction
+    # refreshing several releases must not hold one release's lock while it waits for the
+    # next one's source, which a drop or replace of that release holds
+    sources = run(plpy, """
+        SELECT DISTINCT s.source::text AS source, s.source::oid AS oid FROM anon.releases s
+        ORDER BY 2""")
+    for row in sources:
+        lock_source(plpy, row["source"])
     results, failed = [], set()
     for release in dependency_order(by_id, deps):
         name = qualified_text(release)

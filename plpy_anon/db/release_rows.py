@@ -7,12 +7,13 @@ import it, and it imports none of them (no import cycle: see tests/unit/test_db_
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db.guards import PLANNER_CODE
-from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 
 RUNS_KEY = "plpy_anon.runs"
 
@@ -35,6 +36,55 @@ def stash_run(GD, release_id: int, *, row_count: int, achieved_k: int | None, me
 
 def take_run(GD, release_id: int) -> dict | None:
     return GD.get(RUNS_KEY, {}).pop(release_id, None)
+
+
+#: releases this backend is creating: the REFRESH that fills their relations is recorded by the
+#: creation itself (publish.create_release), not by the event trigger
+BUILDING_KEY = "plpy_anon.building"
+
+
+def create_frozen_view(plpy, qualified: str, query: str) -> None:
+    """``CREATE MATERIALIZED VIEW qualified AS query``, its rows visible to every snapshot.
+
+    Rows written by ``CREATE ... AS`` carry this transaction's id: a REPEATABLE READ or
+    SERIALIZABLE reader whose snapshot is older, waiting for the name while a replace => true
+    drops the old release, would find the new one EMPTY. A REFRESH writes frozen rows (as a
+    refresh's build does: refreshing.build_frozen); the query still runs once."""
+    plpy.execute(f"CREATE MATERIALIZED VIEW {qualified} AS {query} WITH NO DATA")
+    plpy.execute(f"REFRESH MATERIALIZED VIEW {qualified}")
+
+
+#: what a release keeps out of its catalog row (anon.releases, which every custodian reads): kept
+#: in anon.release_secrets, which row security shows to the release's owner only
+SECRETS = ("person_salt",)
+
+
+def store_secrets(plpy, release_id: int, parameters: dict) -> None:
+    """Keep ``parameters``' secrets (:data:`SECRETS`) in anon.release_secrets: the catalog row
+    stores the parameters without them."""
+    if parameters.get("person_salt") is not None:
+        with owner_state(plpy):
+            run(plpy, "INSERT INTO anon.release_secrets (release_id, person_salt) VALUES ($1, $2)",
+                ["int4", "text"], [release_id, parameters["person_salt"]])
+
+
+def secrets(plpy, release_id: int) -> dict:
+    """The release's secrets, to merge into its parameters for a run (empty when it has none,
+    or when row security hides them: the caller is not the release's owner)."""
+    with owner_state(plpy):
+        rows = run(plpy, "SELECT person_salt FROM anon.release_secrets WHERE release_id = $1",
+                   ["int4"], [release_id])
+    return {"person_salt": rows[0]["person_salt"]} if rows else {}
+
+
+@contextlib.contextmanager
+def owner_state(plpy):
+    """Reads and writes of a release's state under row security (anon.release_people,
+    anon.release_secrets: its owner's rows only) even where the session turned it off, as
+    pg_dump/pg_restore do (a custodian's release refreshed by a restore reads its state as the
+    custodian: with row_security = off that is an error)."""
+    with local_settings(plpy, row_security="on"):
+        yield
 
 
 CATALOG_ROW = "SELECT * FROM anon.releases WHERE release_id = $1"

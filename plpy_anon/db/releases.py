@@ -31,6 +31,7 @@ from plpy_anon.db.publish import (  # noqa: F401 -- the creation API, re-exporte
     record,
 )
 from plpy_anon.db.release_rows import (  # noqa: F401 -- the catalog lookups, re-exported
+    BUILDING_KEY,
     StaleRelease,
     by_id,
     check_genuine,
@@ -63,6 +64,8 @@ def record_refresh(plpy, GD, relation_oid: int) -> None:
                                   AND c.relowner = r.release_owner AND c.relkind = 'm'
         WHERE c.oid = $1""", ["oid"], [relation_oid])
     for r in rows:
+        if r["release_id"] in GD.get(BUILDING_KEY, ()):
+            continue            # being created: publish.create_release checks and records it
         stats = take_run(GD, r["release_id"])
         try:
             record(plpy, r["release_id"], stats, method=method_named(r["method"]))

@@ -4,8 +4,9 @@ A release's job is named after the release (``plpy_anon refresh <schema>.<name>`
 when that would not fit pg_cron's 63-byte name; anon._refresh_job_name), so ``schedule_refresh`` on an already scheduled
 release replaces its schedule, a release replaced with ``replace => true`` keeps its job, and
 ``release_status`` finds the job without a table of our own. The job runs
-``SELECT anon.refresh('<schema>.<name>')`` as the user who scheduled it, so a failure is recorded
-by anon.refresh (catalog, anon.refresh_history) and by pg_cron (cron.job_run_details).
+``anon.refresh('<schema>.<name>')`` as the user who scheduled it, so a failure is recorded
+by anon.refresh (catalog, anon.refresh_history) and by pg_cron (cron.job_run_details); once
+the extension is dropped, the job unschedules itself instead (anon._refresh_job_command).
 """
 from __future__ import annotations
 
@@ -71,8 +72,13 @@ def require_cron(plpy) -> None:
 
 
 def refresh_command(plpy, release: dict) -> str:
+    """The job's command: ``anon.refresh(<release>)``, or, once the extension is dropped, the
+    job's own unscheduling (anon._refresh_job_command)."""
     qualified = ident(plpy, release["release_schema"], release["release_name"])
-    return f"SELECT anon.refresh({plpy.quote_literal(qualified)})"
+    return run(plpy, "SELECT anon._refresh_job_command($1, anon._refresh_job_name($2, $3)) AS c",
+               ["text", "name", "name"],
+               [f"anon.refresh({plpy.quote_literal(qualified)})", release["release_schema"],
+                release["release_name"]])[0]["c"]
 
 
 @sql_entry

@@ -1,6 +1,7 @@
 """Issue 27's figures: (a) temporary files written by one build against the source's size (target:
 at most 2x), at a server's default work_mem; (b) the soak: 8 writers and 2 analysts on shared
-releases for 10 minutes (target: 0 deadlocks, 0 unclean errors).
+releases, reading at REPEATABLE READ, for 10 minutes (bench_soak.py; target: 0 deadlocks, 0 empty
+reads, 0 unclean errors).
 
 PLPY_ANON_TEMP_ROWS (default "200000,1000000,2000000") and PLPY_ANON_SOAK_SECONDS (default 600)
 change the sizes and the soak's length."""
@@ -12,8 +13,8 @@ import time
 import psycopg
 
 from plpy_anon.cluster import ThrowawayCluster
+from tests.bench.bench_soak import soak
 from tests.bench.common import markdown_table, results_dir
-from tests.soak import Soak, setup
 
 SYNTH = """
 SELECT setseed(0.20261122);
@@ -56,19 +57,6 @@ def temp_files(sizes: list[int]) -> list[list]:
             conn.execute(f"SELECT anon.drop_release('release.synth_{n}_k10')")
             conn.execute(f"DROP TABLE synth_{n}")
     return rows
-
-
-def soak(seconds: float) -> Soak:
-    with ThrowawayCluster(settings={"max_connections": "40"}) as cluster:
-        def connect(**overrides):
-            params = {"conninfo": cluster.dsn(overrides.pop("dbname", "postgres")), "autocommit": True}
-            return psycopg.connect(**params, **overrides)
-        with connect() as conn:
-            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-            conn.execute("CREATE ROLE soak_analyst LOGIN")
-            conn.execute("SELECT anon.grant_analyst('soak_analyst')")
-            setup(conn, "public")
-        return Soak(connect, "public", "release", "soak_analyst").run(seconds)
 
 
 def main() -> None:

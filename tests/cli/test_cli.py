@@ -95,6 +95,21 @@ def test_failures_exit_non_zero_with_one_line(cli, schema):
     assert usage.exit_code == 2
 
 
+@pytest.mark.parametrize("dsn", ["not a=dsn", "postgresql://not a dsn", "dbname='unterminated"])
+def test_a_malformed_connection_string_is_a_usage_error_in_one_line(dsn):
+    result = CliRunner().invoke(main, ["-d", dsn, "release-status"], catch_exceptions=False)
+    assert result.exit_code == 2, result.output          # usage, not 70 (internal error)
+    assert "Traceback" not in result.stderr
+    assert "not a connection string or URI" in result.stderr
+
+
+def test_a_database_name_that_does_not_exist_is_a_connection_failure(pg_server):
+    result = CliRunner().invoke(main, ["-d", "not a dsn", "-h", pg_server["host"], "-p", str(pg_server["port"]),
+                                       "-U", pg_server["user"], "release-status"], catch_exceptions=False)
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.stderr and 'database "not a dsn" does not exist' in result.stderr
+
+
 def test_load_queries_grant_and_revoke(cli, db, schema, tmp_path):
     log = tmp_path / "postgresql.log"
     log.write_text(

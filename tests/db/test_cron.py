@@ -52,7 +52,8 @@ def test_schedule_stores_a_job_that_refreshes_the_release(db, connect, schema, r
     jobid = db.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (released,)).fetchone()[0]
     stored = job(db, released)
     assert stored[0] == jobid
-    assert stored[1:4] == ("0 3 * * *", f"SELECT anon.refresh('{released}')", "anon_test")
+    assert (stored[1], stored[3]) == ("0 3 * * *", "anon_test")
+    assert f"PERFORM anon.refresh('{released}')" in stored[2]
     # rescheduling replaces the job instead of adding one
     again = db.execute("SELECT anon.schedule_refresh(%s, '30 2 * * 1')", (released,)).fetchone()[0]
     assert again == jobid and job(db, released)[1] == "30 2 * * 1"
@@ -150,3 +151,42 @@ def test_pg_cron_runs_the_scheduled_refresh(db, schema, released, cron):
     history = db.execute("SELECT succeeded FROM anon.refresh_history h JOIN anon.releases r USING (release_id) "
                          "WHERE r.release_schema = %s", (release_schema_of(schema),)).fetchall()
     assert (True,) in history
+
+
+def test_a_dropped_extensions_jobs_unschedule_themselves_instead_of_failing():
+    """DROP EXTENSION plpy_anon CASCADE leaves pg_cron's rows (another extension's). Run the way
+    pg_cron runs it (a new session of the job's user), a job refreshes its release while the
+    extension is there and, once it is dropped, removes itself without an error. A job stored
+    with the plain command of earlier versions gets the new one when the extension is installed
+    again. On a cluster of its own (pg_cron preloaded for its database)."""
+    with ThrowawayCluster(cron_database="postgres") as cluster:
+        def session():
+            return psycopg.connect(cluster.dsn(), autocommit=True)
+        with session() as conn:
+            conn.execute("CREATE EXTENSION pg_cron")
+            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+            conn.execute(TABLE)
+            rel = conn.execute("SELECT anon.mondrian_view('patients', k => 4)").fetchone()[0]
+            jobid = conn.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (rel,)).fetchone()[0]
+            command = conn.execute("SELECT command FROM cron.job WHERE jobid = %s", (jobid,)).fetchone()[0]
+            conn.execute("INSERT INTO patients SELECT i, 30, 'F', 'flu' FROM generate_series(81, 90) i")
+        with session() as job:
+            job.execute(command)
+        with session() as conn:
+            assert conn.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 90
+            conn.execute("DROP EXTENSION plpy_anon CASCADE")
+        with session() as job:
+            job.execute(command)                      # no error: the job unscheduled itself
+        with session() as conn:
+            assert conn.execute("SELECT count(*) FROM cron.job").fetchone()[0] == 0
+            # a job as earlier versions stored it, left behind by a DROP EXTENSION
+            old = conn.execute("SELECT cron.schedule('plpy_anon refresh release.patients_k4', '0 3 * * *', "
+                               "$$SELECT anon.refresh('release.patients_k4')$$)").fetchone()[0]
+            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+            rewritten = conn.execute("SELECT command FROM cron.job WHERE jobid = %s", (old,)).fetchone()[0]
+            assert rewritten == command
+            conn.execute("DROP EXTENSION plpy_anon CASCADE")
+        with session() as job:
+            job.execute(rewritten)
+        with session() as conn:
+            assert conn.execute("SELECT count(*) FROM cron.job").fetchone()[0] == 0

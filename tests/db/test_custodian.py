@@ -31,6 +31,16 @@ END $f$"""
 def custodian(db, connect):
     """A login role that is a member of plpy_anon_custodian, may create schemas, and owns a schema
     with a table of 200 rows. Yields (role, schema name)."""
+    yield from custodian_role(db, connect)
+
+
+@pytest.fixture
+def other_custodian(db, connect):
+    """A second custodian, with nothing more than the first."""
+    yield from custodian_role(db, connect)
+
+
+def custodian_role(db, connect):
     role = f"cust_{uuid.uuid4().hex[:8]}"
     own = f"{role}_data"
     r = sql.Identifier(role)
@@ -548,11 +558,78 @@ def test_a_custodian_keeps_its_stable_releases_people_and_touches_no_one_elses(d
         conn.execute(sql.SQL("DELETE FROM {}.pat WHERE id % 20 = 0").format(sql.Identifier(own)))
         across = conn.execute("SELECT (anon.refresh(%s)).verification->'across_versions'", (mine,)).fetchone()[0]
         assert across["most_versions"] == 2 and across["below_l"] == 0 and across["seen_before"] == 190
+        # another release's rows are not even seen (row security): changed or deleted, none
         for statement in [
                 "UPDATE anon.release_people SET candidates = '{\"dx\": [\"a\", \"b\"]}' WHERE release_id = %s",
-                "DELETE FROM anon.release_people WHERE release_id = %s",
-                "INSERT INTO anon.release_people VALUES (%s, '\\x00', 0, '{}', 1)"]:
-            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="release_people rows of release"):
-                conn.execute(statement, (dba_release,))
+                "DELETE FROM anon.release_people WHERE release_id = %s"]:
+            assert conn.execute(statement, (dba_release,)).rowcount == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            conn.execute("INSERT INTO anon.release_people VALUES (%s, '\\x00', 0, '{}', 1)", (dba_release,))
     assert db.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s",
                       (dba_release,)).fetchone()[0] == 100
+
+
+def test_a_custodian_reads_neither_the_state_nor_the_salt_of_another_custodians_release(
+        db, connect, custodian, other_custodian):
+    """A stable release's people, candidates and salt are its owner's: another custodian (no
+    more than plpy_anon_custodian) finds no row of them, no salt in the catalog, so cannot test
+    an identifier against the hashes, and cannot get round row security by turning it off."""
+    role, own = custodian
+    other, _ = other_custodian
+    with connect(user=role) as conn:
+        mine = create(conn, own, extra=", l => 2, identifiers => '{id}'")
+        conn.execute(sql.SQL("DELETE FROM {}.pat WHERE id % 20 = 0").format(sql.Identifier(own)))
+        conn.execute("SELECT anon.refresh(%s)", (mine,))
+        release_id = conn.execute("SELECT release_id FROM anon.releases WHERE format('%%I.%%I', "
+                                  "release_schema, release_name) = %s", (mine,)).fetchone()[0]
+    with connect(user=other) as conn:
+        assert conn.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s",
+                            (release_id,)).fetchone()[0] == 0
+        # the catalog every custodian reads holds no salt
+        assert conn.execute("SELECT count(*) FROM anon.releases WHERE parameters ? 'person_salt'").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM anon.release_secrets WHERE release_id = %s",
+                            (release_id,)).fetchone()[0] == 0
+        conn.execute("SET row_security = off")        # an error, never the rows
+        for table in ("release_people", "release_secrets"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+                conn.execute(f"SELECT count(*) FROM anon.{table}")
+        conn.execute("RESET row_security")
+        assert conn.execute("UPDATE anon.release_secrets SET person_salt = '00' WHERE release_id = %s",
+                            (release_id,)).rowcount == 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            conn.execute("INSERT INTO anon.release_secrets VALUES (%s, '00')", (release_id + 10_000,))
+    with connect(user=role) as conn:
+        # the owner reads its state, and its salt, by which it finds person 1
+        assert conn.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s",
+                            (release_id,)).fetchone()[0] == 200
+        assert conn.execute("""
+            SELECT count(*) FROM anon.release_people x JOIN anon.release_secrets s USING (release_id)
+            WHERE x.release_id = %s AND x.person = sha256(decode(s.person_salt, 'hex') || convert_to('1', 'UTF8'))""",
+                            (release_id,)).fetchone()[0] == 1
+        # the metadata an export writes beside the rows holds no salt
+        assert "person_salt" not in str(conn.execute("SELECT anon.release_metadata(%s)", (mine,)).fetchone()[0])
+        # its history is whole: the next version is checked against every person
+        conn.execute(sql.SQL("DELETE FROM {}.pat WHERE id % 20 = 1").format(sql.Identifier(own)))
+        across = conn.execute("SELECT (anon.refresh(%s)).verification->'across_versions'", (mine,)).fetchone()[0]
+        assert across["most_versions"] == 3 and across["seen_before"] == 180
+    assert db.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s",
+                      (release_id,)).fetchone()[0] == 200
+
+
+def test_a_custodians_malformed_candidates_are_refused_when_written(db, connect, custodian):
+    """Candidates are {sensitive column: [value text, ...]}: anything else a custodian writes into
+    its own rows is refused there (23514), so a refresh never meets it (no traceback, 38000)."""
+    role, own = custodian
+    with connect(user=role) as conn:
+        mine = create(conn, own, extra=", l => 2, identifiers => '{id}'")
+        release_id = conn.execute("SELECT release_id FROM anon.releases WHERE format('%%I.%%I', "
+                                  "release_schema, release_name) = %s", (mine,)).fetchone()[0]
+        for bad in ['[1]', '"d1"', 'null', '{"dx": "d1"}', '{"dx": [1]}', '{"dx": [null]}', '{"dx": [["d1"]]}',
+                    '{"dx": {"d1": true}}']:
+            with pytest.raises(psycopg.errors.CheckViolation, match="candidates_well_formed"):
+                conn.execute("UPDATE anon.release_people SET candidates = %s::jsonb WHERE release_id = %s",
+                             (bad, release_id))
+        conn.execute("UPDATE anon.release_people SET candidates = '{\"dx\": [\"d0\", \"d1\", \"d2\", \"d3\"]}' "
+                     "WHERE release_id = %s", (release_id,))        # well formed: taken
+        across = conn.execute("SELECT (anon.refresh(%s)).verification->'across_versions'", (mine,)).fetchone()[0]
+        assert across["most_versions"] == 2 and across["below_l"] == 0

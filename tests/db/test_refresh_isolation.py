@@ -370,3 +370,56 @@ def test_break_merge_swap_keeps_its_views_and_falls_back_in_place_under_a_dba_vi
     finally:
         db.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
         db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+# ---------------------------------------------------------------------------- replace => true
+
+REPLACE_CALLS = {
+    "mondrian": "SELECT anon.mondrian_view('patients', k => 3, release_schema => %s, replace => true)",
+    "mondrian_flat": "SELECT anon.mondrian_view('patients', k => 3, layout => 'flat', release_schema => %s, "
+                     "replace => true)",
+    "break_merge": "SELECT anon.break_merge('people', k => 5, l => 2, sensitive => ARRAY['workclass', "
+                   "'marital_status', 'income'], quasi_identifiers => ARRAY['age', 'sex', 'zip'], "
+                   "identifiers => ARRAY['id'], release_name => 'bm', release_schema => %s, replace => true)",
+}
+
+
+@pytest.mark.parametrize("method", list(REPLACE_CALLS))
+def test_a_reader_waiting_for_a_replace_sees_the_whole_new_release(db, connect, made, schema, method):
+    """A REPEATABLE READ or SERIALIZABLE reader whose snapshot predates a replace => true, and
+    which waits for the replace's lock on the release, reads the new release whole: its rows are
+    visible to every snapshot, as a refresh's are."""
+    if method == "mondrian_flat":
+        db.execute(PATIENTS)
+        db.execute(REPLACE_CALLS[method].replace(", replace => true", ""), (release_schema_of(schema),))
+        name = f"{release_schema_of(schema)}.patients_k3"
+        relations, grow = [name], grow_patients
+    else:
+        name, relations, grow = made(method)
+    next_id = 10_000
+    for level in ("REPEATABLE READ", "SERIALIZABLE"):
+        grow(db, next_id, next_id + 9)
+        next_id += 10
+        with connect() as writer, connect() as reader:
+            reader.execute(f"BEGIN ISOLATION LEVEL {level}")
+            reader.execute("SELECT 1")                         # the snapshot, before the replace
+            writer.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+            writer.execute("BEGIN")
+            writer.execute(REPLACE_CALLS[method], (release_schema_of(schema),))   # holds the release
+            seen: dict = {}
+
+            def read(seen=seen):
+                seen["counts"] = counts(reader, relations)
+            waiting = threading.Thread(target=read)
+            waiting.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not writer.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)",
+                    (reader.info.backend_pid,)).fetchone()[0]:
+                time.sleep(0.05)
+            writer.execute("COMMIT")
+            waiting.join(30)
+            reader.execute("COMMIT")
+        new = counts(db, relations)
+        assert all(c > 0 for c in new)
+        assert seen["counts"] == new, (level, seen, new)

@@ -126,8 +126,8 @@ def test_k_alone_keeps_classes_across_refreshes(db, schema):
     db.execute(PATIENTS)
     release = create_release(db, "mondrian_view", schema, "patients", k=4, quasi_identifiers=QIS,
                              identifiers=["id"], refresh_mode="stable")
-    present = """SELECT x.person, x.member_group FROM anon.release_people x JOIN anon.releases r USING (release_id)
-                 JOIN patients p ON x.person = sha256(decode(r.parameters->>'person_salt', 'hex')
+    present = """SELECT x.person, x.member_group FROM anon.release_people x JOIN anon.release_secrets r USING (release_id)
+                 JOIN patients p ON x.person = sha256(decode(r.person_salt, 'hex')
                                                       || convert_to(p.id::text, 'UTF8'))"""
     before = dict(db.execute(present).fetchall())
     churn(db, 1)
@@ -183,8 +183,8 @@ def test_dropping_the_release_forgets_its_people(db, schema):
     # no identifier is stored, only salted hashes
     stored = db.execute("SELECT person, candidates FROM anon.release_people LIMIT 1").fetchone()
     assert len(stored[0]) == 32 and set(stored[1]) == {"dx"} and len(stored[1]["dx"]) >= 3
-    person_1 = db.execute("""SELECT count(*) FROM anon.release_people x JOIN anon.releases r USING (release_id)
-                             WHERE x.person = sha256(decode(r.parameters->>'person_salt', 'hex')
+    person_1 = db.execute("""SELECT count(*) FROM anon.release_people x JOIN anon.release_secrets r USING (release_id)
+                             WHERE x.person = sha256(decode(r.person_salt, 'hex')
                                                      || convert_to('1', 'UTF8'))""").fetchone()[0]
     assert person_1 == 1
     db.execute("SELECT anon.drop_release(%s)", (release,))

@@ -401,6 +401,13 @@ def test_bad_input_is_rejected_clearly(db, schema, people, requester, purpose):
           "22023", "rating must lie in [0, 1]")
     fails(db, "SELECT anon.define_purpose('p', priorities => '{\"age\": 2}')", (), "22023",
           "priority of 'age' must lie in [0, 1]")
+    # jsonb keeps 1e400 exactly: beyond double precision, not a Python traceback (38000)
+    fails(db, "SELECT anon.define_purpose('p', priorities => '{\"age\": 1e400}')", (), "22023",
+          "priority of 'age' must lie in [0, 1]; got inf")
+    fails(db, "SELECT anon.define_purpose('p', priorities => '{\"a\": 1e400}')", (), "22023",
+          "priority of 'a' must lie in [0, 1]; got inf")
+    fails(db, "SELECT anon.define_purpose('p', priorities => '{\"age\": \"high\"}')", (), "22023",
+          "priority of 'age' is 'high', not a number")
     fails(db, "SELECT anon.trust_view(%s, requester => %s, purpose => 'no_such_purpose')",
           (people, requester), "42704", 'purpose "no_such_purpose" does not exist')
     zip_purpose, _ = purpose({"zip": 1})

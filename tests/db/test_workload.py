@@ -142,6 +142,18 @@ def test_bad_priorities_fail_cleanly_and_create_nothing(db, schema, patients):
                       (release_schema_of(schema),)).fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("value", ['{"age": 1e400}', '{"age": -1e400, "sex": 1}', '{"age": 1e400, "sex": 1e400}'])
+@pytest.mark.parametrize("sql_type", ["text", "jsonb"])
+def test_priorities_beyond_double_precision_are_refused_cleanly(db, schema, patients, value, sql_type):
+    """jsonb keeps 1e400 exactly (PL/Python hands it over as a 401-digit int): a clear 22023,
+    not a Python traceback (38000)."""
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="must be finite"):
+        db.execute(f"SELECT anon.mondrian_view('patients', k => 5, priorities => %s::{sql_type}, "
+                   "release_schema => %s)", (value, release_schema_of(schema)))
+    assert db.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
+                      (release_schema_of(schema),)).fetchone()[0] == 0
+
+
 def test_target_adds_information_gain_and_refresh_rebuilds(db, schema, patients):
     release = view(db, schema, k=20, priorities="none", target="sex",
                    metric_weights='{"spread": 1, "infogain": 5}')

@@ -1,6 +1,7 @@
 """Workload precision/recall and weighted discernibility (plpy_anon.core.workload)."""
 
 import itertools
+from decimal import Decimal
 
 import numpy as np
 import pandas as pd
@@ -229,6 +230,14 @@ def test_normalize_weights_and_bad_weights():
         normalize_weights({"age": "high"}, ["age"])
     with pytest.raises(InvalidParameter):
         normalize_weights({"age": float("nan")}, ["age"])
+
+
+@pytest.mark.parametrize("weight", [10**400, -(10**400), Decimal("1e400"), Decimal("-1e400")],
+                         ids=["int", "negative int", "Decimal", "negative Decimal"])
+def test_weights_beyond_double_precision_are_refused_as_not_finite(weight):
+    """jsonb's 1e400 reaches Python as a 401-digit int (or a Decimal): refused like inf."""
+    with pytest.raises(InvalidParameter, match="must be finite"):
+        normalize_weights({"age": weight, "sex": 1}, ["age", "sex"])
 
 
 def test_bad_inputs():

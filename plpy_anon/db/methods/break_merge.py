@@ -130,10 +130,7 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     def build(release_id, qualified, name):
         release = release_rows.by_id(plpy, release_id)
         stored = jsonb(release["parameters"])
-        plpy.execute(
-            f"CREATE MATERIALIZED VIEW {qualified} AS "
-            f"{storage_query(plpy, tbl, qis, stored, release_id)}"
-        )
+        release_rows.create_frozen_view(plpy, qualified, storage_query(plpy, tbl, qis, stored, release_id))
         index_and_analyze(plpy, qualified, create_index=True)
         create_views(plpy, release["release_schema"], name, stored)
         check_released_rules(plpy, release)

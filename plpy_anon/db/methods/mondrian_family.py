@@ -215,7 +215,7 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
             raise DuplicateObject(
                 f"relation {schema}.{storage} already exists and is not this release's storage",
                 hint="Choose another release_name; plpy_anon never replaces objects it did not create.")
-        plpy.execute(f"CREATE MATERIALIZED VIEW {ident(plpy, schema, storage)} AS {query(release_id)}")
+        release_rows.create_frozen_view(plpy, ident(plpy, schema, storage), query(release_id))
         # the very query compact.check_view compares the view with, from the same parameters
         plpy.execute(f"CREATE VIEW {qualified} AS {compact.expected_view(plpy, release)}")
 
