@@ -20,7 +20,7 @@ def _dispatched_cpu_features():
 def _digests(**env):
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "seeded_outputs.py")],
-                          env=environment, capture_output=True, text=True, timeout=300)
+                          env=environment, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
