@@ -3481,6 +3481,89 @@ $$;
 COMMENT ON FUNCTION anon.schedule_refresh(text, text) IS
     'Schedules SELECT anon.refresh(release) with pg_cron (cron syntax, e.g. ''0 3 * * *''), replacing an earlier schedule of the same release; returns the pg_cron job id. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
+-- anon.refresh_job(text): generated from sql/functions/ (implementation: anon_py.refresh_job)
+CREATE OR REPLACE FUNCTION anon_py.refresh_job(release text)
+RETURNS TABLE (job_name text, command text, database_name text)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_job(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.refresh_job(text)", sqlstate="42501",
+               hint="anon_py.refresh_job implements anon.refresh_job(text): call that, after GRANT EXECUTE ON FUNCTION anon.refresh_job(text).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db import schedule as _module
+return _module.refresh_job(plpy, release)
+$$;
+COMMENT ON FUNCTION anon_py.refresh_job(text) IS 'Implementation of anon.refresh_job(text); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.refresh_job(
+    release text
+)
+RETURNS TABLE (job_name text, command text, database_name text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.refresh_job: argument release must not be NULL',
+            HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM anon_py.refresh_job($1);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.refresh_job(text) IS
+    'The pg_cron job that refreshes a release (the name, command and database anon.schedule_refresh would use), for scheduling it from pg_cron''s database with cron.schedule_in_database when that is another database of the server. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
 -- anon.unschedule_refresh(text): generated from sql/functions/ (implementation: anon_py.unschedule_refresh)
 CREATE OR REPLACE FUNCTION anon_py.unschedule_refresh(release text)
 RETURNS boolean

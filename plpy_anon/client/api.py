@@ -505,12 +505,42 @@ class AnonClient:
 
     # ------------------------------------------------------------------ operations
     def schedule_refresh(self, release: str, schedule: str) -> int:
-        """A pg_cron job refreshing the release on ``schedule`` ('0 3 * * *'); returns the job id."""
-        return self.scalar("schedule_refresh", release, schedule)
+        """A pg_cron job refreshing the release on ``schedule`` ('0 3 * * *'); returns the job id.
+        When pg_cron runs in another database of the server, the job is scheduled from there
+        (cron.schedule_in_database) to run in this one."""
+        cron_db = self._cron_database()
+        if cron_db is None:
+            return self.scalar("schedule_refresh", release, schedule)
+        job = self.call("refresh_job", release)[0]
+        with self._connection_to(cron_db) as cron, translated():
+            return cron.execute("SELECT cron.schedule_in_database(%s, %s, %s, %s)",
+                                (job["job_name"], schedule, job["command"],
+                                 job["database_name"])).fetchone()[0]
 
     def unschedule_refresh(self, release: str) -> bool:
         """Remove the release's pg_cron job; True if there was one."""
-        return self.scalar("unschedule_refresh", release)
+        cron_db = self._cron_database()
+        if cron_db is None:
+            return self.scalar("unschedule_refresh", release)
+        job = self.call("refresh_job", release)[0]
+        with self._connection_to(cron_db) as cron, translated():
+            jobs = cron.execute("SELECT jobid FROM cron.job WHERE jobname = %s AND database = %s",
+                                (job["job_name"], job["database_name"])).fetchall()
+            for (jobid,) in jobs:
+                cron.execute("SELECT cron.unschedule(%s::bigint)", (jobid,))
+        return bool(jobs)
+
+    def _cron_database(self) -> str | None:
+        """pg_cron's database when it is another one of this server (None: this one, or none)."""
+        row = self._execute("SELECT pg_catalog.current_setting('cron.database_name', true), "
+                            "pg_catalog.current_database()").fetchone()
+        return row[0] if row[0] and row[0] != row[1] else None
+
+    def _connection_to(self, dbname: str) -> psycopg.Connection:
+        info = self.connection.info
+        with translated():
+            return psycopg.connect(info.dsn, dbname=dbname, password=info.password or None,
+                                   autocommit=True)
 
     def grant_analyst(self, role: str) -> int:
         """Let ``role`` read every current and future release; returns how many it can read."""

@@ -66,7 +66,10 @@ def require_cron(plpy) -> None:
     if row["cron_db"] and row["cron_db"] != row["db"]:
         raise PrerequisiteMissing(
             f"pg_cron runs in database {row['cron_db']}, not in {row['db']}",
-            hint=f"Set cron.database_name = '{row['db']}' and restart, then CREATE EXTENSION pg_cron here.")
+            hint=f"Schedule the job from database {row['cron_db']} with "
+                 "cron.schedule_in_database(job_name, schedule, command, database_name) and the "
+                 "values SELECT * FROM anon.refresh_job('<release>') gives here ('plpy-anon "
+                 "schedule-refresh' does both), or set cron.database_name and restart.")
     raise PrerequisiteMissing("pg_cron is preloaded but its extension is not installed in this database",
                               hint="CREATE EXTENSION pg_cron;")
 
@@ -79,6 +82,16 @@ def refresh_command(plpy, release: dict) -> str:
                ["text", "name", "name"],
                [f"anon.refresh({plpy.quote_literal(qualified)})", release["release_schema"],
                 release["release_name"]])[0]["c"]
+
+
+@sql_entry
+def refresh_job(plpy, name: str) -> list[tuple[str, str, str]]:
+    """The pg_cron job that refreshes a release: its name, its command and this database, for
+    cron.schedule_in_database when pg_cron runs in another database of the server."""
+    release = releases.find(plpy, name)
+    database = run(plpy, "SELECT pg_catalog.current_database()::text AS d")[0]["d"]
+    return [(job_name(plpy, release["release_schema"], release["release_name"]),
+             refresh_command(plpy, release), database)]
 
 
 @sql_entry
@@ -145,7 +158,9 @@ SELECT {STATUS_COLUMNS},
        {VERIFICATION_COLUMNS}
 FROM anon.releases r ORDER BY 1"""
 
-# pg_cron's run details: the latest run of the release's job (by job name, see job_name()).
+# pg_cron's run details: the latest run of the release's job: the one schedule_refresh named
+# (job_name()), else the newest job of this database whose command calls anon.refresh on the
+# release (one made by hand, e.g. with cron.schedule_in_database from pg_cron's database).
 STATUS_WITH_CRON = f"""
 SELECT {STATUS_COLUMNS},
        j.schedule, j.jobid, d.start_time AS last_run_start,
@@ -153,7 +168,17 @@ SELECT {STATUS_COLUMNS},
        d.status AS last_run_status, d.return_message AS last_run_message,
        {VERIFICATION_COLUMNS}
 FROM anon.releases r
-LEFT JOIN cron.job j ON j.jobname = anon._refresh_job_name(r.release_schema, r.release_name)
+LEFT JOIN LATERAL (
+    SELECT x.jobid, x.schedule FROM cron.job x
+    WHERE x.jobname = anon._refresh_job_name(r.release_schema, r.release_name)
+       OR (x.database = pg_catalog.current_database()
+           AND pg_catalog.strpos(pg_catalog.regexp_replace(x.command, '\\s+', '', 'g'),
+                   pg_catalog.regexp_replace('anon.refresh(' || pg_catalog.quote_literal(
+                       pg_catalog.format('%I.%I', r.release_schema, r.release_name)) || ')',
+                       '\\s+', '', 'g')) > 0)
+    ORDER BY x.jobname = anon._refresh_job_name(r.release_schema, r.release_name) DESC,
+             x.jobid DESC
+    LIMIT 1) j ON true
 LEFT JOIN LATERAL (SELECT * FROM cron.job_run_details x WHERE x.jobid = j.jobid
                    ORDER BY x.start_time DESC NULLS LAST LIMIT 1) d ON true
 ORDER BY 1"""

@@ -190,3 +190,52 @@ def test_a_dropped_extensions_jobs_unschedule_themselves_instead_of_failing():
             job.execute(rewritten)
         with session() as conn:
             assert conn.execute("SELECT count(*) FROM cron.job").fetchone()[0] == 0
+
+
+def test_status_shows_a_job_made_by_hand_that_refreshes_the_release(db, schema, released, cron):
+    """A job scheduled without anon.schedule_refresh (its own name, its own spelling) is the
+    release's schedule too."""
+    jobid = db.execute("SELECT cron.schedule('nightly by hand', '15 4 * * *', %s)",
+                       (f"SELECT anon.refresh( '{released}' );",)).fetchone()[0]
+    try:
+        status = db.execute("SELECT schedule, jobid FROM anon.release_status() WHERE release = %s",
+                            (released,)).fetchone()
+        assert status == ("15 4 * * *", jobid)
+        # the job schedule_refresh names wins over one made by hand
+        named = db.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (released,)).fetchone()[0]
+        assert db.execute("SELECT jobid FROM anon.release_status() WHERE release = %s",
+                          (released,)).fetchone()[0] == named
+    finally:
+        db.execute("SELECT cron.unschedule(%s::bigint)", (jobid,))
+
+
+def test_a_release_of_another_database_is_scheduled_from_pg_crons_database(connect, db, cron):
+    """pg_cron runs in one database (cron.database_name); the client schedules a release of
+    another database from there with cron.schedule_in_database, and unschedules it."""
+    from plpy_anon.client import AnonClient
+    other = "cron_elsewhere"
+    with connect(dbname="postgres") as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {other} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {other}")
+    try:
+        with connect(dbname=other) as conn:
+            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+            conn.execute(TABLE)
+            release = conn.execute("SELECT anon.mondrian_view('patients', k => 4)").fetchone()[0]
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState,
+                               match="pg_cron runs in database anon_test") as info:
+                conn.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (release,))
+            assert "cron.schedule_in_database" in info.value.diag.message_hint
+            client = AnonClient(connection=conn)
+            jobid = client.schedule_refresh(release, "0 5 * * *")
+            stored = db.execute("SELECT schedule, database, command FROM cron.job WHERE jobid = %s",
+                                (jobid,)).fetchone()
+            assert stored[:2] == ("0 5 * * *", other)
+            assert f"anon.refresh('{release}')" in stored[2]
+            assert client.unschedule_refresh(release) is True
+            assert db.execute("SELECT count(*) FROM cron.job WHERE jobid = %s",
+                              (jobid,)).fetchone()[0] == 0
+            assert client.unschedule_refresh(release) is False
+    finally:
+        with connect(dbname="postgres") as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {other} WITH (FORCE)")
