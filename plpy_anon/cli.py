@@ -608,16 +608,16 @@ def sweep(ctx, source, k, quasi_identifiers, sensitive, identifiers, l, risk_thr
             risk_threshold=risk_threshold))
 
 
-@main.command("sample")
-@click.argument("name", type=click.Choice(["patients", "adult", "enterprise", "hr"]))
-@click.option("--schema", "schema_name", default="public", show_default=True,
-              help="The schema to create the sample's tables in.")
+@main.command("load-sample")
+@click.argument("sample", type=click.Choice(["patients", "adult", "enterprise", "hr"]))
+@click.option("--schema-name", "schema_name", default="public", show_default=True,
+              help="The schema to create the sample's tables in (created if missing).")
 @format_option
 @click.pass_context
-def sample(ctx, name, schema_name):
-    """Load a sample's tables (anon.load_sample): patients, adult (UCI Adult), enterprise
+def load_sample(ctx, sample, schema_name):
+    """Load a SAMPLE's tables (anon.load_sample): patients, adult (UCI Adult), enterprise
     (employees, web_facts) or hr (salaries), the tables the docs' examples read."""
-    emit(ctx, client(ctx).frame("load_sample", name, schema_name=schema_name))
+    emit(ctx, client(ctx).frame("load_sample", sample, schema_name=schema_name))
 
 
 @main.command("release-frame")

@@ -69,7 +69,7 @@ COMMANDS = {
     "risk-report": lambda w: [w["release"], "--population", "4000"],
     "sweep": lambda w: [w["source"], "--k", "2,5,10", "--quasi-identifiers", QI_OPTION, "--sensitive", "salary"],
     "release-frame": lambda w: [w["release"], "--limit", "5"],
-    "sample": lambda w: ["hr", "--schema", w["schema"] + "_sample"],
+    "load-sample": lambda w: ["hr", "--schema-name", w["schema"] + "_sample"],
     "refresh": lambda w: [w["release"]],
     "refresh-all": lambda w: [],
     "mondrian-view": lambda w: [w["source"], "--k", "8", "--quasi-identifiers", QI_OPTION, "--sensitive", "salary",
