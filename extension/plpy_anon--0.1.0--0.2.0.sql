@@ -1185,6 +1185,70 @@ CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end
 -- rather than row security: pg_dump
 -- and pg_restore run with row_security = off, under which a restore's REFRESH of a custodian's
 -- release (its query reads anon.releases as that custodian) fails.
+CREATE OR REPLACE FUNCTION anon._is_next_release_id(release_id integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN $1 = pg_catalog.currval('anon.releases_release_id_seq');
+EXCEPTION WHEN object_not_in_prerequisite_state THEN     -- no id drawn in this session
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
+    'Internal: whether an id is the one anon.releases'' sequence last gave this session (the catalog guard''s rule for new rows).';
+
+-- A stable release's salt (the key of its person hashes) is its owner's alone. Custodians have no
+-- privilege on anon.release_secrets: row security would hide the rows but not their values from
+-- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
+-- (whether the policy's subplan ran). These two functions are the only way to the table, and the
+-- only SECURITY DEFINER functions of the extension besides its event trigger: they give or store
+-- the salt of a release only for a session whose login role is, or is a member of, its owner
+-- (session_user: inside them current_user is the extension's owner).
+CREATE OR REPLACE FUNCTION anon._release_salt(release_id integer)
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner regrole;
+BEGIN
+    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
+    IF owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied for the state of release %', $1
+            USING ERRCODE = '42501', HINT = 'A stable release''s state is read by its owner only.';
+    END IF;
+    RETURN (SELECT s.person_salt FROM anon.release_secrets s WHERE s.release_id = $1);
+END
+$$;
+COMMENT ON FUNCTION anon._release_salt(integer) IS
+    'Internal: a stable release''s salt, for a session of its owner; NULL when it has none.';
+
+CREATE OR REPLACE FUNCTION anon._store_release_salt(release_id integer, salt text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner regrole;
+BEGIN
+    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
+    IF owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied for the state of release %', $1
+            USING ERRCODE = '42501', HINT = 'A stable release''s state is written by its owner only.';
+    END IF;
+    IF $2 IS NULL THEN
+        DELETE FROM anon.release_secrets s WHERE s.release_id = $1;
+    ELSE
+        INSERT INTO anon.release_secrets AS s (release_id, person_salt) VALUES ($1, $2)
+        ON CONFLICT ON CONSTRAINT release_secrets_pkey DO UPDATE SET person_salt = EXCLUDED.person_salt;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
+    'Internal: stores (NULL: deletes) a stable release''s salt, for a session of its owner.';
+
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -1204,6 +1268,9 @@ BEGIN
         CASE TG_TABLE_NAME
         WHEN 'releases' THEN
             allowed := pg_catalog.pg_has_role((r.x).release_owner, 'MEMBER')
+                       -- a new row takes the id the sequence gave this session: a role that
+                       -- chose it (OVERRIDING SYSTEM VALUE) could take over an old release's state
+                       AND (TG_OP <> 'INSERT' OR anon._is_next_release_id((r.x).release_id))
                        AND (NOT r.new OR pg_catalog.has_table_privilege((r.x).source, 'SELECT'))
                        -- what a release is stays as created: plpy_anon never updates these, and
                        -- an owner listing its own view among the objects would have it read as one
@@ -3347,12 +3414,21 @@ $$;
 -- once it is gone, unschedules itself instead of failing every run.
 CREATE OR REPLACE FUNCTION anon._refresh_job_command(refresh_call text, job_name text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT format('DO $job$ BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = %L) '
-                  'THEN PERFORM %s; ELSE PERFORM cron.unschedule(%L); END IF; END $job$',
-                  'plpy_anon', $1, $2)
+DECLARE
+    body text := format('BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = %L) '
+                        'THEN PERFORM %s; ELSE PERFORM cron.unschedule(%L); END IF; END',
+                        'plpy_anon', $1, $2);
+    tag text := 'job';
+BEGIN
+    -- a dollar quote the body does not hold (a release may be named r$job$x)
+    WHILE pg_catalog.strpos(body, '$' || tag || '$') > 0 LOOP
+        tag := tag || '_';
+    END LOOP;
+    RETURN format('DO $%s$ %s $%s$', tag, body, tag);
+END
 $fn$;
 
 -- Jobs scheduled before their command looked for the extension (a plain SELECT anon.refresh),
@@ -4015,7 +4091,10 @@ DECLARE
     gone text[];
     came text[];
 BEGIN
-    IF TG_OP = 'DELETE' THEN
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM anon.interactions;
+        DELETE FROM anon.recommendations;
+    ELSIF TG_OP = 'DELETE' THEN
         DELETE FROM anon.interactions i USING changed_old o WHERE i.requester_name = o.requester_name;
         DELETE FROM anon.recommendations r USING changed_old o WHERE r.requester_name = o.requester_name;
     ELSE
@@ -4040,10 +4119,13 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon._requester_history() IS
-    'Internal: deletes or renames a requester''s interactions and recommendations with it (statement triggers on anon.requesters).';
+    'Internal: deletes (also on TRUNCATE) or renames a requester''s interactions and recommendations with it (statement triggers on anon.requesters).';
 
 DROP TRIGGER IF EXISTS requester_history_delete ON anon.requesters;
 DROP TRIGGER IF EXISTS requester_history_rename ON anon.requesters;
+DROP TRIGGER IF EXISTS requester_history_truncate ON anon.requesters;
+CREATE TRIGGER requester_history_truncate AFTER TRUNCATE ON anon.requesters
+    FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
 CREATE TRIGGER requester_history_delete AFTER DELETE ON anon.requesters
     REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
 CREATE TRIGGER requester_history_rename AFTER UPDATE ON anon.requesters
@@ -5090,7 +5172,11 @@ GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
 GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people, anon.release_secrets
+    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people
     TO plpy_anon_custodian;
+-- A stable release's salt: no privilege at all (not even row-secured SELECT, which the planner
+-- lets a role probe through leakproof functions and EXPLAIN ANALYZE); owners reach their own
+-- through anon._release_salt / anon._store_release_salt (035-catalog-guard.sql).
+REVOKE ALL ON anon.release_secrets FROM plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

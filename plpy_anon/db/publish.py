@@ -299,5 +299,5 @@ def drop(plpy, release: dict, *, source_locked: bool = False) -> None:
             plpy.execute(f"DROP TABLE {ident(plpy, schema, rel)}")
     with owner_state(plpy):
         republication.forget(plpy, release["release_id"])
-        run(plpy, "DELETE FROM anon.release_secrets WHERE release_id = $1", ["int4"], [release["release_id"]])
+        run(plpy, "SELECT anon._store_release_salt($1, NULL)", ["int4"], [release["release_id"]])
     run(plpy, "DELETE FROM anon.releases WHERE release_id = $1", ["int4"], [release["release_id"]])

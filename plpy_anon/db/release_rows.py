@@ -55,7 +55,7 @@ def create_frozen_view(plpy, qualified: str, query: str) -> None:
 
 
 #: what a release keeps out of its catalog row (anon.releases, which every custodian reads): kept
-#: in anon.release_secrets, which row security shows to the release's owner only
+#: in anon.release_secrets, which only the release's owner reaches (anon._release_salt)
 SECRETS = ("person_salt",)
 
 
@@ -63,18 +63,15 @@ def store_secrets(plpy, release_id: int, parameters: dict) -> None:
     """Keep ``parameters``' secrets (:data:`SECRETS`) in anon.release_secrets: the catalog row
     stores the parameters without them."""
     if parameters.get("person_salt") is not None:
-        with owner_state(plpy):
-            run(plpy, "INSERT INTO anon.release_secrets (release_id, person_salt) VALUES ($1, $2)",
-                ["int4", "text"], [release_id, parameters["person_salt"]])
+        run(plpy, "SELECT anon._store_release_salt($1, $2)", ["int4", "text"],
+            [release_id, parameters["person_salt"]])
 
 
 def secrets(plpy, release_id: int) -> dict:
-    """The release's secrets, to merge into its parameters for a run (empty when it has none,
-    or when row security hides them: the caller is not the release's owner)."""
-    with owner_state(plpy):
-        rows = run(plpy, "SELECT person_salt FROM anon.release_secrets WHERE release_id = $1",
-                   ["int4"], [release_id])
-    return {"person_salt": rows[0]["person_salt"]} if rows else {}
+    """The release's secrets, to merge into its parameters for a run (empty when it has none);
+    42501 for a session that is not its owner's (anon._release_salt)."""
+    salt = run(plpy, "SELECT anon._release_salt($1) AS s", ["int4"], [release_id])[0]["s"]
+    return {"person_salt": salt} if salt is not None else {}
 
 
 @contextlib.contextmanager

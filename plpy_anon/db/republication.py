@@ -101,6 +101,13 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
               qi_texts) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
+    if parameters.get("person_salt") is None:
+        raise InsufficientData(
+            f"release {release_id} is refreshed in the stable mode but its salt (the key of its "
+            "person hashes, anon.release_secrets) is gone, so nobody it published can be followed",
+            hint="Restore the release's row of anon.release_secrets from a backup, or drop the "
+                 "release and create it again (a new history that earlier versions can be "
+                 "intersected with).")
     hashes = person_hashes(identifier_texts, parameters["person_salt"])
     shared = len(hashes) - len(set(hashes))
     if shared:

@@ -109,6 +109,9 @@ def load_sample(plpy, sample, schema_name):
     if sample not in SAMPLES:
         raise InvalidParameter(f"unknown sample {sample!r}",
                                hint=f"Load one of: {', '.join(SAMPLES)}.")
+    if not schema_name.strip():
+        raise InvalidParameter("schema_name is empty",
+                               hint="Name the schema to load into, e.g. schema_name => 'public'.")
     for table in SAMPLES[sample]:
         if run(plpy, "SELECT pg_catalog.to_regclass($1) IS NOT NULL AS taken", ["text"],
                [ident(plpy, schema_name, table.name)])[0]["taken"]:

@@ -7,6 +7,70 @@
 -- rather than row security: pg_dump
 -- and pg_restore run with row_security = off, under which a restore's REFRESH of a custodian's
 -- release (its query reads anon.releases as that custodian) fails.
+CREATE OR REPLACE FUNCTION anon._is_next_release_id(release_id integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN $1 = pg_catalog.currval('anon.releases_release_id_seq');
+EXCEPTION WHEN object_not_in_prerequisite_state THEN     -- no id drawn in this session
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
+    'Internal: whether an id is the one anon.releases'' sequence last gave this session (the catalog guard''s rule for new rows).';
+
+-- A stable release's salt (the key of its person hashes) is its owner's alone. Custodians have no
+-- privilege on anon.release_secrets: row security would hide the rows but not their values from
+-- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
+-- (whether the policy's subplan ran). These two functions are the only way to the table, and the
+-- only SECURITY DEFINER functions of the extension besides its event trigger: they give or store
+-- the salt of a release only for a session whose login role is, or is a member of, its owner
+-- (session_user: inside them current_user is the extension's owner).
+CREATE OR REPLACE FUNCTION anon._release_salt(release_id integer)
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner regrole;
+BEGIN
+    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
+    IF owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied for the state of release %', $1
+            USING ERRCODE = '42501', HINT = 'A stable release''s state is read by its owner only.';
+    END IF;
+    RETURN (SELECT s.person_salt FROM anon.release_secrets s WHERE s.release_id = $1);
+END
+$$;
+COMMENT ON FUNCTION anon._release_salt(integer) IS
+    'Internal: a stable release''s salt, for a session of its owner; NULL when it has none.';
+
+CREATE OR REPLACE FUNCTION anon._store_release_salt(release_id integer, salt text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner regrole;
+BEGIN
+    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
+    IF owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied for the state of release %', $1
+            USING ERRCODE = '42501', HINT = 'A stable release''s state is written by its owner only.';
+    END IF;
+    IF $2 IS NULL THEN
+        DELETE FROM anon.release_secrets s WHERE s.release_id = $1;
+    ELSE
+        INSERT INTO anon.release_secrets AS s (release_id, person_salt) VALUES ($1, $2)
+        ON CONFLICT ON CONSTRAINT release_secrets_pkey DO UPDATE SET person_salt = EXCLUDED.person_salt;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
+    'Internal: stores (NULL: deletes) a stable release''s salt, for a session of its owner.';
+
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -26,6 +90,9 @@ BEGIN
         CASE TG_TABLE_NAME
         WHEN 'releases' THEN
             allowed := pg_catalog.pg_has_role((r.x).release_owner, 'MEMBER')
+                       -- a new row takes the id the sequence gave this session: a role that
+                       -- chose it (OVERRIDING SYSTEM VALUE) could take over an old release's state
+                       AND (TG_OP <> 'INSERT' OR anon._is_next_release_id((r.x).release_id))
                        AND (NOT r.new OR pg_catalog.has_table_privilege((r.x).source, 'SELECT'))
                        -- what a release is stays as created: plpy_anon never updates these, and
                        -- an owner listing its own view among the objects would have it read as one

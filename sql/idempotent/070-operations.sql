@@ -19,12 +19,21 @@ $$;
 -- once it is gone, unschedules itself instead of failing every run.
 CREATE OR REPLACE FUNCTION anon._refresh_job_command(refresh_call text, job_name text)
 RETURNS text
-LANGUAGE sql IMMUTABLE
+LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT format('DO $job$ BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = %L) '
-                  'THEN PERFORM %s; ELSE PERFORM cron.unschedule(%L); END IF; END $job$',
-                  'plpy_anon', $1, $2)
+DECLARE
+    body text := format('BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = %L) '
+                        'THEN PERFORM %s; ELSE PERFORM cron.unschedule(%L); END IF; END',
+                        'plpy_anon', $1, $2);
+    tag text := 'job';
+BEGIN
+    -- a dollar quote the body does not hold (a release may be named r$job$x)
+    WHILE pg_catalog.strpos(body, '$' || tag || '$') > 0 LOOP
+        tag := tag || '_';
+    END LOOP;
+    RETURN format('DO $%s$ %s $%s$', tag, body, tag);
+END
 $fn$;
 
 -- Jobs scheduled before their command looked for the extension (a plain SELECT anon.refresh),

@@ -25,7 +25,10 @@ DECLARE
     gone text[];
     came text[];
 BEGIN
-    IF TG_OP = 'DELETE' THEN
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM anon.interactions;
+        DELETE FROM anon.recommendations;
+    ELSIF TG_OP = 'DELETE' THEN
         DELETE FROM anon.interactions i USING changed_old o WHERE i.requester_name = o.requester_name;
         DELETE FROM anon.recommendations r USING changed_old o WHERE r.requester_name = o.requester_name;
     ELSE
@@ -50,10 +53,13 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon._requester_history() IS
-    'Internal: deletes or renames a requester''s interactions and recommendations with it (statement triggers on anon.requesters).';
+    'Internal: deletes (also on TRUNCATE) or renames a requester''s interactions and recommendations with it (statement triggers on anon.requesters).';
 
 DROP TRIGGER IF EXISTS requester_history_delete ON anon.requesters;
 DROP TRIGGER IF EXISTS requester_history_rename ON anon.requesters;
+DROP TRIGGER IF EXISTS requester_history_truncate ON anon.requesters;
+CREATE TRIGGER requester_history_truncate AFTER TRUNCATE ON anon.requesters
+    FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
 CREATE TRIGGER requester_history_delete AFTER DELETE ON anon.requesters
     REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
 CREATE TRIGGER requester_history_rename AFTER UPDATE ON anon.requesters

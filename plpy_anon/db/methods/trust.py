@@ -70,11 +70,18 @@ def _named(plpy, query: str, name: str, what: str, hint: str) -> dict:
 
 
 def _requester(plpy, requester, *, lock=False) -> dict:
-    """``lock``: hold the row against a concurrent delete until commit, as a foreign key would
-    (history tables have none: sql/incremental/210-requester-history.sql)."""
+    """``lock``: before history is written for the requester, touch its row (a no-op update):
+    a concurrent delete then waits for this transaction and, at REPEATABLE READ or above, fails
+    with a serialization error instead of deleting the requester without the history its
+    snapshot does not see (history tables have no foreign key:
+    sql/incremental/210-requester-history.sql)."""
+    if lock:
+        return _named(plpy, "UPDATE anon.requesters SET requester_name = requester_name "
+                            "WHERE requester_name = $1 RETURNING requester_name, role_name::text",
+                      requester, "requester",
+                      "Register it first with anon.add_requester(requester, role => ...).")
     return _named(plpy, "SELECT requester_name, role_name::text AS role_name FROM anon.requesters "
-                        "WHERE requester_name = $1" + (" FOR KEY SHARE" if lock else ""),
-                  requester, "requester",
+                        "WHERE requester_name = $1", requester, "requester",
                   "Register it first with anon.add_requester(requester, role => ...).")
 
 
