@@ -1,7 +1,8 @@
 # plpy_anon -- PGXS extension plus the project's own targets.
 #
 #   make demo      set up a fresh Debian 12 machine (as root), start a throwaway cluster, run the demo
-#   make test      set up, then run the whole test suite against a real PostgreSQL 15
+#   make test      set up, then run the whole test suite against a real PostgreSQL 15: the default
+#                  run (make test-fast), then the slow one (make test-slow)
 #   make bench     print the benchmark figures (reads ../shared/data, or PLPY_ANON_DATA)
 #   make build     regenerate extension/ from sql/ (committed; make test checks it is current)
 #   make install   install the Python package into $(VENV) and the extension files via PGXS
@@ -24,7 +25,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 endif
 
-.PHONY: setup build freeze install-py demo test test-unit test-db bench experiments lint clean-venv
+.PHONY: setup build freeze install-py demo test test-fast test-slow test-unit test-db bench experiments lint clean-venv
 
 setup:
 	bash docker/setup-debian.sh --dev
@@ -53,9 +54,19 @@ demo: setup
 	$(MAKE) install
 	$(VPYTHON) -m plpy_anon.demo
 
+# The whole suite in two runs (tests/runs.py): the default one, every test not marked slow, with its
+# slowest tests listed; then the slow one, the tests marked slow and the property tests marked
+# more_examples at their full count (PLPY_ANON_TESTS=slow).
 test: setup
 	$(MAKE) install
-	$(VPYTHON) -m pytest tests -q
+	$(MAKE) test-fast
+	$(MAKE) test-slow
+
+test-fast:
+	$(VPYTHON) -m pytest tests -q --durations=15
+
+test-slow:
+	PLPY_ANON_TESTS=slow $(VPYTHON) -m pytest tests -q -m "slow or more_examples" --durations=15
 
 test-unit:
 	$(VPYTHON) -m pytest tests/unit -q

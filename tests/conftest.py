@@ -6,6 +6,7 @@ a fresh backend or another role open their own connections with ``connect()``.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import shutil
 import tempfile
@@ -13,10 +14,18 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import settings
 from psycopg import sql
 from pytest_postgresql import factories
 
 from tests.helpers import release_schema_of
+from tests.runs import SLOW_RUN
+
+# The slow run (make test-slow) gives property tests that set no count of their own more examples;
+# tests/runs.py's examples() sets the counts of both runs for expensive ones.
+settings.register_profile("slow", max_examples=500, deadline=None)
+if SLOW_RUN:
+    settings.load_profile("slow")
 
 HERE = Path(__file__).resolve().parent
 PG_CTL = str(HERE / "pg_ctl_as_postgres")
@@ -70,14 +79,11 @@ def db(connect):
 _schema_numbers = itertools.count()
 
 
-@pytest.fixture
-def schema(db, request):
-    """A fresh schema for one test, first on the shared connection's search_path; dropped after
-    the test together with every release made from its tables."""
-    name = f"t{next(_schema_numbers)}_{request.node.name[:40]}".lower()
-    name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+@contextlib.contextmanager
+def _fresh_schema(db, name):
+    """Create schema ``name``; afterwards drop it together with every release made from its tables
+    and its release schema, and reset the shared connection's search_path."""
     db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    db.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(name)))
     yield name
     if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         db.rollback()
@@ -94,6 +100,29 @@ def schema(db, request):
     db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (released_in,))
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
     db.execute("RESET search_path")
+
+
+def _schema_name(node_name: str) -> str:
+    name = f"t{next(_schema_numbers)}_{node_name[:40]}".lower()
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+
+
+@pytest.fixture
+def schema(db, request):
+    """A fresh schema for one test, first on the shared connection's search_path; dropped after
+    the test together with every release made from its tables."""
+    with _fresh_schema(db, _schema_name(request.node.name)) as name:
+        db.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(name)))
+        yield name
+
+
+@pytest.fixture(scope="module")
+def module_schema(db, request):
+    """A fresh schema for the data several tests of a module read (releases that take seconds to
+    make), dropped with its releases after the module. It is not on the search_path: a fixture
+    using it sets the path while it creates, and resets it."""
+    with _fresh_schema(db, _schema_name(request.module.__name__.rpartition(".")[2])) as name:
+        yield name
 
 
 @pytest.fixture

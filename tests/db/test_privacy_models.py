@@ -13,6 +13,7 @@ import math
 import pandas as pd
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.db.test_verification import catalog, mondrian_tampered
 from tests.helpers import release_schema_of
@@ -36,6 +37,42 @@ QIS = ["age", "zip"]
 def people(db, schema):
     db.execute(PEOPLE)
     return f"{schema}.people"
+
+
+# the releases several tests read, made once: an l-diverse release of PEOPLE takes seconds
+SHARED = {"d": {"l": 2}, "e": {"l": 2, "l_diversity": "entropy"},
+          "r": {"l": 2, "l_diversity": "recursive", "c": 3}, "t": {"t": 0.2}}
+
+
+class SharedReleases(dict):
+    """Name -> released relation of SHARED's releases of PEOPLE at k = 5 and the default (median)
+    split, each made when a test first reads it (so no one test waits for all four)."""
+
+    def __init__(self, db, schema):
+        super().__init__()
+        self.db, self.schema = db, schema
+
+    def __missing__(self, name):
+        self.db.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(self.schema)))
+        try:
+            self[name] = release(self.db, self.schema, name, k=5, **SHARED[name])
+        finally:
+            self.db.execute("RESET search_path")
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def shared(db, module_schema):
+    """(the schema of PEOPLE, its SharedReleases)."""
+    db.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(module_schema)))
+    db.execute(PEOPLE)
+    db.execute("RESET search_path")
+    return module_schema, SharedReleases(db, module_schema)
+
+
+def parameters(db, schema, name):
+    return db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s "
+                      "AND release_name = %s", (release_schema_of(schema), name)).fetchone()[0]
 
 
 def release(db, schema, name, **kwargs):
@@ -77,12 +114,12 @@ def emd_ordered(counts, table):
     return total / (len(values) - 1)
 
 
-def test_entropy_release_merges_what_distinct_accepts(db, schema, people):
-    distinct = release(db, schema, "d", k=5, l=2)
-    _, d_classes = classes(db, distinct)
+def test_entropy_release_merges_what_distinct_accepts(db, shared):
+    schema, made = shared
+    _, d_classes = classes(db, made["d"])
     assert min(len(c) for c in d_classes) >= 2
     assert min(entropy(c) for c in d_classes) < math.log(2)      # the test table is meaningful
-    rel = release(db, schema, "e", k=5, l=2, l_diversity="entropy")
+    rel = made["e"]
     frame, e_classes = classes(db, rel)
     assert len(frame) == 600
     assert min(c.sum() for c in e_classes) >= 5
@@ -93,21 +130,29 @@ def test_entropy_release_merges_what_distinct_accepts(db, schema, people):
     income = figures["models"]["by_column"]["income"]
     assert income["failing_classes"] == 0
     assert income["min_entropy"] == pytest.approx(min(entropy(c) for c in e_classes), abs=1e-6)
-    params = db.execute("SELECT parameters FROM anon.releases WHERE release_name = 'e'").fetchone()[0]
+    params = parameters(db, schema, "e")
     assert (params["l_diversity"], params["c"], params["t"], params["split"]) == \
         ("entropy", None, None, "median")
 
 
-@pytest.mark.parametrize("split", ["median", "utility"])
-def test_recursive_and_t_closeness_hold_on_released_rows(db, schema, people, split):
-    rel = release(db, schema, "r", k=5, l=2, l_diversity="recursive", c=3, split=split)
-    _, found = classes(db, rel)
+def check_recursive_and_t_closeness(db, recursive, t_close):
+    _, found = classes(db, recursive)
     assert all(recursive_ok(c, 3, 2) for c in found) and min(c.sum() for c in found) >= 5
-    rel = release(db, schema, "t", k=5, t=0.2, split=split)
-    frame, found = classes(db, rel)
+    frame, found = classes(db, t_close)
     table = frame["s"].value_counts()
     assert max(emd_equal(c, table) for c in found) <= 0.2 + 1e-9
-    assert db.execute("SELECT verified FROM anon.releases WHERE release_name = 't'").fetchone()[0]
+    assert catalog(db, t_close)[1] is True
+
+
+def test_recursive_and_t_closeness_hold_on_released_rows_split_at_the_median(db, shared):
+    _, made = shared
+    check_recursive_and_t_closeness(db, made["r"], made["t"])
+
+
+def test_recursive_and_t_closeness_hold_on_released_rows_split_for_utility(db, schema, people):
+    check_recursive_and_t_closeness(
+        db, release(db, schema, "r", k=5, l=2, l_diversity="recursive", c=3, split="utility"),
+        release(db, schema, "t", k=5, t=0.2, split="utility"))
 
 
 def test_t_closeness_on_a_numeric_sensitive_column_uses_ordered_distance(db, schema, people):
@@ -188,22 +233,19 @@ def test_refusals_are_22023_naming_the_fix(db, schema, people, kwargs, message, 
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_name = 'x'").fetchone()[0] == 0
 
 
-def test_the_stored_risk_report_confirms_each_model(db, schema, people):
+def test_the_stored_risk_report_confirms_each_model(db, shared):
     """The risk report each release stores (anon.releases.risk, counted in SQL by db/risk.py)
     confirms the model the partition was asked for, on the released rows."""
-    asked = {"e": {"l": 2, "l_diversity": "entropy"},
-             "r": {"l": 2, "l_diversity": "recursive", "c": 3}, "t": {"t": 0.2}}
-    for name, kwargs in asked.items():
-        release(db, schema, name, k=5, **kwargs)
+    schema, made = shared
+    assert all(made[name] for name in SHARED)      # each made, unless a test before made it
     reports = {name: {(r["measure"], r["column_name"]): r["value"] for r in risk}
                for name, risk in db.execute("SELECT release_name, risk FROM anon.releases "
-                                            "WHERE release_name IN ('e', 'r', 't')")}
+                                            "WHERE release_schema = %s AND release_name IN "
+                                            "('d', 'e', 'r', 't')", (release_schema_of(schema),))}
     assert reports["e"][("entropy_l", "income")] >= 2 - 1e-9
     assert reports["e"][("smallest_class", None)] >= 5
     # recursive_cl_l is reported at the default c = 3, the c asked for here
     assert reports["r"][("recursive_cl_l", "income")] >= 2
     assert reports["t"][("t_closeness", "income")] <= 0.2 + 1e-9
     # the report is not a copy of the request: the distinct release of the same table fails entropy
-    release(db, schema, "d", k=5, l=2)
-    risk = db.execute("SELECT risk FROM anon.releases WHERE release_name = 'd'").fetchone()[0]
-    assert {(r["measure"], r["column_name"]): r["value"] for r in risk}[("entropy_l", "income")] < 2
+    assert reports["d"][("entropy_l", "income")] < 2

@@ -142,7 +142,14 @@ def run_document(connect, document: Path) -> list[str]:
     return failures
 
 
-@pytest.mark.parametrize("document", [d for d in DOCUMENTS if blocks_of(d)], ids=lambda d: d.name)
+# documents whose examples take minutes: fusion.md runs the fusion attack's simulations (three scans
+# of k = 2..12 on 1,000 employees)
+SLOW_DOCUMENTS = {"fusion.md"}
+
+
+@pytest.mark.parametrize("document", [
+    pytest.param(d, marks=pytest.mark.slow) if d.name in SLOW_DOCUMENTS else d
+    for d in DOCUMENTS if blocks_of(d)], ids=lambda d: d.name)
 def test_every_sql_block_runs_as_written(connect, document):
     failures = run_document(connect, document)
     assert not failures, "\n".join(failures)

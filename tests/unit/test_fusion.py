@@ -184,7 +184,8 @@ def test_verdict_figures_are_consistent(pairs):
         assert (verdict["verdict"] == "unprotected") == expected
 
 
-@pytest.mark.parametrize("attacker", ["regression", "fuzzy"])
+# the regression attacker: 19 ks x 5 simulations x 2 random forests, 20 s a case on a loaded machine
+@pytest.mark.parametrize("attacker", [pytest.param("regression", marks=pytest.mark.slow), "fuzzy"])
 @pytest.mark.parametrize("driven_by, expected", [("auxiliary", "unprotected"),
                                                  ("release", "protected")])
 def test_scan_verdict_follows_what_drives_the_sensitive_value(driven_by, expected, attacker):
@@ -595,6 +596,7 @@ def test_protection_trend_by_hand():
     assert se == pytest.approx(np.sqrt(4e-4 / 2 / (x @ x)))
 
 
+@pytest.mark.slow                                  # 3 scans x 7 ks x 5 simulations: 15-30 s
 def test_the_choice_of_k_does_not_follow_the_seed(enterprise):
     """With protection from one simulation, the chosen k followed the seed of the known sample
     (here, weights 0.95 / 0.05: 12, 10, 10, 5, 4 over five seeds on k = 2..12); averaged over

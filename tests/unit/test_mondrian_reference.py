@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from plpy_anon.core import mondrian
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian
+from tests.runs import examples
 from tests.unit import reference_mondrian
 from tests.unit.test_mondrian import KINDS, _random_column, tables
 
@@ -73,7 +74,7 @@ def _renumbering_fits(columns, sensitive, target, k):
     }
 
 
-@settings(max_examples=12, deadline=None)
+@examples(default=4, slow=30)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([2, 5, 10]), st.integers(0, 3))
 def test_renumbered_rows_give_the_same_labels(seed, k, threshold):
     """Large tables renumber their rows mid-fit and regroup in tree order from then on
