@@ -27,23 +27,23 @@ import os
 import threading
 import time
 import traceback
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import click
-import pandas as pd
-import psycopg
-from psycopg.conninfo import make_conninfo
-from psycopg.types.json import Jsonb
-from psycopg.types.range import Range
 
 import plpy_anon
-from plpy_anon.client import AnonClient
-from plpy_anon.client.api import function_parameters
 from plpy_anon.client.errors import ConnectionFailed, ServerError
 from plpy_anon.client.report import DEFAULT_THRESHOLDS, THRESHOLD_HELP, write_report
 from plpy_anon.core.errors import AnonError
-from plpy_anon.parameters import SURFACES
+from plpy_anon.parameters import SURFACES, function_parameters
 from plpy_anon.psql_text import aligned_table
+
+# pandas and psycopg are imported by the commands that use them: --help and usage errors answer
+# without loading them
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from plpy_anon.client import AnonClient
 
 #: exit status by kind of failure (docs/cli.md); 1 for any other error the server reports
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_INTERNAL, \
@@ -104,6 +104,8 @@ def plain(value: Any, *, iso: bool = True) -> Any:
     """A value as JSON/CSV/table cells show it: PostgreSQL's text forms for ranges and arrays,
     ISO 8601 timestamps (``T`` between date and time; a space with ``iso=False``, as psql shows
     them), numbers exactly as they came (a numeric stays a Decimal)."""
+    import pandas as pd
+    from psycopg.types.range import Range
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, Range):
@@ -227,6 +229,7 @@ def emit(ctx: click.Context, frame: pd.DataFrame) -> None:
 
 
 def emit_record(ctx: click.Context, record: dict) -> None:
+    import pandas as pd
     emit(ctx, pd.DataFrame([record]))
 
 
@@ -275,6 +278,8 @@ def looks_like_conninfo(text: str) -> bool:
 def conninfo(options: dict, password: str | None = None) -> str:
     """The libpq connection string of the global options; what they leave out, libpq takes from
     its defaults and the PG* variables, as psql does."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
     base, dbname = options.get("dbname") or "", None
     if base and not looks_like_conninfo(base):
         base, dbname = "", base
@@ -292,6 +297,7 @@ def conninfo(options: dict, password: str | None = None) -> str:
 def connect(ctx: click.Context, progress: Progress | None = None) -> AnonClient:
     """A client on the global options' connection. -W asks for the password first; without it,
     a server that wants a password it was not given gets it asked for on a terminal (unless -w)."""
+    from plpy_anon.client import AnonClient
     options = ctx.obj
     password = ask_password() if options.get("password_prompt") else None
     try:
@@ -375,6 +381,7 @@ def version_lines(options: dict) -> list[str]:
         or any(os.environ.get(v) for v in CONNECTION_VARIABLES)
     if not given:
         return lines + ["extension: not connected (no -d, -h, -p, -U, PLPY_ANON_DSN or PG* variable)"]
+    from plpy_anon.client import AnonClient
     try:
         with AnonClient(conninfo(options)) as anon:
             installed = anon.extension_version()
@@ -461,6 +468,7 @@ def option_value(parameter, value):
     if parameter.sql_type == "text[]":
         return split_list(value)
     if parameter.sql_type == "jsonb":
+        from psycopg.types.json import Jsonb
         try:
             return Jsonb(json.loads(value))
         except ValueError as error:
@@ -801,6 +809,7 @@ def load_queries(ctx, log_file, source, log_format, projection_share):
         result = client(ctx).load_queries(log_file, source=source, log_format=log_format,
                                           projection_share=projection_share)
     if result.priorities:
+        import pandas as pd
         emit(ctx, pd.DataFrame(result.priorities))
     else:
         emit_record(ctx, {"statements": result.statements, "distinct": result.distinct,

@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 from pytest_postgresql import factories
 
-from tests.helpers import release_schema_of
+from tests.helpers import load_python_stack, release_schema_of
 
 HERE = Path(__file__).resolve().parent
 PG_CTL = str(HERE / "pg_ctl_as_postgres")
@@ -62,7 +62,7 @@ def connect(pg_server):
 def db(connect):
     """The shared superuser connection (its backend has the Python stack imported once)."""
     conn = connect()
-    conn.execute("SELECT * FROM anon.versions()").fetchall()
+    load_python_stack(conn)
     yield conn
     conn.close()
 

@@ -13,7 +13,6 @@ typed exceptions of :mod:`plpy_anon.client.errors`, carrying its message, detail
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import importlib.util
 import inspect
@@ -30,8 +29,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from plpy_anon import parameters
 from plpy_anon.client import errors
+from plpy_anon.parameters import function_parameters
 
 ProgressCallback = Callable[[str], None]
 EXPORT_FORMATS = ("csv", "parquet", "sql")
@@ -60,20 +59,6 @@ def _param(value: Any) -> Any:
 PYTHON_TYPES = {"integer": int, "bigint": int, "double precision": float, "boolean": bool,
                 "text": str, "regclass": str, "text[]": Sequence[str], "jsonb": str | dict,
                 "text | jsonb": str | dict}
-
-
-def function_parameters(function: str) -> list[parameters.Parameter]:
-    """The parameters of SQL function anon.<function> over every method it creates (mondrian_view:
-    plain and prioritized Mondrian), in their SQL order; one that not every method declares
-    (priorities) is optional."""
-    surfaces = [s for s in parameters.SURFACES.values() if s.function == function]
-    merged: dict[str, parameters.Parameter] = {}
-    for surface in surfaces:
-        for p in surface.parameters:
-            merged.setdefault(p.name, p)
-    everywhere = set.intersection(*(set(s.by_name) for s in surfaces))
-    return [p if p.name in everywhere else dataclasses.replace(p, default="NULL")
-            for p in merged.values()]
 
 
 def release_method(function: str) -> Callable[..., str]:

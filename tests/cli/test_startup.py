@@ -1,0 +1,46 @@
+"""``plpy-anon --help`` and usage errors answer without loading the client's heavy libraries:
+pandas and psycopg are imported by the commands that talk to a database, not by the command line
+itself (a new process per call, as from a shell)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pandas", "psycopg", "numpy", "pyarrow", "matplotlib", "sklearn", "sqlglot")
+
+RUN = """
+import json, sys
+sys.argv = ["plpy-anon", *json.loads(sys.argv[1])]
+from plpy_anon.cli import main
+try:
+    main()
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "loaded": [m for m in HEAVY if m in sys.modules]}), file=sys.stderr)
+""".replace("HEAVY", repr(HEAVY))
+
+
+def command_line(*args: str) -> tuple[dict, str]:
+    out = subprocess.run([sys.executable, "-c", RUN, json.dumps(args)], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stderr.strip().splitlines()[-1]), out.stdout
+
+
+@pytest.mark.parametrize("args", [("--help",), ("mondrian-view", "--help"), ("refresh", "--help"),
+                                  ("no-such-command",)])
+def test_help_and_usage_errors_load_no_heavy_library(args):
+    result, _ = command_line(*args)
+    assert result["code"] in (0, 2)
+    assert result["loaded"] == []
+
+
+def test_help_still_lists_every_command_and_method_option():
+    _, top = command_line("--help")
+    for command in ("mondrian-view", "break-merge", "refresh", "release-status", "export"):
+        assert command in top
+    _, mondrian = command_line("mondrian-view", "--help")
+    for option in ("--k", "--quasi-identifiers", "--sensitive", "--refresh-mode"):
+        assert option in mondrian
