@@ -44,7 +44,7 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db import grants, publish
+from plpy_anon.db import grants, publish, timing
 from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
@@ -54,6 +54,7 @@ from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name
     check_genuine,
     lock_release,
     owned_relations,
+    record_timing,
     relation_exists,
     storage_of,
     take_run,
@@ -70,11 +71,23 @@ from plpy_anon.db.swap_locks import (  # noqa: F401 -- LockNotAvailable: raised 
 
 # ---------------------------------------------------------------------------- one release
 
-def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
+def refresh(plpy, GD, release: dict, method: ReleaseMethod | None, *,
+            started: float | None = None) -> dict:
     """Rebuild ``release`` (``method.refresh_release(plpy, GD, release)`` for methods with their
-    own refresh, else build-and-swap); on failure record it autonomously and re-raise."""
-    lock_source(plpy, release["source"])     # the one lock order: source, release, its relations
-    lock_release(plpy, release["release_id"])
+    own refresh, else build-and-swap); on failure record it autonomously and re-raise. The
+    recorded seconds (catalog and history alike) are the wall clock of the whole call from
+    ``started`` (time.monotonic(); default now), lock waits included, its phases in
+    ``metrics.timing``."""
+    with timing.call(started) as clock:
+        return _refresh(plpy, GD, release, method, clock)
+
+
+def _refresh(plpy, GD, release: dict, method: ReleaseMethod | None, clock: timing.Clock) -> dict:
+    started_at = run(plpy, "SELECT pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $1) AS t",
+                     ["float8"], [clock.figures()["seconds"]])[0]["t"]
+    with timing.phase("locks"):
+        lock_source(plpy, release["source"])     # the one lock order: source, release, its relations
+        lock_release(plpy, release["release_id"])
     # re-read after the wait: a drop or a replace => true that committed meanwhile
     current = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"],
                   [release["release_id"]])
@@ -85,8 +98,6 @@ def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
             hint="Nothing was refreshed. If it was replaced, the new release is already current; "
                  "see SELECT * FROM anon.release_status().")
     release = current[0]
-    started_at = run(plpy, "SELECT pg_catalog.clock_timestamp() AS t")[0]["t"]
-    t0 = time.monotonic()
     progress(plpy, f"refreshing {qualified_text(release)} ({release['method']})")
     try:
         with plpy.subtransaction():
@@ -102,12 +113,13 @@ def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
                 method.refresh_release(plpy, GD, release)
             else:
                 rebuild_view(plpy, GD, release, method=method)
-            row = by_id(plpy, release["release_id"])
-            grants.grant_release(plpy, row)
+            with timing.phase("grants"):
+                grants.grant_release(plpy, by_id(plpy, release["release_id"]))
     except Exception as exc:  # noqa: BLE001 -- any failure is recorded, then re-raised
-        record_failure(plpy, release, started_at, time.monotonic() - t0, exc)
+        record_failure(plpy, release, started_at, clock.figures()["seconds"], exc)
         raise as_anon_error(exc) from None
-    seconds = time.monotonic() - t0
+    row = record_timing(plpy, release["release_id"], clock.figures())
+    seconds = row["refresh_seconds"]
     across = (jsonb(row["verification"]) or {}).get("across_versions") if row["verification"] else None
     run(plpy, """
         INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds, succeeded,
@@ -145,7 +157,7 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
         lock_for_swap(plpy, release, [("MATERIALIZED VIEW", schema, name)], waits)
         # REFRESH (not CREATE ... AS) writes frozen rows: a reader whose snapshot predates the
         # refresh sees the new release, never an empty one. The event trigger records the stash.
-        with publish.temp_file_limit_explained(plpy, source):
+        with publish.temp_file_limit_explained(plpy, source), timing.phase("build"):
             plpy.execute(f"REFRESH MATERIALIZED VIEW {ident(plpy, schema, name)}")
         if analyze:
             plpy.execute(f"ANALYZE {ident(plpy, schema, name)}")
@@ -156,25 +168,23 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     if relation_exists(plpy, schema, temp):   # left by a crash? it is ours: replace it
         plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
     progress(plpy, "building the new release beside the old one (readers keep the old)")
-    t0 = time.monotonic()
-    with publish.temp_file_limit_explained(plpy, source):
+    with publish.temp_file_limit_explained(plpy, source), timing.phase("build"):
         build_frozen(plpy, ident(plpy, schema, temp), saved["query"], release["release_owner"])
+        if analyze:
+            plpy.execute(f"ANALYZE {ident(plpy, schema, temp)}")
     stats = take_run(GD, release["release_id"])
-    if stats is not None:     # the whole build (SQL join included), not only the Python part
-        stats["seconds"] = time.monotonic() - t0
-    if analyze:
-        plpy.execute(f"ANALYZE {ident(plpy, schema, temp)}")
     progress(plpy, "swapping in the new release")
-    lock_for_swap(plpy, release, [("VIEW", schema, v) for v, _ in views] + [("MATERIALIZED VIEW", schema, name)],
-                  waits)
-    for view, _ in views:                                   # dependents first (parameters.objects)
-        plpy.execute(f"DROP VIEW {ident(plpy, schema, view)}")
-    plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, name)}")
-    plpy.execute(f"ALTER MATERIALIZED VIEW {ident(plpy, schema, temp)} RENAME TO {plpy.quote_ident(name)}")
-    restore_properties(plpy, ident(plpy, schema, name), saved)
-    for view, view_saved in reversed(saved_views):          # what they read first
-        plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
-        restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
+    with timing.phase("swap"):
+        lock_for_swap(plpy, release, [("VIEW", schema, v) for v, _ in views] + [("MATERIALIZED VIEW", schema, name)],
+                      waits)
+        for view, _ in views:                               # dependents first (parameters.objects)
+            plpy.execute(f"DROP VIEW {ident(plpy, schema, view)}")
+        plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, name)}")
+        plpy.execute(f"ALTER MATERIALIZED VIEW {ident(plpy, schema, temp)} RENAME TO {plpy.quote_ident(name)}")
+        restore_properties(plpy, ident(plpy, schema, name), saved)
+        for view, view_saved in reversed(saved_views):      # what they read first
+            plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
+            restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
     with publish.temp_file_limit_explained(plpy, source):
         publish.record(plpy, release["release_id"], stats, built=True, method=method)
 
