@@ -431,8 +431,10 @@ def dependency_order(by_id: dict, deps: dict) -> list[dict]:
 
 
 def refresh_all(plpy, refresh_one) -> list[tuple]:
-    """Refresh every release in dependency order, each on its own: a failure is recorded, its
-    dependents are skipped, the others go on. Returns (release, status, seconds, error) rows."""
+    """Refresh every release in dependency order, each on its own (``refresh_one(release,
+    started)``, started = time.monotonic() at its start, so that the seconds it records are the
+    ones returned): a failure is recorded, its dependents are skipped, the others go on. Returns
+    (release, status, seconds, error) rows."""
     by_id, deps = release_graph(plpy)
     # every source first, in one order (by OID), before any release's lock: one transaction
     # refreshing several releases must not hold one release's lock while it waits for the
@@ -452,7 +454,7 @@ def refresh_all(plpy, refresh_one) -> list[tuple]:
         t0 = time.monotonic()
         try:
             with plpy.subtransaction():
-                refresh_one(release)
+                refresh_one(release, t0)
         except Exception as exc:  # noqa: BLE001 -- recorded; the other releases go on
             failed.add(release["release_id"])
             message = error_parts(exc)[0]

@@ -124,7 +124,8 @@ def refresh_row(plpy, GD, release: dict, *, started: float | None = None) -> dic
 @sql_entry
 def refresh_all(plpy, GD=None) -> list[tuple]:
     """anon.refresh_all(): every release in dependency order; see refreshing.refresh_all."""
-    return refreshing.refresh_all(plpy, lambda release: refresh_row(plpy, GD, release))
+    return refreshing.refresh_all(
+        plpy, lambda release, started: refresh_row(plpy, GD, release, started=started))
 
 
 @sql_entry

@@ -109,3 +109,17 @@ def test_a_plain_refresh_records_the_statement_wait_included(db, schema, people,
         sql.Identifier(release_schema_of(schema), storage)))
     seconds, timing = recorded(db, schema)
     assert_whole_call(seconds, timing, wall)
+
+
+def test_refresh_all_records_for_each_release_the_seconds_it_reports(db, schema, people, locked):
+    db.execute(create(schema))
+    name = f"{release_schema_of(schema)}.people_k5"
+    locked(people)
+    t0 = time.perf_counter()
+    reported = {r[0]: r[2] for r in db.execute("SELECT * FROM anon.refresh_all()").fetchall()}
+    wall = time.perf_counter() - t0
+    seconds, timing = recorded(db, schema)
+    assert_whole_call(seconds, timing, wall)
+    assert seconds <= reported[name]          # its own clock started first, and stops after the history row
+    history = db.execute("SELECT seconds FROM anon.refresh_history WHERE release_name = %s", (name,)).fetchall()
+    assert history == [(seconds,)]
