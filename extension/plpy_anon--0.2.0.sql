@@ -446,6 +446,15 @@ ALTER TABLE anon.interactions DROP CONSTRAINT IF EXISTS interactions_requester_n
 ALTER TABLE anon.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
 
 -------------------------------------------------------------------------------
+-- incremental/215-refresh-phases.sql
+-- 0.2.0: where each refresh's time went: its phases (seconds by phase, adding up to the row's
+-- seconds, the wall clock of the whole call), as anon.releases.metrics -> 'timing' has them for
+-- the current version.
+ALTER TABLE anon.refresh_history ADD COLUMN phases jsonb;
+COMMENT ON COLUMN anon.refresh_history.phases IS
+    'Seconds by phase of the refresh (prepare, locks, read, fit, publish, build, verify, republication, risk, record, swap, grants): they add up to seconds.';
+
+-------------------------------------------------------------------------------
 -- incremental/230-release-state-owners.sql
 -- A stable release's state is its owner's alone. anon.release_people holds a salted hash of each
 -- person's identifiers with the candidates every version left them; with the salt, a custodian
@@ -574,6 +583,8 @@ RETURNS TABLE (table_name text, row_count bigint)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.load_sample(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -606,6 +617,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import samples as _module
 return _module.load_sample(plpy, sample, schema_name)
 $$;
@@ -940,6 +953,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_prefix(regclass, text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -972,6 +987,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_prefix(plpy, source, column_name, mask, step)
 $$;

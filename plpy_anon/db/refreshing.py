@@ -116,18 +116,20 @@ def _refresh(plpy, GD, release: dict, method: ReleaseMethod | None, clock: timin
             with timing.phase("grants"):
                 grants.grant_release(plpy, by_id(plpy, release["release_id"]))
     except Exception as exc:  # noqa: BLE001 -- any failure is recorded, then re-raised
-        record_failure(plpy, release, started_at, clock.figures()["seconds"], exc)
+        figures = clock.figures()
+        record_failure(plpy, release, started_at, figures["seconds"], exc, phases=figures["phases"])
         raise as_anon_error(exc) from None
-    row = record_timing(plpy, release["release_id"], clock.figures())
+    figures = clock.figures()
+    row = record_timing(plpy, release["release_id"], figures)
     seconds = row["refresh_seconds"]
     across = (jsonb(row["verification"]) or {}).get("across_versions") if row["verification"] else None
     run(plpy, """
         INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds, succeeded,
-                                          row_count, achieved_k, across_versions)
-        VALUES ($1, $2, $3::timestamptz, $4, true, $5, $6, $7)""",
-        ["int4", "text", "text", "float8", "int8", "int4", "jsonb"],
+                                          row_count, achieved_k, across_versions, phases)
+        VALUES ($1, $2, $3::timestamptz, $4, true, $5, $6, $7, $8)""",
+        ["int4", "text", "text", "float8", "int8", "int4", "jsonb", "jsonb"],
         [row["release_id"], qualified_text(row), started_at, seconds, row["row_count"], row["achieved_k"],
-         json.dumps(across) if across is not None else None])
+         json.dumps(across) if across is not None else None, json.dumps(figures["phases"])])
     progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}, {seconds:.2f} s")
     return row
 
@@ -329,11 +331,12 @@ def as_anon_error(exc: BaseException) -> BaseException:
     return error
 
 
-def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseException) -> None:
+def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseException, *,
+                   phases: dict | None = None) -> None:
     """Write the failure through a separate connection (it must outlive our rollback)."""
     message, sqlstate = error_parts(exc)
     try:
-        write_autonomously(plpy, release, started_at, seconds, message, sqlstate)
+        write_autonomously(plpy, release, started_at, seconds, message, sqlstate, phases)
     except Exception as write_error:  # noqa: BLE001 -- never hide the refresh's own error
         plpy.warning(f"plpy_anon: the failed refresh of {qualified_text(release)} could not be "
                      f"recorded: {str(write_error).strip()}",
@@ -371,7 +374,7 @@ def socket_directory(plpy) -> str | None:
     return None
 
 
-def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) -> None:
+def write_autonomously(plpy, release, started_at, seconds, message, sqlstate, phases=None) -> None:
     import psycopg  # the venv's; imported only when a refresh fails
 
     params = loopback_conninfo(plpy)
@@ -385,9 +388,10 @@ def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) ->
                                  "-c default_transaction_read_only=off", **params) as conn:
         conn.execute("""
             INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds,
-                                              succeeded, error, sqlstate)
-            VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s)""",
-            (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate))
+                                              succeeded, error, sqlstate, phases)
+            VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s, %s::pg_catalog.jsonb)""",
+            (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate,
+             json.dumps(phases) if phases is not None else None))
         try:
             # lock_timeout: if our own transaction holds the row (it updated it earlier), waiting
             # would deadlock invisibly; the history row above is then the record.

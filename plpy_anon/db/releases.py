@@ -88,8 +88,9 @@ def _record_refreshes(plpy, GD, rows: list[dict], *, started_at: str,
             record(plpy, r["release_id"], stats, method=method_named(r["method"]))
         except verify.VerificationFailed as exc:
             if r["release_id"] not in GD.get(REFRESHING_KEY, set()):
-                seconds = clock.figures()["seconds"] if clock is not None else (stats or {}).get("seconds")
-                refreshing.record_failure(plpy, r, started_at, seconds or 0.0, exc)
+                figures = clock.figures() if clock is not None else {"seconds": (stats or {}).get("seconds")}
+                refreshing.record_failure(plpy, r, started_at, figures["seconds"] or 0.0, exc,
+                                          phases=figures.get("phases"))
             raise
         if clock is not None:
             record_timing(plpy, r["release_id"], clock.figures())
