@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
 import pytest
 from psycopg import sql
 
@@ -124,3 +125,19 @@ def test_refresh_all_records_for_each_release_the_seconds_it_reports(db, schema,
     assert seconds <= reported[name]          # its own clock started first, and stops after the history row
     history = db.execute("SELECT seconds FROM anon.refresh_history WHERE release_name = %s", (name,)).fetchall()
     assert history == [(seconds,)]
+
+
+def test_a_failed_refresh_records_its_whole_call_in_the_history(db, schema, people, locked):
+    db.execute(create(schema))
+    name = f"{release_schema_of(schema)}.people_k5"
+    db.execute(sql.SQL("DELETE FROM {} WHERE id > 3").format(people))      # fewer rows than k
+    locked(people)
+    t0 = time.perf_counter()
+    with pytest.raises(psycopg.errors.DatabaseError):
+        db.execute(sql.SQL("SELECT anon.refresh({})").format(sql.Literal(name)))
+    wall = time.perf_counter() - t0
+    ((succeeded, seconds, phases),) = db.execute(
+        "SELECT succeeded, seconds, phases FROM anon.refresh_history WHERE release_name = %s", (name,)).fetchall()
+    assert not succeeded
+    assert HOLD <= seconds <= wall, (seconds, wall)
+    assert sum(phases.values()) == pytest.approx(seconds, abs=0.005), phases
