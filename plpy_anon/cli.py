@@ -24,6 +24,7 @@ import decimal
 import json
 import math
 import os
+import sys
 import threading
 import time
 import traceback
@@ -104,9 +105,9 @@ def plain(value: Any, *, iso: bool = True) -> Any:
     """A value as JSON/CSV/table cells show it: PostgreSQL's text forms for ranges and arrays,
     ISO 8601 timestamps (``T`` between date and time; a space with ``iso=False``, as psql shows
     them), numbers exactly as they came (a numeric stays a Decimal)."""
-    import pandas as pd
     from psycopg.types.range import Range
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+    pd = sys.modules.get("pandas")          # a result that never went through pandas holds no pd.NA
+    if value is None or (pd is not None and value is pd.NA) or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, Range):
         if value.isempty:
@@ -179,26 +180,31 @@ def cell(value: Any, *, iso: bool = True) -> str:
     return str(value)
 
 
-def render_table(frame: pd.DataFrame) -> str:
-    return aligned_table([str(c) for c in frame.columns],
-                         [[cell(v, iso=False) for v in row] for row in frame.itertuples(index=False)])
+# The renderers take column names and rows (tuples): a frame's (table_of) or a record's, which
+# a command prints without loading pandas.
+
+def render_table(columns: list[str], rows: list[tuple]) -> str:
+    return aligned_table(columns, [[cell(v, iso=False) for v in row] for row in rows])
 
 
-def render_csv(frame: pd.DataFrame) -> str:
+def render_csv(columns: list[str], rows: list[tuple]) -> str:
     import csv
     import io
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(frame.columns)
-    for row in frame.itertuples(index=False):
+    writer.writerow(columns)
+    for row in rows:
         writer.writerow([cell(v) for v in row])
     return buffer.getvalue().rstrip("\n")
 
 
-def render_json(frame: pd.DataFrame) -> str:
-    records = [{str(k): _json_value(v) for k, v in zip(frame.columns, row)}
-               for row in frame.itertuples(index=False)]
+def render_json(columns: list[str], rows: list[tuple]) -> str:
+    records = [{k: _json_value(v) for k, v in zip(columns, row)} for row in rows]
     return json.dumps(records, indent=2, default=str)
+
+
+def table_of(frame: pd.DataFrame) -> tuple[list[str], list[tuple]]:
+    return [str(c) for c in frame.columns], list(frame.itertuples(index=False, name=None))
 
 
 def _json_value(value: Any) -> Any:
@@ -225,12 +231,11 @@ RENDERERS = {"table": render_table, "json": render_json, "csv": render_csv}
 
 
 def emit(ctx: click.Context, frame: pd.DataFrame) -> None:
-    click.echo(RENDERERS[ctx.obj["format"]](frame))
+    click.echo(RENDERERS[ctx.obj["format"]](*table_of(frame)))
 
 
 def emit_record(ctx: click.Context, record: dict) -> None:
-    import pandas as pd
-    emit(ctx, pd.DataFrame([record]))
+    click.echo(RENDERERS[ctx.obj["format"]]([str(k) for k in record], [tuple(record.values())]))
 
 
 # ---------------------------------------------------------------------------- progress

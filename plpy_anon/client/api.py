@@ -22,15 +22,17 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-import pandas as pd
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from plpy_anon.client import errors
 from plpy_anon.parameters import function_parameters
+
+if TYPE_CHECKING:       # pandas is imported where a frame is made: a call returning no frame skips it
+    import pandas as pd
 
 ProgressCallback = Callable[[str], None]
 EXPORT_FORMATS = ("csv", "parquet", "sql")
@@ -383,6 +385,7 @@ class AnonClient:
                 "row_count": row["row_count"], "achieved_k": row["achieved_k"],
                 "refreshed_at": row["refreshed_at"],
                 **{k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}}
+        import pandas as pd
         return pd.DataFrame([flat])
 
     report = release_report
@@ -561,6 +564,7 @@ INTEGER_TYPES = {21, 23, 20, 26}
 
 def frame_of(cursor: psycopg.Cursor) -> pd.DataFrame:
     """A query's rows as a DataFrame with its columns' names; integer columns stay integers."""
+    import pandas as pd
     frame = pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
     for i, column in enumerate(cursor.description):
         if column.type_code in INTEGER_TYPES:

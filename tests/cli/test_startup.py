@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.helpers import release_schema_of
+
 HEAVY = ("pandas", "psycopg", "numpy", "pyarrow", "matplotlib", "sklearn", "sqlglot")
 
 RUN = """
@@ -44,3 +46,20 @@ def test_help_still_lists_every_command_and_method_option():
     _, mondrian = command_line("mondrian-view", "--help")
     for option in ("--k", "--quasi-identifiers", "--sensitive", "--refresh-mode"):
         assert option in mondrian
+
+
+def test_a_command_printing_a_record_loads_no_pandas(pg_server, db, schema):
+    """``refresh`` prints one record: the client and the renderers need psycopg, not pandas."""
+    db.execute("CREATE TABLE people (id int PRIMARY KEY, age int, zip text, diagnosis text);"
+               "INSERT INTO people SELECT i, 20 + i % 50, lpad((i % 23)::text, 5, '0'), 'd' || i % 4 "
+               "FROM generate_series(1, 200) i")
+    release = db.execute(f"SELECT anon.mondrian_view('\"{schema}\".people', k => 5, "
+                         "quasi_identifiers => ARRAY['age', 'zip'], sensitive => ARRAY['diagnosis'], "
+                         f"identifiers => ARRAY['id'], release_schema => '{release_schema_of(schema)}')"
+                         ).fetchone()[0]
+    dsn = " ".join(f"{k}={v}" for k, v in pg_server.items())
+    result, out = command_line("--dsn", dsn, "--format", "json", "--quiet", "refresh", release)
+    assert result["code"] == 0, out
+    printed = json.loads(out)
+    assert printed[0]["row_count"] == 200 and printed[0]["achieved_k"] >= 5
+    assert "pandas" not in result["loaded"] and "psycopg" in result["loaded"]
