@@ -234,6 +234,10 @@ def emit(ctx: click.Context, frame: pd.DataFrame) -> None:
     click.echo(RENDERERS[ctx.obj["format"]](*table_of(frame)))
 
 
+def emit_rows(ctx: click.Context, columns: list[str], rows: list[tuple]) -> None:
+    click.echo(RENDERERS[ctx.obj["format"]](columns, rows))
+
+
 def emit_record(ctx: click.Context, record: dict) -> None:
     click.echo(RENDERERS[ctx.obj["format"]]([str(k) for k in record], [tuple(record.values())]))
 
@@ -557,11 +561,13 @@ def refresh_all(ctx):
 @click.pass_context
 def release_status(ctx):
     """Every release: method, rows, k, last refresh, errors, schedule."""
-    frame = client(ctx).releases()
+    columns, rows = client(ctx).rows("release_status")
     if ctx.obj["format"] == "table":
-        frame = frame[["release", "method", "source", "row_count", "achieved_k", "refreshed_at",
-                       "refresh_seconds", "verified", "last_error", "schedule", "last_run_status"]]
-    emit(ctx, frame)
+        shown = ["release", "method", "source", "row_count", "achieved_k", "refreshed_at",
+                 "refresh_seconds", "verified", "last_error", "schedule", "last_run_status"]
+        at = [columns.index(c) for c in shown]
+        columns, rows = shown, [tuple(row[i] for i in at) for row in rows]
+    emit_rows(ctx, columns, rows)
 
 
 @main.command("release-report")
@@ -760,7 +766,7 @@ def set_column_role(ctx, source, identifiers, quasi_identifiers, sensitive, igno
 def column_roles(ctx, source):
     """The role each column of SOURCE takes in a release (declared, or the default) and how a
     quasi-identifier is released (anon.column_roles)."""
-    emit(ctx, client(ctx).column_roles(source))
+    emit_rows(ctx, *client(ctx).rows("column_roles", source))
 
 
 @main.command("detect-identifiers")

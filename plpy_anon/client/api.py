@@ -156,6 +156,11 @@ class AnonClient:
         query, params = self._call_query(function, args, named, scalar=True)
         return self._execute(query, params).fetchone()[0]
 
+    def rows(self, function: str, *args: Any, **named: Any) -> tuple[list[str], list[tuple]]:
+        """A set-returning function's column names and rows (tuples), without pandas."""
+        cursor = self._execute(*self._call_query(function, args, named))
+        return [d.name for d in cursor.description], cursor.fetchall()
+
     def frame(self, function: str, *args: Any, **named: Any) -> pd.DataFrame:
         """A set-returning function's rows as a DataFrame (columns even when there are no rows)."""
         return frame_of(self._execute(*self._call_query(function, args, named)))

@@ -129,6 +129,11 @@ def backend_part() -> list[list]:
                   f"CPU {cpu} s; second call {again:.3f} s; loaded: {', '.join(loaded) or 'none'}; load {load()}", flush=True)
             rows.append([label, f"{first:.3f}", cpu, f"{again:.3f}", "1" if verdict != "-" else "-",
                          verdict, ", ".join(loaded) or "none"])
+        for args in (["release-status"], ["refresh", "release.coldstart_people_k5"]):
+            wall, cpu = best([str(CLI), "--dsn", dsn, "--quiet", *args])
+            print(f"plpy-anon {' '.join(args)}: {wall:.3f} s wall (a new backend included), client CPU "
+                  f"{cpu:.3f} s; load {load()}", flush=True)
+            rows.append([f"plpy-anon {' '.join(args)}", f"{wall:.3f}", f"{cpu:.3f} (client)", "-", "-", "-", "-"])
     return rows
 
 

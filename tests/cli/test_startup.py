@@ -48,8 +48,9 @@ def test_help_still_lists_every_command_and_method_option():
         assert option in mondrian
 
 
-def test_a_command_printing_a_record_loads_no_pandas(pg_server, db, schema):
-    """``refresh`` prints one record: the client and the renderers need psycopg, not pandas."""
+def test_refresh_and_release_status_load_no_pandas(pg_server, db, schema):
+    """``refresh`` prints one record, ``release-status`` the rows of anon.release_status(): the
+    client and the renderers need psycopg, not pandas."""
     db.execute("CREATE TABLE people (id int PRIMARY KEY, age int, zip text, diagnosis text);"
                "INSERT INTO people SELECT i, 20 + i % 50, lpad((i % 23)::text, 5, '0'), 'd' || i % 4 "
                "FROM generate_series(1, 200) i")
@@ -63,3 +64,8 @@ def test_a_command_printing_a_record_loads_no_pandas(pg_server, db, schema):
     printed = json.loads(out)
     assert printed[0]["row_count"] == 200 and printed[0]["achieved_k"] >= 5
     assert "pandas" not in result["loaded"] and "psycopg" in result["loaded"]
+    result, out = command_line("--dsn", dsn, "--format", "json", "release-status")
+    assert result["code"] == 0, out
+    status = {r["release"]: r for r in json.loads(out)}
+    assert status[release]["row_count"] == 200 and status[release]["refresh_seconds"] > 0
+    assert "pandas" not in result["loaded"]
