@@ -34,7 +34,7 @@ import click
 
 import plpy_anon
 from plpy_anon.client.errors import ConnectionFailed, ServerError
-from plpy_anon.client.report import DEFAULT_THRESHOLDS, THRESHOLD_HELP, write_report
+from plpy_anon.client.report_thresholds import DEFAULT_THRESHOLDS, THRESHOLD_HELP
 from plpy_anon.core.errors import AnonError
 from plpy_anon.parameters import SURFACES, function_parameters
 from plpy_anon.psql_text import aligned_table
@@ -180,14 +180,16 @@ def cell(value: Any, *, iso: bool = True) -> str:
     return str(value)
 
 
-# The renderers take column names and rows (tuples): a frame's (table_of) or a record's, which
-# a command prints without loading pandas.
+# The renderers take a frame, or column names and rows (tuples): a record or a function's rows,
+# which a command prints without loading pandas.
 
-def render_table(columns: list[str], rows: list[tuple]) -> str:
+def render_table(table: pd.DataFrame | list[str], rows: list[tuple] | None = None) -> str:
+    columns, rows = table_of(table, rows)
     return aligned_table(columns, [[cell(v, iso=False) for v in row] for row in rows])
 
 
-def render_csv(columns: list[str], rows: list[tuple]) -> str:
+def render_csv(table: pd.DataFrame | list[str], rows: list[tuple] | None = None) -> str:
+    columns, rows = table_of(table, rows)
     import csv
     import io
     buffer = io.StringIO()
@@ -198,13 +200,17 @@ def render_csv(columns: list[str], rows: list[tuple]) -> str:
     return buffer.getvalue().rstrip("\n")
 
 
-def render_json(columns: list[str], rows: list[tuple]) -> str:
+def render_json(table: pd.DataFrame | list[str], rows: list[tuple] | None = None) -> str:
+    columns, rows = table_of(table, rows)
     records = [{k: _json_value(v) for k, v in zip(columns, row)} for row in rows]
     return json.dumps(records, indent=2, default=str)
 
 
-def table_of(frame: pd.DataFrame) -> tuple[list[str], list[tuple]]:
-    return [str(c) for c in frame.columns], list(frame.itertuples(index=False, name=None))
+def table_of(table: pd.DataFrame | list[str], rows: list[tuple] | None) -> tuple[list[str], list[tuple]]:
+    """(column names, rows) of a frame, or of column names given with their rows."""
+    if rows is not None:
+        return [str(c) for c in table], rows
+    return [str(c) for c in table.columns], list(table.itertuples(index=False, name=None))
 
 
 def _json_value(value: Any) -> Any:
@@ -231,7 +237,7 @@ RENDERERS = {"table": render_table, "json": render_json, "csv": render_csv}
 
 
 def emit(ctx: click.Context, frame: pd.DataFrame) -> None:
-    click.echo(RENDERERS[ctx.obj["format"]](*table_of(frame)))
+    click.echo(RENDERERS[ctx.obj["format"]](frame))
 
 
 def emit_rows(ctx: click.Context, columns: list[str], rows: list[tuple]) -> None:
@@ -239,7 +245,7 @@ def emit_rows(ctx: click.Context, columns: list[str], rows: list[tuple]) -> None
 
 
 def emit_record(ctx: click.Context, record: dict) -> None:
-    click.echo(RENDERERS[ctx.obj["format"]]([str(k) for k in record], [tuple(record.values())]))
+    click.echo(RENDERERS[ctx.obj["format"]](list(record), [tuple(record.values())]))
 
 
 # ---------------------------------------------------------------------------- progress
@@ -711,6 +717,7 @@ def report(ctx, release, output, population, force, thresholds):
     except ImportError as error:
         raise ServerError(f"the report needs matplotlib, which is not installed ({error})",
                           hint="pip install 'plpy_anon[report]'.", sqlstate="55000") from None
+    from plpy_anon.client.report import write_report
     with Progress(not ctx.obj["quiet"]) as progress:
         anon = client(ctx, progress)
         progress(f"gathering the figures of {release}")

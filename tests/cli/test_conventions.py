@@ -112,11 +112,11 @@ def test_numbers_and_timestamps_are_exact_in_json_and_csv(cli_in, db, schema):
     frame = __import__("pandas").DataFrame({
         "big": [__import__("decimal").Decimal("12345678901234567890.123")], "f": [1.7193e11],
         "tiny": [1e-7], "yes": [True], "n": [None]})
-    rows = list(csv.reader(io.StringIO(cli.render_csv(*cli.table_of(frame)))))
+    rows = list(csv.reader(io.StringIO(cli.render_csv(frame))))
     assert rows[1] == ["12345678901234567890.123", "171930000000", "1e-07", "t", ""]
-    assert json.loads(cli.render_json(*cli.table_of(frame)))[0] == {
+    assert json.loads(cli.render_json(frame))[0] == {
         "big": "12345678901234567890.123", "f": 171930000000, "tiny": 1e-07, "yes": True, "n": None}
-    assert "1.7193e+11" not in cli.render_table(*cli.table_of(frame)) and "171930000000 " in cli.render_table(*cli.table_of(frame))
+    assert "1.7193e+11" not in cli.render_table(frame) and "171930000000 " in cli.render_table(frame)
 
 
 def test_column_roles_and_detect_identifiers_commands(cli_in):
