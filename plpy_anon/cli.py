@@ -37,10 +37,9 @@ from plpy_anon.client.errors import ConnectionFailed, ServerError
 from plpy_anon.client.report_thresholds import DEFAULT_THRESHOLDS, THRESHOLD_HELP
 from plpy_anon.core.errors import AnonError
 from plpy_anon.parameters import SURFACES, function_parameters
-from plpy_anon.psql_text import aligned_table
 
-# pandas and psycopg are imported by the commands that use them: --help and usage errors answer
-# without loading them
+# pandas, psycopg and the report are imported by the commands that use them: --help and usage
+# errors answer without loading them
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -184,6 +183,7 @@ def cell(value: Any, *, iso: bool = True) -> str:
 # which a command prints without loading pandas.
 
 def render_table(table: pd.DataFrame | list[str], rows: list[tuple] | None = None) -> str:
+    from plpy_anon.psql_text import aligned_table  # wcwidth: for a table only
     columns, rows = table_of(table, rows)
     return aligned_table(columns, [[cell(v, iso=False) for v in row] for row in rows])
 
