@@ -47,6 +47,15 @@ ALTER TABLE anon.interactions DROP CONSTRAINT IF EXISTS interactions_requester_n
 ALTER TABLE anon.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
 
 -------------------------------------------------------------------------------
+-- incremental/215-refresh-phases.sql
+-- 0.2.0: where each refresh's time went: its phases (seconds by phase, adding up to the row's
+-- seconds, the wall clock of the whole call), as anon.releases.metrics -> 'timing' has them for
+-- the current version.
+ALTER TABLE anon.refresh_history ADD COLUMN phases jsonb;
+COMMENT ON COLUMN anon.refresh_history.phases IS
+    'Seconds by phase of the refresh (prepare, locks, read, fit, publish, build, verify, republication, risk, record, swap, grants): they add up to seconds.';
+
+-------------------------------------------------------------------------------
 -- incremental/230-release-state-owners.sql
 -- A stable release's state is its owner's alone. anon.release_people holds a salted hash of each
 -- person's identifiers with the candidates every version left them; with the salt, a custodian
@@ -93,6 +102,8 @@ RETURNS TABLE (component text, version text, location text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.versions()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -125,6 +136,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import info as _module
 return _module.versions()
 $$;
@@ -161,7 +174,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.versions() IS
-    'Python, plpy_anon and dependency versions loaded in this backend, with where each was loaded from.';
+    'Python, plpy_anon and dependency versions with where each comes from: as loaded in this backend, or as installed where it would load them (found without importing them).';
 
 -------------------------------------------------------------------------------
 -- functions/015-samples.toml (generated)
@@ -171,6 +184,8 @@ RETURNS TABLE (table_name text, row_count bigint)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.load_sample(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -203,6 +218,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import samples as _module
 return _module.load_sample(plpy, sample, schema_name)
 $$;
@@ -257,6 +274,8 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_column_role(regclass, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -289,6 +308,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 _module.set_column_role(plpy, source, column_name, role)
 $$;
@@ -347,6 +368,8 @@ RETURNS TABLE (column_name text, data_type text, role text, declared boolean, ge
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.column_roles(regclass)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -379,6 +402,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.describe_roles(plpy, source)
 $$;
@@ -430,6 +455,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy(regclass, text, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -462,6 +489,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy(plpy, source, column_name, paths)
 $$;
@@ -525,6 +554,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_prefix(regclass, text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -557,6 +588,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_prefix(plpy, source, column_name, mask, step)
 $$;
@@ -616,6 +649,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_csv(regclass, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -648,6 +683,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_csv(plpy, source, column_name, csv, sep)
 $$;
@@ -741,6 +778,8 @@ RETURNS TABLE (column_name name, data_type text, kind text, confidence text, evi
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_identifiers(regclass, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -773,6 +812,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import identifiers as _module
 return _module.detect_identifiers(plpy, source, sample_size)
 $$;
@@ -827,6 +868,8 @@ RETURNS anon.releases
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -859,6 +902,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh(plpy, release, GD=GD)
 $$;
@@ -910,6 +955,8 @@ RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.drop_release(text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -942,6 +989,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.drop_release(plpy, release, if_exists)
 $$;
@@ -1381,6 +1430,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1413,6 +1464,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, refresh_mode=refresh_mode, method='mondrian', GD=GD)
 $$;
@@ -1483,6 +1536,8 @@ RETURNS TABLE (target_k integer, classes integer, smallest_class integer, ncp_pe
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1515,6 +1570,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import sweep as _module
 return _module.sweep(plpy, source, k, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, l=l, risk_threshold=risk_threshold)
 $$;
@@ -1709,6 +1766,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1741,6 +1800,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.add_queries_from_log(plpy, log_file, log_format=log_format)
 $$;
@@ -1793,6 +1854,8 @@ RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by b
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.learn_priorities(regclass, double precision, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1825,6 +1888,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.learn_priorities(plpy, source, projection_share=projection_share, use_pg_stat_statements=use_pg_stat_statements)
 $$;
@@ -1878,6 +1943,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1910,6 +1977,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
@@ -1989,6 +2058,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2021,6 +2092,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
@@ -2100,6 +2173,8 @@ RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, cl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_report(text, jsonb)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2132,6 +2207,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.release_report(plpy, release, wdm_weights)
 $$;
@@ -2184,6 +2261,8 @@ RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows big
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.workload_precision(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2216,6 +2295,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.workload_precision(plpy, release)
 $$;
@@ -2393,6 +2474,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2425,6 +2508,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, max_rule_antecedents=max_rule_antecedents, method='break_merge', GD=GD)
 $$;
@@ -2492,6 +2577,8 @@ RETURNS TABLE (parents text[], parent_values text[], child text, child_value tex
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_dependencies(text, double precision, text, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2524,6 +2611,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.detect_dependencies(plpy, release, risk=risk, scope=scope, min_support=min_support, max_parents=max_parents)
 $$;
@@ -2579,6 +2668,8 @@ RETURNS TABLE (parent text, child text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.dependency_network(text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2611,6 +2702,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.dependency_network(plpy, release, scope=scope, max_parents=max_parents)
 $$;
@@ -2664,6 +2757,8 @@ RETURNS TABLE (release_kind text, target text, known text, max_probability doubl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2696,6 +2791,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.breach_report(plpy, release, threshold=threshold)
 $$;
@@ -2824,6 +2921,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.grant_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2856,6 +2955,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.grant_analyst(plpy, role)
 $$;
@@ -2907,6 +3008,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.revoke_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2939,6 +3042,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.revoke_analyst(plpy, role)
 $$;
@@ -2990,6 +3095,8 @@ RETURNS TABLE (release text, status text, seconds double precision, error text)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_all()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3022,6 +3129,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh_all(plpy, GD=GD)
 $$;
@@ -3066,6 +3175,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.schedule_refresh(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3098,6 +3209,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.schedule_refresh(plpy, release, schedule)
 $$;
@@ -3238,6 +3351,8 @@ RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.unschedule_refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3270,6 +3385,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.unschedule_refresh(plpy, release)
 $$;
@@ -3321,6 +3438,8 @@ RETURNS TABLE (release text, method text, source text, row_count bigint, achieve
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_status()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3353,6 +3472,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.release_status(plpy)
 $$;
@@ -3454,6 +3575,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_requester(text, name)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3486,6 +3609,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.add_requester(plpy, requester, role)
 $$;
@@ -3543,6 +3668,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.record_interaction(text, text, timestamptz, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3575,6 +3702,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.record_interaction(plpy, requester, outcome, recorded_at, note)
 $$;
@@ -3634,6 +3763,8 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_recommendation(text, text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3666,6 +3797,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 _module.add_recommendation(plpy, requester, by, rating, by_trust)
 $$;
@@ -3730,6 +3863,8 @@ RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.define_purpose(text, jsonb, regclass, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3762,6 +3897,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.define_purpose(plpy, purpose, priorities=priorities, derive_from=derive_from, most=most_useful, least=least_useful, replace=replace)
 $$;
@@ -3818,6 +3955,8 @@ RETURNS TABLE (history double precision, recommendation double precision, trust 
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust(text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3850,6 +3989,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.trust(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
 $$;
@@ -3903,6 +4044,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3935,6 +4078,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, requester=requester, purpose=purpose, k=k, max_suppression=max_suppression, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight, half_life_days=half_life_days, min_share=min_share, level_weights=level_weights, release_name=release_name, release_schema=release_schema, replace=replace, method='trust', GD=GD)
 $$;
@@ -4140,6 +4285,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4172,6 +4319,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, columns=columns, segment=segment, sample=sample, iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, delta=delta, max_unchanged=max_unchanged, method='pattern', GD=GD)
 $$;
@@ -4241,6 +4390,8 @@ RETURNS TABLE (column_name text, distortion double precision, rank_correlation d
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4273,6 +4424,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import pattern as _module
 return _module.distortion_report(plpy, source, release)
 $$;
@@ -4407,6 +4560,8 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4439,6 +4594,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, random_state=random_state, repeats=repeats)
 $$;
@@ -4521,6 +4678,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4553,6 +4712,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, repeats=repeats, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, method='fusion', GD=GD)
 $$;
@@ -4639,6 +4800,8 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4671,6 +4834,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan_of(plpy, release)
 $$;
@@ -4798,6 +4963,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4830,6 +4997,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.snapshot(plpy, release, snapshot_name=snapshot_name, snapshot_schema=snapshot_schema, replace=replace)
 $$;
@@ -4884,6 +5053,8 @@ RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4916,6 +5087,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.release_metadata(plpy, release)
 $$;
@@ -4969,6 +5142,8 @@ RETURNS TABLE (measure text, column_name text, value double precision, detail te
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5001,6 +5176,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.risk_report(plpy, relation, quasi_identifiers=quasi_identifiers, sensitive=sensitive, population=population, risk_threshold=risk_threshold, recursive_c=recursive_c)
 $$;
@@ -5057,6 +5234,8 @@ RETURNS TABLE (class_size bigint, classes bigint)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.class_sizes(regclass, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5089,6 +5268,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.class_sizes(plpy, relation, quasi_identifiers=quasi_identifiers)
 $$;

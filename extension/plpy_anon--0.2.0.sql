@@ -446,6 +446,15 @@ ALTER TABLE anon.interactions DROP CONSTRAINT IF EXISTS interactions_requester_n
 ALTER TABLE anon.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
 
 -------------------------------------------------------------------------------
+-- incremental/215-refresh-phases.sql
+-- 0.2.0: where each refresh's time went: its phases (seconds by phase, adding up to the row's
+-- seconds, the wall clock of the whole call), as anon.releases.metrics -> 'timing' has them for
+-- the current version.
+ALTER TABLE anon.refresh_history ADD COLUMN phases jsonb;
+COMMENT ON COLUMN anon.refresh_history.phases IS
+    'Seconds by phase of the refresh (prepare, locks, read, fit, publish, build, verify, republication, risk, record, swap, grants): they add up to seconds.';
+
+-------------------------------------------------------------------------------
 -- incremental/230-release-state-owners.sql
 -- A stable release's state is its owner's alone. anon.release_people holds a salted hash of each
 -- person's identifiers with the candidates every version left them; with the salt, a custodian
@@ -492,6 +501,8 @@ RETURNS TABLE (component text, version text, location text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.versions()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -524,6 +535,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import info as _module
 return _module.versions()
 $$;
@@ -560,7 +573,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.versions() IS
-    'Python, plpy_anon and dependency versions loaded in this backend, with where each was loaded from.';
+    'Python, plpy_anon and dependency versions with where each comes from: as loaded in this backend, or as installed where it would load them (found without importing them).';
 
 -------------------------------------------------------------------------------
 -- functions/015-samples.toml (generated)
@@ -570,6 +583,8 @@ RETURNS TABLE (table_name text, row_count bigint)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.load_sample(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -602,6 +617,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import samples as _module
 return _module.load_sample(plpy, sample, schema_name)
 $$;
@@ -656,6 +673,8 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_column_role(regclass, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -688,6 +707,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 _module.set_column_role(plpy, source, column_name, role)
 $$;
@@ -746,6 +767,8 @@ RETURNS TABLE (column_name text, data_type text, role text, declared boolean, ge
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.column_roles(regclass)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -778,6 +801,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.describe_roles(plpy, source)
 $$;
@@ -829,6 +854,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy(regclass, text, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -861,6 +888,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy(plpy, source, column_name, paths)
 $$;
@@ -924,6 +953,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_prefix(regclass, text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -956,6 +987,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_prefix(plpy, source, column_name, mask, step)
 $$;
@@ -1015,6 +1048,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_csv(regclass, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1047,6 +1082,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_csv(plpy, source, column_name, csv, sep)
 $$;
@@ -1140,6 +1177,8 @@ RETURNS TABLE (column_name name, data_type text, kind text, confidence text, evi
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_identifiers(regclass, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1172,6 +1211,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import identifiers as _module
 return _module.detect_identifiers(plpy, source, sample_size)
 $$;
@@ -1226,6 +1267,8 @@ RETURNS anon.releases
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1258,6 +1301,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh(plpy, release, GD=GD)
 $$;
@@ -1309,6 +1354,8 @@ RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.drop_release(text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1341,6 +1388,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.drop_release(plpy, release, if_exists)
 $$;
@@ -1780,6 +1829,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1812,6 +1863,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, refresh_mode=refresh_mode, method='mondrian', GD=GD)
 $$;
@@ -1882,6 +1935,8 @@ RETURNS TABLE (target_k integer, classes integer, smallest_class integer, ncp_pe
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1914,6 +1969,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import sweep as _module
 return _module.sweep(plpy, source, k, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, l=l, risk_threshold=risk_threshold)
 $$;
@@ -2108,6 +2165,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2140,6 +2199,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.add_queries_from_log(plpy, log_file, log_format=log_format)
 $$;
@@ -2192,6 +2253,8 @@ RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by b
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.learn_priorities(regclass, double precision, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2224,6 +2287,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.learn_priorities(plpy, source, projection_share=projection_share, use_pg_stat_statements=use_pg_stat_statements)
 $$;
@@ -2277,6 +2342,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2309,6 +2376,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
@@ -2388,6 +2457,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2420,6 +2491,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
@@ -2499,6 +2572,8 @@ RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, cl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_report(text, jsonb)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2531,6 +2606,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.release_report(plpy, release, wdm_weights)
 $$;
@@ -2583,6 +2660,8 @@ RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows big
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.workload_precision(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2615,6 +2694,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.workload_precision(plpy, release)
 $$;
@@ -2792,6 +2873,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2824,6 +2907,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, max_rule_antecedents=max_rule_antecedents, method='break_merge', GD=GD)
 $$;
@@ -2891,6 +2976,8 @@ RETURNS TABLE (parents text[], parent_values text[], child text, child_value tex
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_dependencies(text, double precision, text, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2923,6 +3010,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.detect_dependencies(plpy, release, risk=risk, scope=scope, min_support=min_support, max_parents=max_parents)
 $$;
@@ -2978,6 +3067,8 @@ RETURNS TABLE (parent text, child text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.dependency_network(text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3010,6 +3101,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.dependency_network(plpy, release, scope=scope, max_parents=max_parents)
 $$;
@@ -3063,6 +3156,8 @@ RETURNS TABLE (release_kind text, target text, known text, max_probability doubl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3095,6 +3190,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.breach_report(plpy, release, threshold=threshold)
 $$;
@@ -3223,6 +3320,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.grant_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3255,6 +3354,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.grant_analyst(plpy, role)
 $$;
@@ -3306,6 +3407,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.revoke_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3338,6 +3441,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.revoke_analyst(plpy, role)
 $$;
@@ -3389,6 +3494,8 @@ RETURNS TABLE (release text, status text, seconds double precision, error text)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_all()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3421,6 +3528,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh_all(plpy, GD=GD)
 $$;
@@ -3465,6 +3574,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.schedule_refresh(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3497,6 +3608,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.schedule_refresh(plpy, release, schedule)
 $$;
@@ -3637,6 +3750,8 @@ RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.unschedule_refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3669,6 +3784,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.unschedule_refresh(plpy, release)
 $$;
@@ -3720,6 +3837,8 @@ RETURNS TABLE (release text, method text, source text, row_count bigint, achieve
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_status()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3752,6 +3871,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.release_status(plpy)
 $$;
@@ -3853,6 +3974,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_requester(text, name)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3885,6 +4008,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.add_requester(plpy, requester, role)
 $$;
@@ -3942,6 +4067,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.record_interaction(text, text, timestamptz, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3974,6 +4101,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.record_interaction(plpy, requester, outcome, recorded_at, note)
 $$;
@@ -4033,6 +4162,8 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_recommendation(text, text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4065,6 +4196,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 _module.add_recommendation(plpy, requester, by, rating, by_trust)
 $$;
@@ -4129,6 +4262,8 @@ RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.define_purpose(text, jsonb, regclass, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4161,6 +4296,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.define_purpose(plpy, purpose, priorities=priorities, derive_from=derive_from, most=most_useful, least=least_useful, replace=replace)
 $$;
@@ -4217,6 +4354,8 @@ RETURNS TABLE (history double precision, recommendation double precision, trust 
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust(text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4249,6 +4388,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.trust(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
 $$;
@@ -4302,6 +4443,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4334,6 +4477,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, requester=requester, purpose=purpose, k=k, max_suppression=max_suppression, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight, half_life_days=half_life_days, min_share=min_share, level_weights=level_weights, release_name=release_name, release_schema=release_schema, replace=replace, method='trust', GD=GD)
 $$;
@@ -4539,6 +4684,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4571,6 +4718,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, columns=columns, segment=segment, sample=sample, iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, delta=delta, max_unchanged=max_unchanged, method='pattern', GD=GD)
 $$;
@@ -4640,6 +4789,8 @@ RETURNS TABLE (column_name text, distortion double precision, rank_correlation d
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4672,6 +4823,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import pattern as _module
 return _module.distortion_report(plpy, source, release)
 $$;
@@ -4806,6 +4959,8 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4838,6 +4993,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, random_state=random_state, repeats=repeats)
 $$;
@@ -4920,6 +5077,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4952,6 +5111,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, repeats=repeats, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, method='fusion', GD=GD)
 $$;
@@ -5038,6 +5199,8 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5070,6 +5233,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan_of(plpy, release)
 $$;
@@ -5197,6 +5362,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5229,6 +5396,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.snapshot(plpy, release, snapshot_name=snapshot_name, snapshot_schema=snapshot_schema, replace=replace)
 $$;
@@ -5283,6 +5452,8 @@ RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5315,6 +5486,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.release_metadata(plpy, release)
 $$;
@@ -5368,6 +5541,8 @@ RETURNS TABLE (measure text, column_name text, value double precision, detail te
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5400,6 +5575,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.risk_report(plpy, relation, quasi_identifiers=quasi_identifiers, sensitive=sensitive, population=population, risk_threshold=risk_threshold, recursive_c=recursive_c)
 $$;
@@ -5456,6 +5633,8 @@ RETURNS TABLE (class_size bigint, classes bigint)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.class_sizes(regclass, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5488,6 +5667,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.class_sizes(plpy, relation, quasi_identifiers=quasi_identifiers)
 $$;

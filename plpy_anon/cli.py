@@ -24,26 +24,26 @@ import decimal
 import json
 import math
 import os
+import sys
 import threading
 import time
 import traceback
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import click
-import pandas as pd
-import psycopg
-from psycopg.conninfo import make_conninfo
-from psycopg.types.json import Jsonb
-from psycopg.types.range import Range
 
 import plpy_anon
-from plpy_anon.client import AnonClient
-from plpy_anon.client.api import function_parameters
 from plpy_anon.client.errors import ConnectionFailed, ServerError
-from plpy_anon.client.report import DEFAULT_THRESHOLDS, THRESHOLD_HELP, write_report
+from plpy_anon.client.report_thresholds import DEFAULT_THRESHOLDS, THRESHOLD_HELP
 from plpy_anon.core.errors import AnonError
-from plpy_anon.parameters import SURFACES
-from plpy_anon.psql_text import aligned_table
+from plpy_anon.parameters import SURFACES, function_parameters
+
+# pandas, psycopg and the report are imported by the commands that use them: --help and usage
+# errors answer without loading them
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from plpy_anon.client import AnonClient
 
 #: exit status by kind of failure (docs/cli.md); 1 for any other error the server reports
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_CONNECTION, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_INTERNAL, \
@@ -104,7 +104,9 @@ def plain(value: Any, *, iso: bool = True) -> Any:
     """A value as JSON/CSV/table cells show it: PostgreSQL's text forms for ranges and arrays,
     ISO 8601 timestamps (``T`` between date and time; a space with ``iso=False``, as psql shows
     them), numbers exactly as they came (a numeric stays a Decimal)."""
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+    from psycopg.types.range import Range
+    pd = sys.modules.get("pandas")          # a result that never went through pandas holds no pd.NA
+    if value is None or (pd is not None and value is pd.NA) or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, Range):
         if value.isempty:
@@ -177,26 +179,38 @@ def cell(value: Any, *, iso: bool = True) -> str:
     return str(value)
 
 
-def render_table(frame: pd.DataFrame) -> str:
-    return aligned_table([str(c) for c in frame.columns],
-                         [[cell(v, iso=False) for v in row] for row in frame.itertuples(index=False)])
+# The renderers take a frame, or column names and rows (tuples): a record or a function's rows,
+# which a command prints without loading pandas.
+
+def render_table(table: pd.DataFrame | list[str], rows: list[tuple] | None = None) -> str:
+    from plpy_anon.psql_text import aligned_table  # wcwidth: for a table only
+    columns, rows = table_of(table, rows)
+    return aligned_table(columns, [[cell(v, iso=False) for v in row] for row in rows])
 
 
-def render_csv(frame: pd.DataFrame) -> str:
+def render_csv(table: pd.DataFrame | list[str], rows: list[tuple] | None = None) -> str:
+    columns, rows = table_of(table, rows)
     import csv
     import io
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(frame.columns)
-    for row in frame.itertuples(index=False):
+    writer.writerow(columns)
+    for row in rows:
         writer.writerow([cell(v) for v in row])
     return buffer.getvalue().rstrip("\n")
 
 
-def render_json(frame: pd.DataFrame) -> str:
-    records = [{str(k): _json_value(v) for k, v in zip(frame.columns, row)}
-               for row in frame.itertuples(index=False)]
+def render_json(table: pd.DataFrame | list[str], rows: list[tuple] | None = None) -> str:
+    columns, rows = table_of(table, rows)
+    records = [{k: _json_value(v) for k, v in zip(columns, row)} for row in rows]
     return json.dumps(records, indent=2, default=str)
+
+
+def table_of(table: pd.DataFrame | list[str], rows: list[tuple] | None) -> tuple[list[str], list[tuple]]:
+    """(column names, rows) of a frame, or of column names given with their rows."""
+    if rows is not None:
+        return [str(c) for c in table], rows
+    return [str(c) for c in table.columns], list(table.itertuples(index=False, name=None))
 
 
 def _json_value(value: Any) -> Any:
@@ -226,8 +240,12 @@ def emit(ctx: click.Context, frame: pd.DataFrame) -> None:
     click.echo(RENDERERS[ctx.obj["format"]](frame))
 
 
+def emit_rows(ctx: click.Context, columns: list[str], rows: list[tuple]) -> None:
+    click.echo(RENDERERS[ctx.obj["format"]](columns, rows))
+
+
 def emit_record(ctx: click.Context, record: dict) -> None:
-    emit(ctx, pd.DataFrame([record]))
+    click.echo(RENDERERS[ctx.obj["format"]](list(record), [tuple(record.values())]))
 
 
 # ---------------------------------------------------------------------------- progress
@@ -275,6 +293,8 @@ def looks_like_conninfo(text: str) -> bool:
 def conninfo(options: dict, password: str | None = None) -> str:
     """The libpq connection string of the global options; what they leave out, libpq takes from
     its defaults and the PG* variables, as psql does."""
+    import psycopg
+    from psycopg.conninfo import make_conninfo
     base, dbname = options.get("dbname") or "", None
     if base and not looks_like_conninfo(base):
         base, dbname = "", base
@@ -292,6 +312,7 @@ def conninfo(options: dict, password: str | None = None) -> str:
 def connect(ctx: click.Context, progress: Progress | None = None) -> AnonClient:
     """A client on the global options' connection. -W asks for the password first; without it,
     a server that wants a password it was not given gets it asked for on a terminal (unless -w)."""
+    from plpy_anon.client import AnonClient
     options = ctx.obj
     password = ask_password() if options.get("password_prompt") else None
     try:
@@ -375,6 +396,7 @@ def version_lines(options: dict) -> list[str]:
         or any(os.environ.get(v) for v in CONNECTION_VARIABLES)
     if not given:
         return lines + ["extension: not connected (no -d, -h, -p, -U, PLPY_ANON_DSN or PG* variable)"]
+    from plpy_anon.client import AnonClient
     try:
         with AnonClient(conninfo(options)) as anon:
             installed = anon.extension_version()
@@ -461,6 +483,7 @@ def option_value(parameter, value):
     if parameter.sql_type == "text[]":
         return split_list(value)
     if parameter.sql_type == "jsonb":
+        from psycopg.types.json import Jsonb
         try:
             return Jsonb(json.loads(value))
         except ValueError as error:
@@ -544,11 +567,13 @@ def refresh_all(ctx):
 @click.pass_context
 def release_status(ctx):
     """Every release: method, rows, k, last refresh, errors, schedule."""
-    frame = client(ctx).releases()
+    columns, rows = client(ctx).rows("release_status")
     if ctx.obj["format"] == "table":
-        frame = frame[["release", "method", "source", "row_count", "achieved_k", "refreshed_at",
-                       "refresh_seconds", "verified", "last_error", "schedule", "last_run_status"]]
-    emit(ctx, frame)
+        shown = ["release", "method", "source", "row_count", "achieved_k", "refreshed_at",
+                 "refresh_seconds", "verified", "last_error", "schedule", "last_run_status"]
+        at = [columns.index(c) for c in shown]
+        columns, rows = shown, [tuple(row[i] for i in at) for row in rows]
+    emit_rows(ctx, columns, rows)
 
 
 @main.command("release-report")
@@ -692,6 +717,7 @@ def report(ctx, release, output, population, force, thresholds):
     except ImportError as error:
         raise ServerError(f"the report needs matplotlib, which is not installed ({error})",
                           hint="pip install 'plpy_anon[report]'.", sqlstate="55000") from None
+    from plpy_anon.client.report import write_report
     with Progress(not ctx.obj["quiet"]) as progress:
         anon = client(ctx, progress)
         progress(f"gathering the figures of {release}")
@@ -747,7 +773,7 @@ def set_column_role(ctx, source, identifiers, quasi_identifiers, sensitive, igno
 def column_roles(ctx, source):
     """The role each column of SOURCE takes in a release (declared, or the default) and how a
     quasi-identifier is released (anon.column_roles)."""
-    emit(ctx, client(ctx).column_roles(source))
+    emit_rows(ctx, *client(ctx).rows("column_roles", source))
 
 
 @main.command("detect-identifiers")
@@ -801,6 +827,7 @@ def load_queries(ctx, log_file, source, log_format, projection_share):
         result = client(ctx).load_queries(log_file, source=source, log_format=log_format,
                                           projection_share=projection_share)
     if result.priorities:
+        import pandas as pd
         emit(ctx, pd.DataFrame(result.priorities))
     else:
         emit_record(ctx, {"statements": result.statements, "distinct": result.distinct,

@@ -11,7 +11,7 @@ hint naming the fix, in the style of scikit-learn's ``_parameter_constraints``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 from plpy_anon.core.errors import InvalidParameter
@@ -261,3 +261,16 @@ FUSION = Surface("fusion", "fusion_resilient_view", (
 
 #: every method's surface, by anon.releases.method
 SURFACES = {s.method: s for s in (MONDRIAN, PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN, FUSION)}
+
+
+def function_parameters(function: str) -> list[Parameter]:
+    """The parameters of SQL function anon.<function> over every method it creates (mondrian_view:
+    plain and prioritized Mondrian), in their SQL order; one that not every method declares
+    (priorities) is optional."""
+    surfaces = [s for s in SURFACES.values() if s.function == function]
+    merged: dict[str, Parameter] = {}
+    for surface in surfaces:
+        for p in surface.parameters:
+            merged.setdefault(p.name, p)
+    everywhere = set.intersection(*(set(s.by_name) for s in surfaces))
+    return [p if p.name in everywhere else replace(p, default="NULL") for p in merged.values()]

@@ -85,6 +85,10 @@ if "plpy_anon" not in GD:
     GD["plpy_anon"] = _venv'''
 
 
+# first lines of a generated body: when the call started (timing.entering, in Function.call)
+ENTERED = "import time as _time\n_entered = _time.monotonic()\n"
+
+
 def package_version() -> str:
     text = (ROOT / "plpy_anon" / "__init__.py").read_text()
     return re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE).group(1)
@@ -192,7 +196,11 @@ class Function:
         if self.gd:
             parts.append("GD=GD")
         returns = "" if self.returns == "void" else "return "
-        return (f"from {package} import {module} as _module\n"
+        # the call's clock starts at the top of the body (ENTERED): the durations a call records
+        # include the checks, the environment's activation and the imports before its function
+        return (f"from plpy_anon.db.timing import entering as _entering\n"
+                f"_entering(_entered)\n"
+                f"from {package} import {module} as _module\n"
                 f"{returns}_module.{function}({', '.join(parts)})")
 
     def sql(self, venv: str, version: str) -> str:
@@ -239,7 +247,7 @@ RETURNS {self.returns}
 LANGUAGE plpython3u {self.volatility}
 SET search_path = pg_catalog, pg_temp
 AS $$
-{guard}{bootstrap(venv, version)}
+{ENTERED}{guard}{bootstrap(venv, version)}
 {self.call()}
 $$;
 COMMENT ON FUNCTION {INTERNAL}.{self.name}({types}) IS {sql_literal(f"Implementation of {public}; executable only by a role that may execute that.")};

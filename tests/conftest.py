@@ -18,7 +18,7 @@ from hypothesis import settings
 from psycopg import sql
 from pytest_postgresql import factories
 
-from tests.helpers import release_schema_of
+from tests.helpers import load_python_stack, release_schema_of
 from tests.runs import SLOW_RUN
 
 # The slow run (make test-slow) gives property tests that set no count of their own more examples;
@@ -71,7 +71,7 @@ def connect(pg_server):
 def db(connect):
     """The shared superuser connection (its backend has the Python stack imported once)."""
     conn = connect()
-    conn.execute("SELECT * FROM anon.versions()").fetchall()
+    load_python_stack(conn)
     yield conn
     conn.close()
 

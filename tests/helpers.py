@@ -120,3 +120,11 @@ def create_release(db, function: str, schema: str, table: str, **arguments) -> s
     query = sql.SQL("SELECT anon.{}({}, {})").format(
         sql.Identifier(function), sql.Literal(f'"{schema}".{table}'), sql.SQL(", ").join(args))
     return db.execute(query).fetchone()[0]
+
+
+def load_python_stack(conn) -> None:
+    """Import the backend's whole Python stack now, in ``conn``'s backend (calls import only what
+    they need, so a test or benchmark that must not pay for imports inside what it measures or
+    interrupts loads them first). Needs a superuser (a plpython3u DO block)."""
+    conn.execute("SELECT * FROM anon.versions()").fetchall()      # activates the environment
+    conn.execute("DO LANGUAGE plpython3u $$ import numpy, pandas, scipy, sklearn, sqlglot $$")

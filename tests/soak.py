@@ -20,6 +20,8 @@ import time
 import psycopg
 from psycopg import sql
 
+from tests.helpers import load_python_stack
+
 ROWS = 300
 K = 5
 SOURCES = ("soak_a", "soak_b", "soak_c")
@@ -70,7 +72,7 @@ class Soak:
     def writer(self, number: int, start: threading.Barrier) -> None:
         rng = random.Random(number)
         with self.connect() as conn:
-            conn.execute("SELECT * FROM anon.versions()").fetchall()   # the Python stack, once
+            load_python_stack(conn)                                  # the Python stack, once
             start.wait()
             while time.monotonic() < self.deadline:
                 name = rng.choice(NAMES)

@@ -13,7 +13,6 @@ typed exceptions of :mod:`plpy_anon.client.errors`, carrying its message, detail
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import importlib.util
 import inspect
@@ -23,15 +22,17 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-import pandas as pd
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from plpy_anon import parameters
 from plpy_anon.client import errors
+from plpy_anon.parameters import function_parameters
+
+if TYPE_CHECKING:       # pandas is imported where a frame is made: a call returning no frame skips it
+    import pandas as pd
 
 ProgressCallback = Callable[[str], None]
 EXPORT_FORMATS = ("csv", "parquet", "sql")
@@ -60,20 +61,6 @@ def _param(value: Any) -> Any:
 PYTHON_TYPES = {"integer": int, "bigint": int, "double precision": float, "boolean": bool,
                 "text": str, "regclass": str, "text[]": Sequence[str], "jsonb": str | dict,
                 "text | jsonb": str | dict}
-
-
-def function_parameters(function: str) -> list[parameters.Parameter]:
-    """The parameters of SQL function anon.<function> over every method it creates (mondrian_view:
-    plain and prioritized Mondrian), in their SQL order; one that not every method declares
-    (priorities) is optional."""
-    surfaces = [s for s in parameters.SURFACES.values() if s.function == function]
-    merged: dict[str, parameters.Parameter] = {}
-    for surface in surfaces:
-        for p in surface.parameters:
-            merged.setdefault(p.name, p)
-    everywhere = set.intersection(*(set(s.by_name) for s in surfaces))
-    return [p if p.name in everywhere else dataclasses.replace(p, default="NULL")
-            for p in merged.values()]
 
 
 def release_method(function: str) -> Callable[..., str]:
@@ -168,6 +155,11 @@ class AnonClient:
         """``SELECT anon.<function>(...)``: the single value it returns."""
         query, params = self._call_query(function, args, named, scalar=True)
         return self._execute(query, params).fetchone()[0]
+
+    def rows(self, function: str, *args: Any, **named: Any) -> tuple[list[str], list[tuple]]:
+        """A set-returning function's column names and rows (tuples), without pandas."""
+        cursor = self._execute(*self._call_query(function, args, named))
+        return [d.name for d in cursor.description], cursor.fetchall()
 
     def frame(self, function: str, *args: Any, **named: Any) -> pd.DataFrame:
         """A set-returning function's rows as a DataFrame (columns even when there are no rows)."""
@@ -398,6 +390,7 @@ class AnonClient:
                 "row_count": row["row_count"], "achieved_k": row["achieved_k"],
                 "refreshed_at": row["refreshed_at"],
                 **{k: v for k, v in metrics.items() if not isinstance(v, (dict, list))}}
+        import pandas as pd
         return pd.DataFrame([flat])
 
     report = release_report
@@ -606,6 +599,7 @@ INTEGER_TYPES = {21, 23, 20, 26}
 
 def frame_of(cursor: psycopg.Cursor) -> pd.DataFrame:
     """A query's rows as a DataFrame with its columns' names; integer columns stay integers."""
+    import pandas as pd
     frame = pd.DataFrame(cursor.fetchall(), columns=[d.name for d in cursor.description])
     for i, column in enumerate(cursor.description):
         if column.type_code in INTEGER_TYPES:

@@ -7,10 +7,12 @@ InvalidParameter`` catches a bad ``k`` whether it was found by the client or by 
 from __future__ import annotations
 
 import re
-
-import psycopg
+from typing import TYPE_CHECKING
 
 from plpy_anon.core import errors as core
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 class ServerError(core.AnonError):
@@ -94,6 +96,7 @@ PLPYTHON_PREFIXES = re.compile(r"^(?:(?:spiexceptions\.\w+|plpy\.\w+): )+")
 
 def from_psycopg(error: psycopg.Error) -> ServerError:
     """The typed exception for a psycopg error (ServerError for SQLSTATEs without a class)."""
+    import psycopg
     if isinstance(error, psycopg.OperationalError) and error.sqlstate is None:
         # psycopg's own prefixes ("connection failed: ", "connection is bad: ") say less than
         # libpq's message after them

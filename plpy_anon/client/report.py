@@ -34,6 +34,7 @@ from markupsafe import Markup
 from psycopg import sql
 
 from plpy_anon.client import errors
+from plpy_anon.client.report_thresholds import DEFAULT_THRESHOLDS, THRESHOLD_HELP  # noqa: F401 -- re-exported
 
 SWEEP_KS = (2, 3, 5, 10, 20, 50, 100)
 SWEPT_METHODS = ("mondrian", "prioritized_mondrian")
@@ -41,22 +42,6 @@ RISK_MEASURES = ("smallest_class", "prosecutor_risk_max", "prosecutor_risk_avg",
                  "journalist_risk_max", "journalist_records_at_risk", "marketer_risk")
 #: classes listed per sensitive value under "what the release gives away" (the strongest first)
 RULES_SHOWN = 10
-
-#: thresholds the figures are judged against when the release asked for none (``--threshold``
-#: overrides them): k and l as commonly published (k >= 5: no record above 0.2 prosecutor risk),
-#: t as Li et al. ("t-Closeness", 2007) illustrate it, a rule as docs/break-merge.md's alpha
-DEFAULT_THRESHOLDS = {"k": 5, "l": 2, "entropy_l": 2, "t": 0.2, "rule": 0.9,
-                      "prosecutor": 0.2, "journalist": 0.2, "marketer": 0.05}
-THRESHOLD_HELP = {
-    "k": "smallest class at least",
-    "l": "distinct l at least",
-    "entropy_l": "entropy l at least",
-    "t": "t-closeness at most",
-    "rule": "strongest rule's probability below",
-    "prosecutor": "highest prosecutor risk at most",
-    "journalist": "highest journalist risk at most",
-    "marketer": "marketer risk at most",
-}
 
 STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; color: #1d2330; max-width: 62rem; margin: 2rem auto; padding: 0 1rem; }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from plpy_anon.core.errors import (
     InsufficientData,
@@ -17,11 +18,13 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
-from plpy_anon.core.hierarchy import Hierarchy, csv_rows, prefix_paths
 from plpy_anon.db import guards
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.guards import Table
 from plpy_anon.db.sqltext import ident, run, text_of
+
+if TYPE_CHECKING:
+    from plpy_anon.core.hierarchy import Hierarchy
 
 ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
 
@@ -266,6 +269,7 @@ def load_hierarchy(plpy, tbl: Table, column_name: str) -> Hierarchy | None:
                      "AND column_name = $2 ORDER BY leaf", ["oid", "text"], [tbl.oid, column_name])
     if not rows:
         return None
+    from plpy_anon.core.hierarchy import Hierarchy  # numpy: only where a hierarchy is used
     return Hierarchy.from_paths([list(r["path"]) for r in rows])
 
 
@@ -312,6 +316,7 @@ def _clean_paths(paths) -> list[list[str]]:
 def set_hierarchy(plpy, source, column_name, paths):
     tbl = guards.table(plpy, source)
     clean = _clean_paths(paths)
+    from plpy_anon.core.hierarchy import Hierarchy
     hierarchy = Hierarchy.from_paths(clean)
     return _store_hierarchy(plpy, tbl, column_name, hierarchy, clean)
 
@@ -326,6 +331,7 @@ def set_hierarchy_prefix(plpy, source, column_name, mask, step):
     if not values:
         raise InsufficientData(f'column "{col.name}" holds no value to build a hierarchy from',
                                hint="Load the table first; the hierarchy covers the values present.")
+    from plpy_anon.core.hierarchy import Hierarchy, prefix_paths
     paths = prefix_paths(values, mask, step)
     return _store_hierarchy(plpy, tbl, column_name, Hierarchy.from_paths(paths), paths)
 
@@ -341,6 +347,7 @@ def set_hierarchy_csv(plpy, source, column_name, csv, sep):
             f"csv is the hierarchy's text, not a file name: {line!r} has no {sep!r} separator",
             hint="Pass the file's contents: in psql, \\set h `cat hierarchy.csv` then "
                  "anon.set_hierarchy_csv('t', 'c', :'h'); a superuser may pass pg_read_file(path).")
+    from plpy_anon.core.hierarchy import Hierarchy, csv_rows
     clean = csv_rows(csv, sep)
     hierarchy = Hierarchy.from_paths(clean)
     return _store_hierarchy(plpy, tbl, column_name, hierarchy, clean)

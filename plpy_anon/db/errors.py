@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 
 from plpy_anon.core.errors import AnonError
+from plpy_anon.db import timing
 
 
 def report(plpy, error: AnonError):
@@ -17,12 +18,14 @@ def report(plpy, error: AnonError):
 
 
 def sql_entry(func):
-    """Decorator for functions called from SQL bodies: core errors become clean SQL errors."""
+    """Decorator for functions called from SQL bodies: core errors become clean SQL errors; the
+    call's start is kept for the durations it records (timing.entry)."""
 
     @functools.wraps(func)
     def wrapper(plpy, *args, **kwargs):
         try:
-            return func(plpy, *args, **kwargs)
+            with timing.entry():
+                return func(plpy, *args, **kwargs)
         except AnonError as error:
             report(plpy, error)
 

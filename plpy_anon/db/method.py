@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from plpy_anon import parameters
-from plpy_anon.db import release_rows
+from plpy_anon.db import release_rows, timing
 from plpy_anon.db.sqltext import jsonb, progress
 
 
@@ -150,17 +150,20 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
         stored = jsonb(release["parameters"])
         ctx = Run(plpy, GD, release_id, release, method.checked_parameters(stored), started)
         ctx.note_memory("start")
-        data = method.read(ctx)
+        with timing.phase("read"):
+            data = method.read(ctx)
     ctx.read_s = ctx.elapsed()
     progress(plpy, f"read the source ({ctx.read_s:.1f} s)")
     return_free_memory()
     ctx.note_memory("read")
     t0 = time.monotonic()
-    result = method.fit(data, ctx.parameters)
+    with timing.phase("fit"):
+        result = method.fit(data, ctx.parameters)
     ctx.fit_s = time.monotonic() - t0
     return_free_memory()
     ctx.note_memory("fit")
-    output, stats = method.publish(ctx, data, result)
+    with timing.phase("publish"):
+        output, stats = method.publish(ctx, data, result)
     progress(plpy, _run_summary(stats, ctx.fit_s))
     del data, result      # before the output is copied into SQL values: only the output stays
     return_free_memory()

@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable
 
 from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
-from plpy_anon.db import class_counts, grants, republication, risk, verify
+from plpy_anon.db import class_counts, grants, republication, risk, timing, verify
 from plpy_anon.db.guards import Table, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
@@ -25,6 +25,7 @@ from plpy_anon.db.release_rows import (
     genuine_relations,
     lock_release,
     owner_state,
+    record_timing,
     relation_exists,
     store_definitions,
     store_secrets,
@@ -66,8 +67,18 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
     ``build(release_id, qualified_name)`` creates the release's relations (e.g. CREATE MATERIALIZED
     VIEW ... AS SELECT ... anon._<method>_partition(release_id) ...). A release owning more than one
     relation (Break-Merge's _qit/_st_*) lists the others in ``parameters["objects"]``, dependents
-    first, so that replacement and drop find them all.
+    first, so that replacement and drop find them all. The row's ``refresh_seconds`` is the wall
+    clock of the whole call (from its SQL function's start), its phases in ``metrics.timing``.
     """
+    with timing.call(timing.entry_started()) as clock:
+        return _create_release(plpy, GD, clock, source=source, method=method,
+                               release_schema=release_schema, release_name=release_name,
+                               replace=replace, parameters=parameters, build=build)
+
+
+def _create_release(plpy, GD, clock: timing.Clock, *, source: Table, method: ReleaseMethod,
+                    release_schema: str, release_name: str, replace: bool, parameters: dict,
+                    build: Callable[[int, str], None]) -> dict:
     check_name(release_schema, "release_schema")
     check_name(release_name, "release_name")
     if re.search(rf"{SUFFIX}\d+$", release_name):
@@ -107,15 +118,17 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
     building = GD.setdefault(BUILDING_KEY, set()) if GD is not None else set()
     building.add(release_id)
     try:
-        with temp_file_limit_explained(plpy, source.oid):
+        with temp_file_limit_explained(plpy, source.oid), timing.phase("build"):
             build(release_id, ident(plpy, release_schema, release_name))
     finally:
         building.discard(release_id)
     progress(plpy, "checking the released rows")
     with temp_file_limit_explained(plpy, source.oid):      # the check's grouping may spill too
         row = record(plpy, release_id, take_run(GD, release_id), built=True, method=method)
-    progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}")
-    grants.grant_release(plpy, row)      # analysts read every new release (anon.grant_analyst)
+    with timing.phase("grants"):
+        grants.grant_release(plpy, row)  # analysts read every new release (anon.grant_analyst)
+    row = record_timing(plpy, release_id, clock.figures())
+    progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}, {row['refresh_seconds']:.2f} s")
     return row
 
 
@@ -163,6 +176,37 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
     check's figures into the catalog row, store the risk report (risk.store) and return the row.
     ``built``: plpy_anon itself just (re)created the relations (create, build-and-swap): their
     definitions become the recorded ones; otherwise (a plain REFRESH) they must still be the recorded ones."""
+    with timing.phase("verify"):
+        figures, report = _checked(plpy, release_id, run_stats, method=method, built=built)
+    with timing.phase("record"):
+        if not built:   # genuine by one of its digests: record both as they are now (after the
+            store_definitions(plpy, release_id)  # check, so a failure's autonomous record finds the row free)
+        stats = run_stats or {}
+        # the call's duration so far (its caller writes the final one, record_timing); a run
+        # outside a create or refresh call: its own seconds
+        clock = timing.current()
+        seconds = clock.figures()["seconds"] if clock is not None else stats.get("seconds")
+        run(plpy, """
+            UPDATE anon.releases SET
+                refreshed_at = pg_catalog.clock_timestamp(),
+                refresh_seconds = $2,
+                row_count = coalesce($3, row_count),
+                achieved_k = coalesce($4, achieved_k),
+                metrics = coalesce($5, metrics),
+                verified = $6 IS NOT NULL, verification = $6,
+                last_error = NULL, last_error_at = NULL
+            WHERE release_id = $1 RETURNING *""",
+            ["int4", "float8", "int8", "int4", "jsonb", "jsonb"],
+            [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
+             jsonb_text(stats["metrics"]) if "metrics" in stats else None,
+             json.dumps(figures) if figures is not None else None])
+        risk.store_report(plpy, release_id, report)
+        return by_id(plpy, release_id)
+
+
+def _checked(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMethod | None,
+             built: bool) -> tuple:
+    """(verification figures, risk report) of the release just built, from its rows."""
     if built:
         store_definitions(plpy, release_id)
     release = by_id(plpy, release_id)
@@ -179,33 +223,16 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         figures = verify.check(plpy, release, run_stats, method, counter)
         # a stable release's version against the ones published before (refused if it narrows
         # someone below l), remembered for the next
-        with owner_state(plpy):
+        with owner_state(plpy), timing.phase("republication"):
             across = republication.check_and_remember(plpy, release, run_stats)
         if across is not None and figures is not None:
             figures["across_versions"] = across
-        return figures, risk.compute(plpy, report_target, counter=counter) if report_target is not None else None
+        if report_target is None:
+            return figures, None
+        with timing.phase("risk"):
+            return figures, risk.compute(plpy, report_target, counter=counter)
 
-    figures, report = checked_as_owner(plpy, release, checks)
-    if not built:   # genuine by one of its digests: record both as they are now (after the check,
-        store_definitions(plpy, release_id)   # so a failure's autonomous record finds the row free)
-    stats = run_stats or {}
-    seconds = stats.get("seconds")
-    run(plpy, """
-        UPDATE anon.releases SET
-            refreshed_at = pg_catalog.clock_timestamp(),
-            refresh_seconds = $2,
-            row_count = coalesce($3, row_count),
-            achieved_k = coalesce($4, achieved_k),
-            metrics = coalesce($5, metrics),
-            verified = $6 IS NOT NULL, verification = $6,
-            last_error = NULL, last_error_at = NULL
-        WHERE release_id = $1 RETURNING *""",
-        ["int4", "float8", "int8", "int4", "jsonb", "jsonb"],
-        [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
-         jsonb_text(stats["metrics"]) if "metrics" in stats else None,
-         json.dumps(figures) if figures is not None else None])
-    risk.store_report(plpy, release_id, report)
-    return by_id(plpy, release_id)
+    return checked_as_owner(plpy, release, checks)
 
 
 # Checks left pending by checked_as_owner for anon._check_as_owner, by id: (work, result, error)

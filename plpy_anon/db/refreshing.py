@@ -44,7 +44,7 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db import grants, publish
+from plpy_anon.db import grants, publish, timing
 from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
@@ -54,6 +54,7 @@ from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name
     check_genuine,
     lock_release,
     owned_relations,
+    record_timing,
     relation_exists,
     storage_of,
     take_run,
@@ -70,11 +71,23 @@ from plpy_anon.db.swap_locks import (  # noqa: F401 -- LockNotAvailable: raised 
 
 # ---------------------------------------------------------------------------- one release
 
-def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
+def refresh(plpy, GD, release: dict, method: ReleaseMethod | None, *,
+            started: float | None = None) -> dict:
     """Rebuild ``release`` (``method.refresh_release(plpy, GD, release)`` for methods with their
-    own refresh, else build-and-swap); on failure record it autonomously and re-raise."""
-    lock_source(plpy, release["source"])     # the one lock order: source, release, its relations
-    lock_release(plpy, release["release_id"])
+    own refresh, else build-and-swap); on failure record it autonomously and re-raise. The
+    recorded seconds (catalog and history alike) are the wall clock of the whole call from
+    ``started`` (time.monotonic(); default now), lock waits included, its phases in
+    ``metrics.timing``."""
+    with timing.call(started) as clock:
+        return _refresh(plpy, GD, release, method, clock)
+
+
+def _refresh(plpy, GD, release: dict, method: ReleaseMethod | None, clock: timing.Clock) -> dict:
+    started_at = run(plpy, "SELECT pg_catalog.clock_timestamp() - pg_catalog.make_interval(secs => $1) AS t",
+                     ["float8"], [clock.figures()["seconds"]])[0]["t"]
+    with timing.phase("locks"):
+        lock_source(plpy, release["source"])     # the one lock order: source, release, its relations
+        lock_release(plpy, release["release_id"])
     # re-read after the wait: a drop or a replace => true that committed meanwhile
     current = run(plpy, "SELECT * FROM anon.releases WHERE release_id = $1", ["int4"],
                   [release["release_id"]])
@@ -85,8 +98,6 @@ def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
             hint="Nothing was refreshed. If it was replaced, the new release is already current; "
                  "see SELECT * FROM anon.release_status().")
     release = current[0]
-    started_at = run(plpy, "SELECT pg_catalog.clock_timestamp() AS t")[0]["t"]
-    t0 = time.monotonic()
     progress(plpy, f"refreshing {qualified_text(release)} ({release['method']})")
     try:
         with plpy.subtransaction():
@@ -102,20 +113,23 @@ def refresh(plpy, GD, release: dict, method: ReleaseMethod | None) -> dict:
                 method.refresh_release(plpy, GD, release)
             else:
                 rebuild_view(plpy, GD, release, method=method)
-            row = by_id(plpy, release["release_id"])
-            grants.grant_release(plpy, row)
+            with timing.phase("grants"):
+                grants.grant_release(plpy, by_id(plpy, release["release_id"]))
     except Exception as exc:  # noqa: BLE001 -- any failure is recorded, then re-raised
-        record_failure(plpy, release, started_at, time.monotonic() - t0, exc)
+        figures = clock.figures()
+        record_failure(plpy, release, started_at, figures["seconds"], exc, phases=figures["phases"])
         raise as_anon_error(exc) from None
-    seconds = time.monotonic() - t0
+    figures = clock.figures()
+    row = record_timing(plpy, release["release_id"], figures)
+    seconds = row["refresh_seconds"]
     across = (jsonb(row["verification"]) or {}).get("across_versions") if row["verification"] else None
     run(plpy, """
         INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds, succeeded,
-                                          row_count, achieved_k, across_versions)
-        VALUES ($1, $2, $3::timestamptz, $4, true, $5, $6, $7)""",
-        ["int4", "text", "text", "float8", "int8", "int4", "jsonb"],
+                                          row_count, achieved_k, across_versions, phases)
+        VALUES ($1, $2, $3::timestamptz, $4, true, $5, $6, $7, $8)""",
+        ["int4", "text", "text", "float8", "int8", "int4", "jsonb", "jsonb"],
         [row["release_id"], qualified_text(row), started_at, seconds, row["row_count"], row["achieved_k"],
-         json.dumps(across) if across is not None else None])
+         json.dumps(across) if across is not None else None, json.dumps(figures["phases"])])
     progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}, {seconds:.2f} s")
     return row
 
@@ -145,7 +159,7 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
         lock_for_swap(plpy, release, [("MATERIALIZED VIEW", schema, name)], waits)
         # REFRESH (not CREATE ... AS) writes frozen rows: a reader whose snapshot predates the
         # refresh sees the new release, never an empty one. The event trigger records the stash.
-        with publish.temp_file_limit_explained(plpy, source):
+        with publish.temp_file_limit_explained(plpy, source), timing.phase("build"):
             plpy.execute(f"REFRESH MATERIALIZED VIEW {ident(plpy, schema, name)}")
         if analyze:
             plpy.execute(f"ANALYZE {ident(plpy, schema, name)}")
@@ -156,25 +170,23 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     if relation_exists(plpy, schema, temp):   # left by a crash? it is ours: replace it
         plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
     progress(plpy, "building the new release beside the old one (readers keep the old)")
-    t0 = time.monotonic()
-    with publish.temp_file_limit_explained(plpy, source):
+    with publish.temp_file_limit_explained(plpy, source), timing.phase("build"):
         build_frozen(plpy, ident(plpy, schema, temp), saved["query"], release["release_owner"])
+        if analyze:
+            plpy.execute(f"ANALYZE {ident(plpy, schema, temp)}")
     stats = take_run(GD, release["release_id"])
-    if stats is not None:     # the whole build (SQL join included), not only the Python part
-        stats["seconds"] = time.monotonic() - t0
-    if analyze:
-        plpy.execute(f"ANALYZE {ident(plpy, schema, temp)}")
     progress(plpy, "swapping in the new release")
-    lock_for_swap(plpy, release, [("VIEW", schema, v) for v, _ in views] + [("MATERIALIZED VIEW", schema, name)],
-                  waits)
-    for view, _ in views:                                   # dependents first (parameters.objects)
-        plpy.execute(f"DROP VIEW {ident(plpy, schema, view)}")
-    plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, name)}")
-    plpy.execute(f"ALTER MATERIALIZED VIEW {ident(plpy, schema, temp)} RENAME TO {plpy.quote_ident(name)}")
-    restore_properties(plpy, ident(plpy, schema, name), saved)
-    for view, view_saved in reversed(saved_views):          # what they read first
-        plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
-        restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
+    with timing.phase("swap"):
+        lock_for_swap(plpy, release, [("VIEW", schema, v) for v, _ in views] + [("MATERIALIZED VIEW", schema, name)],
+                      waits)
+        for view, _ in views:                               # dependents first (parameters.objects)
+            plpy.execute(f"DROP VIEW {ident(plpy, schema, view)}")
+        plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, name)}")
+        plpy.execute(f"ALTER MATERIALIZED VIEW {ident(plpy, schema, temp)} RENAME TO {plpy.quote_ident(name)}")
+        restore_properties(plpy, ident(plpy, schema, name), saved)
+        for view, view_saved in reversed(saved_views):      # what they read first
+            plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {view_saved['query']}")
+            restore_properties(plpy, ident(plpy, schema, view), view_saved, kind="VIEW")
     with publish.temp_file_limit_explained(plpy, source):
         publish.record(plpy, release["release_id"], stats, built=True, method=method)
 
@@ -319,11 +331,12 @@ def as_anon_error(exc: BaseException) -> BaseException:
     return error
 
 
-def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseException) -> None:
+def record_failure(plpy, release: dict, started_at, seconds: float, exc: BaseException, *,
+                   phases: dict | None = None) -> None:
     """Write the failure through a separate connection (it must outlive our rollback)."""
     message, sqlstate = error_parts(exc)
     try:
-        write_autonomously(plpy, release, started_at, seconds, message, sqlstate)
+        write_autonomously(plpy, release, started_at, seconds, message, sqlstate, phases)
     except Exception as write_error:  # noqa: BLE001 -- never hide the refresh's own error
         plpy.warning(f"plpy_anon: the failed refresh of {qualified_text(release)} could not be "
                      f"recorded: {str(write_error).strip()}",
@@ -361,7 +374,7 @@ def socket_directory(plpy) -> str | None:
     return None
 
 
-def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) -> None:
+def write_autonomously(plpy, release, started_at, seconds, message, sqlstate, phases=None) -> None:
     import psycopg  # the venv's; imported only when a refresh fails
 
     params = loopback_conninfo(plpy)
@@ -375,9 +388,10 @@ def write_autonomously(plpy, release, started_at, seconds, message, sqlstate) ->
                                  "-c default_transaction_read_only=off", **params) as conn:
         conn.execute("""
             INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds,
-                                              succeeded, error, sqlstate)
-            VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s)""",
-            (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate))
+                                              succeeded, error, sqlstate, phases)
+            VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s, %s::pg_catalog.jsonb)""",
+            (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate,
+             json.dumps(phases) if phases is not None else None))
         try:
             # lock_timeout: if our own transaction holds the row (it updated it earlier), waiting
             # would deadlock invisibly; the history row above is then the record.
@@ -421,8 +435,10 @@ def dependency_order(by_id: dict, deps: dict) -> list[dict]:
 
 
 def refresh_all(plpy, refresh_one) -> list[tuple]:
-    """Refresh every release in dependency order, each on its own: a failure is recorded, its
-    dependents are skipped, the others go on. Returns (release, status, seconds, error) rows."""
+    """Refresh every release in dependency order, each on its own (``refresh_one(release,
+    started)``, started = time.monotonic() at its start, so that the seconds it records are the
+    ones returned): a failure is recorded, its dependents are skipped, the others go on. Returns
+    (release, status, seconds, error) rows."""
     by_id, deps = release_graph(plpy)
     # every source first, in one order (by OID), before any release's lock: one transaction
     # refreshing several releases must not hold one release's lock while it waits for the
@@ -442,7 +458,7 @@ def refresh_all(plpy, refresh_one) -> list[tuple]:
         t0 = time.monotonic()
         try:
             with plpy.subtransaction():
-                refresh_one(release)
+                refresh_one(release, t0)
         except Exception as exc:  # noqa: BLE001 -- recorded; the other releases go on
             failed.add(release["release_id"])
             message = error_parts(exc)[0]

@@ -87,6 +87,17 @@ def owner_state(plpy):
 CATALOG_ROW = "SELECT * FROM anon.releases WHERE release_id = $1"
 
 
+def record_timing(plpy, release_id: int, figures: dict) -> dict:
+    """Write a create's or refresh's duration (timing.Clock.figures: the wall clock of the whole
+    call, and its phases) into the catalog row: ``refresh_seconds`` and ``metrics.timing``.
+    Returns the row."""
+    return run(plpy, """
+        UPDATE anon.releases SET refresh_seconds = $2,
+               metrics = pg_catalog.jsonb_set(coalesce(metrics, '{}'::jsonb), '{timing}', $3)
+        WHERE release_id = $1 RETURNING *""", ["int4", "float8", "jsonb"],
+        [release_id, figures["seconds"], json.dumps(figures)])[0]
+
+
 def by_id(plpy, release_id: int) -> dict:
     rows = run(plpy, CATALOG_ROW, ["int4"], [release_id])
     if not rows:

@@ -18,8 +18,10 @@ STABLE partitioning function); this module owns their life cycle:
 """
 from __future__ import annotations
 
+import time
+
 from plpy_anon.core.errors import UndefinedObject
-from plpy_anon.db import refreshing, verify
+from plpy_anon.db import refreshing, timing, verify
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods.registry import REGISTRY
@@ -39,6 +41,7 @@ from plpy_anon.db.release_rows import (  # noqa: F401 -- the catalog lookups, re
     genuine_relations,
     owned_relations,
     qualified_name,
+    record_timing,
     relation_exists,
     stash_run,
     take_run,
@@ -63,6 +66,20 @@ def record_refresh(plpy, GD, relation_oid: int) -> None:
                                   AND c.relname = coalesce(r.parameters ->> 'storage', r.release_name)
                                   AND c.relowner = r.release_owner AND c.relkind = 'm'
         WHERE c.oid = $1""", ["oid"], [relation_oid])
+    if not rows:
+        return
+    statement = run(plpy, "SELECT pg_catalog.statement_timestamp()::text AS t, pg_catalog.date_part('epoch', "
+                          "pg_catalog.clock_timestamp() - pg_catalog.statement_timestamp()) AS s")[0]
+    if timing.current() is not None:      # inside anon.refresh: its clock runs
+        _record_refreshes(plpy, GD, rows, started_at=statement["t"])
+        return
+    # a plain REFRESH MATERIALIZED VIEW: the statement is the call, its time so far the build
+    with timing.call(time.monotonic() - statement["s"], first="build") as clock:
+        _record_refreshes(plpy, GD, rows, started_at=statement["t"], clock=clock)
+
+
+def _record_refreshes(plpy, GD, rows: list[dict], *, started_at: str,
+                      clock: timing.Clock | None = None) -> None:
     for r in rows:
         if r["release_id"] in GD.get(BUILDING_KEY, ()):
             continue            # being created: publish.create_release checks and records it
@@ -71,9 +88,12 @@ def record_refresh(plpy, GD, relation_oid: int) -> None:
             record(plpy, r["release_id"], stats, method=method_named(r["method"]))
         except verify.VerificationFailed as exc:
             if r["release_id"] not in GD.get(REFRESHING_KEY, set()):
-                started_at = run(plpy, "SELECT pg_catalog.statement_timestamp()::text AS t")[0]["t"]
-                refreshing.record_failure(plpy, r, started_at, (stats or {}).get("seconds") or 0.0, exc)
+                figures = clock.figures() if clock is not None else {"seconds": (stats or {}).get("seconds")}
+                refreshing.record_failure(plpy, r, started_at, figures["seconds"] or 0.0, exc,
+                                          phases=figures.get("phases"))
             raise
+        if clock is not None:
+            record_timing(plpy, r["release_id"], clock.figures())
 
 
 def method_named(method: str) -> ReleaseMethod | None:
@@ -87,16 +107,17 @@ def refresh(plpy, name: str, GD=None) -> dict:
     view defines ``refresh_release(plpy, GD, release)`` in its db module; otherwise the view is
     rebuilt beside the old one and swapped in (refreshing.py). A failure is recorded in
     anon.refresh_history / last_error and re-raised; the old release stays."""
-    return refresh_row(plpy, GD, find(plpy, name, genuine=False))   # checked under the lock
+    return refresh_row(plpy, GD, find(plpy, name, genuine=False),    # checked under the lock
+                       started=timing.entry_started())
 
 
-def refresh_row(plpy, GD, release: dict) -> dict:
+def refresh_row(plpy, GD, release: dict, *, started: float | None = None) -> dict:
     method = method_named(release["method"])
     # a REFRESH run by the rebuild reaches record_refresh: refreshing.refresh records its failure
     inside = GD.setdefault(REFRESHING_KEY, set()) if GD is not None else set()
     inside.add(release["release_id"])
     try:
-        return refreshing.refresh(plpy, GD, release, method)
+        return refreshing.refresh(plpy, GD, release, method, started=started)
     finally:
         inside.discard(release["release_id"])
 
@@ -104,7 +125,8 @@ def refresh_row(plpy, GD, release: dict) -> dict:
 @sql_entry
 def refresh_all(plpy, GD=None) -> list[tuple]:
     """anon.refresh_all(): every release in dependency order; see refreshing.refresh_all."""
-    return refreshing.refresh_all(plpy, lambda release: refresh_row(plpy, GD, release))
+    return refreshing.refresh_all(
+        plpy, lambda release, started: refresh_row(plpy, GD, release, started=started))
 
 
 @sql_entry

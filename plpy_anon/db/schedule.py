@@ -11,7 +11,7 @@ the extension is dropped, the job unschedules itself instead (anon._refresh_job_
 from __future__ import annotations
 
 from plpy_anon.core.errors import AnonError, InvalidParameter
-from plpy_anon.db import releases
+from plpy_anon.db import release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, run
 
@@ -97,7 +97,7 @@ def refresh_job(plpy, name: str) -> list[tuple[str, str, str]]:
 @sql_entry
 def schedule_refresh(plpy, name: str, schedule: str) -> int:
     """Create (or reschedule) the pg_cron job refreshing a release; returns its job id."""
-    release = releases.find(plpy, name)
+    release = release_rows.find(plpy, name)
     if schedule is None or not schedule.strip():
         raise InvalidParameter("a cron schedule is required",
                                hint="Pass e.g. '0 3 * * *' (minute hour day month weekday: nightly at 03:00) or '@daily'.")
@@ -122,7 +122,7 @@ def unschedule_refresh(plpy, name: str) -> bool:
     schema.name, so its job can be cleaned up."""
     require_cron(plpy)
     try:
-        release = releases.find(plpy, name, genuine=False)
+        release = release_rows.find(plpy, name, genuine=False)
         schema, rel = release["release_schema"], release["release_name"]
     except AnonError:
         parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]

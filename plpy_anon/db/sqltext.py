@@ -5,8 +5,6 @@ import contextlib
 import json
 import math
 
-import numpy as np
-
 from plpy_anon.core.errors import InvalidParameter
 
 
@@ -130,6 +128,7 @@ LITERAL_SLICE = 65536
 def int_array_literal(values) -> str:
     """An int[] / oid[] literal of a 1-D integer array (parsed by array_in, in C, on the SQL
     side), built a slice at a time (LITERAL_SLICE)."""
+    import numpy as np  # here, not above: calls that only read the catalog never load numpy
     values = np.asarray(values)
     return "{" + ",".join(",".join(map(str, values[i:i + LITERAL_SLICE].tolist()))
                           for i in range(0, values.shape[0], LITERAL_SLICE)) + "}"

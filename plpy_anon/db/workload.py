@@ -40,7 +40,6 @@ from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods import mondrian_family, prioritized_mondrian
 from plpy_anon.db.sqltext import jsonb, jsonb_text, run
 from plpy_anon.querylog.logs import read_server_log
-from plpy_anon.querylog.priorities import PriorityLearner
 
 MONDRIAN_METHODS = ("mondrian", "prioritized_mondrian")
 
@@ -115,6 +114,7 @@ def add_queries_from_log(plpy, log_file, *, log_format):
 
 
 def fit_learner(plpy, tbl, statements, projection_share=0.5):
+    from plpy_anon.querylog.priorities import PriorityLearner  # sqlglot: only the learner needs it
     learner = PriorityLearner(f"{tbl.schema}.{tbl.name}", projection_share=projection_share,
                               default_schema=tbl.schema)
     return learner.fit(statements, catalog_schema(plpy))

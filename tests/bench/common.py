@@ -10,6 +10,7 @@ import pandas as pd
 import psycopg
 
 from plpy_anon.cluster import ThrowawayCluster
+from tests.helpers import load_python_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("PLPY_ANON_DATA", ROOT.parent / "shared" / "data"))
@@ -52,7 +53,7 @@ def extension_db(settings: dict[str, str] | None = None):
     with ThrowawayCluster(settings=settings) as cluster, \
             psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-        conn.execute("SELECT * FROM anon.versions()").fetchall()   # pay the imports once
+        load_python_stack(conn)                                  # pay the imports once
         yield conn
 
 

@@ -84,9 +84,9 @@ def test_each_kind_of_failure_has_its_exit_status(cli_in, schema, monkeypatch):
     assert unreachable.exit_code == cli.EXIT_CONNECTION
     assert unreachable.stderr.startswith("plpy-anon: error: connection to server on socket")
 
-    def broken(self):
+    def broken(self, *args, **kwargs):
         raise RuntimeError("a bug")
-    monkeypatch.setattr(AnonClient, "releases", broken)
+    monkeypatch.setattr(AnonClient, "rows", broken)          # what release-status calls
     internal = cli_in("release-status")
     assert internal.exit_code == cli.EXIT_INTERNAL
     assert "RuntimeError: a bug" in internal.stderr and "please report it" in internal.stderr

@@ -27,7 +27,7 @@ import pytest
 from psycopg import sql
 
 from tests import soak as shared_load
-from tests.helpers import class_sizes
+from tests.helpers import class_sizes, load_python_stack
 
 SESSIONS = 8
 ROWS = 300
@@ -103,7 +103,7 @@ class Load:
         mine = {}                    # qualified name -> (schema, name, source)
         with self.connect() as conn:
             conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(self.schema)))
-            conn.execute("SELECT * FROM anon.versions()").fetchall()     # import the Python stack now
+            load_python_stack(conn)                                      # import the Python stack now
             self.start.wait()
             while time.monotonic() < self.deadline:
                 ops = ["create"] + (["replace", "refresh", "refresh_matview", "drop"] if mine else [])

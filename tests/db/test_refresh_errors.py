@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.helpers import matview
+from tests.helpers import load_python_stack, matview
 
 
 def assert_clean(error: psycopg.Error) -> None:
@@ -29,7 +29,7 @@ def test_a_cancelled_refresh_reports_the_cancel_alone_and_keeps_the_old_rows(con
     cancels = 0
     with connect() as conn:
         conn.execute(f"SET search_path = {schema}, public")
-        conn.execute("SELECT * FROM anon.versions()").fetchall()
+        load_python_stack(conn)
         for ms in (30, 60, 120, 250, 500):
             conn.execute(f"SET statement_timeout = '{ms}ms'")
             for statement in (f"REFRESH MATERIALIZED VIEW {matview(conn, big_release)}",

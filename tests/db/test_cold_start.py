@@ -1,0 +1,80 @@
+"""A new backend pays only for what its first call needs: the catalog's calls load no numerical or
+SQL-parsing library, a Mondrian release loads neither scikit-learn, SciPy nor sqlglot. Each call
+runs in a fresh connection (a new backend, as pg_cron's jobs get), and the modules it left loaded
+are read from the same backend's interpreter afterwards."""
+from __future__ import annotations
+
+import pytest
+from psycopg import sql
+
+from tests.helpers import release_schema_of
+
+HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "sqlglot", "matplotlib")
+
+PEOPLE = """
+CREATE TABLE people (id int PRIMARY KEY, age int, zip text, diagnosis text);
+INSERT INTO people SELECT i, 20 + i % 50, lpad((i % 23)::text, 5, '0'), 'd' || i % 4
+FROM generate_series(1, 300) i;
+"""
+
+MONDRIAN = ("SELECT anon.mondrian_view('people', k => 5, quasi_identifiers => ARRAY['age', 'zip'], "
+            "sensitive => ARRAY['diagnosis'], identifiers => ARRAY['id'], release_schema => '{}')")
+
+
+@pytest.fixture
+def fresh(connect, db, schema):
+    """fresh(query) -> the heavy modules a new backend holds after running ``query`` as its first
+    call of the extension."""
+    db.execute(sql.SQL("""CREATE FUNCTION {}.loaded_modules() RETURNS text[] LANGUAGE plpython3u AS $$
+import sys
+return sorted(m for m in {} if m in sys.modules)
+$$""").format(sql.Identifier(schema), sql.SQL(repr(HEAVY))))
+
+    def run(query: str) -> set[str]:
+        with connect(options=f"-c search_path={schema},public") as conn:
+            conn.execute(query)
+            return set(conn.execute("SELECT loaded_modules()").fetchone()[0])
+    return run
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT * FROM anon.versions()",
+    "SELECT * FROM anon.release_status()",
+    "SELECT * FROM anon.column_roles('people')",
+    "SELECT anon.set_column_role('people', 'zip', 'quasi_identifier')",
+])
+def test_a_catalog_call_in_a_new_backend_loads_no_heavy_library(fresh, db, query):
+    db.execute(PEOPLE)
+    assert fresh(query) == set()
+
+
+def test_versions_reports_installed_components_without_loading_them(fresh, connect):
+    assert fresh("SELECT * FROM anon.versions()") == set()
+    with connect() as conn:
+        rows = {r[0]: (r[1], r[2]) for r in conn.execute("SELECT * FROM anon.versions()").fetchall()}
+    for name in ("numpy", "pandas", "scipy", "sklearn", "sqlglot"):
+        version, location = rows[name]
+        assert version and location.endswith(f"/{name}/__init__.py"), (name, rows[name])
+
+
+def test_a_mondrian_release_in_a_new_backend_loads_no_learning_or_parsing_library(fresh, db, schema):
+    db.execute(PEOPLE)
+    assert not fresh(MONDRIAN.format(release_schema_of(schema))) & {"sklearn", "scipy", "sqlglot", "matplotlib"}
+    release = f"{release_schema_of(schema)}.people_k5"
+    assert not fresh(f"SELECT * FROM anon.refresh('{release}')") & {"sklearn", "scipy", "sqlglot", "matplotlib"}
+    # and the release is a real one: k holds in its rows
+    smallest = db.execute(sql.SQL("SELECT min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY age, zip) c")
+                          .format(sql.Identifier(release_schema_of(schema), "people_k5"))).fetchone()[0]
+    assert smallest >= 5
+
+
+def test_the_first_call_of_a_backend_still_activates_the_environment(connect):
+    """The call that imports nothing heavy still puts the venv first: a later import of numpy in
+    that backend comes from the venv (the same one anon.versions names)."""
+    with connect() as conn:
+        conn.execute("SELECT * FROM anon.release_status()").fetchall()
+        location = conn.execute("SELECT location FROM anon.versions() WHERE component = 'numpy'").fetchone()[0]
+        conn.execute("DO LANGUAGE plpython3u $$ import numpy $$")
+        loaded = conn.execute("SELECT location FROM anon.versions() WHERE component = 'numpy'").fetchone()[0]
+    assert loaded == location
+
