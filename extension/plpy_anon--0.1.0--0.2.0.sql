@@ -3268,6 +3268,8 @@ RETURNS TABLE (job_name text, command text, database_name text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_job(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3300,6 +3302,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.refresh_job(plpy, release)
 $$;
