@@ -55,6 +55,8 @@ _LEFT, _RIGHT, _DONE = 0, 1, 2
 
 #: Split strategies of the Mondrian family (``split=`` of :class:`Mondrian` and subclasses).
 SPLITS = ("median", "utility")
+#: How the fit runs: compiled when numba imports (auto), or one engine (both give the same labels).
+ENGINES = ("auto", "numba", "numpy")
 _L_ROUNDS = 8          # utility split with l: best cuts checked for l in turn, then the median cut
 _HIST_CELLS = 1 << 22  # histogram models: count-matrix cells per chunk of candidate cuts
 #: rows x QIs up to which layouts are (A, n) arrays regrouped at once (_stacked_regroup). Fit
@@ -109,13 +111,18 @@ class Mondrian:
     n_classes_ : int
     """
 
-    def __init__(self, k=5, l=None, l_diversity="distinct", c=None, t=None, split="median"):
+    #: called between two chunks of the compiled fit (a callable raising to cancel it, or None)
+    check_interrupt = None
+
+    def __init__(self, k=5, l=None, l_diversity="distinct", c=None, t=None, split="median",
+                 engine="auto"):
         self.k = k
         self.l = l
         self.l_diversity = l_diversity
         self.c = c
         self.t = t
         self.split = split
+        self.engine = engine
 
     # ------------------------------------------------------------------ public
     def fit(self, columns, sensitive=None, sensitive_ordered=False, sensitive_names=None):
@@ -188,6 +195,33 @@ class Mondrian:
         return ok
 
     def _partition(self, n_rows):
+        """Class id of every row: on the compiled kernels (:mod:`.mondrian_jit`) when numba
+        imports and the fit is one they implement, else on numpy (the same partitions)."""
+        if self.engine != "numpy" and self._compiled_supported():
+            from plpy_anon.core import mondrian_jit
+            labels = mondrian_jit.partition(self, n_rows)
+            if labels is not None:
+                return labels
+            if self.engine == "numba":
+                raise RuntimeError("engine='numba' asked, but numba cannot be imported")
+        return self._partition_numpy(n_rows)
+
+    def _compiled_supported(self):
+        """Whether the compiled kernels implement this fit: the median split (the utility split
+        runs on numpy). Extension point, with :meth:`_compiled_ranking` and
+        :meth:`_compiled_boundaries`, for variants that change the ranking or the cuts."""
+        return self._split == "median"
+
+    def _compiled_ranking(self):
+        """None (rank by spread), or ``(priority metric per attribute, spread weight, priority
+        weight, weight sum)`` for the kernels' weighted ranking."""
+        return
+
+    def _compiled_boundaries(self):
+        """``({attribute: sorted code boundaries}, cut tolerance)`` for the kernels."""
+        return {}, 0.5
+
+    def _partition_numpy(self, n_rows):
         groups = self._initial_groups(n_rows)
         orders = [_stable_argsort(codes) for codes in self._codes]
         if groups is not None:
@@ -612,6 +646,9 @@ class Mondrian:
     def _validate(self, columns, sensitive, sensitive_names=None):
         _check_int("k", self.k, minimum=2)
         check_split(self.split)
+        if self.engine not in ENGINES:
+            raise InvalidParameter(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}",
+                                   hint="leave engine 'auto' (compiled when numba imports)")
         if self.l is not None and self.l_diversity in ("distinct", "recursive"):
             _check_int("l", self.l, minimum=1)
         check_models(self.l, self.l_diversity, self.c, self.t)
