@@ -64,6 +64,11 @@ def kernels():
             log.warning("plpy_anon: numba cannot be imported (%s: %s); the Mondrian fit runs on "
                         "numpy, several times slower. Install the [server] extra.",
                         type(exc).__name__, exc)
+        except RuntimeError as exc:             # numba: no cache directory this user can write
+            _unavailable = True
+            log.warning("plpy_anon: the compiled Mondrian kernels have no machine-code cache "
+                        "(%s); the fit runs on numpy. Run 'make install' as root to create %s "
+                        "for the database's OS user.", exc, CACHE_DIR)
         else:
             _kernels = _mondrian_kernels
     return _kernels
