@@ -92,7 +92,7 @@ def partition(model, n_rows):
         if groups is not None:       # by group, then by code: each group a partition of its own
             order = order[_stable_argsort(groups[order])]
         orders[a] = order
-        np.take(col, order, out=layouts[a], mode="clip")
+        layouts[a] = col[order]
     if groups is None:
         sizes = np.array([n_rows], dtype=np.int64)
     else:

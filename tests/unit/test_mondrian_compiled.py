@@ -106,14 +106,14 @@ def test_compiled_prioritized_fit_gives_the_numpy_labels(fit, seed, tolerance):
 
 
 @needs_numba
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([2, 10, 50]), st.sampled_from(["k", "distinct",
                                                                                  "t"]))
 def test_compiled_fit_equals_numpy_on_larger_tables(seed, k, model):
-    """20,000 rows, wide domains (int32 codes past 65,536 values) beside narrow ones."""
+    """70,000 rows: a column of more than 65,536 values (int32 codes) beside narrow ones."""
     rng = np.random.default_rng(seed)
-    n = 20_000
-    columns = [encode_numeric("wide", rng.integers(0, 80_000, n)),
+    n = 70_000
+    columns = [encode_numeric("wide", rng.permutation(n) // int(rng.integers(1, 3))),
                encode_numeric("age", rng.integers(17, 90, n)),
                encode_numeric("day", np.datetime64("2000-01-01")
                               + rng.integers(0, 3000, n).astype("timedelta64[D]"),
