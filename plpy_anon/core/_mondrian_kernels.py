@@ -64,8 +64,7 @@ def _spread(a, layout, s, e, kind, pos, width, null_code, domain, anc, anc_off, 
     if kind[a] == _CATEGORICAL:
         distinct = 1
         for i in range(s + 1, e):
-            if layout[i] != layout[i - 1]:
-                distinct += 1
+            distinct += layout[i] != layout[i - 1]
         return (distinct - 1.0) / (domain[a] - 1)
     leaf_max = n_leaves[a] - 1
     if lo > leaf_max:
@@ -261,15 +260,18 @@ def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_arg
                 order, layout = orders[b], layouts[b]
                 left, right = s, 0
                 for i in range(s, s + size):
+                    # branch-free (the side of a row is a coin toss to the branch predictor): each
+                    # row is written to both destinations and only its own pointer advances; the
+                    # left slot is <= i, already read, and overwritten later if it was not ours
                     row = order[i]
-                    if side[row] == 0:
-                        order[left] = row
-                        layout[left] = layout[i]
-                        left += 1
-                    else:
-                        buf_o[right] = row
-                        buf_c[right] = layout[i]
-                        right += 1
+                    code = layout[i]
+                    right_side = np.intp(side[row])
+                    order[left] = row
+                    layout[left] = code
+                    buf_o[right] = row
+                    buf_c[right] = code
+                    left += 1 - right_side
+                    right += right_side
                 for i in range(right):
                     order[left + i] = buf_o[i]
                     layout[left + i] = buf_c[i]
