@@ -255,9 +255,14 @@ def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_arg
             s, size, n_left, attr = state[CUR_S], state[CUR_SIZE], state[CUR_LEFT], state[CUR_ATTR]
             if b < n_attrs:
                 state[NEXT_B] = b + 1
-                if b == attr:                  # sorted by the cut attribute: already in place
-                    continue
                 order, layout = orders[b], layouts[b]
+                # nothing to move: the cut attribute (its sides are its halves), an attribute of one
+                # code here (its layout is right for any subset; its row order is never read again
+                # in this subtree: no cut on it, and labels read the parent's cut attribute), or
+                # two children that are final already (labelled through the cut attribute)
+                if b == attr or layout[s] == layout[s + size - 1] or (
+                        n_left < 2 * k and size - n_left < 2 * k):
+                    continue
                 left, right = s, 0
                 for i in range(s, s + size):
                     # branch-free (the side of a row is a coin toss to the branch predictor): each
@@ -286,20 +291,21 @@ def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_arg
             else:
                 stack[top, 0], stack[top, 1] = s, n_left
                 stack[top + 1, 0], stack[top + 1, 1] = s + n_left, size - n_left
+            stack[top, 2] = stack[top + 1, 2] = attr     # an attribute whose row order is right
             state[TOP] = top + 2
             state[PHASE] = 0
             continue
         top = state[TOP]
         if top == 0:
             return True
-        s, size = stack[top - 1, 0], stack[top - 1, 1]
+        s, size, ordered_by = stack[top - 1, 0], stack[top - 1, 1], stack[top - 1, 2]
         state[TOP] = top - 1
         attr, n_left = _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args,
                                model_args, state, spread, ranking, key)
         budget -= size
         if attr < 0:
             class_id = state[N_CLASSES]
-            order = orders[0]
+            order = orders[ordered_by]
             for i in range(s, s + size):
                 labels[order[i]] = class_id
             state[N_CLASSES] = class_id + 1

@@ -100,7 +100,8 @@ def partition(model, n_rows):
         del groups
     starts = np.cumsum(sizes) - sizes
     # the smaller child first: at most log2(n) pending siblings beside the initial groups
-    stack = np.zeros((sizes.size + 2 * 64, 2), dtype=np.int64)
+    # (start, size, an attribute whose row order is right in the partition), root: any
+    stack = np.zeros((sizes.size + 2 * 64, 3), dtype=np.int64)
     stack[:sizes.size, 0] = starts[::-1]
     stack[:sizes.size, 1] = sizes[::-1]
     state = np.zeros(kern.STATE_SIZE, dtype=np.int64)
