@@ -35,6 +35,11 @@ once no partition has more than 2^20 (:meth:`Mondrian._renumber`): each partitio
 dense range of row ids, and from then on the layouts are regrouped in tree order
 (:class:`_TreeOrder`), so the per-level gathers through each row order stay in cache.
 
+The level loop below is the numpy engine. By default (``engine="auto"``) a median-split fit runs
+instead on compiled kernels (:mod:`plpy_anon.core.mondrian_jit`: the same rules, depth first, one
+partition at a time), which must give the same labels (``tests/unit/test_mondrian_compiled.py``);
+this implementation is their oracle, and the fallback when numba does not import.
+
 Measured on the 2-core development machine (``tests/bench/bench_partition.py``): UCI Adult
 (30,162 rows, 8 QIs, k = 10) fits in ~0.039 s (0.055 s per attribute); 1,000,000 rows x 6 QIs
 in ~1.0-1.5 s with a tracemalloc peak of ~97 MB.
@@ -103,6 +108,9 @@ class Mondrian:
         (:meth:`_utility_cut`, :meth:`_penalty`). Costlier than the median (per level, every
         attribute's codes are read in every other attribute's layout). Both strategies only
         ever make allowable cuts: k (and l) hold strictly.
+    engine : ``"auto"`` (default), ``"numba"`` or ``"numpy"`` (:data:`ENGINES`)
+        Where the partitioning runs: the compiled kernels (``"auto"``: when numba imports, for
+        the median split) or this module's numpy loop. Both give the same labels.
 
     Attributes
     ----------

@@ -63,6 +63,7 @@ class PrioritizedMondrian(Mondrian):
         None for the defaults (module docstring).
     cut_points : mapping column name -> iterable of ``(threshold, left_inclusive)`` (a
         DataFrame with those columns works), or None.
+    engine : as :class:`Mondrian` (the information gain runs on numpy).
     cut_tolerance : float in [0, 0.5]: how far from a balanced split a cut point may be (0.5, the
         default: any cut point k allows).
     split : ``"median"`` (default) or ``"utility"``, as :class:`Mondrian`. With no priorities,

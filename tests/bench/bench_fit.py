@@ -7,7 +7,8 @@
    writes): ``CREATE TABLE AS SELECT *`` seconds, then the QIs read once into this process and
    encoded as the database layer does (numeric, date, text codes), then ``Mondrian(k=10)`` fit
    seconds on each engine (compiled first, warmed by a small fit; the labels compared), and each
-   fit's ratio to the copy; the copy is timed again after the fits and the smaller time is used.
+   fit's ratio to the copy; the copy is timed again after the fits and the smaller time is used;
+   the number of interrupt checks of the compiled fit and the longest wall time between two.
    Target (issue: "fit alone <= 1.5x a copy"): the compiled fit <= 1.5x.
 2. UCI Adult (30,162 rows, 8 QIs as bench_partition), k = 10: fit seconds after warm-up, best and
    median of 20, per engine. Target: <= 0.010 s.
@@ -66,9 +67,20 @@ def read_columns(conn):
             encode_numeric("visit", frame["visit"].to_numpy().astype("datetime64[D]"))]
 
 
-def fit_seconds(columns, engine, k=10):
+def fit_seconds(columns, engine, k=10, gaps=None):
+    """(wall s, CPU s, labels); ``gaps``: a list that receives the wall seconds between the
+    compiled fit's interrupt checks (its chunks)."""
+    model = Mondrian(k=k, engine=engine)
+    if gaps is not None:
+        last = [time.perf_counter()]
+
+        def check():
+            now = time.perf_counter()
+            gaps.append(now - last[0])
+            last[0] = now
+        model.check_interrupt = check
     t0, c0 = time.perf_counter(), time.process_time()
-    labels = Mondrian(k=k, engine=engine).fit(columns).labels_
+    labels = model.fit(columns).labels_
     return time.perf_counter() - t0, time.process_time() - c0, labels
 
 
@@ -77,7 +89,8 @@ def bench_size(conn, n) -> list | None:
         return None
     first_copy = copy_seconds(conn)
     columns = read_columns(conn)
-    compiled_s, compiled_cpu, compiled = fit_seconds(columns, "numba")
+    gaps = []
+    compiled_s, compiled_cpu, compiled = fit_seconds(columns, "numba", gaps=gaps)
     numpy_s, numpy_cpu, by_numpy = fit_seconds(columns, "numpy")
     same = bool(np.array_equal(compiled, by_numpy))
     del compiled, by_numpy
@@ -86,9 +99,11 @@ def bench_size(conn, n) -> list | None:
     print(f"{n:,} rows: copy {copy_s:.2f} s; fit compiled {compiled_s:.2f} s "
           f"({compiled_s / copy_s:.2f}x the copy, target <= {TARGET_RATIO}x; CPU {compiled_cpu:.2f}"
           f" s), numpy {numpy_s:.2f} s ({numpy_s / copy_s:.2f}x; CPU {numpy_cpu:.2f} s); "
-          f"labels identical: {same}; load average {load:.1f}", flush=True)
+          f"labels identical: {same}; {len(gaps)} interrupt checks, longest gap "
+          f"{max(gaps, default=0):.3f} s; load average {load:.1f}", flush=True)
     return [n, round(copy_s, 2), round(compiled_s, 2), round(compiled_s / copy_s, 2), TARGET_RATIO,
-            round(numpy_s, 2), round(numpy_s / copy_s, 2), same, round(load, 1)]
+            round(numpy_s, 2), round(numpy_s / copy_s, 2), same, len(gaps),
+            round(max(gaps, default=0), 3), round(load, 1)]
 
 
 def bench_adult() -> list[list]:
@@ -115,7 +130,8 @@ def main() -> None:
         size_rows = [r for r in (bench_size(conn, n) for n in sizes()) if r]
     t1 = markdown_table(["engine", "best ms", "median ms", "target ms"], adult_rows)
     t2 = markdown_table(["rows", "CREATE TABLE AS s", "fit compiled s", "ratio", "target ratio",
-                         "fit numpy s", "ratio numpy", "labels identical", "load average"],
+                         "fit numpy s", "ratio numpy", "labels identical", "interrupt checks",
+                         "longest gap s", "load average"],
                         size_rows)
     text = f"## Adult, k = 10, fit alone\n\n{t1}\n\n## Synthetic, k = 10, fit alone\n\n{t2}\n"
     (results_dir() / "fit.md").write_text(text)
