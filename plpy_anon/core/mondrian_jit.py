@@ -109,7 +109,7 @@ def partition(model, n_rows):
     largest = int(sizes.max())
     buf_o = np.empty(largest, dtype=np.int32)
     buf_c = np.empty(largest, dtype=dtype)
-    side = np.zeros(n_rows, dtype=np.uint8)
+    side = np.zeros((n_rows + 7) // 8, dtype=np.uint8)        # a bit per row
     labels = np.empty(n_rows, dtype=np.int32)
     args = (_spread_args(model._measures), _rank_args(model, n_attrs),
             _boundary_args(model._compiled_boundaries(), n_attrs), _model_args(model, n_rows))
