@@ -23,6 +23,37 @@ _L_NONE, _L_ENTROPY, _L_RECURSIVE = 0, 1, 2
 
 
 @njit(cache=True, nogil=True)
+def sort_by_code(codes, n_codes, order, layout):
+    """Stable counting sort: ``order`` the rows by code (ties in row order), ``layout`` their
+    codes (one histogram pass and one placing pass; codes are small dense integers)."""
+    start = np.zeros(n_codes + 1, dtype=np.int64)
+    for i in range(codes.size):
+        start[codes[i] + 1] += 1
+    for c in range(n_codes):
+        start[c + 1] += start[c]
+    for i in range(codes.size):
+        c = codes[i]
+        p = start[c]
+        order[p] = i
+        layout[p] = c
+        start[c] = p + 1
+
+
+@njit(cache=True, nogil=True)
+def number_by_first_row(labels, n_classes):
+    """Renumber classes 0..C-1 in order of their first row, in place (as
+    ``mondrian._number_by_first_row``)."""
+    rank = np.full(n_classes, -1, dtype=np.int32)
+    following = 0
+    for i in range(labels.size):
+        c = labels[i]
+        if rank[c] < 0:
+            rank[c] = following
+            following += 1
+        labels[i] = rank[c]
+
+
+@njit(cache=True, nogil=True)
 def _lower(layout, lo, hi, v):
     """First position in ``[lo, hi)`` of the sorted segment whose code is ``>= v``."""
     while lo < hi:

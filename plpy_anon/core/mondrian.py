@@ -157,11 +157,10 @@ class Mondrian:
         self._key_width = max(c.n_codes for c in columns)
         self._columns_width = [max(c.n_codes, 1) for c in columns]
         try:
-            labels = self._partition(n_rows)
+            self.labels_, self.n_classes_ = self._partition(n_rows)
         finally:
             # row-sized working state must not outlive fit (the estimator may be kept around)
             del self._codes, self._sensitive, self._measures, self._columns_width, self._models
-        self.labels_, self.n_classes_ = _number_by_first_row(labels)
         return self
 
     # ------------------------------------------------------------------ extension point
@@ -203,16 +202,17 @@ class Mondrian:
         return ok
 
     def _partition(self, n_rows):
-        """Class id of every row: on the compiled kernels (:mod:`.mondrian_jit`) when numba
-        imports and the fit is one they implement, else on numpy (the same partitions)."""
+        """``(labels, n_classes)``, classes numbered by first row: on the compiled kernels
+        (:mod:`.mondrian_jit`) when numba imports and the fit is one they implement, else on
+        numpy (the same partitions)."""
         if self.engine != "numpy" and self._compiled_supported():
             from plpy_anon.core import mondrian_jit
-            labels = mondrian_jit.partition(self, n_rows)
-            if labels is not None:
-                return labels
+            result = mondrian_jit.partition(self, n_rows)
+            if result is not None:
+                return result
             if self.engine == "numba":
                 raise RuntimeError("engine='numba' asked, but numba cannot be imported")
-        return self._partition_numpy(n_rows)
+        return _number_by_first_row(self._partition_numpy(n_rows))
 
     def _compiled_supported(self):
         """Whether the compiled kernels implement this fit: the median split (the utility split

@@ -75,7 +75,7 @@ def kernels():
 
 
 def partition(model, n_rows):
-    """Labels (class id per row, numbered in processing order) of the fit ``model`` is running,
+    """``(labels, n_classes)`` of the fit ``model`` is running (classes numbered by first row),
     or None when the kernels are unavailable. ``model``: a :class:`Mondrian` inside ``fit``."""
     kern = kernels()
     if kern is None:
@@ -88,11 +88,11 @@ def partition(model, n_rows):
     orders = np.empty((n_attrs, n_rows), dtype=np.int32)
     layouts = np.empty((n_attrs, n_rows), dtype=dtype)
     for a, col in enumerate(codes):
-        order = _stable_argsort(col)
+        kern.sort_by_code(np.ascontiguousarray(col, dtype=dtype), int(model._columns_width[a]),
+                          orders[a], layouts[a])
         if groups is not None:       # by group, then by code: each group a partition of its own
-            order = order[_stable_argsort(groups[order])]
-        orders[a] = order
-        layouts[a] = col[order]
+            orders[a] = orders[a][_stable_argsort(groups[orders[a]])]
+            layouts[a] = col[orders[a]]
     if groups is None:
         sizes = np.array([n_rows], dtype=np.int64)
     else:
@@ -118,7 +118,9 @@ def partition(model, n_rows):
                        *args, CHUNK_ROWS):
         if check is not None:
             check()
-    return labels
+    n_classes = int(state[kern.N_CLASSES])
+    kern.number_by_first_row(labels, n_classes)
+    return labels, n_classes
 
 
 def _spread_args(measures):
@@ -239,14 +241,15 @@ def _codes_from_bits(bits):
 
 
 def stats():
-    """Compiled signatures and numba's cache hits / misses of the fit's kernel in this process
-    (the database test reads them from a fresh backend)."""
+    """Signatures in use and numba's cache hits / misses (a miss is a compilation) of the fit's
+    kernels in this process (the database test reads them from a new backend)."""
     kern = kernels()
     if kern is None:
         return None
-    run = kern.run
-    return {"signatures": len(run.signatures), "cache_hits": sum(run.stats.cache_hits.values()),
-            "cache_misses": sum(run.stats.cache_misses.values()),
+    entries = (kern.sort_by_code, kern.run, kern.number_by_first_row)
+    return {"signatures": sum(len(f.signatures) for f in entries),
+            "cache_hits": sum(sum(f.stats.cache_hits.values()) for f in entries),
+            "cache_misses": sum(sum(f.stats.cache_misses.values()) for f in entries),
             "cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
 
 
