@@ -53,7 +53,7 @@ def number_by_first_row(labels, n_classes):
         labels[i] = rank[c]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _lower(layout, lo, hi, v):
     """First position in ``[lo, hi)`` of the sorted segment whose code is ``>= v``."""
     while lo < hi:
@@ -65,7 +65,7 @@ def _lower(layout, lo, hi, v):
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _upper(layout, lo, hi, v):
     """First position in ``[lo, hi)`` whose code is ``> v``."""
     while lo < hi:
@@ -77,7 +77,7 @@ def _upper(layout, lo, hi, v):
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _spread(a, layout, s, e, kind, pos, width, null_code, domain, anc, anc_off, height, leaf_count,
             leaf_off, n_leaves):
     """SpreadMeasure of attribute ``a`` on the sorted segment ``[s, e)``."""
@@ -194,7 +194,7 @@ def _allowable(order, s, size, n_left, k, dist_codes, dist_l, seen, state, mod_c
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model_args, state,
             spread, ranking, key):
     """The cut of partition ``[s, s + size)``: (attribute, rows left), attribute -1 if final."""
@@ -207,6 +207,7 @@ def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model
     (dist_codes, dist_l, seen, mod_codes, mod_m, mod_lmode, mod_l, mod_c, mod_t, mod_q,
      mod_ordered, hist_l, hist_r, sortbuf) = model_args
     n_attrs = layouts.shape[0]
+    models = dist_codes.shape[0] + mod_codes.shape[0] > 0
     e = s + size
     for a in range(n_attrs):
         spread[a] = _spread(a, layouts[a], s, e, kind, pos, width, null_code, domain, anc,
@@ -235,12 +236,13 @@ def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model
         v = layout[mid]
         n_lt = _lower(layout, s, mid, v) - s
         n_le = _upper(layout, mid + 1, e, v) - s
-        ok_lt = _allowable(order, s, size, n_lt, k, dist_codes, dist_l, seen, state, mod_codes,
-                           mod_m, mod_lmode, mod_l, mod_c, mod_t, mod_q, mod_ordered, hist_l,
-                           hist_r, sortbuf)
-        ok_le = _allowable(order, s, size, n_le, k, dist_codes, dist_l, seen, state, mod_codes,
-                           mod_m, mod_lmode, mod_l, mod_c, mod_t, mod_q, mod_ordered, hist_l,
-                           hist_r, sortbuf)
+        # k alone: decided here (a call passing the model arrays costs more than the check)
+        ok_lt = n_lt >= k and size - n_lt >= k and (not models or _allowable(
+            order, s, size, n_lt, k, dist_codes, dist_l, seen, state, mod_codes, mod_m, mod_lmode,
+            mod_l, mod_c, mod_t, mod_q, mod_ordered, hist_l, hist_r, sortbuf))
+        ok_le = n_le >= k and size - n_le >= k and (not models or _allowable(
+            order, s, size, n_le, k, dist_codes, dist_l, seen, state, mod_codes, mod_m, mod_lmode,
+            mod_l, mod_c, mod_t, mod_q, mod_ordered, hist_l, hist_r, sortbuf))
         cut = 0
         if ok_lt and (abs(2 * n_lt - size) <= abs(2 * n_le - size) or not ok_le):
             cut = n_lt
