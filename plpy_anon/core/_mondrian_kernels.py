@@ -15,8 +15,9 @@ import numpy as np
 from numba import njit
 
 # state slots shared between calls of run
-TOP, N_CLASSES, PHASE, CUR_S, CUR_SIZE, CUR_LEFT, CUR_ATTR, NEXT_B, STAMP = range(9)
-STATE_SIZE = 9
+(TOP, N_CLASSES, PHASE, CUR_S, CUR_SIZE, CUR_LEFT, CUR_ATTR, NEXT_B, STAMP, RG_POS, RG_LEFT,
+ RG_RIGHT) = range(12)
+STATE_SIZE = 12
 _EPS = 1e-9                       # as privacy_models._EPS
 _NUMERIC, _CATEGORICAL, _HIERARCHY = 0, 1, 2
 _L_NONE, _L_ENTROPY, _L_RECURSIVE = 0, 1, 2
@@ -287,22 +288,29 @@ def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_arg
             b = state[NEXT_B]
             s, size, n_left, attr = state[CUR_S], state[CUR_SIZE], state[CUR_LEFT], state[CUR_ATTR]
             if b < n_attrs:
-                state[NEXT_B] = b + 1
                 order, layout = orders[b], layouts[b]
-                # nothing to move: the cut attribute (its sides are its halves), an attribute of one
-                # code here (its layout is right for any subset; its row order is never read again
-                # in this subtree: no cut on it, and labels read the parent's cut attribute), or
-                # two children that are final already (labelled through the cut attribute)
-                if b == attr or layout[s] == layout[s + size - 1] or (
-                        n_left < 2 * k and size - n_left < 2 * k):
-                    continue
-                left, right = s, 0
-                for i in range(s, s + size):
+                e = s + size
+                i = state[RG_POS]
+                if i < 0:                      # attribute b not started
+                    # nothing to move: the cut attribute (its sides are its halves), an attribute
+                    # of one code here (its layout is right for any subset; its row order is never
+                    # read again in this subtree: no cut on it, and labels read the parent's cut
+                    # attribute), or two children that are final already (labelled through the
+                    # cut attribute)
+                    if b == attr or layout[s] == layout[e - 1] or (
+                            n_left < 2 * k and size - n_left < 2 * k):
+                        state[NEXT_B] = b + 1
+                        continue
+                    i, left, right = s, s, 0
+                else:                          # resumed: a large partition is moved in pieces
+                    left, right = state[RG_LEFT], state[RG_RIGHT]
+                stop = min(e, i + budget)
+                for j in range(i, stop):
                     # branch-free (the side of a row is a coin toss to the branch predictor): each
                     # row is written to both destinations and only its own pointer advances; the
-                    # left slot is <= i, already read, and overwritten later if it was not ours
-                    row = order[i]
-                    code = layout[i]
+                    # left slot is <= j, already read, and overwritten later if it was not ours
+                    row = order[j]
+                    code = layout[j]
                     right_side = np.intp((side[row >> 3] >> (row & 7)) & 1)
                     order[left] = row
                     layout[left] = code
@@ -310,10 +318,15 @@ def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_arg
                     buf_c[right] = code
                     left += 1 - right_side
                     right += right_side
-                for i in range(right):
-                    order[left + i] = buf_o[i]
-                    layout[left + i] = buf_c[i]
-                budget -= size
+                budget -= stop - i
+                if stop < e:
+                    state[RG_POS], state[RG_LEFT], state[RG_RIGHT] = stop, left, right
+                    continue
+                for j in range(right):
+                    order[left + j] = buf_o[j]
+                    layout[left + j] = buf_c[j]
+                state[RG_POS] = -1
+                state[NEXT_B] = b + 1
                 continue
             # both children on the stack, the larger first (the smaller is processed next)
             top = state[TOP]
@@ -352,6 +365,6 @@ def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_arg
         for i in range(s + n_left, s + size):
             row = order[i]
             side[row >> 3] |= np.uint8(1 << (row & 7))
-        state[PHASE], state[NEXT_B] = 1, 0
+        state[PHASE], state[NEXT_B], state[RG_POS] = 1, 0, -1
         state[CUR_S], state[CUR_SIZE], state[CUR_LEFT], state[CUR_ATTR] = s, size, n_left, attr
     return state[TOP] == 0 and state[PHASE] == 0

@@ -12,8 +12,9 @@ there once, :func:`warm`), else where numba caches by default. numba recompiles 
 kernels' source changes (its cache index records the source file's stamp).
 
 Interrupts: the kernels return after about :data:`CHUNK_ROWS` row operations (tens of
-milliseconds); between two calls :func:`partition` calls the model's ``check_interrupt`` (a
-callable, or None), the hook point where a caller raises to cancel the fit.
+milliseconds); before each attribute's sort and between two calls of the partitioning kernel
+:func:`partition` calls the model's ``check_interrupt`` (a callable, or None), the hook point
+where a caller raises to cancel the fit.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import numpy as np
 
 log = logging.getLogger("plpy_anon")
 
-#: row operations per kernel call (a partition's decision or one attribute's regrouping each
-#: count its rows): ~0.03-0.06 s per call on the development machine (tests/bench)
-CHUNK_ROWS = 1 << 22
+#: row operations per kernel call (a partition's decision counts its rows, a regrouping the
+#: positions it moved: a large partition is moved in pieces)
+CHUNK_ROWS = 1 << 20
 CACHE_DIR = Path(__file__).resolve().parent.parent / "_jit_cache"
 
 _kernels = None
@@ -87,7 +88,10 @@ def partition(model, n_rows):
     n_attrs = len(codes)
     orders = np.empty((n_attrs, n_rows), dtype=np.int32)
     layouts = np.empty((n_attrs, n_rows), dtype=dtype)
+    check = getattr(model, "check_interrupt", None)
     for a, col in enumerate(codes):
+        if check is not None:
+            check()
         kern.sort_by_code(np.ascontiguousarray(col, dtype=dtype), int(model._columns_width[a]),
                           orders[a], layouts[a])
         if groups is not None:       # by group, then by code: each group a partition of its own
@@ -113,7 +117,6 @@ def partition(model, n_rows):
     labels = np.empty(n_rows, dtype=np.int32)
     args = (_spread_args(model._measures), _rank_args(model, n_attrs),
             _boundary_args(model._compiled_boundaries(), n_attrs), _model_args(model, n_rows))
-    check = getattr(model, "check_interrupt", None)
     while not kern.run(orders, layouts, side, buf_o, buf_c, labels, stack, state, int(model._k),
                        *args, CHUNK_ROWS):
         if check is not None:

@@ -129,15 +129,23 @@ def test_compiled_fit_equals_numpy_on_larger_tables(seed, k, model):
 
 @needs_numba
 def test_the_interrupt_hook_runs_between_chunks_and_can_cancel(monkeypatch):
-    """A callable raising in ``check_interrupt`` stops the compiled fit between two chunks."""
-    monkeypatch.setattr(mondrian_jit, "CHUNK_ROWS", 1000)
+    """The fit returns to Python every CHUNK_ROWS row operations, a large partition's regrouping
+    in pieces, with the labels of an unchunked fit; a callable raising in ``check_interrupt``
+    stops it between two chunks."""
+    monkeypatch.setattr(mondrian_jit, "CHUNK_ROWS", 777)
     rng = np.random.default_rng(1)
-    columns = [encode_numeric("x", rng.integers(0, 1000, 5000))]
+    columns = [encode_numeric("x", rng.integers(0, 1000, 5000)),
+               encode_categorical("c", np.array([f"v{i}" for i in rng.integers(0, 30, 5000)],
+                                                dtype=object)),
+               encode_numeric("y", rng.normal(size=5000))]
+    sensitive = rng.integers(0, 4, 5000)
     calls = []
-    model = Mondrian(k=5, engine="numba")
+    model = Mondrian(k=5, l=2, engine="numba")
     model.check_interrupt = lambda: calls.append(1)
-    model.fit(columns)
-    assert len(calls) >= 10
+    model.fit(columns, sensitive=sensitive)
+    assert len(calls) >= 100
+    np.testing.assert_array_equal(
+        model.labels_, Mondrian(k=5, l=2, engine="numpy").fit(columns, sensitive=sensitive).labels_)
 
     class Cancelled(Exception):
         pass
@@ -147,7 +155,7 @@ def test_the_interrupt_hook_runs_between_chunks_and_can_cancel(monkeypatch):
 
     model.check_interrupt = cancel
     with pytest.raises(Cancelled):
-        model.fit(columns)
+        model.fit(columns, sensitive=sensitive)
 
 
 def test_an_unknown_engine_is_refused():
