@@ -78,6 +78,28 @@ def _upper(layout, lo, hi, v):
     return lo
 
 
+@njit(cache=True, nogil=True)
+def _distinct_sorted(layout, s, e, lo, hi):
+    """Distinct codes of the sorted segment ``[s, e)`` (codes ``lo`` .. ``hi``). Few codes in a
+    long segment: one galloping search per code (O(d log(n / d))); else one compare per row."""
+    if (hi - lo + 1) * 8 >= e - s:
+        distinct = 1
+        for i in range(s + 1, e):
+            distinct += layout[i] != layout[i - 1]
+        return distinct
+    distinct = 0
+    i = s
+    while i < e:
+        distinct += 1
+        v = layout[i]
+        last, step = i, 1                  # layout[last] == v
+        while last + step < e and layout[last + step] == v:
+            last += step
+            step *= 2
+        i = _upper(layout, last + 1, min(e, last + step), v)
+    return distinct
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _spread(a, layout, s, e, kind, pos, width, null_code, domain, anc, anc_off, height, leaf_count,
             leaf_off, n_leaves):
@@ -94,9 +116,7 @@ def _spread(a, layout, s, e, kind, pos, width, null_code, domain, anc, anc_off, 
     if domain[a] <= 1:
         return 0.0
     if kind[a] == _CATEGORICAL:
-        distinct = 1
-        for i in range(s + 1, e):
-            distinct += layout[i] != layout[i - 1]
+        distinct = _distinct_sorted(layout, s, e, lo, hi)
         return (distinct - 1.0) / (domain[a] - 1)
     leaf_max = n_leaves[a] - 1
     if lo > leaf_max:

@@ -128,6 +128,20 @@ def test_compiled_fit_equals_numpy_on_larger_tables(seed, k, model):
 
 
 @needs_numba
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 1, 2, 5, 40, 300])),
+                min_size=1, max_size=12), st.integers(0, 9))
+def test_distinct_codes_of_a_sorted_segment(runs, skip):
+    """Spreads of categorical attributes count the codes of a sorted segment by galloping over
+    runs when codes are few for the rows (single-row runs included), else row by row."""
+    codes = np.cumsum([gap for gap, _ in runs])
+    layout = np.repeat(codes, [length for _, length in runs]).astype(np.uint16)
+    s, e = min(skip, layout.size - 1), layout.size
+    count = mondrian_jit.kernels()._distinct_sorted(layout, s, e, int(layout[s]), int(layout[-1]))
+    assert count == np.unique(layout[s:e]).size
+
+
+@needs_numba
 def test_the_interrupt_hook_runs_between_chunks_and_can_cancel(monkeypatch):
     """The fit returns to Python every CHUNK_ROWS row operations, a large partition's regrouping
     in pieces, with the labels of an unchunked fit; a callable raising in ``check_interrupt``
