@@ -24,15 +24,18 @@ _L_NONE, _L_ENTROPY, _L_RECURSIVE = 0, 1, 2
 
 
 @njit(cache=True, nogil=True)
-def sort_by_code(codes, n_codes, order, layout):
-    """Stable counting sort: ``order`` the rows by code (ties in row order), ``layout`` their
-    codes (one histogram pass and one placing pass; codes are small dense integers)."""
-    start = np.zeros(n_codes + 1, dtype=np.int64)
-    for i in range(codes.size):
+def count_codes(codes, lo, hi, start):
+    """First pass of a stable counting sort, rows ``[lo, hi)``: ``start[c + 1]`` += rows of code
+    ``c`` (the caller turns the counts into start positions by a cumulative sum)."""
+    for i in range(lo, hi):
         start[codes[i] + 1] += 1
-    for c in range(n_codes):
-        start[c + 1] += start[c]
-    for i in range(codes.size):
+
+
+@njit(cache=True, nogil=True)
+def place_codes(codes, lo, hi, start, order, layout):
+    """Second pass, rows ``[lo, hi)`` in row order: each row and its code to the next position
+    of its code (ties keep row order: the sort is stable)."""
+    for i in range(lo, hi):
         c = codes[i]
         p = start[c]
         order[p] = i

@@ -11,10 +11,10 @@ process's OS user (``make install`` creates it for the database's OS user and co
 there once, :func:`warm`), else where numba caches by default. numba recompiles on its own when the
 kernels' source changes (its cache index records the source file's stamp).
 
-Interrupts: the kernels return after about :data:`CHUNK_ROWS` row operations (tens of
-milliseconds); before each attribute's sort and between two calls of the partitioning kernel
-:func:`partition` calls the model's ``check_interrupt`` (a callable, or None), the hook point
-where a caller raises to cancel the fit.
+Interrupts: the kernels return after about :data:`CHUNK_ROWS` row operations (milliseconds of
+CPU); between two kernel calls (the sorts by code, then the partitioning) :func:`partition` calls
+the model's ``check_interrupt`` (a callable, or None), the hook point where a caller raises to
+cancel the fit.
 """
 
 from __future__ import annotations
@@ -88,12 +88,10 @@ def partition(model, n_rows):
     n_attrs = len(codes)
     orders = np.empty((n_attrs, n_rows), dtype=np.int32)
     layouts = np.empty((n_attrs, n_rows), dtype=dtype)
-    check = getattr(model, "check_interrupt", None)
+    check = getattr(model, "check_interrupt", None) or _no_check
     for a, col in enumerate(codes):
-        if check is not None:
-            check()
-        kern.sort_by_code(np.ascontiguousarray(col, dtype=dtype), int(model._columns_width[a]),
-                          orders[a], layouts[a])
+        _sort_by_code(kern, np.ascontiguousarray(col, dtype=dtype), int(model._columns_width[a]),
+                      orders[a], layouts[a], check)
         if groups is not None:       # by group, then by code: each group a partition of its own
             orders[a] = orders[a][_stable_argsort(groups[orders[a]])]
             layouts[a] = col[orders[a]]
@@ -119,11 +117,27 @@ def partition(model, n_rows):
             _boundary_args(model._compiled_boundaries(), n_attrs), _model_args(model, n_rows))
     while not kern.run(orders, layouts, side, buf_o, buf_c, labels, stack, state, int(model._k),
                        *args, CHUNK_ROWS):
-        if check is not None:
-            check()
+        check()
     n_classes = int(state[kern.N_CLASSES])
     kern.number_by_first_row(labels, n_classes)
     return labels, n_classes
+
+
+def _no_check():
+    pass
+
+
+def _sort_by_code(kern, codes, n_codes, order, layout, check):
+    """Stable counting sort of ``codes`` into ``order`` (rows) and ``layout`` (their codes), in
+    pieces of :data:`CHUNK_ROWS` rows with ``check`` between them."""
+    start = np.zeros(n_codes + 1, dtype=np.int64)
+    for lo in range(0, codes.size, CHUNK_ROWS):
+        check()
+        kern.count_codes(codes, lo, min(codes.size, lo + CHUNK_ROWS), start)
+    np.cumsum(start, out=start)
+    for lo in range(0, codes.size, CHUNK_ROWS):
+        check()
+        kern.place_codes(codes, lo, min(codes.size, lo + CHUNK_ROWS), start, order, layout)
 
 
 def _spread_args(measures):
@@ -249,7 +263,7 @@ def stats():
     kern = kernels()
     if kern is None:
         return None
-    entries = (kern.sort_by_code, kern.run, kern.number_by_first_row)
+    entries = (kern.count_codes, kern.place_codes, kern.run, kern.number_by_first_row)
     return {"signatures": sum(len(f.signatures) for f in entries),
             "cache_hits": sum(sum(f.stats.cache_hits.values()) for f in entries),
             "cache_misses": sum(sum(f.stats.cache_misses.values()) for f in entries),

@@ -97,7 +97,8 @@ def test_compiled_prioritized_fit_gives_the_numpy_labels(fit, seed, tolerance):
                                     for _ in range(int(rng.integers(1, 4)))]
         elif rng.random() < 0.4 and col.kind == "categorical" and col.hierarchy is None:
             known = [v for v in col.labels if v is not None]
-            cut_points[col.name] = [(str(rng.choice(known)), side) for side in (False, True)]
+            if known:
+                cut_points[col.name] = [(str(rng.choice(known)), side) for side in (False, True)]
     numpy_labels, compiled = both_engines(
         lambda engine: PrioritizedMondrian(k=k, priorities=priorities, cut_points=cut_points,
                                            cut_tolerance=tolerance, engine=engine, **models),
