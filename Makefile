@@ -11,6 +11,7 @@
 VENV       ?= /opt/plpy_anon/venv
 export VENV              # docker/setup-debian.sh reads it
 PG_CONFIG  ?= /usr/lib/postgresql/15/bin/pg_config
+PG_OS_USER ?= postgres   # the OS user the database's backends run as (owns the JIT cache)
 # (not PYTHON: PGXS defines that as the interpreter PL/Python was built with)
 VPYTHON     = $(VENV)/bin/python
 VERSION    := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' plpy_anon/__init__.py)
@@ -48,6 +49,16 @@ install-py:
 	@# setuptools builds the wheel in ./build: files left there by an older tree would be installed too
 	rm -rf build
 	$(VENV)/bin/pip install -q --no-deps --no-build-isolation --force-reinstall . && chmod -R a+rX $(VENV)
+	@# the Mondrian fit's compiled kernels: their machine-code cache (plpy_anon/_jit_cache in the
+	@# venv) belongs to the database's OS user, who compiles them there once now, so that no
+	@# backend's fit compiles (python -I: the installed package, not this checkout)
+	@cache=$$(cd / && $(VPYTHON) -I -c 'from plpy_anon.core.mondrian_jit import CACHE_DIR; print(CACHE_DIR)') && \
+	if [ "$$(id -u)" = 0 ] && id -u $(PG_OS_USER) >/dev/null 2>&1; then \
+		install -d -o $(PG_OS_USER) -m 0755 "$$cache" && \
+		cd / && runuser -u $(PG_OS_USER) -- $(VPYTHON) -I -m plpy_anon.core.mondrian_jit warm; \
+	else \
+		mkdir -p "$$cache" && cd / && $(VPYTHON) -I -m plpy_anon.core.mondrian_jit warm; \
+	fi
 
 # setup may have just installed PostgreSQL, so install runs in a new make that includes PGXS.
 demo: setup

@@ -35,6 +35,11 @@ once no partition has more than 2^20 (:meth:`Mondrian._renumber`): each partitio
 dense range of row ids, and from then on the layouts are regrouped in tree order
 (:class:`_TreeOrder`), so the per-level gathers through each row order stay in cache.
 
+The level loop below is the numpy engine. By default (``engine="auto"``) a median-split fit runs
+instead on compiled kernels (:mod:`plpy_anon.core.mondrian_jit`: the same rules, depth first, one
+partition at a time), which must give the same labels (``tests/unit/test_mondrian_compiled.py``);
+this implementation is their oracle, and the fallback when numba does not import.
+
 Measured on the 2-core development machine (``tests/bench/bench_partition.py``): UCI Adult
 (30,162 rows, 8 QIs, k = 10) fits in ~0.039 s (0.055 s per attribute); 1,000,000 rows x 6 QIs
 in ~1.0-1.5 s with a tracemalloc peak of ~97 MB.
@@ -55,6 +60,8 @@ _LEFT, _RIGHT, _DONE = 0, 1, 2
 
 #: Split strategies of the Mondrian family (``split=`` of :class:`Mondrian` and subclasses).
 SPLITS = ("median", "utility")
+#: How the fit runs: compiled when numba imports (auto), or one engine (both give the same labels).
+ENGINES = ("auto", "numba", "numpy")
 _L_ROUNDS = 8          # utility split with l: best cuts checked for l in turn, then the median cut
 _HIST_CELLS = 1 << 22  # histogram models: count-matrix cells per chunk of candidate cuts
 #: rows x QIs up to which layouts are (A, n) arrays regrouped at once (_stacked_regroup). Fit
@@ -101,6 +108,9 @@ class Mondrian:
         (:meth:`_utility_cut`, :meth:`_penalty`). Costlier than the median (per level, every
         attribute's codes are read in every other attribute's layout). Both strategies only
         ever make allowable cuts: k (and l) hold strictly.
+    engine : ``"auto"`` (default), ``"numba"`` or ``"numpy"`` (:data:`ENGINES`)
+        Where the partitioning runs: the compiled kernels (``"auto"``: when numba imports, for
+        the median split) or this module's numpy loop. Both give the same labels.
 
     Attributes
     ----------
@@ -109,13 +119,18 @@ class Mondrian:
     n_classes_ : int
     """
 
-    def __init__(self, k=5, l=None, l_diversity="distinct", c=None, t=None, split="median"):
+    #: called between two chunks of the compiled fit (a callable raising to cancel it, or None)
+    check_interrupt = None
+
+    def __init__(self, k=5, l=None, l_diversity="distinct", c=None, t=None, split="median",
+                 engine="auto"):
         self.k = k
         self.l = l
         self.l_diversity = l_diversity
         self.c = c
         self.t = t
         self.split = split
+        self.engine = engine
 
     # ------------------------------------------------------------------ public
     def fit(self, columns, sensitive=None, sensitive_ordered=False, sensitive_names=None):
@@ -142,11 +157,10 @@ class Mondrian:
         self._key_width = max(c.n_codes for c in columns)
         self._columns_width = [max(c.n_codes, 1) for c in columns]
         try:
-            labels = self._partition(n_rows)
+            self.labels_, self.n_classes_ = self._partition(n_rows)
         finally:
             # row-sized working state must not outlive fit (the estimator may be kept around)
             del self._codes, self._sensitive, self._measures, self._columns_width, self._models
-        self.labels_, self.n_classes_ = _number_by_first_row(labels)
         return self
 
     # ------------------------------------------------------------------ extension point
@@ -188,6 +202,34 @@ class Mondrian:
         return ok
 
     def _partition(self, n_rows):
+        """``(labels, n_classes)``, classes numbered by first row: on the compiled kernels
+        (:mod:`.mondrian_jit`) when numba imports and the fit is one they implement, else on
+        numpy (the same partitions)."""
+        if self.engine != "numpy" and self._compiled_supported():
+            from plpy_anon.core import mondrian_jit
+            result = mondrian_jit.partition(self, n_rows)
+            if result is not None:
+                return result
+            if self.engine == "numba":
+                raise RuntimeError("engine='numba' asked, but numba cannot be imported")
+        return _number_by_first_row(self._partition_numpy(n_rows))
+
+    def _compiled_supported(self):
+        """Whether the compiled kernels implement this fit: the median split (the utility split
+        runs on numpy). Extension point, with :meth:`_compiled_ranking` and
+        :meth:`_compiled_boundaries`, for variants that change the ranking or the cuts."""
+        return self._split == "median"
+
+    def _compiled_ranking(self):
+        """None (rank by spread), or ``(priority metric per attribute, spread weight, priority
+        weight, weight sum)`` for the kernels' weighted ranking."""
+        return
+
+    def _compiled_boundaries(self):
+        """``({attribute: sorted code boundaries}, cut tolerance)`` for the kernels."""
+        return {}, 0.5
+
+    def _partition_numpy(self, n_rows):
         groups = self._initial_groups(n_rows)
         orders = [_stable_argsort(codes) for codes in self._codes]
         if groups is not None:
@@ -612,6 +654,9 @@ class Mondrian:
     def _validate(self, columns, sensitive, sensitive_names=None):
         _check_int("k", self.k, minimum=2)
         check_split(self.split)
+        if self.engine not in ENGINES:
+            raise InvalidParameter(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}",
+                                   hint="leave engine 'auto' (compiled when numba imports)")
         if self.l is not None and self.l_diversity in ("distinct", "recursive"):
             _check_int("l", self.l, minimum=1)
         check_models(self.l, self.l_diversity, self.c, self.t)

@@ -63,6 +63,7 @@ class PrioritizedMondrian(Mondrian):
         None for the defaults (module docstring).
     cut_points : mapping column name -> iterable of ``(threshold, left_inclusive)`` (a
         DataFrame with those columns works), or None.
+    engine : as :class:`Mondrian` (the information gain runs on numpy).
     cut_tolerance : float in [0, 0.5]: how far from a balanced split a cut point may be (0.5, the
         default: any cut point k allows).
     split : ``"median"`` (default) or ``"utility"``, as :class:`Mondrian`. With no priorities,
@@ -80,8 +81,9 @@ class PrioritizedMondrian(Mondrian):
     """
 
     def __init__(self, k=5, l=None, priorities=None, metric_weights=None, cut_points=None,
-                 cut_tolerance=0.5, split="median", l_diversity="distinct", c=None, t=None):
-        super().__init__(k=k, l=l, l_diversity=l_diversity, c=c, t=t, split=split)
+                 cut_tolerance=0.5, split="median", l_diversity="distinct", c=None, t=None,
+                 engine="auto"):
+        super().__init__(k=k, l=l, l_diversity=l_diversity, c=c, t=t, split=split, engine=engine)
         self.priorities = priorities
         self.metric_weights = metric_weights
         self.cut_points = cut_points
@@ -140,6 +142,19 @@ class PrioritizedMondrian(Mondrian):
         # Mondrian ranks them last by construction): keep them last here too
         score = np.where(spread > 0, score, -np.inf)
         return np.argsort(-score, axis=1, kind="stable")
+
+    def _compiled_supported(self):
+        # the information gain evaluates cuts per attribute tried: it runs on numpy
+        return super()._compiled_supported() and self.metric_weights_["infogain"] == 0
+
+    def _compiled_ranking(self):
+        w = self.metric_weights_
+        if w["priority"] == 0:
+            return None
+        return self._priority_metric, w["spread"], w["priority"], sum(w.values())
+
+    def _compiled_boundaries(self):
+        return self.boundaries_, self.cut_tolerance
 
     def _renumber_rows(self, row_of):
         super()._renumber_rows(row_of)

@@ -203,7 +203,7 @@ def test_k_equals_n_gives_one_class():
 def test_fit_returns_self_and_init_only_stores():
     model = Mondrian(k=3, l=None)
     assert vars(model) == {"k": 3, "l": None, "l_diversity": "distinct", "c": None, "t": None,
-                           "split": "median"}
+                           "split": "median", "engine": "auto"}
     assert model.fit([encode_numeric("x", np.arange(6))]) is model
 
 
@@ -316,7 +316,7 @@ def test_both_tie_count_methods_equal_reference(monkeypatch, segment_search):
     for k in (2, 3, 7):
         n = 400
         columns = [_random_column(kind, f"q{i}", n, rng) for i, kind in enumerate(KINDS)]
-        model = Mondrian(k=k).fit(columns)
+        model = Mondrian(k=k, engine="numpy").fit(columns)
         np.testing.assert_array_equal(model.labels_, reference_mondrian(columns, k))
 
 

@@ -1,6 +1,9 @@
 """The partitioner (codes kept in layout order, optional threads) gives exactly the labels of the
-simpler implementation it replaced (tests/unit/reference_mondrian.py). Equivalence, not timing:
+simpler implementation it replaced (tests/unit/reference_mondrian.py), on the numpy engine (the
+compiled one is compared with it in test_mondrian_compiled.py). Equivalence, not timing:
 the speed is measured by make bench (tests/bench/bench_mondrian.py)."""
+
+from functools import partial
 
 import numpy as np
 from hypothesis import given, settings
@@ -23,7 +26,7 @@ def test_labels_identical_to_previous_implementation(table, l):
     if len(set(sensitive.tolist())) < l:
         l = 1
     for lv, sens in ((None, None), (l, sensitive)):
-        new = Mondrian(k=k, l=lv).fit(columns, sens)
+        new = Mondrian(engine="numpy", k=k, l=lv).fit(columns, sens)
         old = reference_mondrian.Mondrian(k=k, l=lv).fit(columns, sens)
         np.testing.assert_array_equal(new.labels_, old.labels_)
 
@@ -44,7 +47,7 @@ def test_larger_tables_identical_to_previous_implementation_threads(seed, k):
         mondrian._STACKED_CELLS, mondrian._COMPRESS_CHUNK = stacked, chunk
         try:
             for lv, sens in ((None, None), (3, sensitive)):
-                new = Mondrian(k=k, l=lv).fit(columns, sens)
+                new = Mondrian(engine="numpy", k=k, l=lv).fit(columns, sens)
                 old = reference_mondrian.Mondrian(k=k, l=lv).fit(columns, sens)
                 np.testing.assert_array_equal(new.labels_, old.labels_)
         finally:
@@ -55,6 +58,8 @@ def test_larger_tables_identical_to_previous_implementation_threads(seed, k):
 def _renumbering_fits(columns, sensitive, target, k):
     """Every estimator that reads row-indexed state during the fit: codes (utility split, cut
     points), sensitive values (distinct l as bitmasks and as codes, entropy l, t), the target."""
+    Mondrian, Prioritized = (partial(cls, engine="numpy") for cls in (mondrian.Mondrian,
+                                                                     PrioritizedMondrian))
     numeric = [c.name for c in columns if c.kind == "numeric"
                and not np.issubdtype(c.labels.dtype, np.datetime64)]
     few, many = sensitive % 5, sensitive                    # bitmasks, and > 64 values
@@ -66,7 +71,7 @@ def _renumbering_fits(columns, sensitive, target, k):
         "t": lambda: Mondrian(k=k, t=0.4).fit(columns, few, sensitive_ordered=True),
         "utility": lambda: Mondrian(k=k, split="utility").fit(columns),
         "utility, l": lambda: Mondrian(k=k, l=2, split="utility").fit(columns, few),
-        "prioritized": lambda: PrioritizedMondrian(
+        "prioritized": lambda: Prioritized(
             k=k, l=2, priorities={c.name: float(i % 3 + 1) for i, c in enumerate(columns)},
             cut_points={name: [(0.5, True)] for name in numeric[:1]},
             metric_weights={"spread": 1, "priority": 1, "infogain": 1},
@@ -111,9 +116,9 @@ def test_renumbering_happens_when_forced(monkeypatch):
     monkeypatch.setattr(Mondrian, "_renumber",
                         lambda self, *a: calls.append(1) or original(self, *a))
     monkeypatch.setattr(mondrian, "_STACKED_CELLS", 0)
-    Mondrian(k=5).fit(columns)
+    Mondrian(k=5, engine="numpy").fit(columns)
     assert calls == []                              # 3,000 rows: below the threshold
     monkeypatch.setattr(mondrian, "_RENUMBER_MIN_ROWS", 0)
     monkeypatch.setattr(mondrian, "_RENUMBER_PARTITION", 600)
-    Mondrian(k=5).fit(columns)
+    Mondrian(k=5, engine="numpy").fit(columns)
     assert calls == [1]                             # once, not at every level

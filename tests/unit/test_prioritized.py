@@ -143,7 +143,7 @@ def test_init_only_stores_parameters():
     model = PrioritizedMondrian(k=3, priorities={"a": 1})
     assert vars(model) == {"k": 3, "l": None, "priorities": {"a": 1}, "metric_weights": None,
                            "cut_points": None, "cut_tolerance": 0.5, "split": "median",
-                           "l_diversity": "distinct", "c": None, "t": None}
+                           "l_diversity": "distinct", "c": None, "t": None, "engine": "auto"}
 
 
 def test_parameters_are_checked_without_data():

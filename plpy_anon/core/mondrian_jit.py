@@ -1,0 +1,302 @@
+"""The Mondrian fit on compiled kernels (numba), with the partitions of the numpy fit.
+
+:func:`partition` runs :meth:`Mondrian._partition <plpy_anon.core.mondrian.Mondrian._partition>`'s
+work in :mod:`._mondrian_kernels` when :func:`kernels` can import numba; the numpy fit in
+:mod:`.mondrian` stays the oracle (``tests/unit/test_mondrian_compiled.py`` compares the labels)
+and the fallback: without numba every fit runs on numpy, with one log line saying so.
+
+Machine code is cached on disk (``@njit(cache=True)``) so that no fit pays for compilation: in
+``plpy_anon/_jit_cache`` beside the installed package when that directory belongs to the
+process's OS user (``make install`` creates it for the database's OS user and compiles the kernels
+there once, :func:`warm`), else where numba caches by default. numba recompiles on its own when the
+kernels' source changes (its cache index records the source file's stamp).
+
+Interrupts: the kernels return after about :data:`CHUNK_ROWS` row operations (milliseconds of
+CPU); between two kernel calls (the sorts by code, then the partitioning) :func:`partition` calls
+the model's ``check_interrupt`` (a callable, or None), the hook point where a caller raises to
+cancel the fit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("plpy_anon")
+
+#: row operations per kernel call (a partition's decision counts its rows, a regrouping the
+#: positions it moved: a large partition is moved in pieces)
+CHUNK_ROWS = 1 << 20
+CACHE_DIR = Path(__file__).resolve().parent.parent / "_jit_cache"
+
+_kernels = None
+_unavailable = False
+
+
+def _use_cache_dir():
+    """Point numba's cache at :data:`CACHE_DIR` when this OS user owns it (never at a directory
+    someone else can write: the cache holds machine code this process would run)."""
+    if "NUMBA_CACHE_DIR" in os.environ:
+        return
+    try:
+        owned = CACHE_DIR.is_dir() and CACHE_DIR.stat().st_uid == os.geteuid()
+    except OSError:
+        owned = False
+    if not owned:
+        return
+    os.environ["NUMBA_CACHE_DIR"] = str(CACHE_DIR)
+    if "numba" in sys.modules:           # imported before us: its config has read the environment
+        sys.modules["numba"].config.CACHE_DIR = str(CACHE_DIR)
+
+
+def kernels():
+    """The kernel module, or None when numba cannot be imported (logged once)."""
+    global _kernels, _unavailable
+    if _kernels is None and not _unavailable:
+        try:
+            _use_cache_dir()
+            from plpy_anon.core import _mondrian_kernels
+        except (ImportError, OSError) as exc:   # no numba, or an llvmlite that fails to load
+            _unavailable = True
+            log.warning("plpy_anon: numba cannot be imported (%s: %s); the Mondrian fit runs on "
+                        "numpy, several times slower. Install the [server] extra.",
+                        type(exc).__name__, exc)
+        except RuntimeError as exc:             # numba: no cache directory this user can write
+            _unavailable = True
+            log.warning("plpy_anon: the compiled Mondrian kernels have no machine-code cache "
+                        "(%s); the fit runs on numpy. Run 'make install' as root to create %s "
+                        "for the database's OS user.", exc, CACHE_DIR)
+        else:
+            _kernels = _mondrian_kernels
+    return _kernels
+
+
+def partition(model, n_rows):
+    """``(labels, n_classes)`` of the fit ``model`` is running (classes numbered by first row),
+    or None when the kernels are unavailable. ``model``: a :class:`Mondrian` inside ``fit``."""
+    kern = kernels()
+    if kern is None:
+        return None
+    from plpy_anon.core.mondrian import _stable_argsort
+    codes = model._codes
+    groups = model._initial_groups(n_rows)
+    dtype = np.uint16 if all(c.dtype == np.uint16 for c in codes) else np.int32
+    n_attrs = len(codes)
+    orders = np.empty((n_attrs, n_rows), dtype=np.int32)
+    layouts = np.empty((n_attrs, n_rows), dtype=dtype)
+    check = getattr(model, "check_interrupt", None) or _no_check
+    for a, col in enumerate(codes):
+        _sort_by_code(kern, np.ascontiguousarray(col, dtype=dtype), int(model._columns_width[a]),
+                      orders[a], layouts[a], check)
+        if groups is not None:       # by group, then by code: each group a partition of its own
+            orders[a] = orders[a][_stable_argsort(groups[orders[a]])]
+            layouts[a] = col[orders[a]]
+    if groups is None:
+        sizes = np.array([n_rows], dtype=np.int64)
+    else:
+        sizes = np.bincount(groups).astype(np.int64)
+        del groups
+    starts = np.cumsum(sizes) - sizes
+    # the smaller child first: at most log2(n) pending siblings beside the initial groups
+    # (start, size, an attribute whose row order is right in the partition), root: any
+    stack = np.zeros((sizes.size + 2 * 64, 3), dtype=np.int64)
+    stack[:sizes.size, 0] = starts[::-1]
+    stack[:sizes.size, 1] = sizes[::-1]
+    state = np.zeros(kern.STATE_SIZE, dtype=np.int64)
+    state[kern.TOP] = sizes.size
+    largest = int(sizes.max())
+    buf_o = np.empty(largest, dtype=np.int32)
+    buf_c = np.empty(largest, dtype=dtype)
+    side = np.zeros((n_rows + 7) // 8, dtype=np.uint8)        # a bit per row
+    labels = np.empty(n_rows, dtype=np.int32)
+    args = (_spread_args(model._measures), _rank_args(model, n_attrs),
+            _boundary_args(model._compiled_boundaries(), n_attrs), _model_args(model, n_rows))
+    while not kern.run(orders, layouts, side, buf_o, buf_c, labels, stack, state, int(model._k),
+                       *args, CHUNK_ROWS):
+        check()
+    n_classes = int(state[kern.N_CLASSES])
+    kern.number_by_first_row(labels, n_classes)
+    return labels, n_classes
+
+
+def _no_check():
+    pass
+
+
+def _sort_by_code(kern, codes, n_codes, order, layout, check):
+    """Stable counting sort of ``codes`` into ``order`` (rows) and ``layout`` (their codes), in
+    pieces of :data:`CHUNK_ROWS` rows with ``check`` between them."""
+    start = np.zeros(n_codes + 1, dtype=np.int64)
+    for lo in range(0, codes.size, CHUNK_ROWS):
+        check()
+        kern.count_codes(codes, lo, min(codes.size, lo + CHUNK_ROWS), start)
+    np.cumsum(start, out=start)
+    for lo in range(0, codes.size, CHUNK_ROWS):
+        check()
+        kern.place_codes(codes, lo, min(codes.size, lo + CHUNK_ROWS), start, order, layout)
+
+
+def _spread_args(measures):
+    """SpreadMeasure tables of every attribute as flat arrays (kind, numeric positions and width,
+    NULL code, domain, hierarchy ancestors and leaf counts)."""
+    n_attrs = len(measures)
+    kind = np.zeros(n_attrs, dtype=np.int64)
+    width = np.zeros(n_attrs)
+    null_code = np.full(n_attrs, -1, dtype=np.int64)
+    domain = np.zeros(n_attrs, dtype=np.int64)
+    n_leaves = np.zeros(n_attrs, dtype=np.int64)
+    height = np.ones(n_attrs, dtype=np.int64)
+    anc_off = np.zeros(n_attrs, dtype=np.int64)
+    leaf_off = np.zeros(n_attrs, dtype=np.int64)
+    ancestors, leaf_counts = [], []
+    n_pos = max([m._pos.size for m in measures if m.kind == "numeric"], default=1)
+    pos = np.zeros((n_attrs, n_pos))
+    anc_size = leaf_size = 0
+    for a, m in enumerate(measures):
+        if m.col.null_code is not None:
+            null_code[a] = m.col.null_code
+        if m.kind == "numeric":
+            pos[a, :m._pos.size] = m._pos
+            width[a] = m._width
+            continue
+        domain[a] = m._domain
+        if m.kind == "categorical":
+            kind[a] = 1
+            continue
+        kind[a] = 2
+        h = m.col.hierarchy
+        n_leaves[a] = m._n_leaves
+        height[a] = h._ancestors.shape[1]
+        anc_off[a], leaf_off[a] = anc_size, leaf_size
+        ancestors.append(h._ancestors.astype(np.int64).ravel())
+        leaf_counts.append(np.asarray(h._leaf_count, dtype=np.int64))
+        anc_size += ancestors[-1].size
+        leaf_size += leaf_counts[-1].size
+    anc = np.concatenate(ancestors) if ancestors else np.zeros(1, dtype=np.int64)
+    leaf_count = np.concatenate(leaf_counts) if leaf_counts else np.zeros(1, dtype=np.int64)
+    return (kind, pos, width, null_code, domain, anc, anc_off, height, leaf_count, leaf_off,
+            n_leaves)
+
+
+def _rank_args(model, n_attrs):
+    """(mode, priority metric, spread weight, priority weight, weight sum): mode 0 ranks by
+    spread (plain Mondrian), 1 by the weighted score of the prioritized variant."""
+    ranking = model._compiled_ranking()
+    if ranking is None:
+        return (0, np.zeros(n_attrs), 1.0, 0.0, 1.0)
+    metric, w_spread, w_prio, w_sum = ranking
+    return (1, np.ascontiguousarray(metric, dtype=np.float64), float(w_spread), float(w_prio),
+            float(w_sum))
+
+
+def _boundary_args(boundaries, n_attrs):
+    """Workload cut points as one flat sorted array per attribute range, and 2 x tolerance."""
+    bounds, tolerance = boundaries
+    start = np.zeros(n_attrs, dtype=np.int64)
+    end = np.zeros(n_attrs, dtype=np.int64)
+    flat, done = [], 0
+    for a in range(n_attrs):
+        b = bounds.get(a)
+        start[a] = done
+        if b is not None and b.size:
+            flat.append(np.asarray(b, dtype=np.int64))
+            done += b.size
+        end[a] = done
+    bnd = np.concatenate(flat) if flat else np.zeros(1, dtype=np.int64)
+    return (bnd, start, end, float(2 * tolerance))
+
+
+def _model_args(model, n_rows):
+    """Distinct l (dense codes, -1 missing) and the histogram models (codes with ``m`` for a
+    missing value, parameters, the table's distribution) with their work buffers."""
+    if model._sensitive:
+        dense = [_codes_from_bits(v) if v.dtype.kind == "u" else v for v in model._sensitive]
+        dist_codes = np.stack(dense).astype(np.int32)
+        seen = np.zeros((len(dense), int(dist_codes.max(initial=0)) + 1), dtype=np.int64)
+        dist_l = int(model._l)
+    else:
+        dist_codes = np.zeros((0, n_rows), dtype=np.int32)
+        seen = np.zeros((0, 1), dtype=np.int64)
+        dist_l = 0
+    models = model._models or []
+    n_mod = len(models)
+    width = max([mdl.table.size for _, mdl in models], default=0) + 1
+    mod_codes = np.zeros((n_mod, n_rows if n_mod else 0), dtype=np.int32)
+    mod_m = np.zeros(n_mod, dtype=np.int64)
+    lmode = np.zeros(n_mod, dtype=np.int64)
+    l_val = np.ones(n_mod)
+    c_val = np.zeros(n_mod)
+    t_val = np.full(n_mod, -1.0)
+    q = np.zeros((n_mod, width))
+    ordered = np.zeros(n_mod, dtype=np.int64)
+    for j, (codes, mdl) in enumerate(models):
+        mod_codes[j] = codes
+        mod_m[j] = mdl.table.size
+        q[j, :mdl.table.size] = mdl.table
+        ordered[j] = bool(mdl.ordered)
+        if mdl.l is not None and mdl.l > 1:
+            lmode[j] = 1 if mdl.l_diversity == "entropy" else 2
+            l_val[j] = float(mdl.l)
+            c_val[j] = float(mdl.c) if mdl.c is not None else 0.0
+        if mdl.t is not None:
+            t_val[j] = float(mdl.t)
+    hist_l = np.zeros((n_mod, width))
+    hist_r = np.zeros((n_mod, width))
+    return (dist_codes, dist_l, seen, mod_codes, mod_m, lmode, l_val, c_val, t_val, q, ordered,
+            hist_l, hist_r, np.zeros(width))
+
+
+def _codes_from_bits(bits):
+    """One-bit masks (Mondrian's form for <= 64 values) back to dense codes, no bit -> -1."""
+    codes = np.bitwise_count(bits.astype(np.uint64) - np.uint64(1)).astype(np.int32)
+    codes[bits == 0] = -1
+    return codes
+
+
+def stats():
+    """Signatures in use and numba's cache hits / misses (a miss is a compilation) of the fit's
+    kernels in this process (the database test reads them from a new backend)."""
+    kern = kernels()
+    if kern is None:
+        return None
+    entries = (kern.count_codes, kern.place_codes, kern.run, kern.number_by_first_row)
+    return {"signatures": sum(len(f.signatures) for f in entries),
+            "cache_hits": sum(sum(f.stats.cache_hits.values()) for f in entries),
+            "cache_misses": sum(sum(f.stats.cache_misses.values()) for f in entries),
+            "cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
+
+
+def warm():
+    """Compile (or load) every signature a fit uses: uint16 and int32 codes, with and without
+    models (the argument types do not change with them). ``make install`` runs it as the
+    database's OS user, so that the backend's first fit loads machine code instead of compiling."""
+    from plpy_anon.core.encoding import encode_categorical, encode_numeric
+    from plpy_anon.core.mondrian import Mondrian
+    rng = np.random.default_rng(0)
+    n = 200
+    small = [encode_numeric("x", rng.integers(0, 50, n)),
+             encode_categorical("c", np.array([f"v{i}" for i in rng.integers(0, 5, n)],
+                                              dtype=object))]
+    for columns in (small, [encode_numeric("big", np.arange(70_000))]):   # uint16, int32 codes
+        rows = len(columns[0].codes)
+        Mondrian(k=5).fit(columns)
+        Mondrian(k=5, l=2).fit(columns, sensitive=np.arange(rows) % 3)
+    return stats()
+
+
+def _main(argv):
+    if argv[1:2] == ["warm"]:
+        result = warm()
+        print("plpy_anon: compiled kernels", "unavailable (numba cannot be imported)"
+              if result is None else f"ready: {result}")
+        return 0
+    print("usage: python -I -m plpy_anon.core.mondrian_jit warm", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))

@@ -1,0 +1,47 @@
+"""Releases are fitted by the compiled Mondrian kernels loaded from the machine-code cache that
+``make install`` warmed as the database's OS user: after a server restart, a new backend's
+releases compile nothing (numba's own dispatcher statistics, read inside that backend)."""
+from __future__ import annotations
+
+import json
+
+import psycopg
+
+from plpy_anon.cluster import PG_BIN, ThrowawayCluster
+from tests.helpers import class_sizes, distinct_sensitive_per_class
+
+TABLE = """
+CREATE TABLE people (id int PRIMARY KEY, age int, zip text, born date, diagnosis text);
+INSERT INTO people
+SELECT i, 20 + (i * 37) % 60, (53700 + (i * 13) % 40)::text, DATE '1950-01-01' + (i * 97) % 20000,
+       (ARRAY['flu', 'asthma', 'gout', 'cold'])[1 + i % 4]
+FROM generate_series(1, 3000) i;
+CREATE FUNCTION public.kernel_stats() RETURNS text LANGUAGE plpython3u AS $$
+import json, sys
+jit = sys.modules.get("plpy_anon.core.mondrian_jit")
+return json.dumps(jit.stats() if jit else None)
+$$;
+"""
+QIS = ["age", "zip", "born"]
+
+
+def test_releases_after_a_restart_load_the_kernels_and_compile_nothing():
+    with ThrowawayCluster() as cluster:
+        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+            conn.execute(TABLE)
+        cluster._run([PG_BIN / "pg_ctl", "-D", cluster.datadir, "-l", cluster.root / "server.log",
+                      "-w", "restart"])
+        with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+            plain = conn.execute("SELECT anon.mondrian_view('people', k => 10, "
+                                 "quasi_identifiers => %s)", (QIS,)).fetchone()[0]
+            diverse = conn.execute("SELECT anon.mondrian_view('people', k => 10, l => 3, "
+                                   "quasi_identifiers => %s, sensitive => ARRAY['diagnosis'])",
+                                   (QIS,)).fetchone()[0]
+            stats = json.loads(conn.execute("SELECT public.kernel_stats()").fetchone()[0])
+            assert min(class_sizes(conn, plain, QIS)) >= 10
+            assert min(class_sizes(conn, diverse, QIS)) >= 10
+            assert min(distinct_sensitive_per_class(conn, diverse, QIS, "diagnosis")) >= 3
+    assert stats is not None, "the releases did not run the compiled fit"
+    assert stats["signatures"] >= 1
+    assert stats["cache_hits"] >= 1 and stats["cache_misses"] == 0, stats
