@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 
 from plpy_anon.core.errors import AnonError
+from plpy_anon.db import interrupts
 
 
 def report(plpy, error: AnonError):
@@ -17,12 +18,14 @@ def report(plpy, error: AnonError):
 
 
 def sql_entry(func):
-    """Decorator for functions called from SQL bodies: core errors become clean SQL errors."""
+    """Decorator for functions called from SQL bodies: core errors become clean SQL errors, and
+    the core's long loops honour the caller's cancels and timeouts (db.interrupts)."""
 
     @functools.wraps(func)
     def wrapper(plpy, *args, **kwargs):
         try:
-            return func(plpy, *args, **kwargs)
+            with interrupts.honoured(plpy):
+                return func(plpy, *args, **kwargs)
         except AnonError as error:
             report(plpy, error)
 

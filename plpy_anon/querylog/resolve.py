@@ -37,6 +37,7 @@ from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, ScopeType, traverse_scope
 from sqlglot.schema import ensure_schema
 
+from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.workload import AllOf, AnyOf, Condition
 from plpy_anon.querylog.parse import ASCII_LOWER, DIALECT
 
@@ -97,10 +98,16 @@ def resolve_shape(expression: exp.Expr, schema: dict, default_schema: str = "pub
             # sqlglot's own assertions on statements it cannot resolve (a star beside an
             # unknown table): unresolved, like its errors
             raise ResolveError(f"not resolvable ({type(error).__name__}: {error})") from error
-        scopes, literals = traverse_scope(qualified), literal_nodes(qualified)
+        try:
+            scopes, literals = traverse_scope(qualified), literal_nodes(qualified)
+        except RecursionError as error:
+            raise ResolveError(f"not resolvable ({type(error).__name__}: {error})") from error
     walker = _ScopeWalker(default_schema)
-    for scope in scopes:
-        walker.visit(scope)
+    try:
+        for scope in scopes:
+            walker.visit(scope)
+    except RecursionError as error:   # subqueries nested deeper than Python's stack
+        raise ResolveError(f"not resolvable ({type(error).__name__}: {error})") from error
     return ResolvedShape(walker, scopes, literals)
 
 
@@ -301,6 +308,7 @@ class _ScopeWalker:
 
     # -- scopes ---------------------------------------------------------------------------
     def visit(self, scope: Scope):
+        check_interrupts()
         for source in scope.sources.values():
             if isinstance(source, exp.Table):
                 self.tables.add(self._table_key(source))

@@ -1,0 +1,105 @@
+"""The price of honouring cancels inside Python loops (plpy_anon.db.interrupts), in the backend.
+
+1. What one visit to PostgreSQL's CHECK_FOR_INTERRUPTS costs, per candidate way of making it
+   from PL/Python (microseconds per call, best of 3 runs of 2,000 calls).
+2. A 1,000,000-row Mondrian fit (k = 5, three numeric QIs; plain and with distinct l = 3),
+   timed in one backend with the check installed and without, alternated (3 rounds each, the
+   best of each kept), with the number of check() calls and of visits made.
+
+Run: ``python -m tests.bench interrupts`` (``PLPY_ANON_BENCH_INTERRUPT_ROWS`` for another size).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from tests.bench.common import extension_db
+
+FUNCTION = r"""
+CREATE FUNCTION pg_temp.interrupt_bench(n_rows int) RETURNS text LANGUAGE plpython3u AS $$
+import json, time
+import numpy as np
+from plpy_anon.core import interrupts
+from plpy_anon.core.encoding import encode_numeric
+from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.db.interrupts import backend_check
+
+out = {}
+calls = 2000
+candidates = {
+    "prepared SELECT 1": (plpy.prepare("SELECT 1"), None),
+    "prepared SELECT pg_sleep(0)": (plpy.prepare("SELECT pg_catalog.pg_sleep(0)"), None),
+    "unprepared SELECT 1": ("SELECT 1", None),
+}
+for name, (plan, _) in candidates.items():
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(calls):
+            plpy.execute(plan)
+        best = min(best, time.perf_counter() - t)
+    out[name + " (us/call)"] = round(best / calls * 1e6, 1)
+t = time.perf_counter()
+for _ in range(100000):
+    interrupts.check()
+out["check() with nothing installed (us/call)"] = round((time.perf_counter() - t) / 100000 * 1e6, 3)
+with interrupts.checking(backend_check(plpy)):
+    t = time.perf_counter()
+    for _ in range(100000):
+        interrupts.check()
+    out["check() installed, between visits (us/call)"] = round(
+        (time.perf_counter() - t) / 100000 * 1e6, 3)
+
+g = np.arange(n_rows, dtype=np.int64)
+cols = [encode_numeric("a", (g * 7919) % 100003), encode_numeric("b", (g * 104729) % 50021),
+        encode_numeric("c", (g * 31) % 997)]
+sensitive = (g * 13) % 7
+
+
+class Counted:
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def __call__(self):
+        self.calls += 1
+        self.inner()
+
+
+for label, kwargs in (("k=5", {}), ("k=5, l=3", {"l": 3})):
+    times = {"without": [], "with": []}
+    counted = None
+    for _ in range(3):
+        for mode in ("without", "with"):
+            t = time.perf_counter()
+            if mode == "with":
+                counted = Counted(backend_check(plpy))
+                with interrupts.checking(counted):
+                    Mondrian(k=5, **kwargs).fit(cols, sensitive=sensitive if kwargs else None)
+            else:
+                Mondrian(k=5, **kwargs).fit(cols, sensitive=sensitive if kwargs else None)
+            times[mode].append(time.perf_counter() - t)
+    out[f"fit {label}: without checks (s, 3 runs)"] = [round(x, 3) for x in times["without"]]
+    out[f"fit {label}: with checks (s, 3 runs)"] = [round(x, 3) for x in times["with"]]
+    out[f"fit {label}: check() calls per fit"] = counted.calls
+    best_without, best_with = min(times["without"]), min(times["with"])
+    out[f"fit {label}: overhead of the best runs (%)"] = round(
+        100 * (best_with - best_without) / best_without, 2)
+return json.dumps(out)
+$$;
+"""
+
+
+def main():
+    rows = int(os.environ.get("PLPY_ANON_BENCH_INTERRUPT_ROWS", "1000000"))
+    with extension_db() as conn:
+        conn.execute("SELECT anon.versions()")          # activates the venv in this backend
+        conn.execute(FUNCTION)
+        figures = json.loads(conn.execute("SELECT pg_temp.interrupt_bench(%s)",
+                                          (rows,)).fetchone()[0])
+    print(f"interrupt checks, {rows:,} rows, load {os.getloadavg()[0]:.1f}")
+    for name, value in figures.items():
+        print(f"  {name}: {value}")
+
+
+if __name__ == "__main__":
+    main()
