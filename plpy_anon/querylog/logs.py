@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.querylog.parse import MAX_STATEMENT_BYTES
-from plpy_anon.querylog.redact import NOT_A_QUERY, TOO_LONG, redact
+from plpy_anon.querylog.redact import NOT_A_QUERY, TOO_LONG, redact_all
 
 CSV_LOG_TIME, CSV_SEVERITY, CSV_MESSAGE = 0, 11, 13
 # a logged statement may be longer than csv's default field limit (128 KiB: a long IN list)
@@ -63,7 +63,7 @@ class LogReadResult:
     too_long: int = 0  # statements over the size bound, never parsed
     not_single_query: int = 0  # statements that are not exactly one query (refused whole)
     max_statement_bytes: int | None = MAX_STATEMENT_BYTES
-    _redacted: dict = field(default_factory=dict, repr=False)  # text -> Redacted, per distinct
+    _logged: list = field(default_factory=list, repr=False)  # statements before redaction
 
     def as_pairs(self):
         """``(text, 1)`` per statement: the input the priority learner takes."""
@@ -91,7 +91,7 @@ def read_csvlog(lines: Iterable[str], result: LogReadResult | None = None) -> Lo
             result.skipped += 1
             continue
         _append(result, record[CSV_MESSAGE], record[CSV_LOG_TIME] or None)
-    return result
+    return _redacted(result)
 
 
 def read_stderr_log(lines: Iterable[str], result: LogReadResult | None = None) -> LogReadResult:
@@ -105,7 +105,7 @@ def read_stderr_log(lines: Iterable[str], result: LogReadResult | None = None) -
             result.skipped += 1
             continue
         _append(result, message, timestamp)
-    return result
+    return _redacted(result)
 
 
 _QUERY_START = re.compile(r"\A(?:\s|--[^\n]*\n|/\*.*?\*/)*(SELECT|WITH|TABLE|VALUES)\b",
@@ -128,15 +128,23 @@ def _append(result: LogReadResult, message: str, timestamp):
         result.skipped += 1
         return
     sql, duration = found
-    redacted = result._redacted.get(sql)
-    if redacted is None:
-        redacted = result._redacted[sql] = redact(sql, result.max_statement_bytes)
-    if redacted.text is None:
-        result.skipped += 1
-        result.too_long += redacted.refused == TOO_LONG
-        result.not_single_query += redacted.refused == NOT_A_QUERY
-        return
-    result.statements.append(LoggedStatement(redacted.text, timestamp, duration))
+    result._logged.append(LoggedStatement(sql, timestamp, duration))
+
+
+def _redacted(result: LogReadResult) -> LogReadResult:
+    """The statements read, as they may be stored (one parse per shape of their texts)."""
+    stored = redact_all((s.text for s in result._logged), result.max_statement_bytes)
+    for logged in result._logged:
+        redacted = stored[logged.text]
+        if redacted.text is None:
+            result.skipped += 1
+            result.too_long += redacted.refused == TOO_LONG
+            result.not_single_query += redacted.refused == NOT_A_QUERY
+        else:
+            result.statements.append(LoggedStatement(redacted.text, logged.timestamp,
+                                                     logged.duration_ms))
+    result._logged = []
+    return result
 
 
 def _stderr_entries(lines: Iterable[str]) -> Iterator[tuple[str, str | None, str]]:

@@ -17,15 +17,37 @@ comments. ``anon.workload`` is read by every custodian, so a logged statement is
 
 Statements longer than the size bound are refused before tokenizing (see
 :data:`plpy_anon.querylog.parse.MAX_STATEMENT_BYTES`).
+
+Many statements (:func:`redact_all`) are redacted once per *shape* (tokens equal but for their
+string and number values, :func:`plpy_anon.querylog.parse.group_by_shape`): the first statement
+of a shape gives a template, its kept constants as markers, and each other statement of the shape
+fills the markers with its own values of those tokens. Statements whose other literals differ
+where they are structure (``GROUP BY 1`` / ``2``, type modifiers), whose ``LIKE`` pattern is no
+constant learning uses, or whose shape's first statement is refused, are redacted on their own.
 """
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from sqlglot import exp
 
-from plpy_anon.querylog.parse import DIALECT, MAX_STATEMENT_BYTES, oversized, parse_statement
-from plpy_anon.querylog.resolve import _comparison_sides, _make_condition, _unwrap
+from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.querylog.parse import (
+    DIALECT,
+    MAX_STATEMENT_BYTES,
+    group_by_shape,
+    oversized,
+    parse_statement,
+)
+from plpy_anon.querylog.resolve import (
+    _by_start,
+    _comparison_sides,
+    _like_condition,
+    _make_condition,
+    _unwrap,
+)
 
 #: nodes holding a value written in the statement
 _LITERALS = (exp.Literal, exp.ByteString, exp.HexString, exp.BitString, exp.National,
@@ -51,26 +73,114 @@ def redact(text: str, max_bytes: int | None = MAX_STATEMENT_BYTES) -> Redacted:
     """The storable form of a logged statement (module docstring), or why there is none."""
     if max_bytes is not None and oversized(text, max_bytes):
         return Redacted(None, TOO_LONG)
-    expressions, error = parse_statement(text)
-    if error is not None or len(expressions) != 1:
+    tree = _one_query(text)
+    if tree is None:
         return Redacted(None, NOT_A_QUERY)
+    return _written(tree, _cut_point_literals(tree))
+
+
+def redact_all(texts: Iterable[str], max_bytes: int | None = MAX_STATEMENT_BYTES) -> dict:
+    """``{text: Redacted}`` of distinct texts, one parse per shape (module docstring)."""
+    out: dict = {}
+    bounded: Counter = Counter()
+    for text in texts:
+        if text in out or text in bounded:
+            continue
+        if max_bytes is not None and oversized(text, max_bytes):
+            out[text] = Redacted(None, TOO_LONG)
+        else:
+            bounded[text] = 1
+    for group in group_by_shape(bounded):
+        check_interrupts()
+        template = _template(group[0])
+        for member in group:
+            check_interrupts()
+            filled = None if template is None else template.fill(member.literals)
+            out[member.text] = filled if filled is not None else redact(member.text, None)
+    return out
+
+
+class _Template(NamedTuple):
+    """The stored text of a shape's first statement with its kept constants as markers."""
+
+    text: str
+    kept: dict          # marker -> (literal slot, is a LIKE pattern)
+    structural: dict    # literal slot -> value every statement filled must have
+
+    def fill(self, literals) -> Redacted | None:
+        """This statement's stored form (its values at the markers), or None when the template
+        does not apply to it."""
+        if any(literals[slot][1] != value for slot, value in self.structural.items()):
+            return None
+        text = self.text
+        for marker, (slot, like) in self.kept.items():
+            value = literals[slot][1]
+            if like and _like_condition(None, value) is None:
+                return None
+            written = value if _MARKER_NUMBER in marker else "'" + value.replace("'", "''") + "'"
+            text = text.replace(marker, written, 1)
+        return Redacted(text)
+
+
+_MARKER_NUMBER, _MARKER_STRING = "n\x00", "s\x00"
+
+
+def _template(first) -> _Template | None:
+    """The template of a shape from its first statement (a ``Shaped``), or None (each statement
+    of the shape then on its own)."""
+    tree = _one_query(first.text, first.tokens)
+    if tree is None or not first.literals:
+        return None
+    kept_nodes = _cut_point_literals(tree)
+    slot_of = {start: slot for slot, (start, _) in enumerate(first.literals)}
+    nodes = _by_start(tree.find_all(exp.Literal))
+    if any(len(found) != 1 or start not in slot_of for start, found in nodes.items()):
+        return None                    # a literal the tokens do not place: no template
+    kept, structural = {}, {}
+    for start, (node,) in nodes.items():
+        slot = slot_of[start]
+        if id(node) in kept_nodes:
+            marker = f"\x00{len(kept)}{_MARKER_STRING if node.is_string else _MARKER_NUMBER}"
+            like = isinstance(node.parent, exp.Like)
+            kept[marker] = (slot, like)
+            node.replace(exp.Var(this=marker))
+        elif _structural(node) and not node.find_ancestor(exp.Interval):
+            structural[slot] = first.literals[slot][1]
+    placed = {slot_of[start] for start in nodes}
+    structural.update({slot: value for slot, (_, value) in enumerate(first.literals)
+                       if slot not in placed})      # read as keywords: date_trunc('month', ...)
+    written = _written(tree, set())
+    if written.text is None or any(written.text.count(m) != 1 for m in kept):
+        return None
+    return _Template(written.text, kept, structural)
+
+
+def _one_query(text: str, tokens=None):
+    """The statement's tree if it is exactly one query that writes nothing, else None."""
+    expressions, error = parse_statement(text, tokens)
+    if error is not None or len(expressions) != 1:
+        return None
     tree = expressions[0]
     if not isinstance(tree, (exp.Query, exp.Values)) or tree.find(*_WRITES) is not None:
-        return Redacted(None, NOT_A_QUERY)
+        return None
+    return tree
+
+
+def _written(tree, kept) -> Redacted:
+    """``tree`` written back with its literals but ``kept`` replaced, checked to read back as
+    one statement (else learning would count it an error)."""
     try:
-        _replace_literals(tree)
+        _replace_literals(tree, kept)
         stored = tree.sql(dialect=DIALECT, comments=False)
     except (ValueError, RecursionError, AttributeError):
         return Redacted(None, NOT_A_QUERY)
-    # what is stored must itself read back as one query, or learning would count it as an error
-    again, error = parse_statement(stored)
+    again, error = parse_statement(stored.replace("\x00", "_"))
     if error is not None or len(again) != 1:
         return Redacted(None, NOT_A_QUERY)
     return Redacted(stored)
 
 
-def _replace_literals(tree) -> None:
-    kept = _cut_point_literals(tree)
+def _replace_literals(tree, kept) -> None:
     numbers = [int(p.name) for p in tree.find_all(exp.Parameter) if p.name.isdigit()]
     next_number = max(numbers, default=0) + 1
     replaced = [n for n in tree.walk(bfs=False)       # numbered in tree order

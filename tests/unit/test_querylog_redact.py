@@ -11,7 +11,7 @@ from plpy_anon.core.errors import InsufficientData
 from plpy_anon.querylog.logs import read_server_log
 from plpy_anon.querylog.parse import parse_statement
 from plpy_anon.querylog.priorities import PriorityLearner
-from plpy_anon.querylog.redact import NOT_A_QUERY, TOO_LONG, redact
+from plpy_anon.querylog.redact import NOT_A_QUERY, TOO_LONG, redact, redact_all
 from tests.unit.test_querylog_shapes import CATALOG, statement
 
 
@@ -130,3 +130,21 @@ def weighed(queries):
     for predicate, frequency in queries:
         total[repr(predicate)] = total.get(repr(predicate), 0) + frequency
     return total
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(statement(), min_size=1, max_size=12), st.data())
+def test_redacting_by_shape_stores_what_redacting_each_statement_stores(base, data):
+    # the same shapes again with other literals, so that shapes hold several statements
+    texts = base + data.draw(st.lists(statement(), max_size=6)) + base[:3]
+    by_shape = redact_all(texts)
+    assert by_shape == {text: redact(text) for text in texts}
+
+
+def test_a_shape_s_structural_literals_are_not_taken_from_its_first_statement():
+    texts = ["SELECT date_trunc('month', d), a FROM t WHERE a > 1 GROUP BY 1 ORDER BY 2",
+             "SELECT date_trunc('year', d), a FROM t WHERE a > 2 GROUP BY 2 ORDER BY 1",
+             "SELECT date_trunc('year', d), a FROM t WHERE a > 3 GROUP BY 1 ORDER BY 2",
+             "SELECT a FROM t WHERE b LIKE 'ab%'", "SELECT a FROM t WHERE b LIKE '%secret%'"]
+    assert redact_all(texts) == {text: redact(text) for text in texts}
+    assert "secret" not in redact_all(texts)[texts[-1]].text
