@@ -64,6 +64,7 @@ _HIST_CELLS = 1 << 22  # histogram models: count-matrix cells per chunk of candi
 #: / 0.162 s, 300k 0.48 / 0.37 s (per attribute runs on two threads from 200k rows)
 _STACKED_CELLS = 1 << 19
 _WAIT_SLICE = 0.05      # seconds the main thread waits for a worker between interrupt checks
+_SORT_CHUNK = 1 << 20   # keys per chunk of a large sort (_argsort16), rows per renumbering step
 _COMPRESS_CHUNK = 1 << 20  # positions per np.compress call in a regroup (_compress_chunked)
 #: row renumbering (Mondrian._renumber): tables of at least _RENUMBER_MIN_ROWS rows, once no
 #: partition has more than _RENUMBER_PARTITION rows. Fit of 10M synthetic rows x 6 QIs, k = 10,
@@ -457,6 +458,7 @@ class Mondrian:
         last = first + level.sizes[cand] - 1
         spread = np.empty((cand.size, len(self._codes)))
         for a, measure in enumerate(self._measures):
+            check_interrupts()
             layout = level.layouts[a]
             distinct = level.distinct(a)[cand] if measure.needs_distinct else None
             spread[:, a] = measure(layout[first], layout[last], distinct)
@@ -482,6 +484,7 @@ class Mondrian:
         if self._l is None:
             return ok
         for j, values in enumerate(self._sensitive):
+            check_interrupts()
             if values.dtype.kind == "u":           # one bit per value: distinct = popcount(OR)
                 left, right = _distinct_by_bitmask(level.sensitive_in_layout(a, j, values),
                                                    s, cut, end)
@@ -580,6 +583,7 @@ class Mondrian:
             done = _spans(n, starts[~split], starts[~split] + sizes[~split])
             side += done * (_DONE - _RIGHT)            # final: _RIGHT 1 -> _DONE 2
             del done
+        check_interrupts()
         # translate positions to rows through the layout of the attribute each partition cut
         via_attr = np.where(split, attr, 0)
         used = np.unique(via_attr)
@@ -1063,11 +1067,35 @@ def _stable_argsort(codes):
     """Stable argsort as int32 by 16-bit radix passes (numpy radix-sorts 16-bit keys, and two
     passes over int32 codes beat its merge sort by ~2.5x)."""
     if codes.dtype == np.uint16:
-        return np.argsort(codes, kind="stable").astype(np.int32)
-    order = np.argsort((codes & 0xFFFF).astype(np.uint16), kind="stable")
+        return _argsort16(codes)
+    order = _argsort16((codes & 0xFFFF).astype(np.uint16))
     check_interrupts()
     high = (codes >> 16).astype(np.uint16)
-    return order[np.argsort(high[order], kind="stable")].astype(np.int32)
+    return order[_argsort16(high[order])]
+
+
+def _argsort16(keys):
+    """Stable argsort (int32) of uint16 keys; above ``_SORT_CHUNK`` keys a counting sort over
+    chunks, each sorted by numpy, checking for interrupts between chunks (one numpy sort of 10M
+    keys is seconds that nothing interrupts)."""
+    n = keys.size
+    if n <= _SORT_CHUNK:
+        return np.argsort(keys, kind="stable").astype(np.int32)
+    offset = np.zeros(1 << 16, dtype=np.int64)
+    for lo in range(0, n, _SORT_CHUNK):
+        offset += np.bincount(keys[lo:lo + _SORT_CHUNK], minlength=1 << 16)
+    offset = np.cumsum(offset) - offset          # first position of each key
+    out = np.empty(n, dtype=np.int32)
+    for lo in range(0, n, _SORT_CHUNK):
+        check_interrupts()
+        chunk = keys[lo:lo + _SORT_CHUNK]
+        order = np.argsort(chunk, kind="stable")
+        ordered = chunk[order]
+        start = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+        rank = np.arange(ordered.size) - np.repeat(start, np.diff(np.r_[start, ordered.size]))
+        out[offset[ordered] + rank] = order + lo
+        offset += np.bincount(chunk, minlength=1 << 16)
+    return out
 
 
 def _narrow(codes, n_codes):
@@ -1111,7 +1139,10 @@ def _number_by_first_row(labels):
     """Renumber classes 0..C-1 in order of their first row (canonical, order-independent ids)."""
     n_classes = int(labels.max()) + 1
     first_row = np.full(n_classes, labels.size, dtype=np.int64)
-    np.minimum.at(first_row, labels, np.arange(labels.size))
+    for lo in range(0, labels.size, _SORT_CHUNK):
+        check_interrupts()
+        np.minimum.at(first_row, labels[lo:lo + _SORT_CHUNK],
+                      np.arange(lo, min(lo + _SORT_CHUNK, labels.size)))
     rank = np.empty(n_classes, dtype=np.int32)
     rank[np.argsort(first_row)] = np.arange(n_classes, dtype=np.int32)
     return rank[labels], n_classes

@@ -5,8 +5,11 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plpy_anon.core import interrupts
+from plpy_anon.core import mondrian as mondrian_module
 from plpy_anon.core.encoding import encode_numeric
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian
@@ -112,3 +115,32 @@ def test_reading_a_log_checks_per_entry():
     with interrupts.checking(counted):
         read_server_log(io.StringIO(log), "stderr")
     assert counted.calls >= 100
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**20), max_size=3000), st.integers(1, 700))
+def test_a_sort_in_chunks_is_numpy_s_stable_argsort(values, chunk):
+    codes = np.array(values, dtype=np.int32)
+    original = mondrian_module._SORT_CHUNK
+    mondrian_module._SORT_CHUNK = chunk
+    try:
+        got = mondrian_module._stable_argsort(codes)
+        narrow = mondrian_module._stable_argsort((codes % 7).astype(np.uint16))
+    finally:
+        mondrian_module._SORT_CHUNK = original
+    assert got.dtype == np.int32 and np.array_equal(got, np.argsort(codes, kind="stable"))
+    assert np.array_equal(narrow, np.argsort(codes % 7, kind="stable"))
+
+
+def test_a_fit_sorting_in_chunks_checks_between_them_and_finds_the_same_classes(monkeypatch):
+    cols, sensitive = columns(20_000, seed=5), np.arange(20_000) % 4
+    whole = Counting()
+    with interrupts.checking(whole):
+        reference = Mondrian(k=5, l=2).fit(cols, sensitive=sensitive).labels_
+    monkeypatch.setattr(mondrian_module, "_SORT_CHUNK", 1000)
+    chunked = Counting()
+    with interrupts.checking(chunked):
+        labels = Mondrian(k=5, l=2).fit(cols, sensitive=sensitive).labels_
+    assert np.array_equal(labels, reference)
+    # two columns, sorted in 20 chunks each (one of them in two 16-bit passes)
+    assert chunked.calls >= whole.calls + 2 * 20
