@@ -211,3 +211,26 @@ def test_a_cancel_stops_a_stable_refresh_check_within_a_second(db, schema, conne
     canceled(running)
     assert late < WITHIN, late
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == published
+
+
+def test_a_cancel_stops_refresh_all_not_only_the_release_it_falls_in(db, schema, connect):
+    """anon.refresh_all records a release's failure and goes on with the others; a cancel or a
+    timeout is no failure of one release and ends them all."""
+    db.execute("""
+        CREATE TABLE wide AS
+        SELECT g AS id, (g * 7919) % 100003 AS a, (g * 104729) % 50021 AS b, (g * 31) % 997 AS c
+        FROM generate_series(1::int8, 150000) g""")
+    names = [db.execute(
+        f"SELECT anon.mondrian_view('wide', k => {k}, quasi_identifiers => '{{a,b,c}}', "
+        f"release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
+        for k in (5, 6, 7)]
+    running = Running(connect, schema, "SELECT * FROM anon.refresh_all()",
+                      "SET plpy_anon.progress = on")
+    running.wait_for_notice("read the source")
+    late = running.cancel(db)
+    canceled(running)
+    assert late < WITHIN, late
+    refreshed = db.execute(
+        "SELECT count(*) FROM anon.refresh_history WHERE release_name = ANY(%s)",
+        (names,)).fetchone()[0]
+    assert refreshed <= 1                   # the one canceled, recorded as failed; no other
