@@ -4,7 +4,9 @@
    from PL/Python (microseconds per call, best of 3 runs of 2,000 calls).
 2. A 1,000,000-row Mondrian fit (k = 5, three numeric QIs; plain and with distinct l = 3),
    timed in one backend with the check installed and without, alternated (3 rounds each, the
-   best of each kept), with the number of check() calls and of visits made.
+   best of each kept), with the number of check() calls; and the checks' cost computed from the
+   per-call costs (calls x cost + one visit per 0.05 s), which a loaded machine's noise cannot
+   hide.
 
 Run: ``python -m tests.bench interrupts`` (``PLPY_ANON_BENCH_INTERRUPT_ROWS`` for another size).
 """
@@ -22,7 +24,7 @@ import numpy as np
 from plpy_anon.core import interrupts
 from plpy_anon.core.encoding import encode_numeric
 from plpy_anon.core.mondrian import Mondrian
-from plpy_anon.db.interrupts import backend_check
+from plpy_anon.db.interrupts import INTERVAL, backend_check
 
 out = {}
 calls = 2000
@@ -84,6 +86,11 @@ for label, kwargs in (("k=5", {}), ("k=5, l=3", {"l": 3})):
     best_without, best_with = min(times["without"]), min(times["with"])
     out[f"fit {label}: overhead of the best runs (%)"] = round(
         100 * (best_with - best_without) / best_without, 2)
+    # the same from the per-call costs above: every call, plus one visit per INTERVAL
+    spent = (counted.calls * out["check() installed, between visits (us/call)"]
+             + best_with / INTERVAL * out["prepared SELECT 1 (us/call)"]) * 1e-6
+    out[f"fit {label}: checks' cost from the per-call costs (%)"] = round(
+        100 * spent / best_without, 3)
 return json.dumps(out)
 $$;
 """
