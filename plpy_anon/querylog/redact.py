@@ -115,8 +115,8 @@ class _Template(NamedTuple):
         text = self.text
         for marker, (slot, like) in self.kept.items():
             value = literals[slot][1]
-            if like and _like_condition(None, value) is None:
-                return None
+            if "\x00" in value or like and _like_condition(None, value) is None:
+                return None          # a marker's character, or a pattern learning does not use
             written = value if _MARKER_NUMBER in marker else "'" + value.replace("'", "''") + "'"
             text = text.replace(marker, written, 1)
         return Redacted(text)
