@@ -8,12 +8,19 @@
    per-call costs (calls x cost + one visit per 0.05 s), which a loaded machine's noise cannot
    hide.
 
+3. The longest stretch of a fit between two checks (what a cancel may wait for), outside the
+   backend with a check recording the time between calls: 10,000,000 synthetic rows, the same
+   three QIs (``PLPY_ANON_BENCH_GAP_ROWS``; 0 skips it).
+
 Run: ``python -m tests.bench interrupts`` (``PLPY_ANON_BENCH_INTERRUPT_ROWS`` for another size).
 """
 from __future__ import annotations
 
 import json
 import os
+import time
+
+import numpy as np
 
 from tests.bench.common import extension_db
 
@@ -96,6 +103,32 @@ $$;
 """
 
 
+def longest_stretches(n_rows: int) -> None:
+    from plpy_anon.core import interrupts
+    from plpy_anon.core.encoding import encode_numeric
+    from plpy_anon.core.mondrian import Mondrian
+
+    g = np.arange(n_rows, dtype=np.int64)
+    cols = [encode_numeric("a", (g * 7919) % 100003), encode_numeric("b", (g * 104729) % 50021),
+            encode_numeric("c", (g * 31) % 997)]
+    sensitive = (g * 13) % 7
+    for label, kwargs in (("k=5", {}), ("k=5, l=3", {"l": 3})):
+        last, gaps = [time.perf_counter()], []
+
+        def record(last=last, gaps=gaps):
+            now = time.perf_counter()
+            gaps.append(now - last[0])
+            last[0] = now
+
+        started = time.perf_counter()
+        with interrupts.checking(record):
+            Mondrian(k=5, **kwargs).fit(cols, sensitive=sensitive if kwargs else None)
+        gaps.append(time.perf_counter() - last[0])
+        print(f"  {n_rows:,} rows, {label}: fit {time.perf_counter() - started:.1f} s, "
+              f"{len(gaps) - 1} checks, longest stretch between two {max(gaps):.2f} s "
+              f"(load {os.getloadavg()[0]:.1f})", flush=True)
+
+
 def main():
     rows = int(os.environ.get("PLPY_ANON_BENCH_INTERRUPT_ROWS", "1000000"))
     with extension_db() as conn:
@@ -106,6 +139,10 @@ def main():
     print(f"interrupt checks, {rows:,} rows, load {os.getloadavg()[0]:.1f}")
     for name, value in figures.items():
         print(f"  {name}: {value}")
+    gap_rows = int(os.environ.get("PLPY_ANON_BENCH_GAP_ROWS", "10000000"))
+    if gap_rows:
+        print("longest stretch of a fit between two interrupt checks (outside the backend)")
+        longest_stretches(gap_rows)
 
 
 if __name__ == "__main__":
