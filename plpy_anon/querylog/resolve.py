@@ -313,8 +313,10 @@ class _ScopeWalker:
             if isinstance(source, exp.Table):
                 self.tables.add(self._table_key(source))
         pass_through = _is_pass_through(scope)
+        clauses: dict = {}
         for column in _columns_of(scope):
-            clause = _clause_in_scope(column, scope)
+            check_interrupts()
+            clause = _clause_in_scope(column, scope, clauses)
             if clause == PROJECTION:
                 if pass_through:
                     continue  # counted when an outer query reads this projection
@@ -447,20 +449,33 @@ def _projection_clause(scope: Scope) -> str:
     return PROJECTION
 
 
-def _clause_in_scope(node: exp.Expr, scope: Scope) -> str:
-    """Clause of ``scope.expression`` that contains ``node``."""
+def _clause_in_scope(node: exp.Expr, scope: Scope, known: dict | None = None) -> str:
+    """Clause of ``scope.expression`` that contains ``node``. ``known``: id(node) -> clause of
+    nodes already walked in this scope, filled on the way (the columns of a chain of 3,000 ORs
+    each walked up 3,000 levels: 5 s for a 32 kB statement)."""
     child, parent = node, node.parent
+    walked, clause = [], PROJECTION
     while parent is not None and parent is not scope.expression:
+        if known is not None and id(child) in known:
+            clause = known[id(child)]
+            break
+        walked.append(child)
         if isinstance(parent, (exp.Where, exp.Having)):
-            return SELECTION
+            clause = SELECTION
+            break
         if isinstance(parent, exp.Join) and child.arg_key == "on":
-            return SELECTION
+            clause = SELECTION
+            break
         if isinstance(parent, exp.Group):
-            return GROUP_BY
+            clause = GROUP_BY
+            break
         if isinstance(parent, exp.Order):
-            return ORDER_BY
+            clause = ORDER_BY
+            break
         child, parent = parent, parent.parent
-    return PROJECTION
+    if known is not None:
+        known.update((id(n), clause) for n in walked)
+    return clause
 
 
 def _lookup_source(scope: Scope, alias: str):

@@ -12,6 +12,10 @@
    backend with a check recording the time between calls: 10,000,000 synthetic rows, the same
    three QIs (``PLPY_ANON_BENCH_GAP_ROWS``; 0 skips it).
 
+4. Learning one long statement (sqlglot's parse and qualification are single calls nothing
+   interrupts): a UNION chain, an OR chain and an IN list at ~16 kB, ~32 kB (the default size
+   bound) and ~80 kB, seconds best of 3, outside the backend.
+
 Run: ``python -m tests.bench interrupts`` (``PLPY_ANON_BENCH_INTERRUPT_ROWS`` for another size).
 """
 from __future__ import annotations
@@ -129,6 +133,33 @@ def longest_stretches(n_rows: int) -> None:
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
 
 
+def long_statements() -> None:
+    from plpy_anon.querylog.priorities import PriorityLearner
+
+    catalog = {"public": {"t": {"a": "integer", "b": "text"}}}
+    kinds = {
+        "UNION chain": lambda n: " UNION ALL ".join(f"SELECT a FROM t WHERE a > {i}"
+                                                    for i in range(n)),
+        "OR chain": lambda n: "SELECT a FROM t WHERE " + " OR ".join(f"a = {i}"
+                                                                     for i in range(n)),
+        "IN list": lambda n: "SELECT a FROM t WHERE a IN (" + ", ".join(map(str, range(n))) + ")",
+    }
+    for name, make in kinds.items():
+        for size in (16_000, 32_000, 80_000):
+            n = 1
+            while len(make(2 * n)) <= size:
+                n *= 2
+            while len(make(n + max(1, n // 16))) <= size:
+                n += max(1, n // 16)
+            text = make(n)
+            best = float("inf")
+            for _ in range(3):
+                started = time.perf_counter()
+                PriorityLearner("t", max_statement_bytes=None).fit([text], catalog)
+                best = min(best, time.perf_counter() - started)
+            print(f"  {name}, {len(text):,} bytes: {best:.2f} s", flush=True)
+
+
 def main():
     rows = int(os.environ.get("PLPY_ANON_BENCH_INTERRUPT_ROWS", "1000000"))
     with extension_db() as conn:
@@ -139,6 +170,8 @@ def main():
     print(f"interrupt checks, {rows:,} rows, load {os.getloadavg()[0]:.1f}")
     for name, value in figures.items():
         print(f"  {name}: {value}")
+    print(f"learning one long statement (load {os.getloadavg()[0]:.1f})")
+    long_statements()
     gap_rows = int(os.environ.get("PLPY_ANON_BENCH_GAP_ROWS", "10000000"))
     if gap_rows:
         print("longest stretch of a fit between two interrupt checks (outside the backend)")

@@ -144,3 +144,15 @@ def test_a_fit_sorting_in_chunks_checks_between_them_and_finds_the_same_classes(
     assert np.array_equal(labels, reference)
     # two columns, sorted in 20 chunks each (one of them in two 16-bit passes)
     assert chunked.calls >= whole.calls + 2 * 20
+
+
+def test_resolving_one_long_statement_checks_per_column():
+    """One statement's resolution is a loop over its columns (an OR chain of 2,000 here)."""
+    catalog = {"public": {"t": {"a": "integer", "b": "text"}}}
+    chain = "SELECT a FROM t WHERE " + " OR ".join(f"a = {i}" for i in range(2000))
+    counted = Counting()
+    with interrupts.checking(counted):
+        PriorityLearner("t").fit([chain], catalog)
+    assert counted.calls >= 2000
+    with interrupts.checking(Counting(1000)), pytest.raises(Interrupted):
+        PriorityLearner("t").fit([chain], catalog)
