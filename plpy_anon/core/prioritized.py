@@ -43,6 +43,7 @@ import numpy as np
 
 from plpy_anon.core.encoding import numeric_offset
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
+from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.mondrian import Mondrian, _segment_bound, check_split
 from plpy_anon.core.privacy_models import check_models
 from plpy_anon.core.workload import is_number, normalize_weights
@@ -212,6 +213,7 @@ class PrioritizedMondrian(Mondrian):
             return None
         atoms = {}
         for a in columns:
+            check_interrupts()
             atom = np.searchsorted(self.boundaries_[a], self._codes[a], side="left")
             if self._null_codes[a] is not None:   # NULL meets no predicate: an atom of its own
                 atom[self._codes[a] == self._null_codes[a]] = self.boundaries_[a].size + 1
@@ -220,6 +222,7 @@ class PrioritizedMondrian(Mondrian):
         def cells(kept_columns, rows):
             cell = np.zeros(rows.size, dtype=np.int64)
             for a in kept_columns:
+                check_interrupts()
                 # dense after each column: the key never outgrows the number of rows
                 cell = cell * (self.boundaries_[a].size + 2) + atoms[a][rows]
                 cell = np.unique(cell, return_inverse=True)[1].ravel()
@@ -256,6 +259,7 @@ class PrioritizedMondrian(Mondrian):
                 members = np.argsort(groups, kind="stable")[pending.size:]   # by group
                 first = np.cumsum(size) - size
                 for target in np.lexsort((-size, np.array(kept_by_group, dtype=np.int64))):
+                    check_interrupts()
                     rows = np.concatenate(
                         [members[first[target]:first[target] + size[target]], pending])
                     if self._groups_satisfy(rows, np.zeros(rows.size, dtype=np.int64), 1)[0]:
@@ -276,6 +280,7 @@ class PrioritizedMondrian(Mondrian):
         starts, sizes = level.starts[cand], level.sizes[cand]
         gain = np.zeros(spread.shape)
         for a in range(spread.shape[1]):
+            check_interrupts()
             tried = np.flatnonzero(spread[:, a] > 0)
             if tried.size == 0:
                 continue

@@ -26,6 +26,7 @@ import numpy as np
 
 from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.errors import InsufficientData
+from plpy_anon.core.interrupts import check as check_interrupts
 
 
 class CannotKeepCandidates(InsufficientData):
@@ -53,6 +54,7 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     sensitive = None if sensitive is None else np.asarray(sensitive, dtype=np.int64).reshape(n, -1)
     cohorts = np.asarray(cohorts, dtype=np.int64)
     while True:
+        check_interrupts()
         ids, index = np.unique(labels, return_inverse=True)
         index = index.ravel()
         present = _values_present(index, ids.size, sensitive, cohort_values)
@@ -79,6 +81,7 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray) -> np.ndarray:
     centroids = _centroids(members.ravel(), ids.size, points[known])
     new = np.flatnonzero(~known)
     for start in range(0, new.size, 4096):
+        check_interrupts()
         chunk = new[start:start + 4096]
         distance = ((points[chunk, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
         labels[chunk] = ids[distance.argmin(axis=1)]
@@ -141,6 +144,7 @@ def _merge(labels, n_groups, bad, points, present, deficit) -> np.ndarray:
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
     sets = SmallestRootSets(n_groups)
     for g in bad.tolist():
+        check_interrupts()
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
         helps = (held & deficit[g]).any(axis=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 
 from plpy_anon.core.errors import AnonError
-from plpy_anon.db import timing
+from plpy_anon.db import interrupts, timing
 
 
 def report(plpy, error: AnonError):
@@ -18,13 +18,14 @@ def report(plpy, error: AnonError):
 
 
 def sql_entry(func):
-    """Decorator for functions called from SQL bodies: core errors become clean SQL errors; the
-    call's start is kept for the durations it records (timing.entry)."""
+    """Decorator for functions called from SQL bodies: core errors become clean SQL errors, the
+    call's start is kept for the durations it records (timing.entry), and the core's long loops
+    honour the caller's cancels and timeouts (db.interrupts)."""
 
     @functools.wraps(func)
     def wrapper(plpy, *args, **kwargs):
         try:
-            with timing.entry():
+            with timing.entry(), interrupts.honoured(plpy):
                 return func(plpy, *args, **kwargs)
         except AnonError as error:
             report(plpy, error)

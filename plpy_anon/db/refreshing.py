@@ -434,6 +434,10 @@ def dependency_order(by_id: dict, deps: dict) -> list[dict]:
     return [by_id[i] for i in order]
 
 
+#: SQLSTATE of pg_cancel_backend and statement_timeout
+QUERY_CANCELED = "57014"
+
+
 def refresh_all(plpy, refresh_one) -> list[tuple]:
     """Refresh every release in dependency order, each on its own (``refresh_one(release,
     started)``, started = time.monotonic() at its start, so that the seconds it records are the
@@ -460,6 +464,8 @@ def refresh_all(plpy, refresh_one) -> list[tuple]:
             with plpy.subtransaction():
                 refresh_one(release, t0)
         except Exception as exc:  # noqa: BLE001 -- recorded; the other releases go on
+            if error_parts(exc)[1] == QUERY_CANCELED:   # a cancel or timeout stops them all
+                raise
             failed.add(release["release_id"])
             message = error_parts(exc)[0]
             plpy.warning(f"plpy_anon: refresh of {name} failed: {message}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards
 from plpy_anon.db.generalization import output_type
@@ -130,6 +131,8 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     cohort_index: dict[str, int] = {}
     cohort_sets: list[dict] = []
     for i, h in enumerate(hashes):
+        if not i % 4096:
+            check_interrupts()
         known = state.get(h)
         if known is None:
             continue
@@ -145,6 +148,8 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
         position = {v: j for j, v in enumerate(dictionary)}
         matrix = np.zeros((len(cohort_sets), len(dictionary)), dtype=bool)
         for c, sets in enumerate(cohort_sets):
+            if not c % 4096:
+                check_interrupts()
             held = [position[v] for v in sets.get(name, []) if v in position]
             matrix[c, held] = True
         cohort_values.append(matrix)

@@ -39,7 +39,6 @@ from plpy_anon.db import guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods import mondrian_family, prioritized_mondrian
 from plpy_anon.db.sqltext import jsonb, jsonb_text, run
-from plpy_anon.querylog.logs import read_server_log
 
 MONDRIAN_METHODS = ("mondrian", "prioritized_mondrian")
 
@@ -59,6 +58,30 @@ PGSS_SCHEMA = """
 SELECT n.nspname::text AS s FROM pg_catalog.pg_extension e
 JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_stat_statements'
 """
+
+
+SIZE_SETTING = "plpy_anon.max_statement_size"
+
+
+def max_statement_bytes(plpy) -> int:
+    """The bound on a statement's size (``plpy_anon.max_statement_size``: any role may set it,
+    as work_mem; a size such as '64kB', or a number of bytes), else the default."""
+    from plpy_anon.querylog.parse import MAX_STATEMENT_BYTES  # sqlglot: only the learner needs it
+    raw = run(plpy, "SELECT pg_catalog.current_setting($1, true) AS v", ["text"],
+              [SIZE_SETTING])[0]["v"]
+    if raw is None or not raw.strip():
+        return MAX_STATEMENT_BYTES
+    try:
+        with plpy.subtransaction():
+            size = run(plpy, "SELECT pg_catalog.pg_size_bytes($1) AS b", ["text"], [raw])[0]["b"]
+    except plpy.SPIError:
+        size = None
+    if size is None or size < 1:
+        raise InvalidParameter(
+            f'{SIZE_SETTING} = "{raw}" is not a positive size',
+            hint=f"Set it like work_mem (SET {SIZE_SETTING} = '64kB'), or RESET it "
+                 f"(default {MAX_STATEMENT_BYTES // 1024}kB).")
+    return int(size)
 
 
 def catalog_schema(plpy) -> dict:
@@ -102,21 +125,25 @@ def add_queries_from_log(plpy, log_file, *, log_format):
     """Statements of a server log into anon.workload; the file is read by pg_read_file, whose
     privilege checks (superuser, pg_read_server_files) decide who may read it."""
     text = run(plpy, "SELECT pg_catalog.pg_read_file($1) AS t", ["text"], [log_file])[0]["t"]
-    result = read_server_log(io.StringIO(text or ""), log_format)
+    from plpy_anon.querylog.logs import read_server_log  # sqlglot: only logs need it
+    result = read_server_log(io.StringIO(text or ""), log_format, max_statement_bytes(plpy))
     counted = Counter(s.text for s in result.statements)
     added = run(plpy, "SELECT anon.add_queries($1, $2, NULL, $3) AS n",
                 ["text[]", "int8[]", "text"],
                 [list(counted), list(counted.values()), "log:" + os.path.basename(log_file)]
                 )[0]["n"] if counted else 0
     plpy.notice(f"{log_file}: {result.entries} log entries, {len(result.statements)} statements "
-                f"({len(counted)} distinct) added to anon.workload, {result.skipped} skipped")
+                f"({len(counted)} distinct) added to anon.workload, {result.skipped} skipped "
+                f"({result.not_single_query} not a single query, {result.too_long} longer than "
+                f"{SIZE_SETTING})")
     return added
 
 
 def fit_learner(plpy, tbl, statements, projection_share=0.5):
     from plpy_anon.querylog.priorities import PriorityLearner  # sqlglot: only the learner needs it
     learner = PriorityLearner(f"{tbl.schema}.{tbl.name}", projection_share=projection_share,
-                              default_schema=tbl.schema)
+                              default_schema=tbl.schema,
+                              max_statement_bytes=max_statement_bytes(plpy))
     return learner.fit(statements, catalog_schema(plpy))
 
 
@@ -130,6 +157,12 @@ def learn_priorities(plpy, source, *, projection_share, use_pg_stat_statements):
     learner = fit_learner(plpy, tbl, statements, projection_share)
     store(plpy, tbl, learner)
     report = learner.report_
+    if report["too_long"]:
+        plpy.notice(
+            f"{report['too_long']} statements longer than {max_statement_bytes(plpy)} bytes were "
+            "skipped, not parsed",
+            hint=f"Raise {SIZE_SETTING} (SET {SIZE_SETTING} = '1MB') to learn from them: parsing "
+                 "a long statement is one uninterruptible step of seconds or more.")
     if learner.no_constants_:
         plpy.notice(
             f"no cut points learned for {', '.join(learner.no_constants_)} of {tbl.label}: the "

@@ -1,9 +1,10 @@
 """Statements from PostgreSQL server logs: ``csvlog`` and the default ``stderr`` format.
 
-What is taken: queries only (a statement starting with SELECT, WITH, TABLE or VALUES, and no
-data-modifying WITH): a log of ``log_statement = 'all'`` also holds ``ALTER ROLE ... PASSWORD``
-and ``INSERT`` statements with row values, which must not reach the workload store. Of those,
-``LOG`` entries whose message is ``statement: <sql>`` (``log_statement``),
+What is taken: queries only, as :func:`plpy_anon.querylog.redact.redact` stores them (one
+query per entry, a text holding several statements refused whole; only the constants compared with
+columns kept, other literals ``$n``; comments dropped): a log of ``log_statement = 'all'`` also
+holds ``ALTER ROLE ... PASSWORD`` and ``INSERT`` statements with row values, connection strings
+and keys passed to functions, which must not reach the workload store. Of those, ``LOG`` entries whose message is ``statement: <sql>`` (``log_statement``),
 ``duration: <ms> ms  statement: <sql>`` (``log_min_duration_statement``), and their
 extended-protocol forms ``execute <name>: <sql>`` / ``duration: <ms> ms  execute <name>: <sql>``.
 ``parse``/``bind`` entries are skipped (the same statement is logged again at ``execute``), and so
@@ -13,6 +14,8 @@ Everything else is counted as skipped.
 stderr format: an entry starts with ``<log_line_prefix><SEVERITY>:  <message>``; the server
 writes the continuation lines of a multi-line message with a leading tab, which is removed. The
 prefix is free-form (``log_line_prefix``); a leading timestamp in it is kept when present.
+Lines end at ``\n`` only: a carriage return or U+2028 inside a logged string literal is part of
+the statement, not the start of another entry.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.querylog.parse import MAX_STATEMENT_BYTES
+from plpy_anon.querylog.redact import NOT_A_QUERY, TOO_LONG, redact_all
 
 CSV_LOG_TIME, CSV_SEVERITY, CSV_MESSAGE = 0, 11, 13
 # a logged statement may be longer than csv's default field limit (128 KiB: a long IN list)
@@ -53,7 +59,11 @@ class LoggedStatement:
 class LogReadResult:
     statements: list = field(default_factory=list)
     entries: int = 0  # log entries seen
-    skipped: int = 0  # entries that are not an executed statement
+    skipped: int = 0  # entries not stored (the next two included)
+    too_long: int = 0  # statements over the size bound, never parsed
+    not_single_query: int = 0  # statements that are not exactly one query (refused whole)
+    max_statement_bytes: int | None = MAX_STATEMENT_BYTES
+    _logged: list = field(default_factory=list, repr=False)  # statements before redaction
 
     def as_pairs(self):
         """``(text, 1)`` per statement: the input the priority learner takes."""
@@ -69,10 +79,11 @@ def statement_of_message(message: str):
     return match.group("sql").strip(), float(ms) if ms else None
 
 
-def read_csvlog(lines: Iterable[str]) -> LogReadResult:
+def read_csvlog(lines: Iterable[str], result: LogReadResult | None = None) -> LogReadResult:
     """Statements of a ``csvlog`` file (PostgreSQL 13-17 column layouts)."""
-    result = LogReadResult()
+    result = LogReadResult() if result is None else result
     for record in csv.reader(lines):
+        check_interrupts()
         if not record:
             continue
         result.entries += 1
@@ -80,19 +91,21 @@ def read_csvlog(lines: Iterable[str]) -> LogReadResult:
             result.skipped += 1
             continue
         _append(result, record[CSV_MESSAGE], record[CSV_LOG_TIME] or None)
-    return result
+    return _redacted(result)
 
 
-def read_stderr_log(lines: Iterable[str]) -> LogReadResult:
-    """Statements of a log in the default ``stderr`` format, multi-line statements included."""
-    result = LogReadResult()
+def read_stderr_log(lines: Iterable[str], result: LogReadResult | None = None) -> LogReadResult:
+    """Statements of a log in the default ``stderr`` format, multi-line statements included
+    (``lines`` split at ``\n`` only)."""
+    result = LogReadResult() if result is None else result
     for severity, timestamp, message in _stderr_entries(lines):
+        check_interrupts()
         result.entries += 1
         if severity != "LOG":
             result.skipped += 1
             continue
         _append(result, message, timestamp)
-    return result
+    return _redacted(result)
 
 
 _QUERY_START = re.compile(r"\A(?:\s|--[^\n]*\n|/\*.*?\*/)*(SELECT|WITH|TABLE|VALUES)\b",
@@ -115,14 +128,30 @@ def _append(result: LogReadResult, message: str, timestamp):
         result.skipped += 1
         return
     sql, duration = found
-    result.statements.append(LoggedStatement(sql, timestamp, duration))
+    result._logged.append(LoggedStatement(sql, timestamp, duration))
+
+
+def _redacted(result: LogReadResult) -> LogReadResult:
+    """The statements read, as they may be stored (one parse per shape of their texts)."""
+    stored = redact_all((s.text for s in result._logged), result.max_statement_bytes)
+    for logged in result._logged:
+        redacted = stored[logged.text]
+        if redacted.text is None:
+            result.skipped += 1
+            result.too_long += redacted.refused == TOO_LONG
+            result.not_single_query += redacted.refused == NOT_A_QUERY
+        else:
+            result.statements.append(LoggedStatement(redacted.text, logged.timestamp,
+                                                     logged.duration_ms))
+    result._logged = []
+    return result
 
 
 def _stderr_entries(lines: Iterable[str]) -> Iterator[tuple[str, str | None, str]]:
     severity = timestamp = None
     message_lines: list[str] = []
     for raw in lines:
-        line = raw.rstrip("\r\n")
+        line = raw.removesuffix("\n").removesuffix("\r")
         header = None if line.startswith("\t") else _STDERR_ENTRY.match(line)
         if header is None:
             if severity is not None:  # continuation of the current entry
@@ -147,18 +176,22 @@ def detect_format(first_line: str) -> str:
     return "csvlog" if len(record) > CSV_SEVERITY and record[CSV_SEVERITY].isupper() else "stderr"
 
 
-def read_server_log(source, log_format: str = "auto") -> LogReadResult:
-    """Read a server log from a path or a text stream; ``log_format``: auto, csvlog, stderr."""
+def read_server_log(source, log_format: str = "auto",
+                    max_statement_bytes: int | None = MAX_STATEMENT_BYTES) -> LogReadResult:
+    """Read a server log from a path or a text stream; ``log_format``: auto, csvlog, stderr;
+    statements over ``max_statement_bytes`` (UTF-8) are counted, never parsed."""
     if log_format not in ("auto", "csvlog", "stderr"):
         raise InvalidParameter(
             f"unknown log format {log_format!r}", hint="use 'auto', 'csvlog' or 'stderr'"
         )
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
         with open(source, encoding="utf-8", errors="replace", newline="") as stream:
-            return read_server_log(stream, log_format)
+            return read_server_log(stream, log_format, max_statement_bytes)
     text = source.read()
     if log_format == "auto":
         log_format = detect_format(text.split("\n", 1)[0])
-    reader = read_csvlog if log_format == "csvlog" else read_stderr_log
-    stream = io.StringIO(text, newline="")
-    return reader(stream if log_format == "csvlog" else text.splitlines())
+    result = LogReadResult(max_statement_bytes=max_statement_bytes)
+    if log_format == "csvlog":
+        return read_csvlog(io.StringIO(text, newline=""), result)
+    # str.splitlines would also end a line at \r, U+2028, \x1c...: inside a logged literal
+    return read_stderr_log(text.split("\n"), result)

@@ -47,9 +47,11 @@ from sqlglot import exp
 from sqlglot.schema import ensure_schema
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
+from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.workload import AllOf, AnyOf, Condition, is_number
 from plpy_anon.querylog.parse import (
     DIALECT,
+    MAX_STATEMENT_BYTES,
     ParsedStatement,
     count_statements,
     group_by_shape,
@@ -101,6 +103,8 @@ class PriorityLearner:
     by_shape : parse and resolve once per literal-free statement shape and bind each statement's
         constants onto it (:mod:`plpy_anon.querylog.parse`); False parses every distinct text
         (the reference path, same results, kept for tests).
+    max_statement_bytes : statements longer than this (UTF-8 bytes) are counted in the report
+        (``too_long``), never parsed; None: no bound.
 
     Attributes set by :meth:`fit`
     -----------------------------
@@ -121,11 +125,13 @@ class PriorityLearner:
     elapsed_seconds_ : time fit took.
     """
 
-    def __init__(self, table, *, projection_share=0.5, default_schema="public", by_shape=True):
+    def __init__(self, table, *, projection_share=0.5, default_schema="public", by_shape=True,
+                 max_statement_bytes=MAX_STATEMENT_BYTES):
         self.table = table
         self.projection_share = projection_share
         self.default_schema = default_schema
         self.by_shape = by_shape
+        self.max_statement_bytes = max_statement_bytes
 
     # ------------------------------------------------------------------------------------
     def fit(self, statements: Iterable, catalog: dict) -> PriorityLearner:
@@ -135,8 +141,9 @@ class PriorityLearner:
         alpha = self._check_projection_share()
         schema, table = split_table_name(self.table, self.default_schema)
         columns = self._table_columns(catalog, schema, table)
-        counts = count_statements(statements)
-        n_input = sum(counts.values())
+        too_long: Counter = Counter()
+        counts = count_statements(statements, self.max_statement_bytes, too_long)
+        n_input = sum(counts.values()) + too_long["statements"]
         if n_input == 0:
             raise InsufficientData(
                 "the workload is empty: there is no statement to learn priorities from",
@@ -149,13 +156,15 @@ class PriorityLearner:
             if self.by_shape:
                 groups = group_by_shape(counts)
                 for group in groups:
+                    check_interrupts()
                     accumulator.add_shape(group, catalog)
                 self.n_shapes_ = len(groups)
             else:
                 for index, statement in enumerate(parse_counts(counts).statements):
+                    check_interrupts()
                     accumulator.add(statement, catalog, index)
                 self.n_shapes_ = len(counts)
-        report = accumulator.report(n_input, len(counts))
+        report = accumulator.report(n_input, len(counts), too_long["statements"])
         if accumulator.n_used == 0:
             raise InsufficientData(
                 f"none of the {n_input} statements of the workload reads "
@@ -170,7 +179,7 @@ class PriorityLearner:
         self.constants_ = dict(accumulator.constants)
         numeric = [c for c, t in columns.items() if is_numeric_type(t)]
         self.cut_points_ = {
-            c: cut_points(self.constants_[c], numeric=c in numeric)
+            c: (check_interrupts(), cut_points(self.constants_[c], numeric=c in numeric))[1]
             for c in columns if c in self.constants_
         }
         self.cut_points_ = {c: f for c, f in self.cut_points_.items() if not f.empty}
@@ -363,13 +372,15 @@ class _Accumulator:
             plans = self._plan(representative, catalog)
             if plans is None:  # no parse or no resolution: every text on its own, as before
                 for member in pending:
+                    check_interrupts()
                     expressions, error = parse_statement(member.text)
                     statement = ParsedStatement(member.text, member.frequency, expressions, error)
                     self.add(statement, catalog, member.index)
                 return
             plans, bound = plans
             slots = [i for i, (start, _) in enumerate(representative.literals) if start in bound]
-            structural = [i for i in range(len(representative.literals)) if i not in set(slots)]
+            bindable = set(slots)
+            structural = [i for i in range(len(representative.literals)) if i not in bindable]
 
             def key(member, structural=structural):
                 return tuple(member.literals[i][1] for i in structural)
@@ -384,6 +395,7 @@ class _Accumulator:
                        if (u.ref.schema, u.ref.table) == target] if shape is not None else [])
                      for outcome, shape in plans]
             for member in same:
+                check_interrupts()
                 values = {start: member.literals[i][1] for start, i in zip(starts, slots)}
                 frequency = member.frequency
                 for outcome, shape, reads, uses in plans:
@@ -470,7 +482,7 @@ class _Accumulator:
             index=pd.Index(list(self.columns), name="column"),
         ).astype(np.int64)
 
-    def report(self, n_input, n_distinct) -> dict:
+    def report(self, n_input, n_distinct, too_long=0) -> dict:
         errors = sorted(self.errors, key=lambda e: e[0])[:MAX_REPORTED_ERRORS]
         return {
             "statements": n_input,
@@ -480,6 +492,7 @@ class _Accumulator:
             "unresolved": self.outcomes["unresolved"],
             "not_queries": self.outcomes["not_queries"],
             "other_tables": self.outcomes["other_tables"],
+            "too_long": too_long,
             "queries_with_predicates": len(self.queries),
             "errors": [e for _, e in errors],
         }

@@ -6,6 +6,7 @@ import io
 import pytest
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.querylog import redact as redact_module
 from plpy_anon.querylog.logs import (
     detect_format,
     read_csvlog,
@@ -35,8 +36,8 @@ def test_stderr_log_statements_multiline_durations_and_skips():
     texts = [s.text for s in result.statements]
     assert texts == [
         "SELECT age FROM patients",
-        "SELECT sex,\n       zip\nFROM patients\nWHERE age > 50;",
-        "SELECT 1",
+        "SELECT sex, zip FROM patients WHERE age > 50",
+        "SELECT $1",
         "SELECT age FROM patients WHERE id = $1",
     ]
     assert [s.duration_ms for s in result.statements] == [None, None, 12.5, None]
@@ -63,7 +64,7 @@ def test_csvlog_quoted_multiline_messages():
     )
     result = read_server_log(io.StringIO(text))
     assert [s.text for s in result.statements] == [
-        "SELECT \"sex\"\nFROM patients WHERE zip = '5,3'",
+        "SELECT \"sex\" FROM patients WHERE zip = '5,3'",
         "SELECT age FROM patients",
     ]
     assert result.statements[1].duration_ms == 3.0
@@ -129,7 +130,7 @@ def test_only_queries_are_taken_from_a_log():
     )
     result = read_server_log(io.StringIO(log))
     assert [s.text for s in result.statements] == [
-        "SELECT * FROM t WHERE a > 1", "/* app */ WITH x AS (SELECT 1) SELECT * FROM x"]
+        "SELECT * FROM t WHERE a > 1", "WITH x AS (SELECT $1) SELECT * FROM x"]
     assert result.skipped == 3
 
 
@@ -138,5 +139,13 @@ def test_a_csvlog_statement_longer_than_csv_s_default_field_limit():
     record = ['2026-11-27 10:00:01.000 UTC'] + [''] * 10 + ['LOG', '', f'statement: {query}']
     text = io.StringIO()
     csv.writer(text).writerow(record)
-    result = read_server_log(io.StringIO(text.getvalue()))
+    result = read_server_log(io.StringIO(text.getvalue()), max_statement_bytes=None)
     assert len(query) > 131072 and [s.text for s in result.statements] == [query]
+
+
+def test_a_statement_over_the_size_bound_is_counted_never_parsed(monkeypatch):
+    query = "SELECT * FROM t WHERE a IN (" + ", ".join(map(str, range(40_000))) + ")"
+    log = f"2026-11-27 10:00:01 UTC [1] LOG:  statement: {query}\n"
+    monkeypatch.setattr(redact_module, "parse_statement", None)    # any parse would fail
+    result = read_server_log(io.StringIO(log), max_statement_bytes=len(query) - 1)
+    assert (result.statements, result.too_long, result.skipped) == ([], 1, 1)

@@ -174,7 +174,8 @@ def test_unknown_table_and_bad_share():
 def test_init_only_stores_parameters():
     learner = PriorityLearner("patients", projection_share=0.3)
     assert vars(learner) == {"table": "patients", "projection_share": 0.3,
-                             "default_schema": "public", "by_shape": True}
+                             "default_schema": "public", "by_shape": True,
+                             "max_statement_bytes": 32768}
 
 
 def test_split_table_name():

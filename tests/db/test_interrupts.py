@@ -1,0 +1,236 @@
+"""Long Python work inside the backend honours pg_cancel_backend and statement_timeout within a
+second: learning priorities from a pathological workload, a Mondrian fit of several seconds, a
+stable-mode refresh. Each statement is run on its own connection and stopped from another."""
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import release_schema_of
+
+#: how late a cancel may be honoured (the checks run every 0.05 s; the rest is the machine)
+WITHIN = 1.0
+
+
+class Running:
+    """``statement`` started on a new connection in a thread; notices collected with the time
+    they arrived; ``error`` and the time it arrived once the statement ended."""
+
+    def __init__(self, connect, schema, statement, *setup):
+        self.conn = connect()
+        self.conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+        for line in setup:
+            self.conn.execute(line)
+        self.pid = self.conn.info.backend_pid
+        self.notices: list[tuple[float, str]] = []
+        self.conn.add_notice_handler(
+            lambda d: self.notices.append((time.monotonic(), d.message_primary or "")))
+        self.error = self.ended = None
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._run, args=(statement,), daemon=True)
+        self.thread.start()
+
+    def _run(self, statement):
+        try:
+            self.conn.execute(statement).fetchall()
+        except psycopg.Error as error:
+            self.error = error
+        self.ended = time.monotonic()
+
+    def wait_for_notice(self, words, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.ended is None:
+            if any(words in text for _, text in self.notices):
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"no notice with {words!r}: {self.notices}, error {self.error}")
+
+    def cancel(self, db) -> float:
+        """Cancel from ``db``; seconds until the statement ended."""
+        assert self.ended is None, f"ended before the cancel: {self.error}"
+        sent = time.monotonic()
+        assert db.execute("SELECT pg_catalog.pg_cancel_backend(%s)", (self.pid,)).fetchone()[0]
+        return self.join() - sent
+
+    def join(self, timeout=60.0) -> float:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the statement outlived the cancel by a minute"
+        self.conn.close()
+        return self.ended
+
+
+def canceled(running):
+    assert running.error is not None, "the statement finished instead of being canceled"
+    assert running.error.sqlstate == "57014", running.error
+
+
+# -- the workload learner --------------------------------------------------------------------
+@pytest.fixture
+def slow_workload(db, schema):
+    """A workload that takes tens of seconds to learn: 200 IN lists of 3,000-3,200 numbers
+    (~20 kB each, under the size bound; each length its own shape, parsed on its own)."""
+    db.execute("CREATE TABLE t (a int, b int)")
+    db.execute("DELETE FROM anon.workload")
+    db.execute("""
+        INSERT INTO anon.workload (query, frequency)
+        SELECT format('SELECT a FROM %%I.t WHERE b > 1 AND a IN (%%s%%s)', %s::text, l.items,
+                      repeat(', 7', n)), 1
+        FROM (SELECT string_agg(v::text, ', ') AS items FROM generate_series(1, 3000) v) l,
+             generate_series(1, 200) n""", (schema,))
+    yield "t"
+    db.execute("DELETE FROM anon.workload")
+
+
+LEARN = "SELECT * FROM anon.learn_priorities('t', use_pg_stat_statements => false)"
+#: the backend imports numpy and pandas first (anon.versions does), out of the timed statement
+WARM_UP = "SELECT anon.versions()"
+
+
+def test_a_cancel_stops_learning_from_a_pathological_workload_within_a_second(
+        db, schema, connect, slow_workload):
+    running = Running(connect, schema, LEARN)
+    time.sleep(4.0)                           # the backend's imports, then well into the parses
+    late = running.cancel(db)
+    canceled(running)
+    assert late < WITHIN, late
+
+
+def test_statement_timeout_stops_learning_from_a_pathological_workload_within_a_second(
+        db, schema, connect, slow_workload):
+    running = Running(connect, schema, LEARN, WARM_UP, "SET statement_timeout = '2s'")
+    ended = running.join()
+    canceled(running)
+    assert "statement timeout" in str(running.error)
+    assert ended - running.started < 2.0 + WITHIN, ended - running.started
+
+
+def test_an_oversized_statement_is_skipped_with_a_notice_not_parsed(db, schema, connect):
+    """A logged 4 MB statement (an IN list of 100,000 numbers, padded): counted, not parsed."""
+    db.execute("CREATE TABLE t (a int, b int)")
+    db.execute("DELETE FROM anon.workload")
+    try:
+        huge = "SELECT a FROM t WHERE a IN (" + ", ".join(map(str, range(100_000))) + ")" \
+               + " " * (4_000_000 - 700_000)
+        db.execute("SELECT anon.add_queries(%s)", ([huge, "SELECT a FROM t WHERE b > 3"],))
+        running = Running(connect, schema, LEARN, "SET statement_timeout = '60s'")
+        ended = running.join()
+        assert running.error is None, running.error
+        assert ended - running.started < 15, ended - running.started
+        assert any("1 statements longer than 32768 bytes were skipped" in text
+                   for _, text in running.notices), running.notices
+        cuts = db.execute("SELECT cut_points FROM anon.workload_profiles "
+                          "WHERE source = 't'::regclass").fetchone()[0]
+        assert list(cuts) == ["b"]            # nothing learned from the skipped statement
+    finally:
+        db.execute("DELETE FROM anon.workload")
+
+
+def test_the_size_bound_is_a_setting_and_a_bad_one_is_refused(db, schema, connect):
+    db.execute("CREATE TABLE t (a int, b int)")
+    db.execute("DELETE FROM anon.workload")
+    try:
+        db.execute("SELECT anon.add_queries(ARRAY['SELECT a FROM t WHERE b > 3 AND a < 100'])")
+        with connect() as conn:
+            conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+            conn.execute("SET plpy_anon.max_statement_size = '20 bytes'")
+            with pytest.raises(psycopg.Error) as refused:   # nothing left: nothing reads t
+                conn.execute(LEARN).fetchall()
+            assert refused.value.sqlstate == "22000", refused.value
+            assert "too_long: 1" in str(refused.value.diag.message_detail)
+            conn.execute("SET plpy_anon.max_statement_size = 'lots'")
+            with pytest.raises(psycopg.Error) as bad:
+                conn.execute(LEARN).fetchall()
+            assert bad.value.sqlstate == "22023" and "max_statement_size" in str(bad.value)
+    finally:
+        db.execute("DELETE FROM anon.workload")
+
+
+# -- the Mondrian fit ------------------------------------------------------------------------
+@pytest.fixture
+def big_table(db, schema):
+    """400,000 rows whose fit with split => 'utility' takes several seconds (the read ~1 s)."""
+    db.execute("""
+        CREATE TABLE big AS
+        SELECT g AS id, (g * 7919) % 100003 AS a, (g * 104729) % 50021 AS b, (g * 31) % 997 AS c
+        FROM generate_series(1::int8, 400000) g""")
+    db.execute("ALTER TABLE big ADD PRIMARY KEY (id)")
+    return "big"
+
+
+def mondrian(schema):
+    return (f"SELECT anon.mondrian_view('big', k => 5, quasi_identifiers => '{{a,b,c}}', "
+            f"split => 'utility', release_schema => '{release_schema_of(schema)}')")
+
+
+def test_a_cancel_stops_a_mondrian_fit_within_a_second(db, schema, connect, big_table):
+    running = Running(connect, schema, mondrian(schema), "SET plpy_anon.progress = on")
+    running.wait_for_notice("read the source")
+    time.sleep(1.0)                           # inside the fit
+    late = running.cancel(db)
+    canceled(running)
+    assert not any("anonymized" in text for _, text in running.notices), "the fit had ended"
+    assert late < WITHIN, late
+
+
+def test_statement_timeout_stops_a_mondrian_fit_within_a_second(db, schema, connect, big_table):
+    running = Running(connect, schema, mondrian(schema), "SET plpy_anon.progress = on",
+                      WARM_UP, "SET statement_timeout = '4s'")
+    ended = running.join()
+    canceled(running)
+    read = [at for at, text in running.notices if "read the source" in text]
+    assert read and read[0] - running.started < 4.0, "the timeout did not fall in the fit"
+    assert not any("anonymized" in text for _, text in running.notices), "the fit had ended"
+    assert ended - running.started < 4.0 + WITHIN, ended - running.started
+
+
+# -- the stable mode's refresh ---------------------------------------------------------------
+def test_a_cancel_stops_a_stable_refresh_check_within_a_second(db, schema, connect):
+    """The cancel falls in the cross-version check of the new version (seconds of SQL on 4,000
+    people here); the published version stays."""
+    db.execute("""
+        CREATE TABLE people AS
+        SELECT g AS id, (g * 7919) % 100003 AS a, (g * 104729) % 50021 AS b,
+               (ARRAY['flu', 'hiv', 'cold', 'ok', 'gout'])[1 + g % 5] AS dx
+        FROM generate_series(1::int8, 6000) g""")
+    db.execute("ALTER TABLE people ADD PRIMARY KEY (id)")
+    release = db.execute(
+        "SELECT anon.mondrian_view('people', k => 5, l => 2, quasi_identifiers => '{a,b}', "
+        "sensitive => '{dx}', refresh_mode => 'stable', release_schema => %s)",
+        (release_schema_of(schema),)).fetchone()[0]
+    published = db.execute(f"SELECT count(*) FROM {release}").fetchone()[0]
+    db.execute("DELETE FROM people WHERE id % 3 = 0")       # most classes fall below k: merges
+    running = Running(connect, schema, f"SELECT anon.refresh('{release}')",
+                      "SET plpy_anon.progress = on")
+    running.wait_for_notice("swapping in")
+    time.sleep(0.5)
+    late = running.cancel(db)
+    canceled(running)
+    assert late < WITHIN, late
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == published
+
+
+def test_a_cancel_stops_refresh_all_not_only_the_release_it_falls_in(db, schema, connect):
+    """anon.refresh_all records a release's failure and goes on with the others; a cancel or a
+    timeout is no failure of one release and ends them all."""
+    db.execute("""
+        CREATE TABLE wide AS
+        SELECT g AS id, (g * 7919) % 100003 AS a, (g * 104729) % 50021 AS b, (g * 31) % 997 AS c
+        FROM generate_series(1::int8, 150000) g""")
+    names = [db.execute(
+        f"SELECT anon.mondrian_view('wide', k => {k}, quasi_identifiers => '{{a,b,c}}', "
+        f"release_schema => %s)", (release_schema_of(schema),)).fetchone()[0]
+        for k in (5, 6, 7)]
+    running = Running(connect, schema, "SELECT * FROM anon.refresh_all()",
+                      "SET plpy_anon.progress = on")
+    running.wait_for_notice("read the source")
+    late = running.cancel(db)
+    canceled(running)
+    assert late < WITHIN, late
+    refreshed = db.execute(
+        "SELECT count(*) FROM anon.refresh_history WHERE release_name = ANY(%s)",
+        (names,)).fetchone()[0]
+    assert refreshed <= 1                   # the one canceled, recorded as failed; no other
