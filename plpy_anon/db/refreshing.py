@@ -463,7 +463,7 @@ def refresh_all(plpy, refresh_one) -> list[tuple]:
         try:
             with plpy.subtransaction():
                 refresh_one(release, t0)
-        except Exception as exc:  # noqa: BLE001 -- recorded; the other releases go on
+        except Exception as exc:
             if error_parts(exc)[1] == QUERY_CANCELED:   # a cancel or timeout stops them all
                 raise
             failed.add(release["release_id"])

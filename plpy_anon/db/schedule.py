@@ -88,7 +88,7 @@ def refresh_command(plpy, release: dict) -> str:
 def refresh_job(plpy, name: str) -> list[tuple[str, str, str]]:
     """The pg_cron job that refreshes a release: its name, its command and this database, for
     cron.schedule_in_database when pg_cron runs in another database of the server."""
-    release = releases.find(plpy, name)
+    release = release_rows.find(plpy, name)
     database = run(plpy, "SELECT pg_catalog.current_database()::text AS d")[0]["d"]
     return [(job_name(plpy, release["release_schema"], release["release_name"]),
              refresh_command(plpy, release), database)]
