@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from plpy_anon.core.interrupts import check as check_interrupts
+
 log = logging.getLogger("plpy_anon")
 
 #: row operations per kernel call (a partition's decision counts its rows, a regrouping the
@@ -88,7 +90,8 @@ def partition(model, n_rows):
     n_attrs = len(codes)
     orders = np.empty((n_attrs, n_rows), dtype=np.int32)
     layouts = np.empty((n_attrs, n_rows), dtype=dtype)
-    check = getattr(model, "check_interrupt", None) or _no_check
+    # the model's own hook, else the caller's cancels (core.interrupts: a backend installs one)
+    check = getattr(model, "check_interrupt", None) or check_interrupts
     for a, col in enumerate(codes):
         _sort_by_code(kern, np.ascontiguousarray(col, dtype=dtype), int(model._columns_width[a]),
                       orders[a], layouts[a], check)
@@ -121,10 +124,6 @@ def partition(model, n_rows):
     n_classes = int(state[kern.N_CLASSES])
     kern.number_by_first_row(labels, n_classes)
     return labels, n_classes
-
-
-def _no_check():
-    pass
 
 
 def _sort_by_code(kern, codes, n_codes, order, layout, check):
