@@ -35,12 +35,13 @@ SEPARATOR = "\x1f"
 
 def resolve_mode(values: dict, roles, parameters: dict) -> None:
     """The release's ``refresh_mode`` (and what it needs) into ``parameters``. NULL: stable when
-    the release has l and identifier columns to follow people by, one of them unique (a primary
-    key, a unique index: a name is not a person), fresh otherwise."""
+    the release has l and identifier columns to follow people by, one of them unique and NOT NULL
+    (a primary key, say: a name is not a person), fresh otherwise."""
     identifiers = [c.name for c, role in roles if role == "identifier"]
     mode = values.get("refresh_mode")
     if mode is None:
-        unique = any(c.unique for c, role in roles if role == "identifier")
+        # a unique column may hold NULLs, and a row without an identifier cannot be followed
+        unique = any(c.unique and c.not_null for c, role in roles if role == "identifier")
         mode = "stable" if parameters.get("l") and unique and not parameters.get("hierarchies") \
             and parameters.get("t") is None and len(parameters.get("sensitive") or []) <= 1 else "fresh"
     parameters["refresh_mode"] = mode
@@ -101,6 +102,13 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
               qi_texts) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
+    missing = sum(any(t is None for t in row) for row in zip(*identifier_texts))
+    if missing:
+        raise InvalidParameter(
+            f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
+            f"{missing} rows have no value there (NULL)",
+            hint="Give every row its identifier (a NOT NULL primary key, say), or recreate the release "
+                 "with refresh_mode => 'fresh'.")
     hashes = person_hashes(identifier_texts, parameters["person_salt"])
     shared = len(hashes) - len(set(hashes))
     if shared:

@@ -238,3 +238,31 @@ def test_a_release_whose_people_are_gone_is_not_refreshed_as_if_new(db, schema):
     db.execute("DELETE FROM anon.release_people")
     with pytest.raises(psycopg.errors.DataException, match="is gone"):
         db.execute("SELECT anon.refresh(%s)", (release,))
+
+
+@pytest.mark.parametrize("models", [{"l_diversity": "entropy"}, {"l_diversity": "recursive", "c": 2}],
+                         ids=["entropy", "recursive"])
+def test_refreshes_group_by_the_l_model_the_release_asks_for(db, schema, models):
+    """Classes are merged until they meet the release's own l model, which its verification
+    then finds in the released rows (a model stricter than distinct l included)."""
+    db.execute("""CREATE TABLE ent (id int PRIMARY KEY, age int, dx text);
+                  INSERT INTO ent SELECT g, 20 + g % 50, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 200) g""")
+    release = create_release(db, "mondrian_view", schema, "ent", k=4, l=2, quasi_identifiers=["age"],
+                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable", **models)
+    db.execute("UPDATE ent SET dx = 'flu' WHERE id % 7 = 0")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    verified = db.execute("SELECT verified FROM anon.releases WHERE release_schema || '.' || release_name = %s",
+                          (release,)).fetchone()[0]
+    assert verified
+
+
+def test_a_null_identifier_is_refused_in_the_stable_mode(db, schema):
+    """A row without an identifier cannot be followed from version to version."""
+    db.execute("""CREATE TABLE nid (id int, age int, dx text);
+                  INSERT INTO nid SELECT g, 20 + g % 50, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 100) g""")
+    db.execute("UPDATE nid SET id = NULL WHERE id = 7")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no value"):
+        create_release(db, "mondrian_view", schema, "nid", k=4, l=2, quasi_identifiers=["age"],
+                       sensitive=["dx"], identifiers=["id"], refresh_mode="stable")

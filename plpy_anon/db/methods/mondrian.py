@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import stable_partition
 from plpy_anon.db import compact, method, republication
 from plpy_anon.db.errors import sql_entry
@@ -50,7 +51,7 @@ def read(ctx: method.Run) -> ReleaseRows:
 
 def fit(rows: ReleaseRows, parameters: dict):
     if rows.people is not None and rows.people.history:
-        return StableGroups(rows)
+        return StableGroups(rows, parameters)
     sensitive, ordered, names = sensitive_for_models(rows, parameters)
     return Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
         rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names)
@@ -60,12 +61,14 @@ class StableGroups:
     """A refresh in the stable mode after a first version: everyone's previous class kept,
     merged where needed (core.republication); ``groups_`` are the ids remembered."""
 
-    def __init__(self, rows: ReleaseRows):
+    def __init__(self, rows: ReleaseRows, parameters: dict):
         # each QI's codes scaled to [0, 1]: nearness for joining and merging groups
         points = np.column_stack([enc.codes / max(1, int(enc.codes.max())) for enc in rows.encoded])
         people = rows.people
+        # grouped by the l model the release asks for, which its verification checks
+        models = Models(l=rows.l, l_diversity=parameters["l_diversity"], c=parameters["c"])
         self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
-                                        people.cohort_values, rows.k, rows.l)
+                                        people.cohort_values, rows.k, rows.l, models)
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
         self.labels_ = self.labels_.ravel()
         self.n_classes_ = int(ids.size)
