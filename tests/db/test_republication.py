@@ -8,7 +8,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import class_sizes, create_release, distinct_sensitive_per_class
+from tests.helpers import (
+    class_sizes,
+    create_release,
+    distinct_sensitive_per_class,
+    keep_released_version,
+    pinned_by_difference,
+)
 
 QIS = ["age", "sex", "zip"]
 PATIENTS = """
@@ -266,3 +272,19 @@ def test_a_null_identifier_is_refused_in_the_stable_mode(db, schema):
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="no value"):
         create_release(db, "mondrian_view", schema, "nid", k=4, l=2, quasi_identifiers=["age"],
                        sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+
+
+def test_one_joiner_is_not_pinned_by_subtracting_two_versions(db, schema):
+    """An analyst who keeps two versions and knows who is in the table subtracts a class's
+    released values: when one person joins a class, the added value would be theirs."""
+    db.execute("""CREATE TABLE dpx (id int PRIMARY KEY, age int, dx text);
+                  INSERT INTO dpx SELECT g, g, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 40) g""")
+    release = create_release(db, "mondrian_view", schema, "dpx", k=5, l=2, sensitive=["dx"])
+    qis = {"age": "range"}
+    before = keep_released_version(db, release, "dpx", "id", qis, "dx")
+    db.execute("INSERT INTO dpx VALUES (41, 33, 'cancer')")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    after = keep_released_version(db, release, "dpx", "id", qis, "dx")
+    assert pinned_by_difference(before, after) == {}
+    assert min(class_sizes(db, release, ["age"])) >= 5
