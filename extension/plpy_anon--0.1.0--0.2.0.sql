@@ -37,6 +37,28 @@ SELECT pg_catalog.pg_extension_config_dump('anon.release_people', '');
 ALTER TABLE anon.refresh_history ADD COLUMN across_versions jsonb;
 
 -------------------------------------------------------------------------------
+-- incremental/210-release-versions.sql
+-- What each published version of a stable release showed per group (docs/republication.md): the
+-- multiset of sensitive values of each of its classes, so that a refresh can check every pair
+-- of versions against the difference attack (core.republish). One row per version; a group is
+-- the class a person keeps from version to version (groups only merge: each version's group ids
+-- are kept with the group holding them now). Values only, never a person.
+CREATE TABLE anon.release_versions (
+    release_id integer   NOT NULL,
+    version    integer   NOT NULL,     -- 0: the release's creation
+    group_ids  integer[] NOT NULL,     -- the version's groups
+    roots      integer[] NOT NULL,     -- the group holding each of them now (updated at each refresh)
+    sizes      integer[] NOT NULL,     -- each group's number of published rows
+    vals       text[]    NOT NULL,     -- the groups' values, concatenated in group order (NULL: no value)
+    held_back  integer   NOT NULL,     -- rows of the source not published yet
+    counterfeit integer  NOT NULL,     -- published rows kept for people who left
+    PRIMARY KEY (release_id, version)
+);
+COMMENT ON TABLE anon.release_versions IS
+    'Releases refreshed in the stable mode: per published version, the multiset of sensitive values of each group (the difference check compares every pair of versions).';
+SELECT pg_catalog.pg_extension_config_dump('anon.release_versions', '');
+
+-------------------------------------------------------------------------------
 -- functions/010-info.toml (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -988,7 +1010,7 @@ BEGIN
                                (NEW.release_id, NEW.release_schema, NEW.release_name, NEW.source, NEW.method,
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
-        WHEN 'refresh_history' THEN
+        WHEN 'refresh_history', 'release_versions' THEN
             allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
             what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
@@ -1023,7 +1045,7 @@ DECLARE
     t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
-                             'hierarchies', 'priorities', 'workload_profiles'] LOOP
+                             'hierarchies', 'priorities', 'workload_profiles', 'release_versions'] LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
         EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '
                                   'FOR EACH ROW EXECUTE FUNCTION anon._catalog_guard()', t);
@@ -4706,6 +4728,7 @@ GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
 GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people TO plpy_anon_custodian;
+    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people, anon.release_versions
+    TO plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -14,6 +14,7 @@ GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
 GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people TO plpy_anon_custodian;
+    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people, anon.release_versions
+    TO plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;
