@@ -118,7 +118,8 @@ def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: l
 
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
-            models: Models) -> Published:
+            models: Models, qi_codes: np.ndarray | None = None,
+            ranged: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
     ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
@@ -126,7 +127,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     ``codes``: each row's sensitive code (``V - 1`` for NULL); ``points``: the rows' coordinates
     (nearness for merges); ``history``: every earlier version, oldest first (at least one);
     ``lineage``/``roots``: every group id used so far and the group of the last version
-    holding it."""
+    holding it; ``qi_codes`` (n, d) and ``ranged`` (d,): the rows' QI codes and which QIs are
+    released as ranges (their NULLs coded -1) rather than sets: groups that would be released
+    with the same QIs are one class to an analyst, so they are merged."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -140,6 +143,11 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     while True:
         ids, index = np.unique(labels, return_inverse=True)
         index = index.ravel()
+        if qi_codes is not None:
+            same = _same_release_keys(index, ids.size, qi_codes, ranged)
+            if same is not None:
+                labels = _rename(ids, same, index, step)
+                continue
         now = np.array([step.get(r, r) for r in roots.tolist()], dtype=np.int64)
         lookup = dict(zip(lineage.tolist(), now.tolist()))
 
@@ -169,11 +177,50 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
                 "someone by difference")
-        new_ids = ids[_merge_nearest(index, ids.size, bad, points)]
-        renamed = dict(zip(ids.tolist(), new_ids.tolist()))
-        step = {h: renamed.get(g, g) for h, g in step.items()} | \
-            {g: renamed[g] for g in ids.tolist() if renamed[g] != g}
-        labels = new_ids[index]
+        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points), index, step)
+
+
+def _rename(ids, merged, index, step: dict) -> np.ndarray:
+    """Rows' labels after merging groups (``merged``: each group index's merged index), and
+    ``step`` (last version's groups -> groups now) updated in place."""
+    new_ids = ids[merged]
+    renamed = dict(zip(ids.tolist(), new_ids.tolist()))
+    changed = {h: renamed.get(g, g) for h, g in step.items()} | \
+        {g: renamed[g] for g in ids.tolist() if renamed[g] != g}
+    step.clear()
+    step.update(changed)
+    return new_ids[index]
+
+
+def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
+    """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
+    codes present) merged (each group index's merged index), or None when all differ."""
+    parts = []
+    for d in range(qi_codes.shape[1]):
+        col = np.asarray(qi_codes[:, d], dtype=np.int64)
+        if ranged[d]:
+            valued = col >= 0
+            low = np.full(n_groups, np.iinfo(np.int64).max)
+            high = np.full(n_groups, -1)
+            np.minimum.at(low, index[valued], col[valued])
+            np.maximum.at(high, index[valued], col[valued])
+            parts += [low.tolist(), high.tolist()]
+        else:
+            pairs = np.unique(np.column_stack([index, col]), axis=0)
+            sets = [[] for _ in range(n_groups)]
+            for g, c in pairs.tolist():
+                sets[g].append(c)
+            parts.append([tuple(x) for x in sets])
+    keys = list(zip(*parts))
+    first: dict = {}
+    sets = SmallestRootSets(n_groups)
+    found = False
+    for g, key in enumerate(keys):
+        other = first.setdefault(key, g)
+        if other != g:
+            sets.union(other, g)
+            found = True
+    return sets.roots() if found else None
 
 
 def _counts(index, codes, n_groups, n_values) -> np.ndarray:

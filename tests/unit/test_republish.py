@@ -81,12 +81,19 @@ def test_no_pair_of_versions_pins_anyone_by_difference(seed, k, l, model, refres
         try:
             grouped = stable_partition(previous, points, values[:, None], np.full(len(ids), -1), [],
                                        k, l, models)
-            out = publish(grouped, previous, values, points, history, lineage, roots, k, models)
+            out = publish(grouped, previous, values, points, history, lineage, roots, k, models,
+                          (points * 40).astype(np.int64), np.array([True, True]))
         except CannotKeepCandidates:
             return                       # refused: the published version stays
         for i, label, before in zip(ids, out.labels.tolist(), previous.tolist()):
             if before >= 0:
                 links.union(before, label)
+        # groups an analyst could tell apart: no two released with the same ranges
+        keys = {}
+        for label, point in zip(out.labels.tolist(), (points * 40).astype(int).tolist()):
+            low, high = keys.setdefault(label, (list(point), list(point)))
+            keys[label] = ([min(a, b) for a, b in zip(low, point)], [max(a, b) for a, b in zip(high, point)])
+        assert len({str(v) for v in keys.values()}) == len(keys)
         # k holds on real published members; each class meets the l model
         real = Counter(out.labels[out.published].tolist())
         assert all(real[g] >= k for g in out.ids.tolist())
@@ -117,3 +124,13 @@ def test_one_joiner_is_held_back_until_the_class_can_take_l_values_at_once():
                   np.array([0]), np.array([0]), 5, Models(l=2))
     assert out.choice.tolist() == [2] and out.counts.tolist() == [[2, 2, 2, 0]]
     assert out.held_back == 1 and out.counterfeit == 0
+
+
+def test_groups_released_with_the_same_ranges_are_one_class():
+    history = [Version(np.array([0, 1]), np.array([[1, 1, 0, 0], [1, 1, 0, 0]]))]
+    codes = np.array([0, 1, 0, 1])
+    previous = np.array([0, 0, 1, 1])
+    qi = np.array([[1], [5], [1], [5]])
+    out = publish(np.array([0, 0, 1, 1]), previous, codes, qi.astype(float), history,
+                  np.array([0, 1]), np.array([0, 1]), 2, Models(l=2), qi, np.array([True]))
+    assert out.ids.tolist() == [0] and out.counts.tolist() == [[2, 2, 0, 0]]

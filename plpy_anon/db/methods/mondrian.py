@@ -84,9 +84,14 @@ class StableGroups:
                     "versions showed, and this release joins its rows back to the source",
                     hint="Recreate the release with replace => true (without plpy_anon.join_back), "
                          "or with refresh_mode => 'fresh'.")
+            # ranges are released from non-NULL values; sets list every code, NULL's included
+            ranged = np.array([enc.kind == "numeric" for enc in rows.encoded])
+            qi_codes = np.column_stack([
+                np.where(enc.codes == enc.null_code, -1, enc.codes) if enc.kind == "numeric"
+                and enc.null_code is not None else enc.codes for enc in rows.encoded]).astype(np.int64)
             self.published_ = republish.publish(
                 self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
-                people.versions, people.lineage, people.roots, rows.k, models)
+                people.versions, people.lineage, people.roots, rows.k, models, qi_codes, ranged)
             self.groups_ = self.published_.labels
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
         self.labels_ = self.labels_.ravel()
