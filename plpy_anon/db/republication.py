@@ -275,9 +275,13 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     figures["matched_by_equality"] = [c.name for c in expanded]
     # people no longer in the table: their personal state goes now (what they were published
     # with stays only as anonymous values of their class, until it can change safely)
-    figures["forgotten"] = len(run(plpy, "DELETE FROM anon.release_people WHERE release_id = $1 "
-                                         "AND person <> ALL($2) RETURNING 1", ["int4", "bytea[]"],
-                                   [release["release_id"], hashes]))
+    figures["forgotten"] = run(plpy, """
+        WITH gone AS (
+            DELETE FROM anon.release_people x WHERE x.release_id = $1
+              AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest($2) AS h(person) WHERE h.person = x.person)
+            RETURNING 1)
+        SELECT pg_catalog.count(*)::int AS n FROM gone""", ["int4", "bytea[]"],
+        [release["release_id"], hashes])[0]["n"]
     if stashed["version"] is not None:
         figures.update(check_differences(plpy, release, parameters, sensitive[0], stashed["version"],
                                          before, dict(zip(hashes, groups))))
@@ -359,11 +363,11 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
             hint="The published version stays. Report this with the release's parameters.")
     sizes = [int(n) for n in np.asarray(version["counts"]).sum(axis=1)]
     vals = [values[c] for row in version["counts"] for c in np.repeat(np.arange(len(values)), row)]
-    run(plpy, """
-        UPDATE anon.release_versions v SET roots = ARRAY(
-            SELECT coalesce(($2::pg_catalog.jsonb ->> g::text)::int, g) FROM pg_catalog.unnest(v.roots) WITH ORDINALITY AS u(g, i)
-            ORDER BY u.i)
-        WHERE v.release_id = $1""", ["int4", "text"], [release_id, json.dumps({str(k): v for k, v in step.items()})])
+    for row in stored:
+        roots = [step.get(r, r) for r in row["roots"]]
+        if roots != list(row["roots"]):
+            run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
+                ["int4", "int4", "int4[]"], [release_id, row["version"], roots])
     run(plpy, """
         INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back, counterfeit)
         SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
