@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -307,11 +308,11 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     (22000) otherwise; stores the version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
-    claimed = sorted(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
-                     for row in version["counts"])
+    claimed = Counter(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
+                      for row in version["counts"])
     qis = ", ".join(f"r.{ident(plpy, name)}" for name in parameters["quasi_identifiers"])
     s = f"r.{ident(plpy, sensitive.name)}"
-    released = sorted(_sorted_values(r["vals"]) for r in run(
+    released = Counter(_sorted_values(r["vals"]) for r in run(
         plpy, f"SELECT pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals "
               f"FROM {released_relation(plpy, release)} r GROUP BY {qis}"))
     if released != claimed:
