@@ -10,14 +10,17 @@ version and every group, ``A`` and ``R`` are each empty or meet the release's l 
 .privacy_models, NULL counting as no value); checking consecutive versions alone is not enough
 (joiners published in one batch, some leaving in a later one, cancel out and pin the rest).
 
-Each group publishes the most advanced of three multisets that passes, as in m-invariance's
+Each group publishes the most advanced of these multisets that passes, as in m-invariance's
 counterfeits (Xiao & Tao, "m-Invariance: Towards Privacy Preserving Re-publication of Dynamic
 Datasets", SIGMOD 2007):
 
 * ``advance``: its current rows' values (held joiners published, counterfeits retired, stayers'
   updates published);
+* ``retire_joiners``: the values of its stayers that the last version published (counterfeit
+  values retired; an updated stayer's row left out until the group advances) plus its joiners';
 * ``joiners``: the last published multiset plus the values of its members not yet published
   (leavers stay as counterfeit values, stayers' updates stay held);
+* ``retire``: the stayers' published values alone (joiners held back);
 * ``hold``: the last published multiset unchanged (joiners held back; each leaver's value stays
   as a counterfeit row; a stayer's update held at the published value).
 
@@ -36,8 +39,9 @@ from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import CannotKeepCandidates, _centroids
 
-ADVANCE, JOINERS, HOLD = 0, 1, 2
-CHOICES = ("advance", "joiners", "hold")
+CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold")
+#: the options that publish every current member
+PUBLISHING_ALL = 3
 
 
 @dataclass
@@ -160,8 +164,17 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
         earlier = [ancestors_sum(v, roots_of, ids) for v in history]
         last = earlier[-1]
-        options = [current, last + joiners, last]
-        valid = [members >= k, (members >= k) & (joiners.sum(axis=1) > 0), real_hold >= k]
+        # the stayers' values the last version published (counterfeits are the rest of it)
+        stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
+        kept = np.minimum(last, stayers)
+        new = joiners.sum(axis=1)
+        options = [current, kept + joiners, last + joiners, kept, last]
+        # retiring keeps every distinct value of the current rows (so every candidate that
+        # stable_partition kept): the values dropped are counterfeits or held updates only
+        retires = kept.sum(axis=1) < last.sum(axis=1)
+        valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
+                 (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
+                 real_hold >= k]
         for option, ok in zip(options, valid):
             ok &= meets(models, option)
             for base in earlier:
@@ -171,7 +184,7 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         if bad.size == 0:
             choice = possible.argmax(axis=1)
             counts = np.stack(options, axis=1)[np.arange(ids.size), choice]
-            published = published_before | (choice[index] != HOLD)
+            published = published_before | (choice[index] < PUBLISHING_ALL)
             return Published(labels, ids, counts, choice, published, lineage, now)
         if ids.size == 1:
             raise CannotKeepCandidates(
@@ -221,6 +234,11 @@ def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
             sets.union(other, g)
             found = True
     return sets.roots() if found else None
+
+
+def _keeps(current: np.ndarray, option: np.ndarray) -> np.ndarray:
+    """Per group: ``option`` holds every value its current rows hold."""
+    return ~((current > 0) & (option == 0)).any(axis=1)
 
 
 def _counts(index, codes, n_groups, n_values) -> np.ndarray:

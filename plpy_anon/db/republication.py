@@ -354,12 +354,12 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
     figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
                "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
-               "pinned_by_difference": int(pinned.sum())}
-    if figures["pinned_by_difference"]:
+               "unsafe_differences": int(pinned.sum())}
+    if figures["unsafe_differences"]:
         raise InsufficientData(
             f"this version of {release['release_schema']}.{release['release_name']} would let an "
-            f"analyst who kept earlier versions pin {figures['pinned_by_difference']} group(s)' joiners "
-            "or leavers by subtracting their released values; nothing was published",
+            "analyst who kept earlier versions pin joiners or leavers by subtracting released values "
+            f"({figures['unsafe_differences']} group x earlier version pairs); nothing was published",
             detail=json.dumps(figures),
             hint="The published version stays. Report this with the release's parameters.")
     sizes = [int(n) for n in np.asarray(version["counts"]).sum(axis=1)]

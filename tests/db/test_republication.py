@@ -288,3 +288,32 @@ def test_one_joiner_is_not_pinned_by_subtracting_two_versions(db, schema):
     after = keep_released_version(db, release, "dpx", "id", qis, "dx")
     assert pinned_by_difference(before, after) == {}
     assert min(class_sizes(db, release, ["age"])) >= 5
+    across = db.execute("SELECT verification->'across_versions' FROM anon.releases "
+                        "WHERE release_schema || '.' || release_name = %s", (release,)).fetchone()[0]
+    assert across["held_back"] == 1 and across["unsafe_differences"] == 0
+
+
+def test_a_leaver_is_forgotten_and_their_value_kept_until_the_class_can_change(db, schema):
+    """A person who leaves a class of five loses their personal state at once; the class keeps
+    their published value as a counterfeit row (with one less it would break k, and its one
+    removed value would be theirs), so no pair of versions pins them."""
+    db.execute("""CREATE TABLE lv (id int PRIMARY KEY, age int, dx text);
+                  INSERT INTO lv SELECT g, g, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 40) g""")
+    release = create_release(db, "mondrian_view", schema, "lv", k=5, l=2, sensitive=["dx"])
+    qis = {"age": "range"}
+    before = keep_released_version(db, release, "lv", "id", qis, "dx")
+    release_id = db.execute("SELECT release_id FROM anon.releases WHERE release_schema || '.' || release_name = %s",
+                            (release,)).fetchone()[0]
+    db.execute("DELETE FROM lv WHERE id = 33")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    after = keep_released_version(db, release, "lv", "id", qis, "dx")
+    assert pinned_by_difference(before, after) == {}
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 40
+    forgotten = db.execute("""SELECT count(*) FROM anon.release_people x JOIN anon.releases r USING (release_id)
+                              WHERE x.person = sha256(decode(r.parameters->>'person_salt', 'hex')
+                                                      || convert_to('33', 'UTF8'))""").fetchone()[0]
+    assert forgotten == 0
+    across = db.execute("SELECT across_versions FROM anon.refresh_history WHERE release_id = %s "
+                        "ORDER BY refresh_id DESC LIMIT 1", (release_id,)).fetchone()[0]
+    assert across["counterfeit"] == 1 and across["forgotten"] == 1 and across["unsafe_differences"] == 0

@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plpy_anon.core import republish
 from plpy_anon.core.encoding import encode_numeric
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
@@ -122,7 +123,7 @@ def test_one_joiner_is_held_back_until_the_class_can_take_l_values_at_once():
     previous = np.array([0, 0, 0, 0, 0, 0, -1])
     out = publish(np.zeros(7, dtype=np.int64), previous, codes, np.zeros((7, 1)), history,
                   np.array([0]), np.array([0]), 5, Models(l=2))
-    assert out.choice.tolist() == [2] and out.counts.tolist() == [[2, 2, 2, 0]]
+    assert out.choice.tolist() == [republish.CHOICES.index("hold")] and out.counts.tolist() == [[2, 2, 2, 0]]
     assert out.held_back == 1 and out.counterfeit == 0
 
 
@@ -134,3 +135,35 @@ def test_groups_released_with_the_same_ranges_are_one_class():
     out = publish(np.array([0, 0, 1, 1]), previous, codes, qi.astype(float), history,
                   np.array([0, 1]), np.array([0, 1]), 2, Models(l=2), qi, np.array([True]))
     assert out.ids.tolist() == [0] and out.counts.tolist() == [[2, 2, 0, 0]]
+
+
+def test_the_check_counts_a_pair_that_pins_a_joiner():
+    # a class of {0, 0, 1, 1, 2} gaining one value 3: the added value is the joiner's
+    history = [Version(np.array([0]), np.array([[2, 2, 1, 0, 0]]))]
+    models = Models(l=2)
+    same = np.array([[2, 2, 1, 0, 0]])
+    joined = np.array([[2, 2, 1, 1, 0]])
+    gained_two = np.array([[2, 2, 1, 1, 0]]) + np.array([[1, 0, 0, 0, 0]])
+
+    def identity(ids):
+        return ids
+
+    assert republish.unsafe_pairs(models, np.array([0]), same, history, identity).tolist() == [0]
+    assert republish.unsafe_pairs(models, np.array([0]), joined, history, identity).tolist() == [1]
+    assert republish.unsafe_pairs(models, np.array([0]), gained_two, history, identity).tolist() == [0]
+    # a group gone: its values all leave at once, which the class met l with
+    assert republish.unsafe_pairs(models, np.array([], dtype=np.int64), np.zeros((0, 5), dtype=np.int64),
+                                  history, identity).tolist() == [0]
+
+
+def test_counterfeits_are_retired_once_their_values_can_leave_together():
+    # a class published {0, 1, 2, 3, 3, 4, 4}; the people of 0, 1 and 2 have left: their
+    # counterfeit values may leave together (l = 2); the one joiner (value 3) stays held back
+    history = [Version(np.array([0]), np.array([[1, 1, 1, 2, 2, 0, 0]]))]
+    codes = np.array([3, 3, 4, 4, 3])
+    previous = np.array([0, 0, 0, 0, -1])
+    out = publish(np.zeros(5, dtype=np.int64), previous, codes, np.zeros((5, 1)), history,
+                  np.array([0]), np.array([0]), 3, Models(l=2))
+    assert republish.CHOICES[out.choice[0]] == "retire"
+    assert out.counts.tolist() == [[0, 0, 0, 2, 2, 0, 0]]
+    assert out.counterfeit == 0 and out.held_back == 1
