@@ -1,4 +1,4 @@
-"""Refreshes that keep each person's candidate values across versions (issue 30).
+"""Refreshes that keep each person's candidate values across versions.
 
 An analyst who keeps every version of a release and knows a person's quasi-identifiers
 intersects, version by version, the sensitive values of the classes that could hold that person:

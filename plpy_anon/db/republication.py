@@ -1,4 +1,5 @@
-"""Refreshes in the stable mode (issue 30; the grouping itself: core.republication).
+"""Refreshes in the stable mode (the grouping: core.republication; what each group publishes:
+core.republish).
 
 What the run needs (:func:`people_of`): each row's person (a salted SHA-256 of the identifier
 columns' text; in SQL ``sha256(salt || convert_to(concat_ws(E'\\x1f', ids), 'UTF8'))``), the
@@ -12,7 +13,11 @@ of every released class whose ranges and sets hold those quasi-identifiers -- wh
 knows them computes from the released rows alone -- intersected with what earlier versions left
 them. A person left with fewer than l values refuses the version (the transaction rolls back;
 the published one stays); otherwise the intersections are remembered for the next version, and
-the figures go to the release's verification and to ``anon.refresh_history``.
+the figures go to the release's verification and to ``anon.refresh_history``. People the run no
+longer reads are forgotten (their rows of ``anon.release_people`` deleted). Then the difference
+check (:func:`check_differences`): the released classes' multisets against the groups' and every
+stored earlier version's (``anon.release_versions``), refused when one group's change would pin
+its joiners or leavers.
 """
 from __future__ import annotations
 
