@@ -317,3 +317,17 @@ def test_a_leaver_is_forgotten_and_their_value_kept_until_the_class_can_change(d
     across = db.execute("SELECT across_versions FROM anon.refresh_history WHERE release_id = %s "
                         "ORDER BY refresh_id DESC LIMIT 1", (release_id,)).fetchone()[0]
     assert across["counterfeit"] == 1 and across["forgotten"] == 1 and across["unsafe_differences"] == 0
+
+
+def test_the_stable_mode_writes_classes_from_the_values_read(db, schema):
+    """A group publishes the values earlier versions showed (counterfeits): a release that joins
+    its rows back to the source cannot, so it is refused asked for, and fresh by default."""
+    db.execute(PATIENTS)
+    db.execute("SET plpy_anon.join_back = on")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="join its rows back"):
+        create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
+                       sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    release = create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
+                             sensitive=["dx"], identifiers=["id"])
+    assert db.execute("SELECT parameters->>'refresh_mode' FROM anon.releases WHERE release_schema || '.' || "
+                      "release_name = %s", (release,)).fetchone()[0] == "fresh"
