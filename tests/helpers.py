@@ -128,3 +128,75 @@ def load_python_stack(conn) -> None:
     interrupts loads them first). Needs a superuser (a plpython3u DO block)."""
     conn.execute("SELECT * FROM anon.versions()").fetchall()      # activates the environment
     conn.execute("DO LANGUAGE plpython3u $$ import numpy, pandas, scipy, sklearn, sqlglot $$")
+
+
+def keep_released_version(conn, release: str, table: str, key: str, qis: dict[str, str], sensitive: str) -> dict:
+    """What an analyst keeps of one version: who is in ``table`` (he knows people's ``key`` and
+    QIs) and the classes each could sit in (every released class whose ranges and sets hold their
+    QIs: ``qis`` maps each QI to 'range' or 'set'), and each class's multiset of ``sensitive``
+    values, from the released rows alone. Returns {"people": {key: [class, ...]}, "classes":
+    {class: [values]}} (NULL is no value)."""
+    q = [sql.Identifier(c) for c in qis]
+    on = sql.SQL(" AND ").join(
+        sql.SQL("c.{0} @> p.{0}").format(c) if kind == "range" else sql.SQL("p.{0} = ANY(c.{0})").format(c)
+        for c, kind in zip(q, qis.values()))
+    classes = sql.SQL("""SELECT row_number() OVER (ORDER BY {q}) AS n, g.* FROM (
+            SELECT {q}, array_agg({s} ORDER BY {s}) FILTER (WHERE {s} IS NOT NULL) AS vals, count(*) AS size
+            FROM {rel} GROUP BY {q}) g""").format(
+        q=sql.SQL(", ").join(q), s=sql.Identifier(sensitive), rel=sql.SQL(release))
+    rows = conn.execute(sql.SQL("""WITH c AS ({classes})
+        SELECT p.{key}, array_agg(c.n ORDER BY c.n) FILTER (WHERE c.n IS NOT NULL)
+        FROM {table} p LEFT JOIN c ON {on} GROUP BY p.{key}""").format(
+        classes=classes, key=sql.Identifier(key), table=sql.SQL(table), on=on)).fetchall()
+    multisets = conn.execute(sql.SQL("SELECT n, vals FROM ({}) AS c").format(classes)).fetchall()
+    return {"people": {p: (cs or []) for p, cs in rows},
+            "classes": {n: (vals or []) for n, vals in multisets}}
+
+
+def pinned_by_difference(before: dict, after: dict) -> dict:
+    """People whose sensitive value an analyst reads off two kept versions (:func:`keep_released_version`)
+    by subtraction: classes are linked into components by the people in both versions (a person
+    links every class that could hold them, in either); in each component, the values added (the
+    multiset difference after - before) when they are as many as the people who joined it and
+    all one value pin those joiners to it; the values removed likewise pin the leavers. Returns
+    {person: value}."""
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def link(nodes):
+        nodes = list(nodes)
+        for other in nodes[1:]:
+            parent[find(other)] = find(nodes[0])
+
+    for version, kept in (("b", before), ("a", after)):
+        for n in kept["classes"]:
+            find((version, n))
+        for person, classes in kept["people"].items():
+            link([(version, n) for n in classes])
+    for person in before["people"].keys() & after["people"].keys():
+        link([("b", n) for n in before["people"][person]] + [("a", n) for n in after["people"][person]])
+    totals: dict = {}
+    for version, kept in (("b", before), ("a", after)):
+        for n, vals in kept["classes"].items():
+            bucket = totals.setdefault(find((version, n)), ({}, {}))[version == "a"]
+            for v in vals:
+                bucket[v] = bucket.get(v, 0) + 1
+    movers: dict = {}
+    for version, kept, other in (("b", before, after), ("a", after, before)):
+        for person, classes in kept["people"].items():
+            if person not in other["people"] and classes:
+                movers.setdefault((find((version, classes[0])), version), []).append(person)
+    pinned = {}
+    for root, (old, new) in totals.items():
+        added = {v: c - old.get(v, 0) for v, c in new.items() if c > old.get(v, 0)}
+        removed = {v: c - new.get(v, 0) for v, c in old.items() if c > new.get(v, 0)}
+        for change, version in ((added, "a"), (removed, "b")):
+            people = movers.get((root, version), [])
+            if people and len(change) == 1 and sum(change.values()) == len(people):
+                pinned.update(dict.fromkeys(people, next(iter(change))))
+    return pinned

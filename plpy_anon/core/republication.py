@@ -1,4 +1,4 @@
-"""Refreshes that keep each person's candidate values across versions (issue 30).
+"""Refreshes that keep each person's candidate values across versions.
 
 An analyst who keeps every version of a release and knows a person's quasi-identifiers
 intersects, version by version, the sensitive values of the classes that could hold that person:
@@ -8,8 +8,9 @@ in the ``stable`` mode keeps that intersection at l values or more for everyone 
 * every person keeps the class (*group*) of the previous version: groups are never split, people
   who left are removed from theirs, new people join the nearest group (by the centroid of its
   members' coded quasi-identifiers);
-* a group that is left with fewer than k rows, fewer than l distinct values in a sensitive
-  column, or a person whose candidates (the intersection so far, ``cohort_values``) would keep
+* a group that is left with fewer than k rows, a sensitive column that fails the release's l
+  model (distinct, entropy or recursive (c,l): core.privacy_models, as the fresh Mondrian checks
+  it), or a person whose candidates (the intersection so far, ``cohort_values``) would keep
   fewer than l of its values is merged with the nearest group that holds a missing value (or the
   nearest, if none does); repeated until none is left;
 * if even one group of everyone would not do, :class:`CannotKeepCandidates` (the refresh is
@@ -27,6 +28,7 @@ import numpy as np
 from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.errors import InsufficientData
 from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.core.privacy_models import Models
 
 
 class CannotKeepCandidates(InsufficientData):
@@ -35,7 +37,7 @@ class CannotKeepCandidates(InsufficientData):
 
 def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarray | None,
                      cohorts: np.ndarray, cohort_values: list[np.ndarray], k: int,
-                     l: int | None) -> np.ndarray:
+                     l: int | None, models: Models | None = None) -> np.ndarray:
     """Each current row's group: one of ``groups``' ids (a merged group keeps the smallest of its
     ids), so ids are never reused and a person who comes back finds their group's id again.
 
@@ -43,7 +45,8 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     ``points``: (n, d) coordinates of the rows'
     quasi-identifiers (any scale; used for nearness only); ``sensitive``: (n, m) codes, -1 for
     NULL (no value), or None; ``cohorts``: each row's index into the candidate sets, -1 for no
-    history; ``cohort_values[j]``: (C, V_j) bool, the candidate codes of each cohort in column j.
+    history; ``cohort_values[j]``: (C, V_j) bool, the candidate codes of each cohort in column j;
+    ``models``: the l model each group's values must meet (default: distinct l).
     """
     groups = np.asarray(groups, dtype=np.int64)
     n = groups.size
@@ -53,12 +56,14 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     labels = _join_nearest(groups, points)
     sensitive = None if sensitive is None else np.asarray(sensitive, dtype=np.int64).reshape(n, -1)
     cohorts = np.asarray(cohorts, dtype=np.int64)
+    models = models if models is not None else Models(l=l)
     while True:
         check_interrupts()
         ids, index = np.unique(labels, return_inverse=True)
         index = index.ravel()
-        present = _values_present(index, ids.size, sensitive, cohort_values)
-        deficit = _deficits(index, ids.size, present, cohorts, cohort_values, k, l)
+        counts = _value_counts(index, ids.size, sensitive, cohort_values)
+        present = [c > 0 for c in counts]
+        deficit = _deficits(index, ids.size, counts, cohorts, cohort_values, k, l, models)
         bad = np.flatnonzero(deficit.any(axis=1))
         if bad.size == 0:
             return labels
@@ -96,8 +101,8 @@ def _centroids(labels: np.ndarray, n_groups: int, points: np.ndarray) -> np.ndar
     return out / np.maximum(sizes, 1.0)[:, None]
 
 
-def _values_present(labels, n_groups, sensitive, cohort_values) -> list[np.ndarray]:
-    """Per sensitive column, (G, V) bool: the values each group holds (NULL is no value)."""
+def _value_counts(labels, n_groups, sensitive, cohort_values) -> list[np.ndarray]:
+    """Per sensitive column, (G, V): the rows of each value in each group (NULL is no value)."""
     if sensitive is None:
         return []
     out = []
@@ -105,22 +110,22 @@ def _values_present(labels, n_groups, sensitive, cohort_values) -> list[np.ndarr
         codes = sensitive[:, j]
         width = max(int(codes.max()) + 1 if codes.size else 0,
                     cohort_values[j].shape[1] if j < len(cohort_values) else 0)
-        present = np.zeros((n_groups, width), dtype=bool)
         held = codes >= 0
-        present[labels[held], codes[held]] = True
-        out.append(present)
+        counts = np.bincount(labels[held] * width + codes[held], minlength=n_groups * width)
+        out.append(counts.reshape(n_groups, width))
     return out
 
 
-def _deficits(labels, n_groups, present, cohorts, cohort_values, k, l) -> np.ndarray:
-    """(G, 1 + Σ V_j) bool: column 0, the group breaks k or l itself; then, per sensitive
-    column, the values some person of the group would lose below l candidates."""
+def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) -> np.ndarray:
+    """(G, 1 + Σ V_j) bool: column 0, the group breaks k or the l model itself; then, per
+    sensitive column, the values some person of the group would lose below l candidates."""
     small = np.bincount(labels, minlength=n_groups) < k
     blocks = [small[:, None]]
-    for j, held in enumerate(present):
+    for j, column in enumerate(counts):
+        held = column > 0
         missing = np.zeros_like(held)
         if l is not None:
-            blocks[0] = blocks[0] | (held.sum(axis=1) < l)[:, None]
+            blocks[0] = blocks[0] | ~models.satisfied(column)[:, None]
             known = cohorts >= 0
             if known.any() and j < len(cohort_values):
                 pairs = np.unique(np.column_stack([labels[known], cohorts[known]]), axis=0)

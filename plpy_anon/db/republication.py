@@ -1,4 +1,5 @@
-"""Refreshes in the stable mode (issue 30; the grouping itself: core.republication).
+"""Refreshes in the stable mode (the grouping: core.republication; what each group publishes:
+core.republish).
 
 What the run needs (:func:`people_of`): each row's person (a salted SHA-256 of the identifier
 columns' text; in SQL ``sha256(salt || convert_to(concat_ws(E'\\x1f', ids), 'UTF8'))``), the
@@ -12,19 +13,27 @@ of every released class whose ranges and sets hold those quasi-identifiers -- wh
 knows them computes from the released rows alone -- intersected with what earlier versions left
 them. A person left with fewer than l values refuses the version (the transaction rolls back;
 the published one stays); otherwise the intersections are remembered for the next version, and
-the figures go to the release's verification and to ``anon.refresh_history``.
+the figures go to the release's verification and to ``anon.refresh_history``. People the run no
+longer reads are forgotten (their rows of ``anon.release_people`` deleted). Then the difference
+check (:func:`check_differences`): the released classes' multisets against the groups' and every
+stored earlier version's (``anon.release_versions``), refused when one group's change would pin
+its joiners or leavers.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import secrets
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from plpy_anon.core import republish
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.core.privacy_models import Models
+from plpy_anon.core.republish import Version
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards
 from plpy_anon.db.generalization import output_type
@@ -36,14 +45,16 @@ SEPARATOR = "\x1f"
 
 def resolve_mode(values: dict, roles, parameters: dict) -> None:
     """The release's ``refresh_mode`` (and what it needs) into ``parameters``. NULL: stable when
-    the release has l and identifier columns to follow people by, one of them unique (a primary
-    key, a unique index: a name is not a person), fresh otherwise."""
+    the release has l and identifier columns to follow people by, one of them unique and NOT NULL
+    (a primary key, say: a name is not a person), fresh otherwise."""
     identifiers = [c.name for c, role in roles if role == "identifier"]
     mode = values.get("refresh_mode")
     if mode is None:
-        unique = any(c.unique for c, role in roles if role == "identifier")
+        # a unique column may hold NULLs, and a row without an identifier cannot be followed
+        unique = any(c.unique and c.not_null for c, role in roles if role == "identifier")
         mode = "stable" if parameters.get("l") and unique and not parameters.get("hierarchies") \
-            and parameters.get("t") is None and len(parameters.get("sensitive") or []) <= 1 else "fresh"
+            and parameters.get("t") is None and len(parameters.get("sensitive") or []) <= 1 \
+            and not parameters.get("joined_back") else "fresh"
     parameters["refresh_mode"] = mode
     if mode != "stable":
         return
@@ -64,6 +75,13 @@ def resolve_mode(values: dict, roles, parameters: dict) -> None:
             "refresh_mode => 'stable' keeps candidates for one sensitive column, and the release has "
             f"{len(parameters['sensitive'])} ({', '.join(parameters['sensitive'])})",
             hint="Release one sensitive column per release, or use refresh_mode => 'fresh'.")
+    if parameters.get("joined_back") and parameters.get("l"):
+        # a group's rows are published from the values it showed before, not joined back
+        raise InvalidParameter(
+            "refresh_mode => 'stable' writes each class's values from what earlier versions showed, "
+            "and this release would join its rows back to the source",
+            hint="Leave plpy_anon.join_back off (the sensitive column must be of a built-in type "
+                 "stored exactly), or use refresh_mode => 'fresh'.")
     if parameters.get("t") is not None:
         raise InvalidParameter("refresh_mode => 'stable' does not support t-closeness",
                                hint="Use l (with refresh_mode => 'stable'), or refresh_mode => 'fresh'.")
@@ -93,6 +111,19 @@ class People:
     cohort_values: list[np.ndarray]       # per sensitive column, (cohorts, values) bool
     history: bool                         # some version was published before
     qi_texts: list[list]                  # per QI, each row's value as text (for the check)
+    # the versions published so far (core.republish), their multisets coded over ``values``
+    # (the sensitive column's texts: the run's dictionary, then texts only earlier versions
+    # hold, then None for NULL)
+    versions: list[Version] = field(default_factory=list)
+    lineage: np.ndarray | None = None     # every group id used so far
+    roots: np.ndarray | None = None       # the group holding each now
+    values: list = field(default_factory=list)
+
+    def codes(self, sensitive: np.ndarray) -> np.ndarray:
+        """The run's sensitive codes over ``values`` (NULL: the last code)."""
+        codes = np.asarray(sensitive, dtype=np.int64).copy()
+        codes[codes < 0] = len(self.values) - 1
+        return codes
 
 
 STATE = "SELECT person, member_group, candidates FROM anon.release_people WHERE release_id = $1"
@@ -109,6 +140,13 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             hint="Restore the release's row of anon.release_secrets from a backup, or drop the "
                  "release and create it again (a new history that earlier versions can be "
                  "intersected with).")
+    missing = sum(any(t is None for t in row) for row in zip(*identifier_texts))
+    if missing:
+        raise InvalidParameter(
+            f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
+            f"{missing} rows have no value there (NULL)",
+            hint="Give every row its identifier (a NOT NULL primary key, say), or recreate the release "
+                 "with refresh_mode => 'fresh'.")
     hashes = person_hashes(identifier_texts, parameters["person_salt"])
     shared = len(hashes) - len(set(hashes))
     if shared:
@@ -153,7 +191,67 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             held = [position[v] for v in sets.get(name, []) if v in position]
             matrix[c, held] = True
         cohort_values.append(matrix)
-    return People(hashes, groups, cohorts, cohort_values, history=bool(state), qi_texts=qi_texts)
+    people = People(hashes, groups, cohorts, cohort_values, history=bool(state), qi_texts=qi_texts)
+    if names and sensitive_dictionaries:
+        load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]))
+    return people
+
+
+VERSIONS = ("SELECT version, group_ids, roots, sizes, vals FROM anon.release_versions "
+            "WHERE release_id = $1 ORDER BY version")
+
+
+def load_versions(plpy, release_id: int, people: People, dictionary: list) -> None:
+    """The multisets every earlier version published (anon.release_versions) into ``people``."""
+    rows = run(plpy, VERSIONS, ["int4"], [release_id])
+    values = list(dictionary)
+    position = {v: j for j, v in enumerate(values)}
+    for row in rows:
+        for v in row["vals"]:
+            if v is not None and v not in position:
+                position[v] = len(values)
+                values.append(v)
+    values.append(None)
+    position[None] = len(values) - 1
+    lineage = {}
+    for row in rows:
+        ids = np.asarray(row["group_ids"], dtype=np.int64)
+        counts = np.zeros((ids.size, len(values)), dtype=np.int64)
+        owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
+        np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
+        people.versions.append(Version(ids, counts))
+        lineage.update(zip(row["group_ids"], row["roots"]))
+    people.lineage = np.array(list(lineage), dtype=np.int64)
+    people.roots = np.array(list(lineage.values()), dtype=np.int64)
+    people.values = values
+
+
+def run_people(rows, groups: np.ndarray, published) -> dict:
+    """What a stable run stashes for its record's check (``rows``: the run's ReleaseRows;
+    ``groups``: each row's group; ``published``: core.republish's publication, None for a first
+    version, which publishes every row as it is): the published people (hashes, groups, QI
+    texts) and the version's multiset per group."""
+    people = rows.people
+    shown = np.ones(groups.size, dtype=bool) if published is None else published.published
+    keep = np.flatnonzero(shown).tolist()
+    out = {"hashes": [people.hashes[i] for i in keep], "groups": groups[shown].tolist(),
+           "qi_texts": [[texts[i] for i in keep] for texts in people.qi_texts], "version": None}
+    if rows.sensitive is None or not people.values:
+        return out
+    if published is None:
+        ids, index = np.unique(groups, return_inverse=True)
+        codes = people.codes(rows.sensitive[:, 0])
+        width = len(people.values)
+        counts = np.bincount(index.ravel() * width + codes, minlength=ids.size * width).reshape(ids.size, width)
+        held_back = counterfeit = 0
+        choices = {"advance": int(ids.size)}
+    else:
+        ids, counts = published.ids, published.counts
+        held_back, counterfeit = published.held_back, published.counterfeit
+        choices = {name: int((published.choice == c).sum()) for c, name in enumerate(republish.CHOICES)}
+    out["version"] = {"group_ids": ids.tolist(), "counts": counts, "values": people.values,
+                      "held_back": held_back, "counterfeit": counterfeit, "groups_by_choice": choices}
+    return out
 
 
 def published_versions(plpy, release_id: int) -> int:
@@ -174,7 +272,12 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     parameters = jsonb(release["parameters"])
     if not is_stable(parameters) or not run_stats or run_stats.get("people") is None:
         return None
-    hashes, groups, qi_texts = run_stats["people"]
+    stashed = run_stats["people"]
+    hashes, groups, qi_texts = stashed["hashes"], stashed["groups"], stashed["qi_texts"]
+    # the groups people were published in by the last version, before the check replaces them
+    before = {bytes(r["person"]): r["member_group"] for r in run(
+        plpy, "SELECT person, member_group FROM anon.release_people WHERE release_id = $1",
+        ["int4"], [release["release_id"]])}
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [cols[name] for name in parameters["quasi_identifiers"]]
@@ -188,6 +291,18 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
                        *qi_texts])[0]
     figures = {key: (int(v) if v is not None else None) for key, v in figures.items()}
     figures["matched_by_equality"] = [c.name for c in expanded]
+    # people no longer in the table: their personal state goes now (what they were published
+    # with stays only as anonymous values of their class, until it can change safely)
+    figures["forgotten"] = run(plpy, """
+        WITH gone AS (
+            DELETE FROM anon.release_people x WHERE x.release_id = $1
+              AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest($2) AS h(person) WHERE h.person = x.person)
+            RETURNING 1)
+        SELECT pg_catalog.count(*)::int AS n FROM gone""", ["int4", "bytea[]"],
+        [release["release_id"], hashes])[0]["n"]
+    if stashed["version"] is not None:
+        figures.update(check_differences(plpy, release, parameters, sensitive[0], stashed["version"],
+                                         before, dict(zip(hashes, groups))))
     l = parameters.get("l")
     if l is not None and figures["below_l"]:
         raise InsufficientData(
@@ -198,6 +313,90 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
             hint="The published version stays. Earlier versions cannot be unpublished: recreating the "
                  "release with replace => true starts a new history, which analysts may intersect with the old.")
     return figures
+
+
+def check_differences(plpy, release: dict, parameters: dict, sensitive, version: dict,
+                      before: dict, now: dict) -> dict:
+    """The difference check of a stable release's new version: the multisets of its released
+    classes (from the released rows) must be the groups' multisets the run stashed (``version``),
+    and no group's values added or removed since any stored earlier version may break the l
+    model (core.republish.unsafe_pairs), earlier groups followed to the groups now holding them
+    through the people published in both (``before``, ``now``: person -> group). Refuses
+    (22000) otherwise; stores the version (anon.release_versions) and returns its figures."""
+    release_id = release["release_id"]
+    values = version["values"]
+    claimed = Counter(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
+                      for row in version["counts"])
+    qis = ", ".join(f"r.{ident(plpy, name)}" for name in parameters["quasi_identifiers"])
+    s = f"r.{ident(plpy, sensitive.name)}"
+    released = Counter(_sorted_values(r["vals"]) for r in run(
+        plpy, f"SELECT pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals "
+              f"FROM {released_relation(plpy, release)} r GROUP BY {qis}"))
+    if released != claimed:
+        raise InsufficientData(
+            f"the released classes of {release['release_schema']}.{release['release_name']} are not "
+            "the multisets its groups publish; nothing was published",
+            hint="Report this with the release's parameters.")
+    stored = run(plpy, VERSIONS, ["int4"], [release_id])
+    step = {}
+    for person, group in now.items():
+        old = before.get(person)
+        if old is not None and step.setdefault(old, group) != group:
+            raise InsufficientData(
+                f"a group of {release['release_schema']}.{release['release_name']} was split; "
+                "nothing was published", hint="Report this with the release's parameters.")
+    lineage = {}
+    for row in stored:
+        lineage.update((h, step.get(r, r)) for h, r in zip(row["group_ids"], row["roots"]))
+    # one code per text of this version and the stored ones, NULL last (no value: core.republish)
+    texts = sorted({v for v in values if v is not None} | {v for row in stored for v in row["vals"] if v is not None})
+    position = {v: j for j, v in enumerate(texts)} | {None: len(texts)}
+    history = []
+    for row in stored:
+        ids = np.asarray(row["group_ids"], dtype=np.int64)
+        counts = np.zeros((ids.size, len(position)), dtype=np.int64)
+        owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
+        np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
+        history.append(Version(ids, counts))
+    ids = np.asarray(version["group_ids"], dtype=np.int64)
+    counts = np.zeros((ids.size, len(position)), dtype=np.int64)
+    for j, v in enumerate(values):
+        counts[:, position[v]] += np.asarray(version["counts"])[:, j]
+    models = Models(l=parameters.get("l"), l_diversity=parameters.get("l_diversity") or "distinct",
+                    c=parameters.get("c"))
+
+    def roots_of(group_ids):
+        return np.array([lineage.get(h, h) for h in group_ids.tolist()], dtype=np.int64)
+
+    pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
+    figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
+               "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
+               "unsafe_differences": int(pinned.sum())}
+    if figures["unsafe_differences"]:
+        raise InsufficientData(
+            f"this version of {release['release_schema']}.{release['release_name']} would let an "
+            "analyst who kept earlier versions pin joiners or leavers by subtracting released values "
+            f"({figures['unsafe_differences']} group x earlier version pairs); nothing was published",
+            detail=json.dumps(figures),
+            hint="The published version stays. Report this with the release's parameters.")
+    sizes = [int(n) for n in np.asarray(version["counts"]).sum(axis=1)]
+    vals = [values[c] for row in version["counts"] for c in np.repeat(np.arange(len(values)), row)]
+    for row in stored:
+        roots = [step.get(r, r) for r in row["roots"]]
+        if roots != list(row["roots"]):
+            run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
+                ["int4", "int4", "int4[]"], [release_id, row["version"], roots])
+    run(plpy, """
+        INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back, counterfeit)
+        SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
+               $2, $2, $3, $4, $5, $6""",
+        ["int4", "int4[]", "int4[]", "text[]", "int4", "int4"],
+        [release_id, [int(g) for g in ids], sizes, vals, version["held_back"], version["counterfeit"]])
+    return figures
+
+
+def _sorted_values(values) -> tuple:
+    return tuple(sorted(values, key=lambda v: (v is None, v or "")))
 
 
 #: range types whose values can be listed (integers, days): a class's range becomes equalities
@@ -365,3 +564,4 @@ FROM fewest f"""
 def forget(plpy, release_id: int) -> None:
     """A dropped (or replaced) release's people."""
     run(plpy, "DELETE FROM anon.release_people WHERE release_id = $1", ["int4"], [release_id])
+    run(plpy, "DELETE FROM anon.release_versions WHERE release_id = $1", ["int4"], [release_id])

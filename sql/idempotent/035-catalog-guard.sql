@@ -103,7 +103,7 @@ BEGIN
                                (NEW.release_id, NEW.release_schema, NEW.release_name, NEW.source, NEW.method,
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
-        WHEN 'refresh_history' THEN
+        WHEN 'refresh_history', 'release_versions' THEN
             allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
             what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
@@ -138,7 +138,7 @@ DECLARE
     t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
-                             'hierarchies', 'priorities', 'workload_profiles'] LOOP
+                             'hierarchies', 'priorities', 'workload_profiles', 'release_versions'] LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
         EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '
                                   'FOR EACH ROW EXECUTE FUNCTION anon._catalog_guard()', t);

@@ -1,18 +1,26 @@
-"""Issue 30's experiment: what an analyst who keeps every version of a refreshed release learns
-by intersecting them (the attack behind m-invariance, Xiao & Tao, SIGMOD 2007), with each
-refresh mode.
+"""What an analyst who keeps every version of a refreshed release learns, with each refresh
+mode: by intersecting them (the attack behind m-invariance, Xiao & Tao, SIGMOD 2007) and by
+subtracting them (the difference attack: who joined or left a class, and the values that came or
+went with them).
 
 20,000 Adult rows (QIs age, sex, race, education_num, marital_status; sensitive occupation),
 ``anon.mondrian_view(k => 5, l => 3)``; before each of 12 refreshes 2 % of the rows are deleted
-and 2 % new ones inserted from the rest of Adult; 500 people stay throughout. For each of them
-and each version, the candidate occupations are those of every released class whose ranges and
-sets hold the person's QIs (computed from the released rows alone, as the analyst would); the
-true value is in every version's set, so intersecting the sets can only shrink them. Printed per
-number of refreshes kept: people disclosed (one candidate left) and people left with fewer than
-l candidates (target for a republication mode: 0 and 0 after 12 refreshes), the refresh time
-and each version's utility (NCP, C_DM), for refresh_mode => 'fresh' (a new partition each time)
-and 'stable' (core.republication) on the same data with the same churn.
-PLPY_ANON_REPUBLICATION_SEED sets the random choices (default 30).
+and 2 % new ones inserted from the rest of Adult; 500 people stay throughout.
+
+* Intersection: for each stayer and each version, the candidate occupations are those of every
+  released class whose ranges and sets hold the person's QIs (from the released rows alone);
+  printed per number of refreshes kept: people disclosed (one candidate left) and people left
+  with fewer than l candidates (target 0 and 0 after 12 refreshes).
+* Difference: for every pair of versions, classes linked by the people in both, and the
+  multiset of occupations each component gained or lost: all one value, as many as the people
+  who joined (left), pins them (tests.helpers.pinned_by_difference, written from released rows
+  and the table's membership only). Printed: people pinned in any pair, and how many correctly
+  (target 0).
+* Per version: rows held back and counterfeit rows (anon.release_versions), refused refreshes,
+  NCP; the refresh time.
+
+PLPY_ANON_REPUBLICATION_SEED sets the random choices (default 30); PLPY_ANON_REPUBLICATION_MODES
+the modes run (default fresh,stable).
 """
 from __future__ import annotations
 
@@ -21,8 +29,10 @@ import statistics
 import time
 
 import numpy as np
+import psycopg
 
 from tests.bench.common import adult, copy_frame, extension_db, markdown_table, results_dir
+from tests.helpers import pinned_by_difference
 
 QIS = ["age", "sex", "race", "education_num", "marital_status"]
 TYPES = {"id": "int", "age": "int", "sex": "text", "race": "text", "education_num": "int",
@@ -53,7 +63,65 @@ FROM (SELECT id, count(*) AS n FROM (
       GROUP BY id) AS per_person"""
 
 
-MODES = ("fresh", "stable")
+MODES = tuple(os.environ.get("PLPY_ANON_REPUBLICATION_MODES", "fresh,stable").split(","))
+RANGED, LISTED = ("age", "education_num"), ("sex", "race", "marital_status")
+# one version's released classes: bounds of the ranged QIs, the listed QIs' sets, the values
+RELEASED = """
+SELECT lower(age), upper(age), lower(education_num), upper(education_num), sex, race, marital_status,
+       array_agg(occupation) FROM {release} GROUP BY age, sex, race, education_num, marital_status"""
+
+
+def analyst_version(conn, table: str, release: str) -> dict:
+    """What the analyst keeps of a version (as tests.helpers.keep_released_version, in numpy for
+    20,000 people): each person of the table and the released classes whose ranges and sets hold
+    their QIs; each class's multiset of occupations. Also each person's true value, to score."""
+    people = conn.execute(f"SELECT id, age, education_num, sex, race, marital_status, occupation "
+                          f"FROM {table}").fetchall()
+    classes = conn.execute(RELEASED.format(release=release)).fetchall()
+    ids = np.array([p[0] for p in people])
+    ranged = [np.array([p[1 + i] for p in people], dtype=np.float64) for i in range(2)]
+    # each listed QI's values as bit positions, each class's set as a bit mask
+    bits = [{v: b for b, v in enumerate(sorted({p[3 + i] for p in people} | {v for r in classes for v in r[4 + i]},
+                                                 key=str))} for i in range(3)]
+    listed = [np.array([bits[i][p[3 + i]] for p in people], dtype=np.int64) for i in range(3)]
+    cover = np.zeros((len(classes), len(people)), dtype=bool)
+    for c, row in enumerate(classes):
+        ok = np.ones(len(people), dtype=bool)
+        for i in range(2):
+            lo, hi = row[2 * i], row[2 * i + 1]
+            ok &= (ranged[i] >= (-np.inf if lo is None else lo)) & (ranged[i] < (np.inf if hi is None else hi))
+        for i in range(3):
+            mask = sum(1 << bits[i][v] for v in set(row[4 + i]))
+            ok &= ((mask >> listed[i]) & 1).astype(bool)
+        cover[c] = ok
+    members = {}
+    for c, person in zip(*np.nonzero(cover)):
+        members.setdefault(int(ids[person]), []).append(int(c))
+    return {"people": {int(i): members.get(int(i), []) for i in ids},
+            "classes": {c: list(row[7]) for c, row in enumerate(classes)},
+            "truth": {int(p[0]): p[6] for p in people}}
+
+
+def pinned_over_pairs(versions: list[dict]) -> tuple[int, int]:
+    """(people pinned by difference in some pair of versions, of whom correctly)."""
+    pinned, right = set(), set()
+    for j in range(1, len(versions)):
+        for i in range(j):
+            for person, value in pinned_by_difference(versions[i], versions[j]).items():
+                pinned.add(person)
+                truth = versions[j]["truth"].get(person, versions[i]["truth"].get(person))
+                if truth == value:
+                    right.add(person)
+    return len(pinned), len(right)
+
+
+def figures_of(conn, release: str) -> tuple:
+    """(rows held back, counterfeit rows) of the version published now (0, 0 outside the stable
+    mode's stored versions)."""
+    row = conn.execute("""SELECT (verification->'across_versions'->>'held_back')::int,
+                                 (verification->'across_versions'->>'counterfeit')::int
+                          FROM anon.releases WHERE release_name = %s""", (release.split(".", 1)[1],)).fetchone()
+    return (row[0] or 0, row[1] or 0) if row else (0, 0)
 
 
 def experiment(conn, mode: str, live, pool, stayers, seed: int) -> dict:
@@ -70,6 +138,8 @@ def experiment(conn, mode: str, live, pool, stayers, seed: int) -> dict:
     conn.execute("CREATE TABLE classes (version int, age int4range, sex text[], race text[], "
                  "education_num int4range, marital_status text[], occupations text[])")
     conn.execute(CLASSES.format(release=release), (0,))
+    kept_versions = [analyst_version(conn, table, release)]
+    refused, held = 0, [figures_of(conn, release)]
     utility = [conn.execute("SELECT (metrics->>'ncp_percent')::float8, (metrics->>'c_dm')::int8 "
                             "FROM anon.releases WHERE release_id = (SELECT max(release_id) FROM anon.releases)"
                             ).fetchone()]
@@ -84,9 +154,15 @@ def experiment(conn, mode: str, live, pool, stayers, seed: int) -> dict:
         conn.execute("DROP TABLE arrivals")
         pool_at += churn
         t0 = time.perf_counter()
-        conn.execute("SELECT anon.refresh(%s)", (release,))
+        try:
+            conn.execute("SELECT anon.refresh(%s)", (release,))
+        except psycopg.Error as exc:         # the published version stays
+            refused += 1
+            print(f"{mode}: refresh {version} refused: {exc.diag.message_primary}", flush=True)
         refresh_s.append(time.perf_counter() - t0)
         conn.execute(CLASSES.format(release=release), (version,))
+        kept_versions.append(analyst_version(conn, table, release))
+        held.append(figures_of(conn, release))
         utility.append(conn.execute("SELECT (metrics->>'ncp_percent')::float8, (metrics->>'c_dm')::int8 "
                                     "FROM anon.releases WHERE release_name = %s",
                                     (release.split(".", 1)[1],)).fetchone())
@@ -96,7 +172,9 @@ def experiment(conn, mode: str, live, pool, stayers, seed: int) -> dict:
         disclosed, below_l, people = conn.execute(SURVIVING, {"l": L, "kept": kept}).fetchone()
         kept_rows.append((kept, people, disclosed, below_l))
     conn.execute("SELECT anon.drop_release(%s)", (release,))
-    return {"kept": kept_rows, "refresh_s": statistics.median(refresh_s),
+    pinned, right = pinned_over_pairs(kept_versions)
+    return {"pinned": pinned, "pinned_right": right, "refused": refused, "held": held,
+            "ncp_each": [u[0] for u in utility], "kept": kept_rows, "refresh_s": statistics.median(refresh_s),
             "ncp": statistics.mean(u[0] for u in utility), "c_dm": statistics.mean(u[1] for u in utility),
             "ncp_last": utility[-1][0], "c_dm_last": utility[-1][1]}
 
@@ -117,18 +195,30 @@ def main() -> None:
             for kept, people, disclosed, below_l in r["kept"]:
                 print(f"{mode}: {kept} refreshes kept: {disclosed} of {people} stayers disclosed (target 0), "
                       f"{below_l} with fewer than l = {L} candidates (target 0)", flush=True)
+            print(f"{mode}: {r['pinned']} people pinned by difference over every pair of the "
+                  f"{REFRESHES + 1} versions ({r['pinned_right']} correctly; target 0); "
+                  f"{r['refused']} refreshes refused", flush=True)
+            print(f"{mode}: per version, rows held back / counterfeit: "
+                  + " ".join(f"{h}/{c}" for h, c in r["held"]), flush=True)
+            print(f"{mode}: per version, NCP %: " + " ".join(f"{x:.2f}" for x in r["ncp_each"]), flush=True)
             print(f"{mode}: anon.refresh of {ROWS:,} rows, median {r['refresh_s']:.2f} s; NCP {r['ncp']:.2f} % "
                   f"and C_DM {r['c_dm']:,.0f} on average over the {REFRESHES + 1} versions (last version: "
                   f"{r['ncp_last']:.2f} %, {r['c_dm_last']:,})", flush=True)
     rows = [[mode, kept, people, disclosed, "0", below_l, "0"]
             for mode in MODES for kept, people, disclosed, below_l in results[mode]["kept"]]
+    attacks = [[mode, r["pinned"], r["pinned_right"], "0", r["refused"],
+                " ".join(f"{h}/{c}" for h, c in r["held"]), " ".join(f"{x:.2f}" for x in r["ncp_each"])]
+               for mode, r in results.items()]
     cost = [[mode, f"{r['refresh_s']:.2f}", f"{r['ncp']:.2f}", f"{r['c_dm']:,.0f}", f"{r['ncp_last']:.2f}",
              f"{r['c_dm_last']:,}"] for mode, r in results.items()]
     out = results_dir() / "republication.md"
     out.write_text(
-        "# Issue 30: versions intersected, by refresh mode\n\n"
+        "# Versions intersected, by refresh mode\n\n"
         + markdown_table(["refresh_mode", "refreshes kept", "stayers", "disclosed", "target",
                           f"fewer than l = {L}", "target"], rows)
+        + "\n\n## Versions subtracted, by refresh mode\n\n"
+        + markdown_table(["refresh_mode", "pinned by difference", "correctly", "target", "refused",
+                          "held back / counterfeit rows per version", "NCP % per version"], attacks)
         + "\n\n## Cost of the mode (same data, same churn)\n\n"
         + markdown_table(["refresh_mode", "refresh s (median)", "NCP % (mean)", "C_DM (mean)",
                           "NCP % (last)", "C_DM (last)"], cost) + "\n")

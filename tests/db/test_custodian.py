@@ -547,8 +547,9 @@ def test_a_dbas_release_does_not_plan_the_custodians_table_before_its_guard(db, 
 
 def test_a_custodian_keeps_its_stable_releases_people_and_touches_no_one_elses(db, connect, custodian, schema,
                                                                                release_schema):
-    """anon.release_people (issue 30) is guarded per statement: a custodian's own stable release
-    writes its rows; another release's rows it may not insert, change or delete."""
+    """anon.release_people is guarded per statement, anon.release_versions per row: a custodian's
+    own stable release writes its rows; another release's rows it may not insert, change or
+    delete."""
     role, own = custodian
     db.execute("CREATE TABLE dba_pat (id int PRIMARY KEY, age int, zip text, dx text)")
     db.execute("INSERT INTO dba_pat SELECT g, g % 50, 'z' || g % 3, 'd' || g % 4 FROM generate_series(1, 100) g")
@@ -567,8 +568,19 @@ def test_a_custodian_keeps_its_stable_releases_people_and_touches_no_one_elses(d
             assert conn.execute(statement, (dba_release,)).rowcount == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
             conn.execute("INSERT INTO anon.release_people VALUES (%s, '\\x00', 0, '{}', 1)", (dba_release,))
+        # the multisets each version published: the same rule, row by row
+        assert conn.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = "
+                            "(SELECT release_id FROM anon.releases WHERE source = %s::regclass)",
+                            (f"{own}.pat",)).fetchone()[0] == 2
+        for statement in ["UPDATE anon.release_versions SET vals = '{}' WHERE release_id = %s",
+                          "DELETE FROM anon.release_versions WHERE release_id = %s",
+                          "INSERT INTO anon.release_versions VALUES (%s, 9, '{}', '{}', '{}', '{}', 0, 0)"]:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="release_versions rows of release"):
+                conn.execute(statement, (dba_release,))
     assert db.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s",
                       (dba_release,)).fetchone()[0] == 100
+    assert db.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = %s",
+                      (dba_release,)).fetchone()[0] == 1
 
 
 def test_a_custodian_reads_neither_the_state_nor_the_salt_of_another_custodians_release(

@@ -8,7 +8,13 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import class_sizes, create_release, distinct_sensitive_per_class
+from tests.helpers import (
+    class_sizes,
+    create_release,
+    distinct_sensitive_per_class,
+    keep_released_version,
+    pinned_by_difference,
+)
 
 QIS = ["age", "sex", "zip"]
 PATIENTS = """
@@ -238,3 +244,90 @@ def test_a_release_whose_people_are_gone_is_not_refreshed_as_if_new(db, schema):
     db.execute("DELETE FROM anon.release_people")
     with pytest.raises(psycopg.errors.DataException, match="is gone"):
         db.execute("SELECT anon.refresh(%s)", (release,))
+
+
+@pytest.mark.parametrize("models", [{"l_diversity": "entropy"}, {"l_diversity": "recursive", "c": 2}],
+                         ids=["entropy", "recursive"])
+def test_refreshes_group_by_the_l_model_the_release_asks_for(db, schema, models):
+    """Classes are merged until they meet the release's own l model, which its verification
+    then finds in the released rows (a model stricter than distinct l included)."""
+    db.execute("""CREATE TABLE ent (id int PRIMARY KEY, age int, dx text);
+                  INSERT INTO ent SELECT g, 20 + g % 50, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 200) g""")
+    release = create_release(db, "mondrian_view", schema, "ent", k=4, l=2, quasi_identifiers=["age"],
+                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable", **models)
+    db.execute("UPDATE ent SET dx = 'flu' WHERE id % 7 = 0")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    verified = db.execute("SELECT verified FROM anon.releases WHERE release_schema || '.' || release_name = %s",
+                          (release,)).fetchone()[0]
+    assert verified
+
+
+def test_a_null_identifier_is_refused_in_the_stable_mode(db, schema):
+    """A row without an identifier cannot be followed from version to version."""
+    db.execute("""CREATE TABLE nid (id int, age int, dx text);
+                  INSERT INTO nid SELECT g, 20 + g % 50, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 100) g""")
+    db.execute("UPDATE nid SET id = NULL WHERE id = 7")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="no value"):
+        create_release(db, "mondrian_view", schema, "nid", k=4, l=2, quasi_identifiers=["age"],
+                       sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+
+
+def test_one_joiner_is_not_pinned_by_subtracting_two_versions(db, schema):
+    """An analyst who keeps two versions and knows who is in the table subtracts a class's
+    released values: when one person joins a class, the added value would be theirs."""
+    db.execute("""CREATE TABLE dpx (id int PRIMARY KEY, age int, dx text);
+                  INSERT INTO dpx SELECT g, g, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 40) g""")
+    release = create_release(db, "mondrian_view", schema, "dpx", k=5, l=2, sensitive=["dx"])
+    qis = {"age": "range"}
+    before = keep_released_version(db, release, "dpx", "id", qis, "dx")
+    db.execute("INSERT INTO dpx VALUES (41, 33, 'cancer')")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    after = keep_released_version(db, release, "dpx", "id", qis, "dx")
+    assert pinned_by_difference(before, after) == {}
+    assert min(class_sizes(db, release, ["age"])) >= 5
+    across = db.execute("SELECT verification->'across_versions' FROM anon.releases "
+                        "WHERE release_schema || '.' || release_name = %s", (release,)).fetchone()[0]
+    assert across["held_back"] == 1 and across["unsafe_differences"] == 0
+
+
+def test_a_leaver_is_forgotten_and_their_value_kept_until_the_class_can_change(db, schema):
+    """A person who leaves a class of five loses their personal state at once; the class keeps
+    their published value as a counterfeit row (with one less it would break k, and its one
+    removed value would be theirs), so no pair of versions pins them."""
+    db.execute("""CREATE TABLE lv (id int PRIMARY KEY, age int, dx text);
+                  INSERT INTO lv SELECT g, g, (ARRAY['flu', 'hiv', 'cold', 'ok'])[1 + g % 4]
+                  FROM generate_series(1, 40) g""")
+    release = create_release(db, "mondrian_view", schema, "lv", k=5, l=2, sensitive=["dx"])
+    qis = {"age": "range"}
+    before = keep_released_version(db, release, "lv", "id", qis, "dx")
+    release_id = db.execute("SELECT release_id FROM anon.releases WHERE release_schema || '.' || release_name = %s",
+                            (release,)).fetchone()[0]
+    db.execute("DELETE FROM lv WHERE id = 33")
+    db.execute("SELECT anon.refresh(%s)", (release,))
+    after = keep_released_version(db, release, "lv", "id", qis, "dx")
+    assert pinned_by_difference(before, after) == {}
+    assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 40
+    forgotten = db.execute("""SELECT count(*) FROM anon.release_people x JOIN anon.releases r USING (release_id)
+                              WHERE x.person = sha256(decode(r.parameters->>'person_salt', 'hex')
+                                                      || convert_to('33', 'UTF8'))""").fetchone()[0]
+    assert forgotten == 0
+    across = db.execute("SELECT across_versions FROM anon.refresh_history WHERE release_id = %s "
+                        "ORDER BY refresh_id DESC LIMIT 1", (release_id,)).fetchone()[0]
+    assert across["counterfeit"] == 1 and across["forgotten"] == 1 and across["unsafe_differences"] == 0
+
+
+def test_the_stable_mode_writes_classes_from_the_values_read(db, schema):
+    """A group publishes the values earlier versions showed (counterfeits): a release that joins
+    its rows back to the source cannot, so it is refused asked for, and fresh by default."""
+    db.execute(PATIENTS)
+    db.execute("SET plpy_anon.join_back = on")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="join its rows back"):
+        create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
+                       sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    release = create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
+                             sensitive=["dx"], identifiers=["id"])
+    assert db.execute("SELECT parameters->>'refresh_mode' FROM anon.releases WHERE release_schema || '.' || "
+                      "release_name = %s", (release,)).fetchone()[0] == "fresh"

@@ -6,11 +6,16 @@ described in generalization.py, which every Mondrian-family method shares.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from plpy_anon.core import republish
+from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import stable_partition
-from plpy_anon.db import compact, method, republication
+from plpy_anon.db import compact, method, republication, stored_classes
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods.mondrian_family import (
@@ -35,8 +40,9 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     models = check_models(l, sens, values)
     parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
     parameters["layout"] = values["layout"]
+    plan = release_plan(plpy, tbl, roles, parameters, f"{tbl.name}_k{k}" + model_suffix(l, models))
     republication.resolve_mode(values, roles, parameters)
-    return release_plan(plpy, tbl, roles, parameters, f"{tbl.name}_k{k}" + model_suffix(l, models))
+    return plan
 
 
 @sql_entry
@@ -50,7 +56,7 @@ def read(ctx: method.Run) -> ReleaseRows:
 
 def fit(rows: ReleaseRows, parameters: dict):
     if rows.people is not None and rows.people.history:
-        return StableGroups(rows)
+        return StableGroups(rows, parameters)
     sensitive, ordered, names = sensitive_for_models(rows, parameters)
     return Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
         rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names)
@@ -58,26 +64,63 @@ def fit(rows: ReleaseRows, parameters: dict):
 
 class StableGroups:
     """A refresh in the stable mode after a first version: everyone's previous class kept,
-    merged where needed (core.republication); ``groups_`` are the ids remembered."""
+    merged where needed (core.republication), and each group's published multiset chosen so
+    that no pair of versions pins anyone by difference (core.republish); ``groups_`` are the
+    ids remembered, ``published_`` the publication."""
 
-    def __init__(self, rows: ReleaseRows):
+    def __init__(self, rows: ReleaseRows, parameters: dict):
         # each QI's codes scaled to [0, 1]: nearness for joining and merging groups
         points = np.column_stack([enc.codes / max(1, int(enc.codes.max())) for enc in rows.encoded])
         people = rows.people
+        # grouped by the l model the release asks for, which its verification checks
+        models = Models(l=rows.l, l_diversity=parameters["l_diversity"], c=parameters["c"])
         self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
-                                        people.cohort_values, rows.k, rows.l)
+                                        people.cohort_values, rows.k, rows.l, models)
+        self.published_ = None
+        if rows.sensitive is not None and people.versions:
+            if rows.read is None:
+                raise InvalidParameter(
+                    "refresh_mode => 'stable' publishes each class's values from what earlier "
+                    "versions showed, and this release joins its rows back to the source",
+                    hint="Recreate the release with replace => true (without plpy_anon.join_back), "
+                         "or with refresh_mode => 'fresh'.")
+            # ranges are released from non-NULL values; sets list every code, NULL's included
+            ranged = np.array([enc.kind == "numeric" for enc in rows.encoded])
+            qi_codes = np.column_stack([
+                np.where(enc.codes == enc.null_code, -1, enc.codes) if enc.kind == "numeric"
+                and enc.null_code is not None else enc.codes for enc in rows.encoded]).astype(np.int64)
+            self.published_ = republish.publish(
+                self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
+                people.versions, people.lineage, people.roots, rows.k, models, qi_codes, ranged)
+            self.groups_ = self.published_.labels
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
         self.labels_ = self.labels_.ravel()
         self.n_classes_ = int(ids.size)
 
 
 def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, dict]:
-    slices, stats = partition_output(ctx, rows, model.labels_, model.n_classes_)
-    if rows.people is not None:        # what the record's cross-version check remembers
-        groups = getattr(model, "groups_", model.labels_)
-        stats["people"] = (rows.people.hashes, np.asarray(groups, dtype=np.int64).tolist(),
-                           rows.people.qi_texts)
+    published = getattr(model, "published_", None)
+    groups = np.asarray(getattr(model, "groups_", model.labels_), dtype=np.int64)
+    # what the record's cross-version checks remember (stable mode)
+    people = None if rows.people is None else republication.run_people(rows, groups, published)
+    version = None if people is None else people["version"]
+    arrays = None
+    if version is not None and rows.read is not None:
+        # each class's array: the multiset its group publishes (core.republish)
+        elements = stored_classes.array_elements(version["values"][:-1])
+        arrays = functools.partial(published_arrays, version["counts"], elements)
+    slices, stats = partition_output(ctx, rows, model.labels_, model.n_classes_, class_arrays=arrays)
+    if people is not None:
+        stats["people"] = people
+    if version is not None:
+        stats["row_count"] = stats["source_rows"] = int(version["counts"].sum())
     return slices, stats
+
+
+def published_arrays(counts: np.ndarray, elements: np.ndarray, labels: np.ndarray) -> list[str]:
+    """Array literals of the classes whose labels are ``labels``: each value repeated as many
+    times as its group publishes it (``elements``: stored_classes.array_elements)."""
+    return ["{" + ",".join(np.repeat(elements, counts[label]).tolist()) + "}" for label in labels.tolist()]
 
 
 RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,

@@ -255,10 +255,13 @@ WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped
 # ---------------------------------------------------------------------------- partitioning run
 
 def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
-                     extra_metrics=None) -> tuple[Iterator[dict], dict]:
+                     extra_metrics=None, class_arrays=None) -> tuple[Iterator[dict], dict]:
     """What a Mondrian-family partitioning function returns: its ``anon.partition_slice`` rows
     (an iterator, each slice built when PostgreSQL asks for it: see :func:`partition_slices`);
-    and the run's statistics for the catalog (``stash_run``'s keywords)."""
+    and the run's statistics for the catalog (``stash_run``'s keywords). ``class_arrays``: the
+    first sensitive column's array literals of the classes of given labels, instead of their
+    rows' values (a stable refresh's published multisets; values read only)."""
+    given_labels = np.asarray(labels)
     # classes renumbered in release order and rows listed in it (release_order): SQL gets the
     # ctids in that order and each class's size, not a class id and a position per row
     labels, order = release_order(labels, n_classes)
@@ -275,6 +278,10 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     del bounds, labels
     if rows.read is not None:
         literals.update(read_literals(ctx.plpy, rows, order, index))
+    if class_arrays is not None:
+        # each release class's label: that of its first row
+        class_label = given_labels[order[index.bounds[:-1]]]
+        literals["s0"] = lambda first, last: class_arrays(class_label[first:last])
     # only the rows' ctids (and relations, if joined back) outlive this call, not the columns read
     located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
     slices = partition_slices(located, order, index.bounds, literals)

@@ -1,0 +1,257 @@
+"""What each group of a stable refresh publishes, so that no pair of versions pins anyone by
+difference.
+
+An analyst who keeps two versions ``i < j`` and knows who is in the table (their
+quasi-identifiers: who joined and who left each class) subtracts a class's released multiset of
+sensitive values: ``A = P_j(g) - P_i(anc g)`` are the joiners' values, ``R = P_i(anc g) - P_j(g)``
+the leavers'. Groups merge but never split, so ``P_i(anc g)`` is the sum of version ``i``'s
+multisets over the groups merged into ``g`` since. A version is kept only if, for every earlier
+version and every group, ``A`` and ``R`` are each empty or meet the release's l model (core
+.privacy_models, NULL counting as no value); checking consecutive versions alone is not enough
+(joiners published in one batch, some leaving in a later one, cancel out and pin the rest).
+
+Each group publishes the most advanced of these multisets that passes, as in m-invariance's
+counterfeits (Xiao & Tao, "m-Invariance: Towards Privacy Preserving Re-publication of Dynamic
+Datasets", SIGMOD 2007):
+
+* ``advance``: its current rows' values (held joiners published, counterfeits retired, stayers'
+  updates published);
+* ``retire_joiners``: the values of its stayers that the last version published (counterfeit
+  values retired; an updated stayer's row left out until the group advances) plus its joiners';
+* ``joiners``: the last published multiset plus the values of its members not yet published
+  (leavers stay as counterfeit values, stayers' updates stay held);
+* ``retire``: the stayers' published values alone (joiners held back);
+* ``hold``: the last published multiset unchanged (joiners held back; each leaver's value stays
+  as a counterfeit row; a stayer's update held at the published value).
+
+``hold`` passes every pair that the last version passed, as long as the group was not merged; a
+group whose options all fail (``hold`` needs k real published members, a merged group's sums
+may cancel) is merged with its nearest group and the choice made again; one group of everyone
+that still fails refuses the version (:class:`~plpy_anon.core.republication.CannotKeepCandidates`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plpy_anon.core.disjoint_sets import SmallestRootSets
+from plpy_anon.core.privacy_models import Models
+from plpy_anon.core.republication import CannotKeepCandidates, _centroids
+
+CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold")
+#: the options that publish every current member
+PUBLISHING_ALL = 3
+
+
+@dataclass
+class Version:
+    """One published version: its groups' ids and multisets, ``counts[g, v]`` copies of value
+    code ``v`` (the last code is NULL) in group ``ids[g]``."""
+
+    ids: np.ndarray
+    counts: np.ndarray
+
+
+@dataclass
+class Published:
+    """A refresh's publication: ``labels`` each row's group (merged further where needed),
+    ``ids`` the groups with rows (sorted) and ``counts`` their published multisets, ``choice``
+    each group's option, ``published`` whether each row's person is published after this
+    version, ``roots`` every group id ever used mapped to the group holding it now (``lineage``
+    ids, in the same order)."""
+
+    labels: np.ndarray
+    ids: np.ndarray
+    counts: np.ndarray
+    choice: np.ndarray
+    published: np.ndarray
+    lineage: np.ndarray
+    roots: np.ndarray
+
+    @property
+    def held_back(self) -> int:
+        return int((~self.published).sum())
+
+    @property
+    def counterfeit(self) -> int:
+        """Published rows beyond the real published members: leavers' values kept."""
+        real = np.bincount(np.searchsorted(self.ids, self.labels[self.published]), minlength=self.ids.size)
+        return int(np.maximum(self.counts.sum(axis=1) - real, 0).sum())
+
+
+def meets(models: Models, counts: np.ndarray) -> np.ndarray:
+    """Per row of ``counts`` (last column NULL, no value): the l model holds."""
+    return models.satisfied(counts[:, :-1])
+
+
+def difference_safe(models: Models, published: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """Per group: the values added since ``earlier`` and those removed are each none or meet
+    the l model (``published``, ``earlier``: (G, V) multisets of the same groups)."""
+    added = np.maximum(published - earlier, 0)
+    removed = np.maximum(earlier - published, 0)
+    return ((added.sum(axis=1) == 0) | meets(models, added)) & \
+        ((removed.sum(axis=1) == 0) | meets(models, removed))
+
+
+def ancestors_sum(version: Version, roots_of, ids: np.ndarray) -> np.ndarray:
+    """(len(ids), V): each current group's sum of ``version``'s multisets over the groups merged
+    into it (``roots_of``: a version's group ids -> current groups)."""
+    out = np.zeros((ids.size, version.counts.shape[1]), dtype=np.int64)
+    root = roots_of(version.ids)
+    at = np.searchsorted(ids, root)
+    inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
+    np.add.at(out, at[inside], version.counts[inside])
+    return out
+
+
+def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: list[Version],
+                 roots_of) -> np.ndarray:
+    """(len(history),) the groups each earlier version would pin by difference with ``counts``,
+    groups that no longer have rows (``counts`` of zero, ids absent) included."""
+    out = []
+    for version in history:
+        gone = np.setdiff1d(np.unique(roots_of(version.ids)), ids)
+        all_ids = np.concatenate([ids, gone])
+        order = np.argsort(all_ids)
+        published = np.vstack([counts, np.zeros((gone.size, counts.shape[1]), dtype=counts.dtype)])[order]
+        earlier = ancestors_sum(version, roots_of, all_ids[order])
+        out.append(int((~difference_safe(models, published, earlier)).sum()))
+    return np.asarray(out, dtype=np.int64)
+
+
+def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
+            history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
+            models: Models, qi_codes: np.ndarray | None = None,
+            ranged: np.ndarray | None = None) -> Published:
+    """Each group's published multiset for this version (see the module docstring).
+
+    ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
+    group the row's person was published in by the last version, -1 if not published then;
+    ``codes``: each row's sensitive code (``V - 1`` for NULL); ``points``: the rows' coordinates
+    (nearness for merges); ``history``: every earlier version, oldest first (at least one);
+    ``lineage``/``roots``: every group id used so far and the group of the last version
+    holding it; ``qi_codes`` (n, d) and ``ranged`` (d,): the rows' QI codes and which QIs are
+    released as ranges (their NULLs coded -1) rather than sets: groups that would be released
+    with the same QIs are one class to an analyst, so they are merged."""
+    labels = np.asarray(labels, dtype=np.int64).copy()
+    previous = np.asarray(previous, dtype=np.int64)
+    published_before = previous >= 0
+    codes = np.asarray(codes, dtype=np.int64)
+    n_values = history[-1].counts.shape[1]
+    lineage = np.asarray(lineage, dtype=np.int64)
+    roots = np.asarray(roots, dtype=np.int64)
+    # each group of the last version -> the group its published members are in now (merged
+    # groups keep the smallest id, so they agree)
+    step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+    while True:
+        ids, index = np.unique(labels, return_inverse=True)
+        index = index.ravel()
+        if qi_codes is not None:
+            same = _same_release_keys(index, ids.size, qi_codes, ranged)
+            if same is not None:
+                labels = _rename(ids, same, index, step)
+                continue
+        now = np.array([step.get(r, r) for r in roots.tolist()], dtype=np.int64)
+        lookup = dict(zip(lineage.tolist(), now.tolist()))
+
+        def roots_of(version_ids, lookup=lookup):
+            return np.array([lookup.get(h, h) for h in version_ids.tolist()], dtype=np.int64)
+
+        members = np.bincount(index, minlength=ids.size)
+        real_hold = np.bincount(index[published_before], minlength=ids.size)
+        current = _counts(index, codes, ids.size, n_values)
+        joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
+        earlier = [ancestors_sum(v, roots_of, ids) for v in history]
+        last = earlier[-1]
+        # the stayers' values the last version published (counterfeits are the rest of it)
+        stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
+        kept = np.minimum(last, stayers)
+        new = joiners.sum(axis=1)
+        options = [current, kept + joiners, last + joiners, kept, last]
+        # retiring keeps every distinct value of the current rows (so every candidate that
+        # stable_partition kept): the values dropped are counterfeits or held updates only
+        retires = kept.sum(axis=1) < last.sum(axis=1)
+        valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
+                 (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
+                 real_hold >= k]
+        for option, ok in zip(options, valid):
+            ok &= meets(models, option)
+            for base in earlier:
+                ok &= difference_safe(models, option, base)
+        possible = np.column_stack(valid)
+        bad = np.flatnonzero(~possible.any(axis=1))
+        if bad.size == 0:
+            choice = possible.argmax(axis=1)
+            counts = np.stack(options, axis=1)[np.arange(ids.size), choice]
+            published = published_before | (choice[index] < PUBLISHING_ALL)
+            return Published(labels, ids, counts, choice, published, lineage, now)
+        if ids.size == 1:
+            raise CannotKeepCandidates(
+                "no multiset of one class of every row keeps every pair of versions from pinning "
+                "someone by difference")
+        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points), index, step)
+
+
+def _rename(ids, merged, index, step: dict) -> np.ndarray:
+    """Rows' labels after merging groups (``merged``: each group index's merged index), and
+    ``step`` (last version's groups -> groups now) updated in place."""
+    new_ids = ids[merged]
+    renamed = dict(zip(ids.tolist(), new_ids.tolist()))
+    changed = {h: renamed.get(g, g) for h, g in step.items()} | \
+        {g: renamed[g] for g in ids.tolist() if renamed[g] != g}
+    step.clear()
+    step.update(changed)
+    return new_ids[index]
+
+
+def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
+    """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
+    codes present) merged (each group index's merged index), or None when all differ."""
+    parts = []
+    for d in range(qi_codes.shape[1]):
+        col = np.asarray(qi_codes[:, d], dtype=np.int64)
+        if ranged[d]:
+            valued = col >= 0
+            low = np.full(n_groups, np.iinfo(np.int64).max)
+            high = np.full(n_groups, -1)
+            np.minimum.at(low, index[valued], col[valued])
+            np.maximum.at(high, index[valued], col[valued])
+            parts += [low.tolist(), high.tolist()]
+        else:
+            pairs = np.unique(np.column_stack([index, col]), axis=0)
+            sets = [[] for _ in range(n_groups)]
+            for g, c in pairs.tolist():
+                sets[g].append(c)
+            parts.append([tuple(x) for x in sets])
+    keys = list(zip(*parts))
+    first: dict = {}
+    sets = SmallestRootSets(n_groups)
+    found = False
+    for g, key in enumerate(keys):
+        other = first.setdefault(key, g)
+        if other != g:
+            sets.union(other, g)
+            found = True
+    return sets.roots() if found else None
+
+
+def _keeps(current: np.ndarray, option: np.ndarray) -> np.ndarray:
+    """Per group: ``option`` holds every value its current rows hold."""
+    return ~((current > 0) & (option == 0)).any(axis=1)
+
+
+def _counts(index, codes, n_groups, n_values) -> np.ndarray:
+    return np.bincount(index * n_values + codes, minlength=n_groups * n_values).reshape(n_groups, n_values)
+
+
+def _merge_nearest(index, n_groups, bad, points) -> np.ndarray:
+    """Each bad group merged with its nearest group (centroids); the smallest index is the
+    merged group's."""
+    centroids = _centroids(index, n_groups, points)
+    sets = SmallestRootSets(n_groups)
+    for g in bad.tolist():
+        distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
+        distance[g] = np.inf
+        sets.union(g, int(np.argmin(distance)))
+    return sets.roots()
