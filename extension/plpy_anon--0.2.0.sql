@@ -458,6 +458,64 @@ COMMENT ON TABLE anon.release_versions IS
 SELECT pg_catalog.pg_extension_config_dump('anon.release_versions', '');
 
 -------------------------------------------------------------------------------
+-- incremental/215-refresh-phases.sql
+-- 0.2.0: where each refresh's time went: its phases (seconds by phase, adding up to the row's
+-- seconds, the wall clock of the whole call), as anon.releases.metrics -> 'timing' has them for
+-- the current version.
+ALTER TABLE anon.refresh_history ADD COLUMN phases jsonb;
+COMMENT ON COLUMN anon.refresh_history.phases IS
+    'Seconds by phase of the refresh (prepare, locks, read, fit, publish, build, verify, republication, risk, record, swap, grants): they add up to seconds.';
+
+-------------------------------------------------------------------------------
+-- incremental/220-requester-history.sql
+-- pg_restore -j loads each configuration table's rows in a worker of its own, in any order, so a
+-- foreign key between two of them fails such a restore (interactions before requesters). The
+-- link is kept without one: the functions that write history refuse an unknown requester, the
+-- trust computation reads history through anon.requesters, and a trigger (sql/idempotent/080-trust.sql)
+-- takes a requester's history with it when it is deleted or renamed.
+ALTER TABLE anon.interactions DROP CONSTRAINT IF EXISTS interactions_requester_name_fkey;
+ALTER TABLE anon.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
+
+-------------------------------------------------------------------------------
+-- incremental/230-release-state-owners.sql
+-- A stable release's state is its owner's alone. anon.release_people holds a salted hash of each
+-- person's identifiers with the candidates every version left them; with the salt, a custodian
+-- who can guess another custodian's identifiers (national ids, say) could test who is in that
+-- custodian's table and what it left them. So the salt leaves the catalog every custodian reads
+-- (anon.releases.parameters) for anon.release_secrets, and both tables are read and written under
+-- row security: a role sees the rows of the releases it owns (or whose owner it is a member of);
+-- superusers and the extension's owner bypass it. plpy_anon's own reads and writes of the state
+-- run with row_security = on (release_rows.owner_state), so a restore (pg_restore sets it off)
+-- still refreshes a custodian's release, which reads its state as the custodian.
+CREATE TABLE anon.release_secrets (
+    release_id  integer PRIMARY KEY,
+    person_salt text    NOT NULL
+);
+COMMENT ON TABLE anon.release_secrets IS
+    'Stable releases: the salt of their person hashes (anon.release_people), readable by the release''s owner only (row security).';
+SELECT pg_catalog.pg_extension_config_dump('anon.release_secrets', '');
+
+INSERT INTO anon.release_secrets (release_id, person_salt)
+SELECT release_id, parameters ->> 'person_salt' FROM anon.releases WHERE parameters ? 'person_salt';
+UPDATE anon.releases SET parameters = parameters - 'person_salt' WHERE parameters ? 'person_salt';
+
+ALTER TABLE anon.release_people ENABLE ROW LEVEL SECURITY;
+ALTER TABLE anon.release_secrets ENABLE ROW LEVEL SECURITY;
+CREATE POLICY release_owner ON anon.release_people
+    USING (EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = release_people.release_id
+                   AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER')));
+CREATE POLICY release_owner ON anon.release_secrets
+    USING (EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = release_secrets.release_id
+                   AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER')));
+
+-- The candidates of a person: {sensitive column: [value text, ...]}. Anything else (written by a
+-- custodian into its own rows) is refused when written, not met by a refresh later.
+ALTER TABLE anon.release_people ADD CONSTRAINT candidates_well_formed CHECK (
+    pg_catalog.jsonb_typeof(candidates) = 'object'
+    AND NOT pg_catalog.jsonb_path_exists(candidates, 'strict $.* ? (@.type() != "array")', '{}', true)
+    AND NOT pg_catalog.jsonb_path_exists(candidates, 'strict $.*[*] ? (@.type() != "string")', '{}', true));
+
+-------------------------------------------------------------------------------
 -- functions/010-info.toml (generated)
 -- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
@@ -465,6 +523,8 @@ RETURNS TABLE (component text, version text, location text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.versions()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -497,6 +557,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import info as _module
 return _module.versions()
 $$;
@@ -533,7 +595,97 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.versions() IS
-    'Python, plpy_anon and dependency versions loaded in this backend, with where each was loaded from.';
+    'Python, plpy_anon and dependency versions with where each comes from: as loaded in this backend, or as installed where it would load them (found without importing them).';
+
+-------------------------------------------------------------------------------
+-- functions/015-samples.toml (generated)
+-- anon.load_sample(text, text): generated from sql/functions/ (implementation: anon_py.load_sample)
+CREATE OR REPLACE FUNCTION anon_py.load_sample(sample text, schema_name text)
+RETURNS TABLE (table_name text, row_count bigint)
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+import time as _time
+_entered = _time.monotonic()
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.load_sample(text, text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.load_sample(text, text)", sqlstate="42501",
+               hint="anon_py.load_sample implements anon.load_sample(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.load_sample(text, text).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
+from plpy_anon.db import samples as _module
+return _module.load_sample(plpy, sample, schema_name)
+$$;
+COMMENT ON FUNCTION anon_py.load_sample(text, text) IS 'Implementation of anon.load_sample(text, text); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.load_sample(
+    sample text,
+    schema_name text DEFAULT 'public'
+)
+RETURNS TABLE (table_name text, row_count bigint)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.load_sample: argument sample must not be NULL',
+            HINT = 'Pass a value for sample (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM anon_py.load_sample($1, coalesce($2, ('public')::text));
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.load_sample(text, text) IS
+    'Creates and fills a sample''s tables in schema_name (created if missing) with the caller''s rights: ''patients'' (1,000 invented patients), ''adult'' (UCI Adult''s 30,162 complete rows, CC BY 4.0), ''enterprise'' (employees and web_facts, generated), ''hr'' (salaries). Refused, creating nothing, if one of its tables exists. Returns each table and its row count. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- functions/020-columns.toml (generated)
@@ -543,6 +695,8 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_column_role(regclass, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -575,6 +729,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 _module.set_column_role(plpy, source, column_name, role)
 $$;
@@ -633,6 +789,8 @@ RETURNS TABLE (column_name text, data_type text, role text, declared boolean, ge
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.column_roles(regclass)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -665,6 +823,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.describe_roles(plpy, source)
 $$;
@@ -716,6 +876,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy(regclass, text, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -748,6 +910,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy(plpy, source, column_name, paths)
 $$;
@@ -805,12 +969,109 @@ $$;
 COMMENT ON FUNCTION anon.set_hierarchy(regclass, text, text[]) IS
     'Registers a value-generalization hierarchy for a categorical column: a 2-D array, one row per leaf: leaf, parent, ..., root (rows padded with NULL). Labels are taken literally (surrounding spaces and '''' are values like any other). Returns the number of leaves. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
+-- anon.set_hierarchy_prefix(regclass, text, text, integer): generated from sql/functions/ (implementation: anon_py.set_hierarchy_prefix)
+CREATE OR REPLACE FUNCTION anon_py.set_hierarchy_prefix(source regclass, column_name text, mask text, step integer)
+RETURNS integer
+LANGUAGE plpython3u VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+import time as _time
+_entered = _time.monotonic()
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_prefix(regclass, text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.set_hierarchy_prefix(regclass, text, text, integer)", sqlstate="42501",
+               hint="anon_py.set_hierarchy_prefix implements anon.set_hierarchy_prefix(regclass, text, text, integer): call that, after GRANT EXECUTE ON FUNCTION anon.set_hierarchy_prefix(regclass, text, text, integer).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
+from plpy_anon.db import columns as _module
+return _module.set_hierarchy_prefix(plpy, source, column_name, mask, step)
+$$;
+COMMENT ON FUNCTION anon_py.set_hierarchy_prefix(regclass, text, text, integer) IS 'Implementation of anon.set_hierarchy_prefix(regclass, text, text, integer); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.set_hierarchy_prefix(
+    source regclass,
+    column_name text,
+    mask text DEFAULT '*',
+    step integer DEFAULT 1
+)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.set_hierarchy_prefix: argument source must not be NULL',
+            HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    IF $2 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.set_hierarchy_prefix: argument column_name must not be NULL',
+            HINT = 'Pass a value for column_name (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN anon_py.set_hierarchy_prefix($1, $2, coalesce($3, ('*')::text), coalesce($4, (1)::integer));
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.set_hierarchy_prefix(regclass, text, text, integer) IS
+    'Registers a hierarchy that masks a code column''s values from the right, step characters a level (53706 -> 5370* -> 537** -> ... -> *****, then the root *), built from the values the table holds now (refresh it after new codes arrive). Returns the number of leaves. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
 -- anon.set_hierarchy_csv(regclass, text, text, text): generated from sql/functions/ (implementation: anon_py.set_hierarchy_csv)
 CREATE OR REPLACE FUNCTION anon_py.set_hierarchy_csv(source regclass, column_name text, csv text, sep text)
 RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_csv(regclass, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -843,6 +1104,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_csv(plpy, source, column_name, csv, sep)
 $$;
@@ -936,6 +1199,8 @@ RETURNS TABLE (column_name name, data_type text, kind text, confidence text, evi
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_identifiers(regclass, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -968,6 +1233,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import identifiers as _module
 return _module.detect_identifiers(plpy, source, sample_size)
 $$;
@@ -1022,6 +1289,8 @@ RETURNS anon.releases
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1054,6 +1323,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh(plpy, release, GD=GD)
 $$;
@@ -1105,6 +1376,8 @@ RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.drop_release(text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1137,6 +1410,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.drop_release(plpy, release, if_exists)
 $$;
@@ -1380,6 +1655,70 @@ CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end
 -- rather than row security: pg_dump
 -- and pg_restore run with row_security = off, under which a restore's REFRESH of a custodian's
 -- release (its query reads anon.releases as that custodian) fails.
+CREATE OR REPLACE FUNCTION anon._is_next_release_id(release_id integer)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN $1 = pg_catalog.currval('anon.releases_release_id_seq');
+EXCEPTION WHEN object_not_in_prerequisite_state THEN     -- no id drawn in this session
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
+    'Internal: whether an id is the one anon.releases'' sequence last gave this session (the catalog guard''s rule for new rows).';
+
+-- A stable release's salt (the key of its person hashes) is its owner's alone. Custodians have no
+-- privilege on anon.release_secrets: row security would hide the rows but not their values from
+-- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
+-- (whether the policy's subplan ran). These two functions are the only way to the table, and the
+-- only SECURITY DEFINER functions of the extension besides its event trigger: they give or store
+-- the salt of a release only for a session whose login role is, or is a member of, its owner
+-- (session_user: inside them current_user is the extension's owner).
+CREATE OR REPLACE FUNCTION anon._release_salt(release_id integer)
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner regrole;
+BEGIN
+    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
+    IF owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied for the state of release %', $1
+            USING ERRCODE = '42501', HINT = 'A stable release''s state is read by its owner only.';
+    END IF;
+    RETURN (SELECT s.person_salt FROM anon.release_secrets s WHERE s.release_id = $1);
+END
+$$;
+COMMENT ON FUNCTION anon._release_salt(integer) IS
+    'Internal: a stable release''s salt, for a session of its owner; NULL when it has none.';
+
+CREATE OR REPLACE FUNCTION anon._store_release_salt(release_id integer, salt text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner regrole;
+BEGIN
+    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
+    IF owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+        RAISE EXCEPTION 'permission denied for the state of release %', $1
+            USING ERRCODE = '42501', HINT = 'A stable release''s state is written by its owner only.';
+    END IF;
+    IF $2 IS NULL THEN
+        DELETE FROM anon.release_secrets s WHERE s.release_id = $1;
+    ELSE
+        INSERT INTO anon.release_secrets AS s (release_id, person_salt) VALUES ($1, $2)
+        ON CONFLICT ON CONSTRAINT release_secrets_pkey DO UPDATE SET person_salt = EXCLUDED.person_salt;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
+    'Internal: stores (NULL: deletes) a stable release''s salt, for a session of its owner.';
+
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -1399,6 +1738,9 @@ BEGIN
         CASE TG_TABLE_NAME
         WHEN 'releases' THEN
             allowed := pg_catalog.pg_has_role((r.x).release_owner, 'MEMBER')
+                       -- a new row takes the id the sequence gave this session: a role that
+                       -- chose it (OVERRIDING SYSTEM VALUE) could take over an old release's state
+                       AND (TG_OP <> 'INSERT' OR anon._is_next_release_id((r.x).release_id))
                        AND (NOT r.new OR pg_catalog.has_table_privilege((r.x).source, 'SELECT'))
                        -- what a release is stays as created: plpy_anon never updates these, and
                        -- an owner listing its own view among the objects would have it read as one
@@ -1509,6 +1851,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1541,6 +1885,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, refresh_mode=refresh_mode, method='mondrian', GD=GD)
 $$;
@@ -1611,6 +1957,8 @@ RETURNS TABLE (target_k integer, classes integer, smallest_class integer, ncp_pe
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1643,6 +1991,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import sweep as _module
 return _module.sweep(plpy, source, k, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, l=l, risk_threshold=risk_threshold)
 $$;
@@ -1837,6 +2187,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1869,6 +2221,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.add_queries_from_log(plpy, log_file, log_format=log_format)
 $$;
@@ -1913,7 +2267,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.add_queries_from_log(text, text) IS
-    'Adds to anon.workload the queries, with their constants, that a server log recorded (log_statement or log_min_duration_statement; csvlog or stderr format, ''auto'' detects it); other statements (DDL, INSERT, UPDATE, passwords) are skipped, never stored. The file is read with pg_read_file, so PostgreSQL decides who may (superusers, or a role granted EXECUTE on pg_read_file(text) and membership in pg_read_server_files; a relative path is relative to the data directory, e.g. ''log/postgresql.csv''). The caller also needs EXECUTE on anon.add_queries and INSERT on anon.workload. Returns the number of statements added; a NOTICE counts the entries skipped. What pg_stat_statements cannot give: the constants cut points are learned from. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    'Adds to anon.workload the queries, with their predicate constants, that a server log recorded (log_statement or log_min_duration_statement; csvlog or stderr format, ''auto'' detects it). Only a text that parses as one query that writes nothing is stored, rewritten with its comments dropped and every literal that is not compared with a column replaced by a $n placeholder; a line holding several statements is refused whole, and other statements (DDL, INSERT, UPDATE, passwords) are skipped, never stored, as are statements longer than plpy_anon.max_statement_size (default 32kB), which are never parsed. The file is read with pg_read_file, so PostgreSQL decides who may (superusers, or a role granted EXECUTE on pg_read_file(text) and membership in pg_read_server_files; a relative path is relative to the data directory, e.g. ''log/postgresql.csv''). The caller also needs EXECUTE on anon.add_queries and INSERT on anon.workload. Returns the number of statements added; a NOTICE counts the entries skipped. What pg_stat_statements cannot give: the constants cut points are learned from. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.learn_priorities(regclass, double precision, boolean): generated from sql/functions/ (implementation: anon_py.learn_priorities)
 CREATE OR REPLACE FUNCTION anon_py.learn_priorities(source regclass, projection_share double precision, use_pg_stat_statements boolean)
@@ -1921,6 +2275,8 @@ RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by b
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.learn_priorities(regclass, double precision, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -1953,6 +2309,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.learn_priorities(plpy, source, projection_share=projection_share, use_pg_stat_statements=use_pg_stat_statements)
 $$;
@@ -1998,7 +2356,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.learn_priorities(regclass, double precision, boolean) IS
-    'Parses the workload (anon.workload, and pg_stat_statements when installed), counts how each column of the table is used (SELECT list, WHERE/JOIN/HAVING, GROUP BY, ORDER BY), stores the normalized weights in anon.priorities and the predicate cut points in anon.workload_profiles, and returns the weights. Unparseable statements are counted in a NOTICE, never fatal. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    'Parses the workload (anon.workload, and pg_stat_statements when installed), counts how each column of the table is used (SELECT list, WHERE/JOIN/HAVING, GROUP BY, ORDER BY), stores the normalized weights in anon.priorities and the predicate cut points in anon.workload_profiles, and returns the weights. Unparseable statements, and statements longer than plpy_anon.max_statement_size (default 32kB, never parsed), are counted in a NOTICE, never fatal; a cancel or statement_timeout stops it within a second. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
 CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, priorities text, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], target text, metric_weights jsonb, cut_points boolean, cut_tolerance double precision, release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text)
@@ -2006,6 +2364,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2038,6 +2398,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
@@ -2117,6 +2479,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2149,6 +2513,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
@@ -2228,6 +2594,8 @@ RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, cl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_report(text, jsonb)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2260,6 +2628,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.release_report(plpy, release, wdm_weights)
 $$;
@@ -2312,6 +2682,8 @@ RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows big
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.workload_precision(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2344,6 +2716,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.workload_precision(plpy, release)
 $$;
@@ -2521,6 +2895,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2553,6 +2929,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, max_rule_antecedents=max_rule_antecedents, method='break_merge', GD=GD)
 $$;
@@ -2620,6 +2998,8 @@ RETURNS TABLE (parents text[], parent_values text[], child text, child_value tex
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_dependencies(text, double precision, text, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2652,6 +3032,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.detect_dependencies(plpy, release, risk=risk, scope=scope, min_support=min_support, max_parents=max_parents)
 $$;
@@ -2707,6 +3089,8 @@ RETURNS TABLE (parent text, child text)
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.dependency_network(text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2739,6 +3123,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.dependency_network(plpy, release, scope=scope, max_parents=max_parents)
 $$;
@@ -2792,6 +3178,8 @@ RETURNS TABLE (release_kind text, target text, known text, max_probability doubl
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2824,6 +3212,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.breach_report(plpy, release, threshold=threshold)
 $$;
@@ -2952,6 +3342,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.grant_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -2984,6 +3376,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.grant_analyst(plpy, role)
 $$;
@@ -3035,6 +3429,8 @@ RETURNS integer
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.revoke_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3067,6 +3463,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.revoke_analyst(plpy, role)
 $$;
@@ -3118,6 +3516,8 @@ RETURNS TABLE (release text, status text, seconds double precision, error text)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_all()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3150,6 +3550,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh_all(plpy, GD=GD)
 $$;
@@ -3194,6 +3596,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.schedule_refresh(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3226,6 +3630,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.schedule_refresh(plpy, release, schedule)
 $$;
@@ -3277,12 +3683,101 @@ $$;
 COMMENT ON FUNCTION anon.schedule_refresh(text, text) IS
     'Schedules SELECT anon.refresh(release) with pg_cron (cron syntax, e.g. ''0 3 * * *''), replacing an earlier schedule of the same release; returns the pg_cron job id. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
+-- anon.refresh_job(text): generated from sql/functions/ (implementation: anon_py.refresh_job)
+CREATE OR REPLACE FUNCTION anon_py.refresh_job(release text)
+RETURNS TABLE (job_name text, command text, database_name text)
+LANGUAGE plpython3u STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+import time as _time
+_entered = _time.monotonic()
+try:
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_job(text)', 'EXECUTE') AS ok")[0]["ok"]
+except plpy.SPIError:
+    _allowed = False
+if not _allowed:
+    plpy.error("permission denied for function anon.refresh_job(text)", sqlstate="42501",
+               hint="anon_py.refresh_job implements anon.refresh_job(text): call that, after GRANT EXECUTE ON FUNCTION anon.refresh_job(text).")
+if "plpy_anon" not in GD:
+    import sys as _sys
+    _venv = '/opt/plpy_anon/venv'
+    _site = "%s/lib/python%d.%d/site-packages" % (_venv, _sys.version_info[0], _sys.version_info[1])
+    import os as _os, site as _site_mod
+    if not _os.path.isdir(_site):
+        plpy.error("plpy_anon: no Python environment at %s" % _venv, sqlstate="58P01",
+                   hint="The environment's path is fixed when the extension is installed: as root, "
+                        "re-run 'make install VENV=/path/to/venv', then start a new session.")
+    for _m in ("numpy", "pandas", "sklearn", "scipy"):
+        _f = getattr(_sys.modules.get(_m), "__file__", None) or ""
+        if _f and not _f.startswith(_venv):
+            plpy.error("plpy_anon: %s was already imported from %s in this session" % (_m, _f),
+                       sqlstate="55000", hint="Another PL/Python function imported it first; "
+                       "start a new session and call a plpy_anon function before it.")
+    _before = list(_sys.path)
+    _site_mod.addsitedir(_site)
+    _sys.path[:] = [p for p in _sys.path if p not in _before] + _before
+    import plpy_anon as _pkg
+    if _pkg.__version__ != "0.2.0":
+        plpy.error("plpy_anon: the extension is version 0.2.0 but %s holds package version %s"
+                   % (_venv, _pkg.__version__), sqlstate="55000",
+                   hint="Install matching versions: 'make install VENV=/path/to/venv', then "
+                        "ALTER EXTENSION plpy_anon UPDATE.")
+    GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
+from plpy_anon.db import schedule as _module
+return _module.refresh_job(plpy, release)
+$$;
+COMMENT ON FUNCTION anon_py.refresh_job(text) IS 'Implementation of anon.refresh_job(text); executable only by a role that may execute that.';
+
+CREATE OR REPLACE FUNCTION anon.refresh_job(
+    release text
+)
+RETURNS TABLE (job_name text, command text, database_name text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    _message text; _detail text; _hint text; _state text; _context text;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = '22023',
+            MESSAGE = 'anon.refresh_job: argument release must not be NULL',
+            HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
+    END IF;
+    BEGIN
+        RETURN QUERY SELECT * FROM anon_py.refresh_job($1);
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
+                                _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
+                                _context = PG_EXCEPTION_CONTEXT;
+        _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\.[A-Za-z]+: )+', '');
+        IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
+            _detail := _context;                    -- it happened
+        END IF;
+        IF _detail <> '' AND _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail, HINT = _hint;
+        ELSIF _detail <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, DETAIL = _detail;
+        ELSIF _hint <> '' THEN
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state, HINT = _hint;
+        ELSE
+            RAISE EXCEPTION USING MESSAGE = _message, ERRCODE = _state;
+        END IF;
+    END;
+END
+$$;
+COMMENT ON FUNCTION anon.refresh_job(text) IS
+    'The pg_cron job that refreshes a release (the name, command and database anon.schedule_refresh would use), for scheduling it from pg_cron''s database with cron.schedule_in_database when that is another database of the server. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+
 -- anon.unschedule_refresh(text): generated from sql/functions/ (implementation: anon_py.unschedule_refresh)
 CREATE OR REPLACE FUNCTION anon_py.unschedule_refresh(release text)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.unschedule_refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3315,6 +3810,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.unschedule_refresh(plpy, release)
 $$;
@@ -3366,6 +3863,8 @@ RETURNS TABLE (release text, method text, source text, row_count bigint, achieve
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_status()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3398,6 +3897,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.release_status(plpy)
 $$;
@@ -3453,6 +3954,44 @@ AS $$
                 ELSE 'plpy_anon refresh ' || md5($1 || '.' || $2) END
 $$;
 
+-- The command of a release's pg_cron job. DROP EXTENSION plpy_anon leaves pg_cron's jobs (rows
+-- of another extension), and an event trigger of ours cannot remove them: it is dropped with the
+-- extension before a sql_drop trigger would fire. So the job looks for the extension first and,
+-- once it is gone, unschedules itself instead of failing every run.
+CREATE OR REPLACE FUNCTION anon._refresh_job_command(refresh_call text, job_name text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    body text := format('BEGIN IF EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = %L) '
+                        'THEN PERFORM %s; ELSE PERFORM cron.unschedule(%L); END IF; END',
+                        'plpy_anon', $1, $2);
+    tag text := 'job';
+BEGIN
+    -- a dollar quote the body does not hold (a release may be named r$job$x)
+    WHILE pg_catalog.strpos(body, '$' || tag || '$') > 0 LOOP
+        tag := tag || '_';
+    END LOOP;
+    RETURN format('DO $%s$ %s $%s$', tag, body, tag);
+END
+$fn$;
+
+-- Jobs scheduled before their command looked for the extension (a plain SELECT anon.refresh),
+-- including those a DROP EXTENSION left behind: given the command above (needs pg_cron >= 1.3
+-- and the rights of the superuser who installs or upgrades the extension).
+DO $jobs$
+BEGIN
+    IF pg_catalog.to_regprocedure('cron.alter_job(bigint,text,text,text,text,boolean)') IS NOT NULL
+       AND (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = current_user) THEN
+        PERFORM cron.alter_job(j.jobid, command => anon._refresh_job_command(
+                    pg_catalog.substr(j.command, pg_catalog.length('SELECT ') + 1), j.jobname))
+        FROM cron.job j
+        WHERE j.jobname LIKE 'plpy_anon refresh %' AND j.command ~ '^SELECT anon\.refresh\(''.*''\)$';
+    END IF;
+END
+$jobs$;
+
 -------------------------------------------------------------------------------
 -- functions/080-trust.toml (generated)
 -- anon.add_requester(text, name): generated from sql/functions/ (implementation: anon_py.add_requester)
@@ -3461,6 +4000,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_requester(text, name)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3493,6 +4034,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.add_requester(plpy, requester, role)
 $$;
@@ -3550,6 +4093,8 @@ RETURNS bigint
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.record_interaction(text, text, timestamptz, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3582,6 +4127,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.record_interaction(plpy, requester, outcome, recorded_at, note)
 $$;
@@ -3641,6 +4188,8 @@ RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_recommendation(text, text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3673,6 +4222,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 _module.add_recommendation(plpy, requester, by, rating, by_trust)
 $$;
@@ -3737,6 +4288,8 @@ RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.define_purpose(text, jsonb, regclass, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3769,6 +4322,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.define_purpose(plpy, purpose, priorities=priorities, derive_from=derive_from, most=most_useful, least=least_useful, replace=replace)
 $$;
@@ -3825,6 +4380,8 @@ RETURNS TABLE (history double precision, recommendation double precision, trust 
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust(text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3857,6 +4414,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.trust(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
 $$;
@@ -3910,6 +4469,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -3942,6 +4503,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, requester=requester, purpose=purpose, k=k, max_suppression=max_suppression, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight, half_life_days=half_life_days, min_share=min_share, level_weights=level_weights, release_name=release_name, release_schema=release_schema, replace=replace, method='trust', GD=GD)
 $$;
@@ -4087,6 +4650,58 @@ from plpy_anon.db.methods import trust
 return trust.partition(plpy, GD, release_id)
 $$;
 
+-- A requester's history goes with it (what ON DELETE CASCADE did before the foreign keys were
+-- dropped for parallel restores: sql/incremental/220-requester-history.sql); a rename carries it.
+CREATE OR REPLACE FUNCTION anon._requester_history()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    gone text[];
+    came text[];
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM anon.interactions;
+        DELETE FROM anon.recommendations;
+    ELSIF TG_OP = 'DELETE' THEN
+        DELETE FROM anon.interactions i USING changed_old o WHERE i.requester_name = o.requester_name;
+        DELETE FROM anon.recommendations r USING changed_old o WHERE r.requester_name = o.requester_name;
+    ELSE
+        SELECT pg_catalog.array_agg(requester_name) INTO gone FROM changed_old o
+        WHERE NOT EXISTS (SELECT 1 FROM changed_new n WHERE n.requester_name = o.requester_name);
+        SELECT pg_catalog.array_agg(requester_name) INTO came FROM changed_new n
+        WHERE NOT EXISTS (SELECT 1 FROM changed_old o WHERE o.requester_name = n.requester_name);
+        IF gone IS NULL THEN
+            RETURN NULL;
+        END IF;
+        -- requester_name is the key: renamed rows can be paired only one at a time
+        IF pg_catalog.cardinality(gone) <> 1 OR pg_catalog.cardinality(came) <> 1 THEN
+            RAISE EXCEPTION 'rename requesters one at a time'
+                USING ERRCODE = '0A000',
+                      DETAIL = 'Each requester''s interactions and recommendations follow its new name.',
+                      HINT = 'Run one UPDATE anon.requesters SET requester_name = ... WHERE requester_name = ... per requester.';
+        END IF;
+        UPDATE anon.interactions SET requester_name = came[1] WHERE requester_name = gone[1];
+        UPDATE anon.recommendations SET requester_name = came[1] WHERE requester_name = gone[1];
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION anon._requester_history() IS
+    'Internal: deletes (also on TRUNCATE) or renames a requester''s interactions and recommendations with it (statement triggers on anon.requesters).';
+
+DROP TRIGGER IF EXISTS requester_history_delete ON anon.requesters;
+DROP TRIGGER IF EXISTS requester_history_rename ON anon.requesters;
+DROP TRIGGER IF EXISTS requester_history_truncate ON anon.requesters;
+CREATE TRIGGER requester_history_truncate AFTER TRUNCATE ON anon.requesters
+    FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
+CREATE TRIGGER requester_history_delete AFTER DELETE ON anon.requesters
+    REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
+CREATE TRIGGER requester_history_rename AFTER UPDATE ON anon.requesters
+    REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed_new FOR EACH STATEMENT
+    EXECUTE FUNCTION anon._requester_history();
+
 -------------------------------------------------------------------------------
 -- functions/090-pattern.toml (generated)
 -- anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision): generated from sql/functions/ (implementation: anon_py.pattern_view)
@@ -4095,6 +4710,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4127,6 +4744,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, columns=columns, segment=segment, sample=sample, iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, delta=delta, max_unchanged=max_unchanged, method='pattern', GD=GD)
 $$;
@@ -4196,6 +4815,8 @@ RETURNS TABLE (column_name text, distortion double precision, rank_correlation d
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4228,6 +4849,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import pattern as _module
 return _module.distortion_report(plpy, source, release)
 $$;
@@ -4362,6 +4985,8 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4394,6 +5019,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, random_state=random_state, repeats=repeats)
 $$;
@@ -4476,6 +5103,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4508,6 +5137,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, repeats=repeats, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, method='fusion', GD=GD)
 $$;
@@ -4594,6 +5225,8 @@ RETURNS TABLE ( k integer, n_groups integer, protection double precision, protec
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4626,6 +5259,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan_of(plpy, release)
 $$;
@@ -4753,6 +5388,8 @@ RETURNS text
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4785,6 +5422,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.snapshot(plpy, release, snapshot_name=snapshot_name, snapshot_schema=snapshot_schema, replace=replace)
 $$;
@@ -4839,6 +5478,8 @@ RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4871,6 +5512,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.release_metadata(plpy, release)
 $$;
@@ -4924,6 +5567,8 @@ RETURNS TABLE (measure text, column_name text, value double precision, detail te
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -4956,6 +5601,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.risk_report(plpy, relation, quasi_identifiers=quasi_identifiers, sensitive=sensitive, population=population, risk_threshold=risk_threshold, recursive_c=recursive_c)
 $$;
@@ -5012,6 +5659,8 @@ RETURNS TABLE (class_size bigint, classes bigint)
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+import time as _time
+_entered = _time.monotonic()
 try:
     _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.class_sizes(regclass, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
@@ -5044,6 +5693,8 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+from plpy_anon.db.timing import entering as _entering
+_entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.class_sizes(plpy, relation, quasi_identifiers=quasi_identifiers)
 $$;
@@ -5110,5 +5761,9 @@ GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
     anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people, anon.release_versions
     TO plpy_anon_custodian;
+-- A stable release's salt: no privilege at all (not even row-secured SELECT, which the planner
+-- lets a role probe through leakproof functions and EXPLAIN ANALYZE); owners reach their own
+-- through anon._release_salt / anon._store_release_salt (035-catalog-guard.sql).
+REVOKE ALL ON anon.release_secrets FROM plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -15,7 +15,7 @@ return trust.partition(plpy, GD, release_id)
 $$;
 
 -- A requester's history goes with it (what ON DELETE CASCADE did before the foreign keys were
--- dropped for parallel restores: sql/incremental/210-requester-history.sql); a rename carries it.
+-- dropped for parallel restores: sql/incremental/220-requester-history.sql); a rename carries it.
 CREATE OR REPLACE FUNCTION anon._requester_history()
 RETURNS trigger
 LANGUAGE plpgsql

@@ -74,7 +74,7 @@ def _requester(plpy, requester, *, lock=False) -> dict:
     a concurrent delete then waits for this transaction and, at REPEATABLE READ or above, fails
     with a serialization error instead of deleting the requester without the history its
     snapshot does not see (history tables have no foreign key:
-    sql/incremental/210-requester-history.sql)."""
+    sql/incremental/220-requester-history.sql)."""
     if lock:
         return _named(plpy, "UPDATE anon.requesters SET requester_name = requester_name "
                             "WHERE requester_name = $1 RETURNING requester_name, role_name::text",
