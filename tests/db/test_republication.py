@@ -323,11 +323,14 @@ def test_the_stable_mode_writes_classes_from_the_values_read(db, schema):
     """A group publishes the values earlier versions showed (counterfeits): a release that joins
     its rows back to the source cannot, so it is refused asked for, and fresh by default."""
     db.execute(PATIENTS)
-    db.execute("SET plpy_anon.join_back = on")
-    with pytest.raises(psycopg.errors.InvalidParameterValue, match="join its rows back"):
-        create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
-                       sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
-    release = create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
-                             sensitive=["dx"], identifiers=["id"])
+    db.execute("SET plpy_anon.join_back = on")        # on the shared connection: reset below
+    try:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="join its rows back"):
+            create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
+                           sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+        release = create_release(db, "mondrian_view", schema, "patients", k=4, l=3,
+                                 quasi_identifiers=QIS, sensitive=["dx"], identifiers=["id"])
+    finally:
+        db.execute("RESET plpy_anon.join_back")
     assert db.execute("SELECT parameters->>'refresh_mode' FROM anon.releases WHERE release_schema || '.' || "
                       "release_name = %s", (release,)).fetchone()[0] == "fresh"
