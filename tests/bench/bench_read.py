@@ -58,13 +58,16 @@ def copy_seconds(conn, n: int) -> float:
 
 def read_seconds(conn, n: int, check: bool) -> float:
     notices = []
-    conn.add_notice_handler(notices.append)
+
+    def keep(diagnostic):           # its text: the diagnostic is freed after the handler returns
+        notices.append(diagnostic.message_primary or "")
+
+    conn.add_notice_handler(keep)
     try:
         conn.execute(READ % {"n": n, "numeric": NUMERIC, "text": TEXT, "check": check})
     finally:
-        conn.remove_notice_handler(notices.append)
-    return float(next(d.message_primary for d in notices
-                      if d.message_primary.startswith("read ")).split()[1])
+        conn.remove_notice_handler(keep)
+    return float(next(m for m in notices if m.startswith("read ")).split()[1])
 
 
 def measure(conn, n: int, repeat: int) -> list:
