@@ -8,9 +8,10 @@ aggregates of one query see the rows in the same order:
 
 * numeric columns as ONE ``bytea`` of packed big-endian int8 / float8 (``int8send`` /
   ``float8send`` joined by ``string_agg``, in C), read with ``np.frombuffer``: no Python object per
-  value; NULL masks likewise as one byte per row;
+  value; NULL as a number the column's type never reads as (``NULL_STANDS_IN``: int2/int4 as
+  int8's minimum, dates and timestamps as NaN), or else as a mask of one byte per row;
 * text (categorical columns, numeric columns' exact text) as ONE ``bytea`` of the chunk's
-  values in UTF-8 (``convert_to``), each ended by a zero byte (which no text holds), NULL as the
+  values in UTF-8 (``textsend`` when the client encoding is UTF-8, else ``convert_to``), each ended by a zero byte (which no text holds), NULL as the
   byte 0xFF (which no UTF-8 holds), joined by ``string_agg``: split at the zero bytes by numpy and
   factorized by pyarrow (``dictionary_encode``, in C++), then merged into one dictionary across
   chunks. No Python string per row is ever made (PL/Python turns a ``text[]`` into one per
