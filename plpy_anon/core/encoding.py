@@ -66,11 +66,29 @@ def encode_numeric(name, values, null_mask=None):
                               hint="pass real numbers")
     is_null = _null_mask(name, values, null_mask)
     present = values[~is_null]
-    labels, inverse = np.unique(present, return_inverse=True)
+    labels, inverse = sorted_distinct(present)
     null_code = 0 if is_null.any() else None
     codes = np.zeros(values.shape[0], dtype=np.int32)
     codes[~is_null] = inverse.astype(np.int32) + (1 if null_code == 0 else 0)
     return EncodedColumn(name, "numeric", codes, labels, null_code)
+
+
+def sorted_distinct(values):
+    """``np.unique(values, return_inverse=True)``. Integers whose range is not much wider than
+    their count (ages, days, small codes) by a table of that range instead of a sort: O(n +
+    range), several times faster at a million rows."""
+    if values.size and np.issubdtype(values.dtype, np.integer):
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < 4 * values.size + 65536:
+            # in the column's own width, read unsigned: exact for any width (offset < 2**bits)
+            start = values.dtype.type(lo)
+            unsigned = np.dtype(f"u{values.dtype.itemsize}")
+            offsets = (values - start).view(unsigned).astype(np.intp)
+            seen = np.zeros(hi - lo + 1, dtype=bool)
+            seen[offsets] = True
+            rank = np.cumsum(seen, dtype=np.intp) - 1
+            return start + np.flatnonzero(seen).astype(values.dtype), rank[offsets]
+    return np.unique(values, return_inverse=True)
 
 
 def finite_for_ordering(values, null_mask=None):

@@ -8,11 +8,15 @@ aggregates of one query see the rows in the same order:
 
 * numeric columns as ONE ``bytea`` of packed big-endian int8 / float8 (``int8send`` /
   ``float8send`` joined by ``string_agg``, in C), read with ``np.frombuffer``: no Python object per
-  value; NULL masks likewise as one byte per row;
-* categorical columns as ``text[]`` of the chunk, factorized at once and merged into one
-  dictionary across chunks: what is kept is int32 codes, and the values array handed to the
-  methods is ``dictionary[codes]`` (an object array whose entries all point to the few distinct
-  strings: 8 bytes per row, not a string per row). The chunk's strings are freed with the chunk;
+  value; NULL as a number the column's type never reads as (``NULL_STANDS_IN``: int2/int4 as
+  int8's minimum, dates and timestamps as NaN), or else as a mask of one byte per row;
+* text (categorical columns, numeric columns' exact text) as ONE ``bytea`` of the chunk's
+  values in UTF-8 (``textsend`` when the client encoding is UTF-8, else ``convert_to``), each ended by a zero byte (which no text holds), NULL as the
+  byte 0xFF (which no UTF-8 holds), joined by ``string_agg``: split at the zero bytes by numpy and
+  factorized by pyarrow (``dictionary_encode``, in C++), then merged into one dictionary across
+  chunks. No Python string per row is ever made (PL/Python turns a ``text[]`` into one per
+  element): what is kept is int32 codes, and the values array handed to the methods is
+  ``dictionary[codes]`` (an object array whose entries all point to the few distinct strings);
 * the rows' ctids as ONE ``bytea`` of ``tidsend`` values (6 bytes per row: block, line pointer),
   read with ``np.frombuffer``: they go back to SQL as a ``tid[]`` literal (``ctid_literal``), in
   whatever order the release wants its rows, where ``::tid[]`` (array_in, in C) turns them into
@@ -196,27 +200,68 @@ def _chunks(blocks: int, chunk: int):
         yield f"({b},0)", (f"({starts[i + 1]},0)" if i + 1 < len(starts) else None)
 
 
+#: what :func:`text_aggregate` writes for NULL: a byte no UTF-8 text holds, then the end mark
+NULL_TEXT = b"\xff\x00"
+
+
+def text_aggregate(expression: str, send: bool) -> str:
+    """SQL aggregating a text expression of a chunk into one ``bytea``: each value in UTF-8
+    followed by a zero byte, NULL as 0xFF (see :class:`_Dictionary`). With ``send`` (the
+    session's client encoding is UTF-8) by ``textsend``, which writes the client encoding and is
+    cheaper than ``convert_to``'s look-up of the encoding by name for every value."""
+    utf8 = f"pg_catalog.textsend({expression})" if send else \
+        f"pg_catalog.convert_to({expression}, 'UTF8')"
+    return f"pg_catalog.string_agg(coalesce({utf8}, '\\xff'::bytea), '\\x00'::bytea)"
+
+
+def client_is_utf8(plpy) -> bool:
+    return run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
+
+
 class _Dictionary:
-    """Categorical values merged across chunks: int32 codes into one list of distinct strings."""
+    """Text values merged across chunks: int32 codes into one list of distinct strings."""
 
     def __init__(self):
         self.index: dict[str, int] = {}
         self.parts: list[np.ndarray] = []
 
-    def add(self, values: list) -> None:
-        local, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
-        mapping = np.fromiter((self.index.setdefault(u, len(self.index)) for u in uniques),
-                              dtype=np.int32, count=len(uniques))
-        codes = np.full(local.shape[0], -1, dtype=np.int32)
-        present = local >= 0
-        codes[present] = mapping[local[present]]
-        self.parts.append(codes)
+    def add(self, packed: bytes, n: int) -> None:
+        """Add a chunk's ``n`` values packed by :func:`text_aggregate`."""
+        import pyarrow as pa  # here: the calls that read no text never pay for its import
+
+        buffer = packed + b"\x00"                  # the last value's end mark
+        ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == 0)
+        if ends.shape[0] != n:
+            raise RuntimeError(f"read {ends.shape[0]} text values of {n} rows")
+        offsets = np.empty(n + 1, dtype=np.int32)
+        offsets[0] = 0
+        offsets[1:] = ends + 1
+        # each value with its end mark: equal values, equal bytes; the mark is cut off below
+        values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                         pa.py_buffer(buffer)])
+        encoded = values.dictionary_encode()
+        uniques = encoded.dictionary.to_pylist()
+        mapping = np.fromiter((-1 if u == NULL_TEXT else
+                               self.index.setdefault(u[:-1].decode("utf-8"), len(self.index))
+                               for u in uniques), dtype=np.int32, count=len(uniques))
+        self.parts.append(mapping[encoded.indices.to_numpy(zero_copy_only=False)])
 
     def column(self) -> TextColumnData:
         codes = np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int32)
         self.parts = []
         return TextColumnData(codes, list(self.index))
 
+
+#: the types whose read number has a value no row can give it, which stands for NULL (in SQL; in
+#: the values handed on, what the column held there before: 0, or -infinity for a date): a column
+#: of them is read with no NULL mask of its own
+NULL_STANDS_IN = {
+    "int2": ("(-9223372036854775808)::int8", np.iinfo(np.int64).min, 0),
+    "int4": ("(-9223372036854775808)::int8", np.iinfo(np.int64).min, 0),
+    "date": ("'NaN'::float8", np.nan, -np.inf),             # days or +-infinity, never NaN
+    "timestamp": ("'NaN'::float8", np.nan, 0.0),            # seconds or +-infinity, never NaN
+    "timestamptz": ("'NaN'::float8", np.nan, 0.0),
+}
 
 #: each value's microseconds since 2000-01-01 (UTC for timestamptz), what timestamp_send
 #: writes: exact, where the float8 epoch read for ordering is not (int64 min / max: +-infinity)
@@ -239,26 +284,33 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     if several:
         selects.append("pg_catalog.string_agg(pg_catalog.oidsend(tableoid), ''::bytea) "
                        "AS row_relations")
+    send_text = client_is_utf8(plpy)
     kinds = []
     for i, col in enumerate(numeric):
         is_int = NUMERIC_TYPES[col.type_name][2] == "int"
         send = "int8send" if is_int else "float8send"
         cast = "int8" if is_int else "float8"
         kinds.append(">i8" if is_int else ">f8")
-        selects.append(f"pg_catalog.string_agg(pg_catalog.{send}(coalesce(({read_expression(plpy, col)})"
-                       f"::{cast}, 0)), ''::bytea) AS n{i}")
-        if not col.not_null:
+        value = f"({read_expression(plpy, col)})::{cast}"
+        if col.not_null:
+            value = f"coalesce({value}, 0)"
+        elif col.type_name in NULL_STANDS_IN:       # NULL as a number the column cannot hold
+            value = (f"CASE WHEN {ident(plpy, col.name)} IS NULL "
+                     f"THEN {NULL_STANDS_IN[col.type_name][0]} ELSE {value} END")
+        else:
+            value = f"coalesce({value}, 0)"
             selects.append(f"pg_catalog.string_agg(CASE WHEN {ident(plpy, col.name)} IS NULL "
                            f"THEN '\\x01'::bytea ELSE '\\x00'::bytea END, ''::bytea) AS z{i}")
+        selects.append(f"pg_catalog.string_agg(pg_catalog.{send}({value}), ''::bytea) AS n{i}")
         if exact and col.type_name == "numeric":
-            selects.append(f"array_agg({ident(plpy, col.name)}::text) AS x{i}")
+            selects.append(f"{text_aggregate(f'{ident(plpy, col.name)}::text', send_text)} AS x{i}")
         if exact and col.type_name in EXACT_TIME_TYPES:
             selects.append(f"pg_catalog.string_agg(coalesce(pg_catalog.{col.type_name}_send("
                            f"{ident(plpy, col.name)}), '\\x0000000000000000'::bytea), ''::bytea) AS e{i}")
     for i, col in enumerate(categorical):
-        selects.append(f"array_agg({col.as_text(plpy)}) AS c{i}")
+        selects.append(f"{text_aggregate(col.as_text(plpy), send_text)} AS c{i}")
     for i, col in enumerate(texts):
-        selects.append(f"array_agg({col.as_text(plpy)}) AS t{i}")
+        selects.append(f"{text_aggregate(col.as_text(plpy), send_text)} AS t{i}")
     select = ", ".join(selects)
     step = chunk_blocks(plpy)
     n_rows = 0
@@ -290,11 +342,11 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                 if f"e{i}" in row:
                     exact_parts[i].append(np.frombuffer(row[f"e{i}"], dtype=">i8"))
                 if f"x{i}" in row:
-                    numeric_texts[i].add(row[f"x{i}"])
+                    numeric_texts[i].add(row[f"x{i}"], n)
             for i in range(len(categorical)):
-                dictionaries[i].add(row[f"c{i}"])
+                dictionaries[i].add(row[f"c{i}"], n)
             for i in range(len(texts)):
-                text_dictionaries[i].add(row[f"t{i}"])
+                text_dictionaries[i].add(row[f"t{i}"], n)
             del row
     tids = None if not located else np.concatenate(ctids) if ctids else np.empty(0, dtype=TID_DTYPE)
     data = TableData(n_rows, tids,
@@ -303,10 +355,17 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     if n_rows == 0:
         return data
     for i, col in enumerate(numeric):
-        mask = np.concatenate(masks[i]).astype(bool) if not col.not_null else None
         kind = NUMERIC_TYPES[col.type_name][2]
         values = np.concatenate(numbers[i]).astype(np.int64 if kind == "int" else np.float64)
         numbers[i] = None
+        if col.not_null:
+            mask = None
+        elif col.type_name in NULL_STANDS_IN:
+            stand_in, stored = NULL_STANDS_IN[col.type_name][1:]
+            mask = np.isnan(values) if np.isnan(stand_in) else values == stand_in
+            values[mask] = stored
+        else:
+            mask = np.concatenate(masks[i]).astype(bool)
         if kind == "date" and np.isfinite(values).all():
             values = values.astype(np.int64)          # days: exact in float8, ints when finite
         data.columns[col.name] = ColumnData(values, mask)

@@ -110,3 +110,22 @@ def test_encoding_already_factorized_codes_matches_encoding_the_values(values):
     assert from_codes.codes.tolist() == direct.codes.tolist()
     assert from_codes.labels.tolist() == direct.labels.tolist()
     assert from_codes.null_code == direct.null_code
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["int8", "int16", "int32", "int64", "uint8", "uint64"]),
+       st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+       st.lists(st.tuples(st.booleans(), st.floats(0, 1)), min_size=1, max_size=60))
+def test_integer_codes_are_numpys_sorted_distinct_values_at_any_range(dtype, a, b, draws):
+    """The range table for narrow integer ranges gives np.unique's labels and codes, in every
+    width, at the edges of each type's range and across wide ranges (which sort)."""
+    info = np.iinfo(dtype)
+    lo, hi = sorted(info.min + x % (int(info.max) - int(info.min) + 1) for x in (a, b))
+    raw = np.array([lo + int(f * (hi - lo)) for _, f in draws], dtype=dtype)
+    null = np.array([n for n, _ in draws])
+    col = encode_numeric("x", raw, null_mask=null)
+    labels, inverse = np.unique(raw[~null], return_inverse=True)
+    assert col.labels.dtype == raw.dtype
+    np.testing.assert_array_equal(col.labels, labels)
+    np.testing.assert_array_equal(col.codes[~null], inverse + (1 if null.any() else 0))
+    assert (col.codes[null] == 0).all()
