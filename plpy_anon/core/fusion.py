@@ -929,7 +929,8 @@ def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_uti
         candidates = np.flatnonzero(admissible[:upto])
         h = scan_table["h"].to_numpy(dtype=float)[:upto]
         if _simulated(scan_table, repeats):
-            line = _trend_line(within)[2]
+            # two ks: the line through them is their own protections
+            line = _trend_line(within)[2] if upto > 2 else within["protection"].clip(upper=1.0)
             h = objective(line, within["utility_normalized"], w_protection, w_utility,
                           candidates=admissible[:upto])
         best = candidates[np.flatnonzero(h[candidates] == h[candidates].max())[-1]]

@@ -134,7 +134,7 @@ def test_catalog_stores_the_whole_scan(db, schema, enterprise):
         tuple(r) for r in scan(db, w_protection=0.0, w_utility=1.0)]
     assert params["verdict"]["verdict"] == stored[0][12] == "protected"
     assert params["accept_unprotected"] is False and stored[0][15] is False
-    assert [r["k"] for r in params["scan"] if r["saturated"]][0] == params["saturation"]["k"]
+    assert next(r["k"] for r in params["scan"] if r["saturated"]) == params["saturation"]["k"]
 
 
 def test_refresh_microaggregates_current_data_at_the_chosen_k(db, schema, enterprise):
@@ -311,18 +311,17 @@ def test_repeated_simulations_choose_k_on_the_line_of_protection(db, schema, fus
     assert params["saturation"]["k"] == ks[upto - 1]
     utility = np.array([r["utility_normalized"] for r in rows])[:upto]
     candidates = admissible[:upto]
+
+    def scaled(v):
+        spread = np.ptp(v[candidates])
+        return (v - v[candidates].min()) / spread if spread > 0 else 0 * v
+
+    line = protection[:upto]      # two ks: the line through them is their own protections
     if upto > 2:
         slope, intercept, _ = line_of(upto)
         line = intercept + slope * np.log(ks[:upto])
-
-        def scaled(v):
-            spread = np.ptp(v[candidates])
-            return (v - v[candidates].min()) / spread if spread > 0 else 0 * v
-        h = 0.95 * scaled(line) + 0.05 * scaled(utility)
-        best = max(np.flatnonzero(candidates), key=lambda i: (h[i], ks[i]))
-    else:
-        # fewer than three ks: no line, protection counts as equal and utility decides
-        best = max(np.flatnonzero(candidates), key=lambda i: (utility[i], ks[i]))
+    h = 0.95 * scaled(line) + 0.05 * scaled(utility)
+    best = max(np.flatnonzero(candidates), key=lambda i: (h[i], ks[i]))
     assert params["k"] == ks[best] <= params["saturation"]["k"]
     assert release.endswith(f"_k{params['k']}")
     # the SQL scan shows the same figures
