@@ -821,10 +821,14 @@ def _simulated(scan_table, repeats):
 
 
 def _standard_errors(scan_table, repeats):
-    """Each k's standard error of its mean protection (0 when no spread was measured)."""
+    """The standard error of a k's mean protection, pooled over the scanned ks (the same for every
+    k; 0 when no spread was measured): ``sqrt(mean(protection_sd²) / repeats)``. One k's spread
+    from five simulations is itself off by a third, and a k whose spread came out small would
+    count as measurably below the plateau where a noisier k of lower protection would not."""
     if not _simulated(scan_table, repeats):
         return np.zeros(len(scan_table))
-    return scan_table["protection_sd"].fillna(0).to_numpy(dtype=float) / np.sqrt(repeats)
+    sd = scan_table["protection_sd"].fillna(0).to_numpy(dtype=float)
+    return np.full(len(sd), np.sqrt(np.mean(sd**2) / repeats))
 
 
 #: a k is saturated when the most protective admissible k beats it by less than this many
@@ -835,8 +839,8 @@ SATURATION_ERRORS = 2.0
 def saturated(scan_table, repeats=1):
     """Per k: whether more k buys nothing measurable over it. True when the most protective
     admissible k (all ks when none is admissible) beats its protection by less than
-    SATURATION_ERRORS standard errors of the difference, each k's standard error being
-    ``protection_sd / sqrt(repeats)`` (protection clipped at 1, as ``objective`` uses it).
+    SATURATION_ERRORS standard errors of the difference (a k's standard error pooled over the
+    ks: :func:`_standard_errors`; protection clipped at 1, as ``objective`` uses it).
     Without a measured spread (one simulation, exact protections) only the most protective
     protection itself is saturated. With one, a line of protection on log k whose slope is
     within two standard errors of 0 (:func:`protection_trend`) saturates every k: the most
