@@ -47,12 +47,12 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter, Unsupporte
 
 __all__ = [
     "BreakMerge",
+    "antecedent_sizes",
     "check_categories",
     "check_diversity_feasible",
+    "class_detail_kept",
     "merge_for_diversity",
     "merge_tables",
-    "antecedent_sizes",
-    "class_detail_kept",
     "merge_until_no_rule",
     "qi_to_sa_rules",
     "relabel_in_order",

@@ -336,7 +336,7 @@ def test_no_antecedent_of_any_size_reaches_alpha(seed, alpha, most):
 
 
 def test_class_detail_kept_is_one_per_class_and_zero_for_one_group():
-    labels, qis, sensitive = _decided_by_three_qis(1)
+    labels, _, sensitive = _decided_by_three_qis(1)
     group = np.unique(labels, return_inverse=True)[1].ravel()
     values = {c: pd.Index(sorted(sensitive[c].unique())) for c in sensitive}
     histograms = {c: np.stack([np.bincount(values[c].get_indexer(sensitive[c][group == g]),
