@@ -477,6 +477,20 @@ ALTER TABLE anon.interactions DROP CONSTRAINT IF EXISTS interactions_requester_n
 ALTER TABLE anon.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
 
 -------------------------------------------------------------------------------
+-- incremental/225-fusion-saturated.sql
+-- 0.2.0: anon.fusion_scan and anon.fusion_scan_of gain a result column (saturated: more k buys no
+-- measurable protection), which CREATE OR REPLACE cannot do: the old ones go first (nothing
+-- depends on them), the idempotent part creates the new ones.
+DROP FUNCTION IF EXISTS anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[],
+    text, text, jsonb, double precision, double precision, double precision, double precision,
+    double precision, integer, integer);
+DROP FUNCTION IF EXISTS anon_py.fusion_scan(regclass, text, text, regclass, integer, integer,
+    text[], text, text, jsonb, double precision, double precision, double precision,
+    double precision, double precision, integer, integer);
+DROP FUNCTION IF EXISTS anon.fusion_scan_of(text);
+DROP FUNCTION IF EXISTS anon_py.fusion_scan_of(text);
+
+-------------------------------------------------------------------------------
 -- incremental/230-release-state-owners.sql
 -- A stable release's state is its owner's alone. anon.release_people holds a salted hash of each
 -- person's identifiers with the candidates every version left them; with the salt, a custodian
@@ -2990,7 +3004,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer) IS
-    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until no rule a reader can count in the released tables reaches alpha: for every antecedent of 1..max_rule_antecedents (default 2) released QI values held by at least k rows, each non-NULL sensitive value''s share among those rows whose value is known stays below alpha (counted again in SQL on the released views, and by every refresh; residual rules in anon.releases.metrics->''rule_check''); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until no rule a reader can count in the released tables reaches alpha: for every antecedent of 1..max_rule_antecedents (default 2) released QI values, and every whole QI class (all QIs: what an attacker who knows a target''s QI group reads; an antecedent of any size is a union of classes, so every size 1..all is bounded), held by at least k rows, each non-NULL sensitive value''s share among those rows whose value is known stays below alpha (counted again in SQL on the released views, and by every refresh; residual rules in anon.releases.metrics->''rule_check''); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.detect_dependencies(text, double precision, text, integer, integer): generated from sql/functions/ (implementation: anon_py.detect_dependencies)
 CREATE OR REPLACE FUNCTION anon_py.detect_dependencies(release text, risk double precision, scope text, min_support integer, max_parents integer)
@@ -4981,7 +4995,7 @@ COMMENT ON FUNCTION anon._pattern_run_py(integer) IS
 -- functions/100-fusion.toml (generated)
 -- anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): generated from sql/functions/ (implementation: anon_py.fusion_scan)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan(source regclass, sensitive text, identifier text, auxiliary regclass, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, random_state integer, repeats integer)
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, saturated boolean, verdict text, protection_change double precision, attacker_r2 double precision )
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -5045,7 +5059,7 @@ CREATE OR REPLACE FUNCTION anon.fusion_scan(
     random_state integer DEFAULT 0,
     repeats integer DEFAULT 5
 )
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, verdict text, protection_change double precision, attacker_r2 double precision )
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, saturated boolean, verdict text, protection_change double precision, attacker_r2 double precision )
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -5095,7 +5109,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer) IS
-    'For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) repeats times, each with its own known sample and seed, and returns the mean protection P∘P̂ (standardized), its standard deviation over the simulations, P∘P′, the attacker''s gain, utility 1/C_DM and |D|/C_DM, H and whether k meets the thresholds. Creates nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    'For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) repeats times, each with its own known sample and seed, and returns the mean protection P∘P̂ (standardized), its standard deviation over the simulations, P∘P′, the attacker''s gain, utility 1/C_DM and |D|/C_DM, H, whether k meets the thresholds, and whether it is saturated (the most protective admissible k beats it by less than two standard errors of the difference: more k buys nothing measurable). Creates nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): generated from sql/functions/ (implementation: anon_py.fusion_resilient_view)
 CREATE OR REPLACE FUNCTION anon_py.fusion_resilient_view(source regclass, sensitive text, identifier text, auxiliary regclass, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, random_state integer, repeats integer, release_name text, release_schema text, replace boolean, accept_unprotected boolean)
@@ -5217,11 +5231,11 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean) IS
-    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), picks the smallest k whose H is within two standard errors of the best H (the simulations cannot tell them apart; with repeats => 1 the k maximizing H) and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), leaves out the ks past the saturation point (the smallest admissible k that the most protective one does not beat by more than two standard errors: more k buys nothing measurable, so the choice does not move with k_to once the range reaches the plateau), picks the best H among the rest on the line of protection on log k (with repeats => 1, on the scan''s own values), records the saturation point in parameters->''saturation'' and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -- anon.fusion_scan_of(text): generated from sql/functions/ (implementation: anon_py.fusion_scan_of)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan_of(release text)
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, saturated boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -5269,7 +5283,7 @@ COMMENT ON FUNCTION anon_py.fusion_scan_of(text) IS 'Implementation of anon.fusi
 CREATE OR REPLACE FUNCTION anon.fusion_scan_of(
     release text
 )
-RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
+RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, saturated boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$

@@ -47,8 +47,10 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter, Unsupporte
 
 __all__ = [
     "BreakMerge",
+    "antecedent_sizes",
     "check_categories",
     "check_diversity_feasible",
+    "class_detail_kept",
     "merge_for_diversity",
     "merge_tables",
     "merge_until_no_rule",
@@ -406,9 +408,19 @@ def relabel_in_order(labels, sort_keys):
 # ``max_rule_probability`` (alpha) closes that for every rule a reader can count, not only a
 # learned network's edges (Adult, k = 5, l = 2: a network-based check published 427 / 190 / 995
 # rules >= 0.9 of 1 to 3 released QI values): every antecedent of up to ``max_antecedents``
-# released QI values with support >= min_support (the release's k) is counted against every
-# sensitive value (:func:`released_rules`), and groups are merged until none reaches alpha. The
-# db layer counts again, in SQL, on the released relations after the build and every refresh.
+# released QI values, and the whole QI class (all QIs: what an attacker who knows a target's QI
+# group reads, the breach Break-Merge bounds), with support >= min_support (the release's k) is
+# counted against every sensitive value (:func:`released_rules`), and groups are merged until none
+# reaches alpha. An antecedent of any size is a union of whole classes, and its share of a value is
+# the classes' shares averaged (weighted by their rows whose value is known), so no antecedent
+# reaches alpha once no class does: sizes 1..all QIs are then bounded. The db layer counts again,
+# in SQL, on the released relations after the build and every refresh.
+
+
+def antecedent_sizes(n_qis, max_antecedents=MAX_ANTECEDENTS):
+    """The antecedent sizes the rule check counts: 1..max_antecedents and the whole class."""
+    sizes = list(range(1, min(max_antecedents, n_qis) + 1))
+    return sizes + [n_qis] if n_qis > max_antecedents else sizes
 
 
 def qi_to_sa_rules(rules, quasi_identifiers, sensitive):
@@ -445,7 +457,8 @@ def released_rules(group_qis, group_sizes, gid, histograms, values, *, threshold
                    max_antecedents=MAX_ANTECEDENTS, min_support=1):
     """Every rule ``(QI values) -> (sensitive = value)`` a reader can count in the released QIT
     and STs, whose probability reaches ``threshold``, strongest first (``qi_to_sa_rules``'
-    format). The antecedent is 1..``max_antecedents`` released QI values; its support, the QIT
+    format). The antecedent is 1..``max_antecedents`` released QI values or all of them (the
+    whole class: :func:`antecedent_sizes`); its support, the QIT
     rows holding them (at least ``min_support``); its probability, the share of the consequent
     among those rows whose value is known (not NULL), each row standing for its gid's ST shares
     (what the merge view weighs): a NULL is no value, so 90 % NULLs do not dilute a rule that
@@ -471,7 +484,7 @@ def released_rules(group_qis, group_sizes, gid, histograms, values, *, threshold
         names = values[attribute][known]
         expected["_known"] = expected.sum(axis=1)                 # rows with a known value
         expected["_support"] = sizes
-        for r in range(1, min(max_antecedents, len(qis)) + 1):
+        for r in antecedent_sizes(len(qis), max_antecedents):
             for columns in combinations(qis, r):
                 totals = pd.concat([keys[list(columns)], expected], axis=1).groupby(
                     list(columns), dropna=False, sort=False).sum()
@@ -497,6 +510,38 @@ def released_rules(group_qis, group_sizes, gid, histograms, values, *, threshold
             .sort_values(["probability", "parent_support"], ascending=False, kind="stable")
             .reset_index(drop=True))
 
+
+
+def class_detail_kept(histograms, values, gid):
+    """Per sensitive attribute: the share of the classes' own sensitive detail the STs keep.
+
+    A class's detail is how far its distribution of known values lies from the whole table's
+    (total variation distance), weighted by its rows with a known value; the released tables show
+    each class its gid's distribution. 1 = every class's own shares (one gid per class), 0 = the
+    table's shares everywhere (one gid). Merging averages distributions, so the share is in
+    [0, 1]. ``histograms``: attribute -> ``(n_groups, n_values)`` counts per class; ``gid``:
+    the gid of each class."""
+    gid = np.asarray(gid, dtype=np.int64)
+    kept = {}
+    for attribute, hist in histograms.items():
+        counts = hist[:, ~np.asarray(pd.isna(values[attribute]))].astype(float)
+        rows = counts.sum(axis=1)
+        if rows.sum() == 0:
+            kept[attribute] = 1.0
+            continue
+        table = counts.sum(axis=0) / rows.sum()
+        gid_counts = np.zeros((int(gid.max()) + 1, counts.shape[1]))
+        np.add.at(gid_counts, gid, counts)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            own = np.nan_to_num(counts / rows[:, None])
+            shown = np.nan_to_num(gid_counts / gid_counts.sum(axis=1, keepdims=True))[gid]
+
+        def detail(shares, rows=rows, table=table):
+            return float(rows @ (0.5 * np.abs(shares - table).sum(axis=1)))
+
+        whole = detail(own)
+        kept[attribute] = round(detail(shown) / whole, 6) if whole > 0 else 1.0
+    return kept
 
 
 def check_base_rates(histograms, values, alpha):
@@ -573,6 +618,7 @@ def merge_until_no_rule(group_qis, group_sizes, gid, histograms, values, alpha, 
     alpha: with every group in one gid each antecedent shows exactly that share."""
     check_base_rates(histograms, values, alpha)
     gid = np.asarray(gid, dtype=np.int64)
+    detail_before = class_detail_kept(histograms, values, gid)
     n_start, rounds, before = int(gid.max()) + 1, 0, None
     while True:
         rules = released_rules(group_qis, group_sizes, gid, histograms, values,
@@ -597,6 +643,7 @@ def merge_until_no_rule(group_qis, group_sizes, gid, histograms, values, alpha, 
     info = {
         "max_rule_probability": alpha,
         "max_antecedents": max_antecedents,
+        "antecedent_sizes": antecedent_sizes(len(group_qis.columns), max_antecedents),
         "min_support": min_support,
         "rules_before": len(before),
         "strongest_before": [rule_record(r) for r in before.head(report).to_dict("records")],
@@ -605,5 +652,8 @@ def merge_until_no_rule(group_qis, group_sizes, gid, histograms, values, alpha, 
         "residual_rules": [rule_record(r) for r in residual.head(report).to_dict("records")],
         "max_residual_probability": (
             round(float(residual["probability"].max()), 6) if len(residual) else None),
+        # the utility cost in the analyst's terms, beside the gid sizes
+        "class_detail_kept_before": detail_before,
+        "class_detail_kept": class_detail_kept(histograms, values, gid),
     }
     return gid, info

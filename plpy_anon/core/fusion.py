@@ -508,6 +508,7 @@ SCAN_COLUMNS = (
     "utility_normalized",
     "h",
     "admissible",
+    "saturated",
 )
 
 
@@ -528,6 +529,10 @@ class FusionScan:
     @property
     def verdict(self):
         return protection_verdict(self.table)
+
+    @property
+    def saturation(self):
+        return saturation(self.table, self.settings.get("repeats", 1))
 
     def chosen_k(self):
         return choose_k(
@@ -752,6 +757,7 @@ def fusion_scan(
     )
     scan["h"] = objective(scan["protection"], scan["utility_normalized"], w_protection, w_utility,
                           candidates=scan["admissible"].to_numpy())  # fmt: skip
+    scan["saturated"] = saturated(scan, repeats)
     return FusionScan(
         table=scan[list(SCAN_COLUMNS)],
         n_rows=len(table),
@@ -814,18 +820,107 @@ def _simulated(scan_table, repeats):
         bool((scan_table["protection_sd"].fillna(0) > 0).any())
 
 
+def _standard_errors(scan_table, repeats):
+    """The standard error of a k's mean protection, pooled over the scanned ks (the same for every
+    k; 0 when no spread was measured): ``sqrt(mean(protection_sd²) / repeats)``. One k's spread
+    from five simulations is itself off by a third, and a k whose spread came out small would
+    count as measurably below the plateau where a noisier k of lower protection would not."""
+    if not _simulated(scan_table, repeats):
+        return np.zeros(len(scan_table))
+    sd = scan_table["protection_sd"].fillna(0).to_numpy(dtype=float)
+    return np.full(len(sd), np.sqrt(np.mean(sd**2) / repeats))
+
+
+#: a k is saturated when the most protective admissible k beats it by less than this many
+#: standard errors of the difference (two: what a re-run with other seeds could reverse)
+SATURATION_ERRORS = 2.0
+
+
+def saturated(scan_table, repeats=1):
+    """Per k: whether more k buys nothing measurable over it. True when the most protective
+    admissible k (all ks when none is admissible) beats its protection by less than
+    SATURATION_ERRORS standard errors of the difference (a k's standard error pooled over the
+    ks: :func:`_standard_errors`; protection clipped at 1, as ``objective`` uses it).
+    Without a measured spread (one simulation, exact protections) only the most protective
+    protection itself is saturated. With one, a line of protection on log k whose slope is
+    within two standard errors of 0 (:func:`protection_trend`) saturates every k: the most
+    protective of many ks that do not differ is the noise's maximum, which a re-run moves."""
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    if _simulated(scan_table, repeats):
+        slope, se = protection_trend(scan_table)
+        if abs(slope) <= 2 * se:
+            return np.ones(len(protection), dtype=bool)
+    level, level_se = _plateau(scan_table, repeats)
+    se = _standard_errors(scan_table, repeats)
+    return protection >= level - SATURATION_ERRORS * np.sqrt(se**2 + level_se**2)
+
+
+def _plateau(scan_table, repeats):
+    """``(level, standard error)`` of the best protection reachable among the admissible ks: the
+    mean of the ks the level does not beat beyond the noise, from the most protective k down
+    until it holds (a fixed point). The most protective k alone is the maximum of noisy means,
+    which rises with every k scanned on a plateau; their mean does not. Without a measured
+    spread: the most protective k's protection."""
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(protection))
+    se = _standard_errors(scan_table, repeats)
+    best = np.flatnonzero(over)[np.argmax(protection[over])]
+    level, level_se = protection[best], se[best]
+    for _ in range(len(protection)):  # the level only falls, so this ends well before
+        members = over & (protection >= level - SATURATION_ERRORS * np.sqrt(se**2 + level_se**2))
+        new_level = float(protection[members].mean())
+        new_se = float(np.sqrt((se[members] ** 2).sum()) / members.sum())
+        if new_level == level and new_se == level_se:
+            break
+        level, level_se = new_level, new_se
+    return level, level_se
+
+
+def saturation(scan_table, repeats=1):
+    """Where more k stops buying protection: ``k``, the smallest admissible saturated k (the ks
+    after it are not measurably more protective and cost utility), its protection, the plateau
+    (``plateau``: the best protection reachable, :func:`_plateau`, and the ``margin`` at k),
+    the most protective admissible k and its protection, whether the line of protection on log
+    k is flat within its noise (``flat``: every k saturated), and whether more k bought nothing
+    inside the range (``inside_range``: k < k_to)."""
+    flags = saturated(scan_table, repeats)
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    ks = scan_table["k"].to_numpy()
+    over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(ks))
+    first = int(np.flatnonzero(over & flags)[0])
+    best = int(np.flatnonzero(over)[np.argmax(protection[over])])
+    level, level_se = _plateau(scan_table, repeats)
+    se = _standard_errors(scan_table, repeats)
+    return {
+        "k": int(ks[first]),
+        "protection": float(protection[first]),
+        "plateau": level,
+        "margin": float(SATURATION_ERRORS * np.sqrt(se[first] ** 2 + level_se**2)),
+        "most_protective_k": int(ks[best]),
+        "protection_best": float(protection[best]),
+        "flat": bool(flags.all() and _simulated(scan_table, repeats)),
+        "inside_range": bool(ks[first] < ks[-1]),
+    }
+
+
 def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_utility=0.5,
              repeats=1):
-    """The admissible k of the best H.
+    """The admissible k of the best H among the ks up to saturation.
 
-    With protections averaged over ``repeats`` simulations, H is computed from protection
-    smoothed across the ks, which a re-run with other seeds estimates alike: the least-squares
-    line of protection on log k (:func:`protection_trend`). A slope within two standard errors
-    of 0 means protection does not change with k detectably: the admissible k of best utility
-    (ties: the smaller k). Otherwise (rising or falling), the best H on the line. A k's own mean
-    moves between re-runs by as much as the differences between neighbouring ks (Adult: 0.025 per simulation against 0.03 over k = 2..30), so its
-    maximum, or the smallest k within the noise of it, followed the seed. With one simulation
-    (no spread measured) or exact protections: the k maximizing H (ties: the larger k, as the
+    The paper raises k while it stays admissible and takes the best H among those candidates.
+    Candidates past the saturation point (:func:`saturation`: the smallest admissible k whose
+    protection the most protective admissible k does not beat by more than the simulations'
+    noise) buy no measurable protection and cost utility, so they are left out: the choice does
+    not move with k_to once the range reaches the plateau, and lies inside the range.
+
+    Among the remaining candidates, with protections averaged over ``repeats`` simulations, H is
+    computed from protection smoothed across those ks (a k's own mean moves between re-runs by as
+    much as neighbouring ks differ): the least-squares line of protection on log k over
+    k_from..saturation (:func:`protection_trend`). When protection is flat within the noise from
+    k_from on, k_from is the saturation point and the only candidate. On a rising line, H (each
+    term rescaled over the candidates) is best at an end: the saturation point when protection
+    weighs at least as much as utility, k_from otherwise. With one simulation (no spread
+    measured) or exact protections: the candidate maximizing H (ties: the larger k, as the
     paper's ``>=``).
 
     Raises InsufficientData naming the closest candidates when no k meets both thresholds.
@@ -833,15 +928,15 @@ def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_uti
     admissible = scan_table["admissible"].to_numpy(dtype=bool)
     if admissible.any():
         ks = scan_table["k"].to_numpy()
-        candidates = np.flatnonzero(admissible)
-        h = scan_table["h"].to_numpy(dtype=float)
+        upto = int(np.flatnonzero(ks == saturation(scan_table, repeats)["k"])[0]) + 1
+        within = scan_table.iloc[:upto]
+        candidates = np.flatnonzero(admissible[:upto])
+        h = scan_table["h"].to_numpy(dtype=float)[:upto]
         if _simulated(scan_table, repeats):
-            slope, se, line = _trend_line(scan_table)
-            utility = scan_table["utility_normalized"].to_numpy(dtype=float)
-            if abs(slope) <= 2 * se:
-                best_utility = candidates[utility[candidates] == utility[candidates].max()]
-                return int(ks[best_utility].min())
-            h = objective(line, utility, w_protection, w_utility, candidates=admissible)
+            # two ks: the line through them is their own protections
+            line = _trend_line(within)[2] if upto > 2 else within["protection"].clip(upper=1.0)
+            h = objective(line, within["utility_normalized"], w_protection, w_utility,
+                          candidates=admissible[:upto])
         best = candidates[np.flatnonzero(h[candidates] == h[candidates].max())[-1]]
         return int(ks[best])
     closest = _closest_candidates(scan_table, min_protection, min_utility)

@@ -341,25 +341,24 @@ def rule_lines(rules, limit=10):
 ISSUE_RULES = 61  # QI -> SA rules at 0.9 the issue read off a Break-Merge release of Adult
 
 
-def readable_rules(conn, release, most=2):
+def readable_rules(conn, release, size, threshold=RISK):
     """Per sensitive column: the rules a reader counts in the release's merge view, antecedents
-    of 1..most released QI values with at least K rows, probability >= RISK (issue 29, point 2:
-    the network-based check left 427 / 190 / 995 of them)."""
+    of ``size`` released QI values with at least K rows, probability >= threshold (the network-based
+    check left 427 / 190 / 995 of them at sizes 1 to 3). Size len(QIS) is the whole QI class."""
     from itertools import combinations
     counts = {}
     for attribute in SENSITIVE:
         n = 0
-        for r in range(1, most + 1):
-            for columns in combinations(QIS, r):
-                keys = ", ".join(f'"{c}"' for c in columns)
-                (found,), = conn.execute(
-                    f'SELECT count(*) FROM (SELECT sum(weight) / nullif(sum(sum(weight)) '
-                    f'FILTER (WHERE "{attribute}" IS NOT NULL) OVER w, 0) AS p, '
-                    f'sum(sum(weight)) OVER w AS support, "{attribute}" AS v '
-                    f'FROM {release}_merged GROUP BY {keys}, "{attribute}" '
-                    f"WINDOW w AS (PARTITION BY {keys})) AS x "
-                    f"WHERE v IS NOT NULL AND p >= %s AND support >= %s", (RISK, K)).fetchall()
-                n += found
+        for columns in combinations(QIS, size):
+            keys = ", ".join(f'"{c}"' for c in columns)
+            (found,), = conn.execute(
+                f'SELECT count(*) FROM (SELECT sum(weight) / nullif(sum(sum(weight)) '
+                f'FILTER (WHERE "{attribute}" IS NOT NULL) OVER w, 0) AS p, '
+                f'sum(sum(weight)) OVER w AS support, "{attribute}" AS v '
+                f'FROM {release}_merged GROUP BY {keys}, "{attribute}" '
+                f"WINDOW w AS (PARTITION BY {keys})) AS x "
+                f"WHERE v IS NOT NULL AND p >= %s AND support >= %s", (threshold, K)).fetchall()
+            n += found
         counts[attribute] = n
     return counts
 
@@ -372,7 +371,8 @@ def rule_check_in_database(frame, alpha=RISK):
     rows = []
     with extension_db() as conn:
         copy_frame(conn, "adult", frame[list(SOURCE_TYPES)], SOURCE_TYPES)
-        for name, a in (("adult_bm", None), ("adult_bm_alpha", alpha)):
+        for name, a in (("adult_bm", None), ("adult_bm_alpha", alpha),
+                        ("adult_bm_alpha_low", round(alpha - 0.1, 2))):
             t_break = _sql_seconds(
                 conn,
                 "SELECT anon.break_merge('adult', k => %s, l => %s, quasi_identifiers => %s, "
@@ -384,7 +384,8 @@ def rule_check_in_database(frame, alpha=RISK):
                 (f"release.{name}", RISK, SENSITIVE, QIS)).fetchall()
             (metrics,), = conn.execute(
                 "SELECT metrics FROM anon.releases WHERE release_name = %s", (name,)).fetchall()
-            counted = readable_rules(conn, f"release.{name}")
+            counted = {size: readable_rules(conn, f"release.{name}", size, a or alpha)
+                       for size in range(1, len(QIS) + 1)}
             t_refresh = _sql_seconds(conn, "SELECT anon.refresh(%s)", (f"release.{name}",))
             check = metrics.get("rule_check") or {}
             residual = check.get("max_residual_probability")
@@ -392,8 +393,12 @@ def rule_check_in_database(frame, alpha=RISK):
                 "release": "Break-Merge" if a is None else f"max_rule_probability => {a}",
                 f"QI->SA rules >= {RISK} (issue: {ISSUE_RULES})": n_rules,
                 "strongest": None if top is None else round(top, 3),
-                f"rules a reader counts >= {RISK} per SA (target: 0 with alpha)":
-                    " / ".join(f"{a} {n}" for a, n in counted.items()),
+                **{f"rules >= alpha ({alpha} without), {size} QI value{'s' * (size > 1)}"
+                   f"{' (the class)' if size == len(QIS) else ''} (target: 0 with alpha)":
+                   " / ".join(f"{a} {n}" for a, n in by_attribute.items())
+                   for size, by_attribute in counted.items()},
+                "class detail kept (1 = each class's own shares, 0 = the table's)": " / ".join(
+                    f"{a} {v:.3f}" for a, v in check.get("class_detail_kept", {}).items()) or "-",
                 "strongest residual": residual,
                 "rounds": check.get("rounds"),
                 "groups": metrics["n_groups"],

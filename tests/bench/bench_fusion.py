@@ -259,7 +259,12 @@ DOC_QUERIES = [
                                   w_protection => 0.8, w_utility => 0.2, k_to => 12,
                                   accept_unprotected => true)""",
  "SELECT * FROM release.employees_fusion_k{K} ORDER BY name LIMIT 4",
- "SELECT k, protection, utility_normalized, h, admissible, chosen, verdict, accept_unprotected FROM anon.fusion_scan_of('release.employees_fusion_k{K}')",
+ "SELECT k, protection, utility_normalized, h, admissible, saturated, chosen, verdict, accept_unprotected FROM anon.fusion_scan_of('release.employees_fusion_k{K}')",
+ """SELECT (s->>'k')::int AS k, (s->>'flat')::boolean AS flat, (s->>'plateau')::float8 AS plateau,
+       (s->>'margin')::float8 AS margin, (s->>'most_protective_k')::int AS most_protective_k,
+       (s->>'inside_range')::boolean AS inside_range
+FROM anon.releases, LATERAL (SELECT parameters->'saturation') AS p(s)
+WHERE release_name = 'employees_fusion_k{K}'""",
  """SELECT release_name, method, achieved_k, row_count,
        parameters->>'auxiliary_unmatched' AS unmatched, parameters->>'attacker' AS attacker,
        parameters->'verdict'->>'verdict' AS verdict, parameters->>'accept_unprotected' AS accepted
@@ -314,24 +319,59 @@ def docs_examples():
     return blocks
 
 
-def choice_over_seeds(seeds=(0, 100, 200, 300, 400)):
-    """Issue 29, point 3: the chosen k over five seeds of the known sample and attacker, with one
-    simulation per k and with the default five (seeds 100 apart: no simulation shared between
-    the scans, which ``random_state + r`` would otherwise share). Target: one k for all seeds."""
-    table, auxiliary, attributes = load_adult("hours_per_week")
-    lines = ["## Choice of k over five seeds (Adult hours_per_week, regression, W = 0.95 / 0.05)",
-             "", ("| repeats | chosen k per seed | distinct choices | target | slope / standard "
-             "error of protection on log k, per seed |"), "|---|---|---|---|---|"]
-    for repeats in (1, 5):
-        scans = [fusion.fusion_scan(table, auxiliary, identifier="row_id",
-                                    sensitive="hours_per_week", attributes=attributes, k_from=2,
-                                    k_to=30, w_protection=0.95, w_utility=0.05,
-                                    random_state=seed, repeats=repeats) for seed in seeds]
-        chosen = [scan.chosen_k() for scan in scans]
-        trends = [fusion.protection_trend(scan.table) for scan in scans]
-        ratios = ", ".join(f"{slope / se:.1f}" if se else "-" for slope, se in trends)
-        lines.append(f"| {repeats} | {', '.join(map(str, chosen))} | {len(set(chosen))} | 1 | "
-                     f"{ratios} |")
+CHOICE_ROWS = int(os.environ.get("FUSION_BENCH_CHOICE_ROWS", "1500"))
+CHOICE_RANGES = (30, 50, 80)
+
+
+def _choice_up_to(table, repeats, k_to, w_protection, w_utility):
+    """The choice a scan of k = 2..k_to makes: each k's row depends on k and the simulations
+    only (same known samples and seeds at every k), so it is the first rows of the 2..80 scan,
+    with H and the saturation recomputed over them as fusion_scan does."""
+    table = table[table["k"] <= k_to].copy()
+    table["h"] = fusion.objective(table["protection"], table["utility_normalized"], w_protection,
+                                  w_utility, candidates=table["admissible"].to_numpy())
+    table["saturated"] = fusion.saturated(table, repeats)
+    chosen = fusion.choose_k(table, min_protection=0, min_utility=0, w_protection=w_protection,
+                             w_utility=w_utility, repeats=repeats)
+    return chosen, fusion.saturation(table, repeats)
+
+
+def choice_over_seeds(seeds=(0, 100, 200, 300, 400), weights=(0.95, 0.05)):
+    """The chosen k over five seeds of the known sample and attacker (five simulations per k;
+    seeds 100 apart: no simulation shared between the scans) and three scan ranges, on Adult
+    hours_per_week and the synthetic enterprise table. Target: inside the range where protection
+    saturates, and the same k for 2..30, 2..50 and 2..80 once the range reaches the plateau."""
+    adult, adult_aux, adult_attributes = load_adult("hours_per_week")
+    adult = adult.iloc[:CHOICE_ROWS]
+    employees, web = make_enterprise(n_employees=CHOICE_ROWS, web_coverage=0.85, n_strangers=50)
+    tables = [("Adult hours_per_week", adult, adult_aux, "row_id", "hours_per_week",
+               adult_attributes),
+              ("enterprise salary", employees, web, "name", "salary",
+               ["perf_1", "perf_2", "perf_3"])]
+    header = " | ".join(f"k = 2..{t}: chosen (saturated from)" for t in CHOICE_RANGES)
+    lines = [(f"## Choice of k over five seeds and three ranges ({CHOICE_ROWS} rows, regression, "
+              f"5 simulations per k, W = {weights[0]} / {weights[1]})"), "",
+             f"| table | seed | {header} | same k over the ranges |",
+             "|---" * (3 + len(CHOICE_RANGES)) + "|"]
+    for name, table, auxiliary, identifier, sensitive, attributes in tables:
+        for seed in seeds:
+            started = time.perf_counter()
+            # the scan of 2..80 (kept: FUSION_BENCH_REUSE=1 re-reads it to re-run the choice)
+            saved = results_dir() / f"fusion-choice-{name.split()[0]}-{CHOICE_ROWS}-{seed}.csv"
+            if os.environ.get("FUSION_BENCH_REUSE") and saved.exists():
+                scanned = pd.read_csv(saved, index_col=0)
+            else:
+                scanned = fusion.fusion_scan(
+                    table, auxiliary, identifier=identifier, sensitive=sensitive,
+                    attributes=attributes, k_from=2, k_to=max(CHOICE_RANGES),
+                    w_protection=weights[0], w_utility=weights[1], random_state=seed,
+                    repeats=5).table
+                scanned.to_csv(saved)
+            choices = [_choice_up_to(scanned, 5, k_to, *weights) for k_to in CHOICE_RANGES]
+            cells = [f"{k} ({s['k']}{', flat' if s['flat'] else ''})" for k, s in choices]
+            same = len({k for k, _ in choices}) == 1
+            lines.append(f"| {name} | {seed} | {' | '.join(cells)} | {'yes' if same else 'no'} |")
+            print(lines[-1], f"({time.perf_counter() - started:.0f} s)", flush=True)
     print("\n".join(lines))
     return lines + [""]
 
@@ -339,6 +379,9 @@ def choice_over_seeds(seeds=(0, 100, 200, 300, 400)):
 def main():
     if os.environ.get("FUSION_BENCH_DOCS"):
         docs_examples()
+        return
+    if os.environ.get("FUSION_BENCH_PARTS") == "choice":
+        choice_over_seeds()
         return
     report = ["# FRED: fusion attack and choice of k (issue 8)", "", __doc__, ""]
     employees, web = make_enterprise(n_employees=N_ROWS, web_coverage=0.85, n_strangers=50)
@@ -350,8 +393,8 @@ def main():
         report += run(f"adult_{sensitive}", table, auxiliary, "row_id", sensitive, attributes,
                       "regression")  # fmt: skip
     report += verdict_cases()
-    report += choice_over_seeds()
     report += in_database(employees, web)
+    report += choice_over_seeds()
     (results_dir() / "fusion.md").write_text("\n".join(report))
     print(f"wrote {results_dir() / 'fusion.md'}")
 

@@ -530,7 +530,7 @@ def test_planted_rule_is_readable_without_max_rule_probability(db, schema):
 def test_max_rule_probability_leaves_no_qi_to_sa_rule(db, schema):
     source = _load(db, schema, _planted())
     _break_alpha(db, schema, source, ALPHA)
-    assert _readable_rules(db, schema, "people_bm", ALPHA) == []
+    assert _readable_rules(db, schema, "people_bm", ALPHA, most=len(QIS)) == []
     check_invariants(db, schema, source, k=5, l=1)  # k still holds
     # the residual rules are in the catalog, all below alpha, and the merges are counted
     (check,) = db.execute(
@@ -540,9 +540,64 @@ def test_max_rule_probability_leaves_no_qi_to_sa_rule(db, schema):
     assert check["rules_before"] >= 1 and check["gids_merged"] >= 1
     assert all(r["probability"] < ALPHA for r in check["residual_rules"])
     # the residual rules are the strongest a reader counts on the release
-    found = _readable_rules(db, schema, "people_bm", 0.0)
+    found = _readable_rules(db, schema, "people_bm", 0.0, most=len(QIS))
     assert [round(f[4], 6) for f in found[:len(check["residual_rules"])]] == [
         round(r["probability"], 6) for r in check["residual_rules"]]
+
+
+def _largest_class_shares(db, schema, name="people_bm"):
+    """Per sensitive attribute, the largest share of one known value in any QI class, computed
+    from the released QIT and STs alone: a class's rows in each gid stand for that gid's ST
+    shares (what an attacker who knows a target's QI values, hence his class, can read)."""
+    qit = _rel(schema, f"{name}_qit")
+    key = "ROW(" + ", ".join(f'q."{c}"' for c in QIS) + ")::text"
+    largest = {}
+    for attribute in SENSITIVE:
+        st = _rel(schema, f"{name}_st_{attribute}")
+        (largest[attribute],) = db.execute(f"""
+            WITH c AS (SELECT {key} AS class, q.gid, count(*)::float8 AS n
+                       FROM {qit} AS q GROUP BY 1, 2),
+                 g AS (SELECT gid, sum(count)::float8 AS total FROM {st} GROUP BY gid),
+                 v AS (SELECT c.class, s.value, sum(c.n * s.count / g.total) AS rows
+                       FROM c JOIN {st} AS s USING (gid) JOIN g USING (gid)
+                       WHERE s.value IS NOT NULL GROUP BY 1, 2)
+            SELECT max(rows / known) FROM v
+            JOIN (SELECT class, sum(rows) AS known FROM v GROUP BY class) AS t USING (class)
+            """).fetchone()
+    return largest
+
+
+def _decided_by_all_qis(n=800, seed=4):
+    """Income decided by the parity of age decade, sex and zip together: every single QI value and
+    every pair of them sees both incomes in shares of 0.4 to 0.6, but a class of one age, sex
+    and zip (four ages: the classes are that fine) holds one income only."""
+    frame = _people(n, seed)
+    frame["age"] = np.random.default_rng(seed).choice([25, 35, 45, 55], n)
+    zip_index = frame["zip"].map({"13000": 0, "13500": 1, "14000": 0, "22000": 1, "23000": 0})
+    odd = (frame["age"] // 10 + (frame["sex"] == "F") + zip_index) % 2 == 1
+    frame["income"] = np.where(odd, ">50K", "<=50K")
+    return frame
+
+
+def test_no_qi_class_shows_a_sensitive_value_at_max_rule_probability(db, schema):
+    """The breach of an attacker who knows a target's QI class is bounded by alpha: in every class
+    of the released QIT, no known sensitive value holds alpha of the rows, although no rule of one
+    or two QI values reaches alpha."""
+    source = _load(db, schema, _decided_by_all_qis())
+    _break_alpha(db, schema, source, ALPHA)
+    largest = _largest_class_shares(db, schema)
+    assert all(share < ALPHA for share in largest.values()), largest
+    breach = db.execute("SELECT target, max_probability FROM anon.breach_report(%s) "
+                        "WHERE release_kind = 'break_merge' AND known IS NULL",
+                        (_rel(schema, "people_bm"),)).fetchall()
+    assert breach and all(p < ALPHA for _, p in breach), breach
+    (check,) = db.execute(
+        "SELECT metrics -> 'rule_check' FROM anon.releases WHERE release_schema = %s "
+        "AND release_name = 'people_bm'", (release_schema_of(schema),)).fetchone()
+    assert check["antecedent_sizes"] == [1, 2, 3]
+    for attribute in SENSITIVE:  # the cost, as the share of the classes' own detail kept
+        assert 0 <= check["class_detail_kept"][attribute] \
+            <= check["class_detail_kept_before"][attribute] <= 1
 
 
 def test_max_rule_probability_below_a_base_rate_is_refused(db, schema):

@@ -129,11 +129,12 @@ def test_catalog_stores_the_whole_scan(db, schema, enterprise):
     assert params["auxiliary_unmatched"] == N_STRANGERS
     assert "salary" not in params["released"]
     stored = call(db, "fusion_scan_of", release=release)
-    assert [r[0] for r in stored if r[10]] == [2]
-    assert [r[:10] + r[11:14] for r in stored] == [
+    assert [r[0] for r in stored if r[11]] == [2]
+    assert [r[:11] + r[12:15] for r in stored] == [
         tuple(r) for r in scan(db, w_protection=0.0, w_utility=1.0)]
-    assert params["verdict"]["verdict"] == stored[0][11] == "protected"
-    assert params["accept_unprotected"] is False and stored[0][14] is False
+    assert params["verdict"]["verdict"] == stored[0][12] == "protected"
+    assert params["accept_unprotected"] is False and stored[0][15] is False
+    assert next(r["k"] for r in params["scan"] if r["saturated"]) == params["saturation"]["k"]
 
 
 def test_refresh_microaggregates_current_data_at_the_chosen_k(db, schema, enterprise):
@@ -218,7 +219,7 @@ def test_accept_unprotected_publishes_with_a_warning_recorded_in_the_catalog(db,
     assert params["accept_unprotected"] is True
     assert params["verdict"]["verdict"] == "unprotected"
     stored = call(db, "fusion_scan_of", release=release)
-    assert {(r[11], r[14]) for r in stored} == {("unprotected", True)}
+    assert {(r[12], r[15]) for r in stored} == {("unprotected", True)}
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 120
 
 
@@ -278,10 +279,11 @@ def test_fuzzy_attacker_refused_only_when_the_auxiliary_data_adds(db, schema, dr
 @pytest.mark.parametrize("fusion_case", ["release"], indirect=True)
 def test_repeated_simulations_choose_k_on_the_line_of_protection(db, schema, fusion_case):
     """With repeats (default 5), each k's protection is the mean of five simulations and the
-    scan shows their spread; the chosen k is, recomputed here from the stored scan alone (numpy's
-    least squares, not the product's), the admissible k of best H on the line of protection on
-    log k, or the most useful admissible k when that line's slope is within two standard errors
-    of 0. The release records the slope and its standard error."""
+    scan shows their spread and which ks are saturated (more k buys nothing measurable); the
+    chosen k is, recomputed here from the stored scan alone (numpy's least squares, not the
+    product's), the admissible k of best H on the line of protection on log k over the ks up to
+    the first saturated admissible k (all of them when the whole scan's line is flat within two
+    standard errors). The release records the slope, its standard error and the saturation."""
     release = resilient_view(db, schema, k_to=20, w_protection=0.95, w_utility=0.05, repeats=5)
     params = db.execute("SELECT parameters FROM anon.releases WHERE release_schema = %s",
                         (release_schema_of(schema),)).fetchone()[0]
@@ -289,29 +291,47 @@ def test_repeated_simulations_choose_k_on_the_line_of_protection(db, schema, fus
     assert params["repeats"] == 5 and all(r["protection_sd"] > 0 for r in rows)
     ks = np.array([r["k"] for r in rows])
     protection = np.minimum([r["protection"] for r in rows], 1.0)
-    (slope, intercept), residual, *_ = np.linalg.lstsq(
-        np.column_stack([np.log(ks), np.ones(ks.size)]), protection, rcond=None)
-    spread = np.log(ks) - np.log(ks).mean()
-    se = np.sqrt(residual[0] / (ks.size - 2) / (spread @ spread))
+
+    def line_of(upto):
+        (slope, intercept), residual, *_ = np.linalg.lstsq(
+            np.column_stack([np.log(ks[:upto]), np.ones(upto)]), protection[:upto], rcond=None)
+        spread = np.log(ks[:upto]) - np.log(ks[:upto]).mean()
+        se = np.sqrt(residual[0] / (upto - 2) / (spread @ spread)) if upto > 2 else 0.0
+        return slope, intercept, se
+
+    slope, _, se = line_of(ks.size)
     assert params["protection_trend"]["slope"] == pytest.approx(slope)
     assert params["protection_trend"]["standard_error"] == pytest.approx(se)
     admissible = np.array([r["admissible"] for r in rows])
-    utility = np.array([r["utility_normalized"] for r in rows])
-    if abs(slope) > 2 * se:
-        line = intercept + slope * np.log(ks)
+    saturated = np.array([r["saturated"] for r in rows])
+    assert saturated[protection >= params["saturation"]["plateau"]].all()
+    if abs(slope) <= 2 * se:
+        assert saturated.all() and params["saturation"]["flat"]
+    upto = int(np.flatnonzero(admissible & saturated)[0]) + 1
+    assert params["saturation"]["k"] == ks[upto - 1]
+    utility = np.array([r["utility_normalized"] for r in rows])[:upto]
+    candidates = admissible[:upto]
 
-        def scaled(v):
-            return (v - v[admissible].min()) / np.ptp(v[admissible])
-        h = 0.95 * scaled(line) + 0.05 * scaled(utility)
-        best = max(np.flatnonzero(admissible), key=lambda i: (h[i], ks[i]))
-    else:
-        best = min(np.flatnonzero(admissible), key=lambda i: (-utility[i], ks[i]))
-    assert params["k"] == ks[best]
+    def scaled(v):
+        spread = np.ptp(v[candidates])
+        return (v - v[candidates].min()) / spread if spread > 0 else 0 * v
+
+    line = protection[:upto]      # two ks: the line through them is their own protections
+    if upto > 2:
+        slope, intercept, _ = line_of(upto)
+        line = intercept + slope * np.log(ks[:upto])
+    h = 0.95 * scaled(line) + 0.05 * scaled(utility)
+    best = max(np.flatnonzero(candidates), key=lambda i: (h[i], ks[i]))
+    assert params["k"] == ks[best] <= params["saturation"]["k"]
     assert release.endswith(f"_k{params['k']}")
     # the SQL scan shows the same figures
     columns = [c.name for c in db.execute(
         "SELECT * FROM anon.fusion_scan_of(%s) LIMIT 0", (release,)).description]
     assert columns[:5] == ["k", "n_groups", "protection", "protection_sd", "protection_no_fusion"]
+    assert columns[10:12] == ["saturated", "chosen"]
+    flags = db.execute("SELECT k, saturated FROM anon.fusion_scan_of(%s) ORDER BY k",
+                       (release,)).fetchall()
+    assert [f for _, f in flags] == saturated.tolist()
 
 
 # ---------------------------------------------------------------------------- bad input

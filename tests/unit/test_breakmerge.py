@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.core.breakmerge import (
     BreakMerge,
+    class_detail_kept,
     merge_for_diversity,
     merge_tables,
     relabel_in_order,
@@ -289,16 +290,62 @@ def test_planted_rules_are_counted_without_max_rule_probability():
     assert any(f[0] == ("zone", "band") and f[2] == "job" for f in found)
 
 
-def test_a_rule_on_a_pair_of_values_is_checked_with_two_antecedents():
+def test_a_rule_on_a_whole_class_is_checked_whatever_the_antecedent_size():
     """job = x is planted on the pair (zone b, band 1) only: antecedents of one value do not
-    reach 0.9, so max_rule_antecedents = 1 leaves it readable; the default (2) does not."""
+    reach 0.9. With two QIs the pair is the whole QI class, which an attacker who knows a
+    target's QIs reads, so it is checked even with max_rule_antecedents = 1."""
     labels, qis, sensitive = _planted_frame(4)
     sensitive["income"] = np.where(np.arange(len(labels)) % 2, "low", "high")   # no zone rule
-    one = BreakMerge(k=1, max_rule_probability=0.9, max_antecedents=1).fit(labels, sensitive, qis)
-    assert _counted_rules(one, qis, 0.9, most=1) == []
-    assert any(f[0] == ("zone", "band") for f in _counted_rules(one, qis, 0.9, most=2))
-    two = BreakMerge(k=1, max_rule_probability=0.9).fit(labels, sensitive, qis)
-    assert _counted_rules(two, qis, 0.9, most=2) == []
+    plain = BreakMerge(k=1).fit(labels, sensitive)
+    assert _counted_rules(plain, qis, 0.9, most=1) == []
+    assert any(f[0] == ("zone", "band") for f in _counted_rules(plain, qis, 0.9, most=2))
+    for most in (1, 2):
+        broken = BreakMerge(k=1, max_rule_probability=0.9, max_antecedents=most).fit(
+            labels, sensitive, qis)
+        assert _counted_rules(broken, qis, 0.9, most=2) == []
+        assert broken.rule_check_["antecedent_sizes"] == [1, 2]
+
+
+def _decided_by_three_qis(seed, n=300):
+    """Three QIs; income decided (95 %) by the parity of all three together: single values and
+    pairs see both incomes, each class of (zone, band, shift) almost only one."""
+    rng = np.random.default_rng(seed)
+    zone, band, shift = rng.integers(0, 4, n), rng.integers(0, 3, n), rng.integers(0, 2, n)
+    odd = ((zone + band + shift) % 2 == 1) ^ (rng.random(n) < 0.05)
+    qis = pd.DataFrame({"zone": np.array(list("abcd"))[zone], "band": band.astype(str),
+                        "shift": np.array(["day", "night"])[shift]})
+    sensitive = pd.DataFrame({"income": np.where(odd, "high", "low"),
+                              "job": rng.choice(["x", "y", "z"], n)})
+    labels = pd.factorize(qis["zone"] + qis["band"] + qis["shift"])[0]
+    return labels, qis, sensitive
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.7, 0.8, 0.9]),
+       most=st.sampled_from([1, 2]))
+def test_no_antecedent_of_any_size_reaches_alpha(seed, alpha, most):
+    """alpha bounds every antecedent of 1..all QI values a reader counts, whatever
+    max_rule_antecedents: the whole class is checked, and any antecedent is a union of classes."""
+    labels, qis, sensitive = _decided_by_three_qis(seed)
+    broken = BreakMerge(k=1, max_rule_probability=alpha, max_antecedents=most).fit(
+        labels, sensitive, qis)
+    assert _counted_rules(broken, qis, alpha, most=3) == []
+    kept = broken.rule_check_["class_detail_kept"]
+    assert all(0 <= kept[a] <= broken.rule_check_["class_detail_kept_before"][a] <= 1
+               for a in kept)
+
+
+def test_class_detail_kept_is_one_per_class_and_zero_for_one_group():
+    labels, _, sensitive = _decided_by_three_qis(1)
+    group = np.unique(labels, return_inverse=True)[1].ravel()
+    values = {c: pd.Index(sorted(sensitive[c].unique())) for c in sensitive}
+    histograms = {c: np.stack([np.bincount(values[c].get_indexer(sensitive[c][group == g]),
+                                           minlength=len(values[c]))
+                               for g in range(group.max() + 1)]) for c in sensitive}
+    n = group.max() + 1
+    assert class_detail_kept(histograms, values, np.arange(n)) == {"income": 1.0, "job": 1.0}
+    assert class_detail_kept(histograms, values, np.zeros(n, dtype=int)) == \
+        {"income": 0.0, "job": 0.0}
 
 
 @settings(max_examples=20, deadline=None)

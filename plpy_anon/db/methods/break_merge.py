@@ -48,6 +48,7 @@ from plpy_anon.core.breach import break_merge_breach, plain_breach
 from plpy_anon.core.breakmerge import (
     MAX_ANTECEDENTS,
     BreakMerge,
+    antecedent_sizes,
     check_categories,
     check_diversity_feasible,
     describe_rule,
@@ -170,7 +171,8 @@ def _check_alpha(alpha):
 
 def check_released_rules(plpy, release):
     """The guarantee, counted in SQL on what analysts read: for every antecedent of up to
-    max_rule_antecedents released QI values with at least k QIT rows, and every sensitive value,
+    max_rule_antecedents released QI values or all of them (every QI class: what an attacker who
+    knows a target's QI group reads) with at least k QIT rows, and every sensitive value,
     the share of the value among those rows whose value is known (each row standing for its
     gid's ST shares) stays below max_rule_probability. The run merged groups until its count had no such rule; this
     counts again on the released views, so that a release (or a refresh) whose published rows
@@ -201,7 +203,7 @@ def counted_rules(plpy, release, params, *, threshold) -> list[dict]:
     found = []
     for attribute, table in params["sensitive_tables"].items():
         st = ident(plpy, schema, table)
-        for r in range(1, min(most, len(qis)) + 1):
+        for r in antecedent_sizes(len(qis), most):
             for columns in combinations(qis, r):
                 found += _count_rules(plpy, qit, st, list(columns), attribute, params["k"],
                                       threshold)

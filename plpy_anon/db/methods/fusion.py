@@ -207,6 +207,8 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         **scan.settings,
         "protection_trend": dict(zip(("slope", "standard_error"),
                                      core.protection_trend(scan.table))),
+        # where more k stops buying protection (the choice stays at or below it)
+        "saturation": scan.saturation,
         "verdict": verdict,
         "accept_unprotected": accept_unprotected,
         "scan": _scan_rows(scan.table),
@@ -252,7 +254,7 @@ def fusion_scan_of(plpy, release):
     params = row["parameters"]
     params = jsonb(params)
     verdict = _verdict_columns(params["verdict"]) + (params["accept_unprotected"],)
-    # a scan stored before protection_sd existed: NULL there
+    # a scan stored before protection_sd or saturated existed: NULL there
     return [tuple(r.get(c) for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],) + verdict
             for r in params["scan"]]
 
