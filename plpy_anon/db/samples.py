@@ -124,6 +124,8 @@ def load_sample(plpy, sample, schema_name):
                 f'relation "{schema_name}.{table.name}" already exists',
                 hint=f"Drop it, or load the sample into another schema: "
                      f"SELECT anon.load_sample('{sample}', schema_name => 'other_schema');")
-    plpy.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(plpy, schema_name)}")
+    if run(plpy, "SELECT pg_catalog.to_regnamespace($1) IS NULL AS missing", ["text"],
+           [ident(plpy, schema_name)])[0]["missing"]:
+        plpy.execute(f"CREATE SCHEMA {ident(plpy, schema_name)}")
     return [(ident(plpy, schema_name, table.name), _create(plpy, schema_name, table))
             for table in SAMPLES[sample]]
