@@ -1,6 +1,6 @@
 """Discrete Bayesian networks: BIC hill-climbing structure learning, CPTs, dependency rules.
 
-Paper 003 (Nadimpalli & Vatsavayi) detects leaks in an anonymized table by learning a Bayesian
+Nadimpalli & Vatsavayi ("Detection and prevention of leaks in anonymized datasets") detects leaks in an anonymized table by learning a Bayesian
 network over the released attributes and reading its conditional probability tables (CPTs): a CPT
 entry ``P(child = y | parents = x) >= alpha`` is a *dependency rule* ``x -> y`` an adversary can use.
 

@@ -1,4 +1,4 @@
-"""Knowledge-breach probabilities (paper 003) for a plain generalized release and a Break-Merge one.
+"""Knowledge-breach probabilities (Nadimpalli & Vatsavayi) for a plain generalized release and a Break-Merge one.
 
 The adversary knows a target's QI group and wants a sensitive value. Two levels of knowledge:
 

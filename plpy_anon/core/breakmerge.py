@@ -1,6 +1,6 @@
 """Break-Merge: split a k-anonymous release into a QI table and one sensitive table per attribute.
 
-Paper 003 (Nadimpalli & Vatsavayi, Algorithm 2). From a partition of the source rows into QI
+Nadimpalli & Vatsavayi, Algorithm 2. From a partition of the source rows into QI
 groups (e.g. ``Mondrian(...).labels_``), Break-Merge publishes
 
 * the **QIT**: each row's generalized QIs plus a group id ``gid`` -- no sensitive value;

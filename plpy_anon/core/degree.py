@@ -1,4 +1,5 @@
-"""Degree of anonymisation over generalization hierarchies, and its decomposition (paper 001).
+"""Degree of anonymisation over generalization hierarchies, and its decomposition (trust- and purpose-aware
+anonymisation).
 
 **Degree of attribute anonymisation** (Definition 2.1). A hierarchy of height ``H`` has levels
 ``0`` (the value) .. ``H`` (the root, "*"); ``w_g`` weighs the step from level ``g - 1`` to ``g``.

@@ -1,4 +1,4 @@
-"""Fusion-resilient releases (FRED, seed 004): choose k against a simulated fusion attack.
+"""Fusion-resilient releases (FRED: Kumar, Jaiswal & Gupta): choose k against a simulated fusion attack.
 
 An enterprise release keeps the identifier (say, the name), suppresses the sensitive column
 (salary) and k-anonymizes the other numeric attributes with MDAV. An insider joins the release

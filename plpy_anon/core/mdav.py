@@ -1,7 +1,7 @@
 """MDAV microaggregation: k-anonymity for numeric attributes by replacing records with group means.
 
 MDAV (Maximum Distance to Average Vector; Domingo-Ferrer & Mateo-Sanz 2002, Domingo-Ferrer &
-Torra 2005) is the microaggregation heuristic the FRED paper (seed 004) uses as its basic
+Torra 2005) is the microaggregation heuristic the FRED paper (Kumar, Jaiswal & Gupta) uses as its basic
 k-anonymization. On the standardized attributes, with R the records not yet grouped:
 
 * while |R| >= 3k: take the centroid c of R, the record r farthest from c and the record s

@@ -1079,7 +1079,7 @@ class _Workers:
     (numpy releases the GIL in gathers and ``nonzero``); small levels run inline (thread hand-off
     costs more than it saves). Results come back in submission order, so the output is the same.
 
-    Measured on the shared, loaded 2-core development machine (issue 14): 10M synthetic rows,
+    Measured on the shared, loaded 2-core development machine: 10M synthetic rows,
     k = 10, one thread 106.9 s wall / 37.2 s CPU, two threads 51.6 s wall / 38.8 s CPU (labels
     identical); at 1M rows the difference was inside the noise. ``THREADS = 1`` turns it off."""
 

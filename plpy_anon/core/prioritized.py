@@ -1,4 +1,5 @@
-"""Prioritized Mondrian (paper 000, section 4.4) with workload cut points (its future work).
+"""Prioritized Mondrian (Xiong & Rangachari, "Towards application-oriented data
+anonymization", section 4.4) with workload cut points (its future work).
 
 :class:`PrioritizedMondrian` extends :class:`~plpy_anon.core.mondrian.Mondrian` only through its
 two extension points, so the partitioning loop, the k / l checks and the speed of plain Mondrian
@@ -206,7 +207,7 @@ class PrioritizedMondrian(Mondrian):
 
         Top-down cuts alone split a partition on one column at a time, and once a child is too
         small the cells below it mix; pooling the short cells instead keeps every large cell
-        whole (issue 29: on held-out mixed workloads over Adult, mean precision 0.85-0.89 ->
+        whole (on held-out mixed workloads over Adult, mean precision 0.85-0.89 ->
         0.91-0.93). Skipped with ``cut_tolerance`` < 0.5, which asks for balanced cuts."""
         columns = [a for a, b in self.boundaries_.items() if b.size]
         if not columns or self.cut_tolerance < 0.5:

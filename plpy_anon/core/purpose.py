@@ -1,6 +1,6 @@
 """Attribute priorities of a purpose: given explicitly, or derived from mutual information (001).
 
-Paper 001, Definition 1: order the attributes from the most useful ``A_1`` (priority 1) to the
+The trust- and purpose-aware model, Definition 1: order the attributes from the most useful ``A_1`` (priority 1) to the
 least useful ``A_m`` (priority 0); with ``MI`` the normalized pairwise mutual-information matrix,
 
     P(A_i) = [MI(A_i, A_{i+1}) P(A_{i-1}) + MI(A_i, A_{i-1}) P(A_{i+1})]

@@ -1,4 +1,4 @@
-"""Trust of a data requester, and its projection onto a degree of anonymisation (paper 001).
+"""Trust of a data requester, and its projection onto a degree of anonymisation.
 
 The paper evaluates trust in three steps -- (1) from the provider's own history with the
 requester, (2) from recommendations by others, (3) a combination of both -- and then maps trust

@@ -4,7 +4,7 @@ Pure numpy/pandas. A *workload query* is the quasi-identifier part of an analyst
 given as a small predicate tree (:class:`Condition`, :class:`AllOf`, :class:`AnyOf`), usually
 produced by :mod:`plpy_anon.querylog` from SQL text.
 
-Semantics of a release (paper 000, section 4.3, "precision of the relevant subpopulation"):
+Semantics of a release (Xiong & Rangachari, section 4.3, "precision of the relevant subpopulation"):
 
 * the **true answer** of a query is the set of original rows whose values satisfy it;
 * the **released answer** is the set of rows whose *equivalence class may satisfy it*: the class's
@@ -16,7 +16,7 @@ Semantics of a release (paper 000, section 4.3, "precision of the relevant subpo
   With the semantics above every true row is released (recall 1); recall is still measured, not
   assumed, so that a release whose regions do not cover its rows shows up.
 
-Weighted discernibility (paper 000, eq. 4.2): ``C_WDM = Σ_i weight_i · Σ_m |E_m^{X_i}|²``, with
+Weighted discernibility (Xiong & Rangachari, eq. 4.2): ``C_WDM = Σ_i weight_i · Σ_m |E_m^{X_i}|²``, with
 ``E_m^{X_i}`` "the m-th equivalence class with respect to X_i". Reading implemented: every row is
 charged, per attribute X_i, the number of rows of the table whose *original* value of X_i lies in
 the region the row's class releases on X_i, ``C_WDM = Σ_i weight_i · Σ_rows |{r' : x_{r'}^{X_i} ∈

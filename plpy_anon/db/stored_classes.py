@@ -1,6 +1,6 @@
 """A compact release's class rows written from the values the partitioning run read, instead of
-joining every row back to the source for them (issue 28: the join back, its sort and their
-temporary files were most of a build's SQL time).
+joining every row back to the source for them (the join back, its sort and their temporary
+files were most of a build's SQL time).
 
 Possible when every value the storage holds was read exactly:
 

@@ -1,4 +1,4 @@
-"""Attribute priorities and predicate cut points learned from a SQL workload (paper 000, 4.2).
+"""Attribute priorities and predicate cut points learned from a SQL workload (Xiong & Rangachari, section 4.2).
 
 Counting. Every statement that reads the target table contributes, multiplied by its frequency,
 one count per ``(column, clause)`` it uses (see :mod:`plpy_anon.querylog.resolve`):

@@ -1,4 +1,4 @@
--- Issue 3: application-aware releases. The analysts' workload (pg_stat_statements, anon.workload,
+-- Application-aware releases. The analysts' workload (pg_stat_statements, anon.workload,
 -- server logs loaded by the client) -> attribute priorities and predicate cut points ->
 -- prioritized Mondrian -> the release report (C_DM, C_WDM, NCP, workload precision).
 

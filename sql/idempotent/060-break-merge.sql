@@ -1,4 +1,4 @@
--- Break-Merge releases (paper 003): a QI table (generalized QIs + gid) and one sensitive table
+-- Break-Merge releases (Nadimpalli & Vatsavayi): a QI table (generalized QIs + gid) and one sensitive table
 -- (gid, value, count) per sensitive attribute; Bayesian-network dependency detection over any
 -- release; knowledge-breach probabilities of a plain vs a Break-Merge release.
 

@@ -1,4 +1,4 @@
--- Trust- and purpose-aware releases (paper 001): requesters, their trust, purposes and the
+-- Trust- and purpose-aware releases: requesters, their trust, purposes and the
 -- release whose degree of anonymisation follows trust and whose levels follow the purpose.
 
 -- The run behind a trust-aware release, called from the release's own query. STABLE: it reads

@@ -1,4 +1,4 @@
--- Pattern-preserving releases (localities + random walk, paper 002): numeric columns get new
+-- Pattern-preserving releases (localities + random walk): numeric columns get new
 -- values that keep a sampled fraction of their locality properties, as materialized views.
 
 -- The walk behind a pattern release, called from the release's own query. STABLE so that it reads

@@ -1,4 +1,4 @@
--- Fusion-resilient enterprise releases (FRED, seed 004): the identifier is kept, the sensitive
+-- Fusion-resilient enterprise releases (FRED: Kumar, Jaiswal & Gupta): the identifier is kept, the sensitive
 -- column suppressed, the numeric attributes microaggregated with MDAV, and k chosen against a
 -- simulated fusion attack that joins the release with auxiliary facts on the identifier.
 

@@ -1,4 +1,4 @@
--- 0.2.0: refreshes in the stable mode (issue 30, docs/republication.md). What such a release has
+-- 0.2.0: refreshes in the stable mode (docs/republication.md). What such a release has
 -- published about each person, so that the next version keeps it: the person's group (class)
 -- and the candidate values every version so far left them (the intersection an analyst keeping
 -- every version computes). A person is the hash of the release's salt (its parameters) and their

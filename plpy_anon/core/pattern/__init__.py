@@ -1,4 +1,4 @@
-"""Pattern-preserving release (paper 002): keep locality properties, substitute values by a
+"""Pattern-preserving release: keep locality properties, substitute values by a
 random walk in the polytope they define.
 
 * :mod:`.localities` -- pruned locality extraction per sorted segment, sampling, constraint rows;

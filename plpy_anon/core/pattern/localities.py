@@ -1,4 +1,4 @@
-"""Locality properties of a sorted segment (paper 002, section 3) and their sampling.
+"""Locality properties of a sorted segment (the pattern-preserving paper, section 3) and their sampling.
 
 A *locality* of the triple ``i < j < k`` of a sorted segment ``d`` (so ``d_i <= d_j <= d_k``) says
 which of the two neighbours of ``d_j`` is closer::

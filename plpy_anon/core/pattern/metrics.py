@@ -1,4 +1,4 @@
-"""Utility metrics of a pattern-preserving release (paper 002, section 5).
+"""Utility metrics of a pattern-preserving release (the pattern-preserving paper, section 5).
 
 * :func:`distortion` -- ``Dst``, the mean relative error per entry,
   ``Dst = 1/|E| * sum_{(r,c) in E} |t_rc - t'_rc| / |t_rc|``.  Reading chosen (the formula is lost

@@ -1,4 +1,4 @@
-"""Whole-table driver of the pattern-preserving release (paper 002): per column, sort, cut into
+"""Whole-table driver of the pattern-preserving release: per column, sort, cut into
 segments, extract and sample localities, random-walk every segment, round to a decimal grid.
 
 Choices made where the paper is silent (each one is what the docs promise):
@@ -70,7 +70,7 @@ class ColumnRelease:
 
 
 class PatternPreservingRelease:
-    """Pattern-preserving release of numeric columns (localities + random walk, paper 002).
+    """Pattern-preserving release of numeric columns (localities + random walk).
 
     Parameters
     ----------

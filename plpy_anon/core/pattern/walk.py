@@ -1,5 +1,5 @@
 """Random walk (coordinate hit-and-run) inside the polytope ``{x : A x <= b, lower <= x <= upper}``
-(paper 002, section 4).
+(the pattern-preserving paper, section 4).
 
 Each step picks a direction, computes the feasible interval ``[t_lo, t_hi]`` of ``x + t u`` and
 moves to a uniform point of it.  The paper derives the interval through slack variables

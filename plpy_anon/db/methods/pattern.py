@@ -1,4 +1,4 @@
-"""Pattern-preserving releases (paper 002): ``anon.pattern_view`` and ``anon.distortion``.
+"""Pattern-preserving releases (localities and random walks): ``anon.pattern_view`` and ``anon.distortion``.
 
 The release is a materialized view whose query joins the substituted values back to the source:
 
