@@ -1,5 +1,4 @@
-"""Degree of anonymisation over generalization hierarchies, and its decomposition (trust- and purpose-aware
-anonymisation).
+"""Degree of anonymisation over generalization hierarchies, and its decomposition.
 
 **Degree of attribute anonymisation** (Definition 2.1). A hierarchy of height ``H`` has levels
 ``0`` (the value) .. ``H`` (the root, "*"); ``w_g`` weighs the step from level ``g - 1`` to ``g``.

@@ -1,4 +1,4 @@
-"""Trust- and purpose-aware releases (trust- and purpose-aware anonymisation): requesters, trust, purposes, ``anon.trust_view``.
+"""Trust- and purpose-aware releases: requesters, trust, purposes, ``anon.trust_view``.
 
 The release is a materialized view in the Mondrian pattern (see ``mondrian.py``):
 
