@@ -499,3 +499,17 @@ def minimum_weighted_discernibility(data: pd.DataFrame, weights: Mapping[str, fl
             sizes = data[column].value_counts(dropna=False).to_numpy(dtype=np.int64)
             total += weight * int(np.sum(sizes ** 2))
     return total
+
+
+def column_precision(per_query: pd.DataFrame) -> pd.Series:
+    """Frequency-weighted mean precision of the queries that use each column, from the
+    ``per_query`` frame of :func:`workload_precision` (a query of several columns counts for each
+    of them); indexed by column name, sorted."""
+    totals, weights = {}, {}
+    for predicate, precision, frequency in zip(per_query["query"], per_query["precision"],
+                                               per_query["frequency"]):
+        for column in predicate.columns:
+            totals[column] = totals.get(column, 0.0) + precision * frequency
+            weights[column] = weights.get(column, 0.0) + frequency
+    return pd.Series({c: totals[c] / weights[c] for c in sorted(totals)}, dtype=float,
+                     name="precision")

@@ -25,8 +25,12 @@
 
 5. **Logs**: a stderr log of 20,000 statements whose literals all differ read and redacted
    (``read_server_log``: one query per entry, constants compared with columns only), best of 3.
+6. **Workload families**: five families of 300 queries generated apart from the others (ranges,
+   equalities on rare values, IN lists, 1-3 predicates, skewed column use); precision per
+   queried column of plain, learned, learned + cut points and the guarded learned release.
 
-``WORKLOAD_BENCH_PARTS`` (comma-separated ``paper,shapes,logs``; default all) selects the parts.
+``WORKLOAD_BENCH_PARTS`` (comma-separated ``paper,families,shapes,logs``; default all) selects
+the parts.
 
 Writes bench-results/workload.md and workload_adult.png, workload_credit.png,
 workload_precision.png. Run: ``python -m tests.bench workload``.
@@ -49,8 +53,9 @@ from sklearn.naive_bayes import GaussianNB
 
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.mondrian import Mondrian
-from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.prioritized import PrioritizedMondrian, guard_learned
 from plpy_anon.core.workload import (
+    column_precision,
     discernibility,
     minimum_weighted_discernibility,
     restrict_predicate,
@@ -581,6 +586,136 @@ def log_reading_experiment(n_statements=20_000, repeats=3):
     return best
 
 
+# ------------------------------------------------------------------------------ families
+FAMILY_NUMERIC = ["age", "education_num"]
+FAMILY_CATEGORICAL = ["sex", "race", "marital_status", "workclass", "occupation",
+                      "native_country"]
+FAMILIES = ["ranges", "rare equalities", "IN lists", "1-3 predicates", "skewed columns"]
+#: (learning seed, held-out seed) of each family; other seeds than every other generator's
+FAMILY_SEEDS = {"ranges": (101, 201), "rare equalities": (102, 202), "IN lists": (103, 203),
+                "1-3 predicates": (104, 204), "skewed columns": (105, 205)}
+FAMILY_QUERIES, FAMILY_K = 300, 10
+
+
+def _sql_value(value):
+    return str(int(value)) if isinstance(value, (int, np.integer)) else f"'{value}'"
+
+
+def family_workload(data: pd.DataFrame, family: str, n_queries=FAMILY_QUERIES, seed=0):
+    """SQL over public.adult of one workload family, written independently of the other
+    generators (constants drawn from the data, not from a short list):
+
+    * ``ranges``: 1-2 range predicates (``>=``, ``<``, ``>``, ``<=``, BETWEEN) on age and
+      education_num, thresholds uniform over the 2-98 % quantile range;
+    * ``rare equalities``: one ``=`` on a value of the rarer half of a QI's values;
+    * ``IN lists``: 1-2 ``IN`` lists of 2-5 values of any QI;
+    * ``1-3 predicates``: 1-3 predicates (range, equality or IN) on distinct QIs, uniform;
+    * ``skewed columns``: 1-2 predicates, columns drawn Zipf-like with the rarely favoured
+      columns (native_country, occupation, workclass) the most used."""
+    rng = np.random.default_rng(seed)
+    qis = FAMILY_NUMERIC + FAMILY_CATEGORICAL
+    counts = {c: data[c].value_counts() for c in qis}
+
+    def range_predicate(column):
+        low, high = (int(v) for v in data[column].quantile([0.02, 0.98]))
+        a = int(rng.integers(low, high + 1))
+        kind = rng.integers(5)
+        if kind == 4:
+            return f"{column} BETWEEN {a} AND {a + int(rng.integers(1, 12))}"
+        return f"{column} {['>=', '<', '>', '<='][kind]} {a}"
+
+    def rare_equality(column):
+        c = counts[column]
+        rare = c[c <= c.median()].index
+        return f"{column} = {_sql_value(rng.choice(rare))}"
+
+    def in_list(column):
+        values = counts[column].index
+        chosen = rng.choice(values, size=min(len(values), int(rng.integers(2, 6))), replace=False)
+        return f"{column} IN ({', '.join(_sql_value(v) for v in chosen)})"
+
+    def any_predicate(column):
+        kinds = [in_list, lambda c: f"{c} = {_sql_value(rng.choice(counts[c].index))}"]
+        if column in FAMILY_NUMERIC:
+            kinds.append(range_predicate)
+        return kinds[rng.integers(len(kinds))](column)
+
+    skew = ["native_country", "occupation", "workclass", "race", "age", "marital_status",
+            "education_num", "sex"]
+    p_skew = 1.0 / np.arange(1, len(skew) + 1) ** 1.5
+    p_skew /= p_skew.sum()
+    queries = []
+    for _ in range(n_queries):
+        if family == "ranges":
+            cols = rng.choice(FAMILY_NUMERIC, size=rng.integers(1, 3), replace=False)
+            where = [range_predicate(c) for c in cols]
+        elif family == "rare equalities":
+            where = [rare_equality(qis[rng.integers(len(qis))])]
+        elif family == "IN lists":
+            where = [in_list(c) for c in rng.choice(qis, size=rng.integers(1, 3), replace=False)]
+        elif family == "1-3 predicates":
+            cols = rng.choice(qis, size=rng.integers(1, 4), replace=False)
+            where = [any_predicate(c) for c in cols]
+        elif family == "skewed columns":
+            cols = dict.fromkeys(rng.choice(skew, size=rng.integers(1, 3), p=p_skew))
+            where = [any_predicate(c) for c in cols]
+        else:
+            raise ValueError(f"unknown workload family {family!r}")
+        queries.append("SELECT count(*) FROM adult WHERE " + " AND ".join(where))
+    return queries
+
+
+def _learned_workload(queries):
+    catalog = {"public": {"adult": ADULT_CATALOG_TYPES}}
+    learner = PriorityLearner("adult").fit(queries, catalog)
+    predicates = [p for p in (restrict_predicate(q, ADULT_QIS) for q, _ in learner.queries_)
+                  if p is not None]
+    return learner, predicates
+
+
+def family_precision_experiment(data: pd.DataFrame):
+    """Per family and per queried column (and overall): mean precision at k = 10 of plain
+    Mondrian, learned priorities, learned + cut points, and the guarded learned release
+    (:func:`~plpy_anon.core.prioritized.guard_learned`), on the workload learned from and on a
+    held-out workload of the same family (another seed)."""
+    qis = data[ADULT_QIS]
+    columns = encode(qis)
+    rows = []
+    for family in FAMILIES:
+        learn_seed, held_seed = FAMILY_SEEDS[family]
+        learner, training = _learned_workload(family_workload(data, family, seed=learn_seed))
+        _, held_out = _learned_workload(family_workload(data, family, seed=held_seed))
+        weights = {q: float(learner.weights_[q]) for q in ADULT_QIS}
+        cuts = {c: f for c, f in learner.cut_points_.items() if c in ADULT_QIS}
+        guarded = guard_learned(columns, qis, training, priorities=weights, cut_points=cuts,
+                                k=FAMILY_K)
+        releases = {
+            "plain": Mondrian(k=FAMILY_K),
+            "learned": PrioritizedMondrian(k=FAMILY_K, priorities=weights),
+            "learned+cuts": PrioritizedMondrian(k=FAMILY_K, priorities=weights, cut_points=cuts),
+            "guarded": PrioritizedMondrian(k=FAMILY_K, priorities=guarded.priorities,
+                                           cut_points=guarded.cut_points or None),
+        }
+        labels = {name: model.fit(columns).labels_ for name, model in releases.items()}
+        for workload_name, predicates in (("learned from", training), ("held out", held_out)):
+            results = {name: workload_precision(qis, lab, predicates).per_query
+                       for name, lab in labels.items()}
+            per_column = {name: column_precision(r) for name, r in results.items()}
+            for column in [*per_column["plain"].index, "all"]:
+                row = {"family": family, "workload": workload_name, "column": column,
+                       "queries": int(sum(column in q.columns for q in predicates))
+                       if column != "all" else len(predicates)}
+                for name in releases:
+                    row[name] = round(float(results[name]["precision"].mean() if column == "all"
+                                            else per_column[name][column]), 3)
+                rows.append(row)
+        rows.append({"family": family, "workload": "guard", "column":
+                     f"dropped cuts: {', '.join(guarded.dropped_cut_points) or '-'}; "
+                     f"priorities {'dropped' if guarded.dropped_priorities else 'kept'}"})
+    table = pd.DataFrame(rows)
+    return table
+
+
 def plot_precision(frame, path):
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.25
@@ -599,11 +734,21 @@ def plot_precision(frame, path):
 
 # ------------------------------------------------------------------------------ report
 def main():
-    parts = set((os.environ.get("WORKLOAD_BENCH_PARTS") or "paper,shapes,logs").split(","))
+    parts = set((os.environ.get("WORKLOAD_BENCH_PARTS") or "paper,families,shapes,logs").split(","))
     out = results_dir()
     sections = []
     if "paper" in parts:
         sections += paper_parts(out)
+    if "families" in parts:
+        table = family_precision_experiment(adult())
+        print(table.to_string(index=False))
+        sections += ["## Workload families: precision per queried column at k = 10\n",
+                     (f"{FAMILY_QUERIES} queries per workload, families generated apart from "
+                      "the other generators (seeds "
+                      f"{', '.join(f'{f} {s}' for f, s in FAMILY_SEEDS.items())}). guarded: the "
+                      "learned release keeping only the cut points and priorities that do not "
+                      "lower any queried column's precision on the workload learned from.\n"),
+                     _md(table.fillna("")), ""]
     if "shapes" in parts:
         figures = shapes_experiment()
         figures.update({f"many shapes: {k}": v for k, v in many_shapes_experiment().items()})
@@ -618,7 +763,8 @@ def main():
               f"{seconds:.2f}")
         sections += ["## Reading a server log\n",
                      f"20,000 distinct statements read and redacted: {seconds:.2f} s", ""]
-    name = "workload.md" if "paper" in parts else "workload_shapes.md"
+    name = ("workload.md" if "paper" in parts
+            else "workload_families.md" if "families" in parts else "workload_shapes.md")
     (out / name).write_text("\n".join(sections))
     print(f"wrote {out / name}")
 
