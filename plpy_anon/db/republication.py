@@ -362,8 +362,9 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     counts = np.zeros((ids.size, len(position)), dtype=np.int64)
     for j, v in enumerate(values):
         counts[:, position[v]] += np.asarray(version["counts"])[:, j]
-    models = Models(l=parameters.get("l"), l_diversity=parameters.get("l_diversity") or "distinct",
-                    c=parameters.get("c"))
+    # the release's l model (a catalog row without one: Models' own default)
+    models = Models(l=parameters.get("l"), c=parameters.get("c"),
+                    **{k: parameters[k] for k in ("l_diversity",) if parameters.get(k)})
 
     def roots_of(group_ids):
         return np.array([lineage.get(h, h) for h in group_ids.tolist()], dtype=np.int64)

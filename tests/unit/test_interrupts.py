@@ -60,10 +60,13 @@ def test_another_thread_does_not_see_the_installed_check():
     assert seen.calls == 0
 
 
+# the numpy fit's loops (the compiled fit checks between its chunks: test_mondrian_compiled.py)
 @pytest.mark.parametrize("model", [
-    lambda: Mondrian(k=5), lambda: Mondrian(k=5, l=2), lambda: Mondrian(k=5, split="utility"),
+    lambda: Mondrian(k=5, engine="numpy"), lambda: Mondrian(k=5, l=2, engine="numpy"),
+    lambda: Mondrian(k=5, split="utility"),
     lambda: PrioritizedMondrian(k=5, priorities={"a": 1, "b": 0.2},
-                                cut_points={"a": [(500, True)], "b": [(10, False)]}),
+                                cut_points={"a": [(500, True)], "b": [(10, False)]},
+                                engine="numpy"),
 ])
 def test_a_fit_checks_at_every_level_and_stops_when_interrupted(model):
     n = 20_000
@@ -136,11 +139,11 @@ def test_a_fit_sorting_in_chunks_checks_between_them_and_finds_the_same_classes(
     cols, sensitive = columns(20_000, seed=5), np.arange(20_000) % 4
     whole = Counting()
     with interrupts.checking(whole):
-        reference = Mondrian(k=5, l=2).fit(cols, sensitive=sensitive).labels_
+        reference = Mondrian(k=5, l=2, engine="numpy").fit(cols, sensitive=sensitive).labels_
     monkeypatch.setattr(mondrian_module, "_SORT_CHUNK", 1000)
     chunked = Counting()
     with interrupts.checking(chunked):
-        labels = Mondrian(k=5, l=2).fit(cols, sensitive=sensitive).labels_
+        labels = Mondrian(k=5, l=2, engine="numpy").fit(cols, sensitive=sensitive).labels_
     assert np.array_equal(labels, reference)
     # two columns, sorted in 20 chunks each (one of them in two 16-bit passes)
     assert chunked.calls >= whole.calls + 2 * 20
