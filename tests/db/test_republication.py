@@ -132,13 +132,17 @@ def test_k_alone_keeps_classes_across_refreshes(db, schema):
     db.execute(PATIENTS)
     release = create_release(db, "mondrian_view", schema, "patients", k=4, quasi_identifiers=QIS,
                              identifiers=["id"], refresh_mode="stable")
+    release_id = db.execute("SELECT release_id FROM anon.releases WHERE release_schema || '.' || "
+                            "release_name = %s", (release,)).fetchone()[0]
+    # this release's people only (other tests' stable releases may follow ids 1..n too)
     present = """SELECT x.person, x.member_group FROM anon.release_people x JOIN anon.release_secrets r USING (release_id)
                  JOIN patients p ON x.person = sha256(decode(r.person_salt, 'hex')
-                                                      || convert_to(p.id::text, 'UTF8'))"""
-    before = dict(db.execute(present).fetchall())
+                                                      || convert_to(p.id::text, 'UTF8'))
+                 WHERE x.release_id = %s"""
+    before = dict(db.execute(present, (release_id,)).fetchall())
     churn(db, 1)
     db.execute("SELECT anon.refresh(%s)", (release,))
-    after = dict(db.execute(present).fetchall())
+    after = dict(db.execute(present, (release_id,)).fetchall())
     assert len(before) == 2000 and len(after) == 2000
     together = {}
     for person, group in before.items():
@@ -187,11 +191,13 @@ def test_dropping_the_release_forgets_its_people(db, schema):
                             (release,)).fetchone()[0]
     assert db.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s", (release_id,)).fetchone()[0] == 2000
     # no identifier is stored, only salted hashes
-    stored = db.execute("SELECT person, candidates FROM anon.release_people LIMIT 1").fetchone()
+    stored = db.execute("SELECT person, candidates FROM anon.release_people WHERE release_id = %s "
+                        "LIMIT 1", (release_id,)).fetchone()
     assert len(stored[0]) == 32 and set(stored[1]) == {"dx"} and len(stored[1]["dx"]) >= 3
     person_1 = db.execute("""SELECT count(*) FROM anon.release_people x JOIN anon.release_secrets r USING (release_id)
-                             WHERE x.person = sha256(decode(r.person_salt, 'hex')
-                                                     || convert_to('1', 'UTF8'))""").fetchone()[0]
+                             WHERE x.release_id = %s AND x.person = sha256(decode(r.person_salt, 'hex')
+                                                     || convert_to('1', 'UTF8'))""",
+                          (release_id,)).fetchone()[0]
     assert person_1 == 1
     db.execute("SELECT anon.drop_release(%s)", (release,))
     assert db.execute("SELECT count(*) FROM anon.release_people WHERE release_id = %s", (release_id,)).fetchone()[0] == 0
@@ -241,7 +247,8 @@ def test_a_release_whose_people_are_gone_is_not_refreshed_as_if_new(db, schema):
     db.execute(PATIENTS)
     release = create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
                              sensitive=["dx"], identifiers=["id"])
-    db.execute("DELETE FROM anon.release_people")
+    db.execute("DELETE FROM anon.release_people WHERE release_id = (SELECT release_id FROM "
+               "anon.releases WHERE release_schema || '.' || release_name = %s)", (release,))
     with pytest.raises(psycopg.errors.DataException, match="is gone"):
         db.execute("SELECT anon.refresh(%s)", (release,))
 
