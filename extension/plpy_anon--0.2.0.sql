@@ -1686,23 +1686,37 @@ COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
 -- A stable release's salt (the key of its person hashes) is its owner's alone. Custodians have no
 -- privilege on anon.release_secrets: row security would hide the rows but not their values from
 -- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
--- (whether the policy's subplan ran). These two functions are the only way to the table, and the
--- only SECURITY DEFINER functions of the extension besides its event trigger: they give or store
--- the salt of a release only for a session whose login role is, or is a member of, its owner
--- (session_user: inside them current_user is the extension's owner).
-CREATE OR REPLACE FUNCTION anon._release_salt(release_id integer)
-RETURNS text
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+-- (whether the policy's subplan ran). The two functions below are the only way to the table and
+-- the extension's only SECURITY DEFINER functions: they give or store the salt of a release only
+-- for a session whose login role is, or is a member of, its owner (session_user: inside them
+-- current_user is the extension's owner).
+CREATE OR REPLACE FUNCTION anon._require_state_owner(release_id integer, gone_ok boolean, verb text)
+RETURNS void
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     owner regrole;
 BEGIN
     SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
-    IF owner IS NULL OR NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER') THEN
+    IF (owner IS NULL AND NOT $2)
+       OR (owner IS NOT NULL AND NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER')) THEN
         RAISE EXCEPTION 'permission denied for the state of release %', $1
-            USING ERRCODE = '42501', HINT = 'A stable release''s state is read by its owner only.';
+            USING ERRCODE = '42501',
+                  HINT = pg_catalog.format('A stable release''s state is %s by its owner only.', $3);
     END IF;
+END
+$$;
+COMMENT ON FUNCTION anon._require_state_owner(integer, boolean, text) IS
+    'Internal: refuses (42501) a session that is not of a release''s owner (gone_ok: a release whose catalog row is gone passes).';
+
+CREATE OR REPLACE FUNCTION anon._release_salt(release_id integer)
+RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM anon._require_state_owner($1, false, 'read');
     RETURN (SELECT s.person_salt FROM anon.release_secrets s WHERE s.release_id = $1);
 END
 $$;
@@ -1714,16 +1728,9 @@ RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    owner regrole;
 BEGIN
-    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
     -- a salt whose release is gone (a concurrent drop committed first) may go: it keys nothing
-    IF (owner IS NULL AND $2 IS NOT NULL)
-       OR (owner IS NOT NULL AND NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER')) THEN
-        RAISE EXCEPTION 'permission denied for the state of release %', $1
-            USING ERRCODE = '42501', HINT = 'A stable release''s state is written by its owner only.';
-    END IF;
+    PERFORM anon._require_state_owner($1, $2 IS NULL, 'written');
     IF $2 IS NULL THEN
         DELETE FROM anon.release_secrets s WHERE s.release_id = $1;
     ELSE

@@ -30,7 +30,7 @@ from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.mondrian import Mondrian
 from tests.bench.bench_mondrian import load_synthetic
 from tests.bench.bench_partition import encode_adult, load_adult
-from tests.bench.common import DATA, extension_db, markdown_table, results_dir
+from tests.bench.common import DATA, copy_seconds, extension_db, markdown_table, results_dir
 
 TARGET_RATIO = 1.5
 TARGET_ADULT_S = 0.010
@@ -40,14 +40,6 @@ QIS = ["age", "zip", "sex", "segment", "income", "visit"]
 def sizes() -> list[int]:
     raw = os.environ.get("PLPY_ANON_FIT_SIZES", "1000000,10000000")
     return [int(x) for x in raw.split(",") if x.strip()]
-
-
-def copy_seconds(conn) -> float:
-    t0 = time.perf_counter()
-    conn.execute("CREATE TABLE synthetic_copy AS SELECT * FROM synthetic")
-    seconds = time.perf_counter() - t0
-    conn.execute("DROP TABLE synthetic_copy")
-    return seconds
 
 
 def read_columns(conn):
@@ -88,14 +80,14 @@ def fit_seconds(columns, engine, k=10, gaps=None):
 def bench_size(conn, n) -> list | None:
     if not load_synthetic(conn, n):
         return None
-    first_copy = copy_seconds(conn)
+    first_copy = copy_seconds(conn, "synthetic")
     columns = read_columns(conn)
     gaps = []
     compiled_s, compiled_cpu, compiled = fit_seconds(columns, "numba", gaps=gaps)
     numpy_s, numpy_cpu, by_numpy = fit_seconds(columns, "numpy")
     same = bool(np.array_equal(compiled, by_numpy))
     del compiled, by_numpy
-    copy_s = min(first_copy, copy_seconds(conn))
+    copy_s = min(first_copy, copy_seconds(conn, "synthetic"))
     load = os.getloadavg()[0]
     longest_wall = max((wall for wall, _ in gaps), default=0.0)
     longest_cpu = max((cpu for _, cpu in gaps), default=0.0)

@@ -27,7 +27,7 @@ import psycopg
 from plpy_anon.cluster import ThrowawayCluster
 from tests.bench.bench_mondrian import MemorySampler, fresh_backend, vm_hwm_mib
 from tests.bench.bench_production import SYNTH, temp_bytes
-from tests.bench.common import markdown_table, results_dir
+from tests.bench.common import copy_seconds, markdown_table, results_dir
 
 QIS = "ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt']"
 NUMERIC = os.environ.get("PLPY_ANON_LAYOUT_NUMERIC", "") == "1"
@@ -49,14 +49,6 @@ def seconds(conn, query: str, repeat: int = 3) -> float:
         conn.execute(query).fetchall()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def copy_seconds(conn, n: int) -> float:
-    t0 = time.perf_counter()
-    conn.execute(f"CREATE TABLE copy_{n} AS SELECT * FROM synth_{n}")
-    took = time.perf_counter() - t0
-    conn.execute(f"DROP TABLE copy_{n}")
-    return took
 
 
 def build(conn, n: int, layout: str) -> dict:
@@ -88,10 +80,10 @@ def measure(conn, n: int) -> tuple[list[list], list[list]]:
         conn.execute(f"ALTER TABLE synth_{n} ALTER b_int TYPE numeric, ALTER c_int TYPE numeric")
     conn.execute(f"VACUUM ANALYZE synth_{n}")
     source = conn.execute(f"SELECT pg_total_relation_size('synth_{n}')").fetchone()[0]
-    copies = [copy_seconds(conn, n)]
+    copies = [copy_seconds(conn, f"synth_{n}")]
     layouts = os.environ.get("PLPY_ANON_LAYOUTS", "flat,compact").split(",")
     built = {layout: build(conn, n, layout) for layout in layouts}
-    copies.append(copy_seconds(conn, n))
+    copies.append(copy_seconds(conn, f"synth_{n}"))
     copy = statistics.mean(copies)
     target = RATIO_TARGETS.get(n)
     rows = []

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 from tests.bench.bench_production import SYNTH
-from tests.bench.common import extension_db, markdown_table, results_dir
+from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
 
 TARGET = 2.0
 NUMERIC = ["a_int", "b_int", "c_int"]
@@ -65,14 +64,6 @@ $do$ LANGUAGE plpython3u
 """
 
 
-def copy_seconds(conn, n: int) -> float:
-    t0 = time.perf_counter()
-    conn.execute(f"CREATE TABLE copy_{n} AS SELECT * FROM synth_{n}")
-    took = time.perf_counter() - t0
-    conn.execute(f"DROP TABLE copy_{n}")
-    return took
-
-
 def read_seconds(conn, n: int, check: bool) -> float:
     return notice_seconds(conn, READ % {"n": n, "numeric": NUMERIC, "text": TEXT, "check": check})
 
@@ -106,10 +97,10 @@ def measure(conn, n: int, repeat: int) -> list[list]:
                               (f"read_{n}",)).fetchone()[0]
     copies, reads, phases = [], [], []
     for _ in range(repeat):
-        copies.append(copy_seconds(conn, n))
+        copies.append(copy_seconds(conn, f"synth_{n}"))
         reads.append(read_seconds(conn, n, check=False))
         phases.append(notice_seconds(conn, PHASE % {"release_id": release_id}))
-    copies.append(copy_seconds(conn, n))
+    copies.append(copy_seconds(conn, f"synth_{n}"))
     copy = statistics.median(copies)
     rows = []
     for label, times in (("read_columns", reads), ("build's read phase (read + encoding)", phases)):
