@@ -4,7 +4,7 @@
 #   make test      set up, then run the whole test suite against a real PostgreSQL 15: the default
 #                  run (make test-fast), then the slow one (make test-slow)
 #   make bench     print the benchmark figures (reads ../shared/data, or PLPY_ANON_DATA)
-#   make build     regenerate extension/ from sql/ (committed; make test checks it is current)
+#   make build     write extension/ and docs/sql-reference.md from sql/ (built, not in git)
 #   make install   install the Python package into $(VENV) and the extension files via PGXS
 #   make freeze    record the current version as released (before bumping it; see sql/build.py)
 
