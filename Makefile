@@ -19,7 +19,9 @@ VERSION    := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' plpy_anon/__init__
 # PGXS: install the control file and every versioned script into the server's extension dir.
 EXTENSION  =
 MODULEDIR  = extension
-DATA       = extension/plpy_anon.control $(wildcard extension/plpy_anon--*.sql)
+# (listed by the shell when the install recipe runs, after `build` wrote them: make's $(wildcard)
+# may answer from a directory listing read before they existed, as on a fresh clone)
+DATA       = extension/plpy_anon.control $(shell ls extension/plpy_anon--*.sql 2>/dev/null)
 
 ifneq ($(wildcard $(PG_CONFIG)),)
 PGXS := $(shell $(PG_CONFIG) --pgxs)
