@@ -97,6 +97,16 @@ def test_mondrian_releases_interval_and_date_labels_that_hold_each_rows_value(db
     check_generalizes(db, release, "age", interval_holds)
 
 
+def test_prioritized_mondrian_releases_interval_labels_that_hold_each_rows_value(db, schema, people):
+    db.execute("SELECT anon.set_hierarchy_intervals('people', 'age', ARRAY[5, 10, 20, 40])")
+    release = db.execute(
+        "SELECT anon.mondrian_view('people', k => 6, priorities => '{\"age\": 1, \"sex\": 0}'::jsonb, "
+        "quasi_identifiers => ARRAY['age', 'sex'], sensitive => ARRAY['id'], release_schema => %s)",
+        (release_schema_of(schema),)).fetchone()[0]
+    assert min(class_sizes(db, release, ["age", "sex"])) >= 6
+    check_generalizes(db, release, "age", interval_holds)
+
+
 def test_trust_releases_interval_labels_that_hold_each_rows_value(
         db, schema, people, requester, purpose):  # noqa: F811
     db.execute("SELECT anon.set_hierarchy_intervals('people', 'age', ARRAY[5, 10, 20, 40])")
