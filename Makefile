@@ -4,7 +4,7 @@
 #   make test      set up, then run the whole test suite against a real PostgreSQL 15: the default
 #                  run (make test-fast), then the slow one (make test-slow)
 #   make bench     print the benchmark figures (reads ../shared/data, or PLPY_ANON_DATA)
-#   make build     regenerate extension/ from sql/ (committed; make test checks it is current)
+#   make build     write extension/ and docs/sql-reference.md from sql/ (built, not in git)
 #   make install   install the Python package into $(VENV) and the extension files via PGXS
 #   make freeze    record the current version as released (before bumping it; see sql/build.py)
 
@@ -19,7 +19,9 @@ VERSION    := $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' plpy_anon/__init__
 # PGXS: install the control file and every versioned script into the server's extension dir.
 EXTENSION  =
 MODULEDIR  = extension
-DATA       = extension/plpy_anon.control $(wildcard extension/plpy_anon--*.sql)
+# (listed by the shell when the install recipe runs, after `build` wrote them: make's $(wildcard)
+# may answer from a directory listing read before they existed, as on a fresh clone)
+DATA       = extension/plpy_anon.control $(shell ls extension/plpy_anon--*.sql 2>/dev/null)
 
 ifneq ($(wildcard $(PG_CONFIG)),)
 PGXS := $(shell $(PG_CONFIG) --pgxs)

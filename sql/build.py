@@ -8,6 +8,8 @@ The layout follows timescale/pgai:
   version adds files, never edits shipped ones (``frozen.txt`` keeps their hashes);
 * ``idempotent/NNN-*.sql``  -- ``CREATE OR REPLACE`` code, re-run by every install and upgrade.
 
+Everything written here is built by ``make`` and ignored by git (never committed).
+
 ``extension/plpy_anon--<version>.sql`` = head + every incremental file + every idempotent file.
 ``extension/plpy_anon--<prior>--<version>.sql`` (for each prior version listed in
 ``versions.txt``) = head + the incremental files that prior version did not have + every
@@ -570,6 +572,9 @@ def build(venv: str, out: Path) -> list[Path]:
     ctl = out / "plpy_anon.control"
     ctl.write_text(control(version))
     written.append(ctl)
+    # scripts of an older build (another version) would be installed beside these by PGXS
+    for stale in set(out.glob("plpy_anon--*.sql")) - set(written):
+        stale.unlink()
     return written
 
 

@@ -20,6 +20,7 @@ Mondrian core generalize whole partitions from two codes.
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 
 import numpy as np
 
@@ -246,6 +247,99 @@ def prefix_paths(values, mask="*", step=1):
             f"value(s) {', '.join(map(repr, clashes[:3]))} already look masked, so they would be "
             "both a value and a generalization of other values",
             hint="Pick a mask character the column never holds, e.g. mask => '#'.")
+    return paths
+
+
+def _decimal_text(value) -> str:
+    """A Decimal as plain digits (40, 2.5, -0.25): never in exponent notation."""
+    text = format(value.normalize(), "f")
+    return "0" if text in ("-0", "") else text
+
+
+def interval_paths(values, widths, origin=0):
+    """Paths that generalize numbers into nested intervals, one level per width:
+    ``42 -> [40,45) -> [40,50) -> [40,60) -> *`` for widths 5, 10, 20 from origin 0.
+
+    ``values`` are ``(text, number)`` pairs: the text is the leaf (the value as the column is
+    read), the number (``Decimal``, ``int`` or ``float``) places it. Intervals are closed below and
+    open above, aligned on ``origin``; each width is a multiple of the one before, so that every
+    interval lies inside one interval of the next level (a hierarchy is a tree)."""
+    from decimal import Decimal, InvalidOperation
+    if widths is None or len(widths) == 0:
+        raise InvalidParameter("widths is empty",
+                               hint="Give the interval widths from the finest up, e.g. ARRAY[5, 10, 20].")
+    if any(w is None for w in widths) or origin is None:
+        raise InvalidParameter("widths and origin must not be NULL",
+                               hint="E.g. widths => ARRAY[5, 10, 20], origin => 0.")
+    try:
+        steps = [Decimal(str(w)) for w in widths]
+        start = Decimal(str(origin))
+    except (InvalidOperation, TypeError, ValueError):
+        raise InvalidParameter(f"widths {[str(w) for w in widths]} and origin {origin} must be "
+                               "numbers", hint="E.g. widths => ARRAY[5, 10, 20], origin => 0.") from None
+    if any(not w.is_finite() or w <= 0 for w in steps) or not start.is_finite():
+        raise InvalidParameter(f"widths must be positive numbers and origin finite, got widths "
+                               f"{[str(w) for w in steps]} and origin {start}",
+                               hint="E.g. widths => ARRAY[5, 10, 20] (NULL is not a width).")
+    for finer, coarser in pairwise(steps):
+        if coarser <= finer or coarser % finer != 0:
+            raise InvalidParameter(
+                f"width {coarser} is not a multiple of the width {finer} before it, so its "
+                "intervals would cut the finer ones",
+                hint="List widths from the finest up, each a multiple of the one before: 5, 10, 20.")
+    placed = [(text, Decimal(str(number))) for text, number in values]
+    for text, value in placed:
+        if not value.is_finite():
+            raise InvalidParameter(f"the value {text!r} has no interval",
+                                   hint="NaN and infinities cannot be placed in an interval: "
+                                        "exclude them from the column, or release it as ranges.")
+    paths = []
+    for text, value in sorted(placed, key=lambda pair: pair[1]):
+        path = [text]
+        for width in steps:
+            low = start + ((value - start) // width) * width
+            if low > value:           # // truncates towards zero
+                low -= width
+            path.append(f"[{_decimal_text(low)},{_decimal_text(low + width)})")
+        paths.append(path + ["*"])
+    return paths
+
+
+#: date rounding units, finest first, and the label each gives a (year, month, day)
+DATE_UNITS = {
+    "day": lambda y, m, d: f"{y:04d}-{m:02d}-{d:02d}",
+    "month": lambda y, m, d: f"{y:04d}-{m:02d}",
+    "quarter": lambda y, m, d: f"{y:04d}-Q{(m - 1) // 3 + 1}",
+    "year": lambda y, m, d: f"{y:04d}",
+    "decade": lambda y, m, d: f"{y - y % 10:04d}s",
+}
+
+
+def date_paths(values, levels=("month", "year")):
+    """Paths that round dates (or timestamps) to the calendar units ``levels``, finest first:
+    ``2024-03-15 -> 2024-03 -> 2024 -> *`` for month, year. ``values`` are
+    ``(text, year, month, day)``: the text is the leaf, as the column is read."""
+    if levels is None or len(levels) == 0:
+        raise InvalidParameter("levels is empty", hint="E.g. levels => ARRAY['month', 'year'].")
+    order = list(DATE_UNITS)
+    units = [str(u).strip().lower() if u is not None else None for u in levels]
+    unknown = [u for u in units if u not in DATE_UNITS]
+    if unknown:
+        raise InvalidParameter(f"unknown date level(s) {unknown!r}",
+                               hint=f"Levels are {', '.join(order)}, finest first.")
+    ranks = [order.index(u) for u in units]
+    if any(b <= a for a, b in pairwise(ranks)):
+        raise InvalidParameter(f"levels {units!r} are not from the finest to the coarsest",
+                               hint=f"Order them as {', '.join(order)} (each at most once).")
+    paths = []
+    for text, year, month, day in sorted(values, key=lambda v: (v[1], v[2], v[3])):
+        if any(part is None for part in (year, month, day)) or any(
+                not float(part).is_integer() for part in (year, month, day)):
+            raise InvalidParameter(f"the value {text!r} has no calendar date",
+                                   hint="infinity and -infinity cannot be rounded: exclude them "
+                                        "from the column, or release it as ranges.")
+        y, m, d = int(year), int(month), int(day)
+        paths.append([text] + [DATE_UNITS[u](y, m, d) for u in units] + ["*"])
     return paths
 
 

@@ -9,7 +9,7 @@ quasi-identifier. Nothing undeclared is ever published as is.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from plpy_anon.core.errors import (
@@ -75,6 +75,9 @@ class Column:
     not_null: bool
     unique: bool
     builtin: bool       # the (base) type is in pg_catalog: see sqltext.text_of
+    # a number or date column with a registered hierarchy (anon.set_hierarchy_intervals,
+    # anon.set_hierarchy_dates) is released through its labels, as a categorical column
+    hierarchical: bool = False
 
     def as_text(self, plpy, table_alias: str | None = None) -> str:
         """SQL reading this column's value as text (:func:`~plpy_anon.db.sqltext.text_of`)."""
@@ -83,6 +86,8 @@ class Column:
 
     @property
     def kind(self) -> str | None:
+        if self.hierarchical:
+            return "categorical"
         if self.type_name in NUMERIC_TYPES:
             return "numeric"
         if self.category in CATEGORICAL_CATEGORIES:
@@ -132,7 +137,12 @@ def columns_as_text(plpy, relation: str, columns, alias: str | None = None) -> l
 
 
 def table_columns(plpy, tbl: Table) -> list[Column]:
-    return relation_columns(plpy, tbl.oid)
+    cols = relation_columns(plpy, tbl.oid)
+    if not any(c.type_name in NUMERIC_TYPES for c in cols):
+        return cols
+    typed = set(hierarchy_columns(plpy, tbl))
+    return [replace(c, hierarchical=True) if c.name in typed and c.type_name in NUMERIC_TYPES else c
+            for c in cols]
 
 
 def relation_columns(plpy, oid: int) -> list[Column]:
@@ -273,9 +283,12 @@ def load_hierarchy(plpy, tbl: Table, column_name: str) -> Hierarchy | None:
     return Hierarchy.from_paths([list(r["path"]) for r in rows])
 
 
-def _store_hierarchy(plpy, tbl: Table, column_name: str, hierarchy: Hierarchy, paths) -> int:
+def _store_hierarchy(plpy, tbl: Table, column_name: str, hierarchy: Hierarchy, paths,
+                     typed: bool = False) -> int:
+    """Register ``paths``; a number or date column only when ``typed`` (the builders that read
+    its values: its leaves are its values' text)."""
     col = column_named(tbl, table_columns(plpy, tbl), column_name)
-    if col.kind != "categorical":
+    if col.category not in CATEGORICAL_CATEGORIES and not (typed and col.type_name in NUMERIC_TYPES):
         raise UnsupportedType(
             f'column "{col.name}" has type {col.display_type}; hierarchies apply to categorical '
             "(text, boolean, enum) columns", hint="Numeric and date columns are released as ranges.")
@@ -351,3 +364,53 @@ def set_hierarchy_csv(plpy, source, column_name, csv, sep):
     clean = csv_rows(csv, sep)
     hierarchy = Hierarchy.from_paths(clean)
     return _store_hierarchy(plpy, tbl, column_name, hierarchy, clean)
+
+
+def _typed_values(plpy, tbl: Table, column_name: str, kinds: tuple[str, ...], what: str,
+                  extra: str = "") -> tuple[Column, list[dict]]:
+    """The column (one of the NUMERIC_TYPES of ``kinds``) and its distinct non-NULL values, as
+    text (the hierarchy's leaves: the text a release reads) plus ``extra`` expressions of ``c``."""
+    col = column_named(tbl, table_columns(plpy, tbl), column_name)
+    if col.type_name not in NUMERIC_TYPES or NUMERIC_TYPES[col.type_name][2] not in kinds:
+        raise UnsupportedType(
+            f'column "{col.name}" has type {col.display_type}; {what}',
+            hint="anon.set_hierarchy_intervals takes numbers, anon.set_hierarchy_dates dates and "
+                 "timestamps, anon.set_hierarchy_prefix codes.")
+    column = ident(plpy, col.name)
+    rows = list(plpy.execute(
+        f"SELECT DISTINCT {col.as_text(plpy)} AS v{extra.replace('%(c)s', column)} "
+        f"FROM {tbl.quoted(plpy)} WHERE {column} IS NOT NULL"))
+    if not rows:
+        raise InsufficientData(f'column "{col.name}" holds no value to build a hierarchy from',
+                               hint="Load the table first; the hierarchy covers the values present.")
+    return col, rows
+
+
+@sql_entry
+def set_hierarchy_intervals(plpy, source, column_name, widths, origin):
+    tbl = guards.table(plpy, source)
+    col, rows = _typed_values(plpy, tbl, column_name, ("int", "float"),
+                              "interval hierarchies apply to number columns")
+    from decimal import Decimal, InvalidOperation
+
+    from plpy_anon.core.hierarchy import Hierarchy, interval_paths
+    values = []
+    for r in rows:
+        try:
+            values.append((r["v"], Decimal(r["v"])))
+        except InvalidOperation:
+            raise InvalidParameter(f"the value {r['v']!r} has no interval",
+                                   hint="NaN and infinities cannot be placed in an interval.") from None
+    paths = interval_paths(values, widths, origin)
+    return _store_hierarchy(plpy, tbl, col.name, Hierarchy.from_paths(paths), paths, typed=True)
+
+
+@sql_entry
+def set_hierarchy_dates(plpy, source, column_name, levels):
+    tbl = guards.table(plpy, source)
+    parts = "".join(f", pg_catalog.date_part('{p}', %(c)s) AS {p}" for p in ("year", "month", "day"))
+    col, rows = _typed_values(plpy, tbl, column_name, ("date", "timestamp", "timestamptz"),
+                              "date hierarchies apply to date and timestamp columns", parts)
+    from plpy_anon.core.hierarchy import Hierarchy, date_paths
+    paths = date_paths([(r["v"], r["year"], r["month"], r["day"]) for r in rows], levels)
+    return _store_hierarchy(plpy, tbl, col.name, Hierarchy.from_paths(paths), paths, typed=True)
