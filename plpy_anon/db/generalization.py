@@ -61,12 +61,14 @@ the source's, then fails the build, so a wrong range is never published.
 """
 from __future__ import annotations
 
+import itertools
 import re
 import secrets
 
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.core.generalize import class_value_ranks
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.compact import ROWS_COLUMN, view_query
 from plpy_anon.db.sqltext import ident, int_array_literal, run  # noqa: F401 -- re-exported
@@ -441,6 +443,17 @@ def class_literals(col, bounds) -> list:
     only_null = np.isnan(np.asarray(bounds.lo, dtype=np.float64))
     lo, hi = texts(np.where(only_null, 0, bounds.lo)), texts(np.where(only_null, 0, bounds.hi))
     return [None if null else f"[{a},{b}]" for a, b, null in zip(lo, hi, only_null.tolist())]
+
+
+def class_set_literals(enc, labels: np.ndarray, n_classes: int) -> list[str]:
+    """:func:`class_literals` of a categorical QI without hierarchy (``enc``: its encoded column),
+    straight from the (class, value) pairs: each distinct value quoted once, each class's
+    literal one join of its values in output order (no tuple per class)."""
+    by_rank, ranks, bounds = class_value_ranks(enc, labels, n_classes)
+    quoted = np.empty(by_rank.size, dtype=object)
+    quoted[:] = [array_element(v) for v in np.asarray(enc.labels, dtype=object)[by_rank].tolist()]
+    texts = quoted[ranks].tolist()
+    return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(bounds.tolist())]
 
 
 # Bound values (as read: ints, floats, days since 2000-01-01, epoch seconds) to literal text,
