@@ -12,6 +12,7 @@ generate 10000000`` writes, skipped when missing), k = 10, the default layout an
 * the build's phases as recorded in ``metrics.timing`` (read, fit, publish, build: the storage's
   SQL, verify, risk, prepare: imports and catalog work), each in copies; the fit's target
   <= 1.5x a copy;
+* the building backend's CPU seconds against the copying backend's (less sensitive to the load);
 * the backend's VmHWM (target <= 2 GiB at 10M rows) and sampled peak private memory (RssAnon).
 
 The machine's load average is printed beside each figure: on a shared machine wall clocks scale
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import time
 
+from tests.bench.bench_coldstart import backend_cpu
 from tests.bench.bench_mondrian import (
     MemorySampler,
     fresh_backend,
@@ -57,15 +59,20 @@ def verdict(value: float, target: float | None) -> str:
 def measure(conn, n: int) -> list | None:
     if not load_synthetic(conn, n):
         return None
+    own = conn.info.backend_pid
+    cpu0 = backend_cpu(own)
     before = copy_seconds(conn, "synthetic")
+    copy_cpu = backend_cpu(own) - cpu0
     with fresh_backend(conn) as other:
         pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        cpu0 = backend_cpu(pid)
         t0 = time.perf_counter()
         with MemorySampler(pid) as memory:
             release = other.execute(
                 "SELECT anon.mondrian_view('synthetic', k => 10, quasi_identifiers => %s, "
                 "sensitive => ARRAY['diagnosis'], replace => true)", (QIS,)).fetchone()[0]
         e2e = time.perf_counter() - t0
+        build_cpu = backend_cpu(pid) - cpu0
         hwm = vm_hwm_mib(pid)
     during = load()
     after = copy_seconds(conn, "synthetic")
@@ -80,7 +87,8 @@ def measure(conn, n: int) -> list | None:
     hwm_target = HWM_TARGETS_MIB.get(n)
     print(f"{n:,} rows: end to end {e2e:.2f} s = {ratio:.2f}x copy ({copy:.2f} s; "
           f"{before:.2f} before, {after:.2f} after){verdict(ratio, RATIO_TARGETS.get(n))}; "
-          f"load {during}", flush=True)
+          f"backend CPU {build_cpu:.2f} s against the copy's {copy_cpu:.2f} s = "
+          f"{build_cpu / copy_cpu:.2f}x; load {during}", flush=True)
     print(f"{n:,} rows, phases in copies: "
           + ", ".join(f"{p} {v:.2f}" for p, v in in_copies.items()) + f", other {rest:.2f}; "
           f"fit {in_copies['fit']:.2f}x{verdict(in_copies['fit'], FIT_TARGET)}", flush=True)
@@ -88,7 +96,7 @@ def measure(conn, n: int) -> list | None:
           f"{memory.anon:.0f} MiB; verified {verified}, smallest class {smallest}", flush=True)
     conn.execute(f"SELECT anon.drop_release('{release}')")
     return [f"{n:,}", f"{e2e:.2f}", f"{copy:.2f}", f"{ratio:.2f}x",
-            f"{RATIO_TARGETS[n]:g}x" if n in RATIO_TARGETS else "-",
+            f"{RATIO_TARGETS[n]:g}x" if n in RATIO_TARGETS else "-", f"{build_cpu / copy_cpu:.2f}x",
             *(f"{in_copies[p]:.2f}" for p in PHASES), f"{FIT_TARGET:g}x",
             f"{hwm:.0f}", f"{hwm_target:,}" if hwm_target else "-", f"{memory.anon:.0f}",
             bool(verified), during]
@@ -97,7 +105,7 @@ def measure(conn, n: int) -> list | None:
 def main() -> None:
     with extension_db() as conn:
         rows = [r for r in (measure(conn, n) for n in sizes()) if r]
-    table = markdown_table(["rows", "end to end s", "copy s", "ratio", "target",
+    table = markdown_table(["rows", "end to end s", "copy s", "ratio", "target", "CPU ratio",
                             *(f"{p} (copies)" for p in PHASES), "fit target",
                             "VmHWM MiB", "target MiB", "peak RssAnon MiB", "verified", "load"],
                            rows)
