@@ -50,7 +50,7 @@ class SpreadMeasure:
             return self._numeric(lo, hi)
         if self.kind == "categorical":
             if self._domain <= 1:
-                return np.zeros(len(lo))
+                return np.zeros(len(n_distinct))
             return (np.asarray(n_distinct, dtype=np.float64) - 1.0) / (self._domain - 1)
         return self._hierarchy(lo, hi)
 
