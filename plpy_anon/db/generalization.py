@@ -445,15 +445,22 @@ def class_literals(col, bounds) -> list:
     return [None if null else f"[{a},{b}]" for a, b, null in zip(lo, hi, only_null.tolist())]
 
 
-def class_set_literals(enc, labels: np.ndarray, n_classes: int) -> list[str]:
+def class_set_literals(enc, labels: np.ndarray, n_classes: int):
     """:func:`class_literals` of a categorical QI without hierarchy (``enc``: its encoded column),
-    straight from the (class, value) pairs: each distinct value quoted once, each class's
-    literal one join of its values in output order (no tuple per class)."""
+    as a function of ``(first, last)`` returning the literals of classes ``first`` to ``last``
+    (exclusive): a release's slices are written one at a time, so only one slice's strings
+    exist at once. Made straight from the (class, value) pairs: each distinct value quoted
+    once, each class's literal one join of its values in output order (no tuple per class)."""
     by_rank, ranks, bounds = class_value_ranks(enc, labels, n_classes)
     quoted = np.empty(by_rank.size, dtype=object)
     quoted[:] = [array_element(v) for v in np.asarray(enc.labels, dtype=object)[by_rank].tolist()]
-    texts = quoted[ranks].tolist()
-    return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(bounds.tolist())]
+
+    def literals(first: int, last: int) -> list[str]:
+        texts = quoted[ranks[bounds[first]:bounds[last]]].tolist()
+        edges = (bounds[first:last + 1] - bounds[first]).tolist()
+        return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(edges)]
+
+    return literals
 
 
 # Bound values (as read: ints, floats, days since 2000-01-01, epoch seconds) to literal text,

@@ -1,6 +1,7 @@
 """The column-wise literals a release's classes are written with equal their per-class
-reference: value sets straight from the (class, value) pairs against the tuples of
-``class_bounds``, and bound texts computed once per distinct value against each value's own."""
+reference: value sets straight from the (class, value) pairs, slice by slice, against the
+tuples of ``class_bounds``, and bound texts computed once per distinct value against each
+value's own."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,7 +33,10 @@ def test_set_literals_equal_the_literals_of_the_class_value_tuples(values, data)
                                                     max_size=len(values) - n_classes)))))
     enc = encode_categorical("c", np.array(values, dtype=object))
     reference = class_literals(Categorical, class_bounds([enc], labels, n_classes)["c"])
-    assert class_set_literals(enc, labels, n_classes) == reference
+    literals = class_set_literals(enc, labels, n_classes)
+    assert literals(0, n_classes) == reference
+    cut = data.draw(st.integers(0, n_classes))                  # written in two slices
+    assert literals(0, cut) + literals(cut, n_classes) == reference
 
 
 DAYS = st.one_of(st.integers(-800_000, 3_000_000).map(float),

@@ -277,7 +277,8 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
               if col.kind == "categorical"]
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
     metrics.update(extra_metrics or {})
-    # value sets straight to their literals; hierarchy labels through class_bounds
+    # value sets straight to their literals, a slice at a time; hierarchy labels through
+    # class_bounds
     literals = {f"q{i}": class_set_literals(enc, labels, n_classes)
                 for i, _, enc in listed if enc.hierarchy is None}
     hierarchical = [(i, col, enc) for i, col, enc in listed if enc.hierarchy is not None]
