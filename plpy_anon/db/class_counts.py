@@ -125,8 +125,8 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
     # and joining them to the (class, value) counts costs a third of a dense_rank over the
     # counts, which sorts one row per (class, value) pair
     # pairs: each class's (value, rows), counted class by class (a small hash per class's
-    # array, not one hash of every (class, value) row: a third of the pass's time at 1M rows),
-    # and the distinct values ranked from the pairs rather than from every row again
+    # array rather than one hash of every (class, value) row), and the distinct values ranked
+    # from the pairs rather than from every row again
     tables = "".join(
         f"CROSS JOIN (SELECT array_agg(r.cid)::text AS cids{i}, array_agg(r.vid)::text AS vids{i},\n"
         f"                   array_agg(r.n)::text AS ns{i}\n"

@@ -458,7 +458,7 @@ def merge_equal_spellings(plpy, tbl: Table, data: TableData, columns: list[Colum
                 mapping[index[t]] = index[present[0]]
         merged = mapping[d.codes]
         kept = merged >= 0
-        import pandas as pd  # here: a build that never factorizes objects pays no import
+        import pandas as pd  # here: only a column whose spellings merge pays its import
         local, uniques = pd.factorize(merged[kept])
         codes = np.full(merged.shape[0], -1, dtype=np.int32)
         codes[kept] = local
