@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from plpy_anon.core.errors import InvalidParameter, UnsupportedType
 from plpy_anon.core.hierarchy import Hierarchy
@@ -126,6 +125,7 @@ def encode_categorical(name, values, hierarchy=None):
     if values.ndim != 1:
         raise InvalidParameter(f"column {name!r} must be one-dimensional, got shape {values.shape}",
                                hint="pass one sequence per column")
+    import pandas as pd  # here: a build that never factorizes objects pays no import
     factor, uniques = pd.factorize(values, use_na_sentinel=True)
     return encode_factorized(name, factor, [str(u) for u in uniques], hierarchy)
 

@@ -50,7 +50,7 @@ class SpreadMeasure:
             return self._numeric(lo, hi)
         if self.kind == "categorical":
             if self._domain <= 1:
-                return np.zeros(len(lo))
+                return np.zeros(len(n_distinct))
             return (np.asarray(n_distinct, dtype=np.float64) - 1.0) / (self._domain - 1)
         return self._hierarchy(lo, hi)
 
@@ -190,9 +190,10 @@ class ClassIndex:
         order = np.argsort(labels, kind="stable")
         return cls(order, np.searchsorted(labels[order], np.arange(n_classes + 1)))
 
-    def reduce(self, ufunc, values, empty):
-        """``ufunc`` reduced over every class of ``values`` (per row); ``empty`` for empty classes."""
-        grouped = np.asarray(values)[self.order]
+    def reduce(self, ufunc, values, empty, *, grouped=False):
+        """``ufunc`` reduced over every class of ``values`` (per row; ``grouped``: already in
+        ``order``); ``empty`` for empty classes."""
+        grouped = np.asarray(values) if grouped else np.asarray(values)[self.order]
         starts, ends = self.bounds[:-1], self.bounds[1:]
         out = np.full(starts.size, empty, dtype=grouped.dtype if grouped.size else np.int64)
         occupied = ends > starts
@@ -204,9 +205,9 @@ class ClassIndex:
 def class_code_range(codes, labels, n_classes, index=None):
     """Smallest and largest code of every class (``int64 max`` and ``-1`` for an empty class)."""
     index = index or ClassIndex.of(labels, n_classes)
-    codes = np.asarray(codes, dtype=np.int64)
-    return (index.reduce(np.minimum, codes, np.iinfo(np.int64).max),
-            index.reduce(np.maximum, codes, -1))
+    grouped = np.asarray(codes)[index.order].astype(np.int64)     # gathered once for both
+    return (index.reduce(np.minimum, grouped, np.iinfo(np.int64).max, grouped=True),
+            index.reduce(np.maximum, grouped, -1, grouped=True))
 
 
 def class_distinct_codes(codes, labels, n_classes):
@@ -231,16 +232,23 @@ def _numeric_bounds(col, labels, n_classes, index):
     return NumericBounds(lo_val, hi_val, has_null)
 
 
-def _value_sets(col, labels, n_classes):
-    # rank codes in output order (strings ascending, NULL last) so one sort of (class, rank)
-    # pairs yields every class's tuple already sorted
-    by_label = sorted(range(len(col.labels)),
-                      key=lambda c: (col.labels[c] is None, col.labels[c] or ""))
+def class_value_ranks(col, labels, n_classes):
+    """Categorical column without hierarchy: ``(by_rank, ranks, bounds)``, the values present in
+    every class in output order (strings ascending, NULL last): class ``c`` holds the codes
+    ``by_rank[ranks[bounds[c]:bounds[c + 1]]]``. Codes are ranked in that order first, so one
+    sort of (class, rank) pairs yields every class's values already sorted."""
+    by_label = np.asarray(sorted(range(len(col.labels)),
+                                 key=lambda c: (col.labels[c] is None, col.labels[c] or "")),
+                          dtype=np.int64)
     rank = np.empty(len(col.labels), dtype=np.int64)
     rank[by_label] = np.arange(len(col.labels))
-    width = len(col.labels)
-    ranks, bounds = class_code_pairs(rank[col.codes], labels, n_classes, width)
-    values = col.labels[np.asarray(by_label, dtype=np.int64)[ranks]].tolist()
+    ranks, bounds = class_code_pairs(rank[col.codes], labels, n_classes, len(col.labels))
+    return by_label, ranks, bounds
+
+
+def _value_sets(col, labels, n_classes):
+    by_label, ranks, bounds = class_value_ranks(col, labels, n_classes)
+    values = col.labels[by_label[ranks]].tolist()
     sets = np.empty(n_classes, dtype=object)
     for c in range(n_classes):                  # element-wise: tuples must not be broadcast
         sets[c] = tuple(values[bounds[c]:bounds[c + 1]])   # into a 2-D array

@@ -53,10 +53,16 @@ def _row_mean_spread(col, labels, index):
     """Mean over rows of the normalized spread of the row's class on ``col``."""
     n_slots = int(labels.max()) + 1
     measure = SpreadMeasure(col)
-    lo, hi = class_code_range(col.codes, labels, n_slots, index)
-    distinct = class_distinct_codes(col.codes, labels, n_slots) if measure.needs_distinct else None
-    occupied = hi >= 0
+    if measure.needs_distinct:          # a value set's spread counts its values, not its range
+        distinct = class_distinct_codes(col.codes, labels, n_slots)
+        lo = hi = None
+        occupied = np.diff(index.bounds) > 0
+    else:
+        lo, hi = class_code_range(col.codes, labels, n_slots, index)
+        distinct = None
+        occupied = hi >= 0
     spread = np.zeros(n_slots)
-    spread[occupied] = measure(lo[occupied], hi[occupied],
+    spread[occupied] = measure(None if lo is None else lo[occupied],
+                               None if hi is None else hi[occupied],
                                None if distinct is None else distinct[occupied])
     return np.bincount(labels, minlength=n_slots) @ spread / labels.size

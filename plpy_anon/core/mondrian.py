@@ -114,7 +114,8 @@ class Mondrian:
         ever make allowable cuts: k (and l) hold strictly.
     engine : ``"auto"`` (default), ``"numba"`` or ``"numpy"`` (:data:`ENGINES`)
         Where the partitioning runs: the compiled kernels (``"auto"``: when numba imports, for
-        the median split) or this module's numpy loop. Both give the same labels.
+        the median split, on tables large enough to be worth loading them:
+        ``mondrian_jit.worth_loading``) or this module's numpy loop. Both give the same labels.
 
     Attributes
     ----------
@@ -212,8 +213,9 @@ class Mondrian:
         """``(labels, n_classes)``, classes numbered by first row: on the compiled kernels
         (:mod:`.mondrian_jit`) when numba imports and the fit is one they implement, else on
         numpy (the same partitions)."""
-        if self.engine != "numpy" and self._compiled_supported():
-            from plpy_anon.core import mondrian_jit
+        from plpy_anon.core import mondrian_jit
+        if self.engine != "numpy" and self._compiled_supported() and (
+                self.engine == "numba" or mondrian_jit.worth_loading(n_rows)):
             result = mondrian_jit.partition(self, n_rows)
             if result is not None:
                 return result

@@ -35,8 +35,19 @@ log = logging.getLogger("plpy_anon")
 CHUNK_ROWS = 1 << 20
 CACHE_DIR = Path(__file__).resolve().parent.parent / "_jit_cache"
 
+#: below this many rows, a process that has not loaded the kernels yet fits on numpy: such a fit
+#: (~20 ms of CPU at 50,000 rows) costs less than importing numba and loading the kernels'
+#: machine code (~0.3 s), which the first release of a fresh backend would otherwise pay
+COMPILED_FROM_ROWS = 50_000
+
 _kernels = None
 _unavailable = False
+
+
+def worth_loading(n_rows: int) -> bool:
+    """Whether an ``engine="auto"`` fit of ``n_rows`` rows runs on the kernels: always once they
+    are loaded in this process, else from :data:`COMPILED_FROM_ROWS` rows."""
+    return _kernels is not None or n_rows >= COMPILED_FROM_ROWS
 
 
 def _use_cache_dir():
@@ -282,8 +293,8 @@ def warm():
                                               dtype=object))]
     for columns in (small, [encode_numeric("big", np.arange(70_000))]):   # uint16, int32 codes
         rows = len(columns[0].codes)
-        Mondrian(k=5).fit(columns)
-        Mondrian(k=5, l=2).fit(columns, sensitive=np.arange(rows) % 3)
+        Mondrian(k=5, engine="numba").fit(columns)
+        Mondrian(k=5, l=2, engine="numba").fit(columns, sensitive=np.arange(rows) % 3)
     return stats()
 
 

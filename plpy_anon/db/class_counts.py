@@ -124,20 +124,25 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
     # distinct values
     # and joining them to the (class, value) counts costs a third of a dense_rank over the
     # counts, which sorts one row per (class, value) pair
+    # pairs: each class's (value, rows), counted class by class (a small hash per class's
+    # array rather than one hash of every (class, value) row), and the distinct values ranked
+    # from the pairs rather than from every row again
     tables = "".join(
         f"CROSS JOIN (SELECT array_agg(r.cid)::text AS cids{i}, array_agg(r.vid)::text AS vids{i},\n"
         f"                   array_agg(r.n)::text AS ns{i}\n"
         f"            FROM (SELECT cv.cid, CASE WHEN cv.v IS NULL THEN -1 ELSE coalesce(d.vid, (SELECT count(*) FROM ranked{i})) END AS vid, cv.n\n"
-        f"                  FROM (SELECT x.cid, x.v, count(*) AS n\n"
-        f"                        FROM (SELECT c.cid, pg_catalog.unnest(c.vals{i}) AS v\n"
-        f"                              FROM grouped AS c) AS x\n"
-        f"                        GROUP BY x.cid, x.v) AS cv\n"
+        f"                  FROM pairs{i} AS cv\n"
         f"                  LEFT JOIN ranked{i} AS d ON d.v = cv.v) AS r) AS t{i}\n"
         for i in range(len(values)))
     ranked = "".join(
-        f",\nranked{i} AS MATERIALIZED (\n"
+        f",\npairs{i} AS MATERIALIZED (\n"
+        f"    SELECT c.cid, x.v, x.n FROM grouped AS c\n"
+        f"    CROSS JOIN LATERAL (SELECT u.v, count(*) AS n\n"
+        f"                        FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u\n"
+        f"                        GROUP BY u.v) AS x),\n"
+        f"ranked{i} AS MATERIALIZED (\n"
         f"    SELECT u.v, row_number() OVER (ORDER BY u.v) - 1 AS vid\n"
-        f"    FROM (SELECT DISTINCT pg_catalog.unnest(c.vals{i}) AS v FROM grouped AS c) AS u\n"
+        f"    FROM (SELECT DISTINCT p.v FROM pairs{i} AS p) AS u\n"
         f"    WHERE u.v IS NOT NULL)"
         for i in range(len(values)))
     grouped = grouped or (f"SELECT pg_catalog.row_number() OVER () - 1 AS cid, g.n{carried}\n"

@@ -61,12 +61,14 @@ the source's, then fails the build, so a wrong range is never published.
 """
 from __future__ import annotations
 
+import itertools
 import re
 import secrets
 
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.core.generalize import class_value_ranks
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.compact import ROWS_COLUMN, view_query
 from plpy_anon.db.sqltext import ident, int_array_literal, run  # noqa: F401 -- re-exported
@@ -441,6 +443,24 @@ def class_literals(col, bounds) -> list:
     only_null = np.isnan(np.asarray(bounds.lo, dtype=np.float64))
     lo, hi = texts(np.where(only_null, 0, bounds.lo)), texts(np.where(only_null, 0, bounds.hi))
     return [None if null else f"[{a},{b}]" for a, b, null in zip(lo, hi, only_null.tolist())]
+
+
+def class_set_literals(enc, labels: np.ndarray, n_classes: int):
+    """:func:`class_literals` of a categorical QI without hierarchy (``enc``: its encoded column),
+    as a function of ``(first, last)`` returning the literals of classes ``first`` to ``last``
+    (exclusive): a release's slices are written one at a time, so only one slice's strings
+    exist at once. Made straight from the (class, value) pairs: each distinct value quoted
+    once, each class's literal one join of its values in output order (no tuple per class)."""
+    by_rank, ranks, bounds = class_value_ranks(enc, labels, n_classes)
+    quoted = np.empty(by_rank.size, dtype=object)
+    quoted[:] = [array_element(v) for v in np.asarray(enc.labels, dtype=object)[by_rank].tolist()]
+
+    def literals(first: int, last: int) -> list[str]:
+        texts = quoted[ranks[bounds[first]:bounds[last]]].tolist()
+        edges = (bounds[first:last + 1] - bounds[first]).tolist()
+        return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(edges)]
+
+    return literals
 
 
 # Bound values (as read: ints, floats, days since 2000-01-01, epoch seconds) to literal text,

@@ -44,7 +44,6 @@ import functools
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db.columns import NUMERIC_TYPES, Column
@@ -244,12 +243,21 @@ class _Dictionary:
         mapping = np.fromiter((-1 if u == NULL_TEXT else
                                self.index.setdefault(u[:-1].decode("utf-8"), len(self.index))
                                for u in uniques), dtype=np.int32, count=len(uniques))
-        self.parts.append(mapping[encoded.indices.to_numpy(zero_copy_only=False)])
+        self.parts.append(mapping[_int32_values(encoded.indices)])
 
     def column(self) -> TextColumnData:
         codes = np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int32)
         self.parts = []
         return TextColumnData(codes, list(self.index))
+
+
+def _int32_values(array) -> np.ndarray:
+    """The values of a pyarrow int32 array without NULLs, as a numpy view of its buffer
+    (``to_numpy`` would import pandas, a third of a fresh backend's first call)."""
+    validity, data = array.buffers()
+    if validity is not None and array.null_count:
+        raise RuntimeError("dictionary indices with NULLs")
+    return np.frombuffer(data, dtype=np.int32, count=len(array), offset=array.offset * 4)
 
 
 #: the types whose read number has a value no row can give it, which stands for NULL (in SQL; in
@@ -450,6 +458,7 @@ def merge_equal_spellings(plpy, tbl: Table, data: TableData, columns: list[Colum
                 mapping[index[t]] = index[present[0]]
         merged = mapping[d.codes]
         kept = merged >= 0
+        import pandas as pd  # here: only a column whose spellings merge pays its import
         local, uniques = pd.factorize(merged[kept])
         codes = np.full(merged.shape[0], -1, dtype=np.int32)
         codes[kept] = local

@@ -124,9 +124,11 @@ def number_texts(plpy, values, type_name: str) -> list[str]:
     if type_name in ("int2", "int4", "int8"):
         return [str(v) for v in np.asarray(values, dtype=np.int64).tolist()]
     if type_name == "date":
-        return [_date_text(v) for v in np.asarray(values, dtype=np.float64).tolist()]
+        return _each_distinct(np.asarray(values, dtype=np.float64),
+                              lambda days: [_date_text(v) for v in days.tolist()])
     if type_name in TIME_TYPES:
-        return time_texts(values, "+00" if type_name == "timestamptz" else "")
+        zone = "+00" if type_name == "timestamptz" else ""
+        return _each_distinct(np.asarray(values, dtype=np.int64), lambda m: time_texts(m, zone))
     if type_name == "numeric":
         return list(values)                      # the source's own texts (numeric_ranks)
     if type_name in ("float4", "float8"):
@@ -134,6 +136,13 @@ def number_texts(plpy, values, type_name: str) -> list[str]:
         texts = run(plpy, FLOAT_TEXTS[type_name], ["float8[]"], [distinct.tolist()])[0]["texts"]
         return np.asarray(texts, dtype=object)[inverse].tolist()
     raise ValueError(f"{type_name} is not read exactly")
+
+
+def _each_distinct(values: np.ndarray, texts) -> list[str]:
+    """``texts(values)``, computed once per distinct value: a class's bounds repeat the few
+    values a column holds (a date column's days), and formatting is per value in Python."""
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return np.asarray(texts(distinct), dtype=object)[inverse.ravel()].tolist()
 
 
 # PL/Python hands each Python float over as its repr, which float8in reads back exactly
@@ -212,10 +221,12 @@ def class_extremes(values, null, index):
     """(smallest value, largest value, only NULLs?) of every class (``index``: a ClassIndex),
     NULL rows (``null``) left out; 0 for both where a class holds only NULLs. ``values``: a
     QI's codes (they follow its values' order), a numeric's ranks or a timestamp's microseconds."""
-    values = np.asarray(values, dtype=np.int64)
-    low = index.reduce(np.minimum, np.where(null, INT64.max, values), INT64.max)
-    high = index.reduce(np.maximum, np.where(null, INT64.min, values), INT64.min)
-    only_null = index.reduce(np.maximum, (~np.asarray(null)).astype(np.int8), 0) == 0
+    # gathered into class order once, for the three reductions
+    values = np.asarray(values)[index.order].astype(np.int64)
+    null = np.asarray(null)[index.order]
+    low = index.reduce(np.minimum, np.where(null, INT64.max, values), INT64.max, grouped=True)
+    high = index.reduce(np.maximum, np.where(null, INT64.min, values), INT64.min, grouped=True)
+    only_null = index.reduce(np.maximum, (~null).astype(np.int8), 0, grouped=True) == 0
     return np.where(only_null, 0, low), np.where(only_null, 0, high), only_null
 
 

@@ -2,7 +2,7 @@
 against a plain copy of the source taken in the same run (``CREATE TABLE AS``, before and after
 the builds; the mean is the reference):
 
-* end to end / copy (target <= 6x at 1M rows, <= 8x at 10M);
+* end to end / copy (target <= 5x at 1M rows, <= 7x at 10M);
 * release storage / source size (target <= 1.5x);
 * temporary files written by the build / source size (target <= 2x, issue 27);
 * analysts' queries on the compact release / the same query on a flat table of the same rows
@@ -31,7 +31,7 @@ from tests.bench.common import copy_seconds, markdown_table, results_dir
 
 QIS = "ARRAY['a_int','b_int','c_int','d_txt','e_txt','f_txt']"
 NUMERIC = os.environ.get("PLPY_ANON_LAYOUT_NUMERIC", "") == "1"
-RATIO_TARGETS = {1_000_000: 6.0, 10_000_000: 8.0}
+RATIO_TARGETS = {1_000_000: 5.0, 10_000_000: 7.0}
 MEMORY_TARGETS = {10_000_000: " (targets <= 2,048 / 1,536 MiB)"}
 QUERIES = {
     "range filter": "SELECT count(*) FROM {r} WHERE a_int @> 42",

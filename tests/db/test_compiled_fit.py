@@ -1,6 +1,8 @@
 """Releases are fitted by the compiled Mondrian kernels loaded from the machine-code cache that
 ``make install`` warmed as the database's OS user: after a server restart, a new backend's
-releases compile nothing (numba's own dispatcher statistics, read inside that backend)."""
+releases compile nothing (numba's own dispatcher statistics, read inside that backend). The table
+is as large as a table whose fit is worth loading the kernels for (mondrian_jit.COMPILED_FROM_ROWS;
+a smaller one fits on numpy: tests/db/test_cold_start.py)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +10,7 @@ import json
 import psycopg
 
 from plpy_anon.cluster import PG_BIN, ThrowawayCluster
+from plpy_anon.core.mondrian_jit import COMPILED_FROM_ROWS
 from tests.helpers import class_sizes, distinct_sensitive_per_class
 
 TABLE = """
@@ -15,7 +18,7 @@ CREATE TABLE people (id int PRIMARY KEY, age int, zip text, born date, diagnosis
 INSERT INTO people
 SELECT i, 20 + (i * 37) % 60, (53700 + (i * 13) % 40)::text, DATE '1950-01-01' + (i * 97) % 20000,
        (ARRAY['flu', 'asthma', 'gout', 'cold'])[1 + i % 4]
-FROM generate_series(1, 3000) i;
+FROM generate_series(1, {rows}) i;
 CREATE FUNCTION public.kernel_stats() RETURNS text LANGUAGE plpython3u AS $$
 import json, sys
 jit = sys.modules.get("plpy_anon.core.mondrian_jit")
@@ -29,7 +32,7 @@ def test_releases_after_a_restart_load_the_kernels_and_compile_nothing():
     with ThrowawayCluster() as cluster:
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-            conn.execute(TABLE)
+            conn.execute(TABLE.format(rows=COMPILED_FROM_ROWS))
         cluster._run([PG_BIN / "pg_ctl", "-D", cluster.datadir, "-l", cluster.root / "server.log",
                       "-w", "restart"])
         with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
@@ -45,3 +48,4 @@ def test_releases_after_a_restart_load_the_kernels_and_compile_nothing():
     assert stats is not None, "the releases did not run the compiled fit"
     assert stats["signatures"] >= 1
     assert stats["cache_hits"] >= 1 and stats["cache_misses"] == 0, stats
+

@@ -9,9 +9,9 @@ import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from plpy_anon.core.encoding import (
     encode_factorized,
@@ -37,6 +37,7 @@ from plpy_anon.db.compact import ROWS_COLUMN
 from plpy_anon.db.generalization import (
     check_float_digits,
     class_literals,
+    class_set_literals,
     column_for,
     compact_read_query,
     flat_read_query,
@@ -50,6 +51,9 @@ from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def check_l(l, sensitive: list) -> int | None:
@@ -273,8 +277,14 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
               if col.kind == "categorical"]
     metrics = release_metrics(rows.encoded, labels, rows.k, index)
     metrics.update(extra_metrics or {})
-    bounds = class_bounds([enc for _, _, enc in listed], labels, n_classes, index)
-    literals = {f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in listed}
+    # value sets straight to their literals, a slice at a time; hierarchy labels through
+    # class_bounds
+    literals = {f"q{i}": class_set_literals(enc, labels, n_classes)
+                for i, _, enc in listed if enc.hierarchy is None}
+    hierarchical = [(i, col, enc) for i, col, enc in listed if enc.hierarchy is not None]
+    bounds = class_bounds([enc for _, _, enc in hierarchical], labels, n_classes, index)
+    literals.update({f"q{i}": class_literals(col, bounds[col.name]) for i, col, _ in hierarchical})
+    literals = {f"q{i}": literals[f"q{i}"] for i, _, _ in listed}      # in column order
     del bounds, labels
     if rows.read is not None:
         literals.update(read_literals(ctx.plpy, rows, order, index))
@@ -397,6 +407,8 @@ class ReleaseRows:
                 frame[enc.name] = labels[index]
             else:
                 frame[enc.name] = np.asarray(enc.labels, dtype=object)[enc.codes]
+        import pandas as pd  # here: only the methods that need the values pay its import
+
         return pd.DataFrame(frame)
 
 

@@ -1,0 +1,81 @@
+"""The column-wise literals a release's classes are written with equal their per-class
+reference: value sets straight from the (class, value) pairs, slice by slice, against the
+tuples of ``class_bounds``, and bound texts computed once per distinct value against each
+value's own."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core.encoding import encode_categorical
+from plpy_anon.core.generalize import ClassIndex, class_bounds, class_code_range
+from plpy_anon.db import stored_classes
+from plpy_anon.db.generalization import class_literals, class_set_literals
+
+
+class Categorical:
+    kind = "categorical"
+
+
+# values that need quoting in an array literal beside plain ones, and NULL
+VALUES = st.one_of(st.none(), st.sampled_from(["a", "b", "zz", "", "NULL", "x y", 'q"t', "b\\s",
+                                               "{c}", "é"]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(VALUES, min_size=1, max_size=60), st.data())
+def test_set_literals_equal_the_literals_of_the_class_value_tuples(values, data):
+    n_classes = data.draw(st.integers(1, len(values)))
+    labels = np.array(data.draw(st.permutations(
+        list(range(n_classes)) + data.draw(st.lists(st.integers(0, n_classes - 1),
+                                                    min_size=len(values) - n_classes,
+                                                    max_size=len(values) - n_classes)))))
+    enc = encode_categorical("c", np.array(values, dtype=object))
+    reference = class_literals(Categorical, class_bounds([enc], labels, n_classes)["c"])
+    literals = class_set_literals(enc, labels, n_classes)
+    assert literals(0, n_classes) == reference
+    cut = data.draw(st.integers(0, n_classes))                  # written in two slices
+    assert literals(0, cut) + literals(cut, n_classes) == reference
+
+
+DAYS = st.one_of(st.integers(-800_000, 3_000_000).map(float),
+                 st.sampled_from([float("inf"), float("-inf")]))
+MICROS = st.one_of(st.integers(-(2**62), 2**62),
+                   st.sampled_from([np.iinfo(np.int64).max, np.iinfo(np.int64).min]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(DAYS, min_size=0, max_size=40))
+def test_date_texts_equal_each_value_formatted_alone(days):
+    texts = stored_classes.number_texts(None, np.array(days, dtype=np.float64), "date")
+    assert texts == [stored_classes._date_text(d) for d in days]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(MICROS, min_size=0, max_size=40), st.sampled_from(["timestamp", "timestamptz"]))
+def test_timestamp_texts_equal_each_value_formatted_alone(micros, type_name):
+    zone = "+00" if type_name == "timestamptz" else ""
+    texts = stored_classes.number_texts(None, np.array(micros, dtype=np.int64), type_name)
+    assert texts == [stored_classes.time_texts([m], zone)[0] for m in micros]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 5), st.booleans()), min_size=1, max_size=50),
+       st.data())
+def test_class_extremes_and_code_ranges_equal_a_per_class_loop(rows, data):
+    values = np.array([v for v, _ in rows], dtype=np.int64)
+    null = np.array([n for _, n in rows])
+    n_classes = data.draw(st.integers(1, len(rows) + 2))             # some classes empty
+    labels = np.array(data.draw(st.lists(st.integers(0, n_classes - 1), min_size=len(rows),
+                                         max_size=len(rows))))
+    index = ClassIndex.of(labels, n_classes)
+    low, high, only_null = stored_classes.class_extremes(values, null, index)
+    lo_code, hi_code = class_code_range(values + 5, labels, n_classes, index)
+    for c in range(n_classes):
+        members = values[labels == c]
+        present = values[(labels == c) & ~null]
+        assert only_null[c] == (present.size == 0)
+        assert (low[c], high[c]) == ((present.min(), present.max()) if present.size else (0, 0))
+        assert (lo_code[c], hi_code[c]) == ((members.min() + 5, members.max() + 5) if members.size
+                                            else (np.iinfo(np.int64).max, -1))
