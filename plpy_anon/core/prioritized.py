@@ -54,7 +54,6 @@ from plpy_anon.core.workload import (
     ClassRegions,
     Condition,
     _range_may_satisfy,
-    evaluate_classes,
     evaluate_rows,
     is_number,
     normalize_weights,
@@ -385,13 +384,16 @@ def guard_learned(columns, data: pd.DataFrame, queries, *, priorities, cut_point
     k rows of a class that the other columns' queries needed, and one column's boost widens the
     others' ranges. A release is *safe* when no queried column's precision on the training
     workload (the frequency-weighted mean over the queries that use it) falls more than
-    ``tolerance`` below plain Mondrian's. Searched, at most 2n + 4 fits for n columns with cut
-    points: the learned priorities alone (else none: plain Mondrian, safe by definition) as the
-    base; all cut points with and without the priorities; then the base plus each column's cut
-    points alone, and the safe ones that raise the mean precision added one by one in that
-    order while the release stays safe and its mean rises. The safe release of highest mean
-    precision is kept, so the result is never more than ``tolerance`` below plain Mondrian on
-    any queried column of the training workload. The fits are plain and prioritized Mondrian's
+    ``tolerance`` below plain Mondrian's. Searched in stages, each only when the ones before
+    found no safe release with cut points, at most 3n + 4 fits for n columns with cut points
+    (the full column-by-column search takes O(n²)): the learned priorities alone as the base
+    (else none: plain Mondrian, safe by definition); all cut points with and without the
+    priorities; all but one column's, each column left out in turn (one column's cut points
+    often cost the others); then the base plus each column's cut points alone, and the safe
+    ones that raise the mean precision added one by one in that order while the release stays
+    safe and its mean rises. The safe release of highest mean precision is kept, so the result
+    is never more than ``tolerance`` below plain Mondrian on any queried column of the training
+    workload. The fits are plain and prioritized Mondrian's
     own (only what they are given changes), so the release built from the result is the one
     measured here. ``fit(priorities, cut_points) -> labels``, when given, replaces the fit of
     ``PrioritizedMondrian(k=k, **model_params)`` on ``columns`` (a release's own fit, with its
@@ -415,34 +417,46 @@ def guard_learned(columns, data: pd.DataFrame, queries, *, priorities, cut_point
     safe_releases = [(plain_mean, None, {}, plain)]   # (mean, priorities, cut points, precision)
 
     def consider(weights, cuts):
+        """(mean, precision) of the release; recorded among the safe ones when it is safe."""
         precision, mean = measure(weights, cuts)
         if safe(precision):
             safe_releases.append((mean, weights, dict(cuts), precision))
-            return mean, precision
-        return None
+        return mean, precision
 
     base_weights, base_mean = None, plain_mean
     if priorities is not None:
-        found = consider(priorities, {})
-        if found is not None:
-            base_weights, base_mean = priorities, found[0]
-    cut_points = dict(cut_points or {})
+        mean, precision = consider(priorities, {})
+        if safe(precision):
+            base_weights, base_mean = priorities, mean
+    cut_points = learned_cuts = dict(cut_points or {})
     if cut_points:
+        # the releases keeping the most of what was learned first; the search stops at the
+        # first stage that finds a safe release with cut points above the base
+        def improved():
+            return any(r[2] and r[0] > base_mean for r in safe_releases)
+
         for weights in [priorities] + ([None] if priorities is not None else []):
             consider(weights, cut_points)
+        if not improved() and len(cut_points) > 2:
+            # one column's cut points often cost the others: each column's left out in turn
+            for column in sorted(cut_points):
+                consider(base_weights, {c: f for c, f in cut_points.items() if c != column})
+        if improved():
+            cut_points = {}
     singles = []
     for column in sorted(cut_points):
-        found = consider(base_weights, {column: cut_points[column]})
-        if found is not None and found[0] > base_mean:
-            singles.append((found[0], column))
+        single_mean, precision = consider(base_weights, {column: cut_points[column]})
+        if safe(precision) and single_mean > base_mean:
+            singles.append((single_mean, column))
     kept, mean = {}, base_mean
-    for gain_mean, column in sorted(singles, key=lambda t: (-t[0], t[1])):
+    for single_mean, column in sorted(singles, key=lambda t: (-t[0], t[1])):
         trial = {**kept, column: cut_points[column]}
-        found = (gain_mean, None) if not kept else consider(base_weights, trial)
-        if found is not None and found[0] > mean:
-            kept, mean = trial, found[0]
+        trial_mean, precision = (single_mean, None) if not kept else \
+            consider(base_weights, trial)
+        if (precision is None or safe(precision)) and trial_mean > mean:
+            kept, mean = trial, trial_mean
     best_mean, weights, kept, precision = max(safe_releases, key=lambda r: r[0])  # first of equals
-    return GuardedLearning(weights, kept, sorted(set(cut_points) - set(kept)),
+    return GuardedLearning(weights, kept, sorted(set(learned_cuts) - set(kept)),
                            priorities is not None and weights is None,
                            plain, precision, plain_mean, best_mean)
 
@@ -469,20 +483,14 @@ class WorkloadScore:
         self.categories = template.categories
         self.value_codes = {c: pd.factorize(data[c].astype(str), sort=True,
                                             use_na_sentinel=False)[0] for c in template.members}
-        # a categorical condition's satisfying values are the same for every release: one
-        # region holding every value answers it once, and a class may satisfy it iff it
-        # holds one of those values
+        # a categorical condition's satisfying values are the same for every release, and a
+        # class may satisfy it iff it holds one of them
         self.satisfying = {}
         for query in self.queries:
             for cond in _conditions(query):
                 if cond.column in template.members and cond not in self.satisfying:
-                    regions = ClassRegions(codes=np.zeros(len(self.categories[cond.column]),
-                                                          dtype=np.int64),
-                                           low={}, high={},
-                                           members={cond.column: np.eye(
-                                               len(self.categories[cond.column]), dtype=bool)},
-                                           categories={cond.column: self.categories[cond.column]})
-                    self.satisfying[cond] = evaluate_classes(cond, regions)
+                    self.satisfying[cond] = _satisfying_values(
+                        cond, self.categories[cond.column])
         self.true_rows = [np.flatnonzero(self._rows(q, data)) for q in self.queries]
 
     def _rows(self, predicate, data):
@@ -542,6 +550,14 @@ class WorkloadScore:
         per_column = precision @ self.uses / self.uses.sum(axis=0)
         return (pd.Series(per_column, index=self.columns, dtype=float, name="precision"),
                 float(np.average(precision, weights=self.frequencies)))
+
+
+def _satisfying_values(cond: Condition, categories) -> np.ndarray:
+    """Which of a categorical column's values (as text) satisfy ``cond``."""
+    if cond.op in ("=", "<>", "in"):
+        found = np.isin(categories.astype(str), [str(v) for v in cond.values])
+        return ~found if cond.op == "<>" else found
+    return evaluate_rows(cond, pd.DataFrame({cond.column: pd.Series(categories, dtype=object)}))
 
 
 def _conditions(predicate):

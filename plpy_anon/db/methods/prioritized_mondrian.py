@@ -12,6 +12,12 @@ created, so a refresh re-anonymizes current data with the priorities the release
 ``'none'`` / NULL (no priority metric; useful with ``target``). ``cut_points``: NULL means "yes
 with learned priorities, no otherwise"; true takes the cut points of the source's stored workload
 profile (``anon.learn_priorities`` first).
+
+A release with learned priorities or cut points is guarded before its relations are built
+(:func:`guard_learned_release`): on the stored workload's queries, it keeps only the learned
+priorities and cut points under which no queried column's precision falls below plain Mondrian's
+(core ``guard_learned``, with this release's own fit); its parameters then hold what was kept and,
+under ``guard``, the per-column precision of plain Mondrian and of the release.
 """
 from __future__ import annotations
 
