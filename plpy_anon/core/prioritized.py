@@ -231,7 +231,15 @@ class PrioritizedMondrian(Mondrian):
             atoms[a] = atom
 
         def cells(kept_columns, rows):
+            check_interrupts()
             cell = np.zeros(rows.size, dtype=np.int64)
+            if math.prod(self.boundaries_[a].size + 2 for a in kept_columns) < 2**62:
+                # the atoms' mixed-radix number: one dense renumbering, the same cells in the
+                # same (lexicographic) order as renumbering after each column
+                for a in kept_columns:
+                    cell = cell * (self.boundaries_[a].size + 2) + atoms[a][rows]
+                cell = np.unique(cell, return_inverse=True)[1].ravel()
+                return cell, int(cell.max()) + 1
             for a in kept_columns:
                 check_interrupts()
                 # dense after each column: the key never outgrows the number of rows
