@@ -28,9 +28,11 @@
 6. **Workload families**: five families of 300 queries generated apart from the others (ranges,
    equalities on rare values, IN lists, 1-3 predicates, skewed column use); precision per
    queried column of plain, learned, learned + cut points and the guarded learned release.
+7. **Guard through SQL**: per family, seconds of ``anon.learn_priorities``, of the learned
+   release (guard included) and of the guard, on Adult in a throwaway cluster.
 
-``WORKLOAD_BENCH_PARTS`` (comma-separated ``paper,families,shapes,logs``; default all) selects
-the parts.
+``WORKLOAD_BENCH_PARTS`` (comma-separated ``paper,families,guard,shapes,logs``; default all)
+selects the parts.
 
 Writes bench-results/workload.md and workload_adult.png, workload_credit.png,
 workload_precision.png. Run: ``python -m tests.bench workload``.
@@ -63,7 +65,14 @@ from plpy_anon.core.workload import (
     workload_precision,
 )
 from plpy_anon.querylog.priorities import PriorityLearner
-from tests.bench.common import DATA, adult, markdown_table, results_dir
+from tests.bench.common import (
+    DATA,
+    adult,
+    copy_frame,
+    extension_db,
+    markdown_table,
+    results_dir,
+)
 
 ADULT_QIS = ["age", "sex", "race", "marital_status", "education_num", "workclass", "occupation",
              "native_country"]
@@ -716,6 +725,52 @@ def family_precision_experiment(data: pd.DataFrame):
     return table
 
 
+def guard_in_database(data: pd.DataFrame):
+    """Through SQL on Adult (30,162 rows, QIs only, k = 10), per family: seconds of
+    ``anon.learn_priorities``, of the learned release (``anon.mondrian_view(priorities =>
+    'learned')``, guard included) and of the guard itself (its ``parameters->'guard'``), against
+    a plain Mondrian release of the same table; and the guard's own figures (mean precision on
+    the stored workload, plain / guarded)."""
+    rows = []
+    with extension_db() as conn:
+        copy_frame(conn, "adult", data[ADULT_QIS], {c: ADULT_CATALOG_TYPES[c] for c in ADULT_QIS})
+        qis = "ARRAY[" + ", ".join(f"'{c}'" for c in ADULT_QIS) + "]"
+        started = time.perf_counter()
+        conn.execute(f"SELECT anon.mondrian_view('adult', k => 10, quasi_identifiers => {qis}, "
+                     "release_name => 'adult_plain')")
+        plain_seconds = time.perf_counter() - started
+        for family in FAMILIES:
+            conn.execute("DELETE FROM anon.workload")
+            conn.execute("SELECT anon.add_queries(%s)",
+                         (family_workload(data, family, seed=FAMILY_SEEDS[family][0]),))
+            started = time.perf_counter()
+            conn.execute("SELECT * FROM anon.learn_priorities('adult')").fetchall()
+            learn_seconds = time.perf_counter() - started
+            started = time.perf_counter()
+            conn.execute(f"SELECT anon.mondrian_view('adult', k => 10, quasi_identifiers => "
+                         f"{qis}, priorities => 'learned', release_name => 'adult_learned', "
+                         "replace => true)")
+            release_seconds = time.perf_counter() - started
+            guard = conn.execute("SELECT parameters->'guard' FROM anon.releases "
+                                 "WHERE release_name = 'adult_learned'").fetchone()[0]
+            rows.append({
+                "family": family, "learn_priorities s": round(learn_seconds, 2),
+                "learned release s": round(release_seconds, 2),
+                "of which guard s": guard["seconds"],
+                # the learn (learn_priorities + the learned release) with and without the guard
+                "learn with / without guard": round(
+                    (learn_seconds + release_seconds)
+                    / (learn_seconds + release_seconds - guard["seconds"]), 2),
+                "plain release s": round(plain_seconds, 2),
+                "plain mean": round(guard["plain_mean"], 3),
+                "guarded mean": round(guard["mean"], 3),
+                "left out": ", ".join(guard["dropped_cut_points"]
+                                      + (["priorities"] if guard["dropped_priorities"] else []))
+                or "-"})
+            print(rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
 def plot_precision(frame, path):
     fig, ax = plt.subplots(figsize=(6, 4))
     width = 0.25
@@ -734,7 +789,8 @@ def plot_precision(frame, path):
 
 # ------------------------------------------------------------------------------ report
 def main():
-    parts = set((os.environ.get("WORKLOAD_BENCH_PARTS") or "paper,families,shapes,logs").split(","))
+    parts = set((os.environ.get("WORKLOAD_BENCH_PARTS") or "paper,families,guard,shapes,logs")
+                .split(","))
     out = results_dir()
     sections = []
     if "paper" in parts:
@@ -749,6 +805,10 @@ def main():
                       "learned release keeping only the cut points and priorities that do not "
                       "lower any queried column's precision on the workload learned from.\n"),
                      _md(table.fillna("")), ""]
+    if "guard" in parts:
+        table = guard_in_database(adult())
+        print(table.to_string(index=False))
+        sections += ["## The guard through SQL: seconds on Adult (k = 10)\n", _md(table), ""]
     if "shapes" in parts:
         figures = shapes_experiment()
         figures.update({f"many shapes: {k}": v for k, v in many_shapes_experiment().items()})
@@ -764,7 +824,8 @@ def main():
         sections += ["## Reading a server log\n",
                      f"20,000 distinct statements read and redacted: {seconds:.2f} s", ""]
     name = ("workload.md" if "paper" in parts
-            else "workload_families.md" if "families" in parts else "workload_shapes.md")
+            else "workload_families.md" if "families" in parts
+            else "workload_guard.md" if "guard" in parts else "workload_shapes.md")
     (out / name).write_text("\n".join(sections))
     print(f"wrote {out / name}")
 

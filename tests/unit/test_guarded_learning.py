@@ -10,13 +10,20 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.mondrian import Mondrian
-from plpy_anon.core.prioritized import PrioritizedMondrian, guard_learned
-from plpy_anon.core.workload import AllOf, Condition
+from plpy_anon.core.prioritized import PrioritizedMondrian, WorkloadScore, guard_learned
+from plpy_anon.core.workload import (
+    AllOf,
+    AnyOf,
+    Condition,
+    column_precision,
+    workload_precision,
+)
 from plpy_anon.querylog.priorities import cut_points
 
 ADULT = Path(__file__).resolve().parents[2] / "plpy_anon" / "data" / "samples" / "adult.data.gz"
@@ -131,3 +138,39 @@ def test_learned_release_never_below_plain_on_a_queried_column(seed):
     labels = guarded_release(queries)
     assert np.bincount(pd.factorize(labels)[0]).min() >= K
     assert below_plain(labels, plain_labels, queries) == {}
+
+
+def mixed_workload(rng, n_queries=30):
+    """Comparisons, BETWEEN, <>, IN and ORs over numbers and categories, 1-3 parts."""
+    def part():
+        column = str(rng.choice(QIS))
+        values = DATA[column].unique()
+        if column in NUMERIC:
+            low, high = sorted(int(v) for v in rng.choice(values, 2))
+            op = str(rng.choice(["<", "<=", ">", ">=", "=", "<>", "between", "in"]))
+            return Condition(column, op, (low, high) if op == "between" else
+                             tuple(int(v) for v in rng.choice(values, 3)) if op == "in" else (low,))
+        op = str(rng.choice(["=", "<>", "in"]))
+        chosen = tuple(str(v) for v in rng.choice(values, 1 if op != "in" else 3))
+        return Condition(column, op, chosen)
+    queries = []
+    for _ in range(n_queries):
+        parts = tuple(part() for _ in range(rng.integers(1, 4)))
+        queries.append(parts[0] if len(parts) == 1 else
+                       (AnyOf if rng.random() < 0.3 else AllOf)(parts))
+    return queries
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 300))
+def test_workload_score_equals_the_workload_precision_per_column(seed, n_classes):
+    """The guard's score (true answers computed once) is the workload's precision per column."""
+    rng = np.random.default_rng(seed)
+    queries = mixed_workload(rng)
+    labels = rng.integers(0, n_classes, len(DATA))
+    frequencies = rng.integers(1, 5, len(queries)).astype(float)
+    per_column, mean = WorkloadScore(DATA, queries, frequencies)(labels)
+    expected = workload_precision(DATA, labels, queries, frequencies)
+    assert mean == pytest.approx(expected.weighted_precision)
+    pd.testing.assert_series_equal(per_column, column_precision(expected.per_query),
+                                   check_exact=False, rtol=1e-12)

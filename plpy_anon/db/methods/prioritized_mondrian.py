@@ -12,22 +12,35 @@ created, so a refresh re-anonymizes current data with the priorities the release
 ``'none'`` / NULL (no priority metric; useful with ``target``). ``cut_points``: NULL means "yes
 with learned priorities, no otherwise"; true takes the cut points of the source's stored workload
 profile (``anon.learn_priorities`` first).
+
+A release with learned priorities or cut points is guarded before its relations are built
+(:func:`guard_learned_release`): on the stored workload's queries, it keeps only the learned
+priorities and cut points under which no queried column's precision falls below plain Mondrian's
+(core ``guard_learned``, with this release's own fit); its parameters then hold what was kept and,
+under ``guard``, the per-column precision of plain Mondrian and of the release.
 """
 from __future__ import annotations
 
+import dataclasses
+import time
+
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
-from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.prioritized import PrioritizedMondrian, guard_learned
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import compact, method
+from plpy_anon.db import compact, method, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods import mondrian_family
-from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.db.sqltext import jsonb, jsonb_text, run
+from plpy_anon.db.workload_statements import qi_workload
 from plpy_anon.parameters import PRIORITIZED_MONDRIAN
 
 METHOD = "prioritized_mondrian"
 CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
+#: how far below plain Mondrian's precision a queried column of the training workload may fall
+#: in a guarded learned release (the search keeps plain Mondrian itself when nothing else holds)
+GUARD_TOLERANCE = 0.0
 
 
 def resolve(plpy, tbl, values: dict) -> method.Plan:
@@ -57,10 +70,76 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
                         cut_tolerance=cut_tolerance, **mondrian_family.core_models(parameters)
                         ).check_parameters(qi_names, values["target"] is not None)
     parameters["layout"] = values["layout"]
-    return mondrian_family.release_plan(
+    plan = mondrian_family.release_plan(
         plpy, tbl, roles, parameters,
         f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized",
         partition_function="anon._prioritized_mondrian_partition_slices")
+    return guarded(plpy, plan) if origin == "learned" or cuts else plan
+
+
+def guarded(plpy, plan: method.Plan) -> method.Plan:
+    """``plan`` whose build first keeps only the learned priorities and cut points that cost no
+    queried column of the stored workload precision against plain Mondrian
+    (:func:`guard_learned_release`, which rewrites the release's parameters); the relations are
+    then built, and refreshed, from what it kept."""
+    build, query = plan.build, plan.query
+
+    def guarded_build(release_id, qualified, name):
+        guard_learned_release(plpy, release_id)
+        if build is not None:
+            build(release_id, qualified, name)
+        else:
+            release_rows.create_frozen_view(plpy, qualified, query(release_id))
+
+    return dataclasses.replace(plan, build=guarded_build, query=None)
+
+
+def guard_learned_release(plpy, release_id: int) -> dict:
+    """Keep a release's learned priorities and cut points only where no column the stored
+    workload queries loses precision against plain Mondrian (core ``guard_learned``, with the
+    release's own fit on its source's rows), before its relations are built; the release's
+    parameters then hold what was kept and, under ``guard``, what was measured. Returns that
+    record."""
+    started = time.monotonic()
+    release = release_rows.by_id(plpy, release_id)
+    parameters = RELEASE_METHOD.checked_parameters(jsonb(release["parameters"]))
+    rows = mondrian_family.load_release_rows(plpy, release)
+    _texts, predicates, frequencies = qi_workload(plpy, rows.tbl, rows.qis)
+    record = {"queries": len(predicates), "tolerance": GUARD_TOLERANCE}
+    update = {}
+    if not predicates:
+        plpy.notice(f"no stored query filters on a quasi-identifier of {rows.tbl.label}: the "
+                    "learned priorities and cut points are released unguarded",
+                    hint="Load the analysts' queries (anon.add_queries) and recreate the release.")
+        record["applied"] = False
+    else:
+        def fit_labels(weights, cuts):
+            return fit(rows, {**parameters, "priorities": weights, "cut_points": cuts}).labels_
+
+        kept = guard_learned(None, rows.frame, predicates, frequencies=frequencies,
+                             priorities=parameters.get("priorities"),
+                             cut_points=parameters.get("cut_points") or {}, k=int(parameters["k"]),
+                             tolerance=GUARD_TOLERANCE, fit=fit_labels)
+        record.update({
+            "applied": True, "dropped_priorities": kept.dropped_priorities,
+            "dropped_cut_points": kept.dropped_cut_points,
+            "plain_precision": {c: round(float(v), 6) for c, v in kept.plain_precision.items()},
+            "precision": {c: round(float(v), 6) for c, v in kept.precision.items()},
+            "plain_mean": round(kept.plain_mean, 6), "mean": round(kept.mean, 6)})
+        update = {"priorities": kept.priorities, "cut_points": kept.cut_points}
+        dropped = ([f"the cut points of {', '.join(kept.dropped_cut_points)}"]
+                   if kept.dropped_cut_points else []) + \
+            (["the priorities"] if kept.dropped_priorities else [])
+        plpy.notice(
+            f"learned release of {rows.tbl.label}: "
+            f"{'left out ' + ' and '.join(dropped) if dropped else 'everything learned kept'} "
+            f"(workload precision {kept.mean:.3f}, plain Mondrian {kept.plain_mean:.3f}; no "
+            f"queried column below plain Mondrian on the {len(predicates)} stored queries)")
+    record["seconds"] = round(time.monotonic() - started, 3)
+    update["guard"] = record
+    run(plpy, "UPDATE anon.releases SET parameters = parameters || $2 WHERE release_id = $1",
+        ["int4", "jsonb"], [release_id, jsonb_text(update)])
+    return record
 
 
 def resolve_priorities(plpy, tbl, priorities, qi_names):
