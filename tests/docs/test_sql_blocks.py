@@ -24,7 +24,6 @@ A marker on the line(s) before a fence (an HTML comment, invisible once rendered
     <!-- docs-test: fresh [name] -->        from this snippet on, a new database (named so, if given)
     <!-- docs-test: skip <why> -->         not run (it needs what a test cannot have)
     <!-- docs-test: text <what> -->        not a snippet: a signature, a layout, a configuration
-    <!-- docs-test: output -->             (kept for the ```sql blocks that carried it: a no-op)
 
 Every other fence must be one of the kinds above: test_every_snippet_is_run_or_says_why fails on a
 fence it cannot classify, and computes the share of shown outputs that are compared (>= 95 %).
