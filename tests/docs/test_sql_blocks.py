@@ -5,8 +5,9 @@ read come from the documents' own blocks (anon.load_sample), nothing hidden.
 Snippets, by their fence:
 
 - ```sql: run over one connection; the plain block right after it (if any) is its output, as
-  psql prints it, compared line by line (floats at 4 digits: SET extra_float_digits = -11). A block
-  without a shown output must succeed.
+  psql prints it, compared line by line (floats at 4 digits: SET extra_float_digits = -11); a
+  markdown table after it is its last result, compared cell by cell (floats at 6 digits, %g). A
+  block without a shown output must succeed.
 - a plain (or ```sh) block of ``$ command`` lines: a console session. Each command runs in bash
   (``plpy-anon`` is the venv's) with PGDATABASE and the libpq variables naming the document's
   database; ``export NAME=VALUE`` sets a variable for the later commands; the lines up to the next
@@ -86,6 +87,8 @@ class Block:
     body_lines: tuple[int, int] = (0, 0)          # 0-based [first, last) lines of the body
     steps: list = field(default_factory=list)     # console/psql: (command, shown output)
     form: str = "unknown"          # the kind its fence and lines give, skipped or not
+    table: list[str] | None = None  # sql: the markdown table of its last result shown after it
+    table_lines: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -100,7 +103,7 @@ class Block:
     @property
     def shows_output(self) -> bool:
         if self.form == "sql":
-            return self.output is not None
+            return self.output is not None or self.table is not None
         if self.form in ("console", "psql"):
             return any(out.strip() for _, out in self.steps)
         return self.form == "unknown"   # a skipped plain block: a session or an output
@@ -186,6 +189,12 @@ def blocks_of(document: Path) -> list[Block]:
             block.output = "\n".join(lines[end + 2:close])
             block.output_lines = (end + 2, close)
             end = close
+        elif lang == "sql":                      # or a markdown table of its last result
+            first = next((k for k in range(end + 1, len(lines)) if lines[k].strip()), len(lines))
+            if first < len(lines) and lines[first].startswith("|"):
+                last = next((k for k in range(first, len(lines)) if not lines[k].startswith("|")),
+                            len(lines))
+                block.table, block.table_lines = lines[first:last], (first, last)
         block.form = block.kind
         if "skip" in directives:
             block.kind = "skip"
@@ -311,10 +320,34 @@ def run_sql(database: Database, block: Block, failures: list, rewrites: dict) ->
             rewrites[block.output_lines] = shown
         return
     try:
-        database.conn.execute(block.text)
+        cursor = database.conn.execute(block.text)
     except psycopg.Error as error:
         message = (error.diag.message_primary or str(error)).strip()
         failures.append(f"{block.name}: {error.sqlstate}: {message}")
+        return
+    if block.table is not None:
+        shown = markdown_table(cursor)
+        if [row_cells(line) for line in shown] != [row_cells(line) for line in block.table]:
+            failures.append(f"{block.name}: the query gives\n" + "\n".join(shown)
+                            + "\nthe document shows\n" + "\n".join(block.table))
+            rewrites[block.table_lines] = "\n".join(shown)
+
+
+def markdown_table(cursor) -> list[str]:
+    """The last result of ``cursor`` as a markdown table: floats at 6 significant digits (%g),
+    NULL as an empty cell."""
+    while cursor.nextset():
+        pass
+    names = [d.name for d in cursor.description]
+
+    def cell(value) -> str:
+        return "" if value is None else format(value, "g") if isinstance(value, float) else str(value)
+    return ["| " + " | ".join(names) + " |", "|" + "---|" * len(names),
+            *("| " + " | ".join(cell(v) for v in row) + " |" for row in cursor.fetchall())]
+
+
+def row_cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 def run_session(database: Database, env: dict, cwd: str, block: Block, failures: list,
