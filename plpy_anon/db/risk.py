@@ -22,6 +22,7 @@ figure is not applicable or not defined, and detail says why.
 from __future__ import annotations
 
 import json
+import numbers
 
 from plpy_anon.core import risk as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
@@ -46,8 +47,9 @@ WHERE c.oid = $1::pg_catalog.regclass
 """
 
 def describe(measure, column, value, detail=None):
-    return {"measure": measure, "column_name": column,
-            "value": None if value is None else float(value), "detail": detail}
+    # counts stay integers in the stored JSON (exports and reports print them exactly)
+    exact = None if value is None else int(value) if isinstance(value, numbers.Integral) else float(value)
+    return {"measure": measure, "column_name": column, "value": exact, "detail": detail}
 
 
 # ---------------------------------------------------------------------------- what to count
