@@ -172,6 +172,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import info as _module
@@ -254,6 +257,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import samples as _module
@@ -344,6 +350,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
@@ -438,6 +447,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
@@ -525,6 +537,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
@@ -624,6 +639,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
@@ -719,6 +737,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
@@ -848,6 +869,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import identifiers as _module
@@ -938,6 +962,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import releases as _module
@@ -1025,6 +1052,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import releases as _module
@@ -1111,6 +1141,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db import releases
 releases.record_refresh(plpy, GD, relation)
 $$;
@@ -1180,6 +1213,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db import publish
 return publish.run_pending_check(plpy, check_id)
 $$;
@@ -1509,6 +1545,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
@@ -1615,6 +1654,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import sweep as _module
@@ -1751,6 +1793,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.methods import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
@@ -1845,6 +1890,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
@@ -1933,6 +1981,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
@@ -2022,6 +2073,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
@@ -2137,6 +2191,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
@@ -2252,6 +2309,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
@@ -2340,6 +2400,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
@@ -2507,6 +2570,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.methods import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;
@@ -2553,6 +2619,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
@@ -2656,6 +2725,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
@@ -2747,6 +2819,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
@@ -2836,6 +2911,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
@@ -2954,6 +3032,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.methods import break_merge
 return break_merge.run_release(plpy, GD, release_id)
 $$;
@@ -3000,6 +3081,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import grants as _module
@@ -3087,6 +3171,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import grants as _module
@@ -3174,6 +3261,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import releases as _module
@@ -3254,6 +3344,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
@@ -3347,6 +3440,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
@@ -3434,6 +3530,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
@@ -3521,6 +3620,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
@@ -3658,6 +3760,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
@@ -3751,6 +3856,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
@@ -3846,6 +3954,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
@@ -3946,6 +4057,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
@@ -4038,6 +4152,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
@@ -4127,6 +4244,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
@@ -4270,6 +4390,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.methods import trust
 return trust.partition(plpy, GD, release_id)
 $$;
@@ -4368,6 +4491,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
@@ -4473,6 +4599,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import pattern as _module
@@ -4595,6 +4724,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.methods import pattern
 return pattern.run_release(plpy, GD, release_id)
 $$;
@@ -4643,6 +4775,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import fusion as _module
@@ -4761,6 +4896,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
@@ -4883,6 +5021,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import fusion as _module
@@ -5000,6 +5141,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.methods import fusion
 return fusion.partition(plpy, GD, release_id)
 $$;
@@ -5046,6 +5190,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import snapshots as _module
@@ -5136,6 +5283,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import snapshots as _module
@@ -5225,6 +5375,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import risk_report as _module
@@ -5317,6 +5470,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import risk_report as _module

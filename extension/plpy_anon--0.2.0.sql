@@ -3,6 +3,24 @@
 \echo Use "CREATE EXTENSION plpy_anon CASCADE" to load this file. \quit
 
 -------------------------------------------------------------------------------
+-- the extension's schema: "anon" unless CREATE EXTENSION ... SCHEMA named another; the rest of
+-- the script (below, with every reference to the schema written @plpy_anon_schema@) runs in it
+DO $plpy_anon_install$
+DECLARE
+    nsp record;
+    target name;
+    contents text;
+BEGIN
+    SELECT n.oid, n.nspname, pg_catalog.pg_get_userbyid(n.nspowner) AS owner, r.rolsuper
+    INTO nsp
+    FROM pg_catalog.pg_extension e
+    JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+    JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+    WHERE e.extname = 'plpy_anon';
+    IF nsp.nspname IN ('public', 'pg_catalog') THEN
+        target := 'anon';
+        EXECUTE $plpy_anon_guard$
+-------------------------------------------------------------------------------
 -- incremental/000-schema-guard.sql
 -- plpy_anon's schemas are members of the extension: this script creates "anon" (and, later,
 -- "anon_py") itself, so pg_dump leaves them to CREATE EXTENSION, DROP EXTENSION removes them,
@@ -40,33 +58,66 @@ $guard$;
 
 CREATE SCHEMA anon;
 COMMENT ON SCHEMA anon IS 'plpy_anon: anonymized releases (functions analysts never call, the release catalog).';
-
+$plpy_anon_guard$;
+    ELSE
+        target := nsp.nspname;
+        IF target !~ '^[a-z_][a-z0-9_]*$' OR target = 'anon_py' OR target LIKE 'pg\_%' THEN
+            RAISE EXCEPTION 'plpy_anon cannot be installed in schema %', pg_catalog.quote_ident(target)
+                USING ERRCODE = '42602',
+                      HINT = 'Name a schema in lower-case letters, digits and underscores (not anon_py), '
+                             'e.g. CREATE SCHEMA pa; CREATE EXTENSION plpy_anon SCHEMA pa.';
+        END IF;
+        SELECT pg_catalog.string_agg(d.what, ', ' ORDER BY d.what) INTO contents
+        FROM (SELECT o.type || ' ' || o.identity AS what
+              FROM pg_catalog.pg_depend dep,
+                   LATERAL pg_catalog.pg_identify_object(dep.classid, dep.objid, dep.objsubid) o
+              WHERE dep.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                AND dep.refobjid = nsp.oid
+                AND dep.classid <> 'pg_catalog.pg_extension'::pg_catalog.regclass
+              LIMIT 6) d;
+        IF contents IS NOT NULL THEN
+            RAISE EXCEPTION 'plpy_anon needs a schema of its own, but schema % already holds objects', target
+                USING ERRCODE = '42P06', DETAIL = 'It already holds: ' || contents || '.',
+                      HINT = 'Nothing was installed. Create an empty schema for it: CREATE SCHEMA pa; '
+                             'CREATE EXTENSION plpy_anon SCHEMA pa.';
+        END IF;
+        -- whoever owns the schema may drop and replace what is in it
+        IF NOT nsp.rolsuper THEN
+            RAISE EXCEPTION 'plpy_anon cannot be installed in schema %, owned by % who is not a superuser',
+                            target, nsp.owner
+                USING ERRCODE = '42501',
+                      HINT = pg_catalog.format('Nothing was installed. ALTER SCHEMA %s OWNER TO %s, then '
+                                               'CREATE EXTENSION plpy_anon SCHEMA %s again.',
+                                               target, pg_catalog.quote_ident(current_user), target);
+        END IF;
+    END IF;
+    EXECUTE pg_catalog.replace($plpy_anon_script$
 -------------------------------------------------------------------------------
 -- incremental/001-catalog.sql
 -- The release catalog: declared column roles, value-generalization hierarchies, and one row per
 -- release. Every release method (Mondrian, Break-Merge, trust-aware, pattern-preserving,
 -- fusion-resilient) records itself here, so refresh, grants and reports work the same for all.
 
-CREATE TABLE anon.column_roles (
+CREATE TABLE @plpy_anon_schema@.column_roles (
     source      regclass NOT NULL,
     column_name name     NOT NULL,
     role        text     NOT NULL CHECK (role IN ('identifier', 'quasi_identifier', 'sensitive', 'ignored')),
     PRIMARY KEY (source, column_name)
 );
-COMMENT ON TABLE anon.column_roles IS
+COMMENT ON TABLE @plpy_anon_schema@.column_roles IS
     'Declared role of each column: identifier (dropped), quasi_identifier (generalized), sensitive (kept), ignored (dropped).';
 
-CREATE TABLE anon.hierarchies (
+CREATE TABLE @plpy_anon_schema@.hierarchies (
     source      regclass NOT NULL,
     column_name name     NOT NULL,
     leaf        text     NOT NULL,
     path        text[]   NOT NULL CHECK (cardinality(path) >= 2),
     PRIMARY KEY (source, column_name, leaf)
 );
-COMMENT ON TABLE anon.hierarchies IS
+COMMENT ON TABLE @plpy_anon_schema@.hierarchies IS
     'Value-generalization hierarchy of a categorical quasi-identifier: one row per leaf, path = leaf, parent, ..., root.';
 
-CREATE TABLE anon.releases (
+CREATE TABLE @plpy_anon_schema@.releases (
     release_id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     release_schema name        NOT NULL,
     release_name   name        NOT NULL,
@@ -83,14 +134,14 @@ CREATE TABLE anon.releases (
     last_error_at  timestamptz,
     UNIQUE (release_schema, release_name)
 );
-COMMENT ON TABLE anon.releases IS
+COMMENT ON TABLE @plpy_anon_schema@.releases IS
     'One row per release: where it lives, how it was made (method, parameters) and what it achieved (k, metrics).';
 
 -- pg_dump keeps the catalog's rows with the extension.
-SELECT pg_catalog.pg_extension_config_dump('anon.column_roles', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.hierarchies', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.releases', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.column_roles', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.hierarchies', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.releases', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.releases_release_id_seq', '');
 
 -- The result of a partitioning run, handed from Python to the release's SQL in one round trip:
 -- per source row (in the order Python read them) its ctid, its class and its position in the
@@ -99,7 +150,7 @@ SELECT pg_catalog.pg_extension_config_dump('anon.releases_release_id_seq', '');
 -- A ctid is unique only inside one physical relation: when the source has partitions or
 -- inheritance children, row_tableoids holds each row's tableoid (same order), and the release
 -- joins on (tableoid, ctid); it is NULL for a source that is one relation.
-CREATE TYPE anon.partition AS (
+CREATE TYPE @plpy_anon_schema@.partition AS (
     row_ctids     text,
     class_ids     text,
     row_positions text,
@@ -111,7 +162,7 @@ CREATE TYPE anon.partition AS (
 -- incremental/010-workload.sql
 -- Issue 3: the workload store (the analysts' queries) and what is learned from it.
 
-CREATE TABLE anon.workload (
+CREATE TABLE @plpy_anon_schema@.workload (
     query_id    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     query       text        NOT NULL CHECK (pg_catalog.btrim(query) <> ''),
     frequency   bigint      NOT NULL DEFAULT 1 CHECK (frequency > 0),
@@ -119,10 +170,10 @@ CREATE TABLE anon.workload (
     origin      text        NOT NULL DEFAULT 'sql',
     added_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
-COMMENT ON TABLE anon.workload IS
-    'Query texts of the analysts'' workload (with how often they ran): filled by INSERT, anon.add_queries or the client''s load-queries; read by anon.learn_priorities together with pg_stat_statements.';
+COMMENT ON TABLE @plpy_anon_schema@.workload IS
+    'Query texts of the analysts'' workload (with how often they ran): filled by INSERT, @plpy_anon_schema@.add_queries or the client''s load-queries; read by @plpy_anon_schema@.learn_priorities together with pg_stat_statements.';
 
-CREATE TABLE anon.priorities (
+CREATE TABLE @plpy_anon_schema@.priorities (
     source      regclass         NOT NULL,
     column_name name             NOT NULL,
     projection  bigint           NOT NULL,
@@ -132,10 +183,10 @@ CREATE TABLE anon.priorities (
     weight      double precision NOT NULL CHECK (weight >= 0),
     PRIMARY KEY (source, column_name)
 );
-COMMENT ON TABLE anon.priorities IS
+COMMENT ON TABLE @plpy_anon_schema@.priorities IS
     'Priority weight of each column learned from the workload (weight = share * projection/total projection + (1 - share) * selection/total selection); used by mondrian_view(priorities => ''learned'').';
 
-CREATE TABLE anon.workload_profiles (
+CREATE TABLE @plpy_anon_schema@.workload_profiles (
     source           regclass         PRIMARY KEY,
     learned_at       timestamptz      NOT NULL DEFAULT pg_catalog.now(),
     projection_share double precision NOT NULL,
@@ -143,30 +194,30 @@ CREATE TABLE anon.workload_profiles (
     cut_points       jsonb            NOT NULL DEFAULT '{}',
     constants        jsonb            NOT NULL DEFAULT '{}'
 );
-COMMENT ON TABLE anon.workload_profiles IS
+COMMENT ON TABLE @plpy_anon_schema@.workload_profiles IS
     'Per source table: when priorities were learned, what happened to the statements (report), and the predicate constants and cut points of the workload.';
 
-SELECT pg_catalog.pg_extension_config_dump('anon.workload', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.workload_query_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.priorities', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.workload_profiles', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.workload', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.workload_query_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.priorities', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.workload_profiles', '');
 
 -------------------------------------------------------------------------------
 -- incremental/030-operations.sql
 -- Running releases in production: which roles are analysts, and every refresh's outcome.
 
--- Roles that read every release (anon.grant_analyst): each new release is granted to them.
-CREATE TABLE anon.analysts (
+-- Roles that read every release (@plpy_anon_schema@.grant_analyst): each new release is granted to them.
+CREATE TABLE @plpy_anon_schema@.analysts (
     role_name  name        PRIMARY KEY,
     granted_at timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE anon.analysts IS
-    'Roles granted SELECT on every current and future release by anon.grant_analyst.';
+COMMENT ON TABLE @plpy_anon_schema@.analysts IS
+    'Roles granted SELECT on every current and future release by @plpy_anon_schema@.grant_analyst.';
 
 -- One row per refresh attempt. Failures are written by a separate (autonomous) connection, so
 -- they survive the rollback of the failed refresh; no foreign key, for the same reason (the
 -- failing release's row may be locked or not yet committed).
-CREATE TABLE anon.refresh_history (
+CREATE TABLE @plpy_anon_schema@.refresh_history (
     refresh_id   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     release_id   integer          NOT NULL,
     release_name text             NOT NULL,   -- schema.name at the time, for dropped releases
@@ -178,13 +229,13 @@ CREATE TABLE anon.refresh_history (
     error        text,
     sqlstate     text
 );
-CREATE INDEX refresh_history_release ON anon.refresh_history (release_id, started_at DESC);
-COMMENT ON TABLE anon.refresh_history IS
+CREATE INDEX refresh_history_release ON @plpy_anon_schema@.refresh_history (release_id, started_at DESC);
+COMMENT ON TABLE @plpy_anon_schema@.refresh_history IS
     'Every refresh of a release: when, how long, rows and k achieved, or the error that made it fail.';
 
-SELECT pg_catalog.pg_extension_config_dump('anon.analysts', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history_refresh_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.analysts', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.refresh_history', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.refresh_history_refresh_id_seq', '');
 
 -------------------------------------------------------------------------------
 -- incremental/040-trust.sql
@@ -192,51 +243,51 @@ SELECT pg_catalog.pg_extension_config_dump('anon.refresh_history_refresh_id_seq'
 -- read with), what the provider knows about them (interactions, recommendations), and what they
 -- want the data for (purposes = attribute priorities).
 
-CREATE TABLE anon.requesters (
+CREATE TABLE @plpy_anon_schema@.requesters (
     requester_name text        PRIMARY KEY,
     role_name      name        NOT NULL,
     created_at     timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE anon.requesters IS
-    'Data requesters: a name and the database role their releases are granted to (anon.add_requester).';
+COMMENT ON TABLE @plpy_anon_schema@.requesters IS
+    'Data requesters: a name and the database role their releases are granted to (@plpy_anon_schema@.add_requester).';
 
-CREATE TABLE anon.interactions (
+CREATE TABLE @plpy_anon_schema@.interactions (
     interaction_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    requester_name text             NOT NULL REFERENCES anon.requesters ON DELETE CASCADE,
+    requester_name text             NOT NULL REFERENCES @plpy_anon_schema@.requesters ON DELETE CASCADE,
     outcome        double precision NOT NULL CHECK (outcome >= 0 AND outcome <= 1),
     recorded_at    timestamptz      NOT NULL DEFAULT now(),
     note           text
 );
-CREATE INDEX interactions_requester ON anon.interactions (requester_name);
-COMMENT ON TABLE anon.interactions IS
+CREATE INDEX interactions_requester ON @plpy_anon_schema@.interactions (requester_name);
+COMMENT ON TABLE @plpy_anon_schema@.interactions IS
     'The provider''s own history with a requester: outcome 1 = good, 0 = bad (fractions allowed); the history-based trust.';
 
-CREATE TABLE anon.recommendations (
-    requester_name    text             NOT NULL REFERENCES anon.requesters ON DELETE CASCADE,
+CREATE TABLE @plpy_anon_schema@.recommendations (
+    requester_name    text             NOT NULL REFERENCES @plpy_anon_schema@.requesters ON DELETE CASCADE,
     recommender       text             NOT NULL,
     rating            double precision NOT NULL CHECK (rating >= 0 AND rating <= 1),
     recommender_trust double precision CHECK (recommender_trust >= 0 AND recommender_trust <= 1),
     recorded_at       timestamptz      NOT NULL DEFAULT now(),
     PRIMARY KEY (requester_name, recommender)
 );
-COMMENT ON TABLE anon.recommendations IS
+COMMENT ON TABLE @plpy_anon_schema@.recommendations IS
     'Ratings of a requester by others (latest per recommender); recommender_trust weighs each (NULL = evaluated at trust time).';
 
-CREATE TABLE anon.purposes (
+CREATE TABLE @plpy_anon_schema@.purposes (
     purpose_name text        PRIMARY KEY,
     priorities   jsonb       NOT NULL,
     source       regclass,
     derivation   jsonb,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
-COMMENT ON TABLE anon.purposes IS
+COMMENT ON TABLE @plpy_anon_schema@.purposes IS
     'Application purposes: per-attribute priorities in [0, 1], given or derived from a table''s mutual information (source, derivation).';
 
-SELECT pg_catalog.pg_extension_config_dump('anon.requesters', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.interactions', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.interactions_interaction_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.recommendations', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.purposes', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.requesters', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.interactions', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.interactions_interaction_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.recommendations', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.purposes', '');
 
 -------------------------------------------------------------------------------
 -- incremental/050-pattern.sql
@@ -244,7 +295,7 @@ SELECT pg_catalog.pg_extension_config_dump('anon.purposes', '');
 -- round trip: the rows' ctids and, per substituted column, the new values as an array literal
 -- (parsed by array_in in C, not element by element in Python).
 
-CREATE TYPE anon.pattern_values AS (
+CREATE TYPE @plpy_anon_schema@.pattern_values AS (
     row_ctids text,
     released  text[],
     row_tableoids text        -- per row, when the source has partitions / children; else NULL
@@ -252,7 +303,7 @@ CREATE TYPE anon.pattern_values AS (
 
 -------------------------------------------------------------------------------
 -- incremental/070-release-schemas.sql
--- Release schemas are the extension's own: created by it (anon.create_release / ensure_schema),
+-- Release schemas are the extension's own: created by it (@plpy_anon_schema@.create_release / ensure_schema),
 -- holding releases and nothing else. Analysts get USAGE on these schemas only, so USAGE never
 -- hands them a function, type or table someone else put in a schema. A release is refused in an
 -- existing schema not listed here, or in one that holds anything but releases.
@@ -266,32 +317,32 @@ CREATE TYPE anon.pattern_values AS (
 -- The OID is kept as regnamespace (and the release's owner as regrole): pg_dump writes them as
 -- names and a restore reads them back as the new cluster's OIDs, so restored releases are
 -- recognised by what a dump preserves.
-CREATE TABLE anon.release_schemas (
+CREATE TABLE @plpy_anon_schema@.release_schemas (
     schema_name name        PRIMARY KEY,
     created_at  timestamptz NOT NULL DEFAULT now(),
     schema_oid  regnamespace NOT NULL
 );
-COMMENT ON TABLE anon.release_schemas IS
-    'Schemas plpy_anon created for releases: the only schemas analysts receive USAGE on (anon.grant_analyst).';
-COMMENT ON COLUMN anon.release_schemas.schema_oid IS
+COMMENT ON TABLE @plpy_anon_schema@.release_schemas IS
+    'Schemas plpy_anon created for releases: the only schemas analysts receive USAGE on (@plpy_anon_schema@.grant_analyst).';
+COMMENT ON COLUMN @plpy_anon_schema@.release_schemas.schema_oid IS
     'pg_namespace OID of the schema plpy_anon created: a schema of this name with another OID was re-created outside plpy_anon and is not a release schema.';
 
-SELECT pg_catalog.pg_extension_config_dump('anon.release_schemas', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.release_schemas', '');
 
 -- Likewise a release: the OID of the schema it was created in, and the role that created (owns)
 -- its relations. A relation carrying a release's name in another schema of the same name, or
 -- owned by another role, is not the release: refresh, verification, grants and drop leave it
--- alone (a refresh says the release is stale; anon.drop_release removes the catalog row).
-ALTER TABLE anon.releases
+-- alone (a refresh says the release is stale; @plpy_anon_schema@.drop_release removes the catalog row).
+ALTER TABLE @plpy_anon_schema@.releases
     ADD COLUMN schema_oid    regnamespace NOT NULL,
     ADD COLUMN release_owner regrole NOT NULL,
     ADD COLUMN definitions   jsonb;
 
-COMMENT ON COLUMN anon.releases.schema_oid IS
+COMMENT ON COLUMN @plpy_anon_schema@.releases.schema_oid IS
     'pg_namespace OID of the release schema the release was created in.';
-COMMENT ON COLUMN anon.releases.release_owner IS
+COMMENT ON COLUMN @plpy_anon_schema@.releases.release_owner IS
     'pg_authid OID of the role that created the release and owns its relations.';
-COMMENT ON COLUMN anon.releases.definitions IS
+COMMENT ON COLUMN @plpy_anon_schema@.releases.definitions IS
     'md5 of pg_get_viewdef of each of the release''s relations as plpy_anon last built them (names, not OIDs: a restored release keeps them): a relation whose definition differs was changed outside plpy_anon, and nothing runs its query on the release''s behalf.';
 
 -------------------------------------------------------------------------------
@@ -300,39 +351,39 @@ COMMENT ON COLUMN anon.releases.definitions IS
 -- plpy_anon/db/verify.py): whether the last build passed, and the figures the check measured
 -- (rows expected and released, smallest class, distinct sensitive values per class, seconds).
 -- NULL: not checked (e.g. a release refreshed WITH NO DATA). A build that fails the check is
--- never published, so a stored row says true; failures are in anon.refresh_history.
+-- never published, so a stored row says true; failures are in @plpy_anon_schema@.refresh_history.
 
-ALTER TABLE anon.releases
+ALTER TABLE @plpy_anon_schema@.releases
     ADD COLUMN verified     boolean,
     ADD COLUMN verification jsonb;
 
-COMMENT ON COLUMN anon.releases.verified IS
+COMMENT ON COLUMN @plpy_anon_schema@.releases.verified IS
     'The current release passed the check of its released rows (row count, smallest class >= k, distinct sensitive values >= l); NULL if not checked.';
-COMMENT ON COLUMN anon.releases.verification IS
+COMMENT ON COLUMN @plpy_anon_schema@.releases.verification IS
     'Figures of the last check: rows_expected, rows_released, classes, smallest_class, k, l, l_by_column, seconds, checked_at.';
 
 -------------------------------------------------------------------------------
 -- incremental/090-internal-schema.sql
--- The internal schema: the PL/Python implementation anon_py.f of each public function anon.f
+-- The internal schema: the PL/Python implementation anon_py.f of each public function @plpy_anon_schema@.f
 -- (generated by sql/build.py from sql/functions/). Schema anon holds what users call; nothing
 -- here is meant to be called directly, and each function refuses a caller who may not execute
--- its anon.f (42501), so USAGE and EXECUTE here are PUBLIC (900-privileges.sql).
+-- its @plpy_anon_schema@.f (42501), so USAGE and EXECUTE here are PUBLIC (900-privileges.sql).
 CREATE SCHEMA anon_py;
 COMMENT ON SCHEMA anon_py IS
-    'plpy_anon internals: anon_py.f implements anon.f and runs only for a role that may execute anon.f.';
+    'plpy_anon internals: anon_py.f implements @plpy_anon_schema@.f and runs only for a role that may execute @plpy_anon_schema@.f.';
 
 -------------------------------------------------------------------------------
 -- incremental/110-snapshots.sql
--- Snapshots (anon.snapshot): a release copied into a plain table that leaves the database with
+-- Snapshots (@plpy_anon_schema@.snapshot): a release copied into a plain table that leaves the database with
 -- pg_dump -t -- its rows and columns only, no dependency on the source or on the extension.
 -- Snapshots live in schemas of their own (default "snapshot"), never in a release schema:
--- release schemas hold releases only, and every analyst registered with anon.grant_analyst gets
+-- release schemas hold releases only, and every analyst registered with @plpy_anon_schema@.grant_analyst gets
 -- USAGE on them, whereas a snapshot is read by its owner and whoever the owner grants it to.
--- A snapshot outlives its release: anon.drop_release leaves it (and this row) in place; the row
+-- A snapshot outlives its release: @plpy_anon_schema@.drop_release leaves it (and this row) in place; the row
 -- keeps the release's identity and metadata as they were when the snapshot was taken.
-CREATE TABLE anon.snapshots (
+CREATE TABLE @plpy_anon_schema@.snapshots (
     snapshot_id     integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    release_id      integer     NOT NULL,   -- anon.releases.release_id at the time (no FK: survives drop_release)
+    release_id      integer     NOT NULL,   -- @plpy_anon_schema@.releases.release_id at the time (no FK: survives drop_release)
     release         text        NOT NULL,   -- the release's schema.name at the time
     relation        regclass    NOT NULL,   -- the snapshot table (regclass: survives dump and restore)
     snapshot_schema name        NOT NULL,
@@ -343,33 +394,33 @@ CREATE TABLE anon.snapshots (
     metadata        jsonb       NOT NULL,
     UNIQUE (snapshot_schema, snapshot_name)
 );
-COMMENT ON TABLE anon.snapshots IS
-    'One row per snapshot taken by anon.snapshot: which release (and relation), where the table is, its rows and the release''s metadata at the time. Snapshots survive anon.drop_release.';
+COMMENT ON TABLE @plpy_anon_schema@.snapshots IS
+    'One row per snapshot taken by @plpy_anon_schema@.snapshot: which release (and relation), where the table is, its rows and the release''s metadata at the time. Snapshots survive @plpy_anon_schema@.drop_release.';
 
-SELECT pg_catalog.pg_extension_config_dump('anon.snapshots', '');
-SELECT pg_catalog.pg_extension_config_dump('anon.snapshots_snapshot_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.snapshots', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.snapshots_snapshot_id_seq', '');
 
 -------------------------------------------------------------------------------
 -- incremental/150-risk.sql
--- Issue 15: every release stores its risk report (anon.risk_report's rows as a JSON array of
+-- Issue 15: every release stores its risk report (@plpy_anon_schema@.risk_report's rows as a JSON array of
 -- {measure, column_name, value, detail}) at creation and at every refresh (plpy_anon/db/risk.py).
 
-ALTER TABLE anon.releases ADD COLUMN risk jsonb;
+ALTER TABLE @plpy_anon_schema@.releases ADD COLUMN risk jsonb;
 
-COMMENT ON COLUMN anon.releases.risk IS
-    'Risk report of the current release (anon.risk_report rows: measure, column_name, value, detail), written at creation and every refresh; NULL if not computed (e.g. refreshed WITH NO DATA).';
+COMMENT ON COLUMN @plpy_anon_schema@.releases.risk IS
+    'Risk report of the current release (@plpy_anon_schema@.risk_report rows: measure, column_name, value, detail), written at creation and every refresh; NULL if not computed (e.g. refreshed WITH NO DATA).';
 
 -------------------------------------------------------------------------------
 -- incremental/170-partition-slices.sql
 -- The Mondrian family's partitioning run returns its result in slices (SETOF
--- anon.partition_slice): consecutive whole classes of about a million rows each, in release
+-- @plpy_anon_schema@.partition_slice): consecutive whole classes of about a million rows each, in release
 -- order. A slice carries the ctids of its rows in that order (the tid[] literal's ASCII text as
 -- bytes: PL/Python copies a bytes value into a bytea once, a str into a text three times), each
 -- class's size, and each class's generalized literals. PostgreSQL frees the memory of converting
 -- one slice before asking for the next, and the release query reads the slices one at a time:
 -- one result of ~230 MB (10M rows) held, copied and re-read whole cost ~0.5 GB of the backend's
--- peak. anon.partition stays for the methods that hand back one row per source row.
-CREATE TYPE anon.partition_slice AS (
+-- peak. @plpy_anon_schema@.partition stays for the methods that hand back one row per source row.
+CREATE TYPE @plpy_anon_schema@.partition_slice AS (
     first_position bigint,     -- release position (0-based) of the slice's first row
     first_class    integer,    -- class id of the slice's first class
     class_sizes    text,       -- int4[] literal: rows of each class of the slice, in order
@@ -405,11 +456,11 @@ $custodian$;
 -- incremental/190-result-columns.sql
 -- 0.2.0: functions that keep their arguments and gain result columns, which CREATE OR REPLACE
 -- cannot do: the old ones go first (nothing depends on them), the idempotent part creates the new
--- ones. anon.fusion_scan_of: the spread of the repeated simulations (protection_sd);
--- anon.distortion: the localities kept exactly (preserved_strict).
-DROP FUNCTION IF EXISTS anon.fusion_scan_of(text);
+-- ones. @plpy_anon_schema@.fusion_scan_of: the spread of the repeated simulations (protection_sd);
+-- @plpy_anon_schema@.distortion: the localities kept exactly (preserved_strict).
+DROP FUNCTION IF EXISTS @plpy_anon_schema@.fusion_scan_of(text);
 DROP FUNCTION IF EXISTS anon_py.fusion_scan_of(text);
-DROP FUNCTION IF EXISTS anon.distortion(regclass, text);
+DROP FUNCTION IF EXISTS @plpy_anon_schema@.distortion(regclass, text);
 DROP FUNCTION IF EXISTS anon_py.distortion(regclass, text);
 
 -------------------------------------------------------------------------------
@@ -420,7 +471,7 @@ DROP FUNCTION IF EXISTS anon_py.distortion(regclass, text);
 -- every version computes). A person is the hash of the release's salt (its parameters) and their
 -- identifier columns' text, never the identifier itself; people who left are kept, so that one
 -- who comes back is held to what earlier versions showed.
-CREATE TABLE anon.release_people (
+CREATE TABLE @plpy_anon_schema@.release_people (
     release_id   integer NOT NULL,
     person       bytea   NOT NULL,
     member_group integer NOT NULL,
@@ -428,12 +479,12 @@ CREATE TABLE anon.release_people (
     versions     integer NOT NULL,     -- versions that held the person
     PRIMARY KEY (release_id, person)
 );
-COMMENT ON TABLE anon.release_people IS
+COMMENT ON TABLE @plpy_anon_schema@.release_people IS
     'Releases refreshed in the stable mode: per person (a salted hash of their identifiers), their class and the sensitive values every published version left them as candidates.';
-SELECT pg_catalog.pg_extension_config_dump('anon.release_people', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.release_people', '');
 
 -- the cross-version check of each refresh (people checked, fewest candidates left, ...)
-ALTER TABLE anon.refresh_history ADD COLUMN across_versions jsonb;
+ALTER TABLE @plpy_anon_schema@.refresh_history ADD COLUMN across_versions jsonb;
 
 -------------------------------------------------------------------------------
 -- incremental/210-release-versions.sql
@@ -442,7 +493,7 @@ ALTER TABLE anon.refresh_history ADD COLUMN across_versions jsonb;
 -- of versions against the difference attack (core.republish). One row per version; a group is
 -- the class a person keeps from version to version (groups only merge: each version's group ids
 -- are kept with the group holding them now). Values only, never a person.
-CREATE TABLE anon.release_versions (
+CREATE TABLE @plpy_anon_schema@.release_versions (
     release_id integer   NOT NULL,
     version    integer   NOT NULL,     -- 0: the release's creation
     group_ids  integer[] NOT NULL,     -- the version's groups
@@ -453,17 +504,17 @@ CREATE TABLE anon.release_versions (
     counterfeit integer  NOT NULL,     -- published rows kept for people who left
     PRIMARY KEY (release_id, version)
 );
-COMMENT ON TABLE anon.release_versions IS
+COMMENT ON TABLE @plpy_anon_schema@.release_versions IS
     'Releases refreshed in the stable mode: per published version, the multiset of sensitive values of each group (the difference check compares every pair of versions).';
-SELECT pg_catalog.pg_extension_config_dump('anon.release_versions', '');
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.release_versions', '');
 
 -------------------------------------------------------------------------------
 -- incremental/215-refresh-phases.sql
 -- 0.2.0: where each refresh's time went: its phases (seconds by phase, adding up to the row's
--- seconds, the wall clock of the whole call), as anon.releases.metrics -> 'timing' has them for
+-- seconds, the wall clock of the whole call), as @plpy_anon_schema@.releases.metrics -> 'timing' has them for
 -- the current version.
-ALTER TABLE anon.refresh_history ADD COLUMN phases jsonb;
-COMMENT ON COLUMN anon.refresh_history.phases IS
+ALTER TABLE @plpy_anon_schema@.refresh_history ADD COLUMN phases jsonb;
+COMMENT ON COLUMN @plpy_anon_schema@.refresh_history.phases IS
     'Seconds by phase of the refresh (prepare, locks, read, fit, publish, build, verify, republication, risk, record, swap, grants): they add up to seconds.';
 
 -------------------------------------------------------------------------------
@@ -471,67 +522,67 @@ COMMENT ON COLUMN anon.refresh_history.phases IS
 -- pg_restore -j loads each configuration table's rows in a worker of its own, in any order, so a
 -- foreign key between two of them fails such a restore (interactions before requesters). The
 -- link is kept without one: the functions that write history refuse an unknown requester, the
--- trust computation reads history through anon.requesters, and a trigger (sql/idempotent/080-trust.sql)
+-- trust computation reads history through @plpy_anon_schema@.requesters, and a trigger (sql/idempotent/080-trust.sql)
 -- takes a requester's history with it when it is deleted or renamed.
-ALTER TABLE anon.interactions DROP CONSTRAINT IF EXISTS interactions_requester_name_fkey;
-ALTER TABLE anon.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
+ALTER TABLE @plpy_anon_schema@.interactions DROP CONSTRAINT IF EXISTS interactions_requester_name_fkey;
+ALTER TABLE @plpy_anon_schema@.recommendations DROP CONSTRAINT IF EXISTS recommendations_requester_name_fkey;
 
 -------------------------------------------------------------------------------
 -- incremental/225-fusion-saturated.sql
--- 0.2.0: anon.fusion_scan and anon.fusion_scan_of gain a result column (saturated: more k buys no
+-- 0.2.0: @plpy_anon_schema@.fusion_scan and @plpy_anon_schema@.fusion_scan_of gain a result column (saturated: more k buys no
 -- measurable protection), which CREATE OR REPLACE cannot do: the old ones go first (nothing
 -- depends on them), the idempotent part creates the new ones.
-DROP FUNCTION IF EXISTS anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[],
+DROP FUNCTION IF EXISTS @plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[],
     text, text, jsonb, double precision, double precision, double precision, double precision,
     double precision, integer, integer);
 DROP FUNCTION IF EXISTS anon_py.fusion_scan(regclass, text, text, regclass, integer, integer,
     text[], text, text, jsonb, double precision, double precision, double precision,
     double precision, double precision, integer, integer);
-DROP FUNCTION IF EXISTS anon.fusion_scan_of(text);
+DROP FUNCTION IF EXISTS @plpy_anon_schema@.fusion_scan_of(text);
 DROP FUNCTION IF EXISTS anon_py.fusion_scan_of(text);
 
 -------------------------------------------------------------------------------
 -- incremental/230-release-state-owners.sql
--- A stable release's state is its owner's alone. anon.release_people holds a salted hash of each
+-- A stable release's state is its owner's alone. @plpy_anon_schema@.release_people holds a salted hash of each
 -- person's identifiers with the candidates every version left them; with the salt, a custodian
 -- who can guess another custodian's identifiers (national ids, say) could test who is in that
 -- custodian's table and what it left them. So the salt leaves the catalog every custodian reads
--- (anon.releases.parameters) for anon.release_secrets, and both tables are read and written under
+-- (@plpy_anon_schema@.releases.parameters) for @plpy_anon_schema@.release_secrets, and both tables are read and written under
 -- row security: a role sees the rows of the releases it owns (or whose owner it is a member of);
 -- superusers and the extension's owner bypass it. plpy_anon's own reads and writes of the state
 -- run with row_security = on (release_rows.owner_state), so a restore (pg_restore sets it off)
 -- still refreshes a custodian's release, which reads its state as the custodian.
-CREATE TABLE anon.release_secrets (
+CREATE TABLE @plpy_anon_schema@.release_secrets (
     release_id  integer PRIMARY KEY,
     person_salt text    NOT NULL
 );
-COMMENT ON TABLE anon.release_secrets IS
-    'Stable releases: the salt of their person hashes (anon.release_people), readable by the release''s owner only (row security).';
-SELECT pg_catalog.pg_extension_config_dump('anon.release_secrets', '');
+COMMENT ON TABLE @plpy_anon_schema@.release_secrets IS
+    'Stable releases: the salt of their person hashes (@plpy_anon_schema@.release_people), readable by the release''s owner only (row security).';
+SELECT pg_catalog.pg_extension_config_dump('@plpy_anon_schema@.release_secrets', '');
 
-INSERT INTO anon.release_secrets (release_id, person_salt)
-SELECT release_id, parameters ->> 'person_salt' FROM anon.releases WHERE parameters ? 'person_salt';
-UPDATE anon.releases SET parameters = parameters - 'person_salt' WHERE parameters ? 'person_salt';
+INSERT INTO @plpy_anon_schema@.release_secrets (release_id, person_salt)
+SELECT release_id, parameters ->> 'person_salt' FROM @plpy_anon_schema@.releases WHERE parameters ? 'person_salt';
+UPDATE @plpy_anon_schema@.releases SET parameters = parameters - 'person_salt' WHERE parameters ? 'person_salt';
 
-ALTER TABLE anon.release_people ENABLE ROW LEVEL SECURITY;
-ALTER TABLE anon.release_secrets ENABLE ROW LEVEL SECURITY;
-CREATE POLICY release_owner ON anon.release_people
-    USING (EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = release_people.release_id
+ALTER TABLE @plpy_anon_schema@.release_people ENABLE ROW LEVEL SECURITY;
+ALTER TABLE @plpy_anon_schema@.release_secrets ENABLE ROW LEVEL SECURITY;
+CREATE POLICY release_owner ON @plpy_anon_schema@.release_people
+    USING (EXISTS (SELECT 1 FROM @plpy_anon_schema@.releases r WHERE r.release_id = release_people.release_id
                    AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER')));
-CREATE POLICY release_owner ON anon.release_secrets
-    USING (EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = release_secrets.release_id
+CREATE POLICY release_owner ON @plpy_anon_schema@.release_secrets
+    USING (EXISTS (SELECT 1 FROM @plpy_anon_schema@.releases r WHERE r.release_id = release_secrets.release_id
                    AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER')));
 
 -- The candidates of a person: {sensitive column: [value text, ...]}. Anything else (written by a
 -- custodian into its own rows) is refused when written, not met by a refresh later.
-ALTER TABLE anon.release_people ADD CONSTRAINT candidates_well_formed CHECK (
+ALTER TABLE @plpy_anon_schema@.release_people ADD CONSTRAINT candidates_well_formed CHECK (
     pg_catalog.jsonb_typeof(candidates) = 'object'
     AND NOT pg_catalog.jsonb_path_exists(candidates, 'strict $.* ? (@.type() != "array")', '{}', true)
     AND NOT pg_catalog.jsonb_path_exists(candidates, 'strict $.*[*] ? (@.type() != "string")', '{}', true));
 
 -------------------------------------------------------------------------------
 -- functions/010-info.toml (generated)
--- anon.versions(): generated from sql/functions/ (implementation: anon_py.versions)
+-- @plpy_anon_schema@.versions(): generated from sql/functions/ (implementation: anon_py.versions)
 CREATE OR REPLACE FUNCTION anon_py.versions()
 RETURNS TABLE (component text, version text, location text)
 LANGUAGE plpython3u STABLE
@@ -540,12 +591,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.versions()', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.versions()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.versions()", sqlstate="42501",
-               hint="anon_py.versions implements anon.versions(): call that, after GRANT EXECUTE ON FUNCTION anon.versions().")
+    plpy.error("permission denied for function @plpy_anon_schema@.versions()", sqlstate="42501",
+               hint="anon_py.versions implements @plpy_anon_schema@.versions(): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.versions().")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -571,14 +622,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import info as _module
 return _module.versions()
 $$;
-COMMENT ON FUNCTION anon_py.versions() IS 'Implementation of anon.versions(); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.versions() IS 'Implementation of @plpy_anon_schema@.versions(); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.versions()
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.versions()
 RETURNS TABLE (component text, version text, location text)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -608,12 +662,12 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.versions() IS
+COMMENT ON FUNCTION @plpy_anon_schema@.versions() IS
     'Python, plpy_anon and dependency versions with where each comes from: as loaded in this backend, or as installed where it would load them (found without importing them).';
 
 -------------------------------------------------------------------------------
 -- functions/015-samples.toml (generated)
--- anon.load_sample(text, text): generated from sql/functions/ (implementation: anon_py.load_sample)
+-- @plpy_anon_schema@.load_sample(text, text): generated from sql/functions/ (implementation: anon_py.load_sample)
 CREATE OR REPLACE FUNCTION anon_py.load_sample(sample text, schema_name text)
 RETURNS TABLE (table_name text, row_count bigint)
 LANGUAGE plpython3u VOLATILE
@@ -622,12 +676,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.load_sample(text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.load_sample(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.load_sample(text, text)", sqlstate="42501",
-               hint="anon_py.load_sample implements anon.load_sample(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.load_sample(text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.load_sample(text, text)", sqlstate="42501",
+               hint="anon_py.load_sample implements @plpy_anon_schema@.load_sample(text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.load_sample(text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -653,14 +707,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import samples as _module
 return _module.load_sample(plpy, sample, schema_name)
 $$;
-COMMENT ON FUNCTION anon_py.load_sample(text, text) IS 'Implementation of anon.load_sample(text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.load_sample(text, text) IS 'Implementation of @plpy_anon_schema@.load_sample(text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.load_sample(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.load_sample(
     sample text,
     schema_name text DEFAULT 'public'
 )
@@ -673,7 +730,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.load_sample: argument sample must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.load_sample: argument sample must not be NULL',
             HINT = 'Pass a value for sample (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -698,12 +755,12 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.load_sample(text, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.load_sample(text, text) IS
     'Creates and fills a sample''s tables in schema_name (created if missing) with the caller''s rights: ''patients'' (1,000 invented patients), ''adult'' (UCI Adult''s 30,162 complete rows, CC BY 4.0), ''enterprise'' (employees and web_facts, generated), ''hr'' (salaries). Refused, creating nothing, if one of its tables exists. Returns each table and its row count. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- functions/020-columns.toml (generated)
--- anon.set_column_role(regclass, text, text): generated from sql/functions/ (implementation: anon_py.set_column_role)
+-- @plpy_anon_schema@.set_column_role(regclass, text, text): generated from sql/functions/ (implementation: anon_py.set_column_role)
 CREATE OR REPLACE FUNCTION anon_py.set_column_role(source regclass, column_name text, role text)
 RETURNS void
 LANGUAGE plpython3u VOLATILE
@@ -712,12 +769,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_column_role(regclass, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.set_column_role(regclass, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.set_column_role(regclass, text, text)", sqlstate="42501",
-               hint="anon_py.set_column_role implements anon.set_column_role(regclass, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.set_column_role(regclass, text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.set_column_role(regclass, text, text)", sqlstate="42501",
+               hint="anon_py.set_column_role implements @plpy_anon_schema@.set_column_role(regclass, text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.set_column_role(regclass, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -743,14 +800,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
 _module.set_column_role(plpy, source, column_name, role)
 $$;
-COMMENT ON FUNCTION anon_py.set_column_role(regclass, text, text) IS 'Implementation of anon.set_column_role(regclass, text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.set_column_role(regclass, text, text) IS 'Implementation of @plpy_anon_schema@.set_column_role(regclass, text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.set_column_role(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.set_column_role(
     source regclass,
     column_name text,
     role text
@@ -764,12 +824,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_column_role: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_column_role: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_column_role: argument column_name must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_column_role: argument column_name must not be NULL',
             HINT = 'Pass a value for column_name (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -794,10 +854,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.set_column_role(regclass, text, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.set_column_role(regclass, text, text) IS
     'Declares a column''s role for every release of the table: identifier, quasi_identifier, sensitive or ignored; NULL role removes the declaration. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.column_roles(regclass): generated from sql/functions/ (implementation: anon_py.column_roles)
+-- @plpy_anon_schema@.column_roles(regclass): generated from sql/functions/ (implementation: anon_py.column_roles)
 CREATE OR REPLACE FUNCTION anon_py.column_roles(source regclass)
 RETURNS TABLE (column_name text, data_type text, role text, declared boolean, generalized_as text)
 LANGUAGE plpython3u STABLE
@@ -806,12 +866,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.column_roles(regclass)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.column_roles(regclass)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.column_roles(regclass)", sqlstate="42501",
-               hint="anon_py.column_roles implements anon.column_roles(regclass): call that, after GRANT EXECUTE ON FUNCTION anon.column_roles(regclass).")
+    plpy.error("permission denied for function @plpy_anon_schema@.column_roles(regclass)", sqlstate="42501",
+               hint="anon_py.column_roles implements @plpy_anon_schema@.column_roles(regclass): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.column_roles(regclass).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -837,14 +897,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.describe_roles(plpy, source)
 $$;
-COMMENT ON FUNCTION anon_py.column_roles(regclass) IS 'Implementation of anon.column_roles(regclass); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.column_roles(regclass) IS 'Implementation of @plpy_anon_schema@.column_roles(regclass); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.column_roles(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.column_roles(
     source regclass
 )
 RETURNS TABLE (column_name text, data_type text, role text, declared boolean, generalized_as text)
@@ -856,7 +919,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.column_roles: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.column_roles: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -881,10 +944,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.column_roles(regclass) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.column_roles(regclass) IS
     'The role each column of the table takes in a release (declared, or the documented default), and how a quasi-identifier is released. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.set_hierarchy(regclass, text, text[]): generated from sql/functions/ (implementation: anon_py.set_hierarchy)
+-- @plpy_anon_schema@.set_hierarchy(regclass, text, text[]): generated from sql/functions/ (implementation: anon_py.set_hierarchy)
 CREATE OR REPLACE FUNCTION anon_py.set_hierarchy(source regclass, column_name text, paths text[])
 RETURNS integer
 LANGUAGE plpython3u VOLATILE
@@ -893,12 +956,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy(regclass, text, text[])', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.set_hierarchy(regclass, text, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.set_hierarchy(regclass, text, text[])", sqlstate="42501",
-               hint="anon_py.set_hierarchy implements anon.set_hierarchy(regclass, text, text[]): call that, after GRANT EXECUTE ON FUNCTION anon.set_hierarchy(regclass, text, text[]).")
+    plpy.error("permission denied for function @plpy_anon_schema@.set_hierarchy(regclass, text, text[])", sqlstate="42501",
+               hint="anon_py.set_hierarchy implements @plpy_anon_schema@.set_hierarchy(regclass, text, text[]): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.set_hierarchy(regclass, text, text[]).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -924,14 +987,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy(plpy, source, column_name, paths)
 $$;
-COMMENT ON FUNCTION anon_py.set_hierarchy(regclass, text, text[]) IS 'Implementation of anon.set_hierarchy(regclass, text, text[]); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.set_hierarchy(regclass, text, text[]) IS 'Implementation of @plpy_anon_schema@.set_hierarchy(regclass, text, text[]); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.set_hierarchy(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.set_hierarchy(
     source regclass,
     column_name text,
     paths text[]
@@ -945,17 +1011,17 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy: argument column_name must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy: argument column_name must not be NULL',
             HINT = 'Pass a value for column_name (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy: argument paths must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy: argument paths must not be NULL',
             HINT = 'Pass a value for paths (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -980,10 +1046,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.set_hierarchy(regclass, text, text[]) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.set_hierarchy(regclass, text, text[]) IS
     'Registers a value-generalization hierarchy for a categorical column: a 2-D array, one row per leaf: leaf, parent, ..., root (rows padded with NULL). Labels are taken literally (surrounding spaces and '''' are values like any other). Returns the number of leaves. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.set_hierarchy_prefix(regclass, text, text, integer): generated from sql/functions/ (implementation: anon_py.set_hierarchy_prefix)
+-- @plpy_anon_schema@.set_hierarchy_prefix(regclass, text, text, integer): generated from sql/functions/ (implementation: anon_py.set_hierarchy_prefix)
 CREATE OR REPLACE FUNCTION anon_py.set_hierarchy_prefix(source regclass, column_name text, mask text, step integer)
 RETURNS integer
 LANGUAGE plpython3u VOLATILE
@@ -992,12 +1058,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_prefix(regclass, text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.set_hierarchy_prefix(regclass, text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.set_hierarchy_prefix(regclass, text, text, integer)", sqlstate="42501",
-               hint="anon_py.set_hierarchy_prefix implements anon.set_hierarchy_prefix(regclass, text, text, integer): call that, after GRANT EXECUTE ON FUNCTION anon.set_hierarchy_prefix(regclass, text, text, integer).")
+    plpy.error("permission denied for function @plpy_anon_schema@.set_hierarchy_prefix(regclass, text, text, integer)", sqlstate="42501",
+               hint="anon_py.set_hierarchy_prefix implements @plpy_anon_schema@.set_hierarchy_prefix(regclass, text, text, integer): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.set_hierarchy_prefix(regclass, text, text, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1023,14 +1089,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_prefix(plpy, source, column_name, mask, step)
 $$;
-COMMENT ON FUNCTION anon_py.set_hierarchy_prefix(regclass, text, text, integer) IS 'Implementation of anon.set_hierarchy_prefix(regclass, text, text, integer); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.set_hierarchy_prefix(regclass, text, text, integer) IS 'Implementation of @plpy_anon_schema@.set_hierarchy_prefix(regclass, text, text, integer); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.set_hierarchy_prefix(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.set_hierarchy_prefix(
     source regclass,
     column_name text,
     mask text DEFAULT '*',
@@ -1045,12 +1114,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy_prefix: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy_prefix: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy_prefix: argument column_name must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy_prefix: argument column_name must not be NULL',
             HINT = 'Pass a value for column_name (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -1075,10 +1144,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.set_hierarchy_prefix(regclass, text, text, integer) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.set_hierarchy_prefix(regclass, text, text, integer) IS
     'Registers a hierarchy that masks a code column''s values from the right, step characters a level (53706 -> 5370* -> 537** -> ... -> *****, then the root *), built from the values the table holds now (refresh it after new codes arrive). Returns the number of leaves. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.set_hierarchy_csv(regclass, text, text, text): generated from sql/functions/ (implementation: anon_py.set_hierarchy_csv)
+-- @plpy_anon_schema@.set_hierarchy_csv(regclass, text, text, text): generated from sql/functions/ (implementation: anon_py.set_hierarchy_csv)
 CREATE OR REPLACE FUNCTION anon_py.set_hierarchy_csv(source regclass, column_name text, csv text, sep text)
 RETURNS integer
 LANGUAGE plpython3u VOLATILE
@@ -1087,12 +1156,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.set_hierarchy_csv(regclass, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.set_hierarchy_csv(regclass, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.set_hierarchy_csv(regclass, text, text, text)", sqlstate="42501",
-               hint="anon_py.set_hierarchy_csv implements anon.set_hierarchy_csv(regclass, text, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.set_hierarchy_csv(regclass, text, text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.set_hierarchy_csv(regclass, text, text, text)", sqlstate="42501",
+               hint="anon_py.set_hierarchy_csv implements @plpy_anon_schema@.set_hierarchy_csv(regclass, text, text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.set_hierarchy_csv(regclass, text, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1118,14 +1187,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import columns as _module
 return _module.set_hierarchy_csv(plpy, source, column_name, csv, sep)
 $$;
-COMMENT ON FUNCTION anon_py.set_hierarchy_csv(regclass, text, text, text) IS 'Implementation of anon.set_hierarchy_csv(regclass, text, text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.set_hierarchy_csv(regclass, text, text, text) IS 'Implementation of @plpy_anon_schema@.set_hierarchy_csv(regclass, text, text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.set_hierarchy_csv(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.set_hierarchy_csv(
     source regclass,
     column_name text,
     csv text,
@@ -1140,17 +1212,17 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy_csv: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy_csv: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy_csv: argument column_name must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy_csv: argument column_name must not be NULL',
             HINT = 'Pass a value for column_name (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.set_hierarchy_csv: argument csv must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.set_hierarchy_csv: argument csv must not be NULL',
             HINT = 'Pass a value for csv (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -1175,7 +1247,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.set_hierarchy_csv(regclass, text, text, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.set_hierarchy_csv(regclass, text, text, text) IS
     'Registers a hierarchy given as ARX-style CSV text (one line per leaf: leaf;parent;...;*). Unquoted cells are trimmed and empty ones ignored; a cell in double quotes is taken literally (" Private" keeps its space, "" is the empty string). Returns the number of leaves. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
@@ -1183,7 +1255,7 @@ COMMENT ON FUNCTION anon.set_hierarchy_csv(regclass, text, text, text) IS
 -- Declaring what each column is (identifier, quasi-identifier, sensitive) and how categorical
 -- quasi-identifiers generalize (value-generalization hierarchies).
 
-CREATE OR REPLACE FUNCTION anon.drop_hierarchy(source regclass, column_name text)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.drop_hierarchy(source regclass, column_name text)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1193,21 +1265,21 @@ DECLARE
 BEGIN
     IF $1 IS NULL OR $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = pg_catalog.format('anon.drop_hierarchy: argument %s must not be NULL',
+            MESSAGE = pg_catalog.format('@plpy_anon_schema@.drop_hierarchy: argument %s must not be NULL',
                                         CASE WHEN $1 IS NULL THEN 'source' ELSE 'column_name' END),
             HINT = 'Name the table and the column whose hierarchy to remove.';
     END IF;
-    WITH d AS (DELETE FROM anon.hierarchies h WHERE h.source = $1 AND h.column_name = $2 RETURNING 1)
+    WITH d AS (DELETE FROM @plpy_anon_schema@.hierarchies h WHERE h.source = $1 AND h.column_name = $2 RETURNING 1)
     SELECT count(*) > 0 INTO dropped FROM d;
     RETURN dropped;
 END
 $$;
-COMMENT ON FUNCTION anon.drop_hierarchy(regclass, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.drop_hierarchy(regclass, text) IS
     'Removes the hierarchy of a column (its values are then generalized to value sets). True if one existed.';
 
 -------------------------------------------------------------------------------
 -- functions/025-identifiers.toml (generated)
--- anon.detect_identifiers(regclass, integer): generated from sql/functions/ (implementation: anon_py.detect_identifiers)
+-- @plpy_anon_schema@.detect_identifiers(regclass, integer): generated from sql/functions/ (implementation: anon_py.detect_identifiers)
 CREATE OR REPLACE FUNCTION anon_py.detect_identifiers(source regclass, sample_size integer)
 RETURNS TABLE (column_name name, data_type text, kind text, confidence text, evidence text, declared_role text, blocks_release boolean)
 LANGUAGE plpython3u VOLATILE
@@ -1216,12 +1288,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_identifiers(regclass, integer)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.detect_identifiers(regclass, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.detect_identifiers(regclass, integer)", sqlstate="42501",
-               hint="anon_py.detect_identifiers implements anon.detect_identifiers(regclass, integer): call that, after GRANT EXECUTE ON FUNCTION anon.detect_identifiers(regclass, integer).")
+    plpy.error("permission denied for function @plpy_anon_schema@.detect_identifiers(regclass, integer)", sqlstate="42501",
+               hint="anon_py.detect_identifiers implements @plpy_anon_schema@.detect_identifiers(regclass, integer): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.detect_identifiers(regclass, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1247,14 +1319,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import identifiers as _module
 return _module.detect_identifiers(plpy, source, sample_size)
 $$;
-COMMENT ON FUNCTION anon_py.detect_identifiers(regclass, integer) IS 'Implementation of anon.detect_identifiers(regclass, integer); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.detect_identifiers(regclass, integer) IS 'Implementation of @plpy_anon_schema@.detect_identifiers(regclass, integer); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.detect_identifiers(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.detect_identifiers(
     source regclass,
     sample_size integer DEFAULT 1000
 )
@@ -1267,7 +1342,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.detect_identifiers: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.detect_identifiers: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -1292,26 +1367,26 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.detect_identifiers(regclass, integer) IS
-    'Columns that look identifying (name, email, phone, national_id, identifier, address, network_id, free_text, near_unique, ...), by column name and a random sample of sample_size rows; blocks_release: an undeclared column a release would refuse (declare it with anon.set_column_role). NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.detect_identifiers(regclass, integer) IS
+    'Columns that look identifying (name, email, phone, national_id, identifier, address, network_id, free_text, near_unique, ...), by column name and a random sample of sample_size rows; blocks_release: an undeclared column a release would refuse (declare it with @plpy_anon_schema@.set_column_role). NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- functions/030-releases.toml (generated)
--- anon.refresh(text): generated from sql/functions/ (implementation: anon_py.refresh)
+-- @plpy_anon_schema@.refresh(text): generated from sql/functions/ (implementation: anon_py.refresh)
 CREATE OR REPLACE FUNCTION anon_py.refresh(release text)
-RETURNS anon.releases
+RETURNS @plpy_anon_schema@.releases
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.refresh(text)", sqlstate="42501",
-               hint="anon_py.refresh implements anon.refresh(text): call that, after GRANT EXECUTE ON FUNCTION anon.refresh(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.refresh(text)", sqlstate="42501",
+               hint="anon_py.refresh implements @plpy_anon_schema@.refresh(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.refresh(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1337,17 +1412,20 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh(plpy, release, GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.refresh(text) IS 'Implementation of anon.refresh(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.refresh(text) IS 'Implementation of @plpy_anon_schema@.refresh(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.refresh(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.refresh(
     release text
 )
-RETURNS anon.releases
+RETURNS @plpy_anon_schema@.releases
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1356,7 +1434,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.refresh: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.refresh: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -1381,10 +1459,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.refresh(text) IS
-    'Re-anonymizes a release from the source''s current data and returns its updated catalog row. The new release is built beside the old one (readers keep the old) and swapped in, in one transaction; readers at every isolation level see the old or the new release whole. The swap takes its lock in attempts of plpy_anon.swap_lock_timeout (default 200ms: new readers never wait longer behind it) for at most plpy_anon.swap_wait in all (default 60s); past that, long-running readers still hold the release and the refresh fails with SQLSTATE 55P03. On any failure the previous release stays and the error is recorded in anon.refresh_history and anon.releases.last_error. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.refresh(text) IS
+    'Re-anonymizes a release from the source''s current data and returns its updated catalog row. The new release is built beside the old one (readers keep the old) and swapped in, in one transaction; readers at every isolation level see the old or the new release whole. The swap takes its lock in attempts of plpy_anon.swap_lock_timeout (default 200ms: new readers never wait longer behind it) for at most plpy_anon.swap_wait in all (default 60s); past that, long-running readers still hold the release and the refresh fails with SQLSTATE 55P03. On any failure the previous release stays and the error is recorded in @plpy_anon_schema@.refresh_history and @plpy_anon_schema@.releases.last_error. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.drop_release(text, boolean): generated from sql/functions/ (implementation: anon_py.drop_release)
+-- @plpy_anon_schema@.drop_release(text, boolean): generated from sql/functions/ (implementation: anon_py.drop_release)
 CREATE OR REPLACE FUNCTION anon_py.drop_release(release text, if_exists boolean)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE
@@ -1393,12 +1471,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.drop_release(text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.drop_release(text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.drop_release(text, boolean)", sqlstate="42501",
-               hint="anon_py.drop_release implements anon.drop_release(text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.drop_release(text, boolean).")
+    plpy.error("permission denied for function @plpy_anon_schema@.drop_release(text, boolean)", sqlstate="42501",
+               hint="anon_py.drop_release implements @plpy_anon_schema@.drop_release(text, boolean): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.drop_release(text, boolean).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1424,14 +1502,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.drop_release(plpy, release, if_exists)
 $$;
-COMMENT ON FUNCTION anon_py.drop_release(text, boolean) IS 'Implementation of anon.drop_release(text, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.drop_release(text, boolean) IS 'Implementation of @plpy_anon_schema@.drop_release(text, boolean); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.drop_release(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.drop_release(
     release text,
     if_exists boolean DEFAULT false
 )
@@ -1444,7 +1525,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.drop_release: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.drop_release: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -1469,18 +1550,18 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.drop_release(text, boolean) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.drop_release(text, boolean) IS
     'Drops a release''s objects and its catalog row. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/030-releases.sql
 -- The release machinery every method plugs into: find, refresh, drop, and the bookkeeping that
--- keeps anon.releases true whether a release is refreshed through anon.refresh() or by a plain
+-- keeps @plpy_anon_schema@.releases true whether a release is refreshed through @plpy_anon_schema@.refresh() or by a plain
 -- REFRESH MATERIALIZED VIEW.
 
 -- Called by the event trigger below after REFRESH MATERIALIZED VIEW of a release: moves what the
 -- partitioning run measured (stashed in this backend's GD) into the catalog row.
-CREATE OR REPLACE FUNCTION anon._record_refresh(relation oid)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._record_refresh(relation oid)
 RETURNS void
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1510,6 +1591,9 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db import releases
 releases.record_refresh(plpy, GD, relation)
 $$;
@@ -1517,7 +1601,7 @@ $$;
 -- The check of a release that belongs to another role (publish.checked_as_owner): called by the
 -- query of a throwaway materialized view owned by that role, whose REFRESH PostgreSQL runs as the
 -- owner in a security-restricted operation; it runs the check the calling session left pending.
-CREATE OR REPLACE FUNCTION anon._check_as_owner(check_id integer)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._check_as_owner(check_id integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1526,7 +1610,7 @@ DECLARE
     _message text; _detail text; _hint text; _state text; _context text;
 BEGIN
     BEGIN
-        RETURN anon._check_as_owner_py($1);
+        RETURN @plpy_anon_schema@._check_as_owner_py($1);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -1547,9 +1631,9 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon._check_as_owner(integer) IS
-    'Internal: runs anon._check_as_owner_py, re-raising its errors with the message alone.';
-CREATE OR REPLACE FUNCTION anon._check_as_owner_py(check_id integer)
+COMMENT ON FUNCTION @plpy_anon_schema@._check_as_owner(integer) IS
+    'Internal: runs @plpy_anon_schema@._check_as_owner_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._check_as_owner_py(check_id integer)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1579,10 +1663,13 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db import publish
 return publish.run_pending_check(plpy, check_id)
 $$;
-COMMENT ON FUNCTION anon._check_as_owner_py(integer) IS
+COMMENT ON FUNCTION @plpy_anon_schema@._check_as_owner_py(integer) IS
     'Internal: runs, as a release''s owner, the check of its released rows that this session left pending.';
 
 -- The event trigger fires for every REFRESH MATERIALIZED VIEW in the database, by any role, of
@@ -1593,7 +1680,7 @@ COMMENT ON FUNCTION anon._check_as_owner_py(integer) IS
 -- functions in anon), so a refresher without them is told what to grant. A release is
 -- recognised by more than its name: the view must be in the very schema the release was created
 -- in and owned by the role that created the release.
-CREATE OR REPLACE FUNCTION anon._on_refresh()
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._on_refresh()
 RETURNS event_trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1615,22 +1702,22 @@ BEGIN
                                        AND m.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
             JOIN pg_catalog.pg_extension x ON x.oid = m.refobjid AND x.extname = 'plpy_anon'
             WHERE w.ev_class = cmd.objid);
-        IF NOT pg_catalog.has_schema_privilege('anon', 'USAGE')
-           OR NOT pg_catalog.has_table_privilege('anon.releases', 'SELECT, UPDATE') THEN
+        IF NOT pg_catalog.has_schema_privilege('@plpy_anon_schema@', 'USAGE')
+           OR NOT pg_catalog.has_table_privilege('@plpy_anon_schema@.releases', 'SELECT, UPDATE') THEN
             RAISE EXCEPTION 'refreshing % needs the privileges of a plpy_anon custodian',
                             cmd.objid::pg_catalog.regclass
                 USING ERRCODE = '42501',
-                      DETAIL = 'A release''s refresh is checked from its rows and recorded in anon.releases, with the rights of the role that refreshes it.',
+                      DETAIL = 'A release''s refresh is checked from its rows and recorded in @plpy_anon_schema@.releases, with the rights of the role that refreshes it.',
                       HINT = pg_catalog.format('GRANT plpy_anon_custodian TO %I;', current_user);
         END IF;
         IF EXISTS (SELECT 1 FROM pg_catalog.pg_class c
                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                   JOIN anon.releases r ON r.release_schema = n.nspname
+                   JOIN @plpy_anon_schema@.releases r ON r.release_schema = n.nspname
                                         AND coalesce(r.parameters ->> 'storage', r.release_name) = c.relname
                                         AND r.schema_oid = n.oid AND r.release_owner = c.relowner
                    WHERE c.oid = cmd.objid AND c.relkind = 'm') THEN
             BEGIN
-                PERFORM anon._record_refresh(cmd.objid);
+                PERFORM @plpy_anon_schema@._record_refresh(cmd.objid);
             EXCEPTION WHEN OTHERS OR query_canceled THEN
                 -- a release that fails its verification aborts the REFRESH: re-raise with the
                 -- message alone (no "plpy.Error: " prefix), same SQLSTATE, DETAIL and HINT
@@ -1651,12 +1738,12 @@ BEGIN
     END LOOP;
 END
 $$;
-REVOKE ALL ON FUNCTION anon._on_refresh() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @plpy_anon_schema@._on_refresh() FROM PUBLIC;
 
 DROP EVENT TRIGGER IF EXISTS plpy_anon_record_refresh;
 CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end
     WHEN TAG IN ('REFRESH MATERIALIZED VIEW')
-    EXECUTE FUNCTION anon._on_refresh();
+    EXECUTE FUNCTION @plpy_anon_schema@._on_refresh();
 
 -------------------------------------------------------------------------------
 -- idempotent/035-catalog-guard.sql
@@ -1668,29 +1755,29 @@ CREATE EVENT TRIGGER plpy_anon_record_refresh ON ddl_command_end
 -- role's release (k, grantees) or declare a DBA table's identifying columns sensitive. A trigger
 -- rather than row security: pg_dump
 -- and pg_restore run with row_security = off, under which a restore's REFRESH of a custodian's
--- release (its query reads anon.releases as that custodian) fails.
-CREATE OR REPLACE FUNCTION anon._is_next_release_id(release_id integer)
+-- release (its query reads @plpy_anon_schema@.releases as that custodian) fails.
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._is_next_release_id(release_id integer)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    RETURN $1 = pg_catalog.currval('anon.releases_release_id_seq');
+    RETURN $1 = pg_catalog.currval('@plpy_anon_schema@.releases_release_id_seq');
 EXCEPTION WHEN object_not_in_prerequisite_state THEN     -- no id drawn in this session
     RETURN false;
 END
 $$;
-COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
-    'Internal: whether an id is the one anon.releases'' sequence last gave this session (the catalog guard''s rule for new rows).';
+COMMENT ON FUNCTION @plpy_anon_schema@._is_next_release_id(integer) IS
+    'Internal: whether an id is the one @plpy_anon_schema@.releases'' sequence last gave this session (the catalog guard''s rule for new rows).';
 
 -- A stable release's salt (the key of its person hashes) is its owner's alone. Custodians have no
--- privilege on anon.release_secrets: row security would hide the rows but not their values from
+-- privilege on @plpy_anon_schema@.release_secrets: row security would hide the rows but not their values from
 -- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
 -- (whether the policy's subplan ran). The two functions below are the only way to the table and
 -- the extension's only SECURITY DEFINER functions: they give or store the salt of a release only
 -- for a session whose login role is, or is a member of, its owner (session_user: inside them
 -- current_user is the extension's owner).
-CREATE OR REPLACE FUNCTION anon._require_state_owner(release_id integer, gone_ok boolean, verb text)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._require_state_owner(release_id integer, gone_ok boolean, verb text)
 RETURNS void
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -1698,7 +1785,7 @@ AS $$
 DECLARE
     owner regrole;
 BEGIN
-    SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
+    SELECT r.release_owner INTO owner FROM @plpy_anon_schema@.releases r WHERE r.release_id = $1;
     IF (owner IS NULL AND NOT $2)
        OR (owner IS NOT NULL AND NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER')) THEN
         RAISE EXCEPTION 'permission denied for the state of release %', $1
@@ -1707,42 +1794,42 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION anon._require_state_owner(integer, boolean, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@._require_state_owner(integer, boolean, text) IS
     'Internal: refuses (42501) a session that is not of a release''s owner (gone_ok: a release whose catalog row is gone passes).';
 
-CREATE OR REPLACE FUNCTION anon._release_salt(release_id integer)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._release_salt(release_id integer)
 RETURNS text
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM anon._require_state_owner($1, false, 'read');
-    RETURN (SELECT s.person_salt FROM anon.release_secrets s WHERE s.release_id = $1);
+    PERFORM @plpy_anon_schema@._require_state_owner($1, false, 'read');
+    RETURN (SELECT s.person_salt FROM @plpy_anon_schema@.release_secrets s WHERE s.release_id = $1);
 END
 $$;
-COMMENT ON FUNCTION anon._release_salt(integer) IS
+COMMENT ON FUNCTION @plpy_anon_schema@._release_salt(integer) IS
     'Internal: a stable release''s salt, for a session of its owner; NULL when it has none.';
 
-CREATE OR REPLACE FUNCTION anon._store_release_salt(release_id integer, salt text)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._store_release_salt(release_id integer, salt text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- a salt whose release is gone (a concurrent drop committed first) may go: it keys nothing
-    PERFORM anon._require_state_owner($1, $2 IS NULL, 'written');
+    PERFORM @plpy_anon_schema@._require_state_owner($1, $2 IS NULL, 'written');
     IF $2 IS NULL THEN
-        DELETE FROM anon.release_secrets s WHERE s.release_id = $1;
+        DELETE FROM @plpy_anon_schema@.release_secrets s WHERE s.release_id = $1;
     ELSE
-        INSERT INTO anon.release_secrets AS s (release_id, person_salt) VALUES ($1, $2)
+        INSERT INTO @plpy_anon_schema@.release_secrets AS s (release_id, person_salt) VALUES ($1, $2)
         ON CONFLICT ON CONSTRAINT release_secrets_pkey DO UPDATE SET person_salt = EXCLUDED.person_salt;
     END IF;
 END
 $$;
-COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@._store_release_salt(integer, text) IS
     'Internal: stores (NULL: deletes) a stable release''s salt, for a session of its owner.';
 
-CREATE OR REPLACE FUNCTION anon._catalog_guard()
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._catalog_guard()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1763,7 +1850,7 @@ BEGIN
             allowed := pg_catalog.pg_has_role((r.x).release_owner, 'MEMBER')
                        -- a new row takes the id the sequence gave this session: a role that
                        -- chose it (OVERRIDING SYSTEM VALUE) could take over an old release's state
-                       AND (TG_OP <> 'INSERT' OR anon._is_next_release_id((r.x).release_id))
+                       AND (TG_OP <> 'INSERT' OR @plpy_anon_schema@._is_next_release_id((r.x).release_id))
                        AND (NOT r.new OR pg_catalog.has_table_privilege((r.x).source, 'SELECT'))
                        -- what a release is stays as created: plpy_anon never updates these, and
                        -- an owner listing its own view among the objects would have it read as one
@@ -1775,7 +1862,7 @@ BEGIN
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
         WHEN 'refresh_history', 'release_versions' THEN
-            allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
+            allowed := EXISTS (SELECT 1 FROM @plpy_anon_schema@.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
             what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
         WHEN 'release_schemas' THEN
@@ -1792,7 +1879,7 @@ BEGIN
             what := pg_catalog.format('declarations of table %s', (r.x).source);
         END CASE;
         IF NOT coalesce(allowed, false) THEN
-            RAISE EXCEPTION 'permission denied to change % in anon.%', what, TG_TABLE_NAME
+            RAISE EXCEPTION 'permission denied to change % in @plpy_anon_schema@.%', what, TG_TABLE_NAME
                 USING ERRCODE = '42501',
                       DETAIL = 'A role that is not a superuser changes only the catalog rows of its own releases, schemas and snapshots and the declarations of tables it owns; a release names only a source its owner may read.',
                       HINT = 'Ask a superuser, or the owner of the release or table.';
@@ -1801,7 +1888,7 @@ BEGIN
     RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
 END
 $$;
-COMMENT ON FUNCTION anon._catalog_guard() IS
+COMMENT ON FUNCTION @plpy_anon_schema@._catalog_guard() IS
     'Internal: lets a role that is not a superuser change only its own catalog rows (trigger on the catalog tables).';
 
 DO $triggers$
@@ -1810,17 +1897,17 @@ DECLARE
 BEGIN
     FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
                              'hierarchies', 'priorities', 'workload_profiles', 'release_versions'] LOOP
-        EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
-        EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '
-                                  'FOR EACH ROW EXECUTE FUNCTION anon._catalog_guard()', t);
+        EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON @plpy_anon_schema@.%I', t);
+        EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON @plpy_anon_schema@.%I '
+                                  'FOR EACH ROW EXECUTE FUNCTION @plpy_anon_schema@._catalog_guard()', t);
     END LOOP;
 END
 $triggers$;
 
--- anon.release_people: a stable release's check writes one row per person in one statement, so
+-- @plpy_anon_schema@.release_people: a stable release's check writes one row per person in one statement, so
 -- the same rule (rows of releases the role owns) is checked once per statement over the rows it
 -- changed (transition tables), not once per row.
-CREATE OR REPLACE FUNCTION anon._release_people_guard()
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._release_people_guard()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -1833,16 +1920,16 @@ BEGIN
     END IF;
     IF TG_OP IN ('DELETE', 'UPDATE') THEN
         SELECT c.release_id INTO foreign_release FROM changed_old c
-        WHERE NOT EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = c.release_id
+        WHERE NOT EXISTS (SELECT 1 FROM @plpy_anon_schema@.releases x WHERE x.release_id = c.release_id
                           AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER')) LIMIT 1;
     END IF;
     IF foreign_release IS NULL AND TG_OP IN ('INSERT', 'UPDATE') THEN
         SELECT c.release_id INTO foreign_release FROM changed_new c
-        WHERE NOT EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = c.release_id
+        WHERE NOT EXISTS (SELECT 1 FROM @plpy_anon_schema@.releases x WHERE x.release_id = c.release_id
                           AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER')) LIMIT 1;
     END IF;
     IF foreign_release IS NOT NULL THEN
-        RAISE EXCEPTION 'permission denied to change the release_people rows of release % in anon.release_people', foreign_release
+        RAISE EXCEPTION 'permission denied to change the release_people rows of release % in @plpy_anon_schema@.release_people', foreign_release
             USING ERRCODE = '42501',
                   DETAIL = 'A role that is not a superuser changes only the catalog rows of its own releases.',
                   HINT = 'Ask a superuser, or the owner of the release.';
@@ -1850,25 +1937,25 @@ BEGIN
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION anon._release_people_guard() IS
-    'Internal: lets a role that is not a superuser change only the anon.release_people rows of its own releases (statement triggers).';
+COMMENT ON FUNCTION @plpy_anon_schema@._release_people_guard() IS
+    'Internal: lets a role that is not a superuser change only the @plpy_anon_schema@.release_people rows of its own releases (statement triggers).';
 
-DROP TRIGGER IF EXISTS people_guard_insert ON anon.release_people;
-DROP TRIGGER IF EXISTS people_guard_update ON anon.release_people;
-DROP TRIGGER IF EXISTS people_guard_delete ON anon.release_people;
-CREATE TRIGGER people_guard_insert AFTER INSERT ON anon.release_people
-    REFERENCING NEW TABLE AS changed_new FOR EACH STATEMENT EXECUTE FUNCTION anon._release_people_guard();
+DROP TRIGGER IF EXISTS people_guard_insert ON @plpy_anon_schema@.release_people;
+DROP TRIGGER IF EXISTS people_guard_update ON @plpy_anon_schema@.release_people;
+DROP TRIGGER IF EXISTS people_guard_delete ON @plpy_anon_schema@.release_people;
+CREATE TRIGGER people_guard_insert AFTER INSERT ON @plpy_anon_schema@.release_people
+    REFERENCING NEW TABLE AS changed_new FOR EACH STATEMENT EXECUTE FUNCTION @plpy_anon_schema@._release_people_guard();
 -- an UPDATE is checked on the rows as they were (a row moved away from a foreign release) and
 -- as they are
-CREATE TRIGGER people_guard_update AFTER UPDATE ON anon.release_people
+CREATE TRIGGER people_guard_update AFTER UPDATE ON @plpy_anon_schema@.release_people
     REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed_new FOR EACH STATEMENT
-    EXECUTE FUNCTION anon._release_people_guard();
-CREATE TRIGGER people_guard_delete AFTER DELETE ON anon.release_people
-    REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._release_people_guard();
+    EXECUTE FUNCTION @plpy_anon_schema@._release_people_guard();
+CREATE TRIGGER people_guard_delete AFTER DELETE ON @plpy_anon_schema@.release_people
+    REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION @plpy_anon_schema@._release_people_guard();
 
 -------------------------------------------------------------------------------
 -- functions/040-mondrian.toml (generated)
--- anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
+-- @plpy_anon_schema@.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
 CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text, refresh_mode text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -1877,12 +1964,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)", sqlstate="42501",
-               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text)", sqlstate="42501",
+               hint="anon_py.mondrian_view implements @plpy_anon_schema@.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -1908,14 +1995,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, refresh_mode=refresh_mode, method='mondrian', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text) IS 'Implementation of @plpy_anon_schema@.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.mondrian_view(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.mondrian_view(
     source regclass,
     k integer,
     l integer DEFAULT NULL,
@@ -1941,12 +2031,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument k must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument k must not be NULL',
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -1971,10 +2061,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.mondrian_view(regclass, integer, integer, text[], text[], text[], text, text, boolean, text, double precision, double precision, text, text, text) IS
     'Creates a materialized view holding a k-anonymous Mondrian release of the table and returns its qualified name. Refresh it to re-anonymize current data. Privacy models asked of every class in each sensitive column (a cut is made only if both sides keep them; the whole table must satisfy them, else 22023 naming the figure): l with l_diversity => ''distinct'' (>= l distinct values that are not NULL, the default; NULL is no value for any model), ''entropy'' (entropy >= ln l) or ''recursive'' (r1 < c (r_l + ... + r_m), c required); t => t-closeness (EMD to the table''s distribution <= t; ordered distance for numeric sensitive columns, equal distance otherwise). split => ''median'' (default) or ''utility'' (least information loss). Each model is checked again from the released rows before publishing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision): generated from sql/functions/ (implementation: anon_py.sweep)
+-- @plpy_anon_schema@.sweep(regclass, integer[], text[], text[], text[], integer, double precision): generated from sql/functions/ (implementation: anon_py.sweep)
 CREATE OR REPLACE FUNCTION anon_py.sweep(source regclass, k integer[], quasi_identifiers text[], sensitive text[], identifiers text[], l integer, risk_threshold double precision)
 RETURNS TABLE (target_k integer, classes integer, smallest_class integer, ncp_percent double precision, c_dm bigint, c_avg double precision, prosecutor_risk_max double precision, prosecutor_risk_avg double precision, prosecutor_records_at_risk bigint, note text)
 LANGUAGE plpython3u VOLATILE
@@ -1983,12 +2073,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.sweep(regclass, integer[], text[], text[], text[], integer, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision)", sqlstate="42501",
-               hint="anon_py.sweep implements anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision).")
+    plpy.error("permission denied for function @plpy_anon_schema@.sweep(regclass, integer[], text[], text[], text[], integer, double precision)", sqlstate="42501",
+               hint="anon_py.sweep implements @plpy_anon_schema@.sweep(regclass, integer[], text[], text[], text[], integer, double precision): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.sweep(regclass, integer[], text[], text[], text[], integer, double precision).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2014,14 +2104,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import sweep as _module
 return _module.sweep(plpy, source, k, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, l=l, risk_threshold=risk_threshold)
 $$;
-COMMENT ON FUNCTION anon_py.sweep(regclass, integer[], text[], text[], text[], integer, double precision) IS 'Implementation of anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.sweep(regclass, integer[], text[], text[], text[], integer, double precision) IS 'Implementation of @plpy_anon_schema@.sweep(regclass, integer[], text[], text[], text[], integer, double precision); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.sweep(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.sweep(
     source regclass,
     k integer[],
     quasi_identifiers text[] DEFAULT NULL,
@@ -2039,12 +2132,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.sweep: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.sweep: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.sweep: argument k must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.sweep: argument k must not be NULL',
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -2069,8 +2162,8 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.sweep(regclass, integer[], text[], text[], text[], integer, double precision) IS
-    'What a Mondrian release of the table would give for each k of the array (target_k), publishing nothing: the partition''s classes, smallest class, NCP %, C_DM, C_AVG and prosecutor risk (max 1/smallest class, average classes/rows, records whose risk exceeds risk_threshold). The source is read once, with the columns and defaults anon.mondrian_view would use; a published release''s classes can only merge, so its risk is at most, and its smallest class at least, the sweep''s. A k above the table''s rows gets NULL figures and a note. Runs with the caller''s rights; writes nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.sweep(regclass, integer[], text[], text[], text[], integer, double precision) IS
+    'What a Mondrian release of the table would give for each k of the array (target_k), publishing nothing: the partition''s classes, smallest class, NCP %, C_DM, C_AVG and prosecutor risk (max 1/smallest class, average classes/rows, records whose risk exceeds risk_threshold). The source is read once, with the columns and defaults @plpy_anon_schema@.mondrian_view would use; a published release''s classes can only merge, so its risk is at most, and its smallest class at least, the sweep''s. A k above the table''s rows gets NULL figures and a note. Runs with the caller''s rights; writes nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/040-mondrian.sql
@@ -2078,11 +2171,11 @@ COMMENT ON FUNCTION anon.sweep(regclass, integer[], text[], text[], text[], inte
 -- l-diverse) releases as materialized views.
 
 -- The partitioning run behind a Mondrian release, called from the release's own query: its result
--- in slices (anon.partition_slice, sql/incremental/170-partition-slices.sql). STABLE so that it
+-- in slices (@plpy_anon_schema@.partition_slice, sql/incremental/170-partition-slices.sql). STABLE so that it
 -- reads the source in the same snapshot as the query that joins its result back to the source by
 -- ctid. ROWS 1: the planner costs the join back as for one result, not a thousand.
-CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices(release_id integer)
-RETURNS SETOF anon.partition_slice
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._mondrian_partition_slices(release_id integer)
+RETURNS SETOF @plpy_anon_schema@.partition_slice
 LANGUAGE plpgsql STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -2090,7 +2183,7 @@ DECLARE
     _message text; _detail text; _hint text; _state text; _context text;
 BEGIN
     BEGIN
-        RETURN QUERY SELECT (q.r).* FROM (SELECT anon._mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
+        RETURN QUERY SELECT (q.r).* FROM (SELECT @plpy_anon_schema@._mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -2111,10 +2204,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon._mondrian_partition_slices(integer) IS
-    'Internal: runs anon._mondrian_partition_slices_py, re-raising its errors with the message alone.';
-CREATE OR REPLACE FUNCTION anon._mondrian_partition_slices_py(release_id integer)
-RETURNS SETOF anon.partition_slice
+COMMENT ON FUNCTION @plpy_anon_schema@._mondrian_partition_slices(integer) IS
+    'Internal: runs @plpy_anon_schema@._mondrian_partition_slices_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._mondrian_partition_slices_py(release_id integer)
+RETURNS SETOF @plpy_anon_schema@.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 -- the texts a compact release stores are read back by the release query, in the caller's
@@ -2150,15 +2243,18 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.methods import mondrian
 return mondrian.partition(plpy, GD, release_id)
 $$;
 
 -- Class ids 0, 1, ... each repeated as often as its size says, in that order: the class of each
--- row of a slice whose rows come grouped by class (anon.partition_slice's class_sizes). The
+-- row of a slice whose rows come grouped by class (@plpy_anon_schema@.partition_slice's class_sizes). The
 -- LATERAL call makes a nested loop, which emits the inner rows of each outer row in turn, in the
 -- outer's order.
-CREATE OR REPLACE FUNCTION anon._class_ids_by_size(class_sizes integer[])
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._class_ids_by_size(class_sizes integer[])
 RETURNS SETOF integer
 LANGUAGE sql IMMUTABLE ROWS 100000
 SET search_path = pg_catalog, pg_temp
@@ -2169,12 +2265,12 @@ AS $$
 $$;
 
 -- The rows of a partitioning run that hands back one class id and release position per row
--- (anon.partition: trust, Break-Merge) as a relation: each kept row's (tableoid, ctid), class
+-- (@plpy_anon_schema@.partition: trust, Break-Merge) as a relation: each kept row's (tableoid, ctid), class
 -- and position; rows of a negative class (suppressed) are left out. row_tableoids is NULL when
 -- the source is one relation: every row then belongs to `source`. Not inlinable (it pins
 -- search_path), so the planner uses its ROWS estimate and joins the source by hashing on
 -- (tableoid, ctid) instead of a million TID scans.
-CREATE OR REPLACE FUNCTION anon._partition_rows(p anon.partition, source regclass)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._partition_rows(p @plpy_anon_schema@.partition, source regclass)
 RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position integer)
 LANGUAGE sql IMMUTABLE ROWS 100000
 SET search_path = pg_catalog, pg_temp
@@ -2185,11 +2281,11 @@ AS $$
     WHERE u.class_id >= 0
 $$;
 
--- The rows of one slice of a Mondrian-family run (anon.partition_slice) as a relation: each
+-- The rows of one slice of a Mondrian-family run (@plpy_anon_schema@.partition_slice) as a relation: each
 -- row's (tableoid, ctid), class and release position, the slice's offsets added. ROWS is a
 -- slice's size (plpy_anon.db.methods.mondrian_family.SLICE_ROWS): with 100000 the planner fetched a 10M-row
 -- source's rows by 10M TID scans (31.7 s) rather than hashing it once (17.6 s).
-CREATE OR REPLACE FUNCTION anon._partition_slice_rows(s anon.partition_slice, source regclass)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._partition_slice_rows(s @plpy_anon_schema@.partition_slice, source regclass)
 RETURNS TABLE (row_tableoid oid, row_ctid tid, class_id integer, row_position bigint)
 LANGUAGE sql IMMUTABLE ROWS 1048576
 SET search_path = pg_catalog, pg_temp
@@ -2198,13 +2294,13 @@ AS $$
            $1.first_position + g.ordinal - 1
     FROM ROWS FROM (unnest($1.row_tableoids::oid[]),
                     unnest(pg_catalog.convert_from($1.ctids_utf8, 'UTF8')::tid[]),
-                    anon._class_ids_by_size($1.class_sizes::integer[]))
+                    @plpy_anon_schema@._class_ids_by_size($1.class_sizes::integer[]))
          WITH ORDINALITY AS g(row_tableoid, row_ctid, class_id, ordinal)
 $$;
 
 -------------------------------------------------------------------------------
 -- functions/050-workload.toml (generated)
--- anon.add_queries_from_log(text, text): generated from sql/functions/ (implementation: anon_py.add_queries_from_log)
+-- @plpy_anon_schema@.add_queries_from_log(text, text): generated from sql/functions/ (implementation: anon_py.add_queries_from_log)
 CREATE OR REPLACE FUNCTION anon_py.add_queries_from_log(log_file text, log_format text)
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE
@@ -2213,12 +2309,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.add_queries_from_log(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.add_queries_from_log(text, text)", sqlstate="42501",
-               hint="anon_py.add_queries_from_log implements anon.add_queries_from_log(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.add_queries_from_log(text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.add_queries_from_log(text, text)", sqlstate="42501",
+               hint="anon_py.add_queries_from_log implements @plpy_anon_schema@.add_queries_from_log(text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.add_queries_from_log(text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2244,14 +2340,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.add_queries_from_log(plpy, log_file, log_format=log_format)
 $$;
-COMMENT ON FUNCTION anon_py.add_queries_from_log(text, text) IS 'Implementation of anon.add_queries_from_log(text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.add_queries_from_log(text, text) IS 'Implementation of @plpy_anon_schema@.add_queries_from_log(text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.add_queries_from_log(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.add_queries_from_log(
     log_file text,
     log_format text DEFAULT 'auto'
 )
@@ -2264,7 +2363,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.add_queries_from_log: argument log_file must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.add_queries_from_log: argument log_file must not be NULL',
             HINT = 'Pass a value for log_file (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -2289,10 +2388,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.add_queries_from_log(text, text) IS
-    'Adds to anon.workload the queries, with their predicate constants, that a server log recorded (log_statement or log_min_duration_statement; csvlog or stderr format, ''auto'' detects it). Only a text that parses as one query that writes nothing is stored, rewritten with its comments dropped and every literal that is not compared with a column replaced by a $n placeholder; a line holding several statements is refused whole, and other statements (DDL, INSERT, UPDATE, passwords) are skipped, never stored, as are statements longer than plpy_anon.max_statement_size (default 32kB), which are never parsed. The file is read with pg_read_file, so PostgreSQL decides who may (superusers, or a role granted EXECUTE on pg_read_file(text) and membership in pg_read_server_files; a relative path is relative to the data directory, e.g. ''log/postgresql.csv''). The caller also needs EXECUTE on anon.add_queries and INSERT on anon.workload. Returns the number of statements added; a NOTICE counts the entries skipped. What pg_stat_statements cannot give: the constants cut points are learned from. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.add_queries_from_log(text, text) IS
+    'Adds to @plpy_anon_schema@.workload the queries, with their predicate constants, that a server log recorded (log_statement or log_min_duration_statement; csvlog or stderr format, ''auto'' detects it). Only a text that parses as one query that writes nothing is stored, rewritten with its comments dropped and every literal that is not compared with a column replaced by a $n placeholder; a line holding several statements is refused whole, and other statements (DDL, INSERT, UPDATE, passwords) are skipped, never stored, as are statements longer than plpy_anon.max_statement_size (default 32kB), which are never parsed. The file is read with pg_read_file, so PostgreSQL decides who may (superusers, or a role granted EXECUTE on pg_read_file(text) and membership in pg_read_server_files; a relative path is relative to the data directory, e.g. ''log/postgresql.csv''). The caller also needs EXECUTE on @plpy_anon_schema@.add_queries and INSERT on @plpy_anon_schema@.workload. Returns the number of statements added; a NOTICE counts the entries skipped. What pg_stat_statements cannot give: the constants cut points are learned from. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.learn_priorities(regclass, double precision, boolean): generated from sql/functions/ (implementation: anon_py.learn_priorities)
+-- @plpy_anon_schema@.learn_priorities(regclass, double precision, boolean): generated from sql/functions/ (implementation: anon_py.learn_priorities)
 CREATE OR REPLACE FUNCTION anon_py.learn_priorities(source regclass, projection_share double precision, use_pg_stat_statements boolean)
 RETURNS TABLE (column_name name, projection bigint, selection bigint, group_by bigint, order_by bigint, weight double precision)
 LANGUAGE plpython3u VOLATILE
@@ -2301,12 +2400,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.learn_priorities(regclass, double precision, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.learn_priorities(regclass, double precision, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.learn_priorities(regclass, double precision, boolean)", sqlstate="42501",
-               hint="anon_py.learn_priorities implements anon.learn_priorities(regclass, double precision, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.learn_priorities(regclass, double precision, boolean).")
+    plpy.error("permission denied for function @plpy_anon_schema@.learn_priorities(regclass, double precision, boolean)", sqlstate="42501",
+               hint="anon_py.learn_priorities implements @plpy_anon_schema@.learn_priorities(regclass, double precision, boolean): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.learn_priorities(regclass, double precision, boolean).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2332,14 +2431,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.learn_priorities(plpy, source, projection_share=projection_share, use_pg_stat_statements=use_pg_stat_statements)
 $$;
-COMMENT ON FUNCTION anon_py.learn_priorities(regclass, double precision, boolean) IS 'Implementation of anon.learn_priorities(regclass, double precision, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.learn_priorities(regclass, double precision, boolean) IS 'Implementation of @plpy_anon_schema@.learn_priorities(regclass, double precision, boolean); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.learn_priorities(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.learn_priorities(
     source regclass,
     projection_share double precision DEFAULT 0.5,
     use_pg_stat_statements boolean DEFAULT true
@@ -2353,7 +2455,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.learn_priorities: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.learn_priorities: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -2378,10 +2480,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.learn_priorities(regclass, double precision, boolean) IS
-    'Parses the workload (anon.workload, and pg_stat_statements when installed), counts how each column of the table is used (SELECT list, WHERE/JOIN/HAVING, GROUP BY, ORDER BY), stores the normalized weights in anon.priorities and the predicate cut points in anon.workload_profiles, and returns the weights. Unparseable statements, and statements longer than plpy_anon.max_statement_size (default 32kB, never parsed), are counted in a NOTICE, never fatal; a cancel or statement_timeout stops it within a second. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.learn_priorities(regclass, double precision, boolean) IS
+    'Parses the workload (@plpy_anon_schema@.workload, and pg_stat_statements when installed), counts how each column of the table is used (SELECT list, WHERE/JOIN/HAVING, GROUP BY, ORDER BY), stores the normalized weights in @plpy_anon_schema@.priorities and the predicate cut points in @plpy_anon_schema@.workload_profiles, and returns the weights. Unparseable statements, and statements longer than plpy_anon.max_statement_size (default 32kB, never parsed), are counted in a NOTICE, never fatal; a cancel or statement_timeout stops it within a second. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
+-- @plpy_anon_schema@.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
 CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, priorities text, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], target text, metric_weights jsonb, cut_points boolean, cut_tolerance double precision, release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -2390,12 +2492,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
-               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
+               hint="anon_py.mondrian_view implements @plpy_anon_schema@.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2421,14 +2523,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of @plpy_anon_schema@.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.mondrian_view(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.mondrian_view(
     source regclass,
     k integer,
     priorities text,
@@ -2458,17 +2563,17 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument k must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument k must not be NULL',
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument priorities must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument priorities must not be NULL',
             HINT = 'Pass a value for priorities (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -2493,10 +2598,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS
-    'Prioritized Mondrian release (materialized view): priorities => ''learned'' (from anon.learn_priorities), a JSON object of column weights, or ''none'' (text), or explicit weights as jsonb, e.g. ''{"age": 1, "sex": 0}''::jsonb; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload''s predicate constants; l, l_diversity, c, t and split as for the plain anon.mondrian_view. Returns the release''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.mondrian_view(regclass, integer, text, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS
+    'Prioritized Mondrian release (materialized view): priorities => ''learned'' (from @plpy_anon_schema@.learn_priorities), a JSON object of column weights, or ''none'' (text), or explicit weights as jsonb, e.g. ''{"age": 1, "sex": 0}''::jsonb; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload''s predicate constants; l, l_diversity, c, t and split as for the plain @plpy_anon_schema@.mondrian_view. Returns the release''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
+-- @plpy_anon_schema@.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): generated from sql/functions/ (implementation: anon_py.mondrian_view)
 CREATE OR REPLACE FUNCTION anon_py.mondrian_view(source regclass, k integer, priorities jsonb, l integer, quasi_identifiers text[], sensitive text[], identifiers text[], target text, metric_weights jsonb, cut_points boolean, cut_tolerance double precision, release_name text, release_schema text, replace boolean, l_diversity text, c double precision, t double precision, split text, layout text)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -2505,12 +2610,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
-               hint="anon_py.mondrian_view implements anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text)", sqlstate="42501",
+               hint="anon_py.mondrian_view implements @plpy_anon_schema@.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2536,14 +2641,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, priorities=priorities, l=l, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, target=target, metric_weights=metric_weights, cut_points=cut_points, cut_tolerance=cut_tolerance, release_name=release_name, release_schema=release_schema, replace=replace, l_diversity=l_diversity, c=c, t=t, split=split, layout=layout, method='prioritized_mondrian', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS 'Implementation of @plpy_anon_schema@.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.mondrian_view(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.mondrian_view(
     source regclass,
     k integer,
     priorities jsonb,
@@ -2573,17 +2681,17 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument k must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument k must not be NULL',
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.mondrian_view: argument priorities must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.mondrian_view: argument priorities must not be NULL',
             HINT = 'Pass a value for priorities (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -2608,10 +2716,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS
-    'Prioritized Mondrian release (materialized view): priorities => ''learned'' (from anon.learn_priorities), a JSON object of column weights, or ''none'' (text), or explicit weights as jsonb, e.g. ''{"age": 1, "sex": 0}''::jsonb; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload''s predicate constants; l, l_diversity, c, t and split as for the plain anon.mondrian_view. Returns the release''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.mondrian_view(regclass, integer, jsonb, integer, text[], text[], text[], text, jsonb, boolean, double precision, text, text, boolean, text, double precision, double precision, text, text) IS
+    'Prioritized Mondrian release (materialized view): priorities => ''learned'' (from @plpy_anon_schema@.learn_priorities), a JSON object of column weights, or ''none'' (text), or explicit weights as jsonb, e.g. ''{"age": 1, "sex": 0}''::jsonb; target => a class column adds information gain to the split score; cut_points => true snaps cuts to the workload''s predicate constants; l, l_diversity, c, t and split as for the plain @plpy_anon_schema@.mondrian_view. Returns the release''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.release_report(text, jsonb): generated from sql/functions/ (implementation: anon_py.release_report)
+-- @plpy_anon_schema@.release_report(text, jsonb): generated from sql/functions/ (implementation: anon_py.release_report)
 CREATE OR REPLACE FUNCTION anon_py.release_report(release text, wdm_weights jsonb)
 RETURNS TABLE (release_name text, method text, k integer, achieved_k integer, classes integer, row_count bigint, c_dm bigint, c_wdm double precision, ncp_percent double precision, ncp_per_attribute jsonb, weights jsonb, workload_queries integer, mean_precision double precision, mean_recall double precision, weighted_precision double precision, weighted_recall double precision)
 LANGUAGE plpython3u VOLATILE
@@ -2620,12 +2728,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_report(text, jsonb)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.release_report(text, jsonb)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.release_report(text, jsonb)", sqlstate="42501",
-               hint="anon_py.release_report implements anon.release_report(text, jsonb): call that, after GRANT EXECUTE ON FUNCTION anon.release_report(text, jsonb).")
+    plpy.error("permission denied for function @plpy_anon_schema@.release_report(text, jsonb)", sqlstate="42501",
+               hint="anon_py.release_report implements @plpy_anon_schema@.release_report(text, jsonb): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.release_report(text, jsonb).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2651,14 +2759,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.release_report(plpy, release, wdm_weights)
 $$;
-COMMENT ON FUNCTION anon_py.release_report(text, jsonb) IS 'Implementation of anon.release_report(text, jsonb); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.release_report(text, jsonb) IS 'Implementation of @plpy_anon_schema@.release_report(text, jsonb); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.release_report(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.release_report(
     release text,
     wdm_weights jsonb DEFAULT NULL
 )
@@ -2671,7 +2782,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.release_report: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.release_report: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -2696,10 +2807,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.release_report(text, jsonb) IS
-    'Utility of a Mondrian-family release: k, C_DM, weighted discernibility C_WDM (each row charged, per quasi-identifier, the source rows whose value lies in its released region; weights: wdm_weights, else the source''s learned priorities, else equal -- never the release''s own, so that releases of one source compare), NCP overall and per attribute, and the precision/recall of the stored workload''s predicates on the quasi-identifiers; the figures are also stored in anon.releases.metrics. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.release_report(text, jsonb) IS
+    'Utility of a Mondrian-family release: k, C_DM, weighted discernibility C_WDM (each row charged, per quasi-identifier, the source rows whose value lies in its released region; weights: wdm_weights, else the source''s learned priorities, else equal -- never the release''s own, so that releases of one source compare), NCP overall and per attribute, and the precision/recall of the stored workload''s predicates on the quasi-identifiers; the figures are also stored in @plpy_anon_schema@.releases.metrics. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.workload_precision(text): generated from sql/functions/ (implementation: anon_py.workload_precision)
+-- @plpy_anon_schema@.workload_precision(text): generated from sql/functions/ (implementation: anon_py.workload_precision)
 CREATE OR REPLACE FUNCTION anon_py.workload_precision(release text)
 RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows bigint, answer_precision double precision, answer_recall double precision)
 LANGUAGE plpython3u VOLATILE
@@ -2708,12 +2819,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.workload_precision(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.workload_precision(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.workload_precision(text)", sqlstate="42501",
-               hint="anon_py.workload_precision implements anon.workload_precision(text): call that, after GRANT EXECUTE ON FUNCTION anon.workload_precision(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.workload_precision(text)", sqlstate="42501",
+               hint="anon_py.workload_precision implements @plpy_anon_schema@.workload_precision(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.workload_precision(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2739,14 +2850,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import workload as _module
 return _module.workload_precision(plpy, release)
 $$;
-COMMENT ON FUNCTION anon_py.workload_precision(text) IS 'Implementation of anon.workload_precision(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.workload_precision(text) IS 'Implementation of @plpy_anon_schema@.workload_precision(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.workload_precision(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.workload_precision(
     release text
 )
 RETURNS TABLE (query text, frequency bigint, true_rows bigint, released_rows bigint, answer_precision double precision, answer_recall double precision)
@@ -2758,7 +2872,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.workload_precision: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.workload_precision: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -2783,16 +2897,16 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.workload_precision(text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.workload_precision(text) IS
     'Per stored query with a predicate on the release''s quasi-identifiers: rows satisfying it in the source, rows whose released class may satisfy it, precision and recall. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/050-workload.sql
--- Application-aware releases. The analysts' workload (pg_stat_statements, anon.workload,
+-- Application-aware releases. The analysts' workload (pg_stat_statements, @plpy_anon_schema@.workload,
 -- server logs loaded by the client) -> attribute priorities and predicate cut points ->
 -- prioritized Mondrian -> the release report (C_DM, C_WDM, NCP, workload precision).
 
-CREATE OR REPLACE FUNCTION anon.add_queries(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.add_queries(
     queries     text[],
     frequencies bigint[]      DEFAULT NULL,
     executed_at timestamptz[] DEFAULT NULL,
@@ -2806,11 +2920,11 @@ DECLARE
     added bigint;
 BEGIN
     IF queries IS NULL THEN
-        RAISE EXCEPTION 'anon.add_queries: argument queries must not be NULL'
+        RAISE EXCEPTION '@plpy_anon_schema@.add_queries: argument queries must not be NULL'
             USING ERRCODE = '22023', HINT = 'Pass an array of query texts: ARRAY[''SELECT ...''].';
     END IF;
     IF EXISTS (SELECT 1 FROM unnest(frequencies) f WHERE f < 1) THEN
-        RAISE EXCEPTION 'anon.add_queries: argument frequencies must hold positive counts, not %',
+        RAISE EXCEPTION '@plpy_anon_schema@.add_queries: argument frequencies must hold positive counts, not %',
                         (SELECT min(f) FROM unnest(frequencies) f)
             USING ERRCODE = '22023',
                   HINT = 'A frequency is how many times the query ran: 1 or more (NULL means 1).';
@@ -2823,7 +2937,7 @@ BEGIN
         RAISE EXCEPTION 'add_queries got % queries but % timestamps', cardinality(queries), cardinality(executed_at)
             USING ERRCODE = '22023', HINT = 'Give one timestamp per query, or leave executed_at NULL.';
     END IF;
-    INSERT INTO anon.workload (query, frequency, executed_at, origin)
+    INSERT INTO @plpy_anon_schema@.workload (query, frequency, executed_at, origin)
     SELECT q.query, coalesce(q.frequency, 1), q.executed_at, coalesce(add_queries.origin, 'sql')
     FROM unnest(queries, frequencies, executed_at) AS q(query, frequency, executed_at)
     WHERE q.query IS NOT NULL AND btrim(q.query) <> '';
@@ -2831,14 +2945,14 @@ BEGIN
     RETURN added;
 END
 $$;
-COMMENT ON FUNCTION anon.add_queries(text[], bigint[], timestamptz[], text) IS
-    'Adds query texts (with optional frequencies and execution times) to the workload store anon.workload; returns how many were added.';
+COMMENT ON FUNCTION @plpy_anon_schema@.add_queries(text[], bigint[], timestamptz[], text) IS
+    'Adds query texts (with optional frequencies and execution times) to the workload store @plpy_anon_schema@.workload; returns how many were added.';
 
 -- The partitioning run behind a prioritized Mondrian release, in slices like
--- anon._mondrian_partition_slices's (STABLE: same snapshot as the release query that joins its
+-- @plpy_anon_schema@._mondrian_partition_slices's (STABLE: same snapshot as the release query that joins its
 -- result back to the source by ctid).
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices(release_id integer)
-RETURNS SETOF anon.partition_slice
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._prioritized_mondrian_partition_slices(release_id integer)
+RETURNS SETOF @plpy_anon_schema@.partition_slice
 LANGUAGE plpgsql STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -2846,7 +2960,7 @@ DECLARE
     _message text; _detail text; _hint text; _state text; _context text;
 BEGIN
     BEGIN
-        RETURN QUERY SELECT (q.r).* FROM (SELECT anon._prioritized_mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
+        RETURN QUERY SELECT (q.r).* FROM (SELECT @plpy_anon_schema@._prioritized_mondrian_partition_slices_py($1) AS r OFFSET 0) AS q;
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -2867,10 +2981,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon._prioritized_mondrian_partition_slices(integer) IS
-    'Internal: runs anon._prioritized_mondrian_partition_slices_py, re-raising its errors with the message alone.';
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices_py(release_id integer)
-RETURNS SETOF anon.partition_slice
+COMMENT ON FUNCTION @plpy_anon_schema@._prioritized_mondrian_partition_slices(integer) IS
+    'Internal: runs @plpy_anon_schema@._prioritized_mondrian_partition_slices_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._prioritized_mondrian_partition_slices_py(release_id integer)
+RETURNS SETOF @plpy_anon_schema@.partition_slice
 LANGUAGE plpython3u STABLE ROWS 1
 SET search_path = pg_catalog, pg_temp
 -- the texts a compact release stores are read back by the release query, in the caller's
@@ -2906,13 +3020,16 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.methods import prioritized_mondrian
 return prioritized_mondrian.partition(plpy, GD, release_id)
 $$;
 
 -------------------------------------------------------------------------------
 -- functions/060-break-merge.toml (generated)
--- anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer): generated from sql/functions/ (implementation: anon_py.break_merge)
+-- @plpy_anon_schema@.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer): generated from sql/functions/ (implementation: anon_py.break_merge)
 CREATE OR REPLACE FUNCTION anon_py.break_merge(source regclass, k integer, l integer, sensitive text[], quasi_identifiers text[], identifiers text[], max_categories integer, max_rule_probability double precision, release_name text, release_schema text, replace boolean, max_rule_antecedents integer)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -2921,12 +3038,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)", sqlstate="42501",
-               hint="anon_py.break_merge implements anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer): call that, after GRANT EXECUTE ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer).")
+    plpy.error("permission denied for function @plpy_anon_schema@.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer)", sqlstate="42501",
+               hint="anon_py.break_merge implements @plpy_anon_schema@.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -2952,14 +3069,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, k=k, l=l, sensitive=sensitive, quasi_identifiers=quasi_identifiers, identifiers=identifiers, max_categories=max_categories, max_rule_probability=max_rule_probability, release_name=release_name, release_schema=release_schema, replace=replace, max_rule_antecedents=max_rule_antecedents, method='break_merge', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer) IS 'Implementation of anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer) IS 'Implementation of @plpy_anon_schema@.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.break_merge(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.break_merge(
     source regclass,
     k integer,
     l integer DEFAULT NULL,
@@ -2982,12 +3102,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.break_merge: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.break_merge: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.break_merge: argument k must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.break_merge: argument k must not be NULL',
             HINT = 'Pass a value for k (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3012,10 +3132,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer) IS
-    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until no rule a reader can count in the released tables reaches alpha: for every antecedent of 1..max_rule_antecedents (default 2) released QI values, and every whole QI class (all QIs: what an attacker who knows a target''s QI group reads; an antecedent of any size is a union of classes, so every size 1..all is bounded), held by at least k rows, each non-NULL sensitive value''s share among those rows whose value is known stays below alpha (counted again in SQL on the released views, and by every refresh; residual rules in anon.releases.metrics->''rule_check''); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. anon.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.break_merge(regclass, integer, integer, text[], text[], text[], integer, double precision, text, text, boolean, integer) IS
+    'Creates a Break-Merge release of the table (default name <table>_bm): views <name>_qit (generalized QIs of a k-anonymous Mondrian partition + gid), <name>_st_<attribute> (gid, value, count) per sensitive column, each group distinct l-diverse (groups merged when needed), and <name>_merged (the join on gid, weighted). With max_rule_probability (alpha), groups are merged until no rule a reader can count in the released tables reaches alpha: for every antecedent of 1..max_rule_antecedents (default 2) released QI values, and every whole QI class (all QIs: what an attacker who knows a target''s QI group reads; an antecedent of any size is a union of classes, so every size 1..all is bounded), held by at least k rows, each non-NULL sensitive value''s share among those rows whose value is known stays below alpha (counted again in SQL on the released views, and by every refresh; residual rules in @plpy_anon_schema@.releases.metrics->''rule_check''); refused (22000) when no merge can. NULL (default): no rule check, QI -> SA rules may be readable. @plpy_anon_schema@.refresh rebuilds all of them from one snapshot. Returns the storage relation''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.detect_dependencies(text, double precision, text, integer, integer): generated from sql/functions/ (implementation: anon_py.detect_dependencies)
+-- @plpy_anon_schema@.detect_dependencies(text, double precision, text, integer, integer): generated from sql/functions/ (implementation: anon_py.detect_dependencies)
 CREATE OR REPLACE FUNCTION anon_py.detect_dependencies(release text, risk double precision, scope text, min_support integer, max_parents integer)
 RETURNS TABLE (parents text[], parent_values text[], child text, child_value text, probability double precision, support double precision, parent_support double precision)
 LANGUAGE plpython3u STABLE
@@ -3024,12 +3144,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.detect_dependencies(text, double precision, text, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.detect_dependencies(text, double precision, text, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.detect_dependencies(text, double precision, text, integer, integer)", sqlstate="42501",
-               hint="anon_py.detect_dependencies implements anon.detect_dependencies(text, double precision, text, integer, integer): call that, after GRANT EXECUTE ON FUNCTION anon.detect_dependencies(text, double precision, text, integer, integer).")
+    plpy.error("permission denied for function @plpy_anon_schema@.detect_dependencies(text, double precision, text, integer, integer)", sqlstate="42501",
+               hint="anon_py.detect_dependencies implements @plpy_anon_schema@.detect_dependencies(text, double precision, text, integer, integer): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.detect_dependencies(text, double precision, text, integer, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3055,14 +3175,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.detect_dependencies(plpy, release, risk=risk, scope=scope, min_support=min_support, max_parents=max_parents)
 $$;
-COMMENT ON FUNCTION anon_py.detect_dependencies(text, double precision, text, integer, integer) IS 'Implementation of anon.detect_dependencies(text, double precision, text, integer, integer); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.detect_dependencies(text, double precision, text, integer, integer) IS 'Implementation of @plpy_anon_schema@.detect_dependencies(text, double precision, text, integer, integer); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.detect_dependencies(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.detect_dependencies(
     release text,
     risk double precision DEFAULT 0.9,
     scope text DEFAULT 'all',
@@ -3078,7 +3201,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.detect_dependencies: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.detect_dependencies: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3103,10 +3226,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.detect_dependencies(text, double precision, text, integer, integer) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.detect_dependencies(text, double precision, text, integer, integer) IS
     'Learns a Bayesian network (BIC hill climbing, QIs before sensitive attributes) over the released attributes of a release (scope qi, sensitive or all; a Break-Merge release is read through its merge view) and returns the dependency rules parents = values -> child = value whose conditional probability reaches risk, with their support (rows; default minimum: the release''s k). NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.dependency_network(text, text, integer): generated from sql/functions/ (implementation: anon_py.dependency_network)
+-- @plpy_anon_schema@.dependency_network(text, text, integer): generated from sql/functions/ (implementation: anon_py.dependency_network)
 CREATE OR REPLACE FUNCTION anon_py.dependency_network(release text, scope text, max_parents integer)
 RETURNS TABLE (parent text, child text)
 LANGUAGE plpython3u STABLE
@@ -3115,12 +3238,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.dependency_network(text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.dependency_network(text, text, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.dependency_network(text, text, integer)", sqlstate="42501",
-               hint="anon_py.dependency_network implements anon.dependency_network(text, text, integer): call that, after GRANT EXECUTE ON FUNCTION anon.dependency_network(text, text, integer).")
+    plpy.error("permission denied for function @plpy_anon_schema@.dependency_network(text, text, integer)", sqlstate="42501",
+               hint="anon_py.dependency_network implements @plpy_anon_schema@.dependency_network(text, text, integer): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.dependency_network(text, text, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3146,14 +3269,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.dependency_network(plpy, release, scope=scope, max_parents=max_parents)
 $$;
-COMMENT ON FUNCTION anon_py.dependency_network(text, text, integer) IS 'Implementation of anon.dependency_network(text, text, integer); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.dependency_network(text, text, integer) IS 'Implementation of @plpy_anon_schema@.dependency_network(text, text, integer); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.dependency_network(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.dependency_network(
     release text,
     scope text DEFAULT 'all',
     max_parents integer DEFAULT 3
@@ -3167,7 +3293,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.dependency_network: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.dependency_network: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3192,10 +3318,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.dependency_network(text, text, integer) IS
-    'The edges of the Bayesian network anon.detect_dependencies learns over a release. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.dependency_network(text, text, integer) IS
+    'The edges of the Bayesian network @plpy_anon_schema@.detect_dependencies learns over a release. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.breach_report(text, double precision): generated from sql/functions/ (implementation: anon_py.breach_report)
+-- @plpy_anon_schema@.breach_report(text, double precision): generated from sql/functions/ (implementation: anon_py.breach_report)
 CREATE OR REPLACE FUNCTION anon_py.breach_report(release text, threshold double precision)
 RETURNS TABLE (release_kind text, target text, known text, max_probability double precision, mean_probability double precision, n_above bigint)
 LANGUAGE plpython3u VOLATILE
@@ -3204,12 +3330,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.breach_report(text, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.breach_report(text, double precision)", sqlstate="42501",
-               hint="anon_py.breach_report implements anon.breach_report(text, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.breach_report(text, double precision).")
+    plpy.error("permission denied for function @plpy_anon_schema@.breach_report(text, double precision)", sqlstate="42501",
+               hint="anon_py.breach_report implements @plpy_anon_schema@.breach_report(text, double precision): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.breach_report(text, double precision).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3235,14 +3361,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import break_merge as _module
 return _module.breach_report(plpy, release, threshold=threshold)
 $$;
-COMMENT ON FUNCTION anon_py.breach_report(text, double precision) IS 'Implementation of anon.breach_report(text, double precision); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.breach_report(text, double precision) IS 'Implementation of @plpy_anon_schema@.breach_report(text, double precision); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.breach_report(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.breach_report(
     release text,
     threshold double precision DEFAULT 0.5
 )
@@ -3255,7 +3384,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.breach_report: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.breach_report: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3280,7 +3409,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.breach_report(text, double precision) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.breach_report(text, double precision) IS
     'Knowledge-breach probabilities: per sensitive attribute (target), the adversary''s probability of the most likely value knowing the QI group only (known NULL) or also one other sensitive value (known); max, mean over individuals and individuals at or above threshold. For a Break-Merge release, rows for the plain generalized release of the same partition and for the Break-Merge release. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
@@ -3291,7 +3420,7 @@ COMMENT ON FUNCTION anon.breach_report(text, double precision) IS
 
 -- The run behind a Break-Merge release, called once by the storage view's query (MATERIALIZED
 -- CTE). STABLE: it reads the source in the query's snapshot.
-CREATE OR REPLACE FUNCTION anon._break_merge_run(release_id integer)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._break_merge_run(release_id integer)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -3300,7 +3429,7 @@ DECLARE
     _message text; _detail text; _hint text; _state text; _context text;
 BEGIN
     BEGIN
-        RETURN anon._break_merge_run_py($1);
+        RETURN @plpy_anon_schema@._break_merge_run_py($1);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -3321,9 +3450,9 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon._break_merge_run(integer) IS
-    'Internal: runs anon._break_merge_run_py, re-raising its errors with the message alone.';
-CREATE OR REPLACE FUNCTION anon._break_merge_run_py(release_id integer)
+COMMENT ON FUNCTION @plpy_anon_schema@._break_merge_run(integer) IS
+    'Internal: runs @plpy_anon_schema@._break_merge_run_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._break_merge_run_py(release_id integer)
 RETURNS jsonb
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
@@ -3353,13 +3482,16 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.methods import break_merge
 return break_merge.run_release(plpy, GD, release_id)
 $$;
 
 -------------------------------------------------------------------------------
 -- functions/070-operations.toml (generated)
--- anon.grant_analyst(text): generated from sql/functions/ (implementation: anon_py.grant_analyst)
+-- @plpy_anon_schema@.grant_analyst(text): generated from sql/functions/ (implementation: anon_py.grant_analyst)
 CREATE OR REPLACE FUNCTION anon_py.grant_analyst(role text)
 RETURNS integer
 LANGUAGE plpython3u VOLATILE
@@ -3368,12 +3500,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.grant_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.grant_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.grant_analyst(text)", sqlstate="42501",
-               hint="anon_py.grant_analyst implements anon.grant_analyst(text): call that, after GRANT EXECUTE ON FUNCTION anon.grant_analyst(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.grant_analyst(text)", sqlstate="42501",
+               hint="anon_py.grant_analyst implements @plpy_anon_schema@.grant_analyst(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.grant_analyst(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3399,14 +3531,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.grant_analyst(plpy, role)
 $$;
-COMMENT ON FUNCTION anon_py.grant_analyst(text) IS 'Implementation of anon.grant_analyst(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.grant_analyst(text) IS 'Implementation of @plpy_anon_schema@.grant_analyst(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.grant_analyst(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.grant_analyst(
     role text
 )
 RETURNS integer
@@ -3418,7 +3553,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.grant_analyst: argument role must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.grant_analyst: argument role must not be NULL',
             HINT = 'Pass a value for role (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3443,10 +3578,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.grant_analyst(text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.grant_analyst(text) IS
     'Lets a role read every current and future release (SELECT, and USAGE on the release schemas plpy_anon created) and nothing else; refused if a release schema holds anything but releases. Returns the number of releases it can read now. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.revoke_analyst(text): generated from sql/functions/ (implementation: anon_py.revoke_analyst)
+-- @plpy_anon_schema@.revoke_analyst(text): generated from sql/functions/ (implementation: anon_py.revoke_analyst)
 CREATE OR REPLACE FUNCTION anon_py.revoke_analyst(role text)
 RETURNS integer
 LANGUAGE plpython3u VOLATILE
@@ -3455,12 +3590,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.revoke_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.revoke_analyst(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.revoke_analyst(text)", sqlstate="42501",
-               hint="anon_py.revoke_analyst implements anon.revoke_analyst(text): call that, after GRANT EXECUTE ON FUNCTION anon.revoke_analyst(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.revoke_analyst(text)", sqlstate="42501",
+               hint="anon_py.revoke_analyst implements @plpy_anon_schema@.revoke_analyst(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.revoke_analyst(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3486,14 +3621,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import grants as _module
 return _module.revoke_analyst(plpy, role)
 $$;
-COMMENT ON FUNCTION anon_py.revoke_analyst(text) IS 'Implementation of anon.revoke_analyst(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.revoke_analyst(text) IS 'Implementation of @plpy_anon_schema@.revoke_analyst(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.revoke_analyst(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.revoke_analyst(
     role text
 )
 RETURNS integer
@@ -3505,7 +3643,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.revoke_analyst: argument role must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.revoke_analyst: argument role must not be NULL',
             HINT = 'Pass a value for role (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3530,10 +3668,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.revoke_analyst(text) IS
-    'Takes back what anon.grant_analyst gave: SELECT on every release and USAGE on every release schema. Returns the number of releases revoked. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.revoke_analyst(text) IS
+    'Takes back what @plpy_anon_schema@.grant_analyst gave: SELECT on every release and USAGE on every release schema. Returns the number of releases revoked. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.refresh_all(): generated from sql/functions/ (implementation: anon_py.refresh_all)
+-- @plpy_anon_schema@.refresh_all(): generated from sql/functions/ (implementation: anon_py.refresh_all)
 CREATE OR REPLACE FUNCTION anon_py.refresh_all()
 RETURNS TABLE (release text, status text, seconds double precision, error text)
 LANGUAGE plpython3u VOLATILE
@@ -3542,12 +3680,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_all()', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.refresh_all()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.refresh_all()", sqlstate="42501",
-               hint="anon_py.refresh_all implements anon.refresh_all(): call that, after GRANT EXECUTE ON FUNCTION anon.refresh_all().")
+    plpy.error("permission denied for function @plpy_anon_schema@.refresh_all()", sqlstate="42501",
+               hint="anon_py.refresh_all implements @plpy_anon_schema@.refresh_all(): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.refresh_all().")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3573,14 +3711,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import releases as _module
 return _module.refresh_all(plpy, GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.refresh_all() IS 'Implementation of anon.refresh_all(); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.refresh_all() IS 'Implementation of @plpy_anon_schema@.refresh_all(); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.refresh_all()
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.refresh_all()
 RETURNS TABLE (release text, status text, seconds double precision, error text)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -3610,10 +3751,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.refresh_all() IS
-    'Refreshes every release in dependency order, each on its own: status is refreshed, failed (recorded, old release kept) or skipped (built from a release that failed). Each refresh waits for readers as anon.refresh does (plpy_anon.swap_lock_timeout, plpy_anon.swap_wait).';
+COMMENT ON FUNCTION @plpy_anon_schema@.refresh_all() IS
+    'Refreshes every release in dependency order, each on its own: status is refreshed, failed (recorded, old release kept) or skipped (built from a release that failed). Each refresh waits for readers as @plpy_anon_schema@.refresh does (plpy_anon.swap_lock_timeout, plpy_anon.swap_wait).';
 
--- anon.schedule_refresh(text, text): generated from sql/functions/ (implementation: anon_py.schedule_refresh)
+-- @plpy_anon_schema@.schedule_refresh(text, text): generated from sql/functions/ (implementation: anon_py.schedule_refresh)
 CREATE OR REPLACE FUNCTION anon_py.schedule_refresh(release text, schedule text)
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE
@@ -3622,12 +3763,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.schedule_refresh(text, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.schedule_refresh(text, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.schedule_refresh(text, text)", sqlstate="42501",
-               hint="anon_py.schedule_refresh implements anon.schedule_refresh(text, text): call that, after GRANT EXECUTE ON FUNCTION anon.schedule_refresh(text, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.schedule_refresh(text, text)", sqlstate="42501",
+               hint="anon_py.schedule_refresh implements @plpy_anon_schema@.schedule_refresh(text, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.schedule_refresh(text, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3653,14 +3794,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.schedule_refresh(plpy, release, schedule)
 $$;
-COMMENT ON FUNCTION anon_py.schedule_refresh(text, text) IS 'Implementation of anon.schedule_refresh(text, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.schedule_refresh(text, text) IS 'Implementation of @plpy_anon_schema@.schedule_refresh(text, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.schedule_refresh(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.schedule_refresh(
     release text,
     schedule text
 )
@@ -3673,12 +3817,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.schedule_refresh: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.schedule_refresh: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.schedule_refresh: argument schedule must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.schedule_refresh: argument schedule must not be NULL',
             HINT = 'Pass a value for schedule (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3703,10 +3847,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.schedule_refresh(text, text) IS
-    'Schedules SELECT anon.refresh(release) with pg_cron (cron syntax, e.g. ''0 3 * * *''), replacing an earlier schedule of the same release; returns the pg_cron job id. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.schedule_refresh(text, text) IS
+    'Schedules SELECT @plpy_anon_schema@.refresh(release) with pg_cron (cron syntax, e.g. ''0 3 * * *''), replacing an earlier schedule of the same release; returns the pg_cron job id. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.refresh_job(text): generated from sql/functions/ (implementation: anon_py.refresh_job)
+-- @plpy_anon_schema@.refresh_job(text): generated from sql/functions/ (implementation: anon_py.refresh_job)
 CREATE OR REPLACE FUNCTION anon_py.refresh_job(release text)
 RETURNS TABLE (job_name text, command text, database_name text)
 LANGUAGE plpython3u STABLE
@@ -3715,12 +3859,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.refresh_job(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.refresh_job(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.refresh_job(text)", sqlstate="42501",
-               hint="anon_py.refresh_job implements anon.refresh_job(text): call that, after GRANT EXECUTE ON FUNCTION anon.refresh_job(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.refresh_job(text)", sqlstate="42501",
+               hint="anon_py.refresh_job implements @plpy_anon_schema@.refresh_job(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.refresh_job(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3746,14 +3890,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.refresh_job(plpy, release)
 $$;
-COMMENT ON FUNCTION anon_py.refresh_job(text) IS 'Implementation of anon.refresh_job(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.refresh_job(text) IS 'Implementation of @plpy_anon_schema@.refresh_job(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.refresh_job(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.refresh_job(
     release text
 )
 RETURNS TABLE (job_name text, command text, database_name text)
@@ -3765,7 +3912,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.refresh_job: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.refresh_job: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3790,10 +3937,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.refresh_job(text) IS
-    'The pg_cron job that refreshes a release (the name, command and database anon.schedule_refresh would use), for scheduling it from pg_cron''s database with cron.schedule_in_database when that is another database of the server. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.refresh_job(text) IS
+    'The pg_cron job that refreshes a release (the name, command and database @plpy_anon_schema@.schedule_refresh would use), for scheduling it from pg_cron''s database with cron.schedule_in_database when that is another database of the server. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.unschedule_refresh(text): generated from sql/functions/ (implementation: anon_py.unschedule_refresh)
+-- @plpy_anon_schema@.unschedule_refresh(text): generated from sql/functions/ (implementation: anon_py.unschedule_refresh)
 CREATE OR REPLACE FUNCTION anon_py.unschedule_refresh(release text)
 RETURNS boolean
 LANGUAGE plpython3u VOLATILE
@@ -3802,12 +3949,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.unschedule_refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.unschedule_refresh(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.unschedule_refresh(text)", sqlstate="42501",
-               hint="anon_py.unschedule_refresh implements anon.unschedule_refresh(text): call that, after GRANT EXECUTE ON FUNCTION anon.unschedule_refresh(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.unschedule_refresh(text)", sqlstate="42501",
+               hint="anon_py.unschedule_refresh implements @plpy_anon_schema@.unschedule_refresh(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.unschedule_refresh(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3833,14 +3980,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.unschedule_refresh(plpy, release)
 $$;
-COMMENT ON FUNCTION anon_py.unschedule_refresh(text) IS 'Implementation of anon.unschedule_refresh(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.unschedule_refresh(text) IS 'Implementation of @plpy_anon_schema@.unschedule_refresh(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.unschedule_refresh(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.unschedule_refresh(
     release text
 )
 RETURNS boolean
@@ -3852,7 +4002,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.unschedule_refresh: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.unschedule_refresh: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -3877,10 +4027,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.unschedule_refresh(text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.unschedule_refresh(text) IS
     'Removes the pg_cron job refreshing a release (also for a dropped release given as schema.name); false if there was none. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.release_status(): generated from sql/functions/ (implementation: anon_py.release_status)
+-- @plpy_anon_schema@.release_status(): generated from sql/functions/ (implementation: anon_py.release_status)
 CREATE OR REPLACE FUNCTION anon_py.release_status()
 RETURNS TABLE (release text, method text, source text, row_count bigint, achieved_k integer, refreshed_at timestamptz, refresh_seconds double precision, last_error text, last_error_at timestamptz, failures bigint, schedule text, jobid bigint, last_run_start timestamptz, last_run_seconds double precision, last_run_status text, last_run_message text, verified boolean, verification jsonb)
 LANGUAGE plpython3u STABLE
@@ -3889,12 +4039,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_status()', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.release_status()', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.release_status()", sqlstate="42501",
-               hint="anon_py.release_status implements anon.release_status(): call that, after GRANT EXECUTE ON FUNCTION anon.release_status().")
+    plpy.error("permission denied for function @plpy_anon_schema@.release_status()", sqlstate="42501",
+               hint="anon_py.release_status implements @plpy_anon_schema@.release_status(): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.release_status().")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -3920,14 +4070,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import schedule as _module
 return _module.release_status(plpy)
 $$;
-COMMENT ON FUNCTION anon_py.release_status() IS 'Implementation of anon.release_status(); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.release_status() IS 'Implementation of @plpy_anon_schema@.release_status(); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.release_status()
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.release_status()
 RETURNS TABLE (release text, method text, source text, row_count bigint, achieved_k integer, refreshed_at timestamptz, refresh_seconds double precision, last_error text, last_error_at timestamptz, failures bigint, schedule text, jobid bigint, last_run_start timestamptz, last_run_seconds double precision, last_run_status text, last_run_message text, verified boolean, verification jsonb)
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -3957,7 +4110,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.release_status() IS
+COMMENT ON FUNCTION @plpy_anon_schema@.release_status() IS
     'One row per release: last refresh (time, duration, rows, achieved k), the last error and the number of failed refreshes, with pg_cron its schedule and the outcome of its last scheduled run, and whether the release passed the check of its released rows (verified, with the figures).';
 
 -------------------------------------------------------------------------------
@@ -3965,9 +4118,9 @@ COMMENT ON FUNCTION anon.release_status() IS
 -- Running releases in production: analysts' access, refreshing everything, pg_cron schedules and
 -- the status of every release. None of these is executable by PUBLIC (900-privileges.sql); they
 -- are the DBA's. Analysts only ever receive SELECT on releases and USAGE on release schemas, which
--- plpy_anon creates (anon.release_schemas) and which hold releases only (checked on every grant).
+-- plpy_anon creates (@plpy_anon_schema@.release_schemas) and which hold releases only (checked on every grant).
 
-CREATE OR REPLACE FUNCTION anon._refresh_job_name(release_schema name, release_name name)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._refresh_job_name(release_schema name, release_name name)
 RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -3981,7 +4134,7 @@ $$;
 -- of another extension), and an event trigger of ours cannot remove them: it is dropped with the
 -- extension before a sql_drop trigger would fire. So the job looks for the extension first and,
 -- once it is gone, unschedules itself instead of failing every run.
-CREATE OR REPLACE FUNCTION anon._refresh_job_command(refresh_call text, job_name text)
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._refresh_job_command(refresh_call text, job_name text)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -4000,24 +4153,24 @@ BEGIN
 END
 $fn$;
 
--- Jobs scheduled before their command looked for the extension (a plain SELECT anon.refresh),
+-- Jobs scheduled before their command looked for the extension (a plain SELECT @plpy_anon_schema@.refresh),
 -- including those a DROP EXTENSION left behind: given the command above (needs pg_cron >= 1.3
 -- and the rights of the superuser who installs or upgrades the extension).
 DO $jobs$
 BEGIN
     IF pg_catalog.to_regprocedure('cron.alter_job(bigint,text,text,text,text,boolean)') IS NOT NULL
        AND (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = current_user) THEN
-        PERFORM cron.alter_job(j.jobid, command => anon._refresh_job_command(
+        PERFORM cron.alter_job(j.jobid, command => @plpy_anon_schema@._refresh_job_command(
                     pg_catalog.substr(j.command, pg_catalog.length('SELECT ') + 1), j.jobname))
         FROM cron.job j
-        WHERE j.jobname LIKE 'plpy_anon refresh %' AND j.command ~ '^SELECT anon\.refresh\(''.*''\)$';
+        WHERE j.jobname LIKE 'plpy_anon refresh %' AND j.command ~ '^SELECT @plpy_anon_schema@\.refresh\(''.*''\)$';
     END IF;
 END
 $jobs$;
 
 -------------------------------------------------------------------------------
 -- functions/080-trust.toml (generated)
--- anon.add_requester(text, name): generated from sql/functions/ (implementation: anon_py.add_requester)
+-- @plpy_anon_schema@.add_requester(text, name): generated from sql/functions/ (implementation: anon_py.add_requester)
 CREATE OR REPLACE FUNCTION anon_py.add_requester(requester text, role name)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -4026,12 +4179,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_requester(text, name)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.add_requester(text, name)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.add_requester(text, name)", sqlstate="42501",
-               hint="anon_py.add_requester implements anon.add_requester(text, name): call that, after GRANT EXECUTE ON FUNCTION anon.add_requester(text, name).")
+    plpy.error("permission denied for function @plpy_anon_schema@.add_requester(text, name)", sqlstate="42501",
+               hint="anon_py.add_requester implements @plpy_anon_schema@.add_requester(text, name): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.add_requester(text, name).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4057,14 +4210,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.add_requester(plpy, requester, role)
 $$;
-COMMENT ON FUNCTION anon_py.add_requester(text, name) IS 'Implementation of anon.add_requester(text, name); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.add_requester(text, name) IS 'Implementation of @plpy_anon_schema@.add_requester(text, name); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.add_requester(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.add_requester(
     requester text,
     role name
 )
@@ -4077,12 +4233,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.add_requester: argument requester must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.add_requester: argument requester must not be NULL',
             HINT = 'Pass a value for requester (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.add_requester: argument role must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.add_requester: argument role must not be NULL',
             HINT = 'Pass a value for role (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4107,10 +4263,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.add_requester(text, name) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.add_requester(text, name) IS
     'Registers a data requester and the (non-superuser) role its trust-aware releases are granted to. Returns the requester name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.record_interaction(text, text, timestamptz, text): generated from sql/functions/ (implementation: anon_py.record_interaction)
+-- @plpy_anon_schema@.record_interaction(text, text, timestamptz, text): generated from sql/functions/ (implementation: anon_py.record_interaction)
 CREATE OR REPLACE FUNCTION anon_py.record_interaction(requester text, outcome text, recorded_at timestamptz, note text)
 RETURNS bigint
 LANGUAGE plpython3u VOLATILE
@@ -4119,12 +4275,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.record_interaction(text, text, timestamptz, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.record_interaction(text, text, timestamptz, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.record_interaction(text, text, timestamptz, text)", sqlstate="42501",
-               hint="anon_py.record_interaction implements anon.record_interaction(text, text, timestamptz, text): call that, after GRANT EXECUTE ON FUNCTION anon.record_interaction(text, text, timestamptz, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.record_interaction(text, text, timestamptz, text)", sqlstate="42501",
+               hint="anon_py.record_interaction implements @plpy_anon_schema@.record_interaction(text, text, timestamptz, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.record_interaction(text, text, timestamptz, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4150,14 +4306,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.record_interaction(plpy, requester, outcome, recorded_at, note)
 $$;
-COMMENT ON FUNCTION anon_py.record_interaction(text, text, timestamptz, text) IS 'Implementation of anon.record_interaction(text, text, timestamptz, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.record_interaction(text, text, timestamptz, text) IS 'Implementation of @plpy_anon_schema@.record_interaction(text, text, timestamptz, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.record_interaction(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.record_interaction(
     requester text,
     outcome text,
     recorded_at timestamptz DEFAULT NULL,
@@ -4172,12 +4331,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.record_interaction: argument requester must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.record_interaction: argument requester must not be NULL',
             HINT = 'Pass a value for requester (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.record_interaction: argument outcome must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.record_interaction: argument outcome must not be NULL',
             HINT = 'Pass a value for outcome (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4202,10 +4361,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.record_interaction(text, text, timestamptz, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.record_interaction(text, text, timestamptz, text) IS
     'Records one interaction with a requester: outcome ''good'' (1), ''bad'' (0), ''neutral'' (0.5) or a number in [0, 1]; recorded_at defaults to now(). Returns the interaction id. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.add_recommendation(text, text, double precision, double precision): generated from sql/functions/ (implementation: anon_py.add_recommendation)
+-- @plpy_anon_schema@.add_recommendation(text, text, double precision, double precision): generated from sql/functions/ (implementation: anon_py.add_recommendation)
 CREATE OR REPLACE FUNCTION anon_py.add_recommendation(requester text, by text, rating double precision, by_trust double precision)
 RETURNS void
 LANGUAGE plpython3u VOLATILE
@@ -4214,12 +4373,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.add_recommendation(text, text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.add_recommendation(text, text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.add_recommendation(text, text, double precision, double precision)", sqlstate="42501",
-               hint="anon_py.add_recommendation implements anon.add_recommendation(text, text, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.add_recommendation(text, text, double precision, double precision).")
+    plpy.error("permission denied for function @plpy_anon_schema@.add_recommendation(text, text, double precision, double precision)", sqlstate="42501",
+               hint="anon_py.add_recommendation implements @plpy_anon_schema@.add_recommendation(text, text, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.add_recommendation(text, text, double precision, double precision).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4245,14 +4404,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
 _module.add_recommendation(plpy, requester, by, rating, by_trust)
 $$;
-COMMENT ON FUNCTION anon_py.add_recommendation(text, text, double precision, double precision) IS 'Implementation of anon.add_recommendation(text, text, double precision, double precision); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.add_recommendation(text, text, double precision, double precision) IS 'Implementation of @plpy_anon_schema@.add_recommendation(text, text, double precision, double precision); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.add_recommendation(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.add_recommendation(
     requester text,
     by text,
     rating double precision,
@@ -4267,17 +4429,17 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.add_recommendation: argument requester must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.add_recommendation: argument requester must not be NULL',
             HINT = 'Pass a value for requester (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.add_recommendation: argument by must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.add_recommendation: argument by must not be NULL',
             HINT = 'Pass a value for by (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.add_recommendation: argument rating must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.add_recommendation: argument rating must not be NULL',
             HINT = 'Pass a value for rating (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4302,10 +4464,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.add_recommendation(text, text, double precision, double precision) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.add_recommendation(text, text, double precision, double precision) IS
     'Records (or replaces) the rating in [0, 1] that recommender "by" gives a requester. The rating is weighted by by_trust, or when NULL by the recommender''s own history-based trust if it is a requester, else 0.5. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.define_purpose(text, jsonb, regclass, text, text, boolean): generated from sql/functions/ (implementation: anon_py.define_purpose)
+-- @plpy_anon_schema@.define_purpose(text, jsonb, regclass, text, text, boolean): generated from sql/functions/ (implementation: anon_py.define_purpose)
 CREATE OR REPLACE FUNCTION anon_py.define_purpose(purpose text, priorities jsonb, derive_from regclass, most_useful text, least_useful text, replace boolean)
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
@@ -4314,12 +4476,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.define_purpose(text, jsonb, regclass, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.define_purpose(text, jsonb, regclass, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.define_purpose(text, jsonb, regclass, text, text, boolean)", sqlstate="42501",
-               hint="anon_py.define_purpose implements anon.define_purpose(text, jsonb, regclass, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.define_purpose(text, jsonb, regclass, text, text, boolean).")
+    plpy.error("permission denied for function @plpy_anon_schema@.define_purpose(text, jsonb, regclass, text, text, boolean)", sqlstate="42501",
+               hint="anon_py.define_purpose implements @plpy_anon_schema@.define_purpose(text, jsonb, regclass, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.define_purpose(text, jsonb, regclass, text, text, boolean).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4345,14 +4507,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.define_purpose(plpy, purpose, priorities=priorities, derive_from=derive_from, most=most_useful, least=least_useful, replace=replace)
 $$;
-COMMENT ON FUNCTION anon_py.define_purpose(text, jsonb, regclass, text, text, boolean) IS 'Implementation of anon.define_purpose(text, jsonb, regclass, text, text, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.define_purpose(text, jsonb, regclass, text, text, boolean) IS 'Implementation of @plpy_anon_schema@.define_purpose(text, jsonb, regclass, text, text, boolean); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.define_purpose(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.define_purpose(
     purpose text,
     priorities jsonb DEFAULT NULL,
     derive_from regclass DEFAULT NULL,
@@ -4369,7 +4534,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.define_purpose: argument purpose must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.define_purpose: argument purpose must not be NULL',
             HINT = 'Pass a value for purpose (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4394,10 +4559,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.define_purpose(text, jsonb, regclass, text, text, boolean) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.define_purpose(text, jsonb, regclass, text, text, boolean) IS
     'Defines a purpose: explicit priorities (jsonb {"column": priority in [0, 1]}) or priorities derived from the normalized mutual information of derive_from''s columns, most_useful column = 1, least_useful = 0 (LEAST is a reserved word, hence the longer names). Returns the priorities. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.trust(text, double precision, double precision): generated from sql/functions/ (implementation: anon_py.trust)
+-- @plpy_anon_schema@.trust(text, double precision, double precision): generated from sql/functions/ (implementation: anon_py.trust)
 CREATE OR REPLACE FUNCTION anon_py.trust(requester text, history_weight double precision, half_life_days double precision)
 RETURNS TABLE (history double precision, recommendation double precision, trust double precision, interactions integer, recommendations integer)
 LANGUAGE plpython3u STABLE
@@ -4406,12 +4571,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust(text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.trust(text, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.trust(text, double precision, double precision)", sqlstate="42501",
-               hint="anon_py.trust implements anon.trust(text, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.trust(text, double precision, double precision).")
+    plpy.error("permission denied for function @plpy_anon_schema@.trust(text, double precision, double precision)", sqlstate="42501",
+               hint="anon_py.trust implements @plpy_anon_schema@.trust(text, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.trust(text, double precision, double precision).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4437,14 +4602,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import trust as _module
 return _module.trust(plpy, requester, history_weight=history_weight, half_life_days=half_life_days)
 $$;
-COMMENT ON FUNCTION anon_py.trust(text, double precision, double precision) IS 'Implementation of anon.trust(text, double precision, double precision); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.trust(text, double precision, double precision) IS 'Implementation of @plpy_anon_schema@.trust(text, double precision, double precision); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.trust(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.trust(
     requester text,
     history_weight double precision DEFAULT 0.5,
     half_life_days double precision DEFAULT 180
@@ -4458,7 +4626,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.trust: argument requester must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.trust: argument requester must not be NULL',
             HINT = 'Pass a value for requester (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4483,10 +4651,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.trust(text, double precision, double precision) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.trust(text, double precision, double precision) IS
     'A requester''s trust: the beta-reputation of its interactions (decayed with half_life_days), the trust-weighted mean of its recommendations, and their combination history_weight * history + (1 - history_weight) * recommendation. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean): generated from sql/functions/ (implementation: anon_py.trust_view)
+-- @plpy_anon_schema@.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean): generated from sql/functions/ (implementation: anon_py.trust_view)
 CREATE OR REPLACE FUNCTION anon_py.trust_view(source regclass, requester text, purpose text, k integer, max_suppression double precision, quasi_identifiers text[], sensitive text[], identifiers text[], gamma double precision, d_min double precision, d_max double precision, history_weight double precision, half_life_days double precision, min_share double precision, level_weights jsonb, release_name text, release_schema text, replace boolean)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -4495,12 +4663,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)", sqlstate="42501",
-               hint="anon_py.trust_view implements anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean).")
+    plpy.error("permission denied for function @plpy_anon_schema@.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean)", sqlstate="42501",
+               hint="anon_py.trust_view implements @plpy_anon_schema@.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4526,14 +4694,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, requester=requester, purpose=purpose, k=k, max_suppression=max_suppression, quasi_identifiers=quasi_identifiers, sensitive=sensitive, identifiers=identifiers, gamma=gamma, d_min=d_min, d_max=d_max, history_weight=history_weight, half_life_days=half_life_days, min_share=min_share, level_weights=level_weights, release_name=release_name, release_schema=release_schema, replace=replace, method='trust', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean) IS 'Implementation of anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean) IS 'Implementation of @plpy_anon_schema@.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.trust_view(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.trust_view(
     source regclass,
     requester text,
     purpose text,
@@ -4562,17 +4733,17 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.trust_view: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.trust_view: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.trust_view: argument requester must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.trust_view: argument requester must not be NULL',
             HINT = 'Pass a value for requester (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.trust_view: argument purpose must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.trust_view: argument purpose must not be NULL',
             HINT = 'Pass a value for purpose (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4597,8 +4768,8 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean) IS
-    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in anon.releases.metrics). level_weights ({"column": [w1, ..., wH]}) weighs the hierarchy steps (Definition 2.1; default equal). Column roles as in anon.mondrian_view (quasi_identifiers, sensitive, identifiers). Refresh re-evaluates trust. Returns the qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.trust_view(regclass, text, text, integer, double precision, text[], text[], text[], double precision, double precision, double precision, double precision, double precision, double precision, jsonb, text, text, boolean) IS
+    'Creates a materialized view releasing the table for one requester and purpose, readable by the requester''s role only: trust T -> degree D = d_min + (d_max - d_min)(1 - T^gamma), split over the quasi-identifiers (low priority carries more) and mapped to hierarchy levels; with k, classes below k are generalized further / suppressed (cost in @plpy_anon_schema@.releases.metrics). level_weights ({"column": [w1, ..., wH]}) weighs the hierarchy steps (Definition 2.1; default equal). Column roles as in @plpy_anon_schema@.mondrian_view (quasi_identifiers, sensitive, identifiers). Refresh re-evaluates trust. Returns the qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/080-trust.sql
@@ -4607,8 +4778,8 @@ COMMENT ON FUNCTION anon.trust_view(regclass, text, text, integer, double precis
 
 -- The run behind a trust-aware release, called from the release's own query. STABLE: it reads
 -- the source in the query's snapshot, so the ctids it returns are those the join sees.
-CREATE OR REPLACE FUNCTION anon._trust_partition(release_id integer)
-RETURNS anon.partition
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._trust_partition(release_id integer)
+RETURNS @plpy_anon_schema@.partition
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4616,7 +4787,7 @@ DECLARE
     _message text; _detail text; _hint text; _state text; _context text;
 BEGIN
     BEGIN
-        RETURN anon._trust_partition_py($1);
+        RETURN @plpy_anon_schema@._trust_partition_py($1);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -4637,10 +4808,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon._trust_partition(integer) IS
-    'Internal: runs anon._trust_partition_py, re-raising its errors with the message alone.';
-CREATE OR REPLACE FUNCTION anon._trust_partition_py(release_id integer)
-RETURNS anon.partition
+COMMENT ON FUNCTION @plpy_anon_schema@._trust_partition(integer) IS
+    'Internal: runs @plpy_anon_schema@._trust_partition_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._trust_partition_py(release_id integer)
+RETURNS @plpy_anon_schema@.partition
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4669,13 +4840,16 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.methods import trust
 return trust.partition(plpy, GD, release_id)
 $$;
 
 -- A requester's history goes with it (what ON DELETE CASCADE did before the foreign keys were
 -- dropped for parallel restores: sql/incremental/220-requester-history.sql); a rename carries it.
-CREATE OR REPLACE FUNCTION anon._requester_history()
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._requester_history()
 RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -4685,11 +4859,11 @@ DECLARE
     came text[];
 BEGIN
     IF TG_OP = 'TRUNCATE' THEN
-        DELETE FROM anon.interactions;
-        DELETE FROM anon.recommendations;
+        DELETE FROM @plpy_anon_schema@.interactions;
+        DELETE FROM @plpy_anon_schema@.recommendations;
     ELSIF TG_OP = 'DELETE' THEN
-        DELETE FROM anon.interactions i USING changed_old o WHERE i.requester_name = o.requester_name;
-        DELETE FROM anon.recommendations r USING changed_old o WHERE r.requester_name = o.requester_name;
+        DELETE FROM @plpy_anon_schema@.interactions i USING changed_old o WHERE i.requester_name = o.requester_name;
+        DELETE FROM @plpy_anon_schema@.recommendations r USING changed_old o WHERE r.requester_name = o.requester_name;
     ELSE
         SELECT pg_catalog.array_agg(requester_name) INTO gone FROM changed_old o
         WHERE NOT EXISTS (SELECT 1 FROM changed_new n WHERE n.requester_name = o.requester_name);
@@ -4703,31 +4877,31 @@ BEGIN
             RAISE EXCEPTION 'rename requesters one at a time'
                 USING ERRCODE = '0A000',
                       DETAIL = 'Each requester''s interactions and recommendations follow its new name.',
-                      HINT = 'Run one UPDATE anon.requesters SET requester_name = ... WHERE requester_name = ... per requester.';
+                      HINT = 'Run one UPDATE @plpy_anon_schema@.requesters SET requester_name = ... WHERE requester_name = ... per requester.';
         END IF;
-        UPDATE anon.interactions SET requester_name = came[1] WHERE requester_name = gone[1];
-        UPDATE anon.recommendations SET requester_name = came[1] WHERE requester_name = gone[1];
+        UPDATE @plpy_anon_schema@.interactions SET requester_name = came[1] WHERE requester_name = gone[1];
+        UPDATE @plpy_anon_schema@.recommendations SET requester_name = came[1] WHERE requester_name = gone[1];
     END IF;
     RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION anon._requester_history() IS
-    'Internal: deletes (also on TRUNCATE) or renames a requester''s interactions and recommendations with it (statement triggers on anon.requesters).';
+COMMENT ON FUNCTION @plpy_anon_schema@._requester_history() IS
+    'Internal: deletes (also on TRUNCATE) or renames a requester''s interactions and recommendations with it (statement triggers on @plpy_anon_schema@.requesters).';
 
-DROP TRIGGER IF EXISTS requester_history_delete ON anon.requesters;
-DROP TRIGGER IF EXISTS requester_history_rename ON anon.requesters;
-DROP TRIGGER IF EXISTS requester_history_truncate ON anon.requesters;
-CREATE TRIGGER requester_history_truncate AFTER TRUNCATE ON anon.requesters
-    FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
-CREATE TRIGGER requester_history_delete AFTER DELETE ON anon.requesters
-    REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._requester_history();
-CREATE TRIGGER requester_history_rename AFTER UPDATE ON anon.requesters
+DROP TRIGGER IF EXISTS requester_history_delete ON @plpy_anon_schema@.requesters;
+DROP TRIGGER IF EXISTS requester_history_rename ON @plpy_anon_schema@.requesters;
+DROP TRIGGER IF EXISTS requester_history_truncate ON @plpy_anon_schema@.requesters;
+CREATE TRIGGER requester_history_truncate AFTER TRUNCATE ON @plpy_anon_schema@.requesters
+    FOR EACH STATEMENT EXECUTE FUNCTION @plpy_anon_schema@._requester_history();
+CREATE TRIGGER requester_history_delete AFTER DELETE ON @plpy_anon_schema@.requesters
+    REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION @plpy_anon_schema@._requester_history();
+CREATE TRIGGER requester_history_rename AFTER UPDATE ON @plpy_anon_schema@.requesters
     REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed_new FOR EACH STATEMENT
-    EXECUTE FUNCTION anon._requester_history();
+    EXECUTE FUNCTION @plpy_anon_schema@._requester_history();
 
 -------------------------------------------------------------------------------
 -- functions/090-pattern.toml (generated)
--- anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision): generated from sql/functions/ (implementation: anon_py.pattern_view)
+-- @plpy_anon_schema@.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision): generated from sql/functions/ (implementation: anon_py.pattern_view)
 CREATE OR REPLACE FUNCTION anon_py.pattern_view(source regclass, columns text[], segment integer, sample double precision, iterations integer, seed bigint, bounds jsonb, sensitive text[], identifiers text[], release_name text, release_schema text, replace boolean, delta double precision, max_unchanged double precision)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -4736,12 +4910,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)", sqlstate="42501",
-               hint="anon_py.pattern_view implements anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision).")
+    plpy.error("permission denied for function @plpy_anon_schema@.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision)", sqlstate="42501",
+               hint="anon_py.pattern_view implements @plpy_anon_schema@.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4767,14 +4941,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, columns=columns, segment=segment, sample=sample, iterations=iterations, seed=seed, bounds=bounds, sensitive=sensitive, identifiers=identifiers, release_name=release_name, release_schema=release_schema, replace=replace, delta=delta, max_unchanged=max_unchanged, method='pattern', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision) IS 'Implementation of anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision) IS 'Implementation of @plpy_anon_schema@.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.pattern_view(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.pattern_view(
     source regclass,
     columns text[],
     segment integer DEFAULT 100,
@@ -4799,12 +4976,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.pattern_view: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.pattern_view: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.pattern_view: argument columns must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.pattern_view: argument columns must not be NULL',
             HINT = 'Pass a value for columns (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4829,10 +5006,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.pattern_view(regclass, text[], integer, double precision, integer, bigint, jsonb, text[], text[], text, text, boolean, double precision, double precision) IS
     'Creates a materialized view in which the numeric columns are replaced by values from a random walk that keeps a sampled fraction of their locality properties (sorted segments of segment values; bounds default to each column''s observed range), keeps sensitive columns and drops the rest; returns its qualified name. Each locality may bend by delta mean gaps of its sorted segment; a column of which more than max_unchanged of the values come out unchanged (counted in SQL against the source) is refused (22000). Each refresh walks with a new seed unless seed is given. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.distortion(regclass, text): generated from sql/functions/ (implementation: anon_py.distortion)
+-- @plpy_anon_schema@.distortion(regclass, text): generated from sql/functions/ (implementation: anon_py.distortion)
 CREATE OR REPLACE FUNCTION anon_py.distortion(source regclass, release text)
 RETURNS TABLE (column_name text, distortion double precision, rank_correlation double precision, preserved_fraction double precision, preserved_strict double precision)
 LANGUAGE plpython3u VOLATILE
@@ -4841,12 +5018,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.distortion(regclass, text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.distortion(regclass, text)", sqlstate="42501",
-               hint="anon_py.distortion implements anon.distortion(regclass, text): call that, after GRANT EXECUTE ON FUNCTION anon.distortion(regclass, text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.distortion(regclass, text)", sqlstate="42501",
+               hint="anon_py.distortion implements @plpy_anon_schema@.distortion(regclass, text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.distortion(regclass, text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -4872,14 +5049,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import pattern as _module
 return _module.distortion_report(plpy, source, release)
 $$;
-COMMENT ON FUNCTION anon_py.distortion(regclass, text) IS 'Implementation of anon.distortion(regclass, text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.distortion(regclass, text) IS 'Implementation of @plpy_anon_schema@.distortion(regclass, text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.distortion(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.distortion(
     source regclass,
     release text
 )
@@ -4892,12 +5072,12 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.distortion: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.distortion: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.distortion: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.distortion: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -4922,7 +5102,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.distortion(regclass, text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.distortion(regclass, text) IS
     'Distortion of a pattern release as measured at its last build or refresh: per substituted column the mean relative error Dst, the Spearman rank correlation with the source, the fraction of sampled localities preserved within their slack of delta mean gaps (1.0) and the fraction preserved exactly (preserved_strict: what a reader of the released values sees); the row with column_name NULL is the overall Dst. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
@@ -4932,8 +5112,8 @@ COMMENT ON FUNCTION anon.distortion(regclass, text) IS
 
 -- The walk behind a pattern release, called from the release's own query. STABLE so that it reads
 -- the source in the same snapshot as the query that joins its result back to the source by ctid.
-CREATE OR REPLACE FUNCTION anon._pattern_run(release_id integer)
-RETURNS anon.pattern_values
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._pattern_run(release_id integer)
+RETURNS @plpy_anon_schema@.pattern_values
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4941,7 +5121,7 @@ DECLARE
     _message text; _detail text; _hint text; _state text; _context text;
 BEGIN
     BEGIN
-        RETURN anon._pattern_run_py($1);
+        RETURN @plpy_anon_schema@._pattern_run_py($1);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -4962,10 +5142,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon._pattern_run(integer) IS
-    'Internal: runs anon._pattern_run_py, re-raising its errors with the message alone.';
-CREATE OR REPLACE FUNCTION anon._pattern_run_py(release_id integer)
-RETURNS anon.pattern_values
+COMMENT ON FUNCTION @plpy_anon_schema@._pattern_run(integer) IS
+    'Internal: runs @plpy_anon_schema@._pattern_run_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._pattern_run_py(release_id integer)
+RETURNS @plpy_anon_schema@.pattern_values
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -4994,15 +5174,18 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.methods import pattern
 return pattern.run_release(plpy, GD, release_id)
 $$;
-COMMENT ON FUNCTION anon._pattern_run_py(integer) IS
+COMMENT ON FUNCTION @plpy_anon_schema@._pattern_run_py(integer) IS
     'Internal: reads the source of pattern release release_id, walks its columns and returns the new values by row ctid.';
 
 -------------------------------------------------------------------------------
 -- functions/100-fusion.toml (generated)
--- anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): generated from sql/functions/ (implementation: anon_py.fusion_scan)
+-- @plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): generated from sql/functions/ (implementation: anon_py.fusion_scan)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan(source regclass, sensitive text, identifier text, auxiliary regclass, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, random_state integer, repeats integer)
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, saturated boolean, verdict text, protection_change double precision, attacker_r2 double precision )
 LANGUAGE plpython3u VOLATILE
@@ -5011,12 +5194,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)", sqlstate="42501",
-               hint="anon_py.fusion_scan implements anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer).")
+    plpy.error("permission denied for function @plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer)", sqlstate="42501",
+               hint="anon_py.fusion_scan implements @plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -5042,14 +5225,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, random_state=random_state, repeats=repeats)
 $$;
-COMMENT ON FUNCTION anon_py.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer) IS 'Implementation of anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer) IS 'Implementation of @plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.fusion_scan(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.fusion_scan(
     source regclass,
     sensitive text,
     identifier text,
@@ -5077,22 +5263,22 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_scan: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_scan: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_scan: argument sensitive must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_scan: argument sensitive must not be NULL',
             HINT = 'Pass a value for sensitive (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_scan: argument identifier must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_scan: argument identifier must not be NULL',
             HINT = 'Pass a value for identifier (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $4 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_scan: argument auxiliary must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_scan: argument auxiliary must not be NULL',
             HINT = 'Pass a value for auxiliary (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -5117,10 +5303,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.fusion_scan(regclass, text, text, regclass, integer, integer, text[], text, text, jsonb, double precision, double precision, double precision, double precision, double precision, integer, integer) IS
     'For each k in k_from..k_to: MDAV-microaggregates the numeric attributes, simulates the fusion attack (release joined with the auxiliary table on the identifier) repeats times, each with its own known sample and seed, and returns the mean protection P∘P̂ (standardized), its standard deviation over the simulations, P∘P′, the attacker''s gain, utility 1/C_DM and |D|/C_DM, H, whether k meets the thresholds, and whether it is saturated (the most protective admissible k beats it by less than two standard errors of the difference: more k buys nothing measurable). Creates nothing. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): generated from sql/functions/ (implementation: anon_py.fusion_resilient_view)
+-- @plpy_anon_schema@.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): generated from sql/functions/ (implementation: anon_py.fusion_resilient_view)
 CREATE OR REPLACE FUNCTION anon_py.fusion_resilient_view(source regclass, sensitive text, identifier text, auxiliary regclass, min_protection double precision, min_utility double precision, w_protection double precision, w_utility double precision, k_from integer, k_to integer, attributes text[], auxiliary_identifier text, attacker text, rules jsonb, known_fraction double precision, random_state integer, repeats integer, release_name text, release_schema text, replace boolean, accept_unprotected boolean)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -5129,12 +5315,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)", sqlstate="42501",
-               hint="anon_py.fusion_resilient_view implements anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean).")
+    plpy.error("permission denied for function @plpy_anon_schema@.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean)", sqlstate="42501",
+               hint="anon_py.fusion_resilient_view implements @plpy_anon_schema@.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -5160,14 +5346,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import creation as _module
 return _module.create(plpy, source, sensitive=sensitive, identifier=identifier, auxiliary=auxiliary, min_protection=min_protection, min_utility=min_utility, w_protection=w_protection, w_utility=w_utility, k_from=k_from, k_to=k_to, attributes=attributes, auxiliary_identifier=auxiliary_identifier, attacker=attacker, rules=rules, known_fraction=known_fraction, random_state=random_state, repeats=repeats, release_name=release_name, release_schema=release_schema, replace=replace, accept_unprotected=accept_unprotected, method='fusion', GD=GD)
 $$;
-COMMENT ON FUNCTION anon_py.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean) IS 'Implementation of anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean) IS 'Implementation of @plpy_anon_schema@.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.fusion_resilient_view(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.fusion_resilient_view(
     source regclass,
     sensitive text,
     identifier text,
@@ -5199,22 +5388,22 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_resilient_view: argument source must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_resilient_view: argument source must not be NULL',
             HINT = 'Pass a value for source (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $2 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_resilient_view: argument sensitive must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_resilient_view: argument sensitive must not be NULL',
             HINT = 'Pass a value for sensitive (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $3 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_resilient_view: argument identifier must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_resilient_view: argument identifier must not be NULL',
             HINT = 'Pass a value for identifier (only arguments with a default may be NULL, meaning the default).';
     END IF;
     IF $4 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_resilient_view: argument auxiliary must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_resilient_view: argument auxiliary must not be NULL',
             HINT = 'Pass a value for auxiliary (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -5239,10 +5428,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean) IS
-    'Scans k like anon.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), leaves out the ks past the saturation point (the smallest admissible k that the most protective one does not beat by more than two standard errors: more k buys nothing measurable, so the choice does not move with k_to once the range reaches the plateau), picks the best H among the rest on the line of protection on log k (with repeats => 1, on the scan''s own values), records the saturation point in parameters->''saturation'' and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see anon.fusion_scan_of). Returns the view''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.fusion_resilient_view(regclass, text, text, regclass, double precision, double precision, double precision, double precision, integer, integer, text[], text, text, jsonb, double precision, integer, integer, text, text, boolean, boolean) IS
+    'Scans k like @plpy_anon_schema@.fusion_scan, keeps the ks meeting min_protection and min_utility, refuses (22000) when the verdict is ''unprotected'' unless accept_unprotected => true (then warns and records it), leaves out the ks past the saturation point (the smallest admissible k that the most protective one does not beat by more than two standard errors: more k buys nothing measurable, so the choice does not move with k_to once the range reaches the plateau), picks the best H among the rest on the line of protection on log k (with repeats => 1, on the scan''s own values), records the saturation point in parameters->''saturation'' and creates a materialized view with the identifier, the MDAV-microaggregated attributes and no sensitive column; the whole scan is stored in the release''s catalog row (see @plpy_anon_schema@.fusion_scan_of). Returns the view''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.fusion_scan_of(text): generated from sql/functions/ (implementation: anon_py.fusion_scan_of)
+-- @plpy_anon_schema@.fusion_scan_of(text): generated from sql/functions/ (implementation: anon_py.fusion_scan_of)
 CREATE OR REPLACE FUNCTION anon_py.fusion_scan_of(release text)
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, saturated boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
 LANGUAGE plpython3u VOLATILE
@@ -5251,12 +5440,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.fusion_scan_of(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.fusion_scan_of(text)", sqlstate="42501",
-               hint="anon_py.fusion_scan_of implements anon.fusion_scan_of(text): call that, after GRANT EXECUTE ON FUNCTION anon.fusion_scan_of(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.fusion_scan_of(text)", sqlstate="42501",
+               hint="anon_py.fusion_scan_of implements @plpy_anon_schema@.fusion_scan_of(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.fusion_scan_of(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -5282,14 +5471,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db.methods import fusion as _module
 return _module.fusion_scan_of(plpy, release)
 $$;
-COMMENT ON FUNCTION anon_py.fusion_scan_of(text) IS 'Implementation of anon.fusion_scan_of(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.fusion_scan_of(text) IS 'Implementation of @plpy_anon_schema@.fusion_scan_of(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.fusion_scan_of(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.fusion_scan_of(
     release text
 )
 RETURNS TABLE ( k integer, n_groups integer, protection double precision, protection_sd double precision, protection_no_fusion double precision, gain double precision, utility double precision, utility_normalized double precision, h double precision, admissible boolean, saturated boolean, chosen boolean, verdict text, protection_change double precision, attacker_r2 double precision, accept_unprotected boolean )
@@ -5301,7 +5493,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.fusion_scan_of: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.fusion_scan_of: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -5326,7 +5518,7 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.fusion_scan_of(text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.fusion_scan_of(text) IS
     'The k scan stored with a fusion-resilient release (name or schema.name), one row per k, with the chosen k flagged. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
@@ -5337,8 +5529,8 @@ COMMENT ON FUNCTION anon.fusion_scan_of(text) IS
 
 -- The MDAV run behind a fusion-resilient release, called from the release's own query. STABLE so
 -- that it reads the source in the same snapshot as the query that joins its result back by ctid.
-CREATE OR REPLACE FUNCTION anon._fusion_partition(release_id integer)
-RETURNS anon.partition
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._fusion_partition(release_id integer)
+RETURNS @plpy_anon_schema@.partition
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -5346,7 +5538,7 @@ DECLARE
     _message text; _detail text; _hint text; _state text; _context text;
 BEGIN
     BEGIN
-        RETURN anon._fusion_partition_py($1);
+        RETURN @plpy_anon_schema@._fusion_partition_py($1);
     EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
@@ -5367,10 +5559,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon._fusion_partition(integer) IS
-    'Internal: runs anon._fusion_partition_py, re-raising its errors with the message alone.';
-CREATE OR REPLACE FUNCTION anon._fusion_partition_py(release_id integer)
-RETURNS anon.partition
+COMMENT ON FUNCTION @plpy_anon_schema@._fusion_partition(integer) IS
+    'Internal: runs @plpy_anon_schema@._fusion_partition_py, re-raising its errors with the message alone.';
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@._fusion_partition_py(release_id integer)
+RETURNS @plpy_anon_schema@.partition
 LANGUAGE plpython3u STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -5399,13 +5591,16 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.methods import fusion
 return fusion.partition(plpy, GD, release_id)
 $$;
 
 -------------------------------------------------------------------------------
 -- functions/110-snapshots.toml (generated)
--- anon.snapshot(text, text, text, boolean): generated from sql/functions/ (implementation: anon_py.snapshot)
+-- @plpy_anon_schema@.snapshot(text, text, text, boolean): generated from sql/functions/ (implementation: anon_py.snapshot)
 CREATE OR REPLACE FUNCTION anon_py.snapshot(release text, snapshot_name text, snapshot_schema text, replace boolean)
 RETURNS text
 LANGUAGE plpython3u VOLATILE
@@ -5414,12 +5609,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.snapshot(text, text, text, boolean)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.snapshot(text, text, text, boolean)", sqlstate="42501",
-               hint="anon_py.snapshot implements anon.snapshot(text, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION anon.snapshot(text, text, text, boolean).")
+    plpy.error("permission denied for function @plpy_anon_schema@.snapshot(text, text, text, boolean)", sqlstate="42501",
+               hint="anon_py.snapshot implements @plpy_anon_schema@.snapshot(text, text, text, boolean): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.snapshot(text, text, text, boolean).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -5445,14 +5640,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.snapshot(plpy, release, snapshot_name=snapshot_name, snapshot_schema=snapshot_schema, replace=replace)
 $$;
-COMMENT ON FUNCTION anon_py.snapshot(text, text, text, boolean) IS 'Implementation of anon.snapshot(text, text, text, boolean); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.snapshot(text, text, text, boolean) IS 'Implementation of @plpy_anon_schema@.snapshot(text, text, text, boolean); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.snapshot(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.snapshot(
     release text,
     snapshot_name text DEFAULT NULL,
     snapshot_schema text DEFAULT NULL,
@@ -5467,7 +5665,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.snapshot: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.snapshot: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -5492,10 +5690,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.snapshot(text, text, text, boolean) IS
-    'Copies a genuine release into a plain table owned by the caller and granted to nobody: exactly the release''s columns (core types only; others refused, 42804) and rows, no dependency on the source or on the extension, so pg_dump -t carries it to a server without plpy_anon. NULL snapshot_schema: the schema "snapshot" (created if missing; never a release schema); NULL snapshot_name: <relation>_<yyyymmdd>. A release of several relations (Break-Merge) is refused; name each relation (schema.relation) instead. Its COMMENT and its anon.snapshots row hold the release''s metadata (method, parameters, achieved k, when built). An existing name is refused unless replace => true and it is a snapshot. Snapshots outlive refreshes and anon.drop_release. Returns the table''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.snapshot(text, text, text, boolean) IS
+    'Copies a genuine release into a plain table owned by the caller and granted to nobody: exactly the release''s columns (core types only; others refused, 42804) and rows, no dependency on the source or on the extension, so pg_dump -t carries it to a server without plpy_anon. NULL snapshot_schema: the schema "snapshot" (created if missing; never a release schema); NULL snapshot_name: <relation>_<yyyymmdd>. A release of several relations (Break-Merge) is refused; name each relation (schema.relation) instead. Its COMMENT and its @plpy_anon_schema@.snapshots row hold the release''s metadata (method, parameters, achieved k, when built). An existing name is refused unless replace => true and it is a snapshot. Snapshots outlive refreshes and @plpy_anon_schema@.drop_release. Returns the table''s qualified name. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.release_metadata(text): generated from sql/functions/ (implementation: anon_py.release_metadata)
+-- @plpy_anon_schema@.release_metadata(text): generated from sql/functions/ (implementation: anon_py.release_metadata)
 CREATE OR REPLACE FUNCTION anon_py.release_metadata(release text)
 RETURNS jsonb
 LANGUAGE plpython3u VOLATILE
@@ -5504,12 +5702,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.release_metadata(text)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.release_metadata(text)", sqlstate="42501",
-               hint="anon_py.release_metadata implements anon.release_metadata(text): call that, after GRANT EXECUTE ON FUNCTION anon.release_metadata(text).")
+    plpy.error("permission denied for function @plpy_anon_schema@.release_metadata(text)", sqlstate="42501",
+               hint="anon_py.release_metadata implements @plpy_anon_schema@.release_metadata(text): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.release_metadata(text).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -5535,14 +5733,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import snapshots as _module
 return _module.release_metadata(plpy, release)
 $$;
-COMMENT ON FUNCTION anon_py.release_metadata(text) IS 'Implementation of anon.release_metadata(text); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.release_metadata(text) IS 'Implementation of @plpy_anon_schema@.release_metadata(text); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.release_metadata(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.release_metadata(
     release text
 )
 RETURNS jsonb
@@ -5554,7 +5755,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.release_metadata: argument release must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.release_metadata: argument release must not be NULL',
             HINT = 'Pass a value for release (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -5579,12 +5780,12 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.release_metadata(text) IS
+COMMENT ON FUNCTION @plpy_anon_schema@.release_metadata(text) IS
     'What travels with a snapshot or an export of a genuine release: release, relation, method, parameters, achieved k, row count, verified, created and refreshed at, extension version, columns, and the risk report when the catalog has one. A release of several relations is refused; name one of its relations. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- functions/150-risk.toml (generated)
--- anon.risk_report(regclass, text[], text[], bigint, double precision, double precision): generated from sql/functions/ (implementation: anon_py.risk_report)
+-- @plpy_anon_schema@.risk_report(regclass, text[], text[], bigint, double precision, double precision): generated from sql/functions/ (implementation: anon_py.risk_report)
 CREATE OR REPLACE FUNCTION anon_py.risk_report(relation regclass, quasi_identifiers text[], sensitive text[], population bigint, risk_threshold double precision, recursive_c double precision)
 RETURNS TABLE (measure text, column_name text, value double precision, detail text)
 LANGUAGE plpython3u VOLATILE
@@ -5593,12 +5794,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.risk_report(regclass, text[], text[], bigint, double precision, double precision)', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.risk_report(regclass, text[], text[], bigint, double precision, double precision)", sqlstate="42501",
-               hint="anon_py.risk_report implements anon.risk_report(regclass, text[], text[], bigint, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION anon.risk_report(regclass, text[], text[], bigint, double precision, double precision).")
+    plpy.error("permission denied for function @plpy_anon_schema@.risk_report(regclass, text[], text[], bigint, double precision, double precision)", sqlstate="42501",
+               hint="anon_py.risk_report implements @plpy_anon_schema@.risk_report(regclass, text[], text[], bigint, double precision, double precision): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.risk_report(regclass, text[], text[], bigint, double precision, double precision).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -5624,14 +5825,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.risk_report(plpy, relation, quasi_identifiers=quasi_identifiers, sensitive=sensitive, population=population, risk_threshold=risk_threshold, recursive_c=recursive_c)
 $$;
-COMMENT ON FUNCTION anon_py.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS 'Implementation of anon.risk_report(regclass, text[], text[], bigint, double precision, double precision); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS 'Implementation of @plpy_anon_schema@.risk_report(regclass, text[], text[], bigint, double precision, double precision); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.risk_report(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.risk_report(
     relation regclass,
     quasi_identifiers text[] DEFAULT NULL,
     sensitive text[] DEFAULT NULL,
@@ -5648,7 +5852,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.risk_report: argument relation must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.risk_report: argument relation must not be NULL',
             HINT = 'Pass a value for relation (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -5673,10 +5877,10 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS
-    'Risk figures of a table, partitioned table, view, materialized view or release, one a row (column_name: the sensitive column, NULL for the whole relation; value NULL where not applicable, detail says why): rows, classes, smallest_class (k), records_in_classes_below_2/5/10, prosecutor_risk_max/avg, prosecutor_records_at_risk (1/class size > risk_threshold); with population (the size of the population the relation is a sample of) journalist_risk_max, journalist_records_at_risk and marketer_risk, with population class sizes estimated as f*N/n; per sensitive column distinct_l, entropy_l, recursive_cl_l (largest l for c = recursive_c) and t_closeness (equal-distance EMD for categories, ordered EMD for numbers and dates). Classes are the GROUP BY of the quasi-identifiers (NULL a value of its own). Quasi-identifiers and sensitive columns: the arguments, else for a release those of its catalog row (its released columns), else those declared with anon.set_column_role; none is an error. Runs with the caller''s privileges. See docs/risk.md. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.risk_report(regclass, text[], text[], bigint, double precision, double precision) IS
+    'Risk figures of a table, partitioned table, view, materialized view or release, one a row (column_name: the sensitive column, NULL for the whole relation; value NULL where not applicable, detail says why): rows, classes, smallest_class (k), records_in_classes_below_2/5/10, prosecutor_risk_max/avg, prosecutor_records_at_risk (1/class size > risk_threshold); with population (the size of the population the relation is a sample of) journalist_risk_max, journalist_records_at_risk and marketer_risk, with population class sizes estimated as f*N/n; per sensitive column distinct_l, entropy_l, recursive_cl_l (largest l for c = recursive_c) and t_closeness (equal-distance EMD for categories, ordered EMD for numbers and dates). Classes are the GROUP BY of the quasi-identifiers (NULL a value of its own). Quasi-identifiers and sensitive columns: the arguments, else for a release those of its catalog row (its released columns), else those declared with @plpy_anon_schema@.set_column_role; none is an error. Runs with the caller''s privileges. See docs/risk.md. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
--- anon.class_sizes(regclass, text[]): generated from sql/functions/ (implementation: anon_py.class_sizes)
+-- @plpy_anon_schema@.class_sizes(regclass, text[]): generated from sql/functions/ (implementation: anon_py.class_sizes)
 CREATE OR REPLACE FUNCTION anon_py.class_sizes(relation regclass, quasi_identifiers text[])
 RETURNS TABLE (class_size bigint, classes bigint)
 LANGUAGE plpython3u VOLATILE
@@ -5685,12 +5889,12 @@ AS $$
 import time as _time
 _entered = _time.monotonic()
 try:
-    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('anon.class_sizes(regclass, text[])', 'EXECUTE') AS ok")[0]["ok"]
+    _allowed = plpy.execute("SELECT pg_catalog.has_function_privilege('@plpy_anon_schema@.class_sizes(regclass, text[])', 'EXECUTE') AS ok")[0]["ok"]
 except plpy.SPIError:
     _allowed = False
 if not _allowed:
-    plpy.error("permission denied for function anon.class_sizes(regclass, text[])", sqlstate="42501",
-               hint="anon_py.class_sizes implements anon.class_sizes(regclass, text[]): call that, after GRANT EXECUTE ON FUNCTION anon.class_sizes(regclass, text[]).")
+    plpy.error("permission denied for function @plpy_anon_schema@.class_sizes(regclass, text[])", sqlstate="42501",
+               hint="anon_py.class_sizes implements @plpy_anon_schema@.class_sizes(regclass, text[]): call that, after GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.class_sizes(regclass, text[]).")
 if "plpy_anon" not in GD:
     import sys as _sys
     _venv = '/opt/plpy_anon/venv'
@@ -5716,14 +5920,17 @@ if "plpy_anon" not in GD:
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
     GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('@plpy_anon_schema@', plpy)
 from plpy_anon.db.timing import entering as _entering
 _entering(_entered)
 from plpy_anon.db import risk_report as _module
 return _module.class_sizes(plpy, relation, quasi_identifiers=quasi_identifiers)
 $$;
-COMMENT ON FUNCTION anon_py.class_sizes(regclass, text[]) IS 'Implementation of anon.class_sizes(regclass, text[]); executable only by a role that may execute that.';
+COMMENT ON FUNCTION anon_py.class_sizes(regclass, text[]) IS 'Implementation of @plpy_anon_schema@.class_sizes(regclass, text[]); executable only by a role that may execute that.';
 
-CREATE OR REPLACE FUNCTION anon.class_sizes(
+CREATE OR REPLACE FUNCTION @plpy_anon_schema@.class_sizes(
     relation regclass,
     quasi_identifiers text[] DEFAULT NULL
 )
@@ -5736,7 +5943,7 @@ DECLARE
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
-            MESSAGE = 'anon.class_sizes: argument relation must not be NULL',
+            MESSAGE = '@plpy_anon_schema@.class_sizes: argument relation must not be NULL',
             HINT = 'Pass a value for relation (only arguments with a default may be NULL, meaning the default).';
     END IF;
     BEGIN
@@ -5761,32 +5968,35 @@ BEGIN
     END;
 END
 $$;
-COMMENT ON FUNCTION anon.class_sizes(regclass, text[]) IS
-    'The class-size histogram of a table, view, materialized view or release: for each size, how many classes (rows with the same quasi-identifiers; NULL a value of its own) have it. Quasi-identifiers as anon.risk_report finds them (the argument, a release''s own, or the declared ones), read through the same guards and with the caller''s privileges. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
+COMMENT ON FUNCTION @plpy_anon_schema@.class_sizes(regclass, text[]) IS
+    'The class-size histogram of a table, view, materialized view or release: for each size, how many classes (rows with the same quasi-identifiers; NULL a value of its own) have it. Quasi-identifiers as @plpy_anon_schema@.risk_report finds them (the argument, a release''s own, or the declared ones), read through the same guards and with the caller''s privileges. NULL for an argument with a default means the default; other arguments must not be NULL unless said above.';
 
 -------------------------------------------------------------------------------
 -- idempotent/900-privileges.sql
 -- plpython3u is untrusted: nothing of ours runs unless the DBA grants it. Analysts read releases
--- (see anon.grant_analyst), never call these functions. GRANT EXECUTE ON FUNCTION anon.f is all a
--- role needs to call anon.f: its implementation anon_py.f is executable by PUBLIC and refuses
--- (42501) a caller without EXECUTE on anon.f (sql/build.py writes that check).
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA anon FROM PUBLIC;
-REVOKE ALL ON ALL TABLES IN SCHEMA anon FROM PUBLIC;
+-- (see @plpy_anon_schema@.grant_analyst), never call these functions. GRANT EXECUTE ON FUNCTION @plpy_anon_schema@.f is all a
+-- role needs to call @plpy_anon_schema@.f: its implementation anon_py.f is executable by PUBLIC and refuses
+-- (42501) a caller without EXECUTE on @plpy_anon_schema@.f (sql/build.py writes that check).
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @plpy_anon_schema@ FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA @plpy_anon_schema@ FROM PUBLIC;
 GRANT USAGE ON SCHEMA anon_py TO PUBLIC;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon_py TO PUBLIC;
 
 -- Custodians (180-custodian.sql): call every function, read the catalog, and change the rows
 -- row security leaves them (their own releases, declarations of their own tables). They act with
 -- their own rights: a custodian releases only tables it may read, into schemas it may create in.
-GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
-GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
-GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people, anon.release_versions
+GRANT USAGE ON SCHEMA @plpy_anon_schema@ TO plpy_anon_custodian;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA @plpy_anon_schema@ TO plpy_anon_custodian;
+GRANT SELECT ON ALL TABLES IN SCHEMA @plpy_anon_schema@ TO plpy_anon_custodian;
+GRANT INSERT, UPDATE, DELETE ON @plpy_anon_schema@.releases, @plpy_anon_schema@.release_schemas, @plpy_anon_schema@.snapshots, @plpy_anon_schema@.column_roles,
+    @plpy_anon_schema@.hierarchies, @plpy_anon_schema@.priorities, @plpy_anon_schema@.workload_profiles, @plpy_anon_schema@.release_people, @plpy_anon_schema@.release_versions
     TO plpy_anon_custodian;
 -- A stable release's salt: no privilege at all (not even row-secured SELECT, which the planner
 -- lets a role probe through leakproof functions and EXPLAIN ANALYZE); owners reach their own
--- through anon._release_salt / anon._store_release_salt (035-catalog-guard.sql).
-REVOKE ALL ON anon.release_secrets FROM plpy_anon_custodian;
-GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
-GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;
+-- through @plpy_anon_schema@._release_salt / @plpy_anon_schema@._store_release_salt (035-catalog-guard.sql).
+REVOKE ALL ON @plpy_anon_schema@.release_secrets FROM plpy_anon_custodian;
+GRANT INSERT ON @plpy_anon_schema@.refresh_history TO plpy_anon_custodian;
+GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA @plpy_anon_schema@ TO plpy_anon_custodian;
+$plpy_anon_script$, '@plpy_anon_schema@', target);
+END
+$plpy_anon_install$;

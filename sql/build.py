@@ -82,7 +82,10 @@ if "plpy_anon" not in GD:
                    % (_venv, _pkg.__version__), sqlstate="55000",
                    hint="Install matching versions: 'make install VENV=/path/to/venv', then "
                         "ALTER EXTENSION plpy_anon UPDATE.")
-    GD["plpy_anon"] = _venv'''
+    GD["plpy_anon"] = _venv
+# the extension's schema, written here at install time; plpy names it in the SQL it runs
+from plpy_anon.db import extschema as _extschema
+globals()["plpy"] = _extschema.use('anon', plpy)'''
 
 
 # first lines of a generated body: when the call started (timing.entering, in Function.call)
@@ -538,6 +541,92 @@ def freeze() -> list[str]:
     return files
 
 
+# The extension's schema. The sources name it "anon" (readable, and what the upgrade from 0.1.0
+# keeps); the fresh install script names it by PLACEHOLDER, which the script replaces by the schema
+# it installs into: "anon" (created by the script, as before) when CREATE EXTENSION was given no
+# schema of its own (public, the usual first schema of search_path, or pg_catalog), else the
+# schema given (CREATE EXTENSION plpy_anon SCHEMA pa). A control file's "schema" cannot be both a
+# default and overridable, hence the choice at install time. The internal schema anon_py and the
+# release schemas keep their names.
+PLACEHOLDER = "@plpy_anon_schema@"
+SCHEMA_REF = re.compile(r"\banon(?=\.[A-Za-z_\"(%]|\\\.)|(?<=SCHEMA )anon\b|(?<=')anon(?=')")
+GUARD_FILE = "000-schema-guard.sql"   # creates schema "anon", refusing an existing one
+CHOOSE_SCHEMA = """
+-------------------------------------------------------------------------------
+-- the extension's schema: "anon" unless CREATE EXTENSION ... SCHEMA named another; the rest of
+-- the script (below, with every reference to the schema written {placeholder}) runs in it
+DO $plpy_anon_install$
+DECLARE
+    nsp record;
+    target name;
+    contents text;
+BEGIN
+    SELECT n.oid, n.nspname, pg_catalog.pg_get_userbyid(n.nspowner) AS owner, r.rolsuper
+    INTO nsp
+    FROM pg_catalog.pg_extension e
+    JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+    JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+    WHERE e.extname = 'plpy_anon';
+    IF nsp.nspname IN ('public', 'pg_catalog') THEN
+        target := 'anon';
+        EXECUTE $plpy_anon_guard${guard}$plpy_anon_guard$;
+    ELSE
+        target := nsp.nspname;
+        IF target !~ '^[a-z_][a-z0-9_]*$' OR target = 'anon_py' OR target LIKE 'pg\\_%' THEN
+            RAISE EXCEPTION 'plpy_anon cannot be installed in schema %', pg_catalog.quote_ident(target)
+                USING ERRCODE = '42602',
+                      HINT = 'Name a schema in lower-case letters, digits and underscores (not anon_py), '
+                             'e.g. CREATE SCHEMA pa; CREATE EXTENSION plpy_anon SCHEMA pa.';
+        END IF;
+        SELECT pg_catalog.string_agg(d.what, ', ' ORDER BY d.what) INTO contents
+        FROM (SELECT o.type || ' ' || o.identity AS what
+              FROM pg_catalog.pg_depend dep,
+                   LATERAL pg_catalog.pg_identify_object(dep.classid, dep.objid, dep.objsubid) o
+              WHERE dep.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                AND dep.refobjid = nsp.oid
+                AND dep.classid <> 'pg_catalog.pg_extension'::pg_catalog.regclass
+              LIMIT 6) d;
+        IF contents IS NOT NULL THEN
+            RAISE EXCEPTION 'plpy_anon needs a schema of its own, but schema % already holds objects', target
+                USING ERRCODE = '42P06', DETAIL = 'It already holds: ' || contents || '.',
+                      HINT = 'Nothing was installed. Create an empty schema for it: CREATE SCHEMA pa; '
+                             'CREATE EXTENSION plpy_anon SCHEMA pa.';
+        END IF;
+        -- whoever owns the schema may drop and replace what is in it
+        IF NOT nsp.rolsuper THEN
+            RAISE EXCEPTION 'plpy_anon cannot be installed in schema %, owned by % who is not a superuser',
+                            target, nsp.owner
+                USING ERRCODE = '42501',
+                      HINT = pg_catalog.format('Nothing was installed. ALTER SCHEMA %s OWNER TO %s, then '
+                                               'CREATE EXTENSION plpy_anon SCHEMA %s again.',
+                                               target, pg_catalog.quote_ident(current_user), target);
+        END IF;
+    END IF;
+    EXECUTE pg_catalog.replace($plpy_anon_script${body}$plpy_anon_script$, '{placeholder}', target);
+END
+$plpy_anon_install$;
+"""
+
+
+def schema_placeholders(text: str) -> str:
+    """``text`` with every reference to the extension's schema written PLACEHOLDER."""
+    return SCHEMA_REF.sub(PLACEHOLDER, text)
+
+
+def install_script(inc: list[Path], idem: list[Path], venv: str, version: str) -> str:
+    """The fresh install: head, then CHOOSE_SCHEMA running the rest in the schema it chooses."""
+    guard = [f for f in inc if f.name == GUARD_FILE]
+    rest = [f for f in inc if f.name != GUARD_FILE]
+    body = schema_placeholders("".join(section(f, venv, version) for f in rest)
+                               + code_sections(idem, venv, version))
+    guard_text = "".join(section(f, venv, version) for f in guard)
+    for tag in ("$plpy_anon_install$", "$plpy_anon_guard$", "$plpy_anon_script$"):
+        if tag in body or tag in guard_text:
+            sys.exit(f"build: sql/ must not use the dollar quote {tag} (the install script's)")
+    return (SQL / "head.sql").read_text() + CHOOSE_SCHEMA.format(
+        guard=guard_text, body=body, placeholder=PLACEHOLDER)
+
+
 def control(version: str) -> str:
     return (SQL / "plpy_anon.control.in").read_text().replace("@VERSION@", version)
 
@@ -555,7 +644,7 @@ def build(venv: str, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     target = out / f"plpy_anon--{version}.sql"
-    target.write_text(script(inc + idem, venv, version))
+    target.write_text(install_script(inc, idem, venv, version))
     written.append(target)
     shipped = frozen_by_version()
     for prior in prior_versions():
