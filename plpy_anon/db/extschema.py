@@ -44,6 +44,22 @@ class Bound:
     def cursor(self, query, *args, **kwargs):
         return self._plpy.cursor(sql(query) if isinstance(query, str) else query, *args, **kwargs)
 
+    # what users read says where the functions are: "call anon.refresh" reads "call pa.refresh"
+    def error(self, message, *args, **kwargs):
+        return self._plpy.error(*self._told(message, kwargs), *args, **kwargs)
+
+    def warning(self, message, *args, **kwargs):
+        return self._plpy.warning(*self._told(message, kwargs), *args, **kwargs)
+
+    def notice(self, message, *args, **kwargs):
+        return self._plpy.notice(*self._told(message, kwargs), *args, **kwargs)
+
+    @staticmethod
+    def _told(message, kwargs) -> tuple:
+        if isinstance(kwargs.get("hint"), str):
+            kwargs["hint"] = sql(kwargs["hint"])
+        return (sql(message) if isinstance(message, str) else message,)
+
     def quote_ident(self, identifier):
         return '"anon"' if identifier == DEFAULT else self._plpy.quote_ident(identifier)
 

@@ -24,7 +24,7 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
-from plpy_anon.db import compact, guards, releases
+from plpy_anon.db import compact, extschema, guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, jsonb, run
 
@@ -126,7 +126,7 @@ def metadata_of(plpy, release: dict, relation: str, columns: list[dict]) -> dict
     """What travels with the rows: how the release was made and what it achieved. Nothing about
     the source's data beyond what the release itself shows."""
     # the risk report is another feature's column: included when this catalog has it
-    extra = ["risk"] if has_column(plpy, "anon.releases", "risk") else []
+    extra = ["risk"] if has_column(plpy, extschema.sql("anon.releases"), "risk") else []
     row = run(plpy, f"""
         SELECT r.method, r.parameters::text AS parameters, r.achieved_k, r.row_count, r.verified,
                pg_catalog.to_json(r.created_at) #>> '{{}}' AS created_at,

@@ -1,0 +1,200 @@
+"""plpy_anon installed beside PostgreSQL Anonymizer, which also wants schema "anon": the database
+has a schema "anon" of someone else's (with a function that must survive), plpy_anon goes into
+schema "pa" (CREATE EXTENSION plpy_anon SCHEMA pa), and an unprivileged custodian builds,
+refreshes, verifies, reports and drops releases of every kind there, read by an analyst."""
+from __future__ import annotations
+
+import re
+import uuid
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.helpers import class_sizes, matview
+
+DBNAME = "anon_beside"
+QIS = ["age", "zip"]
+# PostgreSQL Anonymizer's partial(): what it does does not matter, only that it stays ours
+PARTIAL = """CREATE FUNCTION anon.partial(ov text, prefix int, padding text, suffix int) RETURNS text
+             LANGUAGE sql IMMUTABLE AS $f$ SELECT substr(ov, 1, prefix) || padding
+             || substr(ov, length(ov) - suffix + 1) $f$"""
+
+
+@pytest.fixture(scope="module")
+def beside(pg_server):
+    """A database with PostgreSQL Anonymizer's schema "anon" and plpy_anon in schema "pa", a
+    custodian (plpy_anon_custodian and CREATE on the database, no more) and an analyst."""
+    params = {k: v for k, v in pg_server.items() if k != "dbname"}
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(DBNAME)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBNAME)))
+    suffix = uuid.uuid4().hex[:8]
+    custodian, analyst = f"cust_{suffix}", f"analyst_{suffix}"
+    dba = psycopg.connect(dbname=DBNAME, autocommit=True, **params)
+    dba.execute("CREATE SCHEMA anon")
+    dba.execute(PARTIAL)
+    dba.execute("CREATE SCHEMA pa")
+    dba.execute("CREATE EXTENSION plpy_anon SCHEMA pa CASCADE")
+    for role in (custodian, analyst):
+        dba.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    dba.execute(sql.SQL("GRANT plpy_anon_custodian TO {}").format(sql.Identifier(custodian)))
+    dba.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(DBNAME),
+                                                                 sql.Identifier(custodian)))
+
+    def connect(user=None):
+        return psycopg.connect(dbname=DBNAME, autocommit=True, **dict(params, **({"user": user} if user else {})))
+    yield {"dba": dba, "connect": connect, "custodian": custodian, "analyst": analyst}
+    dba.close()
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(DBNAME)))
+        for role in (custodian, analyst):
+            admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def partial_works(conn) -> bool:
+    return conn.execute("SELECT anon.partial('0612345678', 2, 'xxxx', 2)").fetchone()[0] == "06xxxx78"
+
+
+def test_the_extension_lives_in_pa_and_leaves_anon_to_its_owner(beside):
+    dba = beside["dba"]
+    members = dba.execute(
+        """SELECT DISTINCT o.schema FROM pg_depend d
+           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon',
+           LATERAL pg_identify_object(d.classid, d.objid, d.objsubid) o
+           WHERE d.deptype = 'e' AND o.schema IS NOT NULL""").fetchall()
+    assert {s for (s,) in members} == {"pa", "anon_py"}
+    assert dba.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = 'anon'::regnamespace").fetchone()[0] == 1
+    assert partial_works(dba)
+    # no function body of the extension names schema anon: every reference became pa
+    bodies = dba.execute(
+        """SELECT p.oid::regprocedure::text, p.prosrc FROM pg_proc p
+           JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+           JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'""").fetchall()
+    assert len(bodies) > 100
+    naming_anon = [name for name, body in bodies if re.search(r"(?<![\w\"])anon(\.|\\\.|')", body)]
+    assert naming_anon == []
+
+
+def test_a_custodian_builds_refreshes_reports_and_drops_every_kind_of_release_in_pa(beside):
+    dba, custodian, analyst = beside["dba"], beside["custodian"], beside["analyst"]
+    own = f"{custodian}_data"
+    with beside["connect"](custodian) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(own)))
+        conn.execute(sql.SQL("SET search_path = {}").format(sql.Identifier(own)))
+        conn.execute("CREATE TABLE pat (id int PRIMARY KEY, age int, zip text, dx text)")
+        conn.execute("INSERT INTO pat SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 "
+                     "FROM generate_series(1, 400) g")
+        common = "quasi_identifiers => '{age,zip}', sensitive => '{dx}', release_schema => 'released'"
+        mondrian = conn.execute(f"SELECT pa.mondrian_view('pat', k => 5, {common}, "
+                                "release_name => 'by_mondrian')").fetchone()[0]
+        break_merge = conn.execute(f"SELECT pa.break_merge('pat', k => 5, l => 2, {common}, "
+                                   "release_name => 'by_break_merge')").fetchone()[0]
+        stable = conn.execute(f"SELECT pa.mondrian_view('pat', k => 5, l => 2, {common}, identifiers => '{{id}}', "
+                              "refresh_mode => 'stable', release_name => 'stable')").fetchone()[0]
+        releases = [mondrian, break_merge, stable]
+        conn.execute("INSERT INTO pat SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 "
+                     "FROM generate_series(401, 460) g")
+        for release in releases:
+            assert conn.execute("SELECT row_count FROM pa.refresh(%s)", (release,)).fetchone()[0] == 460
+            if release != break_merge:      # Break-Merge releases QI and SA in separate tables
+                assert min(class_sizes(conn, release, QIS)) >= 5
+        # a plain REFRESH goes through the event trigger, which records it in pa.releases
+        conn.execute("INSERT INTO pat SELECT g, 30, 'z1', 'd1' FROM generate_series(461, 470) g")
+        conn.execute(f"REFRESH MATERIALIZED VIEW {matview(conn, mondrian)}")
+        assert conn.execute("SELECT row_count FROM pa.releases WHERE format('%%I.%%I', release_schema, "
+                            "release_name) = %s", (mondrian,)).fetchone()[0] == 470
+        # pg_cron's job (scheduled from pg_cron's database with cron.schedule_in_database) calls pa
+        _job, command, database = conn.execute("SELECT * FROM pa.refresh_job(%s)", (stable,)).fetchone()
+        assert database == DBNAME and "pa.refresh(" in command and "anon." not in command
+        runs = ("SELECT count(*) FROM pa.refresh_history h JOIN pa.releases r USING (release_id) "
+                "WHERE r.release_name = 'stable' AND h.succeeded")
+        before = conn.execute(runs).fetchone()[0]
+        conn.execute(command)
+        assert conn.execute(runs).fetchone()[0] == before + 1
+        # what users read names pa
+        with pytest.raises(psycopg.errors.UndefinedObject) as refused:
+            conn.execute("SELECT pa.refresh('released.nothing')")
+        assert refused.value.diag.message_hint == "See SELECT release_schema, release_name FROM pa.releases."
+        status = dict(conn.execute("SELECT release, verified FROM pa.release_status()").fetchall())
+        assert {status[r] for r in releases} == {True}
+        report = dict(conn.execute("SELECT measure, value FROM pa.risk_report(%s::regclass, %s)",
+                                   (mondrian, QIS)).fetchall())
+        assert report["smallest_class"] >= 5 and report["rows"] == 470
+    assert dba.execute("SELECT pa.grant_analyst(%s)", (analyst,)).fetchone()[0] >= 1   # the DBA's
+    with beside["connect"](analyst) as conn:
+        # the stable release holds back the 10 joiners, who all share one class
+        for release, rows in ((mondrian, 470), (stable, 460)):
+            assert conn.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == rows
+        assert conn.execute(f"SELECT count(*) FROM {break_merge}").fetchone()[0] > 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM pa.releases")
+    with beside["connect"](custodian) as conn:
+        for release in releases:
+            assert conn.execute("SELECT pa.drop_release(%s)", (release,)).fetchone()[0] is True
+        assert conn.execute("SELECT count(*) FROM pa.releases").fetchone()[0] == 0
+    assert partial_works(dba)
+
+
+@pytest.fixture
+def empty_database(pg_server):
+    """A database without plpy_anon; yields a superuser connection to it."""
+    params = {k: v for k, v in pg_server.items() if k != "dbname"}
+    name = f"{DBNAME}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    conn = psycopg.connect(dbname=name, autocommit=True, **params)
+    yield conn
+    conn.close()
+    with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
+        admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_a_schema_that_is_not_empty_or_not_a_superusers_is_refused(empty_database):
+    """Whatever the schema holds could be replaced (CREATE OR REPLACE) and its owner may drop and
+    replace the extension's objects: the install refuses both, and installs nothing."""
+    dba = empty_database
+    dba.execute("CREATE SCHEMA anon")
+    dba.execute(PARTIAL)
+    with pytest.raises(psycopg.errors.DuplicateSchema, match="already holds objects") as refused:
+        dba.execute("CREATE EXTENSION plpy_anon SCHEMA anon CASCADE")
+    assert "function anon.partial" in refused.value.diag.message_detail
+    with pytest.raises(psycopg.errors.DuplicateSchema, match='a schema "anon"'):
+        dba.execute("CREATE EXTENSION plpy_anon CASCADE")        # the default: its own anon
+    role = f"owner_{uuid.uuid4().hex[:8]}"
+    dba.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    try:
+        dba.execute(sql.SQL("CREATE SCHEMA theirs AUTHORIZATION {}").format(sql.Identifier(role)))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="not a superuser"):
+            dba.execute("CREATE EXTENSION plpy_anon SCHEMA theirs CASCADE")
+        dba.execute('CREATE SCHEMA "Mixed"')
+        with pytest.raises(psycopg.errors.InvalidName, match="cannot be installed"):
+            dba.execute('CREATE EXTENSION plpy_anon SCHEMA "Mixed" CASCADE')
+        assert dba.execute("SELECT count(*) FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()[0] == 0
+        assert partial_works(dba)
+    finally:
+        dba.execute("DROP SCHEMA theirs")
+        dba.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_dropped_and_created_again_in_another_schema_the_same_backend_follows(empty_database):
+    """The schema is written into each function body, not cached: a backend that ran plpy_anon in
+    pa runs it in pb once the extension moved, and DROP EXTENSION leaves schema anon alone."""
+    dba = empty_database
+    dba.execute("CREATE SCHEMA anon")
+    dba.execute(PARTIAL)
+    dba.execute("CREATE TABLE public.pat AS SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip "
+                "FROM generate_series(1, 100) g")
+    for schema in ("pa", "pb"):
+        dba.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        dba.execute(sql.SQL("CREATE EXTENSION plpy_anon SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        release = dba.execute(sql.SQL("SELECT {}.mondrian_view('public.pat', k => 5, quasi_identifiers => "
+                                      "'{{age,zip}}', release_schema => 'released')").format(
+            sql.Identifier(schema))).fetchone()[0]
+        assert dba.execute(sql.SQL("SELECT count(*) FROM {}.releases").format(
+            sql.Identifier(schema))).fetchone()[0] == 1
+        assert min(class_sizes(dba, release, QIS)) >= 5
+        dba.execute(sql.SQL("SELECT {}.drop_release(%s)").format(sql.Identifier(schema)), (release,))
+        dba.execute("DROP SCHEMA released")
+        dba.execute("DROP EXTENSION plpy_anon")
+    assert partial_works(dba)
