@@ -4,6 +4,7 @@ schema "pa" (CREATE EXTENSION plpy_anon SCHEMA pa), and an unprivileged custodia
 refreshes, verifies, reports and drops releases of every kind there, read by an analyst."""
 from __future__ import annotations
 
+import json
 import re
 import uuid
 
@@ -197,4 +198,59 @@ def test_dropped_and_created_again_in_another_schema_the_same_backend_follows(em
         dba.execute(sql.SQL("SELECT {}.drop_release(%s)").format(sql.Identifier(schema)), (release,))
         dba.execute("DROP SCHEMA released")
         dba.execute("DROP EXTENSION plpy_anon")
+    assert partial_works(dba)
+
+
+def dsn_of(pg_server, dbname: str) -> str:
+    return " ".join(f"{k}={v}" for k, v in dict(pg_server, dbname=dbname).items())
+
+
+def test_the_client_and_the_cli_find_the_extension_in_pa(beside, pg_server, tmp_path):
+    from click.testing import CliRunner
+
+    from plpy_anon.cli import main
+    from plpy_anon.client import AnonClient
+    dba = beside["dba"]
+    dba.execute("CREATE TABLE public.visits AS SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip, "
+                "'d' || g % 3 AS dx FROM generate_series(1, 300) g")
+    dsn = dsn_of(pg_server, DBNAME)
+    with AnonClient(dsn) as client:
+        assert client.schema == "pa"
+        release = client.mondrian_view("public.visits", k=10, quasi_identifiers=QIS, sensitive=["dx"],
+                                       identifiers=["id"], release_schema="client_released")
+        assert len(client.release_frame(release)) == 300
+        assert client.release(release)["verified"] is True
+        meta = client.export(release, tmp_path / "visits.csv")
+        assert meta["exported_rows"] == 300
+        assert set(client.risk_report(release, quasi_identifiers=QIS)["measure"]) >= {"smallest_class"}
+        assert client.drop_release(release) is True
+
+    def cli(*args):
+        result = CliRunner().invoke(main, ["--dsn", dsn, "--format", "json", *args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+    created = cli("mondrian-view", "public.visits", "--k", "10", "--quasi-identifiers", "age,zip",
+                  "--sensitive", "dx", "--identifiers", "id", "--release-schema", "cli_released")
+    release = created[0]["release"]
+    assert {r["release"]: r["verified"] for r in cli("release-status")}[release] is True
+    assert cli("refresh", release)[0]["row_count"] == 300
+    report = {r["measure"]: r["value"] for r in cli("risk-report", release, "--quasi-identifiers", "age,zip")}
+    assert report["smallest_class"] >= 10
+    assert cli("--schema", "pa", "drop-release", release)[0]["dropped"] is True
+    assert partial_works(dba)
+
+
+def test_the_cli_installs_into_the_schema_it_is_given(empty_database, pg_server):
+    from click.testing import CliRunner
+
+    from plpy_anon.cli import main
+    dba = empty_database
+    dba.execute("CREATE SCHEMA anon")
+    dba.execute(PARTIAL)
+    result = CliRunner().invoke(main, ["--dsn", dsn_of(pg_server, dba.info.dbname), "--schema", "pb",
+                                       "--format", "json", "install"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)[0]["installed"]
+    assert dba.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pb'::regnamespace").fetchone()[0] > 50
+    assert dba.execute("SELECT count(*) FROM pb.releases").fetchone()[0] == 0
     assert partial_works(dba)
