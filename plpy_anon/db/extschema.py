@@ -6,8 +6,9 @@ into the body at install time by sql/build.py), so the name is right for the cal
 after the extension was dropped and created again in another schema in the same backend. The SQL
 this package writes names the extension's objects ``anon.x``; in another schema the body's
 ``plpy`` is ``Bound``, which puts the installed schema in their place in every statement it runs
-or prepares, and quotes a user's schema named ``anon`` (PostgreSQL Anonymizer's) as ``"anon"``,
-which that rewriting leaves alone.
+or prepares. It rewrites only ``anon.<name>`` where <name> is one of the extension's objects, and
+quotes a user's schema named ``anon`` (PostgreSQL Anonymizer's) as ``"anon"``, so that a user's
+object in that schema keeps its name.
 """
 from __future__ import annotations
 
@@ -29,20 +30,44 @@ def sql(text: str) -> str:
     return text if _name == DEFAULT else _REF.sub(_name, text)
 
 
+# the extension's object names by (extension oid, its row's xmin): a new row after DROP / CREATE
+# EXTENSION or ALTER EXTENSION UPDATE, whose objects may differ
+_OURS: dict[tuple, re.Pattern] = {}
+EXTENSION_ROW = "SELECT e.oid::text || '/' || e.xmin::text AS k FROM pg_catalog.pg_extension e WHERE e.extname = 'plpy_anon'"
+OBJECT_NAMES = """
+SELECT p.proname::text AS n FROM pg_catalog.pg_proc p, ns WHERE p.pronamespace = ns.oid
+UNION SELECT c.relname::text FROM pg_catalog.pg_class c, ns WHERE c.relnamespace = ns.oid
+UNION SELECT t.typname::text FROM pg_catalog.pg_type t, ns WHERE t.typnamespace = ns.oid"""
+
+
 class Bound:
     """``plpy`` for an extension installed in another schema than ``anon`` (see the module)."""
 
     def __init__(self, plpy):
         self._plpy = plpy
+        self._ours = None
+
+    def _sql(self, text: str) -> str:
+        if self._ours is None:      # once per call: a dict lookup after the backend's first
+            key = self._plpy.execute(EXTENSION_ROW)[0]["k"]
+            self._ours = _OURS.get((key, _name))
+            if self._ours is None:
+                names = self._plpy.execute(
+                    "WITH ns AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = "
+                    f"{self._plpy.quote_literal(_name)}){OBJECT_NAMES}")
+                longest_first = sorted((r["n"] for r in names), key=len, reverse=True)
+                self._ours = _OURS[(key, _name)] = re.compile(
+                    r"\banon(?=(?:\.|\\\.)(?:" + "|".join(map(re.escape, longest_first)) + r")\b)")
+        return self._ours.sub(_name, text)
 
     def execute(self, query, *args, **kwargs):
-        return self._plpy.execute(sql(query) if isinstance(query, str) else query, *args, **kwargs)
+        return self._plpy.execute(self._sql(query) if isinstance(query, str) else query, *args, **kwargs)
 
     def prepare(self, query, *args, **kwargs):
-        return self._plpy.prepare(sql(query), *args, **kwargs)
+        return self._plpy.prepare(self._sql(query), *args, **kwargs)
 
     def cursor(self, query, *args, **kwargs):
-        return self._plpy.cursor(sql(query) if isinstance(query, str) else query, *args, **kwargs)
+        return self._plpy.cursor(self._sql(query) if isinstance(query, str) else query, *args, **kwargs)
 
     # what users read says where the functions are: "call anon.refresh" reads "call pa.refresh"
     def error(self, message, *args, **kwargs):
@@ -54,11 +79,10 @@ class Bound:
     def notice(self, message, *args, **kwargs):
         return self._plpy.notice(*self._told(message, kwargs), *args, **kwargs)
 
-    @staticmethod
-    def _told(message, kwargs) -> tuple:
+    def _told(self, message, kwargs) -> tuple:
         if isinstance(kwargs.get("hint"), str):
-            kwargs["hint"] = sql(kwargs["hint"])
-        return (sql(message) if isinstance(message, str) else message,)
+            kwargs["hint"] = self._sql(kwargs["hint"])
+        return (self._sql(message) if isinstance(message, str) else message,)
 
     def quote_ident(self, identifier):
         return '"anon"' if identifier == DEFAULT else self._plpy.quote_ident(identifier)

@@ -180,20 +180,24 @@ def test_a_schema_that_is_not_empty_or_not_a_superusers_is_refused(empty_databas
 
 def test_dropped_and_created_again_in_another_schema_the_same_backend_follows(empty_database):
     """The schema is written into each function body, not cached: a backend that ran plpy_anon in
-    pa runs it in pb once the extension moved, and DROP EXTENSION leaves schema anon alone."""
+    pa runs it in pb once the extension moved, and DROP EXTENSION leaves schema anon alone. A
+    source in schema anon (PostgreSQL Anonymizer's) keeps its name through create and refresh."""
     dba = empty_database
     dba.execute("CREATE SCHEMA anon")
     dba.execute(PARTIAL)
-    dba.execute("CREATE TABLE public.pat AS SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip "
+    dba.execute("CREATE TABLE anon.pat AS SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip "
                 "FROM generate_series(1, 100) g")
-    for schema in ("pa", "pb"):
+    for rows, schema in ((110, "pa"), (120, "pb")):
         dba.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         dba.execute(sql.SQL("CREATE EXTENSION plpy_anon SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-        release = dba.execute(sql.SQL("SELECT {}.mondrian_view('public.pat', k => 5, quasi_identifiers => "
+        release = dba.execute(sql.SQL("SELECT {}.mondrian_view('anon.pat', k => 5, quasi_identifiers => "
                                       "'{{age,zip}}', release_schema => 'released')").format(
             sql.Identifier(schema))).fetchone()[0]
         assert dba.execute(sql.SQL("SELECT count(*) FROM {}.releases").format(
             sql.Identifier(schema))).fetchone()[0] == 1
+        dba.execute("INSERT INTO anon.pat SELECT g, 30, 'z1' FROM generate_series(%s::int, %s::int) g", (rows - 9, rows))
+        dba.execute(sql.SQL("SELECT {}.refresh(%s)").format(sql.Identifier(schema)), (release,))
+        assert dba.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == rows
         assert min(class_sizes(dba, release, QIS)) >= 5
         dba.execute(sql.SQL("SELECT {}.drop_release(%s)").format(sql.Identifier(schema)), (release,))
         dba.execute("DROP SCHEMA released")
