@@ -165,7 +165,7 @@ def release_metadata(plpy, name: str) -> str:
 def snapshot_schema_ready(plpy, schema: str) -> None:
     """Create ``schema`` (owned by the caller) if missing; refuse the extension's schemas and
     release schemas (which analysts get USAGE on and which hold releases only)."""
-    if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
+    if schema in RESERVED_SCHEMAS or schema == extschema.name() or schema.startswith("pg_"):
         raise InvalidParameter(f'snapshots do not go into schema "{schema}"',
                                hint=f'Use a schema of your own, or the default "{DEFAULT_SCHEMA}".')
     in_use = run(plpy, """

@@ -213,7 +213,7 @@ def test_the_client_and_the_cli_find_the_extension_in_pa(beside, pg_server, tmp_
     from click.testing import CliRunner
 
     from plpy_anon.cli import main
-    from plpy_anon.client import AnonClient
+    from plpy_anon.client import AnonClient, errors
     dba = beside["dba"]
     dba.execute("CREATE TABLE public.visits AS SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip, "
                 "'d' || g % 3 AS dx FROM generate_series(1, 300) g")
@@ -227,6 +227,10 @@ def test_the_client_and_the_cli_find_the_extension_in_pa(beside, pg_server, tmp_
         meta = client.export(release, tmp_path / "visits.csv")
         assert meta["exported_rows"] == 300
         assert set(client.risk_report(release, quasi_identifiers=QIS)["measure"]) >= {"smallest_class"}
+        snapshot = client.snapshot(release, snapshot_schema="client_snapshots")
+        assert client.query(f"SELECT count(*) AS n FROM {snapshot}")[0]["n"] == 300
+        with pytest.raises(errors.InvalidParameter, match='snapshots do not go into schema "pa"'):
+            client.snapshot(release, snapshot_schema="pa")
         assert client.drop_release(release) is True
 
     def cli(*args):
