@@ -117,6 +117,16 @@ def test_a_custodian_builds_refreshes_reports_and_drops_every_kind_of_release_in
         with pytest.raises(psycopg.errors.UndefinedObject) as refused:
             conn.execute("SELECT pa.refresh('released.nothing')")
         assert refused.value.diag.message_hint == "See SELECT release_schema, release_name FROM pa.releases."
+        # a failed refresh is recorded (through a connection of its own) in pa's catalog
+        conn.execute("CREATE TABLE few AS SELECT * FROM pat")
+        few = conn.execute(f"SELECT pa.mondrian_view('few', k => 5, {common})").fetchone()[0]
+        conn.execute("DELETE FROM few WHERE id > 3")
+        with pytest.raises(psycopg.Error) as failed:
+            conn.execute("SELECT pa.refresh(%s)", (few,))
+        assert conn.execute("SELECT h.succeeded, h.error, r.last_error FROM pa.refresh_history h "
+                            "JOIN pa.releases r USING (release_id) WHERE r.release_name = 'few_k5'").fetchall() \
+            == [(False, failed.value.diag.message_primary, failed.value.diag.message_primary)]
+        assert conn.execute("SELECT pa.drop_release(%s)", (few,)).fetchone()[0] is True
         status = dict(conn.execute("SELECT release, verified FROM pa.release_status()").fetchall())
         assert {status[r] for r in releases} == {True}
         report = dict(conn.execute("SELECT measure, value FROM pa.risk_report(%s::regclass, %s)",
