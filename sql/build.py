@@ -592,7 +592,7 @@ BEGIN
             RAISE EXCEPTION 'plpy_anon needs a schema of its own, but schema % already holds objects', target
                 USING ERRCODE = '42P06', DETAIL = 'It already holds: ' || contents || '.',
                       HINT = 'Nothing was installed. Create an empty schema for it: CREATE SCHEMA pa; '
-                             'CREATE EXTENSION plpy_anon SCHEMA pa.';
+                             'CREATE EXTENSION plpy_anon SCHEMA pa (or SCHEMA public: into its own schema anon).';
         END IF;
         -- whoever owns the schema may drop and replace what is in it
         IF NOT nsp.rolsuper THEN

@@ -254,6 +254,9 @@ def test_the_client_and_the_cli_find_the_extension_in_pa(beside, pg_server, tmp_
     assert cli("refresh", release)[0]["row_count"] == 300
     report = {r["measure"]: r["value"] for r in cli("risk-report", release, "--quasi-identifiers", "age,zip")}
     assert report["smallest_class"] >= 10
+    cli("report", release, "-o", str(tmp_path / "report.html"))
+    html = (tmp_path / "report.html").read_text()
+    assert "cli_released" in html and "Traceback" not in html
     assert cli("--schema", "pa", "drop-release", release)[0]["dropped"] is True
     assert partial_works(dba)
 
