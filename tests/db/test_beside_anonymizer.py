@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import uuid
 
 import psycopg
@@ -275,3 +276,39 @@ def test_the_cli_installs_into_the_schema_it_is_given(empty_database, pg_server)
     assert dba.execute("SELECT count(*) FROM pg_proc WHERE pronamespace = 'pb'::regnamespace").fetchone()[0] > 50
     assert dba.execute("SELECT count(*) FROM pb.releases").fetchone()[0] == 0
     assert partial_works(dba)
+
+
+def test_a_dump_restores_plpy_anon_in_pa_beside_anon(empty_database, pg_server, connect, tmp_path):
+    """pg_dump writes CREATE SCHEMA pa (not the extension's: it was given) before CREATE EXTENSION
+    plpy_anon WITH SCHEMA pa, and the catalog's rows; schema anon and its function come back as
+    they were, and the release is refreshed in pa."""
+    from tests.db.test_snapshot import libpq_env, pg_bin
+    dba = empty_database
+    dba.execute("CREATE SCHEMA anon")
+    dba.execute(PARTIAL)
+    dba.execute("CREATE SCHEMA pa")
+    dba.execute("CREATE EXTENSION plpy_anon SCHEMA pa CASCADE")
+    dba.execute("CREATE TABLE public.pat AS SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip "
+                "FROM generate_series(1, 100) g")
+    release = dba.execute("SELECT pa.mondrian_view('public.pat', k => 5, quasi_identifiers => '{age,zip}', "
+                          "release_schema => 'released')").fetchone()[0]
+    archive, restored = tmp_path / "beside.dump", f"{dba.info.dbname}_restored"
+    env = libpq_env(pg_server)
+    done = subprocess.run([pg_bin("pg_dump"), "-Fc", "-f", str(archive), dba.info.dbname], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    with connect(dbname="postgres") as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(restored)))
+    try:
+        done = subprocess.run([pg_bin("pg_restore"), "--exit-on-error", "-d", restored, str(archive)],
+                              env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        with connect(dbname=restored) as conn:
+            assert partial_works(conn)
+            assert conn.execute("SELECT count(*) FROM pa.releases").fetchone()[0] == 1
+            assert conn.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 100
+            assert conn.execute("SELECT row_count FROM pa.refresh(%s)", (release,)).fetchone()[0] == 100
+            assert min(class_sizes(conn, release, QIS)) >= 5
+    finally:
+        with connect(dbname="postgres") as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(restored)))
