@@ -96,5 +96,6 @@ def use(schema: str, plpy):
     its code should use."""
     global _name
     _name = schema
-    plpy = getattr(plpy, "_plpy", plpy) if isinstance(plpy, Bound) else plpy
+    if isinstance(plpy, Bound):     # the body's global from its previous call
+        plpy = plpy._plpy
     return plpy if schema == DEFAULT else Bound(plpy)
