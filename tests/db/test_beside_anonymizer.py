@@ -13,6 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.contract.methods import AUXILIARY, METHODS, N_ROWS, ROWS, TABLE, Context
 from tests.helpers import class_sizes, matview
 
 DBNAME = "anon_beside"
@@ -312,3 +313,39 @@ def test_a_dump_restores_plpy_anon_in_pa_beside_anon(empty_database, pg_server, 
     finally:
         with connect(dbname="postgres") as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(restored)))
+
+
+PA_METHODS = [m for m in METHODS if m.name != "random_groups_view"]   # that one is the tests'
+
+
+@pytest.fixture(scope="module")
+def contract_source(beside):
+    """The release methods' contract table (tests/contract/methods.py) in the database beside
+    PostgreSQL Anonymizer, its declarations made with pa's functions; trust's requester."""
+    dba = beside["dba"]
+    dba.execute("CREATE SCHEMA contract")
+    dba.execute(TABLE.format(table="contract.people", rows=ROWS.format(table="contract.people", lo=1, hi=N_ROWS))
+                .replace("anon.", "pa."))
+    dba.execute(AUXILIARY.format(table="contract.people", n=N_ROWS))
+    dba.execute("SELECT pa.add_requester('contract_requester', role => %s)", (beside["analyst"],))
+    dba.execute("SELECT pa.define_purpose('contract_purpose', priorities => '{\"age\": 1, \"job\": 0.2}')")
+    return Context(requester="contract_requester", purpose="contract_purpose")
+
+
+@pytest.mark.parametrize("method", PA_METHODS, ids=lambda m: m.name)
+def test_every_release_method_builds_refreshes_and_drops_in_pa(beside, contract_source, method):
+    dba = beside["dba"]
+    call = method.call(contract_source, "contract.people", 5, 2 if method.l_arg else None,
+                       release_name=f"{method.name}_pa", release_schema="contract_released")
+    release = dba.execute(call.as_string(dba).replace("SELECT anon.", "SELECT pa.", 1)).fetchone()[0]
+    name = ("SELECT verified, row_count FROM pa.releases "
+            "WHERE format('%%I.%%I', release_schema, release_name) = %s")
+    assert dba.execute(name, (release,)).fetchone() == (True, N_ROWS)
+    dba.execute(ROWS.format(table="contract.people", lo=N_ROWS + 1, hi=N_ROWS + 20))
+    try:
+        assert dba.execute("SELECT row_count FROM pa.refresh(%s)", (release,)).fetchone()[0] == N_ROWS + 20
+        assert dba.execute(name, (release,)).fetchone() == (True, N_ROWS + 20)
+    finally:
+        dba.execute("DELETE FROM contract.people WHERE id > %s", (N_ROWS,))
+    assert dba.execute("SELECT pa.drop_release(%s)", (release,)).fetchone()[0] is True
+    assert partial_works(dba)
