@@ -349,3 +349,15 @@ def test_every_release_method_builds_refreshes_and_drops_in_pa(beside, contract_
         dba.execute("DELETE FROM contract.people WHERE id > %s", (N_ROWS,))
     assert dba.execute("SELECT pa.drop_release(%s)", (release,)).fetchone()[0] is True
     assert partial_works(dba)
+
+
+def test_the_workload_is_learned_in_pa(beside, contract_source):
+    """Logged queries are parsed against the database's tables (not the extension's own) and the
+    priorities stored in pa."""
+    dba = beside["dba"]
+    dba.execute("SELECT pa.add_queries(ARRAY['SELECT job FROM contract.people WHERE age > 30', "
+                "'SELECT count(*) FROM contract.people GROUP BY job'])")
+    weights = dict(dba.execute("SELECT column_name::text, selection FROM pa.learn_priorities('contract.people', "
+                               "use_pg_stat_statements => false)").fetchall())
+    assert weights["age"] == 1
+    assert dba.execute("SELECT count(*) FROM pa.priorities WHERE source = 'contract.people'::regclass").fetchone()[0] > 0
