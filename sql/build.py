@@ -610,6 +610,39 @@ $plpy_anon_install$;
 """
 
 
+# versions that could be installed into schema anon only: the upgrades from them name it
+FIXED_SCHEMA_VERSIONS = {"0.1.0"}
+UPGRADE_IN_SCHEMA = """
+-------------------------------------------------------------------------------
+-- the extension's schema: the one holding its catalog (anon unless CREATE EXTENSION ... SCHEMA
+-- named another); the rest of the script (below, every reference to the schema written
+-- {placeholder}) runs in it
+DO $plpy_anon_upgrade$
+DECLARE
+    target name;
+BEGIN
+    SELECT n.nspname INTO STRICT target
+    FROM pg_catalog.pg_class c
+    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+         AND d.objid = c.oid AND d.deptype = 'e'
+    JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
+    WHERE c.relname = 'releases' AND c.relkind = 'r';
+    EXECUTE pg_catalog.replace($plpy_anon_script${body}$plpy_anon_script$, '{placeholder}', target);
+END
+$plpy_anon_upgrade$;
+"""
+
+
+def upgrade_in_schema(text: str) -> str:
+    """An upgrade script (head + body) whose body runs in the schema the extension is in."""
+    head = (SQL / "head.sql").read_text()
+    body = schema_placeholders(text.removeprefix(head))
+    if "$plpy_anon_script$" in body or "$plpy_anon_upgrade$" in body:
+        sys.exit("build: sql/ must not use the dollar quotes $plpy_anon_script$, $plpy_anon_upgrade$")
+    return head + UPGRADE_IN_SCHEMA.format(body=body, placeholder=PLACEHOLDER)
+
+
 def schema_placeholders(text: str) -> str:
     """``text`` with every reference to the extension's schema written PLACEHOLDER."""
     return SCHEMA_REF.sub(PLACEHOLDER, text)
@@ -655,8 +688,9 @@ def build(venv: str, out: Path) -> list[Path]:
         new_inc = [f for f in inc if f.name not in shipped.get(prior, set())]
         up = out / f"plpy_anon--{prior}--{version}.sql"
         code = [f for f in idem if f.name < FINAL]
-        up.write_text(script(new_inc + code, venv, version) + CLEANUP
-                      + "".join(section(f, venv, version) for f in idem if f.name >= FINAL))
+        text = (script(new_inc + code, venv, version) + CLEANUP
+                + "".join(section(f, venv, version) for f in idem if f.name >= FINAL))
+        up.write_text(text if prior in FIXED_SCHEMA_VERSIONS else upgrade_in_schema(text))
         written.append(up)
     ctl = out / "plpy_anon.control"
     ctl.write_text(control(version))

@@ -14,6 +14,7 @@ import pytest
 from psycopg import sql
 
 from tests.contract.methods import AUXILIARY, METHODS, N_ROWS, ROWS, TABLE, Context
+from tests.db.test_upgrade import next_version  # noqa: F401 -- the scratch next version
 from tests.helpers import class_sizes, matview
 
 DBNAME = "anon_beside"
@@ -361,3 +362,29 @@ def test_the_workload_is_learned_in_pa(beside, contract_source):
                                "use_pg_stat_statements => false)").fetchall())
     assert weights["age"] == 1
     assert dba.execute("SELECT count(*) FROM pa.priorities WHERE source = 'contract.people'::regclass").fetchone()[0] > 0
+
+
+def test_an_update_runs_in_pa(empty_database, next_version):  # noqa: F811
+    """ALTER EXTENSION plpy_anon UPDATE of an install in pa (tests/db/test_upgrade.py's scratch next
+    version: a new table, a changed signature) changes pa, and leaves schema anon alone."""
+    from tests.db.test_upgrade import CURRENT, NEXT
+    dba = empty_database
+    dba.execute("CREATE SCHEMA anon")
+    dba.execute(PARTIAL)
+    dba.execute("CREATE SCHEMA pa")
+    dba.execute(sql.SQL("CREATE EXTENSION plpy_anon VERSION {} SCHEMA pa CASCADE").format(sql.Literal(CURRENT)))
+    dba.execute("CREATE TABLE public.pat AS SELECT g AS id, 20 + g % 40 AS age, 'z' || g % 5 AS zip "
+                "FROM generate_series(1, 100) g")
+    release = dba.execute("SELECT pa.mondrian_view('public.pat', k => 5, quasi_identifiers => '{age,zip}', "
+                          "release_schema => 'released')").fetchone()[0]
+    dba.execute(sql.SQL("ALTER EXTENSION plpy_anon UPDATE TO {}").format(sql.Literal(NEXT)))
+    assert dba.execute("SELECT to_regclass('pa.upgrade_probe') IS NOT NULL, "
+                       "to_regclass('anon.upgrade_probe') IS NULL").fetchone() == (True, True)
+    signatures = dba.execute("SELECT oid::regprocedure::text FROM pg_proc WHERE proname = 'unschedule_refresh' "
+                             "ORDER BY 1").fetchall()
+    assert signatures == [("anon_py.unschedule_refresh(text,boolean)",), ("pa.unschedule_refresh(text,boolean)",)]
+    with psycopg.connect(**{**dba.info.get_parameters(), "autocommit": True}) as new:   # the new package
+        versions = {r[0]: r[2] for r in new.execute("SELECT * FROM pa.versions()").fetchall()}
+        assert versions["plpy_anon"].startswith(str(next_version["venv"]))
+        assert new.execute("SELECT row_count FROM pa.refresh(%s)", (release,)).fetchone()[0] == 100
+    assert partial_works(dba)
