@@ -32,7 +32,8 @@ def sql(text: str) -> str:
 
 # the extension's object names by (extension oid, its row's xmin): a new row after DROP / CREATE
 # EXTENSION or ALTER EXTENSION UPDATE, whose objects may differ
-_OURS: dict[tuple, re.Pattern] = {}
+_OURS: dict[tuple, frozenset] = {}
+_NAMED = re.compile(r"\banon(?=(?:\.|\\\.)([A-Za-z_][A-Za-z0-9_]*))")
 EXTENSION_ROW = "SELECT e.oid::text || '/' || e.xmin::text AS k FROM pg_catalog.pg_extension e WHERE e.extname = 'plpy_anon'"
 OBJECT_NAMES = """
 SELECT p.proname::text AS n FROM pg_catalog.pg_proc p, ns WHERE p.pronamespace = ns.oid
@@ -55,10 +56,9 @@ class Bound:
                 names = self._plpy.execute(
                     "WITH ns AS (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = "
                     f"{self._plpy.quote_literal(_name)}){OBJECT_NAMES}")
-                longest_first = sorted((r["n"] for r in names), key=len, reverse=True)
-                self._ours = _OURS[(key, _name)] = re.compile(
-                    r"\banon(?=(?:\.|\\\.)(?:" + "|".join(map(re.escape, longest_first)) + r")\b)")
-        return self._ours.sub(_name, text)
+                self._ours = _OURS[(key, _name)] = frozenset(r["n"] for r in names)
+        ours = self._ours
+        return _NAMED.sub(lambda m: _name if m.group(1) in ours else "anon", text)
 
     def execute(self, query, *args, **kwargs):
         return self._plpy.execute(self._sql(query) if isinstance(query, str) else query, *args, **kwargs)
