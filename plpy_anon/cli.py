@@ -316,12 +316,12 @@ def connect(ctx: click.Context, progress: Progress | None = None) -> AnonClient:
     options = ctx.obj
     password = ask_password() if options.get("password_prompt") else None
     try:
-        return AnonClient(conninfo(options, password), progress=progress)
+        return AnonClient(conninfo(options, password), progress=progress, schema=options.get("schema"))
     except ConnectionFailed as error:
         if password is not None or options.get("no_password") or "no password supplied" not in error.message \
                 or not click.get_text_stream("stdin").isatty():
             raise
-    return AnonClient(conninfo(options, ask_password()), progress=progress)
+    return AnonClient(conninfo(options, ask_password()), progress=progress, schema=options.get("schema"))
 
 
 def ask_password() -> str:
@@ -424,14 +424,18 @@ EPILOG = ("Exit status: 0 success, 1 refused by the server, 2 usage, 3 connectio
 @click.option("--format", "fmt", type=click.Choice(list(RENDERERS)), default="table",
               help="Output: human table (default), json or csv.")
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--schema", envvar="PLPY_ANON_SCHEMA", metavar="SCHEMA",
+              help="The extension's schema: where install puts it (default anon; e.g. beside PostgreSQL "
+                   "Anonymizer), else where it is (default: asked of the server).")
 @click.option("--version", "show_version", is_flag=True,
               help="Print the package's version, and the extension's in the database (when a connection is given).")
 @click.pass_context
-def main(ctx, dbname, host, port, username, password_prompt, no_password, fmt, quiet, show_version):
+def main(ctx, dbname, host, port, username, password_prompt, no_password, fmt, quiet, schema, show_version):
     """Anonymized releases of PostgreSQL tables (the plpy_anon extension)."""
     ctx.ensure_object(dict)
     ctx.obj.update(dbname=dbname, host=host, port=port, username=username,
-                   password_prompt=password_prompt, no_password=no_password, format=fmt, quiet=quiet)
+                   password_prompt=password_prompt, no_password=no_password, format=fmt, quiet=quiet,
+                   schema=schema)
     if show_version:
         click.echo("\n".join(version_lines(ctx.obj)))
         ctx.exit(0)
@@ -456,7 +460,8 @@ def format_option(f):
 def install(ctx, version, upgrade):
     """CREATE EXTENSION plpy_anon CASCADE (or ALTER EXTENSION ... UPDATE with --upgrade). With
     --version, installs exactly that version, or refuses when another one is installed (without
-    --upgrade)."""
+    --upgrade). With the global --schema, into that schema (created if missing; it must be empty):
+    plpy-anon --schema pa install, beside PostgreSQL Anonymizer's schema anon."""
     anon = client(ctx)
     before = anon.extension_version()
     if upgrade and before is not None:

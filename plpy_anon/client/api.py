@@ -37,6 +37,16 @@ if TYPE_CHECKING:       # pandas is imported where a frame is made: a call retur
 ProgressCallback = Callable[[str], None]
 EXPORT_FORMATS = ("csv", "parquet", "sql")
 ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
+#: a reference to the extension's schema in the SQL this client writes (anon.f, anon.releases):
+#: AnonClient puts the schema the extension is installed in in its place
+SCHEMA_REF = re.compile(r"\banon(?=\.[A-Za-z_\"(%])")
+#: the extension's schema: where its catalog table is (anon unless installed with SCHEMA)
+EXTENSION_SCHEMA = """
+SELECT c.relnamespace::pg_catalog.regnamespace::text FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+     AND d.objid = c.oid AND d.deptype = 'e'
+JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
+WHERE c.relname = 'releases' AND c.relkind = 'r'"""
 
 
 @contextlib.contextmanager
@@ -98,11 +108,14 @@ class AnonClient:
 
     ``dsn``: a libpq connection string or URI; or pass an open psycopg ``connection`` (it must be
     in autocommit mode). ``progress``: called with each phase the server reports during long
-    operations (refreshes), e.g. ``progress=print``.
+    operations (refreshes), e.g. ``progress=print``. ``schema``: the extension's schema (where
+    install() puts it); by default the one it is installed in, ``anon`` unless CREATE EXTENSION
+    plpy_anon SCHEMA chose another (beside PostgreSQL Anonymizer).
     """
 
     def __init__(self, dsn: str | None = None, *, connection: psycopg.Connection | None = None,
-                 progress: ProgressCallback | None = None):
+                 progress: ProgressCallback | None = None, schema: str | None = None):
+        self._schema = schema
         if (dsn is None) == (connection is None):
             raise errors.InvalidParameter("give either a dsn or a connection",
                                           hint='AnonClient("postgresql:///db") or AnonClient(connection=conn).')
@@ -140,9 +153,29 @@ class AnonClient:
             self.progress(message[len("plpy_anon: "):])
 
     # ------------------------------------------------------------------ generic calls
-    def _execute(self, query, params=None) -> psycopg.Cursor:
+    @property
+    def schema(self) -> str:
+        """The extension's schema (asked of the server once, unless given)."""
+        if self._schema is None:
+            with translated():
+                row = self.connection.execute(EXTENSION_SCHEMA).fetchone()
+            if row is None:
+                return "anon"
+            self._schema = row[0]
+        return self._schema
+
+    def _in_schema(self, query):
+        """``query`` (naming the extension's objects anon.x) in the extension's schema."""
+        if self.schema == "anon":
+            return query
+        if isinstance(query, sql.Composable):
+            query = query.as_string(self.connection)
+        return SCHEMA_REF.sub(lambda _: sql.Identifier(self.schema).as_string(self.connection), query)
+
+    def _execute(self, query, params=None, *, ours: bool = True) -> psycopg.Cursor:
+        """Run ``query``; ``ours``: SQL of this client, naming the extension's schema anon."""
         with translated():
-            return self.connection.execute(query, params)
+            return self.connection.execute(self._in_schema(query) if ours else query, params)
 
     def call(self, function: str, *args: Any, **named: Any) -> list[dict]:
         """``SELECT * FROM anon.<function>(args..., name => value, ...)`` as a list of dicts;
@@ -197,6 +230,9 @@ class AnonClient:
         installed = self.extension_version()
         if installed is None:
             query = sql.SQL("CREATE EXTENSION plpy_anon")
+            if self._schema is not None and self._schema != "anon":
+                self._execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema)))
+                query += sql.SQL(" SCHEMA {}").format(sql.Identifier(self._schema))
             if version:
                 query += sql.SQL(" VERSION {}").format(sql.Literal(version))
             self._execute(query + sql.SQL(" CASCADE"))
@@ -239,7 +275,8 @@ class AnonClient:
         with translated(), self.connection.transaction():
             for role, columns in wanted.items():
                 for column in columns:
-                    self.connection.execute("SELECT anon.set_column_role(%s, %s, %s)", (source, column, role))
+                    self.connection.execute(self._in_schema("SELECT anon.set_column_role(%s, %s, %s)"),
+                                            (source, column, role))
         return self.column_roles(source)
 
     def column_roles(self, source: str) -> pd.DataFrame:
@@ -375,7 +412,7 @@ class AnonClient:
 
     def query(self, statement, *params: Any) -> list[dict]:
         """A statement's rows as dicts (``%s`` placeholders bound to ``params``)."""
-        cursor = self._execute(statement, params or None)
+        cursor = self._execute(statement, params or None, ours=False)
         names = [d.name for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
 
@@ -426,7 +463,8 @@ class AnonClient:
         path = Path(path)
         with translated(), self.connection.transaction():
             self.connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            meta = self.connection.execute("SELECT anon.release_metadata(%s)", (release,)).fetchone()[0]
+            meta = self.connection.execute(self._in_schema("SELECT anon.release_metadata(%s)"),
+                                           (release,)).fetchone()[0]
             # every column, by its text where its type has no ordering (json, xml)
             order = sql.SQL(", ").join(
                 sql.SQL("{}::text").format(sql.Identifier(c["name"])) if c["type"] in ("json", "xml")
@@ -493,8 +531,8 @@ class AnonClient:
 
     def _has_function(self, name: str) -> bool:
         return self._execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON "
-                             "n.oid = p.pronamespace WHERE n.nspname = 'anon' AND p.proname = %s)",
-                             (name,)).fetchone()[0]
+                             "n.oid = p.pronamespace WHERE n.nspname = %s AND p.proname = %s)",
+                             (self.schema, name)).fetchone()[0]
 
     # ------------------------------------------------------------------ operations
     def schedule_refresh(self, release: str, schedule: str) -> int:
@@ -554,7 +592,8 @@ class AnonClient:
         try:
             with translated():
                 return querylog.load_queries(self.connection, os.fspath(path), table=source,
-                                             log_format=log_format, projection_share=projection_share)
+                                             log_format=log_format, projection_share=projection_share,
+                                             schema=self.schema)
         except errors.ServerError:
             raise
         except AnonError as error:      # found on the client (missing file, empty log)

@@ -15,6 +15,8 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 
+from psycopg import sql
+
 from plpy_anon.core.errors import InsufficientData, UndefinedObject
 from plpy_anon.querylog.logs import read_server_log
 from plpy_anon.querylog.parse import normalize_statement
@@ -72,9 +74,9 @@ def _later(a, b) -> bool:
 
 
 def load_queries(conn, path, *, table=None, log_format="auto", projection_share=0.5,
-                 origin=None) -> LoadResult:
+                 origin=None, schema="anon") -> LoadResult:
     """Load the statements of a server log into ``anon.workload`` (and learn ``table``'s
-    priorities when given). ``conn``: a psycopg connection."""
+    priorities when given). ``conn``: a psycopg connection; ``schema``: the extension's."""
     if not os.path.exists(path):
         raise UndefinedObject(f"log file {path} does not exist",
                               hint="Pass the path of a PostgreSQL server log (csvlog or stderr).")
@@ -89,12 +91,14 @@ def load_queries(conn, path, *, table=None, log_format="auto", projection_share=
                         skipped_entries=log.skipped)
     with conn.transaction():
         conn.execute(
-            "SELECT anon.add_queries(%s::text[], %s::int8[], %s::timestamptz[], %s)",
+            sql.SQL("SELECT {}.add_queries(%s::text[], %s::int8[], %s::timestamptz[], %s)").format(
+                sql.Identifier(schema)),
             ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
              origin or f"log:{os.path.basename(path)}"))
         if table is not None:
             cursor = conn.execute(
-                "SELECT * FROM anon.learn_priorities(%s, projection_share => %s)",
+                sql.SQL("SELECT * FROM {}.learn_priorities(%s, projection_share => %s)").format(
+                    sql.Identifier(schema)),
                 (table, projection_share))
             names = [d.name for d in cursor.description]
             result.priorities = [dict(zip(names, row)) for row in cursor.fetchall()]

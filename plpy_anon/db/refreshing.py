@@ -44,7 +44,7 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db import grants, publish, timing
+from plpy_anon.db import extschema, grants, publish, timing
 from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
@@ -386,17 +386,17 @@ def write_autonomously(plpy, release, started_at, seconds, message, sqlstate, ph
                          options="-c lock_timeout=2s -c statement_timeout=10s "
                                  "-c search_path=pg_catalog,pg_temp -c role=none "
                                  "-c default_transaction_read_only=off", **params) as conn:
-        conn.execute("""
+        conn.execute(extschema.sql("""
             INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds,
                                               succeeded, error, sqlstate, phases)
-            VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s, %s::pg_catalog.jsonb)""",
+            VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s, %s::pg_catalog.jsonb)"""),
             (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate,
              json.dumps(phases) if phases is not None else None))
         try:
             # lock_timeout: if our own transaction holds the row (it updated it earlier), waiting
             # would deadlock invisibly; the history row above is then the record.
-            conn.execute("UPDATE anon.releases SET last_error = %s, last_error_at = %s::pg_catalog.timestamptz "
-                         "WHERE release_id = %s", (message, started_at, release["release_id"]))
+            conn.execute(extschema.sql("UPDATE anon.releases SET last_error = %s, last_error_at = %s::pg_catalog.timestamptz "
+                                       "WHERE release_id = %s"), (message, started_at, release["release_id"]))
         except psycopg.errors.LockNotAvailable:
             pass
 

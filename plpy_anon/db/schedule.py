@@ -11,7 +11,7 @@ the extension is dropped, the job unschedules itself instead (anon._refresh_job_
 from __future__ import annotations
 
 from plpy_anon.core.errors import AnonError, InvalidParameter
-from plpy_anon.db import release_rows
+from plpy_anon.db import extschema, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, run
 
@@ -80,7 +80,7 @@ def refresh_command(plpy, release: dict) -> str:
     qualified = ident(plpy, release["release_schema"], release["release_name"])
     return run(plpy, "SELECT anon._refresh_job_command($1, anon._refresh_job_name($2, $3)) AS c",
                ["text", "name", "name"],
-               [f"anon.refresh({plpy.quote_literal(qualified)})", release["release_schema"],
+               [extschema.sql(f"anon.refresh({plpy.quote_literal(qualified)})"), release["release_schema"],
                 release["release_name"]])[0]["c"]
 
 

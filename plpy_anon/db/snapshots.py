@@ -24,7 +24,7 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
-from plpy_anon.db import compact, guards, releases
+from plpy_anon.db import compact, extschema, guards, releases
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import ident, jsonb, run
 
@@ -126,7 +126,7 @@ def metadata_of(plpy, release: dict, relation: str, columns: list[dict]) -> dict
     """What travels with the rows: how the release was made and what it achieved. Nothing about
     the source's data beyond what the release itself shows."""
     # the risk report is another feature's column: included when this catalog has it
-    extra = ["risk"] if has_column(plpy, "anon.releases", "risk") else []
+    extra = ["risk"] if has_column(plpy, extschema.sql("anon.releases"), "risk") else []
     row = run(plpy, f"""
         SELECT r.method, r.parameters::text AS parameters, r.achieved_k, r.row_count, r.verified,
                pg_catalog.to_json(r.created_at) #>> '{{}}' AS created_at,
@@ -165,7 +165,7 @@ def release_metadata(plpy, name: str) -> str:
 def snapshot_schema_ready(plpy, schema: str) -> None:
     """Create ``schema`` (owned by the caller) if missing; refuse the extension's schemas and
     release schemas (which analysts get USAGE on and which hold releases only)."""
-    if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
+    if schema in RESERVED_SCHEMAS or schema == extschema.name() or schema.startswith("pg_"):
         raise InvalidParameter(f'snapshots do not go into schema "{schema}"',
                                hint=f'Use a schema of your own, or the default "{DEFAULT_SCHEMA}".')
     in_use = run(plpy, """

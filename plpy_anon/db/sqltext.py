@@ -6,6 +6,7 @@ import json
 import math
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.db import extschema
 
 
 def ident(plpy, *parts: str) -> str:
@@ -21,7 +22,7 @@ def run(plpy, query: str, types: list[str] | tuple = (), args: list | tuple = ()
 
     Only catalog queries whose text is a constant go through here, so the cache stays small.
     """
-    key = (query, tuple(types))
+    key = (query, tuple(types), extschema.name())   # the schema: the plan names it
     plan = _PLANS.get(key)
     if plan is None:
         plan = plpy.prepare(query, list(types))

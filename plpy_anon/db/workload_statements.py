@@ -15,7 +15,8 @@ FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'anon', 'pg_toast')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')
+  AND n.oid <> (SELECT x.relnamespace FROM pg_catalog.pg_class x WHERE x.oid = 'anon.releases'::pg_catalog.regclass)
   AND n.nspname NOT LIKE 'pg_temp%'
 ORDER BY 1, 2, a.attnum
 """

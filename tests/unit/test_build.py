@@ -141,7 +141,7 @@ def test_one_declaration_per_public_function_and_no_install_time_rewrite(tmp_pat
     assert len(signatures) == len(set(signatures)) > 30
     names = {name for name, _ in signatures}
     for name in names:
-        assert f"CREATE OR REPLACE FUNCTION anon.{name}(" in script
+        assert f"CREATE OR REPLACE FUNCTION {build.PLACEHOLDER}.{name}(" in script   # anon or SCHEMA's
         assert f"CREATE OR REPLACE FUNCTION anon_py.{name}(" in script
     assert "RENAME TO %I" not in script and "_py_" not in script
 
