@@ -47,7 +47,9 @@ def test_the_scripts_are_the_frozen_files_then_the_sources(tmp_path):
     full = (tmp_path / f"plpy_anon--{version}.sql").read_text()
     assert sections(full) == incremental
     for name in incremental:
-        assert (ROOT / "sql" / "incremental" / name).read_text().rstrip() in full, name
+        text = (ROOT / "sql" / "incremental" / name).read_text().rstrip()
+        # every file but the schema guard runs in the schema CREATE EXTENSION chose
+        assert (text if name == build.GUARD_FILE else build.schema_placeholders(text)) in full, name
     frozen = dict(reversed(line.split()) for line in (ROOT / "sql" / "frozen.txt").read_text().splitlines())
     shipped = {}
     for line in (ROOT / "sql" / "versions.txt").read_text().splitlines():
