@@ -15,7 +15,7 @@ from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import stable_partition
-from plpy_anon.db import compact, method, republication, stored_classes
+from plpy_anon.db import compact, method, out_of_core, republication, stored_classes
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods.mondrian_family import (
@@ -47,6 +47,10 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
+    # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates (out_of_core.py)
+    slices = out_of_core.run_out_of_core(RELEASE_METHOD, fit, plpy, GD, release_id)
+    if slices is not None:
+        return slices
     return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 

@@ -1,0 +1,385 @@
+"""Mondrian releases of tables larger than a build's memory: the top cuts from SQL aggregates,
+the regions below them fitted in memory one at a time.
+
+When the estimated memory of the in-memory read and fit (core.regions.row_bytes per row) exceeds
+``plpy_anon.build_memory`` (any role may set it, like ``work_mem``; default 1GB), the release's
+partitioning run (``anon._mondrian_partition_slices``) becomes:
+
+1. **Top levels in SQL.** Per level, three queries over the source, each grouping all regions
+   of the level at once by a ``CASE`` of their predicates (a region is a conjunction of cuts
+   ``x < v`` / ``x <= v``, NULL ordered lowest): rows, non-NULL counts and spreads per QI; the
+   median of each QI (``percentile_disc``, exact); the exact sizes of both candidate cuts (and
+   with l, ``count(DISTINCT)`` of each sensitive column per side). core.regions decides the cuts
+   by the in-memory fit's rules, so k (and distinct l) hold: only counted sides are made.
+   Nothing but these aggregates reaches Python; the queries are plain SQL over the source
+   relation, so any relation PostgreSQL can aggregate (a partitioned table, postgres_fdw
+   foreign tables, whose aggregates it pushes down) works the same.
+2. **Leaves in memory.** A region that fits the budget (or has no allowable cut) is read with
+   its predicate (mondrian_family.load_release_rows) and fitted by the ordinary estimator; its
+   classes become the run's next slices (anon.partition_slice), its positions and class ids
+   offset by the regions before it. The slices are made when PostgreSQL asks for them, so
+   one region's rows are in memory at a time.
+
+The run's statistics are stashed before the first leaf (its row count is the regions' sum, its
+metrics dictionary filled as the leaves are fitted: core.regions.ReleaseFigures). The release
+is verified from its rows as every other one (verify.py).
+
+Not taken (the in-memory path runs, whatever the size): the stable refresh mode, t-closeness,
+entropy and recursive l-diversity, the utility split and prioritized Mondrian, whose cuts the
+aggregates here do not count.
+"""
+from __future__ import annotations
+
+import time
+
+from plpy_anon.core import regions as core
+from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
+from plpy_anon.db.class_counts import orderable
+from plpy_anon.db.generalization import column_for
+from plpy_anon.db.reader import read_expression
+from plpy_anon.db.sqltext import jsonb, progress, run
+
+SETTING = "plpy_anon.build_memory"
+DEFAULT_BUDGET = "1GB"
+#: the name of the region label in the level queries (a column of the source could not clash
+#: with a name no one gives a column)
+REGION = '"plpy_anon region"'
+MAX_LEVELS = 40
+
+
+def budget_bytes(plpy) -> int:
+    """``plpy_anon.build_memory`` in bytes (``pg_size_bytes``: '512MB', '1GB', '65536')."""
+    raw = run(plpy, f"SELECT pg_catalog.current_setting('{SETTING}', true) AS b")[0]["b"] or DEFAULT_BUDGET
+    try:
+        with plpy.subtransaction():
+            value = run(plpy, "SELECT pg_catalog.pg_size_bytes($1) AS b", ["text"], [raw])[0]["b"]
+    except plpy.SPIError:
+        value = None
+    if value is None or value <= 0:
+        raise InvalidParameter(f'{SETTING} = "{raw}" is not a memory size',
+                               hint="Set it to a size such as '512MB' or '2GB' (pg_size_bytes units).")
+    return int(value)
+
+
+def takes_path(parameters: dict) -> bool:
+    """Whether a release's cuts are all counted by the aggregates here (see the module doc)."""
+    return (not republication.is_stable(parameters) and parameters.get("t") is None
+            and parameters.get("split", "median") == "median"
+            and (not parameters.get("l") or parameters.get("l_diversity", "distinct") == "distinct"))
+
+
+class Source:
+    """The relation a release reads and its columns as the level queries use them."""
+
+    def __init__(self, plpy, tbl, qis: list, sensitive: list):
+        self.plpy = plpy
+        self.relation = tbl.quoted(plpy)
+        self.qis = qis
+        self.sensitive = sensitive
+        hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
+        self.numeric = [c.kind == "numeric" for c in qis]
+        # QIs cut at the top: numbers, and categorical columns of an ordered type without a
+        # hierarchy
+        self.cuttable = [c.kind == "numeric" or (c.name not in hierarchical
+                                                 and orderable(plpy, c.display_type)) for c in qis]
+        self.names = [catalog_ident(plpy, c.name) for c in qis]
+
+    def literal(self, a: int, value: str) -> str:
+        return f"CAST({self.plpy.quote_literal(value)} AS {self.qis[a].display_type})"
+
+    def left(self, a: int, value: str | None, strict: bool) -> str:
+        """SQL true on the left side of a cut (NULL lowest; never NULL itself)."""
+        c = self.names[a]
+        if value is None:
+            return f"({c} IS NULL)"
+        return f"({c} IS NULL OR {c} {'<' if strict else '<='} {self.literal(a, value)})"
+
+    def predicate(self, bounds) -> str:
+        parts = []
+        for b in bounds:
+            side = self.left(b.qi, b.value, b.strict)
+            parts.append(side if b.left else f"(NOT {side})")
+        return " AND ".join(parts) if parts else "true"
+
+    def labelled(self, active: list, columns: list[str]) -> str:
+        """A subquery of the rows of the ``active`` regions: each row's region number (REGION)
+        and ``columns``."""
+        if len(active) == 1:
+            label = "0"
+        else:
+            label = "CASE " + " ".join(f"WHEN {self.predicate(r.bounds)} THEN {i}"
+                                       for i, r in enumerate(active)) + " END"
+        where = f" WHERE {self.predicate(active[0].bounds)}" if len(active) == 1 and active[0].bounds else ""
+        inner = f"SELECT {label} AS {REGION}{''.join(', ' + c for c in columns)} FROM {self.relation}{where}"
+        if len(active) == 1:
+            return f"({inner}) AS s"
+        return f"({inner}) AS s WHERE {REGION} IS NOT NULL"
+
+    def read_columns(self, with_sensitive: bool) -> list[str]:
+        cols = list(dict.fromkeys(self.names))
+        if with_sensitive:
+            cols += [catalog_ident(self.plpy, c.name) for c in self.sensitive
+                     if catalog_ident(self.plpy, c.name) not in cols]
+        return cols
+
+
+def catalog_ident(plpy, name: str) -> str:
+    return plpy.quote_ident(name)
+
+
+def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
+    """(rows, [QIStats or None per QI]) of each active region."""
+    selects = [f"{REGION} AS r", "count(*) AS n"]
+    for a, col in enumerate(src.qis):
+        if not src.cuttable[a]:
+            continue
+        c = src.names[a]
+        selects.append(f"count({c}) AS nn{a}")
+        if src.numeric[a]:
+            expr = read_expression(src.plpy, col)
+            selects.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
+        else:
+            selects.append(f"count(DISTINCT {c}) + (bool_or({c} IS NULL))::int AS d{a}")
+    rows = src.plpy.execute(f"SELECT {', '.join(selects)} FROM {src.labelled(active, src.read_columns(False))} "
+                            f"GROUP BY 1")
+    by_region = {int(r["r"]): r for r in rows}
+    out = []
+    for i in range(len(active)):
+        r = by_region.get(i)
+        if r is None:
+            out.append((0, [None] * len(src.qis)))
+            continue
+        stats = []
+        for a in range(len(src.qis)):
+            if not src.cuttable[a]:
+                stats.append(None)
+            elif src.numeric[a]:
+                stats.append(core.QIStats(int(r[f"nn{a}"]), r[f"lo{a}"], r[f"hi{a}"]))
+            else:
+                stats.append(core.QIStats(int(r[f"nn{a}"]), distinct=int(r[f"d{a}"])))
+        out.append((int(r["n"]), stats))
+    return out
+
+
+def medians(src: Source, active: list, fractions: dict) -> dict:
+    """{(region, qi): the value (text) at the fraction asked, by percentile_disc}."""
+    qis = sorted({a for _, a in fractions})
+    if not qis:
+        return {}
+    selects = [f"{REGION} AS r"]
+    for a in qis:
+        cases = " ".join(f"WHEN {i} THEN {fractions[(i, a)]!r}::float8"
+                         for i in range(len(active)) if (i, a) in fractions)
+        selects.append(f"(percentile_disc(CASE {REGION} {cases} ELSE 0.5::float8 END) "
+                       f"WITHIN GROUP (ORDER BY {src.names[a]}))::text AS m{a}")
+    rows = src.plpy.execute(f"SELECT {', '.join(selects)} FROM {src.labelled(active, src.read_columns(False))} "
+                            f"GROUP BY 1")
+    out = {}
+    for r in rows:
+        i = int(r["r"])
+        for a in qis:
+            if (i, a) in fractions:
+                out[(i, a)] = r[f"m{a}"]
+    return out
+
+
+def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dict:
+    """{(region, qi): (strict Candidate or None, inclusive Candidate)} of the candidate cuts
+    ``cuts`` ({(region, qi): median value or None for NULL})."""
+    qis = sorted({a for _, a in cuts})
+    selects = [f"{REGION} AS r"]
+    sides = {}
+    for a in qis:
+        for strict in (True, False):
+            cases = []
+            for i in range(len(active)):
+                if (i, a) not in cuts:
+                    continue
+                value = cuts[(i, a)]
+                cases.append(f"WHEN {i} THEN {'false' if value is None and strict else src.left(a, value, strict)}")
+            name = f"{'lt' if strict else 'le'}{a}"
+            cond = f"CASE {REGION} {' '.join(cases)} ELSE false END"
+            sides[name] = cond
+            selects.append(f"count(*) FILTER (WHERE {cond}) AS {name}")
+            if with_l:
+                for j, col in enumerate(src.sensitive):
+                    s = catalog_ident(src.plpy, col.name)
+                    selects.append(f"count(DISTINCT {s}) FILTER (WHERE {cond}) AS {name}_l{j}")
+                    selects.append(f"count(DISTINCT {s}) FILTER (WHERE NOT ({cond})) AS {name}_r{j}")
+    rows = src.plpy.execute(f"SELECT {', '.join(selects)} FROM {src.labelled(active, src.read_columns(with_l))} "
+                            f"GROUP BY 1")
+    out = {}
+    n_sens = len(src.sensitive) if with_l else 0
+    for r in rows:
+        i = int(r["r"])
+        for a in qis:
+            if (i, a) not in cuts:
+                continue
+            pair = []
+            for strict in (True, False):
+                name = f"{'lt' if strict else 'le'}{a}"
+                if strict and cuts[(i, a)] is None:
+                    pair.append(None)
+                    continue
+                pair.append(core.Candidate(int(r[name]),
+                                           tuple(int(r[f"{name}_l{j}"]) for j in range(n_sens)),
+                                           tuple(int(r[f"{name}_r{j}"]) for j in range(n_sens))))
+            out[(i, a)] = tuple(pair)
+    return out
+
+
+def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int):
+    """(leaf regions, figures of the top levels): the regions the leaves are fitted on."""
+    leaves = []
+    active = [core.Region((), 0)]
+    whole = None
+    levels = []
+    for _ in range(MAX_LEVELS):
+        if not active:
+            break
+        t0 = time.monotonic()
+        stats = level_stats(src, active)
+        if whole is None:
+            whole = stats[0][1]
+        to_cut = []
+        for i, (region, (rows, qstats)) in enumerate(zip(active, stats)):
+            region.rows = rows
+            if core.fits(rows, bytes_per_row, budget) or rows < 2 * k:
+                leaves.append(region)
+                continue
+            spreads = [0.0 if s is None else core.spread(s, whole[a], src.numeric[a])
+                       for a, s in enumerate(qstats)]
+            ranked = core.ranking(spreads)
+            if not ranked:
+                leaves.append(region)
+                continue
+            to_cut.append((i, region, qstats, ranked))
+        if not to_cut:
+            active = []
+            break
+        fractions, nulls = {}, set()
+        for i, region, qstats, ranked in to_cut:
+            for a in ranked:
+                f = core.median_fraction(region.rows, qstats[a].non_null)
+                if f is None:
+                    nulls.add((i, a))
+                else:
+                    fractions[(i, a)] = f
+        values = medians(src, active, fractions)
+        cuts = {key: values.get(key) for key in fractions}
+        cuts.update({key: None for key in nulls})
+        counted = candidate_counts(src, active, cuts, bool(l))
+        following = []
+        made = 0
+        for i, region, qstats, ranked in to_cut:
+            for a in ranked:
+                strict_c, inclusive_c = counted.get((i, a), (None, None))
+                chosen = core.choose(region.rows, k, l, strict_c, inclusive_c)
+                if chosen is None:
+                    continue
+                value = cuts[(i, a)]
+                left_rows = (strict_c if chosen else inclusive_c).left_rows
+                following.append(core.Region(region.bounds + (core.Bound(a, value, chosen, True),), left_rows))
+                following.append(core.Region(region.bounds + (core.Bound(a, value, chosen, False),),
+                                             region.rows - left_rows))
+                made += 1
+                break
+            else:
+                leaves.append(region)
+        levels.append({"regions": len(active), "cuts": made, "seconds": round(time.monotonic() - t0, 3)})
+        progress(src.plpy, f"out-of-core level {len(levels)}: {len(active)} regions, {made} cut")
+        active = following
+    leaves.extend(active)     # past MAX_LEVELS: fitted as they are
+    return leaves, levels
+
+
+def release_columns(plpy, release: dict):
+    params = jsonb(release["parameters"])
+    tbl = guards.table_in_query(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
+    sens = [column_for(tbl, cols, name) for name in params["sensitive"]]
+    return tbl, qis, sens
+
+
+def run_out_of_core(release_method, fit, plpy, GD, release_id: int):
+    """The partitioning run of a plain Mondrian release out of core, or None when the
+    in-memory run applies (the release fits the budget, or its models are not counted here).
+    ``fit(rows, parameters)`` is the method's in-memory fit of one region."""
+    from plpy_anon.db.methods.mondrian_family import load_release_rows
+
+    started = time.monotonic()
+    release = release_rows.by_id(plpy, release_id)
+    stored = jsonb(release["parameters"])
+    if not takes_path(stored):
+        return None
+    parameters = release_method.checked_parameters(stored)
+    tbl, qis, sens = release_columns(plpy, release)
+    budget = budget_bytes(plpy)
+    l = parameters.get("l")
+    bytes_per_row = core.row_bytes(len(qis) + len(sens))
+    n = int(run(plpy, f"SELECT count(*) AS n FROM {tbl.quoted(plpy)}")[0]["n"])
+    if core.fits(n, bytes_per_row, budget):
+        return None
+    src = Source(plpy, tbl, qis, sens if l else [])
+    with timing.phase("read"):
+        leaves, levels = top_regions(src, int(parameters["k"]), l, budget, bytes_per_row)
+    ctx = method.Run(plpy, GD, release_id, release, parameters, started)
+    ctx.read_s = ctx.elapsed()
+    figures = core.ReleaseFigures()
+    metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
+                               "levels": levels, "regions": len(leaves)}}
+    release_rows.stash_run(GD, release_id, started=started, row_count=sum(r.rows for r in leaves),
+                           achieved_k=None, metrics=metrics)
+    progress(plpy, f"out of core: {len(leaves)} regions of at most "
+                   f"{max(r.rows for r in leaves):,} rows, fitted one at a time")
+    return _leaf_slices(plpy, GD, ctx, src, leaves, fit, figures, metrics, load_release_rows)
+
+
+def _leaf_slices(plpy, GD, ctx, src, leaves, fit, figures, metrics, load_release_rows):
+    """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
+    its first slice; errors as in a call from SQL (errors.sql_entry)."""
+    from plpy_anon.db.methods.mondrian_family import partition_output
+
+    position = first_class = 0
+    k = int(ctx.parameters["k"])
+    for region in leaves:
+        try:
+            with interrupts.honoured(plpy):
+                t0 = time.monotonic()
+                rows = load_release_rows(plpy, ctx.release, with_target=False,
+                                         where=src.predicate(region.bounds) if region.bounds else None)
+                t1 = time.monotonic()
+                ctx.read_s += t1 - t0
+                model = fit(rows, ctx.parameters)
+                ctx.fit_s += time.monotonic() - t1
+                slices, stats = partition_output(ctx, rows, model.labels_, model.n_classes_)
+                figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
+                n_rows, n_classes = rows.data.n_rows, model.n_classes_
+                del rows, model
+        except AnonError as error:
+            errors.report(plpy, error)
+        for piece in slices:
+            piece["first_position"] += position
+            piece["first_class"] += first_class
+            yield piece
+        del slices
+        position += n_rows
+        first_class += n_classes
+        method.return_free_memory()
+        ctx.note_memory("regions")         # after the last region: its peak is the run's
+    metrics.update(figures.metrics(k))
+    metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
+                          "python_total": round(ctx.elapsed(), 4)}
+    if ctx.memory_mib:
+        metrics["memory_mib"] = ctx.memory_mib
+    stash = GD.get(release_rows.RUNS_KEY, {}).get(ctx.release_id)
+    if stash is not None:
+        stash["achieved_k"] = figures.achieved_k
+        stash["seconds"] = ctx.elapsed()
+        if position != stash["row_count"]:
+            raise RuntimeError(f"out-of-core run: regions of {stash['row_count']} rows released "
+                               f"{position}")
+
