@@ -304,12 +304,11 @@ def release_columns(plpy, release: dict):
     return tbl, qis, sens
 
 
-def run_out_of_core(release_method, fit, plpy, GD, release_id: int):
+def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here).
-    ``fit(rows, parameters)`` is the method's in-memory fit of one region."""
-    from plpy_anon.db.methods.mondrian_family import load_release_rows
-
+    The method's hooks for one region: ``read(ctx, where)`` its rows, ``fit(rows, parameters)``
+    the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
     stored = jsonb(release["parameters"])
@@ -335,27 +334,25 @@ def run_out_of_core(release_method, fit, plpy, GD, release_id: int):
                            achieved_k=None, metrics=metrics)
     progress(plpy, f"out of core: {len(leaves)} regions of at most "
                    f"{max(r.rows for r in leaves):,} rows, fitted one at a time")
-    return _leaf_slices(plpy, GD, ctx, src, leaves, fit, figures, metrics, load_release_rows)
+    return _leaf_slices(plpy, GD, ctx, src, leaves, (read, fit, publish), figures, metrics)
 
 
-def _leaf_slices(plpy, GD, ctx, src, leaves, fit, figures, metrics, load_release_rows):
+def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
     """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
     its first slice; errors as in a call from SQL (errors.sql_entry)."""
-    from plpy_anon.db.methods.mondrian_family import partition_output
-
+    read, fit, publish = hooks
     position = first_class = 0
     k = int(ctx.parameters["k"])
     for region in leaves:
         try:
             with interrupts.honoured(plpy):
                 t0 = time.monotonic()
-                rows = load_release_rows(plpy, ctx.release, with_target=False,
-                                         where=src.predicate(region.bounds) if region.bounds else None)
+                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None)
                 t1 = time.monotonic()
                 ctx.read_s += t1 - t0
                 model = fit(rows, ctx.parameters)
                 ctx.fit_s += time.monotonic() - t1
-                slices, stats = partition_output(ctx, rows, model.labels_, model.n_classes_)
+                slices, stats = publish(ctx, rows, model)
                 figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
                 n_rows, n_classes = rows.data.n_rows, model.n_classes_
                 del rows, model

@@ -48,7 +48,8 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
 @sql_entry
 def partition(plpy, GD, release_id: int):
     # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates (out_of_core.py)
-    slices = out_of_core.run_out_of_core(RELEASE_METHOD, fit, plpy, GD, release_id)
+    slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id, read=read_region,
+                                         fit=fit, publish=publish_region)
     if slices is not None:
         return slices
     return method.run(RELEASE_METHOD, plpy, GD, release_id)
@@ -56,6 +57,14 @@ def partition(plpy, GD, release_id: int):
 
 def read(ctx: method.Run) -> ReleaseRows:
     return load_release_rows(ctx.plpy, ctx.release, with_target=False)
+
+
+def read_region(ctx: method.Run, where: str | None) -> ReleaseRows:
+    return load_release_rows(ctx.plpy, ctx.release, with_target=False, where=where)
+
+
+def publish_region(ctx: method.Run, rows: ReleaseRows, model):
+    return partition_output(ctx, rows, model.labels_, model.n_classes_)
 
 
 def fit(rows: ReleaseRows, parameters: dict):
