@@ -29,6 +29,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from plpy_anon.core.encoding import EncodedColumn, numeric_offset
+from plpy_anon.core.generalize import code_positions
+
 
 @dataclass(frozen=True)
 class Bound:
@@ -147,9 +152,6 @@ class ReleaseFigures:
         self.labels: dict[str, set] = {}
 
     def add(self, encoded: list, metrics: dict, rows: int) -> None:
-        from plpy_anon.core.encoding import numeric_offset
-        from plpy_anon.core.generalize import code_positions
-
         self.rows += rows
         k = metrics["achieved_k"]
         self.achieved_k = k if self.achieved_k is None else min(self.achieved_k, k)
@@ -165,7 +167,8 @@ class ReleaseFigures:
                     self.high[enc.name] = max(self.high.get(enc.name, hi), hi)
                     inputs[enc.name] = ("width", hi - lo)
             elif enc.hierarchy is None:
-                self.labels.setdefault(enc.name, set()).update(enc.labels.tolist())
+                self.labels.setdefault(enc.name, set()).update(
+                    v for v in enc.labels.tolist() if not (isinstance(v, str) and v.startswith(PHANTOM)))
                 inputs[enc.name] = ("domain", len(enc.labels))
         self.parts.append((rows, dict(metrics["ncp_per_attribute"]), inputs))
 
@@ -191,3 +194,43 @@ class ReleaseFigures:
             "ncp_percent": sum(ncp.values()) / len(ncp) if ncp else 0.0,
             "ncp_per_attribute": ncp,
         }
+
+
+#: a categorical label no value can be (PostgreSQL text holds no NUL): a value of the table's
+#: domain that a region does not hold
+PHANTOM = "\x00"
+
+
+def widened(enc, whole: QIStats | None):
+    """``(column, shift)``: a region's encoded QI whose spreads measure against the table's
+    domain (``whole``: the table's figures), as in the in-memory fit of the whole table, so a
+    region's fit ranks and cuts its QIs as that fit would. Numeric: the table's lowest and
+    highest value added to the labels (codes of values move up by ``shift``, 0 or 1);
+    categorical: labels that no code uses (PHANTOM) up to the table's distinct values.
+    Unchanged (shift 0) without figures, for hierarchies, and for non-finite extremes."""
+    if whole is None or enc.hierarchy is not None:
+        return enc, 0
+    if enc.kind == "numeric":
+        labels = enc.labels
+        if (labels.size == 0 or whole.low is None or not math.isfinite(whole.low)
+                or not math.isfinite(whole.high) or labels.dtype.kind not in "if"):
+            return enc, 0
+        low = np.asarray(whole.low).astype(labels.dtype)
+        high = np.asarray(whole.high).astype(labels.dtype)
+        shift = int(low < labels[0])
+        parts = ([low.reshape(1)] if shift else []) + [labels] + \
+            ([high.reshape(1)] if high > labels[-1] else [])
+        if len(parts) == 1:
+            return enc, 0
+        codes = enc.codes
+        if shift:
+            codes = codes + np.int32(1)
+            if enc.null_code is not None:
+                codes[enc.codes == enc.null_code] = enc.null_code
+        return EncodedColumn(enc.name, enc.kind, codes.astype(np.int32), np.concatenate(parts),
+                             enc.null_code), shift
+    if whole.distinct is None or whole.distinct <= len(enc.labels):
+        return enc, 0
+    extra = np.array([PHANTOM * (i + 1) for i in range(whole.distinct - len(enc.labels))], dtype=object)
+    return EncodedColumn(enc.name, enc.kind, enc.codes, np.concatenate([enc.labels, extra]),
+                         enc.null_code), 0

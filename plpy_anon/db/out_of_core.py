@@ -85,6 +85,7 @@ class Source:
         self.cuttable = [c.kind == "numeric" or (c.name not in hierarchical
                                                  and orderable(plpy, c.display_type)) for c in qis]
         self.names = [catalog_ident(plpy, c.name) for c in qis]
+        self.whole: list = [None] * len(qis)     # the table's QIStats (the first level's)
 
     def literal(self, a: int, value: str) -> str:
         return f"CAST({self.plpy.quote_literal(value)} AS {self.qis[a].display_type})"
@@ -242,7 +243,7 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         t0 = time.monotonic()
         stats = level_stats(src, active)
         if whole is None:
-            whole = stats[0][1]
+            whole = src.whole = stats[0][1]
         to_cut = []
         for i, (region, (rows, qstats)) in enumerate(zip(active, stats)):
             region.rows = rows
@@ -307,7 +308,8 @@ def release_columns(plpy, release: dict):
 def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here).
-    The method's hooks for one region: ``read(ctx, where)`` its rows, ``fit(rows, parameters)``
+    The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
+    table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, parameters)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
@@ -347,7 +349,7 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
         try:
             with interrupts.honoured(plpy):
                 t0 = time.monotonic()
-                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None)
+                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None, src.whole)
                 t1 = time.monotonic()
                 ctx.read_s += t1 - t0
                 model = fit(rows, ctx.parameters)

@@ -10,7 +10,8 @@ import functools
 
 import numpy as np
 
-from plpy_anon.core import republish
+from plpy_anon.core import regions, republish
+from plpy_anon.core.encoding import numeric_offset
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
@@ -59,8 +60,18 @@ def read(ctx: method.Run) -> ReleaseRows:
     return load_release_rows(ctx.plpy, ctx.release, with_target=False)
 
 
-def read_region(ctx: method.Run, where: str | None) -> ReleaseRows:
-    return load_release_rows(ctx.plpy, ctx.release, with_target=False, where=where)
+def read_region(ctx: method.Run, where: str | None, whole: list) -> ReleaseRows:
+    """The rows of one region of an out-of-core run (``where``), their QIs encoded against the
+    whole table's domain (``whole``: regions.widened), so the fit ranks them as the whole
+    table's fit would."""
+    rows = load_release_rows(ctx.plpy, ctx.release, with_target=False, where=where)
+    for i, enc in enumerate(rows.encoded):
+        rows.encoded[i], shift = regions.widened(enc, whole[i])
+        by_code = rows.read.values_by_code if rows.read is not None else {}
+        if shift and enc.name in by_code:       # the value of each code, a code added below them
+            offset = numeric_offset(enc)
+            by_code[enc.name] = np.insert(by_code[enc.name], offset, by_code[enc.name][offset])
+    return rows
 
 
 def publish_region(ctx: method.Run, rows: ReleaseRows, model):
