@@ -86,6 +86,23 @@ def test_release_above_the_budget_is_cut_by_aggregates_and_keeps_k_and_truthful_
     check_release(db, rel, "src", 5, 2)
 
 
+def test_partitioned_source_is_released_out_of_core_from_all_its_partitions(db, schema):
+    """ctids repeat across partitions: each region's rows are read through the root with their
+    relation, and every row of every partition is released once."""
+    db.execute("CREATE TABLE src (id int, a int, b text, d float8, s text) PARTITION BY RANGE (id)")
+    db.execute("CREATE TABLE src_1 PARTITION OF src FOR VALUES FROM (1) TO (400)")
+    db.execute("CREATE TABLE src_2 PARTITION OF src FOR VALUES FROM (400) TO (900)")
+    db.execute("CREATE TABLE src_default PARTITION OF src DEFAULT")
+    db.execute("""INSERT INTO src SELECT i, 18 + (i * 37) % 70, (ARRAY['n', 's', 'e', NULL])[1 + i % 4],
+                  ((i * 53) % 600) / 10.0, (ARRAY['flu', 'hiv', 'gout'])[1 + (i * 11) % 3]
+                  FROM generate_series(1, 1500) i""")
+    with budget(db, "16kB"):
+        rel = release(db, schema, "src", "ooc", k=5)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 1500
+    check_release(db, rel, "src", 5)
+
+
 def test_release_within_the_budget_is_fitted_in_memory(db, schema):
     synthetic(db, "src", 500)
     rel = release(db, schema, "src", "mem", k=5)
