@@ -48,6 +48,18 @@ DEFAULT_BUDGET = "1GB"
 REGION = '"plpy_anon region"'
 MAX_LEVELS = 40
 
+#: the leaf members of a source's tree (itself when it has none), named as regclass prints
+#: them, and whether each is a foreign table
+FOREIGN_MEMBERS = """
+WITH RECURSIVE tree(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION ALL
+    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+SELECT c.oid::pg_catalog.regclass::text AS name, c.relkind = 'f' AS foreign
+FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
+WHERE c.relkind IN ('r', 'f')
+ORDER BY c.oid"""
+
 
 def budget_bytes(plpy) -> int:
     """``plpy_anon.build_memory`` in bytes (``pg_size_bytes``: '512MB', '1GB', '65536')."""
@@ -76,6 +88,13 @@ class Source:
     def __init__(self, plpy, tbl, qis: list, sensitive: list):
         self.plpy = plpy
         self.relation = tbl.quoted(plpy)
+        # a source with foreign members is asked member by member: PostgreSQL 15 pushes an
+        # aggregate over a partitioned table down to its foreign partitions only when grouped by
+        # the partition key, so the root's GROUP BY region would pull every row here
+        foreign = run(plpy, FOREIGN_MEMBERS, ["oid"], [tbl.oid])
+        self.members = [f"ONLY {r['name']}" for r in foreign] if any(r["foreign"] for r in foreign) \
+            else [self.relation]
+        self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
         self.qis = qis
         self.sensitive = sensitive
         hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
@@ -104,16 +123,20 @@ class Source:
             parts.append(side if b.left else f"(NOT {side})")
         return " AND ".join(parts) if parts else "true"
 
-    def labelled(self, active: list, columns: list[str]) -> str:
-        """A subquery of the rows of the ``active`` regions: each row's region number (REGION)
-        and ``columns``."""
+    def each(self, query) -> list[list]:
+        """The rows of ``query(relation)`` for each member of the source."""
+        return [list(self.plpy.execute(query(member))) for member in self.members]
+
+    def labelled(self, active: list, columns: list[str], relation: str) -> str:
+        """A subquery of the rows of ``relation`` in the ``active`` regions: each row's region
+        number (REGION) and ``columns``."""
         if len(active) == 1:
             label = "0"
         else:
             label = "CASE " + " ".join(f"WHEN {self.predicate(r.bounds)} THEN {i}"
                                        for i, r in enumerate(active)) + " END"
         where = f" WHERE {self.predicate(active[0].bounds)}" if len(active) == 1 and active[0].bounds else ""
-        inner = f"SELECT {label} AS {REGION}{''.join(', ' + c for c in columns)} FROM {self.relation}{where}"
+        inner = f"SELECT {label} AS {REGION}{''.join(', ' + c for c in columns)} FROM {relation}{where}"
         if len(active) == 1:
             return f"({inner}) AS s"
         return f"({inner}) AS s WHERE {REGION} IS NOT NULL"
@@ -133,7 +156,8 @@ def catalog_ident(plpy, name: str) -> str:
 def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
     """(rows, [QIStats or None per QI]) of each active region: one pass for the counts and
     extremes, one for the categorical QIs' distinct values (hashed grouping sets: a sort per
-    column cost ~2 s per million rows each)."""
+    column cost ~2 s per million rows each). Members' figures merge exactly (sums, min, max),
+    but for distinct values: the largest member's, a lower bound that only ranks the QIs."""
     selects = [f"{REGION} AS r", "count(*) AS n"]
     categorical = []
     for a, col in enumerate(src.qis):
@@ -146,9 +170,24 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
             selects.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
         else:
             categorical.append(a)
-    rows = src.plpy.execute(f"SELECT {', '.join(selects)} FROM {src.labelled(active, src.read_columns(False))} "
-                            f"GROUP BY 1")
-    by_region = {int(r["r"]): dict(r) for r in rows}
+    columns = src.read_columns(False)
+    by_region: dict = {}
+    src.member_rows = {}
+    for m, rows in enumerate(src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
+                                                  f"{src.labelled(active, columns, rel)} GROUP BY 1")):
+        for r in rows:
+            i = int(r["r"])
+            src.member_rows[(m, i)] = int(r["n"])
+            merged = by_region.setdefault(i, {"n": 0})
+            merged["n"] += int(r["n"])
+            for a in range(len(src.qis)):
+                if not src.cuttable[a]:
+                    continue
+                merged[f"nn{a}"] = merged.get(f"nn{a}", 0) + int(r[f"nn{a}"])
+                if src.numeric[a]:
+                    for key, pick in ((f"lo{a}", min), (f"hi{a}", max)):
+                        values = [v for v in (merged.get(key), r[key]) if v is not None]
+                        merged[key] = pick(values) if values else None
     if categorical:
         # GROUPING(...) of the set (region, column j of m): every bit but j's set
         m = len(categorical)
@@ -156,11 +195,13 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
                            for j, a in enumerate(categorical))
         names = ", ".join(src.names[a] for a in categorical)
         sets = ", ".join(f"({REGION}, {src.names[a]})" for a in categorical)
-        for r in src.plpy.execute(
-                f"SELECT r, {counts} FROM (SELECT {REGION} AS r, GROUPING({names}) AS g "
-                f"FROM {src.labelled(active, src.read_columns(False))} GROUP BY GROUPING SETS ({sets})) AS x "
-                f"GROUP BY r"):
-            by_region[int(r["r"])].update(r)
+        for rows in src.each(lambda rel: f"SELECT r, {counts} FROM (SELECT {REGION} AS r, GROUPING({names}) AS g "
+                                         f"FROM {src.labelled(active, columns, rel)} "
+                                         f"GROUP BY GROUPING SETS ({sets})) AS x GROUP BY r"):
+            for r in rows:
+                merged = by_region[int(r["r"])]
+                for a in categorical:
+                    merged[f"d{a}"] = max(merged.get(f"d{a}", 0), int(r[f"d{a}"]))
     out = []
     for i in range(len(active)):
         r = by_region.get(i)
@@ -180,7 +221,9 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
 
 
 def medians(src: Source, active: list, fractions: dict) -> dict:
-    """{(region, qi): the value (text) at the fraction asked, by percentile_disc}."""
+    """{(region, qi): the value (text) at the fraction asked, by percentile_disc}; of a source
+    in members, the value of the member holding most of the region's rows (an estimate: the
+    cut is still decided on exact counts)."""
     qis = sorted({a for _, a in fractions})
     if not qis:
         return {}
@@ -190,23 +233,26 @@ def medians(src: Source, active: list, fractions: dict) -> dict:
                          for i in range(len(active)) if (i, a) in fractions)
         selects.append(f"(percentile_disc(CASE {REGION} {cases} ELSE 0.5::float8 END) "
                        f"WITHIN GROUP (ORDER BY {src.names[a]}))::text AS m{a}")
-    rows = src.plpy.execute(f"SELECT {', '.join(selects)} FROM {src.labelled(active, src.read_columns(False))} "
-                            f"GROUP BY 1")
-    out = {}
-    for r in rows:
-        i = int(r["r"])
-        for a in qis:
-            if (i, a) in fractions:
-                out[(i, a)] = r[f"m{a}"]
+    columns = src.read_columns(False)
+    out, weight = {}, {}
+    for m, rows in enumerate(src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
+                                                  f"{src.labelled(active, columns, rel)} GROUP BY 1")):
+        for r in rows:
+            i = int(r["r"])
+            rows_here = src.member_rows.get((m, i), 0)
+            for a in qis:
+                if (i, a) in fractions and rows_here > weight.get((i, a), -1):
+                    out[(i, a)], weight[(i, a)] = r[f"m{a}"], rows_here
     return out
 
 
 def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dict:
     """{(region, qi): (strict Candidate or None, inclusive Candidate)} of the candidate cuts
-    ``cuts`` ({(region, qi): median value or None for NULL})."""
+    ``cuts`` ({(region, qi): median value or None for NULL}): exact over the members (sums of
+    counts; with l, the union of each member's distinct sensitive values per side)."""
     qis = sorted({a for _, a in cuts})
+    several = len(src.members) > 1
     selects = [f"{REGION} AS r"]
-    sides = {}
     for a in qis:
         for strict in (True, False):
             cases = []
@@ -217,19 +263,30 @@ def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dic
                 cases.append(f"WHEN {i} THEN {'false' if value is None and strict else src.left(a, value, strict)}")
             name = f"{'lt' if strict else 'le'}{a}"
             cond = f"CASE {REGION} {' '.join(cases)} ELSE false END"
-            sides[name] = cond
             selects.append(f"count(*) FILTER (WHERE {cond}) AS {name}")
             if with_l:
                 for j, col in enumerate(src.sensitive):
                     s = catalog_ident(src.plpy, col.name)
-                    selects.append(f"count(DISTINCT {s}) FILTER (WHERE {cond}) AS {name}_l{j}")
-                    selects.append(f"count(DISTINCT {s}) FILTER (WHERE NOT ({cond})) AS {name}_r{j}")
-    rows = src.plpy.execute(f"SELECT {', '.join(selects)} FROM {src.labelled(active, src.read_columns(with_l))} "
-                            f"GROUP BY 1")
-    out = {}
+                    agg = f"array_agg(DISTINCT {s}::text)" if several else f"count(DISTINCT {s})"
+                    selects.append(f"{agg} FILTER (WHERE {cond} AND {s} IS NOT NULL) AS {name}_l{j}")
+                    selects.append(f"{agg} FILTER (WHERE NOT ({cond}) AND {s} IS NOT NULL) AS {name}_r{j}")
+    columns = src.read_columns(with_l)
+    merged: dict = {}
+    for rows in src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
+                                     f"{src.labelled(active, columns, rel)} GROUP BY 1"):
+        for r in rows:
+            into = merged.setdefault(int(r["r"]), {})
+            for key, value in r.items():
+                if key == "r":
+                    continue
+                if several and "_" in key:       # distinct values: their union
+                    into[key] = into.get(key, set()) | set(value or [])
+                else:
+                    into[key] = into.get(key, 0) + int(value or 0)
     n_sens = len(src.sensitive) if with_l else 0
-    for r in rows:
-        i = int(r["r"])
+    size = len if several else int
+    out = {}
+    for i, r in merged.items():
         for a in qis:
             if (i, a) not in cuts:
                 continue
@@ -240,8 +297,8 @@ def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dic
                     pair.append(None)
                     continue
                 pair.append(core.Candidate(int(r[name]),
-                                           tuple(int(r[f"{name}_l{j}"]) for j in range(n_sens)),
-                                           tuple(int(r[f"{name}_r{j}"]) for j in range(n_sens))))
+                                           tuple(size(r[f"{name}_l{j}"]) for j in range(n_sens)),
+                                           tuple(size(r[f"{name}_r{j}"]) for j in range(n_sens))))
             out[(i, a)] = tuple(pair)
     return out
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
+from plpy_anon.cluster import ThrowawayCluster
+from tests.helpers import class_sizes, distinct_sensitive_per_class, notices, release_schema_of
 
 QIS = ["a", "b", "d"]
 
@@ -161,3 +162,84 @@ def test_random_tables_released_out_of_core_are_k_anonymous_truthful_and_complet
     metrics, verified, _, _ = catalog(db, rel)
     assert "out_of_core" in metrics and verified is True
     check_release(db, rel, "r", k, l)
+
+
+# ------------------------------------------------------- a source sharded over two other servers
+
+@pytest.fixture(scope="module")
+def shards():
+    """Two throwaway clusters of this machine's PostgreSQL, each holding half of a table."""
+    with ThrowawayCluster() as s0, ThrowawayCluster() as s1:
+        yield [s0, s1]
+
+
+@pytest.fixture
+def sharded(db, schema, shards):
+    """``src`` partitioned by ``id % 2`` into two postgres_fdw foreign tables, one per shard
+    (3,000 rows), owned with their servers by the role that releases it."""
+    servers = [f"{schema}_shard{i}" for i in range(2)]
+    db.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw")
+    db.execute("CREATE TABLE src (id int, a int, b text, d float8, s text) PARTITION BY LIST ((id % 2))")
+    try:
+        for i, (shard, server) in enumerate(zip(shards, servers)):
+            with psycopg.connect(shard.dsn(), autocommit=True) as conn:
+                conn.execute("DROP TABLE IF EXISTS part")
+                conn.execute("CREATE TABLE part (id int PRIMARY KEY, a int, b text, d float8, s text)")
+                conn.execute(f"""INSERT INTO part
+                    SELECT i, CASE WHEN i % 17 = 0 THEN NULL ELSE 18 + (i * 37) % 70 END,
+                           (ARRAY['north', 'south', 'east', 'west', NULL])[1 + (i * 7) % 5],
+                           ((i * 53) % 600) / 10.0, (ARRAY['flu', 'hiv', 'cancer', 'asthma'])[1 + (i * 11) % 4]
+                    FROM generate_series(1, 3000) i WHERE i % 2 = {i}""")
+            db.execute(f"CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw "
+                       f"OPTIONS (host '{shard.socket_dir}', dbname 'postgres')")
+            db.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} OPTIONS (user 'postgres')")
+            db.execute(f"CREATE FOREIGN TABLE src_{i} PARTITION OF src FOR VALUES IN ({i}) "
+                       f"SERVER {server} OPTIONS (schema_name 'public', table_name 'part')")
+        yield "src"
+    finally:
+        db.execute("DROP TABLE IF EXISTS src CASCADE")
+        for server in servers:
+            db.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
+
+
+def test_source_sharded_through_postgres_fdw_is_released_with_its_aggregates_run_on_the_shards(
+        db, schema, sharded):
+    db.execute("LOAD 'auto_explain'")
+    seen = notices(db)
+    for setting, value in [("auto_explain.log_min_duration", "0"), ("auto_explain.log_verbose", "on"),
+                           ("auto_explain.log_nested_statements", "on"), ("auto_explain.log_level", "notice")]:
+        db.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    try:
+        with budget(db, "64kB"):
+            rel = release(db, schema, sharded, "ooc", k=5, l=2)
+    finally:
+        db.execute("RESET auto_explain.log_min_duration")
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
+    check_release(db, rel, sharded, 5, 2)
+    # the level queries' aggregates ran where the rows are, one remote query per shard
+    remote = [line.strip() for plan in seen for line in plan.splitlines() if "Remote SQL:" in line]
+    assert any("count(" in line and "GROUP BY" in line for line in remote), remote[:5]
+
+
+def test_foreign_partition_on_a_server_another_role_owns_is_refused(db, schema):
+    """Foreign members are read only when the caller owns them and their servers (what it owns,
+    it chose): a server another role owns decides where the caller's user mapping logs in."""
+    role = f"{schema}_server_owner"[:63]
+    db.execute("CREATE EXTENSION IF NOT EXISTS file_fdw")
+    db.execute(f"CREATE ROLE {role}")
+    db.execute(f"CREATE SERVER {role}_files FOREIGN DATA WRAPPER file_fdw")
+    try:
+        db.execute("CREATE TABLE src (id int, a int, b text, d float8, s text) PARTITION BY RANGE (id)")
+        db.execute("CREATE TABLE src_1 PARTITION OF src FOR VALUES FROM (1) TO (100)")
+        db.execute(f"CREATE FOREIGN TABLE src_f PARTITION OF src FOR VALUES FROM (100) TO (200) "
+                   f"SERVER {role}_files OPTIONS (filename '/dev/null')")
+        db.execute("INSERT INTO src_1 SELECT i, i % 50, 'x', i, 'flu' FROM generate_series(1, 99) i")
+        release(db, schema, "src", "owned", k=5)            # the caller owns table and server
+        db.execute(f"ALTER SERVER {role}_files OWNER TO {role}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="foreign partitions"):
+            release(db, schema, "src", "not_owned", k=5)
+    finally:
+        db.execute("DROP TABLE IF EXISTS src CASCADE")
+        db.execute(f"DROP SERVER IF EXISTS {role}_files CASCADE")
+        db.execute(f"DROP ROLE IF EXISTS {role}")
