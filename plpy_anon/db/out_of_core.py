@@ -85,15 +85,9 @@ def takes_path(parameters: dict) -> bool:
 class Source:
     """The relation a release reads and its columns as the level queries use them."""
 
-    def __init__(self, plpy, tbl, qis: list, sensitive: list):
+    def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str]):
         self.plpy = plpy
-        self.relation = tbl.quoted(plpy)
-        # a source with foreign members is asked member by member: PostgreSQL 15 pushes an
-        # aggregate over a partitioned table down to its foreign partitions only when grouped by
-        # the partition key, so the root's GROUP BY region would pull every row here
-        foreign = run(plpy, FOREIGN_MEMBERS, ["oid"], [tbl.oid])
-        self.members = [f"ONLY {r['name']}" for r in foreign] if any(r["foreign"] for r in foreign) \
-            else [self.relation]
+        self.members = members
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
         self.qis = qis
         self.sensitive = sensitive
@@ -125,7 +119,8 @@ class Source:
 
     def each(self, query) -> list[list]:
         """The rows of ``query(relation)`` for each member of the source."""
-        return [list(self.plpy.execute(query(member))) for member in self.members]
+        return each_member(self.plpy, self.members, query)
+
 
     def labelled(self, active: list, columns: list[str], relation: str) -> str:
         """A subquery of the rows of ``relation`` in the ``active`` regions: each row's region
@@ -149,6 +144,21 @@ class Source:
         return cols
 
 
+def source_members(plpy, tbl) -> list[str]:
+    """The relations the level queries read: the source itself, or each of its leaf members
+    (``ONLY``) when some are foreign tables. PostgreSQL 15 pushes an aggregate over a
+    partitioned table down to its foreign partitions only when grouped by the partition key, so
+    the root's GROUP BY region would pull every row here."""
+    found = run(plpy, FOREIGN_MEMBERS, ["oid"], [tbl.oid])
+    if any(r["foreign"] for r in found):
+        return [f"ONLY {r['name']}" for r in found]
+    return [tbl.quoted(plpy)]
+
+
+def each_member(plpy, members: list[str], query) -> list[list]:
+    return [list(plpy.execute(query(member))) for member in members]
+
+
 def catalog_ident(plpy, name: str) -> str:
     return plpy.quote_ident(name)
 
@@ -168,6 +178,10 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
         if src.numeric[a]:
             expr = read_expression(src.plpy, col)
             selects.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
+        elif len(src.members) > 1:
+            # members' aggregates are pushed down whole; grouping sets are not (their rows
+            # would come here)
+            selects.append(f"count(DISTINCT {c}) + (bool_or({c} IS NULL))::int AS d{a}")
         else:
             categorical.append(a)
     columns = src.read_columns(False)
@@ -188,6 +202,8 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
                     for key, pick in ((f"lo{a}", min), (f"hi{a}", max)):
                         values = [v for v in (merged.get(key), r[key]) if v is not None]
                         merged[key] = pick(values) if values else None
+                elif f"d{a}" in r:
+                    merged[f"d{a}"] = max(merged.get(f"d{a}", 0), int(r[f"d{a}"]))
     if categorical:
         # GROUPING(...) of the set (region, column j of m): every bit but j's set
         m = len(categorical)
@@ -400,10 +416,12 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     budget = budget_bytes(plpy)
     l = parameters.get("l")
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
-    n = int(run(plpy, f"SELECT count(*) AS n FROM {tbl.quoted(plpy)}")[0]["n"])
+    members = source_members(plpy, tbl)
+    n = sum(int(rows[0]["n"]) for rows in each_member(plpy, members,
+                                                      lambda rel: f"SELECT count(*) AS n FROM {rel}"))
     if core.fits(n, bytes_per_row, budget):
         return None
-    src = Source(plpy, tbl, qis, sens if l else [])
+    src = Source(plpy, tbl, qis, sens if l else [], members)
     with timing.phase("read"):
         leaves, levels = top_regions(src, int(parameters["k"]), l, budget, bytes_per_row)
     ctx = method.Run(plpy, GD, release_id, release, parameters, started)
