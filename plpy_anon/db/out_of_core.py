@@ -150,7 +150,11 @@ def source_members(plpy, tbl) -> list[str]:
     partitioned table down to its foreign partitions only when grouped by the partition key, so
     the root's GROUP BY region would pull every row here."""
     found = run(plpy, FOREIGN_MEMBERS, ["oid"], [tbl.oid])
-    if any(r["foreign"] for r in found):
+    # row security on the root filters what the reader sees through it, which asking each
+    # member would not: such a source is asked through its root (aggregated here)
+    secured = run(plpy, "SELECT c.relrowsecurity AS rls FROM pg_catalog.pg_class c WHERE c.oid = $1",
+                  ["oid"], [tbl.oid])[0]["rls"]
+    if any(r["foreign"] for r in found) and not secured:
         return [f"ONLY {r['name']}" for r in found]
     return [tbl.quoted(plpy)]
 
