@@ -137,7 +137,13 @@ WHERE NOT r.rolsuper
 UNION
 SELECT c.oid::pg_catalog.regclass::text, NULL, NULL
 FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
+LEFT JOIN pg_catalog.pg_foreign_table ft ON ft.ftrelid = c.oid
+LEFT JOIN pg_catalog.pg_foreign_server fs ON fs.oid = ft.ftserver
 WHERE c.relkind = 'f'
+  -- unless the caller chose all of it: it owns the table, the foreign member and its server
+  AND NOT (c.relowner = (SELECT u.oid FROM pg_catalog.pg_roles u WHERE u.rolname = current_user)
+           AND fs.srvowner = c.relowner
+           AND (SELECT t.relowner FROM pg_catalog.pg_class t WHERE t.oid = $1) = c.relowner)
 ORDER BY 1, 2
 """
 
@@ -145,8 +151,9 @@ ORDER BY 1, 2
 def check_planner_code(plpy, oid: int, label: str) -> None:
     """Refuse table ``oid`` (with its children and partitions) if planning a query on it would run
     a function not owned by a superuser (see PLANNER_CODE), or if it has foreign partitions or
-    children (a postgres_fdw partition whose user mapping logs in as the DBA when the DBA is a
-    superuser runs the owner's remote view as postgres). Catalog reads only: callable
+    children unless the caller owns the table, each of them and their servers (a postgres_fdw
+    partition whose user mapping logs in as the DBA when the DBA is a superuser runs the owner's
+    remote view as postgres; what the caller owns, it chose). Catalog reads only: callable
     from any function; :func:`guard_source` adds the lock that keeps it true until the transaction
     ends."""
     rows = run(plpy, PLANNER_CODE, ["oid"], [oid])
@@ -156,8 +163,8 @@ def check_planner_code(plpy, oid: int, label: str) -> None:
             f"table {label} has foreign partitions or children ({', '.join(foreign[:5])}): "
             "reading them runs a query on another server, as the user mapping says, on behalf of "
             "whoever builds or refreshes a release of it",
-            hint="Release a local copy of the data (CREATE TABLE ... AS SELECT), or detach the "
-                 "foreign tables.")
+            hint="Release a local copy of the data (CREATE TABLE ... AS SELECT), detach the "
+                 "foreign tables, or build as the role owning them and their servers.")
     refuse_code(rows, "what", "calls",
                 f"planning a query on table {label} would run functions not owned by a "
                 "superuser, with the rights of whoever builds or refreshes a release of it",

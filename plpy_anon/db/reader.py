@@ -277,13 +277,15 @@ EXACT_TIME_TYPES = ("timestamp", "timestamptz")
 
 
 def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column],
-                 *, located: bool = True, exact: bool = False, texts: list[Column] = ()) -> TableData:
+                 *, located: bool = True, exact: bool = False, texts: list[Column] = (),
+                 where: str | None = None) -> TableData:
     """Read ``numeric`` columns as numbers and ``categorical`` columns as text, chunk by chunk
     (see the module docstring); with ``located``, each row's ctid (and relation) too; with
     ``exact``, what the float8 read for ordering rounds, exactly: each timestamp column's
     microseconds (``data.exact_times``) and each numeric column's text (``data.numeric_texts``,
     coded like a categorical column's); ``texts``: these columns' text too, whatever else reads
-    them (``data.texts``)."""
+    them (``data.texts``); ``where``: only the rows of this SQL condition (built by the caller
+    from quoted identifiers and literals)."""
     plan, several = read_plan(plpy, tbl)
     several = several and located
     selects = ["count(*) AS n"]
@@ -329,10 +331,12 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     numeric_texts = [_Dictionary() for _ in numeric]
     dictionaries = [_Dictionary() for _ in categorical]
     text_dictionaries = [_Dictionary() for _ in texts]
+    condition = f" AND ({where})" if where else ""
     for relation, blocks in plan:
-        lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid", ["text"])
-        both = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid AND ctid < $2::tid",
-                            ["text", "text"])
+        lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid{condition}",
+                                  ["text"])
+        both = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid AND ctid < $2::tid"
+                            f"{condition}", ["text", "text"])
         for lo, hi in _chunks(blocks, step):
             row = (both.execute([lo, hi]) if hi else lower_only.execute([lo]))[0]
             n = int(row["n"])

@@ -10,12 +10,13 @@ import functools
 
 import numpy as np
 
-from plpy_anon.core import republish
+from plpy_anon.core import regions, republish
+from plpy_anon.core.encoding import numeric_offset
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import stable_partition
-from plpy_anon.db import compact, method, republication, stored_classes
+from plpy_anon.db import compact, method, out_of_core, republication, stored_classes
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods.mondrian_family import (
@@ -47,11 +48,34 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
+    # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates (out_of_core.py)
+    slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id, read=read_region,
+                                         fit=fit, publish=publish_region)
+    if slices is not None:
+        return slices
     return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 
 def read(ctx: method.Run) -> ReleaseRows:
     return load_release_rows(ctx.plpy, ctx.release, with_target=False)
+
+
+def read_region(ctx: method.Run, where: str | None, whole: list) -> ReleaseRows:
+    """The rows of one region of an out-of-core run (``where``), their QIs encoded against the
+    whole table's domain (``whole``: regions.widened), so the fit ranks them as the whole
+    table's fit would."""
+    rows = load_release_rows(ctx.plpy, ctx.release, with_target=False, where=where)
+    for i, enc in enumerate(rows.encoded):
+        rows.encoded[i], shift = regions.widened(enc, whole[i])
+        by_code = rows.read.values_by_code if rows.read is not None else {}
+        if shift and enc.name in by_code:       # the value of each code, a code added below them
+            offset = numeric_offset(enc)
+            by_code[enc.name] = np.insert(by_code[enc.name], offset, by_code[enc.name][offset])
+    return rows
+
+
+def publish_region(ctx: method.Run, rows: ReleaseRows, model):
+    return partition_output(ctx, rows, model.labels_, model.n_classes_)
 
 
 def fit(rows: ReleaseRows, parameters: dict):

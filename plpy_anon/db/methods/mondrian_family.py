@@ -412,8 +412,9 @@ class ReleaseRows:
         return pd.DataFrame(frame)
 
 
-def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
-    """Read the columns a Mondrian-family release needs in one query and encode its QIs."""
+def load_release_rows(plpy, release, *, with_target=True, where: str | None = None) -> ReleaseRows:
+    """Read the columns a Mondrian-family release needs in one query and encode its QIs;
+    ``where``: only the rows of this SQL condition (a region of an out-of-core run)."""
     params = jsonb(release["parameters"])
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
@@ -439,7 +440,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     extra = [c for c in sens + target_col + identifiers if c.name not in {q.name for q in categorical}]
     # a stable release's check matches its people with the released classes by their QIs as read
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values,
-                        exact=reads_values, texts=numeric if stable else [])
+                        exact=reads_values, texts=numeric if stable else [], where=where)
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)

@@ -1,0 +1,236 @@
+"""The top cuts of an out-of-core Mondrian, chosen from per-region aggregates.
+
+A table too large to fit a build's memory is first cut into regions by the same rules as the
+in-memory fit (:mod:`plpy_anon.core.mondrian`, LeFevre, DeWitt & Ramakrishnan, "Mondrian
+Multidimensional K-Anonymity", ICDE 2006), from figures the database computes over the source
+for all regions of a level at once: each region's rows, and per QI its non-NULL count and
+spread; then the median of the ranked QIs; then the exact sizes (and, with l, distinct
+sensitive counts) of both sides of each candidate cut. Every region that fits the budget (or
+cannot be cut) is then fitted in memory by the ordinary estimator, one region at a time.
+
+Rules, as in the in-memory fit:
+
+* a region of ``rows >= 2k`` may be cut; its QIs are ranked by normalized spread (numeric: the
+  region's range over the table's; categorical: distinct values, NULL counted, minus one over
+  the table's), largest first, ties by position; spread 0 is never tried;
+* on a QI, with NULL ordered lowest and ``v`` the value at position ``rows // 2``, the
+  candidates are ``left = {x < v}`` and ``left = {x <= v}`` (NULL always left; when ``v`` is
+  NULL, the one candidate is ``left = {x IS NULL}``); a candidate is allowable when both sides
+  keep ``k`` rows (and ``l`` distinct values of every sensitive column); the more balanced
+  allowable one wins, ties to ``<``; none -> the next QI.
+
+Every count is exact, so k (and distinct l) hold whatever the medians: a region's cut is made
+only when both sides, counted over the whole source, keep them. Categorical QIs are cut here
+in their type's order (the in-memory fit orders them by frequency): the releases differ, the
+guarantees do not. Hierarchy columns and QIs of a type without an order are not cut here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from plpy_anon.core.encoding import EncodedColumn, numeric_offset
+from plpy_anon.core.generalize import code_positions
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One side of a cut on QI ``qi``: ``left`` is the side of values below ``value`` (``strict``)
+    or up to it, NULL included; ``value`` None: the cut puts NULL left and every value right."""
+
+    qi: int
+    value: str | None
+    strict: bool
+    left: bool
+
+
+@dataclass
+class Region:
+    bounds: tuple[Bound, ...]
+    rows: int
+
+
+@dataclass
+class QIStats:
+    """A region's figures on one QI: non-NULL rows, and its spread's inputs (numeric: lowest
+    and highest value read as a number; categorical: distinct values, NULL counted)."""
+
+    non_null: int
+    low: float | None = None
+    high: float | None = None
+    distinct: int | None = None
+
+
+def spread(stats: QIStats, whole: QIStats, numeric: bool) -> float:
+    """Normalized spread in [0, 1] of a region on one QI, ``whole`` being the table's figures."""
+    if numeric:
+        if stats.low is None or stats.high is None or not stats.high > stats.low:
+            return 0.0
+        width = (whole.high - whole.low) if whole.low is not None else 0.0
+        if not math.isfinite(width) or width <= 0:
+            return 1.0                 # infinite values: ranked first, the counts decide
+        return min(1.0, (stats.high - stats.low) / width)
+    if not stats.distinct or stats.distinct <= 1 or not whole.distinct or whole.distinct <= 1:
+        return 0.0
+    return (stats.distinct - 1) / (whole.distinct - 1)
+
+
+def ranking(spreads: list[float]) -> list[int]:
+    """QIs of spread > 0, largest first, ties by position."""
+    return sorted((a for a, s in enumerate(spreads) if s > 0), key=lambda a: (-spreads[a], a))
+
+
+def median_fraction(rows: int, non_null: int) -> float | None:
+    """The ``percentile_disc`` fraction of the non-NULL values giving the value at position
+    ``rows // 2`` with NULL ordered lowest, or None when that position holds NULL. The half
+    step keeps ``ceil(fraction * non_null)`` on the right value whatever float8 rounds."""
+    nulls = rows - non_null
+    position = rows // 2
+    if position < nulls or non_null == 0:
+        return None
+    return (position - nulls + 0.5) / non_null
+
+
+@dataclass
+class Candidate:
+    """The figures of one candidate cut: rows left, and with l the distinct sensitive values of
+    each side per sensitive column."""
+
+    left_rows: int
+    left_distinct: tuple[int, ...] = ()
+    right_distinct: tuple[int, ...] = ()
+
+    def allowable(self, rows: int, k: int, l: int | None) -> bool:
+        if self.left_rows < k or rows - self.left_rows < k:
+            return False
+        if l:
+            return min(self.left_distinct + self.right_distinct, default=l) >= l
+        return True
+
+
+def choose(rows: int, k: int, l: int | None, strict: Candidate | None,
+           inclusive: Candidate | None) -> bool | None:
+    """Which candidate cut of a QI is made: True (``<``), False (``<=``) or None (neither is
+    allowable). The more balanced wins, ties to ``<``."""
+    ok = [(abs(2 * c.left_rows - rows), not is_strict)
+          for is_strict, c in ((True, strict), (False, inclusive))
+          if c is not None and c.allowable(rows, k, l)]
+    if not ok:
+        return None
+    return not min(ok)[1]
+
+
+def fits(rows: int, bytes_per_row: int, budget: int) -> bool:
+    """Whether a region's rows, read and fitted in memory, fit the budget (an estimate)."""
+    return rows * bytes_per_row <= budget
+
+
+def row_bytes(n_columns: int) -> int:
+    """Estimated peak bytes per row of the in-memory read and fit of ``n_columns`` columns
+    (QIs and sensitive columns): measured ~200 MiB per million rows at 6 QIs and 1 sensitive
+    column (docs/scaling.md), the codes, orders and layouts of each column and the row's ctid."""
+    return 32 + 24 * n_columns
+
+
+class ReleaseFigures:
+    """A release's metrics (core.metrics.release_metrics) merged from its regions' fits. Each
+    region's fit measures spreads against its own encoding (its range, its distinct values);
+    they are rescaled to the table's here: numeric by the region's width over the table's,
+    categorical by (the region's distinct values - 1) over the table's; hierarchies measure
+    against the whole hierarchy already."""
+
+    def __init__(self):
+        self.rows = 0
+        self.achieved_k = None
+        self.n_classes = 0
+        self.c_dm = 0
+        self.parts = []                 # per region: (rows, {name: ncp %}, {name: scale input})
+        self.low: dict[str, float] = {}
+        self.high: dict[str, float] = {}
+        self.labels: dict[str, set] = {}
+
+    def add(self, encoded: list, metrics: dict, rows: int) -> None:
+        self.rows += rows
+        k = metrics["achieved_k"]
+        self.achieved_k = k if self.achieved_k is None else min(self.achieved_k, k)
+        self.n_classes += metrics["n_classes"]
+        self.c_dm += metrics["c_dm"]
+        inputs = {}
+        for enc in encoded:
+            if enc.kind == "numeric":
+                pos = code_positions(enc)[numeric_offset(enc):]
+                if pos.size:
+                    lo, hi = float(pos[0]), float(pos[-1])
+                    self.low[enc.name] = min(self.low.get(enc.name, lo), lo)
+                    self.high[enc.name] = max(self.high.get(enc.name, hi), hi)
+                    inputs[enc.name] = ("width", hi - lo)
+            elif enc.hierarchy is None:
+                self.labels.setdefault(enc.name, set()).update(
+                    v for v in enc.labels.tolist() if not (isinstance(v, str) and v.startswith(PHANTOM)))
+                inputs[enc.name] = ("domain", len(enc.labels))
+        self.parts.append((rows, dict(metrics["ncp_per_attribute"]), inputs))
+
+    def metrics(self, k: int) -> dict:
+        ncp = {}
+        for rows, per_attribute, inputs in self.parts:
+            for name, value in per_attribute.items():
+                kind, size = inputs.get(name, ("same", None))
+                if kind == "width":
+                    whole = self.high[name] - self.low[name]
+                    scale = size / whole if whole > 0 else 0.0
+                elif kind == "domain":
+                    whole = len(self.labels[name])
+                    scale = (size - 1) / (whole - 1) if whole > 1 else 0.0
+                else:
+                    scale = 1.0
+                ncp[name] = ncp.get(name, 0.0) + rows * value * scale / self.rows
+        return {
+            "achieved_k": self.achieved_k,
+            "n_classes": self.n_classes,
+            "c_dm": self.c_dm,
+            "c_avg": self.rows / (self.n_classes * k),
+            "ncp_percent": sum(ncp.values()) / len(ncp) if ncp else 0.0,
+            "ncp_per_attribute": ncp,
+        }
+
+
+#: a categorical label no value can be (PostgreSQL text holds no NUL): a value of the table's
+#: domain that a region does not hold
+PHANTOM = "\x00"
+
+
+def widened(enc, whole: QIStats | None):
+    """``(column, shift)``: a region's encoded QI whose spreads measure against the table's
+    domain (``whole``: the table's figures), as in the in-memory fit of the whole table, so a
+    region's fit ranks and cuts its QIs as that fit would. Numeric: the table's lowest and
+    highest value added to the labels (codes of values move up by ``shift``, 0 or 1);
+    categorical: labels that no code uses (PHANTOM) up to the table's distinct values.
+    Unchanged (shift 0) without figures, for hierarchies, and for non-finite extremes."""
+    if whole is None or enc.hierarchy is not None:
+        return enc, 0
+    if enc.kind == "numeric":
+        labels = enc.labels
+        if (labels.size == 0 or whole.low is None or not math.isfinite(whole.low)
+                or not math.isfinite(whole.high) or labels.dtype.kind not in "if"):
+            return enc, 0
+        low = np.asarray(whole.low).astype(labels.dtype)
+        high = np.asarray(whole.high).astype(labels.dtype)
+        shift = int(low < labels[0])
+        parts = ([low.reshape(1)] if shift else []) + [labels] + \
+            ([high.reshape(1)] if high > labels[-1] else [])
+        if len(parts) == 1:
+            return enc, 0
+        codes = enc.codes
+        if shift:
+            codes = codes + np.int32(1)
+            if enc.null_code is not None:
+                codes[enc.codes == enc.null_code] = enc.null_code
+        return EncodedColumn(enc.name, enc.kind, codes.astype(np.int32), np.concatenate(parts),
+                             enc.null_code), shift
+    if whole.distinct is None or whole.distinct <= len(enc.labels):
+        return enc, 0
+    extra = np.array([PHANTOM * (i + 1) for i in range(whole.distinct - len(enc.labels))], dtype=object)
+    return EncodedColumn(enc.name, enc.kind, enc.codes, np.concatenate([enc.labels, extra]),
+                         enc.null_code), 0

@@ -1,0 +1,485 @@
+"""Mondrian releases of tables larger than a build's memory: the top cuts from SQL aggregates,
+the regions below them fitted in memory one at a time.
+
+When the estimated memory of the in-memory read and fit (core.regions.row_bytes per row) exceeds
+``plpy_anon.build_memory`` (any role may set it, like ``work_mem``; default 1GB), the release's
+partitioning run (``anon._mondrian_partition_slices``) becomes:
+
+1. **Top levels in SQL.** Per level, three queries over the source, each grouping all regions
+   of the level at once by a ``CASE`` of their predicates (a region is a conjunction of cuts
+   ``x < v`` / ``x <= v``, NULL ordered lowest): rows, non-NULL counts and spreads per QI; the
+   median of each QI (``percentile_disc``, exact); the exact sizes of both candidate cuts (and
+   with l, ``count(DISTINCT)`` of each sensitive column per side). core.regions decides the cuts
+   by the in-memory fit's rules, so k (and distinct l) hold: only counted sides are made.
+   Nothing but these aggregates reaches Python; the queries are plain SQL over the source
+   relation, so any relation PostgreSQL can aggregate (a partitioned table, postgres_fdw
+   foreign tables, whose aggregates it pushes down) works the same.
+2. **Leaves in memory.** A region that fits the budget (or has no allowable cut) is read with
+   its predicate (mondrian_family.load_release_rows) and fitted by the ordinary estimator; its
+   classes become the run's next slices (anon.partition_slice), its positions and class ids
+   offset by the regions before it. The slices are made when PostgreSQL asks for them, so
+   one region's rows are in memory at a time.
+
+The run's statistics are stashed before the first leaf (its row count is the regions' sum, its
+metrics dictionary filled as the leaves are fitted: core.regions.ReleaseFigures). The release
+is verified from its rows as every other one (verify.py).
+
+Not taken (the in-memory path runs, whatever the size): the stable refresh mode, t-closeness,
+entropy and recursive l-diversity, the utility split and prioritized Mondrian, whose cuts the
+aggregates here do not count.
+"""
+from __future__ import annotations
+
+import time
+
+from plpy_anon.core import regions as core
+from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.db import columns as catalog
+from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
+from plpy_anon.db.class_counts import orderable
+from plpy_anon.db.generalization import column_for
+from plpy_anon.db.reader import read_expression
+from plpy_anon.db.sqltext import jsonb, progress, run
+
+SETTING = "plpy_anon.build_memory"
+DEFAULT_BUDGET = "1GB"
+#: the name of the region label in the level queries (a column of the source could not clash
+#: with a name no one gives a column)
+REGION = '"plpy_anon region"'
+MAX_LEVELS = 40
+
+#: the leaf members of a source's tree (itself when it has none), named as regclass prints
+#: them, and whether each is a foreign table
+FOREIGN_MEMBERS = """
+WITH RECURSIVE tree(oid) AS (
+    SELECT $1::pg_catalog.oid
+    UNION ALL
+    SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+SELECT c.oid::pg_catalog.regclass::text AS name, c.relkind = 'f' AS foreign
+FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid
+WHERE c.relkind IN ('r', 'f')
+ORDER BY c.oid"""
+
+
+def budget_bytes(plpy) -> int:
+    """``plpy_anon.build_memory`` in bytes (``pg_size_bytes``: '512MB', '1GB', '65536')."""
+    raw = run(plpy, f"SELECT pg_catalog.current_setting('{SETTING}', true) AS b")[0]["b"] or DEFAULT_BUDGET
+    try:
+        with plpy.subtransaction():
+            value = run(plpy, "SELECT pg_catalog.pg_size_bytes($1) AS b", ["text"], [raw])[0]["b"]
+    except plpy.SPIError:
+        value = None
+    if value is None or value <= 0:
+        raise InvalidParameter(f'{SETTING} = "{raw}" is not a memory size',
+                               hint="Set it to a size such as '512MB' or '2GB' (pg_size_bytes units).")
+    return int(value)
+
+
+def takes_path(parameters: dict) -> bool:
+    """Whether a release's cuts are all counted by the aggregates here (see the module doc)."""
+    return (not republication.is_stable(parameters) and parameters.get("t") is None
+            and parameters.get("split", "median") == "median"
+            and (not parameters.get("l") or parameters.get("l_diversity", "distinct") == "distinct"))
+
+
+class Source:
+    """The relation a release reads and its columns as the level queries use them."""
+
+    def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str]):
+        self.plpy = plpy
+        self.members = members
+        self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
+        self.qis = qis
+        self.sensitive = sensitive
+        hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
+        self.numeric = [c.kind == "numeric" for c in qis]
+        # QIs cut at the top: numbers, and categorical columns of an ordered type without a
+        # hierarchy
+        self.cuttable = [c.kind == "numeric" or (c.name not in hierarchical
+                                                 and orderable(plpy, c.display_type)) for c in qis]
+        self.names = [catalog_ident(plpy, c.name) for c in qis]
+        self.whole: list = [None] * len(qis)     # the table's QIStats (the first level's)
+
+    def literal(self, a: int, value: str) -> str:
+        return f"CAST({self.plpy.quote_literal(value)} AS {self.qis[a].display_type})"
+
+    def left(self, a: int, value: str | None, strict: bool) -> str:
+        """SQL true on the left side of a cut (NULL lowest; never NULL itself)."""
+        c = self.names[a]
+        if value is None:
+            return f"({c} IS NULL)"
+        return f"({c} IS NULL OR {c} {'<' if strict else '<='} {self.literal(a, value)})"
+
+    def predicate(self, bounds) -> str:
+        parts = []
+        for b in bounds:
+            side = self.left(b.qi, b.value, b.strict)
+            parts.append(side if b.left else f"(NOT {side})")
+        return " AND ".join(parts) if parts else "true"
+
+    def each(self, query) -> list[list]:
+        """The rows of ``query(relation)`` for each member of the source."""
+        return each_member(self.plpy, self.members, query)
+
+
+    def labelled(self, active: list, columns: list[str], relation: str) -> str:
+        """A subquery of the rows of ``relation`` in the ``active`` regions: each row's region
+        number (REGION) and ``columns``."""
+        if len(active) == 1:
+            label = "0"
+        else:
+            label = "CASE " + " ".join(f"WHEN {self.predicate(r.bounds)} THEN {i}"
+                                       for i, r in enumerate(active)) + " END"
+        where = f" WHERE {self.predicate(active[0].bounds)}" if len(active) == 1 and active[0].bounds else ""
+        inner = f"SELECT {label} AS {REGION}{''.join(', ' + c for c in columns)} FROM {relation}{where}"
+        if len(active) == 1:
+            return f"({inner}) AS s"
+        return f"({inner}) AS s WHERE {REGION} IS NOT NULL"
+
+    def read_columns(self, with_sensitive: bool) -> list[str]:
+        cols = list(dict.fromkeys(self.names))
+        if with_sensitive:
+            cols += [catalog_ident(self.plpy, c.name) for c in self.sensitive
+                     if catalog_ident(self.plpy, c.name) not in cols]
+        return cols
+
+
+def source_members(plpy, tbl) -> list[str]:
+    """The relations the level queries read: the source itself, or each of its leaf members
+    (``ONLY``) when some are foreign tables. PostgreSQL 15 pushes an aggregate over a
+    partitioned table down to its foreign partitions only when grouped by the partition key, so
+    the root's GROUP BY region would pull every row here."""
+    found = run(plpy, FOREIGN_MEMBERS, ["oid"], [tbl.oid])
+    # row security on the root filters what the reader sees through it, which asking each
+    # member would not: such a source is asked through its root (aggregated here)
+    secured = run(plpy, "SELECT c.relrowsecurity AS rls FROM pg_catalog.pg_class c WHERE c.oid = $1",
+                  ["oid"], [tbl.oid])[0]["rls"]
+    if any(r["foreign"] for r in found) and not secured:
+        return [f"ONLY {r['name']}" for r in found]
+    return [tbl.quoted(plpy)]
+
+
+def each_member(plpy, members: list[str], query) -> list[list]:
+    return [list(plpy.execute(query(member))) for member in members]
+
+
+def catalog_ident(plpy, name: str) -> str:
+    return plpy.quote_ident(name)
+
+
+def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
+    """(rows, [QIStats or None per QI]) of each active region: one pass for the counts and
+    extremes, one for the categorical QIs' distinct values (hashed grouping sets: a sort per
+    column cost ~2 s per million rows each). Members' figures merge exactly (sums, min, max),
+    but for distinct values: the largest member's, a lower bound that only ranks the QIs."""
+    selects = [f"{REGION} AS r", "count(*) AS n"]
+    categorical = []
+    for a, col in enumerate(src.qis):
+        if not src.cuttable[a]:
+            continue
+        c = src.names[a]
+        selects.append(f"count({c}) AS nn{a}")
+        if src.numeric[a]:
+            expr = read_expression(src.plpy, col)
+            selects.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
+        elif len(src.members) > 1:
+            # members' aggregates are pushed down whole; grouping sets are not (their rows
+            # would come here)
+            selects.append(f"count(DISTINCT {c}) + (bool_or({c} IS NULL))::int AS d{a}")
+        else:
+            categorical.append(a)
+    columns = src.read_columns(False)
+    by_region: dict = {}
+    src.member_rows = {}
+    for m, rows in enumerate(src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
+                                                  f"{src.labelled(active, columns, rel)} GROUP BY 1")):
+        for r in rows:
+            i = int(r["r"])
+            src.member_rows[(m, i)] = int(r["n"])
+            merged = by_region.setdefault(i, {"n": 0})
+            merged["n"] += int(r["n"])
+            for a in range(len(src.qis)):
+                if not src.cuttable[a]:
+                    continue
+                merged[f"nn{a}"] = merged.get(f"nn{a}", 0) + int(r[f"nn{a}"])
+                if src.numeric[a]:
+                    for key, pick in ((f"lo{a}", min), (f"hi{a}", max)):
+                        values = [v for v in (merged.get(key), r[key]) if v is not None]
+                        merged[key] = pick(values) if values else None
+                elif f"d{a}" in r:
+                    merged[f"d{a}"] = max(merged.get(f"d{a}", 0), int(r[f"d{a}"]))
+    if categorical:
+        # GROUPING(...) of the set (region, column j of m): every bit but j's set
+        m = len(categorical)
+        counts = ", ".join(f"count(*) FILTER (WHERE g = {(1 << m) - 1 - (1 << (m - 1 - j))}) AS d{a}"
+                           for j, a in enumerate(categorical))
+        names = ", ".join(src.names[a] for a in categorical)
+        sets = ", ".join(f"({REGION}, {src.names[a]})" for a in categorical)
+        for rows in src.each(lambda rel: f"SELECT r, {counts} FROM (SELECT {REGION} AS r, GROUPING({names}) AS g "
+                                         f"FROM {src.labelled(active, columns, rel)} "
+                                         f"GROUP BY GROUPING SETS ({sets})) AS x GROUP BY r"):
+            for r in rows:
+                merged = by_region[int(r["r"])]
+                for a in categorical:
+                    merged[f"d{a}"] = max(merged.get(f"d{a}", 0), int(r[f"d{a}"]))
+    out = []
+    for i in range(len(active)):
+        r = by_region.get(i)
+        if r is None:
+            out.append((0, [None] * len(src.qis)))
+            continue
+        stats = []
+        for a in range(len(src.qis)):
+            if not src.cuttable[a]:
+                stats.append(None)
+            elif src.numeric[a]:
+                stats.append(core.QIStats(int(r[f"nn{a}"]), r[f"lo{a}"], r[f"hi{a}"]))
+            else:
+                stats.append(core.QIStats(int(r[f"nn{a}"]), distinct=int(r[f"d{a}"])))
+        out.append((int(r["n"]), stats))
+    return out
+
+
+def medians(src: Source, active: list, fractions: dict) -> dict:
+    """{(region, qi): the value (text) at the fraction asked, by percentile_disc}; of a source
+    in members, the value of the member holding most of the region's rows (an estimate: the
+    cut is still decided on exact counts)."""
+    qis = sorted({a for _, a in fractions})
+    if not qis:
+        return {}
+    selects = [f"{REGION} AS r"]
+    for a in qis:
+        cases = " ".join(f"WHEN {i} THEN {fractions[(i, a)]!r}::float8"
+                         for i in range(len(active)) if (i, a) in fractions)
+        selects.append(f"(percentile_disc(CASE {REGION} {cases} ELSE 0.5::float8 END) "
+                       f"WITHIN GROUP (ORDER BY {src.names[a]}))::text AS m{a}")
+    columns = src.read_columns(False)
+    out, weight = {}, {}
+    for m, rows in enumerate(src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
+                                                  f"{src.labelled(active, columns, rel)} GROUP BY 1")):
+        for r in rows:
+            i = int(r["r"])
+            rows_here = src.member_rows.get((m, i), 0)
+            for a in qis:
+                if (i, a) in fractions and rows_here > weight.get((i, a), -1):
+                    out[(i, a)], weight[(i, a)] = r[f"m{a}"], rows_here
+    return out
+
+
+def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dict:
+    """{(region, qi): (strict Candidate or None, inclusive Candidate)} of the candidate cuts
+    ``cuts`` ({(region, qi): median value or None for NULL}): exact over the members (sums of
+    counts; with l, the union of each member's distinct sensitive values per side)."""
+    qis = sorted({a for _, a in cuts})
+    several = len(src.members) > 1
+    selects = [f"{REGION} AS r"]
+    for a in qis:
+        for strict in (True, False):
+            cases = []
+            for i in range(len(active)):
+                if (i, a) not in cuts:
+                    continue
+                value = cuts[(i, a)]
+                cases.append(f"WHEN {i} THEN {'false' if value is None and strict else src.left(a, value, strict)}")
+            name = f"{'lt' if strict else 'le'}{a}"
+            cond = f"CASE {REGION} {' '.join(cases)} ELSE false END"
+            selects.append(f"count(*) FILTER (WHERE {cond}) AS {name}")
+            if with_l:
+                for j, col in enumerate(src.sensitive):
+                    s = catalog_ident(src.plpy, col.name)
+                    agg = f"array_agg(DISTINCT {s}::text)" if several else f"count(DISTINCT {s})"
+                    selects.append(f"{agg} FILTER (WHERE {cond} AND {s} IS NOT NULL) AS {name}_l{j}")
+                    selects.append(f"{agg} FILTER (WHERE NOT ({cond}) AND {s} IS NOT NULL) AS {name}_r{j}")
+    columns = src.read_columns(with_l)
+    merged: dict = {}
+    for rows in src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
+                                     f"{src.labelled(active, columns, rel)} GROUP BY 1"):
+        for r in rows:
+            into = merged.setdefault(int(r["r"]), {})
+            for key, value in r.items():
+                if key == "r":
+                    continue
+                if several and "_" in key:       # distinct values: their union
+                    into[key] = into.get(key, set()) | set(value or [])
+                else:
+                    into[key] = into.get(key, 0) + int(value or 0)
+    n_sens = len(src.sensitive) if with_l else 0
+    size = len if several else int
+    out = {}
+    for i, r in merged.items():
+        for a in qis:
+            if (i, a) not in cuts:
+                continue
+            pair = []
+            for strict in (True, False):
+                name = f"{'lt' if strict else 'le'}{a}"
+                if strict and cuts[(i, a)] is None:
+                    pair.append(None)
+                    continue
+                pair.append(core.Candidate(int(r[name]),
+                                           tuple(size(r[f"{name}_l{j}"]) for j in range(n_sens)),
+                                           tuple(size(r[f"{name}_r{j}"]) for j in range(n_sens))))
+            out[(i, a)] = tuple(pair)
+    return out
+
+
+def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int):
+    """(leaf regions, figures of the top levels): the regions the leaves are fitted on."""
+    leaves = []
+    active = [core.Region((), 0)]
+    whole = None
+    levels = []
+    for _ in range(MAX_LEVELS):
+        if not active:
+            break
+        t0 = time.monotonic()
+        stats = level_stats(src, active)
+        if whole is None:
+            whole = src.whole = stats[0][1]
+        to_cut = []
+        for i, (region, (rows, qstats)) in enumerate(zip(active, stats)):
+            region.rows = rows
+            if core.fits(rows, bytes_per_row, budget) or rows < 2 * k:
+                leaves.append(region)
+                continue
+            spreads = [0.0 if s is None else core.spread(s, whole[a], src.numeric[a])
+                       for a, s in enumerate(qstats)]
+            ranked = core.ranking(spreads)
+            if not ranked:
+                leaves.append(region)
+                continue
+            to_cut.append((i, region, qstats, ranked))
+        if not to_cut:
+            active = []
+            break
+        # the ranked QIs tried one at a time for all regions at once: the first allowable cut is
+        # usually on the first QI, so one pass of medians and counts per level is the rule
+        following, made, passes = [], 0, 0
+        pending = to_cut
+        while pending:
+            passes += 1
+            fractions, nulls = {}, set()
+            for i, region, qstats, ranked in pending:
+                f = core.median_fraction(region.rows, qstats[ranked[0]].non_null)
+                if f is None:
+                    nulls.add((i, ranked[0]))
+                else:
+                    fractions[(i, ranked[0])] = f
+            values = medians(src, active, fractions)
+            cuts = {key: values.get(key) for key in fractions}
+            cuts.update({key: None for key in nulls})
+            counted = candidate_counts(src, active, cuts, bool(l))
+            untried = []
+            for i, region, qstats, ranked in pending:
+                a = ranked[0]
+                strict_c, inclusive_c = counted.get((i, a), (None, None))
+                chosen = core.choose(region.rows, k, l, strict_c, inclusive_c)
+                if chosen is None:
+                    if len(ranked) > 1:
+                        untried.append((i, region, qstats, ranked[1:]))
+                    else:
+                        leaves.append(region)           # no allowable cut: fitted as it is
+                    continue
+                value = cuts[(i, a)]
+                left_rows = (strict_c if chosen else inclusive_c).left_rows
+                following.append(core.Region(region.bounds + (core.Bound(a, value, chosen, True),), left_rows))
+                following.append(core.Region(region.bounds + (core.Bound(a, value, chosen, False),),
+                                             region.rows - left_rows))
+                made += 1
+            pending = untried
+        levels.append({"regions": len(active), "cuts": made, "passes": passes,
+                       "seconds": round(time.monotonic() - t0, 3)})
+        progress(src.plpy, f"out-of-core level {len(levels)}: {len(active)} regions, {made} cut")
+        active = following
+    leaves.extend(active)     # past MAX_LEVELS: fitted as they are
+    return leaves, levels
+
+
+def release_columns(plpy, release: dict):
+    params = jsonb(release["parameters"])
+    tbl = guards.table_in_query(plpy, release["source"])
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
+    sens = [column_for(tbl, cols, name) for name in params["sensitive"]]
+    return tbl, qis, sens
+
+
+def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish):
+    """The partitioning run of a plain Mondrian release out of core, or None when the
+    in-memory run applies (the release fits the budget, or its models are not counted here).
+    The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
+    table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, parameters)``
+    the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
+    started = time.monotonic()
+    release = release_rows.by_id(plpy, release_id)
+    stored = jsonb(release["parameters"])
+    if not takes_path(stored):
+        return None
+    parameters = release_method.checked_parameters(stored)
+    tbl, qis, sens = release_columns(plpy, release)
+    budget = budget_bytes(plpy)
+    l = parameters.get("l")
+    bytes_per_row = core.row_bytes(len(qis) + len(sens))
+    members = source_members(plpy, tbl)
+    n = sum(int(rows[0]["n"]) for rows in each_member(plpy, members,
+                                                      lambda rel: f"SELECT count(*) AS n FROM {rel}"))
+    if core.fits(n, bytes_per_row, budget):
+        return None
+    src = Source(plpy, tbl, qis, sens if l else [], members)
+    with timing.phase("read"):
+        leaves, levels = top_regions(src, int(parameters["k"]), l, budget, bytes_per_row)
+    ctx = method.Run(plpy, GD, release_id, release, parameters, started)
+    ctx.read_s = ctx.elapsed()
+    figures = core.ReleaseFigures()
+    metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
+                               "levels": levels, "regions": len(leaves)}}
+    release_rows.stash_run(GD, release_id, started=started, row_count=sum(r.rows for r in leaves),
+                           achieved_k=None, metrics=metrics)
+    progress(plpy, f"out of core: {len(leaves)} regions of at most "
+                   f"{max(r.rows for r in leaves):,} rows, fitted one at a time")
+    return _leaf_slices(plpy, GD, ctx, src, leaves, (read, fit, publish), figures, metrics)
+
+
+def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
+    """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
+    its first slice; errors as in a call from SQL (errors.sql_entry)."""
+    read, fit, publish = hooks
+    position = first_class = 0
+    k = int(ctx.parameters["k"])
+    for region in leaves:
+        try:
+            with interrupts.honoured(plpy):
+                t0 = time.monotonic()
+                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None, src.whole)
+                t1 = time.monotonic()
+                ctx.read_s += t1 - t0
+                model = fit(rows, ctx.parameters)
+                ctx.fit_s += time.monotonic() - t1
+                slices, stats = publish(ctx, rows, model)
+                figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
+                n_rows, n_classes = rows.data.n_rows, model.n_classes_
+                del rows, model
+        except AnonError as error:
+            errors.report(plpy, error)
+        for piece in slices:
+            piece["first_position"] += position
+            piece["first_class"] += first_class
+            yield piece
+        del slices
+        position += n_rows
+        first_class += n_classes
+        method.return_free_memory()
+        ctx.note_memory("regions")         # after the last region: its peak is the run's
+    metrics.update(figures.metrics(k))
+    metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
+                          "python_total": round(ctx.elapsed(), 4)}
+    if ctx.memory_mib:
+        metrics["memory_mib"] = ctx.memory_mib
+    stash = GD.get(release_rows.RUNS_KEY, {}).get(ctx.release_id)
+    if stash is not None:
+        stash["achieved_k"] = figures.achieved_k
+        stash["seconds"] = ctx.elapsed()
+        if position != stash["row_count"]:
+            raise RuntimeError(f"out-of-core run: regions of {stash['row_count']} rows released "
+                               f"{position}")
+

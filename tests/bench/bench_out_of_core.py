@@ -1,0 +1,112 @@
+"""Mondrian releases above ``plpy_anon.build_memory`` (plpy_anon/db/out_of_core.py): memory, time
+and utility against the in-memory path, end to end through the extension.
+
+The synthetic table of bench_mondrian.py (6 QIs age, zip, sex, segment, income, visit; sensitive
+diagnosis; primary key id), made in SQL at each size of PLPY_ANON_OOC_SIZES (default
+"1000000,10000000"), k = 10, each build in a fresh backend of one throwaway cluster
+(shared_buffers 512MB, work_mem 64MB):
+
+* 1M rows: the in-memory release (default budget) and the out-of-core one (budget
+  PLPY_ANON_OOC_SMALL_BUDGET, default 64MB, which forces it): NCP of each (the releases' metrics)
+  and their relative difference (target <= 2 %), seconds, VmHWM;
+* larger sizes: the out-of-core release with a 512MB budget (PLPY_ANON_OOC_BUDGET): the
+  backend's VmHWM (target < 1 GiB at 10M; it counts the shared buffers the backend touched:
+  RssShmem, sampled, beside the private RssAnon), end to end against ``CREATE TABLE AS`` of the
+  source in the same run, verified from its rows, smallest class.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from tests.bench.bench_mondrian import SYNTHETIC, MemorySampler, fresh_backend, vm_hwm_mib
+from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
+
+QIS = ["age", "zip", "sex", "segment", "income", "visit"]
+
+
+def load(conn, n: int) -> None:
+    conn.execute("DROP TABLE IF EXISTS synthetic CASCADE")
+    conn.execute(SYNTHETIC % {"n": n})
+    conn.execute("ALTER TABLE synthetic ADD PRIMARY KEY (id)")
+    conn.execute("VACUUM ANALYZE synthetic")
+
+
+def build(conn, budget: str | None, name: str) -> dict:
+    """One anon.mondrian_view of ``synthetic`` in a fresh backend with ``budget`` (None: the
+    default): its figures."""
+    with fresh_backend(conn) as other:
+        if budget:
+            other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
+        pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        t0 = time.perf_counter()
+        with MemorySampler(pid) as memory:
+            release = other.execute(
+                "SELECT anon.mondrian_view('synthetic', k => 10, quasi_identifiers => %s, "
+                "sensitive => ARRAY['diagnosis'], release_name => %s, replace => true)",
+                (QIS, name)).fetchone()[0]
+        e2e = time.perf_counter() - t0
+        hwm = vm_hwm_mib(pid)
+    metrics, verified, smallest = conn.execute(
+        "SELECT r.metrics, s.verified, (s.verification ->> 'smallest_class')::int "
+        "FROM anon.releases r JOIN anon.release_status() s "
+        "ON s.release = format('%%I.%%I', r.release_schema, r.release_name) "
+        "WHERE s.release = %s", (release,)).fetchone()
+    ooc = metrics.get("out_of_core")
+    return {"release": release, "e2e": e2e, "hwm": hwm, "anon": memory.anon, "shmem": memory.shmem,
+            "ncp": metrics["ncp_percent"], "classes": metrics["n_classes"],
+            "verified": verified, "smallest": smallest,
+            "regions": ooc["regions"] if ooc else "", "levels": len(ooc["levels"]) if ooc else "",
+            "python": metrics["seconds"]["python_total"],
+            "top_s": sum(level["seconds"] for level in ooc["levels"]) if ooc else "",
+            "read_s": metrics["seconds"]["read"], "fit_s": metrics["seconds"]["partition"]}
+
+
+def row(n, what, budget, f, copy_s):
+    return [f"{n:,}", what, budget or "default (1GB)", round(f["e2e"], 1), round(f["python"], 1),
+            f["top_s"] and round(f["top_s"], 1), round(f["read_s"], 1), round(f["fit_s"], 1),
+            round(copy_s, 2), round(f["e2e"] / copy_s, 1), round(f["hwm"]), round(f["anon"]),
+            round(f["shmem"]), f["regions"], f["levels"], f["classes"], round(f["ncp"], 3),
+            f["verified"], f["smallest"]]
+
+
+def main() -> None:
+    sizes = [int(x) for x in os.environ.get("PLPY_ANON_OOC_SIZES", "1000000,10000000").split(",") if x]
+    small = os.environ.get("PLPY_ANON_OOC_SMALL_BUDGET", "64MB")
+    large = os.environ.get("PLPY_ANON_OOC_BUDGET", "512MB")
+    rows, notes = [], []
+    with extension_db() as conn:
+        for n in sizes:
+            load(conn, n)
+            copy_s = copy_seconds(conn, "synthetic")
+            if n <= 1_000_000:
+                mem = build(conn, None, "in_memory")
+                ooc = build(conn, small, "out_of_core")
+                rows += [row(n, "in memory", None, mem, copy_s), row(n, "out of core", small, ooc, copy_s)]
+                diff = 100 * (ooc["ncp"] - mem["ncp"]) / mem["ncp"]
+                notes.append(f"{n:,} rows: NCP in memory {mem['ncp']:.3f} %, out of core "
+                             f"{ooc['ncp']:.3f} %: {diff:+.2f} % relative (target within 2 %)")
+                conn.execute(f"SELECT anon.drop_release('{mem['release']}')")
+            else:
+                ooc = build(conn, large, "out_of_core")
+                rows.append(row(n, "out of core", large, ooc, copy_s))
+                notes.append(f"{n:,} rows, budget {large}: VmHWM {ooc['hwm']:.0f} MiB (target < 1024), "
+                             f"private {ooc['anon']:.0f} MiB, shared buffers touched {ooc['shmem']:.0f} MiB, "
+                             f"{ooc['e2e']:.1f} s = {ooc['e2e'] / copy_s:.1f}x a copy ({copy_s:.2f} s)")
+            conn.execute(f"SELECT anon.drop_release('{ooc['release']}')")
+            print(markdown_table(HEADERS, rows[-2:] if n <= 1_000_000 else rows[-1:]), flush=True)
+            print(notes[-1], flush=True)
+    text = ("## Out-of-core Mondrian, synthetic rows, 6 QIs, k = 10 (fresh backend per build)\n\n"
+            + markdown_table(HEADERS, rows) + "\n\n" + "\n".join(f"* {x}" for x in notes) + "\n")
+    print(text)
+    (results_dir() / "out_of_core.md").write_text(text)
+
+
+HEADERS = ["rows", "path", "build_memory", "end to end s", "Python s", "top levels (SQL) s",
+           "read s (with the top levels)", "fit s", "copy s", "ratio to copy",
+           "VmHWM MiB", "peak RssAnon MiB", "peak RssShmem MiB", "regions", "top levels",
+           "classes", "NCP %", "verified", "smallest class"]
+
+
+if __name__ == "__main__":
+    main()
