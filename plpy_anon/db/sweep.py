@@ -27,6 +27,7 @@ from plpy_anon.db.methods.mondrian_family import (
 )
 from plpy_anon.db.methods.registry import REGISTRY
 from plpy_anon.db.sqltext import progress, run
+from plpy_anon.parameters import K
 
 #: at most this many k in one sweep (each is a partitioning of the whole table)
 MAX_KS = 50
@@ -36,10 +37,7 @@ def check_ks(k) -> list[int]:
     if k is None or len(k) == 0 or any(v is None for v in k):
         raise InvalidParameter("k must list the values to try, without NULL",
                                hint="Pass k => ARRAY[2, 5, 10, 20, 50].")
-    ks = sorted({int(v) for v in k})
-    if ks[0] < 2:
-        raise InvalidParameter(f"every k must be at least 2, got {ks[0]}",
-                               hint="k = 1 would release every row as it is; try k => ARRAY[2, 5, 10].")
+    ks = sorted({K.check(v) for v in k})        # each k as anon.mondrian_view declares it
     if len(ks) > MAX_KS:
         raise InvalidParameter(f"k lists {len(ks)} values, more than {MAX_KS}",
                                hint="Each k partitions the whole table: sweep fewer values at a time.")

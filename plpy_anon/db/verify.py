@@ -11,7 +11,9 @@ SQL of its own and compares what it counts with what the release promises:
   ``releases.stash_run(row_count=..., source_rows=..., suppressed=...)``). A release that lost
   or duplicated rows fails.
 * **k**: the smallest class (``GROUP BY`` the released quasi-identifier columns, exactly the
-  columns an analyst can link on) has at least ``k`` rows.
+  columns an analyst can link on) has at least ``k`` rows, and ``k`` is at least
+  ``core.k_anonymity.MIN_K`` (the third of k's three checks, after the declaration's and the
+  core's).
 * **l** (when ``l`` was asked): every class holds at least ``l`` distinct values that are not NULL
   in each sensitive column (SQL's ``count(DISTINCT column)``: a NULL is no value an attacker is
   unsure between) -- or, for Break-Merge, in every group of every sensitive table, whose counts
@@ -54,6 +56,7 @@ import time
 from dataclasses import dataclass, field
 
 from plpy_anon.core.errors import AnonError
+from plpy_anon.core.k_anonymity import MIN_K
 from plpy_anon.db.class_counts import ClassCounts, Counter
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine, storage_of
@@ -254,6 +257,8 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
         read = stats.get("source_rows", stats.get("row_count"))
         failures.append(f"{row['n_rows']} rows released, {spec.expected_rows} expected "
                         f"({read} source rows read, {int(stats.get('suppressed') or 0)} suppressed)")
+    if spec.k is not None and spec.k < MIN_K:       # a catalog row edited below the minimum
+        failures.append(f"k = {spec.k} promised, below the smallest k of any release ({MIN_K})")
     if (spec.k is not None and spec.class_key and row["smallest"] is not None
             and row["smallest"] < spec.k):
         failures.append(f"smallest class has {row['smallest']} rows, k = {spec.k} promised")

@@ -8,6 +8,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from plpy_anon.core.k_anonymity import MIN_K
 from tests.contract.conftest import K, L, drop_role, make_role
 from tests.contract.methods import BY_NAME, METHODS, N_ROWS, create_table, insert_rows
 from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
@@ -324,7 +325,15 @@ def bad_k(db, method, ctx, shared, schema, k):
     if method.k_arg is None:   # no k argument: passing one is refused, never ignored
         assert failure(db, bad_call(method, ctx, shared, schema, shared[1], None, k=k)) == "42883"
         return
-    assert failure(db, bad_call(method, ctx, shared, schema, shared[1], k)) == "22023"
+    if k is None:
+        assert failure(db, bad_call(method, ctx, shared, schema, shared[1], k)) == "22023"
+        return
+    # one minimum for every method, refused with one message (fusion's k is the smallest scanned)
+    name = "k_from" if method.name == "fusion_resilient_view" else method.k_arg
+    with pytest.raises(psycopg.Error) as info:
+        db.execute(bad_call(method, ctx, shared, schema, shared[1], k))
+    assert (info.value.sqlstate, info.value.diag.message_primary) == \
+        ("22023", f"{name} must be at least {MIN_K}, got {k}")
 
 
 @check

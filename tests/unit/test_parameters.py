@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from plpy_anon import parameters
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.db import params
 from plpy_anon.parameters import MONDRIAN, OPTIONAL_K, SURFACES, K, L
 
@@ -38,13 +39,13 @@ def test_k_null_is_refused_unless_the_method_has_a_default():
         OPTIONAL_K.check(1)
 
 
-@given(st.integers(min_value=1, max_value=50), st.integers(min_value=0, max_value=50))
+@given(st.integers(min_value=2, max_value=50), st.integers(min_value=0, max_value=50))
 def test_k_at_most_the_rows_read(k, n):
     if n >= k:
-        params.check_k_rows(k, n, "s.t")
+        check_k(k, n, "table s.t")
     else:
-        with pytest.raises(InsufficientData, match=f"has {n} rows, fewer than k = {k}"):
-            params.check_k_rows(k, n, "s.t")
+        with pytest.raises(InsufficientData, match=f"table s.t has {n} rows, fewer than k = {k}"):
+            check_k(k, n, "table s.t")
 
 
 @given(st.one_of(st.none(), st.integers(min_value=-100, max_value=100)))

@@ -58,6 +58,7 @@ from plpy_anon.core.breakmerge import (
 from plpy_anon.core.encoding import encode_factorized, encode_numeric, finite_for_ordering
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, method, publish, refreshing, release_rows, verify
@@ -75,7 +76,6 @@ from plpy_anon.db.generalization import (
 )
 from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import (
     CANONICAL_TYPES,
     merge_equal_spellings,
@@ -152,7 +152,7 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
         value = f"{name}::pg_catalog.jsonb" if col.builtin and col.type_name == "json" else name
         selects.append(f"count(DISTINCT {value}) AS d{i}, bool_or({name} IS NULL) AS z{i}")
     row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
-    check_k_rows(k, row["n"], tbl.label)
+    check_k(k, row["n"], f"table {tbl.label}")
     # a NULL takes a category of the sensitive table, but is no value for l
     known = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
     check_categories({c: n + bool(row[f"z{i}"]) for i, (c, n) in enumerate(known.items())},
@@ -572,7 +572,7 @@ def partition_source(plpy, release, params) -> SourcePartition:
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
     merge_equal_spellings(plpy, tbl, data, sens)     # l counts values, not spellings
     k = int(params["k"])
-    check_k_rows(k, data.n_rows, tbl.label)
+    check_k(k, data.n_rows, f"table {tbl.label}")
     encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
     model = Mondrian(k=k).fit(encoded)
     labels, n_classes = model.labels_, model.n_classes_

@@ -31,6 +31,7 @@ import pandas as pd
 
 from plpy_anon.core import fusion as core
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, method, release_rows, verify
@@ -277,11 +278,7 @@ def read(ctx: method.Run):
             "longer exist", hint="Recreate the release with replace => true after changing the table.")
     attrs = [cols[n] for n in params["attributes"]]
     data = read_columns(plpy, tbl, attrs, [cols[params["identifier"]]])
-    k = int(params["k"])
-    if data.n_rows < k:
-        raise InsufficientData(
-            f"table {tbl.label} has {data.n_rows} rows, fewer than the release's k = {k}",
-            hint="Load more rows, or recreate the release with replace => true to choose k again.")
+    check_k(params["k"], data.n_rows, f"table {tbl.label}")
     refuse_non_finite(tbl, data, attrs, "fusion_resilient_view")
     frame = _frame(data, attrs, [cols[params["identifier"]]])
     core.require_unique_identifier(frame[params["identifier"]], params["identifier"],

@@ -21,6 +21,7 @@ from plpy_anon.core.encoding import (
 )
 from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import ClassIndex, class_bounds
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import (
@@ -46,7 +47,6 @@ from plpy_anon.db.generalization import (
     release_order,
 )
 from plpy_anon.db.identifiers import release_roles
-from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
@@ -435,7 +435,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.label} is empty",
                                hint="Load rows first; a release of no rows protects nothing.")
-    check_k_rows(k, data.n_rows, tbl.label)
+    check_k(k, data.n_rows, f"table {tbl.label}")
     hierarchical = set(params.get("hierarchies", []))
     encoded = []
     values_by_code = {}
