@@ -10,8 +10,6 @@ written: no catalog row, no relation; it runs with the caller's rights, like a b
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
@@ -53,13 +51,12 @@ def sweep(plpy, source, k, quasi_identifiers=None, sensitive=None, identifiers=N
     values = {p.name: p.python_default for p in method.surface.parameters}
     values.update(method.validate(k=ks[0], l=l, quasi_identifiers=quasi_identifiers,
                                   sensitive=sensitive, identifiers=identifiers))
-    parameters = method.resolve(plpy, tbl, values).parameters
-    parameters["refresh_mode"] = "fresh"          # nothing is published: no one to follow
+    # nothing is published: no one to follow from version to version
+    spec = method.spec_of({**method.resolve(plpy, tbl, values).parameters, "refresh_mode": "fresh"})
     name = run(plpy, "SELECT $1::pg_catalog.regclass::text AS n", ["oid"], [tbl.oid])[0]["n"]
-    rows = load_release_rows(plpy, {"parameters": json.dumps(parameters), "source": name},
-                             with_target=False)
+    rows = load_release_rows(plpy, {"source": name}, spec, with_target=False)
     progress(plpy, f"read {rows.data.n_rows:,} rows of {name}")
-    sensitive_codes, ordered, names = sensitive_for_models(rows, parameters)
+    sensitive_codes, ordered, names = sensitive_for_models(rows, spec)
     out = []
     for value in ks:
         if value > rows.data.n_rows:
@@ -68,7 +65,7 @@ def sweep(plpy, source, k, quasi_identifiers=None, sensitive=None, identifiers=N
                         "prosecutor_risk_avg": None, "prosecutor_records_at_risk": None,
                         "note": f"more than the table's {rows.data.n_rows} rows"})
             continue
-        model = Mondrian(k=value, l=rows.l, **core_models(parameters)).fit(
+        model = Mondrian(k=value, l=rows.l, **core_models(spec)).fit(
             rows.encoded, sensitive_codes, sensitive_ordered=ordered, sensitive_names=names)
         metrics = release_metrics(rows.encoded, model.labels_, value)
         sizes, classes = np.unique(np.bincount(model.labels_), return_counts=True)

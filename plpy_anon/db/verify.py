@@ -35,8 +35,8 @@ sees the missing row and refuses the release. Neither half trusts the partitioni
 box loses rows, a lost row fails the count.
 
 What each method promises, and so what is checked (a method's db module may define
-``verification_spec(plpy, release, stats) -> Spec``; the default reads the catalog parameters of
-``mondrian.base_parameters``: ``quasi_identifiers``, ``sensitive``, ``k``, ``l``):
+``verification_spec(plpy, release, stats) -> Spec``; the default reads the release's promise
+(``plpy_anon.spec.Promise``: quasi-identifiers, sensitive columns, k, l and the models):
 
 * mondrian, prioritized_mondrian: rows, k over the QIs, l per sensitive column when asked;
 * trust: rows (suppressed outliers excluded), k over the QI labels when k was given;
@@ -61,7 +61,7 @@ from plpy_anon.db.class_counts import ClassCounts, Counter
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine, storage_of
 from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
-from plpy_anon.parameters import L_DIVERSITY
+from plpy_anon.spec import ReleaseSpec
 
 
 class VerificationFailed(AnonError):
@@ -115,17 +115,15 @@ def expected_rows(stats: dict | None) -> int | None:
 
 
 def default_spec(plpy, release: dict, stats: dict | None) -> Spec:
-    params = jsonb(release["parameters"])
-    l = params.get("l")
-    t = params.get("t")
-    sensitive = params.get("sensitive") or []
+    # the promise as stored, unchecked: a value the declaration would refuse is found here
+    spec = ReleaseSpec.decode(release["method"], jsonb(release["parameters"]), checked=False)
+    promise = spec.promise
     return Spec(relation=ident(plpy, release["release_schema"], release["release_name"]),
-                class_key=list(params.get("quasi_identifiers") or []),
-                k=params.get("k"), l=l,
-                sensitive=list(sensitive) if l or t is not None else [],
+                class_key=list(promise.quasi_identifiers), k=promise.k, l=promise.l,
+                sensitive=list(promise.sensitive) if promise.l or promise.t is not None else [],
                 expected_rows=expected_rows(stats),
-                l_diversity=params.get("l_diversity") or L_DIVERSITY.python_default, c=params.get("c"), t=t,
-                ordered=list(params.get("ordered_sensitive") or []) if t is not None else [])
+                l_diversity=promise.l_diversity, c=promise.c, t=promise.t,
+                ordered=list(spec.built.ordered_sensitive) if promise.t is not None else [])
 
 
 def spec_for(plpy, release: dict, stats: dict | None, method: ReleaseMethod) -> Spec:

@@ -30,6 +30,7 @@ from plpy_anon.db.methods.mondrian_family import (
     resolve_release_columns,
     sensitive_for_models,
 )
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "mondrian"
 
@@ -51,14 +52,14 @@ def partition(plpy, GD, release_id: int):
 
 
 def read(ctx: method.Run) -> ReleaseRows:
-    return load_release_rows(ctx.plpy, ctx.release, with_target=False)
+    return load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False)
 
 
-def fit(rows: ReleaseRows, parameters: dict):
+def fit(rows: ReleaseRows, spec: ReleaseSpec):
     if rows.people is not None and rows.people.history:
-        return StableGroups(rows, parameters)
-    sensitive, ordered, names = sensitive_for_models(rows, parameters)
-    return Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
+        return StableGroups(rows, spec)
+    sensitive, ordered, names = sensitive_for_models(rows, spec)
+    return Mondrian(k=rows.k, l=rows.l, **core_models(spec)).fit(
         rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names)
 
 
@@ -68,12 +69,12 @@ class StableGroups:
     that no pair of versions pins anyone by difference (core.republish); ``groups_`` are the
     ids remembered, ``published_`` the publication."""
 
-    def __init__(self, rows: ReleaseRows, parameters: dict):
+    def __init__(self, rows: ReleaseRows, spec: ReleaseSpec):
         # each QI's codes scaled to [0, 1]: nearness for joining and merging groups
         points = np.column_stack([enc.codes / max(1, int(enc.codes.max())) for enc in rows.encoded])
         people = rows.people
         # grouped by the l model the release asks for, which its verification checks
-        models = Models(l=rows.l, l_diversity=parameters["l_diversity"], c=parameters["c"])
+        models = Models(l=rows.l, l_diversity=spec.promise.l_diversity, c=spec.promise.c)
         self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
                                         people.cohort_values, rows.k, rows.l, models)
         self.published_ = None

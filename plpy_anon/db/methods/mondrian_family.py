@@ -50,6 +50,7 @@ from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
+from plpy_anon.spec import ReleaseSpec
 
 
 def check_l(l, sensitive: list) -> int | None:
@@ -112,15 +113,16 @@ def model_suffix(l, models: dict) -> str:
     return out
 
 
-def core_models(parameters: dict) -> dict:
-    """The core estimator's model keywords from a release's validated parameters (a key missing
-    from an older release's was filled with its default: ReleaseMethod.checked_parameters)."""
-    return {name: parameters[name] for name in MODEL_ARGUMENTS}
+def core_models(spec: ReleaseSpec) -> dict:
+    """The core estimator's model keywords from a release's specification."""
+    promise = spec.promise
+    return {"l_diversity": promise.l_diversity, "c": promise.c, "t": promise.t,
+            "split": spec.settings.split}
 
 
-def ordered_sensitive_names(parameters: dict) -> set[str]:
+def ordered_sensitive_names(spec: ReleaseSpec) -> set[str]:
     """The sensitive columns whose codes follow their values' order: with t, the numeric ones."""
-    return set(parameters.get("ordered_sensitive") or []) if parameters.get("t") is not None else set()
+    return set(spec.built.ordered_sensitive) if spec.promise.t is not None else set()
 
 
 def value_ordered_codes(column: TextColumnData) -> np.ndarray:
@@ -134,13 +136,13 @@ def value_ordered_codes(column: TextColumnData) -> np.ndarray:
     return table[column.codes]
 
 
-def sensitive_for_models(rows, parameters: dict):
+def sensitive_for_models(rows, spec: ReleaseSpec):
     """(sensitive codes, ordered flags, names) for the core; the codes of ordered columns were
     numbered in value order when the rows were read (load_release_rows)."""
-    names = list(parameters.get("sensitive") or [])
+    names = list(spec.promise.sensitive)
     if rows.sensitive is None or not names:
         return rows.sensitive, False, None
-    ordered_names = ordered_sensitive_names(parameters)
+    ordered_names = ordered_sensitive_names(spec)
     return rows.sensitive, [n in ordered_names for n in names], names
 
 
@@ -400,27 +402,28 @@ class ReleaseRows:
         return pd.DataFrame(frame)
 
 
-def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
-    """Read the columns a Mondrian-family release needs in one query and encode its QIs."""
-    params = jsonb(release["parameters"])
+def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True) -> ReleaseRows:
+    """Read the columns a Mondrian-family release (``spec``) needs in one query and encode its
+    QIs."""
+    promise = spec.promise
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
-    l = params.get("l")
-    reads_values = not joins_back(params)
-    sens = [column_for(tbl, cols, name) for name in params["sensitive"]] \
-        if l or params.get("t") is not None or reads_values else []
+    qis = [column_for(tbl, cols, name) for name in promise.quasi_identifiers]
+    l = promise.l
+    reads_values = not spec.built.joined_back
+    sens = [column_for(tbl, cols, name) for name in promise.sensitive] \
+        if l or promise.t is not None or reads_values else []
     if reads_values:
-        stored_classes.check_not_renamed(plpy, release, tbl, params["released"])
+        stored_classes.check_not_renamed(plpy, release, tbl, list(spec.built.released))
         if not stored_classes.reads_exactly(plpy, sens):
             raise InvalidParameter(
                 f"the columns of {tbl.label} changed type since the release was created and can "
                 "no longer be stored from the values read",
                 hint="Recreate the release with replace => true.")
-    target_name = params.get("target") if with_target else None
+    target_name = spec.settings.target if with_target else None
     target_col = [column_for(tbl, cols, target_name)] if target_name else []
-    stable = republication.is_stable(params)
-    identifiers = [column_for(tbl, cols, name) for name in params["identifiers"]] if stable else []
+    stable = promise.refresh_mode == "stable"
+    identifiers = [column_for(tbl, cols, name) for name in promise.identifiers] if stable else []
     check_float_digits(plpy, tbl, qis + (sens if reads_values else []))
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
@@ -431,12 +434,12 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
-    k = int(params["k"])
+    k = promise.k
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.label} is empty",
                                hint="Load rows first; a release of no rows protects nothing.")
     check_k(k, data.n_rows, f"table {tbl.label}")
-    hierarchical = set(params.get("hierarchies", []))
+    hierarchical = set(spec.built.hierarchies)
     encoded = []
     values_by_code = {}
     for col in qis:
@@ -460,8 +463,8 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
                          "with replace => true.")
             encoded.append(encode_factorized(col.name, d.codes, d.dictionary, hierarchy))
     sensitive = None
-    if sens and (l or params.get("t") is not None):
-        ordered = ordered_sensitive_names(params)
+    if sens and (l or promise.t is not None):
+        ordered = ordered_sensitive_names(spec)
         sensitive = np.column_stack([
             value_ordered_codes(data.columns[c.name]) if c.name in ordered
             else data.columns[c.name].codes for c in sens])          # NULL: -1, no value
@@ -471,7 +474,7 @@ def load_release_rows(plpy, release, *, with_target=True) -> ReleaseRows:
     people = None
     if stable:
         people = republication.people_of(
-            plpy, release["release_id"], params,
+            plpy, release["release_id"], spec.stored,
             [data.columns[c.name].values.tolist() for c in identifiers],
             [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
             # categorical QIs' text is what they were read as already

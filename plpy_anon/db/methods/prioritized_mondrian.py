@@ -25,6 +25,7 @@ from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods import mondrian_family
 from plpy_anon.db.sqltext import jsonb, run
 from plpy_anon.parameters import PRIORITIZED_MONDRIAN
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "prioritized_mondrian"
 CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
@@ -54,7 +55,8 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
     PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
-                        cut_tolerance=cut_tolerance, **mondrian_family.core_models(parameters)
+                        cut_tolerance=cut_tolerance,
+                        **mondrian_family.core_models(ReleaseSpec.decode(METHOD, parameters))
                         ).check_parameters(qi_names, values["target"] is not None)
     parameters["layout"] = values["layout"]
     return mondrian_family.release_plan(
@@ -120,14 +122,14 @@ def learned_cut_points(plpy, tbl, qi_names):
 
 # ---------------------------------------------------------------------------- partitioning run
 
-def model_for(params: dict):
-    """The core model a prioritized Mondrian release was made with (its stored parameters)."""
+def model_for(spec: ReleaseSpec):
+    """The core model a prioritized Mondrian release was made with (its specification)."""
+    settings = spec.settings
     return PrioritizedMondrian(
-        k=int(params["k"]), l=params.get("l"), priorities=params.get("priorities"),
-        metric_weights=params.get("metric_weights"),
-        cut_points={c: [tuple(x) for x in cuts] for c, cuts in
-                    (params.get("cut_points") or {}).items()},
-        cut_tolerance=params.get("cut_tolerance", CUT_TOLERANCE.python_default), **mondrian_family.core_models(params))
+        k=spec.promise.k, l=spec.promise.l, priorities=settings.priorities,
+        metric_weights=settings.metric_weights,
+        cut_points={c: [tuple(x) for x in cuts] for c, cuts in (settings.cut_points or {}).items()},
+        cut_tolerance=settings.cut_tolerance, **mondrian_family.core_models(spec))
 
 
 @sql_entry
@@ -136,25 +138,24 @@ def partition(plpy, GD, release_id: int):
 
 
 def read(ctx: method.Run) -> mondrian_family.ReleaseRows:
-    return mondrian_family.load_release_rows(ctx.plpy, ctx.release)
+    return mondrian_family.load_release_rows(ctx.plpy, ctx.release, ctx.spec)
 
 
-def fit(rows: mondrian_family.ReleaseRows, parameters: dict) -> PrioritizedMondrian:
-    sensitive, ordered, names = mondrian_family.sensitive_for_models(rows, parameters)
-    return model_for(parameters).fit(rows.encoded, sensitive, target=rows.target,
+def fit(rows: mondrian_family.ReleaseRows, spec: ReleaseSpec) -> PrioritizedMondrian:
+    sensitive, ordered, names = mondrian_family.sensitive_for_models(rows, spec)
+    return model_for(spec).fit(rows.encoded, sensitive, target=rows.target,
                                      sensitive_ordered=ordered, sensitive_names=names)
 
 
 def publish_partition(ctx: method.Run, rows: mondrian_family.ReleaseRows, model) -> tuple[dict, dict]:
-    params = ctx.parameters
+    priorities = ctx.spec.settings.priorities
     extra = {}
-    if params.get("priorities"):
+    if priorities:
         names = [c.name for c in rows.qis]
-        extra["c_wdm"] = weighted_discernibility(rows.frame, model.labels_,
-                                                 params["priorities"])
+        extra["c_wdm"] = weighted_discernibility(rows.frame, model.labels_, priorities)
         # scored with the release's own priorities; anon.release_report rescores it with
         # weights that do not depend on the release (comparable across releases)
-        extra["c_wdm_weights"] = normalize_weights(params["priorities"], names)
+        extra["c_wdm_weights"] = normalize_weights(priorities, names)
         extra["c_wdm_weights_origin"] = "release"
     return mondrian_family.partition_output(ctx, rows, model.labels_, model.n_classes_,
                                      extra_metrics=extra)

@@ -53,6 +53,7 @@ from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "trust"
 OUTCOMES = {"good": 1.0, "bad": 0.0, "neutral": 0.5}
@@ -443,17 +444,17 @@ class TrustRead:
 
 
 def read(ctx: method.Run) -> TrustRead:
-    plpy, params = ctx.plpy, ctx.parameters
+    plpy, settings = ctx.plpy, ctx.spec.settings
     tbl = guards.table_in_query(plpy, ctx.release["source"])
     by_name = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
-    half_life = params["half_life_days"] if params["half_life_days"] is not None else math.inf
-    scores, _, _ = evaluate(plpy, params["requester"], history_weight=params["history_weight"],
+    qis = [column_for(tbl, by_name, name) for name in ctx.spec.promise.quasi_identifiers]
+    half_life = settings.half_life_days if settings.half_life_days is not None else math.inf
+    scores, _, _ = evaluate(plpy, settings.requester, history_weight=settings.history_weight,
                             half_life_days=half_life)
     priorities = _release_priorities(tbl, list(by_name.values()), qis,
-                                     _purpose(plpy, params["purpose"]))
-    degree = TrustProjection(gamma=params["gamma"], d_min=params["d_min"],
-                             d_max=params["d_max"])(scores.trust)
+                                     _purpose(plpy, settings.purpose))
+    degree = TrustProjection(gamma=settings.gamma, d_min=settings.d_min,
+                             d_max=settings.d_max)(scores.trust)
     frame, data = _read_frame(plpy, tbl, qis)
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.label} is empty",
@@ -465,21 +466,22 @@ def read(ctx: method.Run) -> TrustRead:
     return TrustRead(qis, scores, priorities, degree, frame, data, hierarchies)
 
 
-def fit(source: TrustRead, params: dict) -> DegreeRelease:
+def fit(source: TrustRead, spec: ReleaseSpec) -> DegreeRelease:
+    settings = spec.settings
     return DegreeRelease(source.degree, source.priorities,
                          hierarchies={n: h for n, h in source.hierarchies.items() if h},
-                         level_weights=params.get("level_weights"), k=params["k"],
-                         max_suppression=params["max_suppression"],
-                         min_share=params["min_share"]).fit(source.frame)
+                         level_weights=settings.level_weights, k=spec.promise.k,
+                         max_suppression=settings.max_suppression,
+                         min_share=settings.min_share).fit(source.frame)
 
 
 def publish_partition(ctx: method.Run, source: TrustRead, model) -> tuple[dict, dict]:
-    params, scores, data = ctx.parameters, source.scores, source.data
+    scores, data = source.scores, source.data
     class_ids, classes, sizes = _classes(model, source.qis)
     metrics = {
         "trust": {"history": scores.history, "recommendation": scores.recommendation,
                   "trust": scores.trust},
-        "degree": source.degree, "view_degree": model.view_degree_, "k": params["k"],
+        "degree": source.degree, "view_degree": model.view_degree_, "k": ctx.spec.promise.k,
         "priorities": source.priorities,
         "requested_levels": {n: int(v) for n, v in model.requested_levels_.items()},
         "levels": {n: int(v) for n, v in model.levels_.items()},
