@@ -16,6 +16,7 @@ Standard library only, like :mod:`plpy_anon.parameters`, whose declarations vali
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
@@ -39,9 +40,10 @@ class Promise:
     l_diversity: str = "distinct"         # distinct | entropy | recursive
     c: float | None = None                # recursive (c, l)-diversity's c
     t: float | None = None                # t-closeness
-    quasi_identifiers: tuple[str, ...] = ()
-    sensitive: tuple[str, ...] = ()
-    identifiers: tuple[str, ...] = ()
+    # None: not given (at creation: the columns' declared roles decide)
+    quasi_identifiers: tuple[str, ...] | None = None
+    sensitive: tuple[str, ...] | None = None
+    identifiers: tuple[str, ...] | None = None
     refresh_mode: str | None = None       # stable | fresh (None: the method decides)
     layout: str | None = None             # compact | flat (Mondrian family)
 
@@ -146,6 +148,8 @@ SETTINGS = {"mondrian": MondrianSettings, "prioritized_mondrian": PrioritizedSet
 
 _TUPLES = {"quasi_identifiers", "sensitive", "identifiers", "hierarchies", "released", "dropped",
            "ordered_sensitive", "objects", "grantees", "columns", "attributes", "scan"}
+#: jsonb arguments: PL/Python hands them over as text
+_JSON = {"metric_weights", "level_weights", "bounds"}
 
 
 def _typed(cls, values: Mapping):
@@ -158,6 +162,8 @@ def _typed(cls, values: Mapping):
         value = values[f.name]
         if f.name in _TUPLES:
             value = _names(value) if f.name not in ("grantees", "scan") else tuple(value)
+        elif f.name in _JSON and isinstance(value, str):
+            value = json.loads(value)
         elif isinstance(value, dict):
             value = dict(value)
         kwargs[f.name] = value

@@ -8,8 +8,8 @@ A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.
   constraint, help; or ``surface`` for a method declared elsewhere), and validated once by
   ``validate``; a release's parameters travel as a ``plpy_anon.spec.ReleaseSpec`` (its promise,
   the method's settings -- ``spec.SETTINGS[name]`` or ``settings`` -- and what its build
-  recorded), decoded once from the catalog row by ``spec_of``;
-* ``resolve(plpy, table, values) -> Plan``: what the validated values mean for this table (columns,
+  recorded), decoded once by ``spec_of`` from the SQL call's arguments or the catalog row;
+* ``resolve(plpy, table, spec) -> Plan``: what the specification means for this table (columns,
   stored parameters), the release's default name and how its relations are built; creation.py does
   the rest (the source, the name, the catalog row, the checks) the same way for every method;
 * ``refresh_release(plpy, GD, release)``: only for releases that are not one materialized view

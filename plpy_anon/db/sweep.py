@@ -52,7 +52,8 @@ def sweep(plpy, source, k, quasi_identifiers=None, sensitive=None, identifiers=N
     values.update(method.validate(k=ks[0], l=l, quasi_identifiers=quasi_identifiers,
                                   sensitive=sensitive, identifiers=identifiers))
     # nothing is published: no one to follow from version to version
-    spec = method.spec_of({**method.resolve(plpy, tbl, values).parameters, "refresh_mode": "fresh"})
+    stored = method.resolve(plpy, tbl, method.spec_of(values)).parameters
+    spec = method.spec_of({**stored, "refresh_mode": "fresh"})
     name = run(plpy, "SELECT $1::pg_catalog.regclass::text AS n", ["oid"], [tbl.oid])[0]["n"]
     rows = load_release_rows(plpy, {"source": name}, spec, with_target=False)
     progress(plpy, f"read {rows.data.n_rows:,} rows of {name}")

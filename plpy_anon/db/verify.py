@@ -119,8 +119,9 @@ def default_spec(plpy, release: dict, stats: dict | None) -> Spec:
     spec = ReleaseSpec.decode(release["method"], jsonb(release["parameters"]), checked=False)
     promise = spec.promise
     return Spec(relation=ident(plpy, release["release_schema"], release["release_name"]),
-                class_key=list(promise.quasi_identifiers), k=promise.k, l=promise.l,
-                sensitive=list(promise.sensitive) if promise.l or promise.t is not None else [],
+                class_key=list(promise.quasi_identifiers or ()), k=promise.k, l=promise.l,
+                sensitive=list(promise.sensitive or ()) if promise.l or promise.t is not None
+                else [],
                 expected_rows=expected_rows(stats),
                 l_diversity=promise.l_diversity, c=promise.c, t=promise.t,
                 ordered=list(spec.built.ordered_sensitive) if promise.t is not None else [])

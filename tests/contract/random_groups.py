@@ -28,12 +28,13 @@ SURFACE = p.Surface(NAME, "random_groups_view", (
     p.Parameter("seed", "integer", "0", help="Seed of the shuffle."), *p.RELEASE))
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    roles, qis, sens, _ = mondrian_family.resolve_release_columns(plpy, tbl, {**values, "l": None})
-    parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, values["k"], None)
-    parameters["seed"] = values["seed"]
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    k = spec.promise.k
+    roles, qis, sens, _ = mondrian_family.resolve_release_columns(plpy, tbl, spec.promise)
+    parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, k, None)
+    parameters["seed"] = spec.settings.seed
     return method.Plan(
-        parameters, default_name=f"{tbl.name}_random_k{values['k']}",
+        parameters, default_name=f"{tbl.name}_random_k{k}",
         query=lambda release_id: mondrian_family.release_query(
             plpy, tbl, roles, parameters, release_id, partition_function=PARTITION_FUNCTION))
 

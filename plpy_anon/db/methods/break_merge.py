@@ -83,7 +83,6 @@ from plpy_anon.db.reader import (
     read_columns,
 )
 from plpy_anon.db.sqltext import ident, jsonb, run
-from plpy_anon.parameters import BREAK_MERGE
 from plpy_anon.spec import ReleaseSpec
 
 METHOD = "break_merge"
@@ -94,13 +93,14 @@ SCOPES = ("qi", "sensitive", "all")
 # ---------------------------------------------------------------------------- anon.break_merge
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    k, l, max_rule_probability = values["k"], values["l"], values["max_rule_probability"]
-    quasi_identifiers, sensitive = values["quasi_identifiers"], values["sensitive"]
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    promise, settings = spec.promise, spec.settings
+    k, l, max_rule_probability = promise.k, promise.l, settings.max_rule_probability
+    quasi_identifiers, sensitive = promise.quasi_identifiers, promise.sensitive
     if quasi_identifiers is not None and sensitive is not None:
         validate_attribute_roles(list(quasi_identifiers), list(sensitive))
     roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
-                          identifiers=values["identifiers"])
+                          identifiers=promise.identifiers)
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
@@ -113,8 +113,7 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
     _check_alpha(max_rule_probability)
-    max_categories = int(values["max_categories"]
-                         or BREAK_MERGE.by_name["max_categories"].python_default)
+    max_categories = int(settings.max_categories)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
     hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
     parameters = {
@@ -123,7 +122,7 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         "max_categories": max_categories,
         # QI -> SA rule check (None: none), re-applied by every refresh
         "max_rule_probability": max_rule_probability,
-        "max_rule_antecedents": values["max_rule_antecedents"],
+        "max_rule_antecedents": settings.max_rule_antecedents,
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
         "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
@@ -639,7 +638,7 @@ def _release_roles(plpy, release):
     """(quasi-identifiers, sensitive) column names of a released relation, from the roles the
     release recorded; a method that records none releases every column as a QI."""
     spec = _spec(release)
-    qis, sens = list(spec.promise.quasi_identifiers), list(spec.promise.sensitive)
+    qis, sens = list(spec.promise.quasi_identifiers or ()), list(spec.promise.sensitive or ())
     if release["method"] == METHOD:  # the sensitive columns live in the STs, not in the storage
         return qis, sens
     relation = ident(plpy, release["release_schema"], release["release_name"])

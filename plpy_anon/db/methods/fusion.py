@@ -180,9 +180,12 @@ def fusion_scan(plpy, source, **options):
     return [tuple(row[c] for c in core.SCAN_COLUMNS) + verdict for row in _scan_rows(scan.table)]
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    accept_unprotected = bool(values.pop("accept_unprotected"))
-    aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, tbl, **values)
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    settings = spec.settings
+    accept_unprotected = bool(settings.accept_unprotected)
+    # the scan takes its SQL function's arguments as they were given (fusion_scan shares it)
+    arguments = {name: spec.stored[name] for name in spec.given if name != "accept_unprotected"}
+    aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, tbl, **arguments)
     verdict = scan.verdict
     # Refused before anything is created: a release that no k protects is not fusion-resilient.
     core.refuse_unprotected(verdict, accept_unprotected=accept_unprotected)
@@ -198,14 +201,14 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         "released": [id_col.name] + [c.name for c in attrs],
         "dropped": dropped,
         "auxiliary": aux_tbl.label,
-        "auxiliary_identifier": values["auxiliary_identifier"] or id_col.name,
+        "auxiliary_identifier": settings.auxiliary_identifier or id_col.name,
         "auxiliary_rows": scan.n_auxiliary_rows,
         "auxiliary_matched": scan.n_auxiliary_matched,
         "auxiliary_unmatched": scan.n_auxiliary_unmatched,
         "n_known": scan.n_known,
-        "k_from": values["k_from"],
-        "k_to": values["k_to"],
-        "rules": _rules(values.get("rules")),
+        "k_from": settings.k_from,
+        "k_to": settings.k_to,
+        "rules": _rules(settings.rules),
         **scan.settings,
         "protection_trend": dict(zip(("slope", "standard_error"),
                                      core.protection_trend(scan.table))),

@@ -35,14 +35,14 @@ from plpy_anon.spec import ReleaseSpec
 METHOD = "mondrian"
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    k = values["k"]
-    roles, qis, sens, l = resolve_release_columns(plpy, tbl, values)
-    models = check_models(l, sens, values)
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    k = spec.promise.k
+    roles, qis, sens, l = resolve_release_columns(plpy, tbl, spec.promise)
+    models = check_models(l, sens, spec)
     parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
-    parameters["layout"] = values["layout"]
+    parameters["layout"] = spec.promise.layout
     plan = release_plan(plpy, tbl, roles, parameters, f"{tbl.name}_k{k}" + model_suffix(l, models))
-    republication.resolve_mode(values, roles, parameters)
+    republication.resolve_mode(spec.promise, roles, parameters)
     return plan
 
 

@@ -50,7 +50,7 @@ from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
-from plpy_anon.spec import ReleaseSpec
+from plpy_anon.spec import Promise, ReleaseSpec
 
 
 def check_l(l, sensitive: list) -> int | None:
@@ -63,11 +63,11 @@ def check_l(l, sensitive: list) -> int | None:
     return int(l)
 
 
-def resolve_release_columns(plpy, tbl, values: dict):
-    """(roles, qis, sensitive columns, l) of a generalizing release from its validated ``values``:
+def resolve_release_columns(plpy, tbl, promise: Promise):
+    """(roles, qis, sensitive columns, l) of a generalizing release from its ``promise``:
     at least one QI, every QI of a type that generalizes, l only with a sensitive column."""
-    roles = release_roles(plpy, tbl, quasi_identifiers=values["quasi_identifiers"],
-                          sensitive=values["sensitive"], identifiers=values["identifiers"])
+    roles = release_roles(plpy, tbl, quasi_identifiers=promise.quasi_identifiers,
+                          sensitive=promise.sensitive, identifiers=promise.identifiers)
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
@@ -77,21 +77,18 @@ def resolve_release_columns(plpy, tbl, values: dict):
                  "or pass quasi_identifiers => ARRAY[...].")
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
-    return roles, qis, sens, check_l(values["l"], sens)
+    return roles, qis, sens, check_l(promise.l, sens)
 
 
 #: SA types whose values are ordered for t-closeness (ordered-distance EMD); others: equal distance
 ORDERED_SENSITIVE_TYPES = ("int2", "int4", "int8", "numeric", "float4", "float8")
 
 
-MODEL_ARGUMENTS = ("l_diversity", "c", "t", "split")
-
-
-def check_models(l, sens: list, values: dict) -> dict:
-    """The privacy-model and split parameters of a Mondrian-family release (``values``, each
+def check_models(l, sens: list, spec: ReleaseSpec) -> dict:
+    """The privacy-model and split parameters of a Mondrian-family release (``spec``, each
     validated by its declaration) checked together, as stored in its parameters.
     ``ordered_sensitive``: the sensitive columns t-closeness treats as ordered (numeric types)."""
-    models = {name: values[name] for name in MODEL_ARGUMENTS}
+    models = core_models(spec)
     params.check_models({"l": l, **models})
     if models["t"] is not None and not sens:
         raise InvalidParameter(
@@ -139,7 +136,7 @@ def value_ordered_codes(column: TextColumnData) -> np.ndarray:
 def sensitive_for_models(rows, spec: ReleaseSpec):
     """(sensitive codes, ordered flags, names) for the core; the codes of ordered columns were
     numbered in value order when the rows were read (load_release_rows)."""
-    names = list(spec.promise.sensitive)
+    names = list(spec.promise.sensitive or ())
     if rows.sensitive is None or not names:
         return rows.sensitive, False, None
     ordered_names = ordered_sensitive_names(spec)

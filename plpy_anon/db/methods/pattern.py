@@ -73,19 +73,21 @@ def _check_max_unchanged(value):
     return float(value)
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    settings = spec.settings
     cols = catalog.table_columns(plpy, tbl)
-    substituted = _substituted_columns(tbl, cols, values["columns"])
+    substituted = _substituted_columns(tbl, cols, list(settings.columns))
     # no identifier detection: pattern releases only the substituted and sensitive columns
-    roles = catalog.resolve_roles(plpy, tbl, sensitive=values["sensitive"],
-                                  identifiers=values["identifiers"], cols=cols)
+    roles = catalog.resolve_roles(plpy, tbl, sensitive=spec.promise.sensitive,
+                                  identifiers=spec.promise.identifiers, cols=cols)
     names = [c.name for c in substituted]
     kept = [c.name for c, role in roles if role == "sensitive" and c.name not in names]
-    walk = {name: values[name] for name in ("segment", "sample", "iterations", "seed", "delta")}
+    walk = {name: getattr(settings, name) for name in ("segment", "sample", "iterations", "seed",
+                                                       "delta")}
     parameters = {
         "columns": names, **walk,
-        "max_unchanged": _check_max_unchanged(values["max_unchanged"]),
-        "bounds": _parse_bounds(values["bounds"], names),
+        "max_unchanged": _check_max_unchanged(settings.max_unchanged),
+        "bounds": _parse_bounds(settings.bounds, names),
         "sensitive": kept,
         "released": names + kept,
         "dropped": [c.name for c in cols if c.name not in names and c.name not in kept],

@@ -31,12 +31,13 @@ METHOD = "prioritized_mondrian"
 CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    k, cut_points, cut_tolerance = values["k"], values["cut_points"], values["cut_tolerance"]
-    roles, qis, sens, l = mondrian_family.resolve_release_columns(plpy, tbl, values)
-    models = mondrian_family.check_models(l, sens, values)
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    settings = spec.settings
+    k, cut_points, cut_tolerance = spec.promise.k, settings.cut_points, settings.cut_tolerance
+    roles, qis, sens, l = mondrian_family.resolve_release_columns(plpy, tbl, spec.promise)
+    models = mondrian_family.check_models(l, sens, spec)
     qi_names = [col.name for col in qis]
-    weights, origin = resolve_priorities(plpy, tbl, values["priorities"], qi_names)
+    weights, origin = resolve_priorities(plpy, tbl, settings.priorities, qi_names)
     use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
     cuts, unlearned = learned_cut_points(plpy, tbl, qi_names) if use_cuts else ({}, [])
     if unlearned:
@@ -44,21 +45,20 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
                     "them without numeric constants (pg_stat_statements keeps $1 placeholders)",
                     hint="Learn from statements with their constants (anon.add_queries) for "
                          "cut points there; the release records them in cut_points_unlearned.")
-    if values["target"] is not None:
-        catalog.column_named(tbl, catalog.table_columns(plpy, tbl), values["target"])
+    if settings.target is not None:
+        catalog.column_named(tbl, catalog.table_columns(plpy, tbl), settings.target)
     parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
     parameters.update({
-        "priorities": weights, "priorities_origin": origin, "target": values["target"],
-        "metric_weights": jsonb(values["metric_weights"]), "cut_points": cuts,
+        "priorities": weights, "priorities_origin": origin, "target": settings.target,
+        "metric_weights": settings.metric_weights, "cut_points": cuts,
         "cut_tolerance": cut_tolerance, "cut_points_unlearned": unlearned,
     })
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
-    PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
-                        cut_tolerance=cut_tolerance,
-                        **mondrian_family.core_models(ReleaseSpec.decode(METHOD, parameters))
-                        ).check_parameters(qi_names, values["target"] is not None)
-    parameters["layout"] = values["layout"]
+    PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=settings.metric_weights,
+                        cut_tolerance=cut_tolerance, **mondrian_family.core_models(spec)
+                        ).check_parameters(qi_names, settings.target is not None)
+    parameters["layout"] = spec.promise.layout
     return mondrian_family.release_plan(
         plpy, tbl, roles, parameters,
         f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized",

@@ -53,7 +53,7 @@ from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import jsonb, run
-from plpy_anon.spec import ReleaseSpec
+from plpy_anon.spec import ReleaseSpec, TrustSettings
 
 METHOD = "trust"
 OUTCOMES = {"good": 1.0, "bad": 0.0, "neutral": 0.5}
@@ -308,10 +308,10 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
 
 # ---------------------------------------------------------------------------- the release
 
-def _check_release_parameters(values: dict):
-    min_share = values["min_share"]
-    _check_unit(values["max_suppression"], "max_suppression")
-    TrustProjection(gamma=values["gamma"], d_min=values["d_min"], d_max=values["d_max"])  # validates
+def _check_release_parameters(settings: TrustSettings):
+    min_share = settings.min_share
+    _check_unit(settings.max_suppression, "max_suppression")
+    TrustProjection(gamma=settings.gamma, d_min=settings.d_min, d_max=settings.d_max)  # validates
     if min_share is None or not min_share >= 0:
         raise InvalidParameter(f"min_share must be >= 0; got {min_share}",
                                hint="0 keeps priority-1 attributes exact; the default is 0.1.")
@@ -330,17 +330,18 @@ def _release_priorities(tbl, cols, qis, priorities) -> dict:
     return {c.name: float(priorities.get(c.name, 0.0)) for c in qis}
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    requester, purpose = values["requester"], values["purpose"]
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    promise, settings = spec.promise, spec.settings
+    requester, purpose = settings.requester, settings.purpose
     role = _requester(plpy, requester)["role_name"]
     role = grants.check_role(plpy, role)
     priorities = _purpose(plpy, purpose)
-    _check_release_parameters(values)
-    evaluate(plpy, requester, history_weight=values["history_weight"],
-             half_life_days=values["half_life_days"])
+    _check_release_parameters(settings)
+    evaluate(plpy, requester, history_weight=settings.history_weight,
+             half_life_days=settings.half_life_days)
     cols = catalog.table_columns(plpy, tbl)
-    roles = release_roles(plpy, tbl, quasi_identifiers=values["quasi_identifiers"],
-                          sensitive=values["sensitive"], identifiers=values["identifiers"], cols=cols)
+    roles = release_roles(plpy, tbl, quasi_identifiers=promise.quasi_identifiers,
+                          sensitive=promise.sensitive, identifiers=promise.identifiers, cols=cols)
     qis = [c for c, r in roles if r == "quasi_identifier"]
     if not qis:
         raise InvalidParameter(f"table {tbl.label} has no quasi-identifier to generalize",
@@ -348,10 +349,11 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
     parameters = {
-        **{name: values[name] for name in ("requester", "purpose", "k", "max_suppression", "gamma",
-                                           "d_min", "d_max", "history_weight", "min_share")},
-        "half_life_days": _json_number(values["half_life_days"]),
-        "level_weights": _level_weights(values["level_weights"], [c.name for c in qis]),
+        "requester": requester, "purpose": purpose, "k": promise.k,
+        **{name: getattr(settings, name) for name in ("max_suppression", "gamma", "d_min",
+                                                      "d_max", "history_weight", "min_share")},
+        "half_life_days": _json_number(settings.half_life_days),
+        "level_weights": _level_weights(settings.level_weights, [c.name for c in qis]),
         "priorities": _release_priorities(tbl, cols, qis, priorities),
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c, r in roles if r == "sensitive"],
