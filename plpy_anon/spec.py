@@ -47,6 +47,11 @@ class Promise:
     refresh_mode: str | None = None       # stable | fresh (None: the method decides)
     layout: str | None = None             # compact | flat (Mondrian family)
 
+    @classmethod
+    def of(cls, values: Mapping) -> Promise:
+        """The promise in catalog parameters (a row, or one being built), unchecked."""
+        return _typed(cls, values)
+
     @property
     def models_asked(self) -> bool:
         """Whether a privacy model beyond distinct l is asked (entropy, recursive, t)."""
@@ -67,6 +72,11 @@ class Built:
     storage: str | None = None                # a compact release's materialized view
     objects: tuple[str, ...] = ()             # the release's other relations, dependents first
     grantees: tuple[str, ...] | None = None   # the roles it is granted to (None: analysts)
+
+    @classmethod
+    def of(cls, values: Mapping) -> Built:
+        """What catalog parameters (a row, or one being built) record, unchecked."""
+        return _typed(cls, values)
 
 
 # ------------------------------------------------------------------------- the methods' settings

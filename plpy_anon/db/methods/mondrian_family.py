@@ -50,7 +50,7 @@ from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
-from plpy_anon.spec import Promise, ReleaseSpec
+from plpy_anon.spec import Built, Promise, ReleaseSpec
 
 
 def check_l(l, sensitive: list) -> int | None:
@@ -160,22 +160,18 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
                   partition_function: str = "anon._mondrian_partition_slices") -> str:
     """The materialized view's query of a Mondrian-family release (a compact release's
     storage: one row per class)."""
-    hierarchical = set(parameters["hierarchies"])
+    promise, built = Promise.of(parameters), Built.of(parameters)
+    hierarchical = set(built.hierarchies)
     by_name = {col.name: col for col, _ in roles}
     qi_types = {name: output_type(by_name[name], name in hierarchical)
-                for name in parameters["quasi_identifiers"]}
+                for name in promise.quasi_identifiers}
     call = f"{partition_function}({int(release_id)})"
-    compact = parameters.get("layout") == "compact"
-    if not joins_back(parameters):
+    compact = promise.layout == "compact"
+    # written from the values the run read, or joined back to the source (columns not read
+    # exactly: stored_classes; releases made before)
+    if not built.joined_back:
         return (compact_read_query if compact else flat_read_query)(plpy, tbl, roles, qi_types, call)
     return generalized_release_query(plpy, tbl, roles, qi_types, call, sliced=True, compact=compact)
-
-
-def joins_back(parameters: dict) -> bool:
-    """Whether the release's rows get their values by a join back to the source (columns not
-    read exactly: stored_classes; releases made before), or are written from the values the run
-    read."""
-    return parameters.get("joined_back", True)
 
 
 def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
@@ -186,30 +182,32 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
     (compact.view_query); a refresh rebuilds the storage and swaps it in under the view
     (refreshing.rebuild_view). Flat: one materialized view of one row per person."""
     unstorable = unstorable_columns(plpy, tbl, roles)
-    if parameters.get("layout") is None:
-        parameters["layout"] = "flat" if unstorable else "compact"
+    layout = Promise.of(parameters).layout
+    if layout is None:
+        layout = "flat" if unstorable else "compact"
         if unstorable:
             plpy.notice(f"{tbl.label} is released flat (one row per person): a compact release "
                         f"cannot store {unstorable}")
-    elif parameters["layout"] == "compact" and unstorable:
+    elif layout == "compact" and unstorable:
         raise InvalidParameter(f"layout => 'compact' cannot store {unstorable} of {tbl.label}",
                                hint="Use layout => 'flat' (or omit layout) for this table.")
 
     # written from the values read where they are read exactly and a class can hold them (an
     # array of each sensitive column: unstorable_columns), unless the session asks for the join
     # back (plpy_anon.join_back = on)
-    parameters["joined_back"] = bool(unstorable) or stored_classes.join_back_asked(plpy) \
+    joined_back = bool(unstorable) or stored_classes.join_back_asked(plpy) \
         or not stored_classes.reads_exactly(plpy, [c for c, role in roles if role == "sensitive"])
+    parameters.update(layout=layout, joined_back=joined_back)
 
     def query(release_id):
         return release_query(plpy, tbl, roles, parameters, release_id, partition_function)
 
-    if parameters["layout"] != "compact":
+    if layout != "compact":
         return method.Plan(parameters, default_name=default_name, query=query)
 
     def build(release_id, qualified, name):
         release = release_rows.by_id(plpy, release_id)
-        schema, storage = release["release_schema"], jsonb(release["parameters"])["storage"]
+        schema, storage = release["release_schema"], Built.of(jsonb(release["parameters"])).storage
         if release_rows.relation_exists(plpy, schema, storage):
             raise DuplicateObject(
                 f"relation {schema}.{storage} already exists and is not this release's storage",

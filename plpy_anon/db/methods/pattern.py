@@ -84,17 +84,18 @@ def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
     kept = [c.name for c, role in roles if role == "sensitive" and c.name not in names]
     walk = {name: getattr(settings, name) for name in ("segment", "sample", "iterations", "seed",
                                                        "delta")}
+    bounds = _parse_bounds(settings.bounds, names)
     parameters = {
         "columns": names, **walk,
         "max_unchanged": _check_max_unchanged(settings.max_unchanged),
-        "bounds": _parse_bounds(settings.bounds, names),
+        "bounds": bounds,
         "sensitive": kept,
         "released": names + kept,
         "dropped": [c.name for c in cols if c.name not in names and c.name not in kept],
     }
     # fail fast with clean errors, before any view exists (the run checks again on its data)
     PatternPreservingRelease(**walk).check_parameters()
-    _check_columns(plpy, tbl, substituted, parameters["bounds"])
+    _check_columns(plpy, tbl, substituted, bounds)
     return method.Plan(
         parameters, default_name=f"{tbl.name}_pp",
         query=lambda release_id: release_query(plpy, tbl, substituted, kept, release_id))
