@@ -7,11 +7,12 @@ privacy models' combination; k against the rows read is the core's guard,
 """
 from __future__ import annotations
 
+from plpy_anon.spec import Promise
 
-def check_models(parameters: dict) -> None:
-    """The combination of l, l_diversity, c and t (each already validated alone): c only, and
-    always, with recursive; entropy/recursive only with l (InvalidParameter, 22023)."""
+
+def check_models(promise: Promise) -> None:
+    """The combination of the promise's l, l_diversity, c and t (each already validated alone):
+    c only, and always, with recursive; entropy/recursive only with l (InvalidParameter, 22023)."""
     from plpy_anon.core.privacy_models import check_models as check
-    check(parameters.get("l"), parameters["l_diversity"], parameters.get("c"),
-          parameters.get("t"))
+    check(promise.l, promise.l_diversity, promise.c, promise.t)
 

@@ -11,6 +11,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.db import params
 from plpy_anon.parameters import MONDRIAN, OPTIONAL_K, SURFACES, K, L
+from plpy_anon.spec import Promise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +80,7 @@ def test_model_parameters_default_when_missing_and_refuse_with_a_hint():
         assert info.value.sqlstate == "22023" and f"{name} =>" in info.value.hint
     assert MONDRIAN.validate({"t": 1, "c": 0.5}) == {"t": 1, "c": 0.5}
     with pytest.raises(InvalidParameter, match="c applies to recursive"):
-        params.check_models({"l": 2, "l_diversity": "distinct", "c": 2, "t": None})
+        params.check_models(Promise(l=2, c=2))
 
 
 @pytest.mark.parametrize("surface", list(SURFACES.values()), ids=list(SURFACES))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -89,8 +89,8 @@ def check_models(l, sens: list, spec: ReleaseSpec) -> dict:
     validated by its declaration) checked together, as stored in its parameters.
     ``ordered_sensitive``: the sensitive columns t-closeness treats as ordered (numeric types)."""
     models = core_models(spec)
-    params.check_models({"l": l, **models})
-    if models["t"] is not None and not sens:
+    params.check_models(replace(spec.promise, l=l))
+    if spec.promise.t is not None and not sens:
         raise InvalidParameter(
             "t-closeness needs a sensitive column, and the table has none",
             hint="Declare one with anon.set_column_role(table, column, 'sensitive') or pass sensitive => ARRAY[...].")
