@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.core.k_anonymity import HINT as K_HINT
+from plpy_anon.core.k_anonymity import MIN_K
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,9 @@ class Surface:
 # ------------------------------------------------------------------------------ shared
 
 SOURCE = Parameter("source", "regclass", help="The table to release.")
-K = Parameter("k", "integer", constraint=Interval(2, None, integer=True),
-              help="Every class has at least k rows.",
-              hint="Use k => 2 or more (every class gets at least k rows; k = 1 would release every "
-                   "row as it is).")
+# the declaration's check of k (one of three: core.k_anonymity)
+K = Parameter("k", "integer", constraint=Interval(MIN_K, None, integer=True),
+              help="Every class has at least k rows.", hint=K_HINT)
 #: k where the method has a default of its own when NULL (trust: the paper's scheme alone)
 OPTIONAL_K = Parameter("k", "integer", "NULL", K.constraint, help=K.help, hint=K.hint)
 L = Parameter("l", "integer", "NULL", Interval(1, None, integer=True),
@@ -244,7 +245,8 @@ FUSION = Surface("fusion", "fusion_resilient_view", (
     Parameter("min_utility", "double precision", "0", help="Smallest standardized utility accepted."),
     Parameter("w_protection", "double precision", "0.5", help="Weight of protection in H."),
     Parameter("w_utility", "double precision", "0.5", help="Weight of utility in H."),
-    Parameter("k_from", "integer", "2", help="Smallest k scanned."),
+    Parameter("k_from", "integer", "2", K.constraint, help="Smallest k scanned.",
+              hint="Use k_from => 2 or more (every k scanned is a release's k)."),
     Parameter("k_to", "integer", "30", help="Largest k scanned."),
     Parameter("attributes", "text[]", "NULL", help="Numeric attributes to microaggregate (default: the numeric quasi-identifiers)."),
     Parameter("auxiliary_identifier", "text", "NULL", help="The auxiliary table's key column."),

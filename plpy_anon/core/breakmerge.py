@@ -44,6 +44,7 @@ import pandas as pd
 
 from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+from plpy_anon.core.k_anonymity import check_k
 
 __all__ = [
     "BreakMerge",
@@ -338,7 +339,7 @@ class BreakMerge:
         return labels
 
     def _check_k(self, sizes, label_values):
-        if self.k is None or sizes.min() >= self.k:
+        if self.k is None or check_k(self.k) <= sizes.min():
             return
         small = label_values[sizes < self.k]
         raise InvalidParameter(

@@ -50,6 +50,7 @@ import pandas as pd
 
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UndefinedObject
 from plpy_anon.core.hierarchy import Hierarchy
+from plpy_anon.core.k_anonymity import check_k
 
 # A degree within this distance below a level's boundary counts as reaching it: recomputing a
 # view's degree and decomposing it again must not lose a level to floating-point rounding.
@@ -459,12 +460,7 @@ class DegreeRelease:
     def _check_k(self, n_rows):
         if self.k is None:
             return
-        if not (isinstance(self.k, (int, np.integer)) and self.k >= 1):
-            raise InvalidParameter(f"k must be a positive integer; got {self.k!r}",
-                                   hint="use k >= 2 for k-anonymity, or leave it out")
-        if self.k > n_rows:
-            raise InsufficientData(f"k = {self.k} exceeds the {n_rows} rows of the table",
-                                   hint="choose k at most the number of rows")
+        check_k(self.k, n_rows)
         if not 0.0 <= self.max_suppression <= 1.0:
             raise InvalidParameter(
                 f"max_suppression must lie in [0, 1]; got {self.max_suppression!r}",

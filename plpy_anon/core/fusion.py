@@ -59,6 +59,7 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mdav import MDAV
 
 LEVELS = ("low", "medium", "high")
@@ -576,10 +577,11 @@ def validate_scan_parameters(
     for name, value in (("k_from", k_from), ("k_to", k_to)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise InvalidParameter(f"{name} must be an integer, got {value!r}", hint="E.g. 2.")
-    if k_from < 2 or k_to < k_from:
+    check_k(k_from, name="k_from")
+    if k_to < k_from:
         raise InvalidParameter(
-            f"the k range {k_from}..{k_to} is empty or starts below 2",
-            hint="Use 2 <= k_from <= k_to.",
+            f"the k range {k_from}..{k_to} is empty",
+            hint="Use k_from <= k_to.",
         )
     if k_to > n_rows:
         raise InsufficientData(

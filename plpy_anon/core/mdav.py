@@ -23,7 +23,8 @@ O(n^2 p / k).
 import numpy as np
 import pandas as pd
 
-from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+from plpy_anon.core.errors import InsufficientData, UnsupportedType
+from plpy_anon.core.k_anonymity import check_k
 
 
 def standardize(values):
@@ -133,17 +134,8 @@ class MDAV:
         self.k = k
 
     def fit(self, X):
-        if isinstance(self.k, bool) or not isinstance(self.k, (int, np.integer)) or self.k < 2:
-            raise InvalidParameter(
-                f"k must be an integer >= 2, got {self.k!r}",
-                hint="k is the minimum group size; k = 1 would release the data unchanged.",
-            )
         values = _as_numeric_matrix(X)
-        if len(values) < self.k:
-            raise InsufficientData(
-                f"k = {self.k} exceeds the {len(values)} rows to anonymize",
-                hint=f"Use k <= {len(values)}, or anonymize a larger table.",
-            )
+        check_k(self.k, len(values))
         z, self.mean_, self.scale_ = standardize(values)
         self.labels_ = mdav_labels(z, int(self.k))
         self.group_sizes_ = np.bincount(self.labels_)

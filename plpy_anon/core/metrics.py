@@ -21,6 +21,7 @@ from plpy_anon.core.generalize import (
     class_code_range,
     class_distinct_codes,
 )
+from plpy_anon.core.k_anonymity import check_k
 
 
 def release_metrics(columns, labels, k, index=None):
@@ -31,8 +32,7 @@ def release_metrics(columns, labels, k, index=None):
     if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
         raise InvalidParameter("class labels must be non-negative integers",
                                hint="pass labels_ of a fitted Mondrian")
-    if k < 1:
-        raise InvalidParameter(f"k = {k} must be >= 1", hint="pass the k the release was built for")
+    check_k(k)                                     # c_avg divides by it
     n_rows = labels.size
     class_sizes = np.bincount(labels)
     class_sizes = class_sizes[class_sizes > 0]     # ids need not be dense

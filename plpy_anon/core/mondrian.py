@@ -56,6 +56,7 @@ from plpy_anon.core.encoding import EncodedColumn
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import SpreadMeasure
 from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.privacy_models import Models, check_models
 
 _LEFT, _RIGHT, _DONE = 0, 1, 2
@@ -676,7 +677,6 @@ class Mondrian:
 
     # ------------------------------------------------------------------ validation
     def _validate(self, columns, sensitive, sensitive_names=None):
-        _check_int("k", self.k, minimum=2)
         check_split(self.split)
         if self.engine not in ENGINES:
             raise InvalidParameter(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}",
@@ -700,9 +700,7 @@ class Mondrian:
         if n_rows == 0:
             raise InsufficientData("the table is empty: nothing to anonymize",
                                    hint="load rows before building a release")
-        if self.k > n_rows:
-            raise InsufficientData(f"k = {self.k} exceeds the number of rows ({n_rows})",
-                                   hint=f"choose k <= {n_rows}")
+        check_k(self.k, n_rows)
         if (self.l is not None and self.l > 1) or self.t is not None:
             self._validate_sensitive(sensitive, n_rows, sensitive_names)
         return n_rows

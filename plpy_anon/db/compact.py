@@ -16,6 +16,7 @@ from __future__ import annotations
 from plpy_anon.core.errors import AnonError
 from plpy_anon.db.release_rows import view_prints_as
 from plpy_anon.db.sqltext import ident, jsonb
+from plpy_anon.spec import Built, Promise
 
 #: the storage's name is the release's plus this
 STORAGE_SUFFIX = "_classes"
@@ -67,17 +68,18 @@ def stored_rows(plpy, params: dict, alias: str = "s") -> str:
     """The SQL of the rows :func:`view_query` makes of one stored class (``alias``): its
     sensitive arrays unnested side by side give as many as the longest (NULLs pad the others),
     else ``_rows``."""
-    lengths = [f"pg_catalog.cardinality({alias}.{ident(plpy, c)})" for c in params.get("sensitive") or []]
+    lengths = [f"pg_catalog.cardinality({alias}.{ident(plpy, c)})"
+               for c in Promise.of(params).sensitive or ()]
     return (f"coalesce(GREATEST({', '.join(lengths)}), 0)" if lengths
             else f"{alias}.{ident(plpy, ROWS_COLUMN)}")
 
 
 def expected_view(plpy, release: dict) -> str:
     """The view query of a compact release, from its catalog parameters."""
-    params = jsonb(release["parameters"])
-    sensitive = set(params.get("sensitive") or [])
-    released = [(name, name in sensitive) for name in params["released"]]
-    return view_query(plpy, ident(plpy, release["release_schema"], params["storage"]), released)
+    stored = jsonb(release["parameters"])
+    built, sensitive = Built.of(stored), set(Promise.of(stored).sensitive or ())
+    released = [(name, name in sensitive) for name in built.released]
+    return view_query(plpy, ident(plpy, release["release_schema"], built.storage), released)
 
 
 def check_view(plpy, release: dict) -> None:
@@ -86,7 +88,7 @@ def check_view(plpy, release: dict) -> None:
     for other releases. The method's ``check_relations``: publish.record calls it before the
     check and the stored report read the storage (outside the owner's security-restricted
     check, where no temporary view may be created)."""
-    if not jsonb(release["parameters"]).get("storage"):
+    if not Built.of(jsonb(release["parameters"])).storage:
         return
     same = view_prints_as(plpy, release, release["release_name"], expected_view(plpy, release))
     if same is None:

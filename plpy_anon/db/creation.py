@@ -1,7 +1,8 @@
 """Creating a release: the one entry point behind every method's SQL function (anon.mondrian_view,
 anon.break_merge, ...; sql/build.py generates them from the declarations in plpy_anon.parameters).
 
-The method resolves what its validated parameters mean for the table (``ReleaseMethod.resolve``
+The arguments are decoded once into the release's specification (``ReleaseMethod.spec_of``:
+plpy_anon.spec), and the method resolves what it means for the table (``ReleaseMethod.resolve``
 -> ``Plan``); the rest is the same for all: the source checked, the declared constraints, the
 name, the catalog row, the relations built and verified (publish.py), in the caller's transaction.
 """
@@ -22,7 +23,8 @@ def create(plpy, source, *, method: str, GD=None, **arguments) -> str:
     release_method = REGISTRY[method]
     release_name, release_schema, replace = (arguments.pop(n) for n in RELEASE_ARGUMENTS)
     tbl = guards.table(plpy, source)
-    plan = release_method.resolve(plpy, tbl, release_method.validate(**arguments))
+    spec = release_method.spec_of(release_method.validate(**arguments))
+    plan = release_method.resolve(plpy, tbl, spec)
     name = release_name or plan.default_name
     parameters = plan.parameters
     if plan.objects is not None:

@@ -33,6 +33,7 @@ from plpy_anon.core.errors import (
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.release_rows import genuine_relations, temp_name
 from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.spec import Built
 
 # Advisory lock keys (class 'ansc'): one per schema name while it is created, and one for the set
 # of analysts (grant_analyst / revoke_analyst exclusive, release creation shared) so that a role
@@ -81,16 +82,14 @@ def release_relations(plpy, release: dict) -> list[str]:
     (releases.genuine_relations: in the schema the release was created in, owned by its creator;
     nothing of a stale release whose schema was dropped or re-created outside plpy_anon)."""
     schema = release["release_schema"]
-    stored = jsonb(release["parameters"]).get("storage")   # read through the view only
+    stored = Built.of(jsonb(release["parameters"])).storage   # read through the view only
     return [ident(plpy, schema, rel) for rel, _ in genuine_relations(plpy, release) if rel != stored]
 
 
 def restricted_to(release: dict) -> list[str] | None:
     """The roles a release is meant for when its method restricts it (``parameters.grantees``,
     e.g. a trust-aware release made for one requester), else None: every analyst reads it."""
-    params = release["parameters"]
-    params = jsonb(params)
-    grantees = (params or {}).get("grantees")
+    grantees = Built.of(jsonb(release["parameters"]) or {}).grantees
     return None if grantees is None else list(grantees)
 
 

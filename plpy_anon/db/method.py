@@ -6,8 +6,10 @@ A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.
 * ``name``: the value of ``anon.releases.method`` for its releases;
 * its parameters are declared in ``plpy_anon.parameters`` (``SURFACES[name]``: SQL type, default,
   constraint, help; or ``surface`` for a method declared elsewhere), and validated once by
-  ``validate``;
-* ``resolve(plpy, table, values) -> Plan``: what the validated values mean for this table (columns,
+  ``validate``; a release's parameters travel as a ``plpy_anon.spec.ReleaseSpec`` (its promise,
+  the method's settings -- ``spec.SETTINGS[name]`` or ``settings`` -- and what its build
+  recorded), decoded once by ``spec_of`` from the SQL call's arguments or the catalog row;
+* ``resolve(plpy, table, spec) -> Plan``: what the specification means for this table (columns,
   stored parameters), the release's default name and how its relations are built; creation.py does
   the rest (the source, the name, the catalog row, the checks) the same way for every method;
 * ``refresh_release(plpy, GD, release)``: only for releases that are not one materialized view
@@ -16,7 +18,7 @@ A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.
   are not one view of QIs + sensitive columns (default: verify.default_spec);
 * the run behind every build and refresh, in three hooks that ``run`` calls in order:
   ``read(ctx) -> data`` (the source, read once in the caller's snapshot; ``ctx`` is a ``Run``),
-  ``fit(data, parameters) -> result`` (the core estimator), ``publish(ctx, data, result) ->
+  ``fit(data, spec) -> result`` (the core estimator), ``publish(ctx, data, result) ->
   (output, stats)`` (what the SQL function returns, and ``release_rows.stash_run``'s keywords).
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from plpy_anon import parameters
 from plpy_anon.db import release_rows, timing
 from plpy_anon.db.sqltext import jsonb, progress
+from plpy_anon.spec import ReleaseSpec
 
 
 @dataclass
@@ -50,6 +53,7 @@ class ReleaseMethod:
     name: str
     resolve: Callable | None = None
     declared: parameters.Surface | None = None   # a method whose surface is not in SURFACES
+    settings: type | None = None                 # a method whose settings are not in spec.SETTINGS
     refresh_release: Callable | None = None
     verification_spec: Callable | None = None
     # check_relations(plpy, release): refuse relations of the release that are not the ones
@@ -67,11 +71,10 @@ class ReleaseMethod:
         """The method's parameters checked by their declarations (InvalidParameter, 22023)."""
         return self.surface.validate(values)
 
-    def checked_parameters(self, stored: dict) -> dict:
-        """A release's stored parameters with every constrained one validated; a key missing
-        (a release made before the parameter existed) is its default."""
-        constrained = [p.name for p in self.surface.parameters if p.constraint is not None]
-        return {**stored, **self.surface.validate({name: stored.get(name) for name in constrained})}
+    def spec_of(self, stored: dict) -> ReleaseSpec:
+        """A release's specification from its stored parameters, every constrained one validated;
+        a key missing (a release made before the parameter existed) is its default."""
+        return ReleaseSpec.decode(self.name, stored, self.surface, self.settings)
 
 
 @dataclass
@@ -82,11 +85,17 @@ class Run:
     GD: dict | None
     release_id: int
     release: dict              # the anon.releases row
-    parameters: dict           # its parameters, validated against the method's constraints
+    spec: ReleaseSpec          # its parameters, decoded and validated once
     started: float             # time.monotonic() at the start (stash_run's clock)
     read_s: float = 0.0        # seconds spent in read
     fit_s: float = 0.0         # seconds spent in fit
     memory_mib: dict = field(default_factory=dict)   # backend memory after each phase
+
+    @property
+    def parameters(self) -> dict:
+        """The stored parameters, validated and completed (keys the specification does not type:
+        a method's recorded figures, the stable mode's state)."""
+        return self.spec.stored
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -148,7 +157,7 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
         if secret:       # the run reads its parameters from the row: with the secrets, in memory only
             release = {**release, "parameters": json.dumps({**jsonb(release["parameters"]), **secret})}
         stored = jsonb(release["parameters"])
-        ctx = Run(plpy, GD, release_id, release, method.checked_parameters(stored), started)
+        ctx = Run(plpy, GD, release_id, release, method.spec_of(stored), started)
         ctx.note_memory("start")
         with timing.phase("read"):
             data = method.read(ctx)
@@ -158,7 +167,7 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
     ctx.note_memory("read")
     t0 = time.monotonic()
     with timing.phase("fit"):
-        result = method.fit(data, ctx.parameters)
+        result = method.fit(data, ctx.spec)
     ctx.fit_s = time.monotonic() - t0
     return_free_memory()
     ctx.note_memory("fit")

@@ -40,6 +40,7 @@ from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
 from plpy_anon.db.reader import read_expression
 from plpy_anon.db.sqltext import jsonb, progress, run
+from plpy_anon.spec import Promise, ReleaseSpec
 
 SETTING = "plpy_anon.build_memory"
 DEFAULT_BUDGET = "1GB"
@@ -75,11 +76,12 @@ def budget_bytes(plpy) -> int:
     return int(value)
 
 
-def takes_path(parameters: dict) -> bool:
+def takes_path(spec: ReleaseSpec) -> bool:
     """Whether a release's cuts are all counted by the aggregates here (see the module doc)."""
-    return (not republication.is_stable(parameters) and parameters.get("t") is None
-            and parameters.get("split", "median") == "median"
-            and (not parameters.get("l") or parameters.get("l_diversity", "distinct") == "distinct"))
+    promise = spec.promise
+    return (not republication.is_stable(spec.stored) and promise.t is None
+            and getattr(spec.settings, "split", "median") == "median"
+            and (not promise.l or (promise.l_diversity or "distinct") == "distinct"))
 
 
 class Source:
@@ -395,12 +397,11 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     return leaves, levels
 
 
-def release_columns(plpy, release: dict):
-    params = jsonb(release["parameters"])
+def release_columns(plpy, release: dict, promise: Promise):
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
-    sens = [column_for(tbl, cols, name) for name in params["sensitive"]]
+    qis = [column_for(tbl, cols, name) for name in promise.quasi_identifiers]
+    sens = [column_for(tbl, cols, name) for name in promise.sensitive]
     return tbl, qis, sens
 
 
@@ -408,17 +409,16 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here).
     The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
-    table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, parameters)``
+    table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
-    stored = jsonb(release["parameters"])
-    if not takes_path(stored):
+    spec = release_method.spec_of(jsonb(release["parameters"]))
+    if not takes_path(spec):
         return None
-    parameters = release_method.checked_parameters(stored)
-    tbl, qis, sens = release_columns(plpy, release)
+    tbl, qis, sens = release_columns(plpy, release, spec.promise)
     budget = budget_bytes(plpy)
-    l = parameters.get("l")
+    l = spec.promise.l
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
     members = source_members(plpy, tbl)
     n = sum(int(rows[0]["n"]) for rows in each_member(plpy, members,
@@ -427,8 +427,8 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
         return None
     src = Source(plpy, tbl, qis, sens if l else [], members)
     with timing.phase("read"):
-        leaves, levels = top_regions(src, int(parameters["k"]), l, budget, bytes_per_row)
-    ctx = method.Run(plpy, GD, release_id, release, parameters, started)
+        leaves, levels = top_regions(src, int(spec.promise.k), l, budget, bytes_per_row)
+    ctx = method.Run(plpy, GD, release_id, release, spec, started)
     ctx.read_s = ctx.elapsed()
     figures = core.ReleaseFigures()
     metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
@@ -445,7 +445,7 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
     its first slice; errors as in a call from SQL (errors.sql_entry)."""
     read, fit, publish = hooks
     position = first_class = 0
-    k = int(ctx.parameters["k"])
+    k = int(ctx.spec.promise.k)
     for region in leaves:
         try:
             with interrupts.honoured(plpy):
@@ -453,7 +453,7 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
                 rows = read(ctx, src.predicate(region.bounds) if region.bounds else None, src.whole)
                 t1 = time.monotonic()
                 ctx.read_s += t1 - t0
-                model = fit(rows, ctx.parameters)
+                model = fit(rows, ctx.spec)
                 ctx.fit_s += time.monotonic() - t1
                 slices, stats = publish(ctx, rows, model)
                 figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)

@@ -14,6 +14,7 @@ import time
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db.guards import PLANNER_CODE
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
+from plpy_anon.spec import Built
 
 RUNS_KEY = "plpy_anon.runs"
 
@@ -424,15 +425,14 @@ def qualified_name(plpy, release: dict) -> str:
 def owned_relations(plpy, release: dict) -> list[str]:
     """The relations a release owns: its main relation plus any listed in parameters.objects
     and its storage (a compact release's), dependents first, so views over tables drop cleanly."""
-    params = jsonb(release["parameters"])
-    storage = params.get("storage")
-    return list(params.get("objects", [])) + [release["release_name"]] + ([storage] if storage else [])
+    built = Built.of(jsonb(release["parameters"]))
+    return [*built.objects, release["release_name"]] + ([built.storage] if built.storage else [])
 
 
 def storage_of(release: dict) -> str:
     """The materialized view holding a release's rows: a compact release's storage (under the
     view analysts read), else the release's own relation."""
-    return jsonb(release["parameters"]).get("storage") or release["release_name"]
+    return Built.of(jsonb(release["parameters"])).storage or release["release_name"]
 
 
 LOCK_CLASS = 0x616E6F6E   # advisory lock namespace ('anon'): one refresh, drop or replace per release at a time

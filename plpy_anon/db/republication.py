@@ -43,12 +43,12 @@ from plpy_anon.db.sqltext import ident, jsonb, local_settings, run, text_of
 SEPARATOR = "\x1f"
 
 
-def resolve_mode(values: dict, roles, parameters: dict) -> None:
+def resolve_mode(promise, roles, parameters: dict) -> None:
     """The release's ``refresh_mode`` (and what it needs) into ``parameters``. NULL: stable when
     the release has l and identifier columns to follow people by, one of them unique and NOT NULL
     (a primary key, say: a name is not a person), fresh otherwise."""
     identifiers = [c.name for c, role in roles if role == "identifier"]
-    mode = values.get("refresh_mode")
+    mode = promise.refresh_mode
     if mode is None:
         # a unique column may hold NULLs, and a row without an identifier cannot be followed
         unique = any(c.unique and c.not_null for c, role in roles if role == "identifier")

@@ -30,6 +30,7 @@ from plpy_anon.db import columns, verify
 from plpy_anon.db.class_counts import Counter, orderable
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.spec import Promise
 
 ORDERED_CATEGORIES = {"N", "D"}       # numbers, dates and times: ordered EMD; the rest: equal distance
 READABLE_RELKINDS = {"r": "table", "p": "partitioned table", "v": "view", "m": "materialized view",
@@ -81,8 +82,7 @@ def release_target(plpy, release: dict, method: ReleaseMethod | None, quasi_iden
     elif spec.count_tables:
         sens = []
     else:
-        declared = params.get("sensitive") or []
-        sens = [declared] if isinstance(declared, str) else list(declared)   # fusion names one
+        sens = list(Promise.of(params).sensitive or ())      # fusion names one, as text
     name = f"{release['release_schema']}.{release['release_name']}"
     label = f"release {name} ({release['method']})"
     target = Target(spec.relation, label, qis, sens, {}, notes)

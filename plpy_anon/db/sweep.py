@@ -10,8 +10,6 @@ written: no catalog row, no relation; it runs with the caller's rights, like a b
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
@@ -27,6 +25,7 @@ from plpy_anon.db.methods.mondrian_family import (
 )
 from plpy_anon.db.methods.registry import REGISTRY
 from plpy_anon.db.sqltext import progress, run
+from plpy_anon.parameters import K
 
 #: at most this many k in one sweep (each is a partitioning of the whole table)
 MAX_KS = 50
@@ -36,10 +35,7 @@ def check_ks(k) -> list[int]:
     if k is None or len(k) == 0 or any(v is None for v in k):
         raise InvalidParameter("k must list the values to try, without NULL",
                                hint="Pass k => ARRAY[2, 5, 10, 20, 50].")
-    ks = sorted({int(v) for v in k})
-    if ks[0] < 2:
-        raise InvalidParameter(f"every k must be at least 2, got {ks[0]}",
-                               hint="k = 1 would release every row as it is; try k => ARRAY[2, 5, 10].")
+    ks = sorted({K.check(v) for v in k})        # each k as anon.mondrian_view declares it
     if len(ks) > MAX_KS:
         raise InvalidParameter(f"k lists {len(ks)} values, more than {MAX_KS}",
                                hint="Each k partitions the whole table: sweep fewer values at a time.")
@@ -55,13 +51,13 @@ def sweep(plpy, source, k, quasi_identifiers=None, sensitive=None, identifiers=N
     values = {p.name: p.python_default for p in method.surface.parameters}
     values.update(method.validate(k=ks[0], l=l, quasi_identifiers=quasi_identifiers,
                                   sensitive=sensitive, identifiers=identifiers))
-    parameters = method.resolve(plpy, tbl, values).parameters
-    parameters["refresh_mode"] = "fresh"          # nothing is published: no one to follow
+    # nothing is published: no one to follow from version to version
+    stored = method.resolve(plpy, tbl, method.spec_of(values)).parameters
+    spec = method.spec_of({**stored, "refresh_mode": "fresh"})
     name = run(plpy, "SELECT $1::pg_catalog.regclass::text AS n", ["oid"], [tbl.oid])[0]["n"]
-    rows = load_release_rows(plpy, {"parameters": json.dumps(parameters), "source": name},
-                             with_target=False)
+    rows = load_release_rows(plpy, {"source": name}, spec, with_target=False)
     progress(plpy, f"read {rows.data.n_rows:,} rows of {name}")
-    sensitive_codes, ordered, names = sensitive_for_models(rows, parameters)
+    sensitive_codes, ordered, names = sensitive_for_models(rows, spec)
     out = []
     for value in ks:
         if value > rows.data.n_rows:
@@ -70,7 +66,7 @@ def sweep(plpy, source, k, quasi_identifiers=None, sensitive=None, identifiers=N
                         "prosecutor_risk_avg": None, "prosecutor_records_at_risk": None,
                         "note": f"more than the table's {rows.data.n_rows} rows"})
             continue
-        model = Mondrian(k=value, l=rows.l, **core_models(parameters)).fit(
+        model = Mondrian(k=value, l=rows.l, **core_models(spec)).fit(
             rows.encoded, sensitive_codes, sensitive_ordered=ordered, sensitive_names=names)
         metrics = release_metrics(rows.encoded, model.labels_, value)
         sizes, classes = np.unique(np.bincount(model.labels_), return_counts=True)

@@ -11,7 +11,9 @@ SQL of its own and compares what it counts with what the release promises:
   ``releases.stash_run(row_count=..., source_rows=..., suppressed=...)``). A release that lost
   or duplicated rows fails.
 * **k**: the smallest class (``GROUP BY`` the released quasi-identifier columns, exactly the
-  columns an analyst can link on) has at least ``k`` rows.
+  columns an analyst can link on) has at least ``k`` rows, and ``k`` is at least
+  ``core.k_anonymity.MIN_K`` (the third of k's three checks, after the declaration's and the
+  core's).
 * **l** (when ``l`` was asked): every class holds at least ``l`` distinct values that are not NULL
   in each sensitive column (SQL's ``count(DISTINCT column)``: a NULL is no value an attacker is
   unsure between) -- or, for Break-Merge, in every group of every sensitive table, whose counts
@@ -33,8 +35,8 @@ sees the missing row and refuses the release. Neither half trusts the partitioni
 box loses rows, a lost row fails the count.
 
 What each method promises, and so what is checked (a method's db module may define
-``verification_spec(plpy, release, stats) -> Spec``; the default reads the catalog parameters of
-``mondrian.base_parameters``: ``quasi_identifiers``, ``sensitive``, ``k``, ``l``):
+``verification_spec(plpy, release, stats) -> Spec``; the default reads the release's promise
+(``plpy_anon.spec.Promise``: quasi-identifiers, sensitive columns, k, l and the models):
 
 * mondrian, prioritized_mondrian: rows, k over the QIs, l per sensitive column when asked;
 * trust: rows (suppressed outliers excluded), k over the QI labels when k was given;
@@ -54,11 +56,12 @@ import time
 from dataclasses import dataclass, field
 
 from plpy_anon.core.errors import AnonError
+from plpy_anon.core.k_anonymity import MIN_K
 from plpy_anon.db.class_counts import ClassCounts, Counter
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine, storage_of
 from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
-from plpy_anon.parameters import L_DIVERSITY
+from plpy_anon.spec import ReleaseSpec
 
 
 class VerificationFailed(AnonError):
@@ -112,17 +115,16 @@ def expected_rows(stats: dict | None) -> int | None:
 
 
 def default_spec(plpy, release: dict, stats: dict | None) -> Spec:
-    params = jsonb(release["parameters"])
-    l = params.get("l")
-    t = params.get("t")
-    sensitive = params.get("sensitive") or []
+    # the promise as stored, unchecked: a value the declaration would refuse is found here
+    spec = ReleaseSpec.decode(release["method"], jsonb(release["parameters"]), checked=False)
+    promise = spec.promise
     return Spec(relation=ident(plpy, release["release_schema"], release["release_name"]),
-                class_key=list(params.get("quasi_identifiers") or []),
-                k=params.get("k"), l=l,
-                sensitive=list(sensitive) if l or t is not None else [],
+                class_key=list(promise.quasi_identifiers or ()), k=promise.k, l=promise.l,
+                sensitive=list(promise.sensitive or ()) if promise.l or promise.t is not None
+                else [],
                 expected_rows=expected_rows(stats),
-                l_diversity=params.get("l_diversity") or L_DIVERSITY.python_default, c=params.get("c"), t=t,
-                ordered=list(params.get("ordered_sensitive") or []) if t is not None else [])
+                l_diversity=promise.l_diversity, c=promise.c, t=promise.t,
+                ordered=list(spec.built.ordered_sensitive) if promise.t is not None else [])
 
 
 def spec_for(plpy, release: dict, stats: dict | None, method: ReleaseMethod) -> Spec:
@@ -254,6 +256,8 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
         read = stats.get("source_rows", stats.get("row_count"))
         failures.append(f"{row['n_rows']} rows released, {spec.expected_rows} expected "
                         f"({read} source rows read, {int(stats.get('suppressed') or 0)} suppressed)")
+    if spec.k is not None and spec.k < MIN_K:       # a catalog row edited below the minimum
+        failures.append(f"k = {spec.k} promised, below the smallest k of any release ({MIN_K})")
     if (spec.k is not None and spec.class_key and row["smallest"] is not None
             and row["smallest"] < spec.k):
         failures.append(f"smallest class has {row['smallest']} rows, k = {spec.k} promised")

@@ -44,6 +44,7 @@ from plpy_anon.db.workload_statements import (
     qi_workload,
     stored_statements,
 )
+from plpy_anon.spec import ReleaseSpec
 
 MONDRIAN_METHODS = ("mondrian", "prioritized_mondrian")
 
@@ -149,11 +150,12 @@ class _ReleaseEvaluation:
                 f"release {name} was made by method {self.release['method']!r}; the report "
                 "re-derives Mondrian classes",
                 hint=f"Use it on releases of {', '.join(MONDRIAN_METHODS)}.")
-        self.params = jsonb(self.release["parameters"])
+        # a plain Mondrian release is a prioritized one without priorities
+        self.spec = ReleaseSpec.decode("prioritized_mondrian", jsonb(self.release["parameters"]))
         guards.table(plpy, self.release["source"])      # guarded before the rows are read
-        rows = mondrian_family.load_release_rows(plpy, self.release)
+        rows = mondrian_family.load_release_rows(plpy, self.release, self.spec)
         self.tbl, self.qis, self.encoded, self.frame = rows.tbl, rows.qis, rows.encoded, rows.frame
-        model = prioritized_mondrian.model_for(self.params).fit(
+        model = prioritized_mondrian.model_for(self.spec).fit(
             self.encoded, rows.sensitive, target=rows.target)
         self.labels = model.labels_
         self.n_classes = model.n_classes_
@@ -197,7 +199,7 @@ class _ReleaseEvaluation:
 @sql_entry
 def release_report(plpy, name, weights=None):
     ev = _ReleaseEvaluation(plpy, name)
-    k = int(ev.params["k"])
+    k = ev.spec.promise.k
     metrics = release_metrics(ev.encoded, ev.labels, k)
     weights, weights_origin = ev.weights(weights)
     c_wdm = weighted_discernibility(ev.frame, ev.labels, weights)

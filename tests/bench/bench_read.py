@@ -56,9 +56,12 @@ DO $do$
 import time
 from plpy_anon.db import release_rows
 from plpy_anon.db.methods import mondrian_family
+from plpy_anon.db.methods.registry import REGISTRY
+from plpy_anon.db.sqltext import jsonb
 release = release_rows.by_id(plpy, %(release_id)d)
+spec = REGISTRY[release["method"]].spec_of(jsonb(release["parameters"]))
 t0 = time.perf_counter()
-rows = mondrian_family.load_release_rows(plpy, release, with_target=False)
+rows = mondrian_family.load_release_rows(plpy, release, spec, with_target=False)
 plpy.notice("read %%.6f" %% (time.perf_counter() - t0))
 $do$ LANGUAGE plpython3u
 """

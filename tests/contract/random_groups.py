@@ -11,6 +11,7 @@ like the six others (methods.py lists it).
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import make_dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from plpy_anon import parameters as p
 from plpy_anon.db import method
 from plpy_anon.db.methods import mondrian_family
+from plpy_anon.spec import ReleaseSpec
 
 NAME = "random_groups"
 PARTITION_FUNCTION = "anon._random_groups_partition_slices"
@@ -26,25 +28,31 @@ SURFACE = p.Surface(NAME, "random_groups_view", (
     p.Parameter("seed", "integer", "0", help="Seed of the shuffle."), *p.RELEASE))
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    roles, qis, sens, _ = mondrian_family.resolve_release_columns(plpy, tbl, {**values, "l": None})
-    parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, values["k"], None)
-    parameters["seed"] = values["seed"]
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    k = spec.promise.k
+    roles, qis, sens, _ = mondrian_family.resolve_release_columns(plpy, tbl, spec.promise)
+    parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, k, None)
+    parameters["seed"] = spec.settings.seed
     return method.Plan(
-        parameters, default_name=f"{tbl.name}_random_k{values['k']}",
+        parameters, default_name=f"{tbl.name}_random_k{k}",
         query=lambda release_id: mondrian_family.release_query(
             plpy, tbl, roles, parameters, release_id, partition_function=PARTITION_FUNCTION))
 
 
+# made, not declared with a class body: this file runs in the backend as a module sys.modules
+# does not hold, where a dataclass cannot resolve its annotations
+Settings = make_dataclass("Settings", [("seed", int, 0)], frozen=True)
+
+
 def read(ctx: method.Run):
-    return mondrian_family.load_release_rows(ctx.plpy, ctx.release, with_target=False)
+    return mondrian_family.load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False)
 
 
-def fit(rows, parameters: dict) -> np.ndarray:
-    n, k = rows.data.n_rows, int(parameters["k"])
+def fit(rows, spec: ReleaseSpec) -> np.ndarray:
+    n, k = rows.data.n_rows, spec.promise.k
     groups = max(n // k, 1)
     labels = np.empty(n, dtype=np.int64)
-    labels[np.random.default_rng(parameters["seed"]).permutation(n)] = \
+    labels[np.random.default_rng(spec.settings.seed).permutation(n)] = \
         np.minimum(np.arange(n) // k, groups - 1)
     return labels
 
@@ -53,7 +61,7 @@ def publish(ctx: method.Run, rows, labels):
     return mondrian_family.partition_output(ctx, rows, labels, int(labels.max(initial=-1)) + 1)
 
 
-RELEASE_METHOD = method.ReleaseMethod(NAME, resolve=resolve, declared=SURFACE,
+RELEASE_METHOD = method.ReleaseMethod(NAME, resolve=resolve, declared=SURFACE, settings=Settings,
                                       read=read, fit=fit, publish=publish)
 
 

@@ -8,6 +8,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from plpy_anon.core.k_anonymity import MIN_K
+from plpy_anon.spec import ReleaseSpec
+from tests.contract import random_groups
 from tests.contract.conftest import K, L, drop_role, make_role
 from tests.contract.methods import BY_NAME, METHODS, N_ROWS, create_table, insert_rows
 from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
@@ -90,6 +93,24 @@ def check_k_from_released_rows(db, method, released, shared, schema, ctx):
     sizes = class_sizes(db, qi_relation(method, relation), list(method.qi_columns))
     assert min(sizes) >= K
     assert row["achieved_k"] >= K and min(sizes) >= row["achieved_k"]
+
+
+@check
+def check_catalog_parameters_are_the_specification_encoded(db, method, released, shared, schema,
+                                                           ctx):
+    """The catalog row decodes into the release's specification (what it promises, its method's
+    settings) and encodes back to the very same jsonb: the catalog format is the specification's."""
+    row = catalog(db, released(method))
+    settings = random_groups.Settings if row["method"] == random_groups.NAME else None
+    spec = ReleaseSpec.decode(row["method"], row["parameters"], settings=settings)
+    assert spec.encode() == row["parameters"]
+    if method.k_arg is None:
+        assert spec.promise.k is None
+    elif method.name == "fusion_resilient_view":     # the k its scan chose, from k_from = K
+        assert spec.promise.k >= K
+    else:
+        assert spec.promise.k == K
+    assert spec.promise.l == (L if method.l_arg else None)
 
 
 @check
@@ -324,7 +345,15 @@ def bad_k(db, method, ctx, shared, schema, k):
     if method.k_arg is None:   # no k argument: passing one is refused, never ignored
         assert failure(db, bad_call(method, ctx, shared, schema, shared[1], None, k=k)) == "42883"
         return
-    assert failure(db, bad_call(method, ctx, shared, schema, shared[1], k)) == "22023"
+    if k is None:
+        assert failure(db, bad_call(method, ctx, shared, schema, shared[1], k)) == "22023"
+        return
+    # one minimum for every method, refused with one message (fusion's k is the smallest scanned)
+    name = "k_from" if method.name == "fusion_resilient_view" else method.k_arg
+    with pytest.raises(psycopg.Error) as info:
+        db.execute(bad_call(method, ctx, shared, schema, shared[1], k))
+    assert (info.value.sqlstate, info.value.diag.message_primary) == \
+        ("22023", f"{name} must be at least {MIN_K}, got {k}")
 
 
 @check

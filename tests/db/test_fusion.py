@@ -368,7 +368,7 @@ def test_thresholds_no_k_can_meet(db, schema, enterprise):
     [
         ({"identifier": "nom"}, psycopg.errors.UndefinedObject, 'column "nom" does not exist'),
         ({"auxiliary_identifier": "who"}, psycopg.errors.UndefinedObject, '"who" does not exist'),
-        ({"k_from": 1}, psycopg.errors.InvalidParameterValue, "starts below 2"),
+        ({"k_from": 1}, psycopg.errors.InvalidParameterValue, "k_from must be at least 2, got 1"),
         ({"known_fraction": 1.5}, psycopg.errors.InvalidParameterValue, "known_fraction"),
         ({"attacker": "oracle"}, psycopg.errors.InvalidParameterValue, "unknown attacker"),
         ({"attributes": ["name"]}, psycopg.errors.DatatypeMismatch, '"name" has type text'),

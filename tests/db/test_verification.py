@@ -265,6 +265,32 @@ def test_create_of_a_release_breaking_its_promise_is_refused_and_leaves_nothing(
     assert catalog(db, rel)[1] is True
 
 
+# the check of a built release whose catalog row says k = 1 (a row the declaration refuses at
+# every run: edited after it, or written by other code)
+CHECK_WITH_K_1 = """
+DO $check$
+import json
+from plpy_anon.db import release_rows, verify
+from plpy_anon.db.methods.registry import REGISTRY
+release = release_rows.find(plpy, %s)
+release = {**release, "parameters": json.dumps({**json.loads(release["parameters"]), "k": 1})}
+try:
+    verify.check(plpy, release, {"source_rows": 300}, REGISTRY["mondrian"])
+except verify.VerificationFailed as refused:
+    plpy.error(refused.message)
+$check$ LANGUAGE plpython3u"""
+
+
+def test_a_promise_below_the_smallest_k_is_refused_from_the_released_rows(db, schema, patients):
+    """k = 1 holds of any rows: the verification refuses the promise itself, with the one
+    minimum of the declaration and the core."""
+    rel = mondrian(db, schema, k=5)
+    with pytest.raises(psycopg.Error) as failed:
+        db.execute(CHECK_WITH_K_1.replace("%s", f"'{rel}'"))
+    assert "k = 1 promised, below the smallest k of any release (2)" in \
+        failed.value.diag.message_primary
+
+
 @pytest.mark.parametrize("how", ["anon.refresh", "REFRESH MATERIALIZED VIEW"])
 @pytest.mark.parametrize("body", [SPLIT_BELOW_K, DROP_ROWS], ids=["below_k", "rows_dropped"])
 def test_refresh_of_a_release_breaking_its_promise_keeps_the_old_release(db, schema, patients,

@@ -274,8 +274,8 @@ def test_nulls_do_not_dilute_a_rule():
 @given(seed=st.integers(0, 10_000), strength=st.sampled_from([0.95, 1.0]))
 def test_max_rule_probability_leaves_no_rule_a_reader_can_count(seed, strength):
     labels, qis, sensitive = _planted_frame(seed, strength=strength)
-    plain = BreakMerge(k=1).fit(labels, sensitive)
-    broken = BreakMerge(k=1, max_rule_probability=0.9).fit(labels, sensitive, qis)
+    plain = BreakMerge(k=None).fit(labels, sensitive)
+    broken = BreakMerge(k=None, max_rule_probability=0.9).fit(labels, sensitive, qis)
     assert _counted_rules(broken, qis, 0.9) == []
     check = broken.rule_check_
     assert check["rules_before"] == len(_counted_rules(plain, qis, 0.9))
@@ -285,7 +285,7 @@ def test_max_rule_probability_leaves_no_rule_a_reader_can_count(seed, strength):
 
 def test_planted_rules_are_counted_without_max_rule_probability():
     labels, qis, sensitive = _planted_frame(1)
-    found = _counted_rules(BreakMerge(k=1).fit(labels, sensitive), qis, 0.9)
+    found = _counted_rules(BreakMerge(k=None).fit(labels, sensitive), qis, 0.9)
     assert any(f[0] == ("zone",) and f[2] == "income" for f in found)
     assert any(f[0] == ("zone", "band") and f[2] == "job" for f in found)
 
@@ -296,11 +296,11 @@ def test_a_rule_on_a_whole_class_is_checked_whatever_the_antecedent_size():
     target's QIs reads, so it is checked even with max_rule_antecedents = 1."""
     labels, qis, sensitive = _planted_frame(4)
     sensitive["income"] = np.where(np.arange(len(labels)) % 2, "low", "high")   # no zone rule
-    plain = BreakMerge(k=1).fit(labels, sensitive)
+    plain = BreakMerge(k=None).fit(labels, sensitive)
     assert _counted_rules(plain, qis, 0.9, most=1) == []
     assert any(f[0] == ("zone", "band") for f in _counted_rules(plain, qis, 0.9, most=2))
     for most in (1, 2):
-        broken = BreakMerge(k=1, max_rule_probability=0.9, max_antecedents=most).fit(
+        broken = BreakMerge(k=None, max_rule_probability=0.9, max_antecedents=most).fit(
             labels, sensitive, qis)
         assert _counted_rules(broken, qis, 0.9, most=2) == []
         assert broken.rule_check_["antecedent_sizes"] == [1, 2]
@@ -327,7 +327,7 @@ def test_no_antecedent_of_any_size_reaches_alpha(seed, alpha, most):
     """alpha bounds every antecedent of 1..all QI values a reader counts, whatever
     max_rule_antecedents: the whole class is checked, and any antecedent is a union of classes."""
     labels, qis, sensitive = _decided_by_three_qis(seed)
-    broken = BreakMerge(k=1, max_rule_probability=alpha, max_antecedents=most).fit(
+    broken = BreakMerge(k=None, max_rule_probability=alpha, max_antecedents=most).fit(
         labels, sensitive, qis)
     assert _counted_rules(broken, qis, alpha, most=3) == []
     kept = broken.rule_check_["class_detail_kept"]
@@ -352,7 +352,7 @@ def test_class_detail_kept_is_one_per_class_and_zero_for_one_group():
 @given(seed=st.integers(0, 10_000), alpha=st.sampled_from([0.5, 0.7, 0.9]))
 def test_released_rules_equal_the_brute_force_count(seed, alpha):
     labels, qis, sensitive = _planted_frame(seed, n=120)
-    broken = BreakMerge(k=1).fit(labels, sensitive)
+    broken = BreakMerge(k=None).fit(labels, sensitive)
     first = np.unique(labels, return_index=True)[1]
     group_qis = qis.iloc[first].reset_index(drop=True)
     codes = {c: pd.factorize(sensitive[c], sort=True) for c in sensitive}
@@ -362,7 +362,7 @@ def test_released_rules_equal_the_brute_force_count(seed, alpha):
                                for g in range(first.size)]) for c in sensitive}
     rules = released_rules(group_qis, np.bincount(group), np.arange(first.size), histograms,
                            values, threshold=alpha, min_support=3)
-    expected = _counted_rules(BreakMerge(k=1).fit(labels, sensitive), qis, alpha, min_support=3)
+    expected = _counted_rules(BreakMerge(k=None).fit(labels, sensitive), qis, alpha, min_support=3)
     assert broken.n_merged_ == 0
     assert len(rules) == len(expected)
     assert sorted(round(p, 9) for p in rules["probability"]) == \
@@ -373,7 +373,7 @@ def test_max_rule_probability_refuses_a_base_rate_above_it():
     labels, qis, sensitive = _planted_frame(2)
     sensitive["job"] = np.where(np.arange(len(labels)) % 25 == 0, "y", "x")  # 96% x
     with pytest.raises(InsufficientData, match="job = 'x'.*0.960") as err:
-        BreakMerge(k=1, max_rule_probability=0.9).fit(labels, sensitive, qis)
+        BreakMerge(k=None, max_rule_probability=0.9).fit(labels, sensitive, qis)
     assert "above 0.960" in err.value.hint
 
 

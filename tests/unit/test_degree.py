@@ -340,7 +340,7 @@ def test_level_weights_change_the_levels(people):
 def test_bad_release_input(people):
     with pytest.raises(UndefinedObject, match="'zip', which is not a column"):
         DegreeRelease(0.5, {"zip": 1}).fit(people)
-    with pytest.raises(InvalidParameter, match="k must be a positive integer"):
+    with pytest.raises(InvalidParameter, match="k must be at least 2, got 0"):
         DegreeRelease(0.5, PRIORITIES, k=0).fit(people)
     with pytest.raises(UndefinedObject, match="value 'd' of column 'job'"):
         DegreeRelease(0.5, PRIORITIES, hierarchies={"job": Hierarchy.from_paths(

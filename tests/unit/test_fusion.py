@@ -469,7 +469,7 @@ def test_k_range_beyond_the_rows_and_empty_ranges(enterprise):
     employees, web = enterprise
     with pytest.raises(InsufficientData, match="k_to = 500 exceeds the 240 rows"):
         _scan(employees, web, k_to=500)
-    with pytest.raises(InvalidParameter, match="k range 1..3"):
+    with pytest.raises(InvalidParameter, match="k_from must be at least 2, got 1"):
         _scan(employees, web, k_from=1)
     with pytest.raises(InvalidParameter, match="k range 5..3"):
         _scan(employees, web, k_from=5)

@@ -112,12 +112,12 @@ def test_constant_column_is_ignored_not_divided_by_zero():
 
 @pytest.mark.parametrize("k", [1, 0, 2.5, True, "3"])
 def test_bad_k(k):
-    with pytest.raises(InvalidParameter, match="k must be an integer >= 2"):
+    with pytest.raises(InvalidParameter, match="k must be (an integer|at least 2)"):
         MDAV(k=k).fit(np.zeros((4, 1)))
 
 
 def test_k_above_rows():
-    with pytest.raises(InsufficientData, match="k = 5 exceeds the 4 rows") as error:
+    with pytest.raises(InsufficientData, match="has 4 rows, fewer than k = 5") as error:
         MDAV(k=5).fit(np.arange(4.0).reshape(-1, 1))
     assert "k <= 4" in error.value.hint
 

@@ -47,7 +47,7 @@ def test_ncp_zero_when_every_class_is_one_value(values):
     values = np.array(values)
     cols = [encode_numeric("x", values), encode_categorical("c", [f"v{v}" for v in values])]
     labels = np.unique(values, return_inverse=True)[1]
-    m = release_metrics(cols, labels, k=1)
+    m = release_metrics(cols, labels, k=2)
     assert m["ncp_percent"] == 0.0
     assert m["c_dm"] == int((np.bincount(values)[np.bincount(values) > 0] ** 2).sum())
 
@@ -84,7 +84,7 @@ def test_bad_input():
         release_metrics([encode_numeric("x", np.array([]))], np.array([], dtype=int), k=2)
     with pytest.raises(InvalidParameter, match="non-negative integers"):
         release_metrics([col], np.array([0.5, 1, 1]), k=2)
-    with pytest.raises(InvalidParameter, match="k = 0"):
+    with pytest.raises(InvalidParameter, match="k must be at least 2, got 0"):
         release_metrics([col], np.array([0, 0, 0]), k=0)
 
 

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 
 from plpy_anon import parameters
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.db import params
 from plpy_anon.parameters import MONDRIAN, OPTIONAL_K, SURFACES, K, L
+from plpy_anon.spec import Promise
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,13 +40,13 @@ def test_k_null_is_refused_unless_the_method_has_a_default():
         OPTIONAL_K.check(1)
 
 
-@given(st.integers(min_value=1, max_value=50), st.integers(min_value=0, max_value=50))
+@given(st.integers(min_value=2, max_value=50), st.integers(min_value=0, max_value=50))
 def test_k_at_most_the_rows_read(k, n):
     if n >= k:
-        params.check_k_rows(k, n, "s.t")
+        check_k(k, n, "table s.t")
     else:
-        with pytest.raises(InsufficientData, match=f"has {n} rows, fewer than k = {k}"):
-            params.check_k_rows(k, n, "s.t")
+        with pytest.raises(InsufficientData, match=f"table s.t has {n} rows, fewer than k = {k}"):
+            check_k(k, n, "table s.t")
 
 
 @given(st.one_of(st.none(), st.integers(min_value=-100, max_value=100)))
@@ -78,7 +80,7 @@ def test_model_parameters_default_when_missing_and_refuse_with_a_hint():
         assert info.value.sqlstate == "22023" and f"{name} =>" in info.value.hint
     assert MONDRIAN.validate({"t": 1, "c": 0.5}) == {"t": 1, "c": 0.5}
     with pytest.raises(InvalidParameter, match="c applies to recursive"):
-        params.check_models({"l": 2, "l_diversity": "distinct", "c": 2, "t": None})
+        params.check_models(Promise(l=2, c=2))
 
 
 @pytest.mark.parametrize("surface", list(SURFACES.values()), ids=list(SURFACES))

@@ -58,6 +58,7 @@ from plpy_anon.core.breakmerge import (
 from plpy_anon.core.encoding import encode_factorized, encode_numeric, finite_for_ordering
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import class_bounds, class_code_range
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, method, publish, refreshing, release_rows, verify
@@ -75,7 +76,6 @@ from plpy_anon.db.generalization import (
 )
 from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import (
     CANONICAL_TYPES,
     merge_equal_spellings,
@@ -83,7 +83,7 @@ from plpy_anon.db.reader import (
     read_columns,
 )
 from plpy_anon.db.sqltext import ident, jsonb, run
-from plpy_anon.parameters import BREAK_MERGE
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "break_merge"
 RESERVED = ("gid", "weight", "_gid", "_attribute", "_value", "_count")
@@ -93,13 +93,14 @@ SCOPES = ("qi", "sensitive", "all")
 # ---------------------------------------------------------------------------- anon.break_merge
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    k, l, max_rule_probability = values["k"], values["l"], values["max_rule_probability"]
-    quasi_identifiers, sensitive = values["quasi_identifiers"], values["sensitive"]
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    promise, settings = spec.promise, spec.settings
+    k, l, max_rule_probability = promise.k, promise.l, settings.max_rule_probability
+    quasi_identifiers, sensitive = promise.quasi_identifiers, promise.sensitive
     if quasi_identifiers is not None and sensitive is not None:
         validate_attribute_roles(list(quasi_identifiers), list(sensitive))
     roles = release_roles(plpy, tbl, quasi_identifiers=quasi_identifiers, sensitive=sensitive,
-                          identifiers=values["identifiers"])
+                          identifiers=promise.identifiers)
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
@@ -112,8 +113,7 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         catalog.check_quasi_identifier(tbl, col)
     _check_reserved([c.name for c in qis + sens])
     _check_alpha(max_rule_probability)
-    max_categories = int(values["max_categories"]
-                         or BREAK_MERGE.by_name["max_categories"].python_default)
+    max_categories = int(settings.max_categories)
     precheck_source(plpy, tbl, sens, k=k, l=l, max_categories=max_categories)
     hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
     parameters = {
@@ -122,7 +122,7 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         "max_categories": max_categories,
         # QI -> SA rule check (None: none), re-applied by every refresh
         "max_rule_probability": max_rule_probability,
-        "max_rule_antecedents": values["max_rule_antecedents"],
+        "max_rule_antecedents": settings.max_rule_antecedents,
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c in sens],
         "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
@@ -130,7 +130,7 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
 
     def build(release_id, qualified, name):
         release = release_rows.by_id(plpy, release_id)
-        stored = jsonb(release["parameters"])
+        stored = _spec(release)
         release_rows.create_frozen_view(plpy, qualified, storage_query(plpy, tbl, qis, stored, release_id))
         index_and_analyze(plpy, qualified, create_index=True)
         create_views(plpy, release["release_schema"], name, stored)
@@ -152,7 +152,7 @@ def precheck_source(plpy, tbl, sens, *, k, l, max_categories):
         value = f"{name}::pg_catalog.jsonb" if col.builtin and col.type_name == "json" else name
         selects.append(f"count(DISTINCT {value}) AS d{i}, bool_or({name} IS NULL) AS z{i}")
     row = plpy.execute(f"SELECT {', '.join(selects)} FROM {tbl.quoted(plpy)}")[0]
-    check_k_rows(k, row["n"], tbl.label)
+    check_k(k, row["n"], f"table {tbl.label}")
     # a NULL takes a category of the sensitive table, but is no value for l
     known = {col.name: int(row[f"d{i}"] or 0) for i, col in enumerate(sens)}
     check_categories({c: n + bool(row[f"z{i}"]) for i, (c, n) in enumerate(known.items())},
@@ -177,11 +177,11 @@ def check_released_rules(plpy, release):
     gid's ST shares) stays below max_rule_probability. The run merged groups until its count had no such rule; this
     counts again on the released views, so that a release (or a refresh) whose published rows
     still show one is refused, not published."""
-    params = _parameters(release)
-    alpha = params.get("max_rule_probability")
+    spec = _spec(release)
+    alpha = spec.settings.max_rule_probability
     if alpha is None:
         return
-    rules = counted_rules(plpy, release, params, threshold=alpha)
+    rules = counted_rules(plpy, release, spec, threshold=alpha)
     if rules:
         raise InsufficientData(
             f"release {release['release_schema']}.{release['release_name']} would still show "
@@ -192,20 +192,20 @@ def check_released_rules(plpy, release):
         )
 
 
-def counted_rules(plpy, release, params, *, threshold) -> list[dict]:
+def counted_rules(plpy, release, spec, *, threshold) -> list[dict]:
     """The rules a reader counts in the released QIT and STs (see check_released_rules) whose
     probability reaches ``threshold``, strongest first: one query per set of QI columns and
     sensitive attribute, each grouping the QIT by those columns and gid and joining the ST."""
     schema = release["release_schema"]
-    qit = ident(plpy, schema, params["qit"])
-    qis = params["quasi_identifiers"]
-    most = int(params.get("max_rule_antecedents") or MAX_ANTECEDENTS)
+    qit = ident(plpy, schema, spec.settings.qit)
+    qis = spec.promise.quasi_identifiers
+    most = int(spec.settings.max_rule_antecedents or MAX_ANTECEDENTS)
     found = []
-    for attribute, table in params["sensitive_tables"].items():
+    for attribute, table in spec.settings.sensitive_tables.items():
         st = ident(plpy, schema, table)
         for r in antecedent_sizes(len(qis), most):
             for columns in combinations(qis, r):
-                found += _count_rules(plpy, qit, st, list(columns), attribute, params["k"],
+                found += _count_rules(plpy, qit, st, list(columns), attribute, spec.promise.k,
                                       threshold)
     return sorted(found, key=lambda rule: (-rule["probability"], -rule["parent_support"]))
 
@@ -262,7 +262,7 @@ def _objects(name, sensitive):
     return objects
 
 
-def storage_query(plpy, tbl, qis, parameters, release_id):
+def storage_query(plpy, tbl, qis, spec, release_id):
     """QIT classes UNION ALL ST rows, from one call of the run function (MATERIALIZED CTE).
 
     The run returns each source row's (tableoid, ctid) and Mondrian class, and per class its gid
@@ -272,7 +272,7 @@ def storage_query(plpy, tbl, qis, parameters, release_id):
     ``range_expression``, ``containment_test``). A class's ``_count`` is its rows that lie inside
     its released values: a row outside them is not counted, so the QIT then disagrees with the
     STs (counted by the run) and the post-build verification refuses the release."""
-    hierarchical = set(parameters["hierarchies"])
+    hierarchical = set(spec.built.hierarchies)
     n = len(qis)
     qi_types = [output_type(c, c.name in hierarchical) for c in qis]
     ranged = [i for i, t in enumerate(qi_types) if t in catalog.RANGE_ELEMENTS]
@@ -354,15 +354,15 @@ def verification_spec(plpy, release, stats) -> verify.Spec:
     """What verify.py checks, on the views analysts read: the QIT holds every source row, its
     classes (identical generalized QIs) at least k rows; every sensitive table counts, group by
     group, the rows the QIT gives that group, with at least l distinct values when l was asked."""
-    params = _parameters(release)
+    spec = _spec(release)
     schema = release["release_schema"]
     return verify.Spec(
-        relation=ident(plpy, schema, params["qit"]),
-        class_key=list(params["quasi_identifiers"]), k=params["k"], l=params.get("l"),
+        relation=ident(plpy, schema, spec.settings.qit),
+        class_key=list(spec.promise.quasi_identifiers), k=spec.promise.k, l=spec.promise.l,
         expected_rows=verify.expected_rows(stats), group_column="gid",
-        count_tables={a: ident(plpy, schema, params["sensitive_tables"][a])
-                      for a in params["sensitive"]},
-        count_values=compared_values(plpy, release, params["sensitive"]))
+        count_tables={a: ident(plpy, schema, spec.settings.sensitive_tables[a])
+                      for a in spec.promise.sensitive},
+        count_values=compared_values(plpy, release, spec.promise.sensitive))
 
 
 #: each column's type with every domain taken off (domains over domains, arrays of domains):
@@ -416,24 +416,24 @@ def compared_values(plpy, release, sensitive: list[str]) -> dict[str, str]:
     return out
 
 
-def view_definitions(plpy, schema, name, parameters) -> dict[str, str]:
+def view_definitions(plpy, schema, name, spec) -> dict[str, str]:
     """The release's plain views over its storage and their queries, in creation order (the QIT
     and the sensitive tables before the merge that reads them)."""
     storage = ident(plpy, schema, name)
-    qis = ", ".join(ident(plpy, q) for q in parameters["quasi_identifiers"])
-    views = {parameters["qit"]: (f"SELECT {qis}, m._gid AS gid FROM {storage} AS m "
+    qis = ", ".join(ident(plpy, q) for q in spec.promise.quasi_identifiers)
+    views = {spec.settings.qit: (f"SELECT {qis}, m._gid AS gid FROM {storage} AS m "
                                  f"CROSS JOIN LATERAL pg_catalog.generate_series(1, m._count) "
                                  f"WHERE m._attribute IS NULL")}
-    for attribute in parameters["sensitive"]:
-        views[parameters["sensitive_tables"][attribute]] = (
+    for attribute in spec.promise.sensitive:
+        views[spec.settings.sensitive_tables[attribute]] = (
             f"SELECT _gid AS gid, _value AS value, _count AS count FROM {storage} "
             f"WHERE _attribute = {plpy.quote_literal(attribute)}")
-    views[parameters["merged"]] = merged_query(plpy, schema, storage, parameters)
+    views[spec.settings.merged] = merged_query(plpy, schema, storage, spec)
     return views
 
 
-def create_views(plpy, schema, name, parameters):
-    for view, query in view_definitions(plpy, schema, name, parameters).items():
+def create_views(plpy, schema, name, spec):
+    for view, query in view_definitions(plpy, schema, name, spec).items():
         plpy.execute(f"CREATE VIEW {ident(plpy, schema, view)} AS {query}")
 
 
@@ -443,10 +443,10 @@ def check_views(plpy, release) -> None:
     redefine its views (CREATE OR REPLACE VIEW ... query_to_xml('SELECT its_function()'), code no
     catalog dependency shows). Each view's text is compared with a temporary view of the expected query, both
     printed by pg_get_viewdef under the same search_path (pg_catalog: every other name qualified)."""
-    params = _parameters(release)
+    spec = _spec(release)
     schema = release["release_schema"]
-    expected = view_definitions(plpy, schema, release["release_name"], params)
-    changed = sorted(set(jsonb(release["parameters"]).get("objects", [])) ^ set(expected))
+    expected = view_definitions(plpy, schema, release["release_name"], spec)
+    changed = sorted(set(spec.built.objects) ^ set(expected))
     for view, query in expected.items():
         if not release_rows.view_prints_as(plpy, release, view, query):   # missing, or another query
             changed.append(view)
@@ -459,9 +459,9 @@ def check_views(plpy, release) -> None:
             hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) and create it again.")
 
 
-def merged_query(plpy, schema, storage, parameters):
-    sensitive = [(a, parameters["sensitive_tables"][a]) for a in parameters["sensitive"]]
-    qis = [ident(plpy, q) for q in parameters["quasi_identifiers"]]
+def merged_query(plpy, schema, storage, spec):
+    sensitive = [(a, spec.settings.sensitive_tables[a]) for a in spec.promise.sensitive]
+    qis = [ident(plpy, q) for q in spec.promise.quasi_identifiers]
     values = [f"s{i}.value AS {ident(plpy, a)}" for i, (a, _) in enumerate(sensitive)]
     counts = " * ".join(f"s{i}.count" for i in range(len(sensitive)))
     joins = "\n".join(
@@ -489,14 +489,14 @@ def run_release(plpy, GD, release_id: int):
 
 
 def read(ctx: method.Run) -> SourcePartition:
-    return partition_source(ctx.plpy, ctx.release, ctx.parameters)
+    return partition_source(ctx.plpy, ctx.release, ctx.spec)
 
 
-def fit(part: SourcePartition, params: dict) -> BreakMerge:
-    alpha = params.get("max_rule_probability")
+def fit(part: SourcePartition, spec: ReleaseSpec) -> BreakMerge:
+    alpha = spec.settings.max_rule_probability
     return BreakMerge(
-        l=params["l"], k=params["k"], max_categories=params["max_categories"],
-        max_rule_probability=alpha, max_antecedents=params["max_rule_antecedents"],
+        l=spec.promise.l, k=spec.promise.k, max_categories=spec.settings.max_categories,
+        max_rule_probability=alpha, max_antecedents=spec.settings.max_rule_antecedents,
     ).fit(part.ordered_labels, part.sensitive,
           part.released_qis if alpha is not None else None)
 
@@ -537,9 +537,9 @@ def _st_columns(tables):
     return out
 
 
-def _parameters(release):
-    params = release["parameters"]
-    return jsonb(params)
+def _spec(release) -> ReleaseSpec:
+    """A release's specification as stored (unchecked: the checks read what was promised)."""
+    return ReleaseSpec.decode(release["method"], jsonb(release["parameters"]), checked=False)
 
 
 @dataclass
@@ -560,20 +560,20 @@ class SourcePartition:
     # numeric ranges as their (min, max) codes, categorical values as their literals)
 
 
-def partition_source(plpy, release, params) -> SourcePartition:
+def partition_source(plpy, release, spec) -> SourcePartition:
     """Read the source once, partition it with Mondrian(k), number classes along the QIs."""
     started = time.monotonic()
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [column_for(tbl, cols, n) for n in params["quasi_identifiers"]]
-    sens = [column_for(tbl, cols, n) for n in params["sensitive"]]
+    qis = [column_for(tbl, cols, n) for n in spec.promise.quasi_identifiers]
+    sens = [column_for(tbl, cols, n) for n in spec.promise.sensitive]
     check_float_digits(plpy, tbl, qis)
     numeric = [c for c in qis if c.kind == "numeric"]
     data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
     merge_equal_spellings(plpy, tbl, data, sens)     # l counts values, not spellings
-    k = int(params["k"])
-    check_k_rows(k, data.n_rows, tbl.label)
-    encoded = [_encode(plpy, tbl, col, data, params) for col in qis]
+    k = int(spec.promise.k)
+    check_k(k, data.n_rows, f"table {tbl.label}")
+    encoded = [_encode(plpy, tbl, col, data, spec) for col in qis]
     model = Mondrian(k=k).fit(encoded)
     labels, n_classes = model.labels_, model.n_classes_
     # numeric QIs: ranges come from SQL (storage_query); categorical ones from here
@@ -615,13 +615,13 @@ def _released_qis(qis, encoded, labels, n_classes, literals):
     return pd.DataFrame(out)
 
 
-def _encode(plpy, tbl, col, data, params):
+def _encode(plpy, tbl, col, data, spec):
     values = data.columns[col.name]
     if col.kind == "numeric":  # ±inf, NaN: ordered as PostgreSQL does, released as they are
         ordered = finite_for_ordering(values.values, values.null_mask)
         return encode_numeric(col.name, ordered, values.null_mask)
     hierarchy = (
-        catalog.load_hierarchy(plpy, tbl, col.name) if col.name in params["hierarchies"] else None
+        catalog.load_hierarchy(plpy, tbl, col.name) if col.name in spec.built.hierarchies else None
     )
     return encode_factorized(col.name, values.codes, values.dictionary, hierarchy)
 
@@ -637,8 +637,8 @@ RELEASED_COLUMNS = """
 def _release_roles(plpy, release):
     """(quasi-identifiers, sensitive) column names of a released relation, from the roles the
     release recorded; a method that records none releases every column as a QI."""
-    params = _parameters(release)
-    qis, sens = params.get("quasi_identifiers", []), params.get("sensitive", [])
+    spec = _spec(release)
+    qis, sens = list(spec.promise.quasi_identifiers or ()), list(spec.promise.sensitive or ())
     if release["method"] == METHOD:  # the sensitive columns live in the STs, not in the storage
         return qis, sens
     relation = ident(plpy, release["release_schema"], release["release_name"])
@@ -676,13 +676,13 @@ def _released_table(plpy, release, scope):
         )
     schema = release["release_schema"]
     if release["method"] == METHOD:
-        params = _parameters(release)
+        spec = _spec(release)
         if scope == "qi":
             relation, weight = ident(plpy, schema, release["release_name"]), "sum(_count)"
             frame, w = _grouped_frame(plpy, relation, wanted, weight, "WHERE _attribute IS NULL")
         else:
             frame, w = _grouped_frame(
-                plpy, ident(plpy, schema, params["merged"]), wanted, "sum(weight)"
+                plpy, ident(plpy, schema, spec.settings.merged), wanted, "sum(weight)"
             )
     else:
         frame, w = _grouped_frame(
@@ -709,7 +709,7 @@ def detect_dependencies(plpy, release, *, risk, scope, min_support, max_parents)
     guards.refuse_foreign_release(plpy, row)     # read with the caller's rights
     bn = _learn(plpy, row, scope, max_parents)
     if min_support is None:
-        min_support = _parameters(row).get("k") or 1
+        min_support = _spec(row).promise.k or 1
     rules = bn.dependency_rules(risk, min_support=min_support)
     return [
         {
@@ -740,11 +740,11 @@ def dependency_network(plpy, release, *, scope, max_parents):
 def breach_report(plpy, release, *, threshold):
     row = release_rows.find(plpy, release)
     guards.refuse_foreign_release(plpy, row)     # read with the caller's rights
-    params = _parameters(row)
+    spec = _spec(row)
     if row["method"] == METHOD:
         guards.table(plpy, row["source"])             # guarded before the source is read again
-        plain = plain_breach(*_plain_from_source(plpy, row, params), threshold=threshold)
-        broken = break_merge_breach(*_sensitive_tables(plpy, row, params), threshold=threshold)
+        plain = plain_breach(*_plain_from_source(plpy, row, spec), threshold=threshold)
+        broken = break_merge_breach(*_sensitive_tables(plpy, row, spec), threshold=threshold)
         reports = [("plain", plain), ("break_merge", broken)]
     else:
         reports = [("plain", plain_breach(*_plain_from_release(plpy, row), threshold=threshold))]
@@ -762,9 +762,9 @@ def breach_report(plpy, release, *, threshold):
     ]
 
 
-def _plain_from_source(plpy, release, params):
+def _plain_from_source(plpy, release, spec):
     """The plain generalized release of the same partition: re-run it on the source."""
-    part = partition_source(plpy, release, params)
+    part = partition_source(plpy, release, spec)
     return part.labels, part.sensitive
 
 
@@ -787,17 +787,17 @@ def _plain_from_release(plpy, release):
     return groups, rows[sens]
 
 
-def _sensitive_tables(plpy, release, params):
+def _sensitive_tables(plpy, release, spec):
     """Group sizes and STs exactly as an analyst reads them (from the ST views)."""
     schema = release["release_schema"]
-    qit = ident(plpy, schema, params["qit"])
+    qit = ident(plpy, schema, spec.settings.qit)
     size_rows = plpy.execute(f"SELECT gid, count(*) AS n FROM {qit} GROUP BY gid")
     gids = np.array([r["gid"] for r in size_rows], dtype=np.int64)
     sizes = np.zeros(gids.max() + 1 if gids.size else 0, dtype=np.int64)
     sizes[gids] = [r["n"] for r in size_rows]
     tables = {}
-    for attribute in params["sensitive"]:  # jsonb does not keep key order: follow the list
-        st = params["sensitive_tables"][attribute]
+    for attribute in spec.promise.sensitive:  # jsonb does not keep key order: follow the list
+        st = spec.settings.sensitive_tables[attribute]
         rows = plpy.execute(f"SELECT gid, value, count FROM {ident(plpy, schema, st)}")
         tables[attribute] = pd.DataFrame(
             {

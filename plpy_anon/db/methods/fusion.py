@@ -31,6 +31,7 @@ import pandas as pd
 
 from plpy_anon.core import fusion as core
 from plpy_anon.core.errors import InsufficientData, InvalidParameter, UnsupportedType
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, method, release_rows, verify
@@ -38,6 +39,7 @@ from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, int_array_literal, jsonb
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "fusion"
 # Numbers MDAV can average and the attacker can estimate: integers and floats, not dates.
@@ -178,9 +180,12 @@ def fusion_scan(plpy, source, **options):
     return [tuple(row[c] for c in core.SCAN_COLUMNS) + verdict for row in _scan_rows(scan.table)]
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    accept_unprotected = bool(values.pop("accept_unprotected"))
-    aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, tbl, **values)
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    settings = spec.settings
+    accept_unprotected = bool(settings.accept_unprotected)
+    # the scan takes its SQL function's arguments as they were given (fusion_scan shares it)
+    arguments = {name: spec.stored[name] for name in spec.given if name != "accept_unprotected"}
+    aux_tbl, scan, (id_col, sens_col, attrs, dropped) = run_scan(plpy, tbl, **arguments)
     verdict = scan.verdict
     # Refused before anything is created: a release that no k protects is not fusion-resilient.
     core.refuse_unprotected(verdict, accept_unprotected=accept_unprotected)
@@ -196,14 +201,14 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
         "released": [id_col.name] + [c.name for c in attrs],
         "dropped": dropped,
         "auxiliary": aux_tbl.label,
-        "auxiliary_identifier": values["auxiliary_identifier"] or id_col.name,
+        "auxiliary_identifier": settings.auxiliary_identifier or id_col.name,
         "auxiliary_rows": scan.n_auxiliary_rows,
         "auxiliary_matched": scan.n_auxiliary_matched,
         "auxiliary_unmatched": scan.n_auxiliary_unmatched,
         "n_known": scan.n_known,
-        "k_from": values["k_from"],
-        "k_to": values["k_to"],
-        "rules": _rules(values.get("rules")),
+        "k_from": settings.k_from,
+        "k_to": settings.k_to,
+        "rules": _rules(settings.rules),
         **scan.settings,
         "protection_trend": dict(zip(("slope", "standard_error"),
                                      core.protection_trend(scan.table))),
@@ -221,9 +226,9 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
 def verification_spec(plpy, release, stats) -> verify.Spec:
     """What verify.py checks: every row, and classes of identical released centroids holding at
     least k rows (the identifier is published by design; the sensitive column is not)."""
-    params = jsonb(release["parameters"])
+    spec = ReleaseSpec.decode(METHOD, jsonb(release["parameters"]), checked=False)
     return verify.Spec(relation=ident(plpy, release["release_schema"], release["release_name"]),
-                       class_key=list(params["attributes"]), k=params["k"],
+                       class_key=list(spec.settings.attributes), k=spec.promise.k,
                        expected_rows=verify.expected_rows(stats))
 
 
@@ -251,12 +256,11 @@ def fusion_scan_of(plpy, release):
         raise InvalidParameter(
             f'release "{release}" was made by method {row["method"]}, not by a fusion scan',
             hint="See SELECT release_name FROM anon.releases WHERE method = 'fusion'.")
-    params = row["parameters"]
-    params = jsonb(params)
-    verdict = _verdict_columns(params["verdict"]) + (params["accept_unprotected"],)
+    spec = ReleaseSpec.decode(METHOD, jsonb(row["parameters"]), checked=False)
+    verdict = _verdict_columns(spec.settings.verdict) + (spec.settings.accept_unprotected,)
     # a scan stored before protection_sd or saturated existed: NULL there
-    return [tuple(r.get(c) for c in core.SCAN_COLUMNS) + (r["k"] == params["k"],) + verdict
-            for r in params["scan"]]
+    return [tuple(r.get(c) for c in core.SCAN_COLUMNS) + (r["k"] == spec.promise.k,) + verdict
+            for r in spec.settings.scan]
 
 
 # ---------------------------------------------------------------------------- the MDAV run
@@ -267,38 +271,34 @@ def partition(plpy, GD, release_id: int):
 
 
 def read(ctx: method.Run):
-    plpy, params = ctx.plpy, ctx.parameters
+    plpy, settings = ctx.plpy, ctx.spec.settings
+    identifier = settings.identifier
     tbl = guards.table_in_query(plpy, ctx.release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    missing = [n for n in [params["identifier"], *params["attributes"]] if n not in cols]
+    missing = [n for n in [identifier, *settings.attributes] if n not in cols]
     if missing:
         raise InvalidParameter(
             f"column(s) {', '.join(missing)} of {tbl.label} used by this release no "
             "longer exist", hint="Recreate the release with replace => true after changing the table.")
-    attrs = [cols[n] for n in params["attributes"]]
-    data = read_columns(plpy, tbl, attrs, [cols[params["identifier"]]])
-    k = int(params["k"])
-    if data.n_rows < k:
-        raise InsufficientData(
-            f"table {tbl.label} has {data.n_rows} rows, fewer than the release's k = {k}",
-            hint="Load more rows, or recreate the release with replace => true to choose k again.")
+    attrs = [cols[n] for n in settings.attributes]
+    data = read_columns(plpy, tbl, attrs, [cols[identifier]])
+    check_k(ctx.spec.promise.k, data.n_rows, f"table {tbl.label}")
     refuse_non_finite(tbl, data, attrs, "fusion_resilient_view")
-    frame = _frame(data, attrs, [cols[params["identifier"]]])
-    core.require_unique_identifier(frame[params["identifier"]], params["identifier"],
-                                   tbl.label)
+    frame = _frame(data, attrs, [cols[identifier]])
+    core.require_unique_identifier(frame[identifier], identifier, tbl.label)
     return data, frame
 
 
-def fit(read_data, params: dict) -> MDAV:
+def fit(read_data, spec: ReleaseSpec) -> MDAV:
     _, frame = read_data
-    return MDAV(k=int(params["k"])).fit(frame[params["attributes"]])
+    return MDAV(k=spec.promise.k).fit(frame[list(spec.settings.attributes)])
 
 
 def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
     data, _ = read_data
-    k = int(ctx.parameters["k"])
+    k = ctx.spec.promise.k
     classes = {f"a{i}": mdav.centroids_[:, i].tolist()
-               for i in range(len(ctx.parameters["attributes"]))}
+               for i in range(len(ctx.spec.settings.attributes))}
     sizes = mdav.group_sizes_
     metrics = {
         "n_groups": len(sizes),

@@ -31,18 +31,19 @@ from plpy_anon.db.methods.mondrian_family import (
     resolve_release_columns,
     sensitive_for_models,
 )
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "mondrian"
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    k = values["k"]
-    roles, qis, sens, l = resolve_release_columns(plpy, tbl, values)
-    models = check_models(l, sens, values)
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    k = spec.promise.k
+    roles, qis, sens, l = resolve_release_columns(plpy, tbl, spec.promise)
+    models = check_models(l, sens, spec)
     parameters = base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
-    parameters["layout"] = values["layout"]
+    parameters["layout"] = spec.promise.layout
     plan = release_plan(plpy, tbl, roles, parameters, f"{tbl.name}_k{k}" + model_suffix(l, models))
-    republication.resolve_mode(values, roles, parameters)
+    republication.resolve_mode(spec.promise, roles, parameters)
     return plan
 
 
@@ -57,14 +58,14 @@ def partition(plpy, GD, release_id: int):
 
 
 def read(ctx: method.Run) -> ReleaseRows:
-    return load_release_rows(ctx.plpy, ctx.release, with_target=False)
+    return load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False)
 
 
 def read_region(ctx: method.Run, where: str | None, whole: list) -> ReleaseRows:
     """The rows of one region of an out-of-core run (``where``), their QIs encoded against the
     whole table's domain (``whole``: regions.widened), so the fit ranks them as the whole
     table's fit would."""
-    rows = load_release_rows(ctx.plpy, ctx.release, with_target=False, where=where)
+    rows = load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False, where=where)
     for i, enc in enumerate(rows.encoded):
         rows.encoded[i], shift = regions.widened(enc, whole[i])
         by_code = rows.read.values_by_code if rows.read is not None else {}
@@ -78,11 +79,11 @@ def publish_region(ctx: method.Run, rows: ReleaseRows, model):
     return partition_output(ctx, rows, model.labels_, model.n_classes_)
 
 
-def fit(rows: ReleaseRows, parameters: dict):
+def fit(rows: ReleaseRows, spec: ReleaseSpec):
     if rows.people is not None and rows.people.history:
-        return StableGroups(rows, parameters)
-    sensitive, ordered, names = sensitive_for_models(rows, parameters)
-    return Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
+        return StableGroups(rows, spec)
+    sensitive, ordered, names = sensitive_for_models(rows, spec)
+    return Mondrian(k=rows.k, l=rows.l, **core_models(spec)).fit(
         rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names)
 
 
@@ -92,12 +93,12 @@ class StableGroups:
     that no pair of versions pins anyone by difference (core.republish); ``groups_`` are the
     ids remembered, ``published_`` the publication."""
 
-    def __init__(self, rows: ReleaseRows, parameters: dict):
+    def __init__(self, rows: ReleaseRows, spec: ReleaseSpec):
         # each QI's codes scaled to [0, 1]: nearness for joining and merging groups
         points = np.column_stack([enc.codes / max(1, int(enc.codes.max())) for enc in rows.encoded])
         people = rows.people
         # grouped by the l model the release asks for, which its verification checks
-        models = Models(l=rows.l, l_diversity=parameters["l_diversity"], c=parameters["c"])
+        models = Models(l=rows.l, l_diversity=spec.promise.l_diversity, c=spec.promise.c)
         self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
                                         people.cohort_values, rows.k, rows.l, models)
         self.published_ = None

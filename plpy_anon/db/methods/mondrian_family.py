@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +21,7 @@ from plpy_anon.core.encoding import (
 )
 from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidParameter
 from plpy_anon.core.generalize import ClassIndex, class_bounds
+from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import (
@@ -47,10 +48,10 @@ from plpy_anon.db.generalization import (
     release_order,
 )
 from plpy_anon.db.identifiers import release_roles
-from plpy_anon.db.params import check_k_rows
 from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
 from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
+from plpy_anon.spec import Built, Promise, ReleaseSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,11 +67,11 @@ def check_l(l, sensitive: list) -> int | None:
     return int(l)
 
 
-def resolve_release_columns(plpy, tbl, values: dict):
-    """(roles, qis, sensitive columns, l) of a generalizing release from its validated ``values``:
+def resolve_release_columns(plpy, tbl, promise: Promise):
+    """(roles, qis, sensitive columns, l) of a generalizing release from its ``promise``:
     at least one QI, every QI of a type that generalizes, l only with a sensitive column."""
-    roles = release_roles(plpy, tbl, quasi_identifiers=values["quasi_identifiers"],
-                          sensitive=values["sensitive"], identifiers=values["identifiers"])
+    roles = release_roles(plpy, tbl, quasi_identifiers=promise.quasi_identifiers,
+                          sensitive=promise.sensitive, identifiers=promise.identifiers)
     qis = [c for c, role in roles if role == "quasi_identifier"]
     sens = [c for c, role in roles if role == "sensitive"]
     if not qis:
@@ -80,23 +81,20 @@ def resolve_release_columns(plpy, tbl, values: dict):
                  "or pass quasi_identifiers => ARRAY[...].")
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
-    return roles, qis, sens, check_l(values["l"], sens)
+    return roles, qis, sens, check_l(promise.l, sens)
 
 
 #: SA types whose values are ordered for t-closeness (ordered-distance EMD); others: equal distance
 ORDERED_SENSITIVE_TYPES = ("int2", "int4", "int8", "numeric", "float4", "float8")
 
 
-MODEL_ARGUMENTS = ("l_diversity", "c", "t", "split")
-
-
-def check_models(l, sens: list, values: dict) -> dict:
-    """The privacy-model and split parameters of a Mondrian-family release (``values``, each
+def check_models(l, sens: list, spec: ReleaseSpec) -> dict:
+    """The privacy-model and split parameters of a Mondrian-family release (``spec``, each
     validated by its declaration) checked together, as stored in its parameters.
     ``ordered_sensitive``: the sensitive columns t-closeness treats as ordered (numeric types)."""
-    models = {name: values[name] for name in MODEL_ARGUMENTS}
-    params.check_models({"l": l, **models})
-    if models["t"] is not None and not sens:
+    models = core_models(spec)
+    params.check_models(replace(spec.promise, l=l))
+    if spec.promise.t is not None and not sens:
         raise InvalidParameter(
             "t-closeness needs a sensitive column, and the table has none",
             hint="Declare one with anon.set_column_role(table, column, 'sensitive') or pass sensitive => ARRAY[...].")
@@ -116,15 +114,16 @@ def model_suffix(l, models: dict) -> str:
     return out
 
 
-def core_models(parameters: dict) -> dict:
-    """The core estimator's model keywords from a release's validated parameters (a key missing
-    from an older release's was filled with its default: ReleaseMethod.checked_parameters)."""
-    return {name: parameters[name] for name in MODEL_ARGUMENTS}
+def core_models(spec: ReleaseSpec) -> dict:
+    """The core estimator's model keywords from a release's specification."""
+    promise = spec.promise
+    return {"l_diversity": promise.l_diversity, "c": promise.c, "t": promise.t,
+            "split": spec.settings.split}
 
 
-def ordered_sensitive_names(parameters: dict) -> set[str]:
+def ordered_sensitive_names(spec: ReleaseSpec) -> set[str]:
     """The sensitive columns whose codes follow their values' order: with t, the numeric ones."""
-    return set(parameters.get("ordered_sensitive") or []) if parameters.get("t") is not None else set()
+    return set(spec.built.ordered_sensitive) if spec.promise.t is not None else set()
 
 
 def value_ordered_codes(column: TextColumnData) -> np.ndarray:
@@ -138,13 +137,13 @@ def value_ordered_codes(column: TextColumnData) -> np.ndarray:
     return table[column.codes]
 
 
-def sensitive_for_models(rows, parameters: dict):
+def sensitive_for_models(rows, spec: ReleaseSpec):
     """(sensitive codes, ordered flags, names) for the core; the codes of ordered columns were
     numbered in value order when the rows were read (load_release_rows)."""
-    names = list(parameters.get("sensitive") or [])
+    names = list(spec.promise.sensitive or ())
     if rows.sensitive is None or not names:
         return rows.sensitive, False, None
-    ordered_names = ordered_sensitive_names(parameters)
+    ordered_names = ordered_sensitive_names(spec)
     return rows.sensitive, [n in ordered_names for n in names], names
 
 
@@ -165,22 +164,18 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
                   partition_function: str = "anon._mondrian_partition_slices") -> str:
     """The materialized view's query of a Mondrian-family release (a compact release's
     storage: one row per class)."""
-    hierarchical = set(parameters["hierarchies"])
+    promise, built = Promise.of(parameters), Built.of(parameters)
+    hierarchical = set(built.hierarchies)
     by_name = {col.name: col for col, _ in roles}
     qi_types = {name: output_type(by_name[name], name in hierarchical)
-                for name in parameters["quasi_identifiers"]}
+                for name in promise.quasi_identifiers}
     call = f"{partition_function}({int(release_id)})"
-    compact = parameters.get("layout") == "compact"
-    if not joins_back(parameters):
+    compact = promise.layout == "compact"
+    # written from the values the run read, or joined back to the source (columns not read
+    # exactly: stored_classes; releases made before)
+    if not built.joined_back:
         return (compact_read_query if compact else flat_read_query)(plpy, tbl, roles, qi_types, call)
     return generalized_release_query(plpy, tbl, roles, qi_types, call, sliced=True, compact=compact)
-
-
-def joins_back(parameters: dict) -> bool:
-    """Whether the release's rows get their values by a join back to the source (columns not
-    read exactly: stored_classes; releases made before), or are written from the values the run
-    read."""
-    return parameters.get("joined_back", True)
 
 
 def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
@@ -191,30 +186,32 @@ def release_plan(plpy, tbl, roles, parameters: dict, default_name: str,
     (compact.view_query); a refresh rebuilds the storage and swaps it in under the view
     (refreshing.rebuild_view). Flat: one materialized view of one row per person."""
     unstorable = unstorable_columns(plpy, tbl, roles)
-    if parameters.get("layout") is None:
-        parameters["layout"] = "flat" if unstorable else "compact"
+    layout = Promise.of(parameters).layout
+    if layout is None:
+        layout = "flat" if unstorable else "compact"
         if unstorable:
             plpy.notice(f"{tbl.label} is released flat (one row per person): a compact release "
                         f"cannot store {unstorable}")
-    elif parameters["layout"] == "compact" and unstorable:
+    elif layout == "compact" and unstorable:
         raise InvalidParameter(f"layout => 'compact' cannot store {unstorable} of {tbl.label}",
                                hint="Use layout => 'flat' (or omit layout) for this table.")
 
     # written from the values read where they are read exactly and a class can hold them (an
     # array of each sensitive column: unstorable_columns), unless the session asks for the join
     # back (plpy_anon.join_back = on)
-    parameters["joined_back"] = bool(unstorable) or stored_classes.join_back_asked(plpy) \
+    joined_back = bool(unstorable) or stored_classes.join_back_asked(plpy) \
         or not stored_classes.reads_exactly(plpy, [c for c, role in roles if role == "sensitive"])
+    parameters.update(layout=layout, joined_back=joined_back)
 
     def query(release_id):
         return release_query(plpy, tbl, roles, parameters, release_id, partition_function)
 
-    if parameters["layout"] != "compact":
+    if layout != "compact":
         return method.Plan(parameters, default_name=default_name, query=query)
 
     def build(release_id, qualified, name):
         release = release_rows.by_id(plpy, release_id)
-        schema, storage = release["release_schema"], jsonb(release["parameters"])["storage"]
+        schema, storage = release["release_schema"], Built.of(jsonb(release["parameters"])).storage
         if release_rows.relation_exists(plpy, schema, storage):
             raise DuplicateObject(
                 f"relation {schema}.{storage} already exists and is not this release's storage",
@@ -412,28 +409,29 @@ class ReleaseRows:
         return pd.DataFrame(frame)
 
 
-def load_release_rows(plpy, release, *, with_target=True, where: str | None = None) -> ReleaseRows:
-    """Read the columns a Mondrian-family release needs in one query and encode its QIs;
-    ``where``: only the rows of this SQL condition (a region of an out-of-core run)."""
-    params = jsonb(release["parameters"])
+def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
+                      where: str | None = None) -> ReleaseRows:
+    """Read the columns a Mondrian-family release (``spec``) needs in one query and encode its
+    QIs; ``where``: only the rows of this SQL condition (a region of an out-of-core run)."""
+    promise = spec.promise
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [column_for(tbl, cols, name) for name in params["quasi_identifiers"]]
-    l = params.get("l")
-    reads_values = not joins_back(params)
-    sens = [column_for(tbl, cols, name) for name in params["sensitive"]] \
-        if l or params.get("t") is not None or reads_values else []
+    qis = [column_for(tbl, cols, name) for name in promise.quasi_identifiers]
+    l = promise.l
+    reads_values = not spec.built.joined_back
+    sens = [column_for(tbl, cols, name) for name in promise.sensitive] \
+        if l or promise.t is not None or reads_values else []
     if reads_values:
-        stored_classes.check_not_renamed(plpy, release, tbl, params["released"])
+        stored_classes.check_not_renamed(plpy, release, tbl, list(spec.built.released))
         if not stored_classes.reads_exactly(plpy, sens):
             raise InvalidParameter(
                 f"the columns of {tbl.label} changed type since the release was created and can "
                 "no longer be stored from the values read",
                 hint="Recreate the release with replace => true.")
-    target_name = params.get("target") if with_target else None
+    target_name = spec.settings.target if with_target else None
     target_col = [column_for(tbl, cols, target_name)] if target_name else []
-    stable = republication.is_stable(params)
-    identifiers = [column_for(tbl, cols, name) for name in params["identifiers"]] if stable else []
+    stable = promise.refresh_mode == "stable"
+    identifiers = [column_for(tbl, cols, name) for name in promise.identifiers] if stable else []
     check_float_digits(plpy, tbl, qis + (sens if reads_values else []))
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
@@ -444,12 +442,12 @@ def load_release_rows(plpy, release, *, with_target=True, where: str | None = No
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
-    k = int(params["k"])
+    k = promise.k
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.label} is empty",
                                hint="Load rows first; a release of no rows protects nothing.")
-    check_k_rows(k, data.n_rows, tbl.label)
-    hierarchical = set(params.get("hierarchies", []))
+    check_k(k, data.n_rows, f"table {tbl.label}")
+    hierarchical = set(spec.built.hierarchies)
     encoded = []
     values_by_code = {}
     for col in qis:
@@ -473,8 +471,8 @@ def load_release_rows(plpy, release, *, with_target=True, where: str | None = No
                          "with replace => true.")
             encoded.append(encode_factorized(col.name, d.codes, d.dictionary, hierarchy))
     sensitive = None
-    if sens and (l or params.get("t") is not None):
-        ordered = ordered_sensitive_names(params)
+    if sens and (l or promise.t is not None):
+        ordered = ordered_sensitive_names(spec)
         sensitive = np.column_stack([
             value_ordered_codes(data.columns[c.name]) if c.name in ordered
             else data.columns[c.name].codes for c in sens])          # NULL: -1, no value
@@ -484,7 +482,7 @@ def load_release_rows(plpy, release, *, with_target=True, where: str | None = No
     people = None
     if stable:
         people = republication.people_of(
-            plpy, release["release_id"], params,
+            plpy, release["release_id"], spec.stored,
             [data.columns[c.name].values.tolist() for c in identifiers],
             [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
             # categorical QIs' text is what they were read as already

@@ -46,6 +46,7 @@ from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
 from plpy_anon.parameters import PATTERN
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "pattern"
 
@@ -72,26 +73,29 @@ def _check_max_unchanged(value):
     return float(value)
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    settings = spec.settings
     cols = catalog.table_columns(plpy, tbl)
-    substituted = _substituted_columns(tbl, cols, values["columns"])
+    substituted = _substituted_columns(tbl, cols, list(settings.columns))
     # no identifier detection: pattern releases only the substituted and sensitive columns
-    roles = catalog.resolve_roles(plpy, tbl, sensitive=values["sensitive"],
-                                  identifiers=values["identifiers"], cols=cols)
+    roles = catalog.resolve_roles(plpy, tbl, sensitive=spec.promise.sensitive,
+                                  identifiers=spec.promise.identifiers, cols=cols)
     names = [c.name for c in substituted]
     kept = [c.name for c, role in roles if role == "sensitive" and c.name not in names]
-    walk = {name: values[name] for name in ("segment", "sample", "iterations", "seed", "delta")}
+    walk = {name: getattr(settings, name) for name in ("segment", "sample", "iterations", "seed",
+                                                       "delta")}
+    bounds = _parse_bounds(settings.bounds, names)
     parameters = {
         "columns": names, **walk,
-        "max_unchanged": _check_max_unchanged(values["max_unchanged"]),
-        "bounds": _parse_bounds(values["bounds"], names),
+        "max_unchanged": _check_max_unchanged(settings.max_unchanged),
+        "bounds": bounds,
         "sensitive": kept,
         "released": names + kept,
         "dropped": [c.name for c in cols if c.name not in names and c.name not in kept],
     }
     # fail fast with clean errors, before any view exists (the run checks again on its data)
     PatternPreservingRelease(**walk).check_parameters()
-    _check_columns(plpy, tbl, substituted, parameters["bounds"])
+    _check_columns(plpy, tbl, substituted, bounds)
     return method.Plan(
         parameters, default_name=f"{tbl.name}_pp",
         query=lambda release_id: release_query(plpy, tbl, substituted, kept, release_id))
@@ -182,7 +186,7 @@ def run_release(plpy, GD, release_id: int):
 def read(ctx: method.Run):
     tbl = guards.table_in_query(ctx.plpy, ctx.release["source"])
     cols = {c.name: c for c in catalog.table_columns(ctx.plpy, tbl)}
-    substituted = [_still_there(tbl, cols, name) for name in ctx.parameters["columns"]]
+    substituted = [_still_there(tbl, cols, name) for name in ctx.spec.settings.columns]
     data = read_columns(ctx.plpy, tbl, substituted, [])
     refuse_non_finite(tbl, data, substituted, "pattern_view")
     frame = pd.DataFrame({c.name: _with_nulls(data.columns[c.name]) for c in substituted}
@@ -190,13 +194,14 @@ def read(ctx: method.Run):
     return tbl, substituted, data, frame
 
 
-def fit(read_data, params: dict) -> PatternPreservingRelease:
+def fit(read_data, spec: ReleaseSpec) -> PatternPreservingRelease:
     frame = read_data[3]
     cpu0 = time.process_time()
+    settings = spec.settings
     model = PatternPreservingRelease(
-        segment=params["segment"], sample=params["sample"], iterations=params["iterations"],
-        seed=params["seed"], bounds={k: tuple(v) for k, v in params["bounds"].items()},
-        delta=params.get("delta", DEFAULT_DELTA),
+        segment=settings.segment, sample=settings.sample, iterations=settings.iterations,
+        seed=settings.seed, bounds={k: tuple(v) for k, v in settings.bounds.items()},
+        delta=settings.delta,
         n_jobs=min(MAX_THREADS, os.cpu_count() or 1)).fit(frame)
     # CPU seconds of the backend (all its threads): wall time on a loaded machine says more
     # about the neighbours than about the walk
@@ -206,16 +211,15 @@ def fit(read_data, params: dict) -> PatternPreservingRelease:
 
 def publish_walk(ctx: method.Run, read_data, model) -> tuple[dict, dict]:
     tbl, substituted, data, frame = read_data
-    params = ctx.parameters
+    settings = ctx.spec.settings
     original = frame.to_numpy()
-    metrics = _metrics(model, original, params["seed"] is not None)
+    metrics = _metrics(model, original, settings.seed is not None)
     released = [_array_literal(model.released_[:, i], model.decimals_[i])
                 for i in range(len(substituted))]
     counted = count_unchanged(ctx.plpy, tbl, substituted, data, released)
     for name, (same, present) in counted.items():
         metrics["columns"][name]["unchanged_fraction"] = same / present if present else None
-    refuse_unchanged(tbl, counted, params.get("max_unchanged", DEFAULT_MAX_UNCHANGED),
-                     params.get("delta", DEFAULT_DELTA))
+    refuse_unchanged(tbl, counted, settings.max_unchanged, settings.delta)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "walk": round(ctx.fit_s, 4),
                           "walk_cpu": round(model.walk_cpu_, 4),
                           "python_total": round(ctx.elapsed(), 4)}

@@ -35,6 +35,7 @@ from plpy_anon.db.methods import mondrian_family
 from plpy_anon.db.sqltext import jsonb, jsonb_text, run
 from plpy_anon.db.workload_statements import qi_workload
 from plpy_anon.parameters import PRIORITIZED_MONDRIAN
+from plpy_anon.spec import ReleaseSpec
 
 METHOD = "prioritized_mondrian"
 CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
@@ -43,12 +44,13 @@ CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
 GUARD_TOLERANCE = 0.0
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    k, cut_points, cut_tolerance = values["k"], values["cut_points"], values["cut_tolerance"]
-    roles, qis, sens, l = mondrian_family.resolve_release_columns(plpy, tbl, values)
-    models = mondrian_family.check_models(l, sens, values)
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    settings = spec.settings
+    k, cut_points, cut_tolerance = spec.promise.k, settings.cut_points, settings.cut_tolerance
+    roles, qis, sens, l = mondrian_family.resolve_release_columns(plpy, tbl, spec.promise)
+    models = mondrian_family.check_models(l, sens, spec)
     qi_names = [col.name for col in qis]
-    weights, origin = resolve_priorities(plpy, tbl, values["priorities"], qi_names)
+    weights, origin = resolve_priorities(plpy, tbl, settings.priorities, qi_names)
     use_cuts = (origin == "learned") if cut_points is None else bool(cut_points)
     cuts, unlearned = learned_cut_points(plpy, tbl, qi_names) if use_cuts else ({}, [])
     if unlearned:
@@ -56,20 +58,20 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
                     "them without numeric constants (pg_stat_statements keeps $1 placeholders)",
                     hint="Learn from statements with their constants (anon.add_queries) for "
                          "cut points there; the release records them in cut_points_unlearned.")
-    if values["target"] is not None:
-        catalog.column_named(tbl, catalog.table_columns(plpy, tbl), values["target"])
+    if settings.target is not None:
+        catalog.column_named(tbl, catalog.table_columns(plpy, tbl), settings.target)
     parameters = mondrian_family.base_parameters(plpy, tbl, roles, qis, sens, k, l, models)
     parameters.update({
-        "priorities": weights, "priorities_origin": origin, "target": values["target"],
-        "metric_weights": jsonb(values["metric_weights"]), "cut_points": cuts,
+        "priorities": weights, "priorities_origin": origin, "target": settings.target,
+        "metric_weights": settings.metric_weights, "cut_points": cuts,
         "cut_tolerance": cut_tolerance, "cut_points_unlearned": unlearned,
     })
     # validate what the partitioning run will use now: its errors would surface wrapped in the
     # view's CREATE, and nothing must be created for bad parameters
-    PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=parameters["metric_weights"],
-                        cut_tolerance=cut_tolerance, **mondrian_family.core_models(parameters)
-                        ).check_parameters(qi_names, values["target"] is not None)
-    parameters["layout"] = values["layout"]
+    PrioritizedMondrian(k=k, l=l, priorities=weights, metric_weights=settings.metric_weights,
+                        cut_tolerance=cut_tolerance, **mondrian_family.core_models(spec)
+                        ).check_parameters(qi_names, settings.target is not None)
+    parameters["layout"] = spec.promise.layout
     plan = mondrian_family.release_plan(
         plpy, tbl, roles, parameters,
         f"{tbl.name}_k{k}" + mondrian_family.model_suffix(l, models) + "_prioritized",
@@ -102,8 +104,8 @@ def guard_learned_release(plpy, release_id: int) -> dict:
     record."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
-    parameters = RELEASE_METHOD.checked_parameters(jsonb(release["parameters"]))
-    rows = mondrian_family.load_release_rows(plpy, release)
+    spec = RELEASE_METHOD.spec_of(jsonb(release["parameters"]))
+    rows = mondrian_family.load_release_rows(plpy, release, spec)
     _texts, predicates, frequencies = qi_workload(plpy, rows.tbl, rows.qis)
     record = {"queries": len(predicates), "tolerance": GUARD_TOLERANCE}
     update = {}
@@ -114,11 +116,12 @@ def guard_learned_release(plpy, release_id: int) -> dict:
         record["applied"] = False
     else:
         def fit_labels(weights, cuts):
-            return fit(rows, {**parameters, "priorities": weights, "cut_points": cuts}).labels_
+            trial = dataclasses.replace(spec.settings, priorities=weights, cut_points=cuts)
+            return fit(rows, dataclasses.replace(spec, settings=trial)).labels_
 
         kept = guard_learned(None, rows.frame, predicates, frequencies=frequencies,
-                             priorities=parameters.get("priorities"),
-                             cut_points=parameters.get("cut_points") or {}, k=int(parameters["k"]),
+                             priorities=spec.settings.priorities,
+                             cut_points=spec.settings.cut_points or {}, k=int(spec.promise.k),
                              tolerance=GUARD_TOLERANCE, fit=fit_labels)
         record.update({
             "applied": True, "dropped_priorities": kept.dropped_priorities,
@@ -199,14 +202,14 @@ def learned_cut_points(plpy, tbl, qi_names):
 
 # ---------------------------------------------------------------------------- partitioning run
 
-def model_for(params: dict):
-    """The core model a prioritized Mondrian release was made with (its stored parameters)."""
+def model_for(spec: ReleaseSpec):
+    """The core model a prioritized Mondrian release was made with (its specification)."""
+    settings = spec.settings
     return PrioritizedMondrian(
-        k=int(params["k"]), l=params.get("l"), priorities=params.get("priorities"),
-        metric_weights=params.get("metric_weights"),
-        cut_points={c: [tuple(x) for x in cuts] for c, cuts in
-                    (params.get("cut_points") or {}).items()},
-        cut_tolerance=params.get("cut_tolerance", CUT_TOLERANCE.python_default), **mondrian_family.core_models(params))
+        k=spec.promise.k, l=spec.promise.l, priorities=settings.priorities,
+        metric_weights=settings.metric_weights,
+        cut_points={c: [tuple(x) for x in cuts] for c, cuts in (settings.cut_points or {}).items()},
+        cut_tolerance=settings.cut_tolerance, **mondrian_family.core_models(spec))
 
 
 @sql_entry
@@ -215,25 +218,24 @@ def partition(plpy, GD, release_id: int):
 
 
 def read(ctx: method.Run) -> mondrian_family.ReleaseRows:
-    return mondrian_family.load_release_rows(ctx.plpy, ctx.release)
+    return mondrian_family.load_release_rows(ctx.plpy, ctx.release, ctx.spec)
 
 
-def fit(rows: mondrian_family.ReleaseRows, parameters: dict) -> PrioritizedMondrian:
-    sensitive, ordered, names = mondrian_family.sensitive_for_models(rows, parameters)
-    return model_for(parameters).fit(rows.encoded, sensitive, target=rows.target,
+def fit(rows: mondrian_family.ReleaseRows, spec: ReleaseSpec) -> PrioritizedMondrian:
+    sensitive, ordered, names = mondrian_family.sensitive_for_models(rows, spec)
+    return model_for(spec).fit(rows.encoded, sensitive, target=rows.target,
                                      sensitive_ordered=ordered, sensitive_names=names)
 
 
 def publish_partition(ctx: method.Run, rows: mondrian_family.ReleaseRows, model) -> tuple[dict, dict]:
-    params = ctx.parameters
+    priorities = ctx.spec.settings.priorities
     extra = {}
-    if params.get("priorities"):
+    if priorities:
         names = [c.name for c in rows.qis]
-        extra["c_wdm"] = weighted_discernibility(rows.frame, model.labels_,
-                                                 params["priorities"])
+        extra["c_wdm"] = weighted_discernibility(rows.frame, model.labels_, priorities)
         # scored with the release's own priorities; anon.release_report rescores it with
         # weights that do not depend on the release (comparable across releases)
-        extra["c_wdm_weights"] = normalize_weights(params["priorities"], names)
+        extra["c_wdm_weights"] = normalize_weights(priorities, names)
         extra["c_wdm_weights_origin"] = "release"
     return mondrian_family.partition_output(ctx, rows, model.labels_, model.n_classes_,
                                      extra_metrics=extra)

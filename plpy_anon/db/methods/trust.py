@@ -53,6 +53,7 @@ from plpy_anon.db.identifiers import release_roles
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.spec import ReleaseSpec, TrustSettings
 
 METHOD = "trust"
 OUTCOMES = {"good": 1.0, "bad": 0.0, "neutral": 0.5}
@@ -307,10 +308,10 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
 
 # ---------------------------------------------------------------------------- the release
 
-def _check_release_parameters(values: dict):
-    min_share = values["min_share"]
-    _check_unit(values["max_suppression"], "max_suppression")
-    TrustProjection(gamma=values["gamma"], d_min=values["d_min"], d_max=values["d_max"])  # validates
+def _check_release_parameters(settings: TrustSettings):
+    min_share = settings.min_share
+    _check_unit(settings.max_suppression, "max_suppression")
+    TrustProjection(gamma=settings.gamma, d_min=settings.d_min, d_max=settings.d_max)  # validates
     if min_share is None or not min_share >= 0:
         raise InvalidParameter(f"min_share must be >= 0; got {min_share}",
                                hint="0 keeps priority-1 attributes exact; the default is 0.1.")
@@ -329,17 +330,18 @@ def _release_priorities(tbl, cols, qis, priorities) -> dict:
     return {c.name: float(priorities.get(c.name, 0.0)) for c in qis}
 
 
-def resolve(plpy, tbl, values: dict) -> method.Plan:
-    requester, purpose = values["requester"], values["purpose"]
+def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
+    promise, settings = spec.promise, spec.settings
+    requester, purpose = settings.requester, settings.purpose
     role = _requester(plpy, requester)["role_name"]
     role = grants.check_role(plpy, role)
     priorities = _purpose(plpy, purpose)
-    _check_release_parameters(values)
-    evaluate(plpy, requester, history_weight=values["history_weight"],
-             half_life_days=values["half_life_days"])
+    _check_release_parameters(settings)
+    evaluate(plpy, requester, history_weight=settings.history_weight,
+             half_life_days=settings.half_life_days)
     cols = catalog.table_columns(plpy, tbl)
-    roles = release_roles(plpy, tbl, quasi_identifiers=values["quasi_identifiers"],
-                          sensitive=values["sensitive"], identifiers=values["identifiers"], cols=cols)
+    roles = release_roles(plpy, tbl, quasi_identifiers=promise.quasi_identifiers,
+                          sensitive=promise.sensitive, identifiers=promise.identifiers, cols=cols)
     qis = [c for c, r in roles if r == "quasi_identifier"]
     if not qis:
         raise InvalidParameter(f"table {tbl.label} has no quasi-identifier to generalize",
@@ -347,10 +349,11 @@ def resolve(plpy, tbl, values: dict) -> method.Plan:
     for col in qis:
         catalog.check_quasi_identifier(tbl, col)
     parameters = {
-        **{name: values[name] for name in ("requester", "purpose", "k", "max_suppression", "gamma",
-                                           "d_min", "d_max", "history_weight", "min_share")},
-        "half_life_days": _json_number(values["half_life_days"]),
-        "level_weights": _level_weights(values["level_weights"], [c.name for c in qis]),
+        "requester": requester, "purpose": purpose, "k": promise.k,
+        **{name: getattr(settings, name) for name in ("max_suppression", "gamma", "d_min",
+                                                      "d_max", "history_weight", "min_share")},
+        "half_life_days": _json_number(settings.half_life_days),
+        "level_weights": _level_weights(settings.level_weights, [c.name for c in qis]),
         "priorities": _release_priorities(tbl, cols, qis, priorities),
         "quasi_identifiers": [c.name for c in qis],
         "sensitive": [c.name for c, r in roles if r == "sensitive"],
@@ -443,17 +446,17 @@ class TrustRead:
 
 
 def read(ctx: method.Run) -> TrustRead:
-    plpy, params = ctx.plpy, ctx.parameters
+    plpy, settings = ctx.plpy, ctx.spec.settings
     tbl = guards.table_in_query(plpy, ctx.release["source"])
     by_name = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [column_for(tbl, by_name, name) for name in params["quasi_identifiers"]]
-    half_life = params["half_life_days"] if params["half_life_days"] is not None else math.inf
-    scores, _, _ = evaluate(plpy, params["requester"], history_weight=params["history_weight"],
+    qis = [column_for(tbl, by_name, name) for name in ctx.spec.promise.quasi_identifiers]
+    half_life = settings.half_life_days if settings.half_life_days is not None else math.inf
+    scores, _, _ = evaluate(plpy, settings.requester, history_weight=settings.history_weight,
                             half_life_days=half_life)
     priorities = _release_priorities(tbl, list(by_name.values()), qis,
-                                     _purpose(plpy, params["purpose"]))
-    degree = TrustProjection(gamma=params["gamma"], d_min=params["d_min"],
-                             d_max=params["d_max"])(scores.trust)
+                                     _purpose(plpy, settings.purpose))
+    degree = TrustProjection(gamma=settings.gamma, d_min=settings.d_min,
+                             d_max=settings.d_max)(scores.trust)
     frame, data = _read_frame(plpy, tbl, qis)
     if data.n_rows == 0:
         raise InsufficientData(f"table {tbl.label} is empty",
@@ -465,21 +468,22 @@ def read(ctx: method.Run) -> TrustRead:
     return TrustRead(qis, scores, priorities, degree, frame, data, hierarchies)
 
 
-def fit(source: TrustRead, params: dict) -> DegreeRelease:
+def fit(source: TrustRead, spec: ReleaseSpec) -> DegreeRelease:
+    settings = spec.settings
     return DegreeRelease(source.degree, source.priorities,
                          hierarchies={n: h for n, h in source.hierarchies.items() if h},
-                         level_weights=params.get("level_weights"), k=params["k"],
-                         max_suppression=params["max_suppression"],
-                         min_share=params["min_share"]).fit(source.frame)
+                         level_weights=settings.level_weights, k=spec.promise.k,
+                         max_suppression=settings.max_suppression,
+                         min_share=settings.min_share).fit(source.frame)
 
 
 def publish_partition(ctx: method.Run, source: TrustRead, model) -> tuple[dict, dict]:
-    params, scores, data = ctx.parameters, source.scores, source.data
+    scores, data = source.scores, source.data
     class_ids, classes, sizes = _classes(model, source.qis)
     metrics = {
         "trust": {"history": scores.history, "recommendation": scores.recommendation,
                   "trust": scores.trust},
-        "degree": source.degree, "view_degree": model.view_degree_, "k": params["k"],
+        "degree": source.degree, "view_degree": model.view_degree_, "k": ctx.spec.promise.k,
         "priorities": source.priorities,
         "requested_levels": {n: int(v) for n, v in model.requested_levels_.items()},
         "levels": {n: int(v) for n, v in model.levels_.items()},
