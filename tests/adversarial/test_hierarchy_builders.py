@@ -148,3 +148,24 @@ def test_break_merge_releases_a_date_hierarchy_whatever_the_builders_session(
                   "release_schema => %s)", (column, release_schema_of(schema)))
         qit = sql.SQL("{}.bm_qit").format(sql.Identifier(release_schema_of(schema)))
         assert c.execute(sql.SQL("SELECT count(*) FROM {}").format(qit)).fetchone()[0] == 120
+
+
+@pytest.mark.xfail(strict=True, reason="a refresh failing on a value outside the hierarchy records the "
+                   "value in anon.refresh_history.error and anon.releases, which every custodian reads")
+def test_a_failed_refresh_records_no_source_value_another_custodian_can_read(
+        db, schema, connect, plain_custodian):
+    db.execute("CREATE TABLE pay (id int PRIMARY KEY, salary int, dx text)")
+    db.execute("INSERT INTO pay SELECT i, 30000 + (i % 20) * 1000, 'd' || i % 4 "
+               "FROM generate_series(1, 200) i")
+    db.execute("SELECT anon.set_hierarchy_intervals('pay', 'salary', ARRAY[10000])")
+    release = db.execute("SELECT anon.mondrian_view('pay', k => 5, quasi_identifiers => ARRAY['salary'], "
+                         "sensitive => ARRAY['dx'], release_schema => %s)",
+                         (release_schema_of(schema),)).fetchone()[0]
+    db.execute("INSERT INTO pay VALUES (1000, 987654, 'd1')")       # the CEO's salary
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        db.execute("SELECT anon.refresh(%s)", (release,))
+    with connect(user=plain_custodian) as c:
+        seen = [str(v) for v in c.execute(
+            "SELECT h.error FROM anon.refresh_history h UNION ALL "
+            "SELECT r::text FROM anon.releases r").fetchall()]
+    assert not [text for text in seen if "987654" in text]
