@@ -38,7 +38,7 @@ from plpy_anon.core.republish import Version
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards
 from plpy_anon.db.generalization import output_type
-from plpy_anon.db.sqltext import ident, jsonb, local_settings, run, text_of
+from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
 SEPARATOR = "\x1f"
@@ -279,6 +279,7 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [cols[name] for name in parameters["quasi_identifiers"]]
     sensitive = [cols[name] for name in parameters.get("sensitive") or []]
+    progress(plpy, f"checking {len(hashes)} people against every version")
     state = run(plpy, STATE_ARRAYS, ["int4"], [release["release_id"]])[0]
     # the groups people were published in by the last version, before the check replaces them
     before = {bytes(h): g for h, g in zip(state["persons"] or [], state["groups"] or [])}
