@@ -455,24 +455,24 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
         args.append(list(uniques))
         param, element, q = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0], f"c.q{i}"
         # the text the run read is the value's own (floats: shortest exact digits)
+        # one sort per QI: the people's values and the classes' bounds ranked together
         ctes.append(f"""rank{i} AS MATERIALIZED (
-    SELECT s.x, pg_catalog.dense_rank() OVER (ORDER BY s.x) AS r FROM (
-        SELECT u.t::pg_catalog.{element} AS x FROM pg_catalog.unnest({param}) AS u(t)
-        UNION SELECT pg_catalog.lower({q}) FROM classes c
-        UNION SELECT pg_catalog.upper({q}) FROM classes c) s
+    SELECT s.o, s.class_no, s.side, pg_catalog.dense_rank() OVER (ORDER BY s.x) AS r FROM (
+        SELECT u.o, NULL::pg_catalog.int8 AS class_no, 0 AS side, u.t::pg_catalog.{element} AS x
+        FROM pg_catalog.unnest({param}) WITH ORDINALITY AS u(t, o)
+        UNION ALL SELECT NULL, c.class_no, 1, pg_catalog.lower({q}) FROM classes c
+        UNION ALL SELECT NULL, c.class_no, 2, pg_catalog.upper({q}) FROM classes c) s
     WHERE s.x IS NOT NULL)""")
-        outputs.append(f"""(SELECT pg_catalog.array_agg(v.r ORDER BY u.o)
-     FROM pg_catalog.unnest({param}) WITH ORDINALITY AS u(t, o)
-     JOIN rank{i} v ON v.x = u.t::pg_catalog.{element}) AS points{i}""")
+        outputs.append(f"(SELECT pg_catalog.array_agg(v.r ORDER BY v.o) FROM rank{i} v WHERE v.side = 0) AS points{i}")
         # a class of NULLs only (a NULL range) holds no value; bounds as closed intervals of ranks
         outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {q} IS NULL OR pg_catalog.isempty({q}) THEN 1
         WHEN pg_catalog.lower_inf({q}) THEN 0 WHEN pg_catalog.lower_inc({q}) THEN b.r ELSE b.r + 1 END
         ORDER BY c.class_no)
-     FROM classes c LEFT JOIN rank{i} b ON b.x = pg_catalog.lower({q})) AS low{i}""")
+     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1) AS low{i}""")
         outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {q} IS NULL OR pg_catalog.isempty({q}) THEN 0
         WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} WHEN pg_catalog.upper_inc({q}) THEN b.r
         ELSE b.r - 1 END ORDER BY c.class_no)
-     FROM classes c LEFT JOIN rank{i} b ON b.x = pg_catalog.upper({q})) AS high{i}""")
+     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 2) AS high{i}""")
     for j in range(len(sensitive)):
         outputs += flattened(f"s{j}", f"sensitive{j}")
     row = run(plpy, f"WITH {', '.join(ctes)}\nSELECT {', '.join(outputs)}",
@@ -502,10 +502,11 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
 
 REMEMBER = """
 INSERT INTO anon.release_people AS p (release_id, person, member_group, candidates, versions)
-SELECT $1, u.person, u.member_group, ($5::pg_catalog.jsonb[])[u.cohort], u.versions
+SELECT $1, u.person, u.member_group, j.candidates, u.versions
 FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.bytea[]), pg_catalog.unnest($3::pg_catalog.int4[]),
-               pg_catalog.unnest($4::pg_catalog.int4[]), pg_catalog.unnest($6::pg_catalog.int4[]))
+               pg_catalog.unnest($4::pg_catalog.int8[]), pg_catalog.unnest($6::pg_catalog.int4[]))
      AS u(person, member_group, cohort, versions)
+JOIN pg_catalog.unnest($5::pg_catalog.jsonb[]) WITH ORDINALITY AS j(candidates, cohort) ON j.cohort = u.cohort
 ON CONFLICT (release_id, person) DO UPDATE
 SET member_group = excluded.member_group, candidates = excluded.candidates, versions = excluded.versions"""
 
@@ -541,15 +542,12 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
         repeat = per_class[klass]
         offset = np.arange(int(repeat.sum())) - np.repeat(np.cumsum(repeat) - repeat, repeat)
         values = codes[order][np.repeat(start[klass], repeat) + offset]
-        pairs = np.unique(np.repeat(person, repeat) * width + values)
+        pairs = containment.distinct(np.repeat(person, repeat) * width + values)
         p, v = pairs // width, pairs % width
         # people seen before keep only what every earlier version left them
-        lookup = pd.Index(dictionary, dtype=object)
-        before = [np.empty(0, dtype=np.int64)]
-        for e, sets in enumerate(earlier_sets):
-            c = lookup.get_indexer(np.asarray(sets.get(name, []), dtype=object))
-            before.append(e * width + c[c >= 0])
-        before = np.unique(np.concatenate(before))
+        code = {v: j for j, v in enumerate(dictionary.tolist())}
+        before = np.fromiter((e * width + code[v] for e, sets in enumerate(earlier_sets)
+                              for v in sets.get(name, []) if v in code), dtype=np.int64)
         e = earlier[p]
         held = (e < 0) | np.isin(e * width + v, before)
         p, v = p[held], v[held]
@@ -557,7 +555,7 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
         count = np.bincount(p, minlength=n)
         left = count if left is None else np.minimum(left, count)
     cohort, texts = _cohorts(n, person, klass, classes.count, earlier, kept)
-    run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "int4[]", "jsonb[]", "int4[]"],
+    run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "int8[]", "jsonb[]", "int4[]"],
         [release_id, hashes, [int(g) for g in groups], (cohort + 1).tolist(), texts,
          (versions + 1).tolist()])
     l = int(parameters.get("l") or 0)
