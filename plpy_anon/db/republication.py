@@ -127,7 +127,12 @@ class People:
         return codes
 
 
-STATE = "SELECT person, member_group, candidates FROM anon.release_people WHERE release_id = $1"
+#: the release's state of its people as one row of arrays (a person's candidates as jsonb text)
+STATE_ARRAYS = """
+SELECT pg_catalog.array_agg(person) AS persons, pg_catalog.array_agg(member_group) AS groups,
+       pg_catalog.array_agg(candidates::pg_catalog.text) AS candidates,
+       pg_catalog.array_agg(versions) AS versions
+FROM anon.release_people WHERE release_id = $1"""
 
 
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
@@ -156,8 +161,9 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
-    state = {bytes(r["person"]): r for r in run(plpy, STATE, ["int4"], [release_id])}
-    if not state and published_versions(plpy, release_id):
+    state = run(plpy, STATE_ARRAYS, ["int4"], [release_id])[0]
+    persons = state["persons"] or []
+    if not persons and published_versions(plpy, release_id):
         raise InsufficientData(
             f"release {release_id} has published versions, and what they showed of each person "
             "(anon.release_people) is gone; a refresh now would start a new history that analysts "
@@ -165,22 +171,22 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             hint="Restore the release's rows of anon.release_people (they are in every pg_dump of the "
                  "database), or recreate the release with replace => true knowingly.")
     n = len(hashes)
+    position = {bytes(h): i for i, h in enumerate(persons)}
+    check_interrupts()
+    at = np.fromiter((position.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+    known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
+    groups[known] = np.asarray(state["groups"] or [], dtype=np.int64)[at[known]]
+    # people with the same candidates (the same jsonb text) share a cohort
+    codes, texts = pd.factorize(np.asarray(state["candidates"] or [], dtype=object))
+    used, cohort_of_known = np.unique(codes[at[known]], return_inverse=True)
     cohorts = np.full(n, -1, dtype=np.int64)
-    cohort_index: dict[str, int] = {}
-    cohort_sets: list[dict] = []
-    for i, h in enumerate(hashes):
-        if not i % 4096:
+    cohorts[known] = cohort_of_known
+    cohort_sets = []
+    for c, u in enumerate(used.tolist()):
+        if not c % 4096:
             check_interrupts()
-        known = state.get(h)
-        if known is None:
-            continue
-        groups[i] = known["member_group"]
-        key = known["candidates"]
-        if key not in cohort_index:
-            cohort_index[key] = len(cohort_sets)
-            cohort_sets.append(jsonb(key))
-        cohorts[i] = cohort_index[key]
+        cohort_sets.append(jsonb(texts[u]))
     names = parameters.get("sensitive") or []
     cohort_values = []
     for name, dictionary in zip(names, sensitive_dictionaries):
@@ -192,7 +198,7 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             held = [position[v] for v in sets.get(name, []) if v in position]
             matrix[c, held] = True
         cohort_values.append(matrix)
-    people = People(hashes, groups, cohorts, cohort_values, history=bool(state), qi_texts=qi_texts)
+    people = People(hashes, groups, cohorts, cohort_values, history=bool(persons), qi_texts=qi_texts)
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]))
     return people
@@ -286,15 +292,6 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     with local_settings(plpy, jit="off"):
         classes = released_classes(plpy, release, qis, sensitive, qi_texts)
     figures = remember(plpy, release["release_id"], parameters, hashes, groups, classes, state)
-    # people no longer in the table: their personal state goes now (what they were published
-    # with stays only as anonymous values of their class, until it can change safely)
-    figures["forgotten"] = run(plpy, """
-        WITH gone AS (
-            DELETE FROM anon.release_people x WHERE x.release_id = $1
-              AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest($2) AS h(person) WHERE h.person = x.person)
-            RETURNING 1)
-        SELECT pg_catalog.count(*)::int AS n FROM gone""", ["int4", "bytea[]"],
-        [release["release_id"], hashes])[0]["n"]
     if stashed["version"] is not None:
         figures.update(check_differences(plpy, release, parameters, sensitive[0], stashed["version"],
                                          before, dict(zip(hashes, groups))))
@@ -395,14 +392,6 @@ def _sorted_values(values) -> tuple:
     return tuple(sorted(values, key=lambda v: (v is None, v or "")))
 
 
-#: the release's state of its people as one row of arrays (a person's candidates as jsonb text)
-STATE_ARRAYS = """
-SELECT pg_catalog.array_agg(person) AS persons, pg_catalog.array_agg(member_group) AS groups,
-       pg_catalog.array_agg(candidates::pg_catalog.text) AS candidates,
-       pg_catalog.array_agg(versions) AS versions
-FROM anon.release_people WHERE release_id = $1"""
-
-
 def _released_type(col) -> str:
     """A QI's type in the release (the stable mode refuses hierarchies: never an LCA label)."""
     return output_type(col, False)
@@ -500,22 +489,24 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     return Classes(count, axes, values)
 
 
+# the release's people replaced by the run's: one delete and one insert cost half an upsert's
+# index probes and row locks; people the run no longer reads are forgotten with them
+FORGET = "DELETE FROM anon.release_people WHERE release_id = $1"
 REMEMBER = """
-INSERT INTO anon.release_people AS p (release_id, person, member_group, candidates, versions)
-SELECT $1, u.person, u.member_group, j.candidates, u.versions
+INSERT INTO anon.release_people (release_id, person, member_group, candidates, versions)
+SELECT $1, u.person, u.member_group, u.candidates, u.versions
 FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.bytea[]), pg_catalog.unnest($3::pg_catalog.int4[]),
-               pg_catalog.unnest($4::pg_catalog.int8[]), pg_catalog.unnest($6::pg_catalog.int4[]))
-     AS u(person, member_group, cohort, versions)
-JOIN pg_catalog.unnest($5::pg_catalog.jsonb[]) WITH ORDINALITY AS j(candidates, cohort) ON j.cohort = u.cohort
-ON CONFLICT (release_id, person) DO UPDATE
-SET member_group = excluded.member_group, candidates = excluded.candidates, versions = excluded.versions"""
+               pg_catalog.unnest($4::pg_catalog.jsonb[]), pg_catalog.unnest($5::pg_catalog.int4[]))
+     AS u(person, member_group, candidates, versions)"""
 
 
 def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list,
              classes: Classes, state: dict) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
     intersected with what earlier versions left them (``state``: the release's people as
-    STATE_ARRAYS reads them); remembered (upsert) and counted."""
+    STATE_ARRAYS reads them); remembered and counted. People the run no longer reads are
+    forgotten (what they were published with stays only as anonymous values of their class,
+    until it can change safely)."""
     n = len(hashes)
     person, klass = containment.contained(classes.axes, n, classes.count)
     check_interrupts()
@@ -555,8 +546,10 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
         count = np.bincount(p, minlength=n)
         left = count if left is None else np.minimum(left, count)
     cohort, texts = _cohorts(n, person, klass, classes.count, earlier, kept)
-    run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "int8[]", "jsonb[]", "int4[]"],
-        [release_id, hashes, [int(g) for g in groups], (cohort + 1).tolist(), texts,
+    run(plpy, FORGET, ["int4"], [release_id])
+    # each person's text (people of one cohort share the string)
+    run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "jsonb[]", "int4[]"],
+        [release_id, hashes, [int(g) for g in groups], [texts[c] for c in cohort.tolist()],
          (versions + 1).tolist()])
     l = int(parameters.get("l") or 0)
     return {"people": n, "seen_before": int(known.sum()),
@@ -564,7 +557,7 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
             "fewest_candidates": int(left.min()) if left is not None and n else None,
             "disclosed": int((left <= 1).sum()) if left is not None else 0,
             "below_l": int((left < l).sum()) if left is not None else 0,
-            "remembered": n}
+            "remembered": n, "forgotten": len(position) - int(known.sum())}
 
 
 def _cohorts(n: int, person, klass, n_classes: int, earlier, kept) -> tuple[np.ndarray, list[str]]:
