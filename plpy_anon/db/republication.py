@@ -10,8 +10,9 @@ What every version is held to (:func:`check_and_remember`, from the record of ea
 refresh, plain REFRESH included): for each person of the run (with their quasi-identifiers as the
 run read them: no second read of the source, which may have changed since), the sensitive values
 of every released class whose ranges and sets hold those quasi-identifiers -- what an analyst who
-knows them computes from the released rows alone -- intersected with what earlier versions left
-them. A person left with fewer than l values refuses the version (the transaction rolls back;
+knows them computes from the released rows alone (:func:`released_classes`, matched by
+core.containment: ranks and a k-d split of the classes, never a listing of the values a range
+covers) -- intersected with what earlier versions left them (:func:`remember`). A person left with fewer than l values refuses the version (the transaction rolls back;
 the published one stays); otherwise the intersections are remembered for the next version, and
 the figures go to the release's verification and to ``anon.refresh_history``. People the run no
 longer reads are forgotten (their rows of ``anon.release_people`` deleted). Then the difference
