@@ -415,15 +415,21 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     the classes' bounds, ranked in SQL by the element type's own order (a range becomes a closed
     interval of ranks, whatever its width); a set's values by one code each, NULL included."""
     released = released_relation(plpy, release)
-    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
-    selects = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
+    inner = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
     # as text without running a cast of the type's owner (sqltext.text_of)
-    selects += [f"pg_catalog.array_agg(DISTINCT {text_of('r.' + ident(plpy, col.name), col.builtin)}) "
-                f"FILTER (WHERE r.{ident(plpy, col.name)} IS NOT NULL) AS s{j}"
-                for j, col in enumerate(sensitive)]
+    inner += [f"{text_of('r.' + ident(plpy, col.name), col.builtin)} AS s{j}"
+              for j, col in enumerate(sensitive)]
+    outer = [f"v.q{i}" for i in range(len(qis))]
+    distinct = "DISTINCT " if len(sensitive) > 1 else ""
+    outer += [f"pg_catalog.array_agg({distinct}v.s{j}) FILTER (WHERE v.s{j} IS NOT NULL) AS s{j}"
+              for j in range(len(sensitive))]
+    # each class's distinct values grouped twice (hashable keys) rather than sorted per class
     ctes = [f"""classes AS MATERIALIZED (
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, g.* FROM (
-        SELECT {', '.join(selects)} FROM {released} r GROUP BY {group_by}) g)"""]
+        SELECT {', '.join(outer)} FROM (
+            SELECT {', '.join(inner)} FROM {released} r
+            GROUP BY {', '.join(str(n + 1) for n in range(len(inner)))}) v
+        GROUP BY {', '.join(f"v.q{i}" for i in range(len(qis)))}) g)"""]
     outputs = ["(SELECT pg_catalog.count(*) FROM classes) AS n_classes"]
 
     def flattened(column: str, name: str) -> list[str]:
@@ -436,14 +442,27 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
-        codes, uniques = pd.factorize(np.asarray(texts, dtype=object))
+        # sorted: a class's set of neighbouring values is a narrow interval of codes to search
+        codes, uniques = pd.factorize(np.asarray(texts, dtype=object), sort=True)
         coded.append((codes, list(uniques)))
         col_type = _released_type(col)
+        q = f"c.q{i}"
         if col_type == "text[]":
             outputs += flattened(f"q{i}", f"set{i}")
             continue
+        if col_type in INTEGER_RANGES:
+            # integers rank in numpy; the bounds as closed integers (NULL: unbounded)
+            none = f"{q} IS NULL OR pg_catalog.isempty({q})"
+            outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN NULL
+        ELSE pg_catalog.lower({q})::pg_catalog.int8 + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END
+        ORDER BY c.class_no) FROM classes c) AS low{i}""")
+            outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN NULL
+        ELSE pg_catalog.upper({q})::pg_catalog.int8 - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END
+        ORDER BY c.class_no) FROM classes c) AS high{i}""")
+            outputs.append(f"(SELECT pg_catalog.array_agg({none} ORDER BY c.class_no) FROM classes c) AS empty{i}")
+            continue
         args.append(list(uniques))
-        param, element, q = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0], f"c.q{i}"
+        param, element = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0]
         # the text the run read is the value's own (floats: shortest exact digits)
         # one sort per QI: the people's values and the classes' bounds ranked together
         ctes.append(f"""rank{i} AS MATERIALIZED (
@@ -481,6 +500,10 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
                 points, np.asarray(row[f"set{i}_classes"] or [], dtype=np.int64), element_codes,
                 count, len(uniques) + 1))
             continue
+        if _released_type(col) in INTEGER_RANGES:
+            axes.append(_integer_axis(codes, uniques, row[f"low{i}"] or [], row[f"high{i}"] or [],
+                                      row[f"empty{i}"] or []))
+            continue
         ranks = np.asarray(row[f"points{i}"] or [], dtype=np.int64)
         points = np.where(codes < 0, containment.ANY, ranks[np.maximum(codes, 0)] if ranks.size else 0)
         axes.append(containment.Axis(points, np.asarray(row[f"low{i}"] or [], dtype=np.int64),
@@ -488,6 +511,28 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     values = [(np.asarray(row[f"sensitive{j}_classes"] or [], dtype=np.int64),
                list(row[f"sensitive{j}_values"] or [])) for j in range(len(sensitive))]
     return Classes(count, axes, values)
+
+
+#: ranges of integers: ranked in numpy (their text is the integer's own)
+INTEGER_RANGES = ("int4range", "int8range")
+
+
+def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
+    """An integer QI: each person's value and each class's closed bounds (None: unbounded;
+    ``empty``: a class of NULLs only) as ranks among them all."""
+    values = np.asarray(uniques, dtype=object).astype(np.int64)
+    unbounded_low = np.array([v is None for v in low], dtype=bool)
+    unbounded_high = np.array([v is None for v in high], dtype=bool)
+    low = np.array([0 if v is None else v for v in low], dtype=np.int64)
+    high = np.array([0 if v is None else v for v in high], dtype=np.int64)
+    universe = containment.distinct(np.concatenate([values, low[~unbounded_low], high[~unbounded_high]]))
+    points = np.where(codes < 0, containment.ANY,
+                      np.searchsorted(universe, values)[np.maximum(codes, 0)] + 1 if values.size else 0)
+    low_rank = np.where(unbounded_low, 0, np.searchsorted(universe, low) + 1)
+    high_rank = np.where(unbounded_high, containment.TOP, np.searchsorted(universe, high) + 1)
+    empty = np.asarray(empty, dtype=bool)
+    low_rank[empty], high_rank[empty] = 1, 0
+    return containment.Axis(points, low_rank, high_rank)
 
 
 # the release's people replaced by the run's: one delete and one insert cost half an upsert's
