@@ -107,6 +107,8 @@ def _leaves(points, any_point, low, high, n_points, n_classes):
     """Split the classes (k-d, every node of a level at once) until each node holds at most
     LEAF_CLASSES or no cut helps; returns (leaf, person) and (leaf, class) entries."""
     q = points.shape[1]
+    has_any = any_point.any(axis=0)
+    flat = points.ravel()
     p_id, p_node = np.arange(n_points, dtype=np.int64), np.zeros(n_points, dtype=np.int64)
     c_id, c_node = np.arange(n_classes, dtype=np.int64), np.zeros(n_classes, dtype=np.int64)
     nodes, next_leaf = 1, 0
@@ -132,13 +134,17 @@ def _leaves(points, any_point, low, high, n_points, n_classes):
                 left = np.searchsorted(key_lo, key_lo, "left") - start[node]
                 right = c_count[node] - (np.searchsorted(key_hi, key_lo, "left") - start[node])
                 larger = np.maximum(left, right)
-                # people of any value go both ways: a cut through many of them costs their share
-                spread = np.bincount(p_node, weights=any_point[p_id, j], minlength=nodes) \
-                    / np.maximum(p_count, 1)
-                score = larger / c_count[node] + spread[node]
+                score = larger / c_count[node]
+                if has_any[j]:
+                    # people of any value go both ways: a cut through many of them costs their share
+                    score += (np.bincount(p_node, weights=any_point[p_id, j], minlength=nodes)
+                              / np.maximum(p_count, 1))[node]
                 score[(left == 0) | (larger >= c_count[node])] = np.inf
-                order = np.lexsort((score, node))
-                first = order[np.r_[True, node[order][1:] != node[order][:-1]]]
+                # each node's best cut (entries are grouped by node): its first smallest score
+                begins = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+                smallest = np.minimum.reduceat(score, begins)
+                ties = np.flatnonzero(score == np.repeat(smallest, np.diff(np.r_[begins, node.size])))
+                first = ties[np.r_[True, node[ties][1:] != node[ties][:-1]]]
                 at, s = node[first], score[first]
                 better = s < best_score[at]
                 best_score[at[better]] = s[better]
@@ -161,9 +167,13 @@ def _leaves(points, any_point, low, high, n_points, n_classes):
         c_id = np.r_[c_id[to_left], c_id[to_right]]
         c_node = np.r_[2 * child[c_node[to_left]], 2 * child[c_node[to_right]] + 1]
         cut, axis = best_cut[p_node], best_axis[p_node]
-        v = points[p_id, axis]
-        free = any_point[p_id, axis]
-        to_left, to_right = (v < cut) | free, (v >= cut) | free
+        v = flat[p_id * q + axis]
+        to_left, to_right = v < cut, v >= cut
+        if has_any.any():
+            free = v == ANY
+            free &= has_any[axis]
+            to_left |= free
+            to_right |= free
         p_id = np.r_[p_id[to_left], p_id[to_right]]
         p_node = np.r_[2 * child[p_node[to_left]], 2 * child[p_node[to_right]] + 1]
     empty = np.empty((0, 2), dtype=np.int64)

@@ -442,7 +442,6 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
-        # sorted: a class's set of neighbouring values is a narrow interval of codes to search
         codes, uniques = pd.factorize(np.asarray(texts, dtype=object), sort=True)
         coded.append((codes, list(uniques)))
         col_type = _released_type(col)
@@ -490,14 +489,21 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     axes = []
     for i, (col, (codes, uniques)) in enumerate(zip(qis, coded)):
         if _released_type(col) == "text[]":
-            # NULL is a value of its own: the last code
-            points = np.where(codes < 0, len(uniques), codes)
+            # NULL is a value of its own (slot len(uniques)); codes in the fit's order of a
+            # categorical column (most frequent first), so that classes' sets are narrow intervals
+            slot = np.where(codes < 0, len(uniques), codes)
+            counts = np.bincount(slot, minlength=len(uniques) + 1)
+            order = sorted(range(len(uniques) + 1), key=lambda u: (
+                -counts[u], u == len(uniques), uniques[u] if u < len(uniques) else ""))
+            recode = np.empty(len(uniques) + 1, dtype=np.int64)
+            recode[order] = np.arange(len(uniques) + 1)
             elements = np.asarray(row[f"set{i}_values"] or [], dtype=object)
             missing = pd.isna(elements)
-            element_codes = np.full(elements.size, len(uniques), dtype=np.int64)
-            element_codes[~missing] = pd.Index(uniques, dtype=object).get_indexer(elements[~missing])
+            element_slots = np.full(elements.size, len(uniques), dtype=np.int64)
+            element_slots[~missing] = pd.Index(uniques, dtype=object).get_indexer(elements[~missing])
+            element_codes = np.where(element_slots < 0, -1, recode[element_slots])
             axes.append(containment.set_axis(
-                points, np.asarray(row[f"set{i}_classes"] or [], dtype=np.int64), element_codes,
+                recode[slot], np.asarray(row[f"set{i}_classes"] or [], dtype=np.int64), element_codes,
                 count, len(uniques) + 1))
             continue
         if _released_type(col) in INTEGER_RANGES:
