@@ -60,7 +60,7 @@ def set_axis(points: np.ndarray, classes: np.ndarray, codes: np.ndarray, n_class
         last = np.r_[first[1:] - 1, classes.size - 1]
         low[classes[first]] = codes[first]
         high[classes[last]] = codes[last]
-    members = np.unique(classes * width + codes)
+    members = distinct(classes * width + codes)
     return Axis(np.asarray(points, dtype=np.int64), low, high, members, width)
 
 
