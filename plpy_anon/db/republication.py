@@ -10,8 +10,9 @@ What every version is held to (:func:`check_and_remember`, from the record of ea
 refresh, plain REFRESH included): for each person of the run (with their quasi-identifiers as the
 run read them: no second read of the source, which may have changed since), the sensitive values
 of every released class whose ranges and sets hold those quasi-identifiers -- what an analyst who
-knows them computes from the released rows alone -- intersected with what earlier versions left
-them. A person left with fewer than l values refuses the version (the transaction rolls back;
+knows them computes from the released rows alone (:func:`released_classes`, matched by
+core.containment: ranks and a k-d split of the classes, never a listing of the values a range
+covers) -- intersected with what earlier versions left them (:func:`remember`). A person left with fewer than l values refuses the version (the transaction rolls back;
 the published one stays); otherwise the intersections are remembered for the next version, and
 the figures go to the release's verification and to ``anon.refresh_history``. People the run no
 longer reads are forgotten (their rows of ``anon.release_people`` deleted). Then the difference
@@ -28,8 +29,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from plpy_anon.core import republish
+from plpy_anon.core import containment, republish
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
@@ -37,7 +39,7 @@ from plpy_anon.core.republish import Version
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards
 from plpy_anon.db.generalization import output_type
-from plpy_anon.db.sqltext import ident, jsonb, local_settings, run, text_of
+from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
 SEPARATOR = "\x1f"
@@ -126,7 +128,12 @@ class People:
         return codes
 
 
-STATE = "SELECT person, member_group, candidates FROM anon.release_people WHERE release_id = $1"
+#: the release's state of its people as one row of arrays (a person's candidates as jsonb text)
+STATE_ARRAYS = """
+SELECT pg_catalog.array_agg(person) AS persons, pg_catalog.array_agg(member_group) AS groups,
+       pg_catalog.array_agg(candidates::pg_catalog.text) AS candidates,
+       pg_catalog.array_agg(versions) AS versions
+FROM anon.release_people WHERE release_id = $1"""
 
 
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
@@ -155,8 +162,9 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
-    state = {bytes(r["person"]): r for r in run(plpy, STATE, ["int4"], [release_id])}
-    if not state and published_versions(plpy, release_id):
+    state = run(plpy, STATE_ARRAYS, ["int4"], [release_id])[0]
+    persons = state["persons"] or []
+    if not persons and published_versions(plpy, release_id):
         raise InsufficientData(
             f"release {release_id} has published versions, and what they showed of each person "
             "(anon.release_people) is gone; a refresh now would start a new history that analysts "
@@ -164,22 +172,22 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             hint="Restore the release's rows of anon.release_people (they are in every pg_dump of the "
                  "database), or recreate the release with replace => true knowingly.")
     n = len(hashes)
+    position = {bytes(h): i for i, h in enumerate(persons)}
+    check_interrupts()
+    at = np.fromiter((position.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+    known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
+    groups[known] = np.asarray(state["groups"] or [], dtype=np.int64)[at[known]]
+    # people with the same candidates (the same jsonb text) share a cohort
+    codes, texts = pd.factorize(np.asarray(state["candidates"] or [], dtype=object))
+    used, cohort_of_known = np.unique(codes[at[known]], return_inverse=True)
     cohorts = np.full(n, -1, dtype=np.int64)
-    cohort_index: dict[str, int] = {}
-    cohort_sets: list[dict] = []
-    for i, h in enumerate(hashes):
-        if not i % 4096:
+    cohorts[known] = cohort_of_known
+    cohort_sets = []
+    for c, u in enumerate(used.tolist()):
+        if not c % 4096:
             check_interrupts()
-        known = state.get(h)
-        if known is None:
-            continue
-        groups[i] = known["member_group"]
-        key = known["candidates"]
-        if key not in cohort_index:
-            cohort_index[key] = len(cohort_sets)
-            cohort_sets.append(jsonb(key))
-        cohorts[i] = cohort_index[key]
+        cohort_sets.append(jsonb(texts[u]))
     names = parameters.get("sensitive") or []
     cohort_values = []
     for name, dictionary in zip(names, sensitive_dictionaries):
@@ -191,7 +199,7 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             held = [position[v] for v in sets.get(name, []) if v in position]
             matrix[c, held] = True
         cohort_values.append(matrix)
-    people = People(hashes, groups, cohorts, cohort_values, history=bool(state), qi_texts=qi_texts)
+    people = People(hashes, groups, cohorts, cohort_values, history=bool(persons), qi_texts=qi_texts)
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]))
     return people
@@ -274,32 +282,17 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
         return None
     stashed = run_stats["people"]
     hashes, groups, qi_texts = stashed["hashes"], stashed["groups"], stashed["qi_texts"]
-    # the groups people were published in by the last version, before the check replaces them
-    before = {bytes(r["person"]): r["member_group"] for r in run(
-        plpy, "SELECT person, member_group FROM anon.release_people WHERE release_id = $1",
-        ["int4"], [release["release_id"]])}
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
     qis = [cols[name] for name in parameters["quasi_identifiers"]]
     sensitive = [cols[name] for name in parameters.get("sensitive") or []]
-    # a plan this size would spend seconds compiling; its CTEs' estimates would invite nested loops
-    with local_settings(plpy, jit="off", enable_nestloop="off"):
-        expanded = expanded_columns(plpy, release, qis, qi_texts, len(hashes))
-        query = check_query(plpy, release, qis, sensitive, expanded)
-        figures = run(plpy, query, ["bytea[]", "int4[]", "int4", "text[]"] + ["text[]"] * len(qis),
-                      [hashes, [int(g) for g in groups], release["release_id"], [c.name for c in sensitive],
-                       *qi_texts])[0]
-    figures = {key: (int(v) if v is not None else None) for key, v in figures.items()}
-    figures["matched_by_equality"] = [c.name for c in expanded]
-    # people no longer in the table: their personal state goes now (what they were published
-    # with stays only as anonymous values of their class, until it can change safely)
-    figures["forgotten"] = run(plpy, """
-        WITH gone AS (
-            DELETE FROM anon.release_people x WHERE x.release_id = $1
-              AND NOT EXISTS (SELECT 1 FROM pg_catalog.unnest($2) AS h(person) WHERE h.person = x.person)
-            RETURNING 1)
-        SELECT pg_catalog.count(*)::int AS n FROM gone""", ["int4", "bytea[]"],
-        [release["release_id"], hashes])[0]["n"]
+    progress(plpy, f"checking {len(hashes)} people against every version")
+    state = run(plpy, STATE_ARRAYS, ["int4"], [release["release_id"]])[0]
+    # the groups people were published in by the last version, before the check replaces them
+    before = {bytes(h): g for h, g in zip(state["persons"] or [], state["groups"] or [])}
+    with local_settings(plpy, jit="off"):
+        classes = released_classes(plpy, release, qis, sensitive, qi_texts)
+    figures = remember(plpy, release["release_id"], parameters, hashes, groups, classes, state)
     if stashed["version"] is not None:
         figures.update(check_differences(plpy, release, parameters, sensitive[0], stashed["version"],
                                          before, dict(zip(hashes, groups))))
@@ -400,166 +393,251 @@ def _sorted_values(values) -> tuple:
     return tuple(sorted(values, key=lambda v: (v is None, v or "")))
 
 
-#: range types whose values can be listed (integers, days): a class's range becomes equalities
-DISCRETE_RANGES = {"int4range": "int8", "int8range": "int8", "daterange": "date"}
-#: rows the equality join may list: classes x the values of the QIs listed
-EXPANSION_BUDGET = 2_000_000
-
-
 def _released_type(col) -> str:
     """A QI's type in the release (the stable mode refuses hierarchies: never an LCA label)."""
     return output_type(col, False)
 
 
-def _width(col_type: str, value: str) -> str:
-    """SQL: how many values a class's released ``value`` lists (1e18: too many to list)."""
-    if col_type == "text[]":
-        return f"coalesce(pg_catalog.cardinality({value}), 1)::pg_catalog.float8"
-    if col_type == "daterange":
-        return (f"CASE WHEN {value} IS NULL THEN 1 WHEN pg_catalog.lower_inf({value}) OR pg_catalog.upper_inf({value}) "
-                f"OR NOT pg_catalog.isfinite(pg_catalog.lower({value})) OR NOT pg_catalog.isfinite(pg_catalog.upper({value})) "
-                f"THEN 1e18 ELSE (pg_catalog.upper({value}) - pg_catalog.lower({value}))::pg_catalog.float8 END")
-    return (f"CASE WHEN {value} IS NULL THEN 1 WHEN pg_catalog.lower_inf({value}) OR pg_catalog.upper_inf({value}) "
-            f"THEN 1e18 ELSE pg_catalog.upper({value})::pg_catalog.float8 - pg_catalog.lower({value})::pg_catalog.float8 END")
+@dataclass
+class Classes:
+    """The released classes as the check reads them: ``count``; each QI coded for
+    core.containment (``axes``); per sensitive column, the (class, value text) pairs of the
+    distinct non-NULL values each class shows."""
+
+    count: int
+    axes: list
+    values: list
 
 
-def expanded_columns(plpy, release: dict, qis, qi_texts, n_people: int) -> list:
-    """The QIs whose class values the check lists as rows, so that people meet their classes
-    by equality (a hash join) rather than one containment test per person and class: value
-    sets and ranges of integers or days (not ranges a NULL of the run must meet everywhere),
-    fewest values per class first, as many as keep the listing within EXPANSION_BUDGET rows
-    (or 20 per person)."""
-    listable = [c for c, texts in zip(qis, qi_texts)
-                if _released_type(c) == "text[]"
-                or (_released_type(c) in DISCRETE_RANGES and None not in texts)]
-    if not listable:
-        return []
-    widths = ", ".join(f"pg_catalog.array_agg({_width(_released_type(c), 'g.' + ident(plpy, c.name))}) AS w{i}"
-                       for i, c in enumerate(listable))
-    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
-    row = run(plpy, f"SELECT {widths} FROM (SELECT {group_by} FROM "
-                    f"{released_relation(plpy, release)} r GROUP BY {group_by}) AS g")[0]
-    width = {c.name: np.asarray(row[f"w{i}"] or [], dtype=np.float64) for i, c in enumerate(listable)}
-    chosen, rows = [], None
-    budget = max(EXPANSION_BUDGET, 20 * n_people)
-    for col in sorted(listable, key=lambda c: float(width[c.name].mean()) if width[c.name].size else 0.0):
-        product = width[col.name] if rows is None else rows * width[col.name]
-        if float(product.sum()) > budget:
-            break
-        chosen.append(col)
-        rows = product
-    return chosen
-
-
-def check_query(plpy, release, qis, sensitive: list, expanded) -> str:
-    """The cross-version check as one statement: the released classes, the run's people (their
-    QIs as the run read them) matched with every class that could hold them, the intersection
-    with what earlier versions left them, remembered (upsert) and counted. Parameters: $1 the
-    run's people, $2 their groups, $3 the release id, $4 the sensitive columns' names, $5... each
-    QI's text per person. ``expanded``: the QIs matched by equality (:func:`expanded_columns`)."""
-    parameters = jsonb(release["parameters"])
-    q = {col.name: f"q{i}" for i, col in enumerate(qis)}
-    s = {col.name: f"s{j}" for j, col in enumerate(sensitive)}
+def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Classes:
+    """The released classes (what analysts read, grouped by the released QIs) and the run's
+    people coded on the same axes: a range's values by their rank among the people's values and
+    the classes' bounds, ranked in SQL by the element type's own order (a range becomes a closed
+    interval of ranks, whatever its width); a set's values by one code each, NULL included."""
     released = released_relation(plpy, release)
-    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
-    selects = [f"r.{ident(plpy, c.name)} AS {q[c.name]}" for c in qis]
+    inner = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
     # as text without running a cast of the type's owner (sqltext.text_of)
-    selects += [f"pg_catalog.array_agg(DISTINCT {text_of('r.' + ident(plpy, col.name), col.builtin)}) "
-                f"FILTER (WHERE r.{ident(plpy, col.name)} IS NOT NULL) AS {s[col.name]}" for col in sensitive]
-    expand, keys, listed, conditions = "", [], [], ["true"]
-    for i, col in enumerate(qis):
-        value, released_value = f"p.t{i}", f"c.{q[col.name]}"
+    inner += [f"{text_of('r.' + ident(plpy, col.name), col.builtin)} AS s{j}"
+              for j, col in enumerate(sensitive)]
+    outer = [f"v.q{i}" for i in range(len(qis))]
+    distinct = "DISTINCT " if len(sensitive) > 1 else ""
+    outer += [f"pg_catalog.array_agg({distinct}v.s{j}) FILTER (WHERE v.s{j} IS NOT NULL) AS s{j}"
+              for j in range(len(sensitive))]
+    # each class's distinct values grouped twice (hashable keys) rather than sorted per class
+    ctes = [f"""classes AS MATERIALIZED (
+    SELECT pg_catalog.row_number() OVER () - 1 AS class_no, g.* FROM (
+        SELECT {', '.join(outer)} FROM (
+            SELECT {', '.join(inner)} FROM {released} r
+            GROUP BY {', '.join(str(n + 1) for n in range(len(inner)))}) v
+        GROUP BY {', '.join(f"v.q{i}" for i in range(len(qis)))}) g)"""]
+    outputs = ["(SELECT pg_catalog.count(*) FROM classes) AS n_classes"]
+
+    def flattened(column: str, name: str) -> list[str]:
+        # (class, element) pairs of an array column, in one order for both arrays
+        source = (f"FROM classes c CROSS JOIN LATERAL pg_catalog.unnest(c.{column}) "
+                  "WITH ORDINALITY AS e(v, o)")
+        return [f"(SELECT pg_catalog.array_agg(c.class_no ORDER BY c.class_no, e.o) {source}) AS {name}_classes",
+                f"(SELECT pg_catalog.array_agg(e.v ORDER BY c.class_no, e.o) {source}) AS {name}_values"]
+
+    coded, args = [], []
+    for i, (col, texts) in enumerate(zip(qis, qi_texts)):
+        check_interrupts()
+        codes, uniques = pd.factorize(np.asarray(texts, dtype=object), sort=True)
+        coded.append((codes, list(uniques)))
         col_type = _released_type(col)
-        if col in expanded:
-            # the class's values listed as rows: people meet them by equality (one hash join)
-            x = f"e{q[col.name]}.x"
-            if col_type == "text[]":
-                expand += f" CROSS JOIN LATERAL pg_catalog.unnest({released_value}) AS e{q[col.name]}(x)"
-                keys.append(value)
-            else:
-                # integers, or days since 2000-01-01; NULL for a class of NULLs only
-                days = DISCRETE_RANGES[col_type] == "date"
-                lo, hi = f"pg_catalog.lower({released_value})", f"pg_catalog.upper({released_value})"
-                if days:
-                    lo, hi = f"({lo} - DATE '2000-01-01')", f"({hi} - DATE '2000-01-01')"
-                expand += (f" CROSS JOIN LATERAL (SELECT v FROM pg_catalog.generate_series({lo}::pg_catalog.int8, "
-                           f"{hi}::pg_catalog.int8 - 1) AS v UNION ALL SELECT NULL WHERE {released_value} IS NULL) "
-                           f"AS e{q[col.name]}(x)")
-                # an infinite date meets no listed day (its class's range is not listed anyway)
-                keys.append(f"CASE WHEN {value} IS NULL THEN NULL WHEN pg_catalog.isfinite({value}::pg_catalog.date) "
-                            f"THEN pg_catalog.to_jsonb({value}::pg_catalog.date - DATE '2000-01-01') "
-                            "ELSE '\"infinite\"'::pg_catalog.jsonb END"
-                            if days else f"{value}::pg_catalog.int8")
-            listed.append(x)
-        elif col_type == "text[]":
-            conditions.append(f"(CASE WHEN {value} IS NULL THEN pg_catalog.array_position({released_value}, NULL) "
-                              f"IS NOT NULL ELSE {value} = ANY({released_value}) END)")
-        else:
-            # the text the run read is the value's own (floats: shortest exact digits); a NULL may
-            # sit in any class (a class of numbers and NULLs releases its numbers' range)
-            element = catalog.RANGE_ELEMENTS[col_type][0]
-            conditions.append(f"(CASE WHEN {value} IS NULL THEN true "
-                              f"ELSE coalesce({released_value} @> {value}::pg_catalog.{element}, false) END)")
-    values = ", ".join(f"($4[{j + 1}], c.{s[col.name]})" for j, col in enumerate(sensitive)) \
-        or "(NULL::pg_catalog.text, NULL::pg_catalog.text[])"
-    return f"""
-WITH classes AS MATERIALIZED (
-    SELECT pg_catalog.row_number() OVER () AS class_no, g.* FROM (
-        SELECT {', '.join(selects)} FROM {released} r GROUP BY {group_by}) g),
-    run AS MATERIALIZED (
-        SELECT u.* FROM ROWS FROM ({', '.join(f"pg_catalog.unnest(${n})" for n in [1, 2, *range(5, 5 + len(qis))])})
-        AS u(person, member_group{''.join(f", t{i}" for i in range(len(qis)))})),
-    listed AS MATERIALIZED (
-        SELECT c.class_no, pg_catalog.jsonb_build_array({', '.join(listed)}) AS key FROM classes c{expand}),
-    matched AS (
-        SELECT DISTINCT p.person, c.class_no
-        FROM run p JOIN listed x ON x.key = pg_catalog.jsonb_build_array({', '.join(keys)})
-        JOIN classes c ON c.class_no = x.class_no
-        WHERE {' AND '.join(conditions)}),
-    -- this version's candidates of each person: the values of every class that could hold them
-    seen AS (
-        SELECT DISTINCT m.person, j.col, v.x
-        FROM matched m JOIN classes c ON c.class_no = m.class_no
-        CROSS JOIN LATERAL (VALUES {values}) AS j(col, vals)
-        CROSS JOIN LATERAL pg_catalog.unnest(j.vals) AS v(x)),
-    state AS (SELECT x.person, x.candidates, x.versions FROM anon.release_people x WHERE x.release_id = $3),
-    before AS (
-        SELECT st.person, k.key AS col, e.v AS x
-        FROM state st CROSS JOIN LATERAL pg_catalog.jsonb_each(st.candidates) AS k
-        CROSS JOIN LATERAL pg_catalog.jsonb_array_elements_text(k.value) AS e(v)),
-    -- what every version left them: this one's, and the earlier ones' for people seen before
-    kept AS (
-        SELECT s.person, s.col, s.x FROM seen s
-        LEFT JOIN state st ON st.person = s.person
-        LEFT JOIN before b ON b.person = s.person AND b.col = s.col AND b.x = s.x
-        WHERE st.person IS NULL OR b.person IS NOT NULL),
-    per_column AS (
-        SELECT r.person, cols.name,
-               coalesce(pg_catalog.jsonb_agg(k.x ORDER BY k.x) FILTER (WHERE k.x IS NOT NULL),
-                        '[]'::pg_catalog.jsonb) AS vals, pg_catalog.count(k.x) AS n
-        FROM run r CROSS JOIN pg_catalog.unnest($4) AS cols(name)
-        LEFT JOIN kept k ON k.person = r.person AND k.col = cols.name
-        GROUP BY r.person, cols.name),
-    fewest AS MATERIALIZED (
-        SELECT r.person, r.member_group, st.person IS NOT NULL AS known, coalesce(st.versions, 0) AS versions,
-               coalesce(pg_catalog.jsonb_object_agg(pc.name, pc.vals) FILTER (WHERE pc.name IS NOT NULL),
-                        '{{}}'::pg_catalog.jsonb) AS candidates,
-               pg_catalog.min(pc.n) AS left_values
-        FROM run r LEFT JOIN state st ON st.person = r.person
-        LEFT JOIN per_column pc ON pc.person = r.person
-        GROUP BY r.person, r.member_group, st.person, st.versions),
-    saved AS (
-        INSERT INTO anon.release_people AS p (release_id, person, member_group, candidates, versions)
-        SELECT $3, f.person, f.member_group, f.candidates, f.versions + 1 FROM fewest f
-        ON CONFLICT (release_id, person) DO UPDATE
-        SET member_group = excluded.member_group, candidates = excluded.candidates, versions = excluded.versions
-        RETURNING 1)
-SELECT pg_catalog.count(*) AS people, pg_catalog.count(*) FILTER (WHERE f.known) AS seen_before,
-       pg_catalog.max(f.versions + 1) AS most_versions, pg_catalog.min(f.left_values) AS fewest_candidates,
-       pg_catalog.count(*) FILTER (WHERE f.left_values <= 1) AS disclosed,
-       pg_catalog.count(*) FILTER (WHERE f.left_values < {int(parameters.get('l') or 0)}) AS below_l,
-       (SELECT pg_catalog.count(*) FROM saved) AS remembered
-FROM fewest f"""
+        q = f"c.q{i}"
+        if col_type == "text[]":
+            outputs += flattened(f"q{i}", f"set{i}")
+            continue
+        if col_type in INTEGER_RANGES:
+            # integers rank in numpy; the bounds as closed integers (NULL: unbounded)
+            none = f"{q} IS NULL OR pg_catalog.isempty({q})"
+            outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN NULL
+        ELSE pg_catalog.lower({q})::pg_catalog.int8 + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END
+        ORDER BY c.class_no) FROM classes c) AS low{i}""")
+            outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN NULL
+        ELSE pg_catalog.upper({q})::pg_catalog.int8 - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END
+        ORDER BY c.class_no) FROM classes c) AS high{i}""")
+            outputs.append(f"(SELECT pg_catalog.array_agg({none} ORDER BY c.class_no) FROM classes c) AS empty{i}")
+            continue
+        args.append(list(uniques))
+        param, element = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0]
+        # the text the run read is the value's own (floats: shortest exact digits)
+        # one sort per QI: the people's values and the classes' bounds ranked together
+        ctes.append(f"""rank{i} AS MATERIALIZED (
+    SELECT s.o, s.class_no, s.side, pg_catalog.dense_rank() OVER (ORDER BY s.x) AS r FROM (
+        SELECT u.o, NULL::pg_catalog.int8 AS class_no, 0 AS side, u.t::pg_catalog.{element} AS x
+        FROM pg_catalog.unnest({param}) WITH ORDINALITY AS u(t, o)
+        UNION ALL SELECT NULL, c.class_no, 1, pg_catalog.lower({q}) FROM classes c
+        UNION ALL SELECT NULL, c.class_no, 2, pg_catalog.upper({q}) FROM classes c) s
+    WHERE s.x IS NOT NULL)""")
+        outputs.append(f"(SELECT pg_catalog.array_agg(v.r ORDER BY v.o) FROM rank{i} v WHERE v.side = 0) AS points{i}")
+        # a class of NULLs only (a NULL range) holds no value; bounds as closed intervals of ranks
+        outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {q} IS NULL OR pg_catalog.isempty({q}) THEN 1
+        WHEN pg_catalog.lower_inf({q}) THEN 0 WHEN pg_catalog.lower_inc({q}) THEN b.r ELSE b.r + 1 END
+        ORDER BY c.class_no)
+     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1) AS low{i}""")
+        outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {q} IS NULL OR pg_catalog.isempty({q}) THEN 0
+        WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} WHEN pg_catalog.upper_inc({q}) THEN b.r
+        ELSE b.r - 1 END ORDER BY c.class_no)
+     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 2) AS high{i}""")
+    for j in range(len(sensitive)):
+        outputs += flattened(f"s{j}", f"sensitive{j}")
+    row = run(plpy, f"WITH {', '.join(ctes)}\nSELECT {', '.join(outputs)}",
+              ["text[]"] * len(args), args)[0]
+    count = int(row["n_classes"])
+    axes = []
+    for i, (col, (codes, uniques)) in enumerate(zip(qis, coded)):
+        if _released_type(col) == "text[]":
+            # NULL is a value of its own (slot len(uniques)); codes in the fit's order of a
+            # categorical column (most frequent first), so that classes' sets are narrow intervals
+            slot = np.where(codes < 0, len(uniques), codes)
+            counts = np.bincount(slot, minlength=len(uniques) + 1)
+            order = sorted(range(len(uniques) + 1), key=lambda u: (
+                -counts[u], u == len(uniques), uniques[u] if u < len(uniques) else ""))
+            recode = np.empty(len(uniques) + 1, dtype=np.int64)
+            recode[order] = np.arange(len(uniques) + 1)
+            elements = np.asarray(row[f"set{i}_values"] or [], dtype=object)
+            missing = pd.isna(elements)
+            element_slots = np.full(elements.size, len(uniques), dtype=np.int64)
+            element_slots[~missing] = pd.Index(uniques, dtype=object).get_indexer(elements[~missing])
+            element_codes = np.where(element_slots < 0, -1, recode[element_slots])
+            axes.append(containment.set_axis(
+                recode[slot], np.asarray(row[f"set{i}_classes"] or [], dtype=np.int64), element_codes,
+                count, len(uniques) + 1))
+            continue
+        if _released_type(col) in INTEGER_RANGES:
+            axes.append(_integer_axis(codes, uniques, row[f"low{i}"] or [], row[f"high{i}"] or [],
+                                      row[f"empty{i}"] or []))
+            continue
+        ranks = np.asarray(row[f"points{i}"] or [], dtype=np.int64)
+        points = np.where(codes < 0, containment.ANY, ranks[np.maximum(codes, 0)] if ranks.size else 0)
+        axes.append(containment.Axis(points, np.asarray(row[f"low{i}"] or [], dtype=np.int64),
+                                     np.asarray(row[f"high{i}"] or [], dtype=np.int64)))
+    values = [(np.asarray(row[f"sensitive{j}_classes"] or [], dtype=np.int64),
+               list(row[f"sensitive{j}_values"] or [])) for j in range(len(sensitive))]
+    return Classes(count, axes, values)
+
+
+#: ranges of integers: ranked in numpy (their text is the integer's own)
+INTEGER_RANGES = ("int4range", "int8range")
+
+
+def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
+    """An integer QI: each person's value and each class's closed bounds (None: unbounded;
+    ``empty``: a class of NULLs only) as ranks among them all."""
+    values = np.asarray(uniques, dtype=object).astype(np.int64)
+    unbounded_low = np.array([v is None for v in low], dtype=bool)
+    unbounded_high = np.array([v is None for v in high], dtype=bool)
+    low = np.array([0 if v is None else v for v in low], dtype=np.int64)
+    high = np.array([0 if v is None else v for v in high], dtype=np.int64)
+    universe = containment.distinct(np.concatenate([values, low[~unbounded_low], high[~unbounded_high]]))
+    points = np.where(codes < 0, containment.ANY,
+                      np.searchsorted(universe, values)[np.maximum(codes, 0)] + 1 if values.size else 0)
+    low_rank = np.where(unbounded_low, 0, np.searchsorted(universe, low) + 1)
+    high_rank = np.where(unbounded_high, containment.TOP, np.searchsorted(universe, high) + 1)
+    empty = np.asarray(empty, dtype=bool)
+    low_rank[empty], high_rank[empty] = 1, 0
+    return containment.Axis(points, low_rank, high_rank)
+
+
+# the release's people replaced by the run's: one delete and one insert cost half an upsert's
+# index probes and row locks; people the run no longer reads are forgotten with them
+FORGET = "DELETE FROM anon.release_people WHERE release_id = $1"
+REMEMBER = """
+INSERT INTO anon.release_people (release_id, person, member_group, candidates, versions)
+SELECT $1, u.person, u.member_group, u.candidates, u.versions
+FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.bytea[]), pg_catalog.unnest($3::pg_catalog.int4[]),
+               pg_catalog.unnest($4::pg_catalog.jsonb[]), pg_catalog.unnest($5::pg_catalog.int4[]))
+     AS u(person, member_group, candidates, versions)"""
+
+
+def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list,
+             classes: Classes, state: dict) -> dict:
+    """Each person's candidates now: the values of every released class holding their QIs,
+    intersected with what earlier versions left them (``state``: the release's people as
+    STATE_ARRAYS reads them); remembered and counted. People the run no longer reads are
+    forgotten (what they were published with stays only as anonymous values of their class,
+    until it can change safely)."""
+    n = len(hashes)
+    person, klass = containment.contained(classes.axes, n, classes.count)
+    check_interrupts()
+    position = {bytes(h): i for i, h in enumerate(state["persons"] or [])}
+    at = np.fromiter((position.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+    known = at >= 0
+    versions = np.zeros(n, dtype=np.int64)
+    versions[known] = np.asarray(state["versions"] or [], dtype=np.int64)[at[known]]
+    # earlier candidates: one set per distinct jsonb text (people often share one)
+    earlier_codes, earlier_texts = pd.factorize(np.asarray(state["candidates"] or [], dtype=object))
+    earlier = np.full(n, -1, dtype=np.int64)
+    earlier[known] = earlier_codes[at[known]]
+    earlier_sets = [jsonb(t) for t in earlier_texts]
+    names = parameters.get("sensitive") or []
+    kept, left = [], None
+    for name, (value_classes, value_texts) in zip(names, classes.values):
+        check_interrupts()
+        codes, dictionary = pd.factorize(np.asarray(value_texts, dtype=object))
+        width = max(len(dictionary), 1)
+        # (person, value) for every value of every class holding the person
+        order = np.argsort(value_classes, kind="stable")
+        per_class = np.bincount(value_classes, minlength=classes.count)
+        start = np.cumsum(per_class) - per_class
+        repeat = per_class[klass]
+        offset = np.arange(int(repeat.sum())) - np.repeat(np.cumsum(repeat) - repeat, repeat)
+        values = codes[order][np.repeat(start[klass], repeat) + offset]
+        pairs = containment.distinct(np.repeat(person, repeat) * width + values)
+        p, v = pairs // width, pairs % width
+        # people seen before keep only what every earlier version left them
+        code = {v: j for j, v in enumerate(dictionary.tolist())}
+        before = np.fromiter((e * width + code[v] for e, sets in enumerate(earlier_sets)
+                              for v in sets.get(name, []) if v in code), dtype=np.int64)
+        e = earlier[p]
+        held = (e < 0) | np.isin(e * width + v, before)
+        p, v = p[held], v[held]
+        kept.append((name, p, v, np.asarray(dictionary, dtype=object)))
+        count = np.bincount(p, minlength=n)
+        left = count if left is None else np.minimum(left, count)
+    cohort, texts = _cohorts(n, person, klass, classes.count, earlier, kept)
+    run(plpy, FORGET, ["int4"], [release_id])
+    # each person's text (people of one cohort share the string)
+    run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "jsonb[]", "int4[]"],
+        [release_id, hashes, [int(g) for g in groups], [texts[c] for c in cohort.tolist()],
+         (versions + 1).tolist()])
+    l = int(parameters.get("l") or 0)
+    return {"people": n, "seen_before": int(known.sum()),
+            "most_versions": int(versions.max()) + 1 if n else None,
+            "fewest_candidates": int(left.min()) if left is not None and n else None,
+            "disclosed": int((left <= 1).sum()) if left is not None else 0,
+            "below_l": int((left < l).sum()) if left is not None else 0,
+            "remembered": n, "forgotten": len(position) - int(known.sum())}
+
+
+def _cohorts(n: int, person, klass, n_classes: int, earlier, kept) -> tuple[np.ndarray, list[str]]:
+    """People whose candidates are the same set share one jsonb text: those held by the same
+    classes with the same earlier candidates (one class: a key in numpy; several: in Python)."""
+    matched = np.bincount(person, minlength=n)
+    only = np.full(n, -1, dtype=np.int64)
+    only[person] = klass
+    key = np.where(matched == 1, (earlier + 1) * (n_classes + 1) + only, -1)
+    several = np.flatnonzero(matched > 1)
+    if several.size:
+        check_interrupts()
+        order = np.argsort(person, kind="stable")
+        starts = np.searchsorted(person[order], several)
+        sets = {}
+        for i, s in zip(several.tolist(), starts.tolist()):
+            held = tuple(sorted(klass[order][s:s + matched[i]].tolist()))
+            key[i] = -2 - sets.setdefault((int(earlier[i]), held), len(sets))
+    cohort_keys, first, cohort = np.unique(key, return_index=True, return_inverse=True)
+    texts = []
+    spans = [(name, p, v, dictionary, np.searchsorted(p, first), np.searchsorted(p, first, "right"))
+             for name, p, v, dictionary in kept]
+    for c in range(cohort_keys.size):
+        if not c % 4096:
+            check_interrupts()
+        texts.append(json.dumps({name: sorted(dictionary[v[a[c]:b[c]]].tolist())
+                                 for name, p, v, dictionary, a, b in spans}, ensure_ascii=False))
+    return cohort.astype(np.int64), texts
 
 
 def forget(plpy, release_id: int) -> None:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.core import interrupts
 from plpy_anon.core import mondrian as mondrian_module
+from plpy_anon.core.containment import ANY, Axis, contained
 from plpy_anon.core.encoding import encode_numeric
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian
@@ -97,6 +98,22 @@ def test_the_stable_merges_check_and_stop_when_interrupted():
     assert counted.calls >= 2
     with interrupts.checking(Counting(counted.calls)), pytest.raises(Interrupted):
         stable_partition(*args)
+
+
+def test_matching_people_to_classes_checks_per_level_and_stops_when_interrupted():
+    rng = np.random.default_rng(4)
+    n, c = 20_000, 2_000
+    # classes: disjoint tiles of one axis; people anywhere, some of any value on the other
+    low = np.arange(c, dtype=np.int64) * 10 + 1
+    axes = [Axis(rng.integers(1, c * 10, n), low, low + 9),
+            Axis(np.where(rng.random(n) < 0.1, ANY, rng.integers(1, 5, n)),
+                 np.ones(c, dtype=np.int64), np.full(c, 4))]
+    counted = Counting()
+    with interrupts.checking(counted):
+        contained(axes, n, c)
+    assert counted.calls >= 10                          # each level of the split, each axis
+    with interrupts.checking(Counting(counted.calls)), pytest.raises(Interrupted):
+        contained(axes, n, c)
 
 
 def test_learning_checks_per_statement_and_stops_when_interrupted():

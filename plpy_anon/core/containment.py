@@ -1,0 +1,212 @@
+"""Which boxes hold which points, by sorting and searching: the classes of a release whose ranges
+and sets hold each person's quasi-identifiers, at a cost that does not depend on how wide the
+ranges are.
+
+Every quasi-identifier is coded as integers first: a range's values by their rank among the
+values that matter (the people's and the bounds'), so that a range is a closed interval of ranks;
+a set's values by a code each (NULL one of them), its bounding interval for the search and its
+members for the exact test. The classes are then split like a k-d tree, every node at once: each
+node cuts one quasi-identifier at the class bound that keeps its larger side smallest (classes
+crossing the cut go to both sides, people to the side of their value), until a node holds a few
+classes, whose people are tested against each of them. Released classes of one partition are
+disjoint boxes, so the cuts rarely duplicate a class and the work is about (people + classes) x
+depth.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from plpy_anon.core.interrupts import check as check_interrupts
+
+#: a node with this many classes or fewer tests its people against each of them
+LEAF_CLASSES = 2
+#: (person, class) pairs tested at once
+PAIR_CHUNK = 1 << 22
+#: a value no range reaches past (ranks are smaller)
+TOP = (1 << 31) - 1
+#: a person's code that every class holds on that quasi-identifier (NULL in a ranged one)
+ANY = -1
+
+
+@dataclass
+class Axis:
+    """One quasi-identifier, coded: ``points`` each person's code (``ANY``: held by every class);
+    ``low``/``high`` each class's closed bounding interval of codes (empty: ``low > high``);
+    ``members`` for a set, the sorted keys ``class * width + code`` of the codes each class
+    holds (None: the interval is exact)."""
+
+    points: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    members: np.ndarray | None = None
+    width: int = 0
+
+
+def set_axis(points: np.ndarray, classes: np.ndarray, codes: np.ndarray, n_classes: int,
+             width: int) -> Axis:
+    """A set-valued quasi-identifier: ``points`` each person's code in [0, width); ``classes`` and
+    ``codes`` the (class, code) pairs the classes' sets hold (codes outside [0, width): values no
+    person has, left out)."""
+    keep = (codes >= 0) & (codes < width)
+    classes, codes = classes[keep].astype(np.int64), codes[keep].astype(np.int64)
+    low = np.full(n_classes, 1, dtype=np.int64)
+    high = np.full(n_classes, 0, dtype=np.int64)
+    if classes.size:
+        order = np.lexsort((codes, classes))
+        classes, codes = classes[order], codes[order]
+        first = np.flatnonzero(np.r_[True, classes[1:] != classes[:-1]])
+        last = np.r_[first[1:] - 1, classes.size - 1]
+        low[classes[first]] = codes[first]
+        high[classes[last]] = codes[last]
+    members = distinct(classes * width + codes)
+    return Axis(np.asarray(points, dtype=np.int64), low, high, members, width)
+
+
+def contained(axes: list[Axis], n_points: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every (point, class) pair where the class holds the point on every axis, each once, as
+    two arrays (in no particular order)."""
+    if not axes:
+        p, c = np.meshgrid(np.arange(n_points), np.arange(n_classes), indexing="ij")
+        return p.ravel().astype(np.int64), c.ravel().astype(np.int64)
+    points = np.column_stack([a.points for a in axes]).astype(np.int64)
+    low = np.column_stack([a.low for a in axes]).astype(np.int64)
+    high = np.column_stack([a.high for a in axes]).astype(np.int64)
+    # an empty interval of a ranged axis still holds its ANY points: searched as [0, 0]
+    empty = low > high
+    low[empty], high[empty] = 0, 0
+    any_point = points == ANY
+    leaves_p, leaves_c = _leaves(points, any_point, low, high, n_points, n_classes)
+    out_p, out_c = [], []
+    for p, c in _pairs(leaves_p, leaves_c):
+        check_interrupts()
+        for axis in axes:
+            v = axis.points[p]
+            inside = (v >= axis.low[c]) & (v <= axis.high[c])
+            if axis.members is not None:
+                key = c * axis.width + v
+                at = np.minimum(np.searchsorted(axis.members, key), max(axis.members.size - 1, 0))
+                inside &= axis.members[at] == key if axis.members.size else False
+            else:
+                inside |= v == ANY
+            p, c = p[inside], c[inside]
+        out_p.append(p)
+        out_c.append(c)
+    if not out_p:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    p, c = np.concatenate(out_p), np.concatenate(out_c)
+    if any_point.any():
+        # a class crossing a cut meets a person of any value on both sides: once each
+        key = distinct(p * max(n_classes, 1) + c)
+        return key // max(n_classes, 1), key % max(n_classes, 1)
+    return p, c
+
+
+def _leaves(points, any_point, low, high, n_points, n_classes):
+    """Split the classes (k-d, every node of a level at once) until each node holds at most
+    LEAF_CLASSES or no cut helps; returns (leaf, person) and (leaf, class) entries."""
+    q = points.shape[1]
+    has_any = any_point.any(axis=0)
+    flat = points.ravel()
+    p_id, p_node = np.arange(n_points, dtype=np.int64), np.zeros(n_points, dtype=np.int64)
+    c_id, c_node = np.arange(n_classes, dtype=np.int64), np.zeros(n_classes, dtype=np.int64)
+    nodes, next_leaf = 1, 0
+    leaf_p, leaf_c = [], []
+    while p_id.size and c_id.size:
+        check_interrupts()
+        c_count = np.bincount(c_node, minlength=nodes)
+        p_count = np.bincount(p_node, minlength=nodes)
+        best_score = np.full(nodes, np.inf)
+        best_axis = np.zeros(nodes, dtype=np.int64)
+        best_cut = np.zeros(nodes, dtype=np.int64)
+        splittable = (c_count > LEAF_CLASSES) & (p_count > 0)
+        if splittable.any():
+            start = np.r_[0, np.cumsum(c_count)[:-1]]
+            for j in range(q):
+                check_interrupts()
+                lo, hi = low[c_id, j], high[c_id, j]
+                key_lo = np.sort((c_node << 32) | (lo + 1))
+                key_hi = np.sort((c_node << 32) | (hi + 1))
+                node = key_lo >> 32
+                # cut at each class's lower bound x: the left side holds classes starting below x,
+                # the right side those ending at or past x
+                left = np.searchsorted(key_lo, key_lo, "left") - start[node]
+                right = c_count[node] - (np.searchsorted(key_hi, key_lo, "left") - start[node])
+                larger = np.maximum(left, right)
+                score = larger / c_count[node]
+                if has_any[j]:
+                    # people of any value go both ways: a cut through many of them costs their share
+                    score += (np.bincount(p_node, weights=any_point[p_id, j], minlength=nodes)
+                              / np.maximum(p_count, 1))[node]
+                score[(left == 0) | (larger >= c_count[node])] = np.inf
+                # each node's best cut (entries are grouped by node): its first smallest score
+                begins = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+                smallest = np.minimum.reduceat(score, begins)
+                ties = np.flatnonzero(score == np.repeat(smallest, np.diff(np.r_[begins, node.size])))
+                first = ties[np.r_[True, node[ties][1:] != node[ties][:-1]]]
+                at, s = node[first], score[first]
+                better = s < best_score[at]
+                best_score[at[better]] = s[better]
+                best_axis[at[better]] = j
+                best_cut[at[better]] = (key_lo[first[better]] & 0xFFFFFFFF) - 1
+        split = splittable & np.isfinite(best_score)
+        # nodes that stop become leaves
+        done_c, done_p = ~split[c_node], ~split[p_node]
+        leaf_id = np.cumsum(~split) - 1 + next_leaf
+        next_leaf += int((~split).sum())
+        leaf_p.append(np.column_stack([leaf_id[p_node[done_p]], p_id[done_p]]))
+        leaf_c.append(np.column_stack([leaf_id[c_node[done_c]], c_id[done_c]]))
+        p_id, p_node = p_id[~done_p], p_node[~done_p]
+        c_id, c_node = c_id[~done_c], c_node[~done_c]
+        child = np.cumsum(split) - 1          # each split node's rank: children 2r, 2r + 1
+        nodes = 2 * int(split.sum())
+        cut, axis = best_cut[c_node], best_axis[c_node]
+        lo, hi = low[c_id, axis], high[c_id, axis]
+        to_left, to_right = lo < cut, hi >= cut
+        c_id = np.r_[c_id[to_left], c_id[to_right]]
+        c_node = np.r_[2 * child[c_node[to_left]], 2 * child[c_node[to_right]] + 1]
+        cut, axis = best_cut[p_node], best_axis[p_node]
+        v = flat[p_id * q + axis]
+        to_left, to_right = v < cut, v >= cut
+        if has_any.any():
+            free = v == ANY
+            free &= has_any[axis]
+            to_left |= free
+            to_right |= free
+        p_id = np.r_[p_id[to_left], p_id[to_right]]
+        p_node = np.r_[2 * child[p_node[to_left]], 2 * child[p_node[to_right]] + 1]
+    empty = np.empty((0, 2), dtype=np.int64)
+    return np.concatenate(leaf_p or [empty]), np.concatenate(leaf_c or [empty])
+
+
+def _pairs(leaf_p: np.ndarray, leaf_c: np.ndarray):
+    """Each leaf's people times its classes, PAIR_CHUNK pairs at a time (about)."""
+    if not leaf_p.size or not leaf_c.size:
+        return
+    leaf_c = leaf_c[np.argsort(leaf_c[:, 0], kind="stable")]
+    n_leaves = int(max(leaf_p[:, 0].max(), leaf_c[:, 0].max())) + 1
+    c_count = np.bincount(leaf_c[:, 0], minlength=n_leaves)
+    c_start = np.r_[0, np.cumsum(c_count)[:-1]]
+    per_person = c_count[leaf_p[:, 0]]
+    ends = np.cumsum(per_person)
+    begin = 0
+    while begin < leaf_p.shape[0]:
+        stop = int(np.searchsorted(ends, (ends[begin - 1] if begin else 0) + PAIR_CHUNK, "right"))
+        stop = max(stop, begin + 1)
+        chunk = leaf_p[begin:stop]
+        counts = per_person[begin:stop]
+        total = int(counts.sum())
+        p = np.repeat(chunk[:, 1], counts)
+        offset = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
+        c = leaf_c[np.repeat(c_start[chunk[:, 0]], counts) + offset, 1]
+        yield p, c
+        begin = stop
+
+
+
+def distinct(keys: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array (a sort: numpy's hashed unique is slower
+    on these)."""
+    keys = np.sort(keys)
+    return keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
