@@ -21,8 +21,12 @@ Datasets", SIGMOD 2007):
 * ``joiners``: the last published multiset plus the values of its members not yet published
   (leavers stay as counterfeit values, stayers' updates stay held);
 * ``retire``: the stayers' published values alone (joiners held back);
-* ``hold``: the last published multiset unchanged (joiners held back; each leaver's value stays
-  as a counterfeit row; a stayer's update held at the published value).
+* ``hold``: the last published multiset unchanged (a joiner whose value a counterfeit row shows
+  takes that row; other joiners held back; each other leaver's value stays as a counterfeit
+  row; a stayer's update held at the published value).
+
+A joiner taking a counterfeit row leaves the multiset as it was, so no pair of versions sees a
+change; the leaver's row is gone (the value stays, now a published member's).
 
 ``hold`` passes every pair that the last version passed, as long as the group was not merged; a
 group whose options all fail (``hold`` needs k real published members, a merged group's sums
@@ -36,12 +40,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from plpy_anon.core.disjoint_sets import SmallestRootSets
+from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
-from plpy_anon.core.republication import CannotKeepCandidates, _centroids
+from plpy_anon.core.republication import CannotKeepCandidates, GroupBoxes, _centroids
 
 CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold")
 #: the options that publish every current member
 PUBLISHING_ALL = 3
+HOLD = CHOICES.index("hold")
 
 
 @dataclass
@@ -105,18 +111,62 @@ def ancestors_sum(version: Version, roots_of, ids: np.ndarray) -> np.ndarray:
     return out
 
 
+#: ancestors of one group beyond which not every set of them is checked (the single ones, all
+#: but one, and all are)
+ANCESTOR_SETS_LIMIT = 12
+
+
+def safe_against(models: Models, options: np.ndarray, version: Version, roots_of,
+                 ids: np.ndarray) -> np.ndarray:
+    """(G, O): each group's options (``options``: (G, O, V) multisets) against the earlier
+    ``version``: for every non-empty set of the group's ancestors in it, the values added and
+    removed are each none or meet the l model. An analyst links an ancestor's class to the group
+    through the people in both versions, so when all of an ancestor's people have left, its
+    values (kept as counterfeits) are subtracted apart from the rest; which ancestors those are
+    depends on who left, so every set of them is checked."""
+    n_groups, n_options, width = options.shape
+    root = roots_of(version.ids)
+    at = np.searchsorted(ids, root)
+    inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
+    full = np.zeros((n_groups, width), dtype=np.int64)
+    np.add.at(full, at[inside], version.counts[inside])
+    ok = difference_safe(models, options.reshape(-1, width),
+                         np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
+    ancestors = np.bincount(at[inside], minlength=n_groups)
+    rows = np.flatnonzero(inside)
+    for g in np.flatnonzero(ancestors > 1).tolist():
+        parts = version.counts[rows[at[inside] == g]]
+        sums = _ancestor_sets(parts.shape[0]) @ parts
+        mine = difference_safe(models, np.repeat(options[g], sums.shape[0], axis=0),
+                               np.tile(sums, (n_options, 1))).reshape(n_options, -1)
+        ok[g] &= mine.all(axis=1)
+    return ok
+
+
+def _ancestor_sets(n: int) -> np.ndarray:
+    """(S, n) 0/1: the sets of ``n`` ancestors checked (every non-empty one up to
+    ANCESTOR_SETS_LIMIT; beyond, each alone and all but each)."""
+    if n <= ANCESTOR_SETS_LIMIT:
+        masks = np.arange(1, 1 << n)[:, None] >> np.arange(n)[None, :] & 1
+    else:
+        one = np.eye(n, dtype=np.int64)
+        masks = np.vstack([one, 1 - one])
+    return masks.astype(np.int64)
+
+
 def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: list[Version],
                  roots_of) -> np.ndarray:
-    """(len(history),) the groups each earlier version would pin by difference with ``counts``,
-    groups that no longer have rows (``counts`` of zero, ids absent) included."""
+    """(len(history),) the groups each earlier version would pin by difference with ``counts``
+    (:func:`safe_against`), groups that no longer have rows (``counts`` of zero, ids absent)
+    included."""
     out = []
     for version in history:
         gone = np.setdiff1d(np.unique(roots_of(version.ids)), ids)
         all_ids = np.concatenate([ids, gone])
         order = np.argsort(all_ids)
         published = np.vstack([counts, np.zeros((gone.size, counts.shape[1]), dtype=counts.dtype)])[order]
-        earlier = ancestors_sum(version, roots_of, all_ids[order])
-        out.append(int((~difference_safe(models, published, earlier)).sum()))
+        ok = safe_against(models, published[:, None, :], version, roots_of, all_ids[order])
+        out.append(int((~ok).sum()))
     return np.asarray(out, dtype=np.int64)
 
 
@@ -132,8 +182,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     (nearness for merges); ``history``: every earlier version, oldest first (at least one);
     ``lineage``/``roots``: every group id used so far and the group of the last version
     holding it; ``qi_codes`` (n, d) and ``ranged`` (d,): the rows' QI codes and which QIs are
-    released as ranges (their NULLs coded -1) rather than sets: groups that would be released
-    with the same QIs are one class to an analyst, so they are merged."""
+    released as ranges (their NULLs coded -1) rather than sets: groups whose released boxes
+    overlap are merged (:func:`overlapping_groups`), so that a person's QIs locate one class of
+    the version and an analyst's union of classes is one group."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -148,7 +199,7 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         ids, index = np.unique(labels, return_inverse=True)
         index = index.ravel()
         if qi_codes is not None:
-            same = _same_release_keys(index, ids.size, qi_codes, ranged)
+            same = overlapping_groups(index, ids.size, qi_codes, ranged)
             if same is not None:
                 labels = _rename(ids, same, index, step)
                 continue
@@ -162,11 +213,13 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         real_hold = np.bincount(index[published_before], minlength=ids.size)
         current = _counts(index, codes, ids.size, n_values)
         joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
-        earlier = [ancestors_sum(v, roots_of, ids) for v in history]
-        last = earlier[-1]
+        last = ancestors_sum(history[-1], roots_of, ids)
         # the stayers' values the last version published (counterfeits are the rest of it)
         stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
         kept = np.minimum(last, stayers)
+        # a joiner whose value a counterfeit row shows takes that row: the multiset stays, the
+        # leaver's row is retired
+        taken = np.minimum(last - kept, joiners)
         new = joiners.sum(axis=1)
         options = [current, kept + joiners, last + joiners, kept, last]
         # retiring keeps every distinct value of the current rows (so every candidate that
@@ -174,23 +227,39 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         retires = kept.sum(axis=1) < last.sum(axis=1)
         valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
                  (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
-                 real_hold >= k]
-        for option, ok in zip(options, valid):
-            ok &= meets(models, option)
-            for base in earlier:
-                ok &= difference_safe(models, option, base)
-        possible = np.column_stack(valid)
+                 real_hold + taken.sum(axis=1) >= k]
+        stacked = np.stack(options, axis=1)
+        possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
+        for version in history:
+            possible &= safe_against(models, stacked, version, roots_of, ids)
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
-            counts = np.stack(options, axis=1)[np.arange(ids.size), choice]
+            counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
+            published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
             return Published(labels, ids, counts, choice, published, lineage, now)
         if ids.size == 1:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
                 "someone by difference")
-        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points), index, step)
+        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged), index, step)
+
+
+def _taking_rows(index, codes, published_before, taken) -> np.ndarray:
+    """Per row: a joiner among the first ``taken[group, value]`` joiners of its group with its
+    value (they take counterfeit rows of that value)."""
+    out = np.zeros(index.size, dtype=bool)
+    rows = np.flatnonzero(~published_before)
+    if rows.size == 0 or not taken.any():
+        return out
+    key = index[rows] * taken.shape[1] + codes[rows]
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.searchsorted(key, key)
+    rank = np.arange(key.size) - first
+    out[rows[order]] = rank < taken.ravel()[key]
+    return out
 
 
 def _rename(ids, merged, index, step: dict) -> np.ndarray:
@@ -205,10 +274,14 @@ def _rename(ids, merged, index, step: dict) -> np.ndarray:
     return new_ids[index]
 
 
-def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
-    """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
-    codes present) merged (each group index's merged index), or None when all differ."""
-    parts = []
+def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
+                       ranged: np.ndarray) -> np.ndarray | None:
+    """Groups whose released boxes overlap merged into connected components (each group index's
+    merged index, the smallest of its component), or None when every box is apart. Two boxes
+    overlap when some person's QIs could lie in both: on every QI, their ranges (smallest and
+    largest non-NULL code) meet or one of them holds a NULL there (a NULL lies in every range),
+    and their sets share a code (NULL's included)."""
+    tests = []
     for d in range(qi_codes.shape[1]):
         col = np.asarray(qi_codes[:, d], dtype=np.int64)
         if ranged[d]:
@@ -217,23 +290,37 @@ def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
             high = np.full(n_groups, -1)
             np.minimum.at(low, index[valued], col[valued])
             np.maximum.at(high, index[valued], col[valued])
-            parts += [low.tolist(), high.tolist()]
+            null = np.bincount(index[~valued], minlength=n_groups) > 0
+            tests.append(("range", low, high, null))
         else:
-            pairs = np.unique(np.column_stack([index, col]), axis=0)
-            sets = [[] for _ in range(n_groups)]
-            for g, c in pairs.tolist():
-                sets[g].append(c)
-            parts.append([tuple(x) for x in sets])
-    keys = list(zip(*parts))
-    first: dict = {}
+            _, code = np.unique(col, return_inverse=True)
+            member = np.zeros((n_groups, int(code.max()) + 1), dtype=np.float32)
+            member[index, code.ravel()] = 1.0
+            tests.append(("set", member))
     sets = SmallestRootSets(n_groups)
     found = False
-    for g, key in enumerate(keys):
-        other = first.setdefault(key, g)
-        if other != g:
-            sets.union(other, g)
-            found = True
+    for start in range(0, n_groups, BLOCK):
+        check_interrupts()
+        block = slice(start, min(start + BLOCK, n_groups))
+        # each pair once (the later group of the pair in the block's rows)
+        meet = np.arange(n_groups)[None, :] < np.arange(start, block.stop)[:, None]
+        for test in tests:
+            if test[0] == "range":
+                _, low, high, null = test
+                meet &= ((low[block, None] <= high[None, :]) & (low[None, :] <= high[block, None])) \
+                    | null[block, None] | null[None, :]
+            else:
+                meet &= (test[1][block] @ test[1].T) > 0
+        a, b = np.nonzero(meet)
+        for g, h in zip((a + start).tolist(), b.tolist()):
+            if sets.find(g) != sets.find(h):
+                sets.union(g, h)
+                found = True
     return sets.roots() if found else None
+
+
+#: rows of the overlap matrix computed at once (BLOCK x groups booleans)
+BLOCK = 1024
 
 
 def _keeps(current: np.ndarray, option: np.ndarray) -> np.ndarray:
@@ -245,13 +332,14 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
     return np.bincount(index * n_values + codes, minlength=n_groups * n_values).reshape(n_groups, n_values)
 
 
-def _merge_nearest(index, n_groups, bad, points) -> np.ndarray:
-    """Each bad group merged with its nearest group (centroids); the smallest index is the
-    merged group's."""
+def _merge_nearest(index, n_groups, bad, points, ranged=None) -> np.ndarray:
+    """Each bad group merged with a near group, the one whose merged box overlaps the fewest
+    others (core.republication.GroupBoxes); the smallest index is the merged group's."""
     centroids = _centroids(index, n_groups, points)
+    boxes = GroupBoxes(index, n_groups, points, ranged)
     sets = SmallestRootSets(n_groups)
     for g in bad.tolist():
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
-        sets.union(g, int(np.argmin(distance)))
+        sets.union(g, boxes.merge_partner(g, distance))
     return sets.roots()

@@ -226,6 +226,16 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list) -> No
     people.values = values
 
 
+def qi_boxes(encoded) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows' QI codes, which QIs are released as ranges) of the run's encoded QIs: ranges
+    are released from non-NULL values (a NULL coded -1), sets list every code, NULL's included."""
+    ranged = np.array([enc.kind == "numeric" for enc in encoded])
+    qi_codes = np.column_stack([
+        np.where(enc.codes == enc.null_code, -1, enc.codes) if enc.kind == "numeric"
+        and enc.null_code is not None else enc.codes for enc in encoded]).astype(np.int64)
+    return qi_codes, ranged
+
+
 def run_people(rows, groups: np.ndarray, published) -> dict:
     """What a stable run stashes for its record's check (``rows``: the run's ReleaseRows;
     ``groups``: each row's group; ``published``: core.republish's publication, None for a first
@@ -302,7 +312,7 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
         [release["release_id"], hashes])[0]["n"]
     if stashed["version"] is not None:
         figures.update(check_differences(plpy, release, parameters, sensitive[0], stashed["version"],
-                                         before, dict(zip(hashes, groups))))
+                                         before, dict(zip(hashes, groups)), qis, qi_texts))
     l = parameters.get("l")
     if l is not None and figures["below_l"]:
         raise InsufficientData(
@@ -315,13 +325,42 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     return figures
 
 
+def overlapping_classes(plpy, release: dict, qis, qi_texts) -> int:
+    """Pairs of released classes (from the released rows) that some person's QIs could lie in
+    both: their value sets share a value (NULL included) and their ranges meet on every QI, a
+    range always met on a QI where the run read a NULL (a NULL lies in every range). Classes
+    meet first by equality of one listed value per set QI (a hash join), then by their ranges."""
+    q = [f"q{i}" for i in range(len(qis))]
+    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+    selects = ", ".join(f"r.{ident(plpy, c.name)} AS {q[i]}" for i, c in enumerate(qis))
+    listed, expand, conditions = [], "", ["true"]
+    for i, col in enumerate(qis):
+        if _released_type(col) == "text[]":
+            expand += f" CROSS JOIN LATERAL pg_catalog.unnest(c.{q[i]}) AS e{i}(x)"
+            listed.append(f"e{i}.x")
+        elif None not in qi_texts[i]:
+            conditions.append(f"coalesce(x.{q[i]} OPERATOR(pg_catalog.&&) y.{q[i]}, false)")
+    key = f"pg_catalog.jsonb_build_array({', '.join(listed)})"
+    return run(plpy, f"""
+        WITH c AS MATERIALIZED (
+            SELECT pg_catalog.row_number() OVER () AS n, g.* FROM (
+                SELECT {selects} FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g),
+        e AS MATERIALIZED (SELECT DISTINCT c.n, {key} AS key FROM c{expand}),
+        pairs AS (SELECT DISTINCT a.n AS a, b.n AS b FROM e a JOIN e b ON a.key = b.key AND a.n < b.n)
+        SELECT pg_catalog.count(*)::int AS n FROM pairs p
+        JOIN c x ON x.n = p.a JOIN c y ON y.n = p.b WHERE {' AND '.join(conditions)}""")[0]["n"]
+
+
 def check_differences(plpy, release: dict, parameters: dict, sensitive, version: dict,
-                      before: dict, now: dict) -> dict:
+                      before: dict, now: dict, qi_columns, qi_texts) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (from the released rows) must be the groups' multisets the run stashed (``version``),
     and no group's values added or removed since any stored earlier version may break the l
     model (core.republish.unsafe_pairs), earlier groups followed to the groups now holding them
-    through the people published in both (``before``, ``now``: person -> group). Refuses
+    through the people published in both (``before``, ``now``: person -> group), every set of a
+    group's ancestors included (core.republish.safe_against); no two released classes may
+    overlap (:func:`overlapping_classes`; ``qi_columns``, ``qi_texts``: the QIs and the run's
+    texts of them), so that the groups are every union an analyst can subtract. Refuses
     (22000) otherwise; stores the version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
@@ -337,6 +376,15 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
             f"the released classes of {release['release_schema']}.{release['release_name']} are not "
             "the multisets its groups publish; nothing was published",
             hint="Report this with the release's parameters.")
+    # a person's QIs must locate one class: the check below follows groups, and an analyst
+    # subtracts the union of every class that could hold someone (from the released rows)
+    pairs = overlapping_classes(plpy, release, qi_columns, qi_texts)
+    if pairs:
+        raise InsufficientData(
+            f"{pairs} pairs of released classes of {release['release_schema']}.{release['release_name']} "
+            "could both hold one person (their ranges and sets overlap): an analyst who kept earlier "
+            "versions could subtract their union; nothing was published",
+            hint="The published version stays. Report this with the release's parameters.")
     stored = run(plpy, VERSIONS, ["int4"], [release_id])
     step = {}
     for person, group in now.items():
@@ -372,7 +420,7 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
     figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
                "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
-               "unsafe_differences": int(pinned.sum())}
+               "overlapping_classes": pairs, "unsafe_differences": int(pinned.sum())}
     if figures["unsafe_differences"]:
         raise InsufficientData(
             f"this version of {release['release_schema']}.{release['release_name']} would let an "

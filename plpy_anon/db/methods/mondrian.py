@@ -58,8 +58,17 @@ def fit(rows: ReleaseRows, parameters: dict):
     if rows.people is not None and rows.people.history:
         return StableGroups(rows, parameters)
     sensitive, ordered, names = sensitive_for_models(rows, parameters)
-    return Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
+    model = Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
         rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names)
+    if rows.people is not None:
+        # a stable release's first version: classes that could hold one person (through a NULL
+        # of a ranged QI) merged, as every later version's are (core.republish)
+        merged = republish.overlapping_groups(model.labels_, model.n_classes_,
+                                              *republication.qi_boxes(rows.encoded))
+        if merged is not None:
+            ids, labels = np.unique(merged[model.labels_], return_inverse=True)
+            model.labels_, model.n_classes_ = labels.ravel(), int(ids.size)
+    return model
 
 
 class StableGroups:
@@ -74,8 +83,9 @@ class StableGroups:
         people = rows.people
         # grouped by the l model the release asks for, which its verification checks
         models = Models(l=rows.l, l_diversity=parameters["l_diversity"], c=parameters["c"])
+        qi_codes, ranged = republication.qi_boxes(rows.encoded)
         self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
-                                        people.cohort_values, rows.k, rows.l, models)
+                                        people.cohort_values, rows.k, rows.l, models, ranged)
         self.published_ = None
         if rows.sensitive is not None and people.versions:
             if rows.read is None:
@@ -84,11 +94,6 @@ class StableGroups:
                     "versions showed, and this release joins its rows back to the source",
                     hint="Recreate the release with replace => true (without plpy_anon.join_back), "
                          "or with refresh_mode => 'fresh'.")
-            # ranges are released from non-NULL values; sets list every code, NULL's included
-            ranged = np.array([enc.kind == "numeric" for enc in rows.encoded])
-            qi_codes = np.column_stack([
-                np.where(enc.codes == enc.null_code, -1, enc.codes) if enc.kind == "numeric"
-                and enc.null_code is not None else enc.codes for enc in rows.encoded]).astype(np.int64)
             self.published_ = republish.publish(
                 self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
                 people.versions, people.lineage, people.roots, rows.k, models, qi_codes, ranged)
