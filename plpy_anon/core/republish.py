@@ -65,7 +65,8 @@ class Published:
     ``ids`` the groups with rows (sorted) and ``counts`` their published multisets, ``choice``
     each group's option, ``published`` whether each row's person is published after this
     version, ``roots`` every group id ever used mapped to the group holding it now (``lineage``
-    ids, in the same order)."""
+    ids, in the same order), ``linked`` each group's union of groups whose boxes overlap (the
+    smallest group id of it; None: no two overlap)."""
 
     labels: np.ndarray
     ids: np.ndarray
@@ -74,6 +75,7 @@ class Published:
     published: np.ndarray
     lineage: np.ndarray
     roots: np.ndarray
+    linked: np.ndarray | None = None
 
     @property
     def held_back(self) -> int:
@@ -170,6 +172,25 @@ def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: l
     return np.asarray(out, dtype=np.int64)
 
 
+def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: np.ndarray | None,
+                  history: list[Version], roots_of) -> np.ndarray:
+    """(len(history),) the unions of several groups whose boxes overlap (``linked``: each
+    group's union, by its smallest id) whose values added or removed since each earlier version
+    (over the groups merged into them) break the l model."""
+    out = np.zeros(len(history), dtype=np.int64)
+    if linked is None:
+        return out
+    union = np.searchsorted(ids, linked)
+    several = np.bincount(union, minlength=ids.size) > 1
+    for i, version in enumerate(history):
+        now = np.zeros((ids.size, counts.shape[1]), dtype=np.int64)
+        before = np.zeros_like(now)
+        np.add.at(now, union, counts)
+        np.add.at(before, union, ancestors_sum(version, roots_of, ids))
+        out[i] = int((several & ~difference_safe(models, now, before)).sum())
+    return out
+
+
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
@@ -182,9 +203,8 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     (nearness for merges); ``history``: every earlier version, oldest first (at least one);
     ``lineage``/``roots``: every group id used so far and the group of the last version
     holding it; ``qi_codes`` (n, d) and ``ranged`` (d,): the rows' QI codes and which QIs are
-    released as ranges (their NULLs coded -1) rather than sets: groups whose released boxes
-    overlap are merged (:func:`overlapping_groups`), so that a person's QIs locate one class of
-    the version and an analyst's union of classes is one group."""
+    released as ranges (their NULLs coded -1) rather than sets: groups that would be released
+    with the same QIs are one class to an analyst, so they are merged."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -199,7 +219,7 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         ids, index = np.unique(labels, return_inverse=True)
         index = index.ravel()
         if qi_codes is not None:
-            same = overlapping_groups(index, ids.size, qi_codes, ranged)
+            same = _same_release_keys(index, ids.size, qi_codes, ranged)
             if same is not None:
                 labels = _rename(ids, same, index, step)
                 continue
@@ -235,15 +255,49 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
+            overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
+            if overlap is not None:
+                choice, merged = _unions_held(models, overlap, choice, possible, stacked,
+                                              history, roots_of, ids)
+                if merged is not None:
+                    labels = _rename(ids, merged, index, step)
+                    continue
             counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
             published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
-            return Published(labels, ids, counts, choice, published, lineage, now)
+            return Published(labels, ids, counts, choice, published, lineage, now,
+                             None if overlap is None else ids[overlap])
         if ids.size == 1:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
                 "someone by difference")
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged), index, step)
+
+
+def _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids):
+    """Classes whose boxes overlap are one union to an analyst (a person there could be in
+    any): each union (``overlap``: each group's component) whose change against an earlier
+    version pins someone holds all its groups (their last multisets); a union that cannot
+    hold is merged into one group. Returns (choice, None) or (choice, merged components)."""
+    choice = choice.copy()
+    members = np.bincount(overlap, minlength=ids.size)
+    for _ in range(2):
+        counts = stacked[np.arange(ids.size), choice]
+        failing = np.zeros(ids.size, dtype=bool)
+        for version in history:
+            now = np.zeros((ids.size, counts.shape[1]), dtype=np.int64)
+            before = np.zeros_like(now)
+            np.add.at(now, overlap, counts)
+            np.add.at(before, overlap, ancestors_sum(version, roots_of, ids))
+            failing |= (members > 1) & ~difference_safe(models, now, before)
+        if not failing.any():
+            return choice, None
+        in_failing = failing[overlap]
+        if not possible[in_failing, HOLD].all():
+            break
+        choice[in_failing] = HOLD
+    merged = np.where(failing[overlap], overlap, np.arange(ids.size))
+    return choice, merged
 
 
 def _taking_rows(index, codes, published_before, taken) -> np.ndarray:
@@ -274,13 +328,44 @@ def _rename(ids, merged, index, step: dict) -> np.ndarray:
     return new_ids[index]
 
 
+def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
+    """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
+    codes present) merged (each group index's merged index), or None when all differ."""
+    parts = []
+    for d in range(qi_codes.shape[1]):
+        col = np.asarray(qi_codes[:, d], dtype=np.int64)
+        if ranged[d]:
+            valued = col >= 0
+            low = np.full(n_groups, np.iinfo(np.int64).max)
+            high = np.full(n_groups, -1)
+            np.minimum.at(low, index[valued], col[valued])
+            np.maximum.at(high, index[valued], col[valued])
+            parts += [low.tolist(), high.tolist()]
+        else:
+            pairs = np.unique(np.column_stack([index, col]), axis=0)
+            sets = [[] for _ in range(n_groups)]
+            for g, c in pairs.tolist():
+                sets[g].append(c)
+            parts.append([tuple(x) for x in sets])
+    keys = list(zip(*parts))
+    first: dict = {}
+    sets = SmallestRootSets(n_groups)
+    found = False
+    for g, key in enumerate(keys):
+        other = first.setdefault(key, g)
+        if other != g:
+            sets.union(other, g)
+            found = True
+    return sets.roots() if found else None
+
+
 def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
                        ranged: np.ndarray) -> np.ndarray | None:
     """Groups whose released boxes overlap merged into connected components (each group index's
     merged index, the smallest of its component), or None when every box is apart. Two boxes
     overlap when some person's QIs could lie in both: on every QI, their ranges (smallest and
-    largest non-NULL code) meet or one of them holds a NULL there (a NULL lies in every range),
-    and their sets share a code (NULL's included)."""
+    largest non-NULL code) meet, or some row has a NULL there (a NULL lies in every range), and
+    their sets share a code (NULL's included)."""
     tests = []
     for d in range(qi_codes.shape[1]):
         col = np.asarray(qi_codes[:, d], dtype=np.int64)
@@ -290,7 +375,8 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
             high = np.full(n_groups, -1)
             np.minimum.at(low, index[valued], col[valued])
             np.maximum.at(high, index[valued], col[valued])
-            null = np.bincount(index[~valued], minlength=n_groups) > 0
+            # a NULL meets every range: with one in the table, ranges always meet there
+            null = np.full(n_groups, bool((~valued).any()))
             tests.append(("range", low, high, null))
         else:
             _, code = np.unique(col, return_inverse=True)

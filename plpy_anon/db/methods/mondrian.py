@@ -58,17 +58,8 @@ def fit(rows: ReleaseRows, parameters: dict):
     if rows.people is not None and rows.people.history:
         return StableGroups(rows, parameters)
     sensitive, ordered, names = sensitive_for_models(rows, parameters)
-    model = Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
+    return Mondrian(k=rows.k, l=rows.l, **core_models(parameters)).fit(
         rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names)
-    if rows.people is not None:
-        # a stable release's first version: classes that could hold one person (through a NULL
-        # of a ranged QI) merged, as every later version's are (core.republish)
-        merged = republish.overlapping_groups(model.labels_, model.n_classes_,
-                                              *republication.qi_boxes(rows.encoded))
-        if merged is not None:
-            ids, labels = np.unique(merged[model.labels_], return_inverse=True)
-            model.labels_, model.n_classes_ = labels.ravel(), int(ids.size)
-    return model
 
 
 class StableGroups:
