@@ -173,13 +173,15 @@ def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: l
 
 
 def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: np.ndarray | None,
-                  history: list[Version], roots_of) -> np.ndarray:
+                  history: list[Version], roots_of, per_group: bool = False) -> np.ndarray:
     """(len(history),) the unions of several groups whose boxes overlap (``linked``: each
     group's union, by its smallest id) whose values added or removed since each earlier version
-    (over the groups merged into them) break the l model."""
+    (over the groups merged into them) break the l model; with ``per_group``, (len(ids),)
+    whether the union of each union's first group fails against some version."""
     out = np.zeros(len(history), dtype=np.int64)
+    failing = np.zeros(ids.size, dtype=bool)
     if linked is None:
-        return out
+        return failing if per_group else out
     union = np.searchsorted(ids, linked)
     several = np.bincount(union, minlength=ids.size) > 1
     for i, version in enumerate(history):
@@ -187,8 +189,10 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
         before = np.zeros_like(now)
         np.add.at(now, union, counts)
         np.add.at(before, union, ancestors_sum(version, roots_of, ids))
-        out[i] = int((several & ~difference_safe(models, now, before)).sum())
-    return out
+        unsafe = several & ~difference_safe(models, now, before)
+        out[i] = int(unsafe.sum())
+        failing |= unsafe
+    return failing if per_group else out
 
 
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
@@ -257,11 +261,7 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             choice = possible.argmax(axis=1)
             overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
             if overlap is not None:
-                choice, merged = _unions_held(models, overlap, choice, possible, stacked,
-                                              history, roots_of, ids)
-                if merged is not None:
-                    labels = _rename(ids, merged, index, step)
-                    continue
+                choice = _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids)
             counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
             published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
@@ -274,30 +274,20 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged), index, step)
 
 
-def _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids):
+def _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids) -> np.ndarray:
     """Classes whose boxes overlap are one union to an analyst (a person there could be in
-    any): each union (``overlap``: each group's component) whose change against an earlier
-    version pins someone holds all its groups (their last multisets); a union that cannot
-    hold is merged into one group. Returns (choice, None) or (choice, merged components)."""
+    any): each union (``overlap``: each group's union) whose change against an earlier version
+    pins someone holds all its groups (their last multisets) when each can. A union that cannot
+    is left as it is (merging it grows its box into more groups, and the merges cascade); the
+    release's check counts it."""
     choice = choice.copy()
-    members = np.bincount(overlap, minlength=ids.size)
-    for _ in range(2):
-        counts = stacked[np.arange(ids.size), choice]
-        failing = np.zeros(ids.size, dtype=bool)
-        for version in history:
-            now = np.zeros((ids.size, counts.shape[1]), dtype=np.int64)
-            before = np.zeros_like(now)
-            np.add.at(now, overlap, counts)
-            np.add.at(before, overlap, ancestors_sum(version, roots_of, ids))
-            failing |= (members > 1) & ~difference_safe(models, now, before)
-        if not failing.any():
-            return choice, None
-        in_failing = failing[overlap]
-        if not possible[in_failing, HOLD].all():
-            break
-        choice[in_failing] = HOLD
-    merged = np.where(failing[overlap], overlap, np.arange(ids.size))
-    return choice, merged
+    counts = stacked[np.arange(ids.size), choice]
+    failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of, per_group=True)
+    # a union holds only if every one of its groups can
+    can_hold = np.ones(ids.size, dtype=bool)
+    np.logical_and.at(can_hold, overlap, possible[:, HOLD])
+    choice[failing[overlap] & can_hold[overlap]] = HOLD
+    return choice
 
 
 def _taking_rows(index, codes, published_before, taken) -> np.ndarray:

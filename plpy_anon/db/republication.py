@@ -399,9 +399,10 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     through the people published in both (``before``, ``now``: person -> group), every set of a
     group's ancestors included (core.republish.safe_against); the released classes that could
     hold one person (:func:`overlapping_classes`; ``qi_columns``, ``qi_texts``: the QIs and the
-    run's NULLs in them) must form the unions of groups the run linked, and each union's change
-    meets the l model too (core.republish.unsafe_unions). Refuses (22000) otherwise; stores the
-    version (anon.release_versions) and returns its figures."""
+    run's NULLs in them) must form the unions of groups the run linked, whose changes that break
+    the l model are counted (``unsafe_unions``, core.republish.unsafe_unions: the run holds them
+    where it can, and does not merge them). Refuses (22000) otherwise; stores the version
+    (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
     claimed = Counter(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
@@ -462,10 +463,11 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
 
     pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
     linked = None if linked_ids is None else np.asarray(linked_ids, dtype=np.int64)
-    pinned += republish.unsafe_unions(models, ids, counts, linked, history, roots_of)
+    unions = republish.unsafe_unions(models, ids, counts, linked, history, roots_of)
     figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
                "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
-               "overlapping_classes": len(pairs), "unsafe_differences": int(pinned.sum())}
+               "overlapping_classes": len(pairs), "unsafe_differences": int(pinned.sum()),
+               "unsafe_unions": int(unions.sum())}
     if figures["unsafe_differences"]:
         raise InsufficientData(
             f"this version of {release['release_schema']}.{release['release_name']} would let an "
