@@ -124,12 +124,13 @@ def pinned_over_pairs(versions: list[dict]) -> tuple[int, int]:
 
 
 def figures_of(conn, release: str) -> tuple:
-    """(rows held back, counterfeit rows) of the version published now (0, 0 outside the stable
-    mode's stored versions)."""
+    """(rows held back, counterfeit rows, unions of overlapping classes whose change the release
+    counts as unsafe) of the version published now (0 outside the stable mode's figures)."""
     row = conn.execute("""SELECT (verification->'across_versions'->>'held_back')::int,
-                                 (verification->'across_versions'->>'counterfeit')::int
+                                 (verification->'across_versions'->>'counterfeit')::int,
+                                 (verification->'across_versions'->>'unsafe_unions')::int
                           FROM anon.releases WHERE release_name = %s""", (release.split(".", 1)[1],)).fetchone()
-    return (row[0] or 0, row[1] or 0) if row else (0, 0)
+    return (row[0] or 0, row[1] or 0, row[2] or 0) if row else (0, 0, 0)
 
 
 def experiment(conn, mode: str, live, pool, stayers, seed: int) -> dict:
@@ -225,7 +226,9 @@ def main() -> None:
                   f"{REFRESHES} refreshes: {r['held'][-1][1]:,} of {REFRESHES * int(ROWS * CHURN):,} leavers",
                   flush=True)
             print(f"{mode}: per version, rows held back / counterfeit: "
-                  + " ".join(f"{h}/{c}" for h, c in r["held"]), flush=True)
+                  + " ".join(f"{h}/{c}" for h, c, _ in r["held"]), flush=True)
+            print(f"{mode}: per version, unions of overlapping classes counted unsafe by the release: "
+                  + " ".join(str(u) for _, _, u in r["held"]), flush=True)
             print(f"{mode}: per version, NCP %: " + " ".join(f"{x:.2f}" for x in r["ncp_each"]), flush=True)
             print(f"{mode}: anon.refresh of {ROWS:,} rows, median {r['refresh_s']:.2f} s; NCP {r['ncp']:.2f} % "
                   f"and C_DM {r['c_dm']:,.0f} on average over the {REFRESHES + 1} versions (last version: "
@@ -233,7 +236,7 @@ def main() -> None:
     rows = [[mode, kept, people, disclosed, "0", below_l, "0"]
             for mode in MODES for kept, people, disclosed, below_l in results[mode]["kept"]]
     attacks = [[mode, r["pinned"], r["pinned_right"], "0", r["refused"],
-                " ".join(f"{h}/{c}" for h, c in r["held"]), " ".join(f"{x:.2f}" for x in r["ncp_each"])]
+                " ".join(f"{h}/{c}" for h, c, _ in r["held"]), " ".join(f"{x:.2f}" for x in r["ncp_each"])]
                for mode, r in results.items()]
     cost = [[mode, f"{r['refresh_s']:.2f}", f"{r['ncp']:.2f}", f"{r['c_dm']:,.0f}", f"{r['ncp_last']:.2f}",
              f"{r['c_dm_last']:,}"] for mode, r in results.items()]
