@@ -5,10 +5,15 @@ An analyst who keeps two versions ``i < j`` and knows who is in the table (their
 quasi-identifiers: who joined and who left each class) subtracts a class's released multiset of
 sensitive values: ``A = P_j(g) - P_i(anc g)`` are the joiners' values, ``R = P_i(anc g) - P_j(g)``
 the leavers'. Groups merge but never split, so ``P_i(anc g)`` is the sum of version ``i``'s
-multisets over the groups merged into ``g`` since. A version is kept only if, for every earlier
-version and every group, ``A`` and ``R`` are each empty or meet the release's l model (core
-.privacy_models, NULL counting as no value); checking consecutive versions alone is not enough
-(joiners published in one batch, some leaving in a later one, cancel out and pin the rest).
+multisets over the groups merged into ``g`` since -- or over any set of them: the analyst links
+an earlier class through the people in both versions, and one whose people have all left is
+subtracted apart (:func:`safe_against`). A version is kept only if, for every earlier version,
+every group and every set of its ancestors, ``A`` and ``R`` are each empty or meet the release's
+l model (core.privacy_models, NULL counting as no value); checking consecutive versions alone is
+not enough (joiners published in one batch, some leaving in a later one, cancel out and pin the
+rest). Classes whose released boxes overlap could each hold a person there, so the analyst
+subtracts their union too (:func:`overlapping_groups`, :func:`unsafe_unions`): a union that
+would pin someone holds its groups where each can.
 
 Each group publishes the most advanced of these multisets that passes, as in m-invariance's
 counterfeits (Xiao & Tao, "m-Invariance: Towards Privacy Preserving Re-publication of Dynamic
@@ -351,8 +356,8 @@ def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
 
 def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
                        ranged: np.ndarray) -> np.ndarray | None:
-    """Groups whose released boxes overlap merged into connected components (each group index's
-    merged index, the smallest of its component), or None when every box is apart. Two boxes
+    """The unions of groups whose released boxes overlap, transitively (each group index's
+    union, by the smallest index in it), or None when every box is apart. Two boxes
     overlap when some person's QIs could lie in both: on every QI, their ranges (smallest and
     largest non-NULL code) meet, or some row has a NULL there (a NULL lies in every range), and
     their sets share a code (NULL's included)."""

@@ -335,9 +335,9 @@ def overlapping_classes(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[
     """The pairs of released classes (from the released rows) that some person's QIs could lie
     in both -- their value sets share a value (NULL included) and their ranges meet on every QI,
     a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL lies in
-    every range) -- and
-    each class's sensitive values (texts, NULL as None). Classes meet first by equality of one
-    listed value per set QI (a hash join), then by their ranges."""
+    every range) -- and the sensitive values (texts, NULL as None) of each class in a pair.
+    Classes meet first by equality of one listed value per set QI (a hash join), then by their
+    ranges (every pair of classes when no QI is a set)."""
     q = [f"q{i}" for i in range(len(qis))]
     group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
     selects = ", ".join(f"r.{ident(plpy, c.name)} AS {q[i]}" for i, c in enumerate(qis))
@@ -398,8 +398,8 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     model (core.republish.unsafe_pairs), earlier groups followed to the groups now holding them
     through the people published in both (``before``, ``now``: person -> group), every set of a
     group's ancestors included (core.republish.safe_against); the released classes that could
-    hold one person (:func:`overlapping_classes`; ``qi_columns``, ``qi_texts``: the QIs and the
-    run's NULLs in them) must form the unions of groups the run linked, whose changes that break
+    hold one person (:func:`overlapping_classes`; ``qi_columns``, ``qi_nulls``: the QIs and
+    whether the run has a NULL in each) must form the unions of groups the run linked, whose changes that break
     the l model are counted (``unsafe_unions``, core.republish.unsafe_unions: the run holds them
     where it can, and does not merge them). Refuses (22000) otherwise; stores the version
     (anon.release_versions) and returns its figures."""

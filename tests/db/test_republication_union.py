@@ -28,7 +28,7 @@ def pinned_over_pairs(versions: list[dict]) -> dict:
     return pinned
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(0, 2**32 - 1), churn=st.integers(2, 8), refreshes=st.integers(2, 4))
 def test_no_pair_of_versions_pins_anyone_from_the_released_rows(db, schema, seed, churn, refreshes):
     rng = np.random.default_rng(seed)
