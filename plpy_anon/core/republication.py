@@ -6,8 +6,9 @@ the true value survives every intersection, so each refresh can only narrow the 
 in the ``stable`` mode keeps that intersection at l values or more for everyone it has published:
 
 * every person keeps the class (*group*) of the previous version: groups are never split, people
-  who left are removed from theirs, new people join the nearest group (by the centroid of its
-  members' coded quasi-identifiers);
+  who left are removed from theirs, new people join the group whose box (its members' ranges
+  and sets of coded quasi-identifiers) they lie in or nearest to, so that the released classes
+  overlap as little as they can;
 * a group that is left with fewer than k rows, a sensitive column that fails the release's l
   model (distinct, entropy or recursive (c,l): core.privacy_models, as the fresh Mondrian checks
   it), or a person whose candidates (the intersection so far, ``cohort_values``) would keep
@@ -37,7 +38,8 @@ class CannotKeepCandidates(InsufficientData):
 
 def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarray | None,
                      cohorts: np.ndarray, cohort_values: list[np.ndarray], k: int,
-                     l: int | None, models: Models | None = None) -> np.ndarray:
+                     l: int | None, models: Models | None = None,
+                     ranged: np.ndarray | None = None) -> np.ndarray:
     """Each current row's group: one of ``groups``' ids (a merged group keeps the smallest of its
     ids), so ids are never reused and a person who comes back finds their group's id again.
 
@@ -46,14 +48,15 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     quasi-identifiers (any scale; used for nearness only); ``sensitive``: (n, m) codes, -1 for
     NULL (no value), or None; ``cohorts``: each row's index into the candidate sets, -1 for no
     history; ``cohort_values[j]``: (C, V_j) bool, the candidate codes of each cohort in column j;
-    ``models``: the l model each group's values must meet (default: distinct l).
+    ``models``: the l model each group's values must meet (default: distinct l); ``ranged``:
+    which QIs are released as ranges (the others as sets; default: all ranges), for joining.
     """
     groups = np.asarray(groups, dtype=np.int64)
     n = groups.size
     if n < k:
         raise CannotKeepCandidates(f"{n} rows cannot form a class of k = {k}")
     points = np.asarray(points, dtype=np.float64).reshape(n, -1)
-    labels = _join_nearest(groups, points)
+    labels = _join_nearest(groups, points, ranged)
     sensitive = None if sensitive is None else np.asarray(sensitive, dtype=np.int64).reshape(n, -1)
     cohorts = np.asarray(cohorts, dtype=np.int64)
     models = models if models is not None else Models(l=l)
@@ -71,11 +74,13 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
             raise CannotKeepCandidates(
                 "even one class of every row would leave someone published before with fewer than "
                 f"l = {l} of the candidate values the earlier versions left them")
-        labels = ids[_merge(index, ids.size, bad, points, present, deficit)]
+        labels = ids[_merge(index, ids.size, bad, points, present, deficit, ranged)]
 
 
-def _join_nearest(groups: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """Rows without a group join the group whose centroid is nearest."""
+def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | None = None) -> np.ndarray:
+    """Rows without a group join the group whose box (its members' ranges on ``ranged`` QIs,
+    their sets of values on the others) they lie nearest to, inside it if one holds them, so
+    that boxes grow as little as they can into each other; the nearest centroid among those."""
     labels = groups.copy()
     known = labels >= 0
     if not known.any():
@@ -83,13 +88,38 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray) -> np.ndarray:
     if known.all():
         return labels
     ids, members = np.unique(labels[known], return_inverse=True)
-    centroids = _centroids(members.ravel(), ids.size, points[known])
+    members = members.ravel()
+    centroids = _centroids(members, ids.size, points[known])
+    ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
+    sides = []
+    for d in range(points.shape[1]):
+        col = points[:, d]
+        if ranged[d]:
+            low = np.full(ids.size, np.inf)
+            high = np.full(ids.size, -np.inf)
+            np.minimum.at(low, members, col[known])
+            np.maximum.at(high, members, col[known])
+            sides.append((low, high, None))
+        else:
+            values, code = np.unique(col, return_inverse=True)
+            held = np.zeros((ids.size, values.size), dtype=bool)
+            held[members, code.ravel()[known]] = True
+            sides.append((None, None, (held, code.ravel())))
     new = np.flatnonzero(~known)
-    for start in range(0, new.size, 4096):
+    for start in range(0, new.size, 512):
         check_interrupts()
-        chunk = new[start:start + 4096]
+        chunk = new[start:start + 512]
+        outside = np.zeros((chunk.size, ids.size))
+        for d, (low, high, sets) in enumerate(sides):
+            if sets is None:
+                x = points[chunk, d][:, None]
+                outside += np.maximum(np.maximum(low[None, :] - x, x - high[None, :]), 0.0) ** 2
+            else:
+                # a value outside a group's set widens it as much as a whole range
+                outside += ~sets[0][:, sets[1][chunk]].T
         distance = ((points[chunk, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
-        labels[chunk] = ids[distance.argmin(axis=1)]
+        # how far outside first (points are scaled to [0, 1]), then the centroid's distance
+        labels[chunk] = ids[(outside * 1e6 + distance).argmin(axis=1)]
     return labels
 
 
@@ -142,10 +172,12 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
     return np.hstack(blocks)
 
 
-def _merge(labels, n_groups, bad, points, present, deficit) -> np.ndarray:
-    """Each bad group merged with the nearest group holding a value it misses (else the nearest);
-    one pass, merges chained (the smallest index is the merged group's)."""
+def _merge(labels, n_groups, bad, points, present, deficit, ranged=None) -> np.ndarray:
+    """Each bad group merged with a near group holding a value it misses (else a near one), the
+    one whose merged box overlaps the fewest other groups' (:func:`merge_partner`); one pass,
+    merges chained (the smallest index is the merged group's)."""
     centroids = _centroids(labels, n_groups, points)
+    boxes = GroupBoxes(labels, n_groups, points, ranged)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
     sets = SmallestRootSets(n_groups)
     for g in bad.tolist():
@@ -154,6 +186,54 @@ def _merge(labels, n_groups, bad, points, present, deficit) -> np.ndarray:
         distance[g] = np.inf
         helps = (held & deficit[g]).any(axis=1)
         helps[g] = False
-        pick = int(np.argmin(np.where(helps, distance, np.inf))) if helps.any() else int(np.argmin(distance))
-        sets.union(g, pick)
+        sets.union(g, boxes.merge_partner(g, np.where(helps, distance, np.inf) if helps.any() else distance))
     return sets.roots()[labels]
+
+
+#: the nearest groups among which a merge partner is chosen by the overlaps it would make
+MERGE_CANDIDATES = 8
+
+
+class GroupBoxes:
+    """Each group's box in ``points``: the range of its members on ``ranged`` dimensions, the set
+    of their values on the others (default: all ranged), so that a merge can be chosen that
+    makes the released classes overlap least (an analyst subtracts overlapping classes as one)."""
+
+    def __init__(self, labels, n_groups, points, ranged=None):
+        self.n_groups = n_groups
+        ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
+        self.dims = []
+        for d in range(points.shape[1]):
+            col = points[:, d]
+            if ranged[d]:
+                low = np.full(n_groups, np.inf)
+                high = np.full(n_groups, -np.inf)
+                np.minimum.at(low, labels, col)
+                np.maximum.at(high, labels, col)
+                self.dims.append((low, high))
+            else:
+                _, code = np.unique(col, return_inverse=True)
+                member = np.zeros((n_groups, int(code.max()) + 1), dtype=bool)
+                member[labels, code.ravel()] = True
+                self.dims.append((member,))
+
+    def merge_partner(self, g: int, distance: np.ndarray) -> int:
+        """Among the MERGE_CANDIDATES groups nearest ``g`` (``distance``: inf where not
+        allowed), the one whose box merged with ``g``'s overlaps the fewest other groups."""
+        near = np.argsort(distance, kind="stable")[:MERGE_CANDIDATES]
+        near = near[np.isfinite(distance[near])]
+        if near.size <= 1:
+            return int(near[0]) if near.size else int(np.argmin(distance))
+        meet = np.ones((near.size, self.n_groups), dtype=bool)
+        for dim in self.dims:
+            if len(dim) == 2:
+                low, high = dim
+                lo, hi = np.minimum(low[g], low[near]), np.maximum(high[g], high[near])
+                meet &= (lo[:, None] <= high[None, :]) & (low[None, :] <= hi[:, None])
+            else:
+                member = dim[0]
+                union = member[g][None, :] | member[near]
+                meet &= (union.astype(np.float32) @ member.T.astype(np.float32)) > 0
+        meet[:, g] = False
+        meet[np.arange(near.size), near] = False
+        return int(near[np.lexsort((distance[near], meet.sum(axis=1)))[0]])

@@ -5,10 +5,15 @@ An analyst who keeps two versions ``i < j`` and knows who is in the table (their
 quasi-identifiers: who joined and who left each class) subtracts a class's released multiset of
 sensitive values: ``A = P_j(g) - P_i(anc g)`` are the joiners' values, ``R = P_i(anc g) - P_j(g)``
 the leavers'. Groups merge but never split, so ``P_i(anc g)`` is the sum of version ``i``'s
-multisets over the groups merged into ``g`` since. A version is kept only if, for every earlier
-version and every group, ``A`` and ``R`` are each empty or meet the release's l model (core
-.privacy_models, NULL counting as no value); checking consecutive versions alone is not enough
-(joiners published in one batch, some leaving in a later one, cancel out and pin the rest).
+multisets over the groups merged into ``g`` since -- or over any set of them: the analyst links
+an earlier class through the people in both versions, and one whose people have all left is
+subtracted apart (:func:`safe_against`). A version is kept only if, for every earlier version,
+every group and every set of its ancestors, ``A`` and ``R`` are each empty or meet the release's
+l model (core.privacy_models, NULL counting as no value); checking consecutive versions alone is
+not enough (joiners published in one batch, some leaving in a later one, cancel out and pin the
+rest). Classes whose released boxes overlap could each hold a person there, so the analyst
+subtracts their union too (:func:`overlapping_groups`, :func:`unsafe_unions`): a union that
+would pin someone holds its groups where each can.
 
 Each group publishes the most advanced of these multisets that passes, as in m-invariance's
 counterfeits (Xiao & Tao, "m-Invariance: Towards Privacy Preserving Re-publication of Dynamic
@@ -21,8 +26,12 @@ Datasets", SIGMOD 2007):
 * ``joiners``: the last published multiset plus the values of its members not yet published
   (leavers stay as counterfeit values, stayers' updates stay held);
 * ``retire``: the stayers' published values alone (joiners held back);
-* ``hold``: the last published multiset unchanged (joiners held back; each leaver's value stays
-  as a counterfeit row; a stayer's update held at the published value).
+* ``hold``: the last published multiset unchanged (a joiner whose value a counterfeit row shows
+  takes that row; other joiners held back; each other leaver's value stays as a counterfeit
+  row; a stayer's update held at the published value).
+
+A joiner taking a counterfeit row leaves the multiset as it was, so no pair of versions sees a
+change; the leaver's row is gone (the value stays, now a published member's).
 
 ``hold`` passes every pair that the last version passed, as long as the group was not merged; a
 group whose options all fail (``hold`` needs k real published members, a merged group's sums
@@ -36,12 +45,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from plpy_anon.core.disjoint_sets import SmallestRootSets
+from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
-from plpy_anon.core.republication import CannotKeepCandidates, _centroids
+from plpy_anon.core.republication import CannotKeepCandidates, GroupBoxes, _centroids
 
 CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold")
 #: the options that publish every current member
 PUBLISHING_ALL = 3
+HOLD = CHOICES.index("hold")
 
 
 @dataclass
@@ -59,7 +70,8 @@ class Published:
     ``ids`` the groups with rows (sorted) and ``counts`` their published multisets, ``choice``
     each group's option, ``published`` whether each row's person is published after this
     version, ``roots`` every group id ever used mapped to the group holding it now (``lineage``
-    ids, in the same order)."""
+    ids, in the same order), ``linked`` each group's union of groups whose boxes overlap (the
+    smallest group id of it; None: no two overlap)."""
 
     labels: np.ndarray
     ids: np.ndarray
@@ -68,6 +80,7 @@ class Published:
     published: np.ndarray
     lineage: np.ndarray
     roots: np.ndarray
+    linked: np.ndarray | None = None
 
     @property
     def held_back(self) -> int:
@@ -105,19 +118,86 @@ def ancestors_sum(version: Version, roots_of, ids: np.ndarray) -> np.ndarray:
     return out
 
 
+#: ancestors of one group beyond which not every set of them is checked (the single ones, all
+#: but one, and all are)
+ANCESTOR_SETS_LIMIT = 12
+
+
+def safe_against(models: Models, options: np.ndarray, version: Version, roots_of,
+                 ids: np.ndarray) -> np.ndarray:
+    """(G, O): each group's options (``options``: (G, O, V) multisets) against the earlier
+    ``version``: for every non-empty set of the group's ancestors in it, the values added and
+    removed are each none or meet the l model. An analyst links an ancestor's class to the group
+    through the people in both versions, so when all of an ancestor's people have left, its
+    values (kept as counterfeits) are subtracted apart from the rest; which ancestors those are
+    depends on who left, so every set of them is checked."""
+    n_groups, n_options, width = options.shape
+    root = roots_of(version.ids)
+    at = np.searchsorted(ids, root)
+    inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
+    full = np.zeros((n_groups, width), dtype=np.int64)
+    np.add.at(full, at[inside], version.counts[inside])
+    ok = difference_safe(models, options.reshape(-1, width),
+                         np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
+    ancestors = np.bincount(at[inside], minlength=n_groups)
+    rows = np.flatnonzero(inside)
+    for g in np.flatnonzero(ancestors > 1).tolist():
+        parts = version.counts[rows[at[inside] == g]]
+        sums = _ancestor_sets(parts.shape[0]) @ parts
+        mine = difference_safe(models, np.repeat(options[g], sums.shape[0], axis=0),
+                               np.tile(sums, (n_options, 1))).reshape(n_options, -1)
+        ok[g] &= mine.all(axis=1)
+    return ok
+
+
+def _ancestor_sets(n: int) -> np.ndarray:
+    """(S, n) 0/1: the sets of ``n`` ancestors checked (every non-empty one up to
+    ANCESTOR_SETS_LIMIT; beyond, each alone and all but each)."""
+    if n <= ANCESTOR_SETS_LIMIT:
+        masks = np.arange(1, 1 << n)[:, None] >> np.arange(n)[None, :] & 1
+    else:
+        one = np.eye(n, dtype=np.int64)
+        masks = np.vstack([one, 1 - one])
+    return masks.astype(np.int64)
+
+
 def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: list[Version],
                  roots_of) -> np.ndarray:
-    """(len(history),) the groups each earlier version would pin by difference with ``counts``,
-    groups that no longer have rows (``counts`` of zero, ids absent) included."""
+    """(len(history),) the groups each earlier version would pin by difference with ``counts``
+    (:func:`safe_against`), groups that no longer have rows (``counts`` of zero, ids absent)
+    included."""
     out = []
     for version in history:
         gone = np.setdiff1d(np.unique(roots_of(version.ids)), ids)
         all_ids = np.concatenate([ids, gone])
         order = np.argsort(all_ids)
         published = np.vstack([counts, np.zeros((gone.size, counts.shape[1]), dtype=counts.dtype)])[order]
-        earlier = ancestors_sum(version, roots_of, all_ids[order])
-        out.append(int((~difference_safe(models, published, earlier)).sum()))
+        ok = safe_against(models, published[:, None, :], version, roots_of, all_ids[order])
+        out.append(int((~ok).sum()))
     return np.asarray(out, dtype=np.int64)
+
+
+def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: np.ndarray | None,
+                  history: list[Version], roots_of, per_group: bool = False) -> np.ndarray:
+    """(len(history),) the unions of several groups whose boxes overlap (``linked``: each
+    group's union, by its smallest id) whose values added or removed since each earlier version
+    (over the groups merged into them) break the l model; with ``per_group``, (len(ids),)
+    whether the union of each union's first group fails against some version."""
+    out = np.zeros(len(history), dtype=np.int64)
+    failing = np.zeros(ids.size, dtype=bool)
+    if linked is None:
+        return failing if per_group else out
+    union = np.searchsorted(ids, linked)
+    several = np.bincount(union, minlength=ids.size) > 1
+    for i, version in enumerate(history):
+        now = np.zeros((ids.size, counts.shape[1]), dtype=np.int64)
+        before = np.zeros_like(now)
+        np.add.at(now, union, counts)
+        np.add.at(before, union, ancestors_sum(version, roots_of, ids))
+        unsafe = several & ~difference_safe(models, now, before)
+        out[i] = int(unsafe.sum())
+        failing |= unsafe
+    return failing if per_group else out
 
 
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
@@ -162,11 +242,13 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         real_hold = np.bincount(index[published_before], minlength=ids.size)
         current = _counts(index, codes, ids.size, n_values)
         joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
-        earlier = [ancestors_sum(v, roots_of, ids) for v in history]
-        last = earlier[-1]
+        last = ancestors_sum(history[-1], roots_of, ids)
         # the stayers' values the last version published (counterfeits are the rest of it)
         stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
         kept = np.minimum(last, stayers)
+        # a joiner whose value a counterfeit row shows takes that row: the multiset stays, the
+        # leaver's row is retired
+        taken = np.minimum(last - kept, joiners)
         new = joiners.sum(axis=1)
         options = [current, kept + joiners, last + joiners, kept, last]
         # retiring keeps every distinct value of the current rows (so every candidate that
@@ -174,23 +256,59 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         retires = kept.sum(axis=1) < last.sum(axis=1)
         valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
                  (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
-                 real_hold >= k]
-        for option, ok in zip(options, valid):
-            ok &= meets(models, option)
-            for base in earlier:
-                ok &= difference_safe(models, option, base)
-        possible = np.column_stack(valid)
+                 real_hold + taken.sum(axis=1) >= k]
+        stacked = np.stack(options, axis=1)
+        possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
+        for version in history:
+            possible &= safe_against(models, stacked, version, roots_of, ids)
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
-            counts = np.stack(options, axis=1)[np.arange(ids.size), choice]
+            overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
+            if overlap is not None:
+                choice = _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids)
+            counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
-            return Published(labels, ids, counts, choice, published, lineage, now)
+            published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
+            return Published(labels, ids, counts, choice, published, lineage, now,
+                             None if overlap is None else ids[overlap])
         if ids.size == 1:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
                 "someone by difference")
-        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points), index, step)
+        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged), index, step)
+
+
+def _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids) -> np.ndarray:
+    """Classes whose boxes overlap are one union to an analyst (a person there could be in
+    any): each union (``overlap``: each group's union) whose change against an earlier version
+    pins someone holds all its groups (their last multisets) when each can. A union that cannot
+    is left as it is (merging it grows its box into more groups, and the merges cascade); the
+    release's check counts it."""
+    choice = choice.copy()
+    counts = stacked[np.arange(ids.size), choice]
+    failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of, per_group=True)
+    # a union holds only if every one of its groups can
+    can_hold = np.ones(ids.size, dtype=bool)
+    np.logical_and.at(can_hold, overlap, possible[:, HOLD])
+    choice[failing[overlap] & can_hold[overlap]] = HOLD
+    return choice
+
+
+def _taking_rows(index, codes, published_before, taken) -> np.ndarray:
+    """Per row: a joiner among the first ``taken[group, value]`` joiners of its group with its
+    value (they take counterfeit rows of that value)."""
+    out = np.zeros(index.size, dtype=bool)
+    rows = np.flatnonzero(~published_before)
+    if rows.size == 0 or not taken.any():
+        return out
+    key = index[rows] * taken.shape[1] + codes[rows]
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.searchsorted(key, key)
+    rank = np.arange(key.size) - first
+    out[rows[order]] = rank < taken.ravel()[key]
+    return out
 
 
 def _rename(ids, merged, index, step: dict) -> np.ndarray:
@@ -236,6 +354,56 @@ def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
     return sets.roots() if found else None
 
 
+def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
+                       ranged: np.ndarray) -> np.ndarray | None:
+    """The unions of groups whose released boxes overlap, transitively (each group index's
+    union, by the smallest index in it), or None when every box is apart. Two boxes
+    overlap when some person's QIs could lie in both: on every QI, their ranges (smallest and
+    largest non-NULL code) meet, or some row has a NULL there (a NULL lies in every range), and
+    their sets share a code (NULL's included)."""
+    tests = []
+    for d in range(qi_codes.shape[1]):
+        col = np.asarray(qi_codes[:, d], dtype=np.int64)
+        if ranged[d]:
+            valued = col >= 0
+            low = np.full(n_groups, np.iinfo(np.int64).max)
+            high = np.full(n_groups, -1)
+            np.minimum.at(low, index[valued], col[valued])
+            np.maximum.at(high, index[valued], col[valued])
+            # a NULL meets every range: with one in the table, ranges always meet there
+            null = np.full(n_groups, bool((~valued).any()))
+            tests.append(("range", low, high, null))
+        else:
+            _, code = np.unique(col, return_inverse=True)
+            member = np.zeros((n_groups, int(code.max()) + 1), dtype=np.float32)
+            member[index, code.ravel()] = 1.0
+            tests.append(("set", member))
+    sets = SmallestRootSets(n_groups)
+    found = False
+    for start in range(0, n_groups, BLOCK):
+        check_interrupts()
+        block = slice(start, min(start + BLOCK, n_groups))
+        # each pair once (the later group of the pair in the block's rows)
+        meet = np.arange(n_groups)[None, :] < np.arange(start, block.stop)[:, None]
+        for test in tests:
+            if test[0] == "range":
+                _, low, high, null = test
+                meet &= ((low[block, None] <= high[None, :]) & (low[None, :] <= high[block, None])) \
+                    | null[block, None] | null[None, :]
+            else:
+                meet &= (test[1][block] @ test[1].T) > 0
+        a, b = np.nonzero(meet)
+        for g, h in zip((a + start).tolist(), b.tolist()):
+            if sets.find(g) != sets.find(h):
+                sets.union(g, h)
+                found = True
+    return sets.roots() if found else None
+
+
+#: rows of the overlap matrix computed at once (BLOCK x groups booleans)
+BLOCK = 1024
+
+
 def _keeps(current: np.ndarray, option: np.ndarray) -> np.ndarray:
     """Per group: ``option`` holds every value its current rows hold."""
     return ~((current > 0) & (option == 0)).any(axis=1)
@@ -245,13 +413,14 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
     return np.bincount(index * n_values + codes, minlength=n_groups * n_values).reshape(n_groups, n_values)
 
 
-def _merge_nearest(index, n_groups, bad, points) -> np.ndarray:
-    """Each bad group merged with its nearest group (centroids); the smallest index is the
-    merged group's."""
+def _merge_nearest(index, n_groups, bad, points, ranged=None) -> np.ndarray:
+    """Each bad group merged with a near group, the one whose merged box overlaps the fewest
+    others (core.republication.GroupBoxes); the smallest index is the merged group's."""
     centroids = _centroids(index, n_groups, points)
+    boxes = GroupBoxes(index, n_groups, points, ranged)
     sets = SmallestRootSets(n_groups)
     for g in bad.tolist():
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
-        sets.union(g, int(np.argmin(distance)))
+        sets.union(g, boxes.merge_partner(g, distance))
     return sets.roots()

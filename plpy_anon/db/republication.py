@@ -234,6 +234,16 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list) -> No
     people.values = values
 
 
+def qi_boxes(encoded) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows' QI codes, which QIs are released as ranges) of the run's encoded QIs: ranges
+    are released from non-NULL values (a NULL coded -1), sets list every code, NULL's included."""
+    ranged = np.array([enc.kind == "numeric" for enc in encoded])
+    qi_codes = np.column_stack([
+        np.where(enc.codes == enc.null_code, -1, enc.codes) if enc.kind == "numeric"
+        and enc.null_code is not None else enc.codes for enc in encoded]).astype(np.int64)
+    return qi_codes, ranged
+
+
 def run_people(rows, groups: np.ndarray, published) -> dict:
     """What a stable run stashes for its record's check (``rows``: the run's ReleaseRows;
     ``groups``: each row's group; ``published``: core.republish's publication, None for a first
@@ -243,6 +253,8 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
     shown = np.ones(groups.size, dtype=bool) if published is None else published.published
     keep = np.flatnonzero(shown).tolist()
     out = {"hashes": [people.hashes[i] for i in keep], "groups": groups[shown].tolist(),
+           # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
+           "qi_nulls": [any(t is None for t in texts) for texts in people.qi_texts],
            "qi_texts": [[texts[i] for i in keep] for texts in people.qi_texts], "version": None}
     if rows.sensitive is None or not people.values:
         return out
@@ -253,11 +265,14 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
         counts = np.bincount(index.ravel() * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         held_back = counterfeit = 0
         choices = {"advance": int(ids.size)}
+        overlap = republish.overlapping_groups(index.ravel(), ids.size, *qi_boxes(rows.encoded))
+        linked = None if overlap is None else ids[overlap]
     else:
-        ids, counts = published.ids, published.counts
+        ids, counts, linked = published.ids, published.counts, published.linked
         held_back, counterfeit = published.held_back, published.counterfeit
         choices = {name: int((published.choice == c).sum()) for c, name in enumerate(republish.CHOICES)}
     out["version"] = {"group_ids": ids.tolist(), "counts": counts, "values": people.values,
+                      "linked": None if linked is None else linked.tolist(),
                       "held_back": held_back, "counterfeit": counterfeit, "groups_by_choice": choices}
     return out
 
@@ -294,8 +309,9 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
         classes = released_classes(plpy, release, qis, sensitive, qi_texts)
     figures = remember(plpy, release["release_id"], parameters, hashes, groups, classes, state)
     if stashed["version"] is not None:
+        nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
         figures.update(check_differences(plpy, release, parameters, sensitive[0], stashed["version"],
-                                         before, dict(zip(hashes, groups))))
+                                         before, dict(zip(hashes, groups)), qis, nulls))
     l = parameters.get("l")
     if l is not None and figures["below_l"]:
         raise InsufficientData(
@@ -308,14 +324,78 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     return figures
 
 
+def overlapping_classes(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, dict]:
+    """The pairs of released classes (from the released rows) that some person's QIs could lie
+    in both -- their value sets share a value (NULL included) and their ranges meet on every QI,
+    a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL lies in
+    every range) -- and the sensitive values (texts, NULL as None) of each class in a pair.
+    Classes meet first by equality of one listed value per set QI (a hash join), then by their
+    ranges (every pair of classes when no QI is a set)."""
+    q = [f"q{i}" for i in range(len(qis))]
+    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+    selects = ", ".join(f"r.{ident(plpy, c.name)} AS {q[i]}" for i, c in enumerate(qis))
+    s = f"r.{ident(plpy, sensitive.name)}"
+    listed, expand, conditions = [], "", ["true"]
+    for i, col in enumerate(qis):
+        if _released_type(col) == "text[]":
+            expand += f" CROSS JOIN LATERAL pg_catalog.unnest(c.{q[i]}) AS e{i}(x)"
+            listed.append(f"e{i}.x")
+        elif not qi_nulls[i]:
+            conditions.append(f"coalesce(x.{q[i]} OPERATOR(pg_catalog.&&) y.{q[i]}, false)")
+    key = f"pg_catalog.jsonb_build_array({', '.join(listed)})"
+    rows = run(plpy, f"""
+        WITH c AS MATERIALIZED (
+            SELECT pg_catalog.row_number() OVER () AS n, g.* FROM (
+                SELECT {selects}, pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals
+                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g),
+        e AS MATERIALIZED (SELECT DISTINCT c.n, {key} AS key FROM c{expand}),
+        pairs AS (SELECT DISTINCT a.n AS a, b.n AS b FROM e a JOIN e b ON a.key = b.key AND a.n < b.n),
+        overlapping AS (
+            SELECT p.a, p.b FROM pairs p JOIN c x ON x.n = p.a JOIN c y ON y.n = p.b
+            WHERE {' AND '.join(conditions)})
+        SELECT NULL::pg_catalog.int8 AS a, NULL::pg_catalog.int8 AS b, c.n, c.vals FROM c
+        WHERE c.n IN (SELECT a FROM overlapping UNION SELECT b FROM overlapping)
+        UNION ALL
+        SELECT o.a, o.b, NULL, NULL FROM overlapping o""")
+    pairs = [(r["a"], r["b"]) for r in rows if r["a"] is not None]
+    values = {r["n"]: r["vals"] for r in rows if r["a"] is None}
+    return pairs, values
+
+
+def _unions(pairs, members: dict) -> Counter:
+    """The sorted multisets of the unions of several ``members`` (member -> its values) that
+    ``pairs`` link."""
+    parent = {m: m for m in members}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        if a != b:
+            parent[find(a)] = find(b)
+    unions: dict = {}
+    for m, vals in members.items():
+        unions.setdefault(find(m), []).append(vals)
+    return Counter(_sorted_values([v for vals in parts for v in vals])
+                   for parts in unions.values() if len(parts) > 1)
+
+
 def check_differences(plpy, release: dict, parameters: dict, sensitive, version: dict,
-                      before: dict, now: dict) -> dict:
+                      before: dict, now: dict, qi_columns, qi_nulls) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (from the released rows) must be the groups' multisets the run stashed (``version``),
     and no group's values added or removed since any stored earlier version may break the l
     model (core.republish.unsafe_pairs), earlier groups followed to the groups now holding them
-    through the people published in both (``before``, ``now``: person -> group). Refuses
-    (22000) otherwise; stores the version (anon.release_versions) and returns its figures."""
+    through the people published in both (``before``, ``now``: person -> group), every set of a
+    group's ancestors included (core.republish.safe_against); the released classes that could
+    hold one person (:func:`overlapping_classes`; ``qi_columns``, ``qi_nulls``: the QIs and
+    whether the run has a NULL in each) must form the unions of groups the run linked, whose changes that break
+    the l model are counted (``unsafe_unions``, core.republish.unsafe_unions: the run holds them
+    where it can, and does not merge them). Refuses (22000) otherwise; stores the version
+    (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
     claimed = Counter(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
@@ -330,6 +410,18 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
             f"the released classes of {release['release_schema']}.{release['release_name']} are not "
             "the multisets its groups publish; nothing was published",
             hint="Report this with the release's parameters.")
+    # classes that could hold one person are one union to an analyst (from the released rows):
+    # they must be the unions of groups the run linked, which are checked below
+    pairs, class_values = overlapping_classes(plpy, release, qi_columns, sensitive, qi_nulls)
+    group_values = {g: [values[c] for c in np.repeat(np.arange(len(values)), row)]
+                    for g, row in zip(version["group_ids"], version["counts"])}
+    linked_ids = version.get("linked")
+    if _unions(pairs, class_values) != _unions(list(zip(version["group_ids"], linked_ids or [])),
+                                               group_values):
+        raise InsufficientData(
+            f"the released classes of {release['release_schema']}.{release['release_name']} that "
+            "could both hold one person (their ranges and sets overlap) are not the groups its run "
+            "checked together; nothing was published", hint="Report this with the release's parameters.")
     stored = run(plpy, VERSIONS, ["int4"], [release_id])
     step = {}
     for person, group in now.items():
@@ -363,9 +455,12 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
         return np.array([lineage.get(h, h) for h in group_ids.tolist()], dtype=np.int64)
 
     pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
+    linked = None if linked_ids is None else np.asarray(linked_ids, dtype=np.int64)
+    unions = republish.unsafe_unions(models, ids, counts, linked, history, roots_of)
     figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
                "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
-               "unsafe_differences": int(pinned.sum())}
+               "overlapping_classes": len(pairs), "unsafe_differences": int(pinned.sum()),
+               "unsafe_unions": int(unions.sum())}
     if figures["unsafe_differences"]:
         raise InsufficientData(
             f"this version of {release['release_schema']}.{release['release_name']} would let an "

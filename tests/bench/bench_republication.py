@@ -20,7 +20,10 @@ and 2 % new ones inserted from the rest of Adult; 500 people stay throughout.
   NCP; the refresh time.
 
 PLPY_ANON_REPUBLICATION_SEED sets the random choices (default 30); PLPY_ANON_REPUBLICATION_MODES
-the modes run (default fresh,stable).
+the modes run (default fresh,stable); PLPY_ANON_REPUBLICATION_K and _L the release's k and l
+(default 5 and 3); PLPY_ANON_REPUBLICATION_DATA=crx runs UCI Credit Approval instead (the 653
+rows without '?', 500 live, 100 stayers; its columns in the Adult roles: A2 as age and A3 as
+education_num, rounded; A1 as sex, A9 as race, A10 as marital_status; A6 as occupation).
 """
 from __future__ import annotations
 
@@ -29,15 +32,20 @@ import statistics
 import time
 
 import numpy as np
+import pandas as pd
 import psycopg
 
-from tests.bench.common import adult, copy_frame, extension_db, markdown_table, results_dir
+from tests.bench.common import DATA, adult, copy_frame, extension_db, markdown_table, results_dir
 from tests.helpers import pinned_by_difference
 
 QIS = ["age", "sex", "race", "education_num", "marital_status"]
 TYPES = {"id": "int", "age": "int", "sex": "text", "race": "text", "education_num": "int",
          "marital_status": "text", "occupation": "text"}
-ROWS, STAYERS, REFRESHES, CHURN, K, L = 20_000, 500, 12, 0.02, 5, 3
+DATASET = os.environ.get("PLPY_ANON_REPUBLICATION_DATA", "adult")
+ROWS, STAYERS = (500, 100) if DATASET == "crx" else (20_000, 500)
+REFRESHES, CHURN = 12, 0.02
+K = int(os.environ.get("PLPY_ANON_REPUBLICATION_K", "5"))
+L = int(os.environ.get("PLPY_ANON_REPUBLICATION_L", "3"))
 KEPT = (1, 3, 6, 9, 12)
 
 # the classes of one version (its QIs and its distinct occupations), for every version kept
@@ -116,12 +124,13 @@ def pinned_over_pairs(versions: list[dict]) -> tuple[int, int]:
 
 
 def figures_of(conn, release: str) -> tuple:
-    """(rows held back, counterfeit rows) of the version published now (0, 0 outside the stable
-    mode's stored versions)."""
+    """(rows held back, counterfeit rows, unions of overlapping classes whose change the release
+    counts as unsafe) of the version published now (0 outside the stable mode's figures)."""
     row = conn.execute("""SELECT (verification->'across_versions'->>'held_back')::int,
-                                 (verification->'across_versions'->>'counterfeit')::int
+                                 (verification->'across_versions'->>'counterfeit')::int,
+                                 (verification->'across_versions'->>'unsafe_unions')::int
                           FROM anon.releases WHERE release_name = %s""", (release.split(".", 1)[1],)).fetchone()
-    return (row[0] or 0, row[1] or 0) if row else (0, 0)
+    return (row[0] or 0, row[1] or 0, row[2] or 0) if row else (0, 0, 0)
 
 
 def experiment(conn, mode: str, live, pool, stayers, seed: int) -> dict:
@@ -179,10 +188,22 @@ def experiment(conn, mode: str, live, pool, stayers, seed: int) -> dict:
             "ncp_last": utility[-1][0], "c_dm_last": utility[-1][1]}
 
 
+def credit() -> pd.DataFrame:
+    """UCI Credit Approval without '?', its columns named for the Adult roles (module docstring)."""
+    path = DATA / "credit" / "crx.data"
+    if not path.exists():
+        raise SystemExit(f"benchmark data not found at {path}; set PLPY_ANON_DATA to ../shared/data")
+    raw = pd.read_csv(path, header=None, na_values="?", keep_default_na=False,
+                      names=[f"A{i}" for i in range(1, 17)], dtype=str).dropna().reset_index(drop=True)
+    return pd.DataFrame({"age": raw["A2"].astype(float).round().astype(int), "sex": raw["A1"],
+                         "race": raw["A9"], "education_num": raw["A3"].astype(float).round().astype(int),
+                         "marital_status": raw["A10"], "occupation": raw["A6"]})
+
+
 def main() -> None:
     seed = int(os.environ.get("PLPY_ANON_REPUBLICATION_SEED", "30"))
     rng = np.random.default_rng(seed)
-    df = adult()[[c for c in TYPES if c != "id"]].copy()
+    df = (credit() if DATASET == "crx" else adult())[[c for c in TYPES if c != "id"]].copy()
     df.insert(0, "id", np.arange(1, len(df) + 1))
     order = rng.permutation(len(df))
     live, pool = df.iloc[order[:ROWS]], df.iloc[order[ROWS:]]
@@ -198,8 +219,16 @@ def main() -> None:
             print(f"{mode}: {r['pinned']} people pinned by difference over every pair of the "
                   f"{REFRESHES + 1} versions ({r['pinned_right']} correctly; target 0); "
                   f"{r['refused']} refreshes refused", flush=True)
+            _, _, disclosed, below_l = r["kept"][-1]
+            print(f"{mode}: k = {K}, l = {L}, {DATASET}: pinned by difference {r['pinned']}, by intersection "
+                  f"{disclosed} (and {below_l} below l) after {REFRESHES} refreshes (target 0 and 0); "
+                  f"{r['refused']} refusals; leavers' values still published (counterfeit rows) after "
+                  f"{REFRESHES} refreshes: {r['held'][-1][1]:,} of {REFRESHES * int(ROWS * CHURN):,} leavers",
+                  flush=True)
             print(f"{mode}: per version, rows held back / counterfeit: "
-                  + " ".join(f"{h}/{c}" for h, c in r["held"]), flush=True)
+                  + " ".join(f"{h}/{c}" for h, c, _ in r["held"]), flush=True)
+            print(f"{mode}: per version, unions of overlapping classes counted unsafe by the release: "
+                  + " ".join(str(u) for _, _, u in r["held"]), flush=True)
             print(f"{mode}: per version, NCP %: " + " ".join(f"{x:.2f}" for x in r["ncp_each"]), flush=True)
             print(f"{mode}: anon.refresh of {ROWS:,} rows, median {r['refresh_s']:.2f} s; NCP {r['ncp']:.2f} % "
                   f"and C_DM {r['c_dm']:,.0f} on average over the {REFRESHES + 1} versions (last version: "
@@ -207,7 +236,7 @@ def main() -> None:
     rows = [[mode, kept, people, disclosed, "0", below_l, "0"]
             for mode in MODES for kept, people, disclosed, below_l in results[mode]["kept"]]
     attacks = [[mode, r["pinned"], r["pinned_right"], "0", r["refused"],
-                " ".join(f"{h}/{c}" for h, c in r["held"]), " ".join(f"{x:.2f}" for x in r["ncp_each"])]
+                " ".join(f"{h}/{c}" for h, c, _ in r["held"]), " ".join(f"{x:.2f}" for x in r["ncp_each"])]
                for mode, r in results.items()]
     cost = [[mode, f"{r['refresh_s']:.2f}", f"{r['ncp']:.2f}", f"{r['c_dm']:,.0f}", f"{r['ncp_last']:.2f}",
              f"{r['c_dm_last']:,}"] for mode, r in results.items()]

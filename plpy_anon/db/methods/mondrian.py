@@ -99,8 +99,9 @@ class StableGroups:
         people = rows.people
         # grouped by the l model the release asks for, which its verification checks
         models = Models(l=rows.l, l_diversity=spec.promise.l_diversity, c=spec.promise.c)
+        qi_codes, ranged = republication.qi_boxes(rows.encoded)
         self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
-                                        people.cohort_values, rows.k, rows.l, models)
+                                        people.cohort_values, rows.k, rows.l, models, ranged)
         self.published_ = None
         if rows.sensitive is not None and people.versions:
             if rows.read is None:
@@ -109,11 +110,6 @@ class StableGroups:
                     "versions showed, and this release joins its rows back to the source",
                     hint="Recreate the release with replace => true (without plpy_anon.join_back), "
                          "or with refresh_mode => 'fresh'.")
-            # ranges are released from non-NULL values; sets list every code, NULL's included
-            ranged = np.array([enc.kind == "numeric" for enc in rows.encoded])
-            qi_codes = np.column_stack([
-                np.where(enc.codes == enc.null_code, -1, enc.codes) if enc.kind == "numeric"
-                and enc.null_code is not None else enc.codes for enc in rows.encoded]).astype(np.int64)
             self.published_ = republish.publish(
                 self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
                 people.versions, people.lineage, people.roots, rows.k, models, qi_codes, ranged)
