@@ -155,3 +155,91 @@ def test_the_install_refuses_a_schema_in_which_other_roles_may_create(pg_server)
         with psycopg.connect(dbname="postgres", autocommit=True, **params) as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
             admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(eve)))
+
+
+DECOY_ARGS = ["", "text", "regclass", "integer", "bigint", "oid", "name, name", "text, text",
+              "regclass, integer", "text, integer"]
+
+
+@pytest.fixture
+def decoys(foreign):
+    """Schema anon (mallory's, PUBLIC may create) holding an object for every name of pa's: views
+    over copies of its tables and functions of the usual signatures, each advancing the sequence
+    anon.captured when it is read or called."""
+    dba, mallory = foreign["dba"], foreign["mallory"]
+    dba.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(mallory)))
+    try:
+        dba.execute("CREATE SEQUENCE anon.captured")
+        dba.execute("GRANT ALL ON SEQUENCE anon.captured TO PUBLIC")
+        # STABLE: a view's filter on it runs once even over an empty table (a one-time filter)
+        dba.execute("CREATE FUNCTION anon.tick() RETURNS boolean LANGUAGE plpgsql STABLE "
+                    "AS $f$ BEGIN RETURN pg_catalog.nextval('anon.captured') > 0; END $f$")
+    finally:
+        dba.execute("RESET ROLE")
+    tables = [n for (n,) in dba.execute("SELECT relname::text FROM pg_class WHERE relnamespace = "
+                                        "'pa'::regnamespace AND relkind IN ('r', 'v', 'm')")]
+    for table in tables:
+        dba.execute(sql.SQL("CREATE TABLE anon.{} (LIKE pa.{})").format(
+            sql.Identifier(table + "_copy"), sql.Identifier(table)))
+        dba.execute(sql.SQL("ALTER TABLE anon.{} OWNER TO {}").format(
+            sql.Identifier(table + "_copy"), sql.Identifier(mallory)))
+    dba.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(mallory)))
+    try:
+        for table in tables:
+            dba.execute(sql.SQL("CREATE VIEW anon.{} AS SELECT * FROM anon.{} WHERE anon.tick()").format(
+                sql.Identifier(table), sql.Identifier(table + "_copy")))
+            dba.execute(sql.SQL("GRANT ALL ON anon.{}, anon.{} TO PUBLIC").format(
+                sql.Identifier(table), sql.Identifier(table + "_copy")))
+        functions = [n for (n,) in dba.execute(
+            "SELECT DISTINCT proname::text FROM pg_proc WHERE pronamespace = 'pa'::regnamespace")]
+        for function in functions:
+            for args in DECOY_ARGS:
+                dba.execute(sql.SQL("CREATE FUNCTION anon.{}({}) RETURNS SETOF record LANGUAGE plpgsql "
+                                    "AS $f$ BEGIN PERFORM anon.tick(); END $f$").format(
+                                        sql.Identifier(function), sql.SQL(args)))
+    finally:
+        dba.execute("RESET ROLE")
+    # the decoys work: reading or calling one advances the sequence
+    dba.execute("SELECT count(*) FROM anon.releases")
+    dba.execute("SELECT * FROM anon.refresh('x') AS r(a int)")
+    assert captured(dba) == 2
+    dba.execute("SELECT pg_catalog.setval('anon.captured', 1, false)")
+    yield dba
+    dba.execute("DROP SCHEMA anon CASCADE")
+    dba.execute(sql.SQL("CREATE SCHEMA anon AUTHORIZATION {}").format(sql.Identifier(mallory)))
+    dba.execute("GRANT ALL ON SCHEMA anon TO PUBLIC")
+
+
+def captured(dba) -> int:
+    return dba.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM anon.captured").fetchone()[0]
+
+
+def test_nothing_plpy_anon_runs_in_pa_reads_or_calls_the_foreign_anon_objects(decoys, foreign):
+    dba = decoys
+    dba.execute("CREATE TABLE public.decoy_src (id int PRIMARY KEY, age int, zip text, dx text)")
+    try:
+        dba.execute("INSERT INTO public.decoy_src SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 "
+                    "FROM generate_series(1, 300) g")
+        common = "quasi_identifiers => '{age,zip}', sensitive => '{dx}', release_schema => 'rel_decoy'"
+        names = [dba.execute(f"SELECT pa.mondrian_view('public.decoy_src', k => 5, {common}, "
+                             "release_name => 'plain')").fetchone()[0],
+                 dba.execute(f"SELECT pa.break_merge('public.decoy_src', k => 5, l => 2, {common}, "
+                             "release_name => 'bm')").fetchone()[0],
+                 dba.execute(f"SELECT pa.mondrian_view('public.decoy_src', k => 5, l => 2, {common}, "
+                             "identifiers => '{id}', refresh_mode => 'stable', release_name => 'st')"
+                             ).fetchone()[0]]
+        dba.execute("INSERT INTO public.decoy_src SELECT g, 30, 'z1', 'd1' FROM generate_series(301, 320) g")
+        for name in names:
+            dba.execute("SELECT * FROM pa.refresh(%s)", (name,))
+            dba.execute("SELECT * FROM pa.risk_report(%s)", (name,))
+        dba.execute("SELECT pa.release_report(%s)", (names[0],))
+        dba.execute("SELECT * FROM pa.release_status()")
+        dba.execute("SELECT * FROM pa.refresh_all()")
+        dba.execute("SELECT * FROM pa.sweep('public.decoy_src', '{3,5}', quasi_identifiers => '{age,zip}')")
+        dba.execute("SELECT pa.add_queries(ARRAY['SELECT count(*) FROM public.decoy_src WHERE age < 30'])")
+        dba.execute("SELECT * FROM pa.learn_priorities('public.decoy_src')")
+        for name in names:
+            dba.execute("SELECT pa.drop_release(%s)", (name,))
+        assert captured(dba) == 0
+    finally:
+        dba.execute("DROP TABLE public.decoy_src CASCADE")
