@@ -243,3 +243,36 @@ def test_nothing_plpy_anon_runs_in_pa_reads_or_calls_the_foreign_anon_objects(de
         assert captured(dba) == 0
     finally:
         dba.execute("DROP TABLE public.decoy_src CASCADE")
+
+
+@pytest.mark.parametrize("prepare, target, sqlstate", [
+    ('CREATE SCHEMA "Pa"', '"Pa"', "42602"),
+    ("CREATE SCHEMA anon_py", "anon_py", "42602"),
+    ("CREATE SCHEMA pa; CREATE TABLE pa.t (x int)", "pa", "42P06"),
+    ("CREATE SCHEMA pa; CREATE TYPE pa.e AS ENUM ('a')", "pa", "42P06"),
+    ("CREATE SCHEMA pa AUTHORIZATION {role}", "pa", "42501"),
+    ("CREATE SCHEMA anon AUTHORIZATION {role}", "public", "42P06"),
+    ("SELECT 1", "pg_temp", None),
+])
+def test_the_install_refuses_a_schema_it_cannot_own_and_leaves_nothing(foreign, prepare, target, sqlstate):
+    """Into a fresh database: refused with its SQLSTATE, no extension and no schema anon_py left."""
+    dbname = "anon_refusals"
+    with foreign["connect"]() as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dbname)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    try:
+        params = foreign["dba"].info.get_parameters()
+        with psycopg.connect(dbname=dbname, autocommit=True, host=params["host"], port=params["port"],
+                             user=params["user"]) as dba:
+            for statement in prepare.format(role=foreign["mallory"]).split("; "):
+                dba.execute(statement)
+            with pytest.raises(psycopg.Error) as refused:
+                dba.execute(f"CREATE EXTENSION plpy_anon SCHEMA {target} CASCADE")
+            if sqlstate:
+                assert refused.value.sqlstate == sqlstate, refused.value
+            assert dba.execute("SELECT count(*) FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()[0] == 0
+            assert dba.execute("SELECT to_regnamespace('anon_py') IS NULL OR "
+                               "%s = 'CREATE SCHEMA anon_py'", (prepare,)).fetchone()[0]
+    finally:
+        with foreign["connect"]() as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
