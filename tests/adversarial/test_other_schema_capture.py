@@ -276,3 +276,25 @@ def test_the_install_refuses_a_schema_it_cannot_own_and_leaves_nothing(foreign, 
     finally:
         with foreign["connect"]() as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
+
+
+@pytest.mark.xfail(strict=True, reason="the default install records public as the extension's "
+                   "schema (the control file no longer says pg_catalog): DROP SCHEMA public CASCADE "
+                   "drops plpy_anon, its schema anon and its catalog of releases")
+def test_the_default_install_survives_drop_schema_public_cascade(foreign):
+    dbname = "anon_default_public"
+    with foreign["connect"]() as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(dbname)))
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    try:
+        params = foreign["dba"].info.get_parameters()
+        with psycopg.connect(dbname=dbname, autocommit=True, host=params["host"], port=params["port"],
+                             user=params["user"]) as dba:
+            dba.execute("CREATE EXTENSION plpy_anon CASCADE")
+            dba.execute("DROP SCHEMA public CASCADE")     # the usual reset of a development database
+            dba.execute("CREATE SCHEMA public")
+            assert dba.execute("SELECT count(*) FROM pg_extension WHERE extname = 'plpy_anon'").fetchone()[0] == 1
+            assert dba.execute("SELECT to_regclass('anon.releases') IS NOT NULL").fetchone()[0]
+    finally:
+        with foreign["connect"]() as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
