@@ -298,3 +298,22 @@ def test_the_default_install_survives_drop_schema_public_cascade(foreign):
     finally:
         with foreign["connect"]() as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
+
+
+@pytest.mark.xfail(strict=True, reason="the client rewrites every anon. in its SQL, the release's "
+                   "name included: release_frame('anon.plain_rows') reads pa.plain_rows")
+def test_the_client_reads_a_release_in_a_schema_anon_from_that_schema(no_schema_anon):
+    from plpy_anon.client.api import AnonClient
+    dba = no_schema_anon
+    dba.execute("CREATE TABLE public.pat_client (age int, zip text, dx text)")
+    try:
+        dba.execute(USER_ROWS.replace("anon.workload", "public.pat_client"))
+        dba.execute("SELECT pa.mondrian_view('public.pat_client', k => 5, quasi_identifiers => "
+                    "'{age,zip}', sensitive => '{dx}', release_schema => 'anon', "
+                    "release_name => 'plain_rows')")
+        client = AnonClient(connection=dba)
+        assert client.schema == "pa"
+        assert len(client.release_frame("anon.plain_rows")) == 300
+    finally:
+        dba.execute("SELECT pa.drop_release('anon.plain_rows', if_exists => true)")
+        dba.execute("DROP TABLE public.pat_client CASCADE")
