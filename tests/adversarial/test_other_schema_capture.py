@@ -214,35 +214,59 @@ def captured(dba) -> int:
     return dba.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM anon.captured").fetchone()[0]
 
 
-def test_nothing_plpy_anon_runs_in_pa_reads_or_calls_the_foreign_anon_objects(decoys, foreign):
-    dba = decoys
-    dba.execute("CREATE TABLE public.decoy_src (id int PRIMARY KEY, age int, zip text, dx text)")
+@pytest.fixture(params=["dba", "custodian"])
+def victim(request, foreign):
+    """(connection, schema of its source) of the DBA, or of a custodian who is no superuser."""
+    dba = foreign["dba"]
+    if request.param == "dba":
+        yield dba, "public"
+        return
+    role = f"cust_{uuid.uuid4().hex[:8]}"
+    dba.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    dba.execute(sql.SQL("GRANT plpy_anon_custodian TO {}").format(sql.Identifier(role)))
+    dba.execute(sql.SQL("GRANT CREATE ON DATABASE {} TO {}").format(sql.Identifier(DBNAME), sql.Identifier(role)))
+    conn = foreign["connect"](role)
+    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(role + "_data")))
     try:
-        dba.execute("INSERT INTO public.decoy_src SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 "
-                    "FROM generate_series(1, 300) g")
-        common = "quasi_identifiers => '{age,zip}', sensitive => '{dx}', release_schema => 'rel_decoy'"
-        names = [dba.execute(f"SELECT pa.mondrian_view('public.decoy_src', k => 5, {common}, "
-                             "release_name => 'plain')").fetchone()[0],
-                 dba.execute(f"SELECT pa.break_merge('public.decoy_src', k => 5, l => 2, {common}, "
-                             "release_name => 'bm')").fetchone()[0],
-                 dba.execute(f"SELECT pa.mondrian_view('public.decoy_src', k => 5, l => 2, {common}, "
-                             "identifiers => '{id}', refresh_mode => 'stable', release_name => 'st')"
-                             ).fetchone()[0]]
-        dba.execute("INSERT INTO public.decoy_src SELECT g, 30, 'z1', 'd1' FROM generate_series(301, 320) g")
-        for name in names:
-            dba.execute("SELECT * FROM pa.refresh(%s)", (name,))
-            dba.execute("SELECT * FROM pa.risk_report(%s)", (name,))
-        dba.execute("SELECT pa.release_report(%s)", (names[0],))
-        dba.execute("SELECT * FROM pa.release_status()")
-        dba.execute("SELECT * FROM pa.refresh_all()")
-        dba.execute("SELECT * FROM pa.sweep('public.decoy_src', '{3,5}', quasi_identifiers => '{age,zip}')")
-        dba.execute("SELECT pa.add_queries(ARRAY['SELECT count(*) FROM public.decoy_src WHERE age < 30'])")
-        dba.execute("SELECT * FROM pa.learn_priorities('public.decoy_src')")
-        for name in names:
-            dba.execute("SELECT pa.drop_release(%s)", (name,))
-        assert captured(dba) == 0
+        yield conn, role + "_data"
     finally:
-        dba.execute("DROP TABLE public.decoy_src CASCADE")
+        conn.close()
+        dba.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(role + "_data")))
+        dba.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        dba.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_nothing_plpy_anon_runs_in_pa_reads_or_calls_the_foreign_anon_objects(decoys, victim):
+    dba = decoys
+    conn, own = victim
+    src = f"{own}.decoy_src"
+    conn.execute(f"CREATE TABLE {src} (id int PRIMARY KEY, age int, zip text, dx text)")
+    conn.execute(f"INSERT INTO {src} SELECT g, 20 + g % 40, 'z' || g % 5, 'd' || g % 4 "
+                 "FROM generate_series(1, 300) g")
+    common = "quasi_identifiers => '{age,zip}', sensitive => '{dx}', release_schema => 'rel_decoy_' || current_user"
+    names = [conn.execute(f"SELECT pa.mondrian_view('{src}', k => 5, {common}, "
+                          "release_name => 'plain')").fetchone()[0],
+             conn.execute(f"SELECT pa.break_merge('{src}', k => 5, l => 2, {common}, "
+                          "release_name => 'bm')").fetchone()[0],
+             conn.execute(f"SELECT pa.mondrian_view('{src}', k => 5, l => 2, {common}, "
+                          "identifiers => '{id}', refresh_mode => 'stable', release_name => 'st')"
+                          ).fetchone()[0]]
+    conn.execute(f"INSERT INTO {src} SELECT g, 30, 'z1', 'd1' FROM generate_series(301, 320) g")
+    for name in names:
+        conn.execute("SELECT * FROM pa.refresh(%s)", (name,))
+        conn.execute("SELECT * FROM pa.risk_report(%s)", (name,))
+    conn.execute("SELECT pa.release_report(%s)", (names[0],))
+    conn.execute("SELECT * FROM pa.release_status()")
+    conn.execute("SELECT * FROM pa.refresh_all()")
+    conn.execute(f"SELECT * FROM pa.sweep('{src}', '{{3,5}}', quasi_identifiers => '{{age,zip}}')")
+    if conn is dba:         # the workload is the DBA's
+        conn.execute(f"SELECT pa.add_queries(ARRAY['SELECT count(*) FROM {src} WHERE age < 30'])")
+        conn.execute(f"SELECT * FROM pa.learn_priorities('{src}')")
+    for name in names:
+        conn.execute("SELECT pa.drop_release(%s)", (name,))
+    if conn is dba:
+        conn.execute(f"DROP TABLE {src}")
+    assert captured(dba) == 0
 
 
 @pytest.mark.parametrize("prepare, target, sqlstate", [
