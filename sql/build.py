@@ -574,6 +574,18 @@ BEGIN
     IF nsp.nspname IN ('public', 'pg_catalog') THEN
         target := 'anon';
         EXECUTE $plpy_anon_guard${guard}$plpy_anon_guard$;
+        -- recorded in pg_catalog, as with the control file's schema = pg_catalog (which would
+        -- forbid SCHEMA pa): an extension in public goes with DROP SCHEMA public CASCADE, and its
+        -- catalog with it; pg_dump writes WITH SCHEMA pg_catalog, which installs into anon again
+        IF nsp.nspname = 'public' THEN
+            UPDATE pg_catalog.pg_extension SET extnamespace = 'pg_catalog'::pg_catalog.regnamespace
+            WHERE extname = 'plpy_anon';
+            DELETE FROM pg_catalog.pg_depend
+            WHERE classid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND objid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'plpy_anon')
+              AND refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+              AND refobjid = nsp.oid AND deptype = 'n';
+        END IF;
     ELSE
         target := nsp.nspname;
         IF target !~ '^[a-z_][a-z0-9_]*$' OR target = 'anon_py' OR target LIKE 'pg\\_%' THEN
