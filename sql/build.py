@@ -617,6 +617,21 @@ BEGIN
                                                'CREATE EXTENSION plpy_anon SCHEMA %s again.',
                                                target, pg_catalog.quote_ident(current_user), target);
         END IF;
+        -- a role that may create in it may overload the extension's functions with its own,
+        -- which the DBA's calls then run (pa.sweep(text, text) is chosen over pa.sweep(regclass, ...))
+        SELECT pg_catalog.string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                          ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                                     ', ' ORDER BY a.grantee) INTO contents
+        FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+        WHERE n.oid = nsp.oid AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner;
+        IF contents IS NOT NULL THEN
+            RAISE EXCEPTION 'plpy_anon cannot be installed in schema %, in which % may create objects',
+                            target, contents
+                USING ERRCODE = '42501',
+                      HINT = pg_catalog.format('Nothing was installed. REVOKE CREATE ON SCHEMA %s FROM %s, '
+                                               'then CREATE EXTENSION plpy_anon SCHEMA %s again.',
+                                               target, contents, target);
+        END IF;
     END IF;
     EXECUTE pg_catalog.replace($plpy_anon_script${body}$plpy_anon_script$, '{placeholder}', target);
 END

@@ -125,10 +125,6 @@ def test_a_release_in_a_schema_anon_named_like_ours_is_refreshed_reported_and_dr
         dba.execute("DROP TABLE public.pat_rel CASCADE")
 
 
-@pytest.mark.xfail(strict=True, reason="the install checks only the schema's owner: a schema in "
-                   "which PUBLIC may create is accepted, and a non-superuser then overloads pa's "
-                   "functions (pa.sweep(text, text) wins over pa.sweep(regclass, integer[]) for "
-                   "literals), running as the DBA who calls them")
 def test_the_install_refuses_a_schema_in_which_other_roles_may_create(pg_server):
     params = {k: v for k, v in pg_server.items() if k != "dbname"}
     dbname, eve = "anon_public_create", f"eve_{uuid.uuid4().hex[:8]}"
@@ -275,6 +271,8 @@ def test_nothing_plpy_anon_runs_in_pa_reads_or_calls_the_foreign_anon_objects(de
     ("CREATE SCHEMA pa; CREATE TABLE pa.t (x int)", "pa", "42P06"),
     ("CREATE SCHEMA pa; CREATE TYPE pa.e AS ENUM ('a')", "pa", "42P06"),
     ("CREATE SCHEMA pa AUTHORIZATION {role}", "pa", "42501"),
+    ("CREATE SCHEMA pa; GRANT CREATE ON SCHEMA pa TO PUBLIC", "pa", "42501"),
+    ("CREATE SCHEMA pa; GRANT CREATE ON SCHEMA pa TO {role}", "pa", "42501"),
     ("CREATE SCHEMA anon AUTHORIZATION {role}", "public", "42P06"),
     ("SELECT 1", "pg_temp", None),
 ])
