@@ -321,8 +321,6 @@ def test_the_default_install_survives_drop_schema_public_cascade(foreign):
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
 
 
-@pytest.mark.xfail(strict=True, reason="the client rewrites every anon. in its SQL, the release's "
-                   "name included: release_frame('anon.plain_rows') reads pa.plain_rows")
 def test_the_client_reads_a_release_in_a_schema_anon_from_that_schema(no_schema_anon):
     from plpy_anon.client.api import AnonClient
     dba = no_schema_anon
