@@ -574,6 +574,18 @@ BEGIN
     IF nsp.nspname IN ('public', 'pg_catalog') THEN
         target := 'anon';
         EXECUTE $plpy_anon_guard${guard}$plpy_anon_guard$;
+        -- recorded in pg_catalog, as with the control file's schema = pg_catalog (which would
+        -- forbid SCHEMA pa): an extension in public goes with DROP SCHEMA public CASCADE, and its
+        -- catalog with it; pg_dump writes WITH SCHEMA pg_catalog, which installs into anon again
+        IF nsp.nspname = 'public' THEN
+            UPDATE pg_catalog.pg_extension SET extnamespace = 'pg_catalog'::pg_catalog.regnamespace
+            WHERE extname = 'plpy_anon';
+            DELETE FROM pg_catalog.pg_depend
+            WHERE classid = 'pg_catalog.pg_extension'::pg_catalog.regclass
+              AND objid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'plpy_anon')
+              AND refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+              AND refobjid = nsp.oid AND deptype = 'n';
+        END IF;
     ELSE
         target := nsp.nspname;
         IF target !~ '^[a-z_][a-z0-9_]*$' OR target = 'anon_py' OR target LIKE 'pg\\_%' THEN
@@ -604,6 +616,21 @@ BEGIN
                       HINT = pg_catalog.format('Nothing was installed. ALTER SCHEMA %s OWNER TO %s, then '
                                                'CREATE EXTENSION plpy_anon SCHEMA %s again.',
                                                target, pg_catalog.quote_ident(current_user), target);
+        END IF;
+        -- a role that may create in it may overload the extension's functions with its own,
+        -- which the DBA's calls then run (pa.sweep(text, text) is chosen over pa.sweep(regclass, ...))
+        SELECT pg_catalog.string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                          ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END,
+                                     ', ' ORDER BY a.grantee) INTO contents
+        FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+        WHERE n.oid = nsp.oid AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner;
+        IF contents IS NOT NULL THEN
+            RAISE EXCEPTION 'plpy_anon cannot be installed in schema %, in which % may create objects',
+                            target, contents
+                USING ERRCODE = '42501',
+                      HINT = pg_catalog.format('Nothing was installed. REVOKE CREATE ON SCHEMA %s FROM %s, '
+                                               'then CREATE EXTENSION plpy_anon SCHEMA %s again.',
+                                               target, contents, target);
         END IF;
     END IF;
     EXECUTE pg_catalog.replace($plpy_anon_script${body}$plpy_anon_script$, '{placeholder}', target);

@@ -37,9 +37,10 @@ if TYPE_CHECKING:       # pandas is imported where a frame is made: a call retur
 ProgressCallback = Callable[[str], None]
 EXPORT_FORMATS = ("csv", "parquet", "sql")
 ROLES = ("identifier", "quasi_identifier", "sensitive", "ignored")
-#: a reference to the extension's schema in the SQL this client writes (anon.f, anon.releases):
-#: AnonClient puts the schema the extension is installed in in its place
-SCHEMA_REF = re.compile(r"\banon(?=\.[A-Za-z_\"(%])")
+#: a reference to the extension's schema in the SQL this client writes (anon.f, anon.releases;
+#: "anon." ending a template's part that an identifier follows): AnonClient puts the schema the
+#: extension is installed in in its place
+SCHEMA_REF = re.compile(r"\banon(?=\.(?:[A-Za-z_\"(%]|$))")
 #: the extension's schema: where its catalog table is (anon unless installed with SCHEMA)
 EXTENSION_SCHEMA = """
 SELECT c.relnamespace::pg_catalog.regnamespace::text FROM pg_catalog.pg_class c
@@ -165,12 +166,18 @@ class AnonClient:
         return self._schema
 
     def _in_schema(self, query):
-        """``query`` (naming the extension's objects anon.x) in the extension's schema."""
+        """``query`` (naming the extension's objects anon.x) in the extension's schema: only this
+        client's own SQL text is rewritten, never a name or value composed into it
+        (sql.Identifier, sql.Literal), so that a user's relation in a schema anon keeps its name."""
         if self.schema == "anon":
             return query
-        if isinstance(query, sql.Composable):
-            query = query.as_string(self.connection)
-        return SCHEMA_REF.sub(lambda _: sql.Identifier(self.schema).as_string(self.connection), query)
+        if isinstance(query, sql.Composed):
+            return sql.Composed([self._in_schema(part) for part in query])
+        if isinstance(query, sql.SQL):
+            return sql.SQL(self._in_schema(query.as_string(None)))
+        if isinstance(query, str):
+            return SCHEMA_REF.sub(lambda _: sql.Identifier(self.schema).as_string(self.connection), query)
+        return query
 
     def _execute(self, query, params=None, *, ours: bool = True) -> psycopg.Cursor:
         """Run ``query``; ``ours``: SQL of this client, naming the extension's schema anon."""
@@ -383,10 +390,14 @@ class AnonClient:
         # psycopg Range loses the quoting that tells 'NULL' from NULL and "a, b" from two values
         query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(
             sql.SQL("{c}::text AS {c}").format(c=sql.Identifier(c)) if text and kind in "AR"
-            else sql.Identifier(c) for c, kind in columns.items()), sql.SQL(name))
+            else sql.Identifier(c) for c, kind in columns.items()), self.relation_identifier(name))
         if limit is not None:
             query += sql.SQL(" LIMIT {}").format(sql.Literal(int(limit)))
         return frame_of(self._execute(query))
+
+    def relation_identifier(self, name: str) -> sql.Identifier:
+        """``name`` (a relation's qualified name, quoted where needed) as an identifier to compose."""
+        return sql.Identifier(*self._execute("SELECT pg_catalog.parse_ident(%s)", (name,)).fetchone()[0])
 
     def foreign_owner(self, name: str) -> str | None:
         """The owner of relation ``name`` when it is neither a superuser nor the connected role

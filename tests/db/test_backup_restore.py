@@ -124,9 +124,13 @@ def test_a_dump_restores_every_release_queryable_refreshable_and_verified(source
         run([PG_BIN / "pg_restore", "--exit-on-error", *jobs, "-d", cluster.dsn(restored), archive])
     else:
         dump = run([PG_BIN / "pg_dump", *where, SOURCE_DB]).stdout
+        assert "CREATE EXTENSION IF NOT EXISTS plpy_anon WITH SCHEMA pg_catalog;" in dump
         run([PG_BIN / "psql", "-q", "-v", "ON_ERROR_STOP=1", "-d", cluster.dsn(restored)], input=dump)
 
     with psycopg.connect(cluster.dsn(restored), autocommit=True) as conn:
+        # recorded in pg_catalog again (not in public, which DROP SCHEMA public CASCADE would take)
+        assert conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
+                            "WHERE extname = 'plpy_anon'").fetchone()[0] == "pg_catalog"
         # the catalog's rows, names included (OIDs differ in the new cluster)
         for name, query in CATALOG.items():
             assert conn.execute(query).fetchall() == source["expected"][name], name
