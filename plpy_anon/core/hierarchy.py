@@ -181,14 +181,10 @@ class Hierarchy:
         return self._leaf_count[nodes]
 
     def check_covers(self, values, column):
-        """Refuse (42704) values that are no leaf of this hierarchy, naming the first."""
+        """Refuse (42704) values that are no leaf of this hierarchy; see ``uncovered_error``."""
         missing = [v for v in values if v not in self]
         if missing:
-            raise UndefinedObject(
-                f"value {missing[0]!r} of column {column!r} is not covered by its hierarchy"
-                + (f" ({len(missing) - 1} more uncovered values)" if len(missing) > 1 else ""),
-                hint=f"add a row '{missing[0]};...;{self.root}' to the hierarchy of {column!r}",
-            )
+            raise uncovered_error(column, missing)
 
     def __contains__(self, leaf):
         return leaf in self._leaf_number
@@ -441,3 +437,17 @@ def _read_text(text_or_path, sep):
                 hint="pass an existing path or the hierarchy text itself",
             ) from None
     return str(text_or_path)
+
+
+def uncovered_error(column, missing) -> UndefinedObject:
+    """The error for ``missing`` values of ``column`` outside its hierarchy. Its message, which
+    a failed refresh records where every custodian reads it, counts them; only its detail, shown
+    to the caller alone, names them."""
+    shown = ", ".join(repr(v) for v in missing[:5]) + (", ..." if len(missing) > 5 else "")
+    return UndefinedObject(
+        f"the hierarchy of column {column!r} does not cover {len(missing)} value(s) present in the "
+        "table",
+        detail=f"Values not covered: {shown}",
+        hint="Call the builder again (anon.set_hierarchy_intervals, anon.set_hierarchy_dates, "
+             "anon.set_hierarchy_prefix) to cover the values the table holds now, or register "
+             "a path (leaf, parent, ..., root) for each with anon.set_hierarchy.")

@@ -311,11 +311,8 @@ def check_hierarchy_covers(plpy, tbl: Table, col: Column, hierarchy: Hierarchy) 
     leaves = set(hierarchy.leaves)
     missing = sorted(r["v"] for r in plpy.execute(query) if r["v"] not in leaves)
     if missing:
-        shown = ", ".join(repr(v) for v in missing[:5])
-        raise UndefinedObject(
-            f'the hierarchy for column "{col.name}" does not cover {len(missing)} value(s) '
-            f"present in the table: {shown}",
-            hint="Add a path (leaf, parent, ..., root) for each of these values.")
+        from plpy_anon.core.hierarchy import uncovered_error
+        raise uncovered_error(col.name, missing)
 
 
 def _clean_paths(paths) -> list[list[str]]:
