@@ -87,9 +87,6 @@ def test_a_width_too_fine_for_the_values_is_a_clear_error(db, schema, values, wi
     assert error.value.diag.message_hint
 
 
-@pytest.mark.xfail(strict=True, reason="the builders read the leaves as ::text in the caller's "
-                   "session; releases read values under DateStyle ISO, TimeZone UTC and "
-                   "extra_float_digits >= 1, so every later build fails with 42704 'not covered'")
 @pytest.mark.parametrize("setting, column, builder", [
     ("SET TimeZone = 'Pacific/Kiritimati'", "seen", "anon.set_hierarchy_dates('people', 'seen', ARRAY['day', 'month'])"),
     ("SET DateStyle = 'SQL, DMY'", "born", "anon.set_hierarchy_dates('people', 'born')"),
@@ -131,8 +128,6 @@ def test_a_refresh_after_a_value_outside_a_built_hierarchy_names_the_builder_and
     assert "set_hierarchy_intervals" in (error.value.diag.message_hint or "")
 
 
-@pytest.mark.xfail(strict=True, reason="Break-Merge reads the column's text in the caller's session "
-                   "(Mondrian's partition pins DateStyle ISO and TimeZone UTC): 42704 'not covered'")
 @pytest.mark.parametrize("setting, column", [("SET DateStyle = 'German'", "born"),
                                              ("SET TimeZone = 'Pacific/Kiritimati'", "seen")])
 def test_break_merge_releases_a_date_hierarchy_whatever_the_builders_session(
