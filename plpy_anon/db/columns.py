@@ -145,6 +145,15 @@ def table_columns(plpy, tbl: Table) -> list[Column]:
             for c in cols]
 
 
+def columns_as_built(plpy, tbl: Table, hierarchies) -> list[Column]:
+    """The table's columns, a number or date column generalized by a hierarchy exactly when the
+    release (its recorded ``hierarchies``) was: a hierarchy registered or dropped since changes
+    no released column's type (a refresh keeps the form the release was created with)."""
+    built = set(hierarchies)
+    return [replace(c, hierarchical=c.name in built and c.type_name in NUMERIC_TYPES)
+            for c in relation_columns(plpy, tbl.oid)]
+
+
 def relation_columns(plpy, oid: int) -> list[Column]:
     """The columns of any relation (a release, a view a report reads), from the catalog."""
     rows = run(plpy, COLUMNS_QUERY, ["oid"], [oid])

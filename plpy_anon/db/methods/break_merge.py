@@ -564,7 +564,7 @@ def partition_source(plpy, release, spec) -> SourcePartition:
     """Read the source once, partition it with Mondrian(k), number classes along the QIs."""
     started = time.monotonic()
     tbl = guards.table_in_query(plpy, release["source"])
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    cols = {c.name: c for c in catalog.columns_as_built(plpy, tbl, spec.built.hierarchies)}
     qis = [column_for(tbl, cols, n) for n in spec.promise.quasi_identifiers]
     sens = [column_for(tbl, cols, n) for n in spec.promise.sensitive]
     check_float_digits(plpy, tbl, qis)
