@@ -1,8 +1,7 @@
 """Adversarial: anon.set_hierarchy_intervals and anon.set_hierarchy_dates against a custodian who
 may not read the column, extreme numbers and the session settings of whoever registers them.
 
-Each test asserts the property a careful user relies on; the ones marked xfail fail on the
-current code (the reason says how)."""
+Each test asserts the property a careful user relies on."""
 from __future__ import annotations
 
 import re
