@@ -19,7 +19,9 @@ Mondrian core generalize whole partitions from two codes.
 
 from __future__ import annotations
 
+import math
 import os
+from fractions import Fraction
 from itertools import pairwise
 
 import numpy as np
@@ -181,14 +183,10 @@ class Hierarchy:
         return self._leaf_count[nodes]
 
     def check_covers(self, values, column):
-        """Refuse (42704) values that are no leaf of this hierarchy, naming the first."""
+        """Refuse (42704) values that are no leaf of this hierarchy; see ``uncovered_error``."""
         missing = [v for v in values if v not in self]
         if missing:
-            raise UndefinedObject(
-                f"value {missing[0]!r} of column {column!r} is not covered by its hierarchy"
-                + (f" ({len(missing) - 1} more uncovered values)" if len(missing) > 1 else ""),
-                hint=f"add a row '{missing[0]};...;{self.root}' to the hierarchy of {column!r}",
-            )
+            raise uncovered_error(column, missing)
 
     def __contains__(self, leaf):
         return leaf in self._leaf_number
@@ -250,10 +248,27 @@ def prefix_paths(values, mask="*", step=1):
     return paths
 
 
-def _decimal_text(value) -> str:
-    """A Decimal as plain digits (40, 2.5, -0.25): never in exponent notation."""
-    text = format(value.normalize(), "f")
-    return "0" if text in ("-0", "") else text
+#: the finest width an interval hierarchy takes, relative to its values' magnitude: finer widths
+#: give labels of more significant digits than any float8 or decimal computation over the release
+#: tells apart (and every value its own interval)
+INTERVAL_DIGITS = 28
+
+
+def _exact_text(value: Fraction) -> str:
+    """A number of finite decimal expansion as plain digits (40, 2.5, -0.25), exactly."""
+    twos = fives = 0
+    denominator = value.denominator
+    while denominator % 2 == 0:
+        denominator //= 2
+        twos += 1
+    while denominator % 5 == 0:
+        denominator //= 5
+        fives += 1
+    places = max(twos, fives)
+    scaled = abs(value.numerator) * 10 ** places // value.denominator
+    digits = str(scaled).rjust(places + 1, "0")
+    text = digits if places == 0 else f"{digits[:-places]}.{digits[-places:]}".rstrip("0").rstrip(".")
+    return "-" + text if value < 0 and text != "0" else text
 
 
 def interval_paths(values, widths, origin=0):
@@ -263,7 +278,8 @@ def interval_paths(values, widths, origin=0):
     ``values`` are ``(text, number)`` pairs: the text is the leaf (the value as the column is
     read), the number (``Decimal``, ``int`` or ``float``) places it. Intervals are closed below and
     open above, aligned on ``origin``; each width is a multiple of the one before, so that every
-    interval lies inside one interval of the next level (a hierarchy is a tree)."""
+    interval lies inside one interval of the next level (a hierarchy is a tree). Bounds are
+    computed exactly (rational arithmetic), whatever the number of digits."""
     from decimal import Decimal, InvalidOperation
     if widths is None or len(widths) == 0:
         raise InvalidParameter("widths is empty",
@@ -272,20 +288,21 @@ def interval_paths(values, widths, origin=0):
         raise InvalidParameter("widths and origin must not be NULL",
                                hint="E.g. widths => ARRAY[5, 10, 20], origin => 0.")
     try:
-        steps = [Decimal(str(w)) for w in widths]
+        given = [Decimal(str(w)) for w in widths]
         start = Decimal(str(origin))
     except (InvalidOperation, TypeError, ValueError):
         raise InvalidParameter(f"widths {[str(w) for w in widths]} and origin {origin} must be "
                                "numbers", hint="E.g. widths => ARRAY[5, 10, 20], origin => 0.") from None
-    if any(not w.is_finite() or w <= 0 for w in steps) or not start.is_finite():
+    if any(not w.is_finite() or w <= 0 for w in given) or not start.is_finite():
         raise InvalidParameter(f"widths must be positive numbers and origin finite, got widths "
-                               f"{[str(w) for w in steps]} and origin {start}",
+                               f"{[str(w) for w in given]} and origin {start}",
                                hint="E.g. widths => ARRAY[5, 10, 20] (NULL is not a width).")
+    steps = [Fraction(w) for w in given]
     for finer, coarser in pairwise(steps):
         if coarser <= finer or coarser % finer != 0:
             raise InvalidParameter(
-                f"width {coarser} is not a multiple of the width {finer} before it, so its "
-                "intervals would cut the finer ones",
+                f"width {_exact_text(coarser)} is not a multiple of the width "
+                f"{_exact_text(finer)} before it, so its intervals would cut the finer ones",
                 hint="List widths from the finest up, each a multiple of the one before: 5, 10, 20.")
     placed = [(text, Decimal(str(number))) for text, number in values]
     for text, value in placed:
@@ -293,14 +310,23 @@ def interval_paths(values, widths, origin=0):
             raise InvalidParameter(f"the value {text!r} has no interval",
                                    hint="NaN and infinities cannot be placed in an interval: "
                                         "exclude them from the column, or release it as ranges.")
+    low_end = Fraction(start)
+    exact = [(text, Fraction(value)) for text, value in placed]
+    largest = max((abs(value - low_end) for _, value in exact), default=Fraction(0))
+    if largest > steps[0] * 10 ** INTERVAL_DIGITS:
+        magnitude = len(str(int(largest))) - 1
+        raise InvalidParameter(
+            f"width {_exact_text(steps[0])} is too fine for values up to about 10^{magnitude} "
+            f"from the origin: an interval's bounds would need more than {INTERVAL_DIGITS} "
+            "significant digits",
+            hint=f"Give a finest width of at least 1e{magnitude - INTERVAL_DIGITS} (or an origin "
+                 "near the values), or exclude the outlying values from the column.")
     paths = []
-    for text, value in sorted(placed, key=lambda pair: pair[1]):
+    for text, value in sorted(exact, key=lambda pair: pair[1]):
         path = [text]
         for width in steps:
-            low = start + ((value - start) // width) * width
-            if low > value:           # // truncates towards zero
-                low -= width
-            path.append(f"[{_decimal_text(low)},{_decimal_text(low + width)})")
+            low = low_end + math.floor((value - low_end) / width) * width
+            path.append(f"[{_exact_text(low)},{_exact_text(low + width)})")
         paths.append(path + ["*"])
     return paths
 
@@ -441,3 +467,17 @@ def _read_text(text_or_path, sep):
                 hint="pass an existing path or the hierarchy text itself",
             ) from None
     return str(text_or_path)
+
+
+def uncovered_error(column, missing) -> UndefinedObject:
+    """The error for ``missing`` values of ``column`` outside its hierarchy. Its message, which
+    a failed refresh records where every custodian reads it, counts them; only its detail, shown
+    to the caller alone, names them."""
+    shown = ", ".join(repr(v) for v in missing[:5]) + (", ..." if len(missing) > 5 else "")
+    return UndefinedObject(
+        f"the hierarchy of column {column!r} does not cover {len(missing)} value(s) present in the "
+        "table",
+        detail=f"Values not covered: {shown}",
+        hint="Call the builder again (anon.set_hierarchy_intervals, anon.set_hierarchy_dates, "
+             "anon.set_hierarchy_prefix) to cover the values the table holds now, or register "
+             "a path (leaf, parent, ..., root) for each with anon.set_hierarchy.")

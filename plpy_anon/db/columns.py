@@ -21,7 +21,7 @@ from plpy_anon.core.errors import (
 from plpy_anon.db import guards
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.guards import Table
-from plpy_anon.db.sqltext import ident, run, text_of
+from plpy_anon.db.sqltext import ident, local_settings, run, text_of
 
 if TYPE_CHECKING:
     from plpy_anon.core.hierarchy import Hierarchy
@@ -143,6 +143,15 @@ def table_columns(plpy, tbl: Table) -> list[Column]:
     typed = set(hierarchy_columns(plpy, tbl))
     return [replace(c, hierarchical=True) if c.name in typed and c.type_name in NUMERIC_TYPES else c
             for c in cols]
+
+
+def columns_as_built(plpy, tbl: Table, hierarchies) -> list[Column]:
+    """The table's columns, a number or date column generalized by a hierarchy exactly when the
+    release (its recorded ``hierarchies``) was: a hierarchy registered or dropped since changes
+    no released column's type (a refresh keeps the form the release was created with)."""
+    built = set(hierarchies)
+    return [replace(c, hierarchical=c.name in built and c.type_name in NUMERIC_TYPES)
+            for c in relation_columns(plpy, tbl.oid)]
 
 
 def relation_columns(plpy, oid: int) -> list[Column]:
@@ -268,6 +277,18 @@ def released_as(col: Column, role: str, has_hierarchy: bool) -> str | None:
     return None
 
 
+#: the settings under which a hierarchical column's values are read as text, wherever they are
+#: (the builders, their coverage check, every release): the leaves a hierarchy stores must be the
+#: texts a release reads, whoever's session registered it (the release query of the Mondrian
+#: family pins the same in its SQL function)
+HIERARCHY_TEXT_SETTINGS = {"DateStyle": "ISO, YMD", "TimeZone": "UTC", "extra_float_digits": "1"}
+
+
+def hierarchy_text_settings(plpy):
+    """Read values as a hierarchy's leaves are, for this transaction's block."""
+    return local_settings(plpy, **HIERARCHY_TEXT_SETTINGS)
+
+
 def hierarchy_columns(plpy, tbl: Table) -> list[str]:
     rows = run(plpy, "SELECT DISTINCT column_name::text AS c FROM anon.hierarchies "
                      "WHERE source = $1::oid::regclass", ["oid"], [tbl.oid])
@@ -275,8 +296,9 @@ def hierarchy_columns(plpy, tbl: Table) -> list[str]:
 
 
 def load_hierarchy(plpy, tbl: Table, column_name: str) -> Hierarchy | None:
-    rows = run(plpy, "SELECT path FROM anon.hierarchies WHERE source = $1::oid::regclass "
-                     "AND column_name = $2 ORDER BY leaf", ["oid", "text"], [tbl.oid, column_name])
+    # custodians may not read anon.hierarchies' paths (their leaves are the column's values)
+    rows = run(plpy, "SELECT p AS path FROM anon._hierarchy_paths($1::oid::regclass, $2) p",
+               ["oid", "text"], [tbl.oid, column_name])
     if not rows:
         return None
     from plpy_anon.core.hierarchy import Hierarchy  # numpy: only where a hierarchy is used
@@ -308,13 +330,12 @@ def check_hierarchy_covers(plpy, tbl: Table, col: Column, hierarchy: Hierarchy) 
     query = (f"SELECT DISTINCT {col.as_text(plpy)} AS v FROM {tbl.quoted(plpy)} "
              f"WHERE {ident(plpy, col.name)} IS NOT NULL")
     leaves = set(hierarchy.leaves)
-    missing = sorted(r["v"] for r in plpy.execute(query) if r["v"] not in leaves)
+    with hierarchy_text_settings(plpy):
+        present = [r["v"] for r in plpy.execute(query)]
+    missing = sorted(v for v in present if v not in leaves)
     if missing:
-        shown = ", ".join(repr(v) for v in missing[:5])
-        raise UndefinedObject(
-            f'the hierarchy for column "{col.name}" does not cover {len(missing)} value(s) '
-            f"present in the table: {shown}",
-            hint="Add a path (leaf, parent, ..., root) for each of these values.")
+        from plpy_anon.core.hierarchy import uncovered_error
+        raise uncovered_error(col.name, missing)
 
 
 def _clean_paths(paths) -> list[list[str]]:
@@ -338,9 +359,10 @@ def set_hierarchy(plpy, source, column_name, paths):
 def set_hierarchy_prefix(plpy, source, column_name, mask, step):
     tbl = guards.table(plpy, source)
     col = column_named(tbl, table_columns(plpy, tbl), column_name)
-    values = [r["v"] for r in plpy.execute(
-        f"SELECT DISTINCT {col.as_text(plpy)} AS v FROM {tbl.quoted(plpy)} "
-        f"WHERE {ident(plpy, col.name)} IS NOT NULL")]
+    with hierarchy_text_settings(plpy):
+        values = [r["v"] for r in plpy.execute(
+            f"SELECT DISTINCT {col.as_text(plpy)} AS v FROM {tbl.quoted(plpy)} "
+            f"WHERE {ident(plpy, col.name)} IS NOT NULL")]
     if not values:
         raise InsufficientData(f'column "{col.name}" holds no value to build a hierarchy from',
                                hint="Load the table first; the hierarchy covers the values present.")
@@ -377,9 +399,10 @@ def _typed_values(plpy, tbl: Table, column_name: str, kinds: tuple[str, ...], wh
             hint="anon.set_hierarchy_intervals takes numbers, anon.set_hierarchy_dates dates and "
                  "timestamps, anon.set_hierarchy_prefix codes.")
     column = ident(plpy, col.name)
-    rows = list(plpy.execute(
-        f"SELECT DISTINCT {col.as_text(plpy)} AS v{extra.replace('%(c)s', column)} "
-        f"FROM {tbl.quoted(plpy)} WHERE {column} IS NOT NULL"))
+    with hierarchy_text_settings(plpy):      # date_part of a timestamptz too: in UTC
+        rows = list(plpy.execute(
+            f"SELECT DISTINCT {col.as_text(plpy)} AS v{extra.replace('%(c)s', column)} "
+            f"FROM {tbl.quoted(plpy)} WHERE {column} IS NOT NULL"))
     if not rows:
         raise InsufficientData(f'column "{col.name}" holds no value to build a hierarchy from',
                                hint="Load the table first; the hierarchy covers the values present.")

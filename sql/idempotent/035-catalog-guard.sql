@@ -80,6 +80,33 @@ $$;
 COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
     'Internal: stores (NULL: deletes) a stable release''s salt, for a session of its owner.';
 
+-- A hierarchy's leaves are the distinct values of its column (the builders read them from the
+-- table): custodians may read only anon.hierarchies' keys (source, column_name), for the reason
+-- above (row security hides rows, not values). A build or refresh reads a hierarchy's paths here,
+-- for a session whose login role may read the column (which reading the source needs anyway).
+CREATE OR REPLACE FUNCTION anon._hierarchy_paths(source regclass, column_name text)
+RETURNS SETOF text[]
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    attnum smallint;
+BEGIN
+    SELECT a.attnum INTO attnum FROM pg_catalog.pg_attribute a
+    WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped;
+    IF NOT (pg_catalog.has_table_privilege(session_user, $1, 'SELECT')
+            OR (attnum IS NOT NULL AND pg_catalog.has_column_privilege(session_user, $1, attnum, 'SELECT'))) THEN
+        RAISE EXCEPTION 'permission denied for the hierarchy of column % of table %', $2, $1
+            USING ERRCODE = '42501',
+                  HINT = 'A hierarchy''s leaves are its column''s values: they are read by a role that may SELECT the column.';
+    END IF;
+    RETURN QUERY SELECT h.path FROM anon.hierarchies h
+                 WHERE h.source = $1 AND h.column_name = $2 ORDER BY h.leaf;
+END
+$$;
+COMMENT ON FUNCTION anon._hierarchy_paths(regclass, text) IS
+    'Internal: the paths of a column''s hierarchy (leaf first, ordered by leaf), for a session that may read the column.';
+
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger
 LANGUAGE plpgsql

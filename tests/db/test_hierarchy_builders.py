@@ -142,6 +142,26 @@ def test_break_merge_releases_interval_labels_that_hold_its_rows(db, schema, peo
     assert any(label != "*" for label, _, _ in groups)
 
 
+def test_a_break_merge_release_refreshes_in_its_form_after_a_hierarchy_is_registered(db, schema,
+                                                                                    people):
+    """A hierarchy registered after the release changes no released column: the refresh keeps
+    age as the ranges the release was created with, each holding its rows' ages."""
+    db.execute("SELECT anon.break_merge('people', k => 5, quasi_identifiers => ARRAY['age', 'sex'], "
+               "sensitive => ARRAY['id'], max_categories => 1000, release_name => 'people_bm', "
+               "release_schema => %s)", (release_schema_of(schema),))
+    qit = f"{release_schema_of(schema)}.people_bm_qit"
+    kind = db.execute(f"SELECT pg_typeof(age)::text FROM {qit} LIMIT 1").fetchone()[0]
+    db.execute("SELECT anon.set_hierarchy_intervals('people', 'age', ARRAY[10, 20])")
+    db.execute("SELECT anon.refresh(%s)", (f"{release_schema_of(schema)}.people_bm",))
+    assert db.execute(f"SELECT pg_typeof(age)::text FROM {qit} LIMIT 1").fetchone()[0] == kind
+    groups = db.execute(f"SELECT lower(age), upper(age), upper_inc(age), count(*) FROM {qit} "
+                        "GROUP BY 1, 2, 3").fetchall()
+    ages = [age for (age,) in db.execute("SELECT age FROM people").fetchall()]
+    assert sum(n for *_, n in groups) == ROWS
+    for low, high, inclusive, n in groups:
+        assert sum(1 for a in ages if low <= a and (a <= high if inclusive else a < high)) >= n
+
+
 def test_dropping_the_hierarchy_releases_the_column_as_ranges_again(db, schema, people):
     db.execute("SELECT anon.set_hierarchy_intervals('people', 'age', ARRAY[10])")
     assert db.execute("SELECT generalized_as FROM anon.column_roles('people') "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
+from fractions import Fraction
 from itertools import pairwise
 
 import pytest
@@ -44,6 +45,31 @@ def test_every_interval_holds_its_value_and_lies_inside_the_next(values, base, f
         for (low, high), (outer_low, outer_high) in pairwise(intervals):
             assert outer_low <= low and high <= outer_high
     Hierarchy.from_paths(paths)       # one tree: no label with two parents
+
+
+@given(values=st.lists(st.integers(-10 ** 57, 10 ** 57), min_size=1, max_size=20, unique=True),
+       exponent=st.integers(30, 40), width=st.integers(1, 9), factor=st.integers(2, 5),
+       places=st.integers(0, 3))
+def test_intervals_of_numbers_of_many_digits_are_exact(values, exponent, width, factor, places):
+    """Bounds of numbers wider than any default decimal precision hold their value exactly."""
+    scale = Decimal(10) ** -places
+    numbers = [Decimal(v).scaleb(-places) for v in values]
+    widths = [Decimal(width) * Decimal(10) ** exponent, Decimal(width * factor) * Decimal(10) ** exponent]
+    paths = interval_paths([(str(v), v) for v in numbers], widths, origin=scale)
+    for path in paths:
+        value = Fraction(Decimal(path[0]))
+        for label, step in zip(path[1:-1], widths):    # as fractions: Decimal arithmetic rounds
+            low, high = (Fraction(b) for b in bounds(label))
+            assert low <= value < high and high - low == Fraction(step)
+            assert (low - Fraction(scale)) % Fraction(step) == 0
+
+
+@pytest.mark.parametrize("values, widths", [
+    ([Decimal("1e30"), Decimal(1)], [Decimal("0.001")]), ([18, 77], [Decimal("1e-30")])])
+def test_a_width_too_fine_for_the_values_is_refused(values, widths):
+    with pytest.raises(InvalidParameter, match="too fine") as error:
+        interval_paths([(str(v), v) for v in values], widths)
+    assert error.value.hint
 
 
 @given(days=st.lists(st.integers(0, 60_000), min_size=1, max_size=40, unique=True),

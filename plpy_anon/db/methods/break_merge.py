@@ -564,13 +564,15 @@ def partition_source(plpy, release, spec) -> SourcePartition:
     """Read the source once, partition it with Mondrian(k), number classes along the QIs."""
     started = time.monotonic()
     tbl = guards.table_in_query(plpy, release["source"])
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    cols = {c.name: c for c in catalog.columns_as_built(plpy, tbl, spec.built.hierarchies)}
     qis = [column_for(tbl, cols, n) for n in spec.promise.quasi_identifiers]
     sens = [column_for(tbl, cols, n) for n in spec.promise.sensitive]
     check_float_digits(plpy, tbl, qis)
     numeric = [c for c in qis if c.kind == "numeric"]
-    data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
-    merge_equal_spellings(plpy, tbl, data, sens)     # l counts values, not spellings
+    # a hierarchical date's text as its hierarchy's leaves are, whatever the caller's session
+    with catalog.hierarchy_text_settings(plpy):
+        data = read_columns(plpy, tbl, numeric, [c for c in qis if c.kind == "categorical"] + sens)
+        merge_equal_spellings(plpy, tbl, data, sens)     # l counts values, not spellings
     k = int(spec.promise.k)
     check_k(k, data.n_rows, f"table {tbl.label}")
     encoded = [_encode(plpy, tbl, col, data, spec) for col in qis]

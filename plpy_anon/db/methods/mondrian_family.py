@@ -415,7 +415,7 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
     QIs; ``where``: only the rows of this SQL condition (a region of an out-of-core run)."""
     promise = spec.promise
     tbl = guards.table_in_query(plpy, release["source"])
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    cols = {c.name: c for c in catalog.columns_as_built(plpy, tbl, spec.built.hierarchies)}
     qis = [column_for(tbl, cols, name) for name in promise.quasi_identifiers]
     l = promise.l
     reads_values = not spec.built.joined_back

@@ -227,7 +227,8 @@ def _read_frame(plpy, tbl, cols) -> pd.DataFrame:
     check_float_digits(plpy, tbl, cols)
     numeric = [c for c in cols if c.kind == "numeric"]
     categorical = [c for c in cols if c.kind == "categorical"]
-    data = read_columns(plpy, tbl, numeric, categorical)
+    with catalog.hierarchy_text_settings(plpy):    # a hierarchical column's text as its leaves
+        data = read_columns(plpy, tbl, numeric, categorical)
     frame = {}
     for col in cols:
         column = data.columns.get(col.name)
