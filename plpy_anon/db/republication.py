@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from plpy_anon.core import containment, republish
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
@@ -140,6 +139,7 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
               qi_texts) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     if parameters.get("person_salt") is None:
         raise InsufficientData(
             f"release {release_id} is refreshed in the stable mode but its salt (the key of its "
@@ -509,6 +509,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     people coded on the same axes: a range's values by their rank among the people's values and
     the classes' bounds, ranked in SQL by the element type's own order (a range becomes a closed
     interval of ranks, whatever its width); a set's values by one code each, NULL included."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     released = released_relation(plpy, release)
     inner = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
     # as text without running a cast of the type's owner (sqltext.text_of)
@@ -654,6 +655,7 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
     STATE_ARRAYS reads them); remembered and counted. People the run no longer reads are
     forgotten (what they were published with stays only as anonymous values of their class,
     until it can change safely)."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     n = len(hashes)
     person, klass = containment.contained(classes.axes, n, classes.count)
     check_interrupts()
