@@ -200,13 +200,14 @@ class Function:
         parts += [f"{name}={value!r}" for name, value in self.constants.items()]
         if self.gd:
             parts.append("GD=GD")
-        returns = "" if self.returns == "void" else "return "
+        returns = self.returns != "void"    # without the marks of user text (db/extschema.py)
         # the call's clock starts at the top of the body (ENTERED): the durations a call records
         # include the checks, the environment's activation and the imports before its function
         return (f"from plpy_anon.db.timing import entering as _entering\n"
                 f"_entering(_entered)\n"
                 f"from {package} import {module} as _module\n"
-                f"{returns}_module.{function}({', '.join(parts)})")
+                + (f"return _extschema.unmarked(_module.{function}({', '.join(parts)}))"
+                   if returns else f"_module.{function}({', '.join(parts)})"))
 
     def sql(self, venv: str, version: str) -> str:
         return "".join(self.overload_sql(sig, venv, version) for sig in self.overloads())

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from plpy_anon.core.errors import AnonError, UnsupportedType
+from plpy_anon.db import extschema
 from plpy_anon.db.sqltext import ident, run
 
 
@@ -76,15 +77,18 @@ def _table_row(plpy, source: str) -> dict:
     rows = run(plpy, TABLE_QUERY, ["text"], [source])
     if not rows:       # resolved by name (the catalog's latest state), absent from the snapshot
         raise SourceChanged(
-            f"table {source} was created after this transaction's snapshot was taken (REPEATABLE "
+            f"table {extschema.user(source)} was created after this transaction's snapshot was taken (REPEATABLE "
             "READ or SERIALIZABLE), so this call cannot read it",
             hint="Run the call in a new transaction.")
     row = rows[0]
     if row["relkind"] not in ("r", "p"):
         raise UnsupportedType(
-            f"{row['schema']}.{row['name']} is {RELKIND_NAMES.get(row['relkind'], 'not a table')}; "
+            f"{extschema.user(row['schema'] + '.' + row['name'])} is "
+            f"{RELKIND_NAMES.get(row['relkind'], 'not a table')}; "
             "releases are made from tables (ordinary, partitioned or inheritance parents)",
             hint="Copy the data into a table first: CREATE TABLE t AS SELECT ...")
+    # the catalog's name of a user's table (which may be in a schema anon): never rewritten
+    row["quoted_name"] = extschema.user(row["quoted_name"])
     return row
 
 
@@ -287,7 +291,7 @@ def lock_source(plpy, source: str) -> None:
             oid = run(plpy, "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid AS oid", ["text"], [source])[0]["oid"]
             row = run(plpy, LOCK_TARGET, ["oid"], [oid]) if oid is not None else []
             if row and row[0]["may_lock"]:
-                plpy.execute(f"LOCK TABLE {row[0]['name']} IN SHARE UPDATE EXCLUSIVE MODE")
+                plpy.execute(f"LOCK TABLE {extschema.user(row[0]['name'])} IN SHARE UPDATE EXCLUSIVE MODE")
     except (plpy.spiexceptions.DeadlockDetected, plpy.spiexceptions.LockNotAvailable,
             plpy.spiexceptions.QueryCanceled):
         raise                    # going on unlocked would take the release's lock first
@@ -314,7 +318,7 @@ def guard_source(plpy, oid: int, name: str | None = None) -> None:
     row = run(plpy, LOCK_TARGET, ["oid"], [oid])
     if not row:
         return                   # gone or not a table: the build reports it in its own words
-    name = name or row[0]["name"]
+    name = extschema.user(name or row[0]["name"])
     refuse_unkept(name, row[0])
     if row[0]["may_lock"]:
         lock_tree(plpy, oid, name)

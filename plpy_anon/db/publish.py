@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Callable
 
 from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
-from plpy_anon.db import class_counts, grants, republication, risk, timing, verify
+from plpy_anon.db import class_counts, extschema, grants, republication, risk, timing, verify
 from plpy_anon.db.guards import Table, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (
@@ -152,7 +152,7 @@ def temp_file_limit_explained(plpy, source_oid: int):
                    pg_catalog.current_setting('temp_file_limit') AS lim, $1::pg_catalog.regclass::text AS name""",
             ["oid"], [source_oid])[0]
         raise TempFileLimitExceeded(
-            f"building a release of {row['name']} ({row['size']}) needs more temporary files than "
+            f"building a release of {extschema.user(row['name'])} ({row['size']}) needs more temporary files than "
             f"temp_file_limit = {row['lim']} allows; nothing was published",
             detail=str(exc).strip().removeprefix("spiexceptions.ConfigurationLimitExceeded: "),
             hint="A build writes temporary files where its hashes and sorts outgrow plpy_anon.build_work_mem "
@@ -268,7 +268,7 @@ def checked_as_owner(plpy, release: dict, work: Callable[[], tuple]):
     try:
         plpy.execute(f"CREATE MATERIALIZED VIEW {helper} AS SELECT anon._check_as_owner({int(key)}) AS ok "
                      "WITH NO DATA")
-        plpy.execute(f"ALTER MATERIALIZED VIEW {helper} OWNER TO {row[0]['owner']}")
+        plpy.execute(f"ALTER MATERIALIZED VIEW {helper} OWNER TO {extschema.user(row[0]['owner'])}")
         try:
             plpy.execute(f"REFRESH MATERIALIZED VIEW {helper}")
         except plpy.SPIError:

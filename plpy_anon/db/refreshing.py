@@ -211,7 +211,7 @@ def build_frozen(plpy, qualified: str, query: str, owner: str) -> None:
                     "<> (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user) AS other",
               ["text"], [owner])[0]
     if row["other"]:
-        plpy.execute(f"ALTER MATERIALIZED VIEW {qualified} OWNER TO {row['name']}")
+        plpy.execute(f"ALTER MATERIALIZED VIEW {qualified} OWNER TO {extschema.user(row['name'])}")
     plpy.execute(f"REFRESH MATERIALIZED VIEW {qualified}")
 
 
@@ -282,8 +282,12 @@ def saved_properties(plpy, rel: int) -> dict:
                ARRAY(SELECT pg_catalog.pg_get_indexdef(i.indexrelid) FROM pg_catalog.pg_index i
                      WHERE i.indrelid = c.oid ORDER BY i.indexrelid) AS indexes
         FROM pg_catalog.pg_class c WHERE c.oid = $1""", ["oid"], [rel])[0]
-    return {"query": row["query"].rstrip().rstrip(";"), "owner": row["owner"],
-            "comment": row["comment"], "grants": list(row["grants"]), "indexes": list(row["indexes"])}
+    # SQL the catalog prints is complete (the extension's objects already named in its schema, a
+    # user's as they are): user text, never rewritten (db/extschema.py)
+    user = extschema.user
+    return {"query": user(row["query"].rstrip().rstrip(";")), "owner": row["owner"],
+            "comment": row["comment"], "grants": [user(g) for g in row["grants"]],
+            "indexes": [user(i) for i in row["indexes"]]}
 
 
 def restore_properties(plpy, qualified: str, saved: dict, kind: str = "MATERIALIZED VIEW") -> None:
@@ -390,13 +394,14 @@ def write_autonomously(plpy, release, started_at, seconds, message, sqlstate, ph
             INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds,
                                               succeeded, error, sqlstate, phases)
             VALUES (%s, %s, %s::pg_catalog.timestamptz, %s, false, %s, %s, %s::pg_catalog.jsonb)"""),
-            (release["release_id"], qualified_text(release), started_at, seconds, message, sqlstate,
-             json.dumps(phases) if phases is not None else None))
+            extschema.unmarked((release["release_id"], qualified_text(release), started_at, seconds,
+                                message, sqlstate, json.dumps(phases) if phases is not None else None)))
         try:
             # lock_timeout: if our own transaction holds the row (it updated it earlier), waiting
             # would deadlock invisibly; the history row above is then the record.
             conn.execute(extschema.sql("UPDATE anon.releases SET last_error = %s, last_error_at = %s::pg_catalog.timestamptz "
-                                       "WHERE release_id = %s"), (message, started_at, release["release_id"]))
+                                       "WHERE release_id = %s"),
+                         extschema.unmarked((message, started_at, release["release_id"])))
         except psycopg.errors.LockNotAvailable:
             pass
 

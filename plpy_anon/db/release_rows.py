@@ -12,6 +12,7 @@ import json
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
+from plpy_anon.db import extschema
 from plpy_anon.db.guards import PLANNER_CODE
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 from plpy_anon.spec import Built
@@ -123,11 +124,11 @@ def find(plpy, name: str, *, genuine: bool = True) -> dict:
     else:
         rows = []
     if len(rows) > 1:
-        where = ", ".join(f"{r['release_schema']}.{r['release_name']}" for r in rows)
-        raise InvalidParameter(f'release name "{name}" is ambiguous: {where}',
+        where = ", ".join(extschema.user(f"{r['release_schema']}.{r['release_name']}") for r in rows)
+        raise InvalidParameter(f'release name "{extschema.user(name)}" is ambiguous: {where}',
                                hint="Qualify it with its schema.")
     if not rows:
-        raise UndefinedObject(f'release "{name}" does not exist',
+        raise UndefinedObject(f'release "{extschema.user(name)}" does not exist',
                               hint="See SELECT release_schema, release_name FROM anon.releases.")
     if genuine:
         check_genuine(plpy, rows[0])
@@ -171,7 +172,7 @@ def stale_reason(plpy, release: dict) -> tuple[str, str] | None:
     rows = run(plpy, GENUINE, ["int4", "text[]"], [release["release_id"], owned_relations(plpy, release)])
     if not rows:
         return None              # the row is gone: callers report that themselves
-    row, q = rows[0], f"{release['release_schema']}.{release['release_name']}"
+    row, q = rows[0], extschema.user(f"{release['release_schema']}.{release['release_name']}")
     schema = release["release_schema"]
     if not row["schema_exists"]:
         what = f'schema "{schema}" was dropped'

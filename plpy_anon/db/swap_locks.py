@@ -13,11 +13,13 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.db import extschema
 from plpy_anon.db.sqltext import progress, run
 
 
 def qualified_text(release: dict) -> str:
-    return f"{release['release_schema']}.{release['release_name']}"
+    """The release as messages name it (user text: a release anon.versions keeps its name)."""
+    return extschema.user(f"{release['release_schema']}.{release['release_name']}")
 
 
 DEFAULT_ATTEMPT = 0.2        # plpy_anon.swap_lock_timeout: one lock attempt, seconds
@@ -96,7 +98,8 @@ def lock_for_swap(plpy, release: dict, relations: list[tuple[str, str, str]], wa
             with plpy.subtransaction():
                 run(plpy, "SELECT pg_catalog.set_config('lock_timeout', $1, true)", ["text"], [f"{attempt_ms}ms"])
                 for t in targets:
-                    plpy.execute(f"ALTER {t['kind']} {t['qualified']} OWNER TO {t['owner']}")
+                    plpy.execute(f"ALTER {t['kind']} {extschema.user(t['qualified'])} "
+                                 f"OWNER TO {extschema.user(t['owner'])}")
         except plpy.spiexceptions.LockNotAvailable:
             waited = time.monotonic() - t0
             if waited >= waits.total:      # the whole budget spent, never less (no early give-up)

@@ -16,7 +16,7 @@ from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.risk import class_figures
-from plpy_anon.db import guards
+from plpy_anon.db import extschema, guards
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods.mondrian_family import (
     core_models,
@@ -54,7 +54,8 @@ def sweep(plpy, source, k, quasi_identifiers=None, sensitive=None, identifiers=N
     # nothing is published: no one to follow from version to version
     stored = method.resolve(plpy, tbl, method.spec_of(values)).parameters
     spec = method.spec_of({**stored, "refresh_mode": "fresh"})
-    name = run(plpy, "SELECT $1::pg_catalog.regclass::text AS n", ["oid"], [tbl.oid])[0]["n"]
+    name = extschema.user(run(plpy, "SELECT $1::pg_catalog.regclass::text AS n", ["oid"],
+                              [tbl.oid])[0]["n"])
     rows = load_release_rows(plpy, {"source": name}, spec, with_target=False)
     progress(plpy, f"read {rows.data.n_rows:,} rows of {name}")
     sensitive_codes, ordered, names = sensitive_for_models(rows, spec)

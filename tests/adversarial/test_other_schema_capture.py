@@ -61,8 +61,6 @@ USER_ROWS = ("INSERT INTO anon.workload (age, zip, dx) SELECT 20 + g % 40, 'z' |
              "FROM generate_series(1, 300) g")
 
 
-@pytest.mark.xfail(strict=True, reason="a user's table anon.workload is read as pa.workload: sweep "
-                   "puts the source's regclass text (anon.workload) into SQL, which Bound rewrites")
 def test_sweep_of_a_users_table_in_anon_named_like_ours_reads_that_table(anon_owned_by_dba):
     dba = anon_owned_by_dba
     dba.execute("CREATE TABLE anon.workload (age int, zip text, dx text)")
@@ -75,8 +73,6 @@ def test_sweep_of_a_users_table_in_anon_named_like_ours_reads_that_table(anon_ow
         dba.execute("DROP TABLE anon.workload")
 
 
-@pytest.mark.xfail(strict=True, reason="a user's table anon.workload is taken for pa.workload "
-                   "(its regclass text anon.workload rewritten by Bound): the release is refused")
 def test_a_release_of_a_users_table_in_anon_named_like_ours_holds_its_rows(anon_owned_by_dba):
     dba = anon_owned_by_dba
     dba.execute("CREATE TABLE anon.workload (age int, zip text, dx text)")
@@ -93,6 +89,37 @@ def test_a_release_of_a_users_table_in_anon_named_like_ours_holds_its_rows(anon_
         dba.execute("DROP TABLE anon.workload CASCADE")
 
 
+def test_a_users_table_anon_releases_with_our_columns_is_read_never_our_catalog(anon_owned_by_dba):
+    dba = anon_owned_by_dba
+    ours = dba.execute("SELECT count(*) FROM pa.releases").fetchone()[0]
+    dba.execute("CREATE TABLE anon.releases (release_id int, release_name text, source text, "
+                "age int, zip text, dx text)")
+    try:
+        dba.execute(USER_ROWS.replace("anon.workload", "anon.releases"))
+        rows = dba.execute("SELECT target_k, classes, smallest_class FROM pa.sweep('anon.releases', "
+                           "'{5,400}', quasi_identifiers => '{age,zip}', sensitive => '{dx}')").fetchall()
+        assert rows[0][1] >= 1 and rows[0][2] >= 5
+        assert rows[1][1] is None           # 400 > the user's 300 rows: read from the user's table
+        assert dba.execute("SELECT count(*) FROM pa.releases").fetchone()[0] == ours
+    finally:
+        dba.execute("DROP TABLE anon.releases")
+
+
+def test_messages_naming_a_users_anon_relation_keep_its_schema(anon_owned_by_dba):
+    dba = anon_owned_by_dba
+    with pytest.raises(psycopg.errors.UndefinedObject) as missing:
+        dba.execute("SELECT * FROM pa.refresh('anon.versions')")
+    assert 'release "anon.versions" does not exist' in str(missing.value)
+    dba.execute("CREATE VIEW anon.workload AS SELECT 1 AS age")
+    try:
+        with pytest.raises(psycopg.Error) as refused:
+            dba.execute("SELECT * FROM pa.sweep('anon.workload', '{5}')")
+        assert "anon.workload is a view" in str(refused.value), refused.value
+        assert "pa.workload" not in str(refused.value)
+    finally:
+        dba.execute("DROP VIEW anon.workload")
+
+
 @pytest.fixture
 def no_schema_anon(foreign):
     """No schema anon in the database for one test (someone else's comes back after)."""
@@ -105,8 +132,6 @@ def no_schema_anon(foreign):
         dba.execute("ALTER SCHEMA anon_elsewhere RENAME TO anon")
 
 
-@pytest.mark.xfail(strict=True, reason="release anon.versions (release_schema => 'anon') is named "
-                   "by its text in SQL that Bound rewrites to pa.versions")
 def test_a_release_in_a_schema_anon_named_like_ours_is_refreshed_reported_and_dropped(no_schema_anon):
     dba = no_schema_anon
     dba.execute("CREATE TABLE public.pat_rel (age int, zip text, dx text)")
@@ -117,7 +142,7 @@ def test_a_release_in_a_schema_anon_named_like_ours_is_refreshed_reported_and_dr
                            "release_name => 'versions')").fetchone()[0]
         assert dba.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 300
         assert dba.execute("SELECT row_count FROM pa.refresh('anon.versions')").fetchone()[0] == 300
-        dba.execute("REFRESH MATERIALIZED VIEW anon.versions")
+        assert dba.execute("SELECT count(*) FROM anon.versions").fetchone()[0] == 300
         assert dba.execute("SELECT pa.release_report('anon.versions')").fetchone()[0]
         dba.execute("SELECT pa.drop_release('anon.versions')")
         assert dba.execute("SELECT to_regclass('anon.versions')").fetchone()[0] is None
