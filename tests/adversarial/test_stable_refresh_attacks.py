@@ -127,7 +127,7 @@ def test_a_rekeyed_person_is_not_pinned(db, schema):
 
 
 def test_joiners_with_a_null_quasi_identifier_are_published_only_l_diverse(db, schema):
-    release, analyst = forty(db, schema)
+    release, _ = forty(db, schema)
     db.execute("INSERT INTO pt VALUES (41, NULL, 'cancer')")
     refresh(db, release)
     assert db.execute(f"SELECT count(*) FROM {release} WHERE dx = 'cancer'").fetchone()[0] == 0
