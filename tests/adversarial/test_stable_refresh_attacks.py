@@ -164,7 +164,7 @@ def test_many_refreshes_in_one_transaction_and_two_concurrent_ones_pin_no_one(db
     assert analyst.pinned() == {}
 
 
-@pytest.mark.xfail(strict=True, reason="anon.release_versions has no row security: any custodian reads "
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="anon.release_versions has no row security: any custodian reads "
                    "every stable release's per-group multisets of sensitive values, all versions")
 def test_another_custodian_reads_no_release_versions_of_a_release_it_cannot_read(db, schema, connect):
     release, _ = forty(db, schema)
@@ -181,3 +181,52 @@ def test_another_custodian_reads_no_release_versions_of_a_release_it_cannot_read
     finally:
         db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
     assert seen == []
+
+
+def test_classes_tied_on_every_quasi_identifier_pin_no_one(db, schema):
+    release, analyst = forty(db, schema)
+    db.execute("UPDATE pt SET age = 7 WHERE id <= 10")      # two groups, one released class
+    analyst.changed(*range(1, 11))
+    assert refresh(db, release) is None
+    analyst.keep()
+    db.execute("UPDATE pt SET dx = 'cancer' WHERE id = 3")
+    db.execute("DELETE FROM pt WHERE id = 8")
+    analyst.changed(3, 8)
+    assert refresh(db, release) is None
+    analyst.keep()
+    assert analyst.pinned() == {}
+
+
+@pytest.mark.parametrize("qis", [["big"], ["d"], ["x"], ["big", "d", "x"]])
+def test_extreme_values_refresh_and_stay_l_diverse(db, schema, qis):
+    db.execute("CREATE TABLE ex (id bigint PRIMARY KEY, big bigint, d date, x numeric, dx text)")
+    db.execute("""INSERT INTO ex SELECT g,
+        CASE g % 7 WHEN 0 THEN 9223372036854775807 WHEN 1 THEN -9223372036854775808 ELSE g END,
+        CASE g % 5 WHEN 0 THEN 'infinity'::date WHEN 1 THEN '-infinity'::date ELSE date '2000-01-01' + g END,
+        CASE WHEN g % 6 = 0 THEN 'NaN'::numeric ELSE g END, (ARRAY['flu','hiv','cold','ok'])[1 + g % 4]
+        FROM generate_series(1, 60) g""")
+    release = create_release(db, "mondrian_view", schema, "ex", k=5, l=2, quasi_identifiers=qis,
+                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    db.execute("INSERT INTO ex VALUES (1000, 9223372036854775807, 'infinity', 'NaN', 'cancer'), "
+               "(1001, -9223372036854775808, '-infinity', 'NaN', 'gout')")
+    assert refresh(db, release) is None
+    db.execute("UPDATE ex SET dx = 'zz' WHERE id IN (7, 14)")
+    assert refresh(db, release) is None
+    cols = sql.SQL(", ").join(map(sql.Identifier, qis))
+    smallest = db.execute(sql.SQL("SELECT min(n), min(l) FROM (SELECT count(*) n, count(DISTINCT dx) l "
+                                  "FROM {} GROUP BY {}) c").format(sql.SQL(release), cols)).fetchone()
+    assert smallest[0] >= 5 and smallest[1] >= 2
+
+
+@pytest.mark.xfail(strict=True, raises=psycopg.errors.QueryCanceled, reason="overlapping_classes joins every pair of released classes when no "
+                   "QI is a value set: quadratic (5k rows 3.2 s, 10k 12.1 s, 20k 49.7 s; fresh 0.4 s)")
+def test_a_stable_release_without_value_set_quasi_identifiers_is_not_quadratic_in_its_classes(db, schema):
+    db.execute("CREATE TABLE big (id int PRIMARY KEY, a int, b int, dx text)")
+    db.execute("INSERT INTO big SELECT g, (g * 7919) % 1000, (g * 104729) % 997, "
+               "(ARRAY['flu','hiv','cold','ok'])[1 + g % 4] FROM generate_series(1, 16000) g")
+    db.execute("SET statement_timeout = '8s'")      # fresh: well under a second at this size
+    try:
+        create_release(db, "mondrian_view", schema, "big", k=5, l=2, quasi_identifiers=["a", "b"],
+                       sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    finally:
+        db.execute("RESET statement_timeout")
