@@ -165,8 +165,6 @@ def test_many_refreshes_in_one_transaction_and_two_concurrent_ones_pin_no_one(db
     assert analyst.pinned() == {}
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="anon.release_versions has no row security: any custodian reads "
-                   "every stable release's per-group multisets of sensitive values, all versions")
 def test_another_custodian_reads_no_release_versions_of_a_release_it_cannot_read(db, schema, connect):
     release, _ = forty(db, schema)
     rid = db.execute("SELECT release_id FROM anon.releases WHERE format('%%I.%%I', release_schema, "
@@ -233,9 +231,6 @@ def test_a_stable_release_without_value_set_quasi_identifiers_is_not_quadratic_i
         db.execute("RESET statement_timeout")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="a stable refresh lists a class's values "
-                   "by their code, given in order of first appearance in the table's scan, not "
-                   "shuffled: values new to the table come in their joiners' insertion order")
 def test_the_row_order_of_a_stable_refresh_does_not_tell_which_joiner_has_which_value(db, schema):
     db.execute("CREATE TABLE pt (id bigint PRIMARY KEY, age int, dx text)")
     follows, trials = 0, 8

@@ -128,8 +128,12 @@ def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, 
     arrays = None
     if version is not None and rows.read is not None:
         # each class's array: the multiset its group publishes (core.republish)
+        # listed by value, never by code: codes follow the order people entered the table, so
+        # a class's order would tell which joiner brought which new value
         elements = stored_classes.array_elements(version["values"][:-1])
-        arrays = functools.partial(published_arrays, version["counts"], elements)
+        by_value = np.argsort(elements.astype(str), kind="stable")
+        arrays = functools.partial(published_arrays, np.asarray(version["counts"])[:, by_value],
+                                   elements[by_value])
     slices, stats = partition_output(ctx, rows, model.labels_, model.n_classes_, class_arrays=arrays)
     if people is not None:
         stats["people"] = people
