@@ -33,6 +33,21 @@ from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, r
 HASH_MEM_MULTIPLIER = "16"
 
 
+def pass_settings(plpy, budget: int | None) -> dict:
+    """work_mem and hash_mem_multiplier of the pass (and of the check's other queries). With a
+    ``budget`` (an out-of-core release's plpy_anon.build_memory, bytes) they are capped by it:
+    work_mem at an eighth, each hash table at a quarter (the grouping spills to temporary files
+    past it rather than grow with the release's classes), since the pass holds several nodes of
+    work_mem at once (the hashed classes, the materialized CTEs) besides the counts it returns."""
+    work_mem = build_work_mem(plpy)
+    if budget is None:
+        return {"work_mem": work_mem, "hash_mem_multiplier": HASH_MEM_MULTIPLIER}
+    wanted = run(plpy, "SELECT pg_catalog.pg_size_bytes($1) AS b", ["text"], [work_mem])[0]["b"]
+    capped = max(64 * 1024, min(int(wanted), budget // 8))
+    multiplier = max(1.0, min(float(HASH_MEM_MULTIPLIER), (budget // 4) / capped))
+    return {"work_mem": f"{capped // 1024}kB", "hash_mem_multiplier": f"{multiplier:g}"}
+
+
 @dataclass
 class ClassCounts:
     """The counts of one pass (see the module docstring). ``tables[column]`` is
@@ -44,6 +59,8 @@ class ClassCounts:
     sizes: np.ndarray
     classes: np.ndarray
     tables: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: work_mem and hash_mem_multiplier the pass ran with (read by current_setting inside it)
+    settings: dict[str, str] = field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
@@ -91,7 +108,8 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
     classes, counts their rows and collects their values of each sensitive column
     (``array_agg``); the class-size histogram (``sizes``, ``classes``) and, per sensitive column
     ``i``, the (class id, value id, rows) table (``cids<i>``, ``vids<i>``, ``ns<i>``) are read
-    from that materialized result, all as int array texts. The class id is the group's row
+    from that materialized result (the histogram as int array texts, the tables packed:
+    :func:`packed`). The class id is the group's row
     number; value ids follow the values' order (NULL -1), which the ordered EMD needs. No sort
     on the QIs (:func:`count` turns sorts off for it): ordering ranges and text arrays (a
     dense_rank over them) cost 10 of 25 s at 2M release rows, and grew faster than the rows. One
@@ -128,8 +146,8 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
     # array rather than one hash of every (class, value) row), and the distinct values ranked
     # from the pairs rather than from every row again
     tables = "".join(
-        f"CROSS JOIN (SELECT array_agg(r.cid)::text AS cids{i}, array_agg(r.vid)::text AS vids{i},\n"
-        f"                   array_agg(r.n)::text AS ns{i}\n"
+        f"CROSS JOIN (SELECT {packed('r.cid')} AS cids{i}, {packed('r.vid')} AS vids{i},\n"
+        f"                   {packed('r.n')} AS ns{i}\n"
         f"            FROM (SELECT cv.cid, CASE WHEN cv.v IS NULL THEN -1 ELSE coalesce(d.vid, (SELECT count(*) FROM ranked{i})) END AS vid, cv.n\n"
         f"                  FROM pairs{i} AS cv\n"
         f"                  LEFT JOIN ranked{i} AS d ON d.v = cv.v) AS r) AS t{i}\n"
@@ -176,37 +194,41 @@ def storage_for(plpy, release: dict) -> tuple[str, Storage] | None:
             Storage(ident(plpy, schema, params["storage"]), stored_rows(plpy, params)))
 
 
-def classes_merge(plpy, storage: Storage, qis) -> bool:
+def classes_merge(plpy, storage: Storage, qis, work_mem: str) -> bool:
     """Whether two stored classes have the same released QIs, so that an analyst sees them as
     one class (possible, rare: e.g. two classes of only NULLs). Their counts are then taken from
     the view, whose GROUP BY merges them."""
     group = ", ".join(f"s.{ident(plpy, q)}" for q in qis)
-    with local_settings(plpy, work_mem=build_work_mem(plpy), enable_sort="off", jit="off"):
+    with local_settings(plpy, work_mem=work_mem, enable_sort="off", jit="off"):
         return plpy.execute(f"SELECT EXISTS (SELECT FROM {storage.relation} AS s GROUP BY {group} "
                             f"HAVING count(*) > 1) AS merge")[0]["merge"]
 
 
-def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None) -> ClassCounts:
+def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
+          budget: int | None = None) -> ClassCounts:
     """Run :func:`class_query` over ``relation`` (quoted) grouped by ``qis``; over ``storage``'s
     stored classes instead when ``relation`` is a compact release's view and no two of them
-    merge (checked first)."""
+    merge (checked first). ``budget``: the memory the pass is bounded by (:func:`pass_settings`)."""
     sensitive = list(dict.fromkeys(sensitive))
+    settings = pass_settings(plpy, budget)
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
     grouped = None       # values counted by their text are counted through the view
-    if storage is not None and not as_text and not classes_merge(plpy, storage, qis):
+    if storage is not None and not as_text and not classes_merge(plpy, storage, qis, settings["work_mem"]):
         grouped = per_class_query(plpy, storage.relation, storage.rows, sensitive)
     # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
     # rows, for a plan that runs once): JIT off too.
-    with local_settings(plpy, work_mem=build_work_mem(plpy), hash_mem_multiplier=HASH_MEM_MULTIPLIER,
-                        enable_sort="off", jit="off"):
+    with local_settings(plpy, **settings, enable_sort="off", jit="off"):
         row = plpy.execute(class_query(plpy, relation, qis, sensitive, as_text=as_text,
                                        grouped=grouped))[0]
-    tables = {s: tuple(int_array(row[f"{part}{i}"]) for part in ("cids", "vids", "ns"))
+        ran_with = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS work_mem, "
+                             "pg_catalog.current_setting('hash_mem_multiplier') AS hash_mem_multiplier")[0]
+    # each text parsed and let go before the next: one column's text at a time besides the arrays
+    tables = {s: tuple(int8_array(row.pop(f"{part}{i}")) for part in ("cids", "vids", "ns"))
               for i, s in enumerate(sensitive)}
     return ClassCounts(relation, tuple(qis), tuple(sensitive), int_array(row["sizes"]),
-                       int_array(row["classes"]), tables)
+                       int_array(row["classes"]), tables, dict(ran_with))
 
 
 class Counter:
@@ -214,8 +236,10 @@ class Counter:
     columns a later reader (the risk report) will ask for, so the first :meth:`get` (the check)
     counts them too and the later one is served from it."""
 
-    def __init__(self, plpy, release: dict | None = None):
+    def __init__(self, plpy, release: dict | None = None, budget: int | None = None):
         self._plpy = plpy
+        #: bytes the check's queries are bounded by (an out-of-core release's build_memory)
+        self.budget = budget
         self._expected: dict[tuple[str, frozenset], list[str]] = {}
         self._done: list[ClassCounts] = []
         # a compact release's view is counted from its stored classes
@@ -231,7 +255,7 @@ class Counter:
             if done.serves(relation, qis, sensitive):
                 return done
         wanted = list(sensitive) + self._expected.get((relation, frozenset(qis)), [])
-        counts = count(self._plpy, relation, qis, wanted, self._stored.get(relation))
+        counts = count(self._plpy, relation, qis, wanted, self._stored.get(relation), self.budget)
         self._done.append(counts)
         return counts
 
@@ -273,6 +297,23 @@ def orderable(plpy, display_type: str) -> bool:
         return True
     except plpy.SPIError:
         return False
+
+
+def packed(value: str) -> str:
+    """SQL of the int8 ``value``s of a group as one bytea of big-endian int8s (:func:`int8_array`):
+    8 bytes a value in the backend and here, where array_agg's state (a Datum and a null flag a
+    value, doubled as it grows), its array and that array's text each held the whole table (10M
+    release rows: ~5.7M (class, value) pairs per sensitive column) at once."""
+    return f"pg_catalog.string_agg(pg_catalog.int8send(({value})::int8), ''::bytea)"
+
+
+def int8_array(packed_values: bytes | None) -> np.ndarray:
+    """The values :func:`packed` sent (NULL: none)."""
+    if not packed_values:
+        return np.zeros(0, dtype=np.int64)
+    if len(packed_values) % 8:
+        raise ValueError(f"not a whole number of int8s: {len(packed_values)} bytes")
+    return np.frombuffer(packed_values, dtype=">i8").astype(np.int64)
 
 
 def int_array(text: str | None) -> np.ndarray:

@@ -216,7 +216,9 @@ def _checked(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMe
     if method is not None and method.check_relations is not None:
         method.check_relations(plpy, release)        # before anything reads them (its views)
     report_target = risk.stored_target(plpy, release, method)
-    counter = class_counts.Counter(plpy, release)
+    # an out-of-core release is checked within the memory it was built in
+    budget = ((run_stats or {}).get("metrics") or {}).get("out_of_core", {}).get("budget_bytes")
+    counter = class_counts.Counter(plpy, release, budget)
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive)
     def checks():

@@ -57,10 +57,10 @@ from dataclasses import dataclass, field
 
 from plpy_anon.core.errors import AnonError
 from plpy_anon.core.k_anonymity import MIN_K
-from plpy_anon.db.class_counts import ClassCounts, Counter
+from plpy_anon.db.class_counts import ClassCounts, Counter, pass_settings
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import check_genuine, storage_of
-from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
+from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 from plpy_anon.spec import ReleaseSpec
 
 
@@ -230,9 +230,9 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
     name = f"{release['release_schema']}.{release['release_name']}"
     spec = spec_for(plpy, release, stats, method)
     counts = None
+    counter = counter or Counter(plpy, release)
     if spec.class_key:
-        counts = (counter or Counter(plpy, release)).get(spec.relation, spec.class_key,
-                                                counted_sensitive(spec))
+        counts = counter.get(spec.relation, spec.class_key, counted_sensitive(spec))
         row = {"n_rows": counts.n_rows, "n_classes": counts.n_classes,
                "smallest": counts.smallest}
     else:
@@ -240,7 +240,7 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
                "n_classes": None, "smallest": None}
     # JIT off: a check's plan runs once, and above 1M rows its cost estimate triggers JIT
     # compilation that the run never earns back
-    with local_settings(plpy, work_mem=build_work_mem(plpy), jit="off"):
+    with local_settings(plpy, work_mem=pass_settings(plpy, counter.budget)["work_mem"], jit="off"):
         tables = {attr: plpy.execute(count_table_query(plpy, spec, attr, table))[0]
                   for attr, table in spec.count_tables.items()}
     model_figures, model_failures = check_models(spec, counts) if spec.models_asked() \
@@ -248,6 +248,8 @@ def check(plpy, release: dict, stats: dict | None, method: ReleaseMethod | None,
     figures = {"rows_expected": spec.expected_rows, "rows_released": row["n_rows"],
                "classes": row["n_classes"], "smallest_class": row["smallest"],
                "k": spec.k, "l": spec.l, "l_by_column": {}}
+    if counts is not None:
+        figures["counted_with"] = counts.settings
     failures = []
     if spec.expected_rows is None:
         failures.append("the build's statistics (rows read, rows suppressed) are missing, so its "

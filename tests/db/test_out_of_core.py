@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plpy_anon.cluster import ThrowawayCluster
+from tests.db.test_verification import SPLIT_BELOW_K, mondrian_tampered
 from tests.helpers import class_sizes, distinct_sensitive_per_class, notices, release_schema_of
 
 QIS = ["a", "b", "d"]
@@ -125,6 +126,36 @@ def test_out_of_core_and_in_memory_releases_agree_in_rows_and_guarantees(db, sch
     assert db.execute(ids.format(in_memory)).fetchone() == db.execute(ids.format(out_of_core)).fetchone()
     ncp = [figures[rel][0]["ncp_percent"] for rel in (in_memory, out_of_core)]
     assert abs(ncp[1] - ncp[0]) <= 0.25 * ncp[0]          # close utility on a small table
+
+
+def verification(db, rel):
+    row = db.execute("SELECT verification FROM anon.releases "
+                     "WHERE format('%%I.%%I', release_schema, release_name) = %s", (rel,)).fetchone()
+    return row[0] if isinstance(row[0], dict) else json.loads(row[0])
+
+
+def test_check_of_an_out_of_core_release_runs_within_its_budget_and_refuses_a_tampered_one(db, schema):
+    """The check's grouping of the released rows runs with work_mem and hash memory capped by
+    plpy_anon.build_memory (the settings read inside the check), and still counts every class:
+    a run whose classes were split below k is refused."""
+    synthetic(db, "src", 6000)
+    in_memory = release(db, schema, "src", "mem", k=5)
+    with budget(db, "512kB"):
+        rel = release(db, schema, "src", "ooc", k=5)
+    assert "out_of_core" in catalog(db, rel)[0]
+    capped, uncapped = verification(db, rel)["counted_with"], verification(db, in_memory)["counted_with"]
+    size = "SELECT pg_size_bytes(%s)"
+    work_mem = db.execute(size, (capped["work_mem"],)).fetchone()[0]
+    assert work_mem * float(capped["hash_mem_multiplier"]) <= 512 * 1024 // 4
+    assert db.execute(size, (uncapped["work_mem"],)).fetchone()[0] > work_mem
+    assert float(uncapped["hash_mem_multiplier"]) > float(capped["hash_mem_multiplier"])
+    check_release(db, rel, "src", 5)
+    with budget(db, "512kB"), mondrian_tampered(db, SPLIT_BELOW_K), \
+            pytest.raises(psycopg.errors.DataException) as failed:
+        release(db, schema, "src", "tampered", k=5)
+    assert "k = 5 promised" in failed.value.diag.message_primary
+    figures = json.loads(failed.value.diag.message_detail.removeprefix("figures: "))
+    assert figures["counted_with"] == capped
 
 
 def test_budget_that_is_not_a_size_is_refused(db, schema):

@@ -1,4 +1,4 @@
-"""The risk report's int8[] literals, parsed in C (plpy_anon.db.class_counts.int_array)."""
+"""The risk report's int8[] literals, parsed in C, and its packed int8s (plpy_anon.db.class_counts)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.db.class_counts import int_array
+from plpy_anon.db.class_counts import int8_array, int_array
 
 
 @settings(max_examples=80, deadline=None)
@@ -27,3 +27,17 @@ def test_empty_or_missing_is_an_empty_array(text):
 def test_what_is_not_an_integer_list_is_refused_not_cut_short(text):
     with pytest.raises(ValueError, match="not an array of integers"):
         int_array(text)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.integers(-2**63, 2**63 - 1), max_size=30))
+def test_packed_int8s_read_back_every_element_in_order(values):
+    sent = b"".join(v.to_bytes(8, "big", signed=True) for v in values)   # what int8send writes
+    parsed = int8_array(sent)
+    assert parsed.dtype == np.int64
+    assert parsed.tolist() == values
+
+
+def test_packed_bytes_that_are_no_whole_int8s_are_refused():
+    with pytest.raises(ValueError, match="not a whole number of int8s"):
+        int8_array(b"\x00" * 12)
