@@ -271,10 +271,15 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
                 failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of,
                                         per_group=True)
                 if failing.any():
-                    # a union that cannot hold becomes one group, which safe_against checks
-                    # against its ancestors like any other (the release's check refuses a
-                    # version with an unsafe union)
-                    merged = np.where(failing[overlap], overlap, np.arange(ids.size))
+                    # the release's check refuses a version with an unsafe union: its groups
+                    # that cannot hold merge with a near group (then the union may hold), or,
+                    # when all could, the union becomes one group, which safe_against checks
+                    # against its ancestors like any other
+                    cannot = np.flatnonzero(failing[overlap] & ~possible[:, HOLD])
+                    if cannot.size:
+                        merged = _merge_nearest(index, ids.size, cannot, points, ranged)
+                    else:
+                        merged = np.where(failing[overlap], overlap, np.arange(ids.size))
                     labels = _rename(ids, merged, index, step)
                     continue
             counts = stacked[np.arange(ids.size), choice]
