@@ -277,7 +277,10 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
                     # against its ancestors like any other
                     cannot = np.flatnonzero(failing[overlap] & ~possible[:, HOLD])
                     if cannot.size:
-                        merged = _merge_nearest(index, ids.size, cannot, points, ranged)
+                        # within the union: their boxes already overlap, so the union's box
+                        # grows least
+                        merged = _merge_nearest(index, ids.size, cannot, points, ranged,
+                                                within=overlap)
                     else:
                         merged = np.where(failing[overlap], overlap, np.arange(ids.size))
                     labels = _rename(ids, merged, index, step)
@@ -438,9 +441,10 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
 
 
 def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
-                   held=None) -> np.ndarray:
-    """Each bad group merged with a near group, among those holding a value it misses
-    (``missing``, ``held``: (G, V) bool) if any does, the one whose merged box overlaps the fewest
+                   held=None, within=None) -> np.ndarray:
+    """Each bad group merged with a near group (of its own union, ``within``: each group's, if
+    given), among those holding a value it misses (``missing``, ``held``: (G, V) bool) if any
+    does, the one whose merged box overlaps the fewest
     others (core.republication.GroupBoxes); the smallest index is the merged group's."""
     centroids = _centroids(index, n_groups, points)
     boxes = GroupBoxes(index, n_groups, points, ranged)
@@ -448,6 +452,8 @@ def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
     for g in bad.tolist():
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
+        if within is not None and ((within == within[g]).sum() > 1):
+            distance = np.where(within == within[g], distance, np.inf)
         if missing is not None and missing[g].any():
             helps = (held & missing[g]).any(axis=1)
             helps[g] = False
