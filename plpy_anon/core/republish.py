@@ -267,6 +267,24 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
             if overlap is not None:
                 choice = _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids)
+                counts = stacked[np.arange(ids.size), choice]
+                failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of,
+                                        per_group=True)
+                if failing.any():
+                    # the release's check refuses a version with an unsafe union: its groups
+                    # that cannot hold merge with a near group (then the union may hold), or,
+                    # when all could, the union becomes one group, which safe_against checks
+                    # against its ancestors like any other
+                    cannot = np.flatnonzero(failing[overlap] & ~possible[:, HOLD])
+                    if cannot.size:
+                        # within the union: their boxes already overlap, so the union's box
+                        # grows least
+                        merged = _merge_nearest(index, ids.size, cannot, points, ranged,
+                                                within=overlap)
+                    else:
+                        merged = np.where(failing[overlap], overlap, np.arange(ids.size))
+                    labels = _rename(ids, merged, index, step)
+                    continue
             counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
             published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
@@ -276,7 +294,16 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
                 "someone by difference")
-        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged), index, step)
+        # the values an earlier version showed in a group's ancestors that none of its options
+        # holds: a set of ancestors that lost one of them pins its leavers, and only a merge
+        # with a group holding it brings the value back (a merge with the nearest may not)
+        shown = np.zeros((ids.size, n_values), dtype=bool)
+        for version in history:
+            shown |= ancestors_sum(version, roots_of, ids) > 0
+        missing = shown & (stacked.max(axis=1) == 0)
+        missing[:, -1] = False
+        labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged, missing,
+                                             current > 0), index, step)
 
 
 def _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids) -> np.ndarray:
@@ -413,8 +440,11 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
     return np.bincount(index * n_values + codes, minlength=n_groups * n_values).reshape(n_groups, n_values)
 
 
-def _merge_nearest(index, n_groups, bad, points, ranged=None) -> np.ndarray:
-    """Each bad group merged with a near group, the one whose merged box overlaps the fewest
+def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
+                   held=None, within=None) -> np.ndarray:
+    """Each bad group merged with a near group (of its own union, ``within``: each group's, if
+    given), among those holding a value it misses (``missing``, ``held``: (G, V) bool) if any
+    does, the one whose merged box overlaps the fewest
     others (core.republication.GroupBoxes); the smallest index is the merged group's."""
     centroids = _centroids(index, n_groups, points)
     boxes = GroupBoxes(index, n_groups, points, ranged)
@@ -422,5 +452,12 @@ def _merge_nearest(index, n_groups, bad, points, ranged=None) -> np.ndarray:
     for g in bad.tolist():
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
+        if within is not None and ((within == within[g]).sum() > 1):
+            distance = np.where(within == within[g], distance, np.inf)
+        if missing is not None and missing[g].any():
+            helps = (held & missing[g]).any(axis=1)
+            helps[g] = False
+            if helps.any():
+                distance = np.where(helps, distance, np.inf)
         sets.union(g, boxes.merge_partner(g, distance))
     return sets.roots()

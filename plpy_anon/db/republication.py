@@ -461,11 +461,13 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
                "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
                "overlapping_classes": len(pairs), "unsafe_differences": int(pinned.sum()),
                "unsafe_unions": int(unions.sum())}
-    if figures["unsafe_differences"]:
+    if figures["unsafe_differences"] or figures["unsafe_unions"]:
         raise InsufficientData(
             f"this version of {release['release_schema']}.{release['release_name']} would let an "
             "analyst who kept earlier versions pin joiners or leavers by subtracting released values "
-            f"({figures['unsafe_differences']} group x earlier version pairs); nothing was published",
+            f"({figures['unsafe_differences']} group x earlier version pairs, "
+            f"{figures['unsafe_unions']} unions of overlapping classes x earlier versions); "
+            "nothing was published",
             detail=json.dumps(figures),
             hint="The published version stays. Report this with the release's parameters.")
     sizes = [int(n) for n in np.asarray(version["counts"]).sum(axis=1)]
