@@ -822,86 +822,97 @@ def _simulated(scan_table, repeats):
         bool((scan_table["protection_sd"].fillna(0) > 0).any())
 
 
-def _standard_errors(scan_table, repeats):
-    """The standard error of a k's mean protection, pooled over the scanned ks (the same for every
-    k; 0 when no spread was measured): ``sqrt(mean(protection_sd²) / repeats)``. One k's spread
-    from five simulations is itself off by a third, and a k whose spread came out small would
-    count as measurably below the plateau where a noisier k of lower protection would not."""
+#: the window of the protection curve's running mean: the ks within this distance in log k
+#: (k / 1.28 .. k * 1.28). MDAV releases at neighbouring ks protect alike, and one k's mean of five
+#: simulations moves by as much as the protection rises from k = 2 to 30 on Adult.
+SMOOTHING_WINDOW = 0.25
+#: the saturation point is where the smoothed protection has bought this share of the gain the
+#: scanned range buys over k_from: on a saturating curve still a steep part, where noise moves the
+#: crossing little; higher shares fall where it flattens and follow the seed (Adult, five seeds:
+#: 0.75 -> 17..24, 0.5 -> 7..9; docs/fusion.md)
+SATURATION_SHARE = 0.5
+#: a range whose smoothed protection gains less than this share of the sensitive variance over
+#: k_from buys nothing worth a larger k (a practical floor beside the line's noise test: the
+#: maximum of a noisy curve lies above its start even where nothing changes)
+MIN_SATURATION_GAIN = 0.02
+
+
+def smoothed_protection(scan_table):
+    """Protection (clipped at 1) averaged over the ks within SMOOTHING_WINDOW in log k of each k."""
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    log_k = np.log(scan_table["k"].to_numpy(dtype=float))
+    near = np.abs(log_k[:, None] - log_k[None, :]) <= SMOOTHING_WINDOW + 1e-12
+    return (near * protection[None, :]).sum(axis=1) / near.sum(axis=1)
+
+
+def _saturation_point(scan_table, repeats):
+    """``(index, plateau, threshold, flat)``: the smallest admissible k whose protection reaches
+    the threshold, the plateau (best protection reachable among the admissible ks) and whether
+    protection is flat (then the first admissible k, whose protection is the threshold).
+
+    Measured spread (``repeats`` > 1): flat when the line of protection on log k has a slope
+    within two standard errors of 0 (:func:`protection_trend`) or the smoothed curve gains less
+    than MIN_SATURATION_GAIN over k_from; otherwise on the smoothed curve
+    (:func:`smoothed_protection`) the plateau is its best admissible value and the threshold
+    k_from's value plus SATURATION_SHARE of the gain up to the plateau. Every quantity is a mean
+    over many ks, so the point moves little between re-runs, unlike where one k's noisy mean
+    first crosses a plateau. Without a measured spread (one simulation, exact protections): the
+    most protective admissible k itself."""
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(protection))
+    first = int(np.flatnonzero(over)[0])
     if not _simulated(scan_table, repeats):
-        return np.zeros(len(scan_table))
-    sd = scan_table["protection_sd"].fillna(0).to_numpy(dtype=float)
-    return np.full(len(sd), np.sqrt(np.mean(sd**2) / repeats))
-
-
-#: a k is saturated when the most protective admissible k beats it by less than this many
-#: standard errors of the difference (two: what a re-run with other seeds could reverse)
-SATURATION_ERRORS = 2.0
+        best = int(np.flatnonzero(over)[np.argmax(protection[over])])
+        return best, float(protection[best]), float(protection[best]), False
+    slope, se = protection_trend(scan_table)
+    if abs(slope) <= 2 * se:
+        return first, float(protection[over].mean()), float(protection[first]), True
+    smooth = smoothed_protection(scan_table)
+    plateau = float(smooth[over].max())
+    start = float(smooth[first])
+    if plateau - start < MIN_SATURATION_GAIN:
+        return first, plateau, start, True
+    threshold = start + SATURATION_SHARE * max(plateau - start, 0.0)
+    reached = np.flatnonzero(over & (smooth >= threshold - 1e-12))
+    return int(reached[0]), plateau, threshold, False
 
 
 def saturated(scan_table, repeats=1):
-    """Per k: whether more k buys nothing measurable over it. True when the most protective
-    admissible k (all ks when none is admissible) beats its protection by less than
-    SATURATION_ERRORS standard errors of the difference (a k's standard error pooled over the
-    ks: :func:`_standard_errors`; protection clipped at 1, as ``objective`` uses it).
-    Without a measured spread (one simulation, exact protections) only the most protective
-    protection itself is saturated. With one, a line of protection on log k whose slope is
-    within two standard errors of 0 (:func:`protection_trend`) saturates every k: the most
-    protective of many ks that do not differ is the noise's maximum, which a re-run moves."""
-    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
-    if _simulated(scan_table, repeats):
-        slope, se = protection_trend(scan_table)
-        if abs(slope) <= 2 * se:
-            return np.ones(len(protection), dtype=bool)
-    level, level_se = _plateau(scan_table, repeats)
-    se = _standard_errors(scan_table, repeats)
-    return protection >= level - SATURATION_ERRORS * np.sqrt(se**2 + level_se**2)
-
-
-def _plateau(scan_table, repeats):
-    """``(level, standard error)`` of the best protection reachable among the admissible ks: the
-    mean of the ks the level does not beat beyond the noise, from the most protective k down
-    until it holds (a fixed point). The most protective k alone is the maximum of noisy means,
-    which rises with every k scanned on a plateau; their mean does not. Without a measured
-    spread: the most protective k's protection."""
-    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
-    over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(protection))
-    se = _standard_errors(scan_table, repeats)
-    best = np.flatnonzero(over)[np.argmax(protection[over])]
-    level, level_se = protection[best], se[best]
-    for _ in range(len(protection)):  # the level only falls, so this ends well before
-        members = over & (protection >= level - SATURATION_ERRORS * np.sqrt(se**2 + level_se**2))
-        new_level = float(protection[members].mean())
-        new_se = float(np.sqrt((se[members] ** 2).sum()) / members.sum())
-        if new_level == level and new_se == level_se:
-            break
-        level, level_se = new_level, new_se
-    return level, level_se
+    """Per k: whether it lies past the point where more k stops paying: the ks from the
+    saturation point on (:func:`saturation`); every k when protection is flat; with no spread
+    measured, the most protective admissible k only."""
+    index, _, _, flat = _saturation_point(scan_table, repeats)
+    flags = np.zeros(len(scan_table), dtype=bool)
+    if flat:
+        flags[:] = True
+    elif _simulated(scan_table, repeats):
+        flags[index:] = True
+    else:
+        flags[index] = True
+    return flags
 
 
 def saturation(scan_table, repeats=1):
-    """Where more k stops buying protection: ``k``, the smallest admissible saturated k (the ks
-    after it are not measurably more protective and cost utility), its protection, the plateau
-    (``plateau``: the best protection reachable, :func:`_plateau`, and the ``margin`` at k),
-    the most protective admissible k and its protection, whether the line of protection on log
-    k is flat within its noise (``flat``: every k saturated), and whether more k bought nothing
-    inside the range (``inside_range``: k < k_to)."""
-    flags = saturated(scan_table, repeats)
+    """Where more k stops buying protection: ``k``, the saturation point
+    (:func:`_saturation_point`; on a saturating curve the ks after it buy less protection per
+    step of log k and cost utility), its protection, the ``plateau`` and the ``margin`` (plateau minus
+    the threshold reached at k), the most protective admissible k and its protection, whether
+    protection is flat (``flat``: every k saturated), and whether the point lies inside the
+    range (``inside_range``: k < k_to)."""
     protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
     ks = scan_table["k"].to_numpy()
     over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(ks))
-    first = int(np.flatnonzero(over & flags)[0])
+    index, plateau, threshold, flat = _saturation_point(scan_table, repeats)
     best = int(np.flatnonzero(over)[np.argmax(protection[over])])
-    level, level_se = _plateau(scan_table, repeats)
-    se = _standard_errors(scan_table, repeats)
     return {
-        "k": int(ks[first]),
-        "protection": float(protection[first]),
-        "plateau": level,
-        "margin": float(SATURATION_ERRORS * np.sqrt(se[first] ** 2 + level_se**2)),
+        "k": int(ks[index]),
+        "protection": float(protection[index]),
+        "plateau": plateau,
+        "margin": float(plateau - threshold),
         "most_protective_k": int(ks[best]),
         "protection_best": float(protection[best]),
-        "flat": bool(flags.all() and _simulated(scan_table, repeats)),
-        "inside_range": bool(ks[first] < ks[-1]),
+        "flat": bool(flat),
+        "inside_range": bool(ks[index] < ks[-1]),
     }
 
 
@@ -910,10 +921,11 @@ def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_uti
     """The admissible k of the best H among the ks up to saturation.
 
     The paper raises k while it stays admissible and takes the best H among those candidates.
-    Candidates past the saturation point (:func:`saturation`: the smallest admissible k whose
-    protection the most protective admissible k does not beat by more than the simulations'
-    noise) buy no measurable protection and cost utility, so they are left out: the choice does
-    not move with k_to once the range reaches the plateau, and lies inside the range.
+    Candidates past the saturation point (:func:`saturation`: the smallest admissible k where
+    protection averaged over neighbouring ks has bought half of what the scanned range buys over
+    k_from) are left out: beyond it a saturating protection buys less per step of log k than
+    before it, and the point is a landmark every re-run finds again (each simulation's known
+    sample moves protection at every k alike, which cancels in a share of the gain).
 
     Among the remaining candidates, with protections averaged over ``repeats`` simulations, H is
     computed from protection smoothed across those ks (a k's own mean moves between re-runs by as
