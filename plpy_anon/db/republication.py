@@ -324,30 +324,36 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     return figures
 
 
-def overlapping_classes(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, dict]:
+def overlapping_classes(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, dict, int]:
     """The pairs of released classes (from the released rows) that some person's QIs could lie
     in both -- their value sets share a value (NULL included) and their ranges meet on every QI,
     a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL lies in
-    every range) -- and the sensitive values (texts, NULL as None) of each class in a pair.
-    Classes meet first by equality of one listed value per set QI (a hash join), then by their
-    ranges (every pair of classes when no QI is a set)."""
+    every range) --, the sensitive values (texts, NULL as None) of each class in a pair, and how
+    many classes are in a pair. Classes meet first by equality of one listed value per set QI (a
+    hash join), then by their ranges; with no set QI, by ranks of their bounds swept in numpy
+    (:func:`overlapping_boxes`), never every pair of classes."""
     q = [f"q{i}" for i in range(len(qis))]
     group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
     selects = ", ".join(f"r.{ident(plpy, c.name)} AS {q[i]}" for i, c in enumerate(qis))
     s = f"r.{ident(plpy, sensitive.name)}"
-    listed, expand, conditions = [], "", ["true"]
+    classes = f"""
+        c AS MATERIALIZED (
+            SELECT pg_catalog.row_number() OVER () AS n, g.* FROM (
+                SELECT {selects}, pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals
+                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g)"""
+    listed, expand, conditions, ranged = [], "", ["true"], []
     for i, col in enumerate(qis):
         if _released_type(col) == "text[]":
             expand += f" CROSS JOIN LATERAL pg_catalog.unnest(c.{q[i]}) AS e{i}(x)"
             listed.append(f"e{i}.x")
         elif not qi_nulls[i]:
             conditions.append(f"coalesce(x.{q[i]} OPERATOR(pg_catalog.&&) y.{q[i]}, false)")
+            ranged.append(q[i])
+    if not listed:
+        return _overlapping_ranges(plpy, classes, ranged)
     key = f"pg_catalog.jsonb_build_array({', '.join(listed)})"
     rows = run(plpy, f"""
-        WITH c AS MATERIALIZED (
-            SELECT pg_catalog.row_number() OVER () AS n, g.* FROM (
-                SELECT {selects}, pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals
-                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g),
+        WITH {classes},
         e AS MATERIALIZED (SELECT DISTINCT c.n, {key} AS key FROM c{expand}),
         pairs AS (SELECT DISTINCT a.n AS a, b.n AS b FROM e a JOIN e b ON a.key = b.key AND a.n < b.n),
         overlapping AS (
@@ -359,7 +365,86 @@ def overlapping_classes(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[
         SELECT o.a, o.b, NULL, NULL FROM overlapping o""")
     pairs = [(r["a"], r["b"]) for r in rows if r["a"] is not None]
     values = {r["n"]: r["vals"] for r in rows if r["a"] is None}
-    return pairs, values
+    return pairs, values, len(values)
+
+
+def _overlapping_ranges(plpy, classes: str, ranged: list[str]) -> tuple[list, dict, int]:
+    """:func:`overlapping_classes` of releases whose QIs are all ranges (``ranged``: the ones
+    that decide, by their column in ``classes``): each bound coded by its rank among the
+    column's bounds (2 rank, one off for an exclusive bound: two ranges meet when each one's
+    lower code is at most the other's upper), in SQL in the type's own order."""
+    ranks, codes = [], []
+    for i, col in enumerate(ranged):
+        ranks.append(f"""
+        r{i} AS (SELECT v, pg_catalog.dense_rank() OVER (ORDER BY v) AS k FROM (
+            SELECT pg_catalog.lower({col}) AS v FROM c UNION SELECT pg_catalog.upper({col}) FROM c) u
+            WHERE v IS NOT NULL)""")
+        codes.append(f"""
+            CASE WHEN c.{col} IS NULL OR pg_catalog.isempty(c.{col}) THEN NULL
+                 WHEN pg_catalog.lower_inf(c.{col}) THEN -1
+                 ELSE 2 * (SELECT k FROM r{i} WHERE v = pg_catalog.lower(c.{col}))
+                      + CASE WHEN pg_catalog.lower_inc(c.{col}) THEN 0 ELSE 1 END END AS lo{i},
+            CASE WHEN c.{col} IS NULL OR pg_catalog.isempty(c.{col}) THEN NULL
+                 WHEN pg_catalog.upper_inf(c.{col}) THEN 9223372036854775807
+                 ELSE 2 * (SELECT k FROM r{i} WHERE v = pg_catalog.upper(c.{col}))
+                      - CASE WHEN pg_catalog.upper_inc(c.{col}) THEN 0 ELSE 1 END END AS hi{i}""")
+    rows = run(plpy, f"""
+        WITH {classes}{''.join(',' + r for r in ranks)}
+        SELECT c.n, c.vals{''.join(',' + c for c in codes)} FROM c ORDER BY c.n""")
+    n = np.array([r["n"] for r in rows], dtype=np.int64)
+    d = len(ranged)
+    # a NULL (or empty) range meets nothing, as && of NULL is not true
+    meets = np.array([all(r[f"lo{i}"] is not None for i in range(d)) for r in rows], dtype=bool)
+    lo = np.array([[r[f"lo{i}"] or 0 for i in range(d)] for r in rows], dtype=np.int64).reshape(len(rows), d)
+    hi = np.array([[r[f"hi{i}"] or 0 for i in range(d)] for r in rows], dtype=np.int64).reshape(len(rows), d)
+    a, b = overlapping_boxes(lo[meets], hi[meets])
+    keep = np.flatnonzero(meets)
+    pairs_a, pairs_b = n[keep[a]], n[keep[b]]
+    members = set(pairs_a.tolist()) | set(pairs_b.tolist())
+    values = {r["n"]: r["vals"] for r in rows if r["n"] in members}
+    return list(zip(pairs_a.tolist(), pairs_b.tolist())), values, len(values)
+
+
+#: candidate pairs tested at once by :func:`overlapping_boxes`
+BOX_CHUNK = 1 << 20
+
+
+def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
+    a dimension) that meet on every dimension; every box meets every other when there is no
+    dimension. A sweep over the dimension whose boxes overlap least: each box is tested only
+    against the boxes starting inside it there, so a partition's boxes cost about their number,
+    not its square (unless they really overlap)."""
+    count, dims = lo.shape
+    if count < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    if dims == 0:
+        # everything meets: a chain links them into one union
+        first = np.arange(count - 1, dtype=np.int64)
+        return first, first + 1
+    spans = []
+    for d in range(dims):
+        order = np.argsort(lo[:, d], kind="stable")
+        ends = np.searchsorted(lo[order, d], hi[order, d], side="right")
+        spans.append((int(np.maximum(ends - np.arange(1, count + 1), 0).sum()), d, order, ends))
+    _, d, order, ends = min(spans, key=lambda x: x[0])
+    starts = np.arange(1, count + 1)
+    lengths = np.maximum(ends - starts, 0)
+    out_a, out_b = [], []
+    i = 0
+    while i < count:
+        check_interrupts()
+        j = int(np.searchsorted(np.cumsum(lengths[i:]), BOX_CHUNK, side="right")) + i + 1
+        j = min(max(j, i + 1), count)
+        ln = lengths[i:j]
+        x = np.repeat(np.arange(i, j), ln)
+        y = (np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)) + np.repeat(starts[i:j], ln)
+        pa, pb = order[x], order[y]
+        ok = np.all((lo[pa] <= hi[pb]) & (lo[pb] <= hi[pa]), axis=1)
+        out_a.append(np.minimum(pa[ok], pb[ok]))
+        out_b.append(np.maximum(pa[ok], pb[ok]))
+        i = j
+    return np.concatenate(out_a), np.concatenate(out_b)
 
 
 def _unions(pairs, members: dict) -> Counter:
@@ -412,7 +497,7 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
             hint="Report this with the release's parameters.")
     # classes that could hold one person are one union to an analyst (from the released rows):
     # they must be the unions of groups the run linked, which are checked below
-    pairs, class_values = overlapping_classes(plpy, release, qi_columns, sensitive, qi_nulls)
+    pairs, class_values, overlapping = overlapping_classes(plpy, release, qi_columns, sensitive, qi_nulls)
     group_values = {g: [values[c] for c in np.repeat(np.arange(len(values)), row)]
                     for g, row in zip(version["group_ids"], version["counts"])}
     linked_ids = version.get("linked")
@@ -459,7 +544,7 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     unions = republish.unsafe_unions(models, ids, counts, linked, history, roots_of)
     figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
                "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
-               "overlapping_classes": len(pairs), "unsafe_differences": int(pinned.sum()),
+               "overlapping_classes": overlapping, "unsafe_differences": int(pinned.sum()),
                "unsafe_unions": int(unions.sum())}
     if figures["unsafe_differences"] or figures["unsafe_unions"]:
         raise InsufficientData(

@@ -217,8 +217,6 @@ def test_extreme_values_refresh_and_stay_l_diverse(db, schema, qis):
     assert smallest[0] >= 5 and smallest[1] >= 2
 
 
-@pytest.mark.xfail(strict=True, raises=psycopg.errors.QueryCanceled, reason="overlapping_classes joins every pair of released classes when no "
-                   "QI is a value set: quadratic (5k rows 3.2 s, 10k 12.1 s, 20k 49.7 s; fresh 0.4 s)")
 def test_a_stable_release_without_value_set_quasi_identifiers_is_not_quadratic_in_its_classes(db, schema):
     db.execute("CREATE TABLE big (id int PRIMARY KEY, a int, b int, dx text)")
     db.execute("INSERT INTO big SELECT g, (g * 7919) % 1000, (g * 104729) % 997, "

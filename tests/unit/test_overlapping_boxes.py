@@ -1,0 +1,57 @@
+"""The stable check's sweep over released class boxes finds exactly the pairs that meet on every
+dimension, as testing every pair does."""
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.db.republication import overlapping_boxes
+
+
+@st.composite
+def boxes(draw):
+    count = draw(st.integers(0, 40))
+    dims = draw(st.integers(0, 3))
+    width = draw(st.sampled_from([3, 10, 1000]))
+    lo = np.array(draw(st.lists(st.lists(st.integers(0, width), min_size=dims, max_size=dims),
+                                min_size=count, max_size=count)), dtype=np.int64).reshape(count, dims)
+    extent = np.array(draw(st.lists(st.lists(st.integers(0, width), min_size=dims, max_size=dims),
+                                    min_size=count, max_size=count)), dtype=np.int64).reshape(count, dims)
+    return lo, lo + extent
+
+
+def every_pair(lo, hi):
+    return {(a, b) for a in range(len(lo)) for b in range(a + 1, len(lo))
+            if all(lo[a, d] <= hi[b, d] and lo[b, d] <= hi[a, d] for d in range(lo.shape[1]))}
+
+
+def components(pairs, count):
+    parent = list(range(count))
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    return sorted(sorted(i for i in range(count) if find(i) == r) for r in {find(i) for i in range(count)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(boxes())
+def test_the_sweep_finds_the_pairs_every_pair_test_finds(case):
+    lo, hi = case
+    a, b = overlapping_boxes(lo, hi)
+    found = set(zip(a.tolist(), b.tolist()))
+    if lo.shape[1] == 0:        # every box meets every other: one union, linked as a chain
+        assert components(found, len(lo)) == components(every_pair(lo, hi), len(lo))
+    else:
+        assert found == every_pair(lo, hi)
+        assert len(found) == len(a)
+
+
+def test_a_partition_into_disjoint_boxes_tests_about_as_many_pairs_as_boxes():
+    side = 200
+    x, y = np.meshgrid(np.arange(side), np.arange(side))
+    lo = np.column_stack([x.ravel() * 2, y.ravel() * 2]).astype(np.int64)
+    a, _ = overlapping_boxes(lo, lo + 1)
+    assert a.size == 0
