@@ -64,7 +64,8 @@ def read(ctx: method.Run) -> ReleaseRows:
 
 def distance_values(frame) -> np.ndarray:
     """The QIs as numbers for MDAV's distances; a NULL sits one spread below its column's
-    smallest value, so the NULLs of a column group together, beside the smallest values."""
+    smallest value, near the other NULLs and the smallest values (not farther: the column's
+    z-scores would shrink every other distance on it)."""
     values = frame.to_numpy(dtype=np.float64, copy=True)
     for j in range(values.shape[1]):
         column = values[:, j]
