@@ -47,8 +47,8 @@ def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
             + ", ".join(f'"{c.name}" ({c.display_type})' for c in other),
             hint="Pass quasi_identifiers => ARRAY[...] naming integer, numeric or floating-point "
                  "columns only, or use anon.mondrian_view for the others.")
-    parameters = base_parameters(plpy, tbl, roles, qis, sens, k, None)
-    parameters["layout"] = spec.promise.layout
+    parameters = {**base_parameters(plpy, tbl, roles, qis, sens, k, None),
+                  "layout": spec.promise.layout}
     return release_plan(plpy, tbl, roles, parameters, f"{tbl.name}_mdav_k{k}",
                         partition_function="anon._mdav_partition_slices")
 
