@@ -10,9 +10,11 @@ hint naming the fix, in the style of scikit-learn's ``_parameter_constraints``.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
+from pathlib import Path
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.k_anonymity import HINT as K_HINT
@@ -261,8 +263,55 @@ FUSION = Surface("fusion", "fusion_resilient_view", (
     Parameter("accept_unprotected", "boolean", "false",
               help="Publish even when the verdict is 'unprotected' (recorded).")))
 
+# ------------------------------------------------------------------------------ plug-ins
+
+#: the shared parameters a method's declaration names instead of spelling them out
+SHARED = {p.name: p for p in (SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE,
+                              *MODELS, LAYOUT, REFRESH_MODE)}
+#: the methods declared in sql/functions/*.toml (``release = ...`` with ``parameters``), written
+#: by sql/build.py: the package installed in the backend has no sql/ directory to read them from
+DECLARED = Path(__file__).with_name("declared_methods.json")
+
+
+def declared_surface(method: str, function: str, entries: list) -> Surface:
+    """The surface a declaration gives: each entry is a shared parameter's name (:data:`SHARED`)
+    or a table ``{name, sql_type, default, help, hint, minimum, maximum, integer, choices}``."""
+    declared = []
+    for entry in entries:
+        if isinstance(entry, str):
+            if entry not in SHARED:
+                raise ValueError(f"method {method}: no shared parameter {entry!r} "
+                                 f"(shared: {', '.join(SHARED)})")
+            declared.append(SHARED[entry])
+            continue
+        entry = dict(entry)
+        constraint = None
+        if "choices" in entry:
+            constraint = Choice(tuple(entry.pop("choices")))
+        elif {"minimum", "maximum", "integer"} & set(entry):
+            constraint = Interval(entry.pop("minimum", None), entry.pop("maximum", None),
+                                  integer=entry.pop("integer", False))
+        declared.append(Parameter(constraint=constraint, **entry))
+    return Surface(method, function, tuple(declared))
+
+
+def declared_surfaces(declarations: dict) -> dict[str, Surface]:
+    """``{method: {"function": ..., "parameters": [...]}}`` -> their surfaces."""
+    return {method: declared_surface(method, d["function"], d["parameters"])
+            for method, d in declarations.items()}
+
+
+def _installed_declarations() -> dict:
+    return json.loads(DECLARED.read_text()) if DECLARED.exists() else {}
+
+
+#: the methods whose surfaces are written in this module
+BUILT_IN = {s.method: s for s in (MONDRIAN, PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN,
+                                  FUSION)}
+#: the methods declared only in sql/functions (plug-ins), by anon.releases.method
+PLUG_INS = declared_surfaces(_installed_declarations())
 #: every method's surface, by anon.releases.method
-SURFACES = {s.method: s for s in (MONDRIAN, PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN, FUSION)}
+SURFACES = {**BUILT_IN, **PLUG_INS}
 
 
 def function_parameters(function: str) -> list[Parameter]:

@@ -314,7 +314,7 @@ def method_parameters():
 def method_args(method: str, names: list[str] | None = None) -> list[str]:
     """The SQL arguments of release method ``method``'s function, from its declaration; with
     ``names``, those of its parameters in that order (another function taking the same ones)."""
-    surface = method_parameters().SURFACES[method]
+    surface = method_parameters().BUILT_IN[method]
     if names is None:
         return surface.sql_args()
     unknown = [n for n in names if n not in surface.by_name]
@@ -323,20 +323,67 @@ def method_args(method: str, names: list[str] | None = None) -> list[str]:
     return [surface.by_name[n].sql() for n in names]
 
 
-def release_function(method: str, comment: str) -> Function:
+def release_function(method: str, comment: str, function: str | None = None,
+                     parameters: list | None = None, run: str | None = None) -> Function:
     """The SQL function creating a release by ``method``: its name and arguments are the method's
-    declaration (plpy_anon.parameters); every one calls plpy_anon.db.creation.create."""
-    surface = method_parameters().SURFACES[method]
+    declaration (plpy_anon.parameters, or, for a plug-in, ``function`` and ``parameters`` here);
+    every one calls plpy_anon.db.creation.create."""
+    if parameters is None:
+        surface = method_parameters().BUILT_IN[method]
+    else:
+        surface = method_parameters().declared_surface(method, function, parameters)
     return Function(surface.function, args=surface.sql_args(), returns="text",
                     python="creation.create", positional=1, gd=True,
                     constants={"method": method}, comment=comment)
 
 
-def declarations(path: Path) -> list[Function]:
+# The run a plug-in's release query calls, by its declaration's ``run``: the function's result
+# type, and the entry point of plpy_anon/db/methods/<method>.py it calls.
+RUNS = {"partition_slices": ("SETOF anon.partition_slice", "partition", " ROWS 1")}
+PLUG_IN_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class RunFunction:
+    """``anon._<method>_<run>(release_id)``, the STABLE run a plug-in's release query calls (in
+    the snapshot of the query that joins its result back to the source), through the wrapper
+    that re-raises its errors with the message alone (``#WRAP``). Internal: not in the reference."""
+
+    def __init__(self, method: str, run: str):
+        if not PLUG_IN_NAME.match(method) or run not in RUNS:
+            sys.exit(f"build: bad plug-in declaration: method {method!r}, run {run!r} "
+                     f"(runs: {', '.join(RUNS)})")
+        self.method, self.run = method, run
+
+    def sql(self, venv: str, version: str) -> str:
+        returns, entry, rows = RUNS[self.run]
+        name = f"_{self.method}_{self.run}"
+        text = f"""
+#WRAP anon.{name}(release_id integer) RETURNS {returns} STABLE{rows}
+CREATE OR REPLACE FUNCTION anon.{name}_py(release_id integer)
+RETURNS {returns}
+LANGUAGE plpython3u STABLE{rows}
+SET search_path = pg_catalog, pg_temp
+SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'iso_8601'
+SET TimeZone = 'UTC'
+SET bytea_output = 'hex'
+AS $$
+#BOOTSTRAP
+from plpy_anon.db.methods import {self.method}
+return {self.method}.{entry}(plpy, GD, release_id)
+$$;
+"""
+        return WRAP.sub(clean_errors_wrapper, text).replace("#BOOTSTRAP", bootstrap(venv, version))
+
+
+def declarations(path: Path) -> list:
     functions = []
     for table in tomllib.loads(path.read_text())["function"]:
         if "release" in table:
-            functions.append(release_function(table.pop("release"), **table))
+            method, run = table.pop("release"), table.pop("run", None)
+            functions.append(release_function(method, **table))
+            if run is not None:
+                functions.append(RunFunction(method, run))
             continue
         if "method_args" in table:
             table["args"] = method_args(**table.pop("method_args"))
@@ -345,7 +392,32 @@ def declarations(path: Path) -> list[Function]:
 
 
 def all_declarations() -> list[Function]:
-    return [f for path in declaration_files() for f in declarations(path)]
+    """Every public function declared in sql/functions (the plug-ins' runs are internal)."""
+    return [f for path in declaration_files() for f in declarations(path)
+            if isinstance(f, Function)]
+
+
+def plug_ins() -> dict[str, dict]:
+    """The methods declared in sql/functions alone (``release`` with ``parameters``):
+    ``{method: {"function", "parameters", "run"}}``, what the package reads at run time
+    (plpy_anon/declared_methods.json) to know them."""
+    found = {}
+    for path in declaration_files():
+        for table in tomllib.loads(path.read_text())["function"]:
+            if "release" in table and "parameters" in table:
+                if not PLUG_IN_NAME.match(table["release"]):
+                    sys.exit(f"build: bad method name {table['release']!r} in {path.name}")
+                found[table["release"]] = {key: table.get(key)
+                                           for key in ("function", "parameters", "run")}
+    return found
+
+
+def write_plug_ins() -> Path:
+    """plpy_anon/declared_methods.json: the plug-ins' declarations, for the installed package."""
+    import json
+    path = ROOT / "plpy_anon" / "declared_methods.json"
+    path.write_text(json.dumps(plug_ins(), indent=1, sort_keys=True) + "\n")
+    return path
 
 
 HANDWRITTEN = re.compile(r"^CREATE OR REPLACE FUNCTION anon\.([a-z][a-z0-9_]*)\((.*?)\)\s*RETURNS\s+(.*?)\s*"
@@ -756,7 +828,7 @@ def main() -> None:
     if args.freeze:
         print(f"froze {package_version()}: {' '.join(freeze())}")
         return
-    for path in build(args.venv, Path(args.out)):
+    for path in [*build(args.venv, Path(args.out)), write_plug_ins()]:
         print(f"built {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if not args.no_docs:
         (ROOT / "docs" / "sql-reference.md").write_text(reference())

@@ -29,7 +29,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from plpy_anon.client import errors
-from plpy_anon.parameters import function_parameters
+from plpy_anon.parameters import SURFACES, function_parameters
 
 if TYPE_CHECKING:       # pandas is imported where a frame is made: a call returning no frame skips it
     import pandas as pd
@@ -322,13 +322,8 @@ class AnonClient:
         """Remove the hierarchy of ``source.column_name``; True if there was one."""
         return self.scalar("drop_hierarchy", source, column_name)
 
-    # ------------------------------------------------------------------ creating releases
-    # one method per SQL function of a release method, its signature read from the declarations
-    mondrian_view = release_method("mondrian_view")
-    break_merge = release_method("break_merge")
-    trust_view = release_method("trust_view")
-    pattern_view = release_method("pattern_view")
-    fusion_resilient_view = release_method("fusion_resilient_view")
+    # creating releases: one method per SQL function of a release method, added below the class
+    # from the declarations (release_methods)
 
     # ------------------------------------------------------------------ managing releases
     def releases(self) -> pd.DataFrame:
@@ -663,3 +658,12 @@ def printable(text: str) -> str:
     psql will run. psql ends a ``--`` comment at a carriage return too: a table named
     "t<carriage return>\\! command" would run the command on the machine loading an export."""
     return "".join(ch if ch.isprintable() else "?" for ch in text)
+
+
+def release_methods() -> list[str]:
+    """The SQL functions creating releases, built in or declared in sql/functions (plug-ins)."""
+    return sorted({surface.function for surface in SURFACES.values()})
+
+
+for _function in release_methods():
+    setattr(AnonClient, _function, release_method(_function))

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from plpy_anon.cli import main
-from tests.contract.methods import NUMERIC_QIS, QIS, create_table
+from plpy_anon.parameters import PLUG_INS, SURFACES
+from tests.contract.methods import BY_NAME, NUMERIC_QIS, QIS, create_table
 from tests.helpers import release_schema_of
 
 _names = itertools.count()
@@ -100,6 +101,22 @@ COMMANDS = {
     "revoke-analyst": lambda w: [w["role"]],
     "drop-release": lambda w: [w["doomed"]],
 }
+
+
+def plug_in_arguments(method):
+    """A plug-in's command (plpy_anon.parameters.PLUG_INS) runs with its contract entry's
+    arguments (tests/contract/methods.py), as options: no list of plug-ins here."""
+    def arguments(w):
+        options = ["--k", "5"] if method.k_arg == "k" else []
+        for name, value in method.fixed.items():
+            value = ",".join(value) if isinstance(value, list) else str(value)
+            options += [f"--{name.replace('_', '-')}", value]
+        return [w["source"], *options, "--release-schema", w["schema"]]
+    return arguments
+
+
+COMMANDS.update({SURFACES[name].function.replace("_", "-"):
+                 plug_in_arguments(BY_NAME[SURFACES[name].function]) for name in PLUG_INS})
 
 
 def integral_floats(value, path="$"):

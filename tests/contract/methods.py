@@ -130,6 +130,10 @@ METHODS = [
            # one simulation per k: the contract is the release's life, not the attack's statistics
            fixed={"sensitive": "salary", "identifier": "id", "attributes": NUMERIC_QIS, "repeats": 1},
            qi_columns=tuple(NUMERIC_QIS), values="microaggregated"),
+    # a plug-in: declared in sql/functions alone (120-mdav.toml)
+    Method("mdav_view", "mdav_view", no_l="mdav_view promises k only",
+           fixed={"quasi_identifiers": NUMERIC_QIS, "sensitive": ["salary"]},
+           qi_columns=tuple(NUMERIC_QIS)),
     # a method from outside the package (random_groups.py; conftest.py installs it)
     Method("random_groups_view", "random_groups_view",
            no_l="random groups promise k only", fixed={"quasi_identifiers": QIS, "sensitive": ["salary"]}),

@@ -1,10 +1,11 @@
 """The registry of release methods: ``anon.releases.method`` -> its ``ReleaseMethod`` (method.py).
 
-Explicit on purpose, and lazy: ``REGISTRY[name]`` imports the module of that one method when it is
-first asked for, so refreshing a Mondrian release does not pay for scikit-learn (fusion) or scipy
-(pattern) in a backend that never uses them. A seventh method of the package adds its module and
-one ``case`` below: a package scan would have to import every module to find its
-``RELEASE_METHOD`` (the cost this laziness avoids), and names are never turned into import paths.
+Lazy: ``REGISTRY[name]`` imports the module of that one method when it is first asked for, so
+refreshing a Mondrian release does not pay for scikit-learn (fusion) or scipy (pattern) in a
+backend that never uses them. The built-in methods are listed below; a method declared in
+sql/functions alone (a plug-in: ``parameters.PLUG_INS``, from the build's declarations) is found
+as ``plpy_anon.db.methods.<name>``: only names the build declared (checked against PLUG_INS and
+``[a-z][a-z0-9_]*``) become import paths, never a name read from the catalog as such.
 A method defined outside the package (tests/contract/random_groups.py) is added to one backend
 with ``register``: only code already running in the backend can call it, that is PL/Python code,
 which only a superuser can create. Imported only by the top of
@@ -14,11 +15,17 @@ release_rows), never this module.
 """
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Iterator, Mapping
 
 from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.parameters import PLUG_INS
 
-NAMES = ("break_merge", "fusion", "mondrian", "pattern", "prioritized_mondrian", "trust")
+BUILT_IN = ("break_merge", "fusion", "mondrian", "pattern", "prioritized_mondrian", "trust")
+#: every method of plpy_anon: built in, then the plug-ins the build declared
+NAMES = (*BUILT_IN, *sorted(name for name in PLUG_INS if re.fullmatch(r"[a-z][a-z0-9_]*", name)
+                            and name not in BUILT_IN))
 
 
 def _module(name: str):
@@ -36,6 +43,8 @@ def _module(name: str):
             from plpy_anon.db.methods import prioritized_mondrian as module
         case "trust":
             from plpy_anon.db.methods import trust as module
+        case _ if name in NAMES:
+            module = importlib.import_module(f"plpy_anon.db.methods.{name}")
         case _:
             return None
     return module

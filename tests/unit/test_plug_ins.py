@@ -1,0 +1,120 @@
+"""A release method is a plug-in: declared in sql/functions (``release`` with ``parameters``) and
+coded in plpy_anon/db/methods/<name>.py, it needs no other file. Its SQL function and run, its
+parameters, its registry entry, the client's method and the CLI's command all come from the
+declaration; these tests read them from the declarations, never from a list of names."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from plpy_anon import parameters
+from plpy_anon.core.errors import InvalidParameter
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_build():
+    spec = importlib.util.spec_from_file_location("sql_build_plug_ins", ROOT / "sql" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def build():
+    return load_build()
+
+
+def test_the_package_knows_the_plug_ins_the_declarations_name(build):
+    """plpy_anon/declared_methods.json (what the installed package reads) is the declarations'."""
+    declared = build.plug_ins()
+    assert "mdav" in declared
+    assert set(parameters.PLUG_INS) == set(declared)
+    for name, declaration in declared.items():
+        assert parameters.SURFACES[name] == parameters.declared_surface(
+            name, declaration["function"], declaration["parameters"])
+
+
+def test_every_method_has_its_sql_function_registry_entry_client_method_and_command(build):
+    from plpy_anon.cli import main
+    from plpy_anon.client.api import AnonClient
+    from plpy_anon.db.methods.registry import NAMES
+
+    sql_functions = {f.name: f for f in build.all_declarations()}
+    runs = {f.method for path in build.declaration_files() for f in build.declarations(path)
+            if isinstance(f, build.RunFunction)}
+    assert set(NAMES) == set(parameters.SURFACES)
+    for name, surface in parameters.SURFACES.items():
+        function = sql_functions[surface.function]
+        assert [a.name for a in function.args] == [p.name for p in surface.parameters] \
+            or surface.function == "mondrian_view"          # one function, two methods
+        client_parameters = inspect.signature(getattr(AnonClient, surface.function)).parameters
+        assert set(surface.by_name) <= set(client_parameters)
+        assert surface.function.replace("_", "-") in main.commands
+        if name in parameters.PLUG_INS:
+            assert name in runs
+
+
+def mentions(name: str) -> re.Pattern:
+    """The method ``name`` referred to as a method: its SQL function or run, its module, its
+    catalog name as a string."""
+    return re.compile(rf"\b{name}_view\b|\b_{name}_|methods(\.| import ){name}\b|[\"']{name}[\"']")
+
+
+def test_a_plug_in_is_named_only_in_its_own_files():
+    """Outside the pure core's algorithm, its module and its declaration, no source file of the
+    package or of sql/ names a plug-in: the registry, the parameters, the client and the CLI
+    find it from the declaration."""
+    tracked = subprocess.run(["git", "ls-files", "plpy_anon", "sql", "pyproject.toml", "Makefile"],
+                             cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+    for name in parameters.PLUG_INS:
+        own = {f"plpy_anon/db/methods/{name}.py", f"plpy_anon/core/{name}.py"}
+        own |= {str(p.relative_to(ROOT)) for p in (ROOT / "sql" / "functions").glob("*.toml")
+                if re.search(rf'^release = "{name}"', p.read_text(), re.MULTILINE)}
+        pattern = mentions(name)
+        elsewhere = [path for path in tracked if path not in own and (ROOT / path).is_file()
+                     and pattern.search((ROOT / path).read_text(errors="replace"))]
+        assert elsewhere == [], name
+        assert len(own) == 3, own
+
+
+def test_a_new_declaration_gives_a_checked_surface_a_sql_function_and_a_run(build, monkeypatch):
+    """What a declaration alone yields, for a method no file names: its parameters with their
+    constraints (k's one minimum among them), the SQL function's arguments, its run calling
+    plpy_anon.db.methods.<name>, and the client's method."""
+    entries = ["source", "k", {"name": "width", "sql_type": "integer", "default": "3",
+                               "minimum": 1, "integer": True, "help": "A width.",
+                               "hint": "Pass width => 1 or more."}, "release_name"]
+    surface = parameters.declared_surface("toy", "toy_view", entries)
+    with pytest.raises(InvalidParameter, match="k must be at least 2"):
+        surface.validate({"k": 1})
+    with pytest.raises(InvalidParameter, match="width must be at least 1"):
+        surface.validate({"width": 0})
+    assert surface.validate({"k": 2, "width": None}) == {"k": 2, "width": 3}
+    function = build.release_function("toy", "Toy releases.", function="toy_view",
+                                      parameters=entries)
+    assert [a.name for a in function.args] == ["source", "k", "width", "release_name"]
+    run = build.RunFunction("toy", "partition_slices").sql("/opt/venv", "9.9.9")
+    assert "CREATE OR REPLACE FUNCTION anon._toy_partition_slices(release_id integer)" in run
+    assert "from plpy_anon.db.methods import toy\nreturn toy.partition(plpy, GD, release_id)" in run
+
+    from plpy_anon.client import api
+    monkeypatch.setitem(parameters.SURFACES, "toy", surface)
+    signature = inspect.signature(api.release_method("toy_view"))
+    assert list(signature.parameters) == ["self", "source", "k", "width", "release_name"]
+
+
+def test_a_declaration_naming_no_shared_parameter_is_refused():
+    with pytest.raises(ValueError, match="no shared parameter 'kk'"):
+        parameters.declared_surface("toy", "toy_view", ["source", "kk"])
+
+
+@pytest.mark.parametrize("name", ["Toy", "toy-view", "../x", "toy;drop"])
+def test_a_plug_in_name_that_is_no_module_name_is_refused(build, name):
+    with pytest.raises(SystemExit):
+        build.RunFunction(name, "partition_slices")
