@@ -117,10 +117,22 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             else:
                 # a value outside a group's set widens it as much as a whole range
                 outside += ~sets[0][:, sets[1][chunk]].T
-        distance = ((points[chunk, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+        distance = _squared_distances(points[chunk], centroids)
         # how far outside first (points are scaled to [0, 1]), then the centroid's distance
         labels[chunk] = ids[(outside * 1e6 + distance).argmin(axis=1)]
     return labels
+
+
+def _squared_distances(points: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """(rows, groups) squared distances, summed dimension by dimension (no (rows, groups, d)
+    array); numpy sums fewer than 8 terms in order, so below 8 dimensions these are the
+    same floats as ``((p[:, None] - c[None]) ** 2).sum(axis=2)``, ties broken alike."""
+    if points.shape[1] >= 8:
+        return ((points[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+    out = np.zeros((points.shape[0], centroids.shape[0]))
+    for d in range(points.shape[1]):
+        out += (points[:, d, None] - centroids[None, :, d]) ** 2
+    return out
 
 
 def _centroids(labels: np.ndarray, n_groups: int, points: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.core.republication import MERGE_CANDIDATES, GroupBoxes
+from plpy_anon.core.republication import MERGE_CANDIDATES, GroupBoxes, _squared_distances
 
 
 def reference_partner(labels, n_groups, points, ranged, g, distance):
@@ -62,3 +62,15 @@ def test_merge_partner_is_the_reference_choice(seed, n_groups, d, codes):
         distance[rng.random(n_groups) < 0.3] = np.inf
         assert boxes.merge_partner(g, distance) == reference_partner(
             labels, n_groups, points, ranged, g, distance)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 40), st.integers(1, 10))
+def test_squared_distances_are_the_floats_of_the_broadcast_sum(seed, rows, groups, d):
+    """Summed dimension by dimension, the same floats (so the same nearest group, ties
+    included) as the (rows, groups, d) array summed on its last axis."""
+    rng = np.random.default_rng(seed)
+    points = rng.random((rows, d))
+    centroids = np.concatenate([rng.random((groups, d)), points[:1]])  # a tie at distance 0
+    want = ((points[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+    assert np.array_equal(_squared_distances(points, centroids), want)
