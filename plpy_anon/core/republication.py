@@ -117,10 +117,22 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             else:
                 # a value outside a group's set widens it as much as a whole range
                 outside += ~sets[0][:, sets[1][chunk]].T
-        distance = ((points[chunk, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+        distance = _squared_distances(points[chunk], centroids)
         # how far outside first (points are scaled to [0, 1]), then the centroid's distance
         labels[chunk] = ids[(outside * 1e6 + distance).argmin(axis=1)]
     return labels
+
+
+def _squared_distances(points: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """(rows, groups) squared distances, summed dimension by dimension (no (rows, groups, d)
+    array); numpy sums fewer than 8 terms in order, so below 8 dimensions these are the
+    same floats as ``((p[:, None] - c[None]) ** 2).sum(axis=2)``, ties broken alike."""
+    if points.shape[1] >= 8:
+        return ((points[:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+    out = np.zeros((points.shape[0], centroids.shape[0]))
+    for d in range(points.shape[1]):
+        out += (points[:, d, None] - centroids[None, :, d]) ** 2
+    return out
 
 
 def _centroids(labels: np.ndarray, n_groups: int, points: np.ndarray) -> np.ndarray:
@@ -215,7 +227,7 @@ class GroupBoxes:
                 _, code = np.unique(col, return_inverse=True)
                 member = np.zeros((n_groups, int(code.max()) + 1), dtype=bool)
                 member[labels, code.ravel()] = True
-                self.dims.append((member,))
+                self.dims.append((member, _words(member)))
 
     def merge_partner(self, g: int, distance: np.ndarray) -> int:
         """Among the MERGE_CANDIDATES groups nearest ``g`` (``distance``: inf where not
@@ -226,14 +238,22 @@ class GroupBoxes:
             return int(near[0]) if near.size else int(np.argmin(distance))
         meet = np.ones((near.size, self.n_groups), dtype=bool)
         for dim in self.dims:
-            if len(dim) == 2:
+            if dim[0].dtype != bool:
                 low, high = dim
                 lo, hi = np.minimum(low[g], low[near]), np.maximum(high[g], high[near])
                 meet &= (lo[:, None] <= high[None, :]) & (low[None, :] <= hi[:, None])
             else:
-                member = dim[0]
-                union = member[g][None, :] | member[near]
-                meet &= (union.astype(np.float32) @ member.T.astype(np.float32)) > 0
+                member, words = dim
+                # the merged set shares a code with a group's set: a common bit in some word
+                union = _words(member[g][None, :] | member[near])
+                meet &= ((union[:, None, :] & words[None, :, :]) != 0).any(axis=2)
         meet[:, g] = False
         meet[np.arange(near.size), near] = False
         return int(near[np.lexsort((distance[near], meet.sum(axis=1)))[0]])
+
+
+def _words(member: np.ndarray) -> np.ndarray:
+    """(n, V) bool as (n, ceil(V / 64)) uint64 bit sets."""
+    packed = np.packbits(member, axis=1)
+    packed = np.pad(packed, ((0, 0), (0, -packed.shape[1] % 8)))
+    return np.ascontiguousarray(packed).view(np.uint64)

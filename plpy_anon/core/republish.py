@@ -387,7 +387,12 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
     union, by the smallest index in it), or None when every box is apart. Two boxes
     overlap when some person's QIs could lie in both: on every QI, their ranges (smallest and
     largest non-NULL code) meet, or some row has a NULL there (a NULL lies in every range), and
-    their sets share a code (NULL's included)."""
+    their sets share a code (NULL's included).
+
+    Pairs are found by sort and sweep on the most selective QI (the pairs whose ranges meet
+    there, or that share a code), then tested on every QI: the cost follows the pairs that
+    could overlap, not the square of the groups."""
+    index = np.asarray(index, dtype=np.int64)
     tests = []
     for d in range(qi_codes.shape[1]):
         col = np.asarray(qi_codes[:, d], dtype=np.int64)
@@ -398,37 +403,129 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
             np.minimum.at(low, index[valued], col[valued])
             np.maximum.at(high, index[valued], col[valued])
             # a NULL meets every range: with one in the table, ranges always meet there
-            null = np.full(n_groups, bool((~valued).any()))
-            tests.append(("range", low, high, null))
+            tests.append(("range", low, high, bool((~valued).any())))
         else:
             _, code = np.unique(col, return_inverse=True)
-            member = np.zeros((n_groups, int(code.max()) + 1), dtype=np.float32)
-            member[index, code.ravel()] = 1.0
-            tests.append(("set", member))
-    sets = SmallestRootSets(n_groups)
+            code = code.ravel()
+            width = int(code.max()) + 1 if code.size else 1
+            member = np.zeros((n_groups, width), dtype=bool)
+            member[index, code] = True
+            # (group * width + code) of each code a group holds
+            held = np.flatnonzero(member.ravel())
+            tests.append(("set", np.packbits(member, axis=1), held, width))
+    labels = np.arange(n_groups, dtype=np.int64)
     found = False
-    for start in range(0, n_groups, BLOCK):
+    for a, b in _candidate_pairs(tests, n_groups):
         check_interrupts()
-        block = slice(start, min(start + BLOCK, n_groups))
-        # each pair once (the later group of the pair in the block's rows)
-        meet = np.arange(n_groups)[None, :] < np.arange(start, block.stop)[:, None]
+        meet = np.ones(a.size, dtype=bool)
         for test in tests:
             if test[0] == "range":
                 _, low, high, null = test
-                meet &= ((low[block, None] <= high[None, :]) & (low[None, :] <= high[block, None])) \
-                    | null[block, None] | null[None, :]
+                if not null:
+                    meet &= (low[a] <= high[b]) & (low[b] <= high[a])
             else:
-                meet &= (test[1][block] @ test[1].T) > 0
-        a, b = np.nonzero(meet)
-        for g, h in zip((a + start).tolist(), b.tolist()):
-            if sets.find(g) != sets.find(h):
-                sets.union(g, h)
-                found = True
-    return sets.roots() if found else None
+                packed = test[1]
+                meet &= (packed[a] & packed[b]).any(axis=1)
+        if meet.any():
+            found = True
+            labels = _smallest_roots(labels, a[meet], b[meet])
+    return labels if found else None
 
 
-#: rows of the overlap matrix computed at once (BLOCK x groups booleans)
-BLOCK = 1024
+#: candidate pairs tested at once
+PAIR_CHUNK = 1 << 20
+#: groups at most in a part of the space whose pairs are all listed
+LEAF = 32
+
+
+def _candidate_pairs(tests, n_groups: int):
+    """Chunks (a, b) of group pairs, a < b, that hold every overlapping pair (and few others).
+
+    The groups are cut recursively, like a k-d tree, on a QI at the code that the fewest boxes
+    straddle among those that leave at least a quarter of them on each side (a set QI by its
+    smallest and largest code held); a box that straddles the cut goes to both sides, so two
+    boxes that overlap, sharing a point (a code), meet in some part; then the pairs of each
+    part are listed."""
+    spans = []
+    for test in tests:
+        if test[0] == "range" and not test[3]:
+            spans.append((test[1], test[2]))
+        elif test[0] == "set":
+            held, width = test[2], test[3]
+            groups, codes = held // width, held % width
+            low = np.full(n_groups, np.iinfo(np.int64).max)
+            high = np.full(n_groups, -1)
+            np.minimum.at(low, groups, codes)
+            np.maximum.at(high, groups, codes)
+            spans.append((low, high))
+    pending, listed = [np.arange(n_groups)], []
+    size = 0
+    while pending:
+        part = pending.pop()
+        cut = _best_cut(part, spans) if part.size > LEAF else None
+        if cut is not None:
+            d, x = cut
+            low, high = spans[d]
+            pending.append(part[low[part] < x])
+            pending.append(part[high[part] >= x])
+            continue
+        a, b = np.nonzero(np.arange(part.size)[None, :] < np.arange(part.size)[:, None])
+        listed.append((part[b], part[a]))
+        size += a.size
+        if size >= PAIR_CHUNK:
+            yield _listed_pairs(listed)
+            listed, size = [], 0
+    if listed:
+        yield _listed_pairs(listed)
+
+
+def _best_cut(part, spans):
+    """(QI, code) cutting ``part`` with the fewest straddling boxes, at least a quarter of the
+    part wholly on each side; None if no cut leaves fewer than the part on each side."""
+    best = None
+    quarter = part.size // 4
+    for d, (low, high) in enumerate(spans):
+        lows, highs = np.sort(low[part]), np.sort(high[part])
+        xs = lows[quarter:part.size - quarter + 1]
+        if xs.size == 0:
+            continue
+        below = np.searchsorted(highs, xs, side="left")      # wholly left: high < x
+        above = part.size - np.searchsorted(lows, xs, side="left")  # wholly right: low >= x
+        ok = (below >= quarter) & (above >= quarter) & (below > 0) & (above > 0)
+        if not ok.any():
+            continue
+        straddle = np.where(ok, part.size - below - above, part.size)
+        i = int(np.argmin(straddle))
+        if best is None or straddle[i] < best[0]:
+            best = (int(straddle[i]), d, xs[i])
+    if best is None or best[0] >= part.size // 2:
+        return None
+    return best[1], best[2]
+
+
+def _listed_pairs(listed):
+    """The pairs of the parts listed (a pair in several parts comes more than once)."""
+    return np.concatenate([p[0] for p in listed]), np.concatenate([p[1] for p in listed])
+
+
+def _smallest_roots(labels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``labels`` (each group's union, by its smallest index) with the pairs (a, b) joined: the
+    roots of each pair hooked onto the smaller, then paths shortened, until every pair agrees."""
+    labels = labels.copy()
+    while True:
+        ra, rb = labels[a], labels[b]
+        differ = ra != rb
+        if not differ.any():
+            return labels
+        ra, rb = ra[differ], rb[differ]
+        lowest = np.minimum(ra, rb)
+        np.minimum.at(labels, ra, lowest)
+        np.minimum.at(labels, rb, lowest)
+        while True:
+            jumped = labels[labels]
+            if np.array_equal(jumped, labels):
+                break
+            labels = jumped
 
 
 def _keeps(current: np.ndarray, option: np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republish import Version
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import guards
+from plpy_anon.db import guards, timing
 from plpy_anon.db.generalization import output_type
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
 
@@ -305,13 +305,16 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     state = run(plpy, STATE_ARRAYS, ["int4"], [release["release_id"]])[0]
     # the groups people were published in by the last version, before the check replaces them
     before = {bytes(h): g for h, g in zip(state["persons"] or [], state["groups"] or [])}
-    with local_settings(plpy, jit="off"):
+    with local_settings(plpy, jit="off"), timing.phase("check_classes"):
         classes = released_classes(plpy, release, qis, sensitive, qi_texts)
-    figures = remember(plpy, release["release_id"], parameters, hashes, groups, classes, state)
+    with timing.phase("check_candidates"):
+        figures = remember(plpy, release["release_id"], parameters, hashes, groups, classes, state)
     if stashed["version"] is not None:
         nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
-        figures.update(check_differences(plpy, release, parameters, sensitive[0], stashed["version"],
-                                         before, dict(zip(hashes, groups)), qis, nulls))
+        with timing.phase("check_differences"):
+            figures.update(check_differences(plpy, release, parameters, sensitive[0],
+                                             stashed["version"], before, dict(zip(hashes, groups)),
+                                             qis, nulls))
     l = parameters.get("l")
     if l is not None and figures["below_l"]:
         raise InsufficientData(

@@ -111,6 +111,13 @@ def measure(conn, name: str, shape: dict) -> list[list]:
         t0 = time.perf_counter()
         conn.execute(f"SELECT anon.refresh('{releases[mode]}')")
         refreshed[mode] = time.perf_counter() - t0
+        phases = conn.execute(
+            "SELECT phases FROM anon.refresh_history WHERE release_name LIKE %s "
+            "ORDER BY refresh_id DESC LIMIT 1", (f"%{name}_{mode}",)).fetchone()
+        if phases and phases[0]:
+            print(f"  {name} {mode} refresh phases (s): " + ", ".join(
+                f"{p} {s:.2f}" for p, s in sorted(phases[0].items(), key=lambda i: -i[1])),
+                flush=True)
     rows = []
     across = conn.execute(
         "SELECT verification -> 'across_versions' FROM anon.release_status() WHERE release = %s",

@@ -16,7 +16,7 @@ from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import stable_partition
-from plpy_anon.db import compact, method, out_of_core, republication, stored_classes
+from plpy_anon.db import compact, method, out_of_core, republication, stored_classes, timing
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods.mondrian_family import (
@@ -100,8 +100,9 @@ class StableGroups:
         # grouped by the l model the release asks for, which its verification checks
         models = Models(l=rows.l, l_diversity=spec.promise.l_diversity, c=spec.promise.c)
         qi_codes, ranged = republication.qi_boxes(rows.encoded)
-        self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
-                                        people.cohort_values, rows.k, rows.l, models, ranged)
+        with timing.phase("stable_groups"):
+            self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
+                                            people.cohort_values, rows.k, rows.l, models, ranged)
         self.published_ = None
         if rows.sensitive is not None and people.versions:
             if rows.read is None:
@@ -110,9 +111,11 @@ class StableGroups:
                     "versions showed, and this release joins its rows back to the source",
                     hint="Recreate the release with replace => true (without plpy_anon.join_back), "
                          "or with refresh_mode => 'fresh'.")
-            self.published_ = republish.publish(
-                self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
-                people.versions, people.lineage, people.roots, rows.k, models, qi_codes, ranged)
+            with timing.phase("stable_multisets"):
+                self.published_ = republish.publish(
+                    self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
+                    people.versions, people.lineage, people.roots, rows.k, models, qi_codes,
+                    ranged)
             self.groups_ = self.published_.labels
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
         self.labels_ = self.labels_.ravel()
