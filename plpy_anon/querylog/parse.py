@@ -140,6 +140,10 @@ def parse_statement(text: str, tokens: list | None = None) -> tuple[tuple, str |
     try:
         parsed = _PARSER.parse(_TOKENIZER.tokenize(text) if tokens is None else tokens, text)
     except SqlglotError as error:
+        if tokens is None and not text.endswith("\n"):
+            # sqlglot's tokenizer fails on a text ending in an empty string after a $n parameter
+            # ("... a = $1 AND b = ''"), and reads it with a line end after it
+            return parse_statement(text + "\n")
         return (), _first_line(str(error))
     except (ValueError, RecursionError) as error:  # sqlglot raises these on a few odd inputs
         return (), _first_line(f"{type(error).__name__}: {error}")

@@ -106,12 +106,15 @@ class _Template(NamedTuple):
     text: str
     kept: dict          # marker -> (literal slot, is a LIKE pattern)
     structural: dict    # literal slot -> value every statement filled must have
+    patterns: tuple = ()    # slots of LIKE patterns replaced: learning did not use the first's
 
     def fill(self, literals) -> Redacted | None:
         """This statement's stored form (its values at the markers), or None when the template
         does not apply to it."""
         if any(literals[slot][1] != value for slot, value in self.structural.items()):
             return None
+        if any(_like_condition(None, literals[slot][1]) is not None for slot in self.patterns):
+            return None              # a pattern learning uses is kept: this statement on its own
         text = self.text
         for marker, (slot, like) in self.kept.items():
             value = literals[slot][1]
@@ -136,7 +139,7 @@ def _template(first) -> _Template | None:
     nodes = _by_start(tree.find_all(exp.Literal))
     if any(len(found) != 1 or start not in slot_of for start, found in nodes.items()):
         return None                    # a literal the tokens do not place: no template
-    kept, structural = {}, {}
+    kept, structural, patterns = {}, {}, []
     for start, (node,) in nodes.items():
         slot = slot_of[start]
         if id(node) in kept_nodes:
@@ -146,13 +149,15 @@ def _template(first) -> _Template | None:
             node.replace(exp.Var(this=marker))
         elif _structural(node) and not node.find_ancestor(exp.Interval):
             structural[slot] = first.literals[slot][1]
+        elif isinstance(node.parent, exp.Like):
+            patterns.append(slot)
     placed = {slot_of[start] for start in nodes}
     structural.update({slot: value for slot, (_, value) in enumerate(first.literals)
                        if slot not in placed})      # read as keywords: date_trunc('month', ...)
     written = _written(tree, set())
     if written.text is None or any(written.text.count(m) != 1 for m in kept):
         return None
-    return _Template(written.text, kept, structural)
+    return _Template(written.text, kept, structural, tuple(patterns))
 
 
 def _one_query(text: str, tokens=None):

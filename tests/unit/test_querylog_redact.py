@@ -148,3 +148,14 @@ def test_a_shape_s_structural_literals_are_not_taken_from_its_first_statement():
              "SELECT a FROM t WHERE b LIKE 'ab%'", "SELECT a FROM t WHERE b LIKE '%secret%'"]
     assert redact_all(texts) == {text: redact(text) for text in texts}
     assert "secret" not in redact_all(texts)[texts[-1]].text
+
+
+def test_a_statement_ending_in_an_empty_string_after_a_parameter_is_stored():
+    # sqlglot's tokenizer alone refuses "... LIKE $1 AND age LIKE ''"
+    stored = redact("SELECT p.age FROM patients p WHERE age LIKE '_' AND age LIKE ''")
+    assert stored.refused is None and stored.text.endswith("LIKE ''")
+
+
+def test_a_shape_whose_first_like_pattern_was_not_learned_keeps_a_later_learnable_one():
+    texts = ["SELECT p.age FROM patients p WHERE age LIKE '_'", "SELECT p.age FROM patients p WHERE age LIKE ''"]
+    assert redact_all(texts) == {text: redact(text) for text in texts}
