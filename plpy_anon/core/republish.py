@@ -350,6 +350,17 @@ def _rename(ids, merged, index, step: dict) -> np.ndarray:
     return new_ids[index]
 
 
+def _group_ranges(index, n_groups: int, col) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each group's smallest and largest non-NULL code of a QI (``col``, NULL as -1; a group
+    without one: max int64 and -1), and which rows are not NULL."""
+    valued = col >= 0
+    low = np.full(n_groups, np.iinfo(np.int64).max)
+    high = np.full(n_groups, -1)
+    np.minimum.at(low, index[valued], col[valued])
+    np.maximum.at(high, index[valued], col[valued])
+    return low, high, valued
+
+
 def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
     """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
     codes present) merged (each group index's merged index), or None when all differ."""
@@ -357,11 +368,7 @@ def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
     for d in range(qi_codes.shape[1]):
         col = np.asarray(qi_codes[:, d], dtype=np.int64)
         if ranged[d]:
-            valued = col >= 0
-            low = np.full(n_groups, np.iinfo(np.int64).max)
-            high = np.full(n_groups, -1)
-            np.minimum.at(low, index[valued], col[valued])
-            np.maximum.at(high, index[valued], col[valued])
+            low, high, _ = _group_ranges(index, n_groups, col)
             parts += [low.tolist(), high.tolist()]
         else:
             pairs = np.unique(np.column_stack([index, col]), axis=0)
@@ -397,11 +404,7 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
     for d in range(qi_codes.shape[1]):
         col = np.asarray(qi_codes[:, d], dtype=np.int64)
         if ranged[d]:
-            valued = col >= 0
-            low = np.full(n_groups, np.iinfo(np.int64).max)
-            high = np.full(n_groups, -1)
-            np.minimum.at(low, index[valued], col[valued])
-            np.maximum.at(high, index[valued], col[valued])
+            low, high, valued = _group_ranges(index, n_groups, col)
             # a NULL meets every range: with one in the table, ranges always meet there
             tests.append(("range", low, high, bool((~valued).any())))
         else:
