@@ -5,7 +5,8 @@ The layout follows timescale/pgai:
 
 * ``head.sql``            -- guard against running the script through psql;
 * ``incremental/NNN-*.sql`` -- objects holding data (tables, types), created exactly once; a new
-  version adds files, never edits shipped ones (``frozen.txt`` keeps their hashes);
+  version adds files, never edits shipped ones (``frozen.txt`` keeps the hashes of their statements:
+  everything after the header comment, which stays editable documentation);
 * ``idempotent/NNN-*.sql``  -- ``CREATE OR REPLACE`` code, re-run by every install and upgrade.
 
 Everything written here is built by ``make`` and ignored by git (never committed).
@@ -488,6 +489,14 @@ def reference() -> str:
     return head + "\n" + body
 
 
+def statements_digest(path: Path) -> str:
+    """Hash of an incremental file without its header comment: the statements a released version ran
+    must never change, while the comment above them is documentation that may be corrected."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if not line.lstrip().startswith(b"--")), len(lines))
+    return hashlib.sha256(b"".join(lines[start:])).hexdigest()
+
+
 def frozen() -> dict[str, str]:
     """Hashes of incremental files shipped in released versions: they must never change."""
     path = SQL / "frozen.txt"
@@ -500,7 +509,7 @@ def frozen() -> dict[str, str]:
 def check_frozen() -> None:
     for name, digest in frozen().items():
         f = SQL / "incremental" / name
-        if not f.exists() or hashlib.sha256(f.read_bytes()).hexdigest() != digest:
+        if not f.exists() or statements_digest(f) != digest:
             sys.exit(f"build: sql/incremental/{name} was shipped in a released version and must "
                      f"not change; add a new incremental file instead")
 
@@ -613,7 +622,7 @@ def freeze() -> list[str]:
     (SQL / "versions.txt").write_text("\n".join(lines) + "\n")
     hashes = frozen()
     for name in files:
-        hashes[name] = hashlib.sha256((SQL / "incremental" / name).read_bytes()).hexdigest()
+        hashes[name] = statements_digest(SQL / "incremental" / name)
     (SQL / "frozen.txt").write_text("".join(f"{d} {n}\n" for n, d in sorted(hashes.items())))
     return files
 

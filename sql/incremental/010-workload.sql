@@ -1,4 +1,4 @@
--- Issue 3: the workload store (the analysts' queries) and what is learned from it.
+-- The workload store (the analysts' queries) and what is learned from it.
 
 CREATE TABLE anon.workload (
     query_id    bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

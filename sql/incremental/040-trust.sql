@@ -1,4 +1,4 @@
--- Trust- and purpose-aware releases (paper 001): who asks for data (requesters and the role they
+-- Trust- and purpose-aware releases: who asks for data (requesters and the role they
 -- read with), what the provider knows about them (interactions, recommendations), and what they
 -- want the data for (purposes = attribute priorities).
 

@@ -1,4 +1,4 @@
--- Issue 7: the result of a pattern-preserving run, handed from Python to the release's SQL in one
+-- The result of a pattern-preserving run, handed from Python to the release's SQL in one
 -- round trip: the rows' ctids and, per substituted column, the new values as an array literal
 -- (parsed by array_in in C, not element by element in Python).
 

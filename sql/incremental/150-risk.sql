@@ -1,4 +1,4 @@
--- Issue 15: every release stores its risk report (anon.risk_report's rows as a JSON array of
+-- Every release stores its risk report (anon.risk_report's rows as a JSON array of
 -- {measure, column_name, value, detail}) at creation and at every refresh (plpy_anon/db/risk.py).
 
 ALTER TABLE anon.releases ADD COLUMN risk jsonb;

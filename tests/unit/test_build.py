@@ -37,6 +37,32 @@ def sections(script: str) -> list[str]:
     return re.findall(r"^-- incremental/(\S+)$", script, re.MULTILINE)
 
 
+def statements(path: Path) -> bytes:
+    """A file's bytes from its first line that is not a comment (the header may be corrected)."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    while lines and lines[0].lstrip().startswith(b"--"):
+        lines.pop(0)
+    return b"".join(lines)
+
+
+def test_a_shipped_files_statements_are_refused_an_edit_and_its_header_is_not(tmp_path, monkeypatch):
+    build = load_build()
+    shipped = next(iter(build.frozen()))
+    copy = tmp_path / "sql"
+    (copy / "incremental").mkdir(parents=True)
+    (copy / "frozen.txt").write_bytes((ROOT / "sql" / "frozen.txt").read_bytes())
+    for f in (ROOT / "sql" / "incremental").glob("*.sql"):
+        (copy / "incremental" / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setattr(build, "SQL", copy)
+    target = copy / "incremental" / shipped
+    original = target.read_text()
+    target.write_text("-- a corrected header\n" + original)
+    build.check_frozen()
+    target.write_text(original.replace(";", " ;", 1))
+    with pytest.raises(SystemExit, match="shipped in a released version"):
+        build.check_frozen()
+
+
 def test_the_scripts_are_the_frozen_files_then_the_sources(tmp_path):
     """The install script runs every incremental file in order, each upgrade script exactly those
     its prior version did not ship, and a shipped file is byte for byte the one frozen."""
@@ -58,7 +84,7 @@ def test_the_scripts_are_the_frozen_files_then_the_sources(tmp_path):
             shipped[prior] = set(names)
     assert shipped and set().union(*shipped.values()) <= set(frozen)
     for name, digest in frozen.items():
-        assert hashlib.sha256((ROOT / "sql" / "incremental" / name).read_bytes()).hexdigest() == digest
+        assert hashlib.sha256(statements(ROOT / "sql" / "incremental" / name)).hexdigest() == digest
     for prior, names in shipped.items():
         if prior == version:
             continue
