@@ -182,9 +182,6 @@ REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fres
 
 # ------------------------------------------------------------------------------ methods
 
-MONDRIAN = Surface("mondrian", "mondrian_view", (
-    SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE, *MODELS, LAYOUT, REFRESH_MODE))
-
 PRIORITIZED_MONDRIAN = Surface("prioritized_mondrian", "mondrian_view", (
     SOURCE, K,
     Parameter("priorities", "text | jsonb",
@@ -273,16 +270,23 @@ SHARED = {p.name: p for p in (SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTI
 DECLARED = Path(__file__).with_name("declared_methods.json")
 
 
+def _shared(method: str, name: str) -> Parameter:
+    if name not in SHARED:
+        raise ValueError(f"method {method}: no shared parameter {name!r} "
+                         f"(shared: {', '.join(SHARED)})")
+    return SHARED[name]
+
+
 def declared_surface(method: str, function: str, entries: list) -> Surface:
     """The surface a declaration gives: each entry is a shared parameter's name (:data:`SHARED`)
-    or a table ``{name, sql_type, default, help, hint, minimum, maximum, integer, choices}``."""
+    or a table ``{name, sql_type, default, help, hint, minimum, maximum, integer, choices}``;
+    a table with ``like = "<shared name>"`` is that shared parameter with the fields it gives
+    replaced (its name by default, and its constraint unless it gives one: trust's k with no
+    default, fusion's smallest scanned k, both with k's one minimum)."""
     declared = []
     for entry in entries:
         if isinstance(entry, str):
-            if entry not in SHARED:
-                raise ValueError(f"method {method}: no shared parameter {entry!r} "
-                                 f"(shared: {', '.join(SHARED)})")
-            declared.append(SHARED[entry])
+            declared.append(_shared(method, entry))
             continue
         entry = dict(entry)
         constraint = None
@@ -291,7 +295,12 @@ def declared_surface(method: str, function: str, entries: list) -> Surface:
         elif {"minimum", "maximum", "integer"} & set(entry):
             constraint = Interval(entry.pop("minimum", None), entry.pop("maximum", None),
                                   integer=entry.pop("integer", False))
-        declared.append(Parameter(constraint=constraint, **entry))
+        if "like" in entry:
+            base = _shared(method, entry.pop("like"))
+            declared.append(replace(base, **entry, **({"constraint": constraint} if constraint
+                                                      else {})))
+        else:
+            declared.append(Parameter(constraint=constraint, **entry))
     return Surface(method, function, tuple(declared))
 
 
@@ -306,7 +315,7 @@ def _installed_declarations() -> dict:
 
 
 #: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in (MONDRIAN, PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN,
+BUILT_IN = {s.method: s for s in (PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN,
                                   FUSION)}
 #: the methods declared only in sql/functions (plug-ins), by anon.releases.method
 PLUG_INS = declared_surfaces(_installed_declarations())

@@ -311,12 +311,16 @@ def method_parameters():
     return parameters
 
 
-def method_args(method: str, names: list[str] | None = None) -> list[str]:
-    """The SQL arguments of release method ``method``'s function, from its declaration; with
-    ``names``, those of its parameters in that order (another function taking the same ones)."""
-    surface = method_parameters().BUILT_IN[method]
-    if names is None:
-        return surface.sql_args()
+def declared_surfaces():
+    """Every release method's parameters, from its declaration (``release`` with ``parameters``)."""
+    return method_parameters().declared_surfaces(plug_ins())
+
+
+def method_args(method: str, names: list[str]) -> list[str]:
+    """The SQL arguments ``names`` of release method ``method``, in that order, from its
+    declaration: another function taking the same ones (anon.fusion_scan, anon.trust)."""
+    surfaces = {**method_parameters().BUILT_IN, **declared_surfaces()}
+    surface = surfaces[method]
     unknown = [n for n in names if n not in surface.by_name]
     if unknown:
         sys.exit(f"build: method {method} declares no parameter {', '.join(unknown)}")
@@ -324,10 +328,10 @@ def method_args(method: str, names: list[str] | None = None) -> list[str]:
 
 
 def release_function(method: str, comment: str, function: str | None = None,
-                     parameters: list | None = None, run: str | None = None) -> Function:
+                     parameters: list | None = None) -> Function:
     """The SQL function creating a release by ``method``: its name and arguments are the method's
-    declaration (plpy_anon.parameters, or, for a plug-in, ``function`` and ``parameters`` here);
-    every one calls plpy_anon.db.creation.create."""
+    declaration (``function`` and ``parameters``; a method not declared so yet: its surface in
+    plpy_anon.parameters); every one calls plpy_anon.db.creation.create."""
     if parameters is None:
         surface = method_parameters().BUILT_IN[method]
     else:
@@ -337,42 +341,58 @@ def release_function(method: str, comment: str, function: str | None = None,
                     constants={"method": method}, comment=comment)
 
 
-# The run a plug-in's release query calls, by its declaration's ``run``: the function's result
-# type, and the entry point of plpy_anon/db/methods/<method>.py it calls.
-RUNS = {"partition_slices": ("SETOF anon.partition_slice", "partition", " ROWS 1")}
+# The runs a declaration's ``run`` names, which a release query of the shared kinds calls (in the
+# snapshot of the query that joins its result back to the source): the result type, the entry point
+# of plpy_anon/db/methods/<method>.py it calls, its ROWS estimate (1: the planner costs the join
+# back as for one result, not a thousand), and whether it prints in fixed output styles (the texts
+# a compact release stores are read back by the release query in the caller's session: ISO dates,
+# numeric UTC offsets, ISO 8601 intervals, which every DateStyle, IntervalStyle and TimeZone reads
+# the same). A method whose release query is its own declares ``run = {returns = "<type>",
+# comment = "..."}``: anon._<method>_run, calling its run_release.
+RUNS = {"partition_slices": ("SETOF anon.partition_slice", "partition", " ROWS 1", True),
+        "partition": ("anon.partition", "partition", "", False)}
+OUTPUT_STYLES = """SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'iso_8601'
+SET TimeZone = 'UTC'
+SET bytea_output = 'hex'
+"""
 PLUG_IN_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class RunFunction:
-    """``anon._<method>_<run>(release_id)``, the STABLE run a plug-in's release query calls (in
-    the snapshot of the query that joins its result back to the source), through the wrapper
-    that re-raises its errors with the message alone (``#WRAP``). Internal: not in the reference."""
+    """``anon._<method>_<run>(release_id)``, the STABLE run a release query calls (in the snapshot
+    of the query that joins its result back to the source), through the wrapper that re-raises its
+    errors with the message alone (``#WRAP``). Internal: not in the reference."""
 
-    def __init__(self, method: str, run: str):
-        if not PLUG_IN_NAME.match(method) or run not in RUNS:
-            sys.exit(f"build: bad plug-in declaration: method {method!r}, run {run!r} "
-                     f"(runs: {', '.join(RUNS)})")
-        self.method, self.run = method, run
+    def __init__(self, method: str, run):
+        own = isinstance(run, dict) and set(run) <= {"returns", "comment"} and "returns" in run
+        if not PLUG_IN_NAME.match(method) or not (own or run in RUNS):
+            sys.exit(f"build: bad method declaration: method {method!r}, run {run!r} "
+                     f"(runs: {', '.join(RUNS)}, or a table with returns and comment)")
+        self.method = method
+        if own:
+            self.run, self.comment = "run", run.get("comment")
+            self.returns, self.entry, self.rows, self.styles = run["returns"], "run_release", "", False
+        else:
+            self.run, self.comment = run, None
+            self.returns, self.entry, self.rows, self.styles = RUNS[run]
 
     def sql(self, venv: str, version: str) -> str:
-        returns, entry, rows = RUNS[self.run]
         name = f"_{self.method}_{self.run}"
+        comment = (f"COMMENT ON FUNCTION anon.{name}_py(integer) IS\n    {sql_literal(self.comment)};\n"
+                   if self.comment else "")
         text = f"""
-#WRAP anon.{name}(release_id integer) RETURNS {returns} STABLE{rows}
+#WRAP anon.{name}(release_id integer) RETURNS {self.returns} STABLE{self.rows}
 CREATE OR REPLACE FUNCTION anon.{name}_py(release_id integer)
-RETURNS {returns}
-LANGUAGE plpython3u STABLE{rows}
+RETURNS {self.returns}
+LANGUAGE plpython3u STABLE{self.rows}
 SET search_path = pg_catalog, pg_temp
-SET DateStyle = 'ISO, YMD'
-SET IntervalStyle = 'iso_8601'
-SET TimeZone = 'UTC'
-SET bytea_output = 'hex'
-AS $$
+{OUTPUT_STYLES if self.styles else ""}AS $$
 #BOOTSTRAP
 from plpy_anon.db.methods import {self.method}
-return {self.method}.{entry}(plpy, GD, release_id)
+return {self.method}.{self.entry}(plpy, GD, release_id)
 $$;
-"""
+{comment}"""
         return WRAP.sub(clean_errors_wrapper, text).replace("#BOOTSTRAP", bootstrap(venv, version))
 
 

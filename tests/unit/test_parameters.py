@@ -10,10 +10,11 @@ from plpy_anon import parameters
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.db import params
-from plpy_anon.parameters import MONDRIAN, OPTIONAL_K, SURFACES, K, L
+from plpy_anon.parameters import OPTIONAL_K, SURFACES, K, L
 from plpy_anon.spec import Promise
 
 ROOT = Path(__file__).resolve().parents[2]
+MONDRIAN = SURFACES["mondrian"]
 
 
 @given(st.integers(min_value=-10**6, max_value=10**6))

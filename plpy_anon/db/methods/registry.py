@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.parameters import PLUG_INS
 
-BUILT_IN = ("break_merge", "fusion", "mondrian", "pattern", "prioritized_mondrian", "trust")
+BUILT_IN = ("break_merge", "fusion", "pattern", "prioritized_mondrian", "trust")
 #: every method of plpy_anon: built in, then the plug-ins the build declared
 NAMES = (*BUILT_IN, *sorted(name for name in PLUG_INS if re.fullmatch(r"[a-z][a-z0-9_]*", name)
                             and name not in BUILT_IN))
@@ -35,8 +35,6 @@ def _module(name: str):
             from plpy_anon.db.methods import break_merge as module
         case "fusion":
             from plpy_anon.db.methods import fusion as module
-        case "mondrian":
-            from plpy_anon.db.methods import mondrian as module
         case "pattern":
             from plpy_anon.db.methods import pattern as module
         case "prioritized_mondrian":
