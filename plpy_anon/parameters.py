@@ -182,18 +182,6 @@ REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fres
 
 # ------------------------------------------------------------------------------ methods
 
-PRIORITIZED_MONDRIAN = Surface("prioritized_mondrian", "mondrian_view", (
-    SOURCE, K,
-    Parameter("priorities", "text | jsonb",
-              help="'learned' (from the analysts' workload), 'none', or a JSON object {column: weight}."),
-    L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS,
-    Parameter("target", "text", "NULL", help="A column whose information gain also guides the cuts."),
-    Parameter("metric_weights", "jsonb", "NULL", help='Weights of the split metrics, e.g. {"spread": 1, "priority": 1, "infogain": 1}.'),
-    Parameter("cut_points", "boolean", "NULL", help="Cut at the workload's constants where k allows (default: true with 'learned')."),
-    Parameter("cut_tolerance", "double precision", "0.5",
-              help="A cut point replaces the median when its left side holds 1/2 +- cut_tolerance of the rows."),
-    *RELEASE, *MODELS, LAYOUT))
-
 BREAK_MERGE = Surface("break_merge", "break_merge", (
     SOURCE, K, L, SENSITIVE, QUASI_IDENTIFIERS, IDENTIFIERS,
     Parameter("max_categories", "integer", "64", help="Most distinct values of a column the leak detection models."),
@@ -315,7 +303,7 @@ def _installed_declarations() -> dict:
 
 
 #: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in (PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN,
+BUILT_IN = {s.method: s for s in (BREAK_MERGE, TRUST, PATTERN,
                                   FUSION)}
 #: the methods declared only in sql/functions (plug-ins), by anon.releases.method
 PLUG_INS = declared_surfaces(_installed_declarations())
