@@ -182,16 +182,6 @@ REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fres
 
 # ------------------------------------------------------------------------------ methods
 
-BREAK_MERGE = Surface("break_merge", "break_merge", (
-    SOURCE, K, L, SENSITIVE, QUASI_IDENTIFIERS, IDENTIFIERS,
-    Parameter("max_categories", "integer", "64", help="Most distinct values of a column the leak detection models."),
-    Parameter("max_rule_probability", "double precision", "NULL",
-              help="Merge until no QI -> sensitive rule a reader can count reaches this probability (NULL: no claim)."),
-    *RELEASE,
-    Parameter("max_rule_antecedents", "integer", "2", Interval(1, 3, integer=True),
-              help="Rules counted: antecedents of up to this many released QI values, support >= k.",
-              hint="Use max_rule_antecedents => 2 (the default), 1 or 3.")))
-
 TRUST = Surface("trust", "trust_view", (
     SOURCE,
     Parameter("requester", "text", help="Who asks for the release (anon.add_requester)."),
@@ -303,7 +293,7 @@ def _installed_declarations() -> dict:
 
 
 #: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in (BREAK_MERGE, TRUST, PATTERN,
+BUILT_IN = {s.method: s for s in (TRUST, PATTERN,
                                   FUSION)}
 #: the methods declared only in sql/functions (plug-ins), by anon.releases.method
 PLUG_INS = declared_surfaces(_installed_declarations())
