@@ -139,8 +139,6 @@ SOURCE = Parameter("source", "regclass", help="The table to release.")
 # the declaration's check of k (one of three: core.k_anonymity)
 K = Parameter("k", "integer", constraint=Interval(MIN_K, None, integer=True),
               help="Every class has at least k rows.", hint=K_HINT)
-#: k where the method has a default of its own when NULL (trust: the paper's scheme alone)
-OPTIONAL_K = Parameter("k", "integer", "NULL", K.constraint, help=K.help, hint=K.hint)
 L = Parameter("l", "integer", "NULL", Interval(1, None, integer=True),
               help="At least l distinct sensitive values per class (NULL: no l-diversity).",
               hint="Pass l => 2 or more, or omit it.")
@@ -181,22 +179,6 @@ REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fres
                          hint="Use refresh_mode => 'stable', 'fresh', or omit it.")
 
 # ------------------------------------------------------------------------------ methods
-
-TRUST = Surface("trust", "trust_view", (
-    SOURCE,
-    Parameter("requester", "text", help="Who asks for the release (anon.add_requester)."),
-    Parameter("purpose", "text", help="The purpose the release is for (anon.define_purpose)."),
-    OPTIONAL_K,
-    Parameter("max_suppression", "double precision", "0.05", help="Largest share of rows left suppressed."),
-    QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS,
-    Parameter("gamma", "double precision", "2", help="Exponent of the degree curve D = d_min + (d_max - d_min)(1 - T^gamma), >= 1."),
-    Parameter("d_min", "double precision", "0", help="Degree of anonymization at full trust."),
-    Parameter("d_max", "double precision", "1", help="Degree of anonymization at no trust."),
-    Parameter("history_weight", "double precision", "0.5", help="Weight of the requester's history against recommendations."),
-    Parameter("half_life_days", "double precision", "180", help="Half-life of past interactions, in days."),
-    Parameter("min_share", "double precision", "0.1", help="Floor added to each attribute's share of the degree."),
-    Parameter("level_weights", "jsonb", "NULL", help="Per column, the weight of each generalization step."),
-    *RELEASE))
 
 PATTERN = Surface("pattern", "pattern_view", (
     SOURCE,
@@ -293,7 +275,7 @@ def _installed_declarations() -> dict:
 
 
 #: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in (TRUST, PATTERN,
+BUILT_IN = {s.method: s for s in (PATTERN,
                                   FUSION)}
 #: the methods declared only in sql/functions (plug-ins), by anon.releases.method
 PLUG_INS = declared_surfaces(_installed_declarations())
