@@ -195,31 +195,6 @@ PATTERN = Surface("pattern", "pattern_view", (
     Parameter("max_unchanged", "double precision", "0.10",
               help="Refuse when a larger share of a column's values comes out unchanged.")))
 
-FUSION = Surface("fusion", "fusion_resilient_view", (
-    SOURCE,
-    Parameter("sensitive", "text", help="The sensitive column the attacker predicts."),
-    Parameter("identifier", "text", help="The identifier column."),
-    Parameter("auxiliary", "regclass", help="The attacker's auxiliary table, keyed by the identifier."),
-    Parameter("min_protection", "double precision", "0", help="Smallest standardized protection accepted."),
-    Parameter("min_utility", "double precision", "0", help="Smallest standardized utility accepted."),
-    Parameter("w_protection", "double precision", "0.5", help="Weight of protection in H."),
-    Parameter("w_utility", "double precision", "0.5", help="Weight of utility in H."),
-    Parameter("k_from", "integer", "2", K.constraint, help="Smallest k scanned.",
-              hint="Use k_from => 2 or more (every k scanned is a release's k)."),
-    Parameter("k_to", "integer", "30", help="Largest k scanned."),
-    Parameter("attributes", "text[]", "NULL", help="Numeric attributes to microaggregate (default: the numeric quasi-identifiers)."),
-    Parameter("auxiliary_identifier", "text", "NULL", help="The auxiliary table's key column."),
-    Parameter("attacker", "text", "'regression'", help="'regression' (a random forest) or 'fuzzy' (a rule table)."),
-    Parameter("rules", "jsonb", "NULL", help="The fuzzy attacker's rule table."),
-    Parameter("known_fraction", "double precision", "0.1", help="Share of rows whose sensitive value the attacker knows."),
-    Parameter("random_state", "integer", "0", help="Seed of the first known sample and attacker."),
-    Parameter("repeats", "integer", "5", Interval(1, 50, integer=True),
-              help="Simulations of the attack per k (each its own known sample and seed); protection is their mean.",
-              hint="Use repeats => 5 (the default) or more: one simulation's protection is noise."),
-    *RELEASE,
-    Parameter("accept_unprotected", "boolean", "false",
-              help="Publish even when the verdict is 'unprotected' (recorded).")))
-
 # ------------------------------------------------------------------------------ plug-ins
 
 #: the shared parameters a method's declaration names instead of spelling them out
@@ -275,8 +250,7 @@ def _installed_declarations() -> dict:
 
 
 #: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in (PATTERN,
-                                  FUSION)}
+BUILT_IN = {s.method: s for s in (PATTERN,)}
 #: the methods declared only in sql/functions (plug-ins), by anon.releases.method
 PLUG_INS = declared_surfaces(_installed_declarations())
 #: every method's surface, by anon.releases.method
