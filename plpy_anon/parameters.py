@@ -180,21 +180,6 @@ REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fres
 
 # ------------------------------------------------------------------------------ methods
 
-PATTERN = Surface("pattern", "pattern_view", (
-    SOURCE,
-    Parameter("columns", "text[]", help="Numeric columns to release."),
-    Parameter("segment", "integer", "100", help="Values per sorted segment (>= 3)."),
-    Parameter("sample", "double precision", "0.3", help="Fraction of localities kept, in (0, 1]."),
-    Parameter("iterations", "integer", "4000", help="Random-walk steps per segment."),
-    Parameter("seed", "bigint", "NULL", help="Seed of the walk (default: fresh randomness)."),
-    Parameter("bounds", "jsonb", "NULL", help='Per column [low, high], e.g. {"age": [1, 120]} (default: the observed range).'),
-    SENSITIVE, IDENTIFIERS, *RELEASE,
-    # 16: the smallest power of two with which >= 90 % of every Adult column (age, fnlwgt,
-    # education_num) moves at the paper's parameters (docs/pattern.md)
-    Parameter("delta", "double precision", "16", help="A locality's slack, in mean gaps of its sorted segment."),
-    Parameter("max_unchanged", "double precision", "0.10",
-              help="Refuse when a larger share of a column's values comes out unchanged.")))
-
 # ------------------------------------------------------------------------------ plug-ins
 
 #: the shared parameters a method's declaration names instead of spelling them out
@@ -250,7 +235,7 @@ def _installed_declarations() -> dict:
 
 
 #: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in (PATTERN,)}
+BUILT_IN = {s.method: s for s in ()}
 #: the methods declared only in sql/functions (plug-ins), by anon.releases.method
 PLUG_INS = declared_surfaces(_installed_declarations())
 #: every method's surface, by anon.releases.method

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.parameters import PLUG_INS
 
-BUILT_IN = ("pattern",)
+BUILT_IN = ()
 #: every method of plpy_anon: built in, then the plug-ins the build declared
 NAMES = (*BUILT_IN, *sorted(name for name in PLUG_INS if re.fullmatch(r"[a-z][a-z0-9_]*", name)
                             and name not in BUILT_IN))
@@ -31,8 +31,6 @@ NAMES = (*BUILT_IN, *sorted(name for name in PLUG_INS if re.fullmatch(r"[a-z][a-
 def _module(name: str):
     """The module of method ``name``, imported now (and only it); None for an unknown name."""
     match name:
-        case "pattern":
-            from plpy_anon.db.methods import pattern as module
         case _ if name in NAMES:
             module = importlib.import_module(f"plpy_anon.db.methods.{name}")
         case _:
