@@ -1,5 +1,8 @@
 """The parameters of the release methods, each declared once: name, SQL type, default,
-constraint, help.
+constraint, help. The ones every method may share are written here (:data:`SHARED`); each method
+declares its SQL function, its own parameters and the shared ones it takes in
+``sql/functions/NNN-<method>.toml`` (``release = ...`` with ``parameters``), which the build
+writes into ``declared_methods.json`` for the installed package: :data:`SURFACES`.
 
 Standard library only, so that everything reads it: ``sql/build.py`` (before any environment
 exists) writes the SQL signatures of the methods' functions and the reference from it; the db
@@ -180,8 +183,6 @@ REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fres
 
 # ------------------------------------------------------------------------------ methods
 
-# ------------------------------------------------------------------------------ plug-ins
-
 #: the shared parameters a method's declaration names instead of spelling them out
 SHARED = {p.name: p for p in (SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE,
                               *MODELS, LAYOUT, REFRESH_MODE)}
@@ -234,12 +235,8 @@ def _installed_declarations() -> dict:
     return json.loads(DECLARED.read_text()) if DECLARED.exists() else {}
 
 
-#: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in ()}
-#: the methods declared only in sql/functions (plug-ins), by anon.releases.method
-PLUG_INS = declared_surfaces(_installed_declarations())
-#: every method's surface, by anon.releases.method
-SURFACES = {**BUILT_IN, **PLUG_INS}
+#: every method's surface, by anon.releases.method, from its declaration in sql/functions
+SURFACES = declared_surfaces(_installed_declarations())
 
 
 def function_parameters(function: str) -> list[Parameter]:

@@ -23,11 +23,12 @@ Every later build writes ``plpy_anon--X--<new>.sql`` and refuses edits of X's in
 
 ``functions/NNN-*.toml`` -- one ``[[function]]`` table per user-facing PL/Python function (data,
   never run: name, ``args`` with SQL types and defaults or ``method_args`` taking them from a
-  release method's declaration in ``plpy_anon/parameters.py``, which NULLs mean something
-  (``nullable``), result, volatility, comment, the Python entry point below ``plpy_anon.db``); a
-  table with ``release = "<method>"`` declares the function creating that method's releases
-  (name and arguments from its declaration, entry point ``creation.create``). From them the build
-  writes, just before ``idempotent/NNN-*.sql`` of the same number:
+  release method's declaration, which NULLs mean something (``nullable``), result, volatility,
+  comment, the Python entry point below ``plpy_anon.db``); a table with ``release = "<method>"``
+  declares a release method: the function creating its releases (``function``; arguments from
+  ``parameters``, shared ones by name from ``plpy_anon/parameters.py``; entry point
+  ``creation.create``) and the run its release query calls (``run``: ``RUNS``). From them the
+  build writes, just before ``idempotent/NNN-*.sql`` of the same number:
 
   - ``anon_py.f``: the PL/Python implementation, in the extension's internal schema. Its first
     lines refuse (42501) a caller without EXECUTE on ``anon.f``, so that GRANT EXECUTE ON
@@ -37,6 +38,8 @@ Every later build writes ``plpy_anon--X--<new>.sql`` and refuses edits of X's in
     passes NULL for an argument with a default as that default, calls ``anon_py.f`` and re-raises
     its errors with the message alone (PL/Python writes "plpy.Error: " before every message
     raised from Python), same SQLSTATE, DETAIL and HINT; CONTEXT names anon.f;
+  - for a method, its run ``anon._<method>_<run>`` (internal), and its declaration in
+    ``plpy_anon/declared_methods.json``, from which the installed package knows it;
   - the SQL reference, ``docs/sql-reference.md``.
 
   An argument type ``"text | jsonb"`` declares one overload per type, with one body.
@@ -313,29 +316,23 @@ def method_parameters():
 
 def declared_surfaces():
     """Every release method's parameters, from its declaration (``release`` with ``parameters``)."""
-    return method_parameters().declared_surfaces(plug_ins())
+    return method_parameters().declared_surfaces(declared_methods())
 
 
 def method_args(method: str, names: list[str]) -> list[str]:
     """The SQL arguments ``names`` of release method ``method``, in that order, from its
     declaration: another function taking the same ones (anon.fusion_scan, anon.trust)."""
-    surfaces = {**method_parameters().BUILT_IN, **declared_surfaces()}
-    surface = surfaces[method]
+    surface = declared_surfaces()[method]
     unknown = [n for n in names if n not in surface.by_name]
     if unknown:
         sys.exit(f"build: method {method} declares no parameter {', '.join(unknown)}")
     return [surface.by_name[n].sql() for n in names]
 
 
-def release_function(method: str, comment: str, function: str | None = None,
-                     parameters: list | None = None) -> Function:
+def release_function(method: str, comment: str, function: str, parameters: list) -> Function:
     """The SQL function creating a release by ``method``: its name and arguments are the method's
-    declaration (``function`` and ``parameters``; a method not declared so yet: its surface in
-    plpy_anon.parameters); every one calls plpy_anon.db.creation.create."""
-    if parameters is None:
-        surface = method_parameters().BUILT_IN[method]
-    else:
-        surface = method_parameters().declared_surface(method, function, parameters)
+    declaration (``function`` and ``parameters``); every one calls plpy_anon.db.creation.create."""
+    surface = method_parameters().declared_surface(method, function, parameters)
     return Function(surface.function, args=surface.sql_args(), returns="text",
                     python="creation.create", positional=1, gd=True,
                     constants={"method": method}, comment=comment)
@@ -412,19 +409,22 @@ def declarations(path: Path) -> list:
 
 
 def all_declarations() -> list[Function]:
-    """Every public function declared in sql/functions (the plug-ins' runs are internal)."""
+    """Every public function declared in sql/functions (the methods' runs are internal)."""
     return [f for path in declaration_files() for f in declarations(path)
             if isinstance(f, Function)]
 
 
-def plug_ins() -> dict[str, dict]:
-    """The methods declared in sql/functions alone (``release`` with ``parameters``):
-    ``{method: {"function", "parameters", "run"}}``, what the package reads at run time
-    (plpy_anon/declared_methods.json) to know them."""
+def declared_methods() -> dict[str, dict]:
+    """The release methods, each declared in sql/functions (``release`` with ``function``,
+    ``parameters`` and ``run``): ``{method: {"function", "parameters", "run"}}``, what the
+    package reads at run time (plpy_anon/declared_methods.json) to know them."""
     found = {}
     for path in declaration_files():
         for table in tomllib.loads(path.read_text())["function"]:
-            if "release" in table and "parameters" in table:
+            if "release" in table:
+                if not {"function", "parameters"} <= set(table):
+                    sys.exit(f"build: method {table['release']!r} in {path.name} declares no "
+                             f"function or parameters")
                 if not PLUG_IN_NAME.match(table["release"]):
                     sys.exit(f"build: bad method name {table['release']!r} in {path.name}")
                 found[table["release"]] = {key: table.get(key)
@@ -432,11 +432,11 @@ def plug_ins() -> dict[str, dict]:
     return found
 
 
-def write_plug_ins() -> Path:
-    """plpy_anon/declared_methods.json: the plug-ins' declarations, for the installed package."""
+def write_declared_methods() -> Path:
+    """plpy_anon/declared_methods.json: the methods' declarations, for the installed package."""
     import json
     path = ROOT / "plpy_anon" / "declared_methods.json"
-    path.write_text(json.dumps(plug_ins(), indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(declared_methods(), indent=1, sort_keys=True) + "\n")
     return path
 
 
@@ -848,7 +848,7 @@ def main() -> None:
     if args.freeze:
         print(f"froze {package_version()}: {' '.join(freeze())}")
         return
-    for path in [*build(args.venv, Path(args.out)), write_plug_ins()]:
+    for path in [*build(args.venv, Path(args.out)), write_declared_methods()]:
         print(f"built {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if not args.no_docs:
         (ROOT / "docs" / "sql-reference.md").write_text(reference())

@@ -4,7 +4,7 @@ refresh, verification, grants) can act on its releases without knowing it.
 A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.methods.registry``:
 
 * ``name``: the value of ``anon.releases.method`` for its releases;
-* its parameters are declared in ``plpy_anon.parameters`` (``SURFACES[name]``: SQL type, default,
+* its parameters are declared in sql/functions (``parameters.SURFACES[name]``: SQL type, default,
   constraint, help; or ``surface`` for a method declared elsewhere), and validated once by
   ``validate``; a release's parameters travel as a ``plpy_anon.spec.ReleaseSpec`` (its promise,
   the method's settings -- ``spec.SETTINGS[name]`` or ``settings`` -- and what its build
