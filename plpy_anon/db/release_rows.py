@@ -13,7 +13,7 @@ import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db import extschema
-from plpy_anon.db.guards import PLANNER_CODE
+from plpy_anon.db.planner_code import PLANNER_CODE
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 from plpy_anon.spec import Built
 
@@ -377,7 +377,7 @@ def check_release_planner_code(plpy, release: dict, relations: list[int]) -> Non
     expression calling the owner's function runs with the rights of whoever plans a query on the
     relation -- the verification and the risk report of every refresh, a superuser's plain REFRESH
     or pg_cron job included. So a release is read on its behalf only while every function its
-    relations' planner code calls is a superuser's (the same rule as a source's, guards.PLANNER_CODE).
+    relations' planner code calls is a superuser's (the same rule as a source's, planner_code.PLANNER_CODE).
     Refresh holds the relations locked, so nothing can be added between this check and the reads."""
     for oid in relations:
         found = [r for r in run(plpy, PLANNER_CODE, ["oid"], [oid]) if r["function"] is not None]
