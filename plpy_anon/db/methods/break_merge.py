@@ -82,7 +82,7 @@ from plpy_anon.db.reader import (
     nondeterministic_collations,
     read_columns,
 )
-from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.db.sqltext import columns_as_text, ident, jsonb, run
 from plpy_anon.spec import ReleaseSpec
 
 METHOD = "break_merge"
@@ -653,9 +653,9 @@ def _release_roles(plpy, release):
 
 def _grouped_frame(plpy, relation, columns, weight_expr, where=""):
     """``SELECT col-as-text ..., weight FROM relation GROUP BY ...``: the weighted distinct rows
-    (text without casts of a type's owner: ``columns.columns_as_text``)."""
+    (text without casts of a type's owner: ``sqltext.columns_as_text``)."""
     cols = ", ".join(f"{text} AS {ident(plpy, c)}"
-                     for c, text in zip(columns, catalog.columns_as_text(plpy, relation, columns)))
+                     for c, text in zip(columns, columns_as_text(plpy, relation, columns)))
     rows = plpy.execute(
         f"SELECT {cols}, {weight_expr} AS __w FROM {relation} {where} "
         f"GROUP BY {', '.join(str(i + 1) for i in range(len(columns)))}"
