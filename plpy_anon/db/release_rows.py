@@ -452,21 +452,3 @@ def temp_name(name: str, release_id: int) -> str:
     suffix = f"{SUFFIX}{release_id}"
     encoded = name.encode()[: 63 - len(suffix)]
     return encoded.decode(errors="ignore") + suffix
-
-
-def view_prints_as(plpy, release: dict, view: str, query: str) -> bool | None:
-    """Whether the release's plain view ``view`` (in its schema, owned by its creator) prints
-    (``pg_get_viewdef``, under the caller's search_path: pg_catalog's in plpy_anon's functions)
-    exactly as a temporary view of ``query``; None when there is no such view."""
-    plpy.execute(f"CREATE TEMPORARY VIEW plpy_anon_expected_view AS {query}")
-    try:
-        same = run(plpy, """
-            SELECT pg_catalog.pg_get_viewdef('pg_temp.plpy_anon_expected_view'::pg_catalog.regclass)
-                   = pg_catalog.pg_get_viewdef(c.oid) AS same
-            FROM pg_catalog.pg_class c
-            WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'
-              AND c.relowner = $3::pg_catalog.regrole""",
-            ["text", "text", "text"], [release["schema_oid"], view, release["release_owner"]])
-    finally:
-        plpy.execute("DROP VIEW pg_temp.plpy_anon_expected_view")
-    return bool(same[0]["same"]) if same else None

@@ -61,7 +61,7 @@ from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import guards, method, publish, refreshing, release_rows, verify
+from plpy_anon.db import compact, guards, method, publish, refreshing, release_rows, verify
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
@@ -448,7 +448,7 @@ def check_views(plpy, release) -> None:
     expected = view_definitions(plpy, schema, release["release_name"], spec)
     changed = sorted(set(spec.built.objects) ^ set(expected))
     for view, query in expected.items():
-        if not release_rows.view_prints_as(plpy, release, view, query):   # missing, or another query
+        if not compact.view_prints_as(plpy, release, view, query):   # missing, or another query
             changed.append(view)
     if changed:
         q = release_rows.qualified_name(plpy, release)
