@@ -61,7 +61,7 @@ from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import compact, guards, method, publish, refreshing, release_rows, verify
+from plpy_anon.db import compact, guards, method, publish, release_rows, verify
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
@@ -337,15 +337,16 @@ def index_and_analyze(plpy, qualified, create_index=False):
     plpy.execute(f"ANALYZE {qualified}")
 
 
-def refresh_release(plpy, GD, release):
+def refresh_release(plpy, GD, release, rebuild):
     """anon.refresh: rebuild the storage from one snapshot beside the old one, analyze it, and swap
-    it in with the QIT/ST/merge views recreated over it (refreshing.rebuild_view): readers keep
-    the old release during the build, then see the new one whole -- at every isolation level,
-    the new storage's rows are frozen -- and the swap never queues in front of them for long.
-    When other objects depend on the views, the storage is refreshed in place instead."""
+    it in with the QIT/ST/merge views recreated over it (``rebuild``: refreshing.rebuild_view for
+    this release, which the refresh hands in): readers keep the old release during the build,
+    then see the new one whole -- at every isolation level, the new storage's rows are frozen --
+    and the swap never queues in front of them for long. When other objects depend on the views,
+    the storage is refreshed in place instead."""
 
 
-    refreshing.rebuild_view(plpy, GD, release, method=RELEASE_METHOD, analyze=True)
+    rebuild(analyze=True)
     # same guarantee as the first build; failing here rolls the refresh back (old release kept)
     check_released_rules(plpy, release_rows.by_id(plpy, release["release_id"]))
 

@@ -9,7 +9,7 @@ catalog as such. A method defined outside the package (tests/contract/random_gro
 to one backend with ``register``: only code already running in the backend can call it, that is
 PL/Python code, which only a superuser can create. Imported only by the top of the db layer,
 releases.py (refresh, drop, the event trigger) and risk_report.py (a release's report); the method
-modules import the machinery below it (publish, refreshing, verify, release_rows), never this
+modules import the machinery below it (publish, verify, release_rows), never this
 module.
 """
 from __future__ import annotations
