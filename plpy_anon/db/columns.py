@@ -95,6 +95,14 @@ class Column:
         return None
 
 
+def output_type(col: Column, hierarchical: bool) -> str:
+    """The SQL type a quasi-identifier is released as: its range type (a number or date), the
+    lowest common ancestor's label (text, with a hierarchy) or the set of its values (text[])."""
+    if col.kind == "numeric":
+        return NUMERIC_TYPES[col.type_name][1]
+    return "text" if hierarchical else "text[]"
+
+
 
 COLUMNS_QUERY = """
 SELECT a.attname::text AS name,

@@ -70,7 +70,6 @@ from plpy_anon.db.generalization import (
     column_for,
     containment_test,
     int_array_literal,
-    output_type,
     qi_value,
     range_expression,
 )
@@ -274,7 +273,7 @@ def storage_query(plpy, tbl, qis, spec, release_id):
     STs (counted by the run) and the post-build verification refuses the release."""
     hierarchical = set(spec.built.hierarchies)
     n = len(qis)
-    qi_types = [output_type(c, c.name in hierarchical) for c in qis]
+    qi_types = [catalog.output_type(c, c.name in hierarchical) for c in qis]
     ranged = [i for i, t in enumerate(qi_types) if t in catalog.RANGE_ELEMENTS]
     listed = [i for i in range(n) if i not in ranged]
     checked = [i for i, t in enumerate(qi_types) if i in ranged or t == "text[]"]
