@@ -7,10 +7,9 @@ from the build's declarations) and found as ``plpy_anon.db.methods.<name>``: onl
 declared (checked against ``[a-z][a-z0-9_]*``) become import paths, never a name read from the
 catalog as such. A method defined outside the package (tests/contract/random_groups.py) is added
 to one backend with ``register``: only code already running in the backend can call it, that is
-PL/Python code, which only a superuser can create. Imported only by the top of the db layer,
-releases.py (refresh, drop, the event trigger) and risk_report.py (a release's report); the method
-modules import the machinery below it (publish, verify, release_rows), never this
-module.
+PL/Python code, which only a superuser can create. Imported only by the SQL entry points at the
+top of the db layer (creation, releases, risk_report, snapshots, sweep); the method modules
+import the machinery below it (publish, verify, release_rows), never this module.
 """
 from __future__ import annotations
 
