@@ -363,7 +363,7 @@ class RunFunction:
 
     def __init__(self, method: str, run):
         own = isinstance(run, dict) and set(run) <= {"returns", "comment"} and "returns" in run
-        if not PLUG_IN_NAME.match(method) or not (own or run in RUNS):
+        if not PLUG_IN_NAME.match(method) or not (own or (isinstance(run, str) and run in RUNS)):
             sys.exit(f"build: bad method declaration: method {method!r}, run {run!r} "
                      f"(runs: {', '.join(RUNS)}, or a table with returns and comment)")
         self.method = method

@@ -159,3 +159,33 @@ def test_a_declaration_naming_no_shared_parameter_is_refused():
 def test_a_plug_in_name_that_is_no_module_name_is_refused(build, name):
     with pytest.raises(SystemExit):
         build.RunFunction(name, "partition_slices")
+
+
+def test_a_shared_parameter_taken_with_other_fields_keeps_its_constraint():
+    """``like``: trust's k without a default and fusion's smallest scanned k keep k's minimum."""
+    surface = parameters.declared_surface("toy", "toy_view", [
+        "source", {"like": "k", "default": "NULL"},
+        {"like": "k", "name": "k_from", "default": "2", "hint": "Use k_from => 2 or more."}])
+    k, k_from = surface.by_name["k"], surface.by_name["k_from"]
+    assert k.check(None) is None and k_from.check(None) == 2
+    assert k.constraint == k_from.constraint == parameters.SHARED["k"].constraint
+    with pytest.raises(InvalidParameter, match="k must be at least 2, got 1") as refused:
+        k.check(1)
+    assert refused.value.hint == parameters.SHARED["k"].hint
+    with pytest.raises(InvalidParameter, match="k_from must be at least 2") as refused:
+        k_from.check(1)
+    assert refused.value.hint == "Use k_from => 2 or more."
+
+
+def test_a_method_with_a_release_query_of_its_own_declares_the_run_it_calls(build):
+    run = build.RunFunction("toy", {"returns": "jsonb", "comment": "Internal: the toy's run."})
+    sql = run.sql("/opt/venv", "9.9.9")
+    assert "CREATE OR REPLACE FUNCTION anon._toy_run(release_id integer)\nRETURNS jsonb" in sql
+    assert "from plpy_anon.db.methods import toy\nreturn toy.run_release(plpy, GD, release_id)" in sql
+    assert "COMMENT ON FUNCTION anon._toy_run_py(integer) IS\n    'Internal: the toy''s run.';" in sql
+    partition = build.RunFunction("toy", "partition").sql("/opt/venv", "9.9.9")
+    assert "RETURNS anon.partition\nLANGUAGE plpython3u STABLE\n" in partition
+    assert "SET DateStyle" not in partition
+    for bad in ({"comment": "no type"}, {"returns": "jsonb", "rows": 5}, "slices"):
+        with pytest.raises(SystemExit):
+            build.RunFunction("toy", bad)
