@@ -57,9 +57,9 @@ install-py:
 	@cache=$$(cd / && $(VPYTHON) -I -c 'from plpy_anon.core.mondrian_jit import CACHE_DIR; print(CACHE_DIR)') && \
 	if [ "$$(id -u)" = 0 ] && id -u $(PG_OS_USER) >/dev/null 2>&1; then \
 		install -d -o $(PG_OS_USER) -m 0755 "$$cache" && \
-		cd / && runuser -u $(PG_OS_USER) -- $(VPYTHON) -I -m plpy_anon.core.mondrian_jit warm; \
+		cd / && runuser -u $(PG_OS_USER) -- $(VPYTHON) -I -m plpy_anon.core.mondrian_warm; \
 	else \
-		mkdir -p "$$cache" && cd / && $(VPYTHON) -I -m plpy_anon.core.mondrian_jit warm; \
+		mkdir -p "$$cache" && cd / && $(VPYTHON) -I -m plpy_anon.core.mondrian_warm; \
 	fi
 
 # setup may have just installed PostgreSQL, so install runs in a new make that includes PGXS.

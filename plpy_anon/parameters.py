@@ -1,5 +1,8 @@
 """The parameters of the release methods, each declared once: name, SQL type, default,
-constraint, help.
+constraint, help. The ones every method may share are written here (:data:`SHARED`); each method
+declares its SQL function, its own parameters and the shared ones it takes in
+``sql/functions/NNN-<method>.toml`` (``release = ...`` with ``parameters``), which the build
+writes into ``declared_methods.json`` for the installed package: :data:`SURFACES`.
 
 Standard library only, so that everything reads it: ``sql/build.py`` (before any environment
 exists) writes the SQL signatures of the methods' functions and the reference from it; the db
@@ -139,8 +142,6 @@ SOURCE = Parameter("source", "regclass", help="The table to release.")
 # the declaration's check of k (one of three: core.k_anonymity)
 K = Parameter("k", "integer", constraint=Interval(MIN_K, None, integer=True),
               help="Every class has at least k rows.", hint=K_HINT)
-#: k where the method has a default of its own when NULL (trust: the paper's scheme alone)
-OPTIONAL_K = Parameter("k", "integer", "NULL", K.constraint, help=K.help, hint=K.hint)
 L = Parameter("l", "integer", "NULL", Interval(1, None, integer=True),
               help="At least l distinct sensitive values per class (NULL: no l-diversity).",
               hint="Pass l => 2 or more, or omit it.")
@@ -182,89 +183,6 @@ REFRESH_MODE = Parameter("refresh_mode", "text", "NULL", Choice(("stable", "fres
 
 # ------------------------------------------------------------------------------ methods
 
-MONDRIAN = Surface("mondrian", "mondrian_view", (
-    SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE, *MODELS, LAYOUT, REFRESH_MODE))
-
-PRIORITIZED_MONDRIAN = Surface("prioritized_mondrian", "mondrian_view", (
-    SOURCE, K,
-    Parameter("priorities", "text | jsonb",
-              help="'learned' (from the analysts' workload), 'none', or a JSON object {column: weight}."),
-    L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS,
-    Parameter("target", "text", "NULL", help="A column whose information gain also guides the cuts."),
-    Parameter("metric_weights", "jsonb", "NULL", help='Weights of the split metrics, e.g. {"spread": 1, "priority": 1, "infogain": 1}.'),
-    Parameter("cut_points", "boolean", "NULL", help="Cut at the workload's constants where k allows (default: true with 'learned')."),
-    Parameter("cut_tolerance", "double precision", "0.5",
-              help="A cut point replaces the median when its left side holds 1/2 +- cut_tolerance of the rows."),
-    *RELEASE, *MODELS, LAYOUT))
-
-BREAK_MERGE = Surface("break_merge", "break_merge", (
-    SOURCE, K, L, SENSITIVE, QUASI_IDENTIFIERS, IDENTIFIERS,
-    Parameter("max_categories", "integer", "64", help="Most distinct values of a column the leak detection models."),
-    Parameter("max_rule_probability", "double precision", "NULL",
-              help="Merge until no QI -> sensitive rule a reader can count reaches this probability (NULL: no claim)."),
-    *RELEASE,
-    Parameter("max_rule_antecedents", "integer", "2", Interval(1, 3, integer=True),
-              help="Rules counted: antecedents of up to this many released QI values, support >= k.",
-              hint="Use max_rule_antecedents => 2 (the default), 1 or 3.")))
-
-TRUST = Surface("trust", "trust_view", (
-    SOURCE,
-    Parameter("requester", "text", help="Who asks for the release (anon.add_requester)."),
-    Parameter("purpose", "text", help="The purpose the release is for (anon.define_purpose)."),
-    OPTIONAL_K,
-    Parameter("max_suppression", "double precision", "0.05", help="Largest share of rows left suppressed."),
-    QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS,
-    Parameter("gamma", "double precision", "2", help="Exponent of the degree curve D = d_min + (d_max - d_min)(1 - T^gamma), >= 1."),
-    Parameter("d_min", "double precision", "0", help="Degree of anonymization at full trust."),
-    Parameter("d_max", "double precision", "1", help="Degree of anonymization at no trust."),
-    Parameter("history_weight", "double precision", "0.5", help="Weight of the requester's history against recommendations."),
-    Parameter("half_life_days", "double precision", "180", help="Half-life of past interactions, in days."),
-    Parameter("min_share", "double precision", "0.1", help="Floor added to each attribute's share of the degree."),
-    Parameter("level_weights", "jsonb", "NULL", help="Per column, the weight of each generalization step."),
-    *RELEASE))
-
-PATTERN = Surface("pattern", "pattern_view", (
-    SOURCE,
-    Parameter("columns", "text[]", help="Numeric columns to release."),
-    Parameter("segment", "integer", "100", help="Values per sorted segment (>= 3)."),
-    Parameter("sample", "double precision", "0.3", help="Fraction of localities kept, in (0, 1]."),
-    Parameter("iterations", "integer", "4000", help="Random-walk steps per segment."),
-    Parameter("seed", "bigint", "NULL", help="Seed of the walk (default: fresh randomness)."),
-    Parameter("bounds", "jsonb", "NULL", help='Per column [low, high], e.g. {"age": [1, 120]} (default: the observed range).'),
-    SENSITIVE, IDENTIFIERS, *RELEASE,
-    # 16: the smallest power of two with which >= 90 % of every Adult column (age, fnlwgt,
-    # education_num) moves at the paper's parameters (docs/pattern.md)
-    Parameter("delta", "double precision", "16", help="A locality's slack, in mean gaps of its sorted segment."),
-    Parameter("max_unchanged", "double precision", "0.10",
-              help="Refuse when a larger share of a column's values comes out unchanged.")))
-
-FUSION = Surface("fusion", "fusion_resilient_view", (
-    SOURCE,
-    Parameter("sensitive", "text", help="The sensitive column the attacker predicts."),
-    Parameter("identifier", "text", help="The identifier column."),
-    Parameter("auxiliary", "regclass", help="The attacker's auxiliary table, keyed by the identifier."),
-    Parameter("min_protection", "double precision", "0", help="Smallest standardized protection accepted."),
-    Parameter("min_utility", "double precision", "0", help="Smallest standardized utility accepted."),
-    Parameter("w_protection", "double precision", "0.5", help="Weight of protection in H."),
-    Parameter("w_utility", "double precision", "0.5", help="Weight of utility in H."),
-    Parameter("k_from", "integer", "2", K.constraint, help="Smallest k scanned.",
-              hint="Use k_from => 2 or more (every k scanned is a release's k)."),
-    Parameter("k_to", "integer", "30", help="Largest k scanned."),
-    Parameter("attributes", "text[]", "NULL", help="Numeric attributes to microaggregate (default: the numeric quasi-identifiers)."),
-    Parameter("auxiliary_identifier", "text", "NULL", help="The auxiliary table's key column."),
-    Parameter("attacker", "text", "'regression'", help="'regression' (a random forest) or 'fuzzy' (a rule table)."),
-    Parameter("rules", "jsonb", "NULL", help="The fuzzy attacker's rule table."),
-    Parameter("known_fraction", "double precision", "0.1", help="Share of rows whose sensitive value the attacker knows."),
-    Parameter("random_state", "integer", "0", help="Seed of the first known sample and attacker."),
-    Parameter("repeats", "integer", "5", Interval(1, 50, integer=True),
-              help="Simulations of the attack per k (each its own known sample and seed); protection is their mean.",
-              hint="Use repeats => 5 (the default) or more: one simulation's protection is noise."),
-    *RELEASE,
-    Parameter("accept_unprotected", "boolean", "false",
-              help="Publish even when the verdict is 'unprotected' (recorded).")))
-
-# ------------------------------------------------------------------------------ plug-ins
-
 #: the shared parameters a method's declaration names instead of spelling them out
 SHARED = {p.name: p for p in (SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTIFIERS, *RELEASE,
                               *MODELS, LAYOUT, REFRESH_MODE)}
@@ -273,16 +191,23 @@ SHARED = {p.name: p for p in (SOURCE, K, L, QUASI_IDENTIFIERS, SENSITIVE, IDENTI
 DECLARED = Path(__file__).with_name("declared_methods.json")
 
 
+def _shared(method: str, name: str) -> Parameter:
+    if name not in SHARED:
+        raise ValueError(f"method {method}: no shared parameter {name!r} "
+                         f"(shared: {', '.join(SHARED)})")
+    return SHARED[name]
+
+
 def declared_surface(method: str, function: str, entries: list) -> Surface:
     """The surface a declaration gives: each entry is a shared parameter's name (:data:`SHARED`)
-    or a table ``{name, sql_type, default, help, hint, minimum, maximum, integer, choices}``."""
+    or a table ``{name, sql_type, default, help, hint, minimum, maximum, integer, choices}``;
+    a table with ``like = "<shared name>"`` is that shared parameter with the fields it gives
+    replaced (its name by default, and its constraint unless it gives one: trust's k with no
+    default, fusion's smallest scanned k, both with k's one minimum)."""
     declared = []
     for entry in entries:
         if isinstance(entry, str):
-            if entry not in SHARED:
-                raise ValueError(f"method {method}: no shared parameter {entry!r} "
-                                 f"(shared: {', '.join(SHARED)})")
-            declared.append(SHARED[entry])
+            declared.append(_shared(method, entry))
             continue
         entry = dict(entry)
         constraint = None
@@ -291,7 +216,12 @@ def declared_surface(method: str, function: str, entries: list) -> Surface:
         elif {"minimum", "maximum", "integer"} & set(entry):
             constraint = Interval(entry.pop("minimum", None), entry.pop("maximum", None),
                                   integer=entry.pop("integer", False))
-        declared.append(Parameter(constraint=constraint, **entry))
+        if "like" in entry:
+            base = _shared(method, entry.pop("like"))
+            declared.append(replace(base, **entry, **({"constraint": constraint} if constraint
+                                                      else {})))
+        else:
+            declared.append(Parameter(constraint=constraint, **entry))
     return Surface(method, function, tuple(declared))
 
 
@@ -305,13 +235,8 @@ def _installed_declarations() -> dict:
     return json.loads(DECLARED.read_text()) if DECLARED.exists() else {}
 
 
-#: the methods whose surfaces are written in this module
-BUILT_IN = {s.method: s for s in (MONDRIAN, PRIORITIZED_MONDRIAN, BREAK_MERGE, TRUST, PATTERN,
-                                  FUSION)}
-#: the methods declared only in sql/functions (plug-ins), by anon.releases.method
-PLUG_INS = declared_surfaces(_installed_declarations())
-#: every method's surface, by anon.releases.method
-SURFACES = {**BUILT_IN, **PLUG_INS}
+#: every method's surface, by anon.releases.method, from its declaration in sql/functions
+SURFACES = declared_surfaces(_installed_declarations())
 
 
 def function_parameters(function: str) -> list[Parameter]:

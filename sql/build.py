@@ -24,11 +24,12 @@ Every later build writes ``plpy_anon--X--<new>.sql`` and refuses edits of X's in
 
 ``functions/NNN-*.toml`` -- one ``[[function]]`` table per user-facing PL/Python function (data,
   never run: name, ``args`` with SQL types and defaults or ``method_args`` taking them from a
-  release method's declaration in ``plpy_anon/parameters.py``, which NULLs mean something
-  (``nullable``), result, volatility, comment, the Python entry point below ``plpy_anon.db``); a
-  table with ``release = "<method>"`` declares the function creating that method's releases
-  (name and arguments from its declaration, entry point ``creation.create``). From them the build
-  writes, just before ``idempotent/NNN-*.sql`` of the same number:
+  release method's declaration, which NULLs mean something (``nullable``), result, volatility,
+  comment, the Python entry point below ``plpy_anon.db``); a table with ``release = "<method>"``
+  declares a release method: the function creating its releases (``function``; arguments from
+  ``parameters``, shared ones by name from ``plpy_anon/parameters.py``; entry point
+  ``creation.create``) and the run its release query calls (``run``: ``RUNS``). From them the
+  build writes, just before ``idempotent/NNN-*.sql`` of the same number:
 
   - ``anon_py.f``: the PL/Python implementation, in the extension's internal schema. Its first
     lines refuse (42501) a caller without EXECUTE on ``anon.f``, so that GRANT EXECUTE ON
@@ -38,6 +39,8 @@ Every later build writes ``plpy_anon--X--<new>.sql`` and refuses edits of X's in
     passes NULL for an argument with a default as that default, calls ``anon_py.f`` and re-raises
     its errors with the message alone (PL/Python writes "plpy.Error: " before every message
     raised from Python), same SQLSTATE, DETAIL and HINT; CONTEXT names anon.f;
+  - for a method, its run ``anon._<method>_<run>`` (internal), and its declaration in
+    ``plpy_anon/declared_methods.json``, from which the installed package knows it;
   - the SQL reference, ``docs/sql-reference.md``.
 
   An argument type ``"text | jsonb"`` declares one overload per type, with one body.
@@ -312,68 +315,82 @@ def method_parameters():
     return parameters
 
 
-def method_args(method: str, names: list[str] | None = None) -> list[str]:
-    """The SQL arguments of release method ``method``'s function, from its declaration; with
-    ``names``, those of its parameters in that order (another function taking the same ones)."""
-    surface = method_parameters().BUILT_IN[method]
-    if names is None:
-        return surface.sql_args()
+def declared_surfaces():
+    """Every release method's parameters, from its declaration (``release`` with ``parameters``)."""
+    return method_parameters().declared_surfaces(declared_methods())
+
+
+def method_args(method: str, names: list[str]) -> list[str]:
+    """The SQL arguments ``names`` of release method ``method``, in that order, from its
+    declaration: another function taking the same ones (anon.fusion_scan, anon.trust)."""
+    surface = declared_surfaces()[method]
     unknown = [n for n in names if n not in surface.by_name]
     if unknown:
         sys.exit(f"build: method {method} declares no parameter {', '.join(unknown)}")
     return [surface.by_name[n].sql() for n in names]
 
 
-def release_function(method: str, comment: str, function: str | None = None,
-                     parameters: list | None = None, run: str | None = None) -> Function:
+def release_function(method: str, comment: str, function: str, parameters: list) -> Function:
     """The SQL function creating a release by ``method``: its name and arguments are the method's
-    declaration (plpy_anon.parameters, or, for a plug-in, ``function`` and ``parameters`` here);
-    every one calls plpy_anon.db.creation.create."""
-    if parameters is None:
-        surface = method_parameters().BUILT_IN[method]
-    else:
-        surface = method_parameters().declared_surface(method, function, parameters)
+    declaration (``function`` and ``parameters``); every one calls plpy_anon.db.creation.create."""
+    surface = method_parameters().declared_surface(method, function, parameters)
     return Function(surface.function, args=surface.sql_args(), returns="text",
                     python="creation.create", positional=1, gd=True,
                     constants={"method": method}, comment=comment)
 
 
-# The run a plug-in's release query calls, by its declaration's ``run``: the function's result
-# type, and the entry point of plpy_anon/db/methods/<method>.py it calls.
-RUNS = {"partition_slices": ("SETOF anon.partition_slice", "partition", " ROWS 1")}
+# The runs a declaration's ``run`` names, which a release query of the shared kinds calls (in the
+# snapshot of the query that joins its result back to the source): the result type, the entry point
+# of plpy_anon/db/methods/<method>.py it calls, its ROWS estimate (1: the planner costs the join
+# back as for one result, not a thousand), and whether it prints in fixed output styles (the texts
+# a compact release stores are read back by the release query in the caller's session: ISO dates,
+# numeric UTC offsets, ISO 8601 intervals, which every DateStyle, IntervalStyle and TimeZone reads
+# the same). A method whose release query is its own declares ``run = {returns = "<type>",
+# comment = "..."}``: anon._<method>_run, calling its run_release.
+RUNS = {"partition_slices": ("SETOF anon.partition_slice", "partition", " ROWS 1", True),
+        "partition": ("anon.partition", "partition", "", False)}
+OUTPUT_STYLES = """SET DateStyle = 'ISO, YMD'
+SET IntervalStyle = 'iso_8601'
+SET TimeZone = 'UTC'
+SET bytea_output = 'hex'
+"""
 PLUG_IN_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class RunFunction:
-    """``anon._<method>_<run>(release_id)``, the STABLE run a plug-in's release query calls (in
-    the snapshot of the query that joins its result back to the source), through the wrapper
-    that re-raises its errors with the message alone (``#WRAP``). Internal: not in the reference."""
+    """``anon._<method>_<run>(release_id)``, the STABLE run a release query calls (in the snapshot
+    of the query that joins its result back to the source), through the wrapper that re-raises its
+    errors with the message alone (``#WRAP``). Internal: not in the reference."""
 
-    def __init__(self, method: str, run: str):
-        if not PLUG_IN_NAME.match(method) or run not in RUNS:
-            sys.exit(f"build: bad plug-in declaration: method {method!r}, run {run!r} "
-                     f"(runs: {', '.join(RUNS)})")
-        self.method, self.run = method, run
+    def __init__(self, method: str, run):
+        own = isinstance(run, dict) and set(run) <= {"returns", "comment"} and "returns" in run
+        if not PLUG_IN_NAME.match(method) or not (own or (isinstance(run, str) and run in RUNS)):
+            sys.exit(f"build: bad method declaration: method {method!r}, run {run!r} "
+                     f"(runs: {', '.join(RUNS)}, or a table with returns and comment)")
+        self.method = method
+        if own:
+            self.run, self.comment = "run", run.get("comment")
+            self.returns, self.entry, self.rows, self.styles = run["returns"], "run_release", "", False
+        else:
+            self.run, self.comment = run, None
+            self.returns, self.entry, self.rows, self.styles = RUNS[run]
 
     def sql(self, venv: str, version: str) -> str:
-        returns, entry, rows = RUNS[self.run]
         name = f"_{self.method}_{self.run}"
+        comment = (f"COMMENT ON FUNCTION anon.{name}_py(integer) IS\n    {sql_literal(self.comment)};\n"
+                   if self.comment else "")
         text = f"""
-#WRAP anon.{name}(release_id integer) RETURNS {returns} STABLE{rows}
+#WRAP anon.{name}(release_id integer) RETURNS {self.returns} STABLE{self.rows}
 CREATE OR REPLACE FUNCTION anon.{name}_py(release_id integer)
-RETURNS {returns}
-LANGUAGE plpython3u STABLE{rows}
+RETURNS {self.returns}
+LANGUAGE plpython3u STABLE{self.rows}
 SET search_path = pg_catalog, pg_temp
-SET DateStyle = 'ISO, YMD'
-SET IntervalStyle = 'iso_8601'
-SET TimeZone = 'UTC'
-SET bytea_output = 'hex'
-AS $$
+{OUTPUT_STYLES if self.styles else ""}AS $$
 #BOOTSTRAP
 from plpy_anon.db.methods import {self.method}
-return {self.method}.{entry}(plpy, GD, release_id)
+return {self.method}.{self.entry}(plpy, GD, release_id)
 $$;
-"""
+{comment}"""
         return WRAP.sub(clean_errors_wrapper, text).replace("#BOOTSTRAP", bootstrap(venv, version))
 
 
@@ -393,19 +410,22 @@ def declarations(path: Path) -> list:
 
 
 def all_declarations() -> list[Function]:
-    """Every public function declared in sql/functions (the plug-ins' runs are internal)."""
+    """Every public function declared in sql/functions (the methods' runs are internal)."""
     return [f for path in declaration_files() for f in declarations(path)
             if isinstance(f, Function)]
 
 
-def plug_ins() -> dict[str, dict]:
-    """The methods declared in sql/functions alone (``release`` with ``parameters``):
-    ``{method: {"function", "parameters", "run"}}``, what the package reads at run time
-    (plpy_anon/declared_methods.json) to know them."""
+def declared_methods() -> dict[str, dict]:
+    """The release methods, each declared in sql/functions (``release`` with ``function``,
+    ``parameters`` and ``run``): ``{method: {"function", "parameters", "run"}}``, what the
+    package reads at run time (plpy_anon/declared_methods.json) to know them."""
     found = {}
     for path in declaration_files():
         for table in tomllib.loads(path.read_text())["function"]:
-            if "release" in table and "parameters" in table:
+            if "release" in table:
+                if not {"function", "parameters"} <= set(table):
+                    sys.exit(f"build: method {table['release']!r} in {path.name} declares no "
+                             f"function or parameters")
                 if not PLUG_IN_NAME.match(table["release"]):
                     sys.exit(f"build: bad method name {table['release']!r} in {path.name}")
                 found[table["release"]] = {key: table.get(key)
@@ -413,11 +433,11 @@ def plug_ins() -> dict[str, dict]:
     return found
 
 
-def write_plug_ins() -> Path:
-    """plpy_anon/declared_methods.json: the plug-ins' declarations, for the installed package."""
+def write_declared_methods() -> Path:
+    """plpy_anon/declared_methods.json: the methods' declarations, for the installed package."""
     import json
     path = ROOT / "plpy_anon" / "declared_methods.json"
-    path.write_text(json.dumps(plug_ins(), indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(declared_methods(), indent=1, sort_keys=True) + "\n")
     return path
 
 
@@ -837,7 +857,7 @@ def main() -> None:
     if args.freeze:
         print(f"froze {package_version()}: {' '.join(freeze())}")
         return
-    for path in [*build(args.venv, Path(args.out)), write_plug_ins()]:
+    for path in [*build(args.venv, Path(args.out)), write_declared_methods()]:
         print(f"built {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     if not args.no_docs:
         (ROOT / "docs" / "sql-reference.md").write_text(reference())

@@ -8,7 +8,7 @@ and the fallback: without numba every fit runs on numpy, with one log line sayin
 Machine code is cached on disk (``@njit(cache=True)``) so that no fit pays for compilation: in
 ``plpy_anon/_jit_cache`` beside the installed package when that directory belongs to the
 process's OS user (``make install`` creates it for the database's OS user and compiles the kernels
-there once, :func:`warm`), else where numba caches by default. numba recompiles on its own when the
+there once, :mod:`.mondrian_warm`), else where numba caches by default. numba recompiles on its own when the
 kernels' source changes (its cache index records the source file's stamp).
 
 Interrupts: the kernels return after about :data:`CHUNK_ROWS` row operations (milliseconds of
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.core.stable_sort import stable_argsort
 
 log = logging.getLogger("plpy_anon")
 
@@ -94,7 +95,6 @@ def partition(model, n_rows):
     kern = kernels()
     if kern is None:
         return None
-    from plpy_anon.core.mondrian import _stable_argsort
     codes = model._codes
     groups = model._initial_groups(n_rows)
     dtype = np.uint16 if all(c.dtype == np.uint16 for c in codes) else np.int32
@@ -107,7 +107,7 @@ def partition(model, n_rows):
         _sort_by_code(kern, np.ascontiguousarray(col, dtype=dtype), int(model._columns_width[a]),
                       orders[a], layouts[a], check)
         if groups is not None:       # by group, then by code: each group a partition of its own
-            orders[a] = orders[a][_stable_argsort(groups[orders[a]])]
+            orders[a] = orders[a][stable_argsort(groups[orders[a]])]
             layouts[a] = col[orders[a]]
     if groups is None:
         sizes = np.array([n_rows], dtype=np.int64)
@@ -278,35 +278,3 @@ def stats():
             "cache_hits": sum(sum(f.stats.cache_hits.values()) for f in entries),
             "cache_misses": sum(sum(f.stats.cache_misses.values()) for f in entries),
             "cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
-
-
-def warm():
-    """Compile (or load) every signature a fit uses: uint16 and int32 codes, with and without
-    models (the argument types do not change with them). ``make install`` runs it as the
-    database's OS user, so that the backend's first fit loads machine code instead of compiling."""
-    from plpy_anon.core.encoding import encode_categorical, encode_numeric
-    from plpy_anon.core.mondrian import Mondrian
-    rng = np.random.default_rng(0)
-    n = 200
-    small = [encode_numeric("x", rng.integers(0, 50, n)),
-             encode_categorical("c", np.array([f"v{i}" for i in rng.integers(0, 5, n)],
-                                              dtype=object))]
-    for columns in (small, [encode_numeric("big", np.arange(70_000))]):   # uint16, int32 codes
-        rows = len(columns[0].codes)
-        Mondrian(k=5, engine="numba").fit(columns)
-        Mondrian(k=5, l=2, engine="numba").fit(columns, sensitive=np.arange(rows) % 3)
-    return stats()
-
-
-def _main(argv):
-    if argv[1:2] == ["warm"]:
-        result = warm()
-        print("plpy_anon: compiled kernels", "unavailable (numba cannot be imported)"
-              if result is None else f"ready: {result}")
-        return 0
-    print("usage: python -I -m plpy_anon.core.mondrian_jit warm", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv))

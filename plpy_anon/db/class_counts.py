@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plpy_anon.db.columns import columns_as_text
 from plpy_anon.db.compact import stored_rows
-from plpy_anon.db.sqltext import build_work_mem, ident, jsonb, local_settings, run
+from plpy_anon.db.sqltext import build_work_mem, columns_as_text, ident, jsonb, local_settings, run
 
 #: hash_mem_multiplier of the pass (restored afterwards). The planner sizes each array_agg state
 #: of the class hash table at 8 kB (its memory context's initial block), ~8x what a class's state

@@ -95,6 +95,14 @@ class Column:
         return None
 
 
+def output_type(col: Column, hierarchical: bool) -> str:
+    """The SQL type a quasi-identifier is released as: its range type (a number or date), the
+    lowest common ancestor's label (text, with a hierarchy) or the set of its values (text[])."""
+    if col.kind == "numeric":
+        return NUMERIC_TYPES[col.type_name][1]
+    return "text" if hierarchical else "text[]"
+
+
 
 COLUMNS_QUERY = """
 SELECT a.attname::text AS name,
@@ -116,24 +124,6 @@ JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbaset
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
-
-
-BUILTIN_COLUMNS = """
-SELECT a.attname::text AS name, bt.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AS builtin
-FROM pg_catalog.pg_attribute a
-JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
-WHERE a.attrelid = $1::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropped
-"""
-
-
-def columns_as_text(plpy, relation: str, columns, alias: str | None = None) -> list[str]:
-    """SQL reading each of ``columns`` of ``relation`` (a quoted name) as text, for relations read
-    by column name (releases, whose sensitive columns keep the source's types):
-    :func:`~plpy_anon.db.sqltext.text_of`; a column not found counts as not built-in."""
-    builtin = {r["name"]: r["builtin"] for r in run(plpy, BUILTIN_COLUMNS, ["text"], [relation])}
-    prefix = f"{alias}." if alias else ""
-    return [text_of(prefix + ident(plpy, c), builtin.get(c, False)) for c in columns]
 
 
 def table_columns(plpy, tbl: Table) -> list[Column]:

@@ -14,8 +14,7 @@ Break-Merge's views are.
 from __future__ import annotations
 
 from plpy_anon.core.errors import AnonError
-from plpy_anon.db.release_rows import view_prints_as
-from plpy_anon.db.sqltext import ident, jsonb
+from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.spec import Built, Promise
 
 #: the storage's name is the release's plus this
@@ -103,3 +102,21 @@ def check_view(plpy, release: dict) -> None:
             detail="A compact release is checked from its storage; its view must unfold exactly "
                    "that storage, or analysts would read what no check counted.",
             hint=f"Drop the release with SELECT anon.drop_release({plpy.quote_literal(q)}) and create it again.")
+
+
+def view_prints_as(plpy, release: dict, view: str, query: str) -> bool | None:
+    """Whether the release's plain view ``view`` (in its schema, owned by its creator) prints
+    (``pg_get_viewdef``, under the caller's search_path: pg_catalog's in plpy_anon's functions)
+    exactly as a temporary view of ``query``; None when there is no such view."""
+    plpy.execute(f"CREATE TEMPORARY VIEW plpy_anon_expected_view AS {query}")
+    try:
+        same = run(plpy, """
+            SELECT pg_catalog.pg_get_viewdef('pg_temp.plpy_anon_expected_view'::pg_catalog.regclass)
+                   = pg_catalog.pg_get_viewdef(c.oid) AS same
+            FROM pg_catalog.pg_class c
+            WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'
+              AND c.relowner = $3::pg_catalog.regrole""",
+            ["text", "text", "text"], [release["schema_oid"], view, release["release_owner"]])
+    finally:
+        plpy.execute("DROP VIEW pg_temp.plpy_anon_expected_view")
+    return bool(same[0]["same"]) if same else None

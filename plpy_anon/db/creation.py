@@ -1,5 +1,5 @@
 """Creating a release: the one entry point behind every method's SQL function (anon.mondrian_view,
-anon.break_merge, ...; sql/build.py generates them from the declarations in plpy_anon.parameters).
+anon.break_merge, ...; sql/build.py generates them from the methods' declarations in sql/functions).
 
 The arguments are decoded once into the release's specification (``ReleaseMethod.spec_of``:
 plpy_anon.spec), and the method resolves what it means for the table (``ReleaseMethod.resolve``

@@ -76,12 +76,6 @@ from plpy_anon.db.sqltext import ident, int_array_literal, run  # noqa: F401 -- 
 EPOCH_DATE = np.datetime64("2000-01-01", "D")
 
 
-def output_type(col, hierarchical: bool) -> str:
-    if col.kind == "numeric":
-        return catalog.NUMERIC_TYPES[col.type_name][1]
-    return "text" if hierarchical else "text[]"
-
-
 def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str,
                                *, literal_ranges: bool = False, sliced: bool = False,
                                compact: bool = False) -> str:

@@ -4,7 +4,7 @@ refresh, verification, grants) can act on its releases without knowing it.
 A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.methods.registry``:
 
 * ``name``: the value of ``anon.releases.method`` for its releases;
-* its parameters are declared in ``plpy_anon.parameters`` (``SURFACES[name]``: SQL type, default,
+* its parameters are declared in sql/functions (``parameters.SURFACES[name]``: SQL type, default,
   constraint, help; or ``surface`` for a method declared elsewhere), and validated once by
   ``validate``; a release's parameters travel as a ``plpy_anon.spec.ReleaseSpec`` (its promise,
   the method's settings -- ``spec.SETTINGS[name]`` or ``settings`` -- and what its build
@@ -12,8 +12,9 @@ A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.
 * ``resolve(plpy, table, spec) -> Plan``: what the specification means for this table (columns,
   stored parameters), the release's default name and how its relations are built; creation.py does
   the rest (the source, the name, the catalog row, the checks) the same way for every method;
-* ``refresh_release(plpy, GD, release)``: only for releases that are not one materialized view
-  (default: rebuild the view beside the old one and swap it in, refreshing.py);
+* ``refresh_release(plpy, GD, release, rebuild)``: only for releases that are not one
+  materialized view (default: ``rebuild()``, which rebuilds the view beside the old one and swaps
+  it in, refreshing.py; the hook may call it, e.g. ``rebuild(analyze=True)``);
 * ``verification_spec(plpy, release, stats) -> verify.Spec``: only for releases whose relations
   are not one view of QIs + sensitive columns (default: verify.default_spec);
 * the run behind every build and refresh, in three hooks that ``run`` calls in order:

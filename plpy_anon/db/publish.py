@@ -215,7 +215,9 @@ def _checked(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMe
     check_genuine(plpy, release)
     if method is not None and method.check_relations is not None:
         method.check_relations(plpy, release)        # before anything reads them (its views)
-    report_target = risk.stored_target(plpy, release, method)
+    populated = method is not None and verify.is_populated(plpy, release)
+    report_target = risk.stored_target(
+        plpy, release, verify.spec_for(plpy, release, None, method) if populated else None)
     # an out-of-core release is checked within the memory it was built in
     budget = ((run_stats or {}).get("metrics") or {}).get("out_of_core", {}).get("budget_bytes")
     counter = class_counts.Counter(plpy, release, budget)

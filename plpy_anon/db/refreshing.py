@@ -38,6 +38,7 @@ server's configuration (a session's or role's value is ignored: see settings.py)
 """
 from __future__ import annotations
 
+import functools
 import graphlib
 import json
 import re
@@ -110,7 +111,10 @@ def _refresh(plpy, GD, release: dict, method: ReleaseMethod | None, clock: timin
                          [release["source"]])[0]["oid"]
             guard_source(plpy, source)
             if method is not None and method.refresh_release is not None:
-                method.refresh_release(plpy, GD, release)
+                # the default rebuild handed in, for the method to wrap (methods do not import
+                # this module: they stand below it)
+                method.refresh_release(plpy, GD, release, functools.partial(
+                    rebuild_view, plpy, GD, release, method=method))
             else:
                 rebuild_view(plpy, GD, release, method=method)
             with timing.phase("grants"):

@@ -13,7 +13,7 @@ import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
 from plpy_anon.db import extschema
-from plpy_anon.db.guards import PLANNER_CODE
+from plpy_anon.db.planner_code import PLANNER_CODE
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
 from plpy_anon.spec import Built
 
@@ -377,7 +377,7 @@ def check_release_planner_code(plpy, release: dict, relations: list[int]) -> Non
     expression calling the owner's function runs with the rights of whoever plans a query on the
     relation -- the verification and the risk report of every refresh, a superuser's plain REFRESH
     or pg_cron job included. So a release is read on its behalf only while every function its
-    relations' planner code calls is a superuser's (the same rule as a source's, guards.PLANNER_CODE).
+    relations' planner code calls is a superuser's (the same rule as a source's, planner_code.PLANNER_CODE).
     Refresh holds the relations locked, so nothing can be added between this check and the reads."""
     for oid in relations:
         found = [r for r in run(plpy, PLANNER_CODE, ["oid"], [oid]) if r["function"] is not None]
@@ -452,21 +452,3 @@ def temp_name(name: str, release_id: int) -> str:
     suffix = f"{SUFFIX}{release_id}"
     encoded = name.encode()[: 63 - len(suffix)]
     return encoded.decode(errors="ignore") + suffix
-
-
-def view_prints_as(plpy, release: dict, view: str, query: str) -> bool | None:
-    """Whether the release's plain view ``view`` (in its schema, owned by its creator) prints
-    (``pg_get_viewdef``, under the caller's search_path: pg_catalog's in plpy_anon's functions)
-    exactly as a temporary view of ``query``; None when there is no such view."""
-    plpy.execute(f"CREATE TEMPORARY VIEW plpy_anon_expected_view AS {query}")
-    try:
-        same = run(plpy, """
-            SELECT pg_catalog.pg_get_viewdef('pg_temp.plpy_anon_expected_view'::pg_catalog.regclass)
-                   = pg_catalog.pg_get_viewdef(c.oid) AS same
-            FROM pg_catalog.pg_class c
-            WHERE c.relnamespace = $1::pg_catalog.regnamespace AND c.relname = $2 AND c.relkind = 'v'
-              AND c.relowner = $3::pg_catalog.regrole""",
-            ["text", "text", "text"], [release["schema_oid"], view, release["release_owner"]])
-    finally:
-        plpy.execute("DROP VIEW pg_temp.plpy_anon_expected_view")
-    return bool(same[0]["same"]) if same else None

@@ -104,7 +104,7 @@ def method_named(method: str) -> ReleaseMethod | None:
 @sql_entry
 def refresh(plpy, name: str, GD=None) -> dict:
     """Re-run a release from current data. A method whose release is not a single materialized
-    view defines ``refresh_release(plpy, GD, release)`` in its db module; otherwise the view is
+    view defines ``refresh_release(plpy, GD, release, rebuild)`` in its db module; otherwise the view is
     rebuilt beside the old one and swapped in (refreshing.py). A failure is recorded in
     anon.refresh_history / last_error and re-raised; the old release stays."""
     return refresh_row(plpy, GD, find(plpy, name, genuine=False),    # checked under the lock

@@ -37,7 +37,6 @@ from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republish import Version
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, timing
-from plpy_anon.db.generalization import output_type
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
@@ -580,7 +579,7 @@ def _sorted_values(values) -> tuple:
 
 def _released_type(col) -> str:
     """A QI's type in the release (the stable mode refuses hierarchies: never an LCA label)."""
-    return output_type(col, False)
+    return catalog.output_type(col, False)
 
 
 @dataclass

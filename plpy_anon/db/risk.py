@@ -26,9 +26,8 @@ import numbers
 
 from plpy_anon.core import risk as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
-from plpy_anon.db import columns, verify
+from plpy_anon.db import columns
 from plpy_anon.db.class_counts import Counter, orderable
-from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.sqltext import jsonb, run
 from plpy_anon.spec import Promise
 
@@ -65,12 +64,10 @@ class Target:
         self.skipped: dict[str, str] = {}     # sensitive column -> why its figures are NULL
 
 
-def release_target(plpy, release: dict, method: ReleaseMethod | None, quasi_identifiers,
-                   sensitive) -> Target:
+def release_target(plpy, release: dict, spec, quasi_identifiers, sensitive) -> Target:
     """A release's released relation, its QIs (the released, generalized columns an analyst links
-    on: verify.py's class key) and sensitive columns from the catalog, unless given."""
-    spec = (verify.spec_for(plpy, release, None, method) if method is not None
-            else verify.default_spec(plpy, release, None))
+    on: the class key of ``spec``, what its verification reads, a ``verify.Spec`` the caller got
+    from verify.spec_for) and sensitive columns from the catalog, unless given."""
     params = jsonb(release["parameters"])
     notes = {}
     qis = list(quasi_identifiers) if quasi_identifiers is not None else list(spec.class_key)
@@ -190,13 +187,14 @@ def describe_all(target, figures, tables, *, population, risk_threshold, recursi
     return out
 
 
-def stored_target(plpy, release: dict, method: ReleaseMethod | None) -> Target | None:
+def stored_target(plpy, release: dict, spec) -> Target | None:
     """What the report stored with a release counts (its QIs and its orderable sensitive columns
-    still released); None when there is nothing to read (a view refreshed WITH NO DATA or a
-    method plpy_anon does not know)."""
-    if method is None or not verify.is_populated(plpy, release):
+    still released), from what its verification reads (``spec``, as for :func:`release_target`);
+    None when there is nothing to read (``spec`` None: a view refreshed WITH NO DATA or a method
+    plpy_anon does not know)."""
+    if spec is None:
         return None
-    target = release_target(plpy, release, method, None, None)
+    target = release_target(plpy, release, spec, None, None)
     cols = {}
     if target.sensitive:
         oid = run(plpy, RELATION_QUERY, ["text"], [target.relation])[0]["oid"]

@@ -6,7 +6,7 @@ materialized view, release): which relation and columns to count, checked and gu
 from __future__ import annotations
 
 from plpy_anon.core.errors import InvalidParameter, UnsupportedType
-from plpy_anon.db import class_counts, columns, guards, risk
+from plpy_anon.db import class_counts, columns, guards, risk, verify
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods.registry import REGISTRY
@@ -44,8 +44,10 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
     catalog = bool(run(plpy, CAN_READ_CATALOG)[0]["ok"])
     release = run(plpy, RELEASE_QUERY, ["text", "text"], [rel["schema"], rel["name"]]) if catalog else []
     if release:
-        target = risk.release_target(plpy, release[0], REGISTRY.get(release[0]["method"]),
-                                quasi_identifiers, sensitive)
+        method = REGISTRY.get(release[0]["method"])
+        spec = (verify.spec_for(plpy, release[0], None, method) if method is not None
+                else verify.default_spec(plpy, release[0], None))
+        target = risk.release_target(plpy, release[0], spec, quasi_identifiers, sensitive)
         if target.relation != ident(plpy, rel["schema"], rel["name"]):
             target_rel = run(plpy, risk.RELATION_QUERY, ["text"], [target.relation])[0]
             oid = int(target_rel["oid"])

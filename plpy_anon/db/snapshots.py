@@ -24,8 +24,9 @@ from plpy_anon.core.errors import (
     UndefinedObject,
     UnsupportedType,
 )
-from plpy_anon.db import compact, extschema, guards, releases
+from plpy_anon.db import compact, extschema, guards, publish, release_rows
 from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.methods.registry import REGISTRY
 from plpy_anon.db.sqltext import ident, jsonb, run
 
 DEFAULT_SCHEMA = "snapshot"
@@ -58,7 +59,7 @@ def resolve(plpy, name: str) -> tuple[dict, str]:
 
 def _resolve(plpy, name: str) -> tuple[dict, str]:
     try:
-        release = releases.find(plpy, name)
+        release = release_rows.find(plpy, name)
     except UndefinedObject:
         parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]
         rows = run(plpy, """
@@ -67,8 +68,8 @@ def _resolve(plpy, name: str) -> tuple[dict, str]:
                    ["text", "text"], [parts[0] if len(parts) == 2 else None, parts[-1]])
         if len(rows) != 1:
             raise
-        releases.check_genuine(plpy, rows[0])
-        method = releases.method_named(rows[0]["method"])
+        release_rows.check_genuine(plpy, rows[0])
+        method = REGISTRY.get(rows[0]["method"])
         if method is None or method.check_relations is None:
             raise NotASingleRelation(
                 f"{name} is not a relation plpy_anon builds for a release of method {rows[0]['method']}",
@@ -77,7 +78,7 @@ def _resolve(plpy, name: str) -> tuple[dict, str]:
         return rows[0], parts[-1]
     relations = published_relations(release)
     if relations != [release["release_name"]]:
-        q = releases.qualified_name(plpy, release)
+        q = release_rows.qualified_name(plpy, release)
         names = [ident(plpy, release["release_schema"], r) for r in relations]
         raise NotASingleRelation(
             f"release {q} is published as {len(names)} relations: {', '.join(names)}",
@@ -135,7 +136,7 @@ def metadata_of(plpy, release: dict, relation: str, columns: list[dict]) -> dict
                {''.join(f', r.{c}::text AS {c}' for c in extra)}
         FROM anon.releases r WHERE r.release_id = $1""", ["int4"], [release["release_id"]])[0]
     meta = {
-        "release": releases.qualified_name(plpy, release),
+        "release": release_rows.qualified_name(plpy, release),
         "relation": ident(plpy, release["release_schema"], relation),
         "method": row["method"],
         # the method's parameters, less the names of source columns left out of the release and
@@ -209,14 +210,14 @@ def snapshot(plpy, name: str, snapshot_name: str | None = None, snapshot_schema:
     if snapshot_name is None:
         day = run(plpy, "SELECT pg_catalog.to_char(pg_catalog.now(), 'YYYYMMDD') AS d")[0]["d"]
         snapshot_name = f"{relation}_{day}"
-    releases.check_name(schema, "snapshot_schema")
-    releases.check_name(snapshot_name, "snapshot_name")
+    publish.check_name(schema, "snapshot_schema")
+    publish.check_name(snapshot_name, "snapshot_name")
     snapshot_schema_ready(plpy, schema)
     target = ident(plpy, schema, snapshot_name)
     # one snapshot per name at a time (two replace => true would otherwise collide)
     run(plpy, "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
         ["int4", "text"], [0x616E736E, f"{schema}.{snapshot_name}"])
-    existing = releases.relation_exists(plpy, schema, snapshot_name)
+    existing = release_rows.relation_exists(plpy, schema, snapshot_name)
     if existing is not None:
         ours = run(plpy, """
             SELECT s.snapshot_id FROM anon.snapshots s

@@ -101,6 +101,24 @@ def text_of(expr: str, builtin: bool) -> str:
     return f"CASE WHEN pg_catalog.num_nonnulls({expr}) = 1 THEN pg_catalog.format('%s', {expr}) END"
 
 
+BUILTIN_COLUMNS = """
+SELECT a.attname::text AS name, bt.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AS builtin
+FROM pg_catalog.pg_attribute a
+JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+JOIN pg_catalog.pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+WHERE a.attrelid = $1::pg_catalog.regclass AND a.attnum > 0 AND NOT a.attisdropped
+"""
+
+
+def columns_as_text(plpy, relation: str, columns, alias: str | None = None) -> list[str]:
+    """SQL reading each of ``columns`` of ``relation`` (a quoted name) as text, for relations read
+    by column name (releases, whose sensitive columns keep the source's types):
+    :func:`text_of`; a column not found counts as not built-in."""
+    builtin = {r["name"]: r["builtin"] for r in run(plpy, BUILTIN_COLUMNS, ["text"], [relation])}
+    prefix = f"{alias}." if alias else ""
+    return [text_of(prefix + ident(plpy, c), builtin.get(c, False)) for c in columns]
+
+
 def jsonb_text(value) -> str:
     """``value`` as JSON text for a jsonb parameter; a non-finite float (a metric of a range as
     wide as float8 itself: inf / inf) becomes null, which jsonb has, instead of NaN, which it

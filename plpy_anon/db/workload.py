@@ -33,7 +33,7 @@ from plpy_anon.core.workload import (
 from plpy_anon.core.workload import (
     workload_precision as core_workload_precision,
 )
-from plpy_anon.db import guards, releases
+from plpy_anon.db import guards, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.methods import mondrian_family, prioritized_mondrian
 from plpy_anon.db.sqltext import jsonb, jsonb_text, run
@@ -144,7 +144,7 @@ class _ReleaseEvaluation:
     would publish): labels, original QI values and the workload restricted to the QIs."""
 
     def __init__(self, plpy, name):
-        self.release = releases.find(plpy, name)
+        self.release = release_rows.find(plpy, name)
         if self.release["method"] not in MONDRIAN_METHODS:
             raise InvalidParameter(
                 f"release {name} was made by method {self.release['method']!r}; the report "

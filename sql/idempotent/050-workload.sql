@@ -43,24 +43,3 @@ END
 $$;
 COMMENT ON FUNCTION anon.add_queries(text[], bigint[], timestamptz[], text) IS
     'Adds query texts (with optional frequencies and execution times) to the workload store anon.workload; returns how many were added.';
-
--- The partitioning run behind a prioritized Mondrian release, in slices like
--- anon._mondrian_partition_slices's (STABLE: same snapshot as the release query that joins its
--- result back to the source by ctid).
-#WRAP anon._prioritized_mondrian_partition_slices(release_id integer) RETURNS SETOF anon.partition_slice STABLE ROWS 1
-CREATE OR REPLACE FUNCTION anon._prioritized_mondrian_partition_slices_py(release_id integer)
-RETURNS SETOF anon.partition_slice
-LANGUAGE plpython3u STABLE ROWS 1
-SET search_path = pg_catalog, pg_temp
--- the texts a compact release stores are read back by the release query, in the caller's
--- session: printed in forms every DateStyle, IntervalStyle and TimeZone reads the same (ISO
--- dates, numeric UTC offsets, ISO 8601 intervals; zone abbreviations are ambiguous)
-SET DateStyle = 'ISO, YMD'
-SET IntervalStyle = 'iso_8601'
-SET TimeZone = 'UTC'
-SET bytea_output = 'hex'
-AS $$
-#BOOTSTRAP
-from plpy_anon.db.methods import prioritized_mondrian
-return prioritized_mondrian.partition(plpy, GD, release_id)
-$$;

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from psycopg import sql
 
 from plpy_anon.cli import main
-from plpy_anon.parameters import PLUG_INS, SURFACES
+from plpy_anon.parameters import SURFACES
 from tests.contract.methods import BY_NAME, NUMERIC_QIS, QIS, create_table
 from tests.helpers import release_schema_of
 
@@ -103,9 +103,9 @@ COMMANDS = {
 }
 
 
-def plug_in_arguments(method):
-    """A plug-in's command (plpy_anon.parameters.PLUG_INS) runs with its contract entry's
-    arguments (tests/contract/methods.py), as options: no list of plug-ins here."""
+def contract_arguments(method):
+    """A release method's command not written above runs with its contract entry's arguments
+    (tests/contract/methods.py), as options: no list of methods here."""
     def arguments(w):
         options = ["--k", "5"] if method.k_arg == "k" else []
         for name, value in method.fixed.items():
@@ -115,8 +115,9 @@ def plug_in_arguments(method):
     return arguments
 
 
-COMMANDS.update({SURFACES[name].function.replace("_", "-"):
-                 plug_in_arguments(BY_NAME[SURFACES[name].function]) for name in PLUG_INS})
+for _surface in SURFACES.values():
+    COMMANDS.setdefault(_surface.function.replace("_", "-"),
+                        contract_arguments(BY_NAME[_surface.function]))
 
 
 def integral_floats(value, path="$"):

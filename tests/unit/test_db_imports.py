@@ -34,6 +34,31 @@ def test_db_module_graph_is_acyclic():
     graphlib.TopologicalSorter(graph).prepare()     # raises CycleError on a cycle
 
 
+def floors(db: pathlib.Path = DB) -> dict[str, int]:
+    """Each module's floor: 1 + the highest floor among what it imports (a module importing no
+    other module of the db layer stands on floor 1); methods/ counts as one module."""
+    def room(module):
+        return "methods" if module.startswith("methods.") else module
+    modules = sorted(".".join(p.relative_to(db).with_suffix("").parts) for p in db.rglob("*.py")
+                     if p.stem != "__init__")
+    graph = {}
+    for module in modules:
+        tree = ast.parse(db.joinpath(*module.split(".")).with_suffix(".py").read_text())
+        graph.setdefault(room(module), set()).update(
+            room(m) for m in db_imports(tree, False) if m and room(m) != room(module))
+    floor = {}
+    for module in graphlib.TopologicalSorter(graph).static_order():
+        floor[module] = 1 + max((floor[m] for m in graph.get(module, ()) if m in floor), default=0)
+    return floor
+
+
+def test_the_db_layer_stands_on_at_most_eight_floors():
+    """From an SQL entry point down to the SQL text helpers, at most eight modules: a module takes
+    a helper from below, never from a module high above for one helper."""
+    floor = floors()
+    assert max(floor.values()) <= 8, sorted(floor.items(), key=lambda item: -item[1])[:6]
+
+
 @pytest.mark.parametrize("module", [m for m in MODULES if m != "methods.registry"])
 def test_no_function_level_db_imports(module):
     """Only the registry imports inside functions (one method's module when it is first asked

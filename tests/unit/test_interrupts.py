@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.core import interrupts
+from plpy_anon.core import interrupts, stable_sort
 from plpy_anon.core import mondrian as mondrian_module
 from plpy_anon.core.containment import ANY, Axis, contained
 from plpy_anon.core.encoding import encode_numeric
@@ -141,13 +141,13 @@ def test_reading_a_log_checks_per_entry():
 @given(st.lists(st.integers(0, 2**20), max_size=3000), st.integers(1, 700))
 def test_a_sort_in_chunks_is_numpy_s_stable_argsort(values, chunk):
     codes = np.array(values, dtype=np.int32)
-    original = mondrian_module._SORT_CHUNK
-    mondrian_module._SORT_CHUNK = chunk
+    original = stable_sort.SORT_CHUNK
+    stable_sort.SORT_CHUNK = chunk
     try:
-        got = mondrian_module._stable_argsort(codes)
-        narrow = mondrian_module._stable_argsort((codes % 7).astype(np.uint16))
+        got = stable_sort.stable_argsort(codes)
+        narrow = stable_sort.stable_argsort((codes % 7).astype(np.uint16))
     finally:
-        mondrian_module._SORT_CHUNK = original
+        stable_sort.SORT_CHUNK = original
     assert got.dtype == np.int32 and np.array_equal(got, np.argsort(codes, kind="stable"))
     assert np.array_equal(narrow, np.argsort(codes % 7, kind="stable"))
 
@@ -157,6 +157,7 @@ def test_a_fit_sorting_in_chunks_checks_between_them_and_finds_the_same_classes(
     whole = Counting()
     with interrupts.checking(whole):
         reference = Mondrian(k=5, l=2, engine="numpy").fit(cols, sensitive=sensitive).labels_
+    monkeypatch.setattr(stable_sort, "SORT_CHUNK", 1000)
     monkeypatch.setattr(mondrian_module, "_SORT_CHUNK", 1000)
     chunked = Counting()
     with interrupts.checking(chunked):

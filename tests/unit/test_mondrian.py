@@ -322,10 +322,10 @@ def test_both_tie_count_methods_equal_reference(monkeypatch, segment_search):
 
 @pytest.mark.parametrize("dtype, high", [(np.uint16, 1 << 16), (np.int32, 1 << 30)])
 def test_stable_argsort_matches_numpy(dtype, high):
-    from plpy_anon.core.mondrian import _stable_argsort
+    from plpy_anon.core.stable_sort import stable_argsort
     codes = np.random.default_rng(1).integers(0, high, 5000).astype(dtype)
     codes[::7] = codes[0]                          # many ties: stability matters
-    order = _stable_argsort(codes)
+    order = stable_argsort(codes)
     assert order.dtype == np.int32
     np.testing.assert_array_equal(order, np.argsort(codes, kind="stable"))
 

@@ -1,9 +1,10 @@
-"""A release method is a plug-in: declared in sql/functions (``release`` with ``parameters``) and
-coded in plpy_anon/db/methods/<name>.py, it needs no other file. Its SQL function and run, its
-parameters, its registry entry, the client's method and the CLI's command all come from the
-declaration; these tests read them from the declarations, never from a list of names."""
+"""A release method is a plug-in: declared in sql/functions (``release`` with ``function``,
+``parameters`` and ``run``) and coded in plpy_anon/db/methods/<name>.py. Its SQL function and
+run, its parameters, its registry entry, the client's method and the CLI's command all come from
+the declaration; these tests read them from the declarations, never from a list of names."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import re
@@ -14,6 +15,7 @@ import pytest
 
 from plpy_anon import parameters
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.spec import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,17 +32,17 @@ def build():
     return load_build()
 
 
-def test_the_package_knows_the_plug_ins_the_declarations_name(build):
+def test_the_package_knows_the_methods_the_declarations_name(build):
     """plpy_anon/declared_methods.json (what the installed package reads) is the declarations'."""
-    declared = build.plug_ins()
-    assert "mdav" in declared
-    assert set(parameters.PLUG_INS) == set(declared)
+    declared = build.declared_methods()
+    assert {"mondrian", "prioritized_mondrian", "mdav"} <= set(declared)
+    assert set(parameters.SURFACES) == set(declared)
     for name, declaration in declared.items():
         assert parameters.SURFACES[name] == parameters.declared_surface(
             name, declaration["function"], declaration["parameters"])
 
 
-def test_every_method_has_its_sql_function_registry_entry_client_method_and_command(build):
+def test_every_method_has_its_sql_function_run_registry_entry_client_method_and_command(build):
     from plpy_anon.cli import main
     from plpy_anon.client.api import AnonClient
     from plpy_anon.db.methods.registry import NAMES
@@ -56,8 +58,44 @@ def test_every_method_has_its_sql_function_registry_entry_client_method_and_comm
         client_parameters = inspect.signature(getattr(AnonClient, surface.function)).parameters
         assert set(surface.by_name) <= set(client_parameters)
         assert surface.function.replace("_", "-") in main.commands
-        if name in parameters.PLUG_INS:
-            assert name in runs
+        assert name in runs
+
+
+#: the files every method goes through: none of them knows one by name
+PLUMBING = ("plpy_anon/parameters.py", "plpy_anon/db/methods/registry.py", "plpy_anon/db/method.py",
+            "plpy_anon/db/creation.py", "plpy_anon/client/api.py", "plpy_anon/cli.py", "sql/build.py")
+
+
+def code_words(path: Path) -> set[str]:
+    """The names, imported modules and strings of a Python file's code (not its docstrings)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    words = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and id(node) not in docstrings:
+            words.add(node.value)
+        elif isinstance(node, ast.Name):
+            words.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            words |= {node.module or "", *(a.name for a in node.names)}
+    return words
+
+
+def test_the_plumbing_names_no_method():
+    """The parameters, the registry, the contract, creation, the client, the CLI and the build
+    know every method from its declaration alone: no method's name, SQL function, run or module
+    in their code."""
+    for path in PLUMBING:
+        words = code_words(ROOT / path)
+        for name, surface in parameters.SURFACES.items():
+            named = {w for w in words if w in (name, surface.function, f"methods.{name}")
+                     or re.search(rf"\b_{name}_|\b{surface.function}\b", w)}
+            assert named == set(), (path, name)
 
 
 def mentions(name: str) -> re.Pattern:
@@ -68,11 +106,14 @@ def mentions(name: str) -> re.Pattern:
 
 def test_a_plug_in_is_named_only_in_its_own_files():
     """Outside the pure core's algorithm, its module and its declaration, no source file of the
-    package or of sql/ names a plug-in: the registry, the parameters, the client and the CLI
-    find it from the declaration."""
+    package or of sql/ names a method that keeps its settings to itself (none in
+    ``spec.SETTINGS``, which the shared machinery reads by name): the registry, the parameters,
+    the client and the CLI find it from the declaration."""
     tracked = subprocess.run(["git", "ls-files", "plpy_anon", "sql", "pyproject.toml", "Makefile"],
                              cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
-    for name in parameters.PLUG_INS:
+    self_contained = [name for name in parameters.SURFACES if name not in SETTINGS]
+    assert "mdav" in self_contained
+    for name in self_contained:
         own = {f"plpy_anon/db/methods/{name}.py", f"plpy_anon/core/{name}.py"}
         own |= {str(p.relative_to(ROOT)) for p in (ROOT / "sql" / "functions").glob("*.toml")
                 if re.search(rf'^release = "{name}"', p.read_text(), re.MULTILINE)}
@@ -118,3 +159,33 @@ def test_a_declaration_naming_no_shared_parameter_is_refused():
 def test_a_plug_in_name_that_is_no_module_name_is_refused(build, name):
     with pytest.raises(SystemExit):
         build.RunFunction(name, "partition_slices")
+
+
+def test_a_shared_parameter_taken_with_other_fields_keeps_its_constraint():
+    """``like``: trust's k without a default and fusion's smallest scanned k keep k's minimum."""
+    surface = parameters.declared_surface("toy", "toy_view", [
+        "source", {"like": "k", "default": "NULL"},
+        {"like": "k", "name": "k_from", "default": "2", "hint": "Use k_from => 2 or more."}])
+    k, k_from = surface.by_name["k"], surface.by_name["k_from"]
+    assert k.check(None) is None and k_from.check(None) == 2
+    assert k.constraint == k_from.constraint == parameters.SHARED["k"].constraint
+    with pytest.raises(InvalidParameter, match="k must be at least 2, got 1") as refused:
+        k.check(1)
+    assert refused.value.hint == parameters.SHARED["k"].hint
+    with pytest.raises(InvalidParameter, match="k_from must be at least 2") as refused:
+        k_from.check(1)
+    assert refused.value.hint == "Use k_from => 2 or more."
+
+
+def test_a_method_with_a_release_query_of_its_own_declares_the_run_it_calls(build):
+    run = build.RunFunction("toy", {"returns": "jsonb", "comment": "Internal: the toy's run."})
+    sql = run.sql("/opt/venv", "9.9.9")
+    assert "CREATE OR REPLACE FUNCTION anon._toy_run(release_id integer)\nRETURNS jsonb" in sql
+    assert "from plpy_anon.db.methods import toy\nreturn toy.run_release(plpy, GD, release_id)" in sql
+    assert "COMMENT ON FUNCTION anon._toy_run_py(integer) IS\n    'Internal: the toy''s run.';" in sql
+    partition = build.RunFunction("toy", "partition").sql("/opt/venv", "9.9.9")
+    assert "RETURNS anon.partition\nLANGUAGE plpython3u STABLE\n" in partition
+    assert "SET DateStyle" not in partition
+    for bad in ({"comment": "no type"}, {"returns": "jsonb", "rows": 5}, "slices"):
+        with pytest.raises(SystemExit):
+            build.RunFunction("toy", bad)

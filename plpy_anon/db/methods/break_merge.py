@@ -61,7 +61,7 @@ from plpy_anon.core.generalize import class_bounds, class_code_range
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import guards, method, publish, refreshing, release_rows, verify
+from plpy_anon.db import compact, guards, method, publish, release_rows, verify
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
@@ -70,7 +70,6 @@ from plpy_anon.db.generalization import (
     column_for,
     containment_test,
     int_array_literal,
-    output_type,
     qi_value,
     range_expression,
 )
@@ -82,7 +81,7 @@ from plpy_anon.db.reader import (
     nondeterministic_collations,
     read_columns,
 )
-from plpy_anon.db.sqltext import ident, jsonb, run
+from plpy_anon.db.sqltext import columns_as_text, ident, jsonb, run
 from plpy_anon.spec import ReleaseSpec
 
 METHOD = "break_merge"
@@ -274,7 +273,7 @@ def storage_query(plpy, tbl, qis, spec, release_id):
     STs (counted by the run) and the post-build verification refuses the release."""
     hierarchical = set(spec.built.hierarchies)
     n = len(qis)
-    qi_types = [output_type(c, c.name in hierarchical) for c in qis]
+    qi_types = [catalog.output_type(c, c.name in hierarchical) for c in qis]
     ranged = [i for i, t in enumerate(qi_types) if t in catalog.RANGE_ELEMENTS]
     listed = [i for i in range(n) if i not in ranged]
     checked = [i for i, t in enumerate(qi_types) if i in ranged or t == "text[]"]
@@ -337,15 +336,16 @@ def index_and_analyze(plpy, qualified, create_index=False):
     plpy.execute(f"ANALYZE {qualified}")
 
 
-def refresh_release(plpy, GD, release):
+def refresh_release(plpy, GD, release, rebuild):
     """anon.refresh: rebuild the storage from one snapshot beside the old one, analyze it, and swap
-    it in with the QIT/ST/merge views recreated over it (refreshing.rebuild_view): readers keep
-    the old release during the build, then see the new one whole -- at every isolation level,
-    the new storage's rows are frozen -- and the swap never queues in front of them for long.
-    When other objects depend on the views, the storage is refreshed in place instead."""
+    it in with the QIT/ST/merge views recreated over it (``rebuild``: refreshing.rebuild_view for
+    this release, which the refresh hands in): readers keep the old release during the build,
+    then see the new one whole -- at every isolation level, the new storage's rows are frozen --
+    and the swap never queues in front of them for long. When other objects depend on the views,
+    the storage is refreshed in place instead."""
 
 
-    refreshing.rebuild_view(plpy, GD, release, method=RELEASE_METHOD, analyze=True)
+    rebuild(analyze=True)
     # same guarantee as the first build; failing here rolls the refresh back (old release kept)
     check_released_rules(plpy, release_rows.by_id(plpy, release["release_id"]))
 
@@ -448,7 +448,7 @@ def check_views(plpy, release) -> None:
     expected = view_definitions(plpy, schema, release["release_name"], spec)
     changed = sorted(set(spec.built.objects) ^ set(expected))
     for view, query in expected.items():
-        if not release_rows.view_prints_as(plpy, release, view, query):   # missing, or another query
+        if not compact.view_prints_as(plpy, release, view, query):   # missing, or another query
             changed.append(view)
     if changed:
         q = release_rows.qualified_name(plpy, release)
@@ -653,9 +653,9 @@ def _release_roles(plpy, release):
 
 def _grouped_frame(plpy, relation, columns, weight_expr, where=""):
     """``SELECT col-as-text ..., weight FROM relation GROUP BY ...``: the weighted distinct rows
-    (text without casts of a type's owner: ``columns.columns_as_text``)."""
+    (text without casts of a type's owner: ``sqltext.columns_as_text``)."""
     cols = ", ".join(f"{text} AS {ident(plpy, c)}"
-                     for c, text in zip(columns, catalog.columns_as_text(plpy, relation, columns)))
+                     for c, text in zip(columns, columns_as_text(plpy, relation, columns)))
     rows = plpy.execute(
         f"SELECT {cols}, {weight_expr} AS __w FROM {relation} {where} "
         f"GROUP BY {', '.join(str(i + 1) for i in range(len(columns)))}"

@@ -44,7 +44,6 @@ from plpy_anon.db.generalization import (
     flat_read_query,
     generalized_release_query,
     int_array_literal,
-    output_type,
     release_order,
 )
 from plpy_anon.db.identifiers import release_roles
@@ -167,7 +166,7 @@ def release_query(plpy, tbl, roles, parameters, release_id: int,
     promise, built = Promise.of(parameters), Built.of(parameters)
     hierarchical = set(built.hierarchies)
     by_name = {col.name: col for col, _ in roles}
-    qi_types = {name: output_type(by_name[name], name in hierarchical)
+    qi_types = {name: catalog.output_type(by_name[name], name in hierarchical)
                 for name in promise.quasi_identifiers}
     call = f"{partition_function}({int(release_id)})"
     compact = promise.layout == "compact"

@@ -45,7 +45,7 @@ from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import non_finite_error, read_columns, refuse_non_finite
 from plpy_anon.db.sqltext import ident, jsonb
-from plpy_anon.parameters import PATTERN
+from plpy_anon.parameters import SURFACES
 from plpy_anon.spec import ReleaseSpec
 
 METHOD = "pattern"
@@ -60,8 +60,8 @@ RELEASED_TYPES = {"int2": "numeric", "int4": "numeric", "int8": "numeric", "nume
 # threads walking segments inside the backend (process pools do not work there)
 MAX_THREADS = 4
 # a release made before these parameters existed: their declared defaults
-DEFAULT_DELTA = PATTERN.by_name["delta"].python_default
-DEFAULT_MAX_UNCHANGED = PATTERN.by_name["max_unchanged"].python_default
+DEFAULT_DELTA = SURFACES[METHOD].by_name["delta"].python_default
+DEFAULT_MAX_UNCHANGED = SURFACES[METHOD].by_name["max_unchanged"].python_default
 
 
 def _check_max_unchanged(value):

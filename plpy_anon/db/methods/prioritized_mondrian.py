@@ -34,11 +34,11 @@ from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods import mondrian_family
 from plpy_anon.db.sqltext import jsonb, jsonb_text, run
 from plpy_anon.db.workload_statements import qi_workload
-from plpy_anon.parameters import PRIORITIZED_MONDRIAN
+from plpy_anon.parameters import SURFACES
 from plpy_anon.spec import ReleaseSpec
 
 METHOD = "prioritized_mondrian"
-CUT_TOLERANCE = PRIORITIZED_MONDRIAN.by_name["cut_tolerance"]
+CUT_TOLERANCE = SURFACES[METHOD].by_name["cut_tolerance"]
 #: how far below plain Mondrian's precision a queried column of the training workload may fall
 #: in a guarded learned release (the search keeps plain Mondrian itself when nothing else holds)
 GUARD_TOLERANCE = 0.0

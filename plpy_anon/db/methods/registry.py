@@ -2,16 +2,14 @@
 
 Lazy: ``REGISTRY[name]`` imports the module of that one method when it is first asked for, so
 refreshing a Mondrian release does not pay for scikit-learn (fusion) or scipy (pattern) in a
-backend that never uses them. The built-in methods are listed below; a method declared in
-sql/functions alone (a plug-in: ``parameters.PLUG_INS``, from the build's declarations) is found
-as ``plpy_anon.db.methods.<name>``: only names the build declared (checked against PLUG_INS and
-``[a-z][a-z0-9_]*``) become import paths, never a name read from the catalog as such.
-A method defined outside the package (tests/contract/random_groups.py) is added to one backend
-with ``register``: only code already running in the backend can call it, that is PL/Python code,
-which only a superuser can create. Imported only by the top of
-the db layer, releases.py (refresh, drop, the event trigger) and risk_report.py (a release's
-report); the method modules import the machinery below it (publish, refreshing, verify,
-release_rows), never this module.
+backend that never uses them. Every method is declared in sql/functions (``parameters.SURFACES``,
+from the build's declarations) and found as ``plpy_anon.db.methods.<name>``: only names the build
+declared (checked against ``[a-z][a-z0-9_]*``) become import paths, never a name read from the
+catalog as such. A method defined outside the package (tests/contract/random_groups.py) is added
+to one backend with ``register``: only code already running in the backend can call it, that is
+PL/Python code, which only a superuser can create. Imported only by the SQL entry points at the
+top of the db layer (creation, releases, risk_report, snapshots, sweep); the method modules
+import the machinery below it (publish, verify, release_rows), never this module.
 """
 from __future__ import annotations
 
@@ -20,34 +18,17 @@ import re
 from collections.abc import Iterator, Mapping
 
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.parameters import PLUG_INS
+from plpy_anon.parameters import SURFACES
 
-BUILT_IN = ("break_merge", "fusion", "mondrian", "pattern", "prioritized_mondrian", "trust")
-#: every method of plpy_anon: built in, then the plug-ins the build declared
-NAMES = (*BUILT_IN, *sorted(name for name in PLUG_INS if re.fullmatch(r"[a-z][a-z0-9_]*", name)
-                            and name not in BUILT_IN))
+#: every method of plpy_anon: those the build declared
+NAMES = tuple(sorted(name for name in SURFACES if re.fullmatch(r"[a-z][a-z0-9_]*", name)))
 
 
 def _module(name: str):
     """The module of method ``name``, imported now (and only it); None for an unknown name."""
-    match name:
-        case "break_merge":
-            from plpy_anon.db.methods import break_merge as module
-        case "fusion":
-            from plpy_anon.db.methods import fusion as module
-        case "mondrian":
-            from plpy_anon.db.methods import mondrian as module
-        case "pattern":
-            from plpy_anon.db.methods import pattern as module
-        case "prioritized_mondrian":
-            from plpy_anon.db.methods import prioritized_mondrian as module
-        case "trust":
-            from plpy_anon.db.methods import trust as module
-        case _ if name in NAMES:
-            module = importlib.import_module(f"plpy_anon.db.methods.{name}")
-        case _:
-            return None
-    return module
+    if name not in NAMES:
+        return None
+    return importlib.import_module(f"plpy_anon.db.methods.{name}")
 
 
 _registered: dict[str, ReleaseMethod] = {}
@@ -64,7 +45,7 @@ class _Registry(Mapping):
     def __getitem__(self, name: str) -> ReleaseMethod:
         if name in _registered:
             return _registered[name]
-        module = _module(name) if name in NAMES else None
+        module = _module(name)
         if module is None:
             raise KeyError(name)
         method = module.RELEASE_METHOD
