@@ -215,3 +215,23 @@ def test_the_installed_package_is_this_checkouts():
     def modules(top: Path) -> set[str]:
         return {str(p.relative_to(top)) for p in top.rglob("*.py")}
     assert modules(installed) == modules(ROOT / "plpy_anon")
+
+
+def test_a_wheel_built_from_a_clone_knows_every_declared_method(tmp_path):
+    """`pip install './[client]'` in a clone (no `make` first) gives a client and CLI that know every
+    release method: the build backend writes the declarations into the wheel."""
+    import json
+    import shutil
+    import zipfile
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
+        ".git", "build", "extension", "declared_methods.json", "_jit_cache", "__pycache__",
+        ".hypothesis", "*.egg-info", "bench-results"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                    str(tree), "-w", str(tmp_path / "wheels")], check=True, cwd=tmp_path)
+    wheel, = (tmp_path / "wheels").glob("plpy_anon-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        methods = json.loads(z.read("plpy_anon/declared_methods.json"))
+    declared = set(re.findall(r'^release = "(\w+)"', "\n".join(
+        p.read_text() for p in (ROOT / "sql" / "functions").glob("*.toml")), re.MULTILINE))
+    assert declared and set(methods) == declared
