@@ -130,3 +130,20 @@ def test_value_sets_equal_brute_force(rows):
         present = {v for v, lab in zip(values, labels) if lab == cls}
         want = tuple(sorted(present - {None})) + ((None,) if None in present else ())
         assert out[cls] == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.one_of(st.none(), st.sampled_from("pqrst"))),
+                min_size=2, max_size=60))
+def test_ncp_from_given_distinct_counts_equals_the_ncp_counted_here(rows):
+    # a release's literals list each class's values already; its NCP reuses their counts
+    from plpy_anon.core.generalize import class_value_ranks
+    labels = np.unique([r[0] for r in rows], return_inverse=True)[1].ravel()
+    col = encode_categorical("c", [r[1] for r in rows])
+    n_classes = int(labels.max()) + 1
+    given_counts = np.diff(class_value_ranks(col, labels, n_classes)[2])
+    counted = release_metrics([col], labels, 2)
+    reused = release_metrics([col], labels, 2, distinct={"c": given_counts})
+    assert reused == counted
+    distinct = [len({r[1] for r, lab in zip(rows, labels) if lab == c}) for c in range(n_classes)]
+    assert given_counts.tolist() == distinct
