@@ -147,3 +147,19 @@ def test_ncp_from_given_distinct_counts_equals_the_ncp_counted_here(rows):
     assert reused == counted
     distinct = [len({r[1] for r, lab in zip(rows, labels) if lab == c}) for c in range(n_classes)]
     assert given_counts.tolist() == distinct
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 40)), min_size=1, max_size=50),
+       st.integers(0, 30))
+def test_class_code_pairs_are_each_class_distinct_codes_sorted(rows, extra_width):
+    # narrow domains are marked in a table, wide ones sorted: both give the same pairs
+    from plpy_anon.core.generalize import class_code_pairs
+    labels = np.unique([r[0] for r in rows], return_inverse=True)[1].ravel()
+    codes = np.array([r[1] for r in rows])
+    n_classes = int(labels.max()) + 1
+    width = int(codes.max()) + 1 + extra_width
+    pairs, bounds = class_code_pairs(codes, labels, n_classes, width)
+    expected = [sorted({int(c) for c, lab in zip(codes, labels) if lab == k})
+                for k in range(n_classes)]
+    assert [pairs[bounds[k]:bounds[k + 1]].tolist() for k in range(n_classes)] == expected
