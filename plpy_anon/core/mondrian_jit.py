@@ -75,6 +75,7 @@ def kernels():
             _use_cache_dir()
             with _scipy_hidden():
                 from plpy_anon.core import _mondrian_kernels
+                check_interrupts()       # two steps of ~0.1 s of CPU each, neither interruptible
                 _load_numba_target()
         except (ImportError, OSError) as exc:   # no numba, or an llvmlite that fails to load
             _unavailable = True
