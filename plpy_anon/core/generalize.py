@@ -160,13 +160,20 @@ def class_code_pairs(codes, labels, n_classes, width=None):
     class ``c`` holds ``codes[bounds[c]:bounds[c + 1]]`` in ascending order.
 
     One sort of a combined int64 key and a neighbour comparison: no hashing and no unbuffered
-    ``ufunc.at``, which cost seconds at a million rows.
+    ``ufunc.at``, which cost seconds at a million rows. Where every (class, code) key fits in a
+    table of at most two bytes per row, the keys present are marked in it instead (no sort: a
+    tenth of its time at 10M rows).
     """
     codes = np.asarray(codes, dtype=np.int64)
     if width is None:
         width = int(codes.max()) + 1 if codes.size else 1
-    key = np.sort(np.asarray(labels, dtype=np.int64) * width + codes)
-    if key.size:
+    key = np.asarray(labels, dtype=np.int64) * width + codes
+    if 0 < n_classes * width <= 2 * key.size:
+        seen = np.zeros(n_classes * width, dtype=bool)
+        seen[key] = True
+        key = np.flatnonzero(seen)
+    elif key.size:
+        key = np.sort(key)
         keep = np.empty(key.size, dtype=bool)
         keep[0] = True
         np.not_equal(key[1:], key[:-1], out=keep[1:])

@@ -24,8 +24,10 @@ from plpy_anon.core.generalize import (
 from plpy_anon.core.k_anonymity import check_k
 
 
-def release_metrics(columns, labels, k, index=None):
-    """Metrics of the release whose rows carry class ids ``labels`` (0..C-1)."""
+def release_metrics(columns, labels, k, index=None, distinct=None):
+    """Metrics of the release whose rows carry class ids ``labels`` (0..C-1). ``distinct``: for
+    some value-set columns (by name), the number of distinct codes in every class, when the
+    caller counted them already (a release's literals list them)."""
     labels = np.asarray(labels)
     if labels.size == 0:
         raise InsufficientData("the release has no rows", hint="compute metrics of a non-empty release")
@@ -38,7 +40,9 @@ def release_metrics(columns, labels, k, index=None):
     class_sizes = class_sizes[class_sizes > 0]     # ids need not be dense
     n_classes = class_sizes.size
     index = index or ClassIndex.of(labels, int(labels.max()) + 1)
-    ncp = {col.name: 100.0 * float(_row_mean_spread(col, labels, index)) for col in columns}
+    distinct = distinct or {}
+    ncp = {col.name: 100.0 * float(_row_mean_spread(col, labels, index, distinct.get(col.name)))
+           for col in columns}
     return {
         "achieved_k": int(class_sizes.min()),
         "n_classes": int(n_classes),
@@ -49,12 +53,13 @@ def release_metrics(columns, labels, k, index=None):
     }
 
 
-def _row_mean_spread(col, labels, index):
+def _row_mean_spread(col, labels, index, distinct=None):
     """Mean over rows of the normalized spread of the row's class on ``col``."""
     n_slots = int(labels.max()) + 1
     measure = SpreadMeasure(col)
     if measure.needs_distinct:          # a value set's spread counts its values, not its range
-        distinct = class_distinct_codes(col.codes, labels, n_slots)
+        if distinct is None:
+            distinct = class_distinct_codes(col.codes, labels, n_slots)
         lo = hi = None
         occupied = np.diff(index.bounds) > 0
     else:
@@ -65,4 +70,5 @@ def _row_mean_spread(col, labels, index):
     spread[occupied] = measure(None if lo is None else lo[occupied],
                                None if hi is None else hi[occupied],
                                None if distinct is None else distinct[occupied])
-    return np.bincount(labels, minlength=n_slots) @ spread / labels.size
+    # a sum, not a dot product: BLAS would wake its threads, which then spin on a busy machine
+    return float((np.bincount(labels, minlength=n_slots) * spread).sum()) / labels.size

@@ -19,6 +19,7 @@ cancel the fit.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -73,7 +74,10 @@ def kernels():
     if _kernels is None and not _unavailable:
         try:
             _use_cache_dir()
-            from plpy_anon.core import _mondrian_kernels
+            with _scipy_hidden():
+                from plpy_anon.core import _mondrian_kernels
+                check_interrupts()       # two steps of ~0.1 s of CPU each, neither interruptible
+                _load_numba_target()
         except (ImportError, OSError) as exc:   # no numba, or an llvmlite that fails to load
             _unavailable = True
             log.warning("plpy_anon: numba cannot be imported (%s: %s); the Mondrian fit runs on "
@@ -87,6 +91,31 @@ def kernels():
         else:
             _kernels = _mondrian_kernels
     return _kernels
+
+
+@contextlib.contextmanager
+def _scipy_hidden():
+    """Keep scipy from being imported while numba loads its CPU target: numba imports
+    scipy.linalg there only to find BLAS for ``np.dot`` and ``np.linalg`` in compiled code, which
+    the kernels never call, and that import is a third of what a fresh backend pays for numba
+    (~0.1-0.3 s). If a caller imported scipy already, numba finds it as usual."""
+    if "scipy" in sys.modules:
+        yield
+        return
+    sys.modules["scipy"] = None           # import scipy... raises ImportError: numba: "no BLAS"
+    try:
+        yield
+    finally:
+        if sys.modules.get("scipy", ...) is None:
+            del sys.modules["scipy"]
+
+
+def _load_numba_target():
+    """Load numba's CPU target now (inside :func:`_scipy_hidden`), not at the first kernel call:
+    its registries (and the BLAS check) load once per process."""
+    from numba.core.registry import cpu_target
+
+    cpu_target.target_context.refresh()
 
 
 def partition(model, n_rows):

@@ -439,13 +439,14 @@ def class_literals(col, bounds) -> list:
     return [None if null else f"[{a},{b}]" for a, b, null in zip(lo, hi, only_null.tolist())]
 
 
-def class_set_literals(enc, labels: np.ndarray, n_classes: int):
+def class_set_literals(enc, labels: np.ndarray, n_classes: int, ranked=None):
     """:func:`class_literals` of a categorical QI without hierarchy (``enc``: its encoded column),
     as a function of ``(first, last)`` returning the literals of classes ``first`` to ``last``
     (exclusive): a release's slices are written one at a time, so only one slice's strings
     exist at once. Made straight from the (class, value) pairs: each distinct value quoted
-    once, each class's literal one join of its values in output order (no tuple per class)."""
-    by_rank, ranks, bounds = class_value_ranks(enc, labels, n_classes)
+    once, each class's literal one join of its values in output order (no tuple per class).
+    ``ranked``: ``core.generalize.class_value_ranks`` of the column, when computed already."""
+    by_rank, ranks, bounds = ranked or class_value_ranks(enc, labels, n_classes)
     quoted = np.empty(by_rank.size, dtype=object)
     quoted[:] = [array_element(v) for v in np.asarray(enc.labels, dtype=object)[by_rank].tolist()]
 

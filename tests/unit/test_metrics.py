@@ -130,3 +130,36 @@ def test_value_sets_equal_brute_force(rows):
         present = {v for v, lab in zip(values, labels) if lab == cls}
         want = tuple(sorted(present - {None})) + ((None,) if None in present else ())
         assert out[cls] == want
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.one_of(st.none(), st.sampled_from("pqrst"))),
+                min_size=2, max_size=60))
+def test_ncp_from_given_distinct_counts_equals_the_ncp_counted_here(rows):
+    # a release's literals list each class's values already; its NCP reuses their counts
+    from plpy_anon.core.generalize import class_value_ranks
+    labels = np.unique([r[0] for r in rows], return_inverse=True)[1].ravel()
+    col = encode_categorical("c", [r[1] for r in rows])
+    n_classes = int(labels.max()) + 1
+    given_counts = np.diff(class_value_ranks(col, labels, n_classes)[2])
+    counted = release_metrics([col], labels, 2)
+    reused = release_metrics([col], labels, 2, distinct={"c": given_counts})
+    assert reused == counted
+    distinct = [len({r[1] for r, lab in zip(rows, labels) if lab == c}) for c in range(n_classes)]
+    assert given_counts.tolist() == distinct
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 40)), min_size=1, max_size=50),
+       st.integers(0, 30))
+def test_class_code_pairs_are_each_class_distinct_codes_sorted(rows, extra_width):
+    # narrow domains are marked in a table, wide ones sorted: both give the same pairs
+    from plpy_anon.core.generalize import class_code_pairs
+    labels = np.unique([r[0] for r in rows], return_inverse=True)[1].ravel()
+    codes = np.array([r[1] for r in rows])
+    n_classes = int(labels.max()) + 1
+    width = int(codes.max()) + 1 + extra_width
+    pairs, bounds = class_code_pairs(codes, labels, n_classes, width)
+    expected = [sorted({int(c) for c, lab in zip(codes, labels) if lab == k})
+                for k in range(n_classes)]
+    assert [pairs[bounds[k]:bounds[k + 1]].tolist() for k in range(n_classes)] == expected

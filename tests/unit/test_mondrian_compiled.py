@@ -189,3 +189,19 @@ def test_without_numba_the_fit_runs_on_numpy_and_says_so():
     assert run.stdout.split() == ["4"]
     assert "numba cannot be imported" in run.stderr and "runs on numpy" in run.stderr
     assert "engine='numba' asked, but numba cannot be imported" in run.stderr
+
+
+@needs_numba
+def test_loading_the_kernels_imports_no_scipy_and_scipy_still_imports_after():
+    # numba's CPU target imports scipy.linalg to look for BLAS, which no kernel calls: a fresh
+    # backend's first fit would pay for that import
+    code = ("import sys, numpy as np; from plpy_anon.core import mondrian_jit;"
+            "kern = mondrian_jit.kernels(); start = np.zeros(4, dtype=np.int64);"
+            "kern.count_codes(np.array([0, 2, 2], dtype=np.uint16), 0, 3, start);"
+            "print('scipy' in sys.modules, start.tolist());"
+            "import scipy.linalg; kern.count_codes(np.array([1], dtype=np.uint16), 0, 1, start);"
+            "print(start.tolist())")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["False [0, 1, 0, 2]", "[0, 1, 1, 2]"]

@@ -20,7 +20,7 @@ from plpy_anon.core.encoding import (
     numeric_offset,
 )
 from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidParameter
-from plpy_anon.core.generalize import ClassIndex, class_bounds
+from plpy_anon.core.generalize import ClassIndex, class_bounds, class_value_ranks
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.db import columns as catalog
@@ -271,11 +271,15 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     # with the values read (rows.read), from here too, as do the sensitive arrays
     listed = [(i, col, enc) for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded))
               if col.kind == "categorical"]
-    metrics = release_metrics(rows.encoded, labels, rows.k, index)
+    # each value set's (class, value) pairs, found once for its literals and its NCP
+    ranked = {i: class_value_ranks(enc, labels, n_classes)
+              for i, _, enc in listed if enc.hierarchy is None}
+    metrics = release_metrics(rows.encoded, labels, rows.k, index,
+                              distinct={rows.encoded[i].name: np.diff(r[2]) for i, r in ranked.items()})
     metrics.update(extra_metrics or {})
     # value sets straight to their literals, a slice at a time; hierarchy labels through
     # class_bounds
-    literals = {f"q{i}": class_set_literals(enc, labels, n_classes)
+    literals = {f"q{i}": class_set_literals(enc, labels, n_classes, ranked.pop(i))
                 for i, _, enc in listed if enc.hierarchy is None}
     hierarchical = [(i, col, enc) for i, col, enc in listed if enc.hierarchy is not None]
     bounds = class_bounds([enc for _, _, enc in hierarchical], labels, n_classes, index)
