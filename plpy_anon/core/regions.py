@@ -252,7 +252,7 @@ def widened(enc, whole: QIStats | None):
             codes = codes + np.int32(1)
             if enc.null_code is not None:
                 codes[enc.codes == enc.null_code] = enc.null_code
-        return EncodedColumn(enc.name, enc.kind, codes.astype(np.int32), np.concatenate(parts),
+        return EncodedColumn(enc.name, enc.kind, codes.astype(np.int32, copy=False), np.concatenate(parts),
                              enc.null_code), shift
     if whole.distinct is None or whole.distinct <= len(enc.labels):
         return enc, 0
