@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 
+from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.db import columns as catalog
@@ -451,6 +452,10 @@ def release_columns(plpy, release: dict, promise: Promise):
     return tbl, qis, sens
 
 
+#: rows per slice of a region (anon.partition_slice): PostgreSQL converts each slice (its ctids'
+#: and classes' texts) while the region's arrays are held, ~90 bytes a row at 2.5M rows
+SLICE_ROWS = 1 << 18
+
 #: the write of an out-of-core release (its run's rows held in materialized CTEs, sorted into
 #: release order) runs with work_mem at this fraction of the budget: it holds about four such
 #: nodes while the regions are fitted, which with the build's 256MB grew by ~250 MB at 10M rows
@@ -523,6 +528,10 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     l = spec.promise.l
     members = source_members(plpy, tbl)
     src = Source(plpy, tbl, qis, sens if l else [], members)
+    # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
+    # is in the backend before its memory is read, so the regions are sized without it
+    import pyarrow  # noqa: F401
+    mondrian_jit.kernels()
     leaf_budget = core.leaf_budget(budget, resident_bytes())
     with timing.phase("read"):
         leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row)
