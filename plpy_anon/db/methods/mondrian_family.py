@@ -293,7 +293,7 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
         literals["s0"] = lambda first, last: class_arrays(class_label[first:last])
     # only the rows' ctids (and relations, if joined back) outlive this call, not the columns read
     located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
-    slices = partition_slices(located, order, index.bounds, literals, slice_rows or SLICE_ROWS)
+    slices = partition_slices(located, order, index.bounds, literals, slice_rows)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return slices, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
@@ -338,9 +338,9 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
 
 
 def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
-                     literals: dict, slice_rows: int = SLICE_ROWS) -> Iterator[dict]:
+                     literals: dict, slice_rows: int | None = None) -> Iterator[dict]:
     """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
-    about ``SLICE_ROWS`` rows (at least one class each), their rows' ctids in release order
+    about ``slice_rows`` rows (default ``SLICE_ROWS``; at least one class each), their rows' ctids in release order
     (``order``: row indices by release position; class ``c`` holds the positions
     ``bounds[c]:bounds[c + 1]``; none when ``data`` has no ctids: nothing is joined back), each
     class's size and literals (``literals``: per literal column, one per class, or a function
@@ -349,7 +349,7 @@ def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
     first = 0
     while first < n_classes:
         # the classes ending within SLICE_ROWS of this slice's start; at least one
-        last = max(first + 1, int(np.searchsorted(bounds, bounds[first] + slice_rows,
+        last = max(first + 1, int(np.searchsorted(bounds, bounds[first] + (slice_rows or SLICE_ROWS),
                                                   side="right")) - 1)
         rows = order[bounds[first]:bounds[last]]
         yield {
