@@ -139,6 +139,13 @@ def test_write_of_a_release_above_the_budget_runs_with_work_mem_capped_by_the_bu
     assert metrics["out_of_core"]["write_work_mem"] == "128kB"
     assert verified is True and row_count == 20000
     check_release(db, rel, "src", 5)
+    db.execute("INSERT INTO src SELECT i, 18 + i % 70, 'east', i % 600 / 10.0, 'flu' "
+               "FROM generate_series(20001, 22000) i")
+    with budget(db, "2MB"):                 # a refresh is built within the budget as well
+        assert db.execute("SELECT row_count FROM anon.refresh(%s)", (rel,)).fetchone()[0] == 22000
+    metrics, verified, _, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["write_work_mem"] == "128kB" and verified is True
+    check_release(db, rel, "src", 5)
 
 
 def verification(db, rel):
