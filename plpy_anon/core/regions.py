@@ -93,6 +93,23 @@ def median_fraction(rows: int, non_null: int) -> float | None:
     return (position - nulls + 0.5) / non_null
 
 
+def median_index(rows: int, non_null: int) -> int:
+    """The 0-based index among the ordered non-NULL values of the value at position
+    ``rows // 2`` with NULL ordered lowest (when :func:`median_fraction` is not None)."""
+    return rows // 2 - (rows - non_null)
+
+
+def value_at(counts: list[tuple], index: int):
+    """The value at 0-based ``index`` of the rows whose values and counts ``counts`` lists in
+    the values' order, or None when there are fewer rows."""
+    seen = 0
+    for value, n in counts:
+        seen += n
+        if index < seen:
+            return value
+    return None
+
+
 @dataclass
 class Candidate:
     """The figures of one candidate cut: rows left, and with l the distinct sensitive values of
@@ -125,6 +142,14 @@ def choose(rows: int, k: int, l: int | None, strict: Candidate | None,
 def fits(rows: int, bytes_per_row: int, budget: int) -> bool:
     """Whether a region's rows, read and fitted in memory, fit the budget (an estimate)."""
     return rows * bytes_per_row <= budget
+
+
+def leaf_budget(budget: int, resident: int) -> int:
+    """The bytes a region's read and fit may take (:func:`fits`): the budget less the backend's own
+    resident memory before the regions (its private memory and the libraries it maps: what the
+    budget bounds beside the regions' rows; the shared buffers it touches are the server's), and
+    at least half of it."""
+    return max(budget // 2, budget - resident)
 
 
 def row_bytes(n_columns: int) -> int:
@@ -227,7 +252,7 @@ def widened(enc, whole: QIStats | None):
             codes = codes + np.int32(1)
             if enc.null_code is not None:
                 codes[enc.codes == enc.null_code] = enc.null_code
-        return EncodedColumn(enc.name, enc.kind, codes.astype(np.int32), np.concatenate(parts),
+        return EncodedColumn(enc.name, enc.kind, codes.astype(np.int32, copy=False), np.concatenate(parts),
                              enc.null_code), shift
     if whole.distinct is None or whole.distinct <= len(enc.labels):
         return enc, 0

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 
+from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.db import columns as catalog
@@ -242,13 +243,17 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
     return out
 
 
-def medians(src: Source, active: list, fractions: dict) -> dict:
+def medians(src: Source, active: list, fractions: dict, counted: dict) -> dict:
     """{(region, qi): the value (text) at the fraction asked, by percentile_disc}; of a source
     in members, the value of the member holding most of the region's rows (an estimate: the
-    cut is still decided on exact counts)."""
+    cut is still decided on exact counts). ``counted``: {(region, qi): (index among the
+    non-NULL values, distinct values)} of the categorical QIs, whose value is found in their
+    counts per value instead (:func:`histogram_medians`)."""
+    out = histogram_medians(src, active, counted) if len(src.members) == 1 else {}
+    fractions = {key: f for key, f in fractions.items() if key not in out}
     qis = sorted({a for _, a in fractions})
     if not qis:
-        return {}
+        return out
     selects = [f"{REGION} AS r"]
     for a in qis:
         cases = " ".join(f"WHEN {i} THEN {fractions[(i, a)]!r}::float8"
@@ -256,7 +261,7 @@ def medians(src: Source, active: list, fractions: dict) -> dict:
         selects.append(f"(percentile_disc(CASE {REGION} {cases} ELSE 0.5::float8 END) "
                        f"WITHIN GROUP (ORDER BY {src.names[a]}))::text AS m{a}")
     columns = src.read_columns(False)
-    out, weight = {}, {}
+    weight = {}
     for m, rows in enumerate(src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
                                                   f"{src.labelled(active, columns, rel)} GROUP BY 1")):
         for r in rows:
@@ -265,6 +270,38 @@ def medians(src: Source, active: list, fractions: dict) -> dict:
             for a in qis:
                 if (i, a) in fractions and rows_here > weight.get((i, a), -1):
                     out[(i, a)], weight[(i, a)] = r[f"m{a}"], rows_here
+    return out
+
+
+#: the most distinct values a region's QI may have for its median to be found in its counts per
+#: value (rows handed to Python) rather than by percentile_disc
+HISTOGRAM_VALUES = 50_000
+
+
+def histogram_medians(src: Source, active: list, counted: dict) -> dict:
+    """{(region, qi): median (text)} of categorical QIs of few distinct values, from their rows
+    per value in the type's order (a hashed count, then a sort of the distinct values): the
+    same value percentile_disc gives, without sorting every row by a collation (~3 s per
+    million rows for a text QI)."""
+    out = {}
+    wanted: dict = {}
+    for (i, a), (index, distinct) in counted.items():
+        if distinct is not None and distinct <= HISTOGRAM_VALUES:
+            wanted.setdefault(a, {})[i] = index
+    for a, indexes in sorted(wanted.items()):
+        c = src.names[a]
+        regions = ", ".join(str(i) for i in sorted(indexes))
+        relation = src.labelled(active, src.read_columns(False), src.members[0])
+        rows = run(src.plpy, f"SELECT {REGION} AS r, {c}::text AS v, count(*) AS n FROM {relation} "
+                             f"{'AND' if len(active) > 1 else 'WHERE'} {REGION} IN ({regions}) "
+                             f"AND {c} IS NOT NULL GROUP BY 1, {c} ORDER BY 1, {c}")
+        by_region: dict = {}
+        for r in rows:
+            by_region.setdefault(int(r["r"]), []).append((r["v"], int(r["n"])))
+        for i, index in indexes.items():
+            value = core.value_at(by_region.get(i, []), index)
+            if value is not None:
+                out[(i, a)] = value
     return out
 
 
@@ -326,12 +363,18 @@ def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dic
 
 
 def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int):
-    """(leaf regions, figures of the top levels): the regions the leaves are fitted on."""
+    """(leaf regions, figures of the top levels): the regions the leaves are fitted on, each of
+    at most ``budget`` bytes of rows (a region's budget: core.leaf_budget)."""
     leaves = []
     active = [core.Region((), 0)]
     whole = None
     levels = []
     for _ in range(MAX_LEVELS):
+        # a cut's sides were counted exactly: those that are leaves already need no pass
+        settled = [r for r in active if r.bounds and (core.fits(r.rows, bytes_per_row, budget)
+                                                       or r.rows < 2 * k)]
+        leaves.extend(settled)
+        active = [r for r in active if not any(r is x for x in settled)]
         if not active:
             break
         t0 = time.monotonic()
@@ -360,14 +403,18 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         pending = to_cut
         while pending:
             passes += 1
-            fractions, nulls = {}, set()
+            fractions, nulls, counted = {}, set(), {}
             for i, region, qstats, ranked in pending:
-                f = core.median_fraction(region.rows, qstats[ranked[0]].non_null)
+                a = ranked[0]
+                f = core.median_fraction(region.rows, qstats[a].non_null)
                 if f is None:
-                    nulls.add((i, ranked[0]))
+                    nulls.add((i, a))
                 else:
-                    fractions[(i, ranked[0])] = f
-            values = medians(src, active, fractions)
+                    fractions[(i, a)] = f
+                    if not src.numeric[a]:
+                        counted[(i, a)] = (core.median_index(region.rows, qstats[a].non_null),
+                                           qstats[a].distinct)
+            values = medians(src, active, fractions, counted)
             cuts = {key: values.get(key) for key in fractions}
             cuts.update({key: None for key in nulls})
             counted = candidate_counts(src, active, cuts, bool(l))
@@ -405,6 +452,67 @@ def release_columns(plpy, release: dict, promise: Promise):
     return tbl, qis, sens
 
 
+#: rows per slice of a region (anon.partition_slice): PostgreSQL converts each slice (its ctids'
+#: and classes' texts) while the region's arrays are held, ~90 bytes a row at 2.5M rows
+SLICE_ROWS = 1 << 18
+
+#: the write of an out-of-core release (its run's rows held in materialized CTEs, sorted into
+#: release order) runs with work_mem at this fraction of the budget: it holds about four such
+#: nodes while the regions are fitted, which with the build's 256MB grew by ~250 MB at 10M rows
+WRITE_FRACTION = 16
+
+
+def resident_bytes() -> int:
+    """This backend's own resident memory (RssAnon + RssFile: private memory and the libraries
+    it maps; not the shared buffers it touched), 0 where /proc has no such figures."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f if line.startswith(("RssAnon", "RssFile")))
+        return sum(int(v.split()[0]) * 1024 for v in fields.values())
+    except (OSError, ValueError):
+        return 0
+
+
+def source_rows(plpy, tbl) -> int:
+    return sum(int(rows[0]["n"]) for rows in each_member(
+        plpy, source_members(plpy, tbl), lambda rel: f"SELECT count(*) AS n FROM {rel}"))
+
+
+def planned(release_method, plpy, release: dict, estimated: bool = False):
+    """(spec, tbl, QIs, sensitive columns, budget, estimated bytes, rows) of a release, or None
+    when it is fitted in memory (it fits the budget, or its models are not counted here);
+    ``estimated``: rows as the planner's statistics have them when they have any (no count)."""
+    spec = release_method.spec_of(jsonb(release["parameters"]))
+    if not takes_path(spec):
+        return None
+    tbl, qis, sens = release_columns(plpy, release, spec.promise)
+    budget = budget_bytes(plpy)
+    bytes_per_row = core.row_bytes(len(qis) + len(sens))
+    n = -1
+    if estimated:
+        n = run(plpy, "SELECT c.reltuples::int8 AS n FROM pg_catalog.pg_class c WHERE c.oid = $1",
+                ["oid"], [tbl.oid])[0]["n"]
+    if n < 0:
+        n = source_rows(plpy, tbl)
+    if core.fits(n, bytes_per_row, budget):
+        return None
+    return spec, tbl, qis, sens, budget, bytes_per_row, n
+
+
+def write_settings(plpy, release_method, release_id: int) -> dict:
+    """The settings the build of release ``release_id`` runs with beside the build's work_mem:
+    for a release that will run out of core, work_mem capped at a sixteenth of the budget and
+    hash_mem_multiplier at 1 (the run's rows spill to temporary files rather than grow beside the
+    regions' fits); none for any other."""
+    if release_method is None or release_method.name != "mondrian":
+        return {}
+    # a setting, not a guarantee: the planner's row estimate decides (no scan of the source)
+    plan = planned(release_method, plpy, release_rows.by_id(plpy, release_id), estimated=True)
+    if plan is None:
+        return {}
+    return {"work_mem": f"{max(64, plan[4] // WRITE_FRACTION // 1024)}kB", "hash_mem_multiplier": "1"}
+
+
 def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here).
@@ -413,25 +521,27 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
-    spec = release_method.spec_of(jsonb(release["parameters"]))
-    if not takes_path(spec):
+    plan = planned(release_method, plpy, release)
+    if plan is None:
         return None
-    tbl, qis, sens = release_columns(plpy, release, spec.promise)
-    budget = budget_bytes(plpy)
+    spec, tbl, qis, sens, budget, bytes_per_row, n = plan
     l = spec.promise.l
-    bytes_per_row = core.row_bytes(len(qis) + len(sens))
     members = source_members(plpy, tbl)
-    n = sum(int(rows[0]["n"]) for rows in each_member(plpy, members,
-                                                      lambda rel: f"SELECT count(*) AS n FROM {rel}"))
-    if core.fits(n, bytes_per_row, budget):
-        return None
     src = Source(plpy, tbl, qis, sens if l else [], members)
+    # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
+    # is in the backend before its memory is read, so the regions are sized without it
+    import pyarrow  # noqa: F401
+    mondrian_jit.kernels()
+    leaf_budget = core.leaf_budget(budget, resident_bytes())
     with timing.phase("read"):
-        leaves, levels = top_regions(src, int(spec.promise.k), l, budget, bytes_per_row)
+        leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row)
     ctx = method.Run(plpy, GD, release_id, release, spec, started)
     ctx.read_s = ctx.elapsed()
     figures = core.ReleaseFigures()
+    # the write's work_mem as the build's query sees it (write_settings)
+    work_mem = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w")[0]["w"]
     metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
+                               "region_budget_bytes": leaf_budget, "write_work_mem": work_mem,
                                "levels": levels, "regions": len(leaves)}}
     release_rows.stash_run(GD, release_id, started=started, row_count=sum(r.rows for r in leaves),
                            achieved_k=None, metrics=metrics)

@@ -15,6 +15,7 @@ from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
 from plpy_anon.db import class_counts, extschema, grants, republication, risk, timing, verify
 from plpy_anon.db.guards import Table, lock_source
 from plpy_anon.db.method import ReleaseMethod
+from plpy_anon.db.out_of_core import write_settings
 from plpy_anon.db.release_rows import (
     BUILDING_KEY,
     SECRETS,
@@ -118,7 +119,8 @@ def _create_release(plpy, GD, clock: timing.Clock, *, source: Table, method: Rel
     building = GD.setdefault(BUILDING_KEY, set()) if GD is not None else set()
     building.add(release_id)
     try:
-        with temp_file_limit_explained(plpy, source.oid), timing.phase("build"):
+        with temp_file_limit_explained(plpy, source.oid, write_settings(plpy, method, release_id)), \
+                timing.phase("build"):
             build(release_id, ident(plpy, release_schema, release_name))
     finally:
         building.discard(release_id)
@@ -139,12 +141,14 @@ class TempFileLimitExceeded(AnonError):
 
 
 @contextlib.contextmanager
-def temp_file_limit_explained(plpy, source_oid: int):
+def temp_file_limit_explained(plpy, source_oid: int, settings: dict | None = None):
     """The build's queries run with the build's work_mem (sqltext.build_work_mem: hashes and sorts
     in memory rather than in temporary files); past temp_file_limit, PostgreSQL's own error, with the source's size and what to do; the transaction rolls back,
-    so nothing is published and an earlier release stays."""
+    so nothing is published and an earlier release stays. ``settings``: others, or a smaller
+    work_mem (an out-of-core build's: out_of_core.write_settings)."""
     try:
-        with plpy.subtransaction(), local_settings(plpy, work_mem=build_work_mem(plpy)):
+        with plpy.subtransaction(), local_settings(plpy, **{"work_mem": build_work_mem(plpy),
+                                                            **(settings or {})}):
             yield
     except plpy.spiexceptions.ConfigurationLimitExceeded as exc:
         row = run(plpy, """

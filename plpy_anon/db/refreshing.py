@@ -45,7 +45,7 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db import extschema, grants, publish, timing
+from plpy_anon.db import extschema, grants, out_of_core, publish, timing
 from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
@@ -158,12 +158,13 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
             hint="They were dropped outside plpy_anon; remove the catalog entry with anon.drop_release "
                  "and create the release again.")
     source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
+    write = out_of_core.write_settings(plpy, method, release["release_id"])
     if blocks_swap(plpy, rel, [oid for _, oid in views]):
         progress(plpy, "other objects depend on the release: refreshing in place (readers wait)")
         lock_for_swap(plpy, release, [("MATERIALIZED VIEW", schema, name)], waits)
         # REFRESH (not CREATE ... AS) writes frozen rows: a reader whose snapshot predates the
         # refresh sees the new release, never an empty one. The event trigger records the stash.
-        with publish.temp_file_limit_explained(plpy, source), timing.phase("build"):
+        with publish.temp_file_limit_explained(plpy, source, write), timing.phase("build"):
             plpy.execute(f"REFRESH MATERIALIZED VIEW {ident(plpy, schema, name)}")
         if analyze:
             plpy.execute(f"ANALYZE {ident(plpy, schema, name)}")
@@ -174,7 +175,7 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
     if relation_exists(plpy, schema, temp):   # left by a crash? it is ours: replace it
         plpy.execute(f"DROP MATERIALIZED VIEW {ident(plpy, schema, temp)}")
     progress(plpy, "building the new release beside the old one (readers keep the old)")
-    with publish.temp_file_limit_explained(plpy, source), timing.phase("build"):
+    with publish.temp_file_limit_explained(plpy, source, write), timing.phase("build"):
         build_frozen(plpy, ident(plpy, schema, temp), saved["query"], release["release_owner"])
         if analyze:
             plpy.execute(f"ANALYZE {ident(plpy, schema, temp)}")

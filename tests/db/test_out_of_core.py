@@ -128,6 +128,26 @@ def test_out_of_core_and_in_memory_releases_agree_in_rows_and_guarantees(db, sch
     assert abs(ncp[1] - ncp[0]) <= 0.25 * ncp[0]          # close utility on a small table
 
 
+def test_write_of_a_release_above_the_budget_runs_with_work_mem_capped_by_the_budget(db, schema):
+    """The run's rows (materialized, sorted into release order) are held by PostgreSQL while the
+    regions are fitted: the build's query runs with work_mem at a sixteenth of the budget, as
+    read inside that query, and the release keeps its guarantees."""
+    synthetic(db, "src", 20000)
+    with budget(db, "2MB"):
+        rel = release(db, schema, "src", "ooc", k=5)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["write_work_mem"] == "128kB"
+    assert verified is True and row_count == 20000
+    check_release(db, rel, "src", 5)
+    db.execute("INSERT INTO src SELECT i, 18 + i % 70, 'east', i % 600 / 10.0, 'flu' "
+               "FROM generate_series(20001, 22000) i")
+    with budget(db, "2MB"):                 # a refresh is built within the budget as well
+        assert db.execute("SELECT row_count FROM anon.refresh(%s)", (rel,)).fetchone()[0] == 22000
+    metrics, verified, _, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["write_work_mem"] == "128kB" and verified is True
+    check_release(db, rel, "src", 5)
+
+
 def verification(db, rel):
     row = db.execute("SELECT verification FROM anon.releases "
                      "WHERE format('%%I.%%I', release_schema, release_name) = %s", (rel,)).fetchone()

@@ -19,8 +19,11 @@ def ints(literal: str) -> list[int]:
 
 @settings(max_examples=80, deadline=None)
 @given(sizes=st.lists(st.integers(1, 9), min_size=0, max_size=25),
-       slice_rows=st.integers(1, 20), several=st.booleans(), seed=st.integers(0, 2**16))
-def test_slices_hold_whole_classes_in_order_and_every_row_once(sizes, slice_rows, several, seed):
+       slice_rows=st.integers(1, 20), several=st.booleans(), seed=st.integers(0, 2**16),
+       given_size=st.booleans())
+def test_slices_hold_whole_classes_in_order_and_every_row_once(sizes, slice_rows, several, seed,
+                                                               given_size):
+    """Of SLICE_ROWS rows, or of the size a caller gives (an out-of-core region's)."""
     n = sum(sizes)
     rng = np.random.default_rng(seed)
     tids = np.zeros(n, dtype=TID_DTYPE)
@@ -30,9 +33,11 @@ def test_slices_hold_whole_classes_in_order_and_every_row_once(sizes, slice_rows
     order = rng.permutation(n)
     literals = {"q1": [f"{{c{i}}}" for i in range(len(sizes))]}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mondrian_family, "SLICE_ROWS", slice_rows)
+        if not given_size:
+            patch.setattr(mondrian_family, "SLICE_ROWS", slice_rows)
         bounds = np.concatenate([[0], np.cumsum(np.array(sizes, dtype=np.int64))])
-        slices = list(mondrian_family.partition_slices(data, order, bounds, literals))
+        slices = list(mondrian_family.partition_slices(data, order, bounds, literals,
+                                                       slice_rows if given_size else None))
     position, next_class, seen = 0, 0, []
     for s in slices:
         own = ints(s["class_sizes"])

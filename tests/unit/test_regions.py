@@ -23,6 +23,25 @@ def test_median_fraction_picks_the_value_at_the_in_memory_median_position(rows, 
         assert math.ceil(f * non_null) == rows // 2 - nulls + 1
 
 
+@given(values=st.lists(st.one_of(st.none(), st.integers(0, 20)), min_size=1, max_size=300))
+def test_median_from_counts_per_value_is_the_value_percentile_disc_gives(values):
+    """The value found in a region's counts per value (NULL lowest, left out of the counts) is
+    the one at position rows // 2 of its rows sorted, as percentile_disc at median_fraction
+    reads it."""
+    rows, present = len(values), sorted(v for v in values if v is not None)
+    f = regions.median_fraction(rows, len(present))
+    counts = sorted((v, present.count(v)) for v in set(present))
+    found = regions.value_at(counts, regions.median_index(rows, len(present))) if f is not None else None
+    ordered = [None] * (rows - len(present)) + present
+    assert found == ordered[rows // 2]
+
+
+def test_region_budget_leaves_room_for_what_the_backend_holds():
+    mib = 1 << 20
+    assert regions.leaf_budget(512 * mib, 120 * mib) == 392 * mib
+    assert regions.leaf_budget(64 * mib, 300 * mib) == 32 * mib          # half at least
+
+
 @given(rows=st.integers(2, 200), k=st.integers(1, 50), lt=st.integers(0, 200), extra=st.integers(0, 200))
 def test_chosen_cut_keeps_k_rows_on_both_sides_and_is_the_more_balanced(rows, k, lt, extra):
     lt = min(lt, rows)

@@ -76,7 +76,8 @@ def read_region(ctx: method.Run, where: str | None, whole: list) -> ReleaseRows:
 
 
 def publish_region(ctx: method.Run, rows: ReleaseRows, model):
-    return partition_output(ctx, rows, model.labels_, model.n_classes_)
+    return partition_output(ctx, rows, model.labels_, model.n_classes_,
+                            slice_rows=out_of_core.SLICE_ROWS)
 
 
 def fit(rows: ReleaseRows, spec: ReleaseSpec):

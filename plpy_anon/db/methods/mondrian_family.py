@@ -255,12 +255,14 @@ WHERE a.attrelid = $1 AND a.attname = ANY($2) AND NOT a.attisdropped
 # ---------------------------------------------------------------------------- partitioning run
 
 def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
-                     extra_metrics=None, class_arrays=None) -> tuple[Iterator[dict], dict]:
+                     extra_metrics=None, class_arrays=None,
+                     slice_rows: int | None = None) -> tuple[Iterator[dict], dict]:
     """What a Mondrian-family partitioning function returns: its ``anon.partition_slice`` rows
     (an iterator, each slice built when PostgreSQL asks for it: see :func:`partition_slices`);
     and the run's statistics for the catalog (``stash_run``'s keywords). ``class_arrays``: the
     first sensitive column's array literals of the classes of given labels, instead of their
-    rows' values (a stable refresh's published multisets; values read only)."""
+    rows' values (a stable refresh's published multisets; values read only). ``slice_rows``:
+    rows per slice (default SLICE_ROWS)."""
     given_labels = np.asarray(labels)
     # classes renumbered in release order and rows listed in it (release_order): SQL gets the
     # ctids in that order and each class's size, not a class id and a position per row
@@ -294,7 +296,7 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
         literals["s0"] = lambda first, last: class_arrays(class_label[first:last])
     # only the rows' ctids (and relations, if joined back) outlive this call, not the columns read
     located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
-    slices = partition_slices(located, order, index.bounds, literals)
+    slices = partition_slices(located, order, index.bounds, literals, slice_rows)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return slices, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
@@ -339,9 +341,9 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
 
 
 def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
-                     literals: dict) -> Iterator[dict]:
+                     literals: dict, slice_rows: int | None = None) -> Iterator[dict]:
     """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
-    about ``SLICE_ROWS`` rows (at least one class each), their rows' ctids in release order
+    about ``slice_rows`` rows (default ``SLICE_ROWS``; at least one class each), their rows' ctids in release order
     (``order``: row indices by release position; class ``c`` holds the positions
     ``bounds[c]:bounds[c + 1]``; none when ``data`` has no ctids: nothing is joined back), each
     class's size and literals (``literals``: per literal column, one per class, or a function
@@ -350,7 +352,7 @@ def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
     first = 0
     while first < n_classes:
         # the classes ending within SLICE_ROWS of this slice's start; at least one
-        last = max(first + 1, int(np.searchsorted(bounds, bounds[first] + SLICE_ROWS,
+        last = max(first + 1, int(np.searchsorted(bounds, bounds[first] + (slice_rows or SLICE_ROWS),
                                                   side="right")) - 1)
         rows = order[bounds[first]:bounds[last]]
         yield {
