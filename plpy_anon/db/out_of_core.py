@@ -49,6 +49,9 @@ DEFAULT_BUDGET = "1GB"
 #: with a name no one gives a column)
 REGION = '"plpy_anon region"'
 MAX_LEVELS = 40
+#: a region of at most 1/MAX_REGIONS of the table is a leaf whatever the budget: any role may set
+#: a tiny budget in its session, and each level's query grows with rows x regions
+MAX_REGIONS = 64
 
 #: the leaf members of a source's tree (itself when it has none), named as regclass prints
 #: them, and whether each is a foreign table
@@ -163,7 +166,13 @@ def source_members(plpy, tbl) -> list[str]:
 
 
 def each_member(plpy, members: list[str], query) -> list[list]:
-    return [list(plpy.execute(query(member))) for member in members]
+    # a level query's CASE over the regions is costed high enough for the JIT, whose compilation
+    # (seconds to minutes for many regions) no cancel or timeout interrupts; aggregates gain little
+    jit = run(plpy, "SELECT pg_catalog.current_setting('jit') AS j")[0]["j"]
+    run(plpy, "SELECT pg_catalog.set_config('jit', 'off', true)")
+    found = [list(plpy.execute(query(member))) for member in members]
+    run(plpy, "SELECT pg_catalog.set_config('jit', $1, true)", ["text"], [jit])
+    return found
 
 
 def catalog_ident(plpy, name: str) -> str:
@@ -369,10 +378,11 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     active = [core.Region((), 0)]
     whole = None
     levels = []
+    smallest = 0  # the rows below which a region is not cut (known after the first level)
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
         settled = [r for r in active if r.bounds and (core.fits(r.rows, bytes_per_row, budget)
-                                                       or r.rows < 2 * k)]
+                                                       or r.rows < max(2 * k, smallest))]
         leaves.extend(settled)
         active = [r for r in active if not any(r is x for x in settled)]
         if not active:
@@ -381,10 +391,11 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         stats = level_stats(src, active)
         if whole is None:
             whole = src.whole = stats[0][1]
+            smallest = stats[0][0] // MAX_REGIONS
         to_cut = []
         for i, (region, (rows, qstats)) in enumerate(zip(active, stats)):
             region.rows = rows
-            if core.fits(rows, bytes_per_row, budget) or rows < 2 * k:
+            if core.fits(rows, bytes_per_row, budget) or rows < max(2 * k, smallest):
                 leaves.append(region)
                 continue
             spreads = [0.0 if s is None else core.spread(s, whole[a], src.numeric[a])
