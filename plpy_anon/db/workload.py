@@ -73,7 +73,7 @@ def learn_priorities(plpy, source, *, projection_share, use_pg_stat_statements):
     if projection_share is None:
         raise InvalidParameter("projection_share must not be NULL",
                                hint="Pass a number in [0, 1]; 0.5 weighs SELECT and WHERE equally.")
-    statements = stored_statements(plpy, use_pg_stat_statements is not False)
+    statements = stored_statements(plpy, tbl, use_pg_stat_statements is not False)
     learner = fit_learner(plpy, tbl, statements, projection_share)
     store(plpy, tbl, learner)
     report = learner.report_
