@@ -5,8 +5,8 @@ Sources of statements, read in one query each:
 * ``anon.workload`` (query text, frequency): filled by SQL (``anon.add_queries``, INSERT) or by
   the client from server logs (``plpy_anon.client.querylog.load_queries``);
 * ``pg_stat_statements`` when that extension is installed (its normalized ``$1`` texts, ``calls``
-  as the frequency, this database only). When the view exists but the library is not preloaded,
-  a WARNING says so and the store alone is used.
+  as the frequency, this database only, rows of roles that may SELECT the source only). When the
+  view exists but the library is not preloaded, a WARNING says so and the store alone is used.
 
 Unqualified table names in the statements are resolved in the schema of the source table (the
 analysts' search_path is not known inside the server); the catalog given to the resolver holds
@@ -73,7 +73,7 @@ def learn_priorities(plpy, source, *, projection_share, use_pg_stat_statements):
     if projection_share is None:
         raise InvalidParameter("projection_share must not be NULL",
                                hint="Pass a number in [0, 1]; 0.5 weighs SELECT and WHERE equally.")
-    statements = stored_statements(plpy, use_pg_stat_statements is not False)
+    statements = stored_statements(plpy, tbl, use_pg_stat_statements is not False)
     learner = fit_learner(plpy, tbl, statements, projection_share)
     store(plpy, tbl, learner)
     report = learner.report_

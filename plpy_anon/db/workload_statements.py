@@ -59,26 +59,45 @@ def catalog_schema(plpy) -> dict:
     return schema
 
 
-def stored_statements(plpy, use_pg_stat_statements=True) -> list[tuple[str, int]]:
-    """``(query, frequency)`` from anon.workload and, if available, pg_stat_statements."""
+def stored_statements(plpy, tbl, use_pg_stat_statements=True) -> list[tuple[str, int]]:
+    """``(query, frequency)`` from anon.workload and, if available, pg_stat_statements (only
+    the statements of roles that may read ``tbl``)."""
     statements = [(r["query"], int(r["frequency"])) for r in run(
         plpy, "SELECT query, sum(frequency)::int8 AS frequency FROM anon.workload GROUP BY query")]
     if use_pg_stat_statements:
-        statements += pg_stat_statements(plpy)
+        statements += pg_stat_statements(plpy, tbl.oid)
     return statements
 
 
-def pg_stat_statements(plpy) -> list[tuple[str, int]]:
+# A role's statements count for a source only if the role may SELECT every column of it (the
+# table, or each column granted): a statement of a role that cannot read the source reads some
+# other relation of the same name (its temporary table, its own schema), never the source.
+PGSS_READERS_QUERY = """
+WITH recorded AS MATERIALIZED (
+  SELECT s.userid, s.query, s.calls FROM {view} s
+  WHERE s.dbid = (SELECT d.oid FROM pg_catalog.pg_database d
+                  WHERE d.datname = pg_catalog.current_database())),
+readers AS (
+  SELECT u.userid FROM (SELECT DISTINCT r.userid FROM recorded r) u
+  WHERE pg_catalog.has_table_privilege(u.userid, $1, 'SELECT')
+     OR NOT EXISTS (SELECT FROM pg_catalog.pg_attribute a
+                    WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+                      AND NOT pg_catalog.has_column_privilege(u.userid, $1, a.attnum, 'SELECT')))
+SELECT r.query, sum(r.calls)::int8 AS calls FROM recorded r
+WHERE r.userid IN (SELECT userid FROM readers) GROUP BY r.query
+"""
+
+
+def pg_stat_statements(plpy, source_oid) -> list[tuple[str, int]]:
+    """``(query, calls)`` of this database's pg_stat_statements, from roles that may read the
+    source ``source_oid`` (PGSS_READERS_QUERY)."""
     rows = run(plpy, PGSS_SCHEMA)
     if not rows:
         return []
     view = f"{plpy.quote_ident(rows[0]['s'])}.pg_stat_statements"
     try:
         with plpy.subtransaction():
-            found = plpy.execute(
-                f"SELECT query, sum(calls)::int8 AS calls FROM {view} "
-                "WHERE dbid = (SELECT oid FROM pg_catalog.pg_database "
-                "WHERE datname = pg_catalog.current_database()) GROUP BY query")
+            found = run(plpy, PGSS_READERS_QUERY.format(view=view), ["oid"], [source_oid])
     except plpy.SPIError as error:  # installed but not in shared_preload_libraries, no rights
         plpy.warning(f"pg_stat_statements is installed but cannot be read: {error}",
                      hint="Add it to shared_preload_libraries (and restart), or grant "
@@ -101,7 +120,7 @@ def qi_workload(plpy, tbl, qis, use_pg_stat_statements=True):
     evaluable = [c.name for c in qis
                  if c.kind == "categorical"
                  or catalog.NUMERIC_TYPES[c.type_name][2] in ("int", "float")]
-    statements = stored_statements(plpy, use_pg_stat_statements)
+    statements = stored_statements(plpy, tbl, use_pg_stat_statements)
     if not statements:
         return [], [], []
     try:
