@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from pathlib import Path
 
 import matplotlib
 
@@ -725,6 +726,14 @@ def family_precision_experiment(data: pd.DataFrame):
     return table
 
 
+def _backend_cpu(conn) -> float:
+    """CPU seconds the connection's backend has used (user + system, from /proc): the guard's
+    share of a release measured on a shared machine whose load changes the wall-clock times."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def guard_in_database(data: pd.DataFrame):
     """Through SQL on Adult (30,162 rows, QIs only, k = 10), per family: seconds of
     ``anon.learn_priorities``, of the learned release (``anon.mondrian_view(priorities =>
@@ -743,7 +752,7 @@ def guard_in_database(data: pd.DataFrame):
             conn.execute("DELETE FROM anon.workload")
             conn.execute("SELECT anon.add_queries(%s)",
                          (family_workload(data, family, seed=FAMILY_SEEDS[family][0]),))
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), _backend_cpu(conn)
             conn.execute("SELECT * FROM anon.learn_priorities('adult')").fetchall()
             learn_seconds = time.perf_counter() - started
             started = time.perf_counter()
@@ -751,6 +760,7 @@ def guard_in_database(data: pd.DataFrame):
                          f"{qis}, priorities => 'learned', release_name => 'adult_learned', "
                          "replace => true)")
             release_seconds = time.perf_counter() - started
+            learn_cpu = _backend_cpu(conn) - cpu
             guard = conn.execute("SELECT parameters->'guard' FROM anon.releases "
                                  "WHERE release_name = 'adult_learned'").fetchone()[0]
             rows.append({
@@ -761,6 +771,11 @@ def guard_in_database(data: pd.DataFrame):
                 "learn with / without guard": round(
                     (learn_seconds + release_seconds)
                     / (learn_seconds + release_seconds - guard["seconds"]), 2),
+                # the same in the backend's CPU seconds (what the load of the machine leaves)
+                "learn CPU s": round(learn_cpu, 2), "of which guard CPU s": guard["cpu_seconds"],
+                "CPU with / without guard": round(
+                    learn_cpu / (learn_cpu - guard["cpu_seconds"]), 2),
+                "guard fits": guard.get("fits"),
                 "plain release s": round(plain_seconds, 2),
                 "plain mean": round(guard["plain_mean"], 3),
                 "guarded mean": round(guard["mean"], 3),
