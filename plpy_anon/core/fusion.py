@@ -918,9 +918,9 @@ def saturation(scan_table, repeats=1):
     protection is flat (``flat``: every k saturated), whether the point lies inside the
     range (``inside_range``: k < k_to), the ks the point could fall on within the simulations'
     noise (``k_band``, :func:`_saturation_band`) and whether the data determine it
-    (``determined``: that band lies within one smoothing window, a factor e^(2 ·
-    SMOOTHING_WINDOW) in k; otherwise re-runs with other known samples choose anywhere in it,
-    and more simulations per k or more rows narrow it)."""
+    (``determined``: each end of that band lies within one smoothing window's width of the
+    point, a factor e^(2 · SMOOTHING_WINDOW) in k; otherwise re-runs with other known samples
+    choose anywhere in it, and more simulations per k or more rows narrow it)."""
     protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
     ks = scan_table["k"].to_numpy()
     over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(ks))
@@ -937,7 +937,8 @@ def saturation(scan_table, repeats=1):
         "flat": bool(flat),
         "inside_range": bool(ks[index] < ks[-1]),
         "k_band": band,
-        "determined": bool(flat or np.log(band[1] / band[0]) <= 2 * SMOOTHING_WINDOW + 1e-12),
+        "determined": bool(flat or max(np.log(band[1] / ks[index]), np.log(ks[index] / band[0]))
+                           <= 2 * SMOOTHING_WINDOW + 1e-12),
     }
 
 

@@ -332,7 +332,8 @@ def test_repeated_simulations_choose_k_on_the_line_of_protection(db, schema, fus
         late = np.flatnonzero(over & (smooth - noise >= threshold - 1e-9))
         late = late[0] if late.size else np.flatnonzero(over)[-1]
         assert band == [ks[min(early, upto - 1)], ks[max(late, upto - 1)]]
-        assert determined == (np.log(band[1] / band[0]) <= 0.5 + 1e-12)
+        point = ks[upto - 1]
+        assert determined == (max(np.log(band[1] / point), np.log(point / band[0])) <= 0.5 + 1e-12)
     utility = np.array([r["utility_normalized"] for r in rows])[:upto]
     candidates = admissible[:upto]
 
