@@ -837,6 +837,24 @@ SATURATION_SHARE = 0.5
 MIN_SATURATION_GAIN = 0.02
 
 
+#: standard errors of the smoothed protection within which a k is not told apart from the
+#: saturation threshold (as the line's slope test counts two)
+SATURATION_ERRORS = 2.0
+
+
+def smoothed_protection_error(scan_table):
+    """Standard error of :func:`smoothed_protection` at each k, from the scatter of the ks'
+    protections around it: what moves one k against its neighbours (a simulation's known sample
+    that makes the attacker better or worse at every k moves the whole curve, which a share of
+    its gain does not see), over the square root of the ks averaged."""
+    protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
+    log_k = np.log(scan_table["k"].to_numpy(dtype=float))
+    near = np.abs(log_k[:, None] - log_k[None, :]) <= SMOOTHING_WINDOW + 1e-12
+    residual = protection - smoothed_protection(scan_table)
+    scatter = np.sqrt(residual @ residual / max(protection.size - 1, 1))
+    return scatter / np.sqrt(near.sum(axis=1))
+
+
 def smoothed_protection(scan_table):
     """Protection (clipped at 1) averaged over the ks within SMOOTHING_WINDOW in log k of each k."""
     protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
@@ -897,13 +915,18 @@ def saturation(scan_table, repeats=1):
     (:func:`_saturation_point`; on a saturating curve the ks after it buy less protection per
     step of log k and cost utility), its protection, the ``plateau`` and the ``margin`` (plateau minus
     the threshold reached at k), the most protective admissible k and its protection, whether
-    protection is flat (``flat``: every k saturated), and whether the point lies inside the
-    range (``inside_range``: k < k_to)."""
+    protection is flat (``flat``: every k saturated), whether the point lies inside the
+    range (``inside_range``: k < k_to), the ks the point could fall on within the simulations'
+    noise (``k_band``, :func:`_saturation_band`) and whether the data determine it
+    (``determined``: each end of that band lies within one smoothing window's width of the
+    point, a factor e^(2 · SMOOTHING_WINDOW) in k; otherwise re-runs with other known samples
+    choose anywhere in it, and more simulations per k or more rows narrow it)."""
     protection = np.minimum(scan_table["protection"].to_numpy(dtype=float), 1.0)
     ks = scan_table["k"].to_numpy()
     over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(ks))
     index, plateau, threshold, flat = _saturation_point(scan_table, repeats)
     best = int(np.flatnonzero(over)[np.argmax(protection[over])])
+    band = _saturation_band(scan_table, repeats, index, threshold, flat)
     return {
         "k": int(ks[index]),
         "protection": float(protection[index]),
@@ -913,7 +936,28 @@ def saturation(scan_table, repeats=1):
         "protection_best": float(protection[best]),
         "flat": bool(flat),
         "inside_range": bool(ks[index] < ks[-1]),
+        "k_band": band,
+        "determined": bool(flat or max(np.log(band[1] / ks[index]), np.log(ks[index] / band[0]))
+                           <= 2 * SMOOTHING_WINDOW + 1e-12),
     }
+
+
+def _saturation_band(scan_table, repeats, index, threshold, flat):
+    """``[earliest, latest]``: the admissible ks the saturation point could fall on within the
+    simulations' noise: the first whose smoothed protection plus SATURATION_ERRORS standard
+    errors reaches the threshold, and the first whose smoothed protection minus them does (the
+    last k when none does). The point itself when protection is flat or no spread was
+    measured."""
+    ks = scan_table["k"].to_numpy()
+    if flat or not _simulated(scan_table, repeats):
+        return [int(ks[index]), int(ks[index])]
+    over = _candidates(scan_table["admissible"].to_numpy(dtype=bool), len(ks))
+    smooth = smoothed_protection(scan_table)
+    noise = SATURATION_ERRORS * smoothed_protection_error(scan_table)
+    early = np.flatnonzero(over & (smooth + noise >= threshold - 1e-12))
+    late = np.flatnonzero(over & (smooth - noise >= threshold - 1e-12))
+    return [int(ks[min(early[0], index)]) if early.size else int(ks[index]),
+            int(ks[max(late[0], index)]) if late.size else int(ks[np.flatnonzero(over)[-1]])]
 
 
 def choose_k(scan_table, *, min_protection, min_utility, w_protection=0.5, w_utility=0.5,

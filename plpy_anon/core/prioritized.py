@@ -53,6 +53,7 @@ from plpy_anon.core.workload import (
     AllOf,
     ClassRegions,
     Condition,
+    _as_numbers,
     _range_may_satisfy,
     evaluate_rows,
     is_number,
@@ -369,7 +370,8 @@ class GuardedLearning:
     """What :func:`guard_learned` kept: the priorities (None: plain Mondrian's attribute choice)
     and cut points to release with, the columns whose cut points it left out, whether it left the
     priorities out, and on the training workload the per-column precision of plain Mondrian and
-    of the kept release and the mean precision of both."""
+    of the kept release, the mean precision of both and, per column, the standard error of the
+    kept release's mean gain over plain Mondrian (the margin it cleared)."""
 
     priorities: dict | None
     cut_points: dict
@@ -379,10 +381,12 @@ class GuardedLearning:
     precision: pd.Series
     plain_mean: float
     mean: float
+    standard_error: pd.Series
+    fits: int
 
 
 def guard_learned(columns, data: pd.DataFrame, queries, *, priorities, cut_points,
-                  frequencies=None, k=5, tolerance=0.0, fit=None,
+                  frequencies=None, k=5, tolerance=0.0, standard_errors=1.0, fit=None,
                   **model_params) -> GuardedLearning:
     """Learned priorities and cut points, kept only where they cost no queried column.
 
@@ -390,83 +394,83 @@ def guard_learned(columns, data: pd.DataFrame, queries, *, priorities, cut_point
     like ``columns``); ``queries``: the training workload's predicate trees over the QIs.
     Priorities and cut points read off a workload are a guess: one column's cut points spend the
     k rows of a class that the other columns' queries needed, and one column's boost widens the
-    others' ranges. A release is *safe* when no queried column's precision on the training
-    workload (the frequency-weighted mean over the queries that use it) falls more than
-    ``tolerance`` below plain Mondrian's. Searched in stages, each only when the ones before
-    found no safe release with cut points, at most 3n + 4 fits for n columns with cut points
-    (the full column-by-column search takes O(n²)): the learned priorities alone as the base
-    (else none: plain Mondrian, safe by definition); all cut points with and without the
-    priorities; all but one column's, each column left out in turn (one column's cut points
-    often cost the others); then the base plus each column's cut points alone, and the safe
-    ones that raise the mean precision added one by one in that order while the release stays
-    safe and its mean rises. The safe release of highest mean precision is kept, so the result
-    is never more than ``tolerance`` below plain Mondrian on any queried column of the training
-    workload. The fits are plain and prioritized Mondrian's
-    own (only what they are given changes), so the release built from the result is the one
-    measured here. ``fit(priorities, cut_points) -> labels``, when given, replaces the fit of
-    ``PrioritizedMondrian(k=k, **model_params)`` on ``columns`` (a release's own fit, with its
-    sensitive column and target).
+    others' ranges. The promise is about the queries analysts will run, not only those learned
+    from, so a release is *safe* when on every queried column the frequency-weighted mean of its
+    per-query gain over plain Mondrian on the training workload stays at least
+    ``standard_errors`` standard errors of that mean above ``-tolerance``: a gain that is mostly
+    noise between the queries (or a tie reached by losing some queries and winning others) does
+    not carry to queries not seen, and is refused. A column every query of which keeps plain
+    Mondrian's precision has no error and stays safe; ``standard_errors=0`` asks only the means
+    (safe on the training queries alone). Candidates, at most n + 4 fits for n columns with cut
+    points: plain Mondrian (safe by definition); the learned priorities alone (the base when
+    safe, else plain Mondrian is); all cut points with and without the priorities; then, when
+    none of these with cut points is safe above the base, all but one column's with the base,
+    each column left out in turn (one column's cut points often cost the others; with two
+    columns these are each column's alone). The safe release of highest mean precision is
+    kept: every column it answers clears the margin, hence also the means alone. The fits are
+    plain and prioritized Mondrian's own (only what they are given changes), so the release
+    built from the result is the one measured here. ``fit(priorities, cut_points) -> labels``,
+    when given, replaces the fit of ``PrioritizedMondrian(k=k, **model_params)`` on
+    ``columns`` (a release's own fit, with its sensitive column and target).
     """
+    from plpy_anon.core import mondrian_jit
+
     score = WorkloadScore(data, queries, frequencies)
+    fits = 0
+    # the search's fits together (up to n + 4) are worth loading the compiled kernels for, where
+    # one fit alone of this many rows is not (the later fits of the process then use them too)
+    if len(data) * (len(cut_points or {}) + 4) >= mondrian_jit.COMPILED_FROM_ROWS:
+        mondrian_jit.kernels()
 
     def measure(weights, cuts):
+        nonlocal fits
+        fits += 1
         if fit is not None:
-            return score(fit(weights, cuts))
+            return score.precision(fit(weights, cuts))
         model = PrioritizedMondrian(k=k, priorities=weights, cut_points=cuts or None,
                                     **model_params)
-        return score(model.fit(columns).labels_)
+        return score.precision(model.fit(columns).labels_)
 
-    plain, plain_mean = measure(None, {})
+    plain = measure(None, {})
+    plain_mean = score.mean(plain)
 
-    def safe(precision):
-        return bool(((plain - precision.reindex(plain.index).fillna(0.0)) <= tolerance + 1e-12)
-                    .all())
+    def margin(per_query):
+        """Per column: the mean gain over plain Mondrian minus its allowed noise."""
+        gain, error = score.column_gain(per_query, plain)
+        return gain - standard_errors * error, error
 
-    safe_releases = [(plain_mean, None, {}, plain)]   # (mean, priorities, cut points, precision)
+    def safe(per_query):
+        return bool((margin(per_query)[0] >= -tolerance - 1e-12).all())
+
+    # (mean, priorities, cut points, per-query precision)
+    safe_releases = [(plain_mean, None, {}, plain)]
 
     def consider(weights, cuts):
-        """(mean, precision) of the release; recorded among the safe ones when it is safe."""
-        precision, mean = measure(weights, cuts)
-        if safe(precision):
-            safe_releases.append((mean, weights, dict(cuts), precision))
-        return mean, precision
+        """(mean, whether safe) of the release; recorded among the safe ones when it is."""
+        per_query = measure(weights, cuts)
+        mean, ok = score.mean(per_query), safe(per_query)
+        if ok:
+            safe_releases.append((mean, weights, dict(cuts), per_query))
+        return mean, ok
 
     base_weights, base_mean = None, plain_mean
     if priorities is not None:
-        mean, precision = consider(priorities, {})
-        if safe(precision):
+        mean, ok = consider(priorities, {})
+        if ok:
             base_weights, base_mean = priorities, mean
-    cut_points = learned_cuts = dict(cut_points or {})
-    if cut_points:
-        # the releases keeping the most of what was learned first; the search stops at the
-        # first stage that finds a safe release with cut points above the base
-        def improved():
-            return any(r[2] and r[0] > base_mean for r in safe_releases)
-
+    learned_cuts = dict(cut_points or {})
+    if learned_cuts:
         for weights in [priorities] + ([None] if priorities is not None else []):
-            consider(weights, cut_points)
-        if not improved() and len(cut_points) > 2:
+            consider(weights, learned_cuts)
+        if len(learned_cuts) > 1 and not any(r[2] and r[0] > base_mean for r in safe_releases):
             # one column's cut points often cost the others: each column's left out in turn
-            for column in sorted(cut_points):
-                consider(base_weights, {c: f for c, f in cut_points.items() if c != column})
-        if improved():
-            cut_points = {}
-    singles = []
-    for column in sorted(cut_points):
-        single_mean, precision = consider(base_weights, {column: cut_points[column]})
-        if safe(precision) and single_mean > base_mean:
-            singles.append((single_mean, column))
-    kept, mean = {}, base_mean
-    for single_mean, column in sorted(singles, key=lambda t: (-t[0], t[1])):
-        trial = {**kept, column: cut_points[column]}
-        trial_mean, precision = (single_mean, None) if not kept else \
-            consider(base_weights, trial)
-        if (precision is None or safe(precision)) and trial_mean > mean:
-            kept, mean = trial, trial_mean
-    best_mean, weights, kept, precision = max(safe_releases, key=lambda r: r[0])  # first of equals
+            for column in sorted(learned_cuts):
+                consider(base_weights, {c: f for c, f in learned_cuts.items() if c != column})
+    best_mean, weights, kept, per_query = max(safe_releases, key=lambda r: r[0])  # first of equals
     return GuardedLearning(weights, kept, sorted(set(learned_cuts) - set(kept)),
                            priorities is not None and weights is None,
-                           plain, precision, plain_mean, best_mean)
+                           score.per_column(plain), score.per_column(per_query), plain_mean,
+                           best_mean, margin(per_query)[1], fits)
 
 
 class WorkloadScore:
@@ -474,8 +478,12 @@ class WorkloadScore:
     :func:`~plpy_anon.core.workload.workload_precision` and
     :func:`~plpy_anon.core.workload.column_precision` measure them), with what does not depend on
     the release computed once: each query's true rows, each categorical condition's satisfying
-    values and each categorical column's value codes. A release's score is then one pass over
-    its classes per query (about 0.05 s for 300 queries on Adult's 30,162 rows)."""
+    values and each categorical column's value codes. A class holding a row that satisfies a
+    query may satisfy it (its ranges and value sets hold the row's values), so every true row is
+    released (recall 1) and a release's precision for a query is its true count over the rows of
+    the classes that may satisfy it: one pass over the classes per query. Where a numeric column
+    holds a missing value a class's range is unknown and the true rows are counted in the
+    released classes instead."""
 
     def __init__(self, data: pd.DataFrame, queries, frequencies=None):
         self.queries = list(queries)
@@ -500,6 +508,66 @@ class WorkloadScore:
                     self.satisfying[cond] = _satisfying_values(
                         cond, self.categories[cond.column])
         self.true_rows = [np.flatnonzero(self._rows(q, data)) for q in self.queries]
+        self.true_counts = np.array([len(rows) for rows in self.true_rows], dtype=np.int64)
+        self.recall_one = not any(np.isnan(v).any() for v in self.numbers.values())
+        self.condition_index = {}
+        for query in self.queries:
+            for cond in _conditions(query):
+                self.condition_index.setdefault(cond, len(self.condition_index))
+        self._group_conditions()
+        # queries anding 1, 2, ... conditions as (query indices, condition indices) arrays, each
+        # scored at once; queries with an OR evaluated as trees
+        flat, self.trees = {}, []
+        for i, query in enumerate(self.queries):
+            plan = self._plan(query)
+            if isinstance(plan, np.ndarray):
+                flat.setdefault(len(plan), []).append((i, plan))
+            else:
+                self.trees.append((i, plan))
+        self.flat = [(np.array([i for i, _ in group]), np.array([p for _, p in group]))
+                     for group in flat.values()]
+
+    def _group_conditions(self):
+        """The distinct conditions by column and operator, their constants as arrays, so that
+        a release's classes meet all of a group's constants in one comparison."""
+        categorical, numeric, points, other = {}, {}, {}, []
+        for cond, i in self.condition_index.items():
+            consts = None if cond in self.satisfying else _as_numbers(cond)
+            if cond in self.satisfying:
+                categorical.setdefault(cond.column, []).append(i)
+            elif consts is not None and cond.op in _COMPARISONS:
+                idx, values = numeric.setdefault((cond.column, cond.op), ([], []))
+                idx.append(i)
+                values.append(consts)
+            elif consts is not None and cond.op == "in":
+                idx, values = points.setdefault(cond.column, ([], []))
+                idx.append(i)
+                values.append(consts)
+            else:
+                other.append((i, cond))
+        by_index = {i: cond for cond, i in self.condition_index.items()}
+        # a categorical column's values as bits of 64-bit words: a class may satisfy a
+        # condition iff its words and the condition's share a bit
+        self.categorical_groups = [
+            (column, np.array(idx), _value_bits(
+                np.array([self.satisfying[by_index[i]] for i in idx], dtype=bool)))
+            for column, idx in categorical.items()]
+        self.numeric_groups = [(column, op, np.array(idx), np.array(values, dtype=float))
+                               for (column, op), (idx, values) in numeric.items()]
+        # IN lists on a numeric column: all the lists' values, and where each list starts
+        self.point_groups = [
+            (column, np.array(idx), np.concatenate([np.asarray(v, dtype=float) for v in values]),
+             np.cumsum([0] + [len(v) for v in values[:-1]]))
+            for column, (idx, values) in points.items()]
+        self.other_conditions = other
+
+    def _plan(self, predicate):
+        """A query as the indices of the conditions it ands, or its tree when it has an OR."""
+        parts = (predicate,) if isinstance(predicate, Condition) else predicate.parts
+        if (isinstance(predicate, (Condition, AllOf)) and parts
+                and all(isinstance(p, Condition) for p in parts)):
+            return np.array([self.condition_index[p] for p in parts])
+        return predicate
 
     def _rows(self, predicate, data):
         """The rows satisfying ``predicate`` (categorical conditions through the value codes)."""
@@ -524,40 +592,119 @@ class WorkloadScore:
         for column, value_codes in self.value_codes.items():
             matrix = np.zeros((n_classes, len(self.categories[column])), dtype=bool)
             matrix[codes, value_codes] = True
-            members[column] = matrix
+            members[column] = _value_bits(matrix)
         return codes, n_classes, low, high, members
+
+    def _condition_classes(self, n_classes, low, high, members) -> np.ndarray:
+        """(conditions × classes): the classes that may satisfy each distinct condition."""
+        out = np.empty((len(self.condition_index), n_classes), dtype=bool)
+        for column, idx, bits in self.categorical_groups:
+            out[idx] = ((bits[:, None, :] & members[column][None, :, :]) != 0).any(axis=2)
+        for column, op, idx, consts in self.numeric_groups:
+            out[idx] = _ranges_may_satisfy(op, consts, low[column][None, :],
+                                           high[column][None, :])
+        for column, idx, values, starts in self.point_groups:
+            inside = ((low[column][None, :] <= values[:, None])
+                      & (values[:, None] <= high[column][None, :]))
+            out[idx] = np.logical_or.reduceat(inside, starts, axis=0)
+        for i, cond in self.other_conditions:
+            out[i] = _range_may_satisfy(cond, low[cond.column], high[cond.column])
+        return out
 
     def precision(self, labels) -> np.ndarray:
         """Per query: the share of the released answer (the rows of the classes that may
         satisfy it) that satisfies it; 1 for an empty released answer."""
         codes, n_classes, low, high, members = self._regions(labels)
         sizes = np.bincount(codes, minlength=n_classes)
+        conditions = self._condition_classes(n_classes, low, high, members)
 
         def may(predicate):
             if isinstance(predicate, Condition):
-                if predicate.column in members:
-                    return members[predicate.column][:, self.satisfying[predicate]].any(axis=1)
-                return _range_may_satisfy(predicate, low[predicate.column],
-                                          high[predicate.column])
+                return conditions[self.condition_index[predicate]]
             masks = [may(p) for p in predicate.parts]
             combine = np.logical_and if isinstance(predicate, AllOf) else np.logical_or
             initial = np.full(n_classes, isinstance(predicate, AllOf))
             return combine.reduce([initial, *masks]) if masks else initial
 
+        released = np.zeros(len(self.queries), dtype=np.int64)
+        classes = {}
+        for queries, plans in self.flat:
+            mask = conditions[plans[:, 0]]
+            for j in range(1, plans.shape[1]):
+                mask &= conditions[plans[:, j]]
+            released[queries] = mask @ sizes
+            classes.update(zip(queries.tolist(), mask))
+        for i, tree in self.trees:
+            classes[i] = may(tree)
+            released[i] = sizes[classes[i]].sum()
+        hits = self.true_counts if self.recall_one else np.array(
+            [np.count_nonzero(classes[i][codes[rows]]) for i, rows in enumerate(self.true_rows)])
         out = np.ones(len(self.queries))
-        for i, (query, true_rows) in enumerate(zip(self.queries, self.true_rows)):
-            classes = may(query)
-            released = int(sizes[classes].sum())
-            if released:
-                out[i] = np.count_nonzero(classes[codes[true_rows]]) / released
+        np.divide(hits, released, out=out, where=released > 0)
         return out
+
+    def per_column(self, precision) -> pd.Series:
+        """Frequency-weighted mean of per-query ``precision`` over the queries using each
+        column."""
+        return pd.Series(precision @ self.uses / self.uses.sum(axis=0), index=self.columns,
+                         dtype=float, name="precision")
+
+    def mean(self, precision) -> float:
+        return float(np.average(precision, weights=self.frequencies))
+
+    def column_gain(self, precision, baseline) -> tuple[pd.Series, pd.Series]:
+        """Per column, the frequency-weighted mean of ``precision - baseline`` over the queries
+        using it and that mean's standard error (the weighted spread of the differences over
+        the square root of the effective number of queries less one; 0 for one query)."""
+        diff = np.asarray(precision, dtype=float) - np.asarray(baseline, dtype=float)
+        total = self.uses.sum(axis=0)
+        gain = diff @ self.uses / total
+        spread = ((diff[:, None] - gain[None, :]) ** 2 * self.uses).sum(axis=0) / total
+        effective = total ** 2 / (self.uses ** 2).sum(axis=0)
+        error = np.sqrt(spread / np.maximum(effective - 1.0, 1.0))
+        return (pd.Series(gain, index=self.columns, dtype=float),
+                pd.Series(np.where(effective > 1.0 + 1e-9, error, 0.0), index=self.columns,
+                          dtype=float))
 
     def __call__(self, labels) -> tuple[pd.Series, float]:
         """(frequency-weighted precision per queried column, overall weighted precision)."""
         precision = self.precision(labels)
-        per_column = precision @ self.uses / self.uses.sum(axis=0)
-        return (pd.Series(per_column, index=self.columns, dtype=float, name="precision"),
-                float(np.average(precision, weights=self.frequencies)))
+        return self.per_column(precision), self.mean(precision)
+
+
+#: numeric comparisons tested for all of a column's constants at once
+_COMPARISONS = ("<", "<=", ">", ">=", "=", "between")
+
+
+def _ranges_may_satisfy(op, consts, lo, hi):
+    """(constants × classes): whether a class's [lo, hi] may hold a value ``op`` each row of
+    ``consts`` (as :func:`~plpy_anon.core.workload._range_may_satisfy` for one)."""
+    c = consts[:, :1]
+    if op == "<":
+        return lo < c
+    if op == "<=":
+        return lo <= c
+    if op == ">":
+        return hi > c
+    if op == ">=":
+        return hi >= c
+    if op == "=":
+        return (lo <= c) & (c <= hi)
+    return (hi >= c) & (lo <= consts[:, 1:2])        # between
+
+
+def _value_bits(held: np.ndarray) -> np.ndarray:
+    """Rows of booleans over a column's values as rows of 64-bit words (bit j of word w: value
+    64·w + j)."""
+    n_words = max(1, -(-held.shape[1] // 64))
+    out = np.zeros((held.shape[0], n_words), dtype=np.uint64)
+    for w in range(n_words):
+        block = held[:, 64 * w:64 * (w + 1)]
+        out[:, w] = (block * _BITS[:block.shape[1]]).sum(axis=1, dtype=np.uint64)
+    return out
+
+
+_BITS = np.left_shift(np.uint64(1), np.arange(64, dtype=np.uint64))
 
 
 def _satisfying_values(cond: Condition, categories) -> np.ndarray:

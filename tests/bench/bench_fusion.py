@@ -369,7 +369,9 @@ def choice_over_seeds(seeds=(0, 100, 200, 300, 400), weights=(0.95, 0.05)):
                     repeats=5).table
                 scanned.to_csv(saved)
             choices = [_choice_up_to(scanned, 5, k_to, *weights) for k_to in CHOICE_RANGES]
-            cells = [f"{k} ({s['k']}{', flat' if s['flat'] else ''})" for k, s in choices]
+            cells = [f"{k} ({s['k']}{', flat' if s['flat'] else ''}; band "
+                     f"{s['k_band'][0]}..{s['k_band'][1]}"
+                     f"{'' if s['determined'] else ', undetermined'})" for k, s in choices]
             same = len({k for k, _ in choices}) == 1
             for chosen_ks, (k, _) in zip(over_seeds, choices):
                 chosen_ks.append(k)

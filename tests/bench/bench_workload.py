@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from pathlib import Path
 
 import matplotlib
 
@@ -725,6 +726,61 @@ def family_precision_experiment(data: pd.DataFrame):
     return table
 
 
+def _backend_cpu(conn) -> float:
+    """CPU seconds the connection's backend has used (user + system, from /proc): the guard's
+    share of a release measured on a shared machine whose load changes the wall-clock times."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: further (learning, held-out) seed offsets of each family, to count held-out columns below plain
+FAMILY_SEED_OFFSETS = [1, 2, 3, 4, 5, 6]
+
+
+def family_held_out_over_seeds(data: pd.DataFrame):
+    """Per family, over the seed pairs of :data:`FAMILY_SEED_OFFSETS` (added to the family's
+    seeds): how many (workload, queried column) pairs of the held-out workload fall below plain
+    Mondrian, and the mean held-out precision, for learned + cut points and the guarded learned
+    release (on the means of the training workload alone, and with the guard's margin of one
+    standard error)."""
+    qis = data[ADULT_QIS]
+    columns = encode(qis)
+    plain_labels = Mondrian(k=FAMILY_K).fit(columns).labels_
+    rows = []
+    for family in FAMILIES:
+        below = {"learned+cuts": 0, "guarded, means": 0, "guarded": 0}
+        means = {"plain": [], **{name: [] for name in below}}
+        n_columns = 0
+        for offset in FAMILY_SEED_OFFSETS:
+            learn_seed, held_seed = (s + offset for s in FAMILY_SEEDS[family])
+            learner, training = _learned_workload(family_workload(data, family, seed=learn_seed))
+            _, held_out = _learned_workload(family_workload(data, family, seed=held_seed))
+            weights = {q: float(learner.weights_[q]) for q in ADULT_QIS}
+            cuts = {c: f for c, f in learner.cut_points_.items() if c in ADULT_QIS}
+            labels = {"learned+cuts": PrioritizedMondrian(
+                k=FAMILY_K, priorities=weights, cut_points=cuts).fit(columns).labels_}
+            for name, errors in (("guarded, means", 0.0), ("guarded", 1.0)):
+                kept = guard_learned(columns, qis, training, priorities=weights,
+                                     cut_points=cuts, k=FAMILY_K, standard_errors=errors)
+                labels[name] = PrioritizedMondrian(
+                    k=FAMILY_K, priorities=kept.priorities,
+                    cut_points=kept.cut_points or None).fit(columns).labels_
+            plain = workload_precision(qis, plain_labels, held_out).per_query
+            plain_columns = column_precision(plain)
+            n_columns += len(plain_columns)
+            means["plain"].append(plain["precision"].mean())
+            for name, lab in labels.items():
+                result = workload_precision(qis, lab, held_out).per_query
+                means[name].append(result["precision"].mean())
+                below[name] += int((column_precision(result) < plain_columns - 1e-9).sum())
+        rows.append({"family": family, "held-out columns": n_columns,
+                     **{f"below plain: {name}": n for name, n in below.items()},
+                     **{f"mean {name}": round(float(np.mean(v)), 3) for name, v in means.items()}})
+        print(rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
 def guard_in_database(data: pd.DataFrame):
     """Through SQL on Adult (30,162 rows, QIs only, k = 10), per family: seconds of
     ``anon.learn_priorities``, of the learned release (``anon.mondrian_view(priorities =>
@@ -743,7 +799,7 @@ def guard_in_database(data: pd.DataFrame):
             conn.execute("DELETE FROM anon.workload")
             conn.execute("SELECT anon.add_queries(%s)",
                          (family_workload(data, family, seed=FAMILY_SEEDS[family][0]),))
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), _backend_cpu(conn)
             conn.execute("SELECT * FROM anon.learn_priorities('adult')").fetchall()
             learn_seconds = time.perf_counter() - started
             started = time.perf_counter()
@@ -751,6 +807,7 @@ def guard_in_database(data: pd.DataFrame):
                          f"{qis}, priorities => 'learned', release_name => 'adult_learned', "
                          "replace => true)")
             release_seconds = time.perf_counter() - started
+            learn_cpu = _backend_cpu(conn) - cpu
             guard = conn.execute("SELECT parameters->'guard' FROM anon.releases "
                                  "WHERE release_name = 'adult_learned'").fetchone()[0]
             rows.append({
@@ -761,6 +818,11 @@ def guard_in_database(data: pd.DataFrame):
                 "learn with / without guard": round(
                     (learn_seconds + release_seconds)
                     / (learn_seconds + release_seconds - guard["seconds"]), 2),
+                # the same in the backend's CPU seconds (what the load of the machine leaves)
+                "learn CPU s": round(learn_cpu, 2), "of which guard CPU s": guard["cpu_seconds"],
+                "CPU with / without guard": round(
+                    learn_cpu / (learn_cpu - guard["cpu_seconds"]), 2),
+                "guard fits": guard.get("fits"),
                 "plain release s": round(plain_seconds, 2),
                 "plain mean": round(guard["plain_mean"], 3),
                 "guarded mean": round(guard["mean"], 3),
@@ -805,6 +867,13 @@ def main():
                       "learned release keeping only the cut points and priorities that do not "
                       "lower any queried column's precision on the workload learned from.\n"),
                      _md(table.fillna("")), ""]
+        seeds = family_held_out_over_seeds(adult())
+        print(seeds.to_string(index=False))
+        sections += [f"### Held out over {len(FAMILY_SEED_OFFSETS)} more seed pairs per family\n",
+                     ("Queried columns of the held-out workloads below plain Mondrian, summed "
+                      "over the seed pairs; mean held-out precision. guarded, means: the guard "
+                      "asking the training means alone (standard_errors=0).\n"),
+                     _md(seeds), ""]
     if "guard" in parts:
         table = guard_in_database(adult())
         print(table.to_string(index=False))

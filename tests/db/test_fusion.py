@@ -318,6 +318,22 @@ def test_repeated_simulations_choose_k_on_the_line_of_protection(db, schema, fus
         assert saturated.all() and params["saturation"]["flat"]
     upto = int(np.flatnonzero(admissible & saturated)[0]) + 1
     assert params["saturation"]["k"] == ks[upto - 1]
+    # the band of ks the point could fall on: two standard errors of the smoothed curve (the ks'
+    # scatter around it over the root of the ks averaged) either side of the half-gain threshold
+    band, determined = params["saturation"]["k_band"], params["saturation"]["determined"]
+    if params["saturation"]["flat"]:
+        assert band == [ks[upto - 1]] * 2 and determined
+    else:
+        near = (np.abs(log_k[:, None] - log_k[None, :]) <= 0.25 + 1e-12).sum(axis=1)
+        residual = protection - smooth
+        noise = 2 * np.sqrt(residual @ residual / (ks.size - 1)) / np.sqrt(near)
+        threshold = start + (plateau - start) / 2
+        early = np.flatnonzero(over & (smooth + noise >= threshold - 1e-9))[0]
+        late = np.flatnonzero(over & (smooth - noise >= threshold - 1e-9))
+        late = late[0] if late.size else np.flatnonzero(over)[-1]
+        assert band == [ks[min(early, upto - 1)], ks[max(late, upto - 1)]]
+        point = ks[upto - 1]
+        assert determined == (max(np.log(band[1] / point), np.log(point / band[0])) <= 0.5 + 1e-12)
     utility = np.array([r["utility_normalized"] for r in rows])[:upto]
     candidates = admissible[:upto]
 

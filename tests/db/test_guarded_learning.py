@@ -69,3 +69,8 @@ def test_guarded_learned_release_is_never_below_plain_mondrian_on_a_queried_colu
     assert guard["applied"] and guard["queries"] == len(WORKLOAD)
     assert guard["precision"] == pytest.approx(learned, abs=1e-6)
     assert guard["plain_precision"] == pytest.approx(plain, abs=1e-6)
+    # each column's gain over plain Mondrian clears the standard errors asked of it
+    assert guard["standard_errors"] > 0 and set(guard["standard_error"]) == set(plain)
+    for column in plain:
+        assert (learned[column] - plain[column]
+                >= guard["standard_errors"] * guard["standard_error"][column] - 1e-6), column

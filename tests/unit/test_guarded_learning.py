@@ -174,3 +174,52 @@ def test_workload_score_equals_the_workload_precision_per_column(seed, n_classes
     assert mean == pytest.approx(expected.weighted_precision)
     pd.testing.assert_series_equal(per_column, column_precision(expected.per_query),
                                    check_exact=False, rtol=1e-12)
+
+
+def point_release(widths):
+    """200 rows, two of each value 0..99 of ``x``; classes are runs of consecutive values,
+    ``widths(v)`` values wide from the class starting at v (a point query ``x = v`` then has
+    precision 1 / width of v's class)."""
+    data = pd.DataFrame({"x": np.repeat(np.arange(100), 2)})
+    labels, start, label = np.empty(200, dtype=np.int64), 0, 0
+    while start < 100:
+        end = min(100, start + widths(start))
+        labels[2 * start:2 * end] = label
+        start, label = end, label + 1
+    return data, labels
+
+
+def guard_on(queries, candidate_widths, standard_errors=1.0):
+    """guard_learned between plain Mondrian (classes 10 values wide) and one learned release of
+    ``candidate_widths``, given as fits."""
+    data, plain = point_release(lambda v: 10)
+    _, candidate = point_release(candidate_widths)
+    return guard_learned(None, data, queries, priorities={"x": 1.0}, cut_points={},
+                         standard_errors=standard_errors,
+                         fit=lambda weights, cuts: plain if weights is None else candidate)
+
+
+# classes 5 values wide below 50 (precision 0.2 there), 20 wide above (0.05), against 0.1
+NARROW_THEN_WIDE = (lambda v: 5 if v < 50 else 20)
+
+
+def test_a_column_gain_within_its_noise_between_queries_is_refused():
+    # 10 queries gain 0.1, 18 lose 0.05: a mean gain of 0.004 over the 28 queries, far inside
+    # its standard error; queries on other values lose as often as not
+    queries = [Condition("x", "=", (v,)) for v in [*range(0, 50, 5), *range(50, 100, 2)][:28]]
+    assert len(queries) == 28
+    on_means_alone = guard_on(queries, NARROW_THEN_WIDE, standard_errors=0.0)
+    assert on_means_alone.priorities is not None     # the training means alone would keep it
+    kept = guard_on(queries, NARROW_THEN_WIDE)
+    assert kept.priorities is None and kept.dropped_priorities
+    gain = kept.precision - kept.plain_precision
+    assert (gain == 0).all()
+
+
+def test_a_column_gain_every_query_shares_is_kept():
+    queries = [Condition("x", "=", (v,)) for v in range(0, 50, 2)]   # all gain 0.1
+    kept = guard_on(queries, NARROW_THEN_WIDE)
+    assert kept.priorities == {"x": 1.0}
+    assert kept.precision["x"] == pytest.approx(0.2)
+    assert kept.plain_precision["x"] == pytest.approx(0.1)
+    assert kept.standard_error["x"] == pytest.approx(0.0)

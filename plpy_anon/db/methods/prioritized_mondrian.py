@@ -15,9 +15,10 @@ profile (``anon.learn_priorities`` first).
 
 A release with learned priorities or cut points is guarded before its relations are built
 (:func:`guard_learned_release`): on the stored workload's queries, it keeps only the learned
-priorities and cut points under which no queried column's precision falls below plain Mondrian's
-(core ``guard_learned``, with this release's own fit); its parameters then hold what was kept and,
-under ``guard``, the per-column precision of plain Mondrian and of the release.
+priorities and cut points under which every queried column's gain over plain Mondrian's precision
+clears a standard error of it (core ``guard_learned``, with this release's own fit); its
+parameters then hold what was kept and, under ``guard``, the per-column precision of plain
+Mondrian and of the release.
 """
 from __future__ import annotations
 
@@ -42,6 +43,10 @@ CUT_TOLERANCE = SURFACES[METHOD].by_name["cut_tolerance"]
 #: how far below plain Mondrian's precision a queried column of the training workload may fall
 #: in a guarded learned release (the search keeps plain Mondrian itself when nothing else holds)
 GUARD_TOLERANCE = 0.0
+#: how many standard errors of a column's mean gain over plain Mondrian (over the stored queries
+#: using it) the gain must clear: a gain within the noise between queries is not one that
+#: queries not yet seen keep
+GUARD_STANDARD_ERRORS = 1.0
 
 
 def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
@@ -102,12 +107,13 @@ def guard_learned_release(plpy, release_id: int) -> dict:
     release's own fit on its source's rows), before its relations are built; the release's
     parameters then hold what was kept and, under ``guard``, what was measured. Returns that
     record."""
-    started = time.monotonic()
+    started, cpu_started = time.monotonic(), time.process_time()
     release = release_rows.by_id(plpy, release_id)
     spec = RELEASE_METHOD.spec_of(jsonb(release["parameters"]))
     rows = mondrian_family.load_release_rows(plpy, release, spec)
     _texts, predicates, frequencies = qi_workload(plpy, rows.tbl, rows.qis)
-    record = {"queries": len(predicates), "tolerance": GUARD_TOLERANCE}
+    record = {"queries": len(predicates), "tolerance": GUARD_TOLERANCE,
+              "standard_errors": GUARD_STANDARD_ERRORS}
     update = {}
     if not predicates:
         plpy.notice(f"no stored query filters on a quasi-identifier of {rows.tbl.label}: the "
@@ -122,12 +128,15 @@ def guard_learned_release(plpy, release_id: int) -> dict:
         kept = guard_learned(None, rows.frame, predicates, frequencies=frequencies,
                              priorities=spec.settings.priorities,
                              cut_points=spec.settings.cut_points or {}, k=int(spec.promise.k),
-                             tolerance=GUARD_TOLERANCE, fit=fit_labels)
+                             tolerance=GUARD_TOLERANCE, standard_errors=GUARD_STANDARD_ERRORS,
+                             fit=fit_labels)
         record.update({
             "applied": True, "dropped_priorities": kept.dropped_priorities,
             "dropped_cut_points": kept.dropped_cut_points,
             "plain_precision": {c: round(float(v), 6) for c, v in kept.plain_precision.items()},
             "precision": {c: round(float(v), 6) for c, v in kept.precision.items()},
+            "standard_error": {c: round(float(v), 6) for c, v in kept.standard_error.items()},
+            "fits": kept.fits,
             "plain_mean": round(kept.plain_mean, 6), "mean": round(kept.mean, 6)})
         update = {"priorities": kept.priorities, "cut_points": kept.cut_points}
         dropped = ([f"the cut points of {', '.join(kept.dropped_cut_points)}"]
@@ -136,9 +145,11 @@ def guard_learned_release(plpy, release_id: int) -> dict:
         plpy.notice(
             f"learned release of {rows.tbl.label}: "
             f"{'left out ' + ' and '.join(dropped) if dropped else 'everything learned kept'} "
-            f"(workload precision {kept.mean:.3f}, plain Mondrian {kept.plain_mean:.3f}; no "
-            f"queried column below plain Mondrian on the {len(predicates)} stored queries)")
+            f"(workload precision {kept.mean:.3f}, plain Mondrian {kept.plain_mean:.3f}; on the "
+            f"{len(predicates)} stored queries every queried column's gain over plain Mondrian "
+            f"clears {GUARD_STANDARD_ERRORS:g} standard error of it)")
     record["seconds"] = round(time.monotonic() - started, 3)
+    record["cpu_seconds"] = round(time.process_time() - cpu_started, 3)
     update["guard"] = record
     run(plpy, "UPDATE anon.releases SET parameters = parameters || $2 WHERE release_id = $1",
         ["int4", "jsonb"], [release_id, jsonb_text(update)])
