@@ -23,6 +23,7 @@ its joiners or leavers.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import secrets
 from collections import Counter
@@ -327,85 +328,111 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     return figures
 
 
-def overlapping_classes(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, dict, int]:
-    """The pairs of released classes (from the released rows) that some person's QIs could lie
-    in both -- their value sets share a value (NULL included) and their ranges meet on every QI,
-    a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL lies in
-    every range) --, the sensitive values (texts, NULL as None) of each class in a pair, and how
-    many classes are in a pair. Classes meet first by equality of one listed value per set QI (a
-    hash join), then by their ranges; with no set QI, by ranks of their bounds swept in numpy
-    (:func:`overlapping_boxes`), never every pair of classes."""
+def released_multisets(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, np.ndarray, np.ndarray]:
+    """The released classes (from the released rows, one statement): each one's sensitive values
+    (texts, NULL as None), and the pairs (a, b as positions) of classes that some person's QIs
+    could lie in both -- their value sets share a value (NULL included) and their ranges meet on
+    every QI, a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL
+    lies in every range). Range bounds are ranked in SQL in the type's own order (2 a rank, one
+    off for an exclusive bound: two ranges meet when each one's lower code is at most the other's
+    upper); the pairs are found in numpy (:func:`overlapping_sets`), never every pair of classes."""
     q = [f"q{i}" for i in range(len(qis))]
     group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
     selects = ", ".join(f"r.{ident(plpy, c.name)} AS {q[i]}" for i, c in enumerate(qis))
     s = f"r.{ident(plpy, sensitive.name)}"
-    classes = f"""
+    ctes = [f"""
         c AS MATERIALIZED (
             SELECT pg_catalog.row_number() OVER () AS n, g.* FROM (
                 SELECT {selects}, pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals
-                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g)"""
-    listed, expand, conditions, ranged = [], "", ["true"], []
+                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g)"""]
+    outputs, joins, sets, ranged = ["c.vals"], [], [], []
     for i, col in enumerate(qis):
+        col_q = f"c.{q[i]}"
         if _released_type(col) == "text[]":
-            expand += f" CROSS JOIN LATERAL pg_catalog.unnest(c.{q[i]}) AS e{i}(x)"
-            listed.append(f"e{i}.x")
-        elif not qi_nulls[i]:
-            conditions.append(f"coalesce(x.{q[i]} OPERATOR(pg_catalog.&&) y.{q[i]}, false)")
-            ranged.append(q[i])
-    if not listed:
-        return _overlapping_ranges(plpy, classes, ranged)
-    key = f"pg_catalog.jsonb_build_array({', '.join(listed)})"
-    rows = run(plpy, f"""
-        WITH {classes},
-        e AS MATERIALIZED (SELECT DISTINCT c.n, {key} AS key FROM c{expand}),
-        pairs AS (SELECT DISTINCT a.n AS a, b.n AS b FROM e a JOIN e b ON a.key = b.key AND a.n < b.n),
-        overlapping AS (
-            SELECT p.a, p.b FROM pairs p JOIN c x ON x.n = p.a JOIN c y ON y.n = p.b
-            WHERE {' AND '.join(conditions)})
-        SELECT NULL::pg_catalog.int8 AS a, NULL::pg_catalog.int8 AS b, c.n, c.vals FROM c
-        WHERE c.n IN (SELECT a FROM overlapping UNION SELECT b FROM overlapping)
-        UNION ALL
-        SELECT o.a, o.b, NULL, NULL FROM overlapping o""")
-    pairs = [(r["a"], r["b"]) for r in rows if r["a"] is not None]
-    values = {r["n"]: r["vals"] for r in rows if r["a"] is None}
-    return pairs, values, len(values)
-
-
-def _overlapping_ranges(plpy, classes: str, ranged: list[str]) -> tuple[list, dict, int]:
-    """:func:`overlapping_classes` of releases whose QIs are all ranges (``ranged``: the ones
-    that decide, by their column in ``classes``): each bound coded by its rank among the
-    column's bounds (2 rank, one off for an exclusive bound: two ranges meet when each one's
-    lower code is at most the other's upper), in SQL in the type's own order."""
-    ranks, codes = [], []
-    for i, col in enumerate(ranged):
-        ranks.append(f"""
-        r{i} AS (SELECT v, pg_catalog.dense_rank() OVER (ORDER BY v) AS k FROM (
-            SELECT pg_catalog.lower({col}) AS v FROM c UNION SELECT pg_catalog.upper({col}) FROM c) u
-            WHERE v IS NOT NULL)""")
-        codes.append(f"""
-            CASE WHEN c.{col} IS NULL OR pg_catalog.isempty(c.{col}) THEN NULL
-                 WHEN pg_catalog.lower_inf(c.{col}) THEN -1
-                 ELSE 2 * (SELECT k FROM r{i} WHERE v = pg_catalog.lower(c.{col}))
-                      + CASE WHEN pg_catalog.lower_inc(c.{col}) THEN 0 ELSE 1 END END AS lo{i},
-            CASE WHEN c.{col} IS NULL OR pg_catalog.isempty(c.{col}) THEN NULL
-                 WHEN pg_catalog.upper_inf(c.{col}) THEN 9223372036854775807
-                 ELSE 2 * (SELECT k FROM r{i} WHERE v = pg_catalog.upper(c.{col}))
-                      - CASE WHEN pg_catalog.upper_inc(c.{col}) THEN 0 ELSE 1 END END AS hi{i}""")
-    rows = run(plpy, f"""
-        WITH {classes}{''.join(',' + r for r in ranks)}
-        SELECT c.n, c.vals{''.join(',' + c for c in codes)} FROM c ORDER BY c.n""")
-    n = np.array([r["n"] for r in rows], dtype=np.int64)
-    d = len(ranged)
-    # a NULL (or empty) range meets nothing, as && of NULL is not true
-    meets = np.array([all(r[f"lo{i}"] is not None for i in range(d)) for r in rows], dtype=bool)
-    lo = np.array([[r[f"lo{i}"] or 0 for i in range(d)] for r in rows], dtype=np.int64).reshape(len(rows), d)
-    hi = np.array([[r[f"hi{i}"] or 0 for i in range(d)] for r in rows], dtype=np.int64).reshape(len(rows), d)
-    a, b = overlapping_boxes(lo[meets], hi[meets])
+            outputs.append(f"{col_q} AS set{i}")
+            sets.append(i)
+            continue
+        if qi_nulls[i]:
+            continue
+        ranged.append(i)
+        ctes.append(f"""
+        b{i} AS MATERIALIZED (
+            SELECT u.v, pg_catalog.dense_rank() OVER (ORDER BY u.v) AS k FROM (
+                SELECT pg_catalog.lower({q[i]}) AS v FROM c UNION SELECT pg_catalog.upper({q[i]}) FROM c) u
+            WHERE u.v IS NOT NULL)""")
+        joins.append(f" LEFT JOIN b{i} l{i} ON l{i}.v = pg_catalog.lower({col_q})"
+                     f" LEFT JOIN b{i} h{i} ON h{i}.v = pg_catalog.upper({col_q})")
+        none = f"{col_q} IS NULL OR pg_catalog.isempty({col_q})"
+        outputs.append(f"""
+            CASE WHEN {none} THEN NULL WHEN pg_catalog.lower_inf({col_q}) THEN -1
+                 ELSE 2 * l{i}.k + CASE WHEN pg_catalog.lower_inc({col_q}) THEN 0 ELSE 1 END END AS lo{i},
+            CASE WHEN {none} THEN NULL WHEN pg_catalog.upper_inf({col_q}) THEN 9223372036854775807
+                 ELSE 2 * h{i}.k - CASE WHEN pg_catalog.upper_inc({col_q}) THEN 0 ELSE 1 END END AS hi{i}""")
+    rows = run(plpy, f"WITH {','.join(ctes)}\nSELECT {', '.join(outputs)} FROM c{''.join(joins)} ORDER BY c.n")
+    values = [r["vals"] for r in rows]
+    count = len(rows)
+    # a NULL (or empty) range meets nothing (&& of NULL is not true), nor does a class whose
+    # value set is NULL or empty
+    meets = np.array([all(r[f"lo{i}"] is not None for i in ranged) and all(r[f"set{i}"] for i in sets)
+                      for r in rows], dtype=bool)
+    lo = np.array([[r[f"lo{i}"] if r[f"lo{i}"] is not None else 0 for i in ranged] for r in rows],
+                  dtype=np.int64).reshape(count, len(ranged))
+    hi = np.array([[r[f"hi{i}"] if r[f"hi{i}"] is not None else 0 for i in ranged] for r in rows],
+                  dtype=np.int64).reshape(count, len(ranged))
     keep = np.flatnonzero(meets)
-    pairs_a, pairs_b = n[keep[a]], n[keep[b]]
-    members = set(pairs_a.tolist()) | set(pairs_b.tolist())
-    values = {r["n"]: r["vals"] for r in rows if r["n"] in members}
-    return list(zip(pairs_a.tolist(), pairs_b.tolist())), values, len(values)
+    a, b = overlapping_sets(lo[keep], hi[keep], [[rows[j][f"set{i}"] for j in keep.tolist()] for i in sets])
+    return values, keep[a], keep[b]
+
+
+def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (a < b as positions) of boxes that meet on every ranged dimension (``lo``, ``hi`` as
+    :func:`overlapping_boxes`) and whose value sets share a value on every set dimension
+    (``sets``: per dimension, each box's non-empty list of values, None a value of its own).
+    Where only sets decide, the boxes holding one combination of values are linked as a chain,
+    not pairwise (the unions are what matters). Otherwise each set is also the interval of its
+    values' codes (a necessary condition the sweep tests with the ranges) and a bitmask of them
+    (the exact test)."""
+    count = lo.shape[0]
+    coded, masks, firsts, lasts = [], [], [], []
+    for boxes in sets:
+        # codes by how many boxes hold each value, most first: a partition's sets are then
+        # narrow intervals of codes, as the fit's most-frequent-first order makes them
+        held = Counter(v for values in boxes for v in set(values))
+        code = {v: j for j, (v, _) in enumerate(sorted(held.items(), key=lambda i: (-i[1], i[0] is None, str(i[0]))))}
+        per_box = [sorted({code[v] for v in values}) for values in boxes]
+        coded.append(per_box)
+        owner = np.repeat(np.arange(count), [len(c) for c in per_box])
+        element = np.fromiter((c for codes in per_box for c in codes), dtype=np.int64, count=owner.size)
+        mask = np.zeros((count, (max(len(code), 1) + 63) // 64), dtype=np.uint64)
+        np.bitwise_or.at(mask, (owner, element // 64),
+                         np.left_shift(np.uint64(1), (element % 64).astype(np.uint64)))
+        masks.append(mask)
+        first = np.full(count, len(code), dtype=np.int64)
+        last = np.full(count, -1, dtype=np.int64)
+        np.minimum.at(first, owner, element)
+        np.maximum.at(last, owner, element)
+        firsts.append(first)
+        lasts.append(last)
+    if lo.shape[1] == 0 and coded:
+        combos = [(box, key) for box, per_dim in enumerate(zip(*coded))
+                  for key in itertools.product(*per_dim)]
+        if not combos:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        boxes = np.array([b for b, _ in combos], dtype=np.int64)
+        keys = np.array([k for _, k in combos], dtype=np.int64).reshape(len(combos), len(coded))
+        order = np.lexsort((boxes,) + tuple(keys[:, d] for d in reversed(range(keys.shape[1]))))
+        keys, boxes = keys[order], boxes[order]
+        same = np.all(keys[1:] == keys[:-1], axis=1) & (boxes[1:] != boxes[:-1])
+        a, b = boxes[:-1][same], boxes[1:][same]
+        return np.minimum(a, b), np.maximum(a, b)
+    if coded:
+        lo = np.column_stack([lo] + firsts)
+        hi = np.column_stack([hi] + lasts)
+    a, b = overlapping_boxes(lo, hi)
+    for mask in masks:
+        shared = np.any(mask[a] & mask[b], axis=1)
+        a, b = a[shared], b[shared]
+    return a, b
 
 
 #: candidate pairs tested at once by :func:`overlapping_boxes`
@@ -479,7 +506,7 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     model (core.republish.unsafe_pairs), earlier groups followed to the groups now holding them
     through the people published in both (``before``, ``now``: person -> group), every set of a
     group's ancestors included (core.republish.safe_against); the released classes that could
-    hold one person (:func:`overlapping_classes`; ``qi_columns``, ``qi_nulls``: the QIs and
+    hold one person (:func:`released_multisets`; ``qi_columns``, ``qi_nulls``: the QIs and
     whether the run has a NULL in each) must form the unions of groups the run linked, whose changes that break
     the l model are counted (``unsafe_unions``, core.republish.unsafe_unions: the run holds them
     where it can, and does not merge them). Refuses (22000) otherwise; stores the version
@@ -488,23 +515,21 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     values = version["values"]
     claimed = Counter(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
                       for row in version["counts"])
-    qis = ", ".join(f"r.{ident(plpy, name)}" for name in parameters["quasi_identifiers"])
-    s = f"r.{ident(plpy, sensitive.name)}"
-    released = Counter(_sorted_values(r["vals"]) for r in run(
-        plpy, f"SELECT pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals "
-              f"FROM {released_relation(plpy, release)} r GROUP BY {qis}"))
-    if released != claimed:
+    # the released classes' multisets, and the pairs of them that could hold one person
+    class_values, pair_a, pair_b = released_multisets(plpy, release, qi_columns, sensitive, qi_nulls)
+    if Counter(_sorted_values(v) for v in class_values) != claimed:
         raise InsufficientData(
             f"the released classes of {release['release_schema']}.{release['release_name']} are not "
             "the multisets its groups publish; nothing was published",
             hint="Report this with the release's parameters.")
     # classes that could hold one person are one union to an analyst (from the released rows):
     # they must be the unions of groups the run linked, which are checked below
-    pairs, class_values, overlapping = overlapping_classes(plpy, release, qi_columns, sensitive, qi_nulls)
+    pairs = list(zip(pair_a.tolist(), pair_b.tolist()))
+    overlapping = int(np.unique(np.concatenate([pair_a, pair_b])).size)
     group_values = {g: [values[c] for c in np.repeat(np.arange(len(values)), row)]
                     for g, row in zip(version["group_ids"], version["counts"])}
     linked_ids = version.get("linked")
-    if _unions(pairs, class_values) != _unions(list(zip(version["group_ids"], linked_ids or [])),
+    if _unions(pairs, dict(enumerate(class_values))) != _unions(list(zip(version["group_ids"], linked_ids or [])),
                                                group_values):
         raise InsufficientData(
             f"the released classes of {release['release_schema']}.{release['release_name']} that "
