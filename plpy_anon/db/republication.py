@@ -27,6 +27,7 @@ import itertools
 import json
 import secrets
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,24 +41,29 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, timing
 from plpy_anon.db.generalization import output_type
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
+from plpy_anon.spec import Built, Promise
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
 SEPARATOR = "\x1f"
 
 
-def resolve_mode(promise, roles, parameters: dict) -> None:
-    """The release's ``refresh_mode`` (and what it needs) into ``parameters``. NULL: stable when
-    the release has l and identifier columns to follow people by, one of them unique and NOT NULL
-    (a primary key, say: a name is not a person), fresh otherwise."""
+def resolve_mode(promise: Promise, roles, parameters: dict) -> None:
+    """The release's ``refresh_mode`` (and what it needs) into ``parameters``, the catalog row
+    being built (``promise``: the SQL call's). NULL: stable when the release has l and identifier
+    columns to follow people by, one of them unique and NOT NULL (a primary key, say: a name is
+    not a person), fresh otherwise."""
     identifiers = [c.name for c, role in roles if role == "identifier"]
+    # what the build resolved so far (l, the sensitive columns, hierarchies, the join back)
+    resolved, built = Promise.of(parameters), Built.of(parameters)
+    sensitive = resolved.sensitive or ()
     mode = promise.refresh_mode
     if mode is None:
         # a unique column may hold NULLs, and a row without an identifier cannot be followed
         unique = any(c.unique and c.not_null for c, role in roles if role == "identifier")
-        mode = "stable" if parameters.get("l") and unique and not parameters.get("hierarchies") \
-            and parameters.get("t") is None and len(parameters.get("sensitive") or []) <= 1 \
-            and not parameters.get("joined_back") else "fresh"
-    parameters["refresh_mode"] = mode
+        mode = "stable" if resolved.l and unique and not built.hierarchies \
+            and resolved.t is None and len(sensitive) <= 1 \
+            and not built.joined_back else "fresh"
+    parameters.update(refresh_mode=mode)
     if mode != "stable":
         return
     if not identifiers:
@@ -66,33 +72,34 @@ def resolve_mode(promise, roles, parameters: dict) -> None:
             "columns, and the release has none",
             hint="Pass identifiers => ARRAY[...] (or declare them with anon.set_column_role), or use "
                  "refresh_mode => 'fresh'.")
-    if parameters.get("hierarchies"):
+    if built.hierarchies:
         raise InvalidParameter(
-            f"refresh_mode => 'stable' does not support hierarchies (column(s) {', '.join(parameters['hierarchies'])})",
+            f"refresh_mode => 'stable' does not support hierarchies (column(s) {', '.join(built.hierarchies)})",
             hint="Release those columns as value sets, or use refresh_mode => 'fresh'.")
-    if len(parameters.get("sensitive") or []) > 1:
+    if len(sensitive) > 1:
         # a released row keeps one person's values together: an analyst intersects the
         # combinations, which the per-column candidates do not bound
         raise InvalidParameter(
             "refresh_mode => 'stable' keeps candidates for one sensitive column, and the release has "
-            f"{len(parameters['sensitive'])} ({', '.join(parameters['sensitive'])})",
+            f"{len(sensitive)} ({', '.join(sensitive)})",
             hint="Release one sensitive column per release, or use refresh_mode => 'fresh'.")
-    if parameters.get("joined_back") and parameters.get("l"):
+    if built.joined_back and resolved.l:
         # a group's rows are published from the values it showed before, not joined back
         raise InvalidParameter(
             "refresh_mode => 'stable' writes each class's values from what earlier versions showed, "
             "and this release would join its rows back to the source",
             hint="Leave plpy_anon.join_back off (the sensitive column must be of a built-in type "
                  "stored exactly), or use refresh_mode => 'fresh'.")
-    if parameters.get("t") is not None:
+    if resolved.t is not None:
         raise InvalidParameter("refresh_mode => 'stable' does not support t-closeness",
                                hint="Use l (with refresh_mode => 'stable'), or refresh_mode => 'fresh'.")
-    parameters["identifiers"] = identifiers
-    parameters["person_salt"] = secrets.token_hex(16)
+    # the salt leaves the row for anon.release_secrets when it is stored (release_rows.SECRETS)
+    parameters.update(identifiers=identifiers, person_salt=secrets.token_hex(16))
 
 
-def is_stable(parameters: dict) -> bool:
-    return parameters.get("refresh_mode") == "stable"
+def is_stable(parameters: Mapping) -> bool:
+    """Whether catalog parameters (a row, or one being built) refresh in the stable mode."""
+    return Promise.of(parameters).refresh_mode == "stable"
 
 
 def person_hashes(texts: list[list[str | None]], salt: str) -> list[bytes]:
@@ -141,7 +148,10 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
-    if parameters.get("person_salt") is None:
+    promise = Promise.of(parameters)
+    # the stable mode's state, not part of the specification: merged from anon.release_secrets
+    salt = parameters.get("person_salt")
+    if salt is None:
         raise InsufficientData(
             f"release {release_id} is refreshed in the stable mode but its salt (the key of its "
             "person hashes, anon.release_secrets) is gone, so nobody it published can be followed",
@@ -151,15 +161,15 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     missing = sum(any(t is None for t in row) for row in zip(*identifier_texts))
     if missing:
         raise InvalidParameter(
-            f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
+            f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
             f"{missing} rows have no value there (NULL)",
             hint="Give every row its identifier (a NOT NULL primary key, say), or recreate the release "
                  "with refresh_mode => 'fresh'.")
-    hashes = person_hashes(identifier_texts, parameters["person_salt"])
+    hashes = person_hashes(identifier_texts, salt)
     shared = len(hashes) - len(set(hashes))
     if shared:
         raise InvalidParameter(
-            f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
+            f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
@@ -189,7 +199,7 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
         if not c % 4096:
             check_interrupts()
         cohort_sets.append(jsonb(texts[u]))
-    names = parameters.get("sensitive") or []
+    names = promise.sensitive or ()
     cohort_values = []
     for name, dictionary in zip(names, sensitive_dictionaries):
         position = {v: j for j, v in enumerate(dictionary)}
@@ -293,15 +303,15 @@ def released_relation(plpy, release: dict) -> str:
 def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | None:
     """The cross-version check of a stable release's new version (see the module docstring);
     returns its figures, or None for a release of another mode or a record without a run."""
-    parameters = jsonb(release["parameters"])
-    if not is_stable(parameters) or not run_stats or run_stats.get("people") is None:
+    promise = Promise.of(jsonb(release["parameters"]))
+    if promise.refresh_mode != "stable" or not run_stats or run_stats.get("people") is None:
         return None
     stashed = run_stats["people"]
     hashes, groups, qi_texts = stashed["hashes"], stashed["groups"], stashed["qi_texts"]
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [cols[name] for name in parameters["quasi_identifiers"]]
-    sensitive = [cols[name] for name in parameters.get("sensitive") or []]
+    qis = [cols[name] for name in promise.quasi_identifiers or ()]
+    sensitive = [cols[name] for name in promise.sensitive or ()]
     progress(plpy, f"checking {len(hashes)} people against every version")
     state = run(plpy, STATE_ARRAYS, ["int4"], [release["release_id"]])[0]
     # the groups people were published in by the last version, before the check replaces them
@@ -309,14 +319,14 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     with local_settings(plpy, jit="off"), timing.phase("check_classes"):
         classes = released_classes(plpy, release, qis, sensitive, qi_texts)
     with timing.phase("check_candidates"):
-        figures = remember(plpy, release["release_id"], parameters, hashes, groups, classes, state)
+        figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state)
     if stashed["version"] is not None:
         nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
         with timing.phase("check_differences"):
-            figures.update(check_differences(plpy, release, parameters, sensitive[0],
+            figures.update(check_differences(plpy, release, promise, sensitive[0],
                                              stashed["version"], before, dict(zip(hashes, groups)),
                                              qis, nulls))
-    l = parameters.get("l")
+    l = promise.l
     if l is not None and figures["below_l"]:
         raise InsufficientData(
             f"this version of {release['release_schema']}.{release['release_name']} would leave "
@@ -437,14 +447,16 @@ def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[
 
 #: candidate pairs tested at once by :func:`overlapping_boxes`
 BOX_CHUNK = 1 << 20
+#: a node of the boxes' k-d split with this many boxes or fewer tests each pair of them
+LEAF_BOXES = 8
 
 
 def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
-    a dimension) that meet on every dimension; every box meets every other when there is no
-    dimension. A sweep over the dimension whose boxes overlap least: each box is tested only
-    against the boxes starting inside it there, so a partition's boxes cost about their number,
-    not its square (unless they really overlap)."""
+    a dimension) that meet on every dimension, each once; every box meets every other when there
+    is no dimension. The boxes are split like a k-d tree (:func:`_box_leaves`), each pair of a
+    leaf tested: two boxes that meet share a leaf, and a partition's boxes (disjoint but for a
+    few) cost about their number times the depth, not its square."""
     count, dims = lo.shape
     if count < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -452,29 +464,87 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.nd
         # everything meets: a chain links them into one union
         first = np.arange(count - 1, dtype=np.int64)
         return first, first + 1
-    spans = []
-    for d in range(dims):
-        order = np.argsort(lo[:, d], kind="stable")
-        ends = np.searchsorted(lo[order, d], hi[order, d], side="right")
-        spans.append((int(np.maximum(ends - np.arange(1, count + 1), 0).sum()), d, order, ends))
-    _, d, order, ends = min(spans, key=lambda x: x[0])
-    starts = np.arange(1, count + 1)
-    lengths = np.maximum(ends - starts, 0)
-    out_a, out_b = [], []
+    leaf, box = _box_leaves(lo, hi)
+    order = np.lexsort((box, leaf))
+    leaf, box = leaf[order], box[order]
+    # each entry is paired with the entries after it in its leaf
+    ends = np.searchsorted(leaf, leaf, side="right")
+    starts = np.arange(1, leaf.size + 1)
+    lengths = ends - starts
+    total = np.cumsum(lengths)
+    out_a, out_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     i = 0
-    while i < count:
+    while i < leaf.size:
         check_interrupts()
-        j = int(np.searchsorted(np.cumsum(lengths[i:]), BOX_CHUNK, side="right")) + i + 1
-        j = min(max(j, i + 1), count)
+        done = int(total[i - 1]) if i else 0
+        j = min(max(int(np.searchsorted(total, done + BOX_CHUNK, side="right")), i + 1), leaf.size)
         ln = lengths[i:j]
         x = np.repeat(np.arange(i, j), ln)
         y = (np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)) + np.repeat(starts[i:j], ln)
-        pa, pb = order[x], order[y]
+        pa, pb = box[x], box[y]
         ok = np.all((lo[pa] <= hi[pb]) & (lo[pb] <= hi[pa]), axis=1)
-        out_a.append(np.minimum(pa[ok], pb[ok]))
-        out_b.append(np.maximum(pa[ok], pb[ok]))
+        out_a.append(pa[ok])
+        out_b.append(pb[ok])
         i = j
-    return np.concatenate(out_a), np.concatenate(out_b)
+    a, b = np.concatenate(out_a), np.concatenate(out_b)
+    if leaf.size > count:
+        # boxes crossing a cut sit in several leaves: a pair of them may be found twice
+        key = np.unique(a * count + b)
+        a, b = key // count, key % count
+    return a, b
+
+
+def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(leaf, box) entries of a k-d split of boxes, every node of a level at once: each node cuts
+    the dimension whose cut at the median lower bound leaves its larger side smallest; a box
+    starting below the cut goes left, one ending at or past it right (one crossing it both), so
+    two boxes that meet share a child. A node stops at LEAF_BOXES boxes or when no cut helps."""
+    count, dims = lo.shape
+    # per dimension, bounds as ranks among the dimension's bounds (small keys)
+    lo_r = np.empty((count, dims), dtype=np.int64)
+    hi_r = np.empty((count, dims), dtype=np.int64)
+    for d in range(dims):
+        universe = np.unique(np.concatenate([lo[:, d], hi[:, d]]))
+        lo_r[:, d] = np.searchsorted(universe, lo[:, d])
+        hi_r[:, d] = np.searchsorted(universe, hi[:, d])
+    width = 2 * count + 1
+    ids, node = np.arange(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
+    nodes, next_leaf = 1, 0
+    leaves, boxes = [], []
+    while ids.size:
+        check_interrupts()
+        size = np.bincount(node, minlength=nodes)
+        start = np.r_[0, np.cumsum(size)[:-1]]
+        best = np.full(nodes, np.iinfo(np.int64).max)
+        best_dim = np.zeros(nodes, dtype=np.int64)
+        best_cut = np.zeros(nodes, dtype=np.int64)
+        if (size > LEAF_BOXES).any():
+            for d in range(dims):
+                key_lo = np.sort(node * width + lo_r[ids, d])
+                key_hi = np.sort(node * width + hi_r[ids, d])
+                filled = np.flatnonzero(size)
+                cut_key = key_lo[start[filled] + size[filled] // 2]
+                left = np.searchsorted(key_lo, cut_key) - start[filled]
+                right = size[filled] - (np.searchsorted(key_hi, cut_key) - start[filled])
+                score = np.maximum(left, right)
+                better = score < best[filled]
+                best[filled[better]] = score[better]
+                best_dim[filled[better]] = d
+                best_cut[filled[better]] = cut_key[better] - filled[better] * width
+        split = (size > LEAF_BOXES) & (best < size)
+        stop = ~split[node]
+        leaf_id = np.cumsum(~split) - 1 + next_leaf
+        next_leaf += int((~split).sum())
+        leaves.append(leaf_id[node[stop]])
+        boxes.append(ids[stop])
+        ids, node = ids[~stop], node[~stop]
+        child = np.cumsum(split) - 1          # each split node's rank: children 2r, 2r + 1
+        nodes = 2 * int(split.sum())
+        cut, dim = best_cut[node], best_dim[node]
+        to_left, to_right = lo_r[ids, dim] < cut, hi_r[ids, dim] >= cut
+        ids = np.r_[ids[to_left], ids[to_right]]
+        node = np.r_[2 * child[node[to_left]], 2 * child[node[to_right]] + 1]
+    return np.concatenate(leaves), np.concatenate(boxes)
 
 
 def _unions(pairs, members: dict) -> Counter:
@@ -498,7 +568,7 @@ def _unions(pairs, members: dict) -> Counter:
                    for parts in unions.values() if len(parts) > 1)
 
 
-def check_differences(plpy, release: dict, parameters: dict, sensitive, version: dict,
+def check_differences(plpy, release: dict, promise: Promise, sensitive, version: dict,
                       before: dict, now: dict, qi_columns, qi_nulls) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (from the released rows) must be the groups' multisets the run stashed (``version``),
@@ -561,8 +631,7 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     for j, v in enumerate(values):
         counts[:, position[v]] += np.asarray(version["counts"])[:, j]
     # the release's l model (a catalog row without one: Models' own default)
-    models = Models(l=parameters.get("l"), c=parameters.get("c"),
-                    **{k: parameters[k] for k in ("l_diversity",) if parameters.get(k)})
+    models = Models(l=promise.l, c=promise.c, l_diversity=promise.l_diversity)
 
     def roots_of(group_ids):
         return np.array([lineage.get(h, h) for h in group_ids.tolist()], dtype=np.int64)
@@ -763,7 +832,7 @@ FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.bytea[]), pg_catalog.unnest($3:
      AS u(person, member_group, candidates, versions)"""
 
 
-def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list,
+def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
              classes: Classes, state: dict) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
     intersected with what earlier versions left them (``state``: the release's people as
@@ -784,7 +853,7 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
     earlier = np.full(n, -1, dtype=np.int64)
     earlier[known] = earlier_codes[at[known]]
     earlier_sets = [jsonb(t) for t in earlier_texts]
-    names = parameters.get("sensitive") or []
+    names = promise.sensitive or ()
     kept, left = [], None
     for name, (value_classes, value_texts) in zip(names, classes.values):
         check_interrupts()
@@ -815,7 +884,7 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
     run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "jsonb[]", "int4[]"],
         [release_id, hashes, [int(g) for g in groups], [texts[c] for c in cohort.tolist()],
          (versions + 1).tolist()])
-    l = int(parameters.get("l") or 0)
+    l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,
             "fewest_candidates": int(left.min()) if left is not None and n else None,
