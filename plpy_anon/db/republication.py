@@ -4,7 +4,8 @@ core.republish).
 What the run needs (:func:`people_of`): each row's person (a salted SHA-256 of the identifier
 columns' text; in SQL ``sha256(salt || convert_to(concat_ws(E'\\x1f', ids), 'UTF8'))``), the
 group and candidates each known person got from the versions published so far
-(``anon.release_people``).
+(:class:`State`: one row of ``anon.release_state`` per release, people as sorted hashes with
+aligned arrays, matched in numpy by sorting and searching).
 
 What every version is held to (:func:`check_and_remember`, from the record of each create and
 refresh, plain REFRESH included): for each person of the run (with their quasi-identifiers as the
@@ -15,7 +16,7 @@ core.containment: ranks and a k-d split of the classes, never a listing of the v
 covers) -- intersected with what earlier versions left them (:func:`remember`). A person left with fewer than l values refuses the version (the transaction rolls back;
 the published one stays); otherwise the intersections are remembered for the next version, and
 the figures go to the release's verification and to ``anon.refresh_history``. People the run no
-longer reads are forgotten (their rows of ``anon.release_people`` deleted). Then the difference
+longer reads are forgotten (left out of the release's state). Then the difference
 check (:func:`check_differences`): the released classes' multisets against the groups' and every
 stored earlier version's (``anon.release_versions``), refused when one group's change would pin
 its joiners or leavers.
@@ -135,19 +136,66 @@ class People:
         return codes
 
 
-#: the release's state of its people as one row of arrays (a person's candidates as jsonb text)
-STATE_ARRAYS = """
-SELECT pg_catalog.array_agg(person) AS persons, pg_catalog.array_agg(member_group) AS groups,
-       pg_catalog.array_agg(candidates::pg_catalog.text) AS candidates,
-       pg_catalog.array_agg(versions) AS versions
-FROM anon.release_people WHERE release_id = $1"""
+#: the release's state of its people: one row (anon.release_state)
+STATE = """
+SELECT persons, member_groups, versions, cohorts, candidate_sets::pg_catalog.text AS candidate_sets
+FROM anon.release_state WHERE release_id = $1"""
+
+
+@dataclass
+class State:
+    """What the versions published so far left each person: ``persons`` their hashes (numpy
+    ``S32``), aligned with their ``groups``, ``versions`` (that held them) and ``cohorts`` (their
+    candidates: a position in ``sets``, {sensitive column: [value texts]})."""
+
+    persons: np.ndarray
+    groups: np.ndarray
+    versions: np.ndarray
+    cohorts: np.ndarray
+    sets: list
+
+    @classmethod
+    def read(cls, plpy, release_id: int) -> State:
+        rows = run(plpy, STATE, ["int4"], [release_id])
+        if not rows:
+            empty = np.empty(0, dtype=np.int64)
+            return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
+        row = rows[0]
+        sets = json.loads(row["candidate_sets"])
+        cohorts = np.asarray(row["cohorts"], dtype=np.int64)
+        if cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets)):
+            raise InsufficientData(
+                f"the state of release {release_id} (anon.release_state) points people at "
+                "candidate sets it does not hold", hint="Restore the release's row of "
+                "anon.release_state from a backup, or recreate the release knowingly.")
+        return cls(np.frombuffer(row["persons"], dtype="S32"),
+                   np.asarray(row["member_groups"], dtype=np.int64),
+                   np.asarray(row["versions"], dtype=np.int64), cohorts, sets)
+
+    def hashes(self) -> list[bytes]:
+        """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
+        raw = self.persons.tobytes()
+        return [raw[i:i + 32] for i in range(0, len(raw), 32)]
+
+    def find(self, hashes: np.ndarray) -> np.ndarray:
+        """Each of ``hashes``' position in ``persons`` (-1: not there)."""
+        order = np.argsort(self.persons, kind="stable")
+        ranked = self.persons[order]
+        at = np.minimum(np.searchsorted(ranked, hashes), max(ranked.size - 1, 0))
+        if not ranked.size:
+            return np.full(hashes.size, -1, dtype=np.int64)
+        return np.where(ranked[at] == hashes, order[at], -1).astype(np.int64)
+
+
+def packed(hashes: list[bytes]) -> np.ndarray:
+    """Hashes (32 bytes each) as one numpy ``S32`` array."""
+    return np.frombuffer(b"".join(hashes), dtype="S32")
 
 
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
               qi_texts) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     promise = Promise.of(parameters)
     # the stable mode's state, not part of the specification: merged from anon.release_secrets
     salt = parameters.get("person_salt")
@@ -173,32 +221,25 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
-    state = run(plpy, STATE_ARRAYS, ["int4"], [release_id])[0]
-    persons = state["persons"] or []
-    if not persons and published_versions(plpy, release_id):
+    state = State.read(plpy, release_id)
+    if not state.persons.size and published_versions(plpy, release_id):
         raise InsufficientData(
             f"release {release_id} has published versions, and what they showed of each person "
-            "(anon.release_people) is gone; a refresh now would start a new history that analysts "
+            "(anon.release_state) is gone; a refresh now would start a new history that analysts "
             "who kept the old versions could intersect with it",
-            hint="Restore the release's rows of anon.release_people (they are in every pg_dump of the "
+            hint="Restore the release's row of anon.release_state (it is in every pg_dump of the "
                  "database), or recreate the release with replace => true knowingly.")
     n = len(hashes)
-    position = {bytes(h): i for i, h in enumerate(persons)}
     check_interrupts()
-    at = np.fromiter((position.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+    at = state.find(packed(hashes))
     known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
-    groups[known] = np.asarray(state["groups"] or [], dtype=np.int64)[at[known]]
-    # people with the same candidates (the same jsonb text) share a cohort
-    codes, texts = pd.factorize(np.asarray(state["candidates"] or [], dtype=object))
-    used, cohort_of_known = np.unique(codes[at[known]], return_inverse=True)
+    groups[known] = state.groups[at[known]]
+    # people with the same candidates share a cohort
+    used, cohort_of_known = np.unique(state.cohorts[at[known]], return_inverse=True)
     cohorts = np.full(n, -1, dtype=np.int64)
-    cohorts[known] = cohort_of_known
-    cohort_sets = []
-    for c, u in enumerate(used.tolist()):
-        if not c % 4096:
-            check_interrupts()
-        cohort_sets.append(jsonb(texts[u]))
+    cohorts[known] = cohort_of_known.ravel()
+    cohort_sets = [state.sets[u] for u in used.tolist()]
     names = promise.sensitive or ()
     cohort_values = []
     for name, dictionary in zip(names, sensitive_dictionaries):
@@ -210,7 +251,8 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             held = [position[v] for v in sets.get(name, []) if v in position]
             matrix[c, held] = True
         cohort_values.append(matrix)
-    people = People(hashes, groups, cohorts, cohort_values, history=bool(persons), qi_texts=qi_texts)
+    people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
+                    qi_texts=qi_texts)
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]))
     return people
@@ -313,16 +355,17 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     qis = [cols[name] for name in promise.quasi_identifiers or ()]
     sensitive = [cols[name] for name in promise.sensitive or ()]
     progress(plpy, f"checking {len(hashes)} people against every version")
-    state = run(plpy, STATE_ARRAYS, ["int4"], [release["release_id"]])[0]
+    state = State.read(plpy, release["release_id"])
     # the groups people were published in by the last version, before the check replaces them
-    before = {bytes(h): g for h, g in zip(state["persons"] or [], state["groups"] or [])}
+    before = dict(zip(state.hashes(), state.groups.tolist()))
     with local_settings(plpy, jit="off"), timing.phase("check_classes"):
         classes = released_classes(plpy, release, qis, sensitive, qi_texts)
     with timing.phase("check_candidates"):
         figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state)
     if stashed["version"] is not None:
         nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
-        with timing.phase("check_differences"):
+        # the planner's estimates of grouped released rows are far off: no JIT for them
+        with local_settings(plpy, jit="off"), timing.phase("check_differences"):
             figures.update(check_differences(plpy, release, promise, sensitive[0],
                                              stashed["version"], before, dict(zip(hashes, groups)),
                                              qis, nulls))
@@ -821,38 +864,38 @@ def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
     return containment.Axis(points, low_rank, high_rank)
 
 
-# the release's people replaced by the run's: one delete and one insert cost half an upsert's
-# index probes and row locks; people the run no longer reads are forgotten with them
-FORGET = "DELETE FROM anon.release_people WHERE release_id = $1"
+# the release's people replaced by the run's (people the run no longer reads are forgotten
+# with them); integer arrays pass as their text, read by array_in at once
+FORGET = "DELETE FROM anon.release_state WHERE release_id = $1"
 REMEMBER = """
-INSERT INTO anon.release_people (release_id, person, member_group, candidates, versions)
-SELECT $1, u.person, u.member_group, u.candidates, u.versions
-FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.bytea[]), pg_catalog.unnest($3::pg_catalog.int4[]),
-               pg_catalog.unnest($4::pg_catalog.jsonb[]), pg_catalog.unnest($5::pg_catalog.int4[]))
-     AS u(person, member_group, candidates, versions)"""
+INSERT INTO anon.release_state (release_id, persons, member_groups, versions, cohorts, candidate_sets)
+VALUES ($1, $2, $3::pg_catalog.int4[], $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.jsonb)"""
+
+
+def _int_array(values: np.ndarray) -> str:
+    """An integer array's SQL text."""
+    return "{" + ",".join(map(str, values.tolist())) + "}"
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
-             classes: Classes, state: dict) -> dict:
+             classes: Classes, state: State) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
-    intersected with what earlier versions left them (``state``: the release's people as
-    STATE_ARRAYS reads them); remembered and counted. People the run no longer reads are
-    forgotten (what they were published with stays only as anonymous values of their class,
-    until it can change safely)."""
+    intersected with what earlier versions left them (``state``); remembered and counted.
+    People the run no longer reads are forgotten (what they were published with stays only as
+    anonymous values of their class, until it can change safely)."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     n = len(hashes)
     person, klass = containment.contained(classes.axes, n, classes.count)
     check_interrupts()
-    position = {bytes(h): i for i, h in enumerate(state["persons"] or [])}
-    at = np.fromiter((position.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+    persons = packed(hashes)
+    at = state.find(persons)
     known = at >= 0
     versions = np.zeros(n, dtype=np.int64)
-    versions[known] = np.asarray(state["versions"] or [], dtype=np.int64)[at[known]]
-    # earlier candidates: one set per distinct jsonb text (people often share one)
-    earlier_codes, earlier_texts = pd.factorize(np.asarray(state["candidates"] or [], dtype=object))
+    versions[known] = state.versions[at[known]]
+    # earlier candidates: one set per cohort (people often share one)
     earlier = np.full(n, -1, dtype=np.int64)
-    earlier[known] = earlier_codes[at[known]]
-    earlier_sets = [jsonb(t) for t in earlier_texts]
+    earlier[known] = state.cohorts[at[known]]
+    earlier_sets = state.sets
     names = promise.sensitive or ()
     kept, left = [], None
     for name, (value_classes, value_texts) in zip(names, classes.values):
@@ -879,18 +922,21 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         count = np.bincount(p, minlength=n)
         left = count if left is None else np.minimum(left, count)
     cohort, texts = _cohorts(n, person, klass, classes.count, earlier, kept)
+    # one set per distinct text; people in the order of their hashes
+    texts, distinct_set = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    cohort = distinct_set.ravel()[cohort]
+    order = np.argsort(persons, kind="stable")
     run(plpy, FORGET, ["int4"], [release_id])
-    # each person's text (people of one cohort share the string)
-    run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "jsonb[]", "int4[]"],
-        [release_id, hashes, [int(g) for g in groups], [texts[c] for c in cohort.tolist()],
-         (versions + 1).tolist()])
+    run(plpy, REMEMBER, ["int4", "bytea", "text", "text", "text", "text"],
+        [release_id, persons[order].tobytes(), _int_array(np.asarray(groups, dtype=np.int64)[order]),
+         _int_array(versions[order] + 1), _int_array(cohort[order]), "[" + ",".join(texts) + "]"])
     l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,
             "fewest_candidates": int(left.min()) if left is not None and n else None,
             "disclosed": int((left <= 1).sum()) if left is not None else 0,
             "below_l": int((left < l).sum()) if left is not None else 0,
-            "remembered": n, "forgotten": len(position) - int(known.sum())}
+            "remembered": n, "forgotten": int(state.persons.size) - int(known.sum())}
 
 
 def _cohorts(n: int, person, klass, n_classes: int, earlier, kept) -> tuple[np.ndarray, list[str]]:
@@ -923,5 +969,5 @@ def _cohorts(n: int, person, klass, n_classes: int, earlier, kept) -> tuple[np.n
 
 def forget(plpy, release_id: int) -> None:
     """A dropped (or replaced) release's people."""
-    run(plpy, "DELETE FROM anon.release_people WHERE release_id = $1", ["int4"], [release_id])
+    run(plpy, FORGET, ["int4"], [release_id])
     run(plpy, "DELETE FROM anon.release_versions WHERE release_id = $1", ["int4"], [release_id])
