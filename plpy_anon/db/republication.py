@@ -304,11 +304,16 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
     texts) and the version's multiset per group."""
     people = rows.people
     shown = np.ones(groups.size, dtype=bool) if published is None else published.published
-    keep = np.flatnonzero(shown).tolist()
-    out = {"hashes": [people.hashes[i] for i in keep], "groups": groups[shown].tolist(),
+    if shown.all():
+        hashes, qi_texts = people.hashes, people.qi_texts
+    else:
+        keep = np.flatnonzero(shown).tolist()
+        hashes = [people.hashes[i] for i in keep]
+        qi_texts = [[texts[i] for i in keep] for texts in people.qi_texts]
+    out = {"hashes": hashes, "groups": groups[shown].tolist(),
            # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
-           "qi_nulls": [any(t is None for t in texts) for texts in people.qi_texts],
-           "qi_texts": [[texts[i] for i in keep] for texts in people.qi_texts], "version": None}
+           "qi_nulls": [None in texts for texts in people.qi_texts],
+           "qi_texts": qi_texts, "version": None}
     if rows.sensitive is None or not people.values:
         return out
     if published is None:
@@ -445,29 +450,45 @@ def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[
     not pairwise (the unions are what matters). Otherwise each set is also the interval of its
     values' codes (a necessary condition the sweep tests with the ranges) and a bitmask of them
     (the exact test)."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     count = lo.shape[0]
     coded, masks, firsts, lasts = [], [], [], []
     for boxes in sets:
+        check_interrupts()
+        lengths = np.fromiter(map(len, boxes), dtype=np.int64, count=count)
+        flat = np.fromiter(itertools.chain.from_iterable(boxes), dtype=object, count=int(lengths.sum()))
+        raw, uniques = pd.factorize(flat)           # None: -1, a value of its own (the last)
+        raw = np.where(raw < 0, len(uniques), raw)
+        values = list(uniques) + [None]
+        # each (box, value) once
+        pairs = np.unique(np.repeat(np.arange(count), lengths) * len(values) + raw)
+        owner, held_value = pairs // len(values), pairs % len(values)
         # codes by how many boxes hold each value, most first: a partition's sets are then
         # narrow intervals of codes, as the fit's most-frequent-first order makes them
-        held = Counter(v for values in boxes for v in set(values))
-        code = {v: j for j, (v, _) in enumerate(sorted(held.items(), key=lambda i: (-i[1], i[0] is None, str(i[0]))))}
-        per_box = [sorted({code[v] for v in values}) for values in boxes]
-        coded.append(per_box)
-        owner = np.repeat(np.arange(count), [len(c) for c in per_box])
-        element = np.fromiter((c for codes in per_box for c in codes), dtype=np.int64, count=owner.size)
-        mask = np.zeros((count, (max(len(code), 1) + 63) // 64), dtype=np.uint64)
+        held = np.bincount(held_value, minlength=len(values))
+        ranked = sorted((j for j in range(len(values)) if held[j]),
+                        key=lambda j: (-held[j], values[j] is None, str(values[j])))
+        recode = np.full(len(values), -1, dtype=np.int64)
+        recode[ranked] = np.arange(len(ranked))
+        element = recode[held_value]
+        order = np.lexsort((element, owner))
+        owner, element = owner[order], element[order]
+        coded.append((owner, element))
+        mask = np.zeros((count, (max(len(ranked), 1) + 63) // 64), dtype=np.uint64)
         np.bitwise_or.at(mask, (owner, element // 64),
                          np.left_shift(np.uint64(1), (element % 64).astype(np.uint64)))
         masks.append(mask)
-        first = np.full(count, len(code), dtype=np.int64)
+        first = np.full(count, len(ranked), dtype=np.int64)
         last = np.full(count, -1, dtype=np.int64)
         np.minimum.at(first, owner, element)
         np.maximum.at(last, owner, element)
         firsts.append(first)
         lasts.append(last)
     if lo.shape[1] == 0 and coded:
-        combos = [(box, key) for box, per_dim in enumerate(zip(*coded))
+        per_box = [np.split(element, np.searchsorted(owner, np.arange(1, count)))
+                   for owner, element in coded]
+        per_box = [[c.tolist() for c in dim] for dim in per_box]
+        combos = [(box, key) for box, per_dim in enumerate(zip(*per_box))
                   for key in itertools.product(*per_dim)]
         if not combos:
             return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -921,7 +942,7 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         kept.append((name, p, v, np.asarray(dictionary, dtype=object)))
         count = np.bincount(p, minlength=n)
         left = count if left is None else np.minimum(left, count)
-    cohort, texts = _cohorts(n, person, klass, classes.count, earlier, kept)
+    cohort, texts = _cohorts(n, kept)
     # one set per distinct text; people in the order of their hashes
     texts, distinct_set = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     cohort = distinct_set.ravel()[cohort]
@@ -939,32 +960,28 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
             "remembered": n, "forgotten": int(state.persons.size) - int(known.sum())}
 
 
-def _cohorts(n: int, person, klass, n_classes: int, earlier, kept) -> tuple[np.ndarray, list[str]]:
-    """People whose candidates are the same set share one jsonb text: those held by the same
-    classes with the same earlier candidates (one class: a key in numpy; several: in Python)."""
-    matched = np.bincount(person, minlength=n)
-    only = np.full(n, -1, dtype=np.int64)
-    only[person] = klass
-    key = np.where(matched == 1, (earlier + 1) * (n_classes + 1) + only, -1)
-    several = np.flatnonzero(matched > 1)
-    if several.size:
-        check_interrupts()
-        order = np.argsort(person, kind="stable")
-        starts = np.searchsorted(person[order], several)
-        sets = {}
-        for i, s in zip(several.tolist(), starts.tolist()):
-            held = tuple(sorted(klass[order][s:s + matched[i]].tolist()))
-            key[i] = -2 - sets.setdefault((int(earlier[i]), held), len(sets))
-    cohort_keys, first, cohort = np.unique(key, return_index=True, return_inverse=True)
-    texts = []
-    spans = [(name, p, v, dictionary, np.searchsorted(p, first), np.searchsorted(p, first, "right"))
+def _cohorts(n: int, kept) -> tuple[np.ndarray, list[str]]:
+    """People whose candidates are the same sets share one text: each person's candidates as a
+    bitmask over each sensitive column's values (``kept``: per column, the sorted (person, value
+    code) pairs and the values), people of equal bitmasks one cohort; its text from its first
+    person's values. Returns each person's cohort and the cohorts' texts."""
+    if not kept:
+        return np.zeros(n, dtype=np.int64), [json.dumps({})]
+    masks = []
+    for _, p, v, dictionary in kept:
+        mask = np.zeros((n, max((len(dictionary) + 63) // 64, 1)), dtype=np.uint64)
+        np.bitwise_or.at(mask, (p, v // 64), np.left_shift(np.uint64(1), (v % 64).astype(np.uint64)))
+        masks.append(mask)
+    _, first, cohort = np.unique(np.hstack(masks), axis=0, return_index=True, return_inverse=True)
+    spans = [(name, v, dictionary, np.searchsorted(p, first), np.searchsorted(p, first, "right"))
              for name, p, v, dictionary in kept]
-    for c in range(cohort_keys.size):
+    texts = []
+    for c in range(first.size):
         if not c % 4096:
             check_interrupts()
         texts.append(json.dumps({name: sorted(dictionary[v[a[c]:b[c]]].tolist())
-                                 for name, p, v, dictionary, a, b in spans}, ensure_ascii=False))
-    return cohort.astype(np.int64), texts
+                                 for name, v, dictionary, a, b in spans}, ensure_ascii=False))
+    return cohort.ravel().astype(np.int64), texts
 
 
 def forget(plpy, release_id: int) -> None:
