@@ -106,7 +106,10 @@ def is_stable(parameters: Mapping) -> bool:
 def person_hashes(texts: list[list[str | None]], salt: str) -> list[bytes]:
     """Each row's person: SHA-256 of the salt and its identifier texts joined by SEPARATOR."""
     prefix = bytes.fromhex(salt)
-    return [hashlib.sha256(prefix + SEPARATOR.join(t for t in row if t is not None).encode()).digest()
+    sha256 = hashlib.sha256
+    if len(texts) == 1:         # one identifier column (a primary key, say): no join per row
+        return [sha256(prefix + ("" if t is None else t).encode()).digest() for t in texts[0]]
+    return [sha256(prefix + SEPARATOR.join(t for t in row if t is not None).encode()).digest()
             for row in zip(*texts)]
 
 
