@@ -267,22 +267,26 @@ VERSIONS = ("SELECT version, group_ids, roots, sizes, vals FROM anon.release_ver
 
 def load_versions(plpy, release_id: int, people: People, dictionary: list) -> None:
     """The multisets every earlier version published (anon.release_versions) into ``people``."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     rows = run(plpy, VERSIONS, ["int4"], [release_id])
     values = list(dictionary)
-    position = {v: j for j, v in enumerate(values)}
-    for row in rows:
-        for v in row["vals"]:
-            if v is not None and v not in position:
-                position[v] = len(values)
-                values.append(v)
+    stored = [np.asarray(row["vals"], dtype=object) for row in rows]
+    texts = np.concatenate(stored) if stored else np.empty(0, dtype=object)
+    texts = texts[~pd.isna(texts)]
+    # texts only earlier versions hold, in the order they first appear
+    values += pd.unique(texts[pd.Index(values, dtype=object).get_indexer(texts) < 0]).tolist()
+    index = pd.Index(values, dtype=object)
     values.append(None)
-    position[None] = len(values) - 1
+    width = len(values)
     lineage = {}
-    for row in rows:
+    for row, vals in zip(rows, stored):
+        check_interrupts()
         ids = np.asarray(row["group_ids"], dtype=np.int64)
-        counts = np.zeros((ids.size, len(values)), dtype=np.int64)
+        codes = np.full(vals.size, width - 1, dtype=np.int64)
+        present = ~pd.isna(vals)
+        codes[present] = index.get_indexer(vals[present])
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
-        np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
+        counts = np.bincount(owner * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         people.versions.append(Version(ids, counts))
         lineage.update(zip(row["group_ids"], row["roots"]))
     people.lineage = np.array(list(lineage), dtype=np.int64)
