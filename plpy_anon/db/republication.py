@@ -815,7 +815,8 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
-        codes, uniques = pd.factorize(np.asarray(texts, dtype=object), sort=True)
+        # codes in no particular order: every axis below ranks or orders them by value
+        codes, uniques = pd.factorize(np.asarray(texts, dtype=object))
         coded.append((codes, list(uniques)))
         col_type = _released_type(col)
         q = f"c.q{i}"
