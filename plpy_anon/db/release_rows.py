@@ -78,7 +78,7 @@ def secrets(plpy, release_id: int) -> dict:
 
 @contextlib.contextmanager
 def owner_state(plpy):
-    """Reads and writes of a release's state under row security (anon.release_people,
+    """Reads and writes of a release's state under row security (anon.release_state,
     anon.release_secrets: its owner's rows only) even where the session turned it off, as
     pg_dump/pg_restore do (a custodian's release refreshed by a restore reads its state as the
     custodian: with row_security = off that is an error)."""

@@ -4,7 +4,8 @@ core.republish).
 What the run needs (:func:`people_of`): each row's person (a salted SHA-256 of the identifier
 columns' text; in SQL ``sha256(salt || convert_to(concat_ws(E'\\x1f', ids), 'UTF8'))``), the
 group and candidates each known person got from the versions published so far
-(``anon.release_people``).
+(:class:`State`: one row of ``anon.release_state`` per release, people as sorted hashes with
+aligned arrays, matched in numpy by sorting and searching).
 
 What every version is held to (:func:`check_and_remember`, from the record of each create and
 refresh, plain REFRESH included): for each person of the run (with their quasi-identifiers as the
@@ -15,7 +16,7 @@ core.containment: ranks and a k-d split of the classes, never a listing of the v
 covers) -- intersected with what earlier versions left them (:func:`remember`). A person left with fewer than l values refuses the version (the transaction rolls back;
 the published one stays); otherwise the intersections are remembered for the next version, and
 the figures go to the release's verification and to ``anon.refresh_history``. People the run no
-longer reads are forgotten (their rows of ``anon.release_people`` deleted). Then the difference
+longer reads are forgotten (left out of the release's state). Then the difference
 check (:func:`check_differences`): the released classes' multisets against the groups' and every
 stored earlier version's (``anon.release_versions``), refused when one group's change would pin
 its joiners or leavers.
@@ -23,9 +24,11 @@ its joiners or leavers.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import secrets
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,24 +41,29 @@ from plpy_anon.core.republish import Version
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, timing
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
+from plpy_anon.spec import Built, Promise
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
 SEPARATOR = "\x1f"
 
 
-def resolve_mode(promise, roles, parameters: dict) -> None:
-    """The release's ``refresh_mode`` (and what it needs) into ``parameters``. NULL: stable when
-    the release has l and identifier columns to follow people by, one of them unique and NOT NULL
-    (a primary key, say: a name is not a person), fresh otherwise."""
+def resolve_mode(promise: Promise, roles, parameters: dict) -> None:
+    """The release's ``refresh_mode`` (and what it needs) into ``parameters``, the catalog row
+    being built (``promise``: the SQL call's). NULL: stable when the release has l and identifier
+    columns to follow people by, one of them unique and NOT NULL (a primary key, say: a name is
+    not a person), fresh otherwise."""
     identifiers = [c.name for c, role in roles if role == "identifier"]
+    # what the build resolved so far (l, the sensitive columns, hierarchies, the join back)
+    resolved, built = Promise.of(parameters), Built.of(parameters)
+    sensitive = resolved.sensitive or ()
     mode = promise.refresh_mode
     if mode is None:
         # a unique column may hold NULLs, and a row without an identifier cannot be followed
         unique = any(c.unique and c.not_null for c, role in roles if role == "identifier")
-        mode = "stable" if parameters.get("l") and unique and not parameters.get("hierarchies") \
-            and parameters.get("t") is None and len(parameters.get("sensitive") or []) <= 1 \
-            and not parameters.get("joined_back") else "fresh"
-    parameters["refresh_mode"] = mode
+        mode = "stable" if resolved.l and unique and not built.hierarchies \
+            and resolved.t is None and len(sensitive) <= 1 \
+            and not built.joined_back else "fresh"
+    parameters.update(refresh_mode=mode)
     if mode != "stable":
         return
     if not identifiers:
@@ -64,39 +72,43 @@ def resolve_mode(promise, roles, parameters: dict) -> None:
             "columns, and the release has none",
             hint="Pass identifiers => ARRAY[...] (or declare them with anon.set_column_role), or use "
                  "refresh_mode => 'fresh'.")
-    if parameters.get("hierarchies"):
+    if built.hierarchies:
         raise InvalidParameter(
-            f"refresh_mode => 'stable' does not support hierarchies (column(s) {', '.join(parameters['hierarchies'])})",
+            f"refresh_mode => 'stable' does not support hierarchies (column(s) {', '.join(built.hierarchies)})",
             hint="Release those columns as value sets, or use refresh_mode => 'fresh'.")
-    if len(parameters.get("sensitive") or []) > 1:
+    if len(sensitive) > 1:
         # a released row keeps one person's values together: an analyst intersects the
         # combinations, which the per-column candidates do not bound
         raise InvalidParameter(
             "refresh_mode => 'stable' keeps candidates for one sensitive column, and the release has "
-            f"{len(parameters['sensitive'])} ({', '.join(parameters['sensitive'])})",
+            f"{len(sensitive)} ({', '.join(sensitive)})",
             hint="Release one sensitive column per release, or use refresh_mode => 'fresh'.")
-    if parameters.get("joined_back") and parameters.get("l"):
+    if built.joined_back and resolved.l:
         # a group's rows are published from the values it showed before, not joined back
         raise InvalidParameter(
             "refresh_mode => 'stable' writes each class's values from what earlier versions showed, "
             "and this release would join its rows back to the source",
             hint="Leave plpy_anon.join_back off (the sensitive column must be of a built-in type "
                  "stored exactly), or use refresh_mode => 'fresh'.")
-    if parameters.get("t") is not None:
+    if resolved.t is not None:
         raise InvalidParameter("refresh_mode => 'stable' does not support t-closeness",
                                hint="Use l (with refresh_mode => 'stable'), or refresh_mode => 'fresh'.")
-    parameters["identifiers"] = identifiers
-    parameters["person_salt"] = secrets.token_hex(16)
+    # the salt leaves the row for anon.release_secrets when it is stored (release_rows.SECRETS)
+    parameters.update(identifiers=identifiers, person_salt=secrets.token_hex(16))
 
 
-def is_stable(parameters: dict) -> bool:
-    return parameters.get("refresh_mode") == "stable"
+def is_stable(parameters: Mapping) -> bool:
+    """Whether catalog parameters (a row, or one being built) refresh in the stable mode."""
+    return Promise.of(parameters).refresh_mode == "stable"
 
 
 def person_hashes(texts: list[list[str | None]], salt: str) -> list[bytes]:
     """Each row's person: SHA-256 of the salt and its identifier texts joined by SEPARATOR."""
     prefix = bytes.fromhex(salt)
-    return [hashlib.sha256(prefix + SEPARATOR.join(t for t in row if t is not None).encode()).digest()
+    sha256 = hashlib.sha256
+    if len(texts) == 1:         # one identifier column (a primary key, say): no join per row
+        return [sha256(prefix + ("" if t is None else t).encode()).digest() for t in texts[0]]
+    return [sha256(prefix + SEPARATOR.join(t for t in row if t is not None).encode()).digest()
             for row in zip(*texts)]
 
 
@@ -126,20 +138,92 @@ class People:
         return codes
 
 
-#: the release's state of its people as one row of arrays (a person's candidates as jsonb text)
-STATE_ARRAYS = """
-SELECT pg_catalog.array_agg(person) AS persons, pg_catalog.array_agg(member_group) AS groups,
-       pg_catalog.array_agg(candidates::pg_catalog.text) AS candidates,
-       pg_catalog.array_agg(versions) AS versions
-FROM anon.release_people WHERE release_id = $1"""
+#: the release's state of its people: one row (anon.release_state)
+STATE = """
+SELECT persons, member_groups, versions, cohorts, candidate_sets::pg_catalog.text AS candidate_sets
+FROM anon.release_state WHERE release_id = $1"""
+
+
+@dataclass
+class State:
+    """What the versions published so far left each person: ``persons`` their hashes (numpy
+    ``S32``), aligned with their ``groups``, ``versions`` (that held them) and ``cohorts`` (their
+    candidates: a position in ``sets``, {sensitive column: [value texts]})."""
+
+    persons: np.ndarray
+    groups: np.ndarray
+    versions: np.ndarray
+    cohorts: np.ndarray
+    sets: list
+
+    @classmethod
+    def read(cls, plpy, release_id: int) -> State:
+        rows = run(plpy, STATE, ["int4"], [release_id])
+        if not rows:
+            empty = np.empty(0, dtype=np.int64)
+            return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
+        row = rows[0]
+        sets = json.loads(row["candidate_sets"])
+        cohorts = np.asarray(row["cohorts"], dtype=np.int64)
+        if cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets)):
+            raise InsufficientData(
+                f"the state of release {release_id} (anon.release_state) points people at "
+                "candidate sets it does not hold", hint="Restore the release's row of "
+                "anon.release_state from a backup, or recreate the release knowingly.")
+        return cls(np.frombuffer(row["persons"], dtype="S32"),
+                   np.asarray(row["member_groups"], dtype=np.int64),
+                   np.asarray(row["versions"], dtype=np.int64), cohorts, sets)
+
+    def hashes(self) -> list[bytes]:
+        """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
+        raw = self.persons.tobytes()
+        return [raw[i:i + 32] for i in range(0, len(raw), 32)]
+
+    def find(self, hashes: np.ndarray) -> np.ndarray:
+        """Each of ``hashes``' position in ``persons`` (-1: not there): sorted and searched by
+        their first 8 bytes (an integer sort; numpy's sort of byte strings is several times
+        slower), the whole hash compared; the rare runs of equal first bytes one by one."""
+        stored, asked = _words(self.persons), _words(hashes)
+        at = np.full(asked.shape[0], -1, dtype=np.int64)
+        if not stored.shape[0] or not asked.shape[0]:
+            return at
+        order = np.argsort(stored[:, 0], kind="stable")
+        first = stored[order, 0]
+        # searched in ascending order: each search starts where the last one ended
+        by_key = np.argsort(asked[:, 0], kind="stable")
+        lo, hi = np.empty_like(by_key), np.empty_like(by_key)
+        lo[by_key] = np.searchsorted(first, asked[by_key, 0], "left")
+        hi[by_key] = np.searchsorted(first, asked[by_key, 0], "right")
+        one = np.flatnonzero(hi - lo == 1)
+        candidate = order[lo[one]]
+        same = np.all(stored[candidate] == asked[one], axis=1)
+        at[one[same]] = candidate[same]
+        for i in np.flatnonzero(hi - lo > 1).tolist():
+            for j in order[lo[i]:hi[i]].tolist():
+                if (stored[j] == asked[i]).all():
+                    at[i] = j
+                    break
+        return at
+
+
+def _words(hashes: np.ndarray) -> np.ndarray:
+    """32-byte hashes (numpy ``S32``) as rows of four integers, the first the leading bytes."""
+    return np.frombuffer(hashes.tobytes(), dtype=">u8").reshape(-1, 4).astype(np.uint64)
+
+
+def packed(hashes: list[bytes]) -> np.ndarray:
+    """Hashes (32 bytes each) as one numpy ``S32`` array."""
+    return np.frombuffer(b"".join(hashes), dtype="S32")
 
 
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
               qi_texts) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
-    if parameters.get("person_salt") is None:
+    promise = Promise.of(parameters)
+    # the stable mode's state, not part of the specification: merged from anon.release_secrets
+    salt = parameters.get("person_salt")
+    if salt is None:
         raise InsufficientData(
             f"release {release_id} is refreshed in the stable mode but its salt (the key of its "
             "person hashes, anon.release_secrets) is gone, so nobody it published can be followed",
@@ -149,45 +233,38 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     missing = sum(any(t is None for t in row) for row in zip(*identifier_texts))
     if missing:
         raise InvalidParameter(
-            f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
+            f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
             f"{missing} rows have no value there (NULL)",
             hint="Give every row its identifier (a NOT NULL primary key, say), or recreate the release "
                  "with refresh_mode => 'fresh'.")
-    hashes = person_hashes(identifier_texts, parameters["person_salt"])
+    hashes = person_hashes(identifier_texts, salt)
     shared = len(hashes) - len(set(hashes))
     if shared:
         raise InvalidParameter(
-            f"refresh_mode => 'stable' follows people by {', '.join(parameters['identifiers'])}, and "
+            f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
-    state = run(plpy, STATE_ARRAYS, ["int4"], [release_id])[0]
-    persons = state["persons"] or []
-    if not persons and published_versions(plpy, release_id):
+    state = State.read(plpy, release_id)
+    if not state.persons.size and published_versions(plpy, release_id):
         raise InsufficientData(
             f"release {release_id} has published versions, and what they showed of each person "
-            "(anon.release_people) is gone; a refresh now would start a new history that analysts "
+            "(anon.release_state) is gone; a refresh now would start a new history that analysts "
             "who kept the old versions could intersect with it",
-            hint="Restore the release's rows of anon.release_people (they are in every pg_dump of the "
+            hint="Restore the release's row of anon.release_state (it is in every pg_dump of the "
                  "database), or recreate the release with replace => true knowingly.")
     n = len(hashes)
-    position = {bytes(h): i for i, h in enumerate(persons)}
     check_interrupts()
-    at = np.fromiter((position.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+    at = state.find(packed(hashes))
     known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
-    groups[known] = np.asarray(state["groups"] or [], dtype=np.int64)[at[known]]
-    # people with the same candidates (the same jsonb text) share a cohort
-    codes, texts = pd.factorize(np.asarray(state["candidates"] or [], dtype=object))
-    used, cohort_of_known = np.unique(codes[at[known]], return_inverse=True)
+    groups[known] = state.groups[at[known]]
+    # people with the same candidates share a cohort
+    used, cohort_of_known = np.unique(state.cohorts[at[known]], return_inverse=True)
     cohorts = np.full(n, -1, dtype=np.int64)
-    cohorts[known] = cohort_of_known
-    cohort_sets = []
-    for c, u in enumerate(used.tolist()):
-        if not c % 4096:
-            check_interrupts()
-        cohort_sets.append(jsonb(texts[u]))
-    names = parameters.get("sensitive") or []
+    cohorts[known] = cohort_of_known.ravel()
+    cohort_sets = [state.sets[u] for u in used.tolist()]
+    names = promise.sensitive or ()
     cohort_values = []
     for name, dictionary in zip(names, sensitive_dictionaries):
         position = {v: j for j, v in enumerate(dictionary)}
@@ -198,7 +275,8 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             held = [position[v] for v in sets.get(name, []) if v in position]
             matrix[c, held] = True
         cohort_values.append(matrix)
-    people = People(hashes, groups, cohorts, cohort_values, history=bool(persons), qi_texts=qi_texts)
+    people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
+                    qi_texts=qi_texts)
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]))
     return people
@@ -210,22 +288,26 @@ VERSIONS = ("SELECT version, group_ids, roots, sizes, vals FROM anon.release_ver
 
 def load_versions(plpy, release_id: int, people: People, dictionary: list) -> None:
     """The multisets every earlier version published (anon.release_versions) into ``people``."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     rows = run(plpy, VERSIONS, ["int4"], [release_id])
     values = list(dictionary)
-    position = {v: j for j, v in enumerate(values)}
-    for row in rows:
-        for v in row["vals"]:
-            if v is not None and v not in position:
-                position[v] = len(values)
-                values.append(v)
+    stored = [np.asarray(row["vals"], dtype=object) for row in rows]
+    texts = np.concatenate(stored) if stored else np.empty(0, dtype=object)
+    texts = texts[~pd.isna(texts)]
+    # texts only earlier versions hold, in the order they first appear
+    values += pd.unique(texts[pd.Index(values, dtype=object).get_indexer(texts) < 0]).tolist()
+    index = pd.Index(values, dtype=object)
     values.append(None)
-    position[None] = len(values) - 1
+    width = len(values)
     lineage = {}
-    for row in rows:
+    for row, vals in zip(rows, stored):
+        check_interrupts()
         ids = np.asarray(row["group_ids"], dtype=np.int64)
-        counts = np.zeros((ids.size, len(values)), dtype=np.int64)
+        codes = np.full(vals.size, width - 1, dtype=np.int64)
+        present = ~pd.isna(vals)
+        codes[present] = index.get_indexer(vals[present])
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
-        np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
+        counts = np.bincount(owner * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         people.versions.append(Version(ids, counts))
         lineage.update(zip(row["group_ids"], row["roots"]))
     people.lineage = np.array(list(lineage), dtype=np.int64)
@@ -250,11 +332,16 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
     texts) and the version's multiset per group."""
     people = rows.people
     shown = np.ones(groups.size, dtype=bool) if published is None else published.published
-    keep = np.flatnonzero(shown).tolist()
-    out = {"hashes": [people.hashes[i] for i in keep], "groups": groups[shown].tolist(),
+    if shown.all():
+        hashes, qi_texts = people.hashes, people.qi_texts
+    else:
+        keep = np.flatnonzero(shown).tolist()
+        hashes = [people.hashes[i] for i in keep]
+        qi_texts = [[texts[i] for i in keep] for texts in people.qi_texts]
+    out = {"hashes": hashes, "groups": groups[shown].tolist(),
            # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
-           "qi_nulls": [any(t is None for t in texts) for texts in people.qi_texts],
-           "qi_texts": [[texts[i] for i in keep] for texts in people.qi_texts], "version": None}
+           "qi_nulls": [None in texts for texts in people.qi_texts],
+           "qi_texts": qi_texts, "version": None}
     if rows.sensitive is None or not people.values:
         return out
     if published is None:
@@ -291,30 +378,31 @@ def released_relation(plpy, release: dict) -> str:
 def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | None:
     """The cross-version check of a stable release's new version (see the module docstring);
     returns its figures, or None for a release of another mode or a record without a run."""
-    parameters = jsonb(release["parameters"])
-    if not is_stable(parameters) or not run_stats or run_stats.get("people") is None:
+    promise = Promise.of(jsonb(release["parameters"]))
+    if promise.refresh_mode != "stable" or not run_stats or run_stats.get("people") is None:
         return None
     stashed = run_stats["people"]
     hashes, groups, qi_texts = stashed["hashes"], stashed["groups"], stashed["qi_texts"]
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    qis = [cols[name] for name in parameters["quasi_identifiers"]]
-    sensitive = [cols[name] for name in parameters.get("sensitive") or []]
+    qis = [cols[name] for name in promise.quasi_identifiers or ()]
+    sensitive = [cols[name] for name in promise.sensitive or ()]
     progress(plpy, f"checking {len(hashes)} people against every version")
-    state = run(plpy, STATE_ARRAYS, ["int4"], [release["release_id"]])[0]
+    state = State.read(plpy, release["release_id"])
     # the groups people were published in by the last version, before the check replaces them
-    before = {bytes(h): g for h, g in zip(state["persons"] or [], state["groups"] or [])}
+    before = dict(zip(state.hashes(), state.groups.tolist()))
     with local_settings(plpy, jit="off"), timing.phase("check_classes"):
         classes = released_classes(plpy, release, qis, sensitive, qi_texts)
     with timing.phase("check_candidates"):
-        figures = remember(plpy, release["release_id"], parameters, hashes, groups, classes, state)
+        figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state)
     if stashed["version"] is not None:
         nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
-        with timing.phase("check_differences"):
-            figures.update(check_differences(plpy, release, parameters, sensitive[0],
+        # the planner's estimates of grouped released rows are far off: no JIT for them
+        with local_settings(plpy, jit="off"), timing.phase("check_differences"):
+            figures.update(check_differences(plpy, release, promise, sensitive[0],
                                              stashed["version"], before, dict(zip(hashes, groups)),
                                              qis, nulls))
-    l = parameters.get("l")
+    l = promise.l
     if l is not None and figures["below_l"]:
         raise InsufficientData(
             f"this version of {release['release_schema']}.{release['release_name']} would leave "
@@ -326,97 +414,141 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     return figures
 
 
-def overlapping_classes(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, dict, int]:
-    """The pairs of released classes (from the released rows) that some person's QIs could lie
-    in both -- their value sets share a value (NULL included) and their ranges meet on every QI,
-    a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL lies in
-    every range) --, the sensitive values (texts, NULL as None) of each class in a pair, and how
-    many classes are in a pair. Classes meet first by equality of one listed value per set QI (a
-    hash join), then by their ranges; with no set QI, by ranks of their bounds swept in numpy
-    (:func:`overlapping_boxes`), never every pair of classes."""
+def released_multisets(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, np.ndarray, np.ndarray]:
+    """The released classes (from the released rows, one statement): each one's sensitive values
+    (texts, NULL as None), and the pairs (a, b as positions) of classes that some person's QIs
+    could lie in both -- their value sets share a value (NULL included) and their ranges meet on
+    every QI, a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL
+    lies in every range). Range bounds are ranked in SQL in the type's own order (2 a rank, one
+    off for an exclusive bound: two ranges meet when each one's lower code is at most the other's
+    upper); the pairs are found in numpy (:func:`overlapping_sets`), never every pair of classes."""
     q = [f"q{i}" for i in range(len(qis))]
     group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
     selects = ", ".join(f"r.{ident(plpy, c.name)} AS {q[i]}" for i, c in enumerate(qis))
     s = f"r.{ident(plpy, sensitive.name)}"
-    classes = f"""
+    ctes = [f"""
         c AS MATERIALIZED (
             SELECT pg_catalog.row_number() OVER () AS n, g.* FROM (
                 SELECT {selects}, pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals
-                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g)"""
-    listed, expand, conditions, ranged = [], "", ["true"], []
+                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g)"""]
+    outputs, joins, sets, ranged = ["c.vals"], [], [], []
     for i, col in enumerate(qis):
+        col_q = f"c.{q[i]}"
         if _released_type(col) == "text[]":
-            expand += f" CROSS JOIN LATERAL pg_catalog.unnest(c.{q[i]}) AS e{i}(x)"
-            listed.append(f"e{i}.x")
-        elif not qi_nulls[i]:
-            conditions.append(f"coalesce(x.{q[i]} OPERATOR(pg_catalog.&&) y.{q[i]}, false)")
-            ranged.append(q[i])
-    if not listed:
-        return _overlapping_ranges(plpy, classes, ranged)
-    key = f"pg_catalog.jsonb_build_array({', '.join(listed)})"
-    rows = run(plpy, f"""
-        WITH {classes},
-        e AS MATERIALIZED (SELECT DISTINCT c.n, {key} AS key FROM c{expand}),
-        pairs AS (SELECT DISTINCT a.n AS a, b.n AS b FROM e a JOIN e b ON a.key = b.key AND a.n < b.n),
-        overlapping AS (
-            SELECT p.a, p.b FROM pairs p JOIN c x ON x.n = p.a JOIN c y ON y.n = p.b
-            WHERE {' AND '.join(conditions)})
-        SELECT NULL::pg_catalog.int8 AS a, NULL::pg_catalog.int8 AS b, c.n, c.vals FROM c
-        WHERE c.n IN (SELECT a FROM overlapping UNION SELECT b FROM overlapping)
-        UNION ALL
-        SELECT o.a, o.b, NULL, NULL FROM overlapping o""")
-    pairs = [(r["a"], r["b"]) for r in rows if r["a"] is not None]
-    values = {r["n"]: r["vals"] for r in rows if r["a"] is None}
-    return pairs, values, len(values)
-
-
-def _overlapping_ranges(plpy, classes: str, ranged: list[str]) -> tuple[list, dict, int]:
-    """:func:`overlapping_classes` of releases whose QIs are all ranges (``ranged``: the ones
-    that decide, by their column in ``classes``): each bound coded by its rank among the
-    column's bounds (2 rank, one off for an exclusive bound: two ranges meet when each one's
-    lower code is at most the other's upper), in SQL in the type's own order."""
-    ranks, codes = [], []
-    for i, col in enumerate(ranged):
-        ranks.append(f"""
-        r{i} AS (SELECT v, pg_catalog.dense_rank() OVER (ORDER BY v) AS k FROM (
-            SELECT pg_catalog.lower({col}) AS v FROM c UNION SELECT pg_catalog.upper({col}) FROM c) u
-            WHERE v IS NOT NULL)""")
-        codes.append(f"""
-            CASE WHEN c.{col} IS NULL OR pg_catalog.isempty(c.{col}) THEN NULL
-                 WHEN pg_catalog.lower_inf(c.{col}) THEN -1
-                 ELSE 2 * (SELECT k FROM r{i} WHERE v = pg_catalog.lower(c.{col}))
-                      + CASE WHEN pg_catalog.lower_inc(c.{col}) THEN 0 ELSE 1 END END AS lo{i},
-            CASE WHEN c.{col} IS NULL OR pg_catalog.isempty(c.{col}) THEN NULL
-                 WHEN pg_catalog.upper_inf(c.{col}) THEN 9223372036854775807
-                 ELSE 2 * (SELECT k FROM r{i} WHERE v = pg_catalog.upper(c.{col}))
-                      - CASE WHEN pg_catalog.upper_inc(c.{col}) THEN 0 ELSE 1 END END AS hi{i}""")
-    rows = run(plpy, f"""
-        WITH {classes}{''.join(',' + r for r in ranks)}
-        SELECT c.n, c.vals{''.join(',' + c for c in codes)} FROM c ORDER BY c.n""")
-    n = np.array([r["n"] for r in rows], dtype=np.int64)
-    d = len(ranged)
-    # a NULL (or empty) range meets nothing, as && of NULL is not true
-    meets = np.array([all(r[f"lo{i}"] is not None for i in range(d)) for r in rows], dtype=bool)
-    lo = np.array([[r[f"lo{i}"] or 0 for i in range(d)] for r in rows], dtype=np.int64).reshape(len(rows), d)
-    hi = np.array([[r[f"hi{i}"] or 0 for i in range(d)] for r in rows], dtype=np.int64).reshape(len(rows), d)
-    a, b = overlapping_boxes(lo[meets], hi[meets])
+            outputs.append(f"{col_q} AS set{i}")
+            sets.append(i)
+            continue
+        if qi_nulls[i]:
+            continue
+        ranged.append(i)
+        ctes.append(f"""
+        b{i} AS MATERIALIZED (
+            SELECT u.v, pg_catalog.dense_rank() OVER (ORDER BY u.v) AS k FROM (
+                SELECT pg_catalog.lower({q[i]}) AS v FROM c UNION SELECT pg_catalog.upper({q[i]}) FROM c) u
+            WHERE u.v IS NOT NULL)""")
+        joins.append(f" LEFT JOIN b{i} l{i} ON l{i}.v = pg_catalog.lower({col_q})"
+                     f" LEFT JOIN b{i} h{i} ON h{i}.v = pg_catalog.upper({col_q})")
+        none = f"{col_q} IS NULL OR pg_catalog.isempty({col_q})"
+        outputs.append(f"""
+            CASE WHEN {none} THEN NULL WHEN pg_catalog.lower_inf({col_q}) THEN -1
+                 ELSE 2 * l{i}.k + CASE WHEN pg_catalog.lower_inc({col_q}) THEN 0 ELSE 1 END END AS lo{i},
+            CASE WHEN {none} THEN NULL WHEN pg_catalog.upper_inf({col_q}) THEN 9223372036854775807
+                 ELSE 2 * h{i}.k - CASE WHEN pg_catalog.upper_inc({col_q}) THEN 0 ELSE 1 END END AS hi{i}""")
+    rows = run(plpy, f"WITH {','.join(ctes)}\nSELECT {', '.join(outputs)} FROM c{''.join(joins)} ORDER BY c.n")
+    values = [r["vals"] for r in rows]
+    count = len(rows)
+    # a NULL (or empty) range meets nothing (&& of NULL is not true), nor does a class whose
+    # value set is NULL or empty
+    meets = np.array([all(r[f"lo{i}"] is not None for i in ranged) and all(r[f"set{i}"] for i in sets)
+                      for r in rows], dtype=bool)
+    lo = np.array([[r[f"lo{i}"] if r[f"lo{i}"] is not None else 0 for i in ranged] for r in rows],
+                  dtype=np.int64).reshape(count, len(ranged))
+    hi = np.array([[r[f"hi{i}"] if r[f"hi{i}"] is not None else 0 for i in ranged] for r in rows],
+                  dtype=np.int64).reshape(count, len(ranged))
     keep = np.flatnonzero(meets)
-    pairs_a, pairs_b = n[keep[a]], n[keep[b]]
-    members = set(pairs_a.tolist()) | set(pairs_b.tolist())
-    values = {r["n"]: r["vals"] for r in rows if r["n"] in members}
-    return list(zip(pairs_a.tolist(), pairs_b.tolist())), values, len(values)
+    a, b = overlapping_sets(lo[keep], hi[keep], [[rows[j][f"set{i}"] for j in keep.tolist()] for i in sets])
+    return values, keep[a], keep[b]
+
+
+def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (a < b as positions) of boxes that meet on every ranged dimension (``lo``, ``hi`` as
+    :func:`overlapping_boxes`) and whose value sets share a value on every set dimension
+    (``sets``: per dimension, each box's non-empty list of values, None a value of its own).
+    Where only sets decide, the boxes holding one combination of values are linked as a chain,
+    not pairwise (the unions are what matters). Otherwise each set is also the interval of its
+    values' codes (a necessary condition the sweep tests with the ranges) and a bitmask of them
+    (the exact test)."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
+    count = lo.shape[0]
+    coded, masks, firsts, lasts = [], [], [], []
+    for boxes in sets:
+        check_interrupts()
+        lengths = np.fromiter(map(len, boxes), dtype=np.int64, count=count)
+        flat = np.fromiter(itertools.chain.from_iterable(boxes), dtype=object, count=int(lengths.sum()))
+        raw, uniques = pd.factorize(flat)           # None: -1, a value of its own (the last)
+        raw = np.where(raw < 0, len(uniques), raw)
+        values = list(uniques) + [None]
+        # each (box, value) once
+        pairs = np.unique(np.repeat(np.arange(count), lengths) * len(values) + raw)
+        owner, held_value = pairs // len(values), pairs % len(values)
+        # codes by how many boxes hold each value, most first: a partition's sets are then
+        # narrow intervals of codes, as the fit's most-frequent-first order makes them
+        held = np.bincount(held_value, minlength=len(values))
+        ranked = sorted((j for j in range(len(values)) if held[j]),
+                        key=lambda j: (-held[j], values[j] is None, str(values[j])))
+        recode = np.full(len(values), -1, dtype=np.int64)
+        recode[ranked] = np.arange(len(ranked))
+        element = recode[held_value]
+        order = np.lexsort((element, owner))
+        owner, element = owner[order], element[order]
+        coded.append((owner, element))
+        mask = np.zeros((count, (max(len(ranked), 1) + 63) // 64), dtype=np.uint64)
+        np.bitwise_or.at(mask, (owner, element // 64),
+                         np.left_shift(np.uint64(1), (element % 64).astype(np.uint64)))
+        masks.append(mask)
+        first = np.full(count, len(ranked), dtype=np.int64)
+        last = np.full(count, -1, dtype=np.int64)
+        np.minimum.at(first, owner, element)
+        np.maximum.at(last, owner, element)
+        firsts.append(first)
+        lasts.append(last)
+    if lo.shape[1] == 0 and coded:
+        per_box = [np.split(element, np.searchsorted(owner, np.arange(1, count)))
+                   for owner, element in coded]
+        per_box = [[c.tolist() for c in dim] for dim in per_box]
+        combos = [(box, key) for box, per_dim in enumerate(zip(*per_box))
+                  for key in itertools.product(*per_dim)]
+        if not combos:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        boxes = np.array([b for b, _ in combos], dtype=np.int64)
+        keys = np.array([k for _, k in combos], dtype=np.int64).reshape(len(combos), len(coded))
+        order = np.lexsort((boxes,) + tuple(keys[:, d] for d in reversed(range(keys.shape[1]))))
+        keys, boxes = keys[order], boxes[order]
+        same = np.all(keys[1:] == keys[:-1], axis=1) & (boxes[1:] != boxes[:-1])
+        a, b = boxes[:-1][same], boxes[1:][same]
+        return np.minimum(a, b), np.maximum(a, b)
+    if coded:
+        lo = np.column_stack([lo] + firsts)
+        hi = np.column_stack([hi] + lasts)
+    a, b = overlapping_boxes(lo, hi)
+    for mask in masks:
+        shared = np.any(mask[a] & mask[b], axis=1)
+        a, b = a[shared], b[shared]
+    return a, b
 
 
 #: candidate pairs tested at once by :func:`overlapping_boxes`
 BOX_CHUNK = 1 << 20
+#: a node of the boxes' k-d split with this many boxes or fewer tests each pair of them
+LEAF_BOXES = 8
 
 
 def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
-    a dimension) that meet on every dimension; every box meets every other when there is no
-    dimension. A sweep over the dimension whose boxes overlap least: each box is tested only
-    against the boxes starting inside it there, so a partition's boxes cost about their number,
-    not its square (unless they really overlap)."""
+    a dimension) that meet on every dimension, each once; every box meets every other when there
+    is no dimension. The boxes are split like a k-d tree (:func:`_box_leaves`), each pair of a
+    leaf tested: two boxes that meet share a leaf, and a partition's boxes (disjoint but for a
+    few) cost about their number times the depth, not its square."""
     count, dims = lo.shape
     if count < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -424,29 +556,87 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.nd
         # everything meets: a chain links them into one union
         first = np.arange(count - 1, dtype=np.int64)
         return first, first + 1
-    spans = []
-    for d in range(dims):
-        order = np.argsort(lo[:, d], kind="stable")
-        ends = np.searchsorted(lo[order, d], hi[order, d], side="right")
-        spans.append((int(np.maximum(ends - np.arange(1, count + 1), 0).sum()), d, order, ends))
-    _, d, order, ends = min(spans, key=lambda x: x[0])
-    starts = np.arange(1, count + 1)
-    lengths = np.maximum(ends - starts, 0)
-    out_a, out_b = [], []
+    leaf, box = _box_leaves(lo, hi)
+    order = np.lexsort((box, leaf))
+    leaf, box = leaf[order], box[order]
+    # each entry is paired with the entries after it in its leaf
+    ends = np.searchsorted(leaf, leaf, side="right")
+    starts = np.arange(1, leaf.size + 1)
+    lengths = ends - starts
+    total = np.cumsum(lengths)
+    out_a, out_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
     i = 0
-    while i < count:
+    while i < leaf.size:
         check_interrupts()
-        j = int(np.searchsorted(np.cumsum(lengths[i:]), BOX_CHUNK, side="right")) + i + 1
-        j = min(max(j, i + 1), count)
+        done = int(total[i - 1]) if i else 0
+        j = min(max(int(np.searchsorted(total, done + BOX_CHUNK, side="right")), i + 1), leaf.size)
         ln = lengths[i:j]
         x = np.repeat(np.arange(i, j), ln)
         y = (np.arange(int(ln.sum())) - np.repeat(np.cumsum(ln) - ln, ln)) + np.repeat(starts[i:j], ln)
-        pa, pb = order[x], order[y]
+        pa, pb = box[x], box[y]
         ok = np.all((lo[pa] <= hi[pb]) & (lo[pb] <= hi[pa]), axis=1)
-        out_a.append(np.minimum(pa[ok], pb[ok]))
-        out_b.append(np.maximum(pa[ok], pb[ok]))
+        out_a.append(pa[ok])
+        out_b.append(pb[ok])
         i = j
-    return np.concatenate(out_a), np.concatenate(out_b)
+    a, b = np.concatenate(out_a), np.concatenate(out_b)
+    if leaf.size > count:
+        # boxes crossing a cut sit in several leaves: a pair of them may be found twice
+        key = np.unique(a * count + b)
+        a, b = key // count, key % count
+    return a, b
+
+
+def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(leaf, box) entries of a k-d split of boxes, every node of a level at once: each node cuts
+    the dimension whose cut at the median lower bound leaves its larger side smallest; a box
+    starting below the cut goes left, one ending at or past it right (one crossing it both), so
+    two boxes that meet share a child. A node stops at LEAF_BOXES boxes or when no cut helps."""
+    count, dims = lo.shape
+    # per dimension, bounds as ranks among the dimension's bounds (small keys)
+    lo_r = np.empty((count, dims), dtype=np.int64)
+    hi_r = np.empty((count, dims), dtype=np.int64)
+    for d in range(dims):
+        universe = np.unique(np.concatenate([lo[:, d], hi[:, d]]))
+        lo_r[:, d] = np.searchsorted(universe, lo[:, d])
+        hi_r[:, d] = np.searchsorted(universe, hi[:, d])
+    width = 2 * count + 1
+    ids, node = np.arange(count, dtype=np.int64), np.zeros(count, dtype=np.int64)
+    nodes, next_leaf = 1, 0
+    leaves, boxes = [], []
+    while ids.size:
+        check_interrupts()
+        size = np.bincount(node, minlength=nodes)
+        start = np.r_[0, np.cumsum(size)[:-1]]
+        best = np.full(nodes, np.iinfo(np.int64).max)
+        best_dim = np.zeros(nodes, dtype=np.int64)
+        best_cut = np.zeros(nodes, dtype=np.int64)
+        if (size > LEAF_BOXES).any():
+            for d in range(dims):
+                key_lo = np.sort(node * width + lo_r[ids, d])
+                key_hi = np.sort(node * width + hi_r[ids, d])
+                filled = np.flatnonzero(size)
+                cut_key = key_lo[start[filled] + size[filled] // 2]
+                left = np.searchsorted(key_lo, cut_key) - start[filled]
+                right = size[filled] - (np.searchsorted(key_hi, cut_key) - start[filled])
+                score = np.maximum(left, right)
+                better = score < best[filled]
+                best[filled[better]] = score[better]
+                best_dim[filled[better]] = d
+                best_cut[filled[better]] = cut_key[better] - filled[better] * width
+        split = (size > LEAF_BOXES) & (best < size)
+        stop = ~split[node]
+        leaf_id = np.cumsum(~split) - 1 + next_leaf
+        next_leaf += int((~split).sum())
+        leaves.append(leaf_id[node[stop]])
+        boxes.append(ids[stop])
+        ids, node = ids[~stop], node[~stop]
+        child = np.cumsum(split) - 1          # each split node's rank: children 2r, 2r + 1
+        nodes = 2 * int(split.sum())
+        cut, dim = best_cut[node], best_dim[node]
+        to_left, to_right = lo_r[ids, dim] < cut, hi_r[ids, dim] >= cut
+        ids = np.r_[ids[to_left], ids[to_right]]
+        node = np.r_[2 * child[node[to_left]], 2 * child[node[to_right]] + 1]
+    return np.concatenate(leaves), np.concatenate(boxes)
 
 
 def _unions(pairs, members: dict) -> Counter:
@@ -470,7 +660,7 @@ def _unions(pairs, members: dict) -> Counter:
                    for parts in unions.values() if len(parts) > 1)
 
 
-def check_differences(plpy, release: dict, parameters: dict, sensitive, version: dict,
+def check_differences(plpy, release: dict, promise: Promise, sensitive, version: dict,
                       before: dict, now: dict, qi_columns, qi_nulls) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (from the released rows) must be the groups' multisets the run stashed (``version``),
@@ -478,7 +668,7 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     model (core.republish.unsafe_pairs), earlier groups followed to the groups now holding them
     through the people published in both (``before``, ``now``: person -> group), every set of a
     group's ancestors included (core.republish.safe_against); the released classes that could
-    hold one person (:func:`overlapping_classes`; ``qi_columns``, ``qi_nulls``: the QIs and
+    hold one person (:func:`released_multisets`; ``qi_columns``, ``qi_nulls``: the QIs and
     whether the run has a NULL in each) must form the unions of groups the run linked, whose changes that break
     the l model are counted (``unsafe_unions``, core.republish.unsafe_unions: the run holds them
     where it can, and does not merge them). Refuses (22000) otherwise; stores the version
@@ -487,23 +677,21 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     values = version["values"]
     claimed = Counter(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
                       for row in version["counts"])
-    qis = ", ".join(f"r.{ident(plpy, name)}" for name in parameters["quasi_identifiers"])
-    s = f"r.{ident(plpy, sensitive.name)}"
-    released = Counter(_sorted_values(r["vals"]) for r in run(
-        plpy, f"SELECT pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals "
-              f"FROM {released_relation(plpy, release)} r GROUP BY {qis}"))
-    if released != claimed:
+    # the released classes' multisets, and the pairs of them that could hold one person
+    class_values, pair_a, pair_b = released_multisets(plpy, release, qi_columns, sensitive, qi_nulls)
+    if Counter(_sorted_values(v) for v in class_values) != claimed:
         raise InsufficientData(
             f"the released classes of {release['release_schema']}.{release['release_name']} are not "
             "the multisets its groups publish; nothing was published",
             hint="Report this with the release's parameters.")
     # classes that could hold one person are one union to an analyst (from the released rows):
     # they must be the unions of groups the run linked, which are checked below
-    pairs, class_values, overlapping = overlapping_classes(plpy, release, qi_columns, sensitive, qi_nulls)
+    pairs = list(zip(pair_a.tolist(), pair_b.tolist()))
+    overlapping = int(np.unique(np.concatenate([pair_a, pair_b])).size)
     group_values = {g: [values[c] for c in np.repeat(np.arange(len(values)), row)]
                     for g, row in zip(version["group_ids"], version["counts"])}
     linked_ids = version.get("linked")
-    if _unions(pairs, class_values) != _unions(list(zip(version["group_ids"], linked_ids or [])),
+    if _unions(pairs, dict(enumerate(class_values))) != _unions(list(zip(version["group_ids"], linked_ids or [])),
                                                group_values):
         raise InsufficientData(
             f"the released classes of {release['release_schema']}.{release['release_name']} that "
@@ -535,8 +723,7 @@ def check_differences(plpy, release: dict, parameters: dict, sensitive, version:
     for j, v in enumerate(values):
         counts[:, position[v]] += np.asarray(version["counts"])[:, j]
     # the release's l model (a catalog row without one: Models' own default)
-    models = Models(l=parameters.get("l"), c=parameters.get("c"),
-                    **{k: parameters[k] for k in ("l_diversity",) if parameters.get(k)})
+    models = Models(l=promise.l, c=promise.c, l_diversity=promise.l_diversity)
 
     def roots_of(group_ids):
         return np.array([lineage.get(h, h) for h in group_ids.tolist()], dtype=np.int64)
@@ -627,7 +814,8 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
-        codes, uniques = pd.factorize(np.asarray(texts, dtype=object), sort=True)
+        # codes in no particular order: every axis below ranks or orders them by value
+        codes, uniques = pd.factorize(np.asarray(texts, dtype=object))
         coded.append((codes, list(uniques)))
         col_type = _released_type(col)
         q = f"c.q{i}"
@@ -726,39 +914,39 @@ def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
     return containment.Axis(points, low_rank, high_rank)
 
 
-# the release's people replaced by the run's: one delete and one insert cost half an upsert's
-# index probes and row locks; people the run no longer reads are forgotten with them
-FORGET = "DELETE FROM anon.release_people WHERE release_id = $1"
+# the release's people replaced by the run's (people the run no longer reads are forgotten
+# with them); integer arrays pass as their text, read by array_in at once
+FORGET = "DELETE FROM anon.release_state WHERE release_id = $1"
 REMEMBER = """
-INSERT INTO anon.release_people (release_id, person, member_group, candidates, versions)
-SELECT $1, u.person, u.member_group, u.candidates, u.versions
-FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.bytea[]), pg_catalog.unnest($3::pg_catalog.int4[]),
-               pg_catalog.unnest($4::pg_catalog.jsonb[]), pg_catalog.unnest($5::pg_catalog.int4[]))
-     AS u(person, member_group, candidates, versions)"""
+INSERT INTO anon.release_state (release_id, persons, member_groups, versions, cohorts, candidate_sets)
+VALUES ($1, $2, $3::pg_catalog.int4[], $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.jsonb)"""
 
 
-def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list,
-             classes: Classes, state: dict) -> dict:
+def _int_array(values: np.ndarray) -> str:
+    """An integer array's SQL text."""
+    return "{" + ",".join(map(str, values.tolist())) + "}"
+
+
+def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
+             classes: Classes, state: State) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
-    intersected with what earlier versions left them (``state``: the release's people as
-    STATE_ARRAYS reads them); remembered and counted. People the run no longer reads are
-    forgotten (what they were published with stays only as anonymous values of their class,
-    until it can change safely)."""
+    intersected with what earlier versions left them (``state``); remembered and counted.
+    People the run no longer reads are forgotten (what they were published with stays only as
+    anonymous values of their class, until it can change safely)."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     n = len(hashes)
     person, klass = containment.contained(classes.axes, n, classes.count)
     check_interrupts()
-    position = {bytes(h): i for i, h in enumerate(state["persons"] or [])}
-    at = np.fromiter((position.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+    persons = packed(hashes)
+    at = state.find(persons)
     known = at >= 0
     versions = np.zeros(n, dtype=np.int64)
-    versions[known] = np.asarray(state["versions"] or [], dtype=np.int64)[at[known]]
-    # earlier candidates: one set per distinct jsonb text (people often share one)
-    earlier_codes, earlier_texts = pd.factorize(np.asarray(state["candidates"] or [], dtype=object))
+    versions[known] = state.versions[at[known]]
+    # earlier candidates: one set per cohort (people often share one)
     earlier = np.full(n, -1, dtype=np.int64)
-    earlier[known] = earlier_codes[at[known]]
-    earlier_sets = [jsonb(t) for t in earlier_texts]
-    names = parameters.get("sensitive") or []
+    earlier[known] = state.cohorts[at[known]]
+    earlier_sets = state.sets
+    names = promise.sensitive or ()
     kept, left = [], None
     for name, (value_classes, value_texts) in zip(names, classes.values):
         check_interrupts()
@@ -783,50 +971,49 @@ def remember(plpy, release_id: int, parameters: dict, hashes: list, groups: list
         kept.append((name, p, v, np.asarray(dictionary, dtype=object)))
         count = np.bincount(p, minlength=n)
         left = count if left is None else np.minimum(left, count)
-    cohort, texts = _cohorts(n, person, klass, classes.count, earlier, kept)
+    cohort, texts = _cohorts(n, kept)
+    # one set per distinct text; people in the order of their hashes
+    texts, distinct_set = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
+    cohort = distinct_set.ravel()[cohort]
+    order = np.argsort(persons, kind="stable")
     run(plpy, FORGET, ["int4"], [release_id])
-    # each person's text (people of one cohort share the string)
-    run(plpy, REMEMBER, ["int4", "bytea[]", "int4[]", "jsonb[]", "int4[]"],
-        [release_id, hashes, [int(g) for g in groups], [texts[c] for c in cohort.tolist()],
-         (versions + 1).tolist()])
-    l = int(parameters.get("l") or 0)
+    run(plpy, REMEMBER, ["int4", "bytea", "text", "text", "text", "text"],
+        [release_id, persons[order].tobytes(), _int_array(np.asarray(groups, dtype=np.int64)[order]),
+         _int_array(versions[order] + 1), _int_array(cohort[order]), "[" + ",".join(texts) + "]"])
+    l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,
             "fewest_candidates": int(left.min()) if left is not None and n else None,
             "disclosed": int((left <= 1).sum()) if left is not None else 0,
             "below_l": int((left < l).sum()) if left is not None else 0,
-            "remembered": n, "forgotten": len(position) - int(known.sum())}
+            "remembered": n, "forgotten": int(state.persons.size) - int(known.sum())}
 
 
-def _cohorts(n: int, person, klass, n_classes: int, earlier, kept) -> tuple[np.ndarray, list[str]]:
-    """People whose candidates are the same set share one jsonb text: those held by the same
-    classes with the same earlier candidates (one class: a key in numpy; several: in Python)."""
-    matched = np.bincount(person, minlength=n)
-    only = np.full(n, -1, dtype=np.int64)
-    only[person] = klass
-    key = np.where(matched == 1, (earlier + 1) * (n_classes + 1) + only, -1)
-    several = np.flatnonzero(matched > 1)
-    if several.size:
-        check_interrupts()
-        order = np.argsort(person, kind="stable")
-        starts = np.searchsorted(person[order], several)
-        sets = {}
-        for i, s in zip(several.tolist(), starts.tolist()):
-            held = tuple(sorted(klass[order][s:s + matched[i]].tolist()))
-            key[i] = -2 - sets.setdefault((int(earlier[i]), held), len(sets))
-    cohort_keys, first, cohort = np.unique(key, return_index=True, return_inverse=True)
-    texts = []
-    spans = [(name, p, v, dictionary, np.searchsorted(p, first), np.searchsorted(p, first, "right"))
+def _cohorts(n: int, kept) -> tuple[np.ndarray, list[str]]:
+    """People whose candidates are the same sets share one text: each person's candidates as a
+    bitmask over each sensitive column's values (``kept``: per column, the sorted (person, value
+    code) pairs and the values), people of equal bitmasks one cohort; its text from its first
+    person's values. Returns each person's cohort and the cohorts' texts."""
+    if not kept:
+        return np.zeros(n, dtype=np.int64), [json.dumps({})]
+    masks = []
+    for _, p, v, dictionary in kept:
+        mask = np.zeros((n, max((len(dictionary) + 63) // 64, 1)), dtype=np.uint64)
+        np.bitwise_or.at(mask, (p, v // 64), np.left_shift(np.uint64(1), (v % 64).astype(np.uint64)))
+        masks.append(mask)
+    _, first, cohort = np.unique(np.hstack(masks), axis=0, return_index=True, return_inverse=True)
+    spans = [(name, v, dictionary, np.searchsorted(p, first), np.searchsorted(p, first, "right"))
              for name, p, v, dictionary in kept]
-    for c in range(cohort_keys.size):
+    texts = []
+    for c in range(first.size):
         if not c % 4096:
             check_interrupts()
         texts.append(json.dumps({name: sorted(dictionary[v[a[c]:b[c]]].tolist())
-                                 for name, p, v, dictionary, a, b in spans}, ensure_ascii=False))
-    return cohort.astype(np.int64), texts
+                                 for name, v, dictionary, a, b in spans}, ensure_ascii=False))
+    return cohort.ravel().astype(np.int64), texts
 
 
 def forget(plpy, release_id: int) -> None:
     """A dropped (or replaced) release's people."""
-    run(plpy, "DELETE FROM anon.release_people WHERE release_id = $1", ["int4"], [release_id])
+    run(plpy, FORGET, ["int4"], [release_id])
     run(plpy, "DELETE FROM anon.release_versions WHERE release_id = $1", ["int4"], [release_id])

@@ -182,9 +182,9 @@ BEGIN
 END
 $triggers$;
 
--- anon.release_people: a stable release's check writes one row per person in one statement, so
--- the same rule (rows of releases the role owns) is checked once per statement over the rows it
--- changed (transition tables), not once per row.
+-- anon.release_state: a stable release's check writes its people's row in one statement; the
+-- same rule (rows of releases the role owns) is checked once per statement over the rows it
+-- changed (transition tables).
 CREATE OR REPLACE FUNCTION anon._release_people_guard()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -207,7 +207,7 @@ BEGIN
                           AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER')) LIMIT 1;
     END IF;
     IF foreign_release IS NOT NULL THEN
-        RAISE EXCEPTION 'permission denied to change the release_people rows of release % in anon.release_people', foreign_release
+        RAISE EXCEPTION 'permission denied to change the release_state row of release % in anon.release_state', foreign_release
             USING ERRCODE = '42501',
                   DETAIL = 'A role that is not a superuser changes only the catalog rows of its own releases.',
                   HINT = 'Ask a superuser, or the owner of the release.';
@@ -216,17 +216,17 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon._release_people_guard() IS
-    'Internal: lets a role that is not a superuser change only the anon.release_people rows of its own releases (statement triggers).';
+    'Internal: lets a role that is not a superuser change only the anon.release_state rows of its own releases (statement triggers).';
 
-DROP TRIGGER IF EXISTS people_guard_insert ON anon.release_people;
-DROP TRIGGER IF EXISTS people_guard_update ON anon.release_people;
-DROP TRIGGER IF EXISTS people_guard_delete ON anon.release_people;
-CREATE TRIGGER people_guard_insert AFTER INSERT ON anon.release_people
+DROP TRIGGER IF EXISTS people_guard_insert ON anon.release_state;
+DROP TRIGGER IF EXISTS people_guard_update ON anon.release_state;
+DROP TRIGGER IF EXISTS people_guard_delete ON anon.release_state;
+CREATE TRIGGER people_guard_insert AFTER INSERT ON anon.release_state
     REFERENCING NEW TABLE AS changed_new FOR EACH STATEMENT EXECUTE FUNCTION anon._release_people_guard();
 -- an UPDATE is checked on the rows as they were (a row moved away from a foreign release) and
 -- as they are
-CREATE TRIGGER people_guard_update AFTER UPDATE ON anon.release_people
+CREATE TRIGGER people_guard_update AFTER UPDATE ON anon.release_state
     REFERENCING OLD TABLE AS changed_old NEW TABLE AS changed_new FOR EACH STATEMENT
     EXECUTE FUNCTION anon._release_people_guard();
-CREATE TRIGGER people_guard_delete AFTER DELETE ON anon.release_people
+CREATE TRIGGER people_guard_delete AFTER DELETE ON anon.release_state
     REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._release_people_guard();

@@ -14,7 +14,7 @@ GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
 GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_people, anon.release_versions
+    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_state, anon.release_versions
     TO plpy_anon_custodian;
 -- A stable release's salt: no privilege at all (not even row-secured SELECT, which the planner
 -- lets a role probe through leakproof functions and EXPLAIN ANALYZE); owners reach their own

@@ -549,7 +549,7 @@ def test_a_dbas_release_does_not_plan_the_custodians_table_before_its_guard(db, 
 
 def test_a_custodian_keeps_its_stable_releases_people_and_touches_no_one_elses(db, connect, custodian, schema,
                                                                                release_schema):
-    """anon.release_people is guarded per statement, anon.release_versions per row: a custodian's
+    """anon.release_state is guarded per statement, anon.release_versions per row: a custodian's
     own stable release writes its rows; another release's rows it may not insert, change or
     delete."""
     role, own = custodian
@@ -565,11 +565,11 @@ def test_a_custodian_keeps_its_stable_releases_people_and_touches_no_one_elses(d
         assert across["most_versions"] == 2 and across["below_l"] == 0 and across["seen_before"] == 190
         # another release's rows are not even seen (row security): changed or deleted, none
         for statement in [
-                "UPDATE anon.release_people SET candidates = '{\"dx\": [\"a\", \"b\"]}' WHERE release_id = %s",
-                "DELETE FROM anon.release_people WHERE release_id = %s"]:
+                "UPDATE anon.release_state SET candidate_sets = '[{\"dx\": [\"a\", \"b\"]}]' WHERE release_id = %s",
+                "DELETE FROM anon.release_state WHERE release_id = %s"]:
             assert conn.execute(statement, (dba_release,)).rowcount == 0
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
-            conn.execute("INSERT INTO anon.release_people VALUES (%s, '\\x00', 0, '{}', 1)", (dba_release,))
+            conn.execute("INSERT INTO anon.release_state VALUES (%s, '\\x', '{}', '{}', '{}', '[]')", (dba_release,))
         # the multisets each version published: the same rule (its own rows only, row security)
         assert conn.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = "
                             "(SELECT release_id FROM anon.releases WHERE source = %s::regclass)",
@@ -638,8 +638,8 @@ def test_a_custodian_reads_neither_the_state_nor_the_salt_of_another_custodians_
 
 
 def test_a_custodians_malformed_candidates_are_refused_when_written(db, connect, custodian):
-    """Candidates are {sensitive column: [value text, ...]}: anything else a custodian writes into
-    its own rows is refused there (23514), so a refresh never meets it (no traceback, 38000)."""
+    """Candidates are [{sensitive column: [value text, ...]}, ...]: anything else a custodian writes
+    into its own row is refused there (23514), so a refresh never meets it (no traceback, 38000)."""
     role, own = custodian
     with connect(user=role) as conn:
         mine = create(conn, own, extra=", l => 2, identifiers => '{id}'")
@@ -647,10 +647,12 @@ def test_a_custodians_malformed_candidates_are_refused_when_written(db, connect,
                                   "release_schema, release_name) = %s", (mine,)).fetchone()[0]
         for bad in ['[1]', '"d1"', 'null', '{"dx": "d1"}', '{"dx": [1]}', '{"dx": [null]}', '{"dx": [["d1"]]}',
                     '{"dx": {"d1": true}}']:
-            with pytest.raises(psycopg.errors.CheckViolation, match="candidates_well_formed"):
-                conn.execute("UPDATE anon.release_people SET candidates = %s::jsonb WHERE release_id = %s",
-                             (bad, release_id))
-        conn.execute("UPDATE anon.release_people SET candidates = '{\"dx\": [\"d0\", \"d1\", \"d2\", \"d3\"]}' "
+            for candidate_sets in (f"[{bad}]", bad):
+                with pytest.raises(psycopg.errors.CheckViolation, match="candidates_well_formed"):
+                    conn.execute("UPDATE anon.release_state SET candidate_sets = %s::jsonb WHERE release_id = %s",
+                                 (candidate_sets, release_id))
+        conn.execute("UPDATE anon.release_state SET candidate_sets = '[{\"dx\": [\"d0\", \"d1\", \"d2\", \"d3\"]}]', "
+                     "cohorts = array_fill(0, ARRAY[cardinality(cohorts)]) "
                      "WHERE release_id = %s", (release_id,))        # well formed: taken
         across = conn.execute("SELECT (anon.refresh(%s)).verification->'across_versions'", (mine,)).fetchone()[0]
         assert across["most_versions"] == 2 and across["below_l"] == 0

@@ -247,7 +247,7 @@ def test_a_release_whose_people_are_gone_is_not_refreshed_as_if_new(db, schema):
     db.execute(PATIENTS)
     release = create_release(db, "mondrian_view", schema, "patients", k=4, l=3, quasi_identifiers=QIS,
                              sensitive=["dx"], identifiers=["id"])
-    db.execute("DELETE FROM anon.release_people WHERE release_id = (SELECT release_id FROM "
+    db.execute("DELETE FROM anon.release_state WHERE release_id = (SELECT release_id FROM "
                "anon.releases WHERE release_schema || '.' || release_name = %s)", (release,))
     with pytest.raises(psycopg.errors.DataException, match="is gone"):
         db.execute("SELECT anon.refresh(%s)", (release,))

@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.db.republication import overlapping_boxes
+from plpy_anon.db.republication import overlapping_boxes, overlapping_sets
 
 
 @st.composite
@@ -55,3 +55,30 @@ def test_a_partition_into_disjoint_boxes_tests_about_as_many_pairs_as_boxes():
     lo = np.column_stack([x.ravel() * 2, y.ravel() * 2]).astype(np.int64)
     a, _ = overlapping_boxes(lo, lo + 1)
     assert a.size == 0
+
+
+@st.composite
+def boxes_with_sets(draw):
+    lo, hi = draw(boxes())
+    count = lo.shape[0]
+    dims = draw(st.integers(0 if lo.shape[1] else 1, 2))
+    universe = draw(st.sampled_from([["a", "b"], ["a", "b", None], [f"v{i}" for i in range(70)]]))
+    sets = [[draw(st.lists(st.sampled_from(universe), min_size=1, max_size=4)) for _ in range(count)]
+            for _ in range(dims)]
+    return lo, hi, sets
+
+
+@settings(max_examples=300, deadline=None)
+@given(boxes_with_sets())
+def test_boxes_with_value_sets_link_the_classes_every_pair_test_links(case):
+    lo, hi, sets = case
+    a, b = overlapping_sets(lo, hi, sets)
+    expected = {(x, y) for x, y in every_pair(lo, hi)
+                if all(set(boxes[x]) & set(boxes[y]) for boxes in sets)}
+    found = set(zip(a.tolist(), b.tolist()))
+    assert all(x < y for x, y in found)
+    assert components(found, len(lo)) == components(expected, len(lo))
+    if lo.shape[1]:             # a range decides: every pair, and no other
+        assert found == expected
+    else:                       # sets alone: linked pairs that really share values
+        assert found <= expected
