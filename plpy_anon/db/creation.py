@@ -8,7 +8,7 @@ name, the catalog row, the relations built and verified (publish.py), in the cal
 """
 from __future__ import annotations
 
-from plpy_anon.db import guards, publish, release_rows
+from plpy_anon.db import guards, out_of_core, publish, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import run as run_method
 from plpy_anon.db.methods.registry import REGISTRY
@@ -30,7 +30,9 @@ def create(plpy, source, *, method: str, GD=None, **arguments) -> str:
     if plan.objects is not None:
         parameters = {**parameters, **plan.objects(name)}
     common = {"source": tbl, "method": release_method, "release_schema": release_schema,
-                  "release_name": name, "replace": replace, "parameters": parameters}
+                  "release_name": name, "replace": replace, "parameters": parameters,
+                  "write_settings": lambda release_id: out_of_core.write_settings(
+                      plpy, release_method, release_id)}
     if plan.build is None:
         row = publish.create_view_release(plpy, GD, query=plan.query, **common)
     else:

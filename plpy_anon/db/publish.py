@@ -15,7 +15,6 @@ from plpy_anon.core.errors import AnonError, DuplicateObject, InvalidParameter
 from plpy_anon.db import class_counts, extschema, grants, republication, risk, timing, verify
 from plpy_anon.db.guards import Table, lock_source
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.out_of_core import write_settings
 from plpy_anon.db.release_rows import (
     BUILDING_KEY,
     SECRETS,
@@ -62,7 +61,8 @@ def lock_release_name(plpy, schema: str, name: str) -> None:
 
 def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_schema: str,
                    release_name: str, replace: bool, parameters: dict,
-                   build: Callable[[int, str], None]) -> dict:
+                   build: Callable[[int, str], None],
+                   write_settings: Callable[[int], dict] = lambda release_id: {}) -> dict:
     """Record a release and build its relations; returns the final catalog row.
 
     ``build(release_id, qualified_name)`` creates the release's relations (e.g. CREATE MATERIALIZED
@@ -70,16 +70,19 @@ def create_release(plpy, GD, *, source: Table, method: ReleaseMethod, release_sc
     relation (Break-Merge's _qit/_st_*) lists the others in ``parameters["objects"]``, dependents
     first, so that replacement and drop find them all. The row's ``refresh_seconds`` is the wall
     clock of the whole call (from its SQL function's start), its phases in ``metrics.timing``.
+    ``write_settings(release_id)``: settings the build runs with (out_of_core.write_settings).
     """
     with timing.call(timing.entry_started()) as clock:
         return _create_release(plpy, GD, clock, source=source, method=method,
                                release_schema=release_schema, release_name=release_name,
-                               replace=replace, parameters=parameters, build=build)
+                               replace=replace, parameters=parameters, build=build,
+                               write_settings=write_settings)
 
 
 def _create_release(plpy, GD, clock: timing.Clock, *, source: Table, method: ReleaseMethod,
                     release_schema: str, release_name: str, replace: bool, parameters: dict,
-                    build: Callable[[int, str], None]) -> dict:
+                    build: Callable[[int, str], None],
+                    write_settings: Callable[[int], dict]) -> dict:
     check_name(release_schema, "release_schema")
     check_name(release_name, "release_name")
     if re.search(rf"{SUFFIX}\d+$", release_name):
@@ -119,7 +122,7 @@ def _create_release(plpy, GD, clock: timing.Clock, *, source: Table, method: Rel
     building = GD.setdefault(BUILDING_KEY, set()) if GD is not None else set()
     building.add(release_id)
     try:
-        with temp_file_limit_explained(plpy, source.oid, write_settings(plpy, method, release_id)), \
+        with temp_file_limit_explained(plpy, source.oid, write_settings(release_id)), \
                 timing.phase("build"):
             build(release_id, ident(plpy, release_schema, release_name))
     finally:
