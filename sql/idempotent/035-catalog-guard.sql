@@ -25,7 +25,7 @@ COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
 -- privilege on anon.release_secrets: row security would hide the rows but not their values from
 -- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
 -- (whether the policy's subplan ran). The two functions below are the only way to the table
--- (SECURITY DEFINER, as is anon._hierarchy_paths further down, and nothing else: docs/security.md):
+-- (SECURITY DEFINER, and nothing else is: docs/security.md):
 -- they give or store the salt of a release only for a session whose login role is, or is a
 -- member of, its owner (session_user: inside them current_user is the extension's owner).
 CREATE OR REPLACE FUNCTION anon._require_state_owner(release_id integer, gone_ok boolean, verb text)
@@ -82,30 +82,21 @@ COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
 
 -- A hierarchy's leaves are the distinct values of its column (the builders read them from the
 -- table): custodians may read only anon.hierarchies' keys (source, column_name), for the reason
--- above (row security hides rows, not values). A build or refresh reads a hierarchy's paths here,
--- for a session whose login role may read the column (which reading the source needs anyway).
-CREATE OR REPLACE FUNCTION anon._hierarchy_paths(source regclass, column_name text)
-RETURNS SETOF text[]
-LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    attnum smallint;
-BEGIN
-    SELECT a.attnum INTO attnum FROM pg_catalog.pg_attribute a
-    WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped;
-    IF NOT (pg_catalog.has_table_privilege(session_user, $1, 'SELECT')
-            OR (attnum IS NOT NULL AND pg_catalog.has_column_privilege(session_user, $1, attnum, 'SELECT'))) THEN
-        RAISE EXCEPTION 'permission denied for the hierarchy of column % of table %', $2, $1
-            USING ERRCODE = '42501',
-                  HINT = 'A hierarchy''s leaves are its column''s values: they are read by a role that may SELECT the column.';
-    END IF;
-    RETURN QUERY SELECT h.path FROM anon.hierarchies h
-                 WHERE h.source = $1 AND h.column_name = $2 ORDER BY h.leaf;
-END
-$$;
-COMMENT ON FUNCTION anon._hierarchy_paths(regclass, text) IS
-    'Internal: the paths of a column''s hierarchy (leaf first, ordered by leaf), for a session that may read the column.';
+-- above (row security hides rows, not values). A build or refresh reads a hierarchy's paths
+-- through this view (its owner's rights read the table), which shows the rows of the live columns
+-- the role running the query may SELECT: functions in a view's quals run as current_user, so
+-- inside a SECURITY DEFINER function it is the function's owner that is checked. The join on
+-- pg_attribute keeps out rows of a dropped column or table (has_column_privilege raises on a
+-- column name that does not exist); security_barrier evaluates these quals before any of the
+-- querying role's own (a leaky function could otherwise see the filtered rows).
+CREATE OR REPLACE VIEW anon.readable_hierarchies WITH (security_barrier) AS
+    SELECT h.source, h.column_name, h.leaf, h.path
+    FROM anon.hierarchies h
+    JOIN pg_catalog.pg_attribute a ON a.attrelid = h.source AND a.attname = h.column_name
+                                  AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'SELECT');
+COMMENT ON VIEW anon.readable_hierarchies IS
+    'Internal: the rows of anon.hierarchies whose column exists and may be read by the querying role.';
 
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger
