@@ -98,6 +98,36 @@ CREATE OR REPLACE VIEW anon.readable_hierarchies WITH (security_barrier) AS
 COMMENT ON VIEW anon.readable_hierarchies IS
     'Internal: the rows of anon.hierarchies whose column exists and may be read by the querying role.';
 
+-- A hierarchy's leaves must not outlive its column: a table owner dropping a column (or the table)
+-- to erase its values would otherwise keep them in the catalog, in every dump, and readable
+-- through a new column of the same name. Run by the role dropping (event trigger functions run as
+-- the role whose command fired them); a role with no right on the catalog (it declared no
+-- hierarchy: the catalog guard lets only the table owner's members or a superuser write them)
+-- drops its tables unhindered.
+CREATE OR REPLACE FUNCTION anon._forget_dropped_hierarchies()
+RETURNS event_trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NOT (pg_catalog.has_schema_privilege('anon', 'USAGE')
+            AND pg_catalog.has_table_privilege('anon.hierarchies', 'DELETE')) THEN
+        RETURN;
+    END IF;
+    -- a dropped column is named by the last of its address_names (its attname is already gone)
+    DELETE FROM anon.hierarchies h
+    USING pg_catalog.pg_event_trigger_dropped_objects() d
+    WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND h.source::oid = d.objid
+      AND (d.objsubid = 0 OR h.column_name = d.address_names[pg_catalog.cardinality(d.address_names)]);
+END
+$$;
+COMMENT ON FUNCTION anon._forget_dropped_hierarchies() IS
+    'Internal: deletes the hierarchies of dropped tables and columns (sql_drop event trigger).';
+
+DROP EVENT TRIGGER IF EXISTS plpy_anon_forget_dropped_hierarchies;
+CREATE EVENT TRIGGER plpy_anon_forget_dropped_hierarchies ON sql_drop
+    EXECUTE FUNCTION anon._forget_dropped_hierarchies();
+
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -142,7 +172,17 @@ BEGIN
             allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
                                                WHERE c.oid = (r.x).relation), 'MEMBER');
             what := pg_catalog.format('snapshot %I.%I', (r.x).snapshot_schema, (r.x).snapshot_name);
-        ELSE          -- column_roles, hierarchies, priorities, workload_profiles: keyed by source
+        WHEN 'hierarchies' THEN
+            allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                                               WHERE c.oid = (r.x).source), 'MEMBER')
+                       -- the rows of a dropped column or table (their owner is gone with it) go
+                       -- with it: anon._forget_dropped_hierarchies, run by whoever dropped it
+                       OR (TG_OP = 'DELETE' AND NOT EXISTS (
+                               SELECT 1 FROM pg_catalog.pg_attribute a
+                               WHERE a.attrelid = (r.x).source AND a.attname = (r.x).column_name
+                                 AND a.attnum > 0 AND NOT a.attisdropped));
+            what := pg_catalog.format('declarations of table %s', (r.x).source);
+        ELSE          -- column_roles, priorities, workload_profiles: keyed by source
             allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
                                                WHERE c.oid = (r.x).source), 'MEMBER');
             what := pg_catalog.format('declarations of table %s', (r.x).source);
