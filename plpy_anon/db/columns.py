@@ -286,8 +286,10 @@ def hierarchy_columns(plpy, tbl: Table) -> list[str]:
 
 
 def load_hierarchy(plpy, tbl: Table, column_name: str) -> Hierarchy | None:
-    # custodians may not read anon.hierarchies' paths (their leaves are the column's values)
-    rows = run(plpy, "SELECT p AS path FROM anon._hierarchy_paths($1::oid::regclass, $2) p",
+    # custodians may not read anon.hierarchies' paths (their leaves are the column's values):
+    # the view shows those of the columns the role running this may read
+    rows = run(plpy, "SELECT path FROM anon.readable_hierarchies "
+                     "WHERE source = $1::oid::regclass AND column_name = $2 ORDER BY leaf",
                ["oid", "text"], [tbl.oid, column_name])
     if not rows:
         return None

@@ -25,7 +25,7 @@ COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
 -- privilege on anon.release_secrets: row security would hide the rows but not their values from
 -- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
 -- (whether the policy's subplan ran). The two functions below are the only way to the table
--- (SECURITY DEFINER, as is anon._hierarchy_paths further down, and nothing else: docs/security.md):
+-- (SECURITY DEFINER, and nothing else is: docs/security.md):
 -- they give or store the salt of a release only for a session whose login role is, or is a
 -- member of, its owner (session_user: inside them current_user is the extension's owner).
 CREATE OR REPLACE FUNCTION anon._require_state_owner(release_id integer, gone_ok boolean, verb text)
@@ -82,30 +82,51 @@ COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
 
 -- A hierarchy's leaves are the distinct values of its column (the builders read them from the
 -- table): custodians may read only anon.hierarchies' keys (source, column_name), for the reason
--- above (row security hides rows, not values). A build or refresh reads a hierarchy's paths here,
--- for a session whose login role may read the column (which reading the source needs anyway).
-CREATE OR REPLACE FUNCTION anon._hierarchy_paths(source regclass, column_name text)
-RETURNS SETOF text[]
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+-- above (row security hides rows, not values). A build or refresh reads a hierarchy's paths
+-- through this view (its owner's rights read the table), which shows the rows of the live columns
+-- the role running the query may SELECT: functions in a view's quals run as current_user, so
+-- inside a SECURITY DEFINER function it is the function's owner that is checked. The join on
+-- pg_attribute keeps out rows of a dropped column or table (has_column_privilege raises on a
+-- column name that does not exist); security_barrier evaluates these quals before any of the
+-- querying role's own (a leaky function could otherwise see the filtered rows).
+CREATE OR REPLACE VIEW anon.readable_hierarchies WITH (security_barrier) AS
+    SELECT h.source, h.column_name, h.leaf, h.path
+    FROM anon.hierarchies h
+    JOIN pg_catalog.pg_attribute a ON a.attrelid = h.source AND a.attname = h.column_name
+                                  AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'SELECT');
+COMMENT ON VIEW anon.readable_hierarchies IS
+    'Internal: the rows of anon.hierarchies whose column exists and may be read by the querying role.';
+
+-- A hierarchy's leaves must not outlive its column: a table owner dropping a column (or the table)
+-- to erase its values would otherwise keep them in the catalog, in every dump, and readable
+-- through a new column of the same name. Run by the role dropping (event trigger functions run as
+-- the role whose command fired them); a role with no right on the catalog (it declared no
+-- hierarchy: the catalog guard lets only the table owner's members or a superuser write them)
+-- drops its tables unhindered.
+CREATE OR REPLACE FUNCTION anon._forget_dropped_hierarchies()
+RETURNS event_trigger
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    attnum smallint;
 BEGIN
-    SELECT a.attnum INTO attnum FROM pg_catalog.pg_attribute a
-    WHERE a.attrelid = $1 AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped;
-    IF NOT (pg_catalog.has_table_privilege(session_user, $1, 'SELECT')
-            OR (attnum IS NOT NULL AND pg_catalog.has_column_privilege(session_user, $1, attnum, 'SELECT'))) THEN
-        RAISE EXCEPTION 'permission denied for the hierarchy of column % of table %', $2, $1
-            USING ERRCODE = '42501',
-                  HINT = 'A hierarchy''s leaves are its column''s values: they are read by a role that may SELECT the column.';
+    IF NOT (pg_catalog.has_schema_privilege('anon', 'USAGE')
+            AND pg_catalog.has_table_privilege('anon.hierarchies', 'DELETE')) THEN
+        RETURN;
     END IF;
-    RETURN QUERY SELECT h.path FROM anon.hierarchies h
-                 WHERE h.source = $1 AND h.column_name = $2 ORDER BY h.leaf;
+    -- a dropped column is named by the last of its address_names (its attname is already gone)
+    DELETE FROM anon.hierarchies h
+    USING pg_catalog.pg_event_trigger_dropped_objects() d
+    WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND h.source::oid = d.objid
+      AND (d.objsubid = 0 OR h.column_name = d.address_names[pg_catalog.cardinality(d.address_names)]);
 END
 $$;
-COMMENT ON FUNCTION anon._hierarchy_paths(regclass, text) IS
-    'Internal: the paths of a column''s hierarchy (leaf first, ordered by leaf), for a session that may read the column.';
+COMMENT ON FUNCTION anon._forget_dropped_hierarchies() IS
+    'Internal: deletes the hierarchies of dropped tables and columns (sql_drop event trigger).';
+
+DROP EVENT TRIGGER IF EXISTS plpy_anon_forget_dropped_hierarchies;
+CREATE EVENT TRIGGER plpy_anon_forget_dropped_hierarchies ON sql_drop
+    EXECUTE FUNCTION anon._forget_dropped_hierarchies();
 
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger
@@ -151,7 +172,17 @@ BEGIN
             allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
                                                WHERE c.oid = (r.x).relation), 'MEMBER');
             what := pg_catalog.format('snapshot %I.%I', (r.x).snapshot_schema, (r.x).snapshot_name);
-        ELSE          -- column_roles, hierarchies, priorities, workload_profiles: keyed by source
+        WHEN 'hierarchies' THEN
+            allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                                               WHERE c.oid = (r.x).source), 'MEMBER')
+                       -- the rows of a dropped column or table (their owner is gone with it) go
+                       -- with it: anon._forget_dropped_hierarchies, run by whoever dropped it
+                       OR (TG_OP = 'DELETE' AND NOT EXISTS (
+                               SELECT 1 FROM pg_catalog.pg_attribute a
+                               WHERE a.attrelid = (r.x).source AND a.attname = (r.x).column_name
+                                 AND a.attnum > 0 AND NOT a.attisdropped));
+            what := pg_catalog.format('declarations of table %s', (r.x).source);
+        ELSE          -- column_roles, priorities, workload_profiles: keyed by source
             allowed := pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
                                                WHERE c.oid = (r.x).source), 'MEMBER');
             what := pg_catalog.format('declarations of table %s', (r.x).source);

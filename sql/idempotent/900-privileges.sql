@@ -21,8 +21,9 @@ GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapsh
 -- through anon._release_salt / anon._store_release_salt (035-catalog-guard.sql).
 REVOKE ALL ON anon.release_secrets FROM plpy_anon_custodian;
 -- A hierarchy's leaves and paths are its column's values: custodians read only its keys, and a
--- build reads the paths through anon._hierarchy_paths, as a role that may read the column.
+-- build reads the paths through anon.readable_hierarchies, the rows of the columns it may read.
 REVOKE SELECT ON anon.hierarchies FROM plpy_anon_custodian;
 GRANT SELECT (source, column_name) ON anon.hierarchies TO plpy_anon_custodian;
+GRANT SELECT ON anon.readable_hierarchies TO plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -1,7 +1,7 @@
 """Adversarial: a built hierarchy's leaves are its column's values (anon.set_hierarchy_intervals
 reads them from the table), so they must not outlive the column: a table owner who drops a column
 (or the table) to erase its values, then adds a column of the same name and grants it, must not
-hand the erased values to the grantee through anon._hierarchy_paths, nor keep them in the catalog
+hand the erased values to the grantee through anon.readable_hierarchies, nor keep them in the catalog
 (which every dump carries)."""
 from __future__ import annotations
 
@@ -39,8 +39,9 @@ def test_a_dropped_columns_values_are_not_read_through_a_new_column_of_its_name(
                                                                   sql.Identifier(plain_custodian)))
     db.execute(sql.SQL("GRANT SELECT (salary) ON pay TO {}").format(sql.Identifier(plain_custodian)))
     with connect(user=plain_custodian) as c:
-        read = {p[0] for (p,) in c.execute("SELECT anon._hierarchy_paths(%s::oid::regclass, 'salary')",
-                                           (oid,))}
+        read = {p[0] for (p,) in c.execute(
+            "SELECT path FROM anon.readable_hierarchies "
+            "WHERE source = %s::oid::regclass AND column_name = 'salary'", (oid,))}
     assert not read & set(SALARIES), f"{len(read & set(SALARIES))} erased salaries read"
     assert not hierarchy_leaves(db, oid) & set(SALARIES)
 

@@ -318,3 +318,22 @@ def test_releases_of_every_method_made_by_a_released_version_survive_the_update(
     with connect(dbname=upgrade_db, user="upgrade_analyst") as analyst:
         for name, rel in releases.items():
             assert analyst.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == counts[name], name
+
+
+def test_the_update_deletes_the_hierarchies_of_columns_dropped_under_the_released_version(
+        connect, released_version, upgrade_db):
+    """The released version kept a hierarchy's leaves after its column or table was dropped; the
+    update deletes them and keeps those of live columns."""
+    with connect(dbname=upgrade_db) as conn:
+        conn.execute(sql.SQL("CREATE EXTENSION plpy_anon VERSION {} CASCADE").format(
+            sql.Literal(released_version["version"])))
+        conn.execute("CREATE TABLE pay (id int, salary int, age int); CREATE TABLE gone (id int, v int)")
+        for table, column in (("pay", "salary"), ("pay", "age"), ("gone", "v")):
+            conn.execute("INSERT INTO anon.hierarchies VALUES (%s::regclass, %s, '1', '{1,*}'), "
+                         "(%s::regclass, %s, '2', '{2,*}')", (table, column, table, column))
+        pay = conn.execute("SELECT 'pay'::regclass::oid").fetchone()[0]
+        conn.execute("ALTER TABLE pay DROP COLUMN salary; DROP TABLE gone")
+        assert conn.execute("SELECT count(*) FROM anon.hierarchies").fetchone()[0] == 6
+        conn.execute("ALTER EXTENSION plpy_anon UPDATE")
+        assert conn.execute("SELECT source::oid, column_name::text, leaf FROM anon.hierarchies "
+                            "ORDER BY leaf").fetchall() == [(pay, "age", "1"), (pay, "age", "2")]
