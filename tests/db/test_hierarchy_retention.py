@@ -34,6 +34,30 @@ def test_a_custodian_dropping_its_column_then_its_table_deletes_their_hierarchie
         db.execute(sql.SQL("DROP ROLE {}").format(r))
 
 
+def test_a_renamed_columns_hierarchy_reaches_neither_its_new_name_nor_a_later_column_of_its_old(
+        db, schema, connect):
+    role = f"hr_{uuid.uuid4().hex[:8]}"
+    r = sql.Identifier(role)
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE plpy_anon_custodian").format(r))
+    try:
+        db.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(sql.Identifier(schema), r))
+        with connect(user=role, options=f"-c search_path={schema}") as c:
+            c.execute("CREATE TABLE pay (id int, salary int, age int)")
+            c.execute("INSERT INTO pay SELECT i, 30000 + i * 37, 20 + i FROM generate_series(1, 30) i")
+            c.execute("SELECT anon.set_hierarchy_intervals('pay', 'salary', ARRAY[1000, 10000])")
+            c.execute("SELECT anon.set_hierarchy_intervals('pay', 'age', ARRAY[5, 10])")
+            oid = c.execute("SELECT 'pay'::regclass::oid").fetchone()[0]
+            c.execute("ALTER TABLE pay RENAME COLUMN salary TO old_salary")
+            c.execute("ALTER TABLE pay ADD COLUMN salary int")
+            assert db.execute("SELECT DISTINCT column_name::text FROM anon.hierarchies "
+                              "WHERE source::oid = %s", (oid,)).fetchall() == [("age",)]
+            assert c.execute("SELECT count(*) FROM anon.readable_hierarchies "
+                             "WHERE column_name IN ('salary', 'old_salary')").fetchone()[0] == 0
+    finally:
+        db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(r))
+        db.execute(sql.SQL("DROP ROLE {}").format(r))
+
+
 def test_a_role_without_rights_on_the_catalog_drops_its_tables_unhindered(db, schema, connect):
     role = f"hn_{uuid.uuid4().hex[:8]}"
     r = sql.Identifier(role)
