@@ -58,10 +58,12 @@ HOLD = CHOICES.index("hold")
 @dataclass
 class Version:
     """One published version: its groups' ids and multisets, ``counts[g, v]`` copies of value
-    code ``v`` (the last code is NULL) in group ``ids[g]``."""
+    code ``v`` (the last code is NULL) in group ``ids[g]``; ``linked``: each group's union of
+    groups whose boxes overlapped in that version (its smallest id; None: no two overlapped)."""
 
     ids: np.ndarray
     counts: np.ndarray
+    linked: np.ndarray | None = None
 
 
 @dataclass
@@ -177,27 +179,82 @@ def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: l
     return np.asarray(out, dtype=np.int64)
 
 
+def union_nodes(ids: np.ndarray, linked: np.ndarray | None, version: Version,
+                roots_of) -> tuple[np.ndarray, np.ndarray]:
+    """The unions an analyst who keeps ``version`` and this one subtracts: (the groups, those
+    with rows now (``ids``, sorted) then those whose rows have all gone, and each one's union, by
+    its smallest position). Classes are linked by overlapping boxes in either version (a person
+    there could be in any: ``linked`` now, ``version.linked`` then) and by people in both,
+    whose group they keep (the earlier groups followed to the groups holding them now)."""
+    root = roots_of(version.ids)
+    gone = np.setdiff1d(np.unique(root), ids)
+    nodes = np.concatenate([ids, gone])
+    order = np.argsort(nodes, kind="stable")
+    sorted_nodes = nodes[order]
+
+    def position(group_ids):
+        return order[np.searchsorted(sorted_nodes, group_ids)]
+
+    a, b = [], []
+    if linked is not None:
+        a.append(np.arange(ids.size))
+        b.append(position(np.asarray(linked, dtype=np.int64)))
+    if version.linked is not None:
+        a.append(position(root))
+        b.append(position(roots_of(np.asarray(version.linked, dtype=np.int64))))
+    labels = np.arange(nodes.size, dtype=np.int64)
+    if a:
+        labels = _smallest_roots(labels, np.concatenate(a), np.concatenate(b))
+    return nodes, labels
+
+
 def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: np.ndarray | None,
                   history: list[Version], roots_of, per_group: bool = False) -> np.ndarray:
-    """(len(history),) the unions of several groups whose boxes overlap (``linked``: each
-    group's union, by its smallest id) whose values added or removed since each earlier version
-    (over the groups merged into them) break the l model; with ``per_group``, (len(ids),)
-    whether the union of each union's first group fails against some version."""
+    """(len(history),) the unions of several groups whose boxes overlap now or overlapped in the
+    earlier version (:func:`union_nodes`; ``linked``: each group's union now, by its smallest
+    id) whose values added or removed since each earlier version (over the groups merged into
+    them) break the l model; with ``per_group``, (len(ids),) whether each group is in a union
+    that fails against some version."""
     out = np.zeros(len(history), dtype=np.int64)
     failing = np.zeros(ids.size, dtype=bool)
-    if linked is None:
-        return failing if per_group else out
-    union = np.searchsorted(ids, linked)
-    several = np.bincount(union, minlength=ids.size) > 1
     for i, version in enumerate(history):
-        now = np.zeros((ids.size, counts.shape[1]), dtype=np.int64)
+        nodes, union = union_nodes(ids, linked, version, roots_of)
+        several = np.bincount(union, minlength=nodes.size) > 1
+        if not several.any():
+            continue
+        now = np.zeros((nodes.size, counts.shape[1]), dtype=np.int64)
         before = np.zeros_like(now)
-        np.add.at(now, union, counts)
-        np.add.at(before, union, ancestors_sum(version, roots_of, ids))
+        np.add.at(now, union[:ids.size], counts)
+        order = np.argsort(nodes, kind="stable")
+        np.add.at(before, union[order], ancestors_sum(version, roots_of, nodes[order]))
         unsafe = several & ~difference_safe(models, now, before)
         out[i] = int(unsafe.sum())
-        failing |= unsafe
+        failing |= unsafe[union[:ids.size]]
     return failing if per_group else out
+
+
+def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Version],
+                roots_of) -> np.ndarray | None:
+    """Each group's union over every earlier version's overlaps and this one's (the index of its
+    smallest group), or None when no two groups are linked so."""
+    labels = np.arange(ids.size, dtype=np.int64)
+    found = False
+    for version in history:
+        _, union = union_nodes(ids, linked, version, roots_of)
+        union = union[:ids.size]
+        # groups now that share a union (gone groups link them too)
+        first = np.full(union.max() + 1 if union.size else 1, -1, dtype=np.int64)
+        np.maximum.at(first, union, np.arange(ids.size))
+        mate = first[union]
+        if (mate != np.arange(ids.size)).any():
+            found = True
+            labels = _smallest_roots(labels, np.arange(ids.size), mate)
+    if linked is not None:
+        at = np.searchsorted(ids, np.asarray(linked, dtype=np.int64))
+        if (at != np.arange(ids.size)).any():
+            found = True
+            labels = _smallest_roots(labels, np.arange(ids.size), at)
+    return labels if found else None
 
 
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
@@ -265,31 +322,40 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         if bad.size == 0:
             choice = possible.argmax(axis=1)
             overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
-            if overlap is not None:
-                choice = _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids)
+            linked = None if overlap is None else ids[overlap]
+            ever = linked_ever(ids, linked, history, roots_of)
+            if ever is not None:
+                choice = _unions_held(models, ever, linked, choice, possible, stacked, history,
+                                      roots_of, ids)
                 counts = stacked[np.arange(ids.size), choice]
-                failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of,
+                failing = unsafe_unions(models, ids, counts, linked, history, roots_of,
                                         per_group=True)
                 if failing.any():
+                    if ids.size == 1:
+                        raise CannotKeepCandidates(
+                            "no multiset of one class of every row keeps the unions of classes "
+                            "that overlapped from pinning someone by difference")
                     # the release's check refuses a version with an unsafe union: its groups
-                    # that cannot hold merge with a near group (then the union may hold), or,
-                    # when all could, the union becomes one group, which safe_against checks
-                    # against its ancestors like any other
-                    cannot = np.flatnonzero(failing[overlap] & ~possible[:, HOLD])
+                    # that cannot hold (or are its only group now) merge with a near group
+                    # (then the union may hold), or, when all could, the union's failing groups
+                    # become one group, which safe_against checks against its ancestors
+                    shared = np.bincount(ever[failing], minlength=ids.size)[ever]
+                    cannot = np.flatnonzero(failing & (~possible[:, HOLD] | (shared == 1)))
                     if cannot.size:
                         # within the union: their boxes already overlap, so the union's box
                         # grows least
                         merged = _merge_nearest(index, ids.size, cannot, points, ranged,
-                                                within=overlap)
+                                                within=ever)
                     else:
-                        merged = np.where(failing[overlap], overlap, np.arange(ids.size))
+                        first = np.full(ids.size, ids.size, dtype=np.int64)
+                        np.minimum.at(first, ever[failing], np.flatnonzero(failing))
+                        merged = np.where(failing, first[ever], np.arange(ids.size))
                     labels = _rename(ids, merged, index, step)
                     continue
             counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
             published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
-            return Published(labels, ids, counts, choice, published, lineage, now,
-                             None if overlap is None else ids[overlap])
+            return Published(labels, ids, counts, choice, published, lineage, now, linked)
         if ids.size == 1:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
@@ -306,19 +372,18 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
                                              current > 0), index, step)
 
 
-def _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids) -> np.ndarray:
-    """Classes whose boxes overlap are one union to an analyst (a person there could be in
-    any): each union (``overlap``: each group's union) whose change against an earlier version
-    pins someone holds all its groups (their last multisets) when each can. A union that cannot
-    is left as it is (merging it grows its box into more groups, and the merges cascade); the
-    release's check counts it."""
+def _unions_held(models, ever, linked, choice, possible, stacked, history, roots_of,
+                 ids) -> np.ndarray:
+    """Classes whose boxes overlap, now or in an earlier version, are one union to an analyst
+    who keeps both versions (a person there could be in any): the groups of each union whose
+    change against an earlier version pins someone hold (their last multisets) when every group
+    linked to them (``ever``: each group's union over all versions) can."""
     choice = choice.copy()
     counts = stacked[np.arange(ids.size), choice]
-    failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of, per_group=True)
-    # a union holds only if every one of its groups can
+    failing = unsafe_unions(models, ids, counts, linked, history, roots_of, per_group=True)
     can_hold = np.ones(ids.size, dtype=bool)
-    np.logical_and.at(can_hold, overlap, possible[:, HOLD])
-    choice[failing[overlap] & can_hold[overlap]] = HOLD
+    np.logical_and.at(can_hold, ever, possible[:, HOLD])
+    choice[failing & can_hold[ever]] = HOLD
     return choice
 
 
