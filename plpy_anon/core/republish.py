@@ -295,29 +295,8 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         def roots_of(version_ids, lookup=lookup):
             return np.array([lookup.get(h, h) for h in version_ids.tolist()], dtype=np.int64)
 
-        members = np.bincount(index, minlength=ids.size)
-        real_hold = np.bincount(index[published_before], minlength=ids.size)
-        current = _counts(index, codes, ids.size, n_values)
-        joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
-        last = ancestors_sum(history[-1], roots_of, ids)
-        # the stayers' values the last version published (counterfeits are the rest of it)
-        stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
-        kept = np.minimum(last, stayers)
-        # a joiner whose value a counterfeit row shows takes that row: the multiset stays, the
-        # leaver's row is retired
-        taken = np.minimum(last - kept, joiners)
-        new = joiners.sum(axis=1)
-        options = [current, kept + joiners, last + joiners, kept, last]
-        # retiring keeps every distinct value of the current rows (so every candidate that
-        # stable_partition kept): the values dropped are counterfeits or held updates only
-        retires = kept.sum(axis=1) < last.sum(axis=1)
-        valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
-                 (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
-                 real_hold + taken.sum(axis=1) >= k]
-        stacked = np.stack(options, axis=1)
-        possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
-        for version in history:
-            possible &= safe_against(models, stacked, version, roots_of, ids)
+        current, taken, stacked, possible = _options(
+            index, ids, codes, published_before, history, roots_of, k, models)
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
@@ -370,6 +349,71 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         missing[:, -1] = False
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged, missing,
                                              current > 0), index, step)
+
+
+def _options(index, ids, codes, published_before, history, roots_of, k, models):
+    """Each group's five multisets (the module docstring) and which it may publish: (current
+    multisets, counterfeit rows joiners take, (G, O, V) options, (G, O) possible)."""
+    n_values = history[-1].counts.shape[1]
+    members = np.bincount(index, minlength=ids.size)
+    real_hold = np.bincount(index[published_before], minlength=ids.size)
+    current = _counts(index, codes, ids.size, n_values)
+    joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
+    last = ancestors_sum(history[-1], roots_of, ids)
+    # the stayers' values the last version published (counterfeits are the rest of it)
+    stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
+    kept = np.minimum(last, stayers)
+    # a joiner whose value a counterfeit row shows takes that row: the multiset stays, the
+    # leaver's row is retired
+    taken = np.minimum(last - kept, joiners)
+    new = joiners.sum(axis=1)
+    options = [current, kept + joiners, last + joiners, kept, last]
+    # retiring keeps every distinct value of the current rows (so every candidate that
+    # stable_partition kept): the values dropped are counterfeits or held updates only
+    retires = kept.sum(axis=1) < last.sum(axis=1)
+    valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
+             (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
+             real_hold + taken.sum(axis=1) >= k]
+    stacked = np.stack(options, axis=1)
+    possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
+    for version in history:
+        possible &= safe_against(models, stacked, version, roots_of, ids)
+    return current, taken, stacked, possible
+
+
+def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):
+    """For core.republication.stable_partition: ``acceptable(labels, g, c)``, whether groups
+    ``g`` and ``c`` (ids in ``labels``, each row's group) merged have a multiset they may
+    publish (:func:`publish`'s options), so that a merge is not one that at once needs another
+    (each brings more ancestors, whose sums must all be safe)."""
+    previous = np.asarray(previous, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
+    published_before = previous >= 0
+    root_of = dict(zip(np.asarray(lineage).tolist(), np.asarray(roots).tolist()))
+
+    state: dict = {}
+
+    def acceptable(labels, g: int, c: int) -> bool:
+        if state.get("labels") is not labels:
+            # each version's groups -> the groups now (the merges so far), once per labelling
+            step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+            state.clear()
+            state["labels"] = labels
+            for version in history:
+                state[id(version.ids)] = np.array(
+                    [step.get(r, r) for r in (root_of.get(h, h) for h in version.ids.tolist())],
+                    dtype=np.int64)
+        rows = (labels == g) | (labels == c)
+        low = min(g, c)
+
+        def roots_of(version_ids):
+            now = state[id(version_ids)]
+            return np.where((now == g) | (now == c), low, now)
+
+        *_, possible = _options(np.zeros(int(rows.sum()), dtype=np.int64), np.array([low]),
+                                codes[rows], published_before[rows], history, roots_of, k, models)
+        return bool(possible.any())
+    return acceptable
 
 
 def _unions_held(models, ever, linked, choice, possible, stacked, history, roots_of,
