@@ -163,6 +163,23 @@ def _ancestor_sets(n: int) -> np.ndarray:
     return masks.astype(np.int64)
 
 
+#: groups of one union beyond which not every set of them is checked
+UNION_SETS_LIMIT = 10
+
+
+def _union_sets(n: int) -> np.ndarray:
+    """(S, n) 0/1: the sets of several of a union's ``n`` groups checked (every one up to
+    UNION_SETS_LIMIT; beyond, each pair, all but each, and all)."""
+    if n <= UNION_SETS_LIMIT:
+        masks = np.arange(1, 1 << n)[:, None] >> np.arange(n)[None, :] & 1
+        return masks[masks.sum(axis=1) > 1].astype(np.int64)
+    a, b = np.triu_indices(n, 1)
+    pairs = np.zeros((a.size, n), dtype=np.int64)
+    pairs[np.arange(a.size), a] = 1
+    pairs[np.arange(a.size), b] = 1
+    return np.vstack([pairs, 1 - np.eye(n, dtype=np.int64), np.ones((1, n), dtype=np.int64)])
+
+
 def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: list[Version],
                  roots_of) -> np.ndarray:
     """(len(history),) the groups each earlier version would pin by difference with ``counts``
@@ -223,11 +240,18 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
         if not several.any():
             continue
         now = np.zeros((nodes.size, counts.shape[1]), dtype=np.int64)
+        now[:ids.size] = counts
         before = np.zeros_like(now)
-        np.add.at(now, union[:ids.size], counts)
         order = np.argsort(nodes, kind="stable")
-        np.add.at(before, union[order], ancestors_sum(version, roots_of, nodes[order]))
-        unsafe = several & ~difference_safe(models, now, before)
+        before[order] = ancestors_sum(version, roots_of, nodes[order])
+        unsafe = np.zeros(nodes.size, dtype=bool)
+        for u in np.flatnonzero(several).tolist():
+            check_interrupts()
+            parts = np.flatnonzero(union == u)
+            # the analyst links the classes of a union through the people in two of them, so
+            # when none are left between some, he subtracts a part of it apart
+            masks = _union_sets(parts.size)
+            unsafe[u] = not difference_safe(models, masks @ now[parts], masks @ before[parts]).all()
         out[i] = int(unsafe.sum())
         failing |= unsafe[union[:ids.size]]
     return failing if per_group else out
@@ -347,8 +371,10 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             shown |= ancestors_sum(version, roots_of, ids) > 0
         missing = shown & (stacked.max(axis=1) == 0)
         missing[:, -1] = False
+        acceptable = _merge_with_an_option(index, ids, codes, published_before, history, roots_of,
+                                           k, models)
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged, missing,
-                                             current > 0), index, step)
+                                             current > 0, acceptable=acceptable), index, step)
 
 
 def _options(index, ids, codes, published_before, history, roots_of, k, models):
@@ -412,6 +438,28 @@ def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):
 
         *_, possible = _options(np.zeros(int(rows.sum()), dtype=np.int64), np.array([low]),
                                 codes[rows], published_before[rows], history, roots_of, k, models)
+        return bool(possible.any())
+    return acceptable
+
+
+def _merge_with_an_option(index, ids, codes, published_before, history, roots_of, k, models):
+    """``acceptable(g, c)`` for merge_partner: groups ``g`` and ``c`` (indexes) merged have a
+    multiset they may publish (so a merge that would need another at once is passed over)."""
+    mapped: dict = {}
+
+    def acceptable(g: int, c: int) -> bool:
+        rows = (index == g) | (index == c)
+        low, high = sorted((int(ids[g]), int(ids[c])))
+
+        def merged_roots(version_ids):
+            if id(version_ids) not in mapped:
+                mapped[id(version_ids)] = roots_of(version_ids)
+            out = mapped[id(version_ids)]
+            return np.where(out == high, low, out)
+
+        *_, possible = _options(np.zeros(int(rows.sum()), dtype=np.int64), np.array([low]),
+                                codes[rows], published_before[rows], history, merged_roots, k,
+                                models)
         return bool(possible.any())
     return acceptable
 
@@ -650,7 +698,7 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
 
 
 def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
-                   held=None, within=None) -> np.ndarray:
+                   held=None, within=None, acceptable=None) -> np.ndarray:
     """Each bad group merged with a near group (of its own union, ``within``: each group's, if
     given), among those holding a value it misses (``missing``, ``held``: (G, V) bool) if any
     does, the one whose merged box overlaps the fewest
@@ -668,5 +716,6 @@ def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
             helps[g] = False
             if helps.any():
                 distance = np.where(helps, distance, np.inf)
-        sets.union(g, boxes.merge_partner(g, distance))
+        sets.union(g, boxes.merge_partner(
+            g, distance, None if acceptable is None else (lambda c, g=g: acceptable(g, c))))
     return sets.roots()
