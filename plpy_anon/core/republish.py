@@ -163,23 +163,6 @@ def _ancestor_sets(n: int) -> np.ndarray:
     return masks.astype(np.int64)
 
 
-#: groups of one union beyond which not every set of them is checked
-UNION_SETS_LIMIT = 10
-
-
-def _union_sets(n: int) -> np.ndarray:
-    """(S, n) 0/1: the sets of several of a union's ``n`` groups checked (every one up to
-    UNION_SETS_LIMIT; beyond, each pair, all but each, and all)."""
-    if n <= UNION_SETS_LIMIT:
-        masks = np.arange(1, 1 << n)[:, None] >> np.arange(n)[None, :] & 1
-        return masks[masks.sum(axis=1) > 1].astype(np.int64)
-    a, b = np.triu_indices(n, 1)
-    pairs = np.zeros((a.size, n), dtype=np.int64)
-    pairs[np.arange(a.size), a] = 1
-    pairs[np.arange(a.size), b] = 1
-    return np.vstack([pairs, 1 - np.eye(n, dtype=np.int64), np.ones((1, n), dtype=np.int64)])
-
-
 def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: list[Version],
                  roots_of) -> np.ndarray:
     """(len(history),) the groups each earlier version would pin by difference with ``counts``
@@ -240,18 +223,11 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
         if not several.any():
             continue
         now = np.zeros((nodes.size, counts.shape[1]), dtype=np.int64)
-        now[:ids.size] = counts
         before = np.zeros_like(now)
+        np.add.at(now, union[:ids.size], counts)
         order = np.argsort(nodes, kind="stable")
-        before[order] = ancestors_sum(version, roots_of, nodes[order])
-        unsafe = np.zeros(nodes.size, dtype=bool)
-        for u in np.flatnonzero(several).tolist():
-            check_interrupts()
-            parts = np.flatnonzero(union == u)
-            # the analyst links the classes of a union through the people in two of them, so
-            # when none are left between some, he subtracts a part of it apart
-            masks = _union_sets(parts.size)
-            unsafe[u] = not difference_safe(models, masks @ now[parts], masks @ before[parts]).all()
+        np.add.at(before, union[order], ancestors_sum(version, roots_of, nodes[order]))
+        unsafe = several & ~difference_safe(models, now, before)
         out[i] = int(unsafe.sum())
         failing |= unsafe[union[:ids.size]]
     return failing if per_group else out
