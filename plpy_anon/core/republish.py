@@ -323,8 +323,10 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
                     if cannot.size:
                         # within the union: their boxes already overlap, so the union's box
                         # grows least
-                        merged = _merge_nearest(index, ids.size, cannot, points, ranged,
-                                                within=ever)
+                        merged = _merge_nearest(
+                            index, ids.size, cannot, points, ranged, within=ever,
+                            acceptable=_merge_with_an_option(index, ids, codes, published_before,
+                                                             history, roots_of, k, models))
                     else:
                         first = np.full(ids.size, ids.size, dtype=np.int64)
                         np.minimum.at(first, ever[failing], np.flatnonzero(failing))
