@@ -39,7 +39,7 @@ class CannotKeepCandidates(InsufficientData):
 def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarray | None,
                      cohorts: np.ndarray, cohort_values: list[np.ndarray], k: int,
                      l: int | None, models: Models | None = None,
-                     ranged: np.ndarray | None = None) -> np.ndarray:
+                     ranged: np.ndarray | None = None, acceptable=None) -> np.ndarray:
     """Each current row's group: one of ``groups``' ids (a merged group keeps the smallest of its
     ids), so ids are never reused and a person who comes back finds their group's id again.
 
@@ -49,7 +49,9 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     NULL (no value), or None; ``cohorts``: each row's index into the candidate sets, -1 for no
     history; ``cohort_values[j]``: (C, V_j) bool, the candidate codes of each cohort in column j;
     ``models``: the l model each group's values must meet (default: distinct l); ``ranged``:
-    which QIs are released as ranges (the others as sets; default: all ranges), for joining.
+    which QIs are released as ranges (the others as sets; default: all ranges), for joining;
+    ``acceptable(labels, g, c)``: whether merging groups ``g`` and ``c`` is preferred (of the
+    near partners, the first it takes; core.republish.merge_keeps_an_option).
     """
     groups = np.asarray(groups, dtype=np.int64)
     n = groups.size
@@ -74,7 +76,9 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
             raise CannotKeepCandidates(
                 "even one class of every row would leave someone published before with fewer than "
                 f"l = {l} of the candidate values the earlier versions left them")
-        labels = ids[_merge(index, ids.size, bad, points, present, deficit, ranged)]
+        labels = ids[_merge(index, ids.size, bad, points, present, deficit, ranged,
+                            None if acceptable is None else
+                            (lambda g, c, labels=labels, ids=ids: acceptable(labels, ids[g], ids[c])))]
 
 
 def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | None = None) -> np.ndarray:
@@ -184,7 +188,7 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
     return np.hstack(blocks)
 
 
-def _merge(labels, n_groups, bad, points, present, deficit, ranged=None) -> np.ndarray:
+def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None) -> np.ndarray:
     """Each bad group merged with a near group holding a value it misses (else a near one), the
     one whose merged box overlaps the fewest other groups' (:func:`merge_partner`); one pass,
     merges chained (the smallest index is the merged group's)."""
@@ -198,7 +202,8 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None) -> np.n
         distance[g] = np.inf
         helps = (held & deficit[g]).any(axis=1)
         helps[g] = False
-        sets.union(g, boxes.merge_partner(g, np.where(helps, distance, np.inf) if helps.any() else distance))
+        sets.union(g, boxes.merge_partner(g, np.where(helps, distance, np.inf) if helps.any() else distance,
+                                          None if acceptable is None else (lambda c, g=g: acceptable(g, c))))
     return sets.roots()[labels]
 
 
@@ -229,9 +234,10 @@ class GroupBoxes:
                 member[labels, code.ravel()] = True
                 self.dims.append((member, _words(member)))
 
-    def merge_partner(self, g: int, distance: np.ndarray) -> int:
+    def merge_partner(self, g: int, distance: np.ndarray, acceptable=None) -> int:
         """Among the MERGE_CANDIDATES groups nearest ``g`` (``distance``: inf where not
-        allowed), the one whose box merged with ``g``'s overlaps the fewest other groups."""
+        allowed), the one whose box merged with ``g``'s overlaps the fewest other groups (the
+        first that ``acceptable`` takes, if given and it takes one)."""
         near = np.argsort(distance, kind="stable")[:MERGE_CANDIDATES]
         near = near[np.isfinite(distance[near])]
         if near.size <= 1:
@@ -249,7 +255,12 @@ class GroupBoxes:
                 meet &= ((union[:, None, :] & words[None, :, :]) != 0).any(axis=2)
         meet[:, g] = False
         meet[np.arange(near.size), near] = False
-        return int(near[np.lexsort((distance[near], meet.sum(axis=1)))[0]])
+        ranked = near[np.lexsort((distance[near], meet.sum(axis=1)))]
+        if acceptable is not None:
+            for c in ranked.tolist():
+                if acceptable(c):
+                    return c
+        return int(ranked[0])
 
 
 def _words(member: np.ndarray) -> np.ndarray:

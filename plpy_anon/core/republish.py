@@ -58,10 +58,12 @@ HOLD = CHOICES.index("hold")
 @dataclass
 class Version:
     """One published version: its groups' ids and multisets, ``counts[g, v]`` copies of value
-    code ``v`` (the last code is NULL) in group ``ids[g]``."""
+    code ``v`` (the last code is NULL) in group ``ids[g]``; ``linked``: each group's union of
+    groups whose boxes overlapped in that version (its smallest id; None: no two overlapped)."""
 
     ids: np.ndarray
     counts: np.ndarray
+    linked: np.ndarray | None = None
 
 
 @dataclass
@@ -177,27 +179,82 @@ def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: l
     return np.asarray(out, dtype=np.int64)
 
 
+def union_nodes(ids: np.ndarray, linked: np.ndarray | None, version: Version,
+                roots_of) -> tuple[np.ndarray, np.ndarray]:
+    """The unions an analyst who keeps ``version`` and this one subtracts: (the groups, those
+    with rows now (``ids``, sorted) then those whose rows have all gone, and each one's union, by
+    its smallest position). Classes are linked by overlapping boxes in either version (a person
+    there could be in any: ``linked`` now, ``version.linked`` then) and by people in both,
+    whose group they keep (the earlier groups followed to the groups holding them now)."""
+    root = roots_of(version.ids)
+    gone = np.setdiff1d(np.unique(root), ids)
+    nodes = np.concatenate([ids, gone])
+    order = np.argsort(nodes, kind="stable")
+    sorted_nodes = nodes[order]
+
+    def position(group_ids):
+        return order[np.searchsorted(sorted_nodes, group_ids)]
+
+    a, b = [], []
+    if linked is not None:
+        a.append(np.arange(ids.size))
+        b.append(position(np.asarray(linked, dtype=np.int64)))
+    if version.linked is not None:
+        a.append(position(root))
+        b.append(position(roots_of(np.asarray(version.linked, dtype=np.int64))))
+    labels = np.arange(nodes.size, dtype=np.int64)
+    if a:
+        labels = _smallest_roots(labels, np.concatenate(a), np.concatenate(b))
+    return nodes, labels
+
+
 def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: np.ndarray | None,
                   history: list[Version], roots_of, per_group: bool = False) -> np.ndarray:
-    """(len(history),) the unions of several groups whose boxes overlap (``linked``: each
-    group's union, by its smallest id) whose values added or removed since each earlier version
-    (over the groups merged into them) break the l model; with ``per_group``, (len(ids),)
-    whether the union of each union's first group fails against some version."""
+    """(len(history),) the unions of several groups whose boxes overlap now or overlapped in the
+    earlier version (:func:`union_nodes`; ``linked``: each group's union now, by its smallest
+    id) whose values added or removed since each earlier version (over the groups merged into
+    them) break the l model; with ``per_group``, (len(ids),) whether each group is in a union
+    that fails against some version."""
     out = np.zeros(len(history), dtype=np.int64)
     failing = np.zeros(ids.size, dtype=bool)
-    if linked is None:
-        return failing if per_group else out
-    union = np.searchsorted(ids, linked)
-    several = np.bincount(union, minlength=ids.size) > 1
     for i, version in enumerate(history):
-        now = np.zeros((ids.size, counts.shape[1]), dtype=np.int64)
+        nodes, union = union_nodes(ids, linked, version, roots_of)
+        several = np.bincount(union, minlength=nodes.size) > 1
+        if not several.any():
+            continue
+        now = np.zeros((nodes.size, counts.shape[1]), dtype=np.int64)
         before = np.zeros_like(now)
-        np.add.at(now, union, counts)
-        np.add.at(before, union, ancestors_sum(version, roots_of, ids))
+        np.add.at(now, union[:ids.size], counts)
+        order = np.argsort(nodes, kind="stable")
+        np.add.at(before, union[order], ancestors_sum(version, roots_of, nodes[order]))
         unsafe = several & ~difference_safe(models, now, before)
         out[i] = int(unsafe.sum())
-        failing |= unsafe
+        failing |= unsafe[union[:ids.size]]
     return failing if per_group else out
+
+
+def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Version],
+                roots_of) -> np.ndarray | None:
+    """Each group's union over every earlier version's overlaps and this one's (the index of its
+    smallest group), or None when no two groups are linked so."""
+    labels = np.arange(ids.size, dtype=np.int64)
+    found = False
+    for version in history:
+        _, union = union_nodes(ids, linked, version, roots_of)
+        union = union[:ids.size]
+        # groups now that share a union (gone groups link them too)
+        first = np.full(union.max() + 1 if union.size else 1, -1, dtype=np.int64)
+        np.maximum.at(first, union, np.arange(ids.size))
+        mate = first[union]
+        if (mate != np.arange(ids.size)).any():
+            found = True
+            labels = _smallest_roots(labels, np.arange(ids.size), mate)
+    if linked is not None:
+        at = np.searchsorted(ids, np.asarray(linked, dtype=np.int64))
+        if (at != np.arange(ids.size)).any():
+            found = True
+            labels = _smallest_roots(labels, np.arange(ids.size), at)
+    return labels if found else None
 
 
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
@@ -238,58 +295,48 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         def roots_of(version_ids, lookup=lookup):
             return np.array([lookup.get(h, h) for h in version_ids.tolist()], dtype=np.int64)
 
-        members = np.bincount(index, minlength=ids.size)
-        real_hold = np.bincount(index[published_before], minlength=ids.size)
-        current = _counts(index, codes, ids.size, n_values)
-        joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
-        last = ancestors_sum(history[-1], roots_of, ids)
-        # the stayers' values the last version published (counterfeits are the rest of it)
-        stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
-        kept = np.minimum(last, stayers)
-        # a joiner whose value a counterfeit row shows takes that row: the multiset stays, the
-        # leaver's row is retired
-        taken = np.minimum(last - kept, joiners)
-        new = joiners.sum(axis=1)
-        options = [current, kept + joiners, last + joiners, kept, last]
-        # retiring keeps every distinct value of the current rows (so every candidate that
-        # stable_partition kept): the values dropped are counterfeits or held updates only
-        retires = kept.sum(axis=1) < last.sum(axis=1)
-        valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
-                 (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
-                 real_hold + taken.sum(axis=1) >= k]
-        stacked = np.stack(options, axis=1)
-        possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
-        for version in history:
-            possible &= safe_against(models, stacked, version, roots_of, ids)
+        current, taken, stacked, possible = _options(
+            index, ids, codes, published_before, history, roots_of, k, models)
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
             overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
-            if overlap is not None:
-                choice = _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids)
+            linked = None if overlap is None else ids[overlap]
+            ever = linked_ever(ids, linked, history, roots_of)
+            if ever is not None:
+                choice = _unions_held(models, ever, linked, choice, possible, stacked, history,
+                                      roots_of, ids)
                 counts = stacked[np.arange(ids.size), choice]
-                failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of,
+                failing = unsafe_unions(models, ids, counts, linked, history, roots_of,
                                         per_group=True)
                 if failing.any():
+                    if ids.size == 1:
+                        raise CannotKeepCandidates(
+                            "no multiset of one class of every row keeps the unions of classes "
+                            "that overlapped from pinning someone by difference")
                     # the release's check refuses a version with an unsafe union: its groups
-                    # that cannot hold merge with a near group (then the union may hold), or,
-                    # when all could, the union becomes one group, which safe_against checks
-                    # against its ancestors like any other
-                    cannot = np.flatnonzero(failing[overlap] & ~possible[:, HOLD])
+                    # that cannot hold (or are its only group now) merge with a near group
+                    # (then the union may hold), or, when all could, the union's failing groups
+                    # become one group, which safe_against checks against its ancestors
+                    shared = np.bincount(ever[failing], minlength=ids.size)[ever]
+                    cannot = np.flatnonzero(failing & (~possible[:, HOLD] | (shared == 1)))
                     if cannot.size:
                         # within the union: their boxes already overlap, so the union's box
                         # grows least
-                        merged = _merge_nearest(index, ids.size, cannot, points, ranged,
-                                                within=overlap)
+                        merged = _merge_nearest(
+                            index, ids.size, cannot, points, ranged, within=ever,
+                            acceptable=_merge_with_an_option(index, ids, codes, published_before,
+                                                             history, roots_of, k, models))
                     else:
-                        merged = np.where(failing[overlap], overlap, np.arange(ids.size))
+                        first = np.full(ids.size, ids.size, dtype=np.int64)
+                        np.minimum.at(first, ever[failing], np.flatnonzero(failing))
+                        merged = np.where(failing, first[ever], np.arange(ids.size))
                     labels = _rename(ids, merged, index, step)
                     continue
             counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
             published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
-            return Published(labels, ids, counts, choice, published, lineage, now,
-                             None if overlap is None else ids[overlap])
+            return Published(labels, ids, counts, choice, published, lineage, now, linked)
         if ids.size == 1:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
@@ -302,23 +349,111 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             shown |= ancestors_sum(version, roots_of, ids) > 0
         missing = shown & (stacked.max(axis=1) == 0)
         missing[:, -1] = False
+        acceptable = _merge_with_an_option(index, ids, codes, published_before, history, roots_of,
+                                           k, models)
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged, missing,
-                                             current > 0), index, step)
+                                             current > 0, acceptable=acceptable), index, step)
 
 
-def _unions_held(models, overlap, choice, possible, stacked, history, roots_of, ids) -> np.ndarray:
-    """Classes whose boxes overlap are one union to an analyst (a person there could be in
-    any): each union (``overlap``: each group's union) whose change against an earlier version
-    pins someone holds all its groups (their last multisets) when each can. A union that cannot
-    is left as it is (merging it grows its box into more groups, and the merges cascade); the
-    release's check counts it."""
+def _options(index, ids, codes, published_before, history, roots_of, k, models):
+    """Each group's five multisets (the module docstring) and which it may publish: (current
+    multisets, counterfeit rows joiners take, (G, O, V) options, (G, O) possible)."""
+    n_values = history[-1].counts.shape[1]
+    members = np.bincount(index, minlength=ids.size)
+    real_hold = np.bincount(index[published_before], minlength=ids.size)
+    current = _counts(index, codes, ids.size, n_values)
+    joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
+    last = ancestors_sum(history[-1], roots_of, ids)
+    # the stayers' values the last version published (counterfeits are the rest of it)
+    stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
+    kept = np.minimum(last, stayers)
+    # a joiner whose value a counterfeit row shows takes that row: the multiset stays, the
+    # leaver's row is retired
+    taken = np.minimum(last - kept, joiners)
+    new = joiners.sum(axis=1)
+    options = [current, kept + joiners, last + joiners, kept, last]
+    # retiring keeps every distinct value of the current rows (so every candidate that
+    # stable_partition kept): the values dropped are counterfeits or held updates only
+    retires = kept.sum(axis=1) < last.sum(axis=1)
+    valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
+             (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
+             real_hold + taken.sum(axis=1) >= k]
+    stacked = np.stack(options, axis=1)
+    possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
+    for version in history:
+        possible &= safe_against(models, stacked, version, roots_of, ids)
+    return current, taken, stacked, possible
+
+
+def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):
+    """For core.republication.stable_partition: ``acceptable(labels, g, c)``, whether groups
+    ``g`` and ``c`` (ids in ``labels``, each row's group) merged have a multiset they may
+    publish (:func:`publish`'s options), so that a merge is not one that at once needs another
+    (each brings more ancestors, whose sums must all be safe)."""
+    previous = np.asarray(previous, dtype=np.int64)
+    codes = np.asarray(codes, dtype=np.int64)
+    published_before = previous >= 0
+    root_of = dict(zip(np.asarray(lineage).tolist(), np.asarray(roots).tolist()))
+
+    state: dict = {}
+
+    def acceptable(labels, g: int, c: int) -> bool:
+        if state.get("labels") is not labels:
+            # each version's groups -> the groups now (the merges so far), once per labelling
+            step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+            state.clear()
+            state["labels"] = labels
+            for version in history:
+                state[id(version.ids)] = np.array(
+                    [step.get(r, r) for r in (root_of.get(h, h) for h in version.ids.tolist())],
+                    dtype=np.int64)
+        rows = (labels == g) | (labels == c)
+        low = min(g, c)
+
+        def roots_of(version_ids):
+            now = state[id(version_ids)]
+            return np.where((now == g) | (now == c), low, now)
+
+        *_, possible = _options(np.zeros(int(rows.sum()), dtype=np.int64), np.array([low]),
+                                codes[rows], published_before[rows], history, roots_of, k, models)
+        return bool(possible.any())
+    return acceptable
+
+
+def _merge_with_an_option(index, ids, codes, published_before, history, roots_of, k, models):
+    """``acceptable(g, c)`` for merge_partner: groups ``g`` and ``c`` (indexes) merged have a
+    multiset they may publish (so a merge that would need another at once is passed over)."""
+    mapped: dict = {}
+
+    def acceptable(g: int, c: int) -> bool:
+        rows = (index == g) | (index == c)
+        low, high = sorted((int(ids[g]), int(ids[c])))
+
+        def merged_roots(version_ids):
+            if id(version_ids) not in mapped:
+                mapped[id(version_ids)] = roots_of(version_ids)
+            out = mapped[id(version_ids)]
+            return np.where(out == high, low, out)
+
+        *_, possible = _options(np.zeros(int(rows.sum()), dtype=np.int64), np.array([low]),
+                                codes[rows], published_before[rows], history, merged_roots, k,
+                                models)
+        return bool(possible.any())
+    return acceptable
+
+
+def _unions_held(models, ever, linked, choice, possible, stacked, history, roots_of,
+                 ids) -> np.ndarray:
+    """Classes whose boxes overlap, now or in an earlier version, are one union to an analyst
+    who keeps both versions (a person there could be in any): the groups of each union whose
+    change against an earlier version pins someone hold (their last multisets) when every group
+    linked to them (``ever``: each group's union over all versions) can."""
     choice = choice.copy()
     counts = stacked[np.arange(ids.size), choice]
-    failing = unsafe_unions(models, ids, counts, ids[overlap], history, roots_of, per_group=True)
-    # a union holds only if every one of its groups can
+    failing = unsafe_unions(models, ids, counts, linked, history, roots_of, per_group=True)
     can_hold = np.ones(ids.size, dtype=bool)
-    np.logical_and.at(can_hold, overlap, possible[:, HOLD])
-    choice[failing[overlap] & can_hold[overlap]] = HOLD
+    np.logical_and.at(can_hold, ever, possible[:, HOLD])
+    choice[failing & can_hold[ever]] = HOLD
     return choice
 
 
@@ -541,7 +676,7 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
 
 
 def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
-                   held=None, within=None) -> np.ndarray:
+                   held=None, within=None, acceptable=None) -> np.ndarray:
     """Each bad group merged with a near group (of its own union, ``within``: each group's, if
     given), among those holding a value it misses (``missing``, ``held``: (G, V) bool) if any
     does, the one whose merged box overlaps the fewest
@@ -559,5 +694,6 @@ def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
             helps[g] = False
             if helps.any():
                 distance = np.where(helps, distance, np.inf)
-        sets.union(g, boxes.merge_partner(g, distance))
+        sets.union(g, boxes.merge_partner(
+            g, distance, None if acceptable is None else (lambda c, g=g: acceptable(g, c))))
     return sets.roots()

@@ -130,6 +130,10 @@ class People:
     lineage: np.ndarray | None = None     # every group id used so far
     roots: np.ndarray | None = None       # the group holding each now
     values: list = field(default_factory=list)
+    # each row's group in the last version, published or held back (-1: first seen now): a
+    # person in the table links the classes that held them, so a joiner keeps their group
+    joined: np.ndarray | None = None
+    waiting: dict = field(default_factory=dict)   # the last version's held back: hash -> group
 
     def codes(self, sensitive: np.ndarray) -> np.ndarray:
         """The run's sensitive codes over ``values`` (NULL: the last code)."""
@@ -279,11 +283,15 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
                     qi_texts=qi_texts)
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]))
+    people.joined = groups.copy()
+    if people.waiting:
+        waiting = np.fromiter((people.waiting.get(h, -1) for h in hashes), dtype=np.int64, count=n)
+        people.joined[~known] = waiting[~known]
     return people
 
 
-VERSIONS = ("SELECT version, group_ids, roots, sizes, vals FROM anon.release_versions "
-            "WHERE release_id = $1 ORDER BY version")
+VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, waiting, waiting_groups "
+            "FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
 
 
 def load_versions(plpy, release_id: int, people: People, dictionary: list) -> None:
@@ -308,11 +316,18 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list) -> No
         codes[present] = index.get_indexer(vals[present])
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
         counts = np.bincount(owner * width + codes, minlength=ids.size * width).reshape(ids.size, width)
-        people.versions.append(Version(ids, counts))
+        people.versions.append(Version(ids, counts, _linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
+    if rows and rows[-1]["waiting"]:
+        people.waiting = dict(zip((bytes(h) for h in rows[-1]["waiting"]), rows[-1]["waiting_groups"]))
     people.lineage = np.array(list(lineage), dtype=np.int64)
     people.roots = np.array(list(lineage.values()), dtype=np.int64)
     people.values = values
+
+
+def _linked(row) -> np.ndarray | None:
+    """A stored version's unions of overlapping groups (None: none overlapped)."""
+    return None if row["linked"] is None else np.asarray(row["linked"], dtype=np.int64)
 
 
 def qi_boxes(encoded) -> tuple[np.ndarray, np.ndarray]:
@@ -357,8 +372,11 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
         ids, counts, linked = published.ids, published.counts, published.linked
         held_back, counterfeit = published.held_back, published.counterfeit
         choices = {name: int((published.choice == c).sum()) for c, name in enumerate(republish.CHOICES)}
+    waiting = np.flatnonzero(~shown).tolist()
     out["version"] = {"group_ids": ids.tolist(), "counts": counts, "values": people.values,
                       "linked": None if linked is None else linked.tolist(),
+                      "waiting": [people.hashes[i] for i in waiting],
+                      "waiting_groups": groups[waiting].tolist(),
                       "held_back": held_back, "counterfeit": counterfeit, "groups_by_choice": choices}
     return out
 
@@ -717,7 +735,7 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
         counts = np.zeros((ids.size, len(position)), dtype=np.int64)
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
         np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
-        history.append(Version(ids, counts))
+        history.append(Version(ids, counts, _linked(row)))
     ids = np.asarray(version["group_ids"], dtype=np.int64)
     counts = np.zeros((ids.size, len(position)), dtype=np.int64)
     for j, v in enumerate(values):
@@ -751,12 +769,17 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
         if roots != list(row["roots"]):
             run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
                 ["int4", "int4", "int4[]"], [release_id, row["version"], roots])
+    # only the newest version keeps who it held back
+    run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
+              "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
     run(plpy, """
-        INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back, counterfeit)
+        INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back,
+                                           counterfeit, linked, waiting, waiting_groups)
         SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
-               $2, $2, $3, $4, $5, $6""",
-        ["int4", "int4[]", "int4[]", "text[]", "int4", "int4"],
-        [release_id, [int(g) for g in ids], sizes, vals, version["held_back"], version["counterfeit"]])
+               $2, $2, $3, $4, $5, $6, $7, $8, $9""",
+        ["int4", "int4[]", "int4[]", "text[]", "int4", "int4", "int4[]", "bytea[]", "int4[]"],
+        [release_id, [int(g) for g in ids], sizes, vals, version["held_back"], version["counterfeit"],
+         linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None])
     return figures
 
 

@@ -67,3 +67,56 @@ def run_versions(db, release: str, rng, churn: int, refreshes: int) -> list[dict
             assert "Report this" not in (refused.diag.message_hint or ""), refused.diag.message_primary
         versions.append(keep_released_version(db, release, "pt", "id", QIS, "dx"))
     return versions
+
+
+def test_people_held_back_keep_the_group_whose_class_held_them(db, schema):
+    """A person in the table links the classes that held them in each version, published or
+    not: the newest version remembers whom it held back and in which group (their salted
+    hashes, nobody else's, no earlier version's), and the next refresh publishes or holds them
+    in the group holding that one now."""
+    rng = np.random.default_rng(7)
+    db.execute("CREATE TABLE pt (id int PRIMARY KEY, age int, zip int, dx text)")
+    with db.cursor() as cur:
+        cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)", [person(rng, i) for i in range(60)])
+    release = create_release(db, "mondrian_view", schema, "pt", k=3, l=2, quasi_identifiers=list(QIS),
+                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    release_id = db.execute("SELECT release_id FROM anon.releases WHERE release_schema || '.' || "
+                            "release_name = %s", (release,)).fetchone()[0]
+    newest = """SELECT version, held_back, waiting, waiting_groups FROM anon.release_versions
+                WHERE release_id = %s ORDER BY version DESC LIMIT 1"""
+    try:
+        next_id, held, moved = 60, 0, {}
+        waiting = groups = held_in = None
+        for _ in range(REFRESHES_HELD):
+            # leavers among the older half: the newer, held back more often, stay to be followed
+            ids = [r[0] for r in db.execute("SELECT id FROM pt ORDER BY id").fetchall()]
+            db.execute("DELETE FROM pt WHERE id = ANY(%s)",
+                       (rng.choice(ids[:len(ids) // 2], size=8, replace=False).tolist(),))
+            with db.cursor() as cur:
+                cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)",
+                                [person(rng, next_id + j) for j in range(8)])
+            next_id += 8
+            db.execute("SELECT anon.refresh(%s)", (release,))
+            if waiting:
+                roots = dict(zip(*db.execute("SELECT group_ids, roots FROM anon.release_versions "
+                                             "WHERE release_id = %s AND version = %s",
+                                             (release_id, held_in)).fetchone()))
+                now = dict(db.execute("SELECT person, member_group FROM anon.release_people "
+                                      "WHERE release_id = %s", (release_id,)).fetchall())
+            held_in, held_back, new_waiting, new_groups = db.execute(newest, (release_id,)).fetchone()
+            if waiting:
+                now.update(zip(new_waiting or [], new_groups or []))
+                moved.update({bytes(h): (roots[g], now[h]) for h, g in zip(waiting, groups)
+                              if h in now and now[h] != roots[g]})
+            waiting, groups = new_waiting, new_groups
+            assert len(waiting or []) == len(groups or []) == held_back
+            held += held_back
+            assert db.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = %s "
+                              "AND waiting IS NOT NULL", (release_id,)).fetchone()[0] == (held_back > 0)
+        assert held and moved == {}
+    finally:
+        db.execute("SELECT anon.drop_release(%s)", (release,))
+        db.execute("DROP TABLE pt")
+
+
+REFRESHES_HELD = 8

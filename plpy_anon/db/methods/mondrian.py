@@ -102,8 +102,14 @@ class StableGroups:
         models = Models(l=rows.l, l_diversity=spec.promise.l_diversity, c=spec.promise.c)
         qi_codes, ranged = republication.qi_boxes(rows.encoded)
         with timing.phase("stable_groups"):
-            self.groups_ = stable_partition(people.groups, points, rows.sensitive, people.cohorts,
-                                            people.cohort_values, rows.k, rows.l, models, ranged)
+            acceptable = None
+            if rows.sensitive is not None and people.versions:
+                acceptable = republish.merge_keeps_an_option(
+                    people.groups, people.codes(rows.sensitive[:, 0]), people.versions,
+                    people.lineage, people.roots, rows.k, models)
+            self.groups_ = stable_partition(people.joined, points, rows.sensitive, people.cohorts,
+                                            people.cohort_values, rows.k, rows.l, models, ranged,
+                                            acceptable)
         self.published_ = None
         if rows.sensitive is not None and people.versions:
             if rows.read is None:
