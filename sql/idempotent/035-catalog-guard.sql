@@ -114,46 +114,35 @@ BEGIN
             AND pg_catalog.has_table_privilege('anon.hierarchies', 'DELETE')) THEN
         RETURN;
     END IF;
-    -- a dropped column is named by the last of its address_names (its attname is already gone)
-    DELETE FROM anon.hierarchies h
-    USING pg_catalog.pg_event_trigger_dropped_objects() d
-    WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND h.source::oid = d.objid
-      AND (d.objsubid = 0 OR h.column_name = d.address_names[pg_catalog.cardinality(d.address_names)]);
+    IF TG_EVENT = 'sql_drop' THEN
+        -- a dropped column is named by the last of its address_names (its attname is already gone)
+        DELETE FROM anon.hierarchies h
+        USING pg_catalog.pg_event_trigger_dropped_objects() d
+        WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND h.source::oid = d.objid
+          AND (d.objsubid = 0 OR h.column_name = d.address_names[pg_catalog.cardinality(d.address_names)]);
+    ELSE
+        -- a renamed column's hierarchy holds the values of the column it was: it is neither
+        -- carried to the new name (registered by its owner again) nor left for a later column
+        -- of the old name
+        DELETE FROM anon.hierarchies h
+        USING pg_catalog.pg_event_trigger_ddl_commands() c
+        WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND h.source::oid = c.objid
+          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
+                          WHERE a.attrelid = c.objid AND a.attname = h.column_name
+                            AND a.attnum > 0 AND NOT a.attisdropped);
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION anon._forget_dropped_hierarchies() IS
-    'Internal: deletes the hierarchies of dropped tables and columns (sql_drop event trigger).';
+    'Internal: deletes the hierarchies of dropped tables and columns and of renamed columns '
+    '(sql_drop and ALTER TABLE event triggers).';
 
 DROP EVENT TRIGGER IF EXISTS plpy_anon_forget_dropped_hierarchies;
 CREATE EVENT TRIGGER plpy_anon_forget_dropped_hierarchies ON sql_drop
     EXECUTE FUNCTION anon._forget_dropped_hierarchies();
-
-CREATE OR REPLACE FUNCTION anon._forget_renamed_hierarchies()
-RETURNS event_trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF NOT (pg_catalog.has_schema_privilege('anon', 'USAGE')
-            AND pg_catalog.has_table_privilege('anon.hierarchies', 'DELETE')) THEN
-        RETURN;
-    END IF;
-    -- a renamed column's hierarchy holds the values of the column it was: it is neither carried to
-    -- the new name (registered by its owner again) nor left for a later column of the old name
-    DELETE FROM anon.hierarchies h
-    USING pg_catalog.pg_event_trigger_ddl_commands() c
-    WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND h.source::oid = c.objid
-      AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                      WHERE a.attrelid = c.objid AND a.attname = h.column_name
-                        AND a.attnum > 0 AND NOT a.attisdropped);
-END
-$$;
-COMMENT ON FUNCTION anon._forget_renamed_hierarchies() IS
-    'Internal: deletes the hierarchies of renamed columns (ddl_command_end event trigger).';
-
 DROP EVENT TRIGGER IF EXISTS plpy_anon_forget_renamed_hierarchies;
 CREATE EVENT TRIGGER plpy_anon_forget_renamed_hierarchies ON ddl_command_end
-    WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION anon._forget_renamed_hierarchies();
+    WHEN TAG IN ('ALTER TABLE') EXECUTE FUNCTION anon._forget_dropped_hierarchies();
 
 CREATE OR REPLACE FUNCTION anon._catalog_guard()
 RETURNS trigger

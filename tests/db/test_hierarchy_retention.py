@@ -87,7 +87,8 @@ def test_the_event_trigger_is_the_extensions_and_goes_with_it(connect):
                 JOIN pg_depend d ON d.classid = 'pg_event_trigger'::regclass AND d.objid = t.oid
                      AND d.deptype = 'e'
                 JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
-                WHERE t.evtfoid = 'anon._forget_dropped_hierarchies'::regproc""").fetchall() == [("sql_drop",)]
+                WHERE t.evtfoid = 'anon._forget_dropped_hierarchies'::regproc
+                ORDER BY 1""").fetchall() == [("ddl_command_end",), ("sql_drop",)]
             conn.execute("CREATE TABLE t (id int, age int)")
             conn.execute("INSERT INTO t SELECT g, g % 60 FROM generate_series(1, 50) g")
             conn.execute("SELECT anon.set_hierarchy_intervals('t', 'age', ARRAY[10, 20])")
