@@ -21,13 +21,13 @@ SALARIES = {str(30000 + i * 37) for i in range(1, 31)}
 
 CASES = {
     "inheritance child": (
-        "CREATE TABLE base (id int, salary int); CREATE TABLE pay () INHERITS (base); "
-        "INSERT INTO pay SELECT i, 30000 + i * 37 FROM generate_series(1, 30) i",
+        ("CREATE TABLE base (id int, salary int); CREATE TABLE pay () INHERITS (base); "
+        "INSERT INTO pay SELECT i, 30000 + i * 37 FROM generate_series(1, 30) i"),
         "pay", "ALTER TABLE base RENAME COLUMN salary TO withdrawn"),
     "partition": (
-        "CREATE TABLE base (id int, salary int) PARTITION BY RANGE (id); "
+        ("CREATE TABLE base (id int, salary int) PARTITION BY RANGE (id); "
         "CREATE TABLE pay PARTITION OF base FOR VALUES FROM (0) TO (100); "
-        "INSERT INTO base SELECT i, 30000 + i * 37 FROM generate_series(1, 30) i",
+        "INSERT INTO base SELECT i, 30000 + i * 37 FROM generate_series(1, 30) i"),
         "pay", "ALTER TABLE base RENAME COLUMN salary TO withdrawn"),
 }
 
