@@ -16,7 +16,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.adversarial.test_release_state_and_history import stable_release
 from tests.adversarial.test_stable_refresh_attacks import Analyst, forty, refresh
+from tests.db.test_custodian import custodian_role
 from tests.helpers import create_release
 
 TAMPER = {
@@ -134,3 +136,40 @@ def test_another_custodian_neither_reads_nor_moves_nor_forges_a_releases_state(
                       "WHERE release_id = %s", (victim,)).fetchone() == before
     assert db.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = %s",
                       (victim,)).fetchone() == versions
+
+
+@pytest.fixture
+def victim_owner(db, connect):
+    yield from custodian_role(db, connect)
+
+
+@pytest.fixture
+def intruder_owner(db, connect):
+    yield from custodian_role(db, connect)
+
+
+def test_a_custodian_cannot_move_its_own_state_onto_another_custodians_release(
+        db, connect, victim_owner, intruder_owner):
+    """Both custodians own a stable release: the intruder's UPDATEs that would carry its row (or
+    its versions) to the victim's release id, or swap the two, are refused and change nothing."""
+    _, victim = stable_release(connect, *victim_owner)
+    _, own = stable_release(connect, *intruder_owner)
+    state = "SELECT release_id, persons, member_groups, candidate_sets FROM anon.release_state ORDER BY 1"
+    versions = "SELECT release_id, version, group_ids, vals, waiting FROM anon.release_versions ORDER BY 1, 2"
+    before = db.execute(state).fetchall(), db.execute(versions).fetchall()
+    assert {victim, own} <= {r[0] for r in before[0]} and {victim, own} <= {r[0] for r in before[1]}
+    moves = [
+        "UPDATE anon.release_state SET release_id = %(victim)s WHERE release_id = %(own)s",
+        ("UPDATE anon.release_state SET release_id = CASE release_id WHEN %(own)s THEN %(victim)s "
+         "ELSE %(own)s END WHERE release_id IN (%(own)s, %(victim)s)"),
+        "UPDATE anon.release_versions SET release_id = %(victim)s WHERE release_id = %(own)s",
+        ("INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, "
+         "held_back, counterfeit, linked, waiting, waiting_groups) SELECT %(victim)s, version + 100, "
+         "group_ids, roots, sizes, vals, held_back, counterfeit, linked, waiting, waiting_groups "
+         "FROM anon.release_versions WHERE release_id = %(own)s"),
+    ]
+    with connect(user=intruder_owner[0]) as c:
+        for move in moves:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute(move, {"victim": victim, "own": own})
+    assert (db.execute(state).fetchall(), db.execute(versions).fetchall()) == before
