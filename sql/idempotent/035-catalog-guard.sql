@@ -87,33 +87,40 @@ COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
 -- the role running the query may SELECT: functions in a view's quals run as current_user, so
 -- inside a SECURITY DEFINER function it is the function's owner that is checked. The join on
 -- pg_attribute keeps out rows of a dropped column or table (has_column_privilege raises on a
--- column name that does not exist); security_barrier evaluates these quals before any of the
--- querying role's own (a leaky function could otherwise see the filtered rows).
+-- column name that does not exist). A table under row security shows its hierarchies only to a
+-- role its policies do not apply to (they hide rows, and a hierarchy holds every row's value).
+-- OFFSET 0 is a fence: the querying role's conditions, even leakproof ones (text comparisons on
+-- leaf, which the planner would push into the index scan below security_barrier's quals, where
+-- EXPLAIN ANALYZE counts the rows they match), are evaluated only on the rows shown.
 CREATE OR REPLACE VIEW anon.readable_hierarchies WITH (security_barrier) AS
-    SELECT h.source, h.column_name, h.leaf, h.path
-    FROM anon.hierarchies h
-    JOIN pg_catalog.pg_attribute a ON a.attrelid = h.source AND a.attname = h.column_name
-                                  AND a.attnum > 0 AND NOT a.attisdropped
-    WHERE pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'SELECT');
+    SELECT shown.source, shown.column_name, shown.leaf, shown.path
+    FROM (SELECT h.source, h.column_name, h.leaf, h.path
+          FROM anon.hierarchies h
+          JOIN pg_catalog.pg_attribute a ON a.attrelid = h.source AND a.attname = h.column_name
+                                        AND a.attnum > 0 AND NOT a.attisdropped
+          JOIN pg_catalog.pg_class c ON c.oid = a.attrelid
+          WHERE pg_catalog.has_column_privilege(a.attrelid, a.attnum, 'SELECT')
+            AND (NOT c.relrowsecurity
+                 OR (NOT c.relforcerowsecurity AND pg_catalog.pg_has_role(c.relowner, 'USAGE'))
+                 OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = current_user
+                            AND (r.rolsuper OR r.rolbypassrls)))
+          OFFSET 0) shown;
 COMMENT ON VIEW anon.readable_hierarchies IS
     'Internal: the rows of anon.hierarchies whose column exists and may be read by the querying role.';
 
--- A hierarchy's leaves must not outlive its column: a table owner dropping a column (or the table)
--- to erase its values would otherwise keep them in the catalog, in every dump, and readable
--- through a new column of the same name. Run by the role dropping (event trigger functions run as
--- the role whose command fired them); a role with no right on the catalog (it declared no
--- hierarchy: the catalog guard lets only the table owner's members or a superuser write them)
--- drops its tables unhindered.
+-- A hierarchy's leaves must not outlive its column: a table owner dropping or renaming a column
+-- (or dropping the table) to erase its values would otherwise keep them in the catalog, in every
+-- dump, and readable through a new column of the same name. SECURITY DEFINER, because the owner
+-- of a table the DBA declared a hierarchy on may have no right on the catalog; it deletes only
+-- the rows of what the firing command dropped or altered, and a function returning
+-- event_trigger can be run by no one but the event trigger system.
 CREATE OR REPLACE FUNCTION anon._forget_dropped_hierarchies()
 RETURNS event_trigger
 LANGUAGE plpgsql
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NOT (pg_catalog.has_schema_privilege('anon', 'USAGE')
-            AND pg_catalog.has_table_privilege('anon.hierarchies', 'DELETE')) THEN
-        RETURN;
-    END IF;
     IF TG_EVENT = 'sql_drop' THEN
         -- a dropped column is named by the last of its address_names (its attname is already gone)
         DELETE FROM anon.hierarchies h
@@ -123,12 +130,17 @@ BEGIN
     ELSE
         -- a renamed column's hierarchy holds the values of the column it was: it is neither
         -- carried to the new name (registered by its owner again) nor left for a later column
-        -- of the old name
+        -- of the old name; a rename reaches the altered table's children and partitions too
+        WITH RECURSIVE altered(oid) AS (
+            SELECT c.objid FROM pg_catalog.pg_event_trigger_ddl_commands() c
+            WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+            UNION
+            SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN altered p ON i.inhparent = p.oid)
         DELETE FROM anon.hierarchies h
-        USING pg_catalog.pg_event_trigger_ddl_commands() c
-        WHERE c.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND h.source::oid = c.objid
+        USING altered
+        WHERE h.source::oid = altered.oid
           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a
-                          WHERE a.attrelid = c.objid AND a.attname = h.column_name
+                          WHERE a.attrelid = altered.oid AND a.attname = h.column_name
                             AND a.attnum > 0 AND NOT a.attisdropped);
     END IF;
 END
@@ -136,6 +148,7 @@ $$;
 COMMENT ON FUNCTION anon._forget_dropped_hierarchies() IS
     'Internal: deletes the hierarchies of dropped tables and columns and of renamed columns '
     '(sql_drop and ALTER TABLE event triggers).';
+REVOKE ALL ON FUNCTION anon._forget_dropped_hierarchies() FROM PUBLIC;
 
 DROP EVENT TRIGGER IF EXISTS plpy_anon_forget_dropped_hierarchies;
 CREATE EVENT TRIGGER plpy_anon_forget_dropped_hierarchies ON sql_drop

@@ -53,7 +53,16 @@ def below_k_or_l(db, release: str, k: int, l: int) -> list:
                       .format(sql.SQL(release)), (k, l)).fetchall()
 
 
-@pytest.mark.parametrize("tamper", list(TAMPER))
+# The release's owner may write its state (a refresh runs with its caller's rights) and may read
+# its source: merging every person into one group makes the next refresh's difference pin one,
+# which an owner could do more simply by granting the source (docs/security.md, the threat model)
+OWNER_TRUSTED = {"groups merged"}
+
+
+@pytest.mark.parametrize("tamper", [
+    pytest.param(t, marks=pytest.mark.xfail(strict=True, reason="the release's owner is trusted "
+                                            "with its state as with its source")) if t in OWNER_TRUSTED
+    else t for t in TAMPER])
 def test_a_tampered_stable_state_never_publishes_a_class_below_k_or_l_nor_pins_anyone(
         db, schema, connect, custodian, tamper):
     """The release is a custodian's, who writes its state (its own rows: row security and the

@@ -160,13 +160,18 @@ def test_a_custodian_planting_code_in_its_releases_index_does_not_run_it_as_the_
 def test_no_function_of_the_extension_runs_with_its_owners_rights(db):
     """Every function of the extension runs with its caller's rights but the two that give or
     store a stable release's salt to a session of its owner (custodians have no privilege on the
-    salts: sql/idempotent/035-catalog-guard.sql says why)."""
+    salts: sql/idempotent/035-catalog-guard.sql says why) and the event trigger function deleting
+    the hierarchies of dropped and renamed columns (whose owner may have no right on the catalog)."""
     definers = db.execute("""
         SELECT p.oid::regprocedure::text FROM pg_proc p
         JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
         JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
         WHERE p.prosecdef ORDER BY 1""").fetchall()
-    assert definers == [("anon._release_salt(integer)",), ("anon._store_release_salt(integer,text)",)]
+    assert definers == [("anon._forget_dropped_hierarchies()",), ("anon._release_salt(integer)",),
+                        ("anon._store_release_salt(integer,text)",)]
+    # the event trigger function: none can call it (it returns event_trigger)
+    with pytest.raises(psycopg.errors.FeatureNotSupported):
+        db.execute("SELECT anon._forget_dropped_hierarchies()")
     functions = db.execute("""
         SELECT count(*) FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
         WHERE d.classid = 'pg_proc'::regclass AND d.deptype = 'e'""").fetchone()[0]
