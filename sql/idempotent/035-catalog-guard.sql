@@ -25,7 +25,7 @@ COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
 -- privilege on anon.release_secrets: row security would hide the rows but not their values from
 -- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
 -- (whether the policy's subplan ran). The two functions below are the only way to the table
--- (SECURITY DEFINER, and nothing else is: docs/security.md):
+-- (SECURITY DEFINER, as is only the event trigger function below: docs/security.md):
 -- they give or store the salt of a release only for a session whose login role is, or is a
 -- member of, its owner (session_user: inside them current_user is the extension's owner).
 CREATE OR REPLACE FUNCTION anon._require_state_owner(release_id integer, gone_ok boolean, verb text)
