@@ -1,0 +1,82 @@
+"""Compiled (numba) kernels of the stable refresh's grouping; imported only through
+:func:`plpy_anon.core.republication._kernels`, which points numba's cache where the Mondrian
+kernels' is (:mod:`.mondrian_jit`). Each does the numpy version's arithmetic in the same order,
+so its floats, and the choices made from them, are the same (tests/unit/test_republication_kernels.py
+compares them)."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def join_nearest(px, codes, ranged, low, high, held, offsets, centroids, out):
+    """For each row of ``px`` (m, D): the group (of G) minimizing ``outside * 1e6 + distance``,
+    the first on ties (numpy's argmin): ``outside`` sums, per dimension, the squared distance
+    outside the group's range (``low``/``high`` (D, G), ``ranged``) or 1 when the row's value
+    (``codes`` (m, D)) is not in the group's set (``held`` (G, sum V), dimension d's values from
+    ``offsets[d]``); ``distance``, the squared distance to the group's centroid (``centroids``
+    (G, D)). A group is left as soon as its outside alone reaches the best key so far (every
+    term is >= 0, so its key cannot be smaller)."""
+    m, n_dims = px.shape
+    n_groups = centroids.shape[0]
+    for i in range(m):
+        best = np.inf
+        arg = 0
+        for h in range(n_groups):
+            outside = 0.0
+            for d in range(n_dims):
+                if ranged[d]:
+                    x = px[i, d]
+                    v = max(max(low[d, h] - x, x - high[d, h]), 0.0)
+                    outside += v * v
+                elif not held[h, offsets[d] + codes[i, d]]:
+                    outside += 1.0
+                if outside * 1e6 >= best:
+                    break
+            if outside * 1e6 >= best:
+                continue
+            distance = 0.0
+            for d in range(n_dims):
+                v = px[i, d] - centroids[h, d]
+                distance += v * v
+            key = outside * 1e6 + distance
+            if key < best:
+                best = key
+                arg = h
+        out[i] = arg
+
+
+@njit(cache=True, nogil=True)
+def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
+    """For each candidate ``near[i]``: how many groups (other than ``g`` and itself) the box of
+    ``g`` merged with it meets: on every ranged dimension its range [``lo[i, r]``,
+    ``hi[i, r]``] meets the group's (``low``/``high`` (R, G)), on every set dimension s its
+    set's bit words (``union[i]``, from ``word_offsets[s]``) share a bit with the group's
+    (``words`` (G, W))."""
+    n_groups = words.shape[0]
+    n_ranged = low.shape[0]
+    n_sets = word_offsets.size - 1
+    for i in range(near.size):
+        count = 0
+        for h in range(n_groups):
+            if h == g or h == near[i]:
+                continue
+            meets = True
+            for r in range(n_ranged):
+                if not (lo[i, r] <= high[r, h] and low[r, h] <= hi[i, r]):
+                    meets = False
+                    break
+            if meets:
+                for s in range(n_sets):
+                    common = False
+                    for w in range(word_offsets[s], word_offsets[s + 1]):
+                        if union[i, w] & words[h, w]:
+                            common = True
+                            break
+                    if not common:
+                        meets = False
+                        break
+            if meets:
+                count += 1
+        out[i] = count
