@@ -10,41 +10,77 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
+def _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h):
+    """Row i's key for group h: ``outside * 1e6 + distance``, summed in the numpy version's
+    order."""
+    outside = 0.0
+    for d in range(px.shape[1]):
+        if ranged[d]:
+            x = px[i, d]
+            v = max(max(low[d, h] - x, x - high[d, h]), 0.0)
+            outside += v * v
+        elif not held[offsets[d] + codes[i, d], h]:
+            outside += 1.0
+    distance = 0.0
+    for d in range(px.shape[1]):
+        v = px[i, d] - centroids[h, d]
+        distance += v * v
+    return outside * 1e6 + distance
+
+
+@njit(cache=True, nogil=True)
 def join_nearest(px, codes, ranged, low, high, held, offsets, centroids, out):
     """For each row of ``px`` (m, D): the group (of G) minimizing ``outside * 1e6 + distance``,
     the first on ties (numpy's argmin): ``outside`` sums, per dimension, the squared distance
     outside the group's range (``low``/``high`` (D, G), ``ranged``) or 1 when the row's value
-    (``codes`` (m, D)) is not in the group's set (``held`` (G, sum V), dimension d's values from
-    ``offsets[d]``); ``distance``, the squared distance to the group's centroid (``centroids``
-    (G, D)). A group is left as soon as its outside alone reaches the best key so far (every
-    term is >= 0, so its key cannot be smaller)."""
-    m, n_dims = px.shape
+    (``codes`` (m, D)) is not in the group's set (``held`` (sum V, G), dimension d's values
+    from ``offsets[d]``); ``distance``, the squared distance to the group's centroid
+    (``centroids`` (G, D)). ``out`` holds on entry the group to try first for row 0; after it,
+    each row's group is tried first for the next (rows come sorted, so it is near).
+
+    A group is left as soon as part of its outside exceeds the best key so far: every term is
+    >= 0, so a sum of a subset of them, in their order, is no larger in floats either, and the
+    key could only be larger. The sets first (a value not in the group's set adds 1, the most
+    a term adds), then the ranges."""
+    m = px.shape[0]
     n_groups = centroids.shape[0]
+    sets = np.flatnonzero(~ranged)
+    ranges = np.flatnonzero(ranged)
+    seed = out[0]
     for i in range(m):
-        best = np.inf
-        arg = 0
+        best = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, seed)
+        arg = seed
         for h in range(n_groups):
-            outside = 0.0
-            for d in range(n_dims):
-                if ranged[d]:
-                    x = px[i, d]
-                    v = max(max(low[d, h] - x, x - high[d, h]), 0.0)
-                    outside += v * v
-                elif not held[h, offsets[d] + codes[i, d]]:
-                    outside += 1.0
-                if outside * 1e6 >= best:
-                    break
-            if outside * 1e6 >= best:
+            if h == seed:
                 continue
-            distance = 0.0
-            for d in range(n_dims):
-                v = px[i, d] - centroids[h, d]
-                distance += v * v
-            key = outside * 1e6 + distance
-            if key < best:
+            missing = 0.0
+            pruned = False
+            for j in range(sets.size):
+                d = sets[j]
+                if not held[offsets[d] + codes[i, d], h]:
+                    missing += 1.0
+                    if missing * 1e6 > best:
+                        pruned = True
+                        break
+            if pruned:
+                continue
+            outside = 0.0
+            for j in range(ranges.size):
+                d = ranges[j]
+                x = px[i, d]
+                v = max(max(low[d, h] - x, x - high[d, h]), 0.0)
+                outside += v * v
+                if outside * 1e6 > best:
+                    pruned = True
+                    break
+            if pruned:
+                continue
+            key = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h)
+            if key < best or (key == best and h < arg):
                 best = key
                 arg = h
         out[i] = arg
+        seed = arg
 
 
 @njit(cache=True, nogil=True)

@@ -152,12 +152,17 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
             codes[:, d] = sets[1]
             offsets[d] = width
             width += sets[0].shape[1]
-    held = np.ascontiguousarray(np.hstack(held))
+    # by value, then group: a row's value is looked up for every group in turn
+    held = np.ascontiguousarray(np.hstack(held).T)
     centroids = np.ascontiguousarray(centroids)
-    out = np.empty(new.size, dtype=np.int64)
+    # in lexicographic order: each row's group is a near first guess for the next one's
+    new = new[np.lexsort(points[new].T[::-1])]
+    out = np.zeros(new.size, dtype=np.int64)
     for start in range(0, new.size, JOIN_CHUNK):
         check_interrupts()
         chunk = new[start:start + JOIN_CHUNK]
+        if start:
+            out[start] = out[start - 1]
         kern.join_nearest(np.ascontiguousarray(points[chunk]), np.ascontiguousarray(codes[chunk]),
                           ranged, low, high, held, offsets, centroids,
                           out[start:start + JOIN_CHUNK])
