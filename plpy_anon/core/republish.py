@@ -289,11 +289,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             if same is not None:
                 labels = _rename(ids, same, index, step)
                 continue
-        now = np.array([step.get(r, r) for r in roots.tolist()], dtype=np.int64)
-        lookup = dict(zip(lineage.tolist(), now.tolist()))
-
-        def roots_of(version_ids, lookup=lookup):
-            return np.array([lookup.get(h, h) for h in version_ids.tolist()], dtype=np.int64)
+        now = _mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
+                       np.fromiter(step.values(), dtype=np.int64, count=len(step)))(roots)
+        roots_of = _mapping(lineage, now)
 
         current, taken, stacked, possible = _options(
             index, ids, codes, published_before, history, roots_of, k, models)
@@ -353,6 +351,22 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
                                            k, models)
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged, missing,
                                              current > 0, acceptable=acceptable), index, step)
+
+
+def _mapping(keys: np.ndarray, values: np.ndarray):
+    """``dict(zip(keys, values)).get(x, x)`` for each ``x`` of an array (a repeated key maps
+    to its last value), by sort and search."""
+    keys = np.asarray(keys, dtype=np.int64)[::-1]
+    known, first = np.unique(keys, return_index=True)
+    mapped = np.asarray(values, dtype=np.int64)[::-1][first]
+
+    def get(x):
+        x = np.asarray(x, dtype=np.int64)
+        if known.size == 0:
+            return x.copy()
+        pos = np.minimum(np.searchsorted(known, x), known.size - 1)
+        return np.where(known[pos] == x, mapped[pos], x)
+    return get
 
 
 def _options(index, ids, codes, published_before, history, roots_of, k, models):
@@ -541,7 +555,12 @@ def _set_ids(index, n_groups, col) -> np.ndarray:
     numbers): each group's sorted codes as a row, padded, numbered by :func:`_row_ids`."""
     low = int(col.min(initial=0))
     width = int(col.max(initial=0)) - low + 1
-    held = np.unique(index * width + (col - low))
+    if n_groups * width <= 1 << 26:
+        member = np.zeros(n_groups * width, dtype=bool)
+        member[index * width + (col - low)] = True
+        held = np.flatnonzero(member)
+    else:
+        held = np.unique(index * width + (col - low))
     group, code = held // width, held % width + low
     sizes = np.bincount(group, minlength=n_groups)
     starts = np.cumsum(sizes) - sizes

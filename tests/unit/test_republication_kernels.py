@@ -125,15 +125,28 @@ def test_compiled_overlap_counts_are_the_numpy_counts(seed, n_groups, d, codes):
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 60), st.integers(1, 4), st.integers(1, 6))
-def test_groups_with_the_same_released_qis_merge_as_the_reference_merges(seed, n_groups, d, values):
+@given(st.integers(0, 2**32 - 1), st.integers(1, 60), st.integers(1, 4), st.integers(1, 6),
+       st.sampled_from([1, 10**12]))
+def test_groups_with_the_same_released_qis_merge_as_the_reference_merges(seed, n_groups, d, values,
+                                                                         spread):
     rng = np.random.default_rng(seed)
     n = n_groups + int(rng.integers(0, 3 * n_groups))
     index = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
     ranged = rng.random(d) < 0.5
-    qi_codes = rng.integers(-1, values, (n, d))      # -1: NULL
+    # -1: NULL; codes spread far apart: too wide a table of groups by codes, sorted instead
+    qi_codes = rng.integers(-1, values, (n, d)) * spread
     got = republish._same_release_keys(index, n_groups, qi_codes, ranged)
     want = reference_same_release_keys(index, n_groups, qi_codes, ranged)
     assert (got is None) == (want is None)
     if want is not None:
         assert np.array_equal(got, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(-3, 8), max_size=12), st.lists(st.integers(-5, 12), max_size=20))
+def test_the_mapping_is_the_dictionary_s(keys, queries):
+    values = [3 * key + i for i, key in enumerate(keys)]      # a repeated key: the last wins
+    want = dict(zip(keys, values))
+    got = republish._mapping(np.array(keys, dtype=np.int64), np.array(values, dtype=np.int64))(
+        np.array(queries, dtype=np.int64))
+    assert got.tolist() == [want.get(q, q) for q in queries]
