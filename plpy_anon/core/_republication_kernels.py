@@ -46,24 +46,21 @@ def join_nearest(px, codes, ranged, low, high, held, offsets, centroids, out):
     n_groups = centroids.shape[0]
     sets = np.flatnonzero(~ranged)
     ranges = np.flatnonzero(ranged)
+    missing = np.empty(n_groups, dtype=np.int64)
     seed = out[0]
     for i in range(m):
         best = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, seed)
         arg = seed
+        # the values each group's sets miss, for all groups at once (one row of held per set)
+        missing[:] = 0
+        for j in range(sets.size):
+            row = held[offsets[sets[j]] + codes[i, sets[j]]]
+            for h in range(n_groups):
+                missing[h] += 1 - row[h]
         for h in range(n_groups):
-            if h == seed:
+            if h == seed or missing[h] * 1e6 > best:
                 continue
-            missing = 0.0
             pruned = False
-            for j in range(sets.size):
-                d = sets[j]
-                if not held[offsets[d] + codes[i, d], h]:
-                    missing += 1.0
-                    if missing * 1e6 > best:
-                        pruned = True
-                        break
-            if pruned:
-                continue
             outside = 0.0
             for j in range(ranges.size):
                 d = ranges[j]
@@ -87,20 +84,22 @@ def join_nearest(px, codes, ranged, low, high, held, offsets, centroids, out):
 def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
     """For each candidate ``near[i]``: how many groups (other than ``g`` and itself) the box of
     ``g`` merged with it meets: on every ranged dimension its range [``lo[i, r]``,
-    ``hi[i, r]``] meets the group's (``low``/``high`` (R, G)), on every set dimension s its
+    ``hi[i, r]``] meets the group's (``low``/``high`` (G, R)), on every set dimension s its
     set's bit words (``union[i]``, from ``word_offsets[s]``) share a bit with the group's
-    (``words`` (G, W))."""
+    (``words`` (G, W)). Group by group, each tested against every candidate."""
     n_groups = words.shape[0]
-    n_ranged = low.shape[0]
+    n_ranged = low.shape[1]
     n_sets = word_offsets.size - 1
-    for i in range(near.size):
-        count = 0
-        for h in range(n_groups):
-            if h == g or h == near[i]:
+    out[:] = 0
+    for h in range(n_groups):
+        if h == g:
+            continue
+        for i in range(near.size):
+            if h == near[i]:
                 continue
             meets = True
             for r in range(n_ranged):
-                if not (lo[i, r] <= high[r, h] and low[r, h] <= hi[i, r]):
+                if not (lo[i, r] <= high[h, r] and low[h, r] <= hi[i, r]):
                     meets = False
                     break
             if meets:
@@ -114,5 +113,4 @@ def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
                         meets = False
                         break
             if meets:
-                count += 1
-        out[i] = count
+                out[i] += 1

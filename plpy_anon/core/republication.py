@@ -153,7 +153,7 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
             offsets[d] = width
             width += sets[0].shape[1]
     # by value, then group: a row's value is looked up for every group in turn
-    held = np.ascontiguousarray(np.hstack(held).T)
+    held = np.ascontiguousarray(np.hstack(held).T).view(np.uint8)
     centroids = np.ascontiguousarray(centroids)
     # in lexicographic order: each row's group is a near first guess for the next one's
     new = new[np.lexsort(points[new].T[::-1])]
@@ -320,15 +320,18 @@ class GroupBoxes:
             ranged = [dim for dim in self.dims if dim[0].dtype != bool]
             words = [dim[1] for dim in self.dims if dim[0].dtype == bool]
             offsets = np.cumsum([0] + [w.shape[1] for w in words]).astype(np.int64)
+            # by group: the kernel reads each group's box once for all candidates
             self._flat = (
-                np.array([d[0] for d in ranged], dtype=np.float64).reshape(len(ranged), self.n_groups),
-                np.array([d[1] for d in ranged], dtype=np.float64).reshape(len(ranged), self.n_groups),
+                np.array([d[0] for d in ranged], dtype=np.float64).reshape(len(ranged), -1).T.copy()
+                if ranged else np.zeros((self.n_groups, 0)),
+                np.array([d[1] for d in ranged], dtype=np.float64).reshape(len(ranged), -1).T.copy()
+                if ranged else np.zeros((self.n_groups, 0)),
                 np.ascontiguousarray(np.hstack([np.zeros((self.n_groups, 0), dtype=np.uint64)]
                                                + words)),
                 offsets)
         low, high, words, offsets = self._flat
-        lo = np.minimum(low[:, g][None, :], low[:, near].T)
-        hi = np.maximum(high[:, g][None, :], high[:, near].T)
+        lo = np.minimum(low[g][None, :], low[near])
+        hi = np.maximum(high[g][None, :], high[near])
         union = [_words(dim[0][g][None, :] | dim[0][near]) for dim in self.dims
                  if dim[0].dtype == bool]
         union = np.ascontiguousarray(np.hstack([np.zeros((near.size, 0), dtype=np.uint64)] + union))
