@@ -110,7 +110,7 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             held[members, code.ravel()[known]] = True
             sides.append((None, None, (held, code.ravel())))
     new = np.flatnonzero(~known)
-    kern = _kernels() if points.shape[1] < 8 and np.isfinite(points).all() else None
+    kern = _kernels(points.shape[0]) if points.shape[1] < 8 and np.isfinite(points).all() else None
     if kern is not None:
         _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged)
         return labels
@@ -172,13 +172,16 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
 _republication_kernels = None
 
 
-def _kernels():
-    """The compiled kernels (core._republication_kernels), or None without numba (the numpy
-    versions then run): loaded once numba is set up as for the Mondrian fit (core.mondrian_jit:
-    its machine-code cache)."""
+def _kernels(n_rows: int | None = None):
+    """The compiled kernels (core._republication_kernels), or None (the numpy versions then
+    run) without numba, or for ``n_rows`` rows too few to be worth loading numba for
+    (core.mondrian_jit.worth_loading): loaded once numba is set up as for the Mondrian fit
+    (core.mondrian_jit: its machine-code cache)."""
     global _republication_kernels
     if _republication_kernels is None:
         from plpy_anon.core import mondrian_jit
+        if n_rows is not None and not mondrian_jit.worth_loading(n_rows):
+            return None
         if mondrian_jit.kernels() is None:
             return None
         from plpy_anon.core import _republication_kernels as kern
@@ -277,6 +280,7 @@ class GroupBoxes:
 
     def __init__(self, labels, n_groups, points, ranged=None):
         self.n_groups = n_groups
+        self.n_rows = len(labels)
         self._flat = None
         ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
         self.dims = []
@@ -302,7 +306,7 @@ class GroupBoxes:
         near = near[np.isfinite(distance[near])]
         if near.size <= 1:
             return int(near[0]) if near.size else int(np.argmin(distance))
-        kern = _kernels()
+        kern = _kernels(self.n_rows)
         if kern is not None:
             overlaps = self._overlaps_compiled(kern, g, near)
         else:
@@ -374,3 +378,17 @@ def _words(member: np.ndarray) -> np.ndarray:
     packed = np.packbits(member, axis=1)
     packed = np.pad(packed, ((0, 0), (0, -packed.shape[1] % 8)))
     return np.ascontiguousarray(packed).view(np.uint64)
+
+
+def warm_kernels():
+    """Compile (or load) the kernels once, on a small table of every argument type they take
+    (core.mondrian_warm, at install), so that no refresh pays for compilation."""
+    kern = _kernels()
+    if kern is None:
+        return
+    rng = np.random.default_rng(0)
+    groups = np.concatenate([np.arange(20), np.full(10, -1), rng.integers(0, 20, 70)])
+    points = rng.integers(0, 5, (100, 2)) / 4
+    _join_nearest(groups, points, np.array([True, False]))
+    boxes = GroupBoxes(np.maximum(groups, 0), 20, points, np.array([True, False]))
+    boxes._overlaps_compiled(kern, 0, np.arange(1, 9))
