@@ -262,7 +262,8 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
         check_interrupts()
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
-        helps = (held & deficit[g]).any(axis=1)
+        # (held & deficit[g]).any(axis=1), over the few values g misses only
+        helps = held[:, np.flatnonzero(deficit[g])].any(axis=1)
         helps[g] = False
         sets.union(g, boxes.merge_partner(g, np.where(helps, distance, np.inf) if helps.any() else distance,
                                           None if acceptable is None else (lambda c, g=g: acceptable(g, c))))
