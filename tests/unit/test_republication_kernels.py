@@ -1,6 +1,7 @@
 """The stable refresh's grouping on compiled kernels and vectorised numpy makes the choices of
 the plain numpy versions kept below as references: the group a new row joins, the merge
-partners' overlap counts and nearest candidates, and the groups released with the same QIs, on
+partners' overlap counts and nearest candidates, the groups released with the same QIs and a whole
+refresh's grouping (the merge as it was, on numpy), on
 random tables with ties (coordinates on coarse grids, repeated distances)."""
 from __future__ import annotations
 
@@ -154,3 +155,52 @@ def test_the_mapping_is_the_dictionary_s(keys, queries):
     got = republish._mapping(np.array(keys, dtype=np.int64), np.array(values, dtype=np.int64))(
         np.array(queries, dtype=np.int64))
     assert got.tolist() == [want.get(q, q) for q in queries]
+
+
+def reference_merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None):
+    centroids = _centroids(labels, n_groups, points)
+    boxes = GroupBoxes(labels, n_groups, points, ranged)
+    held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
+    sets = SmallestRootSets(n_groups)
+    for g in bad.tolist():
+        distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
+        distance[g] = np.inf
+        helps = (held & deficit[g]).any(axis=1)
+        helps[g] = False
+        sets.union(g, boxes.merge_partner(
+            g, np.where(helps, distance, np.inf) if helps.any() else distance,
+            None if acceptable is None else (lambda c, g=g: acceptable(g, c))))
+    return sets.roots()[labels]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 6), st.integers(1, 3), st.integers(2, 8),
+       st.integers(1, 4), st.sampled_from([3, 6, 40]))
+def test_a_refresh_groups_rows_as_the_numpy_grouping_does(seed, k, l, n_values, d, grid):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4 * k, 400))
+    groups = rng.integers(0, max(1, n // (2 * k)), n) * 2
+    groups[rng.random(n) < 0.2] = -1                   # joiners
+    points = grid_points(rng, n, d, None, grid)
+    ranged = rng.random(d) < 0.6
+    sensitive = rng.integers(-1, n_values, (n, 1))     # -1: NULL
+    cohort_values = [rng.random((5, n_values)) < 0.5]
+    cohorts = np.where(groups >= 0, rng.integers(-1, 5, n), -1)
+
+    def grouping():
+        try:
+            return republication.stable_partition(groups, points, sensitive, cohorts,
+                                                  cohort_values, k, l, ranged=ranged)
+        except republication.CannotKeepCandidates:
+            return None
+
+    got = grouping()
+    kernels, merge = republication._kernels, republication._merge
+    republication._kernels, republication._merge = (lambda *a: None), reference_merge
+    try:
+        want = grouping()
+    finally:
+        republication._kernels, republication._merge = kernels, merge
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert np.array_equal(got, want)
