@@ -1,8 +1,8 @@
 """The stable refresh's grouping on compiled kernels and vectorised numpy makes the choices of
 the plain numpy versions kept below as references: the group a new row joins, the merge
-partners' overlap counts and nearest candidates, the groups released with the same QIs and a whole
-refresh's grouping (the merge as it was, on numpy), on
-random tables with ties (coordinates on coarse grids, repeated distances)."""
+partners' overlap counts and nearest candidates, the groups released with the same QIs, and a
+whole refresh's grouping (against the merge as it was, on numpy), on random tables with ties
+(coordinates on coarse grids, repeated distances)."""
 from __future__ import annotations
 
 import numpy as np
