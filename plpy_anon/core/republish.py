@@ -407,20 +407,18 @@ def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):
     previous = np.asarray(previous, dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
     published_before = previous >= 0
-    root_of = dict(zip(np.asarray(lineage).tolist(), np.asarray(roots).tolist()))
+    root_of = _mapping(lineage, roots)
 
     state: dict = {}
 
     def acceptable(labels, g: int, c: int) -> bool:
         if state.get("labels") is not labels:
             # each version's groups -> the groups now (the merges so far), once per labelling
-            step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+            step = _mapping(previous[published_before], labels[published_before])
             state.clear()
             state["labels"] = labels
             for version in history:
-                state[id(version.ids)] = np.array(
-                    [step.get(r, r) for r in (root_of.get(h, h) for h in version.ids.tolist())],
-                    dtype=np.int64)
+                state[id(version.ids)] = step(root_of(version.ids))
         if "order" not in state:
             state["order"] = np.argsort(labels, kind="stable")
             state["sorted"] = labels[state["order"]]
