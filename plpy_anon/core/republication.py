@@ -236,7 +236,10 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
             blocks[0] = blocks[0] | ~models.satisfied(column)[:, None]
             known = cohorts >= 0
             if known.any() and j < len(cohort_values):
-                pairs = np.unique(np.column_stack([labels[known], cohorts[known]]), axis=0)
+                # the (group, cohort) pairs, sorted (np.unique(..., axis=0)) as one integer each
+                width = int(cohorts.max()) + 1
+                pairs = np.unique(labels[known] * width + cohorts[known])
+                pairs = np.column_stack([pairs // width, pairs % width])
                 wanted = cohort_values[j][pairs[:, 1]]
                 width = held.shape[1]
                 wanted = np.pad(wanted, ((0, 0), (0, max(0, width - wanted.shape[1]))))[:, :width]
