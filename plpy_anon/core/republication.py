@@ -110,6 +110,10 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             held[members, code.ravel()[known]] = True
             sides.append((None, None, (held, code.ravel())))
     new = np.flatnonzero(~known)
+    kern = _kernels(points.shape[0]) if points.shape[1] < 8 and np.isfinite(points).all() else None
+    if kern is not None:
+        _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged)
+        return labels
     for start in range(0, new.size, 512):
         check_interrupts()
         chunk = new[start:start + 512]
@@ -125,6 +129,64 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
         # how far outside first (points are scaled to [0, 1]), then the centroid's distance
         labels[chunk] = ids[(outside * 1e6 + distance).argmin(axis=1)]
     return labels
+
+
+#: rows joined per kernel call (interrupts are checked between calls)
+JOIN_CHUNK = 1024
+
+
+def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> None:
+    """:func:`_join_nearest`'s choice for the rows ``new`` on the compiled kernel (the same
+    keys, in the same float arithmetic, below 8 dimensions), into ``labels``."""
+    n_dims, n_groups = points.shape[1], ids.size
+    low = np.zeros((n_dims, n_groups))
+    high = np.zeros((n_dims, n_groups))
+    codes = np.zeros((points.shape[0], n_dims), dtype=np.int64)
+    held, offsets = [np.zeros((n_groups, 0), dtype=bool)], np.zeros(n_dims, dtype=np.int64)
+    width = 0
+    for d, (lo, hi, sets) in enumerate(sides):
+        if sets is None:
+            low[d], high[d] = lo, hi
+        else:
+            held.append(sets[0])
+            codes[:, d] = sets[1]
+            offsets[d] = width
+            width += sets[0].shape[1]
+    # by value, then group: a row's value is looked up for every group in turn
+    held = np.ascontiguousarray(np.hstack(held).T).view(np.uint8)
+    centroids = np.ascontiguousarray(centroids)
+    # in lexicographic order: each row's group is a near first guess for the next one's
+    new = new[np.lexsort(points[new].T[::-1])]
+    out = np.zeros(new.size, dtype=np.int64)
+    for start in range(0, new.size, JOIN_CHUNK):
+        check_interrupts()
+        chunk = new[start:start + JOIN_CHUNK]
+        if start:
+            out[start] = out[start - 1]
+        kern.join_nearest(np.ascontiguousarray(points[chunk]), np.ascontiguousarray(codes[chunk]),
+                          ranged, low, high, held, offsets, centroids,
+                          out[start:start + JOIN_CHUNK])
+    labels[new] = ids[out]
+
+
+_republication_kernels = None
+
+
+def _kernels(n_rows: int | None = None):
+    """The compiled kernels (core._republication_kernels), or None (the numpy versions then
+    run) without numba, or for ``n_rows`` rows too few to be worth loading numba for
+    (core.mondrian_jit.worth_loading): loaded once numba is set up as for the Mondrian fit
+    (core.mondrian_jit: its machine-code cache)."""
+    global _republication_kernels
+    if _republication_kernels is None:
+        from plpy_anon.core import mondrian_jit
+        if n_rows is not None and not mondrian_jit.worth_loading(n_rows):
+            return None
+        if mondrian_jit.kernels() is None:
+            return None
+        from plpy_anon.core import _republication_kernels as kern
+        _republication_kernels = kern
+    return _republication_kernels
 
 
 def _squared_distances(points: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -174,7 +236,10 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
             blocks[0] = blocks[0] | ~models.satisfied(column)[:, None]
             known = cohorts >= 0
             if known.any() and j < len(cohort_values):
-                pairs = np.unique(np.column_stack([labels[known], cohorts[known]]), axis=0)
+                # the (group, cohort) pairs, sorted (np.unique(..., axis=0)) as one integer each
+                width = int(cohorts.max()) + 1
+                pairs = np.unique(labels[known] * width + cohorts[known])
+                pairs = np.column_stack([pairs // width, pairs % width])
                 wanted = cohort_values[j][pairs[:, 1]]
                 width = held.shape[1]
                 wanted = np.pad(wanted, ((0, 0), (0, max(0, width - wanted.shape[1]))))[:, :width]
@@ -200,7 +265,8 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
         check_interrupts()
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf
-        helps = (held & deficit[g]).any(axis=1)
+        # (held & deficit[g]).any(axis=1), over the few values g misses only
+        helps = held[:, np.flatnonzero(deficit[g])].any(axis=1)
         helps[g] = False
         sets.union(g, boxes.merge_partner(g, np.where(helps, distance, np.inf) if helps.any() else distance,
                                           None if acceptable is None else (lambda c, g=g: acceptable(g, c))))
@@ -218,6 +284,8 @@ class GroupBoxes:
 
     def __init__(self, labels, n_groups, points, ranged=None):
         self.n_groups = n_groups
+        self.n_rows = len(labels)
+        self._flat = None
         ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
         self.dims = []
         for d in range(points.shape[1]):
@@ -238,10 +306,51 @@ class GroupBoxes:
         """Among the MERGE_CANDIDATES groups nearest ``g`` (``distance``: inf where not
         allowed), the one whose box merged with ``g``'s overlaps the fewest other groups (the
         first that ``acceptable`` takes, if given and it takes one)."""
-        near = np.argsort(distance, kind="stable")[:MERGE_CANDIDATES]
+        near = _nearest(distance, MERGE_CANDIDATES)
         near = near[np.isfinite(distance[near])]
         if near.size <= 1:
             return int(near[0]) if near.size else int(np.argmin(distance))
+        kern = _kernels(self.n_rows)
+        if kern is not None:
+            overlaps = self._overlaps_compiled(kern, g, near)
+        else:
+            overlaps = self._overlaps(g, near)
+        ranked = near[np.lexsort((distance[near], overlaps))]
+        if acceptable is not None:
+            for c in ranked.tolist():
+                if acceptable(c):
+                    return c
+        return int(ranked[0])
+
+    def _overlaps_compiled(self, kern, g: int, near: np.ndarray) -> np.ndarray:
+        """:meth:`_overlaps` on the compiled kernel."""
+        if self._flat is None:
+            ranged = [dim for dim in self.dims if dim[0].dtype != bool]
+            words = [dim[1] for dim in self.dims if dim[0].dtype == bool]
+            offsets = np.cumsum([0] + [w.shape[1] for w in words]).astype(np.int64)
+            # by group: the kernel reads each group's box once for all candidates
+            self._flat = (
+                np.array([d[0] for d in ranged], dtype=np.float64).reshape(len(ranged), -1).T.copy()
+                if ranged else np.zeros((self.n_groups, 0)),
+                np.array([d[1] for d in ranged], dtype=np.float64).reshape(len(ranged), -1).T.copy()
+                if ranged else np.zeros((self.n_groups, 0)),
+                np.ascontiguousarray(np.hstack([np.zeros((self.n_groups, 0), dtype=np.uint64)]
+                                               + words)),
+                offsets)
+        low, high, words, offsets = self._flat
+        lo = np.minimum(low[g][None, :], low[near])
+        hi = np.maximum(high[g][None, :], high[near])
+        union = [_words(dim[0][g][None, :] | dim[0][near]) for dim in self.dims
+                 if dim[0].dtype == bool]
+        union = np.ascontiguousarray(np.hstack([np.zeros((near.size, 0), dtype=np.uint64)] + union))
+        out = np.zeros(near.size, dtype=np.int64)
+        kern.overlap_counts(g, near.astype(np.int64), np.ascontiguousarray(lo),
+                            np.ascontiguousarray(hi), low, high, union, words, offsets, out)
+        return out
+
+    def _overlaps(self, g: int, near: np.ndarray) -> np.ndarray:
+        """For each group of ``near``: how many other groups the box of it merged with ``g``
+        meets."""
         meet = np.ones((near.size, self.n_groups), dtype=bool)
         for dim in self.dims:
             if dim[0].dtype != bool:
@@ -255,12 +364,17 @@ class GroupBoxes:
                 meet &= ((union[:, None, :] & words[None, :, :]) != 0).any(axis=2)
         meet[:, g] = False
         meet[np.arange(near.size), near] = False
-        ranked = near[np.lexsort((distance[near], meet.sum(axis=1)))]
-        if acceptable is not None:
-            for c in ranked.tolist():
-                if acceptable(c):
-                    return c
-        return int(ranked[0])
+        return meet.sum(axis=1)
+
+
+def _nearest(distance: np.ndarray, count: int) -> np.ndarray:
+    """``np.argsort(distance, kind="stable")[:count]`` without sorting all of ``distance``: the
+    entries up to the count-th smallest value, in index order, sorted stably."""
+    if distance.size <= 4 * count or np.isnan(distance).any():
+        return np.argsort(distance, kind="stable")[:count]
+    kth = np.partition(distance, count - 1)[count - 1]
+    within = np.flatnonzero(distance <= kth)
+    return within[np.argsort(distance[within], kind="stable")[:count]]
 
 
 def _words(member: np.ndarray) -> np.ndarray:
@@ -268,3 +382,17 @@ def _words(member: np.ndarray) -> np.ndarray:
     packed = np.packbits(member, axis=1)
     packed = np.pad(packed, ((0, 0), (0, -packed.shape[1] % 8)))
     return np.ascontiguousarray(packed).view(np.uint64)
+
+
+def warm_kernels():
+    """Compile (or load) the kernels once, on a small table of every argument type they take
+    (core.mondrian_warm, at install), so that no refresh pays for compilation."""
+    kern = _kernels()
+    if kern is None:
+        return
+    rng = np.random.default_rng(0)
+    groups = np.concatenate([np.arange(20), np.full(10, -1), rng.integers(0, 20, 70)])
+    points = rng.integers(0, 5, (100, 2)) / 4
+    _join_nearest(groups, points, np.array([True, False]))
+    boxes = GroupBoxes(np.maximum(groups, 0), 20, points, np.array([True, False]))
+    boxes._overlaps_compiled(kern, 0, np.arange(1, 9))

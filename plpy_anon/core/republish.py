@@ -289,11 +289,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             if same is not None:
                 labels = _rename(ids, same, index, step)
                 continue
-        now = np.array([step.get(r, r) for r in roots.tolist()], dtype=np.int64)
-        lookup = dict(zip(lineage.tolist(), now.tolist()))
-
-        def roots_of(version_ids, lookup=lookup):
-            return np.array([lookup.get(h, h) for h in version_ids.tolist()], dtype=np.int64)
+        now = _mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
+                       np.fromiter(step.values(), dtype=np.int64, count=len(step)))(roots)
+        roots_of = _mapping(lineage, now)
 
         current, taken, stacked, possible = _options(
             index, ids, codes, published_before, history, roots_of, k, models)
@@ -355,6 +353,22 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
                                              current > 0, acceptable=acceptable), index, step)
 
 
+def _mapping(keys: np.ndarray, values: np.ndarray):
+    """``dict(zip(keys, values)).get(x, x)`` for each ``x`` of an array (a repeated key maps
+    to its last value), by sort and search."""
+    keys = np.asarray(keys, dtype=np.int64)[::-1]
+    known, first = np.unique(keys, return_index=True)
+    mapped = np.asarray(values, dtype=np.int64)[::-1][first]
+
+    def get(x):
+        x = np.asarray(x, dtype=np.int64)
+        if known.size == 0:
+            return x.copy()
+        pos = np.minimum(np.searchsorted(known, x), known.size - 1)
+        return np.where(known[pos] == x, mapped[pos], x)
+    return get
+
+
 def _options(index, ids, codes, published_before, history, roots_of, k, models):
     """Each group's five multisets (the module docstring) and which it may publish: (current
     multisets, counterfeit rows joiners take, (G, O, V) options, (G, O) possible)."""
@@ -393,28 +407,33 @@ def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):
     previous = np.asarray(previous, dtype=np.int64)
     codes = np.asarray(codes, dtype=np.int64)
     published_before = previous >= 0
-    root_of = dict(zip(np.asarray(lineage).tolist(), np.asarray(roots).tolist()))
+    root_of = _mapping(lineage, roots)
 
     state: dict = {}
 
     def acceptable(labels, g: int, c: int) -> bool:
         if state.get("labels") is not labels:
             # each version's groups -> the groups now (the merges so far), once per labelling
-            step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+            step = _mapping(previous[published_before], labels[published_before])
             state.clear()
             state["labels"] = labels
             for version in history:
-                state[id(version.ids)] = np.array(
-                    [step.get(r, r) for r in (root_of.get(h, h) for h in version.ids.tolist())],
-                    dtype=np.int64)
-        rows = (labels == g) | (labels == c)
+                state[id(version.ids)] = step(root_of(version.ids))
+        if "order" not in state:
+            state["order"] = np.argsort(labels, kind="stable")
+            state["sorted"] = labels[state["order"]]
+        order, ordered = state["order"], state["sorted"]
+        # the rows of g and of c, in row order
+        rows = np.sort(np.concatenate([
+            order[np.searchsorted(ordered, x):np.searchsorted(ordered, x, side="right")]
+            for x in (g, c)]))
         low = min(g, c)
 
         def roots_of(version_ids):
             now = state[id(version_ids)]
             return np.where((now == g) | (now == c), low, now)
 
-        *_, possible = _options(np.zeros(int(rows.sum()), dtype=np.int64), np.array([low]),
+        *_, possible = _options(np.zeros(rows.size, dtype=np.int64), np.array([low]),
                                 codes[rows], published_before[rows], history, roots_of, k, models)
         return bool(possible.any())
     return acceptable
@@ -498,29 +517,54 @@ def _group_ranges(index, n_groups: int, col) -> tuple[np.ndarray, np.ndarray, np
 
 def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
     """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
-    codes present) merged (each group index's merged index), or None when all differ."""
+    codes present) merged (each group index's merged index: the smallest with its key), or None
+    when all differ."""
     parts = []
     for d in range(qi_codes.shape[1]):
         col = np.asarray(qi_codes[:, d], dtype=np.int64)
         if ranged[d]:
             low, high, _ = _group_ranges(index, n_groups, col)
-            parts += [low.tolist(), high.tolist()]
+            parts += [low, high]
         else:
-            pairs = np.unique(np.column_stack([index, col]), axis=0)
-            sets = [[] for _ in range(n_groups)]
-            for g, c in pairs.tolist():
-                sets[g].append(c)
-            parts.append([tuple(x) for x in sets])
-    keys = list(zip(*parts))
-    first: dict = {}
-    sets = SmallestRootSets(n_groups)
-    found = False
-    for g, key in enumerate(keys):
-        other = first.setdefault(key, g)
-        if other != g:
-            sets.union(other, g)
-            found = True
-    return sets.roots() if found else None
+            parts.append(_set_ids(index, n_groups, col))
+    keys = np.column_stack(parts) if parts else np.zeros((n_groups, 1), dtype=np.int64)
+    same = _row_ids(keys)
+    if same.max(initial=-1) + 1 == n_groups:
+        return None
+    first = np.full(n_groups, n_groups, dtype=np.int64)
+    np.minimum.at(first, same, np.arange(n_groups))
+    return first[same]
+
+
+def _row_ids(table: np.ndarray) -> np.ndarray:
+    """Per row of ``table`` (2-d integers), a number from 0 naming its values: equal rows,
+    equal numbers (a lexicographic sort, then the rows that differ from the one before)."""
+    order = np.lexsort(table.T[::-1])
+    ordered = table[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    ids = np.empty(order.size, dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids
+
+
+def _set_ids(index, n_groups, col) -> np.ndarray:
+    """Per group, a number naming the set of ``col``'s values its rows hold (equal sets, equal
+    numbers): each group's sorted codes as a row, padded, numbered by :func:`_row_ids`."""
+    low = int(col.min(initial=0))
+    width = int(col.max(initial=0)) - low + 1
+    if n_groups * width <= 1 << 26:
+        member = np.zeros(n_groups * width, dtype=bool)
+        member[index * width + (col - low)] = True
+        held = np.flatnonzero(member)
+    else:
+        held = np.unique(index * width + (col - low))
+    group, code = held // width, held % width + low
+    sizes = np.bincount(group, minlength=n_groups)
+    starts = np.cumsum(sizes) - sizes
+    table = np.full((n_groups, int(sizes.max(initial=1))), low - 1, dtype=np.int64)
+    table[group, np.arange(held.size) - starts[group]] = code
+    return _row_ids(table)
 
 
 def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,

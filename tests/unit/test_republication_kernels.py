@@ -1,0 +1,206 @@
+"""The stable refresh's grouping on compiled kernels and vectorised numpy makes the choices of
+the plain numpy versions kept below as references: the group a new row joins, the merge
+partners' overlap counts and nearest candidates, the groups released with the same QIs, and a
+whole refresh's grouping (against the merge as it was, on numpy), on random tables with ties
+(coordinates on coarse grids, repeated distances)."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core import republication, republish
+from plpy_anon.core.disjoint_sets import SmallestRootSets
+from plpy_anon.core.republication import GroupBoxes, _centroids, _join_nearest, _nearest
+
+
+def reference_join(groups, points, ranged):
+    labels = groups.copy()
+    known = labels >= 0
+    ids, members = np.unique(labels[known], return_inverse=True)
+    members = members.ravel()
+    centroids = _centroids(members, ids.size, points[known])
+    sides = []
+    for d in range(points.shape[1]):
+        col = points[:, d]
+        if ranged[d]:
+            low = np.full(ids.size, np.inf)
+            high = np.full(ids.size, -np.inf)
+            np.minimum.at(low, members, col[known])
+            np.maximum.at(high, members, col[known])
+            sides.append((low, high, None))
+        else:
+            values, code = np.unique(col, return_inverse=True)
+            held = np.zeros((ids.size, values.size), dtype=bool)
+            held[members, code.ravel()[known]] = True
+            sides.append((None, None, (held, code.ravel())))
+    new = np.flatnonzero(~known)
+    for start in range(0, new.size, 512):
+        chunk = new[start:start + 512]
+        outside = np.zeros((chunk.size, ids.size))
+        for d, (low, high, sets) in enumerate(sides):
+            if sets is None:
+                x = points[chunk, d][:, None]
+                outside += np.maximum(np.maximum(low[None, :] - x, x - high[None, :]), 0.0) ** 2
+            else:
+                outside += ~sets[0][:, sets[1][chunk]].T
+        distance = ((points[chunk][:, None, :] - centroids[None, :, :]) ** 2).sum(axis=2)
+        labels[chunk] = ids[(outside * 1e6 + distance).argmin(axis=1)]
+    return labels
+
+
+def reference_same_release_keys(index, n_groups, qi_codes, ranged):
+    parts = []
+    for d in range(qi_codes.shape[1]):
+        col = np.asarray(qi_codes[:, d], dtype=np.int64)
+        if ranged[d]:
+            low, high, _ = republish._group_ranges(index, n_groups, col)
+            parts += [low.tolist(), high.tolist()]
+        else:
+            pairs = np.unique(np.column_stack([index, col]), axis=0)
+            sets = [[] for _ in range(n_groups)]
+            for g, c in pairs.tolist():
+                sets[g].append(c)
+            parts.append([tuple(x) for x in sets])
+    first: dict = {}
+    sets = SmallestRootSets(n_groups)
+    found = False
+    for g, key in enumerate(zip(*parts)):
+        other = first.setdefault(key, g)
+        if other != g:
+            sets.union(other, g)
+            found = True
+    return sets.roots() if found else None
+
+
+# loaded up front: below mondrian_jit.COMPILED_FROM_ROWS rows the numpy versions run until they are
+KERNELS = republication._kernels()
+
+
+def grid_points(rng, n, d, ranged, grid):
+    """Coordinates in [0, 1] on a grid of ``grid`` steps: ties between rows and distances."""
+    return np.column_stack([rng.integers(0, grid, n) / max(1, grid - 1) for _ in range(d)]) \
+        if d else np.zeros((n, 0))
+
+
+def test_the_compiled_kernels_load():
+    assert KERNELS is not None
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 7),
+       st.sampled_from([2, 3, 5, 50]), st.floats(0.05, 0.9))
+def test_a_new_row_joins_the_group_the_numpy_join_chooses(seed, n_groups, d, grid, new_share):
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(1, 4 * n_groups + 3))
+    groups = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)]) * 3
+    groups[n_groups:][rng.random(n - n_groups) < new_share] = -1
+    ranged = rng.random(d) < 0.5
+    points = grid_points(rng, n, d, ranged, grid)
+    assert np.array_equal(_join_nearest(groups, points, ranged),
+                          reference_join(groups, points, ranged))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 300), st.integers(1, 12))
+def test_the_nearest_candidates_are_the_stable_sort_s_first(seed, size, count):
+    rng = np.random.default_rng(seed)
+    distance = rng.integers(0, 5, size).astype(np.float64)
+    distance[rng.random(size) < 0.3] = np.inf
+    assert np.array_equal(_nearest(distance, count),
+                          np.argsort(distance, kind="stable")[:count])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 120), st.integers(1, 4),
+       st.sampled_from([3, 70, 140]))
+def test_compiled_overlap_counts_are_the_numpy_counts(seed, n_groups, d, codes):
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(0, 3 * n_groups))
+    labels = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    points = np.column_stack([rng.integers(0, 6, n) / 5 if ranged[j] else
+                              rng.integers(0, codes, n) / codes for j in range(d)])
+    boxes = GroupBoxes(labels, n_groups, points, ranged)
+    kern = republication._kernels()
+    for _ in range(5):
+        g = int(rng.integers(0, n_groups))
+        near = rng.permutation(np.delete(np.arange(n_groups), g))[:8]
+        assert np.array_equal(boxes._overlaps_compiled(kern, g, near), boxes._overlaps(g, near))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 60), st.integers(1, 4), st.integers(1, 6),
+       st.sampled_from([1, 10**12]))
+def test_groups_with_the_same_released_qis_merge_as_the_reference_merges(seed, n_groups, d, values,
+                                                                         spread):
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(0, 3 * n_groups))
+    index = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    # -1: NULL; codes spread far apart: too wide a table of groups by codes, sorted instead
+    qi_codes = rng.integers(-1, values, (n, d)) * spread
+    got = republish._same_release_keys(index, n_groups, qi_codes, ranged)
+    want = reference_same_release_keys(index, n_groups, qi_codes, ranged)
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert np.array_equal(got, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(-3, 8), max_size=12), st.lists(st.integers(-5, 12), max_size=20))
+def test_the_mapping_is_the_dictionary_s(keys, queries):
+    values = [3 * key + i for i, key in enumerate(keys)]      # a repeated key: the last wins
+    want = dict(zip(keys, values))
+    got = republish._mapping(np.array(keys, dtype=np.int64), np.array(values, dtype=np.int64))(
+        np.array(queries, dtype=np.int64))
+    assert got.tolist() == [want.get(q, q) for q in queries]
+
+
+def reference_merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None):
+    centroids = _centroids(labels, n_groups, points)
+    boxes = GroupBoxes(labels, n_groups, points, ranged)
+    held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
+    sets = SmallestRootSets(n_groups)
+    for g in bad.tolist():
+        distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
+        distance[g] = np.inf
+        helps = (held & deficit[g]).any(axis=1)
+        helps[g] = False
+        sets.union(g, boxes.merge_partner(
+            g, np.where(helps, distance, np.inf) if helps.any() else distance,
+            None if acceptable is None else (lambda c, g=g: acceptable(g, c))))
+    return sets.roots()[labels]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 6), st.integers(1, 3), st.integers(2, 8),
+       st.integers(1, 4), st.sampled_from([3, 6, 40]))
+def test_a_refresh_groups_rows_as_the_numpy_grouping_does(seed, k, l, n_values, d, grid):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4 * k, 400))
+    groups = rng.integers(0, max(1, n // (2 * k)), n) * 2
+    groups[rng.random(n) < 0.2] = -1                   # joiners
+    points = grid_points(rng, n, d, None, grid)
+    ranged = rng.random(d) < 0.6
+    sensitive = rng.integers(-1, n_values, (n, 1))     # -1: NULL
+    cohort_values = [rng.random((5, n_values)) < 0.5]
+    cohorts = np.where(groups >= 0, rng.integers(-1, 5, n), -1)
+
+    def grouping():
+        try:
+            return republication.stable_partition(groups, points, sensitive, cohorts,
+                                                  cohort_values, k, l, ranged=ranged)
+        except republication.CannotKeepCandidates:
+            return None
+
+    got = grouping()
+    kernels, merge = republication._kernels, republication._merge
+    republication._kernels, republication._merge = (lambda *a: None), reference_merge
+    try:
+        want = grouping()
+    finally:
+        republication._kernels, republication._merge = kernels, merge
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert np.array_equal(got, want)
