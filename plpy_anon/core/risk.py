@@ -31,6 +31,8 @@ Definitions (docs/risk.md has them with a worked example):
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
@@ -75,60 +77,80 @@ def class_figures(sizes, classes, *, risk_threshold: float = 0.2,
     return out
 
 
-def _class_matrix(class_ids, value_ids, counts, n_values, lo, hi):
-    m = np.zeros((hi - lo, n_values))
-    sel = (class_ids >= lo) & (class_ids < hi)
-    np.add.at(m, (class_ids[sel] - lo, value_ids[sel]), counts[sel])
-    return m
-
-
 def sensitive_figures(class_ids, value_ids, counts, *, ordered: bool, c: float = 3.0,
-                      chunk_cells: int = 4_000_000, n_classes: int | None = None) -> dict:
+                      chunk_cells: int = 1 << 20, n_classes: int | None = None) -> dict:
     """Diversity and t-closeness of one sensitive column from its class x value table.
     ``class_ids`` 0..C-1 and ``value_ids`` 0..m-1 (in the column's order when ``ordered``) need
     not be sorted; each (class, value) pair appears once with its ``count`` > 0. ``n_classes``
     (default: the largest class id + 1) counts the classes without a pair too (all their values
     NULL): 0 distinct values, and no mass where the relation's distribution has all of it (their
-    EMD, as the release check computes it)."""
-    class_ids = np.asarray(class_ids, dtype=np.int64)
-    value_ids = np.asarray(value_ids, dtype=np.int64)
-    counts = np.asarray(counts, dtype=np.float64)
+    EMD, as the release check computes it). The classes are taken a range at a time (at most
+    ``chunk_cells`` class x value cells, hence pairs, per range): what is held besides the table is
+    one range's pairs and matrix, not a dozen arrays of every pair (~100 bytes a pair at once:
+    ~600 MB for a 10M-row release's 5.7M pairs)."""
+    class_ids = np.asarray(class_ids)
+    value_ids = np.asarray(value_ids)
+    counts = np.asarray(counts)
     if len(counts) == 0:
         if n_classes:
             return {"distinct_l": 0, "entropy_l": 1.0, "recursive_cl_l": 0, "t_closeness": None}
         return {"distinct_l": None, "entropy_l": None, "recursive_cl_l": None, "t_closeness": None}
-    n_classes = max(int(class_ids.max()) + 1, n_classes or 0)
+    if (class_ids[1:] < class_ids[:-1]).any():      # the release check reads them in class order
+        order = np.argsort(class_ids, kind="stable")
+        class_ids, value_ids, counts = class_ids[order], value_ids[order], counts[order]
+        del order
+    n_classes = max(int(class_ids[-1]) + 1, n_classes or 0)
     n_values = int(value_ids.max()) + 1
-    size = np.bincount(class_ids, weights=counts, minlength=n_classes)
-    distinct = np.bincount(class_ids, minlength=n_classes)
-    p = counts / size[class_ids]
-    entropy = np.bincount(class_ids, weights=-p * np.log(p), minlength=n_classes)
-    # recursive (c,l): per class, counts in decreasing order; l_j = number of l in 1..m_j with
-    # r_1 < c * (r_l + ... + r_m) (the tail sum shrinks as l grows, so the l that hold are 1..l_j)
-    order = np.lexsort((-counts, class_ids))
-    cls, r = class_ids[order], counts[order]
-    starts = np.flatnonzero(np.r_[True, cls[1:] != cls[:-1]])
-    first = np.repeat(r[starts], np.diff(np.r_[starts, len(r)]))
-    total = np.repeat(size[cls[starts]], np.diff(np.r_[starts, len(r)]))
-    before = np.cumsum(r) - r
-    tail = total - (before - np.repeat(before[starts], np.diff(np.r_[starts, len(r)])))
-    holds = first < c * tail
-    recursive = np.bincount(cls, weights=holds, minlength=n_classes)
-    # t-closeness against the relation's distribution, classes in chunks of bounded memory
-    q = np.bincount(value_ids, weights=counts, minlength=n_values)
-    q = q / q.sum()
     step = max(1, chunk_cells // n_values)
-    t = 0.0
-    for lo in range(0, n_classes, step):
-        hi = min(n_classes, lo + step)
-        d = _class_matrix(class_ids, value_ids, counts, n_values, lo, hi)
+    bounds = list(range(0, n_classes, step)) + [n_classes]
+    ends = np.searchsorted(class_ids, bounds)
+    q = np.zeros(n_values)
+    for a, b in itertools.pairwise(ends):
+        q += np.bincount(value_ids[a:b], weights=counts[a:b].astype(np.float64), minlength=n_values)
+    q = q / q.sum()
+    distinct_l, entropy_min, recursive_l, t = None, np.inf, None, 0.0
+    for lo, hi, a, b in zip(bounds[:-1], bounds[1:], ends[:-1], ends[1:]):
+        cid = class_ids[a:b].astype(np.int64) - lo
+        vid = value_ids[a:b].astype(np.int64)
+        cnt = counts[a:b].astype(np.float64)
+        n = hi - lo
+        size = np.bincount(cid, weights=cnt, minlength=n)
+        distinct = int(np.bincount(cid, minlength=n).min())
+        distinct_l = distinct if distinct_l is None else min(distinct_l, distinct)
+        if cnt.size:
+            p = cnt / size[cid]
+            entropy = np.bincount(cid, weights=-p * np.log(p), minlength=n)
+            del p
+        else:
+            entropy = np.zeros(n)
+        entropy_min = min(entropy_min, float(entropy.min()))
+        recursive = int(recursive_classes(cid, cnt, size, c, n).min())
+        recursive_l = recursive if recursive_l is None else min(recursive_l, recursive)
+        d = np.zeros((n, n_values))
+        np.add.at(d, (cid, vid), cnt)
         total = d.sum(axis=1, keepdims=True)     # 0: a class of NULLs, counted as no mass
         d = np.divide(d, total, out=np.zeros_like(d), where=total > 0) - q
         if ordered:
             emd = (np.abs(np.cumsum(d, axis=1)).sum(axis=1) / (n_values - 1)
-                   if n_values > 1 else np.zeros(hi - lo))
+                   if n_values > 1 else np.zeros(n))
         else:
             emd = 0.5 * np.abs(d).sum(axis=1)
         t = max(t, float(emd.max()))
-    return {"distinct_l": int(distinct.min()), "entropy_l": float(np.exp(entropy.min())),
-            "recursive_cl_l": int(recursive.min()), "t_closeness": t}
+    return {"distinct_l": distinct_l, "entropy_l": float(np.exp(entropy_min)),
+            "recursive_cl_l": recursive_l, "t_closeness": t}
+
+
+def recursive_classes(cid, cnt, size, c: float, n: int) -> np.ndarray:
+    """Per class (0..n-1), the largest l for which r_1 < c (r_l + ... + r_m) holds, its value
+    counts ``cnt`` sorted in decreasing order (0 for a class without a pair)."""
+    if cnt.size == 0:
+        return np.zeros(n)
+    order = np.lexsort((-cnt, cid))
+    cls, r = cid[order], cnt[order]
+    starts = np.flatnonzero(np.r_[True, cls[1:] != cls[:-1]])
+    runs = np.diff(np.r_[starts, len(r)])
+    first = np.repeat(r[starts], runs)
+    total = np.repeat(size[cls[starts]], runs)
+    before = np.cumsum(r) - r
+    tail = total - (before - np.repeat(before[starts], runs))
+    return np.bincount(cls, weights=first < c * tail, minlength=n)

@@ -50,7 +50,8 @@ def pass_settings(plpy, budget: int | None) -> dict:
 @dataclass
 class ClassCounts:
     """The counts of one pass (see the module docstring). ``tables[column]`` is
-    ``(class_ids, value_ids, rows)``, one entry per (class, value) pair present."""
+    ``(class_ids, value_ids, rows)``, one entry per (class, value) pair present, in class order
+    (int32 where every one fits)."""
 
     relation: str
     qis: tuple[str, ...]
@@ -78,6 +79,8 @@ class ClassCounts:
         """``tables[column]`` without its NULL pairs: what the privacy models count."""
         class_ids, value_ids, rows = self.tables[column]
         kept = value_ids >= 0
+        if kept.all():
+            return class_ids, value_ids, rows
         return class_ids[kept], value_ids[kept], rows[kept]
 
     def fewest_distinct(self, column: str) -> int | None:
@@ -105,12 +108,15 @@ def per_class_query(plpy, storage: str, rows: str, sensitive) -> str:
 def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None) -> str:
     """ONE pass over the relation for every figure: a hash aggregate over the QIs finds the
     classes, counts their rows and collects their values of each sensitive column
-    (``array_agg``); the class-size histogram (``sizes``, ``classes``) and, per sensitive column
-    ``i``, the (class id, value id, rows) table (``cids<i>``, ``vids<i>``, ``ns<i>``) are read
-    from that materialized result (the histogram as int array texts, the tables packed:
-    :func:`packed`). The class id is the group's row
-    number; value ids follow the values' order (NULL -1), which the ordered EMD needs. No sort
-    on the QIs (:func:`count` turns sorts off for it): ordering ranges and text arrays (a
+    (``array_agg``). Without sensitive columns the query returns the class-size histogram
+    (``sizes``, ``classes``: int array texts). With them it returns one row per class, streamed
+    (:func:`count` reads it by a cursor): its id ``cid`` (the group's row number), its rows
+    ``n`` and, per sensitive column ``i``, its (value id, rows) pairs packed (``vids<i>``,
+    ``ns<i>``: :func:`packed`), counted class by class: no step holds every class's pairs, so the
+    backend's and Python's memory grow with the pairs read, never with copies of them all. Value
+    ids follow the values' order (NULL -1), which the ordered EMD needs; the distinct values are
+    ranked once and hashed once (the hash join's table is kept across the classes' rescans). No
+    sort on the QIs (:func:`count` turns sorts off for it): ordering ranges and text arrays (a
     dense_rank over them) cost 10 of 25 s at 2M release rows, and grew faster than the rows. One
     pass, not one per figure: each pass re-hashes every row's ranges and arrays (2.3 s a pass at
     1M release rows). ``as_text``: sensitive columns counted by their text form (a type without
@@ -135,43 +141,40 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
         values.append(sa)
     collected = "".join(f", array_agg({sa}) AS vals{i}" for i, sa in enumerate(values))
     carried = "".join(f", g.vals{i}" for i in range(len(values)))
-    # value ids: the column's distinct non-NULL values ranked in their order, NULL -1; a value
-    # the ranking's join misses (a type whose = under this search_path is not its GROUP BY's
-    # equality, e.g. citext) is one value of its own, never taken for NULL; ranking the few
-    # distinct values
-    # and joining them to the (class, value) counts costs a third of a dense_rank over the
-    # counts, which sorts one row per (class, value) pair
-    # pairs: each class's (value, rows), counted class by class (a small hash per class's
-    # array rather than one hash of every (class, value) row), and the distinct values ranked
-    # from the pairs rather than from every row again
-    tables = "".join(
-        f"CROSS JOIN (SELECT {packed('r.cid')} AS cids{i}, {packed('r.vid')} AS vids{i},\n"
-        f"                   {packed('r.n')} AS ns{i}\n"
-        f"            FROM (SELECT cv.cid, CASE WHEN cv.v IS NULL THEN -1 ELSE coalesce(d.vid, (SELECT count(*) FROM ranked{i})) END AS vid, cv.n\n"
-        f"                  FROM pairs{i} AS cv\n"
-        f"                  LEFT JOIN ranked{i} AS d ON d.v = cv.v) AS r) AS t{i}\n"
-        for i in range(len(values)))
-    ranked = "".join(
-        f",\npairs{i} AS MATERIALIZED (\n"
-        f"    SELECT c.cid, x.v, x.n FROM grouped AS c\n"
-        f"    CROSS JOIN LATERAL (SELECT u.v, count(*) AS n\n"
-        f"                        FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u\n"
-        f"                        GROUP BY u.v) AS x),\n"
-        f"ranked{i} AS MATERIALIZED (\n"
-        f"    SELECT u.v, row_number() OVER (ORDER BY u.v) - 1 AS vid\n"
-        f"    FROM (SELECT DISTINCT p.v FROM pairs{i} AS p) AS u\n"
-        f"    WHERE u.v IS NOT NULL)"
-        for i in range(len(values)))
     grouped = grouped or (f"SELECT pg_catalog.row_number() OVER () - 1 AS cid, g.n{carried}\n"
                           f"    FROM (SELECT count(*) AS n{collected} FROM {relation}\n"
                           f"          GROUP BY {group}) AS g")
-    return (
-        f"WITH grouped AS MATERIALIZED (\n"
-        f"    {grouped}){ranked}\n"
-        f"SELECT *\n"
-        f"FROM (SELECT array_agg(h.size)::text AS sizes, array_agg(h.classes)::text AS classes\n"
-        f"      FROM (SELECT n AS size, count(*) AS classes FROM grouped GROUP BY n) AS h) AS hist\n"
-        f"{tables}")
+    if not values:
+        return (f"WITH grouped AS MATERIALIZED (\n"
+                f"    {grouped})\n"
+                f"SELECT array_agg(h.size)::text AS sizes, array_agg(h.classes)::text AS classes\n"
+                f"FROM (SELECT n AS size, count(*) AS classes FROM grouped GROUP BY n) AS h")
+    # value ids: the column's distinct non-NULL values ranked in their order, NULL -1; a value
+    # the ranking's join misses (a type whose = under this search_path is not its GROUP BY's
+    # equality, e.g. citext) is one value of its own, never taken for NULL
+    ranked = "".join(
+        f",\nranked{i} AS MATERIALIZED (\n"
+        f"    SELECT u.v, row_number() OVER (ORDER BY u.v) - 1 AS vid\n"
+        f"    FROM (SELECT DISTINCT x.v FROM grouped AS c\n"
+        f"          CROSS JOIN LATERAL (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS x) AS u\n"
+        f"    WHERE u.v IS NOT NULL)"
+        for i in range(len(values)))
+    # each class's (value, rows), counted by a small hash over its own array
+    tables = "".join(
+        f"CROSS JOIN LATERAL (\n"
+        f"    SELECT {packed('r.vid')} AS vids{i}, {packed('r.n')} AS ns{i}\n"
+        f"    FROM (SELECT CASE WHEN p.v IS NULL THEN -1\n"
+        f"                      ELSE coalesce(d.vid, (SELECT count(*) FROM ranked{i})) END AS vid, p.n\n"
+        f"          FROM (SELECT u.v, count(*) AS n\n"
+        f"                FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u GROUP BY u.v) AS p\n"
+        f"          LEFT JOIN ranked{i} AS d ON d.v = p.v) AS r) AS t{i}\n"
+        for i in range(len(values)))
+    columns = "".join(f", t{i}.vids{i}, t{i}.ns{i}" for i in range(len(values)))
+    return (f"WITH grouped AS MATERIALIZED (\n"
+            f"    {grouped}){ranked}\n"
+            f"SELECT c.cid, c.n{columns}\n"
+            f"FROM grouped AS c\n"
+            f"{tables}")
 
 
 @dataclass(frozen=True)
@@ -218,16 +221,69 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
     # rows, for a plan that runs once): JIT off too.
+    query = class_query(plpy, relation, qis, sensitive, as_text=as_text, grouped=grouped)
     with local_settings(plpy, **settings, enable_sort="off", jit="off"):
-        row = plpy.execute(class_query(plpy, relation, qis, sensitive, as_text=as_text,
-                                       grouped=grouped))[0]
+        if sensitive:
+            sizes, classes, tables = read_classes(plpy, query, sensitive)
+        else:
+            row = plpy.execute(query)[0]
+            sizes, classes, tables = int_array(row["sizes"]), int_array(row["classes"]), {}
         ran_with = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS work_mem, "
                              "pg_catalog.current_setting('hash_mem_multiplier') AS hash_mem_multiplier")[0]
-    # each text parsed and let go before the next: one column's text at a time besides the arrays
-    tables = {s: tuple(int8_array(row.pop(f"{part}{i}")) for part in ("cids", "vids", "ns"))
-              for i, s in enumerate(sensitive)}
-    return ClassCounts(relation, tuple(qis), tuple(sensitive), int_array(row["sizes"]),
-                       int_array(row["classes"]), tables, dict(ran_with))
+    return ClassCounts(relation, tuple(qis), tuple(sensitive), sizes, classes, tables,
+                       dict(ran_with))
+
+
+#: classes per fetch of :func:`read_classes`' cursor
+FETCH_CLASSES = 20_000
+
+
+def read_classes(plpy, query: str, sensitive) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(sizes, classes, tables) of :class:`ClassCounts` from :func:`class_query`'s rows, one per
+    class, read by a cursor :data:`FETCH_CLASSES` at a time: what is held at once is one fetch
+    and the pairs decoded so far, int32 where they fit (:func:`narrow`: 12 bytes a pair rather
+    than 24), joined one array at a time at the end."""
+    rows_of_class = []
+    parts = {s: ([], [], []) for s in sensitive}
+    cursor = plpy.cursor(query)
+    while True:
+        batch = cursor.fetch(FETCH_CLASSES)
+        if not batch:
+            break
+        cids = np.fromiter((r["cid"] for r in batch), dtype=np.int64, count=len(batch))
+        rows_of_class.append(np.fromiter((r["n"] for r in batch), dtype=np.int64,
+                                         count=len(batch)))
+        for i, s in enumerate(sensitive):
+            owners, vids, ns = parts[s]
+            packed_vids = [r[f"vids{i}"] or b"" for r in batch]
+            owners.append(narrow(np.repeat(cids, [len(b) // 8 for b in packed_vids])))
+            vids.append(narrow(int8_array(b"".join(packed_vids))))
+            del packed_vids
+            ns.append(narrow(int8_array(b"".join(r[f"ns{i}"] or b"" for r in batch))))
+            if not owners[-1].shape == vids[-1].shape == ns[-1].shape:
+                raise ValueError(f'pairs of "{s}" do not match their classes')
+        del batch
+    cursor.close()
+    if rows_of_class:
+        sizes, classes = np.unique(np.concatenate(rows_of_class), return_counts=True)
+    else:
+        sizes = classes = np.zeros(0, dtype=np.int64)
+    tables = {}
+    for s, columns in parts.items():
+        joined = []
+        for column in columns:                  # each part list let go once joined
+            joined.append(np.concatenate(column) if column else np.zeros(0, dtype=np.int32))
+            column.clear()
+        tables[s] = tuple(joined)
+    return sizes.astype(np.int64), classes.astype(np.int64), tables
+
+
+def narrow(values: np.ndarray) -> np.ndarray:
+    """``values`` (int64) as int32 when every one fits, else as they are."""
+    limits = np.iinfo(np.int32)
+    if values.size and (values.min() < limits.min or values.max() > limits.max):
+        return values
+    return values.astype(np.int32)
 
 
 class Counter:
@@ -301,8 +357,7 @@ def orderable(plpy, display_type: str) -> bool:
 def packed(value: str) -> str:
     """SQL of the int8 ``value``s of a group as one bytea of big-endian int8s (:func:`int8_array`):
     8 bytes a value in the backend and here, where array_agg's state (a Datum and a null flag a
-    value, doubled as it grows), its array and that array's text each held the whole table (10M
-    release rows: ~5.7M (class, value) pairs per sensitive column) at once."""
+    value, doubled as it grows), its array and that array's text cost several times that."""
     return f"pg_catalog.string_agg(pg_catalog.int8send(({value})::int8), ''::bytea)"
 
 

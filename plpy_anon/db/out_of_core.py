@@ -30,6 +30,7 @@ aggregates here do not count.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 from plpy_anon.core import mondrian_jit
@@ -561,6 +562,30 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     return _leaf_slices(plpy, GD, ctx, src, leaves, (read, fit, publish), figures, metrics)
 
 
+#: a region's rows read by ONE sequential scan of the source filtered by its predicate (the
+#: reader's chunk as large as any table, TID range scans off): a sequential scan of a table
+#: larger than a quarter of shared_buffers reads through a small ring of buffers (PostgreSQL's
+#: BAS_BULKREAD strategy), where TID range scans, which take no strategy, evict through every
+#: buffer, and the backend's VmHWM counts each one it touched (2.5M rows, 182 MiB table,
+#: shared_buffers 512MB: RssShmem 191 MiB by 2048-block TID ranges, 24 by one scan). The
+#: region's packed columns are then held in the backend at once rather than a chunk at a time.
+REGION_READ = {"plpy_anon.read_chunk_blocks": str(2**31 - 1), "enable_tidscan": "off"}
+
+
+@contextlib.contextmanager
+def region_read(plpy):
+    """:data:`REGION_READ` for this transaction, the previous values (unset: '') put back."""
+    previous = {name: run(plpy, "SELECT pg_catalog.current_setting($1, true) AS v", ["text"],
+                          [name])[0]["v"] or "" for name in REGION_READ}
+    try:
+        for name, value in REGION_READ.items():
+            run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
+        yield
+    finally:
+        for name, value in previous.items():
+            run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
+
+
 def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
     """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
     its first slice; errors as in a call from SQL (errors.sql_entry)."""
@@ -571,7 +596,9 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
         try:
             with interrupts.honoured(plpy):
                 t0 = time.monotonic()
-                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None, src.whole)
+                with region_read(plpy):
+                    rows = read(ctx, src.predicate(region.bounds) if region.bounds else None,
+                                src.whole)
                 t1 = time.monotonic()
                 ctx.read_s += t1 - t0
                 model = fit(rows, ctx.spec)

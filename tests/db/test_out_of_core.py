@@ -88,6 +88,33 @@ def test_release_above_the_budget_is_cut_by_aggregates_and_keeps_k_and_truthful_
     check_release(db, rel, "src", 5, 2)
 
 
+def test_regions_are_read_by_sequential_scans_which_take_a_buffer_ring(db, schema):
+    """Each region's rows are read by one sequential scan filtered by its predicate: a scan that
+    PostgreSQL reads through a small ring of shared buffers once the table exceeds a quarter of
+    shared_buffers, where TID range scans take no ring and evict through all of them."""
+    synthetic(db, "src", 2000)
+    db.execute("LOAD 'auto_explain'")
+    seen = notices(db)
+    # chunks of one block: read by the reader's chunks, each region would be TID range scans
+    for setting, value in [("plpy_anon.read_chunk_blocks", "1"),
+                           ("auto_explain.log_min_duration", "0"),
+                           ("auto_explain.log_nested_statements", "on"),
+                           ("auto_explain.log_level", "notice")]:
+        db.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    try:
+        with budget(db, "8kB"):
+            rel = release(db, schema, "src", "ooc", k=5, l=2)
+    finally:
+        db.execute("RESET auto_explain.log_min_duration")
+        db.execute("RESET plpy_anon.read_chunk_blocks")
+    assert catalog(db, rel)[0]["out_of_core"]["regions"] > 8
+    # the reader's queries of a region: a chunk's bounds and the region's predicate
+    reads = [plan for plan in seen if "WHERE ctid >= $1::tid" in plan and "::tid AND ((" in plan]
+    assert len(reads) >= 8, seen[:3]
+    assert all("Seq Scan" in plan and "Tid Range Scan" not in plan for plan in reads), reads[:2]
+    check_release(db, rel, "src", 5, 2)
+
+
 def test_partitioned_source_is_released_out_of_core_from_all_its_partitions(db, schema):
     """ctids repeat across partitions: each region's rows are read through the root with their
     relation, and every row of every partition is released once."""

@@ -365,3 +365,43 @@ def test_break_merge_refresh_breaking_the_counts_keeps_the_old_release(db, schem
     assert catalog(db, rel)[3].startswith(f"release {release_schema_of(schema)}.people_bm: ")
     db.execute("SELECT anon.refresh(%s)", (rel,))
     assert catalog(db, rel)[1] is True and count(db, qit) == 280          # ids 0..19 deleted
+
+
+# the class x value table of a relation as class_counts reads it, a few classes per fetch
+COUNTED_PAIRS = """
+CREATE OR REPLACE FUNCTION pg_temp.counted_pairs(relation text, per_fetch int) RETURNS text AS $counted$
+import json
+from plpy_anon.db import class_counts
+class_counts.FETCH_CLASSES = per_fetch
+counts = class_counts.count(plpy, relation, ["age", "zip"], ["diagnosis"])
+owners, values, rows = counts.tables["diagnosis"]
+pairs = {}
+for c, v, n in zip(owners.tolist(), values.tolist(), rows.tolist()):
+    pairs.setdefault(c, []).append([v, n])
+return json.dumps({"sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist())),
+                   "classes": sorted(sorted(p) for p in pairs.values())})
+$counted$ LANGUAGE plpython3u"""
+
+
+@pytest.mark.parametrize("fetch", [1, 7, 100_000])
+def test_class_value_table_read_a_few_classes_at_a_time_is_the_one_counted_in_sql(
+        db, schema, patients, fetch):
+    """The check's class x value table is read class by class through a cursor: whatever the
+    fetch size, every class's (value rank, rows) pairs (NULL as -1) and the class-size histogram
+    are those counted here in SQL."""
+    db.execute(f"UPDATE {patients} SET diagnosis = NULL WHERE id % 7 = 0")
+    db.execute(COUNTED_PAIRS)
+    got = json.loads(db.execute("SELECT pg_temp.counted_pairs(%s, %s)",
+                                (patients, fetch)).fetchone()[0])
+    ranked = ("SELECT d, dense_rank() OVER (ORDER BY d) - 1 AS r "
+              f"FROM (SELECT DISTINCT diagnosis AS d FROM {patients} WHERE diagnosis IS NOT NULL) AS u")
+    pairs = db.execute(
+        f"SELECT array_agg(ARRAY[coalesce(r.r, -1), p.n] ORDER BY coalesce(r.r, -1)) "
+        f"FROM (SELECT age, zip, diagnosis, count(*) AS n FROM {patients} "
+        f"      GROUP BY age, zip, diagnosis) AS p LEFT JOIN ({ranked}) AS r ON r.d = p.diagnosis "
+        f"GROUP BY p.age, p.zip").fetchall()
+    sizes = db.execute(f"SELECT n, count(*) FROM (SELECT count(*) AS n FROM {patients} "
+                       f"GROUP BY age, zip) AS c GROUP BY n").fetchall()
+    assert got["classes"] == sorted(p for (p,) in pairs)
+    assert {int(k): v for k, v in got["sizes"].items()} == dict(sizes)
+    assert len(got["classes"]) > 7 and any(v == -1 for c in got["classes"] for v, _ in c)

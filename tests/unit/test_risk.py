@@ -75,9 +75,16 @@ def brute_sensitive(df, ordered, c):
 
 
 @settings(max_examples=150, deadline=None)
-@given(frames, st.booleans(), st.sampled_from([0.5, 1.0, 1.5, 3.0]), st.sampled_from([1, 3, 1000]))
-def test_sensitive_figures_match_brute_force(df, ordered, c, chunk):
-    got = risk.sensitive_figures(*class_value(df), ordered=ordered, c=c, chunk_cells=chunk)
+@given(frames, st.booleans(), st.sampled_from([0.5, 1.0, 1.5, 3.0]), st.sampled_from([1, 3, 1000]),
+       st.none() | st.integers(0, 2**32 - 1))
+def test_sensitive_figures_match_brute_force(df, ordered, c, chunk, shuffle):
+    """In class order or not (``shuffle``: the pairs in a random order), in ranges of classes of
+    any size, the figures are those counted class by class."""
+    pairs = class_value(df)
+    if shuffle is not None:
+        order = np.random.default_rng(shuffle).permutation(len(pairs[0]))
+        pairs = tuple(column[order] for column in pairs)
+    got = risk.sensitive_figures(*pairs, ordered=ordered, c=c, chunk_cells=chunk)
     want = brute_sensitive(df, ordered, c)
     assert got["distinct_l"] == want["distinct_l"]
     assert got["entropy_l"] == pytest.approx(want["entropy_l"])
