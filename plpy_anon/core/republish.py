@@ -67,6 +67,9 @@ class Version:
     #: each group's union of groups linked by people in that version (None: unknown, taken as
     #: ``linked``)
     people_linked: np.ndarray | None = None
+    #: per group, whether one of its people then is still in the table (None: unknown, every
+    #: group taken as linked to the group holding it now)
+    alive: np.ndarray | None = None
 
 
 @dataclass
@@ -230,6 +233,11 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
                    version.linked if version.people_linked is None else version.people_linked)
                   for i, version in enumerate(history)]
     for i, version, now_linked, then_linked in pairs:
+        if then_linked is not False and version.alive is not None:
+            unsafe = _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_of)
+            out[i] += int(unsafe.sum())
+            failing |= unsafe
+            continue
         nodes, union = union_nodes(ids, now_linked, version, roots_of, then_linked)
         several = np.bincount(union, minlength=nodes.size) > 1
         if not several.any():
@@ -243,6 +251,35 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
         out[i] += int(unsafe.sum())
         failing |= unsafe[union[:ids.size]]
     return failing if per_group else out
+
+
+def _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_of) -> np.ndarray:
+    """Per group now: in a part of several classes linked as an analyst links them (people in
+    several boxes, in either version, and people in both: an earlier group to the group holding
+    it now only while one of its people is in the table) whose values added or removed break
+    the l model."""
+    n, m = ids.size, version.ids.size
+    a, b = [], []
+    if now_linked is not None:
+        a.append(np.arange(n))
+        b.append(np.searchsorted(ids, np.asarray(now_linked, dtype=np.int64)))
+    order = np.argsort(version.ids, kind="stable")
+    if then_linked is not None:
+        a.append(n + np.arange(m))
+        b.append(n + order[np.searchsorted(version.ids[order], np.asarray(then_linked, dtype=np.int64))])
+    root = roots_of(version.ids)
+    at = np.searchsorted(ids, root)
+    followed = np.asarray(version.alive, dtype=bool) & (at < n) & (ids[np.minimum(at, n - 1)] == root)
+    a.append(n + np.flatnonzero(followed))
+    b.append(at[followed])
+    labels = _smallest_roots(np.arange(n + m, dtype=np.int64), np.concatenate(a), np.concatenate(b))
+    now = np.zeros((n + m, counts.shape[1]), dtype=np.int64)
+    before = np.zeros_like(now)
+    np.add.at(now, labels[:n], counts)
+    np.add.at(before, labels[n:], version.counts)
+    several = np.bincount(labels, minlength=n + m) > 1
+    unsafe = several & ~difference_safe(models, now, before)
+    return unsafe[labels[:n]]
 
 
 def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Version],

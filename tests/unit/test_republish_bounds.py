@@ -43,11 +43,13 @@ def kept(ids: list, codes: np.ndarray, out) -> dict:
 
 
 def churned_versions(seed: int, k: int, l: int, refreshes: int, churn: int, n: int = 120,
-                     span: int = 40, n_values: int = 5, first_version: bool = False):
+                     span: int = 40, n_values: int = 5, first_version: bool = False,
+                     follow_people: bool = True):
     """Yields (release's unsafe unions per earlier version, NCP (:func:`ncp`), what an analyst
     keeps of the version (:func:`kept`)) for each refresh of a random churn sequence on two QIs
     coded 0..span-1 (with ``first_version``, the first version's too, no unions counted);
-    stops at a refusal."""
+    stops at a refusal. With ``follow_people``, each earlier version's groups say whether one of
+    their people is still in the table (``Version.alive``)."""
     rng = np.random.default_rng(seed)
     models = Models(l=l)
     people = {i: (rng.integers(0, span, 2), int(rng.integers(0, n_values))) for i in range(n)}
@@ -75,6 +77,8 @@ def churned_versions(seed: int, k: int, l: int, refreshes: int, churn: int, n: i
                           np.ones(len(ids), dtype=bool), first_ids, first_ids)
         yield np.zeros(0, dtype=np.int64), ncp(points, labels, span), kept(ids, points, whole)
     lineage = roots = np.unique(labels)
+    # each version's people and their groups (held back ones too)
+    members = [dict(state)]
     for _ in range(refreshes):
         for gone in rng.choice(sorted(people), size=churn, replace=False).tolist():
             del people[gone]
@@ -87,6 +91,10 @@ def churned_versions(seed: int, k: int, l: int, refreshes: int, churn: int, n: i
         codes = np.array([people[i][0] for i in ids])
         values = np.array([people[i][1] for i in ids])
         previous = np.array([shown.get(i, -1) for i in ids])
+        if follow_people:
+            for version, then in zip(history, members):
+                still = {g for person, g in then.items() if person in people}
+                version.alive = np.isin(version.ids, list(still))
         try:
             acceptable = republish.merge_keeps_an_option(previous, values, history, lineage,
                                                          roots, k, models)
@@ -108,6 +116,7 @@ def churned_versions(seed: int, k: int, l: int, refreshes: int, churn: int, n: i
         history.append(Version(out.ids, out.counts, out.linked, out.people_linked))
         lineage, roots = out.lineage, out.roots
         state = {i: int(g) for i, g in zip(ids, out.labels.tolist())}
+        members.append(dict(state))
         shown = {i: int(g) for i, g, p in zip(ids, out.labels.tolist(), out.published.tolist()) if p}
 
 
@@ -144,6 +153,16 @@ def test_part_of_a_union_of_overlapping_classes_is_not_subtracted_apart():
         665467573, 5, 2, 6, 7, n_values=5, first_version=True)]
     assert len(versions) >= 4
     assert pinned_by_difference(versions[2], versions[3]) == {}
+
+
+def test_an_earlier_class_whose_people_all_left_is_subtracted_apart():
+    # an earlier class linked by a person to another (their boxes held them both); its people
+    # have all left, so the analyst does not follow it to the group holding it now, and the
+    # other class with the one now holding its stayers pinned three joiners
+    versions = [version for _, _, version in churned_versions(
+        4101660509, 3, 2, 7, 18, n_values=4, first_version=True)]
+    assert len(versions) == 8
+    assert pinned_by_difference(versions[2], versions[7]) == {}
 
 
 # derandomized: a fixed set of sequences (the part of a union above pinned in 1 of 1,500)
