@@ -13,7 +13,9 @@ l model (core.privacy_models, NULL counting as no value); checking consecutive v
 not enough (joiners published in one batch, some leaving in a later one, cancel out and pin the
 rest). Classes whose released boxes overlap could each hold a person there, so the analyst
 subtracts their union too (:func:`overlapping_groups`, :func:`unsafe_unions`): a union that
-would pin someone holds its groups where each can.
+would pin someone holds its groups where each can. He links classes by the people who could be
+in several at once, not by boxes that meet where nobody lies, so the parts of a union that
+people link (:func:`people_linked_groups`) are checked the same way.
 
 Each group publishes the most advanced of these multisets that passes, as in m-invariance's
 counterfeits (Xiao & Tao, "m-Invariance: Towards Privacy Preserving Re-publication of Dynamic
@@ -309,7 +311,7 @@ def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Versio
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
-            ranged: np.ndarray | None = None) -> Published:
+            ranged: np.ndarray | None = None, held_in: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
     ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
@@ -319,7 +321,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     ``lineage``/``roots``: every group id used so far and the group of the last version
     holding it; ``qi_codes`` (n, d) and ``ranged`` (d,): the rows' QI codes and which QIs are
     released as ranges (their NULLs coded -1) rather than sets: groups that would be released
-    with the same QIs are one class to an analyst, so they are merged."""
+    with the same QIs are one class to an analyst, so they are merged. ``held_in``: each row's
+    group in the last version, held back or published (-1: new; default ``previous``): a person
+    held back links their group then to their group now as well."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -330,6 +334,10 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     # each group of the last version -> the group its published members are in now (merged
     # groups keep the smallest id, so they agree)
     step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+    if held_in is not None:
+        held_in = np.asarray(held_in, dtype=np.int64)
+        waited = (held_in >= 0) & ~published_before
+        step = dict(zip(held_in[waited].tolist(), labels[waited].tolist())) | step
     while True:
         ids, index = np.unique(labels, return_inverse=True)
         index = index.ravel()

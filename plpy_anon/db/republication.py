@@ -753,6 +753,10 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
     stored = run(plpy, VERSIONS, ["int4"], [release_id])
+    # people held back link their group then to their group now as well
+    if stored and stored[-1]["waiting"]:
+        before = dict(zip((bytes(h) for h in stored[-1]["waiting"]), stored[-1]["waiting_groups"])) | before
+    now = now | dict(zip(version.get("waiting") or [], version.get("waiting_groups") or []))
     step = {}
     for person, group in now.items():
         old = before.get(person)

@@ -102,7 +102,8 @@ def churned_versions(seed: int, k: int, l: int, refreshes: int, churn: int, n: i
                                        values[:, None], np.full(len(ids), -1), [], k, l, models,
                                        acceptable=acceptable)
             out = publish(grouped, previous, values, codes / span, history, lineage, roots, k,
-                          models, codes, np.array([True, True]))
+                          models, codes, np.array([True, True]),
+                          held_in=np.array([state.get(i, -1) for i in ids]))
         except CannotKeepCandidates:
             return
         lookup = dict(zip(out.lineage.tolist(), out.roots.tolist()))
@@ -163,6 +164,16 @@ def test_an_earlier_class_whose_people_all_left_is_subtracted_apart():
         4101660509, 3, 2, 7, 18, n_values=4, first_version=True)]
     assert len(versions) == 8
     assert pinned_by_difference(versions[2], versions[7]) == {}
+
+
+def test_an_earlier_class_is_followed_through_its_people_held_back():
+    # an earlier class whose published people all left and whose one other person, held back,
+    # now sits in a group it merged with: the analyst links them through that person, and the
+    # two earlier classes together with the group now pinned a joiner
+    versions = [version for _, _, version in churned_versions(
+        1362810238, 3, 3, 9, 20, n_values=5, first_version=True)]
+    assert len(versions) == 10
+    assert pinned_by_difference(versions[1], versions[2]) == {}
 
 
 # derandomized: a fixed set of sequences (the part of a union above pinned in 1 of 1,500)
