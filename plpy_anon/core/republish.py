@@ -13,7 +13,9 @@ l model (core.privacy_models, NULL counting as no value); checking consecutive v
 not enough (joiners published in one batch, some leaving in a later one, cancel out and pin the
 rest). Classes whose released boxes overlap could each hold a person there, so the analyst
 subtracts their union too (:func:`overlapping_groups`, :func:`unsafe_unions`): a union that
-would pin someone holds its groups where each can.
+would pin someone holds its groups where each can. He links classes by the people who could be
+in several at once, not by boxes that meet where nobody lies, so the parts of a union that
+people link (:func:`people_linked_groups`) are checked the same way.
 
 Each group publishes the most advanced of these multisets that passes, as in m-invariance's
 counterfeits (Xiao & Tao, "m-Invariance: Towards Privacy Preserving Re-publication of Dynamic
@@ -64,6 +66,12 @@ class Version:
     ids: np.ndarray
     counts: np.ndarray
     linked: np.ndarray | None = None
+    #: each group's union of groups linked by people in that version (None: unknown, taken as
+    #: ``linked``)
+    people_linked: np.ndarray | None = None
+    #: per group, whether one of its people then is still in the table (None: unknown, every
+    #: group taken as linked to the group holding it now)
+    alive: np.ndarray | None = None
 
 
 @dataclass
@@ -83,6 +91,7 @@ class Published:
     lineage: np.ndarray
     roots: np.ndarray
     linked: np.ndarray | None = None
+    people_linked: np.ndarray | None = None
 
     @property
     def held_back(self) -> int:
@@ -180,7 +189,7 @@ def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: l
 
 
 def union_nodes(ids: np.ndarray, linked: np.ndarray | None, version: Version,
-                roots_of) -> tuple[np.ndarray, np.ndarray]:
+                roots_of, earlier_linked=False) -> tuple[np.ndarray, np.ndarray]:
     """The unions an analyst who keeps ``version`` and this one subtracts: (the groups, those
     with rows now (``ids``, sorted) then those whose rows have all gone, and each one's union, by
     its smallest position). Classes are linked by overlapping boxes in either version (a person
@@ -199,9 +208,10 @@ def union_nodes(ids: np.ndarray, linked: np.ndarray | None, version: Version,
     if linked is not None:
         a.append(np.arange(ids.size))
         b.append(position(np.asarray(linked, dtype=np.int64)))
-    if version.linked is not None:
+    then = version.linked if earlier_linked is False else earlier_linked
+    if then is not None:
         a.append(position(root))
-        b.append(position(roots_of(np.asarray(version.linked, dtype=np.int64))))
+        b.append(position(roots_of(np.asarray(then, dtype=np.int64))))
     labels = np.arange(nodes.size, dtype=np.int64)
     if a:
         labels = _smallest_roots(labels, np.concatenate(a), np.concatenate(b))
@@ -209,7 +219,8 @@ def union_nodes(ids: np.ndarray, linked: np.ndarray | None, version: Version,
 
 
 def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: np.ndarray | None,
-                  history: list[Version], roots_of, per_group: bool = False) -> np.ndarray:
+                  history: list[Version], roots_of, per_group: bool = False,
+                  people_linked: np.ndarray | None = None) -> np.ndarray:
     """(len(history),) the unions of several groups whose boxes overlap now or overlapped in the
     earlier version (:func:`union_nodes`; ``linked``: each group's union now, by its smallest
     id) whose values added or removed since each earlier version (over the groups merged into
@@ -217,8 +228,19 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
     that fails against some version."""
     out = np.zeros(len(history), dtype=np.int64)
     failing = np.zeros(ids.size, dtype=bool)
-    for i, version in enumerate(history):
-        nodes, union = union_nodes(ids, linked, version, roots_of)
+    pairs = [(i, version, linked, False) for i, version in enumerate(history)]
+    if people_linked is not None:
+        # the parts an analyst links by the people in them (each version's own people)
+        pairs += [(i, version, people_linked,
+                   version.linked if version.people_linked is None else version.people_linked)
+                  for i, version in enumerate(history)]
+    for i, version, now_linked, then_linked in pairs:
+        if then_linked is not False and version.alive is not None:
+            unsafe = _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_of)
+            out[i] += int(unsafe.sum())
+            failing |= unsafe
+            continue
+        nodes, union = union_nodes(ids, now_linked, version, roots_of, then_linked)
         several = np.bincount(union, minlength=nodes.size) > 1
         if not several.any():
             continue
@@ -228,9 +250,38 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
         order = np.argsort(nodes, kind="stable")
         np.add.at(before, union[order], ancestors_sum(version, roots_of, nodes[order]))
         unsafe = several & ~difference_safe(models, now, before)
-        out[i] = int(unsafe.sum())
+        out[i] += int(unsafe.sum())
         failing |= unsafe[union[:ids.size]]
     return failing if per_group else out
+
+
+def _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_of) -> np.ndarray:
+    """Per group now: in a part of several classes linked as an analyst links them (people in
+    several boxes, in either version, and people in both: an earlier group to the group holding
+    it now only while one of its people is in the table) whose values added or removed break
+    the l model."""
+    n, m = ids.size, version.ids.size
+    a, b = [], []
+    if now_linked is not None:
+        a.append(np.arange(n))
+        b.append(np.searchsorted(ids, np.asarray(now_linked, dtype=np.int64)))
+    order = np.argsort(version.ids, kind="stable")
+    if then_linked is not None:
+        a.append(n + np.arange(m))
+        b.append(n + order[np.searchsorted(version.ids[order], np.asarray(then_linked, dtype=np.int64))])
+    root = roots_of(version.ids)
+    at = np.searchsorted(ids, root)
+    followed = np.asarray(version.alive, dtype=bool) & (at < n) & (ids[np.minimum(at, n - 1)] == root)
+    a.append(n + np.flatnonzero(followed))
+    b.append(at[followed])
+    labels = _smallest_roots(np.arange(n + m, dtype=np.int64), np.concatenate(a), np.concatenate(b))
+    now = np.zeros((n + m, counts.shape[1]), dtype=np.int64)
+    before = np.zeros_like(now)
+    np.add.at(now, labels[:n], counts)
+    np.add.at(before, labels[n:], version.counts)
+    several = np.bincount(labels, minlength=n + m) > 1
+    unsafe = several & ~difference_safe(models, now, before)
+    return unsafe[labels[:n]]
 
 
 def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Version],
@@ -260,7 +311,7 @@ def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Versio
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
-            ranged: np.ndarray | None = None) -> Published:
+            ranged: np.ndarray | None = None, held_in: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
     ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
@@ -270,7 +321,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     ``lineage``/``roots``: every group id used so far and the group of the last version
     holding it; ``qi_codes`` (n, d) and ``ranged`` (d,): the rows' QI codes and which QIs are
     released as ranges (their NULLs coded -1) rather than sets: groups that would be released
-    with the same QIs are one class to an analyst, so they are merged."""
+    with the same QIs are one class to an analyst, so they are merged. ``held_in``: each row's
+    group in the last version, held back or published (-1: new; default ``previous``): a person
+    held back links their group then to their group now as well."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -281,6 +334,10 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
     # each group of the last version -> the group its published members are in now (merged
     # groups keep the smallest id, so they agree)
     step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+    if held_in is not None:
+        held_in = np.asarray(held_in, dtype=np.int64)
+        waited = (held_in >= 0) & ~published_before
+        step = dict(zip(held_in[waited].tolist(), labels[waited].tolist())) | step
     while True:
         ids, index = np.unique(labels, return_inverse=True)
         index = index.ravel()
@@ -300,13 +357,15 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             choice = possible.argmax(axis=1)
             overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
             linked = None if overlap is None else ids[overlap]
+            by_people = None if overlap is None else people_linked_groups(index, ids.size, qi_codes, ranged)
+            people_linked = ids if by_people is None else ids[by_people]
             ever = linked_ever(ids, linked, history, roots_of)
             if ever is not None:
                 choice = _unions_held(models, ever, linked, choice, possible, stacked, history,
-                                      roots_of, ids)
+                                      roots_of, ids, people_linked)
                 counts = stacked[np.arange(ids.size), choice]
                 failing = unsafe_unions(models, ids, counts, linked, history, roots_of,
-                                        per_group=True)
+                                        per_group=True, people_linked=people_linked)
                 if failing.any():
                     if ids.size == 1:
                         raise CannotKeepCandidates(
@@ -334,7 +393,8 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
             published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
-            return Published(labels, ids, counts, choice, published, lineage, now, linked)
+            return Published(labels, ids, counts, choice, published, lineage, now, linked,
+                             None if qi_codes is None else people_linked)
         if ids.size == 1:
             raise CannotKeepCandidates(
                 "no multiset of one class of every row keeps every pair of versions from pinning "
@@ -462,14 +522,15 @@ def _merge_with_an_option(index, ids, codes, published_before, history, roots_of
 
 
 def _unions_held(models, ever, linked, choice, possible, stacked, history, roots_of,
-                 ids) -> np.ndarray:
+                 ids, people_linked=None) -> np.ndarray:
     """Classes whose boxes overlap, now or in an earlier version, are one union to an analyst
     who keeps both versions (a person there could be in any): the groups of each union whose
     change against an earlier version pins someone hold (their last multisets) when every group
     linked to them (``ever``: each group's union over all versions) can."""
     choice = choice.copy()
     counts = stacked[np.arange(ids.size), choice]
-    failing = unsafe_unions(models, ids, counts, linked, history, roots_of, per_group=True)
+    failing = unsafe_unions(models, ids, counts, linked, history, roots_of, per_group=True,
+                            people_linked=people_linked)
     can_hold = np.ones(ids.size, dtype=bool)
     np.logical_and.at(can_hold, ever, possible[:, HOLD])
     choice[failing & can_hold[ever]] = HOLD
@@ -579,6 +640,18 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
     there, or that share a code), then tested on every QI: the cost follows the pairs that
     could overlap, not the square of the groups."""
     index = np.asarray(index, dtype=np.int64)
+    tests = _box_tests(index, n_groups, qi_codes, ranged)
+    labels = np.arange(n_groups, dtype=np.int64)
+    found = False
+    for a, b in _meeting_pairs(tests, n_groups):
+        found = True
+        labels = _smallest_roots(labels, a, b)
+    return labels if found else None
+
+
+def _box_tests(index: np.ndarray, n_groups: int, qi_codes: np.ndarray, ranged: np.ndarray) -> list:
+    """Per QI, each group's released box side: ("range", low, high, any NULL) or ("set", packed
+    membership, held (group * width + code), width, codes of the rows)."""
     tests = []
     for d in range(qi_codes.shape[1]):
         col = np.asarray(qi_codes[:, d], dtype=np.int64)
@@ -594,9 +667,12 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
             member[index, code] = True
             # (group * width + code) of each code a group holds
             held = np.flatnonzero(member.ravel())
-            tests.append(("set", np.packbits(member, axis=1), held, width))
-    labels = np.arange(n_groups, dtype=np.int64)
-    found = False
+            tests.append(("set", np.packbits(member, axis=1), held, width, code))
+    return tests
+
+
+def _meeting_pairs(tests, n_groups: int):
+    """Chunks (a, b) of the pairs of groups whose boxes meet (:func:`overlapping_groups`)."""
     for a, b in _candidate_pairs(tests, n_groups):
         check_interrupts()
         meet = np.ones(a.size, dtype=bool)
@@ -609,8 +685,43 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
                 packed = test[1]
                 meet &= (packed[a] & packed[b]).any(axis=1)
         if meet.any():
+            yield a[meet], b[meet]
+
+
+def people_linked_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
+                         ranged: np.ndarray) -> np.ndarray | None:
+    """The unions of groups linked by people: a row (held back or not) whose QIs lie in the
+    boxes of other groups than its own links them all, as an analyst who knows that person
+    cannot tell in which class they are; transitively (each group index's union, by its
+    smallest index), or None when nobody lies in two boxes. Finer than
+    :func:`overlapping_groups`: boxes that meet where nobody lies are not linked."""
+    index = np.asarray(index, dtype=np.int64)
+    tests = _box_tests(index, n_groups, qi_codes, ranged)
+    order = np.argsort(index, kind="stable")
+    start = np.searchsorted(index[order], np.arange(n_groups + 1))
+    labels = np.arange(n_groups, dtype=np.int64)
+    found = False
+    for a, b in _meeting_pairs(tests, n_groups):
+        # the rows of b tested against a's box, then the rows of a against b's
+        box = np.concatenate([a, b])
+        own = np.concatenate([b, a])
+        sizes = start[own + 1] - start[own]
+        pair = np.repeat(np.arange(box.size), sizes)
+        offset = np.arange(pair.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        rows = order[start[own][pair] + offset]
+        inside = np.ones(rows.size, dtype=bool)
+        g = box[pair]
+        for d, test in enumerate(tests):
+            if test[0] == "range":
+                _, low, high, _ = test
+                x = np.asarray(qi_codes[rows, d], dtype=np.int64)
+                inside &= (x < 0) | ((low[g] <= x) & (x <= high[g]))
+            else:
+                packed, code = test[1], test[4][rows]
+                inside &= (packed[g, code >> 3] >> (7 - (code & 7)) & 1).astype(bool)
+        if inside.any():
             found = True
-            labels = _smallest_roots(labels, a[meet], b[meet])
+            labels = _smallest_roots(labels, g[inside], index[rows[inside]])
     return labels if found else None
 
 

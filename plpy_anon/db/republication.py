@@ -290,7 +290,7 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     return people
 
 
-VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, waiting, waiting_groups "
+VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups "
             "FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
 
 
@@ -316,7 +316,7 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list) -> No
         codes[present] = index.get_indexer(vals[present])
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
         counts = np.bincount(owner * width + codes, minlength=ids.size * width).reshape(ids.size, width)
-        people.versions.append(Version(ids, counts, _linked(row)))
+        people.versions.append(Version(ids, counts, _linked(row), _people_linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
     if rows and rows[-1]["waiting"]:
         people.waiting = dict(zip((bytes(h) for h in rows[-1]["waiting"]), rows[-1]["waiting_groups"]))
@@ -328,6 +328,12 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list) -> No
 def _linked(row) -> np.ndarray | None:
     """A stored version's unions of overlapping groups (None: none overlapped)."""
     return None if row["linked"] is None else np.asarray(row["linked"], dtype=np.int64)
+
+
+def _people_linked(row) -> np.ndarray | None:
+    """A stored version's unions of groups linked by people (None: not stored, taken as its
+    unions of overlapping groups)."""
+    return None if row["people_linked"] is None else np.asarray(row["people_linked"], dtype=np.int64)
 
 
 def qi_boxes(encoded) -> tuple[np.ndarray, np.ndarray]:
@@ -353,7 +359,10 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
         keep = np.flatnonzero(shown).tolist()
         hashes = [people.hashes[i] for i in keep]
         qi_texts = [[texts[i] for i in keep] for texts in people.qi_texts]
+    waiting = np.flatnonzero(~shown).tolist()
     out = {"hashes": hashes, "groups": groups[shown].tolist(),
+           # the people held back link classes too (they are in the table)
+           "waiting_qi_texts": [[texts[i] for i in waiting] for texts in people.qi_texts],
            # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
            "qi_nulls": [None in texts for texts in people.qi_texts],
            "qi_texts": qi_texts, "version": None}
@@ -368,13 +377,17 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
         choices = {"advance": int(ids.size)}
         overlap = republish.overlapping_groups(index.ravel(), ids.size, *qi_boxes(rows.encoded))
         linked = None if overlap is None else ids[overlap]
+        by_people = None if overlap is None else republish.people_linked_groups(
+            index.ravel(), ids.size, *qi_boxes(rows.encoded))
+        people_linked = ids if by_people is None else ids[by_people]
     else:
         ids, counts, linked = published.ids, published.counts, published.linked
+        people_linked = published.people_linked
         held_back, counterfeit = published.held_back, published.counterfeit
         choices = {name: int((published.choice == c).sum()) for c, name in enumerate(republish.CHOICES)}
-    waiting = np.flatnonzero(~shown).tolist()
     out["version"] = {"group_ids": ids.tolist(), "counts": counts, "values": people.values,
                       "linked": None if linked is None else linked.tolist(),
+                      "people_linked": None if people_linked is None else people_linked.tolist(),
                       "waiting": [people.hashes[i] for i in waiting],
                       "waiting_groups": groups[waiting].tolist(),
                       "held_back": held_back, "counterfeit": counterfeit, "groups_by_choice": choices}
@@ -409,17 +422,23 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     state = State.read(plpy, release["release_id"])
     # the groups people were published in by the last version, before the check replaces them
     before = dict(zip(state.hashes(), state.groups.tolist()))
+    waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
+    everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
     with local_settings(plpy, jit="off"), timing.phase("check_classes"):
-        classes = released_classes(plpy, release, qis, sensitive, qi_texts)
+        classes = released_classes(plpy, release, qis, sensitive,
+                                   [a + b for a, b in zip(qi_texts, waiting_texts)])
+        # every person in the table (published ones first) with each class holding them
+        matched = containment.contained(classes.axes, everyone, classes.count)
     with timing.phase("check_candidates"):
-        figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state)
+        figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state,
+                           matched)
     if stashed["version"] is not None:
         nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
         # the planner's estimates of grouped released rows are far off: no JIT for them
         with local_settings(plpy, jit="off"), timing.phase("check_differences"):
             figures.update(check_differences(plpy, release, promise, sensitive[0],
                                              stashed["version"], before, dict(zip(hashes, groups)),
-                                             qis, nulls))
+                                             qis, nulls, (matched, classes.multisets)))
     l = promise.l
     if l is not None and figures["below_l"]:
         raise InsufficientData(
@@ -679,7 +698,7 @@ def _unions(pairs, members: dict) -> Counter:
 
 
 def check_differences(plpy, release: dict, promise: Promise, sensitive, version: dict,
-                      before: dict, now: dict, qi_columns, qi_nulls) -> dict:
+                      before: dict, now: dict, qi_columns, qi_nulls, matched=None) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (from the released rows) must be the groups' multisets the run stashed (``version``),
     and no group's values added or removed since any stored earlier version may break the l
@@ -689,7 +708,11 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
     hold one person (:func:`released_multisets`; ``qi_columns``, ``qi_nulls``: the QIs and
     whether the run has a NULL in each) must form the unions of groups the run linked, whose changes that break
     the l model are counted (``unsafe_unions``, core.republish.unsafe_unions: the run holds them
-    where it can, and does not merge them). Refuses (22000) otherwise; stores the version
+    where it can, and does not merge them). The parts of those unions that people link (``matched``:
+    (person, class) pairs of everyone in the table, held back people too, each class that holds
+    them, from the released rows) must be the run's ``people_linked``, and are checked the same
+    way (an analyst who knows a person links the classes that could hold them, not boxes that
+    meet where nobody lies). Refuses (22000) otherwise; stores the version
     (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
@@ -715,7 +738,25 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
             f"the released classes of {release['release_schema']}.{release['release_name']} that "
             "could both hold one person (their ranges and sets overlap) are not the groups its run "
             "checked together; nothing was published", hint="Report this with the release's parameters.")
+    people_ids = version.get("people_linked")
+    if matched is not None and people_ids is not None:
+        (person, klass), multisets = matched
+        order = np.lexsort((klass, person))
+        person, klass = person[order], klass[order]
+        same = person[1:] == person[:-1]
+        by_people = list(zip(klass[:-1][same].tolist(), klass[1:][same].tolist()))
+        if _unions(by_people, dict(enumerate(multisets))) != _unions(
+                list(zip(version["group_ids"], people_ids)), group_values):
+            raise InsufficientData(
+                f"the released classes of {release['release_schema']}.{release['release_name']} "
+                "that some person in the table could be in at once are not the groups its run "
+                "checked together; nothing was published",
+                hint="Report this with the release's parameters.")
     stored = run(plpy, VERSIONS, ["int4"], [release_id])
+    # people held back link their group then to their group now as well
+    if stored and stored[-1]["waiting"]:
+        before = dict(zip((bytes(h) for h in stored[-1]["waiting"]), stored[-1]["waiting_groups"])) | before
+    now = now | dict(zip(version.get("waiting") or [], version.get("waiting_groups") or []))
     step = {}
     for person, group in now.items():
         old = before.get(person)
@@ -735,7 +776,7 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
         counts = np.zeros((ids.size, len(position)), dtype=np.int64)
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
         np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
-        history.append(Version(ids, counts, _linked(row)))
+        history.append(Version(ids, counts, _linked(row), _people_linked(row)))
     ids = np.asarray(version["group_ids"], dtype=np.int64)
     counts = np.zeros((ids.size, len(position)), dtype=np.int64)
     for j, v in enumerate(values):
@@ -748,7 +789,9 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
 
     pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
     linked = None if linked_ids is None else np.asarray(linked_ids, dtype=np.int64)
-    unions = republish.unsafe_unions(models, ids, counts, linked, history, roots_of)
+    people_linked = None if people_ids is None else np.asarray(people_ids, dtype=np.int64)
+    unions = republish.unsafe_unions(models, ids, counts, linked, history, roots_of,
+                                     people_linked=people_linked)
     figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
                "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
                "overlapping_classes": overlapping, "unsafe_differences": int(pinned.sum()),
@@ -774,12 +817,13 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
               "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
     run(plpy, """
         INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back,
-                                           counterfeit, linked, waiting, waiting_groups)
+                                           counterfeit, linked, waiting, waiting_groups, people_linked)
         SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
-               $2, $2, $3, $4, $5, $6, $7, $8, $9""",
-        ["int4", "int4[]", "int4[]", "text[]", "int4", "int4", "int4[]", "bytea[]", "int4[]"],
+               $2, $2, $3, $4, $5, $6, $7, $8, $9, $10""",
+        ["int4", "int4[]", "int4[]", "text[]", "int4", "int4", "int4[]", "bytea[]", "int4[]", "int4[]"],
         [release_id, [int(g) for g in ids], sizes, vals, version["held_back"], version["counterfeit"],
-         linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None])
+         linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
+         None if people_ids is None else [int(g) for g in people_ids]])
     return figures
 
 
@@ -801,6 +845,8 @@ class Classes:
     count: int
     axes: list
     values: list
+    #: each class's multiset of the first sensitive column's texts (NULL as None)
+    multisets: list = field(default_factory=list)
 
 
 def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Classes:
@@ -818,12 +864,17 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
     distinct = "DISTINCT " if len(sensitive) > 1 else ""
     outer += [f"pg_catalog.array_agg({distinct}v.s{j}) FILTER (WHERE v.s{j} IS NOT NULL) AS s{j}"
               for j in range(len(sensitive))]
+    if sensitive:
+        # the first column's multiset: each (class, value) row's value, NULL included, and rows
+        inner.append("pg_catalog.count(*) AS rows_of")
+        outer += ["pg_catalog.array_agg(v.s0 ORDER BY v.s0, v.rows_of) AS multiset0",
+                  "pg_catalog.array_agg(v.rows_of ORDER BY v.s0, v.rows_of) AS rows0"]
     # each class's distinct values grouped twice (hashable keys) rather than sorted per class
     ctes = [f"""classes AS MATERIALIZED (
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, g.* FROM (
         SELECT {', '.join(outer)} FROM (
             SELECT {', '.join(inner)} FROM {released} r
-            GROUP BY {', '.join(str(n + 1) for n in range(len(inner)))}) v
+            GROUP BY {', '.join(str(n + 1) for n in range(len(inner) - bool(sensitive)))}) v
         GROUP BY {', '.join(f"v.q{i}" for i in range(len(qis)))}) g)"""]
     outputs = ["(SELECT pg_catalog.count(*) FROM classes) AS n_classes"]
 
@@ -879,6 +930,12 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
      FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 2) AS high{i}""")
     for j in range(len(sensitive)):
         outputs += flattened(f"s{j}", f"sensitive{j}")
+    if sensitive:
+        source = ("FROM classes c CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(c.multiset0), "
+                  "pg_catalog.unnest(c.rows0)) WITH ORDINALITY AS e(v, n, o)")
+        outputs += [f"(SELECT pg_catalog.array_agg(c.class_no ORDER BY c.class_no, e.o) {source}) AS multiset_classes",
+                    f"(SELECT pg_catalog.array_agg(e.v ORDER BY c.class_no, e.o) {source}) AS multiset_values",
+                    f"(SELECT pg_catalog.array_agg(e.n ORDER BY c.class_no, e.o) {source}) AS multiset_rows"]
     row = run(plpy, f"WITH {', '.join(ctes)}\nSELECT {', '.join(outputs)}",
               ["text[]"] * len(args), args)[0]
     count = int(row["n_classes"])
@@ -912,7 +969,12 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
                                      np.asarray(row[f"high{i}"] or [], dtype=np.int64)))
     values = [(np.asarray(row[f"sensitive{j}_classes"] or [], dtype=np.int64),
                list(row[f"sensitive{j}_values"] or [])) for j in range(len(sensitive))]
-    return Classes(count, axes, values)
+    multisets = [[] for _ in range(count)]
+    if sensitive:
+        for c, v, n in zip(row["multiset_classes"] or [], row["multiset_values"] or [],
+                           row["multiset_rows"] or []):
+            multisets[c] += [v] * int(n)
+    return Classes(count, axes, values, multisets)
 
 
 #: ranges of integers: ranked in numpy (their text is the integer's own)
@@ -951,14 +1013,17 @@ def _int_array(values: np.ndarray) -> str:
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
-             classes: Classes, state: State) -> dict:
+             classes: Classes, state: State, matched=None) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
     intersected with what earlier versions left them (``state``); remembered and counted.
     People the run no longer reads are forgotten (what they were published with stays only as
-    anonymous values of their class, until it can change safely)."""
+    anonymous values of their class, until it can change safely). ``matched``: (person, class)
+    pairs already found, people beyond ``hashes`` (held back) ignored."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     n = len(hashes)
-    person, klass = containment.contained(classes.axes, n, classes.count)
+    person, klass = matched if matched is not None else containment.contained(classes.axes, n, classes.count)
+    mine = person < n
+    person, klass = person[mine], klass[mine]
     check_interrupts()
     persons = packed(hashes)
     at = state.find(persons)

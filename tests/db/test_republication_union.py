@@ -120,3 +120,70 @@ def test_people_held_back_keep_the_group_whose_class_held_them(db, schema):
 
 
 REFRESHES_HELD = 8
+
+
+def unions_by_people(kept: dict) -> list:
+    """The sorted multisets of the unions of several classes that some person in the table
+    could be in at once (what an analyst links), from what he keeps of a version."""
+    parent = {n: n for n in kept["classes"]}
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for classes in kept["people"].values():
+        for other in classes[1:]:
+            parent[find(other)] = find(classes[0])
+    unions: dict = {}
+    for n, vals in kept["classes"].items():
+        unions.setdefault(find(n), []).append(vals)
+    return sorted(sorted(v for vals in parts for v in vals) for parts in unions.values() if len(parts) > 1)
+
+
+def unions_of(linked: list, groups: list, multisets: dict) -> list:
+    """The sorted multisets of the unions of several groups a stored version links."""
+    unions: dict = {}
+    for g, union in zip(groups, linked):
+        unions.setdefault(union, []).append(multisets[g])
+    return sorted(sorted(v for m in parts for v in m) for parts in unions.values() if len(parts) > 1)
+
+
+def test_each_version_stores_the_classes_people_link(db, schema):
+    """Every version stores, per group, its union of groups linked by the people in the table
+    (held back ones too) and not by boxes that meet where nobody lies: as multisets, the
+    unions the test links from the released rows and the table alone."""
+    rng = np.random.default_rng(11)
+    db.execute("CREATE TABLE pt (id int PRIMARY KEY, age int, zip int, dx text)")
+    with db.cursor() as cur:
+        cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)", [person(rng, i) for i in range(60)])
+    release = create_release(db, "mondrian_view", schema, "pt", k=3, l=2, quasi_identifiers=list(QIS),
+                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    stored = """SELECT group_ids, sizes, vals, people_linked, linked FROM anon.release_versions v
+                JOIN anon.releases r USING (release_id)
+                WHERE r.release_schema || '.' || r.release_name = %s ORDER BY version DESC LIMIT 1"""
+    try:
+        linked_somewhere = finer = 0
+        for version in range(9):
+            if version:
+                ids = [r[0] for r in db.execute("SELECT id FROM pt ORDER BY id").fetchall()]
+                db.execute("DELETE FROM pt WHERE id = ANY(%s)",
+                           (rng.choice(ids, size=8, replace=False).tolist(),))
+                with db.cursor() as cur:
+                    cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)",
+                                    [person(rng, 1000 * version + j) for j in range(8)])
+                db.execute("SELECT anon.refresh(%s)", (release,))
+            groups, sizes, vals, linked, boxes = db.execute(stored, (release,)).fetchone()
+            assert linked is not None and len(linked) == len(groups)
+            ends = np.cumsum(sizes)
+            multisets = {g: [v for v in vals[end - size:end] if v is not None]
+                         for g, size, end in zip(groups, sizes, ends)}
+            claimed = unions_of(linked, groups, multisets)
+            assert claimed == unions_by_people(keep_released_version(db, release, "pt", "id", QIS, "dx"))
+            linked_somewhere += len(claimed)
+            # boxes that meet where nobody lies link more groups than people do
+            finer += len(unions_of(boxes or groups, groups, multisets)) > len(claimed)
+        assert linked_somewhere > 0 and finer > 0
+    finally:
+        db.execute("SELECT anon.drop_release(%s)", (release,))
+        db.execute("DROP TABLE pt")

@@ -103,3 +103,48 @@ def test_disjoint_boxes_cost_no_square_of_the_groups():
     finally:
         republish._candidate_pairs = original
     assert sum(tested) < republish.LEAF * n_groups
+
+
+def linked_by_rows(index, n_groups, qi_codes, ranged):
+    """The reference: every row tested against every group's box; a row links the groups whose
+    boxes hold it (its own included)."""
+    holds = np.ones((index.size, n_groups), dtype=bool)
+    for d in range(qi_codes.shape[1]):
+        col = np.asarray(qi_codes[:, d], dtype=np.int64)
+        if ranged[d]:
+            valued = col >= 0
+            low = np.full(n_groups, np.iinfo(np.int64).max)
+            high = np.full(n_groups, -1)
+            np.minimum.at(low, index[valued], col[valued])
+            np.maximum.at(high, index[valued], col[valued])
+            # a NULL lies in every range
+            holds &= ~valued[:, None] | ((low[None, :] <= col[:, None]) & (col[:, None] <= high[None, :]))
+        else:
+            member = {(int(g), int(c)) for g, c in zip(index, col)}
+            holds &= np.array([[(g, int(c)) in member for g in range(n_groups)] for c in col])
+    sets = SmallestRootSets(n_groups)
+    found = False
+    for row in holds:
+        groups = np.flatnonzero(row).tolist()
+        for g in groups[1:]:
+            if sets.find(g) != sets.find(groups[0]):
+                sets.union(g, groups[0])
+                found = True
+    return sets.roots() if found else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(grouped_rows(), st.sampled_from([1, 3, 1 << 20]), st.sampled_from([2, 5, 32]))
+def test_groups_linked_by_people_are_those_some_row_lies_in_at_once(case, chunk, leaf):
+    index, n_groups, qi_codes, ranged = case
+    original = republish.PAIR_CHUNK, republish.LEAF
+    republish.PAIR_CHUNK, republish.LEAF = chunk, leaf
+    try:
+        got = republish.people_linked_groups(index, n_groups, qi_codes, ranged)
+    finally:
+        republish.PAIR_CHUNK, republish.LEAF = original
+    want = linked_by_rows(index, n_groups, qi_codes, ranged)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None and np.array_equal(got, want)
