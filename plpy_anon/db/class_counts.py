@@ -189,11 +189,12 @@ class Storage:
 def storage_for(plpy, release: dict) -> tuple[str, Storage] | None:
     """(the relation analysts read, its Storage) of a compact release, else None."""
     params = jsonb(release["parameters"])
-    if not params.get("storage"):
+    storage = params.get("storage")
+    if not storage:
         return None
     schema = release["release_schema"]
     return (ident(plpy, schema, release["release_name"]),
-            Storage(ident(plpy, schema, params["storage"]), stored_rows(plpy, params)))
+            Storage(ident(plpy, schema, storage), stored_rows(plpy, params)))
 
 
 def classes_merge(plpy, storage: Storage, qis, work_mem: str) -> bool:

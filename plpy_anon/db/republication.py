@@ -752,10 +752,10 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
                 "that some person in the table could be in at once are not the groups its run "
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
-    stored = run(plpy, VERSIONS, ["int4"], [release_id])
+    kept = run(plpy, VERSIONS, ["int4"], [release_id])
     # people held back link their group then to their group now as well
-    if stored and stored[-1]["waiting"]:
-        before = dict(zip((bytes(h) for h in stored[-1]["waiting"]), stored[-1]["waiting_groups"])) | before
+    if kept and kept[-1]["waiting"]:
+        before = dict(zip((bytes(h) for h in kept[-1]["waiting"]), kept[-1]["waiting_groups"])) | before
     now = now | dict(zip(version.get("waiting") or [], version.get("waiting_groups") or []))
     step = {}
     for person, group in now.items():
@@ -765,13 +765,13 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
                 f"a group of {release['release_schema']}.{release['release_name']} was split; "
                 "nothing was published", hint="Report this with the release's parameters.")
     lineage = {}
-    for row in stored:
+    for row in kept:
         lineage.update((h, step.get(r, r)) for h, r in zip(row["group_ids"], row["roots"]))
-    # one code per text of this version and the stored ones, NULL last (no value: core.republish)
-    texts = sorted({v for v in values if v is not None} | {v for row in stored for v in row["vals"] if v is not None})
+    # one code per text of this version and the kept ones, NULL last (no value: core.republish)
+    texts = sorted({v for v in values if v is not None} | {v for row in kept for v in row["vals"] if v is not None})
     position = {v: j for j, v in enumerate(texts)} | {None: len(texts)}
     history = []
-    for row in stored:
+    for row in kept:
         ids = np.asarray(row["group_ids"], dtype=np.int64)
         counts = np.zeros((ids.size, len(position)), dtype=np.int64)
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
@@ -793,7 +793,7 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
     unions = republish.unsafe_unions(models, ids, counts, linked, history, roots_of,
                                      people_linked=people_linked)
     figures = {"held_back": version["held_back"], "counterfeit": version["counterfeit"],
-               "groups_by_choice": version["groups_by_choice"], "versions_compared": len(stored),
+               "groups_by_choice": version["groups_by_choice"], "versions_compared": len(kept),
                "overlapping_classes": overlapping, "unsafe_differences": int(pinned.sum()),
                "unsafe_unions": int(unions.sum())}
     if figures["unsafe_differences"] or figures["unsafe_unions"]:
@@ -807,7 +807,7 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
             hint="The published version stays. Report this with the release's parameters.")
     sizes = [int(n) for n in np.asarray(version["counts"]).sum(axis=1)]
     vals = [values[c] for row in version["counts"] for c in np.repeat(np.arange(len(values)), row)]
-    for row in stored:
+    for row in kept:
         roots = [step.get(r, r) for r in row["roots"]]
         if roots != list(row["roots"]):
             run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
