@@ -37,6 +37,7 @@ from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.querylog.parse import (
     DIALECT,
     MAX_STATEMENT_BYTES,
+    _masked,
     group_by_shape,
     oversized,
     parse_statement,
@@ -91,12 +92,19 @@ def redact_all(texts: Iterable[str], max_bytes: int | None = MAX_STATEMENT_BYTES
         else:
             bounded[text] = 1
     for group in group_by_shape(bounded):
-        check_interrupts()
-        template = _template(group[0])
+        # a shape folds the case of unquoted names, which the stored text keeps as written: one
+        # template per spelling (the text with its literals masked)
+        spellings: dict = {}
         for member in group:
+            masked = _masked(member.text)
+            spellings.setdefault(member.text if masked is None else masked[0], []).append(member)
+        for members in spellings.values():
             check_interrupts()
-            filled = None if template is None else template.fill(member.literals)
-            out[member.text] = filled if filled is not None else redact(member.text, None)
+            template = _template(members[0])
+            for member in members:
+                check_interrupts()
+                filled = None if template is None else template.fill(member.literals)
+                out[member.text] = filled if filled is not None else redact(member.text, None)
     return out
 
 

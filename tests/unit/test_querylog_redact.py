@@ -159,3 +159,9 @@ def test_a_statement_ending_in_an_empty_string_after_a_parameter_is_stored():
 def test_a_shape_whose_first_like_pattern_was_not_learned_keeps_a_later_learnable_one():
     texts = ["SELECT p.age FROM patients p WHERE age LIKE '_'", "SELECT p.age FROM patients p WHERE age LIKE ''"]
     assert redact_all(texts) == {text: redact(text) for text in texts}
+
+
+def test_statements_of_one_shape_spelling_a_name_in_another_case_are_stored_as_written():
+    texts = ["SELECT p.age, p.sex FROM patients p WHERE age = 0",
+             "SELECT p.age, p.sex FROM patients p WHERE AGE = 0"]
+    assert redact_all(texts) == {text: redact(text) for text in texts}
