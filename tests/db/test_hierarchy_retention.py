@@ -2,6 +2,7 @@
 extension: sql/idempotent/035-catalog-guard.sql), and the trigger goes with the extension."""
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from psycopg import sql
@@ -11,7 +12,15 @@ def leaves(db, oid) -> int:
     return db.execute("SELECT count(*) FROM anon.hierarchies WHERE source::oid = %s", (oid,)).fetchone()[0]
 
 
-def test_a_custodian_dropping_its_column_then_its_table_deletes_their_hierarchies(db, schema, connect):
+def columns_with_hierarchies(db, oid) -> list:
+    return db.execute("SELECT DISTINCT column_name::text FROM anon.hierarchies "
+                      "WHERE source::oid = %s", (oid,)).fetchall()
+
+
+@contextlib.contextmanager
+def custodians_pay_table(db, schema, connect):
+    """A new custodian's session, its table pay with hierarchies on salary and age, and pay's oid;
+    the role and what it owns are dropped afterwards."""
     role = f"hk_{uuid.uuid4().hex[:8]}"
     r = sql.Identifier(role)
     db.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE plpy_anon_custodian").format(r))
@@ -22,40 +31,29 @@ def test_a_custodian_dropping_its_column_then_its_table_deletes_their_hierarchie
             c.execute("INSERT INTO pay SELECT i, 30000 + i * 37, 20 + i FROM generate_series(1, 30) i")
             c.execute("SELECT anon.set_hierarchy_intervals('pay', 'salary', ARRAY[1000, 10000])")
             c.execute("SELECT anon.set_hierarchy_intervals('pay', 'age', ARRAY[5, 10])")
-            oid = c.execute("SELECT 'pay'::regclass::oid").fetchone()[0]
-            assert leaves(db, oid) == 60
-            c.execute("ALTER TABLE pay DROP COLUMN salary")
-            assert db.execute("SELECT DISTINCT column_name::text FROM anon.hierarchies "
-                              "WHERE source::oid = %s", (oid,)).fetchall() == [("age",)]
-            c.execute("DROP TABLE pay")
-        assert leaves(db, oid) == 0
+            yield c, c.execute("SELECT 'pay'::regclass::oid").fetchone()[0]
     finally:
         db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(r))
         db.execute(sql.SQL("DROP ROLE {}").format(r))
+
+
+def test_a_custodian_dropping_its_column_then_its_table_deletes_their_hierarchies(db, schema, connect):
+    with custodians_pay_table(db, schema, connect) as (c, oid):
+        assert leaves(db, oid) == 60
+        c.execute("ALTER TABLE pay DROP COLUMN salary")
+        assert columns_with_hierarchies(db, oid) == [("age",)]
+        c.execute("DROP TABLE pay")
+        assert leaves(db, oid) == 0
 
 
 def test_a_renamed_columns_hierarchy_reaches_neither_its_new_name_nor_a_later_column_of_its_old(
         db, schema, connect):
-    role = f"hr_{uuid.uuid4().hex[:8]}"
-    r = sql.Identifier(role)
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE plpy_anon_custodian").format(r))
-    try:
-        db.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(sql.Identifier(schema), r))
-        with connect(user=role, options=f"-c search_path={schema}") as c:
-            c.execute("CREATE TABLE pay (id int, salary int, age int)")
-            c.execute("INSERT INTO pay SELECT i, 30000 + i * 37, 20 + i FROM generate_series(1, 30) i")
-            c.execute("SELECT anon.set_hierarchy_intervals('pay', 'salary', ARRAY[1000, 10000])")
-            c.execute("SELECT anon.set_hierarchy_intervals('pay', 'age', ARRAY[5, 10])")
-            oid = c.execute("SELECT 'pay'::regclass::oid").fetchone()[0]
-            c.execute("ALTER TABLE pay RENAME COLUMN salary TO old_salary")
-            c.execute("ALTER TABLE pay ADD COLUMN salary int")
-            assert db.execute("SELECT DISTINCT column_name::text FROM anon.hierarchies "
-                              "WHERE source::oid = %s", (oid,)).fetchall() == [("age",)]
-            assert c.execute("SELECT count(*) FROM anon.readable_hierarchies "
-                             "WHERE column_name IN ('salary', 'old_salary')").fetchone()[0] == 0
-    finally:
-        db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(r))
-        db.execute(sql.SQL("DROP ROLE {}").format(r))
+    with custodians_pay_table(db, schema, connect) as (c, oid):
+        c.execute("ALTER TABLE pay RENAME COLUMN salary TO old_salary")
+        c.execute("ALTER TABLE pay ADD COLUMN salary int")
+        assert columns_with_hierarchies(db, oid) == [("age",)]
+        assert c.execute("SELECT count(*) FROM anon.readable_hierarchies "
+                         "WHERE column_name IN ('salary', 'old_salary')").fetchone()[0] == 0
 
 
 def test_a_role_without_rights_on_the_catalog_drops_its_tables_unhindered(db, schema, connect):
