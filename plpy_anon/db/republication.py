@@ -185,7 +185,7 @@ class State:
         entries = None if row["entries"] is None else np.asarray(row["entries"], dtype=np.int64)
         waiting_entries = np.asarray(row["waiting_entries"] or [], dtype=np.int64)
         n_entries = len(row["entry_versions"] or [])
-        if cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets)) or any(
+        if (cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets))) or any(
                 e is not None and e.size and (e.min() < 0 or e.max() >= n_entries)
                 for e in (entries, waiting_entries)):
             raise InsufficientData(
@@ -390,6 +390,8 @@ def alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | N
         ids = np.asarray(row["group_ids"], dtype=np.int64)
         out.append(None if since is None or version < since else np.isin(ids, group[group >= 0]))
         steps = row["next_groups"]
+        if steps is not None and len(steps) != ids.size:
+            steps = None        # not this version's (written apart): taken as not stored
         if steps is None:
             # no step stored (the newest version, or one stored before entries were kept):
             # the groups of people followed so far are unknown in later versions

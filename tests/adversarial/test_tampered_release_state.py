@@ -46,6 +46,8 @@ TAMPER = {
         "WHERE release_id = %s"),
     # the groups each version's groups went into forgotten
     "steps forgotten": "UPDATE anon.release_versions SET next_groups = NULL WHERE release_id = %s",
+    # each version's steps cut short
+    "steps cut": "UPDATE anon.release_versions SET next_groups = next_groups[2:] WHERE release_id = %s",
 }
 
 
