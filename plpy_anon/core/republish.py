@@ -291,7 +291,9 @@ def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Versio
     labels = np.arange(ids.size, dtype=np.int64)
     found = False
     for version in history:
-        _, union = union_nodes(ids, linked, version, roots_of)
+        nodes, union = union_nodes(ids, linked, version, roots_of)
+        # a group linked only to earlier groups whose rows have all gone is a union too
+        found |= bool((np.bincount(union, minlength=nodes.size)[union[:ids.size]] > 1).any())
         union = union[:ids.size]
         # groups now that share a union (gone groups link them too)
         first = np.full(union.max() + 1 if union.size else 1, -1, dtype=np.int64)

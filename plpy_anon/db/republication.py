@@ -144,7 +144,8 @@ class People:
 
 #: the release's state of its people: one row (anon.release_state)
 STATE = """
-SELECT persons, member_groups, versions, cohorts, candidate_sets::pg_catalog.text AS candidate_sets
+SELECT persons, member_groups, versions, cohorts, candidate_sets::pg_catalog.text AS candidate_sets,
+       entries, entry_versions, entry_groups, waiting_persons, waiting_entries, version, entries_since
 FROM anon.release_state WHERE release_id = $1"""
 
 
@@ -159,6 +160,18 @@ class State:
     versions: np.ndarray
     cohorts: np.ndarray
     sets: list
+    #: each person's entry, the version that first held them (published or held back) and
+    #: their group then: a position in ``entry_versions``/``entry_groups`` (None: a state
+    #: stored before entries were kept)
+    entries: np.ndarray | None = None
+    entry_versions: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    entry_groups: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: the people the newest version held back (sorted hashes) and their entries
+    waiting: np.ndarray = field(default_factory=lambda: np.empty(0, dtype="S32"))
+    waiting_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: the version the state is of, and the oldest version the entries follow people in
+    version: int | None = None
+    entries_since: int | None = None
 
     @classmethod
     def read(cls, plpy, release_id: int) -> State:
@@ -169,14 +182,23 @@ class State:
         row = rows[0]
         sets = json.loads(row["candidate_sets"])
         cohorts = np.asarray(row["cohorts"], dtype=np.int64)
-        if cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets)):
+        entries = None if row["entries"] is None else np.asarray(row["entries"], dtype=np.int64)
+        waiting_entries = np.asarray(row["waiting_entries"] or [], dtype=np.int64)
+        n_entries = len(row["entry_versions"] or [])
+        if (cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets))) or any(
+                e is not None and e.size and (e.min() < 0 or e.max() >= n_entries)
+                for e in (entries, waiting_entries)):
             raise InsufficientData(
                 f"the state of release {release_id} (anon.release_state) points people at "
-                "candidate sets it does not hold", hint="Restore the release's row of "
+                "candidate sets or entries it does not hold", hint="Restore the release's row of "
                 "anon.release_state from a backup, or recreate the release knowingly.")
         return cls(np.frombuffer(row["persons"], dtype="S32"),
                    np.asarray(row["member_groups"], dtype=np.int64),
-                   np.asarray(row["versions"], dtype=np.int64), cohorts, sets)
+                   np.asarray(row["versions"], dtype=np.int64), cohorts, sets, entries,
+                   np.asarray(row["entry_versions"] or [], dtype=np.int64),
+                   np.asarray(row["entry_groups"] or [], dtype=np.int64),
+                   np.frombuffer(row["waiting_persons"] or b"", dtype="S32"), waiting_entries,
+                   row["version"], row["entries_since"])
 
     def hashes(self) -> list[bytes]:
         """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
@@ -184,30 +206,47 @@ class State:
         return [raw[i:i + 32] for i in range(0, len(raw), 32)]
 
     def find(self, hashes: np.ndarray) -> np.ndarray:
-        """Each of ``hashes``' position in ``persons`` (-1: not there): sorted and searched by
-        their first 8 bytes (an integer sort; numpy's sort of byte strings is several times
-        slower), the whole hash compared; the rare runs of equal first bytes one by one."""
-        stored, asked = _words(self.persons), _words(hashes)
-        at = np.full(asked.shape[0], -1, dtype=np.int64)
-        if not stored.shape[0] or not asked.shape[0]:
-            return at
-        order = np.argsort(stored[:, 0], kind="stable")
-        first = stored[order, 0]
-        # searched in ascending order: each search starts where the last one ended
-        by_key = np.argsort(asked[:, 0], kind="stable")
-        lo, hi = np.empty_like(by_key), np.empty_like(by_key)
-        lo[by_key] = np.searchsorted(first, asked[by_key, 0], "left")
-        hi[by_key] = np.searchsorted(first, asked[by_key, 0], "right")
-        one = np.flatnonzero(hi - lo == 1)
-        candidate = order[lo[one]]
-        same = np.all(stored[candidate] == asked[one], axis=1)
-        at[one[same]] = candidate[same]
-        for i in np.flatnonzero(hi - lo > 1).tolist():
-            for j in order[lo[i]:hi[i]].tolist():
-                if (stored[j] == asked[i]).all():
-                    at[i] = j
-                    break
+        """Each of ``hashes``' position in ``persons`` (-1: not there)."""
+        return _positions(self.persons, hashes)
+
+    def entries_of(self, hashes: np.ndarray) -> np.ndarray:
+        """Each of ``hashes``' entry (a position in ``entry_versions``; -1: none, a person
+        first held now, or a state stored before entries were kept)."""
+        out = np.full(hashes.size, -1, dtype=np.int64)
+        if self.entries is None:
+            return out
+        at = self.find(hashes)
+        out[at >= 0] = self.entries[at[at >= 0]]
+        held = _positions(self.waiting, hashes)
+        out[held >= 0] = self.waiting_entries[held[held >= 0]]
+        return out
+
+
+def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+    """Each of ``hashes``' position in ``persons`` (-1: not there): sorted and searched by
+    their first 8 bytes (an integer sort; numpy's sort of byte strings is several times
+    slower), the whole hash compared; the rare runs of equal first bytes one by one."""
+    stored, asked = _words(persons), _words(hashes)
+    at = np.full(asked.shape[0], -1, dtype=np.int64)
+    if not stored.shape[0] or not asked.shape[0]:
         return at
+    order = np.argsort(stored[:, 0], kind="stable")
+    first = stored[order, 0]
+    # searched in ascending order: each search starts where the last one ended
+    by_key = np.argsort(asked[:, 0], kind="stable")
+    lo, hi = np.empty_like(by_key), np.empty_like(by_key)
+    lo[by_key] = np.searchsorted(first, asked[by_key, 0], "left")
+    hi[by_key] = np.searchsorted(first, asked[by_key, 0], "right")
+    one = np.flatnonzero(hi - lo == 1)
+    candidate = order[lo[one]]
+    same = np.all(stored[candidate] == asked[one], axis=1)
+    at[one[same]] = candidate[same]
+    for i in np.flatnonzero(hi - lo > 1).tolist():
+        for j in order[lo[i]:hi[i]].tolist():
+            if (stored[j] == asked[i]).all():
+                at[i] = j
+                break
+    return at
 
 
 def _words(hashes: np.ndarray) -> np.ndarray:
@@ -282,7 +321,7 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
                     qi_texts=qi_texts)
     if names and sensitive_dictionaries:
-        load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]))
+        load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]), state)
     people.joined = groups.copy()
     if people.waiting:
         waiting = np.fromiter((people.waiting.get(h, -1) for h in hashes), dtype=np.int64, count=n)
@@ -290,12 +329,15 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
     return people
 
 
-VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups "
-            "FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
+VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
+            "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
 
 
-def load_versions(plpy, release_id: int, people: People, dictionary: list) -> None:
-    """The multisets every earlier version published (anon.release_versions) into ``people``."""
+def load_versions(plpy, release_id: int, people: People, dictionary: list,
+                  state: State | None = None) -> None:
+    """The multisets every earlier version published (anon.release_versions) into ``people``,
+    with which of each one's groups still have someone in the table (``state``: the release's
+    people, their entries)."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     rows = run(plpy, VERSIONS, ["int4"], [release_id])
     values = list(dictionary)
@@ -318,11 +360,50 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list) -> No
         counts = np.bincount(owner * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         people.versions.append(Version(ids, counts, _linked(row), _people_linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
+    if state is not None:
+        for version, alive in zip(people.versions, alive_groups(rows, state, packed(people.hashes))):
+            version.alive = alive
     if rows and rows[-1]["waiting"]:
         people.waiting = dict(zip((bytes(h) for h in rows[-1]["waiting"]), rows[-1]["waiting_groups"]))
     people.lineage = np.array(list(lineage), dtype=np.int64)
     people.roots = np.array(list(lineage.values()), dtype=np.int64)
     people.values = values
+
+
+def alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | None]:
+    """Per stored version (``rows`` of anon.release_versions, oldest first): whether each of its
+    groups holds someone of ``present`` (the people in the table now, hashes) then, or None
+    where the state does not say (versions older than its entries). Each person's group in a
+    version follows from their entry and the versions' steps (groups only merge)."""
+    entries = np.unique(state.entries_of(present))
+    entries = entries[entries >= 0]
+    # a state of another version than the newest stored (written apart) says nothing
+    since = state.entries_since if state.entries is not None and rows \
+        and state.version == rows[-1]["version"] else None
+    entered = state.entry_versions[entries] if entries.size else np.empty(0, dtype=np.int64)
+    first = state.entry_groups[entries] if entries.size else np.empty(0, dtype=np.int64)
+    group = np.full(entries.size, -1, dtype=np.int64)     # each entry's group in the version
+    out: list[np.ndarray | None] = []
+    for row in rows:
+        version = row["version"]
+        group[entered == version] = first[entered == version]
+        ids = np.asarray(row["group_ids"], dtype=np.int64)
+        out.append(None if since is None or version < since else np.isin(ids, group[group >= 0]))
+        steps = row["next_groups"]
+        if steps is not None and len(steps) != ids.size:
+            steps = None        # not this version's (written apart): taken as not stored
+        if steps is None:
+            # no step stored (the newest version, or one stored before entries were kept):
+            # the groups of people followed so far are unknown in later versions
+            if (group >= 0).any() and row is not rows[-1]:
+                since = None
+            continue
+        if ids.size:
+            order = np.argsort(ids, kind="stable")
+            at = order[np.minimum(np.searchsorted(ids, group, sorter=order), ids.size - 1)]
+            held = (group >= 0) & (ids[at] == group)
+            group[held] = np.asarray(steps, dtype=np.int64)[at[held]]
+    return out
 
 
 def _linked(row) -> np.ndarray | None:
@@ -429,16 +510,25 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
                                    [a + b for a, b in zip(qi_texts, waiting_texts)])
         # every person in the table (published ones first) with each class holding them
         matched = containment.contained(classes.axes, everyone, classes.count)
+    version = stashed["version"]
+    waiting = ((), ()) if version is None else (version.get("waiting") or (),
+                                                version.get("waiting_groups") or ())
     with timing.phase("check_candidates"):
         figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state,
-                           matched)
+                           matched, waiting)
     if stashed["version"] is not None:
         nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
         # the planner's estimates of grouped released rows are far off: no JIT for them
         with local_settings(plpy, jit="off"), timing.phase("check_differences"):
+            # which earlier groups still have someone: the people in the table, by the state
+            # as it was (their entries)
+            present = packed(list(hashes) + list(waiting[0]))
             figures.update(check_differences(plpy, release, promise, sensitive[0],
                                              stashed["version"], before, dict(zip(hashes, groups)),
-                                             qis, nulls, (matched, classes.multisets)))
+                                             qis, nulls, (matched, classes.multisets),
+                                             lambda kept: alive_groups(kept, state, present)))
+        # the groups of the version before, now followed into this one's: its step
+        run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
     l = promise.l
     if l is not None and figures["below_l"]:
         raise InsufficientData(
@@ -449,6 +539,14 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
             hint="The published version stays. Earlier versions cannot be unpublished: recreating the "
                  "release with replace => true starts a new history, which analysts may intersect with the old.")
     return figures
+
+
+#: the version before the newest: the group of the newest holding each of its groups (its roots
+#: as the newest was stored)
+NEXT_GROUPS = """
+UPDATE anon.release_versions SET next_groups = roots
+WHERE release_id = $1 AND version = (SELECT pg_catalog.max(version) - 1 FROM anon.release_versions
+                                     WHERE release_id = $1)"""
 
 
 def released_multisets(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, np.ndarray, np.ndarray]:
@@ -698,7 +796,8 @@ def _unions(pairs, members: dict) -> Counter:
 
 
 def check_differences(plpy, release: dict, promise: Promise, sensitive, version: dict,
-                      before: dict, now: dict, qi_columns, qi_nulls, matched=None) -> dict:
+                      before: dict, now: dict, qi_columns, qi_nulls, matched=None,
+                      alive=None) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (from the released rows) must be the groups' multisets the run stashed (``version``),
     and no group's values added or removed since any stored earlier version may break the l
@@ -712,7 +811,9 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
     (person, class) pairs of everyone in the table, held back people too, each class that holds
     them, from the released rows) must be the run's ``people_linked``, and are checked the same
     way (an analyst who knows a person links the classes that could hold them, not boxes that
-    meet where nobody lies). Refuses (22000) otherwise; stores the version
+    meet where nobody lies); an earlier group is linked to the group holding it now only while
+    someone of it is in the table (``alive``: the stored versions' rows -> per version, which of
+    its groups do; core.republish.Version.alive). Refuses (22000) otherwise; stores the version
     (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
@@ -777,6 +878,8 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
         np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
         history.append(Version(ids, counts, _linked(row), _people_linked(row)))
+    for earlier, groups_alive in zip(history, alive(kept) if alive is not None else ()):
+        earlier.alive = groups_alive
     ids = np.asarray(version["group_ids"], dtype=np.int64)
     counts = np.zeros((ids.size, len(position)), dtype=np.int64)
     for j, v in enumerate(values):
@@ -1003,8 +1106,15 @@ def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
 # with them); integer arrays pass as their text, read by array_in at once
 FORGET = "DELETE FROM anon.release_state WHERE release_id = $1"
 REMEMBER = """
-INSERT INTO anon.release_state (release_id, persons, member_groups, versions, cohorts, candidate_sets)
-VALUES ($1, $2, $3::pg_catalog.int4[], $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.jsonb)"""
+INSERT INTO anon.release_state (release_id, persons, member_groups, versions, cohorts, candidate_sets,
+                                entries, entry_versions, entry_groups, waiting_persons, waiting_entries,
+                                version, entries_since)
+VALUES ($1, $2, $3::pg_catalog.int4[], $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.jsonb,
+        $7::pg_catalog.int4[], $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10, $11::pg_catalog.int4[],
+        $12, $13)"""
+#: a state stored before entries were kept: the newest version and whom it held back
+NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WHERE release_id = $1 "
+          "ORDER BY version DESC LIMIT 1")
 
 
 def _int_array(values: np.ndarray) -> str:
@@ -1013,12 +1123,14 @@ def _int_array(values: np.ndarray) -> str:
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
-             classes: Classes, state: State, matched=None) -> dict:
+             classes: Classes, state: State, matched=None, waiting=((), ())) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
-    intersected with what earlier versions left them (``state``); remembered and counted.
-    People the run no longer reads are forgotten (what they were published with stays only as
-    anonymous values of their class, until it can change safely). ``matched``: (person, class)
-    pairs already found, people beyond ``hashes`` (held back) ignored."""
+    intersected with what earlier versions left them (``state``); remembered and counted, with
+    each person's entry (:func:`entries`; ``waiting``: the hashes and groups of the people the
+    version holds back). People the run no longer reads are forgotten (what they were published
+    with stays only as anonymous values of their class, until it can change safely).
+    ``matched``: (person, class) pairs already found, people beyond ``hashes`` (held back)
+    ignored."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     n = len(hashes)
     person, klass = matched if matched is not None else containment.contained(classes.axes, n, classes.count)
@@ -1064,10 +1176,20 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     texts, distinct_set = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     cohort = distinct_set.ravel()[cohort]
     order = np.argsort(persons, kind="stable")
+    held = packed(list(waiting[0]))
+    held_order = np.argsort(held, kind="stable")
+    newest = None if state.entries is not None else (run(plpy, NEWEST, ["int4"], [release_id]) or [None])[0]
+    version, since, entry, entry_versions, entry_groups = entries(
+        state, np.concatenate([persons, held]),
+        np.concatenate([np.asarray(groups, dtype=np.int64), np.asarray(waiting[1], dtype=np.int64)]),
+        newest)
     run(plpy, FORGET, ["int4"], [release_id])
-    run(plpy, REMEMBER, ["int4", "bytea", "text", "text", "text", "text"],
+    run(plpy, REMEMBER, ["int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
+                         "bytea", "text", "int4", "int4"],
         [release_id, persons[order].tobytes(), _int_array(np.asarray(groups, dtype=np.int64)[order]),
-         _int_array(versions[order] + 1), _int_array(cohort[order]), "[" + ",".join(texts) + "]"])
+         _int_array(versions[order] + 1), _int_array(cohort[order]), "[" + ",".join(texts) + "]",
+         _int_array(entry[:n][order]), _int_array(entry_versions), _int_array(entry_groups),
+         held[held_order].tobytes(), _int_array(entry[n:][held_order]), version, since])
     l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,
@@ -1075,6 +1197,41 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
             "disclosed": int((left <= 1).sum()) if left is not None else 0,
             "below_l": int((left < l).sum()) if left is not None else 0,
             "remembered": n, "forgotten": int(state.persons.size) - int(known.sum())}
+
+
+def entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None):
+    """Each person's entry for the state of the version being stored (``everyone``: the hashes
+    of the people in the table, published or held back; ``groups``: their groups): the earlier
+    state's entry, or this version and their group for people first held now. A state stored
+    before entries were kept gives its people the newest version (``newest``: its row of
+    anon.release_versions, None when there is none) and their group in it, and the entries
+    follow people from that version on. Returns (the version, the oldest version followed, each
+    person's entry, the entries' versions, their groups)."""
+    if state.entries is not None:
+        version, since = state.version + 1, state.entries_since
+        known = state.entries_of(everyone)
+        entered = np.where(known >= 0, state.entry_versions[np.maximum(known, 0)], version) \
+            if state.entry_versions.size else np.full(everyone.size, version, dtype=np.int64)
+        first = np.where(known >= 0, state.entry_groups[np.maximum(known, 0)], groups) \
+            if state.entry_groups.size else groups
+    else:
+        if newest is not None:
+            since = newest["version"]
+            version = since + 1
+            before = np.concatenate([state.groups, np.asarray(newest["waiting_groups"] or [],
+                                                              dtype=np.int64)])
+            held = packed([bytes(h) for h in newest["waiting"] or []])
+            at = _positions(np.concatenate([state.persons, held]), everyone)
+        else:
+            version = since = 0
+            at = np.full(everyone.size, -1, dtype=np.int64)
+            before = np.empty(0, dtype=np.int64)
+        entered = np.where(at >= 0, since, version)
+        first = np.where(at >= 0, before[np.maximum(at, 0)] if before.size else groups, groups)
+    keys = np.asarray(entered, dtype=np.int64) << 32 | np.asarray(first, dtype=np.int64)
+    distinct, entry = np.unique(keys, return_inverse=True)
+    return (int(version), int(since), entry.ravel().astype(np.int64), distinct >> 32,
+            distinct & 0xFFFFFFFF)
 
 
 def _cohorts(n: int, kept) -> tuple[np.ndarray, list[str]]:

@@ -39,6 +39,15 @@ TAMPER = {
     "versions emptied": (
         "UPDATE anon.release_versions SET linked = NULL, waiting = NULL, waiting_groups = NULL "
         "WHERE release_id = %s"),
+    # who entered when forgotten: earlier groups followed as for a state stored before entries
+    "entries forgotten": (
+        "UPDATE anon.release_state SET entries = NULL, entry_versions = NULL, entry_groups = NULL, "
+        "waiting_persons = NULL, waiting_entries = NULL, version = NULL, entries_since = NULL "
+        "WHERE release_id = %s"),
+    # the groups each version's groups went into forgotten
+    "steps forgotten": "UPDATE anon.release_versions SET next_groups = NULL WHERE release_id = %s",
+    # each version's steps cut short
+    "steps cut": "UPDATE anon.release_versions SET next_groups = next_groups[2:] WHERE release_id = %s",
 }
 
 

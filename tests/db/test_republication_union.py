@@ -187,3 +187,96 @@ def test_each_version_stores_the_classes_people_link(db, schema):
     finally:
         db.execute("SELECT anon.drop_release(%s)", (release,))
         db.execute("DROP TABLE pt")
+
+
+def churned_table(db, schema, seed: int, k: int, l: int, refreshes: int, churn: int,
+                  n: int = 120, span: int = 40, n_values: int = 4) -> list[dict]:
+    """tests.unit.test_republish_bounds.churned_versions' sequence on a table (two QIs coded
+    0..span-1, the same random draws): what the analyst keeps of the first version and of each
+    refresh (a refused one keeps the version before)."""
+    rng = np.random.default_rng(seed)
+    people = {i: (rng.integers(0, span, 2), int(rng.integers(0, n_values))) for i in range(n)}
+    db.execute("CREATE TABLE pq (id int PRIMARY KEY, q0 int, q1 int, dx text)")
+
+    def insert(ids):
+        with db.cursor() as cur:
+            cur.executemany("INSERT INTO pq VALUES (%s, %s, %s, %s)",
+                            [(i, int(people[i][0][0]), int(people[i][0][1]), f"v{people[i][1]}")
+                             for i in ids])
+    insert(sorted(people))
+    qis = {"q0": "range", "q1": "range"}
+    release = create_release(db, "mondrian_view", schema, "pq", k=k, l=l, quasi_identifiers=list(qis),
+                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    versions = [keep_released_version(db, release, "pq", "id", qis, "dx")]
+    try:
+        next_id = n
+        for _ in range(refreshes):
+            gone = rng.choice(sorted(people), size=churn, replace=False).tolist()
+            for i in gone:
+                del people[i]
+            db.execute("DELETE FROM pq WHERE id = ANY(%s)", (gone,))
+            for i in range(next_id, next_id + churn):
+                people[i] = (rng.integers(0, span, 2), int(rng.integers(0, n_values)))
+            insert(range(next_id, next_id + churn))
+            next_id += churn
+            db.execute("SELECT anon.refresh(%s)", (release,))
+            versions.append(keep_released_version(db, release, "pq", "id", qis, "dx"))
+    finally:
+        db.execute("SELECT anon.drop_release(%s)", (release,))
+        db.execute("DROP TABLE pq")
+    return versions
+
+
+def test_an_earlier_class_whose_people_all_left_is_subtracted_apart(db, schema):
+    """An analyst links a class of an earlier version to the classes now only through people in
+    both: once its people have all left, it is a part of its own to him. The release follows
+    each person's group through every stored version (their entry and each version's step),
+    so it forms the parts as he does: following every earlier group to the group holding it
+    now (a coarser part), it let the analyst who kept the third version and the eighth pin a
+    joiner."""
+    versions = churned_table(db, schema, 903, 3, 2, 7, 24)
+    assert len(versions) == 8
+    assert pinned_over_pairs(versions) == {}
+
+
+def test_a_state_stored_without_entries_follows_people_from_its_newest_version(db, schema):
+    """A release whose state was stored before entries were kept (no entries, no steps) is
+    refreshed as before (every earlier group followed to the group holding it now); its first
+    refresh gives its people the newest version and their group in it as their entry, and the
+    next refreshes follow them from that version on."""
+    rng = np.random.default_rng(3)
+    db.execute("CREATE TABLE pt (id int PRIMARY KEY, age int, zip int, dx text)")
+    with db.cursor() as cur:
+        cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)", [person(rng, i) for i in range(60)])
+    release = create_release(db, "mondrian_view", schema, "pt", k=3, l=2, quasi_identifiers=list(QIS),
+                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    release_id = db.execute("SELECT release_id FROM anon.releases WHERE release_schema || '.' || "
+                            "release_name = %s", (release,)).fetchone()[0]
+    state = """SELECT version, entries_since, cardinality(entries) = cardinality(member_groups),
+                      (SELECT array_agg(version ORDER BY version) FROM anon.release_versions v
+                       WHERE v.release_id = s.release_id AND next_groups IS NOT NULL)
+               FROM anon.release_state s WHERE release_id = %s"""
+    versions = [keep_released_version(db, release, "pt", "id", QIS, "dx")]
+    try:
+        for version in range(1, 5):
+            ids = [r[0] for r in db.execute("SELECT id FROM pt ORDER BY id").fetchall()]
+            db.execute("DELETE FROM pt WHERE id = ANY(%s)", (rng.choice(ids, size=6, replace=False).tolist(),))
+            with db.cursor() as cur:
+                cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)",
+                                [person(rng, 100 * version + j) for j in range(6)])
+            if version == 2:
+                # as a release stored before: no entries, no steps
+                db.execute("UPDATE anon.release_state SET entries = NULL, entry_versions = NULL, "
+                           "entry_groups = NULL, waiting_persons = NULL, waiting_entries = NULL, "
+                           "version = NULL, entries_since = NULL WHERE release_id = %s", (release_id,))
+                db.execute("UPDATE anon.release_versions SET next_groups = NULL WHERE release_id = %s",
+                           (release_id,))
+            db.execute("SELECT anon.refresh(%s)", (release,))
+            versions.append(keep_released_version(db, release, "pt", "id", QIS, "dx"))
+            expected = (version, 0, True, list(range(version))) if version < 2 else \
+                (version, 1, True, list(range(1, version)))
+            assert db.execute(state, (release_id,)).fetchone() == expected
+    finally:
+        db.execute("SELECT anon.drop_release(%s)", (release,))
+        db.execute("DROP TABLE pt")
+    assert pinned_over_pairs(versions) == {}

@@ -201,3 +201,16 @@ def test_a_group_merged_for_k_takes_a_partner_it_can_publish_with():
     of the span. With the partner whose merge leaves a multiset to publish they stay narrow."""
     ncps = [ncp for _, ncp, _ in churned_versions(251230789, 5, 2, 7, 3, n_values=3)]
     assert len(ncps) == 7 and ncps[-1] < 0.3
+
+
+def test_a_group_linked_only_to_earlier_classes_whose_people_all_left_is_checked_as_a_union():
+    # a group whose class overlapped, in an earlier version, only a class whose people have all
+    # left since: the two are one union to the analyst, who pinned that class's three leavers
+    # (a version the release's check refuses, had publish not checked the union)
+    outputs = list(churned_versions(452, 3, 2, 7, 24, n_values=4, first_version=True))
+    assert len(outputs) == 8
+    assert all(unsafe.sum() == 0 for unsafe, _, _ in outputs)
+    versions = [version for _, _, version in outputs]
+    for j, after in enumerate(versions):
+        for before in versions[:j]:
+            assert pinned_by_difference(before, after) == {}
