@@ -33,6 +33,8 @@ from __future__ import annotations
 import contextlib
 import time
 
+import numpy as np
+
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
@@ -92,9 +94,11 @@ def takes_path(spec: ReleaseSpec) -> bool:
 class Source:
     """The relation a release reads and its columns as the level queries use them."""
 
-    def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str]):
+    def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str],
+                 sampled: bool = False):
         self.plpy = plpy
         self.members = members
+        self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
         self.qis = qis
         self.sensitive = sensitive
@@ -164,6 +168,11 @@ def source_members(plpy, tbl) -> list[str]:
     if any(r["foreign"] for r in found) and not secured:
         return [f"ONLY {r['name']}" for r in found]
     return [tbl.quoted(plpy)]
+
+
+def has_foreign_members(plpy, tbl) -> bool:
+    """Whether any member of the source is a foreign table (which TABLESAMPLE cannot read)."""
+    return any(r["foreign"] for r in run(plpy, FOREIGN_MEMBERS, ["oid"], [tbl.oid]))
 
 
 def each_member(plpy, members: list[str], query) -> list[list]:
@@ -372,14 +381,178 @@ def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dic
     return out
 
 
-def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int):
+#: the top cuts are chosen on a sample of about this many rows of the source (all of a smaller
+#: one), at most one per SAMPLE_BUDGET_BYTES of the budget (it is held as 4-byte ranks per column,
+#: with the tree's row numbers) and at least SAMPLE_FLOOR
+SAMPLE_ROWS = 500_000
+SAMPLE_BUDGET_BYTES = 128
+SAMPLE_FLOOR = 20_000
+#: the sample's seed (TABLESAMPLE ... REPEATABLE): a rebuild of an unchanged table samples the
+#: same rows, so it gives the same release
+SAMPLE_SEED = 1.0
+
+
+def sample_size(budget: int) -> int:
+    return min(SAMPLE_ROWS, max(SAMPLE_FLOOR, budget // SAMPLE_BUDGET_BYTES))
+
+
+def sample(src: Source, percent: float, with_l: bool):
+    """([SampleColumn or None per QI], [ranks per sensitive column, 0 for NULL], rows) of a
+    BERNOULLI sample of the source (one pass): each cut QI's ranks in its type's order (so a
+    categorical QI is cut in the order its comparisons in the predicates use) and the values
+    of its ranks."""
+    cut = [a for a in range(len(src.qis)) if src.cuttable[a]]
+    sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive] if with_l else []
+    ranks = [f"dense_rank() OVER (ORDER BY {src.names[a]} NULLS FIRST) AS q{a}" for a in cut]
+    ranks += [f"CASE WHEN {s} IS NULL THEN 0 ELSE dense_rank() OVER (ORDER BY {s}::text) END AS z{j}"
+              for j, s in enumerate(sens)]
+    packed = ["count(*) AS n"] + [f"string_agg(int4send(q{a}::int4), ''::bytea) AS b{a}" for a in cut]
+    packed += [f"string_agg(int4send(z{j}::int4), ''::bytea) AS z{j}" for j in range(len(sens))]
+    labels = []
+    for a in cut:
+        c = src.names[a]
+        values = f"(SELECT DISTINCT {c} FROM s WHERE {c} IS NOT NULL) AS d"
+        labels.append(f"(SELECT array_agg({c}::text ORDER BY {c}) FROM {values}) AS t{a}")
+        labels.append(f"(SELECT bool_or({c} IS NULL) FROM s) AS h{a}")
+        if src.numeric[a]:
+            expr = read_expression(src.plpy, src.qis[a])
+            labels.append(f"(SELECT array_agg(({expr})::float8 ORDER BY {c}) FROM {values}) AS v{a}")
+    columns = ", ".join(src.read_columns(with_l))
+    query = (f"WITH s AS MATERIALIZED (SELECT {columns} FROM {src.members[0]} TABLESAMPLE "
+             f"BERNOULLI ({percent!r}) REPEATABLE ({SAMPLE_SEED!r})) "
+             f"SELECT x.*, {', '.join(labels)} FROM (SELECT {', '.join(packed)} FROM "
+             f"(SELECT {', '.join(ranks)} FROM s) AS r) AS x")
+    row = src.each(lambda rel: query)[0][0]
+
+    def unpacked(raw):
+        return np.frombuffer(bytes(raw or b""), dtype=">i4").astype(np.int32)
+
+    out = [None] * len(src.qis)
+    for a in cut:
+        out[a] = core.SampleColumn(unpacked(row[f"b{a}"]), bool(row[f"h{a}"]), list(row[f"t{a}"] or []),
+                                   np.asarray(row[f"v{a}"] or [], dtype=float) if src.numeric[a] else None)
+    return out, [unpacked(row[f"z{j}"]) for j in range(len(sens))], int(row["n"])
+
+
+def leaf_case(src: Source, node) -> str:
+    """SQL of the leaf number of a row of a sampled tree: one comparison per level."""
+    if node.children is None:
+        return str(node.leaf)
+    b = node.children[0].bounds[-1]
+    return (f"CASE WHEN {src.left(b.qi, b.value, b.strict)} THEN {leaf_case(src, node.children[0])} "
+            f"ELSE {leaf_case(src, node.children[1])} END")
+
+
+def counted_leaves(src: Source, root, with_l: bool):
+    """({leaf: rows}, {leaf: distinct values per sensitive column}, the table's QIStats per QI)
+    of a sampled tree, exact, in ONE pass over the source: hashed grouping sets by leaf (rows,
+    non-NULL counts, numeric extremes), by each categorical QI (the table's distinct values,
+    NULL counted) and, with l, by leaf and sensitive value."""
+    cut = [a for a in range(len(src.qis)) if src.cuttable[a]]
+    categorical = [a for a in cut if not src.numeric[a]]
+    sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive] if with_l else []
+    keys = [REGION] + [src.names[a] for a in categorical] + sens
+    sets = [[REGION]] + [[src.names[a]] for a in categorical] + [[REGION, s] for s in sens]
+
+    def mask(members):      # GROUPING(keys...) of a grouping set: a bit per key not in it
+        return sum(1 << (len(keys) - 1 - i) for i, key in enumerate(keys) if key not in members)
+
+    inner = [f"{REGION} AS leaf", f"GROUPING({', '.join(keys)}) AS g", "count(*) AS n"]
+    outer = ["leaf", "g", "count(*) AS groups", "sum(n) AS n"]
+    for a in cut:
+        inner.append(f"count({src.names[a]}) AS nn{a}")
+        outer.append(f"sum(nn{a}) AS nn{a}")
+        if src.numeric[a]:
+            expr = read_expression(src.plpy, src.qis[a])
+            inner.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
+            outer.append(f"min(lo{a}) AS lo{a}, max(hi{a}) AS hi{a}")
+    for j, s in enumerate(sens):
+        inner.append(f"({s} IS NOT NULL) AS sv{j}")
+        outer.append(f"count(*) FILTER (WHERE sv{j}) AS sd{j}")
+    columns = ", ".join(src.read_columns(with_l))
+    grouping = ", ".join("(" + ", ".join(m) + ")" for m in sets)
+    query = (f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM "
+             f"(SELECT {leaf_case(src, root)} AS {REGION}, {columns} FROM {src.members[0]}) AS x "
+             f"GROUP BY GROUPING SETS ({grouping})) AS y GROUP BY leaf, g")
+    by_leaf, by_column, by_sensitive = mask(sets[0]), {}, {}
+    for a, members in zip(categorical, sets[1:]):
+        by_column[mask(members)] = a
+    for j, members in enumerate(sets[1 + len(categorical):]):
+        by_sensitive[mask(members)] = j
+    rows, distinct, figures = {}, {}, {}
+    for r in src.each(lambda rel: query)[0]:
+        g = int(r["g"])
+        if g == by_leaf:
+            leaf = int(r["leaf"])
+            rows[leaf] = int(r["n"])
+            for a in cut:
+                figures[f"nn{a}"] = figures.get(f"nn{a}", 0) + int(r[f"nn{a}"])
+                if src.numeric[a]:
+                    for key, pick in ((f"lo{a}", min), (f"hi{a}", max)):
+                        values = [v for v in (figures.get(key), r[key]) if v is not None]
+                        figures[key] = pick(values) if values else None
+        elif g in by_column:
+            figures[f"d{by_column[g]}"] = int(r["groups"])
+        elif g in by_sensitive:
+            j = by_sensitive[g]
+            distinct.setdefault(int(r["leaf"]), [0] * len(sens))[j] = int(r[f"sd{j}"])
+    whole = []
+    for a in range(len(src.qis)):
+        if not src.cuttable[a]:
+            whole.append(None)
+        elif src.numeric[a]:
+            whole.append(core.QIStats(figures.get(f"nn{a}", 0), figures.get(f"lo{a}"), figures.get(f"hi{a}")))
+        else:
+            whole.append(core.QIStats(figures.get(f"nn{a}", 0), distinct=figures.get(f"d{a}", 0)))
+    return rows, {leaf: tuple(d) for leaf, d in distinct.items()}, whole
+
+
+def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int, n: int):
+    """(regions, the table's QIStats, the rows below which a region is not cut, figures) of the
+    top cuts chosen on a sample (core.regions.sample_tree) and kept where the exact counts of
+    one pass allow them (core.regions.counted_regions): two passes over the source for the
+    whole top of the tree. A region that does not fit the budget is cut further level by level."""
+    t0 = time.monotonic()
+    percent = min(100.0, 100.0 * sample_size(budget) / max(n, 1))
+    columns, sensitive, sampled = sample(src, percent, bool(l))
+    t1 = time.monotonic()
+    scale = n / max(sampled, 1)
+    smallest = n // MAX_REGIONS
+
+    def stop(rows: int) -> bool:
+        estimate = round(rows * scale)
+        return core.fits(estimate, bytes_per_row, budget) or estimate < max(2 * k, smallest)
+
+    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS)
+    del columns, sensitive
+    t2 = time.monotonic()
+    rows, distinct, whole = counted_leaves(src, root, bool(l))
+    regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0)
+    figures = {"regions": 1, "cuts": len(regions) - 1, "passes": 2,
+               "sample": {"rows": sampled, "percent": round(percent, 6), "seed": SAMPLE_SEED,
+                          "leaves": len(core.sample_leaves(root)), "cuts_undone": undone,
+                          "seconds": {"sample": round(t1 - t0, 3), "tree": round(t2 - t1, 3),
+                                      "counts": round(time.monotonic() - t2, 3)}},
+               "seconds": round(time.monotonic() - t0, 3)}
+    progress(src.plpy, f"out-of-core sample of {sampled:,} rows: {len(regions)} regions")
+    return regions, whole, sum(rows.values()) // MAX_REGIONS, figures
+
+
+def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int,
+                n: int | None = None):
     """(leaf regions, figures of the top levels): the regions the leaves are fitted on, each of
-    at most ``budget`` bytes of rows (a region's budget: core.leaf_budget)."""
+    at most ``budget`` bytes of rows (a region's budget: core.leaf_budget). With ``n``, the
+    source's rows, and a source that can be sampled: the top of the tree from a sample
+    (:func:`sampled_top`), then level by level the regions that still do not fit."""
     leaves = []
     active = [core.Region((), 0)]
     whole = None
     levels = []
     smallest = 0  # the rows below which a region is not cut (known after the first level)
+    if n is not None and len(src.members) == 1 and src.sampled:
+        active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
+        src.whole = whole
+        levels.append(figures)
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
         settled = [r for r in active if r.bounds and (core.fits(r.rows, bytes_per_row, budget)
@@ -539,14 +712,14 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     spec, tbl, qis, sens, budget, bytes_per_row, n = plan
     l = spec.promise.l
     members = source_members(plpy, tbl)
-    src = Source(plpy, tbl, qis, sens if l else [], members)
+    src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl))
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
     mondrian_jit.kernels()
     leaf_budget = core.leaf_budget(budget, resident_bytes())
     with timing.phase("read"):
-        leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row)
+        leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
     ctx = method.Run(plpy, GD, release_id, release, spec, started)
     ctx.read_s = ctx.elapsed()
     figures = core.ReleaseFigures()
