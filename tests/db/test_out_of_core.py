@@ -84,7 +84,9 @@ def test_release_above_the_budget_is_cut_by_aggregates_and_keeps_k_and_truthful_
     metrics, verified, row_count, achieved_k = catalog(db, rel)
     assert metrics["out_of_core"]["regions"] > 8          # cut at the top, into many regions
     top = metrics["out_of_core"]["levels"][0]      # the whole top of the tree, from a sample
-    assert top["sample"]["percent"] == 100 and top["passes"] == 2
+    # the sample, the leaves' counts (and the first sensitive column's values), the second
+    # sensitive column's values, the categorical QI's distinct values
+    assert top["sample"]["percent"] == 100 and top["passes"] == 4
     assert top["cuts"] == metrics["out_of_core"]["regions"] - 1
     assert verified is True and row_count == 2000 and achieved_k >= 5
     check_release(db, rel, "src", 5, 2)
