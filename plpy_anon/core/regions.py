@@ -19,6 +19,10 @@ Rules, as in the in-memory fit:
   keep ``k`` rows (and ``l`` distinct values of every sensitive column); the more balanced
   allowable one wins, ties to ``<``; none -> the next QI.
 
+The whole top of the tree may also be chosen at once on a sample of the source by the same rules
+(:func:`sample_tree`, on the sample's ranks), then kept cut by cut where the exact counts of its
+leaves allow it (:func:`counted_regions`).
+
 Every count is exact, so k (and distinct l) hold whatever the medians: a region's cut is made
 only when both sides, counted over the whole source, keep them. Categorical QIs are cut here
 in their type's order (the in-memory fit orders them by frequency): the releases differ, the

@@ -5,15 +5,20 @@ When the estimated memory of the in-memory read and fit (core.regions.row_bytes 
 ``plpy_anon.build_memory`` (any role may set it, like ``work_mem``; default 1GB), the release's
 partitioning run (``anon._mondrian_partition_slices``) becomes:
 
-1. **Top levels in SQL.** Per level, three queries over the source, each grouping all regions
+1. **Top of the tree from a sample.** One pass samples the source (TABLESAMPLE BERNOULLI,
+   seeded: a rebuild samples the same rows); the whole top of the tree is chosen on it in
+   memory by the in-memory fit's rules (core.regions.sample_tree); one pass counts each of its
+   leaves exactly (a nested ``CASE`` gives a row's leaf, grouped by it), and a cut is kept only
+   when both sides, counted exactly, keep k (and distinct l): core.regions.counted_regions.
+   Regions still too large, and sources with foreign members (which TABLESAMPLE cannot read),
+   are cut level by level: per level, three queries over the source, each grouping all regions
    of the level at once by a ``CASE`` of their predicates (a region is a conjunction of cuts
    ``x < v`` / ``x <= v``, NULL ordered lowest): rows, non-NULL counts and spreads per QI; the
    median of each QI (``percentile_disc``, exact); the exact sizes of both candidate cuts (and
-   with l, ``count(DISTINCT)`` of each sensitive column per side). core.regions decides the cuts
-   by the in-memory fit's rules, so k (and distinct l) hold: only counted sides are made.
-   Nothing but these aggregates reaches Python; the queries are plain SQL over the source
-   relation, so any relation PostgreSQL can aggregate (a partitioned table, postgres_fdw
-   foreign tables, whose aggregates it pushes down) works the same.
+   with l, ``count(DISTINCT)`` of each sensitive column per side). Nothing but these aggregates
+   and the sample's ranks reaches Python; the queries are plain SQL over the source relation,
+   so any relation PostgreSQL can aggregate (a partitioned table, postgres_fdw foreign tables,
+   whose aggregates it pushes down) works the same.
 2. **Leaves in memory.** A region that fits the budget (or has no allowable cut) is read with
    its predicate (mondrian_family.load_release_rows) and fitted by the ordinary estimator; its
    classes become the run's next slices (anon.partition_slice), its positions and class ids
