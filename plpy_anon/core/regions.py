@@ -323,7 +323,7 @@ def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max
     both sides hold k sample rows (and l distinct sensitive values): the sample is a part of
     the source, so its sides hold at least as many (the cut is still checked on exact counts:
     :func:`counted_regions`). Returns the root :class:`SampleNode`."""
-    n = next(c.ranks.size for c in columns if c is not None)
+    n = next((c.ranks.size for c in columns if c is not None), 0)
     whole = [None if c is None else c.stats(c.ranks) for c in columns]
     root = SampleNode((), n)
     todo = [(root, np.arange(n))]

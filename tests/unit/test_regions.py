@@ -168,3 +168,8 @@ def test_counted_cut_whose_side_lacks_k_rows_or_l_values_is_undone():
     kept, undone = regions.counted_regions(root, {0: 10, 1: 10, 2: 10}, {0: (2,), 1: (2,), 2: (2,)},
                                            5, 2, 1)
     assert [(len(r.bounds), r.rows) for r in kept] == [(2, 10), (2, 10), (1, 10)] and undone == 1
+
+
+def test_sampled_tree_without_a_qi_cut_at_the_top_is_one_leaf():
+    root = regions.sample_tree([None, None], [], 2, None, lambda rows: False, 10)
+    assert root.children is None and root.leaf == 0 and root.sampled == 0
