@@ -19,6 +19,10 @@ Rules, as in the in-memory fit:
   keep ``k`` rows (and ``l`` distinct values of every sensitive column); the more balanced
   allowable one wins, ties to ``<``; none -> the next QI.
 
+The whole top of the tree may also be chosen at once on a sample of the source by the same rules
+(:func:`sample_tree`, on the sample's ranks), then kept cut by cut where the exact counts of its
+leaves allow it (:func:`counted_regions`).
+
 Every count is exact, so k (and distinct l) hold whatever the medians: a region's cut is made
 only when both sides, counted over the whole source, keep them. Categorical QIs are cut here
 in their type's order (the in-memory fit orders them by frequency): the releases differ, the
@@ -259,3 +263,136 @@ def widened(enc, whole: QIStats | None):
     extra = np.array([PHANTOM * (i + 1) for i in range(whole.distinct - len(enc.labels))], dtype=object)
     return EncodedColumn(enc.name, enc.kind, enc.codes, np.concatenate([enc.labels, extra]),
                          enc.null_code), 0
+
+
+@dataclass
+class SampleColumn:
+    """A QI's values in a sample of the source as ranks in its type's order: ``ranks`` (1-based;
+    NULL, lowest, is rank 1 when ``has_null``), ``labels`` the non-NULL values' texts in order,
+    ``values`` their numbers (numeric QIs, for the spread; None for categorical ones)."""
+
+    ranks: np.ndarray
+    has_null: bool
+    labels: list
+    values: np.ndarray | None = None
+
+    def label(self, rank: int) -> str | None:
+        """The text of a rank (None: NULL)."""
+        if self.has_null:
+            return None if rank == 1 else self.labels[rank - 2]
+        return self.labels[rank - 1]
+
+    def stats(self, ranks: np.ndarray) -> QIStats:
+        """The figures of the rows holding ``ranks`` (as :class:`QIStats` of a region)."""
+        nulls = int(np.count_nonzero(ranks == 1)) if self.has_null else 0
+        if self.values is None:
+            return QIStats(ranks.size - nulls, distinct=distinct_ranks(ranks))
+        if ranks.size == nulls:
+            return QIStats(0)
+        low = int(ranks[ranks > 1].min()) if nulls else int(ranks.min())
+        shift = 2 if self.has_null else 1
+        return QIStats(ranks.size - nulls, float(self.values[low - shift]),
+                       float(self.values[int(ranks.max()) - shift]))
+
+
+def distinct_ranks(ranks: np.ndarray, skip_zero: bool = False) -> int:
+    """Distinct values of non-negative ranks (0 not counted with ``skip_zero``)."""
+    if ranks.size == 0:
+        return 0
+    seen = np.bincount(ranks) > 0
+    return int(np.count_nonzero(seen[1:] if skip_zero else seen))
+
+
+@dataclass
+class SampleNode:
+    """A region of the tree chosen on a sample: ``sampled`` sample rows; cut into ``children``
+    (left, right) or a leaf numbered ``leaf`` (depth first, left first)."""
+
+    bounds: tuple[Bound, ...]
+    sampled: int
+    children: tuple | None = None
+    leaf: int | None = None
+
+
+def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max_depth: int):
+    """The top cuts chosen on a sample of the source by the in-memory fit's rules (spreads, the
+    value at position ``rows // 2`` with NULL lowest, the more balanced allowable candidate,
+    ties to ``<``), the whole tree at once. ``columns``: a :class:`SampleColumn` per QI, None for
+    a QI not cut at the top; ``sensitive``: per sensitive column its sample's ranks (0: NULL),
+    with l; ``stop(sampled rows)``: whether a region is a leaf. A candidate is allowable when
+    both sides hold k sample rows (and l distinct sensitive values): the sample is a part of
+    the source, so its sides hold at least as many (the cut is still checked on exact counts:
+    :func:`counted_regions`). Returns the root :class:`SampleNode`."""
+    n = next((c.ranks.size for c in columns if c is not None), 0)
+    whole = [None if c is None else c.stats(c.ranks) for c in columns]
+    root = SampleNode((), n)
+    todo = [(root, np.arange(n))]
+    while todo:
+        node, rows = todo.pop()
+        if len(node.bounds) >= max_depth or rows.size < 2 * k or stop(rows.size):
+            continue
+        stats = [None if c is None else c.stats(c.ranks[rows]) for c in columns]
+        spreads = [0.0 if s is None else spread(s, whole[a], columns[a].values is not None)
+                   for a, s in enumerate(stats)]
+        for a in ranking(spreads):
+            col = columns[a]
+            ranks = col.ranks[rows]
+            v = int(np.partition(ranks, rows.size // 2)[rows.size // 2])
+            null_cut = col.has_null and v == 1
+            options = []
+            for strict in ((False,) if null_cut else (True, False)):
+                left = (ranks == 1) if null_cut else (ranks < v if strict else ranks <= v)
+                candidate = Candidate(int(np.count_nonzero(left)))
+                if l:
+                    candidate.left_distinct = tuple(distinct_ranks(s[rows[left]], True) for s in sensitive)
+                    candidate.right_distinct = tuple(distinct_ranks(s[rows[~left]], True) for s in sensitive)
+                if candidate.allowable(rows.size, k, l):
+                    options.append((abs(2 * candidate.left_rows - rows.size), not strict, left))
+            if not options:
+                continue
+            _, inclusive, left = min(options, key=lambda o: o[:2])
+            value = col.label(v)
+            sides = (rows[left], rows[~left])
+            node.children = tuple(SampleNode(node.bounds + (Bound(a, value, not inclusive, is_left),),
+                                             side.size)
+                                  for is_left, side in zip((True, False), sides))
+            todo.append((node.children[1], sides[1]))
+            todo.append((node.children[0], sides[0]))
+            break
+    for number, leaf in enumerate(sample_leaves(root)):
+        leaf.leaf = number
+    return root
+
+
+def sample_leaves(node: SampleNode) -> list[SampleNode]:
+    """The leaves under ``node``, depth first, left first."""
+    if node.children is None:
+        return [node]
+    return sample_leaves(node.children[0]) + sample_leaves(node.children[1])
+
+
+def counted_regions(root: SampleNode, rows: dict, distinct: dict, k: int, l: int | None,
+                    sensitive: int = 0):
+    """(regions, cuts undone) of a sampled tree once its leaves are counted exactly over the
+    source (``rows``: {leaf: rows}; ``distinct``: {leaf: distinct values of each of the
+    ``sensitive`` columns}, none where absent):
+    a cut stays when each side holds k rows (and, with l, a leaf of l distinct values of every
+    sensitive column: a side holds at least its leaves' values), else its region is one region
+    of its leaves' rows. So every cut kept is allowable by the exact counts."""
+    undone = 0
+
+    def walk(node):
+        nonlocal undone
+        if node.children is None:
+            n = int(rows.get(node.leaf, 0))
+            return [Region(node.bounds, n)], n, tuple(distinct.get(node.leaf, (0,) * sensitive))
+        (left, n_left, d_left), (right, n_right, d_right) = (walk(c) for c in node.children)
+        n = n_left + n_right
+        best = tuple(max(x, y) for x, y in zip(d_left, d_right))
+        if Candidate(n_left, d_left, d_right).allowable(n, k, l):
+            return left + right, n, best
+        undone += 1
+        return [Region(node.bounds, n)], n, best
+
+    regions, _, _ = walk(root)
+    return regions, undone

@@ -5,15 +5,20 @@ When the estimated memory of the in-memory read and fit (core.regions.row_bytes 
 ``plpy_anon.build_memory`` (any role may set it, like ``work_mem``; default 1GB), the release's
 partitioning run (``anon._mondrian_partition_slices``) becomes:
 
-1. **Top levels in SQL.** Per level, three queries over the source, each grouping all regions
+1. **Top of the tree from a sample.** One pass samples the source (TABLESAMPLE BERNOULLI,
+   seeded: a rebuild samples the same rows); the whole top of the tree is chosen on it in
+   memory by the in-memory fit's rules (core.regions.sample_tree); one pass counts each of its
+   leaves exactly (a nested ``CASE`` gives a row's leaf, grouped by it), and a cut is kept only
+   when both sides, counted exactly, keep k (and distinct l): core.regions.counted_regions.
+   Regions still too large, and sources with foreign members (which TABLESAMPLE cannot read),
+   are cut level by level: per level, three queries over the source, each grouping all regions
    of the level at once by a ``CASE`` of their predicates (a region is a conjunction of cuts
    ``x < v`` / ``x <= v``, NULL ordered lowest): rows, non-NULL counts and spreads per QI; the
    median of each QI (``percentile_disc``, exact); the exact sizes of both candidate cuts (and
-   with l, ``count(DISTINCT)`` of each sensitive column per side). core.regions decides the cuts
-   by the in-memory fit's rules, so k (and distinct l) hold: only counted sides are made.
-   Nothing but these aggregates reaches Python; the queries are plain SQL over the source
-   relation, so any relation PostgreSQL can aggregate (a partitioned table, postgres_fdw
-   foreign tables, whose aggregates it pushes down) works the same.
+   with l, ``count(DISTINCT)`` of each sensitive column per side). Nothing but these aggregates
+   and the sample's ranks reaches Python; the queries are plain SQL over the source relation,
+   so any relation PostgreSQL can aggregate (a partitioned table, postgres_fdw foreign tables,
+   whose aggregates it pushes down) works the same.
 2. **Leaves in memory.** A region that fits the budget (or has no allowable cut) is read with
    its predicate (mondrian_family.load_release_rows) and fitted by the ordinary estimator; its
    classes become the run's next slices (anon.partition_slice), its positions and class ids
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+
+import numpy as np
 
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
@@ -92,9 +99,11 @@ def takes_path(spec: ReleaseSpec) -> bool:
 class Source:
     """The relation a release reads and its columns as the level queries use them."""
 
-    def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str]):
+    def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str],
+                 sampled: bool = False):
         self.plpy = plpy
         self.members = members
+        self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
         self.qis = qis
         self.sensitive = sensitive
@@ -164,6 +173,11 @@ def source_members(plpy, tbl) -> list[str]:
     if any(r["foreign"] for r in found) and not secured:
         return [f"ONLY {r['name']}" for r in found]
     return [tbl.quoted(plpy)]
+
+
+def has_foreign_members(plpy, tbl) -> bool:
+    """Whether any member of the source is a foreign table (which TABLESAMPLE cannot read)."""
+    return any(r["foreign"] for r in run(plpy, FOREIGN_MEMBERS, ["oid"], [tbl.oid]))
 
 
 def each_member(plpy, members: list[str], query) -> list[list]:
@@ -372,14 +386,176 @@ def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dic
     return out
 
 
-def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int):
+#: the top cuts are chosen on a sample of about this many rows of the source (all of a smaller
+#: one), at most one per SAMPLE_BUDGET_BYTES of the budget (it is held as 4-byte ranks per column,
+#: with the tree's row numbers) and at least SAMPLE_FLOOR
+SAMPLE_ROWS = 200_000
+SAMPLE_BUDGET_BYTES = 128
+SAMPLE_FLOOR = 20_000
+#: the sample's seed (TABLESAMPLE ... REPEATABLE): a rebuild of an unchanged table samples the
+#: same rows, so it gives the same release
+SAMPLE_SEED = 1.0
+
+
+def sample_size(budget: int) -> int:
+    return min(SAMPLE_ROWS, max(SAMPLE_FLOOR, budget // SAMPLE_BUDGET_BYTES))
+
+
+def sample(src: Source, percent: float, with_l: bool):
+    """([SampleColumn or None per QI], [ranks per sensitive column, 0 for NULL], rows) of a
+    BERNOULLI sample of the source (one pass): each cut QI's ranks in its type's order (so a
+    categorical QI is cut in the order its comparisons in the predicates use) and the values
+    of its ranks."""
+    cut = [a for a in range(len(src.qis)) if src.cuttable[a]]
+    sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive] if with_l else []
+    ranks = [f"dense_rank() OVER (ORDER BY {src.names[a]} NULLS FIRST) AS q{a}" for a in cut]
+    ranks += [f"CASE WHEN {s} IS NULL THEN 0 ELSE dense_rank() OVER (ORDER BY {s}::text) END AS z{j}"
+              for j, s in enumerate(sens)]
+    packed = ["count(*) AS n"] + [f"string_agg(int4send(q{a}::int4), ''::bytea) AS b{a}" for a in cut]
+    packed += [f"string_agg(int4send(z{j}::int4), ''::bytea) AS z{j}" for j in range(len(sens))]
+    labels = []
+    for a in cut:
+        c = src.names[a]
+        values = f"(SELECT DISTINCT {c} FROM s WHERE {c} IS NOT NULL) AS d"
+        labels.append(f"(SELECT array_agg({c}::text ORDER BY {c}) FROM {values}) AS t{a}")
+        labels.append(f"(SELECT bool_or({c} IS NULL) FROM s) AS h{a}")
+        if src.numeric[a]:
+            expr = read_expression(src.plpy, src.qis[a])
+            labels.append(f"(SELECT array_agg(({expr})::float8 ORDER BY {c}) FROM {values}) AS v{a}")
+    columns = ", ".join(src.read_columns(with_l))
+    query = (f"WITH s AS MATERIALIZED (SELECT {columns} FROM {src.members[0]} TABLESAMPLE "
+             f"BERNOULLI ({percent!r}) REPEATABLE ({SAMPLE_SEED!r})) "
+             f"SELECT x.*, {', '.join(labels)} FROM (SELECT {', '.join(packed)} FROM "
+             f"(SELECT {', '.join(ranks)} FROM s) AS r) AS x")
+    row = src.each(lambda rel: query)[0][0]
+
+    def unpacked(raw):
+        return np.frombuffer(bytes(raw or b""), dtype=">i4").astype(np.int32)
+
+    out = [None] * len(src.qis)
+    for a in cut:
+        out[a] = core.SampleColumn(unpacked(row[f"b{a}"]), bool(row[f"h{a}"]), list(row[f"t{a}"] or []),
+                                   np.asarray(row[f"v{a}"] or [], dtype=float) if src.numeric[a] else None)
+    return out, [unpacked(row[f"z{j}"]) for j in range(len(sens))], int(row["n"])
+
+
+def leaf_case(src: Source, node) -> str:
+    """SQL of the leaf number of a row of a sampled tree: one comparison per level."""
+    if node.children is None:
+        return str(node.leaf)
+    b = node.children[0].bounds[-1]
+    return (f"CASE WHEN {src.left(b.qi, b.value, b.strict)} THEN {leaf_case(src, node.children[0])} "
+            f"ELSE {leaf_case(src, node.children[1])} END")
+
+
+def counted_leaves(src: Source, root, with_l: bool):
+    """({leaf: rows}, {leaf: distinct values per sensitive column}, the table's QIStats per QI)
+    of a sampled tree, exact: ONE pass grouped by leaf (rows, non-NULL counts, numeric
+    extremes; with l, grouped by leaf and the first sensitive column's value first, whose
+    groups per leaf are its distinct values), then, with more sensitive columns, one such pass
+    per column, and one per categorical QI for the table's distinct values (NULL counted). Each
+    is a hashed aggregate the planner may run in parallel workers (grouping sets, which
+    computed them in one pass, take no parallel plan: 11 s against 5 s at 10M rows)."""
+    cut = [a for a in range(len(src.qis)) if src.cuttable[a]]
+    sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive] if with_l else []
+    columns = ", ".join(src.read_columns(with_l))
+    labelled = (f"(SELECT {leaf_case(src, root)} AS {REGION}, {columns} FROM {src.members[0]}) AS x")
+    inner = [f"{REGION} AS leaf", "count(*) AS n"]
+    outer = ["leaf", "sum(n) AS n"]
+    for a in cut:
+        inner.append(f"count({src.names[a]}) AS nn{a}")
+        outer.append(f"sum(nn{a}) AS nn{a}")
+        if src.numeric[a]:
+            expr = read_expression(src.plpy, src.qis[a])
+            inner.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
+            outer.append(f"min(lo{a}) AS lo{a}, max(hi{a}) AS hi{a}")
+    if sens:
+        inner.append(f"{sens[0]} AS s")
+        outer.append("count(s) AS sd0")
+    query = (f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM {labelled} "
+             f"GROUP BY {REGION}{', ' + sens[0] if sens else ''}) AS y GROUP BY leaf")
+    rows, distinct, figures = {}, {}, {}
+    for r in src.each(lambda rel: query)[0]:
+        leaf = int(r["leaf"])
+        rows[leaf] = int(r["n"])
+        if sens:
+            distinct[leaf] = [int(r["sd0"])] + [0] * (len(sens) - 1)
+        for a in cut:
+            figures[f"nn{a}"] = figures.get(f"nn{a}", 0) + int(r[f"nn{a}"])
+            if src.numeric[a]:
+                for key, pick in ((f"lo{a}", min), (f"hi{a}", max)):
+                    values = [v for v in (figures.get(key), r[key]) if v is not None]
+                    figures[key] = pick(values) if values else None
+    for j, s in enumerate(sens[1:], start=1):
+        query = (f"SELECT leaf, count(s) AS d FROM (SELECT {REGION} AS leaf, {s} AS s FROM {labelled} "
+                 f"GROUP BY 1, 2) AS y GROUP BY leaf")
+        for r in src.each(lambda rel, query=query: query)[0]:
+            distinct.setdefault(int(r["leaf"]), [0] * len(sens))[j] = int(r["d"])
+    for a in cut:
+        if not src.numeric[a]:
+            c = src.names[a]
+            query = f"SELECT count(*) AS d FROM (SELECT {c} FROM {src.members[0]} GROUP BY {c}) AS v"
+            figures[f"d{a}"] = int(src.each(lambda rel, query=query: query)[0][0]["d"])
+    whole = []
+    for a in range(len(src.qis)):
+        if not src.cuttable[a]:
+            whole.append(None)
+        elif src.numeric[a]:
+            whole.append(core.QIStats(figures.get(f"nn{a}", 0), figures.get(f"lo{a}"), figures.get(f"hi{a}")))
+        else:
+            whole.append(core.QIStats(figures.get(f"nn{a}", 0), distinct=figures.get(f"d{a}", 0)))
+    return rows, {leaf: tuple(d) for leaf, d in distinct.items()}, whole
+
+
+def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int, n: int):
+    """(regions, the table's QIStats, the rows below which a region is not cut, figures) of the
+    top cuts chosen on a sample (core.regions.sample_tree) and kept where the exact counts of
+    one pass allow them (core.regions.counted_regions): two passes over the source for the
+    whole top of the tree. A region that does not fit the budget is cut further level by level."""
+    t0 = time.monotonic()
+    percent = min(100.0, 100.0 * sample_size(budget) / max(n, 1))
+    columns, sensitive, sampled = sample(src, percent, bool(l))
+    t1 = time.monotonic()
+    scale = n / max(sampled, 1)
+    smallest = n // MAX_REGIONS
+
+    def stop(rows: int) -> bool:
+        estimate = round(rows * scale)
+        return core.fits(estimate, bytes_per_row, budget) or estimate < max(2 * k, smallest)
+
+    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS)
+    del columns, sensitive
+    t2 = time.monotonic()
+    rows, distinct, whole = counted_leaves(src, root, bool(l))
+    regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0)
+    # the sample, the leaves' counts, and one more per other sensitive column and categorical QI
+    passes = 2 + (len(src.sensitive) - 1 if l else 0) + sum(
+        1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a])
+    figures = {"regions": 1, "cuts": len(regions) - 1, "passes": passes,
+               "sample": {"rows": sampled, "percent": round(percent, 6), "seed": SAMPLE_SEED,
+                          "leaves": len(core.sample_leaves(root)), "cuts_undone": undone,
+                          "seconds": {"sample": round(t1 - t0, 3), "tree": round(t2 - t1, 3),
+                                      "counts": round(time.monotonic() - t2, 3)}},
+               "seconds": round(time.monotonic() - t0, 3)}
+    progress(src.plpy, f"out-of-core sample of {sampled:,} rows: {len(regions)} regions")
+    return regions, whole, sum(rows.values()) // MAX_REGIONS, figures
+
+
+def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int,
+                n: int | None = None):
     """(leaf regions, figures of the top levels): the regions the leaves are fitted on, each of
-    at most ``budget`` bytes of rows (a region's budget: core.leaf_budget)."""
+    at most ``budget`` bytes of rows (a region's budget: core.leaf_budget). With ``n``, the
+    source's rows, and a source that can be sampled: the top of the tree from a sample
+    (:func:`sampled_top`), then level by level the regions that still do not fit."""
     leaves = []
     active = [core.Region((), 0)]
     whole = None
     levels = []
     smallest = 0  # the rows below which a region is not cut (known after the first level)
+    if n is not None and len(src.members) == 1 and src.sampled:
+        active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
+        src.whole = whole
+        levels.append(figures)
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
         settled = [r for r in active if r.bounds and (core.fits(r.rows, bytes_per_row, budget)
@@ -539,14 +715,14 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     spec, tbl, qis, sens, budget, bytes_per_row, n = plan
     l = spec.promise.l
     members = source_members(plpy, tbl)
-    src = Source(plpy, tbl, qis, sens if l else [], members)
+    src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl))
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
     mondrian_jit.kernels()
     leaf_budget = core.leaf_budget(budget, resident_bytes())
     with timing.phase("read"):
-        leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row)
+        leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
     ctx = method.Run(plpy, GD, release_id, release, spec, started)
     ctx.read_s = ctx.elapsed()
     figures = core.ReleaseFigures()

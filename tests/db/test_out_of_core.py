@@ -83,7 +83,11 @@ def test_release_above_the_budget_is_cut_by_aggregates_and_keeps_k_and_truthful_
         rel = release(db, schema, "src", "ooc", k=5, l=2)
     metrics, verified, row_count, achieved_k = catalog(db, rel)
     assert metrics["out_of_core"]["regions"] > 8          # cut at the top, into many regions
-    assert metrics["out_of_core"]["levels"][0]["cuts"] == 1
+    top = metrics["out_of_core"]["levels"][0]      # the whole top of the tree, from a sample
+    # the sample, the leaves' counts (and the first sensitive column's values), the second
+    # sensitive column's values, the categorical QI's distinct values
+    assert top["sample"]["percent"] == 100 and top["passes"] == 4
+    assert top["cuts"] == metrics["out_of_core"]["regions"] - 1
     assert verified is True and row_count == 2000 and achieved_k >= 5
     check_release(db, rel, "src", 5, 2)
 
@@ -153,6 +157,24 @@ def test_out_of_core_and_in_memory_releases_agree_in_rows_and_guarantees(db, sch
     assert db.execute(ids.format(in_memory)).fetchone() == db.execute(ids.format(out_of_core)).fetchone()
     ncp = [figures[rel][0]["ncp_percent"] for rel in (in_memory, out_of_core)]
     assert abs(ncp[1] - ncp[0]) <= 0.25 * ncp[0]          # close utility on a small table
+
+
+def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
+    """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
+    the guarantees still hold from the released rows (each cut was kept on exact counts), and
+    building the same table again samples the same rows, so it releases the same classes."""
+    synthetic(db, "src", 24000)
+    with budget(db, "2MB"):
+        first = release(db, schema, "src", "first", k=5, l=2)
+        second = release(db, schema, "src", "second", k=5, l=2)
+    metrics = catalog(db, first)[0]["out_of_core"]
+    sample = metrics["levels"][0]["sample"]
+    assert 50 < sample.pop("percent") < 90 and sample["rows"] < 24000 and metrics["regions"] >= 4
+    again = catalog(db, second)[0]["out_of_core"]["levels"][0]["sample"]
+    assert {**again, "seconds": None, "percent": None} == {**sample, "seconds": None, "percent": None}
+    check_release(db, first, "src", 5, 2)
+    rows = "SELECT array_agg(ROW(id, a, b, d)::text ORDER BY id) FROM {}"
+    assert db.execute(rows.format(first)).fetchone() == db.execute(rows.format(second)).fetchone()
 
 
 def test_write_of_a_release_above_the_budget_runs_with_work_mem_capped_by_the_budget(db, schema):

@@ -87,3 +87,89 @@ def test_widened_categorical_column_counts_the_tables_values():
     wide, shift = regions.widened(enc, regions.QIStats(4, distinct=10))
     assert shift == 0 and len(wide.labels) == 10 and (wide.codes == enc.codes).all()
     assert list(wide.labels[:3]) == list(enc.labels)
+
+
+def _sample_column(values: list, numeric: bool) -> regions.SampleColumn:
+    """Ranks of ``values`` (None lowest) as the sample query gives them, labels their texts."""
+    present = sorted({v for v in values if v is not None})
+    has_null = any(v is None for v in values)
+    rank = {v: i + 1 + has_null for i, v in enumerate(present)}
+    ranks = np.array([1 if v is None else rank[v] for v in values], dtype=np.int32)
+    return regions.SampleColumn(ranks, has_null, [str(v) for v in present],
+                                np.array(present, dtype=float) if numeric else None)
+
+
+def _inside(bound: regions.Bound, value) -> bool:
+    """Whether a row's value (None: NULL, lowest) is on the bound's side."""
+    if bound.value is None:
+        left = value is None
+    else:
+        left = value is None or (value < int(bound.value) if bound.strict else value <= int(bound.value))
+    return left == bound.left
+
+
+@given(data=st.data(), k=st.integers(1, 8), l=st.sampled_from([None, 2]),
+       leaf_rows=st.integers(1, 40))
+def test_sampled_tree_partitions_the_sample_with_cuts_keeping_k_and_l_on_both_sides(data, k, l, leaf_rows):
+    n = data.draw(st.integers(1, 150))
+    cells = st.one_of(st.none(), st.integers(0, 30))
+    table = [data.draw(st.lists(cells, min_size=n, max_size=n)) for _ in range(3)]
+    sensitive = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    columns = [_sample_column(table[0], True), _sample_column(table[1], False), None,
+               _sample_column(table[2], True)]
+    values = [table[0], table[1], None, table[2]]
+    root = regions.sample_tree(columns, [np.array(sensitive, dtype=np.int32)], k, l,
+                               lambda rows: rows <= leaf_rows, 10)
+    leaves = regions.sample_leaves(root)
+    owner = [[leaf.leaf for leaf in leaves
+              if all(_inside(b, values[b.qi][i]) for b in leaf.bounds)] for i in range(n)]
+    assert all(len(o) == 1 for o in owner)                      # each row in one leaf
+    assert [leaf.leaf for leaf in leaves] == list(range(len(leaves)))
+
+    def check(node):
+        members = [i for i in range(n) if all(_inside(b, values[b.qi][i]) for b in node.bounds)]
+        assert node.sampled == len(members)
+        if node.children is None:
+            return
+        assert node.children[0].sampled >= k and node.children[1].sampled >= k
+        assert all(b.qi != 2 for b in node.children[0].bounds)   # a QI not cut at the top
+        if l:
+            for side in node.children:
+                inside = [i for i in members if all(_inside(b, values[b.qi][i]) for b in side.bounds)]
+                assert len({sensitive[i] for i in inside if sensitive[i]}) >= l
+        for child in node.children:
+            check(child)
+
+    check(root)
+
+
+def _tree(depth: int, bounds=()):
+    node = regions.SampleNode(bounds, 0)
+    if depth:
+        node.children = tuple(_tree(depth - 1, bounds + (regions.Bound(0, str(depth), True, side),))
+                              for side in (True, False))
+    return node
+
+
+def test_counted_cut_whose_side_lacks_k_rows_or_l_values_is_undone():
+    root = _tree(2)
+    for number, leaf in enumerate(regions.sample_leaves(root)):
+        leaf.leaf = number
+    kept, undone = regions.counted_regions(root, {0: 10, 1: 10, 2: 10, 3: 10}, {}, 5, None)
+    assert [r.rows for r in kept] == [10, 10, 10, 10] and undone == 0
+    # leaf 1 below k: its parent's cut is undone, the root's (20 and 20 rows) kept
+    kept, undone = regions.counted_regions(root, {0: 16, 1: 4, 2: 10, 3: 10}, {}, 5, None)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(1, 20), (2, 10), (2, 10)] and undone == 1
+    # l: leaf 3 has one value; a side holds at least its richest leaf's values
+    distinct = {0: (3,), 1: (1,), 2: (2,), 3: (1,)}
+    kept, undone = regions.counted_regions(root, {0: 10, 1: 10, 2: 10, 3: 10}, distinct, 5, 2, 1)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(1, 20), (1, 20)] and undone == 2
+    # a leaf absent from the exact counts (no row, no sensitive value) undoes its parent's cut
+    kept, undone = regions.counted_regions(root, {0: 10, 1: 10, 2: 10}, {0: (2,), 1: (2,), 2: (2,)},
+                                           5, 2, 1)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(2, 10), (2, 10), (1, 10)] and undone == 1
+
+
+def test_sampled_tree_without_a_qi_cut_at_the_top_is_one_leaf():
+    root = regions.sample_tree([None, None], [], 2, None, lambda rows: False, 10)
+    assert root.children is None and root.leaf == 0 and root.sampled == 0
