@@ -20,6 +20,12 @@ longer reads are forgotten (left out of the release's state). Then the differenc
 check (:func:`check_differences`): the released classes' multisets against the groups' and every
 stored earlier version's (``anon.release_versions``), refused when one group's change would pin
 its joiners or leavers.
+
+The released classes are read once, in one statement, for both checks: a compact release's from
+its storage (one row per class, which the view analysts read unfolds, checked to be that query
+before), a flat release's grouped from its rows; elements come back as packed integers over a
+dictionary of their texts, and everything after (matching, multisets, unions of linked classes)
+is numpy, no Python object per element.
 """
 from __future__ import annotations
 
