@@ -20,6 +20,12 @@ longer reads are forgotten (left out of the release's state). Then the differenc
 check (:func:`check_differences`): the released classes' multisets against the groups' and every
 stored earlier version's (``anon.release_versions``), refused when one group's change would pin
 its joiners or leavers.
+
+The released classes are read once, in one statement, for both checks: a compact release's from
+its storage (one row per class, which the view analysts read unfolds, checked to be that query
+before), a flat release's grouped from its rows; elements come back as packed integers over a
+dictionary of their texts, and everything after (matching, multisets, unions of linked classes)
+is numpy, no Python object per element.
 """
 from __future__ import annotations
 
@@ -38,8 +44,8 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republish import Version
+from plpy_anon.db import class_counts, guards, timing
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import guards, timing
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
 from plpy_anon.spec import Built, Promise
 
@@ -500,14 +506,15 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     qis = [cols[name] for name in promise.quasi_identifiers or ()]
     sensitive = [cols[name] for name in promise.sensitive or ()]
     progress(plpy, f"checking {len(hashes)} people against every version")
+    # what the last version left each person (and their group then, for the difference check),
+    # read before the check replaces it
     state = State.read(plpy, release["release_id"])
-    # the groups people were published in by the last version, before the check replaces them
-    before = dict(zip(state.hashes(), state.groups.tolist()))
     waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
     everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
-    with local_settings(plpy, jit="off"), timing.phase("check_classes"):
+    nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
+    with timing.phase("check_classes"):
         classes = released_classes(plpy, release, qis, sensitive,
-                                   [a + b for a, b in zip(qi_texts, waiting_texts)])
+                                   [a + b for a, b in zip(qi_texts, waiting_texts)], nulls)
         # every person in the table (published ones first) with each class holding them
         matched = containment.contained(classes.axes, everyone, classes.count)
     version = stashed["version"]
@@ -517,15 +524,12 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
         figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state,
                            matched, waiting)
     if stashed["version"] is not None:
-        nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
-        # the planner's estimates of grouped released rows are far off: no JIT for them
-        with local_settings(plpy, jit="off"), timing.phase("check_differences"):
+        with timing.phase("check_differences"):
             # which earlier groups still have someone: the people in the table, by the state
             # as it was (their entries)
             present = packed(list(hashes) + list(waiting[0]))
-            figures.update(check_differences(plpy, release, promise, sensitive[0],
-                                             stashed["version"], before, dict(zip(hashes, groups)),
-                                             qis, nulls, (matched, classes.multisets),
+            figures.update(check_differences(plpy, release, promise, stashed["version"], state,
+                                             hashes, groups, classes, matched,
                                              lambda kept: alive_groups(kept, state, present)))
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
@@ -549,99 +553,52 @@ WHERE release_id = $1 AND version = (SELECT pg_catalog.max(version) - 1 FROM ano
                                      WHERE release_id = $1)"""
 
 
-def released_multisets(plpy, release: dict, qis, sensitive, qi_nulls) -> tuple[list, np.ndarray, np.ndarray]:
-    """The released classes (from the released rows, one statement): each one's sensitive values
-    (texts, NULL as None), and the pairs (a, b as positions) of classes that some person's QIs
-    could lie in both -- their value sets share a value (NULL included) and their ranges meet on
-    every QI, a range always met on a QI where a row of the run is NULL (``qi_nulls``: a NULL
-    lies in every range). Range bounds are ranked in SQL in the type's own order (2 a rank, one
-    off for an exclusive bound: two ranges meet when each one's lower code is at most the other's
-    upper); the pairs are found in numpy (:func:`overlapping_sets`), never every pair of classes."""
-    q = [f"q{i}" for i in range(len(qis))]
-    group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
-    selects = ", ".join(f"r.{ident(plpy, c.name)} AS {q[i]}" for i, c in enumerate(qis))
-    s = f"r.{ident(plpy, sensitive.name)}"
-    ctes = [f"""
-        c AS MATERIALIZED (
-            SELECT pg_catalog.row_number() OVER () AS n, g.* FROM (
-                SELECT {selects}, pg_catalog.array_agg({text_of(s, sensitive.builtin)}) AS vals
-                FROM {released_relation(plpy, release)} r GROUP BY {group_by}) g)"""]
-    outputs, joins, sets, ranged = ["c.vals"], [], [], []
-    for i, col in enumerate(qis):
-        col_q = f"c.{q[i]}"
-        if _released_type(col) == "text[]":
-            outputs.append(f"{col_q} AS set{i}")
-            sets.append(i)
-            continue
-        if qi_nulls[i]:
-            continue
-        ranged.append(i)
-        ctes.append(f"""
-        b{i} AS MATERIALIZED (
-            SELECT u.v, pg_catalog.dense_rank() OVER (ORDER BY u.v) AS k FROM (
-                SELECT pg_catalog.lower({q[i]}) AS v FROM c UNION SELECT pg_catalog.upper({q[i]}) FROM c) u
-            WHERE u.v IS NOT NULL)""")
-        joins.append(f" LEFT JOIN b{i} l{i} ON l{i}.v = pg_catalog.lower({col_q})"
-                     f" LEFT JOIN b{i} h{i} ON h{i}.v = pg_catalog.upper({col_q})")
-        none = f"{col_q} IS NULL OR pg_catalog.isempty({col_q})"
-        outputs.append(f"""
-            CASE WHEN {none} THEN NULL WHEN pg_catalog.lower_inf({col_q}) THEN -1
-                 ELSE 2 * l{i}.k + CASE WHEN pg_catalog.lower_inc({col_q}) THEN 0 ELSE 1 END END AS lo{i},
-            CASE WHEN {none} THEN NULL WHEN pg_catalog.upper_inf({col_q}) THEN 9223372036854775807
-                 ELSE 2 * h{i}.k - CASE WHEN pg_catalog.upper_inc({col_q}) THEN 0 ELSE 1 END END AS hi{i}""")
-    rows = run(plpy, f"WITH {','.join(ctes)}\nSELECT {', '.join(outputs)} FROM c{''.join(joins)} ORDER BY c.n")
-    values = [r["vals"] for r in rows]
-    count = len(rows)
-    # a NULL (or empty) range meets nothing (&& of NULL is not true), nor does a class whose
-    # value set is NULL or empty
-    meets = np.array([all(r[f"lo{i}"] is not None for i in ranged) and all(r[f"set{i}"] for i in sets)
-                      for r in rows], dtype=bool)
-    lo = np.array([[r[f"lo{i}"] if r[f"lo{i}"] is not None else 0 for i in ranged] for r in rows],
-                  dtype=np.int64).reshape(count, len(ranged))
-    hi = np.array([[r[f"hi{i}"] if r[f"hi{i}"] is not None else 0 for i in ranged] for r in rows],
-                  dtype=np.int64).reshape(count, len(ranged))
-    keep = np.flatnonzero(meets)
-    a, b = overlapping_sets(lo[keep], hi[keep], [[rows[j][f"set{i}"] for j in keep.tolist()] for i in sets])
-    return values, keep[a], keep[b]
-
-
 def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[np.ndarray, np.ndarray]:
     """Pairs (a < b as positions) of boxes that meet on every ranged dimension (``lo``, ``hi`` as
     :func:`overlapping_boxes`) and whose value sets share a value on every set dimension
-    (``sets``: per dimension, each box's non-empty list of values, None a value of its own).
-    Where only sets decide, the boxes holding one combination of values are linked as a chain,
-    not pairwise (the unions are what matters). Otherwise each set is also the interval of its
-    values' codes (a necessary condition the sweep tests with the ranges) and a bitmask of them
-    (the exact test)."""
+    (``sets``: per dimension, each box's non-empty list of values, None a value of its own):
+    :func:`overlapping_coded` of the sets' values coded."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     count = lo.shape[0]
-    coded, masks, firsts, lasts = [], [], [], []
+    coded = []
     for boxes in sets:
         check_interrupts()
         lengths = np.fromiter(map(len, boxes), dtype=np.int64, count=count)
         flat = np.fromiter(itertools.chain.from_iterable(boxes), dtype=object, count=int(lengths.sum()))
         raw, uniques = pd.factorize(flat)           # None: -1, a value of its own (the last)
-        raw = np.where(raw < 0, len(uniques), raw)
-        values = list(uniques) + [None]
+        coded.append((np.repeat(np.arange(count), lengths), np.where(raw < 0, len(uniques), raw)))
+    return overlapping_coded(lo, hi, coded)
+
+
+def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`overlapping_sets` with each set dimension as (box, value code) pairs (every box
+    holding one value at least). Where only sets decide, the boxes holding one combination of
+    values are linked as a chain, not pairwise (the unions are what matters). Otherwise each set
+    is also the interval of its values' codes (a necessary condition the sweep tests with the
+    ranges) and a bitmask of them (the exact test)."""
+    count = lo.shape[0]
+    coded, masks, firsts, lasts = [], [], [], []
+    for box, raw in sets:
+        check_interrupts()
+        width = int(raw.max()) + 1 if raw.size else 1
         # each (box, value) once
-        pairs = np.unique(np.repeat(np.arange(count), lengths) * len(values) + raw)
-        owner, held_value = pairs // len(values), pairs % len(values)
+        pairs = containment.distinct(box.astype(np.int64) * width + raw)
+        owner, held_value = pairs // width, pairs % width
         # codes by how many boxes hold each value, most first: a partition's sets are then
         # narrow intervals of codes, as the fit's most-frequent-first order makes them
-        held = np.bincount(held_value, minlength=len(values))
-        ranked = sorted((j for j in range(len(values)) if held[j]),
-                        key=lambda j: (-held[j], values[j] is None, str(values[j])))
-        recode = np.full(len(values), -1, dtype=np.int64)
-        recode[ranked] = np.arange(len(ranked))
+        held = np.bincount(held_value, minlength=width)
+        ranked = np.lexsort((np.arange(width), -held))[:int((held > 0).sum())]
+        recode = np.full(width, -1, dtype=np.int64)
+        recode[ranked] = np.arange(ranked.size)
         element = recode[held_value]
         order = np.lexsort((element, owner))
         owner, element = owner[order], element[order]
         coded.append((owner, element))
-        mask = np.zeros((count, (max(len(ranked), 1) + 63) // 64), dtype=np.uint64)
+        mask = np.zeros((count, (max(ranked.size, 1) + 63) // 64), dtype=np.uint64)
         np.bitwise_or.at(mask, (owner, element // 64),
                          np.left_shift(np.uint64(1), (element % 64).astype(np.uint64)))
         masks.append(mask)
-        first = np.full(count, len(ranked), dtype=np.int64)
+        first = np.full(count, ranked.size, dtype=np.int64)
         last = np.full(count, -1, dtype=np.int64)
         np.minimum.at(first, owner, element)
         np.maximum.at(last, owner, element)
@@ -672,10 +629,28 @@ def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[
     return a, b
 
 
+def linked_classes(classes: Classes) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (a, b as class numbers) of released classes that some person's QIs could lie in
+    both (:attr:`Classes.linkable`): their value sets share a value (NULL included) and their
+    ranges meet on every QI; never every pair of classes."""
+    lo, hi, sets, meets = classes.linkable
+    keep = np.flatnonzero(meets)
+    position = np.full(classes.count, -1, dtype=np.int64)
+    position[keep] = np.arange(keep.size)
+    kept_sets = []
+    for box, code in sets:
+        held = meets[box]
+        kept_sets.append((position[box[held]], code[held]))
+    a, b = overlapping_coded(lo[keep], hi[keep], kept_sets)
+    return keep[a], keep[b]
+
+
 #: candidate pairs tested at once by :func:`overlapping_boxes`
 BOX_CHUNK = 1 << 20
-#: a node of the boxes' k-d split with this many boxes or fewer tests each pair of them
-LEAF_BOXES = 8
+#: a node of the boxes' k-d split with this many boxes or fewer tests each pair of them (the
+#: pairs are tested in numpy at once: fewer levels pay; 80,000 classes of a 1M-row release,
+#: 2.6 s against 4.4 s with 8)
+LEAF_BOXES = 64
 
 
 def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -774,116 +749,182 @@ def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.concatenate(leaves), np.concatenate(boxes)
 
 
-def _unions(pairs, members: dict) -> Counter:
-    """The sorted multisets of the unions of several ``members`` (member -> its values) that
-    ``pairs`` link."""
-    parent = {m: m for m in members}
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        if a != b:
-            parent[find(a)] = find(b)
-    unions: dict = {}
-    for m, vals in members.items():
-        unions.setdefault(find(m), []).append(vals)
-    return Counter(_sorted_values([v for vals in parts for v in vals])
-                   for parts in unions.values() if len(parts) > 1)
+def _signatures(owner: np.ndarray, code: np.ndarray, count: np.ndarray, n: int) -> Counter:
+    """How many of ``n`` owners hold each multiset, a multiset as (owner, value code, count)
+    triples (codes of one dictionary; an owner may repeat a code): each owner's (code, count)
+    pairs, summed and sorted, as bytes."""
+    width = int(code.max()) + 1 if code.size else 1
+    keys, inverse = np.unique(owner.astype(np.int64) * width + code, return_inverse=True)
+    sums = np.bincount(inverse.ravel(), weights=count, minlength=keys.size).astype(np.int64)
+    held = sums > 0
+    keys, sums = keys[held], sums[held]
+    raw = np.column_stack([keys % width, sums]).astype(np.int64).tobytes()
+    bounds = (np.searchsorted(keys // width, np.arange(n + 1)) * 16).tolist()
+    return Counter(raw[bounds[i]:bounds[i + 1]] for i in range(n))
 
 
-def check_differences(plpy, release: dict, promise: Promise, sensitive, version: dict,
-                      before: dict, now: dict, qi_columns, qi_nulls, matched=None,
+def _union_signatures(a: np.ndarray, b: np.ndarray, n: int, multiset: tuple) -> Counter:
+    """:func:`_signatures` of the unions of several of ``n`` members that the pairs (``a``,
+    ``b``: positions) link, each member's multiset as (member, code, count) triples."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    if not n:
+        return Counter()
+    graph = coo_matrix((np.ones(a.size, dtype=np.int8), (a, b)), shape=(n, n))
+    _, label = connected_components(graph, directed=False)
+    several = np.bincount(label, minlength=n) > 1
+    # unions numbered 0.. in the order of their labels
+    union = np.cumsum(several) - 1
+    owner, code, count = multiset
+    mine = several[label[owner]]
+    return _signatures(union[label[owner[mine]]], code[mine], count[mine], int(several.sum()))
+
+
+def _matrix_triples(counts: np.ndarray) -> tuple:
+    """(row, column, count) of the non-zero cells of a count matrix."""
+    row, column = np.nonzero(counts)
+    return row, column, counts[row, column].astype(np.int64)
+
+
+def _group_pairs(group_ids, linked_ids) -> tuple[np.ndarray, np.ndarray]:
+    """Each group (position) paired with the group its union is named after (``linked_ids``,
+    aligned with ``group_ids``; None: no unions)."""
+    if linked_ids is None:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    ids, named = np.asarray(group_ids, dtype=np.int64), np.asarray(linked_ids, dtype=np.int64)
+    order = np.argsort(ids, kind="stable")
+    at = order[np.minimum(np.searchsorted(ids[order], named), max(ids.size - 1, 0))]
+    # a union named after no group links nothing (the comparison then fails)
+    found = ids[at] == named if ids.size else np.zeros(named.size, dtype=bool)
+    return np.flatnonzero(found), at[found]
+
+
+def _moves(release: dict, state: State, kept: list, version: dict, hashes: list, groups: list) -> dict:
+    """Each earlier group (the last version's, published or held back) -> the group now holding
+    its people (published or held back now); refuses (22000) a group whose people went to two."""
+    # a person held back now is followed to the group that holds them back (the run's rows are
+    # published or held back, never both)
+    people = list(hashes) + list(version.get("waiting") or [])
+    now = np.r_[np.asarray(groups, dtype=np.int64),
+                np.asarray(version.get("waiting_groups") or [], dtype=np.int64)]
+    before = np.full(len(people), -1, dtype=np.int64)
+    followed = np.zeros(len(people), dtype=bool)
+    if people:
+        at = state.find(packed(people))
+        followed = at >= 0
+        before[followed] = state.groups[at[followed]]
+        # people held back by the last version: the group that held them then
+        held = dict(zip((bytes(h) for h in kept[-1]["waiting"]), kept[-1]["waiting_groups"])) \
+            if kept and kept[-1]["waiting"] else {}
+        for i in np.flatnonzero(~followed).tolist() if held else ():
+            if people[i] in held:
+                before[i], followed[i] = held[people[i]], True
+    old, new = before[followed], now[followed]
+    order = np.lexsort((new, old))
+    old, new = old[order], new[order]
+    first = np.ones(old.size, dtype=bool)
+    first[1:] = (old[1:] != old[:-1]) | (new[1:] != new[:-1])
+    pairs = np.column_stack([old[first], new[first]])
+    if pairs.shape[0] and (pairs[1:, 0] == pairs[:-1, 0]).any():
+        raise InsufficientData(
+            f"a group of {release['release_schema']}.{release['release_name']} was split; "
+            "nothing was published", hint="Report this with the release's parameters.")
+    return dict(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist()))
+
+
+def check_differences(plpy, release: dict, promise: Promise, version: dict, state: State,
+                      hashes: list, groups: list, classes: Classes, matched=None,
                       alive=None) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
-    classes (from the released rows) must be the groups' multisets the run stashed (``version``),
-    and no group's values added or removed since any stored earlier version may break the l
-    model (core.republish.unsafe_pairs), earlier groups followed to the groups now holding them
-    through the people published in both (``before``, ``now``: person -> group), every set of a
+    classes (``classes``: from the released rows, :func:`released_classes`) must be the groups'
+    multisets the run stashed (``version``), and no group's values added or removed since any
+    stored earlier version may break the l model (core.republish.unsafe_pairs), earlier groups
+    followed to the groups now holding them through the people published in both (``state``:
+    the last version's people and groups; ``hashes``, ``groups``: the run's), every set of a
     group's ancestors included (core.republish.safe_against); the released classes that could
-    hold one person (:func:`released_multisets`; ``qi_columns``, ``qi_nulls``: the QIs and
-    whether the run has a NULL in each) must form the unions of groups the run linked, whose changes that break
-    the l model are counted (``unsafe_unions``, core.republish.unsafe_unions: the run holds them
-    where it can, and does not merge them). The parts of those unions that people link (``matched``:
-    (person, class) pairs of everyone in the table, held back people too, each class that holds
-    them, from the released rows) must be the run's ``people_linked``, and are checked the same
-    way (an analyst who knows a person links the classes that could hold them, not boxes that
-    meet where nobody lies); an earlier group is linked to the group holding it now only while
-    someone of it is in the table (``alive``: the stored versions' rows -> per version, which of
-    its groups do; core.republish.Version.alive). Refuses (22000) otherwise; stores the version
-    (anon.release_versions) and returns its figures."""
+    hold one person (:func:`linked_classes`) must form the unions of groups the run linked, whose
+    changes that break the l model are counted (``unsafe_unions``, core.republish.unsafe_unions:
+    the run holds them where it can, and does not merge them). The parts of those unions that
+    people link (``matched``: (person, class) pairs of everyone in the table, held back people
+    too, each class that holds them, from the released rows) must be the run's
+    ``people_linked``, and are checked the same way (an analyst who knows a person links the
+    classes that could hold them, not boxes that meet where nobody lies). Multisets are compared
+    as sorted (value code, rows) pairs over one dictionary, unions found as the connected
+    components of the linked pairs. An earlier group is linked to the group holding it now only
+    while someone of it is in the table (``alive``: the stored versions' rows -> per version,
+    which of its groups do; core.republish.Version.alive). Refuses (22000) otherwise; stores the
+    version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
-    claimed = Counter(_sorted_values([values[c] for c in np.repeat(np.arange(len(values)), row)])
-                      for row in version["counts"])
-    # the released classes' multisets, and the pairs of them that could hold one person
-    class_values, pair_a, pair_b = released_multisets(plpy, release, qi_columns, sensitive, qi_nulls)
-    if Counter(_sorted_values(v) for v in class_values) != claimed:
+    group_counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(version["group_ids"]), len(values))
+    # one dictionary: the run's values, then texts only the released rows show
+    code_of = {v: j for j, v in enumerate(values)}
+    extra = [t for t in classes.texts if t not in code_of]
+    code_of.update((t, len(values) + j) for j, t in enumerate(extra))
+    owner, text_code, rows = classes.multiset
+    class_multiset = (owner, np.array([code_of[t] for t in classes.texts], dtype=np.int64)[text_code]
+                      if text_code.size else text_code, rows)
+    group_multiset = _matrix_triples(group_counts)
+    if _signatures(*class_multiset, classes.count) != _signatures(*group_multiset, group_counts.shape[0]):
         raise InsufficientData(
             f"the released classes of {release['release_schema']}.{release['release_name']} are not "
             "the multisets its groups publish; nothing was published",
             hint="Report this with the release's parameters.")
     # classes that could hold one person are one union to an analyst (from the released rows):
     # they must be the unions of groups the run linked, which are checked below
-    pairs = list(zip(pair_a.tolist(), pair_b.tolist()))
+    pair_a, pair_b = linked_classes(classes)
     overlapping = int(np.unique(np.concatenate([pair_a, pair_b])).size)
-    group_values = {g: [values[c] for c in np.repeat(np.arange(len(values)), row)]
-                    for g, row in zip(version["group_ids"], version["counts"])}
     linked_ids = version.get("linked")
-    if _unions(pairs, dict(enumerate(class_values))) != _unions(list(zip(version["group_ids"], linked_ids or [])),
-                                               group_values):
+    if _union_signatures(pair_a, pair_b, classes.count, class_multiset) != _union_signatures(
+            *_group_pairs(version["group_ids"], linked_ids), group_counts.shape[0], group_multiset):
         raise InsufficientData(
             f"the released classes of {release['release_schema']}.{release['release_name']} that "
             "could both hold one person (their ranges and sets overlap) are not the groups its run "
             "checked together; nothing was published", hint="Report this with the release's parameters.")
     people_ids = version.get("people_linked")
     if matched is not None and people_ids is not None:
-        (person, klass), multisets = matched
+        person, klass = matched
         order = np.lexsort((klass, person))
         person, klass = person[order], klass[order]
         same = person[1:] == person[:-1]
-        by_people = list(zip(klass[:-1][same].tolist(), klass[1:][same].tolist()))
-        if _unions(by_people, dict(enumerate(multisets))) != _unions(
-                list(zip(version["group_ids"], people_ids)), group_values):
+        if _union_signatures(klass[:-1][same], klass[1:][same], classes.count, class_multiset) != \
+                _union_signatures(*_group_pairs(version["group_ids"], people_ids),
+                                  group_counts.shape[0], group_multiset):
             raise InsufficientData(
                 f"the released classes of {release['release_schema']}.{release['release_name']} "
                 "that some person in the table could be in at once are not the groups its run "
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
+    # each earlier group to the group now holding its people (held back ones too)
     kept = run(plpy, VERSIONS, ["int4"], [release_id])
-    # people held back link their group then to their group now as well
-    if kept and kept[-1]["waiting"]:
-        before = dict(zip((bytes(h) for h in kept[-1]["waiting"]), kept[-1]["waiting_groups"])) | before
-    now = now | dict(zip(version.get("waiting") or [], version.get("waiting_groups") or []))
-    step = {}
-    for person, group in now.items():
-        old = before.get(person)
-        if old is not None and step.setdefault(old, group) != group:
-            raise InsufficientData(
-                f"a group of {release['release_schema']}.{release['release_name']} was split; "
-                "nothing was published", hint="Report this with the release's parameters.")
+    step = _moves(release, state, kept, version, hashes, groups)
     lineage = {}
     for row in kept:
         lineage.update((h, step.get(r, r)) for h, r in zip(row["group_ids"], row["roots"]))
     # one code per text of this version and the kept ones, NULL last (no value: core.republish)
-    texts = sorted({v for v in values if v is not None} | {v for row in kept for v in row["vals"] if v is not None})
-    position = {v: j for j, v in enumerate(texts)} | {None: len(texts)}
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
+    stored = [np.asarray(row["vals"] or [], dtype=object) for row in kept]
+    every = np.concatenate([np.asarray(values, dtype=object)] + stored)
+    texts = sorted(set(pd.unique(every[~pd.isna(every)]).tolist()))
+    index = pd.Index(texts, dtype=object)
     history = []
-    for row in kept:
+    for row, vals in zip(kept, stored):
+        check_interrupts()
         ids = np.asarray(row["group_ids"], dtype=np.int64)
-        counts = np.zeros((ids.size, len(position)), dtype=np.int64)
+        codes = np.full(vals.size, len(texts), dtype=np.int64)
+        present = ~pd.isna(vals)
+        codes[present] = index.get_indexer(vals[present])
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
-        np.add.at(counts, (owner, np.array([position[v] for v in row["vals"]], dtype=np.int64)), 1)
+        counts = np.bincount(owner * (len(texts) + 1) + codes,
+                             minlength=ids.size * (len(texts) + 1)).reshape(ids.size, len(texts) + 1)
         history.append(Version(ids, counts, _linked(row), _people_linked(row)))
     for earlier, groups_alive in zip(history, alive(kept) if alive is not None else ()):
         earlier.alive = groups_alive
     ids = np.asarray(version["group_ids"], dtype=np.int64)
-    counts = np.zeros((ids.size, len(position)), dtype=np.int64)
-    for j, v in enumerate(values):
-        counts[:, position[v]] += np.asarray(version["counts"])[:, j]
+    value_codes = np.array([len(texts) if v is None else index.get_loc(v) for v in values], dtype=np.int64)
+    counts = np.zeros((ids.size, len(texts) + 1), dtype=np.int64)
+    for j in range(len(values)):
+        counts[:, value_codes[j]] += group_counts[:, j]
     # the release's l model (a catalog row without one: Models' own default)
     models = Models(l=promise.l, c=promise.c, l_diversity=promise.l_diversity)
 
@@ -908,8 +949,10 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
             "nothing was published",
             detail=json.dumps(figures),
             hint="The published version stays. Report this with the release's parameters.")
-    sizes = [int(n) for n in np.asarray(version["counts"]).sum(axis=1)]
-    vals = [values[c] for row in version["counts"] for c in np.repeat(np.arange(len(values)), row)]
+    sizes = group_counts.sum(axis=1).tolist()
+    # each group's values, group after group (a value repeated as many times as it is held)
+    vals = np.asarray(values, dtype=object)[
+        np.repeat(np.tile(np.arange(len(values)), ids.size), group_counts.ravel())].tolist()
     for row in kept:
         roots = [step.get(r, r) for r in row["roots"]]
         if roots != list(row["roots"]):
@@ -924,14 +967,10 @@ def check_differences(plpy, release: dict, promise: Promise, sensitive, version:
         SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
                $2, $2, $3, $4, $5, $6, $7, $8, $9, $10""",
         ["int4", "int4[]", "int4[]", "text[]", "int4", "int4", "int4[]", "bytea[]", "int4[]", "int4[]"],
-        [release_id, [int(g) for g in ids], sizes, vals, version["held_back"], version["counterfeit"],
+        [release_id, ids.tolist(), sizes, vals, version["held_back"], version["counterfeit"],
          linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
          None if people_ids is None else [int(g) for g in people_ids]])
     return figures
-
-
-def _sorted_values(values) -> tuple:
-    return tuple(sorted(values, key=lambda v: (v is None, v or "")))
 
 
 def _released_type(col) -> str:
@@ -948,46 +987,55 @@ class Classes:
     count: int
     axes: list
     values: list
-    #: each class's multiset of the first sensitive column's texts (NULL as None)
-    multisets: list = field(default_factory=list)
+    #: the first sensitive column's multiset of each class: (class, value code, rows) triples,
+    #: each (class, value) once, the codes positions in ``texts`` (NULL as None)
+    multiset: tuple = (np.empty(0, np.int64),) * 3
+    texts: list = field(default_factory=list)
+    #: what :func:`linked_classes` tests: per QI released as a range (and never NULL in the run)
+    #: each class's bounds as codes of one order (``lo``, ``hi``: classes x QIs), per QI
+    #: released as a set its (class, value code) pairs, and which classes can hold anyone
+    linkable: tuple | None = None
 
 
-def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Classes:
-    """The released classes (what analysts read, grouped by the released QIs) and the run's
-    people coded on the same axes: a range's values by their rank among the people's values and
-    the classes' bounds, ranked in SQL by the element type's own order (a range becomes a closed
-    interval of ranks, whatever its width); a set's values by one code each, NULL included."""
+def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nulls=None) -> Classes:
+    """The released classes (what analysts read, grouped by the released QIs; one statement) and
+    the run's people coded on the same axes: a range's values by their rank among the people's
+    values and the classes' bounds, ranked in SQL by the element type's own order (a range
+    becomes a closed interval of ranks, whatever its width); a set's values by one code each,
+    NULL included. A compact release's classes are read from its storage, one row per class
+    (the view analysts read unfolds exactly that, checked before: compact.check_view), unless
+    two of them have the same QIs (one class to an analyst: then grouped from the view).
+    ``qi_nulls``: per QI, whether a row of the run is NULL there (it lies in every range: that
+    QI then links every class, :attr:`Classes.linkable`)."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
+    qi_nulls = list(qi_nulls) if qi_nulls is not None else [None in texts for texts in qi_texts]
     released = released_relation(plpy, release)
-    inner = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
-    # as text without running a cast of the type's owner (sqltext.text_of)
-    inner += [f"{text_of('r.' + ident(plpy, col.name), col.builtin)} AS s{j}"
-              for j, col in enumerate(sensitive)]
-    outer = [f"v.q{i}" for i in range(len(qis))]
-    distinct = "DISTINCT " if len(sensitive) > 1 else ""
-    outer += [f"pg_catalog.array_agg({distinct}v.s{j}) FILTER (WHERE v.s{j} IS NOT NULL) AS s{j}"
-              for j in range(len(sensitive))]
+    settings = class_counts.pass_settings(plpy, None)
+    stored = class_counts.storage_for(plpy, release)
     if sensitive:
-        # the first column's multiset: each (class, value) row's value, NULL included, and rows
-        inner.append("pg_catalog.count(*) AS rows_of")
-        outer += ["pg_catalog.array_agg(v.s0 ORDER BY v.s0, v.rows_of) AS multiset0",
-                  "pg_catalog.array_agg(v.rows_of ORDER BY v.s0, v.rows_of) AS rows0"]
-    # each class's distinct values grouped twice (hashable keys) rather than sorted per class
+        sensitive = sensitive[:1]      # the stable mode keeps one sensitive column
+    if stored is not None and not class_counts.classes_merge(plpy, stored[1], [c.name for c in qis],
+                                                             settings["work_mem"]):
+        # one stored row per class: its sensitive array is the class's rows' values
+        selects = [f"s.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
+        selects += [f"ARRAY(SELECT {text_of('u.v', col.builtin)} FROM "
+                    f"pg_catalog.unnest(s.{ident(plpy, col.name)}) AS u(v)) AS vals"
+                    for col in sensitive]
+        # a stored row of no rows is no class the view shows
+        base = f"SELECT {', '.join(selects)} FROM {stored[1].relation} AS s WHERE {stored[1].rows} > 0"
+    else:
+        selects = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
+        selects += [f"pg_catalog.array_agg({text_of('r.' + ident(plpy, col.name), col.builtin)}) AS vals"
+                    for col in sensitive]
+        group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+        base = f"SELECT {', '.join(selects)} FROM {released} r" + (f" GROUP BY {group_by}" if qis else "")
     ctes = [f"""classes AS MATERIALIZED (
-    SELECT pg_catalog.row_number() OVER () - 1 AS class_no, g.* FROM (
-        SELECT {', '.join(outer)} FROM (
-            SELECT {', '.join(inner)} FROM {released} r
-            GROUP BY {', '.join(str(n + 1) for n in range(len(inner) - bool(sensitive)))}) v
-        GROUP BY {', '.join(f"v.q{i}" for i in range(len(qis)))}) g)"""]
-    outputs = ["(SELECT pg_catalog.count(*) FROM classes) AS n_classes"]
-
-    def flattened(column: str, name: str) -> list[str]:
-        # (class, element) pairs of an array column, in one order for both arrays
-        source = (f"FROM classes c CROSS JOIN LATERAL pg_catalog.unnest(c.{column}) "
-                  "WITH ORDINALITY AS e(v, o)")
-        return [f"(SELECT pg_catalog.array_agg(c.class_no ORDER BY c.class_no, e.o) {source}) AS {name}_classes",
-                f"(SELECT pg_catalog.array_agg(e.v ORDER BY c.class_no, e.o) {source}) AS {name}_values"]
-
+    SELECT pg_catalog.row_number() OVER () - 1 AS class_no, b.* FROM ({base}) b)"""]
+    # one-row parts, cross joined: each a few arrays in class order
+    parts = ["SELECT pg_catalog.count(*) AS n_classes FROM classes"]
+    if sensitive:
+        ctes.append(_dictionary_cte("sensitive", "c.vals"))
+        parts.append(_coded_elements("sensitive", "c.vals"))
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
@@ -997,18 +1045,20 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
         col_type = _released_type(col)
         q = f"c.q{i}"
         if col_type == "text[]":
-            outputs += flattened(f"q{i}", f"set{i}")
+            ctes.append(_dictionary_cte(f"set{i}", q))
+            parts.append(_coded_elements(f"set{i}", q))
             continue
+        none = f"{q} IS NULL OR pg_catalog.isempty({q})"
         if col_type in INTEGER_RANGES:
             # integers rank in numpy; the bounds as closed integers (NULL: unbounded)
-            none = f"{q} IS NULL OR pg_catalog.isempty({q})"
-            outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN NULL
+            parts.append(f"""SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN NULL
         ELSE pg_catalog.lower({q})::pg_catalog.int8 + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END
-        ORDER BY c.class_no) FROM classes c) AS low{i}""")
-            outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN NULL
+        ORDER BY c.class_no) AS low{i},
+    pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN NULL
         ELSE pg_catalog.upper({q})::pg_catalog.int8 - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END
-        ORDER BY c.class_no) FROM classes c) AS high{i}""")
-            outputs.append(f"(SELECT pg_catalog.array_agg({none} ORDER BY c.class_no) FROM classes c) AS empty{i}")
+        ORDER BY c.class_no) AS high{i},
+    pg_catalog.array_agg({none} ORDER BY c.class_no) AS empty{i}
+    FROM classes c""")
             continue
         args.append(list(uniques))
         param, element = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0]
@@ -1021,28 +1071,32 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
         UNION ALL SELECT NULL, c.class_no, 1, pg_catalog.lower({q}) FROM classes c
         UNION ALL SELECT NULL, c.class_no, 2, pg_catalog.upper({q}) FROM classes c) s
     WHERE s.x IS NOT NULL)""")
-        outputs.append(f"(SELECT pg_catalog.array_agg(v.r ORDER BY v.o) FROM rank{i} v WHERE v.side = 0) AS points{i}")
-        # a class of NULLs only (a NULL range) holds no value; bounds as closed intervals of ranks
-        outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {q} IS NULL OR pg_catalog.isempty({q}) THEN 1
+        parts.append(f"SELECT pg_catalog.array_agg(v.r ORDER BY v.o) AS points{i} FROM rank{i} v WHERE v.side = 0")
+        # a class of NULLs only (a NULL range) holds no value; bounds as closed intervals of
+        # ranks, and for the pairs as codes 2 a rank (one off for an exclusive bound: two
+        # ranges meet when each one's lower code is at most the other's upper)
+        parts.append(f"""SELECT pg_catalog.array_agg(CASE WHEN {none} THEN 1
         WHEN pg_catalog.lower_inf({q}) THEN 0 WHEN pg_catalog.lower_inc({q}) THEN b.r ELSE b.r + 1 END
-        ORDER BY c.class_no)
-     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1) AS low{i}""")
-        outputs.append(f"""(SELECT pg_catalog.array_agg(CASE WHEN {q} IS NULL OR pg_catalog.isempty({q}) THEN 0
-        WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} WHEN pg_catalog.upper_inc({q}) THEN b.r
-        ELSE b.r - 1 END ORDER BY c.class_no)
-     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 2) AS high{i}""")
-    for j in range(len(sensitive)):
-        outputs += flattened(f"s{j}", f"sensitive{j}")
-    if sensitive:
-        source = ("FROM classes c CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(c.multiset0), "
-                  "pg_catalog.unnest(c.rows0)) WITH ORDINALITY AS e(v, n, o)")
-        outputs += [f"(SELECT pg_catalog.array_agg(c.class_no ORDER BY c.class_no, e.o) {source}) AS multiset_classes",
-                    f"(SELECT pg_catalog.array_agg(e.v ORDER BY c.class_no, e.o) {source}) AS multiset_values",
-                    f"(SELECT pg_catalog.array_agg(e.n ORDER BY c.class_no, e.o) {source}) AS multiset_rows"]
-    row = run(plpy, f"WITH {', '.join(ctes)}\nSELECT {', '.join(outputs)}",
-              ["text[]"] * len(args), args)[0]
+        ORDER BY c.class_no) AS low{i},
+    pg_catalog.array_agg(CASE WHEN {none} THEN 0
+        WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} WHEN pg_catalog.upper_inc({q}) THEN t.r
+        ELSE t.r - 1 END ORDER BY c.class_no) AS high{i},
+    pg_catalog.array_agg({none} ORDER BY c.class_no) AS empty{i},
+    pg_catalog.array_agg(CASE WHEN {none} THEN NULL WHEN pg_catalog.lower_inf({q}) THEN -1
+        ELSE 2 * b.r + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END ORDER BY c.class_no) AS pair_low{i},
+    pg_catalog.array_agg(CASE WHEN {none} THEN NULL WHEN pg_catalog.upper_inf({q}) THEN 9223372036854775807
+        ELSE 2 * t.r - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END ORDER BY c.class_no) AS pair_high{i}
+    FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1
+    LEFT JOIN rank{i} t ON t.class_no = c.class_no AND t.side = 2""")
+    query = (f"WITH {', '.join(ctes)}\nSELECT * FROM "
+             + " CROSS JOIN ".join(f"({part}) AS p{n}" for n, part in enumerate(parts)))
+    # grouping ranges and text arrays by sorting them costs 2-3x hashing them
+    # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
+    with local_settings(plpy, **settings, enable_sort="off", jit="off"):
+        row = run(plpy, query, ["text[]"] * len(args), args)[0]
     count = int(row["n_classes"])
-    axes = []
+    axes, lows, highs, sets = [], [], [], []
+    meets = np.ones(count, dtype=bool)
     for i, (col, (codes, uniques)) in enumerate(zip(qis, coded)):
         if _released_type(col) == "text[]":
             # NULL is a value of its own (slot len(uniques)); codes in the fit's order of a
@@ -1053,31 +1107,80 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts) -> Cla
                 -counts[u], u == len(uniques), uniques[u] if u < len(uniques) else ""))
             recode = np.empty(len(uniques) + 1, dtype=np.int64)
             recode[order] = np.arange(len(uniques) + 1)
-            elements = np.asarray(row[f"set{i}_values"] or [], dtype=object)
-            missing = pd.isna(elements)
-            element_slots = np.full(elements.size, len(uniques), dtype=np.int64)
-            element_slots[~missing] = pd.Index(uniques, dtype=object).get_indexer(elements[~missing])
+            owners, raw, texts = _decoded_elements(row, f"set{i}")
+            # each distinct element's slot among the people's values (NULL the last)
+            slots = np.r_[pd.Index(uniques, dtype=object).get_indexer(np.asarray(texts, dtype=object)),
+                          len(uniques)] if texts else np.array([len(uniques)], dtype=np.int64)
+            element_slots = slots[raw]
             element_codes = np.where(element_slots < 0, -1, recode[element_slots])
-            axes.append(containment.set_axis(
-                recode[slot], np.asarray(row[f"set{i}_classes"] or [], dtype=np.int64), element_codes,
-                count, len(uniques) + 1))
+            axes.append(containment.set_axis(recode[slot], owners, element_codes, count,
+                                             len(uniques) + 1))
+            # for the pairs every value counts, those no person has too (NULL one of them)
+            sets.append((owners, raw))
+            # a class whose set is NULL or empty holds nobody
+            meets &= np.bincount(owners, minlength=count) > 0
             continue
+        empty = np.asarray(row[f"empty{i}"] or [], dtype=bool)
         if _released_type(col) in INTEGER_RANGES:
-            axes.append(_integer_axis(codes, uniques, row[f"low{i}"] or [], row[f"high{i}"] or [],
-                                      row[f"empty{i}"] or []))
-            continue
-        ranks = np.asarray(row[f"points{i}"] or [], dtype=np.int64)
-        points = np.where(codes < 0, containment.ANY, ranks[np.maximum(codes, 0)] if ranks.size else 0)
-        axes.append(containment.Axis(points, np.asarray(row[f"low{i}"] or [], dtype=np.int64),
-                                     np.asarray(row[f"high{i}"] or [], dtype=np.int64)))
-    values = [(np.asarray(row[f"sensitive{j}_classes"] or [], dtype=np.int64),
-               list(row[f"sensitive{j}_values"] or [])) for j in range(len(sensitive))]
-    multisets = [[] for _ in range(count)]
+            low, high = row[f"low{i}"] or [], row[f"high{i}"] or []
+            axes.append(_integer_axis(codes, uniques, low, high, empty))
+            pair_low = np.array([np.iinfo(np.int64).min if v is None else v for v in low], dtype=np.int64)
+            pair_high = np.array([np.iinfo(np.int64).max if v is None else v for v in high], dtype=np.int64)
+        else:
+            ranks = np.asarray(row[f"points{i}"] or [], dtype=np.int64)
+            points = np.where(codes < 0, containment.ANY, ranks[np.maximum(codes, 0)] if ranks.size else 0)
+            axes.append(containment.Axis(points, np.asarray(row[f"low{i}"] or [], dtype=np.int64),
+                                         np.asarray(row[f"high{i}"] or [], dtype=np.int64)))
+            pair_low = np.array([0 if v is None else v for v in row[f"pair_low{i}"] or []], dtype=np.int64)
+            pair_high = np.array([0 if v is None else v for v in row[f"pair_high{i}"] or []], dtype=np.int64)
+        if qi_nulls[i]:
+            continue           # a NULL of the run lies in every range: this QI links every class
+        # a NULL (or empty) range holds nobody
+        meets &= ~empty
+        lows.append(pair_low)
+        highs.append(pair_high)
+    values, multiset, texts = [], (np.empty(0, np.int64),) * 3, []
     if sensitive:
-        for c, v, n in zip(row["multiset_classes"] or [], row["multiset_values"] or [],
-                           row["multiset_rows"] or []):
-            multisets[c] += [v] * int(n)
-    return Classes(count, axes, values, multisets)
+        owner, code, distinct_values = _decoded_elements(row, "sensitive")
+        texts = list(distinct_values) + [None]
+        # each (class, value) once, with its rows
+        width = len(texts)
+        keys, rows = np.unique(owner * width + code, return_counts=True)
+        owner, code = keys // width, keys % width
+        multiset = (owner, code, rows.astype(np.int64))
+        # each class's distinct non-NULL values
+        shown = code < width - 1
+        values.append((owner[shown], np.asarray(distinct_values, dtype=object)[code[shown]]))
+    linkable = (np.column_stack(lows) if lows else np.zeros((count, 0), dtype=np.int64),
+                np.column_stack(highs) if highs else np.zeros((count, 0), dtype=np.int64),
+                sets, meets)
+    return Classes(count, axes, values, multiset, texts, linkable)
+
+
+def _dictionary_cte(name: str, array: str) -> str:
+    """A CTE numbering the distinct non-NULL elements of an array column of the classes."""
+    return f"""{name}_words AS MATERIALIZED (
+    SELECT d.v, pg_catalog.row_number() OVER () - 1 AS code FROM (
+        SELECT DISTINCT e.v FROM classes c CROSS JOIN LATERAL pg_catalog.unnest({array}) AS e(v)
+        WHERE e.v IS NOT NULL) d)"""
+
+
+def _coded_elements(name: str, array: str) -> str:
+    """A one-row part: the distinct elements (:func:`_dictionary_cte`) and each element of every
+    class as (class, code) pairs (NULL -1), packed (class_counts.packed: 8 bytes a number, no
+    array of objects), both from one aggregation (one order)."""
+    return f"""SELECT (SELECT pg_catalog.array_agg(w.v ORDER BY w.code) FROM {name}_words w) AS {name}_texts,
+        {class_counts.packed('c.class_no')} AS {name}_classes,
+        {class_counts.packed('coalesce(t.code, -1)')} AS {name}_codes
+    FROM classes c CROSS JOIN LATERAL pg_catalog.unnest({array}) AS e(v)
+    LEFT JOIN {name}_words t ON t.v = e.v"""
+
+
+def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
+    """(classes, codes, texts) of :func:`_coded_elements`' part: NULL coded as len(texts)."""
+    texts = list(row[f"{name}_texts"] or [])
+    owners, codes = class_counts.int8_array(row[f"{name}_classes"]), class_counts.int8_array(row[f"{name}_codes"])
+    return owners, np.where(codes < 0, len(texts), codes), texts
 
 
 #: ranges of integers: ranked in numpy (their text is the integer's own)
