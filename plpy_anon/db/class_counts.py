@@ -169,7 +169,7 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
             f"CROSS JOIN LATERAL (\n"
             f"    SELECT {packed(vid_of(i, 'u.v', 'd.vid'))} AS vids{i}\n"
             f"    FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u\n"
-            f"    LEFT JOIN ranked{i} AS d ON d.v = u.v) AS t{i}\n"
+            f"    LEFT JOIN {ranking(i)} AS d ON d.v = u.v) AS t{i}\n"
             for i in range(len(values)))
         columns = "".join(f", t{i}.vids{i}" for i in range(len(values)))
         return (f"WITH grouped AS MATERIALIZED (\n"
@@ -184,7 +184,7 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
         f"    FROM (SELECT {vid_of(i, 'p.v', 'd.vid')} AS vid, p.n\n"
         f"          FROM (SELECT u.v, count(*) AS n\n"
         f"                FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u GROUP BY u.v) AS p\n"
-        f"          LEFT JOIN ranked{i} AS d ON d.v = p.v) AS r) AS t{i}\n"
+        f"          LEFT JOIN {ranking(i)} AS d ON d.v = p.v) AS r) AS t{i}\n"
         for i in range(len(values)))
     columns = "".join(f", t{i}.vids{i}, t{i}.ns{i}" for i in range(len(values)))
     return (f"WITH grouped AS MATERIALIZED (\n"
@@ -192,6 +192,15 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
             f"SELECT c.cid, c.n{columns}\n"
             f"FROM grouped AS c\n"
             f"{tables}")
+
+
+def ranking(i: int) -> str:
+    """The ranked values of sensitive column ``i`` as the per-class lookups join them. Its filter
+    keeps every row (ids start at 0) but lowers the planner's estimate below a class's: the
+    ranking is then the hashed side, hashed once and kept across the classes' rescans, rather
+    than each class's values hashed and the whole ranking scanned per class (1M release rows:
+    0.45 -> 0.31 s; per class and distinct value with many distinct values)."""
+    return f"(SELECT * FROM ranked{i} WHERE vid >= 0)"
 
 
 def vid_of(i: int, value: str, ranked_vid: str) -> str:
