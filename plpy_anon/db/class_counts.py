@@ -269,8 +269,11 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
                        dict(ran_with))
 
 
-#: classes per fetch of :func:`read_classes`' cursor
+#: classes per fetch of :func:`read_classes`' cursor (at most, uncounted)
 FETCH_CLASSES = 20_000
+#: uncounted: classes of the first fetch, then elements (rows) per fetch
+FETCH_FIRST = 64
+FETCH_ELEMENTS = 1 << 20
 
 
 def read_classes(plpy, query: str, sensitive, *,
@@ -283,13 +286,19 @@ def read_classes(plpy, query: str, sensitive, *,
     rows_of_class = []
     parts = {s: ([], [], []) for s in sensitive}
     cursor = plpy.cursor(query)
+    # uncounted, a fetch holds its classes' elements: sized to hold about FETCH_ELEMENTS, from
+    # a few classes first (large classes, a large k, must not make one fetch of millions)
+    size = FETCH_CLASSES if counted else FETCH_FIRST
     while True:
-        batch = cursor.fetch(FETCH_CLASSES)
+        batch = cursor.fetch(size)
         if not batch:
             break
         cids = np.fromiter((r["cid"] for r in batch), dtype=np.int64, count=len(batch))
         rows_of_class.append(np.fromiter((r["n"] for r in batch), dtype=np.int64,
                                          count=len(batch)))
+        if not counted:
+            per_class = max(1, int(rows_of_class[-1].sum()) // len(batch))
+            size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
         for i, s in enumerate(sensitive):
             owners, vids, ns = parts[s]
             packed_vids = [r[f"vids{i}"] or b"" for r in batch]
