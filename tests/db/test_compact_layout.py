@@ -312,3 +312,29 @@ def test_a_name_a_refresh_would_give_its_new_relation_is_refused(db, schema, peo
     which took it for its own leftover."""
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="ends like the name a refresh"):
         mondrian(db, schema, k=5, quasi_identifiers=QIS, release_name="people_k5_classes__refresh7")
+
+
+def test_the_check_hashes_each_ranking_once_not_each_class(schema, people, connect):
+    """The class pass (a compact release's check over its stored classes, a table's risk report
+    over its grouped ones) looks each class's values up in its column's ranking: the ranking
+    must be the hashed side of that join (hashed once, kept across the classes' rescans), not
+    each class's values hashed and the whole ranking scanned per class, which grew with classes
+    times distinct values (token: one value per person)."""
+    plans = []
+    with connect() as conn:
+        conn.add_notice_handler(lambda d: plans.append(d.message_primary))
+        conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+        for setting in ("LOAD 'auto_explain'", "SET auto_explain.log_min_duration = 0",
+                        "SET auto_explain.log_nested_statements = on",
+                        "SET auto_explain.log_level = notice"):
+            conn.execute(setting)
+        compact(conn, schema)                            # its stored classes
+        conn.execute("SELECT * FROM anon.risk_report('people', quasi_identifiers => %s, "
+                     "sensitive => ARRAY['diagnosis', 'token'])", (QIS,)).fetchall()   # grouped
+    passes = [p for p in plans if "ranked0 AS MATERIALIZED" in p and "Query Text: WITH" in p]
+    assert len(passes) >= 2, "the class passes' plans were not logged"
+    for plan in passes:
+        lines = [line.strip() for line in plan.splitlines()]
+        hashed = [lines[i + 1] for i, line in enumerate(lines[:-1]) if line.startswith("->  Hash  (")]
+        for i in range(2):                               # diagnosis, token
+            assert any(h.startswith(f"->  CTE Scan on ranked{i} ") for h in hashed), plan
