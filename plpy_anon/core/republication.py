@@ -261,6 +261,16 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
     boxes = GroupBoxes(labels, n_groups, points, ranged)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
     sets = SmallestRootSets(n_groups)
+    kern = _kernels(labels.size) if points.shape[1] < 8 and np.isfinite(points).all() else None
+    if kern is not None:
+        for start in range(0, bad.size, MERGE_CHUNK):
+            check_interrupts()
+            chunk = bad[start:start + MERGE_CHUNK]
+            ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, deficit[chunk], held)
+            for g, row, n in zip(chunk.tolist(), ranked.tolist(), n_near.tolist()):
+                sets.union(g, first_acceptable(row, n, None if acceptable is None else
+                                               (lambda c, g=g: acceptable(g, c))))
+        return sets.roots()[labels]
     for g in bad.tolist():
         check_interrupts()
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
@@ -275,6 +285,19 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
 
 #: the nearest groups among which a merge partner is chosen by the overlaps it would make
 MERGE_CANDIDATES = 8
+#: groups whose merge candidates are ranked per kernel call (interrupts are checked between calls)
+MERGE_CHUNK = 64
+
+
+def first_acceptable(ranked: list, n: int, acceptable=None) -> int:
+    """:meth:`GroupBoxes.merge_partner`'s choice among its ``n`` ranked candidates (a row of
+    :meth:`GroupBoxes.ranked_partners`): the first that ``acceptable`` takes, else the first
+    (a lone candidate is taken as it is)."""
+    if n > 1 and acceptable is not None:
+        for c in ranked[:n]:
+            if acceptable(c):
+                return c
+    return ranked[0]
 
 
 class GroupBoxes:
@@ -286,6 +309,7 @@ class GroupBoxes:
         self.n_groups = n_groups
         self.n_rows = len(labels)
         self._flat = None
+        self._index = None
         ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
         self.dims = []
         for d in range(points.shape[1]):
@@ -324,6 +348,20 @@ class GroupBoxes:
 
     def _overlaps_compiled(self, kern, g: int, near: np.ndarray) -> np.ndarray:
         """:meth:`_overlaps` on the compiled kernel."""
+        low, high, words, offsets = self._compiled_boxes()
+        lo = np.minimum(low[g][None, :], low[near])
+        hi = np.maximum(high[g][None, :], high[near])
+        union = [_words(dim[0][g][None, :] | dim[0][near]) for dim in self.dims
+                 if dim[0].dtype == bool]
+        union = np.ascontiguousarray(np.hstack([np.zeros((near.size, 0), dtype=np.uint64)] + union))
+        out = np.zeros(near.size, dtype=np.int64)
+        kern.overlap_counts(g, near.astype(np.int64), np.ascontiguousarray(lo),
+                            np.ascontiguousarray(hi), low, high, union, words, offsets, out)
+        return out
+
+    def _compiled_boxes(self):
+        """The boxes as the kernels read them: (ranges' low, high (G, R), sets' bit words
+        (G, W), each set's first word (S + 1,))."""
         if self._flat is None:
             ranged = [dim for dim in self.dims if dim[0].dtype != bool]
             words = [dim[1] for dim in self.dims if dim[0].dtype == bool]
@@ -337,16 +375,40 @@ class GroupBoxes:
                 np.ascontiguousarray(np.hstack([np.zeros((self.n_groups, 0), dtype=np.uint64)]
                                                + words)),
                 offsets)
-        low, high, words, offsets = self._flat
-        lo = np.minimum(low[g][None, :], low[near])
-        hi = np.maximum(high[g][None, :], high[near])
-        union = [_words(dim[0][g][None, :] | dim[0][near]) for dim in self.dims
-                 if dim[0].dtype == bool]
-        union = np.ascontiguousarray(np.hstack([np.zeros((near.size, 0), dtype=np.uint64)] + union))
-        out = np.zeros(near.size, dtype=np.int64)
-        kern.overlap_counts(g, near.astype(np.int64), np.ascontiguousarray(lo),
-                            np.ascontiguousarray(hi), low, high, union, words, offsets, out)
-        return out
+        return self._flat
+
+    def ranked_partners(self, kern, bad: np.ndarray, centroids: np.ndarray, wanted: np.ndarray,
+                        held: np.ndarray, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """For each group of ``bad``, :meth:`merge_partner`'s candidates in the order it tries
+        them, on the compiled kernel: (``ranked`` (len(bad), MERGE_CANDIDATES), how many of each
+        row are candidates). The distance is to the group's centroid (``centroids``), among the
+        groups of its union (``within``: each group's) if it has others, among those holding a
+        value it wants (``wanted`` (len(bad), V) and ``held`` (G, V) bool) if any does."""
+        low, high, words, offsets = self._compiled_boxes()
+        if self._index is None:
+            spans = [dim for dim in self.dims if dim[0].dtype != bool]
+            for dim in self.dims:
+                if dim[0].dtype == bool:
+                    member = dim[0]
+                    # each set's smallest and largest code (a set that shares a code meets it)
+                    first = member.argmax(axis=1)
+                    last = member.shape[1] - 1 - member[:, ::-1].argmax(axis=1)
+                    spans.append((first.astype(np.float64), last.astype(np.float64)))
+            span_low = np.ascontiguousarray(
+                np.array([d[0] for d in spans], dtype=np.float64).reshape(len(spans), -1).T)
+            span_high = np.ascontiguousarray(
+                np.array([d[1] for d in spans], dtype=np.float64).reshape(len(spans), -1).T)
+            self._index = (span_low, span_high, *kern.box_tree(span_low, span_high))
+        if within is None:
+            within = np.arange(self.n_groups, dtype=np.int64)
+        within = np.asarray(within, dtype=np.int64)
+        union_size = np.bincount(within, minlength=self.n_groups)
+        ranked = np.zeros((bad.size, MERGE_CANDIDATES), dtype=np.int64)
+        n_near = np.zeros(bad.size, dtype=np.int64)
+        kern.merge_ranking(np.asarray(bad, dtype=np.int64), np.ascontiguousarray(centroids),
+                           within, union_size, _words(held), _words(wanted), low, high, words,
+                           offsets, *self._index, ranked, n_near)
+        return ranked, n_near
 
     def _overlaps(self, g: int, near: np.ndarray) -> np.ndarray:
         """For each group of ``near``: how many other groups the box of it merged with ``g``
@@ -396,3 +458,13 @@ def warm_kernels():
     _join_nearest(groups, points, np.array([True, False]))
     boxes = GroupBoxes(np.maximum(groups, 0), 20, points, np.array([True, False]))
     boxes._overlaps_compiled(kern, 0, np.arange(1, 9))
+    centroids = _centroids(np.maximum(groups, 0), 20, points)
+    held = rng.random((20, 3)) < 0.5
+    boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held)
+    boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held, np.arange(20) // 5)
+    # the unions of boxes and of people (core.republish), a range with NULLs (-1) and a set
+    from plpy_anon.core import republish
+    qi_codes = np.column_stack([rng.integers(-1, 5, 100), rng.integers(0, 3, 100)])
+    for ranged in (np.array([True, False]), np.array([False, True])):
+        republish.overlapping_groups(np.maximum(groups, 0), 20, qi_codes, ranged)
+        republish.people_linked_groups(np.maximum(groups, 0), 20, qi_codes, ranged)

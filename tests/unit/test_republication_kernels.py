@@ -204,3 +204,76 @@ def test_a_refresh_groups_rows_as_the_numpy_grouping_does(seed, k, l, n_values, 
     assert (got is None) == (want is None)
     if want is not None:
         assert np.array_equal(got, want)
+
+
+def reference_partner_ranking(boxes, g, centroids, wanted, held, within):
+    """merge_partner's candidates in the order it tries them (numpy): the distances as
+    republish._merge_nearest restricts them, then the ranking of merge_partner."""
+    distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
+    distance[g] = np.inf
+    if within is not None and ((within == within[g]).sum() > 1):
+        distance = np.where(within == within[g], distance, np.inf)
+    if wanted.any():
+        helps = (held & wanted).any(axis=1)
+        helps[g] = False
+        if helps.any():
+            distance = np.where(helps, distance, np.inf)
+    tried = []
+    boxes.merge_partner(g, distance, lambda c: tried.append(c) and False)
+    return tried or [boxes.merge_partner(g, distance)]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 150), st.integers(1, 5),
+       st.sampled_from([2, 3, 6, 70]), st.booleans(), st.integers(1, 6))
+def test_compiled_merge_candidates_are_ranked_as_merge_partner_ranks_them(seed, n_groups, d, grid,
+                                                                          unions, n_values):
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(0, 3 * n_groups))
+    labels = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    points = np.column_stack([rng.integers(0, grid, n) / max(1, grid - 1) for _ in range(d)])
+    boxes = GroupBoxes(labels, n_groups, points, ranged)
+    centroids = _centroids(labels, n_groups, points)
+    held = rng.random((n_groups, n_values)) < 0.3
+    within = rng.integers(0, max(1, n_groups // 3), n_groups) if unions else None
+    bad = rng.permutation(n_groups)[:int(rng.integers(1, n_groups + 1))]
+    wanted = rng.random((bad.size, n_values)) < 0.2
+    ranked, n_near = boxes.ranked_partners(KERNELS, bad, centroids, wanted, held, within)
+    for i, g in enumerate(bad.tolist()):
+        want = reference_partner_ranking(boxes, g, centroids, wanted[i], held, within)
+        got = ranked[i, :max(1, n_near[i])].tolist()
+        assert got == want, (g, got, want)
+
+
+def table_of_boxes(rng, n_groups, d, values, nulls):
+    n = n_groups + int(rng.integers(0, 4 * n_groups))
+    index = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    # groups near each other in codes (as a partition's), some spread: boxes that meet and not
+    centre = rng.integers(0, values, (n_groups, d))
+    qi_codes = np.clip(centre[index] + rng.integers(-1, 2, (n, d)), 0, values - 1)
+    qi_codes[rng.random((n, d)) < nulls] = -1        # NULL: -1 in ranges, a code of its own in sets
+    qi_codes[:, ~ranged] += 1
+    return index, qi_codes, ranged
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 200), st.integers(1, 5),
+       st.sampled_from([2, 5, 30]), st.sampled_from([0.0, 0.02, 0.3]))
+def test_compiled_unions_of_boxes_and_of_people_are_the_numpy_ones(seed, n_groups, d, values, nulls):
+    rng = np.random.default_rng(seed)
+    index, qi_codes, ranged = table_of_boxes(rng, n_groups, d, values, nulls)
+    got = (republish.overlapping_groups(index, n_groups, qi_codes, ranged),
+           republish.people_linked_groups(index, n_groups, qi_codes, ranged))
+    kernels = republish._kernels
+    republish._kernels = lambda *a: None
+    try:
+        want = (republish.overlapping_groups(index, n_groups, qi_codes, ranged),
+                republish.people_linked_groups(index, n_groups, qi_codes, ranged))
+    finally:
+        republish._kernels = kernels
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if w is not None:
+            assert np.array_equal(g, w)
