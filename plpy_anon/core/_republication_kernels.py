@@ -29,58 +29,6 @@ def _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h):
 
 
 @njit(cache=True, nogil=True)
-def join_nearest(px, codes, ranged, low, high, held, offsets, centroids, out):
-    """For each row of ``px`` (m, D): the group (of G) minimizing ``outside * 1e6 + distance``,
-    the first on ties (numpy's argmin): ``outside`` sums, per dimension, the squared distance
-    outside the group's range (``low``/``high`` (D, G), ``ranged``) or 1 when the row's value
-    (``codes`` (m, D)) is not in the group's set (``held`` (sum V, G), dimension d's values
-    from ``offsets[d]``); ``distance``, the squared distance to the group's centroid
-    (``centroids`` (G, D)). ``out`` holds on entry the group to try first for row 0; after it,
-    each row's group is tried first for the next (rows come sorted, so it is near).
-
-    A group is left as soon as part of its outside exceeds the best key so far: every term is
-    >= 0, so a sum of a subset of them, in their order, is no larger in floats either, and the
-    key could only be larger. The sets first (a value not in the group's set adds 1, the most
-    a term adds), then the ranges."""
-    m = px.shape[0]
-    n_groups = centroids.shape[0]
-    sets = np.flatnonzero(~ranged)
-    ranges = np.flatnonzero(ranged)
-    missing = np.empty(n_groups, dtype=np.int64)
-    seed = out[0]
-    for i in range(m):
-        best = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, seed)
-        arg = seed
-        # the values each group's sets miss, for all groups at once (one row of held per set)
-        missing[:] = 0
-        for j in range(sets.size):
-            row = held[offsets[sets[j]] + codes[i, sets[j]]]
-            for h in range(n_groups):
-                missing[h] += 1 - row[h]
-        for h in range(n_groups):
-            if h == seed or missing[h] * 1e6 > best:
-                continue
-            pruned = False
-            outside = 0.0
-            for j in range(ranges.size):
-                d = ranges[j]
-                x = px[i, d]
-                v = max(max(low[d, h] - x, x - high[d, h]), 0.0)
-                outside += v * v
-                if outside * 1e6 > best:
-                    pruned = True
-                    break
-            if pruned:
-                continue
-            key = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h)
-            if key < best or (key == best and h < arg):
-                best = key
-                arg = h
-        out[i] = arg
-        seed = arg
-
-
-@njit(cache=True, nogil=True)
 def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
     """For each candidate ``near[i]``: how many groups (other than ``g`` and itself) the box of
     ``g`` merged with it meets: on every ranged dimension its range [``lo[i, r]``,
@@ -456,3 +404,102 @@ def people_link(a, b, order, starts, codes, ranged, low, high, words, word_offse
                               word_offsets, sets) or \
             _rows_inside(a[i], b[i], order, starts, codes, ranged, low, high, words,
                          word_offsets, sets)
+
+
+@njit(cache=True, nogil=True)
+def join_bounds(ranged, low, high, held, first, last, left, order):
+    """Per node of :func:`box_tree`'s tree of the groups' centroids, for :func:`join_tree`: the
+    bounds of its groups' ranges (``low``/``high`` (D, G), dimensions ``ranged``) and which
+    values some group of it holds (``held`` (sum V, G)), children before parents."""
+    n_nodes, n_dims = first.size, ranged.size
+    node_low = np.full((n_nodes, n_dims), np.inf)
+    node_high = np.full((n_nodes, n_dims), -np.inf)
+    node_held = np.zeros((n_nodes, held.shape[0]), dtype=np.uint8)
+    for node in range(n_nodes - 1, -1, -1):
+        if left[node] < 0:
+            for t in range(first[node], last[node]):
+                h = order[t]
+                for d in range(n_dims):
+                    if ranged[d]:
+                        node_low[node, d] = min(node_low[node, d], low[d, h])
+                        node_high[node, d] = max(node_high[node, d], high[d, h])
+                for v in range(held.shape[0]):
+                    node_held[node, v] |= held[v, h]
+        else:
+            for child in (left[node], left[node] + 1):
+                for d in range(n_dims):
+                    node_low[node, d] = min(node_low[node, d], node_low[child, d])
+                    node_high[node, d] = max(node_high[node, d], node_high[child, d])
+                for v in range(held.shape[0]):
+                    node_held[node, v] |= node_held[child, v]
+    return node_low, node_high, node_held
+
+
+@njit(cache=True, nogil=True)
+def _join_bound(px, codes, ranged, offsets, node_low, node_high, node_held, centre_low,
+                centre_high, i, node):
+    """No group of ``node`` has a smaller key for row i (:func:`_join_key`) than this: each term
+    taken to the node's bounds (its ranges', values' and centroids'), no larger in floats, summed
+    in the same order."""
+    outside = 0.0
+    for d in range(px.shape[1]):
+        if ranged[d]:
+            x = px[i, d]
+            v = max(max(node_low[node, d] - x, x - node_high[node, d]), 0.0)
+            outside += v * v
+        elif not node_held[node, offsets[d] + codes[i, d]]:
+            outside += 1.0
+    distance = 0.0
+    for d in range(px.shape[1]):
+        x = px[i, d]
+        v = max(max(centre_low[node, d] - x, x - centre_high[node, d]), 0.0)
+        distance += v * v
+    return outside * 1e6 + distance
+
+
+@njit(cache=True, nogil=True)
+def join_tree(px, codes, ranged, low, high, held, offsets, centroids, order, centre_low,
+              centre_high, first, last, left, node_low, node_high, node_held, out):
+    """For each row of ``px`` (m, D): the group (of G) minimizing ``outside * 1e6 + distance``
+    (:func:`_join_key`; the first on ties, numpy's argmin), as core.republication._join_nearest
+    chooses it, found in a tree of the groups (:func:`box_tree` of their centroids, :func:`join_bounds`): a part is
+    passed over when its bound (:func:`_join_bound`) exceeds the best key so far, so every
+    group whose key could equal it is still compared. ``out`` holds on entry the group to try
+    first for row 0; after it, each row's group is tried first for the next."""
+    stack = np.empty(256, dtype=np.int64)
+    bounds = np.empty(256)
+    seed = out[0]
+    for i in range(px.shape[0]):
+        best = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, seed)
+        arg = seed
+        stack[0], bounds[0] = 0, 0.0
+        top = 1
+        while top:
+            top -= 1
+            node = stack[top]
+            if bounds[top] > best:
+                continue
+            if left[node] < 0:
+                for t in range(first[node], last[node]):
+                    h = order[t]
+                    key = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h)
+                    if key < best or (key == best and h < arg):
+                        best = key
+                        arg = h
+                continue
+            a, b = left[node], left[node] + 1
+            bound_a = _join_bound(px, codes, ranged, offsets, node_low, node_high, node_held,
+                                  centre_low, centre_high, i, a)
+            bound_b = _join_bound(px, codes, ranged, offsets, node_low, node_high, node_held,
+                                  centre_low, centre_high, i, b)
+            # the nearer part last, so visited first
+            if bound_a < bound_b:
+                a, b, bound_a, bound_b = b, a, bound_b, bound_a
+            if bound_a <= best:
+                stack[top], bounds[top] = a, bound_a
+                top += 1
+            if bound_b <= best:
+                stack[top], bounds[top] = b, bound_b
+                top += 1
+        out[i] = arg
+        seed = arg

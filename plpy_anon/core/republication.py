@@ -155,6 +155,10 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
     # by value, then group: a row's value is looked up for every group in turn
     held = np.ascontiguousarray(np.hstack(held).T).view(np.uint8)
     centroids = np.ascontiguousarray(centroids)
+    # a tree of the groups by their centroids, with each part's bounds
+    tree = kern.box_tree(centroids, centroids)
+    order, _, _, first, last, left = tree
+    bounds = kern.join_bounds(ranged, low, high, held, first, last, left, order)
     # in lexicographic order: each row's group is a near first guess for the next one's
     new = new[np.lexsort(points[new].T[::-1])]
     out = np.zeros(new.size, dtype=np.int64)
@@ -163,9 +167,9 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
         chunk = new[start:start + JOIN_CHUNK]
         if start:
             out[start] = out[start - 1]
-        kern.join_nearest(np.ascontiguousarray(points[chunk]), np.ascontiguousarray(codes[chunk]),
-                          ranged, low, high, held, offsets, centroids,
-                          out[start:start + JOIN_CHUNK])
+        kern.join_tree(np.ascontiguousarray(points[chunk]), np.ascontiguousarray(codes[chunk]),
+                       ranged, low, high, held, offsets, centroids, *tree, *bounds,
+                       out[start:start + JOIN_CHUNK])
     labels[new] = ids[out]
 
 

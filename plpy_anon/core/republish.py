@@ -363,9 +363,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
-            overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
+            overlap, by_people = (None, None) if qi_codes is None else \
+                box_unions(index, ids.size, qi_codes, ranged)
             linked = None if overlap is None else ids[overlap]
-            by_people = None if overlap is None else people_linked_groups(index, ids.size, qi_codes, ranged)
             people_linked = ids if by_people is None else ids[by_people]
             ever = linked_ever(ids, linked, history, roots_of)
             if ever is not None:
@@ -655,6 +655,34 @@ def _set_ids(index, n_groups, col) -> np.ndarray:
     return _row_ids(table)
 
 
+def box_unions(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
+               ranged: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(:func:`overlapping_groups`, :func:`people_linked_groups` when some boxes overlap, else
+    None): on the compiled kernels, from one listing of the pairs of boxes that meet."""
+    index = np.asarray(index, dtype=np.int64)
+    kern = _kernels(index.size)
+    if kern is None:
+        overlap = overlapping_groups(index, n_groups, qi_codes, ranged)
+        return overlap, None if overlap is None else \
+            people_linked_groups(index, n_groups, qi_codes, ranged)
+    tests = _box_tests(index, n_groups, qi_codes, ranged)
+    boxes = _compiled_box_tests(tests, n_groups)
+    link = _people_link(kern, index, n_groups, qi_codes, tests, boxes)
+    overlap = np.arange(n_groups, dtype=np.int64)
+    by_people = np.arange(n_groups, dtype=np.int64)
+    overlaps = found = False
+    for a, b in _meeting_pairs_compiled(kern, boxes):
+        overlaps = True
+        overlap = _smallest_roots(overlap, a, b)
+        linked = link(a, b)
+        if linked.any():
+            found = True
+            by_people = _smallest_roots(by_people, a[linked], b[linked])
+    if not overlaps:
+        return None, None
+    return overlap, by_people if found else None
+
+
 def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
                        ranged: np.ndarray) -> np.ndarray | None:
     """The unions of groups whose released boxes overlap, transitively (each group index's
@@ -781,6 +809,25 @@ def _meeting_pairs_compiled(kern, boxes: dict):
             yield out_a[:count].copy(), out_b[:count].copy()
 
 
+def _people_link(kern, index, n_groups, qi_codes, tests, boxes):
+    """``link(a, b)``: per pair of groups, whether a row of one lies in the other's box
+    (:func:`people_linked_groups`), on the compiled kernel."""
+    order = np.argsort(index, kind="stable")
+    start = np.searchsorted(index[order], np.arange(n_groups + 1))
+    codes = np.ascontiguousarray(np.column_stack([
+        np.asarray(qi_codes[:, d], dtype=np.int64) if test[0] == "range" else test[4]
+        for d, test in enumerate(tests)]) if tests else np.zeros((index.size, 0), dtype=np.int64))
+    is_range = np.array([test[0] == "range" for test in tests], dtype=bool)
+    ranges, sets = np.flatnonzero(is_range), np.flatnonzero(~is_range)
+
+    def link(a, b):
+        linked = np.zeros(a.size, dtype=bool)
+        kern.people_link(a, b, order, start, codes, ranges, boxes["all_low"], boxes["all_high"],
+                         boxes["words"], boxes["offsets"], sets, linked)
+        return linked
+    return link
+
+
 def people_linked_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
                          ranged: np.ndarray) -> np.ndarray | None:
     """The unions of groups linked by people: a row (held back or not) whose QIs lie in the
@@ -789,27 +836,14 @@ def people_linked_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
     smallest index), or None when nobody lies in two boxes. Finer than
     :func:`overlapping_groups`: boxes that meet where nobody lies are not linked."""
     index = np.asarray(index, dtype=np.int64)
+    kern = _kernels(index.size)
+    if kern is not None:
+        return box_unions(index, n_groups, qi_codes, ranged)[1]
     tests = _box_tests(index, n_groups, qi_codes, ranged)
     order = np.argsort(index, kind="stable")
     start = np.searchsorted(index[order], np.arange(n_groups + 1))
     labels = np.arange(n_groups, dtype=np.int64)
     found = False
-    kern = _kernels(index.size)
-    if kern is not None:
-        boxes = _compiled_box_tests(tests, n_groups)
-        codes = np.column_stack([np.asarray(qi_codes[:, d], dtype=np.int64) if test[0] == "range"
-                                 else test[4] for d, test in enumerate(tests)]) \
-            if tests else np.zeros((index.size, 0), dtype=np.int64)
-        is_range = np.array([test[0] == "range" for test in tests], dtype=bool)
-        for a, b in _meeting_pairs_compiled(kern, boxes):
-            linked = np.zeros(a.size, dtype=bool)
-            kern.people_link(a, b, order, start, np.ascontiguousarray(codes),
-                             np.flatnonzero(is_range), boxes["all_low"], boxes["all_high"],
-                             boxes["words"], boxes["offsets"], np.flatnonzero(~is_range), linked)
-            if linked.any():
-                found = True
-                labels = _smallest_roots(labels, a[linked], b[linked])
-        return labels if found else None
     for a, b in _meeting_pairs(tests, n_groups):
         # the rows of b tested against a's box, then the rows of a against b's
         box = np.concatenate([a, b])

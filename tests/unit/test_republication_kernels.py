@@ -264,8 +264,9 @@ def table_of_boxes(rng, n_groups, d, values, nulls):
 def test_compiled_unions_of_boxes_and_of_people_are_the_numpy_ones(seed, n_groups, d, values, nulls):
     rng = np.random.default_rng(seed)
     index, qi_codes, ranged = table_of_boxes(rng, n_groups, d, values, nulls)
-    got = (republish.overlapping_groups(index, n_groups, qi_codes, ranged),
-           republish.people_linked_groups(index, n_groups, qi_codes, ranged))
+    got = republish.box_unions(index, n_groups, qi_codes, ranged)
+    alone = (republish.overlapping_groups(index, n_groups, qi_codes, ranged),
+             republish.people_linked_groups(index, n_groups, qi_codes, ranged))
     kernels = republish._kernels
     republish._kernels = lambda *a: None
     try:
@@ -273,7 +274,9 @@ def test_compiled_unions_of_boxes_and_of_people_are_the_numpy_ones(seed, n_group
                 republish.people_linked_groups(index, n_groups, qi_codes, ranged))
     finally:
         republish._kernels = kernels
-    for g, w in zip(got, want):
+    # without an overlap, nobody links groups either
+    assert got[1] is None or got[0] is not None
+    for g, w in zip(got + alone, (want[0], want[1] if want[0] is not None else None) + want):
         assert (g is None) == (w is None)
         if w is not None:
             assert np.array_equal(g, w)
