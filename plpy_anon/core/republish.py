@@ -160,8 +160,13 @@ def safe_against(models: Models, options: np.ndarray, version: Version, roots_of
                          np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
     ancestors = np.bincount(at[inside], minlength=n_groups)
     rows = np.flatnonzero(inside)
-    for g in np.flatnonzero(ancestors > 1).tolist():
-        parts = version.counts[rows[at[inside] == g]]
+    several = np.flatnonzero(ancestors > 1)
+    if several.size:
+        # each group's ancestors, in their order in the version
+        by_group = rows[np.argsort(at[inside], kind="stable")]
+        starts = np.cumsum(ancestors) - ancestors
+    for g in several.tolist():
+        parts = version.counts[by_group[starts[g]:starts[g] + ancestors[g]]]
         sums = _ancestor_sets(parts.shape[0]) @ parts
         mine = difference_safe(models, np.repeat(options[g], sums.shape[0], axis=0),
                                np.tile(sums, (n_options, 1))).reshape(n_options, -1)
