@@ -133,7 +133,7 @@ def ancestors_sum(version: Version, roots_of, ids: np.ndarray) -> np.ndarray:
     root = roots_of(version.ids)
     at = np.searchsorted(ids, root)
     inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
-    np.add.at(out, at[inside], version.counts[inside])
+    _add_rows(out, at[inside], version.counts[inside])
     return out
 
 
@@ -155,23 +155,41 @@ def safe_against(models: Models, options: np.ndarray, version: Version, roots_of
     at = np.searchsorted(ids, root)
     inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
     full = np.zeros((n_groups, width), dtype=np.int64)
-    np.add.at(full, at[inside], version.counts[inside])
+    _add_rows(full, at[inside], version.counts[inside])
     ok = difference_safe(models, options.reshape(-1, width),
                          np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
     ancestors = np.bincount(at[inside], minlength=n_groups)
     rows = np.flatnonzero(inside)
     several = np.flatnonzero(ancestors > 1)
-    if several.size:
-        # each group's ancestors, in their order in the version
-        by_group = rows[np.argsort(at[inside], kind="stable")]
-        starts = np.cumsum(ancestors) - ancestors
-    for g in several.tolist():
-        parts = version.counts[by_group[starts[g]:starts[g] + ancestors[g]]]
-        sums = _ancestor_sets(parts.shape[0]) @ parts
-        mine = difference_safe(models, np.repeat(options[g], sums.shape[0], axis=0),
-                               np.tile(sums, (n_options, 1))).reshape(n_options, -1)
-        ok[g] &= mine.all(axis=1)
+    if not several.size:
+        return ok
+    # each group's ancestors, in their order in the version
+    by_group = rows[np.argsort(at[inside], kind="stable")]
+    starts = np.cumsum(ancestors) - ancestors
+    # the groups with as many ancestors at once: every option against every set of them
+    for n in np.unique(ancestors[several]).tolist():
+        masks = _ancestor_sets(n)
+        groups = several[ancestors[several] == n]
+        step = max(1, SETS_AT_ONCE // (masks.shape[0] * n_options))
+        for first in range(0, groups.size, step):
+            chunk = groups[first:first + step]
+            sums = masks @ version.counts[by_group[starts[chunk][:, None] + np.arange(n)]]
+            mine = difference_safe(
+                models, np.repeat(options[chunk], masks.shape[0], axis=1).reshape(-1, width),
+                np.tile(sums, (1, n_options, 1)).reshape(-1, width))
+            ok[chunk] &= mine.reshape(chunk.size, n_options, -1).all(axis=2)
     return ok
+
+
+#: multisets compared at once at most (groups' options against sets of their ancestors)
+SETS_AT_ONCE = 1 << 18
+
+
+def _add_rows(out: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
+    """``np.add.at(out, at, rows)`` for 2-d ``out`` (contiguous), as one flat addition."""
+    width = out.shape[1]
+    np.add.at(out.reshape(-1), (np.asarray(at)[:, None] * width + np.arange(width)).reshape(-1),
+              np.asarray(rows).reshape(-1))
 
 
 def _ancestor_sets(n: int) -> np.ndarray:

@@ -378,10 +378,8 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
         counts = np.bincount(index.ravel() * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         held_back = counterfeit = 0
         choices = {"advance": int(ids.size)}
-        overlap = republish.overlapping_groups(index.ravel(), ids.size, *qi_boxes(rows.encoded))
+        overlap, by_people = republish.box_unions(index.ravel(), ids.size, *qi_boxes(rows.encoded))
         linked = None if overlap is None else ids[overlap]
-        by_people = None if overlap is None else republish.people_linked_groups(
-            index.ravel(), ids.size, *qi_boxes(rows.encoded))
         people_linked = ids if by_people is None else ids[by_people]
     else:
         ids, counts, linked = published.ids, published.counts, published.linked

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.core import republication, republish
 from plpy_anon.core.disjoint_sets import SmallestRootSets
+from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import GroupBoxes, _centroids, _join_nearest, _nearest
 
 
@@ -280,3 +281,42 @@ def test_compiled_unions_of_boxes_and_of_people_are_the_numpy_ones(seed, n_group
         assert (g is None) == (w is None)
         if w is not None:
             assert np.array_equal(g, w)
+
+
+def reference_safe_against(models, options, version, roots_of, ids):
+    """safe_against group by group: every option against every set of the group's ancestors."""
+    n_groups, n_options, width = options.shape
+    root = roots_of(version.ids)
+    at = np.searchsorted(ids, root)
+    inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
+    full = np.zeros((n_groups, width), dtype=np.int64)
+    np.add.at(full, at[inside], version.counts[inside])
+    ok = republish.difference_safe(models, options.reshape(-1, width),
+                                   np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
+    ancestors = np.bincount(at[inside], minlength=n_groups)
+    rows = np.flatnonzero(inside)
+    for g in np.flatnonzero(ancestors > 1).tolist():
+        parts = version.counts[rows[at[inside] == g]]
+        sums = republish._ancestor_sets(parts.shape[0]) @ parts
+        mine = republish.difference_safe(models, np.repeat(options[g], sums.shape[0], axis=0),
+                                         np.tile(sums, (n_options, 1))).reshape(n_options, -1)
+        ok[g] &= mine.all(axis=1)
+    return ok
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 3), st.integers(2, 5),
+       st.sampled_from(["distinct", "entropy", "recursive"]))
+def test_options_are_safe_against_a_version_as_group_by_group(seed, n_groups, l, n_values, kind):
+    rng = np.random.default_rng(seed)
+    models = Models(l=l, l_diversity=kind, c=2.0 if kind == "recursive" else None)
+    # earlier groups, up to 14 merged into one group now (more than every set of them is checked)
+    n_old = int(rng.integers(1, 15 * n_groups))
+    old_ids = np.sort(rng.choice(10 * n_old + 10, n_old, replace=False))
+    now = rng.integers(0, n_groups + 2, n_old) * 5         # some held by no group now
+    version = republish.Version(old_ids, rng.integers(0, 3, (n_old, n_values + 1)))
+    ids = np.arange(n_groups) * 5
+    options = rng.integers(0, 4, (n_groups, 5, n_values + 1))
+    roots_of = republish._mapping(old_ids, now)
+    assert np.array_equal(republish.safe_against(models, options, version, roots_of, ids),
+                          reference_safe_against(models, options, version, roots_of, ids))
