@@ -242,7 +242,7 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
             if known.any() and j < len(cohort_values):
                 # the (group, cohort) pairs, sorted (np.unique(..., axis=0)) as one integer each
                 width = int(cohorts.max()) + 1
-                pairs = np.unique(labels[known] * width + cohorts[known])
+                pairs = _distinct(labels[known] * width + cohorts[known])
                 pairs = np.column_stack([pairs // width, pairs % width])
                 wanted = cohort_values[j][pairs[:, 1]]
                 width = held.shape[1]
@@ -255,6 +255,13 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
                     blocks[0][pairs[short, 0]] = True
         blocks.append(missing)
     return np.hstack(blocks)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of integers by a sort (numpy's hashing is many times slower when
+    most values differ)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if ordered.size else ordered
 
 
 def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None) -> np.ndarray:

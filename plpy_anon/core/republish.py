@@ -55,6 +55,7 @@ from plpy_anon.core.republication import (
     CannotKeepCandidates,
     GroupBoxes,
     _centroids,
+    _distinct,
     _kernels,
     first_acceptable,
 )
@@ -669,7 +670,7 @@ def _set_ids(index, n_groups, col) -> np.ndarray:
         member[index * width + (col - low)] = True
         held = np.flatnonzero(member)
     else:
-        held = np.unique(index * width + (col - low))
+        held = _distinct(index * width + (col - low))
     group, code = held // width, held % width + low
     sizes = np.bincount(group, minlength=n_groups)
     starts = np.cumsum(sizes) - sizes

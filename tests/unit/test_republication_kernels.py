@@ -320,3 +320,10 @@ def test_options_are_safe_against_a_version_as_group_by_group(seed, n_groups, l,
     roots_of = republish._mapping(old_ids, now)
     assert np.array_equal(republish.safe_against(models, options, version, roots_of, ids),
                           reference_safe_against(models, options, version, roots_of, ids))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2**40, 2**40), max_size=60), st.integers(1, 5))
+def test_distinct_values_are_numpy_s_unique(values, repeat):
+    values = np.array(values * repeat, dtype=np.int64)
+    assert np.array_equal(republication._distinct(values), np.unique(values))
