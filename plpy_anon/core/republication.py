@@ -105,10 +105,10 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             np.maximum.at(high, members, col[known])
             sides.append((low, high, None))
         else:
-            values, code = np.unique(col, return_inverse=True)
-            held = np.zeros((ids.size, values.size), dtype=bool)
-            held[members, code.ravel()[known]] = True
-            sides.append((None, None, (held, code.ravel())))
+            code, n_values = _value_codes(col)
+            held = np.zeros((ids.size, n_values), dtype=bool)
+            held[members, code[known]] = True
+            sides.append((None, None, (held, code)))
     new = np.flatnonzero(~known)
     kern = _kernels(points.shape[0]) if points.shape[1] < 8 and np.isfinite(points).all() else None
     if kern is not None:
@@ -257,6 +257,18 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
     return np.hstack(blocks)
 
 
+def _value_codes(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """(each value's rank among the distinct values of ``col``, how many there are): numpy's
+    ``np.unique(col, return_inverse=True)``, by hashing (pandas' factorize) when every value
+    is finite and none is a negative zero (which both tell apart otherwise)."""
+    if col.size and np.isfinite(col).all() and not np.signbit(col).any():
+        import pandas as pd  # the stable mode's paths only
+        code, values = pd.factorize(col, sort=True)
+        return np.asarray(code, dtype=np.int64), int(values.size)
+    values, code = np.unique(col, return_inverse=True)
+    return code.ravel().astype(np.int64), int(values.size)
+
+
 def _distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)`` of integers by a sort (numpy's hashing is many times slower when
     most values differ)."""
@@ -332,9 +344,9 @@ class GroupBoxes:
                 np.maximum.at(high, labels, col)
                 self.dims.append((low, high))
             else:
-                _, code = np.unique(col, return_inverse=True)
-                member = np.zeros((n_groups, int(code.max()) + 1), dtype=bool)
-                member[labels, code.ravel()] = True
+                code, n_values = _value_codes(col)
+                member = np.zeros((n_groups, n_values), dtype=bool)
+                member[labels, code] = True
                 self.dims.append((member, _words(member)))
 
     def merge_partner(self, g: int, distance: np.ndarray, acceptable=None) -> int:

@@ -57,6 +57,7 @@ from plpy_anon.core.republication import (
     _centroids,
     _distinct,
     _kernels,
+    _value_codes,
     first_acceptable,
 )
 
@@ -741,8 +742,7 @@ def _box_tests(index: np.ndarray, n_groups: int, qi_codes: np.ndarray, ranged: n
             # a NULL meets every range: with one in the table, ranges always meet there
             tests.append(("range", low, high, bool((~valued).any())))
         else:
-            _, code = np.unique(col, return_inverse=True)
-            code = code.ravel()
+            code = _value_codes(col)[0]
             width = int(code.max()) + 1 if code.size else 1
             member = np.zeros((n_groups, width), dtype=bool)
             member[index, code] = True

@@ -327,3 +327,22 @@ def test_options_are_safe_against_a_version_as_group_by_group(seed, n_groups, l,
 def test_distinct_values_are_numpy_s_unique(values, repeat):
     values = np.array(values * repeat, dtype=np.int64)
     assert np.array_equal(republication._distinct(values), np.unique(values))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 0.25, 1 / 3, 0.5, 1.0, 7.0, np.inf, np.nan]),
+                max_size=40))
+def test_value_codes_are_numpy_s_unique_inverse(values):
+    col = np.array(values, dtype=np.float64)
+    values, inverse = np.unique(col, return_inverse=True)
+    assert republication._value_codes(col)[0].tolist() == inverse.ravel().tolist()
+    assert republication._value_codes(col)[1] == values.size
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 2**40), max_size=40))
+def test_integer_value_codes_are_numpy_s_unique_inverse(values):
+    col = np.array(values, dtype=np.int64)
+    values, inverse = np.unique(col, return_inverse=True)
+    assert republication._value_codes(col)[0].tolist() == inverse.ravel().tolist()
+    assert republication._value_codes(col)[1] == values.size
