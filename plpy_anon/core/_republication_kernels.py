@@ -29,58 +29,6 @@ def _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h):
 
 
 @njit(cache=True, nogil=True)
-def join_nearest(px, codes, ranged, low, high, held, offsets, centroids, out):
-    """For each row of ``px`` (m, D): the group (of G) minimizing ``outside * 1e6 + distance``,
-    the first on ties (numpy's argmin): ``outside`` sums, per dimension, the squared distance
-    outside the group's range (``low``/``high`` (D, G), ``ranged``) or 1 when the row's value
-    (``codes`` (m, D)) is not in the group's set (``held`` (sum V, G), dimension d's values
-    from ``offsets[d]``); ``distance``, the squared distance to the group's centroid
-    (``centroids`` (G, D)). ``out`` holds on entry the group to try first for row 0; after it,
-    each row's group is tried first for the next (rows come sorted, so it is near).
-
-    A group is left as soon as part of its outside exceeds the best key so far: every term is
-    >= 0, so a sum of a subset of them, in their order, is no larger in floats either, and the
-    key could only be larger. The sets first (a value not in the group's set adds 1, the most
-    a term adds), then the ranges."""
-    m = px.shape[0]
-    n_groups = centroids.shape[0]
-    sets = np.flatnonzero(~ranged)
-    ranges = np.flatnonzero(ranged)
-    missing = np.empty(n_groups, dtype=np.int64)
-    seed = out[0]
-    for i in range(m):
-        best = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, seed)
-        arg = seed
-        # the values each group's sets miss, for all groups at once (one row of held per set)
-        missing[:] = 0
-        for j in range(sets.size):
-            row = held[offsets[sets[j]] + codes[i, sets[j]]]
-            for h in range(n_groups):
-                missing[h] += 1 - row[h]
-        for h in range(n_groups):
-            if h == seed or missing[h] * 1e6 > best:
-                continue
-            pruned = False
-            outside = 0.0
-            for j in range(ranges.size):
-                d = ranges[j]
-                x = px[i, d]
-                v = max(max(low[d, h] - x, x - high[d, h]), 0.0)
-                outside += v * v
-                if outside * 1e6 > best:
-                    pruned = True
-                    break
-            if pruned:
-                continue
-            key = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h)
-            if key < best or (key == best and h < arg):
-                best = key
-                arg = h
-        out[i] = arg
-        seed = arg
-
-
-@njit(cache=True, nogil=True)
 def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
     """For each candidate ``near[i]``: how many groups (other than ``g`` and itself) the box of
     ``g`` merged with it meets: on every ranged dimension its range [``lo[i, r]``,
@@ -114,3 +62,444 @@ def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
                         break
             if meets:
                 out[i] += 1
+
+
+#: boxes at most in a leaf of :func:`box_tree`
+TREE_LEAF = 8
+
+
+@njit(cache=True, nogil=True)
+def box_tree(low, high):
+    """A tree of boxes (``low``/``high`` (G, D): each box's span per dimension) for
+    :func:`_boxes_meeting`: parts of the boxes cut at the median of their centres on the
+    dimension where those spread most (relative to all boxes' centres), down to TREE_LEAF
+    boxes; each node keeps the bounds of
+    its boxes (``node_low``/``node_high``) and its run of ``order`` (``first``, ``last``), its
+    children (``left``, -1 in a leaf; right: ``left + 1``). Nodes in depth-first order from the
+    root, 0."""
+    n, n_dims = low.shape
+    order = np.arange(n)
+    centre = np.empty(n)
+    n_nodes = 2 * (n // TREE_LEAF + 1) * 2 + 1
+    node_low = np.empty((n_nodes, n_dims))
+    node_high = np.empty((n_nodes, n_dims))
+    first = np.empty(n_nodes, dtype=np.int64)
+    last = np.empty(n_nodes, dtype=np.int64)
+    left = np.full(n_nodes, -1, dtype=np.int64)
+    stack = np.empty(n_nodes, dtype=np.int64)
+    scale = np.zeros(n_dims)
+    for d in range(n_dims):
+        lo, hi = np.inf, -np.inf
+        for t in range(n):
+            c = 0.5 * low[t, d] + 0.5 * high[t, d]
+            lo = min(lo, c)
+            hi = max(hi, c)
+        if hi > lo:
+            scale[d] = 1.0 / (hi - lo)
+    first[0], last[0] = 0, n
+    used = 1
+    stack[0] = 0
+    top = 1
+    while top:
+        top -= 1
+        node = stack[top]
+        s, e = first[node], last[node]
+        for d in range(n_dims):
+            lo, hi = np.inf, -np.inf
+            for t in range(s, e):
+                lo = min(lo, low[order[t], d])
+                hi = max(hi, high[order[t], d])
+            node_low[node, d], node_high[node, d] = lo, hi
+        if e - s <= TREE_LEAF:
+            continue
+        best, spread = 0, -1.0
+        for d in range(n_dims):
+            lo, hi = np.inf, -np.inf
+            for t in range(s, e):
+                c = 0.5 * low[order[t], d] + 0.5 * high[order[t], d]
+                lo = min(lo, c)
+                hi = max(hi, c)
+            # relative to the whole table's spread there (dimensions have their own scales)
+            if (hi - lo) * scale[d] > spread:
+                best, spread = d, (hi - lo) * scale[d]
+        for t in range(s, e):
+            centre[t] = 0.5 * low[order[t], best] + 0.5 * high[order[t], best]
+        by_centre = np.argsort(centre[s:e], kind="mergesort")
+        order[s:e] = order[s:e][by_centre]
+        middle = s + (e - s) // 2
+        left[node] = used
+        first[used], last[used] = s, middle
+        first[used + 1], last[used + 1] = middle, e
+        stack[top], stack[top + 1] = used, used + 1
+        top += 2
+        used += 2
+    return order, node_low[:used].copy(), node_high[:used].copy(), first[:used].copy(), \
+        last[:used].copy(), left[:used].copy()
+
+
+@njit(cache=True, nogil=True)
+def _boxes_meeting(low, high, order, node_low, node_high, first, last, left, lo, hi, out):
+    """Writes to ``out`` the boxes (of :func:`box_tree`'s tree) whose span meets [``lo``,
+    ``hi``] on every dimension; returns how many."""
+    n_dims = lo.size
+    stack = np.empty(256, dtype=np.int64)
+    stack[0] = 0
+    top = 1
+    count = 0
+    while top:
+        top -= 1
+        node = stack[top]
+        meets = True
+        for d in range(n_dims):
+            if node_high[node, d] < lo[d] or node_low[node, d] > hi[d]:
+                meets = False
+                break
+        if not meets:
+            continue
+        if left[node] < 0:
+            for t in range(first[node], last[node]):
+                box = order[t]
+                inside = True
+                for d in range(n_dims):
+                    if high[box, d] < lo[d] or low[box, d] > hi[d]:
+                        inside = False
+                        break
+                if inside:
+                    out[count] = box
+                    count += 1
+            continue
+        stack[top] = left[node]
+        stack[top + 1] = left[node] + 1
+        top += 2
+    return count
+
+
+@njit(cache=True, nogil=True)
+def merge_ranking(bad, centroids, within, union_size, held, wanted, low, high, words,
+                  word_offsets, span_low, span_high, order, node_low, node_high, first, last, left,
+                  ranked, n_near):
+    """For each group ``bad[b]`` (g): its merge candidates as core.republication.GroupBoxes.
+    merge_partner ranks them, into ``ranked[b]`` (``n_near[b]`` of them; with none, the first
+    group, numpy's argmin of a distance that is inf everywhere).
+
+    The distance to g's centroid (``centroids`` (G, D), summed in dimension order), inf for g,
+    for groups of another union than g's (``within``) when g's holds others (``union_size``),
+    and, when some group other than g holds a value g wants (bit sets ``held`` (G, W) and
+    ``wanted[b]``), for the groups that hold none; the MERGE_CANDIDATES nearest of the finite
+    ones (first index on ties); each ranked by how many other groups (neither g nor it) its
+    box merged with g's meets (as :func:`overlap_counts`: ranges ``low``/``high`` (G, R), set
+    words ``words`` (G, W') from ``word_offsets``), then distance, then index. The groups
+    tested are those whose spans meet the bounds of every merged box (``span_low``/
+    ``span_high`` (G, R + S): ranges, then each set's smallest and largest code; in
+    :func:`box_tree`'s tree)."""
+    n_groups, n_dims = centroids.shape
+    n_ranged = low.shape[1]
+    n_sets = word_offsets.size - 1
+    n_spans = span_low.shape[1]
+    n_words = held.shape[1]
+    count = ranked.shape[1]
+    distance = np.empty(n_groups)
+    near = np.empty(count, dtype=np.int64)
+    overlaps = np.zeros(count, dtype=np.int64)
+    overlaps_of = np.zeros(count, dtype=np.int64)
+    box_lo = np.empty((count, n_ranged))
+    box_hi = np.empty((count, n_ranged))
+    union = np.empty((count, words.shape[1]), dtype=np.uint64)
+    outer_lo = np.empty(n_spans)
+    outer_hi = np.empty(n_spans)
+    found = np.empty(n_groups, dtype=np.int64)
+    for b in range(bad.size):
+        g = bad[b]
+        restrict = union_size[within[g]] > 1
+        helped = False
+        for h in range(n_groups):
+            total = 0.0
+            for d in range(n_dims):
+                v = centroids[h, d] - centroids[g, d]
+                total += v * v
+            distance[h] = total
+            if h != g and not helped:
+                for w in range(n_words):
+                    if held[h, w] & wanted[b, w]:
+                        helped = True
+                        break
+        distance[g] = np.inf
+        if restrict:
+            for h in range(n_groups):
+                if within[h] != within[g]:
+                    distance[h] = np.inf
+        if helped:
+            for h in range(n_groups):
+                helps = False
+                if h != g:
+                    for w in range(n_words):
+                        if held[h, w] & wanted[b, w]:
+                            helps = True
+                            break
+                if not helps:
+                    distance[h] = np.inf
+        # the nearest finite ones, by (distance, index)
+        n = 0
+        for h in range(n_groups):
+            x = distance[h]
+            if not x < np.inf:
+                continue
+            if n == count and not x < distance[near[n - 1]]:
+                continue
+            j = n if n < count else count - 1
+            while j > 0 and distance[near[j - 1]] > x:
+                near[j] = near[j - 1]
+                j -= 1
+            near[j] = h
+            if n < count:
+                n += 1
+        n_near[b] = n
+        if n == 0:
+            ranked[b, 0] = 0
+            continue
+        if n == 1:
+            ranked[b, 0] = near[0]
+            continue
+        for i in range(n):
+            c = near[i]
+            for r in range(n_ranged):
+                box_lo[i, r] = min(low[g, r], low[c, r])
+                box_hi[i, r] = max(high[g, r], high[c, r])
+            for w in range(words.shape[1]):
+                union[i, w] = words[g, w] | words[c, w]
+        for s in range(n_spans):
+            lo, hi = span_low[g, s], span_high[g, s]
+            for i in range(n):
+                lo = min(lo, span_low[near[i], s])
+                hi = max(hi, span_high[near[i], s])
+            outer_lo[s], outer_hi[s] = lo, hi
+        m = _boxes_meeting(span_low, span_high, order, node_low, node_high, first, last, left,
+                           outer_lo, outer_hi, found)
+        overlaps[:n] = 0
+        for t in range(m):
+            h = found[t]
+            if h == g:
+                continue
+            for i in range(n):
+                if h == near[i]:
+                    continue
+                meets = True
+                for r in range(n_ranged):
+                    if not (box_lo[i, r] <= high[h, r] and low[h, r] <= box_hi[i, r]):
+                        meets = False
+                        break
+                if meets:
+                    for s in range(n_sets):
+                        common = False
+                        for w in range(word_offsets[s], word_offsets[s + 1]):
+                            if union[i, w] & words[h, w]:
+                                common = True
+                                break
+                        if not common:
+                            meets = False
+                            break
+                if meets:
+                    overlaps[i] += 1
+        # ranked by (overlaps, distance, index): an insertion sort of the few
+        for i in range(n):
+            c, key = near[i], overlaps[i]
+            j = i
+            while j > 0:
+                p = ranked[b, j - 1]
+                above = overlaps_of[j - 1]
+                if above > key or (above == key and (distance[p] > distance[c] or
+                                                     (distance[p] == distance[c] and p > c))):
+                    ranked[b, j] = p
+                    overlaps_of[j] = above
+                    j -= 1
+                else:
+                    break
+            ranked[b, j] = c
+            overlaps_of[j] = key
+
+
+@njit(cache=True, nogil=True)
+def _boxes_meet(a, b, low, high, words, word_offsets):
+    """Boxes ``a`` and ``b`` meet: on every range (``low``/``high`` (G, R)) their ranges meet,
+    on every set (bit words ``words`` (G, W), set s from ``word_offsets[s]``) they share a
+    bit."""
+    for r in range(low.shape[1]):
+        if not (low[a, r] <= high[b, r] and low[b, r] <= high[a, r]):
+            return False
+    for s in range(word_offsets.size - 1):
+        common = False
+        for w in range(word_offsets[s], word_offsets[s + 1]):
+            if words[a, w] & words[b, w]:
+                common = True
+                break
+        if not common:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def meeting_pairs(leaf, at, stop, span_low, span_high, order, node_low, node_high, first, last,
+                  left, leaves, low, high, words, word_offsets, out_a, out_b):
+    """The pairs (a, b), a < b, of boxes that meet (:func:`_boxes_meet`), into ``out_a``/
+    ``out_b``, for the boxes a of the leaves ``leaves[leaf:stop]`` of :func:`box_tree`'s tree
+    (from position ``at`` of ``order``, in the first): returns (how many, the leaf and position
+    to go on from: ``stop`` when done). Stops early when ``out_a`` could not hold every pair of
+    one more a. Each leaf's partners are looked for once, among the boxes whose spans meet the
+    leaf's bounds (``span_low``/``span_high`` (G, D): the ranges, then each set's smallest and
+    largest code)."""
+    n_groups = span_low.shape[0]
+    found = np.empty(n_groups, dtype=np.int64)
+    count = 0
+    while leaf < stop:
+        node = leaves[leaf]
+        m = _boxes_meeting(span_low, span_high, order, node_low, node_high, first, last, left,
+                           node_low[node], node_high[node], found)
+        for t in range(max(at, first[node]), last[node]):
+            if count + m > out_a.size:
+                return count, leaf, t
+            a = order[t]
+            for j in range(m):
+                b = found[j]
+                if b > a and _boxes_meet(a, b, low, high, words, word_offsets):
+                    out_a[count] = a
+                    out_b[count] = b
+                    count += 1
+        at = 0
+        leaf += 1
+    return count, stop, 0
+
+
+@njit(cache=True, nogil=True)
+def _rows_inside(own, box, order, starts, codes, ranged, low, high, words, word_offsets, sets):
+    """Some row of group ``own`` (``order[starts[own]:starts[own + 1]]``) lies in the box of
+    group ``box``: on every range (QIs ``ranged``, ``low``/``high`` (G, R)) its code is NULL
+    (< 0) or within, on every set (QIs ``sets``) its code (``codes`` (n, D)) is one the box
+    holds (bit words ``words``)."""
+    for t in range(starts[own], starts[own + 1]):
+        row = order[t]
+        inside = True
+        for r in range(ranged.size):
+            x = codes[row, ranged[r]]
+            if x >= 0 and not low[box, r] <= x <= high[box, r]:
+                inside = False
+                break
+        if inside:
+            for s in range(sets.size):
+                c = codes[row, sets[s]]
+                w = word_offsets[s] + (c >> 6)
+                if not (words[box, w] >> np.uint64(c & 63)) & np.uint64(1):
+                    inside = False
+                    break
+        if inside:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def people_link(a, b, order, starts, codes, ranged, low, high, words, word_offsets, sets, out):
+    """For each pair (``a[i]``, ``b[i]``): a row of b lies in a's box or a row of a in b's
+    (:func:`_rows_inside`), into ``out``."""
+    for i in range(a.size):
+        out[i] = _rows_inside(b[i], a[i], order, starts, codes, ranged, low, high, words,
+                              word_offsets, sets) or \
+            _rows_inside(a[i], b[i], order, starts, codes, ranged, low, high, words,
+                         word_offsets, sets)
+
+
+@njit(cache=True, nogil=True)
+def join_bounds(ranged, low, high, held, first, last, left, order):
+    """Per node of :func:`box_tree`'s tree of the groups' centroids, for :func:`join_tree`: the
+    bounds of its groups' ranges (``low``/``high`` (D, G), dimensions ``ranged``) and which
+    values some group of it holds (``held`` (sum V, G)), children before parents."""
+    n_nodes, n_dims = first.size, ranged.size
+    node_low = np.full((n_nodes, n_dims), np.inf)
+    node_high = np.full((n_nodes, n_dims), -np.inf)
+    node_held = np.zeros((n_nodes, held.shape[0]), dtype=np.uint8)
+    for node in range(n_nodes - 1, -1, -1):
+        if left[node] < 0:
+            for t in range(first[node], last[node]):
+                h = order[t]
+                for d in range(n_dims):
+                    if ranged[d]:
+                        node_low[node, d] = min(node_low[node, d], low[d, h])
+                        node_high[node, d] = max(node_high[node, d], high[d, h])
+                for v in range(held.shape[0]):
+                    node_held[node, v] |= held[v, h]
+        else:
+            for child in (left[node], left[node] + 1):
+                for d in range(n_dims):
+                    node_low[node, d] = min(node_low[node, d], node_low[child, d])
+                    node_high[node, d] = max(node_high[node, d], node_high[child, d])
+                for v in range(held.shape[0]):
+                    node_held[node, v] |= node_held[child, v]
+    return node_low, node_high, node_held
+
+
+@njit(cache=True, nogil=True)
+def _join_bound(px, codes, ranged, offsets, node_low, node_high, node_held, centre_low,
+                centre_high, i, node):
+    """No group of ``node`` has a smaller key for row i (:func:`_join_key`) than this: each term
+    taken to the node's bounds (its ranges', values' and centroids'), no larger in floats, summed
+    in the same order."""
+    outside = 0.0
+    for d in range(px.shape[1]):
+        if ranged[d]:
+            x = px[i, d]
+            v = max(max(node_low[node, d] - x, x - node_high[node, d]), 0.0)
+            outside += v * v
+        elif not node_held[node, offsets[d] + codes[i, d]]:
+            outside += 1.0
+    distance = 0.0
+    for d in range(px.shape[1]):
+        x = px[i, d]
+        v = max(max(centre_low[node, d] - x, x - centre_high[node, d]), 0.0)
+        distance += v * v
+    return outside * 1e6 + distance
+
+
+@njit(cache=True, nogil=True)
+def join_tree(px, codes, ranged, low, high, held, offsets, centroids, order, centre_low,
+              centre_high, first, last, left, node_low, node_high, node_held, out):
+    """For each row of ``px`` (m, D): the group (of G) minimizing ``outside * 1e6 + distance``
+    (:func:`_join_key`; the first on ties, numpy's argmin), as core.republication._join_nearest
+    chooses it, found in a tree of the groups (:func:`box_tree` of their centroids, :func:`join_bounds`): a part is
+    passed over when its bound (:func:`_join_bound`) exceeds the best key so far, so every
+    group whose key could equal it is still compared. ``out`` holds on entry the group to try
+    first for row 0; after it, each row's group is tried first for the next."""
+    stack = np.empty(256, dtype=np.int64)
+    bounds = np.empty(256)
+    seed = out[0]
+    for i in range(px.shape[0]):
+        best = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, seed)
+        arg = seed
+        stack[0], bounds[0] = 0, 0.0
+        top = 1
+        while top:
+            top -= 1
+            node = stack[top]
+            if bounds[top] > best:
+                continue
+            if left[node] < 0:
+                for t in range(first[node], last[node]):
+                    h = order[t]
+                    key = _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h)
+                    if key < best or (key == best and h < arg):
+                        best = key
+                        arg = h
+                continue
+            a, b = left[node], left[node] + 1
+            bound_a = _join_bound(px, codes, ranged, offsets, node_low, node_high, node_held,
+                                  centre_low, centre_high, i, a)
+            bound_b = _join_bound(px, codes, ranged, offsets, node_low, node_high, node_held,
+                                  centre_low, centre_high, i, b)
+            # the nearer part last, so visited first
+            if bound_a < bound_b:
+                a, b, bound_a, bound_b = b, a, bound_b, bound_a
+            if bound_a <= best:
+                stack[top], bounds[top] = a, bound_a
+                top += 1
+            if bound_b <= best:
+                stack[top], bounds[top] = b, bound_b
+                top += 1
+        out[i] = arg
+        seed = arg

@@ -24,5 +24,10 @@ class SmallestRootSets:
             self.parent[max(ra, rb)] = min(ra, rb)
 
     def roots(self) -> np.ndarray:
-        """Each member's root."""
-        return np.array([self.find(g) for g in range(self.parent.size)], dtype=np.int64)
+        """Each member's root (parents followed for all members at once until none moves)."""
+        parent = np.asarray(self.parent, dtype=np.int64)
+        while True:
+            up = parent[parent]
+            if np.array_equal(up, parent):
+                return up
+            parent = up

@@ -105,10 +105,10 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             np.maximum.at(high, members, col[known])
             sides.append((low, high, None))
         else:
-            values, code = np.unique(col, return_inverse=True)
-            held = np.zeros((ids.size, values.size), dtype=bool)
-            held[members, code.ravel()[known]] = True
-            sides.append((None, None, (held, code.ravel())))
+            code, n_values = _value_codes(col)
+            held = np.zeros((ids.size, n_values), dtype=bool)
+            held[members, code[known]] = True
+            sides.append((None, None, (held, code)))
     new = np.flatnonzero(~known)
     kern = _kernels(points.shape[0]) if points.shape[1] < 8 and np.isfinite(points).all() else None
     if kern is not None:
@@ -155,6 +155,10 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
     # by value, then group: a row's value is looked up for every group in turn
     held = np.ascontiguousarray(np.hstack(held).T).view(np.uint8)
     centroids = np.ascontiguousarray(centroids)
+    # a tree of the groups by their centroids, with each part's bounds
+    tree = kern.box_tree(centroids, centroids)
+    order, _, _, first, last, left = tree
+    bounds = kern.join_bounds(ranged, low, high, held, first, last, left, order)
     # in lexicographic order: each row's group is a near first guess for the next one's
     new = new[np.lexsort(points[new].T[::-1])]
     out = np.zeros(new.size, dtype=np.int64)
@@ -163,9 +167,9 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
         chunk = new[start:start + JOIN_CHUNK]
         if start:
             out[start] = out[start - 1]
-        kern.join_nearest(np.ascontiguousarray(points[chunk]), np.ascontiguousarray(codes[chunk]),
-                          ranged, low, high, held, offsets, centroids,
-                          out[start:start + JOIN_CHUNK])
+        kern.join_tree(np.ascontiguousarray(points[chunk]), np.ascontiguousarray(codes[chunk]),
+                       ranged, low, high, held, offsets, centroids, *tree, *bounds,
+                       out[start:start + JOIN_CHUNK])
     labels[new] = ids[out]
 
 
@@ -238,7 +242,7 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
             if known.any() and j < len(cohort_values):
                 # the (group, cohort) pairs, sorted (np.unique(..., axis=0)) as one integer each
                 width = int(cohorts.max()) + 1
-                pairs = np.unique(labels[known] * width + cohorts[known])
+                pairs = _distinct(labels[known] * width + cohorts[known])
                 pairs = np.column_stack([pairs // width, pairs % width])
                 wanted = cohort_values[j][pairs[:, 1]]
                 width = held.shape[1]
@@ -253,6 +257,25 @@ def _deficits(labels, n_groups, counts, cohorts, cohort_values, k, l, models) ->
     return np.hstack(blocks)
 
 
+def _value_codes(col: np.ndarray) -> tuple[np.ndarray, int]:
+    """(each value's rank among the distinct values of ``col``, how many there are): numpy's
+    ``np.unique(col, return_inverse=True)``, by hashing (pandas' factorize) when every value
+    is finite and none is a negative zero (which both tell apart otherwise)."""
+    if col.size and np.isfinite(col).all() and not np.signbit(col).any():
+        import pandas as pd  # the stable mode's paths only
+        code, values = pd.factorize(col, sort=True)
+        return np.asarray(code, dtype=np.int64), int(values.size)
+    values, code = np.unique(col, return_inverse=True)
+    return code.ravel().astype(np.int64), int(values.size)
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of integers by a sort (numpy's hashing is many times slower when
+    most values differ)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if ordered.size else ordered
+
+
 def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None) -> np.ndarray:
     """Each bad group merged with a near group holding a value it misses (else a near one), the
     one whose merged box overlaps the fewest other groups' (:func:`merge_partner`); one pass,
@@ -261,6 +284,16 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
     boxes = GroupBoxes(labels, n_groups, points, ranged)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
     sets = SmallestRootSets(n_groups)
+    kern = _kernels(labels.size) if points.shape[1] < 8 and np.isfinite(points).all() else None
+    if kern is not None:
+        for start in range(0, bad.size, MERGE_CHUNK):
+            check_interrupts()
+            chunk = bad[start:start + MERGE_CHUNK]
+            ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, deficit[chunk], held)
+            for g, row, n in zip(chunk.tolist(), ranked.tolist(), n_near.tolist()):
+                sets.union(g, first_acceptable(row, n, None if acceptable is None else
+                                               (lambda c, g=g: acceptable(g, c))))
+        return sets.roots()[labels]
     for g in bad.tolist():
         check_interrupts()
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
@@ -275,6 +308,19 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
 
 #: the nearest groups among which a merge partner is chosen by the overlaps it would make
 MERGE_CANDIDATES = 8
+#: groups whose merge candidates are ranked per kernel call (interrupts are checked between calls)
+MERGE_CHUNK = 64
+
+
+def first_acceptable(ranked: list, n: int, acceptable=None) -> int:
+    """:meth:`GroupBoxes.merge_partner`'s choice among its ``n`` ranked candidates (a row of
+    :meth:`GroupBoxes.ranked_partners`): the first that ``acceptable`` takes, else the first
+    (a lone candidate is taken as it is)."""
+    if n > 1 and acceptable is not None:
+        for c in ranked[:n]:
+            if acceptable(c):
+                return c
+    return ranked[0]
 
 
 class GroupBoxes:
@@ -286,6 +332,7 @@ class GroupBoxes:
         self.n_groups = n_groups
         self.n_rows = len(labels)
         self._flat = None
+        self._index = None
         ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
         self.dims = []
         for d in range(points.shape[1]):
@@ -297,9 +344,9 @@ class GroupBoxes:
                 np.maximum.at(high, labels, col)
                 self.dims.append((low, high))
             else:
-                _, code = np.unique(col, return_inverse=True)
-                member = np.zeros((n_groups, int(code.max()) + 1), dtype=bool)
-                member[labels, code.ravel()] = True
+                code, n_values = _value_codes(col)
+                member = np.zeros((n_groups, n_values), dtype=bool)
+                member[labels, code] = True
                 self.dims.append((member, _words(member)))
 
     def merge_partner(self, g: int, distance: np.ndarray, acceptable=None) -> int:
@@ -324,6 +371,20 @@ class GroupBoxes:
 
     def _overlaps_compiled(self, kern, g: int, near: np.ndarray) -> np.ndarray:
         """:meth:`_overlaps` on the compiled kernel."""
+        low, high, words, offsets = self._compiled_boxes()
+        lo = np.minimum(low[g][None, :], low[near])
+        hi = np.maximum(high[g][None, :], high[near])
+        union = [_words(dim[0][g][None, :] | dim[0][near]) for dim in self.dims
+                 if dim[0].dtype == bool]
+        union = np.ascontiguousarray(np.hstack([np.zeros((near.size, 0), dtype=np.uint64)] + union))
+        out = np.zeros(near.size, dtype=np.int64)
+        kern.overlap_counts(g, near.astype(np.int64), np.ascontiguousarray(lo),
+                            np.ascontiguousarray(hi), low, high, union, words, offsets, out)
+        return out
+
+    def _compiled_boxes(self):
+        """The boxes as the kernels read them: (ranges' low, high (G, R), sets' bit words
+        (G, W), each set's first word (S + 1,))."""
         if self._flat is None:
             ranged = [dim for dim in self.dims if dim[0].dtype != bool]
             words = [dim[1] for dim in self.dims if dim[0].dtype == bool]
@@ -337,16 +398,40 @@ class GroupBoxes:
                 np.ascontiguousarray(np.hstack([np.zeros((self.n_groups, 0), dtype=np.uint64)]
                                                + words)),
                 offsets)
-        low, high, words, offsets = self._flat
-        lo = np.minimum(low[g][None, :], low[near])
-        hi = np.maximum(high[g][None, :], high[near])
-        union = [_words(dim[0][g][None, :] | dim[0][near]) for dim in self.dims
-                 if dim[0].dtype == bool]
-        union = np.ascontiguousarray(np.hstack([np.zeros((near.size, 0), dtype=np.uint64)] + union))
-        out = np.zeros(near.size, dtype=np.int64)
-        kern.overlap_counts(g, near.astype(np.int64), np.ascontiguousarray(lo),
-                            np.ascontiguousarray(hi), low, high, union, words, offsets, out)
-        return out
+        return self._flat
+
+    def ranked_partners(self, kern, bad: np.ndarray, centroids: np.ndarray, wanted: np.ndarray,
+                        held: np.ndarray, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """For each group of ``bad``, :meth:`merge_partner`'s candidates in the order it tries
+        them, on the compiled kernel: (``ranked`` (len(bad), MERGE_CANDIDATES), how many of each
+        row are candidates). The distance is to the group's centroid (``centroids``), among the
+        groups of its union (``within``: each group's) if it has others, among those holding a
+        value it wants (``wanted`` (len(bad), V) and ``held`` (G, V) bool) if any does."""
+        low, high, words, offsets = self._compiled_boxes()
+        if self._index is None:
+            spans = [dim for dim in self.dims if dim[0].dtype != bool]
+            for dim in self.dims:
+                if dim[0].dtype == bool:
+                    member = dim[0]
+                    # each set's smallest and largest code (a set that shares a code meets it)
+                    first = member.argmax(axis=1)
+                    last = member.shape[1] - 1 - member[:, ::-1].argmax(axis=1)
+                    spans.append((first.astype(np.float64), last.astype(np.float64)))
+            span_low = np.ascontiguousarray(
+                np.array([d[0] for d in spans], dtype=np.float64).reshape(len(spans), -1).T)
+            span_high = np.ascontiguousarray(
+                np.array([d[1] for d in spans], dtype=np.float64).reshape(len(spans), -1).T)
+            self._index = (span_low, span_high, *kern.box_tree(span_low, span_high))
+        if within is None:
+            within = np.arange(self.n_groups, dtype=np.int64)
+        within = np.asarray(within, dtype=np.int64)
+        union_size = np.bincount(within, minlength=self.n_groups)
+        ranked = np.zeros((bad.size, MERGE_CANDIDATES), dtype=np.int64)
+        n_near = np.zeros(bad.size, dtype=np.int64)
+        kern.merge_ranking(np.asarray(bad, dtype=np.int64), np.ascontiguousarray(centroids),
+                           within, union_size, _words(held), _words(wanted), low, high, words,
+                           offsets, *self._index, ranked, n_near)
+        return ranked, n_near
 
     def _overlaps(self, g: int, near: np.ndarray) -> np.ndarray:
         """For each group of ``near``: how many other groups the box of it merged with ``g``
@@ -396,3 +481,13 @@ def warm_kernels():
     _join_nearest(groups, points, np.array([True, False]))
     boxes = GroupBoxes(np.maximum(groups, 0), 20, points, np.array([True, False]))
     boxes._overlaps_compiled(kern, 0, np.arange(1, 9))
+    centroids = _centroids(np.maximum(groups, 0), 20, points)
+    held = rng.random((20, 3)) < 0.5
+    boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held)
+    boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held, np.arange(20) // 5)
+    # the unions of boxes and of people (core.republish), a range with NULLs (-1) and a set
+    from plpy_anon.core import republish
+    qi_codes = np.column_stack([rng.integers(-1, 5, 100), rng.integers(0, 3, 100)])
+    for ranged in (np.array([True, False]), np.array([False, True])):
+        republish.overlapping_groups(np.maximum(groups, 0), 20, qi_codes, ranged)
+        republish.people_linked_groups(np.maximum(groups, 0), 20, qi_codes, ranged)

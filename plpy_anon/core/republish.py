@@ -42,6 +42,7 @@ that still fails refuses the version (:class:`~plpy_anon.core.republication.Cann
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +50,16 @@ import numpy as np
 from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
-from plpy_anon.core.republication import CannotKeepCandidates, GroupBoxes, _centroids
+from plpy_anon.core.republication import (
+    MERGE_CHUNK,
+    CannotKeepCandidates,
+    GroupBoxes,
+    _centroids,
+    _distinct,
+    _kernels,
+    _value_codes,
+    first_acceptable,
+)
 
 CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold")
 #: the options that publish every current member
@@ -125,7 +135,7 @@ def ancestors_sum(version: Version, roots_of, ids: np.ndarray) -> np.ndarray:
     root = roots_of(version.ids)
     at = np.searchsorted(ids, root)
     inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
-    np.add.at(out, at[inside], version.counts[inside])
+    _add_rows(out, at[inside], version.counts[inside])
     return out
 
 
@@ -147,18 +157,41 @@ def safe_against(models: Models, options: np.ndarray, version: Version, roots_of
     at = np.searchsorted(ids, root)
     inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
     full = np.zeros((n_groups, width), dtype=np.int64)
-    np.add.at(full, at[inside], version.counts[inside])
+    _add_rows(full, at[inside], version.counts[inside])
     ok = difference_safe(models, options.reshape(-1, width),
                          np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
     ancestors = np.bincount(at[inside], minlength=n_groups)
     rows = np.flatnonzero(inside)
-    for g in np.flatnonzero(ancestors > 1).tolist():
-        parts = version.counts[rows[at[inside] == g]]
-        sums = _ancestor_sets(parts.shape[0]) @ parts
-        mine = difference_safe(models, np.repeat(options[g], sums.shape[0], axis=0),
-                               np.tile(sums, (n_options, 1))).reshape(n_options, -1)
-        ok[g] &= mine.all(axis=1)
+    several = np.flatnonzero(ancestors > 1)
+    if not several.size:
+        return ok
+    # each group's ancestors, in their order in the version
+    by_group = rows[np.argsort(at[inside], kind="stable")]
+    starts = np.cumsum(ancestors) - ancestors
+    # the groups with as many ancestors at once: every option against every set of them
+    for n in np.unique(ancestors[several]).tolist():
+        masks = _ancestor_sets(n)
+        groups = several[ancestors[several] == n]
+        step = max(1, SETS_AT_ONCE // (masks.shape[0] * n_options))
+        for first in range(0, groups.size, step):
+            chunk = groups[first:first + step]
+            sums = masks @ version.counts[by_group[starts[chunk][:, None] + np.arange(n)]]
+            mine = difference_safe(
+                models, np.repeat(options[chunk], masks.shape[0], axis=1).reshape(-1, width),
+                np.tile(sums, (1, n_options, 1)).reshape(-1, width))
+            ok[chunk] &= mine.reshape(chunk.size, n_options, -1).all(axis=2)
     return ok
+
+
+#: multisets compared at once at most (groups' options against sets of their ancestors)
+SETS_AT_ONCE = 1 << 18
+
+
+def _add_rows(out: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
+    """``np.add.at(out, at, rows)`` for 2-d ``out`` (contiguous), as one flat addition."""
+    width = out.shape[1]
+    np.add.at(out.reshape(-1), (np.asarray(at)[:, None] * width + np.arange(width)).reshape(-1),
+              np.asarray(rows).reshape(-1))
 
 
 def _ancestor_sets(n: int) -> np.ndarray:
@@ -357,9 +390,9 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
-            overlap = None if qi_codes is None else overlapping_groups(index, ids.size, qi_codes, ranged)
+            overlap, by_people = (None, None) if qi_codes is None else \
+                box_unions(index, ids.size, qi_codes, ranged)
             linked = None if overlap is None else ids[overlap]
-            by_people = None if overlap is None else people_linked_groups(index, ids.size, qi_codes, ranged)
             people_linked = ids if by_people is None else ids[by_people]
             ever = linked_ever(ids, linked, history, roots_of)
             if ever is not None:
@@ -475,52 +508,71 @@ def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):
 
     def acceptable(labels, g: int, c: int) -> bool:
         if state.get("labels") is not labels:
-            # each version's groups -> the groups now (the merges so far), once per labelling
+            # each version's groups by the group holding them now (the merges so far), and the
+            # rows by group, once per labelling
             step = _mapping(previous[published_before], labels[published_before])
             state.clear()
             state["labels"] = labels
-            for version in history:
-                state[id(version.ids)] = step(root_of(version.ids))
-        if "order" not in state:
-            state["order"] = np.argsort(labels, kind="stable")
-            state["sorted"] = labels[state["order"]]
-        order, ordered = state["order"], state["sorted"]
-        # the rows of g and of c, in row order
-        rows = np.sort(np.concatenate([
-            order[np.searchsorted(ordered, x):np.searchsorted(ordered, x, side="right")]
-            for x in (g, c)]))
-        low = min(g, c)
-
-        def roots_of(version_ids):
-            now = state[id(version_ids)]
-            return np.where((now == g) | (now == c), low, now)
-
-        *_, possible = _options(np.zeros(rows.size, dtype=np.int64), np.array([low]),
-                                codes[rows], published_before[rows], history, roots_of, k, models)
-        return bool(possible.any())
+            state["versions"] = [_Members(step(root_of(version.ids))) for version in history]
+            state["rows"] = _Members(labels)
+        parts = [_version_part(version, members.of((g, c)))
+                 for version, members in zip(history, state["versions"])]
+        return _merged_has_an_option(state["rows"].of((g, c)), min(g, c), parts, codes,
+                                     published_before, k, models)
     return acceptable
 
 
 def _merge_with_an_option(index, ids, codes, published_before, history, roots_of, k, models):
     """``acceptable(g, c)`` for merge_partner: groups ``g`` and ``c`` (indexes) merged have a
     multiset they may publish (so a merge that would need another at once is passed over)."""
-    mapped: dict = {}
+    state: dict = {}
 
     def acceptable(g: int, c: int) -> bool:
-        rows = (index == g) | (index == c)
-        low, high = sorted((int(ids[g]), int(ids[c])))
-
-        def merged_roots(version_ids):
-            if id(version_ids) not in mapped:
-                mapped[id(version_ids)] = roots_of(version_ids)
-            out = mapped[id(version_ids)]
-            return np.where(out == high, low, out)
-
-        *_, possible = _options(np.zeros(int(rows.sum()), dtype=np.int64), np.array([low]),
-                                codes[rows], published_before[rows], history, merged_roots, k,
-                                models)
-        return bool(possible.any())
+        if not state:
+            state["versions"] = [_Members(roots_of(version.ids)) for version in history]
+            state["rows"] = _Members(index)
+        pair = (int(ids[g]), int(ids[c]))
+        parts = [_version_part(version, members.of(pair))
+                 for version, members in zip(history, state["versions"])]
+        return _merged_has_an_option(state["rows"].of((g, c)), min(pair), parts, codes,
+                                     published_before, k, models)
     return acceptable
+
+
+class _Members:
+    """The positions of an array's entries by value: sorted once, searched per look-up."""
+
+    def __init__(self, values: np.ndarray):
+        self.order = np.argsort(values, kind="stable")
+        self.sorted = np.asarray(values)[self.order]
+
+    def of(self, values) -> np.ndarray:
+        """The positions holding any of ``values``, ascending."""
+        return np.sort(np.concatenate([
+            self.order[np.searchsorted(self.sorted, x):np.searchsorted(self.sorted, x, side="right")]
+            for x in values]))
+
+
+def _version_part(version: Version, positions: np.ndarray) -> Version:
+    """``version`` with only its groups at ``positions`` (every per-group array cut alike)."""
+    n = version.ids.size
+    cut = {}
+    for item in dataclasses.fields(version):
+        value = getattr(version, item.name)
+        if isinstance(value, np.ndarray) and value.ndim and value.shape[0] == n:
+            cut[item.name] = value[positions]
+    return dataclasses.replace(version, **cut)
+
+
+def _merged_has_an_option(rows, low, parts, codes, published_before, k, models) -> bool:
+    """Whether the group of ``rows`` (two groups merged into the group ``low``) has a multiset
+    it may publish, against ``parts``: each earlier version's groups that it holds (every one
+    of them held by it now), as :func:`_options` checks them against whole versions."""
+    def roots_of(version_ids):
+        return np.full(np.asarray(version_ids).size, low, dtype=np.int64)
+    *_, possible = _options(np.zeros(rows.size, dtype=np.int64), np.array([low]), codes[rows],
+                            published_before[rows], parts, roots_of, k, models)
+    return bool(possible.any())
 
 
 def _unions_held(models, ever, linked, choice, possible, stacked, history, roots_of,
@@ -621,13 +673,41 @@ def _set_ids(index, n_groups, col) -> np.ndarray:
         member[index * width + (col - low)] = True
         held = np.flatnonzero(member)
     else:
-        held = np.unique(index * width + (col - low))
+        held = _distinct(index * width + (col - low))
     group, code = held // width, held % width + low
     sizes = np.bincount(group, minlength=n_groups)
     starts = np.cumsum(sizes) - sizes
     table = np.full((n_groups, int(sizes.max(initial=1))), low - 1, dtype=np.int64)
     table[group, np.arange(held.size) - starts[group]] = code
     return _row_ids(table)
+
+
+def box_unions(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
+               ranged: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(:func:`overlapping_groups`, :func:`people_linked_groups` when some boxes overlap, else
+    None): on the compiled kernels, from one listing of the pairs of boxes that meet."""
+    index = np.asarray(index, dtype=np.int64)
+    kern = _kernels(index.size)
+    if kern is None:
+        overlap = overlapping_groups(index, n_groups, qi_codes, ranged)
+        return overlap, None if overlap is None else \
+            people_linked_groups(index, n_groups, qi_codes, ranged)
+    tests = _box_tests(index, n_groups, qi_codes, ranged)
+    boxes = _compiled_box_tests(tests, n_groups)
+    link = _people_link(kern, index, n_groups, qi_codes, tests, boxes)
+    overlap = np.arange(n_groups, dtype=np.int64)
+    by_people = np.arange(n_groups, dtype=np.int64)
+    overlaps = found = False
+    for a, b in _meeting_pairs_compiled(kern, boxes):
+        overlaps = True
+        overlap = _smallest_roots(overlap, a, b)
+        linked = link(a, b)
+        if linked.any():
+            found = True
+            by_people = _smallest_roots(by_people, a[linked], b[linked])
+    if not overlaps:
+        return None, None
+    return overlap, by_people if found else None
 
 
 def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
@@ -643,9 +723,11 @@ def overlapping_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
     could overlap, not the square of the groups."""
     index = np.asarray(index, dtype=np.int64)
     tests = _box_tests(index, n_groups, qi_codes, ranged)
+    kern = _kernels(index.size)
     labels = np.arange(n_groups, dtype=np.int64)
     found = False
-    for a, b in _meeting_pairs(tests, n_groups):
+    for a, b in (_meeting_pairs(tests, n_groups) if kern is None else
+                 _meeting_pairs_compiled(kern, _compiled_box_tests(tests, n_groups))):
         found = True
         labels = _smallest_roots(labels, a, b)
     return labels if found else None
@@ -662,8 +744,7 @@ def _box_tests(index: np.ndarray, n_groups: int, qi_codes: np.ndarray, ranged: n
             # a NULL meets every range: with one in the table, ranges always meet there
             tests.append(("range", low, high, bool((~valued).any())))
         else:
-            _, code = np.unique(col, return_inverse=True)
-            code = code.ravel()
+            code = _value_codes(col)[0]
             width = int(code.max()) + 1 if code.size else 1
             member = np.zeros((n_groups, width), dtype=bool)
             member[index, code] = True
@@ -690,6 +771,89 @@ def _meeting_pairs(tests, n_groups: int):
             yield a[meet], b[meet]
 
 
+#: leaves of groups whose meeting pairs are listed per kernel call at most (interrupts are
+#: checked between calls)
+PAIRS_LEAVES = 1024
+
+
+def _compiled_box_tests(tests, n_groups: int) -> dict:
+    """:func:`_box_tests` as the compiled kernels read them: the spans they are indexed by
+    (ranges without NULLs, each set's smallest and largest code), ranges' ends (``low``/``high``
+    of those without NULLs, ``all_low``/``all_high`` of every range) and sets' bit words
+    (code c: bit c % 64 of word c // 64 from the set's offset)."""
+    spans, low, high, all_low, all_high, words = [], [], [], [], [], []
+    for test in tests:
+        if test[0] == "range":
+            all_low.append(test[1])
+            all_high.append(test[2])
+            if not test[3]:
+                spans.append((test[1], test[2]))
+                low.append(test[1])
+                high.append(test[2])
+        else:
+            packed, held, width = test[1], test[2], test[3]
+            groups, codes = held // width, held % width
+            first = np.full(n_groups, np.iinfo(np.int64).max)
+            last = np.full(n_groups, -1)
+            np.minimum.at(first, groups, codes)
+            np.maximum.at(last, groups, codes)
+            spans.append((first, last))
+            member = np.unpackbits(packed, axis=1, count=width)
+            bits = np.packbits(member, axis=1, bitorder="little")
+            bits = np.pad(bits, ((0, 0), (0, -bits.shape[1] % 8)))
+            words.append(np.ascontiguousarray(bits).view("<u8").astype(np.uint64))
+    if not spans:
+        # nothing to index by: every group in one span
+        spans.append((np.zeros(n_groups), np.zeros(n_groups)))
+
+    def columns(parts, dtype):
+        return np.ascontiguousarray(np.array(parts, dtype=dtype).reshape(len(parts), n_groups).T)
+    span_low = columns([s[0] for s in spans], np.float64)
+    span_high = columns([s[1] for s in spans], np.float64)
+    return {"span_low": span_low, "span_high": span_high,
+            "index": _kernels().box_tree(span_low, span_high),
+            "low": columns(low, np.int64), "high": columns(high, np.int64),
+            "all_low": columns(all_low, np.int64), "all_high": columns(all_high, np.int64),
+            "words": np.ascontiguousarray(np.hstack([np.zeros((n_groups, 0), dtype=np.uint64)] + words)),
+            "offsets": np.cumsum([0] + [w.shape[1] for w in words]).astype(np.int64)}
+
+
+def _meeting_pairs_compiled(kern, boxes: dict):
+    """:func:`_meeting_pairs` on the compiled kernel: each pair once, a < b."""
+    n_groups = boxes["span_low"].shape[0]
+    size = max(PAIR_CHUNK, 2 * n_groups)
+    out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    leaves = np.flatnonzero(boxes["index"][-1] < 0)
+    leaf = at = 0
+    while leaf < leaves.size:
+        check_interrupts()
+        count, leaf, at = kern.meeting_pairs(
+            leaf, at, min(leaves.size, leaf + PAIRS_LEAVES), boxes["span_low"], boxes["span_high"],
+            *boxes["index"], leaves, boxes["low"], boxes["high"], boxes["words"], boxes["offsets"],
+            out_a, out_b)
+        if count:
+            yield out_a[:count].copy(), out_b[:count].copy()
+
+
+def _people_link(kern, index, n_groups, qi_codes, tests, boxes):
+    """``link(a, b)``: per pair of groups, whether a row of one lies in the other's box
+    (:func:`people_linked_groups`), on the compiled kernel."""
+    order = np.argsort(index, kind="stable")
+    start = np.searchsorted(index[order], np.arange(n_groups + 1))
+    codes = np.ascontiguousarray(np.column_stack([
+        np.asarray(qi_codes[:, d], dtype=np.int64) if test[0] == "range" else test[4]
+        for d, test in enumerate(tests)]) if tests else np.zeros((index.size, 0), dtype=np.int64))
+    is_range = np.array([test[0] == "range" for test in tests], dtype=bool)
+    ranges, sets = np.flatnonzero(is_range), np.flatnonzero(~is_range)
+
+    def link(a, b):
+        linked = np.zeros(a.size, dtype=bool)
+        kern.people_link(a, b, order, start, codes, ranges, boxes["all_low"], boxes["all_high"],
+                         boxes["words"], boxes["offsets"], sets, linked)
+        return linked
+    return link
+
+
 def people_linked_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
                          ranged: np.ndarray) -> np.ndarray | None:
     """The unions of groups linked by people: a row (held back or not) whose QIs lie in the
@@ -698,6 +862,9 @@ def people_linked_groups(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,
     smallest index), or None when nobody lies in two boxes. Finer than
     :func:`overlapping_groups`: boxes that meet where nobody lies are not linked."""
     index = np.asarray(index, dtype=np.int64)
+    kern = _kernels(index.size)
+    if kern is not None:
+        return box_unions(index, n_groups, qi_codes, ranged)[1]
     tests = _box_tests(index, n_groups, qi_codes, ranged)
     order = np.argsort(index, kind="stable")
     start = np.searchsorted(index[order], np.arange(n_groups + 1))
@@ -841,6 +1008,19 @@ def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
     centroids = _centroids(index, n_groups, points)
     boxes = GroupBoxes(index, n_groups, points, ranged)
     sets = SmallestRootSets(n_groups)
+    kern = _kernels(index.size) if points.shape[1] < 8 and np.isfinite(points).all() else None
+    if kern is not None:
+        if missing is None:
+            missing, held = np.zeros((n_groups, 1), dtype=bool), np.zeros((n_groups, 1), dtype=bool)
+        for start in range(0, bad.size, MERGE_CHUNK):
+            check_interrupts()
+            chunk = bad[start:start + MERGE_CHUNK]
+            ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, missing[chunk], held,
+                                                   within)
+            for g, row, n in zip(chunk.tolist(), ranked.tolist(), n_near.tolist()):
+                sets.union(g, first_acceptable(row, n, None if acceptable is None else
+                                               (lambda c, g=g: acceptable(g, c))))
+        return sets.roots()
     for g in bad.tolist():
         distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
         distance[g] = np.inf

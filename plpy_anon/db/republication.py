@@ -279,7 +279,9 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
             hint="Restore the release's row of anon.release_secrets from a backup, or drop the "
                  "release and create it again (a new history that earlier versions can be "
                  "intersected with).")
-    missing = sum(any(t is None for t in row) for row in zip(*identifier_texts))
+    # rows with a NULL identifier, counted only when some column has one (one scan each)
+    missing = sum(any(t is None for t in row) for row in zip(*identifier_texts)) \
+        if any(None in texts for texts in identifier_texts) else 0
     if missing:
         raise InvalidParameter(
             f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
@@ -330,8 +332,9 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]), state)
     people.joined = groups.copy()
     if people.waiting:
-        waiting = np.fromiter((people.waiting.get(h, -1) for h in hashes), dtype=np.int64, count=n)
-        people.joined[~known] = waiting[~known]
+        new = np.flatnonzero(~known)
+        people.joined[new] = np.fromiter((people.waiting.get(hashes[i], -1) for i in new.tolist()),
+                                         dtype=np.int64, count=new.size)
     return people
 
 
@@ -462,10 +465,8 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
         counts = np.bincount(index.ravel() * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         held_back = counterfeit = 0
         choices = {"advance": int(ids.size)}
-        overlap = republish.overlapping_groups(index.ravel(), ids.size, *qi_boxes(rows.encoded))
+        overlap, by_people = republish.box_unions(index.ravel(), ids.size, *qi_boxes(rows.encoded))
         linked = None if overlap is None else ids[overlap]
-        by_people = None if overlap is None else republish.people_linked_groups(
-            index.ravel(), ids.size, *qi_boxes(rows.encoded))
         people_linked = ids if by_people is None else ids[by_people]
     else:
         ids, counts, linked = published.ids, published.counts, published.linked

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.core import republication, republish
 from plpy_anon.core.disjoint_sets import SmallestRootSets
+from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import GroupBoxes, _centroids, _join_nearest, _nearest
 
 
@@ -204,3 +205,144 @@ def test_a_refresh_groups_rows_as_the_numpy_grouping_does(seed, k, l, n_values, 
     assert (got is None) == (want is None)
     if want is not None:
         assert np.array_equal(got, want)
+
+
+def reference_partner_ranking(boxes, g, centroids, wanted, held, within):
+    """merge_partner's candidates in the order it tries them (numpy): the distances as
+    republish._merge_nearest restricts them, then the ranking of merge_partner."""
+    distance = ((centroids - centroids[g]) ** 2).sum(axis=1)
+    distance[g] = np.inf
+    if within is not None and ((within == within[g]).sum() > 1):
+        distance = np.where(within == within[g], distance, np.inf)
+    if wanted.any():
+        helps = (held & wanted).any(axis=1)
+        helps[g] = False
+        if helps.any():
+            distance = np.where(helps, distance, np.inf)
+    tried = []
+    boxes.merge_partner(g, distance, lambda c: tried.append(c) and False)
+    return tried or [boxes.merge_partner(g, distance)]
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 150), st.integers(1, 5),
+       st.sampled_from([2, 3, 6, 70]), st.booleans(), st.integers(1, 6))
+def test_compiled_merge_candidates_are_ranked_as_merge_partner_ranks_them(seed, n_groups, d, grid,
+                                                                          unions, n_values):
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(0, 3 * n_groups))
+    labels = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    points = np.column_stack([rng.integers(0, grid, n) / max(1, grid - 1) for _ in range(d)])
+    boxes = GroupBoxes(labels, n_groups, points, ranged)
+    centroids = _centroids(labels, n_groups, points)
+    held = rng.random((n_groups, n_values)) < 0.3
+    within = rng.integers(0, max(1, n_groups // 3), n_groups) if unions else None
+    bad = rng.permutation(n_groups)[:int(rng.integers(1, n_groups + 1))]
+    wanted = rng.random((bad.size, n_values)) < 0.2
+    ranked, n_near = boxes.ranked_partners(KERNELS, bad, centroids, wanted, held, within)
+    for i, g in enumerate(bad.tolist()):
+        want = reference_partner_ranking(boxes, g, centroids, wanted[i], held, within)
+        got = ranked[i, :max(1, n_near[i])].tolist()
+        assert got == want, (g, got, want)
+
+
+def table_of_boxes(rng, n_groups, d, values, nulls):
+    n = n_groups + int(rng.integers(0, 4 * n_groups))
+    index = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    # groups near each other in codes (as a partition's), some spread: boxes that meet and not
+    centre = rng.integers(0, values, (n_groups, d))
+    qi_codes = np.clip(centre[index] + rng.integers(-1, 2, (n, d)), 0, values - 1)
+    qi_codes[rng.random((n, d)) < nulls] = -1        # NULL: -1 in ranges, a code of its own in sets
+    qi_codes[:, ~ranged] += 1
+    return index, qi_codes, ranged
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 200), st.integers(1, 5),
+       st.sampled_from([2, 5, 30]), st.sampled_from([0.0, 0.02, 0.3]))
+def test_compiled_unions_of_boxes_and_of_people_are_the_numpy_ones(seed, n_groups, d, values, nulls):
+    rng = np.random.default_rng(seed)
+    index, qi_codes, ranged = table_of_boxes(rng, n_groups, d, values, nulls)
+    got = republish.box_unions(index, n_groups, qi_codes, ranged)
+    alone = (republish.overlapping_groups(index, n_groups, qi_codes, ranged),
+             republish.people_linked_groups(index, n_groups, qi_codes, ranged))
+    kernels = republish._kernels
+    republish._kernels = lambda *a: None
+    try:
+        want = (republish.overlapping_groups(index, n_groups, qi_codes, ranged),
+                republish.people_linked_groups(index, n_groups, qi_codes, ranged))
+    finally:
+        republish._kernels = kernels
+    # without an overlap, nobody links groups either
+    assert got[1] is None or got[0] is not None
+    for g, w in zip(got + alone, (want[0], want[1] if want[0] is not None else None) + want):
+        assert (g is None) == (w is None)
+        if w is not None:
+            assert np.array_equal(g, w)
+
+
+def reference_safe_against(models, options, version, roots_of, ids):
+    """safe_against group by group: every option against every set of the group's ancestors."""
+    n_groups, n_options, width = options.shape
+    root = roots_of(version.ids)
+    at = np.searchsorted(ids, root)
+    inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
+    full = np.zeros((n_groups, width), dtype=np.int64)
+    np.add.at(full, at[inside], version.counts[inside])
+    ok = republish.difference_safe(models, options.reshape(-1, width),
+                                   np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
+    ancestors = np.bincount(at[inside], minlength=n_groups)
+    rows = np.flatnonzero(inside)
+    for g in np.flatnonzero(ancestors > 1).tolist():
+        parts = version.counts[rows[at[inside] == g]]
+        sums = republish._ancestor_sets(parts.shape[0]) @ parts
+        mine = republish.difference_safe(models, np.repeat(options[g], sums.shape[0], axis=0),
+                                         np.tile(sums, (n_options, 1))).reshape(n_options, -1)
+        ok[g] &= mine.all(axis=1)
+    return ok
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30), st.integers(1, 3), st.integers(2, 5),
+       st.sampled_from(["distinct", "entropy", "recursive"]))
+def test_options_are_safe_against_a_version_as_group_by_group(seed, n_groups, l, n_values, kind):
+    rng = np.random.default_rng(seed)
+    models = Models(l=l, l_diversity=kind, c=2.0 if kind == "recursive" else None)
+    # earlier groups, up to 14 merged into one group now (more than every set of them is checked)
+    n_old = int(rng.integers(1, 15 * n_groups))
+    old_ids = np.sort(rng.choice(10 * n_old + 10, n_old, replace=False))
+    now = rng.integers(0, n_groups + 2, n_old) * 5         # some held by no group now
+    version = republish.Version(old_ids, rng.integers(0, 3, (n_old, n_values + 1)))
+    ids = np.arange(n_groups) * 5
+    options = rng.integers(0, 4, (n_groups, 5, n_values + 1))
+    roots_of = republish._mapping(old_ids, now)
+    assert np.array_equal(republish.safe_against(models, options, version, roots_of, ids),
+                          reference_safe_against(models, options, version, roots_of, ids))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2**40, 2**40), max_size=60), st.integers(1, 5))
+def test_distinct_values_are_numpy_s_unique(values, repeat):
+    values = np.array(values * repeat, dtype=np.int64)
+    assert np.array_equal(republication._distinct(values), np.unique(values))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 0.25, 1 / 3, 0.5, 1.0, 7.0, np.inf, np.nan]),
+                max_size=40))
+def test_value_codes_are_numpy_s_unique_inverse(values):
+    col = np.array(values, dtype=np.float64)
+    values, inverse = np.unique(col, return_inverse=True)
+    assert republication._value_codes(col)[0].tolist() == inverse.ravel().tolist()
+    assert republication._value_codes(col)[1] == values.size
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-3, 2**40), max_size=40))
+def test_integer_value_codes_are_numpy_s_unique_inverse(values):
+    col = np.array(values, dtype=np.int64)
+    values, inverse = np.unique(col, return_inverse=True)
+    assert republication._value_codes(col)[0].tolist() == inverse.ravel().tolist()
+    assert republication._value_codes(col)[1] == values.size
