@@ -86,6 +86,19 @@ def ranking(spreads: list[float]) -> list[int]:
     return sorted((a for a, s in enumerate(spreads) if s > 0), key=lambda a: (-spreads[a], a))
 
 
+def weighted_ranking(priority: list[float], spread_weight: float, priority_weight: float,
+                     weight_sum: float):
+    """The ranking of prioritized Mondrian (Xiong & Rangachari, "Towards application-oriented
+    data anonymization", 2008) as its in-memory fit makes it: QIs of spread > 0 by
+    ``(spread_weight * spread + priority_weight * priority) / weight_sum``, largest first, ties by
+    position (``priority``: each QI's weight over the largest)."""
+    def rank(spreads: list[float]) -> list[int]:
+        score = [(spread_weight * s + priority_weight * p) / weight_sum
+                 for s, p in zip(spreads, priority)]
+        return sorted((a for a, s in enumerate(spreads) if s > 0), key=lambda a: (-score[a], a))
+    return rank
+
+
 def median_fraction(rows: int, non_null: int) -> float | None:
     """The ``percentile_disc`` fraction of the non-NULL values giving the value at position
     ``rows // 2`` with NULL ordered lowest, or None when that position holds NULL. The half
@@ -314,12 +327,14 @@ class SampleNode:
     leaf: int | None = None
 
 
-def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max_depth: int):
+def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max_depth: int,
+                rank=ranking):
     """The top cuts chosen on a sample of the source by the in-memory fit's rules (spreads, the
     value at position ``rows // 2`` with NULL lowest, the more balanced allowable candidate,
     ties to ``<``), the whole tree at once. ``columns``: a :class:`SampleColumn` per QI, None for
     a QI not cut at the top; ``sensitive``: per sensitive column its sample's ranks (0: NULL),
-    with l; ``stop(sampled rows)``: whether a region is a leaf. A candidate is allowable when
+    with l; ``stop(sampled rows)``: whether a region is a leaf; ``rank(spreads)``: the QIs in
+    the order they are tried (:func:`ranking`, or the release's own: :func:`weighted_ranking`). A candidate is allowable when
     both sides hold k sample rows (and l distinct sensitive values): the sample is a part of
     the source, so its sides hold at least as many (the cut is still checked on exact counts:
     :func:`counted_regions`). Returns the root :class:`SampleNode`."""
@@ -334,7 +349,7 @@ def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max
         stats = [None if c is None else c.stats(c.ranks[rows]) for c in columns]
         spreads = [0.0 if s is None else spread(s, whole[a], columns[a].values is not None)
                    for a, s in enumerate(stats)]
-        for a in ranking(spreads):
+        for a in rank(spreads):
             col = columns[a]
             ranks = col.ranks[rows]
             v = int(np.partition(ranks, rows.size // 2)[rows.size // 2])

@@ -43,13 +43,14 @@ import numpy as np
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
 from plpy_anon.db.reader import read_expression
 from plpy_anon.db.sqltext import jsonb, progress, run
-from plpy_anon.spec import Promise, ReleaseSpec
+from plpy_anon.spec import PrioritizedSettings, Promise, ReleaseSpec
 
 SETTING = "plpy_anon.build_memory"
 DEFAULT_BUDGET = "1GB"
@@ -88,20 +89,49 @@ def budget_bytes(plpy) -> int:
     return int(value)
 
 
+#: the release methods whose partitioning run may go out of core
+METHODS = ("mondrian", "prioritized_mondrian")
+
+
 def takes_path(spec: ReleaseSpec) -> bool:
-    """Whether a release's cuts are all counted by the aggregates here (see the module doc)."""
+    """Whether a release's cuts are all counted by the aggregates here (see the module doc): a
+    prioritized release's when its ranking is its priorities and spreads alone (no information
+    gain, which needs a target's counts per cut, and no workload cut points, which the top
+    cuts do not snap to)."""
     promise = spec.promise
+    settings = spec.settings
+    if isinstance(settings, PrioritizedSettings) and (
+            settings.target is not None or settings.cut_points
+            or float((settings.metric_weights or {}).get("infogain", 0) or 0) > 0):
+        return False
     return (not republication.is_stable(spec.stored) and promise.t is None
-            and getattr(spec.settings, "split", "median") == "median"
+            and getattr(settings, "split", "median") == "median"
             and (not promise.l or (promise.l_diversity or "distinct") == "distinct"))
+
+
+def ranking_of(spec: ReleaseSpec, names: list[str]):
+    """How a release's fit ranks QIs (core.regions.ranking, or for a prioritized release its
+    weighted ranking, as its in-memory fit resolves priorities and metric weights)."""
+    settings = spec.settings
+    if not isinstance(settings, PrioritizedSettings):
+        return core.ranking
+    model = PrioritizedMondrian(k=spec.promise.k, priorities=settings.priorities,
+                                metric_weights=settings.metric_weights).check_parameters(names)
+    weights = model.metric_weights_
+    if model.priorities_ is None or weights["priority"] == 0:
+        return core.ranking
+    priority = np.array([model.priorities_[n] for n in names], dtype=float)
+    return core.weighted_ranking(list(priority / priority.max()), weights["spread"],
+                                 weights["priority"], sum(weights.values()))
 
 
 class Source:
     """The relation a release reads and its columns as the level queries use them."""
 
     def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str],
-                 sampled: bool = False):
+                 sampled: bool = False, rank=core.ranking):
         self.plpy = plpy
+        self.rank = rank                   # the order the release's fit tries QIs in
         self.members = members
         self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
@@ -523,7 +553,7 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         estimate = round(rows * scale)
         return core.fits(estimate, bytes_per_row, budget) or estimate < max(2 * k, smallest)
 
-    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS)
+    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank)
     del columns, sensitive
     t2 = time.monotonic()
     rows, distinct, whole = counted_leaves(src, root, bool(l))
@@ -577,7 +607,7 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                 continue
             spreads = [0.0 if s is None else core.spread(s, whole[a], src.numeric[a])
                        for a, s in enumerate(qstats)]
-            ranked = core.ranking(spreads)
+            ranked = src.rank(spreads)
             if not ranked:
                 leaves.append(region)
                 continue
@@ -692,7 +722,7 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
     for a release that will run out of core, work_mem capped at a sixteenth of the budget and
     hash_mem_multiplier at 1 (the run's rows spill to temporary files rather than grow beside the
     regions' fits); none for any other."""
-    if release_method is None or release_method.name != "mondrian":
+    if release_method is None or release_method.name not in METHODS:
         return {}
     # a setting, not a guarantee: the planner's row estimate decides (no scan of the source)
     plan = planned(release_method, plpy, release_rows.by_id(plpy, release_id), estimated=True)
@@ -715,7 +745,8 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     spec, tbl, qis, sens, budget, bytes_per_row, n = plan
     l = spec.promise.l
     members = source_members(plpy, tbl)
-    src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl))
+    src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl),
+                 ranking_of(spec, [c.name for c in qis]))
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401

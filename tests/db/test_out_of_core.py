@@ -159,6 +159,28 @@ def test_out_of_core_and_in_memory_releases_agree_in_rows_and_guarantees(db, sch
     assert abs(ncp[1] - ncp[0]) <= 0.25 * ncp[0]          # close utility on a small table
 
 
+def mean_width(db, rel, column):
+    """The mean width of the released ranges of ``column`` over the released rows."""
+    return float(db.execute(f"SELECT avg(upper({column}) - lower({column})) FROM {rel} "
+                            f"WHERE {column} IS NOT NULL").fetchone()[0])
+
+
+def test_prioritized_release_out_of_core_keeps_k_and_cuts_its_high_priority_column_finer(db, schema):
+    """A prioritized release above the budget takes the out-of-core path with its own ranking at
+    the top (and its own fit in each region): k, l and truthful ranges hold from the released
+    rows, and the column of high priority is cut finer than plain Mondrian cuts it out of core."""
+    synthetic(db, "src", 3000)
+    with budget(db, "16kB"):
+        plain = release(db, schema, "src", "plain", k=5, l=2)
+        prioritized = release(db, schema, "src", "prio", k=5, l=2, priorities='{"d": 1}')
+    metrics, verified, row_count, achieved_k = catalog(db, prioritized)
+    assert metrics["out_of_core"]["regions"] > 4 and metrics["out_of_core"]["levels"][0]["cuts"] > 2
+    assert verified is True and row_count == 3000 and achieved_k >= 5
+    check_release(db, prioritized, "src", 5, 2)
+    assert mean_width(db, prioritized, "d") < 0.5 * mean_width(db, plain, "d")
+    assert mean_width(db, prioritized, "a") > mean_width(db, plain, "a")
+
+
 def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
     """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
     the guarantees still hold from the released rows (each cut was kept on exact counts), and

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from plpy_anon.core import regions
 from plpy_anon.core.encoding import encode_factorized, encode_numeric
 from plpy_anon.core.generalize import SpreadMeasure
+from plpy_anon.core.prioritized import PrioritizedMondrian
 
 
 @given(rows=st.integers(1, 10**7), data=st.data())
@@ -173,3 +174,39 @@ def test_counted_cut_whose_side_lacks_k_rows_or_l_values_is_undone():
 def test_sampled_tree_without_a_qi_cut_at_the_top_is_one_leaf():
     root = regions.sample_tree([None, None], [], 2, None, lambda rows: False, 10)
     assert root.children is None and root.leaf == 0 and root.sampled == 0
+
+
+@given(spreads=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]) | st.floats(0, 1), min_size=1,
+                        max_size=6).filter(lambda s: any(s)),
+       data=st.data(), spread_weight=st.floats(0, 3), priority_weight=st.floats(0.01, 3))
+def test_weighted_ranking_is_the_prioritized_fits_ranking(spreads, data, spread_weight, priority_weight):
+    names = [f"q{a}" for a in range(len(spreads))]
+    weights = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=len(spreads),
+                                 max_size=len(spreads)).filter(any))
+    model = PrioritizedMondrian(priorities=dict(zip(names, weights)),
+                                metric_weights={"spread": spread_weight, "priority": priority_weight}
+                                ).check_parameters(names)
+    priority = np.array([model.priorities_[n] for n in names])
+    model._priority_metric = priority / priority.max()
+    in_memory = model._attribute_order(np.array([spreads]))[0]
+    w = model.metric_weights_
+    rank = regions.weighted_ranking(list(priority / priority.max()), w["spread"], w["priority"],
+                                    sum(w.values()))
+    assert rank(spreads) == [int(a) for a in in_memory if spreads[a] > 0]
+
+
+def test_sampled_tree_with_priorities_cuts_the_prioritized_column_first():
+    n = 400
+    # both of spread 1 at the root: plain Mondrian cuts the first (ties by position)
+    columns = [_sample_column([i % 100 for i in range(n)], True),
+               _sample_column([(i * 7) % 50 for i in range(n)], True)]
+    plain = regions.sample_tree(columns, [], 5, None, lambda rows: rows <= 50, 10)
+    prioritized = regions.sample_tree(columns, [], 5, None, lambda rows: rows <= 50, 10,
+                                      regions.weighted_ranking([0.0, 1.0], 1.0, 1.0, 2.0))
+    assert plain.children[0].bounds[-1].qi == 0
+    assert prioritized.children[0].bounds[-1].qi == 1
+
+    def cuts(root):
+        return sum(leaf.bounds[-1].qi == 1 for leaf in regions.sample_leaves(root) if leaf.bounds)
+
+    assert cuts(prioritized) > cuts(plain)
