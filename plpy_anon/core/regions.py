@@ -328,13 +328,16 @@ class SampleNode:
 
 
 def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max_depth: int,
-                rank=ranking):
+                rank=ranking, models=None):
     """The top cuts chosen on a sample of the source by the in-memory fit's rules (spreads, the
     value at position ``rows // 2`` with NULL lowest, the more balanced allowable candidate,
     ties to ``<``), the whole tree at once. ``columns``: a :class:`SampleColumn` per QI, None for
     a QI not cut at the top; ``sensitive``: per sensitive column its sample's ranks (0: NULL),
     with l; ``stop(sampled rows)``: whether a region is a leaf; ``rank(spreads)``: the QIs in
-    the order they are tried (:func:`ranking`, or the release's own: :func:`weighted_ranking`). A candidate is allowable when
+    the order they are tried (:func:`ranking`, or the release's own: :func:`weighted_ranking`);
+    ``models(counts)``: whether a side whose sensitive values' counts (one array per column) are
+    ``counts`` holds the release's other models (entropy or recursive l: on the sample, a guide
+    only; the exact counts decide, :func:`counted_regions`). A candidate is allowable when
     both sides hold k sample rows (and l distinct sensitive values): the sample is a part of
     the source, so its sides hold at least as many (the cut is still checked on exact counts:
     :func:`counted_regions`). Returns the root :class:`SampleNode`."""
@@ -361,7 +364,9 @@ def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max
                 if l:
                     candidate.left_distinct = tuple(distinct_ranks(s[rows[left]], True) for s in sensitive)
                     candidate.right_distinct = tuple(distinct_ranks(s[rows[~left]], True) for s in sensitive)
-                if candidate.allowable(rows.size, k, l):
+                if candidate.allowable(rows.size, k, l) and (models is None or all(
+                        models([np.bincount(s[side])[1:] for s in sensitive])
+                        for side in (rows[left], rows[~left]))):
                     options.append((abs(2 * candidate.left_rows - rows.size), not strict, left))
             if not options:
                 continue
@@ -387,27 +392,39 @@ def sample_leaves(node: SampleNode) -> list[SampleNode]:
 
 
 def counted_regions(root: SampleNode, rows: dict, distinct: dict, k: int, l: int | None,
-                    sensitive: int = 0):
+                    sensitive: int = 0, counts: dict | None = None, models=None):
     """(regions, cuts undone) of a sampled tree once its leaves are counted exactly over the
     source (``rows``: {leaf: rows}; ``distinct``: {leaf: distinct values of each of the
     ``sensitive`` columns}, none where absent):
     a cut stays when each side holds k rows (and, with l, a leaf of l distinct values of every
     sensitive column: a side holds at least its leaves' values), else its region is one region
-    of its leaves' rows. So every cut kept is allowable by the exact counts."""
+    of its leaves' rows. So every cut kept is allowable by the exact counts. With ``models``
+    (entropy or recursive l), ``counts``: {leaf: its rows per sensitive value, an array per
+    column, the same values in the same order for every leaf}; a cut stays only when each
+    side's counts (its leaves' sums) satisfy ``models(counts)`` too."""
     undone = 0
 
     def walk(node):
         nonlocal undone
         if node.children is None:
             n = int(rows.get(node.leaf, 0))
-            return [Region(node.bounds, n)], n, tuple(distinct.get(node.leaf, (0,) * sensitive))
-        (left, n_left, d_left), (right, n_right, d_right) = (walk(c) for c in node.children)
+            held = counts.get(node.leaf) if counts is not None else None
+            return ([Region(node.bounds, n)], n, tuple(distinct.get(node.leaf, (0,) * sensitive)),
+                    held)
+        (left, n_left, d_left, c_left), (right, n_right, d_right, c_right) = (
+            walk(c) for c in node.children)
         n = n_left + n_right
         best = tuple(max(x, y) for x, y in zip(d_left, d_right))
-        if Candidate(n_left, d_left, d_right).allowable(n, k, l):
-            return left + right, n, best
+        both = None
+        if models is not None:
+            both = [x + y for x, y in zip(c_left, c_right)] if c_left is not None and \
+                c_right is not None else (c_left if c_right is None else c_right)
+        if Candidate(n_left, d_left, d_right).allowable(n, k, l) and (
+                models is None or (c_left is not None and c_right is not None
+                                   and models(c_left) and models(c_right))):
+            return left + right, n, best, both
         undone += 1
-        return [Region(node.bounds, n)], n, best
+        return [Region(node.bounds, n)], n, best, both
 
-    regions, _, _ = walk(root)
+    regions = walk(root)[0]
     return regions, undone

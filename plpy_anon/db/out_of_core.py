@@ -44,6 +44,7 @@ from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.privacy_models import Models
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
@@ -105,8 +106,18 @@ def takes_path(spec: ReleaseSpec) -> bool:
             or float((settings.metric_weights or {}).get("infogain", 0) or 0) > 0):
         return False
     return (not republication.is_stable(spec.stored) and promise.t is None
-            and getattr(settings, "split", "median") == "median"
-            and (not promise.l or (promise.l_diversity or "distinct") == "distinct"))
+            and getattr(settings, "split", "median") == "median")
+
+
+def models_of(spec: ReleaseSpec):
+    """None for distinct l (counted by distinct values everywhere), else whether a side's
+    sensitive values' counts (an array per column) hold the release's entropy or recursive
+    (c, l)-diversity (core.privacy_models, as its fit and its verification check them)."""
+    promise = spec.promise
+    if not promise.l or (promise.l_diversity or "distinct") == "distinct":
+        return None
+    model = Models(l=promise.l, l_diversity=promise.l_diversity, c=promise.c)
+    return lambda counts: all(bool(model.satisfied(c)[0]) for c in counts)
 
 
 def ranking_of(spec: ReleaseSpec, names: list[str]):
@@ -129,9 +140,10 @@ class Source:
     """The relation a release reads and its columns as the level queries use them."""
 
     def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str],
-                 sampled: bool = False, rank=core.ranking):
+                 sampled: bool = False, rank=core.ranking, models=None):
         self.plpy = plpy
         self.rank = rank                   # the order the release's fit tries QIs in
+        self.models = models               # entropy or recursive l of a side's value counts
         self.members = members
         self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
@@ -537,6 +549,34 @@ def counted_leaves(src: Source, root, with_l: bool):
     return rows, {leaf: tuple(d) for leaf, d in distinct.items()}, whole
 
 
+def value_counts(src: Source, root) -> dict:
+    """{leaf: its rows per value of each sensitive column (NULL left out), an array per column
+    over the column's values in the same order for every leaf}: one pass per column grouped by
+    leaf and value (bounded by leaves x values), the values numbered across leaves by their
+    type's order and equality (dense_rank over the typed values)."""
+    columns = ", ".join(src.read_columns(True))
+    labelled = (f"(SELECT {leaf_case(src, root)} AS {REGION}, {columns} FROM {src.members[0]}) AS x")
+    out: dict = {}
+    sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive]
+    for j, s in enumerate(sens):
+        query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, count(*) AS n FROM {labelled} "
+                 f"WHERE {s} IS NOT NULL GROUP BY 1, 2) "
+                 f"SELECT leaf, array_agg(v) AS v, array_agg(n) AS n FROM "
+                 f"(SELECT leaf, n, dense_rank() OVER (ORDER BY s) AS v FROM g) AS r GROUP BY leaf")
+        found = [(int(r["leaf"]), r["v"], r["n"]) for r in src.each(lambda rel, q=query: q)[0]]
+        width = max((max(v) for _, v, _ in found if v), default=0)
+        for leaf in {leaf for leaf, _, _ in found} - set(out):
+            out[leaf] = [np.zeros(0, dtype=np.int64)] * len(sens)
+        for leaf, v, n in found:
+            held = np.zeros(width, dtype=np.int64)
+            held[np.asarray(v, dtype=np.int64) - 1] = np.asarray(n, dtype=np.int64)
+            out[leaf][j] = held
+        for leaf, held in out.items():          # a leaf whose values of this column are NULL
+            if held[j].size != width:
+                held[j] = np.zeros(width, dtype=np.int64)
+    return out
+
+
 def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int, n: int):
     """(regions, the table's QIStats, the rows below which a region is not cut, figures) of the
     top cuts chosen on a sample (core.regions.sample_tree) and kept where the exact counts of
@@ -553,14 +593,18 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         estimate = round(rows * scale)
         return core.fits(estimate, bytes_per_row, budget) or estimate < max(2 * k, smallest)
 
-    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank)
+    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank, src.models)
     del columns, sensitive
     t2 = time.monotonic()
     rows, distinct, whole = counted_leaves(src, root, bool(l))
-    regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0)
+    counts = value_counts(src, root) if src.models is not None else None
+    regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0,
+                                           counts, src.models)
     # the sample, the leaves' counts, and one more per other sensitive column and categorical QI
+    # (and per sensitive column, its values' counts per leaf for entropy or recursive l)
     passes = 2 + (len(src.sensitive) - 1 if l else 0) + sum(
-        1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a])
+        1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a]) + (
+        len(src.sensitive) if src.models is not None else 0)
     figures = {"regions": 1, "cuts": len(regions) - 1, "passes": passes,
                "sample": {"rows": sampled, "percent": round(percent, 6), "seed": SAMPLE_SEED,
                           "leaves": len(core.sample_leaves(root)), "cuts_undone": undone,
@@ -586,6 +630,10 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
         src.whole = whole
         levels.append(figures)
+    if src.models is not None:
+        # the level queries count distinct values, not entropy or recursive l: the regions the
+        # sample left are fitted as they are
+        return active, levels
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
         settled = [r for r in active if r.bounds and (core.fits(r.rows, bytes_per_row, budget)
@@ -746,7 +794,9 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     l = spec.promise.l
     members = source_members(plpy, tbl)
     src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl),
-                 ranking_of(spec, [c.name for c in qis]))
+                 ranking_of(spec, [c.name for c in qis]), models_of(spec))
+    if src.models is not None and not (len(members) == 1 and src.sampled):
+        return None       # entropy or recursive l is counted at the top from a sample only
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 
 import psycopg
 import pytest
@@ -181,6 +182,42 @@ def test_prioritized_release_out_of_core_keeps_k_and_cuts_its_high_priority_colu
     assert mean_width(db, prioritized, "a") > mean_width(db, plain, "a")
 
 
+def skewed(db, table, n):
+    """``synthetic`` whose s is mostly 'flu' where a is low: cuts on a meet sides whose values
+    are too uneven for entropy or recursive l."""
+    synthetic(db, table, n)
+    db.execute(f"UPDATE {table} SET s = CASE WHEN coalesce(a, 0) < 40 AND id % 10 < 8 THEN 'flu' "
+               f"ELSE s END")
+
+
+def worst_class_values(db, rel):
+    """Per class of the released rows, its s values' counts (most frequent first): the entropy
+    and recursive (c, l) figures are computed from them here."""
+    rows = db.execute(f"""
+        SELECT array_agg(n ORDER BY n DESC) FROM (
+            SELECT {', '.join(QIS)}, s, count(*) AS n FROM {rel} WHERE s IS NOT NULL
+            GROUP BY {', '.join(QIS)}, s) AS v GROUP BY {', '.join(QIS)}""").fetchall()
+    return [r[0] for r in rows]
+
+
+@pytest.mark.parametrize("model", [{"l_diversity": "entropy"}, {"l_diversity": "recursive", "c": 3}])
+def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, schema, model):
+    skewed(db, "src", 3000)
+    with budget(db, "16kB"):
+        rel = release(db, schema, "src", "ooc", k=5, l=2, **model)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    top = metrics["out_of_core"]["levels"][0]
+    assert metrics["out_of_core"]["regions"] > 4 and top["cuts"] == metrics["out_of_core"]["regions"] - 1
+    assert verified is True and row_count == 3000
+    check_release(db, rel, "src", 5, 2)
+    for counts in worst_class_values(db, rel):
+        total = sum(counts)
+        if model["l_diversity"] == "entropy":
+            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+        else:
+            assert counts[0] < 3 * sum(counts[1:])
+
+
 def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
     """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
     the guarantees still hold from the released rows (each cut was kept on exact counts), and
@@ -257,12 +294,11 @@ def test_budget_that_is_not_a_size_is_refused(db, schema):
     assert error.value.diag.message_hint
 
 
-rows_strategy = st.lists(
-    st.tuples(st.one_of(st.none(), st.integers(0, 12)),
-              st.sampled_from(["a", "b", "b", "b", "c", None]),
-              st.one_of(st.none(), st.floats(-5, 5, allow_nan=False, width=32)),
-              st.sampled_from(["x", "y", "z", None])),
-    min_size=2, max_size=120)
+row_strategy = st.tuples(st.one_of(st.none(), st.integers(0, 12)),
+                         st.sampled_from(["a", "b", "b", "b", "c", None]),
+                         st.one_of(st.none(), st.floats(-5, 5, allow_nan=False, width=32)),
+                         st.sampled_from(["x", "y", "z", None]))
+rows_strategy = st.lists(row_strategy, min_size=2, max_size=120)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -284,6 +320,36 @@ def test_random_tables_released_out_of_core_are_k_anonymous_truthful_and_complet
     metrics, verified, _, _ = catalog(db, rel)
     assert "out_of_core" in metrics and verified is True
     check_release(db, rel, "r", k, l)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(row_strategy, min_size=40, max_size=160), k=st.integers(2, 6),
+       model=st.sampled_from(["entropy", "recursive"]),
+       priorities=st.sampled_from([None, '{"a": 1}', '{"b": 1, "d": 0.5}']))
+def test_random_tables_released_out_of_core_with_priorities_or_entropy_l_keep_them(
+        db, schema, rows, k, model, priorities):
+    """Prioritized releases and entropy / recursive l-diversity take the out-of-core path too:
+    from the released rows, every class keeps k and its model, and every row is in its ranges."""
+    k = min(k, len(rows))
+    db.execute("DROP TABLE IF EXISTS r CASCADE")
+    db.execute("DELETE FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),))
+    load(db, "r", rows)
+    kwargs = {"k": k, "l": 2, "l_diversity": model, **({"c": 2} if model == "recursive" else {}),
+              **({"priorities": priorities} if priorities else {})}
+    try:
+        with budget(db, "1"):
+            rel = release(db, schema, "r", "r_ooc", **kwargs)
+    except (psycopg.errors.DataException, psycopg.errors.InvalidParameterValue):
+        return                                  # the whole table fails the model: refused
+    metrics, verified, _, _ = catalog(db, rel)
+    assert "out_of_core" in metrics and verified is True
+    check_release(db, rel, "r", k, 2)
+    for counts in worst_class_values(db, rel):
+        total = sum(counts)
+        if model == "entropy":
+            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+        else:
+            assert counts[0] < 2 * sum(counts[1:])
 
 
 # ------------------------------------------------------- a source sharded over two other servers

@@ -11,6 +11,7 @@ from plpy_anon.core import regions
 from plpy_anon.core.encoding import encode_factorized, encode_numeric
 from plpy_anon.core.generalize import SpreadMeasure
 from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.privacy_models import Models
 
 
 @given(rows=st.integers(1, 10**7), data=st.data())
@@ -169,6 +170,29 @@ def test_counted_cut_whose_side_lacks_k_rows_or_l_values_is_undone():
     kept, undone = regions.counted_regions(root, {0: 10, 1: 10, 2: 10}, {0: (2,), 1: (2,), 2: (2,)},
                                            5, 2, 1)
     assert [(len(r.bounds), r.rows) for r in kept] == [(2, 10), (2, 10), (1, 10)] and undone == 1
+
+
+def test_counted_cut_whose_side_fails_entropy_l_is_undone_and_sides_sum_their_leaves():
+    root = _tree(2)
+    for number, leaf in enumerate(regions.sample_leaves(root)):
+        leaf.leaf = number
+    model = Models(l=2, l_diversity="entropy")
+
+    def entropy_l(counts):
+        return all(bool(model.satisfied(c)[0]) for c in counts)
+
+    rows = {0: 10, 1: 10, 2: 10, 3: 10}
+    distinct = {leaf: (2,) for leaf in rows}
+    # leaves 0 and 1 are 1 to 9 and 9 to 1 (entropy below ln 2): their parent's cut is undone;
+    # summed (10 and 10) they hold it, as do leaves 2 and 3
+    counts = {0: [np.array([1, 9])], 1: [np.array([9, 1])], 2: [np.array([5, 5])],
+              3: [np.array([5, 5])]}
+    kept, undone = regions.counted_regions(root, rows, distinct, 5, 2, 1, counts, entropy_l)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(1, 20), (2, 10), (2, 10)] and undone == 1
+    # a side that fails even summed: the root's cut undone too (one region, the whole table)
+    counts[0] = [np.array([10, 0])]
+    kept, undone = regions.counted_regions(root, rows, distinct, 5, 2, 1, counts, entropy_l)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(0, 40)] and undone == 2
 
 
 def test_sampled_tree_without_a_qi_cut_at_the_top_is_one_leaf():
