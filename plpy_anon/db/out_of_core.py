@@ -29,9 +29,11 @@ The run's statistics are stashed before the first leaf (its row count is the reg
 metrics dictionary filled as the leaves are fitted: core.regions.ReleaseFigures). The release
 is verified from its rows as every other one (verify.py).
 
-Not taken (the in-memory path runs, whatever the size): the stable refresh mode, t-closeness,
-entropy and recursive l-diversity, the utility split and prioritized Mondrian, whose cuts the
-aggregates here do not count.
+Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
+recursive l are checked on each leaf's exact value counts (value_counts), with a sampled top
+only. Not taken (the in-memory path runs, whatever the size): the stable refresh mode,
+t-closeness, the utility split, and prioritized Mondrian with information gain or workload cut
+points, whose cuts the counts here do not decide.
 """
 from __future__ import annotations
 
@@ -102,11 +104,10 @@ def takes_path(spec: ReleaseSpec) -> bool:
     promise = spec.promise
     settings = spec.settings
     if isinstance(settings, PrioritizedSettings) and (
-            settings.target is not None or settings.cut_points
+            settings.target is not None or settings.cut_points or settings.split != "median"
             or float((settings.metric_weights or {}).get("infogain", 0) or 0) > 0):
         return False
-    return (not republication.is_stable(spec.stored) and promise.t is None
-            and getattr(settings, "split", "median") == "median")
+    return not republication.is_stable(spec.stored) and promise.t is None
 
 
 def models_of(spec: ReleaseSpec):
@@ -140,10 +141,12 @@ class Source:
     """The relation a release reads and its columns as the level queries use them."""
 
     def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str],
-                 sampled: bool = False, rank=core.ranking, models=None):
+                 sampled: bool = False, rank=core.ranking, models=None, split: str = "median"):
         self.plpy = plpy
         self.rank = rank                   # the order the release's fit tries QIs in
         self.models = models               # entropy or recursive l of a side's value counts
+        self.split = split                 # the release's split rule (median, utility)
+        self.sample_only = models is not None or split != "median"   # not level by level
         self.members = members
         self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
@@ -593,7 +596,8 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         estimate = round(rows * scale)
         return core.fits(estimate, bytes_per_row, budget) or estimate < max(2 * k, smallest)
 
-    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank, src.models)
+    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank, src.models,
+                            src.split)
     del columns, sensitive
     t2 = time.monotonic()
     rows, distinct, whole = counted_leaves(src, root, bool(l))
@@ -630,9 +634,9 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
         src.whole = whole
         levels.append(figures)
-    if src.models is not None:
-        # the level queries count distinct values, not entropy or recursive l: the regions the
-        # sample left are fitted as they are
+    if src.sample_only:
+        # the level queries count distinct values and cut at medians, not entropy or recursive
+        # l nor the utility split: the regions the sample left are fitted as they are
         return active, levels
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
@@ -794,9 +798,10 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     l = spec.promise.l
     members = source_members(plpy, tbl)
     src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl),
-                 ranking_of(spec, [c.name for c in qis]), models_of(spec))
-    if src.models is not None and not (len(members) == 1 and src.sampled):
-        return None       # entropy or recursive l is counted at the top from a sample only
+                 ranking_of(spec, [c.name for c in qis]), models_of(spec),
+                 getattr(spec.settings, "split", "median"))
+    if src.sample_only and not (len(members) == 1 and src.sampled):
+        return None       # entropy, recursive l and the utility split: a sampled top only
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401

@@ -218,6 +218,22 @@ def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, sc
             assert counts[0] < 3 * sum(counts[1:])
 
 
+def test_utility_split_out_of_core_keeps_k_and_l_and_its_utility_close_to_in_memory(db, schema):
+    """The utility split's top cuts are chosen on the sample by its own rule (least spread of
+    both sides summed over the QIs) and kept on exact counts; each region is fitted by it."""
+    synthetic(db, "src", 3000)
+    in_memory = release(db, schema, "src", "mem", k=5, l=2, split="utility")
+    with budget(db, "16kB"):
+        rel = release(db, schema, "src", "ooc", k=5, l=2, split="utility")
+        median = release(db, schema, "src", "median", k=5, l=2)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 3000
+    check_release(db, rel, "src", 5, 2)
+    ncp = {r: catalog(db, r)[0]["ncp_percent"] for r in (in_memory, rel, median)}
+    assert abs(ncp[rel] - ncp[in_memory]) <= 0.25 * ncp[in_memory]
+    assert ncp[rel] != ncp[median]          # not the median rule's release
+
+
 def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
     """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
     the guarantees still hold from the released rows (each cut was kept on exact counts), and

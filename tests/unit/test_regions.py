@@ -234,3 +234,49 @@ def test_sampled_tree_with_priorities_cuts_the_prioritized_column_first():
         return sum(leaf.bounds[-1].qi == 1 for leaf in regions.sample_leaves(root) if leaf.bounds)
 
     assert cuts(prioritized) > cuts(plain)
+
+
+def _penalty(columns, whole, rows, left):
+    """The size-weighted spread of both sides summed over the QIs, by brute force."""
+    total = 0.0
+    for b, col in enumerate(columns):
+        if col is None:
+            continue
+        for side in (rows[left], rows[~left]):
+            total += side.size * regions.spread(col.stats(col.ranks[side]), whole[b],
+                                                col.values is not None)
+    return total / rows.size
+
+
+@given(data=st.data(), k=st.integers(1, 6), l=st.sampled_from([None, 2]))
+def test_utility_cut_of_a_sample_keeps_k_and_l_and_without_l_is_the_least_loss(data, k, l):
+    n = data.draw(st.integers(2, 80))
+    cells = st.one_of(st.none(), st.integers(0, 12))
+    table = [data.draw(st.lists(cells, min_size=n, max_size=n)) for _ in range(2)]
+    sensitive = [np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)),
+                          dtype=np.int32)]
+    columns = [_sample_column(table[0], True), _sample_column(table[1], False)]
+    whole = [c.stats(c.ranks) for c in columns]
+    rows = np.arange(n)
+    spreads = [regions.spread(c.stats(c.ranks), w, c.values is not None) for c, w in zip(columns, whole)]
+    chosen = regions.utility_choice(columns, whole, sensitive, rows, spreads, k, l)
+    options = []
+    for a, col in enumerate(columns):
+        if spreads[a] <= 0:
+            continue
+        for last in np.unique(col.ranks)[:-1]:
+            left = col.ranks <= last
+            sides = (int(left.sum()), n - int(left.sum()))
+            if min(sides) >= k and (not l or min(regions.distinct_ranks(sensitive[0][m], True)
+                                                 for m in (left, ~left)) >= l):
+                options.append(_penalty(columns, whole, rows, left))
+    if chosen is None:
+        assert not options or l
+        return
+    a, last, left = chosen
+    assert left.sum() >= k and (~left).sum() >= k
+    assert np.array_equal(left, columns[a].ranks <= last)
+    if l:
+        assert min(regions.distinct_ranks(sensitive[0][m], True) for m in (left, ~left)) >= l
+    else:
+        assert math.isclose(_penalty(columns, whole, rows, left), min(options), abs_tol=1e-9)
