@@ -54,6 +54,7 @@ class Bound:
 class Region:
     bounds: tuple[Bound, ...]
     rows: int
+    counts: list | None = None     # its rows per sensitive value (counted_regions with models)
 
 
 @dataclass
@@ -443,6 +444,7 @@ def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max
     :func:`counted_regions`). Returns the root :class:`SampleNode`."""
     n = next((c.ranks.size for c in columns if c is not None), 0)
     whole = [None if c is None else c.stats(c.ranks) for c in columns]
+    widths = [int(s.max()) + 1 if s.size else 1 for s in sensitive]
     root = SampleNode((), n)
     todo = [(root, np.arange(n))]
     while todo:
@@ -477,7 +479,8 @@ def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max
                     candidate.left_distinct = tuple(distinct_ranks(s[rows[left]], True) for s in sensitive)
                     candidate.right_distinct = tuple(distinct_ranks(s[rows[~left]], True) for s in sensitive)
                 if candidate.allowable(rows.size, k, l) and (models is None or all(
-                        models([np.bincount(s[side])[1:] for s in sensitive])
+                        models([np.bincount(s[side], minlength=width)[1:]
+                                for s, width in zip(sensitive, widths)])
                         for side in (rows[left], rows[~left]))):
                     options.append((abs(2 * candidate.left_rows - rows.size), not strict, left))
             if not options:
@@ -521,8 +524,8 @@ def counted_regions(root: SampleNode, rows: dict, distinct: dict, k: int, l: int
         if node.children is None:
             n = int(rows.get(node.leaf, 0))
             held = counts.get(node.leaf) if counts is not None else None
-            return ([Region(node.bounds, n)], n, tuple(distinct.get(node.leaf, (0,) * sensitive)),
-                    held)
+            return ([Region(node.bounds, n, held)], n,
+                    tuple(distinct.get(node.leaf, (0,) * sensitive)), held)
         (left, n_left, d_left, c_left), (right, n_right, d_right, c_right) = (
             walk(c) for c in node.children)
         n = n_left + n_right
@@ -536,7 +539,7 @@ def counted_regions(root: SampleNode, rows: dict, distinct: dict, k: int, l: int
                                    and models(c_left) and models(c_right))):
             return left + right, n, best, both
         undone += 1
-        return [Region(node.bounds, n)], n, best, both
+        return [Region(node.bounds, n, both)], n, best, both
 
     regions = walk(root)[0]
     return regions, undone

@@ -39,6 +39,7 @@ not decide.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 import numpy as np
@@ -102,24 +103,46 @@ def takes_path(spec: ReleaseSpec) -> bool:
     prioritized release's when its ranking is its priorities and spreads alone (no information
     gain, which needs a target's counts per cut, and no workload cut points, which the top
     cuts do not snap to)."""
-    promise = spec.promise
     settings = spec.settings
     if isinstance(settings, PrioritizedSettings) and (
             settings.target is not None or settings.cut_points or settings.split != "median"
             or float((settings.metric_weights or {}).get("infogain", 0) or 0) > 0):
         return False
-    return not republication.is_stable(spec.stored) and promise.t is None
+    return not republication.is_stable(spec.stored)
+
+
+#: the top's t-closeness is checked this much below t: a region's fit then keeps each class
+#: within ``t - EMD(region, table)`` of its region (region_spec), so within t of the table
+T_MARGIN = 2e-9
 
 
 def models_of(spec: ReleaseSpec):
-    """None for distinct l (counted by distinct values everywhere), else whether a side's
-    sensitive values' counts (an array per column) hold the release's entropy or recursive
-    (c, l)-diversity (core.privacy_models, as its fit and its verification check them)."""
+    """None for distinct l alone (counted by distinct values everywhere), else ``check(tables)``:
+    given the table's rows per sensitive value (an array per column), whether a side's counts
+    (the same form) hold the release's entropy or recursive (c, l)-diversity and t-closeness
+    (core.privacy_models, as its fit and its verification check them; t a margin below)."""
     promise = spec.promise
-    if not promise.l or (promise.l_diversity or "distinct") == "distinct":
+    distinct = not promise.l or (promise.l_diversity or "distinct") == "distinct"
+    if distinct and promise.t is None:
         return None
-    model = Models(l=promise.l, l_diversity=promise.l_diversity, c=promise.c)
-    return lambda counts: all(bool(model.satisfied(c)[0]) for c in counts)
+
+    def check(tables: list):
+        models = [Models(l=None if distinct else promise.l, l_diversity=promise.l_diversity,
+                         c=promise.c, t=None if promise.t is None else promise.t - T_MARGIN,
+                         table=table / max(table.sum(), 1)) for table in tables]
+        return lambda counts: all(bool(m.satisfied(c)[0]) for m, c in zip(models, counts))
+    return check
+
+
+def region_spec(spec: ReleaseSpec, region, tables: list | None) -> ReleaseSpec:
+    """The specification a region is fitted with: with t, each class within ``t - EMD(region,
+    table)`` of its region (equal ground distance, a metric: so within t of the table)."""
+    if spec.promise.t is None or tables is None or region.counts is None:
+        return spec
+    distance = max(float(Models(t=1.0, table=table / max(table.sum(), 1)).emd(counts)[0])
+                   for table, counts in zip(tables, region.counts))
+    t = max(spec.promise.t - distance - T_MARGIN, 1e-12)
+    return dataclasses.replace(spec, promise=dataclasses.replace(spec.promise, t=t))
 
 
 def ranking_of(spec: ReleaseSpec, names: list[str]):
@@ -148,6 +171,7 @@ class Source:
         self.models = models               # entropy or recursive l of a side's value counts
         self.split = split                 # the release's split rule (median, utility)
         self.sample_only = models is not None or split != "median"   # not level by level
+        self.tables: list | None = None    # the table's rows per sensitive value (with models)
         self.members = members
         self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
@@ -588,7 +612,8 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     whole top of the tree. A region that does not fit the budget is cut further level by level."""
     t0 = time.monotonic()
     percent = min(100.0, 100.0 * sample_size(budget) / max(n, 1))
-    columns, sensitive, sampled = sample(src, percent, bool(l))
+    with_sensitive = bool(l) or src.models is not None
+    columns, sensitive, sampled = sample(src, percent, with_sensitive)
     t1 = time.monotonic()
     scale = n / max(sampled, 1)
     smallest = n // MAX_REGIONS
@@ -597,14 +622,18 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         estimate = round(rows * scale)
         return core.fits(estimate, bytes_per_row, budget) or estimate < max(2 * k, smallest)
 
-    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank, src.models,
-                            src.split)
+    guide = None if src.models is None else src.models([np.bincount(z)[1:] for z in sensitive])
+    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank, guide, src.split)
     del columns, sensitive
     t2 = time.monotonic()
     rows, distinct, whole = counted_leaves(src, root, bool(l))
-    counts = value_counts(src, root) if src.models is not None else None
+    counts, exact = None, None
+    if src.models is not None:
+        counts = value_counts(src, root)
+        src.tables = [sum(held[j] for held in counts.values()) for j in range(len(src.sensitive))]
+        exact = src.models(src.tables)
     regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0,
-                                           counts, src.models)
+                                           counts, exact)
     # the sample, the leaves' counts, and one more per other sensitive column and categorical QI
     # (and per sensitive column, its values' counts per leaf for entropy or recursive l)
     passes = 2 + (len(src.sensitive) - 1 if l else 0) + sum(
@@ -757,6 +786,9 @@ def planned(release_method, plpy, release: dict, estimated: bool = False):
     if not takes_path(spec):
         return None
     tbl, qis, sens = release_columns(plpy, release, spec.promise)
+    if spec.promise.t is not None and any(c.kind == "numeric" for c in sens):
+        # ordered-distance EMD over a region's values is not its distance over the table's
+        return None
     budget = budget_bytes(plpy)
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
     n = -1
@@ -798,7 +830,8 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     spec, tbl, qis, sens, budget, bytes_per_row, n = plan
     l = spec.promise.l
     members = source_members(plpy, tbl)
-    src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl),
+    src = Source(plpy, tbl, qis, sens if l or spec.promise.t is not None else [], members,
+                 not has_foreign_members(plpy, tbl),
                  ranking_of(spec, [c.name for c in qis]), models_of(spec),
                  getattr(spec.settings, "split", "median"))
     if src.sample_only and not (len(members) == 1 and src.sampled):
@@ -864,7 +897,7 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
                                 src.whole)
                 t1 = time.monotonic()
                 ctx.read_s += t1 - t0
-                model = fit(rows, ctx.spec)
+                model = fit(rows, region_spec(ctx.spec, region, src.tables))
                 ctx.fit_s += time.monotonic() - t1
                 slices, stats = publish(ctx, rows, model)
                 figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)

@@ -234,6 +234,36 @@ def test_utility_split_out_of_core_keeps_k_and_l_and_its_utility_close_to_in_mem
     assert ncp[rel] != ncp[median]          # not the median rule's release
 
 
+def test_t_closeness_out_of_core_holds_in_every_released_class(db, schema):
+    """With t (a categorical sensitive column), each top cut is kept only where both sides are
+    within t of the table by exact counts, and each region is fitted within t - EMD(region,
+    table) of itself: every released class is within t of the table, computed here from the
+    released rows (equal ground distance: half the summed differences of the distributions)."""
+    skewed(db, "src", 3000)
+    with budget(db, "16kB"):
+        rel = db.execute("SELECT anon.mondrian_view('src', quasi_identifiers => %s, k => 5, "
+                         "t => 0.2, sensitive => ARRAY['s'], release_schema => %s, "
+                         "release_name => 'ooc')", (QIS, release_schema_of(schema))).fetchone()[0]
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 3000
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
+    assert min(class_sizes(db, rel, QIS)) >= 5
+    worst = db.execute(f"""
+        WITH t AS (SELECT s, count(*)::float8 / sum(count(*)) OVER () AS q FROM {rel}
+                   WHERE s IS NOT NULL GROUP BY s),
+             c AS (SELECT {', '.join(QIS)}, s, count(*)::float8 / sum(count(*)) OVER
+                          (PARTITION BY {', '.join(QIS)}) AS p
+                   FROM {rel} WHERE s IS NOT NULL GROUP BY {', '.join(QIS)}, s),
+             classes AS (SELECT DISTINCT {', '.join(QIS)} FROM c)
+        SELECT max(emd) FROM (
+            SELECT 0.5 * sum(abs(coalesce(c.p, 0) - t.q)) AS emd
+            FROM classes k CROSS JOIN t
+            LEFT JOIN c ON c.s = t.s AND c.a IS NOT DISTINCT FROM k.a
+                       AND c.b IS NOT DISTINCT FROM k.b AND c.d IS NOT DISTINCT FROM k.d
+            GROUP BY k.a, k.b, k.d) AS e""").fetchone()[0]
+    assert worst <= 0.2 + 1e-9
+
+
 def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
     """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
     the guarantees still hold from the released rows (each cut was kept on exact counts), and
