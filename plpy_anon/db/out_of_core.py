@@ -30,11 +30,12 @@ metrics dictionary filled as the leaves are fitted: core.regions.ReleaseFigures)
 is verified from its rows as every other one (verify.py).
 
 Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
-recursive l are checked on each leaf's exact value counts (value_counts), and the utility split
-cuts the sampled tree by its own rule, both with a sampled top only. Not taken (the in-memory
-path runs, whatever the size): the stable refresh mode, t-closeness, and prioritized Mondrian
-with the utility split, information gain or workload cut points, whose cuts the counts here do
-not decide.
+recursive l and t-closeness are checked on each leaf's exact value counts (value_counts; with t
+each region fitted within t - EMD(region, table): region_spec), and the utility split cuts the
+sampled tree by its own rule, these with a sampled top only. Not taken (the in-memory path runs,
+whatever the size): the stable refresh mode, t-closeness of a numeric sensitive column, and
+prioritized Mondrian with the utility split, information gain or workload cut points, whose
+cuts the counts here do not decide.
 """
 from __future__ import annotations
 
