@@ -32,7 +32,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import compact, method, out_of_core, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
-from plpy_anon.db.methods import mondrian, mondrian_family
+from plpy_anon.db.methods import mondrian_family
 from plpy_anon.db.sqltext import jsonb, jsonb_text, run
 from plpy_anon.db.workload_statements import qi_workload
 from plpy_anon.parameters import SURFACES
@@ -228,11 +228,16 @@ def partition(plpy, GD, release_id: int):
     # a release larger than plpy_anon.build_memory: the top cuts by its own ranking on a sample,
     # kept on exact counts, each region fitted by this fit (out_of_core.py)
     slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id,
-                                         read=mondrian.read_region, fit=fit,
-                                         publish=mondrian.publish_region)
+                                         read=mondrian_family.read_region, fit=fit,
+                                         publish=publish_region)
     if slices is not None:
         return slices
     return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+def publish_region(ctx: method.Run, rows: mondrian_family.ReleaseRows, model):
+    return mondrian_family.partition_output(ctx, rows, model.labels_, model.n_classes_,
+                                            slice_rows=out_of_core.SLICE_ROWS)
 
 
 def read(ctx: method.Run) -> mondrian_family.ReleaseRows:
