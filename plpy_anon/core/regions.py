@@ -54,6 +54,7 @@ class Bound:
 class Region:
     bounds: tuple[Bound, ...]
     rows: int
+    counts: list | None = None     # its rows per sensitive value (counted_regions with models)
 
 
 @dataclass
@@ -84,6 +85,19 @@ def spread(stats: QIStats, whole: QIStats, numeric: bool) -> float:
 def ranking(spreads: list[float]) -> list[int]:
     """QIs of spread > 0, largest first, ties by position."""
     return sorted((a for a, s in enumerate(spreads) if s > 0), key=lambda a: (-spreads[a], a))
+
+
+def weighted_ranking(priority: list[float], spread_weight: float, priority_weight: float,
+                     weight_sum: float):
+    """The ranking of prioritized Mondrian (Xiong & Rangachari, "Towards application-oriented
+    data anonymization", 2008) as its in-memory fit makes it: QIs of spread > 0 by
+    ``(spread_weight * spread + priority_weight * priority) / weight_sum``, largest first, ties by
+    position (``priority``: each QI's weight over the largest)."""
+    def rank(spreads: list[float]) -> list[int]:
+        score = [(spread_weight * s + priority_weight * p) / weight_sum
+                 for s, p in zip(spreads, priority)]
+        return sorted((a for a, s in enumerate(spreads) if s > 0), key=lambda a: (-score[a], a))
+    return rank
 
 
 def median_fraction(rows: int, non_null: int) -> float | None:
@@ -314,17 +328,123 @@ class SampleNode:
     leaf: int | None = None
 
 
-def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max_depth: int):
+#: with l, the best utility cuts per QI checked for l in turn (as the in-memory fit's)
+UTILITY_ROUNDS = 8
+
+
+def _prefix_spreads(col: SampleColumn, whole: QIStats, ranks: np.ndarray) -> tuple:
+    """(left, right): the normalized spread of rows ``[:p]`` and ``[p:]`` of ``ranks`` (one QI's
+    ranks in some order) at every ``p`` in 1..n-1, as :func:`spread` measures a region."""
+    n = ranks.size
+    if col.values is None:
+        if not whole.distinct or whole.distinct <= 1:
+            return np.zeros(n - 1), np.zeros(n - 1)
+        first = np.zeros(n, dtype=np.int64)
+        first[np.unique(ranks, return_index=True)[1]] = 1
+        last = np.zeros(n, dtype=np.int64)
+        last[n - 1 - np.unique(ranks[::-1], return_index=True)[1]] = 1
+        left = np.cumsum(first)[:-1]
+        right = np.cumsum(last[::-1])[::-1][1:]
+        scale = whole.distinct - 1
+        return np.maximum(left - 1, 0) / scale, np.maximum(right - 1, 0) / scale
+    width = (whole.high - whole.low) if whole.low is not None else 0.0
+    if not math.isfinite(width) or width <= 0:
+        return np.zeros(n - 1), np.zeros(n - 1)
+    shift = 2 if col.has_null else 1
+    x = np.full(n, np.nan)
+    present = ranks >= shift
+    x[present] = col.values[ranks[present] - shift]
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.fmin.accumulate(x), np.fmax.accumulate(x)
+        lo_r, hi_r = np.fmin.accumulate(x[::-1])[::-1], np.fmax.accumulate(x[::-1])[::-1]
+    left = np.nan_to_num(np.minimum((hi - lo) / width, 1.0))[:-1]
+    right = np.nan_to_num(np.minimum((hi_r - lo_r) / width, 1.0))[1:]
+    return left, right
+
+
+def utility_choice(columns: list, whole: list, sensitive: list, rows: np.ndarray, spreads: list,
+                   k: int, l: int | None):
+    """The utility split's cut of a sample region (Xu et al., "Utility-based anonymization
+    using local recoding", KDD 2006, as the in-memory fit's ``split="utility"`` makes it): on
+    every QI of spread > 0, every boundary between values leaving k rows on both sides, scored
+    by the size-weighted spread of both sides summed over the QIs; the lowest score, ties to the
+    more balanced cut, then the lower position, then the earlier QI. With l, the 8 best per QI
+    are checked for l in turn, then the median rule's cut. ``(qi, rank of the last value left,
+    left mask over rows)`` or None."""
+    n = rows.size
+    best = None
+    for a in (a for a, s in enumerate(spreads) if s > 0):
+        ra = columns[a].ranks[rows]
+        order = np.argsort(ra, kind="stable")
+        ordered = ra[order]
+        penalty = np.zeros(n - 1)
+        for b, col in enumerate(columns):
+            if col is None:
+                continue
+            left, right = _prefix_spreads(col, whole[b], col.ranks[rows][order])
+            p = np.arange(1, n)
+            penalty += p * left + (n - p) * right
+        penalty /= n
+        p = np.arange(1, n)
+        candidate = (p >= k) & (n - p >= k) & (ordered[:-1] != ordered[1:])
+        cuts = np.flatnonzero(candidate) + 1
+        gaps = np.abs(2 * cuts - n)
+        ranked = cuts[np.lexsort((cuts, gaps, penalty[cuts - 1]))]
+        chosen = None
+        for cut in (ranked[:UTILITY_ROUNDS] if l else ranked[:1]):
+            left = ra <= ordered[cut - 1]
+            if not l or Candidate(int(cut), *_distinct_sides(sensitive, rows, left)).allowable(n, k, l):
+                chosen = int(cut)
+                break
+        if chosen is None and l:
+            chosen = _median_left(columns[a], ra, sensitive, rows, k, l)
+        if chosen is None:
+            continue
+        key = (penalty[chosen - 1], abs(2 * chosen - n), a)
+        if best is None or key < best[0]:
+            best = (key, a, int(ordered[chosen - 1]))
+    if best is None:
+        return None
+    _, a, last = best
+    return a, last, columns[a].ranks[rows] <= last
+
+
+def _distinct_sides(sensitive: list, rows: np.ndarray, left: np.ndarray) -> tuple:
+    return (tuple(distinct_ranks(s[rows[left]], True) for s in sensitive),
+            tuple(distinct_ranks(s[rows[~left]], True) for s in sensitive))
+
+
+def _median_left(col: SampleColumn, ranks: np.ndarray, sensitive: list, rows: np.ndarray, k: int,
+                 l: int | None) -> int | None:
+    """Rows left of the median rule's cut of one QI (None: neither candidate is allowable)."""
+    v = int(np.partition(ranks, rows.size // 2)[rows.size // 2])
+    null_cut = col.has_null and v == 1
+    options = []
+    for strict in ((False,) if null_cut else (True, False)):
+        left = (ranks == 1) if null_cut else (ranks < v if strict else ranks <= v)
+        candidate = Candidate(int(np.count_nonzero(left)), *_distinct_sides(sensitive, rows, left))
+        if candidate.allowable(rows.size, k, l):
+            options.append((abs(2 * candidate.left_rows - rows.size), not strict, candidate.left_rows))
+    return min(options)[2] if options else None
+
+
+def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max_depth: int,
+                rank=ranking, models=None, split: str = "median"):
     """The top cuts chosen on a sample of the source by the in-memory fit's rules (spreads, the
     value at position ``rows // 2`` with NULL lowest, the more balanced allowable candidate,
     ties to ``<``), the whole tree at once. ``columns``: a :class:`SampleColumn` per QI, None for
     a QI not cut at the top; ``sensitive``: per sensitive column its sample's ranks (0: NULL),
-    with l; ``stop(sampled rows)``: whether a region is a leaf. A candidate is allowable when
+    with l; ``stop(sampled rows)``: whether a region is a leaf; ``rank(spreads)``: the QIs in
+    the order they are tried (:func:`ranking`, or the release's own: :func:`weighted_ranking`);
+    ``models(counts)``: whether a side whose sensitive values' counts (one array per column) are
+    ``counts`` holds the release's other models (entropy or recursive l: on the sample, a guide
+    only; the exact counts decide, :func:`counted_regions`). A candidate is allowable when
     both sides hold k sample rows (and l distinct sensitive values): the sample is a part of
     the source, so its sides hold at least as many (the cut is still checked on exact counts:
     :func:`counted_regions`). Returns the root :class:`SampleNode`."""
     n = next((c.ranks.size for c in columns if c is not None), 0)
     whole = [None if c is None else c.stats(c.ranks) for c in columns]
+    widths = [int(s.max()) + 1 if s.size else 1 for s in sensitive]
     root = SampleNode((), n)
     todo = [(root, np.arange(n))]
     while todo:
@@ -334,7 +454,19 @@ def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max
         stats = [None if c is None else c.stats(c.ranks[rows]) for c in columns]
         spreads = [0.0 if s is None else spread(s, whole[a], columns[a].values is not None)
                    for a, s in enumerate(stats)]
-        for a in ranking(spreads):
+        if split == "utility":
+            chosen = utility_choice(columns, whole, sensitive, rows, spreads, k, l)
+            if chosen is not None:
+                a, last, left = chosen
+                value = columns[a].label(last)
+                sides = (rows[left], rows[~left])
+                node.children = tuple(SampleNode(node.bounds + (Bound(a, value, False, is_left),),
+                                                 side.size)
+                                      for is_left, side in zip((True, False), sides))
+                todo.append((node.children[1], sides[1]))
+                todo.append((node.children[0], sides[0]))
+            continue
+        for a in rank(spreads):
             col = columns[a]
             ranks = col.ranks[rows]
             v = int(np.partition(ranks, rows.size // 2)[rows.size // 2])
@@ -346,7 +478,10 @@ def sample_tree(columns: list, sensitive: list, k: int, l: int | None, stop, max
                 if l:
                     candidate.left_distinct = tuple(distinct_ranks(s[rows[left]], True) for s in sensitive)
                     candidate.right_distinct = tuple(distinct_ranks(s[rows[~left]], True) for s in sensitive)
-                if candidate.allowable(rows.size, k, l):
+                if candidate.allowable(rows.size, k, l) and (models is None or all(
+                        models([np.bincount(s[side], minlength=width)[1:]
+                                for s, width in zip(sensitive, widths)])
+                        for side in (rows[left], rows[~left]))):
                     options.append((abs(2 * candidate.left_rows - rows.size), not strict, left))
             if not options:
                 continue
@@ -372,27 +507,39 @@ def sample_leaves(node: SampleNode) -> list[SampleNode]:
 
 
 def counted_regions(root: SampleNode, rows: dict, distinct: dict, k: int, l: int | None,
-                    sensitive: int = 0):
+                    sensitive: int = 0, counts: dict | None = None, models=None):
     """(regions, cuts undone) of a sampled tree once its leaves are counted exactly over the
     source (``rows``: {leaf: rows}; ``distinct``: {leaf: distinct values of each of the
     ``sensitive`` columns}, none where absent):
     a cut stays when each side holds k rows (and, with l, a leaf of l distinct values of every
     sensitive column: a side holds at least its leaves' values), else its region is one region
-    of its leaves' rows. So every cut kept is allowable by the exact counts."""
+    of its leaves' rows. So every cut kept is allowable by the exact counts. With ``models``
+    (entropy or recursive l), ``counts``: {leaf: its rows per sensitive value, an array per
+    column, the same values in the same order for every leaf}; a cut stays only when each
+    side's counts (its leaves' sums) satisfy ``models(counts)`` too."""
     undone = 0
 
     def walk(node):
         nonlocal undone
         if node.children is None:
             n = int(rows.get(node.leaf, 0))
-            return [Region(node.bounds, n)], n, tuple(distinct.get(node.leaf, (0,) * sensitive))
-        (left, n_left, d_left), (right, n_right, d_right) = (walk(c) for c in node.children)
+            held = counts.get(node.leaf) if counts is not None else None
+            return ([Region(node.bounds, n, held)], n,
+                    tuple(distinct.get(node.leaf, (0,) * sensitive)), held)
+        (left, n_left, d_left, c_left), (right, n_right, d_right, c_right) = (
+            walk(c) for c in node.children)
         n = n_left + n_right
         best = tuple(max(x, y) for x, y in zip(d_left, d_right))
-        if Candidate(n_left, d_left, d_right).allowable(n, k, l):
-            return left + right, n, best
+        both = None
+        if models is not None:
+            both = [x + y for x, y in zip(c_left, c_right)] if c_left is not None and \
+                c_right is not None else (c_left if c_right is None else c_right)
+        if Candidate(n_left, d_left, d_right).allowable(n, k, l) and (
+                models is None or (c_left is not None and c_right is not None
+                                   and models(c_left) and models(c_right))):
+            return left + right, n, best, both
         undone += 1
-        return [Region(node.bounds, n)], n, best
+        return [Region(node.bounds, n, both)], n, best, both
 
-    regions, _, _ = walk(root)
+    regions = walk(root)[0]
     return regions, undone

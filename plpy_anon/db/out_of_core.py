@@ -29,13 +29,18 @@ The run's statistics are stashed before the first leaf (its row count is the reg
 metrics dictionary filled as the leaves are fitted: core.regions.ReleaseFigures). The release
 is verified from its rows as every other one (verify.py).
 
-Not taken (the in-memory path runs, whatever the size): the stable refresh mode, t-closeness,
-entropy and recursive l-diversity, the utility split and prioritized Mondrian, whose cuts the
-aggregates here do not count.
+Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
+recursive l and t-closeness are checked on each leaf's exact value counts (value_counts; with t
+each region fitted within t - EMD(region, table): region_spec), and the utility split cuts the
+sampled tree by its own rule, these with a sampled top only. Not taken (the in-memory path runs,
+whatever the size): the stable refresh mode, t-closeness of a numeric sensitive column, and
+prioritized Mondrian with the utility split, information gain or workload cut points, whose
+cuts the counts here do not decide.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 
 import numpy as np
@@ -43,13 +48,15 @@ import numpy as np
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.privacy_models import Models
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
 from plpy_anon.db.reader import read_expression
 from plpy_anon.db.sqltext import jsonb, progress, run
-from plpy_anon.spec import Promise, ReleaseSpec
+from plpy_anon.spec import PrioritizedSettings, Promise, ReleaseSpec
 
 SETTING = "plpy_anon.build_memory"
 DEFAULT_BUDGET = "1GB"
@@ -88,20 +95,84 @@ def budget_bytes(plpy) -> int:
     return int(value)
 
 
+#: the release methods whose partitioning run may go out of core
+METHODS = ("mondrian", "prioritized_mondrian")
+
+
 def takes_path(spec: ReleaseSpec) -> bool:
-    """Whether a release's cuts are all counted by the aggregates here (see the module doc)."""
+    """Whether a release's cuts are all counted by the aggregates here (see the module doc): a
+    prioritized release's when its ranking is its priorities and spreads alone (no information
+    gain, which needs a target's counts per cut, and no workload cut points, which the top
+    cuts do not snap to)."""
+    settings = spec.settings
+    if isinstance(settings, PrioritizedSettings) and (
+            settings.target is not None or settings.cut_points or settings.split != "median"
+            or float((settings.metric_weights or {}).get("infogain", 0) or 0) > 0):
+        return False
+    return not republication.is_stable(spec.stored)
+
+
+#: the top's t-closeness is checked this much below t: a region's fit then keeps each class
+#: within ``t - EMD(region, table)`` of its region (region_spec), so within t of the table
+T_MARGIN = 2e-9
+
+
+def models_of(spec: ReleaseSpec):
+    """None for distinct l alone (counted by distinct values everywhere), else ``check(tables)``:
+    given the table's rows per sensitive value (an array per column), whether a side's counts
+    (the same form) hold the release's entropy or recursive (c, l)-diversity and t-closeness
+    (core.privacy_models, as its fit and its verification check them; t a margin below)."""
     promise = spec.promise
-    return (not republication.is_stable(spec.stored) and promise.t is None
-            and getattr(spec.settings, "split", "median") == "median"
-            and (not promise.l or (promise.l_diversity or "distinct") == "distinct"))
+    distinct = not promise.l or (promise.l_diversity or "distinct") == "distinct"
+    if distinct and promise.t is None:
+        return None
+
+    def check(tables: list):
+        models = [Models(l=None if distinct else promise.l, l_diversity=promise.l_diversity,
+                         c=promise.c, t=None if promise.t is None else promise.t - T_MARGIN,
+                         table=table / max(table.sum(), 1)) for table in tables]
+        return lambda counts: all(bool(m.satisfied(c)[0]) for m, c in zip(models, counts))
+    return check
+
+
+def region_spec(spec: ReleaseSpec, region, tables: list | None) -> ReleaseSpec:
+    """The specification a region is fitted with: with t, each class within ``t - EMD(region,
+    table)`` of its region (equal ground distance, a metric: so within t of the table)."""
+    if spec.promise.t is None or tables is None or region.counts is None:
+        return spec
+    distance = max(float(Models(t=1.0, table=table / max(table.sum(), 1)).emd(counts)[0])
+                   for table, counts in zip(tables, region.counts))
+    t = max(spec.promise.t - distance - T_MARGIN, 1e-12)
+    return dataclasses.replace(spec, promise=dataclasses.replace(spec.promise, t=t))
+
+
+def ranking_of(spec: ReleaseSpec, names: list[str]):
+    """How a release's fit ranks QIs (core.regions.ranking, or for a prioritized release its
+    weighted ranking, as its in-memory fit resolves priorities and metric weights)."""
+    settings = spec.settings
+    if not isinstance(settings, PrioritizedSettings):
+        return core.ranking
+    model = PrioritizedMondrian(k=spec.promise.k, priorities=settings.priorities,
+                                metric_weights=settings.metric_weights).check_parameters(names)
+    weights = model.metric_weights_
+    if model.priorities_ is None or weights["priority"] == 0:
+        return core.ranking
+    priority = np.array([model.priorities_[n] for n in names], dtype=float)
+    return core.weighted_ranking(list(priority / priority.max()), weights["spread"],
+                                 weights["priority"], sum(weights.values()))
 
 
 class Source:
     """The relation a release reads and its columns as the level queries use them."""
 
     def __init__(self, plpy, tbl, qis: list, sensitive: list, members: list[str],
-                 sampled: bool = False):
+                 sampled: bool = False, rank=core.ranking, models=None, split: str = "median"):
         self.plpy = plpy
+        self.rank = rank                   # the order the release's fit tries QIs in
+        self.models = models               # entropy or recursive l of a side's value counts
+        self.split = split                 # the release's split rule (median, utility)
+        self.sample_only = models is not None or split != "median"   # not level by level
+        self.tables: list | None = None    # the table's rows per sensitive value (with models)
         self.members = members
         self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
@@ -507,6 +578,34 @@ def counted_leaves(src: Source, root, with_l: bool):
     return rows, {leaf: tuple(d) for leaf, d in distinct.items()}, whole
 
 
+def value_counts(src: Source, root) -> dict:
+    """{leaf: its rows per value of each sensitive column (NULL left out), an array per column
+    over the column's values in the same order for every leaf}: one pass per column grouped by
+    leaf and value (bounded by leaves x values), the values numbered across leaves by their
+    type's order and equality (dense_rank over the typed values)."""
+    columns = ", ".join(src.read_columns(True))
+    labelled = (f"(SELECT {leaf_case(src, root)} AS {REGION}, {columns} FROM {src.members[0]}) AS x")
+    out: dict = {}
+    sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive]
+    for j, s in enumerate(sens):
+        query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, count(*) AS n FROM {labelled} "
+                 f"WHERE {s} IS NOT NULL GROUP BY 1, 2) "
+                 f"SELECT leaf, array_agg(v) AS v, array_agg(n) AS n FROM "
+                 f"(SELECT leaf, n, dense_rank() OVER (ORDER BY s) AS v FROM g) AS r GROUP BY leaf")
+        found = [(int(r["leaf"]), r["v"], r["n"]) for r in src.each(lambda rel, q=query: q)[0]]
+        width = max((max(v) for _, v, _ in found if v), default=0)
+        for leaf in {leaf for leaf, _, _ in found} - set(out):
+            out[leaf] = [np.zeros(0, dtype=np.int64)] * len(sens)
+        for leaf, v, n in found:
+            held = np.zeros(width, dtype=np.int64)
+            held[np.asarray(v, dtype=np.int64) - 1] = np.asarray(n, dtype=np.int64)
+            out[leaf][j] = held
+        for leaf, held in out.items():          # a leaf whose values of this column are NULL
+            if held[j].size != width:
+                held[j] = np.zeros(width, dtype=np.int64)
+    return out
+
+
 def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int, n: int):
     """(regions, the table's QIStats, the rows below which a region is not cut, figures) of the
     top cuts chosen on a sample (core.regions.sample_tree) and kept where the exact counts of
@@ -514,7 +613,8 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     whole top of the tree. A region that does not fit the budget is cut further level by level."""
     t0 = time.monotonic()
     percent = min(100.0, 100.0 * sample_size(budget) / max(n, 1))
-    columns, sensitive, sampled = sample(src, percent, bool(l))
+    with_sensitive = bool(l) or src.models is not None
+    columns, sensitive, sampled = sample(src, percent, with_sensitive)
     t1 = time.monotonic()
     scale = n / max(sampled, 1)
     smallest = n // MAX_REGIONS
@@ -523,14 +623,23 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         estimate = round(rows * scale)
         return core.fits(estimate, bytes_per_row, budget) or estimate < max(2 * k, smallest)
 
-    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS)
+    guide = None if src.models is None else src.models([np.bincount(z)[1:] for z in sensitive])
+    root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank, guide, src.split)
     del columns, sensitive
     t2 = time.monotonic()
     rows, distinct, whole = counted_leaves(src, root, bool(l))
-    regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0)
+    counts, exact = None, None
+    if src.models is not None:
+        counts = value_counts(src, root)
+        src.tables = [sum(held[j] for held in counts.values()) for j in range(len(src.sensitive))]
+        exact = src.models(src.tables)
+    regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0,
+                                           counts, exact)
     # the sample, the leaves' counts, and one more per other sensitive column and categorical QI
+    # (and per sensitive column, its values' counts per leaf for entropy or recursive l)
     passes = 2 + (len(src.sensitive) - 1 if l else 0) + sum(
-        1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a])
+        1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a]) + (
+        len(src.sensitive) if src.models is not None else 0)
     figures = {"regions": 1, "cuts": len(regions) - 1, "passes": passes,
                "sample": {"rows": sampled, "percent": round(percent, 6), "seed": SAMPLE_SEED,
                           "leaves": len(core.sample_leaves(root)), "cuts_undone": undone,
@@ -556,6 +665,10 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
         src.whole = whole
         levels.append(figures)
+    if src.sample_only:
+        # the level queries count distinct values and cut at medians, not entropy or recursive
+        # l nor the utility split: the regions the sample left are fitted as they are
+        return active, levels
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
         settled = [r for r in active if r.bounds and (core.fits(r.rows, bytes_per_row, budget)
@@ -577,7 +690,7 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                 continue
             spreads = [0.0 if s is None else core.spread(s, whole[a], src.numeric[a])
                        for a, s in enumerate(qstats)]
-            ranked = core.ranking(spreads)
+            ranked = src.rank(spreads)
             if not ranked:
                 leaves.append(region)
                 continue
@@ -674,6 +787,9 @@ def planned(release_method, plpy, release: dict, estimated: bool = False):
     if not takes_path(spec):
         return None
     tbl, qis, sens = release_columns(plpy, release, spec.promise)
+    if spec.promise.t is not None and any(c.kind == "numeric" for c in sens):
+        # ordered-distance EMD over a region's values is not its distance over the table's
+        return None
     budget = budget_bytes(plpy)
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
     n = -1
@@ -692,7 +808,7 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
     for a release that will run out of core, work_mem capped at a sixteenth of the budget and
     hash_mem_multiplier at 1 (the run's rows spill to temporary files rather than grow beside the
     regions' fits); none for any other."""
-    if release_method is None or release_method.name != "mondrian":
+    if release_method is None or release_method.name not in METHODS:
         return {}
     # a setting, not a guarantee: the planner's row estimate decides (no scan of the source)
     plan = planned(release_method, plpy, release_rows.by_id(plpy, release_id), estimated=True)
@@ -715,7 +831,12 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     spec, tbl, qis, sens, budget, bytes_per_row, n = plan
     l = spec.promise.l
     members = source_members(plpy, tbl)
-    src = Source(plpy, tbl, qis, sens if l else [], members, not has_foreign_members(plpy, tbl))
+    src = Source(plpy, tbl, qis, sens if l or spec.promise.t is not None else [], members,
+                 not has_foreign_members(plpy, tbl),
+                 ranking_of(spec, [c.name for c in qis]), models_of(spec),
+                 getattr(spec.settings, "split", "median"))
+    if src.sample_only and not (len(members) == 1 and src.sampled):
+        return None       # entropy, recursive l and the utility split: a sampled top only
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
@@ -777,7 +898,7 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
                                 src.whole)
                 t1 = time.monotonic()
                 ctx.read_s += t1 - t0
-                model = fit(rows, ctx.spec)
+                model = fit(rows, region_spec(ctx.spec, region, src.tables))
                 ctx.fit_s += time.monotonic() - t1
                 slices, stats = publish(ctx, rows, model)
                 figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)

@@ -8,7 +8,8 @@ diagnosis; primary key id), made in SQL at each size of PLPY_ANON_OOC_SIZES (def
 
 * 1M rows: the in-memory release (default budget) and the out-of-core one (budget
   PLPY_ANON_OOC_SMALL_BUDGET, default 64MB, which forces it): NCP of each (the releases' metrics)
-  and their relative difference (target <= 2 %), seconds, VmHWM;
+  and their relative difference (target <= 2 %), seconds, VmHWM; the same for a prioritized
+  release (priorities PLPY_ANON_OOC_PRIORITIES, JSON, default {"income": 1}; '' skips it);
 * larger sizes: the out-of-core release with a 512MB budget (PLPY_ANON_OOC_BUDGET; 2GB for the
   100M-row run): the backend's VmHWM (target < 1 GiB at 10M, <= 2 GiB at 100M; it counts the
   shared buffers the backend touched:
@@ -33,9 +34,9 @@ def load(conn, n: int) -> None:
     conn.execute("VACUUM ANALYZE synthetic")
 
 
-def build(conn, budget: str | None, name: str) -> dict:
+def build(conn, budget: str | None, name: str, priorities: str | None = None) -> dict:
     """One anon.mondrian_view of ``synthetic`` in a fresh backend with ``budget`` (None: the
-    default): its figures."""
+    default), prioritized by ``priorities`` (JSON) when given: its figures."""
     with fresh_backend(conn) as other:
         if budget:
             other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
@@ -44,8 +45,9 @@ def build(conn, budget: str | None, name: str) -> dict:
         with MemorySampler(pid) as memory:
             release = other.execute(
                 "SELECT anon.mondrian_view('synthetic', k => 10, quasi_identifiers => %s, "
-                "sensitive => ARRAY['diagnosis'], release_name => %s, replace => true)",
-                (QIS, name)).fetchone()[0]
+                "sensitive => ARRAY['diagnosis'], release_name => %s, replace => true"
+                + (", priorities => %s::jsonb)" if priorities else ")"),
+                (QIS, name, *([priorities] if priorities else []))).fetchone()[0]
         e2e = time.perf_counter() - t0
         hwm = vm_hwm_mib(pid)
     metrics, verified, smallest = conn.execute(
@@ -77,6 +79,8 @@ def main() -> None:
     sizes = [int(x) for x in os.environ.get("PLPY_ANON_OOC_SIZES", "1000000,10000000").split(",") if x]
     small = os.environ.get("PLPY_ANON_OOC_SMALL_BUDGET", "64MB")
     large = os.environ.get("PLPY_ANON_OOC_BUDGET", "512MB")
+    # at 1M rows, a prioritized release in memory and out of core too ('' skips it)
+    prioritized = os.environ.get("PLPY_ANON_OOC_PRIORITIES", '{"income": 1}')
     rows, notes = [], []
     with extension_db() as conn:
         for n in sizes:
@@ -93,6 +97,17 @@ def main() -> None:
                 notes.append(f"{n:,} rows: NCP in memory {mem['ncp']:.3f} %, out of core "
                              f"{ooc['ncp']:.3f} %: {diff:+.2f} % relative (target within 2 %)")
                 conn.execute(f"SELECT anon.drop_release('{mem['release']}')")
+                if prioritized:
+                    mem = build(conn, None, "in_memory_prioritized", prioritized)
+                    conn.execute(f"SELECT anon.drop_release('{ooc['release']}')")
+                    ooc = build(conn, small, "out_of_core_prioritized", prioritized)
+                    what = f"prioritized {prioritized}"
+                    rows += [row(n, f"in memory, {what}", None, mem, copy_s),
+                             row(n, f"out of core, {what}", small, ooc, copy_s)]
+                    diff = 100 * (ooc["ncp"] - mem["ncp"]) / mem["ncp"]
+                    notes.append(f"{n:,} rows, {what}: NCP in memory {mem['ncp']:.3f} %, out of "
+                                 f"core {ooc['ncp']:.3f} %: {diff:+.2f} % relative (target within 2 %)")
+                    conn.execute(f"SELECT anon.drop_release('{mem['release']}')")
             else:
                 ooc = build(conn, large, "out_of_core")
                 rows.append(row(n, "out of core", large, ooc, copy_s))
@@ -101,7 +116,7 @@ def main() -> None:
                              f"private {ooc['anon']:.0f} MiB, shared buffers touched {ooc['shmem']:.0f} MiB, "
                              f"{ooc['e2e']:.1f} s = {ooc['e2e'] / copy_s:.1f}x a copy ({copy_s:.2f} s)")
             conn.execute(f"SELECT anon.drop_release('{ooc['release']}')")
-            print(markdown_table(HEADERS, rows[-2:] if n <= 1_000_000 else rows[-1:]), flush=True)
+            print(markdown_table(HEADERS, rows[-4:] if n <= 1_000_000 else rows[-1:]), flush=True)
             print(notes[-1], flush=True)
     text = ("## Out-of-core Mondrian, synthetic rows, 6 QIs, k = 10 (fresh backend per build)\n\n"
             + markdown_table(HEADERS, rows) + "\n\n" + "\n".join(f"* {x}" for x in notes) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 
 import psycopg
 import pytest
@@ -159,6 +160,110 @@ def test_out_of_core_and_in_memory_releases_agree_in_rows_and_guarantees(db, sch
     assert abs(ncp[1] - ncp[0]) <= 0.25 * ncp[0]          # close utility on a small table
 
 
+def mean_width(db, rel, column):
+    """The mean width of the released ranges of ``column`` over the released rows."""
+    return float(db.execute(f"SELECT avg(upper({column}) - lower({column})) FROM {rel} "
+                            f"WHERE {column} IS NOT NULL").fetchone()[0])
+
+
+def test_prioritized_release_out_of_core_keeps_k_and_cuts_its_high_priority_column_finer(db, schema):
+    """A prioritized release above the budget takes the out-of-core path with its own ranking at
+    the top (and its own fit in each region): k, l and truthful ranges hold from the released
+    rows, and the column of high priority is cut finer than plain Mondrian cuts it out of core."""
+    synthetic(db, "src", 3000)
+    with budget(db, "16kB"):
+        plain = release(db, schema, "src", "plain", k=5, l=2)
+        prioritized = release(db, schema, "src", "prio", k=5, l=2, priorities='{"d": 1}')
+    metrics, verified, row_count, achieved_k = catalog(db, prioritized)
+    assert metrics["out_of_core"]["regions"] > 4 and metrics["out_of_core"]["levels"][0]["cuts"] > 2
+    assert verified is True and row_count == 3000 and achieved_k >= 5
+    check_release(db, prioritized, "src", 5, 2)
+    assert mean_width(db, prioritized, "d") < 0.5 * mean_width(db, plain, "d")
+    assert mean_width(db, prioritized, "a") > mean_width(db, plain, "a")
+
+
+def skewed(db, table, n):
+    """``synthetic`` whose s is mostly 'flu' where a is low: cuts on a meet sides whose values
+    are too uneven for entropy or recursive l."""
+    synthetic(db, table, n)
+    db.execute(f"UPDATE {table} SET s = CASE WHEN coalesce(a, 0) < 40 AND id % 10 < 8 THEN 'flu' "
+               f"ELSE s END")
+
+
+def worst_class_values(db, rel):
+    """Per class of the released rows, its s values' counts (most frequent first): the entropy
+    and recursive (c, l) figures are computed from them here."""
+    rows = db.execute(f"""
+        SELECT array_agg(n ORDER BY n DESC) FROM (
+            SELECT {', '.join(QIS)}, s, count(*) AS n FROM {rel} WHERE s IS NOT NULL
+            GROUP BY {', '.join(QIS)}, s) AS v GROUP BY {', '.join(QIS)}""").fetchall()
+    return [r[0] for r in rows]
+
+
+@pytest.mark.parametrize("model", [{"l_diversity": "entropy"}, {"l_diversity": "recursive", "c": 3}])
+def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, schema, model):
+    skewed(db, "src", 3000)
+    with budget(db, "16kB"):
+        rel = release(db, schema, "src", "ooc", k=5, l=2, **model)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    top = metrics["out_of_core"]["levels"][0]
+    assert metrics["out_of_core"]["regions"] > 4 and top["cuts"] == metrics["out_of_core"]["regions"] - 1
+    assert verified is True and row_count == 3000
+    check_release(db, rel, "src", 5, 2)
+    for counts in worst_class_values(db, rel):
+        total = sum(counts)
+        if model["l_diversity"] == "entropy":
+            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+        else:
+            assert counts[0] < 3 * sum(counts[1:])
+
+
+def test_utility_split_out_of_core_keeps_k_and_l_and_its_utility_close_to_in_memory(db, schema):
+    """The utility split's top cuts are chosen on the sample by its own rule (least spread of
+    both sides summed over the QIs) and kept on exact counts; each region is fitted by it."""
+    synthetic(db, "src", 3000)
+    in_memory = release(db, schema, "src", "mem", k=5, l=2, split="utility")
+    with budget(db, "16kB"):
+        rel = release(db, schema, "src", "ooc", k=5, l=2, split="utility")
+        median = release(db, schema, "src", "median", k=5, l=2)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 3000
+    check_release(db, rel, "src", 5, 2)
+    ncp = {r: catalog(db, r)[0]["ncp_percent"] for r in (in_memory, rel, median)}
+    assert abs(ncp[rel] - ncp[in_memory]) <= 0.25 * ncp[in_memory]
+    assert ncp[rel] != ncp[median]          # not the median rule's release
+
+
+def test_t_closeness_out_of_core_holds_in_every_released_class(db, schema):
+    """With t (a categorical sensitive column), each top cut is kept only where both sides are
+    within t of the table by exact counts, and each region is fitted within t - EMD(region,
+    table) of itself: every released class is within t of the table, computed here from the
+    released rows (equal ground distance: half the summed differences of the distributions)."""
+    skewed(db, "src", 3000)
+    with budget(db, "16kB"):
+        rel = db.execute("SELECT anon.mondrian_view('src', quasi_identifiers => %s, k => 5, "
+                         "t => 0.2, sensitive => ARRAY['s'], release_schema => %s, "
+                         "release_name => 'ooc')", (QIS, release_schema_of(schema))).fetchone()[0]
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 3000
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
+    assert min(class_sizes(db, rel, QIS)) >= 5
+    worst = db.execute(f"""
+        WITH t AS (SELECT s, count(*)::float8 / sum(count(*)) OVER () AS q FROM {rel}
+                   WHERE s IS NOT NULL GROUP BY s),
+             c AS (SELECT {', '.join(QIS)}, s, count(*)::float8 / sum(count(*)) OVER
+                          (PARTITION BY {', '.join(QIS)}) AS p
+                   FROM {rel} WHERE s IS NOT NULL GROUP BY {', '.join(QIS)}, s),
+             classes AS (SELECT DISTINCT {', '.join(QIS)} FROM c)
+        SELECT max(emd) FROM (
+            SELECT 0.5 * sum(abs(coalesce(c.p, 0) - t.q)) AS emd
+            FROM classes k CROSS JOIN t
+            LEFT JOIN c ON c.s = t.s AND c.a IS NOT DISTINCT FROM k.a
+                       AND c.b IS NOT DISTINCT FROM k.b AND c.d IS NOT DISTINCT FROM k.d
+            GROUP BY k.a, k.b, k.d) AS e""").fetchone()[0]
+    assert worst <= 0.2 + 1e-9
+
+
 def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
     """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
     the guarantees still hold from the released rows (each cut was kept on exact counts), and
@@ -235,12 +340,11 @@ def test_budget_that_is_not_a_size_is_refused(db, schema):
     assert error.value.diag.message_hint
 
 
-rows_strategy = st.lists(
-    st.tuples(st.one_of(st.none(), st.integers(0, 12)),
-              st.sampled_from(["a", "b", "b", "b", "c", None]),
-              st.one_of(st.none(), st.floats(-5, 5, allow_nan=False, width=32)),
-              st.sampled_from(["x", "y", "z", None])),
-    min_size=2, max_size=120)
+row_strategy = st.tuples(st.one_of(st.none(), st.integers(0, 12)),
+                         st.sampled_from(["a", "b", "b", "b", "c", None]),
+                         st.one_of(st.none(), st.floats(-5, 5, allow_nan=False, width=32)),
+                         st.sampled_from(["x", "y", "z", None]))
+rows_strategy = st.lists(row_strategy, min_size=2, max_size=120)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -262,6 +366,36 @@ def test_random_tables_released_out_of_core_are_k_anonymous_truthful_and_complet
     metrics, verified, _, _ = catalog(db, rel)
     assert "out_of_core" in metrics and verified is True
     check_release(db, rel, "r", k, l)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(row_strategy, min_size=40, max_size=160), k=st.integers(2, 6),
+       model=st.sampled_from(["entropy", "recursive"]),
+       priorities=st.sampled_from([None, '{"a": 1}', '{"b": 1, "d": 0.5}']))
+def test_random_tables_released_out_of_core_with_priorities_or_entropy_l_keep_them(
+        db, schema, rows, k, model, priorities):
+    """Prioritized releases and entropy / recursive l-diversity take the out-of-core path too:
+    from the released rows, every class keeps k and its model, and every row is in its ranges."""
+    k = min(k, len(rows))
+    db.execute("DROP TABLE IF EXISTS r CASCADE")
+    db.execute("DELETE FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),))
+    load(db, "r", rows)
+    kwargs = {"k": k, "l": 2, "l_diversity": model, **({"c": 2} if model == "recursive" else {}),
+              **({"priorities": priorities} if priorities else {})}
+    try:
+        with budget(db, "1"):
+            rel = release(db, schema, "r", "r_ooc", **kwargs)
+    except (psycopg.errors.DataException, psycopg.errors.InvalidParameterValue):
+        return                                  # the whole table fails the model: refused
+    metrics, verified, _, _ = catalog(db, rel)
+    assert "out_of_core" in metrics and verified is True
+    check_release(db, rel, "r", k, 2)
+    for counts in worst_class_values(db, rel):
+        total = sum(counts)
+        if model == "entropy":
+            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+        else:
+            assert counts[0] < 2 * sum(counts[1:])
 
 
 # ------------------------------------------------------- a source sharded over two other servers

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from plpy_anon.core import regions
 from plpy_anon.core.encoding import encode_factorized, encode_numeric
 from plpy_anon.core.generalize import SpreadMeasure
+from plpy_anon.core.prioritized import PrioritizedMondrian
+from plpy_anon.core.privacy_models import Models
 
 
 @given(rows=st.integers(1, 10**7), data=st.data())
@@ -170,6 +172,111 @@ def test_counted_cut_whose_side_lacks_k_rows_or_l_values_is_undone():
     assert [(len(r.bounds), r.rows) for r in kept] == [(2, 10), (2, 10), (1, 10)] and undone == 1
 
 
+def test_counted_cut_whose_side_fails_entropy_l_is_undone_and_sides_sum_their_leaves():
+    root = _tree(2)
+    for number, leaf in enumerate(regions.sample_leaves(root)):
+        leaf.leaf = number
+    model = Models(l=2, l_diversity="entropy")
+
+    def entropy_l(counts):
+        return all(bool(model.satisfied(c)[0]) for c in counts)
+
+    rows = {0: 10, 1: 10, 2: 10, 3: 10}
+    distinct = {leaf: (2,) for leaf in rows}
+    # leaves 0 and 1 are 1 to 9 and 9 to 1 (entropy below ln 2): their parent's cut is undone;
+    # summed (10 and 10) they hold it, as do leaves 2 and 3
+    counts = {0: [np.array([1, 9])], 1: [np.array([9, 1])], 2: [np.array([5, 5])],
+              3: [np.array([5, 5])]}
+    kept, undone = regions.counted_regions(root, rows, distinct, 5, 2, 1, counts, entropy_l)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(1, 20), (2, 10), (2, 10)] and undone == 1
+    # a side that fails even summed: the root's cut undone too (one region, the whole table)
+    counts[0] = [np.array([10, 0])]
+    kept, undone = regions.counted_regions(root, rows, distinct, 5, 2, 1, counts, entropy_l)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(0, 40)] and undone == 2
+
+
 def test_sampled_tree_without_a_qi_cut_at_the_top_is_one_leaf():
     root = regions.sample_tree([None, None], [], 2, None, lambda rows: False, 10)
     assert root.children is None and root.leaf == 0 and root.sampled == 0
+
+
+@given(spreads=st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]) | st.floats(0, 1), min_size=1,
+                        max_size=6).filter(lambda s: any(s)),
+       data=st.data(), spread_weight=st.floats(0, 3), priority_weight=st.floats(0.01, 3))
+def test_weighted_ranking_is_the_prioritized_fits_ranking(spreads, data, spread_weight, priority_weight):
+    names = [f"q{a}" for a in range(len(spreads))]
+    weights = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=len(spreads),
+                                 max_size=len(spreads)).filter(any))
+    model = PrioritizedMondrian(priorities=dict(zip(names, weights)),
+                                metric_weights={"spread": spread_weight, "priority": priority_weight}
+                                ).check_parameters(names)
+    priority = np.array([model.priorities_[n] for n in names])
+    model._priority_metric = priority / priority.max()
+    in_memory = model._attribute_order(np.array([spreads]))[0]
+    w = model.metric_weights_
+    rank = regions.weighted_ranking(list(priority / priority.max()), w["spread"], w["priority"],
+                                    sum(w.values()))
+    assert rank(spreads) == [int(a) for a in in_memory if spreads[a] > 0]
+
+
+def test_sampled_tree_with_priorities_cuts_the_prioritized_column_first():
+    n = 400
+    # both of spread 1 at the root: plain Mondrian cuts the first (ties by position)
+    columns = [_sample_column([i % 100 for i in range(n)], True),
+               _sample_column([(i * 7) % 50 for i in range(n)], True)]
+    plain = regions.sample_tree(columns, [], 5, None, lambda rows: rows <= 50, 10)
+    prioritized = regions.sample_tree(columns, [], 5, None, lambda rows: rows <= 50, 10,
+                                      regions.weighted_ranking([0.0, 1.0], 1.0, 1.0, 2.0))
+    assert plain.children[0].bounds[-1].qi == 0
+    assert prioritized.children[0].bounds[-1].qi == 1
+
+    def cuts(root):
+        return sum(leaf.bounds[-1].qi == 1 for leaf in regions.sample_leaves(root) if leaf.bounds)
+
+    assert cuts(prioritized) > cuts(plain)
+
+
+def _penalty(columns, whole, rows, left):
+    """The size-weighted spread of both sides summed over the QIs, by brute force."""
+    total = 0.0
+    for b, col in enumerate(columns):
+        if col is None:
+            continue
+        for side in (rows[left], rows[~left]):
+            total += side.size * regions.spread(col.stats(col.ranks[side]), whole[b],
+                                                col.values is not None)
+    return total / rows.size
+
+
+@given(data=st.data(), k=st.integers(1, 6), l=st.sampled_from([None, 2]))
+def test_utility_cut_of_a_sample_keeps_k_and_l_and_without_l_is_the_least_loss(data, k, l):
+    n = data.draw(st.integers(2, 80))
+    cells = st.one_of(st.none(), st.integers(0, 12))
+    table = [data.draw(st.lists(cells, min_size=n, max_size=n)) for _ in range(2)]
+    sensitive = [np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)),
+                          dtype=np.int32)]
+    columns = [_sample_column(table[0], True), _sample_column(table[1], False)]
+    whole = [c.stats(c.ranks) for c in columns]
+    rows = np.arange(n)
+    spreads = [regions.spread(c.stats(c.ranks), w, c.values is not None) for c, w in zip(columns, whole)]
+    chosen = regions.utility_choice(columns, whole, sensitive, rows, spreads, k, l)
+    options = []
+    for a, col in enumerate(columns):
+        if spreads[a] <= 0:
+            continue
+        for last in np.unique(col.ranks)[:-1]:
+            left = col.ranks <= last
+            sides = (int(left.sum()), n - int(left.sum()))
+            if min(sides) >= k and (not l or min(regions.distinct_ranks(sensitive[0][m], True)
+                                                 for m in (left, ~left)) >= l):
+                options.append(_penalty(columns, whole, rows, left))
+    if chosen is None:
+        assert not options or l
+        return
+    a, last, left = chosen
+    assert left.sum() >= k and (~left).sum() >= k
+    assert np.array_equal(left, columns[a].ranks <= last)
+    if l:
+        assert min(regions.distinct_ranks(sensitive[0][m], True) for m in (left, ~left)) >= l
+    else:
+        assert math.isclose(_penalty(columns, whole, rows, left), min(options), abs_tol=1e-9)

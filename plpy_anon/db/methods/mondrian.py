@@ -10,8 +10,7 @@ import functools
 
 import numpy as np
 
-from plpy_anon.core import regions, republish
-from plpy_anon.core.encoding import numeric_offset
+from plpy_anon.core import republish
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
@@ -27,6 +26,7 @@ from plpy_anon.db.methods.mondrian_family import (
     load_release_rows,
     model_suffix,
     partition_output,
+    read_region,
     release_plan,
     resolve_release_columns,
     sensitive_for_models,
@@ -59,20 +59,6 @@ def partition(plpy, GD, release_id: int):
 
 def read(ctx: method.Run) -> ReleaseRows:
     return load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False)
-
-
-def read_region(ctx: method.Run, where: str | None, whole: list) -> ReleaseRows:
-    """The rows of one region of an out-of-core run (``where``), their QIs encoded against the
-    whole table's domain (``whole``: regions.widened), so the fit ranks them as the whole
-    table's fit would."""
-    rows = load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False, where=where)
-    for i, enc in enumerate(rows.encoded):
-        rows.encoded[i], shift = regions.widened(enc, whole[i])
-        by_code = rows.read.values_by_code if rows.read is not None else {}
-        if shift and enc.name in by_code:       # the value of each code, a code added below them
-            offset = numeric_offset(enc)
-            by_code[enc.name] = np.insert(by_code[enc.name], offset, by_code[enc.name][offset])
-    return rows
 
 
 def publish_region(ctx: method.Run, rows: ReleaseRows, model):

@@ -23,6 +23,7 @@ from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidPara
 from plpy_anon.core.generalize import ClassIndex, class_bounds, class_value_ranks
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.metrics import release_metrics
+from plpy_anon.core.regions import widened
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import (
     compact,
@@ -508,3 +509,15 @@ def _unique(cols):
     return out
 
 
+def read_region(ctx: method.Run, where: str | None, whole: list) -> ReleaseRows:
+    """The rows of one region of an out-of-core run (``where``), their QIs encoded against the
+    whole table's domain (``whole``: core.regions.widened), so the fit ranks them as the whole
+    table's fit would."""
+    rows = load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False, where=where)
+    for i, enc in enumerate(rows.encoded):
+        rows.encoded[i], shift = widened(enc, whole[i])
+        by_code = rows.read.values_by_code if rows.read is not None else {}
+        if shift and enc.name in by_code:       # the value of each code, a code added below them
+            offset = numeric_offset(enc)
+            by_code[enc.name] = np.insert(by_code[enc.name], offset, by_code[enc.name][offset])
+    return rows

@@ -29,7 +29,7 @@ from plpy_anon.core.errors import InvalidParameter, UndefinedObject
 from plpy_anon.core.prioritized import PrioritizedMondrian, guard_learned
 from plpy_anon.core.workload import normalize_weights, weighted_discernibility
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import compact, method, release_rows
+from plpy_anon.db import compact, method, out_of_core, release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods import mondrian_family
@@ -225,7 +225,19 @@ def model_for(spec: ReleaseSpec):
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
+    # a release larger than plpy_anon.build_memory: the top cuts by its own ranking on a sample,
+    # kept on exact counts, each region fitted by this fit (out_of_core.py)
+    slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id,
+                                         read=mondrian_family.read_region, fit=fit,
+                                         publish=publish_region)
+    if slices is not None:
+        return slices
     return method.run(RELEASE_METHOD, plpy, GD, release_id)
+
+
+def publish_region(ctx: method.Run, rows: mondrian_family.ReleaseRows, model):
+    return mondrian_family.partition_output(ctx, rows, model.labels_, model.n_classes_,
+                                            slice_rows=out_of_core.SLICE_ROWS)
 
 
 def read(ctx: method.Run) -> mondrian_family.ReleaseRows:
