@@ -24,6 +24,8 @@ from tests.bench.bench_mondrian import SYNTHETIC, MemorySampler, fresh_backend, 
 from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
 
 QIS = ["age", "zip", "sex", "segment", "income", "visit"]
+#: k of every build (PLPY_ANON_OOC_K; a small k makes many classes, the write's and check's load)
+K = int(os.environ.get("PLPY_ANON_OOC_K", "10"))
 
 
 def load(conn, n: int) -> None:
@@ -43,9 +45,9 @@ def build(conn, budget: str | None, name: str) -> dict:
         t0 = time.perf_counter()
         with MemorySampler(pid) as memory:
             release = other.execute(
-                "SELECT anon.mondrian_view('synthetic', k => 10, quasi_identifiers => %s, "
+                "SELECT anon.mondrian_view('synthetic', k => %s, quasi_identifiers => %s, "
                 "sensitive => ARRAY['diagnosis'], release_name => %s, replace => true)",
-                (QIS, name)).fetchone()[0]
+                (K, QIS, name)).fetchone()[0]
         e2e = time.perf_counter() - t0
         hwm = vm_hwm_mib(pid)
     metrics, verified, smallest = conn.execute(
