@@ -3,8 +3,8 @@ and utility against the in-memory path, end to end through the extension.
 
 The synthetic table of bench_mondrian.py (6 QIs age, zip, sex, segment, income, visit; sensitive
 diagnosis; primary key id), made in SQL at each size of PLPY_ANON_OOC_SIZES (default
-"1000000,10000000"), k = 10, each build in a fresh backend of one throwaway cluster
-(shared_buffers 512MB, work_mem 64MB):
+"1000000,10000000"), k = 10 (PLPY_ANON_OOC_K), each build in a fresh backend of one throwaway
+cluster (shared_buffers 512MB, work_mem 64MB):
 
 * 1M rows: the in-memory release (default budget) and the out-of-core one (budget
   PLPY_ANON_OOC_SMALL_BUDGET, default 64MB, which forces it): NCP of each (the releases' metrics)
