@@ -182,7 +182,7 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
         f"    FROM (SELECT DISTINCT x.v FROM grouped AS c\n"
         f"          CROSS JOIN LATERAL (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS x) AS u\n"
         f"    WHERE u.v IS NOT NULL)"
-        for i in range(len(values)))
+        for i in range(len(values))) if not distribution else ranked_with_rows(len(values))
     if stored:
         # stored classes hold built-in types only, whose = (pg_catalog's) is their GROUP BY's
         # equality: each element looked up in the ranking's hash alone, counted by the reader
@@ -218,16 +218,29 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
             f"{tables}")
 
 
+def ranked_with_rows(n_columns: int) -> str:
+    """The ranking CTEs of :func:`class_query` with its ``distribution``: the distinct values
+    counted (``valued<i>``: value, rows) by the one pass that finds them, then ranked."""
+    return "".join(
+        f",\nvalued{i} AS MATERIALIZED (\n"
+        f"    SELECT x.v, count(*) AS n FROM grouped AS c\n"
+        f"    CROSS JOIN LATERAL (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS x GROUP BY x.v),\n"
+        f"ranked{i} AS MATERIALIZED (\n"
+        f"    SELECT u.v, row_number() OVER (ORDER BY u.v) - 1 AS vid\n"
+        f"    FROM valued{i} AS u WHERE u.v IS NOT NULL)"
+        for i in range(n_columns))
+
+
 def distributions(n_columns: int, wanted: bool) -> str:
-    """The CTEs of :func:`class_query`'s ``distribution`` and its first row, to which the class
-    rows are appended (UNION ALL: its branches run in order); nothing unless ``wanted``."""
+    """The CTEs of :func:`class_query`'s ``distribution`` (from :func:`ranked_with_rows`'
+    counts) and its first row, to which the class rows are appended (UNION ALL: its branches
+    run in order); nothing unless ``wanted``."""
     if not wanted:
         return ""
     ctes = "".join(
         f",\ndistribution{i} AS MATERIALIZED (\n"
-        f"    SELECT {vid_of(i, 'u.v', 'd.vid')} AS vid, count(*) AS n\n"
-        f"    FROM grouped AS c CROSS JOIN LATERAL (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u\n"
-        f"    LEFT JOIN {ranking(i)} AS d ON d.v = u.v GROUP BY 1)"
+        f"    SELECT {vid_of(i, 'u.v', 'd.vid')} AS vid, sum(u.n)::int8 AS n\n"
+        f"    FROM valued{i} AS u LEFT JOIN {ranking(i)} AS d ON d.v = u.v GROUP BY 1)"
         for i in range(n_columns))
     def in_order(value: str, i: int) -> str:      # both columns in value id order
         return (f"(SELECT pg_catalog.string_agg(pg_catalog.int8send(({value})::int8), ''::bytea "
