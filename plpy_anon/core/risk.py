@@ -92,9 +92,7 @@ def sensitive_figures(class_ids, value_ids, counts, *, ordered: bool, c: float =
     value_ids = np.asarray(value_ids)
     counts = np.asarray(counts)
     if len(counts) == 0:
-        if n_classes:
-            return {"distinct_l": 0, "entropy_l": 1.0, "recursive_cl_l": 0, "t_closeness": None}
-        return {"distinct_l": None, "entropy_l": None, "recursive_cl_l": None, "t_closeness": None}
+        return SensitiveRanges.empty(n_classes or 0)
     if (class_ids[1:] < class_ids[:-1]).any():      # the release check reads them in class order
         order = np.argsort(class_ids, kind="stable")
         class_ids, value_ids, counts = class_ids[order], value_ids[order], counts[order]
@@ -107,37 +105,80 @@ def sensitive_figures(class_ids, value_ids, counts, *, ordered: bool, c: float =
     q = np.zeros(n_values)
     for a, b in itertools.pairwise(ends):
         q += np.bincount(value_ids[a:b], weights=counts[a:b].astype(np.float64), minlength=n_values)
-    q = q / q.sum()
-    distinct_l, entropy_min, recursive_l, t = None, np.inf, None, 0.0
+    ranges = SensitiveRanges(q, ordered=ordered, c=c, chunk_cells=chunk_cells)
     for lo, hi, a, b in zip(bounds[:-1], bounds[1:], ends[:-1], ends[1:]):
-        cid = class_ids[a:b].astype(np.int64) - lo
-        vid = value_ids[a:b].astype(np.int64)
-        cnt = counts[a:b].astype(np.float64)
-        n = hi - lo
+        ranges.add(class_ids[a:b].astype(np.int64) - lo, value_ids[a:b], counts[a:b], hi - lo)
+    return ranges.figures()
+
+
+class SensitiveRanges:
+    """:func:`sensitive_figures` of a class x value table given a range of classes at a time
+    (each range's pairs in class order, class ids from 0 within it), the table's distribution
+    known first (``q``: rows per value id, NULL rows left out): what is held is one range's
+    pairs and matrix, whatever the number of classes. The figures are per class, min or max
+    over them, so they do not depend on how the classes are split into ranges."""
+
+    def __init__(self, q, *, ordered: bool, c: float = 3.0, chunk_cells: int = 1 << 20):
+        q = np.asarray(q, dtype=np.float64)
+        self.n_values = max(1, q.size)
+        self.q = q / q.sum() if q.size and q.sum() > 0 else np.zeros(self.n_values)
+        self.ordered, self.c = ordered, c
+        self.step = max(1, chunk_cells // self.n_values)
+        self.classes = self.pairs = 0
+        self.distinct_l, self.entropy_min, self.recursive_l, self.t = None, np.inf, None, 0.0
+
+    @staticmethod
+    def empty(n_classes: int) -> dict:
+        """The figures of a table without pairs (``n_classes`` classes, all their values NULL)."""
+        if n_classes:
+            return {"distinct_l": 0, "entropy_l": 1.0, "recursive_cl_l": 0, "t_closeness": None}
+        return {"distinct_l": None, "entropy_l": None, "recursive_cl_l": None, "t_closeness": None}
+
+    def add(self, class_ids, value_ids, counts, n: int) -> None:
+        """The pairs of ``n`` classes (``class_ids`` 0..n-1, in order), a slice of
+        :attr:`step` classes at a time."""
+        class_ids = np.asarray(class_ids, dtype=np.int64)
+        self.classes += n
+        self.pairs += len(class_ids)
+        if n > self.step:
+            ends = np.searchsorted(class_ids, list(range(0, n, self.step)) + [n])
+            for lo, a, b in zip(range(0, n, self.step), ends[:-1], ends[1:]):
+                self._range(class_ids[a:b] - lo, value_ids[a:b], counts[a:b], min(self.step, n - lo))
+        else:
+            self._range(class_ids, value_ids, counts, n)
+
+    def _range(self, cid, value_ids, counts, n: int) -> None:
+        vid = np.asarray(value_ids).astype(np.int64)
+        cnt = np.asarray(counts).astype(np.float64)
         size = np.bincount(cid, weights=cnt, minlength=n)
         distinct = int(np.bincount(cid, minlength=n).min())
-        distinct_l = distinct if distinct_l is None else min(distinct_l, distinct)
+        self.distinct_l = distinct if self.distinct_l is None else min(self.distinct_l, distinct)
         if cnt.size:
             p = cnt / size[cid]
             entropy = np.bincount(cid, weights=-p * np.log(p), minlength=n)
             del p
         else:
             entropy = np.zeros(n)
-        entropy_min = min(entropy_min, float(entropy.min()))
-        recursive = int(recursive_classes(cid, cnt, size, c, n).min())
-        recursive_l = recursive if recursive_l is None else min(recursive_l, recursive)
+        self.entropy_min = min(self.entropy_min, float(entropy.min()))
+        recursive = int(recursive_classes(cid, cnt, size, self.c, n).min())
+        self.recursive_l = recursive if self.recursive_l is None else min(self.recursive_l, recursive)
+        n_values = self.n_values
         d = np.zeros((n, n_values))
         np.add.at(d, (cid, vid), cnt)
         total = d.sum(axis=1, keepdims=True)     # 0: a class of NULLs, counted as no mass
-        d = np.divide(d, total, out=np.zeros_like(d), where=total > 0) - q
-        if ordered:
+        d = np.divide(d, total, out=np.zeros_like(d), where=total > 0) - self.q
+        if self.ordered:
             emd = (np.abs(np.cumsum(d, axis=1)).sum(axis=1) / (n_values - 1)
                    if n_values > 1 else np.zeros(n))
         else:
             emd = 0.5 * np.abs(d).sum(axis=1)
-        t = max(t, float(emd.max()))
-    return {"distinct_l": distinct_l, "entropy_l": float(np.exp(entropy_min)),
-            "recursive_cl_l": recursive_l, "t_closeness": t}
+        self.t = max(self.t, float(emd.max()))
+
+    def figures(self) -> dict:
+        if self.pairs == 0:
+            return self.empty(self.classes)
+        return {"distinct_l": self.distinct_l, "entropy_l": float(np.exp(self.entropy_min)),
+                "recursive_cl_l": self.recursive_l, "t_closeness": self.t}
 
 
 def recursive_classes(cid, cnt, size, c: float, n: int) -> np.ndarray:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from plpy_anon.core import risk as core_risk
 from plpy_anon.db.compact import stored_rows
 from plpy_anon.db.sqltext import build_work_mem, columns_as_text, ident, jsonb, local_settings, run
 
@@ -61,6 +62,10 @@ class ClassCounts:
     tables: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     #: work_mem and hash_mem_multiplier the pass ran with (read by current_setting inside it)
     settings: dict[str, str] = field(default_factory=dict)
+    #: a bounded pass's figures per sensitive column instead of its table (:func:`read_streamed`):
+    #: ``fewest_distinct`` and, for a column whose order was announced, ``figures`` (those of
+    #: core.risk.sensitive_figures with ``c``)
+    streamed: dict[str, dict] = field(default_factory=dict)
 
     @property
     def n_rows(self) -> int:
@@ -77,6 +82,8 @@ class ClassCounts:
 
     def known(self, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``tables[column]`` without its NULL pairs: what the privacy models count."""
+        if column not in self.tables:
+            raise RuntimeError(f'the class x value table of "{column}" was not kept (a bounded pass)')
         class_ids, value_ids, rows = self.tables[column]
         kept = value_ids >= 0
         if kept.all():
@@ -88,8 +95,20 @@ class ClassCounts:
         SQL's ``count(DISTINCT column)`` gives); None without classes. A class of NULLs counts 0."""
         if self.n_classes == 0:
             return None
+        if column in self.streamed:
+            return self.streamed[column]["fewest_distinct"]
         class_ids = self.known(column)[0]
         return int(np.bincount(class_ids, minlength=self.n_classes).min())
+
+    def sensitive_figures(self, column: str, *, ordered: bool, c: float) -> dict:
+        """core.risk.sensitive_figures of ``column``'s table (NULL pairs left out)."""
+        streamed = self.streamed.get(column)
+        if streamed is None:
+            return core_risk.sensitive_figures(*self.known(column), ordered=ordered, c=c,
+                                               n_classes=self.n_classes)
+        if streamed.get("ordered") != ordered or streamed.get("c") != c:
+            raise RuntimeError(f'the bounded pass counted "{column}" for other figures')
+        return streamed["figures"]
 
     def serves(self, relation: str, qis, sensitive) -> bool:
         return (relation == self.relation and set(qis) == set(self.qis)
@@ -105,7 +124,8 @@ def per_class_query(plpy, storage: str, rows: str, sensitive) -> str:
             f"    FROM {storage} AS s")
 
 
-def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None) -> str:
+def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None,
+                distribution: bool = False) -> str:
     """ONE pass over the relation for every figure: a hash aggregate over the QIs finds the
     classes, counts their rows and collects their values of each sensitive column
     (``array_agg``). Without sensitive columns the query returns the class-size histogram
@@ -122,7 +142,9 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
     1M release rows). ``as_text``: sensitive columns counted by their text form (a type without
     equality or ordering, e.g. json). ``grouped``: the classes' query when they are stored
     (:func:`per_class_query`); each class's ``vids<i>`` are then the value ids of its elements,
-    uncounted (no ``ns<i>``: :func:`read_classes` counts them)."""
+    uncounted (no ``ns<i>``: :func:`read_classes` counts them). ``distribution``: a first row
+    (``cid`` -1) carries each column's (value id, rows) pairs over every class, the table
+    distribution a bounded reader (:func:`read_streamed`) needs before the classes."""
     group = ", ".join(ident(plpy, q) for q in qis)
     texts = dict(zip(as_text, columns_as_text(plpy, relation, as_text)))
     values = []
@@ -160,7 +182,7 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
         f"    FROM (SELECT DISTINCT x.v FROM grouped AS c\n"
         f"          CROSS JOIN LATERAL (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS x) AS u\n"
         f"    WHERE u.v IS NOT NULL)"
-        for i in range(len(values)))
+        for i in range(len(values))) if not distribution else ranked_with_rows(len(values))
     if stored:
         # stored classes hold built-in types only, whose = (pg_catalog's) is their GROUP BY's
         # equality: each element looked up in the ranking's hash alone, counted by the reader
@@ -171,9 +193,11 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
             f"    FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u\n"
             f"    LEFT JOIN {ranking(i)} AS d ON d.v = u.v) AS t{i}\n"
             for i in range(len(values)))
-        columns = "".join(f", t{i}.vids{i}" for i in range(len(values)))
+        # UNION ALL matches columns by position: each vids<i> with its ns<i>, as the first row
+        empty = ", NULL::pg_catalog.bytea" if distribution else ""
+        columns = "".join(f", t{i}.vids{i}{empty}" for i in range(len(values)))
         return (f"WITH grouped AS MATERIALIZED (\n"
-                f"    {grouped}){ranked}\n"
+                f"    {grouped}){ranked}{distributions(len(values), distribution)}\n"
                 f"SELECT c.cid, c.n{columns}\n"
                 f"FROM grouped AS c\n"
                 f"{tables}")
@@ -188,10 +212,42 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
         for i in range(len(values)))
     columns = "".join(f", t{i}.vids{i}, t{i}.ns{i}" for i in range(len(values)))
     return (f"WITH grouped AS MATERIALIZED (\n"
-            f"    {grouped}){ranked}\n"
+            f"    {grouped}){ranked}{distributions(len(values), distribution)}\n"
             f"SELECT c.cid, c.n{columns}\n"
             f"FROM grouped AS c\n"
             f"{tables}")
+
+
+def ranked_with_rows(n_columns: int) -> str:
+    """The ranking CTEs of :func:`class_query` with its ``distribution``: the distinct values
+    counted (``valued<i>``: value, rows) by the one pass that finds them, then ranked."""
+    return "".join(
+        f",\nvalued{i} AS MATERIALIZED (\n"
+        f"    SELECT x.v, count(*) AS n FROM grouped AS c\n"
+        f"    CROSS JOIN LATERAL (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS x GROUP BY x.v),\n"
+        f"ranked{i} AS MATERIALIZED (\n"
+        f"    SELECT u.v, row_number() OVER (ORDER BY u.v) - 1 AS vid\n"
+        f"    FROM valued{i} AS u WHERE u.v IS NOT NULL)"
+        for i in range(n_columns))
+
+
+def distributions(n_columns: int, wanted: bool) -> str:
+    """The CTEs of :func:`class_query`'s ``distribution`` (from :func:`ranked_with_rows`'
+    counts) and its first row, to which the class rows are appended (UNION ALL: its branches
+    run in order); nothing unless ``wanted``."""
+    if not wanted:
+        return ""
+    ctes = "".join(
+        f",\ndistribution{i} AS MATERIALIZED (\n"
+        f"    SELECT {vid_of(i, 'u.v', 'd.vid')} AS vid, sum(u.n)::int8 AS n\n"
+        f"    FROM valued{i} AS u LEFT JOIN {ranking(i)} AS d ON d.v = u.v GROUP BY 1)"
+        for i in range(n_columns))
+    def in_order(value: str, i: int) -> str:      # both columns in value id order
+        return (f"(SELECT pg_catalog.string_agg(pg_catalog.int8send(({value})::int8), ''::bytea "
+                f"ORDER BY x.vid) FROM distribution{i} AS x)")
+    pairs = "".join(f", {in_order('x.vid', i)} AS vids{i}, {in_order('x.n', i)} AS ns{i}"
+                    for i in range(n_columns))
+    return f"{ctes}\nSELECT -1::int8 AS cid, NULL::int8 AS n{pairs}\nUNION ALL"
 
 
 def ranking(i: int) -> str:
@@ -241,10 +297,13 @@ def classes_merge(plpy, storage: Storage, qis, work_mem: str) -> bool:
 
 
 def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
-          budget: int | None = None) -> ClassCounts:
+          budget: int | None = None, ordered: dict | None = None,
+          c: float = 3.0) -> ClassCounts:
     """Run :func:`class_query` over ``relation`` (quoted) grouped by ``qis``; over ``storage``'s
     stored classes instead when ``relation`` is a compact release's view and no two of them
-    merge (checked first). ``budget``: the memory the pass is bounded by (:func:`pass_settings`)."""
+    merge (checked first). ``budget``: the memory the pass is bounded by (:func:`pass_settings`),
+    and the pass keeps figures instead of tables (:func:`read_streamed`: ``ordered``, whether
+    each sensitive column whose report figures are wanted is ordered, and their ``c``)."""
     sensitive = list(dict.fromkeys(sensitive))
     settings = pass_settings(plpy, budget)
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
@@ -255,9 +314,16 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
     # rows, for a plan that runs once): JIT off too.
-    query = class_query(plpy, relation, qis, sensitive, as_text=as_text, grouped=grouped)
+    bounded = budget is not None and bool(sensitive)
+    query = class_query(plpy, relation, qis, sensitive, as_text=as_text, grouped=grouped,
+                        distribution=bounded)
+    streamed = {}
     with local_settings(plpy, **settings, enable_sort="off", jit="off"):
-        if sensitive:
+        if bounded:
+            sizes, classes, streamed = read_streamed(plpy, query, sensitive, ordered or {}, c,
+                                                     counted=grouped is None)
+            tables = {}
+        elif sensitive:
             sizes, classes, tables = read_classes(plpy, query, sensitive,
                                                   counted=grouped is None)
         else:
@@ -266,7 +332,7 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
         ran_with = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS work_mem, "
                              "pg_catalog.current_setting('hash_mem_multiplier') AS hash_mem_multiplier")[0]
     return ClassCounts(relation, tuple(qis), tuple(sensitive), sizes, classes, tables,
-                       dict(ran_with))
+                       dict(ran_with), streamed)
 
 
 #: classes per fetch of :func:`read_classes`' cursor (at most, uncounted)
@@ -330,6 +396,72 @@ def read_classes(plpy, query: str, sensitive, *,
     return sizes.astype(np.int64), classes.astype(np.int64), tables
 
 
+def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
+                  counted: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(sizes, classes, figures per sensitive column) from :func:`class_query`'s rows with its
+    ``distribution`` row first: each fetch of classes is counted into the figures
+    (``fewest_distinct``; core.risk.SensitiveRanges for the columns in ``ordered``) and let go,
+    so what is held is one fetch and the class-size histogram, whatever the number of classes."""
+    histogram: dict[int, int] = {}
+    fewest = dict.fromkeys(sensitive)
+    ranges: dict = {}
+    cursor = plpy.cursor(query)
+    first = cursor.fetch(1)
+    if not first or first[0]["cid"] != -1:
+        raise RuntimeError("the class pass did not start with its distribution row")
+    for i, s in enumerate(sensitive):
+        if s in ordered:
+            vid = int8_array(first[0][f"vids{i}"])
+            n = int8_array(first[0][f"ns{i}"])
+            known = vid >= 0
+            q = np.bincount(vid[known], weights=n[known].astype(np.float64)) if known.any() else []
+            ranges[s] = core_risk.SensitiveRanges(q, ordered=ordered[s], c=c)
+    del first
+    size = FETCH_CLASSES if counted else FETCH_FIRST
+    following = 0                                # the next class id expected
+    while True:
+        batch = cursor.fetch(size)
+        if not batch:
+            break
+        cids = np.fromiter((r["cid"] for r in batch), dtype=np.int64, count=len(batch))
+        if cids[0] != following or (np.diff(cids) != 1).any():
+            raise RuntimeError("the class pass did not return its classes in order")
+        following += len(batch)
+        rows_of_class = np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch))
+        for value, number in zip(*np.unique(rows_of_class, return_counts=True)):
+            histogram[int(value)] = histogram.get(int(value), 0) + int(number)
+        if not counted:
+            per_class = max(1, int(rows_of_class.sum()) // len(batch))
+            size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
+        for i, s in enumerate(sensitive):
+            packed_vids = [r[f"vids{i}"] or b"" for r in batch]
+            owner = np.repeat(cids - cids[0], [len(b) // 8 for b in packed_vids])
+            vid = int8_array(b"".join(packed_vids))
+            del packed_vids
+            if counted:
+                n = int8_array(b"".join(r[f"ns{i}"] or b"" for r in batch))
+            else:
+                owner, vid, n = count_pairs(owner, vid)
+            if not owner.shape == vid.shape == n.shape:
+                raise ValueError(f'pairs of "{s}" do not match their classes')
+            known = vid >= 0                     # a NULL is no value (ClassCounts.known)
+            owner, vid, n = owner[known], vid[known], n[known]
+            least = int(np.bincount(owner, minlength=len(batch)).min())
+            fewest[s] = least if fewest[s] is None else min(fewest[s], least)
+            if s in ranges:
+                ranges[s].add(owner, vid, n, len(batch))
+        del batch
+    cursor.close()
+    sizes = np.array(sorted(histogram), dtype=np.int64)
+    classes = np.array([histogram[x] for x in sorted(histogram)], dtype=np.int64)
+    figures = {}
+    for s in sensitive:
+        figures[s] = {"fewest_distinct": fewest[s]}
+        if s in ranges:
+            figures[s].update(ordered=ordered[s], c=c, figures=ranges[s].figures())
+    return sizes, classes, figures
+
+
 def count_pairs(owner: np.ndarray, vid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each (class, value id) pair of the elements (``owner``, ``vid``: value ids >= -1) and its
     rows, ordered by class then value id."""
@@ -365,21 +497,26 @@ class Counter:
         #: bytes the check's queries are bounded by (an out-of-core release's build_memory)
         self.budget = budget
         self._expected: dict[tuple[str, frozenset], list[str]] = {}
+        self._ordered: dict[tuple[str, frozenset], dict] = {}
         self._done: list[ClassCounts] = []
         # a compact release's view is counted from its stored classes
         stored = storage_for(plpy, release) if release is not None else None
         self._stored = dict([stored]) if stored else {}
 
-    def expect(self, relation: str, qis, sensitive) -> None:
+    def expect(self, relation: str, qis, sensitive, ordered: dict | None = None) -> None:
+        """``ordered``: whether each of ``sensitive`` is ordered (the report's figures of a
+        bounded pass are computed as it reads: core.risk.SensitiveRanges)."""
         key = (relation, frozenset(qis))
         self._expected.setdefault(key, []).extend(sensitive)
+        self._ordered.setdefault(key, {}).update(ordered or {})
 
     def get(self, relation: str, qis, sensitive) -> ClassCounts:
         for done in self._done:
             if done.serves(relation, qis, sensitive):
                 return done
         wanted = list(sensitive) + self._expected.get((relation, frozenset(qis)), [])
-        counts = count(self._plpy, relation, qis, wanted, self._stored.get(relation), self.budget)
+        counts = count(self._plpy, relation, qis, wanted, self._stored.get(relation), self.budget,
+                       self._ordered.get((relation, frozenset(qis))))
         self._done.append(counts)
         return counts
 

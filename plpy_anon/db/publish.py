@@ -229,7 +229,8 @@ def _checked(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMe
     budget = ((run_stats or {}).get("metrics") or {}).get("out_of_core", {}).get("budget_bytes")
     counter = class_counts.Counter(plpy, release, budget)
     if report_target is not None and report_target.qis:
-        counter.expect(report_target.relation, report_target.qis, report_target.sensitive)
+        counter.expect(report_target.relation, report_target.qis, report_target.sensitive,
+                       report_target.ordered)
     def checks():
         figures = verify.check(plpy, release, run_stats, method, counter)
         # a stable release's version against the ones published before (refused if it narrows

@@ -116,15 +116,18 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
         counts = (counter or Counter(plpy)).get(target.relation, target.qis, target.sensitive)
         figures = core.class_figures(counts.sizes, counts.classes,
                                      risk_threshold=risk_threshold, population=population)
-        tables = {s: counts.known(s) for s in target.sensitive}   # a NULL is no value
+        # a NULL is no value (ClassCounts.known)
+        by_column = {s: counts.sensitive_figures(s, ordered=target.ordered[s], c=recursive_c)
+                     for s in target.sensitive}
     else:
         figures = {"rows": count_rows(plpy, target.relation)}
-        tables = {}
-    return describe_all(target, figures, tables, population=population,
+        by_column = {}
+    return describe_all(target, figures, by_column, population=population,
                         risk_threshold=risk_threshold, recursive_c=recursive_c)
 
 
-def describe_all(target, figures, tables, *, population, risk_threshold, recursive_c) -> list[dict]:
+def describe_all(target, figures, by_column, *, population, risk_threshold, recursive_c) -> list[dict]:
+    """The report's rows; ``by_column``: core.sensitive_figures of each sensitive column."""
     rows = figures["rows"]
     empty = "not defined: the relation has no rows" if rows == 0 else None
     na = target.notes.get("classes")
@@ -170,10 +173,7 @@ def describe_all(target, figures, tables, *, population, risk_threshold, recursi
             for measure in ("distinct_l", "entropy_l", "recursive_cl_l", "t_closeness"):
                 out.append(describe(measure, s, None, na))
             continue
-        class_ids, value_ids, rows_per_pair = tables[s]
-        sf = core.sensitive_figures(class_ids, value_ids, rows_per_pair,
-                                    ordered=target.ordered[s], c=recursive_c,
-                                    n_classes=figures.get("classes"))
+        sf = by_column[s]
         emd = ("ordered EMD over the column's distinct values in order (NULL rows left out)"
                if target.ordered[s] else "equal-distance EMD")
         details = {

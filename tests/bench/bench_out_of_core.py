@@ -3,8 +3,8 @@ and utility against the in-memory path, end to end through the extension.
 
 The synthetic table of bench_mondrian.py (6 QIs age, zip, sex, segment, income, visit; sensitive
 diagnosis; primary key id), made in SQL at each size of PLPY_ANON_OOC_SIZES (default
-"1000000,10000000"), k = 10, each build in a fresh backend of one throwaway cluster
-(shared_buffers 512MB, work_mem 64MB):
+"1000000,10000000"), k = 10 (PLPY_ANON_OOC_K), each build in a fresh backend of one throwaway
+cluster (shared_buffers 512MB, work_mem 64MB):
 
 * 1M rows: the in-memory release (default budget) and the out-of-core one (budget
   PLPY_ANON_OOC_SMALL_BUDGET, default 64MB, which forces it): NCP of each (the releases' metrics)
@@ -25,6 +25,8 @@ from tests.bench.bench_mondrian import SYNTHETIC, MemorySampler, fresh_backend, 
 from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
 
 QIS = ["age", "zip", "sex", "segment", "income", "visit"]
+#: k of every build (PLPY_ANON_OOC_K; a small k makes many classes, the write's and check's load)
+K = int(os.environ.get("PLPY_ANON_OOC_K", "10"))
 
 
 def load(conn, n: int) -> None:
@@ -44,10 +46,10 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
         t0 = time.perf_counter()
         with MemorySampler(pid) as memory:
             release = other.execute(
-                "SELECT anon.mondrian_view('synthetic', k => 10, quasi_identifiers => %s, "
+                "SELECT anon.mondrian_view('synthetic', k => %s, quasi_identifiers => %s, "
                 "sensitive => ARRAY['diagnosis'], release_name => %s, replace => true"
                 + (", priorities => %s::jsonb)" if priorities else ")"),
-                (QIS, name, *([priorities] if priorities else []))).fetchone()[0]
+                (K, QIS, name, *([priorities] if priorities else []))).fetchone()[0]
         e2e = time.perf_counter() - t0
         hwm = vm_hwm_mib(pid)
     metrics, verified, smallest = conn.execute(

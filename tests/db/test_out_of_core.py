@@ -332,6 +332,28 @@ def test_check_of_an_out_of_core_release_runs_within_its_budget_and_refuses_a_ta
     assert figures["counted_with"] == capped
 
 
+def test_bounded_check_gives_the_figures_and_report_of_a_check_holding_every_class(db, schema):
+    """The check of an out-of-core release counts its classes a fetch at a time and keeps only
+    figures (no class x value table): its l per column and its stored risk report are those
+    counted from the same released rows by the unbounded report and by SQL, NULLs left out."""
+    synthetic(db, "src", 6000)
+    db.execute("UPDATE src SET s = NULL WHERE id % 13 = 0")
+    with budget(db, "512kB"):
+        rel = release(db, schema, "src", "ooc", k=3, l=2)
+    metrics, verified, _, _ = catalog(db, rel)
+    assert "out_of_core" in metrics and verified is True
+    assert metrics["n_classes"] > 1000        # several fetches of classes
+    stored = db.execute("SELECT risk FROM anon.releases WHERE format('%%I.%%I', release_schema, "
+                        "release_name) = %s", (rel,)).fetchone()[0]
+    fresh = db.execute("SELECT json_agg(r) FROM anon.risk_report(%s) AS r", (rel,)).fetchone()[0]
+    key = ("measure", "column_name")
+    by = {tuple(r[x] for x in key): r["value"] for r in fresh}
+    assert {tuple(r[x] for x in key): r["value"] for r in stored} == by
+    assert by[("t_closeness", "s")] > 0 and by[("entropy_l", "id")] > 1
+    assert verification(db, rel)["l_by_column"] == {
+        c: min(distinct_sensitive_per_class(db, rel, QIS, c)) for c in ("id", "s")}
+
+
 def test_budget_that_is_not_a_size_is_refused(db, schema):
     synthetic(db, "src", 100)
     with budget(db, "lots"), pytest.raises(psycopg.errors.InvalidParameterValue) as error:

@@ -92,6 +92,24 @@ def test_sensitive_figures_match_brute_force(df, ordered, c, chunk, shuffle):
     assert got["t_closeness"] == pytest.approx(want["t_closeness"], abs=1e-12)
 
 
+@settings(max_examples=150, deadline=None)
+@given(frames, st.booleans(), st.sampled_from([1, 3, 1000]), st.lists(st.integers(1, 20), max_size=8))
+def test_sensitive_ranges_fed_in_any_ranges_of_classes_give_the_whole_table_figures(
+        df, ordered, chunk, widths):
+    """The classes given a range at a time (ranges of any widths, each with its own class ids
+    from 0), the table's distribution known first: exactly the figures of the whole table."""
+    cid, vid, n = class_value(df)
+    ranges = risk.SensitiveRanges(np.bincount(vid, weights=n), ordered=ordered, chunk_cells=chunk)
+    n_classes, lo = int(cid.max()) + 1, 0
+    for width in [*widths, n_classes]:
+        hi = min(n_classes, lo + width)
+        if hi > lo:
+            inside = (cid >= lo) & (cid < hi)
+            ranges.add(cid[inside] - lo, vid[inside], n[inside], hi - lo)
+        lo = hi
+    assert ranges.figures() == risk.sensitive_figures(cid, vid, n, ordered=ordered)
+
+
 def test_textbook_values():
     # one class with the whole distribution: t = 0; two classes splitting a binary SA: t = 1/2
     df = pd.DataFrame({"a": [0, 0, 1, 1], "b": 0, "s": [0, 0, 1, 1]})
