@@ -45,7 +45,7 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db import extschema, grants, out_of_core, publish, timing
+from plpy_anon.db import extschema, grants, out_of_core, publish, republication, timing
 from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
@@ -159,8 +159,12 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
                  "and create the release again.")
     source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
     write = out_of_core.write_settings(plpy, method, release["release_id"])
-    if blocks_swap(plpy, rel, [oid for _, oid in views]):
-        progress(plpy, "other objects depend on the release: refreshing in place (readers wait)")
+    # a stable release keeps its relations (OIDs, grants, dependent views): a pg_dump under way
+    # reads the definitions of the relations it listed, and a swap would have dropped them
+    stable = republication.is_stable(jsonb(release["parameters"]) or {})
+    if stable or blocks_swap(plpy, rel, [oid for _, oid in views]):
+        progress(plpy, "a stable release keeps its relations: refreshing in place (readers wait)"
+                 if stable else "other objects depend on the release: refreshing in place (readers wait)")
         lock_for_swap(plpy, release, [("MATERIALIZED VIEW", schema, name)], waits)
         # REFRESH (not CREATE ... AS) writes frozen rows: a reader whose snapshot predates the
         # refresh sees the new release, never an empty one. The event trigger records the stash.
