@@ -24,7 +24,10 @@ Plain REFRESH MATERIALIZED VIEW would hold an ACCESS EXCLUSIVE lock for the whol
 k-anonymous release (duplicate rows by design) cannot have. When other objects depend on the
 release (a DBA's view on top of it), dropping it is impossible, so such a release falls back to
 an in-place REFRESH (taking its lock the same bounded way): consistent, but readers wait for the
-whole rebuild.
+whole rebuild. A stable release (``refresh_mode`` 'stable') is always refreshed in place: its
+relations keep their OIDs, so a pg_dump that listed them before the refresh still finds them;
+readers wait for its build too, as they already waited for its check across versions, which
+runs after the swap under the same lock.
 
 A method whose release is built otherwise keeps its own ``refresh_release`` (see releases.py);
 Break-Merge's calls ``rebuild_view`` (storage view + QIT/ST/merge views).
