@@ -24,7 +24,10 @@ Plain REFRESH MATERIALIZED VIEW would hold an ACCESS EXCLUSIVE lock for the whol
 k-anonymous release (duplicate rows by design) cannot have. When other objects depend on the
 release (a DBA's view on top of it), dropping it is impossible, so such a release falls back to
 an in-place REFRESH (taking its lock the same bounded way): consistent, but readers wait for the
-whole rebuild.
+whole rebuild. A stable release (``refresh_mode`` 'stable') is always refreshed in place: its
+relations keep their OIDs, so a pg_dump that listed them before the refresh still finds them;
+readers wait for its build too, as they already waited for its check across versions, which
+runs after the swap under the same lock.
 
 A method whose release is built otherwise keeps its own ``refresh_release`` (see releases.py);
 Break-Merge's calls ``rebuild_view`` (storage view + QIT/ST/merge views).
@@ -45,7 +48,7 @@ import re
 import time
 
 from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
-from plpy_anon.db import extschema, grants, out_of_core, publish, timing
+from plpy_anon.db import extschema, grants, out_of_core, publish, republication, timing
 from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.release_rows import (  # noqa: F401 -- lock_release, temp_name: used by callers
@@ -159,8 +162,12 @@ def rebuild_view(plpy, GD, release: dict, *, method: ReleaseMethod | None,
                  "and create the release again.")
     source = run(plpy, "SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"], [release["source"]])[0]["oid"]
     write = out_of_core.write_settings(plpy, method, release["release_id"])
-    if blocks_swap(plpy, rel, [oid for _, oid in views]):
-        progress(plpy, "other objects depend on the release: refreshing in place (readers wait)")
+    # a stable release keeps its relations (OIDs, grants, dependent views): a pg_dump under way
+    # reads the definitions of the relations it listed, and a swap would have dropped them
+    stable = republication.is_stable(jsonb(release["parameters"]) or {})
+    if stable or blocks_swap(plpy, rel, [oid for _, oid in views]):
+        progress(plpy, "a stable release keeps its relations: refreshing in place (readers wait)"
+                 if stable else "other objects depend on the release: refreshing in place (readers wait)")
         lock_for_swap(plpy, release, [("MATERIALIZED VIEW", schema, name)], waits)
         # REFRESH (not CREATE ... AS) writes frozen rows: a reader whose snapshot predates the
         # refresh sees the new release, never an empty one. The event trigger records the stash.

@@ -37,8 +37,6 @@ def two_databases(connect):
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-@pytest.mark.xfail(strict=True, reason="every stable refresh drops and re-creates the release's "
-                   "view and materialized view: a pg_dump under way fails (could not open relation)")
 def test_a_dump_taken_during_a_stable_refresh_succeeds_and_the_restored_release_refreshes(
         connect, two_databases, tmp_path):
     source, restored = two_databases
