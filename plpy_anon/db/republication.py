@@ -150,9 +150,32 @@ class People:
 
 #: the release's state of its people: one row (anon.release_state)
 STATE = """
-SELECT persons, member_groups, versions, cohorts, candidate_sets::pg_catalog.text AS candidate_sets,
-       entries, entry_versions, entry_groups, waiting_persons, waiting_entries, version, entries_since
+SELECT persons, pg_catalog.array_send(member_groups) AS member_groups,
+       pg_catalog.array_send(versions) AS versions, pg_catalog.array_send(cohorts) AS cohorts,
+       candidate_sets::pg_catalog.text AS candidate_sets, pg_catalog.array_send(entries) AS entries,
+       pg_catalog.array_send(entry_versions) AS entry_versions,
+       pg_catalog.array_send(entry_groups) AS entry_groups, waiting_persons,
+       pg_catalog.array_send(waiting_entries) AS waiting_entries, version, entries_since
 FROM anon.release_state WHERE release_id = $1"""
+#: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
+STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
+                "waiting_entries")
+
+
+def _int4s(raw: bytes | None) -> np.ndarray | None:
+    """A one-dimensional int4[]'s binary form (array_send) as integers (None: NULL); None where it
+    is not one (NULL elements, or more dimensions)."""
+    if raw is None:
+        return None
+    ndim, has_nulls = np.frombuffer(raw, dtype=">i4", count=2).tolist()
+    if ndim == 0:
+        return np.empty(0, dtype=np.int64)
+    if ndim != 1 or has_nulls:
+        return None
+    n = int(np.frombuffer(raw, dtype=">i4", count=1, offset=12)[0])
+    # after the header (dimensions, nulls, element type, length, lower bound): (4, value) pairs
+    pairs = np.frombuffer(raw, dtype=">i4", count=2 * n, offset=20).reshape(n, 2)
+    return pairs[:, 1].astype(np.int64) if (pairs[:, 0] == 4).all() else None
 
 
 @dataclass
@@ -188,12 +211,21 @@ class State:
         if not rows:
             empty = np.empty(0, dtype=np.int64)
             return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
-        row = rows[0]
+        row = dict(rows[0])
+        for name in STATE_ARRAYS:
+            raw = row[name]
+            row[name] = _int4s(raw)
+            if raw is not None and row[name] is None:
+                raise InsufficientData(
+                    f"the state of release {release_id} (anon.release_state) holds a {name} that "
+                    "is not a list of integers", hint="Restore the release's row of "
+                    "anon.release_state from a backup, or recreate the release knowingly.")
         sets = json.loads(row["candidate_sets"])
-        cohorts = np.asarray(row["cohorts"], dtype=np.int64)
-        entries = None if row["entries"] is None else np.asarray(row["entries"], dtype=np.int64)
-        waiting_entries = np.asarray(row["waiting_entries"] or [], dtype=np.int64)
-        n_entries = len(row["entry_versions"] or [])
+        cohorts = row["cohorts"]
+        entries = row["entries"]
+        empty = np.empty(0, dtype=np.int64)
+        waiting_entries = row["waiting_entries"] if row["waiting_entries"] is not None else empty
+        n_entries = 0 if row["entry_versions"] is None else row["entry_versions"].size
         if (cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets))) or any(
                 e is not None and e.size and (e.min() < 0 or e.max() >= n_entries)
                 for e in (entries, waiting_entries)):
@@ -201,11 +233,10 @@ class State:
                 f"the state of release {release_id} (anon.release_state) points people at "
                 "candidate sets or entries it does not hold", hint="Restore the release's row of "
                 "anon.release_state from a backup, or recreate the release knowingly.")
-        return cls(np.frombuffer(row["persons"], dtype="S32"),
-                   np.asarray(row["member_groups"], dtype=np.int64),
-                   np.asarray(row["versions"], dtype=np.int64), cohorts, sets, entries,
-                   np.asarray(row["entry_versions"] or [], dtype=np.int64),
-                   np.asarray(row["entry_groups"] or [], dtype=np.int64),
+        return cls(np.frombuffer(row["persons"], dtype="S32"), row["member_groups"],
+                   row["versions"], cohorts, sets, entries,
+                   row["entry_versions"] if row["entry_versions"] is not None else empty,
+                   row["entry_groups"] if row["entry_groups"] is not None else empty,
                    np.frombuffer(row["waiting_persons"] or b"", dtype="S32"), waiting_entries,
                    row["version"], row["entries_since"])
 
@@ -328,9 +359,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             hint="Give every row its identifier (a NOT NULL primary key, say), or recreate the release "
                  "with refresh_mode => 'fresh'.")
     hashes = person_hashes(identifier_texts, salt)
-    persons = packed(hashes)
-    ordered = persons[_hash_order(persons)]
-    shared = int((ordered[1:] == ordered[:-1]).sum())
+    shared = len(hashes) - len(set(hashes))
     if shared:
         raise InvalidParameter(
             f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
@@ -347,7 +376,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
                  "database), or recreate the release with replace => true knowingly.")
     n = len(hashes)
     check_interrupts()
-    at = state.find(persons)
+    at = state.find(packed(hashes))
     known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
     groups[known] = state.groups[at[known]]

@@ -4,6 +4,8 @@ bytes, numpy's unique over rows) on random hashes, many of them sharing their fi
 (the integer the lookups sort by)."""
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from plpy_anon.db.republication import (
     _distinct_keys,
     _distinct_rows,
     _hash_order,
+    _int4s,
     _positions,
     packed,
 )
@@ -69,3 +72,23 @@ def test_distinct_rows_group_equal_rows_as_numpy_unique(rows, width):
 @given(st.lists(st.integers(0, 99), max_size=60))
 def test_distinct_keys_are_the_sorted_distinct_values(keys):
     assert _distinct_keys(np.array(keys, dtype=np.int64), 100).tolist() == sorted(set(keys))
+
+
+def int4_array_send(values: list[int | None], ndim: int = 1) -> bytes:
+    """PostgreSQL's binary form of a one-dimensional int4[] (array_send; 23: int4's oid)."""
+    if not values:
+        return struct.pack(">iii", 0, 0, 23)
+    body = b"".join(struct.pack(">i", -1) if v is None else struct.pack(">ii", 4, v)
+                    for v in values)
+    return struct.pack(">iiiii", ndim, None in values, 23, len(values), 1) + body
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2**31, 2**31 - 1), max_size=30))
+def test_int4s_read_array_send_as_its_integers(values):
+    assert _int4s(int4_array_send(values)).tolist() == values
+    assert _int4s(None) is None
+
+
+def test_int4s_refuse_null_elements():
+    assert _int4s(int4_array_send([1, None, 3])) is None
