@@ -150,9 +150,32 @@ class People:
 
 #: the release's state of its people: one row (anon.release_state)
 STATE = """
-SELECT persons, member_groups, versions, cohorts, candidate_sets::pg_catalog.text AS candidate_sets,
-       entries, entry_versions, entry_groups, waiting_persons, waiting_entries, version, entries_since
+SELECT persons, pg_catalog.array_send(member_groups) AS member_groups,
+       pg_catalog.array_send(versions) AS versions, pg_catalog.array_send(cohorts) AS cohorts,
+       candidate_sets::pg_catalog.text AS candidate_sets, pg_catalog.array_send(entries) AS entries,
+       pg_catalog.array_send(entry_versions) AS entry_versions,
+       pg_catalog.array_send(entry_groups) AS entry_groups, waiting_persons,
+       pg_catalog.array_send(waiting_entries) AS waiting_entries, version, entries_since
 FROM anon.release_state WHERE release_id = $1"""
+#: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
+STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
+                "waiting_entries")
+
+
+def _int4s(raw: bytes | None) -> np.ndarray | None:
+    """A one-dimensional int4[]'s binary form (array_send) as integers (None: NULL); None where it
+    is not one (NULL elements, or more dimensions)."""
+    if raw is None:
+        return None
+    ndim, has_nulls = np.frombuffer(raw, dtype=">i4", count=2).tolist()
+    if ndim == 0:
+        return np.empty(0, dtype=np.int64)
+    if ndim != 1 or has_nulls:
+        return None
+    n = int(np.frombuffer(raw, dtype=">i4", count=1, offset=12)[0])
+    # after the header (dimensions, nulls, element type, length, lower bound): (4, value) pairs
+    pairs = np.frombuffer(raw, dtype=">i4", count=2 * n, offset=20).reshape(n, 2)
+    return pairs[:, 1].astype(np.int64) if (pairs[:, 0] == 4).all() else None
 
 
 @dataclass
@@ -178,6 +201,9 @@ class State:
     #: the version the state is of, and the oldest version the entries follow people in
     version: int | None = None
     entries_since: int | None = None
+    #: the last lookup of each stored array (``persons``, ``waiting``): the asked hashes' bytes
+    #: and their positions; a check asks the same people several times
+    _found: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def read(cls, plpy, release_id: int) -> State:
@@ -185,12 +211,21 @@ class State:
         if not rows:
             empty = np.empty(0, dtype=np.int64)
             return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
-        row = rows[0]
+        row = dict(rows[0])
+        for name in STATE_ARRAYS:
+            raw = row[name]
+            row[name] = _int4s(raw)
+            if raw is not None and row[name] is None:
+                raise InsufficientData(
+                    f"the state of release {release_id} (anon.release_state) holds a {name} that "
+                    "is not a list of integers", hint="Restore the release's row of "
+                    "anon.release_state from a backup, or recreate the release knowingly.")
         sets = json.loads(row["candidate_sets"])
-        cohorts = np.asarray(row["cohorts"], dtype=np.int64)
-        entries = None if row["entries"] is None else np.asarray(row["entries"], dtype=np.int64)
-        waiting_entries = np.asarray(row["waiting_entries"] or [], dtype=np.int64)
-        n_entries = len(row["entry_versions"] or [])
+        cohorts = row["cohorts"]
+        entries = row["entries"]
+        empty = np.empty(0, dtype=np.int64)
+        waiting_entries = row["waiting_entries"] if row["waiting_entries"] is not None else empty
+        n_entries = 0 if row["entry_versions"] is None else row["entry_versions"].size
         if (cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets))) or any(
                 e is not None and e.size and (e.min() < 0 or e.max() >= n_entries)
                 for e in (entries, waiting_entries)):
@@ -198,11 +233,10 @@ class State:
                 f"the state of release {release_id} (anon.release_state) points people at "
                 "candidate sets or entries it does not hold", hint="Restore the release's row of "
                 "anon.release_state from a backup, or recreate the release knowingly.")
-        return cls(np.frombuffer(row["persons"], dtype="S32"),
-                   np.asarray(row["member_groups"], dtype=np.int64),
-                   np.asarray(row["versions"], dtype=np.int64), cohorts, sets, entries,
-                   np.asarray(row["entry_versions"] or [], dtype=np.int64),
-                   np.asarray(row["entry_groups"] or [], dtype=np.int64),
+        return cls(np.frombuffer(row["persons"], dtype="S32"), row["member_groups"],
+                   row["versions"], cohorts, sets, entries,
+                   row["entry_versions"] if row["entry_versions"] is not None else empty,
+                   row["entry_groups"] if row["entry_groups"] is not None else empty,
                    np.frombuffer(row["waiting_persons"] or b"", dtype="S32"), waiting_entries,
                    row["version"], row["entries_since"])
 
@@ -212,8 +246,18 @@ class State:
         return [raw[i:i + 32] for i in range(0, len(raw), 32)]
 
     def find(self, hashes: np.ndarray) -> np.ndarray:
-        """Each of ``hashes``' position in ``persons`` (-1: not there)."""
-        return _positions(self.persons, hashes)
+        """Each of ``hashes``' position in ``persons`` (-1: not there; read-only)."""
+        return self._lookup("persons", self.persons, hashes)
+
+    def _lookup(self, name: str, stored: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+        asked = hashes.tobytes()
+        last = self._found.get(name)
+        if last is not None and last[0] == asked:
+            return last[1]
+        at = _positions(stored, hashes)
+        at.setflags(write=False)
+        self._found[name] = (asked, at)
+        return at
 
     def entries_of(self, hashes: np.ndarray) -> np.ndarray:
         """Each of ``hashes``' entry (a position in ``entry_versions``; -1: none, a person
@@ -223,7 +267,7 @@ class State:
             return out
         at = self.find(hashes)
         out[at >= 0] = self.entries[at[at >= 0]]
-        held = _positions(self.waiting, hashes)
+        held = self._lookup("waiting", self.waiting, hashes)
         out[held >= 0] = self.waiting_entries[held[held >= 0]]
         return out
 
@@ -232,27 +276,47 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     """Each of ``hashes``' position in ``persons`` (-1: not there): sorted and searched by
     their first 8 bytes (an integer sort; numpy's sort of byte strings is several times
     slower), the whole hash compared; the rare runs of equal first bytes one by one."""
-    stored, asked = _words(persons), _words(hashes)
-    at = np.full(asked.shape[0], -1, dtype=np.int64)
-    if not stored.shape[0] or not asked.shape[0]:
+    at = np.full(hashes.size, -1, dtype=np.int64)
+    if not persons.size or not hashes.size:
         return at
-    order = np.argsort(stored[:, 0], kind="stable")
-    first = stored[order, 0]
+    stored, asked = _first_words(persons), _first_words(hashes)
+    # unstable sorts: runs of equal first words are compared whole
+    order = np.argsort(stored)
+    first = stored[order]
     # searched in ascending order: each search starts where the last one ended
-    by_key = np.argsort(asked[:, 0], kind="stable")
-    lo, hi = np.empty_like(by_key), np.empty_like(by_key)
-    lo[by_key] = np.searchsorted(first, asked[by_key, 0], "left")
-    hi[by_key] = np.searchsorted(first, asked[by_key, 0], "right")
-    one = np.flatnonzero(hi - lo == 1)
-    candidate = order[lo[one]]
-    same = np.all(stored[candidate] == asked[one], axis=1)
-    at[one[same]] = candidate[same]
-    for i in np.flatnonzero(hi - lo > 1).tolist():
+    by_key = np.argsort(asked)
+    keys = asked[by_key]
+    lo = np.searchsorted(first, keys, "left")
+    if (first[1:] != first[:-1]).all():
+        # no two stored share their first word: at most one candidate each
+        hit = np.flatnonzero(first[np.minimum(lo, first.size - 1)] == keys)
+        candidate = order[lo[hit]]
+        same = persons[candidate] == hashes[by_key[hit]]
+        at[by_key[hit[same]]] = candidate[same]
+        return at
+    hi = np.searchsorted(first, keys, "right")
+    for i in np.flatnonzero(hi > lo).tolist():
         for j in order[lo[i]:hi[i]].tolist():
-            if (stored[j] == asked[i]).all():
-                at[i] = j
+            if persons[j] == hashes[by_key[i]]:
+                at[by_key[i]] = j
                 break
     return at
+
+
+def _hash_order(hashes: np.ndarray) -> np.ndarray:
+    """The order that sorts 32-byte hashes (numpy ``S32``) bytewise: by their first 8 bytes (an
+    integer sort), all four words where two share them."""
+    # an unstable sort: equal first words are sorted again
+    order = np.argsort(_first_words(hashes))
+    first = _first_words(hashes)[order]
+    if (first[1:] == first[:-1]).any():
+        order = np.lexsort(_words(hashes).T[::-1])
+    return order
+
+
+def _first_words(hashes: np.ndarray) -> np.ndarray:
+    """The first 8 bytes of 32-byte hashes (numpy ``S32``) as integers."""
+    return np.ascontiguousarray(hashes).view(">u8")[::4].astype(np.uint64)
 
 
 def _words(hashes: np.ndarray) -> np.ndarray:
@@ -269,6 +333,13 @@ def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensiti
               qi_texts) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
+    with timing.phase("read_people"):
+        return _people_of(plpy, release_id, parameters, identifier_texts, sensitive_dictionaries,
+                          qi_texts)
+
+
+def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
+               qi_texts) -> People:
     promise = Promise.of(parameters)
     # the stable mode's state, not part of the specification: merged from anon.release_secrets
     salt = parameters.get("person_salt")
@@ -384,6 +455,11 @@ def alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | N
     groups holds someone of ``present`` (the people in the table now, hashes) then, or None
     where the state does not say (versions older than its entries). Each person's group in a
     version follows from their entry and the versions' steps (groups only merge)."""
+    with timing.phase("alive_groups"):
+        return _alive_groups(rows, state, present)
+
+
+def _alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | None]:
     entries = np.unique(state.entries_of(present))
     entries = entries[entries >= 0]
     # a state of another version than the newest stored (written apart) says nothing
@@ -1223,7 +1299,7 @@ NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WH
 
 def _int_array(values: np.ndarray) -> str:
     """An integer array's SQL text."""
-    return "{" + ",".join(map(str, values.tolist())) + "}"
+    return "{" + str(values.tolist())[1:-1] + "}"     # a list's repr: "1, 2" (array_in reads it)
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
@@ -1242,7 +1318,10 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     person, klass = person[mine], klass[mine]
     check_interrupts()
     persons = packed(hashes)
-    at = state.find(persons)
+    waiting_persons = packed(list(waiting[0]))
+    # everyone in the table: the lookup the rest of the check asks again (state.find's last)
+    everyone = np.concatenate([persons, waiting_persons])
+    at = state.find(everyone)[:n]
     known = at >= 0
     versions = np.zeros(n, dtype=np.int64)
     versions[known] = state.versions[at[known]]
@@ -1263,14 +1342,20 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         repeat = per_class[klass]
         offset = np.arange(int(repeat.sum())) - np.repeat(np.cumsum(repeat) - repeat, repeat)
         values = codes[order][np.repeat(start[klass], repeat) + offset]
-        pairs = containment.distinct(np.repeat(person, repeat) * width + values)
+        pairs = _distinct_keys(np.repeat(person, repeat) * width + values, n * width)
         p, v = pairs // width, pairs % width
         # people seen before keep only what every earlier version left them
         code = {v: j for j, v in enumerate(dictionary.tolist())}
         before = np.fromiter((e * width + code[v] for e, sets in enumerate(earlier_sets)
                               for v in sets.get(name, []) if v in code), dtype=np.int64)
         e = earlier[p]
-        held = (e < 0) | np.isin(e * width + v, before)
+        if len(earlier_sets) * width <= 1 << 26:
+            # a table of (earlier set, value) pairs: one lookup per pair, no sort
+            allowed = np.zeros(len(earlier_sets) * width + 1, dtype=bool)
+            allowed[before] = True
+            held = allowed[np.where(e < 0, allowed.size - 1, e * width + v)] | (e < 0)
+        else:
+            held = (e < 0) | np.isin(e * width + v, before)
         p, v = p[held], v[held]
         kept.append((name, p, v, np.asarray(dictionary, dtype=object)))
         count = np.bincount(p, minlength=n)
@@ -1279,12 +1364,11 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     # one set per distinct text; people in the order of their hashes
     texts, distinct_set = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     cohort = distinct_set.ravel()[cohort]
-    order = np.argsort(persons, kind="stable")
-    held = packed(list(waiting[0]))
-    held_order = np.argsort(held, kind="stable")
+    order = _hash_order(persons)
+    held_order = _hash_order(waiting_persons)
     newest = None if state.entries is not None else (run(plpy, NEWEST, ["int4"], [release_id]) or [None])[0]
     version, since, entry, entry_versions, entry_groups = entries(
-        state, np.concatenate([persons, held]),
+        state, everyone,
         np.concatenate([np.asarray(groups, dtype=np.int64), np.asarray(waiting[1], dtype=np.int64)]),
         newest)
     run(plpy, FORGET, ["int4"], [release_id])
@@ -1293,7 +1377,7 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         [release_id, persons[order].tobytes(), _int_array(np.asarray(groups, dtype=np.int64)[order]),
          _int_array(versions[order] + 1), _int_array(cohort[order]), "[" + ",".join(texts) + "]",
          _int_array(entry[:n][order]), _int_array(entry_versions), _int_array(entry_groups),
-         held[held_order].tobytes(), _int_array(entry[n:][held_order]), version, since])
+         waiting_persons[held_order].tobytes(), _int_array(entry[n:][held_order]), version, since])
     l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,
@@ -1311,6 +1395,11 @@ def entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None)
     anon.release_versions, None when there is none) and their group in it, and the entries
     follow people from that version on. Returns (the version, the oldest version followed, each
     person's entry, the entries' versions, their groups)."""
+    with timing.phase("entries"):
+        return _entries(state, everyone, groups, newest)
+
+
+def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None):
     if state.entries is not None:
         version, since = state.version + 1, state.entries_since
         known = state.entries_of(everyone)
@@ -1338,6 +1427,16 @@ def entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None)
             distinct & 0xFFFFFFFF)
 
 
+def _distinct_keys(keys: np.ndarray, size: int) -> np.ndarray:
+    """The sorted distinct values of integers in [0, size): marked in a table when it is small
+    (no sort), sorted otherwise."""
+    if size > 1 << 26:
+        return containment.distinct(keys)
+    table = np.zeros(size, dtype=bool)
+    table[keys] = True
+    return np.flatnonzero(table)
+
+
 def _cohorts(n: int, kept) -> tuple[np.ndarray, list[str]]:
     """People whose candidates are the same sets share one text: each person's candidates as a
     bitmask over each sensitive column's values (``kept``: per column, the sorted (person, value
@@ -1347,10 +1446,16 @@ def _cohorts(n: int, kept) -> tuple[np.ndarray, list[str]]:
         return np.zeros(n, dtype=np.int64), [json.dumps({})]
     masks = []
     for _, p, v, dictionary in kept:
-        mask = np.zeros((n, max((len(dictionary) + 63) // 64, 1)), dtype=np.uint64)
-        np.bitwise_or.at(mask, (p, v // 64), np.left_shift(np.uint64(1), (v % 64).astype(np.uint64)))
-        masks.append(mask)
-    _, first, cohort = np.unique(np.hstack(masks), axis=0, return_index=True, return_inverse=True)
+        words = max((len(dictionary) + 63) // 64, 1)
+        mask = np.zeros(n * words, dtype=np.uint64)
+        # the pairs are sorted: each (person, word)'s bits ORed over its run
+        slot = p * words + v // 64
+        if slot.size:
+            starts = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]])
+            bits = np.left_shift(np.uint64(1), (v % 64).astype(np.uint64))
+            mask[slot[starts]] = np.bitwise_or.reduceat(bits, starts)
+        masks.append(mask.reshape(n, words))
+    first, cohort = _distinct_rows(np.hstack(masks))
     spans = [(name, v, dictionary, np.searchsorted(p, first), np.searchsorted(p, first, "right"))
              for name, p, v, dictionary in kept]
     texts = []
@@ -1360,6 +1465,21 @@ def _cohorts(n: int, kept) -> tuple[np.ndarray, list[str]]:
         texts.append(json.dumps({name: sorted(dictionary[v[a[c]:b[c]]].tolist())
                                  for name, v, dictionary, a, b in spans}, ensure_ascii=False))
     return cohort.ravel().astype(np.int64), texts
+
+
+def _distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Equal rows of an integer matrix: each distinct row's first row, and each row's distinct
+    row (numbered in the rows' sorted order; numpy's unique over rows sorts them as bytes, slower)."""
+    if matrix.shape[1] == 1:
+        _, first, inverse = np.unique(matrix[:, 0], return_index=True, return_inverse=True)
+        return first, inverse.ravel().astype(np.int64)
+    order = np.lexsort(matrix.T[::-1])      # stable: the first row of each run is its first
+    ordered = matrix[order]
+    new = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)] if order.size \
+        else np.empty(0, dtype=bool)
+    distinct = np.empty(order.size, dtype=np.int64)
+    distinct[order] = np.cumsum(new) - 1
+    return order[new], distinct
 
 
 def forget(plpy, release_id: int) -> None:
