@@ -155,6 +155,10 @@ SELECT persons, member_groups, versions, cohorts, candidate_sets::pg_catalog.tex
 FROM anon.release_state WHERE release_id = $1"""
 
 
+#: the last version a state may be of (its next one must fit an int4)
+LAST_VERSION = 2147483646
+
+
 @dataclass
 class State:
     """What the versions published so far left each person: ``persons`` their hashes (numpy
@@ -186,25 +190,51 @@ class State:
             empty = np.empty(0, dtype=np.int64)
             return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
         row = rows[0]
+
+        def broken(what: str) -> InsufficientData:
+            return InsufficientData(
+                f"the state of release {release_id} (anon.release_state) {what}",
+                hint="Restore the release's row of anon.release_state from a backup, or recreate "
+                     "the release knowingly.")
+
+        def ints(name: str, low: int | None = 0) -> np.ndarray | None:
+            # a flat array of integers from ``low`` on (CHECKs keep other arrays out of stored
+            # rows; a row restored from elsewhere is read the same way)
+            value = row[name]
+            if value is None:
+                return None
+            if any(v is None or isinstance(v, list) for v in value):
+                raise broken(f"has NULL or nested elements in {name}")
+            out = np.asarray(value, dtype=np.int64)
+            if low is not None and out.size and out.min() < low:
+                raise broken(f"has {name} below {low}")
+            return out
+
+        def hashes(name: str) -> np.ndarray:
+            value = row[name] or b""
+            if len(value) % 32:
+                raise broken(f"has {name} of {len(value)} bytes, not a multiple of 32")
+            return np.frombuffer(value, dtype="S32")
+
         sets = json.loads(row["candidate_sets"])
-        cohorts = np.asarray(row["cohorts"], dtype=np.int64)
-        entries = None if row["entries"] is None else np.asarray(row["entries"], dtype=np.int64)
-        waiting_entries = np.asarray(row["waiting_entries"] or [], dtype=np.int64)
-        n_entries = len(row["entry_versions"] or [])
+        cohorts = ints("cohorts", None)
+        entries = ints("entries", None)
+        waiting_entries = ints("waiting_entries", None)
+        waiting_entries = np.empty(0, dtype=np.int64) if waiting_entries is None else waiting_entries
+        entry_versions, entry_groups = ints("entry_versions"), ints("entry_groups")
+        n_entries = 0 if entry_versions is None else entry_versions.size
         if (cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets))) or any(
                 e is not None and e.size and (e.min() < 0 or e.max() >= n_entries)
                 for e in (entries, waiting_entries)):
-            raise InsufficientData(
-                f"the state of release {release_id} (anon.release_state) points people at "
-                "candidate sets or entries it does not hold", hint="Restore the release's row of "
-                "anon.release_state from a backup, or recreate the release knowingly.")
-        return cls(np.frombuffer(row["persons"], dtype="S32"),
-                   np.asarray(row["member_groups"], dtype=np.int64),
-                   np.asarray(row["versions"], dtype=np.int64), cohorts, sets, entries,
-                   np.asarray(row["entry_versions"] or [], dtype=np.int64),
-                   np.asarray(row["entry_groups"] or [], dtype=np.int64),
-                   np.frombuffer(row["waiting_persons"] or b"", dtype="S32"), waiting_entries,
-                   row["version"], row["entries_since"])
+            raise broken("points people at candidate sets or entries it does not hold")
+        version, since = row["version"], row["entries_since"]
+        if version is not None and not 0 <= version <= LAST_VERSION or since is not None and since < 0:
+            raise broken(f"is of version {version} since version {since}: no next version fits")
+        empty = np.empty(0, dtype=np.int64)
+        return cls(hashes("persons"), ints("member_groups", None), ints("versions", None), cohorts,
+                   sets, entries, empty if entry_versions is None else entry_versions,
+                   empty if entry_groups is None else entry_groups, hashes("waiting_persons"),
+                   waiting_entries, version, since)
 
     def hashes(self) -> list[bytes]:
         """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
@@ -367,7 +397,8 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
         people.versions.append(Version(ids, counts, _linked(row), _people_linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
     if state is not None:
-        for version, alive in zip(people.versions, alive_groups(rows, state, packed(people.hashes))):
+        for version, alive in zip(people.versions, alive_groups(rows, state, packed(people.hashes),
+                                                                 release_id)):
             version.alive = alive
     if rows and rows[-1]["waiting"]:
         people.waiting = dict(zip((bytes(h) for h in rows[-1]["waiting"]), rows[-1]["waiting_groups"]))
@@ -376,7 +407,7 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     people.values = values
 
 
-def alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | None]:
+def alive_groups(rows, state: State, present: np.ndarray, release_id=None) -> list[np.ndarray | None]:
     """Per stored version (``rows`` of anon.release_versions, oldest first): whether each of its
     groups holds someone of ``present`` (the people in the table now, hashes) then, or None
     where the state does not say (versions older than its entries). Each person's group in a
@@ -396,6 +427,12 @@ def alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | N
         ids = np.asarray(row["group_ids"], dtype=np.int64)
         out.append(None if since is None or version < since else np.isin(ids, group[group >= 0]))
         steps = row["next_groups"]
+        if steps is not None and any(s is None or isinstance(s, list) for s in steps):
+            raise InsufficientData(
+                f"version {version} of release {release_id} (anon.release_versions) has NULL or "
+                "nested elements in next_groups",
+                hint="Restore the release's rows of anon.release_versions from a backup, or "
+                     "recreate the release knowingly.")
         if steps is not None and len(steps) != ids.size:
             steps = None        # not this version's (written apart): taken as not stored
         if steps is None:
@@ -527,10 +564,10 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
         with timing.phase("check_differences"):
             # which earlier groups still have someone: the people in the table, by the state
             # as it was (their entries)
-            present = packed(list(hashes) + list(waiting[0]))
+            present, rid = packed(list(hashes) + list(waiting[0])), release["release_id"]
             figures.update(check_differences(plpy, release, promise, stashed["version"], state,
                                              hashes, groups, classes, matched,
-                                             lambda kept: alive_groups(kept, state, present)))
+                                             lambda kept: alive_groups(kept, state, present, rid)))
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
     l = promise.l
