@@ -82,6 +82,10 @@ class Version:
     #: per group, whether one of its people then is still in the table (None: unknown, every
     #: group taken as linked to the group holding it now)
     alive: np.ndarray | None = None
+    #: per group, whether one of its people then is still in the table with the same record
+    #: (QIs and sensitive value): an analyst may take a changed record for a leaver and a
+    #: joiner, which links fewer classes (None: unknown, taken as ``alive``)
+    unchanged: np.ndarray | None = None
 
 
 @dataclass
@@ -269,7 +273,14 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
                   for i, version in enumerate(history)]
     for i, version, now_linked, then_linked in pairs:
         if then_linked is not False and version.alive is not None:
-            unsafe = _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_of)
+            # the parts of an analyst who follows every person in both versions, and of one
+            # who takes each changed record for a new person: either may pin where the other
+            # does not
+            unsafe = _unsafe_parts(models, ids, counts, now_linked, then_linked, version,
+                                   roots_of, version.alive)
+            if version.unchanged is not None:
+                unsafe |= _unsafe_parts(models, ids, counts, now_linked, then_linked, version,
+                                        roots_of, version.unchanged)
             out[i] += int(unsafe.sum())
             failing |= unsafe
             continue
@@ -288,11 +299,12 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
     return failing if per_group else out
 
 
-def _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_of) -> np.ndarray:
+def _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_of,
+                  alive) -> np.ndarray:
     """Per group now: in a part of several classes linked as an analyst links them (people in
     several boxes, in either version, and people in both: an earlier group to the group holding
-    it now only while one of its people is in the table) whose values added or removed break
-    the l model."""
+    it now only where ``alive``, one of its people is followed into this version) whose values
+    added or removed break the l model."""
     n, m = ids.size, version.ids.size
     a, b = [], []
     if now_linked is not None:
@@ -304,7 +316,7 @@ def _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_o
         b.append(n + order[np.searchsorted(version.ids[order], np.asarray(then_linked, dtype=np.int64))])
     root = roots_of(version.ids)
     at = np.searchsorted(ids, root)
-    followed = np.asarray(version.alive, dtype=bool) & (at < n) & (ids[np.minimum(at, n - 1)] == root)
+    followed = np.asarray(alive, dtype=bool) & (at < n) & (ids[np.minimum(at, n - 1)] == root)
     a.append(n + np.flatnonzero(followed))
     b.append(at[followed])
     labels = _smallest_roots(np.arange(n + m, dtype=np.int64), np.concatenate(a), np.concatenate(b))

@@ -140,6 +140,8 @@ class People:
     # person in the table links the classes that held them, so a joiner keeps their group
     joined: np.ndarray | None = None
     waiting: dict = field(default_factory=dict)   # the last version's held back: hash -> group
+    #: each row's record fingerprint (:func:`record_fingerprints`; None: no sensitive column)
+    records: np.ndarray | None = None
 
     def codes(self, sensitive: np.ndarray) -> np.ndarray:
         """The run's sensitive codes over ``values`` (NULL: the last code)."""
@@ -155,7 +157,9 @@ SELECT persons, pg_catalog.array_send(member_groups) AS member_groups,
        candidate_sets::pg_catalog.text AS candidate_sets, pg_catalog.array_send(entries) AS entries,
        pg_catalog.array_send(entry_versions) AS entry_versions,
        pg_catalog.array_send(entry_groups) AS entry_groups, waiting_persons,
-       pg_catalog.array_send(waiting_entries) AS waiting_entries, version, entries_since
+       pg_catalog.array_send(waiting_entries) AS waiting_entries, version, entries_since, records,
+       pg_catalog.array_send(record_entries) AS record_entries, waiting_records,
+       pg_catalog.array_send(waiting_record_entries) AS waiting_record_entries
 FROM anon.release_state WHERE release_id = $1"""
 #: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
 STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
@@ -176,6 +180,10 @@ def _int4s(raw: bytes | None) -> np.ndarray | None:
     # after the header (dimensions, nulls, element type, length, lower bound): (4, value) pairs
     pairs = np.frombuffer(raw, dtype=">i4", count=2 * n, offset=20).reshape(n, 2)
     return pairs[:, 1].astype(np.int64) if (pairs[:, 0] == 4).all() else None
+
+
+#: the last version a state may be of (its next one must fit an int4)
+LAST_VERSION = 2147483646
 
 
 @dataclass
@@ -201,6 +209,13 @@ class State:
     #: the version the state is of, and the oldest version the entries follow people in
     version: int | None = None
     entries_since: int | None = None
+    #: each person's record fingerprint and the entry since which it is unchanged (the version
+    #: and their group then), aligned with ``persons`` and ``waiting`` (None: stored before
+    #: records were kept, every record taken as unchanged since the person's entry)
+    records: np.ndarray | None = None
+    record_entries: np.ndarray | None = None
+    waiting_records: np.ndarray | None = None
+    waiting_record_entries: np.ndarray | None = None
     #: the last lookup of each stored array (``persons``, ``waiting``): the asked hashes' bytes
     #: and their positions; a check asks the same people several times
     _found: dict = field(default_factory=dict, repr=False, compare=False)
@@ -211,34 +226,62 @@ class State:
         if not rows:
             empty = np.empty(0, dtype=np.int64)
             return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
-        row = dict(rows[0])
-        for name in STATE_ARRAYS:
+        row = rows[0]
+
+        def broken(what: str) -> InsufficientData:
+            return InsufficientData(
+                f"the state of release {release_id} (anon.release_state) {what}",
+                hint="Restore the release's row of anon.release_state from a backup, or recreate "
+                     "the release knowingly.")
+
+        def ints(name: str, low: int | None = 0) -> np.ndarray | None:
+            # a flat array of integers (array_send's form) from ``low`` on (CHECKs keep other arrays out of stored
+            # rows; a row restored from elsewhere is read the same way)
             raw = row[name]
-            row[name] = _int4s(raw)
-            if raw is not None and row[name] is None:
-                raise InsufficientData(
-                    f"the state of release {release_id} (anon.release_state) holds a {name} that "
-                    "is not a list of integers", hint="Restore the release's row of "
-                    "anon.release_state from a backup, or recreate the release knowingly.")
+            if raw is None:
+                return None
+            out = _int4s(raw)
+            if out is None:
+                raise broken(f"has NULL or nested elements in {name}")
+            if low is not None and out.size and out.min() < low:
+                raise broken(f"has {name} below {low}")
+            return out
+
+        def hashes(name: str, width: int = 32) -> np.ndarray:
+            value = row[name] or b""
+            if len(value) % width:
+                raise broken(f"has {name} of {len(value)} bytes, not a multiple of {width}")
+            return np.frombuffer(value, dtype="S32" if width == 32 else "<u8")
+
         sets = json.loads(row["candidate_sets"])
-        cohorts = row["cohorts"]
-        entries = row["entries"]
-        empty = np.empty(0, dtype=np.int64)
-        waiting_entries = row["waiting_entries"] if row["waiting_entries"] is not None else empty
-        n_entries = 0 if row["entry_versions"] is None else row["entry_versions"].size
+        cohorts = ints("cohorts", None)
+        entries = ints("entries", None)
+        waiting_entries = ints("waiting_entries", None)
+        waiting_entries = np.empty(0, dtype=np.int64) if waiting_entries is None else waiting_entries
+        entry_versions, entry_groups = ints("entry_versions"), ints("entry_groups")
+        n_entries = 0 if entry_versions is None else entry_versions.size
+        record_entries, waiting_record_entries = ints("record_entries"), ints("waiting_record_entries")
+        # records are kept with entries: without them, nothing to follow them from
+        kept_records = entries is not None and record_entries is not None
+        if not kept_records:
+            record_entries = waiting_record_entries = None
         if (cohorts.size and (cohorts.min() < 0 or cohorts.max() >= len(sets))) or any(
                 e is not None and e.size and (e.min() < 0 or e.max() >= n_entries)
-                for e in (entries, waiting_entries)):
-            raise InsufficientData(
-                f"the state of release {release_id} (anon.release_state) points people at "
-                "candidate sets or entries it does not hold", hint="Restore the release's row of "
-                "anon.release_state from a backup, or recreate the release knowingly.")
-        return cls(np.frombuffer(row["persons"], dtype="S32"), row["member_groups"],
-                   row["versions"], cohorts, sets, entries,
-                   row["entry_versions"] if row["entry_versions"] is not None else empty,
-                   row["entry_groups"] if row["entry_groups"] is not None else empty,
-                   np.frombuffer(row["waiting_persons"] or b"", dtype="S32"), waiting_entries,
-                   row["version"], row["entries_since"])
+                for e in (entries, waiting_entries, record_entries, waiting_record_entries)):
+            raise broken("points people at candidate sets or entries it does not hold")
+        version, since = row["version"], row["entries_since"]
+        if version is not None and not 0 <= version <= LAST_VERSION or since is not None and since < 0:
+            raise broken(f"is of version {version} since version {since}: no next version fits")
+        empty = np.empty(0, dtype=np.int64)
+        return cls(hashes("persons"), ints("member_groups", None), ints("versions", None), cohorts,
+                   sets, entries, empty if entry_versions is None else entry_versions,
+                   empty if entry_groups is None else entry_groups, hashes("waiting_persons"),
+                   waiting_entries, version, since,
+                   hashes("records", 8) if kept_records and row["records"] is not None else None,
+                   record_entries,
+                   hashes("waiting_records", 8) if kept_records and row["waiting_records"] is not None
+                   else None,
+                   waiting_record_entries)
 
     def hashes(self) -> list[bytes]:
         """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
@@ -269,6 +312,26 @@ class State:
         out[at >= 0] = self.entries[at[at >= 0]]
         held = self._lookup("waiting", self.waiting, hashes)
         out[held >= 0] = self.waiting_entries[held[held >= 0]]
+        return out
+
+    def record_entries_of(self, hashes: np.ndarray, records: np.ndarray) -> np.ndarray:
+        """Each of ``hashes``' entry since which their record (``records``: its fingerprint now)
+        is unchanged (-1: none, the record changed or the person is first held now); a state
+        stored before records were kept: their entry."""
+        if self.records is None or self.record_entries is None or self.entries is None:
+            return self.entries_of(hashes)
+        out = np.full(hashes.size, -1, dtype=np.int64)
+        records = np.asarray(records, dtype=np.uint64)
+        for name, persons, stored, entry in (
+                ("persons", self.persons, self.records, self.record_entries),
+                ("waiting", self.waiting, self.waiting_records, self.waiting_record_entries)):
+            if stored is None or entry is None or stored.size != persons.size \
+                    or entry.size != persons.size:
+                continue
+            at = self._lookup(name, persons, hashes)
+            same = np.flatnonzero(at >= 0)
+            same = same[stored[at[same]] == records[same]]
+            out[same] = entry[at[same]]
         return out
 
 
@@ -329,17 +392,29 @@ def packed(hashes: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(hashes), dtype="S32")
 
 
+def record_fingerprints(qi_texts, sensitive_texts) -> np.ndarray:
+    """Each row's record as one 64-bit fingerprint of its QI texts and sensitive text (None:
+    NULL): an analyst who sees a person's QIs or value change may take them for someone new."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
+    out = np.zeros(len(sensitive_texts), dtype=np.uint64)
+    for texts in (*qi_texts, sensitive_texts):
+        check_interrupts()
+        out = (out * np.uint64(0x100000001B3)) ^ pd.util.hash_array(np.asarray(texts, dtype=object))
+    return out
+
+
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
-              qi_texts) -> People:
+              qi_texts, sensitive_codes=None) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
-    texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row)."""
+    texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row;
+    ``sensitive_codes``: each row's code in the first sensitive column's dictionary, -1 NULL)."""
     with timing.phase("read_people"):
         return _people_of(plpy, release_id, parameters, identifier_texts, sensitive_dictionaries,
-                          qi_texts)
+                          qi_texts, sensitive_codes)
 
 
 def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
-               qi_texts) -> People:
+               qi_texts, sensitive_codes=None) -> People:
     promise = Promise.of(parameters)
     # the stable mode's state, not part of the specification: merged from anon.release_secrets
     salt = parameters.get("person_salt")
@@ -399,6 +474,9 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
         cohort_values.append(matrix)
     people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
                     qi_texts=qi_texts)
+    if sensitive_codes is not None and sensitive_dictionaries:
+        texts = np.asarray(list(sensitive_dictionaries[0]) + [None], dtype=object)
+        people.records = record_fingerprints(qi_texts, texts[np.asarray(sensitive_codes, dtype=np.int64)])
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]), state)
     people.joined = groups.copy()
@@ -441,8 +519,13 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
         people.versions.append(Version(ids, counts, _linked(row), _people_linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
     if state is not None:
-        for version, alive in zip(people.versions, alive_groups(rows, state, packed(people.hashes))):
+        present = packed(people.hashes)
+        for version, alive in zip(people.versions, alive_groups(rows, state, present, release_id)):
             version.alive = alive
+        if people.records is not None:
+            for version, same in zip(people.versions,
+                                     alive_groups(rows, state, present, release_id, people.records)):
+                version.unchanged = same
     if rows and rows[-1]["waiting"]:
         people.waiting = dict(zip((bytes(h) for h in rows[-1]["waiting"]), rows[-1]["waiting_groups"]))
     people.lineage = np.array(list(lineage), dtype=np.int64)
@@ -450,17 +533,21 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     people.values = values
 
 
-def alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | None]:
+def alive_groups(rows, state: State, present: np.ndarray, release_id=None,
+                 records=None) -> list[np.ndarray | None]:
     """Per stored version (``rows`` of anon.release_versions, oldest first): whether each of its
     groups holds someone of ``present`` (the people in the table now, hashes) then, or None
-    where the state does not say (versions older than its entries). Each person's group in a
-    version follows from their entry and the versions' steps (groups only merge)."""
+    where the state does not say (versions older than its entries); with ``records`` (their
+    records' fingerprints now), someone whose record is unchanged since. Each person's group in
+    a version follows from their entry and the versions' steps (groups only merge)."""
     with timing.phase("alive_groups"):
-        return _alive_groups(rows, state, present)
+        return _alive_groups(rows, state, present, release_id, records)
 
 
-def _alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | None]:
-    entries = np.unique(state.entries_of(present))
+def _alive_groups(rows, state: State, present: np.ndarray, release_id=None,
+                  records=None) -> list[np.ndarray | None]:
+    entries = np.unique(state.entries_of(present) if records is None
+                        else state.record_entries_of(present, records))
     entries = entries[entries >= 0]
     # a state of another version than the newest stored (written apart) says nothing
     since = state.entries_since if state.entries is not None and rows \
@@ -475,6 +562,12 @@ def _alive_groups(rows, state: State, present: np.ndarray) -> list[np.ndarray | 
         ids = np.asarray(row["group_ids"], dtype=np.int64)
         out.append(None if since is None or version < since else np.isin(ids, group[group >= 0]))
         steps = row["next_groups"]
+        if steps is not None and any(s is None or isinstance(s, list) for s in steps):
+            raise InsufficientData(
+                f"version {version} of release {release_id} (anon.release_versions) has NULL or "
+                "nested elements in next_groups",
+                hint="Restore the release's rows of anon.release_versions from a backup, or "
+                     "recreate the release knowingly.")
         if steps is not None and len(steps) != ids.size:
             steps = None        # not this version's (written apart): taken as not stored
         if steps is None:
@@ -526,7 +619,10 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
         hashes = [people.hashes[i] for i in keep]
         qi_texts = [[texts[i] for i in keep] for texts in people.qi_texts]
     waiting = np.flatnonzero(~shown).tolist()
+    records = people.records
     out = {"hashes": hashes, "groups": groups[shown].tolist(),
+           "records": None if records is None else records[shown],
+           "waiting_records": None if records is None else records[~shown],
            # the people held back link classes too (they are in the table)
            "waiting_qi_texts": [[texts[i] for i in waiting] for texts in people.qi_texts],
            # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
@@ -598,16 +694,20 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     waiting = ((), ()) if version is None else (version.get("waiting") or (),
                                                 version.get("waiting_groups") or ())
     with timing.phase("check_candidates"):
+        records = stashed.get("records")
+        records = None if records is None else (records, stashed["waiting_records"])
         figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state,
-                           matched, waiting)
+                           matched, waiting, records)
     if stashed["version"] is not None:
         with timing.phase("check_differences"):
             # which earlier groups still have someone: the people in the table, by the state
             # as it was (their entries)
-            present = packed(list(hashes) + list(waiting[0]))
-            figures.update(check_differences(plpy, release, promise, stashed["version"], state,
-                                             hashes, groups, classes, matched,
-                                             lambda kept: alive_groups(kept, state, present)))
+            present, rid = packed(list(hashes) + list(waiting[0])), release["release_id"]
+            now = None if records is None else np.concatenate(records)
+            figures.update(check_differences(
+                plpy, release, promise, stashed["version"], state, hashes, groups, classes, matched,
+                lambda kept: alive_groups(kept, state, present, rid),
+                None if now is None else lambda kept: alive_groups(kept, state, present, rid, now)))
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
     l = promise.l
@@ -911,7 +1011,7 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
 
 def check_differences(plpy, release: dict, promise: Promise, version: dict, state: State,
                       hashes: list, groups: list, classes: Classes, matched=None,
-                      alive=None) -> dict:
+                      alive=None, unchanged=None) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (``classes``: from the released rows, :func:`released_classes`) must be the groups'
     multisets the run stashed (``version``), and no group's values added or removed since any
@@ -929,8 +1029,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     as sorted (value code, rows) pairs over one dictionary, unions found as the connected
     components of the linked pairs. An earlier group is linked to the group holding it now only
     while someone of it is in the table (``alive``: the stored versions' rows -> per version,
-    which of its groups do; core.republish.Version.alive). Refuses (22000) otherwise; stores the
-    version (anon.release_versions) and returns its figures."""
+    which of its groups do; core.republish.Version.alive), and apart while someone of it is in
+    the table with an unchanged record (``unchanged``, likewise). Refuses (22000) otherwise;
+    stores the version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
     group_counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(version["group_ids"]), len(values))
@@ -997,6 +1098,8 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
         history.append(Version(ids, counts, _linked(row), _people_linked(row)))
     for earlier, groups_alive in zip(history, alive(kept) if alive is not None else ()):
         earlier.alive = groups_alive
+    for earlier, same in zip(history, unchanged(kept) if unchanged is not None else ()):
+        earlier.unchanged = same
     ids = np.asarray(version["group_ids"], dtype=np.int64)
     value_codes = np.array([len(texts) if v is None else index.get_loc(v) for v in values], dtype=np.int64)
     counts = np.zeros((ids.size, len(texts) + 1), dtype=np.int64)
@@ -1288,10 +1391,11 @@ FORGET = "DELETE FROM anon.release_state WHERE release_id = $1"
 REMEMBER = """
 INSERT INTO anon.release_state (release_id, persons, member_groups, versions, cohorts, candidate_sets,
                                 entries, entry_versions, entry_groups, waiting_persons, waiting_entries,
-                                version, entries_since)
+                                version, entries_since, records, record_entries, waiting_records,
+                                waiting_record_entries)
 VALUES ($1, $2, $3::pg_catalog.int4[], $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.jsonb,
         $7::pg_catalog.int4[], $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10, $11::pg_catalog.int4[],
-        $12, $13)"""
+        $12, $13, $14, $15::pg_catalog.int4[], $16, $17::pg_catalog.int4[])"""
 #: a state stored before entries were kept: the newest version and whom it held back
 NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WHERE release_id = $1 "
           "ORDER BY version DESC LIMIT 1")
@@ -1303,11 +1407,12 @@ def _int_array(values: np.ndarray) -> str:
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
-             classes: Classes, state: State, matched=None, waiting=((), ())) -> dict:
+             classes: Classes, state: State, matched=None, waiting=((), ()), records=None) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
     intersected with what earlier versions left them (``state``); remembered and counted, with
     each person's entry (:func:`entries`; ``waiting``: the hashes and groups of the people the
-    version holds back). People the run no longer reads are forgotten (what they were published
+    version holds back; ``records``: the fingerprints of the published people's records and of
+    the held back ones', each kept with the entry since which it is unchanged). People the run no longer reads are forgotten (what they were published
     with stays only as anonymous values of their class, until it can change safely).
     ``matched``: (person, class) pairs already found, people beyond ``hashes`` (held back)
     ignored."""
@@ -1367,17 +1472,23 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     order = _hash_order(persons)
     held_order = _hash_order(waiting_persons)
     newest = None if state.entries is not None else (run(plpy, NEWEST, ["int4"], [release_id]) or [None])[0]
-    version, since, entry, entry_versions, entry_groups = entries(
-        state, everyone,
-        np.concatenate([np.asarray(groups, dtype=np.int64), np.asarray(waiting[1], dtype=np.int64)]),
-        newest)
+    all_groups = np.concatenate([np.asarray(groups, dtype=np.int64), np.asarray(waiting[1], dtype=np.int64)])
+    if records is None:
+        version, since, entry, entry_versions, entry_groups = entries(state, everyone, all_groups, newest)
+        stored = (None,) * 4
+    else:
+        now = np.concatenate([np.asarray(r, dtype=np.uint64) for r in records])
+        version, since, entry, record_entry, entry_versions, entry_groups = entries(
+            state, everyone, all_groups, newest, now)
+        stored = (now[:n][order].astype("<u8").tobytes(), _int_array(record_entry[:n][order]),
+                  now[n:][held_order].astype("<u8").tobytes(), _int_array(record_entry[n:][held_order]))
     run(plpy, FORGET, ["int4"], [release_id])
     run(plpy, REMEMBER, ["int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
-                         "bytea", "text", "int4", "int4"],
+                         "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text"],
         [release_id, persons[order].tobytes(), _int_array(np.asarray(groups, dtype=np.int64)[order]),
          _int_array(versions[order] + 1), _int_array(cohort[order]), "[" + ",".join(texts) + "]",
          _int_array(entry[:n][order]), _int_array(entry_versions), _int_array(entry_groups),
-         waiting_persons[held_order].tobytes(), _int_array(entry[n:][held_order]), version, since])
+         waiting_persons[held_order].tobytes(), _int_array(entry[n:][held_order]), version, since, *stored])
     l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,
@@ -1387,19 +1498,22 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
             "remembered": n, "forgotten": int(state.persons.size) - int(known.sum())}
 
 
-def entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None):
+def entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None, records=None):
     """Each person's entry for the state of the version being stored (``everyone``: the hashes
     of the people in the table, published or held back; ``groups``: their groups): the earlier
     state's entry, or this version and their group for people first held now. A state stored
     before entries were kept gives its people the newest version (``newest``: its row of
     anon.release_versions, None when there is none) and their group in it, and the entries
     follow people from that version on. Returns (the version, the oldest version followed, each
-    person's entry, the entries' versions, their groups)."""
+    person's entry, the entries' versions, their groups); with ``records`` (each person's record
+    fingerprint now), each person's record entry after their entry: the earlier one while their
+    record is unchanged, else this version and their group now (a state stored before records
+    were kept: their entry)."""
     with timing.phase("entries"):
-        return _entries(state, everyone, groups, newest)
+        return _entries(state, everyone, groups, newest, records)
 
 
-def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None):
+def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None, records=None):
     if state.entries is not None:
         version, since = state.version + 1, state.entries_since
         known = state.entries_of(everyone)
@@ -1422,8 +1536,19 @@ def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None
         entered = np.where(at >= 0, since, version)
         first = np.where(at >= 0, before[np.maximum(at, 0)] if before.size else groups, groups)
     keys = np.asarray(entered, dtype=np.int64) << 32 | np.asarray(first, dtype=np.int64)
-    distinct, entry = np.unique(keys, return_inverse=True)
-    return (int(version), int(since), entry.ravel().astype(np.int64), distinct >> 32,
+    if records is None:
+        distinct, entry = np.unique(keys, return_inverse=True)
+        return (int(version), int(since), entry.ravel().astype(np.int64), distinct >> 32,
+                distinct & 0xFFFFFFFF)
+    record_keys = keys
+    if state.entries is not None and state.records is not None and state.record_entries is not None:
+        same = state.record_entries_of(everyone, records)
+        stored = state.entry_versions[np.maximum(same, 0)] << 32 | state.entry_groups[np.maximum(same, 0)] \
+            if state.entry_versions.size else np.zeros(same.size, dtype=np.int64)
+        record_keys = np.where(same >= 0, stored, np.int64(version) << 32 | np.asarray(groups, dtype=np.int64))
+    distinct, inverse = np.unique(np.concatenate([keys, record_keys]), return_inverse=True)
+    inverse = inverse.ravel().astype(np.int64)
+    return (int(version), int(since), inverse[:keys.size], inverse[keys.size:], distinct >> 32,
             distinct & 0xFFFFFFFF)
 
 

@@ -214,3 +214,35 @@ def test_a_group_linked_only_to_earlier_classes_whose_people_all_left_is_checked
     for j, after in enumerate(versions):
         for before in versions[:j]:
             assert pinned_by_difference(before, after) == {}
+
+
+def test_a_person_whose_record_changed_links_no_earlier_class():
+    """Group 1 ({x, y, z}) merged into group 0 ({a, b}); y's and z's people left, x's person
+    stayed with a changed record (now {a, b, x}). Through everyone in both versions the merged
+    part loses {y, z}: safe. An analyst who takes the changed record for a leaver and a joiner
+    links the earlier group 1 to nothing, subtracts {a, b} from {a, b, x} and pins x on the
+    joiner; the release forms that part too (``Version.unchanged``)."""
+    a, b, x, y, z = range(5)
+    width = 6                                       # the last code: NULL
+    earlier = np.zeros((2, width), dtype=np.int64)
+    earlier[0, [a, b]] = 1
+    earlier[1, [x, y, z]] = 1
+    now = np.zeros((1, width), dtype=np.int64)
+    now[0, [a, b, x]] = 1
+    version = Version(np.array([0, 1]), earlier, None, np.array([0, 1]), alive=np.array([True, True]),
+                      unchanged=np.array([True, False]))
+
+    def roots_of(group_ids):
+        return np.zeros(len(group_ids), dtype=np.int64)
+
+    def unsafe(v):
+        return int(republish.unsafe_unions(Models(l=2), np.array([0]), now, None, [v], roots_of,
+                                           people_linked=np.array([0]))[0])
+
+    assert unsafe(version) == 1
+    version.unchanged = None
+    assert unsafe(version) == 0
+    before = {"people": {"u": [0], "v": [0], "p#0": [1], "w": [1], "s": [1]},
+              "classes": {0: ["a", "b"], 1: ["x", "y", "z"]}}
+    after = {"people": {"u": [0], "v": [0], "p#1": [0]}, "classes": {0: ["a", "b", "x"]}}
+    assert pinned_by_difference(before, after) == {"p#1": "x"}

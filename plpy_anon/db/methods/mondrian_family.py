@@ -492,7 +492,8 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
             [data.columns[c.name].values.tolist() for c in identifiers],
             [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
             # categorical QIs' text is what they were read as already
-            [(data.texts if c.kind == "numeric" else data.columns)[c.name].values.tolist() for c in qis])
+            [(data.texts if c.kind == "numeric" else data.columns)[c.name].values.tolist() for c in qis],
+            data.columns[sens[0].name].codes if sensitive is not None else None)
         data.texts.clear()
     data.columns.clear()             # the values are in the codes now: keep one copy
     read = ReadValues(values_by_code, spelled, data.exact_times, data.numeric_texts) \
