@@ -29,6 +29,25 @@ def _join_key(px, codes, ranged, low, high, held, offsets, centroids, i, h):
 
 
 @njit(cache=True, nogil=True)
+def _merged_box_meets(lo, hi, union, i, low, high, words, h, word_offsets):
+    """Candidate ``i``'s merged box (ranges ``lo``/``hi`` (N, R), set bit words ``union``
+    (N, W)) meets group ``h``'s (``low``/``high`` (G, R), ``words`` (G, W); set s from
+    ``word_offsets[s]``)."""
+    for r in range(low.shape[1]):
+        if not (lo[i, r] <= high[h, r] and low[h, r] <= hi[i, r]):
+            return False
+    for s in range(word_offsets.size - 1):
+        common = False
+        for w in range(word_offsets[s], word_offsets[s + 1]):
+            if union[i, w] & words[h, w]:
+                common = True
+                break
+        if not common:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
     """For each candidate ``near[i]``: how many groups (other than ``g`` and itself) the box of
     ``g`` merged with it meets: on every ranged dimension its range [``lo[i, r]``,
@@ -36,8 +55,6 @@ def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
     set's bit words (``union[i]``, from ``word_offsets[s]``) share a bit with the group's
     (``words`` (G, W)). Group by group, each tested against every candidate."""
     n_groups = words.shape[0]
-    n_ranged = low.shape[1]
-    n_sets = word_offsets.size - 1
     out[:] = 0
     for h in range(n_groups):
         if h == g:
@@ -45,22 +62,7 @@ def overlap_counts(g, near, lo, hi, low, high, union, words, word_offsets, out):
         for i in range(near.size):
             if h == near[i]:
                 continue
-            meets = True
-            for r in range(n_ranged):
-                if not (lo[i, r] <= high[h, r] and low[h, r] <= hi[i, r]):
-                    meets = False
-                    break
-            if meets:
-                for s in range(n_sets):
-                    common = False
-                    for w in range(word_offsets[s], word_offsets[s + 1]):
-                        if union[i, w] & words[h, w]:
-                            common = True
-                            break
-                    if not common:
-                        meets = False
-                        break
-            if meets:
+            if _merged_box_meets(lo, hi, union, i, low, high, words, h, word_offsets):
                 out[i] += 1
 
 
@@ -194,7 +196,6 @@ def merge_ranking(bad, centroids, within, union_size, held, wanted, low, high, w
     :func:`box_tree`'s tree)."""
     n_groups, n_dims = centroids.shape
     n_ranged = low.shape[1]
-    n_sets = word_offsets.size - 1
     n_spans = span_low.shape[1]
     n_words = held.shape[1]
     count = ranked.shape[1]
@@ -283,22 +284,7 @@ def merge_ranking(bad, centroids, within, union_size, held, wanted, low, high, w
             for i in range(n):
                 if h == near[i]:
                     continue
-                meets = True
-                for r in range(n_ranged):
-                    if not (box_lo[i, r] <= high[h, r] and low[h, r] <= box_hi[i, r]):
-                        meets = False
-                        break
-                if meets:
-                    for s in range(n_sets):
-                        common = False
-                        for w in range(word_offsets[s], word_offsets[s + 1]):
-                            if union[i, w] & words[h, w]:
-                                common = True
-                                break
-                        if not common:
-                            meets = False
-                            break
-                if meets:
+                if _merged_box_meets(box_lo, box_hi, union, i, low, high, words, h, word_offsets):
                     overlaps[i] += 1
         # ranked by (overlaps, distance, index): an insertion sort of the few
         for i in range(n):
