@@ -48,7 +48,6 @@ import numpy as np
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
-from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
@@ -152,6 +151,8 @@ def ranking_of(spec: ReleaseSpec, names: list[str]):
     settings = spec.settings
     if not isinstance(settings, PrioritizedSettings):
         return core.ranking
+    # a prioritized release's own module (it loads pandas, which no other build needs)
+    from plpy_anon.core.prioritized import PrioritizedMondrian
     model = PrioritizedMondrian(k=spec.promise.k, priorities=settings.priorities,
                                 metric_weights=settings.metric_weights).check_parameters(names)
     weights = model.metric_weights_

@@ -223,10 +223,13 @@ def _checked(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMe
     if method is not None and method.check_relations is not None:
         method.check_relations(plpy, release)        # before anything reads them (its views)
     populated = method is not None and verify.is_populated(plpy, release)
-    report_target = risk.stored_target(
-        plpy, release, verify.spec_for(plpy, release, None, method) if populated else None)
-    # an out-of-core release is checked within the memory it was built in
+    spec = verify.spec_for(plpy, release, None, method) if populated else None
+    report_target = risk.stored_target(plpy, release, spec)
+    # an out-of-core release is checked within the memory it was built in, except for entropy,
+    # recursive l and t, which verify.check_models counts from the class x value tables
     budget = ((run_stats or {}).get("metrics") or {}).get("out_of_core", {}).get("budget_bytes")
+    if spec is not None and spec.models_asked():
+        budget = None
     counter = class_counts.Counter(plpy, release, budget)
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive,
