@@ -309,18 +309,7 @@ def _boxes_meet(a, b, low, high, words, word_offsets):
     """Boxes ``a`` and ``b`` meet: on every range (``low``/``high`` (G, R)) their ranges meet,
     on every set (bit words ``words`` (G, W), set s from ``word_offsets[s]``) they share a
     bit."""
-    for r in range(low.shape[1]):
-        if not (low[a, r] <= high[b, r] and low[b, r] <= high[a, r]):
-            return False
-    for s in range(word_offsets.size - 1):
-        common = False
-        for w in range(word_offsets[s], word_offsets[s + 1]):
-            if words[a, w] & words[b, w]:
-                common = True
-                break
-        if not common:
-            return False
-    return True
+    return _merged_box_meets(low, high, words, a, low, high, words, b, word_offsets)
 
 
 @njit(cache=True, nogil=True)

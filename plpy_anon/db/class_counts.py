@@ -196,21 +196,17 @@ def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str
         # UNION ALL matches columns by position: each vids<i> with its ns<i>, as the first row
         empty = ", NULL::pg_catalog.bytea" if distribution else ""
         columns = "".join(f", t{i}.vids{i}{empty}" for i in range(len(values)))
-        return (f"WITH grouped AS MATERIALIZED (\n"
-                f"    {grouped}){ranked}{distributions(len(values), distribution)}\n"
-                f"SELECT c.cid, c.n{columns}\n"
-                f"FROM grouped AS c\n"
-                f"{tables}")
-    # each class's (value, rows), counted by a small hash over its own array
-    tables = "".join(
-        f"CROSS JOIN LATERAL (\n"
-        f"    SELECT {packed('r.vid')} AS vids{i}, {packed('r.n')} AS ns{i}\n"
-        f"    FROM (SELECT {vid_of(i, 'p.v', 'd.vid')} AS vid, p.n\n"
-        f"          FROM (SELECT u.v, count(*) AS n\n"
-        f"                FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u GROUP BY u.v) AS p\n"
-        f"          LEFT JOIN {ranking(i)} AS d ON d.v = p.v) AS r) AS t{i}\n"
-        for i in range(len(values)))
-    columns = "".join(f", t{i}.vids{i}, t{i}.ns{i}" for i in range(len(values)))
+    else:
+        # each class's (value, rows), counted by a small hash over its own array
+        tables = "".join(
+            f"CROSS JOIN LATERAL (\n"
+            f"    SELECT {packed('r.vid')} AS vids{i}, {packed('r.n')} AS ns{i}\n"
+            f"    FROM (SELECT {vid_of(i, 'p.v', 'd.vid')} AS vid, p.n\n"
+            f"          FROM (SELECT u.v, count(*) AS n\n"
+            f"                FROM (SELECT pg_catalog.unnest(c.vals{i}) AS v) AS u GROUP BY u.v) AS p\n"
+            f"          LEFT JOIN {ranking(i)} AS d ON d.v = p.v) AS r) AS t{i}\n"
+            for i in range(len(values)))
+        columns = "".join(f", t{i}.vids{i}, t{i}.ns{i}" for i in range(len(values)))
     return (f"WITH grouped AS MATERIALIZED (\n"
             f"    {grouped}){ranked}{distributions(len(values), distribution)}\n"
             f"SELECT c.cid, c.n{columns}\n"
