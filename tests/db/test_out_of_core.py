@@ -264,6 +264,7 @@ def test_t_closeness_out_of_core_holds_in_every_released_class(db, schema):
     assert worst <= 0.2 + 1e-9
 
 
+@pytest.mark.slow                                  # two builds of 24,000 rows at a 2MB budget: ~20 s
 def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
     """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
     the guarantees still hold from the released rows (each cut was kept on exact counts), and
@@ -282,6 +283,7 @@ def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_sam
     assert db.execute(rows.format(first)).fetchone() == db.execute(rows.format(second)).fetchone()
 
 
+@pytest.mark.slow                                  # a build and a refresh of 20,000 rows at 2MB: ~20 s
 def test_write_of_a_release_above_the_budget_runs_with_work_mem_capped_by_the_budget(db, schema):
     """The run's rows (materialized, sorted into release order) are held by PostgreSQL while the
     regions are fitted: the build's query runs with work_mem at a sixteenth of the budget, as

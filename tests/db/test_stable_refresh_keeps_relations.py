@@ -92,6 +92,7 @@ def test_a_stable_refresh_keeps_a_view_an_analyst_made_on_the_release(db, connec
         db.execute("DROP ROLE stable_analyst")
 
 
+@pytest.mark.slow                                  # an 8 s soak, like test_concurrency's
 def test_writers_refreshing_a_stable_release_in_place_never_deadlock_nor_show_it_empty(
         db, connect, schema, stable_release):
     """Writers change the source and refresh the release (anon.refresh and a plain REFRESH of its
