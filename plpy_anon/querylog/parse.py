@@ -134,13 +134,12 @@ def count_statements(statements: Iterable, max_bytes: int | None = None,
     return counts
 
 
-def parse_statement(text: str, tokens: list | None = None) -> tuple[tuple, str | None]:
-    """``(expressions, None)`` or ``((), error message)``; one text may hold several statements
-    (``tokens``: the text's tokens, when they are at hand)."""
+def parse_statement(text: str) -> tuple[tuple, str | None]:
+    """``(expressions, None)`` or ``((), error message)``; one text may hold several statements."""
     try:
-        parsed = _PARSER.parse(_TOKENIZER.tokenize(text) if tokens is None else tokens, text)
+        parsed = _PARSER.parse(_TOKENIZER.tokenize(text), text)
     except SqlglotError as error:
-        if tokens is None and not text.endswith("\n"):
+        if not text.endswith("\n"):
             # sqlglot's tokenizer fails on a text ending in an empty string after a $n parameter
             # ("... a = $1 AND b = ''"), and reads it with a line end after it
             return parse_statement(text + "\n")
@@ -201,8 +200,6 @@ class Shaped:
     text: str
     frequency: int
     literals: tuple
-    # the first text of a shape keeps its tokens: its parse need not tokenize it again
-    tokens: list | None = field(default=None, compare=False, repr=False)
 
 
 def statement_shape(text: str):
@@ -211,16 +208,18 @@ def statement_shape(text: str):
     ``literals`` are the ``(start, text)`` of the string and number tokens replaced by
     placeholders in the key (``text`` is the value as sqlglot's parser reads it: quotes removed,
     ``''`` unescaped; a leading ``-`` stays a token of the key)."""
-    return _tokens_and_shape(text)[1]
+    return _shape_of_text(text)
 
 
-def _tokens_and_shape(text: str):
-    """``(tokens, shape)`` of a text, ``(None, None)`` when it does not tokenize."""
+def _shape_of_text(text: str):
+    """The shape of a text (:func:`statement_shape`), None when it does not tokenize. The tokens
+    are not kept: a workload of long statements holds millions, and every full garbage
+    collection while they live walks them all."""
     try:
         tokens = _TOKENIZER.tokenize(text)
     except (SqlglotError, ValueError, IndexError):
-        return None, None
-    return tokens, _shape_of_tokens(tokens)
+        return None
+    return _shape_of_tokens(tokens)
 
 
 def _shape_of_tokens(tokens):
@@ -284,20 +283,20 @@ def group_by_shape(counts: Counter) -> list:
         if masked is not None:
             key = shapes_of_masks.get(masked[0], _UNSHAPED)
             if key is _UNSHAPED:  # first text with this mask: tokenize it and check the regex
-                tokens, shape = _tokens_and_shape(text)
+                shape = _shape_of_text(text)
                 key = shape[0] if shape is not None and shape[1] == masked[1] else None
                 shapes_of_masks[masked[0]] = key
             elif key is not None:
-                shape, tokens = (key, masked[1]), None
+                shape = (key, masked[1])
         if shape is None:
-            tokens, shape = _tokens_and_shape(text)
+            shape = _shape_of_text(text)
         if shape is None:
             groups[(_UNSHAPED, text)] = [Shaped(index, text, frequency, ())]
             continue
         key, literals = shape
         group = groups.get(key)
         if group is None:
-            groups[key] = [Shaped(index, text, frequency, literals, tokens)]
+            groups[key] = [Shaped(index, text, frequency, literals)]
         else:
             group.append(Shaped(index, text, frequency, literals))
     return list(groups.values())

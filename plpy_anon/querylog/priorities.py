@@ -155,10 +155,15 @@ class PriorityLearner:
         with _young_collections_only():
             if self.by_shape:
                 groups = group_by_shape(counts)
-                for group in groups:
-                    check_interrupts()
-                    accumulator.add_shape(group, catalog)
                 self.n_shapes_ = len(groups)
+                groups.reverse()
+                collected = time.monotonic()
+                while groups:
+                    check_interrupts()
+                    accumulator.add_shape(groups.pop(), catalog)  # its tokens freed with it
+                    if time.monotonic() - collected > FULL_COLLECTION_EVERY:
+                        gc.collect()
+                        collected = time.monotonic()
             else:
                 for index, statement in enumerate(parse_counts(counts).statements):
                     check_interrupts()
@@ -218,6 +223,12 @@ class PriorityLearner:
         return dict(columns)
 
 
+#: seconds of parsing between two full collections: the trees of a long statement outlive the
+#: young collections, and one full collection of a whole workload's trees takes seconds that
+#: nothing interrupts
+FULL_COLLECTION_EVERY = 0.25
+
+
 @contextmanager
 def _young_collections_only():
     """No full garbage collection while statements are parsed: their trees (cycles, through
@@ -266,20 +277,29 @@ def combine_counts(projection: pd.Series, selection: pd.Series, alpha: float) ->
 
 def cut_points(constants: Counter, numeric: bool = True) -> pd.DataFrame:
     """Cut points of one column from its predicate constants (module docstring): numbers of any
-    comparison on a numeric column, the strings of ``=`` and ``IN`` on another."""
-    cuts: Counter = Counter()
+    comparison on a numeric column, the strings of ``=`` and ``IN`` on another. Summed in pandas:
+    a workload of long IN lists holds ~10^6 constants, and each (op, values) is one check."""
+    thresholds: list = []
+    inclusive: list = []
+    frequencies: list = []
     for (op, values), frequency in constants.items():
+        check_interrupts()
         if numeric and not all(is_number(v) for v in values):
             continue
         if not numeric and (op not in ("=", "in") or not all(isinstance(v, str) for v in values)):
             continue
-        for threshold, left_inclusive in _cuts_of(op, values):
-            cuts[(float(threshold) if numeric else threshold, left_inclusive)] += frequency
-    frame = pd.DataFrame(
-        [(t, inc, f) for (t, inc), f in cuts.items()],
-        columns=["threshold", "left_inclusive", "frequency"],
-    )
-    return frame.sort_values(["threshold", "left_inclusive"], ignore_index=True)
+        cuts = _cuts_of(op, values)
+        thresholds.extend(t for t, _ in cuts)
+        inclusive.extend(i for _, i in cuts)
+        frequencies.extend([frequency] * len(cuts))
+    frame = pd.DataFrame({
+        "threshold": np.asarray(thresholds, dtype=float) if numeric
+        else np.asarray(thresholds, dtype=object),
+        "left_inclusive": np.asarray(inclusive, dtype=bool),
+        "frequency": np.asarray(frequencies, dtype=np.int64)})
+    check_interrupts()
+    frame = frame.groupby(["threshold", "left_inclusive"], sort=True, as_index=False)["frequency"]
+    return frame.sum()
 
 
 def _cuts_of(op, values):
@@ -410,7 +430,7 @@ class _Accumulator:
 
     def _plan(self, representative, catalog):
         """``([(outcome, ResolvedShape or None) per expression], bindable starts)`` or None."""
-        expressions, error = parse_statement(representative.text, representative.tokens)
+        expressions, error = parse_statement(representative.text)
         if error is not None:
             return None
         plans, bound = [], set()

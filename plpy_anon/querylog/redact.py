@@ -139,7 +139,7 @@ _MARKER_NUMBER, _MARKER_STRING = "n\x00", "s\x00"
 def _template(first) -> _Template | None:
     """The template of a shape from its first statement (a ``Shaped``), or None (each statement
     of the shape then on its own)."""
-    tree = _one_query(first.text, first.tokens)
+    tree = _one_query(first.text)
     if tree is None or not first.literals:
         return None
     kept_nodes = _cut_point_literals(tree)
@@ -168,9 +168,9 @@ def _template(first) -> _Template | None:
     return _Template(written.text, kept, structural, tuple(patterns))
 
 
-def _one_query(text: str, tokens=None):
+def _one_query(text: str):
     """The statement's tree if it is exactly one query that writes nothing, else None."""
-    expressions, error = parse_statement(text, tokens)
+    expressions, error = parse_statement(text)
     if error is not None or len(expressions) != 1:
         return None
     tree = expressions[0]
