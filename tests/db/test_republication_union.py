@@ -69,12 +69,8 @@ def run_versions(db, release: str, rng, churn: int, refreshes: int) -> list[dict
     return versions
 
 
-def test_people_held_back_keep_the_group_whose_class_held_them(db, schema):
-    """A person in the table links the classes that held them in each version, published or
-    not: the newest version remembers whom it held back and in which group (their salted
-    hashes, nobody else's, no earlier version's), and the next refresh publishes or holds them
-    in the group holding that one now."""
-    rng = np.random.default_rng(7)
+def stable_release_of_60(db, schema, rng):
+    """``(release, release_id)``: a stable k = 3, l = 2 release of 60 people drawn from ``rng``."""
     db.execute("CREATE TABLE pt (id int PRIMARY KEY, age int, zip int, dx text)")
     with db.cursor() as cur:
         cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)", [person(rng, i) for i in range(60)])
@@ -82,6 +78,16 @@ def test_people_held_back_keep_the_group_whose_class_held_them(db, schema):
                              sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
     release_id = db.execute("SELECT release_id FROM anon.releases WHERE release_schema || '.' || "
                             "release_name = %s", (release,)).fetchone()[0]
+    return release, release_id
+
+
+def test_people_held_back_keep_the_group_whose_class_held_them(db, schema):
+    """A person in the table links the classes that held them in each version, published or
+    not: the newest version remembers whom it held back and in which group (their salted
+    hashes, nobody else's, no earlier version's), and the next refresh publishes or holds them
+    in the group holding that one now."""
+    rng = np.random.default_rng(7)
+    release, release_id = stable_release_of_60(db, schema, rng)
     newest = """SELECT version, held_back, waiting, waiting_groups FROM anon.release_versions
                 WHERE release_id = %s ORDER BY version DESC LIMIT 1"""
     try:
@@ -245,13 +251,7 @@ def test_a_state_stored_without_entries_follows_people_from_its_newest_version(d
     refresh gives its people the newest version and their group in it as their entry, and the
     next refreshes follow them from that version on."""
     rng = np.random.default_rng(3)
-    db.execute("CREATE TABLE pt (id int PRIMARY KEY, age int, zip int, dx text)")
-    with db.cursor() as cur:
-        cur.executemany("INSERT INTO pt VALUES (%s, %s, %s, %s)", [person(rng, i) for i in range(60)])
-    release = create_release(db, "mondrian_view", schema, "pt", k=3, l=2, quasi_identifiers=list(QIS),
-                             sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
-    release_id = db.execute("SELECT release_id FROM anon.releases WHERE release_schema || '.' || "
-                            "release_name = %s", (release,)).fetchone()[0]
+    release, release_id = stable_release_of_60(db, schema, rng)
     state = """SELECT version, entries_since, cardinality(entries) = cardinality(member_groups),
                       (SELECT array_agg(version ORDER BY version) FROM anon.release_versions v
                        WHERE v.release_id = s.release_id AND next_groups IS NOT NULL)
