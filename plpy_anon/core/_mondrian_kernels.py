@@ -9,7 +9,15 @@ partition, and a split regroups each segment by one stable pass (left rows in pl
 through a buffer). The smaller child is processed first, so the stack holds at most
 ``log2(rows)`` pending siblings beside the initial groups. :func:`run` stops after a budget of
 row operations and returns; the caller calls it again (and its interrupt hook in between).
+
+No kernel allocates (every array, work buffers included, comes from the caller) nor calls a
+builtin numba implements in Python (``min``, ``int``, ``np.iinfo``): such code keeps a reference
+to numba's module of that implementation, which loading it from the cache imports (numba's
+array functions, and scipy with them: ~0.1 s of CPU in a fresh backend; see
+:func:`.mondrian_jit.load_cached`).
 """
+
+import math
 
 import numpy as np
 from numba import njit
@@ -21,6 +29,7 @@ STATE_SIZE = 12
 _EPS = 1e-9                       # as privacy_models._EPS
 _NUMERIC, _CATEGORICAL, _HIERARCHY = 0, 1, 2
 _L_NONE, _L_ENTROPY, _L_RECURSIVE = 0, 1, 2
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 @njit(cache=True, nogil=True)
@@ -44,10 +53,9 @@ def place_codes(codes, lo, hi, start, order, layout):
 
 
 @njit(cache=True, nogil=True)
-def number_by_first_row(labels, n_classes):
+def number_by_first_row(labels, rank):
     """Renumber classes 0..C-1 in order of their first row, in place (as
-    ``mondrian._number_by_first_row``)."""
-    rank = np.full(n_classes, -1, dtype=np.int32)
+    ``mondrian._number_by_first_row``); ``rank``: C entries of -1."""
     following = 0
     for i in range(labels.size):
         c = labels[i]
@@ -55,6 +63,12 @@ def number_by_first_row(labels, n_classes):
             rank[c] = following
             following += 1
         labels[i] = rank[c]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _smaller(a, b):
+    """``min(a, b)`` without numba's ``min``, which is implemented in Python (module doc)."""
+    return a if a < b else b  # noqa: FURB136 (numba's min: see the module doc)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -99,7 +113,7 @@ def _distinct_sorted(layout, s, e, lo, hi):
         while last + step < e and layout[last + step] == v:
             last += step
             step *= 2
-        i = _upper(layout, last + 1, min(e, last + step), v)
+        i = _upper(layout, last + 1, _smaller(last + step, e), v)
     return distinct
 
 
@@ -138,6 +152,29 @@ def _spread(a, layout, s, e, kind, pos, width, null_code, domain, anc, anc_off, 
     return (count - 1.0) / (domain[a] - 1)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _sift_down(values, root, end):
+    """Restore the max-heap property of ``values[root:end]`` below ``root``."""
+    while 2 * root + 1 < end:
+        child = 2 * root + 1
+        if child + 1 < end and values[child] < values[child + 1]:
+            child += 1
+        if not values[root] < values[child]:
+            return
+        values[root], values[child] = values[child], values[root]
+        root = child
+
+
+@njit(cache=True, nogil=True)
+def _sort_in_place(values, m):
+    """Sort ``values[:m]`` ascending in place (heapsort: no work array)."""
+    for root in range(m // 2 - 1, -1, -1):
+        _sift_down(values, root, m)
+    for end in range(m - 1, 0, -1):
+        values[0], values[end] = values[end], values[0]
+        _sift_down(values, 0, end)
+
+
 @njit(cache=True, nogil=True)
 def _model_ok(hist, j, m, lmode, l, c, t, q, ordered, sortbuf):
     """Models.satisfied of one side's histogram ``hist[j, :m]`` (missing values left out). The
@@ -152,18 +189,18 @@ def _model_ok(hist, j, m, lmode, l, c, t, q, ordered, sortbuf):
             for v in range(m):
                 if hist[j, v] > 0:
                     p = hist[j, v] / total
-                    h -= p * np.log(p)
-        if not h + 0.0 >= np.log(l[j]) - _EPS:
+                    h -= p * math.log(p)
+        if not h + 0.0 >= math.log(l[j]) - _EPS:
             return False
     elif lmode[j] == _L_RECURSIVE:
         for v in range(m):
             sortbuf[v] = hist[j, v]
-        r = np.sort(sortbuf[:m])[::-1]
-        li = int(l[j])
+        _sort_in_place(sortbuf, m)             # ascending: the largest count last
+        li = np.int64(l[j])
         tail = 0.0
-        for v in range(li - 1, m):
-            tail += r[v]
-        if not r[0] < c[j] * tail:
+        for v in range(m - li, -1, -1):        # all but the l - 1 largest
+            tail += sortbuf[v]
+        if not sortbuf[m - 1] < c[j] * tail:
             return False
     if t[j] >= 0:
         emd = 0.0
@@ -278,7 +315,7 @@ def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model
         if b1 > b0:                # workload cut points: the nearest boundary below / above v
             above = _lower(bnd, b0, b1, np.int64(v))
             best_left = 0
-            best_gap = np.iinfo(np.int64).max
+            best_gap = _INT64_MAX
             for index in (above - 1, above):
                 if index < b0 or index >= b1:
                     continue
@@ -301,13 +338,12 @@ def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model
 
 @njit(cache=True, nogil=True)
 def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_args, rank_args,
-        bnd_args, model_args, budget):
+        bnd_args, model_args, work, budget):
     """Process partitions until the stack is empty (returns True) or about ``budget`` row
-    operations are done (returns False; call again with the same arrays)."""
+    operations are done (returns False; call again with the same arrays). ``work``: (spread,
+    key, ranking) buffers of one entry per attribute."""
     n_attrs = layouts.shape[0]
-    spread = np.empty(n_attrs)
-    key = np.empty(n_attrs)
-    ranking = np.empty(n_attrs, dtype=np.int64)
+    spread, key, ranking = work
     while budget > 0:
         if state[PHASE] == 1:                  # regrouping attribute NEXT_B of the split partition
             b = state[NEXT_B]
@@ -329,7 +365,7 @@ def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_arg
                     i, left, right = s, s, 0
                 else:                          # resumed: a large partition is moved in pieces
                     left, right = state[RG_LEFT], state[RG_RIGHT]
-                stop = min(e, i + budget)
+                stop = _smaller(i + budget, e)
                 for j in range(i, stop):
                     # branch-free (the side of a row is a coin toss to the branch predictor): each
                     # row is written to both destinations and only its own pointer advances; the

@@ -76,8 +76,8 @@ def kernels():
             _use_cache_dir()
             with _scipy_hidden():
                 from plpy_anon.core import _mondrian_kernels
-                check_interrupts()       # two steps of ~0.1 s of CPU each, neither interruptible
-                _load_numba_target()
+                check_interrupts()       # ~0.1 s of CPU, not interruptible
+                load_cached(_mondrian_kernels)
         except (ImportError, OSError) as exc:   # no numba, or an llvmlite that fails to load
             _unavailable = True
             log.warning("plpy_anon: numba cannot be imported (%s: %s); the Mondrian fit runs on "
@@ -93,12 +93,38 @@ def kernels():
     return _kernels
 
 
+def load_cached(module) -> None:
+    """Have the kernels of ``module`` (its numba dispatchers) load their machine code from the
+    cache without first loading numba's typing and lowering registries, which only a
+    compilation uses: numba refreshes them before every cache look-up, ~0.1 s of CPU (and an
+    import of scipy) in a fresh backend. The loaded code needs numba's runtime (its array
+    arguments are unboxed through it), initialized here instead. A look-up that misses compiles
+    as usual (the compiler loads the registries itself), as does every kernel where numba's
+    internals are not the ones expected."""
+    from numba.core.dispatcher import Dispatcher
+    from numba.core.runtime import rtsys
+
+    for kernel in vars(module).values():
+        cache = getattr(kernel, "_cache", None) if isinstance(kernel, Dispatcher) else None
+        if cache is None or not all(hasattr(cache, a) for a in
+                                    ("_load_overload", "_guard_against_spurious_io_errors")):
+            continue
+
+        def load_overload(sig, target_context, cache=cache):
+            rtsys.initialize(target_context)
+            with cache._guard_against_spurious_io_errors():
+                return cache._load_overload(sig, target_context)
+            # None when the guard swallowed an I/O error: compiled then
+
+        cache.load_overload = load_overload
+
+
 @contextlib.contextmanager
 def _scipy_hidden():
-    """Keep scipy from being imported while numba loads its CPU target: numba imports
-    scipy.linalg there only to find BLAS for ``np.dot`` and ``np.linalg`` in compiled code, which
-    the kernels never call, and that import is a third of what a fresh backend pays for numba
-    (~0.1-0.3 s). If a caller imported scipy already, numba finds it as usual."""
+    """Keep scipy from being imported while numba loads: numba imports scipy.linalg only to find
+    BLAS for ``np.dot`` and ``np.linalg`` in compiled code, which the kernels never call, and
+    that import is a third of what a fresh backend pays for numba (~0.1-0.3 s). If a caller
+    imported scipy already, numba finds it as usual."""
     if "scipy" in sys.modules:
         yield
         return
@@ -108,14 +134,6 @@ def _scipy_hidden():
     finally:
         if sys.modules.get("scipy", ...) is None:
             del sys.modules["scipy"]
-
-
-def _load_numba_target():
-    """Load numba's CPU target now (inside :func:`_scipy_hidden`), not at the first kernel call:
-    its registries (and the BLAS check) load once per process."""
-    from numba.core.registry import cpu_target
-
-    cpu_target.target_context.refresh()
 
 
 def partition(model, n_rows):
@@ -157,12 +175,13 @@ def partition(model, n_rows):
     side = np.zeros((n_rows + 7) // 8, dtype=np.uint8)        # a bit per row
     labels = np.empty(n_rows, dtype=np.int32)
     args = (_spread_args(model._measures), _rank_args(model, n_attrs),
-            _boundary_args(model._compiled_boundaries(), n_attrs), _model_args(model, n_rows))
+            _boundary_args(model._compiled_boundaries(), n_attrs), _model_args(model, n_rows),
+            (np.empty(n_attrs), np.empty(n_attrs), np.empty(n_attrs, dtype=np.int64)))
     while not kern.run(orders, layouts, side, buf_o, buf_c, labels, stack, state, int(model._k),
                        *args, CHUNK_ROWS):
         check()
     n_classes = int(state[kern.N_CLASSES])
-    kern.number_by_first_row(labels, n_classes)
+    kern.number_by_first_row(labels, np.full(n_classes, -1, dtype=np.int32))
     return labels, n_classes
 
 

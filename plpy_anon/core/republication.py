@@ -189,6 +189,7 @@ def _kernels(n_rows: int | None = None):
         if mondrian_jit.kernels() is None:
             return None
         from plpy_anon.core import _republication_kernels as kern
+        mondrian_jit.load_cached(kern)
         _republication_kernels = kern
     return _republication_kernels
 

@@ -15,6 +15,10 @@ generate 10000000`` writes, skipped when missing), k = 10, the default layout an
 * the building backend's CPU seconds against the copying backend's (less sensitive to the load);
 * the backend's VmHWM (target <= 2 GiB at 10M rows) and sampled peak private memory (RssAnon).
 
+``PLPY_ANON_BUILD_MEMORY`` (e.g. ``3GB``) sets ``plpy_anon.build_memory`` in the building backend:
+at the default 1GB, the 10M-row table (~200 bytes per row at 7 columns, core.regions.row_bytes)
+is built out of core; from 2GB, in memory. The path taken is printed.
+
 The machine's load average is printed beside each figure: on a shared machine wall clocks scale
 with it. The other targets are printed by ``bench_fit`` (the fit alone, Adult k = 10 after
 warm-up) and ``bench_coldstart`` (first call of a fresh backend, ``plpy-anon --help``).
@@ -41,6 +45,10 @@ HWM_TARGETS_MIB = {10_000_000: 2048}
 PHASES = ["prepare", "read", "fit", "publish", "build", "verify", "risk"]
 
 
+def build_memory() -> str | None:
+    return os.environ.get("PLPY_ANON_BUILD_MEMORY") or None
+
+
 def sizes() -> list[int]:
     raw = os.environ.get("PLPY_ANON_BUILD_SIZES", "1000000,10000000")
     return [int(x) for x in raw.split(",") if x.strip()]
@@ -65,6 +73,9 @@ def measure(conn, n: int) -> list | None:
     copy_cpu = backend_cpu(own) - cpu0
     with fresh_backend(conn) as other:
         pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        if build_memory():
+            other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)",
+                          (build_memory(),))
         cpu0 = backend_cpu(pid)
         t0 = time.perf_counter()
         with MemorySampler(pid) as memory:
@@ -80,7 +91,9 @@ def measure(conn, n: int) -> list | None:
     verified, smallest = conn.execute(
         "SELECT verified, (verification ->> 'smallest_class')::int FROM anon.release_status() "
         "WHERE release = %s", (release,)).fetchone()
-    phases = release_figures(conn, release)["timing"]["phases"]
+    figures = release_figures(conn, release)
+    phases = figures["timing"]["phases"]
+    path = "out of core" if figures.get("out_of_core") else "in memory"
     ratio = e2e / copy
     in_copies = {p: phases.get(p, 0.0) / copy for p in PHASES}
     # phases a path records beyond the usual ones (an out-of-core run's, the stable mode's)
@@ -90,7 +103,8 @@ def measure(conn, n: int) -> list | None:
     print(f"{n:,} rows: end to end {e2e:.2f} s = {ratio:.2f}x copy ({copy:.2f} s; "
           f"{before:.2f} before, {after:.2f} after){verdict(ratio, RATIO_TARGETS.get(n))}; "
           f"backend CPU {build_cpu:.2f} s against the copy's {copy_cpu:.2f} s = "
-          f"{build_cpu / copy_cpu:.2f}x; load {during}", flush=True)
+          f"{build_cpu / copy_cpu:.2f}x; load {during}; {path} (build_memory "
+          f"{build_memory() or 'default'})", flush=True)
     print(f"{n:,} rows, phases in copies: "
           + ", ".join(f"{p} {v:.2f}" for p, v in {**in_copies, **extra}.items())
           + f", other {rest:.2f}; "
