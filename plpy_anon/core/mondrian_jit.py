@@ -110,11 +110,14 @@ def load_cached(module) -> None:
                                     ("_load_overload", "_guard_against_spurious_io_errors")):
             continue
 
-        def load_overload(sig, target_context, cache=cache):
-            rtsys.initialize(target_context)
-            with cache._guard_against_spurious_io_errors():
-                return cache._load_overload(sig, target_context)
-            # None when the guard swallowed an I/O error: compiled then
+        def load_overload(sig, target_context, cache=cache, usual=cache.load_overload):
+            try:
+                rtsys.initialize(target_context)
+                with cache._guard_against_spurious_io_errors():
+                    return cache._load_overload(sig, target_context)
+                # None when the guard swallowed an I/O error: compiled then
+            except (TypeError, AttributeError):   # another numba's internals: the usual look-up
+                return usual(sig, target_context)
 
         cache.load_overload = load_overload
 
