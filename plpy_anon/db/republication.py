@@ -4,8 +4,9 @@ core.republish).
 What the run needs (:func:`people_of`): each row's person (a salted SHA-256 of the identifier
 columns' text; in SQL ``sha256(salt || convert_to(concat_ws(E'\\x1f', ids), 'UTF8'))``), the
 group and candidates each known person got from the versions published so far
-(:class:`State`: one row of ``anon.release_state`` per release, people as sorted hashes with
-aligned arrays, matched in numpy by sorting and searching).
+(:class:`State`: rows of ``anon.release_state``, each a run of people as sorted hashes with
+aligned arrays, at most ``plpy_anon.build_memory`` / 64 bytes of them (:func:`people_a_row`),
+read one at a time and matched in numpy by sorting and searching).
 
 What every version is held to (:func:`check_and_remember`, from the record of each create and
 refresh, plain REFRESH included): for each person of the run (with their quasi-identifiers as the
@@ -46,7 +47,7 @@ from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republish import Version
 from plpy_anon.db import class_counts, guards, timing
 from plpy_anon.db import columns as catalog
-from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
+from plpy_anon.db.sqltext import build_memory, ident, jsonb, local_settings, progress, run, text_of
 from plpy_anon.spec import Built, Promise
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
@@ -1459,13 +1460,16 @@ PERSON_BYTES = 60
 STATE_ROW_SHARE = 64
 #: ... and at least this many, and at most this many (240 MB: far below the 1 GB of a value)
 FEWEST_PEOPLE_A_ROW, MOST_PEOPLE_A_ROW = 16, 1 << 22
+#: a release's state is at most this many rows (a statement each): any role may set a tiny
+#: budget in its session
+MOST_STATE_ROWS = 1024
 
 
-def people_a_row(plpy) -> int:
-    """How many people a row of anon.release_state holds (from ``plpy_anon.build_memory``)."""
-    from plpy_anon.db import out_of_core  # it imports this module
-    share = out_of_core.budget_bytes(plpy) // STATE_ROW_SHARE // PERSON_BYTES
-    return int(min(MOST_PEOPLE_A_ROW, max(FEWEST_PEOPLE_A_ROW, share)))
+def people_a_row(plpy, people: int) -> int:
+    """How many people a row of anon.release_state holds (from ``plpy_anon.build_memory``), for
+    a state of ``people`` (published or held back, the larger)."""
+    share = build_memory(plpy) // STATE_ROW_SHARE // PERSON_BYTES
+    return int(min(MOST_PEOPLE_A_ROW, max(FEWEST_PEOPLE_A_ROW, -(-people // MOST_STATE_ROWS), share)))
 
 
 @dataclass
@@ -1614,7 +1618,7 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     Stored(persons[order], np.asarray(groups, dtype=np.int64)[order], versions[order] + 1,
            cohort[order], texts, entry[:n][order], entry_versions, entry_groups,
            waiting_persons[held_order], entry[n:][held_order], version, since,
-           **stored).write(plpy, release_id, people_a_row(plpy))
+           **stored).write(plpy, release_id, people_a_row(plpy, max(n, waiting_persons.size)))
     l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,

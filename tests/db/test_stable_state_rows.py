@@ -107,3 +107,15 @@ def test_rows_that_do_not_make_one_state_are_refused(db, schema, tamper):
     assert refused.value.sqlstate == "22000"
     assert "anon.release_state" in str(refused.value) and "different versions" in str(refused.value)
     assert db.execute(f"SELECT count(*), sum(hashtext(t::text)) FROM {release} t").fetchone() == before
+
+
+def test_a_tiny_budget_keeps_the_state_to_at_most_1024_rows(db, schema):
+    db.execute("CREATE TABLE many (id int PRIMARY KEY, age int, dx text); INSERT INTO many "
+               "SELECT i, i % 90, 'dx' || i % 7 FROM generate_series(1, 20000) i")
+    db.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (TINY,))
+    release = create_release(db, "mondrian_view", schema, "many", k=10, l=2,
+                             quasi_identifiers=["age"], sensitive=["dx"], identifiers=["id"],
+                             refresh_mode="stable")
+    rows = db.execute(ROWS, (release_id(db, release),)).fetchall()
+    # 20 people a row (20,000 / 1,024, rounded up), not the budget's 16
+    assert len(rows) == 1000 and {r[0] for r in rows} == {20}
