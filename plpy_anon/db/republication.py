@@ -1452,6 +1452,11 @@ VALUES ($1, $2, $3, $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog
         $7::pg_catalog.jsonb, $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10::pg_catalog.int4[],
         $11, $12::pg_catalog.int4[], $13, $14, $15, $16::pg_catalog.int4[], $17,
         $18::pg_catalog.int4[])"""
+#: REMEMBER's columns after release_id and chunk
+STATE_COLUMNS = ("persons", "member_groups", "versions", "cohorts", "candidate_sets", "entries",
+                 "entry_versions", "entry_groups", "waiting_persons", "waiting_entries", "version",
+                 "entries_since", "records", "record_entries", "waiting_records",
+                 "waiting_record_entries")
 REMEMBER_TYPES = ["int4", "int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
                   "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text"]
 #: what a person takes in a state row: the hash, the record's fingerprint, five int4
@@ -1496,14 +1501,12 @@ class Stored:
     waiting_records: np.ndarray | None = None
     waiting_record_entries: np.ndarray | None = None
 
-    def write(self, plpy, release_id: int, per_row: int) -> int:
-        """Written as rows of at most ``per_row`` people and ``per_row`` held back ones, each
-        with the candidate sets and entries its people use (positions renumbered); returns the
-        rows written."""
+    def rows(self, per_row: int):
+        """Its rows: (chunk, {column of anon.release_state: value as REMEMBER passes it}), each
+        of at most ``per_row`` people and ``per_row`` held back ones, with the candidate sets
+        and entries its people use (positions renumbered)."""
         published, held = self.persons.size, self.waiting.size
-        rows = max(1, -(-published // per_row), -(-held // per_row))
-        for chunk in range(rows):
-            check_interrupts()
+        for chunk in range(max(1, -(-published // per_row), -(-held // per_row))):
             # the row's run of published people and its run of held back ones
             mine = theirs = slice(chunk * per_row, (chunk + 1) * per_row)
             used_sets, cohorts = np.unique(self.cohorts[mine], return_inverse=True)
@@ -1515,18 +1518,36 @@ class Stored:
             def local(entries, used=used):
                 return _int_array(np.searchsorted(used, entries))
 
-            records = (None,) * 4 if self.records is None else (
-                self.records[mine].astype("<u8").tobytes(), local(self.record_entries[mine]),
-                self.waiting_records[theirs].astype("<u8").tobytes(),
-                local(self.waiting_record_entries[theirs]))
-            run(plpy, REMEMBER, REMEMBER_TYPES, [
-                release_id, chunk, self.persons[mine].tobytes(), _int_array(self.groups[mine]),
-                _int_array(self.versions[mine]), _int_array(cohorts.ravel()),
-                "[" + ",".join(self.sets[used_sets].tolist()) + "]", local(self.entries[mine]),
-                _int_array(self.entry_versions[used]), _int_array(self.entry_groups[used]),
-                self.waiting[theirs].tobytes(), local(self.waiting_entries[theirs]), self.version,
-                self.since, *records])
-        return rows
+            row = {"persons": self.persons[mine].tobytes(),
+                   "member_groups": _int_array(self.groups[mine]),
+                   "versions": _int_array(self.versions[mine]),
+                   "cohorts": _int_array(cohorts.ravel()),
+                   "candidate_sets": "[" + ",".join(self.sets[used_sets].tolist()) + "]",
+                   "entries": local(self.entries[mine]),
+                   "entry_versions": _int_array(self.entry_versions[used]),
+                   "entry_groups": _int_array(self.entry_groups[used]),
+                   "waiting_persons": self.waiting[theirs].tobytes(),
+                   "waiting_entries": local(self.waiting_entries[theirs]), "version": self.version,
+                   "entries_since": self.since, "records": None, "record_entries": None,
+                   "waiting_records": None, "waiting_record_entries": None}
+            if self.records is not None:
+                row.update(records=self.records[mine].astype("<u8").tobytes(),
+                           record_entries=local(self.record_entries[mine]),
+                           waiting_records=self.waiting_records[theirs].astype("<u8").tobytes(),
+                           waiting_record_entries=local(self.waiting_record_entries[theirs]))
+            yield chunk, row
+
+    def write(self, plpy, release_id: int, per_row: int) -> int:
+        """Written a row a statement (:meth:`rows`); returns the rows written."""
+        written = 0
+        for chunk, row in self.rows(per_row):
+            check_interrupts()
+            run(plpy, REMEMBER, REMEMBER_TYPES,
+                [release_id, chunk, *(row[c] for c in STATE_COLUMNS)])
+            written += 1
+        return written
+
+
 #: a state stored before entries were kept: the newest version and whom it held back
 NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WHERE release_id = $1 "
           "ORDER BY version DESC LIMIT 1")
