@@ -320,23 +320,28 @@ class State:
         set_at = np.cumsum([0] + [len(p.sets) for p in parts[:-1]])
         entry_at = np.cumsum([0] + [p.entry_versions.size for p in parts[:-1]])
 
-        def joined(arrays, offsets=None):
+        def joined(name: str, offsets=None):
+            # one field at a time, the rows' arrays let go once joined: the join holds the
+            # state once and one field twice, not the whole state twice
+            arrays = [getattr(p, name) for p in parts]
+            for p in parts:
+                setattr(p, name, None)
             if arrays[0] is None:
                 return None
+            out = np.concatenate(arrays)
             if offsets is not None:
-                arrays = [a + o for a, o in zip(arrays, offsets.tolist())]
-            return np.concatenate(arrays)
+                ends = np.cumsum([a.size for a in arrays])
+                for start, end, offset in zip((ends - [a.size for a in arrays]).tolist(),
+                                              ends.tolist(), offsets.tolist()):
+                    out[start:end] += offset
+            return out
 
-        return cls(joined([p.persons for p in parts]), joined([p.groups for p in parts]),
-                   joined([p.versions for p in parts]), joined([p.cohorts for p in parts], set_at),
-                   sets, joined([p.entries for p in parts], entry_at),
-                   joined([p.entry_versions for p in parts]), joined([p.entry_groups for p in parts]),
-                   joined([p.waiting for p in parts]),
-                   joined([p.waiting_entries for p in parts], entry_at), first.version,
-                   first.entries_since, joined([p.records for p in parts]),
-                   joined([p.record_entries for p in parts], entry_at),
-                   joined([p.waiting_records for p in parts]),
-                   joined([p.waiting_record_entries for p in parts], entry_at))
+        return cls(joined("persons"), joined("groups"), joined("versions"),
+                   joined("cohorts", set_at), sets, joined("entries", entry_at),
+                   joined("entry_versions"), joined("entry_groups"), joined("waiting"),
+                   joined("waiting_entries", entry_at), first.version, first.entries_since,
+                   joined("records"), joined("record_entries", entry_at), joined("waiting_records"),
+                   joined("waiting_record_entries", entry_at))
 
     def hashes(self) -> list[bytes]:
         """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
