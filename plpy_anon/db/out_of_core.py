@@ -47,14 +47,14 @@ import numpy as np
 
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
-from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.core.errors import AnonError
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
 from plpy_anon.db.reader import read_expression
-from plpy_anon.db.sqltext import jsonb, progress, run
+from plpy_anon.db.sqltext import build_memory, jsonb, progress, run
 from plpy_anon.spec import PrioritizedSettings, Promise, ReleaseSpec
 
 SETTING = "plpy_anon.build_memory"
@@ -81,17 +81,8 @@ ORDER BY c.oid"""
 
 
 def budget_bytes(plpy) -> int:
-    """``plpy_anon.build_memory`` in bytes (``pg_size_bytes``: '512MB', '1GB', '65536')."""
-    raw = run(plpy, f"SELECT pg_catalog.current_setting('{SETTING}', true) AS b")[0]["b"] or DEFAULT_BUDGET
-    try:
-        with plpy.subtransaction():
-            value = run(plpy, "SELECT pg_catalog.pg_size_bytes($1) AS b", ["text"], [raw])[0]["b"]
-    except plpy.SPIError:
-        value = None
-    if value is None or value <= 0:
-        raise InvalidParameter(f'{SETTING} = "{raw}" is not a memory size',
-                               hint="Set it to a size such as '512MB' or '2GB' (pg_size_bytes units).")
-    return int(value)
+    """``plpy_anon.build_memory`` in bytes (sqltext.build_memory)."""
+    return build_memory(plpy)
 
 
 #: the release methods whose partitioning run may go out of core

@@ -4,8 +4,9 @@ core.republish).
 What the run needs (:func:`people_of`): each row's person (a salted SHA-256 of the identifier
 columns' text; in SQL ``sha256(salt || convert_to(concat_ws(E'\\x1f', ids), 'UTF8'))``), the
 group and candidates each known person got from the versions published so far
-(:class:`State`: one row of ``anon.release_state`` per release, people as sorted hashes with
-aligned arrays, matched in numpy by sorting and searching).
+(:class:`State`: rows of ``anon.release_state``, each a run of people as sorted hashes with
+aligned arrays, at most ``plpy_anon.build_memory`` / 64 bytes of them (:func:`people_a_row`),
+read one at a time and matched in numpy by sorting and searching).
 
 What every version is held to (:func:`check_and_remember`, from the record of each create and
 refresh, plain REFRESH included): for each person of the run (with their quasi-identifiers as the
@@ -46,7 +47,7 @@ from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republish import Version
 from plpy_anon.db import class_counts, guards, timing
 from plpy_anon.db import columns as catalog
-from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
+from plpy_anon.db.sqltext import build_memory, ident, jsonb, local_settings, progress, run, text_of
 from plpy_anon.spec import Built, Promise
 
 #: joins the text of several identifier columns (concat_ws in SQL skips NULLs; so does Python)
@@ -150,9 +151,10 @@ class People:
         return codes
 
 
-#: the release's state of its people: one row (anon.release_state)
+#: the release's state of its people: its rows (anon.release_state), each a run of people in
+#: ascending order of their hashes with its own candidate sets and entries
 STATE = """
-SELECT persons, pg_catalog.array_send(member_groups) AS member_groups,
+SELECT chunk, persons, pg_catalog.array_send(member_groups) AS member_groups,
        pg_catalog.array_send(versions) AS versions, pg_catalog.array_send(cohorts) AS cohorts,
        candidate_sets::pg_catalog.text AS candidate_sets, pg_catalog.array_send(entries) AS entries,
        pg_catalog.array_send(entry_versions) AS entry_versions,
@@ -160,7 +162,7 @@ SELECT persons, pg_catalog.array_send(member_groups) AS member_groups,
        pg_catalog.array_send(waiting_entries) AS waiting_entries, version, entries_since, records,
        pg_catalog.array_send(record_entries) AS record_entries, waiting_records,
        pg_catalog.array_send(waiting_record_entries) AS waiting_record_entries
-FROM anon.release_state WHERE release_id = $1"""
+FROM anon.release_state WHERE release_id = $1 ORDER BY chunk"""
 #: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
 STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
                 "waiting_entries")
@@ -184,6 +186,13 @@ def _int4s(raw: bytes | None) -> np.ndarray | None:
 
 #: the last version a state may be of (its next one must fit an int4)
 LAST_VERSION = 2147483646
+
+
+def _broken(release_id: int, what: str) -> InsufficientData:
+    return InsufficientData(
+        f"the state of release {release_id} (anon.release_state) {what}",
+        hint="Restore the release's rows of anon.release_state from a backup, or recreate "
+             "the release knowingly.")
 
 
 @dataclass
@@ -222,17 +231,22 @@ class State:
 
     @classmethod
     def read(cls, plpy, release_id: int) -> State:
-        rows = run(plpy, STATE, ["int4"], [release_id])
-        if not rows:
+        """The release's state, its rows read one at a time (a row's values are let go once
+        they are arrays here) and joined."""
+        parts = []
+        for row in plpy.cursor(plpy.prepare(STATE, ["int4"]), [release_id]):
+            check_interrupts()
+            parts.append(cls._of_row(row, release_id))
+        if not parts:
             empty = np.empty(0, dtype=np.int64)
             return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
-        row = rows[0]
+        return parts[0] if len(parts) == 1 else cls._joined(parts, release_id)
 
+    @classmethod
+    def _of_row(cls, row, release_id: int) -> State:
+        """The state of one row's people (its positions in its own sets and entries)."""
         def broken(what: str) -> InsufficientData:
-            return InsufficientData(
-                f"the state of release {release_id} (anon.release_state) {what}",
-                hint="Restore the release's row of anon.release_state from a backup, or recreate "
-                     "the release knowingly.")
+            return _broken(release_id, what)
 
         def ints(name: str, low: int | None = 0) -> np.ndarray | None:
             # a flat array of integers (array_send's form) from ``low`` on (CHECKs keep other arrays out of stored
@@ -282,6 +296,52 @@ class State:
                    hashes("waiting_records", 8) if kept_records and row["waiting_records"] is not None
                    else None,
                    waiting_record_entries)
+
+    @classmethod
+    def _joined(cls, parts: list[State], release_id: int) -> State:
+        """The states of a release's rows as one: their people one after the other, each row's
+        positions in its candidate sets and entries offset by the rows' before. Rows of
+        different versions, or some with entries or records and some without, are no one
+        state: refused."""
+        first = parts[0]
+        kinds = {(p.version, p.entries_since, p.entries is None, p.records is None,
+                  p.record_entries is None, p.waiting_records is None,
+                  p.waiting_record_entries is None) for p in parts}
+        if len(kinds) > 1:
+            raise _broken(release_id, "has rows of different versions or kinds (entries, records)")
+        people = [(p.persons, p.groups, p.versions, p.cohorts, p.entries, p.records, p.record_entries)
+                  for p in parts]
+        waiting = [(p.waiting, p.waiting_entries, p.waiting_records, p.waiting_record_entries)
+                   for p in parts]
+        if any(a is not None and a.size != side[0].size for side in (*people, *waiting)
+               for a in side[1:]):
+            raise _broken(release_id, "has a row whose arrays are not aligned with its people")
+        sets = [s for p in parts for s in p.sets]
+        set_at = np.cumsum([0] + [len(p.sets) for p in parts[:-1]])
+        entry_at = np.cumsum([0] + [p.entry_versions.size for p in parts[:-1]])
+
+        def joined(name: str, offsets=None):
+            # one field at a time, the rows' arrays let go once joined: the join holds the
+            # state once and one field twice, not the whole state twice
+            arrays = [getattr(p, name) for p in parts]
+            for p in parts:
+                setattr(p, name, None)
+            if arrays[0] is None:
+                return None
+            out = np.concatenate(arrays)
+            if offsets is not None:
+                ends = np.cumsum([a.size for a in arrays])
+                for start, end, offset in zip((ends - [a.size for a in arrays]).tolist(),
+                                              ends.tolist(), offsets.tolist()):
+                    out[start:end] += offset
+            return out
+
+        return cls(joined("persons"), joined("groups"), joined("versions"),
+                   joined("cohorts", set_at), sets, joined("entries", entry_at),
+                   joined("entry_versions"), joined("entry_groups"), joined("waiting"),
+                   joined("waiting_entries", entry_at), first.version, first.entries_since,
+                   joined("records"), joined("record_entries", entry_at), joined("waiting_records"),
+                   joined("waiting_record_entries", entry_at))
 
     def hashes(self) -> list[bytes]:
         """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
@@ -1386,16 +1446,113 @@ def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
 
 
 # the release's people replaced by the run's (people the run no longer reads are forgotten
-# with them); integer arrays pass as their text, read by array_in at once
+# with them), a row at a time; integer arrays pass as their text, read by array_in at once
 FORGET = "DELETE FROM anon.release_state WHERE release_id = $1"
 REMEMBER = """
-INSERT INTO anon.release_state (release_id, persons, member_groups, versions, cohorts, candidate_sets,
-                                entries, entry_versions, entry_groups, waiting_persons, waiting_entries,
-                                version, entries_since, records, record_entries, waiting_records,
-                                waiting_record_entries)
-VALUES ($1, $2, $3::pg_catalog.int4[], $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.jsonb,
-        $7::pg_catalog.int4[], $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10, $11::pg_catalog.int4[],
-        $12, $13, $14, $15::pg_catalog.int4[], $16, $17::pg_catalog.int4[])"""
+INSERT INTO anon.release_state (release_id, chunk, persons, member_groups, versions, cohorts,
+                                candidate_sets, entries, entry_versions, entry_groups,
+                                waiting_persons, waiting_entries, version, entries_since, records,
+                                record_entries, waiting_records, waiting_record_entries)
+VALUES ($1, $2, $3, $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.int4[],
+        $7::pg_catalog.jsonb, $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10::pg_catalog.int4[],
+        $11, $12::pg_catalog.int4[], $13, $14, $15, $16::pg_catalog.int4[], $17,
+        $18::pg_catalog.int4[])"""
+#: REMEMBER's columns after release_id and chunk
+STATE_COLUMNS = ("persons", "member_groups", "versions", "cohorts", "candidate_sets", "entries",
+                 "entry_versions", "entry_groups", "waiting_persons", "waiting_entries", "version",
+                 "entries_since", "records", "record_entries", "waiting_records",
+                 "waiting_record_entries")
+REMEMBER_TYPES = ["int4", "int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
+                  "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text"]
+#: what a person takes in a state row: the hash, the record's fingerprint, five int4
+PERSON_BYTES = 60
+#: a state row holds people of at most this share of plpy_anon.build_memory...
+STATE_ROW_SHARE = 64
+#: ... and at least this many, and at most this many (240 MB: far below the 1 GB of a value)
+FEWEST_PEOPLE_A_ROW, MOST_PEOPLE_A_ROW = 16, 1 << 22
+#: a release's state is at most this many rows (a statement each): any role may set a tiny
+#: budget in its session
+MOST_STATE_ROWS = 1024
+
+
+def people_a_row(plpy, people: int) -> int:
+    """How many people a row of anon.release_state holds (from ``plpy_anon.build_memory``), for
+    a state of ``people`` (published or held back, the larger)."""
+    share = build_memory(plpy) // STATE_ROW_SHARE // PERSON_BYTES
+    return int(min(MOST_PEOPLE_A_ROW, max(FEWEST_PEOPLE_A_ROW, -(-people // MOST_STATE_ROWS), share)))
+
+
+@dataclass
+class Stored:
+    """The state a version leaves, everyone in ascending order of their hashes (people
+    published: ``persons`` and aligned arrays; held back: ``waiting`` and theirs), positions in
+    ``sets`` (each candidate set's JSON text) and the entries (``entry_versions``,
+    ``entry_groups``); records None when the release has no sensitive column."""
+
+    persons: np.ndarray
+    groups: np.ndarray
+    versions: np.ndarray
+    cohorts: np.ndarray
+    sets: np.ndarray
+    entries: np.ndarray
+    entry_versions: np.ndarray
+    entry_groups: np.ndarray
+    waiting: np.ndarray
+    waiting_entries: np.ndarray
+    version: int
+    since: int
+    records: np.ndarray | None = None
+    record_entries: np.ndarray | None = None
+    waiting_records: np.ndarray | None = None
+    waiting_record_entries: np.ndarray | None = None
+
+    def rows(self, per_row: int):
+        """Its rows: (chunk, {column of anon.release_state: value as REMEMBER passes it}), each
+        of at most ``per_row`` people and ``per_row`` held back ones, with the candidate sets
+        and entries its people use (positions renumbered)."""
+        published, held = self.persons.size, self.waiting.size
+        for chunk in range(max(1, -(-published // per_row), -(-held // per_row))):
+            # the row's run of published people and its run of held back ones
+            mine = theirs = slice(chunk * per_row, (chunk + 1) * per_row)
+            used_sets, cohorts = np.unique(self.cohorts[mine], return_inverse=True)
+            parts = [self.entries[mine], self.waiting_entries[theirs]]
+            if self.records is not None:
+                parts += [self.record_entries[mine], self.waiting_record_entries[theirs]]
+            used = np.unique(np.concatenate(parts))
+
+            def local(entries, used=used):
+                return _int_array(np.searchsorted(used, entries))
+
+            row = {"persons": self.persons[mine].tobytes(),
+                   "member_groups": _int_array(self.groups[mine]),
+                   "versions": _int_array(self.versions[mine]),
+                   "cohorts": _int_array(cohorts.ravel()),
+                   "candidate_sets": "[" + ",".join(self.sets[used_sets].tolist()) + "]",
+                   "entries": local(self.entries[mine]),
+                   "entry_versions": _int_array(self.entry_versions[used]),
+                   "entry_groups": _int_array(self.entry_groups[used]),
+                   "waiting_persons": self.waiting[theirs].tobytes(),
+                   "waiting_entries": local(self.waiting_entries[theirs]), "version": self.version,
+                   "entries_since": self.since, "records": None, "record_entries": None,
+                   "waiting_records": None, "waiting_record_entries": None}
+            if self.records is not None:
+                row.update(records=self.records[mine].astype("<u8").tobytes(),
+                           record_entries=local(self.record_entries[mine]),
+                           waiting_records=self.waiting_records[theirs].astype("<u8").tobytes(),
+                           waiting_record_entries=local(self.waiting_record_entries[theirs]))
+            yield chunk, row
+
+    def write(self, plpy, release_id: int, per_row: int) -> int:
+        """Written a row a statement (:meth:`rows`); returns the rows written."""
+        written = 0
+        for chunk, row in self.rows(per_row):
+            check_interrupts()
+            run(plpy, REMEMBER, REMEMBER_TYPES,
+                [release_id, chunk, *(row[c] for c in STATE_COLUMNS)])
+            written += 1
+        return written
+
+
 #: a state stored before entries were kept: the newest version and whom it held back
 NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WHERE release_id = $1 "
           "ORDER BY version DESC LIMIT 1")
@@ -1475,20 +1632,19 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     all_groups = np.concatenate([np.asarray(groups, dtype=np.int64), np.asarray(waiting[1], dtype=np.int64)])
     if records is None:
         version, since, entry, entry_versions, entry_groups = entries(state, everyone, all_groups, newest)
-        stored = (None,) * 4
+        stored = {}
     else:
         now = np.concatenate([np.asarray(r, dtype=np.uint64) for r in records])
         version, since, entry, record_entry, entry_versions, entry_groups = entries(
             state, everyone, all_groups, newest, now)
-        stored = (now[:n][order].astype("<u8").tobytes(), _int_array(record_entry[:n][order]),
-                  now[n:][held_order].astype("<u8").tobytes(), _int_array(record_entry[n:][held_order]))
+        stored = {"records": now[:n][order], "record_entries": record_entry[:n][order],
+                  "waiting_records": now[n:][held_order],
+                  "waiting_record_entries": record_entry[n:][held_order]}
     run(plpy, FORGET, ["int4"], [release_id])
-    run(plpy, REMEMBER, ["int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
-                         "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text"],
-        [release_id, persons[order].tobytes(), _int_array(np.asarray(groups, dtype=np.int64)[order]),
-         _int_array(versions[order] + 1), _int_array(cohort[order]), "[" + ",".join(texts) + "]",
-         _int_array(entry[:n][order]), _int_array(entry_versions), _int_array(entry_groups),
-         waiting_persons[held_order].tobytes(), _int_array(entry[n:][held_order]), version, since, *stored])
+    Stored(persons[order], np.asarray(groups, dtype=np.int64)[order], versions[order] + 1,
+           cohort[order], texts, entry[:n][order], entry_versions, entry_groups,
+           waiting_persons[held_order], entry[n:][held_order], version, since,
+           **stored).write(plpy, release_id, people_a_row(plpy, max(n, waiting_persons.size)))
     l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,

@@ -84,6 +84,26 @@ def build_work_mem(plpy) -> str:
     return f"{int(row['wanted']) // 1024}kB"
 
 
+#: the memory a build's backend may hold itself (docs/out-of-core.md); any role may set it
+BUILD_MEMORY = "plpy_anon.build_memory"
+DEFAULT_BUILD_MEMORY = "1GB"
+
+
+def build_memory(plpy) -> int:
+    """``plpy_anon.build_memory`` in bytes (``pg_size_bytes``: '512MB', '1GB', '65536')."""
+    raw = run(plpy, f"SELECT pg_catalog.current_setting('{BUILD_MEMORY}', true) AS b")[0]["b"] \
+        or DEFAULT_BUILD_MEMORY
+    try:
+        with plpy.subtransaction():
+            value = run(plpy, "SELECT pg_catalog.pg_size_bytes($1) AS b", ["text"], [raw])[0]["b"]
+    except plpy.SPIError:
+        value = None
+    if value is None or value <= 0:
+        raise InvalidParameter(f'{BUILD_MEMORY} = "{raw}" is not a memory size',
+                               hint="Set it to a size such as '512MB' or '2GB' (pg_size_bytes units).")
+    return int(value)
+
+
 def text_of(expr: str, builtin: bool) -> str:
     """The SQL text of ``expr``, a value of a source or released column, without running code of
     the column type's owner.

@@ -134,7 +134,7 @@ def test_another_custodian_neither_reads_nor_moves_nor_forges_a_releases_state(
         "UPDATE anon.release_state SET candidate_sets = '[]' WHERE release_id = %s",
         "DELETE FROM anon.release_state WHERE release_id = %s",
         ("INSERT INTO anon.release_state VALUES (%s, '', '{}', '{}', '{}', '[]') "
-        "ON CONFLICT (release_id) DO UPDATE SET member_groups = '{}', persons = '', versions = '{}', "
+        "ON CONFLICT (release_id, chunk) DO UPDATE SET member_groups = '{}', persons = '', versions = '{}', "
         "cohorts = '{}'"),
         "UPDATE anon.release_versions SET waiting = NULL, linked = NULL WHERE release_id = %s",
         "DELETE FROM anon.release_versions WHERE release_id = %s",

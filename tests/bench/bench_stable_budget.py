@@ -1,0 +1,104 @@
+"""A stable release of the synthetic table under ``plpy_anon.build_memory``: create, then a
+refresh after 1 % of the people left and as many joined, each in a fresh backend (its VmHWM,
+sampled peak RssAnon and seconds), with the default budget and with a small one; the release's
+state (anon.release_state: its rows and the largest row's bytes) and the release verified from
+its rows (smallest class, fewest distinct sensitive values in a class, fewest candidates across
+the versions).
+
+PLPY_ANON_STABLE_BUDGET_ROWS (default 1000000), PLPY_ANON_STABLE_BUDGETS (default ",64MB": ''
+is the default budget); k = 10, l = 2, the 6 QIs of bench_out_of_core, sensitive diagnosis,
+identifier id (the primary key).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from tests.bench.bench_mondrian import MemorySampler, fresh_backend, load_synthetic, vm_hwm_mib
+from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
+
+QIS = ["age", "zip", "sex", "segment", "income", "visit"]
+K, L, CHURN = 10, 2, 0.01
+
+
+def timed_call(conn, budget: str, sql: str, args: tuple) -> dict:
+    """``sql`` in a fresh backend with ``budget`` (''': the default): its result, seconds,
+    VmHWM and peak RssAnon."""
+    with fresh_backend(conn) as other:
+        if budget:
+            other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
+        pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        t0 = time.perf_counter()
+        with MemorySampler(pid) as memory:
+            result = other.execute(sql, args).fetchone()[0]
+        seconds = time.perf_counter() - t0
+        return {"result": result, "seconds": seconds, "hwm": vm_hwm_mib(pid), "anon": memory.anon}
+
+
+def churn(conn) -> None:
+    """1 % of the people leave; as many join (the leavers' values under new ids)."""
+    conn.execute(f"SELECT setseed(0.5); WITH g AS (DELETE FROM synthetic WHERE random() < {CHURN} "
+                 "RETURNING *) INSERT INTO synthetic SELECT g.id + 100000000, g.age, g.zip, g.sex, "
+                 "g.segment, g.income, g.visit, g.diagnosis FROM g")
+    conn.execute("ANALYZE synthetic")
+
+
+def state_figures(conn, release: str) -> tuple[int, int]:
+    """(rows of anon.release_state, the largest row's bytes) of ``release``."""
+    return conn.execute(
+        "SELECT count(*), max(pg_column_size(s.*)) FROM anon.release_state s JOIN anon.releases r "
+        "USING (release_id) WHERE format('%%I.%%I', r.release_schema, r.release_name) = %s",
+        (release,)).fetchone()
+
+
+def verified(conn, release: str) -> tuple:
+    """(smallest class, fewest distinct values in a class) from the released rows, and the
+    fewest candidates across the versions (anon.release_status)."""
+    qis = ", ".join(QIS)
+    smallest, fewest = conn.execute(
+        f"SELECT min(n), min(d) FROM (SELECT count(*) AS n, count(DISTINCT diagnosis) AS d "
+        f"FROM {release} GROUP BY {qis}) AS c").fetchone()
+    across = conn.execute("SELECT verification -> 'across_versions' FROM anon.release_status() "
+                          "WHERE release = %s", (release,)).fetchone()[0] or {}
+    return smallest, fewest, across.get("fewest_candidates")
+
+
+def main() -> None:
+    n = int(os.environ.get("PLPY_ANON_STABLE_BUDGET_ROWS", "1000000"))
+    budgets = os.environ.get("PLPY_ANON_STABLE_BUDGETS", ",64MB").split(",")
+    rows = []
+    with extension_db() as conn:
+        for budget in budgets:
+            load_synthetic(conn, n)
+            copy = copy_seconds(conn, "synthetic")
+            name = f"stable_{budget or 'default'}".lower()
+            create = timed_call(
+                conn, budget,
+                "SELECT anon.mondrian_view('synthetic', k => %s, l => %s, quasi_identifiers => %s, "
+                "sensitive => ARRAY['diagnosis'], identifiers => ARRAY['id'], "
+                "refresh_mode => 'stable', release_name => %s, replace => true)",
+                (K, L, QIS, name))
+            release = create["result"]
+            created_state = state_figures(conn, release)
+            churn(conn)
+            refresh = timed_call(conn, budget, "SELECT anon.refresh(%s)", (release,))
+            state = state_figures(conn, release)
+            smallest, fewest, candidates = verified(conn, release)
+            assert smallest >= K and fewest >= L and candidates >= L, (smallest, fewest, candidates)
+            for step, f, (state_rows, largest) in (("create", create, created_state),
+                                                   ("refresh", refresh, state)):
+                print(f"{n:,} rows, budget {budget or 'default'}, {step}: {f['seconds']:.1f} s, "
+                      f"VmHWM {f['hwm']:.0f} MiB, peak RssAnon {f['anon']:.0f} MiB; state "
+                      f"{state_rows} rows, largest {largest / 2**20:.1f} MiB", flush=True)
+                rows.append([f"{n:,}", budget or "default (1GB)", step, round(f["seconds"], 1),
+                             round(copy, 2), round(f["hwm"]), round(f["anon"]), state_rows,
+                             round(largest / 2**20, 1), smallest, fewest, candidates])
+    table = markdown_table(["rows", "build_memory", "step", "s", "copy s", "VmHWM MiB",
+                            "peak RssAnon MiB", "state rows", "largest state row MiB",
+                            "smallest class", "fewest values", "fewest candidates"], rows)
+    print(table)
+    (results_dir() / "stable_budget.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
