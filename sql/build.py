@@ -146,6 +146,10 @@ RERAISE = """\
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
+        IF _message = 'error fetching next item from iterator' AND _detail <> '' THEN
+            _message := _detail;    -- PL/Python's word for a set-returning run's error, whose
+            _detail := '';          -- own message it moved to DETAIL
+        END IF;
         _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\\.[A-Za-z]+: )+', '');
         IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
             _detail := _context;                    -- it happened

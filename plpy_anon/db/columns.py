@@ -75,6 +75,9 @@ class Column:
     not_null: bool
     unique: bool
     builtin: bool       # the (base) type is in pg_catalog: see sqltext.text_of
+    # the base type, typmod kept: a cast to a domain runs its CHECK, which may call the domain
+    # owner's functions with the caller's rights; a cast to the base type runs none
+    base_display_type: str = ""
     # a number or date column with a registered hierarchy (anon.set_hierarchy_intervals,
     # anon.set_hierarchy_dates) is released through its labels, as a categorical column
     hierarchical: bool = False
@@ -112,6 +115,8 @@ SELECT a.attname::text AS name,
             ELSE bt.oid::pg_catalog.regtype::text END AS type_name,
        bt.typnamespace = 'pg_catalog'::pg_catalog.regnamespace AS builtin,
        pg_catalog.format_type(a.atttypid, a.atttypmod) AS display_type,
+       pg_catalog.format_type(bt.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod
+                                           ELSE a.atttypmod END) AS base_display_type,
        bt.typcategory::text AS category,
        a.attnotnull AS not_null,
        EXISTS (SELECT 1 FROM pg_catalog.pg_index i
@@ -148,7 +153,8 @@ def relation_columns(plpy, oid: int) -> list[Column]:
     """The columns of any relation (a release, a view a report reads), from the catalog."""
     rows = run(plpy, COLUMNS_QUERY, ["oid"], [oid])
     return [Column(r["name"], r["type_name"], r["display_type"], r["category"], r["not_null"],
-                   r["is_unique"], r["builtin"]) for r in rows]
+                   r["is_unique"], r["builtin"], base_display_type=r["base_display_type"])
+            for r in rows]
 
 
 def column_named(tbl: Table, cols: list[Column], name: str) -> Column:

@@ -180,14 +180,18 @@ class Source:
         self.whole: list = [None] * len(qis)     # the table's QIStats (the first level's)
 
     def literal(self, a: int, value: str) -> str:
-        return f"CAST({self.plpy.quote_literal(value)} AS {self.qis[a].display_type})"
+        """A cut value as a constant of the column's base type (a cast to a domain would run
+        its CHECK, the owner's code, for every row a predicate tests)."""
+        qi = self.qis[a]
+        return f"CAST({self.plpy.quote_literal(value)} AS {qi.base_display_type or qi.display_type})"
 
     def left(self, a: int, value: str | None, strict: bool) -> str:
         """SQL true on the left side of a cut (NULL lowest; never NULL itself)."""
         c = self.names[a]
         if value is None:
             return f"({c} IS NULL)"
-        return f"({c} IS NULL OR {c} {'<' if strict else '<='} {self.literal(a, value)})"
+        operator = "OPERATOR(pg_catalog.<)" if strict else "OPERATOR(pg_catalog.<=)"
+        return f"({c} IS NULL OR {c} {operator} {self.literal(a, value)})"
 
     def predicate(self, bounds) -> str:
         parts = []
@@ -786,8 +790,15 @@ def planned(release_method, plpy, release: dict, estimated: bool = False):
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
     n = -1
     if estimated:
-        n = run(plpy, "SELECT c.reltuples::int8 AS n FROM pg_catalog.pg_class c WHERE c.oid = $1",
+        # the whole tree: an inheritance parent's or a partition's rows are its descendants';
+        # -1 (never analyzed) anywhere means counting
+        n = run(plpy, f"""
+            WITH RECURSIVE {guards.INHERITANCE_TREE}
+            SELECT CASE WHEN pg_catalog.bool_or(c.reltuples < 0 AND c.relkind <> 'p') THEN -1
+                        ELSE pg_catalog.sum(GREATEST(c.reltuples, 0)) END::int8 AS n
+            FROM pg_catalog.pg_class c JOIN tree USING (oid) WHERE c.relkind <> 'p'""",
                 ["oid"], [tbl.oid])[0]["n"]
+        n = -1 if n is None else n
     if n < 0:
         n = source_rows(plpy, tbl)
     if core.fits(n, bytes_per_row, budget):

@@ -101,6 +101,9 @@ def record_timing(plpy, release_id: int, figures: dict) -> dict:
 
 
 def by_id(plpy, release_id: int) -> dict:
+    if release_id is None:
+        raise InvalidParameter("the release id must not be NULL",
+                               hint="Internal runs are called by a release's query with its id.")
     rows = run(plpy, CATALOG_ROW, ["int4"], [release_id])
     if not rows:
         raise UndefinedObject(f"release {release_id} is not in anon.releases",

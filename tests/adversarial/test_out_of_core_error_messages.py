@@ -3,12 +3,10 @@
 The out-of-core run is a Python generator (one region's rows in memory at a time), so an error
 it raises after PostgreSQL asked for its first slice -- a table that cannot satisfy the release's
 entropy or recursive l-diversity, a cancel or timeout during the regions -- reaches SQL through
-PL/Python's "error fetching next item from iterator", with the real message moved to the DETAIL
-behind "plpy.Error: ". The partitioning wrapper (anon._mondrian_partition_slices) strips that
-prefix from the message only, so the caller, anon.releases.last_error and anon.refresh_history
-all read "error fetching next item from iterator". The same table at the default budget says what
-is wrong (22023, naming the figure). NULL as the release id of the internal run names no Python
-``None`` either."""
+PL/Python's "error fetching next item from iterator", with the real message in the DETAIL behind
+"plpy.Error: ". The caller, anon.releases.last_error and anon.refresh_history must read the real
+message, as the same table at the default budget says it (22023, naming the figure). NULL as the
+release id of the internal run names no Python ``None`` either."""
 from __future__ import annotations
 
 import psycopg
@@ -29,8 +27,6 @@ def build_error(connect, schema, budget: str, models: str) -> psycopg.Error:
     return caught.value
 
 
-@pytest.mark.xfail(strict=True, reason="out-of-core errors raised inside the slice generator surface "
-                                       "as 'error fetching next item from iterator'")
 @pytest.mark.parametrize("models", ["l => 2, l_diversity => 'entropy'",
                                     "l => 3, l_diversity => 'recursive', c => 1"])
 def test_an_out_of_core_build_names_the_model_the_table_cannot_satisfy_as_in_memory(
@@ -43,8 +39,6 @@ def test_an_out_of_core_build_names_the_model_the_table_cannot_satisfy_as_in_mem
         (in_memory.sqlstate, in_memory.diag.message_primary, in_memory.diag.message_hint)
 
 
-@pytest.mark.xfail(strict=True, reason="an out-of-core refresh's failure is recorded as "
-                                       "'error fetching next item from iterator'")
 def test_a_failed_out_of_core_refresh_records_what_failed(db, schema, connect):
     db.execute("CREATE TABLE t AS SELECT i AS id, i % 40 AS a, (ARRAY['p', 'q', 'r'])[1 + i % 3] AS s "
                "FROM generate_series(1, 6000) i")
@@ -62,7 +56,6 @@ def test_a_failed_out_of_core_refresh_records_what_failed(db, schema, connect):
     assert "entropy" in last_error
 
 
-@pytest.mark.xfail(strict=True, reason="anon._mondrian_partition_slices(NULL) says 'release None'")
 def test_the_partitioning_run_of_a_null_release_id_names_no_python_none(connect):
     with connect() as c, pytest.raises(psycopg.Error) as caught:
         c.execute("SELECT * FROM anon._mondrian_partition_slices(NULL)")

@@ -2,19 +2,15 @@
 
 A release that runs out of core is written with work_mem at a sixteenth of
 plpy_anon.build_memory (out_of_core.write_settings; recorded as ``write_work_mem``), decided from
-"the planner's row estimate" (docs/out-of-core.md). It reads ``pg_class.reltuples`` of the source
-itself: for an inheritance parent that is the parent's own heap (0 after ANALYZE when the rows
-live in its children), although the planner estimates the rows of the whole tree and the run
-counts them (and goes out of core). The write then runs with the session's work_mem (256MB by
-default) beside the regions' fits."""
+the planner's row estimate (docs/out-of-core.md): for an inheritance parent, the estimate of the
+whole tree (the parent's own ``pg_class.reltuples`` is 0 after ANALYZE when the rows live in its
+children), else the write would run with the session's work_mem (256MB here) beside the
+regions' fits."""
 from __future__ import annotations
-
-import pytest
 
 from tests.helpers import class_sizes, release_schema_of
 
 
-@pytest.mark.xfail(strict=True, reason="write_settings reads the inheritance parent's own reltuples (0)")
 def test_the_write_of_an_out_of_core_release_of_an_inheritance_parent_is_held_to_the_budget(
         db, schema, connect):
     db.execute("CREATE TABLE t (id int, a int, b int, s text)")
