@@ -541,7 +541,7 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models):
     real_hold = np.bincount(index[published_before], minlength=ids.size)
     current = _counts(index, codes, ids.size, n_values)
     joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
-    last = ancestors_sum(history[-1], roots_of, ids)
+    last = last_published(history, roots_of, ids)
     # the stayers' values the last version published (counterfeits are the rest of it)
     stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
     kept = np.minimum(last, stayers)
@@ -561,6 +561,20 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models):
     for version in history:
         possible &= safe_against(models, stacked, version, roots_of, ids)
     return current, taken, stacked, possible
+
+
+def last_published(history: list[Version], roots_of, ids: np.ndarray) -> np.ndarray:
+    """(len(ids), V): each group's multiset as the newest version that showed its ancestors
+    published it (a version of no rows shows none of them: holding that one would withdraw the
+    group for good, while holding the one before is checked against every version like any
+    option)."""
+    last = ancestors_sum(history[-1], roots_of, ids)
+    for version in reversed(history[:-1]):
+        empty = last.sum(axis=1) == 0
+        if not empty.any():
+            break
+        last[empty] = ancestors_sum(version, roots_of, ids[empty])
+    return last
 
 
 def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):

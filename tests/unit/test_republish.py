@@ -149,6 +149,17 @@ def test_a_version_no_merge_keeps_safe_publishes_nothing_and_keeps_its_people():
     assert republish.unsafe_pairs(Models(l=2), out.ids, out.counts, history, lambda ids: ids).tolist() == [0]
 
 
+def test_after_a_version_of_no_rows_a_group_can_hold_what_it_showed_before():
+    # {0, 1, 2}, then no rows; the person of 2 has left: their value leaving alone would pin
+    # them, so the group shows {0, 1, 2} again (the 2 a counterfeit), not nothing for good
+    history = [Version(np.array([0]), np.array([[1, 1, 1, 0]])),
+               Version(np.array([0]), np.zeros((1, 4), dtype=np.int64))]
+    out = publish(np.zeros(2, dtype=np.int64), np.array([0, 0]), np.array([0, 1]), np.zeros((2, 1)),
+                  history, np.array([0]), np.array([0]), 2, Models(l=2))
+    assert republish.CHOICES[out.choice[0]] == "hold" and out.counts.tolist() == [[1, 1, 1, 0]]
+    assert out.counterfeit == 1
+
+
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), l=st.integers(2, 3),
        model=st.sampled_from(["distinct", "entropy", "recursive"]), versions=st.integers(1, 4))
