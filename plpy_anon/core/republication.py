@@ -14,8 +14,8 @@ in the ``stable`` mode keeps that intersection at l values or more for everyone 
   it), or a person whose candidates (the intersection so far, ``cohort_values``) would keep
   fewer than l of its values is merged with the nearest group that holds a missing value (or the
   nearest, if none does); repeated until none is left;
-* if even one group of everyone would not do, :class:`CannotKeepCandidates` (the refresh is
-  refused, the published version stays).
+* if even one group of everyone would not do, :class:`CannotKeepCandidates` (the refresh then
+  publishes a version of no rows: core.republish.withdrawn).
 
 Merging only ever adds values to a group, so a person's intersection never loses a value to a
 merge; it loses values only when the last holder of a value leaves their group, which the merge

@@ -37,8 +37,10 @@ change; the leaver's row is gone (the value stays, now a published member's).
 
 ``hold`` passes every pair that the last version passed, as long as the group was not merged; a
 group whose options all fail (``hold`` needs k real published members, a merged group's sums
-may cancel) is merged with its nearest group and the choice made again; one group of everyone
-that still fails refuses the version (:class:`~plpy_anon.core.republication.CannotKeepCandidates`).
+may cancel) is merged with its nearest group and the choice made again; when one group of
+everyone still fails, the version publishes nothing (:func:`withdrawn`) rather than leave the
+last one published: read again with the table as it is now, the last version's parts are finer
+than the ones it was checked with (people who left link nothing).
 """
 from __future__ import annotations
 
@@ -56,15 +58,18 @@ from plpy_anon.core.republication import (
     GroupBoxes,
     _centroids,
     _distinct,
+    _join_nearest,
     _kernels,
     _value_codes,
     first_acceptable,
 )
 
-CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold")
+CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold", "withdraw")
 #: the options that publish every current member
 PUBLISHING_ALL = 3
 HOLD = CHOICES.index("hold")
+#: a group that publishes nothing (every group of a version no merge can keep safe)
+WITHDRAW = CHOICES.index("withdraw")
 
 
 @dataclass
@@ -359,6 +364,58 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
             ranged: np.ndarray | None = None, held_in: np.ndarray | None = None) -> Published:
+    """Each group's published multiset for this version (:func:`kept_publication`), or, when
+    even one group of everyone would pin someone by difference, a version that publishes
+    nothing (:func:`withdrawn`): keeping the last version instead would leave it read with the
+    table as it is now, whose parts (people who left link nothing) it was never checked with."""
+    try:
+        return kept_publication(labels, previous, codes, points, history, lineage, roots, k,
+                                models, qi_codes, ranged, held_in)
+    except CannotKeepCandidates:
+        return withdrawn(labels, previous, history, lineage, roots, held_in)
+
+
+def withdrawn(labels: np.ndarray, previous: np.ndarray, history: list[Version],
+              lineage: np.ndarray, roots: np.ndarray, held_in: np.ndarray | None = None) -> Published:
+    """A version of no rows: every group keeps its people (its published ones stay published,
+    its joiners wait) and publishes nothing. Against any earlier version, every part an analyst
+    forms then only loses whole classes, each of which met the l model, and a sum of multisets
+    that each meet it meets it too (distinct, entropy and recursive l are monotone under
+    union: Machanavajjhala et al., "l-Diversity: Privacy Beyond k-Anonymity", 2007)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    previous = np.asarray(previous, dtype=np.int64)
+    published_before = previous >= 0
+    step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
+    if held_in is not None:
+        held_in = np.asarray(held_in, dtype=np.int64)
+        waited = (held_in >= 0) & ~published_before
+        step = dict(zip(held_in[waited].tolist(), labels[waited].tolist())) | step
+    ids = np.unique(labels)
+    lineage = np.asarray(lineage, dtype=np.int64)
+    now = _mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
+                   np.fromiter(step.values(), dtype=np.int64, count=len(step)))(
+                       np.asarray(roots, dtype=np.int64))
+    n_values = history[-1].counts.shape[1]
+    return Published(labels, ids, np.zeros((ids.size, n_values), dtype=np.int64),
+                     np.full(ids.size, WITHDRAW, dtype=np.int64), published_before.copy(),
+                     lineage, now, None, ids.copy())
+
+
+def joined_groups(groups: np.ndarray, points: np.ndarray, lineage: np.ndarray,
+                  ranged: np.ndarray | None = None) -> np.ndarray:
+    """Each row's group of the last version, joiners in the nearest, or all in one new group
+    (an id none of ``lineage`` used) when nobody of the last version is left: the groups of a
+    :func:`withdrawn` version when no grouping keeps everyone's candidates."""
+    groups = np.asarray(groups, dtype=np.int64)
+    if groups.size and (groups < 0).all():
+        return np.full(groups.size, int(np.max(lineage, initial=-1)) + 1, dtype=np.int64)
+    return _join_nearest(groups, np.asarray(points, dtype=np.float64), ranged)
+
+
+def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray,
+                     points: np.ndarray, history: list[Version], lineage: np.ndarray,
+                     roots: np.ndarray, k: int, models: Models, qi_codes: np.ndarray | None = None,
+                     ranged: np.ndarray | None = None, held_in: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
     ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
@@ -484,7 +541,7 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models):
     real_hold = np.bincount(index[published_before], minlength=ids.size)
     current = _counts(index, codes, ids.size, n_values)
     joiners = _counts(index[~published_before], codes[~published_before], ids.size, n_values)
-    last = ancestors_sum(history[-1], roots_of, ids)
+    last = last_published(history, roots_of, ids)
     # the stayers' values the last version published (counterfeits are the rest of it)
     stayers = _counts(index[published_before], codes[published_before], ids.size, n_values)
     kept = np.minimum(last, stayers)
@@ -504,6 +561,20 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models):
     for version in history:
         possible &= safe_against(models, stacked, version, roots_of, ids)
     return current, taken, stacked, possible
+
+
+def last_published(history: list[Version], roots_of, ids: np.ndarray) -> np.ndarray:
+    """(len(ids), V): each group's multiset as the newest version that showed its ancestors
+    published it (a version of no rows shows none of them: holding that one would withdraw the
+    group for good, while holding the one before is checked against every version like any
+    option)."""
+    last = ancestors_sum(history[-1], roots_of, ids)
+    for version in reversed(history[:-1]):
+        empty = last.sum(axis=1) == 0
+        if not empty.any():
+            break
+        last[empty] = ancestors_sum(version, roots_of, ids[empty])
+    return last
 
 
 def merge_keeps_an_option(previous, codes, history, lineage, roots, k, models):

@@ -120,8 +120,9 @@ def per_class_query(plpy, storage: str, rows: str, sensitive) -> str:
     class already (``rows``: the SQL of the rows its view makes of one, each sensitive column an
     array of the class's values), so no row is hashed."""
     carried = "".join(f", s.{ident(plpy, column)} AS vals{i}" for i, column in enumerate(sensitive))
+    # a stored class of no rows (a stable version's withdrawn group) is no class the view shows
     return (f"SELECT pg_catalog.row_number() OVER () - 1 AS cid, ({rows})::int8 AS n{carried}\n"
-            f"    FROM {storage} AS s")
+            f"    FROM {storage} AS s WHERE ({rows}) > 0")
 
 
 def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None,

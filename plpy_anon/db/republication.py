@@ -756,8 +756,10 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     with timing.phase("check_candidates"):
         records = stashed.get("records")
         records = None if records is None else (records, stashed["waiting_records"])
+        withdrawn = () if version is None else np.asarray(version["group_ids"], dtype=np.int64)[
+            np.asarray(version["counts"]).reshape(len(version["group_ids"]), -1).sum(axis=1) == 0]
         figures = remember(plpy, release["release_id"], promise, hashes, groups, classes, state,
-                           matched, waiting, records)
+                           matched, waiting, records, withdrawn)
     if stashed["version"] is not None:
         with timing.phase("check_differences"):
             # which earlier groups still have someone: the people in the table, by the state
@@ -1000,6 +1002,11 @@ def _signatures(owner: np.ndarray, code: np.ndarray, count: np.ndarray, n: int) 
     return Counter(raw[bounds[i]:bounds[i + 1]] for i in range(n))
 
 
+def _without_empty(signatures: Counter) -> Counter:
+    """:func:`_signatures` without the owners of no values."""
+    return Counter({key: n for key, n in signatures.items() if key})
+
+
 def _union_signatures(a: np.ndarray, b: np.ndarray, n: int, multiset: tuple) -> Counter:
     """:func:`_signatures` of the unions of several of ``n`` members that the pairs (``a``,
     ``b``: positions) link, each member's multiset as (member, code, count) triples."""
@@ -1103,7 +1110,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     class_multiset = (owner, np.array([code_of[t] for t in classes.texts], dtype=np.int64)[text_code]
                       if text_code.size else text_code, rows)
     group_multiset = _matrix_triples(group_counts)
-    if _signatures(*class_multiset, classes.count) != _signatures(*group_multiset, group_counts.shape[0]):
+    # a group that publishes nothing (withdrawn) is no class the released rows show
+    if _signatures(*class_multiset, classes.count) != \
+            _without_empty(_signatures(*group_multiset, group_counts.shape[0])):
         raise InsufficientData(
             f"the released classes of {release['release_schema']}.{release['release_name']} are not "
             "the multisets its groups publish; nothing was published",
@@ -1564,12 +1573,14 @@ def _int_array(values: np.ndarray) -> str:
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
-             classes: Classes, state: State, matched=None, waiting=((), ()), records=None) -> dict:
+             classes: Classes, state: State, matched=None, waiting=((), ()), records=None,
+             withdrawn=()) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
     intersected with what earlier versions left them (``state``); remembered and counted, with
     each person's entry (:func:`entries`; ``waiting``: the hashes and groups of the people the
     version holds back; ``records``: the fingerprints of the published people's records and of
-    the held back ones', each kept with the entry since which it is unchanged). People the run no longer reads are forgotten (what they were published
+    the held back ones', each kept with the entry since which it is unchanged; ``withdrawn``:
+    the groups that publish nothing). People the run no longer reads are forgotten (what they were published
     with stays only as anonymous values of their class, until it can change safely).
     ``matched``: (person, class) pairs already found, people beyond ``hashes`` (held back)
     ignored."""
@@ -1592,10 +1603,24 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     earlier[known] = state.cohorts[at[known]]
     earlier_sets = state.sets
     names = promise.sensitive or ()
+    # people no released class holds whose group publishes nothing (core.republish.withdrawn):
+    # this version tells nothing of them, so they keep what earlier versions left them
+    unheld = np.flatnonzero((np.bincount(person, minlength=n) == 0) & known
+                            & np.isin(np.asarray(groups, dtype=np.int64), np.asarray(withdrawn, dtype=np.int64)))
     kept, left = [], None
     for name, (value_classes, value_texts) in zip(names, classes.values):
         check_interrupts()
         codes, dictionary = pd.factorize(np.asarray(value_texts, dtype=object))
+        kept_p, kept_t = [], []
+        for q in unheld.tolist():
+            texts = earlier_sets[earlier[q]].get(name, [])
+            kept_p += [q] * len(texts)
+            kept_t += texts
+        if kept_t:
+            dictionary = pd.Index(dictionary, dtype=object).append(pd.Index(
+                pd.unique(np.asarray(kept_t, dtype=object)), dtype=object)).unique()
+            kept_v = dictionary.get_indexer(np.asarray(kept_t, dtype=object))
+            dictionary = np.asarray(dictionary, dtype=object)
         width = max(len(dictionary), 1)
         # (person, value) for every value of every class holding the person
         order = np.argsort(value_classes, kind="stable")
@@ -1604,7 +1629,10 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         repeat = per_class[klass]
         offset = np.arange(int(repeat.sum())) - np.repeat(np.cumsum(repeat) - repeat, repeat)
         values = codes[order][np.repeat(start[klass], repeat) + offset]
-        pairs = _distinct_keys(np.repeat(person, repeat) * width + values, n * width)
+        keys = np.repeat(person, repeat) * width + values
+        if kept_t:
+            keys = np.concatenate([keys, np.asarray(kept_p, dtype=np.int64) * width + kept_v])
+        pairs = _distinct_keys(keys, n * width)
         p, v = pairs // width, pairs % width
         # people seen before keep only what every earlier version left them
         code = {v: j for j, v in enumerate(dictionary.tolist())}

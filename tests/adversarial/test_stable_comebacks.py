@@ -176,23 +176,21 @@ def test_a_leaver_who_comes_back_is_not_pinned_by_intersecting_their_classes(db,
     assert Sequence(db, schema, 3047, heavy=True).run()[1] == {}
 
 
-@pytest.mark.xfail(strict=True, reason="a person whose QIs were updated is followed by the analyst "
-                   "from the classes of their old QIs to those of their new ones, not by the release")
 def test_a_person_whose_qis_were_updated_links_versions_and_pins_no_one(db, schema):
     """Seed 3012 (k = 4, entropy l = 2, 37 people, 9 refreshes, heavy churn, leavers who come
-    back taken as new people): the analyst who follows QI updates and kept the fourth version
-    and the ninth pins a person's true value by difference."""
+    back taken as new people): the analyst follows QI updates (the release does not) and keeps
+    every version; where no grouping keeps a refresh safe, the last version left published
+    would let him pin a person's true value by difference (the fourth version and the ninth)."""
     assert Sequence(db, schema, 3012, follows="q", heavy=True).run() == ({}, {})
 
 
-@pytest.mark.xfail(strict=True, reason="a version left published by refused refreshes while people "
-                   "leave: read with the table as it is now, its parts are finer than the ones it "
-                   "was checked with (docs/republication.md, Honest limits)")
 @pytest.mark.parametrize("seed", [1515, 1631])
 def test_an_analyst_who_follows_no_change_pins_no_one(db, schema, seed):
     """Heavy churn, every changed or returning record a leaver and a joiner to the analyst (the
-    parts the release forms itself): seed 1515 (k = 2, l = 3, 53 people, 9 refreshes, 3 of
-    them refused) pins the true values of two records changed once (their new records) by
-    keeping the fifth version and the tenth; seed 1631 (k = 2, l = 2, 42 people, 7 refreshes)
-    pins one by keeping the fifth or the sixth version and the eighth."""
+    parts the release forms itself), who keeps each version after each refresh, with the table
+    as it is then: seed 1515 (k = 2, l = 3, 53 people, 9 refreshes), where no grouping keeps
+    three refreshes safe, and seed 1631 (k = 2, l = 2, 42 people, 7 refreshes), where none
+    keeps one: had the last version stayed published, the analyst who kept it with the table
+    as it is after people left (their links cut) and an earlier version would pin true
+    values; the refresh publishes a version of no rows instead."""
     assert Sequence(db, schema, seed, follows="", heavy=True).run() == ({}, {})

@@ -100,7 +100,7 @@ def test_no_pair_of_versions_pins_anyone_by_difference(seed, k, l, model, refres
                     if g < h and all(a[0][d] <= b[1][d] and b[0][d] <= a[1][d] for d in range(2))]
         # k holds on real published members; each class meets the l model
         real = Counter(out.labels[out.published].tolist())
-        assert all(real[g] >= k for g in out.ids.tolist())
+        assert all(real[g] >= k for g, row in zip(out.ids.tolist(), out.counts) if row.sum())
         version = {int(g): Counter({v: int(c) for v, c in enumerate(row) if c}) for g, row in
                    zip(out.ids, out.counts)}
         assert all(safe(models, c) for c in version.values())
@@ -133,6 +133,65 @@ def test_one_joiner_is_held_back_until_the_class_can_take_l_values_at_once():
                   np.array([0]), np.array([0]), 5, Models(l=2))
     assert out.choice.tolist() == [republish.CHOICES.index("hold")] and out.counts.tolist() == [[2, 2, 2, 0]]
     assert out.held_back == 1 and out.counterfeit == 0
+
+
+def test_a_version_no_merge_keeps_safe_publishes_nothing_and_keeps_its_people():
+    # a class of {0, 1}: the person of 1 left, a joiner of 0 came: publishing the joiner pins
+    # them (a lone added 0), and no class of two people shows two values without them
+    history = [Version(np.array([0]), np.array([[1, 1, 0]]))]
+    codes = np.array([0, 0])
+    previous = np.array([0, -1])
+    out = publish(np.zeros(2, dtype=np.int64), previous, codes, np.zeros((2, 1)), history,
+                  np.array([0]), np.array([0]), 2, Models(l=2))
+    assert republish.CHOICES[out.choice[0]] == "withdraw" and out.counts.tolist() == [[0, 0, 0]]
+    # the stayer stays published (their group's history goes on), the joiner waits
+    assert out.published.tolist() == [True, False] and out.roots.tolist() == [0]
+    assert republish.unsafe_pairs(Models(l=2), out.ids, out.counts, history, lambda ids: ids).tolist() == [0]
+
+
+def test_after_a_version_of_no_rows_a_group_can_hold_what_it_showed_before():
+    # {0, 1, 2}, then no rows; the person of 2 has left: their value leaving alone would pin
+    # them, so the group shows {0, 1, 2} again (the 2 a counterfeit), not nothing for good
+    history = [Version(np.array([0]), np.array([[1, 1, 1, 0]])),
+               Version(np.array([0]), np.zeros((1, 4), dtype=np.int64))]
+    out = publish(np.zeros(2, dtype=np.int64), np.array([0, 0]), np.array([0, 1]), np.zeros((2, 1)),
+                  history, np.array([0]), np.array([0]), 2, Models(l=2))
+    assert republish.CHOICES[out.choice[0]] == "hold" and out.counts.tolist() == [[1, 1, 1, 0]]
+    assert out.counterfeit == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), l=st.integers(2, 3),
+       model=st.sampled_from(["distinct", "entropy", "recursive"]), versions=st.integers(1, 4))
+def test_a_version_of_no_rows_pins_no_one_against_any_earlier_version(seed, l, model, versions):
+    """Whatever parts an analyst forms (groups merged since, boxes linked in either version,
+    earlier groups followed or cut), a part only loses whole classes that each met the l model,
+    and their sum meets it too."""
+    rng = np.random.default_rng(seed)
+    models = Models(l=l, l_diversity=model, c=2.0)
+    n_values, history = 5, []
+    for _ in range(versions):
+        n = int(rng.integers(1, 8))
+        ids = np.sort(rng.choice(40, size=n, replace=False))
+        rows = []
+        while len(rows) < n:
+            row = np.append(rng.integers(0, 4, n_values), rng.integers(0, 2))
+            if models.satisfied(row[None, :-1])[0]:
+                rows.append(row)
+        linked = np.minimum(ids, ids[rng.integers(0, n, n)])
+        history.append(Version(ids, np.array(rows), linked, linked, rng.integers(0, 2, n).astype(bool),
+                               rng.integers(0, 2, n).astype(bool)))
+    now = np.sort(rng.choice(40, size=int(rng.integers(1, 6)), replace=False))
+    merged = dict(zip(range(40), now[rng.integers(0, now.size, 40)].tolist()))
+
+    def roots_of(group_ids):
+        return np.array([merged[g] for g in np.asarray(group_ids).tolist()], dtype=np.int64)
+
+    zeros = np.zeros((now.size, n_values + 1), dtype=np.int64)
+    linked_now = np.minimum(now, now[rng.integers(0, now.size, now.size)])
+    assert republish.unsafe_pairs(models, now, zeros, history, roots_of).sum() == 0
+    assert republish.unsafe_unions(models, now, zeros, linked_now, history, roots_of,
+                                   people_linked=linked_now).sum() == 0
 
 
 def test_groups_released_with_the_same_ranges_are_one_class():

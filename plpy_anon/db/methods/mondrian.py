@@ -14,7 +14,7 @@ from plpy_anon.core import republish
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
-from plpy_anon.core.republication import stable_partition
+from plpy_anon.core.republication import CannotKeepCandidates, stable_partition
 from plpy_anon.db import compact, method, out_of_core, republication, stored_classes, timing
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
@@ -93,17 +93,30 @@ class StableGroups:
                 acceptable = republish.merge_keeps_an_option(
                     people.groups, people.codes(rows.sensitive[:, 0]), people.versions,
                     people.lineage, people.roots, rows.k, models)
-            self.groups_ = stable_partition(people.joined, points, rows.sensitive, people.cohorts,
-                                            people.cohort_values, rows.k, rows.l, models, ranged,
-                                            acceptable)
+            try:
+                self.groups_ = stable_partition(people.joined, points, rows.sensitive,
+                                                people.cohorts, people.cohort_values, rows.k,
+                                                rows.l, models, ranged, acceptable)
+                withdraw = False
+            except CannotKeepCandidates:
+                if acceptable is None:
+                    raise
+                # no grouping keeps everyone's candidates: a version of no rows, not the last
+                # one left published (core.republish.withdrawn)
+                self.groups_ = republish.joined_groups(people.joined, points, people.lineage,
+                                                       ranged)
+                withdraw = True
         self.published_ = None
-        if rows.sensitive is not None and people.versions:
-            if rows.read is None:
-                raise InvalidParameter(
-                    "refresh_mode => 'stable' publishes each class's values from what earlier "
-                    "versions showed, and this release joins its rows back to the source",
-                    hint="Recreate the release with replace => true (without plpy_anon.join_back), "
-                         "or with refresh_mode => 'fresh'.")
+        if rows.sensitive is not None and people.versions and rows.read is None:
+            raise InvalidParameter(
+                "refresh_mode => 'stable' publishes each class's values from what earlier "
+                "versions showed, and this release joins its rows back to the source",
+                hint="Recreate the release with replace => true (without plpy_anon.join_back), "
+                     "or with refresh_mode => 'fresh'.")
+        if withdraw:
+            self.published_ = republish.withdrawn(self.groups_, people.groups, people.versions,
+                                                  people.lineage, people.roots, people.joined)
+        elif rows.sensitive is not None and people.versions:
             with timing.phase("stable_multisets"):
                 self.published_ = republish.publish(
                     self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
