@@ -781,6 +781,15 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
             detail=json.dumps(figures),
             hint="The published version stays. Earlier versions cannot be unpublished: recreating the "
                  "release with replace => true starts a new history, which analysts may intersect with the old.")
+    if version is not None and version["group_ids"] and len(withdrawn) == len(version["group_ids"]):
+        plpy.warning(
+            f"{release['release_schema']}.{release['release_name']} publishes no rows in this "
+            "version: no grouping of the table as it is now keeps everyone's candidate sensitive "
+            "values across the versions published, and the last version, read against the table "
+            "as it is now, was never checked",
+            hint="Its people are kept: a later refresh publishes rows again once a grouping is "
+                 "safe. Each refresh's groups_by_choice (anon.refresh_history.across_versions) "
+                 "counts the groups withdrawn.")
     return figures
 
 

@@ -13,6 +13,7 @@ from tests.helpers import (
     create_release,
     distinct_sensitive_per_class,
     keep_released_version,
+    notices,
     pinned_by_difference,
 )
 
@@ -163,8 +164,10 @@ def test_a_refresh_that_would_narrow_someone_publishes_no_rows_and_keeps_their_c
                              sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
     db.execute("DELETE FROM patients WHERE dx = 'b'")
     db.execute("INSERT INTO patients VALUES (5, 34, 'c'), (6, 35, 'c')")
+    warned = notices(db)
     db.execute("SELECT anon.refresh(%s)", (release,))
     assert db.execute(f"SELECT count(*) FROM {release}").fetchone()[0] == 0
+    assert any("publishes no rows in this version" in m for m in warned), warned
     succeeded, across = db.execute("SELECT succeeded, across_versions FROM anon.refresh_history "
                                    "ORDER BY refresh_id DESC LIMIT 1").fetchone()
     assert succeeded and across["groups_by_choice"]["withdraw"] >= 1
