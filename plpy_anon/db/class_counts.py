@@ -390,14 +390,15 @@ STREAMED_MODEL_CELLS = 1 << 20
 
 
 def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
-                  counted: bool = True, models: dict | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+                  counted: bool = True,
+                  models: dict | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """(sizes, classes, figures per sensitive column) from :func:`class_query`'s rows with its
     ``distribution`` row first: each fetch of classes is counted into the figures
     (``fewest_distinct``; core.risk.SensitiveRanges for the columns in ``ordered``; for the
     columns in ``models``, ``models[column](table)`` the privacy models each class must hold
     given the table's rows per value id, their check: core.privacy_models.ClassCheck, under
-    ``models``, None for a column without a value) and let go, so what is held is one fetch and the
-    class-size histogram, whatever the number of classes."""
+    ``models``, None for a column without a value) and let go, so what is held is one fetch and
+    the class-size histogram, whatever the number of classes."""
     histogram: dict[int, int] = {}
     fewest = dict.fromkeys(sensitive)
     ranges: dict = {}
@@ -415,7 +416,8 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
         if s in ordered:
             ranges[s] = core_risk.SensitiveRanges(q, ordered=ordered[s], c=c)
         if s in models:
-            checks[s] = None if len(q) == 0 else ClassCheck(models[s](q), len(q), STREAMED_MODEL_CELLS)
+            checks[s] = (None if len(q) == 0
+                         else ClassCheck(models[s](q), len(q), STREAMED_MODEL_CELLS))
     del first
     size = FETCH_CLASSES if counted else FETCH_FIRST
     following = 0                                # the next class id expected

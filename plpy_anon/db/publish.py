@@ -229,8 +229,10 @@ def _checked(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMe
     # an out-of-core release is checked within the memory it was built in: its models (entropy,
     # recursive l, t) class by class as the pass reads them (verify.model_of)
     budget = ((run_stats or {}).get("metrics") or {}).get("out_of_core", {}).get("budget_bytes")
-    models = {column: functools.partial(verify.model_of, spec, column)
-              for column in spec.model_columns} if spec is not None and spec.models_asked() else None
+    models = None
+    if spec is not None and spec.models_asked():
+        models = {column: functools.partial(verify.model_of, spec, column)
+                  for column in spec.model_columns}
     counter = class_counts.Counter(plpy, release, budget, models)
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive,

@@ -321,7 +321,7 @@ def test_t_closeness_of_a_numeric_column_out_of_core_holds_in_every_released_cla
 
 
 @pytest.mark.parametrize("model", [{"l": 2, "l_diversity": "entropy"}, {"t": 0.3}])
-def test_check_of_an_out_of_core_release_with_models_runs_within_its_budget_and_refuses_a_tampered_one(
+def test_check_of_out_of_core_release_with_models_runs_within_its_budget_and_refuses_a_tampered_one(
         db, schema, model):
     """The check of a release promising entropy l or t counts its classes a fetch at a time
     with the pass bounded by plpy_anon.build_memory, each class decided from its own counts:
@@ -350,7 +350,8 @@ def test_check_of_an_out_of_core_release_with_models_runs_within_its_budget_and_
             pytest.raises(psycopg.errors.DataException) as failed:
         build("tampered")
     assert "fail the privacy model asked" in failed.value.diag.message_primary
-    assert json.loads(failed.value.diag.message_detail.removeprefix("figures: "))["counted_with"] == capped
+    detail = json.loads(failed.value.diag.message_detail.removeprefix("figures: "))
+    assert detail["counted_with"] == capped
 
 
 @pytest.mark.slow                                  # two builds of 24,000 rows at a 2MB budget: ~20 s
@@ -517,10 +518,12 @@ numeric_row_strategy = st.tuples(st.one_of(st.none(), st.integers(0, 12)),
                                  st.one_of(st.none(), st.integers(0, 9), st.integers(0, 400)))
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(numeric_row_strategy, min_size=30, max_size=100), k=st.integers(2, 6),
        t=st.sampled_from([0.15, 0.3, 0.6]))
-def test_random_tables_released_out_of_core_with_t_of_a_numeric_column_keep_it(db, schema, rows, k, t):
+def test_random_tables_released_out_of_core_with_t_of_a_numeric_column_keep_it(
+        db, schema, rows, k, t):
     """t-closeness of a numeric sensitive column out of core, at a one-byte budget: from the
     released rows, every class keeps k and is within t of the table by the ordered distance,
     and every row is released."""
