@@ -196,3 +196,55 @@ def check_models(l, l_diversity, c, t) -> None:
     if t is not None and not 0 < t <= 1:
         raise InvalidParameter(f"t must be in (0, 1], got {t}",
                                hint="Pass t => a number in (0, 1], e.g. t => 0.2, or omit it.")
+
+
+class ClassCheck:
+    """:meth:`Models.satisfied` of every class of a class x value table given a range of classes
+    at a time (``add``: each range's (class, value, rows) pairs, class ids from 0 within it), so
+    that a check holds one range's pairs and one chunk's count matrix (at most ``chunk_cells``
+    cells), whatever the number of classes: the classes failing, the smallest entropy and
+    distinct count, the largest EMD and the first failing class's counts, for its message. Each
+    class is decided from its own counts and the table's distribution (``model.table``, over
+    ``n_values`` values), so the figures do not depend on how the classes are split."""
+
+    def __init__(self, model: Models, n_values: int, chunk_cells: int = 1 << 22):
+        self.model, self.n_values = model, max(1, int(n_values))
+        self.chunk = max(1, chunk_cells // self.n_values)
+        self.failing, self.first_failing = 0, None
+        self.low_entropy, self.low_distinct, self.high_emd = np.inf, np.inf, 0.0
+
+    def add(self, class_ids, value_ids, rows, n_classes: int) -> None:
+        class_ids = np.asarray(class_ids, dtype=np.int64)
+        value_ids = np.asarray(value_ids, dtype=np.int64)
+        rows = np.asarray(rows, dtype=np.float64)
+        if (class_ids[1:] < class_ids[:-1]).any():
+            order = np.argsort(class_ids, kind="stable")
+            class_ids, value_ids, rows = class_ids[order], value_ids[order], rows[order]
+        starts = list(range(0, n_classes, self.chunk))
+        ends = np.searchsorted(class_ids, starts + [n_classes])
+        for lo, a, b in zip(starts, ends[:-1], ends[1:]):
+            hi = min(lo + self.chunk, n_classes)
+            dense = np.zeros((hi - lo, self.n_values))
+            np.add.at(dense, (class_ids[a:b] - lo, value_ids[a:b]), rows[a:b])
+            ok = self.model.satisfied(dense)
+            if self.first_failing is None and not ok.all():
+                self.first_failing = dense[np.flatnonzero(~ok)[0]].copy()
+            self.failing += int((~ok).sum())
+            self.low_entropy = min(self.low_entropy, float(entropy(dense).min()))
+            self.low_distinct = min(self.low_distinct, int(distinct_values(dense).min()))
+            if self.model.t is not None:
+                self.high_emd = max(self.high_emd, float(self.model.emd(dense).max()))
+
+    def figures(self) -> dict:
+        out = {"failing_classes": self.failing, "min_entropy": round(self.low_entropy, 6),
+               "min_distinct": self.low_distinct}
+        if self.model.t is not None:
+            out["max_emd"] = round(self.high_emd, 6)
+        return out
+
+    def failures(self, column: str) -> list[str]:
+        """The message of the failing classes, naming the first one's figures (none: [])."""
+        if not self.failing:
+            return []
+        why = self.model.failures(self.first_failing, f'"{column}" in a class')
+        return [f"{self.failing} class(es) fail the privacy model asked: " + "; ".join(why)]

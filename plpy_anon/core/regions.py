@@ -37,6 +37,7 @@ import numpy as np
 
 from plpy_anon.core.encoding import EncodedColumn, numeric_offset
 from plpy_anon.core.generalize import code_positions
+from plpy_anon.core.privacy_models import Models
 
 
 @dataclass(frozen=True)
@@ -543,3 +544,43 @@ def counted_regions(root: SampleNode, rows: dict, distinct: dict, k: int, l: int
 
     regions = walk(root)[0]
     return regions, undone
+
+
+#: the slack of the fit's own EMD comparison (core.privacy_models: ``emd <= t + 1e-9``), taken
+#: off a region's t so that its bound below holds with it
+FIT_SLACK = 1e-9
+
+
+def region_t(table: np.ndarray, counts: np.ndarray, t: float, ordered: bool,
+             margin: float = 0.0, rows: int | None = None) -> tuple[float, bool]:
+    """(t, ordered) a region is fitted with on one sensitive column, its rows per table value
+    ``counts`` (``rows``: all its rows, NULLs too), so that each class its fit keeps within that
+    t of the region (as the fit measures EMD: against the region's rows, over the region's own
+    values) is within ``t`` of the table (``table``: its rows per value).
+
+    The distances are metrics, so EMD(class, table) <= EMD(class, region) + EMD(region, table).
+    The equal ground distance does not depend on which values are counted: the region's fit
+    measures EMD(class, region) as the table's would. The ordered distance of the region's fit
+    puts its m_r values 1/(m_r - 1) apart, the table's m values 1/(m - 1): over the table's
+    values a class's distance to its region is the region's own times the gaps between the
+    region's consecutive values (in table positions) over (m - 1) / (m_r - 1), so at most
+    ``G (m_r - 1) / (m - 1)`` times it, G the widest gap. A class of NULLs only (no mass, which
+    the check measures against the table's distribution as it is) is not bounded so: where the
+    table finds it farther than t, the region's t stays below its distance to the region. A
+    region of one value has no ordered distance (every class is at 0): it is measured by the
+    equal distance (a class with values at 0, one of NULLs at 1/2). ``margin``: kept below t
+    besides."""
+    model = Models(t=1.0, table=table / max(table.sum(), 1), ordered=ordered)
+    room = t - float(model.emd(counts)[0]) - margin
+    present = np.flatnonzero(counts)
+    if not ordered:
+        return room - FIT_SLACK, False
+    nulls = rows is None or rows > counts.sum()
+    if present.size <= 1:
+        return (min(room, 0.5 - margin) if nulls else room) - FIT_SLACK, False
+    if table.size > 1:
+        room = room * (table.size - 1) / (int(np.diff(present).max()) * (present.size - 1))
+    if nulls and float(model.emd(np.zeros(table.size))[0]) > t:
+        own = Models(t=1.0, table=counts[present] / counts.sum(), ordered=True)
+        room = min(room, float(own.emd(np.zeros(present.size))[0]) - margin)
+    return room - FIT_SLACK, True

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plpy_anon.core import risk as core_risk
+from plpy_anon.core.privacy_models import ClassCheck
 from plpy_anon.db.compact import stored_rows
 from plpy_anon.db.sqltext import build_work_mem, columns_as_text, ident, jsonb, local_settings, run
 
@@ -64,7 +65,8 @@ class ClassCounts:
     settings: dict[str, str] = field(default_factory=dict)
     #: a bounded pass's figures per sensitive column instead of its table (:func:`read_streamed`):
     #: ``fewest_distinct`` and, for a column whose order was announced, ``figures`` (those of
-    #: core.risk.sensitive_figures with ``c``)
+    #: core.risk.sensitive_figures with ``c``); with the check's models, ``models`` (their
+    #: core.privacy_models.ClassCheck, None for a column without a value)
     streamed: dict[str, dict] = field(default_factory=dict)
 
     @property
@@ -295,12 +297,13 @@ def classes_merge(plpy, storage: Storage, qis, work_mem: str) -> bool:
 
 def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
           budget: int | None = None, ordered: dict | None = None,
-          c: float = 3.0) -> ClassCounts:
+          c: float = 3.0, models: dict | None = None) -> ClassCounts:
     """Run :func:`class_query` over ``relation`` (quoted) grouped by ``qis``; over ``storage``'s
     stored classes instead when ``relation`` is a compact release's view and no two of them
     merge (checked first). ``budget``: the memory the pass is bounded by (:func:`pass_settings`),
     and the pass keeps figures instead of tables (:func:`read_streamed`: ``ordered``, whether
-    each sensitive column whose report figures are wanted is ordered, and their ``c``)."""
+    each sensitive column whose report figures are wanted is ordered, and their ``c``; ``models``
+    the check's privacy models per column: ``models[column](table)``, checked as read)."""
     sensitive = list(dict.fromkeys(sensitive))
     settings = pass_settings(plpy, budget)
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
@@ -318,7 +321,7 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
     with local_settings(plpy, **settings, enable_sort="off", jit="off"):
         if bounded:
             sizes, classes, streamed = read_streamed(plpy, query, sensitive, ordered or {}, c,
-                                                     counted=grouped is None)
+                                                     counted=grouped is None, models=models)
             tables = {}
         elif sensitive:
             sizes, classes, tables = read_classes(plpy, query, sensitive,
@@ -364,19 +367,8 @@ def read_classes(plpy, query: str, sensitive, *,
             size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
         for i, s in enumerate(sensitive):
             owners, vids, ns = parts[s]
-            packed_vids = [r[f"vids{i}"] or b"" for r in batch]
-            owner = np.repeat(cids, [len(b) // 8 for b in packed_vids])
-            vid = int8_array(b"".join(packed_vids))
-            del packed_vids
-            if counted:
-                n = int8_array(b"".join(r[f"ns{i}"] or b"" for r in batch))
-            else:
-                owner, vid, n = count_pairs(owner, vid)
-            owners.append(narrow(owner))
-            vids.append(narrow(vid))
-            ns.append(narrow(n))
-            if not owners[-1].shape == vids[-1].shape == ns[-1].shape:
-                raise ValueError(f'pairs of "{s}" do not match their classes')
+            for held, values in zip((owners, vids, ns), fetched_pairs(batch, cids, i, s, counted)):
+                held.append(narrow(values))
         del batch
     cursor.close()
     if rows_of_class:
@@ -393,26 +385,40 @@ def read_classes(plpy, query: str, sensitive, *,
     return sizes.astype(np.int64), classes.astype(np.int64), tables
 
 
+#: count-matrix cells per chunk of a bounded pass's model check (core.privacy_models.ClassCheck):
+#: a fetch's classes are checked this many cells (8 bytes each) at a time
+STREAMED_MODEL_CELLS = 1 << 20
+
+
 def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
-                  counted: bool = True) -> tuple[np.ndarray, np.ndarray, dict]:
+                  counted: bool = True,
+                  models: dict | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
     """(sizes, classes, figures per sensitive column) from :func:`class_query`'s rows with its
     ``distribution`` row first: each fetch of classes is counted into the figures
-    (``fewest_distinct``; core.risk.SensitiveRanges for the columns in ``ordered``) and let go,
-    so what is held is one fetch and the class-size histogram, whatever the number of classes."""
+    (``fewest_distinct``; core.risk.SensitiveRanges for the columns in ``ordered``; for the
+    columns in ``models``, ``models[column](table)`` the privacy models each class must hold
+    given the table's rows per value id, their check: core.privacy_models.ClassCheck, under
+    ``models``, None for a column without a value) and let go, so what is held is one fetch and
+    the class-size histogram, whatever the number of classes."""
     histogram: dict[int, int] = {}
     fewest = dict.fromkeys(sensitive)
     ranges: dict = {}
+    checks: dict = {}
+    models = models or {}
     cursor = plpy.cursor(query)
     first = cursor.fetch(1)
     if not first or first[0]["cid"] != -1:
         raise RuntimeError("the class pass did not start with its distribution row")
     for i, s in enumerate(sensitive):
+        vid = int8_array(first[0][f"vids{i}"])
+        n = int8_array(first[0][f"ns{i}"])
+        known = vid >= 0
+        q = np.bincount(vid[known], weights=n[known].astype(np.float64)) if known.any() else []
         if s in ordered:
-            vid = int8_array(first[0][f"vids{i}"])
-            n = int8_array(first[0][f"ns{i}"])
-            known = vid >= 0
-            q = np.bincount(vid[known], weights=n[known].astype(np.float64)) if known.any() else []
             ranges[s] = core_risk.SensitiveRanges(q, ordered=ordered[s], c=c)
+        if s in models:
+            checks[s] = (None if len(q) == 0
+                         else ClassCheck(models[s](q), len(q), STREAMED_MODEL_CELLS))
     del first
     size = FETCH_CLASSES if counted else FETCH_FIRST
     following = 0                                # the next class id expected
@@ -431,22 +437,15 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
             per_class = max(1, int(rows_of_class.sum()) // len(batch))
             size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
         for i, s in enumerate(sensitive):
-            packed_vids = [r[f"vids{i}"] or b"" for r in batch]
-            owner = np.repeat(cids - cids[0], [len(b) // 8 for b in packed_vids])
-            vid = int8_array(b"".join(packed_vids))
-            del packed_vids
-            if counted:
-                n = int8_array(b"".join(r[f"ns{i}"] or b"" for r in batch))
-            else:
-                owner, vid, n = count_pairs(owner, vid)
-            if not owner.shape == vid.shape == n.shape:
-                raise ValueError(f'pairs of "{s}" do not match their classes')
+            owner, vid, n = fetched_pairs(batch, cids - cids[0], i, s, counted)
             known = vid >= 0                     # a NULL is no value (ClassCounts.known)
             owner, vid, n = owner[known], vid[known], n[known]
             least = int(np.bincount(owner, minlength=len(batch)).min())
             fewest[s] = least if fewest[s] is None else min(fewest[s], least)
             if s in ranges:
                 ranges[s].add(owner, vid, n, len(batch))
+            if checks.get(s) is not None:
+                checks[s].add(owner, vid, n, len(batch))
         del batch
     cursor.close()
     sizes = np.array(sorted(histogram), dtype=np.int64)
@@ -456,7 +455,27 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
         figures[s] = {"fewest_distinct": fewest[s]}
         if s in ranges:
             figures[s].update(ordered=ordered[s], c=c, figures=ranges[s].figures())
+        if s in checks:
+            figures[s]["models"] = checks[s]
     return sizes, classes, figures
+
+
+def fetched_pairs(batch, cids: np.ndarray, i: int, column: str,
+                  counted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class ids, value ids, rows) of sensitive column ``i`` in a fetch of :func:`class_query`'s
+    rows (``cids``: the class id each row's pairs are given), its packed pairs decoded (counted
+    here when the rows carry each element's value id: ``counted`` False), in class order."""
+    packed_vids = [r[f"vids{i}"] or b"" for r in batch]
+    owner = np.repeat(cids, [len(b) // 8 for b in packed_vids])
+    vid = int8_array(b"".join(packed_vids))
+    del packed_vids
+    if counted:
+        n = int8_array(b"".join(r[f"ns{i}"] or b"" for r in batch))
+    else:
+        owner, vid, n = count_pairs(owner, vid)
+    if not owner.shape == vid.shape == n.shape:
+        raise ValueError(f'pairs of "{column}" do not match their classes')
+    return owner, vid, n
 
 
 def count_pairs(owner: np.ndarray, vid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -489,10 +508,14 @@ class Counter:
     columns a later reader (the risk report) will ask for, so the first :meth:`get` (the check)
     counts them too and the later one is served from it."""
 
-    def __init__(self, plpy, release: dict | None = None, budget: int | None = None):
+    def __init__(self, plpy, release: dict | None = None, budget: int | None = None,
+                 models: dict | None = None):
         self._plpy = plpy
         #: bytes the check's queries are bounded by (an out-of-core release's build_memory)
         self.budget = budget
+        #: with a budget, ``models[column](table)``: the privacy models (core.privacy_models)
+        #: the check asks of each class of a column, checked as the pass reads its classes
+        self.models = models
         self._expected: dict[tuple[str, frozenset], list[str]] = {}
         self._ordered: dict[tuple[str, frozenset], dict] = {}
         self._done: list[ClassCounts] = []
@@ -513,7 +536,7 @@ class Counter:
                 return done
         wanted = list(sensitive) + self._expected.get((relation, frozenset(qis)), [])
         counts = count(self._plpy, relation, qis, wanted, self._stored.get(relation), self.budget,
-                       self._ordered.get((relation, frozenset(qis))))
+                       self._ordered.get((relation, frozenset(qis))), models=self.models)
         self._done.append(counts)
         return counts
 

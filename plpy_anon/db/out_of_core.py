@@ -30,12 +30,12 @@ metrics dictionary filled as the leaves are fitted: core.regions.ReleaseFigures)
 is verified from its rows as every other one (verify.py).
 
 Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
-recursive l and t-closeness are checked on each leaf's exact value counts (value_counts; with t
-each region fitted within t - EMD(region, table): region_spec), and the utility split cuts the
-sampled tree by its own rule, these with a sampled top only. Not taken (the in-memory path runs,
-whatever the size): the stable refresh mode, t-closeness of a numeric sensitive column, and
-prioritized Mondrian with the utility split, information gain or workload cut points, whose
-cuts the counts here do not decide.
+recursive l and t-closeness (categorical or numeric) are checked on each leaf's exact value
+counts (value_counts; with t each region fitted within the room its distance to the table
+leaves below t: core.regions.region_t), and the utility split cuts the sampled tree by its own
+rule, these with a sampled top only. Not taken (the in-memory path runs, whatever the size):
+the stable refresh mode, and prioritized Mondrian with the utility split, information gain or
+workload cut points, whose cuts the counts here do not decide.
 """
 from __future__ import annotations
 
@@ -117,23 +117,36 @@ def models_of(spec: ReleaseSpec):
     if distinct and promise.t is None:
         return None
 
+    ordered = ordered_columns(spec)
+
     def check(tables: list):
         models = [Models(l=None if distinct else promise.l, l_diversity=promise.l_diversity,
                          c=promise.c, t=None if promise.t is None else promise.t - T_MARGIN,
-                         table=table / max(table.sum(), 1)) for table in tables]
+                         table=table / max(table.sum(), 1), ordered=o)
+                  for table, o in zip(tables, ordered)]
         return lambda counts: all(bool(m.satisfied(c)[0]) for m, c in zip(models, counts))
     return check
 
 
+def ordered_columns(spec: ReleaseSpec) -> list[bool]:
+    """Per sensitive column, whether t measures it by the ordered distance (a numeric column,
+    its values counted in value order: value_counts, sample)."""
+    ordered = set(spec.built.ordered_sensitive) if spec.promise.t is not None else set()
+    return [name in ordered for name in spec.promise.sensitive or ()]
+
+
 def region_spec(spec: ReleaseSpec, region, tables: list | None) -> ReleaseSpec:
-    """The specification a region is fitted with: with t, each class within ``t - EMD(region,
-    table)`` of its region (equal ground distance, a metric: so within t of the table)."""
+    """The specification a region is fitted with: with t, each class within the room its region
+    leaves below t (core.regions.region_t; equal ground distance: ``t - EMD(region, table)``),
+    a numeric column of one value in the region measured by the equal distance there."""
     if spec.promise.t is None or tables is None or region.counts is None:
         return spec
-    distance = max(float(Models(t=1.0, table=table / max(table.sum(), 1)).emd(counts)[0])
-                   for table, counts in zip(tables, region.counts))
-    t = max(spec.promise.t - distance - T_MARGIN, 1e-12)
-    return dataclasses.replace(spec, promise=dataclasses.replace(spec.promise, t=t))
+    fitted = [core.region_t(table, counts, spec.promise.t, o, T_MARGIN, region.rows)
+              for table, counts, o in zip(tables, region.counts, ordered_columns(spec))]
+    t = min(max(min(room for room, _ in fitted), 1e-12), 1.0)   # no distance exceeds 1
+    ordered = tuple(name for name, (_, o) in zip(spec.promise.sensitive, fitted) if o)
+    return dataclasses.replace(spec, promise=dataclasses.replace(spec.promise, t=t),
+                               built=dataclasses.replace(spec.built, ordered_sensitive=ordered))
 
 
 def ranking_of(spec: ReleaseSpec, names: list[str]):
@@ -476,8 +489,10 @@ def sample(src: Source, percent: float, with_l: bool):
     cut = [a for a in range(len(src.qis)) if src.cuttable[a]]
     sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive] if with_l else []
     ranks = [f"dense_rank() OVER (ORDER BY {src.names[a]} NULLS FIRST) AS q{a}" for a in cut]
-    ranks += [f"CASE WHEN {s} IS NULL THEN 0 ELSE dense_rank() OVER (ORDER BY {s}::text) END AS z{j}"
-              for j, s in enumerate(sens)]
+    # a number's ranks in value order, which the ordered distance of t measures
+    ranks += [f"CASE WHEN {s} IS NULL THEN 0 ELSE dense_rank() OVER (ORDER BY {s}"
+              f"{'' if c.kind == 'numeric' else '::text'}) END AS z{j}"
+              for j, (s, c) in enumerate(zip(sens, src.sensitive))]
     packed = ["count(*) AS n"] + [f"string_agg(int4send(q{a}::int4), ''::bytea) AS b{a}" for a in cut]
     packed += [f"string_agg(int4send(z{j}::int4), ''::bytea) AS z{j}" for j in range(len(sens))]
     labels = []
@@ -783,9 +798,6 @@ def planned(release_method, plpy, release: dict, estimated: bool = False):
     if not takes_path(spec):
         return None
     tbl, qis, sens = release_columns(plpy, release, spec.promise)
-    if spec.promise.t is not None and any(c.kind == "numeric" for c in sens):
-        # ordered-distance EMD over a region's values is not its distance over the table's
-        return None
     budget = budget_bytes(plpy)
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
     n = -1

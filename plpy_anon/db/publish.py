@@ -6,6 +6,7 @@ that act on existing releases (refresh, drop) and the registry of methods.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import secrets
@@ -225,12 +226,14 @@ def _checked(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMe
     populated = method is not None and verify.is_populated(plpy, release)
     spec = verify.spec_for(plpy, release, None, method) if populated else None
     report_target = risk.stored_target(plpy, release, spec)
-    # an out-of-core release is checked within the memory it was built in, except for entropy,
-    # recursive l and t, which verify.check_models counts from the class x value tables
+    # an out-of-core release is checked within the memory it was built in: its models (entropy,
+    # recursive l, t) class by class as the pass reads them (verify.model_of)
     budget = ((run_stats or {}).get("metrics") or {}).get("out_of_core", {}).get("budget_bytes")
+    models = None
     if spec is not None and spec.models_asked():
-        budget = None
-    counter = class_counts.Counter(plpy, release, budget)
+        models = {column: functools.partial(verify.model_of, spec, column)
+                  for column in spec.model_columns}
+    counter = class_counts.Counter(plpy, release, budget, models)
     if report_target is not None and report_target.qis:
         counter.expect(report_target.relation, report_target.qis, report_target.sensitive,
                        report_target.ordered)

@@ -154,47 +154,41 @@ def counted_sensitive(spec: Spec) -> list[str]:
 MODEL_CELLS = 1 << 22
 
 
+def model_of(spec: Spec, column: str, table):
+    """The models a class of ``column`` must hold, ``table`` the released rows' count per value
+    id (value ranks in the column's order, NULL rows left out): its distribution is t's."""
+    import numpy as np
+
+    from plpy_anon.core.privacy_models import Models
+    l = spec.l if spec.l is not None and spec.l > 1 and spec.l_diversity != "distinct" else None
+    table = np.asarray(table, dtype=np.float64)
+    return Models(l=l, l_diversity=spec.l_diversity, c=spec.c, t=spec.t,
+                  table=table / table.sum(), ordered=column in spec.ordered)
+
+
 def check_models(spec: Spec, counts: ClassCounts) -> tuple[dict, list[str]]:
     """Entropy / recursive l-diversity and t-closeness of every released class, per sensitive
     column, from its class x value table (value ranks in the column's order, NULL rows left out; the
-    table distribution for t is the released rows' own): (figures, failures)."""
+    table distribution for t is the released rows' own), in chunks of classes
+    (core.privacy_models.ClassCheck), or as a bounded pass counted them a fetch at a time
+    (class_counts.read_streamed, the same ClassCheck): (figures, failures)."""
     import numpy as np
 
-    from plpy_anon.core.privacy_models import Models, distinct_values, entropy
+    from plpy_anon.core.privacy_models import ClassCheck
     figures, failures = {}, []
-    l = spec.l if spec.l is not None and spec.l > 1 and spec.l_diversity != "distinct" else None
-    n_classes = counts.n_classes
     for column in spec.model_columns:
-        owner, ranks, rows_per_pair = counts.known(column)
-        if rows_per_pair.size == 0:
+        checked = counts.streamed.get(column, {}).get("models", False)
+        if checked is False:
+            owner, ranks, rows_per_pair = counts.known(column)
+            checked = None
+            if rows_per_pair.size:
+                table = np.bincount(ranks, weights=rows_per_pair.astype(np.float64))
+                checked = ClassCheck(model_of(spec, column, table), table.size, MODEL_CELLS)
+                checked.add(owner, ranks, rows_per_pair, counts.n_classes)
+        if checked is None:              # no value that is not NULL: no distribution
             continue
-        pair_rows = rows_per_pair.astype(np.float64)
-        m = int(ranks.max()) + 1
-        table = np.bincount(ranks, weights=pair_rows, minlength=m)
-        model = Models(l=l, l_diversity=spec.l_diversity, c=spec.c, t=spec.t,
-                       table=table / table.sum(), ordered=column in spec.ordered)
-        chunk = max(1, MODEL_CELLS // m)
-        bad, low_h, high_emd, low_d = [], np.inf, 0.0, np.inf
-        for lo in range(0, n_classes, chunk):
-            hi = min(lo + chunk, n_classes)
-            sel = (owner >= lo) & (owner < hi)
-            dense = np.zeros((hi - lo, m))
-            np.add.at(dense, (owner[sel] - lo, ranks[sel]), pair_rows[sel])
-            ok = model.satisfied(dense)
-            bad.extend(dense[~ok][:1])
-            low_h = min(low_h, float(entropy(dense).min()))
-            low_d = min(low_d, int(distinct_values(dense).min()))
-            if spec.t is not None:
-                high_emd = max(high_emd, float(model.emd(dense).max()))
-            n_bad = int((~ok).sum())
-            figures.setdefault(column, {"failing_classes": 0})["failing_classes"] += n_bad
-        figures[column].update({"min_entropy": round(low_h, 6), "min_distinct": low_d})
-        if spec.t is not None:
-            figures[column]["max_emd"] = round(high_emd, 6)
-        if figures[column]["failing_classes"]:
-            why = model.failures(bad[0], f'"{column}" in a class')
-            failures.append(f'{figures[column]["failing_classes"]} class(es) fail the privacy '
-                            f"model asked: " + "; ".join(why))
+        figures[column] = checked.figures()
+        failures.extend(checked.failures(column))
     return figures, failures
 
 

@@ -10,6 +10,11 @@ cluster (shared_buffers 512MB, work_mem 64MB):
   PLPY_ANON_OOC_SMALL_BUDGET, default 64MB, which forces it): NCP of each (the releases' metrics)
   and their relative difference (target <= 2 %), seconds, VmHWM; the same for a prioritized
   release (priorities PLPY_ANON_OOC_PRIORITIES, JSON, default {"income": 1}; '' skips it);
+* the release's privacy models: PLPY_ANON_OOC_MODELS, extra arguments of anon.mondrian_view
+  (e.g. "t => 0.2", or "l => 2, l_diversity => 'entropy', refresh_mode => 'fresh'": with l, a
+  table with a primary key is released in the stable mode by default, which runs in memory;
+  default none), and its sensitive column PLPY_ANON_OOC_SENSITIVE (default diagnosis; a QI
+  named there, e.g. age for t of a numeric column, is left out of the QIs);
 * larger sizes: the out-of-core release with a 512MB budget (PLPY_ANON_OOC_BUDGET; 2GB for the
   100M-row run): the backend's VmHWM (target < 1 GiB at 10M, <= 2 GiB at 100M; it counts the
   shared buffers the backend touched:
@@ -24,7 +29,10 @@ import time
 from tests.bench.bench_mondrian import SYNTHETIC, MemorySampler, fresh_backend, vm_hwm_mib
 from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
 
-QIS = ["age", "zip", "sex", "segment", "income", "visit"]
+#: the sensitive column and the models' arguments of every build (see the module doc)
+SENSITIVE = os.environ.get("PLPY_ANON_OOC_SENSITIVE", "diagnosis")
+MODELS = os.environ.get("PLPY_ANON_OOC_MODELS", "")
+QIS = [q for q in ["age", "zip", "sex", "segment", "income", "visit"] if q != SENSITIVE]
 #: k of every build (PLPY_ANON_OOC_K; a small k makes many classes, the write's and check's load)
 K = int(os.environ.get("PLPY_ANON_OOC_K", "10"))
 
@@ -47,9 +55,10 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
         with MemorySampler(pid) as memory:
             release = other.execute(
                 "SELECT anon.mondrian_view('synthetic', k => %s, quasi_identifiers => %s, "
-                "sensitive => ARRAY['diagnosis'], release_name => %s, replace => true"
+                "sensitive => ARRAY[%s], release_name => %s, replace => true"
+                + (f", {MODELS}" if MODELS else "")
                 + (", priorities => %s::jsonb)" if priorities else ")"),
-                (K, QIS, name, *([priorities] if priorities else []))).fetchone()[0]
+                (K, QIS, SENSITIVE, name, *([priorities] if priorities else []))).fetchone()[0]
         e2e = time.perf_counter() - t0
         hwm = vm_hwm_mib(pid)
     metrics, verified, smallest = conn.execute(

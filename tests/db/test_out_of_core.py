@@ -264,6 +264,96 @@ def test_t_closeness_out_of_core_holds_in_every_released_class(db, schema):
     assert worst <= 0.2 + 1e-9
 
 
+def numeric_sensitive(db, table, n):
+    """``synthetic`` with a numeric sensitive column ``w`` (some NULL) whose values are low where
+    a is low: cuts on a meet sides far from the table's distribution."""
+    synthetic(db, table, n)
+    db.execute(f"ALTER TABLE {table} ADD COLUMN w int")
+    db.execute(f"UPDATE {table} SET w = CASE WHEN id % 23 = 0 THEN NULL "
+               f"WHEN coalesce(a, 0) < 40 THEN (id * 7) % 25 ELSE 10 + (id * 13) % 40 END")
+
+
+def worst_ordered_emd(db, rel, column):
+    """The largest ordered-distance EMD between a released class's distribution of ``column``
+    and the released rows' (its m distinct values 1/(m - 1) apart, NULLs left out), computed
+    here from the released rows."""
+    rows = db.execute(f"SELECT {', '.join(f'{q}::text' for q in QIS)}, {column}, count(*) "
+                      f"FROM {rel} WHERE {column} IS NOT NULL "
+                      f"GROUP BY {', '.join(QIS)}, {column}").fetchall()
+    values = sorted({r[3] for r in rows})
+    if len(values) < 2:
+        return 0.0
+    where = {v: i for i, v in enumerate(values)}
+    table, classes = [0] * len(values), {}
+    for *key, value, n in rows:
+        table[where[value]] += n
+        classes.setdefault(tuple(key), [0] * len(values))[where[value]] += n
+    worst = 0.0
+    for counts in classes.values():
+        gap, emd = 0.0, 0.0
+        for p, q in zip(counts[:-1], table[:-1]):
+            gap += p / sum(counts) - q / sum(table)
+            emd += abs(gap)
+        worst = max(worst, emd / (len(values) - 1))
+    return worst
+
+
+def release_t(db, schema, table, name, t, k=5, sensitive="w"):
+    return db.execute("SELECT anon.mondrian_view(%s, quasi_identifiers => %s, k => %s, t => %s, "
+                      "sensitive => ARRAY[%s], release_schema => %s, release_name => %s)",
+                      (table, QIS, k, t, sensitive, release_schema_of(schema), name)).fetchone()[0]
+
+
+def test_t_closeness_of_a_numeric_column_out_of_core_holds_in_every_released_class(db, schema):
+    """With t of a numeric sensitive column (the ordered distance), the top is cut on exact
+    counts per value and each region fitted within the room its distance to the table leaves,
+    scaled from the table's values to the region's: every released class is within t of the
+    table by the ordered distance computed here from the released rows."""
+    numeric_sensitive(db, "src", 3000)
+    with budget(db, "16kB"):
+        rel = release_t(db, schema, "src", "ooc", 0.2)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 3000
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
+    assert min(class_sizes(db, rel, QIS)) >= 5
+    assert worst_ordered_emd(db, rel, "w") <= 0.2 + 1e-9
+    assert verification(db, rel)["models"]["by_column"]["w"]["failing_classes"] == 0
+
+
+@pytest.mark.parametrize("model", [{"l": 2, "l_diversity": "entropy"}, {"t": 0.3}])
+def test_check_of_out_of_core_release_with_models_runs_within_its_budget_and_refuses_a_tampered_one(
+        db, schema, model):
+    """The check of a release promising entropy l or t counts its classes a fetch at a time
+    with the pass bounded by plpy_anon.build_memory, each class decided from its own counts:
+    its figures are those computed here from the released rows, and a run whose classes were
+    split in two is refused for the model as well as for k."""
+    skewed(db, "src", 3000)
+
+    def build(name):
+        if "t" in model:
+            return release_t(db, schema, "src", name, model["t"], k=3, sensitive="s")
+        return release(db, schema, "src", name, k=3, **model)
+    with budget(db, "256kB"):
+        rel = build("ooc")
+    figures = verification(db, rel)
+    capped = figures["counted_with"]
+    work_mem = db.execute("SELECT pg_size_bytes(%s)", (capped["work_mem"],)).fetchone()[0]
+    assert work_mem * float(capped["hash_mem_multiplier"]) <= 256 * 1024 // 4
+    assert "out_of_core" in catalog(db, rel)[0] and catalog(db, rel)[0]["n_classes"] > 50
+    by_column = figures["models"]["by_column"]
+    assert by_column["s"]["failing_classes"] == 0
+    assert by_column["s"]["min_distinct"] == min(distinct_sensitive_per_class(db, rel, QIS, "s"))
+    least = min(-sum(c / sum(counts) * math.log(c / sum(counts)) for c in counts)
+                for counts in worst_class_values(db, rel))
+    assert by_column["s"]["min_entropy"] == pytest.approx(least, abs=1e-6)
+    with budget(db, "256kB"), mondrian_tampered(db, SPLIT_BELOW_K), \
+            pytest.raises(psycopg.errors.DataException) as failed:
+        build("tampered")
+    assert "fail the privacy model asked" in failed.value.diag.message_primary
+    detail = json.loads(failed.value.diag.message_detail.removeprefix("figures: "))
+    assert detail["counted_with"] == capped
+
+
 @pytest.mark.slow                                  # two builds of 24,000 rows at a 2MB budget: ~20 s
 def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_same_release(db, schema):
     """Above the sample's size the top cuts are chosen on a seeded sample of part of the rows:
@@ -420,6 +510,38 @@ def test_random_tables_released_out_of_core_with_priorities_or_entropy_l_keep_th
             assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
         else:
             assert counts[0] < 2 * sum(counts[1:])
+
+
+numeric_row_strategy = st.tuples(st.one_of(st.none(), st.integers(0, 12)),
+                                 st.sampled_from(["a", "b", "b", "c", None]),
+                                 st.one_of(st.none(), st.floats(-5, 5, allow_nan=False, width=32)),
+                                 st.one_of(st.none(), st.integers(0, 9), st.integers(0, 400)))
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(numeric_row_strategy, min_size=30, max_size=100), k=st.integers(2, 6),
+       t=st.sampled_from([0.15, 0.3, 0.6]))
+def test_random_tables_released_out_of_core_with_t_of_a_numeric_column_keep_it(
+        db, schema, rows, k, t):
+    """t-closeness of a numeric sensitive column out of core, at a one-byte budget: from the
+    released rows, every class keeps k and is within t of the table by the ordered distance,
+    and every row is released."""
+    db.execute("DROP TABLE IF EXISTS r CASCADE")
+    db.execute("DELETE FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),))
+    db.execute("CREATE TABLE r (id int PRIMARY KEY, a int, b text, d float8, w int)")
+    with db.cursor().copy("COPY r FROM STDIN") as copy:
+        for i, row in enumerate(rows):
+            copy.write_row((i, *row))
+    if all(row[3] is None for row in rows):
+        return                                   # no value: refused for t (the table's own)
+    with budget(db, "1"):
+        rel = release_t(db, schema, "r", "r_ooc", t, k=min(k, len(rows)))
+    metrics, verified, _, _ = catalog(db, rel)
+    assert "out_of_core" in metrics and verified is True
+    assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(rows)
+    assert min(class_sizes(db, rel, QIS)) >= min(k, len(rows))
+    assert worst_ordered_emd(db, rel, "w") <= t + 1e-9
 
 
 # ------------------------------------------------------- a source sharded over two other servers

@@ -280,3 +280,63 @@ def test_utility_cut_of_a_sample_keeps_k_and_l_and_without_l_is_the_least_loss(d
         assert min(regions.distinct_ranks(sensitive[0][m], True) for m in (left, ~left)) >= l
     else:
         assert math.isclose(_penalty(columns, whole, rows, left), min(options), abs_tol=1e-9)
+
+
+@given(data=st.data(), ordered=st.booleans(), t=st.sampled_from([0.05, 0.1, 0.2, 0.5]))
+def test_class_within_its_region_t_of_its_region_is_within_t_of_the_table(data, ordered, t):
+    """A region's fit measures a class's EMD against the region's rows over the region's own
+    values (with the ordered distance, those values 1/(m_r - 1) apart): any class it accepts
+    within region_t of its region (a class of NULLs only too, where the region has NULLs) is
+    within t of the table, measured over the table's values as the check does (a region
+    holding a few of the table's values, unevenly spread)."""
+    m = data.draw(st.integers(2, 30))
+    table = np.array(data.draw(st.lists(st.integers(1, 40), min_size=m, max_size=m)))
+    held = data.draw(st.lists(st.booleans(), min_size=m, max_size=m))
+    region = np.array([data.draw(st.integers(1, n)) if h else 0 for n, h in zip(table, held)])
+    nulls = data.draw(st.integers(0, 3))
+    if region.sum() == 0:
+        return
+    whole = Models(t=t, table=table / table.sum(), ordered=ordered)
+    if whole.emd(region)[0] > t - 1e-6:
+        return                                   # a region the top cuts never keep
+    room, fit_ordered = regions.region_t(table, region, t, ordered, 2e-9, int(region.sum()) + nulls)
+    present = np.flatnonzero(region)
+    # the region's fit: its own values, its own distribution (Mondrian._table_models)
+    fit = Models(t=min(max(room, 1e-12), 1.0), table=region[present] / region.sum(),
+                 ordered=fit_ordered)
+    for _ in range(10):
+        cls = np.array([n - data.draw(st.integers(0, n)) for n in region])
+        if (cls.sum() == 0 and not nulls) or not fit.satisfied(cls[present])[0]:
+            continue
+        assert whole.emd(cls)[0] <= t + 1e-9
+
+
+def test_region_t_of_an_ordered_column_counts_the_table_values_a_region_lacks():
+    """A region lacking one of the table's values (positions 0, 2, 3 of 4): over the region's
+    own values its class [3, _, 0, 1] is at ordered EMD 0.167 from the region, within
+    t - EMD(region, table) = 0.168, but over the table's values it is at 0.224 > t = 0.2 from
+    the table. region_t scales the room by the widest gap, so the region's fit refuses it."""
+    table, region, cls = np.array([5, 1, 4, 3]), np.array([5, 0, 4, 3]), np.array([3, 0, 0, 1])
+    whole = Models(t=0.2, table=table / table.sum(), ordered=True)
+    assert whole.emd(cls)[0] > 0.2
+    present = np.flatnonzero(region)
+    own = region[present] / region.sum()
+    unscaled = Models(t=0.2 - whole.emd(region)[0], table=own, ordered=True)
+    assert unscaled.satisfied(cls[present])[0]
+    room, ordered = regions.region_t(table, region, 0.2, True, 2e-9, int(region.sum()))
+    scaled = Models(t=room, table=own, ordered=ordered)
+    assert not scaled.satisfied(cls[present])[0]
+
+
+def test_region_t_of_a_numeric_column_of_one_value_and_nulls_refuses_a_class_of_nulls():
+    """A region whose numeric column holds one value and NULLs: the ordered distance over its
+    one value puts every class at 0, a class of NULLs too, which the check finds at 0.667 > t
+    from the table (values 0 and 1, rows 2 and 1). region_t measures it by the equal distance
+    there (a class of NULLs at 1/2 from the region) and keeps t below that."""
+    table, region = np.array([2, 1]), np.array([2, 0])
+    whole = Models(t=0.6, table=table / table.sum(), ordered=True)
+    assert whole.emd(np.zeros(2))[0] > 0.6 and whole.emd(region)[0] < 0.6
+    room, ordered = regions.region_t(table, region, 0.6, True, 2e-9, rows=4)
+    fit = Models(t=room, table=np.array([1.0]), ordered=ordered)
+    assert not ordered and not fit.satisfied(np.zeros(1))[0] and fit.satisfied(np.ones(1))[0]
+    assert Models(t=room, table=np.array([1.0]), ordered=True).satisfied(np.zeros(1))[0]
