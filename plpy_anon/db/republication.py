@@ -1234,15 +1234,16 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
                                                              settings["work_mem"]):
         # one stored row per class: its sensitive array is the class's rows' values
         selects = [f"s.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
-        selects += [f"ARRAY(SELECT {text_of('u.v', col.builtin)} FROM "
-                    f"pg_catalog.unnest(s.{ident(plpy, col.name)}) AS u(v)) AS vals"
-                    for col in sensitive]
+        # the stored array as it is: its elements' text is taken where they are read
+        selects += [f"s.{ident(plpy, col.name)} AS vals" for col in sensitive]
+        element = text_of("e.v", sensitive[0].builtin) if sensitive else None
         # a stored row of no rows is no class the view shows
         base = f"SELECT {', '.join(selects)} FROM {stored[1].relation} AS s WHERE {stored[1].rows} > 0"
     else:
         selects = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
         selects += [f"pg_catalog.array_agg({text_of('r.' + ident(plpy, col.name), col.builtin)}) AS vals"
                     for col in sensitive]
+        element = "e.v"
         group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
         base = f"SELECT {', '.join(selects)} FROM {released} r" + (f" GROUP BY {group_by}" if qis else "")
     ctes = [f"""classes AS MATERIALIZED (
@@ -1251,7 +1252,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     parts = ["SELECT pg_catalog.count(*) AS n_classes FROM classes"]
     send = reader.client_is_utf8(plpy)
     if sensitive:
-        parts.append(_coded_elements("sensitive", "c.vals", send))
+        parts.append(_coded_elements("sensitive", "c.vals", send, element))
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
@@ -1372,14 +1373,14 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     return Classes(count, axes, values, multiset, texts, linkable)
 
 
-def _coded_elements(name: str, array: str, send: bool) -> str:
-    """A one-row part: every element of every class's array as its class (class_counts.packed: 8
-    bytes a number) and its text (reader.text_aggregate: each in UTF-8 after the other, NULL
-    marked), both from one aggregation (one order); coded in Python (:func:`_decoded_elements`)
-    rather than joined to a dictionary of the distinct elements in SQL (a hash probe and a
-    comparison of texts an element)."""
+def _coded_elements(name: str, array: str, send: bool, element: str = "e.v") -> str:
+    """A one-row part: every element ``e.v`` of every class's array as its class
+    (class_counts.packed: 8 bytes a number) and its text (``element``, reader.text_aggregate:
+    each in UTF-8 after the other, NULL marked), both from one aggregation (one order); coded in
+    Python (:func:`_decoded_elements`) rather than joined to a dictionary of the distinct elements
+    in SQL (a hash probe and a comparison of texts an element)."""
     return f"""SELECT {class_counts.packed('c.class_no')} AS {name}_classes,
-        {reader.text_aggregate('e.v', send)} AS {name}_elements, pg_catalog.count(*) AS {name}_count
+        {reader.text_aggregate(element, send)} AS {name}_elements, pg_catalog.count(*) AS {name}_count
     FROM classes c CROSS JOIN LATERAL pg_catalog.unnest({array}) AS e(v)"""
 
 
