@@ -44,7 +44,7 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republish import Version
-from plpy_anon.db import class_counts, guards, reader, timing
+from plpy_anon.db import class_counts, guards, timing
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run, text_of
 from plpy_anon.spec import Built, Promise
@@ -1250,7 +1250,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, b.* FROM ({base}) b)"""]
     # one-row parts, cross joined: each a few arrays in class order
     parts = ["SELECT pg_catalog.count(*) AS n_classes FROM classes"]
-    send = reader.client_is_utf8(plpy)
+    send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
     if sensitive:
         parts.append(_coded_elements("sensitive", "c.vals", send, element))
     coded, args = [], []
@@ -1375,12 +1375,16 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
 
 def _coded_elements(name: str, array: str, send: bool, element: str = "e.v") -> str:
     """A one-row part: every element ``e.v`` of every class's array as its class
-    (class_counts.packed: 8 bytes a number) and its text (``element``, reader.text_aggregate:
-    each in UTF-8 after the other, NULL marked), both from one aggregation (one order); coded in
-    Python (:func:`_decoded_elements`) rather than joined to a dictionary of the distinct elements
-    in SQL (a hash probe and a comparison of texts an element)."""
+    (class_counts.packed: 8 bytes a number) and its text (``element``, packed as the reader
+    packs texts: each in UTF-8 after the other, NULL marked), both from one aggregation (one
+    order); coded in Python (:func:`_decoded_elements`) rather than joined to a dictionary of the
+    distinct elements in SQL (a hash probe and a comparison of texts an element)."""
+    # each text in UTF-8 and a zero byte (no text holds one), NULL as 0xFF (no UTF-8 text holds
+    # it); textsend writes the client encoding, UTF-8 when ``send``
+    utf8 = f"pg_catalog.textsend({element})" if send else f"pg_catalog.convert_to({element}, 'UTF8')"
     return f"""SELECT {class_counts.packed('c.class_no')} AS {name}_classes,
-        {reader.text_aggregate(element, send)} AS {name}_elements, pg_catalog.count(*) AS {name}_count
+        pg_catalog.string_agg(coalesce({utf8}, '\\xff'::bytea), '\\x00'::bytea) AS {name}_elements,
+        pg_catalog.count(*) AS {name}_count
     FROM classes c CROSS JOIN LATERAL pg_catalog.unnest({array}) AS e(v)"""
 
 
@@ -1391,12 +1395,30 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
     count = int(row[f"{name}_count"] or 0)
     if not count:
         return owners, np.zeros(0, dtype=np.int64), []
-    dictionary = reader._Dictionary()
-    dictionary.add(bytes(row[f"{name}_elements"]), count)
-    column = dictionary.column()
-    texts = list(column.dictionary)
-    codes = column.codes.astype(np.int64)
-    return owners, np.where(codes < 0, len(texts), codes), texts
+    import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
+    packed_texts = bytes(row[f"{name}_elements"]) + b"\x00"          # the last one's end
+    ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == 0)
+    if ends.size != count:
+        raise RuntimeError(f"read {ends.size} texts of {count} elements")
+    # each value with its end mark (equal values, equal bytes), cut off when decoded
+    offsets = np.r_[0, ends + 1].astype(np.int32)
+    values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
+                                                         pa.py_buffer(packed_texts)])
+    # distinct byte strings coded at once (pyarrow's kernel), only they decoded
+    try:        # the kernel alone (the method imports pyarrow.compute and all its wrappers)
+        from pyarrow._compute import call_function
+        encoded = call_function("dictionary_encode", [values])
+    except ImportError:
+        encoded = values.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    null = b"\xff\x00"
+    texts = [t[:-1].decode("utf-8") for t in distinct if t != null]
+    recode = np.empty(len(distinct), dtype=np.int64)
+    shown = np.array([t != null for t in distinct], dtype=bool)
+    recode[shown] = np.arange(len(texts))
+    recode[~shown] = len(texts)
+    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return owners, recode[indices], texts
 
 
 #: ranges of integers: ranked in numpy (their text is the integer's own)
