@@ -364,6 +364,7 @@ def test_texts_beyond_ascii_and_nulls_are_the_values_the_check_counts(db, schema
                         "WHERE release = %s", (release,)).fetchone()[0]
     assert across["fewest_candidates"] == fewest >= 2
     db.execute("DELETE FROM texts WHERE id % 19 = 0")
-    db.execute("INSERT INTO texts SELECT g, 20 + g % 50, 'Zürich', 'naïve' FROM generate_series(401, 420) g")
+    db.execute("INSERT INTO texts SELECT g, 20 + g % 50, 'Zürich', 'naïve' "
+               "FROM generate_series(401, 420) g")
     db.execute("SELECT anon.refresh(%s)", (release,))
     assert min(distinct_sensitive_per_class(db, release, ["age", "city"], "dx")) >= 2
