@@ -478,3 +478,82 @@ def join_tree(px, codes, ranged, low, high, held, offsets, centroids, order, cen
                 top += 1
         out[i] = arg
         seed = arg
+
+
+@njit(cache=True, nogil=True)
+def points_in_boxes(start, points, query_low, query_high, low, high, is_set, members, offsets,
+                    widths, span_low, span_high, order, node_low, node_high, first, last, left,
+                    found, out_p, out_c):
+    """The (point, class) pairs where the class holds the point on every axis, for the points
+    from ``start`` on, into ``out_p``/``out_c``: core.containment.contained's test. Each point's
+    candidates are the classes of :func:`box_tree`'s tree of their spans (``span_low``/
+    ``span_high`` (C, q), floats) that meet its query box
+    (``query_low``/``query_high`` (n, q): the point's code, an interval every class meets where
+    it holds any value); each candidate then tested exactly: ``low``/``high`` (C, q) the
+    classes' closed intervals of codes, a point coded ANY (-1) on a range held by every class,
+    on a set (``is_set``) its key ``class * widths[j] + code`` among the sorted ``members``
+    (axis j's from ``offsets[j]`` to ``offsets[j + 1]``). Returns (how many, the point to go on
+    from: ``points.shape[0]`` when done); stops before a point whose candidates might not fit."""
+    n_points, n_axes = points.shape
+    count = 0
+    stack = np.empty(256, dtype=np.int64)
+    for i in range(start, n_points):
+        if count + found.size > out_p.size:
+            return count, i
+        # :func:`_boxes_meeting`'s walk, its stack kept from point to point
+        m = 0
+        stack[0] = 0
+        top = 1
+        while top:
+            top -= 1
+            node = stack[top]
+            meets = True
+            for d in range(n_axes):
+                if node_high[node, d] < query_low[i, d] or node_low[node, d] > query_high[i, d]:
+                    meets = False
+                    break
+            if not meets:
+                continue
+            if left[node] < 0:
+                for t in range(first[node], last[node]):
+                    box = order[t]
+                    inside = True
+                    for d in range(n_axes):
+                        if span_high[box, d] < query_low[i, d] or span_low[box, d] > query_high[i, d]:
+                            inside = False
+                            break
+                    if inside:
+                        found[m] = box
+                        m += 1
+                continue
+            stack[top] = left[node]
+            stack[top + 1] = left[node] + 1
+            top += 2
+        for t in range(m):
+            c = found[t]
+            inside = True
+            for j in range(n_axes):
+                v = points[i, j]
+                if is_set[j]:
+                    if v < low[c, j] or v > high[c, j]:
+                        inside = False
+                        break
+                    key = c * widths[j] + v
+                    a, b = offsets[j], offsets[j + 1]
+                    while a < b:
+                        mid = (a + b) >> 1
+                        if members[mid] < key:
+                            a = mid + 1
+                        else:
+                            b = mid
+                    if a == offsets[j + 1] or members[a] != key:
+                        inside = False
+                        break
+                elif v != -1 and (v < low[c, j] or v > high[c, j]):
+                    inside = False
+                    break
+            if inside:
+                out_p[count] = i
+                out_c[count] = c
+                count += 1
+    return count, n_points

@@ -64,12 +64,20 @@ def set_axis(points: np.ndarray, classes: np.ndarray, codes: np.ndarray, n_class
     return Axis(np.asarray(points, dtype=np.int64), low, high, members, width)
 
 
-def contained(axes: list[Axis], n_points: int, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+def contained(axes: list[Axis], n_points: int, n_classes: int,
+              engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Every (point, class) pair where the class holds the point on every axis, each once, as
-    two arrays (in no particular order)."""
+    two arrays (in no particular order). ``engine``: "numpy" (the k-d split below), "numba" (a
+    tree of the classes searched point by point, :func:`_contained_compiled`) or "auto" (numba
+    where the process has the compiled kernels or the table is large enough to load them)."""
     if not axes:
         p, c = np.meshgrid(np.arange(n_points), np.arange(n_classes), indexing="ij")
         return p.ravel().astype(np.int64), c.ravel().astype(np.int64)
+    if engine != "numpy" and n_points and n_classes:
+        from plpy_anon.core.republication import _kernels
+        kern = _kernels(None if engine == "numba" else n_points)
+        if kern is not None:
+            return _contained_compiled(kern, axes, n_points, n_classes)
     points = np.column_stack([a.points for a in axes]).astype(np.int64)
     low = np.column_stack([a.low for a in axes]).astype(np.int64)
     high = np.column_stack([a.high for a in axes]).astype(np.int64)
@@ -101,6 +109,66 @@ def contained(axes: list[Axis], n_points: int, n_classes: int) -> tuple[np.ndarr
         key = distinct(p * max(n_classes, 1) + c)
         return key // max(n_classes, 1), key % max(n_classes, 1)
     return p, c
+
+
+#: (point, class) pairs found per kernel call (interrupts are checked between calls)
+FOUND_CHUNK = 1 << 20
+
+
+def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int):
+    """:func:`contained` on the compiled kernel (core._republication_kernels.points_in_boxes):
+    the classes' boxes in a tree, each point's query box searched in it, its candidates tested
+    exactly (a set's members by binary search)."""
+    points = np.column_stack([a.points for a in axes]).astype(np.int64)
+    # near points one after the other: they walk the same parts of the tree (in the order the
+    # points come in, a search waits on memory several times longer)
+    visit = _near_first(points)
+    points = np.ascontiguousarray(points[visit])
+    low = np.ascontiguousarray(np.column_stack([a.low for a in axes]).astype(np.int64))
+    high = np.ascontiguousarray(np.column_stack([a.high for a in axes]).astype(np.int64))
+    is_set = np.array([a.members is not None for a in axes])
+    # the tree holds each class's interval as floats (exact: codes are below 2**31); an empty
+    # one as [0, 0], which only the exact test then tells apart
+    empty = low > high
+    span_low = np.where(empty, 0, low).astype(np.float64)
+    span_high = np.where(empty, 0, high).astype(np.float64)
+    query_low = points.astype(np.float64)
+    query_high = query_low.copy()
+    # a point of any value (NULL on a range) meets every class there
+    anywhere = (points == ANY) & ~is_set
+    query_low[anywhere], query_high[anywhere] = -np.inf, np.inf
+    members = [a.members if a.members is not None else np.empty(0, np.int64) for a in axes]
+    offsets = np.r_[0, np.cumsum([m.size for m in members])].astype(np.int64)
+    members = np.concatenate(members).astype(np.int64)
+    widths = np.array([a.width for a in axes], dtype=np.int64)
+    tree = kern.box_tree(span_low, span_high)
+    found = np.empty(n_classes, dtype=np.int64)
+    size = max(FOUND_CHUNK, n_classes)
+    out_p, out_c = [], []
+    start = 0
+    while start < n_points:
+        check_interrupts()
+        buf_p, buf_c = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+        count, start = kern.points_in_boxes(start, points, query_low, query_high, low, high, is_set,
+                                            members, offsets, widths, span_low, span_high, *tree,
+                                            found, buf_p, buf_c)
+        out_p.append(visit[buf_p[:count]])
+        out_c.append(buf_c[:count])
+    return np.concatenate(out_p), np.concatenate(out_c)
+
+
+def _near_first(points: np.ndarray) -> np.ndarray:
+    """An order of the rows of ``points`` (n, q) that puts near ones together: lexicographic on
+    each column scaled to 62 // q bits (one integer sort)."""
+    n, q = points.shape
+    bits = min(62 // max(q, 1), 31)
+    key = np.zeros(n, dtype=np.int64)
+    for j in range(q):
+        column = points[:, j]
+        low, high = (int(column.min()), int(column.max())) if n else (0, 0)
+        scaled = (column - low) * ((1 << bits) - 1) // max(high - low, 1)
+        key = (key << bits) | scaled
+    return np.argsort(key)
 
 
 def _leaves(points, any_point, low, high, n_points, n_classes):

@@ -492,3 +492,9 @@ def warm_kernels():
     for ranged in (np.array([True, False]), np.array([False, True])):
         republish.overlapping_groups(np.maximum(groups, 0), 20, qi_codes, ranged)
         republish.people_linked_groups(np.maximum(groups, 0), 20, qi_codes, ranged)
+    # the check's search of the classes holding each person (core.containment): a range with
+    # NULLs and a set
+    from plpy_anon.core import containment
+    axes = [containment.Axis(qi_codes[:, 0], np.arange(20) % 4, np.arange(20) % 4 + 1),
+            containment.set_axis(qi_codes[:, 1], np.arange(20), np.arange(20) % 3, 20, 3)]
+    containment.contained(axes, 100, 20, engine="numba")

@@ -143,6 +143,9 @@ class People:
     waiting: dict = field(default_factory=dict)   # the last version's held back: hash -> group
     #: each row's record fingerprint (:func:`record_fingerprints`; None: no sensitive column)
     records: np.ndarray | None = None
+    #: the stored state the run read (anon.release_state), handed to the record's check, which
+    #: reads the same row in the same transaction (None: the check reads it)
+    state: State | None = None
 
     def codes(self, sensitive: np.ndarray) -> np.ndarray:
         """The run's sensitive codes over ``values`` (NULL: the last code)."""
@@ -533,7 +536,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             matrix[c, held] = True
         cohort_values.append(matrix)
     people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
-                    qi_texts=qi_texts)
+                    qi_texts=qi_texts, state=state)
     if sensitive_codes is not None and sensitive_dictionaries:
         texts = np.asarray(list(sensitive_dictionaries[0]) + [None], dtype=object)
         people.records = record_fingerprints(qi_texts, texts[np.asarray(sensitive_codes, dtype=np.int64)])
@@ -687,7 +690,7 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
            "waiting_qi_texts": [[texts[i] for i in waiting] for texts in people.qi_texts],
            # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
            "qi_nulls": [None in texts for texts in people.qi_texts],
-           "qi_texts": qi_texts, "version": None}
+           "qi_texts": qi_texts, "version": None, "state": people.state}
     if rows.sensitive is None or not people.values:
         return out
     if published is None:
@@ -740,8 +743,8 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     sensitive = [cols[name] for name in promise.sensitive or ()]
     progress(plpy, f"checking {len(hashes)} people against every version")
     # what the last version left each person (and their group then, for the difference check),
-    # read before the check replaces it
-    state = State.read(plpy, release["release_id"])
+    # read before the check replaces it: the row the run read in this transaction
+    state = stashed.get("state") or State.read(plpy, release["release_id"])
     waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
     everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
     nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
@@ -901,12 +904,15 @@ BOX_CHUNK = 1 << 20
 LEAF_BOXES = 64
 
 
-def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_boxes(lo: np.ndarray, hi: np.ndarray,
+                      engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
     a dimension) that meet on every dimension, each once; every box meets every other when there
     is no dimension. The boxes are split like a k-d tree (:func:`_box_leaves`), each pair of a
     leaf tested: two boxes that meet share a leaf, and a partition's boxes (disjoint but for a
-    few) cost about their number times the depth, not its square."""
+    few) cost about their number times the depth, not its square. ``engine``: "numpy", "numba"
+    (:func:`_overlapping_boxes_compiled`) or "auto" (numba where the process has the kernels or
+    the boxes are many)."""
     count, dims = lo.shape
     if count < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -914,6 +920,11 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.nd
         # everything meets: a chain links them into one union
         first = np.arange(count - 1, dtype=np.int64)
         return first, first + 1
+    if engine != "numpy":
+        from plpy_anon.core.republication import _kernels
+        kern = _kernels(None if engine == "numba" else count)
+        if kern is not None:
+            return _overlapping_boxes_compiled(kern, lo, hi)
     leaf, box = _box_leaves(lo, hi)
     order = np.lexsort((box, leaf))
     leaf, box = leaf[order], box[order]
@@ -942,6 +953,31 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.nd
         key = np.unique(a * count + b)
         a, b = key // count, key % count
     return a, b
+
+
+def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`overlapping_boxes` on the compiled kernels the run's grouping uses
+    (core._republication_kernels: a tree of the boxes, each leaf's boxes paired with those
+    whose spans meet it, each pair tested exactly in integers)."""
+    count = lo.shape[0]
+    low, high = np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64)
+    # the tree's spans as floats: rounding keeps their order, so no pair that meets is pruned
+    span_low, span_high = low.astype(np.float64), high.astype(np.float64)
+    index = kern.box_tree(span_low, span_high)
+    leaves = np.flatnonzero(index[-1] < 0)
+    words, offsets = np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)
+    size = max(BOX_CHUNK, 2 * count)
+    out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    leaf = at = 0
+    while leaf < leaves.size:
+        check_interrupts()
+        n, leaf, at = kern.meeting_pairs(leaf, at, min(leaves.size, leaf + 1024), span_low,
+                                         span_high, *index, leaves, low, high, words, offsets,
+                                         out_a, out_b)
+        found_a.append(out_a[:n].copy())
+        found_b.append(out_b[:n].copy())
+    return np.concatenate(found_a), np.concatenate(found_b)
 
 
 def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1276,24 +1312,25 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
                                                              settings["work_mem"]):
         # one stored row per class: its sensitive array is the class's rows' values
         selects = [f"s.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
-        selects += [f"ARRAY(SELECT {text_of('u.v', col.builtin)} FROM "
-                    f"pg_catalog.unnest(s.{ident(plpy, col.name)}) AS u(v)) AS vals"
-                    for col in sensitive]
+        # the stored array as it is: its elements' text is taken where they are read
+        selects += [f"s.{ident(plpy, col.name)} AS vals" for col in sensitive]
+        element = text_of("e.v", sensitive[0].builtin) if sensitive else None
         # a stored row of no rows is no class the view shows
         base = f"SELECT {', '.join(selects)} FROM {stored[1].relation} AS s WHERE {stored[1].rows} > 0"
     else:
         selects = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
         selects += [f"pg_catalog.array_agg({text_of('r.' + ident(plpy, col.name), col.builtin)}) AS vals"
                     for col in sensitive]
+        element = "e.v"
         group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
         base = f"SELECT {', '.join(selects)} FROM {released} r" + (f" GROUP BY {group_by}" if qis else "")
     ctes = [f"""classes AS MATERIALIZED (
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, b.* FROM ({base}) b)"""]
     # one-row parts, cross joined: each a few arrays in class order
     parts = ["SELECT pg_catalog.count(*) AS n_classes FROM classes"]
+    send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
     if sensitive:
-        ctes.append(_dictionary_cte("sensitive", "c.vals"))
-        parts.append(_coded_elements("sensitive", "c.vals"))
+        parts.append(_coded_elements("sensitive", "c.vals", send, element))
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
@@ -1303,8 +1340,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         col_type = _released_type(col)
         q = f"c.q{i}"
         if col_type == "text[]":
-            ctes.append(_dictionary_cte(f"set{i}", q))
-            parts.append(_coded_elements(f"set{i}", q))
+            parts.append(_coded_elements(f"set{i}", q, send))
             continue
         none = f"{q} IS NULL OR pg_catalog.isempty({q})"
         if col_type in INTEGER_RANGES:
@@ -1415,30 +1451,52 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     return Classes(count, axes, values, multiset, texts, linkable)
 
 
-def _dictionary_cte(name: str, array: str) -> str:
-    """A CTE numbering the distinct non-NULL elements of an array column of the classes."""
-    return f"""{name}_words AS MATERIALIZED (
-    SELECT d.v, pg_catalog.row_number() OVER () - 1 AS code FROM (
-        SELECT DISTINCT e.v FROM classes c CROSS JOIN LATERAL pg_catalog.unnest({array}) AS e(v)
-        WHERE e.v IS NOT NULL) d)"""
-
-
-def _coded_elements(name: str, array: str) -> str:
-    """A one-row part: the distinct elements (:func:`_dictionary_cte`) and each element of every
-    class as (class, code) pairs (NULL -1), packed (class_counts.packed: 8 bytes a number, no
-    array of objects), both from one aggregation (one order)."""
-    return f"""SELECT (SELECT pg_catalog.array_agg(w.v ORDER BY w.code) FROM {name}_words w) AS {name}_texts,
-        {class_counts.packed('c.class_no')} AS {name}_classes,
-        {class_counts.packed('coalesce(t.code, -1)')} AS {name}_codes
-    FROM classes c CROSS JOIN LATERAL pg_catalog.unnest({array}) AS e(v)
-    LEFT JOIN {name}_words t ON t.v = e.v"""
+def _coded_elements(name: str, array: str, send: bool, element: str = "e.v") -> str:
+    """A one-row part: every element ``e.v`` of every class's array as its class
+    (class_counts.packed: 8 bytes a number) and its text (``element``, packed as the reader
+    packs texts: each in UTF-8 after the other, NULL marked), both from one aggregation (one
+    order); coded in Python (:func:`_decoded_elements`) rather than joined to a dictionary of the
+    distinct elements in SQL (a hash probe and a comparison of texts an element)."""
+    # each text in UTF-8 and a zero byte (no text holds one), NULL as 0xFF (no UTF-8 text holds
+    # it); textsend writes the client encoding, UTF-8 when ``send``
+    utf8 = f"pg_catalog.textsend({element})" if send else f"pg_catalog.convert_to({element}, 'UTF8')"
+    return f"""SELECT {class_counts.packed('c.class_no')} AS {name}_classes,
+        pg_catalog.string_agg(coalesce({utf8}, '\\xff'::bytea), '\\x00'::bytea) AS {name}_elements,
+        pg_catalog.count(*) AS {name}_count
+    FROM classes c CROSS JOIN LATERAL pg_catalog.unnest({array}) AS e(v)"""
 
 
 def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
-    """(classes, codes, texts) of :func:`_coded_elements`' part: NULL coded as len(texts)."""
-    texts = list(row[f"{name}_texts"] or [])
-    owners, codes = class_counts.int8_array(row[f"{name}_classes"]), class_counts.int8_array(row[f"{name}_codes"])
-    return owners, np.where(codes < 0, len(texts), codes), texts
+    """(classes, codes, texts) of :func:`_coded_elements`' part: each element's class, its code
+    among the distinct non-NULL texts (NULL coded as len(texts))."""
+    owners = class_counts.int8_array(row[f"{name}_classes"])
+    count = int(row[f"{name}_count"] or 0)
+    if not count:
+        return owners, np.zeros(0, dtype=np.int64), []
+    import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
+    packed_texts = bytes(row[f"{name}_elements"]) + b"\x00"          # the last one's end
+    ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == 0)
+    if ends.size != count:
+        raise RuntimeError(f"read {ends.size} texts of {count} elements")
+    # each value with its end mark (equal values, equal bytes), cut off when decoded
+    offsets = np.r_[0, ends + 1].astype(np.int32)
+    values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
+                                                         pa.py_buffer(packed_texts)])
+    # distinct byte strings coded at once (pyarrow's kernel), only they decoded
+    try:        # the kernel alone (the method imports pyarrow.compute and all its wrappers)
+        from pyarrow._compute import call_function
+        encoded = call_function("dictionary_encode", [values])
+    except ImportError:
+        encoded = values.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    null = b"\xff\x00"
+    texts = [t[:-1].decode("utf-8") for t in distinct if t != null]
+    recode = np.empty(len(distinct), dtype=np.int64)
+    shown = np.array([t != null for t in distinct], dtype=bool)
+    recode[shown] = np.arange(len(texts))
+    recode[~shown] = len(texts)
+    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return owners, recode[indices], texts
 
 
 #: ranges of integers: ranked in numpy (their text is the integer's own)

@@ -91,8 +91,25 @@ def test_splitting_finds_the_classes_testing_every_pair_finds(table, leaf):
     original = containment.LEAF_CLASSES
     containment.LEAF_CLASSES = leaf
     try:
-        p, c = contained(axes_of(points, boxes, kinds), len(points), len(boxes))
+        p, c = contained(axes_of(points, boxes, kinds), len(points), len(boxes), engine="numpy")
     finally:
         containment.LEAF_CLASSES = original
     assert set(zip(p.tolist(), c.tolist())) == every_pair(points, boxes)
     assert len(p) == len(set(zip(p.tolist(), c.tolist())))          # each pair once
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables(), st.integers(1, 64))
+def test_the_compiled_search_finds_the_pairs_the_numpy_split_finds(table, chunk):
+    kinds, points, boxes = table
+    axes = axes_of(points, boxes, kinds)
+    original = containment.FOUND_CHUNK
+    containment.FOUND_CHUNK = chunk          # a few pairs per call: calls resume where they stopped
+    try:
+        p, c = contained(axes, len(points), len(boxes), engine="numba")
+    finally:
+        containment.FOUND_CHUNK = original
+    expected_p, expected_c = contained(axes, len(points), len(boxes), engine="numpy")
+    found = list(zip(p.tolist(), c.tolist()))
+    assert sorted(found) == sorted(zip(expected_p.tolist(), expected_c.tolist()))
+    assert len(found) == len(set(found))                               # each pair once

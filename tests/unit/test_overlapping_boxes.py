@@ -37,10 +37,10 @@ def components(pairs, count):
 
 
 @settings(max_examples=300, deadline=None)
-@given(boxes())
-def test_the_sweep_finds_the_pairs_every_pair_test_finds(case):
+@given(boxes(), st.sampled_from(["numpy", "numba"]))
+def test_the_sweep_finds_the_pairs_every_pair_test_finds(case, engine):
     lo, hi = case
-    a, b = overlapping_boxes(lo, hi)
+    a, b = overlapping_boxes(lo, hi, engine=engine)
     found = set(zip(a.tolist(), b.tolist()))
     if lo.shape[1] == 0:        # every box meets every other: one union, linked as a chain
         assert components(found, len(lo)) == components(every_pair(lo, hi), len(lo))
@@ -53,8 +53,9 @@ def test_a_partition_into_disjoint_boxes_tests_about_as_many_pairs_as_boxes():
     side = 200
     x, y = np.meshgrid(np.arange(side), np.arange(side))
     lo = np.column_stack([x.ravel() * 2, y.ravel() * 2]).astype(np.int64)
-    a, _ = overlapping_boxes(lo, lo + 1)
-    assert a.size == 0
+    for engine in ("numpy", "numba"):
+        a, _ = overlapping_boxes(lo, lo + 1, engine=engine)
+        assert a.size == 0
 
 
 @st.composite
