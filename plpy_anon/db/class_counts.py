@@ -124,6 +124,149 @@ def per_class_query(plpy, storage: str, rows: str, sensitive) -> str:
             f"    FROM {storage} AS s")
 
 
+#: what separates a stored class's values in :func:`stored_texts_query` (array_to_string's
+#: delimiter); a value holding it is found by the count of pieces (:class:`AmbiguousTexts`)
+STORED_DELIMITER = "\x01"
+
+
+class AmbiguousTexts(Exception):
+    """A stored value holds :data:`STORED_DELIMITER`: its class's texts cannot be split apart
+    (the pass is then counted in SQL, :func:`class_query`)."""
+
+
+def stored_texts_query(plpy, storage: Storage, sensitive) -> str:
+    """The stored classes, one row each in storage order (class id = row number): its rows
+    ``n`` (as the view unfolds it) and, per sensitive column ``i``, its elements ``e<i>``, its
+    NULL elements ``z<i>`` and its other values' texts joined by :data:`STORED_DELIMITER`
+    (``t<i>``: the output function's text, C code over the stored array; no element is unnested
+    or hashed in SQL: :func:`read_stored` tells the values apart and ranks them)."""
+    columns = []
+    for i, column in enumerate(sensitive):
+        c = f"s.{ident(plpy, column)}"
+        columns.append(
+            f", coalesce(pg_catalog.cardinality({c}), 0)::int8 AS e{i}"
+            f", coalesce(pg_catalog.cardinality({c}) - pg_catalog.cardinality("
+            f"pg_catalog.array_remove({c}, NULL)), 0)::int8 AS z{i}"
+            f", pg_catalog.array_to_string({c}, E'\\x01') AS t{i}")
+    return f"SELECT ({storage.rows})::int8 AS n{''.join(columns)} FROM {storage.relation} AS s"
+
+
+#: the type (with its modifier) and the collation other than the default of a stored column
+STORED_COLUMN = """
+SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) AS array_type,
+       CASE WHEN a.attcollation NOT IN (0, 'pg_catalog.default'::pg_catalog.regcollation)
+            THEN pg_catalog.format('%I.%I', n.nspname, c.collname) END AS collation
+FROM pg_catalog.pg_attribute a
+LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace
+WHERE a.attrelid = $1::pg_catalog.regclass AND a.attname = $2 AND NOT a.attisdropped"""
+
+
+def value_ranks(plpy, relation: str, column: str, texts: list[str]) -> np.ndarray:
+    """Each text's value id: its value (the text read back as the stored column's element type)
+    ranked in the column's order and collation, equal values (1.0 and 1.00, 'a ' and 'a' in
+    char(n)) one id, as GROUP BY and DISTINCT see them."""
+    if not texts:
+        return np.zeros(0, dtype=np.int64)
+    found = run(plpy, STORED_COLUMN, ["text", "text"], [relation, column])[0]
+    collate = f" COLLATE {found['collation']}" if found["collation"] else ""
+    ranks = plpy.execute(plpy.prepare(
+        f"SELECT pg_catalog.array_agg(r.vid ORDER BY r.o) AS ranks FROM (\n"
+        f"    SELECT u.o, pg_catalog.dense_rank() OVER (ORDER BY u.v{collate}) - 1 AS vid\n"
+        f"    FROM pg_catalog.unnest(($1::pg_catalog.text[])::{found['array_type']}) "
+        f"WITH ORDINALITY AS u(v, o)) AS r", ["text[]"]), [texts])[0]["ranks"]
+    return np.asarray(ranks, dtype=np.int64)
+
+
+def dictionary_encode(values):
+    """pyarrow's dictionary_encode kernel, called through its registry (the array's method
+    imports pyarrow.compute, which wraps each of its ~300 kernels first: ~0.03 s of CPU)."""
+    try:
+        from pyarrow._compute import call_function
+    except ImportError:                  # a pyarrow that moved it: the public method
+        return values.dictionary_encode()
+    return call_function("dictionary_encode", [values])
+
+
+def read_stored(plpy, storage: Storage, sensitive) -> tuple[np.ndarray, np.ndarray, dict] | None:
+    """(sizes, classes, tables) of :class:`ClassCounts` from a compact release's stored classes,
+    read once by :func:`stored_texts_query`'s cursor: each fetch's texts split at the delimiter
+    (their pieces counted against the values the arrays hold) and factorized (pyarrow), the
+    distinct texts ranked by PostgreSQL at the end (:func:`value_ranks`), then each class's
+    (value id, rows) pairs counted; NULL -1. Holds one fetch and each value's code (4 bytes)
+    until the ranks are known. None where a stored value holds the delimiter (its class's
+    pieces outnumber its values): the caller counts in SQL."""
+    cursor = plpy.cursor(stored_texts_query(plpy, storage, sensitive))
+    try:
+        return _read_stored(plpy, cursor, storage, sensitive)
+    except AmbiguousTexts:
+        return None
+    finally:
+        cursor.close()
+
+
+def _read_stored(plpy, cursor, storage: Storage, sensitive) -> tuple[np.ndarray, np.ndarray, dict]:
+    import pyarrow as pa  # here: only a compact release's check reads stored texts
+
+    rows_of_class = []
+    index: list[dict[str, int]] = [{} for _ in sensitive]       # text -> code, per column
+    kept = [[] for _ in sensitive]                   # per fetch: (class ids, values, NULLs, codes)
+    first = 0
+    size = FETCH_FIRST
+    while True:
+        batch = cursor.fetch(size)
+        if not batch:
+            break
+        cids = np.arange(first, first + len(batch), dtype=np.int64)
+        first += len(batch)
+        rows_of_class.append(np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch)))
+        per_class = max(1, int(rows_of_class[-1].sum()) // len(batch))
+        size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
+        for i in range(len(sensitive)):
+            elements = np.fromiter((r[f"e{i}"] for r in batch), dtype=np.int64, count=len(batch))
+            nulls = np.fromiter((r[f"z{i}"] for r in batch), dtype=np.int64, count=len(batch))
+            values = elements - nulls
+            joined = STORED_DELIMITER.join(
+                r[f"t{i}"] for r, v in zip(batch, values.tolist()) if v > 0).encode()
+            n = int(values.sum())
+            ends = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord(STORED_DELIMITER))
+            if (ends.shape[0] + 1 if n else 0) != n or (not n and joined):
+                raise AmbiguousTexts(sensitive[i])
+            offsets = np.empty(n + 1, dtype=np.int32)
+            if n:
+                offsets[0], offsets[1:-1], offsets[-1] = 0, ends + 1, len(joined) + 1
+            # each piece with the delimiter after it, the last one's added: equal texts, equal bytes
+            texts = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                           pa.py_buffer(joined + STORED_DELIMITER.encode())])
+            encoded = dictionary_encode(texts)
+            mapping = np.fromiter(
+                (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i]))
+                 for u in encoded.dictionary.to_pylist()), dtype=np.int32, count=len(encoded.dictionary))
+            codes = mapping[np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n)] \
+                if n else np.zeros(0, dtype=np.int32)
+            kept[i].append((cids, values, nulls, codes))
+        del batch
+    if rows_of_class:
+        sizes, classes = np.unique(np.concatenate(rows_of_class), return_counts=True)
+    else:
+        sizes = classes = np.zeros(0, dtype=np.int64)
+    tables = {}
+    for i, s in enumerate(sensitive):
+        ranks = value_ranks(plpy, storage.relation, s, list(index[i]))
+        owners, vids, ns = [], [], []
+        while kept[i]:
+            cids, values, nulls, codes = kept[i].pop(0)
+            owner = np.concatenate([np.repeat(cids, values), np.repeat(cids, nulls)])
+            vid = np.concatenate([ranks[codes], np.full(int(nulls.sum()), -1, dtype=np.int64)])
+            owner, vid, n = count_pairs(owner, vid)
+            owners.append(narrow(owner))
+            vids.append(narrow(vid))
+            ns.append(narrow(n))
+        tables[s] = tuple(np.concatenate(part) if part else np.zeros(0, dtype=np.int32)
+                          for part in (owners, vids, ns))
+    return sizes.astype(np.int64), classes.astype(np.int64), tables
+
+
 def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None,
                 distribution: bool = False) -> str:
     """ONE pass over the relation for every figure: a hash aggregate over the QIs finds the
@@ -314,8 +457,17 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
     query = class_query(plpy, relation, qis, sensitive, as_text=as_text, grouped=grouped,
                         distribution=bounded)
     streamed = {}
-    with local_settings(plpy, **settings, enable_sort="off", jit="off"):
-        if bounded:
+    stored = grouped is not None and not bounded and bool(sensitive)
+    # the stored texts are read back as values in the same session: printed so that each reads
+    # back as itself (floats' shortest exact digits; ISO dates and numeric zone offsets, not
+    # abbreviations another zone table reads otherwise)
+    exact = {"extra_float_digits": "3", "DateStyle": "ISO, YMD", "IntervalStyle": "postgres"} \
+        if stored else {}
+    with local_settings(plpy, **settings, enable_sort="off", jit="off", **exact):
+        counted = read_stored(plpy, storage, sensitive) if stored else None
+        if counted is not None:
+            sizes, classes, tables = counted
+        elif bounded:
             sizes, classes, streamed = read_streamed(plpy, query, sensitive, ordered or {}, c,
                                                      counted=grouped is None)
             tables = {}
