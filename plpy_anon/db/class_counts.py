@@ -188,83 +188,145 @@ def dictionary_encode(values):
     return call_function("dictionary_encode", [values])
 
 
-def read_stored(plpy, storage: Storage, sensitive) -> tuple[np.ndarray, np.ndarray, dict] | None:
-    """(sizes, classes, tables) of :class:`ClassCounts` from a compact release's stored classes,
-    read once by :func:`stored_texts_query`'s cursor: each fetch's texts split at the delimiter
-    (their pieces counted against the values the arrays hold) and factorized (pyarrow), the
-    distinct texts ranked by PostgreSQL at the end (:func:`value_ranks`), then each class's
-    (value id, rows) pairs counted; NULL -1. Holds one fetch and each value's code (4 bytes)
-    until the ranks are known. None where a stored value holds the delimiter (its class's
-    pieces outnumber its values): the caller counts in SQL."""
-    cursor = plpy.cursor(stored_texts_query(plpy, storage, sensitive))
+def read_stored(plpy, storage: Storage, sensitive, *, streamed: dict | None = None,
+                c: float = 3.0) -> tuple | None:
+    """(sizes, classes, tables, figures) of :class:`ClassCounts` from a compact release's stored
+    classes, read by :func:`stored_texts_query`'s cursor: each fetch's texts split at the
+    delimiter (their pieces counted against the values the arrays hold) and factorized
+    (pyarrow), the distinct texts ranked by PostgreSQL (:func:`value_ranks`), then each class's
+    (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each value's code
+    (4 bytes) held until the ranks are known, then the tables. With ``streamed`` (a bounded
+    pass: whether each sensitive column whose report figures are wanted is ordered): a first
+    pass finds the values and their rows, a second counts each fetch into the figures of
+    :func:`read_streamed` and lets it go. None where a stored value holds the delimiter (its
+    class's pieces outnumber its values): the caller counts in SQL."""
+    index: list[dict[str, int]] = [{} for _ in sensitive]       # text -> code, per column
     try:
-        return _read_stored(plpy, cursor, storage, sensitive)
+        if streamed is None:
+            return (*_stored_tables(plpy, storage, sensitive, index), {})
+        return _stored_figures(plpy, storage, sensitive, index, streamed, c)
     except AmbiguousTexts:
         return None
+
+
+def _stored_fetches(plpy, storage: Storage, sensitive, index: list[dict[str, int]]):
+    """Each fetch of the stored classes: (class ids, rows per class, per sensitive column
+    (values, NULLs, each value's code into ``index``, grown as texts are met))."""
+    import pyarrow as pa  # here: only a compact release's check reads stored texts
+
+    cursor = plpy.cursor(stored_texts_query(plpy, storage, sensitive))
+    try:
+        first, size = 0, FETCH_FIRST
+        while True:
+            batch = cursor.fetch(size)
+            if not batch:
+                return
+            cids = np.arange(first, first + len(batch), dtype=np.int64)
+            first += len(batch)
+            rows = np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch))
+            size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // max(1, int(rows.sum()) // len(batch))))
+            columns = []
+            for i in range(len(sensitive)):
+                elements = np.fromiter((r[f"e{i}"] for r in batch), dtype=np.int64, count=len(batch))
+                nulls = np.fromiter((r[f"z{i}"] for r in batch), dtype=np.int64, count=len(batch))
+                values = elements - nulls
+                joined = STORED_DELIMITER.join(
+                    r[f"t{i}"] for r, v in zip(batch, values.tolist()) if v > 0).encode()
+                n = int(values.sum())
+                ends = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord(STORED_DELIMITER))
+                if (ends.shape[0] + 1 if n else 0) != n or (not n and joined):
+                    raise AmbiguousTexts(sensitive[i])
+                offsets = np.empty(n + 1, dtype=np.int32)
+                if n:
+                    offsets[0], offsets[1:-1], offsets[-1] = 0, ends + 1, len(joined) + 1
+                # each piece with the delimiter after it (the last one's added): equal texts,
+                # equal bytes
+                texts = pa.Array.from_buffers(pa.binary(), n, [
+                    None, pa.py_buffer(offsets), pa.py_buffer(joined + STORED_DELIMITER.encode())])
+                encoded = dictionary_encode(texts)
+                mapping = np.fromiter(
+                    (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i]))
+                     for u in encoded.dictionary.to_pylist()),
+                    dtype=np.int32, count=len(encoded.dictionary))
+                codes = mapping[np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n)] \
+                    if n else np.zeros(0, dtype=np.int32)
+                columns.append((values, nulls, codes))
+            del batch
+            yield cids, rows, columns
     finally:
         cursor.close()
 
 
-def _read_stored(plpy, cursor, storage: Storage, sensitive) -> tuple[np.ndarray, np.ndarray, dict]:
-    import pyarrow as pa  # here: only a compact release's check reads stored texts
+def _class_pairs(cids, values, nulls, codes, ranks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A fetch's (class id, value id, rows) pairs of one column, in class order; NULL -1."""
+    owner = np.concatenate([np.repeat(cids, values), np.repeat(cids, nulls)])
+    vid = np.concatenate([ranks[codes], np.full(int(nulls.sum()), -1, dtype=np.int64)])
+    return count_pairs(owner, vid)
 
-    rows_of_class = []
-    index: list[dict[str, int]] = [{} for _ in sensitive]       # text -> code, per column
-    kept = [[] for _ in sensitive]                   # per fetch: (class ids, values, NULLs, codes)
-    first = 0
-    size = FETCH_FIRST
-    while True:
-        batch = cursor.fetch(size)
-        if not batch:
-            break
-        cids = np.arange(first, first + len(batch), dtype=np.int64)
-        first += len(batch)
-        rows_of_class.append(np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch)))
-        per_class = max(1, int(rows_of_class[-1].sum()) // len(batch))
-        size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
-        for i in range(len(sensitive)):
-            elements = np.fromiter((r[f"e{i}"] for r in batch), dtype=np.int64, count=len(batch))
-            nulls = np.fromiter((r[f"z{i}"] for r in batch), dtype=np.int64, count=len(batch))
-            values = elements - nulls
-            joined = STORED_DELIMITER.join(
-                r[f"t{i}"] for r, v in zip(batch, values.tolist()) if v > 0).encode()
-            n = int(values.sum())
-            ends = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord(STORED_DELIMITER))
-            if (ends.shape[0] + 1 if n else 0) != n or (not n and joined):
-                raise AmbiguousTexts(sensitive[i])
-            offsets = np.empty(n + 1, dtype=np.int32)
-            if n:
-                offsets[0], offsets[1:-1], offsets[-1] = 0, ends + 1, len(joined) + 1
-            # each piece with the delimiter after it, the last one's added: equal texts, equal bytes
-            texts = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
-                                                           pa.py_buffer(joined + STORED_DELIMITER.encode())])
-            encoded = dictionary_encode(texts)
-            mapping = np.fromiter(
-                (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i]))
-                 for u in encoded.dictionary.to_pylist()), dtype=np.int32, count=len(encoded.dictionary))
-            codes = mapping[np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n)] \
-                if n else np.zeros(0, dtype=np.int32)
-            kept[i].append((cids, values, nulls, codes))
-        del batch
-    if rows_of_class:
-        sizes, classes = np.unique(np.concatenate(rows_of_class), return_counts=True)
-    else:
-        sizes = classes = np.zeros(0, dtype=np.int64)
+
+def _histogram(rows_of_class: list) -> tuple[np.ndarray, np.ndarray]:
+    if not rows_of_class:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    sizes, classes = np.unique(np.concatenate(rows_of_class), return_counts=True)
+    return sizes.astype(np.int64), classes.astype(np.int64)
+
+
+def _stored_tables(plpy, storage: Storage, sensitive, index) -> tuple[np.ndarray, np.ndarray, dict]:
+    rows_of_class, kept = [], []
+    for cids, rows, columns in _stored_fetches(plpy, storage, sensitive, index):
+        rows_of_class.append(rows)
+        kept.append((cids, columns))
     tables = {}
     for i, s in enumerate(sensitive):
         ranks = value_ranks(plpy, storage.relation, s, list(index[i]))
-        owners, vids, ns = [], [], []
-        while kept[i]:
-            cids, values, nulls, codes = kept[i].pop(0)
-            owner = np.concatenate([np.repeat(cids, values), np.repeat(cids, nulls)])
-            vid = np.concatenate([ranks[codes], np.full(int(nulls.sum()), -1, dtype=np.int64)])
-            owner, vid, n = count_pairs(owner, vid)
-            owners.append(narrow(owner))
-            vids.append(narrow(vid))
-            ns.append(narrow(n))
+        parts = ([], [], [])
+        for cids, columns in kept:
+            for part, values in zip(parts, _class_pairs(cids, *columns[i], ranks)):
+                part.append(narrow(values))
+            columns[i] = None                       # let each fetch's codes go once counted
         tables[s] = tuple(np.concatenate(part) if part else np.zeros(0, dtype=np.int32)
-                          for part in (owners, vids, ns))
-    return sizes.astype(np.int64), classes.astype(np.int64), tables
+                          for part in parts)
+    return (*_histogram(rows_of_class), tables)
+
+
+def _stored_figures(plpy, storage: Storage, sensitive, index, ordered: dict, c: float) -> tuple:
+    # first pass: the values and their rows (the table distribution the figures need first)
+    code_rows = [np.zeros(0, dtype=np.int64) for _ in sensitive]
+    for _, _, columns in _stored_fetches(plpy, storage, sensitive, index):
+        for i, (_, _, codes) in enumerate(columns):
+            found = np.bincount(codes, minlength=len(index[i]))
+            code_rows[i] = np.concatenate([code_rows[i], np.zeros(found.size - code_rows[i].size,
+                                                                   dtype=np.int64)]) + found
+    ranks = [value_ranks(plpy, storage.relation, s, list(index[i])) for i, s in enumerate(sensitive)]
+    known = [len(x) for x in index]
+    ranges = {s: core_risk.SensitiveRanges(
+                  np.bincount(ranks[i], weights=code_rows[i].astype(np.float64)) if known[i] else [],
+                  ordered=ordered[s], c=c)
+              for i, s in enumerate(sensitive) if s in ordered}
+    fewest: dict[str, int | None] = dict.fromkeys(sensitive)
+    histogram: dict[int, int] = {}
+    # second pass: each fetch counted into the figures
+    for cids, rows, columns in _stored_fetches(plpy, storage, sensitive, index):
+        for value, number in zip(*np.unique(rows, return_counts=True)):
+            histogram[int(value)] = histogram.get(int(value), 0) + int(number)
+        for i, s in enumerate(sensitive):
+            if len(index[i]) != known[i]:
+                raise RuntimeError("the stored classes changed between the pass's two reads")
+            owner, vid, n = _class_pairs(cids - cids[0], *columns[i], ranks[i])
+            kept = vid >= 0                          # a NULL is no value (ClassCounts.known)
+            owner, vid, n = owner[kept], vid[kept], n[kept]
+            least = int(np.bincount(owner, minlength=len(cids)).min())
+            fewest[s] = least if fewest[s] is None else min(fewest[s], least)
+            if s in ranges:
+                ranges[s].add(owner, vid, n, len(cids))
+        del columns
+    figures = {}
+    for s in sensitive:
+        figures[s] = {"fewest_distinct": fewest[s]}
+        if s in ranges:
+            figures[s].update(ordered=ordered[s], c=c, figures=ranges[s].figures())
+    sizes = np.array(sorted(histogram), dtype=np.int64)
+    return sizes, np.array([histogram[x] for x in sizes.tolist()], dtype=np.int64), {}, figures
 
 
 def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None,
@@ -440,7 +502,8 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
           c: float = 3.0) -> ClassCounts:
     """Run :func:`class_query` over ``relation`` (quoted) grouped by ``qis``; over ``storage``'s
     stored classes instead when ``relation`` is a compact release's view and no two of them
-    merge (checked first). ``budget``: the memory the pass is bounded by (:func:`pass_settings`),
+    merge (checked first): their texts read in one scan (:func:`read_stored`) where every
+    sensitive column can be, else by :func:`class_query` over them. ``budget``: the memory the pass is bounded by (:func:`pass_settings`),
     and the pass keeps figures instead of tables (:func:`read_streamed`: ``ordered``, whether
     each sensitive column whose report figures are wanted is ordered, and their ``c``)."""
     sensitive = list(dict.fromkeys(sensitive))
@@ -457,16 +520,17 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
     query = class_query(plpy, relation, qis, sensitive, as_text=as_text, grouped=grouped,
                         distribution=bounded)
     streamed = {}
-    stored = grouped is not None and not bounded and bool(sensitive)
+    stored = grouped is not None and bool(sensitive)
     # the stored texts are read back as values in the same session: printed so that each reads
     # back as itself (floats' shortest exact digits; ISO dates and numeric zone offsets, not
     # abbreviations another zone table reads otherwise)
     exact = {"extra_float_digits": "3", "DateStyle": "ISO, YMD", "IntervalStyle": "postgres"} \
         if stored else {}
     with local_settings(plpy, **settings, enable_sort="off", jit="off", **exact):
-        counted = read_stored(plpy, storage, sensitive) if stored else None
+        counted = read_stored(plpy, storage, sensitive, streamed=(ordered or {}) if bounded else None,
+                              c=c) if stored else None
         if counted is not None:
-            sizes, classes, tables = counted
+            sizes, classes, tables, streamed = counted
         elif bounded:
             sizes, classes, streamed = read_streamed(plpy, query, sensitive, ordered or {}, c,
                                                      counted=grouped is None)

@@ -242,6 +242,42 @@ def test_stored_classes_count_each_value_as_sql_groups_it(db, schema, extremes, 
     assert any(v == -1 for c in got["note"] for v, _ in c)
 
 
+# a bounded pass's figures (an out-of-core release's check) of a compact release: from its stored
+# classes, and counted in SQL over the view it publishes
+STREAMED_FIGURES = """
+CREATE OR REPLACE FUNCTION pg_temp.streamed_figures(release text) RETURNS text AS $streamed$
+import json
+from plpy_anon.db import class_counts, release_rows
+row = release_rows.find(plpy, release)
+params = json.loads(row["parameters"])
+relation, storage = class_counts.storage_for(plpy, row)
+sensitive = params["sensitive"]
+ordered = {s: i % 2 == 0 for i, s in enumerate(sensitive)}
+out = {}
+for how, where in (("stored", storage), ("sql", None)):
+    counts = class_counts.count(plpy, relation, params["quasi_identifiers"], sensitive, where,
+                                budget=64 << 20, ordered=ordered)
+    out[how] = {"sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist())),
+                "fewest": {s: counts.fewest_distinct(s) for s in sensitive},
+                "figures": {s: counts.sensitive_figures(s, ordered=ordered[s], c=3.0)
+                            for s in sensitive}}
+out["read_stored"] = class_counts.read_stored(plpy, storage, sensitive, streamed=ordered) is not None
+return json.dumps(out, default=float)
+$streamed$ LANGUAGE plpython3u"""
+
+
+def test_a_bounded_pass_over_stored_classes_has_the_figures_sql_counts(db, schema, extremes):
+    """An out-of-core release's check keeps figures, not tables: read from the stored texts in
+    two passes (the values first), they are those of the pass counting the view in SQL."""
+    release = create_release(db, "mondrian_view", schema, "extremes", k=4, quasi_identifiers=["i4", "word"],
+                             sensitive=SENSITIVE, layout="compact")
+    db.execute(STREAMED_FIGURES)
+    got = json.loads(db.execute("SELECT pg_temp.streamed_figures(%s)", (release,)).fetchone()[0])
+    assert got["read_stored"] is True
+    assert got["stored"] == got["sql"]
+    assert got["stored"]["fewest"]["folded"] >= 1 and got["stored"]["fewest"]["note"] >= 1
+
+
 def test_a_stored_value_holding_the_delimiter_is_counted_in_sql(db, schema):
     """A value holding the byte the stored texts are split at cannot be told from two values:
     the pass counts those classes in SQL instead, with the same figures."""
