@@ -134,13 +134,16 @@ class AmbiguousTexts(Exception):
     (the pass is then counted in SQL, :func:`class_query`)."""
 
 
-def stored_texts_query(plpy, storage: Storage, sensitive) -> str:
+def stored_texts_query(plpy, storage: Storage, qis, sensitive) -> str:
     """The stored classes, one row each in storage order (class id = row number): its rows
-    ``n`` (as the view unfolds it) and, per sensitive column ``i``, its elements ``e<i>``, its
-    NULL elements ``z<i>`` and its other values' texts joined by :data:`STORED_DELIMITER`
-    (``t<i>``: the output function's text, C code over the stored array; no element is unnested
-    or hashed in SQL: :func:`read_stored` tells the values apart and ranks them)."""
-    columns = []
+    ``n`` (as the view unfolds it), a hash of its QIs ``h`` (equal QIs, equal hashes: two
+    classes an analyst sees as one have the same) and, per sensitive column ``i``, its elements
+    ``e<i>``, its NULL elements ``z<i>`` and its other values' texts joined by
+    :data:`STORED_DELIMITER` (``t<i>``: the output function's text, C code over the stored
+    array; no element is unnested or hashed in SQL: :func:`read_stored` tells the values apart
+    and ranks them)."""
+    group = ", ".join(f"s.{ident(plpy, q)}" for q in qis)
+    columns = [f", pg_catalog.hash_record_extended(ROW({group}), 0) AS h"]
     for i, column in enumerate(sensitive):
         c = f"s.{ident(plpy, column)}"
         columns.append(
@@ -188,9 +191,10 @@ def dictionary_encode(values):
     return call_function("dictionary_encode", [values])
 
 
-def read_stored(plpy, storage: Storage, sensitive, *, streamed: dict | None = None,
+def read_stored(plpy, storage: Storage, qis, sensitive, *, streamed: dict | None = None,
                 c: float = 3.0) -> tuple | None:
-    """(sizes, classes, tables, figures) of :class:`ClassCounts` from a compact release's stored
+    """(sizes, classes, tables, figures) of :class:`ClassCounts` and whether no two classes' QIs
+    hash alike (else they may merge: :func:`classes_merge`) from a compact release's stored
     classes, read by :func:`stored_texts_query`'s cursor: each fetch's texts split at the
     delimiter (their pieces counted against the values the arrays hold) and factorized
     (pyarrow), the distinct texts ranked by PostgreSQL (:func:`value_ranks`), then each class's
@@ -199,22 +203,27 @@ def read_stored(plpy, storage: Storage, sensitive, *, streamed: dict | None = No
     pass: whether each sensitive column whose report figures are wanted is ordered): a first
     pass finds the values and their rows, a second counts each fetch into the figures of
     :func:`read_streamed` and lets it go. None where a stored value holds the delimiter (its
-    class's pieces outnumber its values): the caller counts in SQL."""
+    class's pieces outnumber its values), or where a QI's type has no hash of its QIs: the
+    caller counts in SQL."""
     index: list[dict[str, int]] = [{} for _ in sensitive]       # text -> code, per column
+    query = stored_texts_query(plpy, storage, qis, sensitive)
     try:
-        if streamed is None:
-            return (*_stored_tables(plpy, storage, sensitive, index), {})
-        return _stored_figures(plpy, storage, sensitive, index, streamed, c)
+        with plpy.subtransaction():
+            if streamed is None:
+                return _stored_tables(plpy, query, storage, sensitive, index)
+            return _stored_figures(plpy, query, storage, sensitive, index, streamed, c)
     except AmbiguousTexts:
+        return None
+    except plpy.spiexceptions.UndefinedFunction:     # a QI type without an extended hash
         return None
 
 
-def _stored_fetches(plpy, storage: Storage, sensitive, index: list[dict[str, int]]):
-    """Each fetch of the stored classes: (class ids, rows per class, per sensitive column
-    (values, NULLs, each value's code into ``index``, grown as texts are met))."""
+def _stored_fetches(plpy, query: str, sensitive, index: list[dict[str, int]]):
+    """Each fetch of :func:`stored_texts_query`: (class ids, rows per class, QI hashes, per
+    sensitive column (values, NULLs, each value's code into ``index``, grown as texts are met))."""
     import pyarrow as pa  # here: only a compact release's check reads stored texts
 
-    cursor = plpy.cursor(stored_texts_query(plpy, storage, sensitive))
+    cursor = plpy.cursor(query)
     try:
         first, size = 0, FETCH_FIRST
         while True:
@@ -224,6 +233,7 @@ def _stored_fetches(plpy, storage: Storage, sensitive, index: list[dict[str, int
             cids = np.arange(first, first + len(batch), dtype=np.int64)
             first += len(batch)
             rows = np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch))
+            hashes = np.fromiter((r["h"] for r in batch), dtype=np.int64, count=len(batch))
             size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // max(1, int(rows.sum()) // len(batch))))
             columns = []
             for i in range(len(sensitive)):
@@ -252,7 +262,7 @@ def _stored_fetches(plpy, storage: Storage, sensitive, index: list[dict[str, int
                     if n else np.zeros(0, dtype=np.int32)
                 columns.append((values, nulls, codes))
             del batch
-            yield cids, rows, columns
+            yield cids, rows, hashes, columns
     finally:
         cursor.close()
 
@@ -271,10 +281,16 @@ def _histogram(rows_of_class: list) -> tuple[np.ndarray, np.ndarray]:
     return sizes.astype(np.int64), classes.astype(np.int64)
 
 
-def _stored_tables(plpy, storage: Storage, sensitive, index) -> tuple[np.ndarray, np.ndarray, dict]:
-    rows_of_class, kept = [], []
-    for cids, rows, columns in _stored_fetches(plpy, storage, sensitive, index):
+def _distinct(hashes: list) -> bool:
+    joined = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.int64)
+    return np.unique(joined).size == joined.size
+
+
+def _stored_tables(plpy, query: str, storage: Storage, sensitive, index) -> tuple:
+    rows_of_class, kept, hashes = [], [], []
+    for cids, rows, hashed, columns in _stored_fetches(plpy, query, sensitive, index):
         rows_of_class.append(rows)
+        hashes.append(hashed)
         kept.append((cids, columns))
     tables = {}
     for i, s in enumerate(sensitive):
@@ -286,13 +302,16 @@ def _stored_tables(plpy, storage: Storage, sensitive, index) -> tuple[np.ndarray
             columns[i] = None                       # let each fetch's codes go once counted
         tables[s] = tuple(np.concatenate(part) if part else np.zeros(0, dtype=np.int32)
                           for part in parts)
-    return (*_histogram(rows_of_class), tables)
+    return (*_histogram(rows_of_class), tables, {}, _distinct(hashes))
 
 
-def _stored_figures(plpy, storage: Storage, sensitive, index, ordered: dict, c: float) -> tuple:
+def _stored_figures(plpy, query: str, storage: Storage, sensitive, index, ordered: dict,
+                    c: float) -> tuple:
     # first pass: the values and their rows (the table distribution the figures need first)
     code_rows = [np.zeros(0, dtype=np.int64) for _ in sensitive]
-    for _, _, columns in _stored_fetches(plpy, storage, sensitive, index):
+    hashes = []
+    for _, _, hashed, columns in _stored_fetches(plpy, query, sensitive, index):
+        hashes.append(hashed)
         for i, (_, _, codes) in enumerate(columns):
             found = np.bincount(codes, minlength=len(index[i]))
             code_rows[i] = np.concatenate([code_rows[i], np.zeros(found.size - code_rows[i].size,
@@ -306,7 +325,7 @@ def _stored_figures(plpy, storage: Storage, sensitive, index, ordered: dict, c: 
     fewest: dict[str, int | None] = dict.fromkeys(sensitive)
     histogram: dict[int, int] = {}
     # second pass: each fetch counted into the figures
-    for cids, rows, columns in _stored_fetches(plpy, storage, sensitive, index):
+    for cids, rows, _, columns in _stored_fetches(plpy, query, sensitive, index):
         for value, number in zip(*np.unique(rows, return_counts=True)):
             histogram[int(value)] = histogram.get(int(value), 0) + int(number)
         for i, s in enumerate(sensitive):
@@ -326,7 +345,8 @@ def _stored_figures(plpy, storage: Storage, sensitive, index, ordered: dict, c: 
         if s in ranges:
             figures[s].update(ordered=ordered[s], c=c, figures=ranges[s].figures())
     sizes = np.array(sorted(histogram), dtype=np.int64)
-    return sizes, np.array([histogram[x] for x in sizes.tolist()], dtype=np.int64), {}, figures
+    return (sizes, np.array([histogram[x] for x in sizes.tolist()], dtype=np.int64), {}, figures,
+            _distinct(hashes))
 
 
 def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None,
@@ -509,28 +529,33 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
     sensitive = list(dict.fromkeys(sensitive))
     settings = pass_settings(plpy, budget)
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
+    bounded = budget is not None and bool(sensitive)
+    counted = None
+    if storage is not None and not as_text and sensitive:
+        # the stored texts are read back as values in the same session: printed so that each
+        # reads back as itself (floats' shortest exact digits; ISO dates and numeric zone
+        # offsets, not abbreviations another zone table reads otherwise)
+        with local_settings(plpy, **settings, enable_sort="off", jit="off", extra_float_digits="3",
+                            DateStyle="ISO, YMD", IntervalStyle="postgres"):
+            counted = read_stored(plpy, storage, qis, sensitive,
+                                  streamed=(ordered or {}) if bounded else None, c=c)
+        if counted is not None and not counted[-1] and classes_merge(plpy, storage, qis, settings["work_mem"]):
+            counted = None
+            storage = None       # two stored classes an analyst sees as one: through the view
     grouped = None       # values counted by their text are counted through the view
-    if storage is not None and not as_text and not classes_merge(plpy, storage, qis, settings["work_mem"]):
+    if counted is None and storage is not None and not as_text \
+            and not classes_merge(plpy, storage, qis, settings["work_mem"]):
         grouped = per_class_query(plpy, storage.relation, storage.rows, sensitive)
     # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
     # rows, for a plan that runs once): JIT off too.
-    bounded = budget is not None and bool(sensitive)
     query = class_query(plpy, relation, qis, sensitive, as_text=as_text, grouped=grouped,
                         distribution=bounded)
     streamed = {}
-    stored = grouped is not None and bool(sensitive)
-    # the stored texts are read back as values in the same session: printed so that each reads
-    # back as itself (floats' shortest exact digits; ISO dates and numeric zone offsets, not
-    # abbreviations another zone table reads otherwise)
-    exact = {"extra_float_digits": "3", "DateStyle": "ISO, YMD", "IntervalStyle": "postgres"} \
-        if stored else {}
-    with local_settings(plpy, **settings, enable_sort="off", jit="off", **exact):
-        counted = read_stored(plpy, storage, sensitive, streamed=(ordered or {}) if bounded else None,
-                              c=c) if stored else None
+    with local_settings(plpy, **settings, enable_sort="off", jit="off"):
         if counted is not None:
-            sizes, classes, tables, streamed = counted
+            sizes, classes, tables, streamed, _ = counted
         elif bounded:
             sizes, classes, streamed = read_streamed(plpy, query, sensitive, ordered or {}, c,
                                                      counted=grouped is None)

@@ -190,7 +190,7 @@ row = release_rows.find(plpy, release)
 params = json.loads(row["parameters"])
 relation, storage = class_counts.storage_for(plpy, row)
 sensitive = params["sensitive"]
-read = class_counts.read_stored(plpy, storage, sensitive) is not None
+read = class_counts.read_stored(plpy, storage, params["quasi_identifiers"], sensitive) is not None
 counts = class_counts.Counter(plpy, row).get(relation, params["quasi_identifiers"], sensitive)
 out = {"read_stored": read, "sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist()))}
 for s in sensitive:
@@ -261,7 +261,8 @@ for how, where in (("stored", storage), ("sql", None)):
                 "fewest": {s: counts.fewest_distinct(s) for s in sensitive},
                 "figures": {s: counts.sensitive_figures(s, ordered=ordered[s], c=3.0)
                             for s in sensitive}}
-out["read_stored"] = class_counts.read_stored(plpy, storage, sensitive, streamed=ordered) is not None
+out["read_stored"] = class_counts.read_stored(plpy, storage, params["quasi_identifiers"], sensitive,
+                                              streamed=ordered) is not None
 return json.dumps(out, default=float)
 $streamed$ LANGUAGE plpython3u"""
 
@@ -276,6 +277,32 @@ def test_a_bounded_pass_over_stored_classes_has_the_figures_sql_counts(db, schem
     assert got["read_stored"] is True
     assert got["stored"] == got["sql"]
     assert got["stored"]["fewest"]["folded"] >= 1 and got["stored"]["fewest"]["note"] >= 1
+
+
+MERGED_COUNTS = """
+CREATE OR REPLACE FUNCTION pg_temp.merged_counts() RETURNS text AS $merged$
+import json
+from plpy_anon.db import class_counts
+storage = class_counts.Storage("stored", "coalesce(GREATEST(pg_catalog.cardinality(s.dx)), 0)")
+counts = class_counts.count(plpy, "unfolded", ["age"], ["dx"], storage)
+return json.dumps({"sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist())),
+                   "fewest": counts.fewest_distinct("dx")})
+$merged$ LANGUAGE plpython3u"""
+
+
+def test_stored_classes_an_analyst_sees_as_one_are_counted_as_one(db, schema):
+    """Two stored classes with the same released QIs are one class to an analyst: counted
+    through the view, its rows and distinct values are theirs together."""
+    db.execute("CREATE TABLE stored (age int4range, dx text[])")
+    db.execute("INSERT INTO stored VALUES ('[20,29]', ARRAY['a', 'a', 'a']), ('[20,29]', ARRAY['b', 'b']), "
+               "('[30,39]', ARRAY['c', 'd', 'c', 'd'])")
+    db.execute("CREATE VIEW unfolded AS SELECT s.age, u.dx FROM stored s CROSS JOIN LATERAL unnest(s.dx) AS u(dx)")
+    db.execute(MERGED_COUNTS)
+    got = json.loads(db.execute("SELECT pg_temp.merged_counts()").fetchone()[0])
+    assert got == {"sizes": {"4": 1, "5": 1}, "fewest": 2}
+    db.execute("UPDATE stored SET age = '[40,49]' WHERE dx = ARRAY['b', 'b']")
+    got = json.loads(db.execute("SELECT pg_temp.merged_counts()").fetchone()[0])
+    assert got == {"sizes": {"2": 1, "3": 1, "4": 1}, "fewest": 1}
 
 
 def test_a_stored_value_holding_the_delimiter_is_counted_in_sql(db, schema):
