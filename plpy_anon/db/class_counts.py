@@ -127,6 +127,231 @@ def per_class_query(plpy, storage: str, rows: str, sensitive) -> str:
             f"    FROM {storage} AS s WHERE ({rows}) > 0")
 
 
+#: what separates a stored class's values in :func:`stored_texts_query` (array_to_string's
+#: delimiter); a value holding it is found by the count of pieces (:class:`AmbiguousTexts`)
+STORED_DELIMITER = "\x01"
+
+
+class AmbiguousTexts(Exception):
+    """A stored value holds :data:`STORED_DELIMITER`: its class's texts cannot be split apart
+    (the pass is then counted in SQL, :func:`class_query`)."""
+
+
+def stored_texts_query(plpy, storage: Storage, qis, sensitive) -> str:
+    """The stored classes, one row each in storage order (class id = row number): its rows
+    ``n`` (as the view unfolds it), a hash of its QIs ``h`` (equal QIs, equal hashes: two
+    classes an analyst sees as one have the same) and, per sensitive column ``i``, its elements
+    ``e<i>``, its NULL elements ``z<i>`` and its other values' texts joined by
+    :data:`STORED_DELIMITER` (``t<i>``: the output function's text, C code over the stored
+    array; no element is unnested or hashed in SQL: :func:`read_stored` tells the values apart
+    and ranks them)."""
+    group = ", ".join(f"s.{ident(plpy, q)}" for q in qis)
+    columns = [f", pg_catalog.hash_record_extended(ROW({group}), 0) AS h"]
+    for i, column in enumerate(sensitive):
+        c = f"s.{ident(plpy, column)}"
+        columns.append(
+            f", coalesce(pg_catalog.cardinality({c}), 0)::int8 AS e{i}"
+            f", coalesce(pg_catalog.cardinality({c}) - pg_catalog.cardinality("
+            f"pg_catalog.array_remove({c}, NULL)), 0)::int8 AS z{i}"
+            f", pg_catalog.array_to_string({c}, E'\\x01') AS t{i}")
+    return f"SELECT ({storage.rows})::int8 AS n{''.join(columns)} FROM {storage.relation} AS s"
+
+
+#: the type (with its modifier) and the collation other than the default of a stored column
+STORED_COLUMN = """
+SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) AS array_type,
+       CASE WHEN a.attcollation NOT IN (0, 'pg_catalog.default'::pg_catalog.regcollation)
+            THEN pg_catalog.format('%I.%I', n.nspname, c.collname) END AS collation
+FROM pg_catalog.pg_attribute a
+LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.collnamespace
+WHERE a.attrelid = $1::pg_catalog.regclass AND a.attname = $2 AND NOT a.attisdropped"""
+
+
+def value_ranks(plpy, relation: str, column: str, texts: list[str]) -> np.ndarray:
+    """Each text's value id: its value (the text read back as the stored column's element type)
+    ranked in the column's order and collation, equal values (1.0 and 1.00, 'a ' and 'a' in
+    char(n)) one id, as GROUP BY and DISTINCT see them."""
+    if not texts:
+        return np.zeros(0, dtype=np.int64)
+    found = run(plpy, STORED_COLUMN, ["text", "text"], [relation, column])[0]
+    collate = f" COLLATE {found['collation']}" if found["collation"] else ""
+    ranks = plpy.execute(plpy.prepare(
+        f"SELECT pg_catalog.array_agg(r.vid ORDER BY r.o) AS ranks FROM (\n"
+        f"    SELECT u.o, pg_catalog.dense_rank() OVER (ORDER BY u.v{collate}) - 1 AS vid\n"
+        f"    FROM pg_catalog.unnest(($1::pg_catalog.text[])::{found['array_type']}) "
+        f"WITH ORDINALITY AS u(v, o)) AS r", ["text[]"]), [texts])[0]["ranks"]
+    return np.asarray(ranks, dtype=np.int64)
+
+
+def dictionary_encode(values):
+    """pyarrow's dictionary_encode kernel, called through its registry (the array's method
+    imports pyarrow.compute, which wraps each of its ~300 kernels first: ~0.03 s of CPU)."""
+    try:
+        from pyarrow._compute import call_function
+    except ImportError:                  # a pyarrow that moved it: the public method
+        return values.dictionary_encode()
+    return call_function("dictionary_encode", [values])
+
+
+def read_stored(plpy, storage: Storage, qis, sensitive, *, streamed: dict | None = None,
+                c: float = 3.0) -> tuple | None:
+    """(sizes, classes, tables, figures) of :class:`ClassCounts` and whether no two classes' QIs
+    hash alike (else they may merge: :func:`classes_merge`) from a compact release's stored
+    classes, read by :func:`stored_texts_query`'s cursor: each fetch's texts split at the
+    delimiter (their pieces counted against the values the arrays hold) and factorized
+    (pyarrow), the distinct texts ranked by PostgreSQL (:func:`value_ranks`), then each class's
+    (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each value's code
+    (4 bytes) held until the ranks are known, then the tables. With ``streamed`` (a bounded
+    pass: whether each sensitive column whose report figures are wanted is ordered): a first
+    pass finds the values and their rows, a second counts each fetch into the figures of
+    :func:`read_streamed` and lets it go. None where a stored value holds the delimiter (its
+    class's pieces outnumber its values), or where a QI's type has no hash of its QIs: the
+    caller counts in SQL."""
+    index: list[dict[str, int]] = [{} for _ in sensitive]       # text -> code, per column
+    query = stored_texts_query(plpy, storage, qis, sensitive)
+    try:
+        with plpy.subtransaction():
+            if streamed is None:
+                return _stored_tables(plpy, query, storage, sensitive, index)
+            return _stored_figures(plpy, query, storage, sensitive, index, streamed, c)
+    except AmbiguousTexts:
+        return None
+    except plpy.spiexceptions.UndefinedFunction:     # a QI type without an extended hash
+        return None
+
+
+def _stored_fetches(plpy, query: str, sensitive, index: list[dict[str, int]]):
+    """Each fetch of :func:`stored_texts_query`: (class ids, rows per class, QI hashes, per
+    sensitive column (values, NULLs, each value's code into ``index``, grown as texts are met))."""
+    import pyarrow as pa  # here: only a compact release's check reads stored texts
+
+    cursor = plpy.cursor(query)
+    try:
+        first, size = 0, FETCH_FIRST
+        while True:
+            batch = cursor.fetch(size)
+            if not batch:
+                return
+            cids = np.arange(first, first + len(batch), dtype=np.int64)
+            first += len(batch)
+            rows = np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch))
+            hashes = np.fromiter((r["h"] for r in batch), dtype=np.int64, count=len(batch))
+            size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // max(1, int(rows.sum()) // len(batch))))
+            columns = []
+            for i in range(len(sensitive)):
+                elements = np.fromiter((r[f"e{i}"] for r in batch), dtype=np.int64, count=len(batch))
+                nulls = np.fromiter((r[f"z{i}"] for r in batch), dtype=np.int64, count=len(batch))
+                values = elements - nulls
+                joined = STORED_DELIMITER.join(
+                    r[f"t{i}"] for r, v in zip(batch, values.tolist()) if v > 0).encode()
+                n = int(values.sum())
+                ends = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord(STORED_DELIMITER))
+                if (ends.shape[0] + 1 if n else 0) != n or (not n and joined):
+                    raise AmbiguousTexts(sensitive[i])
+                offsets = np.empty(n + 1, dtype=np.int32)
+                if n:
+                    offsets[0], offsets[1:-1], offsets[-1] = 0, ends + 1, len(joined) + 1
+                # each piece with the delimiter after it (the last one's added): equal texts,
+                # equal bytes
+                texts = pa.Array.from_buffers(pa.binary(), n, [
+                    None, pa.py_buffer(offsets), pa.py_buffer(joined + STORED_DELIMITER.encode())])
+                encoded = dictionary_encode(texts)
+                mapping = np.fromiter(
+                    (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i]))
+                     for u in encoded.dictionary.to_pylist()),
+                    dtype=np.int32, count=len(encoded.dictionary))
+                codes = mapping[np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n)] \
+                    if n else np.zeros(0, dtype=np.int32)
+                columns.append((values, nulls, codes))
+            del batch
+            yield cids, rows, hashes, columns
+    finally:
+        cursor.close()
+
+
+def _class_pairs(cids, values, nulls, codes, ranks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A fetch's (class id, value id, rows) pairs of one column, in class order; NULL -1."""
+    owner = np.concatenate([np.repeat(cids, values), np.repeat(cids, nulls)])
+    vid = np.concatenate([ranks[codes], np.full(int(nulls.sum()), -1, dtype=np.int64)])
+    return count_pairs(owner, vid)
+
+
+def _histogram(rows_of_class: list) -> tuple[np.ndarray, np.ndarray]:
+    if not rows_of_class:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    sizes, classes = np.unique(np.concatenate(rows_of_class), return_counts=True)
+    return sizes.astype(np.int64), classes.astype(np.int64)
+
+
+def _distinct(hashes: list) -> bool:
+    joined = np.concatenate(hashes) if hashes else np.zeros(0, dtype=np.int64)
+    return np.unique(joined).size == joined.size
+
+
+def _stored_tables(plpy, query: str, storage: Storage, sensitive, index) -> tuple:
+    rows_of_class, kept, hashes = [], [], []
+    for cids, rows, hashed, columns in _stored_fetches(plpy, query, sensitive, index):
+        rows_of_class.append(rows)
+        hashes.append(hashed)
+        kept.append((cids, columns))
+    tables = {}
+    for i, s in enumerate(sensitive):
+        ranks = value_ranks(plpy, storage.relation, s, list(index[i]))
+        parts = ([], [], [])
+        for cids, columns in kept:
+            for part, values in zip(parts, _class_pairs(cids, *columns[i], ranks)):
+                part.append(narrow(values))
+            columns[i] = None                       # let each fetch's codes go once counted
+        tables[s] = tuple(np.concatenate(part) if part else np.zeros(0, dtype=np.int32)
+                          for part in parts)
+    return (*_histogram(rows_of_class), tables, {}, _distinct(hashes))
+
+
+def _stored_figures(plpy, query: str, storage: Storage, sensitive, index, ordered: dict,
+                    c: float) -> tuple:
+    # first pass: the values and their rows (the table distribution the figures need first)
+    code_rows = [np.zeros(0, dtype=np.int64) for _ in sensitive]
+    hashes = []
+    for _, _, hashed, columns in _stored_fetches(plpy, query, sensitive, index):
+        hashes.append(hashed)
+        for i, (_, _, codes) in enumerate(columns):
+            found = np.bincount(codes, minlength=len(index[i]))
+            code_rows[i] = np.concatenate([code_rows[i], np.zeros(found.size - code_rows[i].size,
+                                                                   dtype=np.int64)]) + found
+    ranks = [value_ranks(plpy, storage.relation, s, list(index[i])) for i, s in enumerate(sensitive)]
+    known = [len(x) for x in index]
+    ranges = {s: core_risk.SensitiveRanges(
+                  np.bincount(ranks[i], weights=code_rows[i].astype(np.float64)) if known[i] else [],
+                  ordered=ordered[s], c=c)
+              for i, s in enumerate(sensitive) if s in ordered}
+    fewest: dict[str, int | None] = dict.fromkeys(sensitive)
+    histogram: dict[int, int] = {}
+    # second pass: each fetch counted into the figures
+    for cids, rows, _, columns in _stored_fetches(plpy, query, sensitive, index):
+        for value, number in zip(*np.unique(rows, return_counts=True)):
+            histogram[int(value)] = histogram.get(int(value), 0) + int(number)
+        for i, s in enumerate(sensitive):
+            if len(index[i]) != known[i]:
+                raise RuntimeError("the stored classes changed between the pass's two reads")
+            owner, vid, n = _class_pairs(cids - cids[0], *columns[i], ranks[i])
+            kept = vid >= 0                          # a NULL is no value (ClassCounts.known)
+            owner, vid, n = owner[kept], vid[kept], n[kept]
+            least = int(np.bincount(owner, minlength=len(cids)).min())
+            fewest[s] = least if fewest[s] is None else min(fewest[s], least)
+            if s in ranges:
+                ranges[s].add(owner, vid, n, len(cids))
+        del columns
+    figures = {}
+    for s in sensitive:
+        figures[s] = {"fewest_distinct": fewest[s]}
+        if s in ranges:
+            figures[s].update(ordered=ordered[s], c=c, figures=ranges[s].figures())
+    sizes = np.array(sorted(histogram), dtype=np.int64)
+    return (sizes, np.array([histogram[x] for x in sizes.tolist()], dtype=np.int64), {}, figures,
+            _distinct(hashes))
+
+
 def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None,
                 distribution: bool = False) -> str:
     """ONE pass over the relation for every figure: a hash aggregate over the QIs finds the
@@ -300,26 +525,42 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
           c: float = 3.0, models: dict | None = None) -> ClassCounts:
     """Run :func:`class_query` over ``relation`` (quoted) grouped by ``qis``; over ``storage``'s
     stored classes instead when ``relation`` is a compact release's view and no two of them
-    merge (checked first). ``budget``: the memory the pass is bounded by (:func:`pass_settings`),
+    merge (checked first): their texts read in one scan (:func:`read_stored`) where every
+    sensitive column can be, else by :func:`class_query` over them. ``budget``: the memory the pass is bounded by (:func:`pass_settings`),
     and the pass keeps figures instead of tables (:func:`read_streamed`: ``ordered``, whether
     each sensitive column whose report figures are wanted is ordered, and their ``c``; ``models``
     the check's privacy models per column: ``models[column](table)``, checked as read)."""
     sensitive = list(dict.fromkeys(sensitive))
     settings = pass_settings(plpy, budget)
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
+    bounded = budget is not None and bool(sensitive)
+    counted = None
+    if storage is not None and not as_text and sensitive:
+        # the stored texts are read back as values in the same session: printed so that each
+        # reads back as itself (floats' shortest exact digits; ISO dates and numeric zone
+        # offsets, not abbreviations another zone table reads otherwise)
+        with local_settings(plpy, **settings, enable_sort="off", jit="off", extra_float_digits="3",
+                            DateStyle="ISO, YMD", IntervalStyle="postgres"):
+            counted = read_stored(plpy, storage, qis, sensitive,
+                                  streamed=(ordered or {}) if bounded else None, c=c)
+        if counted is not None and not counted[-1] and classes_merge(plpy, storage, qis, settings["work_mem"]):
+            counted = None
+            storage = None       # two stored classes an analyst sees as one: through the view
     grouped = None       # values counted by their text are counted through the view
-    if storage is not None and not as_text and not classes_merge(plpy, storage, qis, settings["work_mem"]):
+    if counted is None and storage is not None and not as_text \
+            and not classes_merge(plpy, storage, qis, settings["work_mem"]):
         grouped = per_class_query(plpy, storage.relation, storage.rows, sensitive)
     # grouping by the released QIs (ranges, text arrays) by sorting them costs 2-3x hashing them
     # (2M release rows: 25.5 s vs 11 s), and the planner, misjudging the groups, sorts: not here.
     # Sorts off add a 1e10 disable cost, which alone would trigger JIT compilation (0.6 s at 1M
     # rows, for a plan that runs once): JIT off too.
-    bounded = budget is not None and bool(sensitive)
     query = class_query(plpy, relation, qis, sensitive, as_text=as_text, grouped=grouped,
                         distribution=bounded)
     streamed = {}
     with local_settings(plpy, **settings, enable_sort="off", jit="off"):
-        if bounded:
+        if counted is not None:
+            sizes, classes, tables, streamed, _ = counted
+        elif bounded:
             sizes, classes, streamed = read_streamed(plpy, query, sensitive, ordered or {}, c,
                                                      counted=grouped is None, models=models)
             tables = {}

@@ -5,6 +5,7 @@ analysts see them (as text, so that a bound's scale or spelling counts too), at 
 every type read so."""
 from __future__ import annotations
 
+import json
 import string
 
 import psycopg
@@ -176,6 +177,147 @@ def test_sensitive_columns_whose_text_is_not_their_value_are_joined_back(db, sch
     release = create_release(db, "mondrian_view", schema, "odd", k=5, quasi_identifiers=["age"],
                              sensitive=["code"], layout="compact")
     assert joined_back(db, release) is True
+
+
+# the class x value tables of a compact release as its check counts them (from its stored
+# classes: class_counts.read_stored, or in SQL where it cannot), each class a sorted list of
+# (value rank, rows) pairs with its size
+STORED_PAIRS = """
+CREATE OR REPLACE FUNCTION pg_temp.stored_pairs(release text) RETURNS text AS $stored$
+import json
+from plpy_anon.db import class_counts, release_rows
+row = release_rows.find(plpy, release)
+params = json.loads(row["parameters"])
+relation, storage = class_counts.storage_for(plpy, row)
+sensitive = params["sensitive"]
+read = class_counts.read_stored(plpy, storage, params["quasi_identifiers"], sensitive) is not None
+counts = class_counts.Counter(plpy, row).get(relation, params["quasi_identifiers"], sensitive)
+out = {"read_stored": read, "sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist()))}
+for s in sensitive:
+    pairs = {}
+    for c, v, n in zip(*(a.tolist() for a in counts.tables[s])):
+        pairs.setdefault(c, []).append([v, n])
+    out[s] = sorted(sorted(p) for p in pairs.values())
+return json.dumps(out)
+$stored$ LANGUAGE plpython3u"""
+
+
+def counted_in_sql(db, relation: str, qis: list[str], column: str) -> list:
+    """Each class's (value rank, rows) pairs of ``column`` counted over what analysts read: its
+    values grouped by their type's equality and collation, ranked in its order, NULL -1."""
+    group = sql.SQL(", ").join(sql.SQL("p.{}").format(sql.Identifier(q)) for q in qis)
+    inner = sql.SQL(", ").join(sql.Identifier(q) for q in qis)
+    col = sql.Identifier(column)
+    query = sql.SQL("""
+        SELECT array_agg(ARRAY[coalesce(r.r, -1), p.n] ORDER BY coalesce(r.r, -1))
+        FROM (SELECT {inner}, {col} AS v, count(*) AS n FROM {rel} GROUP BY {inner}, {col}) AS p
+        LEFT JOIN (SELECT u.v, dense_rank() OVER (ORDER BY u.v) - 1 AS r
+                   FROM (SELECT DISTINCT {col} AS v FROM {rel} WHERE {col} IS NOT NULL) AS u) AS r
+               ON r.v = p.v
+        GROUP BY {group}""").format(inner=inner, col=col, rel=sql.SQL(relation), group=group)
+    return sorted(p for (p,) in db.execute(query).fetchall())
+
+
+@pytest.mark.parametrize("datestyle", [None, "SQL, DMY"])
+def test_stored_classes_count_each_value_as_sql_groups_it(db, schema, extremes, datestyle):
+    """The check's class x value tables read from a compact release's stored texts are those
+    SQL counts over the released rows: equal values spelled apart (case-insensitive 'HIV' and
+    'hiv', -0 and 0) one value, NULLs -1, empty texts, quotes, braces, commas and backslashes
+    values like any other, under any DateStyle and TimeZone."""
+    qis = ["i4", "word"]
+    release = create_release(db, "mondrian_view", schema, "extremes", k=4, quasi_identifiers=qis,
+                             sensitive=SENSITIVE, layout="compact")
+    db.execute(STORED_PAIRS)
+    if datestyle:
+        db.execute(f"SET DateStyle = '{datestyle}'")
+        db.execute("SET TimeZone = 'Asia/Shanghai'")
+    try:
+        got = json.loads(db.execute("SELECT pg_temp.stored_pairs(%s)", (release,)).fetchone()[0])
+    finally:
+        reset(db)
+    assert got["read_stored"] is True
+    for column in SENSITIVE:
+        assert got[column] == counted_in_sql(db, release, qis, column), column
+    assert len({v for c in got["folded"] for v, _ in c}) == 2          # HIV (any case), flu
+    assert any(v == -1 for c in got["note"] for v, _ in c)
+
+
+# a bounded pass's figures (an out-of-core release's check) of a compact release: from its stored
+# classes, and counted in SQL over the view it publishes
+STREAMED_FIGURES = """
+CREATE OR REPLACE FUNCTION pg_temp.streamed_figures(release text) RETURNS text AS $streamed$
+import json
+from plpy_anon.db import class_counts, release_rows
+row = release_rows.find(plpy, release)
+params = json.loads(row["parameters"])
+relation, storage = class_counts.storage_for(plpy, row)
+sensitive = params["sensitive"]
+ordered = {s: i % 2 == 0 for i, s in enumerate(sensitive)}
+out = {}
+for how, where in (("stored", storage), ("sql", None)):
+    counts = class_counts.count(plpy, relation, params["quasi_identifiers"], sensitive, where,
+                                budget=64 << 20, ordered=ordered)
+    out[how] = {"sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist())),
+                "fewest": {s: counts.fewest_distinct(s) for s in sensitive},
+                "figures": {s: counts.sensitive_figures(s, ordered=ordered[s], c=3.0)
+                            for s in sensitive}}
+out["read_stored"] = class_counts.read_stored(plpy, storage, params["quasi_identifiers"], sensitive,
+                                              streamed=ordered) is not None
+return json.dumps(out, default=float)
+$streamed$ LANGUAGE plpython3u"""
+
+
+def test_a_bounded_pass_over_stored_classes_has_the_figures_sql_counts(db, schema, extremes):
+    """An out-of-core release's check keeps figures, not tables: read from the stored texts in
+    two passes (the values first), they are those of the pass counting the view in SQL."""
+    release = create_release(db, "mondrian_view", schema, "extremes", k=4, quasi_identifiers=["i4", "word"],
+                             sensitive=SENSITIVE, layout="compact")
+    db.execute(STREAMED_FIGURES)
+    got = json.loads(db.execute("SELECT pg_temp.streamed_figures(%s)", (release,)).fetchone()[0])
+    assert got["read_stored"] is True
+    assert got["stored"] == got["sql"]
+    assert got["stored"]["fewest"]["folded"] >= 1 and got["stored"]["fewest"]["note"] >= 1
+
+
+MERGED_COUNTS = """
+CREATE OR REPLACE FUNCTION pg_temp.merged_counts() RETURNS text AS $merged$
+import json
+from plpy_anon.db import class_counts
+storage = class_counts.Storage("stored", "coalesce(GREATEST(pg_catalog.cardinality(s.dx)), 0)")
+counts = class_counts.count(plpy, "unfolded", ["age"], ["dx"], storage)
+return json.dumps({"sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist())),
+                   "fewest": counts.fewest_distinct("dx")})
+$merged$ LANGUAGE plpython3u"""
+
+
+def test_stored_classes_an_analyst_sees_as_one_are_counted_as_one(db, schema):
+    """Two stored classes with the same released QIs are one class to an analyst: counted
+    through the view, its rows and distinct values are theirs together."""
+    db.execute("CREATE TABLE stored (age int4range, dx text[])")
+    db.execute("INSERT INTO stored VALUES ('[20,29]', ARRAY['a', 'a', 'a']), ('[20,29]', ARRAY['b', 'b']), "
+               "('[30,39]', ARRAY['c', 'd', 'c', 'd'])")
+    db.execute("CREATE VIEW unfolded AS SELECT s.age, u.dx FROM stored s CROSS JOIN LATERAL unnest(s.dx) AS u(dx)")
+    db.execute(MERGED_COUNTS)
+    got = json.loads(db.execute("SELECT pg_temp.merged_counts()").fetchone()[0])
+    assert got == {"sizes": {"4": 1, "5": 1}, "fewest": 2}
+    db.execute("UPDATE stored SET age = '[40,49]' WHERE dx = ARRAY['b', 'b']")
+    got = json.loads(db.execute("SELECT pg_temp.merged_counts()").fetchone()[0])
+    assert got == {"sizes": {"2": 1, "3": 1, "4": 1}, "fewest": 1}
+
+
+def test_a_stored_value_holding_the_delimiter_is_counted_in_sql(db, schema):
+    """A value holding the byte the stored texts are split at cannot be told from two values:
+    the pass counts those classes in SQL instead, with the same figures."""
+    db.execute("CREATE TABLE odd AS SELECT i % 10 AS age, "
+               "(ARRAY['a' || chr(1) || 'b', 'a', 'b', NULL])[1 + i % 4] AS code "
+               "FROM generate_series(1, 80) i")
+    release = create_release(db, "mondrian_view", schema, "odd", k=8, quasi_identifiers=["age"],
+                             sensitive=["code"], layout="compact", l=2)
+    db.execute(STORED_PAIRS)
+    got = json.loads(db.execute("SELECT pg_temp.stored_pairs(%s)", (release,)).fetchone()[0])
+    assert got["read_stored"] is False
+    assert got["code"] == counted_in_sql(db, release, ["age"], "code")
+    assert {v for c in got["code"] for v, _ in c} == {-1, 0, 1, 2}
 
 
 def test_a_char_n_sensitive_column_is_padded_back(db, schema):
