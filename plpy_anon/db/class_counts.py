@@ -535,7 +535,8 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
     as_text = [s for s in sensitive if not is_orderable_column(plpy, relation, s)]
     bounded = budget is not None and bool(sensitive)
     counted = None
-    if storage is not None and not as_text and sensitive:
+    # a bounded pass with privacy models checks them fetch by fetch (read_streamed)
+    if storage is not None and not as_text and sensitive and not (bounded and models):
         # the stored texts are read back as values in the same session: printed so that each
         # reads back as itself (floats' shortest exact digits; ISO dates and numeric zone
         # offsets, not abbreviations another zone table reads otherwise)
