@@ -157,7 +157,7 @@ class People:
 #: the release's state of its people: its rows (anon.release_state), each a run of people in
 #: ascending order of their hashes with its own candidate sets and entries
 STATE = """
-SELECT chunk, persons, pg_catalog.array_send(member_groups) AS member_groups,
+SELECT chunk, chunks, persons, pg_catalog.array_send(member_groups) AS member_groups,
        pg_catalog.array_send(versions) AS versions, pg_catalog.array_send(cohorts) AS cohorts,
        candidate_sets::pg_catalog.text AS candidate_sets, pg_catalog.array_send(entries) AS entries,
        pg_catalog.array_send(entry_versions) AS entry_versions,
@@ -236,10 +236,22 @@ class State:
     def read(cls, plpy, release_id: int) -> State:
         """The release's state, its rows read one at a time (a row's values are let go once
         they are arrays here) and joined."""
-        parts = []
+        parts: list[State] = []
+        chunks = None           # the rows the state was written in, as its first row says
         for row in plpy.cursor(plpy.prepare(STATE, ["int4"]), [release_id]):
             check_interrupts()
+            chunks = row["chunks"] if chunks is None else chunks
+            if row["chunk"] != len(parts) or row["chunks"] != chunks:
+                raise _broken(release_id, f"has a row {row['chunk']} of {row['chunks']} where "
+                                          f"row {len(parts)} was due: a row was lost or copied")
             parts.append(cls._of_row(row, release_id))
+            if len(parts) > 1 and parts[-2].persons.size and parts[-1].persons.size \
+                    and not parts[-2].persons[-1] < parts[-1].persons[0]:
+                raise _broken(release_id, f"has rows {len(parts) - 2} and {len(parts) - 1} whose "
+                                          "people are not in the order of their hashes")
+        if parts and len(parts) != chunks:
+            raise _broken(release_id, f"has {len(parts)} of the {chunks} rows it was written in: "
+                                      "a row was lost")
         if not parts:
             empty = np.empty(0, dtype=np.int64)
             return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
@@ -1528,18 +1540,18 @@ REMEMBER = """
 INSERT INTO anon.release_state (release_id, chunk, persons, member_groups, versions, cohorts,
                                 candidate_sets, entries, entry_versions, entry_groups,
                                 waiting_persons, waiting_entries, version, entries_since, records,
-                                record_entries, waiting_records, waiting_record_entries)
+                                record_entries, waiting_records, waiting_record_entries, chunks)
 VALUES ($1, $2, $3, $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.int4[],
         $7::pg_catalog.jsonb, $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10::pg_catalog.int4[],
         $11, $12::pg_catalog.int4[], $13, $14, $15, $16::pg_catalog.int4[], $17,
-        $18::pg_catalog.int4[])"""
+        $18::pg_catalog.int4[], $19)"""
 #: REMEMBER's columns after release_id and chunk
 STATE_COLUMNS = ("persons", "member_groups", "versions", "cohorts", "candidate_sets", "entries",
                  "entry_versions", "entry_groups", "waiting_persons", "waiting_entries", "version",
                  "entries_since", "records", "record_entries", "waiting_records",
-                 "waiting_record_entries")
+                 "waiting_record_entries", "chunks")
 REMEMBER_TYPES = ["int4", "int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
-                  "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text"]
+                  "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text", "int4"]
 #: what a person takes in a state row: the hash, the record's fingerprint, five int4
 PERSON_BYTES = 60
 #: a state row holds people of at most this share of plpy_anon.build_memory...
@@ -1587,7 +1599,8 @@ class Stored:
         of at most ``per_row`` people and ``per_row`` held back ones, with the candidate sets
         and entries its people use (positions renumbered)."""
         published, held = self.persons.size, self.waiting.size
-        for chunk in range(max(1, -(-published // per_row), -(-held // per_row))):
+        chunks = max(1, -(-published // per_row), -(-held // per_row))
+        for chunk in range(chunks):
             # the row's run of published people and its run of held back ones
             mine = theirs = slice(chunk * per_row, (chunk + 1) * per_row)
             used_sets, cohorts = np.unique(self.cohorts[mine], return_inverse=True)
@@ -1610,7 +1623,7 @@ class Stored:
                    "waiting_persons": self.waiting[theirs].tobytes(),
                    "waiting_entries": local(self.waiting_entries[theirs]), "version": self.version,
                    "entries_since": self.since, "records": None, "record_entries": None,
-                   "waiting_records": None, "waiting_record_entries": None}
+                   "waiting_records": None, "waiting_record_entries": None, "chunks": chunks}
             if self.records is not None:
                 row.update(records=self.records[mine].astype("<u8").tobytes(),
                            record_entries=local(self.record_entries[mine]),

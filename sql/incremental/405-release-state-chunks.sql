@@ -7,6 +7,9 @@
 ALTER TABLE anon.release_state
     ADD COLUMN chunk integer NOT NULL DEFAULT 0,  -- the row's place: its people's hashes follow those of the rows before
     ADD CONSTRAINT chunk_not_negative CHECK (chunk >= 0),
+    -- how many rows the state was written in (every row says it): a row lost or copied is seen
+    ADD COLUMN chunks integer NOT NULL DEFAULT 1,
+    ADD CONSTRAINT chunk_within_chunks CHECK (chunk < chunks),
     DROP CONSTRAINT release_state_pkey,
     ADD PRIMARY KEY (release_id, chunk);
 COMMENT ON TABLE anon.release_state IS
