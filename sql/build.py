@@ -146,10 +146,6 @@ RERAISE = """\
         GET STACKED DIAGNOSTICS _message = MESSAGE_TEXT, _detail = PG_EXCEPTION_DETAIL,
                                 _hint = PG_EXCEPTION_HINT, _state = RETURNED_SQLSTATE,
                                 _context = PG_EXCEPTION_CONTEXT;
-        IF _message = 'error fetching next item from iterator' AND _detail <> '' THEN
-            _message := _detail;    -- PL/Python's word for a set-returning run's error, whose
-            _detail := '';          -- own message it moved to DETAIL
-        END IF;
         _message := pg_catalog.regexp_replace(_message, '^((plpy|spiexceptions)\\.[A-Za-z]+: )+', '');
         IF _state = '38000' AND _detail = '' THEN   -- an unexpected Python exception: keep where
             _detail := _context;                    -- it happened
@@ -555,6 +551,16 @@ WRAP = re.compile(r"^#WRAP anon\.(_[a-z0-9_]+)\((\w+) (\w+)\) RETURNS (SETOF )?(
                   r"(STABLE|VOLATILE|IMMUTABLE)( ROWS \d+)?$", re.MULTILINE)
 
 
+# a run that returns a set: PL/Python reports an error raised after its first row as "error
+# fetching next item from iterator", the error's own message moved to DETAIL
+RERAISE_SET = RERAISE.replace("""        _message := pg_catalog.regexp_replace(""", """\
+        IF _message = 'error fetching next item from iterator' AND _detail <> '' THEN
+            _message := _detail;
+            _detail := '';
+        END IF;
+        _message := pg_catalog.regexp_replace(""", 1)
+
+
 def clean_errors_wrapper(match: re.Match) -> str:
     name, arg, argtype, setof, returns, volatility, rows = match.groups()
     if setof:   # value per call from the run (a target-list SRF), into the wrapper's one tuplestore
@@ -571,7 +577,7 @@ DECLARE
 BEGIN
     BEGIN
         {statement}
-{RERAISE}
+{RERAISE_SET if setof else RERAISE}
 END
 $$;
 COMMENT ON FUNCTION anon.{name}({argtype}) IS

@@ -82,7 +82,7 @@ _schema_numbers = itertools.count()
 @contextlib.contextmanager
 def _fresh_schema(db, name):
     """Create schema ``name``; afterwards drop it together with every release made from its tables
-    and its release schema, and reset the shared connection's search_path."""
+    and its release schema, and reset the shared connection's search_path and build budget."""
     db.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
     yield name
     if db.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -100,6 +100,8 @@ def _fresh_schema(db, name):
     db.execute("DELETE FROM anon.release_schemas WHERE schema_name = %s", (released_in,))
     db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
     db.execute("RESET search_path")
+    # a budget a test set on the shared connection would send later tests' builds out of core
+    db.execute("RESET plpy_anon.build_memory")
 
 
 def _schema_name(node_name: str) -> str:
