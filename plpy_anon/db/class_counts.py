@@ -154,7 +154,10 @@ def stored_texts_query(plpy, storage: Storage, qis, sensitive) -> str:
             f", coalesce(pg_catalog.cardinality({c}) - pg_catalog.cardinality("
             f"pg_catalog.array_remove({c}, NULL)), 0)::int8 AS z{i}"
             f", pg_catalog.array_to_string({c}, E'\\x01') AS t{i}")
-    return f"SELECT ({storage.rows})::int8 AS n{''.join(columns)} FROM {storage.relation} AS s"
+    # a stored class of no rows (a version that publishes none of a group) is no class the
+    # view shows
+    return (f"SELECT ({storage.rows})::int8 AS n{''.join(columns)} FROM {storage.relation} AS s "
+            f"WHERE ({storage.rows}) > 0")
 
 
 #: the type (with its modifier) and the collation other than the default of a stored column
@@ -516,7 +519,8 @@ def classes_merge(plpy, storage: Storage, qis, work_mem: str) -> bool:
     the view, whose GROUP BY merges them."""
     group = ", ".join(f"s.{ident(plpy, q)}" for q in qis)
     with local_settings(plpy, work_mem=work_mem, enable_sort="off", jit="off"):
-        return plpy.execute(f"SELECT EXISTS (SELECT FROM {storage.relation} AS s GROUP BY {group} "
+        return plpy.execute(f"SELECT EXISTS (SELECT FROM {storage.relation} AS s "
+                            f"WHERE ({storage.rows}) > 0 GROUP BY {group} "
                             f"HAVING count(*) > 1) AS merge")[0]["merge"]
 
 

@@ -194,20 +194,24 @@ def record(plpy, release_id: int, run_stats: dict | None, *, method: ReleaseMeth
         # outside a create or refresh call: its own seconds
         clock = timing.current()
         seconds = clock.figures()["seconds"] if clock is not None else stats.get("seconds")
+        # k as the released rows have it, where the check counted their classes (a version of
+        # no rows has none), else as the run made it
+        counted = figures is not None and "smallest_class" in figures
+        achieved_k = figures["smallest_class"] if counted else stats.get("achieved_k")
         run(plpy, """
             UPDATE anon.releases SET
                 refreshed_at = pg_catalog.clock_timestamp(),
                 refresh_seconds = $2,
                 row_count = coalesce($3, row_count),
-                achieved_k = coalesce($4, achieved_k),
+                achieved_k = CASE WHEN $7 THEN $4 ELSE coalesce($4, achieved_k) END,
                 metrics = coalesce($5, metrics),
                 verified = $6 IS NOT NULL, verification = $6,
                 last_error = NULL, last_error_at = NULL
             WHERE release_id = $1 RETURNING *""",
-            ["int4", "float8", "int8", "int4", "jsonb", "jsonb"],
-            [release_id, seconds, stats.get("row_count"), stats.get("achieved_k"),
+            ["int4", "float8", "int8", "int4", "jsonb", "jsonb", "bool"],
+            [release_id, seconds, stats.get("row_count"), achieved_k,
              jsonb_text(stats["metrics"]) if "metrics" in stats else None,
-             json.dumps(figures) if figures is not None else None])
+             json.dumps(figures) if figures is not None else None, counted])
         risk.store_report(plpy, release_id, report)
         return by_id(plpy, release_id)
 

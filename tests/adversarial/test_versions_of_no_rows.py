@@ -58,9 +58,6 @@ def test_versions_after_a_version_of_no_rows_keep_k_and_l_and_pin_no_one(db, sch
         assert row_count == 0 and withdrawn > 0
 
 
-@pytest.mark.xfail(strict=True, reason="a version of no rows is recorded with the achieved_k of "
-                   "the grouping it withdrew (5 for seed 2047) in anon.release_status and "
-                   "anon.refresh_history: no released class has it")
 def test_a_version_of_no_rows_claims_no_achieved_k(db, schema):
     sequence = Sequence(db, schema, 2047, follows="", heavy=True)
     seen = watched(db, sequence)
