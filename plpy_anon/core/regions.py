@@ -11,8 +11,9 @@ cannot be cut) is then fitted in memory by the ordinary estimator, one region at
 Rules, as in the in-memory fit:
 
 * a region of ``rows >= 2k`` may be cut; its QIs are ranked by normalized spread (numeric: the
-  region's range over the table's; categorical: distinct values, NULL counted, minus one over
-  the table's), largest first, ties by position; spread 0 is never tried;
+  region's range over the table's, 1 when it holds NULL and values; categorical: distinct
+  values, NULL counted, minus one over the table's), largest first, ties by position; spread 0
+  is never tried;
 * on a QI, with NULL ordered lowest and ``v`` the value at position ``rows // 2``, the
   candidates are ``left = {x < v}`` and ``left = {x <= v}`` (NULL always left; when ``v`` is
   NULL, the one candidate is ``left = {x IS NULL}``); a candidate is allowable when both sides
@@ -24,9 +25,11 @@ The whole top of the tree may also be chosen at once on a sample of the source b
 leaves allow it (:func:`counted_regions`).
 
 Every count is exact, so k (and distinct l) hold whatever the medians: a region's cut is made
-only when both sides, counted over the whole source, keep them. Categorical QIs are cut here
-in their type's order (the in-memory fit orders them by frequency): the releases differ, the
-guarantees do not. Hierarchy columns and QIs of a type without an order are not cut here.
+only when both sides, counted over the whole source, keep them. A categorical QI is cut at the
+top of a sampled tree in the order the in-memory fit codes it (by frequency, its values'
+positions: :func:`frequency_order`) when the table's counts of its values are read, else (and
+level by level) in its type's order: the releases differ, the guarantees do not. Hierarchy
+columns and QIs of a type without an order are not cut here.
 """
 from __future__ import annotations
 
@@ -67,11 +70,20 @@ class QIStats:
     low: float | None = None
     high: float | None = None
     distinct: int | None = None
+    #: categorical, the table's: its values' texts (None: NULL) in the in-memory fit's code
+    #: order (:func:`frequency_order`), or None when not read
+    order: list | None = None
+    #: numeric: whether the region holds NULL too (its spread is then 1 if it holds a value)
+    has_null: bool = False
 
 
 def spread(stats: QIStats, whole: QIStats, numeric: bool) -> float:
-    """Normalized spread in [0, 1] of a region on one QI, ``whole`` being the table's figures."""
+    """Normalized spread in [0, 1] of a region on one QI, ``whole`` being the table's figures.
+    A numeric QI's NULL and values together spread 1, as the in-memory fit measures them
+    (core.generalize.SpreadMeasure), which so cuts NULL apart first."""
     if numeric:
+        if stats.has_null and stats.non_null > 0:
+            return 1.0
         if stats.low is None or stats.high is None or not stats.high > stats.low:
             return 0.0
         width = (whole.high - whole.low) if whole.low is not None else 0.0
@@ -250,7 +262,9 @@ def widened(enc, whole: QIStats | None):
     domain (``whole``: the table's figures), as in the in-memory fit of the whole table, so a
     region's fit ranks and cuts its QIs as that fit would. Numeric: the table's lowest and
     highest value added to the labels (codes of values move up by ``shift``, 0 or 1);
-    categorical: labels that no code uses (PHANTOM) up to the table's distinct values.
+    categorical: with the table's values in the whole-table fit's order (``whole.order``), the
+    region's codes in that order (:func:`in_table_order`), else labels that no code uses
+    (PHANTOM) up to the table's distinct values.
     Unchanged (shift 0) without figures, for hierarchies, and for non-finite extremes."""
     if whole is None or enc.hierarchy is not None:
         return enc, 0
@@ -273,11 +287,46 @@ def widened(enc, whole: QIStats | None):
                 codes[enc.codes == enc.null_code] = enc.null_code
         return EncodedColumn(enc.name, enc.kind, codes.astype(np.int32, copy=False), np.concatenate(parts),
                              enc.null_code), shift
+    if whole.order is not None:
+        recoded = in_table_order(enc, whole.order)
+        if recoded is not None:
+            return recoded, 0
     if whole.distinct is None or whole.distinct <= len(enc.labels):
         return enc, 0
     extra = np.array([PHANTOM * (i + 1) for i in range(whole.distinct - len(enc.labels))], dtype=object)
     return EncodedColumn(enc.name, enc.kind, enc.codes, np.concatenate([enc.labels, extra]),
                          enc.null_code), 0
+
+
+def frequency_order(counts) -> list:
+    """The texts of a categorical QI (None: NULL) in the order the in-memory fit codes them
+    (core.encoding: most frequent first, ties by text, NULL after texts of equal frequency),
+    from ``counts``: (text, rows) pairs of the whole table, a text possibly more than once."""
+    rows: dict = {}
+    for text, n in counts:
+        rows[text] = rows.get(text, 0) + int(n)
+    return sorted(rows, key=lambda t: (-rows[t], 1, "") if t is None else (-rows[t], 0, t))
+
+
+def in_table_order(enc, order: list):
+    """A region's categorical QI coded as the whole table's fit codes it: code i is ``order[i]``
+    (the table's values in that fit's order, :func:`frequency_order`), a value the region does
+    not hold a label no code uses (PHANTOM). Its median cuts then split the region's values as
+    the whole-table fit splits them: coded by the region's own frequencies, they follow the
+    region's sampling noise (NCP 4.7 % worse at 1M rows, 5 QIs, 8 regions). None when the
+    region holds a value ``order`` does not."""
+    position = {text: i for i, text in enumerate(order)}
+    try:
+        remap = np.fromiter((position[text] for text in enc.labels.tolist()), dtype=np.int32,
+                            count=len(enc.labels))
+    except KeyError:
+        return None
+    held = np.zeros(len(order), dtype=bool)
+    held[remap] = True
+    labels = np.array([text if held[i] else PHANTOM + str(i) for i, text in enumerate(order)],
+                      dtype=object)
+    null_code = None if enc.null_code is None else int(remap[enc.null_code])
+    return EncodedColumn(enc.name, enc.kind, remap[enc.codes], labels, null_code)
 
 
 @dataclass
@@ -307,7 +356,7 @@ class SampleColumn:
         low = int(ranks[ranks > 1].min()) if nulls else int(ranks.min())
         shift = 2 if self.has_null else 1
         return QIStats(ranks.size - nulls, float(self.values[low - shift]),
-                       float(self.values[int(ranks.max()) - shift]))
+                       float(self.values[int(ranks.max()) - shift]), has_null=nulls > 0)
 
 
 def distinct_ranks(ranks: np.ndarray, skip_zero: bool = False) -> int:
@@ -349,17 +398,24 @@ def _prefix_spreads(col: SampleColumn, whole: QIStats, ranks: np.ndarray) -> tup
         scale = whole.distinct - 1
         return np.maximum(left - 1, 0) / scale, np.maximum(right - 1, 0) / scale
     width = (whole.high - whole.low) if whole.low is not None else 0.0
-    if not math.isfinite(width) or width <= 0:
-        return np.zeros(n - 1), np.zeros(n - 1)
     shift = 2 if col.has_null else 1
-    x = np.full(n, np.nan)
     present = ranks >= shift
-    x[present] = col.values[ranks[present] - shift]
-    with np.errstate(invalid="ignore"):
-        lo, hi = np.fmin.accumulate(x), np.fmax.accumulate(x)
-        lo_r, hi_r = np.fmin.accumulate(x[::-1])[::-1], np.fmax.accumulate(x[::-1])[::-1]
-    left = np.nan_to_num(np.minimum((hi - lo) / width, 1.0))[:-1]
-    right = np.nan_to_num(np.minimum((hi_r - lo_r) / width, 1.0))[1:]
+    if not math.isfinite(width) or width <= 0:
+        left, right = np.zeros(n - 1), np.zeros(n - 1)
+    else:
+        x = np.full(n, np.nan)
+        x[present] = col.values[ranks[present] - shift]
+        with np.errstate(invalid="ignore"):
+            lo, hi = np.fmin.accumulate(x), np.fmax.accumulate(x)
+            lo_r, hi_r = np.fmin.accumulate(x[::-1])[::-1], np.fmax.accumulate(x[::-1])[::-1]
+        left = np.nan_to_num(np.minimum((hi - lo) / width, 1.0))[:-1]
+        right = np.nan_to_num(np.minimum((hi_r - lo_r) / width, 1.0))[1:]
+    if col.has_null:          # NULL and values together spread 1
+        null = ~present
+        both = np.logical_or.accumulate(null) & np.logical_or.accumulate(present)
+        both_r = (np.logical_or.accumulate(null[::-1]) & np.logical_or.accumulate(present[::-1]))[::-1]
+        left[both[:-1]] = 1.0
+        right[both_r[1:]] = 1.0
     return left, right
 
 

@@ -54,7 +54,7 @@ from plpy_anon.db import errors, guards, interrupts, method, release_rows, repub
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
 from plpy_anon.db.reader import read_expression
-from plpy_anon.db.sqltext import build_memory, jsonb, progress, run
+from plpy_anon.db.sqltext import build_memory, jsonb, progress, run, text_of
 from plpy_anon.spec import PrioritizedSettings, Promise, ReleaseSpec
 
 SETTING = "plpy_anon.build_memory"
@@ -191,6 +191,8 @@ class Source:
                                                  and orderable(plpy, c.display_type)) for c in qis]
         self.names = [catalog_ident(plpy, c.name) for c in qis]
         self.whole: list = [None] * len(qis)     # the table's QIStats (the first level's)
+        # per categorical QI cut at the top in the whole table's fit's order: its texts in it
+        self.by_frequency: dict[int, list] = {}
 
     def literal(self, a: int, value: str) -> str:
         """A cut value as a constant of the column's base type (a cast to a domain would run
@@ -198,13 +200,32 @@ class Source:
         qi = self.qis[a]
         return f"CAST({self.plpy.quote_literal(value)} AS {qi.base_display_type or qi.display_type})"
 
-    def left(self, a: int, value: str | None, strict: bool) -> str:
-        """SQL true on the left side of a cut (NULL lowest; never NULL itself)."""
+    def left(self, a: int, value: str | int | None, strict: bool) -> str:
+        """SQL true on the left side of a cut (NULL lowest; never NULL itself). An int ``value``
+        is a position in the QI's order of the whole table's fit (``self.by_frequency[a]``): the
+        left side is the values before it (``strict``) or up to it, NULL where its rows put it,
+        tested on their texts (C collation: the reader's texts, compared as bytes)."""
         c = self.names[a]
+        if isinstance(value, int):
+            order = self.by_frequency[a]
+            left = order[:value if strict else value + 1]
+            null_left = None in left
+            if 2 * len(left) <= len(order):
+                held = self._member(a, [t for t in left if t is not None])
+                return f"({c} IS NULL OR {held})" if null_left else held
+            held = self._member(a, [t for t in order[len(left):] if t is not None])
+            return f"(NOT {held})" if null_left else f"({c} IS NOT NULL AND NOT {held})"
         if value is None:
             return f"({c} IS NULL)"
         operator = "OPERATOR(pg_catalog.<)" if strict else "OPERATOR(pg_catalog.<=)"
         return f"({c} IS NULL OR {c} {operator} {self.literal(a, value)})"
+
+    def _member(self, a: int, texts: list) -> str:
+        """SQL true when QI ``a``'s text is one of ``texts`` (false for NULL)."""
+        elements = ",".join('"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"' for t in texts)
+        text = text_of(self.names[a], self.qis[a].builtin)
+        return (f"coalesce(({text}) COLLATE \"C\" OPERATOR(pg_catalog.=) ANY "
+                f"(CAST({self.plpy.quote_literal('{' + elements + '}')} AS pg_catalog.text[])), false)")
 
     def predicate(self, bounds) -> str:
         parts = []
@@ -340,7 +361,8 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
             if not src.cuttable[a]:
                 stats.append(None)
             elif src.numeric[a]:
-                stats.append(core.QIStats(int(r[f"nn{a}"]), r[f"lo{a}"], r[f"hi{a}"]))
+                stats.append(core.QIStats(int(r[f"nn{a}"]), r[f"lo{a}"], r[f"hi{a}"],
+                                          has_null=int(r[f"nn{a}"]) < int(r["n"])))
             else:
                 stats.append(core.QIStats(int(r[f"nn{a}"]), distinct=int(r[f"d{a}"])))
         out.append((int(r["n"]), stats))
@@ -530,14 +552,54 @@ def leaf_case(src: Source, node) -> str:
             f"ELSE {leaf_case(src, node.children[1])} END")
 
 
-def counted_leaves(src: Source, root, with_l: bool):
+#: a categorical QI of at most this many distinct values is coded in each region in the whole
+#: table's order (its values' texts and rows held once: core.regions.in_table_order)
+ORDER_VALUES = 50_000
+
+
+def categorical_orders(src: Source) -> dict:
+    """{QI: (the table's distinct values, NULL counted; its texts in the whole table's fit's
+    order, core.regions.frequency_order, or None above ORDER_VALUES)} of each categorical QI cut
+    at the top: one pass each, a hashed aggregate the planner may run in parallel workers. The
+    order is the one the top cuts follow and the regions' codes take (the texts the reader
+    reads)."""
+    out = {}
+    for a in range(len(src.qis)):
+        if not src.cuttable[a] or src.numeric[a]:
+            continue
+        c, text = src.names[a], text_of("x", src.qis[a].builtin)
+        query = (f"WITH g AS MATERIALIZED (SELECT {c} AS x, count(*) AS n FROM {src.members[0]} "
+                 f"GROUP BY {c}), d AS (SELECT count(*) AS d FROM g) "
+                 f"SELECT d.d, CASE WHEN d.d <= {ORDER_VALUES} THEN "
+                 f"(SELECT array_agg({text} ORDER BY x) FROM g) END AS t, "
+                 f"CASE WHEN d.d <= {ORDER_VALUES} THEN (SELECT array_agg(n ORDER BY x) FROM g) "
+                 f"END AS n FROM d")
+        r = src.each(lambda rel, query=query: query)[0][0]
+        out[a] = (int(r["d"]), None if r["t"] is None else core.frequency_order(zip(r["t"], r["n"])))
+    return out
+
+
+def by_frequency(column, order: list):
+    """A categorical QI's sample column ranked in the whole table's fit's order (``order``: its
+    texts, None for NULL) instead of its type's: rank i + 1 is ``order[i]``, its label the
+    position i (a cut's value: Source.left). None when the sample holds a text ``order`` lacks."""
+    position = {text: i for i, text in enumerate(order)}
+    texts = ([None] if column.has_null else []) + list(column.labels)
+    if any(t not in position for t in texts):
+        return None
+    ranks = np.asarray([position[t] + 1 for t in texts], dtype=np.int32)
+    return core.SampleColumn(ranks[column.ranks - 1], False, list(range(len(order))))
+
+
+def counted_leaves(src: Source, root, with_l: bool, categorical: dict):
     """({leaf: rows}, {leaf: distinct values per sensitive column}, the table's QIStats per QI)
     of a sampled tree, exact: ONE pass grouped by leaf (rows, non-NULL counts, numeric
     extremes; with l, grouped by leaf and the first sensitive column's value first, whose
     groups per leaf are its distinct values), then, with more sensitive columns, one such pass
-    per column, and one per categorical QI for the table's distinct values (NULL counted). Each
-    is a hashed aggregate the planner may run in parallel workers (grouping sets, which
-    computed them in one pass, take no parallel plan: 11 s against 5 s at 10M rows)."""
+    per column (``categorical``: :func:`categorical_orders`, the table's figures of its
+    categorical QIs). Each is a hashed aggregate the planner may run in parallel workers
+    (grouping sets, which computed them in one pass, take no parallel plan: 11 s against 5 s at
+    10M rows)."""
     cut = [a for a in range(len(src.qis)) if src.cuttable[a]]
     sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive] if with_l else []
     columns = ", ".join(src.read_columns(with_l))
@@ -573,11 +635,9 @@ def counted_leaves(src: Source, root, with_l: bool):
                  f"GROUP BY 1, 2) AS y GROUP BY leaf")
         for r in src.each(lambda rel, query=query: query)[0]:
             distinct.setdefault(int(r["leaf"]), [0] * len(sens))[j] = int(r["d"])
-    for a in cut:
-        if not src.numeric[a]:
-            c = src.names[a]
-            query = f"SELECT count(*) AS d FROM (SELECT {c} FROM {src.members[0]} GROUP BY {c}) AS v"
-            figures[f"d{a}"] = int(src.each(lambda rel, query=query: query)[0][0]["d"])
+    for a, (d, order) in categorical.items():
+        figures[f"d{a}"] = d
+        figures[f"o{a}"] = order
     whole = []
     for a in range(len(src.qis)):
         if not src.cuttable[a]:
@@ -585,7 +645,8 @@ def counted_leaves(src: Source, root, with_l: bool):
         elif src.numeric[a]:
             whole.append(core.QIStats(figures.get(f"nn{a}", 0), figures.get(f"lo{a}"), figures.get(f"hi{a}")))
         else:
-            whole.append(core.QIStats(figures.get(f"nn{a}", 0), distinct=figures.get(f"d{a}", 0)))
+            whole.append(core.QIStats(figures.get(f"nn{a}", 0), distinct=figures.get(f"d{a}", 0),
+                                      order=figures.get(f"o{a}")))
     return rows, {leaf: tuple(d) for leaf, d in distinct.items()}, whole
 
 
@@ -626,6 +687,12 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     percent = min(100.0, 100.0 * sample_size(budget) / max(n, 1))
     with_sensitive = bool(l) or src.models is not None
     columns, sensitive, sampled = sample(src, percent, with_sensitive)
+    categorical = categorical_orders(src)
+    for a, (_, order) in categorical.items():
+        ranked = None if order is None else by_frequency(columns[a], order)
+        if ranked is not None:
+            columns[a] = ranked
+            src.by_frequency[a] = order
     t1 = time.monotonic()
     scale = n / max(sampled, 1)
     smallest = n // MAX_REGIONS
@@ -638,7 +705,7 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     root = core.sample_tree(columns, sensitive, k, l, stop, MAX_LEVELS, src.rank, guide, src.split)
     del columns, sensitive
     t2 = time.monotonic()
-    rows, distinct, whole = counted_leaves(src, root, bool(l))
+    rows, distinct, whole = counted_leaves(src, root, bool(l), categorical)
     counts, exact = None, None
     if src.models is not None:
         counts = value_counts(src, root)

@@ -91,6 +91,47 @@ def test_widened_categorical_column_counts_the_tables_values():
     assert list(wide.labels[:3]) == list(enc.labels)
 
 
+@given(table=st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d", "e", "f"])),
+                      min_size=1, max_size=200), data=st.data())
+def test_region_coded_in_the_tables_order_has_the_whole_table_fits_codes(table, data):
+    """A region's categorical QI coded in the table's order (its texts and rows counted by the
+    database) has, row for row, the codes the whole table's encoding gives: the region's fit
+    cuts its values where the whole-table fit would; values it lacks are labels no code uses."""
+    rows = sorted(data.draw(st.sets(st.integers(0, len(table) - 1), min_size=1)))
+    uniques = sorted({v for v in table if v is not None})
+    factor = np.array([-1 if v is None else uniques.index(v) for v in table])
+    whole = encode_factorized("c", factor, uniques)
+    counts = [(v, table.count(v)) for v in uniques] + ([(None, table.count(None))] if None in table else [])
+    order = regions.frequency_order(counts[::-1] + [(counts[0][0], 0)])   # any order, split counts
+    assert order == list(whole.labels)
+    part = [table[i] for i in rows]
+    held = sorted({v for v in part if v is not None})
+    region = encode_factorized("c", np.array([-1 if v is None else held.index(v) for v in part]), held)
+    coded, shift = regions.widened(region, regions.QIStats(len(table), distinct=len(order), order=order))
+    assert shift == 0 and (coded.codes == whole.codes[rows]).all()
+    assert (coded.null_code is None) == (None not in part)
+    used = set(coded.codes.tolist())
+    for code, label in enumerate(coded.labels):
+        assert (label == whole.labels[code]) if code in used else label.startswith(regions.PHANTOM)
+
+
+@given(values=st.lists(st.one_of(st.none(), st.integers(0, 30)), min_size=1, max_size=40),
+       table=st.tuples(st.integers(-5, 0), st.integers(30, 40)))
+def test_numeric_spread_of_a_region_is_the_in_memory_fits(values, table):
+    """A region's spread on a numeric QI, from its figures or a sample's ranks, is the spread the
+    in-memory fit measures on its codes: NULL and values together spread 1 (so both rank the
+    QI first and cut NULL apart), else the values' range over the table's."""
+    column = _sample_column(values, numeric=True)
+    whole = regions.QIStats(2, float(table[0]), float(table[1]))
+    got = regions.spread(column.stats(column.ranks), whole, numeric=True)
+    present = np.array([v for v in values if v is not None] + list(table), dtype=float)
+    mask = np.array([v is None for v in values] + [False, False])
+    enc = encode_numeric("a", np.where(mask, 0, present if present.size == mask.size else 0), mask)
+    codes = enc.codes[:len(values)]
+    expected = SpreadMeasure(enc)(np.array([codes.min()]), np.array([codes.max()]))[0]
+    assert math.isclose(got, expected, abs_tol=1e-12)
+
+
 def _sample_column(values: list, numeric: bool) -> regions.SampleColumn:
     """Ranks of ``values`` (None lowest) as the sample query gives them, labels their texts."""
     present = sorted({v for v in values if v is not None})

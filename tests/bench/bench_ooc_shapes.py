@@ -1,0 +1,133 @@
+"""NCP of out-of-core Mondrian releases against in-memory ones on tables of several shapes
+(plpy_anon/db/out_of_core.py: the top of the tree from a sample, then each region fitted in
+memory), each NCP also computed here from the released rows.
+
+Shapes (PLPY_ANON_SHAPES, default "syn5,syn6,adult"):
+
+* ``syn6``: the synthetic table of bench_mondrian.py at PLPY_ANON_SHAPES_ROWS rows (default
+  1,000,000; its data seed PLPY_ANON_SHAPES_SEED, default 0.42): 6 QIs age, zip, sex, segment,
+  income, visit, sensitive diagnosis;
+* ``syn5``: the same table with age sensitive: 5 QIs, three of them categorical;
+* ``adult``, ``adultN``: UCI Adult (30,162 rows; its rows N times), QIs age, workclass,
+  education, marital_status, occupation, race, sex, native_country, hours_per_week, sensitive
+  income (rows repeated N times form classes of their own for k <= N: NCP 0 both ways).
+
+Per shape and k (PLPY_ANON_SHAPES_K, default "10"), the in-memory release (default budget) and
+one out-of-core release per budget (PLPY_ANON_SHAPES_BUDGETS_<shape>, default 64MB and 16MB for
+the synthetic table, 2MB and 512kB for Adult, 16MB and 4MB for adultN): NCP from the metrics
+and from the rows, classes, regions, verified. Target: within 2 % relative.
+"""
+from __future__ import annotations
+
+import os
+
+from tests.bench.bench_mondrian import SYNTHETIC
+from tests.bench.common import adult, copy_frame, extension_db, markdown_table, results_dir
+
+ROWS = int(os.environ.get("PLPY_ANON_SHAPES_ROWS", "1000000"))
+SEED = os.environ.get("PLPY_ANON_SHAPES_SEED", "0.42")
+ADULT_QIS = ["age", "workclass", "education", "marital_status", "occupation", "race", "sex",
+             "native_country", "hours_per_week"]
+BUDGETS = {"syn": "64MB,16MB", "adult": "2MB,512kB", "adultN": "16MB,4MB"}
+
+
+def load(conn, shape: str):
+    """(table, QIs, sensitive column) of ``shape``, made in the database."""
+    if shape in ("syn5", "syn6"):
+        conn.execute("DROP TABLE IF EXISTS synthetic CASCADE")
+        conn.execute((SYNTHETIC % {"n": ROWS}).replace("setseed(0.42)", f"setseed({float(SEED)})"))
+        conn.execute("ALTER TABLE synthetic ADD PRIMARY KEY (id)")
+        conn.execute("VACUUM ANALYZE synthetic")
+        sensitive = "age" if shape == "syn5" else "diagnosis"
+        qis = [q for q in ["age", "zip", "sex", "segment", "income", "visit"] if q != sensitive]
+        return "synthetic", qis, sensitive
+    times = int(shape[len("adult"):] or 1)
+    df = adult()[[*ADULT_QIS, "income"]].copy()
+    df.insert(0, "id", range(1, len(df) + 1))
+    conn.execute("DROP TABLE IF EXISTS adult CASCADE")
+    copy_frame(conn, "adult", df, {c: "int" if c in ("id", "age", "hours_per_week") else "text"
+                                   for c in df.columns})
+    if times > 1:
+        columns = ", ".join([*ADULT_QIS, "income"])
+        conn.execute(f"INSERT INTO adult SELECT id + r * 100000, {columns} FROM adult, "
+                     f"generate_series(1, {times - 1}) r")
+    conn.execute("ALTER TABLE adult ADD PRIMARY KEY (id)")
+    conn.execute("VACUUM ANALYZE adult")
+    return "adult", ADULT_QIS, "income"
+
+
+def build(conn, table, qis, sensitive, k, budget):
+    conn.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget or "1GB",))
+    try:
+        release = conn.execute(
+            "SELECT anon.mondrian_view(%s, k => %s, quasi_identifiers => %s, sensitive => "
+            "ARRAY[%s], release_name => %s, replace => true)",
+            (table, k, qis, sensitive, "ooc" if budget else "mem")).fetchone()[0]
+    finally:
+        conn.execute("RESET plpy_anon.build_memory")
+    metrics, verified = conn.execute(
+        "SELECT r.metrics, s.verified FROM anon.releases r JOIN anon.release_status() s "
+        "ON s.release = format('%%I.%%I', r.release_schema, r.release_name) WHERE s.release = %s",
+        (release,)).fetchone()
+    return release, metrics, verified
+
+
+def ncp_from_rows(conn, release, table, qis) -> float:
+    """NCP % from the released rows: per QI the mean over rows of its class's spread (a range's
+    width over the table's; a set's values less one over the table's distinct values less one),
+    averaged over the QIs (the QIs of these tables hold no NULL)."""
+    parts = []
+    for q in qis:
+        kind = conn.execute(f"SELECT pg_typeof({q})::text FROM {release} LIMIT 1").fetchone()[0]
+        if kind.endswith("range"):
+            # discrete ranges are canonical [lower, upper): the highest value is upper - 1
+            high = f"(upper({q}) - 1)" if kind in ("int4range", "int8range", "daterange") else f"upper({q})"
+            whole = conn.execute(f"SELECT (max({q}) - min({q}))::float8 FROM {table}").fetchone()[0]
+            value = conn.execute(f"SELECT avg(({high} - lower({q}))::float8) / %s FROM {release}",
+                                 (whole,)).fetchone()[0]
+        else:
+            whole = conn.execute(f"SELECT count(DISTINCT {q}) - 1 FROM {table}").fetchone()[0]
+            value = conn.execute(f"SELECT avg(cardinality({q}) - 1)::float8 / %s FROM {release}",
+                                 (max(whole, 1),)).fetchone()[0]
+        parts.append(100 * float(value))
+    return sum(parts) / len(parts)
+
+
+def main() -> None:
+    shapes = os.environ.get("PLPY_ANON_SHAPES", "syn5,syn6,adult").split(",")
+    ks = [int(k) for k in os.environ.get("PLPY_ANON_SHAPES_K", "10").split(",")]
+    rows = []
+    with extension_db() as conn:
+        for shape in shapes:
+            table, qis, sensitive = load(conn, shape)
+            key = "syn" if shape.startswith("syn") else ("adult" if shape == "adult" else "adultN")
+            budgets = os.environ.get(f"PLPY_ANON_SHAPES_BUDGETS_{shape}", BUDGETS[key]).split(",")
+            for k in ks:
+                mem, mem_metrics, mem_ok = build(conn, table, qis, sensitive, k, None)
+                mem_rows = ncp_from_rows(conn, mem, table, qis)
+                for budget in budgets:
+                    ooc, metrics, ok = build(conn, table, qis, sensitive, k, budget)
+                    assert "out_of_core" in metrics, f"{shape} at {budget} was built in memory"
+                    ooc_rows = ncp_from_rows(conn, ooc, table, qis)
+                    rows.append([shape, f"{conn.execute(f'SELECT count(*) FROM {table}').fetchone()[0]:,}",
+                                 len(qis), k, budget, metrics["out_of_core"]["regions"],
+                                 round(mem_metrics["ncp_percent"], 4), round(metrics["ncp_percent"], 4),
+                                 round(mem_rows, 4), round(ooc_rows, 4),
+                                 f"{100 * (ooc_rows - mem_rows) / mem_rows:+.2f}" if mem_rows else "",
+                                 mem_metrics["n_classes"], metrics["n_classes"], mem_ok and ok])
+                    print(markdown_table(HEADERS, rows[-1:]), flush=True)
+                    conn.execute(f"SELECT anon.drop_release('{ooc}')")
+                conn.execute(f"SELECT anon.drop_release('{mem}')")
+    text = ("## NCP out of core against in memory, per shape\n\n"
+            + markdown_table(HEADERS, rows) + "\n")
+    print(text)
+    (results_dir() / "ooc_shapes.md").write_text(text)
+
+
+HEADERS = ["shape", "rows", "QIs", "k", "build_memory", "regions", "NCP % in memory (metrics)",
+           "NCP % out of core (metrics)", "NCP % in memory (rows)", "NCP % out of core (rows)",
+           "difference % (rows)", "classes in memory", "classes out of core", "both verified"]
+
+
+if __name__ == "__main__":
+    main()
