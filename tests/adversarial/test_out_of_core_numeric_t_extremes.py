@@ -51,7 +51,6 @@ VALUES = {
         "bigint", ("CASE WHEN coalesce(a, 0) < 40 THEN -9223372036854775808 + id % 3 "
                   "ELSE 9223372036854775807 - id % 3 END")),
 }
-SHARED_FLOAT8 = {"20-digit numerics", "int8's limits"}
 
 
 def table(db, values: str) -> None:
@@ -68,12 +67,7 @@ def release_t(db, schema, name: str, t: float) -> str:
 
 
 @pytest.mark.parametrize("t", [0.15, 0.35])
-@pytest.mark.parametrize("values", [
-    pytest.param(v, marks=pytest.mark.xfail(
-        strict=True, reason="values distinct in PostgreSQL that share a float8: the out-of-core "
-        "fit sees fewer values than the check, whose ordered EMD refuses the release it built "
-        "('report this'; int8's limits at t = 0.35 are released in memory)"))
-    if v in SHARED_FLOAT8 else v for v in VALUES])
+@pytest.mark.parametrize("values", list(VALUES))
 def test_every_class_of_a_numeric_column_out_of_core_is_within_t_by_the_released_rows(
         db, schema, values, t):
     table(db, values)

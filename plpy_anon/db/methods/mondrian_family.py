@@ -9,6 +9,7 @@ import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -130,9 +131,12 @@ def value_ordered_codes(column: TextColumnData) -> np.ndarray:
     """Codes of a numeric sensitive column (read as text) numbered in value order (NaN after
     numbers, as PostgreSQL sorts them), so that the ordered-distance EMD sees neighbours as
     neighbours; NULL stays -1 (no value: core.mondrian). The dictionary's strings are parsed once
-    each, not once per row."""
-    numbers = np.array([float(v) for v in column.dictionary], dtype=np.float64)
-    rank = np.unique(numbers, return_inverse=True)[1].ravel().astype(np.int64)  # NaN last
+    each, not once per row, as exact decimals: values PostgreSQL tells apart (20-digit numerics,
+    int8's limits) may share a float8, and the check ranks them apart."""
+    values = [Decimal(v) for v in column.dictionary]
+    numbers = sorted({v for v in values if not v.is_nan()})
+    rank_of = {v: i for i, v in enumerate(numbers)}          # equal values (1.0, 1.00): one rank
+    rank = np.array([len(numbers) if v.is_nan() else rank_of[v] for v in values], dtype=np.int64)
     table = np.append(rank, -1)                                          # code -1 (NULL): -1
     return table[column.codes]
 
