@@ -9,14 +9,16 @@ import pytest
 
 from tests.db.test_interrupts import LEARN, WITHIN, Running, canceled
 
-#: each: a query over (%s: the schema) making 100 statements or more of the workload
+#: each: a query over (%s: the schema) making 100 statements or more of the workload, enough
+#: that learning them all takes several times the 3 s before the cancel (100 OR chains of 2,400
+#: equalities learn in 0.9 s)
 WORKLOADS = {
     "OR chains of 2,400 equalities": (
         "SELECT format('SELECT a FROM %%I.t WHERE ' || string_agg(format('a = %%s', v + n), ' OR '), "
-        "%s::text) FROM generate_series(1, 2400) v, generate_series(1, 100) n GROUP BY n"),
+        "%s::text) FROM generate_series(1, 2400) v, generate_series(1, 1000) n GROUP BY n"),
     "parentheses 3,000 deep": (
         "SELECT format('SELECT a FROM %%I.t WHERE ' || repeat('(', 3000 + n) || 'a > 1' "
-        "|| repeat(')', 3000 + n), %s::text) FROM generate_series(1, 100) n"),
+        "|| repeat(')', 3000 + n), %s::text) FROM generate_series(1, 1000) n"),
     "subqueries 600 deep": (
         "SELECT format('SELECT a FROM ' || repeat('(SELECT a, b FROM ', 600 + n) || '%%I.t' "
         "|| repeat(' x WHERE b > 1)', 600 + n) || ' y', %s::text) FROM generate_series(1, 100) n"),
