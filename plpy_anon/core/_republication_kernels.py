@@ -143,8 +143,15 @@ def box_tree(low, high):
 def _boxes_meeting(low, high, order, node_low, node_high, first, last, left, lo, hi, out):
     """Writes to ``out`` the boxes (of :func:`box_tree`'s tree) whose span meets [``lo``,
     ``hi``] on every dimension; returns how many."""
+    return _boxes_meeting_on(low, high, order, node_low, node_high, first, last, left, lo, hi,
+                             out, np.empty(256, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _boxes_meeting_on(low, high, order, node_low, node_high, first, last, left, lo, hi, out,
+                      stack):
+    """:func:`_boxes_meeting` on the caller's ``stack`` (a walk a point, one stack for all)."""
     n_dims = lo.size
-    stack = np.empty(256, dtype=np.int64)
     stack[0] = 0
     top = 1
     count = 0
@@ -500,35 +507,8 @@ def points_in_boxes(start, points, query_low, query_high, low, high, is_set, mem
     for i in range(start, n_points):
         if count + found.size > out_p.size:
             return count, i
-        # :func:`_boxes_meeting`'s walk, its stack kept from point to point
-        m = 0
-        stack[0] = 0
-        top = 1
-        while top:
-            top -= 1
-            node = stack[top]
-            meets = True
-            for d in range(n_axes):
-                if node_high[node, d] < query_low[i, d] or node_low[node, d] > query_high[i, d]:
-                    meets = False
-                    break
-            if not meets:
-                continue
-            if left[node] < 0:
-                for t in range(first[node], last[node]):
-                    box = order[t]
-                    inside = True
-                    for d in range(n_axes):
-                        if span_high[box, d] < query_low[i, d] or span_low[box, d] > query_high[i, d]:
-                            inside = False
-                            break
-                    if inside:
-                        found[m] = box
-                        m += 1
-                continue
-            stack[top] = left[node]
-            stack[top + 1] = left[node] + 1
-            top += 2
+        m = _boxes_meeting_on(span_low, span_high, order, node_low, node_high, first, last,
+                              left, query_low[i], query_high[i], found, stack)
         for t in range(m):
             c = found[t]
             inside = True

@@ -337,13 +337,8 @@ def _stored_figures(plpy, query: str, storage: Storage, sensitive, index, ordere
         for i, s in enumerate(sensitive):
             if len(index[i]) != known[i]:
                 raise RuntimeError("the stored classes changed between the pass's two reads")
-            owner, vid, n = _class_pairs(cids - cids[0], *columns[i], ranks[i])
-            kept = vid >= 0                          # a NULL is no value (ClassCounts.known)
-            owner, vid, n = owner[kept], vid[kept], n[kept]
-            least = int(np.bincount(owner, minlength=len(cids)).min())
-            fewest[s] = least if fewest[s] is None else min(fewest[s], least)
-            if s in ranges:
-                ranges[s].add(owner, vid, n, len(cids))
+            _count_fetch(s, *_class_pairs(cids - cids[0], *columns[i], ranks[i]), len(cids),
+                         fewest, ranges)
         del columns
     figures = {}
     for s in sensitive:
@@ -683,15 +678,8 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
             per_class = max(1, int(rows_of_class.sum()) // len(batch))
             size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
         for i, s in enumerate(sensitive):
-            owner, vid, n = fetched_pairs(batch, cids - cids[0], i, s, counted)
-            known = vid >= 0                     # a NULL is no value (ClassCounts.known)
-            owner, vid, n = owner[known], vid[known], n[known]
-            least = int(np.bincount(owner, minlength=len(batch)).min())
-            fewest[s] = least if fewest[s] is None else min(fewest[s], least)
-            if s in ranges:
-                ranges[s].add(owner, vid, n, len(batch))
-            if checks.get(s) is not None:
-                checks[s].add(owner, vid, n, len(batch))
+            _count_fetch(s, *fetched_pairs(batch, cids - cids[0], i, s, counted), len(batch),
+                         fewest, ranges, checks)
         del batch
     cursor.close()
     sizes = np.array(sorted(histogram), dtype=np.int64)
@@ -704,6 +692,19 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
         if s in checks:
             figures[s]["models"] = checks[s]
     return sizes, classes, figures
+
+
+def _count_fetch(column: str, owner: np.ndarray, vid: np.ndarray, n: np.ndarray, classes: int,
+                 fewest: dict, ranges: dict, checks: dict | None = None) -> None:
+    """One fetch's (class, value id, rows) of ``column`` over its ``classes`` classes counted
+    into the figures: the fewest distinct values, the ranges, the models' check."""
+    known = vid >= 0                             # a NULL is no value (ClassCounts.known)
+    owner, vid, n = owner[known], vid[known], n[known]
+    least = int(np.bincount(owner, minlength=classes).min())
+    fewest[column] = least if fewest[column] is None else min(fewest[column], least)
+    for figures in (ranges.get(column), (checks or {}).get(column)):
+        if figures is not None:
+            figures.add(owner, vid, n, classes)
 
 
 def fetched_pairs(batch, cids: np.ndarray, i: int, column: str,

@@ -18,14 +18,21 @@ from tests.helpers import (
 )
 
 QIS = ["age", "sex", "zip"]
-PATIENTS = """
+
+
+def patients_sql(rows: int) -> str:
+    """A table of ``rows`` patients (id, age, sex, zip, dx: 12 values), drawn by hashes."""
+    return f"""
 CREATE TABLE patients (id int PRIMARY KEY, age int, sex text, zip int, dx text);
 INSERT INTO patients
 SELECT i, 20 + (hashtext('a' || i) & 1023) % 60, (ARRAY['F', 'M'])[1 + (hashtext('s' || i) & 1)],
        10000 + (hashtext('z' || i) & 1023) % 40,
        'dx' || ((hashtext('d' || i) & 1023) % 12)
-FROM generate_series(1, 2000) i;
+FROM generate_series(1, {rows}) i;
 """
+
+
+PATIENTS = patients_sql(2000)
 
 
 def keep_version(db, release: str, version: int) -> None:

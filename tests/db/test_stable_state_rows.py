@@ -8,17 +8,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from tests.db.test_republication import QIS, candidates_left, churn, keep_version
+from tests.db.test_republication import QIS, candidates_left, churn, keep_version, patients_sql
 from tests.helpers import class_sizes, create_release, distinct_sensitive_per_class
 
-PATIENTS = """
-CREATE TABLE patients (id int PRIMARY KEY, age int, sex text, zip int, dx text);
-INSERT INTO patients
-SELECT i, 20 + (hashtext('a' || i) & 1023) % 60, (ARRAY['F', 'M'])[1 + (hashtext('s' || i) & 1)],
-       10000 + (hashtext('z' || i) & 1023) % 40,
-       'dx' || ((hashtext('d' || i) & 1023) % 12)
-FROM generate_series(1, 600) i;
-"""
+PATIENTS = patients_sql(600)
 #: a budget whose rows hold the fewest people a row may (16)
 TINY = "1kB"
 #: per state row of the release: its people, its held back people, its candidate sets, its chunk
