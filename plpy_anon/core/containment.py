@@ -115,6 +115,10 @@ def contained(axes: list[Axis], n_points: int, n_classes: int,
 FOUND_CHUNK = 1 << 20
 
 
+#: points searched a call of the compiled kernel, between two checks of a pending cancel
+POINTS_A_CALL = 1 << 16
+
+
 def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int):
     """:func:`contained` on the compiled kernel (core._republication_kernels.points_in_boxes):
     the classes' boxes in a tree, each point's query box searched in it, its candidates tested
@@ -149,9 +153,10 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int):
     while start < n_points:
         check_interrupts()
         buf_p, buf_c = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-        count, start = kern.points_in_boxes(start, points, query_low, query_high, low, high, is_set,
-                                            members, offsets, widths, span_low, span_high, *tree,
-                                            found, buf_p, buf_c)
+        end = min(n_points, start + POINTS_A_CALL)           # the points' rows up to ``end``
+        count, start = kern.points_in_boxes(start, points[:end], query_low[:end],
+                                            query_high[:end], low, high, is_set, members, offsets,
+                                            widths, span_low, span_high, *tree, found, buf_p, buf_c)
         out_p.append(visit[buf_p[:count]])
         out_c.append(buf_c[:count])
     return np.concatenate(out_p), np.concatenate(out_c)

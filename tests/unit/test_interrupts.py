@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.core import interrupts, stable_sort
+from plpy_anon.core import containment, interrupts, stable_sort
 from plpy_anon.core import mondrian as mondrian_module
 from plpy_anon.core.containment import ANY, Axis, contained
 from plpy_anon.core.encoding import encode_numeric
@@ -100,7 +100,8 @@ def test_the_stable_merges_check_and_stop_when_interrupted():
         stable_partition(*args)
 
 
-def test_matching_people_to_classes_checks_per_level_and_stops_when_interrupted():
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_matching_people_to_classes_checks_per_level_and_stops_when_interrupted(engine, monkeypatch):
     rng = np.random.default_rng(4)
     n, c = 20_000, 2_000
     # classes: disjoint tiles of one axis; people anywhere, some of any value on the other
@@ -108,12 +109,15 @@ def test_matching_people_to_classes_checks_per_level_and_stops_when_interrupted(
     axes = [Axis(rng.integers(1, c * 10, n), low, low + 9),
             Axis(np.where(rng.random(n) < 0.1, ANY, rng.integers(1, 5, n)),
                  np.ones(c, dtype=np.int64), np.full(c, 4))]
+    # the compiled search checks every POINTS_A_CALL points: 20 calls here
+    monkeypatch.setattr(containment, "POINTS_A_CALL", 1_000)
+    contained(axes[:1], 10, c, engine=engine)           # the kernels loaded before counting
     counted = Counting()
     with interrupts.checking(counted):
-        contained(axes, n, c)
-    assert counted.calls >= 10                          # each level of the split, each axis
+        contained(axes, n, c, engine=engine)
+    assert counted.calls >= 10          # each level of the split, each axis; each call
     with interrupts.checking(Counting(counted.calls)), pytest.raises(Interrupted):
-        contained(axes, n, c)
+        contained(axes, n, c, engine=engine)
 
 
 def test_learning_checks_per_statement_and_stops_when_interrupted():
