@@ -329,25 +329,18 @@ def _stored_figures(plpy, query: str, storage: Storage, sensitive, index, ordere
                   ordered=ordered[s], c=c)
               for i, s in enumerate(sensitive) if s in ordered}
     fewest: dict[str, int | None] = dict.fromkeys(sensitive)
-    histogram: dict[int, int] = {}
+    histograms = []
     # second pass: each fetch counted into the figures
     for cids, rows, _, columns in _stored_fetches(plpy, query, sensitive, index):
-        for value, number in zip(*np.unique(rows, return_counts=True)):
-            histogram[int(value)] = histogram.get(int(value), 0) + int(number)
+        histograms.append(_histogram([rows]))
         for i, s in enumerate(sensitive):
             if len(index[i]) != known[i]:
                 raise RuntimeError("the stored classes changed between the pass's two reads")
             _count_fetch(s, *_class_pairs(cids - cids[0], *columns[i], ranks[i]), len(cids),
                          fewest, ranges)
         del columns
-    figures = {}
-    for s in sensitive:
-        figures[s] = {"fewest_distinct": fewest[s]}
-        if s in ranges:
-            figures[s].update(ordered=ordered[s], c=c, figures=ranges[s].figures())
-    sizes = np.array(sorted(histogram), dtype=np.int64)
-    return (sizes, np.array([histogram[x] for x in sizes.tolist()], dtype=np.int64), {}, figures,
-            _distinct(hashes))
+    return (*_merged_histograms(histograms), {},
+            _streamed_figures(sensitive, fewest, ranges, ordered, c), _distinct(hashes))
 
 
 def class_query(plpy, relation: str, qis, sensitive, *, as_text=(), grouped: str | None = None,
@@ -641,7 +634,7 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
     given the table's rows per value id, their check: core.privacy_models.ClassCheck, under
     ``models``, None for a column without a value) and let go, so what is held is one fetch and
     the class-size histogram, whatever the number of classes."""
-    histogram: dict[int, int] = {}
+    histograms: list = []           # a fetch's (sizes, classes of each size) each
     fewest = dict.fromkeys(sensitive)
     ranges: dict = {}
     checks: dict = {}
@@ -672,8 +665,7 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
             raise RuntimeError("the class pass did not return its classes in order")
         following += len(batch)
         rows_of_class = np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch))
-        for value, number in zip(*np.unique(rows_of_class, return_counts=True)):
-            histogram[int(value)] = histogram.get(int(value), 0) + int(number)
+        histograms.append(_histogram([rows_of_class]))
         if not counted:
             per_class = max(1, int(rows_of_class.sum()) // len(batch))
             size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // per_class))
@@ -682,16 +674,31 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
                          fewest, ranges, checks)
         del batch
     cursor.close()
-    sizes = np.array(sorted(histogram), dtype=np.int64)
-    classes = np.array([histogram[x] for x in sorted(histogram)], dtype=np.int64)
+    return (*_merged_histograms(histograms),
+            _streamed_figures(sensitive, fewest, ranges, ordered, c, checks))
+
+
+def _merged_histograms(histograms: list) -> tuple[np.ndarray, np.ndarray]:
+    """(sizes, classes of each size) of several fetches' histograms (:func:`_histogram`)."""
+    if not histograms:
+        return _histogram([])
+    sizes = np.concatenate([h[0] for h in histograms])
+    merged, at = np.unique(sizes, return_inverse=True)
+    return merged, np.bincount(at.ravel(), weights=np.concatenate([h[1] for h in histograms]),
+                               minlength=merged.size).astype(np.int64)
+
+
+def _streamed_figures(sensitive, fewest: dict, ranges: dict, ordered: dict, c: float,
+                      checks: dict | None = None) -> dict:
+    """A bounded pass's figures per sensitive column (ClassCounts.streamed)."""
     figures = {}
     for s in sensitive:
         figures[s] = {"fewest_distinct": fewest[s]}
         if s in ranges:
             figures[s].update(ordered=ordered[s], c=c, figures=ranges[s].figures())
-        if s in checks:
+        if checks and s in checks:
             figures[s]["models"] = checks[s]
-    return sizes, classes, figures
+    return figures
 
 
 def _count_fetch(column: str, owner: np.ndarray, vid: np.ndarray, n: np.ndarray, classes: int,

@@ -80,11 +80,6 @@ WHERE c.relkind IN ('r', 'f')
 ORDER BY c.oid"""
 
 
-def budget_bytes(plpy) -> int:
-    """``plpy_anon.build_memory`` in bytes (sqltext.build_memory)."""
-    return build_memory(plpy)
-
-
 #: the release methods whose partitioning run may go out of core
 METHODS = ("mondrian", "prioritized_mondrian")
 
@@ -865,7 +860,7 @@ def planned(release_method, plpy, release: dict, estimated: bool = False):
     if not takes_path(spec):
         return None
     tbl, qis, sens = release_columns(plpy, release, spec.promise)
-    budget = budget_bytes(plpy)
+    budget = build_memory(plpy)
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
     n = -1
     if estimated:
