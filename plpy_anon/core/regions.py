@@ -170,6 +170,13 @@ def choose(rows: int, k: int, l: int | None, strict: Candidate | None,
     return not min(ok)[1]
 
 
+def held_by(models, left: list, counts: list) -> bool:
+    """Whether both sides of a cut hold ``models`` (``models(counts)``: entropy or recursive l,
+    t-closeness), ``left`` being its left side's rows per sensitive value and ``counts`` its
+    region's (an array per sensitive column each)."""
+    return bool(models(left)) and bool(models([c - x for c, x in zip(counts, left)]))
+
+
 def fits(rows: int, bytes_per_row: int, budget: int) -> bool:
     """Whether a region's rows, read and fitted in memory, fit the budget (an estimate)."""
     return rows * bytes_per_row <= budget
