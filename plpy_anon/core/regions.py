@@ -25,10 +25,10 @@ The whole top of the tree may also be chosen at once on a sample of the source b
 leaves allow it (:func:`counted_regions`).
 
 Every count is exact, so k (and distinct l) hold whatever the medians: a region's cut is made
-only when both sides, counted over the whole source, keep them. A categorical QI is cut at the
-top of a sampled tree in the order the in-memory fit codes it (by frequency, its values'
-positions: :func:`frequency_order`) when the table's counts of its values are read, else (and
-level by level) in its type's order: the releases differ, the guarantees do not. Hierarchy
+only when both sides, counted over the whole source, keep them. A categorical QI is cut in
+the order the in-memory fit codes it (by frequency, its values' positions:
+:func:`frequency_order`) when the table's counts of its values are read, else in its type's
+order: the releases differ, the guarantees do not. Hierarchy
 columns and QIs of a type without an order are not cut here.
 """
 from __future__ import annotations

@@ -31,9 +31,12 @@ is verified from its rows as every other one (verify.py).
 
 Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
 recursive l and t-closeness (categorical or numeric) are checked on each leaf's exact value
-counts (value_counts; with t each region fitted within the room its distance to the table
-leaves below t: core.regions.region_t), and the utility split cuts the sampled tree by its own
-rule, these with a sampled top only. Not taken (the in-memory path runs, whatever the size):
+counts (value_counts; level by level, on a sharded source, each side's: side_value_counts; with
+t each region fitted within the room its distance to the table leaves below t:
+core.regions.region_t), and the utility split cuts the sampled tree by its own rule (level by
+level, by the median rule, its regions fitted by it). Categorical QIs are cut in the in-memory
+fit's order (by frequency) at the top and level by level (categorical_orders). Not taken (the
+in-memory path runs, whatever the size):
 the stable refresh mode, and prioritized Mondrian with the utility split, information gain or
 workload cut points, whose cuts the counts here do not decide.
 """

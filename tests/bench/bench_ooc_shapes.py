@@ -15,12 +15,22 @@ Shapes (PLPY_ANON_SHAPES, default "syn5,syn6,adult"):
 Per shape and k (PLPY_ANON_SHAPES_K, default "10"), the in-memory release (default budget) and
 one out-of-core release per budget (PLPY_ANON_SHAPES_BUDGETS_<shape>, default 64MB and 16MB for
 the synthetic table, 2MB and 512kB for Adult, 16MB and 4MB for adultN): NCP from the metrics
-and from the rows, classes, regions, verified. Target: within 2 % relative.
+and from the rows, classes, regions, verified, and the out-of-core backend's VmHWM (MiB, its
+release's ``memory_mib``). Target: within 2 % relative.
+
+``PLPY_ANON_SHAPES_SHARDED=1``: the out-of-core releases are built from the same rows held by
+two other local clusters (split by ``id % 2``), read through a partitioned table of postgres_fdw
+foreign tables, so their top cuts are made level by level from the shards' aggregates (the
+in-memory release is the local table's).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
+import psycopg
+
+from plpy_anon.cluster import ThrowawayCluster
 from tests.bench.bench_mondrian import SYNTHETIC
 from tests.bench.common import adult, copy_frame, extension_db, markdown_table, results_dir
 
@@ -56,15 +66,48 @@ def load(conn, shape: str):
     return "adult", ADULT_QIS, "income"
 
 
+@contextlib.contextmanager
+def sharded_copy(conn, table: str):
+    """``<table>_sharded``: the rows of ``table`` on two throwaway clusters (``id % 2``), read
+    through a partitioned table of postgres_fdw foreign tables."""
+    columns = ", ".join(f"{name} {kind}" for name, kind in conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (table,)).fetchall())
+    conn.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw")
+    conn.execute(f"DROP TABLE IF EXISTS {table}_sharded CASCADE")
+    conn.execute(f"CREATE TABLE {table}_sharded ({columns}) PARTITION BY LIST ((id % 2))")
+    with ThrowawayCluster() as s0, ThrowawayCluster() as s1:
+        for i, shard in enumerate((s0, s1)):
+            with psycopg.connect(shard.dsn(), autocommit=True) as remote:
+                remote.execute(f"CREATE TABLE part ({columns}, PRIMARY KEY (id))")
+                with conn.cursor().copy(f"COPY (SELECT * FROM {table} WHERE id % 2 = {i}) TO STDOUT") as out, \
+                        remote.cursor().copy("COPY part FROM STDIN") as into:
+                    for block in out:
+                        into.write(block)
+                remote.execute("VACUUM ANALYZE part")
+            conn.execute(f"CREATE SERVER shard{i} FOREIGN DATA WRAPPER postgres_fdw "
+                         f"OPTIONS (host '{shard.socket_dir}', dbname 'postgres')")
+            conn.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER shard{i} OPTIONS (user 'postgres')")
+            conn.execute(f"CREATE FOREIGN TABLE {table}_shard{i} PARTITION OF {table}_sharded "
+                         f"FOR VALUES IN ({i}) SERVER shard{i} "
+                         f"OPTIONS (schema_name 'public', table_name 'part')")
+        try:
+            yield f"{table}_sharded"
+        finally:
+            conn.execute(f"DROP TABLE {table}_sharded CASCADE")
+            for i in range(2):
+                conn.execute(f"DROP SERVER shard{i} CASCADE")
+
+
 def build(conn, table, qis, sensitive, k, budget):
-    conn.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget or "1GB",))
-    try:
-        release = conn.execute(
+    # a fresh backend per build: its VmHWM (the release's memory_mib) is this build's own
+    with psycopg.connect(conn.info.dsn, autocommit=True) as fresh:
+        fresh.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget or "1GB",))
+        release = fresh.execute(
             "SELECT anon.mondrian_view(%s, k => %s, quasi_identifiers => %s, sensitive => "
             "ARRAY[%s], release_name => %s, replace => true)",
             (table, k, qis, sensitive, "ooc" if budget else "mem")).fetchone()[0]
-    finally:
-        conn.execute("RESET plpy_anon.build_memory")
     metrics, verified = conn.execute(
         "SELECT r.metrics, s.verified FROM anon.releases r JOIN anon.release_status() s "
         "ON s.release = format('%%I.%%I', r.release_schema, r.release_name) WHERE s.release = %s",
@@ -100,13 +143,16 @@ def main() -> None:
     with extension_db() as conn:
         for shape in shapes:
             table, qis, sensitive = load(conn, shape)
+            sharded = os.environ.get("PLPY_ANON_SHAPES_SHARDED") == "1"
+            source = contextlib.ExitStack()
+            ooc_table = source.enter_context(sharded_copy(conn, table)) if sharded else table
             key = "syn" if shape.startswith("syn") else ("adult" if shape == "adult" else "adultN")
             budgets = os.environ.get(f"PLPY_ANON_SHAPES_BUDGETS_{shape}", BUDGETS[key]).split(",")
             for k in ks:
                 mem, mem_metrics, mem_ok = build(conn, table, qis, sensitive, k, None)
                 mem_rows = ncp_from_rows(conn, mem, table, qis)
                 for budget in budgets:
-                    ooc, metrics, ok = build(conn, table, qis, sensitive, k, budget)
+                    ooc, metrics, ok = build(conn, ooc_table, qis, sensitive, k, budget)
                     assert "out_of_core" in metrics, f"{shape} at {budget} was built in memory"
                     ooc_rows = ncp_from_rows(conn, ooc, table, qis)
                     rows.append([shape, f"{conn.execute(f'SELECT count(*) FROM {table}').fetchone()[0]:,}",
@@ -114,10 +160,13 @@ def main() -> None:
                                  round(mem_metrics["ncp_percent"], 4), round(metrics["ncp_percent"], 4),
                                  round(mem_rows, 4), round(ooc_rows, 4),
                                  f"{100 * (ooc_rows - mem_rows) / mem_rows:+.2f}" if mem_rows else "",
-                                 mem_metrics["n_classes"], metrics["n_classes"], mem_ok and ok])
+                                 mem_metrics["n_classes"], metrics["n_classes"], mem_ok and ok,
+                                 max((m.get("peak", 0) for m in metrics.get("memory_mib", {}).values()
+                                      if isinstance(m, dict)), default="")])
                     print(markdown_table(HEADERS, rows[-1:]), flush=True)
                     conn.execute(f"SELECT anon.drop_release('{ooc}')")
                 conn.execute(f"SELECT anon.drop_release('{mem}')")
+            source.close()
     text = ("## NCP out of core against in memory, per shape\n\n"
             + markdown_table(HEADERS, rows) + "\n")
     print(text)
@@ -126,7 +175,8 @@ def main() -> None:
 
 HEADERS = ["shape", "rows", "QIs", "k", "build_memory", "regions", "NCP % in memory (metrics)",
            "NCP % out of core (metrics)", "NCP % in memory (rows)", "NCP % out of core (rows)",
-           "difference % (rows)", "classes in memory", "classes out of core", "both verified"]
+           "difference % (rows)", "classes in memory", "classes out of core", "both verified",
+           "VmHWM MiB out of core"]
 
 
 if __name__ == "__main__":

@@ -682,6 +682,17 @@ def test_source_sharded_through_postgres_fdw_is_released_with_its_aggregates_run
     assert any("count(" in line and "GROUP BY" in line for line in remote), remote[:5]
 
 
+def release_models(db, schema, table, name, k, model: dict):
+    """A release of ``table`` with ``model``'s arguments (sensitive ``id`` and ``s`` unless it
+    says, ``s`` alone with t)."""
+    model = {"sensitive": ["s"] if "t" in model else ["id", "s"], **model}
+    args = "".join(f", {key} => %({key})s" for key in model)
+    return db.execute(f"SELECT anon.mondrian_view(%(tbl)s, quasi_identifiers => %(q)s, k => %(k)s, "
+                      f"release_schema => %(rs)s, release_name => %(n)s{args})",
+                      {"tbl": table, "q": QIS, "k": k, "rs": release_schema_of(schema), "n": name,
+                       **model}).fetchone()[0]
+
+
 def skewed_shard(conn, i):
     """Shard i's rows of ``skewed``'s 3,000."""
     synthetic_shard(conn, i)
@@ -697,13 +708,9 @@ def test_models_of_a_sharded_source_hold_in_every_class_counted_on_the_shards(db
     per sensitive value, counted on the shards (grouped by region and value) and summed, hold
     the model, and with t each region is fitted within the room its distance to the table
     leaves. Every released class holds the model, computed here from the released rows."""
-    args = ", ".join(f"{key} => %({key})s" for key in model)
     with sharded_table(db, schema, shards, "id int, a int, b text, d float8, s text",
                        skewed_shard) as table, remote_plans(db) as remote, budget(db, "64kB"):
-        rel = db.execute(f"SELECT anon.mondrian_view(%(tbl)s, quasi_identifiers => %(q)s, k => 5, "
-                         f"sensitive => ARRAY['s'], release_schema => %(rs)s, release_name => 'ooc', "
-                         f"{args})", {"tbl": table, "q": QIS, "rs": release_schema_of(schema),
-                                      **model}).fetchone()[0]
+        rel = release_models(db, schema, table, "ooc", 5, {**model, "sensitive": ["s"]})
         metrics, verified, row_count, _ = catalog(db, rel)
         assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
         assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
@@ -768,6 +775,46 @@ def test_categorical_cuts_of_a_sharded_source_group_its_values_as_the_in_memory_
             groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
     assert groups["ooc"] == groups["mem"]
     assert {frozenset({"h,1", 'a"q'}), frozenset({"f", "c", "e", "d"})} <= groups["mem"]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(row_strategy, min_size=40, max_size=160), k=st.integers(2, 6),
+       model=st.sampled_from([{"l": 2, "l_diversity": "entropy"},
+                              {"l": 2, "l_diversity": "recursive", "c": 2}, {"t": 0.3}]))
+def test_random_sharded_tables_released_out_of_core_with_models_keep_them(
+        db, schema, shards, rows, k, model):
+    """Entropy, recursive l and t-closeness of random tables sharded over two servers, at a
+    one-byte budget: from the released rows, every row is in its class's ranges, every class
+    keeps k and its model."""
+    k = min(k, len(rows))
+    db.execute("DELETE FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),))
+
+    def fill(conn, shard):
+        with conn.cursor().copy("COPY part FROM STDIN") as copy:
+            for i, row in enumerate(rows):
+                if i % 2 == shard:
+                    copy.write_row((i, *row))
+
+    with sharded_table(db, schema, shards, "id int, a int, b text, d float8, s text", fill) as table:
+        try:
+            with budget(db, "1"):
+                rel = release_models(db, schema, table, "r_ooc", k, model)
+        except (psycopg.errors.DataException, psycopg.errors.InvalidParameterValue):
+            return                                  # the whole table fails the model: refused
+        metrics, verified, _, _ = catalog(db, rel)
+        assert "out_of_core" in metrics and verified is True
+        if "t" in model:                            # t of s alone: id is not released
+            assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(rows)
+            assert min(class_sizes(db, rel, QIS)) >= k
+            assert worst_equal_emd(db, rel) <= 0.3 + 1e-9
+        else:
+            check_release(db, rel, table, k, 2)
+        for counts in worst_class_values(db, rel):
+            total = sum(counts)
+            if model.get("l_diversity") == "entropy":
+                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+            elif model.get("l_diversity") == "recursive":
+                assert counts[0] < 2 * sum(counts[1:])
 
 
 def test_foreign_partition_on_a_server_another_role_owns_is_refused(db, schema):
