@@ -782,10 +782,11 @@ def value_counts(src: Source, root) -> dict:
     out: dict = {}
     sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive]
     for j, s in enumerate(sens):
-        query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, count(*) AS n FROM {labelled} "
-                 f"WHERE {s} IS NOT NULL GROUP BY 1, 2) "
-                 f"SELECT leaf, array_agg(v) AS v, array_agg(n) AS n FROM "
-                 f"(SELECT leaf, n, dense_rank() OVER (ORDER BY s) AS v FROM g) AS r GROUP BY leaf")
+        query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, pg_catalog.count(*) AS n "
+                 f"FROM {labelled} WHERE {s} IS NOT NULL GROUP BY 1, 2) "
+                 f"SELECT leaf, pg_catalog.array_agg(v) AS v, pg_catalog.array_agg(n) AS n FROM "
+                 f"(SELECT leaf, n, pg_catalog.dense_rank() OVER (ORDER BY s) AS v FROM g) AS r "
+                 f"GROUP BY leaf")
         found = [(int(r["leaf"]), r["v"], r["n"]) for r in src.each(lambda rel, q=query: q)[0]]
         width = max((max(v) for _, v, _ in found if v), default=0)
         for leaf in {leaf for leaf, _, _ in found} - set(out):

@@ -729,6 +729,27 @@ def test_models_of_a_sharded_source_hold_in_every_class_counted_on_the_shards(db
     assert any("FILTER" in line and "GROUP BY 1, 2" in line for line in remote), remote[:5]
 
 
+def numeric_shard(conn, i):
+    """Shard i's rows of ``numeric_sensitive``'s 3,000."""
+    synthetic_shard(conn, i)
+    conn.execute("UPDATE part SET w = CASE WHEN id % 23 = 0 THEN NULL WHEN coalesce(a, 0) < 40 "
+                 "THEN (id * 7) % 25 ELSE 10 + (id * 13) % 40 END")
+
+
+def test_t_of_a_numeric_column_of_a_sharded_source_holds_in_every_released_class(db, schema, shards):
+    """t-closeness of a numeric sensitive column of a sharded source, out of core: the shards'
+    values are numbered in value order on the coordinator (the ordered distance's), and every
+    released class is within t of the released rows by the ordered distance."""
+    with sharded_table(db, schema, shards, "id int, a int, b text, d float8, s text, w int",
+                       numeric_shard) as table, budget(db, "64kB"):
+        rel = release_t(db, schema, table, "ooc", 0.2)
+        metrics, verified, row_count, _ = catalog(db, rel)
+        assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
+        assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
+        assert min(class_sizes(db, rel, QIS)) >= 5
+        assert worst_ordered_emd(db, rel, "w") <= 0.2 + 1e-9
+
+
 def test_utility_split_of_a_sharded_source_is_released_out_of_core_close_to_in_memory(db, schema, sharded):
     """A utility-split release of a sharded source is cut at the top by the median rule on the
     shards' exact counts and each region fitted by the utility split."""
