@@ -300,7 +300,9 @@ def widened(enc, whole: QIStats | None):
             return recoded, 0
     if whole.distinct is None or whole.distinct <= len(enc.labels):
         return enc, 0
-    extra = np.array([PHANTOM * (i + 1) for i in range(whole.distinct - len(enc.labels))], dtype=object)
+    # PHANTOM and a number: one short label each (a label of i + 1 PHANTOMs per value made the
+    # labels of a QI of d distinct values hold d^2 / 2 characters: 1.25e9 at 50,000)
+    extra = np.array([PHANTOM + str(i) for i in range(whole.distinct - len(enc.labels))], dtype=object)
     return EncodedColumn(enc.name, enc.kind, enc.codes, np.concatenate([enc.labels, extra]),
                          enc.null_code), 0
 
