@@ -15,7 +15,7 @@ A Mondrian release's query, for example, does the set work in SQL:
     bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
     classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
                                     x.q1::text[] AS q1                  -- once per class
-        FROM bounds b JOIN (<p.classes -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
+        FROM bounds b JOIN (<(run.p).literals[1] split, WITH ORDINALITY>) x USING (class_id))
     SELECT c.q0 AS "age", c.q1 AS "sex", rs.s0 AS "diagnosis"
     FROM (SELECT * FROM kept_rows ORDER BY class_id, row_position) AS rs   -- merge-joined:
     JOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id  -- no resort
@@ -530,6 +530,14 @@ def pack_literals(literals: list[str | None]) -> tuple[bytes, str]:
     text of each literal after a separator, NULL as a NULL marker; the separator and the
     marker). Both are characters no literal holds; the leading separator keeps the text from
     being empty (string_to_table makes no row of an empty text, one literal '' included)."""
+    literals = literals if isinstance(literals, list) else list(literals)
+    nulls = literals.count(None)
+    for separator, null in itertools.pairwise(SEPARATORS):
+        filled = [null if v is None else v for v in literals] if nulls else literals
+        text = separator + separator.join(filled)
+        # neither character in any literal: one separator before each, one marker per NULL
+        if text.count(separator) == len(filled) and text.count(null) == nulls:
+            return text.encode(), separator + null
     held = "".join(filter(None, literals))
     free = [c for c in SEPARATORS if c not in held][:2]
     if len(free) < 2:

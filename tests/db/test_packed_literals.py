@@ -96,3 +96,35 @@ def test_a_release_made_before_gets_the_jsonb_its_query_reads(db, schema):
         return out
 
     assert as_sets(before, lambda row: [row[1]["q0"], row[1]["q1"]]) == as_sets(packed, unpacked)
+
+
+ODD = r"""
+CREATE TABLE odd AS
+SELECT i % 10 AS age,
+       (ARRAY['plain', 'with "quotes"', 'comma, here', '{braces}', E'back\\slash', '', NULL, 'ünïcødé',
+              E'unit\x1fseparator', E'record\x1eseparator', 'NULL'])[1 + i % 11] AS word,
+       CASE WHEN i % 2 = 0 THEN 'pg_class'::regclass ELSE 'pg_type'::regclass END AS code,
+       (ARRAY['flu', E'x\x1fy', ''])[1 + i % 3] AS note
+FROM generate_series(1, 220) i
+"""
+
+
+@pytest.mark.parametrize("layout, sensitive, joined", [
+    ("compact", "code", True), ("flat", "code", True), ("compact", "note", False), ("flat", "note", False)])
+def test_value_sets_holding_separators_quotes_and_null_are_released_whole(db, schema, layout,
+                                                                           sensitive, joined):
+    """Every layout, joined back (a regclass is) or written from the values read: each released
+    value set is a set of source values, together every value, and each row's own (the build's
+    check refuses a row outside its class's set)."""
+    db.execute(ODD)
+    rel = create_release(db, "mondrian_view", schema, "odd", k=4, quasi_identifiers=["age", "word"],
+                         sensitive=[sensitive], layout=layout)
+    assert db.execute("SELECT (parameters->>'joined_back')::bool, verified, row_count FROM anon.releases "
+                      "WHERE format('%%I.%%I', release_schema, release_name) = %s",
+                      (rel,)).fetchone() == (joined, True, 220)
+    released = {v for (v,) in db.execute(f"SELECT DISTINCT unnest(word) FROM {rel}")}
+    source = {v for (v,) in db.execute("SELECT DISTINCT word FROM odd")}
+    assert released == source and len(source) == 11
+    if sensitive == "note":
+        notes = sorted(v for (v,) in db.execute(f"SELECT note FROM {rel}"))
+        assert notes == sorted(v for (v,) in db.execute("SELECT note FROM odd"))
