@@ -531,14 +531,7 @@ def pack_literals(literals: list[str | None]) -> tuple[bytes, str]:
     marker). Both are characters no literal holds; the leading separator keeps the text from
     being empty (string_to_table makes no row of an empty text, one literal '' included)."""
     literals = literals if isinstance(literals, list) else list(literals)
-    nulls = literals.count(None)
-    for separator, null in itertools.pairwise(SEPARATORS):
-        filled = [null if v is None else v for v in literals] if nulls else literals
-        text = separator + separator.join(filled)
-        # neither character in any literal: one separator before each, one marker per NULL
-        if text.count(separator) == len(filled) and text.count(null) == nulls:
-            return text.encode(), separator + null
-    held = "".join(filter(None, literals))
+    held = "".join(filter(None, literals))      # searched for a character (memchr), not counted
     free = [c for c in SEPARATORS if c not in held][:2]
     if len(free) < 2:
         used = set(held)
