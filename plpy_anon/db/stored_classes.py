@@ -187,13 +187,15 @@ def range_literals(plpy, type_name: str, low, high, only_null) -> list[str | Non
     """Each class's released range (text of the column's range type) from its smallest and
     largest value: inclusive ``[lo,hi]``, ``[lo,)`` when ``hi`` is the type's maximum, None
     (SQL NULL) for a class of NULLs only."""
-    lo, hi = number_texts(plpy, low, type_name), number_texts(plpy, high, type_name)
     maximum = DISCRETE_MAXIMUM.get(type_name)
+    if type_name in ("int2", "int4", "int8"):     # formatted as they are compared: Python ints
+        return [None if null else (f"[{a},)" if b == maximum else f"[{a},{b}]") for a, b, null in
+                zip(np.asarray(low, dtype=np.int64).tolist(), np.asarray(high, dtype=np.int64).tolist(),
+                    np.asarray(only_null).tolist())]
+    lo, hi = number_texts(plpy, low, type_name), number_texts(plpy, high, type_name)
     unbounded = [False] * len(lo)
-    if maximum is not None:
-        # exact comparison: near 2^63 an int8 is not a float8
-        top = np.asarray(high, dtype=np.int64 if type_name in ("int4", "int8") else np.float64)
-        unbounded = (top == maximum).tolist()
+    if maximum is not None:        # a date's days (float64, for +-infinity)
+        unbounded = (np.asarray(high, dtype=np.float64) == maximum).tolist()
     return [None if null else (f"[{a},)" if top else f"[{a},{b}]")
             for a, b, top, null in zip(lo, hi, unbounded, np.asarray(only_null).tolist())]
 
@@ -223,6 +225,10 @@ def class_extremes(values, null, index):
     QI's codes (they follow its values' order), a numeric's ranks or a timestamp's microseconds."""
     # gathered into class order once, for the three reductions
     values = np.asarray(values)[index.order].astype(np.int64)
+    if not np.any(null):        # nothing to leave out: two reductions
+        return (index.reduce(np.minimum, values, INT64.max, grouped=True),
+                index.reduce(np.maximum, values, INT64.min, grouped=True),
+                np.zeros(index.bounds.size - 1, dtype=bool))
     null = np.asarray(null)[index.order]
     low = index.reduce(np.minimum, np.where(null, INT64.max, values), INT64.max, grouped=True)
     high = index.reduce(np.maximum, np.where(null, INT64.min, values), INT64.min, grouped=True)
