@@ -760,14 +760,22 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
     everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
     nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
-    with timing.phase("check_classes"):
-        classes = released_classes(plpy, release, qis, sensitive,
-                                   [a + b for a, b in zip(qi_texts, waiting_texts)], nulls)
-        # every person in the table (published ones first) with each class holding them
-        matched = containment.contained(classes.axes, everyone, classes.count)
     version = stashed["version"]
     waiting = ((), ()) if version is None else (version.get("waiting") or (),
                                                 version.get("waiting_groups") or ())
+    with timing.phase("check_classes"):
+        classes = released_classes(plpy, release, qis, sensitive,
+                                   [a + b for a, b in zip(qi_texts, waiting_texts)], nulls)
+        # every person in the table (published ones first) with each class holding them; the
+        # classes that meet (the difference check's) and the run's groups only guide the search
+        linked, near = None, None
+        if version is not None:
+            linked = linked_classes(classes) if classes.linkable[0].shape[1] else None
+            if len(groups) + len(waiting[1]) == everyone:
+                near = np.r_[np.asarray(groups, dtype=np.int64),
+                             np.asarray(waiting[1], dtype=np.int64)]
+        matched = containment.contained(classes.axes, everyone, classes.count, linked=linked,
+                                        near=near)
     with timing.phase("check_candidates"):
         records = stashed.get("records")
         records = None if records is None else (records, stashed["waiting_records"])
@@ -895,7 +903,10 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list) -> tuple[np.nd
 def linked_classes(classes: Classes) -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a, b as class numbers) of released classes that some person's QIs could lie in
     both (:attr:`Classes.linkable`): their value sets share a value (NULL included) and their
-    ranges meet on every QI; never every pair of classes."""
+    ranges meet on every QI; never every pair of classes. Found once (the check's search of
+    the classes holding each person is guided by them too)."""
+    if classes.linked is not None:
+        return classes.linked
     lo, hi, sets, meets = classes.linkable
     keep = np.flatnonzero(meets)
     position = np.full(classes.count, -1, dtype=np.int64)
@@ -905,7 +916,8 @@ def linked_classes(classes: Classes) -> tuple[np.ndarray, np.ndarray]:
         held = meets[box]
         kept_sets.append((position[box[held]], code[held]))
     a, b = overlapping_coded(lo[keep], hi[keep], kept_sets)
-    return keep[a], keep[b]
+    classes.linked = keep[a], keep[b]
+    return classes.linked
 
 
 #: candidate pairs tested at once by :func:`overlapping_boxes`
@@ -1301,6 +1313,8 @@ class Classes:
     #: each class's bounds as codes of one order (``lo``, ``hi``: classes x QIs), per QI
     #: released as a set its (class, value code) pairs, and which classes can hold anyone
     linkable: tuple | None = None
+    #: :func:`linked_classes`' pairs, once found
+    linked: tuple | None = None
 
 
 def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nulls=None) -> Classes:
@@ -1356,14 +1370,15 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             continue
         none = f"{q} IS NULL OR pg_catalog.isempty({q})"
         if col_type in INTEGER_RANGES:
-            # integers rank in numpy; the bounds as closed integers (NULL: unbounded)
-            parts.append(f"""SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN NULL
-        ELSE pg_catalog.lower({q})::pg_catalog.int8 + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END
-        ORDER BY c.class_no) AS low{i},
-    pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN NULL
-        ELSE pg_catalog.upper({q})::pg_catalog.int8 - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END
-        ORDER BY c.class_no) AS high{i},
-    pg_catalog.array_agg({none} ORDER BY c.class_no) AS empty{i}
+            # integers rank in numpy; the bounds as closed integers (unbounded: the int8 ends)
+            low = (f"CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN {INT8_ENDS[0]} "
+                   f"ELSE pg_catalog.lower({q})::pg_catalog.int8 "
+                   f"+ CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END")
+            high = (f"CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
+                    f"ELSE pg_catalog.upper({q})::pg_catalog.int8 "
+                    f"- CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
+            parts.append(f"""SELECT {_packed_by_class(low)} AS low{i}, {_packed_by_class(high)} AS high{i},
+    {_packed_by_class(f"({none})::pg_catalog.int4")} AS empty{i}
     FROM classes c""")
             continue
         args.append(list(uniques))
@@ -1377,21 +1392,22 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         UNION ALL SELECT NULL, c.class_no, 1, pg_catalog.lower({q}) FROM classes c
         UNION ALL SELECT NULL, c.class_no, 2, pg_catalog.upper({q}) FROM classes c) s
     WHERE s.x IS NOT NULL)""")
-        parts.append(f"SELECT pg_catalog.array_agg(v.r ORDER BY v.o) AS points{i} FROM rank{i} v WHERE v.side = 0")
+        parts.append(f"SELECT {class_counts.packed('v.r')[:-1]} ORDER BY v.o) AS points{i} "
+                     f"FROM rank{i} v WHERE v.side = 0")
         # a class of NULLs only (a NULL range) holds no value; bounds as closed intervals of
         # ranks, and for the pairs as codes 2 a rank (one off for an exclusive bound: two
         # ranges meet when each one's lower code is at most the other's upper)
-        parts.append(f"""SELECT pg_catalog.array_agg(CASE WHEN {none} THEN 1
-        WHEN pg_catalog.lower_inf({q}) THEN 0 WHEN pg_catalog.lower_inc({q}) THEN b.r ELSE b.r + 1 END
-        ORDER BY c.class_no) AS low{i},
-    pg_catalog.array_agg(CASE WHEN {none} THEN 0
-        WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} WHEN pg_catalog.upper_inc({q}) THEN t.r
-        ELSE t.r - 1 END ORDER BY c.class_no) AS high{i},
-    pg_catalog.array_agg({none} ORDER BY c.class_no) AS empty{i},
-    pg_catalog.array_agg(CASE WHEN {none} THEN NULL WHEN pg_catalog.lower_inf({q}) THEN -1
-        ELSE 2 * b.r + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END ORDER BY c.class_no) AS pair_low{i},
-    pg_catalog.array_agg(CASE WHEN {none} THEN NULL WHEN pg_catalog.upper_inf({q}) THEN 9223372036854775807
-        ELSE 2 * t.r - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END ORDER BY c.class_no) AS pair_high{i}
+        low = (f"CASE WHEN {none} THEN 1 WHEN pg_catalog.lower_inf({q}) THEN 0 "
+               f"WHEN pg_catalog.lower_inc({q}) THEN b.r ELSE b.r + 1 END")
+        high = (f"CASE WHEN {none} THEN 0 WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} "
+                f"WHEN pg_catalog.upper_inc({q}) THEN t.r ELSE t.r - 1 END")
+        pair_low = (f"CASE WHEN {none} THEN 0 WHEN pg_catalog.lower_inf({q}) THEN -1 "
+                    f"ELSE 2 * b.r + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END")
+        pair_high = (f"CASE WHEN {none} THEN 0 WHEN pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
+                     f"ELSE 2 * t.r - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
+        parts.append(f"""SELECT {_packed_by_class(low)} AS low{i}, {_packed_by_class(high)} AS high{i},
+    {_packed_by_class(f"({none})::pg_catalog.int4")} AS empty{i},
+    {_packed_by_class(pair_low)} AS pair_low{i}, {_packed_by_class(pair_high)} AS pair_high{i}
     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1
     LEFT JOIN rank{i} t ON t.class_no = c.class_no AND t.side = 2""")
     query = (f"WITH {', '.join(ctes)}\nSELECT * FROM "
@@ -1426,19 +1442,17 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             # a class whose set is NULL or empty holds nobody
             meets &= np.bincount(owners, minlength=count) > 0
             continue
-        empty = np.asarray(row[f"empty{i}"] or [], dtype=bool)
+        empty = class_counts.int8_array(row[f"empty{i}"]).astype(bool)
+        low, high = class_counts.int8_array(row[f"low{i}"]), class_counts.int8_array(row[f"high{i}"])
         if _released_type(col) in INTEGER_RANGES:
-            low, high = row[f"low{i}"] or [], row[f"high{i}"] or []
             axes.append(_integer_axis(codes, uniques, low, high, empty))
-            pair_low = np.array([np.iinfo(np.int64).min if v is None else v for v in low], dtype=np.int64)
-            pair_high = np.array([np.iinfo(np.int64).max if v is None else v for v in high], dtype=np.int64)
+            pair_low, pair_high = low, high
         else:
-            ranks = np.asarray(row[f"points{i}"] or [], dtype=np.int64)
+            ranks = class_counts.int8_array(row[f"points{i}"])
             points = np.where(codes < 0, containment.ANY, ranks[np.maximum(codes, 0)] if ranks.size else 0)
-            axes.append(containment.Axis(points, np.asarray(row[f"low{i}"] or [], dtype=np.int64),
-                                         np.asarray(row[f"high{i}"] or [], dtype=np.int64)))
-            pair_low = np.array([0 if v is None else v for v in row[f"pair_low{i}"] or []], dtype=np.int64)
-            pair_high = np.array([0 if v is None else v for v in row[f"pair_high{i}"] or []], dtype=np.int64)
+            axes.append(containment.Axis(points, low, high))
+            pair_low = class_counts.int8_array(row[f"pair_low{i}"])
+            pair_high = class_counts.int8_array(row[f"pair_high{i}"])
         if qi_nulls[i]:
             continue           # a NULL of the run lies in every range: this QI links every class
         # a NULL (or empty) range holds nobody
@@ -1513,16 +1527,23 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
 
 #: ranges of integers: ranked in numpy (their text is the integer's own)
 INTEGER_RANGES = ("int4range", "int8range")
+#: an unbounded end of a range as a closed int8 bound: no value lies past it
+INT8_ENDS = ("'-9223372036854775808'::pg_catalog.int8", "'9223372036854775807'::pg_catalog.int8")
+
+
+def _packed_by_class(value: str) -> str:
+    """SQL of an int8 a class (never NULL) as one bytea in class order (class_counts.packed)."""
+    return class_counts.packed(value)[:-1] + " ORDER BY c.class_no)"
 
 
 def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
-    """An integer QI: each person's value and each class's closed bounds (None: unbounded;
-    ``empty``: a class of NULLs only) as ranks among them all."""
+    """An integer QI: each person's value and each class's closed bounds (unbounded: the int8
+    ends, INT8_ENDS, which bound nothing; ``empty``: a class of NULLs only) as ranks among them
+    all."""
     values = np.asarray(uniques, dtype=object).astype(np.int64)
-    unbounded_low = np.array([v is None for v in low], dtype=bool)
-    unbounded_high = np.array([v is None for v in high], dtype=bool)
-    low = np.array([0 if v is None else v for v in low], dtype=np.int64)
-    high = np.array([0 if v is None else v for v in high], dtype=np.int64)
+    low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
+    unbounded_low = low == np.iinfo(np.int64).min
+    unbounded_high = high == np.iinfo(np.int64).max
     universe = containment.distinct(np.concatenate([values, low[~unbounded_low], high[~unbounded_high]]))
     points = np.where(codes < 0, containment.ANY,
                       np.searchsorted(universe, values)[np.maximum(codes, 0)] + 1 if values.size else 0)
