@@ -1133,11 +1133,13 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
             if people[i] in held:
                 before[i], followed[i] = held[people[i]], True
     old, new = before[followed], now[followed]
-    order = np.lexsort((new, old))
-    old, new = old[order], new[order]
-    first = np.ones(old.size, dtype=bool)
-    first[1:] = (old[1:] != old[:-1]) | (new[1:] != new[:-1])
-    pairs = np.column_stack([old[first], new[first]])
+    if old.size:
+        # the distinct (old, new) pairs in order, by one sort of integer keys
+        low, base = int(new.min()), int(old.min())
+        width = int(new.max()) - low + 1
+        key = containment.distinct((old - base) * width + (new - low))
+        old, new = key // width + base, key % width + low
+    pairs = np.column_stack([old, new])
     if pairs.shape[0] and (pairs[1:, 0] == pairs[:-1, 0]).any():
         raise InsufficientData(
             f"a group of {release['release_schema']}.{release['release_name']} was split; "
@@ -1212,25 +1214,27 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
     # each earlier group to the group now holding its people (held back ones too)
-    kept = run(plpy, VERSIONS, ["int4"], [release_id])
+    kept = [_kept_version(row, release_id) for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
     step = _moves(release, state, kept, version, hashes, groups)
-    lineage = {}
-    for row in kept:
-        lineage.update((h, step.get(r, r)) for h, r in zip(row["group_ids"], row["roots"]))
+    step_of = republish._mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
+                                 np.fromiter(step.values(), dtype=np.int64, count=len(step)))
+    # every earlier group id -> the group holding it now (a later version's entry wins)
+    roots_of = republish._mapping(
+        np.concatenate([np.empty(0, np.int64)] + [row["group_ids"] for row in kept]),
+        np.concatenate([np.empty(0, np.int64)] + [step_of(row["roots"]) for row in kept]))
     # one code per text of this version and the kept ones, NULL last (no value: core.republish)
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
-    stored = [np.asarray(row["vals"] or [], dtype=object) for row in kept]
-    every = np.concatenate([np.asarray(values, dtype=object)] + stored)
-    texts = sorted(set(pd.unique(every[~pd.isna(every)]).tolist()))
+    texts = sorted({v for v in values if v is not None}.union(*(row["vals"][1] for row in kept)))
     index = pd.Index(texts, dtype=object)
     history = []
-    for row, vals in zip(kept, stored):
+    for row in kept:
         check_interrupts()
-        ids = np.asarray(row["group_ids"], dtype=np.int64)
-        codes = np.full(vals.size, len(texts), dtype=np.int64)
-        present = ~pd.isna(vals)
-        codes[present] = index.get_indexer(vals[present])
-        owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
+        ids = row["group_ids"]
+        raw, own = row["vals"]
+        # the version's own codes (NULL: len(own)) onto this dictionary's (NULL: len(texts))
+        codes = np.r_[index.get_indexer(np.asarray(own, dtype=object)) if own else
+                      np.empty(0, np.int64), len(texts)].astype(np.int64)[raw]
+        owner = np.repeat(np.arange(ids.size), row["sizes"])
         counts = np.bincount(owner * (len(texts) + 1) + codes,
                              minlength=ids.size * (len(texts) + 1)).reshape(ids.size, len(texts) + 1)
         history.append(Version(ids, counts, _linked(row), _people_linked(row)))
@@ -1245,10 +1249,6 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
         counts[:, value_codes[j]] += group_counts[:, j]
     # the release's l model (a catalog row without one: Models' own default)
     models = Models(l=promise.l, c=promise.c, l_diversity=promise.l_diversity)
-
-    def roots_of(group_ids):
-        return np.array([lineage.get(h, h) for h in group_ids.tolist()], dtype=np.int64)
-
     pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
     linked = None if linked_ids is None else np.asarray(linked_ids, dtype=np.int64)
     people_linked = None if people_ids is None else np.asarray(people_ids, dtype=np.int64)
@@ -1272,10 +1272,10 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     vals = np.asarray(values, dtype=object)[
         np.repeat(np.tile(np.arange(len(values)), ids.size), group_counts.ravel())].tolist()
     for row in kept:
-        roots = [step.get(r, r) for r in row["roots"]]
-        if roots != list(row["roots"]):
+        roots = step_of(row["roots"])
+        if (roots != row["roots"]).any():
             run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
-                ["int4", "int4", "int4[]"], [release_id, row["version"], roots])
+                ["int4", "int4", "int4[]"], [release_id, row["version"], roots.tolist()])
     # only the newest version keeps who it held back
     run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
               "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
@@ -1289,6 +1289,38 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
          linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
          None if people_ids is None else [int(g) for g in people_ids]])
     return figures
+
+
+#: the stored versions as the difference check reads them: the integer arrays in their binary
+#: form (array_send), each one's values packed as :func:`_coded_elements` packs them (no Python
+#: object per row)
+KEPT_VERSIONS = """
+SELECT v.version, pg_catalog.array_send(v.group_ids) AS group_ids,
+       pg_catalog.array_send(v.roots) AS roots, pg_catalog.array_send(v.sizes) AS sizes,
+       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups, e.vals_elements,
+       e.vals_count
+FROM anon.release_versions v CROSS JOIN LATERAL (
+    SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
+                                 '\\x00'::bytea ORDER BY u.o) AS vals_elements,
+           pg_catalog.count(*) AS vals_count
+    FROM pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)) e
+WHERE v.release_id = $1 ORDER BY v.version"""
+
+
+def _kept_version(row, release_id: int) -> dict:
+    """A row of KEPT_VERSIONS with its arrays decoded: group_ids, roots, sizes as integers,
+    vals as (each row's code, the distinct texts; NULL coded as their number)."""
+    out = dict(row)
+    for name in ("group_ids", "roots", "sizes"):
+        out[name] = _int4s(row[name])
+        if out[name] is None:
+            raise InsufficientData(
+                f"version {row['version']} of release {release_id} (anon.release_versions) has "
+                f"NULL, NULL elements or more dimensions in {name}",
+                hint="Restore the release's rows of anon.release_versions from a backup, or "
+                     "recreate the release knowingly.")
+    out["vals"] = _decoded_texts(row["vals_elements"], int(row["vals_count"] or 0))
+    return out
 
 
 def _released_type(col) -> str:
@@ -1496,11 +1528,16 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
     """(classes, codes, texts) of :func:`_coded_elements`' part: each element's class, its code
     among the distinct non-NULL texts (NULL coded as len(texts))."""
     owners = class_counts.int8_array(row[f"{name}_classes"])
-    count = int(row[f"{name}_count"] or 0)
+    return (owners, *_decoded_texts(row[f"{name}_elements"], int(row[f"{name}_count"] or 0)))
+
+
+def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
+    """(codes, texts) of ``count`` texts packed as :func:`_coded_elements` packs them: each
+    one's code among the distinct non-NULL texts (NULL coded as len(texts))."""
     if not count:
-        return owners, np.zeros(0, dtype=np.int64), []
+        return np.zeros(0, dtype=np.int64), []
     import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
-    packed_texts = bytes(row[f"{name}_elements"]) + b"\x00"          # the last one's end
+    packed_texts = bytes(packed) + b"\x00"          # the last one's end
     ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == 0)
     if ends.size != count:
         raise RuntimeError(f"read {ends.size} texts of {count} elements")
@@ -1522,7 +1559,7 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
     recode[shown] = np.arange(len(texts))
     recode[~shown] = len(texts)
     indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return owners, recode[indices], texts
+    return recode[indices], texts
 
 
 #: ranges of integers: ranked in numpy (their text is the integer's own)
