@@ -824,11 +824,12 @@ WHERE release_id = $1 AND version = (SELECT pg_catalog.max(version) - 1 FROM ano
                                      WHERE release_id = $1)"""
 
 
-def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list],
+                     engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Pairs (a < b as positions) of boxes that meet on every ranged dimension (``lo``, ``hi`` as
     :func:`overlapping_boxes`) and whose value sets share a value on every set dimension
     (``sets``: per dimension, each box's non-empty list of values, None a value of its own):
-    :func:`overlapping_coded` of the sets' values coded."""
+    :func:`overlapping_coded` of the sets' values coded (``engine``: :func:`overlapping_boxes`')."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     count = lo.shape[0]
     coded = []
@@ -838,15 +839,16 @@ def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[
         flat = np.fromiter(itertools.chain.from_iterable(boxes), dtype=object, count=int(lengths.sum()))
         raw, uniques = pd.factorize(flat)           # None: -1, a value of its own (the last)
         coded.append((np.repeat(np.arange(count), lengths), np.where(raw < 0, len(uniques), raw)))
-    return overlapping_coded(lo, hi, coded)
+    return overlapping_coded(lo, hi, coded, engine)
 
 
-def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list,
+                      engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """:func:`overlapping_sets` with each set dimension as (box, value code) pairs (every box
     holding one value at least). Where only sets decide, the boxes holding one combination of
     values are linked as a chain, not pairwise (the unions are what matters). Otherwise each set
     is also the interval of its values' codes (a necessary condition the sweep tests with the
-    ranges) and a bitmask of them (the exact test)."""
+    ranges) and a bitmask of them (the exact test; on the compiled kernel, within the sweep)."""
     count = lo.shape[0]
     coded, masks, firsts, lasts = [], [], [], []
     for box, raw in sets:
@@ -893,7 +895,9 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list) -> tuple[np.nd
     if coded:
         lo = np.column_stack([lo] + firsts)
         hi = np.column_stack([hi] + lasts)
-    a, b = overlapping_boxes(lo, hi)
+    words = (np.hstack(masks), np.cumsum([0] + [m.shape[1] for m in masks]).astype(np.int64)) \
+        if masks else None
+    a, b = overlapping_boxes(lo, hi, engine, words)
     for mask in masks:
         shared = np.any(mask[a] & mask[b], axis=1)
         a, b = a[shared], b[shared]
@@ -928,15 +932,16 @@ BOX_CHUNK = 1 << 20
 LEAF_BOXES = 64
 
 
-def overlapping_boxes(lo: np.ndarray, hi: np.ndarray,
-                      engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
+                      words: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
     a dimension) that meet on every dimension, each once; every box meets every other when there
     is no dimension. The boxes are split like a k-d tree (:func:`_box_leaves`), each pair of a
     leaf tested: two boxes that meet share a leaf, and a partition's boxes (disjoint but for a
     few) cost about their number times the depth, not its square. ``engine``: "numpy", "numba"
     (:func:`_overlapping_boxes_compiled`) or "auto" (numba where the process has the kernels or
-    the boxes are many)."""
+    the boxes are many). ``words``: (bit words (count, W), offsets) of sets the compiled sweep
+    also tests (a pair shares a bit of each set), which a caller tests again on numpy."""
     count, dims = lo.shape
     if count < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -948,7 +953,7 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray,
         from plpy_anon.core.republication import _kernels
         kern = _kernels(None if engine == "numba" else count)
         if kern is not None:
-            return _overlapping_boxes_compiled(kern, lo, hi)
+            return _overlapping_boxes_compiled(kern, lo, hi, words)
     leaf, box = _box_leaves(lo, hi)
     order = np.lexsort((box, leaf))
     leaf, box = leaf[order], box[order]
@@ -979,7 +984,8 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray,
     return a, b
 
 
-def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray,
+                                words=None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`overlapping_boxes` on the compiled kernels the run's grouping uses
     (core._republication_kernels: a tree of the boxes, each leaf's boxes paired with those
     whose spans meet it, each pair tested exactly in integers)."""
@@ -989,7 +995,8 @@ def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray) -> tuple[n
     span_low, span_high = low.astype(np.float64), high.astype(np.float64)
     index = kern.box_tree(span_low, span_high)
     leaves = np.flatnonzero(index[-1] < 0)
-    words, offsets = np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)
+    words, offsets = (np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)) \
+        if words is None else (np.ascontiguousarray(words[0], dtype=np.uint64), words[1])
     size = max(BOX_CHUNK, 2 * count)
     out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
     found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
