@@ -767,7 +767,9 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
         classes = released_classes(plpy, release, qis, sensitive,
                                    [a + b for a, b in zip(qi_texts, waiting_texts)], nulls)
         # every person in the table (published ones first) with each class holding them; the
-        # classes that meet (the difference check's) and the run's groups only guide the search
+        # classes that meet (the difference check's: every two that can hold one person, where
+        # a range decides; sets alone link them as a chain) and the run's groups guide the
+        # search, never its result
         linked, near = None, None
         if version is not None:
             linked = linked_classes(classes) if classes.linkable[0].shape[1] else None
