@@ -488,9 +488,32 @@ def join_tree(px, codes, ranged, low, high, held, offsets, centroids, order, cen
 
 
 @njit(cache=True, nogil=True)
+def _holds(c, i, points, low, high, is_set, members, offsets, widths):
+    """Class ``c`` holds point ``i`` on every axis (:func:`points_in_boxes`' exact test)."""
+    for j in range(points.shape[1]):
+        v = points[i, j]
+        if is_set[j]:
+            if v < low[c, j] or v > high[c, j]:
+                return False
+            key = c * widths[j] + v
+            a, b = offsets[j], offsets[j + 1]
+            while a < b:
+                mid = (a + b) >> 1
+                if members[mid] < key:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a == offsets[j + 1] or members[a] != key:
+                return False
+        elif v != -1 and (v < low[c, j] or v > high[c, j]):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def points_in_boxes(start, points, query_low, query_high, low, high, is_set, members, offsets,
                     widths, span_low, span_high, order, node_low, node_high, first, last, left,
-                    found, out_p, out_c):
+                    linked_start, linked, plain, found, out_p, out_c):
     """The (point, class) pairs where the class holds the point on every axis, for the points
     from ``start`` on, into ``out_p``/``out_c``: core.containment.contained's test. Each point's
     candidates are the classes of :func:`box_tree`'s tree of their spans (``span_low``/
@@ -499,41 +522,69 @@ def points_in_boxes(start, points, query_low, query_high, low, high, is_set, mem
     it holds any value); each candidate then tested exactly: ``low``/``high`` (C, q) the
     classes' closed intervals of codes, a point coded ANY (-1) on a range held by every class,
     on a set (``is_set``) its key ``class * widths[j] + code`` among the sorted ``members``
-    (axis j's from ``offsets[j]`` to ``offsets[j + 1]``). Returns (how many, the point to go on
+    (axis j's from ``offsets[j]`` to ``offsets[j + 1]``). With ``linked`` (class c's partners
+    ``linked[linked_start[c]:linked_start[c + 1]]``: every class that can hold a point with c),
+    a ``plain`` point (ANY nowhere) held by a class the point before was held by is tested
+    against that class's partners only, no search. Returns (how many, the point to go on
     from: ``points.shape[0]`` when done); stops before a point whose candidates might not fit."""
-    n_points, n_axes = points.shape
+    n_points = points.shape[0]
     count = 0
     stack = np.empty(256, dtype=np.int64)
+    partners = linked_start.size > 0
+    hit = -1                        # a class holding the point before
     for i in range(start, n_points):
         if count + found.size > out_p.size:
             return count, i
+        if partners and plain[i] and hit >= 0 and \
+                _holds(hit, i, points, low, high, is_set, members, offsets, widths):
+            out_p[count] = i
+            out_c[count] = hit
+            count += 1
+            for t in range(linked_start[hit], linked_start[hit + 1]):
+                c = linked[t]
+                if _holds(c, i, points, low, high, is_set, members, offsets, widths):
+                    out_p[count] = i
+                    out_c[count] = c
+                    count += 1
+            continue
         m = _boxes_meeting_on(span_low, span_high, order, node_low, node_high, first, last,
                               left, query_low[i], query_high[i], found, stack)
+        hit = -1
         for t in range(m):
             c = found[t]
-            inside = True
-            for j in range(n_axes):
-                v = points[i, j]
-                if is_set[j]:
-                    if v < low[c, j] or v > high[c, j]:
-                        inside = False
-                        break
-                    key = c * widths[j] + v
-                    a, b = offsets[j], offsets[j + 1]
-                    while a < b:
-                        mid = (a + b) >> 1
-                        if members[mid] < key:
-                            a = mid + 1
-                        else:
-                            b = mid
-                    if a == offsets[j + 1] or members[a] != key:
-                        inside = False
-                        break
-                elif v != -1 and (v < low[c, j] or v > high[c, j]):
-                    inside = False
-                    break
-            if inside:
+            if _holds(c, i, points, low, high, is_set, members, offsets, widths):
                 out_p[count] = i
                 out_c[count] = c
                 count += 1
+                if plain[i]:
+                    hit = c
     return count, n_points
+
+
+@njit(cache=True, nogil=True)
+def options_safe(options, earlier, l, out):
+    """core.republish.safe_against's test for distinct l: ``out[g, o]`` (true on entry where
+    still to test) stays true when, against every ``earlier[g, s]`` ((G, S, V) multisets), the
+    values ``options[g, o]`` ((G, O, V)) adds are none or at least ``l`` distinct non-NULL ones
+    (the last code is NULL), and so are those it removes."""
+    n_groups, n_options, width = options.shape
+    for g in range(n_groups):
+        for o in range(n_options):
+            if not out[g, o]:
+                continue
+            for s in range(earlier.shape[1]):
+                added = removed = False
+                added_values = removed_values = 0
+                for v in range(width):
+                    d = options[g, o, v] - earlier[g, s, v]
+                    if d > 0:
+                        added = True
+                        if v < width - 1:
+                            added_values += 1
+                    elif d < 0:
+                        removed = True
+                        if v < width - 1:
+                            removed_values += 1
+                if (added and added_values < l) or (removed and removed_values < l):
+                    out[g, o] = False
+                    break

@@ -64,12 +64,19 @@ def set_axis(points: np.ndarray, classes: np.ndarray, codes: np.ndarray, n_class
     return Axis(np.asarray(points, dtype=np.int64), low, high, members, width)
 
 
-def contained(axes: list[Axis], n_points: int, n_classes: int,
-              engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+def contained(axes: list[Axis], n_points: int, n_classes: int, engine: str = "auto",
+              linked: tuple | None = None, near: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
     """Every (point, class) pair where the class holds the point on every axis, each once, as
     two arrays (in no particular order). ``engine``: "numpy" (the k-d split below), "numba" (a
     tree of the classes searched point by point, :func:`_contained_compiled`) or "auto" (numba
-    where the process has the compiled kernels or the table is large enough to load them)."""
+    where the process has the compiled kernels or the table is large enough to load them).
+
+    Two hints make the compiled search cheaper and change nothing of its result: ``linked``,
+    pairs (a, b) of classes such that any two classes holding one point that is ANY on no axis
+    are a pair (the boxes that meet, say); ``near``, per point a key, points of one key likely
+    held by the same classes (the group a run put them in). A point held by a class that held
+    the point before it is then tested against that class's partners only."""
     if not axes:
         p, c = np.meshgrid(np.arange(n_points), np.arange(n_classes), indexing="ij")
         return p.ravel().astype(np.int64), c.ravel().astype(np.int64)
@@ -77,7 +84,7 @@ def contained(axes: list[Axis], n_points: int, n_classes: int,
         from plpy_anon.core.republication import _kernels
         kern = _kernels(None if engine == "numba" else n_points)
         if kern is not None:
-            return _contained_compiled(kern, axes, n_points, n_classes)
+            return _contained_compiled(kern, axes, n_points, n_classes, linked, near)
     points = np.column_stack([a.points for a in axes]).astype(np.int64)
     low = np.column_stack([a.low for a in axes]).astype(np.int64)
     high = np.column_stack([a.high for a in axes]).astype(np.int64)
@@ -119,14 +126,18 @@ FOUND_CHUNK = 1 << 20
 POINTS_A_CALL = 1 << 16
 
 
-def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int):
+def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, linked=None,
+                        near=None):
     """:func:`contained` on the compiled kernel (core._republication_kernels.points_in_boxes):
     the classes' boxes in a tree, each point's query box searched in it, its candidates tested
-    exactly (a set's members by binary search)."""
+    exactly (a set's members by binary search); with ``linked``, a point held by a class that
+    held the point before is tested against that class's partners only."""
     points = np.column_stack([a.points for a in axes]).astype(np.int64)
     # near points one after the other: they walk the same parts of the tree (in the order the
-    # points come in, a search waits on memory several times longer)
-    visit = _near_first(points)
+    # points come in, a search waits on memory several times longer), and the points of one
+    # key (``near``) are likely held by the classes that held the one before
+    visit = _near_first(points) if near is None else \
+        np.argsort(np.asarray(near, dtype=np.int64), kind="stable")
     points = np.ascontiguousarray(points[visit])
     low = np.ascontiguousarray(np.column_stack([a.low for a in axes]).astype(np.int64))
     high = np.ascontiguousarray(np.column_stack([a.high for a in axes]).astype(np.int64))
@@ -145,6 +156,9 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int):
     offsets = np.r_[0, np.cumsum([m.size for m in members])].astype(np.int64)
     members = np.concatenate(members).astype(np.int64)
     widths = np.array([a.width for a in axes], dtype=np.int64)
+    # a point ANY on a range is held by classes that need not meet there: always searched
+    plain = ~(anywhere.any(axis=1)) if linked is not None else np.zeros(n_points, dtype=bool)
+    linked_start, partners = _partners(linked, n_classes)
     tree = kern.box_tree(span_low, span_high)
     found = np.empty(n_classes, dtype=np.int64)
     size = max(FOUND_CHUNK, n_classes)
@@ -156,10 +170,26 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int):
         end = min(n_points, start + POINTS_A_CALL)           # the points' rows up to ``end``
         count, start = kern.points_in_boxes(start, points[:end], query_low[:end],
                                             query_high[:end], low, high, is_set, members, offsets,
-                                            widths, span_low, span_high, *tree, found, buf_p, buf_c)
+                                            widths, span_low, span_high, *tree, linked_start,
+                                            partners, plain[:end], found, buf_p, buf_c)
         out_p.append(visit[buf_p[:count]])
         out_c.append(buf_c[:count])
     return np.concatenate(out_p), np.concatenate(out_c)
+
+
+def _partners(linked, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each class's partners in the pairs ``linked`` (both ways, each once, none itself) as
+    (starts, partners): class c's are ``partners[starts[c]:starts[c + 1]]``; (empty, empty)
+    without pairs."""
+    if linked is None:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    a, b = (np.asarray(x, dtype=np.int64) for x in linked)
+    other = a != b
+    a, b = a[other], b[other]
+    keys = distinct(np.concatenate([a * n_classes + b, b * n_classes + a]))
+    owner = keys // max(n_classes, 1)
+    starts = np.searchsorted(owner, np.arange(n_classes + 1)).astype(np.int64)
+    return starts, keys % max(n_classes, 1)
 
 
 def _near_first(points: np.ndarray) -> np.ndarray:

@@ -498,3 +498,7 @@ def warm_kernels():
     axes = [containment.Axis(qi_codes[:, 0], np.arange(20) % 4, np.arange(20) % 4 + 1),
             containment.set_axis(qi_codes[:, 1], np.arange(20), np.arange(20) % 3, 20, 3)]
     containment.contained(axes, 100, 20, engine="numba")
+    # the test of each group's options against the versions before (core.republish)
+    counts = rng.integers(0, 3, (4, 3))
+    republish.safe_against(Models(l=2), counts[:, None, :], republish.Version(np.arange(4), counts),
+                           lambda ids: np.asarray(ids) // 2 * 2, np.arange(4))

@@ -167,8 +167,12 @@ def safe_against(models: Models, options: np.ndarray, version: Version, roots_of
     inside = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == root)
     full = np.zeros((n_groups, width), dtype=np.int64)
     _add_rows(full, at[inside], version.counts[inside])
-    ok = difference_safe(models, options.reshape(-1, width),
-                         np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
+    compiled = _compiled_safe(models, n_groups * n_options)
+    if compiled is not None:
+        ok = compiled(options, full[:, None, :], np.ones((n_groups, n_options), dtype=bool))
+    else:
+        ok = difference_safe(models, options.reshape(-1, width),
+                             np.repeat(full, n_options, axis=0)).reshape(n_groups, n_options)
     ancestors = np.bincount(at[inside], minlength=n_groups)
     rows = np.flatnonzero(inside)
     several = np.flatnonzero(ancestors > 1)
@@ -185,6 +189,9 @@ def safe_against(models: Models, options: np.ndarray, version: Version, roots_of
         for first in range(0, groups.size, step):
             chunk = groups[first:first + step]
             sums = masks @ version.counts[by_group[starts[chunk][:, None] + np.arange(n)]]
+            if compiled is not None:
+                ok[chunk] = compiled(options[chunk], sums, ok[chunk])
+                continue
             mine = difference_safe(
                 models, np.repeat(options[chunk], masks.shape[0], axis=1).reshape(-1, width),
                 np.tile(sums, (1, n_options, 1)).reshape(-1, width))
@@ -194,6 +201,28 @@ def safe_against(models: Models, options: np.ndarray, version: Version, roots_of
 
 #: multisets compared at once at most (groups' options against sets of their ancestors)
 SETS_AT_ONCE = 1 << 18
+
+
+def _compiled_safe(models: Models, size: int):
+    """:func:`safe_against`'s test on the compiled kernel (core._republication_kernels.
+    options_safe): ``test(options, earlier, ok)`` -> ``ok`` narrowed, for the distinct l model
+    alone where the process has the kernels (or ``size`` multisets are worth loading them);
+    None otherwise (:func:`difference_safe` on numpy then)."""
+    if models.t is not None or (models.l is not None and models.l > 1
+                                and models.l_diversity != "distinct"):
+        return None
+    kern = _kernels(size)
+    if kern is None:
+        return None
+    # no l model: every difference passes (l = 0)
+    l = float(models.l) if models.l is not None and models.l > 1 else 0.0
+
+    def test(options, earlier, ok):
+        ok = np.ascontiguousarray(ok, dtype=bool).copy()
+        kern.options_safe(np.ascontiguousarray(options, dtype=np.int64),
+                          np.ascontiguousarray(earlier, dtype=np.int64), l, ok)
+        return ok
+    return test
 
 
 def _add_rows(out: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:

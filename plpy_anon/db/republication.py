@@ -760,14 +760,24 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
     everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
     nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
-    with timing.phase("check_classes"):
-        classes = released_classes(plpy, release, qis, sensitive,
-                                   [a + b for a, b in zip(qi_texts, waiting_texts)], nulls)
-        # every person in the table (published ones first) with each class holding them
-        matched = containment.contained(classes.axes, everyone, classes.count)
     version = stashed["version"]
     waiting = ((), ()) if version is None else (version.get("waiting") or (),
                                                 version.get("waiting_groups") or ())
+    with timing.phase("check_classes"):
+        classes = released_classes(plpy, release, qis, sensitive,
+                                   [a + b for a, b in zip(qi_texts, waiting_texts)], nulls)
+        # every person in the table (published ones first) with each class holding them; the
+        # classes that meet (the difference check's: every two that can hold one person, where
+        # a range decides; sets alone link them as a chain) and the run's groups guide the
+        # search, never its result
+        linked, near = None, None
+        if version is not None:
+            linked = linked_classes(classes) if classes.linkable[0].shape[1] else None
+            if len(groups) + len(waiting[1]) == everyone:
+                near = np.r_[np.asarray(groups, dtype=np.int64),
+                             np.asarray(waiting[1], dtype=np.int64)]
+        matched = containment.contained(classes.axes, everyone, classes.count, linked=linked,
+                                        near=near)
     with timing.phase("check_candidates"):
         records = stashed.get("records")
         records = None if records is None else (records, stashed["waiting_records"])
@@ -816,11 +826,12 @@ WHERE release_id = $1 AND version = (SELECT pg_catalog.max(version) - 1 FROM ano
                                      WHERE release_id = $1)"""
 
 
-def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list],
+                     engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Pairs (a < b as positions) of boxes that meet on every ranged dimension (``lo``, ``hi`` as
     :func:`overlapping_boxes`) and whose value sets share a value on every set dimension
     (``sets``: per dimension, each box's non-empty list of values, None a value of its own):
-    :func:`overlapping_coded` of the sets' values coded."""
+    :func:`overlapping_coded` of the sets' values coded (``engine``: :func:`overlapping_boxes`')."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     count = lo.shape[0]
     coded = []
@@ -830,15 +841,16 @@ def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list]) -> tuple[
         flat = np.fromiter(itertools.chain.from_iterable(boxes), dtype=object, count=int(lengths.sum()))
         raw, uniques = pd.factorize(flat)           # None: -1, a value of its own (the last)
         coded.append((np.repeat(np.arange(count), lengths), np.where(raw < 0, len(uniques), raw)))
-    return overlapping_coded(lo, hi, coded)
+    return overlapping_coded(lo, hi, coded, engine)
 
 
-def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list,
+                      engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """:func:`overlapping_sets` with each set dimension as (box, value code) pairs (every box
     holding one value at least). Where only sets decide, the boxes holding one combination of
     values are linked as a chain, not pairwise (the unions are what matters). Otherwise each set
     is also the interval of its values' codes (a necessary condition the sweep tests with the
-    ranges) and a bitmask of them (the exact test)."""
+    ranges) and a bitmask of them (the exact test; on the compiled kernel, within the sweep)."""
     count = lo.shape[0]
     coded, masks, firsts, lasts = [], [], [], []
     for box, raw in sets:
@@ -885,7 +897,9 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list) -> tuple[np.nd
     if coded:
         lo = np.column_stack([lo] + firsts)
         hi = np.column_stack([hi] + lasts)
-    a, b = overlapping_boxes(lo, hi)
+    words = (np.hstack(masks), np.cumsum([0] + [m.shape[1] for m in masks]).astype(np.int64)) \
+        if masks else None
+    a, b = overlapping_boxes(lo, hi, engine, words)
     for mask in masks:
         shared = np.any(mask[a] & mask[b], axis=1)
         a, b = a[shared], b[shared]
@@ -895,7 +909,10 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list) -> tuple[np.nd
 def linked_classes(classes: Classes) -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a, b as class numbers) of released classes that some person's QIs could lie in
     both (:attr:`Classes.linkable`): their value sets share a value (NULL included) and their
-    ranges meet on every QI; never every pair of classes."""
+    ranges meet on every QI; never every pair of classes. Found once (the check's search of
+    the classes holding each person is guided by them too)."""
+    if classes.linked is not None:
+        return classes.linked
     lo, hi, sets, meets = classes.linkable
     keep = np.flatnonzero(meets)
     position = np.full(classes.count, -1, dtype=np.int64)
@@ -905,7 +922,8 @@ def linked_classes(classes: Classes) -> tuple[np.ndarray, np.ndarray]:
         held = meets[box]
         kept_sets.append((position[box[held]], code[held]))
     a, b = overlapping_coded(lo[keep], hi[keep], kept_sets)
-    return keep[a], keep[b]
+    classes.linked = keep[a], keep[b]
+    return classes.linked
 
 
 #: candidate pairs tested at once by :func:`overlapping_boxes`
@@ -916,15 +934,16 @@ BOX_CHUNK = 1 << 20
 LEAF_BOXES = 64
 
 
-def overlapping_boxes(lo: np.ndarray, hi: np.ndarray,
-                      engine: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
+                      words: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
     a dimension) that meet on every dimension, each once; every box meets every other when there
     is no dimension. The boxes are split like a k-d tree (:func:`_box_leaves`), each pair of a
     leaf tested: two boxes that meet share a leaf, and a partition's boxes (disjoint but for a
     few) cost about their number times the depth, not its square. ``engine``: "numpy", "numba"
     (:func:`_overlapping_boxes_compiled`) or "auto" (numba where the process has the kernels or
-    the boxes are many)."""
+    the boxes are many). ``words``: (bit words (count, W), offsets) of sets the compiled sweep
+    also tests (a pair shares a bit of each set), which a caller tests again on numpy."""
     count, dims = lo.shape
     if count < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -936,7 +955,7 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray,
         from plpy_anon.core.republication import _kernels
         kern = _kernels(None if engine == "numba" else count)
         if kern is not None:
-            return _overlapping_boxes_compiled(kern, lo, hi)
+            return _overlapping_boxes_compiled(kern, lo, hi, words)
     leaf, box = _box_leaves(lo, hi)
     order = np.lexsort((box, leaf))
     leaf, box = leaf[order], box[order]
@@ -967,7 +986,8 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray,
     return a, b
 
 
-def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray,
+                                words=None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`overlapping_boxes` on the compiled kernels the run's grouping uses
     (core._republication_kernels: a tree of the boxes, each leaf's boxes paired with those
     whose spans meet it, each pair tested exactly in integers)."""
@@ -977,7 +997,8 @@ def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray) -> tuple[n
     span_low, span_high = low.astype(np.float64), high.astype(np.float64)
     index = kern.box_tree(span_low, span_high)
     leaves = np.flatnonzero(index[-1] < 0)
-    words, offsets = np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)
+    words, offsets = (np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)) \
+        if words is None else (np.ascontiguousarray(words[0], dtype=np.uint64), words[1])
     size = max(BOX_CHUNK, 2 * count)
     out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
     found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -1121,11 +1142,13 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
             if people[i] in held:
                 before[i], followed[i] = held[people[i]], True
     old, new = before[followed], now[followed]
-    order = np.lexsort((new, old))
-    old, new = old[order], new[order]
-    first = np.ones(old.size, dtype=bool)
-    first[1:] = (old[1:] != old[:-1]) | (new[1:] != new[:-1])
-    pairs = np.column_stack([old[first], new[first]])
+    if old.size:
+        # the distinct (old, new) pairs in order, by one sort of integer keys
+        low, base = int(new.min()), int(old.min())
+        width = int(new.max()) - low + 1
+        key = containment.distinct((old - base) * width + (new - low))
+        old, new = key // width + base, key % width + low
+    pairs = np.column_stack([old, new])
     if pairs.shape[0] and (pairs[1:, 0] == pairs[:-1, 0]).any():
         raise InsufficientData(
             f"a group of {release['release_schema']}.{release['release_name']} was split; "
@@ -1200,25 +1223,27 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
     # each earlier group to the group now holding its people (held back ones too)
-    kept = run(plpy, VERSIONS, ["int4"], [release_id])
+    kept = [_kept_version(row, release_id) for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
     step = _moves(release, state, kept, version, hashes, groups)
-    lineage = {}
-    for row in kept:
-        lineage.update((h, step.get(r, r)) for h, r in zip(row["group_ids"], row["roots"]))
+    step_of = republish._mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
+                                 np.fromiter(step.values(), dtype=np.int64, count=len(step)))
+    # every earlier group id -> the group holding it now (a later version's entry wins)
+    roots_of = republish._mapping(
+        np.concatenate([np.empty(0, np.int64)] + [row["group_ids"] for row in kept]),
+        np.concatenate([np.empty(0, np.int64)] + [step_of(row["roots"]) for row in kept]))
     # one code per text of this version and the kept ones, NULL last (no value: core.republish)
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
-    stored = [np.asarray(row["vals"] or [], dtype=object) for row in kept]
-    every = np.concatenate([np.asarray(values, dtype=object)] + stored)
-    texts = sorted(set(pd.unique(every[~pd.isna(every)]).tolist()))
+    texts = sorted({v for v in values if v is not None}.union(*(row["vals"][1] for row in kept)))
     index = pd.Index(texts, dtype=object)
     history = []
-    for row, vals in zip(kept, stored):
+    for row in kept:
         check_interrupts()
-        ids = np.asarray(row["group_ids"], dtype=np.int64)
-        codes = np.full(vals.size, len(texts), dtype=np.int64)
-        present = ~pd.isna(vals)
-        codes[present] = index.get_indexer(vals[present])
-        owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
+        ids = row["group_ids"]
+        raw, own = row["vals"]
+        # the version's own codes (NULL: len(own)) onto this dictionary's (NULL: len(texts))
+        codes = np.r_[index.get_indexer(np.asarray(own, dtype=object)) if own else
+                      np.empty(0, np.int64), len(texts)].astype(np.int64)[raw]
+        owner = np.repeat(np.arange(ids.size), row["sizes"])
         counts = np.bincount(owner * (len(texts) + 1) + codes,
                              minlength=ids.size * (len(texts) + 1)).reshape(ids.size, len(texts) + 1)
         history.append(Version(ids, counts, _linked(row), _people_linked(row)))
@@ -1233,10 +1258,6 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
         counts[:, value_codes[j]] += group_counts[:, j]
     # the release's l model (a catalog row without one: Models' own default)
     models = Models(l=promise.l, c=promise.c, l_diversity=promise.l_diversity)
-
-    def roots_of(group_ids):
-        return np.array([lineage.get(h, h) for h in group_ids.tolist()], dtype=np.int64)
-
     pinned = republish.unsafe_pairs(models, ids, counts, history, roots_of)
     linked = None if linked_ids is None else np.asarray(linked_ids, dtype=np.int64)
     people_linked = None if people_ids is None else np.asarray(people_ids, dtype=np.int64)
@@ -1260,10 +1281,10 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     vals = np.asarray(values, dtype=object)[
         np.repeat(np.tile(np.arange(len(values)), ids.size), group_counts.ravel())].tolist()
     for row in kept:
-        roots = [step.get(r, r) for r in row["roots"]]
-        if roots != list(row["roots"]):
+        roots = step_of(row["roots"])
+        if (roots != row["roots"]).any():
             run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
-                ["int4", "int4", "int4[]"], [release_id, row["version"], roots])
+                ["int4", "int4", "int4[]"], [release_id, row["version"], roots.tolist()])
     # only the newest version keeps who it held back
     run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
               "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
@@ -1277,6 +1298,38 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
          linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
          None if people_ids is None else [int(g) for g in people_ids]])
     return figures
+
+
+#: the stored versions as the difference check reads them: the integer arrays in their binary
+#: form (array_send), each one's values packed as :func:`_coded_elements` packs them (no Python
+#: object per row)
+KEPT_VERSIONS = """
+SELECT v.version, pg_catalog.array_send(v.group_ids) AS group_ids,
+       pg_catalog.array_send(v.roots) AS roots, pg_catalog.array_send(v.sizes) AS sizes,
+       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups, e.vals_elements,
+       e.vals_count
+FROM anon.release_versions v CROSS JOIN LATERAL (
+    SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
+                                 '\\x00'::bytea ORDER BY u.o) AS vals_elements,
+           pg_catalog.count(*) AS vals_count
+    FROM pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)) e
+WHERE v.release_id = $1 ORDER BY v.version"""
+
+
+def _kept_version(row, release_id: int) -> dict:
+    """A row of KEPT_VERSIONS with its arrays decoded: group_ids, roots, sizes as integers,
+    vals as (each row's code, the distinct texts; NULL coded as their number)."""
+    out = dict(row)
+    for name in ("group_ids", "roots", "sizes"):
+        out[name] = _int4s(row[name])
+        if out[name] is None:
+            raise InsufficientData(
+                f"version {row['version']} of release {release_id} (anon.release_versions) has "
+                f"NULL, NULL elements or more dimensions in {name}",
+                hint="Restore the release's rows of anon.release_versions from a backup, or "
+                     "recreate the release knowingly.")
+    out["vals"] = _decoded_texts(row["vals_elements"], int(row["vals_count"] or 0))
+    return out
 
 
 def _released_type(col) -> str:
@@ -1301,6 +1354,8 @@ class Classes:
     #: each class's bounds as codes of one order (``lo``, ``hi``: classes x QIs), per QI
     #: released as a set its (class, value code) pairs, and which classes can hold anyone
     linkable: tuple | None = None
+    #: :func:`linked_classes`' pairs, once found
+    linked: tuple | None = None
 
 
 def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nulls=None) -> Classes:
@@ -1356,14 +1411,15 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             continue
         none = f"{q} IS NULL OR pg_catalog.isempty({q})"
         if col_type in INTEGER_RANGES:
-            # integers rank in numpy; the bounds as closed integers (NULL: unbounded)
-            parts.append(f"""SELECT pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN NULL
-        ELSE pg_catalog.lower({q})::pg_catalog.int8 + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END
-        ORDER BY c.class_no) AS low{i},
-    pg_catalog.array_agg(CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN NULL
-        ELSE pg_catalog.upper({q})::pg_catalog.int8 - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END
-        ORDER BY c.class_no) AS high{i},
-    pg_catalog.array_agg({none} ORDER BY c.class_no) AS empty{i}
+            # integers rank in numpy; the bounds as closed integers (unbounded: the int8 ends)
+            low = (f"CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN {INT8_ENDS[0]} "
+                   f"ELSE pg_catalog.lower({q})::pg_catalog.int8 "
+                   f"+ CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END")
+            high = (f"CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
+                    f"ELSE pg_catalog.upper({q})::pg_catalog.int8 "
+                    f"- CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
+            parts.append(f"""SELECT {_packed_by_class(low)} AS low{i}, {_packed_by_class(high)} AS high{i},
+    {_packed_by_class(f"({none})::pg_catalog.int4")} AS empty{i}
     FROM classes c""")
             continue
         args.append(list(uniques))
@@ -1377,21 +1433,22 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         UNION ALL SELECT NULL, c.class_no, 1, pg_catalog.lower({q}) FROM classes c
         UNION ALL SELECT NULL, c.class_no, 2, pg_catalog.upper({q}) FROM classes c) s
     WHERE s.x IS NOT NULL)""")
-        parts.append(f"SELECT pg_catalog.array_agg(v.r ORDER BY v.o) AS points{i} FROM rank{i} v WHERE v.side = 0")
+        parts.append(f"SELECT {class_counts.packed('v.r')[:-1]} ORDER BY v.o) AS points{i} "
+                     f"FROM rank{i} v WHERE v.side = 0")
         # a class of NULLs only (a NULL range) holds no value; bounds as closed intervals of
         # ranks, and for the pairs as codes 2 a rank (one off for an exclusive bound: two
         # ranges meet when each one's lower code is at most the other's upper)
-        parts.append(f"""SELECT pg_catalog.array_agg(CASE WHEN {none} THEN 1
-        WHEN pg_catalog.lower_inf({q}) THEN 0 WHEN pg_catalog.lower_inc({q}) THEN b.r ELSE b.r + 1 END
-        ORDER BY c.class_no) AS low{i},
-    pg_catalog.array_agg(CASE WHEN {none} THEN 0
-        WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} WHEN pg_catalog.upper_inc({q}) THEN t.r
-        ELSE t.r - 1 END ORDER BY c.class_no) AS high{i},
-    pg_catalog.array_agg({none} ORDER BY c.class_no) AS empty{i},
-    pg_catalog.array_agg(CASE WHEN {none} THEN NULL WHEN pg_catalog.lower_inf({q}) THEN -1
-        ELSE 2 * b.r + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END ORDER BY c.class_no) AS pair_low{i},
-    pg_catalog.array_agg(CASE WHEN {none} THEN NULL WHEN pg_catalog.upper_inf({q}) THEN 9223372036854775807
-        ELSE 2 * t.r - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END ORDER BY c.class_no) AS pair_high{i}
+        low = (f"CASE WHEN {none} THEN 1 WHEN pg_catalog.lower_inf({q}) THEN 0 "
+               f"WHEN pg_catalog.lower_inc({q}) THEN b.r ELSE b.r + 1 END")
+        high = (f"CASE WHEN {none} THEN 0 WHEN pg_catalog.upper_inf({q}) THEN {containment.TOP} "
+                f"WHEN pg_catalog.upper_inc({q}) THEN t.r ELSE t.r - 1 END")
+        pair_low = (f"CASE WHEN {none} THEN 0 WHEN pg_catalog.lower_inf({q}) THEN -1 "
+                    f"ELSE 2 * b.r + CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END")
+        pair_high = (f"CASE WHEN {none} THEN 0 WHEN pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
+                     f"ELSE 2 * t.r - CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
+        parts.append(f"""SELECT {_packed_by_class(low)} AS low{i}, {_packed_by_class(high)} AS high{i},
+    {_packed_by_class(f"({none})::pg_catalog.int4")} AS empty{i},
+    {_packed_by_class(pair_low)} AS pair_low{i}, {_packed_by_class(pair_high)} AS pair_high{i}
     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1
     LEFT JOIN rank{i} t ON t.class_no = c.class_no AND t.side = 2""")
     query = (f"WITH {', '.join(ctes)}\nSELECT * FROM "
@@ -1426,19 +1483,17 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             # a class whose set is NULL or empty holds nobody
             meets &= np.bincount(owners, minlength=count) > 0
             continue
-        empty = np.asarray(row[f"empty{i}"] or [], dtype=bool)
+        empty = class_counts.int8_array(row[f"empty{i}"]).astype(bool)
+        low, high = class_counts.int8_array(row[f"low{i}"]), class_counts.int8_array(row[f"high{i}"])
         if _released_type(col) in INTEGER_RANGES:
-            low, high = row[f"low{i}"] or [], row[f"high{i}"] or []
             axes.append(_integer_axis(codes, uniques, low, high, empty))
-            pair_low = np.array([np.iinfo(np.int64).min if v is None else v for v in low], dtype=np.int64)
-            pair_high = np.array([np.iinfo(np.int64).max if v is None else v for v in high], dtype=np.int64)
+            pair_low, pair_high = low, high
         else:
-            ranks = np.asarray(row[f"points{i}"] or [], dtype=np.int64)
+            ranks = class_counts.int8_array(row[f"points{i}"])
             points = np.where(codes < 0, containment.ANY, ranks[np.maximum(codes, 0)] if ranks.size else 0)
-            axes.append(containment.Axis(points, np.asarray(row[f"low{i}"] or [], dtype=np.int64),
-                                         np.asarray(row[f"high{i}"] or [], dtype=np.int64)))
-            pair_low = np.array([0 if v is None else v for v in row[f"pair_low{i}"] or []], dtype=np.int64)
-            pair_high = np.array([0 if v is None else v for v in row[f"pair_high{i}"] or []], dtype=np.int64)
+            axes.append(containment.Axis(points, low, high))
+            pair_low = class_counts.int8_array(row[f"pair_low{i}"])
+            pair_high = class_counts.int8_array(row[f"pair_high{i}"])
         if qi_nulls[i]:
             continue           # a NULL of the run lies in every range: this QI links every class
         # a NULL (or empty) range holds nobody
@@ -1482,11 +1537,16 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
     """(classes, codes, texts) of :func:`_coded_elements`' part: each element's class, its code
     among the distinct non-NULL texts (NULL coded as len(texts))."""
     owners = class_counts.int8_array(row[f"{name}_classes"])
-    count = int(row[f"{name}_count"] or 0)
+    return (owners, *_decoded_texts(row[f"{name}_elements"], int(row[f"{name}_count"] or 0)))
+
+
+def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
+    """(codes, texts) of ``count`` texts packed as :func:`_coded_elements` packs them: each
+    one's code among the distinct non-NULL texts (NULL coded as len(texts))."""
     if not count:
-        return owners, np.zeros(0, dtype=np.int64), []
+        return np.zeros(0, dtype=np.int64), []
     import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
-    packed_texts = bytes(row[f"{name}_elements"]) + b"\x00"          # the last one's end
+    packed_texts = bytes(packed) + b"\x00"          # the last one's end
     ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == 0)
     if ends.size != count:
         raise RuntimeError(f"read {ends.size} texts of {count} elements")
@@ -1508,21 +1568,28 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
     recode[shown] = np.arange(len(texts))
     recode[~shown] = len(texts)
     indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return owners, recode[indices], texts
+    return recode[indices], texts
 
 
 #: ranges of integers: ranked in numpy (their text is the integer's own)
 INTEGER_RANGES = ("int4range", "int8range")
+#: an unbounded end of a range as a closed int8 bound: no value lies past it
+INT8_ENDS = ("'-9223372036854775808'::pg_catalog.int8", "'9223372036854775807'::pg_catalog.int8")
+
+
+def _packed_by_class(value: str) -> str:
+    """SQL of an int8 a class (never NULL) as one bytea in class order (class_counts.packed)."""
+    return class_counts.packed(value)[:-1] + " ORDER BY c.class_no)"
 
 
 def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
-    """An integer QI: each person's value and each class's closed bounds (None: unbounded;
-    ``empty``: a class of NULLs only) as ranks among them all."""
+    """An integer QI: each person's value and each class's closed bounds (unbounded: the int8
+    ends, INT8_ENDS, which bound nothing; ``empty``: a class of NULLs only) as ranks among them
+    all."""
     values = np.asarray(uniques, dtype=object).astype(np.int64)
-    unbounded_low = np.array([v is None for v in low], dtype=bool)
-    unbounded_high = np.array([v is None for v in high], dtype=bool)
-    low = np.array([0 if v is None else v for v in low], dtype=np.int64)
-    high = np.array([0 if v is None else v for v in high], dtype=np.int64)
+    low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
+    unbounded_low = low == np.iinfo(np.int64).min
+    unbounded_high = high == np.iinfo(np.int64).max
     universe = containment.distinct(np.concatenate([values, low[~unbounded_low], high[~unbounded_high]]))
     points = np.where(codes < 0, containment.ANY,
                       np.searchsorted(universe, values)[np.maximum(codes, 0)] + 1 if values.size else 0)

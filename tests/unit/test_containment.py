@@ -113,3 +113,30 @@ def test_the_compiled_search_finds_the_pairs_the_numpy_split_finds(table, chunk)
     found = list(zip(p.tolist(), c.tolist()))
     assert sorted(found) == sorted(zip(expected_p.tolist(), expected_c.tolist()))
     assert len(found) == len(set(found))                               # each pair once
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables(), st.data())
+def test_the_search_guided_by_linked_classes_finds_the_pairs_the_numpy_split_finds(table, data):
+    """Hints change nothing: pairs of classes that hold one point with no NULL on a range (the
+    fewest a caller may pass), some others, and any visiting order give the numpy split's pairs."""
+    kinds, points, boxes = table
+    axes = axes_of(points, boxes, kinds)
+    expected_p, expected_c = contained(axes, len(points), len(boxes), engine="numpy")
+    holding = {}
+    for p, c in zip(expected_p.tolist(), expected_c.tolist()):
+        ranged_null = any(v is None and k == "range" for v, k in zip(points[p], kinds))
+        if not ranged_null:
+            holding.setdefault(p, []).append(c)
+    pairs = {(a, b) for held in holding.values() for a in held for b in held if a < b}
+    if boxes:
+        pairs |= set(data.draw(st.lists(st.tuples(st.integers(0, len(boxes) - 1),
+                                                  st.integers(0, len(boxes) - 1)), max_size=20)))
+    linked = (np.array([a for a, _ in pairs], dtype=np.int64),
+              np.array([b for _, b in pairs], dtype=np.int64))
+    near = np.array(data.draw(st.lists(st.integers(0, 3), min_size=len(points),
+                                       max_size=len(points))), dtype=np.int64)
+    p, c = contained(axes, len(points), len(boxes), engine="numba", linked=linked, near=near)
+    found = list(zip(p.tolist(), c.tolist()))
+    assert sorted(found) == sorted(zip(expected_p.tolist(), expected_c.tolist()))
+    assert len(found) == len(set(found))                               # each pair once

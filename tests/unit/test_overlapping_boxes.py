@@ -70,10 +70,10 @@ def boxes_with_sets(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(boxes_with_sets())
-def test_boxes_with_value_sets_link_the_classes_every_pair_test_links(case):
+@given(boxes_with_sets(), st.sampled_from(["numpy", "numba"]))
+def test_boxes_with_value_sets_link_the_classes_every_pair_test_links(case, engine):
     lo, hi, sets = case
-    a, b = overlapping_sets(lo, hi, sets)
+    a, b = overlapping_sets(lo, hi, sets, engine=engine)
     expected = {(x, y) for x, y in every_pair(lo, hi)
                 if all(set(boxes[x]) & set(boxes[y]) for boxes in sets)}
     found = set(zip(a.tolist(), b.tolist()))

@@ -346,3 +346,38 @@ def test_integer_value_codes_are_numpy_s_unique_inverse(values):
     values, inverse = np.unique(col, return_inverse=True)
     assert republication._value_codes(col)[0].tolist() == inverse.ravel().tolist()
     assert republication._value_codes(col)[1] == values.size
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_the_compiled_difference_check_keeps_the_options_numpy_keeps(data):
+    """safe_against on the compiled kernel and on numpy's difference_safe: the same options
+    pass against every set of ancestors (groups with one ancestor, several, none; NULL last)."""
+    n_groups, n_options = data.draw(st.integers(1, 8)), data.draw(st.integers(1, 5))
+    width, n_earlier = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 16))
+    counts = st.integers(0, 3)
+    options = np.array(data.draw(st.lists(counts, min_size=n_groups * n_options * width,
+                                          max_size=n_groups * n_options * width)),
+                       dtype=np.int64).reshape(n_groups, n_options, width)
+    earlier = np.array(data.draw(st.lists(counts, min_size=n_earlier * width,
+                                          max_size=n_earlier * width)),
+                       dtype=np.int64).reshape(n_earlier, width)
+    ids = np.arange(n_groups, dtype=np.int64) * 2
+    # each earlier group followed to a group now, or to one that has none (an odd id)
+    roots = np.array(data.draw(st.lists(st.integers(0, 2 * n_groups), min_size=n_earlier,
+                                        max_size=n_earlier)), dtype=np.int64)
+    version = republish.Version(np.arange(n_earlier, dtype=np.int64) + 100, earlier)
+
+    def roots_of(group_ids):
+        return roots[np.asarray(group_ids) - 100]
+    models = Models(l=data.draw(st.sampled_from([None, 1, 2, 3])))
+    republication._kernels()
+    assert republish._compiled_safe(models, 1) is not None
+    compiled = republish.safe_against(models, options, version, roots_of, ids)
+    original = republish._compiled_safe
+    republish._compiled_safe = lambda models, size: None
+    try:
+        expected = republish.safe_against(models, options, version, roots_of, ids)
+    finally:
+        republish._compiled_safe = original
+    assert compiled.tolist() == expected.tolist()
