@@ -199,6 +199,24 @@ def _chunks(blocks: int, chunk: int):
         yield f"({b},0)", (f"({starts[i + 1]},0)" if i + 1 < len(starts) else None)
 
 
+def _chunk_rows(plpy, select: str, relation: str, blocks: int, step: int, where: str | None):
+    """The aggregate row of each chunk of ``relation``. A relation read in one chunk is read by
+    one query planned for this call, without a ctid range: a saved plan (plpy.prepare) never
+    runs in parallel workers, a one-shot one may (an out-of-core region's filtered scan, where
+    the workers test the predicate on every row and the backend aggregates the region's)."""
+    condition = f" AND ({where})" if where else ""
+    if blocks <= step:
+        yield plpy.execute(f"SELECT {select} FROM {relation}"
+                           + (f" WHERE {where}" if where else ""))[0]
+        return
+    lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid{condition}",
+                              ["text"])
+    both = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid AND ctid < $2::tid"
+                        f"{condition}", ["text", "text"])
+    for lo, hi in _chunks(blocks, step):
+        yield (both.execute([lo, hi]) if hi else lower_only.execute([lo]))[0]
+
+
 #: what :func:`text_aggregate` writes for NULL: a byte no UTF-8 text holds, then the end mark
 NULL_TEXT = b"\xff\x00"
 
@@ -342,14 +360,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     numeric_texts = [_Dictionary() for _ in numeric]
     dictionaries = [_Dictionary() for _ in categorical]
     text_dictionaries = [_Dictionary() for _ in texts]
-    condition = f" AND ({where})" if where else ""
     for relation, blocks in plan:
-        lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid{condition}",
-                                  ["text"])
-        both = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid AND ctid < $2::tid"
-                            f"{condition}", ["text", "text"])
-        for lo, hi in _chunks(blocks, step):
-            row = (both.execute([lo, hi]) if hi else lower_only.execute([lo]))[0]
+        for row in _chunk_rows(plpy, select, relation, blocks, step, where):
             n = int(row["n"])
             if n == 0:
                 continue
