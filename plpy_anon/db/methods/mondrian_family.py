@@ -493,10 +493,11 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
     if stable:
         people = republication.people_of(
             plpy, release["release_id"], spec.stored,
-            [data.columns[c.name].values.tolist() for c in identifiers],
+            [republication.Coded.of(data.columns[c.name]) for c in identifiers],
             [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
-            # categorical QIs' text is what they were read as already
-            [(data.texts if c.kind == "numeric" else data.columns)[c.name].values.tolist() for c in qis],
+            # categorical QIs' text is what they were read as already (codes and their texts)
+            [republication.Coded.of((data.texts if c.kind == "numeric" else data.columns)[c.name])
+             for c in qis],
             data.columns[sens[0].name].codes if sensitive is not None else None)
         data.texts.clear()
     data.columns.clear()             # the values are in the codes now: keep one copy
