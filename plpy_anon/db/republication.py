@@ -141,6 +141,17 @@ class Coded:
         codes, uniques = pd.factorize(np.asarray(column, dtype=object))
         return cls(codes.astype(np.int32), list(uniques))
 
+    @classmethod
+    def of_integers(cls, values: np.ndarray, null_mask: np.ndarray | None) -> Coded:
+        """An integer column's text as PostgreSQL prints it (its decimal digits), from the
+        numbers read (``null_mask``: the NULL rows, None: none)."""
+        present = np.ones(values.size, dtype=bool) if null_mask is None else ~null_mask
+        uniques, inverse = np.unique(np.asarray(values, dtype=np.int64)[present],
+                                     return_inverse=True)
+        codes = np.full(values.size, -1, dtype=np.int32)
+        codes[present] = inverse.ravel()
+        return cls(codes, [str(v) for v in uniques.tolist()])
+
     def __len__(self) -> int:
         return self.codes.size
 
@@ -526,9 +537,13 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     if not persons.size or not hashes.size:
         return at
     stored, asked = _first_words(persons), _first_words(hashes)
+    # a state is stored in the order of its hashes: sorted again only when it is not;
     # unstable sorts: runs of equal first words are compared whole
-    order = np.argsort(stored)
-    first = stored[order]
+    if (stored[1:] >= stored[:-1]).all():
+        order, first = np.arange(stored.size), stored
+    else:
+        order = np.argsort(stored)
+        first = stored[order]
     # searched in ascending order: each search starts where the last one ended
     by_key = np.argsort(asked)
     keys = asked[by_key]
@@ -583,8 +598,12 @@ def record_fingerprints(qi_texts, sensitive_texts) -> np.ndarray:
     for texts in (*qi_texts, sensitive_texts):
         check_interrupts()
         if isinstance(texts, Coded):
-            # each distinct text hashed once (the hash of a text is its own, whatever the rows)
-            hashed = pd.util.hash_array(texts.texts())[texts.codes]
+            # each distinct text hashed once (the hash of a text is its own, whatever the rows;
+            # distinct texts need no categorizing first); NULL as pandas hashes a missing value
+            table = np.r_[pd.util.hash_array(np.asarray(texts.dictionary, dtype=object),
+                                             categorize=False),
+                          np.uint64(np.iinfo(np.uint64).max)].astype(np.uint64)
+            hashed = table[texts.codes]
         else:
             hashed = pd.util.hash_array(np.asarray(texts, dtype=object))
         out = (out * np.uint64(0x100000001B3)) ^ hashed
@@ -686,6 +705,42 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
             "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
+#: :data:`VERSIONS` with each one's values (one per published row) packed as the reader packs
+#: texts (each in UTF-8 and a zero byte, NULL 0xFF; ``textsend`` when the client encoding is
+#: UTF-8): no Python string per value
+VERSIONS_PACKED = """
+SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
+       v.waiting_groups, v.next_groups, pg_catalog.cardinality(v.vals) AS vals_count,
+       (SELECT pg_catalog.string_agg(coalesce(%s, '\\xff'::pg_catalog.bytea), '\\x00'::pg_catalog.bytea)
+        FROM pg_catalog.unnest(v.vals) AS e(v)) AS vals_packed
+FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+
+
+def _packed_texts(packed_texts: bytes | None, count: int) -> tuple[np.ndarray, list]:
+    """(each value's code among the distinct texts, in the order they first appear, NULL -1;
+    the texts) of ``count`` values packed as :data:`VERSIONS_PACKED` packs them."""
+    if not count:
+        return np.zeros(0, dtype=np.int64), []
+    import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
+    buffer = bytes(packed_texts) + b"\x00"                 # the last one's end
+    ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == 0)
+    if ends.size != count:
+        raise RuntimeError(f"read {ends.size} texts of {count} stored values")
+    offsets = np.r_[0, ends + 1].astype(np.int32)
+    values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
+                                                         pa.py_buffer(buffer)])
+    try:        # the kernel alone (the method imports pyarrow.compute and all its wrappers)
+        from pyarrow._compute import call_function
+        encoded = call_function("dictionary_encode", [values])
+    except ImportError:
+        encoded = values.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    shown = np.array([t != b"\xff\x00" for t in distinct], dtype=bool)
+    recode = np.full(len(distinct), -1, dtype=np.int64)
+    recode[shown] = np.arange(int(shown.sum()))
+    texts = [t[:-1].decode("utf-8") for t in distinct if t != b"\xff\x00"]
+    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return recode[indices], texts
 
 
 def load_versions(plpy, release_id: int, people: People, dictionary: list,
@@ -693,28 +748,34 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     """The multisets every earlier version published (anon.release_versions) into ``people``,
     with which of each one's groups still have someone in the table (``state``: the release's
     people, their entries)."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
-    rows = run(plpy, VERSIONS, ["int4"], [release_id])
+    send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
+    utf8 = "pg_catalog.textsend(e.v)" if send else "pg_catalog.convert_to(e.v, 'UTF8')"
+    rows = run(plpy, VERSIONS_PACKED % utf8, ["int4"], [release_id])
     values = list(dictionary)
-    stored = [np.asarray(row["vals"], dtype=object) for row in rows]
-    texts = np.concatenate(stored) if stored else np.empty(0, dtype=object)
-    texts = texts[~pd.isna(texts)]
-    # texts only earlier versions hold, in the order they first appear
-    values += pd.unique(texts[pd.Index(values, dtype=object).get_indexer(texts) < 0]).tolist()
-    index = pd.Index(values, dtype=object)
+    position = {t: i for i, t in enumerate(values)}
+    stored = []
+    for row in rows:
+        check_interrupts()
+        codes, texts = _packed_texts(row["vals_packed"], int(row["vals_count"] or 0))
+        row["vals_packed"] = None
+        # texts only earlier versions hold, in the order they first appear
+        for text in texts:
+            if text not in position:
+                position[text] = len(values)
+                values.append(text)
+        stored.append((codes, np.array([position[t] for t in texts], dtype=np.int64)))
     values.append(None)
     width = len(values)
     lineage = {}
-    for row, vals in zip(rows, stored):
+    for row, (vals, recode) in zip(rows, stored):
         check_interrupts()
         ids = np.asarray(row["group_ids"], dtype=np.int64)
-        codes = np.full(vals.size, width - 1, dtype=np.int64)
-        present = ~pd.isna(vals)
-        codes[present] = index.get_indexer(vals[present])
+        codes = np.where(vals < 0, width - 1, recode[np.maximum(vals, 0)] if recode.size else 0)
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
         counts = np.bincount(owner * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         people.versions.append(Version(ids, counts, _linked(row), _people_linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
+    del stored
     if state is not None:
         present = people.persons if people.persons is not None else packed(people.hashes)
         for version, alive in zip(people.versions, alive_groups(rows, state, present, release_id)):
@@ -1727,19 +1788,19 @@ class Stored:
         for chunk in range(chunks):
             # the row's run of published people and its run of held back ones
             mine = theirs = slice(chunk * per_row, (chunk + 1) * per_row)
-            used_sets, cohorts = np.unique(self.cohorts[mine], return_inverse=True)
+            used_sets, set_at = _renumbered([self.cohorts[mine]], self.sets.size)
             parts = [self.entries[mine], self.waiting_entries[theirs]]
             if self.records is not None:
                 parts += [self.record_entries[mine], self.waiting_record_entries[theirs]]
-            used = np.unique(np.concatenate(parts))
+            used, entry_at = _renumbered(parts, self.entry_versions.size)
 
-            def local(entries, used=used):
-                return _int_array(np.searchsorted(used, entries))
+            def local(entries, entry_at=entry_at):
+                return _int_array(entry_at[entries])
 
             row = {"persons": self.persons[mine].tobytes(),
                    "member_groups": _int_array(self.groups[mine]),
                    "versions": _int_array(self.versions[mine]),
-                   "cohorts": _int_array(cohorts.ravel()),
+                   "cohorts": _int_array(set_at[self.cohorts[mine]]),
                    "candidate_sets": "[" + ",".join(self.sets[used_sets].tolist()) + "]",
                    "entries": local(self.entries[mine]),
                    "entry_versions": _int_array(self.entry_versions[used]),
@@ -1764,6 +1825,17 @@ class Stored:
                 [release_id, chunk, *(row[c] for c in STATE_COLUMNS)])
             written += 1
         return written
+
+
+def _renumbered(parts: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``parts`` (integers in [0, ``size``)), sorted, and a table of
+    each one's position among them: marked, no sort."""
+    table = np.zeros(size, dtype=np.int64)
+    for part in parts:
+        table[part] = 1
+    used = np.flatnonzero(table)
+    table[used] = np.arange(used.size)
+    return used, table
 
 
 #: a state stored before entries were kept: the newest version and whom it held back

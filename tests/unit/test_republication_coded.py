@@ -13,13 +13,16 @@ from plpy_anon.db.republication import (
     Coded,
     _bitmasks,
     _cohorts,
+    _packed_texts,
     coded_person_hashes,
     factorized,
     person_hashes,
     record_fingerprints,
 )
 
-TEXT = st.one_of(st.none(), st.sampled_from(["a", "b", "", "é", "10", "9"]), st.text(max_size=4))
+# texts as PostgreSQL holds them: never a zero character
+TEXT = st.one_of(st.none(), st.sampled_from(["a", "b", "", "é", "10", "9"]),
+                st.text(st.characters(blacklist_characters="\x00"), max_size=4))
 SALT = "00112233445566778899aabbccddeeff"
 
 
@@ -44,7 +47,7 @@ def test_a_coded_column_is_its_texts(texts, shuffled, extra):
     assert len(column) == len(texts)
     assert (None in column) == (None in texts)
     codes, uniques = factorized(column)
-    expected_codes, expected_uniques = pd.factorize(np.asarray(texts, dtype=object))
+    _, expected_uniques = pd.factorize(np.asarray(texts, dtype=object))
     # the same partition of the rows, over the texts some row has
     assert sorted(uniques) == sorted(expected_uniques.tolist())
     assert [None if c < 0 else uniques[c] for c in codes.tolist()] == texts
@@ -94,3 +97,25 @@ def test_bitmasks_and_cohorts_hold_each_owners_values(values):
     for owner, vs in enumerate(values):
         assert json.loads(texts[cohort[owner]]) == {"s": sorted(f"v{v:03d}" for v in set(vs))}
     assert len(texts) == len({frozenset(vs) for vs in values})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TEXT, max_size=30))
+def test_stored_values_packed_as_sql_packs_them_read_back_as_their_texts(texts):
+    # what VERSIONS_PACKED's string_agg writes: each text in UTF-8 (NULL 0xFF), zero-separated
+    packed = b"\x00".join(b"\xff" if t is None else t.encode() for t in texts)
+    codes, distinct = _packed_texts(packed if texts else None, len(texts))
+    assert [None if c < 0 else distinct[c] for c in codes.tolist()] == texts
+    # the distinct texts in the order they first appear
+    assert distinct == list(dict.fromkeys(t for t in texts if t is not None))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(-2**63, 2**63 - 1)), max_size=30))
+def test_an_integer_column_is_coded_as_postgresql_prints_it(values):
+    # what the reader hands on: NULL as 0 with a mask
+    numbers = np.array([0 if v is None else v for v in values], dtype=np.int64)
+    mask = np.array([v is None for v in values], dtype=bool)
+    column = Coded.of_integers(numbers, mask)
+    assert column.tolist() == [None if v is None else str(v) for v in values]
+    assert Coded.of_integers(numbers, None).tolist() == [str(v) for v in numbers.tolist()]
