@@ -1980,7 +1980,7 @@ def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None
         first = np.where(at >= 0, before[np.maximum(at, 0)] if before.size else groups, groups)
     keys = np.asarray(entered, dtype=np.int64) << 32 | np.asarray(first, dtype=np.int64)
     if records is None:
-        distinct, entry = np.unique(keys, return_inverse=True)
+        distinct, entry = _unique_inverse(keys)
         return (int(version), int(since), entry.ravel().astype(np.int64), distinct >> 32,
                 distinct & 0xFFFFFFFF)
     record_keys = keys
@@ -1989,10 +1989,21 @@ def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None
         stored = state.entry_versions[np.maximum(same, 0)] << 32 | state.entry_groups[np.maximum(same, 0)] \
             if state.entry_versions.size else np.zeros(same.size, dtype=np.int64)
         record_keys = np.where(same >= 0, stored, np.int64(version) << 32 | np.asarray(groups, dtype=np.int64))
-    distinct, inverse = np.unique(np.concatenate([keys, record_keys]), return_inverse=True)
+    distinct, inverse = _unique_inverse(np.concatenate([keys, record_keys]))
     inverse = inverse.ravel().astype(np.int64)
     return (int(version), int(since), inverse[:keys.size], inverse[keys.size:], distinct >> 32,
             distinct & 0xFFFFFFFF)
+
+
+def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of many integers with few distinct values:
+    hashed (pandas.factorize), only the distinct ones sorted."""
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
+    codes, uniques = pd.factorize(np.asarray(keys, dtype=np.int64))
+    order = np.argsort(uniques, kind="stable")
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    return np.asarray(uniques, dtype=np.int64)[order], rank[codes]
 
 
 def _distinct_keys(keys: np.ndarray, size: int) -> np.ndarray:
