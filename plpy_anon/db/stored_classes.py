@@ -226,9 +226,10 @@ def class_extremes(values, null, index):
     # gathered into class order once, for the three reductions
     values = np.asarray(values)[index.order].astype(np.int64)
     if not np.any(null):        # nothing to leave out: two reductions
-        return (index.reduce(np.minimum, values, INT64.max, grouped=True),
-                index.reduce(np.maximum, values, INT64.min, grouped=True),
-                np.zeros(index.bounds.size - 1, dtype=bool))
+        empty = np.diff(index.bounds) == 0          # no rows, read as only NULLs
+        low = index.reduce(np.minimum, values, INT64.max, grouped=True)
+        high = index.reduce(np.maximum, values, INT64.min, grouped=True)
+        return np.where(empty, 0, low), np.where(empty, 0, high), empty
     null = np.asarray(null)[index.order]
     low = index.reduce(np.minimum, np.where(null, INT64.max, values), INT64.max, grouped=True)
     high = index.reduce(np.maximum, np.where(null, INT64.min, values), INT64.min, grouped=True)
