@@ -372,7 +372,7 @@ def _numbers(col: Column, parts: list[np.ndarray], masks: list[np.ndarray]):
     """(values, NULL mask or None) of numeric column ``col`` from its chunks' parts."""
     kind = NUMERIC_TYPES[col.type_name][2]
     if col.type_name == "date":
-        days = np.concatenate(parts).astype(np.int64)
+        days = _joined(parts, np.int64)
         null = days == DATE_NULL
         plus, minus = days == DATE_INFINITIES[0], days == DATE_INFINITIES[1]
         mask = None if col.not_null else null
@@ -382,7 +382,7 @@ def _numbers(col: Column, parts: list[np.ndarray], masks: list[np.ndarray]):
         values[plus] = np.inf
         values[minus | null] = -np.inf    # NULL: what the column held there before
         return values, mask
-    values = np.concatenate(parts).astype(np.int64 if kind == "int" else np.float64)
+    values = _joined(parts, np.int64 if kind == "int" else np.float64)
     if col.not_null:
         mask = None
     elif col.type_name in NULL_STANDS_IN:
@@ -390,8 +390,19 @@ def _numbers(col: Column, parts: list[np.ndarray], masks: list[np.ndarray]):
         mask = np.isnan(values) if np.isnan(stand_in) else values == stand_in
         values[mask] = stored
     else:
-        mask = np.concatenate(masks).astype(bool)
+        mask = _joined(masks, bool)
     return values, mask
+
+
+def _joined(parts: list[np.ndarray], dtype) -> np.ndarray:
+    """The chunks' big-endian ``parts`` as one array of ``dtype``, each converted as it is
+    copied in (a concatenation, then a conversion, would copy every value twice)."""
+    out = np.empty(sum(part.shape[0] for part in parts), dtype=dtype)
+    at = 0
+    for part in parts:
+        out[at:at + part.shape[0]] = part
+        at += part.shape[0]
+    return out
 
 
 def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column],
@@ -499,7 +510,7 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
         data.columns[col.name] = ColumnData(*_numbers(col, numbers[i], masks[i]))
         numbers[i] = masks[i] = None
         if exact_parts[i]:
-            data.exact_times[col.name] = np.concatenate(exact_parts[i]).astype(np.int64)
+            data.exact_times[col.name] = _joined(exact_parts[i], np.int64)
             exact_parts[i] = None
         if numeric_texts[i].parts:
             data.numeric_texts[col.name] = numeric_texts[i].column()
