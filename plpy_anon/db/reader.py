@@ -248,7 +248,8 @@ class _Dictionary:
 
     def __init__(self):
         self.index: dict[str, int] = {}
-        self.parts: list[np.ndarray] = []
+        #: each chunk's (code of each of its distinct values, each value's index into them)
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
 
     @staticmethod
     def split_packed(packed: bytes, n: int):
@@ -278,10 +279,17 @@ class _Dictionary:
         mapping = np.fromiter((-1 if u == null else
                                self.index.setdefault(u[:-1].decode("utf-8"), len(self.index))
                                for u in uniques), dtype=np.int32, count=len(uniques))
-        self.parts.append(mapping[indices])
+        self.parts.append((mapping, indices))
 
     def column(self) -> TextColumnData:
-        codes = np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int32)
+        """The codes, each chunk's looked up straight into one array (its codes, then their
+        concatenation, would copy every code twice)."""
+        codes = np.empty(sum(indices.shape[0] for _, indices in self.parts), dtype=np.int32)
+        at = 0
+        for mapping, indices in self.parts:
+            # the indices are pyarrow's, each < its chunk's distinct values: no bounds to check
+            np.take(mapping, indices, out=codes[at:at + indices.shape[0]], mode="clip")
+            at += indices.shape[0]
         self.parts = []
         return TextColumnData(codes, list(self.index))
 
