@@ -64,12 +64,14 @@ def encode_numeric(name, values, null_mask=None):
         raise UnsupportedType(f"column {name!r} is complex; it has no order",
                               hint="pass real numbers")
     is_null = _null_mask(name, values, null_mask)
+    if not is_null.any():             # no copy of the values, no masked writes
+        labels, inverse = sorted_distinct(values)
+        return EncodedColumn(name, "numeric", inverse.astype(np.int32), labels, None)
     present = values[~is_null]
     labels, inverse = sorted_distinct(present)
-    null_code = 0 if is_null.any() else None
     codes = np.zeros(values.shape[0], dtype=np.int32)
-    codes[~is_null] = inverse.astype(np.int32) + (1 if null_code == 0 else 0)
-    return EncodedColumn(name, "numeric", codes, labels, null_code)
+    codes[~is_null] = inverse.astype(np.int32) + 1
+    return EncodedColumn(name, "numeric", codes, labels, 0)
 
 
 def sorted_distinct(values):
@@ -141,7 +143,7 @@ def encode_factorized(name, factor, uniques, hierarchy=None):
 
 def _encode_by_frequency(name, factor, uniques, has_null):
     # factorize gives NULL the sentinel -1; move it to a slot of its own after the strings
-    slot = np.where(factor < 0, len(uniques), factor)
+    slot = np.where(factor < 0, len(uniques), factor) if has_null else factor
     counts = np.bincount(slot, minlength=len(uniques) + 1)
     keys = [(-counts[i], 0, u) for i, u in enumerate(uniques)]
     if has_null:
@@ -150,7 +152,7 @@ def _encode_by_frequency(name, factor, uniques, has_null):
     code_of_slot = np.empty(len(keys), dtype=np.int32)
     code_of_slot[rank] = np.arange(len(keys), dtype=np.int32)
     labels = np.array([uniques[i] if i < len(uniques) else None for i in rank], dtype=object)
-    codes = code_of_slot[slot].astype(np.int32)
+    codes = code_of_slot[slot]                     # int32, as code_of_slot
     null_code = int(code_of_slot[-1]) if has_null else None
     return EncodedColumn(name, "categorical", codes, labels, null_code)
 
