@@ -119,6 +119,123 @@ def person_hashes(texts: list[list[str | None]], salt: str) -> list[bytes]:
             for row in zip(*texts)]
 
 
+class Coded:
+    """A column of the run as the reader keeps it: each row's int32 code (-1: NULL) into its
+    distinct texts (``dictionary``; it may hold texts no row has). What the stable mode keeps of
+    each row's QIs: 4 bytes a row, not a Python string; ``np.asarray`` gives the texts."""
+
+    __slots__ = ("codes", "dictionary")
+
+    def __init__(self, codes: np.ndarray, dictionary: list):
+        self.codes = np.asarray(codes)
+        self.dictionary = dictionary
+
+    @classmethod
+    def of(cls, column) -> Coded:
+        """A reader column (codes and dictionary), or a list of texts (coded here)."""
+        if isinstance(column, Coded):
+            return column
+        if hasattr(column, "codes") and hasattr(column, "dictionary"):
+            return cls(column.codes, column.dictionary)
+        import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
+        codes, uniques = pd.factorize(np.asarray(column, dtype=object))
+        return cls(codes.astype(np.int32), list(uniques))
+
+    @classmethod
+    def of_integers(cls, values: np.ndarray, null_mask: np.ndarray | None) -> Coded:
+        """An integer column's text as PostgreSQL prints it (its decimal digits), from the
+        numbers read (``null_mask``: the NULL rows, None: none)."""
+        present = np.ones(values.size, dtype=bool) if null_mask is None else ~null_mask
+        uniques, inverse = np.unique(np.asarray(values, dtype=np.int64)[present],
+                                     return_inverse=True)
+        codes = np.full(values.size, -1, dtype=np.int32)
+        codes[present] = inverse.ravel()
+        return cls(codes, [str(v) for v in uniques.tolist()])
+
+    def __len__(self) -> int:
+        return self.codes.size
+
+    def __contains__(self, value) -> bool:
+        """Whether a row is NULL (``None in column``); other values by their text."""
+        if value is None:
+            return bool((self.codes < 0).any())
+        return value in self.dictionary and bool(
+            (self.codes == self.dictionary.index(value)).any())
+
+    def texts(self) -> np.ndarray:
+        """The dictionary as an object array with None (NULL) last: ``texts()[codes]`` is each
+        row's text (code -1 takes the last)."""
+        table = np.empty(len(self.dictionary) + 1, dtype=object)
+        table[:-1] = self.dictionary
+        return table
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self.texts()[self.codes]
+
+    def tolist(self) -> list:
+        return self.texts()[self.codes].tolist()
+
+    def take(self, rows: np.ndarray) -> Coded:
+        return Coded(self.codes[rows], self.dictionary)
+
+    def __add__(self, other) -> Coded:
+        """The rows of both (``other``: another column of the same QI, or a list of texts)."""
+        if not len(other):
+            return self
+        other = Coded.of(other)
+        if other.dictionary is self.dictionary:
+            return Coded(np.concatenate([self.codes, other.codes]), self.dictionary)
+        dictionary = list(self.dictionary)
+        position = {t: i for i, t in enumerate(dictionary)}
+        recode = np.full(len(other.dictionary) + 1, -1, dtype=np.int32)
+        for j, text in enumerate(other.dictionary):
+            if text not in position:
+                position[text] = len(dictionary)
+                dictionary.append(text)
+            recode[j] = position[text]
+        return Coded(np.concatenate([self.codes, recode[other.codes]]), dictionary)
+
+    def factorized(self) -> tuple[np.ndarray, list]:
+        """(codes, distinct texts) as ``pandas.factorize`` gives them (NULL -1), the texts
+        only those some row has."""
+        used = np.zeros(len(self.dictionary) + 1, dtype=bool)
+        used[self.codes] = True
+        used = used[:-1]
+        if used.all():
+            return self.codes.astype(np.int64), list(self.dictionary)
+        recode = np.full(len(self.dictionary) + 1, -1, dtype=np.int64)
+        recode[:-1][used] = np.arange(int(used.sum()))
+        kept = np.flatnonzero(used).tolist()
+        return recode[self.codes], [self.dictionary[i] for i in kept]
+
+
+def factorized(texts) -> tuple[np.ndarray, list]:
+    """A column of the run (:class:`Coded`, or a list of texts) as (codes, distinct texts),
+    NULL coded -1."""
+    if isinstance(texts, Coded):
+        return texts.factorized()
+    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
+    codes, uniques = pd.factorize(np.asarray(texts, dtype=object))
+    return codes, list(uniques)
+
+
+def coded_person_hashes(columns: list[Coded], salt: str) -> list[bytes]:
+    """:func:`person_hashes` of coded identifier columns: one column's distinct texts hashed
+    once each (a primary key's are all its rows, but no Python string a row is made twice)."""
+    if len(columns) != 1:
+        return person_hashes([c.tolist() for c in columns], salt)
+    column = columns[0]
+    prefix = bytes.fromhex(salt)
+    sha256 = hashlib.sha256
+    digests = [sha256(prefix + t.encode()).digest() for t in column.dictionary]
+    digests.append(sha256(prefix).digest())          # NULL (code -1): refused before it counts
+    codes = column.codes
+    if codes.size == len(column.dictionary) and (codes == np.arange(codes.size)).all():
+        digests.pop()
+        return digests
+    return [digests[i] for i in codes.tolist()]
+
+
 @dataclass
 class People:
     """The run's people: each row's hash, and for the rows of known people their previous group
@@ -129,7 +246,7 @@ class People:
     cohorts: np.ndarray                   # -1: no candidates yet
     cohort_values: list[np.ndarray]       # per sensitive column, (cohorts, values) bool
     history: bool                         # some version was published before
-    qi_texts: list[list]                  # per QI, each row's value as text (for the check)
+    qi_texts: list[Coded]                 # per QI, each row's value as text (for the check)
     # the versions published so far (core.republish), their multisets coded over ``values``
     # (the sensitive column's texts: the run's dictionary, then texts only earlier versions
     # hold, then None for NULL)
@@ -146,6 +263,8 @@ class People:
     #: the stored state the run read (anon.release_state), handed to the record's check, which
     #: reads the same row in the same transaction (None: the check reads it)
     state: State | None = None
+    #: ``hashes`` packed (numpy ``S32``)
+    persons: np.ndarray | None = None
 
     def codes(self, sensitive: np.ndarray) -> np.ndarray:
         """The run's sensitive codes over ``values`` (NULL: the last code)."""
@@ -418,9 +537,13 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     if not persons.size or not hashes.size:
         return at
     stored, asked = _first_words(persons), _first_words(hashes)
+    # a state is stored in the order of its hashes: sorted again only when it is not;
     # unstable sorts: runs of equal first words are compared whole
-    order = np.argsort(stored)
-    first = stored[order]
+    if (stored[1:] >= stored[:-1]).all():
+        order, first = np.arange(stored.size), stored
+    else:
+        order = np.argsort(stored)
+        first = stored[order]
     # searched in ascending order: each search starts where the last one ended
     by_key = np.argsort(asked)
     keys = asked[by_key]
@@ -474,7 +597,16 @@ def record_fingerprints(qi_texts, sensitive_texts) -> np.ndarray:
     out = np.zeros(len(sensitive_texts), dtype=np.uint64)
     for texts in (*qi_texts, sensitive_texts):
         check_interrupts()
-        out = (out * np.uint64(0x100000001B3)) ^ pd.util.hash_array(np.asarray(texts, dtype=object))
+        if isinstance(texts, Coded):
+            # each distinct text hashed once (the hash of a text is its own, whatever the rows;
+            # distinct texts need no categorizing first); NULL as pandas hashes a missing value
+            table = np.r_[pd.util.hash_array(np.asarray(texts.dictionary, dtype=object),
+                                             categorize=False),
+                          np.uint64(np.iinfo(np.uint64).max)].astype(np.uint64)
+            hashed = table[texts.codes]
+        else:
+            hashed = pd.util.hash_array(np.asarray(texts, dtype=object))
+        out = (out * np.uint64(0x100000001B3)) ^ hashed
     return out
 
 
@@ -500,17 +632,24 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             hint="Restore the release's row of anon.release_secrets from a backup, or drop the "
                  "release and create it again (a new history that earlier versions can be "
                  "intersected with).")
-    # rows with a NULL identifier, counted only when some column has one (one scan each)
-    missing = sum(any(t is None for t in row) for row in zip(*identifier_texts)) \
-        if any(None in texts for texts in identifier_texts) else 0
+    identifiers = [Coded.of(column) for column in identifier_texts]
+    n = len(identifiers[0]) if identifiers else 0
+    # rows with a NULL identifier
+    missing = int(np.logical_or.reduce([c.codes < 0 for c in identifiers]).sum()) if n else 0
     if missing:
         raise InvalidParameter(
             f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
             f"{missing} rows have no value there (NULL)",
             hint="Give every row its identifier (a NOT NULL primary key, say), or recreate the release "
                  "with refresh_mode => 'fresh'.")
-    hashes = person_hashes(identifier_texts, salt)
-    shared = len(hashes) - len(set(hashes))
+    hashes = coded_person_hashes(identifiers, salt)
+    if len(identifiers) == 1:
+        # one column: its distinct texts are distinct people
+        shared = n - int(np.count_nonzero(np.bincount(identifiers[0].codes,
+                                                       minlength=len(identifiers[0].dictionary))))
+    else:
+        shared = len(hashes) - len(set(hashes))
+    del identifiers
     if shared:
         raise InvalidParameter(
             f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
@@ -527,7 +666,8 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
                  "database), or recreate the release with replace => true knowingly.")
     n = len(hashes)
     check_interrupts()
-    at = state.find(packed(hashes))
+    persons = packed(hashes)
+    at = state.find(persons)
     known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
     groups[known] = state.groups[at[known]]
@@ -547,11 +687,12 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             held = [position[v] for v in sets.get(name, []) if v in position]
             matrix[c, held] = True
         cohort_values.append(matrix)
+    qi_texts = [Coded.of(texts) for texts in qi_texts]
     people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
-                    qi_texts=qi_texts, state=state)
+                    qi_texts=qi_texts, state=state, persons=persons)
     if sensitive_codes is not None and sensitive_dictionaries:
-        texts = np.asarray(list(sensitive_dictionaries[0]) + [None], dtype=object)
-        people.records = record_fingerprints(qi_texts, texts[np.asarray(sensitive_codes, dtype=np.int64)])
+        people.records = record_fingerprints(
+            qi_texts, Coded(sensitive_codes, list(sensitive_dictionaries[0])))
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]), state)
     people.joined = groups.copy()
@@ -564,6 +705,42 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
             "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
+#: :data:`VERSIONS` with each one's values (one per published row) packed as the reader packs
+#: texts (each in UTF-8 and a zero byte, NULL 0xFF; ``textsend`` when the client encoding is
+#: UTF-8): no Python string per value
+VERSIONS_PACKED = """
+SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
+       v.waiting_groups, v.next_groups, pg_catalog.cardinality(v.vals) AS vals_count,
+       (SELECT pg_catalog.string_agg(coalesce(%s, '\\xff'::pg_catalog.bytea), '\\x00'::pg_catalog.bytea)
+        FROM pg_catalog.unnest(v.vals) AS e(v)) AS vals_packed
+FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+
+
+def _packed_texts(packed_texts: bytes | None, count: int) -> tuple[np.ndarray, list]:
+    """(each value's code among the distinct texts, in the order they first appear, NULL -1;
+    the texts) of ``count`` values packed as :data:`VERSIONS_PACKED` packs them."""
+    if not count:
+        return np.zeros(0, dtype=np.int64), []
+    import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
+    buffer = bytes(packed_texts) + b"\x00"                 # the last one's end
+    ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == 0)
+    if ends.size != count:
+        raise RuntimeError(f"read {ends.size} texts of {count} stored values")
+    offsets = np.r_[0, ends + 1].astype(np.int32)
+    values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
+                                                         pa.py_buffer(buffer)])
+    try:        # the kernel alone (the method imports pyarrow.compute and all its wrappers)
+        from pyarrow._compute import call_function
+        encoded = call_function("dictionary_encode", [values])
+    except ImportError:
+        encoded = values.dictionary_encode()
+    distinct = encoded.dictionary.to_pylist()
+    shown = np.array([t != b"\xff\x00" for t in distinct], dtype=bool)
+    recode = np.full(len(distinct), -1, dtype=np.int64)
+    recode[shown] = np.arange(int(shown.sum()))
+    texts = [t[:-1].decode("utf-8") for t in distinct if t != b"\xff\x00"]
+    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return recode[indices], texts
 
 
 def load_versions(plpy, release_id: int, people: People, dictionary: list,
@@ -571,30 +748,36 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     """The multisets every earlier version published (anon.release_versions) into ``people``,
     with which of each one's groups still have someone in the table (``state``: the release's
     people, their entries)."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
-    rows = run(plpy, VERSIONS, ["int4"], [release_id])
+    send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
+    utf8 = "pg_catalog.textsend(e.v)" if send else "pg_catalog.convert_to(e.v, 'UTF8')"
+    rows = run(plpy, VERSIONS_PACKED % utf8, ["int4"], [release_id])
     values = list(dictionary)
-    stored = [np.asarray(row["vals"], dtype=object) for row in rows]
-    texts = np.concatenate(stored) if stored else np.empty(0, dtype=object)
-    texts = texts[~pd.isna(texts)]
-    # texts only earlier versions hold, in the order they first appear
-    values += pd.unique(texts[pd.Index(values, dtype=object).get_indexer(texts) < 0]).tolist()
-    index = pd.Index(values, dtype=object)
+    position = {t: i for i, t in enumerate(values)}
+    stored = []
+    for row in rows:
+        check_interrupts()
+        codes, texts = _packed_texts(row["vals_packed"], int(row["vals_count"] or 0))
+        row["vals_packed"] = None
+        # texts only earlier versions hold, in the order they first appear
+        for text in texts:
+            if text not in position:
+                position[text] = len(values)
+                values.append(text)
+        stored.append((codes, np.array([position[t] for t in texts], dtype=np.int64)))
     values.append(None)
     width = len(values)
     lineage = {}
-    for row, vals in zip(rows, stored):
+    for row, (vals, recode) in zip(rows, stored):
         check_interrupts()
         ids = np.asarray(row["group_ids"], dtype=np.int64)
-        codes = np.full(vals.size, width - 1, dtype=np.int64)
-        present = ~pd.isna(vals)
-        codes[present] = index.get_indexer(vals[present])
+        codes = np.where(vals < 0, width - 1, recode[np.maximum(vals, 0)] if recode.size else 0)
         owner = np.repeat(np.arange(ids.size), np.asarray(row["sizes"], dtype=np.int64))
         counts = np.bincount(owner * width + codes, minlength=ids.size * width).reshape(ids.size, width)
         people.versions.append(Version(ids, counts, _linked(row), _people_linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
+    del stored
     if state is not None:
-        present = packed(people.hashes)
+        present = people.persons if people.persons is not None else packed(people.hashes)
         for version, alive in zip(people.versions, alive_groups(rows, state, present, release_id)):
             version.alive = alive
         if people.records is not None:
@@ -621,9 +804,10 @@ def alive_groups(rows, state: State, present: np.ndarray, release_id=None,
 
 def _alive_groups(rows, state: State, present: np.ndarray, release_id=None,
                   records=None) -> list[np.ndarray | None]:
-    entries = np.unique(state.entries_of(present) if records is None
-                        else state.record_entries_of(present, records))
-    entries = entries[entries >= 0]
+    entries = state.entries_of(present) if records is None \
+        else state.record_entries_of(present, records)
+    # the distinct entries (positions in entry_versions, checked when read), marked not sorted
+    entries = _distinct_keys(entries[entries >= 0], state.entry_versions.size)
     # a state of another version than the newest stored (written apart) says nothing
     since = state.entries_since if state.entries is not None and rows \
         and state.version == rows[-1]["version"] else None
@@ -687,21 +871,22 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
     texts) and the version's multiset per group."""
     people = rows.people
     shown = np.ones(groups.size, dtype=bool) if published is None else published.published
+    qi_columns = [Coded.of(texts) for texts in people.qi_texts]
     if shown.all():
-        hashes, qi_texts = people.hashes, people.qi_texts
+        hashes, qi_texts = people.hashes, qi_columns
     else:
-        keep = np.flatnonzero(shown).tolist()
-        hashes = [people.hashes[i] for i in keep]
-        qi_texts = [[texts[i] for i in keep] for texts in people.qi_texts]
-    waiting = np.flatnonzero(~shown).tolist()
+        keep = np.flatnonzero(shown)
+        hashes = [people.hashes[i] for i in keep.tolist()]
+        qi_texts = [column.take(keep) for column in qi_columns]
+    waiting = np.flatnonzero(~shown)
     records = people.records
     out = {"hashes": hashes, "groups": groups[shown].tolist(),
            "records": None if records is None else records[shown],
            "waiting_records": None if records is None else records[~shown],
            # the people held back link classes too (they are in the table)
-           "waiting_qi_texts": [[texts[i] for i in waiting] for texts in people.qi_texts],
+           "waiting_qi_texts": [column.take(waiting) for column in qi_columns],
            # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
-           "qi_nulls": [None in texts for texts in people.qi_texts],
+           "qi_nulls": [None in column for column in qi_columns],
            "qi_texts": qi_texts, "version": None, "state": people.state}
     if rows.sensitive is None or not people.values:
         return out
@@ -723,7 +908,7 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
     out["version"] = {"group_ids": ids.tolist(), "counts": counts, "values": people.values,
                       "linked": None if linked is None else linked.tolist(),
                       "people_linked": None if people_linked is None else people_linked.tolist(),
-                      "waiting": [people.hashes[i] for i in waiting],
+                      "waiting": [people.hashes[i] for i in waiting.tolist()],
                       "waiting_groups": groups[waiting].tolist(),
                       "held_back": held_back, "counterfeit": counterfeit, "groups_by_choice": choices}
     return out
@@ -1393,8 +1578,8 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
         # codes in no particular order: every axis below ranks or orders them by value
-        codes, uniques = pd.factorize(np.asarray(texts, dtype=object))
-        coded.append((codes, list(uniques)))
+        codes, uniques = factorized(texts)
+        coded.append((codes, uniques))
         col_type = _released_type(col)
         q = f"c.q{i}"
         if col_type == "text[]":
@@ -1661,19 +1846,19 @@ class Stored:
         for chunk in range(chunks):
             # the row's run of published people and its run of held back ones
             mine = theirs = slice(chunk * per_row, (chunk + 1) * per_row)
-            used_sets, cohorts = np.unique(self.cohorts[mine], return_inverse=True)
+            used_sets, set_at = _renumbered([self.cohorts[mine]], self.sets.size)
             parts = [self.entries[mine], self.waiting_entries[theirs]]
             if self.records is not None:
                 parts += [self.record_entries[mine], self.waiting_record_entries[theirs]]
-            used = np.unique(np.concatenate(parts))
+            used, entry_at = _renumbered(parts, self.entry_versions.size)
 
-            def local(entries, used=used):
-                return _int_array(np.searchsorted(used, entries))
+            def local(entries, entry_at=entry_at):
+                return _int_array(entry_at[entries])
 
             row = {"persons": self.persons[mine].tobytes(),
                    "member_groups": _int_array(self.groups[mine]),
                    "versions": _int_array(self.versions[mine]),
-                   "cohorts": _int_array(cohorts.ravel()),
+                   "cohorts": _int_array(set_at[self.cohorts[mine]]),
                    "candidate_sets": "[" + ",".join(self.sets[used_sets].tolist()) + "]",
                    "entries": local(self.entries[mine]),
                    "entry_versions": _int_array(self.entry_versions[used]),
@@ -1698,6 +1883,17 @@ class Stored:
                 [release_id, chunk, *(row[c] for c in STATE_COLUMNS)])
             written += 1
         return written
+
+
+def _renumbered(parts: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``parts`` (integers in [0, ``size``)), sorted, and a table of
+    each one's position among them: marked, no sort."""
+    table = np.zeros(size, dtype=np.int64)
+    for part in parts:
+        table[part] = 1
+    used = np.flatnonzero(table)
+    table[used] = np.arange(used.size)
+    return used, table
 
 
 #: a state stored before entries were kept: the newest version and whom it held back
@@ -1749,44 +1945,27 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     for name, (value_classes, value_texts) in zip(names, classes.values):
         check_interrupts()
         codes, dictionary = pd.factorize(np.asarray(value_texts, dtype=object))
-        kept_p, kept_t = [], []
-        for q in unheld.tolist():
-            texts = earlier_sets[earlier[q]].get(name, [])
-            kept_p += [q] * len(texts)
-            kept_t += texts
+        kept_t = [t for q in unheld.tolist() for t in earlier_sets[earlier[q]].get(name, [])]
         if kept_t:
             dictionary = pd.Index(dictionary, dtype=object).append(pd.Index(
                 pd.unique(np.asarray(kept_t, dtype=object)), dtype=object)).unique()
-            kept_v = dictionary.get_indexer(np.asarray(kept_t, dtype=object))
-            dictionary = np.asarray(dictionary, dtype=object)
-        width = max(len(dictionary), 1)
-        # (person, value) for every value of every class holding the person
-        order = np.argsort(value_classes, kind="stable")
-        per_class = np.bincount(value_classes, minlength=classes.count)
-        start = np.cumsum(per_class) - per_class
-        repeat = per_class[klass]
-        offset = np.arange(int(repeat.sum())) - np.repeat(np.cumsum(repeat) - repeat, repeat)
-        values = codes[order][np.repeat(start[klass], repeat) + offset]
-        keys = np.repeat(person, repeat) * width + values
-        if kept_t:
-            keys = np.concatenate([keys, np.asarray(kept_p, dtype=np.int64) * width + kept_v])
-        pairs = _distinct_keys(keys, n * width)
-        p, v = pairs // width, pairs % width
+        dictionary = np.asarray(dictionary, dtype=object)
+        words = max((len(dictionary) + 63) // 64, 1)
+        position = {v: j for j, v in enumerate(dictionary.tolist())}
+        # each person's candidates now as a bitmask over the values: the values of every class
+        # holding them, ORed (no (person, value) pair is listed)
+        masks = np.zeros((n, words), dtype=np.uint64)
+        class_masks = _bitmasks(value_classes, codes, classes.count, words)
+        for w in range(words):
+            np.bitwise_or.at(masks[:, w], person, class_masks[klass, w])
+        # each earlier candidate set over the same values (values no class shows now dropped)
+        before = _set_masks(earlier_sets, name, position, words)
+        if unheld.size:
+            masks[unheld] |= before[earlier[unheld]]
         # people seen before keep only what every earlier version left them
-        code = {v: j for j, v in enumerate(dictionary.tolist())}
-        before = np.fromiter((e * width + code[v] for e, sets in enumerate(earlier_sets)
-                              for v in sets.get(name, []) if v in code), dtype=np.int64)
-        e = earlier[p]
-        if len(earlier_sets) * width <= 1 << 26:
-            # a table of (earlier set, value) pairs: one lookup per pair, no sort
-            allowed = np.zeros(len(earlier_sets) * width + 1, dtype=bool)
-            allowed[before] = True
-            held = allowed[np.where(e < 0, allowed.size - 1, e * width + v)] | (e < 0)
-        else:
-            held = (e < 0) | np.isin(e * width + v, before)
-        p, v = p[held], v[held]
-        kept.append((name, p, v, np.asarray(dictionary, dtype=object)))
-        count = np.bincount(p, minlength=n)
+        masks[known] &= before[earlier[known]]
+        kept.append((name, masks, dictionary))
+        count = np.bitwise_count(masks).sum(axis=1, dtype=np.int64)
         left = count if left is None else np.minimum(left, count)
     cohort, texts = _cohorts(n, kept)
     # one set per distinct text; people in the order of their hashes
@@ -1884,33 +2063,46 @@ def _distinct_keys(keys: np.ndarray, size: int) -> np.ndarray:
     return np.flatnonzero(table)
 
 
+def _bitmasks(owners: np.ndarray, codes: np.ndarray, count: int, words: int) -> np.ndarray:
+    """Each of ``count`` owners' values (``owners``, ``codes``: one (owner, value code) pair
+    each, codes below 64 * ``words``) as a bitmask (owners x words)."""
+    masks = np.zeros(count * words, dtype=np.uint64)
+    codes = np.asarray(codes, dtype=np.int64)
+    np.bitwise_or.at(masks, np.asarray(owners, dtype=np.int64) * words + codes // 64,
+                     np.left_shift(np.uint64(1), (codes % 64).astype(np.uint64)))
+    return masks.reshape(count, words)
+
+
+def _set_masks(sets: list, name: str, position: dict, words: int) -> np.ndarray:
+    """Each candidate set's values of column ``name`` as a bitmask over ``position`` (value
+    text -> code); values not there are dropped."""
+    owners, codes = [], []
+    for e, candidates in enumerate(sets):
+        held = [position[v] for v in candidates.get(name, []) if v in position]
+        owners += [e] * len(held)
+        codes += held
+    return _bitmasks(np.asarray(owners, dtype=np.int64), np.asarray(codes, dtype=np.int64),
+                     len(sets), words)
+
+
 def _cohorts(n: int, kept) -> tuple[np.ndarray, list[str]]:
     """People whose candidates are the same sets share one text: each person's candidates as a
-    bitmask over each sensitive column's values (``kept``: per column, the sorted (person, value
-    code) pairs and the values), people of equal bitmasks one cohort; its text from its first
-    person's values. Returns each person's cohort and the cohorts' texts."""
+    bitmask over each sensitive column's values (``kept``: per column, the people's bitmasks
+    and the values), people of equal bitmasks one cohort; its text from its first person's
+    values. Returns each person's cohort and the cohorts' texts."""
     if not kept:
         return np.zeros(n, dtype=np.int64), [json.dumps({})]
-    masks = []
-    for _, p, v, dictionary in kept:
-        words = max((len(dictionary) + 63) // 64, 1)
-        mask = np.zeros(n * words, dtype=np.uint64)
-        # the pairs are sorted: each (person, word)'s bits ORed over its run
-        slot = p * words + v // 64
-        if slot.size:
-            starts = np.flatnonzero(np.r_[True, slot[1:] != slot[:-1]])
-            bits = np.left_shift(np.uint64(1), (v % 64).astype(np.uint64))
-            mask[slot[starts]] = np.bitwise_or.reduceat(bits, starts)
-        masks.append(mask.reshape(n, words))
-    first, cohort = _distinct_rows(np.hstack(masks))
-    spans = [(name, v, dictionary, np.searchsorted(p, first), np.searchsorted(p, first, "right"))
-             for name, p, v, dictionary in kept]
+    first, cohort = _distinct_rows(np.hstack([masks for _, masks, _ in kept]))
+    # the first people's bits, value code i at column i
+    held = [(name, np.unpackbits(masks[first].astype("<u8").view(np.uint8), axis=1,
+                                 bitorder="little")[:, :len(dictionary)].astype(bool), dictionary)
+            for name, masks, dictionary in kept]
     texts = []
     for c in range(first.size):
         if not c % 4096:
             check_interrupts()
-        texts.append(json.dumps({name: sorted(dictionary[v[a[c]:b[c]]].tolist())
-                                 for name, v, dictionary, a, b in spans}, ensure_ascii=False))
+        texts.append(json.dumps({name: sorted(dictionary[bits[c]].tolist())
+                                 for name, bits, dictionary in held}, ensure_ascii=False))
     return cohort.ravel().astype(np.int64), texts
 
 

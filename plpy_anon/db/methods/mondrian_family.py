@@ -447,8 +447,10 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
     categorical = [c for c in qis if c.kind == "categorical"]
     extra = [c for c in sens + target_col + identifiers if c.name not in {q.name for q in categorical}]
     # a stable release's check matches its people with the released classes by their QIs as read
+    # (an integer's text, its digits, is made from the number read)
+    texts_read = [c for c in numeric if not _integer(c)] if stable else []
     data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values,
-                        exact=reads_values, texts=numeric if stable else [], where=where)
+                        exact=reads_values, texts=texts_read, where=where)
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
     merge_equal_spellings(plpy, tbl, data, sens)
@@ -493,16 +495,25 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
     if stable:
         people = republication.people_of(
             plpy, release["release_id"], spec.stored,
-            [data.columns[c.name].values.tolist() for c in identifiers],
+            [republication.Coded.of(data.columns[c.name]) for c in identifiers],
             [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
-            # categorical QIs' text is what they were read as already
-            [(data.texts if c.kind == "numeric" else data.columns)[c.name].values.tolist() for c in qis],
+            # categorical QIs' text is what they were read as already (codes and their texts)
+            [republication.Coded.of_integers(data.columns[c.name].values,
+                                             data.columns[c.name].null_mask)
+             if c.kind == "numeric" and _integer(c)
+             else republication.Coded.of((data.texts if c.kind == "numeric" else data.columns)[c.name])
+             for c in qis],
             data.columns[sens[0].name].codes if sensitive is not None else None)
         data.texts.clear()
     data.columns.clear()             # the values are in the codes now: keep one copy
     read = ReadValues(values_by_code, spelled, data.exact_times, data.numeric_texts) \
         if reads_values else None
     return ReleaseRows(tbl, k, l, qis, encoded, sensitive, target, data, read, people)
+
+
+def _integer(col) -> bool:
+    """Whether a numeric column holds integers (read exactly, printed as their digits)."""
+    return catalog.NUMERIC_TYPES[col.type_name][2] == "int"
 
 
 def _unique(cols):
