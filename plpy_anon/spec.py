@@ -69,6 +69,7 @@ class Built:
     dropped: tuple[str, ...] = ()             # source columns it leaves out
     ordered_sensitive: tuple[str, ...] = ()   # sensitive columns compared in value order (t)
     joined_back: bool = True                  # rows joined back to the source (else written)
+    packed_literals: bool = False             # classes' literals in anon.partition_slice.literals (else its jsonb)
     storage: str | None = None                # a compact release's materialized view
     objects: tuple[str, ...] = ()             # the release's other relations, dependents first
     grantees: tuple[str, ...] | None = None   # the roles it is granted to (None: analysts)

@@ -15,7 +15,7 @@ A Mondrian release's query, for example, does the set work in SQL:
     bounds AS (SELECT class_id, min(v0) AS lo0, max(v0) AS hi0 FROM kept_rows GROUP BY class_id),
     classes AS MATERIALIZED (SELECT b.class_id, int4range(b.lo0, b.hi0, '[]') AS q0,
                                     x.q1::text[] AS q1                  -- once per class
-        FROM bounds b JOIN (<p.classes -> 'q1' as rows, WITH ORDINALITY>) x USING (class_id))
+        FROM bounds b JOIN (<(run.p).literals[1] split, WITH ORDINALITY>) x USING (class_id))
     SELECT c.q0 AS "age", c.q1 AS "sex", rs.s0 AS "diagnosis"
     FROM (SELECT * FROM kept_rows ORDER BY class_id, row_position) AS rs   -- merge-joined:
     JOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id  -- no resort
@@ -67,7 +67,7 @@ import secrets
 
 import numpy as np
 
-from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.core.generalize import class_value_ranks
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.compact import ROWS_COLUMN, view_query
@@ -120,17 +120,23 @@ def generalized_release_query(plpy, tbl, roles, qi_types: dict[str, str], partit
         else:
             generalized.append(f"x.q{i}::{qi_types[name]} AS q{i}")
     if literal:
-        elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
-                             for i in literal)
         aliases = ", ".join(f"q{i}" for i in literal)
-        first_class = "(run.p).first_class + " if sliced else ""
+        if sliced:      # packed literals (pack_literals): their first row is none
+            elements = ", ".join(literal_rows("(run.p)", n) for n in range(1, len(literal) + 1))
+            numbered = f"(run.p).first_class + x.class_no - 2 AS class_id, {aliases} FROM run,\n"
+            kept_classes = " WHERE x.class_no > 1"
+        else:
+            elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
+                                 for i in literal)
+            numbered = f"x.class_no - 1 AS class_id, {aliases} FROM run,\n"
+            kept_classes = ""
         # OFFSET 0: class_id is computed before the join. Flattened, the join computes it from
         # run.p, so every row carries its whole slice (~20 MB), which a hash join that spills
         # writes once per row: tens of GB of temporary files at 2M rows
         class_source = (
             f"    FROM bounds AS b\n"
-            f"    JOIN (SELECT {first_class}x.class_no - 1 AS class_id, {aliases} FROM run,\n"
-            f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no) OFFSET 0) AS x\n"
+            f"    JOIN (SELECT {numbered}"
+            f"          ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no){kept_classes} OFFSET 0) AS x\n"
             f"      ON x.class_id = b.class_id")
     else:
         class_source = "    FROM bounds AS b"
@@ -229,13 +235,13 @@ def compact_storage_query(plpy, roles, qi_names, qi_types, ranged, literal, chec
               f"      ORDER BY r.class_id, r.row_position) AS rs")
     classes = ""
     if literal:
-        elements = ", ".join(f"pg_catalog.jsonb_array_elements_text((run.p).classes -> 'q{i}')"
-                             for i in literal)
+        elements = ", ".join(literal_rows("(run.p)", n) for n in range(1, len(literal) + 1))
         aliases = ", ".join(f"q{i}" for i in literal)
         casts = ", ".join(f"x.q{i}::{qi_types[qi_names[i]]} AS q{i}" for i in literal)
         classes = (f"classes AS MATERIALIZED (\n"
-                   f"    SELECT (run.p).first_class + x.class_no - 1 AS class_id, {casts}\n"
-                   f"    FROM run, ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)),\n")
+                   f"    SELECT (run.p).first_class + x.class_no - 2 AS class_id, {casts}\n"
+                   f"    FROM run, ROWS FROM ({elements}) WITH ORDINALITY AS x({aliases}, class_no)\n"
+                   f"    WHERE x.class_no > 1),\n")
         joined += "\nJOIN (SELECT * FROM classes ORDER BY class_id) AS c ON c.class_id = rs.class_id"
     filters = [containment_test(qi_types[qi_names[i]], i) for i in checked if i not in ranged]
     where = f"WHERE {' AND '.join(filters)}\n" if filters else ""
@@ -273,9 +279,9 @@ def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_cal
     qi_names = list(qi_types)
     sensitive = [col for col, role in roles if role == "sensitive"]
     keys = [f"q{i}" for i in range(len(qi_names))] + [f"s{j}" for j in range(len(sensitive))]
-    functions = [f"pg_catalog.jsonb_array_elements_text(run.classes -> '{key}')" for key in keys]
-    if not sensitive:
-        functions.append("pg_catalog.unnest(run.class_sizes::pg_catalog.int4[])")
+    functions = [literal_rows("run", n) for n in range(1, len(keys) + 1)]
+    if not sensitive:    # a first size beside the literals' first row, which is none
+        functions.append("pg_catalog.unnest(ARRAY[0] || run.class_sizes::pg_catalog.int4[])")
         keys.append("class_size")
     collations = {r["name"]: r["collation"] for r in run(plpy, COLLATIONS, ["oid", "text[]"],
                                                          [tbl.oid, [c.name for c in sensitive]])}
@@ -300,7 +306,9 @@ def compact_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_cal
     return (f"WITH released_columns AS (SELECT {released} FROM {tbl.quoted(plpy)} AS s)\n"
             f"SELECT {', '.join(stored)}\n"
             f"FROM {partition_call} AS run\n"
-            f"CROSS JOIN LATERAL ROWS FROM ({', '.join(functions)}) AS x({', '.join(keys)})")
+            f"CROSS JOIN LATERAL ROWS FROM ({', '.join(functions)}) WITH ORDINALITY "
+            f"AS x({', '.join(keys)}, class_no)\n"
+            f"WHERE x.class_no > 1")
 
 
 def flat_read_query(plpy, tbl, roles, qi_types: dict[str, str], partition_call: str) -> str:
@@ -496,3 +504,63 @@ def array_element(value) -> str:
     if _NEEDS_QUOTES.search(value) is None:
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# A slice's literals travel as one text per literal column (anon.partition_slice.literals), not
+# as jsonb: PostgreSQL parses a jsonb character by character (a quarter of a 1M-row release's
+# storage SQL), and Python spent as long writing it.
+#: separators and NULL markers tried first: control characters ordinary text never holds
+SEPARATORS = "\x1f\x1e\x1d\x1c"
+
+
+class NoSeparator(AnonError):
+    """One slice's literals of a column hold every character there is (program_limit_exceeded)."""
+
+    sqlstate = "54000"
+
+
+def literal_keys(keys) -> list[str]:
+    """The order of a slice's literal columns in ``literals``: ``q<i>`` by i, then ``s<j>`` by j
+    (what :func:`literal_rows` reads by position)."""
+    return sorted(keys, key=lambda key: (key[0], int(key[1:])))
+
+
+def pack_literals(literals: list[str | None]) -> tuple[bytes, str]:
+    """One column's literals of a slice's classes, packed for :func:`literal_rows`: (the UTF-8
+    text of each literal after a separator, NULL as a NULL marker; the separator and the
+    marker). Both are characters no literal holds; the leading separator keeps the text from
+    being empty (string_to_table makes no row of an empty text, one literal '' included)."""
+    literals = literals if isinstance(literals, list) else list(literals)
+    nulls = literals.count(None)
+    for separator, null in itertools.pairwise(SEPARATORS):
+        filled = [null if v is None else v for v in literals] if nulls else literals
+        text = separator + separator.join(filled)
+        # neither character in any literal: one separator before each, one marker per NULL
+        if text.count(separator) == len(filled) and text.count(null) == nulls:
+            return text.encode(), separator + null
+    held = "".join(filter(None, literals))
+    free = [c for c in SEPARATORS if c not in held][:2]
+    if len(free) < 2:
+        used = set(held)
+        free = list(itertools.islice((c for c in map(chr, itertools.chain(
+            range(1, 0xD800), range(0xE000, 0x110000))) if c not in used), 2))
+        if len(free) < 2:
+            raise NoSeparator("the values of one slice of classes hold every Unicode character: "
+                              "no character is left to separate them",
+                              hint="Release the column through a hierarchy, or leave it out.")
+    separator, null = free
+    if None in literals:
+        literals = [null if v is None else v for v in literals]
+    return (separator + separator.join(literals)).encode(), separator + null
+
+
+def literal_rows(slice_: str, position: int) -> str:
+    """SQL: the rows of the literals packed (:func:`pack_literals`) at ``position`` (from 1, in
+    :func:`literal_keys` order) of the ``anon.partition_slice`` ``slice_``, the first of them
+    none (the empty text before the leading separator: the caller leaves it out). The
+    database's default collation, as jsonb's texts had (convert_from's would be C, its
+    encoding name's)."""
+    return (f"pg_catalog.string_to_table(pg_catalog.convert_from({slice_}.literals[{position}], "
+            f"'UTF8') COLLATE pg_catalog.\"default\", "
+            f"pg_catalog.substr({slice_}.separators, {2 * position - 1}, 1), "
+            f"pg_catalog.substr({slice_}.separators, {2 * position}, 1))")

@@ -178,8 +178,28 @@ def test_break_merge_release_is_verified_on_qit_and_sensitive_tables(db, schema)
 
 # ---------------------------------------------------------------------------- fault injection
 
+# a slice's literals by key (q<i>, then s<j>: generalization.literal_keys), unpacked as SQL reads
+# them, and packed back
+PACKED = """
+from plpy_anon.db.generalization import pack_literals
+def unpacked(p):
+    n_qis = len(_json.loads(plpy.execute(
+        "SELECT parameters::text AS p FROM anon.releases WHERE release_id = %d" % release_id
+    )[0]["p"])["quasi_identifiers"])
+    keys = ["q%d" % i for i in range(n_qis)] + ["s%d" % j for j in range(len(p["literals"]) - n_qis)]
+    out = {}
+    for n, key in enumerate(keys):
+        separator, null = p["separators"][2 * n:2 * n + 2]
+        out[key] = [None if f == null else f for f in p["literals"][n].decode().split(separator)[1:]]
+    return out
+def packed(p, classes):
+    texts = [pack_literals(classes[key]) for key in classes]
+    p["literals"], p["separators"] = [t for t, _ in texts], "".join(m for _, m in texts)
+"""
+
 SPLIT_BELOW_K = """
 import json as _json
+""" + PACKED + """
 def widen(lit):
     return lit if lit is None else (lit[:-1] + ",zzzzz}" if lit != "{}" else "{zzzzz}")
 out = []
@@ -188,7 +208,7 @@ for p in mondrian.partition(plpy, GD, release_id):
     # second half's zip set gets an extra element, so both halves still contain their rows
     # (containment holds) but are distinct released classes below k
     sizes = [int(x) for x in p["class_sizes"].strip("{}").split(",")]
-    classes = _json.loads(p["classes"])
+    classes = unpacked(p)
     p["class_sizes"] = "{" + ",".join(f"{n - n // 2},{n // 2}" for n in sizes) + "}"
     p["first_class"] = 2 * p["first_class"]
     def halves(q, lit):
@@ -197,23 +217,23 @@ for p in mondrian.partition(plpy, GD, release_id):
             return ("{" + ",".join(rows[:len(rows) - len(rows) // 2]) + "}",
                     "{" + ",".join(rows[len(rows) - len(rows) // 2:]) + "}")
         return (lit, widen(lit) if q == "q1" else lit)
-    p["classes"] = _json.dumps({q: [v for lit in lits for v in halves(q, lit)]
-                                for q, lits in classes.items()})
+    packed(p, {q: [v for lit in lits for v in halves(q, lit)] for q, lits in classes.items()})
     out.append(p)
 return out
 """
 
 DROP_ROWS = """
+import json as _json
+""" + PACKED + """
 out = list(mondrian.partition(plpy, GD, release_id))
 p = out[0]
 sizes = p["class_sizes"].strip("{}").split(",")
 # three rows not emitted (the first class's first three): what the release query's containment
 # filter does to a row outside its box
 if p["ctids_utf8"] is None:            # written from the values read: the first class's array
-    import json as _json
-    classes = _json.loads(p["classes"])
+    classes = unpacked(p)
     classes["s0"][0] = "{" + ",".join(classes["s0"][0][1:-1].split(",")[3:]) + "}"
-    p["classes"] = _json.dumps(classes)
+    packed(p, classes)
 else:
     tids = p["ctids_utf8"].decode()[2:-2].split('","')
     p["ctids_utf8"] = ('{"' + '","'.join(tids[3:]) + '"}').encode()

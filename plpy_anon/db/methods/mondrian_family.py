@@ -46,6 +46,8 @@ from plpy_anon.db.generalization import (
     flat_read_query,
     generalized_release_query,
     int_array_literal,
+    literal_keys,
+    pack_literals,
     release_order,
 )
 from plpy_anon.db.identifiers import release_roles
@@ -161,6 +163,7 @@ def base_parameters(plpy, tbl, roles, qis, sens, k, l, models=None) -> dict:
         "hierarchies": [c.name for c in qis if c.name in hierarchical and c.kind == "categorical"],
         "released": [c.name for c, role in roles if role in ("quasi_identifier", "sensitive")],
         "dropped": [c.name for c, role in roles if role in ("identifier", "ignored")],
+        "packed_literals": True,        # its run hands back literals as generalization.pack_literals
     }
 
 
@@ -301,7 +304,8 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
         literals["s0"] = lambda first, last: class_arrays(class_label[first:last])
     # only the rows' ctids (and relations, if joined back) outlive this call, not the columns read
     located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
-    slices = partition_slices(located, order, index.bounds, literals, slice_rows)
+    slices = partition_slices(located, order, index.bounds, literals, slice_rows,
+                              packed=ctx.spec.built.packed_literals)
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return slices, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
@@ -346,28 +350,35 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
 
 
 def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
-                     literals: dict, slice_rows: int | None = None) -> Iterator[dict]:
+                     literals: dict, slice_rows: int | None = None,
+                     packed: bool = True) -> Iterator[dict]:
     """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
     about ``slice_rows`` rows (default ``SLICE_ROWS``; at least one class each), their rows' ctids in release order
     (``order``: row indices by release position; class ``c`` holds the positions
     ``bounds[c]:bounds[c + 1]``; none when ``data`` has no ctids: nothing is joined back), each
     class's size and literals (``literals``: per literal column, one per class, or a function
-    of the slice's first and last class returning them)."""
+    of the slice's first and last class returning them), packed (generalization.pack_literals)
+    or, for a release made before (``packed`` False: its query reads them so), as jsonb."""
     n_classes = bounds.size - 1
+    keys = literal_keys(literals)
     first = 0
     while first < n_classes:
         # the classes ending within SLICE_ROWS of this slice's start; at least one
         last = max(first + 1, int(np.searchsorted(bounds, bounds[first] + (slice_rows or SLICE_ROWS),
                                                   side="right")) - 1)
         rows = order[bounds[first]:bounds[last]]
+        of_slice = {q: literals[q](first, last) if callable(literals[q]) else literals[q][first:last]
+                    for q in keys}
+        packed_texts = [pack_literals(of_slice.pop(q)) for q in keys] if packed else []
         yield {
             "first_position": int(bounds[first]),
             "first_class": first,
             "class_sizes": int_array_literal(np.diff(bounds[first:last + 1])),
             "ctids_utf8": None if data.row_tids is None else data.ctid_literal_bytes(rows),
             "row_tableoids": None if data.row_tids is None else data.tableoid_literal(rows),
-            "classes": json.dumps({q: lits(first, last) if callable(lits) else lits[first:last]
-                                   for q, lits in literals.items()}),
+            "classes": None if packed else json.dumps(of_slice),
+            "literals": [text for text, _ in packed_texts] if packed else None,
+            "separators": "".join(marks for _, marks in packed_texts) if packed else None,
         }
         first = last
 
