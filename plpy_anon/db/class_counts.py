@@ -137,8 +137,9 @@ class AmbiguousTexts(Exception):
     (the pass is then counted in SQL, :func:`class_query`)."""
 
 
-def stored_texts_query(plpy, storage: Storage, qis, sensitive) -> str:
-    """The stored classes, one row each in storage order (class id = row number): its rows
+def stored_texts_query(plpy, storage: Storage, qis, sensitive, bounds: str = "") -> str:
+    """The stored classes (``bounds``: those of this ctid condition), one row each in storage
+    order (class id = row number): its rows
     ``n`` (as the view unfolds it), a hash of its QIs ``h`` (equal QIs, equal hashes: two
     classes an analyst sees as one have the same) and, per sensitive column ``i``, its elements
     ``e<i>``, its NULL elements ``z<i>`` and its other values' texts joined by
@@ -151,13 +152,36 @@ def stored_texts_query(plpy, storage: Storage, qis, sensitive) -> str:
         c = f"s.{ident(plpy, column)}"
         columns.append(
             f", coalesce(pg_catalog.cardinality({c}), 0)::int8 AS e{i}"
-            f", coalesce(pg_catalog.cardinality({c}) - pg_catalog.cardinality("
-            f"pg_catalog.array_remove({c}, NULL)), 0)::int8 AS z{i}"
+            # array_remove copies the array: only where array_position finds a NULL
+            f", CASE WHEN pg_catalog.array_position({c}, NULL) IS NULL THEN 0 "
+            f"ELSE pg_catalog.cardinality({c}) - pg_catalog.cardinality("
+            f"pg_catalog.array_remove({c}, NULL)) END::int8 AS z{i}"
             f", pg_catalog.array_to_string({c}, E'\\x01') AS t{i}")
     # a stored class of no rows (a version that publishes none of a group) is no class the
     # view shows
     return (f"SELECT ({storage.rows})::int8 AS n{''.join(columns)} FROM {storage.relation} AS s "
-            f"WHERE ({storage.rows}) > 0")
+            f"WHERE ({storage.rows}) > 0{bounds}")
+
+
+def stored_chunk_query(plpy, storage: Storage, qis, sensitive, bounded_above: bool) -> str:
+    """:func:`stored_texts_query`'s rows of a range of blocks (``$1`` to ``$2``, or to the end
+    without ``bounded_above``) in ONE row: ``classes``, each int8 column packed into one
+    ``bytea`` (:func:`int8_array`) and each ``t<i>`` of the classes holding values joined by
+    :data:`STORED_DELIMITER` (all aggregates see the classes in the same order): no row and no
+    value per class for PL/Python to convert."""
+    bounds = " AND s.ctid >= $1::pg_catalog.tid" + (" AND s.ctid < $2::pg_catalog.tid"
+                                                    if bounded_above else "")
+    columns = ["pg_catalog.count(*) AS classes", packed_column("n"), packed_column("h")]
+    for i in range(len(sensitive)):
+        columns += [packed_column(f"e{i}"), packed_column(f"z{i}"),
+                    f"pg_catalog.string_agg(c.t{i}, E'\\x01') FILTER (WHERE c.e{i} > c.z{i}) AS t{i}"]
+    return (f"SELECT {', '.join(columns)}\n"
+            f"FROM ({stored_texts_query(plpy, storage, qis, sensitive, bounds)}) AS c")
+
+
+def packed_column(name: str) -> str:
+    """An int8 column of :func:`stored_texts_query` packed as :func:`packed` does."""
+    return f"pg_catalog.string_agg(pg_catalog.int8send(c.{name}), ''::bytea) AS {name}"
 
 
 #: the type (with its modifier) and the collation other than the default of a stored column
@@ -201,76 +225,82 @@ def read_stored(plpy, storage: Storage, qis, sensitive, *, streamed: dict | None
                 c: float = 3.0) -> tuple | None:
     """(sizes, classes, tables, figures) of :class:`ClassCounts` and whether no two classes' QIs
     hash alike (else they may merge: :func:`classes_merge`) from a compact release's stored
-    classes, read by :func:`stored_texts_query`'s cursor: each fetch's texts split at the
-    delimiter (their pieces counted against the values the arrays hold) and factorized
-    (pyarrow), the distinct texts ranked by PostgreSQL (:func:`value_ranks`), then each class's
-    (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each value's code
-    (4 bytes) held until the ranks are known, then the tables. With ``streamed`` (a bounded
-    pass: whether each sensitive column whose report figures are wanted is ordered): a first
-    pass finds the values and their rows, a second counts each fetch into the figures of
+    classes, read a range of blocks at a time (:func:`stored_chunk_query`): each chunk's texts
+    split at the delimiter (their pieces counted against the values the arrays hold) and
+    factorized (pyarrow), the distinct texts ranked by PostgreSQL (:func:`value_ranks`), then
+    each class's (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each
+    value's code (4 bytes) held until the ranks are known, then the tables. With ``streamed`` (a
+    bounded pass: whether each sensitive column whose report figures are wanted is ordered): a
+    first pass finds the values and their rows, a second counts each chunk into the figures of
     :func:`read_streamed` and lets it go. None where a stored value holds the delimiter (its
     class's pieces outnumber its values), or where a QI's type has no hash of its QIs: the
     caller counts in SQL."""
     index: list[dict[str, int]] = [{} for _ in sensitive]       # text -> code, per column
-    query = stored_texts_query(plpy, storage, qis, sensitive)
     try:
         with plpy.subtransaction():
             if streamed is None:
-                return _stored_tables(plpy, query, storage, sensitive, index)
-            return _stored_figures(plpy, query, storage, sensitive, index, streamed, c)
+                return _stored_tables(plpy, qis, storage, sensitive, index)
+            return _stored_figures(plpy, qis, storage, sensitive, index, streamed, c)
     except AmbiguousTexts:
         return None
     except plpy.spiexceptions.UndefinedFunction:     # a QI type without an extended hash
         return None
 
 
-def _stored_fetches(plpy, query: str, sensitive, index: list[dict[str, int]]):
-    """Each fetch of :func:`stored_texts_query`: (class ids, rows per class, QI hashes, per
-    sensitive column (values, NULLs, each value's code into ``index``, grown as texts are met))."""
+#: blocks of a compact release's storage per chunk of :func:`_stored_fetches` (16 MiB)
+STORED_CHUNK_BLOCKS = 2048
+
+
+def _stored_fetches(plpy, storage: Storage, qis, sensitive, index: list[dict[str, int]]):
+    """Each chunk of the stored classes (:func:`stored_chunk_query`, a range of
+    :data:`STORED_CHUNK_BLOCKS` blocks at a time): (class ids, rows per class, QI hashes, per
+    sensitive column (values, NULLs, each value's code into ``index``, grown as texts are
+    met))."""
     import pyarrow as pa  # here: only a compact release's check reads stored texts
 
-    cursor = plpy.cursor(query)
-    try:
-        first, size = 0, FETCH_FIRST
-        while True:
-            batch = cursor.fetch(size)
-            if not batch:
-                return
-            cids = np.arange(first, first + len(batch), dtype=np.int64)
-            first += len(batch)
-            rows = np.fromiter((r["n"] for r in batch), dtype=np.int64, count=len(batch))
-            hashes = np.fromiter((r["h"] for r in batch), dtype=np.int64, count=len(batch))
-            size = max(1, min(FETCH_CLASSES, FETCH_ELEMENTS // max(1, int(rows.sum()) // len(batch))))
-            columns = []
-            for i in range(len(sensitive)):
-                elements = np.fromiter((r[f"e{i}"] for r in batch), dtype=np.int64, count=len(batch))
-                nulls = np.fromiter((r[f"z{i}"] for r in batch), dtype=np.int64, count=len(batch))
-                values = elements - nulls
-                joined = STORED_DELIMITER.join(
-                    r[f"t{i}"] for r, v in zip(batch, values.tolist()) if v > 0).encode()
-                n = int(values.sum())
-                ends = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord(STORED_DELIMITER))
-                if (ends.shape[0] + 1 if n else 0) != n or (not n and joined):
-                    raise AmbiguousTexts(sensitive[i])
-                offsets = np.empty(n + 1, dtype=np.int32)
-                if n:
-                    offsets[0], offsets[1:-1], offsets[-1] = 0, ends + 1, len(joined) + 1
-                # each piece with the delimiter after it (the last one's added): equal texts,
-                # equal bytes
-                texts = pa.Array.from_buffers(pa.binary(), n, [
-                    None, pa.py_buffer(offsets), pa.py_buffer(joined + STORED_DELIMITER.encode())])
-                encoded = dictionary_encode(texts)
-                mapping = np.fromiter(
-                    (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i]))
-                     for u in encoded.dictionary.to_pylist()),
-                    dtype=np.int32, count=len(encoded.dictionary))
-                codes = mapping[np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n)] \
-                    if n else np.zeros(0, dtype=np.int32)
-                columns.append((values, nulls, codes))
-            del batch
-            yield cids, rows, hashes, columns
-    finally:
-        cursor.close()
+    blocks = int(run(plpy, "SELECT (pg_catalog.pg_relation_size($1::pg_catalog.regclass) / "
+                           "pg_catalog.current_setting('block_size')::int8)::int8 AS b",
+                     ["text"], [storage.relation])[0]["b"])
+    step = STORED_CHUNK_BLOCKS
+    plans = [plpy.prepare(stored_chunk_query(plpy, storage, qis, sensitive, bounded),
+                          ["text", "text"] if bounded else ["text"]) for bounded in (True, False)]
+    first = 0
+    for lo in range(0, max(blocks, 1), step):
+        # the last chunk open-ended (as reader._chunks)
+        row = (plans[0].execute([f"({lo},0)", f"({lo + step},0)"]) if lo + step < blocks
+               else plans[1].execute([f"({lo},0)"]))[0]
+        classes = int(row["classes"])
+        if not classes:
+            continue
+        cids = np.arange(first, first + classes, dtype=np.int64)
+        first += classes
+        rows, hashes = int8_array(row["n"]), int8_array(row["h"])
+        columns = []
+        for i in range(len(sensitive)):
+            elements, nulls = int8_array(row[f"e{i}"]), int8_array(row[f"z{i}"])
+            values = elements - nulls
+            joined = (row[f"t{i}"] or "").encode()
+            n = int(values.sum())
+            ends = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord(STORED_DELIMITER))
+            if (ends.shape[0] + 1 if n else 0) != n or (not n and joined):
+                raise AmbiguousTexts(sensitive[i])
+            offsets = np.empty(n + 1, dtype=np.int32)
+            if n:
+                offsets[0], offsets[1:-1], offsets[-1] = 0, ends + 1, len(joined) + 1
+            # each piece with the delimiter after it (the last one's added): equal texts,
+            # equal bytes
+            texts = pa.Array.from_buffers(pa.binary(), n, [
+                None, pa.py_buffer(offsets), pa.py_buffer(joined + STORED_DELIMITER.encode())])
+            encoded = dictionary_encode(texts)
+            mapping = np.fromiter(
+                (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i]))
+                 for u in encoded.dictionary.to_pylist()),
+                dtype=np.int32, count=len(encoded.dictionary))
+            codes = mapping[np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n)] \
+                if n else np.zeros(0, dtype=np.int32)
+            columns.append((values, nulls, codes))
+        del row
+        yield cids, rows, hashes, columns
 
 
 def _class_pairs(cids, values, nulls, codes, ranks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -292,9 +322,9 @@ def _distinct(hashes: list) -> bool:
     return np.unique(joined).size == joined.size
 
 
-def _stored_tables(plpy, query: str, storage: Storage, sensitive, index) -> tuple:
+def _stored_tables(plpy, qis, storage: Storage, sensitive, index) -> tuple:
     rows_of_class, kept, hashes = [], [], []
-    for cids, rows, hashed, columns in _stored_fetches(plpy, query, sensitive, index):
+    for cids, rows, hashed, columns in _stored_fetches(plpy, storage, qis, sensitive, index):
         rows_of_class.append(rows)
         hashes.append(hashed)
         kept.append((cids, columns))
@@ -311,12 +341,12 @@ def _stored_tables(plpy, query: str, storage: Storage, sensitive, index) -> tupl
     return (*_histogram(rows_of_class), tables, {}, _distinct(hashes))
 
 
-def _stored_figures(plpy, query: str, storage: Storage, sensitive, index, ordered: dict,
+def _stored_figures(plpy, qis, storage: Storage, sensitive, index, ordered: dict,
                     c: float) -> tuple:
     # first pass: the values and their rows (the table distribution the figures need first)
     code_rows = [np.zeros(0, dtype=np.int64) for _ in sensitive]
     hashes = []
-    for _, _, hashed, columns in _stored_fetches(plpy, query, sensitive, index):
+    for _, _, hashed, columns in _stored_fetches(plpy, storage, qis, sensitive, index):
         hashes.append(hashed)
         for i, (_, _, codes) in enumerate(columns):
             found = np.bincount(codes, minlength=len(index[i]))
@@ -331,7 +361,7 @@ def _stored_figures(plpy, query: str, storage: Storage, sensitive, index, ordere
     fewest: dict[str, int | None] = dict.fromkeys(sensitive)
     histograms = []
     # second pass: each fetch counted into the figures
-    for cids, rows, _, columns in _stored_fetches(plpy, query, sensitive, index):
+    for cids, rows, _, columns in _stored_fetches(plpy, storage, qis, sensitive, index):
         histograms.append(_histogram([rows]))
         for i, s in enumerate(sensitive):
             if len(index[i]) != known[i]:

@@ -8,15 +8,21 @@ aggregates of one query see the rows in the same order:
 
 * numeric columns as ONE ``bytea`` of packed big-endian int8 / float8 (``int8send`` /
   ``float8send`` joined by ``string_agg``, in C), read with ``np.frombuffer``: no Python object per
-  value; NULL as a number the column's type never reads as (``NULL_STANDS_IN``: int2/int4 as
-  int8's minimum, dates and timestamps as NaN), or else as a mask of one byte per row;
-* text (categorical columns, numeric columns' exact text) as ONE ``bytea`` of the chunk's
-  values in UTF-8 (``textsend`` when the client encoding is UTF-8, else ``convert_to``), each ended by a zero byte (which no text holds), NULL as the
-  byte 0xFF (which no UTF-8 holds), joined by ``string_agg``: split at the zero bytes by numpy and
-  factorized by pyarrow (``dictionary_encode``, in C++), then merged into one dictionary across
-  chunks. No Python string per row is ever made (PL/Python turns a ``text[]`` into one per
-  element): what is kept is int32 codes, and the values array handed to the methods is
-  ``dictionary[codes]`` (an object array whose entries all point to the few distinct strings);
+  value; dates as ``date_send`` writes them (int4 days since 2000-01-01, exact, no arithmetic per
+  row); NULL as a number the column's type never reads as (``NULL_STANDS_IN``: int2/int4 as
+  int8's minimum, timestamps as NaN, dates as a day past the last one), or else as a mask of one
+  byte per row;
+* text (categorical columns, numeric columns' exact text) as ONE ``text`` of the chunk's values,
+  each followed by the byte 0x01, NULL as the text 0x02, joined by ``string_agg`` and counted
+  (``count(column)``): split at the 0x01 bytes by numpy and factorized by pyarrow
+  (``dictionary_encode``, in C++), then merged into one dictionary across chunks. A chunk holding
+  a value that contains 0x01 (more pieces than rows) or is 0x02 (more stand-ins than NULLs) is
+  read again with that column as ONE ``bytea`` (``textsend`` when the client encoding is UTF-8,
+  else ``convert_to``), each value ended by a zero byte (which no text holds), NULL as the byte
+  0xFF (which no UTF-8 holds), as is every text where the server's encoding is not UTF-8. No
+  Python string per row is ever made (PL/Python turns a ``text[]`` into one per element): what
+  is kept is int32 codes, and the values array handed to the methods is ``dictionary[codes]``
+  (an object array whose entries all point to the few distinct strings);
 * the rows' ctids as ONE ``bytea`` of ``tidsend`` values (6 bytes per row: block, line pointer),
   read with ``np.frombuffer``: they go back to SQL as a ``tid[]`` literal (``ctid_literal``), in
   whatever order the release wants its rows, where ``::tid[]`` (array_in, in C) turns them into
@@ -201,6 +207,9 @@ def _chunks(blocks: int, chunk: int):
 
 #: what :func:`text_aggregate` writes for NULL: a byte no UTF-8 text holds, then the end mark
 NULL_TEXT = b"\xff\x00"
+#: :func:`plain_text_aggregate`'s separator and its stand-in for NULL (the number of NULLs is
+#: counted beside them, so a text that holds either is found, and its chunk read again)
+TEXT_SEPARATOR, TEXT_NULL = "\x01", "\x02"
 
 
 def text_aggregate(expression: str, send: bool) -> str:
@@ -213,8 +222,25 @@ def text_aggregate(expression: str, send: bool) -> str:
     return f"pg_catalog.string_agg(coalesce({utf8}, '\\xff'::bytea), '\\x00'::bytea)"
 
 
+def plain_text_aggregate(expression: str, column: str, alias: str) -> str:
+    """SQL aggregating a text expression of a chunk (of ``column``: NULL where it is) into one
+    ``text`` (``alias``), each value followed by :data:`TEXT_SEPARATOR` and NULL as
+    :data:`TEXT_NULL`, and counting the values that are not NULL (``alias_n``): no conversion of
+    each value to bytes (a fifth cheaper than :func:`text_aggregate`); a chunk where a value
+    holds either character is read again by it (:meth:`_Dictionary.split_text` finds them)."""
+    return (f"pg_catalog.string_agg(coalesce({expression}, E'\\x02'), E'\\x01') AS {alias}, "
+            f"pg_catalog.count({column}) AS {alias}_n")
+
+
 def client_is_utf8(plpy) -> bool:
     return run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
+
+
+def server_is_utf8(plpy) -> bool:
+    """Whether text values arrive in Python as they are (PL/Python decodes the server's
+    encoding; SQL_ASCII text may hold bytes that are no UTF-8)."""
+    return run(plpy, "SELECT pg_catalog.current_setting('server_encoding') = 'UTF8' AS utf8"
+               )[0]["utf8"]
 
 
 class _Dictionary:
@@ -224,31 +250,59 @@ class _Dictionary:
         self.index: dict[str, int] = {}
         self.parts: list[np.ndarray] = []
 
-    def add(self, packed: bytes, n: int) -> None:
-        """Add a chunk's ``n`` values packed by :func:`text_aggregate`."""
-        import pyarrow as pa  # here: the calls that read no text never pay for its import
+    @staticmethod
+    def split_packed(packed: bytes, n: int):
+        """A chunk's ``n`` values packed by :func:`text_aggregate`, factorized: (distinct
+        values, each ending with its mark; each value's index into them; NULL's entry)."""
+        encoded = _factorized(packed + b"\x00", 0, n)     # the last value's end mark
+        if encoded is None:
+            raise RuntimeError(f"read other than {n} text values")
+        return (*encoded, NULL_TEXT)
 
-        buffer = packed + b"\x00"                  # the last value's end mark
-        ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == 0)
-        if ends.shape[0] != n:
-            raise RuntimeError(f"read {ends.shape[0]} text values of {n} rows")
-        offsets = np.empty(n + 1, dtype=np.int32)
-        offsets[0] = 0
-        offsets[1:] = ends + 1
-        # each value with its end mark: equal values, equal bytes; the mark is cut off below
-        values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
-                                                         pa.py_buffer(buffer)])
-        encoded = _dictionary_encode(values)
-        uniques = encoded.dictionary.to_pylist()
-        mapping = np.fromiter((-1 if u == NULL_TEXT else
+    @staticmethod
+    def split_text(text: str, n: int, nulls: int):
+        """:meth:`split_packed` of a chunk's values aggregated by :func:`plain_text_aggregate`
+        (``nulls`` of them NULL), or None when a value holds its separator (more pieces than
+        rows) or its NULL stand-in (more stand-ins than NULLs)."""
+        end = TEXT_SEPARATOR.encode()
+        encoded = _factorized(text.encode("utf-8") + end, end[0], n)
+        if encoded is None:
+            return None
+        uniques, indices = encoded
+        null = (TEXT_NULL + TEXT_SEPARATOR).encode()
+        stand_ins = np.count_nonzero(indices == uniques.index(null)) if null in uniques else 0
+        return None if stand_ins != nulls else (uniques, indices, null)
+
+    def add(self, uniques: list[bytes], indices: np.ndarray, null: bytes) -> None:
+        """Add a chunk's values split by :meth:`split_packed` or :meth:`split_text`."""
+        mapping = np.fromiter((-1 if u == null else
                                self.index.setdefault(u[:-1].decode("utf-8"), len(self.index))
                                for u in uniques), dtype=np.int32, count=len(uniques))
-        self.parts.append(mapping[_int32_values(encoded.indices)])
+        self.parts.append(mapping[indices])
 
     def column(self) -> TextColumnData:
         codes = np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int32)
         self.parts = []
         return TextColumnData(codes, list(self.index))
+
+
+def _factorized(buffer: bytes, end: int, n: int):
+    """(distinct values, each with its end mark; each value's index into them) of ``buffer``,
+    ``n`` values each ended by the byte ``end``, factorized by pyarrow; None when ``buffer``
+    holds another number of end marks."""
+    import pyarrow as pa  # here: the calls that read no text never pay for its import
+
+    ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == end)
+    if ends.shape[0] != n:
+        return None
+    offsets = np.empty(n + 1, dtype=np.int32)
+    offsets[0] = 0
+    offsets[1:] = ends + 1
+    # each value with its end mark: equal values, equal bytes; the mark is cut off by the caller
+    values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                     pa.py_buffer(buffer)])
+    encoded = _dictionary_encode(values)
+    return encoded.dictionary.to_pylist(), _int32_values(encoded.indices)
 
 
 def _dictionary_encode(values):
@@ -272,19 +326,72 @@ def _int32_values(array) -> np.ndarray:
 
 
 #: the types whose read number has a value no row can give it, which stands for NULL (in SQL; in
-#: the values handed on, what the column held there before: 0, or -infinity for a date): a column
-#: of them is read with no NULL mask of its own
+#: the values handed on, what the column held there before: 0): a column of them is read with no
+#: NULL mask of its own
 NULL_STANDS_IN = {
     "int2": ("(-9223372036854775808)::int8", np.iinfo(np.int64).min, 0),
     "int4": ("(-9223372036854775808)::int8", np.iinfo(np.int64).min, 0),
-    "date": ("'NaN'::float8", np.nan, -np.inf),             # days or +-infinity, never NaN
     "timestamp": ("'NaN'::float8", np.nan, 0.0),            # seconds or +-infinity, never NaN
     "timestamptz": ("'NaN'::float8", np.nan, 0.0),
 }
 
+#: a date as date_send writes it: days since 2000-01-01 as a big-endian int4, +-infinity as the
+#: int4 maximum / minimum; NULL as a day past the last date PostgreSQL has (5874897-12-31)
+DATE_NULL = 2**31 - 2
+DATE_INFINITIES = (2**31 - 1, -2**31)
+
 #: each value's microseconds since 2000-01-01 (UTC for timestamptz), what timestamp_send
 #: writes: exact, where the float8 epoch read for ordering is not (int64 min / max: +-infinity)
 EXACT_TIME_TYPES = ("timestamp", "timestamptz")
+
+
+def _number_select(plpy, i: int, col: Column) -> list[str]:
+    """The aggregates reading numeric column ``i`` of a chunk (see the module docstring)."""
+    column = ident(plpy, col.name)
+    if col.type_name == "date":          # the days themselves, exact: no arithmetic per row
+        return [(f"pg_catalog.string_agg(coalesce(pg_catalog.date_send({column}), "
+                 f"'\\x7ffffffe'::bytea), ''::bytea) AS n{i}")]
+    is_int = NUMERIC_TYPES[col.type_name][2] == "int"
+    send = "int8send" if is_int else "float8send"
+    value = f"({read_expression(plpy, col)})::{'int8' if is_int else 'float8'}"
+    selects = []
+    if col.not_null:
+        value = f"coalesce({value}, 0)"
+    elif col.type_name in NULL_STANDS_IN:       # NULL as a number the column cannot hold
+        value = (f"CASE WHEN {column} IS NULL "
+                 f"THEN {NULL_STANDS_IN[col.type_name][0]} ELSE {value} END")
+    else:
+        value = f"coalesce({value}, 0)"
+        selects.append(f"pg_catalog.string_agg(CASE WHEN {column} IS NULL "
+                       f"THEN '\\x01'::bytea ELSE '\\x00'::bytea END, ''::bytea) AS z{i}")
+    selects.append(f"pg_catalog.string_agg(pg_catalog.{send}({value}), ''::bytea) AS n{i}")
+    return selects
+
+
+def _numbers(col: Column, parts: list[np.ndarray], masks: list[np.ndarray]):
+    """(values, NULL mask or None) of numeric column ``col`` from its chunks' parts."""
+    kind = NUMERIC_TYPES[col.type_name][2]
+    if col.type_name == "date":
+        days = np.concatenate(parts).astype(np.int64)
+        null = days == DATE_NULL
+        plus, minus = days == DATE_INFINITIES[0], days == DATE_INFINITIES[1]
+        mask = None if col.not_null else null
+        if not (null.any() or plus.any() or minus.any()):
+            return days, mask             # days: ints when every one is a day
+        values = days.astype(np.float64)
+        values[plus] = np.inf
+        values[minus | null] = -np.inf    # NULL: what the column held there before
+        return values, mask
+    values = np.concatenate(parts).astype(np.int64 if kind == "int" else np.float64)
+    if col.not_null:
+        mask = None
+    elif col.type_name in NULL_STANDS_IN:
+        stand_in, stored = NULL_STANDS_IN[col.type_name][1:]
+        mask = np.isnan(values) if np.isnan(stand_in) else values == stand_in
+        values[mask] = stored
+    else:
+        mask = np.concatenate(masks).astype(bool)
+    return values, mask
 
 
 def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Column],
@@ -305,52 +412,67 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     if several:
         selects.append("pg_catalog.string_agg(pg_catalog.oidsend(tableoid), ''::bytea) "
                        "AS row_relations")
-    send_text = client_is_utf8(plpy)
     kinds = []
+    # each text read: its alias, SQL expression, column and where its values go
+    numeric_texts = [_Dictionary() for _ in numeric]
+    dictionaries = [_Dictionary() for _ in categorical]
+    text_dictionaries = [_Dictionary() for _ in texts]
+    text_reads = []
     for i, col in enumerate(numeric):
-        is_int = NUMERIC_TYPES[col.type_name][2] == "int"
-        send = "int8send" if is_int else "float8send"
-        cast = "int8" if is_int else "float8"
-        kinds.append(">i8" if is_int else ">f8")
-        value = f"({read_expression(plpy, col)})::{cast}"
-        if col.not_null:
-            value = f"coalesce({value}, 0)"
-        elif col.type_name in NULL_STANDS_IN:       # NULL as a number the column cannot hold
-            value = (f"CASE WHEN {ident(plpy, col.name)} IS NULL "
-                     f"THEN {NULL_STANDS_IN[col.type_name][0]} ELSE {value} END")
-        else:
-            value = f"coalesce({value}, 0)"
-            selects.append(f"pg_catalog.string_agg(CASE WHEN {ident(plpy, col.name)} IS NULL "
-                           f"THEN '\\x01'::bytea ELSE '\\x00'::bytea END, ''::bytea) AS z{i}")
-        selects.append(f"pg_catalog.string_agg(pg_catalog.{send}({value}), ''::bytea) AS n{i}")
+        kinds.append(">i4" if col.type_name == "date" else
+                     ">i8" if NUMERIC_TYPES[col.type_name][2] == "int" else ">f8")
+        selects.extend(_number_select(plpy, i, col))
         if exact and col.type_name == "numeric":
-            selects.append(f"{text_aggregate(f'{ident(plpy, col.name)}::text', send_text)} AS x{i}")
+            text_reads.append((f"x{i}", f"{ident(plpy, col.name)}::text", ident(plpy, col.name),
+                               numeric_texts[i]))
         if exact and col.type_name in EXACT_TIME_TYPES:
             selects.append(f"pg_catalog.string_agg(coalesce(pg_catalog.{col.type_name}_send("
                            f"{ident(plpy, col.name)}), '\\x0000000000000000'::bytea), ''::bytea) AS e{i}")
-    for i, col in enumerate(categorical):
-        selects.append(f"{text_aggregate(col.as_text(plpy), send_text)} AS c{i}")
-    for i, col in enumerate(texts):
-        selects.append(f"{text_aggregate(col.as_text(plpy), send_text)} AS t{i}")
-    select = ", ".join(selects)
+    text_reads += [(f"c{i}", col.as_text(plpy), ident(plpy, col.name), dictionaries[i])
+                   for i, col in enumerate(categorical)]
+    text_reads += [(f"t{i}", col.as_text(plpy), ident(plpy, col.name), text_dictionaries[i])
+                   for i, col in enumerate(texts)]
+    send_text = client_is_utf8(plpy)
+    # texts read as bytes (text_aggregate) rather than as text (plain_text_aggregate): every
+    # one where the server's text is not UTF-8, else those a chunk found holding the separator
+    # or the NULL stand-in, from that chunk on
+    as_bytes = {alias for alias, *_ in text_reads} if text_reads and not server_is_utf8(plpy) \
+        else set()
     step = chunk_blocks(plpy)
     n_rows = 0
     ctids, tableoids = [], []
     numbers = [[] for _ in numeric]
     masks = [[] for _ in numeric]
     exact_parts = [[] for _ in numeric]
-    numeric_texts = [_Dictionary() for _ in numeric]
-    dictionaries = [_Dictionary() for _ in categorical]
-    text_dictionaries = [_Dictionary() for _ in texts]
     condition = f" AND ({where})" if where else ""
+    prepared = {}
+
+    def statement(relation: str, both: bool, as_bytes: frozenset):
+        key = (relation, both, as_bytes)
+        if key not in prepared:
+            read = ", ".join(selects + [
+                f"{text_aggregate(sql, send_text)} AS {alias}" if alias in as_bytes
+                else plain_text_aggregate(sql, column, alias) for alias, sql, column, _ in text_reads])
+            bounds = "ctid >= $1::tid AND ctid < $2::tid" if both else "ctid >= $1::tid"
+            prepared[key] = plpy.prepare(f"SELECT {read} FROM {relation} WHERE {bounds}"
+                                         f"{condition}", ["text", "text"] if both else ["text"])
+        return prepared[key]
+
     for relation, blocks in plan:
-        lower_only = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid{condition}",
-                                  ["text"])
-        both = plpy.prepare(f"SELECT {select} FROM {relation} WHERE ctid >= $1::tid AND ctid < $2::tid"
-                            f"{condition}", ["text", "text"])
         for lo, hi in _chunks(blocks, step):
-            row = (both.execute([lo, hi]) if hi else lower_only.execute([lo]))[0]
-            n = int(row["n"])
+            while True:
+                read = statement(relation, hi is not None, frozenset(as_bytes))
+                row = (read.execute([lo, hi]) if hi else read.execute([lo]))[0]
+                n = int(row["n"])
+                if n == 0:
+                    break
+                split = {alias: _Dictionary.split_packed(row[alias], n) if alias in as_bytes
+                         else _Dictionary.split_text(row[alias], n, n - int(row[f"{alias}_n"]))
+                         for alias, *_ in text_reads}
+                again = {alias for alias, values in split.items() if values is None}
+                if not again:
+                    break
+                as_bytes |= again              # a value holds the separator or NULL's stand-in
             if n == 0:
                 continue
             n_rows += n
@@ -364,13 +486,9 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                     masks[i].append(np.frombuffer(row[f"z{i}"], dtype=np.uint8))
                 if f"e{i}" in row:
                     exact_parts[i].append(np.frombuffer(row[f"e{i}"], dtype=">i8"))
-                if f"x{i}" in row:
-                    numeric_texts[i].add(row[f"x{i}"], n)
-            for i in range(len(categorical)):
-                dictionaries[i].add(row[f"c{i}"], n)
-            for i in range(len(texts)):
-                text_dictionaries[i].add(row[f"t{i}"], n)
-            del row
+            for alias, _, _, dictionary in text_reads:
+                dictionary.add(*split.pop(alias))
+            del row, split
     tids = None if not located else np.concatenate(ctids) if ctids else np.empty(0, dtype=TID_DTYPE)
     data = TableData(n_rows, tids,
                      row_relations=np.concatenate(tableoids).astype(np.uint32) if tableoids else None)
@@ -378,20 +496,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     if n_rows == 0:
         return data
     for i, col in enumerate(numeric):
-        kind = NUMERIC_TYPES[col.type_name][2]
-        values = np.concatenate(numbers[i]).astype(np.int64 if kind == "int" else np.float64)
-        numbers[i] = None
-        if col.not_null:
-            mask = None
-        elif col.type_name in NULL_STANDS_IN:
-            stand_in, stored = NULL_STANDS_IN[col.type_name][1:]
-            mask = np.isnan(values) if np.isnan(stand_in) else values == stand_in
-            values[mask] = stored
-        else:
-            mask = np.concatenate(masks[i]).astype(bool)
-        if kind == "date" and np.isfinite(values).all():
-            values = values.astype(np.int64)          # days: exact in float8, ints when finite
-        data.columns[col.name] = ColumnData(values, mask)
+        data.columns[col.name] = ColumnData(*_numbers(col, numbers[i], masks[i]))
+        numbers[i] = masks[i] = None
         if exact_parts[i]:
             data.exact_times[col.name] = np.concatenate(exact_parts[i]).astype(np.int64)
             exact_parts[i] = None

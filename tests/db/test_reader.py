@@ -121,3 +121,50 @@ def test_read_columns_reads_nulls_extremes_and_any_text_exactly(db, schema, clie
         pytest.fail(str(e))
     finally:
         db.execute("RESET client_encoding")
+
+
+SEPARATOR_CHECK = r"""
+DO $do$
+from plpy_anon.db import columns, guards, reader
+tbl = guards.table(plpy, 'marks')
+cols = {c.name: c for c in columns.table_columns(plpy, tbl)}
+d = reader.read_columns(plpy, tbl, [cols['n']], [cols['a'], cols['b'], cols['c']], exact=True)
+truth = {r["ctid"]: r for r in plpy.execute(
+    "SELECT ctid::text AS ctid, a, b, c, n::text AS n FROM marks")}
+ctids = [c.strip('"') for c in d.row_ctids[1:-1].split('","')]
+assert d.n_rows == len(truth) == len(ctids)
+for name, data in (('a', d.columns['a']), ('b', d.columns['b']), ('c', d.columns['c']),
+                   ('n', d.numeric_texts['n'])):
+    assert len(data.dictionary) == len(set(data.dictionary)), name
+    for i, c in enumerate(ctids):
+        code = int(data.codes[i])
+        want = truth[c][name]
+        assert (code == -1) == (want is None), (name, c, want, code)
+        assert code == -1 or data.dictionary[code] == want, (name, c, want, data.dictionary[code])
+$do$ LANGUAGE plpython3u
+"""
+
+
+@pytest.mark.parametrize("chunk_blocks", ["1", None])
+def test_texts_holding_the_separator_or_the_null_stand_in_are_read_exactly(db, schema,
+                                                                           chunk_blocks):
+    """Text is read joined by the byte 0x01 with NULL as the text 0x02: a value holding 0x01,
+    a value that is 0x02 beside NULLs or without them, in some chunks and not in others, is
+    still read as SQL reads it, NULL apart from it."""
+    db.execute("CREATE TABLE marks (id int, a text, b text, c text, n numeric)")
+    db.execute(r"""INSERT INTO marks SELECT i,
+        CASE WHEN i = 400 THEN E'x\x01y' WHEN i % 97 = 0 THEN NULL ELSE 'a' || i % 5 END,
+        CASE WHEN i = 700 THEN E'\x02' WHEN i = 701 THEN NULL WHEN i % 89 = 0 THEN NULL
+             ELSE 'b' || i % 3 END,
+        CASE WHEN i = 900 THEN E'\x02' WHEN i = 901 THEN E'\x01' WHEN i = 902 THEN ''
+             ELSE 'c' END,
+        CASE WHEN i % 83 = 0 THEN NULL ELSE i % 7 + 0.5 END
+        FROM generate_series(1, 1000) i""")
+    if chunk_blocks:
+        db.execute("SET plpy_anon.read_chunk_blocks = " + chunk_blocks)
+    try:
+        db.execute(SEPARATOR_CHECK)
+    except psycopg.Error as e:
+        pytest.fail(str(e))
+    finally:
+        db.execute("RESET plpy_anon.read_chunk_blocks")

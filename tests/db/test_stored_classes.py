@@ -242,6 +242,40 @@ def test_stored_classes_count_each_value_as_sql_groups_it(db, schema, extremes, 
     assert any(v == -1 for c in got["note"] for v, _ in c)
 
 
+SET_STORED_CHUNK = """
+DO $do$
+from plpy_anon.db import class_counts
+class_counts.STORED_CHUNK_BLOCKS = %d
+$do$ LANGUAGE plpython3u"""
+
+
+def test_stored_classes_read_a_few_blocks_at_a_time_count_as_sql_does(db, schema):
+    """The stored classes are read a range of blocks at a time, each range's classes in one row:
+    read a block at a time (hundreds of ranges, classes without a value, NULLs, a value of the
+    delimiter's neighbours), each class's (value, rows) pairs are those SQL counts."""
+    db.execute(r"""CREATE TABLE spread AS SELECT i, i % 300 AS age,
+                   CASE WHEN i % 7 = 0 THEN NULL WHEN i % 11 = 0 THEN E'\x02'
+                        ELSE 'dx' || (i * 31) % 13 END AS dx,
+                   CASE WHEN i < 40 THEN NULL ELSE (i % 5)::text END AS note
+                   FROM generate_series(1, 6000) i""")
+    release = create_release(db, "mondrian_view", schema, "spread", k=4, quasi_identifiers=["age"],
+                             sensitive=["dx", "note"], layout="compact")
+    blocks = db.execute("SELECT pg_relation_size(%s::regclass) / 8192",
+                        (release + "_classes",)).fetchone()[0]
+    assert blocks > 10
+    db.execute(STORED_PAIRS)
+    db.execute(SET_STORED_CHUNK % 1)
+    try:
+        got = json.loads(db.execute("SELECT pg_temp.stored_pairs(%s)", (release,)).fetchone()[0])
+    finally:
+        db.execute(SET_STORED_CHUNK % 2048)
+    assert got["read_stored"] is True
+    sizes = class_sizes(db, release, ["age"])
+    assert got["sizes"] == {str(size): sizes.count(size) for size in set(sizes)}
+    for column in ("dx", "note"):
+        assert got[column] == counted_in_sql(db, release, ["age"], column), column
+
+
 # a bounded pass's figures (an out-of-core release's check) of a compact release: from its stored
 # classes, and counted in SQL over the view it publishes
 STREAMED_FIGURES = """
