@@ -25,10 +25,10 @@ The whole top of the tree may also be chosen at once on a sample of the source b
 leaves allow it (:func:`counted_regions`).
 
 Every count is exact, so k (and distinct l) hold whatever the medians: a region's cut is made
-only when both sides, counted over the whole source, keep them. A categorical QI is cut at the
-top of a sampled tree in the order the in-memory fit codes it (by frequency, its values'
-positions: :func:`frequency_order`) when the table's counts of its values are read, else (and
-level by level) in its type's order: the releases differ, the guarantees do not. Hierarchy
+only when both sides, counted over the whole source, keep them. A categorical QI is cut in
+the order the in-memory fit codes it (by frequency, its values' positions:
+:func:`frequency_order`) when the table's counts of its values are read, else in its type's
+order: the releases differ, the guarantees do not. Hierarchy
 columns and QIs of a type without an order are not cut here.
 """
 from __future__ import annotations
@@ -170,6 +170,13 @@ def choose(rows: int, k: int, l: int | None, strict: Candidate | None,
     return not min(ok)[1]
 
 
+def held_by(models, left: list, counts: list) -> bool:
+    """Whether both sides of a cut hold ``models`` (``models(counts)``: entropy or recursive l,
+    t-closeness), ``left`` being its left side's rows per sensitive value and ``counts`` its
+    region's (an array per sensitive column each)."""
+    return bool(models(left)) and bool(models([c - x for c, x in zip(counts, left)]))
+
+
 def fits(rows: int, bytes_per_row: int, budget: int) -> bool:
     """Whether a region's rows, read and fitted in memory, fit the budget (an estimate)."""
     return rows * bytes_per_row <= budget
@@ -293,7 +300,9 @@ def widened(enc, whole: QIStats | None):
             return recoded, 0
     if whole.distinct is None or whole.distinct <= len(enc.labels):
         return enc, 0
-    extra = np.array([PHANTOM * (i + 1) for i in range(whole.distinct - len(enc.labels))], dtype=object)
+    # PHANTOM and a number: one short label each (a label of i + 1 PHANTOMs per value made the
+    # labels of a QI of d distinct values hold d^2 / 2 characters: 1.25e9 at 50,000)
+    extra = np.array([PHANTOM + str(i) for i in range(whole.distinct - len(enc.labels))], dtype=object)
     return EncodedColumn(enc.name, enc.kind, enc.codes, np.concatenate([enc.labels, extra]),
                          enc.null_code), 0
 

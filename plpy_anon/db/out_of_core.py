@@ -31,9 +31,12 @@ is verified from its rows as every other one (verify.py).
 
 Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
 recursive l and t-closeness (categorical or numeric) are checked on each leaf's exact value
-counts (value_counts; with t each region fitted within the room its distance to the table
-leaves below t: core.regions.region_t), and the utility split cuts the sampled tree by its own
-rule, these with a sampled top only. Not taken (the in-memory path runs, whatever the size):
+counts (value_counts; level by level, on a sharded source, each side's: side_value_counts; with
+t each region fitted within the room its distance to the table leaves below t:
+core.regions.region_t), and the utility split cuts the sampled tree by its own rule (level by
+level, by the median rule, its regions fitted by it). Categorical QIs are cut in the in-memory
+fit's order (by frequency) at the top and level by level (categorical_orders). Not taken (the
+in-memory path runs, whatever the size):
 the stable refresh mode, and prioritized Mondrian with the utility split, information gain or
 workload cut points, whose cuts the counts here do not decide.
 """
@@ -171,8 +174,8 @@ class Source:
         self.rank = rank                   # the order the release's fit tries QIs in
         self.models = models               # entropy or recursive l of a side's value counts
         self.split = split                 # the release's split rule (median, utility)
-        self.sample_only = models is not None or split != "median"   # not level by level
         self.tables: list | None = None    # the table's rows per sensitive value (with models)
+        self.value_index: list | None = None   # per sensitive column {text: number} (level by level)
         self.members = members
         self.sampled = sampled             # TABLESAMPLE applies (no foreign member)
         self.member_rows: dict = {}        # (member, region) -> rows, of the last level's stats
@@ -364,13 +367,18 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
     return out
 
 
-def medians(src: Source, active: list, fractions: dict, counted: dict) -> dict:
+def medians(src: Source, active: list, fractions: dict, counted: dict,
+            positional: dict | None = None) -> dict:
     """{(region, qi): the value (text) at the fraction asked, by percentile_disc}; of a source
     in members, the value of the member holding most of the region's rows (an estimate: the
     cut is still decided on exact counts). ``counted``: {(region, qi): (index among the
     non-NULL values, distinct values)} of the categorical QIs, whose value is found in their
-    counts per value instead (:func:`histogram_medians`)."""
-    out = histogram_medians(src, active, counted) if len(src.members) == 1 else {}
+    counts per value instead (:func:`histogram_medians`); ``positional``: {(region, qi): index
+    among all its rows} of the QIs cut in the whole table's fit's order, whose median is a
+    position in it (:func:`frequency_medians`)."""
+    out = frequency_medians(src, active, positional or {})
+    if len(src.members) == 1:
+        out.update(histogram_medians(src, active, counted))
     fractions = {key: f for key, f in fractions.items() if key not in out}
     qis = sorted({a for _, a in fractions})
     if not qis:
@@ -399,6 +407,12 @@ def medians(src: Source, active: list, fractions: dict, counted: dict) -> dict:
 HISTOGRAM_VALUES = 50_000
 
 
+def _in_regions(active: list, indexes) -> str:
+    """The condition that follows :meth:`Source.labelled`, keeping the regions ``indexes``."""
+    return (f"{'AND' if len(active) > 1 else 'WHERE'} {REGION} IN "
+            f"({', '.join(str(i) for i in sorted(indexes))})")
+
+
 def histogram_medians(src: Source, active: list, counted: dict) -> dict:
     """{(region, qi): median (text)} of categorical QIs of few distinct values, from their rows
     per value in the type's order (a hashed count, then a sort of the distinct values): the
@@ -411,10 +425,9 @@ def histogram_medians(src: Source, active: list, counted: dict) -> dict:
             wanted.setdefault(a, {})[i] = index
     for a, indexes in sorted(wanted.items()):
         c = src.names[a]
-        regions = ", ".join(str(i) for i in sorted(indexes))
         relation = src.labelled(active, src.read_columns(False), src.members[0])
         rows = run(src.plpy, f"SELECT {REGION} AS r, {c}::text AS v, count(*) AS n FROM {relation} "
-                             f"{'AND' if len(active) > 1 else 'WHERE'} {REGION} IN ({regions}) "
+                             f"{_in_regions(active, indexes)} "
                              f"AND {c} IS NOT NULL GROUP BY 1, {c} ORDER BY 1, {c}")
         by_region: dict = {}
         for r in rows:
@@ -426,14 +439,41 @@ def histogram_medians(src: Source, active: list, counted: dict) -> dict:
     return out
 
 
-def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dict:
-    """{(region, qi): (strict Candidate or None, inclusive Candidate)} of the candidate cuts
-    ``cuts`` ({(region, qi): median value or None for NULL}): exact over the members (sums of
-    counts; with l, the union of each member's distinct sensitive values per side)."""
-    qis = sorted({a for _, a in cuts})
-    several = len(src.members) > 1
-    selects = [f"{REGION} AS r"]
-    for a in qis:
+def frequency_medians(src: Source, active: list, positional: dict) -> dict:
+    """{(region, qi): the position (in the whole table's fit's order, ``src.by_frequency``) of
+    the value at index ``positional[(region, qi)]`` of the region's rows in that order}: the
+    region's rows per text (NULL counted at its own position), summed over the members (exact
+    on a sharded source), in one pass per QI and member; at most the table's distinct values
+    (ORDER_VALUES) per region."""
+    out = {}
+    wanted: dict = {}
+    for (i, a), index in positional.items():
+        wanted.setdefault(a, {})[i] = index
+    for a, indexes in sorted(wanted.items()):
+        position = {t: p for p, t in enumerate(src.by_frequency[a])}
+        text = text_of(src.names[a], src.qis[a].builtin)
+        counts: dict = {}
+        head = f"SELECT {REGION} AS r, {text} AS v, pg_catalog.count(*) AS n FROM "
+        tail = f" {_in_regions(active, indexes)} GROUP BY 1, 2"
+        for rows in src.each(lambda rel, head=head, tail=tail:
+                             head + src.labelled(active, src.read_columns(False), rel) + tail):
+            for r in rows:
+                p = position.get(r["v"])      # None: a value written since the order was read
+                if p is not None:
+                    held = counts.setdefault(int(r["r"]), {})
+                    held[p] = held.get(p, 0) + int(r["n"])
+        for i, index in indexes.items():
+            value = core.value_at(sorted(counts.get(i, {}).items()), index)
+            if value is not None:
+                out[(i, a)] = value
+    return out
+
+
+def side_conditions(src: Source, active: list, cuts: dict) -> dict:
+    """{(qi, strict): SQL true on the left side of each region's candidate cut on that QI}
+    (``cuts``: {(region, qi): value, None for NULL}; false in other regions)."""
+    out = {}
+    for a in sorted({a for _, a in cuts}):
         for strict in (True, False):
             cases = []
             for i in range(len(active)):
@@ -441,15 +481,26 @@ def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dic
                     continue
                 value = cuts[(i, a)]
                 cases.append(f"WHEN {i} THEN {'false' if value is None and strict else src.left(a, value, strict)}")
-            name = f"{'lt' if strict else 'le'}{a}"
-            cond = f"CASE {REGION} {' '.join(cases)} ELSE false END"
-            selects.append(f"count(*) FILTER (WHERE {cond}) AS {name}")
-            if with_l:
-                for j, col in enumerate(src.sensitive):
-                    s = catalog_ident(src.plpy, col.name)
-                    agg = f"array_agg(DISTINCT {s}::text)" if several else f"count(DISTINCT {s})"
-                    selects.append(f"{agg} FILTER (WHERE {cond} AND {s} IS NOT NULL) AS {name}_l{j}")
-                    selects.append(f"{agg} FILTER (WHERE NOT ({cond}) AND {s} IS NOT NULL) AS {name}_r{j}")
+            out[(a, strict)] = f"CASE {REGION} {' '.join(cases)} ELSE false END"
+    return out
+
+
+def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dict:
+    """{(region, qi): (strict Candidate or None, inclusive Candidate)} of the candidate cuts
+    ``cuts`` ({(region, qi): median value or None for NULL}): exact over the members (sums of
+    counts; with l, the union of each member's distinct sensitive values per side)."""
+    qis = sorted({a for _, a in cuts})
+    several = len(src.members) > 1
+    selects = [f"{REGION} AS r"]
+    for (a, strict), cond in side_conditions(src, active, cuts).items():
+        name = f"{'lt' if strict else 'le'}{a}"
+        selects.append(f"count(*) FILTER (WHERE {cond}) AS {name}")
+        if with_l:
+            for j, col in enumerate(src.sensitive):
+                s = catalog_ident(src.plpy, col.name)
+                agg = f"array_agg(DISTINCT {s}::text)" if several else f"count(DISTINCT {s})"
+                selects.append(f"{agg} FILTER (WHERE {cond} AND {s} IS NOT NULL) AS {name}_l{j}")
+                selects.append(f"{agg} FILTER (WHERE NOT ({cond}) AND {s} IS NOT NULL) AS {name}_r{j}")
     columns = src.read_columns(with_l)
     merged: dict = {}
     for rows in src.each(lambda rel: f"SELECT {', '.join(selects)} FROM "
@@ -481,6 +532,71 @@ def candidate_counts(src: Source, active: list, cuts: dict, with_l: bool) -> dic
                                            tuple(size(r[f"{name}_r{j}"]) for j in range(n_sens))))
             out[(i, a)] = tuple(pair)
     return out
+
+
+def side_value_counts(src: Source, active: list, cuts: dict) -> tuple[dict, dict]:
+    """({region: its rows per sensitive value, an array per column}, {(region, qi): (strict
+    counts or None, inclusive counts)} of each candidate cut's left side, in the same form) of
+    the level's regions: one pass per sensitive column and member grouped by region and value
+    text (``count(*) FILTER`` of each candidate's left side), summed over the members (exact).
+    The values are numbered once, on the first call (the whole table's values, as
+    :func:`number_values` numbers them), and ``src.tables`` set to the table's rows per value."""
+    conditions = side_conditions(src, active, cuts)
+    columns = src.read_columns(True)
+    first = src.value_index is None
+    if first:
+        src.value_index = []
+    found = []
+    for j, col in enumerate(src.sensitive):
+        s = catalog_ident(src.plpy, col.name)
+        selects = [f"{REGION} AS r", f"{text_of(s, col.builtin)} AS v", "pg_catalog.count(*) AS n"]
+        selects += [f"pg_catalog.count(*) FILTER (WHERE {cond}) AS {'lt' if strict else 'le'}{a}"
+                    for (a, strict), cond in conditions.items()]
+        head = f"SELECT {', '.join(selects)} FROM "
+        tail = f" {'AND' if len(active) > 1 else 'WHERE'} {s} IS NOT NULL GROUP BY 1, 2"
+        rows = [r for member in src.each(
+            lambda rel, head=head, tail=tail: head + src.labelled(active, columns, rel) + tail)
+            for r in member]
+        if first:
+            src.value_index.append(number_values(src.plpy, col, {r["v"] for r in rows}))
+        found.append(rows)
+    width = [max(index.values(), default=-1) + 1 for index in src.value_index]
+    totals: dict = {}
+    sides: dict = {}
+    for j, rows in enumerate(found):
+        index = src.value_index[j]
+        for r in rows:
+            i, v = int(r["r"]), index.get(r["v"])
+            if v is None:
+                raise RuntimeError(f"out-of-core run: a value of {src.sensitive[j].name} appeared "
+                                   "after the table's values were numbered")
+            totals.setdefault(i, [np.zeros(w, dtype=np.int64) for w in width])[j][v] += int(r["n"])
+            for (a, strict) in conditions:
+                if (i, a) in cuts:
+                    held = sides.setdefault((i, a, strict), [np.zeros(w, dtype=np.int64) for w in width])
+                    held[j][v] += int(r[f"{'lt' if strict else 'le'}{a}"])
+    if first:
+        src.tables = [sum((t[j] for t in totals.values()), np.zeros(w, dtype=np.int64))
+                      for j, w in enumerate(width)]
+    out = {}
+    for (i, a), value in cuts.items():
+        out[(i, a)] = tuple(None if strict and value is None else
+                            sides.get((i, a, strict), [np.zeros(w, dtype=np.int64) for w in width])
+                            for strict in (True, False))
+    return totals, out
+
+
+def number_values(plpy, col, texts) -> dict:
+    """{text: number} of a sensitive column's values as value_counts numbers them: by
+    ``dense_rank`` over the typed values (a built-in type's texts cast back on this server, so
+    its equality and order: the ordered distance's), another type's by its texts."""
+    texts = sorted(texts)
+    order = (f"CAST(v AS {col.base_display_type or col.display_type})" if col.builtin
+             else 'v COLLATE "C"')
+    ranked = run(plpy, f"SELECT o, pg_catalog.dense_rank() OVER (ORDER BY {order}) AS r "
+                       f"FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS u(v, o)",
+                 ["text[]"], [texts])
+    return {texts[int(r["o"]) - 1]: int(r["r"]) - 1 for r in ranked}
 
 
 #: the top cuts are chosen on a sample of about this many rows of the source (all of a smaller
@@ -555,22 +671,33 @@ ORDER_VALUES = 50_000
 def categorical_orders(src: Source) -> dict:
     """{QI: (the table's distinct values, NULL counted; its texts in the whole table's fit's
     order, core.regions.frequency_order, or None above ORDER_VALUES)} of each categorical QI cut
-    at the top: one pass each, a hashed aggregate the planner may run in parallel workers. The
-    order is the one the top cuts follow and the regions' codes take (the texts the reader
-    reads)."""
+    at the top: one pass each (per member of a sharded source, whose counts per text are
+    summed here), a hashed aggregate the planner may run in parallel workers. The order is the
+    one the top cuts follow and the regions' codes take (the texts the reader reads). Above
+    ORDER_VALUES in some member, the distinct values are the largest member's (a lower bound,
+    which only ranks QIs)."""
     out = {}
     for a in range(len(src.qis)):
         if not src.cuttable[a] or src.numeric[a]:
             continue
         c, text = src.names[a], text_of("x", src.qis[a].builtin)
-        query = (f"WITH g AS MATERIALIZED (SELECT {c} AS x, count(*) AS n FROM {src.members[0]} "
-                 f"GROUP BY {c}), d AS (SELECT count(*) AS d FROM g) "
-                 f"SELECT d.d, CASE WHEN d.d <= {ORDER_VALUES} THEN "
-                 f"(SELECT array_agg({text} ORDER BY x) FROM g) END AS t, "
-                 f"CASE WHEN d.d <= {ORDER_VALUES} THEN (SELECT array_agg(n ORDER BY x) FROM g) "
-                 f"END AS n FROM d")
-        r = src.each(lambda rel, query=query: query)[0][0]
-        out[a] = (int(r["d"]), None if r["t"] is None else core.frequency_order(zip(r["t"], r["n"])))
+
+        def query(rel, c=c, text=text):
+            return (f"WITH g AS MATERIALIZED (SELECT {c} AS x, pg_catalog.count(*) AS n FROM {rel} "
+                    f"GROUP BY {c}), d AS (SELECT pg_catalog.count(*) AS d FROM g) "
+                    f"SELECT d.d, CASE WHEN d.d <= {ORDER_VALUES} THEN "
+                    f"(SELECT pg_catalog.array_agg({text}) FROM g) END AS t, "
+                    f"CASE WHEN d.d <= {ORDER_VALUES} THEN (SELECT pg_catalog.array_agg(n) FROM g) "
+                    f"END AS n FROM d")
+        found = [rows[0] for rows in src.each(query)]
+        if any(r["t"] is None for r in found):
+            out[a] = (max(int(r["d"]) for r in found), None)
+            continue
+        order = core.frequency_order((t, n) for r in found for t, n in zip(r["t"], r["n"]))
+        if len(order) > ORDER_VALUES:
+            out[a] = (len(order), None)
+            continue
+        out[a] = (len(order), order)
     return out
 
 
@@ -655,10 +782,11 @@ def value_counts(src: Source, root) -> dict:
     out: dict = {}
     sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive]
     for j, s in enumerate(sens):
-        query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, count(*) AS n FROM {labelled} "
-                 f"WHERE {s} IS NOT NULL GROUP BY 1, 2) "
-                 f"SELECT leaf, array_agg(v) AS v, array_agg(n) AS n FROM "
-                 f"(SELECT leaf, n, dense_rank() OVER (ORDER BY s) AS v FROM g) AS r GROUP BY leaf")
+        query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, pg_catalog.count(*) AS n "
+                 f"FROM {labelled} WHERE {s} IS NOT NULL GROUP BY 1, 2) "
+                 f"SELECT leaf, pg_catalog.array_agg(v) AS v, pg_catalog.array_agg(n) AS n FROM "
+                 f"(SELECT leaf, n, pg_catalog.dense_rank() OVER (ORDER BY s) AS v FROM g) AS r "
+                 f"GROUP BY leaf")
         found = [(int(r["leaf"]), r["v"], r["n"]) for r in src.each(lambda rel, q=query: q)[0]]
         width = max((max(v) for _, v, _ in found if v), default=0)
         for leaf in {leaf for leaf, _, _ in found} - set(out):
@@ -738,10 +866,11 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
         src.whole = whole
         levels.append(figures)
-    if src.sample_only:
-        # the level queries count distinct values and cut at medians, not entropy or recursive
-        # l nor the utility split: the regions the sample left are fitted as they are
+    if src.models is not None and levels:
+        # the sampled regions' value counts are numbered by value_counts, the level queries'
+        # by number_values: the regions the sample left are fitted as they are
         return active, levels
+    check = None        # with models: whether a side's value counts hold them (the table's known)
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
         settled = [r for r in active if r.bounds and (core.fits(r.rows, bytes_per_row, budget)
@@ -755,6 +884,12 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         if whole is None:
             whole = src.whole = stats[0][1]
             smallest = stats[0][0] // MAX_REGIONS
+            # categorical QIs cut in the whole table's fit's order (by frequency), as the sampled
+            # top cuts them, and the regions coded in it (core.regions.widened)
+            for a, (d, order) in categorical_orders(src).items():
+                whole[a] = core.QIStats(whole[a].non_null, distinct=d, order=order)
+                if order is not None:
+                    src.by_frequency[a] = order
         to_cut = []
         for i, (region, (rows, qstats)) in enumerate(zip(active, stats)):
             region.rows = rows
@@ -777,9 +912,12 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         pending = to_cut
         while pending:
             passes += 1
-            fractions, nulls, counted = {}, set(), {}
+            fractions, nulls, counted, positional = {}, set(), {}, {}
             for i, region, qstats, ranked in pending:
                 a = ranked[0]
+                if a in src.by_frequency:       # NULL at its own position in that order
+                    positional[(i, a)] = region.rows // 2
+                    continue
                 f = core.median_fraction(region.rows, qstats[a].non_null)
                 if f is None:
                     nulls.add((i, a))
@@ -788,14 +926,26 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                     if not src.numeric[a]:
                         counted[(i, a)] = (core.median_index(region.rows, qstats[a].non_null),
                                            qstats[a].distinct)
-            values = medians(src, active, fractions, counted)
+            values = medians(src, active, fractions, counted, positional)
             cuts = {key: values.get(key) for key in fractions}
+            cuts.update({key: values[key] for key in positional if key in values})
             cuts.update({key: None for key in nulls})
             counted = candidate_counts(src, active, cuts, bool(l))
+            sides = {}
+            if src.models is not None:
+                totals, sides = side_value_counts(src, active, cuts)
+                check = check or src.models(src.tables)
+                for i, region, _, _ in pending:
+                    region.counts = totals.get(i, region.counts or [np.zeros_like(t) for t in src.tables])
             untried = []
             for i, region, qstats, ranked in pending:
                 a = ranked[0]
                 strict_c, inclusive_c = counted.get((i, a), (None, None))
+                if (i, a) in sides:
+                    # a candidate whose sides do not hold the models is not allowable
+                    strict_c, inclusive_c = (
+                        c if c is not None and core.held_by(check, held, region.counts) else None
+                        for c, held in zip((strict_c, inclusive_c), sides[(i, a)]))
                 chosen = core.choose(region.rows, k, l, strict_c, inclusive_c)
                 if chosen is None:
                     if len(ranked) > 1:
@@ -805,9 +955,14 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                     continue
                 value = cuts[(i, a)]
                 left_rows = (strict_c if chosen else inclusive_c).left_rows
-                following.append(core.Region(region.bounds + (core.Bound(a, value, chosen, True),), left_rows))
+                left_counts = right_counts = None
+                if (i, a) in sides:
+                    left_counts = sides[(i, a)][0 if chosen else 1]
+                    right_counts = [t - x for t, x in zip(region.counts, left_counts)]
+                following.append(core.Region(region.bounds + (core.Bound(a, value, chosen, True),),
+                                             left_rows, left_counts))
                 following.append(core.Region(region.bounds + (core.Bound(a, value, chosen, False),),
-                                             region.rows - left_rows))
+                                             region.rows - left_rows, right_counts))
                 made += 1
             pending = untried
         levels.append({"regions": len(active), "cuts": made, "passes": passes,
@@ -912,8 +1067,6 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
                  not has_foreign_members(plpy, tbl),
                  ranking_of(spec, [c.name for c in qis]), models_of(spec),
                  getattr(spec.settings, "split", "median"))
-    if src.sample_only and not (len(members) == 1 and src.sampled):
-        return None       # entropy, recursive l and the utility split: a sampled top only
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401

@@ -286,6 +286,24 @@ def test_utility_split_out_of_core_keeps_k_and_l_and_its_utility_close_to_in_mem
     assert ncp[rel] != ncp[median]          # not the median rule's release
 
 
+def worst_equal_emd(db, rel):
+    """The largest EMD (equal ground distance: half the summed differences of the
+    distributions) of a released class's s to the released rows', from the released rows."""
+    return db.execute(f"""
+        WITH t AS (SELECT s, count(*)::float8 / sum(count(*)) OVER () AS q FROM {rel}
+                   WHERE s IS NOT NULL GROUP BY s),
+             c AS (SELECT {', '.join(QIS)}, s, count(*)::float8 / sum(count(*)) OVER
+                          (PARTITION BY {', '.join(QIS)}) AS p
+                   FROM {rel} WHERE s IS NOT NULL GROUP BY {', '.join(QIS)}, s),
+             classes AS (SELECT DISTINCT {', '.join(QIS)} FROM c)
+        SELECT max(emd) FROM (
+            SELECT 0.5 * sum(abs(coalesce(c.p, 0) - t.q)) AS emd
+            FROM classes k CROSS JOIN t
+            LEFT JOIN c ON c.s = t.s AND c.a IS NOT DISTINCT FROM k.a
+                       AND c.b IS NOT DISTINCT FROM k.b AND c.d IS NOT DISTINCT FROM k.d
+            GROUP BY k.a, k.b, k.d) AS e""").fetchone()[0]
+
+
 def test_t_closeness_out_of_core_holds_in_every_released_class(db, schema):
     """With t (a categorical sensitive column), each top cut is kept only where both sides are
     within t of the table by exact counts, and each region is fitted within t - EMD(region,
@@ -300,20 +318,7 @@ def test_t_closeness_out_of_core_holds_in_every_released_class(db, schema):
     assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 3000
     assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
     assert min(class_sizes(db, rel, QIS)) >= 5
-    worst = db.execute(f"""
-        WITH t AS (SELECT s, count(*)::float8 / sum(count(*)) OVER () AS q FROM {rel}
-                   WHERE s IS NOT NULL GROUP BY s),
-             c AS (SELECT {', '.join(QIS)}, s, count(*)::float8 / sum(count(*)) OVER
-                          (PARTITION BY {', '.join(QIS)}) AS p
-                   FROM {rel} WHERE s IS NOT NULL GROUP BY {', '.join(QIS)}, s),
-             classes AS (SELECT DISTINCT {', '.join(QIS)} FROM c)
-        SELECT max(emd) FROM (
-            SELECT 0.5 * sum(abs(coalesce(c.p, 0) - t.q)) AS emd
-            FROM classes k CROSS JOIN t
-            LEFT JOIN c ON c.s = t.s AND c.a IS NOT DISTINCT FROM k.a
-                       AND c.b IS NOT DISTINCT FROM k.b AND c.d IS NOT DISTINCT FROM k.d
-            GROUP BY k.a, k.b, k.d) AS e""").fetchone()[0]
-    assert worst <= 0.2 + 1e-9
+    assert worst_equal_emd(db, rel) <= 0.2 + 1e-9
 
 
 def numeric_sensitive(db, table, n):
@@ -605,23 +610,20 @@ def shards():
         yield [s0, s1]
 
 
-@pytest.fixture
-def sharded(db, schema, shards):
-    """``src`` partitioned by ``id % 2`` into two postgres_fdw foreign tables, one per shard
-    (3,000 rows), owned with their servers by the role that releases it."""
+@contextlib.contextmanager
+def sharded_table(db, schema, shards, columns: str, fill):
+    """``src`` (``columns``) partitioned by ``id % 2`` into two postgres_fdw foreign tables, one
+    per shard, owned with their servers by the role that releases it; ``fill(conn, i)`` writes
+    shard i's rows into its table ``part``."""
     servers = [f"{schema}_shard{i}" for i in range(2)]
     db.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw")
-    db.execute("CREATE TABLE src (id int, a int, b text, d float8, s text) PARTITION BY LIST ((id % 2))")
+    db.execute(f"CREATE TABLE src ({columns}) PARTITION BY LIST ((id % 2))")
     try:
         for i, (shard, server) in enumerate(zip(shards, servers)):
             with psycopg.connect(shard.dsn(), autocommit=True) as conn:
                 conn.execute("DROP TABLE IF EXISTS part")
-                conn.execute("CREATE TABLE part (id int PRIMARY KEY, a int, b text, d float8, s text)")
-                conn.execute(f"""INSERT INTO part
-                    SELECT i, CASE WHEN i % 17 = 0 THEN NULL ELSE 18 + (i * 37) % 70 END,
-                           (ARRAY['north', 'south', 'east', 'west', NULL])[1 + (i * 7) % 5],
-                           ((i * 53) % 600) / 10.0, (ARRAY['flu', 'hiv', 'cancer', 'asthma'])[1 + (i * 11) % 4]
-                    FROM generate_series(1, 3000) i WHERE i % 2 = {i}""")
+                conn.execute(f"CREATE TABLE part ({columns}, PRIMARY KEY (id))")
+                fill(conn, i)
             db.execute(f"CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw "
                        f"OPTIONS (host '{shard.socket_dir}', dbname 'postgres')")
             db.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} OPTIONS (user 'postgres')")
@@ -634,24 +636,206 @@ def sharded(db, schema, shards):
             db.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
 
 
-def test_source_sharded_through_postgres_fdw_is_released_with_its_aggregates_run_on_the_shards(
-        db, schema, sharded):
+def synthetic_shard(conn, i):
+    """Shard i's rows of ``synthetic``'s 3,000 (those of ``id % 2 = i``)."""
+    conn.execute(f"""INSERT INTO part
+        SELECT i, CASE WHEN i % 17 = 0 THEN NULL ELSE 18 + (i * 37) % 70 END,
+               (ARRAY['north', 'south', 'east', 'west', NULL])[1 + (i * 7) % 5],
+               ((i * 53) % 600) / 10.0, (ARRAY['flu', 'hiv', 'cancer', 'asthma'])[1 + (i * 11) % 4]
+        FROM generate_series(1, 3000) i WHERE i % 2 = {i}""")
+
+
+@pytest.fixture
+def sharded(db, schema, shards):
+    """``src``: ``synthetic``'s 3,000 rows over two shards (:func:`sharded_table`)."""
+    with sharded_table(db, schema, shards, "id int, a int, b text, d float8, s text",
+                       synthetic_shard) as table:
+        yield table
+
+
+@contextlib.contextmanager
+def remote_plans(db):
+    """The Remote SQL lines of the plans of every statement run meanwhile (auto_explain,
+    verbose: the query postgres_fdw sent to a shard), a live list."""
     db.execute("LOAD 'auto_explain'")
     seen = notices(db)
     for setting, value in [("auto_explain.log_min_duration", "0"), ("auto_explain.log_verbose", "on"),
                            ("auto_explain.log_nested_statements", "on"), ("auto_explain.log_level", "notice")]:
         db.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    remote: list[str] = []
     try:
-        with budget(db, "64kB"):
-            rel = release(db, schema, sharded, "ooc", k=5, l=2)
+        yield remote
     finally:
         db.execute("RESET auto_explain.log_min_duration")
+        remote.extend(line.strip() for plan in seen for line in plan.splitlines()
+                      if "Remote SQL:" in line)
+
+
+def test_source_sharded_through_postgres_fdw_is_released_with_its_aggregates_run_on_the_shards(
+        db, schema, sharded):
+    with remote_plans(db) as remote, budget(db, "64kB"):
+        rel = release(db, schema, sharded, "ooc", k=5, l=2)
     metrics, verified, row_count, _ = catalog(db, rel)
     assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
     check_release(db, rel, sharded, 5, 2)
     # the level queries' aggregates ran where the rows are, one remote query per shard
-    remote = [line.strip() for plan in seen for line in plan.splitlines() if "Remote SQL:" in line]
     assert any("count(" in line and "GROUP BY" in line for line in remote), remote[:5]
+
+
+def release_models(db, schema, table, name, k, model: dict):
+    """A release of ``table`` with ``model``'s arguments (sensitive ``id`` and ``s`` unless it
+    says, ``s`` alone with t)."""
+    model = {"sensitive": ["s"] if "t" in model else ["id", "s"], **model}
+    args = "".join(f", {key} => %({key})s" for key in model)
+    return db.execute(f"SELECT anon.mondrian_view(%(tbl)s, quasi_identifiers => %(q)s, k => %(k)s, "
+                      f"release_schema => %(rs)s, release_name => %(n)s{args})",
+                      {"tbl": table, "q": QIS, "k": k, "rs": release_schema_of(schema), "n": name,
+                       **model}).fetchone()[0]
+
+
+def skewed_shard(conn, i):
+    """Shard i's rows of ``skewed``'s 3,000."""
+    synthetic_shard(conn, i)
+    conn.execute("UPDATE part SET s = CASE WHEN coalesce(a, 0) < 40 AND id % 10 < 8 THEN 'flu' "
+                 "ELSE s END")
+
+
+@pytest.mark.parametrize("model", [{"l": 2, "l_diversity": "entropy"},
+                                   {"l": 2, "l_diversity": "recursive", "c": 3}, {"t": 0.2}])
+def test_models_of_a_sharded_source_hold_in_every_class_counted_on_the_shards(db, schema, shards, model):
+    """Entropy and recursive (c, l)-diversity and t-closeness of a source sharded through
+    postgres_fdw are released out of core: each level's cut is kept only where both sides' rows
+    per sensitive value, counted on the shards (grouped by region and value) and summed, hold
+    the model, and with t each region is fitted within the room its distance to the table
+    leaves. Every released class holds the model, computed here from the released rows."""
+    with sharded_table(db, schema, shards, "id int, a int, b text, d float8, s text",
+                       skewed_shard) as table, remote_plans(db) as remote, budget(db, "64kB"):
+        rel = release_models(db, schema, table, "ooc", 5, {**model, "sensitive": ["s"]})
+        metrics, verified, row_count, _ = catalog(db, rel)
+        assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
+        assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
+        assert min(class_sizes(db, rel, QIS)) >= 5
+        if "t" in model:
+            assert worst_equal_emd(db, rel) <= 0.2 + 1e-9
+        else:
+            assert min(distinct_sensitive_per_class(db, rel, QIS, "s")) >= 2
+        for counts in worst_class_values(db, rel):
+            total = sum(counts)
+            if model.get("l_diversity") == "entropy":
+                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+            elif model.get("l_diversity") == "recursive":
+                assert counts[0] < 3 * sum(counts[1:])
+    # the sides' rows per value were counted on the shards: grouped by region and value there
+    assert any("FILTER" in line and "GROUP BY 1, 2" in line for line in remote), remote[:5]
+
+
+def numeric_shard(conn, i):
+    """Shard i's rows of ``numeric_sensitive``'s 3,000."""
+    synthetic_shard(conn, i)
+    conn.execute("UPDATE part SET w = CASE WHEN id % 23 = 0 THEN NULL WHEN coalesce(a, 0) < 40 "
+                 "THEN (id * 7) % 25 ELSE 10 + (id * 13) % 40 END")
+
+
+def test_t_of_a_numeric_column_of_a_sharded_source_holds_in_every_released_class(db, schema, shards):
+    """t-closeness of a numeric sensitive column of a sharded source, out of core: the shards'
+    values are numbered in value order on the coordinator (the ordered distance's), and every
+    released class is within t of the released rows by the ordered distance."""
+    with sharded_table(db, schema, shards, "id int, a int, b text, d float8, s text, w int",
+                       numeric_shard) as table, budget(db, "64kB"):
+        rel = release_t(db, schema, table, "ooc", 0.2)
+        metrics, verified, row_count, _ = catalog(db, rel)
+        assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
+        assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == 3000
+        assert min(class_sizes(db, rel, QIS)) >= 5
+        assert worst_ordered_emd(db, rel, "w") <= 0.2 + 1e-9
+
+
+def test_utility_split_of_a_sharded_source_is_released_out_of_core_close_to_in_memory(db, schema, sharded):
+    """A utility-split release of a sharded source is cut at the top by the median rule on the
+    shards' exact counts and each region fitted by the utility split."""
+    in_memory = release(db, schema, sharded, "mem", k=5, l=2, split="utility")
+    with budget(db, "64kB"):
+        rel = release(db, schema, sharded, "ooc", k=5, l=2, split="utility")
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
+    check_release(db, rel, sharded, 5, 2)
+    ncp = [catalog(db, r)[0]["ncp_percent"] for r in (in_memory, rel)]
+    assert abs(ncp[1] - ncp[0]) <= 0.25 * ncp[0]
+
+
+def test_categorical_cuts_of_a_sharded_source_group_its_values_as_the_in_memory_fit_does(
+        db, schema, shards):
+    """Level by level (a sharded source, which cannot be sampled), a categorical QI is cut in
+    the in-memory fit's order (most frequent first, the shards' counts per value summed), not
+    its type's: the same classes as the in-memory release."""
+    counts = [("h,1", 800), ('a"q', 700), (None, 600), ("b\\x", 500), ("f", 400), ("c", 300),
+              ("e", 200), ("d", 100)]
+    values = [v for v, n in counts for _ in range(n)]
+
+    def fill(conn, shard):
+        with conn.cursor().copy("COPY part FROM STDIN") as copy:
+            for i in range(shard, len(values), 2):
+                copy.write_row((i, values[(i * 7919) % len(values)], f"s{i % 3}"))
+
+    with sharded_table(db, schema, shards, "id int, b text, s text", fill) as table:
+        rels = {}
+        for name, size in (("mem", None), ("ooc", "8kB")):
+            with budget(db, size or "1GB"):
+                rels[name] = db.execute(
+                    "SELECT anon.mondrian_view(%s, k => 900, quasi_identifiers => ARRAY['b'], "
+                    "sensitive => ARRAY['id', 's'], release_schema => %s, release_name => %s)",
+                    (table, release_schema_of(schema), name)).fetchone()[0]
+        assert "out_of_core" in catalog(db, rels["ooc"])[0]
+        groups = {}
+        for name, rel in rels.items():
+            assert catalog(db, rel)[1] is True
+            assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(values)
+            assert min(class_sizes(db, rel, ["b"])) >= 900
+            assert db.execute(f"SELECT count(*) FROM {rel} r JOIN {table} t USING (id) "
+                              f"WHERE array_position(r.b, t.b) IS NULL").fetchone()[0] == 0
+            groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
+    assert groups["ooc"] == groups["mem"]
+    assert {frozenset({"h,1", 'a"q'}), frozenset({"f", "c", "e", "d"})} <= groups["mem"]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(row_strategy, min_size=40, max_size=160), k=st.integers(2, 6),
+       model=st.sampled_from([{"l": 2, "l_diversity": "entropy"},
+                              {"l": 2, "l_diversity": "recursive", "c": 2}, {"t": 0.3}]))
+def test_random_sharded_tables_released_out_of_core_with_models_keep_them(
+        db, schema, shards, rows, k, model):
+    """Entropy, recursive l and t-closeness of random tables sharded over two servers, at a
+    one-byte budget: from the released rows, every row is in its class's ranges, every class
+    keeps k and its model."""
+    k = min(k, len(rows))
+    db.execute("DELETE FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),))
+
+    def fill(conn, shard):
+        with conn.cursor().copy("COPY part FROM STDIN") as copy:
+            for i, row in enumerate(rows):
+                if i % 2 == shard:
+                    copy.write_row((i, *row))
+
+    with sharded_table(db, schema, shards, "id int, a int, b text, d float8, s text", fill) as table:
+        try:
+            with budget(db, "1"):
+                rel = release_models(db, schema, table, "r_ooc", k, model)
+        except (psycopg.errors.DataException, psycopg.errors.InvalidParameterValue):
+            return                                  # the whole table fails the model: refused
+        metrics, verified, _, _ = catalog(db, rel)
+        assert "out_of_core" in metrics and verified is True
+        if "t" in model:                            # t of s alone: id is not released
+            assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(rows)
+            assert min(class_sizes(db, rel, QIS)) >= k
+            assert worst_equal_emd(db, rel) <= 0.3 + 1e-9
+        else:
+            check_release(db, rel, table, k, 2)
+        for counts in worst_class_values(db, rel):
+            total = sum(counts)
+            if model.get("l_diversity") == "entropy":
+                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+            elif model.get("l_diversity") == "recursive":
+                assert counts[0] < 2 * sum(counts[1:])
 
 
 def test_foreign_partition_on_a_server_another_role_owns_is_refused(db, schema):

@@ -91,6 +91,18 @@ def test_widened_categorical_column_counts_the_tables_values():
     assert list(wide.labels[:3]) == list(enc.labels)
 
 
+def test_widened_categorical_column_of_many_table_values_holds_labels_linear_in_them():
+    """A categorical QI of more distinct values than its order is read for (ORDER_VALUES) is
+    widened by a label per value the region lacks: labels whose texts grow with the table's
+    values, not with their square (a region of 3 values in a table of 50,000 would hold ~1.25e9
+    characters)."""
+    enc = encode_factorized("c", np.array([0, 1, 2, 1]), ["a", "b", "c"])
+    wide, _ = regions.widened(enc, regions.QIStats(4, distinct=5_000))
+    assert len(wide.labels) == 5_000 and len(set(wide.labels.tolist())) == 5_000
+    assert sum(len(label) for label in wide.labels.tolist()) <= 10 * 5_000
+    assert all(label.startswith(regions.PHANTOM) for label in wide.labels[3:].tolist())
+
+
 @given(table=st.lists(st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d", "e", "f"])),
                       min_size=1, max_size=200), data=st.data())
 def test_region_coded_in_the_tables_order_has_the_whole_table_fits_codes(table, data):
