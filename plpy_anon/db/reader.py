@@ -447,22 +447,28 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     condition = f" AND ({where})" if where else ""
     prepared = {}
 
-    def statement(relation: str, both: bool, as_bytes: frozenset):
-        key = (relation, both, as_bytes)
+    def chunk_row(relation: str, lo: str, hi: str | None, whole: bool, as_bytes: frozenset):
+        read = ", ".join(selects + [
+            f"{text_aggregate(sql, send_text)} AS {alias}" if alias in as_bytes
+            else plain_text_aggregate(sql, column, alias) for alias, sql, column, _ in text_reads])
+        if whole:
+            # one query planned for this call: a saved plan never runs in parallel workers, a
+            # one-shot one may (an out-of-core region's filtered scan)
+            return plpy.execute(f"SELECT {read} FROM {relation}"
+                                + (f" WHERE {where}" if where else ""))[0]
+        key = (relation, hi is not None, as_bytes)
         if key not in prepared:
-            read = ", ".join(selects + [
-                f"{text_aggregate(sql, send_text)} AS {alias}" if alias in as_bytes
-                else plain_text_aggregate(sql, column, alias) for alias, sql, column, _ in text_reads])
-            bounds = "ctid >= $1::tid AND ctid < $2::tid" if both else "ctid >= $1::tid"
+            bounds = "ctid >= $1::tid AND ctid < $2::tid" if hi is not None else "ctid >= $1::tid"
             prepared[key] = plpy.prepare(f"SELECT {read} FROM {relation} WHERE {bounds}"
-                                         f"{condition}", ["text", "text"] if both else ["text"])
-        return prepared[key]
+                                         f"{condition}", ["text", "text"] if hi is not None
+                                         else ["text"])
+        return (prepared[key].execute([lo, hi]) if hi is not None
+                else prepared[key].execute([lo]))[0]
 
     for relation, blocks in plan:
         for lo, hi in _chunks(blocks, step):
             while True:
-                read = statement(relation, hi is not None, frozenset(as_bytes))
-                row = (read.execute([lo, hi]) if hi else read.execute([lo]))[0]
+                row = chunk_row(relation, lo, hi, blocks <= step, frozenset(as_bytes))
                 n = int(row["n"])
                 if n == 0:
                     break

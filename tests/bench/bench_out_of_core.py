@@ -19,13 +19,17 @@ cluster (shared_buffers 512MB, work_mem 64MB):
   100M-row run): the backend's VmHWM (target < 1 GiB at 10M, <= 2 GiB at 100M; it counts the
   shared buffers the backend touched:
   RssShmem, sampled, beside the private RssAnon), end to end against ``CREATE TABLE AS`` of the
-  source in the same run, verified from its rows, smallest class.
+  source in the same run, verified from its rows, smallest class; the building backend's CPU
+  against the copying one's (parallel workers' not counted in either), the build's phases
+  (metrics.timing) and the run's steps (metrics.out_of_core.steps: the sample, each pass, each
+  region's read, fit, publish, slices and write, wall and CPU).
 """
 from __future__ import annotations
 
 import os
 import time
 
+from tests.bench.bench_coldstart import backend_cpu
 from tests.bench.bench_mondrian import SYNTHETIC, MemorySampler, fresh_backend, vm_hwm_mib
 from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
 
@@ -51,6 +55,7 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
         if budget:
             other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
         pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        cpu0 = backend_cpu(pid)
         t0 = time.perf_counter()
         with MemorySampler(pid) as memory:
             release = other.execute(
@@ -60,6 +65,7 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
                 + (", priorities => %s::jsonb)" if priorities else ")"),
                 (K, QIS, SENSITIVE, name, *([priorities] if priorities else []))).fetchone()[0]
         e2e = time.perf_counter() - t0
+        cpu = backend_cpu(pid) - cpu0
         hwm = vm_hwm_mib(pid)
     metrics, verified, smallest = conn.execute(
         "SELECT r.metrics, s.verified, (s.verification ->> 'smallest_class')::int "
@@ -67,7 +73,8 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
         "ON s.release = format('%%I.%%I', r.release_schema, r.release_name) "
         "WHERE s.release = %s", (release,)).fetchone()
     ooc = metrics.get("out_of_core")
-    return {"release": release, "e2e": e2e, "hwm": hwm, "anon": memory.anon, "shmem": memory.shmem,
+    return {"release": release, "e2e": e2e, "cpu": cpu, "hwm": hwm,
+            "phases": metrics.get("timing", {}).get("phases", {}), "ooc": ooc, "anon": memory.anon, "shmem": memory.shmem,
             "ncp": metrics["ncp_percent"], "classes": metrics["n_classes"],
             "verified": verified, "smallest": smallest,
             "regions": ooc["regions"] if ooc else "", "levels": len(ooc["levels"]) if ooc else "",
@@ -98,8 +105,10 @@ def main() -> None:
             t0 = time.perf_counter()
             load(conn, n)
             print(f"{n:,} rows loaded in {time.perf_counter() - t0:.1f} s", flush=True)
+            cpu0 = backend_cpu(conn.info.backend_pid)
             copy_s = copy_seconds(conn, "synthetic")
-            print(f"copy {copy_s:.2f} s", flush=True)
+            copy_cpu = backend_cpu(conn.info.backend_pid) - cpu0
+            print(f"copy {copy_s:.2f} s, backend CPU {copy_cpu:.2f} s", flush=True)
             if n <= 1_000_000:
                 mem = build(conn, None, "in_memory")
                 ooc = build(conn, small, "out_of_core")
@@ -121,11 +130,14 @@ def main() -> None:
                     conn.execute(f"SELECT anon.drop_release('{mem['release']}')")
             else:
                 ooc = build(conn, large, "out_of_core")
+                print(profile(ooc, copy_s, copy_cpu), flush=True)
                 rows.append(row(n, "out of core", large, ooc, copy_s))
                 target = "< 1024" if n <= 10_000_000 else "<= 2048"
                 notes.append(f"{n:,} rows, budget {large}: VmHWM {ooc['hwm']:.0f} MiB (target {target}), "
                              f"private {ooc['anon']:.0f} MiB, shared buffers touched {ooc['shmem']:.0f} MiB, "
-                             f"{ooc['e2e']:.1f} s = {ooc['e2e'] / copy_s:.1f}x a copy ({copy_s:.2f} s)")
+                             f"{ooc['e2e']:.1f} s = {ooc['e2e'] / copy_s:.1f}x a copy ({copy_s:.2f} s), "
+                             f"backend CPU {ooc['cpu']:.1f} s = {ooc['cpu'] / copy_cpu:.1f}x the "
+                             f"copy's ({copy_cpu:.2f} s)")
             conn.execute(f"SELECT anon.drop_release('{ooc['release']}')")
             print(markdown_table(HEADERS, rows[-4:] if n <= 1_000_000 else rows[-1:]), flush=True)
             print(notes[-1], flush=True)
@@ -133,6 +145,22 @@ def main() -> None:
             + markdown_table(HEADERS, rows) + "\n\n" + "\n".join(f"* {x}" for x in notes) + "\n")
     print(text)
     (results_dir() / "out_of_core.md").write_text(text)
+
+
+def profile(f: dict, copy_s: float, copy_cpu: float) -> str:
+    """Where a build's wall clock went (its recorded phases, the top levels' passes), in seconds
+    and copies, and its backend CPU against the copy's."""
+    phases = ", ".join(f"{p} {s:.1f} s ({s / copy_s:.2f})" for p, s in
+                       sorted(f["phases"].items(), key=lambda x: -x[1]) if s >= 0.05)
+    lines = [(f"end to end {f['e2e']:.1f} s ({f['e2e'] / copy_s:.2f} copies), backend CPU "
+              f"{f['cpu']:.1f} s ({f['cpu'] / copy_cpu:.2f} the copy's); phases: {phases}")]
+    ooc = f["ooc"] or {}
+    for i, level in enumerate(ooc.get("levels", [])):
+        lines.append(f"  top level {i}: {level}")
+    # the run's steps: wall and this backend's CPU (parallel workers' not counted)
+    lines += [f"  {name}: {v['seconds']:.1f} s, CPU {v['cpu']:.1f} s" for name, v in
+              sorted(ooc.get("steps", {}).items(), key=lambda x: -x[1]["seconds"])]
+    return "\n".join(lines)
 
 
 HEADERS = ["rows", "path", "build_memory", "end to end s", "Python s", "top levels (SQL) s",

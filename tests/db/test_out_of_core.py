@@ -113,10 +113,40 @@ def test_regions_are_read_by_sequential_scans_which_take_a_buffer_ring(db, schem
         db.execute("RESET auto_explain.log_min_duration")
         db.execute("RESET plpy_anon.read_chunk_blocks")
     assert catalog(db, rel)[0]["out_of_core"]["regions"] > 8
-    # the reader's queries of a region: a chunk's bounds and the region's predicate
-    reads = [plan for plan in seen if "WHERE ctid >= $1::tid" in plan and "::tid AND ((" in plan]
+    reads = region_reads(seen)
     assert len(reads) >= 8, seen[:3]
     assert all("Seq Scan" in plan and "Tid Range Scan" not in plan for plan in reads), reads[:2]
+    check_release(db, rel, "src", 5, 2)
+
+
+def region_reads(plans: list[str]) -> list[str]:
+    """The reader's queries of the regions among auto_explain's plans: its aggregates filtered by
+    a region's predicate (a cut's comparison)."""
+    return [plan for plan in plans if "Query Text: SELECT count(*) AS n, pg_catalog.string_agg" in plan
+            and "OPERATOR(pg_catalog.<" in plan]
+
+
+def test_region_reads_may_run_in_parallel_workers(db, schema):
+    """A region's scan tests every row of the source for the region's few: it is planned for its
+    call (a saved plan never runs in parallel), so the planner may hand the scan to parallel
+    workers, here made cheap enough on a small table for it to do so."""
+    synthetic(db, "src", 2000)
+    db.execute("LOAD 'auto_explain'")
+    seen = notices(db)
+    settings = [("parallel_setup_cost", "0"), ("min_parallel_table_scan_size", "0"),
+                ("auto_explain.log_min_duration", "0"),
+                ("auto_explain.log_nested_statements", "on"), ("auto_explain.log_level", "notice")]
+    for setting, value in settings:
+        db.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    try:
+        with budget(db, "8kB"):
+            rel = release(db, schema, "src", "ooc", k=5, l=2)
+    finally:
+        for setting, _ in settings:
+            db.execute(f"RESET {setting}")
+    reads = region_reads(seen)
+    assert len(reads) >= 8, seen[:3]
+    assert any("Gather" in plan and "Parallel Seq Scan" in plan for plan in reads), reads[:2]
     check_release(db, rel, "src", 5, 2)
 
 
