@@ -83,3 +83,22 @@ def test_a_value_set_holding_every_latin1_character_is_released(latin1, layout):
         pytest.fail(f"{type(error).__name__} {error.sqlstate}: {error}")
     assert outside(latin1, rel, table) == 0
     assert class_sizes(latin1, rel, ["n", "w"]) == [255]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stable_refreshes_with_odd_identifiers_in_a_latin1_database_keep_k_l_and_pin_no_one(
+        latin1, seed):
+    """The stable mode's identifiers (0x01, 0x02, '', long and LATIN1 texts, duplicates made by
+    churn) hashed from the reader's codes where every text is read as converted bytes, and its
+    stored versions' values read packed the same way."""
+    from tests.adversarial.test_stable_odd_identifiers import OddSequence
+
+    name = f"stable{seed}"
+    latin1.execute(f"CREATE SCHEMA {name}")
+    latin1.execute(f"SET search_path = {name}, public")
+    try:
+        sequence = OddSequence(latin1, name, seed)
+        assert sequence.run() == ({}, {})
+        assert sequence.kept_after >= 1
+    finally:
+        latin1.execute("RESET search_path")
