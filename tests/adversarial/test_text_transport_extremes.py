@@ -80,3 +80,29 @@ def test_odd_texts_and_edge_dates_are_released_truthfully_over_several_chunks(
     if memory:
         assert metrics["out_of_core"]["regions"] > 1
     check_truthful(db, rel, 4, 2)
+
+
+@pytest.mark.parametrize("tree", ["partitioned", "inherited"])
+@pytest.mark.parametrize("memory", [None, "1kB"])
+def test_odd_texts_on_one_member_of_a_tree_are_released_truthfully(db, schema, odd, tree, memory):
+    """The same rows in a tree of three members, the odd texts and dates all in the last one
+    (each member read a chunk at a time through the root: the chunk holding them read again)."""
+    db.execute("ALTER TABLE odd RENAME TO flat_odd")
+    if tree == "partitioned":
+        db.execute("CREATE TABLE odd (id int, d date, w text, s text, pad text) PARTITION BY RANGE (id)")
+        for n, (lo, hi) in enumerate([(0, 150), (150, 301), (301, 1000)]):
+            db.execute(f"CREATE TABLE odd_{n} PARTITION OF odd FOR VALUES FROM ({lo}) TO ({hi})")
+    else:
+        db.execute("CREATE TABLE odd (id int, d date, w text, s text, pad text)")
+        db.execute("CREATE TABLE odd_1 () INHERITS (odd)")
+        db.execute("CREATE TABLE odd_2 () INHERITS (odd)")
+    db.execute("INSERT INTO odd SELECT * FROM flat_odd WHERE id <= 150")
+    db.execute(("INSERT INTO odd" if tree == "partitioned" else "INSERT INTO odd_1") +
+               " SELECT * FROM flat_odd WHERE id > 150 AND id <= 300")
+    db.execute(("INSERT INTO odd" if tree == "partitioned" else "INSERT INTO odd_2") +
+               " SELECT * FROM flat_odd WHERE id > 300")
+    if memory:
+        db.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (memory,))
+    rel = create_release(db, "mondrian_view", schema, "odd", k=4, l=2, quasi_identifiers=QIS,
+                         sensitive=["id", "s"])
+    check_truthful(db, rel, 4, 2)
