@@ -8,6 +8,8 @@ rows: k and l in every version, no true value pinned by difference of two versio
 intersecting the classes that could hold a person in every version."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import psycopg
 import pytest
@@ -27,8 +29,9 @@ ODD_IDS = ["\x01", "\x02", "", None, "a\x01b", "x" * 2000, "\x02\x01", "ü\x1f"]
 
 
 class OddSequence:
-    def __init__(self, db, schema, seed: int):
+    def __init__(self, db, schema, seed: int, diversity: str = "distinct"):
         self.db, self.schema, self.rng = db, schema, np.random.default_rng(seed)
+        self.diversity = diversity
         rng = self.rng
         self.k, self.l = int(rng.integers(2, 5)), 2
         self.rows: dict[int, list] = {}     # row key -> [pid, age, zip, dx]
@@ -72,6 +75,14 @@ class OddSequence:
         if n:
             assert min(class_sizes(self.db, release, list(QIS))) >= self.k
             assert min(distinct_sensitive_per_class(self.db, release, list(QIS), "dx")) >= self.l
+            if self.diversity == "entropy":
+                worst = self.db.execute(sql.SQL("""
+                    SELECT min(e) FROM (SELECT -sum(n / t * ln(n / t)) AS e FROM (
+                        SELECT age, zip, count(*)::float8 AS n, sum(count(*)::float8)
+                               OVER (PARTITION BY age, zip) AS t
+                        FROM {} WHERE dx IS NOT NULL GROUP BY age, zip, dx) v
+                    GROUP BY age, zip) c""").format(sql.SQL(release))).fetchone()[0]
+                assert worst >= math.log(self.l) - 1e-9
 
     def churn(self):
         rng = self.rng
@@ -103,7 +114,8 @@ class OddSequence:
         self.write()
         release = create_release(self.db, "mondrian_view", self.schema, "pt", k=self.k, l=self.l,
                                  quasi_identifiers=list(QIS), sensitive=["dx"],
-                                 identifiers=["pid"], refresh_mode="stable")
+                                 identifiers=["pid"], refresh_mode="stable",
+                                 l_diversity=self.diversity)
         try:
             self.keep(release)
             for _ in range(int(self.rng.integers(4, 9))):
@@ -137,8 +149,10 @@ class OddSequence:
                 {p: v for p, v in by_intersection.items() if self.truth[p] == v})
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_odd_and_duplicate_identifiers_under_churn_keep_k_l_and_pin_no_one(db, schema, seed):
-    sequence = OddSequence(db, schema, seed)
+@pytest.mark.parametrize("seed, diversity", [*((s, "distinct") for s in range(6)),
+                                             *((s, "entropy") for s in range(6, 10))])
+def test_odd_and_duplicate_identifiers_under_churn_keep_k_l_and_pin_no_one(db, schema, seed,
+                                                                           diversity):
+    sequence = OddSequence(db, schema, seed, diversity)
     assert sequence.run() == ({}, {})
     assert sequence.kept_after >= 1
