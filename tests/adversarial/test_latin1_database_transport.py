@@ -52,16 +52,24 @@ def outside(conn, rel: str, table: str) -> int:
 ODD = ["\x01", "a\x01b", "\x02", "", None, "\x1f", "\x1e\x1d\x1c", "ÿé", '"q"', "\\", "{x,y}", "NULL"]
 
 
-@pytest.mark.parametrize("layout", ["flat", "compact"])
-def test_odd_texts_in_a_latin1_database_are_released_truthfully(latin1, layout):
-    table = f"odd_{layout}"
+@pytest.mark.parametrize("layout, memory", [("flat", "1GB"), ("compact", "1GB"), ("compact", "1kB")])
+def test_odd_texts_in_a_latin1_database_are_released_truthfully(latin1, layout, memory):
+    table = f"odd_{layout}_{memory}"
     latin1.execute(f"CREATE TABLE {table} (id int, n int, w text, s text)")
     with latin1.cursor() as cur:
         cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)",
                         [(i, i % 17, ODD[i % len(ODD)], ODD[(i * 5 + 1) % len(ODD)])
                          for i in range(240)])
     latin1.execute("SET plpy_anon.read_chunk_blocks = 1")
-    rel = release(latin1, table, 4, 2, layout=layout)
+    latin1.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (memory,))
+    try:
+        rel = release(latin1, table, 4, 2, layout=layout)
+    finally:
+        latin1.execute("RESET plpy_anon.build_memory")
+    if memory == "1kB":
+        regions = latin1.execute("SELECT (metrics->'out_of_core'->>'regions')::int FROM anon.releases "
+                                 "WHERE release_name = %s", (rel.split(".")[-1],)).fetchone()[0]
+        assert regions > 1
     assert outside(latin1, rel, table) == 0
     assert min(class_sizes(latin1, rel, ["n", "w"])) >= 4
     assert min(distinct_sensitive_per_class(latin1, rel, ["n", "w"], "s")) >= 2
