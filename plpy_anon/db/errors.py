@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import types
 
 from plpy_anon.core.errors import AnonError
 from plpy_anon.db import interrupts, timing
@@ -26,8 +27,17 @@ def sql_entry(func):
     def wrapper(plpy, *args, **kwargs):
         try:
             with timing.entry(), interrupts.honoured(plpy):
-                return func(plpy, *args, **kwargs)
+                result = func(plpy, *args, **kwargs)
         except AnonError as error:
             report(plpy, error)
+        return _reported(plpy, result) if isinstance(result, types.GeneratorType) else result
 
     return wrapper
+
+
+def _reported(plpy, rows):
+    """A set's rows, a core error raised while PostgreSQL fetches them reported as at the call."""
+    try:
+        yield from rows
+    except AnonError as error:
+        report(plpy, error)

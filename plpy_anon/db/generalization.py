@@ -525,20 +525,24 @@ def literal_keys(keys) -> list[str]:
     return sorted(keys, key=lambda key: (key[0], int(key[1:])))
 
 
-def pack_literals(literals: list[str | None]) -> tuple[bytes, str]:
+def pack_literals(literals: list[str | None], any_character: bool = True) -> tuple[bytes, str]:
     """One column's literals of a slice's classes, packed for :func:`literal_rows`: (the UTF-8
     text of each literal after a separator, NULL as a NULL marker; the separator and the
     marker). Both are characters no literal holds; the leading separator keeps the text from
-    being empty (string_to_table makes no row of an empty text, one literal '' included)."""
+    being empty (string_to_table makes no row of an empty text, one literal '' included).
+    ``any_character`` False (a server encoding other than UTF-8): ASCII ones only, which every
+    server encoding spells."""
     literals = literals if isinstance(literals, list) else list(literals)
     held = "".join(filter(None, literals))      # searched for a character (memchr), not counted
     free = [c for c in SEPARATORS if c not in held][:2]
     if len(free) < 2:
         used = set(held)
-        free = list(itertools.islice((c for c in map(chr, itertools.chain(
-            range(1, 0xD800), range(0xE000, 0x110000))) if c not in used), 2))
+        codes = itertools.chain(range(1, 0xD800), range(0xE000, 0x110000)) if any_character \
+            else range(1, 128)
+        free = list(itertools.islice((c for c in map(chr, codes) if c not in used), 2))
         if len(free) < 2:
-            raise NoSeparator("the values of one slice of classes hold every Unicode character: "
+            what = "Unicode" if any_character else "ASCII"
+            raise NoSeparator(f"the values of one slice of classes hold every {what} character: "
                               "no character is left to separate them",
                               hint="Release the column through a hierarchy, or leave it out.")
     separator, null = free

@@ -2,8 +2,7 @@
 text there as bytes converted to UTF-8, and a slice's class literals travel as UTF-8 bytes
 converted back by convert_from with separators chosen among the characters no literal holds.
 Texts holding 0x01, 0x02, the packing's usual separators and LATIN1's upper half; and a class
-whose value set holds every LATIN1 character, leaving the packing only separators LATIN1 cannot
-spell. Checked from the released rows: each row inside its class's value set, k and l."""
+whose value set holds every LATIN1 character, leaving the packing no separator LATIN1 spells. Checked from the released rows: each row inside its class's value set, k and l."""
 from __future__ import annotations
 
 import uuid
@@ -75,22 +74,35 @@ def test_odd_texts_in_a_latin1_database_are_released_truthfully(latin1, layout, 
     assert min(distinct_sensitive_per_class(latin1, rel, ["n", "w"], "s")) >= 2
 
 
-@pytest.mark.xfail(strict=True, reason="generalization.pack_literals falls back to separators "
-                   "past U+00FF, which LATIN1 cannot spell: the build fails with 22P05 "
-                   "UntranslatableCharacter")
 @pytest.mark.parametrize("layout", ["flat", "compact"])
-def test_a_value_set_holding_every_latin1_character_is_released(latin1, layout):
-    """One class of 255 rows whose QI is each LATIN1 character once: its set's literal holds
-    them all, so no character LATIN1 has is left to separate it."""
+def test_a_value_set_holding_every_ascii_character_but_two_is_released(latin1, layout):
+    """One class of 251 rows whose QI is each LATIN1 character but 0x1c-0x1f once: its set's
+    literal leaves only two ASCII characters (0x1e, 0x1f) to separate it."""
+    table = f"almost_{layout}"
+    latin1.execute(f"CREATE TABLE {table} (id int, n int, w text, s text)")
+    latin1.execute(f"INSERT INTO {table} SELECT i, 1, chr(i), 's' || i % 3 FROM generate_series(1, 255) i "
+                   "WHERE i NOT BETWEEN 28 AND 31")
+    rel = release(latin1, table, 251, None, layout=layout)
+    assert outside(latin1, rel, table) == 0
+    assert class_sizes(latin1, rel, ["n", "w"]) == [251]
+
+
+@pytest.mark.parametrize("layout", ["flat", "compact"])
+def test_a_value_set_holding_every_latin1_character_is_refused_clearly_and_builds_nothing(
+        latin1, layout):
+    """One class of 255 rows whose QI is each LATIN1 character once: no character LATIN1 spells
+    is left to separate its set's literal (UTF-8 servers find one past ASCII)."""
     table = f"every_{layout}"
     latin1.execute(f"CREATE TABLE {table} (id int, n int, w text, s text)")
     latin1.execute(f"INSERT INTO {table} SELECT i, 1, chr(i), 's' || i % 3 FROM generate_series(1, 255) i")
-    try:
-        rel = release(latin1, table, 255, None, layout=layout)
-    except psycopg.Error as error:
-        pytest.fail(f"{type(error).__name__} {error.sqlstate}: {error}")
-    assert outside(latin1, rel, table) == 0
-    assert class_sizes(latin1, rel, ["n", "w"]) == [255]
+    with pytest.raises(psycopg.Error) as refused:
+        release(latin1, table, 255, None, layout=layout)
+    assert refused.value.sqlstate == "54000"
+    assert "every ASCII character" in refused.value.diag.message_primary
+    assert refused.value.diag.message_hint
+    assert latin1.execute("SELECT pg_catalog.to_regclass(%s)", (f"rel.{table}",)).fetchone()[0] is None
+    assert latin1.execute("SELECT count(*) FROM anon.releases WHERE release_name = %s",
+                          (table,)).fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -43,6 +43,15 @@ def test_separators_are_found_among_every_character_when_ordinary_ones_are_taken
     assert marks == "ab" and text.decode() == "a" + held + "ab"
 
 
+def test_separators_of_a_server_encoding_other_than_utf8_are_ascii():
+    held = "".join(chr(c) for c in range(1, 256) if chr(c) not in "\x05\x7f")
+    text, marks = pack_literals([held, None], any_character=False)
+    assert marks == "\x05\x7f" and text.decode() == "\x05" + held + "\x05\x7f"
+    with pytest.raises(NoSeparator) as refused:
+        pack_literals(["".join(map(chr, range(1, 128))), "\u0100"], any_character=False)
+    assert refused.value.sqlstate == "54000" and "every ASCII character" in str(refused.value)
+
+
 def test_literals_holding_every_character_are_refused_clearly():
     everything = "".join(map(chr, [*range(1, 0xD800), *range(0xE000, 0x110000)]))
     with pytest.raises(NoSeparator) as refused:

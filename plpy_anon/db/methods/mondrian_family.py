@@ -51,7 +51,13 @@ from plpy_anon.db.generalization import (
     release_order,
 )
 from plpy_anon.db.identifiers import release_roles
-from plpy_anon.db.reader import TableData, TextColumnData, merge_equal_spellings, read_columns
+from plpy_anon.db.reader import (
+    TableData,
+    TextColumnData,
+    merge_equal_spellings,
+    read_columns,
+    server_is_utf8,
+)
 from plpy_anon.db.sqltext import ident, jsonb, run
 from plpy_anon.parameters import L_DIVERSITY
 from plpy_anon.spec import Built, Promise, ReleaseSpec
@@ -305,7 +311,8 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     # only the rows' ctids (and relations, if joined back) outlive this call, not the columns read
     located = TableData(rows.data.n_rows, rows.data.row_tids, row_relations=rows.data.row_relations)
     slices = partition_slices(located, order, index.bounds, literals, slice_rows,
-                              packed=ctx.spec.built.packed_literals)
+                              packed=ctx.spec.built.packed_literals,
+                              any_character=server_is_utf8(ctx.plpy))
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     return slices, {"row_count": rows.data.n_rows, "achieved_k": metrics["achieved_k"],
@@ -351,14 +358,15 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
 
 def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
                      literals: dict, slice_rows: int | None = None,
-                     packed: bool = True) -> Iterator[dict]:
+                     packed: bool = True, any_character: bool = True) -> Iterator[dict]:
     """The ``anon.partition_slice`` rows of a run, one at a time: consecutive whole classes of
     about ``slice_rows`` rows (default ``SLICE_ROWS``; at least one class each), their rows' ctids in release order
     (``order``: row indices by release position; class ``c`` holds the positions
     ``bounds[c]:bounds[c + 1]``; none when ``data`` has no ctids: nothing is joined back), each
     class's size and literals (``literals``: per literal column, one per class, or a function
     of the slice's first and last class returning them), packed (generalization.pack_literals)
-    or, for a release made before (``packed`` False: its query reads them so), as jsonb."""
+    or, for a release made before (``packed`` False: its query reads them so), as jsonb;
+    ``any_character``: whether the server encoding spells every separator (UTF-8)."""
     n_classes = bounds.size - 1
     keys = literal_keys(literals)
     first = 0
@@ -369,7 +377,8 @@ def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
         rows = order[bounds[first]:bounds[last]]
         of_slice = {q: literals[q](first, last) if callable(literals[q]) else literals[q][first:last]
                     for q in keys}
-        packed_texts = [pack_literals(of_slice.pop(q)) for q in keys] if packed else []
+        packed_texts = [pack_literals(of_slice.pop(q), any_character) for q in keys] \
+            if packed else []
         yield {
             "first_position": int(bounds[first]),
             "first_class": first,
