@@ -717,30 +717,11 @@ FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 
 
 def _packed_texts(packed_texts: bytes | None, count: int) -> tuple[np.ndarray, list]:
-    """(each value's code among the distinct texts, in the order they first appear, NULL -1;
-    the texts) of ``count`` values packed as :data:`VERSIONS_PACKED` packs them."""
-    if not count:
-        return np.zeros(0, dtype=np.int64), []
-    import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
-    buffer = bytes(packed_texts) + b"\x00"                 # the last one's end
-    ends = np.flatnonzero(np.frombuffer(buffer, dtype=np.uint8) == 0)
-    if ends.size != count:
-        raise RuntimeError(f"read {ends.size} texts of {count} stored values")
-    offsets = np.r_[0, ends + 1].astype(np.int32)
-    values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
-                                                         pa.py_buffer(buffer)])
-    try:        # the kernel alone (the method imports pyarrow.compute and all its wrappers)
-        from pyarrow._compute import call_function
-        encoded = call_function("dictionary_encode", [values])
-    except ImportError:
-        encoded = values.dictionary_encode()
-    distinct = encoded.dictionary.to_pylist()
-    shown = np.array([t != b"\xff\x00" for t in distinct], dtype=bool)
-    recode = np.full(len(distinct), -1, dtype=np.int64)
-    recode[shown] = np.arange(int(shown.sum()))
-    texts = [t[:-1].decode("utf-8") for t in distinct if t != b"\xff\x00"]
-    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    return recode[indices], texts
+    """(each value's code among the distinct texts, NULL -1; the texts) of ``count`` values
+    packed as :data:`VERSIONS_PACKED` packs them (as :func:`_coded_elements` does)."""
+    codes, texts = _decoded_texts(packed_texts, count)
+    codes[codes == len(texts)] = -1
+    return codes, texts
 
 
 def load_versions(plpy, release_id: int, people: People, dictionary: list,
