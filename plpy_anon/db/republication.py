@@ -115,8 +115,17 @@ def person_hashes(texts: list[list[str | None]], salt: str) -> list[bytes]:
     sha256 = hashlib.sha256
     if len(texts) == 1:         # one identifier column (a primary key, say): no join per row
         return [sha256(prefix + ("" if t is None else t).encode()).digest() for t in texts[0]]
-    return [sha256(prefix + SEPARATOR.join(t for t in row if t is not None).encode()).digest()
-            for row in zip(*texts)]
+    return [sha256(prefix + _joined_key(row).encode()).digest() for row in zip(*texts)]
+
+
+def _joined_key(row) -> str:
+    """A composite identifier's texts as one text, one per key. Joined by SEPARATOR where no text
+    holds it (the form stored states were hashed in); else as JSON, which escapes it, so the form
+    holds no SEPARATOR and meets no joined one."""
+    parts = [t for t in row if t is not None]
+    if any(SEPARATOR in t for t in parts):
+        return json.dumps(parts)
+    return SEPARATOR.join(parts)
 
 
 class Coded:

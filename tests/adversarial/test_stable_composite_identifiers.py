@@ -5,7 +5,6 @@ them as rows that share an identifier."""
 from __future__ import annotations
 
 import psycopg
-import pytest
 
 from tests.helpers import class_sizes, create_release, distinct_sensitive_per_class
 
@@ -28,8 +27,6 @@ def refresh_outcome(db, schema, rows: list[tuple]) -> tuple:
             min(distinct_sensitive_per_class(db, release, ["age"], "dx")))
 
 
-@pytest.mark.xfail(strict=True, reason="a composite identifier's texts are joined by U+001F "
-                   "before hashing (db/republication.py person_hashes): two keys can join alike")
 def test_people_told_apart_by_a_composite_key_with_the_join_character_are_published(db, schema):
     """('x\\x1f', 'y') and ('x', '\\x1fy') are two rows of the primary key; joined by U+001F
     both read 'x\\x1f\\x1fy', one hash: the refresh refuses them (22023, '1 rows share a value

@@ -2,6 +2,7 @@
 distinct texts (db.republication.Coded): everything computed from them (person hashes, record
 fingerprints, the factorization the check ranks, the candidates as bitmasks) is what the texts
 themselves give."""
+import hashlib
 import json
 
 import numpy as np
@@ -131,3 +132,17 @@ def test_unique_inverse_is_numpys(keys):
     expected, expected_inverse = np.unique(keys, return_inverse=True)
     assert distinct.tolist() == expected.tolist()
     assert inverse.tolist() == expected_inverse.ravel().tolist()
+
+
+KEY_TEXT = st.text(st.sampled_from("ab\x1f\"[],\\"), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(KEY_TEXT, KEY_TEXT, KEY_TEXT), min_size=2, max_size=12, unique=True))
+def test_distinct_composite_keys_hash_to_distinct_people(keys):
+    hashes = person_hashes([list(column) for column in zip(*keys)], SALT)
+    assert len(set(hashes)) == len(keys)
+    plain = [k for k in keys if not any("\x1f" in t for t in k)]   # hashed as stored states were
+    if plain:
+        assert person_hashes([list(c) for c in zip(*plain)], SALT) == [
+            hashlib.sha256(bytes.fromhex(SALT) + "\x1f".join(k).encode()).digest() for k in plain]
