@@ -62,6 +62,7 @@ from plpy_anon.core.republication import (
     _kernels,
     _value_codes,
     first_acceptable,
+    group_index,
 )
 
 CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold", "withdraw")
@@ -125,6 +126,11 @@ class Published:
 
 def meets(models: Models, counts: np.ndarray) -> np.ndarray:
     """Per row of ``counts`` (last column NULL, no value): the l model holds."""
+    if models.t is None and (models.l is None or models.l <= 1 or models.l_diversity == "distinct"):
+        # distinct l alone: counted on the integers (no float copy of every multiset)
+        if models.l is None or models.l <= 1:
+            return np.ones(counts.shape[0], dtype=bool)
+        return np.count_nonzero(counts[:, :-1], axis=1) >= models.l
     return models.satisfied(counts[:, :-1])
 
 
@@ -414,11 +420,7 @@ def withdrawn(labels: np.ndarray, previous: np.ndarray, history: list[Version],
     labels = np.asarray(labels, dtype=np.int64)
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
-    step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
-    if held_in is not None:
-        held_in = np.asarray(held_in, dtype=np.int64)
-        waited = (held_in >= 0) & ~published_before
-        step = dict(zip(held_in[waited].tolist(), labels[waited].tolist())) | step
+    step = _step(labels, previous, published_before, held_in)
     ids = np.unique(labels)
     lineage = np.asarray(lineage, dtype=np.int64)
     now = _mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
@@ -428,6 +430,30 @@ def withdrawn(labels: np.ndarray, previous: np.ndarray, history: list[Version],
     return Published(labels, ids, np.zeros((ids.size, n_values), dtype=np.int64),
                      np.full(ids.size, WITHDRAW, dtype=np.int64), published_before.copy(),
                      lineage, now, None, ids.copy())
+
+
+def _step(labels, previous, published_before, held_in=None) -> dict:
+    """Each group of the last version -> a group its rows are in now: by its published members'
+    (the last of them), else by its held-back members' (the last of them); one entry per group,
+    found column-wise (a dict of the rows' pairs would build a Python object per row)."""
+    keys, values = previous[published_before], labels[published_before]
+    if held_in is not None:
+        held_in = np.asarray(held_in, dtype=np.int64)
+        waited = (held_in >= 0) & ~published_before
+        # published members after the held-back ones: theirs win, as the last of a key does
+        keys = np.concatenate([held_in[waited], keys])
+        values = np.concatenate([labels[waited], values])
+    if keys.size == 0:
+        return {}
+    low, high = int(keys.min()), int(keys.max())
+    if high - low >= 4 * keys.size:
+        # sparse ids: each key's last row by a sort
+        known, first = np.unique(keys[::-1], return_index=True)
+        return dict(zip(known.tolist(), values[::-1][first].tolist()))
+    last = np.full(high - low + 1, -1, dtype=np.int64)
+    np.maximum.at(last, keys - low, np.arange(keys.size, dtype=np.int64))
+    at = last[last >= 0]
+    return dict(zip(keys[at].tolist(), values[at].tolist()))
 
 
 def joined_groups(groups: np.ndarray, points: np.ndarray, lineage: np.ndarray,
@@ -466,14 +492,9 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     roots = np.asarray(roots, dtype=np.int64)
     # each group of the last version -> the group its published members are in now (merged
     # groups keep the smallest id, so they agree)
-    step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
-    if held_in is not None:
-        held_in = np.asarray(held_in, dtype=np.int64)
-        waited = (held_in >= 0) & ~published_before
-        step = dict(zip(held_in[waited].tolist(), labels[waited].tolist())) | step
+    step = _step(labels, previous, published_before, held_in)
     while True:
-        ids, index = np.unique(labels, return_inverse=True)
-        index = index.ravel()
+        ids, index = group_index(labels)
         if qi_codes is not None:
             same = _same_release_keys(index, ids.size, qi_codes, ranged)
             if same is not None:
