@@ -494,6 +494,8 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     # groups keep the smallest id, so they agree)
     step = _step(labels, previous, published_before, held_in)
     while True:
+        # the last pass's (G, O, V) options are not kept while this pass finds its own
+        current = taken = stacked = possible = index = None
         ids, index = group_index(labels)
         if qi_codes is not None:
             same = _same_release_keys(index, ids.size, qi_codes, ranged)
@@ -877,7 +879,7 @@ def _box_tests(index: np.ndarray, n_groups: int, qi_codes: np.ndarray, ranged: n
             # a NULL meets every range: with one in the table, ranges always meet there
             tests.append(("range", low, high, bool((~valued).any())))
         else:
-            code = _value_codes(col)[0]
+            code = _set_codes(col)
             width = int(code.max()) + 1 if code.size else 1
             member = np.zeros((n_groups, width), dtype=bool)
             member[index, code] = True
@@ -885,6 +887,16 @@ def _box_tests(index: np.ndarray, n_groups: int, qi_codes: np.ndarray, ranged: n
             held = np.flatnonzero(member.ravel())
             tests.append(("set", np.packbits(member, axis=1), held, width, code))
     return tests
+
+
+def _set_codes(col: np.ndarray) -> np.ndarray:
+    """Each row's rank among a set QI's distinct codes (:func:`_value_codes`): ``col`` itself,
+    no copy, when its codes are already 0 to w - 1, every one held (as the run's encoding
+    gives them)."""
+    if col.size and int(col.min()) >= 0 and int(col.max()) < 2 * col.size and \
+            np.bincount(col).all():
+        return col
+    return _value_codes(col)[0]
 
 
 def _meeting_pairs(tests, n_groups: int):
@@ -972,10 +984,16 @@ def _people_link(kern, index, n_groups, qi_codes, tests, boxes):
     """``link(a, b)``: per pair of groups, whether a row of one lies in the other's box
     (:func:`people_linked_groups`), on the compiled kernel."""
     order = np.argsort(index, kind="stable")
-    start = np.searchsorted(index[order], np.arange(n_groups + 1))
-    codes = np.ascontiguousarray(np.column_stack([
-        np.asarray(qi_codes[:, d], dtype=np.int64) if test[0] == "range" else test[4]
-        for d, test in enumerate(tests)]) if tests else np.zeros((index.size, 0), dtype=np.int64))
+    # where each group's rows start in ``order`` (index[order] is sorted): by counting
+    start = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(index, minlength=n_groups), out=start[1:])
+    if all(test[0] == "range" or np.may_share_memory(test[4], qi_codes) for test in tests):
+        # every set QI's codes are the table's own (:func:`_set_codes`): no copy of the rows
+        codes = np.ascontiguousarray(qi_codes, dtype=np.int64)
+    else:
+        codes = np.ascontiguousarray(np.column_stack([
+            np.asarray(qi_codes[:, d], dtype=np.int64) if test[0] == "range" else test[4]
+            for d, test in enumerate(tests)]) if tests else np.zeros((index.size, 0), dtype=np.int64))
     is_range = np.array([test[0] == "range" for test in tests], dtype=bool)
     ranges, sets = np.flatnonzero(is_range), np.flatnonzero(~is_range)
 

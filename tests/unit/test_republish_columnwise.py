@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plpy_anon.core.privacy_models import Models
-from plpy_anon.core.republication import group_index
-from plpy_anon.core.republish import _step, meets
+from plpy_anon.core.republication import _value_codes, group_index
+from plpy_anon.core.republish import _set_codes, _step, meets
 
 
 def dict_step(labels, previous, published_before, held_in):
@@ -61,3 +61,10 @@ def test_meets_counts_what_the_l_model_counts(groups, width, l, kind, data):
                       dtype=np.int64).reshape(groups, width + 1)
     models = Models(l=l, l_diversity=kind, c=2.0 if kind == "recursive" else None)
     assert np.array_equal(meets(models, counts), models.satisfied(counts[:, :-1]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 12), max_size=60), st.sampled_from([1, 3]))
+def test_a_set_qis_codes_are_each_rows_rank_among_its_distinct_codes(values, scale):
+    col = np.array(values, dtype=np.int64) * scale
+    assert np.array_equal(_set_codes(col), _value_codes(col)[0])
