@@ -572,9 +572,26 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
 def _mapping(keys: np.ndarray, values: np.ndarray):
     """``dict(zip(keys, values)).get(x, x)`` for each ``x`` of an array (a repeated key maps
     to its last value), by sort and search."""
-    keys = np.asarray(keys, dtype=np.int64)[::-1]
+    keys = np.asarray(keys, dtype=np.int64)
+    values = np.asarray(values, dtype=np.int64)
+    if keys.size and int(keys.max()) - int(keys.min()) < 4 * keys.size:
+        # dense keys: a table of each key's last value (no sort of the keys)
+        low = int(keys.min())
+        last = np.full(int(keys.max()) - low + 1, -1, dtype=np.int64)
+        np.maximum.at(last, keys - low, np.arange(keys.size, dtype=np.int64))
+        has = last >= 0
+        table = values[np.maximum(last, 0)]
+
+        def lookup(x):
+            x = np.asarray(x, dtype=np.int64)
+            at = x - low
+            inside = (at >= 0) & (at < table.size)
+            at = np.where(inside, at, 0)
+            return np.where(inside & has[at], table[at], x)
+        return lookup
+    keys = keys[::-1]
     known, first = np.unique(keys, return_index=True)
-    mapped = np.asarray(values, dtype=np.int64)[::-1][first]
+    mapped = values[::-1][first]
 
     def get(x):
         x = np.asarray(x, dtype=np.int64)

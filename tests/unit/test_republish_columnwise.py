@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import _value_codes, group_index
-from plpy_anon.core.republish import _set_codes, _step, meets
+from plpy_anon.core.republish import _mapping, _set_codes, _step, meets
 
 
 def dict_step(labels, previous, published_before, held_in):
@@ -68,3 +68,14 @@ def test_meets_counts_what_the_l_model_counts(groups, width, l, kind, data):
 def test_a_set_qis_codes_are_each_rows_rank_among_its_distinct_codes(values, scale):
     col = np.array(values, dtype=np.int64) * scale
     assert np.array_equal(_set_codes(col), _value_codes(col)[0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-5, 40), st.integers(0, 9)), max_size=40),
+       st.lists(st.integers(-60, 60), max_size=30), st.sampled_from([1, 1000]))
+def test_a_mapping_gives_each_keys_last_value_and_leaves_other_values(pairs, xs, scale):
+    keys = np.array([k * scale for k, _ in pairs], dtype=np.int64)
+    values = np.array([v for _, v in pairs], dtype=np.int64)
+    x = np.array(xs, dtype=np.int64) * scale
+    want = dict(zip(keys.tolist(), values.tolist()))
+    assert _mapping(keys, values)(x).tolist() == [want.get(v, v) for v in x.tolist()]
