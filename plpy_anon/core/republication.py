@@ -64,8 +64,7 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     models = models if models is not None else Models(l=l)
     while True:
         check_interrupts()
-        ids, index = np.unique(labels, return_inverse=True)
-        index = index.ravel()
+        ids, index = group_index(labels)
         counts = _value_counts(index, ids.size, sensitive, cohort_values)
         present = [c > 0 for c in counts]
         deficit = _deficits(index, ids.size, counts, cohorts, cohort_values, k, l, models)
@@ -93,7 +92,11 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
         return labels
     ids, members = np.unique(labels[known], return_inverse=True)
     members = members.ravel()
-    centroids = _centroids(members, ids.size, points[known])
+    # each QI's column of the known rows in turn (no copy of every known row's point)
+    sizes = np.maximum(np.bincount(members, minlength=ids.size).astype(np.float64), 1.0)
+    centroids = np.column_stack([
+        np.bincount(members, weights=points[known, d], minlength=ids.size) / sizes
+        for d in range(points.shape[1])])
     ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
     sides = []
     for d in range(points.shape[1]):
@@ -141,7 +144,10 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
     n_dims, n_groups = points.shape[1], ids.size
     low = np.zeros((n_dims, n_groups))
     high = np.zeros((n_dims, n_groups))
-    codes = np.zeros((points.shape[0], n_dims), dtype=np.int64)
+    # in lexicographic order: each row's group is a near first guess for the next one's
+    new = new[np.lexsort(points[new].T[::-1])]
+    # the set QIs' codes of the joining rows only
+    codes = np.zeros((new.size, n_dims), dtype=np.int64)
     held, offsets = [np.zeros((n_groups, 0), dtype=bool)], np.zeros(n_dims, dtype=np.int64)
     width = 0
     for d, (lo, hi, sets) in enumerate(sides):
@@ -149,7 +155,7 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
             low[d], high[d] = lo, hi
         else:
             held.append(sets[0])
-            codes[:, d] = sets[1]
+            codes[:, d] = sets[1][new]
             offsets[d] = width
             width += sets[0].shape[1]
     # by value, then group: a row's value is looked up for every group in turn
@@ -159,15 +165,13 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
     tree = kern.box_tree(centroids, centroids)
     order, _, _, first, last, left = tree
     bounds = kern.join_bounds(ranged, low, high, held, first, last, left, order)
-    # in lexicographic order: each row's group is a near first guess for the next one's
-    new = new[np.lexsort(points[new].T[::-1])]
     out = np.zeros(new.size, dtype=np.int64)
     for start in range(0, new.size, JOIN_CHUNK):
         check_interrupts()
         chunk = new[start:start + JOIN_CHUNK]
         if start:
             out[start] = out[start - 1]
-        kern.join_tree(np.ascontiguousarray(points[chunk]), np.ascontiguousarray(codes[chunk]),
+        kern.join_tree(np.ascontiguousarray(points[chunk]), codes[start:start + JOIN_CHUNK],
                        ranged, low, high, held, offsets, centroids, *tree, *bounds,
                        out[start:start + JOIN_CHUNK])
     labels[new] = ids[out]
@@ -268,6 +272,19 @@ def _value_codes(col: np.ndarray) -> tuple[np.ndarray, int]:
         return np.asarray(code, dtype=np.int64), int(values.size)
     values, code = np.unique(col, return_inverse=True)
     return code.ravel().astype(np.int64), int(values.size)
+
+
+def group_index(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(labels, return_inverse=True)`` of non-negative integer labels (the ids, each
+    label's position among them), by counting when the ids are dense enough (no sort of the
+    rows)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.size == 0 or int(labels.min()) < 0 or int(labels.max()) >= 4 * labels.size:
+        ids, index = np.unique(labels, return_inverse=True)
+        return ids, index.ravel()
+    held = np.bincount(labels) > 0
+    rank = np.cumsum(held) - 1
+    return np.flatnonzero(held), rank[labels]
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:

@@ -62,6 +62,7 @@ from plpy_anon.core.republication import (
     _kernels,
     _value_codes,
     first_acceptable,
+    group_index,
 )
 
 CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold", "withdraw")
@@ -125,6 +126,11 @@ class Published:
 
 def meets(models: Models, counts: np.ndarray) -> np.ndarray:
     """Per row of ``counts`` (last column NULL, no value): the l model holds."""
+    if models.t is None and (models.l is None or models.l <= 1 or models.l_diversity == "distinct"):
+        # distinct l alone: counted on the integers (no float copy of every multiset)
+        if models.l is None or models.l <= 1:
+            return np.ones(counts.shape[0], dtype=bool)
+        return np.count_nonzero(counts[:, :-1], axis=1) >= models.l
     return models.satisfied(counts[:, :-1])
 
 
@@ -414,11 +420,7 @@ def withdrawn(labels: np.ndarray, previous: np.ndarray, history: list[Version],
     labels = np.asarray(labels, dtype=np.int64)
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
-    step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
-    if held_in is not None:
-        held_in = np.asarray(held_in, dtype=np.int64)
-        waited = (held_in >= 0) & ~published_before
-        step = dict(zip(held_in[waited].tolist(), labels[waited].tolist())) | step
+    step = _step(labels, previous, published_before, held_in)
     ids = np.unique(labels)
     lineage = np.asarray(lineage, dtype=np.int64)
     now = _mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
@@ -428,6 +430,30 @@ def withdrawn(labels: np.ndarray, previous: np.ndarray, history: list[Version],
     return Published(labels, ids, np.zeros((ids.size, n_values), dtype=np.int64),
                      np.full(ids.size, WITHDRAW, dtype=np.int64), published_before.copy(),
                      lineage, now, None, ids.copy())
+
+
+def _step(labels, previous, published_before, held_in=None) -> dict:
+    """Each group of the last version -> a group its rows are in now: by its published members'
+    (the last of them), else by its held-back members' (the last of them); one entry per group,
+    found column-wise (a dict of the rows' pairs would build a Python object per row)."""
+    keys, values = previous[published_before], labels[published_before]
+    if held_in is not None:
+        held_in = np.asarray(held_in, dtype=np.int64)
+        waited = (held_in >= 0) & ~published_before
+        # published members after the held-back ones: theirs win, as the last of a key does
+        keys = np.concatenate([held_in[waited], keys])
+        values = np.concatenate([labels[waited], values])
+    if keys.size == 0:
+        return {}
+    low, high = int(keys.min()), int(keys.max())
+    if high - low >= 4 * keys.size:
+        # sparse ids: each key's last row by a sort
+        known, first = np.unique(keys[::-1], return_index=True)
+        return dict(zip(known.tolist(), values[::-1][first].tolist()))
+    last = np.full(high - low + 1, -1, dtype=np.int64)
+    np.maximum.at(last, keys - low, np.arange(keys.size, dtype=np.int64))
+    at = last[last >= 0]
+    return dict(zip(keys[at].tolist(), values[at].tolist()))
 
 
 def joined_groups(groups: np.ndarray, points: np.ndarray, lineage: np.ndarray,
@@ -466,14 +492,11 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     roots = np.asarray(roots, dtype=np.int64)
     # each group of the last version -> the group its published members are in now (merged
     # groups keep the smallest id, so they agree)
-    step = dict(zip(previous[published_before].tolist(), labels[published_before].tolist()))
-    if held_in is not None:
-        held_in = np.asarray(held_in, dtype=np.int64)
-        waited = (held_in >= 0) & ~published_before
-        step = dict(zip(held_in[waited].tolist(), labels[waited].tolist())) | step
+    step = _step(labels, previous, published_before, held_in)
     while True:
-        ids, index = np.unique(labels, return_inverse=True)
-        index = index.ravel()
+        # the last pass's (G, O, V) options are not kept while this pass finds its own
+        current = taken = stacked = possible = index = None
+        ids, index = group_index(labels)
         if qi_codes is not None:
             same = _same_release_keys(index, ids.size, qi_codes, ranged)
             if same is not None:
@@ -549,9 +572,26 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
 def _mapping(keys: np.ndarray, values: np.ndarray):
     """``dict(zip(keys, values)).get(x, x)`` for each ``x`` of an array (a repeated key maps
     to its last value), by sort and search."""
-    keys = np.asarray(keys, dtype=np.int64)[::-1]
+    keys = np.asarray(keys, dtype=np.int64)
+    values = np.asarray(values, dtype=np.int64)
+    if keys.size and int(keys.max()) - int(keys.min()) < 4 * keys.size:
+        # dense keys: a table of each key's last value (no sort of the keys)
+        low = int(keys.min())
+        last = np.full(int(keys.max()) - low + 1, -1, dtype=np.int64)
+        np.maximum.at(last, keys - low, np.arange(keys.size, dtype=np.int64))
+        has = last >= 0
+        table = values[np.maximum(last, 0)]
+
+        def lookup(x):
+            x = np.asarray(x, dtype=np.int64)
+            at = x - low
+            inside = (at >= 0) & (at < table.size)
+            at = np.where(inside, at, 0)
+            return np.where(inside & has[at], table[at], x)
+        return lookup
+    keys = keys[::-1]
     known, first = np.unique(keys, return_index=True)
-    mapped = np.asarray(values, dtype=np.int64)[::-1][first]
+    mapped = values[::-1][first]
 
     def get(x):
         x = np.asarray(x, dtype=np.int64)
@@ -856,7 +896,7 @@ def _box_tests(index: np.ndarray, n_groups: int, qi_codes: np.ndarray, ranged: n
             # a NULL meets every range: with one in the table, ranges always meet there
             tests.append(("range", low, high, bool((~valued).any())))
         else:
-            code = _value_codes(col)[0]
+            code = _set_codes(col)
             width = int(code.max()) + 1 if code.size else 1
             member = np.zeros((n_groups, width), dtype=bool)
             member[index, code] = True
@@ -864,6 +904,16 @@ def _box_tests(index: np.ndarray, n_groups: int, qi_codes: np.ndarray, ranged: n
             held = np.flatnonzero(member.ravel())
             tests.append(("set", np.packbits(member, axis=1), held, width, code))
     return tests
+
+
+def _set_codes(col: np.ndarray) -> np.ndarray:
+    """Each row's rank among a set QI's distinct codes (:func:`_value_codes`): ``col`` itself,
+    no copy, when its codes are already 0 to w - 1, every one held (as the run's encoding
+    gives them)."""
+    if col.size and int(col.min()) >= 0 and int(col.max()) < 2 * col.size and \
+            np.bincount(col).all():
+        return col
+    return _value_codes(col)[0]
 
 
 def _meeting_pairs(tests, n_groups: int):
@@ -951,10 +1001,16 @@ def _people_link(kern, index, n_groups, qi_codes, tests, boxes):
     """``link(a, b)``: per pair of groups, whether a row of one lies in the other's box
     (:func:`people_linked_groups`), on the compiled kernel."""
     order = np.argsort(index, kind="stable")
-    start = np.searchsorted(index[order], np.arange(n_groups + 1))
-    codes = np.ascontiguousarray(np.column_stack([
-        np.asarray(qi_codes[:, d], dtype=np.int64) if test[0] == "range" else test[4]
-        for d, test in enumerate(tests)]) if tests else np.zeros((index.size, 0), dtype=np.int64))
+    # where each group's rows start in ``order`` (index[order] is sorted): by counting
+    start = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(index, minlength=n_groups), out=start[1:])
+    if all(test[0] == "range" or np.may_share_memory(test[4], qi_codes) for test in tests):
+        # every set QI's codes are the table's own (:func:`_set_codes`): no copy of the rows
+        codes = np.ascontiguousarray(qi_codes, dtype=np.int64)
+    else:
+        codes = np.ascontiguousarray(np.column_stack([
+            np.asarray(qi_codes[:, d], dtype=np.int64) if test[0] == "range" else test[4]
+            for d, test in enumerate(tests)]) if tests else np.zeros((index.size, 0), dtype=np.int64))
     is_range = np.array([test[0] == "range" for test in tests], dtype=bool)
     ranges, sets = np.flatnonzero(is_range), np.flatnonzero(~is_range)
 
