@@ -457,13 +457,18 @@ def _step(labels, previous, published_before, held_in=None) -> dict:
 
 
 def joined_groups(groups: np.ndarray, points: np.ndarray, lineage: np.ndarray,
-                  ranged: np.ndarray | None = None) -> np.ndarray:
-    """Each row's group of the last version, joiners in the nearest, or all in one new group
-    (an id none of ``lineage`` used) when nobody of the last version is left: the groups of a
-    :func:`withdrawn` version when no grouping keeps everyone's candidates."""
+                  ranged: np.ndarray | None = None, fresh: np.ndarray | None = None) -> np.ndarray:
+    """Each row's group of the last version, joiners in the nearest, or, when nobody of the last
+    version is left, new groups (ids none of ``lineage`` used): ``fresh``'s classes (an
+    ordinary partition of the rows), else one group of everyone. The groups of a
+    :func:`withdrawn` version when no grouping keeps everyone's candidates: it shows none of
+    them, and the next refresh keeps them as it keeps published groups."""
     groups = np.asarray(groups, dtype=np.int64)
     if groups.size and (groups < 0).all():
-        return np.full(groups.size, int(np.max(lineage, initial=-1)) + 1, dtype=np.int64)
+        start = int(np.max(lineage, initial=-1)) + 1
+        if fresh is None:
+            return np.full(groups.size, start, dtype=np.int64)
+        return start + np.unique(np.asarray(fresh), return_inverse=True)[1].ravel().astype(np.int64)
     return _join_nearest(groups, np.asarray(points, dtype=np.float64), ranged)
 
 

@@ -254,7 +254,7 @@ class People:
     groups: np.ndarray                    # -1: first seen now
     cohorts: np.ndarray                   # -1: no candidates yet
     cohort_values: list[np.ndarray]       # per sensitive column, (cohorts, values) bool
-    history: bool                         # some version was published before
+    history: bool                         # someone is in the state, or held back by the last version
     qi_texts: list[Coded]                 # per QI, each row's value as text (for the check)
     # the versions published so far (core.republish), their multisets coded over ``values``
     # (the sensitive column's texts: the run's dictionary, then texts only earlier versions
@@ -704,6 +704,9 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             qi_texts, Coded(sensitive_codes, list(sensitive_dictionaries[0])))
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]), state)
+    # a version that held everyone back leaves nobody in the state but its held back people,
+    # whose groups are kept like published ones (a fresh partition would split them)
+    people.history = people.history or bool(people.waiting)
     people.joined = groups.copy()
     if people.waiting:
         new = np.flatnonzero(~known)

@@ -5,7 +5,6 @@ go on publishing, checked from the released rows, not refuse for good with an in
 from __future__ import annotations
 
 import psycopg
-import pytest
 
 from tests.helpers import class_sizes, create_release, distinct_sensitive_per_class
 
@@ -41,23 +40,17 @@ def published_safely(outcomes: list) -> bool:
     return not refused and all(o[0] is None or (o[0] >= 3 and o[1] >= 2) for o in outcomes)
 
 
-@pytest.mark.xfail(strict=True, reason="after a version that held every person back, the next "
-                   "refresh finds a held-back group split and refuses (22000, 'Report this') "
-                   "on every refresh after")
 def test_refreshes_go_on_after_every_identifier_changed(db, schema):
-    """Every row's identifier rewritten (code = code || 'x'): the refresh publishes no rows;
-    the next one, of the unchanged table, refuses: 'a group of ... was split; nothing was
-    published' (22000, hint 'Report this with the release's parameters.'), and so does each
-    after it: the release never publishes again."""
+    """Every row's identifier rewritten (code = code || 'x'): the refresh publishes no rows
+    (everyone new, held back); the next ones, of the unchanged table, publish them in classes
+    of k and l (the groups they were held back in kept, not split)."""
     outcomes = refreshes_after_turnover(db, schema, ["UPDATE pt SET code = code || 'x'"])
     assert published_safely(outcomes), outcomes
 
 
-@pytest.mark.xfail(strict=True, reason="after a version that held every person back, the next "
-                   "refresh finds a held-back group split and refuses (22000, 'Report this')")
 def test_refreshes_go_on_after_the_table_was_replaced_by_new_people(db, schema):
     """Every person deleted and 60 new ones inserted in one transaction (the same ages and
-    values, new identifiers): no rows published, then the split refusal on every refresh."""
+    values, new identifiers): no rows published, then classes of k and l on every refresh."""
     outcomes = refreshes_after_turnover(db, schema, ["DELETE FROM pt; " + ROWS.replace("%%", "%")
                                                      .replace("%s", "'D'")])
     assert published_safely(outcomes), outcomes
@@ -67,3 +60,12 @@ def test_refreshes_go_on_after_half_the_identifiers_changed(db, schema):
     """Half the identifiers rewritten: every refresh publishes, k and l hold."""
     outcomes = refreshes_after_turnover(db, schema, ["UPDATE pt SET code = code || 'x' WHERE id <= 30"])
     assert published_safely(outcomes), outcomes
+
+
+def test_people_held_back_by_a_whole_turnover_are_published_in_small_classes(db, schema):
+    """After every identifier changed, the people held back are published in the classes of an
+    ordinary partition (60 rows, k = 3; the smallest class released is smaller than 60), not in
+    one class of everyone, which groups never split out of."""
+    outcomes = refreshes_after_turnover(db, schema, ["UPDATE pt SET code = code || 'x'"])
+    assert published_safely(outcomes), outcomes
+    assert all(o[0] is not None and o[0] < 60 for o in outcomes[1:]), outcomes

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from plpy_anon.core import republish
-from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import CannotKeepCandidates, stable_partition
@@ -104,7 +104,7 @@ class StableGroups:
                 # no grouping keeps everyone's candidates: a version of no rows, not the last
                 # one left published (core.republish.withdrawn)
                 self.groups_ = republish.joined_groups(people.joined, points, people.lineage,
-                                                       ranged)
+                                                       ranged, _fresh_classes(rows, spec, people))
                 withdraw = True
         self.published_ = None
         if rows.sensitive is not None and people.versions and rows.read is None:
@@ -126,6 +126,19 @@ class StableGroups:
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
         self.labels_ = self.labels_.ravel()
         self.n_classes_ = int(ids.size)
+
+
+def _fresh_classes(rows: ReleaseRows, spec: ReleaseSpec, people) -> np.ndarray | None:
+    """An ordinary partition of the rows when nobody of the last version is left (everyone new
+    waits in a version of no rows, grouped so; core.republish.joined_groups), else None."""
+    if people.joined.size < rows.k or (people.joined >= 0).any():
+        return None
+    sensitive, ordered, names = sensitive_for_models(rows, spec)
+    try:
+        return Mondrian(k=rows.k, l=rows.l, **core_models(spec)).fit(
+            rows.encoded, sensitive, sensitive_ordered=ordered, sensitive_names=names).labels_
+    except InsufficientData:
+        return None
 
 
 def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, dict]:
