@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
 
-from plpy_anon.db.generalization import array_element, generalized_release_query
+from plpy_anon.db.generalization import array_element, generalized_release_query, pack_literals
 from tests.helpers import class_sizes, matview, release_schema_of
 
 # (column type, released range type, values): extremes float8 cannot represent or that
@@ -145,11 +145,14 @@ ONE_CLASS = [(1, "[10,31)", ["a", None]), (3, "[10,31)", ["a", None]), (4, "[10,
 TWO_CLASSES = [(1, "[10,21)", ["a", None]), (3, "[30,31)", ["a", None]), (4, "[30,31)", ["a", None])]
 
 
-def _slice(first_position, first_class, sizes, ctids, classes):
-    """An anon.partition_slice: (first_position, first_class, class_sizes, ctids_utf8,
-    row_tableoids, classes)."""
+def _slice(first_position, first_class, sizes, ctids, literal):
+    """An anon.partition_slice of one class: (first_position, first_class, class_sizes,
+    ctids_utf8, row_tableoids, classes, literals, separators), its QI q1's ``literal`` packed
+    (pack_literals; as hex, so no brace meets the caller's str.format)."""
+    packed, marks = pack_literals([literal])
     return (f"ROW({first_position}, {first_class}, '{sizes}', convert_to({ctids}, 'UTF8'), NULL, "
-            f"'{classes}')::anon.partition_slice")
+            f"NULL, ARRAY['\\x{packed.hex()}'::bytea], chr({ord(marks[0])}) || chr({ord(marks[1])}))"
+            "::anon.partition_slice")
 
 
 @pytest.mark.parametrize("layout, expected", [
@@ -157,10 +160,10 @@ def _slice(first_position, first_class, sizes, ctids, classes):
     ("ROW({ctids}, '{{0,0,0,0}}', '{{0,1,2,3}}', '{{\"q1\": [\"{{a,NULL}}\"]}}', NULL)::anon.partition",
      ONE_CLASS),
     # one slice holding the one class
-    ("unnest(ARRAY[" + _slice(0, 0, "{{4}}", "{ctids}", '{{"q1": ["{{a,NULL}}"]}}') + "])", ONE_CLASS),
+    ("unnest(ARRAY[" + _slice(0, 0, "{{4}}", "{ctids}", "{a,NULL}") + "])", ONE_CLASS),
     # two slices of one class each: the second's class id and positions come from its offsets
-    ("unnest(ARRAY[" + _slice(0, 0, "{{2}}", "{ctids_12}", '{{"q1": ["{{a,NULL}}"]}}') + ", "
-     + _slice(2, 1, "{{2}}", "{ctids_34}", '{{"q1": ["{{a,NULL}}"]}}') + "])", TWO_CLASSES),
+    ("unnest(ARRAY[" + _slice(0, 0, "{{2}}", "{ctids_12}", "{a,NULL}") + ", "
+     + _slice(2, 1, "{{2}}", "{ctids_34}", "{a,NULL}") + "])", TWO_CLASSES),
 ], ids=["per-row", "one-slice", "two-slices"])
 def test_containment_filter_leaves_out_rows_outside_their_class_value(db, schema, layout, expected):
     """A partition whose published values do not contain the rows' values (here crafted by
