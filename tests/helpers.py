@@ -153,6 +153,17 @@ def keep_released_version(conn, release: str, table: str, key: str, qis: dict[st
             "classes": {n: (vals or []) for n, vals in multisets}}
 
 
+def pinned_by_intersection(kept: list[dict]) -> dict:
+    """People whose candidate values (those of every class that could hold them), intersected
+    over every kept version (:func:`keep_released_version`), are one: that value."""
+    candidates: dict = {}
+    for version in kept:
+        for p, classes in version["people"].items():
+            values = {v for n in classes for v in version["classes"][n]}
+            candidates[p] = candidates.get(p, values) & values
+    return {p: min(v) for p, v in candidates.items() if len(v) == 1}
+
+
 def pinned_by_difference(before: dict, after: dict) -> dict:
     """People whose sensitive value an analyst reads off two kept versions (:func:`keep_released_version`)
     by subtraction: classes are linked into components by the people in both versions (a person

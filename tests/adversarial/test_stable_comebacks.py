@@ -15,7 +15,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import create_release, keep_released_version, pinned_by_difference
+from tests.helpers import (
+    create_release,
+    keep_released_version,
+    pinned_by_difference,
+    pinned_by_intersection,
+)
 
 VALUES = ["flu", "hiv", "cold", "ok", "gout"]
 QIS = {"age": "range", "zip": "range"}
@@ -174,12 +179,7 @@ class Sequence:
                 pair = pinned_by_difference(self.kept[i], self.kept[j])
                 self.pins.extend((i, j, p, v, self.truth[p] == v) for p, v in pair.items())
                 pinned.update(pair)
-        candidates: dict = {}
-        for kept in self.kept:
-            for p, classes in kept["people"].items():
-                values = {v for n in classes for v in kept["classes"][n]}
-                candidates[p] = candidates.get(p, values) & values
-        by_intersection = {p: min(v) for p, v in candidates.items() if len(v) == 1}
+        by_intersection = pinned_by_intersection(self.kept)
         return ({p: v for p, v in pinned.items() if self.truth[p] == v},
                 {p: v for p, v in by_intersection.items() if self.truth[p] == v})
 

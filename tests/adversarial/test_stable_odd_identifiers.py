@@ -21,6 +21,7 @@ from tests.helpers import (
     distinct_sensitive_per_class,
     keep_released_version,
     pinned_by_difference,
+    pinned_by_intersection,
 )
 
 QIS = {"age": "range", "zip": "range"}
@@ -139,12 +140,7 @@ class OddSequence:
         for j in range(1, len(self.kept)):
             for i in range(j):
                 pins.update(pinned_by_difference(self.kept[i], self.kept[j]))
-        candidates: dict = {}
-        for kept in self.kept:
-            for p, classes in kept["people"].items():
-                values = {v for n in classes for v in kept["classes"][n]}
-                candidates[p] = candidates.get(p, values) & values
-        by_intersection = {p: min(v) for p, v in candidates.items() if len(v) == 1}
+        by_intersection = pinned_by_intersection(self.kept)
         return ({p: v for p, v in pins.items() if self.truth[p] == v},
                 {p: v for p, v in by_intersection.items() if self.truth[p] == v})
 
