@@ -36,9 +36,10 @@ t each region fitted within the room its distance to the table leaves below t:
 core.regions.region_t), and the utility split cuts the sampled tree by its own rule (level by
 level, by the median rule, its regions fitted by it). Categorical QIs are cut in the in-memory
 fit's order (by frequency) at the top and level by level (categorical_orders). Not taken (the
-in-memory path runs, whatever the size):
-the stable refresh mode, and prioritized Mondrian with the utility split, information gain or
-workload cut points, whose cuts the counts here do not decide.
+in-memory path runs, whatever the size): prioritized Mondrian with the utility split,
+information gain or workload cut points, whose cuts the counts here do not decide. A release in
+the stable refresh mode whose rows exceed the budget is refused (54000,
+:func:`refuse_stable_over_budget`): its run follows every person in one backend.
 """
 from __future__ import annotations
 
@@ -1042,6 +1043,12 @@ def planned(release_method, plpy, release: dict, estimated: bool = False):
     spec = release_method.spec_of(jsonb(release["parameters"]))
     if not takes_path(spec):
         return None
+    return sized(plpy, release, spec, estimated)
+
+
+def sized(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False):
+    """:func:`planned`'s tuple of a release whose estimated read and fit exceed the budget, else
+    None (whatever its method and refresh mode)."""
     tbl, qis, sens = release_columns(plpy, release, spec.promise)
     budget = build_memory(plpy)
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
@@ -1079,7 +1086,8 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
 
 def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish):
     """The partitioning run of a plain Mondrian release out of core, or None when the
-    in-memory run applies (the release fits the budget, or its models are not counted here).
+    in-memory run applies (the release fits the budget, or its models are not counted here); a
+    stable release over the budget is refused (:func:`refuse_stable_over_budget`).
     The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
@@ -1087,6 +1095,7 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     release = release_rows.by_id(plpy, release_id)
     plan = planned(release_method, plpy, release)
     if plan is None:
+        refuse_stable_over_budget(release_method, plpy, release)
         return None
     spec, tbl, qis, sens, budget, bytes_per_row, n = plan
     l = spec.promise.l
@@ -1200,3 +1209,47 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
             raise RuntimeError(f"out-of-core run: regions of {stash['row_count']} rows released "
                                f"{position}")
 
+
+
+# The stable refresh mode over the budget.
+
+#: the stable mode's in-memory run per row, in multiples of core.regions.row_bytes: its VmHWM at
+#: 1M rows of 6 QIs, 1 sensitive column and an identifier was ~2,200 MiB at a refresh
+#: (docs/out-of-core.md), ~11 times the estimate of a fresh read and fit of the same rows
+STABLE_ROW_FACTOR = 11
+
+
+class StableOverBudget(AnonError):
+    """A stable release whose rows exceed ``plpy_anon.build_memory`` (program_limit_exceeded)."""
+
+    sqlstate = "54000"
+
+
+def refuse_stable_over_budget(release_method, plpy, release: dict) -> None:
+    """Refuse a stable release's run where a fresh one would go out of core: the stable mode
+    follows people, groups and checks them in one backend (republication.py), which no
+    budget bounds. Nothing is read or written before; a refused refresh keeps the published
+    version."""
+    spec = release_method.spec_of(jsonb(release["parameters"]))
+    if not republication.is_stable(spec.stored):
+        return
+    plan = sized(plpy, release, spec)
+    if plan is None:
+        return
+    _, tbl, _, _, budget, bytes_per_row, n = plan
+    needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
+    raise StableOverBudget(
+        f"refresh_mode => 'stable' holds every row of its source in one backend, and "
+        f"{tbl.label} ({n:,} rows, about {_megabytes(n * bytes_per_row)} to read and fit) exceeds "
+        f"{SETTING} ({_megabytes(budget)})",
+        detail="Above the budget only refresh_mode => 'fresh' is built out of core, one region "
+               "at a time; the stable mode's run, state and checks are not.",
+        hint=f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
+             f"'{_megabytes(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
+             "the release again with refresh_mode => 'fresh' and replace => true (its versions "
+             "can then be intersected: docs/republication.md).")
+
+
+def _megabytes(size: int) -> str:
+    """``size`` bytes rounded up to whole megabytes, as pg_size_bytes reads them."""
+    return f"{-(-size // 2**20)}MB"

@@ -76,7 +76,7 @@ def test_a_state_whose_rows_are_all_deleted_is_refused(db, schema):
 @pytest.mark.parametrize("budgets", [(TINY, TINY), (TINY, "1GB")])
 def test_two_refreshes_at_once_leave_one_state_of_whole_rows(db, schema, connect, budgets):
     """Two sessions refresh the release at the same moment, with the same budget or one in
-    rows of 16 people and one in a single row: both succeed one after the other, the state is
+    rows of a few people and one in a single row: both succeed one after the other, the state is
     one state of the newest version, and the next refresh reads it."""
     release, rid = stable_release(db, schema, TINY)
     churn(db, 1, rows=40)

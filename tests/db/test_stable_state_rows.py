@@ -12,8 +12,10 @@ from tests.db.test_republication import QIS, candidates_left, churn, keep_versio
 from tests.helpers import class_sizes, create_release, distinct_sensitive_per_class
 
 PATIENTS = patients_sql(600)
-#: a budget whose rows hold the fewest people a row may (16)
-TINY = "1kB"
+#: a budget just over the release's rows (600 x 4 columns: ~77 kB estimated; a smaller one refuses
+#: the stable mode), whose state rows hold PER_ROW people
+TINY = "80kB"
+PER_ROW = 80 * 1024 // 64 // 60
 #: per state row of the release: its people, its held back people, its candidate sets, its chunk
 ROWS = """SELECT cardinality(member_groups), octet_length(waiting_persons) / 32,
                  jsonb_array_length(candidate_sets), chunk, persons
@@ -44,7 +46,7 @@ def stable_release(db, schema, budget: str | None) -> tuple[str, int]:
 def test_the_state_is_kept_in_bounded_rows_and_follows_people_whatever_the_budget(db, schema):
     release, rid = stable_release(db, schema, TINY)
     keep_version(db, release, 0)
-    # written in rows of 16, read and rewritten in one row, then in rows of 16 again
+    # written in rows of PER_ROW, read and rewritten in one row, then in rows of PER_ROW again
     for version, budget in enumerate(("1GB", TINY, TINY), start=1):
         db.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
         churn(db, version, rows=40)
@@ -55,8 +57,8 @@ def test_the_state_is_kept_in_bounded_rows_and_follows_people_whatever_the_budge
         rows = db.execute(ROWS, (rid,)).fetchall()
         published = sum(r[0] for r in rows)
         if budget == TINY:
-            assert len(rows) >= published / 16 > 30
-            assert all(r[0] <= 16 and r[1] <= 16 for r in rows)
+            assert len(rows) >= published / PER_ROW > 20
+            assert all(r[0] <= PER_ROW and r[1] <= PER_ROW for r in rows)
             # each row's people follow the rows before in the order of their hashes
             hashes = [bytes(r[4][i:i + 32]) for r in rows for i in range(0, len(r[4]), 32)]
             assert hashes == sorted(hashes) and len(set(hashes)) == published
@@ -102,13 +104,14 @@ def test_rows_that_do_not_make_one_state_are_refused(db, schema, tamper):
     assert db.execute(f"SELECT count(*), sum(hashtext(t::text)) FROM {release} t").fetchone() == before
 
 
-def test_a_tiny_budget_keeps_the_state_to_at_most_1024_rows(db, schema):
+def test_a_tiny_budget_writes_no_state_of_more_than_1024_rows(db, schema):
+    """Any role may set a tiny budget: a stable release over it is refused (54000) before any
+    state row is written, rather than stored in rows of 16 people (1,250 here)."""
     db.execute("CREATE TABLE many (id int PRIMARY KEY, age int, dx text); INSERT INTO many "
                "SELECT i, i % 90, 'dx' || i % 7 FROM generate_series(1, 20000) i")
-    db.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (TINY,))
-    release = create_release(db, "mondrian_view", schema, "many", k=10, l=2,
-                             quasi_identifiers=["age"], sensitive=["dx"], identifiers=["id"],
-                             refresh_mode="stable")
-    rows = db.execute(ROWS, (release_id(db, release),)).fetchall()
-    # 20 people a row (20,000 / 1,024, rounded up), not the budget's 16
-    assert len(rows) == 1000 and {r[0] for r in rows} == {20}
+    db.execute("SELECT set_config('plpy_anon.build_memory', '1kB', false)")
+    with pytest.raises(psycopg.Error) as refused:
+        create_release(db, "mondrian_view", schema, "many", k=10, l=2, quasi_identifiers=["age"],
+                       sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+    assert refused.value.sqlstate == "54000"
+    assert db.execute("SELECT count(*) FROM anon.release_state").fetchone()[0] == 0
