@@ -1240,16 +1240,19 @@ def refuse_stable_over_budget(release_method, plpy, release: dict) -> None:
     needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
     raise StableOverBudget(
         f"refresh_mode => 'stable' holds every row of its source in one backend, and "
-        f"{tbl.label} ({n:,} rows, about {_megabytes(n * bytes_per_row)} to read and fit) exceeds "
-        f"{SETTING} ({_megabytes(budget)})",
+        f"{tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and fit) exceeds "
+        f"{SETTING} ({_size_text(budget)})",
         detail="Above the budget only refresh_mode => 'fresh' is built out of core, one region "
                "at a time; the stable mode's run, state and checks are not.",
         hint=f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
-             f"'{_megabytes(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
+             f"'{_size_text(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
              "the release again with refresh_mode => 'fresh' and replace => true (its versions "
              "can then be intersected: docs/republication.md).")
 
 
-def _megabytes(size: int) -> str:
-    """``size`` bytes rounded up to whole megabytes, as pg_size_bytes reads them."""
+def _size_text(size: int) -> str:
+    """``size`` bytes rounded up to whole kilobytes below a megabyte, else megabytes, as
+    pg_size_bytes reads them."""
+    if size < 2**20:
+        return f"{-(-size // 2**10)}kB"
     return f"{-(-size // 2**20)}MB"

@@ -3,7 +3,9 @@ refresh after 1 % of the people left and as many joined, each in a fresh backend
 sampled peak RssAnon and seconds), with the default budget and with a small one; the release's
 state (anon.release_state: its rows and the largest row's bytes) and the release verified from
 its rows (smallest class, fewest distinct sensitive values in a class, fewest candidates across
-the versions).
+the versions). A budget below the table's estimate refuses the stable release (54000): the row
+then shows the refusal's seconds and VmHWM, and the next the same table released in the fresh
+mode at that budget (out of core), verified from its rows the same way.
 
 PLPY_ANON_STABLE_BUDGET_ROWS (default 1000000), PLPY_ANON_STABLE_BUDGETS (default ",64MB": ''
 is the default budget); k = 10, l = 2, the 6 QIs of bench_out_of_core, sensitive diagnosis,
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import os
 import time
+
+import psycopg
 
 from tests.bench.bench_mondrian import MemorySampler, fresh_backend, load_synthetic, vm_hwm_mib
 from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
@@ -30,9 +34,13 @@ def timed_call(conn, budget: str, sql: str, args: tuple) -> dict:
         pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
         t0 = time.perf_counter()
         with MemorySampler(pid) as memory:
-            result = other.execute(sql, args).fetchone()[0]
+            try:
+                result, refused = other.execute(sql, args).fetchone()[0], None
+            except psycopg.Error as error:     # a stable release over the budget: 54000
+                result, refused = None, error.sqlstate
         seconds = time.perf_counter() - t0
-        return {"result": result, "seconds": seconds, "hwm": vm_hwm_mib(pid), "anon": memory.anon}
+        return {"result": result, "refused": refused, "seconds": seconds, "hwm": vm_hwm_mib(pid),
+                "anon": memory.anon}
 
 
 def churn(conn) -> None:
@@ -53,7 +61,7 @@ def state_figures(conn, release: str) -> tuple[int, int]:
 
 def verified(conn, release: str) -> tuple:
     """(smallest class, fewest distinct values in a class) from the released rows, and the
-    fewest candidates across the versions (anon.release_status)."""
+    fewest candidates across the versions (anon.release_status; None in the fresh mode)."""
     qis = ", ".join(QIS)
     smallest, fewest = conn.execute(
         f"SELECT min(n), min(d) FROM (SELECT count(*) AS n, count(DISTINCT diagnosis) AS d "
@@ -61,6 +69,33 @@ def verified(conn, release: str) -> tuple:
     across = conn.execute("SELECT verification -> 'across_versions' FROM anon.release_status() "
                           "WHERE release = %s", (release,)).fetchone()[0] or {}
     return smallest, fewest, across.get("fewest_candidates")
+
+
+CREATE = ("SELECT anon.mondrian_view('synthetic', k => %%s, l => %%s, quasi_identifiers => %%s, "
+          "sensitive => ARRAY['diagnosis'], identifiers => ARRAY['id'], refresh_mode => '%s', "
+          "release_name => %%s, replace => true)")
+
+
+def refused_rows(conn, n: int, budget: str, copy: float, create: dict) -> list[list]:
+    """The stable release's refusal at ``budget``, then the fresh release of the same table at
+    that budget (out of core), verified from its rows."""
+    fresh = timed_call(conn, budget, CREATE % "fresh", (K, L, QIS, f"fresh_{budget}".lower()))
+    smallest, fewest, _ = verified(conn, fresh["result"])
+    assert smallest >= K and fewest >= L, (smallest, fewest)
+    regions = conn.execute(
+        "SELECT metrics -> 'out_of_core' ->> 'regions' FROM anon.releases WHERE "
+        "format('%%I.%%I', release_schema, release_name) = %s", (fresh["result"],)).fetchone()[0]
+    out = []
+    for mode, step, f in (("stable", f"create refused ({create['refused']})", create),
+                          ("fresh", f"create, out of core ({regions} regions)", fresh)):
+        print(f"{n:,} rows, budget {budget}, {mode} {step}: {f['seconds']:.1f} s "
+              f"({f['seconds'] / copy:.1f}x the copy), VmHWM {f['hwm']:.0f} MiB, peak RssAnon "
+              f"{f['anon']:.0f} MiB", flush=True)
+        ok = mode == "fresh"
+        out.append([f"{n:,}", budget, mode, step, round(f["seconds"], 1), round(copy, 2),
+                    round(f["hwm"]), round(f["anon"]), "", "", smallest if ok else "",
+                    fewest if ok else "", ""])
+    return out
 
 
 def main() -> None:
@@ -72,12 +107,10 @@ def main() -> None:
             load_synthetic(conn, n)
             copy = copy_seconds(conn, "synthetic")
             name = f"stable_{budget or 'default'}".lower()
-            create = timed_call(
-                conn, budget,
-                "SELECT anon.mondrian_view('synthetic', k => %s, l => %s, quasi_identifiers => %s, "
-                "sensitive => ARRAY['diagnosis'], identifiers => ARRAY['id'], "
-                "refresh_mode => 'stable', release_name => %s, replace => true)",
-                (K, L, QIS, name))
+            create = timed_call(conn, budget, CREATE % "stable", (K, L, QIS, name))
+            if create["refused"]:
+                rows.extend(refused_rows(conn, n, budget, copy, create))
+                continue
             release = create["result"]
             created_state = state_figures(conn, release)
             churn(conn)
@@ -87,13 +120,14 @@ def main() -> None:
             assert smallest >= K and fewest >= L and candidates >= L, (smallest, fewest, candidates)
             for step, f, (state_rows, largest) in (("create", create, created_state),
                                                    ("refresh", refresh, state)):
-                print(f"{n:,} rows, budget {budget or 'default'}, {step}: {f['seconds']:.1f} s, "
+                print(f"{n:,} rows, budget {budget or 'default'}, stable {step}: {f['seconds']:.1f} s "
+                      f"({f['seconds'] / copy:.1f}x the copy), "
                       f"VmHWM {f['hwm']:.0f} MiB, peak RssAnon {f['anon']:.0f} MiB; state "
                       f"{state_rows} rows, largest {largest / 2**20:.1f} MiB", flush=True)
-                rows.append([f"{n:,}", budget or "default (1GB)", step, round(f["seconds"], 1),
+                rows.append([f"{n:,}", budget or "default (1GB)", "stable", step, round(f["seconds"], 1),
                              round(copy, 2), round(f["hwm"]), round(f["anon"]), state_rows,
                              round(largest / 2**20, 1), smallest, fewest, candidates])
-    table = markdown_table(["rows", "build_memory", "step", "s", "copy s", "VmHWM MiB",
+    table = markdown_table(["rows", "build_memory", "mode", "step", "s", "copy s", "VmHWM MiB",
                             "peak RssAnon MiB", "state rows", "largest state row MiB",
                             "smallest class", "fewest values", "fewest candidates"], rows)
     print(table)
