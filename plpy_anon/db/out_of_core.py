@@ -1070,6 +1070,53 @@ def sized(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False):
     return spec, tbl, qis, sens, budget, bytes_per_row, n
 
 
+# The stable refresh mode over the budget.
+
+#: the stable mode's in-memory run per row, in multiples of core.regions.row_bytes: its VmHWM at
+#: 1M rows of 6 QIs, 1 sensitive column and an identifier was ~2,200 MiB at a refresh
+#: (docs/out-of-core.md), ~11 times the estimate of a fresh read and fit of the same rows
+STABLE_ROW_FACTOR = 11
+
+
+class StableOverBudget(AnonError):
+    """A stable release whose rows exceed ``plpy_anon.build_memory`` (program_limit_exceeded)."""
+
+    sqlstate = "54000"
+
+
+def refuse_stable_over_budget(release_method, plpy, release: dict) -> None:
+    """Refuse a stable release's run where a fresh one would go out of core: the stable mode
+    follows people, groups and checks them in one backend (republication.py), which no
+    budget bounds. Nothing is read or written before; a refused refresh keeps the published
+    version."""
+    spec = release_method.spec_of(jsonb(release["parameters"]))
+    if not republication.is_stable(spec.stored):
+        return
+    plan = sized(plpy, release, spec)
+    if plan is None:
+        return
+    _, tbl, _, _, budget, bytes_per_row, n = plan
+    needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
+    raise StableOverBudget(
+        f"refresh_mode => 'stable' holds every row of its source in one backend, and "
+        f"{tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and fit) exceeds "
+        f"{SETTING} ({_size_text(budget)})",
+        detail="Above the budget only refresh_mode => 'fresh' is built out of core, one region "
+               "at a time; the stable mode's run, state and checks are not.",
+        hint=f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
+             f"'{_size_text(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
+             "the release again with refresh_mode => 'fresh' and replace => true (its versions "
+             "can then be intersected: docs/republication.md).")
+
+
+def _size_text(size: int) -> str:
+    """``size`` bytes rounded up to whole kilobytes below a megabyte, else megabytes, as
+    pg_size_bytes reads them."""
+    if size < 2**20:
+        return f"{-(-size // 2**10)}kB"
+    return f"{-(-size // 2**20)}MB"
+
+
 def write_settings(plpy, release_method, release_id: int) -> dict:
     """The settings the build of release ``release_id`` runs with beside the build's work_mem:
     for a release that will run out of core, work_mem capped at a sixteenth of the budget and
@@ -1209,50 +1256,3 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
             raise RuntimeError(f"out-of-core run: regions of {stash['row_count']} rows released "
                                f"{position}")
 
-
-
-# The stable refresh mode over the budget.
-
-#: the stable mode's in-memory run per row, in multiples of core.regions.row_bytes: its VmHWM at
-#: 1M rows of 6 QIs, 1 sensitive column and an identifier was ~2,200 MiB at a refresh
-#: (docs/out-of-core.md), ~11 times the estimate of a fresh read and fit of the same rows
-STABLE_ROW_FACTOR = 11
-
-
-class StableOverBudget(AnonError):
-    """A stable release whose rows exceed ``plpy_anon.build_memory`` (program_limit_exceeded)."""
-
-    sqlstate = "54000"
-
-
-def refuse_stable_over_budget(release_method, plpy, release: dict) -> None:
-    """Refuse a stable release's run where a fresh one would go out of core: the stable mode
-    follows people, groups and checks them in one backend (republication.py), which no
-    budget bounds. Nothing is read or written before; a refused refresh keeps the published
-    version."""
-    spec = release_method.spec_of(jsonb(release["parameters"]))
-    if not republication.is_stable(spec.stored):
-        return
-    plan = sized(plpy, release, spec)
-    if plan is None:
-        return
-    _, tbl, _, _, budget, bytes_per_row, n = plan
-    needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
-    raise StableOverBudget(
-        f"refresh_mode => 'stable' holds every row of its source in one backend, and "
-        f"{tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and fit) exceeds "
-        f"{SETTING} ({_size_text(budget)})",
-        detail="Above the budget only refresh_mode => 'fresh' is built out of core, one region "
-               "at a time; the stable mode's run, state and checks are not.",
-        hint=f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
-             f"'{_size_text(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
-             "the release again with refresh_mode => 'fresh' and replace => true (its versions "
-             "can then be intersected: docs/republication.md).")
-
-
-def _size_text(size: int) -> str:
-    """``size`` bytes rounded up to whole kilobytes below a megabyte, else megabytes, as
-    pg_size_bytes reads them."""
-    if size < 2**20:
-        return f"{-(-size // 2**10)}kB"
-    return f"{-(-size // 2**20)}MB"
