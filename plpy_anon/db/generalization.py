@@ -531,9 +531,13 @@ def pack_literals(literals: list[str | None], any_character: bool = True) -> tup
     marker). Both are characters no literal holds; the leading separator keeps the text from
     being empty (string_to_table makes no row of an empty text, one literal '' included).
     ``any_character`` False (a server encoding other than UTF-8): ASCII ones only, which every
-    server encoding spells."""
-    literals = literals if isinstance(literals, list) else list(literals)
-    held = "".join(filter(None, literals))      # searched for a character (memchr), not counted
+    server encoding spells. ``literals`` may also be a writer of them (stored_classes.ClassSets:
+    ``held``, a text holding every character they may hold, and ``write(separator)``, their
+    packed bytes), which has no NULL literal."""
+    write = getattr(literals, "write", None)
+    if write is None:
+        literals = literals if isinstance(literals, list) else list(literals)
+    held = literals.held if write else "".join(filter(None, literals))  # memchr, not counted
     free = [c for c in SEPARATORS if c not in held][:2]
     if len(free) < 2:
         used = set(held)
@@ -546,6 +550,8 @@ def pack_literals(literals: list[str | None], any_character: bool = True) -> tup
                               "no character is left to separate them",
                               hint="Release the column through a hierarchy, or leave it out.")
     separator, null = free
+    if write is not None:
+        return write(separator), separator + null
     if None in literals:
         literals = [null if v is None else v for v in literals]
     return (separator + separator.join(literals)).encode(), separator + null

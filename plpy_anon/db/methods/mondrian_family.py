@@ -350,7 +350,8 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
             low, high = values[low], values[high]
         out[f"q{i}"] = stored_classes.range_literals(plpy, col.type_name, low, high, only_null)
     for j, text in enumerate(rows.read.sensitive):
-        elements = stored_classes.array_elements(text.dictionary)
+        elements = stored_classes.entry_table(stored_classes.array_elements(text.dictionary),
+                                              rows.data.n_rows)
         out[f"s{j}"] = functools.partial(stored_classes.array_literals, text.codes, elements,
                                          order, index.bounds)
     return out
@@ -385,7 +386,7 @@ def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
             "class_sizes": int_array_literal(np.diff(bounds[first:last + 1])),
             "ctids_utf8": None if data.row_tids is None else data.ctid_literal_bytes(rows),
             "row_tableoids": None if data.row_tids is None else data.tableoid_literal(rows),
-            "classes": None if packed else json.dumps(of_slice),
+            "classes": None if packed else json.dumps(of_slice, default=list),
             "literals": [text for text, _ in packed_texts] if packed else None,
             "separators": "".join(marks for _, marks in packed_texts) if packed else None,
         }
