@@ -32,7 +32,7 @@ _L_NONE, _L_ENTROPY, _L_RECURSIVE = 0, 1, 2
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def count_codes(codes, lo, hi, start):
     """First pass of a stable counting sort, rows ``[lo, hi)``: ``start[c + 1]`` += rows of code
     ``c`` (the caller turns the counts into start positions by a cumulative sum)."""
@@ -40,7 +40,7 @@ def count_codes(codes, lo, hi, start):
         start[codes[i] + 1] += 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def place_codes(codes, lo, hi, start, order, layout):
     """Second pass, rows ``[lo, hi)`` in row order: each row and its code to the next position
     of its code (ties keep row order: the sort is stable)."""
@@ -52,7 +52,7 @@ def place_codes(codes, lo, hi, start, order, layout):
         start[c] = p + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def number_by_first_row(labels, rank):
     """Renumber classes 0..C-1 in order of their first row, in place (as
     ``mondrian._number_by_first_row``); ``rank``: C entries of -1."""
@@ -65,13 +65,40 @@ def number_by_first_row(labels, rank):
         labels[i] = rank[c]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False)
+def write_class_sets(tokens, bounds, first, last, table, offsets, separator, out):
+    """Literals ``{e,e,...}`` of classes ``first`` to ``last`` (exclusive), each after
+    ``separator``, as UTF-8 bytes into ``out`` (sized by the caller); returns the bytes written.
+    Class ``c``'s entries are ``tokens[bounds[c] - bounds[first]:bounds[c + 1] - bounds[first]]``,
+    entry ``t`` the bytes ``table[offsets[t]:offsets[t + 1]]``."""
+    p = 0
+    base = bounds[first]
+    for c in range(first, last):
+        for b in range(separator.size):
+            out[p] = separator[b]
+            p += 1
+        out[p] = 123                                # {
+        p += 1
+        for i in range(bounds[c] - base, bounds[c + 1] - base):
+            if i > bounds[c] - base:
+                out[p] = 44                         # ,
+                p += 1
+            t = tokens[i]
+            for j in range(offsets[t], offsets[t + 1]):
+                out[p] = table[j]
+                p += 1
+        out[p] = 125                                # }
+        p += 1
+    return p
+
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _smaller(a, b):
     """``min(a, b)`` without numba's ``min``, which is implemented in Python (module doc)."""
     return a if a < b else b  # noqa: FURB136 (numba's min: see the module doc)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _lower(layout, lo, hi, v):
     """First position in ``[lo, hi)`` of the sorted segment whose code is ``>= v``."""
     while lo < hi:
@@ -83,7 +110,7 @@ def _lower(layout, lo, hi, v):
     return lo
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _upper(layout, lo, hi, v):
     """First position in ``[lo, hi)`` whose code is ``> v``."""
     while lo < hi:
@@ -95,7 +122,7 @@ def _upper(layout, lo, hi, v):
     return lo
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _distinct_sorted(layout, s, e, lo, hi):
     """Distinct codes of the sorted segment ``[s, e)`` (codes ``lo`` .. ``hi``). Few codes in a
     long segment: one galloping search per code (O(d log(n / d))); else one compare per row."""
@@ -117,7 +144,7 @@ def _distinct_sorted(layout, s, e, lo, hi):
     return distinct
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _spread(a, layout, s, e, kind, pos, width, null_code, domain, anc, anc_off, height, leaf_count,
             leaf_off, n_leaves):
     """SpreadMeasure of attribute ``a`` on the sorted segment ``[s, e)``."""
@@ -152,7 +179,7 @@ def _spread(a, layout, s, e, kind, pos, width, null_code, domain, anc, anc_off, 
     return (count - 1.0) / (domain[a] - 1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _sift_down(values, root, end):
     """Restore the max-heap property of ``values[root:end]`` below ``root``."""
     while 2 * root + 1 < end:
@@ -165,7 +192,7 @@ def _sift_down(values, root, end):
         root = child
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _sort_in_place(values, m):
     """Sort ``values[:m]`` ascending in place (heapsort: no work array)."""
     for root in range(m // 2 - 1, -1, -1):
@@ -175,7 +202,7 @@ def _sort_in_place(values, m):
         _sift_down(values, 0, end)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _model_ok(hist, j, m, lmode, l, c, t, q, ordered, sortbuf):
     """Models.satisfied of one side's histogram ``hist[j, :m]`` (missing values left out). The
     sums run in value order where numpy's are pairwise: entropies and distances may differ in
@@ -222,7 +249,7 @@ def _model_ok(hist, j, m, lmode, l, c, t, q, ordered, sortbuf):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _allowable(order, s, size, n_left, k, dist_codes, dist_l, seen, state, mod_codes, mod_m,
                mod_lmode, mod_l, mod_c, mod_t, mod_q, mod_ordered, hist_l, hist_r, sortbuf):
     """Mondrian._allowable for one cut: k and every asked model on both sides."""
@@ -257,7 +284,7 @@ def _allowable(order, s, size, n_left, k, dist_codes, dist_l, seen, state, mod_c
     return True
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model_args, state,
             spread, ranking, key):
     """The cut of partition ``[s, s + size)``: (attribute, rows left), attribute -1 if final."""
@@ -336,7 +363,7 @@ def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model
     return -1, 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def run(orders, layouts, side, buf_o, buf_c, labels, stack, state, k, spread_args, rank_args,
         bnd_args, model_args, work, budget):
     """Process partitions until the stack is empty (returns True) or about ``budget`` row

@@ -25,6 +25,13 @@ def warm():
         Mondrian(k=5, engine="numba").fit(columns)
         Mondrian(k=5, l=2, engine="numba").fit(columns, sensitive=np.arange(rows) % 3)
     republication.warm_kernels()      # the stable refresh's grouping
+    kern = mondrian_jit.kernels()
+    if kern is not None:              # the release's class literals (db.stored_classes)
+        out = np.empty(8, dtype=np.uint8)
+        kern.write_class_sets(np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64), 0, 1,
+                              np.array([97, 98], dtype=np.uint8),
+                              np.array([0, 2], dtype=np.int64),
+                              np.array([31], dtype=np.uint8), out)
     return mondrian_jit.stats()
 
 

@@ -70,6 +70,7 @@ import numpy as np
 from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.core.generalize import class_value_ranks
 from plpy_anon.db import columns as catalog
+from plpy_anon.db.class_sets import ClassSets, EntryTable, entry_table
 from plpy_anon.db.compact import ROWS_COLUMN, view_query
 from plpy_anon.db.sqltext import ident, int_array_literal, run  # noqa: F401 -- re-exported
 
@@ -452,13 +453,17 @@ def class_set_literals(enc, labels: np.ndarray, n_classes: int, ranked=None):
     as a function of ``(first, last)`` returning the literals of classes ``first`` to ``last``
     (exclusive): a release's slices are written one at a time, so only one slice's strings
     exist at once. Made straight from the (class, value) pairs: each distinct value quoted
-    once, each class's literal one join of its values in output order (no tuple per class).
+    once, each class's literal one join of its values in output order (no tuple per class), or
+    written by the compiled kernel (class_sets.ClassSets) where the fit runs on it.
     ``ranked``: ``core.generalize.class_value_ranks`` of the column, when computed already."""
     by_rank, ranks, bounds = ranked or class_value_ranks(enc, labels, n_classes)
     quoted = np.empty(by_rank.size, dtype=object)
     quoted[:] = [array_element(v) for v in np.asarray(enc.labels, dtype=object)[by_rank].tolist()]
+    table = entry_table(quoted, labels.size)
 
-    def literals(first: int, last: int) -> list[str]:
+    def literals(first: int, last: int) -> list[str] | ClassSets:
+        if isinstance(table, EntryTable):       # written by the compiled kernel
+            return ClassSets(table, ranks[bounds[first]:bounds[last]], bounds, first, last)
         texts = quoted[ranks[bounds[first]:bounds[last]]].tolist()
         edges = (bounds[first:last + 1] - bounds[first]).tolist()
         return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(edges)]
@@ -531,9 +536,13 @@ def pack_literals(literals: list[str | None], any_character: bool = True) -> tup
     marker). Both are characters no literal holds; the leading separator keeps the text from
     being empty (string_to_table makes no row of an empty text, one literal '' included).
     ``any_character`` False (a server encoding other than UTF-8): ASCII ones only, which every
-    server encoding spells."""
-    literals = literals if isinstance(literals, list) else list(literals)
-    held = "".join(filter(None, literals))      # searched for a character (memchr), not counted
+    server encoding spells. ``literals`` may also be a writer of them (stored_classes.ClassSets:
+    ``held``, a text holding every character they may hold, and ``write(separator)``, their
+    packed bytes), which has no NULL literal."""
+    write = getattr(literals, "write", None)
+    if write is None:
+        literals = literals if isinstance(literals, list) else list(literals)
+    held = literals.held if write else "".join(filter(None, literals))  # memchr, not counted
     free = [c for c in SEPARATORS if c not in held][:2]
     if len(free) < 2:
         used = set(held)
@@ -546,6 +555,8 @@ def pack_literals(literals: list[str | None], any_character: bool = True) -> tup
                               "no character is left to separate them",
                               hint="Release the column through a hierarchy, or leave it out.")
     separator, null = free
+    if write is not None:
+        return write(separator), separator + null
     if None in literals:
         literals = [null if v is None else v for v in literals]
     return (separator + separator.join(literals)).encode(), separator + null

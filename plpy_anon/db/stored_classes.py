@@ -33,6 +33,7 @@ import re
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.db.class_sets import ClassSets, EntryTable
 from plpy_anon.db.generalization import array_element, element_type
 from plpy_anon.db.release_rows import storage_of
 from plpy_anon.db.sqltext import run
@@ -245,10 +246,15 @@ def array_elements(dictionary: list) -> np.ndarray:
     return elements
 
 
-def array_literals(codes, elements: np.ndarray, order, bounds, first: int, last: int) -> list[str]:
+def array_literals(codes, elements, order, bounds, first: int, last: int):
     """Array literals of classes ``first`` to ``last`` (exclusive): each the elements of its
-    rows (``codes`` into ``elements``, :func:`array_elements`) in release order
-    (``order[bounds[c]:bounds[c+1]]``)."""
-    texts = elements[np.asarray(codes)[order[bounds[first]:bounds[last]]]].tolist()
+    rows (``codes`` into ``elements``, :func:`array_elements` or their EntryTable) in
+    release order (``order[bounds[c]:bounds[c+1]]``); a ClassSets writer of them when
+    ``elements`` is an EntryTable (class_sets.entry_table), else a list."""
+    entries = elements.entries if isinstance(elements, EntryTable) else elements
+    tokens = np.asarray(codes)[order[bounds[first]:bounds[last]]]
+    if isinstance(elements, EntryTable):
+        return ClassSets(elements, tokens, bounds, first, last)
+    texts = entries[tokens].tolist()
     edges = (bounds[first:last + 1] - bounds[first]).tolist()
     return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(edges)]

@@ -1,6 +1,7 @@
 """Releases are fitted by the compiled Mondrian kernels loaded from the machine-code cache that
 ``make install`` warmed as the database's OS user: after a server restart, a new backend's
-releases compile nothing (numba's own dispatcher statistics, read inside that backend). The table
+releases compile nothing, the writer of their sensitive arrays included (numba's own dispatcher
+statistics, read inside that backend). The table
 is as large as a table whose fit is worth loading the kernels for (mondrian_jit.COMPILED_FROM_ROWS;
 a smaller one fits on numpy: tests/db/test_cold_start.py)."""
 from __future__ import annotations
@@ -41,11 +42,17 @@ def test_releases_after_a_restart_load_the_kernels_and_compile_nothing():
             diverse = conn.execute("SELECT anon.mondrian_view('people', k => 10, l => 3, "
                                    "quasi_identifiers => %s, sensitive => ARRAY['diagnosis'])",
                                    (QIS,)).fetchone()[0]
+            # the default build's diagnosis arrays (no l: the fresh mode, written from the read)
+            arrays = conn.execute("SELECT anon.mondrian_view('people', k => 10, quasi_identifiers "
+                                  "=> %s, sensitive => ARRAY['diagnosis'], release_name => "
+                                  "'people_arrays')", (QIS,)).fetchone()[0]
             stats = json.loads(conn.execute("SELECT public.kernel_stats()").fetchone()[0])
             assert min(class_sizes(conn, plain, QIS)) >= 10
             assert min(class_sizes(conn, diverse, QIS)) >= 10
             assert min(distinct_sensitive_per_class(conn, diverse, QIS, "diagnosis")) >= 3
+            assert conn.execute(f"SELECT count(*) FROM {arrays}").fetchone()[0] == COMPILED_FROM_ROWS
     assert stats is not None, "the releases did not run the compiled fit"
     assert stats["signatures"] >= 1
+    assert "write_class_sets" in stats["used"], "the diagnosis arrays were joined in Python"
     assert stats["cache_hits"] >= 1 and stats["cache_misses"] == 0, stats
 

@@ -4,14 +4,23 @@ tuples of ``class_bounds``, and bound texts computed once per distinct value aga
 value's own."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plpy_anon.core import mondrian_jit
 from plpy_anon.core.encoding import encode_categorical
 from plpy_anon.core.generalize import ClassIndex, class_bounds, class_code_range
-from plpy_anon.db import stored_classes
-from plpy_anon.db.generalization import class_literals, class_set_literals
+from plpy_anon.db import class_sets, stored_classes
+from plpy_anon.db.generalization import (
+    array_element,
+    class_literals,
+    class_set_literals,
+    pack_literals,
+)
 
 
 class Categorical:
@@ -34,9 +43,9 @@ def test_set_literals_equal_the_literals_of_the_class_value_tuples(values, data)
     enc = encode_categorical("c", np.array(values, dtype=object))
     reference = class_literals(Categorical, class_bounds([enc], labels, n_classes)["c"])
     literals = class_set_literals(enc, labels, n_classes)
-    assert literals(0, n_classes) == reference
+    assert list(literals(0, n_classes)) == reference
     cut = data.draw(st.integers(0, n_classes))                  # written in two slices
-    assert literals(0, cut) + literals(cut, n_classes) == reference
+    assert list(literals(0, cut)) + list(literals(cut, n_classes)) == reference
 
 
 DAYS = st.one_of(st.integers(-800_000, 3_000_000).map(float),
@@ -79,3 +88,34 @@ def test_class_extremes_and_code_ranges_equal_a_per_class_loop(rows, data):
         assert (low[c], high[c]) == ((present.min(), present.max()) if present.size else (0, 0))
         assert (lo_code[c], hi_code[c]) == ((members.min() + 5, members.max() + 5) if members.size
                                             else (np.iinfo(np.int64).max, -1))
+
+
+ENTRIES = st.lists(st.text(min_size=0, max_size=4).map(array_element), min_size=1, max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ENTRIES, st.lists(st.integers(0, 6), min_size=1, max_size=12), st.data())
+def test_compiled_array_literals_pack_as_the_joined_ones(entries, sizes, data):
+    """A slice's array literals written by the compiled writer are, byte for byte, the packed
+    join of its classes' elements (NULL code -1, unicode, quoted elements, empty classes)."""
+    kernels = mondrian_jit.kernels()
+    if kernels is None:
+        pytest.skip("numba cannot be imported")
+    elements = stored_classes.array_elements(entries)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    codes = np.array(data.draw(st.lists(st.integers(-1, len(entries) - 1), min_size=int(bounds[-1]),
+                                        max_size=int(bounds[-1]))), dtype=np.int64)
+    order = np.array(data.draw(st.permutations(range(codes.size))), dtype=np.int64)
+    first = data.draw(st.integers(0, len(sizes) - 1))
+    last = data.draw(st.integers(first + 1, len(sizes)))
+    joined = stored_classes.array_literals(codes, elements, order, bounds, first, last)
+    table = class_sets.EntryTable(elements, kernels.write_class_sets)
+    written = stored_classes.array_literals(codes, table, order, bounds, first, last)
+    assert list(written) == joined
+    # packed after a separator none of them holds (chosen among the characters of every
+    # element, so it may differ from the joined literals' own choice)
+    packed, (separator, _) = pack_literals(written)
+    assert packed.decode() == separator + separator.join(joined)
+    assert not any(separator in literal for literal in joined)
+    # a release made before packing gets them as jsonb (mondrian_family.partition_slices)
+    assert json.loads(json.dumps(written, default=list)) == joined

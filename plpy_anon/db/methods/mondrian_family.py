@@ -25,8 +25,8 @@ from plpy_anon.core.generalize import ClassIndex, class_bounds, class_value_rank
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.regions import widened
-from plpy_anon.db import columns as catalog
 from plpy_anon.db import (
+    class_sets,
     compact,
     guards,
     method,
@@ -35,6 +35,7 @@ from plpy_anon.db import (
     republication,
     stored_classes,
 )
+from plpy_anon.db import columns as catalog
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.compact import ROWS_COLUMN
 from plpy_anon.db.generalization import (
@@ -350,7 +351,8 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
             low, high = values[low], values[high]
         out[f"q{i}"] = stored_classes.range_literals(plpy, col.type_name, low, high, only_null)
     for j, text in enumerate(rows.read.sensitive):
-        elements = stored_classes.array_elements(text.dictionary)
+        elements = class_sets.entry_table(stored_classes.array_elements(text.dictionary),
+                                          rows.data.n_rows)
         out[f"s{j}"] = functools.partial(stored_classes.array_literals, text.codes, elements,
                                          order, index.bounds)
     return out
@@ -385,7 +387,7 @@ def partition_slices(data: TableData, order: np.ndarray, bounds: np.ndarray,
             "class_sizes": int_array_literal(np.diff(bounds[first:last + 1])),
             "ctids_utf8": None if data.row_tids is None else data.ctid_literal_bytes(rows),
             "row_tableoids": None if data.row_tids is None else data.tableoid_literal(rows),
-            "classes": None if packed else json.dumps(of_slice),
+            "classes": None if packed else json.dumps(of_slice, default=list),
             "literals": [text for text, _ in packed_texts] if packed else None,
             "separators": "".join(marks for _, marks in packed_texts) if packed else None,
         }
