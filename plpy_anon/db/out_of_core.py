@@ -214,6 +214,7 @@ class Source:
         self.whole: list = [None] * len(qis)     # the table's QIStats (the first level's)
         # per categorical QI cut at the top in the whole table's fit's order: its texts in it
         self.by_frequency: dict[int, list] = {}
+        self.order_values = ORDER_VALUES    # the most distinct values of such a QI (order_values)
 
     def literal(self, a: int, value: str) -> str:
         """A cut value as a constant of the column's base type (a cast to a domain would run
@@ -462,34 +463,59 @@ def histogram_medians(src: Source, active: list, counted: dict) -> dict:
     return out
 
 
+#: rows per fetch of the passes whose rows grow with the distinct values of a QI
+FETCH_ROWS = 10_000
+
+
 def frequency_medians(src: Source, active: list, positional: dict) -> dict:
     """{(region, qi): the position (in the whole table's fit's order, ``src.by_frequency``) of
     the value at index ``positional[(region, qi)]`` of the region's rows in that order}: the
     region's rows per text (NULL counted at its own position), summed over the members (exact
-    on a sharded source), in one pass per QI and member; at most the table's distinct values
-    (ORDER_VALUES) per region."""
+    on a sharded source), in one pass per QI and member, read FETCH_ROWS rows at a time into
+    one count per value of the order and region (8 bytes each)."""
     out = {}
     wanted: dict = {}
     for (i, a), index in positional.items():
         wanted.setdefault(a, {})[i] = index
     for a, indexes in sorted(wanted.items()):
-        position = {t: p for p, t in enumerate(src.by_frequency[a])}
+        order = src.by_frequency[a]
+        position = {t: p for p, t in enumerate(order)}
         text = text_of(src.names[a], src.qis[a].builtin)
-        counts: dict = {}
+        counts = {i: np.zeros(len(order), dtype=np.int64) for i in indexes}
         head = f"SELECT {REGION} AS r, {text} AS v, pg_catalog.count(*) AS n FROM "
         tail = f" {_in_regions(active, indexes)} GROUP BY 1, 2"
-        for rows in src.each(lambda rel, head=head, tail=tail:
-                             head + src.labelled(active, src.read_columns(False), rel) + tail):
+        for rows in each_member_fetched(src.plpy, src.members, lambda rel, head=head, tail=tail:
+                                        head + src.labelled(active, src.read_columns(False), rel) + tail):
             for r in rows:
                 p = position.get(r["v"])      # None: a value written since the order was read
                 if p is not None:
-                    held = counts.setdefault(int(r["r"]), {})
-                    held[p] = held.get(p, 0) + int(r["n"])
+                    counts[int(r["r"])][p] += int(r["n"])
+        del position
         for i, index in indexes.items():
-            value = core.value_at(sorted(counts.get(i, {}).items()), index)
-            if value is not None:
-                out[(i, a)] = value
+            held = counts.pop(i)
+            seen = np.cumsum(held)
+            p = int(np.searchsorted(seen, index, side="right"))
+            if p < held.size:
+                out[(i, a)] = p
     return out
+
+
+def each_member_fetched(plpy, members: list[str], query):
+    """The rows of ``query(relation)`` for each member of the source, FETCH_ROWS at a time
+    (a cursor each; the JIT off as in :func:`each_member`)."""
+    jit = run(plpy, "SELECT pg_catalog.current_setting('jit') AS j")[0]["j"]
+    run(plpy, "SELECT pg_catalog.set_config('jit', 'off', true)")
+    try:
+        for member in members:
+            cursor = plpy.cursor(query(member))
+            while True:
+                rows = cursor.fetch(FETCH_ROWS)
+                if not rows:
+                    break
+                yield rows
+            cursor.close()
+    finally:
+        run(plpy, "SELECT pg_catalog.set_config('jit', $1, true)", ["text"], [jit])
 
 
 def side_conditions(src: Source, active: list, cuts: dict) -> dict:
@@ -686,20 +712,32 @@ def leaf_case(src: Source, node) -> str:
             f"ELSE {leaf_case(src, node.children[1])} END")
 
 
-#: a categorical QI of at most this many distinct values is coded in each region in the whole
-#: table's order (its values' texts and rows held once: core.regions.in_table_order)
+#: a categorical QI of at most this many distinct values (or order_values of the budget, if
+#: more) is coded in each region in the whole table's order (its values' texts and rows held
+#: once: core.regions.in_table_order)
 ORDER_VALUES = 50_000
+#: the backend's bytes per distinct value of a categorical QI cut in that order: its text and
+#: place in the order held through the run (~72 bytes at 6 characters), the counts read and
+#: sorted once (~150 at their peak), the regions' codes and the cuts' texts in the passes' SQL
+ORDER_VALUE_BYTES = 512
+
+
+def order_values(budget: int) -> int:
+    """The most distinct values of a categorical QI whose order (the whole table's fit's) a run
+    of ``budget`` bytes reads: ORDER_VALUES, or more where ORDER_VALUE_BYTES a value fit it."""
+    return max(ORDER_VALUES, budget // ORDER_VALUE_BYTES)
 
 
 def categorical_orders(src: Source) -> dict:
     """{QI: (the table's distinct values, NULL counted; its texts in the whole table's fit's
-    order, core.regions.frequency_order, or None above ORDER_VALUES)} of each categorical QI cut
-    at the top: one pass each (per member of a sharded source, whose counts per text are
-    summed here), a hashed aggregate the planner may run in parallel workers. The order is the
-    one the top cuts follow and the regions' codes take (the texts the reader reads). Above
-    ORDER_VALUES in some member, the distinct values are the largest member's (a lower bound,
-    which only ranks QIs)."""
+    order, core.regions.frequency_order, or None above ``src.order_values``)} of each
+    categorical QI cut at the top: one pass each (per member of a sharded source, whose counts
+    per text are summed here), a hashed aggregate the planner may run in parallel workers. The
+    order is the one the top cuts follow and the regions' codes take (the texts the reader
+    reads). Above ``src.order_values`` in some member, the distinct values are the largest
+    member's (a lower bound, which only ranks QIs)."""
     out = {}
+    limit = src.order_values
     for a in range(len(src.qis)):
         if not src.cuttable[a] or src.numeric[a]:
             continue
@@ -708,16 +746,16 @@ def categorical_orders(src: Source) -> dict:
         def query(rel, c=c, text=text):
             return (f"WITH g AS MATERIALIZED (SELECT {c} AS x, pg_catalog.count(*) AS n FROM {rel} "
                     f"GROUP BY {c}), d AS (SELECT pg_catalog.count(*) AS d FROM g) "
-                    f"SELECT d.d, CASE WHEN d.d <= {ORDER_VALUES} THEN "
+                    f"SELECT d.d, CASE WHEN d.d <= {limit} THEN "
                     f"(SELECT pg_catalog.array_agg({text}) FROM g) END AS t, "
-                    f"CASE WHEN d.d <= {ORDER_VALUES} THEN (SELECT pg_catalog.array_agg(n) FROM g) "
+                    f"CASE WHEN d.d <= {limit} THEN (SELECT pg_catalog.array_agg(n) FROM g) "
                     f"END AS n FROM d")
         found = [rows[0] for rows in src.each(query)]
         if any(r["t"] is None for r in found):
             out[a] = (max(int(r["d"]) for r in found), None)
             continue
         order = core.frequency_order((t, n) for r in found for t, n in zip(r["t"], r["n"]))
-        if len(order) > ORDER_VALUES:
+        if len(order) > limit:
             out[a] = (len(order), None)
             continue
         out[a] = (len(order), order)
@@ -733,7 +771,8 @@ def by_frequency(column, order: list):
     if any(t not in position for t in texts):
         return None
     ranks = np.asarray([position[t] + 1 for t in texts], dtype=np.int32)
-    return core.SampleColumn(ranks[column.ranks - 1], False, list(range(len(order))))
+    # a range, not a list: the labels of a QI of many distinct values hold no number each
+    return core.SampleColumn(ranks[column.ranks - 1], False, range(len(order)))
 
 
 def counted_leaves(src: Source, root, with_l: bool, categorical: dict):
@@ -1100,6 +1139,7 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     import pyarrow  # noqa: F401
     mondrian_jit.kernels()
     leaf_budget = core.leaf_budget(budget, resident_bytes())
+    src.order_values = order_values(budget)
     with timing.phase("top_levels"):
         leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
     ctx = method.Run(plpy, GD, release_id, release, spec, started)

@@ -242,6 +242,44 @@ def test_categorical_top_cuts_group_its_values_as_the_in_memory_fit_does(db, sch
     assert {frozenset({"h,1", 'a"q'}), frozenset({"f", "c", "e", "d"})} <= groups["mem"]
 
 
+def test_categorical_qi_above_order_values_is_cut_in_the_fit_order_when_the_budget_holds_it(
+        db, schema):
+    """A categorical QI of more distinct values than ORDER_VALUES is cut at the top, and coded
+    in each region, in the in-memory fit's order (by frequency, ties by text) when the budget
+    holds that order (out_of_core.order_values): every class, in memory as out of core, holds
+    a run of consecutive values of that order (cut in the type's order at the top, a region's
+    values interleave with the others' in it), and the NCP is the in-memory one's within 2 %."""
+    n_values = 52_000                     # above ORDER_VALUES; frequencies not in text order
+    db.execute("CREATE TABLE src (id int PRIMARY KEY, b text, s text)")
+    db.execute(f"INSERT INTO src SELECT row_number() OVER (), 'v' || ((v * 7919) % {n_values}), "
+               f"'s' || (v % 3) FROM generate_series(0, {n_values - 1}) v, "
+               f"generate_series(1, 1 + v % 15) c")
+    rels = {}
+    # 27MB holds the order of 55,296 values; the table's estimate (33MB) does not fit
+    for name, size in (("mem", "1GB"), ("ooc", "27MB")):
+        with budget(db, size):
+            rels[name] = db.execute(
+                "SELECT anon.mondrian_view('src', k => 10, quasi_identifiers => ARRAY['b'], "
+                "sensitive => ARRAY['s'], release_schema => %s, release_name => %s)",
+                (release_schema_of(schema), name)).fetchone()[0]
+    assert catalog(db, rels["ooc"])[0]["out_of_core"]["regions"] >= 2
+    assert "out_of_core" not in catalog(db, rels["mem"])[0]
+    for rel in rels.values():
+        assert catalog(db, rel)[1] is True            # verified from its rows: truthful sets
+        assert catalog(db, rel)[2] == db.execute("SELECT count(*) FROM src").fetchone()[0]
+        assert min(class_sizes(db, rel, ["b"])) >= 10
+        broken = db.execute(f"""
+            WITH f AS (SELECT b, row_number() OVER (ORDER BY count(*) DESC, b COLLATE "C") AS p
+                       FROM src GROUP BY b)
+            SELECT count(*) FROM (
+                SELECT c.b FROM (SELECT DISTINCT b FROM {rel}) AS c
+                CROSS JOIN LATERAL unnest(c.b) AS u(v) JOIN f ON f.b = u.v
+                GROUP BY c.b HAVING max(f.p) - min(f.p) + 1 <> cardinality(c.b)) AS x""").fetchone()[0]
+        assert broken == 0, rel
+    ncp = [catalog(db, rels[name])[0]["ncp_percent"] for name in ("mem", "ooc")]
+    assert abs(ncp[1] - ncp[0]) <= 0.02 * ncp[0]
+
+
 def mean_width(db, rel, column):
     """The mean width of the released ranges of ``column`` over the released rows."""
     return float(db.execute(f"SELECT avg(upper({column}) - lower({column})) FROM {rel} "

@@ -92,9 +92,9 @@ def test_widened_categorical_column_counts_the_tables_values():
 
 
 def test_widened_categorical_column_of_many_table_values_holds_labels_linear_in_them():
-    """A categorical QI of more distinct values than its order is read for (ORDER_VALUES) is
-    widened by a label per value the region lacks: labels whose texts grow with the table's
-    values, not with their square (a region of 3 values in a table of 50,000 would hold ~1.25e9
+    """A categorical QI of more distinct values than its order is read for
+    (out_of_core.order_values) is widened by a label per value the region lacks: labels whose
+    texts grow with the table's values, not with their square (a region of 3 values in a table of 50,000 would hold ~1.25e9
     characters)."""
     enc = encode_factorized("c", np.array([0, 1, 2, 1]), ["a", "b", "c"])
     wide, _ = regions.widened(enc, regions.QIStats(4, distinct=5_000))
