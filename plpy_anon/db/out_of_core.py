@@ -50,10 +50,9 @@ import numpy as np
 
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
-from plpy_anon.core.errors import AnonError
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
+from plpy_anon.db import guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
 from plpy_anon.db.reader import read_expression
@@ -1187,30 +1186,28 @@ def region_read(plpy):
 
 def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
     """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
-    its first slice; errors as in a call from SQL (errors.sql_entry)."""
+    its first slice. The partitioning run returns them through errors.sql_entry, which reports
+    a core error raised while they are fetched as at the call (SQLSTATE, detail, hint)."""
     read, fit, publish = hooks
     position = first_class = 0
     k = int(ctx.spec.promise.k)
     for region in leaves:
-        try:
-            with interrupts.honoured(plpy):
-                t0 = time.monotonic()
-                with timing.phase("region_read"), src.steps.step("region_read"), region_read(plpy):
-                    rows = read(ctx, src.predicate(region.bounds) if region.bounds else None,
-                                src.whole)
-                t1 = time.monotonic()
-                ctx.read_s += t1 - t0
-                with timing.phase("region_fit"), src.steps.step("region_fit"):
-                    model = fit(rows, region_spec(ctx.spec, region, src.tables))
-                ctx.fit_s += time.monotonic() - t1
-                with timing.phase("region_publish"), src.steps.step("region_publish"):
-                    slices, stats = publish(ctx, rows, model)
-                slices = iter(slices)
-                figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
-                n_rows, n_classes = rows.data.n_rows, model.n_classes_
-                del rows, model
-        except AnonError as error:
-            errors.report(plpy, error)
+        with interrupts.honoured(plpy):
+            t0 = time.monotonic()
+            with timing.phase("region_read"), src.steps.step("region_read"), region_read(plpy):
+                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None,
+                            src.whole)
+            t1 = time.monotonic()
+            ctx.read_s += t1 - t0
+            with timing.phase("region_fit"), src.steps.step("region_fit"):
+                model = fit(rows, region_spec(ctx.spec, region, src.tables))
+            ctx.fit_s += time.monotonic() - t1
+            with timing.phase("region_publish"), src.steps.step("region_publish"):
+                slices, stats = publish(ctx, rows, model)
+            slices = iter(slices)
+            figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
+            n_rows, n_classes = rows.data.n_rows, model.n_classes_
+            del rows, model
         while True:
             with src.steps.step("region_slices"):          # a slice's literals made
                 piece = next(slices, None)

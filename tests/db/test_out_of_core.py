@@ -167,6 +167,25 @@ def test_partitioned_source_is_released_out_of_core_from_all_its_partitions(db, 
     check_release(db, rel, "src", 5)
 
 
+def test_refusal_raised_while_the_regions_are_fetched_keeps_its_sqlstate_and_hint(db, schema):
+    """Out of core, a region is read and fitted when PostgreSQL fetches its slices, after the
+    partitioning run returned: a refusal raised there (a text QI and a text sensitive column
+    swapped by renaming since the release was made, which the region's read refuses) reaches
+    the caller with its SQLSTATE, message and hint, and the release keeps its rows."""
+    synthetic(db, "src", 2000)
+    with budget(db, "8kB"):
+        rel = release(db, schema, "src", "ooc", k=5)
+        assert catalog(db, rel)[0]["out_of_core"]["regions"] > 1
+        before = db.execute(f"SELECT count(*), count(DISTINCT s) FROM {rel}").fetchone()
+        for statement in ("RENAME b TO tmp", "RENAME s TO b", "RENAME tmp TO s"):
+            db.execute(f"ALTER TABLE src {statement}")
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert "renamed" in refused.value.diag.message_primary
+    assert refused.value.diag.message_hint.startswith("Rename them back")
+    assert db.execute(f"SELECT count(*), count(DISTINCT s) FROM {rel}").fetchone() == before
+
+
 def test_release_within_the_budget_is_fitted_in_memory(db, schema):
     synthetic(db, "src", 500)
     rel = release(db, schema, "src", "mem", k=5)
