@@ -228,35 +228,53 @@ def test_numeric_qi_holding_nulls_ranks_first_at_the_top_as_in_memory(db, schema
     assert abs(ncp[1] - ncp[0]) <= 0.02 * ncp[0]
 
 
+#: a categorical QI's values and their rows, most frequent first: frequencies not in the type's
+#: order (texts needing quotes, NULL among them)
+BY_FREQUENCY = [("h,1", 800), ('a"q', 700), (None, 600), ("b\\x", 500), ("f", 400), ("c", 300),
+                ("e", 200), ("d", 100)]
+BY_FREQUENCY_VALUES = [v for v, n in BY_FREQUENCY for _ in range(n)]
+
+
+def by_frequency_row(i: int) -> tuple:
+    """Row ``i`` (id, b, s) of the table of BY_FREQUENCY's values, interleaved: every value
+    throughout the table."""
+    return i, BY_FREQUENCY_VALUES[(i * 7919) % len(BY_FREQUENCY_VALUES)], f"s{i % 3}"
+
+
+def value_sets_in_memory_and_out_of_core(db, schema, table) -> tuple[dict, dict]:
+    """({"mem", "ooc": release}, {"mem", "ooc": the released value sets of b}) of ``table``'s
+    releases on b alone (k = 900) in memory and at an 8kB budget, each checked from its rows:
+    verified, every row released, classes of 900 rows, each row's b in its class's set."""
+    rels = {}
+    for name, size in (("mem", None), ("ooc", "8kB")):
+        with budget(db, size or "1GB"):
+            rels[name] = db.execute(
+                "SELECT anon.mondrian_view(%s, k => 900, quasi_identifiers => ARRAY['b'], "
+                "sensitive => ARRAY['id', 's'], release_schema => %s, release_name => %s)",
+                (table, release_schema_of(schema), name)).fetchone()[0]
+    assert "out_of_core" in catalog(db, rels["ooc"])[0]
+    groups = {}
+    for name, rel in rels.items():
+        assert catalog(db, rel)[1] is True
+        assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(BY_FREQUENCY_VALUES)
+        assert min(class_sizes(db, rel, ["b"])) >= 900
+        assert db.execute(f"SELECT count(*) FROM {rel} r JOIN {table} t USING (id) "
+                          f"WHERE array_position(r.b, t.b) IS NULL").fetchone()[0] == 0
+        groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
+    return rels, groups
+
+
 def test_categorical_top_cuts_group_its_values_as_the_in_memory_fit_does(db, schema):
     """The in-memory fit codes a categorical QI by frequency (most frequent first): out of core
     the top cuts and each region's codes follow the same order, not the type's, so a QI whose
     frequencies are not in its type's order (texts needing quotes, NULL among them) gives the
     same classes (cut in the type's order, the values would be grouped otherwise)."""
-    counts = [("h,1", 800), ('a"q', 700), (None, 600), ("b\\x", 500), ("f", 400), ("c", 300),
-              ("e", 200), ("d", 100)]
-    values = [v for v, n in counts for _ in range(n)]
     db.execute("CREATE TABLE src (id int PRIMARY KEY, b text, s text)")
     with db.cursor().copy("COPY src FROM STDIN") as copy:
-        for i in range(len(values)):          # interleaved: every value throughout the table
-            copy.write_row((i, values[(i * 7919) % len(values)], f"s{i % 3}"))
-    rels = {}
-    for name, size in (("mem", None), ("ooc", "8kB")):
-        with budget(db, size or "1GB"):
-            rels[name] = db.execute(
-                "SELECT anon.mondrian_view('src', k => 900, quasi_identifiers => ARRAY['b'], "
-                "sensitive => ARRAY['id', 's'], release_schema => %s, release_name => %s)",
-                (release_schema_of(schema), name)).fetchone()[0]
-    assert "out_of_core" in catalog(db, rels["ooc"])[0]
+        for i in range(len(BY_FREQUENCY_VALUES)):
+            copy.write_row(by_frequency_row(i))
+    rels, groups = value_sets_in_memory_and_out_of_core(db, schema, "src")
     assert "out_of_core" not in catalog(db, rels["mem"])[0]
-    groups = {}
-    for name, rel in rels.items():
-        assert catalog(db, rel)[1] is True
-        assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(values)
-        assert min(class_sizes(db, rel, ["b"])) >= 900
-        assert db.execute(f"SELECT count(*) FROM {rel} r JOIN src t USING (id) "
-                          f"WHERE array_position(r.b, t.b) IS NULL").fetchone()[0] == 0
-        groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
     assert groups["ooc"] == groups["mem"]
     assert {frozenset({"h,1", 'a"q'}), frozenset({"f", "c", "e", "d"})} <= groups["mem"]
 
@@ -339,6 +357,18 @@ def worst_class_values(db, rel):
     return [r[0] for r in rows]
 
 
+def assert_l_diversity_holds(db, rel, model: dict) -> None:
+    """Every released class's values of s hold ``model``'s l-diversity at l = 2, computed from
+    the released rows: entropy at least log 2, or recursive (c, 2): the most frequent value's
+    rows below c times the others'."""
+    for counts in worst_class_values(db, rel):
+        total = sum(counts)
+        if model.get("l_diversity") == "entropy":
+            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+        elif model.get("l_diversity") == "recursive":
+            assert counts[0] < model["c"] * sum(counts[1:])
+
+
 @pytest.mark.parametrize("model", [{"l_diversity": "entropy"}, {"l_diversity": "recursive", "c": 3}])
 def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, schema, model):
     skewed(db, "src", 3000)
@@ -349,12 +379,7 @@ def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, sc
     assert metrics["out_of_core"]["regions"] > 4 and top["cuts"] == metrics["out_of_core"]["regions"] - 1
     assert verified is True and row_count == 3000
     check_release(db, rel, "src", 5, 2)
-    for counts in worst_class_values(db, rel):
-        total = sum(counts)
-        if model["l_diversity"] == "entropy":
-            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-        else:
-            assert counts[0] < 3 * sum(counts[1:])
+    assert_l_diversity_holds(db, rel, model)
 
 
 def test_utility_split_out_of_core_keeps_k_and_l_and_its_utility_close_to_in_memory(db, schema):
@@ -806,12 +831,7 @@ def test_models_of_a_sharded_source_hold_in_every_class_counted_on_the_shards(db
             assert worst_equal_emd(db, rel) <= 0.2 + 1e-9
         else:
             assert min(distinct_sensitive_per_class(db, rel, QIS, "s")) >= 2
-        for counts in worst_class_values(db, rel):
-            total = sum(counts)
-            if model.get("l_diversity") == "entropy":
-                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-            elif model.get("l_diversity") == "recursive":
-                assert counts[0] < 3 * sum(counts[1:])
+        assert_l_diversity_holds(db, rel, model)
     # the sides' rows per value were counted on the shards: grouped by region and value there
     assert any("FILTER" in line and "GROUP BY 1, 2" in line for line in remote), remote[:5]
 
@@ -855,32 +875,13 @@ def test_categorical_cuts_of_a_sharded_source_group_its_values_as_the_in_memory_
     """Level by level (a sharded source, which cannot be sampled), a categorical QI is cut in
     the in-memory fit's order (most frequent first, the shards' counts per value summed), not
     its type's: the same classes as the in-memory release."""
-    counts = [("h,1", 800), ('a"q', 700), (None, 600), ("b\\x", 500), ("f", 400), ("c", 300),
-              ("e", 200), ("d", 100)]
-    values = [v for v, n in counts for _ in range(n)]
-
     def fill(conn, shard):
         with conn.cursor().copy("COPY part FROM STDIN") as copy:
-            for i in range(shard, len(values), 2):
-                copy.write_row((i, values[(i * 7919) % len(values)], f"s{i % 3}"))
+            for i in range(shard, len(BY_FREQUENCY_VALUES), 2):
+                copy.write_row(by_frequency_row(i))
 
     with sharded_table(db, schema, shards, "id int, b text, s text", fill) as table:
-        rels = {}
-        for name, size in (("mem", None), ("ooc", "8kB")):
-            with budget(db, size or "1GB"):
-                rels[name] = db.execute(
-                    "SELECT anon.mondrian_view(%s, k => 900, quasi_identifiers => ARRAY['b'], "
-                    "sensitive => ARRAY['id', 's'], release_schema => %s, release_name => %s)",
-                    (table, release_schema_of(schema), name)).fetchone()[0]
-        assert "out_of_core" in catalog(db, rels["ooc"])[0]
-        groups = {}
-        for name, rel in rels.items():
-            assert catalog(db, rel)[1] is True
-            assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(values)
-            assert min(class_sizes(db, rel, ["b"])) >= 900
-            assert db.execute(f"SELECT count(*) FROM {rel} r JOIN {table} t USING (id) "
-                              f"WHERE array_position(r.b, t.b) IS NULL").fetchone()[0] == 0
-            groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
+        _, groups = value_sets_in_memory_and_out_of_core(db, schema, table)
     assert groups["ooc"] == groups["mem"]
     assert {frozenset({"h,1", 'a"q'}), frozenset({"f", "c", "e", "d"})} <= groups["mem"]
 
@@ -917,12 +918,7 @@ def test_random_sharded_tables_released_out_of_core_with_models_keep_them(
             assert worst_equal_emd(db, rel) <= 0.3 + 1e-9
         else:
             check_release(db, rel, table, k, 2)
-        for counts in worst_class_values(db, rel):
-            total = sum(counts)
-            if model.get("l_diversity") == "entropy":
-                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-            elif model.get("l_diversity") == "recursive":
-                assert counts[0] < 2 * sum(counts[1:])
+        assert_l_diversity_holds(db, rel, model)
 
 
 def test_foreign_partition_on_a_server_another_role_owns_is_refused(db, schema):
