@@ -31,7 +31,8 @@ is verified from its rows as every other one (verify.py).
 
 Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
 recursive l and t-closeness (categorical or numeric) are checked on each leaf's exact value
-counts (value_counts; level by level, on a sharded source, each side's: side_value_counts; with
+counts (value_counts; level by level, on a sharded source and in the regions a sample leaves
+too large, each side's: side_value_counts, the values numbered alike: numbered_as_levels; with
 t each region fitted within the room its distance to the table leaves below t:
 core.regions.region_t), and the utility split cuts the sampled tree by its own rule (level by
 level, by the median rule, its regions fitted by it). Categorical QIs are cut in the in-memory
@@ -833,22 +834,30 @@ def counted_leaves(src: Source, root, with_l: bool, categorical: dict):
     return rows, {leaf: tuple(d) for leaf, d in distinct.items()}, whole
 
 
-def value_counts(src: Source, root) -> dict:
-    """{leaf: its rows per value of each sensitive column (NULL left out), an array per column
-    over the column's values in the same order for every leaf}: one pass per column grouped by
-    leaf and value (bounded by leaves x values), the values numbered across leaves by their
-    type's order and equality (dense_rank over the typed values)."""
+def value_counts(src: Source, root) -> tuple[dict, list]:
+    """({leaf: its rows per value of each sensitive column (NULL left out), an array per column
+    over the column's values in the same order for every leaf}, per column the text of each
+    numbered value): one pass per column grouped by leaf and value (bounded by leaves x
+    values), the values numbered across leaves by their type's order and equality (dense_rank
+    over the typed values)."""
     columns = ", ".join(src.read_columns(True))
     labelled = (f"(SELECT {leaf_case(src, root)} AS {REGION}, {columns} FROM {src.members[0]}) AS x")
     out: dict = {}
+    texts = []
     sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive]
     for j, s in enumerate(sens):
+        text = text_of("s", src.sensitive[j].builtin)
         query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, pg_catalog.count(*) AS n "
-                 f"FROM {labelled} WHERE {s} IS NOT NULL GROUP BY 1, 2) "
-                 f"SELECT leaf, pg_catalog.array_agg(v) AS v, pg_catalog.array_agg(n) AS n FROM "
-                 f"(SELECT leaf, n, pg_catalog.dense_rank() OVER (ORDER BY s) AS v FROM g) AS r "
-                 f"GROUP BY leaf")
-        found = [(int(r["leaf"]), r["v"], r["n"]) for r in src.each(lambda rel, q=query: q)[0]]
+                 f"FROM {labelled} WHERE {s} IS NOT NULL GROUP BY 1, 2), "
+                 f"r AS MATERIALIZED (SELECT leaf, n, s, pg_catalog.dense_rank() OVER (ORDER BY s) AS v "
+                 f"FROM g) "
+                 f"SELECT leaf, pg_catalog.array_agg(v) AS v, pg_catalog.array_agg(n) AS n, "
+                 f"NULL::pg_catalog.text[] AS t FROM r GROUP BY leaf "
+                 f"UNION ALL SELECT NULL, NULL, NULL, pg_catalog.array_agg(t ORDER BY v) FROM "
+                 f"(SELECT DISTINCT ON (v) v, {text} AS t FROM r ORDER BY v) AS d")
+        rows = src.each(lambda rel, q=query: q)[0]
+        texts.append(next((list(r["t"] or []) for r in rows if r["leaf"] is None), []))
+        found = [(int(r["leaf"]), r["v"], r["n"]) for r in rows if r["leaf"] is not None]
         width = max((max(v) for _, v, _ in found if v), default=0)
         for leaf in {leaf for leaf, _, _ in found} - set(out):
             out[leaf] = [np.zeros(0, dtype=np.int64)] * len(sens)
@@ -859,7 +868,33 @@ def value_counts(src: Source, root) -> dict:
         for leaf, held in out.items():          # a leaf whose values of this column are NULL
             if held[j].size != width:
                 held[j] = np.zeros(width, dtype=np.int64)
-    return out
+    return out, texts
+
+
+def numbered_as_levels(src: Source, regions: list, texts: list) -> None:
+    """Renumber the sampled regions' rows per sensitive value (and ``src.tables``), numbered by
+    :func:`value_counts` (``texts``: the text of each of its numbers), as the level queries
+    number them (:func:`number_values` over every text of the column in the table: one more
+    pass per sensitive column), and set ``src.value_index``: the regions the sample left too
+    large are then cut level by level with counts of the same values."""
+    src.value_index = []
+    for j, col in enumerate(src.sensitive):
+        s = catalog_ident(src.plpy, col.name)
+        query = (f"SELECT DISTINCT {text_of(s, col.builtin)} AS v FROM {src.members[0]} "
+                 f"WHERE {s} IS NOT NULL")
+        index = number_values(src.plpy, col, {r["v"] for r in src.each(lambda rel, q=query: q)[0]})
+        src.value_index.append(index)
+        width = max(index.values(), default=-1) + 1
+        to = np.asarray([index[t] for t in texts[j]], dtype=np.int64)
+
+        def moved(held, to=to, width=width):
+            out = np.zeros(width, dtype=np.int64)
+            np.add.at(out, to[:held.size], held)
+            return out
+        src.tables[j] = moved(src.tables[j])
+        for region in regions:
+            if region.counts is not None:
+                region.counts = [moved(c) if i == j else c for i, c in enumerate(region.counts)]
 
 
 def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int, n: int):
@@ -895,18 +930,25 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     t2 = time.monotonic()
     with src.steps.step("counted_leaves"):
         rows, distinct, whole = counted_leaves(src, root, bool(l), categorical)
-    counts, exact = None, None
+    counts, exact, texts = None, None, None
     if src.models is not None:
-        counts = value_counts(src, root)
+        counts, texts = value_counts(src, root)
         src.tables = [sum(held[j] for held in counts.values()) for j in range(len(src.sensitive))]
         exact = src.models(src.tables)
     regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0,
                                            counts, exact)
+    smallest = sum(rows.values()) // MAX_REGIONS
+    renumbered = src.models is not None and any(
+        not (core.fits(r.rows, bytes_per_row, budget) or r.rows < max(2 * k, smallest))
+        for r in regions)
+    if renumbered:
+        # a region left too large is cut level by level, whose queries number the values so
+        numbered_as_levels(src, regions, texts)
     # the sample, the leaves' counts, and one more per other sensitive column and categorical QI
     # (and per sensitive column, its values' counts per leaf for entropy or recursive l)
     passes = 2 + (len(src.sensitive) - 1 if l else 0) + sum(
         1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a]) + (
-        len(src.sensitive) if src.models is not None else 0)
+        len(src.sensitive) if src.models is not None else 0) + (len(src.sensitive) if renumbered else 0)
     figures = {"regions": 1, "cuts": len(regions) - 1, "passes": passes,
                "sample": {"rows": sampled, "percent": round(percent, 6), "seed": SAMPLE_SEED,
                           "leaves": len(core.sample_leaves(root)), "cuts_undone": undone,
@@ -914,7 +956,7 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                                       "counts": round(time.monotonic() - t2, 3)}},
                "seconds": round(time.monotonic() - t0, 3)}
     progress(src.plpy, f"out-of-core sample of {sampled:,} rows: {len(regions)} regions")
-    return regions, whole, sum(rows.values()) // MAX_REGIONS, figures
+    return regions, whole, smallest, figures
 
 
 def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int,
@@ -932,10 +974,6 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
         src.whole = whole
         levels.append(figures)
-    if src.models is not None and levels:
-        # the sampled regions' value counts are numbered by value_counts, the level queries'
-        # by number_values: the regions the sample left are fitted as they are
-        return active, levels
     check = None        # with models: whether a side's value counts hold them (the table's known)
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass

@@ -382,6 +382,29 @@ def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, sc
     assert_l_diversity_holds(db, rel, model)
 
 
+def test_regions_a_sample_leaves_too_large_under_entropy_l_are_cut_level_by_level(db, schema):
+    """Rows in pairs of the same QIs, one 'flu' and one 'hiv': every cut's sides hold them half
+    and half, entropy exactly ln 2, which a partial sample's sides miss by a row or more. The
+    sample cuts little; what it leaves larger than the region budget is cut level by level on
+    exact counts (every region then fits it: 24,000 rows of 5 columns, 152 bytes each, in a 1MB
+    region budget need at least 4 regions), and entropy l holds in every released class."""
+    db.execute("CREATE TABLE src (id int PRIMARY KEY, a int, b text, d float8, s text)")
+    db.execute("""INSERT INTO src SELECT 2 * p + h, 18 + (p * 37) % 70,
+                      (ARRAY['north', 'south', 'east', 'west'])[1 + (p * 7) % 4],
+                      ((p * 53) % 600) / 10.0, (ARRAY['flu', 'hiv'])[1 + h]
+                  FROM generate_series(1, 12000) p, generate_series(0, 1) h""")
+    model = {"l": 2, "l_diversity": "entropy", "refresh_mode": "fresh"}
+    with budget(db, "2MB"):
+        rel = release_models(db, schema, "src", "ooc", 10, model)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    ooc = metrics["out_of_core"]
+    assert ooc["region_budget_bytes"] == 1 << 20 and ooc["levels"][0]["sample"]["percent"] < 100
+    assert len(ooc["levels"]) > 1 and ooc["regions"] >= 4
+    assert verified is True and row_count == 24000
+    assert min(class_sizes(db, rel, QIS)) >= 10
+    assert_l_diversity_holds(db, rel, model)
+
+
 def test_utility_split_out_of_core_keeps_k_and_l_and_its_utility_close_to_in_memory(db, schema):
     """The utility split's top cuts are chosen on the sample by its own rule (least spread of
     both sides summed over the QIs) and kept on exact counts; each region is fitted by it."""

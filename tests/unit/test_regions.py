@@ -248,6 +248,29 @@ def test_counted_cut_whose_side_fails_entropy_l_is_undone_and_sides_sum_their_le
     assert [(len(r.bounds), r.rows) for r in kept] == [(0, 40)] and undone == 2
 
 
+def test_side_holding_no_value_of_a_sensitive_column_keeps_no_cut():
+    """A region whose values of a sensitive column are all NULL has no distribution, which its
+    fit refuses (as the in-memory fit refuses such a table): a cut leaving such a side is not
+    made, level by level or from the sample's leaves, even where the model (t against the
+    table: a class of NULLs is measured against the table as it is) passes it."""
+    model = Models(t=0.6, table=np.array([0.5, 0.5]))
+
+    def t_close(counts):
+        return all(bool(model.satisfied(c)[0]) for c in counts)
+
+    region = [np.array([4, 4])]
+    assert t_close([np.array([0, 0])])
+    assert not regions.held_by(t_close, [np.array([0, 0])], region)
+    assert not regions.held_by(t_close, [np.array([4, 4])], region)
+    assert regions.held_by(t_close, [np.array([2, 2])], region)
+    root = _tree(1)
+    for number, leaf in enumerate(regions.sample_leaves(root)):
+        leaf.leaf = number
+    counts = {0: [np.array([4, 4])], 1: [np.array([0, 0])]}
+    kept, undone = regions.counted_regions(root, {0: 8, 1: 8}, {}, 5, None, 1, counts, t_close)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(0, 16)] and undone == 1
+
+
 def test_sampled_tree_without_a_qi_cut_at_the_top_is_one_leaf():
     root = regions.sample_tree([None, None], [], 2, None, lambda rows: False, 10)
     assert root.children is None and root.leaf == 0 and root.sampled == 0
