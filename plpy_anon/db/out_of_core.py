@@ -215,6 +215,7 @@ class Source:
         # per categorical QI cut at the top in the whole table's fit's order: its texts in it
         self.by_frequency: dict[int, list] = {}
         self.order_values = ORDER_VALUES    # the most distinct values of such a QI (order_values)
+        self.region_budget = 0              # the bytes a region's read and fit may take
 
     def literal(self, a: int, value: str) -> str:
         """A cut value as a constant of the column's base type (a cast to a domain would run
@@ -722,6 +723,19 @@ ORDER_VALUES = 50_000
 ORDER_VALUE_BYTES = 512
 
 
+#: what a value of a categorical QI cut in that order holds through the regions' fits (measured
+#: with tracemalloc at 6 characters: its text and place in the order ~72 bytes, a region's codes
+#: in it ~133 at their peak, the release figures' labels ~100), taken off the region budget
+ORDER_HELD_BYTES = 320
+
+
+def less_the_orders(budget: int, categorical: dict) -> int:
+    """The region budget less what the categorical QIs' orders (:func:`categorical_orders`) hold
+    through the regions' fits, ORDER_HELD_BYTES a value; at least half of it."""
+    values = sum(len(order) for _, order in categorical.values() if order is not None)
+    return max(budget // 2, budget - values * ORDER_HELD_BYTES)
+
+
 def order_values(budget: int) -> int:
     """The most distinct values of a categorical QI whose order (the whole table's fit's) a run
     of ``budget`` bytes reads: ORDER_VALUES, or more where ORDER_VALUE_BYTES a value fit it."""
@@ -909,6 +923,7 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         columns, sensitive, sampled = sample(src, percent, with_sensitive)
     with src.steps.step("categorical_orders"):
         categorical = categorical_orders(src)
+    budget = src.region_budget = less_the_orders(budget, categorical)
     for a, (_, order) in categorical.items():
         ranked = None if order is None else by_frequency(columns[a], order)
         if ranked is not None:
@@ -972,6 +987,7 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     smallest = 0  # the rows below which a region is not cut (known after the first level)
     if n is not None and len(src.members) == 1 and src.sampled:
         active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
+        budget = src.region_budget
         src.whole = whole
         levels.append(figures)
     check = None        # with models: whether a side's value counts hold them (the table's known)
@@ -990,7 +1006,9 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
             smallest = stats[0][0] // MAX_REGIONS
             # categorical QIs cut in the whole table's fit's order (by frequency), as the sampled
             # top cuts them, and the regions coded in it (core.regions.widened)
-            for a, (d, order) in categorical_orders(src).items():
+            orders = categorical_orders(src)
+            budget = src.region_budget = less_the_orders(budget, orders)
+            for a, (d, order) in orders.items():
                 whole[a] = core.QIStats(whole[a].non_null, distinct=d, order=order)
                 if order is not None:
                     src.by_frequency[a] = order
@@ -1175,10 +1193,11 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
     mondrian_jit.kernels()
-    leaf_budget = core.leaf_budget(budget, resident_bytes())
+    leaf_budget = src.region_budget = core.leaf_budget(budget, resident_bytes())
     src.order_values = order_values(budget)
     with timing.phase("top_levels"):
         leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
+    leaf_budget = src.region_budget         # less what the categorical orders hold
     ctx = method.Run(plpy, GD, release_id, release, spec, started)
     ctx.read_s = ctx.elapsed()
     figures = core.ReleaseFigures()

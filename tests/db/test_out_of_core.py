@@ -283,7 +283,8 @@ def test_categorical_qi_above_order_values_is_cut_in_the_fit_order_when_the_budg
         db, schema):
     """A categorical QI of more distinct values than ORDER_VALUES is cut at the top, and coded
     in each region, in the in-memory fit's order (by frequency, ties by text) when the budget
-    holds that order (out_of_core.order_values): every class, in memory as out of core, holds
+    holds that order (out_of_core.order_values), what the order holds taken off the region
+    budget (out_of_core.less_the_orders): every class, in memory as out of core, holds
     a run of consecutive values of that order (cut in the type's order at the top, a region's
     values interleave with the others' in it), and the NCP is the in-memory one's within 2 %."""
     n_values = 52_000                     # above ORDER_VALUES; frequencies not in text order
@@ -299,7 +300,10 @@ def test_categorical_qi_above_order_values_is_cut_in_the_fit_order_when_the_budg
                 "SELECT anon.mondrian_view('src', k => 10, quasi_identifiers => ARRAY['b'], "
                 "sensitive => ARRAY['s'], release_schema => %s, release_name => %s)",
                 (release_schema_of(schema), name)).fetchone()[0]
-    assert catalog(db, rels["ooc"])[0]["out_of_core"]["regions"] >= 2
+    ooc = catalog(db, rels["ooc"])[0]["out_of_core"]
+    # the order's values are held through the regions' fits: taken off the region budget (at
+    # most half the budget: the backend's own memory is more than the 27MB)
+    assert ooc["regions"] >= 2 and ooc["region_budget_bytes"] < (27 << 20) // 2
     assert "out_of_core" not in catalog(db, rels["mem"])[0]
     for rel in rels.values():
         assert catalog(db, rel)[1] is True            # verified from its rows: truthful sets
@@ -398,7 +402,8 @@ def test_regions_a_sample_leaves_too_large_under_entropy_l_are_cut_level_by_leve
         rel = release_models(db, schema, "src", "ooc", 10, model)
     metrics, verified, row_count, _ = catalog(db, rel)
     ooc = metrics["out_of_core"]
-    assert ooc["region_budget_bytes"] == 1 << 20 and ooc["levels"][0]["sample"]["percent"] < 100
+    assert 1 << 19 < ooc["region_budget_bytes"] <= 1 << 20
+    assert ooc["levels"][0]["sample"]["percent"] < 100
     assert len(ooc["levels"]) > 1 and ooc["regions"] >= 4
     assert verified is True and row_count == 24000
     assert min(class_sizes(db, rel, QIS)) >= 10
