@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from plpy_anon.core import mondrian_jit, republication
+from plpy_anon.core import mondrian_jit, person_hashes, republication
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.mondrian import Mondrian
 
@@ -25,6 +25,7 @@ def warm():
         Mondrian(k=5, engine="numba").fit(columns)
         Mondrian(k=5, l=2, engine="numba").fit(columns, sensitive=np.arange(rows) % 3)
     republication.warm_kernels()      # the stable refresh's grouping
+    person_hashes.warm_kernels()      # the stable mode's people
     return mondrian_jit.stats()
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.db.republication import (
     Coded,
+    Integers,
     _bitmasks,
     _cohorts,
     _packed_texts,
@@ -83,6 +84,20 @@ def test_fingerprints_of_coded_records_are_those_of_their_texts(rows, shuffled):
 def test_hashes_of_a_coded_identifier_are_those_of_its_texts(ids, shuffled, data):
     ids = data.draw(st.permutations(ids))
     assert coded_person_hashes([coded(ids, shuffled)], SALT) == person_hashes([ids], SALT)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=20), st.booleans())
+def test_hashes_of_an_integer_identifier_are_those_of_its_digits(ids, composite):
+    # an integer column's text, as PostgreSQL prints it: its decimal digits
+    texts = [str(v) for v in ids]
+    column = Integers(np.array(ids, dtype=np.int64))
+    if composite:
+        assert coded_person_hashes([column, coded(texts)], SALT) == person_hashes([texts, texts], SALT)
+    else:
+        assert coded_person_hashes([column], SALT) == person_hashes([texts], SALT)
+    assert Coded.of(column).tolist() == texts
+    assert column.shared() == len(ids) - len(set(ids))
 
 
 @settings(max_examples=200, deadline=None)
