@@ -36,13 +36,14 @@ def salted_sha256(prefix: bytes, texts: list[str], engine: str = "auto") -> np.n
         offsets[1:-1] = ends - np.arange(ends.size)
         offsets[-1] = len(blob) - ends.size
         blob = blob.replace(b"\x00", b"")
-    return _run(kern, prefix, np.frombuffer(blob, dtype=np.uint8), offsets)
+    # writeable, as the kernel is compiled for (a read-only array is another signature)
+    return _run(kern, prefix, np.frombuffer(bytearray(blob), dtype=np.uint8), offsets)
 
 
 def salted_sha256_integers(prefix: bytes, values: np.ndarray, engine: str = "auto") -> np.ndarray:
     """(n,) ``S32``: :func:`salted_sha256` of integers' texts, their decimal digits as
     PostgreSQL prints an integer column."""
-    values = np.ascontiguousarray(values, dtype=np.int64)
+    values = np.require(values, dtype=np.int64, requirements=["C", "W"])
     kern = _kernels(values.size, engine)
     if kern is None:
         return _hashlib(prefix, (str(v).encode() for v in values.tolist()), values.size)
@@ -50,6 +51,17 @@ def salted_sha256_integers(prefix: bytes, values: np.ndarray, engine: str = "aut
     blob = np.empty(20 * values.size, dtype=np.uint8)
     used = kern.decimal_texts(values, offsets, blob)
     return _run(kern, prefix, blob[:used], offsets)
+
+
+def int_array_text(values: np.ndarray) -> str:
+    """An integer array's SQL text (``{1,2}``; array_in reads it), written by the kernels when
+    they are loaded."""
+    values = np.require(values, dtype=np.int64, requirements=["C", "W"])
+    kern = _kernels(values.size)
+    if kern is None:
+        return "{" + ",".join(map(str, values.tolist())) + "}"
+    out = np.empty(21 * values.size + 2, dtype=np.uint8)
+    return out[:kern.array_text(values, out)].tobytes().decode("ascii")
 
 
 def _run(kern, prefix: bytes, blob: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -95,3 +107,4 @@ def warm_kernels() -> None:
         return
     salted_sha256(b"salt", ["1", "é", "x" * 70], engine="numba")
     salted_sha256_integers(b"salt", np.array([0, -5, 12]), engine="numba")
+    _person_kernels.array_text(np.array([0, -5, 12]), np.empty(70, dtype=np.uint8))

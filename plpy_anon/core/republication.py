@@ -224,8 +224,7 @@ def group_min_max(labels: np.ndarray, values: np.ndarray, low: np.ndarray, high:
         np.minimum.at(low, labels, values)
         np.maximum.at(high, labels, values)
         return
-    kern.group_min_max(np.ascontiguousarray(labels, dtype=np.int64),
-                       np.ascontiguousarray(values, dtype=low.dtype), low, high)
+    kern.group_min_max(_plain(labels, np.int64), _plain(values, low.dtype), low, high)
 
 
 def stable_order(keys: np.ndarray) -> np.ndarray:
@@ -236,7 +235,13 @@ def stable_order(keys: np.ndarray) -> np.ndarray:
     if kern is None or keys.size == 0 or keys.dtype.kind not in "iu" or int(keys.min()) < 0 \
             or int(keys.max()) >= 4 * keys.size:
         return np.argsort(keys, kind="stable")
-    return kern.counting_order(np.ascontiguousarray(keys, dtype=np.int64), int(keys.max()) + 1)
+    return kern.counting_order(_plain(keys, np.int64), int(keys.max()) + 1)
+
+
+def _plain(array, dtype) -> np.ndarray:
+    """``array`` as the kernels were compiled for: contiguous and writeable (numba compiles a
+    read-only array apart, which the install does not warm)."""
+    return np.require(array, dtype=dtype, requirements=["C", "W"])
 
 
 def _squared_distances(points: np.ndarray, centroids: np.ndarray) -> np.ndarray:

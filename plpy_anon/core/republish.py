@@ -61,6 +61,7 @@ from plpy_anon.core.republication import (
     _grouping_kernels,
     _join_nearest,
     _kernels,
+    _plain,
     _value_codes,
     first_acceptable,
     group_index,
@@ -240,8 +241,7 @@ def _add_rows(out: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
     rows = np.asarray(rows)
     kern = _grouping_kernels(rows.size)
     if kern is not None and out.dtype == np.int64 and rows.dtype.kind in "iu" and rows.ndim == 2:
-        kern.add_rows(out, np.ascontiguousarray(at, dtype=np.int64),
-                      np.ascontiguousarray(rows, dtype=np.int64))
+        kern.add_rows(out, _plain(at, np.int64), _plain(rows, np.int64))
         return
     width = out.shape[1]
     np.add.at(out.reshape(-1), (np.asarray(at)[:, None] * width + np.arange(width)).reshape(-1),
@@ -834,15 +834,14 @@ def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
 
 def _row_ids(table: np.ndarray) -> np.ndarray:
     """Per row of ``table`` (2-d integers), a number from 0 naming its values: equal rows,
-    equal numbers (in the order rows first appear). Column by column, each row's number so far
-    and its value hashed together (pandas' factorize: no sort of the rows)."""
-    import pandas as pd  # the stable mode's paths only
-    ids = np.zeros(table.shape[0], dtype=np.int64)
-    for j in range(table.shape[1]):
-        codes, uniques = pd.factorize(np.ascontiguousarray(table[:, j]))
-        # below rows * distinct values: no overflow below 3e9 rows
-        ids, _ = pd.factorize(ids * len(uniques) + codes)
-    return np.asarray(ids, dtype=np.int64)
+    equal numbers (a lexicographic sort, then the rows that differ from the one before)."""
+    order = np.lexsort(table.T[::-1])
+    ordered = table[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    ids = np.empty(order.size, dtype=np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids
 
 
 def _set_ids(index, n_groups, col) -> np.ndarray:

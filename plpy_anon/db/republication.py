@@ -42,9 +42,11 @@ import numpy as np
 
 from plpy_anon.core import containment, republish
 from plpy_anon.core import person_hashes as person_hashes_core
+from plpy_anon.core.encoding import sorted_distinct
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
+from plpy_anon.core.republication import group_index
 from plpy_anon.core.republish import Version
 from plpy_anon.db import class_counts, guards, timing
 from plpy_anon.db import columns as catalog
@@ -157,9 +159,10 @@ class Coded:
     def of_integers(cls, values: np.ndarray, null_mask: np.ndarray | None) -> Coded:
         """An integer column's text as PostgreSQL prints it (its decimal digits), from the
         numbers read (``null_mask``: the NULL rows, None: none)."""
+        values = np.asarray(values, dtype=np.int64)
+        # np.unique's result; by a table of the range where it is not much wider than the rows
+        uniques, inverse = sorted_distinct(values if null_mask is None else values[~null_mask])
         present = np.ones(values.size, dtype=bool) if null_mask is None else ~null_mask
-        uniques, inverse = np.unique(np.asarray(values, dtype=np.int64)[present],
-                                     return_inverse=True)
         codes = np.full(values.size, -1, dtype=np.int32)
         codes[present] = inverse.ravel()
         return cls(codes, [str(v) for v in uniques.tolist()])
@@ -926,7 +929,7 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
     if rows.sensitive is None or not people.values:
         return out
     if published is None:
-        ids, index = np.unique(groups, return_inverse=True)
+        ids, index = group_index(groups)
         codes = people.codes(rows.sensitive[:, 0])
         width = len(people.values)
         counts = np.bincount(index.ravel() * width + codes, minlength=ids.size * width).reshape(ids.size, width)
@@ -1946,8 +1949,8 @@ NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WH
 
 
 def _int_array(values: np.ndarray) -> str:
-    """An integer array's SQL text."""
-    return "{" + str(values.tolist())[1:-1] + "}"     # a list's repr: "1, 2" (array_in reads it)
+    """An integer array's SQL text (core.person_hashes: no Python object per value)."""
+    return person_hashes_core.int_array_text(values)
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,

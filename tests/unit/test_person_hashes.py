@@ -52,3 +52,12 @@ def test_a_text_holding_nul_is_hashed_as_it_is():
     salt = b"s" * 16
     texts = ["a\x00b", "", "\x00"]
     assert person_hashes.salted_sha256(salt, texts, engine="numba").tobytes() == oracle(salt, texts)
+
+
+@settings(deadline=None)
+@given(INTEGERS)
+def test_integer_array_texts_are_the_digits_array_in_reads(values):
+    assert person_hashes._kernels(0, "numba") is not None      # written by the kernel
+    array = np.array(values, dtype=np.int64)
+    expected = "{" + ",".join(str(v) for v in values) + "}"
+    assert person_hashes.int_array_text(array) == expected

@@ -10,6 +10,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plpy_anon.db.methods.mondrian import published_arrays
 from plpy_anon.db.republication import (
     Coded,
     Integers,
@@ -161,3 +162,15 @@ def test_distinct_composite_keys_hash_to_distinct_people(keys):
     if plain:
         assert person_hashes([list(c) for c in zip(*plain)], SALT) == [
             hashlib.sha256(bytes.fromhex(SALT) + "\x1f".join(k).encode()).digest() for k in plain]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=4, max_size=4), min_size=1, max_size=12),
+       st.lists(st.integers(0, 11), max_size=15))
+def test_published_arrays_repeat_each_value_as_often_as_its_group_publishes_it(counts, labels):
+    counts = np.array(counts, dtype=np.int64)
+    labels = np.array([label % counts.shape[0] for label in labels], dtype=np.int64)
+    elements = np.array(["a", '"b c"', "d", "NULL"], dtype=object)
+    want = ["{" + ",".join(e for e, n in zip(elements.tolist(), counts[label].tolist())
+                           for _ in range(n)) + "}" for label in labels.tolist()]
+    assert published_arrays(counts, elements, labels) == want
