@@ -726,9 +726,9 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
     groups = np.full(n, -1, dtype=np.int64)
     groups[known] = state.groups[at[known]]
     # people with the same candidates share a cohort
-    used, cohort_of_known = np.unique(state.cohorts[at[known]], return_inverse=True)
+    used, cohort_of_known = group_index(state.cohorts[at[known]])
     cohorts = np.full(n, -1, dtype=np.int64)
-    cohorts[known] = cohort_of_known.ravel()
+    cohorts[known] = cohort_of_known
     cohort_sets = [state.sets[u] for u in used.tolist()]
     names = promise.sensitive or ()
     cohort_values = []
