@@ -50,6 +50,7 @@ import time
 
 import numpy as np
 
+from plpy_anon.core.errors import AnonError
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
 from plpy_anon.core.privacy_models import Models
