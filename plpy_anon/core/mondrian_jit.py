@@ -74,7 +74,7 @@ def kernels():
     if _kernels is None and not _unavailable:
         try:
             _use_cache_dir()
-            with _scipy_hidden():
+            with _hidden_from_numba():
                 from plpy_anon.core import _mondrian_kernels
                 check_interrupts()       # ~0.1 s of CPU, not interruptible
                 load_cached(_mondrian_kernels)
@@ -127,21 +127,27 @@ def load_cached(module) -> None:
         cache.load_overload = load_overload
 
 
+#: what numba imports only if present, for work the kernels never ask of it: scipy.linalg, to find
+#: BLAS for ``np.dot`` and ``np.linalg`` in compiled code (a third of what a fresh backend pays
+#: for numba, ~0.1-0.3 s of CPU), and yaml, to read a ``.numba_config.yaml`` from the working
+#: directory (a backend's data directory: no place for numba settings; ~0.01 s of CPU)
+HIDDEN_FROM_NUMBA = ("scipy", "yaml")
+
+
 @contextlib.contextmanager
-def _scipy_hidden():
-    """Keep scipy from being imported while numba loads: numba imports scipy.linalg only to find
-    BLAS for ``np.dot`` and ``np.linalg`` in compiled code, which the kernels never call, and
-    that import is a third of what a fresh backend pays for numba (~0.1-0.3 s). If a caller
-    imported scipy already, numba finds it as usual."""
-    if "scipy" in sys.modules:
-        yield
-        return
-    sys.modules["scipy"] = None           # import scipy... raises ImportError: numba: "no BLAS"
+def _hidden_from_numba():
+    """Keep :data:`HIDDEN_FROM_NUMBA` from being imported while numba loads (``import scipy``
+    raises ImportError: numba then does without, as when they are not installed). A module a
+    caller imported already is found as usual."""
+    hidden = [name for name in HIDDEN_FROM_NUMBA if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
     try:
         yield
     finally:
-        if sys.modules.get("scipy", ...) is None:
-            del sys.modules["scipy"]
+        for name in hidden:
+            if sys.modules.get(name, ...) is None:
+                del sys.modules[name]
 
 
 def partition(model, n_rows):
