@@ -42,6 +42,7 @@ import numpy as np
 
 from plpy_anon.core import containment, republish
 from plpy_anon.core import person_hashes as person_hashes_core
+from plpy_anon.core.disjoint_sets import component_labels
 from plpy_anon.core.encoding import sorted_distinct
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
@@ -1311,12 +1312,9 @@ def _without_empty(signatures: Counter) -> Counter:
 def _union_signatures(a: np.ndarray, b: np.ndarray, n: int, multiset: tuple) -> Counter:
     """:func:`_signatures` of the unions of several of ``n`` members that the pairs (``a``,
     ``b``: positions) link, each member's multiset as (member, code, count) triples."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
     if not n:
         return Counter()
-    graph = coo_matrix((np.ones(a.size, dtype=np.int8), (a, b)), shape=(n, n))
-    _, label = connected_components(graph, directed=False)
+    label = component_labels(a, b, n)
     several = np.bincount(label, minlength=n) > 1
     # unions numbered 0.. in the order of their labels
     union = np.cumsum(several) - 1
