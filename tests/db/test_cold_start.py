@@ -1,5 +1,6 @@
 """A new backend pays only for what its first call needs: the catalog's calls load no numerical or
-SQL-parsing library, a Mondrian release loads neither scikit-learn, SciPy nor sqlglot. Each call
+SQL-parsing library, a Mondrian release loads neither scikit-learn, SciPy nor sqlglot, nor pandas
+where it runs on compiled kernels. Each call
 runs in a fresh connection (a new backend, as pg_cron's jobs get), and the modules it left loaded
 are read from the same backend's interpreter afterwards."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ from psycopg import sql
 from tests.helpers import release_schema_of
 
 HEAVY = ("numpy", "pandas", "pyarrow", "pyarrow.compute", "scipy", "sklearn", "sqlglot",
-         "matplotlib", "numba")
+         "matplotlib", "numba", "yaml")
 
 PEOPLE = """
 CREATE TABLE people (id int PRIMARY KEY, age int, zip text, diagnosis text);
@@ -87,3 +88,38 @@ def test_the_first_call_of_a_backend_still_activates_the_environment(connect):
         loaded = conn.execute("SELECT location FROM anon.versions() WHERE component = 'numpy'").fetchone()[0]
     assert loaded == location
 
+
+
+def test_a_release_on_the_compiled_kernels_loads_numba_without_scipy_pandas_or_yaml(fresh, db, schema):
+    """From mondrian_jit.COMPILED_FROM_ROWS rows the fit and the class literals run on numba's
+    cached kernels: numba is loaded, but none of what it imports only for work the kernels never
+    ask of it (scipy for BLAS, yaml for a config file), nor pandas."""
+    from plpy_anon.core.mondrian_jit import COMPILED_FROM_ROWS
+    db.execute(f"""CREATE TABLE people (id int PRIMARY KEY, age int, zip text, diagnosis text);
+        INSERT INTO people SELECT i, 20 + i % 50, lpad((i % 97)::text, 5, '0'), 'd' || i % 4
+        FROM generate_series(1, {COMPILED_FROM_ROWS}) i""")
+    loaded = fresh(MONDRIAN.format(release_schema_of(schema)))
+    assert "numba" in loaded
+    assert not loaded & {"scipy", "yaml", "pandas", "sklearn", "sqlglot", "pyarrow.compute"}
+    smallest = db.execute(sql.SQL("SELECT min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY age, zip) c")
+                          .format(sql.Identifier(release_schema_of(schema), "people_k5"))).fetchone()[0]
+    assert smallest >= 5
+
+
+def test_a_stable_release_in_a_new_backend_loads_neither_scipy_sklearn_nor_sqlglot(fresh, db, schema):
+    """A release with l and a primary key is stable by default; its creation and its refresh
+    (which checks the new version against the stored one) load no scipy."""
+    db.execute(PEOPLE)
+    stable = MONDRIAN.replace("k => 5,", "k => 5, l => 2,").format(release_schema_of(schema))
+    assert not fresh(stable) & {"scipy", "sklearn", "sqlglot", "matplotlib"}
+    release, mode = db.execute("SELECT release_schema || '.' || release_name, parameters->>'refresh_mode' "
+                               "FROM anon.releases WHERE release_schema = %s",
+                               [release_schema_of(schema)]).fetchone()
+    assert mode == "stable"
+    db.execute("UPDATE people SET age = age + 1 WHERE id % 7 = 0")
+    assert not fresh(f"SELECT * FROM anon.refresh('{release}')") & {"scipy", "sklearn", "sqlglot"}
+    # k and l hold in the refreshed rows
+    k, l = db.execute(sql.SQL("SELECT min(n), min(d) FROM (SELECT count(*) AS n, count(DISTINCT diagnosis) AS d "
+                              "FROM {} GROUP BY age, zip) c")
+                      .format(sql.Identifier(*release.split(".")))).fetchone()
+    assert k >= 5 and l >= 2
