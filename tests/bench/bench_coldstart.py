@@ -5,6 +5,11 @@ and which heavy modules it loaded; (b) the first call of each of a few extension
 fresh backend (target <= 1 s) with the backend's CPU seconds for it, its second call in the same
 backend, and the heavy modules the first call left loaded. Best of ``PLPY_ANON_COLDSTART_REPEATS`` (default 5) fresh processes or
 connections; the machine's load average is printed beside the figures, since both scale with it.
+(c) the default build of ``PLPY_ANON_COLDSTART_BUILD_ROWS`` rows (bench_build's table and
+release; default 1,000,000; 0 skips it) twice in one new backend: the CPU seconds the first build
+pays beyond the second (imports, kernel loads, catalog caches) beside a copy's, and what the
+first build's imports cost, by top-level package (CPU seconds spent in each package's own module
+bodies, timed inside the backend).
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from pathlib import Path
 import psycopg
 
 from plpy_anon.cluster import ThrowawayCluster
-from tests.bench.common import markdown_table, results_dir
+from tests.bench.bench_mondrian import load_synthetic
+from tests.bench.common import copy_seconds, markdown_table, results_dir
 
 REPEATS = int(os.environ.get("PLPY_ANON_COLDSTART_REPEATS", "5"))
 HEAVY = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "sqlglot", "matplotlib", "numba",
@@ -137,8 +143,82 @@ def backend_part() -> list[list]:
     return rows
 
 
+BUILD_ROWS = int(os.environ.get("PLPY_ANON_COLDSTART_BUILD_ROWS", "1000000"))
+BUILD_QIS = ["age", "zip", "sex", "segment", "income", "visit"]    # bench_build's release
+BUILD = ("SELECT anon.mondrian_view('synthetic', k => 10, quasi_identifiers => %s, "
+         "sensitive => ARRAY['diagnosis'], replace => true)")
+
+#: times every module's body as it is first imported in this backend: CPU seconds of its own
+#: body (what the modules it imports cost is theirs), kept in sys for IMPORT_COSTS to read
+IMPORT_TIMER = """DO LANGUAGE plpython3u $$
+import importlib._bootstrap as bootstrap, sys, time
+costs, running = {}, []
+load = bootstrap._load_unlocked
+def timed_load(spec):
+    start = time.process_time()
+    running.append(0.0)
+    try:
+        return load(spec)
+    finally:
+        took = time.process_time() - start
+        costs[spec.name] = took - running.pop()
+        if running:
+            running[-1] += took
+bootstrap._load_unlocked = timed_load
+sys.plpy_anon_import_costs = costs
+$$"""
+IMPORT_COSTS = """CREATE FUNCTION public.coldstart_import_costs() RETURNS TABLE(package text, cpu float8, modules int)
+LANGUAGE plpython3u AS $$
+import sys
+packages = {}
+for name, cpu in sys.plpy_anon_import_costs.items():
+    total = packages.setdefault(name.partition(".")[0], [0.0, 0])
+    total[0] += cpu
+    total[1] += 1
+return sorted(((p, c, n) for p, (c, n) in packages.items()), key=lambda row: -row[1])
+$$"""
+
+
+def build_part() -> list[list]:
+    """The first and the second default build of one new backend, backend CPU seconds."""
+    if not BUILD_ROWS:
+        return []
+    with ThrowawayCluster(settings={"shared_buffers": "'512MB'", "work_mem": "'64MB'"}) as cluster, \
+            psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+        conn.execute(IMPORT_COSTS)
+        load_synthetic(conn, BUILD_ROWS)
+        own = conn.info.backend_pid
+        cpu0 = backend_cpu(own)
+        copy_seconds(conn, "synthetic")
+        copy_cpu = backend_cpu(own) - cpu0
+        firsts, seconds, costs = [], [], []
+        for _ in range(REPEATS):
+            with psycopg.connect(cluster.dsn(), autocommit=True) as other:
+                pid = other.info.backend_pid
+                other.execute(IMPORT_TIMER)
+                cpus = []
+                for _build in range(2):
+                    cpu0 = backend_cpu(pid)
+                    other.execute(BUILD, (BUILD_QIS,))
+                    cpus.append(backend_cpu(pid) - cpu0)
+                firsts.append(cpus[0])
+                seconds.append(cpus[1])
+                costs = other.execute("SELECT * FROM public.coldstart_import_costs()").fetchall()
+    first, again = min(firsts), min(seconds)
+    top = ", ".join(f"{p} {c:.3f} ({n})" for p, c, n in costs[:8])
+    print(f"default build of {BUILD_ROWS:,} rows in a new backend: backend CPU {first:.2f} s, the "
+          f"second build in it {again:.2f} s: {first - again:.2f} s more = "
+          f"{(first - again) / copy_cpu:.2f} copies (a copy: {copy_cpu:.2f} s CPU); load {load()}",
+          flush=True)
+    print(f"  its imports: {sum(c for _, c, _ in costs):.3f} s CPU in {sum(n for *_, n in costs)} "
+          f"modules; by package (CPU s, modules): {top}", flush=True)
+    return [[f"default build, {BUILD_ROWS:,} rows (first / second)", "-",
+             f"{first:.2f} / {again:.2f}", "-", "-", "-", f"imports {sum(c for _, c, _ in costs):.3f} s CPU"]]
+
+
 def main() -> None:
-    rows = cli_part() + backend_part()
+    rows = cli_part() + backend_part() + build_part()
     table = markdown_table(["call", "first (s)", "CPU (s)", "second (s)", "target (s)", "", "heavy modules loaded"],
                            rows)
     print(table)
