@@ -1574,8 +1574,12 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     # one-row parts, cross joined: each a few arrays in class order
     parts = ["SELECT pg_catalog.count(*) AS n_classes FROM classes"]
     send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
+    # the arrays whose elements are read: (part name, array, element text, whether the array
+    # is of texts, which array_to_string joins as they are)
+    elements = []
     if sensitive:
-        parts.append(_coded_elements("sensitive", "c.vals", send, element))
+        elements.append(("sensitive", "c.vals", element, stored is None or (
+            sensitive[0].builtin and sensitive[0].type_name in JOINED_TYPES)))
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
@@ -1585,7 +1589,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         col_type = _released_type(col)
         q = f"c.q{i}"
         if col_type == "text[]":
-            parts.append(_coded_elements(f"set{i}", q, send))
+            elements.append((f"set{i}", q, "e.v", True))
             continue
         none = f"{q} IS NULL OR pg_catalog.isempty({q})"
         if col_type in INTEGER_RANGES:
@@ -1629,12 +1633,21 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     {_packed_by_class(pair_low)} AS pair_low{i}, {_packed_by_class(pair_high)} AS pair_high{i}
     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1
     LEFT JOIN rank{i} t ON t.class_no = c.class_no AND t.side = 2""")
-    query = (f"WITH {', '.join(ctes)}\nSELECT * FROM "
-             + " CROSS JOIN ".join(f"({part}) AS p{n}" for n, part in enumerate(parts)))
-    # grouping ranges and text arrays by sorting them costs 2-3x hashing them
-    # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
-    with local_settings(plpy, **settings, enable_sort="off", jit="off"):
-        row = run(plpy, query, ["text[]"] * len(args), args)[0]
+    # text arrays joined whole (array_to_string), else (or when an element holds a mark of the
+    # joined form) element by element
+    for joined in (True, False):
+        query = (f"WITH {', '.join(ctes)}\nSELECT * FROM " + " CROSS JOIN ".join(
+            f"({part}) AS p{n}" for n, part in enumerate(parts + [
+                _joined_elements(name, array) if joined and joinable else
+                _coded_elements(name, array, send, text) for name, array, text, joinable in elements])))
+        # grouping ranges and text arrays by sorting them costs 2-3x hashing them
+        # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
+        with local_settings(plpy, **settings, enable_sort="off", jit="off"):
+            row = run(plpy, query, ["text[]"] * len(args), args)[0]
+        decoded = {name: _split_elements(row, name) if joined and joinable else
+                   _decoded_elements(row, name) for name, _, _, joinable in elements}
+        if all(d is not None for d in decoded.values()):
+            break
     count = int(row["n_classes"])
     axes, lows, highs, sets = [], [], [], []
     meets = np.ones(count, dtype=bool)
@@ -1648,7 +1661,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
                 -counts[u], u == len(uniques), uniques[u] if u < len(uniques) else ""))
             recode = np.empty(len(uniques) + 1, dtype=np.int64)
             recode[order] = np.arange(len(uniques) + 1)
-            owners, raw, texts = _decoded_elements(row, f"set{i}")
+            owners, raw, texts = decoded[f"set{i}"]
             # each distinct element's slot among the people's values (NULL the last)
             slots = np.r_[pd.Index(uniques, dtype=object).get_indexer(np.asarray(texts, dtype=object)),
                           len(uniques)] if texts else np.array([len(uniques)], dtype=np.int64)
@@ -1680,7 +1693,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         highs.append(pair_high)
     values, multiset, texts = [], (np.empty(0, np.int64),) * 3, []
     if sensitive:
-        owner, code, distinct_values = _decoded_elements(row, "sensitive")
+        owner, code, distinct_values = decoded["sensitive"]
         texts = list(distinct_values) + [None]
         # each (class, value) once, with its rows
         width = len(texts)
@@ -1721,13 +1734,51 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
 def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
     """(codes, texts) of ``count`` texts packed as :func:`_coded_elements` packs them: each
     one's code among the distinct non-NULL texts (NULL coded as len(texts))."""
+    decoded = _texts_ending(packed, count, 0, 0xFF)
+    if decoded is None:
+        raise RuntimeError(f"read other than {count} texts")
+    return decoded
+
+
+#: text types whose arrays :func:`_joined_elements` reads (their output is their text)
+JOINED_TYPES = ("text", "character varying")
+
+
+def _joined_elements(name: str, array: str) -> str:
+    """A one-row part like :func:`_coded_elements`' for arrays of texts, each joined whole by
+    array_to_string (no row an element): per class its number of elements (class order), the
+    elements of every class one after the other, each ended by a 0x01 byte, NULL as 0x02 (in
+    UTF-8), and whether some element is 0x02 itself (then read by :func:`_coded_elements`)."""
+    size = f"coalesce(pg_catalog.cardinality({array}), 0)"
+    return f"""SELECT {_packed_by_class(size)} AS {name}_sizes,
+        pg_catalog.convert_to(pg_catalog.string_agg(
+            pg_catalog.array_to_string({array}, E'\\x01', E'\\x02'), E'\\x01' ORDER BY c.class_no)
+            FILTER (WHERE {size} > 0), 'UTF8') AS {name}_joined,
+        pg_catalog.bool_or(pg_catalog.array_position({array}, E'\\x02') IS NOT NULL) AS {name}_marked
+    FROM classes c"""
+
+
+def _split_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list] | None:
+    """:func:`_decoded_elements` of :func:`_joined_elements`' part, or None when some element
+    is the NULL mark or holds the end one (more texts than elements)."""
+    if row[f"{name}_marked"]:
+        return None
+    sizes = class_counts.int8_array(row[f"{name}_sizes"])
+    decoded = _texts_ending(row[f"{name}_joined"], int(sizes.sum()), 0x01, 0x02)
+    return None if decoded is None else (np.repeat(np.arange(sizes.size, dtype=np.int64), sizes),
+                                         *decoded)
+
+
+def _texts_ending(packed, count: int, end: int, null: int) -> tuple[np.ndarray, list] | None:
+    """(codes, texts) of ``count`` texts in UTF-8 each ended by the byte ``end`` (the last one's
+    end left out), NULL the byte ``null``; None when there are other than ``count``."""
     if not count:
         return np.zeros(0, dtype=np.int64), []
     import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
-    packed_texts = bytes(packed) + b"\x00"          # the last one's end
-    ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == 0)
+    packed_texts = bytes(packed) + bytes([end])          # the last one's end
+    ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == end)
     if ends.size != count:
-        raise RuntimeError(f"read {ends.size} texts of {count} elements")
+        return None
     # each value with its end mark (equal values, equal bytes), cut off when decoded
     offsets = np.r_[0, ends + 1].astype(np.int32)
     values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
@@ -1739,7 +1790,7 @@ def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
     except ImportError:
         encoded = values.dictionary_encode()
     distinct = encoded.dictionary.to_pylist()
-    null = b"\xff\x00"
+    null = bytes([null, end])
     texts = [t[:-1].decode("utf-8") for t in distinct if t != null]
     recode = np.empty(len(distinct), dtype=np.int64)
     shown = np.array([t != null for t in distinct], dtype=bool)
