@@ -1407,7 +1407,8 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
     # each earlier group to the group now holding its people (held back ones too)
-    kept = [_kept_version(row, release_id) for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
+    kept = [_kept_version(plpy, row, release_id)
+            for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
     step = _moves(release, state, kept, version, hashes, groups)
     step_of = republish._mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
                                  np.fromiter(step.values(), dtype=np.int64, count=len(step)))
@@ -1461,9 +1462,13 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
             detail=json.dumps(figures),
             hint="The published version stays. Report this with the release's parameters.")
     sizes = group_counts.sum(axis=1).tolist()
-    # each group's values, group after group (a value repeated as many times as it is held)
-    vals = np.asarray(values, dtype=object)[
-        np.repeat(np.tile(np.arange(len(values)), ids.size), group_counts.ravel())].tolist()
+    # each group's values, group after group (a value repeated as many times as it is held),
+    # joined as one text where no value is or holds a mark of the joined form
+    held = np.repeat(np.tile(np.arange(len(values)), ids.size), group_counts.ravel())
+    marks = any(v is not None and ("\x01" in v or v == "\x02") for v in values) or (
+        held.size == 1 and values[held[0]] == "")         # one empty text joins as no text
+    vals = np.asarray(values, dtype=object)[held].tolist() if marks else "\x01".join(
+        np.asarray(["\x02" if v is None else v for v in values], dtype=object)[held].tolist())
     for row in kept:
         roots = step_of(row["roots"])
         if (roots != row["roots"]).any():
@@ -1472,35 +1477,48 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     # only the newest version keeps who it held back
     run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
               "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
-    run(plpy, """
-        INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back,
-                                           counterfeit, linked, waiting, waiting_groups, people_linked)
-        SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
-               $2, $2, $3, $4, $5, $6, $7, $8, $9, $10""",
-        ["int4", "int4[]", "int4[]", "text[]", "int4", "int4", "int4[]", "bytea[]", "int4[]", "int4[]"],
+    run(plpy, STORE_VERSION if marks else STORE_JOINED_VERSION,
+        ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
+         "bytea[]", "int4[]", "int4[]"],
         [release_id, ids.tolist(), sizes, vals, version["held_back"], version["counterfeit"],
          linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
          None if people_ids is None else [int(g) for g in people_ids]])
     return figures
 
 
+#: a version checked, stored (its values, ``$4``: a text array)
+STORE_VERSION = """
+INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back,
+                                   counterfeit, linked, waiting, waiting_groups, people_linked)
+SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
+       $2, $2, $3, $4, $5, $6, $7, $8, $9, $10"""
+#: :data:`STORE_VERSION` with the values as one text (each ended by 0x01 but the last, NULL
+#: 0x02), split by string_to_array (no Python object per value handed to PostgreSQL)
+STORE_JOINED_VERSION = STORE_VERSION.replace(
+    "$4,", "pg_catalog.string_to_array($4, E'\\x01', E'\\x02'),")
 #: the stored versions as the difference check reads them: the integer arrays in their binary
-#: form (array_send), each one's values packed as :func:`_coded_elements` packs them (no Python
-#: object per row)
+#: form (array_send), each one's values joined whole as :func:`_joined_elements` joins them (no
+#: row nor Python object per value)
 KEPT_VERSIONS = """
 SELECT v.version, pg_catalog.array_send(v.group_ids) AS group_ids,
        pg_catalog.array_send(v.roots) AS roots, pg_catalog.array_send(v.sizes) AS sizes,
-       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups, e.vals_elements,
-       e.vals_count
-FROM anon.release_versions v CROSS JOIN LATERAL (
-    SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
-                                 '\\x00'::bytea ORDER BY u.o) AS vals_elements,
-           pg_catalog.count(*) AS vals_count
-    FROM pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)) e
-WHERE v.release_id = $1 ORDER BY v.version"""
+       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups,
+       pg_catalog.convert_to(pg_catalog.array_to_string(v.vals, E'\\x01', E'\\x02'), 'UTF8')
+           AS vals_joined,
+       coalesce(pg_catalog.cardinality(v.vals), 0) AS vals_count,
+       pg_catalog.array_position(v.vals, E'\\x02') IS NOT NULL AS vals_marked
+FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+#: one stored version's values packed as :func:`_coded_elements` packs them, where a value is
+#: or holds a mark of the joined form
+KEPT_VALUES = """
+SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
+                             '\\x00'::bytea ORDER BY u.o) AS vals_elements,
+       pg_catalog.count(*) AS vals_count
+FROM anon.release_versions v CROSS JOIN LATERAL pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)
+WHERE v.release_id = $1 AND v.version = $2"""
 
 
-def _kept_version(row, release_id: int) -> dict:
+def _kept_version(plpy, row, release_id: int) -> dict:
     """A row of KEPT_VERSIONS with its arrays decoded: group_ids, roots, sizes as integers,
     vals as (each row's code, the distinct texts; NULL coded as their number)."""
     out = dict(row)
@@ -1512,7 +1530,12 @@ def _kept_version(row, release_id: int) -> dict:
                 f"NULL, NULL elements or more dimensions in {name}",
                 hint="Restore the release's rows of anon.release_versions from a backup, or "
                      "recreate the release knowingly.")
-    out["vals"] = _decoded_texts(row["vals_elements"], int(row["vals_count"] or 0))
+    out["vals"] = None if row["vals_marked"] else \
+        _texts_ending(row["vals_joined"], int(row["vals_count"]), 0x01, 0x02)
+    if out["vals"] is None:
+        packed = run(plpy, KEPT_VALUES, ["int4", "int4"], [release_id, row["version"]])[0]
+        out["vals"] = _decoded_texts(packed["vals_elements"], int(packed["vals_count"] or 0))
+    out["vals_joined"] = None
     return out
 
 
