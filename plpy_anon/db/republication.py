@@ -972,7 +972,8 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
             figures.update(check_differences(
                 plpy, release, promise, stashed["version"], state, hashes, groups, classes, matched,
                 lambda kept: alive_groups(kept, state, present, rid),
-                None if now is None else lambda kept: alive_groups(kept, state, present, rid, now)))
+                None if now is None else lambda kept: alive_groups(kept, state, present, rid, now),
+                present))
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
     l = promise.l
@@ -1305,9 +1306,11 @@ def _group_pairs(group_ids, linked_ids) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(found), at[found]
 
 
-def _moves(release: dict, state: State, kept: list, version: dict, hashes: list, groups: list) -> dict:
+def _moves(release: dict, state: State, kept: list, version: dict, hashes: list, groups: list,
+           present: np.ndarray | None = None) -> dict:
     """Each earlier group (the last version's, published or held back) -> the group now holding
-    its people (published or held back now); refuses (22000) a group whose people went to two."""
+    its people (published or held back now); refuses (22000) a group whose people went to two.
+    ``present``: those people's hashes packed, when the caller has them."""
     # a person held back now is followed to the group that holds them back (the run's rows are
     # published or held back, never both)
     people = list(hashes) + list(version.get("waiting") or [])
@@ -1316,7 +1319,7 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
     before = np.full(len(people), -1, dtype=np.int64)
     followed = np.zeros(len(people), dtype=bool)
     if people:
-        at = state.find(packed(people))
+        at = state.find(packed(people) if present is None else present)
         followed = at >= 0
         before[followed] = state.groups[at[followed]]
         # people held back by the last version: the group that held them then
@@ -1342,7 +1345,7 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
 
 def check_differences(plpy, release: dict, promise: Promise, version: dict, state: State,
                       hashes: list, groups: list, classes: Classes, matched=None,
-                      alive=None, unchanged=None) -> dict:
+                      alive=None, unchanged=None, present=None) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (``classes``: from the released rows, :func:`released_classes`) must be the groups'
     multisets the run stashed (``version``), and no group's values added or removed since any
@@ -1361,7 +1364,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     components of the linked pairs. An earlier group is linked to the group holding it now only
     while someone of it is in the table (``alive``: the stored versions' rows -> per version,
     which of its groups do; core.republish.Version.alive), and apart while someone of it is in
-    the table with an unchanged record (``unchanged``, likewise). Refuses (22000) otherwise;
+    the table with an unchanged record (``unchanged``, likewise; ``present``: the hashes of the
+    run's people and then of its held back ones, packed, when the caller has them). Refuses
+    (22000) otherwise;
     stores the version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
@@ -1409,7 +1414,7 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     # each earlier group to the group now holding its people (held back ones too)
     kept = [_kept_version(plpy, row, release_id)
             for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
-    step = _moves(release, state, kept, version, hashes, groups)
+    step = _moves(release, state, kept, version, hashes, groups, present)
     step_of = republish._mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
                                  np.fromiter(step.values(), dtype=np.int64, count=len(step)))
     # every earlier group id -> the group holding it now (a later version's entry wins)
