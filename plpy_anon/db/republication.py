@@ -1606,7 +1606,9 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     ctes = [f"""classes AS MATERIALIZED (
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, b.* FROM ({base}) b)"""]
     # one-row parts, cross joined: each a few arrays in class order
-    parts = ["SELECT pg_catalog.count(*) AS n_classes FROM classes"]
+    parts = []
+    # what one scan of the classes computes (a scan and an aggregation each part)
+    scanned = ["pg_catalog.count(*) AS n_classes"]
     send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
     # the arrays whose elements are read: (part name, array, element text, whether the array
     # is of texts, which array_to_string joins as they are)
@@ -1634,9 +1636,9 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             high = (f"CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
                     f"ELSE pg_catalog.upper({q})::pg_catalog.int8 "
                     f"- CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
-            parts.append(f"""SELECT {_packed_by_class(low)} AS low{i}, {_packed_by_class(high)} AS high{i},
-    {_packed_by_class(f"({none})::pg_catalog.int4")} AS empty{i}
-    FROM classes c""")
+            scanned += [f"{_packed_by_class(low)} AS low{i}",
+                        f"{_packed_by_class(high)} AS high{i}",
+                        f"{_packed_by_class(f'({none})::pg_catalog.int4')} AS empty{i}"]
             continue
         args.append(list(uniques))
         param, element = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0]
@@ -1670,10 +1672,13 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     # text arrays joined whole (array_to_string), else (or when an element holds a mark of the
     # joined form) element by element
     for joined in (True, False):
+        columns = scanned + [column for name, array, _, joinable in elements if joined and joinable
+                             for column in _joined_elements(name, array)]
         query = (f"WITH {', '.join(ctes)}\nSELECT * FROM " + " CROSS JOIN ".join(
-            f"({part}) AS p{n}" for n, part in enumerate(parts + [
-                _joined_elements(name, array) if joined and joinable else
-                _coded_elements(name, array, send, text) for name, array, text, joinable in elements])))
+            f"({part}) AS p{n}" for n, part in enumerate(
+                [f"SELECT {', '.join(columns)} FROM classes c"] + parts + [
+                    _coded_elements(name, array, send, text)
+                    for name, array, text, joinable in elements if not (joined and joinable)])))
         # grouping ranges and text arrays by sorting them costs 2-3x hashing them
         # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
         with local_settings(plpy, **settings, enable_sort="off", jit="off"):
@@ -1778,18 +1783,19 @@ def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
 JOINED_TYPES = ("text", "character varying")
 
 
-def _joined_elements(name: str, array: str) -> str:
-    """A one-row part like :func:`_coded_elements`' for arrays of texts, each joined whole by
-    array_to_string (no row an element): per class its number of elements (class order), the
-    elements of every class one after the other, each ended by a 0x01 byte, NULL as 0x02 (in
-    UTF-8), and whether some element is 0x02 itself (then read by :func:`_coded_elements`)."""
+def _joined_elements(name: str, array: str) -> list[str]:
+    """The aggregates over the classes ``c`` that read arrays of texts as :func:`_coded_elements`'
+    part does, each array joined whole by array_to_string (no row an element): per class its
+    number of elements (class order), the elements of every class one after the other, each
+    ended by a 0x01 byte, NULL as 0x02 (in UTF-8), and whether some element is 0x02 itself
+    (then read by :func:`_coded_elements`)."""
     size = f"coalesce(pg_catalog.cardinality({array}), 0)"
-    return f"""SELECT {_packed_by_class(size)} AS {name}_sizes,
-        pg_catalog.convert_to(pg_catalog.string_agg(
+    return [f"{_packed_by_class(size)} AS {name}_sizes",
+            f"""pg_catalog.convert_to(pg_catalog.string_agg(
             pg_catalog.array_to_string({array}, E'\\x01', E'\\x02'), E'\\x01' ORDER BY c.class_no)
-            FILTER (WHERE {size} > 0), 'UTF8') AS {name}_joined,
-        pg_catalog.bool_or(pg_catalog.array_position({array}, E'\\x02') IS NOT NULL) AS {name}_marked
-    FROM classes c"""
+            FILTER (WHERE {size} > 0), 'UTF8') AS {name}_joined""",
+            (f"pg_catalog.bool_or(pg_catalog.array_position({array}, E'\\x02') IS NOT NULL) "
+             f"AS {name}_marked")]
 
 
 def _split_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list] | None:
