@@ -488,13 +488,17 @@ def join_tree(px, codes, ranged, low, high, held, offsets, centroids, order, cen
 
 
 @njit(cache=True, nogil=True)
-def _holds(c, i, points, low, high, is_set, members, offsets, widths):
+def _holds(c, i, points, low, high, is_set, members, offsets, widths, bits, word_start):
     """Class ``c`` holds point ``i`` on every axis (:func:`points_in_boxes`' exact test)."""
     for j in range(points.shape[1]):
         v = points[i, j]
         if is_set[j]:
             if v < low[c, j] or v > high[c, j]:
                 return False
+            if word_start[j] >= 0:
+                if not (bits[c, word_start[j] + (v >> 6)] >> np.uint64(v & 63)) & np.uint64(1):
+                    return False
+                continue
             key = c * widths[j] + v
             a, b = offsets[j], offsets[j + 1]
             while a < b:
@@ -512,8 +516,8 @@ def _holds(c, i, points, low, high, is_set, members, offsets, widths):
 
 @njit(cache=True, nogil=True)
 def points_in_boxes(start, points, query_low, query_high, low, high, is_set, members, offsets,
-                    widths, span_low, span_high, order, node_low, node_high, first, last, left,
-                    linked_start, linked, plain, found, out_p, out_c):
+                    widths, bits, word_start, span_low, span_high, order, node_low, node_high,
+                    first, last, left, linked_start, linked, plain, found, out_p, out_c):
     """The (point, class) pairs where the class holds the point on every axis, for the points
     from ``start`` on, into ``out_p``/``out_c``: core.containment.contained's test. Each point's
     candidates are the classes of :func:`box_tree`'s tree of their spans (``span_low``/
@@ -522,8 +526,10 @@ def points_in_boxes(start, points, query_low, query_high, low, high, is_set, mem
     it holds any value); each candidate then tested exactly: ``low``/``high`` (C, q) the
     classes' closed intervals of codes, a point coded ANY (-1) on a range held by every class,
     on a set (``is_set``) its key ``class * widths[j] + code`` among the sorted ``members``
-    (axis j's from ``offsets[j]`` to ``offsets[j + 1]``). With ``linked`` (class c's partners
-    ``linked[linked_start[c]:linked_start[c + 1]]``: every class that can hold a point with c),
+    (axis j's from ``offsets[j]`` to ``offsets[j + 1]``), or where ``word_start[j] >= 0`` the
+    code's bit in the class's row of ``bits`` (C, W) from that word on. With ``linked`` (class
+    c's partners ``linked[linked_start[c]:linked_start[c + 1]]``: every class that can hold a
+    point with c),
     a ``plain`` point (ANY nowhere) held by a class the point before was held by is tested
     against that class's partners only, no search. Returns (how many, the point to go on
     from: ``points.shape[0]`` when done); stops before a point whose candidates might not fit."""
@@ -536,13 +542,15 @@ def points_in_boxes(start, points, query_low, query_high, low, high, is_set, mem
         if count + found.size > out_p.size:
             return count, i
         if partners and plain[i] and hit >= 0 and \
-                _holds(hit, i, points, low, high, is_set, members, offsets, widths):
+                _holds(hit, i, points, low, high, is_set, members, offsets, widths, bits,
+                       word_start):
             out_p[count] = i
             out_c[count] = hit
             count += 1
             for t in range(linked_start[hit], linked_start[hit + 1]):
                 c = linked[t]
-                if _holds(c, i, points, low, high, is_set, members, offsets, widths):
+                if _holds(c, i, points, low, high, is_set, members, offsets, widths, bits,
+                          word_start):
                     out_p[count] = i
                     out_c[count] = c
                     count += 1
@@ -552,7 +560,8 @@ def points_in_boxes(start, points, query_low, query_high, low, high, is_set, mem
         hit = -1
         for t in range(m):
             c = found[t]
-            if _holds(c, i, points, low, high, is_set, members, offsets, widths):
+            if _holds(c, i, points, low, high, is_set, members, offsets, widths, bits,
+                      word_start):
                 out_p[count] = i
                 out_c[count] = c
                 count += 1

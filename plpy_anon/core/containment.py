@@ -152,7 +152,10 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     # a point of any value (NULL on a range) meets every class there
     anywhere = (points == ANY) & ~is_set
     query_low[anywhere], query_high[anywhere] = -np.inf, np.inf
-    members = [a.members if a.members is not None else np.empty(0, np.int64) for a in axes]
+    bits, word_start = _member_bits(axes, n_classes)
+    # the sets tested by bits need no members
+    members = [a.members if a.members is not None and word_start[j] < 0 else
+               np.empty(0, np.int64) for j, a in enumerate(axes)]
     offsets = np.r_[0, np.cumsum([m.size for m in members])].astype(np.int64)
     members = np.concatenate(members).astype(np.int64)
     widths = np.array([a.width for a in axes], dtype=np.int64)
@@ -170,11 +173,41 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
         end = min(n_points, start + POINTS_A_CALL)           # the points' rows up to ``end``
         count, start = kern.points_in_boxes(start, points[:end], query_low[:end],
                                             query_high[:end], low, high, is_set, members, offsets,
-                                            widths, span_low, span_high, *tree, linked_start,
-                                            partners, plain[:end], found, buf_p, buf_c)
+                                            widths, bits, word_start, span_low, span_high, *tree,
+                                            linked_start, partners, plain[:end], found, buf_p,
+                                            buf_c)
         out_p.append(visit[buf_p[:count]])
         out_c.append(buf_c[:count])
     return np.concatenate(out_p), np.concatenate(out_c)
+
+
+#: bytes the compiled search's bitmasks of the classes' sets may take (a set past it is
+#: searched among its members)
+MEMBER_BITS_BYTES = 32 << 20
+
+
+def _member_bits(axes: list[Axis], n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The classes' sets as bits for the compiled search, the narrowest sets first while they
+    fit in MEMBER_BITS_BYTES: (bits (classes, words), each axis's first word, -1 for an axis
+    whose members are searched instead). A bit test costs one load where the search of the
+    sorted members costs a load per halving (2x the search's time at 80,000 classes)."""
+    word_start = np.full(len(axes), -1, dtype=np.int64)
+    words = 0
+    for j in sorted(range(len(axes)), key=lambda j: axes[j].width):
+        if axes[j].members is None:
+            continue
+        need = (axes[j].width + 63) // 64
+        if (words + need) * n_classes * 8 > MEMBER_BITS_BYTES:
+            break
+        word_start[j], words = words, words + need
+    bits = np.zeros(n_classes * words, dtype=np.uint64)
+    for j in np.flatnonzero(word_start >= 0).tolist():
+        width = axes[j].width
+        klass, code = axes[j].members // width, axes[j].members % width
+        # members are distinct (class, code) keys: each bit set once, so adding is ORing
+        np.add.at(bits, klass * words + word_start[j] + code // 64,
+                  np.left_shift(np.uint64(1), (code % 64).astype(np.uint64)))
+    return bits.reshape(n_classes, words), word_start
 
 
 def _partners(linked, n_classes: int) -> tuple[np.ndarray, np.ndarray]:

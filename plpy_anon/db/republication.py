@@ -972,7 +972,8 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
             figures.update(check_differences(
                 plpy, release, promise, stashed["version"], state, hashes, groups, classes, matched,
                 lambda kept: alive_groups(kept, state, present, rid),
-                None if now is None else lambda kept: alive_groups(kept, state, present, rid, now)))
+                None if now is None else lambda kept: alive_groups(kept, state, present, rid, now),
+                present))
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
     l = promise.l
@@ -1173,10 +1174,15 @@ def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray,
     low, high = np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64)
     # the tree's spans as floats: rounding keeps their order, so no pair that meets is pruned
     span_low, span_high = low.astype(np.float64), high.astype(np.float64)
-    index = kern.box_tree(span_low, span_high)
+    order, *index = kern.box_tree(span_low, span_high)
     leaves = np.flatnonzero(index[-1] < 0)
     words, offsets = (np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)) \
         if words is None else (np.ascontiguousarray(words[0], dtype=np.uint64), words[1])
+    # the boxes renumbered in the tree's order: a leaf's partners, found at random places of
+    # the arrays, then lie a few runs apart in memory (1.5x faster at 80,000 classes)
+    low, high, words = low[order], high[order], words[order]
+    span_low, span_high = span_low[order], span_high[order]
+    index = [np.arange(count, dtype=np.int64)] + index
     size = max(BOX_CHUNK, 2 * count)
     out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
     found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -1188,7 +1194,8 @@ def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray,
                                          out_a, out_b)
         found_a.append(out_a[:n].copy())
         found_b.append(out_b[:n].copy())
-    return np.concatenate(found_a), np.concatenate(found_b)
+    a, b = order[np.concatenate(found_a)], order[np.concatenate(found_b)]
+    return np.minimum(a, b), np.maximum(a, b)
 
 
 def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1299,9 +1306,11 @@ def _group_pairs(group_ids, linked_ids) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(found), at[found]
 
 
-def _moves(release: dict, state: State, kept: list, version: dict, hashes: list, groups: list) -> dict:
+def _moves(release: dict, state: State, kept: list, version: dict, hashes: list, groups: list,
+           present: np.ndarray | None = None) -> dict:
     """Each earlier group (the last version's, published or held back) -> the group now holding
-    its people (published or held back now); refuses (22000) a group whose people went to two."""
+    its people (published or held back now); refuses (22000) a group whose people went to two.
+    ``present``: those people's hashes packed, when the caller has them."""
     # a person held back now is followed to the group that holds them back (the run's rows are
     # published or held back, never both)
     people = list(hashes) + list(version.get("waiting") or [])
@@ -1310,7 +1319,7 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
     before = np.full(len(people), -1, dtype=np.int64)
     followed = np.zeros(len(people), dtype=bool)
     if people:
-        at = state.find(packed(people))
+        at = state.find(packed(people) if present is None else present)
         followed = at >= 0
         before[followed] = state.groups[at[followed]]
         # people held back by the last version: the group that held them then
@@ -1336,7 +1345,7 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
 
 def check_differences(plpy, release: dict, promise: Promise, version: dict, state: State,
                       hashes: list, groups: list, classes: Classes, matched=None,
-                      alive=None, unchanged=None) -> dict:
+                      alive=None, unchanged=None, present=None) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (``classes``: from the released rows, :func:`released_classes`) must be the groups'
     multisets the run stashed (``version``), and no group's values added or removed since any
@@ -1355,7 +1364,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     components of the linked pairs. An earlier group is linked to the group holding it now only
     while someone of it is in the table (``alive``: the stored versions' rows -> per version,
     which of its groups do; core.republish.Version.alive), and apart while someone of it is in
-    the table with an unchanged record (``unchanged``, likewise). Refuses (22000) otherwise;
+    the table with an unchanged record (``unchanged``, likewise; ``present``: the hashes of the
+    run's people and then of its held back ones, packed, when the caller has them). Refuses
+    (22000) otherwise;
     stores the version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
@@ -1401,8 +1412,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
     # each earlier group to the group now holding its people (held back ones too)
-    kept = [_kept_version(row, release_id) for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
-    step = _moves(release, state, kept, version, hashes, groups)
+    kept = [_kept_version(plpy, row, release_id)
+            for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
+    step = _moves(release, state, kept, version, hashes, groups, present)
     step_of = republish._mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
                                  np.fromiter(step.values(), dtype=np.int64, count=len(step)))
     # every earlier group id -> the group holding it now (a later version's entry wins)
@@ -1455,9 +1467,13 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
             detail=json.dumps(figures),
             hint="The published version stays. Report this with the release's parameters.")
     sizes = group_counts.sum(axis=1).tolist()
-    # each group's values, group after group (a value repeated as many times as it is held)
-    vals = np.asarray(values, dtype=object)[
-        np.repeat(np.tile(np.arange(len(values)), ids.size), group_counts.ravel())].tolist()
+    # each group's values, group after group (a value repeated as many times as it is held),
+    # joined as one text where no value is or holds a mark of the joined form
+    held = np.repeat(np.tile(np.arange(len(values)), ids.size), group_counts.ravel())
+    marks = any(v is not None and ("\x01" in v or v == "\x02") for v in values) or (
+        held.size == 1 and values[held[0]] == "")         # one empty text joins as no text
+    vals = np.asarray(values, dtype=object)[held].tolist() if marks else "\x01".join(
+        np.asarray(["\x02" if v is None else v for v in values], dtype=object)[held].tolist())
     for row in kept:
         roots = step_of(row["roots"])
         if (roots != row["roots"]).any():
@@ -1466,35 +1482,48 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     # only the newest version keeps who it held back
     run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
               "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
-    run(plpy, """
-        INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back,
-                                           counterfeit, linked, waiting, waiting_groups, people_linked)
-        SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
-               $2, $2, $3, $4, $5, $6, $7, $8, $9, $10""",
-        ["int4", "int4[]", "int4[]", "text[]", "int4", "int4", "int4[]", "bytea[]", "int4[]", "int4[]"],
+    run(plpy, STORE_VERSION if marks else STORE_JOINED_VERSION,
+        ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
+         "bytea[]", "int4[]", "int4[]"],
         [release_id, ids.tolist(), sizes, vals, version["held_back"], version["counterfeit"],
          linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
          None if people_ids is None else [int(g) for g in people_ids]])
     return figures
 
 
+#: a version checked, stored (its values, ``$4``: a text array)
+STORE_VERSION = """
+INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, held_back,
+                                   counterfeit, linked, waiting, waiting_groups, people_linked)
+SELECT $1, coalesce((SELECT pg_catalog.max(version) + 1 FROM anon.release_versions WHERE release_id = $1), 0),
+       $2, $2, $3, $4, $5, $6, $7, $8, $9, $10"""
+#: :data:`STORE_VERSION` with the values as one text (each ended by 0x01 but the last, NULL
+#: 0x02), split by string_to_array (no Python object per value handed to PostgreSQL)
+STORE_JOINED_VERSION = STORE_VERSION.replace(
+    "$4,", "pg_catalog.string_to_array($4, E'\\x01', E'\\x02'),")
 #: the stored versions as the difference check reads them: the integer arrays in their binary
-#: form (array_send), each one's values packed as :func:`_coded_elements` packs them (no Python
-#: object per row)
+#: form (array_send), each one's values joined whole as :func:`_joined_elements` joins them (no
+#: row nor Python object per value)
 KEPT_VERSIONS = """
 SELECT v.version, pg_catalog.array_send(v.group_ids) AS group_ids,
        pg_catalog.array_send(v.roots) AS roots, pg_catalog.array_send(v.sizes) AS sizes,
-       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups, e.vals_elements,
-       e.vals_count
-FROM anon.release_versions v CROSS JOIN LATERAL (
-    SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
-                                 '\\x00'::bytea ORDER BY u.o) AS vals_elements,
-           pg_catalog.count(*) AS vals_count
-    FROM pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)) e
-WHERE v.release_id = $1 ORDER BY v.version"""
+       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups,
+       pg_catalog.convert_to(pg_catalog.array_to_string(v.vals, E'\\x01', E'\\x02'), 'UTF8')
+           AS vals_joined,
+       coalesce(pg_catalog.cardinality(v.vals), 0) AS vals_count,
+       pg_catalog.array_position(v.vals, E'\\x02') IS NOT NULL AS vals_marked
+FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+#: one stored version's values packed as :func:`_coded_elements` packs them, where a value is
+#: or holds a mark of the joined form
+KEPT_VALUES = """
+SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
+                             '\\x00'::bytea ORDER BY u.o) AS vals_elements,
+       pg_catalog.count(*) AS vals_count
+FROM anon.release_versions v CROSS JOIN LATERAL pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)
+WHERE v.release_id = $1 AND v.version = $2"""
 
 
-def _kept_version(row, release_id: int) -> dict:
+def _kept_version(plpy, row, release_id: int) -> dict:
     """A row of KEPT_VERSIONS with its arrays decoded: group_ids, roots, sizes as integers,
     vals as (each row's code, the distinct texts; NULL coded as their number)."""
     out = dict(row)
@@ -1506,7 +1535,12 @@ def _kept_version(row, release_id: int) -> dict:
                 f"NULL, NULL elements or more dimensions in {name}",
                 hint="Restore the release's rows of anon.release_versions from a backup, or "
                      "recreate the release knowingly.")
-    out["vals"] = _decoded_texts(row["vals_elements"], int(row["vals_count"] or 0))
+    out["vals"] = None if row["vals_marked"] else \
+        _texts_ending(row["vals_joined"], int(row["vals_count"]), 0x01, 0x02)
+    if out["vals"] is None:
+        packed = run(plpy, KEPT_VALUES, ["int4", "int4"], [release_id, row["version"]])[0]
+        out["vals"] = _decoded_texts(packed["vals_elements"], int(packed["vals_count"] or 0))
+    out["vals_joined"] = None
     return out
 
 
@@ -1574,8 +1608,12 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     # one-row parts, cross joined: each a few arrays in class order
     parts = ["SELECT pg_catalog.count(*) AS n_classes FROM classes"]
     send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
+    # the arrays whose elements are read: (part name, array, element text, whether the array
+    # is of texts, which array_to_string joins as they are)
+    elements = []
     if sensitive:
-        parts.append(_coded_elements("sensitive", "c.vals", send, element))
+        elements.append(("sensitive", "c.vals", element, stored is None or (
+            sensitive[0].builtin and sensitive[0].type_name in JOINED_TYPES)))
     coded, args = [], []
     for i, (col, texts) in enumerate(zip(qis, qi_texts)):
         check_interrupts()
@@ -1585,7 +1623,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         col_type = _released_type(col)
         q = f"c.q{i}"
         if col_type == "text[]":
-            parts.append(_coded_elements(f"set{i}", q, send))
+            elements.append((f"set{i}", q, "e.v", True))
             continue
         none = f"{q} IS NULL OR pg_catalog.isempty({q})"
         if col_type in INTEGER_RANGES:
@@ -1629,12 +1667,21 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     {_packed_by_class(pair_low)} AS pair_low{i}, {_packed_by_class(pair_high)} AS pair_high{i}
     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1
     LEFT JOIN rank{i} t ON t.class_no = c.class_no AND t.side = 2""")
-    query = (f"WITH {', '.join(ctes)}\nSELECT * FROM "
-             + " CROSS JOIN ".join(f"({part}) AS p{n}" for n, part in enumerate(parts)))
-    # grouping ranges and text arrays by sorting them costs 2-3x hashing them
-    # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
-    with local_settings(plpy, **settings, enable_sort="off", jit="off"):
-        row = run(plpy, query, ["text[]"] * len(args), args)[0]
+    # text arrays joined whole (array_to_string), else (or when an element holds a mark of the
+    # joined form) element by element
+    for joined in (True, False):
+        query = (f"WITH {', '.join(ctes)}\nSELECT * FROM " + " CROSS JOIN ".join(
+            f"({part}) AS p{n}" for n, part in enumerate(parts + [
+                _joined_elements(name, array) if joined and joinable else
+                _coded_elements(name, array, send, text) for name, array, text, joinable in elements])))
+        # grouping ranges and text arrays by sorting them costs 2-3x hashing them
+        # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
+        with local_settings(plpy, **settings, enable_sort="off", jit="off"):
+            row = run(plpy, query, ["text[]"] * len(args), args)[0]
+        decoded = {name: _split_elements(row, name) if joined and joinable else
+                   _decoded_elements(row, name) for name, _, _, joinable in elements}
+        if all(d is not None for d in decoded.values()):
+            break
     count = int(row["n_classes"])
     axes, lows, highs, sets = [], [], [], []
     meets = np.ones(count, dtype=bool)
@@ -1648,7 +1695,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
                 -counts[u], u == len(uniques), uniques[u] if u < len(uniques) else ""))
             recode = np.empty(len(uniques) + 1, dtype=np.int64)
             recode[order] = np.arange(len(uniques) + 1)
-            owners, raw, texts = _decoded_elements(row, f"set{i}")
+            owners, raw, texts = decoded[f"set{i}"]
             # each distinct element's slot among the people's values (NULL the last)
             slots = np.r_[pd.Index(uniques, dtype=object).get_indexer(np.asarray(texts, dtype=object)),
                           len(uniques)] if texts else np.array([len(uniques)], dtype=np.int64)
@@ -1680,7 +1727,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         highs.append(pair_high)
     values, multiset, texts = [], (np.empty(0, np.int64),) * 3, []
     if sensitive:
-        owner, code, distinct_values = _decoded_elements(row, "sensitive")
+        owner, code, distinct_values = decoded["sensitive"]
         texts = list(distinct_values) + [None]
         # each (class, value) once, with its rows
         width = len(texts)
@@ -1721,13 +1768,51 @@ def _decoded_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list]:
 def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
     """(codes, texts) of ``count`` texts packed as :func:`_coded_elements` packs them: each
     one's code among the distinct non-NULL texts (NULL coded as len(texts))."""
+    decoded = _texts_ending(packed, count, 0, 0xFF)
+    if decoded is None:
+        raise RuntimeError(f"read other than {count} texts")
+    return decoded
+
+
+#: text types whose arrays :func:`_joined_elements` reads (their output is their text)
+JOINED_TYPES = ("text", "character varying")
+
+
+def _joined_elements(name: str, array: str) -> str:
+    """A one-row part like :func:`_coded_elements`' for arrays of texts, each joined whole by
+    array_to_string (no row an element): per class its number of elements (class order), the
+    elements of every class one after the other, each ended by a 0x01 byte, NULL as 0x02 (in
+    UTF-8), and whether some element is 0x02 itself (then read by :func:`_coded_elements`)."""
+    size = f"coalesce(pg_catalog.cardinality({array}), 0)"
+    return f"""SELECT {_packed_by_class(size)} AS {name}_sizes,
+        pg_catalog.convert_to(pg_catalog.string_agg(
+            pg_catalog.array_to_string({array}, E'\\x01', E'\\x02'), E'\\x01' ORDER BY c.class_no)
+            FILTER (WHERE {size} > 0), 'UTF8') AS {name}_joined,
+        pg_catalog.bool_or(pg_catalog.array_position({array}, E'\\x02') IS NOT NULL) AS {name}_marked
+    FROM classes c"""
+
+
+def _split_elements(row, name: str) -> tuple[np.ndarray, np.ndarray, list] | None:
+    """:func:`_decoded_elements` of :func:`_joined_elements`' part, or None when some element
+    is the NULL mark or holds the end one (more texts than elements)."""
+    if row[f"{name}_marked"]:
+        return None
+    sizes = class_counts.int8_array(row[f"{name}_sizes"])
+    decoded = _texts_ending(row[f"{name}_joined"], int(sizes.sum()), 0x01, 0x02)
+    return None if decoded is None else (np.repeat(np.arange(sizes.size, dtype=np.int64), sizes),
+                                         *decoded)
+
+
+def _texts_ending(packed, count: int, end: int, null: int) -> tuple[np.ndarray, list] | None:
+    """(codes, texts) of ``count`` texts in UTF-8 each ended by the byte ``end`` (the last one's
+    end left out), NULL the byte ``null``; None when there are other than ``count``."""
     if not count:
         return np.zeros(0, dtype=np.int64), []
     import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
-    packed_texts = bytes(packed) + b"\x00"          # the last one's end
-    ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == 0)
+    packed_texts = bytes(packed) + bytes([end])          # the last one's end
+    ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == end)
     if ends.size != count:
-        raise RuntimeError(f"read {ends.size} texts of {count} elements")
+        return None
     # each value with its end mark (equal values, equal bytes), cut off when decoded
     offsets = np.r_[0, ends + 1].astype(np.int32)
     values = pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
@@ -1739,7 +1824,7 @@ def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
     except ImportError:
         encoded = values.dictionary_encode()
     distinct = encoded.dictionary.to_pylist()
-    null = b"\xff\x00"
+    null = bytes([null, end])
     texts = [t[:-1].decode("utf-8") for t in distinct if t != null]
     recode = np.empty(len(distinct), dtype=np.int64)
     shown = np.array([t != null for t in distinct], dtype=bool)

@@ -99,16 +99,19 @@ def test_splitting_finds_the_classes_testing_every_pair_finds(table, leaf):
 
 
 @settings(max_examples=150, deadline=None)
-@given(tables(), st.integers(1, 64))
-def test_the_compiled_search_finds_the_pairs_the_numpy_split_finds(table, chunk):
+@given(tables(), st.integers(1, 64), st.sampled_from([0, 8, 1 << 20]))
+def test_the_compiled_search_finds_the_pairs_the_numpy_split_finds(table, chunk, bits_bytes):
+    """Whichever sets the classes' bits hold (none, some, all: the rest searched among their
+    members) and however few pairs a call finds."""
     kinds, points, boxes = table
     axes = axes_of(points, boxes, kinds)
-    original = containment.FOUND_CHUNK
+    original = containment.FOUND_CHUNK, containment.MEMBER_BITS_BYTES
     containment.FOUND_CHUNK = chunk          # a few pairs per call: calls resume where they stopped
+    containment.MEMBER_BITS_BYTES = bits_bytes
     try:
         p, c = contained(axes, len(points), len(boxes), engine="numba")
     finally:
-        containment.FOUND_CHUNK = original
+        containment.FOUND_CHUNK, containment.MEMBER_BITS_BYTES = original
     expected_p, expected_c = contained(axes, len(points), len(boxes), engine="numpy")
     found = list(zip(p.tolist(), c.tolist()))
     assert sorted(found) == sorted(zip(expected_p.tolist(), expected_c.tolist()))
