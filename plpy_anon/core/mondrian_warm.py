@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 
-from plpy_anon.core import mondrian_jit, republication
+from plpy_anon.core import mondrian_jit, person_hashes, republication
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.mondrian import Mondrian
 
@@ -32,6 +32,7 @@ def warm():
                               np.array([97, 98], dtype=np.uint8),
                               np.array([0, 2], dtype=np.int64),
                               np.array([31], dtype=np.uint8), out)
+    person_hashes.warm_kernels()      # the stable mode's people
     return mondrian_jit.stats()
 
 

@@ -90,8 +90,7 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
         raise CannotKeepCandidates("no row of the previous version is left to keep its class")
     if known.all():
         return labels
-    ids, members = np.unique(labels[known], return_inverse=True)
-    members = members.ravel()
+    ids, members = group_index(labels[known])
     # each QI's column of the known rows in turn (no copy of every known row's point)
     sizes = np.maximum(np.bincount(members, minlength=ids.size).astype(np.float64), 1.0)
     centroids = np.column_stack([
@@ -104,8 +103,7 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
         if ranged[d]:
             low = np.full(ids.size, np.inf)
             high = np.full(ids.size, -np.inf)
-            np.minimum.at(low, members, col[known])
-            np.maximum.at(high, members, col[known])
+            group_min_max(members, col[known], low, high)
             sides.append((low, high, None))
         else:
             code, n_values = _value_codes(col)
@@ -196,6 +194,54 @@ def _kernels(n_rows: int | None = None):
         mondrian_jit.load_cached(kern)
         _republication_kernels = kern
     return _republication_kernels
+
+
+_grouping = None
+
+
+def _grouping_kernels(n_rows: int | None = None):
+    """The compiled per-group reductions (core._grouping_kernels), loaded with :func:`_kernels`
+    (None where those are not: numpy then)."""
+    global _grouping
+    if _grouping is None:
+        if _kernels(n_rows) is None:
+            return None
+        from plpy_anon.core import _grouping_kernels as kern
+        from plpy_anon.core import mondrian_jit
+        mondrian_jit.load_cached(kern)
+        _grouping = kern
+    return _grouping
+
+
+def group_min_max(labels: np.ndarray, values: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:
+    """``np.minimum.at(low, labels, values)`` and ``np.maximum.at(high, labels, values)``, in
+    one compiled pass where the kernels are loaded."""
+    kern = _grouping_kernels(labels.size)
+    values = np.asarray(values)
+    # which zero numpy keeps of 0.0 and -0.0 is its own: negative floats left to it
+    if kern is None or low.dtype != high.dtype or low.dtype not in (np.float64, np.int64) or \
+            values.dtype.kind == "f" and np.signbit(values).any():
+        np.minimum.at(low, labels, values)
+        np.maximum.at(high, labels, values)
+        return
+    kern.group_min_max(_plain(labels, np.int64), _plain(values, low.dtype), low, high)
+
+
+def stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of non-negative integers: by counting where they are
+    dense and the kernels are loaded."""
+    keys = np.asarray(keys)
+    kern = _grouping_kernels(keys.size)
+    if kern is None or keys.size == 0 or keys.dtype.kind not in "iu" or int(keys.min()) < 0 \
+            or int(keys.max()) >= 4 * keys.size:
+        return np.argsort(keys, kind="stable")
+    return kern.counting_order(_plain(keys, np.int64), int(keys.max()) + 1)
+
+
+def _plain(array, dtype) -> np.ndarray:
+    """``array`` as the kernels were compiled for: contiguous and writeable (numba compiles a
+    read-only array apart, which the install does not warm)."""
+    return np.require(array, dtype=dtype, requirements=["C", "W"])
 
 
 def _squared_distances(points: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -358,8 +404,7 @@ class GroupBoxes:
             if ranged[d]:
                 low = np.full(n_groups, np.inf)
                 high = np.full(n_groups, -np.inf)
-                np.minimum.at(low, labels, col)
-                np.maximum.at(high, labels, col)
+                group_min_max(labels, col, low, high)
                 self.dims.append((low, high))
             else:
                 code, n_values = _value_codes(col)
@@ -494,6 +539,14 @@ def warm_kernels():
     if kern is None:
         return
     rng = np.random.default_rng(0)
+    # the per-group reductions, on every argument type they take
+    grouping = _grouping_kernels()
+    labels = rng.integers(0, 4, 50)
+    for dtype in (np.float64, np.int64):
+        low, high = np.zeros(4, dtype=dtype), np.zeros(4, dtype=dtype)
+        grouping.group_min_max(labels, rng.integers(0, 9, 50).astype(dtype), low, high)
+    grouping.add_rows(np.zeros((4, 3), dtype=np.int64), labels, np.ones((50, 3), dtype=np.int64))
+    grouping.counting_order(labels, 4)
     groups = np.concatenate([np.arange(20), np.full(10, -1), rng.integers(0, 20, 70)])
     points = rng.integers(0, 5, (100, 2)) / 4
     _join_nearest(groups, points, np.array([True, False]))

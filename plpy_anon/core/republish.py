@@ -58,11 +58,15 @@ from plpy_anon.core.republication import (
     GroupBoxes,
     _centroids,
     _distinct,
+    _grouping_kernels,
     _join_nearest,
     _kernels,
+    _plain,
     _value_codes,
     first_acceptable,
     group_index,
+    group_min_max,
+    stable_order,
 )
 
 CHOICES = ("advance", "retire_joiners", "joiners", "retire", "hold", "withdraw")
@@ -232,7 +236,13 @@ def _compiled_safe(models: Models, size: int):
 
 
 def _add_rows(out: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
-    """``np.add.at(out, at, rows)`` for 2-d ``out`` (contiguous), as one flat addition."""
+    """``np.add.at(out, at, rows)`` for 2-d ``out`` (contiguous), as one flat addition (a
+    compiled pass over the rows where the kernels are loaded)."""
+    rows = np.asarray(rows)
+    kern = _grouping_kernels(rows.size)
+    if kern is not None and out.dtype == np.int64 and rows.dtype.kind in "iu" and rows.ndim == 2:
+        kern.add_rows(out, _plain(at, np.int64), _plain(rows, np.int64))
+        return
     width = out.shape[1]
     np.add.at(out.reshape(-1), (np.asarray(at)[:, None] * width + np.arange(width)).reshape(-1),
               np.asarray(rows).reshape(-1))
@@ -256,13 +266,25 @@ def unsafe_pairs(models: Models, ids: np.ndarray, counts: np.ndarray, history: l
     included."""
     out = []
     for version in history:
-        gone = np.setdiff1d(np.unique(roots_of(version.ids)), ids)
+        gone = _absent(np.unique(roots_of(version.ids)), ids)
         all_ids = np.concatenate([ids, gone])
         order = np.argsort(all_ids)
         published = np.vstack([counts, np.zeros((gone.size, counts.shape[1]), dtype=counts.dtype)])[order]
         ok = safe_against(models, published[:, None, :], version, roots_of, all_ids[order])
         out.append(int((~ok).sum()))
     return np.asarray(out, dtype=np.int64)
+
+
+def _absent(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``np.setdiff1d(values, ids)`` of sorted distinct ``values``: searched in ``ids`` when
+    they are sorted (no sort of both)."""
+    ids = np.asarray(ids)
+    if ids.size < 2 or (ids[1:] > ids[:-1]).all():
+        at = np.searchsorted(ids, values)
+        inside = (at < ids.size) & (ids[np.minimum(at, max(ids.size - 1, 0))] == values) \
+            if ids.size else np.zeros(values.size, dtype=bool)
+        return values[~inside]
+    return np.setdiff1d(values, ids)
 
 
 def union_nodes(ids: np.ndarray, linked: np.ndarray | None, version: Version,
@@ -273,7 +295,7 @@ def union_nodes(ids: np.ndarray, linked: np.ndarray | None, version: Version,
     there could be in any: ``linked`` now, ``version.linked`` then) and by people in both,
     whose group they keep (the earlier groups followed to the groups holding them now)."""
     root = roots_of(version.ids)
-    gone = np.setdiff1d(np.unique(root), ids)
+    gone = _absent(np.unique(root), ids)
     nodes = np.concatenate([ids, gone])
     order = np.argsort(nodes, kind="stable")
     sorted_nodes = nodes[order]
@@ -330,10 +352,11 @@ def unsafe_unions(models: Models, ids: np.ndarray, counts: np.ndarray, linked: n
             continue
         now = np.zeros((nodes.size, counts.shape[1]), dtype=np.int64)
         before = np.zeros_like(now)
-        np.add.at(now, union[:ids.size], counts)
+        _add_rows(now, union[:ids.size], counts)
         order = np.argsort(nodes, kind="stable")
-        np.add.at(before, union[order], ancestors_sum(version, roots_of, nodes[order]))
-        unsafe = several & ~difference_safe(models, now, before)
+        _add_rows(before, union[order], ancestors_sum(version, roots_of, nodes[order]))
+        unsafe = np.zeros(nodes.size, dtype=bool)
+        unsafe[several] = ~difference_safe(models, now[several], before[several])
         out[i] += int(unsafe.sum())
         failing |= unsafe[union[:ids.size]]
     return failing if per_group else out
@@ -362,10 +385,12 @@ def _unsafe_parts(models, ids, counts, now_linked, then_linked, version, roots_o
     labels = _smallest_roots(np.arange(n + m, dtype=np.int64), np.concatenate(a), np.concatenate(b))
     now = np.zeros((n + m, counts.shape[1]), dtype=np.int64)
     before = np.zeros_like(now)
-    np.add.at(now, labels[:n], counts)
-    np.add.at(before, labels[n:], version.counts)
-    several = np.bincount(labels, minlength=n + m) > 1
-    unsafe = several & ~difference_safe(models, now, before)
+    _add_rows(now, labels[:n], counts)
+    _add_rows(before, labels[n:], version.counts)
+    several = np.flatnonzero(np.bincount(labels, minlength=n + m) > 1)
+    unsafe = np.zeros(n + m, dtype=bool)
+    # the parts of one class are not subtracted: only those of several tested
+    unsafe[several] = ~difference_safe(models, now[several], before[several])
     return unsafe[labels[:n]]
 
 
@@ -700,7 +725,7 @@ class _Members:
     """The positions of an array's entries by value: sorted once, searched per look-up."""
 
     def __init__(self, values: np.ndarray):
-        self.order = np.argsort(values, kind="stable")
+        self.order = stable_order(values)
         self.sorted = np.asarray(values)[self.order]
 
     def of(self, values) -> np.ndarray:
@@ -782,8 +807,7 @@ def _group_ranges(index, n_groups: int, col) -> tuple[np.ndarray, np.ndarray, np
     valued = col >= 0
     low = np.full(n_groups, np.iinfo(np.int64).max)
     high = np.full(n_groups, -1)
-    np.minimum.at(low, index[valued], col[valued])
-    np.maximum.at(high, index[valued], col[valued])
+    group_min_max(index[valued], col[valued], low, high)
     return low, high, valued
 
 

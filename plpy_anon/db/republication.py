@@ -41,9 +41,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from plpy_anon.core import containment, republish
+from plpy_anon.core import person_hashes as person_hashes_core
+from plpy_anon.core.encoding import sorted_distinct
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
+from plpy_anon.core.republication import group_index
 from plpy_anon.core.republish import Version
 from plpy_anon.db import class_counts, guards, timing
 from plpy_anon.db import columns as catalog
@@ -144,6 +147,8 @@ class Coded:
         """A reader column (codes and dictionary), or a list of texts (coded here)."""
         if isinstance(column, Coded):
             return column
+        if isinstance(column, Integers):
+            return cls.of_integers(column.values, column.null_mask)
         if hasattr(column, "codes") and hasattr(column, "dictionary"):
             return cls(column.codes, column.dictionary)
         import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
@@ -154,9 +159,10 @@ class Coded:
     def of_integers(cls, values: np.ndarray, null_mask: np.ndarray | None) -> Coded:
         """An integer column's text as PostgreSQL prints it (its decimal digits), from the
         numbers read (``null_mask``: the NULL rows, None: none)."""
+        values = np.asarray(values, dtype=np.int64)
+        # np.unique's result; by a table of the range where it is not much wider than the rows
+        uniques, inverse = sorted_distinct(values if null_mask is None else values[~null_mask])
         present = np.ones(values.size, dtype=bool) if null_mask is None else ~null_mask
-        uniques, inverse = np.unique(np.asarray(values, dtype=np.int64)[present],
-                                     return_inverse=True)
         codes = np.full(values.size, -1, dtype=np.int32)
         codes[present] = inverse.ravel()
         return cls(codes, [str(v) for v in uniques.tolist()])
@@ -228,21 +234,56 @@ def factorized(texts) -> tuple[np.ndarray, list]:
     return codes, list(uniques)
 
 
-def coded_person_hashes(columns: list[Coded], salt: str) -> list[bytes]:
-    """:func:`person_hashes` of coded identifier columns: one column's distinct texts hashed
-    once each (a primary key's are all its rows, but no Python string a row is made twice)."""
+def coded_person_hashes(columns: list, salt: str) -> list[bytes]:
+    """:func:`person_hashes` of coded identifier columns (:class:`Coded`, or :class:`Integers`)."""
+    return _hash_list(coded_persons(columns, salt))
+
+
+def coded_persons(columns: list, salt: str) -> np.ndarray:
+    """:func:`coded_person_hashes` packed (numpy ``S32``): one column's distinct texts hashed
+    once each, an integer column's from its numbers (core.person_hashes: no Python string a
+    row)."""
     if len(columns) != 1:
-        return person_hashes([c.tolist() for c in columns], salt)
+        return packed(person_hashes([Coded.of(c).tolist() for c in columns], salt))
     column = columns[0]
     prefix = bytes.fromhex(salt)
-    sha256 = hashlib.sha256
-    digests = [sha256(prefix + t.encode()).digest() for t in column.dictionary]
-    digests.append(sha256(prefix).digest())          # NULL (code -1): refused before it counts
+    if isinstance(column, Integers):
+        return person_hashes_core.salted_sha256_integers(prefix, column.values)
+    # NULL (code -1) takes the last: refused before it counts
+    digests = person_hashes_core.salted_sha256(prefix, [*column.dictionary, ""])
     codes = column.codes
     if codes.size == len(column.dictionary) and (codes == np.arange(codes.size)).all():
-        digests.pop()
-        return digests
-    return [digests[i] for i in codes.tolist()]
+        return digests[:-1]
+    return digests[codes]
+
+
+def _hash_list(persons: np.ndarray) -> list[bytes]:
+    """Packed hashes (numpy ``S32``) as bytes (32 each: numpy's items would drop trailing zero
+    bytes)."""
+    raw = persons.tobytes()
+    return [raw[i:i + 32] for i in range(0, len(raw), 32)]
+
+
+@dataclass
+class Integers:
+    """An integer identifier column as read (``values``; ``null_mask``: the NULL rows, None:
+    none): its text, the digits PostgreSQL prints, is made from the numbers only to hash it."""
+
+    values: np.ndarray
+    null_mask: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return self.values.size
+
+    def missing(self) -> np.ndarray:
+        return np.zeros(self.values.size, dtype=bool) if self.null_mask is None else self.null_mask
+
+    def shared(self) -> int:
+        """Rows whose value another row has too."""
+        values = self.values[~self.missing()]
+        if values.size < 2 or (values[1:] > values[:-1]).all():
+            return 0
+        return values.size - np.unique(values).size
 
 
 @dataclass
@@ -641,18 +682,23 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             hint="Restore the release's row of anon.release_secrets from a backup, or drop the "
                  "release and create it again (a new history that earlier versions can be "
                  "intersected with).")
-    identifiers = [Coded.of(column) for column in identifier_texts]
+    identifiers = [column if isinstance(column, Integers) else Coded.of(column)
+                   for column in identifier_texts]
     n = len(identifiers[0]) if identifiers else 0
     # rows with a NULL identifier
-    missing = int(np.logical_or.reduce([c.codes < 0 for c in identifiers]).sum()) if n else 0
+    missing = int(np.logical_or.reduce([
+        c.missing() if isinstance(c, Integers) else c.codes < 0 for c in identifiers]).sum()) if n else 0
     if missing:
         raise InvalidParameter(
             f"refresh_mode => 'stable' follows people by {', '.join(promise.identifiers or ())}, and "
             f"{missing} rows have no value there (NULL)",
             hint="Give every row its identifier (a NOT NULL primary key, say), or recreate the release "
                  "with refresh_mode => 'fresh'.")
-    hashes = coded_person_hashes(identifiers, salt)
-    if len(identifiers) == 1:
+    persons = coded_persons(identifiers, salt)
+    hashes = _hash_list(persons)
+    if len(identifiers) == 1 and isinstance(identifiers[0], Integers):
+        shared = identifiers[0].shared()
+    elif len(identifiers) == 1:
         # one column: its distinct texts are distinct people
         shared = n - int(np.count_nonzero(np.bincount(identifiers[0].codes,
                                                        minlength=len(identifiers[0].dictionary))))
@@ -675,15 +721,14 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
                  "database), or recreate the release with replace => true knowingly.")
     n = len(hashes)
     check_interrupts()
-    persons = packed(hashes)
     at = state.find(persons)
     known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
     groups[known] = state.groups[at[known]]
     # people with the same candidates share a cohort
-    used, cohort_of_known = np.unique(state.cohorts[at[known]], return_inverse=True)
+    used, cohort_of_known = group_index(state.cohorts[at[known]])
     cohorts = np.full(n, -1, dtype=np.int64)
-    cohorts[known] = cohort_of_known.ravel()
+    cohorts[known] = cohort_of_known
     cohort_sets = [state.sets[u] for u in used.tolist()]
     names = promise.sensitive or ()
     cohort_values = []
@@ -884,7 +929,7 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
     if rows.sensitive is None or not people.values:
         return out
     if published is None:
-        ids, index = np.unique(groups, return_inverse=True)
+        ids, index = group_index(groups)
         codes = people.codes(rows.sensitive[:, 0])
         width = len(people.values)
         counts = np.bincount(index.ravel() * width + codes, minlength=ids.size * width).reshape(ids.size, width)
@@ -1989,8 +2034,8 @@ NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WH
 
 
 def _int_array(values: np.ndarray) -> str:
-    """An integer array's SQL text."""
-    return "{" + str(values.tolist())[1:-1] + "}"     # a list's repr: "1, 2" (array_in reads it)
+    """An integer array's SQL text (core.person_hashes: no Python object per value)."""
+    return person_hashes_core.int_array_text(values)
 
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,

@@ -14,7 +14,9 @@ Tables (each with a primary key, k = 10, l = 2):
 * synth: the 6-QI shape of the layout benchmarks (tests.bench.bench_production.SYNTH) plus an
   id, PLPY_ANON_STABLE_ROWS rows (default "200000"; "1000000" for the target).
 
-PLPY_ANON_STABLE_TABLES (default "people,adult,synth") picks the tables.
+PLPY_ANON_STABLE_TABLES (default "people,adult,synth") picks the tables. PLPY_ANON_STABLE_DIGEST=1
+prints the md5 of each stable release's rows (ordered) after its creation and after its refresh:
+a change of speed must publish the same rows.
 """
 from __future__ import annotations
 
@@ -85,6 +87,15 @@ def churn(conn, name: str) -> None:
     conn.execute(f"ANALYZE {name}")
 
 
+def digest(conn, release: str, step: str) -> None:
+    """The md5 of the release's rows in order (PLPY_ANON_STABLE_DIGEST=1)."""
+    if os.environ.get("PLPY_ANON_STABLE_DIGEST") != "1":
+        return
+    md5, n = conn.execute(f"SELECT md5(string_agg(r::text, E'\\n' ORDER BY r::text)), count(*) "
+                          f"FROM {release} r").fetchone()
+    print(f"  {release} {step}: {n:,} rows, md5 {md5}", flush=True)
+
+
 def verified(conn, release: str, shape: dict) -> tuple[int, int]:
     """(smallest class, fewest distinct sensitive values in a class), from the released rows."""
     qis = ", ".join(shape["qis"])
@@ -106,6 +117,7 @@ def measure(conn, name: str, shape: dict) -> list[list]:
             f"sensitive => ARRAY['{shape['sensitive']}'], identifiers => ARRAY{shape['identifiers']}, "
             f"refresh_mode => '{mode}', release_name => '{name}_{mode}')").fetchone()[0]
         created[mode] = time.perf_counter() - t0
+    digest(conn, releases["stable"], "created")
     churn(conn, name)
     for mode in ("fresh", "stable"):
         t0 = time.perf_counter()
@@ -118,6 +130,7 @@ def measure(conn, name: str, shape: dict) -> list[list]:
             print(f"  {name} {mode} refresh phases (s): " + ", ".join(
                 f"{p} {s:.2f}" for p, s in sorted(phases[0].items(), key=lambda i: -i[1])),
                 flush=True)
+    digest(conn, releases["stable"], "refreshed")
     rows = []
     across = conn.execute(
         "SELECT verification -> 'across_versions' FROM anon.release_status() WHERE release = %s",

@@ -10,8 +10,10 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plpy_anon.db.methods.mondrian import published_arrays
 from plpy_anon.db.republication import (
     Coded,
+    Integers,
     _bitmasks,
     _cohorts,
     _packed_texts,
@@ -85,6 +87,20 @@ def test_hashes_of_a_coded_identifier_are_those_of_its_texts(ids, shuffled, data
     assert coded_person_hashes([coded(ids, shuffled)], SALT) == person_hashes([ids], SALT)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=20), st.booleans())
+def test_hashes_of_an_integer_identifier_are_those_of_its_digits(ids, composite):
+    # an integer column's text, as PostgreSQL prints it: its decimal digits
+    texts = [str(v) for v in ids]
+    column = Integers(np.array(ids, dtype=np.int64))
+    if composite:
+        assert coded_person_hashes([column, coded(texts)], SALT) == person_hashes([texts, texts], SALT)
+    else:
+        assert coded_person_hashes([column], SALT) == person_hashes([texts], SALT)
+    assert Coded.of(column).tolist() == texts
+    assert column.shared() == len(ids) - len(set(ids))
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 130), max_size=6), min_size=1, max_size=12))
 def test_bitmasks_and_cohorts_hold_each_owners_values(values):
@@ -146,3 +162,15 @@ def test_distinct_composite_keys_hash_to_distinct_people(keys):
     if plain:
         assert person_hashes([list(c) for c in zip(*plain)], SALT) == [
             hashlib.sha256(bytes.fromhex(SALT) + "\x1f".join(k).encode()).digest() for k in plain]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 3), min_size=4, max_size=4), min_size=1, max_size=12),
+       st.lists(st.integers(0, 11), max_size=15))
+def test_published_arrays_repeat_each_value_as_often_as_its_group_publishes_it(counts, labels):
+    counts = np.array(counts, dtype=np.int64)
+    labels = np.array([label % counts.shape[0] for label in labels], dtype=np.int64)
+    elements = np.array(["a", '"b c"', "d", "NULL"], dtype=object)
+    want = ["{" + ",".join(e for e, n in zip(elements.tolist(), counts[label].tolist())
+                           for _ in range(n)) + "}" for label in labels.tolist()]
+    assert published_arrays(counts, elements, labels) == want

@@ -7,6 +7,7 @@ described in generalization.py, which every Mondrian-family method shares.
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numpy as np
 
@@ -166,8 +167,12 @@ def publish_partition(ctx: method.Run, rows: ReleaseRows, model) -> tuple[dict, 
 
 def published_arrays(counts: np.ndarray, elements: np.ndarray, labels: np.ndarray) -> list[str]:
     """Array literals of the classes whose labels are ``labels``: each value repeated as many
-    times as its group publishes it (``elements``: stored_classes.array_elements)."""
-    return ["{" + ",".join(np.repeat(elements, counts[label]).tolist()) + "}" for label in labels.tolist()]
+    times as its group publishes it (``elements``: stored_classes.array_elements); the
+    classes' values listed at once, then cut per class."""
+    rows = counts[np.asarray(labels)]
+    texts = elements[np.repeat(np.tile(np.arange(elements.size), rows.shape[0]), rows.ravel())].tolist()
+    edges = np.concatenate([[0], np.cumsum(rows.sum(axis=1))]).tolist()
+    return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(edges)]
 
 
 RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,

@@ -467,11 +467,16 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
     check_float_digits(plpy, tbl, qis + (sens if reads_values else []))
     numeric = [c for c in qis if c.kind == "numeric"]
     categorical = [c for c in qis if c.kind == "categorical"]
-    extra = [c for c in sens + target_col + identifiers if c.name not in {q.name for q in categorical}]
+    # an integer identifier is read as numbers: its text (its digits) is made from them to hash it
+    valued = {c.name for c in sens + target_col}
+    id_numbers = [c for c in identifiers if _integer_column(c) and c.name not in valued]
+    extra = [c for c in sens + target_col + identifiers
+             if c.name not in {q.name for q in categorical} and c not in id_numbers]
     # a stable release's check matches its people with the released classes by their QIs as read
     # (an integer's text, its digits, is made from the number read)
     texts_read = [c for c in numeric if not _integer(c)] if stable else []
-    data = read_columns(plpy, tbl, numeric, categorical + _unique(extra), located=not reads_values,
+    data = read_columns(plpy, tbl, numeric + [c for c in id_numbers if c not in numeric],
+                        categorical + _unique(extra), located=not reads_values,
                         exact=reads_values, texts=texts_read, where=where)
     # the stored texts as spelled in the source; l and t count values, not spellings
     spelled = [data.columns[c.name] for c in sens] if reads_values and data.n_rows else []
@@ -517,7 +522,9 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
     if stable:
         people = republication.people_of(
             plpy, release["release_id"], spec.stored,
-            [republication.Coded.of(data.columns[c.name]) for c in identifiers],
+            [republication.Integers(data.columns[c.name].values, data.columns[c.name].null_mask)
+             if c in id_numbers else republication.Coded.of(data.columns[c.name])
+             for c in identifiers],
             [data.columns[c.name].dictionary for c in sens] if sensitive is not None else [],
             # categorical QIs' text is what they were read as already (codes and their texts)
             [republication.Coded.of_integers(data.columns[c.name].values,
@@ -536,6 +543,12 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
 def _integer(col) -> bool:
     """Whether a numeric column holds integers (read exactly, printed as their digits)."""
     return catalog.NUMERIC_TYPES[col.type_name][2] == "int"
+
+
+def _integer_column(col) -> bool:
+    """Whether a column is of an integer type (int2, int4, int8)."""
+    kind = catalog.NUMERIC_TYPES.get(col.type_name)
+    return kind is not None and kind[2] == "int"
 
 
 def _unique(cols):
