@@ -172,9 +172,16 @@ def choose(rows: int, k: int, l: int | None, strict: Candidate | None,
 
 def held_by(models, left: list, counts: list) -> bool:
     """Whether both sides of a cut hold ``models`` (``models(counts)``: entropy or recursive l,
-    t-closeness), ``left`` being its left side's rows per sensitive value and ``counts`` its
-    region's (an array per sensitive column each)."""
-    return bool(models(left)) and bool(models([c - x for c, x in zip(counts, left)]))
+    t-closeness; :func:`side_holds`), ``left`` being its left side's rows per sensitive value
+    and ``counts`` its region's (an array per sensitive column each)."""
+    return side_holds(models, left) and side_holds(models, [c - x for c, x in zip(counts, left)])
+
+
+def side_holds(models, counts: list) -> bool:
+    """Whether a side whose rows per sensitive value are ``counts`` holds ``models`` and a value
+    of every sensitive column: a region whose values of a column are all NULL has no
+    distribution, which its fit refuses (as the in-memory fit refuses such a table)."""
+    return all(int(c.sum()) > 0 for c in counts) and bool(models(counts))
 
 
 def fits(rows: int, bytes_per_row: int, budget: int) -> bool:
@@ -602,7 +609,7 @@ def counted_regions(root: SampleNode, rows: dict, distinct: dict, k: int, l: int
                 c_right is not None else (c_left if c_right is None else c_right)
         if Candidate(n_left, d_left, d_right).allowable(n, k, l) and (
                 models is None or (c_left is not None and c_right is not None
-                                   and models(c_left) and models(c_right))):
+                                   and side_holds(models, c_left) and side_holds(models, c_right))):
             return left + right, n, best, both
         undone += 1
         return [Region(node.bounds, n, both)], n, best, both

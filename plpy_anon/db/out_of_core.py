@@ -31,7 +31,8 @@ is verified from its rows as every other one (verify.py).
 
 Prioritized Mondrian ranks the sampled tree's QIs by its own score (ranking_of); entropy and
 recursive l and t-closeness (categorical or numeric) are checked on each leaf's exact value
-counts (value_counts; level by level, on a sharded source, each side's: side_value_counts; with
+counts (value_counts; level by level, on a sharded source and in the regions a sample leaves
+too large, each side's: side_value_counts, the values numbered alike: numbered_as_levels; with
 t each region fitted within the room its distance to the table leaves below t:
 core.regions.region_t), and the utility split cuts the sampled tree by its own rule (level by
 level, by the median rule, its regions fitted by it). Categorical QIs are cut in the in-memory
@@ -51,10 +52,9 @@ import numpy as np
 
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
-from plpy_anon.core.errors import AnonError
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.db import columns as catalog
-from plpy_anon.db import errors, guards, interrupts, method, release_rows, republication, timing
+from plpy_anon.db import guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
 from plpy_anon.db.reader import read_expression
@@ -215,6 +215,8 @@ class Source:
         self.whole: list = [None] * len(qis)     # the table's QIStats (the first level's)
         # per categorical QI cut at the top in the whole table's fit's order: its texts in it
         self.by_frequency: dict[int, list] = {}
+        self.order_values = ORDER_VALUES    # the most distinct values of such a QI (order_values)
+        self.region_budget = 0              # the bytes a region's read and fit may take
 
     def literal(self, a: int, value: str) -> str:
         """A cut value as a constant of the column's base type (a cast to a domain would run
@@ -463,34 +465,59 @@ def histogram_medians(src: Source, active: list, counted: dict) -> dict:
     return out
 
 
+#: rows per fetch of the passes whose rows grow with the distinct values of a QI
+FETCH_ROWS = 10_000
+
+
 def frequency_medians(src: Source, active: list, positional: dict) -> dict:
     """{(region, qi): the position (in the whole table's fit's order, ``src.by_frequency``) of
     the value at index ``positional[(region, qi)]`` of the region's rows in that order}: the
     region's rows per text (NULL counted at its own position), summed over the members (exact
-    on a sharded source), in one pass per QI and member; at most the table's distinct values
-    (ORDER_VALUES) per region."""
+    on a sharded source), in one pass per QI and member, read FETCH_ROWS rows at a time into
+    one count per value of the order and region (8 bytes each)."""
     out = {}
     wanted: dict = {}
     for (i, a), index in positional.items():
         wanted.setdefault(a, {})[i] = index
     for a, indexes in sorted(wanted.items()):
-        position = {t: p for p, t in enumerate(src.by_frequency[a])}
+        order = src.by_frequency[a]
+        position = {t: p for p, t in enumerate(order)}
         text = text_of(src.names[a], src.qis[a].builtin)
-        counts: dict = {}
+        counts = {i: np.zeros(len(order), dtype=np.int64) for i in indexes}
         head = f"SELECT {REGION} AS r, {text} AS v, pg_catalog.count(*) AS n FROM "
         tail = f" {_in_regions(active, indexes)} GROUP BY 1, 2"
-        for rows in src.each(lambda rel, head=head, tail=tail:
-                             head + src.labelled(active, src.read_columns(False), rel) + tail):
+        for rows in each_member_fetched(src.plpy, src.members, lambda rel, head=head, tail=tail:
+                                        head + src.labelled(active, src.read_columns(False), rel) + tail):
             for r in rows:
                 p = position.get(r["v"])      # None: a value written since the order was read
                 if p is not None:
-                    held = counts.setdefault(int(r["r"]), {})
-                    held[p] = held.get(p, 0) + int(r["n"])
+                    counts[int(r["r"])][p] += int(r["n"])
+        del position
         for i, index in indexes.items():
-            value = core.value_at(sorted(counts.get(i, {}).items()), index)
-            if value is not None:
-                out[(i, a)] = value
+            held = counts.pop(i)
+            seen = np.cumsum(held)
+            p = int(np.searchsorted(seen, index, side="right"))
+            if p < held.size:
+                out[(i, a)] = p
     return out
+
+
+def each_member_fetched(plpy, members: list[str], query):
+    """The rows of ``query(relation)`` for each member of the source, FETCH_ROWS at a time
+    (a cursor each; the JIT off as in :func:`each_member`)."""
+    jit = run(plpy, "SELECT pg_catalog.current_setting('jit') AS j")[0]["j"]
+    run(plpy, "SELECT pg_catalog.set_config('jit', 'off', true)")
+    try:
+        for member in members:
+            cursor = plpy.cursor(query(member))
+            while True:
+                rows = cursor.fetch(FETCH_ROWS)
+                if not rows:
+                    break
+                yield rows
+            cursor.close()
+    finally:
+        run(plpy, "SELECT pg_catalog.set_config('jit', $1, true)", ["text"], [jit])
 
 
 def side_conditions(src: Source, active: list, cuts: dict) -> dict:
@@ -687,20 +714,45 @@ def leaf_case(src: Source, node) -> str:
             f"ELSE {leaf_case(src, node.children[1])} END")
 
 
-#: a categorical QI of at most this many distinct values is coded in each region in the whole
-#: table's order (its values' texts and rows held once: core.regions.in_table_order)
+#: a categorical QI of at most this many distinct values (or order_values of the budget, if
+#: more) is coded in each region in the whole table's order (its values' texts and rows held
+#: once: core.regions.in_table_order)
 ORDER_VALUES = 50_000
+#: the backend's bytes per distinct value of a categorical QI cut in that order: its text and
+#: place in the order held through the run (~72 bytes at 6 characters), the counts read and
+#: sorted once (~150 at their peak), the regions' codes and the cuts' texts in the passes' SQL
+ORDER_VALUE_BYTES = 512
+
+
+#: what a value of a categorical QI cut in that order holds through the regions' fits (measured
+#: with tracemalloc at 6 characters: its text and place in the order ~72 bytes, a region's codes
+#: in it ~133 at their peak, the release figures' labels ~100), taken off the region budget
+ORDER_HELD_BYTES = 320
+
+
+def less_the_orders(budget: int, categorical: dict) -> int:
+    """The region budget less what the categorical QIs' orders (:func:`categorical_orders`) hold
+    through the regions' fits, ORDER_HELD_BYTES a value; at least half of it."""
+    values = sum(len(order) for _, order in categorical.values() if order is not None)
+    return max(budget // 2, budget - values * ORDER_HELD_BYTES)
+
+
+def order_values(budget: int) -> int:
+    """The most distinct values of a categorical QI whose order (the whole table's fit's) a run
+    of ``budget`` bytes reads: ORDER_VALUES, or more where ORDER_VALUE_BYTES a value fit it."""
+    return max(ORDER_VALUES, budget // ORDER_VALUE_BYTES)
 
 
 def categorical_orders(src: Source) -> dict:
     """{QI: (the table's distinct values, NULL counted; its texts in the whole table's fit's
-    order, core.regions.frequency_order, or None above ORDER_VALUES)} of each categorical QI cut
-    at the top: one pass each (per member of a sharded source, whose counts per text are
-    summed here), a hashed aggregate the planner may run in parallel workers. The order is the
-    one the top cuts follow and the regions' codes take (the texts the reader reads). Above
-    ORDER_VALUES in some member, the distinct values are the largest member's (a lower bound,
-    which only ranks QIs)."""
+    order, core.regions.frequency_order, or None above ``src.order_values``)} of each
+    categorical QI cut at the top: one pass each (per member of a sharded source, whose counts
+    per text are summed here), a hashed aggregate the planner may run in parallel workers. The
+    order is the one the top cuts follow and the regions' codes take (the texts the reader
+    reads). Above ``src.order_values`` in some member, the distinct values are the largest
+    member's (a lower bound, which only ranks QIs)."""
     out = {}
+    limit = src.order_values
     for a in range(len(src.qis)):
         if not src.cuttable[a] or src.numeric[a]:
             continue
@@ -709,16 +761,16 @@ def categorical_orders(src: Source) -> dict:
         def query(rel, c=c, text=text):
             return (f"WITH g AS MATERIALIZED (SELECT {c} AS x, pg_catalog.count(*) AS n FROM {rel} "
                     f"GROUP BY {c}), d AS (SELECT pg_catalog.count(*) AS d FROM g) "
-                    f"SELECT d.d, CASE WHEN d.d <= {ORDER_VALUES} THEN "
+                    f"SELECT d.d, CASE WHEN d.d <= {limit} THEN "
                     f"(SELECT pg_catalog.array_agg({text}) FROM g) END AS t, "
-                    f"CASE WHEN d.d <= {ORDER_VALUES} THEN (SELECT pg_catalog.array_agg(n) FROM g) "
+                    f"CASE WHEN d.d <= {limit} THEN (SELECT pg_catalog.array_agg(n) FROM g) "
                     f"END AS n FROM d")
         found = [rows[0] for rows in src.each(query)]
         if any(r["t"] is None for r in found):
             out[a] = (max(int(r["d"]) for r in found), None)
             continue
         order = core.frequency_order((t, n) for r in found for t, n in zip(r["t"], r["n"]))
-        if len(order) > ORDER_VALUES:
+        if len(order) > limit:
             out[a] = (len(order), None)
             continue
         out[a] = (len(order), order)
@@ -734,7 +786,8 @@ def by_frequency(column, order: list):
     if any(t not in position for t in texts):
         return None
     ranks = np.asarray([position[t] + 1 for t in texts], dtype=np.int32)
-    return core.SampleColumn(ranks[column.ranks - 1], False, list(range(len(order))))
+    # a range, not a list: the labels of a QI of many distinct values hold no number each
+    return core.SampleColumn(ranks[column.ranks - 1], False, range(len(order)))
 
 
 def counted_leaves(src: Source, root, with_l: bool, categorical: dict):
@@ -796,22 +849,30 @@ def counted_leaves(src: Source, root, with_l: bool, categorical: dict):
     return rows, {leaf: tuple(d) for leaf, d in distinct.items()}, whole
 
 
-def value_counts(src: Source, root) -> dict:
-    """{leaf: its rows per value of each sensitive column (NULL left out), an array per column
-    over the column's values in the same order for every leaf}: one pass per column grouped by
-    leaf and value (bounded by leaves x values), the values numbered across leaves by their
-    type's order and equality (dense_rank over the typed values)."""
+def value_counts(src: Source, root) -> tuple[dict, list]:
+    """({leaf: its rows per value of each sensitive column (NULL left out), an array per column
+    over the column's values in the same order for every leaf}, per column the text of each
+    numbered value): one pass per column grouped by leaf and value (bounded by leaves x
+    values), the values numbered across leaves by their type's order and equality (dense_rank
+    over the typed values)."""
     columns = ", ".join(src.read_columns(True))
     labelled = (f"(SELECT {leaf_case(src, root)} AS {REGION}, {columns} FROM {src.members[0]}) AS x")
     out: dict = {}
+    texts = []
     sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive]
     for j, s in enumerate(sens):
+        text = text_of("s", src.sensitive[j].builtin)
         query = (f"WITH g AS (SELECT {REGION} AS leaf, {s} AS s, pg_catalog.count(*) AS n "
-                 f"FROM {labelled} WHERE {s} IS NOT NULL GROUP BY 1, 2) "
-                 f"SELECT leaf, pg_catalog.array_agg(v) AS v, pg_catalog.array_agg(n) AS n FROM "
-                 f"(SELECT leaf, n, pg_catalog.dense_rank() OVER (ORDER BY s) AS v FROM g) AS r "
-                 f"GROUP BY leaf")
-        found = [(int(r["leaf"]), r["v"], r["n"]) for r in src.each(lambda rel, q=query: q)[0]]
+                 f"FROM {labelled} WHERE {s} IS NOT NULL GROUP BY 1, 2), "
+                 f"r AS MATERIALIZED (SELECT leaf, n, s, pg_catalog.dense_rank() OVER (ORDER BY s) AS v "
+                 f"FROM g) "
+                 f"SELECT leaf, pg_catalog.array_agg(v) AS v, pg_catalog.array_agg(n) AS n, "
+                 f"NULL::pg_catalog.text[] AS t FROM r GROUP BY leaf "
+                 f"UNION ALL SELECT NULL, NULL, NULL, pg_catalog.array_agg(t ORDER BY v) FROM "
+                 f"(SELECT DISTINCT ON (v) v, {text} AS t FROM r ORDER BY v) AS d")
+        rows = src.each(lambda rel, q=query: q)[0]
+        texts.append(next((list(r["t"] or []) for r in rows if r["leaf"] is None), []))
+        found = [(int(r["leaf"]), r["v"], r["n"]) for r in rows if r["leaf"] is not None]
         width = max((max(v) for _, v, _ in found if v), default=0)
         for leaf in {leaf for leaf, _, _ in found} - set(out):
             out[leaf] = [np.zeros(0, dtype=np.int64)] * len(sens)
@@ -822,7 +883,33 @@ def value_counts(src: Source, root) -> dict:
         for leaf, held in out.items():          # a leaf whose values of this column are NULL
             if held[j].size != width:
                 held[j] = np.zeros(width, dtype=np.int64)
-    return out
+    return out, texts
+
+
+def numbered_as_levels(src: Source, regions: list, texts: list) -> None:
+    """Renumber the sampled regions' rows per sensitive value (and ``src.tables``), numbered by
+    :func:`value_counts` (``texts``: the text of each of its numbers), as the level queries
+    number them (:func:`number_values` over every text of the column in the table: one more
+    pass per sensitive column), and set ``src.value_index``: the regions the sample left too
+    large are then cut level by level with counts of the same values."""
+    src.value_index = []
+    for j, col in enumerate(src.sensitive):
+        s = catalog_ident(src.plpy, col.name)
+        query = (f"SELECT DISTINCT {text_of(s, col.builtin)} AS v FROM {src.members[0]} "
+                 f"WHERE {s} IS NOT NULL")
+        index = number_values(src.plpy, col, {r["v"] for r in src.each(lambda rel, q=query: q)[0]})
+        src.value_index.append(index)
+        width = max(index.values(), default=-1) + 1
+        to = np.asarray([index[t] for t in texts[j]], dtype=np.int64)
+
+        def moved(held, to=to, width=width):
+            out = np.zeros(width, dtype=np.int64)
+            np.add.at(out, to[:held.size], held)
+            return out
+        src.tables[j] = moved(src.tables[j])
+        for region in regions:
+            if region.counts is not None:
+                region.counts = [moved(c) if i == j else c for i, c in enumerate(region.counts)]
 
 
 def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int, n: int):
@@ -837,6 +924,7 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         columns, sensitive, sampled = sample(src, percent, with_sensitive)
     with src.steps.step("categorical_orders"):
         categorical = categorical_orders(src)
+    budget = src.region_budget = less_the_orders(budget, categorical)
     for a, (_, order) in categorical.items():
         ranked = None if order is None else by_frequency(columns[a], order)
         if ranked is not None:
@@ -858,18 +946,25 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     t2 = time.monotonic()
     with src.steps.step("counted_leaves"):
         rows, distinct, whole = counted_leaves(src, root, bool(l), categorical)
-    counts, exact = None, None
+    counts, exact, texts = None, None, None
     if src.models is not None:
-        counts = value_counts(src, root)
+        counts, texts = value_counts(src, root)
         src.tables = [sum(held[j] for held in counts.values()) for j in range(len(src.sensitive))]
         exact = src.models(src.tables)
     regions, undone = core.counted_regions(root, rows, distinct, k, l, len(src.sensitive) if l else 0,
                                            counts, exact)
+    smallest = sum(rows.values()) // MAX_REGIONS
+    renumbered = src.models is not None and any(
+        not (core.fits(r.rows, bytes_per_row, budget) or r.rows < max(2 * k, smallest))
+        for r in regions)
+    if renumbered:
+        # a region left too large is cut level by level, whose queries number the values so
+        numbered_as_levels(src, regions, texts)
     # the sample, the leaves' counts, and one more per other sensitive column and categorical QI
     # (and per sensitive column, its values' counts per leaf for entropy or recursive l)
     passes = 2 + (len(src.sensitive) - 1 if l else 0) + sum(
         1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a]) + (
-        len(src.sensitive) if src.models is not None else 0)
+        len(src.sensitive) if src.models is not None else 0) + (len(src.sensitive) if renumbered else 0)
     figures = {"regions": 1, "cuts": len(regions) - 1, "passes": passes,
                "sample": {"rows": sampled, "percent": round(percent, 6), "seed": SAMPLE_SEED,
                           "leaves": len(core.sample_leaves(root)), "cuts_undone": undone,
@@ -877,7 +972,7 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                                       "counts": round(time.monotonic() - t2, 3)}},
                "seconds": round(time.monotonic() - t0, 3)}
     progress(src.plpy, f"out-of-core sample of {sampled:,} rows: {len(regions)} regions")
-    return regions, whole, sum(rows.values()) // MAX_REGIONS, figures
+    return regions, whole, smallest, figures
 
 
 def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: int,
@@ -893,12 +988,9 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     smallest = 0  # the rows below which a region is not cut (known after the first level)
     if n is not None and len(src.members) == 1 and src.sampled:
         active, whole, smallest, figures = sampled_top(src, k, l, budget, bytes_per_row, n)
+        budget = src.region_budget
         src.whole = whole
         levels.append(figures)
-    if src.models is not None and levels:
-        # the sampled regions' value counts are numbered by value_counts, the level queries'
-        # by number_values: the regions the sample left are fitted as they are
-        return active, levels
     check = None        # with models: whether a side's value counts hold them (the table's known)
     for _ in range(MAX_LEVELS):
         # a cut's sides were counted exactly: those that are leaves already need no pass
@@ -915,7 +1007,9 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
             smallest = stats[0][0] // MAX_REGIONS
             # categorical QIs cut in the whole table's fit's order (by frequency), as the sampled
             # top cuts them, and the regions coded in it (core.regions.widened)
-            for a, (d, order) in categorical_orders(src).items():
+            orders = categorical_orders(src)
+            budget = src.region_budget = less_the_orders(budget, orders)
+            for a, (d, order) in orders.items():
                 whole[a] = core.QIStats(whole[a].non_null, distinct=d, order=order)
                 if order is not None:
                     src.by_frequency[a] = order
@@ -1155,9 +1249,11 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
     mondrian_jit.kernels()
-    leaf_budget = core.leaf_budget(budget, resident_bytes())
+    leaf_budget = src.region_budget = core.leaf_budget(budget, resident_bytes())
+    src.order_values = order_values(budget)
     with timing.phase("top_levels"):
         leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
+    leaf_budget = src.region_budget         # less what the categorical orders hold
     ctx = method.Run(plpy, GD, release_id, release, spec, started)
     ctx.read_s = ctx.elapsed()
     figures = core.ReleaseFigures()
@@ -1203,30 +1299,28 @@ def region_read(plpy):
 
 def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
     """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
-    its first slice; errors as in a call from SQL (errors.sql_entry)."""
+    its first slice. The partitioning run returns them through errors.sql_entry, which reports
+    a core error raised while they are fetched as at the call (SQLSTATE, detail, hint)."""
     read, fit, publish = hooks
     position = first_class = 0
     k = int(ctx.spec.promise.k)
     for region in leaves:
-        try:
-            with interrupts.honoured(plpy):
-                t0 = time.monotonic()
-                with timing.phase("region_read"), src.steps.step("region_read"), region_read(plpy):
-                    rows = read(ctx, src.predicate(region.bounds) if region.bounds else None,
-                                src.whole)
-                t1 = time.monotonic()
-                ctx.read_s += t1 - t0
-                with timing.phase("region_fit"), src.steps.step("region_fit"):
-                    model = fit(rows, region_spec(ctx.spec, region, src.tables))
-                ctx.fit_s += time.monotonic() - t1
-                with timing.phase("region_publish"), src.steps.step("region_publish"):
-                    slices, stats = publish(ctx, rows, model)
-                slices = iter(slices)
-                figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
-                n_rows, n_classes = rows.data.n_rows, model.n_classes_
-                del rows, model
-        except AnonError as error:
-            errors.report(plpy, error)
+        with interrupts.honoured(plpy):
+            t0 = time.monotonic()
+            with timing.phase("region_read"), src.steps.step("region_read"), region_read(plpy):
+                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None,
+                            src.whole)
+            t1 = time.monotonic()
+            ctx.read_s += t1 - t0
+            with timing.phase("region_fit"), src.steps.step("region_fit"):
+                model = fit(rows, region_spec(ctx.spec, region, src.tables))
+            ctx.fit_s += time.monotonic() - t1
+            with timing.phase("region_publish"), src.steps.step("region_publish"):
+                slices, stats = publish(ctx, rows, model)
+            slices = iter(slices)
+            figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
+            n_rows, n_classes = rows.data.n_rows, model.n_classes_
+            del rows, model
         while True:
             with src.steps.step("region_slices"):          # a slice's literals made
                 piece = next(slices, None)

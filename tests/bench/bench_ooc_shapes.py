@@ -8,8 +8,12 @@ Shapes (PLPY_ANON_SHAPES, default "syn5,syn6,adult"):
   1,000,000; its data seed PLPY_ANON_SHAPES_SEED, default 0.42): 6 QIs age, zip, sex, segment,
   income, visit, sensitive diagnosis;
 * ``syn5``: the same table with age sensitive: 5 QIs, three of them categorical;
-* ``wide5``: ``syn5`` whose zip has ~100,000 distinct values (more than the out-of-core path
-  reads a categorical QI's order for: out_of_core.ORDER_VALUES);
+* ``wide5``: ``syn5`` whose zip has ~100,000 distinct values (more than ORDER_VALUES: the
+  out-of-core path reads its order when the budget holds it, out_of_core.order_values, 64MB
+  and above, and cuts it in its type's order below);
+* ``skew5``: ``wide5`` whose zip values' frequencies are skewed (a zip's index drawn as
+  ``99999 u^4``, ~6 % of the rows on the most frequent) and unrelated to their text order (the
+  index times 7919 modulo 99999): where the fit's order and the type's differ most;
 * ``adult``, ``adultN``: UCI Adult (30,162 rows; its rows N times), QIs age, workclass,
   education, marital_status, occupation, race, sex, native_country, hours_per_week, sensitive
   income (rows repeated N times form classes of their own for k <= N: NCP 0 both ways).
@@ -50,11 +54,14 @@ BUDGETS = {"syn": "64MB,16MB", "adult": "2MB,512kB", "adultN": "16MB,4MB"}
 
 def load(conn, shape: str):
     """(table, QIs, sensitive column) of ``shape``, made in the database."""
-    if shape in ("syn5", "syn6", "wide5"):
+    if shape in ("syn5", "syn6", "wide5", "skew5"):
         conn.execute("DROP TABLE IF EXISTS synthetic CASCADE")
         made = (SYNTHETIC % {"n": ROWS}).replace("setseed(0.42)", f"setseed({float(SEED)})")
         if shape == "wide5":          # zip of ~100,000 distinct values: above ORDER_VALUES
             made = made.replace("(10000 + (random() * 1999)::int)::text", "(100000 + (random() * 99999)::int)::text")
+        if shape == "skew5":
+            made = made.replace("(10000 + (random() * 1999)::int)::text",
+                                "(100000 + (floor(99999 * random() ^ 4)::int * 7919) % 99999)::text")
         conn.execute(made)
         conn.execute("ALTER TABLE synthetic ADD PRIMARY KEY (id)")
         conn.execute("VACUUM ANALYZE synthetic")
@@ -162,7 +169,7 @@ def main() -> None:
             sharded = os.environ.get("PLPY_ANON_SHAPES_SHARDED") == "1"
             source = contextlib.ExitStack()
             ooc_table = source.enter_context(sharded_copy(conn, table)) if sharded else table
-            key = "syn" if shape.startswith(("syn", "wide")) else ("adult" if shape == "adult" else "adultN")
+            key = "syn" if shape.startswith(("syn", "wide", "skew")) else ("adult" if shape == "adult" else "adultN")
             budgets = os.environ.get(f"PLPY_ANON_SHAPES_BUDGETS_{shape}", BUDGETS[key]).split(",")
             for k in ks:
                 mem, mem_metrics, mem_ok = build(conn, table, qis, sensitive, k, None)

@@ -167,6 +167,25 @@ def test_partitioned_source_is_released_out_of_core_from_all_its_partitions(db, 
     check_release(db, rel, "src", 5)
 
 
+def test_refusal_raised_while_the_regions_are_fetched_keeps_its_sqlstate_and_hint(db, schema):
+    """Out of core, a region is read and fitted when PostgreSQL fetches its slices, after the
+    partitioning run returned: a refusal raised there (a text QI and a text sensitive column
+    swapped by renaming since the release was made, which the region's read refuses) reaches
+    the caller with its SQLSTATE, message and hint, and the release keeps its rows."""
+    synthetic(db, "src", 2000)
+    with budget(db, "8kB"):
+        rel = release(db, schema, "src", "ooc", k=5)
+        assert catalog(db, rel)[0]["out_of_core"]["regions"] > 1
+        before = db.execute(f"SELECT count(*), count(DISTINCT s) FROM {rel}").fetchone()
+        for statement in ("RENAME b TO tmp", "RENAME s TO b", "RENAME tmp TO s"):
+            db.execute(f"ALTER TABLE src {statement}")
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as refused:
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert "renamed" in refused.value.diag.message_primary
+    assert refused.value.diag.message_hint.startswith("Rename them back")
+    assert db.execute(f"SELECT count(*), count(DISTINCT s) FROM {rel}").fetchone() == before
+
+
 def test_release_within_the_budget_is_fitted_in_memory(db, schema):
     synthetic(db, "src", 500)
     rel = release(db, schema, "src", "mem", k=5)
@@ -209,37 +228,97 @@ def test_numeric_qi_holding_nulls_ranks_first_at_the_top_as_in_memory(db, schema
     assert abs(ncp[1] - ncp[0]) <= 0.02 * ncp[0]
 
 
+#: a categorical QI's values and their rows, most frequent first: frequencies not in the type's
+#: order (texts needing quotes, NULL among them)
+BY_FREQUENCY = [("h,1", 800), ('a"q', 700), (None, 600), ("b\\x", 500), ("f", 400), ("c", 300),
+                ("e", 200), ("d", 100)]
+BY_FREQUENCY_VALUES = [v for v, n in BY_FREQUENCY for _ in range(n)]
+
+
+def by_frequency_row(i: int) -> tuple:
+    """Row ``i`` (id, b, s) of the table of BY_FREQUENCY's values, interleaved: every value
+    throughout the table."""
+    return i, BY_FREQUENCY_VALUES[(i * 7919) % len(BY_FREQUENCY_VALUES)], f"s{i % 3}"
+
+
+def value_sets_in_memory_and_out_of_core(db, schema, table) -> tuple[dict, dict]:
+    """({"mem", "ooc": release}, {"mem", "ooc": the released value sets of b}) of ``table``'s
+    releases on b alone (k = 900) in memory and at an 8kB budget, each checked from its rows:
+    verified, every row released, classes of 900 rows, each row's b in its class's set."""
+    rels = {}
+    for name, size in (("mem", None), ("ooc", "8kB")):
+        with budget(db, size or "1GB"):
+            rels[name] = db.execute(
+                "SELECT anon.mondrian_view(%s, k => 900, quasi_identifiers => ARRAY['b'], "
+                "sensitive => ARRAY['id', 's'], release_schema => %s, release_name => %s)",
+                (table, release_schema_of(schema), name)).fetchone()[0]
+    assert "out_of_core" in catalog(db, rels["ooc"])[0]
+    groups = {}
+    for name, rel in rels.items():
+        assert catalog(db, rel)[1] is True
+        assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(BY_FREQUENCY_VALUES)
+        assert min(class_sizes(db, rel, ["b"])) >= 900
+        assert db.execute(f"SELECT count(*) FROM {rel} r JOIN {table} t USING (id) "
+                          f"WHERE array_position(r.b, t.b) IS NULL").fetchone()[0] == 0
+        groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
+    return rels, groups
+
+
 def test_categorical_top_cuts_group_its_values_as_the_in_memory_fit_does(db, schema):
     """The in-memory fit codes a categorical QI by frequency (most frequent first): out of core
     the top cuts and each region's codes follow the same order, not the type's, so a QI whose
     frequencies are not in its type's order (texts needing quotes, NULL among them) gives the
     same classes (cut in the type's order, the values would be grouped otherwise)."""
-    counts = [("h,1", 800), ('a"q', 700), (None, 600), ("b\\x", 500), ("f", 400), ("c", 300),
-              ("e", 200), ("d", 100)]
-    values = [v for v, n in counts for _ in range(n)]
     db.execute("CREATE TABLE src (id int PRIMARY KEY, b text, s text)")
     with db.cursor().copy("COPY src FROM STDIN") as copy:
-        for i in range(len(values)):          # interleaved: every value throughout the table
-            copy.write_row((i, values[(i * 7919) % len(values)], f"s{i % 3}"))
-    rels = {}
-    for name, size in (("mem", None), ("ooc", "8kB")):
-        with budget(db, size or "1GB"):
-            rels[name] = db.execute(
-                "SELECT anon.mondrian_view('src', k => 900, quasi_identifiers => ARRAY['b'], "
-                "sensitive => ARRAY['id', 's'], release_schema => %s, release_name => %s)",
-                (release_schema_of(schema), name)).fetchone()[0]
-    assert "out_of_core" in catalog(db, rels["ooc"])[0]
+        for i in range(len(BY_FREQUENCY_VALUES)):
+            copy.write_row(by_frequency_row(i))
+    rels, groups = value_sets_in_memory_and_out_of_core(db, schema, "src")
     assert "out_of_core" not in catalog(db, rels["mem"])[0]
-    groups = {}
-    for name, rel in rels.items():
-        assert catalog(db, rel)[1] is True
-        assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(values)
-        assert min(class_sizes(db, rel, ["b"])) >= 900
-        assert db.execute(f"SELECT count(*) FROM {rel} r JOIN src t USING (id) "
-                          f"WHERE array_position(r.b, t.b) IS NULL").fetchone()[0] == 0
-        groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
     assert groups["ooc"] == groups["mem"]
     assert {frozenset({"h,1", 'a"q'}), frozenset({"f", "c", "e", "d"})} <= groups["mem"]
+
+
+def test_categorical_qi_above_order_values_is_cut_in_the_fit_order_when_the_budget_holds_it(
+        db, schema):
+    """A categorical QI of more distinct values than ORDER_VALUES is cut at the top, and coded
+    in each region, in the in-memory fit's order (by frequency, ties by text) when the budget
+    holds that order (out_of_core.order_values), what the order holds taken off the region
+    budget (out_of_core.less_the_orders): every class, in memory as out of core, holds
+    a run of consecutive values of that order (cut in the type's order at the top, a region's
+    values interleave with the others' in it), and the NCP is the in-memory one's within 2 %."""
+    n_values = 52_000                     # above ORDER_VALUES; frequencies not in text order
+    db.execute("CREATE TABLE src (id int PRIMARY KEY, b text, s text)")
+    db.execute(f"INSERT INTO src SELECT row_number() OVER (), 'v' || ((v * 7919) % {n_values}), "
+               f"'s' || (v % 3) FROM generate_series(0, {n_values - 1}) v, "
+               f"generate_series(1, 1 + v % 15) c")
+    rels = {}
+    # 27MB holds the order of 55,296 values; the table's estimate (33MB) does not fit
+    for name, size in (("mem", "1GB"), ("ooc", "27MB")):
+        with budget(db, size):
+            rels[name] = db.execute(
+                "SELECT anon.mondrian_view('src', k => 10, quasi_identifiers => ARRAY['b'], "
+                "sensitive => ARRAY['s'], release_schema => %s, release_name => %s)",
+                (release_schema_of(schema), name)).fetchone()[0]
+    ooc = catalog(db, rels["ooc"])[0]["out_of_core"]
+    # the order's values are held through the regions' fits: taken off the region budget (at
+    # most half the budget: the backend's own memory is more than the 27MB)
+    assert ooc["regions"] >= 2 and ooc["region_budget_bytes"] < (27 << 20) // 2
+    assert "out_of_core" not in catalog(db, rels["mem"])[0]
+    for rel in rels.values():
+        assert catalog(db, rel)[1] is True            # verified from its rows: truthful sets
+        assert catalog(db, rel)[2] == db.execute("SELECT count(*) FROM src").fetchone()[0]
+        assert min(class_sizes(db, rel, ["b"])) >= 10
+        broken = db.execute(f"""
+            WITH f AS (SELECT b, row_number() OVER (ORDER BY count(*) DESC, b COLLATE "C") AS p
+                       FROM src GROUP BY b)
+            SELECT count(*) FROM (
+                SELECT c.b FROM (SELECT DISTINCT b FROM {rel}) AS c
+                CROSS JOIN LATERAL unnest(c.b) AS u(v) JOIN f ON f.b = u.v
+                GROUP BY c.b HAVING max(f.p) - min(f.p) + 1 <> cardinality(c.b)) AS x""").fetchone()[0]
+        assert broken == 0, rel
+    ncp = [catalog(db, rels[name])[0]["ncp_percent"] for name in ("mem", "ooc")]
+    assert abs(ncp[1] - ncp[0]) <= 0.02 * ncp[0]
 
 
 def mean_width(db, rel, column):
@@ -282,6 +361,18 @@ def worst_class_values(db, rel):
     return [r[0] for r in rows]
 
 
+def assert_l_diversity_holds(db, rel, model: dict) -> None:
+    """Every released class's values of s hold ``model``'s l-diversity at l = 2, computed from
+    the released rows: entropy at least log 2, or recursive (c, 2): the most frequent value's
+    rows below c times the others'."""
+    for counts in worst_class_values(db, rel):
+        total = sum(counts)
+        if model.get("l_diversity") == "entropy":
+            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+        elif model.get("l_diversity") == "recursive":
+            assert counts[0] < model["c"] * sum(counts[1:])
+
+
 @pytest.mark.parametrize("model", [{"l_diversity": "entropy"}, {"l_diversity": "recursive", "c": 3}])
 def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, schema, model):
     skewed(db, "src", 3000)
@@ -292,12 +383,31 @@ def test_entropy_and_recursive_l_out_of_core_hold_in_every_released_class(db, sc
     assert metrics["out_of_core"]["regions"] > 4 and top["cuts"] == metrics["out_of_core"]["regions"] - 1
     assert verified is True and row_count == 3000
     check_release(db, rel, "src", 5, 2)
-    for counts in worst_class_values(db, rel):
-        total = sum(counts)
-        if model["l_diversity"] == "entropy":
-            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-        else:
-            assert counts[0] < 3 * sum(counts[1:])
+    assert_l_diversity_holds(db, rel, model)
+
+
+def test_regions_a_sample_leaves_too_large_under_entropy_l_are_cut_level_by_level(db, schema):
+    """Rows in pairs of the same QIs, one 'flu' and one 'hiv': every cut's sides hold them half
+    and half, entropy exactly ln 2, which a partial sample's sides miss by a row or more. The
+    sample cuts little; what it leaves larger than the region budget is cut level by level on
+    exact counts (every region then fits it: 24,000 rows of 5 columns, 152 bytes each, in a 1MB
+    region budget need at least 4 regions), and entropy l holds in every released class."""
+    db.execute("CREATE TABLE src (id int PRIMARY KEY, a int, b text, d float8, s text)")
+    db.execute("""INSERT INTO src SELECT 2 * p + h, 18 + (p * 37) % 70,
+                      (ARRAY['north', 'south', 'east', 'west'])[1 + (p * 7) % 4],
+                      ((p * 53) % 600) / 10.0, (ARRAY['flu', 'hiv'])[1 + h]
+                  FROM generate_series(1, 12000) p, generate_series(0, 1) h""")
+    model = {"l": 2, "l_diversity": "entropy", "refresh_mode": "fresh"}
+    with budget(db, "2MB"):
+        rel = release_models(db, schema, "src", "ooc", 10, model)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    ooc = metrics["out_of_core"]
+    assert 1 << 19 < ooc["region_budget_bytes"] <= 1 << 20
+    assert ooc["levels"][0]["sample"]["percent"] < 100
+    assert len(ooc["levels"]) > 1 and ooc["regions"] >= 4
+    assert verified is True and row_count == 24000
+    assert min(class_sizes(db, rel, QIS)) >= 10
+    assert_l_diversity_holds(db, rel, model)
 
 
 def test_utility_split_out_of_core_keeps_k_and_l_and_its_utility_close_to_in_memory(db, schema):
@@ -749,12 +859,7 @@ def test_models_of_a_sharded_source_hold_in_every_class_counted_on_the_shards(db
             assert worst_equal_emd(db, rel) <= 0.2 + 1e-9
         else:
             assert min(distinct_sensitive_per_class(db, rel, QIS, "s")) >= 2
-        for counts in worst_class_values(db, rel):
-            total = sum(counts)
-            if model.get("l_diversity") == "entropy":
-                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-            elif model.get("l_diversity") == "recursive":
-                assert counts[0] < 3 * sum(counts[1:])
+        assert_l_diversity_holds(db, rel, model)
     # the sides' rows per value were counted on the shards: grouped by region and value there
     assert any("FILTER" in line and "GROUP BY 1, 2" in line for line in remote), remote[:5]
 
@@ -798,32 +903,13 @@ def test_categorical_cuts_of_a_sharded_source_group_its_values_as_the_in_memory_
     """Level by level (a sharded source, which cannot be sampled), a categorical QI is cut in
     the in-memory fit's order (most frequent first, the shards' counts per value summed), not
     its type's: the same classes as the in-memory release."""
-    counts = [("h,1", 800), ('a"q', 700), (None, 600), ("b\\x", 500), ("f", 400), ("c", 300),
-              ("e", 200), ("d", 100)]
-    values = [v for v, n in counts for _ in range(n)]
-
     def fill(conn, shard):
         with conn.cursor().copy("COPY part FROM STDIN") as copy:
-            for i in range(shard, len(values), 2):
-                copy.write_row((i, values[(i * 7919) % len(values)], f"s{i % 3}"))
+            for i in range(shard, len(BY_FREQUENCY_VALUES), 2):
+                copy.write_row(by_frequency_row(i))
 
     with sharded_table(db, schema, shards, "id int, b text, s text", fill) as table:
-        rels = {}
-        for name, size in (("mem", None), ("ooc", "8kB")):
-            with budget(db, size or "1GB"):
-                rels[name] = db.execute(
-                    "SELECT anon.mondrian_view(%s, k => 900, quasi_identifiers => ARRAY['b'], "
-                    "sensitive => ARRAY['id', 's'], release_schema => %s, release_name => %s)",
-                    (table, release_schema_of(schema), name)).fetchone()[0]
-        assert "out_of_core" in catalog(db, rels["ooc"])[0]
-        groups = {}
-        for name, rel in rels.items():
-            assert catalog(db, rel)[1] is True
-            assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == len(values)
-            assert min(class_sizes(db, rel, ["b"])) >= 900
-            assert db.execute(f"SELECT count(*) FROM {rel} r JOIN {table} t USING (id) "
-                              f"WHERE array_position(r.b, t.b) IS NULL").fetchone()[0] == 0
-            groups[name] = {frozenset(r[0]) for r in db.execute(f"SELECT DISTINCT b FROM {rel}")}
+        _, groups = value_sets_in_memory_and_out_of_core(db, schema, table)
     assert groups["ooc"] == groups["mem"]
     assert {frozenset({"h,1", 'a"q'}), frozenset({"f", "c", "e", "d"})} <= groups["mem"]
 
@@ -860,12 +946,7 @@ def test_random_sharded_tables_released_out_of_core_with_models_keep_them(
             assert worst_equal_emd(db, rel) <= 0.3 + 1e-9
         else:
             check_release(db, rel, table, k, 2)
-        for counts in worst_class_values(db, rel):
-            total = sum(counts)
-            if model.get("l_diversity") == "entropy":
-                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-            elif model.get("l_diversity") == "recursive":
-                assert counts[0] < 2 * sum(counts[1:])
+        assert_l_diversity_holds(db, rel, model)
 
 
 def test_foreign_partition_on_a_server_another_role_owns_is_refused(db, schema):

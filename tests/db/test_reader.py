@@ -44,14 +44,20 @@ def test_read_columns_is_chunked_compact_and_in_handback_order(db, schema, chunk
                          DATE '1950-01-01' + (i * 97) % 20000, 40 + ((i * 53) % 600) / 10.0
                   FROM generate_series(1, 5000) i""")
     db.execute("DELETE FROM src WHERE id % 7 = 0")          # holes in the blocks
-    if chunk_blocks:
-        db.execute("SET plpy_anon.read_chunk_blocks = " + chunk_blocks)
+    run_check(db, CHECK, "plpy_anon.read_chunk_blocks", chunk_blocks)
+
+
+def run_check(db, check: str, setting: str, value: str | None) -> None:
+    """Run ``check`` (a DO block of assertions in the backend) with ``setting`` at ``value``
+    (unless None), the failing assertion's message as the test's; the setting reset after."""
+    if value:
+        db.execute(f"SET {setting} = '{value}'")
     try:
-        db.execute(CHECK)
+        db.execute(check)
     except psycopg.Error as e:                                # the assertion's message, readable
         pytest.fail(str(e))
     finally:
-        db.execute("RESET plpy_anon.read_chunk_blocks")
+        db.execute(f"RESET {setting}")
 
 
 EXACT_CHECK = r"""
@@ -114,13 +120,7 @@ def test_read_columns_reads_nulls_extremes_and_any_text_exactly(db, schema, clie
          'ünïcödé 𝄞 中文', true),
         (1, 1, 1, 0.1, 1.1, '1970-01-01', NULL, NULL, 'NULL', true)""")
     db.execute("INSERT INTO odd SELECT * FROM odd")              # every value twice: one code
-    db.execute(f"SET client_encoding = '{client_encoding}'")
-    try:
-        db.execute(EXACT_CHECK)
-    except psycopg.Error as e:
-        pytest.fail(str(e))
-    finally:
-        db.execute("RESET client_encoding")
+    run_check(db, EXACT_CHECK, "client_encoding", client_encoding)
 
 
 SEPARATOR_CHECK = r"""
@@ -160,11 +160,4 @@ def test_texts_holding_the_separator_or_the_null_stand_in_are_read_exactly(db, s
              ELSE 'c' END,
         CASE WHEN i % 83 = 0 THEN NULL ELSE i % 7 + 0.5 END
         FROM generate_series(1, 1000) i""")
-    if chunk_blocks:
-        db.execute("SET plpy_anon.read_chunk_blocks = " + chunk_blocks)
-    try:
-        db.execute(SEPARATOR_CHECK)
-    except psycopg.Error as e:
-        pytest.fail(str(e))
-    finally:
-        db.execute("RESET plpy_anon.read_chunk_blocks")
+    run_check(db, SEPARATOR_CHECK, "plpy_anon.read_chunk_blocks", chunk_blocks)

@@ -179,17 +179,26 @@ def test_sensitive_columns_whose_text_is_not_their_value_are_joined_back(db, sch
     assert joined_back(db, release) is True
 
 
-# the class x value tables of a compact release as its check counts them (from its stored
-# classes: class_counts.read_stored, or in SQL where it cannot), each class a sorted list of
-# (value rank, rows) pairs with its size
-STORED_PAIRS = """
-CREATE OR REPLACE FUNCTION pg_temp.stored_pairs(release text) RETURNS text AS $stored$
+def release_function(name: str, body: str) -> str:
+    """``pg_temp.<name>(release text) RETURNS text``: ``body`` (PL/Python) run with the release's
+    catalog ``row``, its ``params``, its ``relation`` and ``storage`` and its ``sensitive``
+    columns at hand."""
+    return f"""
+CREATE OR REPLACE FUNCTION pg_temp.{name}(release text) RETURNS text AS $body$
 import json
 from plpy_anon.db import class_counts, release_rows
 row = release_rows.find(plpy, release)
 params = json.loads(row["parameters"])
 relation, storage = class_counts.storage_for(plpy, row)
 sensitive = params["sensitive"]
+{body}
+$body$ LANGUAGE plpython3u"""
+
+
+# the class x value tables of a compact release as its check counts them (from its stored
+# classes: class_counts.read_stored, or in SQL where it cannot), each class a sorted list of
+# (value rank, rows) pairs with its size
+STORED_PAIRS = release_function("stored_pairs", """\
 read = class_counts.read_stored(plpy, storage, params["quasi_identifiers"], sensitive) is not None
 counts = class_counts.Counter(plpy, row).get(relation, params["quasi_identifiers"], sensitive)
 out = {"read_stored": read, "sizes": dict(zip(counts.sizes.tolist(), counts.classes.tolist()))}
@@ -198,8 +207,7 @@ for s in sensitive:
     for c, v, n in zip(*(a.tolist() for a in counts.tables[s])):
         pairs.setdefault(c, []).append([v, n])
     out[s] = sorted(sorted(p) for p in pairs.values())
-return json.dumps(out)
-$stored$ LANGUAGE plpython3u"""
+return json.dumps(out)""")
 
 
 def counted_in_sql(db, relation: str, qis: list[str], column: str) -> list:
@@ -278,14 +286,7 @@ def test_stored_classes_read_a_few_blocks_at_a_time_count_as_sql_does(db, schema
 
 # a bounded pass's figures (an out-of-core release's check) of a compact release: from its stored
 # classes, and counted in SQL over the view it publishes
-STREAMED_FIGURES = """
-CREATE OR REPLACE FUNCTION pg_temp.streamed_figures(release text) RETURNS text AS $streamed$
-import json
-from plpy_anon.db import class_counts, release_rows
-row = release_rows.find(plpy, release)
-params = json.loads(row["parameters"])
-relation, storage = class_counts.storage_for(plpy, row)
-sensitive = params["sensitive"]
+STREAMED_FIGURES = release_function("streamed_figures", """\
 ordered = {s: i % 2 == 0 for i, s in enumerate(sensitive)}
 out = {}
 for how, where in (("stored", storage), ("sql", None)):
@@ -297,8 +298,7 @@ for how, where in (("stored", storage), ("sql", None)):
                             for s in sensitive}}
 out["read_stored"] = class_counts.read_stored(plpy, storage, params["quasi_identifiers"], sensitive,
                                               streamed=ordered) is not None
-return json.dumps(out, default=float)
-$streamed$ LANGUAGE plpython3u"""
+return json.dumps(out, default=float)""")
 
 
 def test_a_bounded_pass_over_stored_classes_has_the_figures_sql_counts(db, schema, extremes):

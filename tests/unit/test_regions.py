@@ -92,9 +92,9 @@ def test_widened_categorical_column_counts_the_tables_values():
 
 
 def test_widened_categorical_column_of_many_table_values_holds_labels_linear_in_them():
-    """A categorical QI of more distinct values than its order is read for (ORDER_VALUES) is
-    widened by a label per value the region lacks: labels whose texts grow with the table's
-    values, not with their square (a region of 3 values in a table of 50,000 would hold ~1.25e9
+    """A categorical QI of more distinct values than its order is read for
+    (out_of_core.order_values) is widened by a label per value the region lacks: labels whose
+    texts grow with the table's values, not with their square (a region of 3 values in a table of 50,000 would hold ~1.25e9
     characters)."""
     enc = encode_factorized("c", np.array([0, 1, 2, 1]), ["a", "b", "c"])
     wide, _ = regions.widened(enc, regions.QIStats(4, distinct=5_000))
@@ -246,6 +246,29 @@ def test_counted_cut_whose_side_fails_entropy_l_is_undone_and_sides_sum_their_le
     counts[0] = [np.array([10, 0])]
     kept, undone = regions.counted_regions(root, rows, distinct, 5, 2, 1, counts, entropy_l)
     assert [(len(r.bounds), r.rows) for r in kept] == [(0, 40)] and undone == 2
+
+
+def test_side_holding_no_value_of_a_sensitive_column_keeps_no_cut():
+    """A region whose values of a sensitive column are all NULL has no distribution, which its
+    fit refuses (as the in-memory fit refuses such a table): a cut leaving such a side is not
+    made, level by level or from the sample's leaves, even where the model (t against the
+    table: a class of NULLs is measured against the table as it is) passes it."""
+    model = Models(t=0.6, table=np.array([0.5, 0.5]))
+
+    def t_close(counts):
+        return all(bool(model.satisfied(c)[0]) for c in counts)
+
+    region = [np.array([4, 4])]
+    assert t_close([np.array([0, 0])])
+    assert not regions.held_by(t_close, [np.array([0, 0])], region)
+    assert not regions.held_by(t_close, [np.array([4, 4])], region)
+    assert regions.held_by(t_close, [np.array([2, 2])], region)
+    root = _tree(1)
+    for number, leaf in enumerate(regions.sample_leaves(root)):
+        leaf.leaf = number
+    counts = {0: [np.array([4, 4])], 1: [np.array([0, 0])]}
+    kept, undone = regions.counted_regions(root, {0: 8, 1: 8}, {}, 5, None, 1, counts, t_close)
+    assert [(len(r.bounds), r.rows) for r in kept] == [(0, 16)] and undone == 1
 
 
 def test_sampled_tree_without_a_qi_cut_at_the_top_is_one_leaf():
