@@ -4,7 +4,8 @@ the table, and in none they were not. From the state the check writes (entries()
 absent people kept, written in rows and read back), :func:`~plpy_anon.db.republication.alive_groups`
 says for every stored version which of its groups hold someone in the table now who was in
 the table then -- checked against each version's membership kept here, over random merges,
-leavers, leavers who come back (to the group holding theirs), joiners and people held back."""
+leavers, leavers who come back (to the group holding theirs), joiners and people held back; and
+core.republish publishes a person who comes back only with every value their group holds now."""
 from __future__ import annotations
 
 import hashlib
@@ -13,6 +14,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plpy_anon.core import republish
+from plpy_anon.core.privacy_models import Models
+from plpy_anon.core.republish import Version, publish
 from plpy_anon.db.republication import State, _with_absent, alive_groups, entries, packed
 from tests.unit.test_state_rows import read_back
 
@@ -101,3 +105,38 @@ def test_people_who_come_back_link_the_versions_they_were_in_and_no_other(seed, 
         assert sorted(state.persons[state.versions > 0].tolist()) == sorted(person(p) for p in shown)
         here = np.isin(state.persons, packed([person(p) for p in table]))
         assert (state.last[here] == version).all() and (state.last[~here] < version).all()
+
+
+def test_a_person_who_comes_back_takes_no_counterfeit_row():
+    """A class published {0, 1, 2, 2}; the person of one 2 has left; one person of 2 comes back
+    (bound by candidates earlier versions left them, which only the class's values now keep)
+    and one new person of 2 joins: the new one takes the counterfeit row, the one back waits."""
+    history = [Version(np.array([0]), np.array([[1, 1, 2, 0, 0]]))]
+    codes = np.array([0, 1, 2, 2, 2])
+    previous = np.array([0, 0, 0, -1, -1])
+    out = publish(np.zeros(5, dtype=np.int64), previous, codes, np.zeros((5, 1)), history,
+                  np.array([0]), np.array([0]), 4, Models(l=2),
+                  bound=np.array([False, False, False, True, False]))
+    assert republish.CHOICES[out.choice[0]] == "hold"
+    assert out.counts.tolist() == [[1, 1, 2, 0, 0]]
+    assert out.published.tolist() == [True, True, True, False, True]
+
+
+def test_a_person_who_comes_back_is_published_with_every_value_their_group_holds():
+    """A class published {0, 1}; a stayer's value changed from 1 to 2 (published as 1 while the
+    class does not advance); one person comes back with a 0 and one new person joins with a 3.
+    Publishing the last multiset and the joiners ({0, 0, 1, 3}, what a class of new people
+    would) leaves out 2, which the class holds now and which may be one of the few candidates
+    earlier versions left the one back: the class holds instead, both wait."""
+    history = [Version(np.array([0]), np.array([[1, 1, 0, 0, 0]]))]
+    codes, previous = np.array([0, 2, 0, 3]), np.array([0, 0, -1, -1])
+
+    def published(bound):
+        return publish(np.zeros(4, dtype=np.int64), previous, codes, np.zeros((4, 1)), history,
+                       np.array([0]), np.array([0]), 2, Models(l=2), bound=bound)
+
+    assert republish.CHOICES[published(None).choice[0]] == "joiners"
+    out = published(np.array([False, False, True, False]))
+    assert republish.CHOICES[out.choice[0]] == "hold"
+    assert out.counts.tolist() == [[1, 1, 0, 0, 0]]
+    assert out.published.tolist() == [True, True, False, False]
