@@ -7,6 +7,8 @@ set exactly its class's values, k and l. A replace cancelled by statement_timeou
 regions' reads leaves the previous release readable, as it was."""
 from __future__ import annotations
 
+import threading
+
 import psycopg
 import pytest
 
@@ -105,3 +107,40 @@ def test_a_replace_cancelled_during_the_region_reads_keeps_the_previous_release(
         leftovers = conn.execute("SELECT count(*) FROM anon.releases WHERE release_schema = %s",
                                  (release_schema_of(schema),)).fetchone()[0]
         assert leftovers == 1
+
+
+def test_a_refresh_cancelled_by_another_session_leaves_the_release_and_no_half_built_relation(
+        db, schema, connect):
+    load(db)
+    with connect(options=f"-c search_path={schema}") as conn:
+        conn.execute("SET plpy_anon.build_memory = '2kB'")
+        rel = release(conn, schema, "refreshed")
+        relations = db.execute("SELECT count(*) FROM pg_class WHERE relnamespace = %s::regnamespace",
+                               (release_schema_of(schema),)).fetchone()[0]
+        before = conn.execute(f"SELECT md5(string_agg(r::text, '|' ORDER BY \"Id\")) FROM {rel} r"
+                              ).fetchone()[0]
+        db.execute('UPDATE "Src" SET "Diag" = \'changed\' WHERE "Id" % 3 = 0')
+        pid = conn.info.backend_pid
+        cancelled = 0
+        for delay in (0.05, 0.2, 0.6, 1.5):
+            timer = threading.Timer(delay, lambda: db.execute("SELECT pg_cancel_backend(%s)", (pid,)))
+            timer.start()
+            try:
+                conn.execute("SELECT anon.refresh(%s)", (rel,))
+            except psycopg.errors.QueryCanceled:
+                cancelled += 1
+            finally:
+                timer.join()
+            try:
+                conn.execute("SELECT pg_sleep(0.05)")   # a cancel sent after the refresh lands here
+            except psycopg.errors.QueryCanceled:
+                pass
+            after = conn.execute(f"SELECT md5(string_agg(r::text, '|' ORDER BY \"Id\")) FROM {rel} r"
+                                 ).fetchone()[0]
+            now = db.execute("SELECT count(*) FROM pg_class WHERE relnamespace = %s::regnamespace",
+                             (release_schema_of(schema),)).fetchone()[0]
+            assert now == relations
+            if after != before:
+                check_truthful(conn, rel)
+                break
+        assert cancelled >= 1
