@@ -3,8 +3,9 @@
 with NULLs, a long tail of texts holding quotes, backslashes, braces, commas, whitespace only,
 the empty text and 'NULL', under mixed-case quoted column names, in a partitioned source.
 Checked from the released rows: every source row once, its values inside its class's, every
-set exactly its class's values, k and l. A replace cancelled by statement_timeout during the
-regions' reads leaves the previous release readable, as it was."""
+set exactly its class's values, k and l. A replace cancelled by statement_timeout, or a refresh
+cancelled by pg_cancel_backend from another session, during the build leaves the previous
+release readable, as it was, and no relation behind."""
 from __future__ import annotations
 
 import threading

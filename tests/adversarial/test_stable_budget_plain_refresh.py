@@ -1,7 +1,8 @@
 """Adversarial: the refusal of a stable release over plpy_anon.build_memory (54000) reached by
 every road a refresh takes once its table has grown over the budget: anon.refresh, a plain
 REFRESH MATERIALIZED VIEW (of a flat release, or of a compact release's storage), and a
-scheduled refresh by another role whose budget comes from ALTER ROLE ... SET. Each is refused
+scheduled refresh by another role whose budget comes from ALTER ROLE ... SET, and a replace
+(replace => true). Each is refused
 with 54000 and leaves the published rows, the stable state and the stored versions as they
 were; budgets that are not sizes (empty, zero, negative, words) are refused or defaulted, never
 read as no limit."""
@@ -98,3 +99,21 @@ def test_a_budget_that_is_not_a_size_refuses_a_stable_refresh_with_22023(db, sch
         assert published(db, rel) == before
     finally:
         db.execute("RESET plpy_anon.build_memory")
+
+
+def test_a_stable_replace_over_the_budget_is_refused_and_keeps_the_release_it_would_replace(db, schema):
+    people(db, "t")
+    rel = stable_release(db, schema, "t", "replaced")
+    before = published(db, rel)
+    grow(db, "t")
+    db.execute("SET plpy_anon.build_memory = '64kB'")
+    try:
+        with pytest.raises(psycopg.Error) as refused:
+            db.execute("SELECT anon.mondrian_view('t', k => 10, l => 2, quasi_identifiers => "
+                       "ARRAY['a', 'b'], sensitive => ARRAY['s'], refresh_mode => 'stable', "
+                       "release_schema => %s, release_name => 'replaced', replace => true)",
+                       (release_schema_of(schema),))
+        assert refused.value.sqlstate == "54000"
+    finally:
+        db.execute("RESET plpy_anon.build_memory")
+    assert published(db, rel) == before
