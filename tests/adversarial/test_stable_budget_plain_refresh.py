@@ -2,10 +2,9 @@
 every road a refresh takes once its table has grown over the budget: anon.refresh, a plain
 REFRESH MATERIALIZED VIEW (of a flat release, or of a compact release's storage), and a
 scheduled refresh by another role whose budget comes from ALTER ROLE ... SET, and a replace
-(replace => true). Each is refused
-with 54000 and leaves the published rows, the stable state and the stored versions as they
-were; budgets that are not sizes (empty, zero, negative, words) are refused or defaulted, never
-read as no limit."""
+(replace => true). Each is refused with 54000 and leaves the published rows, the stable state
+and the stored versions as they were; budgets that are not sizes (zero, negative, words) are
+refused (22023), never read as no limit."""
 from __future__ import annotations
 
 import uuid
