@@ -423,14 +423,15 @@ def linked_ever(ids: np.ndarray, linked: np.ndarray | None, history: list[Versio
 def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points: np.ndarray,
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
-            ranged: np.ndarray | None = None, held_in: np.ndarray | None = None) -> Published:
+            ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
+            bound: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (:func:`kept_publication`), or, when
     even one group of everyone would pin someone by difference, a version that publishes
     nothing (:func:`withdrawn`): keeping the last version instead would leave it read with the
     table as it is now, whose parts (people who left link nothing) it was never checked with."""
     try:
         return kept_publication(labels, previous, codes, points, history, lineage, roots, k,
-                                models, qi_codes, ranged, held_in)
+                                models, qi_codes, ranged, held_in, bound)
     except CannotKeepCandidates:
         return withdrawn(labels, previous, history, lineage, roots, held_in)
 
@@ -500,7 +501,8 @@ def joined_groups(groups: np.ndarray, points: np.ndarray, lineage: np.ndarray,
 def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray,
                      points: np.ndarray, history: list[Version], lineage: np.ndarray,
                      roots: np.ndarray, k: int, models: Models, qi_codes: np.ndarray | None = None,
-                     ranged: np.ndarray | None = None, held_in: np.ndarray | None = None) -> Published:
+                     ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
+                     bound: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
     ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
@@ -512,7 +514,10 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     released as ranges (their NULLs coded -1) rather than sets: groups that would be released
     with the same QIs are one class to an analyst, so they are merged. ``held_in``: each row's
     group in the last version, held back or published (-1: new; default ``previous``): a person
-    held back links their group then to their group now as well."""
+    held back links their group then to their group now as well. ``bound``: the rows not
+    published by the last version whose person has candidates (people who come back): their
+    group's current values keep l of them (core.republication.stable_partition), so they are
+    published only with every distinct value of it, never by taking a counterfeit row."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -537,7 +542,7 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
         roots_of = _mapping(lineage, now)
 
         current, taken, stacked, possible = _options(
-            index, ids, codes, published_before, history, roots_of, k, models)
+            index, ids, codes, published_before, history, roots_of, k, models, bound)
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
@@ -578,7 +583,9 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
                     continue
             counts = stacked[np.arange(ids.size), choice]
             published = published_before | (choice[index] < PUBLISHING_ALL)
-            published |= _taking_rows(index, codes, published_before, taken * (choice == HOLD)[:, None])
+            published |= _taking_rows(index, codes, published_before if bound is None
+                                      else published_before | bound,
+                                      taken * (choice == HOLD)[:, None])
             return Published(labels, ids, counts, choice, published, lineage, now, linked,
                              None if qi_codes is None else people_linked)
         if ids.size == 1:
@@ -632,9 +639,10 @@ def _mapping(keys: np.ndarray, values: np.ndarray):
     return get
 
 
-def _options(index, ids, codes, published_before, history, roots_of, k, models):
+def _options(index, ids, codes, published_before, history, roots_of, k, models, bound=None):
     """Each group's five multisets (the module docstring) and which it may publish: (current
-    multisets, counterfeit rows joiners take, (G, O, V) options, (G, O) possible)."""
+    multisets, counterfeit rows joiners take, (G, O, V) options, (G, O) possible); ``bound``:
+    rows of people who come back (:func:`kept_publication`)."""
     n_values = history[-1].counts.shape[1]
     members = np.bincount(index, minlength=ids.size)
     real_hold = np.bincount(index[published_before], minlength=ids.size)
@@ -646,7 +654,11 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models):
     kept = np.minimum(last, stayers)
     # a joiner whose value a counterfeit row shows takes that row: the multiset stays, the
     # leaver's row is retired
-    taken = np.minimum(last - kept, joiners)
+    takers = joiners
+    if bound is not None and bound.any():
+        takers = _counts(index[~published_before & ~bound], codes[~published_before & ~bound],
+                         ids.size, n_values)
+    taken = np.minimum(last - kept, takers)
     new = joiners.sum(axis=1)
     options = [current, kept + joiners, last + joiners, kept, last]
     # retiring keeps every distinct value of the current rows (so every candidate that
@@ -655,6 +667,10 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models):
     valid = [members >= k, retires & (kept.sum(axis=1) + new >= k) & _keeps(current, kept + joiners),
              (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
              real_hold + taken.sum(axis=1) >= k]
+    if bound is not None and bound.any():
+        # a group with someone who comes back publishes them with every value it holds now
+        returning = np.bincount(index[bound], minlength=ids.size) > 0
+        valid[2] = valid[2] & (~returning | _keeps(current, last + joiners))
     stacked = np.stack(options, axis=1)
     possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
     for version in history:

@@ -17,7 +17,8 @@ core.containment: ranks and a k-d split of the classes, never a listing of the v
 covers) -- intersected with what earlier versions left them (:func:`remember`). A person left with fewer than l values refuses the version (the transaction rolls back;
 the published one stays); otherwise the intersections are remembered for the next version, and
 the figures go to the release's verification and to ``anon.refresh_history``. People the run no
-longer reads are forgotten (left out of the release's state). Then the difference
+longer reads are kept, marked absent (never erased: one who comes back is bound by what earlier
+versions left them, and followed in every version they were in). Then the difference
 check (:func:`check_differences`): the released classes' multisets against the groups' and every
 stored earlier version's (``anon.release_versions``), refused when one group's change would pin
 its joiners or leavers.
@@ -334,11 +335,15 @@ SELECT chunk, chunks, persons, pg_catalog.array_send(member_groups) AS member_gr
        pg_catalog.array_send(entry_groups) AS entry_groups, waiting_persons,
        pg_catalog.array_send(waiting_entries) AS waiting_entries, version, entries_since, records,
        pg_catalog.array_send(record_entries) AS record_entries, waiting_records,
-       pg_catalog.array_send(waiting_record_entries) AS waiting_record_entries
+       pg_catalog.array_send(waiting_record_entries) AS waiting_record_entries,
+       pg_catalog.array_send(last_versions) AS last_versions,
+       pg_catalog.array_send(stay_owners) AS stay_owners,
+       pg_catalog.array_send(stay_entries) AS stay_entries,
+       pg_catalog.array_send(stay_last) AS stay_last
 FROM anon.release_state WHERE release_id = $1 ORDER BY chunk"""
 #: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
 STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
-                "waiting_entries")
+                "waiting_entries", "last_versions", "stay_owners", "stay_entries", "stay_last")
 
 
 def _int4s(raw: bytes | None) -> np.ndarray | None:
@@ -398,6 +403,15 @@ class State:
     record_entries: np.ndarray | None = None
     waiting_records: np.ndarray | None = None
     waiting_record_entries: np.ndarray | None = None
+    #: each person's last version in the table, published or held back (aligned with
+    #: ``persons``; None: stored before people were kept absent, everyone of ``version``): a
+    #: person who left is marked absent, never erased, so one who comes back is followed
+    last: np.ndarray | None = None
+    #: the earlier stays of people who came back: the person (a position in ``persons``), the
+    #: stay's entry (a position in ``entry_versions``) and its last version in the table
+    stay_owners: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    stay_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    stay_last: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     #: the last lookup of each stored array (``persons``, ``waiting``): the asked hashes' bytes
     #: and their positions; a check asks the same people several times
     _found: dict = field(default_factory=dict, repr=False, compare=False)
@@ -472,7 +486,18 @@ class State:
         if version is not None and not 0 <= version <= LAST_VERSION or since is not None and since < 0:
             raise broken(f"is of version {version} since version {since}: no next version fits")
         empty = np.empty(0, dtype=np.int64)
-        return cls(hashes("persons"), ints("member_groups", None), ints("versions", None), cohorts,
+        # people marked absent and the earlier stays of those who came back (kept with entries)
+        last = ints("last_versions") if entries is not None else None
+        stays = [ints(name) if entries is not None else None
+                 for name in ("stay_owners", "stay_entries", "stay_last")]
+        stays = [empty if a is None else a for a in stays]
+        persons = len(row["persons"] or b"") // 32
+        if last is not None and (last.size != persons or last.size and (
+                version is None or last.max() > version)) or stays[1].size and (
+                stays[0].max() >= persons or stays[1].max() >= n_entries) or len(
+                {a.size for a in stays}) > 1:
+            raise broken("marks people absent, or keeps earlier stays, it does not hold")
+        state = cls(hashes("persons"), ints("member_groups", None), ints("versions", None), cohorts,
                    sets, entries, empty if entry_versions is None else entry_versions,
                    empty if entry_groups is None else entry_groups, hashes("waiting_persons"),
                    waiting_entries, version, since,
@@ -481,6 +506,8 @@ class State:
                    hashes("waiting_records", 8) if kept_records and row["waiting_records"] is not None
                    else None,
                    waiting_record_entries)
+        state.last, (state.stay_owners, state.stay_entries, state.stay_last) = last, stays
+        return state
 
     @classmethod
     def _joined(cls, parts: list[State], release_id: int) -> State:
@@ -491,7 +518,7 @@ class State:
         first = parts[0]
         kinds = {(p.version, p.entries_since, p.entries is None, p.records is None,
                   p.record_entries is None, p.waiting_records is None,
-                  p.waiting_record_entries is None) for p in parts}
+                  p.waiting_record_entries is None, p.last is None) for p in parts}
         if len(kinds) > 1:
             raise _broken(release_id, "has rows of different versions or kinds (entries, records)")
         people = [(p.persons, p.groups, p.versions, p.cohorts, p.entries, p.records, p.record_entries)
@@ -503,6 +530,7 @@ class State:
             raise _broken(release_id, "has a row whose arrays are not aligned with its people")
         sets = [s for p in parts for s in p.sets]
         set_at = np.cumsum([0] + [len(p.sets) for p in parts[:-1]])
+        person_at = np.cumsum([0] + [p.persons.size for p in parts[:-1]])
         entry_at = np.cumsum([0] + [p.entry_versions.size for p in parts[:-1]])
 
         def joined(name: str, offsets=None):
@@ -521,12 +549,17 @@ class State:
                     out[start:end] += offset
             return out
 
-        return cls(joined("persons"), joined("groups"), joined("versions"),
-                   joined("cohorts", set_at), sets, joined("entries", entry_at),
-                   joined("entry_versions"), joined("entry_groups"), joined("waiting"),
-                   joined("waiting_entries", entry_at), first.version, first.entries_since,
-                   joined("records"), joined("record_entries", entry_at), joined("waiting_records"),
-                   joined("waiting_record_entries", entry_at))
+        version, since = first.version, first.entries_since
+        stays = (joined("stay_owners", person_at), joined("stay_entries", entry_at),
+                 joined("stay_last"))
+        state = cls(joined("persons"), joined("groups"), joined("versions"),
+                    joined("cohorts", set_at), sets, joined("entries", entry_at),
+                    joined("entry_versions"), joined("entry_groups"), joined("waiting"),
+                    joined("waiting_entries", entry_at), version, since,
+                    joined("records"), joined("record_entries", entry_at), joined("waiting_records"),
+                    joined("waiting_record_entries", entry_at), joined("last"))
+        state.stay_owners, state.stay_entries, state.stay_last = stays
+        return state
 
     def hashes(self) -> list[bytes]:
         """The persons as bytes (32 each: numpy's items would drop trailing zero bytes)."""
@@ -558,6 +591,30 @@ class State:
         held = self._lookup("waiting", self.waiting, hashes)
         out[held >= 0] = self.waiting_entries[held[held >= 0]]
         return out
+
+    def stays_of(self, hashes: np.ndarray, records: np.ndarray | None = None):
+        """Where each of ``hashes`` was in the table: (their entry while they stayed through the
+        newest version, -1 none; the entries and last versions of their stays that ended: the
+        earlier stays of people who came back, and the last one of people absent from the
+        newest version, who come back now). With ``records`` (their records' fingerprints
+        now), their record entry (:meth:`record_entries_of`) and no stay that ended: to the
+        analyst who takes a changed record for a new person, one who came back is new too."""
+        entries = self.entries_of(hashes) if records is None else self.record_entries_of(hashes, records)
+        empty = np.empty(0, dtype=np.int64)
+        if self.entries is None or self.last is None and not self.stay_owners.size:
+            return entries, empty, empty
+        at = self.find(hashes)
+        found = np.flatnonzero(at >= 0)
+        ended = found[self.last[at[found]] < self.version] if self.last is not None else empty
+        stay_entries, stay_last = [entries[ended]], [self.last[at[ended]]] if ended.size else [empty]
+        entries[ended] = -1
+        if records is not None:
+            return entries, empty, empty
+        if self.stay_owners.size:
+            mine = np.isin(self.stay_owners, at[found])
+            stay_entries.append(self.stay_entries[mine])
+            stay_last.append(self.stay_last[mine])
+        return entries, np.concatenate(stay_entries), np.concatenate(stay_last)
 
     def record_entries_of(self, hashes: np.ndarray, records: np.ndarray) -> np.ndarray:
         """Each of ``hashes``' entry since which their record (``records``: its fingerprint now)
@@ -726,10 +783,20 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
     known = at >= 0
     groups = np.full(n, -1, dtype=np.int64)
     groups[known] = state.groups[at[known]]
-    # people with the same candidates share a cohort
-    used, cohort_of_known = group_index(state.cohorts[at[known]])
+    # people who came back (absent from the newest version, or held back by it): their
+    # candidates bind them, they join the group holding theirs, and none of the newest
+    # version's published rows is theirs
+    back = np.zeros(n, dtype=bool)
+    if state.last is not None:
+        back[known] = (state.last[at[known]] < state.version) \
+            | (state._lookup("waiting", state.waiting, persons)[known] >= 0)
+    groups[back] = -1
+    # people with the same candidates share a cohort (people only held back so far have none)
+    shown = known.copy()
+    shown[known] = state.versions[at[known]] > 0
+    used, cohort_of_known = group_index(state.cohorts[at[shown]])
     cohorts = np.full(n, -1, dtype=np.int64)
-    cohorts[known] = cohort_of_known
+    cohorts[shown] = cohort_of_known
     cohort_sets = [state.sets[u] for u in used.tolist()]
     names = promise.sensitive or ()
     cohort_values = []
@@ -754,6 +821,11 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
     # whose groups are kept like published ones (a fresh partition would split them)
     people.history = people.history or bool(people.waiting)
     people.joined = groups.copy()
+    if back.any():
+        # their group then, followed to the group holding it now (groups only merge)
+        before = state.groups[at[back]]
+        people.joined[back] = before if people.lineage is None else republish._mapping(
+            people.lineage, people.roots)(before)
     if people.waiting:
         new = np.flatnonzero(~known)
         people.joined[new] = np.fromiter((people.waiting.get(hashes[i], -1) for i in new.tolist()),
@@ -843,10 +915,16 @@ def alive_groups(rows, state: State, present: np.ndarray, release_id=None,
 
 def _alive_groups(rows, state: State, present: np.ndarray, release_id=None,
                   records=None) -> list[np.ndarray | None]:
-    entries = state.entries_of(present) if records is None \
-        else state.record_entries_of(present, records)
+    entries, stay_entries, stay_last = state.stays_of(present, records)
     # the distinct entries (positions in entry_versions, checked when read), marked not sorted
     entries = _distinct_keys(entries[entries >= 0], state.entry_versions.size)
+    # and the stays that ended, each followed until its last version (people who came back)
+    if stay_entries.size:
+        stays = np.unique(stay_entries << 32 | stay_last)
+        entries = np.r_[entries, stays >> 32]
+        until = np.r_[np.full(entries.size - stays.size, LAST_VERSION + 1), stays & 0xFFFFFFFF]
+    else:
+        until = None
     # a state of another version than the newest stored (written apart) says nothing
     since = state.entries_since if state.entries is not None and rows \
         and state.version == rows[-1]["version"] else None
@@ -858,7 +936,8 @@ def _alive_groups(rows, state: State, present: np.ndarray, release_id=None,
         version = row["version"]
         group[entered == version] = first[entered == version]
         ids = np.asarray(row["group_ids"], dtype=np.int64)
-        out.append(None if since is None or version < since else np.isin(ids, group[group >= 0]))
+        here = group >= 0 if until is None else (group >= 0) & (until >= version)
+        out.append(None if since is None or version < since else np.isin(ids, group[here]))
         steps = row["next_groups"]
         if steps is not None and any(s is None or isinstance(s, list) for s in steps):
             raise InsufficientData(
@@ -1365,6 +1444,13 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
         at = state.find(packed(people) if present is None else present)
         followed = at >= 0
         before[followed] = state.groups[at[followed]]
+        if state.last is not None and kept:
+            # a person back from an absence: their group then, followed to the group holding it
+            back = np.flatnonzero(followed)
+            back = back[state.last[at[back]] < state.version]
+            before[back] = republish._mapping(
+                np.concatenate([row["group_ids"] for row in kept]),
+                np.concatenate([row["roots"] for row in kept]))(before[back])
         # people held back by the last version: the group that held them then
         held = dict(zip((bytes(h) for h in kept[-1]["waiting"]), kept[-1]["waiting_groups"])) \
             if kept and kept[-1]["waiting"] else {}
@@ -1912,27 +1998,31 @@ def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
     return containment.Axis(points, low_rank, high_rank)
 
 
-# the release's people replaced by the run's (people the run no longer reads are forgotten
-# with them), a row at a time; integer arrays pass as their text, read by array_in at once
+# the release's people replaced by the run's and those it keeps absent, a row at a time;
+# integer arrays pass as their text, read by array_in at once
 FORGET = "DELETE FROM anon.release_state WHERE release_id = $1"
 REMEMBER = """
 INSERT INTO anon.release_state (release_id, chunk, persons, member_groups, versions, cohorts,
                                 candidate_sets, entries, entry_versions, entry_groups,
                                 waiting_persons, waiting_entries, version, entries_since, records,
-                                record_entries, waiting_records, waiting_record_entries, chunks)
+                                record_entries, waiting_records, waiting_record_entries, chunks,
+                                last_versions, stay_owners, stay_entries, stay_last)
 VALUES ($1, $2, $3, $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.int4[],
         $7::pg_catalog.jsonb, $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10::pg_catalog.int4[],
         $11, $12::pg_catalog.int4[], $13, $14, $15, $16::pg_catalog.int4[], $17,
-        $18::pg_catalog.int4[], $19)"""
+        $18::pg_catalog.int4[], $19, $20::pg_catalog.int4[], $21::pg_catalog.int4[],
+        $22::pg_catalog.int4[], $23::pg_catalog.int4[])"""
 #: REMEMBER's columns after release_id and chunk
 STATE_COLUMNS = ("persons", "member_groups", "versions", "cohorts", "candidate_sets", "entries",
                  "entry_versions", "entry_groups", "waiting_persons", "waiting_entries", "version",
                  "entries_since", "records", "record_entries", "waiting_records",
-                 "waiting_record_entries", "chunks")
+                 "waiting_record_entries", "chunks", "last_versions", "stay_owners", "stay_entries",
+                 "stay_last")
 REMEMBER_TYPES = ["int4", "int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
-                  "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text", "int4"]
-#: what a person takes in a state row: the hash, the record's fingerprint, five int4
-PERSON_BYTES = 60
+                  "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text", "int4", "text",
+                  "text", "text", "text"]
+#: what a person takes in a state row: the hash, the record's fingerprint, six int4
+PERSON_BYTES = 64
 #: a state row holds people of at most this share of plpy_anon.build_memory...
 STATE_ROW_SHARE = 64
 #: ... and at least this many, and at most this many (240 MB: far below the 1 GB of a value)
@@ -1972,6 +2062,12 @@ class Stored:
     record_entries: np.ndarray | None = None
     waiting_records: np.ndarray | None = None
     waiting_record_entries: np.ndarray | None = None
+    #: each person's last version in the table, and the earlier stays of people who came back
+    #: (owners: positions in ``persons``, sorted; entries; last versions)
+    last: np.ndarray | None = None
+    stay_owners: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    stay_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    stay_last: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     def rows(self, per_row: int):
         """Its rows: (chunk, {column of anon.release_state: value as REMEMBER passes it}), each
@@ -1983,7 +2079,9 @@ class Stored:
             # the row's run of published people and its run of held back ones
             mine = theirs = slice(chunk * per_row, (chunk + 1) * per_row)
             used_sets, set_at = _renumbered([self.cohorts[mine]], self.sets.size)
-            parts = [self.entries[mine], self.waiting_entries[theirs]]
+            # the earlier stays of the row's people
+            stays = slice(*np.searchsorted(self.stay_owners, [chunk * per_row, (chunk + 1) * per_row]).tolist())
+            parts = [self.entries[mine], self.waiting_entries[theirs], self.stay_entries[stays]]
             if self.records is not None:
                 parts += [self.record_entries[mine], self.waiting_record_entries[theirs]]
             used, entry_at = _renumbered(parts, self.entry_versions.size)
@@ -2002,7 +2100,11 @@ class Stored:
                    "waiting_persons": self.waiting[theirs].tobytes(),
                    "waiting_entries": local(self.waiting_entries[theirs]), "version": self.version,
                    "entries_since": self.since, "records": None, "record_entries": None,
-                   "waiting_records": None, "waiting_record_entries": None, "chunks": chunks}
+                   "waiting_records": None, "waiting_record_entries": None, "chunks": chunks,
+                   "last_versions": None if self.last is None else _int_array(self.last[mine]),
+                   "stay_owners": _int_array(self.stay_owners[stays] - chunk * per_row),
+                   "stay_entries": local(self.stay_entries[stays]),
+                   "stay_last": _int_array(self.stay_last[stays])}
             if self.records is not None:
                 row.update(records=self.records[mine].astype("<u8").tobytes(),
                            record_entries=local(self.record_entries[mine]),
@@ -2050,8 +2152,8 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     each person's entry (:func:`entries`; ``waiting``: the hashes and groups of the people the
     version holds back; ``records``: the fingerprints of the published people's records and of
     the held back ones', each kept with the entry since which it is unchanged; ``withdrawn``:
-    the groups that publish nothing). People the run no longer reads are forgotten (what they were published
-    with stays only as anonymous values of their class, until it can change safely).
+    the groups that publish nothing). People the run no longer reads are kept, marked absent
+    (:func:`_with_absent`): one who comes back is the same person to an analyst.
     ``matched``: (person, class) pairs already found, people beyond ``hashes`` (held back)
     ignored."""
     import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
@@ -2065,7 +2167,10 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     # everyone in the table: the lookup the rest of the check asks again (state.find's last)
     everyone = np.concatenate([persons, waiting_persons])
     at = state.find(everyone)[:n]
+    # people published before (some may come back from an absence; people only held back so
+    # far, versions 0, have no candidates yet)
     known = at >= 0
+    known[known] = state.versions[at[known]] > 0
     versions = np.zeros(n, dtype=np.int64)
     versions[known] = state.versions[at[known]]
     # earlier candidates: one set per cohort (people often share one)
@@ -2107,32 +2212,125 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     # one set per distinct text; people in the order of their hashes
     texts, distinct_set = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     cohort = distinct_set.ravel()[cohort]
-    order = _hash_order(persons)
-    held_order = _hash_order(waiting_persons)
     newest = None if state.entries is not None else (run(plpy, NEWEST, ["int4"], [release_id]) or [None])[0]
     all_groups = np.concatenate([np.asarray(groups, dtype=np.int64), np.asarray(waiting[1], dtype=np.int64)])
     if records is None:
         version, since, entry, entry_versions, entry_groups = entries(state, everyone, all_groups, newest)
-        stored = {}
     else:
         now = np.concatenate([np.asarray(r, dtype=np.uint64) for r in records])
         version, since, entry, record_entry, entry_versions, entry_groups = entries(
             state, everyone, all_groups, newest, now)
-        stored = {"records": now[:n][order], "record_entries": record_entry[:n][order],
-                  "waiting_records": now[n:][held_order],
-                  "waiting_record_entries": record_entry[n:][held_order]}
+    keys = entry_versions << 32 | entry_groups
+    stored = _with_absent(state, everyone, n, np.asarray(waiting[1], dtype=np.int64), version, since,
+                          keys[entry], None if records is None else keys[record_entry],
+                          None if records is None else now,
+                          persons, np.asarray(groups, dtype=np.int64), versions + 1, cohort, texts)
     run(plpy, FORGET, ["int4"], [release_id])
-    Stored(persons[order], np.asarray(groups, dtype=np.int64)[order], versions[order] + 1,
-           cohort[order], texts, entry[:n][order], entry_versions, entry_groups,
-           waiting_persons[held_order], entry[n:][held_order], version, since,
-           **stored).write(plpy, release_id, people_a_row(plpy, max(n, waiting_persons.size)))
+    stored.write(plpy, release_id, people_a_row(plpy, max(stored.persons.size, waiting_persons.size)))
     l = int(promise.l or 0)
     return {"people": n, "seen_before": int(known.sum()),
             "most_versions": int(versions.max()) + 1 if n else None,
             "fewest_candidates": int(left.min()) if left is not None and n else None,
             "disclosed": int((left <= 1).sum()) if left is not None else 0,
             "below_l": int((left < l).sum()) if left is not None else 0,
-            "remembered": n, "forgotten": int(state.persons.size) - int(known.sum())}
+            "remembered": n,
+            # people kept, not in the table now
+            "absent": int((stored.last < version).sum()) if stored.last is not None else 0}
+
+
+def _with_absent(state: State, everyone: np.ndarray, n: int, waiting_groups: np.ndarray,
+                 version: int, since: int, entry_keys: np.ndarray, record_keys, records,
+                 persons: np.ndarray, groups: np.ndarray, versions: np.ndarray,
+                 cohort: np.ndarray, texts: np.ndarray) -> Stored:
+    """The state this version leaves: its published people (the first ``n`` of ``everyone``,
+    their ``groups``, ``versions``, ``cohort`` in ``texts``) and, never erased, everyone else
+    ever in the table: people absent now (their group, candidates, entry and last version as
+    they left) and people held back now (their group the one holding them back; none of the
+    versions that held them published them, so they have no candidates: versions 0). The
+    earlier stays of people who came back are kept, and one is added for each person absent
+    from the newest version and back now (the entry they had and their last version then).
+    Entries are given as keys (version << 32 | group), ``records`` and ``record_keys`` (None:
+    no sensitive column) for everyone."""
+    found = state.find(everyone)
+    newest = -1 if state.version is None else state.version
+    # a state stored before people were kept absent: everyone of its version (or, stored
+    # before entries were kept, of the newest version, ``since``)
+    old_last = state.last if state.last is not None else np.full(
+        state.persons.size, since if state.version is None else state.version, dtype=np.int64)
+
+    def old_keys(entries, at):
+        # a stored entry's key; a state stored before entries were kept: the newest version
+        # (``since``) and their group then
+        if state.entries is None or entries is None:
+            return np.int64(since) << 32 | state.groups[at]
+        return state.entry_versions[entries[at]] << 32 | state.entry_groups[entries[at]]
+
+    # the state's people not published now (``c``), and the held back ones it did not hold
+    carried = np.ones(state.persons.size, dtype=bool)
+    carried[found[:n][found[:n] >= 0]] = False
+    c = np.flatnonzero(carried)
+    held = np.full(state.persons.size, -1, dtype=np.int64)    # a kept person's place in everyone
+    held[found[n:][found[n:] >= 0]] = n + np.flatnonzero(found[n:] >= 0)
+    w = held[c]
+    back = w >= 0
+    w = w[back]
+    fresh = n + np.flatnonzero(found[n:] < 0)
+    # the kept people's candidate sets, each distinct one once more, and none for the others
+    used, cohort_of = np.unique(state.cohorts[c], return_inverse=True)
+    texts = np.r_[texts, np.asarray([json.dumps(state.sets[u], ensure_ascii=False)
+                                     for u in used.tolist()] + ["{}"], dtype=object)]
+    extra_keys = np.r_[old_keys(state.entries, c), entry_keys[fresh]]
+    extra_keys[:c.size][back] = entry_keys[w]
+    extra_groups = np.r_[state.groups[c], waiting_groups[fresh - n]]
+    extra_groups[:c.size][back] = waiting_groups[w - n]
+    extra_last = np.r_[old_last[c], np.full(fresh.size, version, dtype=np.int64)]
+    extra_last[:c.size][back] = version
+    all_persons = np.concatenate([persons, state.persons[c], everyone[fresh]])
+    order = _hash_order(all_persons)
+    position = np.empty(order.size, dtype=np.int64)
+    position[order] = np.arange(order.size)
+    # the stays that ended: kept ones, and that of each person back now from an absence
+    new_place = np.full(state.persons.size, -1, dtype=np.int64)
+    new_place[c] = position[n + np.arange(c.size)]
+    published = np.flatnonzero(found[:n] >= 0)
+    new_place[found[published]] = position[published]
+    mine = np.flatnonzero(found >= 0)
+    returned = mine[old_last[found[mine]] < newest]
+    stay_owners = np.r_[new_place[state.stay_owners], new_place[found[returned]]]
+    stay_keys = np.r_[old_keys(state.stay_entries, np.arange(state.stay_entries.size))
+                      if state.stay_entries.size else np.empty(0, dtype=np.int64),
+                      old_keys(state.entries, found[returned])]
+    stay_last = np.r_[state.stay_last, old_last[found[returned]]]
+    by_owner = np.argsort(stay_owners, kind="stable")
+    parts = [np.r_[entry_keys[:n], extra_keys][order], entry_keys[n:], stay_keys]
+    record_parts = {}
+    if records is not None:
+        extra_records = np.r_[state.records[c] if state.records is not None
+                              else np.zeros(c.size, dtype=np.uint64), records[fresh]]
+        extra_records[:c.size][back] = records[w]
+        extra_record_keys = np.r_[old_keys(state.record_entries, c)
+                                  if state.record_entries is not None else extra_keys[:c.size],
+                                  record_keys[fresh]]
+        extra_record_keys[:c.size][back] = record_keys[w]
+        parts += [np.r_[record_keys[:n], extra_record_keys][order], record_keys[n:]]
+        record_parts = {"records": np.r_[records[:n], extra_records][order]}
+    distinct, inverse = _unique_inverse(np.concatenate(parts))
+    inverse = inverse.ravel().astype(np.int64)
+    pieces = np.split(inverse, np.cumsum([p.size for p in parts])[:-1])
+    held_order = _hash_order(everyone[n:])
+    if records is not None:
+        record_parts.update(record_entries=pieces[3], waiting_records=records[n:][held_order],
+                            waiting_record_entries=pieces[4][held_order])
+    start = len(texts) - used.size - 1
+    out = Stored(all_persons[order], np.r_[groups, extra_groups][order],
+                 np.r_[versions, state.versions[c], np.zeros(fresh.size, dtype=np.int64)][order],
+                 np.r_[cohort, start + cohort_of.ravel(), np.full(fresh.size, len(texts) - 1)][order],
+                 texts, pieces[0], distinct >> 32, distinct & 0xFFFFFFFF,
+                 everyone[n:][held_order], pieces[1][held_order], version, since, **record_parts)
+    out.last = np.r_[np.full(n, version, dtype=np.int64), extra_last][order]
+    out.stay_owners, out.stay_entries = stay_owners[by_owner], pieces[2][by_owner]
+    out.stay_last = stay_last[by_owner]
+    return out
 
 
 def entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None, records=None):
@@ -2153,7 +2351,8 @@ def entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None,
 def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None, records=None):
     if state.entries is not None:
         version, since = state.version + 1, state.entries_since
-        known = state.entries_of(everyone)
+        # a person back from an absence enters anew (their earlier stay is kept apart)
+        known = state.stays_of(everyone)[0]
         entered = np.where(known >= 0, state.entry_versions[np.maximum(known, 0)], version) \
             if state.entry_versions.size else np.full(everyone.size, version, dtype=np.int64)
         first = np.where(known >= 0, state.entry_groups[np.maximum(known, 0)], groups) \
@@ -2179,7 +2378,7 @@ def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None
                 distinct & 0xFFFFFFFF)
     record_keys = keys
     if state.entries is not None and state.records is not None and state.record_entries is not None:
-        same = state.record_entries_of(everyone, records)
+        same = state.stays_of(everyone, records)[0]
         stored = state.entry_versions[np.maximum(same, 0)] << 32 | state.entry_groups[np.maximum(same, 0)] \
             if state.entry_versions.size else np.zeros(same.size, dtype=np.int64)
         record_keys = np.where(same >= 0, stored, np.int64(version) << 32 | np.asarray(groups, dtype=np.int64))

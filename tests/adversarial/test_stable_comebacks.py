@@ -1,7 +1,9 @@
 """Adversarial: the stable mode against an analyst who keeps every version, knows everyone's QIs
 and follows each person through what the table did to them: a leaver who comes back (the same
-id) and a person whose QIs were updated are, to him, the same person in both versions, while the
-release takes the first as a new person and does not follow the second's move. Random sequences
+id) and a person whose QIs were updated are, to him, the same person in both versions; the
+release keeps a leaver absent in its state and follows them again when they come back, and does
+not follow a QI update (it checks the parts of an analyst who takes it for a leaver and a
+joiner, and of one who follows it). Random sequences
 of heavy churn on a small table (leavers, joiners, leavers who come back, with their record or
 with other QIs, QI and sensitive updates, a whole QI band or released class deleted); what he
 does not follow is a leaver and a joiner to him. His attacks: tests.helpers.pinned_by_difference
@@ -184,21 +186,18 @@ class Sequence:
                 {p: v for p, v in by_intersection.items() if self.truth[p] == v})
 
 
-@pytest.mark.xfail(strict=True, reason="a leaver who comes back is a new person to the release, "
-                   "the same person to the analyst (docs/republication.md, Honest limits)")
 def test_a_leaver_who_comes_back_links_versions_and_pins_no_one(db, schema):
-    """Seed 49 (k = 2, l = 2, 31 people, 5 refreshes): the analyst who kept the first version
-    and the third pins a joiner's true value; he links a band of people deleted at the first
-    refresh, and back at the second, to their classes in both."""
+    """Seed 49 (k = 2, l = 2, 31 people, 5 refreshes): a band of people deleted at the first
+    refresh comes back at the second; the analyst links them to their classes in the first
+    version and the third, which the release must check as one part with them (taken for new
+    people, the finer parts it checked let him pin a joiner's true value)."""
     assert Sequence(db, schema, 49).run() == ({}, {})
 
 
-@pytest.mark.xfail(strict=True, reason="a leaver who comes back is a new person to the release: "
-                   "their candidates start anew")
 def test_a_leaver_who_comes_back_is_not_pinned_by_intersecting_their_classes(db, schema):
-    """Seed 3047 (k = 2, l = 2, 59 people, 9 refreshes, heavy churn): two people who left and
-    came back have one value common to every class that could hold them in every version they
-    were in, their true one."""
+    """Seed 3047 (k = 2, l = 2, 59 people, 9 refreshes, heavy churn): two people leave and come
+    back; the values common to every class that could hold them in every version they were in
+    must stay l or more (their candidates started anew, they were one, their true one)."""
     assert Sequence(db, schema, 3047, heavy=True).run()[1] == {}
 
 

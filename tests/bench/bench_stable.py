@@ -14,9 +14,13 @@ Tables (each with a primary key, k = 10, l = 2):
 * synth: the 6-QI shape of the layout benchmarks (tests.bench.bench_production.SYNTH) plus an
   id, PLPY_ANON_STABLE_ROWS rows (default "200000"; "1000000" for the target).
 
-PLPY_ANON_STABLE_TABLES (default "people,adult,synth") picks the tables. PLPY_ANON_STABLE_DIGEST=1
-prints the md5 of each stable release's rows (ordered) after its creation and after its refresh:
-a change of speed must publish the same rows.
+PLPY_ANON_STABLE_TABLES (default "people,adult,synth") picks the tables.
+PLPY_ANON_STABLE_CHURN (default 0.01) is the share of people who leave (and as many join) before
+the refresh; PLPY_ANON_STABLE_COMEBACKS=1 adds a second refresh where those leavers come back
+(their ids and records) and the joiners leave. The stable release's state (anon.release_state:
+its rows, people and bytes) is printed after each refresh.
+PLPY_ANON_STABLE_DIGEST=1 prints the md5 of each stable release's rows (ordered) after its
+creation and after each refresh: a change of speed must publish the same rows.
 """
 from __future__ import annotations
 
@@ -33,7 +37,9 @@ from tests.bench.common import (
     results_dir,
 )
 
-K, L, CHURN, TARGET = 10, 2, 0.01, 1.5
+K, L, TARGET = 10, 2, 1.5
+CHURN = float(os.environ.get("PLPY_ANON_STABLE_CHURN", "0.01"))
+COMEBACKS = os.environ.get("PLPY_ANON_STABLE_COMEBACKS") == "1"
 
 PEOPLE = """
 SELECT setseed(0.43);
@@ -77,13 +83,16 @@ def load(conn, name: str, shape: dict) -> None:
 
 
 def churn(conn, name: str) -> None:
-    """1 % of the people leave; as many join (the leavers' values under new ids)."""
+    """CHURN of the people leave (kept in <name>_left); as many join (the leavers' values under
+    new ids)."""
     columns = [r[0] for r in conn.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
         "AND NOT attisdropped ORDER BY attnum", (name,))]
     values = ", ".join("g.id + 100000000" if c == "id" else f"g.{c}" for c in columns)
+    conn.execute(f"CREATE TABLE {name}_left AS TABLE {name} WITH NO DATA")
     conn.execute(f"SELECT setseed(0.5); WITH g AS (DELETE FROM {name} WHERE random() < {CHURN} "
-                 f"RETURNING *) INSERT INTO {name} SELECT {values} FROM g")
+                 f"RETURNING *), kept AS (INSERT INTO {name}_left SELECT * FROM g) "
+                 f"INSERT INTO {name} SELECT {values} FROM g")
     conn.execute(f"ANALYZE {name}")
 
 
@@ -94,6 +103,22 @@ def digest(conn, release: str, step: str) -> None:
     md5, n = conn.execute(f"SELECT md5(string_agg(r::text, E'\\n' ORDER BY r::text)), count(*) "
                           f"FROM {release} r").fetchone()
     print(f"  {release} {step}: {n:,} rows, md5 {md5}", flush=True)
+
+
+def come_back(conn, name: str) -> None:
+    """The leavers of :func:`churn` come back (their ids and records); the joiners leave."""
+    conn.execute(f"DELETE FROM {name} WHERE id >= 100000000")
+    conn.execute(f"INSERT INTO {name} SELECT * FROM {name}_left")
+    conn.execute(f"ANALYZE {name}")
+
+
+def state_size(conn, release: str) -> str:
+    """The stable release's state: its rows, people (absent ones included) and bytes."""
+    rows, people, size = conn.execute(
+        "SELECT count(*), sum(octet_length(persons) / 32), sum(pg_column_size(s.*)) "
+        "FROM anon.release_state s JOIN anon.releases r USING (release_id) "
+        "WHERE r.release_schema || '.' || r.release_name = %s", (release,)).fetchone()
+    return f"{rows} rows, {people:,} people, {size / 1e6:.1f} MB"
 
 
 def verified(conn, release: str, shape: dict) -> tuple[int, int]:
@@ -118,24 +143,31 @@ def measure(conn, name: str, shape: dict) -> list[list]:
             f"refresh_mode => '{mode}', release_name => '{name}_{mode}')").fetchone()[0]
         created[mode] = time.perf_counter() - t0
     digest(conn, releases["stable"], "created")
-    churn(conn, name)
-    for mode in ("fresh", "stable"):
-        t0 = time.perf_counter()
-        conn.execute(f"SELECT anon.refresh('{releases[mode]}')")
-        refreshed[mode] = time.perf_counter() - t0
-        phases = conn.execute(
-            "SELECT phases FROM anon.refresh_history WHERE release_name LIKE %s "
-            "ORDER BY refresh_id DESC LIMIT 1", (f"%{name}_{mode}",)).fetchone()
-        if phases and phases[0]:
-            print(f"  {name} {mode} refresh phases (s): " + ", ".join(
-                f"{p} {s:.2f}" for p, s in sorted(phases[0].items(), key=lambda i: -i[1])),
-                flush=True)
-    digest(conn, releases["stable"], "refreshed")
+    print(f"  {name} stable state after create: {state_size(conn, releases['stable'])}", flush=True)
+    steps = [("refresh", churn)] + ([("refresh, comebacks", come_back)] if COMEBACKS else [])
+    timings = {"create": created}
+    for step, change in steps:
+        change(conn, name)
+        refreshed = timings[step] = {}
+        for mode in ("fresh", "stable"):
+            t0 = time.perf_counter()
+            conn.execute(f"SELECT anon.refresh('{releases[mode]}')")
+            refreshed[mode] = time.perf_counter() - t0
+            phases = conn.execute(
+                "SELECT phases FROM anon.refresh_history WHERE release_name LIKE %s "
+                "ORDER BY refresh_id DESC LIMIT 1", (f"%{name}_{mode}",)).fetchone()
+            if phases and phases[0]:
+                print(f"  {name} {mode} {step} phases (s): " + ", ".join(
+                    f"{p} {s:.2f}" for p, s in sorted(phases[0].items(), key=lambda i: -i[1])),
+                    flush=True)
+        digest(conn, releases["stable"], step)
+        print(f"  {name} stable state after {step}: {state_size(conn, releases['stable'])}",
+              flush=True)
     rows = []
     across = conn.execute(
         "SELECT verification -> 'across_versions' FROM anon.release_status() WHERE release = %s",
         (releases["stable"],)).fetchone()[0] or {}
-    for step, took in (("create", created), ("refresh", refreshed)):
+    for step, took in timings.items():
         ratio = took["stable"] / took["fresh"]
         print(f"{name} ({n:,} rows, copy {copy:.2f} s), {step}: stable {took['stable']:.2f} s, fresh "
               f"{took['fresh']:.2f} s = {ratio:.2f}x (target <= {TARGET}x)", flush=True)

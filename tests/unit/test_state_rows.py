@@ -28,7 +28,8 @@ def read_back(row: dict) -> dict:
     """A row as STATE returns it: integer arrays in their binary form, candidate sets as text."""
     out = dict(row)
     for name in ("member_groups", "versions", "cohorts", "entries", "entry_versions",
-                 "entry_groups", "waiting_entries", "record_entries", "waiting_record_entries"):
+                 "entry_groups", "waiting_entries", "record_entries", "waiting_record_entries",
+                 "last_versions", "stay_owners", "stay_entries", "stay_last"):
         out[name] = array_send(row[name])
     return out
 
@@ -53,12 +54,19 @@ def stored_states(draw):
     def ints(n, top):
         return rng.integers(0, top, n).astype(np.int64)
 
-    return Stored(persons, ints(published, 50), ints(published, 9) + 1,
-                  ints(published, len(sets)), sets, ints(published, entries),
-                  ints(entries, 12), ints(entries, 50), waiting, ints(held, entries), 12, 3,
-                  *((rng.integers(0, 2**63, published).astype(np.uint64), ints(published, entries),
-                     rng.integers(0, 2**63, held).astype(np.uint64), ints(held, entries))
-                    if with_records else ()))
+    stored = Stored(persons, ints(published, 50), ints(published, 9) + 1,
+                    ints(published, len(sets)), sets, ints(published, entries),
+                    ints(entries, 12), ints(entries, 50), waiting, ints(held, entries), 12, 3,
+                    *((rng.integers(0, 2**63, published).astype(np.uint64), ints(published, entries),
+                       rng.integers(0, 2**63, held).astype(np.uint64), ints(held, entries))
+                      if with_records else ()))
+    if published and draw(st.booleans()):
+        # people marked absent (their last version before the state's) and earlier stays
+        stays = draw(st.integers(0, 10))
+        stored.last = ints(published, 13)
+        stored.stay_owners = np.sort(ints(stays, published))
+        stored.stay_entries, stored.stay_last = ints(stays, entries), ints(stays, 12)
+    return stored
 
 
 @settings(max_examples=150, deadline=None)
@@ -83,6 +91,15 @@ def test_a_state_in_rows_reads_back_as_the_state_written(stored, per_row):
 
     assert entry_pairs(state, state.entries) == entry_pairs(stored, stored.entries)
     assert entry_pairs(state, state.waiting_entries) == entry_pairs(stored, stored.waiting_entries)
+    # each person's last version, and the earlier stays of each, as (person, entry, last)
+    assert (None if state.last is None else state.last.tolist()) == \
+        (None if stored.last is None else stored.last.tolist())
+
+    def stays(store):
+        return sorted(zip(store.persons[store.stay_owners].tolist(),
+                          entry_pairs(store, store.stay_entries), store.stay_last.tolist()))
+
+    assert stays(state) == stays(stored)
     if stored.records is None:
         assert state.records is None and state.record_entries is None
         return

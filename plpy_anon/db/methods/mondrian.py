@@ -122,7 +122,7 @@ class StableGroups:
                 self.published_ = republish.publish(
                     self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
                     people.versions, people.lineage, people.roots, rows.k, models, qi_codes,
-                    ranged, held_in=people.joined)
+                    ranged, held_in=people.joined, bound=(people.groups < 0) & (people.cohorts >= 0))
             self.groups_ = self.published_.labels
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
         self.labels_ = self.labels_.ravel()

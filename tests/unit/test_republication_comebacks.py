@@ -1,0 +1,142 @@
+"""db.republication's state of people who leave and come back: a person who leaves is marked
+absent (never erased), and one who comes back is followed in every stored version they were in
+the table, and in none they were not. From the state the check writes (entries() and the
+absent people kept, written in rows and read back), :func:`~plpy_anon.db.republication.alive_groups`
+says for every stored version which of its groups hold someone in the table now who was in
+the table then -- checked against each version's membership kept here, over random merges,
+leavers, leavers who come back (to the group holding theirs), joiners and people held back; and
+core.republish publishes a person who comes back only with every value their group holds now."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plpy_anon.core import republish
+from plpy_anon.core.privacy_models import Models
+from plpy_anon.core.republish import Version, publish
+from plpy_anon.db.republication import State, _with_absent, alive_groups, entries, packed
+from tests.unit.test_state_rows import read_back
+
+
+def person(i: int) -> bytes:
+    return hashlib.sha256(str(i).encode()).digest()
+
+
+def written(state: State, table: dict, held: set, version: int, per_row: int) -> State:
+    """The state the check leaves (db.republication.remember, no sensitive column), written in
+    rows of ``per_row`` people and read back."""
+    everyone = [p for p in table if p not in held] + [p for p in table if p in held]
+    hashes = packed([person(p) for p in everyone])
+    groups = np.array([table[p] for p in everyone], dtype=np.int64)
+    found = entries(state, hashes, groups, None)
+    assert found[0] == version
+    _, since, entry, entry_versions, entry_groups = found
+    n = len(table) - len(held)
+    keys = (entry_versions << 32 | entry_groups)[entry]
+    stored = _with_absent(state, hashes, n, groups[n:], version, since, keys, None, None,
+                          hashes[:n], groups[:n], np.ones(n, dtype=np.int64),
+                          np.zeros(n, dtype=np.int64), np.array(["{}"], dtype=object))
+    parts = [State._of_row(read_back(row), 1) for _, row in stored.rows(per_row)]
+    return parts[0] if len(parts) == 1 else State._joined(parts, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_versions=st.integers(2, 10), per_row=st.integers(1, 40))
+def test_people_who_come_back_link_the_versions_they_were_in_and_no_other(seed, n_versions,
+                                                                           per_row):
+    rng = np.random.default_rng(seed)
+    table: dict = {}                  # person -> group now
+    absent: dict = {}                 # person -> their group as they left
+    parent: dict = {}                 # every group id -> the group it merged into
+    rows, members = [], []            # per stored version: its row, its people's groups
+    ever: set = set()                 # everyone in the table so far
+    shown: set = set()                # everyone published so far
+    state = State(np.empty(0, dtype="S32"), *(np.empty(0, dtype=np.int64),) * 3, [])
+    next_person = next_group = 0
+
+    def root(g):
+        while parent.get(g, g) != g:
+            g = parent[g]
+        return g
+
+    for version in range(n_versions):
+        if version:
+            for gone in rng.choice(sorted(table), size=len(table) // 4, replace=False).tolist():
+                absent[gone] = table.pop(gone)
+            # groups only merge (into the smallest id)
+            current = sorted(set(table.values()))
+            for _ in range(int(rng.integers(0, 3))):
+                if len(current) > 1:
+                    a, b = (root(g) for g in rng.choice(current, size=2, replace=False).tolist())
+                    parent[max(a, b)] = min(a, b)
+            table = {p: root(g) for p, g in table.items()}
+            rows[-1]["next_groups"] = [root(g) for g in rows[-1]["group_ids"]]
+            # leavers who come back, to the group holding theirs
+            for back in rng.choice(sorted(absent), size=min(len(absent), int(rng.integers(0, 4))),
+                                   replace=False).tolist():
+                table[back] = root(absent.pop(back))
+        for _ in range(int(rng.integers(3, 9))):
+            groups = sorted(set(table.values()))
+            if groups and rng.random() < 0.6:
+                table[next_person] = int(rng.choice(groups))
+            else:
+                table[next_person] = next_group
+                next_group += 1
+            next_person += 1
+        held = {p for p in table if rng.random() < 0.15}
+        if version:
+            found = alive_groups(rows, state, packed([person(p) for p in table]))
+            for row, then, alive in zip(rows, members, found):
+                truth = np.isin(row["group_ids"], [g for p, g in then.items() if p in table])
+                assert alive is not None and (alive == truth).all(), (row["version"], alive, truth)
+        rows.append({"version": version, "group_ids": sorted(set(table.values())),
+                     "next_groups": None, "waiting": [person(p) for p in sorted(held)],
+                     "waiting_groups": [table[p] for p in sorted(held)]})
+        members.append(dict(table))
+        state = written(state, table, held, version, per_row)
+        # nobody is erased: everyone ever in the table is in the state, those not in it now
+        # marked absent, those never published with no versions
+        ever.update(table)
+        shown.update(p for p in table if p not in held)
+        assert sorted(state.persons.tolist()) == sorted(person(p) for p in ever)
+        assert sorted(state.persons[state.versions > 0].tolist()) == sorted(person(p) for p in shown)
+        here = np.isin(state.persons, packed([person(p) for p in table]))
+        assert (state.last[here] == version).all() and (state.last[~here] < version).all()
+
+
+def test_a_person_who_comes_back_takes_no_counterfeit_row():
+    """A class published {0, 1, 2, 2}; the person of one 2 has left; one person of 2 comes back
+    (bound by candidates earlier versions left them, which only the class's values now keep)
+    and one new person of 2 joins: the new one takes the counterfeit row, the one back waits."""
+    history = [Version(np.array([0]), np.array([[1, 1, 2, 0, 0]]))]
+    codes = np.array([0, 1, 2, 2, 2])
+    previous = np.array([0, 0, 0, -1, -1])
+    out = publish(np.zeros(5, dtype=np.int64), previous, codes, np.zeros((5, 1)), history,
+                  np.array([0]), np.array([0]), 4, Models(l=2),
+                  bound=np.array([False, False, False, True, False]))
+    assert republish.CHOICES[out.choice[0]] == "hold"
+    assert out.counts.tolist() == [[1, 1, 2, 0, 0]]
+    assert out.published.tolist() == [True, True, True, False, True]
+
+
+def test_a_person_who_comes_back_is_published_with_every_value_their_group_holds():
+    """A class published {0, 1}; a stayer's value changed from 1 to 2 (published as 1 while the
+    class does not advance); one person comes back with a 0 and one new person joins with a 3.
+    Publishing the last multiset and the joiners ({0, 0, 1, 3}, what a class of new people
+    would) leaves out 2, which the class holds now and which may be one of the few candidates
+    earlier versions left the one back: the class holds instead, both wait."""
+    history = [Version(np.array([0]), np.array([[1, 1, 0, 0, 0]]))]
+    codes, previous = np.array([0, 2, 0, 3]), np.array([0, 0, -1, -1])
+
+    def published(bound):
+        return publish(np.zeros(4, dtype=np.int64), previous, codes, np.zeros((4, 1)), history,
+                       np.array([0]), np.array([0]), 2, Models(l=2), bound=bound)
+
+    assert republish.CHOICES[published(None).choice[0]] == "joiners"
+    out = published(np.array([False, False, True, False]))
+    assert republish.CHOICES[out.choice[0]] == "hold"
+    assert out.counts.tolist() == [[1, 1, 0, 0, 0]]
+    assert out.published.tolist() == [True, True, False, False]
