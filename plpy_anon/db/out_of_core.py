@@ -52,6 +52,7 @@ import numpy as np
 
 from plpy_anon.core import mondrian_jit
 from plpy_anon.core import regions as core
+from plpy_anon.core.errors import AnonError
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, interrupts, method, release_rows, republication, timing
