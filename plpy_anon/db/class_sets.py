@@ -24,7 +24,6 @@ class EntryTable:
         np.cumsum(self.lengths, out=self.offsets[1:])
         # writable, C-ordered int64 / uint8 arrays: the one signature the install compiles
         self.table = np.frombuffer(b"".join(encoded) or b"\0", dtype=np.uint8).copy()
-        self.held = "".join(self.entries.tolist()) + "{},"   # every character a literal may hold
         self.kernel = kernel
 
 
@@ -47,7 +46,11 @@ class ClassSets:
         self.tokens = np.where(tokens < 0, table.offsets.size - 2, tokens).astype(np.int64)
         self.table, self.bounds = table, np.ascontiguousarray(bounds, dtype=np.int64)
         self.first, self.last = first, last
-        self.held = table.held
+        # the characters of this slice's entries only, as the joined literals see them (a
+        # region's table also holds labels of values it does not hold)
+        used = np.zeros(table.offsets.size - 1, dtype=bool)
+        used[self.tokens] = True
+        self.held = "".join(table.entries[used].tolist()) + "{},"
 
     def write(self, separator: str) -> bytes:
         sep = np.frombuffer(separator.encode(), dtype=np.uint8).copy()

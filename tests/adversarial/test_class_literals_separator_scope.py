@@ -31,9 +31,6 @@ def _two_classes_splitting_ascii():
     return elements, codes, order, bounds
 
 
-@pytest.mark.xfail(strict=True, reason="the compiled writer's separator is chosen among the "
-                   "characters of the column's whole element table, not the slice's literals: "
-                   "a slice the joined literals pack is refused (NoSeparator, 54000)")
 def test_compiled_literals_of_a_slice_pack_wherever_the_joined_literals_do():
     kernels = mondrian_jit.kernels()
     if kernels is None:
@@ -79,10 +76,7 @@ def latin1(connect):
 
 @pytest.mark.parametrize("memory", [
     "1GB",
-    pytest.param("64kB", marks=pytest.mark.xfail(
-        strict=True, reason="out of core, a region's element table holds the placeholder "
-        "labels of the values it does not hold (their digits): the compiled writer finds no "
-        "separator (NoSeparator, 54000) for a region its joined literals pack")),
+    "64kB",
 ])
 def test_a_column_leaving_two_ascii_characters_free_is_released_in_a_latin1_database(
         latin1, memory):
