@@ -73,6 +73,7 @@ class Built:
     storage: str | None = None                # a compact release's materialized view
     objects: tuple[str, ...] = ()             # the release's other relations, dependents first
     grantees: tuple[str, ...] | None = None   # the roles it is granted to (None: analysts)
+    salt_digest: str | None = None            # the stable mode's salt's (release_rows.salt_digest)
 
     @classmethod
     def of(cls, values: Mapping) -> Built:

@@ -154,7 +154,7 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
     with release_rows.owner_state(plpy):         # the stable mode's state is its owner's
-        secret = release_rows.secrets(plpy, release_id)
+        secret = release_rows.secrets(plpy, release_id, jsonb(release["parameters"]))
         if secret:       # the run reads its parameters from the row: with the secrets, in memory only
             release = {**release, "parameters": json.dumps({**jsonb(release["parameters"]), **secret})}
         stored = jsonb(release["parameters"])

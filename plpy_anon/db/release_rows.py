@@ -8,10 +8,12 @@ import it, and it imports none of them (no import cycle: see tests/unit/test_db_
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import re
 import time
 
-from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
+from plpy_anon.core.errors import AnonError, InsufficientData, InvalidParameter, UndefinedObject
 from plpy_anon.db import extschema
 from plpy_anon.db.planner_code import PLANNER_CODE
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, run
@@ -69,11 +71,29 @@ def store_secrets(plpy, release_id: int, parameters: dict) -> None:
             [release_id, parameters["person_salt"]])
 
 
-def secrets(plpy, release_id: int) -> dict:
-    """The release's secrets, to merge into its parameters for a run (empty when it has none);
-    42501 for a session that is not its owner's (anon._release_salt)."""
+def salt_digest(salt: str) -> str:
+    """What the catalog row keeps of a stable release's salt (Built.salt_digest): a SHA-256 that
+    tells a salt replaced in anon.release_secrets (every person would be new to the state, which
+    then no longer binds them) and tells nothing of the salt (128 random bits)."""
+    return hashlib.sha256(b"plpy_anon release salt " + salt.encode()).hexdigest()
+
+
+def secrets(plpy, release_id: int, parameters: dict | None = None) -> dict:
+    """The release's secrets, to merge into its ``parameters`` for a run (empty when it has
+    none); 42501 for a session that is not its owner's (anon._release_salt), 22000 for a salt
+    that is not the one the release was created with."""
     salt = run(plpy, "SELECT anon._release_salt($1) AS s", ["int4"], [release_id])[0]["s"]
-    return {"person_salt": salt} if salt is not None else {}
+    if salt is None:
+        return {}
+    expected = Built.of(parameters or {}).salt_digest
+    if not re.fullmatch(r"(?:[0-9a-f]{2})+", salt) or (expected and salt_digest(salt) != expected):
+        raise InsufficientData(
+            f"the salt of release {release_id}'s person hashes in anon.release_secrets is not the "
+            "one it was created with: its state no longer knows anyone, and a refresh would take "
+            "everyone for a new person",
+            hint="Restore that row of anon.release_secrets from the backup the release's state "
+                 "comes from, or create the release again with replace => true (a new history).")
+    return {"person_salt": salt}
 
 
 @contextlib.contextmanager

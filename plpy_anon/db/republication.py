@@ -50,7 +50,7 @@ from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import group_index
 from plpy_anon.core.republish import Version
-from plpy_anon.db import class_counts, guards, timing
+from plpy_anon.db import class_counts, guards, release_rows, timing
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.sqltext import build_memory, ident, jsonb, local_settings, progress, run, text_of
 from plpy_anon.spec import Built, Promise
@@ -106,7 +106,9 @@ def resolve_mode(promise: Promise, roles, parameters: dict) -> None:
         raise InvalidParameter("refresh_mode => 'stable' does not support t-closeness",
                                hint="Use l (with refresh_mode => 'stable'), or refresh_mode => 'fresh'.")
     # the salt leaves the row for anon.release_secrets when it is stored (release_rows.SECRETS)
-    parameters.update(identifiers=identifiers, person_salt=secrets.token_hex(16))
+    salt = secrets.token_hex(16)
+    parameters.update(identifiers=identifiers, person_salt=salt,
+                      salt_digest=release_rows.salt_digest(salt))
 
 
 def is_stable(parameters: Mapping) -> bool:

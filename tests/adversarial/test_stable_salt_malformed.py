@@ -17,8 +17,6 @@ from tests.adversarial.test_stable_comebacks import Sequence
 from tests.helpers import create_release
 
 
-@pytest.mark.xfail(strict=True, reason="the salt is decoded by bytes.fromhex unchecked: a "
-                   "non-hexadecimal salt reaches the refresh as a Python ValueError (38000, no hint)")
 @pytest.mark.parametrize("salt", ["zz", "abc"])
 def test_a_salt_that_is_not_hexadecimal_is_refused_clearly_and_keeps_the_version(db, schema, salt):
     db.execute("CREATE TABLE pt (id int PRIMARY KEY, age int, zip int, dx text)")
@@ -52,9 +50,6 @@ class Resalted(Sequence):
                 "AND format('%%I.%%I', r.release_schema, r.release_name) = %s", (release,)).rowcount == 1
 
 
-@pytest.mark.xfail(strict=True, reason="a replaced salt is not told from a whole turnover: the "
-                   "refreshes go on with everyone new, and the analyst pins true values by "
-                   "difference (32 of 60 sequences, seeds 30000-30059; none with the salt kept)")
 def test_a_replaced_salt_is_refused_or_pins_no_one(db, schema):
     """Seed 30005 (k = 4, l = 2, heavy churn, the analyst following who comes back): with the
     salt kept it pins no one; with it replaced after the first refresh, he pins 7 true values
