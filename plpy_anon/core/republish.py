@@ -862,21 +862,43 @@ def _row_ids(table: np.ndarray) -> np.ndarray:
 
 def _set_ids(index, n_groups, col) -> np.ndarray:
     """Per group, a number naming the set of ``col``'s values its rows hold (equal sets, equal
-    numbers): each group's sorted codes as a row, padded, numbered by :func:`_row_ids`."""
+    numbers): groups keyed by their set's size and a sum of its codes mixed to 64 bits, each
+    set then compared code by code with the first of its key's; only if two sets share a key,
+    each group's sorted codes as a row, padded, numbered by :func:`_row_ids` (groups by rows,
+    wide when one group holds many values)."""
     low = int(col.min(initial=0))
     width = int(col.max(initial=0)) - low + 1
     if n_groups * width <= 1 << 26:
         member = np.zeros(n_groups * width, dtype=bool)
         member[index * width + (col - low)] = True
         held = np.flatnonzero(member)
+        del member
     else:
         held = _distinct(index * width + (col - low))
     group, code = held // width, held % width + low
+    del held
     sizes = np.bincount(group, minlength=n_groups)
     starts = np.cumsum(sizes) - sizes
+    sums = np.zeros(n_groups, dtype=np.uint64)
+    if code.size:
+        sums[sizes > 0] = np.add.reduceat(_mixed(code), starts[sizes > 0])
+    ids = _row_ids(np.column_stack([sizes, sums.view(np.int64)]))
+    first = np.full(n_groups, n_groups, dtype=np.int64)
+    np.minimum.at(first, ids, np.arange(n_groups))
+    position = np.arange(code.size) - starts[group]
+    if (code[starts[first[ids]][group] + position] == code).all():
+        return ids
     table = np.full((n_groups, int(sizes.max(initial=1))), low - 1, dtype=np.int64)
-    table[group, np.arange(held.size) - starts[group]] = code
+    table[group, position] = code
     return _row_ids(table)
+
+
+def _mixed(codes: np.ndarray) -> np.ndarray:
+    """Each code's 64-bit mix (splitmix64's finalizer): sums of them tell sets apart."""
+    z = codes.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def box_unions(index: np.ndarray, n_groups: int, qi_codes: np.ndarray,

@@ -1168,9 +1168,9 @@ def sized(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False):
 # The stable refresh mode over the budget.
 
 #: the stable mode's in-memory run per row, in multiples of core.regions.row_bytes: its VmHWM at
-#: 1M rows of 6 QIs, 1 sensitive column and an identifier was ~2,200 MiB at a refresh
-#: (docs/out-of-core.md), ~11 times the estimate of a fresh read and fit of the same rows
-STABLE_ROW_FACTOR = 11
+#: 1M rows of 6 QIs, 1 sensitive column and an identifier was ~1,350 MiB at a refresh
+#: (docs/out-of-core.md), ~7 times the estimate of a fresh read and fit of the same rows
+STABLE_ROW_FACTOR = 7
 
 
 class StableOverBudget(AnonError):

@@ -5,6 +5,8 @@ whole refresh's grouping (against the merge as it was, on numpy), on random tabl
 (coordinates on coarse grids, repeated distances)."""
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -381,3 +383,44 @@ def test_the_compiled_difference_check_keeps_the_options_numpy_keeps(data):
     finally:
         republish._compiled_safe = original
     assert compiled.tolist() == expected.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 40), st.integers(1, 3), st.integers(1, 5))
+def test_sets_sharing_a_key_are_still_told_apart_code_by_code(seed, n_groups, d, values):
+    # every code mixed to 0: sets of one size share a key, so only the comparison code by code
+    # (or the padded table after it) can tell them apart
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(0, 3 * n_groups))
+    index = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = np.zeros(d, dtype=bool)
+    qi_codes = rng.integers(-1, values, (n, d))
+    mixed = republish._mixed
+    republish._mixed = lambda codes: np.zeros(codes.size, dtype=np.uint64)
+    try:
+        got = republish._same_release_keys(index, n_groups, qi_codes, ranged)
+    finally:
+        republish._mixed = mixed
+    want = reference_same_release_keys(index, n_groups, qi_codes, ranged)
+    assert (got is None) == (want is None)
+    if want is not None:
+        assert np.array_equal(got, want)
+
+
+def test_numbering_sets_holds_memory_of_the_rows_not_of_groups_times_the_largest_set():
+    # one group holding 5,000 codes among 5,000 groups of one: a table of groups by their
+    # largest set would be 5,001 x 5,000 int64s (200 MB); the rows are 10,000
+    n_groups, wide = 5_001, 5_000
+    index = np.concatenate([np.zeros(wide, dtype=np.int64), np.arange(1, n_groups)])
+    codes = np.concatenate([np.arange(wide), np.arange(n_groups - 1) % 7]) * 1_000_003
+    tracemalloc.start()
+    try:
+        ids = republish._set_ids(index, n_groups, codes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
+    # the wide group's set is its own; the others' sets are their one code
+    pairs = np.unique(np.column_stack([np.arange(n_groups - 1) % 7, ids[1:]]), axis=0)
+    assert pairs.shape[0] == np.unique(ids[1:]).size == 7
+    assert ids[0] not in set(ids[1:].tolist())
