@@ -78,10 +78,15 @@ def box_tree(low, high):
     boxes; each node keeps the bounds of
     its boxes (``node_low``/``node_high``) and its run of ``order`` (``first``, ``last``), its
     children (``left``, -1 in a leaf; right: ``left + 1``). Nodes in depth-first order from the
-    root, 0."""
+    root, 0. A node's boxes are ordered by centre, ties kept in their parent's order (a stable
+    sort; by each centre's rank among all, :func:`_sort_run`)."""
     n, n_dims = low.shape
     order = np.arange(n)
-    centre = np.empty(n)
+    centre = np.empty((n, n_dims))
+    for t in range(n):
+        for d in range(n_dims):
+            centre[t, d] = 0.5 * low[t, d] + 0.5 * high[t, d]
+    rank = _centre_ranks(centre)
     n_nodes = 2 * (n // TREE_LEAF + 1) * 2 + 1
     node_low = np.empty((n_nodes, n_dims))
     node_high = np.empty((n_nodes, n_dims))
@@ -93,11 +98,13 @@ def box_tree(low, high):
     for d in range(n_dims):
         lo, hi = np.inf, -np.inf
         for t in range(n):
-            c = 0.5 * low[t, d] + 0.5 * high[t, d]
-            lo = min(lo, c)
-            hi = max(hi, c)
+            lo = min(lo, centre[t, d])
+            hi = max(hi, centre[t, d])
         if hi > lo:
             scale[d] = 1.0 / (hi - lo)
+    spare = np.empty(n, dtype=np.int64)
+    count = np.empty(max(RADIX, n) + 2, dtype=np.int64)
+    lo_d, hi_d = np.empty(n_dims), np.empty(n_dims)
     first[0], last[0] = 0, n
     used = 1
     stack[0] = 0
@@ -106,28 +113,27 @@ def box_tree(low, high):
         top -= 1
         node = stack[top]
         s, e = first[node], last[node]
-        for d in range(n_dims):
-            lo, hi = np.inf, -np.inf
-            for t in range(s, e):
-                lo = min(lo, low[order[t], d])
-                hi = max(hi, high[order[t], d])
-            node_low[node, d], node_high[node, d] = lo, hi
         if e - s <= TREE_LEAF:
+            for d in range(n_dims):
+                node_low[node, d], node_high[node, d] = np.inf, -np.inf
+            for t in range(s, e):
+                for d in range(n_dims):
+                    node_low[node, d] = min(node_low[node, d], low[order[t], d])
+                    node_high[node, d] = max(node_high[node, d], high[order[t], d])
             continue
+        for d in range(n_dims):
+            lo_d[d], hi_d[d] = np.inf, -np.inf
+        for t in range(s, e):
+            box = order[t]
+            for d in range(n_dims):
+                lo_d[d] = min(lo_d[d], centre[box, d])
+                hi_d[d] = max(hi_d[d], centre[box, d])
         best, spread = 0, -1.0
         for d in range(n_dims):
-            lo, hi = np.inf, -np.inf
-            for t in range(s, e):
-                c = 0.5 * low[order[t], d] + 0.5 * high[order[t], d]
-                lo = min(lo, c)
-                hi = max(hi, c)
             # relative to the whole table's spread there (dimensions have their own scales)
-            if (hi - lo) * scale[d] > spread:
-                best, spread = d, (hi - lo) * scale[d]
-        for t in range(s, e):
-            centre[t] = 0.5 * low[order[t], best] + 0.5 * high[order[t], best]
-        by_centre = np.argsort(centre[s:e], kind="mergesort")
-        order[s:e] = order[s:e][by_centre]
+            if (hi_d[d] - lo_d[d]) * scale[d] > spread:
+                best, spread = d, (hi_d[d] - lo_d[d]) * scale[d]
+        _sort_run(order, s, e, rank[:, best], spare, count)
         middle = s + (e - s) // 2
         left[node] = used
         first[used], last[used] = s, middle
@@ -135,8 +141,103 @@ def box_tree(low, high):
         stack[top], stack[top + 1] = used, used + 1
         top += 2
         used += 2
+    # a part's bounds: its children's, which come after it
+    for node in range(used - 1, -1, -1):
+        if left[node] >= 0:
+            for d in range(n_dims):
+                node_low[node, d] = min(node_low[left[node], d], node_low[left[node] + 1, d])
+                node_high[node, d] = max(node_high[left[node], d], node_high[left[node] + 1, d])
     return order, node_low[:used].copy(), node_high[:used].copy(), first[:used].copy(), \
         last[:used].copy(), left[:used].copy()
+
+
+#: buckets of a pass of :func:`_sort_run`'s radix sort
+RADIX = 256
+#: runs at most this long are sorted by insertion
+INSERTION_RUN = 32
+
+
+@njit(cache=True, nogil=True)
+def _centre_ranks(centre):
+    """Per column of ``centre``, each value's rank among the column's distinct values (equal
+    values, NaNs among them, one rank): sorting by rank orders as sorting by value. Columns of
+    half-integers in a range of at most 4 n (centres of integer codes) are ranked by counting."""
+    n, n_dims = centre.shape
+    rank = np.empty((n, n_dims), dtype=np.int64)
+    for d in range(n_dims):
+        column = centre[:, d].copy()
+        lo, hi, whole = np.inf, -np.inf, True
+        for t in range(n):
+            twice = 2.0 * column[t]
+            if not np.isfinite(twice) or twice != np.floor(twice):
+                whole = False
+                break
+            lo, hi = min(lo, twice), max(hi, twice)
+        if whole and n and hi - lo < 4.0 * n:
+            seen = np.zeros(int(hi - lo) + 2, dtype=np.int64)
+            for t in range(n):
+                seen[int(2.0 * column[t] - lo) + 1] = 1
+            for v in range(seen.size - 1):
+                seen[v + 1] += seen[v]
+            for t in range(n):
+                rank[t, d] = seen[int(2.0 * column[t] - lo) + 1] - 1
+            continue
+        by_value = np.argsort(column)
+        r = -1
+        for i in range(n):
+            v = column[by_value[i]]
+            if i == 0:
+                r = 0
+            else:
+                u = column[by_value[i - 1]]
+                if not (v == u or (np.isnan(v) and np.isnan(u))):
+                    r += 1
+            rank[by_value[i], d] = r
+    return rank
+
+
+@njit(cache=True, nogil=True)
+def _sort_run(order, s, e, key, spare, count):
+    """Sorts ``order[s:e]`` by ``key`` of its entries (ranks, below ``count.size``), ties kept
+    in their order (stable): by insertion for short runs, else by counting on the keys' range
+    when it is at most 4 times the run, else by radix passes of RADIX buckets."""
+    m = e - s
+    if m <= INSERTION_RUN:
+        for i in range(s + 1, e):
+            box = order[i]
+            k = key[box]
+            j = i
+            while j > s and key[order[j - 1]] > k:
+                order[j] = order[j - 1]
+                j -= 1
+            order[j] = box
+        return
+    lo, hi = key[order[s]], key[order[s]]
+    for t in range(s, e):
+        lo = min(lo, key[order[t]])
+        hi = max(hi, key[order[t]])
+    if hi - lo < 4 * m:
+        buckets, bits = hi - lo + 1, 62
+    else:
+        buckets, bits = RADIX, 8
+    src, dst = order[s:e], spare[:m]
+    in_order = True
+    shift = 0
+    while shift < 63 and ((hi - lo) >> shift) > 0:
+        count[:buckets + 1] = 0
+        for t in range(m):
+            count[((key[src[t]] - lo) >> shift) % buckets + 1] += 1
+        for b in range(buckets):
+            count[b + 1] += count[b]
+        for t in range(m):
+            b = ((key[src[t]] - lo) >> shift) % buckets
+            dst[count[b]] = src[t]
+            count[b] += 1
+        src, dst = dst, src
+        in_order = not in_order
+        shift += bits
+    if not in_order:
+        order[s:e] = src
 
 
 @njit(cache=True, nogil=True)

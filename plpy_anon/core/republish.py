@@ -850,7 +850,9 @@ def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
 
 def _row_ids(table: np.ndarray) -> np.ndarray:
     """Per row of ``table`` (2-d integers), a number from 0 naming its values: equal rows,
-    equal numbers (a lexicographic sort, then the rows that differ from the one before)."""
+    equal numbers, numbered in the rows' lexicographic order (a lexicographic sort of the
+    columns packed by :func:`_packed_columns`, then the rows that differ from the one before)."""
+    table = _packed_columns(table)
     order = np.lexsort(table.T[::-1])
     ordered = table[order]
     new = np.ones(order.size, dtype=bool)
@@ -858,6 +860,34 @@ def _row_ids(table: np.ndarray) -> np.ndarray:
     ids = np.empty(order.size, dtype=np.int64)
     ids[order] = np.cumsum(new) - 1
     return ids
+
+
+def _packed_columns(table: np.ndarray) -> np.ndarray:
+    """``table``'s integer columns packed, each as its offset from its smallest value, into as
+    few int64 columns as their ranges allow (earlier columns in higher bits): rows compare,
+    lexicographically and for equality, as they did; a sort then has fewer keys."""
+    if table.shape[0] == 0 or table.shape[1] < 2:
+        return table
+    low, high = table.min(axis=0), table.max(axis=0)
+    words, word, used = [], None, 0
+    for j in range(table.shape[1]):
+        bits = (int(high[j]) - int(low[j])).bit_length()
+        if bits > 62:
+            # too wide to shift: a column of its own, as it is
+            if word is not None:
+                words.append(word)
+            words.append(table[:, j])
+            word, used = None, 0
+        elif word is not None and used + bits <= 63:
+            word = (word << bits) | (table[:, j] - low[j])
+            used += bits
+        else:
+            if word is not None:
+                words.append(word)
+            word, used = table[:, j] - low[j], bits
+    if word is not None:
+        words.append(word)
+    return np.column_stack(words) if len(words) < table.shape[1] else table
 
 
 def _set_ids(index, n_groups, col) -> np.ndarray:

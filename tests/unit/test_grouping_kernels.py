@@ -79,6 +79,25 @@ def test_rows_are_named_by_their_values(rows):
 
 
 @settings(deadline=None)
+@given(st.integers(1, 12), st.lists(st.sampled_from([0, 1, 3, 200, 70000, 2**40, 2**62, 2**63 - 1]),
+                                    min_size=12, max_size=12),
+       st.integers(0, 2**32 - 1), st.integers(0, 300))
+def test_rows_are_numbered_in_their_lexicographic_order(width, spans, seed, n):
+    rng = np.random.default_rng(seed)
+    # columns of small and huge ranges (int64's extremes among them), repeated rows
+    table = np.column_stack([rng.integers(-1, spans[j], n, endpoint=True) if spans[j] < 2**63 - 1
+                             else rng.choice([-1, 0, 2**63 - 1], n) for j in range(width)])
+    table = table[rng.integers(0, max(1, n // 2), n)] if n else table.reshape(0, width)
+    order = np.lexsort(table.T[::-1])
+    ordered = table[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    expected = np.empty(n, dtype=np.int64)
+    expected[order] = np.cumsum(new) - 1
+    np.testing.assert_array_equal(republish._row_ids(table.astype(np.int64)), expected)
+
+
+@settings(deadline=None)
 @given(st.lists(st.integers(0, 20), unique=True), st.lists(st.integers(0, 20), unique=True))
 def test_absent_ids_are_setdiff1d(values, ids):
     values = np.sort(np.array(values, dtype=np.int64))

@@ -80,6 +80,54 @@ def reference_same_release_keys(index, n_groups, qi_codes, ranged):
 KERNELS = republication._kernels()
 
 
+def reference_box_tree(low, high):
+    """The tree of boxes by its definition: from the root, a part's boxes sorted (stable) by
+    centre on the dimension where centres spread most relative to all boxes', cut at the
+    middle, down to TREE_LEAF boxes; parts in depth-first order, children after their parent."""
+    n, n_dims = low.shape
+    centre = 0.5 * low + 0.5 * high
+    spread_all = centre.max(axis=0, initial=-np.inf) - centre.min(axis=0, initial=np.inf)
+    scale = np.where(spread_all > 0, 1.0 / np.where(spread_all > 0, spread_all, 1.0), 0.0)
+    order = np.arange(n)
+    nodes = [[0, n, -1]]
+    stack = [0]
+    while stack:
+        node = stack.pop()
+        s, e = nodes[node][:2]
+        if e - s <= KERNELS.TREE_LEAF:
+            continue
+        part = centre[order[s:e]]
+        spread = (part.max(axis=0) - part.min(axis=0)) * scale
+        best = int(np.argmax(spread))
+        order[s:e] = order[s:e][np.argsort(part[:, best], kind="stable")]
+        middle = s + (e - s) // 2
+        nodes[node][2] = len(nodes)
+        stack += [len(nodes), len(nodes) + 1]
+        nodes += [[s, middle, -1], [middle, e, -1]]
+    first, last, left = (np.array([x[i] for x in nodes], dtype=np.int64) for i in range(3))
+    node_low = np.array([low[order[a:b]].min(axis=0, initial=np.inf) for a, b, _ in nodes])
+    node_high = np.array([high[order[a:b]].max(axis=0, initial=-np.inf) for a, b, _ in nodes])
+    return order, node_low.reshape(-1, n_dims), node_high.reshape(-1, n_dims), first, last, left
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 400), st.integers(1, 4), st.integers(1, 2000),
+       st.sampled_from(["codes", "halves", "reals"]))
+def test_the_tree_of_boxes_is_the_reference_tree(seed, n, d, grid, kind):
+    rng = np.random.default_rng(seed)
+    low = rng.integers(0, grid, (n, d)).astype(np.float64)
+    high = low + rng.integers(0, max(1, grid // 4), (n, d))
+    if kind == "halves":
+        low, high = low / 2 - grid / 4, high / 2 - grid / 4
+    elif kind == "reals":
+        low = rng.random((n, d)) * grid
+        high = np.where(rng.random((n, d)) < 0.3, low, low + rng.random((n, d)))
+    got = KERNELS.box_tree(np.ascontiguousarray(low), np.ascontiguousarray(high))
+    for name, a, b in zip(["order", "node_low", "node_high", "first", "last", "left"], got,
+                          reference_box_tree(low, high)):
+        assert np.array_equal(a, b), name
+
+
 def grid_points(rng, n, d, ranged, grid):
     """Coordinates in [0, 1] on a grid of ``grid`` steps: ties between rows and distances."""
     return np.column_stack([rng.integers(0, grid, n) / max(1, grid - 1) for _ in range(d)]) \
