@@ -760,20 +760,21 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
             "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
-#: :data:`VERSIONS` with each one's values (one per published row) packed as the reader packs
-#: texts (each in UTF-8 and a zero byte, NULL 0xFF; ``textsend`` when the client encoding is
-#: UTF-8): no Python string per value
-VERSIONS_PACKED = """
+#: :data:`VERSIONS` with each one's values (one per published row) joined whole as
+#: :data:`KEPT_VERSIONS` joins them (each ended by 0x01, NULL 0x02): no row per value
+VERSIONS_JOINED = """
 SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
-       v.waiting_groups, v.next_groups, pg_catalog.cardinality(v.vals) AS vals_count,
-       (SELECT pg_catalog.string_agg(coalesce(%s, '\\xff'::pg_catalog.bytea), '\\x00'::pg_catalog.bytea)
-        FROM pg_catalog.unnest(v.vals) AS e(v)) AS vals_packed
+       v.waiting_groups, v.next_groups,
+       pg_catalog.convert_to(pg_catalog.array_to_string(v.vals, E'\\x01', E'\\x02'), 'UTF8')
+           AS vals_joined,
+       coalesce(pg_catalog.cardinality(v.vals), 0) AS vals_count,
+       pg_catalog.array_position(v.vals, E'\\x02') IS NOT NULL AS vals_marked
 FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 
 
 def _packed_texts(packed_texts: bytes | None, count: int) -> tuple[np.ndarray, list]:
     """(each value's code among the distinct texts, NULL -1; the texts) of ``count`` values
-    packed as :data:`VERSIONS_PACKED` packs them (as :func:`_coded_elements` does)."""
+    packed as :data:`KEPT_VALUES` packs them (as :func:`_coded_elements` does)."""
     codes, texts = _decoded_texts(packed_texts, count)
     codes[codes == len(texts)] = -1
     return codes, texts
@@ -784,16 +785,22 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     """The multisets every earlier version published (anon.release_versions) into ``people``,
     with which of each one's groups still have someone in the table (``state``: the release's
     people, their entries)."""
-    send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
-    utf8 = "pg_catalog.textsend(e.v)" if send else "pg_catalog.convert_to(e.v, 'UTF8')"
-    rows = run(plpy, VERSIONS_PACKED % utf8, ["int4"], [release_id])
+    rows = run(plpy, VERSIONS_JOINED, ["int4"], [release_id])
     values = list(dictionary)
     position = {t: i for i, t in enumerate(values)}
     stored = []
     for row in rows:
         check_interrupts()
-        codes, texts = _packed_texts(row["vals_packed"], int(row["vals_count"] or 0))
-        row["vals_packed"] = None
+        joined = None if row["vals_marked"] else \
+            _texts_ending(row["vals_joined"], int(row["vals_count"]), 0x01, 0x02)
+        row["vals_joined"] = None
+        if joined is None:      # a value is the NULL mark or holds the end one: a row a value
+            packed_texts = run(plpy, KEPT_VALUES, ["int4", "int4"], [release_id, row["version"]])[0]
+            codes, texts = _packed_texts(packed_texts["vals_elements"],
+                                         int(packed_texts["vals_count"] or 0))
+        else:
+            codes, texts = joined
+            codes[codes == len(texts)] = -1
         # texts only earlier versions hold, in the order they first appear
         for text in texts:
             if text not in position:
