@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from plpy_anon.core import containment, republish
+from plpy_anon.core import containment, republish, text_hashes
 from plpy_anon.core import person_hashes as person_hashes_core
 from plpy_anon.core.disjoint_sets import component_labels
 from plpy_anon.core.encoding import sorted_distinct
@@ -703,19 +703,16 @@ def packed(hashes: list[bytes]) -> np.ndarray:
 def record_fingerprints(qi_texts, sensitive_texts) -> np.ndarray:
     """Each row's record as one 64-bit fingerprint of its QI texts and sensitive text (None:
     NULL): an analyst who sees a person's QIs or value change may take them for someone new."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     out = np.zeros(len(sensitive_texts), dtype=np.uint64)
     for texts in (*qi_texts, sensitive_texts):
         check_interrupts()
         if isinstance(texts, Coded):
-            # each distinct text hashed once (the hash of a text is its own, whatever the rows;
-            # distinct texts need no categorizing first); NULL as pandas hashes a missing value
-            table = np.r_[pd.util.hash_array(np.asarray(texts.dictionary, dtype=object),
-                                             categorize=False),
-                          np.uint64(np.iinfo(np.uint64).max)].astype(np.uint64)
+            # each distinct text hashed once (the hash of a text is its own, whatever the rows)
+            table = np.r_[text_hashes.distinct_text_hashes(texts.dictionary),
+                          text_hashes.NULL_HASH].astype(np.uint64)
             hashed = table[texts.codes]
         else:
-            hashed = pd.util.hash_array(np.asarray(texts, dtype=object))
+            hashed = text_hashes.text_hashes(texts)
         out = (out * np.uint64(0x100000001B3)) ^ hashed
     return out
 
@@ -837,20 +834,21 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
             "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
-#: :data:`VERSIONS` with each one's values (one per published row) packed as the reader packs
-#: texts (each in UTF-8 and a zero byte, NULL 0xFF; ``textsend`` when the client encoding is
-#: UTF-8): no Python string per value
-VERSIONS_PACKED = """
+#: :data:`VERSIONS` with each one's values (one per published row) joined whole as
+#: :data:`KEPT_VERSIONS` joins them (each ended by 0x01, NULL 0x02): no row per value
+VERSIONS_JOINED = """
 SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
-       v.waiting_groups, v.next_groups, pg_catalog.cardinality(v.vals) AS vals_count,
-       (SELECT pg_catalog.string_agg(coalesce(%s, '\\xff'::pg_catalog.bytea), '\\x00'::pg_catalog.bytea)
-        FROM pg_catalog.unnest(v.vals) AS e(v)) AS vals_packed
+       v.waiting_groups, v.next_groups,
+       pg_catalog.convert_to(pg_catalog.array_to_string(v.vals, E'\\x01', E'\\x02'), 'UTF8')
+           AS vals_joined,
+       coalesce(pg_catalog.cardinality(v.vals), 0) AS vals_count,
+       pg_catalog.array_position(v.vals, E'\\x02') IS NOT NULL AS vals_marked
 FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 
 
 def _packed_texts(packed_texts: bytes | None, count: int) -> tuple[np.ndarray, list]:
     """(each value's code among the distinct texts, NULL -1; the texts) of ``count`` values
-    packed as :data:`VERSIONS_PACKED` packs them (as :func:`_coded_elements` does)."""
+    packed as :data:`KEPT_VALUES` packs them (as :func:`_coded_elements` does)."""
     codes, texts = _decoded_texts(packed_texts, count)
     codes[codes == len(texts)] = -1
     return codes, texts
@@ -861,16 +859,22 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     """The multisets every earlier version published (anon.release_versions) into ``people``,
     with which of each one's groups still have someone in the table (``state``: the release's
     people, their entries)."""
-    send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
-    utf8 = "pg_catalog.textsend(e.v)" if send else "pg_catalog.convert_to(e.v, 'UTF8')"
-    rows = run(plpy, VERSIONS_PACKED % utf8, ["int4"], [release_id])
+    rows = run(plpy, VERSIONS_JOINED, ["int4"], [release_id])
     values = list(dictionary)
     position = {t: i for i, t in enumerate(values)}
     stored = []
     for row in rows:
         check_interrupts()
-        codes, texts = _packed_texts(row["vals_packed"], int(row["vals_count"] or 0))
-        row["vals_packed"] = None
+        joined = None if row["vals_marked"] else \
+            _texts_ending(row["vals_joined"], int(row["vals_count"]), 0x01, 0x02)
+        row["vals_joined"] = None
+        if joined is None:      # a value is the NULL mark or holds the end one: a row a value
+            packed_texts = run(plpy, KEPT_VALUES, ["int4", "int4"], [release_id, row["version"]])[0]
+            codes, texts = _packed_texts(packed_texts["vals_elements"],
+                                         int(packed_texts["vals_count"] or 0))
+        else:
+            codes, texts = joined
+            codes[codes == len(texts)] = -1
         # texts only earlier versions hold, in the order they first appear
         for text in texts:
             if text not in position:
@@ -1553,17 +1557,15 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
         np.concatenate([np.empty(0, np.int64)] + [row["group_ids"] for row in kept]),
         np.concatenate([np.empty(0, np.int64)] + [step_of(row["roots"]) for row in kept]))
     # one code per text of this version and the kept ones, NULL last (no value: core.republish)
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     texts = sorted({v for v in values if v is not None}.union(*(row["vals"][1] for row in kept)))
-    index = pd.Index(texts, dtype=object)
+    position = {t: i for i, t in enumerate(texts)}
     history = []
     for row in kept:
         check_interrupts()
         ids = row["group_ids"]
         raw, own = row["vals"]
         # the version's own codes (NULL: len(own)) onto this dictionary's (NULL: len(texts))
-        codes = np.r_[index.get_indexer(np.asarray(own, dtype=object)) if own else
-                      np.empty(0, np.int64), len(texts)].astype(np.int64)[raw]
+        codes = np.array([*(position[t] for t in own), len(texts)], dtype=np.int64)[raw]
         owner = np.repeat(np.arange(ids.size), row["sizes"])
         counts = np.bincount(owner * (len(texts) + 1) + codes,
                              minlength=ids.size * (len(texts) + 1)).reshape(ids.size, len(texts) + 1)
@@ -1573,7 +1575,7 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     for earlier, same in zip(history, unchanged(kept) if unchanged is not None else ()):
         earlier.unchanged = same
     ids = np.asarray(version["group_ids"], dtype=np.int64)
-    value_codes = np.array([len(texts) if v is None else index.get_loc(v) for v in values], dtype=np.int64)
+    value_codes = np.array([len(texts) if v is None else position[v] for v in values], dtype=np.int64)
     counts = np.zeros((ids.size, len(texts) + 1), dtype=np.int64)
     for j in range(len(values)):
         counts[:, value_codes[j]] += group_counts[:, j]
@@ -1711,7 +1713,6 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     two of them have the same QIs (one class to an analyst: then grouped from the view).
     ``qi_nulls``: per QI, whether a row of the run is NULL there (it lies in every range: that
     QI then links every class, :attr:`Classes.linkable`)."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     qi_nulls = list(qi_nulls) if qi_nulls is not None else [None in texts for texts in qi_texts]
     released = released_relation(plpy, release)
     settings = class_counts.pass_settings(plpy, None)
@@ -1833,8 +1834,10 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             recode[order] = np.arange(len(uniques) + 1)
             owners, raw, texts = decoded[f"set{i}"]
             # each distinct element's slot among the people's values (NULL the last)
-            slots = np.r_[pd.Index(uniques, dtype=object).get_indexer(np.asarray(texts, dtype=object)),
-                          len(uniques)] if texts else np.array([len(uniques)], dtype=np.int64)
+            position = {u: j for j, u in enumerate(uniques)}
+            slots = np.fromiter((position.get(t, -1) for t in [*texts, None]), dtype=np.int64,
+                                count=len(texts) + 1)
+            slots[-1] = len(uniques)
             element_slots = slots[raw]
             element_codes = np.where(element_slots < 0, -1, recode[element_slots])
             axes.append(containment.set_axis(recode[slot], owners, element_codes, count,
@@ -1945,7 +1948,7 @@ def _texts_ending(packed, count: int, end: int, null: int) -> tuple[np.ndarray, 
     end left out), NULL the byte ``null``; None when there are other than ``count``."""
     if not count:
         return np.zeros(0, dtype=np.int64), []
-    import pyarrow as pa  # the stable mode's paths only (pandas, which they load, needs it)
+    import pyarrow as pa  # the stable mode's paths only
     packed_texts = bytes(packed) + bytes([end])          # the last one's end
     ends = np.flatnonzero(np.frombuffer(packed_texts, dtype=np.uint8) == end)
     if ends.size != count:
@@ -1967,7 +1970,10 @@ def _texts_ending(packed, count: int, end: int, null: int) -> tuple[np.ndarray, 
     shown = np.array([t != null for t in distinct], dtype=bool)
     recode[shown] = np.arange(len(texts))
     recode[~shown] = len(texts)
-    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    # the int32 indices' buffer as it is (no NULL): pyarrow's to_numpy imports pandas
+    indices = encoded.indices
+    indices = np.frombuffer(indices.buffers()[1], dtype=np.int32,
+                            count=indices.offset + len(indices))[indices.offset:].astype(np.int64)
     return recode[indices], texts
 
 
@@ -2158,7 +2164,6 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     (:func:`_with_absent`): one who comes back is the same person to an analyst.
     ``matched``: (person, class) pairs already found, people beyond ``hashes`` (held back)
     ignored."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
     n = len(hashes)
     person, klass = matched if matched is not None else containment.contained(classes.axes, n, classes.count)
     mine = person < n
@@ -2187,12 +2192,14 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     kept, left = [], None
     for name, (value_classes, value_texts) in zip(names, classes.values):
         check_interrupts()
-        codes, dictionary = pd.factorize(np.asarray(value_texts, dtype=object))
-        kept_t = [t for q in unheld.tolist() for t in earlier_sets[earlier[q]].get(name, [])]
-        if kept_t:
-            dictionary = pd.Index(dictionary, dtype=object).append(pd.Index(
-                pd.unique(np.asarray(kept_t, dtype=object)), dtype=object)).unique()
-        dictionary = np.asarray(dictionary, dtype=object)
+        # the values in the order they first appear (NULL -1), then those only kept ones hold
+        first: dict = {}
+        codes = np.fromiter((-1 if t is None else first.setdefault(t, len(first))
+                             for t in value_texts), dtype=np.int64, count=len(value_texts))
+        for t in (t for q in unheld.tolist() for t in earlier_sets[earlier[q]].get(name, [])):
+            first.setdefault(t, len(first))
+        dictionary = np.empty(len(first), dtype=object)
+        dictionary[:] = list(first)
         words = max((len(dictionary) + 63) // 64, 1)
         position = {v: j for j, v in enumerate(dictionary.tolist())}
         # each person's candidates now as a bitmask over the values: the values of every class
@@ -2391,14 +2398,14 @@ def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None
 
 
 def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` of many integers with few distinct values:
-    hashed (pandas.factorize), only the distinct ones sorted."""
-    import pandas as pd  # the stable mode's paths only: a fresh build loads no pandas
-    codes, uniques = pd.factorize(np.asarray(keys, dtype=np.int64))
-    order = np.argsort(uniques, kind="stable")
-    rank = np.empty(order.size, dtype=np.int64)
-    rank[order] = np.arange(order.size)
-    return np.asarray(uniques, dtype=np.int64)[order], rank[codes]
+    """``np.unique(keys, return_inverse=True)`` of many integers with few distinct values (a
+    version in the high 32 bits, a group in the low ones): each half ranked by a table of its
+    range where it is narrow (core.encoding.sorted_distinct), then the pairs of ranks."""
+    keys = np.asarray(keys, dtype=np.int64)
+    highs, high_rank = sorted_distinct(keys >> 32)
+    lows, low_rank = sorted_distinct(keys & 0xFFFFFFFF)
+    pairs, inverse = sorted_distinct(high_rank.ravel() * lows.size + low_rank.ravel())
+    return highs[pairs // max(lows.size, 1)] << 32 | lows[pairs % max(lows.size, 1)], inverse
 
 
 def _distinct_keys(keys: np.ndarray, size: int) -> np.ndarray:

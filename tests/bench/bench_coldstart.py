@@ -47,6 +47,13 @@ CALLS = [
      ("SELECT anon.mondrian_view('coldstart_people', k => 5, quasi_identifiers => ARRAY['age', 'zip'], "
       "sensitive => ARRAY['diagnosis'], identifiers => ARRAY['id'], replace => true)")),
     ("anon.refresh (2,000 rows)", "SELECT * FROM anon.refresh('release.coldstart_people_k5')"),
+    # with l and a primary key: the stable mode, which checks each version against the stored ones
+    ("anon.mondrian_view, stable (2,000 rows)",
+     ("SELECT anon.mondrian_view('coldstart_people', k => 5, l => 2, quasi_identifiers => "
+      "ARRAY['age', 'zip'], sensitive => ARRAY['diagnosis'], identifiers => ARRAY['id'], "
+      "refresh_mode => 'stable', replace => true)")),
+    ("anon.refresh, stable (2,000 rows)",
+     "SELECT * FROM anon.refresh('release.coldstart_people_k5_l2')"),
 ]
 
 
@@ -107,7 +114,8 @@ def backend_part() -> list[list]:
             conn.execute("CREATE EXTENSION plpy_anon CASCADE")
             conn.execute(LOADED)
             conn.execute(SMALL)
-            conn.execute(CALLS[2][1])        # the release anon.refresh rebuilds
+            conn.execute(CALLS[2][1])        # the releases anon.refresh rebuilds
+            conn.execute(CALLS[4][1])
         baseline = [("a new connection (SELECT 1)", "SELECT 1"),
                     ("PL/Python itself (a DO block)", "DO LANGUAGE plpython3u $$ pass $$")]
         for label, query in baseline + CALLS:

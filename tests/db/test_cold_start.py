@@ -106,18 +106,21 @@ def test_a_release_on_the_compiled_kernels_loads_numba_without_scipy_pandas_or_y
     assert smallest >= 5
 
 
-def test_a_stable_release_in_a_new_backend_loads_neither_scipy_sklearn_nor_sqlglot(fresh, db, schema):
+def test_a_stable_release_in_a_new_backend_loads_neither_pandas_scipy_sklearn_nor_sqlglot(
+        fresh, db, schema):
     """A release with l and a primary key is stable by default; its creation and its refresh
-    (which checks the new version against the stored one) load no scipy."""
+    (which checks the new version against the stored one) load no scipy, nor pandas (record
+    fingerprints, stored versions and the check run on numpy and pyarrow's kernels)."""
     db.execute(PEOPLE)
     stable = MONDRIAN.replace("k => 5,", "k => 5, l => 2,").format(release_schema_of(schema))
-    assert not fresh(stable) & {"scipy", "sklearn", "sqlglot", "matplotlib"}
+    assert not fresh(stable) & {"pandas", "scipy", "sklearn", "sqlglot", "matplotlib"}
     release, mode = db.execute("SELECT release_schema || '.' || release_name, parameters->>'refresh_mode' "
                                "FROM anon.releases WHERE release_schema = %s",
                                [release_schema_of(schema)]).fetchone()
     assert mode == "stable"
     db.execute("UPDATE people SET age = age + 1 WHERE id % 7 = 0")
-    assert not fresh(f"SELECT * FROM anon.refresh('{release}')") & {"scipy", "sklearn", "sqlglot"}
+    assert not fresh(f"SELECT * FROM anon.refresh('{release}')") & {"pandas", "scipy", "sklearn",
+                                                                       "sqlglot"}
     # k and l hold in the refreshed rows
     k, l = db.execute(sql.SQL("SELECT min(n), min(d) FROM (SELECT count(*) AS n, count(DISTINCT diagnosis) AS d "
                               "FROM {} GROUP BY age, zip) c")
