@@ -7,6 +7,25 @@ import uuid
 from psycopg import sql
 
 
+@contextlib.contextmanager
+def encoded_database(connect, encoding: str, extension: bool = True):
+    """A throwaway database of ``encoding`` (C locale), with plpy_anon in it unless
+    ``extension`` is false: its name, dropped afterwards."""
+    name = f"{encoding.lower()}_{uuid.uuid4().hex[:8]}"
+    with connect(dbname="postgres") as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {} ENCODING {} TEMPLATE template0 "
+                              "LC_COLLATE 'C' LC_CTYPE 'C'").format(sql.Identifier(name),
+                                                                    sql.Literal(encoding)))
+    try:
+        if extension:
+            with connect(dbname=name) as conn:
+                conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+        yield name
+    finally:
+        with connect(dbname="postgres") as admin:
+            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 def class_sizes(conn, relation: str, qi_columns: list[str]) -> list[int]:
     """Sizes of the equivalence classes of a released relation: rows with identical generalized QIs
     (ranges compare by bounds, arrays element-wise, NULLs group together)."""

@@ -9,16 +9,13 @@ the placeholders of the table's values the region does not hold, whose digits ma
 free characters: a release built in memory is then refused out of core."""
 from __future__ import annotations
 
-import uuid
-
 import numpy as np
 import pytest
-from psycopg import sql
 
 from plpy_anon.core import mondrian_jit
 from plpy_anon.db import class_sets, stored_classes
 from plpy_anon.db.generalization import pack_literals
-from tests.helpers import class_sizes, distinct_sensitive_per_class
+from tests.helpers import class_sizes, distinct_sensitive_per_class, encoded_database
 
 
 def _two_classes_splitting_ascii():
@@ -60,18 +57,9 @@ OTHERS = ["r" + np.base_repr(i, 7) for i in range(100)]
 
 @pytest.fixture(scope="module")
 def latin1(connect):
-    name = f"latin1_{uuid.uuid4().hex[:8]}"
-    with connect(dbname="postgres") as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {} ENCODING 'LATIN1' TEMPLATE template0 "
-                              "LC_COLLATE 'C' LC_CTYPE 'C'").format(sql.Identifier(name)))
-    try:
-        with connect(dbname=name) as conn:
-            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-            conn.execute("SET client_encoding = 'UTF8'")
-            yield conn
-    finally:
-        with connect(dbname="postgres") as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with encoded_database(connect, "LATIN1") as name, connect(dbname=name) as conn:
+        conn.execute("SET client_encoding = 'UTF8'")
+        yield conn
 
 
 @pytest.mark.parametrize("memory", [

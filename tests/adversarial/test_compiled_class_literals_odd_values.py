@@ -8,12 +8,10 @@ once, its QI value inside its class's set, its sensitive value exact; every set 
 values its class's rows hold; classes of k rows and l distinct sensitive values."""
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from psycopg import sql
 
-from tests.helpers import class_sizes, distinct_sensitive_per_class
+from tests.helpers import class_sizes, distinct_sensitive_per_class, encoded_database
 
 ROWS = 51_000
 ASCII = [chr(c) for c in range(1, 128)]
@@ -83,17 +81,8 @@ def test_odd_texts_written_by_the_compiled_writer_are_released_truthfully(connec
 
 @pytest.fixture(scope="module")
 def latin1(connect):
-    name = f"latin1_{uuid.uuid4().hex[:8]}"
-    with connect(dbname="postgres") as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {} ENCODING 'LATIN1' TEMPLATE template0 "
-                              "LC_COLLATE 'C' LC_CTYPE 'C'").format(sql.Identifier(name)))
-    try:
-        with connect(dbname=name) as conn:
-            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
+    with encoded_database(connect, "LATIN1") as name:
         yield name
-    finally:
-        with connect(dbname="postgres") as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.mark.parametrize("layout", ["flat", "compact"])

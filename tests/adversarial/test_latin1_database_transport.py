@@ -5,29 +5,18 @@ Texts holding 0x01, 0x02, the packing's usual separators and LATIN1's upper half
 whose value set holds every LATIN1 character, leaving the packing no separator LATIN1 spells. Checked from the released rows: each row inside its class's value set, k and l."""
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 import pytest
 from psycopg import sql
 
-from tests.helpers import class_sizes, distinct_sensitive_per_class
+from tests.helpers import class_sizes, distinct_sensitive_per_class, encoded_database
 
 
 @pytest.fixture(scope="module")
 def latin1(connect):
-    name = f"latin1_{uuid.uuid4().hex[:8]}"
-    with connect(dbname="postgres") as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {} ENCODING 'LATIN1' TEMPLATE template0 "
-                              "LC_COLLATE 'C' LC_CTYPE 'C'").format(sql.Identifier(name)))
-    try:
-        with connect(dbname=name) as conn:
-            conn.execute("CREATE EXTENSION plpy_anon CASCADE")
-            conn.execute("SET client_encoding = 'UTF8'")
-            yield conn
-    finally:
-        with connect(dbname="postgres") as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+    with encoded_database(connect, "LATIN1") as name, connect(dbname=name) as conn:
+        conn.execute("SET client_encoding = 'UTF8'")
+        yield conn
 
 
 def release(conn, table: str, k: int, l: int | None, **extra) -> str:

@@ -6,13 +6,10 @@ core. Either released truthfully (every row's bytes in its class's set, k) or re
 clear error naming the column, with a hint; never a set holding other bytes."""
 from __future__ import annotations
 
-import uuid
-
 import psycopg
 import pytest
-from psycopg import sql
 
-from tests.helpers import class_sizes
+from tests.helpers import class_sizes, encoded_database
 
 #: bytes as the client sends them (client_encoding SQL_ASCII: no conversion)
 VALUES = [b"caf\xe9", b"\x80", b"\xff\xfe", b"plain", b'"q"', b"{a,b}", b"NULL", b""]
@@ -20,15 +17,8 @@ VALUES = [b"caf\xe9", b"\x80", b"\xff\xfe", b"plain", b'"q"', b"{a,b}", b"NULL",
 
 @pytest.fixture(scope="module")
 def sql_ascii(connect):
-    name = f"sqlascii_{uuid.uuid4().hex[:8]}"
-    with connect(dbname="postgres") as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {} ENCODING 'SQL_ASCII' TEMPLATE template0 "
-                              "LC_COLLATE 'C' LC_CTYPE 'C'").format(sql.Identifier(name)))
-    try:
+    with encoded_database(connect, "SQL_ASCII", extension=False) as name:
         yield name
-    finally:
-        with connect(dbname="postgres") as admin:
-            admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.mark.xfail(strict=True, reason="refused with PostgreSQL's bare 22021 'invalid byte "
