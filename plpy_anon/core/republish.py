@@ -554,34 +554,40 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
             if ever is not None:
                 choice = _unions_held(models, ever, linked, choice, possible, stacked, history,
                                       roots_of, ids, people_linked)
-                counts = stacked[np.arange(ids.size), choice]
-                failing = unsafe_unions(models, ids, counts, linked, history, roots_of,
-                                        per_group=True, people_linked=people_linked)
-                if failing.any():
-                    if ids.size == 1:
-                        raise CannotKeepCandidates(
-                            "no multiset of one class of every row keeps the unions of classes "
-                            "that overlapped from pinning someone by difference")
-                    # the release's check refuses a version with an unsafe union: its groups
-                    # that cannot hold (or are its only group now) merge with a near group
-                    # (then the union may hold), or, when all could, the union's failing groups
-                    # become one group, which safe_against checks against its ancestors
-                    shared = np.bincount(ever[failing], minlength=ids.size)[ever]
-                    cannot = np.flatnonzero(failing & (~possible[:, HOLD] | (shared == 1)))
-                    if cannot.size:
-                        # within the union: their boxes already overlap, so the union's box
-                        # grows least
-                        merged = _merge_nearest(
-                            index, ids.size, cannot, points, ranged, within=ever,
-                            acceptable=_merge_with_an_option(index, ids, codes, published_before,
-                                                             history, roots_of, k, models))
-                    else:
-                        first = np.full(ids.size, ids.size, dtype=np.int64)
-                        np.minimum.at(first, ever[failing], np.flatnonzero(failing))
-                        merged = np.where(failing, first[ever], np.arange(ids.size))
-                    labels = _rename(ids, merged, index, step)
-                    continue
+            # checked even where no boxes overlap: a group's part with only the ancestors whose
+            # people are still in the table is a set of them safe_against may not try (over
+            # ANCESTOR_SETS_LIMIT), and the release's check refuses it as it does a union
             counts = stacked[np.arange(ids.size), choice]
+            failing = unsafe_unions(models, ids, counts, linked, history, roots_of,
+                                    per_group=True, people_linked=people_linked)
+            if failing.any():
+                if ids.size == 1:
+                    raise CannotKeepCandidates(
+                        "no multiset of one class of every row keeps the unions of classes "
+                        "that overlapped from pinning someone by difference")
+                within = ever
+                if ever is None:
+                    # no union: each failing group is its own, merged with a near group
+                    ever = np.arange(ids.size)
+                # the release's check refuses a version with an unsafe union: its groups
+                # that cannot hold (or are its only group now) merge with a near group
+                # (then the union may hold), or, when all could, the union's failing groups
+                # become one group, which safe_against checks against its ancestors
+                shared = np.bincount(ever[failing], minlength=ids.size)[ever]
+                cannot = np.flatnonzero(failing & (~possible[:, HOLD] | (shared == 1)))
+                if cannot.size:
+                    # within the union: their boxes already overlap, so the union's box
+                    # grows least
+                    merged = _merge_nearest(
+                        index, ids.size, cannot, points, ranged, within=within,
+                        acceptable=_merge_with_an_option(index, ids, codes, published_before,
+                                                         history, roots_of, k, models))
+                else:
+                    first = np.full(ids.size, ids.size, dtype=np.int64)
+                    np.minimum.at(first, ever[failing], np.flatnonzero(failing))
+                    merged = np.where(failing, first[ever], np.arange(ids.size))
+                labels = _rename(ids, merged, index, step)
+                continue
             published = published_before | (choice[index] < PUBLISHING_ALL)
             published |= _taking_rows(index, codes, published_before if bound is None
                                       else published_before | bound,
