@@ -106,3 +106,14 @@ def test_a_refresh_after_comebacks_with_another_value_is_never_refused_by_its_ow
     one the release's own check refuses (Sequence.run asserts no refusal says "Report this");
     seeds 9784, 20072 and 20093 likewise."""
     WideSequence(db, schema, seed, new_values=True).true_pins()
+
+
+@pytest.mark.xfail(strict=True, reason="a person back with another sensitive value is published "
+                   "in a class holding their new value; the release does not bound the "
+                   "intersection of their classes over their earlier value (1 true pin in 89 "
+                   "such sequences, seeds 30100-30399)")
+def test_a_person_back_with_another_value_keeps_l_candidates_for_their_earlier_one(db, schema):
+    """Seed 30136 (k = 2, l = 2, 4 values, 5 refreshes, heavy churn): person 55, with 'hiv' in a
+    class of {hiv, hiv, ok}, leaves and comes back with 'flu' in a class of {cold, flu, hiv}; the
+    analyst who follows them intersects the two: 'hiv', their earlier value."""
+    assert WideSequence(db, schema, 30136, new_values=True).true_pins() == ([], {})
