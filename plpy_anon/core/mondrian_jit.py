@@ -20,6 +20,7 @@ cancel the fit.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -91,6 +92,26 @@ def kernels():
         else:
             _kernels = _mondrian_kernels
     return _kernels
+
+
+#: the other kernel modules loaded (:func:`loaded`), by name
+_loaded: dict = {}
+
+
+def loaded(name: str, n_rows: int | None = None):
+    """The kernel module ``plpy_anon.core.<name>``, loaded once from the machine-code cache
+    (:func:`load_cached`) after numba is set up (:func:`kernels`); None without numba, or for
+    ``n_rows`` rows too few to be worth loading numba for (:func:`worth_loading`)."""
+    module = _loaded.get(name)
+    if module is None:
+        if n_rows is not None and not worth_loading(n_rows):
+            return None
+        if kernels() is None:
+            return None
+        module = importlib.import_module(f"plpy_anon.core.{name}")
+        load_cached(module)
+        _loaded[name] = module
+    return module
 
 
 def load_cached(module) -> None:

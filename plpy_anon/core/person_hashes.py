@@ -48,29 +48,17 @@ def _hashlib(prefix: bytes, encoded, n: int) -> np.ndarray:
     return out
 
 
-_person_kernels = None
-
-
 def _kernels(n_rows: int, engine: str = "auto"):
-    """The compiled kernels, or None (hashlib then): without numba, with ``engine="numpy"``, or
-    for ``n_rows`` too few to load numba for (core.mondrian_jit.worth_loading) with "auto"."""
-    global _person_kernels
+    """The compiled kernels, or None (Python then): without numba, with ``engine="numpy"``, or
+    for ``n_rows`` too few to load numba for (core.mondrian_jit.loaded) with "auto"."""
     if engine == "numpy":
         return None
-    if _person_kernels is None:
-        from plpy_anon.core import mondrian_jit
-        if engine == "auto" and not mondrian_jit.worth_loading(n_rows):
-            return None
-        if mondrian_jit.kernels() is None:
-            return None
-        from plpy_anon.core import _person_kernels as kern
-        mondrian_jit.load_cached(kern)
-        _person_kernels = kern
-    return _person_kernels
+    from plpy_anon.core import mondrian_jit
+    return mondrian_jit.loaded("_person_kernels", n_rows if engine == "auto" else None)
 
 
 def warm_kernels() -> None:
     """Compile (or load) the kernels once (core.mondrian_warm, at install)."""
-    if _kernels(0, "numba") is None:
-        return
-    _person_kernels.array_text(np.array([0, -5, 12]), np.empty(70, dtype=np.uint8))
+    kern = _kernels(0, "numba")
+    if kern is not None:
+        kern.array_text(np.array([0, -5, 12]), np.empty(70, dtype=np.uint8))

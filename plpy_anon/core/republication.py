@@ -175,42 +175,18 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
     labels[new] = ids[out]
 
 
-_republication_kernels = None
-
-
 def _kernels(n_rows: int | None = None):
     """The compiled kernels (core._republication_kernels), or None (the numpy versions then
     run) without numba, or for ``n_rows`` rows too few to be worth loading numba for
-    (core.mondrian_jit.worth_loading): loaded once numba is set up as for the Mondrian fit
-    (core.mondrian_jit: its machine-code cache)."""
-    global _republication_kernels
-    if _republication_kernels is None:
-        from plpy_anon.core import mondrian_jit
-        if n_rows is not None and not mondrian_jit.worth_loading(n_rows):
-            return None
-        if mondrian_jit.kernels() is None:
-            return None
-        from plpy_anon.core import _republication_kernels as kern
-        mondrian_jit.load_cached(kern)
-        _republication_kernels = kern
-    return _republication_kernels
-
-
-_grouping = None
+    (core.mondrian_jit.loaded)."""
+    from plpy_anon.core import mondrian_jit
+    return mondrian_jit.loaded("_republication_kernels", n_rows)
 
 
 def _grouping_kernels(n_rows: int | None = None):
-    """The compiled per-group reductions (core._grouping_kernels), loaded with :func:`_kernels`
-    (None where those are not: numpy then)."""
-    global _grouping
-    if _grouping is None:
-        if _kernels(n_rows) is None:
-            return None
-        from plpy_anon.core import _grouping_kernels as kern
-        from plpy_anon.core import mondrian_jit
-        mondrian_jit.load_cached(kern)
-        _grouping = kern
-    return _grouping
+    """The compiled per-group reductions (core._grouping_kernels), or None as :func:`_kernels`."""
+    from plpy_anon.core import mondrian_jit
+    return mondrian_jit.loaded("_grouping_kernels", n_rows)
 
 
 def group_min_max(labels: np.ndarray, values: np.ndarray, low: np.ndarray, high: np.ndarray) -> None:

@@ -75,6 +75,6 @@ def test_the_state_holds_each_persons_salted_sha256_of_their_identifiers_text(db
         assert persons_in_state(db, rel) == hashes_in_sql(db, rel, "ever")
         assert min(class_sizes(db, rel, qis)) >= 2
         assert min(distinct_sensitive_per_class(db, rel, qis, "dx")) >= 2
-    # the refreshes hashed on the compiled kernels, not on hashlib
-    db.execute("DO LANGUAGE plpython3u $$ from plpy_anon.core import person_hashes; "
-               "assert person_hashes._person_kernels is not None $$")
+    # the refreshes wrote the state's arrays on the compiled kernels
+    db.execute("DO LANGUAGE plpython3u $$ from plpy_anon.core import mondrian_jit; "
+               "assert mondrian_jit._loaded.get('_person_kernels') is not None $$")
