@@ -6,13 +6,12 @@ from what a session with extra_float_digits = 0 prints. Checked from the release
 row once, inside its class's ranges and sets, k, and the model in every class."""
 from __future__ import annotations
 
-import math
-
 import psycopg
 import pytest
 
 from tests.db.test_out_of_core import (  # noqa: F401  (shards: the fixture)
     QIS,
+    assert_l_diversity_holds,
     budget,
     catalog,
     check_release,
@@ -21,7 +20,6 @@ from tests.db.test_out_of_core import (  # noqa: F401  (shards: the fixture)
     sharded_table,
     shards,
     synthetic_shard,
-    worst_class_values,
     worst_equal_emd,
     worst_ordered_emd,
 )
@@ -53,12 +51,7 @@ def check_model(db, rel, model, k):
     assert min(class_sizes(db, rel, QIS)) >= k
     if "t" in model:
         assert worst_equal_emd(db, rel) <= model["t"] + 1e-9
-    for counts in worst_class_values(db, rel):
-        total = sum(counts)
-        if model.get("l_diversity") == "entropy":
-            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-        elif model.get("l_diversity") == "recursive":
-            assert counts[0] < model["c"] * sum(counts[1:])
+    assert_l_diversity_holds(db, rel, model)
 
 
 @pytest.mark.parametrize("fill", [empty_second, lopsided], ids=["empty shard", "lopsided"])
