@@ -834,24 +834,31 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
             "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
-#: :data:`VERSIONS` with each one's values (one per published row) joined whole as
-#: :data:`KEPT_VERSIONS` joins them (each ended by 0x01, NULL 0x02): no row per value
-VERSIONS_JOINED = """
-SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
-       v.waiting_groups, v.next_groups,
+#: a stored version's values (one per published row) joined whole, each ended by 0x01, NULL
+#: 0x02, with their number and whether one is the NULL mark (:func:`_version_values`)
+VALUES_JOINED = """
        pg_catalog.convert_to(pg_catalog.array_to_string(v.vals, E'\\x01', E'\\x02'), 'UTF8')
            AS vals_joined,
        coalesce(pg_catalog.cardinality(v.vals), 0) AS vals_count,
-       pg_catalog.array_position(v.vals, E'\\x02') IS NOT NULL AS vals_marked
+       pg_catalog.array_position(v.vals, E'\\x02') IS NOT NULL AS vals_marked"""
+#: :data:`VERSIONS` with each one's values read as :data:`VALUES_JOINED` (no row per value)
+VERSIONS_JOINED = f"""
+SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
+       v.waiting_groups, v.next_groups,{VALUES_JOINED}
 FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 
 
-def _packed_texts(packed_texts: bytes | None, count: int) -> tuple[np.ndarray, list]:
-    """(each value's code among the distinct texts, NULL -1; the texts) of ``count`` values
-    packed as :data:`KEPT_VALUES` packs them (as :func:`_coded_elements` does)."""
-    codes, texts = _decoded_texts(packed_texts, count)
-    codes[codes == len(texts)] = -1
-    return codes, texts
+def _version_values(plpy, row, release_id: int) -> tuple[np.ndarray, list]:
+    """(each value's code among the distinct texts, NULL coded as their number; the texts) of a
+    stored version's ``row`` read with :data:`VALUES_JOINED`, read again a row a value
+    (:data:`KEPT_VALUES`) where a value is the NULL mark or holds the end one."""
+    values = None if row["vals_marked"] else \
+        _texts_ending(row["vals_joined"], int(row["vals_count"]), 0x01, 0x02)
+    row["vals_joined"] = None
+    if values is None:
+        packed = run(plpy, KEPT_VALUES, ["int4", "int4"], [release_id, row["version"]])[0]
+        values = _decoded_texts(packed["vals_elements"], int(packed["vals_count"] or 0))
+    return values
 
 
 def load_versions(plpy, release_id: int, people: People, dictionary: list,
@@ -865,16 +872,8 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     stored = []
     for row in rows:
         check_interrupts()
-        joined = None if row["vals_marked"] else \
-            _texts_ending(row["vals_joined"], int(row["vals_count"]), 0x01, 0x02)
-        row["vals_joined"] = None
-        if joined is None:      # a value is the NULL mark or holds the end one: a row a value
-            packed_texts = run(plpy, KEPT_VALUES, ["int4", "int4"], [release_id, row["version"]])[0]
-            codes, texts = _packed_texts(packed_texts["vals_elements"],
-                                         int(packed_texts["vals_count"] or 0))
-        else:
-            codes, texts = joined
-            codes[codes == len(texts)] = -1
+        codes, texts = _version_values(plpy, row, release_id)
+        codes[codes == len(texts)] = -1
         # texts only earlier versions hold, in the order they first appear
         for text in texts:
             if text not in position:
@@ -1637,14 +1636,10 @@ STORE_JOINED_VERSION = STORE_VERSION.replace(
 #: the stored versions as the difference check reads them: the integer arrays in their binary
 #: form (array_send), each one's values joined whole as :func:`_joined_elements` joins them (no
 #: row nor Python object per value)
-KEPT_VERSIONS = """
+KEPT_VERSIONS = f"""
 SELECT v.version, pg_catalog.array_send(v.group_ids) AS group_ids,
        pg_catalog.array_send(v.roots) AS roots, pg_catalog.array_send(v.sizes) AS sizes,
-       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups,
-       pg_catalog.convert_to(pg_catalog.array_to_string(v.vals, E'\\x01', E'\\x02'), 'UTF8')
-           AS vals_joined,
-       coalesce(pg_catalog.cardinality(v.vals), 0) AS vals_count,
-       pg_catalog.array_position(v.vals, E'\\x02') IS NOT NULL AS vals_marked
+       v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups,{VALUES_JOINED}
 FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 #: one stored version's values packed as :func:`_coded_elements` packs them, where a value is
 #: or holds a mark of the joined form
@@ -1668,12 +1663,7 @@ def _kept_version(plpy, row, release_id: int) -> dict:
                 f"NULL, NULL elements or more dimensions in {name}",
                 hint="Restore the release's rows of anon.release_versions from a backup, or "
                      "recreate the release knowingly.")
-    out["vals"] = None if row["vals_marked"] else \
-        _texts_ending(row["vals_joined"], int(row["vals_count"]), 0x01, 0x02)
-    if out["vals"] is None:
-        packed = run(plpy, KEPT_VALUES, ["int4", "int4"], [release_id, row["version"]])[0]
-        out["vals"] = _decoded_texts(packed["vals_elements"], int(packed["vals_count"] or 0))
-    out["vals_joined"] = None
+    out["vals"] = _version_values(plpy, out, release_id)
     return out
 
 

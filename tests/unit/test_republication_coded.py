@@ -16,7 +16,7 @@ from plpy_anon.db.republication import (
     Integers,
     _bitmasks,
     _cohorts,
-    _packed_texts,
+    _decoded_texts,
     _unique_inverse,
     coded_person_hashes,
     factorized,
@@ -123,8 +123,8 @@ def test_bitmasks_and_cohorts_hold_each_owners_values(values):
 def test_stored_values_packed_as_sql_packs_them_read_back_as_their_texts(texts):
     # what VERSIONS_PACKED's string_agg writes: each text in UTF-8 (NULL 0xFF), zero-separated
     packed = b"\x00".join(b"\xff" if t is None else t.encode() for t in texts)
-    codes, distinct = _packed_texts(packed if texts else None, len(texts))
-    assert [None if c < 0 else distinct[c] for c in codes.tolist()] == texts
+    codes, distinct = _decoded_texts(packed if texts else None, len(texts))
+    assert [None if c == len(distinct) else distinct[c] for c in codes.tolist()] == texts
     # the distinct texts in the order they first appear
     assert distinct == list(dict.fromkeys(t for t in texts if t is not None))
 
