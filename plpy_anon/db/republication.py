@@ -1697,7 +1697,8 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     """The released classes (what analysts read, grouped by the released QIs; one statement) and
     the run's people coded on the same axes: a range's values by their rank among the people's
     values and the classes' bounds, ranked in SQL by the element type's own order (a range
-    becomes a closed interval of ranks, whatever its width); a set's values by one code each,
+    becomes a closed interval of ranks, whatever its width; integers, and dates printed as ISO,
+    ranked in numpy from the bounds as integers); a set's values by one code each,
     NULL included. A compact release's classes are read from its storage, one row per class
     (the view analysts read unfolds exactly that, checked before: compact.check_view), unless
     two of them have the same QIs (one class to an analyst: then grouped from the view).
@@ -1750,13 +1751,17 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             elements.append((f"set{i}", q, "e.v", True))
             continue
         none = f"{q} IS NULL OR pg_catalog.isempty({q})"
-        if col_type in INTEGER_RANGES:
-            # integers rank in numpy; the bounds as closed integers (unbounded: the int8 ends)
+        days = _iso_days(uniques) if col_type == "daterange" else None
+        if days is not None:
+            coded[-1] = (codes, days)
+        if col_type in INTEGER_RANGES or days is not None:
+            # integers (and dates printed as ISO, as days) rank in numpy, without a sort in SQL;
+            # the bounds as closed integers (unbounded: the int8 ends)
             low = (f"CASE WHEN {none} OR pg_catalog.lower_inf({q}) THEN {INT8_ENDS[0]} "
-                   f"ELSE pg_catalog.lower({q})::pg_catalog.int8 "
+                   f"ELSE {_as_integer(f'pg_catalog.lower({q})', days is not None)} "
                    f"+ CASE WHEN pg_catalog.lower_inc({q}) THEN 0 ELSE 1 END END")
             high = (f"CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
-                    f"ELSE pg_catalog.upper({q})::pg_catalog.int8 "
+                    f"ELSE {_as_integer(f'pg_catalog.upper({q})', days is not None)} "
                     f"- CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
             scanned += [f"{_packed_by_class(low)} AS low{i}",
                         f"{_packed_by_class(high)} AS high{i}",
@@ -1839,7 +1844,7 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             continue
         empty = class_counts.int8_array(row[f"empty{i}"]).astype(bool)
         low, high = class_counts.int8_array(row[f"low{i}"]), class_counts.int8_array(row[f"high{i}"])
-        if _released_type(col) in INTEGER_RANGES:
+        if _released_type(col) in INTEGER_RANGES or isinstance(uniques, np.ndarray):
             axes.append(_integer_axis(codes, uniques, low, high, empty))
             pair_low, pair_high = low, high
         else:
@@ -1978,11 +1983,40 @@ def _packed_by_class(value: str) -> str:
     return class_counts.packed(value)[:-1] + " ORDER BY c.class_no)"
 
 
+#: a date's day number (since 2000-01-01) in the check's integer form; 'infinity' and
+#: '-infinity' (which date subtraction refuses) beyond every finite date's, inside the int8 ends
+DAY_NUMBER = """CASE WHEN pg_catalog.isfinite({date})
+    THEN ({date} - DATE '2000-01-01')::pg_catalog.int8
+    WHEN {date} > DATE '2000-01-01' THEN 1099511627776 ELSE -1099511627776 END"""
+
+
+def _as_integer(bound: str, date: bool) -> str:
+    """SQL of a range bound as the int8 the check compares: a date by its day number."""
+    return DAY_NUMBER.format(date=bound) if date else f"{bound}::pg_catalog.int8"
+
+
+def _iso_days(texts: list) -> np.ndarray | None:
+    """Dates as the run read them (their text) as day numbers since 2000-01-01, when each is
+    printed as ISO (YYYY-MM-DD, the DateStyle ISO): parsed, and printed back the same; None
+    when one is not (another DateStyle, a BC date, infinity), which SQL then ranks."""
+    if not texts:
+        return np.empty(0, dtype=np.int64)
+    shown = np.asarray(texts, dtype=object).astype(str)
+    try:
+        dates = shown.astype("datetime64[D]")
+    except ValueError:
+        return None
+    if np.isnat(dates).any() or not (np.datetime_as_string(dates) == shown).all():
+        return None
+    return (dates - np.datetime64("2000-01-01", "D")).astype(np.int64)
+
+
 def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
-    """An integer QI: each person's value and each class's closed bounds (unbounded: the int8
-    ends, INT8_ENDS, which bound nothing; ``empty``: a class of NULLs only) as ranks among them
-    all."""
-    values = np.asarray(uniques, dtype=object).astype(np.int64)
+    """An integer QI: each person's value (``uniques``: the distinct values' texts, or the
+    values) and each class's closed bounds (unbounded: the int8 ends, INT8_ENDS, which bound
+    nothing; ``empty``: a class of NULLs only) as ranks among them all."""
+    values = np.asarray(uniques, dtype=object).astype(np.int64) \
+        if not isinstance(uniques, np.ndarray) else uniques.astype(np.int64)
     low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
     unbounded_low = low == np.iinfo(np.int64).min
     unbounded_high = high == np.iinfo(np.int64).max
