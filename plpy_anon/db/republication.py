@@ -319,6 +319,11 @@ class People:
     state: State | None = None
     #: ``hashes`` packed (numpy ``S32``)
     persons: np.ndarray | None = None
+    #: the stored versions' rows the run read (anon.release_versions, oldest first; their ids,
+    #: roots, unions and steps, as :data:`KEPT_VERSIONS` gives them, without the values, which
+    #: ``versions`` holds coded), handed to the record's difference check, which reads the same
+    #: rows in the same transaction (None: the check reads them)
+    version_rows: list | None = None
 
     def codes(self, sensitive: np.ndarray) -> np.ndarray:
         """The run's sensitive codes over ``values`` (NULL: the last code)."""
@@ -834,6 +839,8 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
             "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
+#: what the difference check takes of a stored version's row besides its values and sizes
+VERSION_ROW = ("version", "linked", "people_linked", "waiting", "waiting_groups", "next_groups")
 #: a stored version's values (one per published row) joined whole, each ended by 0x01, NULL
 #: 0x02, with their number and whether one is the NULL mark (:func:`_version_values`)
 VALUES_JOINED = """
@@ -892,6 +899,9 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
         people.versions.append(Version(ids, counts, _linked(row), _people_linked(row)))
         lineage.update(zip(row["group_ids"], row["roots"]))
     del stored
+    people.version_rows = [
+        {**{name: row[name] for name in VERSION_ROW}, "group_ids": np.asarray(row["group_ids"], dtype=np.int64),
+         "roots": np.asarray(row["roots"], dtype=np.int64)} for row in rows]
     if state is not None:
         present = people.persons if people.persons is not None else packed(people.hashes)
         for version, alive in zip(people.versions, alive_groups(rows, state, present, release_id)):
@@ -1010,7 +1020,9 @@ def run_people(rows, groups: np.ndarray, published) -> dict:
            "waiting_qi_texts": [column.take(waiting) for column in qi_columns],
            # per QI, whether a row of the run (held back ones too) has a NULL: it meets every range
            "qi_nulls": [None in column for column in qi_columns],
-           "qi_texts": qi_texts, "version": None, "state": people.state}
+           "qi_texts": qi_texts, "version": None, "state": people.state,
+           # the stored versions as the run read them (their multisets over people.values)
+           "read_versions": None if people.version_rows is None else (people.version_rows, people.versions)}
     if rows.sensitive is None or not people.values:
         return out
     if published is None:
@@ -1103,7 +1115,7 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
                 plpy, release, promise, stashed["version"], state, hashes, groups, classes, matched,
                 lambda kept: alive_groups(kept, state, present, rid),
                 None if now is None else lambda kept: alive_groups(kept, state, present, rid, now),
-                present))
+                present, stashed.get("read_versions")))
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
     l = promise.l
@@ -1479,7 +1491,7 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
 
 def check_differences(plpy, release: dict, promise: Promise, version: dict, state: State,
                       hashes: list, groups: list, classes: Classes, matched=None,
-                      alive=None, unchanged=None, present=None) -> dict:
+                      alive=None, unchanged=None, present=None, read_versions=None) -> dict:
     """The difference check of a stable release's new version: the multisets of its released
     classes (``classes``: from the released rows, :func:`released_classes`) must be the groups'
     multisets the run stashed (``version``), and no group's values added or removed since any
@@ -1499,8 +1511,10 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     while someone of it is in the table (``alive``: the stored versions' rows -> per version,
     which of its groups do; core.republish.Version.alive), and apart while someone of it is in
     the table with an unchanged record (``unchanged``, likewise; ``present``: the hashes of the
-    run's people and then of its held back ones, packed, when the caller has them). Refuses
-    (22000) otherwise;
+    run's people and then of its held back ones, packed, when the caller has them). ``read_versions``:
+    the stored versions as the run read them in this transaction (:attr:`People.version_rows`
+    and :attr:`People.versions`, their multisets over ``version["values"]``), not read again.
+    Refuses (22000) otherwise;
     stores the version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
@@ -1546,8 +1560,11 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
                 "checked together; nothing was published",
                 hint="Report this with the release's parameters.")
     # each earlier group to the group now holding its people (held back ones too)
-    kept = [_kept_version(plpy, row, release_id)
-            for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
+    if read_versions is not None and not (None in values and len(set(values)) == len(values) and all(
+            v.counts.shape == (len(row["group_ids"]), len(values)) for row, v in zip(*read_versions))):
+        read_versions = None
+    kept = read_versions[0] if read_versions is not None else [
+        _kept_version(plpy, row, release_id) for row in run(plpy, KEPT_VERSIONS, ["int4"], [release_id])]
     step = _moves(release, state, kept, version, hashes, groups, present)
     step_of = republish._mapping(np.fromiter(step.keys(), dtype=np.int64, count=len(step)),
                                  np.fromiter(step.values(), dtype=np.int64, count=len(step)))
@@ -1555,13 +1572,22 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     roots_of = republish._mapping(
         np.concatenate([np.empty(0, np.int64)] + [row["group_ids"] for row in kept]),
         np.concatenate([np.empty(0, np.int64)] + [step_of(row["roots"]) for row in kept]))
-    # one code per text of this version and the kept ones, NULL last (no value: core.republish)
-    texts = sorted({v for v in values if v is not None}.union(*(row["vals"][1] for row in kept)))
+    # one code per text of this version and the kept ones, NULL last (no value: core.republish;
+    # the run's values hold every text the versions it read hold)
+    texts = sorted({v for v in values if v is not None}.union(
+        *(row["vals"][1] for row in kept if "vals" in row)))
     position = {t: i for i, t in enumerate(texts)}
+    value_codes = np.array([len(texts) if v is None else position[v] for v in values], dtype=np.int64)
     history = []
-    for row in kept:
+    for j, row in enumerate(kept):
         check_interrupts()
         ids = row["group_ids"]
+        if read_versions is not None:
+            # the multisets the run read, over ``values``, onto this dictionary
+            counts = np.zeros((ids.size, len(texts) + 1), dtype=np.int64)
+            counts[:, value_codes] = read_versions[1][j].counts
+            history.append(Version(ids, counts, _linked(row), _people_linked(row)))
+            continue
         raw, own = row["vals"]
         # the version's own codes (NULL: len(own)) onto this dictionary's (NULL: len(texts))
         codes = np.array([*(position[t] for t in own), len(texts)], dtype=np.int64)[raw]
@@ -1574,7 +1600,6 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     for earlier, same in zip(history, unchanged(kept) if unchanged is not None else ()):
         earlier.unchanged = same
     ids = np.asarray(version["group_ids"], dtype=np.int64)
-    value_codes = np.array([len(texts) if v is None else position[v] for v in values], dtype=np.int64)
     counts = np.zeros((ids.size, len(texts) + 1), dtype=np.int64)
     for j in range(len(values)):
         counts[:, value_codes[j]] += group_counts[:, j]
