@@ -2022,18 +2022,43 @@ def _as_integer(bound: str, date: bool) -> str:
 
 def _iso_days(texts: list) -> np.ndarray | None:
     """Dates as the run read them (their text) as day numbers since 2000-01-01, when each is
-    printed as ISO (YYYY-MM-DD, the DateStyle ISO): parsed, and printed back the same; None
+    printed as ISO (YYYY-MM-DD: the DateStyle ISO, a year of the common era below 10000), from
+    their digits (the proleptic Gregorian calendar, PostgreSQL's; no parse of a text each); None
     when one is not (another DateStyle, a BC date, infinity), which SQL then ranks."""
     if not texts:
         return np.empty(0, dtype=np.int64)
-    shown = np.asarray(texts, dtype=object).astype(str)
     try:
-        dates = shown.astype("datetime64[D]")
-    except ValueError:
+        joined = "\0".join(texts).encode("ascii")
+    except UnicodeEncodeError:
         return None
-    if np.isnat(dates).any() or not (np.datetime_as_string(dates) == shown).all():
+    if len(joined) != 11 * len(texts) - 1:
         return None
-    return (dates - np.datetime64("2000-01-01", "D")).astype(np.int64)
+    # each text in a row of 11 bytes (its 0 separator last): digits but for two dashes
+    cells = np.frombuffer(joined + b"\0", dtype=np.uint8).reshape(-1, 11)
+    if not ((cells[:, ISO_DIGITS] - 48 < 10).all() and (cells[:, [4, 7]] == 45).all()
+            and (cells[:, 10] == 0).all()):
+        return None
+    digits = cells[:, ISO_DIGITS].astype(np.int64) - 48
+    year = digits[:, :4] @ np.array([1000, 100, 10, 1])
+    month, day = digits[:, 4:6] @ np.array([10, 1]), digits[:, 6:] @ np.array([10, 1])
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    longest = MONTH_DAYS[np.clip(month, 0, 12)] + (leap & (month == 2))
+    if not ((year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= longest)).all():
+        return None
+    # days from the civil date (H. Hinnant, "chrono-Compatible Low-Level Date Algorithms", 2013):
+    # years from March, in eras of 400 years
+    shifted = year - (month <= 2)
+    era = shifted // 400
+    of_era = shifted - era * 400
+    of_year = (153 * np.where(month > 2, month - 3, month + 9) + 2) // 5 + day - 1
+    return era * 146097 + of_era * 365 + of_era // 4 - of_era // 100 + of_year - DAY_2000
+
+
+#: the digits' places in an ISO date's text (YYYY-MM-DD), each month's days (a common year;
+#: 0 for no month), and 2000-01-01's day number in :func:`_iso_days`' count (from 0000-03-01)
+ISO_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9]
+MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+DAY_2000 = 730425
 
 
 def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
