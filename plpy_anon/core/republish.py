@@ -424,14 +424,14 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
             ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
-            bound: np.ndarray | None = None) -> Published:
+            bound: np.ndarray | None = None, candidates: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (:func:`kept_publication`), or, when
     even one group of everyone would pin someone by difference, a version that publishes
     nothing (:func:`withdrawn`): keeping the last version instead would leave it read with the
     table as it is now, whose parts (people who left link nothing) it was never checked with."""
     try:
         return kept_publication(labels, previous, codes, points, history, lineage, roots, k,
-                                models, qi_codes, ranged, held_in, bound)
+                                models, qi_codes, ranged, held_in, bound, candidates)
     except CannotKeepCandidates:
         return withdrawn(labels, previous, history, lineage, roots, held_in)
 
@@ -502,7 +502,8 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
                      points: np.ndarray, history: list[Version], lineage: np.ndarray,
                      roots: np.ndarray, k: int, models: Models, qi_codes: np.ndarray | None = None,
                      ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
-                     bound: np.ndarray | None = None) -> Published:
+                     bound: np.ndarray | None = None,
+                     candidates: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
     ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
@@ -517,7 +518,11 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     held back links their group then to their group now as well. ``bound``: the rows not
     published by the last version whose person has candidates (people who come back): their
     group's current values keep l of them (core.republication.stable_partition), so they are
-    published only with every distinct value of it, never by taking a counterfeit row."""
+    published only with every distinct value of it, never by taking a counterfeit row.
+    ``candidates``: (rows of ``bound``, V) bool, each such person's candidate values: a person
+    back lies in their group's released box whether it publishes them or holds them back, so
+    an analyst who knew them intersects whatever multiset the group shows with their
+    candidates, and an option keeping fewer than l of them is not taken."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -542,7 +547,7 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
         roots_of = _mapping(lineage, now)
 
         current, taken, stacked, possible = _options(
-            index, ids, codes, published_before, history, roots_of, k, models, bound)
+            index, ids, codes, published_before, history, roots_of, k, models, bound, candidates)
         bad = np.flatnonzero(~possible.any(axis=1))
         if bad.size == 0:
             choice = possible.argmax(axis=1)
@@ -645,10 +650,11 @@ def _mapping(keys: np.ndarray, values: np.ndarray):
     return get
 
 
-def _options(index, ids, codes, published_before, history, roots_of, k, models, bound=None):
+def _options(index, ids, codes, published_before, history, roots_of, k, models, bound=None,
+             candidates=None):
     """Each group's five multisets (the module docstring) and which it may publish: (current
     multisets, counterfeit rows joiners take, (G, O, V) options, (G, O) possible); ``bound``:
-    rows of people who come back (:func:`kept_publication`)."""
+    rows of people who come back, ``candidates`` theirs (:func:`kept_publication`)."""
     n_values = history[-1].counts.shape[1]
     members = np.bincount(index, minlength=ids.size)
     real_hold = np.bincount(index[published_before], minlength=ids.size)
@@ -679,9 +685,30 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models, 
         valid[2] = valid[2] & (~returning | _keeps(current, last + joiners))
     stacked = np.stack(options, axis=1)
     possible = np.column_stack(valid) & meets(models, stacked.reshape(-1, n_values)).reshape(ids.size, -1)
+    if candidates is not None and bound is not None and bound.any() and models.l:
+        possible &= keeps_candidates(index[bound], candidates, stacked, models.l)
     for version in history:
         possible &= safe_against(models, stacked, version, roots_of, ids)
     return current, taken, stacked, possible
+
+
+def keeps_candidates(groups: np.ndarray, candidates: np.ndarray, stacked: np.ndarray,
+                     l: float) -> np.ndarray:
+    """(G, O): whether each option of each group shows at least ``l`` of the candidate values
+    of each person of it given (``groups``: their group indexes; ``candidates``: (people, V)
+    bool, padded with False to V): what an analyst who knew they were in the table, published
+    or held back, intersects with their candidates so far."""
+    candidates = np.asarray(candidates, dtype=bool)
+    width = stacked.shape[2]
+    if candidates.shape[1] < width:
+        candidates = np.pad(candidates, ((0, 0), (0, width - candidates.shape[1])))
+    ok = np.ones(stacked.shape[:2], dtype=bool)
+    # in chunks of people: a (chunk, O, V) array at most
+    for start in range(0, groups.size, 4096):
+        g = groups[start:start + 4096]
+        kept = ((stacked[g] > 0) & candidates[start:start + 4096, None, :width]).sum(axis=2)
+        np.logical_and.at(ok, g, kept >= l)
+    return ok
 
 
 def last_published(history: list[Version], roots_of, ids: np.ndarray) -> np.ndarray:

@@ -2236,32 +2236,43 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     the held back ones', each kept with the entry since which it is unchanged; ``withdrawn``:
     the groups that publish nothing). People the run no longer reads are kept, marked absent
     (:func:`_with_absent`): one who comes back is the same person to an analyst.
-    ``matched``: (person, class) pairs already found, people beyond ``hashes`` (held back)
-    ignored."""
+    ``matched``: (person, class) pairs already found, people beyond ``hashes`` held back: those
+    with candidates whom a class holds are intersected and counted too (an analyst who knows
+    they are in the table intersects the classes that could hold them, published or not)."""
     n = len(hashes)
     person, klass = matched if matched is not None else containment.contained(classes.axes, n, classes.count)
-    mine = person < n
-    person, klass = person[mine], klass[mine]
     check_interrupts()
     persons = packed(hashes)
     waiting_persons = packed(list(waiting[0]))
     # everyone in the table: the lookup the rest of the check asks again (state.find's last)
     everyone = np.concatenate([persons, waiting_persons])
-    at = state.find(everyone)[:n]
+    at_everyone = state.find(everyone)
+    # people held back now, published before (they came back), whom some class holds
+    held = at_everyone[n:] >= 0
+    held[held] = state.versions[at_everyone[n:][held]] > 0
+    held &= np.bincount(person, minlength=everyone.size)[n:] > 0
+    held = n + np.flatnonzero(held)
+    # the people whose candidates this version narrows: the published ones, then those
+    rows = np.r_[np.arange(n), held]
+    mine = np.full(everyone.size, -1, dtype=np.int64)
+    mine[rows] = np.arange(rows.size)
+    person, klass = mine[person[person < everyone.size]], klass[person < everyone.size]
+    person, klass = person[person >= 0], klass[person >= 0]
+    at = at_everyone[rows]
     # people published before (some may come back from an absence; people only held back so
     # far, versions 0, have no candidates yet)
     known = at >= 0
     known[known] = state.versions[at[known]] > 0
-    versions = np.zeros(n, dtype=np.int64)
+    versions = np.zeros(rows.size, dtype=np.int64)
     versions[known] = state.versions[at[known]]
     # earlier candidates: one set per cohort (people often share one)
-    earlier = np.full(n, -1, dtype=np.int64)
+    earlier = np.full(rows.size, -1, dtype=np.int64)
     earlier[known] = state.cohorts[at[known]]
     earlier_sets = state.sets
     names = promise.sensitive or ()
     # people no released class holds whose group publishes nothing (core.republish.withdrawn):
     # this version tells nothing of them, so they keep what earlier versions left them
-    unheld = np.flatnonzero((np.bincount(person, minlength=n) == 0) & known
+    unheld = np.flatnonzero((np.bincount(person, minlength=rows.size)[:n] == 0) & known[:n]
                             & np.isin(np.asarray(groups, dtype=np.int64), np.asarray(withdrawn, dtype=np.int64)))
     kept, left = [], None
     for name, (value_classes, value_texts) in zip(names, classes.values):
@@ -2278,7 +2289,7 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         position = {v: j for j, v in enumerate(dictionary.tolist())}
         # each person's candidates now as a bitmask over the values: the values of every class
         # holding them, ORed (no (person, value) pair is listed)
-        masks = np.zeros((n, words), dtype=np.uint64)
+        masks = np.zeros((rows.size, words), dtype=np.uint64)
         class_masks = _bitmasks(value_classes, codes, classes.count, words)
         for w in range(words):
             np.bitwise_or.at(masks[:, w], person, class_masks[klass, w])
@@ -2291,10 +2302,13 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         kept.append((name, masks, dictionary))
         count = np.bitwise_count(masks).sum(axis=1, dtype=np.int64)
         left = count if left is None else np.minimum(left, count)
-    cohort, texts = _cohorts(n, kept)
+    cohort, texts = _cohorts(rows.size, kept)
     # one set per distinct text; people in the order of their hashes
     texts, distinct_set = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     cohort = distinct_set.ravel()[cohort]
+    # the held back people's narrowed candidates, by their place among the held back
+    held_cohort = np.full(everyone.size - n, -1, dtype=np.int64)
+    held_cohort[held - n] = cohort[n:]
     newest = None if state.entries is not None else (run(plpy, NEWEST, ["int4"], [release_id]) or [None])[0]
     all_groups = np.concatenate([np.asarray(groups, dtype=np.int64), np.asarray(waiting[1], dtype=np.int64)])
     if records is None:
@@ -2307,12 +2321,13 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     stored = _with_absent(state, everyone, n, np.asarray(waiting[1], dtype=np.int64), version, since,
                           keys[entry], None if records is None else keys[record_entry],
                           None if records is None else now,
-                          persons, np.asarray(groups, dtype=np.int64), versions + 1, cohort, texts)
+                          persons, np.asarray(groups, dtype=np.int64), versions[:n] + 1, cohort[:n],
+                          texts, held_cohort)
     run(plpy, FORGET, ["int4"], [release_id])
     stored.write(plpy, release_id, people_a_row(plpy, max(stored.persons.size, waiting_persons.size)))
     l = int(promise.l or 0)
-    return {"people": n, "seen_before": int(known.sum()),
-            "most_versions": int(versions.max()) + 1 if n else None,
+    return {"people": n, "seen_before": int(known[:n].sum()),
+            "most_versions": int(versions[:n].max()) + 1 if n else None,
             "fewest_candidates": int(left.min()) if left is not None and n else None,
             "disclosed": int((left <= 1).sum()) if left is not None else 0,
             "below_l": int((left < l).sum()) if left is not None else 0,
@@ -2324,7 +2339,7 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
 def _with_absent(state: State, everyone: np.ndarray, n: int, waiting_groups: np.ndarray,
                  version: int, since: int, entry_keys: np.ndarray, record_keys, records,
                  persons: np.ndarray, groups: np.ndarray, versions: np.ndarray,
-                 cohort: np.ndarray, texts: np.ndarray) -> Stored:
+                 cohort: np.ndarray, texts: np.ndarray, held_cohort=None) -> Stored:
     """The state this version leaves: its published people (the first ``n`` of ``everyone``,
     their ``groups``, ``versions``, ``cohort`` in ``texts``) and, never erased, everyone else
     ever in the table: people absent now (their group, candidates, entry and last version as
@@ -2333,7 +2348,8 @@ def _with_absent(state: State, everyone: np.ndarray, n: int, waiting_groups: np.
     earlier stays of people who came back are kept, and one is added for each person absent
     from the newest version and back now (the entry they had and their last version then).
     Entries are given as keys (version << 32 | group), ``records`` and ``record_keys`` (None:
-    no sensitive column) for everyone."""
+    no sensitive column) for everyone; ``held_cohort``: per held back person, their candidates
+    narrowed by this version (a position in ``texts``; -1: kept as they were)."""
     found = state.find(everyone)
     newest = -1 if state.version is None else state.version
     # a state stored before people were kept absent: everyone of its version (or, stored
@@ -2405,9 +2421,13 @@ def _with_absent(state: State, everyone: np.ndarray, n: int, waiting_groups: np.
         record_parts.update(record_entries=pieces[3], waiting_records=records[n:][held_order],
                             waiting_record_entries=pieces[4][held_order])
     start = len(texts) - used.size - 1
+    extra_cohorts = np.r_[start + cohort_of.ravel(), np.full(fresh.size, len(texts) - 1)]
+    if held_cohort is not None:
+        narrowed = held_cohort[w - n]
+        extra_cohorts[:c.size][np.flatnonzero(back)[narrowed >= 0]] = narrowed[narrowed >= 0]
     out = Stored(all_persons[order], np.r_[groups, extra_groups][order],
                  np.r_[versions, state.versions[c], np.zeros(fresh.size, dtype=np.int64)][order],
-                 np.r_[cohort, start + cohort_of.ravel(), np.full(fresh.size, len(texts) - 1)][order],
+                 np.r_[cohort, extra_cohorts][order],
                  texts, pieces[0], distinct >> 32, distinct & 0xFFFFFFFF,
                  everyone[n:][held_order], pieces[1][held_order], version, since, **record_parts)
     out.last = np.r_[np.full(n, version, dtype=np.int64), extra_last][order]

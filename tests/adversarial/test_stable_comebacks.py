@@ -201,6 +201,17 @@ def test_a_leaver_who_comes_back_is_not_pinned_by_intersecting_their_classes(db,
     assert Sequence(db, schema, 3047, heavy=True).run()[1] == {}
 
 
+def test_people_held_back_on_their_return_are_not_pinned_by_intersecting_their_classes(db, schema):
+    """Seed 167 (k = 5, l = 2, 4 values, 8 refreshes, heavy churn): people who leave and come
+    back are held back in the version of their return, and their QIs lie in one class,
+    {cold, ok, ok, ...}, which keeps one of their candidates {flu, hiv, ok}; an analyst who knows
+    they are in the table intersects the classes that could hold them all the same, so no one
+    may be left with a single value, true or not."""
+    sequence = Sequence(db, schema, 167, heavy=True)
+    sequence.run()
+    assert pinned_by_intersection(sequence.kept) == {}
+
+
 def test_a_person_whose_qis_were_updated_links_versions_and_pins_no_one(db, schema):
     """Seed 3012 (k = 4, entropy l = 2, 37 people, 9 refreshes, heavy churn, leavers who come
     back taken as new people): the analyst follows QI updates (the release does not) and keeps

@@ -11,6 +11,8 @@ released rows."""
 from __future__ import annotations
 
 import numpy as np
+import psycopg
+import psycopg.sql
 import pytest
 
 from tests.adversarial import test_stable_comebacks as comebacks
@@ -108,12 +110,48 @@ def test_a_refresh_after_comebacks_with_another_value_is_never_refused_by_its_ow
     WideSequence(db, schema, seed, new_values=True).true_pins()
 
 
-@pytest.mark.xfail(strict=True, reason="a person back with another sensitive value is published "
-                   "in a class holding their new value; the release does not bound the "
-                   "intersection of their classes over their earlier value (1 true pin in 89 "
-                   "such sequences, seeds 30100-30399)")
-def test_a_person_back_with_another_value_keeps_l_candidates_for_their_earlier_one(db, schema):
+@pytest.mark.parametrize("seed", [30136, 30230])
+def test_a_person_back_with_another_value_keeps_l_candidates_for_their_earlier_one(db, schema, seed):
     """Seed 30136 (k = 2, l = 2, 4 values, 5 refreshes, heavy churn): person 55, with 'hiv' in a
-    class of {hiv, hiv, ok}, leaves and comes back with 'flu' in a class of {cold, flu, hiv}; the
-    analyst who follows them intersects the two: 'hiv', their earlier value."""
-    assert WideSequence(db, schema, 30136, new_values=True).true_pins() == ([], {})
+    class of {hiv, hiv, ok}, leaves and comes back with 'flu'; held back, they lie in a class
+    of {cold, flu, hiv}: the analyst who follows them intersects the two classes to 'hiv', their
+    earlier value, unless that class shows l of their candidates {hiv, ok} (or the version
+    shows no rows). Seed 30230 likewise (two people)."""
+    assert WideSequence(db, schema, seed, new_values=True).true_pins() == ([], {})
+
+
+class _Refusals:
+    """A connection whose refreshes the release's check refused are recorded (their messages)."""
+
+    def __init__(self, conn):
+        self.conn, self.refused = conn, []
+
+    def execute(self, query, *args, **kwargs):
+        try:
+            return self.conn.execute(query, *args, **kwargs)
+        except psycopg.errors.DataException as refused:
+            self.refused.append(refused.diag.message_primary)
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def test_the_check_refuses_a_version_whose_held_back_person_back_it_would_narrow_below_l(
+        connect, schema):
+    """Seed 30136 with the run's bound on people back switched off in the backend
+    (core.republish.keeps_candidates passing every option): the release's own check, from the
+    released rows, intersects the class that holds person 55's QIs while they are held back
+    with their candidates, and refuses the version (22000, fewer than l candidates), so the
+    analyst pins nothing."""
+    with connect() as conn:
+        conn.execute(psycopg.sql.SQL("SET search_path = {}, public").format(psycopg.sql.Identifier(schema)))
+        conn.execute("SELECT * FROM anon.versions()").fetchall()      # activates the environment
+        conn.execute("""DO $$
+import numpy as np
+from plpy_anon.core import republish
+republish.keeps_candidates = lambda groups, candidates, stacked, l: np.ones(stacked.shape[:2], dtype=bool)
+$$ LANGUAGE plpython3u""")
+        refusals = _Refusals(conn)
+        assert WideSequence(refusals, schema, 30136, new_values=True).true_pins() == ([], {})
+    assert any("fewer than l = 2 candidate" in message for message in refusals.refused), refusals.refused

@@ -140,3 +140,62 @@ def test_a_person_who_comes_back_is_published_with_every_value_their_group_holds
     assert republish.CHOICES[out.choice[0]] == "hold"
     assert out.counts.tolist() == [[1, 1, 0, 0, 0]]
     assert out.published.tolist() == [True, True, False, False]
+
+
+def test_a_group_holding_a_person_back_shows_l_of_their_candidates_or_nothing():
+    """A class published {0, 2, 3}; a person comes back with a 2, their candidates {0, 1}
+    (values 0 hiv, 1 ok, 2 flu, 3 cold). Publishing them adds a lone 2 (a pin), so the class
+    would hold its last multiset and hold them back; but they lie in its box all the same, and
+    {0, 2, 3} keeps one of their candidates: with the candidates given, the version shows no
+    rows instead."""
+    history = [Version(np.array([0]), np.array([[1, 0, 1, 1, 0]]))]
+    codes, previous = np.array([0, 2, 3, 2]), np.array([0, 0, 0, -1])
+    bound = np.array([False, False, False, True])
+
+    def published(candidates):
+        return publish(np.zeros(4, dtype=np.int64), previous, codes, np.zeros((4, 1)), history,
+                       np.array([0]), np.array([0]), 2, Models(l=2), bound=bound,
+                       candidates=candidates)
+
+    assert republish.CHOICES[published(None).choice[0]] == "hold"
+    out = published(np.array([[True, True, False, False]]))
+    assert republish.CHOICES[out.choice[0]] == "withdraw" and out.counts.sum() == 0
+    # with candidates the class keeps two of, it holds as before
+    assert republish.CHOICES[published(np.array([[True, False, True, False]])).choice[0]] == "hold"
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), l=st.integers(2, 3), groups=st.integers(1, 4))
+def test_every_group_shows_l_candidates_of_each_person_back_in_it_or_nothing(seed, l, groups):
+    """Random groups of a published version, each with stayers (some of whose values changed),
+    leavers, joiners and people back with random candidates: whatever each group publishes (a
+    merged group included), it shows at least l of the candidates of every person back in it,
+    published or held back, unless the version shows no rows."""
+    rng = np.random.default_rng(seed)
+    n_values, k = 5, 2
+    previous, codes, bound = [], [], []
+    counts = np.zeros((groups, n_values + 1), dtype=np.int64)
+    for g in range(groups):
+        shown = rng.integers(0, n_values, size=int(rng.integers(k + 2, 9)))
+        np.add.at(counts[g], shown, 1)
+        stayers = shown[:int(rng.integers(k, shown.size + 1))].copy()
+        changed = rng.random(stayers.size) < 0.2
+        stayers[changed] = rng.integers(0, n_values, size=int(changed.sum()))
+        others = rng.integers(0, n_values, size=int(rng.integers(0, 4)))
+        previous += [g] * stayers.size + [-1] * others.size
+        codes += stayers.tolist() + others.tolist()
+        bound += [False] * stayers.size + (rng.random(others.size) < 0.5).tolist()
+    previous, codes, bound = np.array(previous), np.array(codes), np.array(bound)
+    candidates = rng.random((int(bound.sum()), n_values)) < 0.5
+    ids = np.arange(groups)
+    history = [Version(ids, counts)]
+    # the rows' own groups (joiners and people back in their group then)
+    labels = np.where(previous >= 0, previous, 0)
+    labels[previous < 0] = np.minimum(np.cumsum(previous < 0)[previous < 0] % groups, groups - 1)
+    points = rng.random((codes.size, 1))
+    out = publish(labels, previous, codes, points, history, ids, ids, k, Models(l=l),
+                  bound=bound, candidates=candidates)
+    if (out.choice == republish.WITHDRAW).all():
+        return
+    shown = out.counts[np.searchsorted(out.ids, out.labels[bound])] > 0
+    assert ((shown[:, :n_values] & candidates).sum(axis=1) >= l).all()

@@ -119,10 +119,13 @@ class StableGroups:
                                                   people.lineage, people.roots, people.joined)
         elif rows.sensitive is not None and people.versions:
             with timing.phase("stable_multisets"):
+                # people back with candidates, and those candidates over the run's codes
+                bound = (people.groups < 0) & (people.cohorts >= 0)
                 self.published_ = republish.publish(
                     self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
                     people.versions, people.lineage, people.roots, rows.k, models, qi_codes,
-                    ranged, held_in=people.joined, bound=(people.groups < 0) & (people.cohorts >= 0))
+                    ranged, held_in=people.joined, bound=bound,
+                    candidates=people.cohort_values[0][people.cohorts[bound]])
             self.groups_ = self.published_.labels
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
         self.labels_ = self.labels_.ravel()
