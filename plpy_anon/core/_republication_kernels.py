@@ -698,3 +698,54 @@ def options_safe(options, earlier, l, out):
                 if (added and added_values < l) or (removed and removed_values < l):
                     out[g, o] = False
                     break
+
+
+# -- the stable check's kernels (core.containment: the released classes that meet)
+
+
+@njit(cache=True, nogil=True)
+def pairs_after(start, stop, span_low, span_high, node_low, node_high, first, last, left, low,
+                high, words, word_offsets, out_a, out_b):
+    """The pairs (a, b), a < b, of boxes that meet (:func:`_boxes_meet`) into ``out_a``/
+    ``out_b``, for the boxes a from ``start`` to ``stop``. The boxes are numbered in the order
+    of :func:`box_tree`'s tree (``span_low``/``span_high``, ``low``/``high``, ``words``
+    reordered so), so that a node's run ``first[node]``..``last[node]`` is a run of box numbers:
+    each box's own span is searched in the tree among the boxes after it only (a node whose run
+    ends at or before it is passed over), each box found tested exactly. Returns (how many, the
+    box to go on from: ``stop`` when done); stops before a box whose pairs might not fit."""
+    n, n_dims = span_low.shape
+    stack = np.empty(256, dtype=np.int64)
+    count = 0
+    for a in range(start, stop):
+        if count + n - a > out_a.size:
+            return count, a
+        stack[0] = 0
+        top = 1
+        while top:
+            top -= 1
+            node = stack[top]
+            if last[node] <= a + 1:
+                continue
+            meets = True
+            for d in range(n_dims):
+                if node_high[node, d] < span_low[a, d] or node_low[node, d] > span_high[a, d]:
+                    meets = False
+                    break
+            if not meets:
+                continue
+            if left[node] >= 0:
+                stack[top] = left[node]
+                stack[top + 1] = left[node] + 1
+                top += 2
+                continue
+            for b in range(max(first[node], a + 1), last[node]):
+                inside = True
+                for d in range(n_dims):
+                    if span_high[b, d] < span_low[a, d] or span_low[b, d] > span_high[a, d]:
+                        inside = False
+                        break
+                if inside and _boxes_meet(a, b, low, high, words, word_offsets):
+                    out_a[count] = a
+                    out_b[count] = b
+                    count += 1
+    return count, stop

@@ -181,6 +181,46 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     return np.concatenate(out_p), np.concatenate(out_c)
 
 
+#: boxes a call of the compiled pair search starts from, between two checks of a pending cancel
+BOXES_A_CALL = 1 << 13
+#: pairs the compiled pair search's buffers hold at least
+PAIRS_BUFFER = 1 << 20
+
+
+def meeting_pairs(kern, lo: np.ndarray, hi: np.ndarray,
+                  words: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
+    a dimension) that meet on every dimension and, with ``words`` ((bit words (count, W), each
+    set's first word and the end)), share a bit of every set, on the compiled kernel
+    (core._republication_kernels.pairs_after): the boxes in a tree of their spans, each box's
+    span searched among the boxes after it, every pair found tested exactly in integers."""
+    count = lo.shape[0]
+    low, high = np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64)
+    # the tree's spans as floats: rounding keeps their order, so no pair that meets is pruned
+    span_low, span_high = low.astype(np.float64), high.astype(np.float64)
+    order, node_low, node_high, first, last, left = kern.box_tree(span_low, span_high)
+    words, offsets = (np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)) \
+        if words is None else (np.ascontiguousarray(words[0], dtype=np.uint64),
+                               np.asarray(words[1], dtype=np.int64))
+    # the boxes renumbered in the tree's order: a node's run of the tree is then a run of box
+    # numbers, and the boxes one search meets lie a few runs apart in memory
+    low, high, words = low[order], high[order], words[order]
+    span_low, span_high = span_low[order], span_high[order]
+    size = max(PAIRS_BUFFER, 2 * count)
+    out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    at = 0
+    while at < count:
+        check_interrupts()
+        n, at = kern.pairs_after(at, min(count, at + BOXES_A_CALL), span_low, span_high,
+                                 node_low, node_high, first, last, left, low, high, words,
+                                 offsets, out_a, out_b)
+        found_a.append(out_a[:n].copy())
+        found_b.append(out_b[:n].copy())
+    a, b = order[np.concatenate(found_a)], order[np.concatenate(found_b)]
+    return np.minimum(a, b), np.maximum(a, b)
+
+
 #: bytes the compiled search's bitmasks of the classes' sets may take (a set past it is
 #: searched among its members)
 MEMBER_BITS_BYTES = 32 << 20

@@ -1250,7 +1250,7 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
     is no dimension. The boxes are split like a k-d tree (:func:`_box_leaves`), each pair of a
     leaf tested: two boxes that meet share a leaf, and a partition's boxes (disjoint but for a
     few) cost about their number times the depth, not its square. ``engine``: "numpy", "numba"
-    (:func:`_overlapping_boxes_compiled`) or "auto" (numba where the process has the kernels or
+    (core.containment.meeting_pairs) or "auto" (numba where the process has the kernels or
     the boxes are many). ``words``: (bit words (count, W), offsets) of sets the compiled sweep
     also tests (a pair shares a bit of each set), which a caller tests again on numpy."""
     count, dims = lo.shape
@@ -1264,7 +1264,7 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
         from plpy_anon.core.republication import _kernels
         kern = _kernels(None if engine == "numba" else count)
         if kern is not None:
-            return _overlapping_boxes_compiled(kern, lo, hi, words)
+            return containment.meeting_pairs(kern, lo, hi, words)
     leaf, box = _box_leaves(lo, hi)
     order = np.lexsort((box, leaf))
     leaf, box = leaf[order], box[order]
@@ -1293,39 +1293,6 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
         key = np.unique(a * count + b)
         a, b = key // count, key % count
     return a, b
-
-
-def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray,
-                                words=None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`overlapping_boxes` on the compiled kernels the run's grouping uses
-    (core._republication_kernels: a tree of the boxes, each leaf's boxes paired with those
-    whose spans meet it, each pair tested exactly in integers)."""
-    count = lo.shape[0]
-    low, high = np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64)
-    # the tree's spans as floats: rounding keeps their order, so no pair that meets is pruned
-    span_low, span_high = low.astype(np.float64), high.astype(np.float64)
-    order, *index = kern.box_tree(span_low, span_high)
-    leaves = np.flatnonzero(index[-1] < 0)
-    words, offsets = (np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)) \
-        if words is None else (np.ascontiguousarray(words[0], dtype=np.uint64), words[1])
-    # the boxes renumbered in the tree's order: a leaf's partners, found at random places of
-    # the arrays, then lie a few runs apart in memory (1.5x faster at 80,000 classes)
-    low, high, words = low[order], high[order], words[order]
-    span_low, span_high = span_low[order], span_high[order]
-    index = [np.arange(count, dtype=np.int64)] + index
-    size = max(BOX_CHUNK, 2 * count)
-    out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-    found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-    leaf = at = 0
-    while leaf < leaves.size:
-        check_interrupts()
-        n, leaf, at = kern.meeting_pairs(leaf, at, min(leaves.size, leaf + 1024), span_low,
-                                         span_high, *index, leaves, low, high, words, offsets,
-                                         out_a, out_b)
-        found_a.append(out_a[:n].copy())
-        found_b.append(out_b[:n].copy())
-    a, b = order[np.concatenate(found_a)], order[np.concatenate(found_b)]
-    return np.minimum(a, b), np.maximum(a, b)
 
 
 def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
