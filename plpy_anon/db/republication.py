@@ -35,7 +35,6 @@ import hashlib
 import itertools
 import json
 import secrets
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -1348,30 +1347,36 @@ def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.concatenate(leaves), np.concatenate(boxes)
 
 
-def _signatures(owner: np.ndarray, code: np.ndarray, count: np.ndarray, n: int) -> Counter:
-    """How many of ``n`` owners hold each multiset, a multiset as (owner, value code, count)
-    triples (codes of one dictionary; an owner may repeat a code): each owner's (code, count)
-    pairs, summed and sorted, as bytes."""
+def _signatures(owner: np.ndarray, code: np.ndarray, count: np.ndarray, n: int) -> list[bytes]:
+    """The multisets of ``n`` owners as a bag, a multiset as (owner, value code, count) triples
+    (codes of one dictionary; an owner may repeat a code): each owner's (code, count) pairs,
+    summed and sorted, as bytes, the owners' bytes sorted (two bags are equal when these lists
+    are)."""
     width = int(code.max()) + 1 if code.size else 1
-    keys, inverse = np.unique(owner.astype(np.int64) * width + code, return_inverse=True)
-    sums = np.bincount(inverse.ravel(), weights=count, minlength=keys.size).astype(np.int64)
+    key = owner.astype(np.int64) * width + code
+    if key.size and (key[1:] > key[:-1]).all():
+        # each (owner, code) once and in order already (a count matrix's cells)
+        keys, sums = key, np.asarray(count, dtype=np.int64)
+    else:
+        keys, inverse = np.unique(key, return_inverse=True)
+        sums = np.bincount(inverse.ravel(), weights=count, minlength=keys.size).astype(np.int64)
     held = sums > 0
     keys, sums = keys[held], sums[held]
     raw = np.column_stack([keys % width, sums]).astype(np.int64).tobytes()
     bounds = (np.searchsorted(keys // width, np.arange(n + 1)) * 16).tolist()
-    return Counter(raw[bounds[i]:bounds[i + 1]] for i in range(n))
+    return sorted(raw[bounds[i]:bounds[i + 1]] for i in range(n))
 
 
-def _without_empty(signatures: Counter) -> Counter:
+def _without_empty(signatures: list[bytes]) -> list[bytes]:
     """:func:`_signatures` without the owners of no values."""
-    return Counter({key: n for key, n in signatures.items() if key})
+    return [key for key in signatures if key]
 
 
-def _union_signatures(a: np.ndarray, b: np.ndarray, n: int, multiset: tuple) -> Counter:
+def _union_signatures(a: np.ndarray, b: np.ndarray, n: int, multiset: tuple) -> list[bytes]:
     """:func:`_signatures` of the unions of several of ``n`` members that the pairs (``a``,
     ``b``: positions) link, each member's multiset as (member, code, count) triples."""
     if not n:
-        return Counter()
+        return []
     label = component_labels(a, b, n)
     several = np.bincount(label, minlength=n) > 1
     # unions numbered 0.. in the order of their labels
@@ -1501,6 +1506,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     people_ids = version.get("people_linked")
     if matched is not None and people_ids is not None:
         person, klass = matched
+        # only people in several classes link any
+        several = (np.bincount(person) > 1)[person] if person.size else np.zeros(0, dtype=bool)
+        person, klass = person[several], klass[several]
         order = np.lexsort((klass, person))
         person, klass = person[order], klass[order]
         same = person[1:] == person[:-1]
