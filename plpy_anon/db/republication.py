@@ -1704,8 +1704,9 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, b.* FROM ({base}) b)"""]
     # one-row parts, cross joined: each a few arrays in class order
     parts = []
-    # what one scan of the classes computes (a scan and an aggregation each part)
-    scanned = ["pg_catalog.count(*) AS n_classes"]
+    # what one scan of the classes computes (a scan and an aggregation each part): (name, an
+    # int8 a class)
+    scanned = []
     send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
     # the arrays whose elements are read: (part name, array, element text, whether the array
     # is of texts, which array_to_string joins as they are)
@@ -1733,9 +1734,8 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             high = (f"CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
                     f"ELSE pg_catalog.upper({q})::pg_catalog.int8 "
                     f"- CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
-            scanned += [f"{_packed_by_class(low)} AS low{i}",
-                        f"{_packed_by_class(high)} AS high{i}",
-                        f"{_packed_by_class(f'({none})::pg_catalog.int4')} AS empty{i}"]
+            scanned += [(f"low{i}", low), (f"high{i}", high),
+                        (f"empty{i}", f"({none})::pg_catalog.int4")]
             continue
         args.append(list(uniques))
         param, element = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0]
@@ -1767,10 +1767,18 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1
     LEFT JOIN rank{i} t ON t.class_no = c.class_no AND t.side = 2""")
     # text arrays joined whole (array_to_string), else (or when an element holds a mark of the
-    # joined form) element by element
-    for joined in (True, False):
-        columns = scanned + [column for name, array, _, joinable in elements if joined and joinable
-                             for column in _joined_elements(name, array)]
+    # joined form) element by element. The one scan's aggregates take the classes in the order
+    # the scan gives them, which is their numbering's (a materialized CTE is read back in the
+    # order it was written): ordering each aggregate's input would sort the classes once an
+    # aggregate. That order is read too (scan_order) and asked for where it is not theirs.
+    joined, ordered = True, False
+    while True:
+        columns = ["pg_catalog.count(*) AS n_classes"] + [
+            f"{_packed_by_class(value, ordered)} AS {name}" for name, value in scanned] + [
+            column for name, array, _, joinable in elements if joined and joinable
+            for column in _joined_elements(name, array, ordered)]
+        if not ordered:
+            columns.append(f"{_packed_by_class('c.class_no', False)} AS scan_order")
         query = (f"WITH {', '.join(ctes)}\nSELECT * FROM " + " CROSS JOIN ".join(
             f"({part}) AS p{n}" for n, part in enumerate(
                 [f"SELECT {', '.join(columns)} FROM classes c"] + parts + [
@@ -1780,10 +1788,14 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
         with local_settings(plpy, **settings, enable_sort="off", jit="off"):
             row = run(plpy, query, ["text[]"] * len(args), args)[0]
+        if not ordered and not _numbered_in_order(row["scan_order"], int(row["n_classes"])):
+            ordered = True
+            continue
         decoded = {name: _split_elements(row, name) if joined and joinable else
                    _decoded_elements(row, name) for name, _, _, joinable in elements}
         if all(d is not None for d in decoded.values()):
             break
+        joined = False
     count = int(row["n_classes"])
     axes, lows, highs, sets = [], [], [], []
     meets = np.ones(count, dtype=bool)
@@ -1882,16 +1894,17 @@ def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
 JOINED_TYPES = ("text", "character varying")
 
 
-def _joined_elements(name: str, array: str) -> list[str]:
+def _joined_elements(name: str, array: str, ordered: bool = True) -> list[str]:
     """The aggregates over the classes ``c`` that read arrays of texts as :func:`_coded_elements`'
     part does, each array joined whole by array_to_string (no row an element): per class its
-    number of elements (class order), the elements of every class one after the other, each
-    ended by a 0x01 byte, NULL as 0x02 (in UTF-8), and whether some element is 0x02 itself
-    (then read by :func:`_coded_elements`)."""
+    number of elements (class order; ``ordered=False``: scan order), the elements of every class
+    one after the other, each ended by a 0x01 byte, NULL as 0x02 (in UTF-8), and whether some
+    element is 0x02 itself (then read by :func:`_coded_elements`)."""
     size = f"coalesce(pg_catalog.cardinality({array}), 0)"
-    return [f"{_packed_by_class(size)} AS {name}_sizes",
+    order = " ORDER BY c.class_no" if ordered else ""
+    return [f"{_packed_by_class(size, ordered)} AS {name}_sizes",
             f"""pg_catalog.convert_to(pg_catalog.string_agg(
-            pg_catalog.array_to_string({array}, E'\\x01', E'\\x02'), E'\\x01' ORDER BY c.class_no)
+            pg_catalog.array_to_string({array}, E'\\x01', E'\\x02'), E'\\x01'{order})
             FILTER (WHERE {size} > 0), 'UTF8') AS {name}_joined""",
             (f"pg_catalog.bool_or(pg_catalog.array_position({array}, E'\\x02') IS NOT NULL) "
              f"AS {name}_marked")]
@@ -1948,9 +1961,18 @@ INTEGER_RANGES = ("int4range", "int8range")
 INT8_ENDS = ("'-9223372036854775808'::pg_catalog.int8", "'9223372036854775807'::pg_catalog.int8")
 
 
-def _packed_by_class(value: str) -> str:
-    """SQL of an int8 a class (never NULL) as one bytea in class order (class_counts.packed)."""
-    return class_counts.packed(value)[:-1] + " ORDER BY c.class_no)"
+def _packed_by_class(value: str, ordered: bool = True) -> str:
+    """SQL of an int8 a class (never NULL) as one bytea in class order (class_counts.packed);
+    ``ordered=False``: in the order the classes ``c`` are scanned."""
+    packed_values = class_counts.packed(value)
+    return packed_values[:-1] + " ORDER BY c.class_no)" if ordered else packed_values
+
+
+def _numbered_in_order(scan_order, count: int) -> bool:
+    """The classes were scanned in the order of their numbers (``scan_order``: their numbers
+    as scanned, packed)."""
+    numbers = class_counts.int8_array(scan_order)
+    return numbers.size == count and bool((numbers == np.arange(count)).all())
 
 
 def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
