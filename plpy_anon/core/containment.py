@@ -132,13 +132,17 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     the classes' boxes in a tree, each point's query box searched in it, its candidates tested
     exactly (a set's members by binary search); with ``linked``, a point held by a class that
     held the point before is tested against that class's partners only."""
-    points = np.column_stack([a.points for a in axes]).astype(np.int64)
     # near points one after the other: they walk the same parts of the tree (in the order the
     # points come in, a search waits on memory several times longer), and the points of one
     # key (``near``) are likely held by the classes that held the one before
-    visit = _near_first(points) if near is None else \
-        np.argsort(np.asarray(near, dtype=np.int64), kind="stable")
-    points = np.ascontiguousarray(points[visit])
+    if near is None:
+        visit = _near_first(np.column_stack([a.points for a in axes]).astype(np.int64))
+    else:
+        from plpy_anon.core.republication import stable_order
+        visit = stable_order(np.asarray(near, dtype=np.int64))
+    points = np.empty((n_points, len(axes)), dtype=np.int64)
+    for j, axis in enumerate(axes):
+        points[:, j] = axis.points[visit]
     low = np.ascontiguousarray(np.column_stack([a.low for a in axes]).astype(np.int64))
     high = np.ascontiguousarray(np.column_stack([a.high for a in axes]).astype(np.int64))
     is_set = np.array([a.members is not None for a in axes])
@@ -147,11 +151,6 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     empty = low > high
     span_low = np.where(empty, 0, low).astype(np.float64)
     span_high = np.where(empty, 0, high).astype(np.float64)
-    query_low = points.astype(np.float64)
-    query_high = query_low.copy()
-    # a point of any value (NULL on a range) meets every class there
-    anywhere = (points == ANY) & ~is_set
-    query_low[anywhere], query_high[anywhere] = -np.inf, np.inf
     bits, word_start = _member_bits(axes, n_classes)
     # the sets tested by bits need no members
     members = [a.members if a.members is not None and word_start[j] < 0 else
@@ -159,8 +158,6 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     offsets = np.r_[0, np.cumsum([m.size for m in members])].astype(np.int64)
     members = np.concatenate(members).astype(np.int64)
     widths = np.array([a.width for a in axes], dtype=np.int64)
-    # a point ANY on a range is held by classes that need not meet there: always searched
-    plain = ~(anywhere.any(axis=1)) if linked is not None else np.zeros(n_points, dtype=bool)
     linked_start, partners = _partners(linked, n_classes)
     tree = kern.box_tree(span_low, span_high)
     found = np.empty(n_classes, dtype=np.int64)
@@ -171,11 +168,10 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
         check_interrupts()
         buf_p, buf_c = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
         end = min(n_points, start + POINTS_A_CALL)           # the points' rows up to ``end``
-        count, start = kern.points_in_boxes(start, points[:end], query_low[:end],
-                                            query_high[:end], low, high, is_set, members, offsets,
-                                            widths, bits, word_start, span_low, span_high, *tree,
-                                            linked_start, partners, plain[:end], found, buf_p,
-                                            buf_c)
+        count, start = kern.points_in_boxes(start, points[:end], low, high, is_set, members,
+                                            offsets, widths, bits, word_start, span_low,
+                                            span_high, *tree, linked_start, partners, found,
+                                            buf_p, buf_c)
         out_p.append(visit[buf_p[:count]])
         out_c.append(buf_c[:count])
     return np.concatenate(out_p), np.concatenate(out_c)
