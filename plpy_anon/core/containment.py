@@ -53,14 +53,14 @@ def set_axis(points: np.ndarray, classes: np.ndarray, codes: np.ndarray, n_class
     classes, codes = classes[keep].astype(np.int64), codes[keep].astype(np.int64)
     low = np.full(n_classes, 1, dtype=np.int64)
     high = np.full(n_classes, 0, dtype=np.int64)
-    if classes.size:
-        order = np.lexsort((codes, classes))
-        classes, codes = classes[order], codes[order]
-        first = np.flatnonzero(np.r_[True, classes[1:] != classes[:-1]])
-        last = np.r_[first[1:] - 1, classes.size - 1]
-        low[classes[first]] = codes[first]
-        high[classes[last]] = codes[last]
+    # one sort: the distinct keys, by class then code, give each class's smallest and largest
     members = distinct(classes * width + codes)
+    if members.size:
+        owner = members // width
+        first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        last = np.r_[first[1:] - 1, members.size - 1]
+        low[owner[first]] = members[first] % width
+        high[owner[last]] = members[last] % width
     return Axis(np.asarray(points, dtype=np.int64), low, high, members, width)
 
 

@@ -1174,8 +1174,6 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list,
         recode = np.full(width, -1, dtype=np.int64)
         recode[ranked] = np.arange(ranked.size)
         element = recode[held_value]
-        order = np.lexsort((element, owner))
-        owner, element = owner[order], element[order]
         coded.append((owner, element))
         mask = np.zeros((count, (max(ranked.size, 1) + 63) // 64), dtype=np.uint64)
         np.bitwise_or.at(mask, (owner, element // 64),
@@ -1188,6 +1186,8 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list,
         firsts.append(first)
         lasts.append(last)
     if lo.shape[1] == 0 and coded:
+        # each box's codes in order (the pairs come by box)
+        coded = [(owner, element[np.lexsort((element, owner))]) for owner, element in coded]
         per_box = [np.split(element, np.searchsorted(owner, np.arange(1, count)))
                    for owner, element in coded]
         per_box = [[c.tolist() for c in dim] for dim in per_box]
