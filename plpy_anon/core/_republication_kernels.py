@@ -616,33 +616,41 @@ def _holds(c, i, points, low, high, is_set, members, offsets, widths, bits, word
 
 
 @njit(cache=True, nogil=True)
-def points_in_boxes(start, points, query_low, query_high, low, high, is_set, members, offsets,
-                    widths, bits, word_start, span_low, span_high, order, node_low, node_high,
-                    first, last, left, linked_start, linked, plain, found, out_p, out_c):
+def points_in_boxes(start, points, low, high, is_set, members, offsets, widths, bits, word_start,
+                    span_low, span_high, order, node_low, node_high, first, last, left,
+                    linked_start, linked, found, out_p, out_c):
     """The (point, class) pairs where the class holds the point on every axis, for the points
     from ``start`` on, into ``out_p``/``out_c``: core.containment.contained's test. Each point's
     candidates are the classes of :func:`box_tree`'s tree of their spans (``span_low``/
-    ``span_high`` (C, q), floats) that meet its query box
-    (``query_low``/``query_high`` (n, q): the point's code, an interval every class meets where
-    it holds any value); each candidate then tested exactly: ``low``/``high`` (C, q) the
-    classes' closed intervals of codes, a point coded ANY (-1) on a range held by every class,
-    on a set (``is_set``) its key ``class * widths[j] + code`` among the sorted ``members``
-    (axis j's from ``offsets[j]`` to ``offsets[j + 1]``), or where ``word_start[j] >= 0`` the
-    code's bit in the class's row of ``bits`` (C, W) from that word on. With ``linked`` (class
-    c's partners ``linked[linked_start[c]:linked_start[c + 1]]``: every class that can hold a
-    point with c),
-    a ``plain`` point (ANY nowhere) held by a class the point before was held by is tested
-    against that class's partners only, no search. Returns (how many, the point to go on
-    from: ``points.shape[0]`` when done); stops before a point whose candidates might not fit."""
-    n_points = points.shape[0]
+    ``span_high`` (C, q), floats) that meet its query box (the point's code, and on a range
+    where it is ANY (-1) every value: every class meets it there); each candidate then tested
+    exactly: ``low``/``high`` (C, q) the classes' closed intervals of codes, a point coded ANY
+    on a range held by every class, on a set (``is_set``) its key ``class * widths[j] + code``
+    among the sorted ``members`` (axis j's from ``offsets[j]`` to ``offsets[j + 1]``), or where
+    ``word_start[j] >= 0`` the code's bit in the class's row of ``bits`` (C, W) from that word
+    on. With ``linked`` (class c's partners ``linked[linked_start[c]:linked_start[c + 1]]``:
+    every class that can hold a point with c; none when ``linked_start`` is empty), a point ANY
+    on no range held by a class the point before was held by is tested against that class's
+    partners only, no search. Returns (how many, the point to go on from: ``points.shape[0]``
+    when done); stops before a point whose candidates might not fit."""
+    n_points, q = points.shape
     count = 0
     stack = np.empty(256, dtype=np.int64)
+    query_low, query_high = np.empty(q), np.empty(q)
     partners = linked_start.size > 0
     hit = -1                        # a class holding the point before
     for i in range(start, n_points):
         if count + found.size > out_p.size:
             return count, i
-        if partners and plain[i] and hit >= 0 and \
+        plain = partners
+        for j in range(q):
+            v = points[i, j]
+            if v == -1 and not is_set[j]:
+                query_low[j], query_high[j] = -np.inf, np.inf
+                plain = False
+            else:
+                query_low[j] = query_high[j] = v
+        if plain and hit >= 0 and \
                 _holds(hit, i, points, low, high, is_set, members, offsets, widths, bits,
                        word_start):
             out_p[count] = i
@@ -657,7 +665,7 @@ def points_in_boxes(start, points, query_low, query_high, low, high, is_set, mem
                     count += 1
             continue
         m = _boxes_meeting_on(span_low, span_high, order, node_low, node_high, first, last,
-                              left, query_low[i], query_high[i], found, stack)
+                              left, query_low, query_high, found, stack)
         hit = -1
         for t in range(m):
             c = found[t]
@@ -666,7 +674,7 @@ def points_in_boxes(start, points, query_low, query_high, low, high, is_set, mem
                 out_p[count] = i
                 out_c[count] = c
                 count += 1
-                if plain[i]:
+                if plain:
                     hit = c
     return count, n_points
 
@@ -698,3 +706,54 @@ def options_safe(options, earlier, l, out):
                 if (added and added_values < l) or (removed and removed_values < l):
                     out[g, o] = False
                     break
+
+
+# -- the stable check's kernels (core.containment: the released classes that meet)
+
+
+@njit(cache=True, nogil=True)
+def pairs_after(start, stop, span_low, span_high, node_low, node_high, first, last, left, low,
+                high, words, word_offsets, out_a, out_b):
+    """The pairs (a, b), a < b, of boxes that meet (:func:`_boxes_meet`) into ``out_a``/
+    ``out_b``, for the boxes a from ``start`` to ``stop``. The boxes are numbered in the order
+    of :func:`box_tree`'s tree (``span_low``/``span_high``, ``low``/``high``, ``words``
+    reordered so), so that a node's run ``first[node]``..``last[node]`` is a run of box numbers:
+    each box's own span is searched in the tree among the boxes after it only (a node whose run
+    ends at or before it is passed over), each box found tested exactly. Returns (how many, the
+    box to go on from: ``stop`` when done); stops before a box whose pairs might not fit."""
+    n, n_dims = span_low.shape
+    stack = np.empty(256, dtype=np.int64)
+    count = 0
+    for a in range(start, stop):
+        if count + n - a > out_a.size:
+            return count, a
+        stack[0] = 0
+        top = 1
+        while top:
+            top -= 1
+            node = stack[top]
+            if last[node] <= a + 1:
+                continue
+            meets = True
+            for d in range(n_dims):
+                if node_high[node, d] < span_low[a, d] or node_low[node, d] > span_high[a, d]:
+                    meets = False
+                    break
+            if not meets:
+                continue
+            if left[node] >= 0:
+                stack[top] = left[node]
+                stack[top + 1] = left[node] + 1
+                top += 2
+                continue
+            for b in range(max(first[node], a + 1), last[node]):
+                inside = True
+                for d in range(n_dims):
+                    if span_high[b, d] < span_low[a, d] or span_low[b, d] > span_high[a, d]:
+                        inside = False
+                        break
+                if inside and _boxes_meet(a, b, low, high, words, word_offsets):
+                    out_a[count] = a
+                    out_b[count] = b
+                    count += 1
+    return count, stop

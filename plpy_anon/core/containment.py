@@ -53,14 +53,14 @@ def set_axis(points: np.ndarray, classes: np.ndarray, codes: np.ndarray, n_class
     classes, codes = classes[keep].astype(np.int64), codes[keep].astype(np.int64)
     low = np.full(n_classes, 1, dtype=np.int64)
     high = np.full(n_classes, 0, dtype=np.int64)
-    if classes.size:
-        order = np.lexsort((codes, classes))
-        classes, codes = classes[order], codes[order]
-        first = np.flatnonzero(np.r_[True, classes[1:] != classes[:-1]])
-        last = np.r_[first[1:] - 1, classes.size - 1]
-        low[classes[first]] = codes[first]
-        high[classes[last]] = codes[last]
+    # one sort: the distinct keys, by class then code, give each class's smallest and largest
     members = distinct(classes * width + codes)
+    if members.size:
+        owner = members // width
+        first = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        last = np.r_[first[1:] - 1, members.size - 1]
+        low[owner[first]] = members[first] % width
+        high[owner[last]] = members[last] % width
     return Axis(np.asarray(points, dtype=np.int64), low, high, members, width)
 
 
@@ -132,13 +132,17 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     the classes' boxes in a tree, each point's query box searched in it, its candidates tested
     exactly (a set's members by binary search); with ``linked``, a point held by a class that
     held the point before is tested against that class's partners only."""
-    points = np.column_stack([a.points for a in axes]).astype(np.int64)
     # near points one after the other: they walk the same parts of the tree (in the order the
     # points come in, a search waits on memory several times longer), and the points of one
     # key (``near``) are likely held by the classes that held the one before
-    visit = _near_first(points) if near is None else \
-        np.argsort(np.asarray(near, dtype=np.int64), kind="stable")
-    points = np.ascontiguousarray(points[visit])
+    if near is None:
+        visit = _near_first(np.column_stack([a.points for a in axes]).astype(np.int64))
+    else:
+        from plpy_anon.core.republication import stable_order
+        visit = stable_order(np.asarray(near, dtype=np.int64))
+    points = np.empty((n_points, len(axes)), dtype=np.int64)
+    for j, axis in enumerate(axes):
+        points[:, j] = axis.points[visit]
     low = np.ascontiguousarray(np.column_stack([a.low for a in axes]).astype(np.int64))
     high = np.ascontiguousarray(np.column_stack([a.high for a in axes]).astype(np.int64))
     is_set = np.array([a.members is not None for a in axes])
@@ -147,11 +151,6 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     empty = low > high
     span_low = np.where(empty, 0, low).astype(np.float64)
     span_high = np.where(empty, 0, high).astype(np.float64)
-    query_low = points.astype(np.float64)
-    query_high = query_low.copy()
-    # a point of any value (NULL on a range) meets every class there
-    anywhere = (points == ANY) & ~is_set
-    query_low[anywhere], query_high[anywhere] = -np.inf, np.inf
     bits, word_start = _member_bits(axes, n_classes)
     # the sets tested by bits need no members
     members = [a.members if a.members is not None and word_start[j] < 0 else
@@ -159,8 +158,6 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
     offsets = np.r_[0, np.cumsum([m.size for m in members])].astype(np.int64)
     members = np.concatenate(members).astype(np.int64)
     widths = np.array([a.width for a in axes], dtype=np.int64)
-    # a point ANY on a range is held by classes that need not meet there: always searched
-    plain = ~(anywhere.any(axis=1)) if linked is not None else np.zeros(n_points, dtype=bool)
     linked_start, partners = _partners(linked, n_classes)
     tree = kern.box_tree(span_low, span_high)
     found = np.empty(n_classes, dtype=np.int64)
@@ -171,14 +168,53 @@ def _contained_compiled(kern, axes: list[Axis], n_points: int, n_classes: int, l
         check_interrupts()
         buf_p, buf_c = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
         end = min(n_points, start + POINTS_A_CALL)           # the points' rows up to ``end``
-        count, start = kern.points_in_boxes(start, points[:end], query_low[:end],
-                                            query_high[:end], low, high, is_set, members, offsets,
-                                            widths, bits, word_start, span_low, span_high, *tree,
-                                            linked_start, partners, plain[:end], found, buf_p,
-                                            buf_c)
+        count, start = kern.points_in_boxes(start, points[:end], low, high, is_set, members,
+                                            offsets, widths, bits, word_start, span_low,
+                                            span_high, *tree, linked_start, partners, found,
+                                            buf_p, buf_c)
         out_p.append(visit[buf_p[:count]])
         out_c.append(buf_c[:count])
     return np.concatenate(out_p), np.concatenate(out_c)
+
+
+#: boxes a call of the compiled pair search starts from, between two checks of a pending cancel
+BOXES_A_CALL = 1 << 13
+#: pairs the compiled pair search's buffers hold at least
+PAIRS_BUFFER = 1 << 20
+
+
+def meeting_pairs(kern, lo: np.ndarray, hi: np.ndarray,
+                  words: tuple | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (a < b as positions) of boxes ``lo[i] <= x <= hi[i]`` (integer codes, one column
+    a dimension) that meet on every dimension and, with ``words`` ((bit words (count, W), each
+    set's first word and the end)), share a bit of every set, on the compiled kernel
+    (core._republication_kernels.pairs_after): the boxes in a tree of their spans, each box's
+    span searched among the boxes after it, every pair found tested exactly in integers."""
+    count = lo.shape[0]
+    low, high = np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64)
+    # the tree's spans as floats: rounding keeps their order, so no pair that meets is pruned
+    span_low, span_high = low.astype(np.float64), high.astype(np.float64)
+    order, node_low, node_high, first, last, left = kern.box_tree(span_low, span_high)
+    words, offsets = (np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)) \
+        if words is None else (np.ascontiguousarray(words[0], dtype=np.uint64),
+                               np.asarray(words[1], dtype=np.int64))
+    # the boxes renumbered in the tree's order: a node's run of the tree is then a run of box
+    # numbers, and the boxes one search meets lie a few runs apart in memory
+    low, high, words = low[order], high[order], words[order]
+    span_low, span_high = span_low[order], span_high[order]
+    size = max(PAIRS_BUFFER, 2 * count)
+    out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
+    found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    at = 0
+    while at < count:
+        check_interrupts()
+        n, at = kern.pairs_after(at, min(count, at + BOXES_A_CALL), span_low, span_high,
+                                 node_low, node_high, first, last, left, low, high, words,
+                                 offsets, out_a, out_b)
+        found_a.append(out_a[:n].copy())
+        found_b.append(out_b[:n].copy())
+    a, b = order[np.concatenate(found_a)], order[np.concatenate(found_b)]
+    return np.minimum(a, b), np.maximum(a, b)
 
 
 #: bytes the compiled search's bitmasks of the classes' sets may take (a set past it is

@@ -544,6 +544,10 @@ def warm_kernels():
     axes = [containment.Axis(qi_codes[:, 0], np.arange(20) % 4, np.arange(20) % 4 + 1),
             containment.set_axis(qi_codes[:, 1], np.arange(20), np.arange(20) % 3, 20, 3)]
     containment.contained(axes, 100, 20, engine="numba")
+    # and its pairs of classes that meet, with a set's bits
+    box_low = np.column_stack([np.arange(20) % 4, np.arange(20) % 3])
+    containment.meeting_pairs(kern, box_low, box_low + 1,
+                              (np.ones((20, 1), dtype=np.uint64), np.array([0, 1])))
     # the test of each group's options against the versions before (core.republish)
     counts = rng.integers(0, 3, (4, 3))
     republish.safe_against(Models(l=2), counts[:, None, :], republish.Version(np.arange(4), counts),

@@ -35,7 +35,6 @@ import hashlib
 import itertools
 import json
 import secrets
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -1187,8 +1186,6 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list,
         recode = np.full(width, -1, dtype=np.int64)
         recode[ranked] = np.arange(ranked.size)
         element = recode[held_value]
-        order = np.lexsort((element, owner))
-        owner, element = owner[order], element[order]
         coded.append((owner, element))
         mask = np.zeros((count, (max(ranked.size, 1) + 63) // 64), dtype=np.uint64)
         np.bitwise_or.at(mask, (owner, element // 64),
@@ -1201,6 +1198,8 @@ def overlapping_coded(lo: np.ndarray, hi: np.ndarray, sets: list,
         firsts.append(first)
         lasts.append(last)
     if lo.shape[1] == 0 and coded:
+        # each box's codes in order (the pairs come by box)
+        coded = [(owner, element[np.lexsort((element, owner))]) for owner, element in coded]
         per_box = [np.split(element, np.searchsorted(owner, np.arange(1, count)))
                    for owner, element in coded]
         per_box = [[c.tolist() for c in dim] for dim in per_box]
@@ -1262,7 +1261,7 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
     is no dimension. The boxes are split like a k-d tree (:func:`_box_leaves`), each pair of a
     leaf tested: two boxes that meet share a leaf, and a partition's boxes (disjoint but for a
     few) cost about their number times the depth, not its square. ``engine``: "numpy", "numba"
-    (:func:`_overlapping_boxes_compiled`) or "auto" (numba where the process has the kernels or
+    (core.containment.meeting_pairs) or "auto" (numba where the process has the kernels or
     the boxes are many). ``words``: (bit words (count, W), offsets) of sets the compiled sweep
     also tests (a pair shares a bit of each set), which a caller tests again on numpy."""
     count, dims = lo.shape
@@ -1276,7 +1275,7 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
         from plpy_anon.core.republication import _kernels
         kern = _kernels(None if engine == "numba" else count)
         if kern is not None:
-            return _overlapping_boxes_compiled(kern, lo, hi, words)
+            return containment.meeting_pairs(kern, lo, hi, words)
     leaf, box = _box_leaves(lo, hi)
     order = np.lexsort((box, leaf))
     leaf, box = leaf[order], box[order]
@@ -1305,39 +1304,6 @@ def overlapping_boxes(lo: np.ndarray, hi: np.ndarray, engine: str = "auto",
         key = np.unique(a * count + b)
         a, b = key // count, key % count
     return a, b
-
-
-def _overlapping_boxes_compiled(kern, lo: np.ndarray, hi: np.ndarray,
-                                words=None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`overlapping_boxes` on the compiled kernels the run's grouping uses
-    (core._republication_kernels: a tree of the boxes, each leaf's boxes paired with those
-    whose spans meet it, each pair tested exactly in integers)."""
-    count = lo.shape[0]
-    low, high = np.ascontiguousarray(lo, dtype=np.int64), np.ascontiguousarray(hi, dtype=np.int64)
-    # the tree's spans as floats: rounding keeps their order, so no pair that meets is pruned
-    span_low, span_high = low.astype(np.float64), high.astype(np.float64)
-    order, *index = kern.box_tree(span_low, span_high)
-    leaves = np.flatnonzero(index[-1] < 0)
-    words, offsets = (np.zeros((count, 0), dtype=np.uint64), np.zeros(1, dtype=np.int64)) \
-        if words is None else (np.ascontiguousarray(words[0], dtype=np.uint64), words[1])
-    # the boxes renumbered in the tree's order: a leaf's partners, found at random places of
-    # the arrays, then lie a few runs apart in memory (1.5x faster at 80,000 classes)
-    low, high, words = low[order], high[order], words[order]
-    span_low, span_high = span_low[order], span_high[order]
-    index = [np.arange(count, dtype=np.int64)] + index
-    size = max(BOX_CHUNK, 2 * count)
-    out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-    found_a, found_b = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-    leaf = at = 0
-    while leaf < leaves.size:
-        check_interrupts()
-        n, leaf, at = kern.meeting_pairs(leaf, at, min(leaves.size, leaf + 1024), span_low,
-                                         span_high, *index, leaves, low, high, words, offsets,
-                                         out_a, out_b)
-        found_a.append(out_a[:n].copy())
-        found_b.append(out_b[:n].copy())
-    a, b = order[np.concatenate(found_a)], order[np.concatenate(found_b)]
-    return np.minimum(a, b), np.maximum(a, b)
 
 
 def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1393,30 +1359,36 @@ def _box_leaves(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return np.concatenate(leaves), np.concatenate(boxes)
 
 
-def _signatures(owner: np.ndarray, code: np.ndarray, count: np.ndarray, n: int) -> Counter:
-    """How many of ``n`` owners hold each multiset, a multiset as (owner, value code, count)
-    triples (codes of one dictionary; an owner may repeat a code): each owner's (code, count)
-    pairs, summed and sorted, as bytes."""
+def _signatures(owner: np.ndarray, code: np.ndarray, count: np.ndarray, n: int) -> list[bytes]:
+    """The multisets of ``n`` owners as a bag, a multiset as (owner, value code, count) triples
+    (codes of one dictionary; an owner may repeat a code): each owner's (code, count) pairs,
+    summed and sorted, as bytes, the owners' bytes sorted (two bags are equal when these lists
+    are)."""
     width = int(code.max()) + 1 if code.size else 1
-    keys, inverse = np.unique(owner.astype(np.int64) * width + code, return_inverse=True)
-    sums = np.bincount(inverse.ravel(), weights=count, minlength=keys.size).astype(np.int64)
+    key = owner.astype(np.int64) * width + code
+    if key.size and (key[1:] > key[:-1]).all():
+        # each (owner, code) once and in order already (a count matrix's cells)
+        keys, sums = key, np.asarray(count, dtype=np.int64)
+    else:
+        keys, inverse = np.unique(key, return_inverse=True)
+        sums = np.bincount(inverse.ravel(), weights=count, minlength=keys.size).astype(np.int64)
     held = sums > 0
     keys, sums = keys[held], sums[held]
     raw = np.column_stack([keys % width, sums]).astype(np.int64).tobytes()
     bounds = (np.searchsorted(keys // width, np.arange(n + 1)) * 16).tolist()
-    return Counter(raw[bounds[i]:bounds[i + 1]] for i in range(n))
+    return sorted(raw[bounds[i]:bounds[i + 1]] for i in range(n))
 
 
-def _without_empty(signatures: Counter) -> Counter:
+def _without_empty(signatures: list[bytes]) -> list[bytes]:
     """:func:`_signatures` without the owners of no values."""
-    return Counter({key: n for key, n in signatures.items() if key})
+    return [key for key in signatures if key]
 
 
-def _union_signatures(a: np.ndarray, b: np.ndarray, n: int, multiset: tuple) -> Counter:
+def _union_signatures(a: np.ndarray, b: np.ndarray, n: int, multiset: tuple) -> list[bytes]:
     """:func:`_signatures` of the unions of several of ``n`` members that the pairs (``a``,
     ``b``: positions) link, each member's multiset as (member, code, count) triples."""
     if not n:
-        return Counter()
+        return []
     label = component_labels(a, b, n)
     several = np.bincount(label, minlength=n) > 1
     # unions numbered 0.. in the order of their labels
@@ -1548,6 +1520,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     people_ids = version.get("people_linked")
     if matched is not None and people_ids is not None:
         person, klass = matched
+        # only people in several classes link any
+        several = (np.bincount(person) > 1)[person] if person.size else np.zeros(0, dtype=bool)
+        person, klass = person[several], klass[several]
         order = np.lexsort((klass, person))
         person, klass = person[order], klass[order]
         same = person[1:] == person[:-1]
@@ -1755,8 +1730,9 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, b.* FROM ({base}) b)"""]
     # one-row parts, cross joined: each a few arrays in class order
     parts = []
-    # what one scan of the classes computes (a scan and an aggregation each part)
-    scanned = ["pg_catalog.count(*) AS n_classes"]
+    # what one scan of the classes computes (a scan and an aggregation each part): (name, an
+    # int8 a class)
+    scanned = []
     send = run(plpy, "SELECT pg_catalog.pg_client_encoding() = 'UTF8' AS utf8")[0]["utf8"]
     # the arrays whose elements are read: (part name, array, element text, whether the array
     # is of texts, which array_to_string joins as they are)
@@ -1788,9 +1764,8 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
             high = (f"CASE WHEN {none} OR pg_catalog.upper_inf({q}) THEN {INT8_ENDS[1]} "
                     f"ELSE {_as_integer(f'pg_catalog.upper({q})', days is not None)} "
                     f"- CASE WHEN pg_catalog.upper_inc({q}) THEN 0 ELSE 1 END END")
-            scanned += [f"{_packed_by_class(low)} AS low{i}",
-                        f"{_packed_by_class(high)} AS high{i}",
-                        f"{_packed_by_class(f'({none})::pg_catalog.int4')} AS empty{i}"]
+            scanned += [(f"low{i}", low), (f"high{i}", high),
+                        (f"empty{i}", f"({none})::pg_catalog.int4")]
             continue
         args.append(list(uniques))
         param, element = f"${len(args)}::pg_catalog.text[]", catalog.RANGE_ELEMENTS[col_type][0]
@@ -1822,10 +1797,18 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     FROM classes c LEFT JOIN rank{i} b ON b.class_no = c.class_no AND b.side = 1
     LEFT JOIN rank{i} t ON t.class_no = c.class_no AND t.side = 2""")
     # text arrays joined whole (array_to_string), else (or when an element holds a mark of the
-    # joined form) element by element
-    for joined in (True, False):
-        columns = scanned + [column for name, array, _, joinable in elements if joined and joinable
-                             for column in _joined_elements(name, array)]
+    # joined form) element by element. The one scan's aggregates take the classes in the order
+    # the scan gives them, which is their numbering's (a materialized CTE is read back in the
+    # order it was written): ordering each aggregate's input would sort the classes once an
+    # aggregate. That order is read too (scan_order) and asked for where it is not theirs.
+    joined, ordered = True, False
+    while True:
+        columns = ["pg_catalog.count(*) AS n_classes"] + [
+            f"{_packed_by_class(value, ordered)} AS {name}" for name, value in scanned] + [
+            column for name, array, _, joinable in elements if joined and joinable
+            for column in _joined_elements(name, array, ordered)]
+        if not ordered:
+            columns.append(f"{_packed_by_class('c.class_no', False)} AS scan_order")
         query = (f"WITH {', '.join(ctes)}\nSELECT * FROM " + " CROSS JOIN ".join(
             f"({part}) AS p{n}" for n, part in enumerate(
                 [f"SELECT {', '.join(columns)} FROM classes c"] + parts + [
@@ -1835,10 +1818,14 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         # (class_counts.count); hashed in memory (pass_settings), no JIT for a plan run once
         with local_settings(plpy, **settings, enable_sort="off", jit="off"):
             row = run(plpy, query, ["text[]"] * len(args), args)[0]
+        if not ordered and not _numbered_in_order(row["scan_order"], int(row["n_classes"])):
+            ordered = True
+            continue
         decoded = {name: _split_elements(row, name) if joined and joinable else
                    _decoded_elements(row, name) for name, _, _, joinable in elements}
         if all(d is not None for d in decoded.values()):
             break
+        joined = False
     count = int(row["n_classes"])
     axes, lows, highs, sets = [], [], [], []
     meets = np.ones(count, dtype=bool)
@@ -1937,16 +1924,17 @@ def _decoded_texts(packed, count: int) -> tuple[np.ndarray, list]:
 JOINED_TYPES = ("text", "character varying")
 
 
-def _joined_elements(name: str, array: str) -> list[str]:
+def _joined_elements(name: str, array: str, ordered: bool = True) -> list[str]:
     """The aggregates over the classes ``c`` that read arrays of texts as :func:`_coded_elements`'
     part does, each array joined whole by array_to_string (no row an element): per class its
-    number of elements (class order), the elements of every class one after the other, each
-    ended by a 0x01 byte, NULL as 0x02 (in UTF-8), and whether some element is 0x02 itself
-    (then read by :func:`_coded_elements`)."""
+    number of elements (class order; ``ordered=False``: scan order), the elements of every class
+    one after the other, each ended by a 0x01 byte, NULL as 0x02 (in UTF-8), and whether some
+    element is 0x02 itself (then read by :func:`_coded_elements`)."""
     size = f"coalesce(pg_catalog.cardinality({array}), 0)"
-    return [f"{_packed_by_class(size)} AS {name}_sizes",
+    order = " ORDER BY c.class_no" if ordered else ""
+    return [f"{_packed_by_class(size, ordered)} AS {name}_sizes",
             f"""pg_catalog.convert_to(pg_catalog.string_agg(
-            pg_catalog.array_to_string({array}, E'\\x01', E'\\x02'), E'\\x01' ORDER BY c.class_no)
+            pg_catalog.array_to_string({array}, E'\\x01', E'\\x02'), E'\\x01'{order})
             FILTER (WHERE {size} > 0), 'UTF8') AS {name}_joined""",
             (f"pg_catalog.bool_or(pg_catalog.array_position({array}, E'\\x02') IS NOT NULL) "
              f"AS {name}_marked")]
@@ -2003,9 +1991,18 @@ INTEGER_RANGES = ("int4range", "int8range")
 INT8_ENDS = ("'-9223372036854775808'::pg_catalog.int8", "'9223372036854775807'::pg_catalog.int8")
 
 
-def _packed_by_class(value: str) -> str:
-    """SQL of an int8 a class (never NULL) as one bytea in class order (class_counts.packed)."""
-    return class_counts.packed(value)[:-1] + " ORDER BY c.class_no)"
+def _packed_by_class(value: str, ordered: bool = True) -> str:
+    """SQL of an int8 a class (never NULL) as one bytea in class order (class_counts.packed);
+    ``ordered=False``: in the order the classes ``c`` are scanned."""
+    packed_values = class_counts.packed(value)
+    return packed_values[:-1] + " ORDER BY c.class_no)" if ordered else packed_values
+
+
+def _numbered_in_order(scan_order, count: int) -> bool:
+    """The classes were scanned in the order of their numbers (``scan_order``: their numbers
+    as scanned, packed)."""
+    numbers = class_counts.int8_array(scan_order)
+    return numbers.size == count and bool((numbers == np.arange(count)).all())
 
 
 #: a date's day number (since 2000-01-01) in the check's integer form; 'infinity' and

@@ -83,3 +83,26 @@ def test_boxes_with_value_sets_link_the_classes_every_pair_test_links(case, engi
         assert found == expected
     else:                       # sets alone: linked pairs that really share values
         assert found <= expected
+
+
+def test_the_compiled_search_finds_every_pair_when_pairs_outnumber_its_buffer():
+    # 600 wide boxes: tens of thousands of pairs, many times what a call's buffer holds
+    rng = np.random.default_rng(7)
+    lo = rng.integers(0, 50, (600, 3))
+    hi = lo + rng.integers(0, 30, (600, 3))
+    a, b = overlapping_boxes(lo, hi, engine="numba")
+    meets = np.all((lo[:, None, :] <= hi[None, :, :]) & (lo[None, :, :] <= hi[:, None, :]), axis=2)
+    expected = set(zip(*(x.tolist() for x in np.nonzero(np.triu(meets, 1)))))
+    assert len(expected) > 20 * len(lo)
+    assert set(zip(a.tolist(), b.tolist())) == expected and len(a) == len(expected)
+
+
+def test_the_compiled_search_finds_the_neighbours_of_a_grid_across_its_calls():
+    # 10,000 boxes of a grid, each meeting its 8 neighbours: more boxes than a call searches
+    side = 100
+    x, y = np.meshgrid(np.arange(side), np.arange(side))
+    lo = np.column_stack([x.ravel() * 2, y.ravel() * 2]).astype(np.int64)
+    a, b = overlapping_boxes(lo, lo + 2, engine="numba")
+    steps = np.abs(lo[a] - lo[b]) // 2
+    assert (a < b).all() and (steps.max(axis=1) == 1).all()
+    assert len(set(zip(a.tolist(), b.tolist()))) == a.size == 2 * side * (side - 1) + 2 * (side - 1) ** 2

@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 from plpy_anon.db.republication import _group_pairs, _signatures, _union_signatures
 
 
-def decoded(signatures: Counter) -> Counter:
-    """Signatures back to sorted value tuples (each code repeated as many times as held)."""
+def decoded(signatures: list[bytes]) -> Counter:
+    """Signatures (a sorted list, a bag) back to sorted value tuples (each code repeated as many
+    times as held)."""
+    assert signatures == sorted(signatures)
     out = Counter()
-    for raw, times in signatures.items():
+    for raw in signatures:
         pairs = np.frombuffer(raw, dtype=np.int64).reshape(-1, 2)
-        out[tuple(int(c) for c, n in pairs for _ in range(int(n)))] += times
+        out[tuple(int(c) for c, n in pairs for _ in range(int(n)))] += 1
     return out
 
 
@@ -45,9 +47,10 @@ def multisets(draw):
     return members, pairs
 
 
-def triples(members, split: bool):
+def triples(members, split: bool, shuffled: bool = True):
     """(owner, code, count) of each member's values, a code's rows given in two triples
-    (``split``) as an unsorted read may give them."""
+    (``split``), in no order as an unsorted read may give them (``shuffled``) or by owner and
+    code as a count matrix's cells come."""
     owner, code, count = [], [], []
     for m, vals in enumerate(members):
         for v, times in Counter(vals).items():
@@ -56,16 +59,27 @@ def triples(members, split: bool):
                 owner.append(m)
                 code.append(v)
                 count.append(t)
-    order = np.random.default_rng(len(owner)).permutation(len(owner))
+    order = np.random.default_rng(len(owner)).permutation(len(owner)) if shuffled else \
+        np.lexsort((code, owner))
     return tuple(np.asarray(x, dtype=np.int64)[order] for x in (owner, code, count))
 
 
 @settings(max_examples=300, deadline=None)
-@given(multisets(), st.booleans())
-def test_each_members_multiset_is_counted_as_its_sorted_values(case, split):
+@given(multisets(), st.booleans(), st.booleans())
+def test_each_members_multiset_is_counted_as_its_sorted_values(case, split, shuffled):
     members, _ = case
-    assert decoded(_signatures(*triples(members, split), len(members))) == \
+    assert decoded(_signatures(*triples(members, split, shuffled), len(members))) == \
         Counter(tuple(sorted(vals)) for vals in members)
+
+
+@settings(max_examples=100, deadline=None)
+@given(multisets(), st.randoms(use_true_random=False))
+def test_members_holding_the_same_multisets_in_another_order_are_the_same_bag(case, rng):
+    members, _ = case
+    others = list(members)
+    rng.shuffle(others)
+    assert _signatures(*triples(members, False), len(members)) == \
+        _signatures(*triples(others, True), len(others))
 
 
 @settings(max_examples=300, deadline=None)
