@@ -1115,13 +1115,13 @@ SLICE_ROWS = 1 << 18
 WRITE_FRACTION = 16
 
 
-def resident_bytes() -> int:
+def resident_bytes(fields: tuple = ("RssAnon", "RssFile")) -> int:
     """This backend's own resident memory (RssAnon + RssFile: private memory and the libraries
     it maps; not the shared buffers it touched), 0 where /proc has no such figures."""
     try:
         with open("/proc/self/status") as f:
-            fields = dict(line.split(":", 1) for line in f if line.startswith(("RssAnon", "RssFile")))
-        return sum(int(v.split()[0]) * 1024 for v in fields.values())
+            found = dict(line.split(":", 1) for line in f if line.startswith(fields))
+        return sum(int(v.split()[0]) * 1024 for v in found.values())
     except (OSError, ValueError):
         return 0
 
@@ -1250,7 +1250,10 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
     mondrian_jit.kernels()
-    leaf_budget = src.region_budget = core.leaf_budget(budget, resident_bytes())
+    # what the backend holds before the regions (its private part apart: the regions' peak less
+    # it is what a region's rows took, which the estimate per row is checked against)
+    resident, resident_anon = resident_bytes(), resident_bytes(("RssAnon",))
+    leaf_budget = src.region_budget = core.leaf_budget(budget, resident)
     src.order_values = order_values(budget)
     with timing.phase("top_levels"):
         leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
@@ -1261,7 +1264,10 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     # the write's work_mem as the build's query sees it (write_settings)
     work_mem = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w")[0]["w"]
     metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
-                               "region_budget_bytes": leaf_budget, "write_work_mem": work_mem,
+                               "region_budget_bytes": leaf_budget, "resident_bytes": resident,
+                               "resident_anon_bytes": resident_anon,
+                               "largest_region_rows": max(r.rows for r in leaves),
+                               "write_work_mem": work_mem,
                                "levels": levels, "regions": len(leaves)}}
     release_rows.stash_run(GD, release_id, started=started, row_count=sum(r.rows for r in leaves),
                            achieved_k=None, metrics=metrics)
