@@ -22,7 +22,9 @@ cluster (shared_buffers 512MB, work_mem 64MB):
   source in the same run, verified from its rows, smallest class; the building backend's CPU
   against the copying one's (parallel workers' not counted in either), the build's phases
   (metrics.timing) and the run's steps (metrics.out_of_core.steps: the sample, each pass, each
-  region's read, fit, publish, slices and write, wall and CPU).
+  region's read, fit, publish, slices and write, wall and CPU), and the regions' private memory
+  per row (the sampled peak RssAnon less the backend's before the regions, over the largest
+  region's rows) beside the estimate that sized them (core.regions.row_bytes).
 """
 from __future__ import annotations
 
