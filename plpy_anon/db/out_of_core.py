@@ -218,6 +218,8 @@ class Source:
         self.by_frequency: dict[int, list] = {}
         self.order_values = ORDER_VALUES    # the most distinct values of such a QI (order_values)
         self.region_budget = 0              # the bytes a region's read and fit may take
+        self.counted_rows: int | None = None    # the source's rows, once counted
+        self.order_rows: int | None = None      # the rows a categorical QI's order counted
 
     def literal(self, a: int, value: str) -> str:
         """A cut value as a constant of the column's base type (a cast to a domain would run
@@ -762,11 +764,13 @@ def categorical_orders(src: Source) -> dict:
         def query(rel, c=c, text=text):
             return (f"WITH g AS MATERIALIZED (SELECT {c} AS x, pg_catalog.count(*) AS n FROM {rel} "
                     f"GROUP BY {c}), d AS (SELECT pg_catalog.count(*) AS d FROM g) "
-                    f"SELECT d.d, CASE WHEN d.d <= {limit} THEN "
+                    f"SELECT d.d, (SELECT pg_catalog.sum(n) FROM g)::int8 AS rows, "
+                    f"CASE WHEN d.d <= {limit} THEN "
                     f"(SELECT pg_catalog.array_agg({text}) FROM g) END AS t, "
                     f"CASE WHEN d.d <= {limit} THEN (SELECT pg_catalog.array_agg(n) FROM g) "
                     f"END AS n FROM d")
         found = [rows[0] for rows in src.each(query)]
+        src.order_rows = sum(int(r["rows"] or 0) for r in found)
         if any(r["t"] is None for r in found):
             out[a] = (max(int(r["d"]) for r in found), None)
             continue
@@ -919,12 +923,20 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     one pass allow them (core.regions.counted_regions): two passes over the source for the
     whole top of the tree. A region that does not fit the budget is cut further level by level."""
     t0 = time.monotonic()
+    with src.steps.step("categorical_orders"):
+        categorical = categorical_orders(src)
+    # the sample's rate from the exact rows, so a rebuild of an unchanged table samples the same
+    # rows whatever its statistics say: counted before the run, or by a categorical QI's order
+    # (its rows per value add up to the table's), else here
+    counting = src.counted_rows is None and src.order_rows is None
+    if src.counted_rows is None:
+        src.counted_rows = src.order_rows if src.order_rows is not None else sum(
+            int(rows[0]["n"]) for rows in src.each(lambda rel: f"SELECT count(*) AS n FROM {rel}"))
+    n = src.counted_rows
     percent = min(100.0, 100.0 * sample_size(budget) / max(n, 1))
     with_sensitive = bool(l) or src.models is not None
     with src.steps.step("sample"):
         columns, sensitive, sampled = sample(src, percent, with_sensitive)
-    with src.steps.step("categorical_orders"):
-        categorical = categorical_orders(src)
     budget = src.region_budget = less_the_orders(budget, categorical)
     for a, (_, order) in categorical.items():
         ranked = None if order is None else by_frequency(columns[a], order)
@@ -963,7 +975,7 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         numbered_as_levels(src, regions, texts)
     # the sample, the leaves' counts, and one more per other sensitive column and categorical QI
     # (and per sensitive column, its values' counts per leaf for entropy or recursive l)
-    passes = 2 + (len(src.sensitive) - 1 if l else 0) + sum(
+    passes = 2 + counting + (len(src.sensitive) - 1 if l else 0) + sum(
         1 for a in range(len(src.qis)) if src.cuttable[a] and not src.numeric[a]) + (
         len(src.sensitive) if src.models is not None else 0) + (len(src.sensitive) if renumbered else 0)
     figures = {"regions": 1, "cuts": len(regions) - 1, "passes": passes,
@@ -1115,13 +1127,13 @@ SLICE_ROWS = 1 << 18
 WRITE_FRACTION = 16
 
 
-def resident_bytes() -> int:
+def resident_bytes(fields: tuple = ("RssAnon", "RssFile")) -> int:
     """This backend's own resident memory (RssAnon + RssFile: private memory and the libraries
     it maps; not the shared buffers it touched), 0 where /proc has no such figures."""
     try:
         with open("/proc/self/status") as f:
-            fields = dict(line.split(":", 1) for line in f if line.startswith(("RssAnon", "RssFile")))
-        return sum(int(v.split()[0]) * 1024 for v in fields.values())
+            found = dict(line.split(":", 1) for line in f if line.startswith(fields))
+        return sum(int(v.split()[0]) * 1024 for v in found.values())
     except (OSError, ValueError):
         return 0
 
@@ -1131,38 +1143,57 @@ def source_rows(plpy, tbl) -> int:
         plpy, source_members(plpy, tbl), lambda rel: f"SELECT count(*) AS n FROM {rel}"))
 
 
-def planned(release_method, plpy, release: dict, estimated: bool = False):
-    """(spec, tbl, QIs, sensitive columns, budget, estimated bytes, rows) of a release, or None
-    when it is fitted in memory (it fits the budget, or its models are not counted here);
-    ``estimated``: rows as the planner's statistics have them when they have any (no count)."""
+def planned(release_method, plpy, release: dict, estimated: bool = False,
+            counted_near: bool = False):
+    """(spec, tbl, QIs, sensitive columns, budget, estimated bytes, rows, whether they were
+    counted) of a release, or None when it is fitted in memory (it fits the budget, or its
+    models are not counted here); ``estimated``: rows as the planner's statistics have them
+    when they have any (no count); ``counted_near``: counted unless that estimate is
+    UNCOUNTED_ABOVE times the budget or more."""
     spec = release_method.spec_of(jsonb(release["parameters"]))
     if not takes_path(spec):
         return None
-    return sized(plpy, release, spec, estimated)
+    return sized(plpy, release, spec, estimated, counted_near)
 
 
-def sized(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False):
+#: a source the planner's statistics put at this many times the budget or more is built out of
+#: core without a count(*) first (~0.5 s at 10M rows, a tenth of a copy): out of core every
+#: region is counted exactly, whatever the source's rows. Nearer the budget, and below it, the
+#: rows are counted, so the in-memory path is only ever taken on an exact count.
+UNCOUNTED_ABOVE = 2
+
+#: the rows of a source's tree as the planner estimates them: each member's rows per page at its
+#: last ANALYZE times the pages it has now (the planner's rule, so a table loaded or truncated
+#: since is scaled by its size); -1 when a member was never analyzed
+ESTIMATED_ROWS = f"""
+WITH RECURSIVE {guards.INHERITANCE_TREE}
+SELECT CASE WHEN pg_catalog.bool_or(c.reltuples < 0 AND c.relkind <> 'p') THEN -1
+            ELSE pg_catalog.sum(CASE WHEN c.relpages > 0 AND c.relkind IN ('r', 'm')
+                THEN c.reltuples / c.relpages * (pg_catalog.pg_relation_size(c.oid)
+                     / pg_catalog.current_setting('block_size')::int8)
+                ELSE GREATEST(c.reltuples, 0) END) END::int8 AS n
+FROM pg_catalog.pg_class c JOIN tree USING (oid) WHERE c.relkind <> 'p'"""
+
+
+def sized(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False,
+          counted_near: bool = False):
     """:func:`planned`'s tuple of a release whose estimated read and fit exceed the budget, else
-    None (whatever its method and refresh mode)."""
+    None (whatever its method and refresh mode); its rows counted but as :func:`planned` says."""
     tbl, qis, sens = release_columns(plpy, release, spec.promise)
     budget = build_memory(plpy)
     bytes_per_row = core.row_bytes(len(qis) + len(sens))
-    n = -1
-    if estimated:
-        # the whole tree: an inheritance parent's or a partition's rows are its descendants';
-        # -1 (never analyzed) anywhere means counting
-        n = run(plpy, f"""
-            WITH RECURSIVE {guards.INHERITANCE_TREE}
-            SELECT CASE WHEN pg_catalog.bool_or(c.reltuples < 0 AND c.relkind <> 'p') THEN -1
-                        ELSE pg_catalog.sum(GREATEST(c.reltuples, 0)) END::int8 AS n
-            FROM pg_catalog.pg_class c JOIN tree USING (oid) WHERE c.relkind <> 'p'""",
-                ["oid"], [tbl.oid])[0]["n"]
+    n, counted = -1, False
+    if estimated or counted_near:
+        # the whole tree: an inheritance parent's or a partition's rows are its descendants'
+        n = run(plpy, ESTIMATED_ROWS, ["oid"], [tbl.oid])[0]["n"]
         n = -1 if n is None else n
+        if counted_near and not estimated and n * bytes_per_row < UNCOUNTED_ABOVE * budget:
+            n = -1
     if n < 0:
-        n = source_rows(plpy, tbl)
+        n, counted = source_rows(plpy, tbl), True
     if core.fits(n, bytes_per_row, budget):
         return None
-    return spec, tbl, qis, sens, budget, bytes_per_row, n
+    return spec, tbl, qis, sens, budget, bytes_per_row, n, counted
 
 
 # The stable refresh mode over the budget.
@@ -1190,7 +1221,7 @@ def refuse_stable_over_budget(release_method, plpy, release: dict) -> None:
     plan = sized(plpy, release, spec)
     if plan is None:
         return
-    _, tbl, _, _, budget, bytes_per_row, n = plan
+    _, tbl, _, _, budget, bytes_per_row, n, _ = plan
     needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
     raise StableOverBudget(
         f"refresh_mode => 'stable' holds every row of its source in one backend, and "
@@ -1235,22 +1266,26 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
-    plan = planned(release_method, plpy, release)
+    plan = planned(release_method, plpy, release, counted_near=True)
     if plan is None:
         refuse_stable_over_budget(release_method, plpy, release)
         return None
-    spec, tbl, qis, sens, budget, bytes_per_row, n = plan
+    spec, tbl, qis, sens, budget, bytes_per_row, n, counted = plan
     l = spec.promise.l
     members = source_members(plpy, tbl)
     src = Source(plpy, tbl, qis, sens if l or spec.promise.t is not None else [], members,
                  not has_foreign_members(plpy, tbl),
                  ranking_of(spec, [c.name for c in qis]), models_of(spec),
                  getattr(spec.settings, "split", "median"))
+    src.counted_rows = n if counted else None
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
     mondrian_jit.kernels()
-    leaf_budget = src.region_budget = core.leaf_budget(budget, resident_bytes())
+    # what the backend holds before the regions (its private part apart: the regions' peak less
+    # it is what a region's rows took, which the estimate per row is checked against)
+    resident, resident_anon = resident_bytes(), resident_bytes(("RssAnon",))
+    leaf_budget = src.region_budget = core.leaf_budget(budget, resident)
     src.order_values = order_values(budget)
     with timing.phase("top_levels"):
         leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
@@ -1261,7 +1296,13 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     # the write's work_mem as the build's query sees it (write_settings)
     work_mem = run(plpy, "SELECT pg_catalog.current_setting('work_mem') AS w")[0]["w"]
     metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
-                               "region_budget_bytes": leaf_budget, "write_work_mem": work_mem,
+                               # the path chosen on counted rows, or on the planner's estimate
+                               # far above the budget (UNCOUNTED_ABOVE)
+                               "rows_counted": counted,
+                               "region_budget_bytes": leaf_budget, "resident_bytes": resident,
+                               "resident_anon_bytes": resident_anon,
+                               "largest_region_rows": max(r.rows for r in leaves),
+                               "write_work_mem": work_mem,
                                "levels": levels, "regions": len(leaves)}}
     release_rows.stash_run(GD, release_id, started=started, row_count=sum(r.rows for r in leaves),
                            achieved_k=None, metrics=metrics)

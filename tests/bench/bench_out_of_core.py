@@ -22,13 +22,16 @@ cluster (shared_buffers 512MB, work_mem 64MB):
   source in the same run, verified from its rows, smallest class; the building backend's CPU
   against the copying one's (parallel workers' not counted in either), the build's phases
   (metrics.timing) and the run's steps (metrics.out_of_core.steps: the sample, each pass, each
-  region's read, fit, publish, slices and write, wall and CPU).
+  region's read, fit, publish, slices and write, wall and CPU), and the regions' private memory
+  per row (the sampled peak RssAnon less the backend's before the regions, over the largest
+  region's rows) beside the estimate that sized them (core.regions.row_bytes).
 """
 from __future__ import annotations
 
 import os
 import time
 
+from plpy_anon.core.regions import row_bytes
 from tests.bench.bench_coldstart import backend_cpu
 from tests.bench.bench_mondrian import SYNTHETIC, MemorySampler, fresh_backend, vm_hwm_mib
 from tests.bench.common import copy_seconds, extension_db, markdown_table, results_dir
@@ -155,6 +158,18 @@ def profile(f: dict, copy_s: float, copy_cpu: float) -> str:
     lines = [(f"end to end {f['e2e']:.1f} s ({f['e2e'] / copy_s:.2f} copies), backend CPU "
               f"{f['cpu']:.1f} s ({f['cpu'] / copy_cpu:.2f} the copy's); phases: {phases}")]
     ooc = f["ooc"] or {}
+    if ooc.get("resident_anon_bytes") is not None:
+        # the largest region's private memory (the sampled peak less what the backend held
+        # before the regions) per row, against the estimate that sized the regions
+        region = f["anon"] * 2**20 - ooc["resident_anon_bytes"]
+        lines.append(f"  budget {ooc['budget_bytes'] / 2**20:.0f} MiB, resident before the regions "
+                     f"{ooc['resident_bytes'] / 2**20:.0f} MiB (private "
+                     f"{ooc['resident_anon_bytes'] / 2**20:.0f}), region budget "
+                     f"{ooc['region_budget_bytes'] / 2**20:.0f} MiB, {ooc['regions']} regions, the "
+                     f"largest {ooc['largest_region_rows']:,} rows: peak private memory less the "
+                     f"resident {region / 2**20:.0f} MiB = "
+                     f"{region / max(ooc['largest_region_rows'], 1):.0f} bytes a row (estimated "
+                     f"{row_bytes(len(QIS) + 1)})")
     for i, level in enumerate(ooc.get("levels", [])):
         lines.append(f"  top level {i}: {level}")
     # the run's steps: wall and this backend's CPU (parallel workers' not counted)

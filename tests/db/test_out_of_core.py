@@ -186,6 +186,34 @@ def test_refusal_raised_while_the_regions_are_fetched_keeps_its_sqlstate_and_hin
     assert db.execute(f"SELECT count(*), count(DISTINCT s) FROM {rel}").fetchone() == before
 
 
+def test_source_the_statistics_put_far_above_the_budget_is_not_counted_and_loses_no_row(
+        db, schema):
+    """A source whose planner estimate (its rows per page at the last ANALYZE times its pages
+    now) is twice the budget or more goes out of core without a count(*) first; its regions are
+    counted exactly, so every row is released, those added since the ANALYZE too."""
+    synthetic(db, "src", 3000)
+    db.execute("ANALYZE src")
+    db.execute("INSERT INTO src SELECT i, 30, 'north', 1.5, 'flu' FROM generate_series(3001, 3400) i")
+    with budget(db, "64kB"):          # 3,400 rows x 5 columns: ~500 kB estimated
+        rel = release(db, schema, "src", "far", k=5, l=2)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["rows_counted"] is False
+    assert verified is True and row_count == 3400
+    check_release(db, rel, "src", 5, 2)
+
+
+def test_source_near_the_budget_is_counted_before_its_path_is_chosen(db, schema):
+    """Within twice the budget the rows are counted: the estimate alone never decides it."""
+    synthetic(db, "src", 3000)
+    db.execute("ANALYZE src")
+    with budget(db, "300kB"):         # ~450 kB estimated: over the budget, under twice it
+        rel = release(db, schema, "src", "near", k=5, l=2)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["rows_counted"] is True
+    assert verified is True and row_count == 3000
+    check_release(db, rel, "src", 5, 2)
+
+
 def test_release_within_the_budget_is_fitted_in_memory(db, schema):
     synthetic(db, "src", 500)
     rel = release(db, schema, "src", "mem", k=5)
@@ -566,6 +594,29 @@ def test_top_cuts_from_a_partial_sample_keep_k_and_l_and_a_rebuild_gives_the_sam
     again = catalog(db, second)[0]["out_of_core"]["levels"][0]["sample"]
     assert {**again, "seconds": None, "percent": None} == {**sample, "seconds": None, "percent": None}
     check_release(db, first, "src", 5, 2)
+    rows = "SELECT array_agg(ROW(id, a, b, d)::text ORDER BY id) FROM {}"
+    assert db.execute(rows.format(first)).fetchone() == db.execute(rows.format(second)).fetchone()
+
+
+def test_rebuild_samples_the_same_rows_whatever_the_statistics_say(db, schema):
+    """Built without a count (its estimate twice the budget or more), a release samples at the
+    rate of the exact rows (a categorical QI's rows per value add up to them), never at the
+    planner's: with the statistics off by half, a rebuild of the unchanged table samples the
+    same rows and releases the same classes."""
+    synthetic(db, "src", 24000)
+    db.execute("ANALYZE src")
+    with budget(db, "1MB"):           # 24,000 rows x 5 columns: ~3.6 MB estimated
+        first = release(db, schema, "src", "first", k=5, l=2)
+        db.execute("UPDATE pg_catalog.pg_class SET reltuples = reltuples * 1.5 "
+                   "WHERE oid = 'src'::regclass")
+        second = release(db, schema, "src", "second", k=5, l=2)
+    before, after = (catalog(db, rel)[0]["out_of_core"] for rel in (first, second))
+    assert before["rows_counted"] is False and after["rows_counted"] is False
+    assert before["estimated_bytes"] < after["estimated_bytes"]
+    sample = before["levels"][0]["sample"]
+    assert 50 < sample["percent"] < 90 and before["regions"] >= 4
+    assert {**after["levels"][0]["sample"], "seconds": None} == {**sample, "seconds": None}
+    check_release(db, second, "src", 5, 2)
     rows = "SELECT array_agg(ROW(id, a, b, d)::text ORDER BY id) FROM {}"
     assert db.execute(rows.format(first)).fetchone() == db.execute(rows.format(second)).fetchone()
 
