@@ -302,114 +302,146 @@ def merge_ranking(bad, centroids, within, union_size, held, wanted, low, high, w
     tested are those whose spans meet the bounds of every merged box (``span_low``/
     ``span_high`` (G, R + S): ranges, then each set's smallest and largest code; in
     :func:`box_tree`'s tree)."""
-    n_groups, n_dims = centroids.shape
-    n_ranged = low.shape[1]
-    n_spans = span_low.shape[1]
-    n_words = held.shape[1]
+    n_groups = centroids.shape[0]
     count = ranked.shape[1]
     distance = np.empty(n_groups)
     near = np.empty(count, dtype=np.int64)
-    overlaps = np.zeros(count, dtype=np.int64)
-    overlaps_of = np.zeros(count, dtype=np.int64)
-    box_lo = np.empty((count, n_ranged))
-    box_hi = np.empty((count, n_ranged))
-    union = np.empty((count, words.shape[1]), dtype=np.uint64)
-    outer_lo = np.empty(n_spans)
-    outer_hi = np.empty(n_spans)
-    found = np.empty(n_groups, dtype=np.int64)
+    near_distance = np.empty(count)
+    work = _ranking_work(count, low.shape[1], words.shape[1], span_low.shape[1], n_groups)
     for b in range(bad.size):
         g = bad[b]
-        restrict = union_size[within[g]] > 1
-        helped = False
-        for h in range(n_groups):
-            total = 0.0
-            for d in range(n_dims):
-                v = centroids[h, d] - centroids[g, d]
-                total += v * v
-            distance[h] = total
-            if h != g and not helped:
-                for w in range(n_words):
-                    if held[h, w] & wanted[b, w]:
-                        helped = True
-                        break
-        distance[g] = np.inf
-        if restrict:
-            for h in range(n_groups):
-                if within[h] != within[g]:
-                    distance[h] = np.inf
-        if helped:
-            for h in range(n_groups):
-                helps = False
-                if h != g:
-                    for w in range(n_words):
-                        if held[h, w] & wanted[b, w]:
-                            helps = True
-                            break
-                if not helps:
-                    distance[h] = np.inf
-        # the nearest finite ones, by (distance, index)
-        n = 0
-        for h in range(n_groups):
-            x = distance[h]
-            if not x < np.inf:
-                continue
-            if n == count and not x < distance[near[n - 1]]:
-                continue
-            j = n if n < count else count - 1
-            while j > 0 and distance[near[j - 1]] > x:
-                near[j] = near[j - 1]
-                j -= 1
-            near[j] = h
-            if n < count:
-                n += 1
-        n_near[b] = n
-        if n == 0:
-            ranked[b, 0] = 0
-            continue
-        if n == 1:
-            ranked[b, 0] = near[0]
-            continue
-        for i in range(n):
-            c = near[i]
-            for r in range(n_ranged):
-                box_lo[i, r] = min(low[g, r], low[c, r])
-                box_hi[i, r] = max(high[g, r], high[c, r])
-            for w in range(words.shape[1]):
-                union[i, w] = words[g, w] | words[c, w]
-        for s in range(n_spans):
-            lo, hi = span_low[g, s], span_high[g, s]
-            for i in range(n):
-                lo = min(lo, span_low[near[i], s])
-                hi = max(hi, span_high[near[i], s])
-            outer_lo[s], outer_hi[s] = lo, hi
-        m = _boxes_meeting(span_low, span_high, order, node_low, node_high, first, last, left,
-                           outer_lo, outer_hi, found)
-        overlaps[:n] = 0
-        for t in range(m):
-            h = found[t]
-            if h == g:
-                continue
-            for i in range(n):
-                if h == near[i]:
-                    continue
-                if _merged_box_meets(box_lo, box_hi, union, i, low, high, words, h, word_offsets):
-                    overlaps[i] += 1
-        # ranked by (overlaps, distance, index): an insertion sort of the few
-        for i in range(n):
-            c, key = near[i], overlaps[i]
-            j = i
-            while j > 0:
-                p = ranked[b, j - 1]
-                above = overlaps_of[j - 1]
-                if above > key or (above == key and (distance[p] > distance[c] or
-                                                     (distance[p] == distance[c] and p > c))):
-                    ranked[b, j] = p
-                    overlaps_of[j] = above
-                    j -= 1
-                else:
+        n = _nearest_scan(g, wanted[b], centroids, within, union_size, held, distance, near,
+                          near_distance)
+        _rank_candidates(b, g, n, near, near_distance, low, high, words, word_offsets, span_low,
+                         span_high, order, node_low, node_high, first, last, left, work, ranked,
+                         n_near)
+
+
+@njit(cache=True, nogil=True)
+def _nearest_scan(g, wanted, centroids, within, union_size, held, distance, near, near_distance):
+    """:func:`merge_ranking`'s candidates of group g by a scan of every group: into ``near``
+    (their distances into ``near_distance``), the ``near.size`` nearest of the groups allowed,
+    by (distance, index); returns how many."""
+    n_groups, n_dims = centroids.shape
+    n_words = held.shape[1]
+    count = near.size
+    restrict = union_size[within[g]] > 1
+    helped = False
+    for h in range(n_groups):
+        total = 0.0
+        for d in range(n_dims):
+            v = centroids[h, d] - centroids[g, d]
+            total += v * v
+        distance[h] = total
+        if h != g and not helped:
+            for w in range(n_words):
+                if held[h, w] & wanted[w]:
+                    helped = True
                     break
-            ranked[b, j] = c
-            overlaps_of[j] = key
+    distance[g] = np.inf
+    if restrict:
+        for h in range(n_groups):
+            if within[h] != within[g]:
+                distance[h] = np.inf
+    if helped:
+        for h in range(n_groups):
+            helps = False
+            if h != g:
+                for w in range(n_words):
+                    if held[h, w] & wanted[w]:
+                        helps = True
+                        break
+            if not helps:
+                distance[h] = np.inf
+    # the nearest finite ones, by (distance, index)
+    n = 0
+    for h in range(n_groups):
+        x = distance[h]
+        if not x < np.inf:
+            continue
+        if n == count and not x < distance[near[n - 1]]:
+            continue
+        j = n if n < count else count - 1
+        while j > 0 and distance[near[j - 1]] > x:
+            near[j] = near[j - 1]
+            j -= 1
+        near[j] = h
+        if n < count:
+            n += 1
+    for i in range(n):
+        near_distance[i] = distance[near[i]]
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _ranking_work(count, n_ranged, n_words, n_spans, n_groups):
+    """The scratch arrays of :func:`_rank_candidates`, made once per kernel call."""
+    return (np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64),
+            np.empty(count), np.empty((count, n_ranged)), np.empty((count, n_ranged)),
+            np.empty((count, n_words), dtype=np.uint64), np.empty(n_spans), np.empty(n_spans),
+            np.empty(n_groups, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _rank_candidates(b, g, n, near, near_distance, low, high, words, word_offsets, span_low,
+                     span_high, order, node_low, node_high, first, last, left, work, ranked,
+                     n_near):
+    """Row ``b`` of :func:`merge_ranking`'s output for group g from its ``n`` candidates
+    (``near``, by (distance, index)): ranked by how many other groups their box merged with
+    g's meets, then distance, then index."""
+    overlaps, overlaps_of, ranked_distance, box_lo, box_hi, union, outer_lo, outer_hi, found = work
+    n_ranged = low.shape[1]
+    n_spans = span_low.shape[1]
+    n_near[b] = n
+    if n == 0:
+        ranked[b, 0] = 0
+        return
+    if n == 1:
+        ranked[b, 0] = near[0]
+        return
+    for i in range(n):
+        c = near[i]
+        for r in range(n_ranged):
+            box_lo[i, r] = min(low[g, r], low[c, r])
+            box_hi[i, r] = max(high[g, r], high[c, r])
+        for w in range(words.shape[1]):
+            union[i, w] = words[g, w] | words[c, w]
+    for s in range(n_spans):
+        lo, hi = span_low[g, s], span_high[g, s]
+        for i in range(n):
+            lo = min(lo, span_low[near[i], s])
+            hi = max(hi, span_high[near[i], s])
+        outer_lo[s], outer_hi[s] = lo, hi
+    m = _boxes_meeting(span_low, span_high, order, node_low, node_high, first, last, left,
+                       outer_lo, outer_hi, found)
+    overlaps[:n] = 0
+    for t in range(m):
+        h = found[t]
+        if h == g:
+            continue
+        for i in range(n):
+            if h == near[i]:
+                continue
+            if _merged_box_meets(box_lo, box_hi, union, i, low, high, words, h, word_offsets):
+                overlaps[i] += 1
+    # ranked by (overlaps, distance, index): an insertion sort of the few
+    for i in range(n):
+        c, key, x = near[i], overlaps[i], near_distance[i]
+        j = i
+        while j > 0:
+            p = ranked[b, j - 1]
+            above = overlaps_of[j - 1]
+            if above > key or (above == key and (ranked_distance[j - 1] > x or
+                                                 (ranked_distance[j - 1] == x and p > c))):
+                ranked[b, j] = p
+                overlaps_of[j] = above
+                ranked_distance[j] = ranked_distance[j - 1]
+                j -= 1
+            else:
+                break
+        ranked[b, j] = c
+        overlaps_of[j] = key
+        ranked_distance[j] = x
 
 
 @njit(cache=True, nogil=True)
@@ -698,3 +730,127 @@ def options_safe(options, earlier, l, out):
                 if (added and added_values < l) or (removed and removed_values < l):
                     out[g, o] = False
                     break
+
+
+# --- the grouping's merge candidates found in a tree of the groups' centroids ---
+
+
+@njit(cache=True, nogil=True)
+def _centroid_bound(centroids, g, centre_low, centre_high, node):
+    """No group of ``node`` (its centroids within ``centre_low``/``centre_high``) is nearer g
+    than this: each dimension's term taken to the node's bounds, no larger in floats (rounding
+    is monotone), summed in the same order as :func:`_nearest_scan`'s distance."""
+    total = 0.0
+    for d in range(centroids.shape[1]):
+        x = centroids[g, d]
+        v = max(max(centre_low[node, d] - x, x - centre_high[node, d]), 0.0)
+        total += v * v
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _nearest_tree(g, wanted, centroids, holders, held, c_order, centre_low, centre_high,
+                  c_first, c_last, c_left, near, near_distance, stack, bounds):
+    """:func:`_nearest_scan`'s candidates of group g (whose union holds no other group), found
+    in :func:`box_tree`'s tree of the centroids: a part is passed over when its bound exceeds
+    the farthest of a full list, so every group that could tie with it is still compared, and
+    the list is kept by (distance, index) as the scan keeps it. ``holders[v]``: how many groups
+    hold value bit v (``held``'s bit order), so whether another group helps g is known before
+    the search."""
+    n_words = held.shape[1]
+    count = near.size
+    helped = False
+    for w in range(n_words):
+        bits = wanted[w]
+        if bits == 0:
+            continue
+        for bit in range(64):
+            if (bits >> np.uint64(bit)) & np.uint64(1):
+                own = (held[g, w] >> np.uint64(bit)) & np.uint64(1)
+                if holders[w * 64 + bit] - np.int64(own) > 0:
+                    helped = True
+                    break
+        if helped:
+            break
+    n = 0
+    stack[0], bounds[0] = 0, 0.0
+    top = 1
+    while top:
+        top -= 1
+        node = stack[top]
+        if n == count and bounds[top] > near_distance[n - 1]:
+            continue
+        if c_left[node] < 0:
+            for t in range(c_first[node], c_last[node]):
+                h = c_order[t]
+                if h == g:
+                    continue
+                if helped:
+                    helps = False
+                    for w in range(n_words):
+                        if held[h, w] & wanted[w]:
+                            helps = True
+                            break
+                    if not helps:
+                        continue
+                x = 0.0
+                for d in range(centroids.shape[1]):
+                    v = centroids[h, d] - centroids[g, d]
+                    x += v * v
+                if n == count and (x > near_distance[n - 1] or
+                                   (x == near_distance[n - 1] and h > near[n - 1])):
+                    continue
+                j = n if n < count else count - 1
+                while j > 0 and (near_distance[j - 1] > x or
+                                 (near_distance[j - 1] == x and near[j - 1] > h)):
+                    near[j] = near[j - 1]
+                    near_distance[j] = near_distance[j - 1]
+                    j -= 1
+                near[j] = h
+                near_distance[j] = x
+                if n < count:
+                    n += 1
+            continue
+        a, b = c_left[node], c_left[node] + 1
+        bound_a = _centroid_bound(centroids, g, centre_low, centre_high, a)
+        bound_b = _centroid_bound(centroids, g, centre_low, centre_high, b)
+        # the nearer part last, so visited first
+        if bound_a < bound_b:
+            a, b, bound_a, bound_b = b, a, bound_b, bound_a
+        if n < count or bound_a <= near_distance[n - 1]:
+            stack[top], bounds[top] = a, bound_a
+            top += 1
+        if n < count or bound_b <= near_distance[n - 1]:
+            stack[top], bounds[top] = b, bound_b
+            top += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def merge_ranking_tree(bad, centroids, within, union_size, held, wanted, holders, low, high,
+                       words, word_offsets, span_low, span_high, order, node_low, node_high,
+                       first, last, left, c_order, centre_low, centre_high, c_first, c_last,
+                       c_left, ranked, n_near):
+    """:func:`merge_ranking`'s output, the candidates of each group whose union holds no other
+    found in the tree of the centroids (``c_*``: :func:`box_tree` of ``centroids``) instead of
+    by a scan of every group; ``holders``: :func:`_nearest_tree`'s."""
+    n_groups = centroids.shape[0]
+    count = ranked.shape[1]
+    distance = np.empty(n_groups)
+    near = np.empty(count, dtype=np.int64)
+    near_distance = np.empty(count)
+    stack = np.empty(256, dtype=np.int64)
+    bounds = np.empty(256)
+    work = _ranking_work(count, low.shape[1], words.shape[1], span_low.shape[1], n_groups)
+    for b in range(bad.size):
+        g = bad[b]
+        if union_size[within[g]] > 1:
+            n = _nearest_scan(g, wanted[b], centroids, within, union_size, held, distance, near,
+                              near_distance)
+        else:
+            n = _nearest_tree(g, wanted[b], centroids, holders, held, c_order, centre_low,
+                              centre_high, c_first, c_last, c_left, near, near_distance, stack,
+                              bounds)
+        _rank_candidates(b, g, n, near, near_distance, low, high, words, word_offsets, span_low,
+                         span_high, order, node_low, node_high, first, last, left, work, ranked,
+                         n_near)

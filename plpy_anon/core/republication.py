@@ -329,7 +329,8 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
         for start in range(0, bad.size, MERGE_CHUNK):
             check_interrupts()
             chunk = bad[start:start + MERGE_CHUNK]
-            ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, deficit[chunk], held)
+            ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, deficit[chunk], held,
+                                                   searched=bad.size)
             for g, row, n in zip(chunk.tolist(), ranked.tolist(), n_near.tolist()):
                 sets.union(g, first_acceptable(row, n, None if acceptable is None else
                                                (lambda c, g=g: acceptable(g, c))))
@@ -350,6 +351,9 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
 MERGE_CANDIDATES = 8
 #: groups whose merge candidates are ranked per kernel call (interrupts are checked between calls)
 MERGE_CHUNK = 64
+#: groups to rank from which their candidates are searched in a tree of the centroids
+#: (GroupBoxes.ranked_partners): its build costs about 150 scans of every group's centroid
+CENTROID_TREE_FROM = 128
 
 
 def first_acceptable(ranked: list, n: int, acceptable=None) -> int:
@@ -373,6 +377,7 @@ class GroupBoxes:
         self.n_rows = len(labels)
         self._flat = None
         self._index = None
+        self._centroid_tree = None
         ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
         self.dims = []
         for d in range(points.shape[1]):
@@ -440,12 +445,16 @@ class GroupBoxes:
         return self._flat
 
     def ranked_partners(self, kern, bad: np.ndarray, centroids: np.ndarray, wanted: np.ndarray,
-                        held: np.ndarray, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        held: np.ndarray, within: np.ndarray | None = None,
+                        searched: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """For each group of ``bad``, :meth:`merge_partner`'s candidates in the order it tries
         them, on the compiled kernel: (``ranked`` (len(bad), MERGE_CANDIDATES), how many of each
         row are candidates). The distance is to the group's centroid (``centroids``), among the
         groups of its union (``within``: each group's) if it has others, among those holding a
-        value it wants (``wanted`` (len(bad), V) and ``held`` (G, V) bool) if any does."""
+        value it wants (``wanted`` (len(bad), V) and ``held`` (G, V) bool) if any does.
+        ``searched``: how many groups the caller ranks with these centroids in all; from
+        CENTROID_TREE_FROM of them the candidates are searched in a tree of the centroids (the
+        same candidates), which costs about as much to build as that many scans of every group."""
         low, high, words, offsets = self._compiled_boxes()
         if self._index is None:
             spans = [dim for dim in self.dims if dim[0].dtype != bool]
@@ -467,8 +476,23 @@ class GroupBoxes:
         union_size = np.bincount(within, minlength=self.n_groups)
         ranked = np.zeros((bad.size, MERGE_CANDIDATES), dtype=np.int64)
         n_near = np.zeros(bad.size, dtype=np.int64)
-        kern.merge_ranking(np.asarray(bad, dtype=np.int64), np.ascontiguousarray(centroids),
-                           within, union_size, _words(held), _words(wanted), low, high, words,
+        centroids = np.ascontiguousarray(centroids)
+        held_words = _words(held)
+        if max(searched, bad.size) >= CENTROID_TREE_FROM:
+            if self._centroid_tree is None or self._centroid_tree[0] is not centroids \
+                    or self._centroid_tree[1] is not held:
+                # how many groups hold each bit of ``held_words`` (a uint64's bit b: b)
+                holders = np.unpackbits(held_words.view(np.uint8), axis=1, bitorder="little")
+                tree = self._centroid_tree[3] if self._centroid_tree is not None and \
+                    self._centroid_tree[0] is centroids else kern.box_tree(centroids, centroids)
+                self._centroid_tree = (centroids, held, holders.sum(axis=0, dtype=np.int64), tree)
+            *_, holders, tree = self._centroid_tree
+            kern.merge_ranking_tree(np.asarray(bad, dtype=np.int64), centroids, within,
+                                    union_size, held_words, _words(wanted), holders, low, high,
+                                    words, offsets, *self._index, *tree, ranked, n_near)
+            return ranked, n_near
+        kern.merge_ranking(np.asarray(bad, dtype=np.int64), centroids,
+                           within, union_size, held_words, _words(wanted), low, high, words,
                            offsets, *self._index, ranked, n_near)
         return ranked, n_near
 
@@ -532,6 +556,8 @@ def warm_kernels():
     held = rng.random((20, 3)) < 0.5
     boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held)
     boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held, np.arange(20) // 5)
+    boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held, np.arange(20) // 5,
+                          searched=CENTROID_TREE_FROM)
     # the unions of boxes and of people (core.republish), a range with NULLs (-1) and a set
     from plpy_anon.core import republish
     qi_codes = np.column_stack([rng.integers(-1, 5, 100), rng.integers(0, 3, 100)])

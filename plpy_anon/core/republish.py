@@ -1287,7 +1287,7 @@ def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
             check_interrupts()
             chunk = bad[start:start + MERGE_CHUNK]
             ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, missing[chunk], held,
-                                                   within)
+                                                   within, searched=bad.size)
             for g, row, n in zip(chunk.tolist(), ranked.tolist(), n_near.tolist()):
                 sets.union(g, first_acceptable(row, n, None if acceptable is None else
                                                (lambda c, g=g: acceptable(g, c))))

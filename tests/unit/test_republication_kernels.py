@@ -297,6 +297,31 @@ def test_compiled_merge_candidates_are_ranked_as_merge_partner_ranks_them(seed, 
         assert got == want, (g, got, want)
 
 
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 400), st.integers(1, 5),
+       st.sampled_from([2, 3, 6, 70]), st.booleans(), st.integers(1, 70))
+def test_merge_candidates_searched_in_the_tree_of_centroids_are_the_scanned_ones(
+        seed, n_groups, d, grid, unions, n_values):
+    # few grid steps: many centroids at equal distances, ties broken by index in both
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(0, 3 * n_groups))
+    labels = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    points = np.column_stack([rng.integers(0, grid, n) / max(1, grid - 1) for _ in range(d)])
+    centroids = _centroids(labels, n_groups, points)
+    held = rng.random((n_groups, n_values)) < rng.choice([0.02, 0.3])
+    within = rng.integers(0, max(1, n_groups // 3), n_groups) if unions else None
+    bad = rng.permutation(n_groups)[:int(rng.integers(1, n_groups + 1))]
+    wanted = rng.random((bad.size, n_values)) < 0.2
+    scanned = GroupBoxes(labels, n_groups, points, ranged).ranked_partners(
+        KERNELS, bad, centroids, wanted, held, within)
+    searched = GroupBoxes(labels, n_groups, points, ranged).ranked_partners(
+        KERNELS, bad, centroids, wanted, held, within, searched=republication.CENTROID_TREE_FROM)
+    assert (searched[1] == scanned[1]).all()
+    for row, got, want in zip(scanned[1].tolist(), searched[0].tolist(), scanned[0].tolist()):
+        assert got[:max(1, row)] == want[:max(1, row)]
+
 def table_of_boxes(rng, n_groups, d, values, nulls):
     n = n_groups + int(rng.integers(0, 4 * n_groups))
     index = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
