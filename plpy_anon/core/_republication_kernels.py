@@ -854,3 +854,71 @@ def merge_ranking_tree(bad, centroids, within, union_size, held, wanted, holders
         _rank_candidates(b, g, n, near, near_distance, low, high, words, word_offsets, span_low,
                          span_high, order, node_low, node_high, first, last, left, work, ranked,
                          n_near)
+
+
+# --- the pairs of boxes that meet, by a walk of pairs of the tree's parts ---
+
+
+@njit(cache=True, nogil=True)
+def _spans_meet(span_low, span_high, a, b):
+    for d in range(span_low.shape[1]):
+        if span_high[a, d] < span_low[b, d] or span_high[b, d] < span_low[a, d]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def meeting_pairs_walk(stack_a, stack_b, top, budget, span_low, span_high, order, node_low,
+                       node_high, first, last, left, low, high, words, word_offsets, out_a,
+                       out_b):
+    """:func:`meeting_pairs`' pairs (a, b), a < b, of boxes that meet (:func:`_boxes_meet`),
+    found by walking pairs of parts of :func:`box_tree`'s tree whose bounds meet (a part with
+    itself, then its children's pairs; two parts, then the larger's children with the other),
+    so each box's partners are not searched from the root. The walk's pending pairs of parts are
+    ``stack_a``/``stack_b`` (``top`` of them; start with (0, 0)): returns (pairs written,
+    pending pairs), stopping when ``out_a`` could not hold one more pair of leaves' pairs or
+    after ``budget`` pairs of parts, to go on from there."""
+    count = 0
+    while top and budget > 0:
+        budget -= 1
+        top -= 1
+        a_node, b_node = stack_a[top], stack_b[top]
+        meets = True
+        for d in range(node_low.shape[1]):
+            if node_high[a_node, d] < node_low[b_node, d] or \
+                    node_high[b_node, d] < node_low[a_node, d]:
+                meets = False
+                break
+        if not meets:
+            continue
+        leaf_a, leaf_b = left[a_node] < 0, left[b_node] < 0
+        if leaf_a and leaf_b:
+            if count + (last[a_node] - first[a_node]) * (last[b_node] - first[b_node]) > out_a.size:
+                top += 1
+                return count, top
+            for s in range(first[a_node], last[a_node]):
+                for t in range(s + 1 if a_node == b_node else first[b_node], last[b_node]):
+                    a, b = order[s], order[t]
+                    if a > b:
+                        a, b = b, a
+                    if _spans_meet(span_low, span_high, a, b) and \
+                            _boxes_meet(a, b, low, high, words, word_offsets):
+                        out_a[count] = a
+                        out_b[count] = b
+                        count += 1
+            continue
+        if a_node == b_node:
+            child = left[a_node]
+            stack_a[top], stack_b[top] = child, child
+            stack_a[top + 1], stack_b[top + 1] = child, child + 1
+            stack_a[top + 2], stack_b[top + 2] = child + 1, child + 1
+            top += 3
+        elif leaf_a or (not leaf_b and last[b_node] - first[b_node] > last[a_node] - first[a_node]):
+            stack_a[top], stack_b[top] = a_node, left[b_node]
+            stack_a[top + 1], stack_b[top + 1] = a_node, left[b_node] + 1
+            top += 2
+        else:
+            stack_a[top], stack_b[top] = left[a_node], b_node
+            stack_a[top + 1], stack_b[top + 1] = left[a_node] + 1, b_node
+            top += 2
+    return count, top

@@ -1036,9 +1036,9 @@ def _meeting_pairs(tests, n_groups: int):
             yield a[meet], b[meet]
 
 
-#: leaves of groups whose meeting pairs are listed per kernel call at most (interrupts are
-#: checked between calls)
-PAIRS_LEAVES = 1024
+#: pairs of the tree's parts walked per kernel call at most (interrupts are checked between
+#: calls)
+PAIRS_WALKED = 1 << 18
 
 
 def _compiled_box_tests(tests, n_groups: int) -> dict:
@@ -1084,17 +1084,21 @@ def _compiled_box_tests(tests, n_groups: int) -> dict:
 
 
 def _meeting_pairs_compiled(kern, boxes: dict):
-    """:func:`_meeting_pairs` on the compiled kernel: each pair once, a < b."""
+    """:func:`_meeting_pairs` on the compiled kernel: each pair once, a < b (a walk of pairs of
+    the tree's parts, kern.meeting_pairs_walk)."""
     n_groups = boxes["span_low"].shape[0]
-    size = max(PAIR_CHUNK, 2 * n_groups)
+    # room for the pairs of two leaves at least: the walk writes them at once
+    size = max(PAIR_CHUNK, 2 * n_groups, kern.TREE_LEAF ** 2)
     out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-    leaves = np.flatnonzero(boxes["index"][-1] < 0)
-    leaf = at = 0
-    while leaf < leaves.size:
+    # pending pairs of parts: at most 3 a level of the walk, two levels a level of the tree
+    depth = 2 * (int(np.log2(max(n_groups, 1))) + 2)
+    stack_a, stack_b = np.zeros(3 * depth + 1, dtype=np.int64), np.zeros(3 * depth + 1, dtype=np.int64)
+    top = 1
+    while top:
         check_interrupts()
-        count, leaf, at = kern.meeting_pairs(
-            leaf, at, min(leaves.size, leaf + PAIRS_LEAVES), boxes["span_low"], boxes["span_high"],
-            *boxes["index"], leaves, boxes["low"], boxes["high"], boxes["words"], boxes["offsets"],
+        count, top = kern.meeting_pairs_walk(
+            stack_a, stack_b, top, PAIRS_WALKED, boxes["span_low"], boxes["span_high"],
+            *boxes["index"], boxes["low"], boxes["high"], boxes["words"], boxes["offsets"],
             out_a, out_b)
         if count:
             yield out_a[:count].copy(), out_b[:count].copy()
@@ -1103,7 +1107,7 @@ def _meeting_pairs_compiled(kern, boxes: dict):
 def _people_link(kern, index, n_groups, qi_codes, tests, boxes):
     """``link(a, b)``: per pair of groups, whether a row of one lies in the other's box
     (:func:`people_linked_groups`), on the compiled kernel."""
-    order = np.argsort(index, kind="stable")
+    order = stable_order(index)
     # where each group's rows start in ``order`` (index[order] is sorted): by counting
     start = np.zeros(n_groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(index, minlength=n_groups), out=start[1:])

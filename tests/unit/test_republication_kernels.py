@@ -358,6 +358,35 @@ def test_compiled_unions_of_boxes_and_of_people_are_the_numpy_ones(seed, n_group
             assert np.array_equal(g, w)
 
 
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 300), st.integers(1, 5),
+       st.sampled_from([2, 5, 30]), st.sampled_from([0.0, 0.02, 0.3]), st.integers(1, 20))
+def test_the_walk_of_pairs_of_parts_lists_each_pair_of_meeting_boxes_once(seed, n_groups, d,
+                                                                          values, nulls, budget):
+    rng = np.random.default_rng(seed)
+    index, qi_codes, ranged = table_of_boxes(rng, n_groups, d, values, nulls)
+    boxes = republish._compiled_box_tests(
+        republish._box_tests(index, n_groups, qi_codes, ranged), n_groups)
+    # every pair tested, as the release's check tests boxes
+    want = {(a, b) for a in range(n_groups) for b in range(a + 1, n_groups)
+            if KERNELS._boxes_meet(a, b, boxes["low"], boxes["high"], boxes["words"],
+                                   boxes["offsets"])}
+    # a small output and budget: the walk stops and goes on many times
+    out_a, out_b = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)
+    stack_a, stack_b = np.zeros(200, dtype=np.int64), np.zeros(200, dtype=np.int64)
+    got, top = [], 1
+    while top:
+        count, top = KERNELS.meeting_pairs_walk(
+            stack_a, stack_b, top, budget, boxes["span_low"], boxes["span_high"],
+            *boxes["index"], boxes["low"], boxes["high"], boxes["words"], boxes["offsets"],
+            out_a, out_b)
+        got += list(zip(out_a[:count].tolist(), out_b[:count].tolist()))
+    assert len(got) == len(set(got))
+    assert set(got) == want
+    assert {pair for a, b in republish._meeting_pairs_compiled(KERNELS, boxes)
+            for pair in zip(a.tolist(), b.tolist())} == want
+
 def reference_safe_against(models, options, version, roots_of, ids):
     """safe_against group by group: every option against every set of the group's ancestors."""
     n_groups, n_options, width = options.shape
