@@ -836,22 +836,37 @@ def _group_ranges(index, n_groups: int, col) -> tuple[np.ndarray, np.ndarray, np
 def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
     """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
     codes present) merged (each group index's merged index: the smallest with its key), or None
-    when all differ."""
-    parts = []
-    for d in range(qi_codes.shape[1]):
-        col = np.asarray(qi_codes[:, d], dtype=np.int64)
-        if ranged[d]:
-            low, high, _ = _group_ranges(index, n_groups, col)
-            parts += [low, high]
-        else:
-            parts.append(_set_ids(index, n_groups, col))
-    keys = np.column_stack(parts) if parts else np.zeros((n_groups, 1), dtype=np.int64)
+    when all differ. Sets are compared only between groups whose ranges are the same."""
+    ranges = []
+    for d in np.flatnonzero(ranged):
+        low, high, _ = _group_ranges(index, n_groups, np.asarray(qi_codes[:, d], dtype=np.int64))
+        ranges += [low, high]
+    groups = np.arange(n_groups)
+    if ranges:
+        ranges = _row_ids(np.column_stack(ranges))
+        groups = np.flatnonzero(np.bincount(ranges, minlength=n_groups)[ranges] > 1)
+        if groups.size == 0:
+            return None
+        ranges = [ranges[groups]]
+    # those groups' rows, the groups numbered 0.. in their order
+    position = np.full(n_groups, -1, dtype=np.int64)
+    position[groups] = np.arange(groups.size)
+    sub = position[index]
+    rows = sub >= 0
+    if not rows.all():
+        sub = sub[rows]
+        qi_codes = qi_codes[rows]
+    parts = ranges + [_set_ids(sub, groups.size, np.asarray(qi_codes[:, d], dtype=np.int64))
+                      for d in np.flatnonzero(~np.asarray(ranged, dtype=bool))]
+    keys = np.column_stack(parts) if parts else np.zeros((groups.size, 1), dtype=np.int64)
     same = _row_ids(keys)
-    if same.max(initial=-1) + 1 == n_groups:
+    if same.max(initial=-1) + 1 == groups.size:
         return None
-    first = np.full(n_groups, n_groups, dtype=np.int64)
-    np.minimum.at(first, same, np.arange(n_groups))
-    return first[same]
+    first = np.full(groups.size, groups.size, dtype=np.int64)
+    np.minimum.at(first, same, np.arange(groups.size))
+    out = np.arange(n_groups, dtype=np.int64)
+    out[groups] = groups[first[same]]
+    return out
 
 
 def _row_ids(table: np.ndarray) -> np.ndarray:
