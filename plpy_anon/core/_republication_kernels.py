@@ -732,7 +732,7 @@ def options_safe(options, earlier, l, out):
                     break
 
 
-# --- the grouping's merge candidates found in a tree of the groups' centroids ---
+# --- the grouping's merge candidates found in a tree of the groups ---
 
 
 @njit(cache=True, nogil=True)
@@ -752,7 +752,8 @@ def _centroid_bound(centroids, g, centre_low, centre_high, node):
 def _nearest_tree(g, wanted, centroids, holders, held, c_order, centre_low, centre_high,
                   c_first, c_last, c_left, near, near_distance, stack, bounds):
     """:func:`_nearest_scan`'s candidates of group g (whose union holds no other group), found
-    in :func:`box_tree`'s tree of the centroids: a part is passed over when its bound exceeds
+    in a tree of the groups whose parts bound their centroids: a part is passed over when its
+    bound exceeds
     the farthest of a full list, so every group that could tie with it is still compared, and
     the list is kept by (distance, index) as the scan keeps it. ``holders[v]``: how many groups
     hold value bit v (``held``'s bit order), so whether another group helps g is known before
@@ -832,8 +833,9 @@ def merge_ranking_tree(bad, centroids, within, union_size, held, wanted, holders
                        first, last, left, c_order, centre_low, centre_high, c_first, c_last,
                        c_left, ranked, n_near):
     """:func:`merge_ranking`'s output, the candidates of each group whose union holds no other
-    found in the tree of the centroids (``c_*``: :func:`box_tree` of ``centroids``) instead of
-    by a scan of every group; ``holders``: :func:`_nearest_tree`'s."""
+    found in a tree of the groups (``c_*``: a :func:`box_tree` tree, ``centre_low``/
+    ``centre_high`` bounding each part's centroids: :func:`part_bounds`) instead of by a scan
+    of every group; ``holders``: :func:`_nearest_tree`'s."""
     n_groups = centroids.shape[0]
     count = ranked.shape[1]
     distance = np.empty(n_groups)
@@ -922,3 +924,26 @@ def meeting_pairs_walk(stack_a, stack_b, top, budget, span_low, span_high, order
             stack_a[top + 1], stack_b[top + 1] = left[a_node] + 1, b_node
             top += 2
     return count, top
+
+
+@njit(cache=True, nogil=True)
+def part_bounds(points, order, first, last, left):
+    """Per part of a :func:`box_tree` tree (of any boxes of the same groups): the bounds of
+    ``points`` (G, D) of its groups, children before parents, so that a search by those points
+    (:func:`_nearest_tree`) needs no tree of its own."""
+    n_nodes, n_dims = first.size, points.shape[1]
+    low = np.full((n_nodes, n_dims), np.inf)
+    high = np.full((n_nodes, n_dims), -np.inf)
+    for node in range(n_nodes - 1, -1, -1):
+        if left[node] < 0:
+            for t in range(first[node], last[node]):
+                h = order[t]
+                for d in range(n_dims):
+                    low[node, d] = min(low[node, d], points[h, d])
+                    high[node, d] = max(high[node, d], points[h, d])
+        else:
+            for child in (left[node], left[node] + 1):
+                for d in range(n_dims):
+                    low[node, d] = min(low[node, d], low[child, d])
+                    high[node, d] = max(high[node, d], high[child, d])
+    return low, high

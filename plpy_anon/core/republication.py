@@ -351,9 +351,10 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
 MERGE_CANDIDATES = 8
 #: groups whose merge candidates are ranked per kernel call (interrupts are checked between calls)
 MERGE_CHUNK = 64
-#: groups to rank from which their candidates are searched in a tree of the centroids
-#: (GroupBoxes.ranked_partners): its build costs about 150 scans of every group's centroid
-CENTROID_TREE_FROM = 128
+#: groups to rank from which their candidates are searched in a tree (GroupBoxes.
+#: ranked_partners): bounding each part's centroids and counting each value's holders cost about
+#: as much as that many scans of every group
+CENTROID_TREE_FROM = 16
 
 
 def first_acceptable(ranked: list, n: int, acceptable=None) -> int:
@@ -453,8 +454,8 @@ class GroupBoxes:
         groups of its union (``within``: each group's) if it has others, among those holding a
         value it wants (``wanted`` (len(bad), V) and ``held`` (G, V) bool) if any does.
         ``searched``: how many groups the caller ranks with these centroids in all; from
-        CENTROID_TREE_FROM of them the candidates are searched in a tree of the centroids (the
-        same candidates), which costs about as much to build as that many scans of every group."""
+        CENTROID_TREE_FROM of them the candidates are searched in the boxes' tree, each of its
+        parts bounding its groups' centroids (the same candidates as a scan of every group)."""
         low, high, words, offsets = self._compiled_boxes()
         if self._index is None:
             spans = [dim for dim in self.dims if dim[0].dtype != bool]
@@ -483,8 +484,11 @@ class GroupBoxes:
                     or self._centroid_tree[1] is not held:
                 # how many groups hold each bit of ``held_words`` (a uint64's bit b: b)
                 holders = np.unpackbits(held_words.view(np.uint8), axis=1, bitorder="little")
-                tree = self._centroid_tree[3] if self._centroid_tree is not None and \
-                    self._centroid_tree[0] is centroids else kern.box_tree(centroids, centroids)
+                # the boxes' tree, each part bounding its groups' centroids: near boxes, near
+                # centroids
+                order, _, _, first, last, left = self._index[2:]
+                tree = (order, *kern.part_bounds(centroids, order, first, last, left), first,
+                        last, left)
                 self._centroid_tree = (centroids, held, holders.sum(axis=0, dtype=np.int64), tree)
             *_, holders, tree = self._centroid_tree
             kern.merge_ranking_tree(np.asarray(bad, dtype=np.int64), centroids, within,
