@@ -39,7 +39,8 @@ class CannotKeepCandidates(InsufficientData):
 def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarray | None,
                      cohorts: np.ndarray, cohort_values: list[np.ndarray], k: int,
                      l: int | None, models: Models | None = None,
-                     ranged: np.ndarray | None = None, acceptable=None) -> np.ndarray:
+                     ranged: np.ndarray | None = None, acceptable=None,
+                     point_codes: list | None = None) -> np.ndarray:
     """Each current row's group: one of ``groups``' ids (a merged group keeps the smallest of its
     ids), so ids are never reused and a person who comes back finds their group's id again.
 
@@ -51,14 +52,15 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     ``models``: the l model each group's values must meet (default: distinct l); ``ranged``:
     which QIs are released as ranges (the others as sets; default: all ranges), for joining;
     ``acceptable(labels, g, c)``: whether merging groups ``g`` and ``c`` is preferred (of the
-    near partners, the first it takes; core.republish.merge_keeps_an_option).
+    near partners, the first it takes; core.republish.merge_keeps_an_option);
+    ``point_codes``: :func:`point_codes` of ``points`` and ``ranged``, if the caller has them.
     """
     groups = np.asarray(groups, dtype=np.int64)
     n = groups.size
     if n < k:
         raise CannotKeepCandidates(f"{n} rows cannot form a class of k = {k}")
     points = np.asarray(points, dtype=np.float64).reshape(n, -1)
-    labels = _join_nearest(groups, points, ranged)
+    labels = _join_nearest(groups, points, ranged, point_codes)
     sensitive = None if sensitive is None else np.asarray(sensitive, dtype=np.int64).reshape(n, -1)
     cohorts = np.asarray(cohorts, dtype=np.int64)
     models = models if models is not None else Models(l=l)
@@ -77,13 +79,16 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
                 f"l = {l} of the candidate values the earlier versions left them")
         labels = ids[_merge(index, ids.size, bad, points, present, deficit, ranged,
                             None if acceptable is None else
-                            (lambda g, c, labels=labels, ids=ids: acceptable(labels, ids[g], ids[c])))]
+                            (lambda g, c, labels=labels, ids=ids: acceptable(labels, ids[g], ids[c])),
+                            point_codes)]
 
 
-def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | None = None) -> np.ndarray:
+def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | None = None,
+                  point_codes: list | None = None) -> np.ndarray:
     """Rows without a group join the group whose box (its members' ranges on ``ranged`` QIs,
     their sets of values on the others) they lie nearest to, inside it if one holds them, so
-    that boxes grow as little as they can into each other; the nearest centroid among those."""
+    that boxes grow as little as they can into each other; the nearest centroid among those
+    (``point_codes``: :func:`point_codes`, if the caller has them)."""
     labels = groups.copy()
     known = labels >= 0
     if not known.any():
@@ -106,7 +111,7 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             group_min_max(members, col[known], low, high)
             sides.append((low, high, None))
         else:
-            code, n_values = _value_codes(col)
+            code, n_values = _value_codes(col) if point_codes is None else point_codes[d]
             held = np.zeros((ids.size, n_values), dtype=bool)
             held[members, code[known]] = True
             sides.append((None, None, (held, code)))
@@ -296,6 +301,14 @@ def _value_codes(col: np.ndarray) -> tuple[np.ndarray, int]:
     return code.ravel().astype(np.int64), int(values.size)
 
 
+def point_codes(points: np.ndarray, ranged: np.ndarray | None) -> list:
+    """Per column of ``points`` (n, d): None where ``ranged``, else its :func:`_value_codes`
+    (each row's rank among the column's values, how many there are), for the joins and merges
+    of one run to share (default ``ranged``: every column)."""
+    ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
+    return [None if ranged[d] else _value_codes(points[:, d]) for d in range(points.shape[1])]
+
+
 def group_index(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(labels, return_inverse=True)`` of non-negative integer labels (the ids, each
     label's position among them), by counting when the ids are dense enough (no sort of the
@@ -316,12 +329,13 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if ordered.size else ordered
 
 
-def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None) -> np.ndarray:
+def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None,
+           point_codes=None) -> np.ndarray:
     """Each bad group merged with a near group holding a value it misses (else a near one), the
     one whose merged box overlaps the fewest other groups' (:func:`merge_partner`); one pass,
     merges chained (the smallest index is the merged group's)."""
     centroids = _centroids(labels, n_groups, points)
-    boxes = GroupBoxes(labels, n_groups, points, ranged)
+    boxes = GroupBoxes(labels, n_groups, points, ranged, point_codes)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
     sets = SmallestRootSets(n_groups)
     kern = _kernels(labels.size) if points.shape[1] < 8 and np.isfinite(points).all() else None
@@ -371,9 +385,10 @@ def first_acceptable(ranked: list, n: int, acceptable=None) -> int:
 class GroupBoxes:
     """Each group's box in ``points``: the range of its members on ``ranged`` dimensions, the set
     of their values on the others (default: all ranged), so that a merge can be chosen that
-    makes the released classes overlap least (an analyst subtracts overlapping classes as one)."""
+    makes the released classes overlap least (an analyst subtracts overlapping classes as one);
+    ``point_codes``: :func:`point_codes` of ``points`` and ``ranged``, if the caller has them."""
 
-    def __init__(self, labels, n_groups, points, ranged=None):
+    def __init__(self, labels, n_groups, points, ranged=None, point_codes=None):
         self.n_groups = n_groups
         self.n_rows = len(labels)
         self._flat = None
@@ -389,7 +404,7 @@ class GroupBoxes:
                 group_min_max(labels, col, low, high)
                 self.dims.append((low, high))
             else:
-                code, n_values = _value_codes(col)
+                code, n_values = _value_codes(col) if point_codes is None else point_codes[d]
                 member = np.zeros((n_groups, n_values), dtype=bool)
                 member[labels, code] = True
                 self.dims.append((member, _words(member)))

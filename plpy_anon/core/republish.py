@@ -424,14 +424,14 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
             ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
-            bound: np.ndarray | None = None) -> Published:
+            bound: np.ndarray | None = None, point_codes: list | None = None) -> Published:
     """Each group's published multiset for this version (:func:`kept_publication`), or, when
     even one group of everyone would pin someone by difference, a version that publishes
     nothing (:func:`withdrawn`): keeping the last version instead would leave it read with the
     table as it is now, whose parts (people who left link nothing) it was never checked with."""
     try:
         return kept_publication(labels, previous, codes, points, history, lineage, roots, k,
-                                models, qi_codes, ranged, held_in, bound)
+                                models, qi_codes, ranged, held_in, bound, point_codes)
     except CannotKeepCandidates:
         return withdrawn(labels, previous, history, lineage, roots, held_in)
 
@@ -502,7 +502,7 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
                      points: np.ndarray, history: list[Version], lineage: np.ndarray,
                      roots: np.ndarray, k: int, models: Models, qi_codes: np.ndarray | None = None,
                      ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
-                     bound: np.ndarray | None = None) -> Published:
+                     bound: np.ndarray | None = None, point_codes: list | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
     ``labels``: each row's group (core.republication.stable_partition); ``previous``: the
@@ -517,7 +517,9 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     held back links their group then to their group now as well. ``bound``: the rows not
     published by the last version whose person has candidates (people who come back): their
     group's current values keep l of them (core.republication.stable_partition), so they are
-    published only with every distinct value of it, never by taking a counterfeit row."""
+    published only with every distinct value of it, never by taking a counterfeit row.
+    ``point_codes``: core.republication.point_codes of ``points`` and ``ranged``, if the caller
+    has them."""
     labels = np.asarray(labels, dtype=np.int64).copy()
     previous = np.asarray(previous, dtype=np.int64)
     published_before = previous >= 0
@@ -581,7 +583,8 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
                     merged = _merge_nearest(
                         index, ids.size, cannot, points, ranged, within=within,
                         acceptable=_merge_with_an_option(index, ids, codes, published_before,
-                                                         history, roots_of, k, models))
+                                                         history, roots_of, k, models),
+                        point_codes=point_codes)
                 else:
                     first = np.full(ids.size, ids.size, dtype=np.int64)
                     np.minimum.at(first, ever[failing], np.flatnonzero(failing))
@@ -609,7 +612,8 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
         acceptable = _merge_with_an_option(index, ids, codes, published_before, history, roots_of,
                                            k, models)
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged, missing,
-                                             current > 0, acceptable=acceptable), index, step)
+                                             current > 0, acceptable=acceptable,
+                                             point_codes=point_codes), index, step)
 
 
 def _mapping(keys: np.ndarray, values: np.ndarray):
@@ -1075,8 +1079,7 @@ def _compiled_box_tests(tests, n_groups: int) -> dict:
             groups, codes = held // width, held % width
             first = np.full(n_groups, np.iinfo(np.int64).max)
             last = np.full(n_groups, -1)
-            np.minimum.at(first, groups, codes)
-            np.maximum.at(last, groups, codes)
+            group_min_max(groups, codes, first, last)
             spans.append((first, last))
             member = np.unpackbits(packed, axis=1, count=width)
             bits = np.packbits(member, axis=1, bitorder="little")
@@ -1290,13 +1293,13 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
 
 
 def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
-                   held=None, within=None, acceptable=None) -> np.ndarray:
+                   held=None, within=None, acceptable=None, point_codes=None) -> np.ndarray:
     """Each bad group merged with a near group (of its own union, ``within``: each group's, if
     given), among those holding a value it misses (``missing``, ``held``: (G, V) bool) if any
     does, the one whose merged box overlaps the fewest
     others (core.republication.GroupBoxes); the smallest index is the merged group's."""
     centroids = _centroids(index, n_groups, points)
-    boxes = GroupBoxes(index, n_groups, points, ranged)
+    boxes = GroupBoxes(index, n_groups, points, ranged, point_codes)
     sets = SmallestRootSets(n_groups)
     kern = _kernels(index.size) if points.shape[1] < 8 and np.isfinite(points).all() else None
     if kern is not None:

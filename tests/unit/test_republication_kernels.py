@@ -208,7 +208,9 @@ def test_the_mapping_is_the_dictionary_s(keys, queries):
     assert got.tolist() == [want.get(q, q) for q in queries]
 
 
-def reference_merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None):
+def reference_merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None,
+                    point_codes=None):
+    # its own codes of the points: point_codes not read
     centroids = _centroids(labels, n_groups, points)
     boxes = GroupBoxes(labels, n_groups, points, ranged)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
@@ -238,14 +240,19 @@ def test_a_refresh_groups_rows_as_the_numpy_grouping_does(seed, k, l, n_values, 
     cohort_values = [rng.random((5, n_values)) < 0.5]
     cohorts = np.where(groups >= 0, rng.integers(-1, 5, n), -1)
 
-    def grouping():
+    def grouping(codes=None):
         try:
             return republication.stable_partition(groups, points, sensitive, cohorts,
-                                                  cohort_values, k, l, ranged=ranged)
+                                                  cohort_values, k, l, ranged=ranged,
+                                                  point_codes=codes)
         except republication.CannotKeepCandidates:
             return None
 
     got = grouping()
+    # the run's codes of the points, computed once, change nothing
+    shared = grouping(republication.point_codes(points, ranged))
+    assert (got is None) == (shared is None)
+    assert got is None or np.array_equal(got, shared)
     kernels, merge = republication._kernels, republication._merge
     republication._kernels, republication._merge = (lambda *a: None), reference_merge
     try:
