@@ -525,11 +525,12 @@ def people_link(a, b, order, starts, codes, ranged, low, high, words, word_offse
 def join_bounds(ranged, low, high, held, first, last, left, order):
     """Per node of :func:`box_tree`'s tree of the groups' centroids, for :func:`join_tree`: the
     bounds of its groups' ranges (``low``/``high`` (D, G), dimensions ``ranged``) and which
-    values some group of it holds (``held`` (sum V, G)), children before parents."""
+    values some group of it holds (``held`` (G, sum V): a group's values side by side),
+    children before parents."""
     n_nodes, n_dims = first.size, ranged.size
     node_low = np.full((n_nodes, n_dims), np.inf)
     node_high = np.full((n_nodes, n_dims), -np.inf)
-    node_held = np.zeros((n_nodes, held.shape[0]), dtype=np.uint8)
+    node_held = np.zeros((n_nodes, held.shape[1]), dtype=np.uint8)
     for node in range(n_nodes - 1, -1, -1):
         if left[node] < 0:
             for t in range(first[node], last[node]):
@@ -538,14 +539,14 @@ def join_bounds(ranged, low, high, held, first, last, left, order):
                     if ranged[d]:
                         node_low[node, d] = min(node_low[node, d], low[d, h])
                         node_high[node, d] = max(node_high[node, d], high[d, h])
-                for v in range(held.shape[0]):
-                    node_held[node, v] |= held[v, h]
+                for v in range(held.shape[1]):
+                    node_held[node, v] |= held[h, v]
         else:
             for child in (left[node], left[node] + 1):
                 for d in range(n_dims):
                     node_low[node, d] = min(node_low[node, d], node_low[child, d])
                     node_high[node, d] = max(node_high[node, d], node_high[child, d])
-                for v in range(held.shape[0]):
+                for v in range(held.shape[1]):
                     node_held[node, v] |= node_held[child, v]
     return node_low, node_high, node_held
 

@@ -161,13 +161,15 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
             codes[:, d] = sets[1][new]
             offsets[d] = width
             width += sets[0].shape[1]
-    # by value, then group: a row's value is looked up for every group in turn
-    held = np.ascontiguousarray(np.hstack(held).T).view(np.uint8)
+    # by value, then group: a row's value is looked up for every group in turn (a tree's
+    # parts are bounded group by group, from the groups' rows)
+    by_group = np.hstack(held).view(np.uint8)
+    held = np.ascontiguousarray(by_group.T)
     centroids = np.ascontiguousarray(centroids)
     # a tree of the groups by their centroids, with each part's bounds
     tree = kern.box_tree(centroids, centroids)
     order, _, _, first, last, left = tree
-    bounds = kern.join_bounds(ranged, low, high, held, first, last, left, order)
+    bounds = kern.join_bounds(ranged, low, high, by_group, first, last, left, order)
     out = np.zeros(new.size, dtype=np.int64)
     for start in range(0, new.size, JOIN_CHUNK):
         check_interrupts()
