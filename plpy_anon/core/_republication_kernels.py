@@ -302,114 +302,146 @@ def merge_ranking(bad, centroids, within, union_size, held, wanted, low, high, w
     tested are those whose spans meet the bounds of every merged box (``span_low``/
     ``span_high`` (G, R + S): ranges, then each set's smallest and largest code; in
     :func:`box_tree`'s tree)."""
-    n_groups, n_dims = centroids.shape
-    n_ranged = low.shape[1]
-    n_spans = span_low.shape[1]
-    n_words = held.shape[1]
+    n_groups = centroids.shape[0]
     count = ranked.shape[1]
     distance = np.empty(n_groups)
     near = np.empty(count, dtype=np.int64)
-    overlaps = np.zeros(count, dtype=np.int64)
-    overlaps_of = np.zeros(count, dtype=np.int64)
-    box_lo = np.empty((count, n_ranged))
-    box_hi = np.empty((count, n_ranged))
-    union = np.empty((count, words.shape[1]), dtype=np.uint64)
-    outer_lo = np.empty(n_spans)
-    outer_hi = np.empty(n_spans)
-    found = np.empty(n_groups, dtype=np.int64)
+    near_distance = np.empty(count)
+    work = _ranking_work(count, low.shape[1], words.shape[1], span_low.shape[1], n_groups)
     for b in range(bad.size):
         g = bad[b]
-        restrict = union_size[within[g]] > 1
-        helped = False
-        for h in range(n_groups):
-            total = 0.0
-            for d in range(n_dims):
-                v = centroids[h, d] - centroids[g, d]
-                total += v * v
-            distance[h] = total
-            if h != g and not helped:
-                for w in range(n_words):
-                    if held[h, w] & wanted[b, w]:
-                        helped = True
-                        break
-        distance[g] = np.inf
-        if restrict:
-            for h in range(n_groups):
-                if within[h] != within[g]:
-                    distance[h] = np.inf
-        if helped:
-            for h in range(n_groups):
-                helps = False
-                if h != g:
-                    for w in range(n_words):
-                        if held[h, w] & wanted[b, w]:
-                            helps = True
-                            break
-                if not helps:
-                    distance[h] = np.inf
-        # the nearest finite ones, by (distance, index)
-        n = 0
-        for h in range(n_groups):
-            x = distance[h]
-            if not x < np.inf:
-                continue
-            if n == count and not x < distance[near[n - 1]]:
-                continue
-            j = n if n < count else count - 1
-            while j > 0 and distance[near[j - 1]] > x:
-                near[j] = near[j - 1]
-                j -= 1
-            near[j] = h
-            if n < count:
-                n += 1
-        n_near[b] = n
-        if n == 0:
-            ranked[b, 0] = 0
-            continue
-        if n == 1:
-            ranked[b, 0] = near[0]
-            continue
-        for i in range(n):
-            c = near[i]
-            for r in range(n_ranged):
-                box_lo[i, r] = min(low[g, r], low[c, r])
-                box_hi[i, r] = max(high[g, r], high[c, r])
-            for w in range(words.shape[1]):
-                union[i, w] = words[g, w] | words[c, w]
-        for s in range(n_spans):
-            lo, hi = span_low[g, s], span_high[g, s]
-            for i in range(n):
-                lo = min(lo, span_low[near[i], s])
-                hi = max(hi, span_high[near[i], s])
-            outer_lo[s], outer_hi[s] = lo, hi
-        m = _boxes_meeting(span_low, span_high, order, node_low, node_high, first, last, left,
-                           outer_lo, outer_hi, found)
-        overlaps[:n] = 0
-        for t in range(m):
-            h = found[t]
-            if h == g:
-                continue
-            for i in range(n):
-                if h == near[i]:
-                    continue
-                if _merged_box_meets(box_lo, box_hi, union, i, low, high, words, h, word_offsets):
-                    overlaps[i] += 1
-        # ranked by (overlaps, distance, index): an insertion sort of the few
-        for i in range(n):
-            c, key = near[i], overlaps[i]
-            j = i
-            while j > 0:
-                p = ranked[b, j - 1]
-                above = overlaps_of[j - 1]
-                if above > key or (above == key and (distance[p] > distance[c] or
-                                                     (distance[p] == distance[c] and p > c))):
-                    ranked[b, j] = p
-                    overlaps_of[j] = above
-                    j -= 1
-                else:
+        n = _nearest_scan(g, wanted[b], centroids, within, union_size, held, distance, near,
+                          near_distance)
+        _rank_candidates(b, g, n, near, near_distance, low, high, words, word_offsets, span_low,
+                         span_high, order, node_low, node_high, first, last, left, work, ranked,
+                         n_near)
+
+
+@njit(cache=True, nogil=True)
+def _nearest_scan(g, wanted, centroids, within, union_size, held, distance, near, near_distance):
+    """:func:`merge_ranking`'s candidates of group g by a scan of every group: into ``near``
+    (their distances into ``near_distance``), the ``near.size`` nearest of the groups allowed,
+    by (distance, index); returns how many."""
+    n_groups, n_dims = centroids.shape
+    n_words = held.shape[1]
+    count = near.size
+    restrict = union_size[within[g]] > 1
+    helped = False
+    for h in range(n_groups):
+        total = 0.0
+        for d in range(n_dims):
+            v = centroids[h, d] - centroids[g, d]
+            total += v * v
+        distance[h] = total
+        if h != g and not helped:
+            for w in range(n_words):
+                if held[h, w] & wanted[w]:
+                    helped = True
                     break
-            ranked[b, j] = c
-            overlaps_of[j] = key
+    distance[g] = np.inf
+    if restrict:
+        for h in range(n_groups):
+            if within[h] != within[g]:
+                distance[h] = np.inf
+    if helped:
+        for h in range(n_groups):
+            helps = False
+            if h != g:
+                for w in range(n_words):
+                    if held[h, w] & wanted[w]:
+                        helps = True
+                        break
+            if not helps:
+                distance[h] = np.inf
+    # the nearest finite ones, by (distance, index)
+    n = 0
+    for h in range(n_groups):
+        x = distance[h]
+        if not x < np.inf:
+            continue
+        if n == count and not x < distance[near[n - 1]]:
+            continue
+        j = n if n < count else count - 1
+        while j > 0 and distance[near[j - 1]] > x:
+            near[j] = near[j - 1]
+            j -= 1
+        near[j] = h
+        if n < count:
+            n += 1
+    for i in range(n):
+        near_distance[i] = distance[near[i]]
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _ranking_work(count, n_ranged, n_words, n_spans, n_groups):
+    """The scratch arrays of :func:`_rank_candidates`, made once per kernel call."""
+    return (np.zeros(count, dtype=np.int64), np.zeros(count, dtype=np.int64),
+            np.empty(count), np.empty((count, n_ranged)), np.empty((count, n_ranged)),
+            np.empty((count, n_words), dtype=np.uint64), np.empty(n_spans), np.empty(n_spans),
+            np.empty(n_groups, dtype=np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _rank_candidates(b, g, n, near, near_distance, low, high, words, word_offsets, span_low,
+                     span_high, order, node_low, node_high, first, last, left, work, ranked,
+                     n_near):
+    """Row ``b`` of :func:`merge_ranking`'s output for group g from its ``n`` candidates
+    (``near``, by (distance, index)): ranked by how many other groups their box merged with
+    g's meets, then distance, then index."""
+    overlaps, overlaps_of, ranked_distance, box_lo, box_hi, union, outer_lo, outer_hi, found = work
+    n_ranged = low.shape[1]
+    n_spans = span_low.shape[1]
+    n_near[b] = n
+    if n == 0:
+        ranked[b, 0] = 0
+        return
+    if n == 1:
+        ranked[b, 0] = near[0]
+        return
+    for i in range(n):
+        c = near[i]
+        for r in range(n_ranged):
+            box_lo[i, r] = min(low[g, r], low[c, r])
+            box_hi[i, r] = max(high[g, r], high[c, r])
+        for w in range(words.shape[1]):
+            union[i, w] = words[g, w] | words[c, w]
+    for s in range(n_spans):
+        lo, hi = span_low[g, s], span_high[g, s]
+        for i in range(n):
+            lo = min(lo, span_low[near[i], s])
+            hi = max(hi, span_high[near[i], s])
+        outer_lo[s], outer_hi[s] = lo, hi
+    m = _boxes_meeting(span_low, span_high, order, node_low, node_high, first, last, left,
+                       outer_lo, outer_hi, found)
+    overlaps[:n] = 0
+    for t in range(m):
+        h = found[t]
+        if h == g:
+            continue
+        for i in range(n):
+            if h == near[i]:
+                continue
+            if _merged_box_meets(box_lo, box_hi, union, i, low, high, words, h, word_offsets):
+                overlaps[i] += 1
+    # ranked by (overlaps, distance, index): an insertion sort of the few
+    for i in range(n):
+        c, key, x = near[i], overlaps[i], near_distance[i]
+        j = i
+        while j > 0:
+            p = ranked[b, j - 1]
+            above = overlaps_of[j - 1]
+            if above > key or (above == key and (ranked_distance[j - 1] > x or
+                                                 (ranked_distance[j - 1] == x and p > c))):
+                ranked[b, j] = p
+                overlaps_of[j] = above
+                ranked_distance[j] = ranked_distance[j - 1]
+                j -= 1
+            else:
+                break
+        ranked[b, j] = c
+        overlaps_of[j] = key
+        ranked_distance[j] = x
 
 
 @njit(cache=True, nogil=True)
@@ -493,11 +525,12 @@ def people_link(a, b, order, starts, codes, ranged, low, high, words, word_offse
 def join_bounds(ranged, low, high, held, first, last, left, order):
     """Per node of :func:`box_tree`'s tree of the groups' centroids, for :func:`join_tree`: the
     bounds of its groups' ranges (``low``/``high`` (D, G), dimensions ``ranged``) and which
-    values some group of it holds (``held`` (sum V, G)), children before parents."""
+    values some group of it holds (``held`` (G, sum V): a group's values side by side),
+    children before parents."""
     n_nodes, n_dims = first.size, ranged.size
     node_low = np.full((n_nodes, n_dims), np.inf)
     node_high = np.full((n_nodes, n_dims), -np.inf)
-    node_held = np.zeros((n_nodes, held.shape[0]), dtype=np.uint8)
+    node_held = np.zeros((n_nodes, held.shape[1]), dtype=np.uint8)
     for node in range(n_nodes - 1, -1, -1):
         if left[node] < 0:
             for t in range(first[node], last[node]):
@@ -506,14 +539,14 @@ def join_bounds(ranged, low, high, held, first, last, left, order):
                     if ranged[d]:
                         node_low[node, d] = min(node_low[node, d], low[d, h])
                         node_high[node, d] = max(node_high[node, d], high[d, h])
-                for v in range(held.shape[0]):
-                    node_held[node, v] |= held[v, h]
+                for v in range(held.shape[1]):
+                    node_held[node, v] |= held[h, v]
         else:
             for child in (left[node], left[node] + 1):
                 for d in range(n_dims):
                     node_low[node, d] = min(node_low[node, d], node_low[child, d])
                     node_high[node, d] = max(node_high[node, d], node_high[child, d])
-                for v in range(held.shape[0]):
+                for v in range(held.shape[1]):
                     node_held[node, v] |= node_held[child, v]
     return node_low, node_high, node_held
 
@@ -757,3 +790,220 @@ def pairs_after(start, stop, span_low, span_high, node_low, node_high, first, la
                     out_b[count] = b
                     count += 1
     return count, stop
+
+
+# --- the grouping's merge candidates found in a tree of the groups ---
+
+
+@njit(cache=True, nogil=True)
+def _centroid_bound(centroids, g, centre_low, centre_high, node):
+    """No group of ``node`` (its centroids within ``centre_low``/``centre_high``) is nearer g
+    than this: each dimension's term taken to the node's bounds, no larger in floats (rounding
+    is monotone), summed in the same order as :func:`_nearest_scan`'s distance."""
+    total = 0.0
+    for d in range(centroids.shape[1]):
+        x = centroids[g, d]
+        v = max(max(centre_low[node, d] - x, x - centre_high[node, d]), 0.0)
+        total += v * v
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _nearest_tree(g, wanted, centroids, holders, held, c_order, centre_low, centre_high,
+                  c_first, c_last, c_left, near, near_distance, stack, bounds):
+    """:func:`_nearest_scan`'s candidates of group g (whose union holds no other group), found
+    in a tree of the groups whose parts bound their centroids: a part is passed over when its
+    bound exceeds
+    the farthest of a full list, so every group that could tie with it is still compared, and
+    the list is kept by (distance, index) as the scan keeps it. ``holders[v]``: how many groups
+    hold value bit v (``held``'s bit order), so whether another group helps g is known before
+    the search."""
+    n_words = held.shape[1]
+    count = near.size
+    helped = False
+    for w in range(n_words):
+        bits = wanted[w]
+        if bits == 0:
+            continue
+        for bit in range(64):
+            if (bits >> np.uint64(bit)) & np.uint64(1):
+                own = (held[g, w] >> np.uint64(bit)) & np.uint64(1)
+                if holders[w * 64 + bit] - np.int64(own) > 0:
+                    helped = True
+                    break
+        if helped:
+            break
+    n = 0
+    stack[0], bounds[0] = 0, 0.0
+    top = 1
+    while top:
+        top -= 1
+        node = stack[top]
+        if n == count and bounds[top] > near_distance[n - 1]:
+            continue
+        if c_left[node] < 0:
+            for t in range(c_first[node], c_last[node]):
+                h = c_order[t]
+                if h == g:
+                    continue
+                if helped:
+                    helps = False
+                    for w in range(n_words):
+                        if held[h, w] & wanted[w]:
+                            helps = True
+                            break
+                    if not helps:
+                        continue
+                x = 0.0
+                for d in range(centroids.shape[1]):
+                    v = centroids[h, d] - centroids[g, d]
+                    x += v * v
+                if n == count and (x > near_distance[n - 1] or
+                                   (x == near_distance[n - 1] and h > near[n - 1])):
+                    continue
+                j = n if n < count else count - 1
+                while j > 0 and (near_distance[j - 1] > x or
+                                 (near_distance[j - 1] == x and near[j - 1] > h)):
+                    near[j] = near[j - 1]
+                    near_distance[j] = near_distance[j - 1]
+                    j -= 1
+                near[j] = h
+                near_distance[j] = x
+                if n < count:
+                    n += 1
+            continue
+        a, b = c_left[node], c_left[node] + 1
+        bound_a = _centroid_bound(centroids, g, centre_low, centre_high, a)
+        bound_b = _centroid_bound(centroids, g, centre_low, centre_high, b)
+        # the nearer part last, so visited first
+        if bound_a < bound_b:
+            a, b, bound_a, bound_b = b, a, bound_b, bound_a
+        if n < count or bound_a <= near_distance[n - 1]:
+            stack[top], bounds[top] = a, bound_a
+            top += 1
+        if n < count or bound_b <= near_distance[n - 1]:
+            stack[top], bounds[top] = b, bound_b
+            top += 1
+    return n
+
+
+@njit(cache=True, nogil=True)
+def merge_ranking_tree(bad, centroids, within, union_size, held, wanted, holders, low, high,
+                       words, word_offsets, span_low, span_high, order, node_low, node_high,
+                       first, last, left, c_order, centre_low, centre_high, c_first, c_last,
+                       c_left, ranked, n_near):
+    """:func:`merge_ranking`'s output, the candidates of each group whose union holds no other
+    found in a tree of the groups (``c_*``: a :func:`box_tree` tree, ``centre_low``/
+    ``centre_high`` bounding each part's centroids: :func:`part_bounds`) instead of by a scan
+    of every group; ``holders``: :func:`_nearest_tree`'s."""
+    n_groups = centroids.shape[0]
+    count = ranked.shape[1]
+    distance = np.empty(n_groups)
+    near = np.empty(count, dtype=np.int64)
+    near_distance = np.empty(count)
+    stack = np.empty(256, dtype=np.int64)
+    bounds = np.empty(256)
+    work = _ranking_work(count, low.shape[1], words.shape[1], span_low.shape[1], n_groups)
+    for b in range(bad.size):
+        g = bad[b]
+        if union_size[within[g]] > 1:
+            n = _nearest_scan(g, wanted[b], centroids, within, union_size, held, distance, near,
+                              near_distance)
+        else:
+            n = _nearest_tree(g, wanted[b], centroids, holders, held, c_order, centre_low,
+                              centre_high, c_first, c_last, c_left, near, near_distance, stack,
+                              bounds)
+        _rank_candidates(b, g, n, near, near_distance, low, high, words, word_offsets, span_low,
+                         span_high, order, node_low, node_high, first, last, left, work, ranked,
+                         n_near)
+
+
+# --- the pairs of boxes that meet, by a walk of pairs of the tree's parts ---
+
+
+@njit(cache=True, nogil=True)
+def _spans_meet(span_low, span_high, a, b):
+    for d in range(span_low.shape[1]):
+        if span_high[a, d] < span_low[b, d] or span_high[b, d] < span_low[a, d]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def meeting_pairs_walk(stack_a, stack_b, top, budget, span_low, span_high, order, node_low,
+                       node_high, first, last, left, low, high, words, word_offsets, out_a,
+                       out_b):
+    """:func:`meeting_pairs`' pairs (a, b), a < b, of boxes that meet (:func:`_boxes_meet`),
+    found by walking pairs of parts of :func:`box_tree`'s tree whose bounds meet (a part with
+    itself, then its children's pairs; two parts, then the larger's children with the other),
+    so each box's partners are not searched from the root. The walk's pending pairs of parts are
+    ``stack_a``/``stack_b`` (``top`` of them; start with (0, 0)): returns (pairs written,
+    pending pairs), stopping when ``out_a`` could not hold one more pair of leaves' pairs or
+    after ``budget`` pairs of parts, to go on from there."""
+    count = 0
+    while top and budget > 0:
+        budget -= 1
+        top -= 1
+        a_node, b_node = stack_a[top], stack_b[top]
+        meets = True
+        for d in range(node_low.shape[1]):
+            if node_high[a_node, d] < node_low[b_node, d] or \
+                    node_high[b_node, d] < node_low[a_node, d]:
+                meets = False
+                break
+        if not meets:
+            continue
+        leaf_a, leaf_b = left[a_node] < 0, left[b_node] < 0
+        if leaf_a and leaf_b:
+            if count + (last[a_node] - first[a_node]) * (last[b_node] - first[b_node]) > out_a.size:
+                top += 1
+                return count, top
+            for s in range(first[a_node], last[a_node]):
+                for t in range(s + 1 if a_node == b_node else first[b_node], last[b_node]):
+                    a, b = order[s], order[t]
+                    if a > b:
+                        a, b = b, a
+                    if _spans_meet(span_low, span_high, a, b) and \
+                            _boxes_meet(a, b, low, high, words, word_offsets):
+                        out_a[count] = a
+                        out_b[count] = b
+                        count += 1
+            continue
+        if a_node == b_node:
+            child = left[a_node]
+            stack_a[top], stack_b[top] = child, child
+            stack_a[top + 1], stack_b[top + 1] = child, child + 1
+            stack_a[top + 2], stack_b[top + 2] = child + 1, child + 1
+            top += 3
+        elif leaf_a or (not leaf_b and last[b_node] - first[b_node] > last[a_node] - first[a_node]):
+            stack_a[top], stack_b[top] = a_node, left[b_node]
+            stack_a[top + 1], stack_b[top + 1] = a_node, left[b_node] + 1
+            top += 2
+        else:
+            stack_a[top], stack_b[top] = left[a_node], b_node
+            stack_a[top + 1], stack_b[top + 1] = left[a_node] + 1, b_node
+            top += 2
+    return count, top
+
+
+@njit(cache=True, nogil=True)
+def part_bounds(points, order, first, last, left):
+    """Per part of a :func:`box_tree` tree (of any boxes of the same groups): the bounds of
+    ``points`` (G, D) of its groups, children before parents, so that a search by those points
+    (:func:`_nearest_tree`) needs no tree of its own."""
+    n_nodes, n_dims = first.size, points.shape[1]
+    low = np.full((n_nodes, n_dims), np.inf)
+    high = np.full((n_nodes, n_dims), -np.inf)
+    for node in range(n_nodes - 1, -1, -1):
+        if left[node] < 0:
+            for t in range(first[node], last[node]):
+                h = order[t]
+                for d in range(n_dims):
+                    low[node, d] = min(low[node, d], points[h, d])
+                    high[node, d] = max(high[node, d], points[h, d])
+        else:
+            for child in (left[node], left[node] + 1):
+                for d in range(n_dims):
+                    low[node, d] = min(low[node, d], low[child, d])
+                    high[node, d] = max(high[node, d], high[child, d])
+    return low, high

@@ -39,7 +39,8 @@ class CannotKeepCandidates(InsufficientData):
 def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarray | None,
                      cohorts: np.ndarray, cohort_values: list[np.ndarray], k: int,
                      l: int | None, models: Models | None = None,
-                     ranged: np.ndarray | None = None, acceptable=None) -> np.ndarray:
+                     ranged: np.ndarray | None = None, acceptable=None,
+                     point_codes: list | None = None) -> np.ndarray:
     """Each current row's group: one of ``groups``' ids (a merged group keeps the smallest of its
     ids), so ids are never reused and a person who comes back finds their group's id again.
 
@@ -51,14 +52,15 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
     ``models``: the l model each group's values must meet (default: distinct l); ``ranged``:
     which QIs are released as ranges (the others as sets; default: all ranges), for joining;
     ``acceptable(labels, g, c)``: whether merging groups ``g`` and ``c`` is preferred (of the
-    near partners, the first it takes; core.republish.merge_keeps_an_option).
+    near partners, the first it takes; core.republish.merge_keeps_an_option);
+    ``point_codes``: :func:`point_codes` of ``points`` and ``ranged``, if the caller has them.
     """
     groups = np.asarray(groups, dtype=np.int64)
     n = groups.size
     if n < k:
         raise CannotKeepCandidates(f"{n} rows cannot form a class of k = {k}")
     points = np.asarray(points, dtype=np.float64).reshape(n, -1)
-    labels = _join_nearest(groups, points, ranged)
+    labels = _join_nearest(groups, points, ranged, point_codes)
     sensitive = None if sensitive is None else np.asarray(sensitive, dtype=np.int64).reshape(n, -1)
     cohorts = np.asarray(cohorts, dtype=np.int64)
     models = models if models is not None else Models(l=l)
@@ -77,13 +79,16 @@ def stable_partition(groups: np.ndarray, points: np.ndarray, sensitive: np.ndarr
                 f"l = {l} of the candidate values the earlier versions left them")
         labels = ids[_merge(index, ids.size, bad, points, present, deficit, ranged,
                             None if acceptable is None else
-                            (lambda g, c, labels=labels, ids=ids: acceptable(labels, ids[g], ids[c])))]
+                            (lambda g, c, labels=labels, ids=ids: acceptable(labels, ids[g], ids[c])),
+                            point_codes)]
 
 
-def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | None = None) -> np.ndarray:
+def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | None = None,
+                  point_codes: list | None = None) -> np.ndarray:
     """Rows without a group join the group whose box (its members' ranges on ``ranged`` QIs,
     their sets of values on the others) they lie nearest to, inside it if one holds them, so
-    that boxes grow as little as they can into each other; the nearest centroid among those."""
+    that boxes grow as little as they can into each other; the nearest centroid among those
+    (``point_codes``: :func:`point_codes`, if the caller has them)."""
     labels = groups.copy()
     known = labels >= 0
     if not known.any():
@@ -106,7 +111,7 @@ def _join_nearest(groups: np.ndarray, points: np.ndarray, ranged: np.ndarray | N
             group_min_max(members, col[known], low, high)
             sides.append((low, high, None))
         else:
-            code, n_values = _value_codes(col)
+            code, n_values = _value_codes(col) if point_codes is None else point_codes[d]
             held = np.zeros((ids.size, n_values), dtype=bool)
             held[members, code[known]] = True
             sides.append((None, None, (held, code)))
@@ -156,13 +161,15 @@ def _join_compiled(kern, labels, ids, new, points, sides, centroids, ranged) -> 
             codes[:, d] = sets[1][new]
             offsets[d] = width
             width += sets[0].shape[1]
-    # by value, then group: a row's value is looked up for every group in turn
-    held = np.ascontiguousarray(np.hstack(held).T).view(np.uint8)
+    # by value, then group: a row's value is looked up for every group in turn (a tree's
+    # parts are bounded group by group, from the groups' rows)
+    by_group = np.hstack(held).view(np.uint8)
+    held = np.ascontiguousarray(by_group.T)
     centroids = np.ascontiguousarray(centroids)
     # a tree of the groups by their centroids, with each part's bounds
     tree = kern.box_tree(centroids, centroids)
     order, _, _, first, last, left = tree
-    bounds = kern.join_bounds(ranged, low, high, held, first, last, left, order)
+    bounds = kern.join_bounds(ranged, low, high, by_group, first, last, left, order)
     out = np.zeros(new.size, dtype=np.int64)
     for start in range(0, new.size, JOIN_CHUNK):
         check_interrupts()
@@ -296,6 +303,14 @@ def _value_codes(col: np.ndarray) -> tuple[np.ndarray, int]:
     return code.ravel().astype(np.int64), int(values.size)
 
 
+def point_codes(points: np.ndarray, ranged: np.ndarray | None) -> list:
+    """Per column of ``points`` (n, d): None where ``ranged``, else its :func:`_value_codes`
+    (each row's rank among the column's values, how many there are), for the joins and merges
+    of one run to share (default ``ranged``: every column)."""
+    ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
+    return [None if ranged[d] else _value_codes(points[:, d]) for d in range(points.shape[1])]
+
+
 def group_index(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(labels, return_inverse=True)`` of non-negative integer labels (the ids, each
     label's position among them), by counting when the ids are dense enough (no sort of the
@@ -316,12 +331,13 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])] if ordered.size else ordered
 
 
-def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None) -> np.ndarray:
+def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None,
+           point_codes=None) -> np.ndarray:
     """Each bad group merged with a near group holding a value it misses (else a near one), the
     one whose merged box overlaps the fewest other groups' (:func:`merge_partner`); one pass,
     merges chained (the smallest index is the merged group's)."""
     centroids = _centroids(labels, n_groups, points)
-    boxes = GroupBoxes(labels, n_groups, points, ranged)
+    boxes = GroupBoxes(labels, n_groups, points, ranged, point_codes)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
     sets = SmallestRootSets(n_groups)
     kern = _kernels(labels.size) if points.shape[1] < 8 and np.isfinite(points).all() else None
@@ -329,7 +345,8 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
         for start in range(0, bad.size, MERGE_CHUNK):
             check_interrupts()
             chunk = bad[start:start + MERGE_CHUNK]
-            ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, deficit[chunk], held)
+            ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, deficit[chunk], held,
+                                                   searched=bad.size)
             for g, row, n in zip(chunk.tolist(), ranked.tolist(), n_near.tolist()):
                 sets.union(g, first_acceptable(row, n, None if acceptable is None else
                                                (lambda c, g=g: acceptable(g, c))))
@@ -350,6 +367,10 @@ def _merge(labels, n_groups, bad, points, present, deficit, ranged=None, accepta
 MERGE_CANDIDATES = 8
 #: groups whose merge candidates are ranked per kernel call (interrupts are checked between calls)
 MERGE_CHUNK = 64
+#: groups to rank from which their candidates are searched in a tree (GroupBoxes.
+#: ranked_partners): bounding each part's centroids and counting each value's holders cost about
+#: as much as that many scans of every group
+CENTROID_TREE_FROM = 16
 
 
 def first_acceptable(ranked: list, n: int, acceptable=None) -> int:
@@ -366,13 +387,15 @@ def first_acceptable(ranked: list, n: int, acceptable=None) -> int:
 class GroupBoxes:
     """Each group's box in ``points``: the range of its members on ``ranged`` dimensions, the set
     of their values on the others (default: all ranged), so that a merge can be chosen that
-    makes the released classes overlap least (an analyst subtracts overlapping classes as one)."""
+    makes the released classes overlap least (an analyst subtracts overlapping classes as one);
+    ``point_codes``: :func:`point_codes` of ``points`` and ``ranged``, if the caller has them."""
 
-    def __init__(self, labels, n_groups, points, ranged=None):
+    def __init__(self, labels, n_groups, points, ranged=None, point_codes=None):
         self.n_groups = n_groups
         self.n_rows = len(labels)
         self._flat = None
         self._index = None
+        self._centroid_tree = None
         ranged = np.ones(points.shape[1], dtype=bool) if ranged is None else np.asarray(ranged, dtype=bool)
         self.dims = []
         for d in range(points.shape[1]):
@@ -383,7 +406,7 @@ class GroupBoxes:
                 group_min_max(labels, col, low, high)
                 self.dims.append((low, high))
             else:
-                code, n_values = _value_codes(col)
+                code, n_values = _value_codes(col) if point_codes is None else point_codes[d]
                 member = np.zeros((n_groups, n_values), dtype=bool)
                 member[labels, code] = True
                 self.dims.append((member, _words(member)))
@@ -440,12 +463,16 @@ class GroupBoxes:
         return self._flat
 
     def ranked_partners(self, kern, bad: np.ndarray, centroids: np.ndarray, wanted: np.ndarray,
-                        held: np.ndarray, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                        held: np.ndarray, within: np.ndarray | None = None,
+                        searched: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """For each group of ``bad``, :meth:`merge_partner`'s candidates in the order it tries
         them, on the compiled kernel: (``ranked`` (len(bad), MERGE_CANDIDATES), how many of each
         row are candidates). The distance is to the group's centroid (``centroids``), among the
         groups of its union (``within``: each group's) if it has others, among those holding a
-        value it wants (``wanted`` (len(bad), V) and ``held`` (G, V) bool) if any does."""
+        value it wants (``wanted`` (len(bad), V) and ``held`` (G, V) bool) if any does.
+        ``searched``: how many groups the caller ranks with these centroids in all; from
+        CENTROID_TREE_FROM of them the candidates are searched in the boxes' tree, each of its
+        parts bounding its groups' centroids (the same candidates as a scan of every group)."""
         low, high, words, offsets = self._compiled_boxes()
         if self._index is None:
             spans = [dim for dim in self.dims if dim[0].dtype != bool]
@@ -467,8 +494,26 @@ class GroupBoxes:
         union_size = np.bincount(within, minlength=self.n_groups)
         ranked = np.zeros((bad.size, MERGE_CANDIDATES), dtype=np.int64)
         n_near = np.zeros(bad.size, dtype=np.int64)
-        kern.merge_ranking(np.asarray(bad, dtype=np.int64), np.ascontiguousarray(centroids),
-                           within, union_size, _words(held), _words(wanted), low, high, words,
+        centroids = np.ascontiguousarray(centroids)
+        held_words = _words(held)
+        if max(searched, bad.size) >= CENTROID_TREE_FROM:
+            if self._centroid_tree is None or self._centroid_tree[0] is not centroids \
+                    or self._centroid_tree[1] is not held:
+                # how many groups hold each bit of ``held_words`` (a uint64's bit b: b)
+                holders = np.unpackbits(held_words.view(np.uint8), axis=1, bitorder="little")
+                # the boxes' tree, each part bounding its groups' centroids: near boxes, near
+                # centroids
+                order, _, _, first, last, left = self._index[2:]
+                tree = (order, *kern.part_bounds(centroids, order, first, last, left), first,
+                        last, left)
+                self._centroid_tree = (centroids, held, holders.sum(axis=0, dtype=np.int64), tree)
+            *_, holders, tree = self._centroid_tree
+            kern.merge_ranking_tree(np.asarray(bad, dtype=np.int64), centroids, within,
+                                    union_size, held_words, _words(wanted), holders, low, high,
+                                    words, offsets, *self._index, *tree, ranked, n_near)
+            return ranked, n_near
+        kern.merge_ranking(np.asarray(bad, dtype=np.int64), centroids,
+                           within, union_size, held_words, _words(wanted), low, high, words,
                            offsets, *self._index, ranked, n_near)
         return ranked, n_near
 
@@ -532,6 +577,8 @@ def warm_kernels():
     held = rng.random((20, 3)) < 0.5
     boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held)
     boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held, np.arange(20) // 5)
+    boxes.ranked_partners(kern, np.arange(4), centroids, held[:4], held, np.arange(20) // 5,
+                          searched=CENTROID_TREE_FROM)
     # the unions of boxes and of people (core.republish), a range with NULLs (-1) and a set
     from plpy_anon.core import republish
     qi_codes = np.column_stack([rng.integers(-1, 5, 100), rng.integers(0, 3, 100)])

@@ -424,14 +424,16 @@ def publish(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray, points:
             history: list[Version], lineage: np.ndarray, roots: np.ndarray, k: int,
             models: Models, qi_codes: np.ndarray | None = None,
             ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
-            bound: np.ndarray | None = None, candidates: np.ndarray | None = None) -> Published:
+            bound: np.ndarray | None = None, point_codes: list | None = None,
+            candidates: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (:func:`kept_publication`), or, when
     even one group of everyone would pin someone by difference, a version that publishes
     nothing (:func:`withdrawn`): keeping the last version instead would leave it read with the
     table as it is now, whose parts (people who left link nothing) it was never checked with."""
     try:
         return kept_publication(labels, previous, codes, points, history, lineage, roots, k,
-                                models, qi_codes, ranged, held_in, bound, candidates)
+                                models, qi_codes, ranged, held_in, bound, point_codes,
+                                candidates)
     except CannotKeepCandidates:
         return withdrawn(labels, previous, history, lineage, roots, held_in)
 
@@ -502,7 +504,7 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
                      points: np.ndarray, history: list[Version], lineage: np.ndarray,
                      roots: np.ndarray, k: int, models: Models, qi_codes: np.ndarray | None = None,
                      ranged: np.ndarray | None = None, held_in: np.ndarray | None = None,
-                     bound: np.ndarray | None = None,
+                     bound: np.ndarray | None = None, point_codes: list | None = None,
                      candidates: np.ndarray | None = None) -> Published:
     """Each group's published multiset for this version (see the module docstring).
 
@@ -519,6 +521,8 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     published by the last version whose person has candidates (people who come back): their
     group's current values keep l of them (core.republication.stable_partition), so they are
     published only with every distinct value of it, never by taking a counterfeit row.
+    ``point_codes``: core.republication.point_codes of ``points`` and ``ranged``, if the caller
+    has them.
     ``candidates``: (rows of ``bound``, V) bool, each such person's candidate values: a person
     back lies in their group's released box whether it publishes them or holds them back, so
     an analyst who knew them intersects whatever multiset the group shows with their
@@ -586,7 +590,8 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
                     merged = _merge_nearest(
                         index, ids.size, cannot, points, ranged, within=within,
                         acceptable=_merge_with_an_option(index, ids, codes, published_before,
-                                                         history, roots_of, k, models))
+                                                         history, roots_of, k, models),
+                        point_codes=point_codes)
                 else:
                     first = np.full(ids.size, ids.size, dtype=np.int64)
                     np.minimum.at(first, ever[failing], np.flatnonzero(failing))
@@ -614,7 +619,8 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
         acceptable = _merge_with_an_option(index, ids, codes, published_before, history, roots_of,
                                            k, models)
         labels = _rename(ids, _merge_nearest(index, ids.size, bad, points, ranged, missing,
-                                             current > 0, acceptable=acceptable), index, step)
+                                             current > 0, acceptable=acceptable,
+                                             point_codes=point_codes), index, step)
 
 
 def _mapping(keys: np.ndarray, values: np.ndarray):
@@ -863,22 +869,37 @@ def _group_ranges(index, n_groups: int, col) -> tuple[np.ndarray, np.ndarray, np
 def _same_release_keys(index, n_groups, qi_codes, ranged) -> np.ndarray | None:
     """Groups released with identical QIs (ranges: smallest and largest non-NULL code; sets: the
     codes present) merged (each group index's merged index: the smallest with its key), or None
-    when all differ."""
-    parts = []
-    for d in range(qi_codes.shape[1]):
-        col = np.asarray(qi_codes[:, d], dtype=np.int64)
-        if ranged[d]:
-            low, high, _ = _group_ranges(index, n_groups, col)
-            parts += [low, high]
-        else:
-            parts.append(_set_ids(index, n_groups, col))
-    keys = np.column_stack(parts) if parts else np.zeros((n_groups, 1), dtype=np.int64)
+    when all differ. Sets are compared only between groups whose ranges are the same."""
+    ranges = []
+    for d in np.flatnonzero(ranged):
+        low, high, _ = _group_ranges(index, n_groups, np.asarray(qi_codes[:, d], dtype=np.int64))
+        ranges += [low, high]
+    groups = np.arange(n_groups)
+    if ranges:
+        ranges = _row_ids(np.column_stack(ranges))
+        groups = np.flatnonzero(np.bincount(ranges, minlength=n_groups)[ranges] > 1)
+        if groups.size == 0:
+            return None
+        ranges = [ranges[groups]]
+    # those groups' rows, the groups numbered 0.. in their order
+    position = np.full(n_groups, -1, dtype=np.int64)
+    position[groups] = np.arange(groups.size)
+    sub = position[index]
+    rows = sub >= 0
+    if not rows.all():
+        sub = sub[rows]
+        qi_codes = qi_codes[rows]
+    parts = ranges + [_set_ids(sub, groups.size, np.asarray(qi_codes[:, d], dtype=np.int64))
+                      for d in np.flatnonzero(~np.asarray(ranged, dtype=bool))]
+    keys = np.column_stack(parts) if parts else np.zeros((groups.size, 1), dtype=np.int64)
     same = _row_ids(keys)
-    if same.max(initial=-1) + 1 == n_groups:
+    if same.max(initial=-1) + 1 == groups.size:
         return None
-    first = np.full(n_groups, n_groups, dtype=np.int64)
-    np.minimum.at(first, same, np.arange(n_groups))
-    return first[same]
+    first = np.full(groups.size, groups.size, dtype=np.int64)
+    np.minimum.at(first, same, np.arange(groups.size))
+    out = np.arange(n_groups, dtype=np.int64)
+    out[groups] = groups[first[same]]
+    return out
 
 
 def _row_ids(table: np.ndarray) -> np.ndarray:
@@ -1063,9 +1084,9 @@ def _meeting_pairs(tests, n_groups: int):
             yield a[meet], b[meet]
 
 
-#: leaves of groups whose meeting pairs are listed per kernel call at most (interrupts are
-#: checked between calls)
-PAIRS_LEAVES = 1024
+#: pairs of the tree's parts walked per kernel call at most (interrupts are checked between
+#: calls)
+PAIRS_WALKED = 1 << 18
 
 
 def _compiled_box_tests(tests, n_groups: int) -> dict:
@@ -1087,8 +1108,7 @@ def _compiled_box_tests(tests, n_groups: int) -> dict:
             groups, codes = held // width, held % width
             first = np.full(n_groups, np.iinfo(np.int64).max)
             last = np.full(n_groups, -1)
-            np.minimum.at(first, groups, codes)
-            np.maximum.at(last, groups, codes)
+            group_min_max(groups, codes, first, last)
             spans.append((first, last))
             member = np.unpackbits(packed, axis=1, count=width)
             bits = np.packbits(member, axis=1, bitorder="little")
@@ -1111,17 +1131,21 @@ def _compiled_box_tests(tests, n_groups: int) -> dict:
 
 
 def _meeting_pairs_compiled(kern, boxes: dict):
-    """:func:`_meeting_pairs` on the compiled kernel: each pair once, a < b."""
+    """:func:`_meeting_pairs` on the compiled kernel: each pair once, a < b (a walk of pairs of
+    the tree's parts, kern.meeting_pairs_walk)."""
     n_groups = boxes["span_low"].shape[0]
-    size = max(PAIR_CHUNK, 2 * n_groups)
+    # room for the pairs of two leaves at least: the walk writes them at once
+    size = max(PAIR_CHUNK, 2 * n_groups, kern.TREE_LEAF ** 2)
     out_a, out_b = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-    leaves = np.flatnonzero(boxes["index"][-1] < 0)
-    leaf = at = 0
-    while leaf < leaves.size:
+    # pending pairs of parts: at most 3 a level of the walk, two levels a level of the tree
+    depth = 2 * (int(np.log2(max(n_groups, 1))) + 2)
+    stack_a, stack_b = np.zeros(3 * depth + 1, dtype=np.int64), np.zeros(3 * depth + 1, dtype=np.int64)
+    top = 1
+    while top:
         check_interrupts()
-        count, leaf, at = kern.meeting_pairs(
-            leaf, at, min(leaves.size, leaf + PAIRS_LEAVES), boxes["span_low"], boxes["span_high"],
-            *boxes["index"], leaves, boxes["low"], boxes["high"], boxes["words"], boxes["offsets"],
+        count, top = kern.meeting_pairs_walk(
+            stack_a, stack_b, top, PAIRS_WALKED, boxes["span_low"], boxes["span_high"],
+            *boxes["index"], boxes["low"], boxes["high"], boxes["words"], boxes["offsets"],
             out_a, out_b)
         if count:
             yield out_a[:count].copy(), out_b[:count].copy()
@@ -1130,7 +1154,7 @@ def _meeting_pairs_compiled(kern, boxes: dict):
 def _people_link(kern, index, n_groups, qi_codes, tests, boxes):
     """``link(a, b)``: per pair of groups, whether a row of one lies in the other's box
     (:func:`people_linked_groups`), on the compiled kernel."""
-    order = np.argsort(index, kind="stable")
+    order = stable_order(index)
     # where each group's rows start in ``order`` (index[order] is sorted): by counting
     start = np.zeros(n_groups + 1, dtype=np.int64)
     np.cumsum(np.bincount(index, minlength=n_groups), out=start[1:])
@@ -1298,13 +1322,13 @@ def _counts(index, codes, n_groups, n_values) -> np.ndarray:
 
 
 def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
-                   held=None, within=None, acceptable=None) -> np.ndarray:
+                   held=None, within=None, acceptable=None, point_codes=None) -> np.ndarray:
     """Each bad group merged with a near group (of its own union, ``within``: each group's, if
     given), among those holding a value it misses (``missing``, ``held``: (G, V) bool) if any
     does, the one whose merged box overlaps the fewest
     others (core.republication.GroupBoxes); the smallest index is the merged group's."""
     centroids = _centroids(index, n_groups, points)
-    boxes = GroupBoxes(index, n_groups, points, ranged)
+    boxes = GroupBoxes(index, n_groups, points, ranged, point_codes)
     sets = SmallestRootSets(n_groups)
     kern = _kernels(index.size) if points.shape[1] < 8 and np.isfinite(points).all() else None
     if kern is not None:
@@ -1314,7 +1338,7 @@ def _merge_nearest(index, n_groups, bad, points, ranged=None, missing=None,
             check_interrupts()
             chunk = bad[start:start + MERGE_CHUNK]
             ranked, n_near = boxes.ranked_partners(kern, chunk, centroids, missing[chunk], held,
-                                                   within)
+                                                   within, searched=bad.size)
             for g, row, n in zip(chunk.tolist(), ranked.tolist(), n_near.tolist()):
                 sets.union(g, first_acceptable(row, n, None if acceptable is None else
                                                (lambda c, g=g: acceptable(g, c))))

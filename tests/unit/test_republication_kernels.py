@@ -208,7 +208,9 @@ def test_the_mapping_is_the_dictionary_s(keys, queries):
     assert got.tolist() == [want.get(q, q) for q in queries]
 
 
-def reference_merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None):
+def reference_merge(labels, n_groups, bad, points, present, deficit, ranged=None, acceptable=None,
+                    point_codes=None):
+    # its own codes of the points: point_codes not read
     centroids = _centroids(labels, n_groups, points)
     boxes = GroupBoxes(labels, n_groups, points, ranged)
     held = np.hstack([np.zeros((n_groups, 1), dtype=bool)] + present)
@@ -238,14 +240,19 @@ def test_a_refresh_groups_rows_as_the_numpy_grouping_does(seed, k, l, n_values, 
     cohort_values = [rng.random((5, n_values)) < 0.5]
     cohorts = np.where(groups >= 0, rng.integers(-1, 5, n), -1)
 
-    def grouping():
+    def grouping(codes=None):
         try:
             return republication.stable_partition(groups, points, sensitive, cohorts,
-                                                  cohort_values, k, l, ranged=ranged)
+                                                  cohort_values, k, l, ranged=ranged,
+                                                  point_codes=codes)
         except republication.CannotKeepCandidates:
             return None
 
     got = grouping()
+    # the run's codes of the points, computed once, change nothing
+    shared = grouping(republication.point_codes(points, ranged))
+    assert (got is None) == (shared is None)
+    assert got is None or np.array_equal(got, shared)
     kernels, merge = republication._kernels, republication._merge
     republication._kernels, republication._merge = (lambda *a: None), reference_merge
     try:
@@ -297,6 +304,31 @@ def test_compiled_merge_candidates_are_ranked_as_merge_partner_ranks_them(seed, 
         assert got == want, (g, got, want)
 
 
+
+@settings(max_examples=120, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 400), st.integers(1, 5),
+       st.sampled_from([2, 3, 6, 70]), st.booleans(), st.integers(1, 70))
+def test_merge_candidates_searched_in_the_tree_of_centroids_are_the_scanned_ones(
+        seed, n_groups, d, grid, unions, n_values):
+    # few grid steps: many centroids at equal distances, ties broken by index in both
+    rng = np.random.default_rng(seed)
+    n = n_groups + int(rng.integers(0, 3 * n_groups))
+    labels = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
+    ranged = rng.random(d) < 0.5
+    points = np.column_stack([rng.integers(0, grid, n) / max(1, grid - 1) for _ in range(d)])
+    centroids = _centroids(labels, n_groups, points)
+    held = rng.random((n_groups, n_values)) < rng.choice([0.02, 0.3])
+    within = rng.integers(0, max(1, n_groups // 3), n_groups) if unions else None
+    bad = rng.permutation(n_groups)[:int(rng.integers(1, n_groups + 1))]
+    wanted = rng.random((bad.size, n_values)) < 0.2
+    scanned = GroupBoxes(labels, n_groups, points, ranged).ranked_partners(
+        KERNELS, bad, centroids, wanted, held, within)
+    searched = GroupBoxes(labels, n_groups, points, ranged).ranked_partners(
+        KERNELS, bad, centroids, wanted, held, within, searched=republication.CENTROID_TREE_FROM)
+    assert (searched[1] == scanned[1]).all()
+    for row, got, want in zip(scanned[1].tolist(), searched[0].tolist(), scanned[0].tolist()):
+        assert got[:max(1, row)] == want[:max(1, row)]
+
 def table_of_boxes(rng, n_groups, d, values, nulls):
     n = n_groups + int(rng.integers(0, 4 * n_groups))
     index = np.concatenate([np.arange(n_groups), rng.integers(0, n_groups, n - n_groups)])
@@ -332,6 +364,35 @@ def test_compiled_unions_of_boxes_and_of_people_are_the_numpy_ones(seed, n_group
         if w is not None:
             assert np.array_equal(g, w)
 
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 300), st.integers(1, 5),
+       st.sampled_from([2, 5, 30]), st.sampled_from([0.0, 0.02, 0.3]), st.integers(1, 20))
+def test_the_walk_of_pairs_of_parts_lists_each_pair_of_meeting_boxes_once(seed, n_groups, d,
+                                                                          values, nulls, budget):
+    rng = np.random.default_rng(seed)
+    index, qi_codes, ranged = table_of_boxes(rng, n_groups, d, values, nulls)
+    boxes = republish._compiled_box_tests(
+        republish._box_tests(index, n_groups, qi_codes, ranged), n_groups)
+    # every pair tested, as the release's check tests boxes
+    want = {(a, b) for a in range(n_groups) for b in range(a + 1, n_groups)
+            if KERNELS._boxes_meet(a, b, boxes["low"], boxes["high"], boxes["words"],
+                                   boxes["offsets"])}
+    # a small output and budget: the walk stops and goes on many times
+    out_a, out_b = np.empty(64, dtype=np.int64), np.empty(64, dtype=np.int64)
+    stack_a, stack_b = np.zeros(200, dtype=np.int64), np.zeros(200, dtype=np.int64)
+    got, top = [], 1
+    while top:
+        count, top = KERNELS.meeting_pairs_walk(
+            stack_a, stack_b, top, budget, boxes["span_low"], boxes["span_high"],
+            *boxes["index"], boxes["low"], boxes["high"], boxes["words"], boxes["offsets"],
+            out_a, out_b)
+        got += list(zip(out_a[:count].tolist(), out_b[:count].tolist()))
+    assert len(got) == len(set(got))
+    assert set(got) == want
+    assert {pair for a, b in republish._meeting_pairs_compiled(KERNELS, boxes)
+            for pair in zip(a.tolist(), b.tolist())} == want
 
 def reference_safe_against(models, options, version, roots_of, ids):
     """safe_against group by group: every option against every set of the group's ancestors."""

@@ -15,7 +15,7 @@ from plpy_anon.core import republish
 from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
-from plpy_anon.core.republication import CannotKeepCandidates, stable_partition
+from plpy_anon.core.republication import CannotKeepCandidates, point_codes, stable_partition
 from plpy_anon.db import compact, method, out_of_core, republication, stored_classes, timing
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
@@ -89,6 +89,8 @@ class StableGroups:
         models = Models(l=rows.l, l_diversity=spec.promise.l_diversity, c=spec.promise.c)
         qi_codes, ranged = republication.qi_boxes(rows.encoded)
         with timing.phase("stable_groups"):
+            # the set QIs' codes of ``points``, for every join and merge of the run
+            codes_of_points = point_codes(points, ranged)
             acceptable = None
             if rows.sensitive is not None and people.versions:
                 acceptable = republish.merge_keeps_an_option(
@@ -97,7 +99,8 @@ class StableGroups:
             try:
                 self.groups_ = stable_partition(people.joined, points, rows.sensitive,
                                                 people.cohorts, people.cohort_values, rows.k,
-                                                rows.l, models, ranged, acceptable)
+                                                rows.l, models, ranged, acceptable,
+                                                codes_of_points)
                 withdraw = False
             except CannotKeepCandidates:
                 if acceptable is None:
@@ -124,7 +127,7 @@ class StableGroups:
                 self.published_ = republish.publish(
                     self.groups_, people.groups, people.codes(rows.sensitive[:, 0]), points,
                     people.versions, people.lineage, people.roots, rows.k, models, qi_codes,
-                    ranged, held_in=people.joined, bound=bound,
+                    ranged, held_in=people.joined, bound=bound, point_codes=codes_of_points,
                     candidates=people.cohort_values[0][people.cohorts[bound]])
             self.groups_ = self.published_.labels
         ids, self.labels_ = np.unique(self.groups_, return_inverse=True)
