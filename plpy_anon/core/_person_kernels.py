@@ -156,3 +156,59 @@ def integer_texts(values, data, ends):
         for j in range(n // 2):
             data[at + j], data[at + n - 1 - j] = data[at + n - 1 - j], data[at + j]
         ends[row] = at + n
+
+
+# SipHash-2-4 (J.-P. Aumasson and D. J. Bernstein, "SipHash: a fast short-input PRF", 2012) of
+# texts, the hash core.text_hashes computes in numpy for records' fingerprints
+
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _rotl(x, b):
+    return (x << np.uint64(b)) | (x >> np.uint64(64 - b))
+
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _sip_rounds(v0, v1, v2, v3, rounds):
+    for _ in range(rounds):
+        v0 += v1
+        v1 = _rotl(v1, 13)
+        v1 ^= v0
+        v0 = _rotl(v0, 32)
+        v2 += v3
+        v3 = _rotl(v3, 16)
+        v3 ^= v2
+        v0 += v3
+        v3 = _rotl(v3, 21)
+        v3 ^= v0
+        v2 += v1
+        v1 = _rotl(v1, 17)
+        v1 ^= v2
+        v2 = _rotl(v2, 32)
+    return v0, v1, v2, v3
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def siphash24(data, starts, ends, k0, k1, out):
+    """``out[i]``: SipHash-2-4 under the key (``k0``, ``k1``) of ``data[starts[i]:ends[i]]``."""
+    for row in range(ends.size):
+        v0 = k0 ^ np.uint64(0x736F6D6570736575)
+        v1 = k1 ^ np.uint64(0x646F72616E646F6D)
+        v2 = k0 ^ np.uint64(0x6C7967656E657261)
+        v3 = k1 ^ np.uint64(0x7465646279746573)
+        start, n = starts[row], ends[row] - starts[row]
+        full = n // 8
+        for i in range(full + 1):
+            word = np.uint64(0)
+            if i < full:
+                for j in range(8):
+                    word |= np.uint64(data[start + 8 * i + j]) << np.uint64(8 * j)
+            else:                   # the last bytes, the length's low byte on top
+                for j in range(n - 8 * full):
+                    word |= np.uint64(data[start + 8 * i + j]) << np.uint64(8 * j)
+                word |= np.uint64(n & 0xFF) << np.uint64(56)
+            v3 ^= word
+            v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 2)
+            v0 ^= word
+        v2 ^= np.uint64(0xFF)
+        v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 4)
+        out[row] = v0 ^ v1 ^ v2 ^ v3

@@ -102,3 +102,5 @@ def warm_kernels() -> None:
         kern.array_text(np.array([0, -5, 12]), np.empty(70, dtype=np.uint8))
         salted_sha256_integers(b"salt", np.array([0, -5, 12]), "numba")
         salted_sha256(b"salt", ["a", "b"], "numba")
+        from plpy_anon.core import text_hashes
+        text_hashes.distinct_text_hashes(["a", "bc"], "numba")
