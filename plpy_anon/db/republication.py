@@ -573,13 +573,15 @@ class State:
         return self._lookup("persons", self.persons, hashes)
 
     def _lookup(self, name: str, stored: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-        asked = hashes.tobytes()
+        # the asked hashes compared as integers with a copy kept of the last ones (no copy of
+        # them a lookup)
+        asked = _as_words(hashes)
         last = self._found.get(name)
-        if last is not None and last[0] == asked:
+        if last is not None and np.array_equal(last[0], asked):
             return last[1]
         at = _positions(stored, hashes)
         at.setflags(write=False)
-        self._found[name] = (asked, at)
+        self._found[name] = (asked.copy(), at)
         return at
 
     def entries_of(self, hashes: np.ndarray) -> np.ndarray:
@@ -654,9 +656,13 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     else:
         order = np.argsort(stored)
         first = stored[order]
-    # searched in ascending order: each search starts where the last one ended
-    by_key = np.argsort(asked)
-    keys = asked[by_key]
+    if first.size * 16 < asked.size:
+        # a few stored (the people held back, say): searched as asked, no sort of the asked
+        by_key, keys = np.arange(asked.size), asked
+    else:
+        # searched in ascending order: each search starts where the last one ended
+        by_key = np.argsort(asked)
+        keys = asked[by_key]
     lo = np.searchsorted(first, keys, "left")
     if (first[1:] != first[:-1]).all():
         # no two stored share their first word: at most one candidate each
@@ -672,6 +678,12 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
                 at[by_key[i]] = j
                 break
     return at
+
+
+def _as_words(hashes: np.ndarray) -> np.ndarray:
+    """32-byte hashes (numpy ``S32``) viewed as little-endian 8-byte words (four a hash), for
+    comparing them whole."""
+    return np.ascontiguousarray(hashes).view("<u8")
 
 
 def _hash_order(hashes: np.ndarray) -> np.ndarray:

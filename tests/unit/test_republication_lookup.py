@@ -35,6 +35,24 @@ def test_positions_find_each_hash_where_a_dict_does(stored, asked):
 
 
 @settings(max_examples=200, deadline=None)
+@given(st.lists(hash_bytes, unique=True, max_size=3), st.lists(hash_bytes, min_size=49, max_size=80))
+def test_positions_of_many_asked_among_few_stored_find_each_hash_where_a_dict_does(stored, asked):
+    where = {h: i for i, h in enumerate(stored)}
+    found = _positions(packed(stored), packed(asked))
+    assert found.tolist() == [where.get(h, -1) for h in asked]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(hash_bytes, unique=True, min_size=2, max_size=30))
+def test_state_lookups_answer_an_array_changed_in_place_anew(stored):
+    state = State(packed(stored), *(np.arange(len(stored)),) * 3, [])
+    asked = packed(stored).copy()
+    assert state.find(asked).tolist() == list(range(len(stored)))
+    asked[:] = asked[::-1].copy()
+    assert state.find(asked).tolist() == list(range(len(stored)))[::-1]
+
+
+@settings(max_examples=200, deadline=None)
 @given(st.lists(hash_bytes, unique=True, max_size=40))
 def test_hash_order_sorts_hashes_as_bytes(hashes):
     order = _hash_order(packed(hashes))
