@@ -2401,9 +2401,18 @@ def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None
 
 def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` of many integers with few distinct values (a
-    version in the high 32 bits, a group in the low ones): each half ranked by a table of its
-    range where it is narrow (core.encoding.sorted_distinct), then the pairs of ranks."""
+    version in the high 32 bits, a group in the low ones): ranked by one table of the pairs'
+    range where it is narrow (core.encoding.sorted_distinct); else each half ranked so, then
+    the pairs of ranks."""
     keys = np.asarray(keys, dtype=np.int64)
+    if keys.size:
+        high, low = keys >> 32, keys & 0xFFFFFFFF
+        high_min, low_min = int(high.min()), int(low.min())
+        width = int(low.max()) - low_min + 1
+        if (int(high.max()) - high_min + 1) * width < 4 * keys.size + 65536:
+            # few versions and groups: one table of the pairs' range, in the keys' order
+            pairs, inverse = sorted_distinct((high - high_min) * width + (low - low_min))
+            return (pairs // width + high_min) << 32 | (pairs % width + low_min), inverse
     highs, high_rank = sorted_distinct(keys >> 32)
     lows, low_rank = sorted_distinct(keys & 0xFFFFFFFF)
     pairs, inverse = sorted_distinct(high_rank.ravel() * lows.size + low_rank.ravel())
