@@ -212,3 +212,28 @@ def siphash24(data, starts, ends, k0, k1, out):
         v2 ^= np.uint64(0xFF)
         v0, v1, v2, v3 = _sip_rounds(v0, v1, v2, v3, 4)
         out[row] = v0 ^ v1 ^ v2 ^ v3
+
+
+# people found by their hashes in a stored state (sorted): SHA-256 spreads hashes evenly, so
+# their first 8 bytes' top bits pick a bucket of about one stored hash
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def find_sorted(stored_first, stored_words, starts, shift, asked_first, asked_words, out):
+    """``out[i]``: the position in the stored hashes (``stored_first``: their first 8 bytes as
+    big-endian integers, ascending; ``stored_words``: each hash as 4 words) of asked hash ``i``
+    (likewise), -1 where it is not stored; ``starts[b]``: the first stored hash whose first
+    integer's top bits (``>> shift``) are ``b`` or more."""
+    for i in range(asked_first.size):
+        key = asked_first[i]
+        bucket = key >> np.uint64(shift)
+        out[i] = -1
+        for j in range(starts[bucket], starts[bucket + 1]):
+            if stored_first[j] > key:
+                break
+            if stored_first[j] == key and stored_words[j, 0] == asked_words[i, 0] \
+                    and stored_words[j, 1] == asked_words[i, 1] \
+                    and stored_words[j, 2] == asked_words[i, 2] \
+                    and stored_words[j, 3] == asked_words[i, 3]:
+                out[i] = j
+                break

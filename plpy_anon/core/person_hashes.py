@@ -104,3 +104,10 @@ def warm_kernels() -> None:
         salted_sha256(b"salt", ["a", "b"], "numba")
         from plpy_anon.core import text_hashes
         text_hashes.distinct_text_hashes(["a", "bc"], "numba")
+        # hashes read from a state's rows are read-only arrays, others writable: both compiled
+        for stored_writable, asked_writable in itertools.product((True, False), repeat=2):
+            stored, asked = np.zeros((1, 4), dtype=np.uint64), np.zeros((1, 4), dtype=np.uint64)
+            stored.setflags(write=stored_writable)
+            asked.setflags(write=asked_writable)
+            kern.find_sorted(np.zeros(1, dtype=np.uint64), stored, np.array([0, 1, 1], dtype=np.int64),
+                             63, np.zeros(1, dtype=np.uint64), asked, np.empty(1, dtype=np.int64))

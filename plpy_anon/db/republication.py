@@ -641,10 +641,12 @@ class State:
         return out
 
 
-def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+def _positions(persons: np.ndarray, hashes: np.ndarray, engine: str = "auto") -> np.ndarray:
     """Each of ``hashes``' position in ``persons`` (-1: not there): sorted and searched by
     their first 8 bytes (an integer sort; numpy's sort of byte strings is several times
-    slower), the whole hash compared; the rare runs of equal first bytes one by one."""
+    slower), the whole hash compared; the rare runs of equal first bytes one by one. Stored
+    in order (a state), by a compiled kernel where numba is loaded (``engine``: "numpy"
+    never)."""
     at = np.full(hashes.size, -1, dtype=np.int64)
     if not persons.size or not hashes.size:
         return at
@@ -652,6 +654,17 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     # a state is stored in the order of its hashes: sorted again only when it is not;
     # unstable sorts: runs of equal first words are compared whole
     if (stored[1:] >= stored[:-1]).all():
+        kern = person_hashes_core._kernels(hashes.size, engine)
+        if kern is not None:
+            # buckets of the first integer's top bits, about one stored hash each
+            bits = int(stored.size).bit_length()
+            shift = 64 - bits
+            starts = np.zeros((1 << bits) + 1, dtype=np.int64)
+            np.cumsum(np.bincount((stored >> np.uint64(shift)).astype(np.intp),
+                                  minlength=1 << bits), out=starts[1:])
+            kern.find_sorted(stored, _as_words(persons).reshape(-1, 4), starts, shift, asked,
+                             _as_words(hashes).reshape(-1, 4), at)
+            return at
         order, first = np.arange(stored.size), stored
     else:
         order = np.argsort(stored)
