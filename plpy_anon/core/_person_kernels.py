@@ -215,7 +215,7 @@ def siphash24(data, starts, ends, k0, k1, out):
 
 
 # people found by their hashes in a stored state (sorted): SHA-256 spreads hashes evenly, so
-# their first 8 bytes' top bits pick a bucket of about one stored hash
+# their first 8 bytes' top bits pick a bucket of a few stored hashes
 
 
 @njit(cache=True, nogil=True, _nrt=False)

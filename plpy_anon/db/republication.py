@@ -656,8 +656,9 @@ def _positions(persons: np.ndarray, hashes: np.ndarray, engine: str = "auto") ->
     if (stored[1:] >= stored[:-1]).all():
         kern = person_hashes_core._kernels(hashes.size, engine)
         if kern is not None:
-            # buckets of the first integer's top bits, about one stored hash each
-            bits = int(stored.size).bit_length()
+            # buckets of the first integer's top bits, two to four stored hashes each (their
+            # starts: 2 to 4 bytes a stored person)
+            bits = max(1, int(stored.size).bit_length() - 2)
             shift = 64 - bits
             starts = np.zeros((1 << bits) + 1, dtype=np.int64)
             np.cumsum(np.bincount((stored >> np.uint64(shift)).astype(np.intp),
