@@ -1,6 +1,7 @@
-"""People's salted hashes (SHA-256 of a salt followed by each identifier's text, by hashlib) for
-many identifiers at once, with a check for interrupts between chunks; and the stable state's
-integer array texts, written by a compiled kernel (:mod:`._person_kernels`) where numba is loaded."""
+"""People's salted hashes (SHA-256 of a salt followed by each identifier's text) for many
+identifiers at once, with a check for interrupts between chunks; and the stable state's integer
+array texts. Both are written by compiled kernels (:mod:`._person_kernels`) where numba is loaded;
+hashlib and Python's join are their oracles (tests/unit/test_person_hashes.py) and the fallback."""
 from __future__ import annotations
 
 import hashlib
@@ -14,16 +15,53 @@ from plpy_anon.core.interrupts import check as check_interrupts
 CHUNK = 1 << 18
 
 
-def salted_sha256(prefix: bytes, texts: list[str]) -> np.ndarray:
-    """(n,) ``S32``: the SHA-256 of ``prefix`` and each text's UTF-8."""
+def salted_sha256(prefix: bytes, texts: list[str], engine: str = "auto") -> np.ndarray:
+    """(n,) ``S32``: the SHA-256 of ``prefix`` and each text's UTF-8 (``engine``: "numpy" for
+    hashlib)."""
+    kern = _kernels(len(texts), engine)
+    if kern is not None and texts:
+        # the texts joined, each ended by a zero byte (PostgreSQL's texts hold none)
+        data = np.frombuffer(("\x00".join(texts) + "\x00").encode(), dtype=np.uint8)
+        ends = np.flatnonzero(data == 0)
+        if ends.size == len(texts):
+            return _compiled(kern, prefix, data, np.r_[0, ends[:-1] + 1], ends)
     return _hashlib(prefix, (t.encode() for t in texts), len(texts))
 
 
-def salted_sha256_integers(prefix: bytes, values: np.ndarray) -> np.ndarray:
+def salted_sha256_integers(prefix: bytes, values: np.ndarray, engine: str = "auto") -> np.ndarray:
     """(n,) ``S32``: :func:`salted_sha256` of integers' texts, their decimal digits as
-    PostgreSQL prints an integer column."""
+    PostgreSQL prints an integer column (``engine``: "numpy" for hashlib)."""
     values = np.asarray(values, dtype=np.int64)
-    return _hashlib(prefix, (b"%d" % v for v in values.tolist()), values.size)
+    kern = _kernels(values.size, engine)
+    if kern is None:
+        return _hashlib(prefix, (b"%d" % v for v in values.tolist()), values.size)
+    data = np.empty(20 * values.size, dtype=np.uint8)      # int64's longest text: 20 characters
+    ends = np.empty(values.size, dtype=np.int64)
+    kern.integer_texts(np.ascontiguousarray(values), data, ends)
+    return _compiled(kern, prefix, data, np.arange(0, data.size, 20, dtype=np.int64), ends)
+
+
+def _compiled(kern, prefix: bytes, data: np.ndarray, starts: np.ndarray,
+              ends: np.ndarray) -> np.ndarray:
+    """(n,) ``S32``: the kernels' SHA-256 of ``prefix`` and each text ``data[starts:ends]``, the
+    texts of each number of blocks together, CHUNK a call."""
+    n = ends.size
+    out = np.empty((n, 32), dtype=np.uint8)
+    salt = np.frombuffer(prefix, dtype=np.uint8)
+    # SHA-256 pads a message with at least 9 bytes to a multiple of 64
+    blocks = (len(prefix) + (ends - starts) + 9 + 63) // 64
+    lanes = kern.LANES
+    w = np.empty((64, lanes), dtype=np.uint32)
+    state, work = np.empty((8, lanes), dtype=np.uint32), np.empty((8, lanes), dtype=np.uint32)
+    for count in np.unique(blocks).tolist():
+        rows = np.arange(n, dtype=np.int64) if count == blocks[0] and (blocks == count).all() \
+            else np.flatnonzero(blocks == count)
+        message = np.empty((lanes, 64 * count), dtype=np.uint8)
+        for first in range(0, rows.size, CHUNK):
+            check_interrupts()
+            kern.salted_sha256(salt, data, starts, ends, rows[first:first + CHUNK], count, out,
+                               message, w, state, work)
+    return out.view("S32").ravel()
 
 
 def int_array_text(values: np.ndarray) -> str:
@@ -62,3 +100,14 @@ def warm_kernels() -> None:
     kern = _kernels(0, "numba")
     if kern is not None:
         kern.array_text(np.array([0, -5, 12]), np.empty(70, dtype=np.uint8))
+        salted_sha256_integers(b"salt", np.array([0, -5, 12]), "numba")
+        salted_sha256(b"salt", ["a", "b"], "numba")
+        from plpy_anon.core import text_hashes
+        text_hashes.distinct_text_hashes(["a", "bc"], "numba")
+        # hashes read from a state's rows are read-only arrays, others writable: both compiled
+        for stored_writable, asked_writable in itertools.product((True, False), repeat=2):
+            stored, asked = np.zeros((1, 4), dtype=np.uint64), np.zeros((1, 4), dtype=np.uint64)
+            stored.setflags(write=stored_writable)
+            asked.setflags(write=asked_writable)
+            kern.find_sorted(np.zeros(1, dtype=np.uint64), stored, np.array([0, 1, 1], dtype=np.int64),
+                             63, np.zeros(1, dtype=np.uint64), asked, np.empty(1, dtype=np.int64))

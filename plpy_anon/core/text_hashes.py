@@ -1,12 +1,15 @@
 """64-bit hashes of texts in numpy: the values ``pandas.util.hash_array`` gives an object array of
 texts (SipHash-2-4 of each text's UTF-8 bytes under pandas' default key, then mixed), without
-importing pandas (294 modules, 0.15-0.2 s of CPU in a new backend). Stored states hold these
-values, so they must stay those of pandas (tests/unit/test_text_hashes.py).
+importing pandas (294 modules, 0.15-0.2 s of CPU in a new backend); by a compiled kernel
+(core._person_kernels) where numba is loaded. Stored states hold these values, so they must stay
+those of pandas (tests/unit/test_text_hashes.py).
 
 SipHash: J.-P. Aumasson and D. J. Bernstein, "SipHash: a fast short-input PRF", 2012."""
 from __future__ import annotations
 
 import numpy as np
+
+from plpy_anon.core import person_hashes
 
 #: pandas' default hash key (pandas.core.util.hashing._default_hash_key)
 PANDAS_KEY = b"0123456789123456"
@@ -78,9 +81,19 @@ def _mixed(hashed: np.ndarray) -> np.ndarray:
     return hashed
 
 
-def distinct_text_hashes(texts) -> np.ndarray:
+def distinct_text_hashes(texts, engine: str = "auto") -> np.ndarray:
     """``pandas.util.hash_array(np.asarray(texts, dtype=object), categorize=False)`` of texts
-    (no None)."""
+    (no None); by a compiled kernel where numba is loaded (``engine``: "numpy" never)."""
+    kern = person_hashes._kernels(len(texts), engine)
+    if kern is not None and len(texts):
+        # the texts joined, each ended by a zero byte (PostgreSQL's texts hold none)
+        data = np.frombuffer(("\x00".join(texts) + "\x00").encode("utf-8"), dtype=np.uint8)
+        ends = np.flatnonzero(data == 0)
+        if ends.size == len(texts):
+            out = np.empty(ends.size, dtype=np.uint64)
+            k0, k1 = (np.uint64(int.from_bytes(PANDAS_KEY[i:i + 8], "little")) for i in (0, 8))
+            kern.siphash24(data, np.r_[0, ends[:-1] + 1], ends, k0, k1, out)
+            return _mixed(out)
     return _mixed(siphash24([t.encode("utf-8") for t in texts]))
 
 

@@ -577,13 +577,15 @@ class State:
         return self._lookup("persons", self.persons, hashes)
 
     def _lookup(self, name: str, stored: np.ndarray, hashes: np.ndarray) -> np.ndarray:
-        asked = hashes.tobytes()
+        # the asked hashes compared as integers with a copy kept of the last ones (no copy of
+        # them a lookup)
+        asked = _as_words(hashes)
         last = self._found.get(name)
-        if last is not None and last[0] == asked:
+        if last is not None and np.array_equal(last[0], asked):
             return last[1]
         at = _positions(stored, hashes)
         at.setflags(write=False)
-        self._found[name] = (asked, at)
+        self._found[name] = (asked.copy(), at)
         return at
 
     def entries_of(self, hashes: np.ndarray) -> np.ndarray:
@@ -643,10 +645,12 @@ class State:
         return out
 
 
-def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
+def _positions(persons: np.ndarray, hashes: np.ndarray, engine: str = "auto") -> np.ndarray:
     """Each of ``hashes``' position in ``persons`` (-1: not there): sorted and searched by
     their first 8 bytes (an integer sort; numpy's sort of byte strings is several times
-    slower), the whole hash compared; the rare runs of equal first bytes one by one."""
+    slower), the whole hash compared; the rare runs of equal first bytes one by one. Stored
+    in order (a state), by a compiled kernel where numba is loaded (``engine``: "numpy"
+    never)."""
     at = np.full(hashes.size, -1, dtype=np.int64)
     if not persons.size or not hashes.size:
         return at
@@ -654,13 +658,29 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
     # a state is stored in the order of its hashes: sorted again only when it is not;
     # unstable sorts: runs of equal first words are compared whole
     if (stored[1:] >= stored[:-1]).all():
+        kern = person_hashes_core._kernels(hashes.size, engine)
+        if kern is not None:
+            # buckets of the first integer's top bits, two to four stored hashes each (their
+            # starts: 2 to 4 bytes a stored person)
+            bits = max(1, int(stored.size).bit_length() - 2)
+            shift = 64 - bits
+            starts = np.zeros((1 << bits) + 1, dtype=np.int64)
+            np.cumsum(np.bincount((stored >> np.uint64(shift)).astype(np.intp),
+                                  minlength=1 << bits), out=starts[1:])
+            kern.find_sorted(stored, _as_words(persons).reshape(-1, 4), starts, shift, asked,
+                             _as_words(hashes).reshape(-1, 4), at)
+            return at
         order, first = np.arange(stored.size), stored
     else:
         order = np.argsort(stored)
         first = stored[order]
-    # searched in ascending order: each search starts where the last one ended
-    by_key = np.argsort(asked)
-    keys = asked[by_key]
+    if first.size * 16 < asked.size:
+        # a few stored (the people held back, say): searched as asked, no sort of the asked
+        by_key, keys = np.arange(asked.size), asked
+    else:
+        # searched in ascending order: each search starts where the last one ended
+        by_key = np.argsort(asked)
+        keys = asked[by_key]
     lo = np.searchsorted(first, keys, "left")
     if (first[1:] != first[:-1]).all():
         # no two stored share their first word: at most one candidate each
@@ -676,6 +696,12 @@ def _positions(persons: np.ndarray, hashes: np.ndarray) -> np.ndarray:
                 at[by_key[i]] = j
                 break
     return at
+
+
+def _as_words(hashes: np.ndarray) -> np.ndarray:
+    """32-byte hashes (numpy ``S32``) viewed as little-endian 8-byte words (four a hash), for
+    comparing them whole."""
+    return np.ascontiguousarray(hashes).view("<u8")
 
 
 def _hash_order(hashes: np.ndarray) -> np.ndarray:
@@ -2490,9 +2516,18 @@ def _entries(state: State, everyone: np.ndarray, groups: np.ndarray, newest=None
 
 def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(keys, return_inverse=True)`` of many integers with few distinct values (a
-    version in the high 32 bits, a group in the low ones): each half ranked by a table of its
-    range where it is narrow (core.encoding.sorted_distinct), then the pairs of ranks."""
+    version in the high 32 bits, a group in the low ones): ranked by one table of the pairs'
+    range where it is narrow (core.encoding.sorted_distinct); else each half ranked so, then
+    the pairs of ranks."""
     keys = np.asarray(keys, dtype=np.int64)
+    if keys.size:
+        high, low = keys >> 32, keys & 0xFFFFFFFF
+        high_min, low_min = int(high.min()), int(low.min())
+        width = int(low.max()) - low_min + 1
+        if (int(high.max()) - high_min + 1) * width < 4 * keys.size + 65536:
+            # few versions and groups: one table of the pairs' range, in the keys' order
+            pairs, inverse = sorted_distinct((high - high_min) * width + (low - low_min))
+            return (pairs // width + high_min) << 32 | (pairs % width + low_min), inverse
     highs, high_rank = sorted_distinct(keys >> 32)
     lows, low_rank = sorted_distinct(keys & 0xFFFFFFFF)
     pairs, inverse = sorted_distinct(high_rank.ravel() * lows.size + low_rank.ravel())

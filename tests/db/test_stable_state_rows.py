@@ -118,3 +118,15 @@ def test_a_tiny_budget_writes_no_state_of_more_than_1024_rows(db, schema):
                        sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
     assert refused.value.sqlstate == "54000"
     assert db.execute(stored).fetchone()[0] == before
+
+
+def test_the_arrays_aligned_with_people_are_stored_without_a_compression_attempt(db):
+    # groups and entries in the order of the people's hashes do not compress; trying (pglz)
+    # reads them whole at every refresh. The arrays that do compress are still compressed.
+    storage = dict(db.execute(
+        "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = 'anon.release_state'::regclass "
+        "AND attname IN ('persons', 'member_groups', 'entries', 'record_entries', 'versions', "
+        "'last_versions', 'cohorts')").fetchall())
+    assert {name for name, kind in storage.items() if kind == "e"} == {
+        "persons", "member_groups", "entries", "record_entries"}
+    assert {storage[name] for name in ("versions", "last_versions", "cohorts")} == {"x"}

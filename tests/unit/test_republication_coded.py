@@ -150,6 +150,18 @@ def test_unique_inverse_is_numpys(keys):
     assert inverse.tolist() == expected_inverse.ravel().tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 300)), max_size=60),
+       st.integers(0, 2**31 - 400))
+def test_unique_inverse_of_entry_keys_is_numpys(entries, base):
+    # (version, group) pairs as entries are keyed: a narrow range of each, anywhere in an int4
+    keys = np.array([(base + v) << 32 | (base + g) for v, g in entries], dtype=np.int64)
+    distinct, inverse = _unique_inverse(keys)
+    expected, expected_inverse = np.unique(keys, return_inverse=True)
+    assert distinct.tolist() == expected.tolist()
+    assert inverse.tolist() == expected_inverse.ravel().tolist()
+
+
 KEY_TEXT = st.text(st.sampled_from("ab\x1f\"[],\\"), max_size=4)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,6 +33,46 @@ def test_positions_find_each_hash_where_a_dict_does(stored, asked):
     where = {h: i for i, h in enumerate(stored)}
     found = _positions(packed(stored), packed(asked))
     assert found.tolist() == [where.get(h, -1) for h in asked]
+
+
+@pytest.mark.parametrize("engine", ["numba", "numpy"])
+@settings(max_examples=200, deadline=None)
+@given(st.lists(hash_bytes, unique=True, max_size=40), st.lists(hash_bytes, max_size=40))
+def test_positions_in_a_sorted_state_find_each_hash_where_a_dict_does(engine, stored, asked):
+    if engine == "numba":
+        pytest.importorskip("numba")
+    stored = sorted(stored)             # a state's order: bucketed by the compiled lookup
+    where = {h: i for i, h in enumerate(stored)}
+    found = _positions(packed(stored), packed(asked), engine)
+    assert found.tolist() == [where.get(h, -1) for h in asked]
+
+
+def test_positions_of_many_people_are_found_by_the_compiled_lookup_as_by_numpy():
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(43)
+    stored = np.frombuffer(rng.bytes(32 * 200_000), dtype="S32")
+    stored = stored[_hash_order(stored)]
+    asked = np.concatenate([stored[rng.permutation(stored.size)[:150_000]],
+                            np.frombuffer(rng.bytes(32 * 50_000), dtype="S32")])
+    assert (_positions(stored, asked, "numba") == _positions(stored, asked, "numpy")).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(hash_bytes, unique=True, max_size=3), st.lists(hash_bytes, min_size=49, max_size=80))
+def test_positions_of_many_asked_among_few_stored_find_each_hash_where_a_dict_does(stored, asked):
+    where = {h: i for i, h in enumerate(stored)}
+    found = _positions(packed(stored), packed(asked))
+    assert found.tolist() == [where.get(h, -1) for h in asked]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(hash_bytes, unique=True, min_size=2, max_size=30))
+def test_state_lookups_answer_an_array_changed_in_place_anew(stored):
+    state = State(packed(stored), *(np.arange(len(stored)),) * 3, [])
+    asked = packed(stored).copy()
+    assert state.find(asked).tolist() == list(range(len(stored)))
+    asked[:] = asked[::-1].copy()
+    assert state.find(asked).tolist() == list(range(len(stored)))[::-1]
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,8 +1,10 @@
 """Record fingerprints are stored in a release's state, so the numpy hashes that make them
-(core.text_hashes) must give exactly the values pandas' ``hash_array`` gives: any text (empty,
-unicode, longer than SipHash's 8-byte words), NULL, in coded columns or plain lists."""
+(core.text_hashes, in numpy or by the compiled kernel) must give exactly the values pandas'
+``hash_array`` gives: any text (empty, unicode, longer than SipHash's 8-byte words), NULL, in
+coded columns or plain lists."""
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,6 +38,14 @@ def coded(texts: list) -> Coded:
 def test_distinct_text_hashes_are_pandas_hash_array(texts):
     expected = pd.util.hash_array(np.asarray(texts, dtype=object), categorize=False)
     assert text_hashes.distinct_text_hashes(texts).tolist() == expected.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TEXT, unique=True, max_size=30))
+def test_compiled_distinct_text_hashes_are_pandas_hash_array(texts):
+    pytest.importorskip("numba")
+    expected = pd.util.hash_array(np.asarray(texts, dtype=object), categorize=False)
+    assert text_hashes.distinct_text_hashes(texts, "numba").tolist() == expected.tolist()
 
 
 @settings(max_examples=200, deadline=None)
