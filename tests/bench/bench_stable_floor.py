@@ -23,8 +23,9 @@ default 0.01), it times:
      anon.release_state) as incompressible bytea, in one row and in as many rows as the release's
      state has; the cheaper layout counts; the write timed from the client, its commit included;
    * ``classes``: the released classes read in one statement (a GROUP BY over the released view's
-     QI columns, each range's bounds and each set, and array_agg of the sensitive value), packed
-     into bytea and decoded in numpy / pyarrow;
+     QI columns, each range's bounds and each set, and array_agg of the sensitive value; and,
+     for a compact release, its storage's rows, one a class), packed into bytea and decoded in
+     numpy / pyarrow; the cheaper source counts, both are printed with what they found;
    * ``locate``: every person matched to the classes holding them (the QIs coded as ranks and
      codes, then ``core.containment.contained``, the compiled kernel, without the run's hints);
    * ``intersect``: each person's candidates as a bitmask: the OR of the masks of the classes
@@ -159,7 +160,7 @@ report({"read": best})
 #: sensitive values (joined, ended by 0x01) packed in class order; decoded in numpy / pyarrow
 CLASSES = """
 import numpy as np
-from plpy_anon.db import class_counts
+from plpy_anon.db import class_counts, release_rows
 from plpy_anon.db.republication import _texts_ending
 ranges, sets, sensitive = %(ranges)r, %(sets)r, %(sensitive)r
 grouped = (", ".join(ranges + sets) + ", pg_catalog.array_agg(" + sensitive + ") AS vals")
@@ -175,23 +176,35 @@ for a in sets + ["vals"]:
                  f"''::bytea ORDER BY c.no) AS size_{a}")
     parts.append(f"pg_catalog.convert_to(pg_catalog.string_agg(pg_catalog.array_to_string({a}, "
                  f"E'\\\\x01', E'\\\\x02'), E'\\\\x01' ORDER BY c.no), 'UTF8') AS joined_{a}")
-query = (f"WITH c AS MATERIALIZED (SELECT pg_catalog.row_number() OVER () AS no, g.* FROM "
-         f"(SELECT {grouped} FROM %(released)s GROUP BY {', '.join(ranges + sets)}) g) "
-         f"SELECT {', '.join(parts)} FROM c")
-best = float("inf")
-for _ in range(%(repeat)d):
-    t0 = time.perf_counter()
-    row = plpy.execute(query)[0]
-    classes = {"n": int(row["n"])}
-    for q in ranges:
-        classes[q] = (class_counts.int8_array(row["lo_" + q]), class_counts.int8_array(row["hi_" + q]))
-    for a in sets + ["vals"]:
-        sizes = class_counts.int8_array(row["size_" + a])
-        codes, texts = _texts_ending(row["joined_" + a], int(sizes.sum()), 0x01, 0x02)
-        classes[a] = (np.repeat(np.arange(sizes.size), sizes), codes, texts)
-    best = min(best, time.perf_counter() - t0)
+# the classes as analysts read them (the view grouped), and, for a compact release, its
+# storage's rows (one a class; no two of them merge here: checked by the count)
+sources = {"view": f"SELECT {grouped} FROM %(released)s GROUP BY {', '.join(ranges + sets)}"}
+release = release_rows.by_id(plpy, plpy.execute(
+    "SELECT release_id FROM anon.releases WHERE release_name = 'synth_stable'")[0]["release_id"])
+stored = class_counts.storage_for(plpy, release)
+if stored is not None:
+    sources["storage"] = (f"SELECT {', '.join(ranges + sets)}, {sensitive} AS vals "
+                          f"FROM {stored[1].relation} AS s WHERE {stored[1].rows} > 0")
+best, found = {}, {}
+for source, grouped_classes in sources.items():
+    query = (f"WITH c AS MATERIALIZED (SELECT pg_catalog.row_number() OVER () AS no, g.* FROM "
+             f"({grouped_classes}) g) SELECT {', '.join(parts)} FROM c")
+    best[source] = float("inf")
+    for _ in range(%(repeat)d):
+        t0 = time.perf_counter()
+        row = plpy.execute(query)[0]
+        classes = {"n": int(row["n"])}
+        for q in ranges:
+            classes[q] = (class_counts.int8_array(row["lo_" + q]),
+                          class_counts.int8_array(row["hi_" + q]))
+        for a in sets + ["vals"]:
+            sizes = class_counts.int8_array(row["size_" + a])
+            codes, texts = _texts_ending(row["joined_" + a], int(sizes.sum()), 0x01, 0x02)
+            classes[a] = (np.repeat(np.arange(sizes.size), sizes), codes, texts)
+        best[source] = min(best[source], time.perf_counter() - t0)
+    found[source] = (classes["n"], int(classes["vals"][0].size))
 GD["floor_classes"] = classes
-report({"classes": best, "count": classes["n"]})
+report({"best": best, "found": found})
 """
 
 #: every person matched to the classes holding them (ranks and codes, then the kernel), then
@@ -214,11 +227,18 @@ def axes():
     for q in sets:
         column = data.columns[q]
         owners, codes, texts = classes[q]
-        position = {t: i for i, t in enumerate(column.dictionary)}
-        recode = np.array([position.get(t, -1) for t in texts] + [-1], dtype=np.int64)
+        # codes by frequency (as the fit orders a categorical QI): a class's set is then a
+        # narrow interval of codes, which the kernel's tree cuts
         width = len(column.dictionary)
-        out.append(containment.set_axis(np.asarray(column.codes, dtype=np.int64), owners,
-                                        recode[codes], count, width))
+        people = np.asarray(column.codes, dtype=np.int64)
+        frequency = np.empty(width + 1, dtype=np.int64)
+        frequency[:-1][np.argsort(-np.bincount(people, minlength=width), kind="stable")] = \
+            np.arange(width)
+        frequency[-1] = -1
+        position = {t: i for i, t in enumerate(column.dictionary)}
+        recode = np.array([position.get(t, width) for t in texts] + [width], dtype=np.int64)
+        out.append(containment.set_axis(frequency[people], owners, frequency[recode[codes]],
+                                        count, width))
     return out
 
 
@@ -345,7 +365,9 @@ def primitives(conn, released: str) -> dict:
         out[step] = (min(took.values()), f"{size / 1e6:.1f} MB: " + ", ".join(
             f"{layout} {s:.3f} s" for layout, s in took.items()))
     classes = backend(conn, CLASSES % fmt)
-    out["classes"] = (classes["classes"], f"{classes['count']:,} classes from {released}")
+    out["classes"] = (min(classes["best"].values()), "; ".join(
+        f"{source}: {n:,} classes, {values:,} values, {classes['best'][source]:.2f} s"
+        for source, (n, values) in classes["found"].items()))
     located = backend(conn, LOCATE % fmt)
     out["locate"] = (located["locate"], (f"{located['pairs']:,} (person, class) pairs, "
                      f"{located['placed']:,} of {located['people']:,} people in a class"))
