@@ -18,7 +18,8 @@ default 0.01), it times:
    * ``hash``: the salted SHA-256 of every identifier's text, as the run hashes them
      (``core.person_hashes``: the compiled kernels, hashlib where numba is absent) and by
      PostgreSQL (``sha256(salt || convert_to(id::text, 'UTF8'))`` aggregated into one bytea,
-     less the same read of the ids alone); the cheaper one counts, both are printed, and both are checked to give the same digests;
+     less the same read of the ids alone); the cheaper one counts, both are printed, and both
+     are checked to give the same digests;
    * ``state write`` / ``state read``: the stable release's state (its bytes in
      anon.release_state) as incompressible bytea, in one row and in as many rows as the release's
      state has; the cheaper layout counts; the write timed from the client, its commit included;
