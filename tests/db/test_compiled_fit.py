@@ -1,6 +1,6 @@
 """Releases are fitted by the compiled Mondrian kernels loaded from the machine-code cache that
 ``make install`` warmed as the database's OS user: after a server restart, a new backend's
-releases compile nothing, the writer of their sensitive arrays included (numba's own dispatcher
+releases compile nothing, the writers of their sensitive arrays and ranges included (numba's own dispatcher
 statistics, read inside that backend). The table
 is as large as a table whose fit is worth loading the kernels for (mondrian_jit.COMPILED_FROM_ROWS;
 a smaller one fits on numpy: tests/db/test_cold_start.py)."""
@@ -54,5 +54,6 @@ def test_releases_after_a_restart_load_the_kernels_and_compile_nothing():
     assert stats is not None, "the releases did not run the compiled fit"
     assert stats["signatures"] >= 1
     assert "write_class_sets" in stats["used"], "the diagnosis arrays were joined in Python"
+    assert "write_range_literals" in stats["used"], "the age and birth ranges were joined in Python"
     assert stats["cache_hits"] >= 1 and stats["cache_misses"] == 0, stats
 
