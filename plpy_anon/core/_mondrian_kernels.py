@@ -92,6 +92,75 @@ def write_class_sets(tokens, bounds, first, last, table, offsets, separator, out
     return p
 
 
+#: what a range literal of :func:`write_range_literals` is: both bounds, open above, SQL NULL
+RANGE_CLOSED, RANGE_OPEN, RANGE_NULL = 0, 1, 2
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def write_range_literals(low, high, kinds, first, last, digits, table, offsets, separator,
+                         null, out):
+    """Range literals ``[lo,hi]`` (``kinds`` RANGE_CLOSED), ``[lo,)`` (RANGE_OPEN) or the NULL
+    marker ``null`` (RANGE_NULL) of classes ``first`` to ``last`` (exclusive), each after
+    ``separator``, as UTF-8 bytes into ``out`` (large enough); returns the bytes written. A
+    bound is ``low[c]`` / ``high[c]`` in decimal digits when ``digits`` is 1, else the entry
+    of that number in ``table`` (``table[offsets[t]:offsets[t + 1]]``)."""
+    p = 0
+    for c in range(first, last):
+        for b in range(separator.size):
+            out[p] = separator[b]
+            p += 1
+        if kinds[c] == RANGE_NULL:
+            for b in range(null.size):
+                out[p] = null[b]
+                p += 1
+            continue
+        out[p] = 91                                 # [
+        p += 1
+        p = _write_bound(low[c], digits, table, offsets, out, p)
+        out[p] = 44                                 # ,
+        p += 1
+        if kinds[c] == RANGE_OPEN:
+            out[p] = 41                             # )
+        else:
+            p = _write_bound(high[c], digits, table, offsets, out, p)
+            out[p] = 93                             # ]
+        p += 1
+    return p
+
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
+def _write_bound(value, digits, table, offsets, out, p):
+    """``value``'s decimal digits (``digits`` 1: as Python's ``str`` of an int64 writes them)
+    or its entry of ``table`` into ``out`` at ``p``; returns the position after them."""
+    if digits == 0:
+        for j in range(offsets[value], offsets[value + 1]):
+            out[p] = table[j]
+            p += 1
+        return p
+    if value < 0:
+        out[p] = 45                                 # -
+        p += 1
+    # the digits from the last, each from the remainder's magnitude: -(int64 min) overflows
+    n = 0
+    v = value
+    while True:
+        r = v % 10
+        if v < 0 and r != 0:                        # numba's % follows Python's sign rule
+            r = 10 - r
+        v = (v - r) // 10 if v >= 0 else -((-(v + r)) // 10)
+        n += 1
+        if v == 0:
+            break
+    v = value
+    for i in range(n - 1, -1, -1):
+        r = v % 10
+        if v < 0 and r != 0:
+            r = 10 - r
+        out[p + i] = 48 + r
+        v = (v - r) // 10 if v >= 0 else -((-(v + r)) // 10)
+    return p + n
+
+
 @njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _smaller(a, b):
     """``min(a, b)`` without numba's ``min``, which is implemented in Python (module doc)."""

@@ -357,7 +357,7 @@ def stats():
     if kern is None:
         return None
     entries = (kern.count_codes, kern.place_codes, kern.run, kern.number_by_first_row,
-               kern.write_class_sets)
+               kern.write_class_sets, kern.write_range_literals)
     return {"signatures": sum(len(f.signatures) for f in entries),
             "used": sorted(f.__name__ for f in entries if f.signatures),
             "cache_hits": sum(sum(f.stats.cache_hits.values()) for f in entries),

@@ -32,6 +32,12 @@ def warm():
                               np.array([97, 98], dtype=np.uint8),
                               np.array([0, 2], dtype=np.int64),
                               np.array([31], dtype=np.uint8), out)
+        out = np.empty(64, dtype=np.uint8)          # and their ranges
+        kern.write_range_literals(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+                                  np.zeros(1, dtype=np.int64), 0, 1, 1,
+                                  np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64),
+                                  np.array([31], dtype=np.uint8), np.array([30], dtype=np.uint8),
+                                  out)
     person_hashes.warm_kernels()      # the stable mode's people
     return mondrian_jit.stats()
 

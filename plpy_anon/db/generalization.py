@@ -536,9 +536,9 @@ def pack_literals(literals: list[str | None], any_character: bool = True) -> tup
     marker). Both are characters no literal holds; the leading separator keeps the text from
     being empty (string_to_table makes no row of an empty text, one literal '' included).
     ``any_character`` False (a server encoding other than UTF-8): ASCII ones only, which every
-    server encoding spells. ``literals`` may also be a writer of them (stored_classes.ClassSets:
-    ``held``, a text holding every character they may hold, and ``write(separator)``, their
-    packed bytes), which has no NULL literal."""
+    server encoding spells. ``literals`` may also be a writer of them (class_sets.ClassSets,
+    ClassRanges: ``held``, a text holding every character they may hold, and
+    ``write(separator, null)``, their packed bytes)."""
     write = getattr(literals, "write", None)
     if write is None:
         literals = literals if isinstance(literals, list) else list(literals)
@@ -556,7 +556,7 @@ def pack_literals(literals: list[str | None], any_character: bool = True) -> tup
                               hint="Release the column through a hierarchy, or leave it out.")
     separator, null = free
     if write is not None:
-        return write(separator), separator + null
+        return write(separator, null), separator + null
     if None in literals:
         literals = [null if v is None else v for v in literals]
     return (separator + separator.join(literals)).encode(), separator + null

@@ -33,6 +33,7 @@ import re
 import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
+from plpy_anon.db import class_sets
 from plpy_anon.db.class_sets import ClassSets, EntryTable
 from plpy_anon.db.generalization import array_element, element_type
 from plpy_anon.db.release_rows import storage_of
@@ -199,6 +200,38 @@ def range_literals(plpy, type_name: str, low, high, only_null) -> list[str | Non
         unbounded = (np.asarray(high, dtype=np.float64) == maximum).tolist()
     return [None if null else (f"[{a},)" if top else f"[{a},{b}]")
             for a, b, top, null in zip(lo, hi, unbounded, np.asarray(only_null).tolist())]
+
+
+#: ranged QI types whose range literals the compiled kernel writes (class_sets.ClassRanges):
+#: integers in digits, dates and timestamps from their bounds' distinct texts
+WRITTEN_RANGE_TYPES = ("int2", "int4", "int8", "date", "timestamp", "timestamptz")
+
+
+def class_ranges(plpy, type_name: str, low, high, only_null, n_rows: int):
+    """:func:`range_literals`, written a slice at a time by the compiled kernel where the fit
+    runs on it (a function of the slice's first and last class returning a
+    class_sets.ClassRanges, the same texts), else the list :func:`range_literals` makes."""
+    kernel = class_sets.range_writer(n_rows) if type_name in WRITTEN_RANGE_TYPES else None
+    if kernel is None:
+        return range_literals(plpy, type_name, low, high, only_null)
+    maximum = DISCRETE_MAXIMUM.get(type_name)
+    if type_name in ("int2", "int4", "int8"):
+        low, high = np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
+        top = high == maximum if maximum is not None else np.zeros(low.shape, dtype=bool)
+        texts = None
+    else:
+        # a date's days (float64, for +-infinity) or a timestamp's microseconds, spelled once
+        # per distinct bound
+        top = np.asarray(high, dtype=np.float64) == maximum if maximum is not None \
+            else np.zeros(np.shape(low), dtype=bool)
+        distinct, tokens = np.unique(np.concatenate([low, high]), return_inverse=True)
+        texts = number_texts(plpy, distinct, type_name)
+        tokens = tokens.ravel()
+        low, high = tokens[:len(top)], tokens[len(top):]
+    kinds = np.where(np.asarray(only_null, dtype=bool), class_sets.RANGE_NULL,
+                     np.where(top, class_sets.RANGE_OPEN, class_sets.RANGE_CLOSED))
+    bounds = class_sets.RangeBounds(kernel, low, high, kinds, texts)
+    return lambda first, last: class_sets.ClassRanges(bounds, first, last)
 
 
 # each distinct text's position in numeric order (ties: first read first, which decides the

@@ -1,6 +1,6 @@
 """Releases are fitted by the compiled Mondrian kernels loaded from the machine-code cache that
 ``make install`` warmed as the database's OS user: after a server restart, a new backend's
-releases compile nothing, the writer of their sensitive arrays included (numba's own dispatcher
+releases compile nothing, the writers of their sensitive arrays and ranges included (numba's own dispatcher
 statistics, read inside that backend). The table
 is as large as a table whose fit is worth loading the kernels for (mondrian_jit.COMPILED_FROM_ROWS;
 a smaller one fits on numpy: tests/db/test_cold_start.py)."""
@@ -47,6 +47,10 @@ def test_releases_after_a_restart_load_the_kernels_and_compile_nothing():
                                   "=> %s, sensitive => ARRAY['diagnosis'], release_name => "
                                   "'people_arrays')", (QIS,)).fetchone()[0]
             stats = json.loads(conn.execute("SELECT public.kernel_stats()").fetchone()[0])
+            loaded = [conn.execute("SELECT metrics -> 'timing' -> 'phases' ->> 'load_kernels' FROM "
+                                   "anon.releases WHERE format('%%I.%%I', release_schema, "
+                                   "release_name) = %s", (release,)).fetchone()[0]
+                      for release in (plain, diverse)]
             assert min(class_sizes(conn, plain, QIS)) >= 10
             assert min(class_sizes(conn, diverse, QIS)) >= 10
             assert min(distinct_sensitive_per_class(conn, diverse, QIS, "diagnosis")) >= 3
@@ -54,5 +58,9 @@ def test_releases_after_a_restart_load_the_kernels_and_compile_nothing():
     assert stats is not None, "the releases did not run the compiled fit"
     assert stats["signatures"] >= 1
     assert "write_class_sets" in stats["used"], "the diagnosis arrays were joined in Python"
+    assert "write_range_literals" in stats["used"], "the age and birth ranges were joined in Python"
     assert stats["cache_hits"] >= 1 and stats["cache_misses"] == 0, stats
+    # the backend's first compiled fit loads the kernels, in a phase of its own; the next one
+    # finds them loaded
+    assert loaded[0] is not None and float(loaded[0]) > float(loaded[1] or 0), loaded
 

@@ -119,3 +119,41 @@ def test_compiled_array_literals_pack_as_the_joined_ones(entries, sizes, data):
     assert not any(separator in literal for literal in joined)
     # a release made before packing gets them as jsonb (mondrian_family.partition_slices)
     assert json.loads(json.dumps(written, default=list)) == joined
+
+
+INT64 = np.iinfo(np.int64)
+RANGE_TYPES = {"int2": st.integers(-(2**15), 2**15 - 1), "int4": st.integers(-(2**31), 2**31 - 1),
+               "int8": st.integers(INT64.min, INT64.max),
+               "date": DAYS, "timestamp": MICROS,
+               "timestamptz": MICROS}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(sorted(RANGE_TYPES)), st.data())
+def test_compiled_range_literals_pack_as_the_joined_ones(type_name, data):
+    """A slice's range literals written by the compiled writer are, byte for byte, the packed
+    join of range_literals' texts: closed, open at the type's maximum, NULL for a class of
+    NULLs only; integers at their limits, dates and timestamps at +-infinity."""
+    if mondrian_jit.kernels() is None:
+        pytest.skip("numba cannot be imported")
+    values = RANGE_TYPES[type_name]
+    maximum = stored_classes.DISCRETE_MAXIMUM.get(type_name)
+    if maximum is not None:          # the maximum itself, where a class is released open above
+        values = st.one_of(values, st.just(float(maximum) if type_name == "date" else maximum))
+    pairs = data.draw(st.lists(st.tuples(values, values, st.booleans()), min_size=1, max_size=30))
+    low = [min(a, b) for a, b, _ in pairs]
+    high = [max(a, b) for a, b, _ in pairs]
+    dtype = np.float64 if type_name == "date" else np.int64
+    low, high = np.array(low, dtype=dtype), np.array(high, dtype=dtype)
+    only_null = np.array([null for _, _, null in pairs])
+    joined = stored_classes.range_literals(None, type_name, low, high, only_null)
+    ranges = stored_classes.class_ranges(None, type_name, low, high, only_null,
+                                         mondrian_jit.COMPILED_FROM_ROWS)
+    assert callable(ranges), "not written by the compiled kernel"
+    first = data.draw(st.integers(0, len(pairs) - 1))
+    last = data.draw(st.integers(first + 1, len(pairs)))
+    written = ranges(first, last)
+    assert list(written) == joined[first:last]
+    assert pack_literals(written) == pack_literals(joined[first:last])
+    # a release made before packing gets them as jsonb (mondrian_family.partition_slices)
+    assert json.loads(json.dumps(written, default=list)) == joined[first:last]

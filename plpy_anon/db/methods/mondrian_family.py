@@ -349,7 +349,8 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
             low, high, only_null = stored_classes.class_extremes(enc.codes, null, index)
             values = rows.read.values_by_code[col.name]
             low, high = values[low], values[high]
-        out[f"q{i}"] = stored_classes.range_literals(plpy, col.type_name, low, high, only_null)
+        out[f"q{i}"] = stored_classes.class_ranges(plpy, col.type_name, low, high, only_null,
+                                                    rows.data.n_rows)
     for j, text in enumerate(rows.read.sensitive):
         elements = class_sets.entry_table(stored_classes.array_elements(text.dictionary),
                                           rows.data.n_rows)
