@@ -1,0 +1,78 @@
+"""Adversarial: a plain Mondrian fit of a million rows runs on two threads (mondrian_jit's helper
+thread). Canceling its replacement mid-build (pg_cancel_backend while the fit runs, and
+statement_timeout) must leave the previous release exactly as it was (same rows, same catalog
+row, no other relation in the release schema), and the same backend must then build the same
+release again, to the same rows."""
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+import pytest
+
+from tests.helpers import release_schema_of
+
+ROWS = 1_000_000
+
+
+def build(schema: str) -> str:
+    return (f"SELECT anon.mondrian_view('big', k => 5, quasi_identifiers => '{{a,b,c}}', "
+            f"sensitive => '{{s}}', release_name => 'big_rel', replace => true, "
+            f"release_schema => '{release_schema_of(schema)}')")
+
+
+def snapshot(db, schema: str) -> tuple:
+    rel_schema = release_schema_of(schema)
+    digest = db.execute(f'SELECT count(*), md5(string_agg(r::text, \';\' ORDER BY r::text)) '
+                        f'FROM "{rel_schema}".big_rel r').fetchone()
+    relations = db.execute("SELECT array_agg(relname::text ORDER BY relname) FROM pg_class "
+                           "WHERE relnamespace = %s::regnamespace", (rel_schema,)).fetchone()[0]
+    catalog = db.execute("SELECT count(*), max(created_at)::text FROM anon.releases "
+                         "WHERE release_schema = %s", (rel_schema,)).fetchone()
+    return digest, relations, catalog
+
+
+@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+def test_a_canceled_shared_fit_leaves_the_previous_release_and_the_backend_whole(
+        db, schema, connect, stop):
+    db.execute(f"""CREATE TABLE big AS
+        SELECT g AS id, (g * 7919) % 100003 AS a, (g * 104729) % 50021 AS b, (g * 31) % 997 AS c,
+               g % 7 AS s
+        FROM generate_series(1::int8, {ROWS}) g""")
+    conn = connect()
+    conn.execute(f'SET search_path = "{schema}", public')
+    seen: list[str] = []
+    conn.add_notice_handler(lambda d: seen.append(d.message_primary or ""))
+    conn.execute("SET plpy_anon.progress = on")
+    conn.execute(build(schema))
+    before = snapshot(db, schema)
+    assert before[0][0] == ROWS
+    seen.clear()
+    outcome: dict = {}
+
+    def run():
+        try:
+            conn.execute(build(schema))
+        except psycopg.Error as error:
+            outcome["error"] = error
+
+    if stop == "timeout":
+        conn.execute("SET statement_timeout = '1s'")
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    if stop == "cancel":
+        deadline = time.monotonic() + 60
+        while not any("read the source" in s for s in seen) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)                                  # inside the fit
+        assert db.execute("SELECT pg_cancel_backend(%s)", (conn.info.backend_pid,)).fetchone()[0]
+    worker.join(120)
+    assert not worker.is_alive()
+    assert outcome.get("error") is not None, f"the build was not stopped: {seen}"
+    assert outcome["error"].sqlstate == "57014", outcome["error"]
+    assert snapshot(db, schema) == before
+    conn.execute("RESET statement_timeout")
+    conn.execute(build(schema))
+    assert snapshot(db, schema)[0] == before[0]
+    conn.close()
