@@ -2,9 +2,11 @@
 thread). Canceling its replacement mid-build (pg_cancel_backend while the fit runs, and
 statement_timeout) must leave the previous release exactly as it was (same rows, same catalog
 row, no other relation in the release schema), and the same backend must then build the same
-release again, to the same rows."""
+release again, to the same rows. The same for a statement_timeout inside an out-of-core build
+of that table (a budget of 4MB)."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -33,9 +35,11 @@ def snapshot(db, schema: str) -> tuple:
     return digest, relations, catalog
 
 
-@pytest.mark.parametrize("stop", ["cancel", "timeout"])
+@pytest.mark.parametrize("stop, budget", [
+    ("cancel", None), ("timeout", None),
+    pytest.param("timeout", "4MB", marks=pytest.mark.slow)])           # two 1M builds: ~40 s)
 def test_a_canceled_shared_fit_leaves_the_previous_release_and_the_backend_whole(
-        db, schema, connect, stop):
+        db, schema, connect, stop, budget):
     db.execute(f"""CREATE TABLE big AS
         SELECT g AS id, (g * 7919) % 100003 AS a, (g * 104729) % 50021 AS b, (g * 31) % 997 AS c,
                g % 7 AS s
@@ -45,8 +49,15 @@ def test_a_canceled_shared_fit_leaves_the_previous_release_and_the_backend_whole
     seen: list[str] = []
     conn.add_notice_handler(lambda d: seen.append(d.message_primary or ""))
     conn.execute("SET plpy_anon.progress = on")
+    if budget:                                  # out of core: regions read and fitted in turn
+        conn.execute(f"SET plpy_anon.build_memory = '{budget}'")
     conn.execute(build(schema))
     before = snapshot(db, schema)
+    if budget:
+        metrics = db.execute("SELECT metrics FROM anon.releases WHERE release_schema = %s",
+                             (release_schema_of(schema),)).fetchone()[0]
+        metrics = metrics if isinstance(metrics, dict) else json.loads(metrics)
+        assert metrics["out_of_core"]["regions"] > 1
     assert before[0][0] == ROWS
     seen.clear()
     outcome: dict = {}
