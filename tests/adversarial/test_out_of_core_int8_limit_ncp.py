@@ -3,9 +3,10 @@
 memory. Both releases keep every row in its class's ranges and k, but the out-of-core one's NCP
 (computed here from the released ranges: each row's width over its QI's span, averaged) is ~7
 times the in-memory one's (0.0211 against 0.0031 on the second QI at 9,000 rows), while with
-1,000,000 in place of the limit both are equal, and so are they with -2^63 (the out-of-core
-release's int8 QI is the narrower one: its top levels seem to cut that QI where the in-memory fit
-cuts the other). Property: not worse than the in-memory NCP by more than 2 %."""
+1,000,000 in place of the limit both are equal, and so are they with -2^63, 2^62 or 2^63-1024
+(the out-of-core release's int8 QI is the narrower one: its top levels seem to cut that QI where
+the in-memory fit cuts the other, when a value's float64 rounds up to 2^63, out of int8's range:
+2^63-2 does it too). Property: not worse than the in-memory NCP by more than 2 %."""
 from __future__ import annotations
 
 import json
