@@ -45,6 +45,13 @@ WHERE NOT (coalesce(t.i2 IS NULL OR r.i2 @> t.i2::int4, false)
 
 def test_compiled_range_literals_of_extreme_integers_dates_and_times_are_truthful(db, schema):
     db.execute("SET TimeZone = 'America/St_Johns'")
+    try:
+        released_truthfully(db, schema)
+    finally:
+        db.execute("RESET TimeZone")
+
+
+def released_truthfully(db, schema):
     db.execute("CREATE TABLE extremes (id int, i2 int2, i4 int4, i8 int8, dt date, ts timestamp, "
                "tz timestamptz, s text)")
     db.execute(LOAD)
