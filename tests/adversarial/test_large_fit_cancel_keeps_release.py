@@ -1,9 +1,8 @@
-"""Adversarial: a plain Mondrian fit of a million rows runs on two threads (mondrian_jit's helper
-thread). Canceling its replacement mid-build (pg_cancel_backend while the fit runs, and
-statement_timeout) must leave the previous release exactly as it was (same rows, same catalog
-row, no other relation in the release schema), and the same backend must then build the same
-release again, to the same rows. The same for a statement_timeout inside an out-of-core build
-of that table (a budget of 4MB)."""
+"""Adversarial: a plain Mondrian release of a million rows. Canceling its replacement mid-build
+(pg_cancel_backend while the fit runs, and statement_timeout) must leave the previous release
+exactly as it was (same rows, same catalog row, no other relation in the release schema), and
+the same backend must then build the same release again, to the same rows. The same for a
+statement_timeout inside an out-of-core build of that table (a budget of 4MB)."""
 from __future__ import annotations
 
 import json
@@ -38,7 +37,7 @@ def snapshot(db, schema: str) -> tuple:
 @pytest.mark.parametrize("stop, budget", [
     ("cancel", None), ("timeout", None),
     pytest.param("timeout", "4MB", marks=pytest.mark.slow)])           # two 1M builds: ~40 s)
-def test_a_canceled_shared_fit_leaves_the_previous_release_and_the_backend_whole(
+def test_a_canceled_large_fit_leaves_the_previous_release_and_the_backend_whole(
         db, schema, connect, stop, budget):
     db.execute(f"""CREATE TABLE big AS
         SELECT g AS id, (g * 7919) % 100003 AS a, (g * 104729) % 50021 AS b, (g * 31) % 997 AS c,
