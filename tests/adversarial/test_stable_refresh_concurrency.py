@@ -35,9 +35,9 @@ def make_table(db, n: int) -> None:
                "FROM generate_series(1, %s::int) g", (n,))
 
 
-def stable(db, schema: str) -> str:
+def stable(db, schema: str, **layout) -> str:
     return create_release(db, "mondrian_view", schema, "pt", k=5, l=2, quasi_identifiers=list(QIS),
-                          sensitive=["dx"], identifiers=["id"], refresh_mode="stable")
+                          sensitive=["dx"], identifiers=["id"], refresh_mode="stable", **layout)
 
 
 def churn(db, step: int, n: int) -> None:
@@ -108,11 +108,12 @@ def reader(db, connect):
     db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
 
 
+@pytest.mark.parametrize("layout", ["compact", "flat"])
 @pytest.mark.parametrize("isolation", ["REPEATABLE READ", "SERIALIZABLE"])
 def test_an_analyst_reading_during_refreshes_sees_only_whole_published_versions(db, schema, connect,
-                                                                                reader, isolation):
+                                                                                reader, isolation, layout):
     make_table(db, 4000)
-    release = stable(db, schema)
+    release = stable(db, schema, layout=layout)
     published = [released(db, release)]
     kept: list = []
     keep(db, release, kept)
