@@ -177,16 +177,22 @@ def test_a_refresh_at_repeatable_read_older_than_another_refresh_publishes_nothi
     assert pins(kept) == ({}, {})
 
 
-def test_two_custodians_refreshing_at_once_publish_checked_versions_in_turn(db, schema, connect):
+def test_two_custodians_refreshing_at_once_publish_checked_versions_in_turn(db, schema, as_dba):
+    """Two sessions of the release's owner (a superuser, or a custodian that is not one), one at
+    READ COMMITTED and one at REPEATABLE READ, refresh it at once."""
     make_table(db, 3000)
-    release = stable(db, schema)
+    if as_dba.custodian:
+        db.execute(sql.SQL("GRANT UPDATE ON pt TO {}").format(sql.Identifier(as_dba.role)))
+    with as_dba() as owner:
+        owner.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+        release = stable(owner, schema)
     kept: list = []
     keep(db, release, kept)
     churn(db, 0, 3000)
     outcomes = []
 
     def refresh(isolation):
-        with connect() as conn:
+        with as_dba() as conn:
             conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
             try:
                 with conn.transaction():
