@@ -179,7 +179,8 @@ def pinned_by_intersection(kept: list[dict]) -> dict:
     for version in kept:
         for p, classes in version["people"].items():
             values = {v for n in classes for v in version["classes"][n]}
-            candidates[p] = candidates.get(p, values) & values
+            if values:          # a version where no class holds them tells the analyst nothing
+                candidates[p] = candidates.get(p, values) & values
     return {p: min(v) for p, v in candidates.items() if len(v) == 1}
 
 

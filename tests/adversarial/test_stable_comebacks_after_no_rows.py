@@ -1,10 +1,8 @@
 """Adversarial: the analyst who keeps every version intersects, for each person, the values of
 the classes that could hold them, over the versions where some class could; a version where no
 class holds a person (a version of no rows, or QIs outside every released box) tells him nothing
-of them and he skips it. tests.helpers.pinned_by_intersection intersects with the empty set
-there instead, which hides every later narrowing of that person: the sweeps that count pins by
-intersection with it see nobody in the table at a version of no rows again. Here the analyst
-skips such versions, over sequences of test_stable_comebacks_wide_ranges.py's kind (people back
+of them and he skips it (as tests.helpers.pinned_by_intersection does, which the sweeps count
+pins with). Here the analyst skips such versions, over sequences of test_stable_comebacks_wide_ranges.py's kind (people back
 with another value) that publish many versions of no rows, and counts everyone left with fewer
 than l candidates (true value or not)."""
 from __future__ import annotations
@@ -27,9 +25,6 @@ def candidates(kept: list[dict]) -> dict:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="tests.helpers.pinned_by_intersection intersects a version "
-                   "where no class holds a person (a version of no rows) as the empty set, so it "
-                   "misses every pin after one")
 def test_the_helpers_intersection_pins_a_person_narrowed_after_a_version_of_no_rows():
     kept = [{"people": {"p": [1]}, "classes": {1: ["flu", "hiv"]}},
             {"people": {"p": []}, "classes": {}},
