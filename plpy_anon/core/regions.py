@@ -64,11 +64,12 @@ class Region:
 @dataclass
 class QIStats:
     """A region's figures on one QI: non-NULL rows, and its spread's inputs (numeric: lowest
-    and highest value read as a number; categorical: distinct values, NULL counted)."""
+    and highest value read as a number, an int of an integer type (exact near +-2^63, where
+    float rounds); categorical: distinct values, NULL counted)."""
 
     non_null: int
-    low: float | None = None
-    high: float | None = None
+    low: float | int | None = None
+    high: float | int | None = None
     distinct: int | None = None
     #: categorical, the table's: its values' texts (None: NULL) in the in-memory fit's code
     #: order (:func:`frequency_order`), or None when not read
@@ -86,10 +87,10 @@ def spread(stats: QIStats, whole: QIStats, numeric: bool) -> float:
             return 1.0
         if stats.low is None or stats.high is None or not stats.high > stats.low:
             return 0.0
-        width = (whole.high - whole.low) if whole.low is not None else 0.0
+        width = float(whole.high - whole.low) if whole.low is not None else 0.0
         if not math.isfinite(width) or width <= 0:
             return 1.0                 # infinite values: ranked first, the counts decide
-        return min(1.0, (stats.high - stats.low) / width)
+        return min(1.0, float(stats.high - stats.low) / width)
     if not stats.distinct or stats.distinct <= 1 or not whole.distinct or whole.distinct <= 1:
         return 0.0
     return (stats.distinct - 1) / (whole.distinct - 1)
@@ -287,8 +288,7 @@ def widened(enc, whole: QIStats | None):
         if (labels.size == 0 or whole.low is None or not math.isfinite(whole.low)
                 or not math.isfinite(whole.high) or labels.dtype.kind not in "if"):
             return enc, 0
-        low = np.asarray(whole.low).astype(labels.dtype)
-        high = np.asarray(whole.high).astype(labels.dtype)
+        low, high = as_label(whole.low, labels.dtype), as_label(whole.high, labels.dtype)
         shift = int(low < labels[0])
         parts = ([low.reshape(1)] if shift else []) + [labels] + \
             ([high.reshape(1)] if high > labels[-1] else [])
@@ -312,6 +312,17 @@ def widened(enc, whole: QIStats | None):
     extra = np.array([PHANTOM + str(i) for i in range(whole.distinct - len(enc.labels))], dtype=object)
     return EncodedColumn(enc.name, enc.kind, enc.codes, np.concatenate([enc.labels, extra]),
                          enc.null_code), 0
+
+
+def as_label(value, dtype: np.dtype) -> np.ndarray:
+    """``value`` (a table's extreme) as a 0-d array of a numeric QI's label ``dtype``: an
+    integer exactly, a float beyond an integer type's range (2^63 - 1 read as float rounds up to
+    2^63, whose cast wraps to -2^63) as the type's limit, which the column's values cannot pass."""
+    if dtype.kind == "i":
+        info = np.iinfo(dtype)
+        bounded = min(max(value, info.min), info.max)
+        return np.asarray(int(bounded), dtype=dtype)
+    return np.asarray(value).astype(dtype)
 
 
 def frequency_order(counts) -> list:
@@ -413,7 +424,7 @@ def _prefix_spreads(col: SampleColumn, whole: QIStats, ranks: np.ndarray) -> tup
         right = np.cumsum(last[::-1])[::-1][1:]
         scale = whole.distinct - 1
         return np.maximum(left - 1, 0) / scale, np.maximum(right - 1, 0) / scale
-    width = (whole.high - whole.low) if whole.low is not None else 0.0
+    width = float(whole.high - whole.low) if whole.low is not None else 0.0
     shift = 2 if col.has_null else 1
     present = ranks >= shift
     if not math.isfinite(width) or width <= 0:

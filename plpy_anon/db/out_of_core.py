@@ -322,6 +322,14 @@ def catalog_ident(plpy, name: str) -> str:
     return plpy.quote_ident(name)
 
 
+def extreme_expression(plpy, col) -> str:
+    """SQL of a numeric QI's value for its extremes (core.QIStats low, high): an integer type's
+    as its int8 read (exact: float8 rounds 2^63 - 1 up to 2^63, out of int8's range, which the
+    regions' encodings are widened to), another's as float8."""
+    expr = read_expression(plpy, col)
+    return expr if catalog.NUMERIC_TYPES[col.type_name][2] == "int" else f"({expr})::float8"
+
+
 def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
     """(rows, [QIStats or None per QI]) of each active region: one pass for the counts and
     extremes, one for the categorical QIs' distinct values (hashed grouping sets: a sort per
@@ -335,8 +343,8 @@ def level_stats(src: Source, active: list) -> list[tuple[int, list]]:
         c = src.names[a]
         selects.append(f"count({c}) AS nn{a}")
         if src.numeric[a]:
-            expr = read_expression(src.plpy, col)
-            selects.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
+            expr = extreme_expression(src.plpy, col)
+            selects.append(f"min({expr}) AS lo{a}, max({expr}) AS hi{a}")
         elif len(src.members) > 1:
             # members' aggregates are pushed down whole; grouping sets are not (their rows
             # would come here)
@@ -814,8 +822,8 @@ def counted_leaves(src: Source, root, with_l: bool, categorical: dict):
         inner.append(f"count({src.names[a]}) AS nn{a}")
         outer.append(f"sum(nn{a}) AS nn{a}")
         if src.numeric[a]:
-            expr = read_expression(src.plpy, src.qis[a])
-            inner.append(f"min(({expr})::float8) AS lo{a}, max(({expr})::float8) AS hi{a}")
+            expr = extreme_expression(src.plpy, src.qis[a])
+            inner.append(f"min({expr}) AS lo{a}, max({expr}) AS hi{a}")
             outer.append(f"min(lo{a}) AS lo{a}, max(hi{a}) AS hi{a}")
     if sens:
         inner.append(f"{sens[0]} AS s")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from plpy_anon.core import regions
@@ -82,6 +82,36 @@ def test_widened_numeric_column_keeps_every_value_and_measures_against_the_table
         assert SpreadMeasure(wide)._width == high - low
         assert shift == int(low < enc.labels[0])
     assert (wide.codes[~present] == enc.codes[~present]).all()
+
+
+INT8_MIN, INT8_MAX = -2**63, 2**63 - 1
+#: int8 values at and near its limits (where float64 rounds by up to 1024) and small ones
+NEAR_INT8_LIMITS = st.one_of(st.integers(INT8_MIN, INT8_MIN + 4096), st.integers(INT8_MAX - 4096, INT8_MAX),
+                             st.integers(-100, 100))
+
+
+@given(values=st.lists(NEAR_INT8_LIMITS, min_size=1, max_size=40),
+       low_at=st.one_of(st.none(), NEAR_INT8_LIMITS, st.integers(INT8_MIN, INT8_MAX)),
+       high_at=st.one_of(st.none(), NEAR_INT8_LIMITS, st.integers(INT8_MIN, INT8_MAX)),
+       exact=st.booleans())
+@example(values=[0, 96], low_at=None, high_at=INT8_MAX, exact=False)
+def test_widened_int8_column_reaches_the_tables_extremes_near_the_types_limits(values, low_at, high_at,
+                                                                               exact):
+    """A region's int8 QI widened to the table's extremes near +-2^63 keeps its values and spans
+    the table: exactly from the extremes as ints, within float64's rounding from them as floats
+    (2^63 - 1 rounds to 2^63, beyond int8, and stands for the type's maximum)."""
+    low = min(values) if low_at is None else min(low_at, min(values))
+    high = max(values) if high_at is None else max(high_at, max(values))
+    enc = encode_numeric("x", np.array(values, dtype=np.int64))
+    whole = regions.QIStats(len(values), low, high) if exact else \
+        regions.QIStats(len(values), float(low), float(high))
+    wide, shift = regions.widened(enc, whole)
+    labels = [int(v) for v in wide.labels.tolist()]
+    assert labels == sorted(set(labels))
+    assert [labels[c] for c in wide.codes.tolist()] == values
+    tolerance = 0 if exact else 1024
+    assert abs(labels[0] - low) <= tolerance and abs(labels[-1] - high) <= tolerance
+    assert shift == int(labels[0] < min(values))
 
 
 def test_widened_categorical_column_counts_the_tables_values():
