@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 
 import psycopg
-import pytest
 
 from tests.helpers import release_schema_of
 
@@ -19,9 +18,6 @@ TIMEOUT_S = 3
 MARGIN_S = 2
 
 
-@pytest.mark.xfail(strict=True, reason="the risk report's EMD matrix is classes x distinct "
-                   "values and its loop never checks for interrupts: the statement runs on "
-                   "well past statement_timeout")
 def test_a_release_of_a_distinct_sensitive_value_per_row_ends_within_its_statement_timeout(
         db, schema):
     db.execute(f"""CREATE TABLE salaries AS

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plpy_anon.core import risk
+from plpy_anon.core import interrupts, risk
 from plpy_anon.core.errors import InvalidParameter
 
 frames = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 4)),
@@ -135,3 +135,82 @@ def test_a_class_whose_sensitive_values_are_all_null_holds_no_value():
     assert figures["distinct_l"] == 0 and figures["recursive_cl_l"] == 0
     assert risk.sensitive_figures([0, 0, 1, 1], [0, 1, 0, 1], [3, 2, 4, 1],
                                   ordered=False)["distinct_l"] == 2
+
+
+def dense_figures(cid, vid, cnt, n_classes, ordered, c):
+    """The figures from the whole class x value matrix, row by row (the oracle of the pairs'
+    computation): a class without a pair is a row of zeros, no mass."""
+    m = int(vid.max()) + 1
+    table = np.zeros((n_classes, m))
+    np.add.at(table, (cid, vid), cnt)
+    q = table.sum(axis=0) / table.sum()
+    total = table.sum(axis=1, keepdims=True)
+    p = np.divide(table, total, out=np.zeros_like(table), where=total > 0)
+    d = p - q
+    if ordered:
+        emd = np.abs(np.cumsum(d, axis=1)).sum(axis=1) / (m - 1) if m > 1 else np.zeros(n_classes)
+    else:
+        emd = 0.5 * np.abs(d).sum(axis=1)
+    logs = np.log(p, out=np.zeros_like(p), where=p > 0)
+    recursive = []
+    for row in table:
+        r = sorted(row[row > 0], reverse=True)
+        recursive.append(max([l for l in range(1, len(r) + 1) if r[0] < c * sum(r[l - 1:])],
+                             default=0))
+    return {"distinct_l": int((table > 0).sum(axis=1).min()),
+            "entropy_l": math.exp((-(p * logs).sum(axis=1)).min()),
+            "recursive_cl_l": min(recursive), "t_closeness": float(emd.max())}
+
+
+@st.composite
+def class_value_tables(draw):
+    """(class ids, value ids, counts, classes): up to 12 classes, some without a pair (their
+    values NULL), each with any subset of up to 40 values, in class order or not."""
+    n_values = draw(st.integers(1, 40))
+    n_classes = draw(st.integers(1, 12))
+    rows = []
+    for k in range(n_classes):
+        values = draw(st.sets(st.integers(0, n_values - 1), max_size=n_values))
+        rows += [(k, v, draw(st.integers(1, 9))) for v in sorted(values)]
+    if not rows:
+        rows = [(draw(st.integers(0, n_classes - 1)), draw(st.integers(0, n_values - 1)), 1)]
+    rows = draw(st.permutations(rows))
+    cid, vid, cnt = (np.array(column, dtype=np.int64) for column in zip(*rows))
+    return cid, vid, cnt, n_classes
+
+
+@settings(max_examples=300, deadline=None)
+@given(class_value_tables(), st.booleans(), st.sampled_from([0.5, 1.0, 3.0]),
+       st.sampled_from([1, 2, 7, 1 << 20]))
+def test_figures_from_the_pairs_equal_those_of_the_dense_class_value_matrix(
+        table, ordered, c, chunk):
+    """Ordered or not, values present in few classes, classes without a pair, pairs in any order
+    and ranges of any number of pairs: the figures equal those of the whole matrix."""
+    cid, vid, cnt, n_classes = table
+    got = risk.sensitive_figures(cid, vid, cnt, ordered=ordered, c=c, chunk_cells=chunk,
+                                 n_classes=n_classes)
+    want = dense_figures(cid, vid, cnt, n_classes, ordered, c)
+    assert got["distinct_l"] == want["distinct_l"]
+    assert got["recursive_cl_l"] == want["recursive_cl_l"]
+    assert got["entropy_l"] == pytest.approx(want["entropy_l"], rel=1e-9, abs=1e-9)
+    assert got["t_closeness"] == pytest.approx(want["t_closeness"], rel=0, abs=1e-9)
+
+
+def test_a_cancel_pending_stops_the_figures_between_ranges_of_classes():
+    """A release with one distinct value per row: a cancel raised by the installed check stops
+    the figures before they go through all their ranges."""
+    class Canceled(Exception):
+        pass
+
+    calls = []
+
+    def cancel_on_the_third_check():
+        calls.append(1)
+        if len(calls) == 3:
+            raise Canceled
+
+    rows = 10_000
+    with interrupts.checking(cancel_on_the_third_check), pytest.raises(Canceled):
+        risk.sensitive_figures(np.arange(rows) // 5, np.arange(rows), np.ones(rows, dtype=np.int64),
+                               ordered=True, chunk_cells=100)
+    assert len(calls) == 3
