@@ -32,6 +32,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.core.risk import (
+    RANGE_PAIRS,
+    SensitiveRanges,
+    class_entropy,
+    class_ranges,
+    recursive_classes,
+)
+
 L_DIVERSITY = ("distinct", "entropy", "recursive")
 _EPS = 1e-9      # float slack on the >= / <= comparisons (entropy, EMD)
 
@@ -200,18 +209,24 @@ def check_models(l, l_diversity, c, t) -> None:
 
 class ClassCheck:
     """:meth:`Models.satisfied` of every class of a class x value table given a range of classes
-    at a time (``add``: each range's (class, value, rows) pairs, class ids from 0 within it), so
-    that a check holds one range's pairs and one chunk's count matrix (at most ``chunk_cells``
-    cells), whatever the number of classes: the classes failing, the smallest entropy and
-    distinct count, the largest EMD and the first failing class's counts, for its message. Each
-    class is decided from its own counts and the table's distribution (``model.table``, over
-    ``n_values`` values), so the figures do not depend on how the classes are split."""
+    at a time (``add``: each range's (class, value, rows) pairs, each pair once with rows > 0,
+    class ids from 0 within it): the classes failing, the smallest entropy and distinct count,
+    the largest EMD and the first failing class's counts, for its message. Each class is decided
+    from its own pairs and the table's distribution (``model.table``, over ``n_values`` values),
+    in O(pairs log pairs) and never from a class x value matrix (core.risk's per-class figures),
+    about ``range_pairs`` pairs at a time with a cancel honoured between them, so the figures do
+    not depend on how the classes are split and a table of one value per row stays linear."""
 
-    def __init__(self, model: Models, n_values: int, chunk_cells: int = 1 << 22):
+    def __init__(self, model: Models, n_values: int, range_pairs: int | None = None):
         self.model, self.n_values = model, max(1, int(n_values))
-        self.chunk = max(1, chunk_cells // self.n_values)
+        self.step = max(1, range_pairs or RANGE_PAIRS)
         self.failing, self.first_failing = 0, None
         self.low_entropy, self.low_distinct, self.high_emd = np.inf, np.inf, 0.0
+        self.distances = self.massless_emd = None
+        if model.t is not None:
+            self.distances = SensitiveRanges(model.table, ordered=model.ordered)
+            # a class without a value (all NULL): its EMD as the definition gives it on zeros
+            self.massless_emd = float(model.emd(np.zeros(self.n_values))[0])
 
     def add(self, class_ids, value_ids, rows, n_classes: int) -> None:
         class_ids = np.asarray(class_ids, dtype=np.int64)
@@ -220,20 +235,36 @@ class ClassCheck:
         if (class_ids[1:] < class_ids[:-1]).any():
             order = np.argsort(class_ids, kind="stable")
             class_ids, value_ids, rows = class_ids[order], value_ids[order], rows[order]
-        starts = list(range(0, n_classes, self.chunk))
-        ends = np.searchsorted(class_ids, starts + [n_classes])
-        for lo, a, b in zip(starts, ends[:-1], ends[1:]):
-            hi = min(lo + self.chunk, n_classes)
-            dense = np.zeros((hi - lo, self.n_values))
-            np.add.at(dense, (class_ids[a:b] - lo, value_ids[a:b]), rows[a:b])
-            ok = self.model.satisfied(dense)
-            if self.first_failing is None and not ok.all():
-                self.first_failing = dense[np.flatnonzero(~ok)[0]].copy()
-            self.failing += int((~ok).sum())
-            self.low_entropy = min(self.low_entropy, float(entropy(dense).min()))
-            self.low_distinct = min(self.low_distinct, int(distinct_values(dense).min()))
-            if self.model.t is not None:
-                self.high_emd = max(self.high_emd, float(self.model.emd(dense).max()))
+        for lo, hi, a, b in class_ranges(class_ids, n_classes, self.step):
+            check_interrupts()
+            self._range(class_ids[a:b] - lo, value_ids[a:b], rows[a:b], hi - lo)
+
+    def _range(self, cid, vid, cnt, n: int) -> None:
+        model = self.model
+        size = np.bincount(cid, weights=cnt, minlength=n)
+        distinct = np.bincount(cid, minlength=n)
+        entropies = class_entropy(cid, cnt, size, n)
+        ok = np.ones(n, dtype=bool)
+        if model.l is not None and model.l > 1:
+            if model.l_diversity == "distinct":
+                ok &= distinct >= model.l
+            elif model.l_diversity == "entropy":
+                ok &= entropies >= math.log(model.l) - _EPS
+            else:       # the largest l each class is recursive (c, l)-diverse for
+                ok &= recursive_classes(cid, cnt, size, model.c, n) >= int(model.l)
+        if self.distances is not None:
+            emd = self.distances.class_emd(cid, vid, cnt, size, n)
+            emd[size == 0] = self.massless_emd
+            ok &= emd <= model.t + _EPS
+            self.high_emd = max(self.high_emd, float(emd.max()))
+        if self.first_failing is None and not ok.all():
+            first = np.flatnonzero(~ok)[0]
+            held = cid == first
+            self.first_failing = np.zeros(self.n_values)
+            np.add.at(self.first_failing, vid[held], cnt[held])
+        self.failing += int((~ok).sum())
+        self.low_entropy = min(self.low_entropy, float(entropies.min()))
+        self.low_distinct = min(self.low_distinct, int(distinct.min()))
 
     def figures(self) -> dict:
         out = {"failing_classes": self.failing, "min_entropy": round(self.low_entropy, 6),

@@ -152,11 +152,9 @@ class SensitiveRanges:
         if len(class_ids) <= self.step:
             self._range(class_ids, value_ids, counts, n)
             return
-        bounds = np.unique(np.r_[0, class_ids[self.step::self.step], n])
-        ends = np.searchsorted(class_ids, bounds)
-        for lo, hi, a, b in zip(bounds[:-1], bounds[1:], ends[:-1], ends[1:]):
+        for lo, hi, a, b in class_ranges(class_ids, n, self.step):
             check_interrupts()
-            self._range(class_ids[a:b] - lo, value_ids[a:b], counts[a:b], int(hi - lo))
+            self._range(class_ids[a:b] - lo, value_ids[a:b], counts[a:b], hi - lo)
 
     def _range(self, cid, value_ids, counts, n: int) -> None:
         vid = np.asarray(value_ids).astype(np.int64)
@@ -164,18 +162,12 @@ class SensitiveRanges:
         size = np.bincount(cid, weights=cnt, minlength=n)
         distinct = int(np.bincount(cid, minlength=n).min())
         self.distinct_l = distinct if self.distinct_l is None else min(self.distinct_l, distinct)
-        if cnt.size:
-            p = cnt / size[cid]
-            entropy = np.bincount(cid, weights=-p * np.log(p), minlength=n)
-            del p
-        else:
-            entropy = np.zeros(n)
-        self.entropy_min = min(self.entropy_min, float(entropy.min()))
+        self.entropy_min = min(self.entropy_min, float(class_entropy(cid, cnt, size, n).min()))
         recursive = int(recursive_classes(cid, cnt, size, self.c, n).min())
         self.recursive_l = recursive if self.recursive_l is None else min(self.recursive_l, recursive)
-        self.t = max(self.t, float(self._emd(cid, vid, cnt, size, n).max()))
+        self.t = max(self.t, float(self.class_emd(cid, vid, cnt, size, n).max()))
 
-    def _emd(self, cid, vid, cnt, size, n: int) -> np.ndarray:
+    def class_emd(self, cid, vid, cnt, size, n: int) -> np.ndarray:
         """Each class's EMD to ``q`` from its pairs alone; a class without a pair (its values
         NULL) has no mass: 1/2 sum q unordered, sum_i Q_i / (m-1) ordered."""
         m = self.n_values
@@ -220,6 +212,24 @@ class SensitiveRanges:
             return self.empty(self.classes)
         return {"distinct_l": self.distinct_l, "entropy_l": float(np.exp(self.entropy_min)),
                 "recursive_cl_l": self.recursive_l, "t_closeness": self.t}
+
+
+def class_ranges(class_ids: np.ndarray, n: int, step: int):
+    """(lo, hi, a, b) per range of classes lo..hi-1 whose pairs are ``class_ids[a:b]`` (class ids
+    0..n-1 in order), about ``step`` pairs each, a class's pairs never split."""
+    bounds = np.unique(np.r_[0, class_ids[step::step], n])
+    ends = np.searchsorted(class_ids, bounds)
+    for lo, hi, a, b in zip(bounds[:-1], bounds[1:], ends[:-1], ends[1:]):
+        yield int(lo), int(hi), int(a), int(b)
+
+
+def class_entropy(cid, cnt, size, n: int) -> np.ndarray:
+    """Per class (0..n-1), the natural-log entropy of its values from its pairs (class ``cid``,
+    rows ``cnt`` > 0; ``size`` rows per class); 0 for a class without a pair."""
+    if cnt.size == 0:
+        return np.zeros(n)
+    p = cnt / size[cid]
+    return np.bincount(cid, weights=-p * np.log(p), minlength=n)
 
 
 def recursive_classes(cid, cnt, size, c: float, n: int) -> np.ndarray:

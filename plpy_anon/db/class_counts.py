@@ -649,11 +649,6 @@ def read_classes(plpy, query: str, sensitive, *,
     return sizes.astype(np.int64), classes.astype(np.int64), tables
 
 
-#: count-matrix cells per chunk of a bounded pass's model check (core.privacy_models.ClassCheck):
-#: a fetch's classes are checked this many cells (8 bytes each) at a time
-STREAMED_MODEL_CELLS = 1 << 20
-
-
 def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
                   counted: bool = True,
                   models: dict | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -682,7 +677,7 @@ def read_streamed(plpy, query: str, sensitive, ordered: dict, c: float, *,
             ranges[s] = core_risk.SensitiveRanges(q, ordered=ordered[s], c=c)
         if s in models:
             checks[s] = (None if len(q) == 0
-                         else ClassCheck(models[s](q), len(q), STREAMED_MODEL_CELLS))
+                         else ClassCheck(models[s](q), len(q)))
     del first
     size = FETCH_CLASSES if counted else FETCH_FIRST
     following = 0                                # the next class id expected

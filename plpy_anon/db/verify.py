@@ -150,10 +150,6 @@ def counted_sensitive(spec: Spec) -> list[str]:
         else []
 
 
-#: count-matrix cells per chunk of classes in the model check
-MODEL_CELLS = 1 << 22
-
-
 def model_of(spec: Spec, column: str, table):
     """The models a class of ``column`` must hold, ``table`` the released rows' count per value
     id (value ranks in the column's order, NULL rows left out): its distribution is t's."""
@@ -183,7 +179,7 @@ def check_models(spec: Spec, counts: ClassCounts) -> tuple[dict, list[str]]:
             checked = None
             if rows_per_pair.size:
                 table = np.bincount(ranks, weights=rows_per_pair.astype(np.float64))
-                checked = ClassCheck(model_of(spec, column, table), table.size, MODEL_CELLS)
+                checked = ClassCheck(model_of(spec, column, table), table.size)
                 checked.add(owner, ranks, rows_per_pair, counts.n_classes)
         if checked is None:              # no value that is not NULL: no distribution
             continue
