@@ -111,7 +111,8 @@ def test_matching_people_to_classes_checks_per_level_and_stops_when_interrupted(
                  np.ones(c, dtype=np.int64), np.full(c, 4))]
     # the compiled search checks every POINTS_A_CALL points: 20 calls here
     monkeypatch.setattr(containment, "POINTS_A_CALL", 1_000)
-    contained(axes[:1], 10, c, engine=engine)           # the kernels loaded before counting
+    warm = Axis(axes[0].points[:10], low, low + 9)
+    contained([warm], 10, c, engine=engine)             # the kernels loaded before counting
     counted = Counting()
     with interrupts.checking(counted):
         contained(axes, n, c, engine=engine)

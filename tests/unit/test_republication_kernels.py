@@ -451,6 +451,17 @@ def test_value_codes_are_numpy_s_unique_inverse(values):
 
 
 @settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, 2.0, 5.0, 40.0, 1100.0]), min_size=1, max_size=40))
+def test_small_whole_value_codes_are_numpy_s_unique_inverse(values):
+    """Codes of a set QI (small non-negative whole numbers, -0.0 among them) by the table of
+    the values present: numpy's unique inverse."""
+    col = np.array(values, dtype=np.float64)
+    values, inverse = np.unique(col, return_inverse=True)
+    assert republication._value_codes(col)[0].tolist() == inverse.ravel().tolist()
+    assert republication._value_codes(col)[1] == values.size
+
+
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.integers(-3, 2**40), max_size=40))
 def test_integer_value_codes_are_numpy_s_unique_inverse(values):
     col = np.array(values, dtype=np.int64)
