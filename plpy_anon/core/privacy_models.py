@@ -70,8 +70,8 @@ def entropy(counts) -> np.ndarray:
 
 
 def entropy_l(counts, l) -> np.ndarray:
-    """Entropy l-diversity per class: ``H >= ln(l)``."""
-    return entropy(counts) >= math.log(l) - _EPS
+    """Entropy l-diversity per class: ``H >= ln(l)`` (:meth:`Models.holds`)."""
+    return Models(l=l, l_diversity="entropy").satisfied(counts)
 
 
 def recursive_cl(counts, c, l) -> np.ndarray:
@@ -118,16 +118,25 @@ class Models:
     def satisfied(self, counts) -> np.ndarray:
         """Per class: every asked model holds."""
         counts = _2d(counts)
-        ok = np.ones(counts.shape[0], dtype=bool)
+        return self.holds(counts.shape[0], distinct=lambda: distinct_values(counts),
+                          entropies=lambda: entropy(counts),
+                          recursive=lambda: recursive_cl(counts, self.c, self.l),
+                          emd=lambda: self.emd(counts))
+
+    def holds(self, n: int, *, distinct, entropies, recursive, emd) -> np.ndarray:
+        """Per class of ``n``: every asked model holds, from the figures only the asked models
+        need (each a callable giving one per class: distinct values, natural-log entropy,
+        whether recursive (c, l) holds, EMD to the table), however they were computed."""
+        ok = np.ones(n, dtype=bool)
         if self.l is not None and self.l > 1:
             if self.l_diversity == "distinct":
-                ok &= distinct_values(counts) >= self.l
+                ok &= distinct() >= self.l
             elif self.l_diversity == "entropy":
-                ok &= entropy_l(counts, self.l)
+                ok &= entropies() >= math.log(self.l) - _EPS
             else:
-                ok &= recursive_cl(counts, self.c, self.l)
+                ok &= recursive()
         if self.t is not None:
-            ok &= self.emd(counts) <= self.t + _EPS
+            ok &= emd() <= self.t + _EPS
         return ok
 
     def failures(self, counts, column: str) -> list[str]:
@@ -244,19 +253,16 @@ class ClassCheck:
         size = np.bincount(cid, weights=cnt, minlength=n)
         distinct = np.bincount(cid, minlength=n)
         entropies = class_entropy(cid, cnt, size, n)
-        ok = np.ones(n, dtype=bool)
-        if model.l is not None and model.l > 1:
-            if model.l_diversity == "distinct":
-                ok &= distinct >= model.l
-            elif model.l_diversity == "entropy":
-                ok &= entropies >= math.log(model.l) - _EPS
-            else:       # the largest l each class is recursive (c, l)-diverse for
-                ok &= recursive_classes(cid, cnt, size, model.c, n) >= int(model.l)
+        emd = None
         if self.distances is not None:
             emd = self.distances.class_emd(cid, vid, cnt, size, n)
             emd[size == 0] = self.massless_emd
-            ok &= emd <= model.t + _EPS
             self.high_emd = max(self.high_emd, float(emd.max()))
+        # recursive: the largest l each class is recursive (c, l)-diverse for, against l
+        ok = model.holds(n, distinct=lambda: distinct, entropies=lambda: entropies,
+                         recursive=lambda: recursive_classes(cid, cnt, size, model.c, n)
+                         >= int(model.l),
+                         emd=lambda: emd)
         if self.first_failing is None and not ok.all():
             first = np.flatnonzero(~ok)[0]
             held = cid == first
