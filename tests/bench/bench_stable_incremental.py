@@ -146,9 +146,12 @@ from plpy_anon.db import class_counts, release_rows
 release = release_rows.by_id(plpy, plpy.execute(
     "SELECT release_id FROM anon.releases WHERE release_name = 'synth_stable'")[0]["release_id"])
 stored = class_counts.storage_for(plpy, release)[1]
-columns = ", ".join("s." + plpy.quote_ident(c) for c in %(qis)r + [%(sensitive)r])
+boxes = ", ".join("s." + plpy.quote_ident(c) for c in %(qis)r)
+columns = boxes + ", s." + plpy.quote_ident(%(sensitive)r)
 query = (f"SELECT pg_catalog.count(*) AS n, pg_catalog.string_agg(pg_catalog.int8send("
          f"pg_catalog.hashtextextended(ROW({columns})::text, 0)), ''::bytea) AS f, "
+         f"pg_catalog.string_agg(pg_catalog.int8send("
+         f"pg_catalog.hashtextextended(ROW({boxes})::text, 0)), ''::bytea) AS b, "
          f"pg_catalog.array_agg(s.ctid) AS ctids "
          f"FROM {stored.relation} AS s WHERE {stored.rows} > 0")
 best = float("inf")
@@ -156,8 +159,9 @@ for _ in range(%(repeat)d):
     t0 = time.perf_counter()
     row = plpy.execute(query)[0]
     prints = class_counts.int8_array(row["f"])
+    box_prints = class_counts.int8_array(row["b"])
     best = min(best, time.perf_counter() - t0)
-GD["fingerprints_" + %(step)r] = (prints, row["ctids"], stored.relation, columns)
+GD["fingerprints_" + %(step)r] = (prints, box_prints, row["ctids"], stored.relation, columns)
 report({"fingerprints": best, "classes": int(row["n"]),
         "distinct": int(np.unique(prints).size)})
 """
@@ -172,29 +176,39 @@ from plpy_anon.db import republication
 
 checks = [c for c in GD["checks"] if c["release"] == "synth_stable"]
 old, new = checks[-2], checks[-1]
-old_prints, _, _, _ = GD["fingerprints_old"]
-new_prints, new_ctids, relation, columns = GD["fingerprints_new"]
+old_prints, old_boxes, _, _, _ = GD["fingerprints_old"]
+new_prints, new_boxes, new_ctids, relation, columns = GD["fingerprints_new"]
 out = {}
 assert old_prints.size == old["classes"].count and new_prints.size == new["classes"].count
 
-# the classes: unchanged ones found by fingerprint, each new class's stored twin (-1: changed)
-order = np.argsort(old_prints, kind="stable")
-at = np.minimum(np.searchsorted(old_prints[order], new_prints), old_prints.size - 1)
-twin = np.where(old_prints[order][at] == new_prints, order[at], -1)
+
+def twins(old_keys, new_keys):
+    # each new class's stored twin by fingerprint (-1: none)
+    order = np.argsort(old_keys, kind="stable")
+    at = np.minimum(np.searchsorted(old_keys[order], new_keys), old_keys.size - 1)
+    return np.where(old_keys[order][at] == new_keys, order[at], -1)
+
+
+# the classes: a class whose box (its released QIs) the stored version has holds the same
+# people (the location carried over); one whose box and values it has, the same candidates
+twin = twins(old_boxes, new_boxes)
+value_twin = twins(old_prints, new_prints)
 changed = np.flatnonzero(twin < 0)
-out.update(classes=int(new_prints.size), changed_classes=int(changed.size),
-           vanished_classes=int(old_prints.size - (twin >= 0).sum()))
+changed_values = np.flatnonzero(value_twin < 0)
+out.update(classes=int(new_prints.size), changed_classes=int(changed_values.size),
+           changed_boxes=int(changed.size),
+           vanished_classes=int(old_prints.size - (value_twin >= 0).sum()))
 
 # the changed classes' storage rows alone
 best = float("inf")
 fetch = plpy.prepare(f"SELECT {columns} FROM {relation} AS s "
                      f"WHERE s.ctid = ANY($1::pg_catalog.tid[])", ["text[]"])
-wanted = [new_ctids[i] for i in changed.tolist()]
+wanted = [new_ctids[i] for i in changed_values.tolist()]
 for _ in range(%(repeat)d):
     t0 = time.perf_counter()
     rows = plpy.execute(fetch, [wanted])
     best = min(best, time.perf_counter() - t0)
-assert len(rows) == changed.size
+assert len(rows) == changed_values.size
 out["changed_read"] = best
 
 # people: the stored version's (published ones, then those held back) and the new one's, by hash
@@ -231,7 +245,8 @@ first[old_p[first_at]] = old_c[first_at]
 beyond = np.ones(old_p.size, dtype=bool)
 beyond[first_at] = False
 location = (first.tobytes() + old_p[beyond].astype(np.int32).tobytes()
-            + old_c[beyond].astype(np.int32).tobytes() + old_prints.tobytes())
+            + old_c[beyond].astype(np.int32).tobytes() + old_prints.tobytes()
+            + old_boxes.tobytes())
 GD["floor_state"] = location
 out.update(location_bytes=len(location), pairs_beyond_first=int(beyond.sum()))
 
@@ -461,7 +476,8 @@ out.update(pairs=int(full_key.size), carried_pairs=int(carried.sum()),
 # the people whose classes changed are those whose candidates are intersected again: searched
 # again, or a changed partner of whose classes holds them; the others' classes, and so their
 # candidates, are the stored version's
-again = np.unique(np.r_[wanted_c, found_cp[1]])
+in_changed_values = np.isin(np.mod(key_c, count), changed_values)
+again = np.unique(np.r_[wanted_c, found_cp[1], (key_c // count)[in_changed_values]])
 out["people_intersected"] = int(again.size)
 values = new["classes"].values[0]
 owner, texts_shown = values
@@ -596,7 +612,8 @@ def main() -> None:
           f"{fresh:.2f} s, stable {stable:.2f} s = {stable / fresh:.2f}x (target <= {TARGET}x)")
     print("stable refresh phases (s): " + ", ".join(
         f"{p} {s:.2f}" for p, s in sorted(phases.items(), key=lambda i: -i[1])))
-    print(f"classes {inc['classes']:,}: {inc['changed_classes']:,} changed or new, "
+    print(f"classes {inc['classes']:,}: {inc['changed_classes']:,} changed or new "
+          f"({inc['changed_boxes']:,} of them with a box the stored version has not), "
           f"{inc['vanished_classes']:,} of the stored version's changed or gone; people "
           f"{inc['people']:,}: {inc['changed_people']:,} new or changed; "
           f"{inc['people_intersected']:,} whose classes changed; groups {inc['groups']:,}, "
@@ -621,7 +638,7 @@ def main() -> None:
     check = {
         "class fingerprints": (timed["new"]["fingerprints"],
                                f"{timed['new']['classes']:,} classes, one statement"),
-        "changed classes read": (inc["changed_read"],
+        "changed classes read": (inc["changed_read"],  # box or values changed
                                  f"{inc['changed_classes']:,} storage rows by ctid"),
         "people coded": (inc["coded"], "the run's QI texts factorized, everyone"),
         "classes linked": (inc["linked"], "the check's pairs of classes that meet, all of them"),
