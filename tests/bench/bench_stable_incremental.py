@@ -13,9 +13,10 @@ carries over:
 
 * ``classes linked``: the check's pairs of classes that could hold one person (all of them, as
   the refresh's check finds them);
-* ``class fingerprints``: one 64-bit hash of each released class's QIs and multiset (its
-  storage row's text), read in one statement; a class whose fingerprint the stored version has
-  is unchanged (same box, same multiset);
+* ``class fingerprints``: two 64-bit hashes of each released class (its storage row's QIs, and
+  its QIs and multiset, as text), read in one statement: a class whose box the stored version
+  has holds the same people (their location carries over), one whose box and values it has
+  leaves them the same candidates;
 * ``changed classes read``: the storage rows of the changed classes alone (by ctid);
 * ``location write`` / ``location read``: what a refresh must store per person beyond today's
   state, the classes holding each person in this version (one int4 a person, the first class,
