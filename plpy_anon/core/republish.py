@@ -518,13 +518,15 @@ def kept_publication(labels: np.ndarray, previous: np.ndarray, codes: np.ndarray
     with the same QIs are one class to an analyst, so they are merged. ``held_in``: each row's
     group in the last version, held back or published (-1: new; default ``previous``): a person
     held back links their group then to their group now as well. ``bound``: the rows not
-    published by the last version whose person has candidates (people who come back): their
+    published by the last version whose person has candidates (people who come back, and
+    people held back, never published, since a released class held them: an analyst who
+    knew they were in the table took its values for theirs): their
     group's current values keep l of them (core.republication.stable_partition), so they are
     published only with every distinct value of it, never by taking a counterfeit row.
     ``point_codes``: core.republication.point_codes of ``points`` and ``ranged``, if the caller
     has them.
-    ``candidates``: (rows of ``bound``, V) bool, each such person's candidate values: a person
-    back lies in their group's released box whether it publishes them or holds them back, so
+    ``candidates``: (rows of ``bound``, V) bool, each such person's candidate values: such a
+    person lies in their group's released box whether it publishes them or holds them back, so
     an analyst who knew them intersects whatever multiset the group shows with their
     candidates, and an option keeping fewer than l of them is not taken."""
     labels = np.asarray(labels, dtype=np.int64).copy()
@@ -660,7 +662,8 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models, 
              candidates=None):
     """Each group's five multisets (the module docstring) and which it may publish: (current
     multisets, counterfeit rows joiners take, (G, O, V) options, (G, O) possible); ``bound``:
-    rows of people who come back, ``candidates`` theirs (:func:`kept_publication`)."""
+    rows of people with candidates not published by the last version, ``candidates`` theirs
+    (:func:`kept_publication`)."""
     n_values = history[-1].counts.shape[1]
     members = np.bincount(index, minlength=ids.size)
     real_hold = np.bincount(index[published_before], minlength=ids.size)
@@ -686,7 +689,7 @@ def _options(index, ids, codes, published_before, history, roots_of, k, models, 
              (members >= k) & (new > 0), retires & (kept.sum(axis=1) >= k) & _keeps(current, kept),
              real_hold + taken.sum(axis=1) >= k]
     if bound is not None and bound.any():
-        # a group with someone who comes back publishes them with every value it holds now
+        # a group with someone bound publishes them with every value it holds now
         returning = np.bincount(index[bound], minlength=ids.size) > 0
         valid[2] = valid[2] & (~returning | _keeps(current, last + joiners))
     stacked = np.stack(options, axis=1)

@@ -820,9 +820,10 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
         back[known] = (state.last[at[known]] < state.version) \
             | (state._lookup("waiting", state.waiting, persons)[known] >= 0)
     groups[back] = -1
-    # people with the same candidates share a cohort (people only held back so far have none)
+    # people with the same candidates share a cohort (people held back so far in no class
+    # have none)
     shown = known.copy()
-    shown[known] = state.versions[at[known]] > 0
+    shown[known] = with_candidates(state, at[known])
     used, cohort_of_known = group_index(state.cohorts[at[shown]])
     cohorts = np.full(n, -1, dtype=np.int64)
     cohorts[shown] = cohort_of_known
@@ -2249,6 +2250,21 @@ def _int_array(values: np.ndarray) -> str:
     return person_hashes_core.int_array_text(values)
 
 
+def with_candidates(state: State, at: np.ndarray) -> np.ndarray:
+    """Per person of ``state`` (``at``: positions in it), whether they have candidates: published
+    by some version, or held back while a released class held them (an analyst who knew they
+    were in the table intersected that class's values); a person held back in no class so far
+    has the empty set (``{}``), none."""
+    out = state.versions[at] > 0
+    held = np.flatnonzero(~out)
+    if held.size:
+        cohorts, inverse = np.unique(state.cohorts[at[held]], return_inverse=True)
+        named = np.fromiter((bool(state.sets[c]) for c in cohorts.tolist()), dtype=bool,
+                            count=cohorts.size)
+        out[held] = named[inverse.ravel()]
+    return out
+
+
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
              classes: Classes, state: State, matched=None, waiting=((), ()), records=None,
              withdrawn=()) -> dict:
@@ -2260,8 +2276,9 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     the groups that publish nothing). People the run no longer reads are kept, marked absent
     (:func:`_with_absent`): one who comes back is the same person to an analyst.
     ``matched``: (person, class) pairs already found, people beyond ``hashes`` held back: those
-    with candidates whom a class holds are intersected and counted too (an analyst who knows
-    they are in the table intersects the classes that could hold them, published or not)."""
+    whom a class holds are intersected and counted too, their candidates starting at the first
+    version whose class holds them (an analyst who knows they are in the table cannot tell
+    they are held back: he intersects the classes that could hold them, published or not)."""
     n = len(hashes)
     person, klass = matched if matched is not None else containment.contained(classes.axes, n, classes.count)
     check_interrupts()
@@ -2270,11 +2287,9 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     # everyone in the table: the lookup the rest of the check asks again (state.find's last)
     everyone = np.concatenate([persons, waiting_persons])
     at_everyone = state.find(everyone)
-    # people held back now, published before (they came back), whom some class holds
-    held = at_everyone[n:] >= 0
-    held[held] = state.versions[at_everyone[n:][held]] > 0
-    held &= np.bincount(person, minlength=everyone.size)[n:] > 0
-    held = n + np.flatnonzero(held)
+    # people held back now whom some class holds: an analyst who knows they are in the table
+    # intersects its values, from the first such version on (new or back, published or not)
+    held = n + np.flatnonzero(np.bincount(person, minlength=everyone.size)[n:] > 0)
     # the people whose candidates this version narrows: the published ones, then those
     rows = np.r_[np.arange(n), held]
     mine = np.full(everyone.size, -1, dtype=np.int64)
@@ -2282,20 +2297,23 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     person, klass = mine[person[person < everyone.size]], klass[person < everyone.size]
     person, klass = person[person >= 0], klass[person >= 0]
     at = at_everyone[rows]
-    # people published before (some may come back from an absence; people only held back so
-    # far, versions 0, have no candidates yet)
+    # people published before (some may come back from an absence)
     known = at >= 0
     known[known] = state.versions[at[known]] > 0
     versions = np.zeros(rows.size, dtype=np.int64)
     versions[known] = state.versions[at[known]]
+    # people with candidates: published before, or held back while a class held them (people
+    # held back in no class so far have none yet)
+    narrowed = at >= 0
+    narrowed[narrowed] = with_candidates(state, at[narrowed])
     # earlier candidates: one set per cohort (people often share one)
     earlier = np.full(rows.size, -1, dtype=np.int64)
-    earlier[known] = state.cohorts[at[known]]
+    earlier[narrowed] = state.cohorts[at[narrowed]]
     earlier_sets = state.sets
     names = promise.sensitive or ()
     # people no released class holds whose group publishes nothing (core.republish.withdrawn):
     # this version tells nothing of them, so they keep what earlier versions left them
-    unheld = np.flatnonzero((np.bincount(person, minlength=rows.size)[:n] == 0) & known[:n]
+    unheld = np.flatnonzero((np.bincount(person, minlength=rows.size)[:n] == 0) & narrowed[:n]
                             & np.isin(np.asarray(groups, dtype=np.int64), np.asarray(withdrawn, dtype=np.int64)))
     kept, left = [], None
     for name, (value_classes, value_texts) in zip(names, classes.values):
@@ -2320,8 +2338,8 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
         before = _set_masks(earlier_sets, name, position, words)
         if unheld.size:
             masks[unheld] |= before[earlier[unheld]]
-        # people seen before keep only what every earlier version left them
-        masks[known] &= before[earlier[known]]
+        # people with candidates keep only what every earlier version left them
+        masks[narrowed] &= before[earlier[narrowed]]
         kept.append((name, masks, dictionary))
         count = np.bitwise_count(masks).sum(axis=1, dtype=np.int64)
         left = count if left is None else np.minimum(left, count)
@@ -2367,12 +2385,13 @@ def _with_absent(state: State, everyone: np.ndarray, n: int, waiting_groups: np.
     their ``groups``, ``versions``, ``cohort`` in ``texts``) and, never erased, everyone else
     ever in the table: people absent now (their group, candidates, entry and last version as
     they left) and people held back now (their group the one holding them back; none of the
-    versions that held them published them, so they have no candidates: versions 0). The
+    versions that held them published them: versions 0, their candidates those of the classes
+    that held them, none while no class did). The
     earlier stays of people who came back are kept, and one is added for each person absent
     from the newest version and back now (the entry they had and their last version then).
     Entries are given as keys (version << 32 | group), ``records`` and ``record_keys`` (None:
     no sensitive column) for everyone; ``held_cohort``: per held back person, their candidates
-    narrowed by this version (a position in ``texts``; -1: kept as they were)."""
+    narrowed (or first set) by this version (a position in ``texts``; -1: kept as they were)."""
     found = state.find(everyone)
     newest = -1 if state.version is None else state.version
     # a state stored before people were kept absent: everyone of its version (or, stored
@@ -2448,6 +2467,9 @@ def _with_absent(state: State, everyone: np.ndarray, n: int, waiting_groups: np.
     if held_cohort is not None:
         narrowed = held_cohort[w - n]
         extra_cohorts[:c.size][np.flatnonzero(back)[narrowed >= 0]] = narrowed[narrowed >= 0]
+        # people first seen now, held back in a class: their candidates start here
+        first = held_cohort[fresh - n]
+        extra_cohorts[c.size:][first >= 0] = first[first >= 0]
     out = Stored(all_persons[order], np.r_[groups, extra_groups][order],
                  np.r_[versions, state.versions[c], np.zeros(fresh.size, dtype=np.int64)][order],
                  np.r_[cohort, extra_cohorts][order],

@@ -3,7 +3,7 @@ the suite: run it by name, with -s for its totals). Per seed, one JSON line (in 
 bench-results/sweep-<kind>-<seeds>.jsonl): whether a release could be created, refreshes, those
 the release's check refused, versions of no rows, whether someone came back (with another
 value), and the analyst's pins by intersection and by difference (people and values), true and
-wrong.
+wrong, and the people his intersection leaves fewer than l values.
 
     SWEEP=heavy SEEDS=0-199 python -m pytest tests/adversarial/sweep_comebacks.py -q -s
     SWEEP=heavy_no_one SEEDS=0-199 ...   (the analyst follows no one)
@@ -20,6 +20,7 @@ import psycopg
 
 from tests.adversarial import test_stable_comebacks as comebacks
 from tests.adversarial.test_stable_comebacks_wide_ranges import WideSequence
+from tests.adversarial.test_stable_joiner_held_first import intersected_below_l
 from tests.bench.common import results_dir
 from tests.helpers import pinned_by_intersection
 
@@ -91,6 +92,7 @@ def _one(db, schema, seed: int, kind: str) -> dict:
             "came_back": came_back["c"], "back_with_another_value": came_back["value"],
             "intersection_true": sum(truth(p, v) for p, v in by_intersection.items()),
             "intersection_wrong": sum(not truth(p, v) for p, v in by_intersection.items()),
+            "intersection_below_l": len(intersected_below_l(sequence.kept, sequence.l)),
             "difference_true": sum(truth(p, v) for p, v in by_difference),
             "difference_wrong": sum(not truth(p, v) for p, v in by_difference)}
 
@@ -107,6 +109,7 @@ def summary(lines: list[dict]) -> dict:
             "with_comebacks": sum(1 for line in made if line["came_back"]),
             "back_with_another_value": sum(1 for line in made if line["back_with_another_value"]),
             "intersection": (total("intersection_true"), total("intersection_wrong")),
+            "intersection_below_l": total("intersection_below_l"),
             "difference": (total("difference_true"), total("difference_wrong")),
             "refused": total("refused"),
             "no_rows": (total("no_rows"), sum(1 for line in made if line["no_rows"]))}
