@@ -541,7 +541,7 @@ def test_a_child_attached_while_the_call_waits_is_locked_and_checked(as_dba, db,
         waiting(2)                                            # the owner's second session waits for gc
         a.commit()                                            # c and gc free: the call gets c, a2 gets gc
         locker.join(30)
-        time.sleep(1)
+        waiting(1)                                            # the call waits for gc
         a2.execute(f"CREATE INDEX ON {s}.gc (age) WHERE {s}.boom()")
         a2.commit()
         worker.join(60)
