@@ -231,3 +231,20 @@ def pinned_by_difference(before: dict, after: dict) -> dict:
             if people and len(change) == 1 and sum(change.values()) == len(people):
                 pinned.update(dict.fromkeys(people, next(iter(change))))
     return pinned
+
+
+class Interrupted(Exception):
+    """What a CountingCheck raises: a cancel, as the database layer's installed check raises one."""
+
+
+class CountingCheck:
+    """An interrupt check to install (core.interrupts.checking) that counts its calls and raises
+    Interrupted on call number ``raise_at`` (never if None): a cancel pending from that call on."""
+
+    def __init__(self, raise_at=None):
+        self.calls, self.raise_at = 0, raise_at
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls == self.raise_at:
+            raise Interrupted

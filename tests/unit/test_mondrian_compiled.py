@@ -16,6 +16,7 @@ from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian
+from tests.helpers import CountingCheck, Interrupted
 from tests.unit.test_mondrian import KINDS, _random_column
 
 needs_numba = pytest.mark.skipif(mondrian_jit.kernels() is None, reason="numba is not installed")
@@ -154,22 +155,16 @@ def test_the_interrupt_hook_runs_between_chunks_and_can_cancel(monkeypatch):
                                                 dtype=object)),
                encode_numeric("y", rng.normal(size=5000))]
     sensitive = rng.integers(0, 4, 5000)
-    calls = []
+    counted = CountingCheck()
     model = Mondrian(k=5, l=2, engine="numba")
-    model.check_interrupt = lambda: calls.append(1)
+    model.check_interrupt = counted
     model.fit(columns, sensitive=sensitive)
-    assert len(calls) >= 100
+    assert counted.calls >= 100
     np.testing.assert_array_equal(
         model.labels_, Mondrian(k=5, l=2, engine="numpy").fit(columns, sensitive=sensitive).labels_)
 
-    class Cancelled(Exception):
-        pass
-
-    def cancel():
-        raise Cancelled
-
-    model.check_interrupt = cancel
-    with pytest.raises(Cancelled):
+    model.check_interrupt = CountingCheck(raise_at=1)
+    with pytest.raises(Interrupted):
         model.fit(columns, sensitive=sensitive)
 
 
