@@ -26,6 +26,17 @@ def encoded_database(connect, encoding: str, extension: bool = True):
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+@contextlib.contextmanager
+def budget(conn, size: str):
+    """plpy_anon.build_memory = ``size`` in ``conn``'s session for the block (a tiny one stands in
+    for a table larger than the memory a build may take)."""
+    conn.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (size,))
+    try:
+        yield
+    finally:
+        conn.execute("RESET plpy_anon.build_memory")
+
+
 def class_sizes(conn, relation: str, qi_columns: list[str]) -> list[int]:
     """Sizes of the equivalence classes of a released relation: rows with identical generalized QIs
     (ranges compare by bounds, arrays element-wise, NULLs group together)."""
