@@ -26,6 +26,17 @@ def encoded_database(connect, encoding: str, extension: bool = True):
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+@contextlib.contextmanager
+def budget(conn, size: str):
+    """plpy_anon.build_memory = ``size`` in ``conn``'s session for the block (a tiny one stands in
+    for a table larger than the memory a build may take)."""
+    conn.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (size,))
+    try:
+        yield
+    finally:
+        conn.execute("RESET plpy_anon.build_memory")
+
+
 def class_sizes(conn, relation: str, qi_columns: list[str]) -> list[int]:
     """Sizes of the equivalence classes of a released relation: rows with identical generalized QIs
     (ranges compare by bounds, arrays element-wise, NULLs group together)."""
@@ -231,3 +242,20 @@ def pinned_by_difference(before: dict, after: dict) -> dict:
             if people and len(change) == 1 and sum(change.values()) == len(people):
                 pinned.update(dict.fromkeys(people, next(iter(change))))
     return pinned
+
+
+class Interrupted(Exception):
+    """What a CountingCheck raises: a cancel, as the database layer's installed check raises one."""
+
+
+class CountingCheck:
+    """An interrupt check to install (core.interrupts.checking) that counts its calls and raises
+    Interrupted on call number ``raise_at`` (never if None): a cancel pending from that call on."""
+
+    def __init__(self, raise_at=None):
+        self.calls, self.raise_at = 0, raise_at
+
+    def __call__(self):
+        self.calls += 1
+        if self.calls == self.raise_at:
+            raise Interrupted

@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 
 from tests.helpers import load_python_stack
+from tests.waits import HANG
 
 ROWS = 300
 K = 5
@@ -28,6 +29,8 @@ SOURCES = ("soak_a", "soak_b", "soak_c")
 NAMES = ("r0", "r1", "r2", "r3", "r4", "r5")
 # a lost race, reported cleanly: the release (or, before the first create, its schema) was dropped
 # or replaced meanwhile, already exists, or a refresh gave up waiting for readers
+#: the writes a soak makes; it goes on past its time until each has succeeded once
+WRITES = ("create", "replace", "refresh", "refresh_matview", "drop")
 CLEAN = {"42704", "42P01", "3F000", "42710", "55P03"}
 
 TABLE = """
@@ -66,6 +69,15 @@ class Soak:
             if exc.sqlstate not in CLEAN:
                 self.failures.append((op, exc.sqlstate, str(exc).strip()[:400]))
 
+    def going(self) -> bool:
+        """Until the soak's time is up and every kind of write has succeeded once: a loaded
+        machine gets through fewer writes in the time (HANG more at the most)."""
+        now = time.monotonic()
+        if now < self.deadline:
+            return True
+        with self.lock:
+            return now < self.deadline + HANG and any(self.ops[op, "ok"] == 0 for op in WRITES)
+
     def qualified(self, name: str) -> str:
         return sql.Identifier(self.release_schema, name).as_string(None)
 
@@ -74,10 +86,10 @@ class Soak:
         with self.connect() as conn:
             load_python_stack(conn)                                  # the Python stack, once
             start.wait()
-            while time.monotonic() < self.deadline:
+            while self.going():
                 name = rng.choice(NAMES)
                 source = f"{self.schema}.{SOURCES[NAMES.index(name) % len(SOURCES)]}"
-                op = rng.choice(["create", "replace", "refresh", "refresh_matview", "drop"])
+                op = rng.choice(WRITES)
                 try:
                     if op in ("create", "replace"):
                         conn.execute("SELECT anon.mondrian_view(%s::regclass, k => %s, release_name => %s, "
@@ -99,7 +111,7 @@ class Soak:
             conn.autocommit = False
             conn.isolation_level = self.isolation
             start.wait()
-            while time.monotonic() < self.deadline:
+            while self.going():
                 for name in NAMES:
                     try:
                         # one statement per transaction: its snapshot predates any lock wait
@@ -117,13 +129,13 @@ class Soak:
     def run(self, seconds: float) -> Soak:
         def go():
             self.deadline = time.monotonic() + seconds
-        start = threading.Barrier(self.writers + self.analysts, action=go, timeout=300)
+        start = threading.Barrier(self.writers + self.analysts, action=go, timeout=HANG)
         threads = [threading.Thread(target=self.writer, args=(i, start)) for i in range(self.writers)]
         threads += [threading.Thread(target=self.reader, args=(start,)) for _ in range(self.analysts)]
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=seconds + 600)
+            t.join(timeout=seconds + 2 * HANG)
         assert not any(t.is_alive() for t in threads), "a session hung"
         return self
 

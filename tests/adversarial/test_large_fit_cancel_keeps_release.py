@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.helpers import release_schema_of
+from tests.waits import HANG, wait_for_cpu, wait_until
 
 ROWS = 1_000_000
 
@@ -74,12 +75,12 @@ def test_a_canceled_large_fit_leaves_the_previous_release_and_the_backend_whole(
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     if stop == "cancel":
-        deadline = time.monotonic() + 60
-        while not any("read the source" in s for s in seen) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.05)                                 # inside the fit
+        wait_until(lambda: any("read the source" in s for s in seen) or not worker.is_alive(),
+                   "the build reading its source")
+        wait_for_cpu(conn.info.backend_pid, 0.2, worker.is_alive, "the build ended before the cancel")
+        assert not any("anonymized" in s for s in seen), "the cancel fell after the fit"
         assert db.execute("SELECT pg_cancel_backend(%s)", (conn.info.backend_pid,)).fetchone()[0]
-    worker.join(120)
+    worker.join(HANG)
     assert not worker.is_alive()
     assert outcome.get("error") is not None, f"the build was not stopped: {seen}"
     assert outcome["error"].sqlstate == "57014", outcome["error"]

@@ -1,17 +1,15 @@
 """Adversarial: learning priorities from pathological workloads under the 32 kB size bound other
 than long IN lists -- long OR chains, deeply nested parentheses, NOT chains and subqueries, many
-shapes -- honours pg_cancel_backend within a second, well into the parses."""
+shapes -- honours pg_cancel_backend within a second of CPU, well into the parses."""
 from __future__ import annotations
-
-import time
 
 import pytest
 
-from tests.db.test_interrupts import LEARN, WITHIN, Running, canceled
+from tests.db.test_interrupts import INTO_THE_PARSES, LEARN, WARM_UP, WITHIN, Running, canceled
 
 #: each: a query over (%s: the schema) making 100 statements or more of the workload, enough
-#: that learning them all takes several times the 3 s before the cancel (100 OR chains of 2,400
-#: equalities learn in 0.9 s)
+#: that learning them all takes several times the CPU spent before the cancel (100 OR chains of
+#: 2,400 equalities learn in 0.9 s)
 WORKLOADS = {
     "OR chains of 2,400 equalities": (
         "SELECT format('SELECT a FROM %%I.t WHERE ' || string_agg(format('a = %%s', v + n), ' OR '), "
@@ -37,8 +35,8 @@ def test_a_cancel_stops_learning_from_other_pathological_workloads_within_a_seco
         db.execute(f"INSERT INTO anon.workload (query, frequency) SELECT q, 1 "
                    f"FROM ({WORKLOADS[workload]}) s(q) WHERE octet_length(q) < 32000", (schema,))
         assert db.execute("SELECT count(*) FROM anon.workload").fetchone()[0] >= 100
-        running = Running(connect, schema, LEARN)
-        time.sleep(3.0)                    # the backend's imports, then well into the parses
+        running = Running(connect, schema, LEARN, WARM_UP)
+        running.wait_for_cpu(INTO_THE_PARSES, "learning ended before the cancel")
         late = running.cancel(db)
         canceled(running)
         assert late < WITHIN, late

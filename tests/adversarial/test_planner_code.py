@@ -12,7 +12,6 @@ build or refresh. Each test FAILS while the hole is open.
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 import pytest
@@ -20,6 +19,7 @@ from psycopg import sql
 
 from tests.helpers import PAYLOAD_FUNCTION, notices
 from tests.helpers import assert_payload_not_run as assert_not_run
+from tests.waits import wait_until
 
 PAYLOAD = PAYLOAD_FUNCTION + """
 CREATE FUNCTION {s}.boom() RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $f$
@@ -174,6 +174,13 @@ RACED_CALLS = [
 ]
 
 
+def waiting(db, n: int) -> None:
+    """Until ``n`` sessions wait for a table's lock."""
+    wait_until(lambda: db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted "
+                                  "AND locktype = 'relation'").fetchone()[0] >= n,
+               f"{n} sessions waiting for a table")
+
+
 def race(db, as_dba, owner, release_schema, call, planted):
     """The owner runs ``planted`` in a transaction that also holds the table ACCESS EXCLUSIVE;
     the DBA's ``call`` starts, waits for the table, and goes on once the owner commits. Returns
@@ -197,11 +204,7 @@ def race(db, as_dba, owner, release_schema, call, planted):
 
     worker = threading.Thread(target=dba_call)
     worker.start()
-    waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation'"
-    deadline = time.monotonic() + 60                      # the call must be waiting for the table
-    while not db.execute(waiting).fetchone()[0] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert db.execute(waiting).fetchone()[0], "the call never waited for the table"
+    waiting(db, 1)                                        # the call must be waiting for the table
     a.commit()
     worker.join(60)
     return outcome["result"], outcome["seen"]
@@ -523,25 +526,16 @@ def test_a_child_attached_while_the_call_waits_is_locked_and_checked(as_dba, db,
                     outcome["result"] = exc
                 outcome["seen"] = seen
 
-        def waiting(n):
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation'"
-                              ).fetchone()[0] >= n:
-                    return
-                time.sleep(0.05)
-            raise AssertionError("nobody waited")
-
         worker = threading.Thread(target=dba_call)
         worker.start()
-        waiting(1)                                            # the call waits for c
+        waiting(db, 1)                                            # the call waits for c
         a2.autocommit = False
         locker = threading.Thread(target=lambda: a2.execute(f"LOCK TABLE {s}.gc IN ACCESS EXCLUSIVE MODE"))
         locker.start()
-        waiting(2)                                            # the owner's second session waits for gc
+        waiting(db, 2)                                            # the owner's second session waits for gc
         a.commit()                                            # c and gc free: the call gets c, a2 gets gc
         locker.join(30)
-        time.sleep(1)
+        waiting(db, 1)                                            # the call waits for gc
         a2.execute(f"CREATE INDEX ON {s}.gc (age) WHERE {s}.boom()")
         a2.commit()
         worker.join(60)
@@ -612,15 +606,6 @@ def test_a_child_renamed_away_while_the_tree_is_locked_is_still_locked_and_check
                 outcome["result"] = exc
             outcome["seen"] = seen
 
-    def waiting(n):
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if db.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation'"
-                          ).fetchone()[0] >= n:
-                return
-            time.sleep(0.05)
-        raise AssertionError("nobody waited")
-
     with connect(user=role) as a2, connect(user=role) as a3:
         a.autocommit = False
         a.execute(f"LOCK TABLE {s}.c IN ACCESS EXCLUSIVE MODE")
@@ -628,20 +613,20 @@ def test_a_child_renamed_away_while_the_tree_is_locked_is_still_locked_and_check
         a.execute(f"ALTER TABLE {s}.g2 INHERIT {s}.c")
         worker = threading.Thread(target=dba_call)
         worker.start()
-        waiting(1)                                             # the call waits for c
+        waiting(db, 1)                                             # the call waits for c
         a2.autocommit = False
         locker = threading.Thread(target=lambda: a2.execute(f"LOCK TABLE {s}.g1 IN ACCESS EXCLUSIVE MODE"))
         locker.start()
-        waiting(2)
+        waiting(db, 2)
         a.commit()                                             # the call gets c, then waits for g1
         locker.join(30)
-        waiting(1)
+        waiting(db, 1)
         a3.execute(f"ALTER TABLE {s}.g2 RENAME TO g2x")          # g2 not locked yet: renamed away,
         a3.execute(f"ALTER TABLE {s}.z RENAME TO g2")            # its name given to another table
         a3.autocommit = False
         a3.execute(f"LOCK TABLE {s}.g2x IN ACCESS EXCLUSIVE MODE")
         a2.commit()                                            # the call gets g1, then waits for g2x
-        waiting(1)
+        waiting(db, 1)
         a3.execute(f"CREATE INDEX ON {s}.g2x (age) WHERE {s}.boom()")
         a3.commit()
         worker.join(60)

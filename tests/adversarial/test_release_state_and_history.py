@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 import uuid
 
 import psycopg
@@ -13,6 +12,7 @@ import pytest
 from psycopg import sql
 
 from tests.db.test_custodian import create, custodian_role
+from tests.waits import wait_until_blocked
 
 HEX = "0123456789abcdef"
 PLAN = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "
@@ -183,7 +183,7 @@ def test_deleting_a_requester_takes_history_recorded_concurrently_under_repeatab
 
         worker = threading.Thread(target=delete)
         worker.start()
-        time.sleep(1.0)                        # the delete waits for the recorder's row lock
+        wait_until_blocked(db, deleter.info.backend_pid, "the delete waiting for the recorder's row lock")
         recorder.commit()
         worker.join(30)
         recorder.close()

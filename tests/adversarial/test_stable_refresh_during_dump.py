@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 import uuid
 
 import psycopg
@@ -17,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from plpy_anon.cluster import PG_BIN
+from tests.waits import blocked, wait_until
 
 STEPS = """SELECT s.version, (SELECT pg_catalog.max(version) FROM anon.release_versions v
                               WHERE v.release_id = s.release_id),
@@ -55,22 +55,34 @@ def test_a_dump_taken_during_a_stable_refresh_succeeds_and_the_restored_release_
     archive = tmp_path / "source.dump"
     refused = []
 
+    refresher = connect(dbname=source)
+    refresher_pid = refresher.info.backend_pid
+
     def refresh():
-        with connect(dbname=source) as c:
+        with refresher as c:
             try:
                 c.execute("UPDATE pt SET age = 37, dx = 'cancer' WHERE id = 13")
                 c.execute("SELECT anon.refresh(%s)", (release,))
             except psycopg.Error as error:
                 refused.append(error)
 
-    with connect(dbname=source) as blocker, blocker.transaction():
+    def dump_waiting(watcher) -> bool:
+        """pg_dump has read the catalog and waits for ``held``."""
+        return watcher.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = %s AND "
+            "application_name = 'pg_dump' AND cardinality(pg_blocking_pids(pid)) > 0)",
+            (source,)).fetchone()[0]
+
+    with connect(dbname=source) as blocker, blocker.transaction(), connect() as watcher:
         blocker.execute("LOCK held IN ACCESS EXCLUSIVE MODE")
         dump = subprocess.Popen([str(PG_BIN / "pg_dump"), *where, "-Fc", "-f", str(archive), source],
                                 stderr=subprocess.PIPE, text=True)
-        time.sleep(2)
+        wait_until(lambda: dump_waiting(watcher) or dump.poll() is not None, "pg_dump waiting for held")
         refreshing = threading.Thread(target=refresh)
         refreshing.start()
-        time.sleep(4)
+        # the refresh runs in the window: it ends, or waits for a lock (then the dump goes first)
+        wait_until(lambda: not refreshing.is_alive() or blocked(watcher, refresher_pid),
+                   "the refresh ending or waiting")
     refreshing.join()
     assert dump.wait() == 0, dump.stderr.read()
     assert refused == []

@@ -4,7 +4,7 @@ tests' own; the storage is checked to be what the issue asks (smaller, not grant
 from __future__ import annotations
 
 import itertools
-import time
+import threading
 
 import psycopg
 import pytest
@@ -17,6 +17,7 @@ from tests.helpers import (
     release_columns,
     release_schema_of,
 )
+from tests.waits import wait_until, wait_until_blocked, waits_for_lock_or_retries
 
 # token: a unique sensitive value per person, released as is, so each released row can be joined
 # back to its source row and its ranges and sets checked against the true values
@@ -235,13 +236,13 @@ def test_plain_refresh_and_drop_do_not_deadlock(db, schema, people, connect):
             except psycopg.Error as exc:
                 results[name] = exc.sqlstate
 
-        import threading
         a = threading.Thread(target=run, args=("refresh", refresher, f"REFRESH MATERIALIZED VIEW {release}_classes"))
         a.start()
-        time.sleep(0.5)
+        wait_until_blocked(db, refresher.info.backend_pid, "the REFRESH waiting behind the reader")
         b = threading.Thread(target=run, args=("drop", dropper, f"SELECT anon.drop_release('{release}')"))
         b.start()
-        time.sleep(0.5)
+        wait_until(lambda: waits_for_lock_or_retries(db, dropper.info.backend_pid),
+                   "the drop waiting for its locks")
         reader.execute("COMMIT")
         a.join(60)
         b.join(60)

@@ -28,6 +28,7 @@ from psycopg import sql
 
 from tests import soak as shared_load
 from tests.helpers import class_sizes, load_python_stack
+from tests.waits import HANG, wait_until
 
 SESSIONS = 8
 ROWS = 300
@@ -80,6 +81,10 @@ def create(conn, source, target_schema, name, replace):
                         (source, K, name, target_schema, replace)).fetchone()[0]
 
 
+#: every operation a load goes on until it has done once
+OPERATIONS = ("create", "replace", "refresh", "refresh_matview", "drop", "analyst_read")
+
+
 class Load:
     def __init__(self, connect, schema, targets, analyst):
         self.connect, self.schema, self.targets, self.analyst = connect, schema, targets, analyst
@@ -105,7 +110,7 @@ class Load:
             conn.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(self.schema)))
             load_python_stack(conn)                                      # import the Python stack now
             self.start.wait()
-            while time.monotonic() < self.deadline:
+            while self.going():
                 ops = ["create"] + (["replace", "refresh", "refresh_matview", "drop"] if mine else [])
                 op = rng.choice(ops)
                 try:
@@ -131,11 +136,20 @@ class Load:
                 except psycopg.Error as exc:
                     self.error(number, op, exc)
 
+    def going(self) -> bool:
+        """Until the time is up and every operation has been done once: a loaded machine gets
+        through fewer in the time (HANG more at the most)."""
+        now = time.monotonic()
+        if now < self.deadline:
+            return True
+        with self.lock:
+            return now < self.deadline + HANG and any(self.counts[op] == 0 for op in OPERATIONS)
+
     def reader(self):
         """The analyst reads whatever releases exist, all the time."""
         with self.connect(user=self.analyst) as conn:
             self.start.wait()
-            while time.monotonic() < self.deadline:
+            while self.going():
                 rels = conn.execute(
                     "SELECT format('%%I.%%I', n.nspname, c.relname) FROM pg_class c "
                     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = ANY(%s) "
@@ -158,13 +172,13 @@ class Load:
         # open the sessions first (each backend imports the Python stack), then start together
         def go():
             self.deadline = time.monotonic() + seconds
-        self.start = threading.Barrier(SESSIONS + 1, action=go, timeout=120)
+        self.start = threading.Barrier(SESSIONS + 1, action=go, timeout=HANG)
         threads = [threading.Thread(target=self.session, args=(i,)) for i in range(SESSIONS)]
         threads.append(threading.Thread(target=self.reader))
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=seconds + 300)
+            t.join(timeout=seconds + 2 * HANG)
         assert not any(t.is_alive() for t in threads)
 
 
@@ -179,7 +193,7 @@ def test_concurrent_creates_refreshes_and_drops_with_an_analyst(db, connect, sch
     for e in load.errors[:20]:
         print("  error:", e)
     assert load.errors == []
-    for op in ("create", "replace", "refresh", "refresh_matview", "drop", "analyst_read"):
+    for op in OPERATIONS:
         assert load.counts[op] > 0, (op, load.counts)
 
     # afterwards: catalog rows and relations match, nothing left over, every release readable
@@ -224,16 +238,18 @@ def test_eight_releases_scheduled_for_the_same_minute_all_refresh(db, schema, re
     rels = [create(db, "people_a" if i % 2 else "people_b", release_schema, f"cron_{i}", False)
             for i in range(SESSIONS)]
     jobs = [db.execute("SELECT anon.schedule_refresh(%s, '* * * * *')", (rel,)).fetchone()[0] for rel in rels]
-    deadline = time.monotonic() + 150
     finished = []
-    while time.monotonic() < deadline:
-        finished = db.execute("""
+
+    def all_ended():
+        finished[:] = db.execute("""
             SELECT DISTINCT ON (jobid) jobid, status, return_message FROM cron.job_run_details
             WHERE jobid = ANY(%s) AND status IN ('succeeded', 'failed')
             ORDER BY jobid, start_time""", (jobs,)).fetchall()
-        if len(finished) == len(jobs):
-            break
-        time.sleep(2)
+        return len(finished) == len(jobs)
+    try:        # eight new backends at once at the minute boundary: minutes on a loaded machine
+        wait_until(all_ended, "every first run ending", timeout=2 * HANG, every=2)
+    except AssertionError:
+        pass                                       # reported below, with what did end
     db.execute("SELECT cron.unschedule(j) FROM unnest(%s::bigint[]) j", (jobs,))
     print(f"\npg_cron: {len(finished)} of {len(jobs)} first runs finished: "
           f"{collections.Counter(s for _, s, _ in finished)}")
@@ -264,7 +280,7 @@ def check_soak(db, connect, schema, release_schema, analyst, seconds):
     assert soak.by_sqlstate().get("40P01", 0) == 0
     assert soak.empty_reads == 0
     assert soak.failures == []
-    for op in ("create", "replace", "refresh", "refresh_matview", "drop"):
+    for op in shared_load.WRITES:
         assert soak.ops[op, "ok"] > 0, (op, soak.ops)
     # afterwards: catalog and relations agree, no leftovers, every release whole and k-anonymous
     catalog = {n for (n,) in db.execute("SELECT release_name::text FROM anon.releases WHERE release_schema = %s",

@@ -14,18 +14,15 @@ from hypothesis import strategies as st
 
 from plpy_anon.cluster import ThrowawayCluster
 from tests.db.test_verification import SPLIT_BELOW_K, mondrian_tampered
-from tests.helpers import class_sizes, distinct_sensitive_per_class, notices, release_schema_of
+from tests.helpers import (
+    budget,
+    class_sizes,
+    distinct_sensitive_per_class,
+    notices,
+    release_schema_of,
+)
 
 QIS = ["a", "b", "d"]
-
-
-@contextlib.contextmanager
-def budget(db, size):
-    db.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (size,))
-    try:
-        yield
-    finally:
-        db.execute("RESET plpy_anon.build_memory")
 
 
 def release(db, schema, table, name, **kwargs):

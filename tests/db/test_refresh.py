@@ -3,12 +3,12 @@ failure is recorded and leaves the old release, dependency order, and what a swa
 from __future__ import annotations
 
 import threading
-import time
 
 import psycopg
 import pytest
 
 from tests.helpers import drop_statement, release_schema_of
+from tests.waits import wait_until_blocked
 
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
@@ -95,15 +95,10 @@ def test_a_reader_caught_by_the_swap_gets_the_new_release_not_an_error(db, conne
     assert result == {"count": 240}
 
 
-def wait_until_waiting(db, conn, timeout=10.0):
-    pid = conn.info.backend_pid
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if db.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
-                      (pid,)).fetchone()[0]:
-            return
-        time.sleep(0.02)
-    raise AssertionError("the refresh never reached its build phase")
+def wait_until_waiting(db, conn):
+    """Until ``conn``'s backend waits for a lock (a new backend's imports first: seconds when the
+    machine is loaded)."""
+    wait_until_blocked(db, conn.info.backend_pid, "the session waiting for a lock")
 
 
 def test_a_reader_looping_through_refreshes_never_sees_an_empty_or_partial_release(db, connect, schema, patients):

@@ -24,6 +24,7 @@ from psycopg import sql
 
 from plpy_anon.core.synthetic import make_enterprise
 from tests.helpers import matview, release_schema_of
+from tests.waits import HANG, backs_off, wait_until, wait_until_blocked
 
 _names = itertools.count()
 LEVELS = ("REPEATABLE READ", "SERIALIZABLE", "READ COMMITTED")
@@ -236,11 +237,14 @@ def test_a_plain_refresh_and_anon_refresh_agree_for_an_old_snapshot(db, connect,
 # ---------------------------------------------------------------------------- issue 8
 
 def start_refresh(connect, name, attempt="50ms", wait="3s"):
-    """anon.refresh in a thread of its own session; returns (thread, result dict)."""
-    result = {}
+    """anon.refresh in a thread of its own session (progress notices on); returns (thread,
+    result dict: its backend's ``pid``, ``notices``, then ``row`` or ``error``, ``seconds``)."""
     conn = connect()
+    result = {"pid": conn.info.backend_pid, "notices": []}
+    conn.add_notice_handler(lambda d: result["notices"].append(d.message_primary or ""))
     conn.execute("SELECT set_config('plpy_anon.swap_lock_timeout', %s, false), "
-                 "set_config('plpy_anon.swap_wait', %s, false)", (attempt, wait))
+                 "set_config('plpy_anon.swap_wait', %s, false), "
+                 "set_config('plpy_anon.progress', 'on', false)", (attempt, wait))
 
     def go():
         t0 = time.monotonic()
@@ -257,12 +261,20 @@ def start_refresh(connect, name, attempt="50ms", wait="3s"):
     return thread, result
 
 
-def read_times(connect, relations, duration):
+def wait_until_retrying(db, thread, result):
+    """Until the refresh has built its release and failed an attempt at the swap's locks (it
+    backs off before the next)."""
+    wait_until(lambda: not thread.is_alive() or backs_off(db, result["pid"]),
+               "the refresh backing off between attempts at its swap locks")
+    assert thread.is_alive(), f"the refresh ended before trying for its locks: {result}"
+
+
+def read_times(connect, relations, duration, blocked_after):
     """New readers, one after the other, for ``duration`` seconds: each read's wall time. A read
-    blocked longer than 5 s is cancelled by statement_timeout and reported as inf."""
+    blocked longer than ``blocked_after`` is cancelled by statement_timeout and reported as inf."""
     times = []
     with connect() as reader:
-        reader.execute("SET statement_timeout = '5s'")
+        reader.execute("SELECT set_config('statement_timeout', %s, false)", (blocked_after,))
         end = time.monotonic() + duration
         while time.monotonic() < end:
             t0 = time.monotonic()
@@ -286,6 +298,8 @@ def catalog_error(db, name):
 
 @pytest.mark.parametrize("method, in_place", [("mondrian", False), ("mondrian", True), ("break_merge", False)])
 def test_a_refresh_waiting_for_a_long_reader_never_blocks_new_readers(db, connect, made, method, in_place):
+    """While the refresh tries for its locks (50 ms attempts, 5 s in all), new readers go on: none
+    waits out the refresh (its whole wait) behind it; then it gives up and keeps the release."""
     name, relations, grow = made(method)
     if in_place:     # a DBA's view on the release: no swap possible, the REFRESH runs in place
         db.execute(f"CREATE VIEW dba_summary AS SELECT count(*) AS n FROM {name}")
@@ -294,19 +308,20 @@ def test_a_refresh_waiting_for_a_long_reader_never_blocks_new_readers(db, connec
     with connect() as long_reader:
         long_reader.execute("BEGIN")
         counts(long_reader, relations[-1:])     # holds ACCESS SHARE (through a view, for break_merge)
-        thread, result = start_refresh(connect, name, attempt="50ms", wait="3s")
+        thread, result = start_refresh(connect, name, attempt="50ms", wait="5s")
         try:
-            times = read_times(connect, relations, 2.0)    # while the refresh retries
-            thread.join(30)
+            wait_until_retrying(db, thread, result)
+            times = read_times(connect, relations, 2.0, blocked_after="5s")
+            thread.join(HANG)
         finally:
             long_reader.execute("COMMIT")
-            thread.join(30)
-    assert len(times) >= 5 and max(times) < 1.0, times
+            thread.join(HANG)
+    assert len(times) >= 5 and float("inf") not in times, times
     error = result.get("error")
     assert isinstance(error, psycopg.errors.LockNotAvailable), result
     assert name.replace('"', "") in error.diag.message_primary and "gave up after waiting" in error.diag.message_primary
     assert "plpy_anon.swap_wait" in error.diag.message_hint
-    assert 2.5 < result["seconds"] < 15
+    assert result["seconds"] >= 5                                # never gives up early
     last_error, sqlstate, succeeded = catalog_error(db, name)
     assert "gave up" in last_error and (sqlstate, succeeded) == ("55P03", False)
     assert counts(db, relations) == old                          # the old release stayed
@@ -322,13 +337,13 @@ def test_a_refresh_whose_reader_finishes_during_the_retries_succeeds(db, connect
     with connect() as long_reader:
         long_reader.execute("BEGIN")
         counts(long_reader, relations)
-        thread, result = start_refresh(connect, name, attempt="50ms", wait="20s")
-        time.sleep(1.0)
-        assert thread.is_alive()                  # still retrying
+        thread, result = start_refresh(connect, name, attempt="50ms", wait="10min")
+        wait_until_retrying(db, thread, result)
         long_reader.execute("COMMIT")
-        thread.join(30)
+        thread.join(HANG)
     assert result.get("row") == (220,), result
-    assert result["seconds"] < 10
+    # it got its locks on a later attempt (the notice says so only after more than one)
+    assert any("swap lock taken after" in n for n in result["notices"]), result["notices"]
     assert counts(db, relations) == (220,)
 
 
@@ -412,11 +427,7 @@ def test_a_reader_waiting_for_a_replace_sees_the_whole_new_release(db, connect, 
                 seen["counts"] = counts(reader, relations)
             waiting = threading.Thread(target=read)
             waiting.start()
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not writer.execute(
-                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted)",
-                    (reader.info.backend_pid,)).fetchone()[0]:
-                time.sleep(0.05)
+            wait_until_blocked(writer, reader.info.backend_pid, "the reader waiting for the replace")
             writer.execute("COMMIT")
             waiting.join(30)
             reader.execute("COMMIT")

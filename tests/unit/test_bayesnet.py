@@ -1,7 +1,6 @@
 """Bayesian network: BIC scores, structure recovery, CPTs by hand, dependency rules, speed."""
 
 import itertools
-import time
 
 import numpy as np
 import pandas as pd
@@ -168,14 +167,15 @@ def test_rules_only_from_nodes_with_parents():
     assert set(rules["child"]) == {c for c, p in bn.parents_.items() if p}
 
 
-def test_learns_100k_rows_fast():
+def test_a_fit_of_100k_rows_links_a_many_valued_column_to_the_one_it_determines():
+    """(Its time at 100k and 1M rows is a benchmark's: tests/bench/bench_breakmerge.py.)"""
     rng = np.random.default_rng(0)
     X = _sample_known_network(100_000)
     X["f"] = rng.integers(0, 40, len(X))  # a country-like column
     X["g"] = (X["f"] + rng.integers(0, 3, len(X))) % 7
-    start = time.perf_counter()
-    BayesNet().fit(X)
-    assert time.perf_counter() - start < 2.0
+    bn = BayesNet().fit(X)
+    assert {("f", "g"), ("g", "f")} & set(bn.edges_), bn.edges_
+    assert bn.parents_["e"] == () and all("e" not in p for p in bn.parents_.values())
 
 
 def test_bad_input():

@@ -17,22 +17,7 @@ from plpy_anon.core.prioritized import PrioritizedMondrian
 from plpy_anon.core.republication import stable_partition
 from plpy_anon.querylog.logs import read_server_log
 from plpy_anon.querylog.priorities import PriorityLearner
-
-
-class Interrupted(Exception):
-    pass
-
-
-class Counting:
-    """A check that counts its calls and raises on call number ``raise_at`` (never if None)."""
-
-    def __init__(self, raise_at=None):
-        self.calls, self.raise_at = 0, raise_at
-
-    def __call__(self):
-        self.calls += 1
-        if self.calls == self.raise_at:
-            raise Interrupted
+from tests.helpers import CountingCheck, Interrupted
 
 
 def columns(n, seed=0):
@@ -42,7 +27,7 @@ def columns(n, seed=0):
 
 def test_check_does_nothing_unless_installed_and_nested_blocks_restore():
     interrupts.check()
-    outer, inner = Counting(), Counting()
+    outer, inner = CountingCheck(), CountingCheck()
     with interrupts.checking(outer):
         interrupts.check()
         with interrupts.checking(inner):
@@ -53,7 +38,7 @@ def test_check_does_nothing_unless_installed_and_nested_blocks_restore():
 
 
 def test_another_thread_does_not_see_the_installed_check():
-    seen = Counting()
+    seen = CountingCheck()
     with interrupts.checking(seen):
         thread = threading.Thread(target=interrupts.check)
         thread.start()
@@ -72,7 +57,7 @@ def test_another_thread_does_not_see_the_installed_check():
 def test_a_fit_checks_at_every_level_and_stops_when_interrupted(model):
     n = 20_000
     cols, sensitive = columns(n), np.arange(n) % 3
-    counted = Counting()
+    counted = CountingCheck()
     with interrupts.checking(counted):
         labels = model().fit(cols, sensitive=sensitive).labels_
     levels = int(np.ceil(np.log2(n / 5 / 2)))            # halvings until parts are under 2k
@@ -80,7 +65,7 @@ def test_a_fit_checks_at_every_level_and_stops_when_interrupted(model):
     reference = model().fit(cols, sensitive=sensitive).labels_
     assert np.array_equal(labels, reference)             # checking changes nothing
     for raise_at in (1, counted.calls // 2, counted.calls):
-        with interrupts.checking(Counting(raise_at)), pytest.raises(Interrupted):
+        with interrupts.checking(CountingCheck(raise_at)), pytest.raises(Interrupted):
             model().fit(cols, sensitive=sensitive)
 
 
@@ -92,11 +77,11 @@ def test_the_stable_merges_check_and_stop_when_interrupted():
     points = rng.random((n, 2))
     sensitive = rng.integers(0, 4, (n, 1))
     args = (groups, points, sensitive, np.full(n, -1), [np.zeros((0, 4), dtype=bool)], 5, 2)
-    counted = Counting()
+    counted = CountingCheck()
     with interrupts.checking(counted):
         stable_partition(*args)
     assert counted.calls >= 2
-    with interrupts.checking(Counting(counted.calls)), pytest.raises(Interrupted):
+    with interrupts.checking(CountingCheck(counted.calls)), pytest.raises(Interrupted):
         stable_partition(*args)
 
 
@@ -113,11 +98,11 @@ def test_matching_people_to_classes_checks_per_level_and_stops_when_interrupted(
     monkeypatch.setattr(containment, "POINTS_A_CALL", 1_000)
     warm = Axis(axes[0].points[:10], low, low + 9)
     contained([warm], 10, c, engine=engine)             # the kernels loaded before counting
-    counted = Counting()
+    counted = CountingCheck()
     with interrupts.checking(counted):
         contained(axes, n, c, engine=engine)
     assert counted.calls >= 10          # each level of the split, each axis; each call
-    with interrupts.checking(Counting(counted.calls)), pytest.raises(Interrupted):
+    with interrupts.checking(CountingCheck(counted.calls)), pytest.raises(Interrupted):
         contained(axes, n, c, engine=engine)
 
 
@@ -125,18 +110,18 @@ def test_learning_checks_per_statement_and_stops_when_interrupted():
     catalog = {"public": {"t": {"a": "integer", "b": "text"}}}
     statements = [f"SELECT a FROM t WHERE a > {i} AND b IN ({', '.join(['1'] * (i % 40 + 1))})"
                   for i in range(400)]
-    counted = Counting()
+    counted = CountingCheck()
     with interrupts.checking(counted):
         PriorityLearner("t").fit(statements, catalog)
     assert counted.calls >= 400
-    with interrupts.checking(Counting(300)), pytest.raises(Interrupted):
+    with interrupts.checking(CountingCheck(300)), pytest.raises(Interrupted):
         PriorityLearner("t").fit(statements, catalog)
 
 
 def test_reading_a_log_checks_per_entry():
     log = "".join(f"2026-11-28 10:00:00 UTC [1] LOG:  statement: SELECT a FROM t WHERE a > {i}\n"
                   for i in range(100))
-    counted = Counting()
+    counted = CountingCheck()
     with interrupts.checking(counted):
         read_server_log(io.StringIO(log), "stderr")
     assert counted.calls >= 100
@@ -159,12 +144,12 @@ def test_a_sort_in_chunks_is_numpy_s_stable_argsort(values, chunk):
 
 def test_a_fit_sorting_in_chunks_checks_between_them_and_finds_the_same_classes(monkeypatch):
     cols, sensitive = columns(20_000, seed=5), np.arange(20_000) % 4
-    whole = Counting()
+    whole = CountingCheck()
     with interrupts.checking(whole):
         reference = Mondrian(k=5, l=2, engine="numpy").fit(cols, sensitive=sensitive).labels_
     monkeypatch.setattr(stable_sort, "SORT_CHUNK", 1000)
     monkeypatch.setattr(mondrian_module, "_SORT_CHUNK", 1000)
-    chunked = Counting()
+    chunked = CountingCheck()
     with interrupts.checking(chunked):
         labels = Mondrian(k=5, l=2, engine="numpy").fit(cols, sensitive=sensitive).labels_
     assert np.array_equal(labels, reference)
@@ -176,9 +161,9 @@ def test_resolving_one_long_statement_checks_per_column():
     """One statement's resolution is a loop over its columns (an OR chain of 2,000 here)."""
     catalog = {"public": {"t": {"a": "integer", "b": "text"}}}
     chain = "SELECT a FROM t WHERE " + " OR ".join(f"a = {i}" for i in range(2000))
-    counted = Counting()
+    counted = CountingCheck()
     with interrupts.checking(counted):
         PriorityLearner("t").fit([chain], catalog)
     assert counted.calls >= 2000
-    with interrupts.checking(Counting(1000)), pytest.raises(Interrupted):
+    with interrupts.checking(CountingCheck(1000)), pytest.raises(Interrupted):
         PriorityLearner("t").fit([chain], catalog)

@@ -16,7 +16,9 @@ from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.prioritized import PrioritizedMondrian
+from tests.helpers import CountingCheck, Interrupted
 from tests.unit.test_mondrian import KINDS, _random_column
+from tests.waits import HANG
 
 needs_numba = pytest.mark.skipif(mondrian_jit.kernels() is None, reason="numba is not installed")
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,22 +156,16 @@ def test_the_interrupt_hook_runs_between_chunks_and_can_cancel(monkeypatch):
                                                 dtype=object)),
                encode_numeric("y", rng.normal(size=5000))]
     sensitive = rng.integers(0, 4, 5000)
-    calls = []
+    counted = CountingCheck()
     model = Mondrian(k=5, l=2, engine="numba")
-    model.check_interrupt = lambda: calls.append(1)
+    model.check_interrupt = counted
     model.fit(columns, sensitive=sensitive)
-    assert len(calls) >= 100
+    assert counted.calls >= 100
     np.testing.assert_array_equal(
         model.labels_, Mondrian(k=5, l=2, engine="numpy").fit(columns, sensitive=sensitive).labels_)
 
-    class Cancelled(Exception):
-        pass
-
-    def cancel():
-        raise Cancelled
-
-    model.check_interrupt = cancel
-    with pytest.raises(Cancelled):
+    model.check_interrupt = CountingCheck(raise_at=1)
+    with pytest.raises(Interrupted):
         model.fit(columns, sensitive=sensitive)
 
 
@@ -185,7 +181,7 @@ def test_without_numba_the_fit_runs_on_numpy_and_says_so():
             "print(Mondrian(k=2).fit([encode_numeric('x', np.arange(10))]).n_classes_);"
             "Mondrian(k=2, engine='numba').fit([encode_numeric('x', np.arange(10))])")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         timeout=60, check=False)
+                         timeout=HANG, check=False)
     assert run.stdout.split() == ["4"]
     assert "numba cannot be imported" in run.stderr and "runs on numpy" in run.stderr
     assert "engine='numba' asked, but numba cannot be imported" in run.stderr
@@ -202,7 +198,7 @@ def test_loading_the_kernels_imports_no_scipy_and_scipy_still_imports_after():
             "import scipy.linalg; kern.count_codes(np.array([1], dtype=np.uint16), 0, 1, start);"
             "print(start.tolist())")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120, check=False)
+                         timeout=HANG, check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n")[:2] == ["False [0, 1, 0, 2]", "[0, 1, 1, 2]"]
 
@@ -222,7 +218,7 @@ def test_kernels_loaded_from_the_cache_import_none_of_numbas_implementations():
             "'numba.np.linalg', 'numba.cpython.unicode', 'scipy') if m in sys.modules])")
     for _ in range(2):      # a cold cache compiles the kernels first, which loads everything
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             cwd=ROOT, timeout=120, check=False)
+                             cwd=ROOT, timeout=HANG, check=False)
         assert run.returncode == 0, run.stderr
         misses, loaded = run.stdout.strip().split(" ", 1)
         if misses == "0":

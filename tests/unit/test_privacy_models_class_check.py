@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.core import interrupts
 from plpy_anon.core import privacy_models as pm
+from tests.helpers import CountingCheck, Interrupted
 
 
 def dense_check(model: pm.Models, cid, vid, cnt, n_classes: int, n_values: int) -> dict:
@@ -90,19 +91,9 @@ def test_the_check_from_the_pairs_decides_and_figures_as_the_dense_matrix(case, 
 def test_a_cancel_pending_stops_the_check_between_ranges_of_classes():
     """A release with one distinct value per row: a cancel raised by the installed check stops
     the model check before it goes through all its ranges."""
-    class Canceled(Exception):
-        pass
-
-    calls = []
-
-    def cancel_on_the_third_check():
-        calls.append(1)
-        if len(calls) == 3:
-            raise Canceled
-
-    rows = 10_000
+    rows, cancel = 10_000, CountingCheck(raise_at=3)
     model = pm.Models(t=0.2, table=np.full(rows, 1.0 / rows), ordered=True)
     check = pm.ClassCheck(model, rows, 100)
-    with interrupts.checking(cancel_on_the_third_check), pytest.raises(Canceled):
+    with interrupts.checking(cancel), pytest.raises(Interrupted):
         check.add(np.arange(rows) // 5, np.arange(rows), np.ones(rows), rows // 5)
-    assert len(calls) == 3
+    assert cancel.calls == 3

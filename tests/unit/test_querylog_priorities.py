@@ -1,8 +1,7 @@
-"""Priority weights, cut points, bad input and speed of the workload learner."""
+"""Priority weights, cut points, bad input and scale of the workload learner."""
 
 import gc
 import re
-import time
 
 import numpy as np
 import pandas as pd
@@ -20,6 +19,7 @@ from plpy_anon.querylog.priorities import (
     learn_priorities,
     split_table_name,
 )
+from tests.waits import HANG
 
 CATALOG = {
     "public": {
@@ -202,7 +202,8 @@ def test_combined_weights_are_a_distribution_monotone_in_each_count(p, s, alpha)
                 assert weights.iloc[i] >= weights.iloc[j] - 1e-12
 
 
-def test_hundred_thousand_logged_statements_under_30_seconds():
+def test_a_hundred_thousand_logged_statements_are_all_read_and_used():
+    """(The time they take is a benchmark's: tests/bench/bench_workload.py.)"""
     rng = np.random.default_rng(0)
     templates = [
         "SELECT {c} FROM patients WHERE age > {v}",
@@ -215,12 +216,9 @@ def test_hundred_thousand_logged_statements_under_30_seconds():
         for t in templates for c in ("age", "sex", "zip", "id") for v in range(0, 100, 1)
     ][:400]
     statements = [distinct[i] for i in rng.integers(0, len(distinct), 100_000)]
-    started = time.perf_counter()
     learner = learn_priorities(statements, CATALOG, "patients")
-    elapsed = time.perf_counter() - started
     assert learner.report_["statements"] == 100_000
     assert learner.report_["used"] == 100_000
-    assert elapsed < 30, f"learning took {elapsed:.1f} s"
 
 
 def test_unquoted_table_names_fold_to_lower_case_quoted_ones_do_not():
@@ -244,10 +242,10 @@ def test_full_collections_come_back_when_overlapping_fits_end_in_any_order(monke
     def paused(counts):
         if threading.current_thread() is not threading.main_thread():
             started.set()
-            release.wait(10)                      # A waits for B to start parsing
+            release.wait(HANG)                    # A waits for B to start parsing
         else:
             release.set()
-            worker.join(10)                       # B waits for A to end
+            worker.join(HANG)                     # B waits for A to end
             assert gc.get_threshold()[2] > before[2]   # B still parses: full collections off
         return group_by_shape(counts)
 
@@ -255,6 +253,6 @@ def test_full_collections_come_back_when_overlapping_fits_end_in_any_order(monke
     worker = threading.Thread(target=learn_priorities,
                               args=(["SELECT age FROM patients WHERE age > 3"], CATALOG, "patients"))
     worker.start()
-    assert started.wait(10)
+    assert started.wait(HANG)
     learn_priorities(["SELECT age FROM patients"], CATALOG, "patients")
     assert gc.get_threshold() == before

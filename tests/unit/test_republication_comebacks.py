@@ -1,11 +1,15 @@
-"""db.republication's state of people who leave and come back: a person who leaves is marked
-absent (never erased), and one who comes back is followed in every stored version they were in
-the table, and in none they were not. From the state the check writes (entries() and the
-absent people kept, written in rows and read back), :func:`~plpy_anon.db.republication.alive_groups`
-says for every stored version which of its groups hold someone in the table now who was in
-the table then -- checked against each version's membership kept here, over random merges,
-leavers, leavers who come back (to the group holding theirs), joiners and people held back; and
-core.republish publishes a person who comes back only with every value their group holds now."""
+"""db.republication's record of who is still in the table, and of people who leave and come back.
+
+From each person's entry (the version that first held them and their group then) and each
+stored version's step (the group of the next version holding each of its groups),
+:func:`~plpy_anon.db.republication.alive_groups` says for every stored version which of its groups
+hold someone in the table now who was in the table then -- checked against each version's
+membership kept here, over random merges, leavers, joiners and people held back: for a state as
+the check writes it, also one stored before entries were kept (followed from its newest version
+on); and for a state written in rows and read back, where a person who leaves is marked absent
+(never erased) and one who comes back (to the group holding theirs) is followed in every stored
+version they were in the table, and in none they were not. core.republish publishes a person who
+comes back only with every value their group holds now."""
 from __future__ import annotations
 
 import hashlib
@@ -23,6 +27,97 @@ from tests.unit.test_state_rows import read_back
 
 def person(i: int) -> bytes:
     return hashlib.sha256(str(i).encode()).digest()
+
+
+class History:
+    """A table's people and their groups, version after version: a quarter of the people leave,
+    groups merge (into the smallest id), some who left come back to the group holding theirs
+    (with ``comebacks``), new people join a group or a new one, some are held back. Keeps each
+    stored version's row and its people's groups."""
+
+    def __init__(self, rng, comebacks: bool):
+        self.rng, self.comebacks = rng, comebacks
+        self.table: dict = {}             # person -> group now
+        self.absent: dict = {}            # person -> their group as they left
+        self.parent: dict = {}            # every group id -> the group it merged into
+        self.held: set = set()            # people the newest version held back
+        self.rows: list = []              # per stored version: its row
+        self.members: list = []           # per stored version: its people's groups
+        self.next_person = self.next_group = 0
+
+    def root(self, g):
+        while self.parent.get(g, g) != g:
+            g = self.parent[g]
+        return g
+
+    def change(self, first: bool) -> None:
+        """The table's changes up to the next version (none before the first but joiners)."""
+        rng, table = self.rng, self.table
+        if not first:
+            for gone in rng.choice(sorted(table), size=len(table) // 4, replace=False).tolist():
+                self.absent[gone] = table.pop(gone)
+            current = sorted(set(table.values()))
+            for _ in range(int(rng.integers(0, 3))):
+                if len(current) > 1:
+                    a, b = (self.root(g) for g in rng.choice(current, size=2, replace=False).tolist())
+                    self.parent[max(a, b)] = min(a, b)
+            self.table = table = {p: self.root(g) for p, g in table.items()}
+            self.rows[-1]["next_groups"] = [self.root(g) for g in self.rows[-1]["group_ids"]]
+            if self.comebacks:
+                for back in rng.choice(sorted(self.absent),
+                                       size=min(len(self.absent), int(rng.integers(0, 4))),
+                                       replace=False).tolist():
+                    table[back] = self.root(self.absent.pop(back))
+        for _ in range(int(rng.integers(3, 9))):
+            groups = sorted(set(table.values()))
+            if groups and rng.random() < 0.6:
+                table[self.next_person] = int(rng.choice(groups))
+            else:
+                table[self.next_person] = self.next_group
+                self.next_group += 1
+            self.next_person += 1
+        self.held = {p for p in table if rng.random() < 0.15}
+
+    def check_alive(self, state: State, unfollowed=lambda row: False) -> None:
+        """alive_groups over the stored versions against their membership: None for the
+        versions ``unfollowed`` names."""
+        found = alive_groups(self.rows, state, packed([person(p) for p in self.table]))
+        for row, then, alive in zip(self.rows, self.members, found):
+            if unfollowed(row):
+                assert alive is None, row["version"]
+            else:
+                truth = np.isin(row["group_ids"], [g for p, g in then.items() if p in self.table])
+                assert alive is not None and (alive == truth).all(), (row["version"], alive, truth)
+
+    def record(self, version: int) -> None:
+        held = sorted(self.held)
+        self.rows.append({"version": version, "group_ids": sorted(set(self.table.values())),
+                          "next_groups": None, "waiting": [person(p) for p in held],
+                          "waiting_groups": [self.table[p] for p in held]})
+        self.members.append(dict(self.table))
+
+
+def empty_state() -> State:
+    return State(np.empty(0, dtype="S32"), *(np.empty(0, dtype=np.int64),) * 3, [])
+
+
+def stored(everyone: dict, held: set, found) -> State:
+    """The state the check writes (db.republication.remember): published people and held back
+    people apart, each sorted, with their entries (``found``: entries()'s answer, aligned with
+    published people then held back ones, in the order of ``everyone``)."""
+    version, since, entry, entry_versions, entry_groups = found
+    shown = [p for p in everyone if p not in held]
+    waiting = [p for p in everyone if p in held]
+    position = {p: i for i, p in enumerate(shown + waiting)}
+    persons = packed([person(p) for p in shown])
+    order = np.argsort(persons, kind="stable")
+    held_hashes = packed([person(p) for p in waiting])
+    held_order = np.argsort(held_hashes, kind="stable")
+    return State(persons[order], np.array([everyone[p] for p in shown], dtype=np.int64)[order],
+                 np.zeros(len(shown), dtype=np.int64), np.zeros(len(shown), dtype=np.int64), [],
+                 entry[[position[p] for p in shown]][order], entry_versions, entry_groups,
+                 held_hashes[held_order], entry[[position[p] for p in waiting]][held_order],
+                 version, since)
 
 
 def written(state: State, table: dict, held: set, version: int, per_row: int) -> State:
@@ -44,58 +139,44 @@ def written(state: State, table: dict, held: set, version: int, per_row: int) ->
 
 
 @settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_versions=st.integers(2, 9), migrated=st.integers(0, 8))
+def test_the_groups_of_every_stored_version_that_hold_someone_now_follow_from_the_entries(
+        seed, n_versions, migrated):
+    history, state, since = History(np.random.default_rng(seed), comebacks=False), empty_state(), 0
+    for version in range(n_versions):
+        if version and version == migrated:
+            # a state stored before entries were kept: no entries, no steps (the step of the
+            # newest version is stored by the refresh)
+            state.entries = state.version = state.entries_since = None
+            for row in history.rows:
+                row["next_groups"] = None
+            since = version - 1
+        history.change(first=not version)
+        if version:      # the refresh: which groups of each stored version hold someone now
+            history.check_alive(state, lambda row, v=version, s=since: v == migrated or row["version"] < s)
+        history.record(version)
+        table, held, rows = history.table, history.held, history.rows
+        everyone = [p for p in table if p not in held] + [p for p in table if p in held]
+        newest = None if state.entries is not None else (rows[-2] if len(rows) > 1 else None)
+        found = entries(state, packed([person(p) for p in everyone]),
+                        np.array([table[p] for p in everyone], dtype=np.int64), newest)
+        assert found[0] == version and found[1] == since
+        state = stored(table, held, found)
+
+
+@settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_versions=st.integers(2, 10), per_row=st.integers(1, 40))
 def test_people_who_come_back_link_the_versions_they_were_in_and_no_other(seed, n_versions,
                                                                            per_row):
-    rng = np.random.default_rng(seed)
-    table: dict = {}                  # person -> group now
-    absent: dict = {}                 # person -> their group as they left
-    parent: dict = {}                 # every group id -> the group it merged into
-    rows, members = [], []            # per stored version: its row, its people's groups
+    history, state = History(np.random.default_rng(seed), comebacks=True), empty_state()
     ever: set = set()                 # everyone in the table so far
     shown: set = set()                # everyone published so far
-    state = State(np.empty(0, dtype="S32"), *(np.empty(0, dtype=np.int64),) * 3, [])
-    next_person = next_group = 0
-
-    def root(g):
-        while parent.get(g, g) != g:
-            g = parent[g]
-        return g
-
     for version in range(n_versions):
+        history.change(first=not version)
         if version:
-            for gone in rng.choice(sorted(table), size=len(table) // 4, replace=False).tolist():
-                absent[gone] = table.pop(gone)
-            # groups only merge (into the smallest id)
-            current = sorted(set(table.values()))
-            for _ in range(int(rng.integers(0, 3))):
-                if len(current) > 1:
-                    a, b = (root(g) for g in rng.choice(current, size=2, replace=False).tolist())
-                    parent[max(a, b)] = min(a, b)
-            table = {p: root(g) for p, g in table.items()}
-            rows[-1]["next_groups"] = [root(g) for g in rows[-1]["group_ids"]]
-            # leavers who come back, to the group holding theirs
-            for back in rng.choice(sorted(absent), size=min(len(absent), int(rng.integers(0, 4))),
-                                   replace=False).tolist():
-                table[back] = root(absent.pop(back))
-        for _ in range(int(rng.integers(3, 9))):
-            groups = sorted(set(table.values()))
-            if groups and rng.random() < 0.6:
-                table[next_person] = int(rng.choice(groups))
-            else:
-                table[next_person] = next_group
-                next_group += 1
-            next_person += 1
-        held = {p for p in table if rng.random() < 0.15}
-        if version:
-            found = alive_groups(rows, state, packed([person(p) for p in table]))
-            for row, then, alive in zip(rows, members, found):
-                truth = np.isin(row["group_ids"], [g for p, g in then.items() if p in table])
-                assert alive is not None and (alive == truth).all(), (row["version"], alive, truth)
-        rows.append({"version": version, "group_ids": sorted(set(table.values())),
-                     "next_groups": None, "waiting": [person(p) for p in sorted(held)],
-                     "waiting_groups": [table[p] for p in sorted(held)]})
-        members.append(dict(table))
+            history.check_alive(state)
+        history.record(version)
+        table, held = history.table, history.held
         state = written(state, table, held, version, per_row)
         # nobody is erased: everyone ever in the table is in the state, those not in it now
         # marked absent, those never published with no versions

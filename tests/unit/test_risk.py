@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from plpy_anon.core import interrupts, risk
 from plpy_anon.core.errors import InvalidParameter
+from tests.helpers import CountingCheck, Interrupted
 
 frames = st.lists(st.tuples(st.integers(0, 5), st.integers(0, 2), st.integers(0, 4)),
                   min_size=1, max_size=60).map(lambda rows: pd.DataFrame(rows, columns=["a", "b", "s"]))
@@ -199,18 +200,8 @@ def test_figures_from_the_pairs_equal_those_of_the_dense_class_value_matrix(
 def test_a_cancel_pending_stops_the_figures_between_ranges_of_classes():
     """A release with one distinct value per row: a cancel raised by the installed check stops
     the figures before they go through all their ranges."""
-    class Canceled(Exception):
-        pass
-
-    calls = []
-
-    def cancel_on_the_third_check():
-        calls.append(1)
-        if len(calls) == 3:
-            raise Canceled
-
-    rows = 10_000
-    with interrupts.checking(cancel_on_the_third_check), pytest.raises(Canceled):
+    rows, check = 10_000, CountingCheck(raise_at=3)
+    with interrupts.checking(check), pytest.raises(Interrupted):
         risk.sensitive_figures(np.arange(rows) // 5, np.arange(rows), np.ones(rows, dtype=np.int64),
                                ordered=True, chunk_cells=100)
-    assert len(calls) == 3
+    assert check.calls == 3

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,17 +32,35 @@ def test_phases_add_up_to_the_total_however_they_nest(steps):
     assert figures["seconds"] >= 0.0005 * len(steps)
 
 
-def test_time_goes_to_the_innermost_phase_and_phase_is_a_no_op_without_a_clock():
+class SteppedTime:
+    """The ``time`` plpy_anon.db.timing reads: monotonic() stands still until sleep() moves it, so
+    the phases are exact however busy the machine is."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_time_goes_to_the_innermost_phase_and_phase_is_a_no_op_without_a_clock(monkeypatch):
+    clock_time = SteppedTime()
+    monkeypatch.setattr(timing, "time", clock_time)
     with timing.phase("read"):            # no call running: nothing to charge, no error
         pass
     assert timing.current() is None
     with timing.call(first="prepare") as clock:
         with timing.phase("build"):
-            time.sleep(0.02)
+            clock_time.sleep(0.02)
             with timing.phase("read"):
-                time.sleep(0.05)
-        phases = clock.figures()["phases"]
-    assert phases["read"] >= 0.05 and 0.02 <= phases["build"] < 0.05, phases
+                clock_time.sleep(0.05)
+        figures = clock.figures()
+    assert figures["phases"]["read"] == pytest.approx(0.05), figures
+    assert figures["phases"]["build"] == pytest.approx(0.02), figures
+    assert figures["seconds"] == pytest.approx(0.07), figures
     assert timing.current() is None
 
 
