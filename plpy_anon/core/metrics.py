@@ -24,10 +24,12 @@ from plpy_anon.core.generalize import (
 from plpy_anon.core.k_anonymity import check_k
 
 
-def release_metrics(columns, labels, k, index=None, distinct=None):
+def release_metrics(columns, labels, k, index=None, distinct=None, code_ranges=None):
     """Metrics of the release whose rows carry class ids ``labels`` (0..C-1). ``distinct``: for
     some value-set columns (by name), the number of distinct codes in every class, when the
-    caller counted them already (a release's literals list them)."""
+    caller counted them already (a release's literals list them); ``code_ranges``: for some
+    ranged columns (by name), :func:`class_code_range` of their codes, when the caller has it
+    (a release's range literals are made from it)."""
     labels = np.asarray(labels)
     if labels.size == 0:
         raise InsufficientData("the release has no rows", hint="compute metrics of a non-empty release")
@@ -40,8 +42,9 @@ def release_metrics(columns, labels, k, index=None, distinct=None):
     class_sizes = class_sizes[class_sizes > 0]     # ids need not be dense
     n_classes = class_sizes.size
     index = index or ClassIndex.of(labels, int(labels.max()) + 1)
-    distinct = distinct or {}
-    ncp = {col.name: 100.0 * float(_row_mean_spread(col, labels, index, distinct.get(col.name)))
+    distinct, code_ranges = distinct or {}, code_ranges or {}
+    ncp = {col.name: 100.0 * float(_row_mean_spread(col, labels, index, distinct.get(col.name),
+                                                    code_ranges.get(col.name)))
            for col in columns}
     return {
         "achieved_k": int(class_sizes.min()),
@@ -53,7 +56,7 @@ def release_metrics(columns, labels, k, index=None, distinct=None):
     }
 
 
-def _row_mean_spread(col, labels, index, distinct=None):
+def _row_mean_spread(col, labels, index, distinct=None, code_range=None):
     """Mean over rows of the normalized spread of the row's class on ``col``."""
     n_slots = int(labels.max()) + 1
     measure = SpreadMeasure(col)
@@ -63,7 +66,7 @@ def _row_mean_spread(col, labels, index, distinct=None):
         lo = hi = None
         occupied = np.diff(index.bounds) > 0
     else:
-        lo, hi = class_code_range(col.codes, labels, n_slots, index)
+        lo, hi = code_range or class_code_range(col.codes, labels, n_slots, index)
         distinct = None
         occupied = hi >= 0
     spread = np.zeros(n_slots)

@@ -1167,8 +1167,22 @@ def planned(release_method, plpy, release: dict, estimated: bool = False,
 #: a source the planner's statistics put at this many times the budget or more is built out of
 #: core without a count(*) first (~0.5 s at 10M rows, a tenth of a copy): out of core every
 #: region is counted exactly, whatever the source's rows. Nearer the budget, and below it, the
-#: rows are counted, so the in-memory path is only ever taken on an exact count.
+#: rows are counted, so the in-memory path is only ever taken on an exact count or on
+#: :data:`MOST_ROWS`, a bound no snapshot's rows can exceed.
 UNCOUNTED_ABOVE = 2
+
+#: the most rows the source's tree can hold, from its pages now: a heap page holds at most
+#: PostgreSQL's MaxHeapTuplesPerPage tuples (a line pointer and the smallest tuple header
+#: each), and the rows a snapshot sees lie on pages the relation has now (it only loses pages
+#: that hold none); -1 with a foreign member (no pages to bound it)
+MOST_ROWS = f"""
+WITH RECURSIVE {guards.INHERITANCE_TREE}
+SELECT CASE WHEN pg_catalog.bool_or(c.relkind NOT IN ('r', 'm', 'p')) THEN -1
+            ELSE pg_catalog.sum(pg_catalog.pg_relation_size(c.oid)
+                                / pg_catalog.current_setting('block_size')::int8
+                                * ((pg_catalog.current_setting('block_size')::int8 - 24) / 28))
+       END::int8 AS n
+FROM pg_catalog.pg_class c JOIN tree USING (oid)"""
 
 #: the rows of a source's tree as the planner estimates them: each member's rows per page at its
 #: last ANALYZE times the pages it has now (the planner's rule, so a table loaded or truncated
@@ -1198,6 +1212,11 @@ def sized(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False,
         if counted_near and not estimated and n * bytes_per_row < UNCOUNTED_ABOVE * budget:
             n = -1
     if n < 0:
+        # a source whose pages cannot hold more rows than the budget takes is read in memory
+        # without a count(*) (a tenth of a copy)
+        most = run(plpy, MOST_ROWS, ["oid"], [tbl.oid])[0]["n"]
+        if most is not None and 0 <= most and core.fits(most, bytes_per_row, budget):
+            return None
         n, counted = source_rows(plpy, tbl), True
     if core.fits(n, bytes_per_row, budget):
         return None

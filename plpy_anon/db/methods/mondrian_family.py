@@ -21,7 +21,7 @@ from plpy_anon.core.encoding import (
     numeric_offset,
 )
 from plpy_anon.core.errors import DuplicateObject, InsufficientData, InvalidParameter
-from plpy_anon.core.generalize import ClassIndex, class_bounds, class_value_ranks
+from plpy_anon.core.generalize import ClassIndex, class_bounds, class_code_range, class_value_ranks
 from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.metrics import release_metrics
 from plpy_anon.core.regions import widened
@@ -291,8 +291,13 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     # each value set's (class, value) pairs, found once for its literals and its NCP
     ranked = {i: class_value_ranks(enc, labels, n_classes)
               for i, _, enc in listed if enc.hierarchy is None}
+    # each numeric QI's smallest and largest code per class, gathered once: for its NCP, and for
+    # its range literals where it holds no NULL (then they are its values' extremes)
+    code_ranges = {enc.name: class_code_range(enc.codes, labels, n_classes, index)
+                   for col, enc in zip(rows.qis, rows.encoded) if col.kind == "numeric"}
     metrics = release_metrics(rows.encoded, labels, rows.k, index,
-                              distinct={rows.encoded[i].name: np.diff(r[2]) for i, r in ranked.items()})
+                              distinct={rows.encoded[i].name: np.diff(r[2]) for i, r in ranked.items()},
+                              code_ranges=code_ranges)
     metrics.update(extra_metrics or {})
     # value sets straight to their literals, a slice at a time; hierarchy labels through
     # class_bounds
@@ -304,7 +309,7 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
     literals = {f"q{i}": literals[f"q{i}"] for i, _, _ in listed}      # in column order
     del bounds, labels
     if rows.read is not None:
-        literals.update(read_literals(ctx.plpy, rows, order, index))
+        literals.update(read_literals(ctx.plpy, rows, order, index, code_ranges))
     if class_arrays is not None:
         # each release class's label: that of its first row
         class_label = given_labels[order[index.bounds[:-1]]]
@@ -324,10 +329,13 @@ def partition_output(ctx: method.Run, rows: ReleaseRows, labels, n_classes,
 SLICE_ROWS = 1 << 20
 
 
-def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex) -> dict:
+def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex,
+                  code_ranges: dict | None = None) -> dict:
     """The literals of a release written from the values read (stored_classes): each numeric
     QI's ranges (``q<i>``) and each sensitive column's arrays (``s<j>``), the arrays made a
-    slice at a time (a function of the slice's first and last class)."""
+    slice at a time (a function of the slice's first and last class). ``code_ranges``: some
+    numeric QIs' smallest and largest code per class (core.generalize.class_code_range), by
+    name."""
     out = {}
     for i, (col, enc) in enumerate(zip(rows.qis, rows.encoded)):
         if col.kind != "numeric":
@@ -346,7 +354,14 @@ def read_literals(plpy, rows: ReleaseRows, order: np.ndarray, index: ClassIndex)
                                                                  null, index)
             low, high = by_rank[low], by_rank[high]
         else:
-            low, high, only_null = stored_classes.class_extremes(enc.codes, null, index)
+            if enc.null_code is None and col.name in (code_ranges or {}):
+                # no NULL to leave out: each class's extremes are its codes' (a class with no
+                # rows, which a partition never has, as class_extremes gives it)
+                empty = np.diff(index.bounds) == 0
+                low, high = (np.where(empty, 0, c) for c in code_ranges[col.name])
+                only_null = empty
+            else:
+                low, high, only_null = stored_classes.class_extremes(enc.codes, null, index)
             values = rows.read.values_by_code[col.name]
             low, high = values[low], values[high]
         out[f"q{i}"] = stored_classes.class_ranges(plpy, col.type_name, low, high, only_null,
