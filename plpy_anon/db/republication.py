@@ -503,7 +503,10 @@ class State:
                 stays[0].max() >= persons or stays[1].max() >= n_entries) or len(
                 {a.size for a in stays}) > 1:
             raise broken("marks people absent, or keeps earlier stays, it does not hold")
-        state = cls(hashes("persons"), ints("member_groups", None), ints("versions", None), cohorts,
+        counts = ints("versions", None)
+        if counts is not None and counts.size and counts.max() > LAST_VERSION:
+            raise broken(f"counts a person in {counts.max()} versions: no next version fits")
+        state = cls(hashes("persons"), ints("member_groups", None), counts, cohorts,
                    sets, entries, empty if entry_versions is None else entry_versions,
                    empty if entry_groups is None else entry_groups, hashes("waiting_persons"),
                    waiting_entries, version, since,
