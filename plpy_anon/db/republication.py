@@ -1084,6 +1084,28 @@ def published_versions(plpy, release_id: int) -> int:
     return (row[0]["n"] or 0) if row else 0
 
 
+#: the version of the release's state and its newest stored version, as committed when this
+#: statement starts (READ COMMITTED: after the locks its transaction holds)
+COMMITTED_VERSIONS = """
+SELECT (SELECT pg_catalog.max(version) FROM anon.release_state WHERE release_id = $1) AS state,
+       (SELECT pg_catalog.max(version) FROM anon.release_versions WHERE release_id = $1) AS stored"""
+
+
+def read_before_commit(plpy, release_id: int, run_stats: dict | None) -> bool:
+    """Whether a stable run (``run_stats``: its stash) read the state and stored versions of
+    another version than the committed ones this statement sees: a plain REFRESH takes its
+    snapshot before it waits for the release's lock, so its run reads them as they were before a
+    refresh holding that lock committed. False where the run read none (the check reads them)."""
+    stashed = (run_stats or {}).get("people")
+    if stashed is None or stashed.get("state") is None:
+        return False
+    now = run(plpy, COMMITTED_VERSIONS, ["int4"], [release_id])[0]
+    if now["state"] != stashed["state"].version:
+        return True
+    read = stashed.get("read_versions")
+    return read is not None and now["stored"] != (read[0][-1]["version"] if read[0] else None)
+
+
 def released_relation(plpy, release: dict) -> str:
     """What analysts read: the release's own name (a compact release's view)."""
     return ident(plpy, release["release_schema"], release["release_name"])
