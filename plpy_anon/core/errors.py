@@ -51,3 +51,9 @@ class InsufficientPrivilege(AnonError):
     """The caller may not do this to an object another role owns."""
 
     sqlstate = "42501"
+
+
+class SerializationFailure(AnonError):
+    """Another transaction changed what this one read after its snapshot: retry it."""
+
+    sqlstate = "40001"

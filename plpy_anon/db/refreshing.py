@@ -41,13 +41,14 @@ server's configuration (a session's or role's value is ignored: see settings.py)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import graphlib
 import json
 import re
 import time
 
-from plpy_anon.core.errors import AnonError, InvalidParameter, UndefinedObject
+from plpy_anon.core.errors import AnonError, InvalidParameter, SerializationFailure, UndefinedObject
 from plpy_anon.db import extschema, grants, out_of_core, publish, republication, timing
 from plpy_anon.db.guards import guard_source, lock_source
 from plpy_anon.db.method import ReleaseMethod
@@ -490,3 +491,61 @@ def refresh_all(plpy, refresh_one) -> list[tuple]:
             continue
         results.append((name, "refreshed", time.monotonic() - t0, None))
     return results
+
+
+# ---------------------------------------------------------------------------- refreshes at once
+
+def run_again_after_lock(plpy, release: dict, run_stats: dict | None) -> bool:
+    """A plain REFRESH MATERIALIZED VIEW takes its snapshot before it waits for the release's
+    lock: a stable release's run then read the state and stored versions as they were before a
+    refresh holding that lock committed, and its rows must not be checked against them
+    (republication.read_before_commit). At READ COMMITTED the REFRESH runs again, a statement
+    after the lock whose snapshot sees that commit, checked and recorded by its own event
+    trigger: True. At REPEATABLE READ or SERIALIZABLE no statement of the transaction sees the
+    commit: refused (40001), to be retried. False: the run read the committed state."""
+    release_id = release["release_id"]
+    if not republication.read_before_commit(plpy, release_id, run_stats):
+        return False
+    level = run(plpy, "SELECT pg_catalog.current_setting('transaction_isolation') AS l")[0]["l"]
+    # once: the REFRESH run again holds the lock from its start, so it reads the committed state
+    if level != "read committed" or release_id in _RUNNING_AGAIN:
+        raise refreshed_meanwhile(release, level)
+    progress(plpy, f"{qualified_text(release)} was refreshed while this REFRESH waited for it: "
+                   "running it again on what that refresh left")
+    _RUNNING_AGAIN.add(release_id)
+    try:
+        plpy.execute(f"REFRESH MATERIALIZED VIEW "
+                     f"{ident(plpy, release['release_schema'], storage_of(release))}")
+    finally:
+        _RUNNING_AGAIN.discard(release_id)
+    return True
+
+
+#: the releases whose REFRESH this backend is running again
+_RUNNING_AGAIN: set[int] = set()
+
+
+def refreshed_meanwhile(release: dict, level: str) -> SerializationFailure:
+    return SerializationFailure(
+        f"release {qualified_text(release)} was refreshed by another transaction after this "
+        f"one's snapshot was taken ({level}): this refresh read the state of its people as it "
+        "was before, and was refused; nothing was published",
+        hint="Run the refresh again in a new transaction: it reads the state the other refresh "
+             "left. At READ COMMITTED a refresh that waits for another runs on what it left.")
+
+
+@contextlib.contextmanager
+def refused_if_refreshed_meanwhile(plpy, release: dict):
+    """The record of a stable release's refresh: a write that meets another transaction's newer
+    state or version (a serialization failure: REPEATABLE READ or SERIALIZABLE, the other one
+    committed after this one's snapshot) is refused with what happened and how to retry."""
+    try:
+        yield
+    except SerializationFailure:
+        raise
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != SerializationFailure.sqlstate \
+                or not republication.is_stable(jsonb(release["parameters"]) or {}):
+            raise
+        level = run(plpy, "SELECT pg_catalog.current_setting('transaction_isolation') AS l")[0]["l"]
+        raise refreshed_meanwhile(release, level) from None

@@ -85,7 +85,10 @@ def _record_refreshes(plpy, GD, rows: list[dict], *, started_at: str,
             continue            # being created: publish.create_release checks and records it
         stats = take_run(GD, r["release_id"])
         try:
-            record(plpy, r["release_id"], stats, method=method_named(r["method"]))
+            # a run that read the state before another refresh committed: run again or refused
+            if not refreshing.run_again_after_lock(plpy, r, stats):
+                with refreshing.refused_if_refreshed_meanwhile(plpy, r):
+                    record(plpy, r["release_id"], stats, method=method_named(r["method"]))
         except verify.VerificationFailed as exc:
             if r["release_id"] not in GD.get(REFRESHING_KEY, set()):
                 figures = clock.figures() if clock is not None else {"seconds": (stats or {}).get("seconds")}

@@ -503,7 +503,10 @@ class State:
                 stays[0].max() >= persons or stays[1].max() >= n_entries) or len(
                 {a.size for a in stays}) > 1:
             raise broken("marks people absent, or keeps earlier stays, it does not hold")
-        state = cls(hashes("persons"), ints("member_groups", None), ints("versions", None), cohorts,
+        counts = ints("versions", None)
+        if counts is not None and counts.size and counts.max() > LAST_VERSION:
+            raise broken(f"counts a person in {counts.max()} versions: no next version fits")
+        state = cls(hashes("persons"), ints("member_groups", None), counts, cohorts,
                    sets, entries, empty if entry_versions is None else entry_versions,
                    empty if entry_groups is None else entry_groups, hashes("waiting_persons"),
                    waiting_entries, version, since,
@@ -1080,6 +1083,28 @@ def published_versions(plpy, release_id: int) -> int:
     row = run(plpy, "SELECT (verification -> 'across_versions' ->> 'most_versions')::int AS n "
                     "FROM anon.releases WHERE release_id = $1", ["int4"], [release_id])
     return (row[0]["n"] or 0) if row else 0
+
+
+#: the version of the release's state and its newest stored version, as committed when this
+#: statement starts (READ COMMITTED: after the locks its transaction holds)
+COMMITTED_VERSIONS = """
+SELECT (SELECT pg_catalog.max(version) FROM anon.release_state WHERE release_id = $1) AS state,
+       (SELECT pg_catalog.max(version) FROM anon.release_versions WHERE release_id = $1) AS stored"""
+
+
+def read_before_commit(plpy, release_id: int, run_stats: dict | None) -> bool:
+    """Whether a stable run (``run_stats``: its stash) read the state and stored versions of
+    another version than the committed ones this statement sees: a plain REFRESH takes its
+    snapshot before it waits for the release's lock, so its run reads them as they were before a
+    refresh holding that lock committed. False where the run read none (the check reads them)."""
+    stashed = (run_stats or {}).get("people")
+    if stashed is None or stashed.get("state") is None:
+        return False
+    now = run(plpy, COMMITTED_VERSIONS, ["int4"], [release_id])[0]
+    if now["state"] != stashed["state"].version:
+        return True
+    read = stashed.get("read_versions")
+    return read is not None and now["stored"] != (read[0][-1]["version"] if read[0] else None)
 
 
 def released_relation(plpy, release: dict) -> str:

@@ -6,16 +6,12 @@ below k or l or a difference that pins someone; not end as an integer overflow o
 count, whose message says nothing of where it came from."""
 from __future__ import annotations
 
-import pytest
-
 from tests.adversarial.test_release_state_entries_malformed import (
     refreshes_refusing_clearly_or_pinning_no_one,
     two_refreshes,
 )
 
 
-@pytest.mark.xfail(strict=True, reason="the count is read as given and stored again plus one: "
-                   "22003 'value \"2147483648\" is out of range for type integer', naming no table")
 def test_a_persons_count_of_versions_at_the_integers_end_is_refused_clearly(db, schema):
     release, analyst, rid = two_refreshes(db, schema)
     db.execute("UPDATE anon.release_state SET versions[1] = 2147483647 WHERE release_id = %s", (rid,))
