@@ -1,7 +1,7 @@
 """An integer identifier read as a number hashes as its text does (the digits PostgreSQL prints,
 int64's ends included); the compiled SHA-256 gives hashlib's digests (salts and texts of every
 length, so messages of one block and of several, and any number of rows beside the lanes); and
-the state's integer array texts are what array_in reads."""
+the state's integer array texts are what array_in reads, by the kernels and by numpy alike."""
 from __future__ import annotations
 
 import hashlib
@@ -43,6 +43,23 @@ def test_integer_array_texts_are_the_digits_array_in_reads(values):
     array = np.array(values, dtype=np.int64)
     expected = "{" + ",".join(str(v) for v in values) + "}"
     assert person_hashes.int_array_text(array) == expected
+
+
+@settings(deadline=None)
+@given(INTEGERS)
+def test_integer_array_texts_without_the_kernels_are_the_digits_array_in_reads(values):
+    array = np.array(values, dtype=np.int64)
+    expected = "{" + ",".join(str(v) for v in values) + "}"
+    assert person_hashes.int_array_text(array, "numpy") == expected
+
+
+@settings(deadline=None)
+@given(LONG_SALTS, INTEGERS, TEXTS)
+def test_hashes_without_the_kernels_are_hashlib_digests(salt, values, texts):
+    array = np.array(values, dtype=np.int64)
+    assert person_hashes.salted_sha256_integers(salt, array, "numpy").tobytes() \
+        == oracle(salt, [str(v) for v in values])
+    assert person_hashes.salted_sha256(salt, texts, "numpy").tobytes() == oracle(salt, texts)
 
 
 @settings(deadline=None)
