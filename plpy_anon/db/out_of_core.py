@@ -676,34 +676,46 @@ def sample_size(budget: int) -> int:
     return min(SAMPLE_ROWS, max(SAMPLE_FLOOR, budget // SAMPLE_BUDGET_BYTES))
 
 
-def sample(src: Source, percent: float, with_l: bool):
+def sample(src: Source, percent: float, with_l: bool, by_text=frozenset()):
     """([SampleColumn or None per QI], [ranks per sensitive column, 0 for NULL], rows) of a
     BERNOULLI sample of the source (one pass): each cut QI's ranks in its type's order (so a
     categorical QI is cut in the order its comparisons in the predicates use) and the values
-    of its ranks."""
+    of its ranks. The QIs ``by_text`` (categorical QIs cut in the whole table's order, which
+    :func:`by_frequency` maps their texts to) are ranked by their texts' bytes instead: a sort
+    without the collation, ~a third of the pass at 200,000 rows of text."""
     cut = [a for a in range(len(src.qis)) if src.cuttable[a]]
     sens = [catalog_ident(src.plpy, c.name) for c in src.sensitive] if with_l else []
-    ranks = [f"dense_rank() OVER (ORDER BY {src.names[a]} NULLS FIRST) AS q{a}" for a in cut]
+    keys = {a: (f"({text_of(src.names[a], src.qis[a].builtin)})" if a in by_text
+                else src.names[a]) for a in cut}
+    bytewise = {a: ' COLLATE "C"' if a in by_text else "" for a in cut}
+    ranks = [f"dense_rank() OVER (ORDER BY {keys[a]}{bytewise[a]} NULLS FIRST) AS q{a}, "
+             f"{keys[a]} IS NULL AS h{a}" for a in cut]
     # a number's ranks in value order, which the ordered distance of t measures
     ranks += [f"CASE WHEN {s} IS NULL THEN 0 ELSE dense_rank() OVER (ORDER BY {s}"
               f"{'' if c.kind == 'numeric' else '::text'}) END AS z{j}"
               for j, (s, c) in enumerate(zip(sens, src.sensitive))]
-    packed = ["count(*) AS n"] + [f"string_agg(int4send(q{a}::int4), ''::bytea) AS b{a}" for a in cut]
+    packed = ["count(*) AS n"] + [f"string_agg(int4send(q{a}::int4), ''::bytea) AS b{a}, "
+                                  f"bool_or(h{a}) AS h{a}" for a in cut]
     packed += [f"string_agg(int4send(z{j}::int4), ''::bytea) AS z{j}" for j in range(len(sens))]
+    # each QI's distinct values, in its ranks' order, from one pass over the sample
     labels = []
     for a in cut:
         c = src.names[a]
-        values = f"(SELECT DISTINCT {c} FROM s WHERE {c} IS NOT NULL) AS d"
-        labels.append(f"(SELECT array_agg({c}::text ORDER BY {c}) FROM {values}) AS t{a}")
-        labels.append(f"(SELECT bool_or({c} IS NULL) FROM s) AS h{a}")
+        if a in by_text:
+            labels.append(f"(SELECT array_agg(t ORDER BY t COLLATE \"C\") AS t{a} FROM (SELECT "
+                          f"DISTINCT {keys[a]} AS t FROM s) AS d WHERE t IS NOT NULL) AS l{a}")
+            continue
+        values = [f"array_agg({c}::text ORDER BY {c}) AS t{a}"]
         if src.numeric[a]:
             expr = read_expression(src.plpy, src.qis[a])
-            labels.append(f"(SELECT array_agg(({expr})::float8 ORDER BY {c}) FROM {values}) AS v{a}")
+            values.append(f"array_agg(({expr})::float8 ORDER BY {c}) AS v{a}")
+        labels.append(f"(SELECT {', '.join(values)} FROM (SELECT DISTINCT {c} FROM s "
+                      f"WHERE {c} IS NOT NULL) AS d) AS l{a}")
     columns = ", ".join(src.read_columns(with_l))
     query = (f"WITH s AS MATERIALIZED (SELECT {columns} FROM {src.members[0]} TABLESAMPLE "
              f"BERNOULLI ({percent!r}) REPEATABLE ({SAMPLE_SEED!r})) "
-             f"SELECT x.*, {', '.join(labels)} FROM (SELECT {', '.join(packed)} FROM "
-             f"(SELECT {', '.join(ranks)} FROM s) AS r) AS x")
+             f"SELECT * FROM (SELECT {', '.join(packed)} FROM "
+             f"(SELECT {', '.join(ranks)} FROM s) AS r) AS x{''.join(', ' + x for x in labels)}")
     row = src.each(lambda rel: query)[0][0]
 
     def unpacked(raw):
@@ -943,13 +955,16 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     n = src.counted_rows
     percent = min(100.0, 100.0 * sample_size(budget) / max(n, 1))
     with_sensitive = bool(l) or src.models is not None
+    ordered = frozenset(a for a, (_, order) in categorical.items() if order is not None)
     with src.steps.step("sample"):
-        columns, sensitive, sampled = sample(src, percent, with_sensitive)
+        columns, sensitive, sampled = sample(src, percent, with_sensitive, ordered)
     budget = src.region_budget = less_the_orders(budget, categorical)
-    for a, (_, order) in categorical.items():
-        ranked = None if order is None else by_frequency(columns[a], order)
-        if ranked is not None:
-            columns[a] = ranked
+    for a in ordered:
+        order = categorical[a][1]
+        # None: the sample holds a text written since the order was counted; its ranks, by
+        # bytes, are no order the predicates cut in, so the QI is left to the regions' fits
+        columns[a] = by_frequency(columns[a], order)
+        if columns[a] is not None:
             src.by_frequency[a] = order
     t1 = time.monotonic()
     scale = n / max(sampled, 1)
