@@ -220,6 +220,7 @@ class Source:
         self.region_budget = 0              # the bytes a region's read and fit may take
         self.counted_rows: int | None = None    # the source's rows, once counted
         self.order_rows: int | None = None      # the rows a categorical QI's order counted
+        self.orders: dict | None = None         # categorical_orders, once read
 
     def literal(self, a: int, value: str) -> str:
         """A cut value as a constant of the column's base type (a cast to a domain would run
@@ -943,8 +944,10 @@ def sampled_top(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
     one pass allow them (core.regions.counted_regions): two passes over the source for the
     whole top of the tree. A region that does not fit the budget is cut further level by level."""
     t0 = time.monotonic()
-    with src.steps.step("categorical_orders"):
-        categorical = categorical_orders(src)
+    if src.orders is None:
+        with src.steps.step("categorical_orders"):
+            src.orders = categorical_orders(src)
+    categorical = src.orders
     # the sample's rate from the exact rows, so a rebuild of an unchanged table samples the same
     # rows whatever its statistics say: counted before the run, or by a categorical QI's order
     # (its rows per value add up to the table's), else here
@@ -1161,6 +1164,17 @@ def resident_bytes(fields: tuple = ("RssAnon", "RssFile")) -> int:
         return 0
 
 
+def orders_count(plpy, tbl, qis: list) -> bool:
+    """Whether a run over ``tbl`` reads a categorical QI's order (:func:`categorical_orders`,
+    one pass of the source whose rows per value add up to its rows): a source that is sampled,
+    in one relation, with a categorical QI of an ordered type and no hierarchy."""
+    if has_foreign_members(plpy, tbl) or len(source_members(plpy, tbl)) != 1:
+        return False
+    hierarchical = set(catalog.hierarchy_columns(plpy, tbl))
+    return any(c.kind != "numeric" and c.name not in hierarchical
+               and orderable(plpy, c.display_type) for c in qis)
+
+
 def source_rows(plpy, tbl) -> int:
     return sum(int(rows[0]["n"]) for rows in each_member(
         plpy, source_members(plpy, tbl), lambda rel: f"SELECT count(*) AS n FROM {rel}"))
@@ -1289,7 +1303,12 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
-    plan = planned(release_method, plpy, release, counted_near=True)
+    # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
+    # are counted before the path is final, by the categorical orders' pass where one runs
+    plan = planned(release_method, plpy, release, estimated=True)
+    near = plan is not None and not plan[7] and plan[6] * plan[5] < UNCOUNTED_ABOVE * plan[4]
+    if plan is None or (near and not orders_count(plpy, plan[1], plan[2])):
+        plan, near = planned(release_method, plpy, release, counted_near=True), False
     if plan is None:
         refuse_stable_over_budget(release_method, plpy, release)
         return None
@@ -1301,6 +1320,14 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
                  ranking_of(spec, [c.name for c in qis]), models_of(spec),
                  getattr(spec.settings, "split", "median"))
     src.counted_rows = n if counted else None
+    src.order_values = order_values(budget)
+    if near:
+        with timing.phase("top_levels"), src.steps.step("categorical_orders"):
+            src.orders = categorical_orders(src)
+        n = src.counted_rows = src.order_rows
+        counted = True
+        if core.fits(n, bytes_per_row, budget):
+            return None             # the estimate was stale: the in-memory run, on exact rows
     # what the regions' read and fit map (pyarrow, the compiled kernels: ~110 MiB of libraries)
     # is in the backend before its memory is read, so the regions are sized without it
     import pyarrow  # noqa: F401
@@ -1309,7 +1336,6 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     # it is what a region's rows took, which the estimate per row is checked against)
     resident, resident_anon = resident_bytes(), resident_bytes(("RssAnon",))
     leaf_budget = src.region_budget = core.leaf_budget(budget, resident)
-    src.order_values = order_values(budget)
     with timing.phase("top_levels"):
         leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
     leaf_budget = src.region_budget         # less what the categorical orders hold
