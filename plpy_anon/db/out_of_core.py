@@ -323,11 +323,13 @@ def catalog_ident(plpy, name: str) -> str:
     return plpy.quote_ident(name)
 
 
-def extreme_expression(plpy, col) -> str:
+def extreme_expression(plpy, col, value: str | None = None) -> str:
     """SQL of a numeric QI's value for its extremes (core.QIStats low, high): an integer type's
     as its int8 read (exact: float8 rounds 2^63 - 1 up to 2^63, out of int8's range, which the
-    regions' encodings are widened to), another's as float8."""
-    expr = read_expression(plpy, col)
+    regions' encodings are widened to), another's as float8; ``value``: of that SQL value of the
+    column's type instead of the column."""
+    expr = (read_expression(plpy, col) if value is None
+            else catalog.NUMERIC_TYPES[col.type_name][0] % {"c": value})
     return expr if catalog.NUMERIC_TYPES[col.type_name][2] == "int" else f"({expr})::float8"
 
 
@@ -835,9 +837,12 @@ def counted_leaves(src: Source, root, with_l: bool, categorical: dict):
         inner.append(f"count({src.names[a]}) AS nn{a}")
         outer.append(f"sum(nn{a}) AS nn{a}")
         if src.numeric[a]:
-            expr = extreme_expression(src.plpy, src.qis[a])
-            inner.append(f"min({expr}) AS lo{a}, max({expr}) AS hi{a}")
-            outer.append(f"min(lo{a}) AS lo{a}, max(hi{a}) AS hi{a}")
+            # the extremes of the values, read once per leaf: the read is monotone in the
+            # type's order (NaN, infinities included), so it maps the extremes to the read's
+            c = src.names[a]
+            inner.append(f"min({c}) AS lo{a}, max({c}) AS hi{a}")
+            outer.append(f"min({extreme_expression(src.plpy, src.qis[a], f'lo{a}')}) AS lo{a}, "
+                         f"max({extreme_expression(src.plpy, src.qis[a], f'hi{a}')}) AS hi{a}")
     if sens:
         inner.append(f"{sens[0]} AS s")
         outer.append("count(s) AS sd0")

@@ -1077,3 +1077,43 @@ def test_foreign_partition_on_a_server_another_role_owns_is_refused(db, schema):
         db.execute("DROP TABLE IF EXISTS src CASCADE")
         db.execute(f"DROP SERVER IF EXISTS {role}_files CASCADE")
         db.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+EXTREME_VALUES = {
+    "int2": ["-32768", "32767", "0", "-1"],
+    "int4": ["-2147483648", "2147483647", "7"],
+    "int8": ["-9223372036854775808", "9223372036854775807", "3"],
+    "numeric": ["'NaN'", "1e400", "-1e400", "1e-400", "-1e-400", "0", "2.5", "1e308", "-1e308"],
+    "float4": ["'NaN'", "'Infinity'", "'-Infinity'", "'-0'", "1.5"],
+    "float8": ["'NaN'", "'Infinity'", "'-Infinity'", "'-0'", "0", "1e-320"],
+    "date": ["'infinity'", "'-infinity'", "'2000-01-01'", "'1999-12-31'", "'4713-01-01 BC'"],
+    "timestamp": ["'infinity'", "'-infinity'", "'2000-01-01 00:00:01'", "'294276-12-31'"],
+    "timestamptz": ["'infinity'", "'-infinity'", "'2000-01-01 00:00:01+14'", "'1999-12-31 23:00-12'"],
+}
+
+
+@pytest.mark.parametrize("type_name", sorted(EXTREME_VALUES))
+def test_the_read_of_a_numeric_qis_extremes_is_the_extremes_of_its_read(db, type_name):
+    """The top's pass takes each numeric QI's extremes per leaf as values and reads them once
+    (out_of_core.counted_leaves): the read (NaN, infinities, values beyond float8's range) must
+    be monotone in the type's order, so that these are the extremes of the values' reads."""
+    from plpy_anon.db.columns import NUMERIC_TYPES
+    from plpy_anon.db.out_of_core import extreme_expression
+
+    class Col:
+        pass
+    col = Col()
+    col.type_name = type_name
+    values = ", ".join(f"CAST('{v.strip(chr(39))}' AS {type_name})" for v in EXTREME_VALUES[type_name])
+    of_values = NUMERIC_TYPES[type_name][0] % {"c": "x"}
+    if NUMERIC_TYPES[type_name][2] != "int":
+        of_values = f"({of_values})::float8"
+    for subset in range(1, 1 << len(EXTREME_VALUES[type_name])):
+        rows = (f"(SELECT x FROM unnest(ARRAY[{values}]) WITH ORDINALITY AS o(x, i) "
+                f"WHERE ({subset} >> (i::int - 1)) & 1 = 1) AS r")
+        got = db.execute(
+            f"SELECT min({of_values}) IS NOT DISTINCT FROM (SELECT {extreme_expression(None, col, 'lo')} "
+            f"FROM (SELECT min(x) AS lo FROM {rows}) AS m), "
+            f"max({of_values}) IS NOT DISTINCT FROM (SELECT {extreme_expression(None, col, 'hi')} "
+            f"FROM (SELECT max(x) AS hi FROM {rows}) AS m) FROM {rows}").fetchone()
+        assert got == (True, True), (type_name, subset)
