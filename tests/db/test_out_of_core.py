@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 
 import psycopg
 import pytest
@@ -209,6 +210,61 @@ def test_source_near_the_budget_is_counted_before_its_path_is_chosen(db, schema)
     assert metrics["out_of_core"]["rows_counted"] is True
     assert verified is True and row_count == 3000
     check_release(db, rel, "src", 5, 2)
+
+
+def source_counts(plans: list[str]) -> list[str]:
+    """auto_explain's plans of a count(*) of the source alone (not a grouped or filtered one)."""
+    return [plan for plan in plans
+            if re.search(r"^Query Text: SELECT count\(\*\) AS n FROM [^ ]*src$", plan, re.MULTILINE)]
+
+
+def logged_plans(db) -> list[str]:
+    """auto_explain's plans of every statement ``db`` runs from now on, nested ones too."""
+    db.execute("LOAD 'auto_explain'")
+    for setting, value in [("auto_explain.log_min_duration", "0"),
+                           ("auto_explain.log_nested_statements", "on"),
+                           ("auto_explain.log_level", "notice")]:
+        db.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    return notices(db)
+
+
+def test_source_near_the_budget_is_counted_by_its_categorical_orders_pass_alone(db, schema):
+    """Over the budget by its estimate, within twice it, a source with a categorical QI cut at
+    the top is counted by the pass that reads that QI's order (its rows per value add up to the
+    table's), which the run needs anyway: no count(*) of the source first."""
+    synthetic(db, "src", 3000)
+    db.execute("ANALYZE src")
+    seen = logged_plans(db)
+    try:
+        with budget(db, "300kB"):     # ~450 kB estimated: over the budget, under twice it
+            rel = release(db, schema, "src", "near", k=5, l=2)
+    finally:
+        db.execute("RESET auto_explain.log_min_duration")
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert metrics["out_of_core"]["rows_counted"] is True
+    assert any("GROUP BY b" in plan for plan in seen)            # the order's pass ran
+    assert source_counts(seen) == []
+    assert verified is True and row_count == 3000
+    check_release(db, rel, "src", 5, 2)
+
+
+def test_source_whose_stale_estimate_exceeds_the_budget_but_whose_rows_fit_is_fitted_in_memory(
+        db, schema):
+    """A third of the rows left since the ANALYZE (their pages kept): the estimate is over the
+    budget, the rows its categorical QI's order counts fit it, and the in-memory run releases
+    them, with the same classes as without a budget."""
+    synthetic(db, "src", 3000)
+    db.execute("ANALYZE src")
+    db.execute("DELETE FROM src WHERE id % 3 <> 0")
+    with budget(db, "300kB"):         # ~450 kB estimated, ~150 kB counted
+        rel = release(db, schema, "src", "stale", k=5, l=2)
+    unbounded = release(db, schema, "src", "unbounded", k=5, l=2)
+    metrics, verified, row_count, _ = catalog(db, rel)
+    assert "out_of_core" not in metrics
+    assert verified is True and row_count == 1000
+    check_release(db, rel, "src", 5, 2)
+    classes = "SELECT array_agg(ROW(id, a, b, d)::text ORDER BY id) FROM {}"
+    assert db.execute(classes.format(rel)).fetchone() == db.execute(classes.format(unbounded)).fetchone()
 
 
 def test_release_within_the_budget_is_fitted_in_memory(db, schema):
@@ -1018,3 +1074,43 @@ def test_foreign_partition_on_a_server_another_role_owns_is_refused(db, schema):
         db.execute("DROP TABLE IF EXISTS src CASCADE")
         db.execute(f"DROP SERVER IF EXISTS {role}_files CASCADE")
         db.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+EXTREME_VALUES = {
+    "int2": ["-32768", "32767", "0", "-1"],
+    "int4": ["-2147483648", "2147483647", "7"],
+    "int8": ["-9223372036854775808", "9223372036854775807", "3"],
+    "numeric": ["'NaN'", "1e400", "-1e400", "1e-400", "-1e-400", "0", "2.5", "1e308", "-1e308"],
+    "float4": ["'NaN'", "'Infinity'", "'-Infinity'", "'-0'", "1.5"],
+    "float8": ["'NaN'", "'Infinity'", "'-Infinity'", "'-0'", "0", "1e-320"],
+    "date": ["'infinity'", "'-infinity'", "'2000-01-01'", "'1999-12-31'", "'4713-01-01 BC'"],
+    "timestamp": ["'infinity'", "'-infinity'", "'2000-01-01 00:00:01'", "'294276-12-31'"],
+    "timestamptz": ["'infinity'", "'-infinity'", "'2000-01-01 00:00:01+14'", "'1999-12-31 23:00-12'"],
+}
+
+
+@pytest.mark.parametrize("type_name", sorted(EXTREME_VALUES))
+def test_the_read_of_a_numeric_qis_extremes_is_the_extremes_of_its_read(db, type_name):
+    """The top's pass takes each numeric QI's extremes per leaf as values and reads them once
+    (out_of_core.counted_leaves): the read (NaN, infinities, values beyond float8's range) must
+    be monotone in the type's order, so that these are the extremes of the values' reads."""
+    from plpy_anon.db.columns import NUMERIC_TYPES
+    from plpy_anon.db.out_of_core import extreme_expression
+
+    class Col:
+        pass
+    col = Col()
+    col.type_name = type_name
+    values = ", ".join(f"CAST('{v.strip(chr(39))}' AS {type_name})" for v in EXTREME_VALUES[type_name])
+    of_values = NUMERIC_TYPES[type_name][0] % {"c": "x"}
+    if NUMERIC_TYPES[type_name][2] != "int":
+        of_values = f"({of_values})::float8"
+    for subset in range(1, 1 << len(EXTREME_VALUES[type_name])):
+        rows = (f"(SELECT x FROM unnest(ARRAY[{values}]) WITH ORDINALITY AS o(x, i) "
+                f"WHERE ({subset} >> (i::int - 1)) & 1 = 1) AS r")
+        got = db.execute(
+            f"SELECT min({of_values}) IS NOT DISTINCT FROM (SELECT {extreme_expression(None, col, 'lo')} "
+            f"FROM (SELECT min(x) AS lo FROM {rows}) AS m), "
+            f"max({of_values}) IS NOT DISTINCT FROM (SELECT {extreme_expression(None, col, 'hi')} "
+            f"FROM (SELECT max(x) AS hi FROM {rows}) AS m) FROM {rows}").fetchone()
+        assert got == (True, True), (type_name, subset)
