@@ -29,7 +29,7 @@ own), so each statement below re-does one more step of what the storage's
   backend (its imports paid by ``anon.versions()``, as bench_build's), whose first call also
   loads the compiled kernels and fills the backend's caches.
 
-Each figure is the backend's CPU (/proc, user + system) of the statement, the smallest of
+Each figure is the backend's CPU (/proc/<pid>/schedstat: its time on a CPU) of the statement, the smallest of
 ``PLPY_ANON_STORAGE_REPEATS`` (default 3) runs, beside a plain copy of the source's CPU in the
 same backend; a step's own share is its figure minus the one above it. The machine's load is
 printed beside them.
@@ -41,7 +41,6 @@ import re
 from pathlib import Path
 
 from tests.bench.bench_build import QIS, load
-from tests.bench.bench_coldstart import backend_cpu
 from tests.bench.bench_mondrian import fresh_backend, load_synthetic
 from tests.bench.common import extension_db, markdown_table, results_dir
 
@@ -107,6 +106,12 @@ def cpu_of(conn, statement: str, after: str | None = None) -> float:
         if after:
             conn.execute(after)
     return best
+
+
+def backend_cpu(pid: int) -> float:
+    """CPU seconds of a backend so far, to the nanosecond (/proc/<pid>/schedstat: time on a CPU;
+    /proc/<pid>/stat counts 10 ms ticks, coarser than most steps here)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def system_cpu(pid: int) -> float:
