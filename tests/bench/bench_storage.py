@@ -21,6 +21,8 @@ own), so each statement below re-does one more step of what the storage's
   ``string_to_array`` at their commas (what a literal spelled for it, with no array_in
   quoting, would cost: the same arrays only where no element needs quotes);
 * ``write``: the whole storage query written into a table (CREATE TABLE AS, as REFRESH does);
+* ``refresh``: the same query as a materialized view's, refreshed (REFRESH MATERIALIZED VIEW:
+  a new heap filled and swapped in), beside ``write``;
 * ``query``: the release's own storage query, wrapper included, written into a table;
 * ``run``: the release's run itself (read, fit, publish, slices built, through the wrapper);
 * ``run and query``: the release's storage query as its REFRESH runs it, run included, written
@@ -189,6 +191,7 @@ def measure(conn, n: int) -> list[list]:
               ("write", f"CREATE TABLE {SCHEMA}.written AS SELECT "
                         + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns) + f" {direct}",
                f"DROP TABLE {SCHEMA}.written"),
+              ("refresh", f"REFRESH MATERIALIZED VIEW {SCHEMA}.refreshed", None),
               ("query", f"CREATE TABLE {SCHEMA}.written AS SELECT "
                         + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns) + f" {wrapped}",
                f"DROP TABLE {SCHEMA}.written"),
@@ -197,6 +200,8 @@ def measure(conn, n: int) -> list[list]:
                                 + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns)
                                 + f" {from_clause}", f"DROP TABLE {SCHEMA}.written")]
     rows, split, whole_run = [], None, None
+    conn.execute(f"CREATE MATERIALIZED VIEW {SCHEMA}.refreshed AS SELECT "
+                 + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns) + f" {direct} WITH NO DATA")
     built = min(conn.execute(f"SELECT {SCHEMA}.slices_built({release_id})").fetchone()[0]
                 for _ in range(repeats()))
     print(f"{n:,} rows: slices built: process CPU {built:.3f} s = {built / copy_cpu:.2f} copies"
