@@ -31,10 +31,10 @@ own), so each statement below re-does one more step of what the storage's
   backend (its imports paid by ``anon.versions()``, as bench_build's), whose first call also
   loads the compiled kernels and fills the backend's caches.
 
-Each figure is the backend's CPU (/proc/<pid>/schedstat: its time on a CPU) of the statement, the smallest of
-``PLPY_ANON_STORAGE_REPEATS`` (default 3) runs, beside a plain copy of the source's CPU in the
-same backend; a step's own share is its figure minus the one above it. The machine's load is
-printed beside them.
+Each figure is the backend's CPU (/proc/<pid>/schedstat: its time on a CPU) of the statement,
+the smallest of ``PLPY_ANON_STORAGE_REPEATS`` (default 3) runs, beside a plain copy of the
+source's CPU in the same backend; a step's own share is its figure minus the one above it. The
+machine's load is printed beside them.
 """
 from __future__ import annotations
 
@@ -180,6 +180,7 @@ def measure(conn, n: int) -> list[list]:
     copy_cpu = backend_cpu(pid) - cpu0
     conn.execute("DROP TABLE synthetic_copy")
     cast_list = ", ".join(f"count(x.{a}::{t})" for a, t, _ in columns)
+    stored = ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns)
     steps = [("slices", f"SELECT count(*) FROM {SCHEMA}.slices({release_id}) AS run", None),
              ("wrapper", f"SELECT count(*) FROM {SCHEMA}.wrapped({release_id}) AS run", None),
              ("split", f"SELECT count(*) {direct}", None)]
@@ -188,20 +189,17 @@ def measure(conn, n: int) -> list[list]:
                               f"2, pg_catalog.length(x.{a}) - 2), ',')) {direct}"), None)
               for a, t, c in columns if t.startswith("text[]")]
     steps += [("all casts", f"SELECT {cast_list} {direct}", None),
-              ("write", f"CREATE TABLE {SCHEMA}.written AS SELECT "
-                        + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns) + f" {direct}",
+              ("write", f"CREATE TABLE {SCHEMA}.written AS SELECT {stored} {direct}",
                f"DROP TABLE {SCHEMA}.written"),
               ("refresh", f"REFRESH MATERIALIZED VIEW {SCHEMA}.refreshed", None),
-              ("query", f"CREATE TABLE {SCHEMA}.written AS SELECT "
-                        + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns) + f" {wrapped}",
+              ("query", f"CREATE TABLE {SCHEMA}.written AS SELECT {stored} {wrapped}",
                f"DROP TABLE {SCHEMA}.written"),
               ("run", f"SELECT count(*) FROM anon._mondrian_partition_slices({release_id})", None),
-              ("run and query", f"CREATE TABLE {SCHEMA}.written AS SELECT "
-                                + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns)
-                                + f" {from_clause}", f"DROP TABLE {SCHEMA}.written")]
+              ("run and query", f"CREATE TABLE {SCHEMA}.written AS SELECT {stored} {from_clause}",
+               f"DROP TABLE {SCHEMA}.written")]
     rows, split, whole_run = [], None, None
-    conn.execute(f"CREATE MATERIALIZED VIEW {SCHEMA}.refreshed AS SELECT "
-                 + ", ".join(f"x.{a}::{t} AS {c}" for a, t, c in columns) + f" {direct} WITH NO DATA")
+    conn.execute(f"CREATE MATERIALIZED VIEW {SCHEMA}.refreshed AS SELECT {stored} {direct} "
+                 "WITH NO DATA")
     built = min(conn.execute(f"SELECT {SCHEMA}.slices_built({release_id})").fetchone()[0]
                 for _ in range(repeats()))
     print(f"{n:,} rows: slices built: process CPU {built:.3f} s = {built / copy_cpu:.2f} copies"
