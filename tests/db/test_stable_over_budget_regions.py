@@ -7,11 +7,16 @@ for a large table."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 
+import numpy as np
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
+from tests.runs import SLOW_RUN
 
 QIS = ["a", "b", "c"]
 ROWS = 3000
@@ -144,3 +149,43 @@ def test_a_null_in_a_ranged_qi_is_refused_region_by_region_and_leaves_nothing(db
     assert 'column "a"' in str(refused.value) and "fresh" in refused.value.diag.message_hint
     assert db.execute("SELECT count(*) FROM anon.releases WHERE release_name = 'nulls'").fetchone()[0] == 0
     assert db.execute("SELECT to_regclass(%s)", (f"{release_schema_of(schema)}.nulls",)).fetchone()[0] is None
+
+
+EXAMPLE = itertools.count()
+
+
+@pytest.mark.more_examples
+@settings(max_examples=30 if SLOW_RUN else 4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), rows=st.integers(400, 1000), k=st.sampled_from([3, 5, 10]),
+       values=st.integers(2, 6), budget_kb=st.sampled_from([16, 32]))
+def test_random_tables_created_region_by_region_remember_what_the_released_rows_show(
+        db, schema, seed, rows, k, values, budget_kb):
+    """On random tables and budgets: a stable release created region by region holds k and l
+    from its released rows, and every person's remembered candidates are the values of every
+    released class holding them (all regions' classes); or its check refuses it (22000: someone
+    below l), never publishing it."""
+    rng = np.random.default_rng(seed)
+    # ~104 bytes a row estimated: every table here exceeds the budget
+    table, n, span = f"r{next(EXAMPLE)}", rows, int(rng.integers(5, 200))
+    db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, a int, b text, c date, s text)")
+    with db.cursor() as cur:
+        cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, DATE '2000-01-01' + %s, %s)", [
+            (i, int(rng.integers(0, span)), f"b{int(rng.integers(0, 5))}",
+             int(rng.integers(0, 400)), f"v{int(rng.zipf(1.5)) % values}") for i in range(n)])
+    try:
+        with budget(db, f"{budget_kb}kB"):
+            rel = db.execute(
+                "SELECT anon.mondrian_view(%(t)s, k => %(k)s, l => 2, quasi_identifiers => %(q)s, "
+                "sensitive => ARRAY['s'], release_schema => %(rs)s, release_name => %(n)s, "
+                "refresh_mode => 'stable')::text",
+                {"t": table, "n": table, "k": k, "q": QIS, "rs": release_schema_of(schema)}).fetchone()[0]
+    except psycopg.Error as error:
+        assert error.sqlstate in ("22000", "22023"), str(error)   # below l, or too few values
+        assert db.execute("SELECT count(*) FROM anon.releases WHERE release_name = %s",
+                          (table,)).fetchone()[0] == 0
+        return
+    assert catalog(db, rel)[1]["stable_regions"] and catalog(db, rel)[1]["regions"] > 1
+    got_k, got_l, fewest = guarantees(db, rel, table)
+    assert got_k >= k and got_l >= 2 and fewest >= 2
+    assert catalog(db, rel)[2]["fewest_candidates"] == fewest
