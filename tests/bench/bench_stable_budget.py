@@ -105,6 +105,14 @@ def regions_of(conn, release: str):
                         "format('%%I.%%I', release_schema, release_name) = %s", (release,)).fetchone()[0]
 
 
+def phases(conn, release: str) -> str:
+    """The largest phases of the release's last create or refresh (metrics.timing), seconds."""
+    got = conn.execute("SELECT metrics -> 'timing' -> 'phases' FROM anon.releases WHERE "
+                       "format('%%I.%%I', release_schema, release_name) = %s", (release,)).fetchone()[0]
+    top = sorted((got or {}).items(), key=lambda item: -item[1])[:8]
+    return ", ".join(f"{name} {seconds:.1f}" for name, seconds in top)
+
+
 def main() -> None:
     n = int(os.environ.get("PLPY_ANON_STABLE_BUDGET_ROWS", "1000000"))
     budgets = os.environ.get("PLPY_ANON_STABLE_BUDGETS", ",64MB").split(",")
@@ -120,6 +128,7 @@ def main() -> None:
                 continue
             release = create["result"]
             created = (state_figures(conn, release), verified(conn, release), regions_of(conn, release))
+            print(f"create's phases (s): {phases(conn, release)}", flush=True)
             churn(conn)
             refresh = timed_call(conn, budget, "SELECT anon.refresh(%s)", (release,))
             refreshed = (state_figures(conn, release), verified(conn, release), regions_of(conn, release))

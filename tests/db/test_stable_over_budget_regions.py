@@ -87,11 +87,12 @@ def guarantees(db, rel, table):
             fewest)
 
 
-def test_stable_creation_over_the_budget_keeps_the_in_memory_creations_guarantees(db, schema):
+@pytest.mark.parametrize("layout", ["compact", "flat"])
+def test_stable_creation_over_the_budget_keeps_the_in_memory_creations_guarantees(db, schema, layout):
     people(db, "t")
-    in_memory = stable(db, schema, "t", "whole")
+    in_memory = stable(db, schema, "t", "whole", layout=layout)
     with budget(db, "256kB"):
-        regions = stable(db, schema, "t", "regions")
+        regions = stable(db, schema, "t", "regions", layout=layout)
     _, ooc, across = catalog(db, regions)
     assert ooc["stable_regions"] and ooc["regions"] > 1 and across["regions"] == ooc["regions"]
     assert catalog(db, in_memory)[1] is None
