@@ -1756,7 +1756,7 @@ class Classes:
 
 
 def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nulls=None,
-                     within=None) -> Classes:
+                     within=None, merges: bool | None = None) -> Classes:
     """The released classes (what analysts read, grouped by the released QIs; one statement) and
     the run's people coded on the same axes: a range's values by their rank among the people's
     values and the classes' bounds, ranked in SQL by the element type's own order (a range
@@ -1768,15 +1768,18 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     ``qi_nulls``: per QI, whether a row of the run is NULL there (it lies in every range: that
     QI then links every class, :attr:`Classes.linkable`). ``within``: only the classes of this
     SQL condition, a function of the alias of the released row or stored class it reads (one
-    region of a stable release checked region by region)."""
+    region of a stable release checked region by region); ``merges``: whether two stored
+    classes have the same QIs (class_counts.classes_merge), when the caller asked already."""
     qi_nulls = list(qi_nulls) if qi_nulls is not None else [None in texts for texts in qi_texts]
     released = released_relation(plpy, release)
     settings = class_counts.pass_settings(plpy, None)
     stored = class_counts.storage_for(plpy, release)
     if sensitive:
         sensitive = sensitive[:1]      # the stable mode keeps one sensitive column
-    if stored is not None and not class_counts.classes_merge(plpy, stored[1], [c.name for c in qis],
-                                                             settings["work_mem"]):
+    if merges is None and stored is not None:
+        merges = class_counts.classes_merge(plpy, stored[1], [c.name for c in qis],
+                                            settings["work_mem"])
+    if stored is not None and not merges:
         # one stored row per class: its sensitive array is the class's rows' values
         selects = [f"s.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
         # the stored array as it is: its elements' text is taken where they are read

@@ -8,21 +8,22 @@ and released in turn. The run keeps of each region only what the check must take
 people's groups in the order of their hashes (4 bytes a person), a digest of those hashes and
 their records, and its groups' multisets and unions.
 
-The check (:meth:`RegionChecks.check`, called by republication.check_and_remember) reads each
-region's rows again, refuses a region whose people or records are not those the run read (the
-source changed meanwhile), and matches its people with the released classes whose boxes lie
-inside the region's box only (from the released rows: every range's both ends, every set's every
-value, inside the region's cuts). That is every class that can hold them: a region is a
-conjunction of cuts, so regions are disjoint boxes, and the fit makes each class of one region's
-rows, whose ranges and sets are the tight bounds of those rows; so a class's box lies inside its
-region's, and a person with no NULL in a QI released as a range lies in no other region's box.
-Every released class must lie inside exactly one region (counted against the classes of the
-released rows), and a NULL in such a QI, which lies in every range to an analyst, is not built
-region by region (54000). The check then intersects, counts and remembers the region's people
-(republication.remember: the region's own rows of anon.release_state, a run in the order of their
-hashes), compares the region's classes with the run's groups (multisets, unions of classes that
-meet, parts linked by people), and after the last region stores the version
-(anon.release_versions) as the in-memory check does.
+The check (:meth:`RegionChecks.check`, called by republication.check_and_remember) first tests,
+in one pass over the released rows' classes, that each class's box lies inside one region's box
+(every range's both ends, every set's every value, inside the cuts of the region its corner lies
+in: :meth:`RegionChecks.classes_inside`), then reads each region's rows again, refuses a region
+whose people or records are not those the run read (the source changed meanwhile), and matches
+its people with that region's classes only (those whose corner lies in it). That is every class
+that can hold them: a region is a conjunction of cuts, so regions are disjoint boxes covering
+the domain, and the fit makes each class of one region's rows, whose ranges and sets are the
+tight bounds of those rows; so a class's box lies inside its region's box (tested), and a
+person with no NULL in a QI released as a range lies in no other region's box. A NULL in such a
+QI, which lies in every range to an analyst, is not built region by region (54000). The check
+then intersects, counts and remembers the region's people (republication.remember: the region's
+own rows of anon.release_state, a run in the order of their hashes), compares the region's
+classes with the run's groups (multisets, unions of classes that meet, parts linked by people),
+and after the last region stores the version (anon.release_versions) as the in-memory check
+does.
 
 Not built: a stable refresh beyond the budget (out_of_core.refuse_stable_refresh_over_budget).
 """
@@ -165,6 +166,34 @@ class RegionChecks:
                          f"{self._side(a, high, mine)}")
         return " AND ".join(parts) or "true"
 
+    def class_corner_in(self, alias: str, bounds) -> str:
+        """SQL true for a released class (``alias``: its row) one corner of whose box lies in
+        the region of ``bounds``: each range's lowest value, each set's first (a class whose box
+        lies inside one region, :meth:`class_within`, is that region's)."""
+        parts = []
+        for a in sorted({b.qi for b in bounds}):
+            col = self.src.qis[a]
+            q = f"{alias}.{ident(self.ctx.plpy, col.name)}"
+            corner = f"CAST({q}[1] AS {col.base_display_type or col.display_type})" \
+                if republication._released_type(col) == "text[]" else f"pg_catalog.lower({q})"
+            parts.append(self._side(a, corner, [b for b in bounds if b.qi == a]))
+        return " AND ".join(parts) or "true"
+
+    def classes_inside(self, plpy, released: str, qis) -> tuple[int, int]:
+        """(released classes, those whose box lies inside the region their corner lies in),
+        from the released rows in one pass: the regions are disjoint and cover the domain, so
+        each corner lies in one region, and each class's box is tested against that one."""
+        if not qis:
+            return 1, 1
+        columns = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+        inside = "CASE " + " ".join(
+            f"WHEN {self.class_corner_in('c', r.bounds)} THEN {self.class_within('c', r.bounds)}"
+            for r in self.regions) + " ELSE false END"
+        row = run(plpy, f"SELECT pg_catalog.count(*) AS n, pg_catalog.count(*) FILTER (WHERE "
+                        f"{inside}) AS inside FROM (SELECT {columns} FROM {released} r "
+                        f"GROUP BY {columns}) AS c")[0]
+        return int(row["n"]), int(row["inside"])
+
     def _side(self, a: int, value: str, bounds) -> str:
         """The region's cuts on QI ``a`` (``bounds``) tested on ``value`` instead of the column."""
         view = copy.copy(self.src)
@@ -183,10 +212,20 @@ class RegionChecks:
         sensitive = [cols[name] for name in promise.sensitive or ()]
         empty = republication.State(np.empty(0, dtype="S32"), *(np.empty(0, dtype=np.int64),) * 3, [])
         released = republication.released_relation(plpy, release)
-        with local_settings(plpy, **class_counts.pass_settings(plpy, self.budget)):
-            total = int(run(plpy, f"SELECT pg_catalog.count(*) AS n FROM (SELECT FROM {released} r "
-                                  "GROUP BY " + ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
-                            + ") AS c")[0]["n"]) if qis else 1
+        with timing.phase("check_classes"), local_settings(
+                plpy, **class_counts.pass_settings(plpy, self.budget), jit="off"):
+            total, inside = self.classes_inside(plpy, released, qis)
+            # asked once for every region (a region's classes merge where the release's do)
+            stored = class_counts.storage_for(plpy, release)
+            merges = stored is not None and class_counts.classes_merge(
+                plpy, stored[1], [c.name for c in qis],
+                class_counts.pass_settings(plpy, None)["work_mem"])
+        if inside != total:
+            raise InsufficientData(
+                f"the released classes of {release['release_schema']}.{release['release_name']} "
+                f"do not each lie inside one region of its run ({total - inside} of {total} lie "
+                "across regions); nothing was published",
+                hint="Report this with the release's parameters.")
         progress(plpy, f"checking {sum(r.rows for r in self.regions):,} people region by region "
                        f"({len(self.regions)} regions)")
         figures: dict = {}
@@ -219,7 +258,8 @@ class RegionChecks:
                 with timing.phase("check_classes"):
                     classes = republication.released_classes(
                         plpy, release, qis, sensitive, qi_texts, [None in t for t in qi_texts],
-                        within=lambda alias, bounds=region.bounds: self.class_within(alias, bounds))
+                        within=lambda alias, bounds=region.bounds: self.class_corner_in(alias, bounds),
+                        merges=merges)
                     linked = republication.linked_classes(classes) \
                         if classes.linkable[0].shape[1] else None
                     matched = containment.contained(classes.axes, order.size, classes.count,
@@ -242,8 +282,8 @@ class RegionChecks:
         if seen_classes != total:
             raise InsufficientData(
                 f"the released classes of {release['release_schema']}.{release['release_name']} "
-                f"do not each lie inside one region of its run ({seen_classes} found inside "
-                f"regions, {total} released); nothing was published",
+                f"are not each in one region of its run ({seen_classes} found in regions, "
+                f"{total} released); nothing was published",
                 hint="Report this with the release's parameters.")
         run(plpy, "UPDATE anon.release_state SET chunks = $2 WHERE release_id = $1",
             ["int4", "int4"], [rid, chunk])
