@@ -113,6 +113,13 @@ def phases(conn, release: str) -> str:
     return ", ".join(f"{name} {seconds:.1f}" for name, seconds in top)
 
 
+def memory_of(conn, release: str):
+    """The backend's resident memory and its peak so far at the run's marks (metrics.memory_mib:
+    after the last region for a run region by region), MiB."""
+    return conn.execute("SELECT metrics -> 'memory_mib' FROM anon.releases WHERE "
+                        "format('%%I.%%I', release_schema, release_name) = %s", (release,)).fetchone()[0]
+
+
 def main() -> None:
     n = int(os.environ.get("PLPY_ANON_STABLE_BUDGET_ROWS", "1000000"))
     budgets = os.environ.get("PLPY_ANON_STABLE_BUDGETS", ",64MB").split(",")
@@ -128,7 +135,8 @@ def main() -> None:
                 continue
             release = create["result"]
             created = (state_figures(conn, release), verified(conn, release), regions_of(conn, release))
-            print(f"create's phases (s): {phases(conn, release)}", flush=True)
+            print(f"create's phases (s): {phases(conn, release)}; memory (MiB): "
+                  f"{memory_of(conn, release)}", flush=True)
             churn(conn)
             refresh = timed_call(conn, budget, "SELECT anon.refresh(%s)", (release,))
             refreshed = (state_figures(conn, release), verified(conn, release), regions_of(conn, release))
