@@ -230,7 +230,7 @@ class RegionChecks:
                        f"({len(self.regions)} regions)")
         figures: dict = {}
         stored = {"ids": [], "sizes": [], "vals": [], "linked": [], "people_linked": [],
-                  "any_linked": False, "marks": False}
+                  "any_linked": False}
         # people a state row: as for the whole table's people, and at most MOST_STATE_ROWS
         # rows in all though each region ends a row of its own
         everyone = sum(r.rows for r in self.regions)
@@ -371,14 +371,17 @@ def _same_as_run(release: dict, version: dict, classes, matched) -> int:
 
 def _keep_version(stored: dict, version: dict) -> None:
     """One region's groups added to the version to store: ids, sizes, each group's values (one
-    per published row) and unions."""
+    per published row: joined as one text, each ended by 0x01 but the last, NULL 0x02, where no
+    value is or holds a mark; else listed) and unions."""
     values = version["values"]
     ids = list(version["group_ids"])
     counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(ids), len(values))
     held = np.repeat(np.tile(np.arange(len(values)), len(ids)), counts.ravel())
-    texts = np.asarray(values, dtype=object)[held].tolist()
-    stored["marks"] |= any(v is not None and ("\x01" in v or v == "\x02") for v in values)
-    stored["vals"].append(texts)
+    if any(v is not None and ("\x01" in v or v == "\x02") for v in values):
+        stored["vals"].append(np.asarray(values, dtype=object)[held].tolist())
+    else:
+        marked = np.asarray(["\x02" if v is None else v for v in values], dtype=object)
+        stored["vals"].append("\x01".join(marked[held].tolist()))
     stored["ids"] += ids
     stored["sizes"] += counts.sum(axis=1).tolist()
     stored["any_linked"] |= version["linked"] is not None
@@ -389,10 +392,16 @@ def _keep_version(stored: dict, version: dict) -> None:
 
 def _store_version(plpy, release_id: int, stored: dict) -> None:
     """The first version stored (anon.release_versions), as republication.check_differences
-    stores one."""
-    texts = [t for part in stored["vals"] for t in part]
-    marks = stored["marks"] or (len(texts) == 1 and texts[0] == "")
-    vals = texts if marks else "\x01".join("\x02" if v is None else v for v in texts)
+    stores one: its values as one text, or listed where a region's are (one empty text, which
+    joins as no text, listed too)."""
+    parts = stored["vals"]
+    marks = any(isinstance(part, list) for part in parts) or parts == [""]
+    if marks:
+        vals = [t for part in parts for t in (
+            part if isinstance(part, list) else [None if v == "\x02" else v for v in part.split("\x01")])]
+    else:
+        vals = "\x01".join(parts)
+    del parts[:]
     check_interrupts()
     run(plpy, republication.STORE_VERSION if marks else republication.STORE_JOINED_VERSION,
         ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",

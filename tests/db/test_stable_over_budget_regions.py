@@ -190,3 +190,18 @@ def test_random_tables_created_region_by_region_remember_what_the_released_rows_
     got_k, got_l, fewest = guarantees(db, rel, table)
     assert got_k >= k and got_l >= 2 and fewest >= 2
     assert catalog(db, rel)[2]["fewest_candidates"] == fewest
+
+
+@pytest.mark.parametrize("odd", ["fl\x01u", "\x02"], ids=["separator", "null_mark"])
+def test_the_version_stored_region_by_region_is_every_released_value(db, schema, odd):
+    """The version's values (one per published row) stored whole, a value that is or holds a
+    mark of the joined form included, as the released rows show them."""
+    people(db, "t")
+    db.execute("UPDATE t SET s = %s WHERE id %% 7 = 0", (odd,))
+    with budget(db, "256kB"):
+        rel = stable(db, schema, "t", "marks")
+    release_id = catalog(db, rel)[0]
+    stored = db.execute("SELECT x, count(*) FROM anon.release_versions v, unnest(v.vals) AS x "
+                        "WHERE v.release_id = %s GROUP BY x ORDER BY x", (release_id,)).fetchall()
+    shown = db.execute(f"SELECT s, count(*) FROM {rel} GROUP BY s ORDER BY s").fetchall()
+    assert stored == shown and dict(shown)[odd] == ROWS // 7
