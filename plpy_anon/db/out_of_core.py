@@ -39,8 +39,9 @@ level, by the median rule, its regions fitted by it). Categorical QIs are cut in
 fit's order (by frequency) at the top and level by level (categorical_orders). Not taken (the
 in-memory path runs, whatever the size): prioritized Mondrian with the utility split,
 information gain or workload cut points, whose cuts the counts here do not decide. A release in
-the stable refresh mode whose rows exceed the budget is refused (54000,
-:func:`refuse_stable_over_budget`): its run follows every person in one backend.
+the stable refresh mode is created region by region (stable_regions.py: each region's people
+grouped, checked and remembered in turn); its refreshes beyond the budget are refused (54000,
+:func:`refuse_stable_refresh_over_budget`): a refresh follows every person in one backend.
 """
 from __future__ import annotations
 
@@ -117,11 +118,9 @@ def takes_path(spec: ReleaseSpec) -> bool:
     gain, which needs a target's counts per cut, and no workload cut points, which the top
     cuts do not snap to)."""
     settings = spec.settings
-    if isinstance(settings, PrioritizedSettings) and (
-            settings.target is not None or settings.cut_points or settings.split != "median"
-            or float((settings.metric_weights or {}).get("infogain", 0) or 0) > 0):
-        return False
-    return not republication.is_stable(spec.stored)
+    return not (isinstance(settings, PrioritizedSettings) and (
+        settings.target is not None or settings.cut_points or settings.split != "median"
+        or float((settings.metric_weights or {}).get("infogain", 0) or 0) > 0))
 
 
 #: the top's t-closeness is checked this much below t: a region's fit then keeps each class
@@ -1271,25 +1270,19 @@ class StableOverBudget(AnonError):
     sqlstate = "54000"
 
 
-def refuse_stable_over_budget(release_method, plpy, release: dict) -> None:
-    """Refuse a stable release's run where a fresh one would go out of core: the stable mode
-    follows people, groups and checks them in one backend (republication.py), which no
-    budget bounds. Nothing is read or written before; a refused refresh keeps the published
-    version."""
-    spec = release_method.spec_of(jsonb(release["parameters"]))
-    if not republication.is_stable(spec.stored):
-        return
-    plan = sized(plpy, release, spec)
-    if plan is None:
-        return
+def refuse_stable_refresh_over_budget(plan) -> None:
+    """Refuse a stable release's refresh where a fresh one would go out of core (``plan``:
+    :func:`sized`'s): the stable refresh follows people, groups and checks them in one backend
+    (republication.py); only its first version is built region by region (stable_regions.py).
+    Nothing is read or written before; a refused refresh keeps the published version."""
     _, tbl, _, _, budget, bytes_per_row, n, _ = plan
     needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
     raise StableOverBudget(
-        f"refresh_mode => 'stable' holds every row of its source in one backend, and "
-        f"{tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and fit) exceeds "
-        f"{SETTING} ({_size_text(budget)})",
-        detail="Above the budget only refresh_mode => 'fresh' is built out of core, one region "
-               "at a time; the stable mode's run, state and checks are not.",
+        f"refresh_mode => 'stable' refreshes a release holding every row of its source in one "
+        f"backend, and {tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and "
+        f"fit) exceeds {SETTING} ({_size_text(budget)})",
+        detail="Above the budget a stable release is created region by region, and "
+               "refresh_mode => 'fresh' is built out of core; the stable refresh is not.",
         hint=f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
              f"'{_size_text(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
              "the release again with refresh_mode => 'fresh' and replace => true (its versions "
@@ -1318,13 +1311,16 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
     return {"work_mem": f"{max(64, plan[4] // WRITE_FRACTION // 1024)}kB", "hash_mem_multiplier": "1"}
 
 
-def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish):
+def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish,
+                    stable_run=None):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
-    stable release over the budget is refused (:func:`refuse_stable_over_budget`).
+    stable release is created region by region (stable_regions.py), refreshed in memory only.
     The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
-    the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes."""
+    the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
+    ``stable_run``: the module that builds a stable release's first version region by region
+    (db/stable_regions.py; None: such a release is refused too)."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
     # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
@@ -1334,9 +1330,16 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     if plan is None or (near and not orders_count(plpy, plan[1], plan[2])):
         plan, near = planned(release_method, plpy, release, counted_near=True), False
     if plan is None:
-        refuse_stable_over_budget(release_method, plpy, release)
         return None
     spec, tbl, qis, sens, budget, bytes_per_row, n, counted = plan
+    stable = republication.is_stable(spec.stored)
+    stable = republication.is_stable(spec.stored)
+    if stable:
+        if stable_run is None or not stable_run.first_version(plpy, release_id):
+            refuse_stable_refresh_over_budget(plan)
+        release, spec, read = stable_run.with_secrets(release_method, plpy, release, read)
+    # the stable run holds its people's hashes and texts beside a region's rows
+    region_row_bytes = bytes_per_row * (STABLE_ROW_FACTOR if stable else 1)
     l = spec.promise.l
     members = source_members(plpy, tbl)
     src = Source(plpy, tbl, qis, sens if l or spec.promise.t is not None else [], members,
@@ -1361,7 +1364,7 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     resident, resident_anon = resident_bytes(), resident_bytes(("RssAnon",))
     leaf_budget = src.region_budget = core.leaf_budget(budget, resident)
     with timing.phase("top_levels"):
-        leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, bytes_per_row, n)
+        leaves, levels = top_regions(src, int(spec.promise.k), l, leaf_budget, region_row_bytes, n)
     leaf_budget = src.region_budget         # less what the categorical orders hold
     ctx = method.Run(plpy, GD, release_id, release, spec, started)
     ctx.read_s = ctx.elapsed()
@@ -1377,11 +1380,18 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
                                "largest_region_rows": max(r.rows for r in leaves),
                                "write_work_mem": work_mem,
                                "levels": levels, "regions": len(leaves)}}
+    checks = None
+    if stable:
+        # the first version's people grouped, checked and remembered region by region
+        checks = stable_run.RegionChecks(ctx, src, read, region_read, tbl.label, budget)
+        metrics["out_of_core"]["stable_regions"] = True
     release_rows.stash_run(GD, release_id, started=started, row_count=sum(r.rows for r in leaves),
-                           achieved_k=None, metrics=metrics)
+                           achieved_k=None, metrics=metrics,
+                           people=None if checks is None else {"check": checks.check})
     progress(plpy, f"out of core: {len(leaves)} regions of at most "
                    f"{max(r.rows for r in leaves):,} rows, fitted one at a time")
-    return _leaf_slices(plpy, GD, ctx, src, leaves, (read, fit, publish), figures, metrics)
+    return _leaf_slices(plpy, GD, ctx, src, leaves, (read, fit, publish), figures, metrics,
+                        None if checks is None else checks.add)
 
 
 #: a region's rows read by ONE sequential scan of the source filtered by its predicate (the
@@ -1412,10 +1422,12 @@ def region_read(plpy):
             run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
 
 
-def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
+def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted=None):
     """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
     its first slice. The partitioning run returns them through errors.sql_entry, which reports
-    a core error raised while they are fetched as at the call (SQLSTATE, detail, hint)."""
+    a core error raised while they are fetched as at the call (SQLSTATE, detail, hint).
+    ``fitted(region, rows, model, first_class)``: told of each region once fitted (a stable
+    release's run keeps what its check needs)."""
     read, fit, publish = hooks
     position = first_class = 0
     k = int(ctx.spec.promise.k)
@@ -1434,6 +1446,8 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics):
                 slices, stats = publish(ctx, rows, model)
             slices = iter(slices)
             figures.add(rows.encoded, stats["metrics"], rows.data.n_rows)
+            if fitted is not None:
+                fitted(region, rows, model, first_class)
             n_rows, n_classes = rows.data.n_rows, model.n_classes_
             del rows, model
         while True:

@@ -334,7 +334,7 @@ class People:
 #: the release's state of its people: its rows (anon.release_state), each a run of people in
 #: ascending order of their hashes with its own candidate sets and entries
 STATE = """
-SELECT chunk, chunks, persons, pg_catalog.array_send(member_groups) AS member_groups,
+SELECT chunk, chunks, region, persons, pg_catalog.array_send(member_groups) AS member_groups,
        pg_catalog.array_send(versions) AS versions, pg_catalog.array_send(cohorts) AS cohorts,
        candidate_sets::pg_catalog.text AS candidate_sets, pg_catalog.array_send(entries) AS entries,
        pg_catalog.array_send(entry_versions) AS entry_versions,
@@ -428,15 +428,21 @@ class State:
         they are arrays here) and joined."""
         parts: list[State] = []
         chunks = None           # the rows the state was written in, as its first row says
+        regions = []            # the region of each row (a state written region by region)
         for row in plpy.cursor(plpy.prepare(STATE, ["int4"]), [release_id]):
             check_interrupts()
             chunks = row["chunks"] if chunks is None else chunks
             if row["chunk"] != len(parts) or row["chunks"] != chunks:
                 raise _broken(release_id, f"has a row {row['chunk']} of {row['chunks']} where "
                                           f"row {len(parts)} was due: a row was lost or copied")
+            if regions and row["region"] < regions[-1]:
+                raise _broken(release_id, f"has a row {row['chunk']} of region {row['region']} "
+                                          f"after one of region {regions[-1]}")
             parts.append(cls._of_row(row, release_id))
-            if len(parts) > 1 and parts[-2].persons.size and parts[-1].persons.size \
-                    and not parts[-2].persons[-1] < parts[-1].persons[0]:
+            regions.append(row["region"])
+            # each region's rows are one run in the order of their hashes
+            if len(parts) > 1 and regions[-2] == regions[-1] and parts[-2].persons.size \
+                    and parts[-1].persons.size and not parts[-2].persons[-1] < parts[-1].persons[0]:
                 raise _broken(release_id, f"has rows {len(parts) - 2} and {len(parts) - 1} whose "
                                           "people are not in the order of their hashes")
         if parts and len(parts) != chunks:
@@ -445,7 +451,33 @@ class State:
         if not parts:
             empty = np.empty(0, dtype=np.int64)
             return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
-        return parts[0] if len(parts) == 1 else cls._joined(parts, release_id)
+        state = parts[0] if len(parts) == 1 else cls._joined(parts, release_id)
+        if len(set(regions)) > 1:
+            state._in_hash_order(release_id)
+        return state
+
+    def _in_hash_order(self, release_id: int) -> None:
+        """A state joined from the runs of several regions put in the order of its hashes (its
+        people, and apart its held back ones), the arrays aligned with them following."""
+        for hashes, aligned in (("persons", ("groups", "versions", "cohorts", "entries", "records",
+                                             "record_entries", "last")),
+                                ("waiting", ("waiting_entries", "waiting_records",
+                                             "waiting_record_entries"))):
+            held = getattr(self, hashes)
+            order = _hash_order(held)
+            if (held[order][1:] == held[order][:-1]).any():
+                raise _broken(release_id, f"holds a person in two regions ({hashes})")
+            for name in (hashes, *aligned):
+                values = getattr(self, name)
+                if values is not None and values.size == order.size:
+                    setattr(self, name, values[order])
+            if hashes == "persons" and self.stay_owners.size:
+                place = np.empty(order.size, dtype=np.int64)
+                place[order] = np.arange(order.size)
+                owners = place[self.stay_owners]
+                by_owner = np.argsort(owners, kind="stable")
+                self.stay_owners = owners[by_owner]
+                self.stay_entries, self.stay_last = self.stay_entries[by_owner], self.stay_last[by_owner]
 
     @classmethod
     def _of_row(cls, row, release_id: int) -> State:
@@ -751,17 +783,18 @@ def record_fingerprints(qi_texts, sensitive_texts) -> np.ndarray:
 
 
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
-              qi_texts, sensitive_codes=None) -> People:
+              qi_texts, sensitive_codes=None, state: State | None = None) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
     texts, in code order, as the run coded them; ``qi_texts``: each QI's text per row;
-    ``sensitive_codes``: each row's code in the first sensitive column's dictionary, -1 NULL)."""
+    ``sensitive_codes``: each row's code in the first sensitive column's dictionary, -1 NULL;
+    ``state``: the state they are matched with, None: the release's, read)."""
     with timing.phase("read_people"):
         return _people_of(plpy, release_id, parameters, identifier_texts, sensitive_dictionaries,
-                          qi_texts, sensitive_codes)
+                          qi_texts, sensitive_codes, state)
 
 
 def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
-               qi_texts, sensitive_codes=None) -> People:
+               qi_texts, sensitive_codes=None, state: State | None = None) -> People:
     promise = Promise.of(parameters)
     # the stable mode's state, not part of the specification: merged from anon.release_secrets
     salt = parameters.get("person_salt")
@@ -801,7 +834,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
-    state = State.read(plpy, release_id)
+    state = State.read(plpy, release_id) if state is None else state
     if not state.persons.size and published_versions(plpy, release_id):
         raise InsufficientData(
             f"release {release_id} has published versions, and what they showed of each person "
@@ -1119,6 +1152,9 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     if promise.refresh_mode != "stable" or not run_stats or run_stats.get("people") is None:
         return None
     stashed = run_stats["people"]
+    if stashed.get("check") is not None:
+        # a first version built region by region is checked so (db/stable_regions.py)
+        return stashed["check"](plpy, release)
     hashes, groups, qi_texts = stashed["hashes"], stashed["groups"], stashed["qi_texts"]
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
@@ -1745,7 +1781,8 @@ class Classes:
     linked: tuple | None = None
 
 
-def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nulls=None) -> Classes:
+def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nulls=None,
+                     within=None, merges: bool | None = None) -> Classes:
     """The released classes (what analysts read, grouped by the released QIs; one statement) and
     the run's people coded on the same axes: a range's values by their rank among the people's
     values and the classes' bounds, ranked in SQL by the element type's own order (a range
@@ -1755,15 +1792,20 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
     (the view analysts read unfolds exactly that, checked before: compact.check_view), unless
     two of them have the same QIs (one class to an analyst: then grouped from the view).
     ``qi_nulls``: per QI, whether a row of the run is NULL there (it lies in every range: that
-    QI then links every class, :attr:`Classes.linkable`)."""
+    QI then links every class, :attr:`Classes.linkable`). ``within``: only the classes of this
+    SQL condition, a function of the alias of the released row or stored class it reads (one
+    region of a stable release checked region by region); ``merges``: whether two stored
+    classes have the same QIs (class_counts.classes_merge), when the caller asked already."""
     qi_nulls = list(qi_nulls) if qi_nulls is not None else [None in texts for texts in qi_texts]
     released = released_relation(plpy, release)
     settings = class_counts.pass_settings(plpy, None)
     stored = class_counts.storage_for(plpy, release)
     if sensitive:
         sensitive = sensitive[:1]      # the stable mode keeps one sensitive column
-    if stored is not None and not class_counts.classes_merge(plpy, stored[1], [c.name for c in qis],
-                                                             settings["work_mem"]):
+    if merges is None and stored is not None:
+        merges = class_counts.classes_merge(plpy, stored[1], [c.name for c in qis],
+                                            settings["work_mem"])
+    if stored is not None and not merges:
         # one stored row per class: its sensitive array is the class's rows' values
         selects = [f"s.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
         # the stored array as it is: its elements' text is taken where they are read
@@ -1771,13 +1813,17 @@ def released_classes(plpy, release: dict, qis, sensitive: list, qi_texts, qi_nul
         element = text_of("e.v", sensitive[0].builtin) if sensitive else None
         # a stored row of no rows is no class the view shows
         base = f"SELECT {', '.join(selects)} FROM {stored[1].relation} AS s WHERE {stored[1].rows} > 0"
+        if within is not None:
+            base += f" AND ({within('s')})"
     else:
         selects = [f"r.{ident(plpy, c.name)} AS q{i}" for i, c in enumerate(qis)]
         selects += [f"pg_catalog.array_agg({text_of('r.' + ident(plpy, col.name), col.builtin)}) AS vals"
                     for col in sensitive]
         element = "e.v"
         group_by = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
-        base = f"SELECT {', '.join(selects)} FROM {released} r" + (f" GROUP BY {group_by}" if qis else "")
+        base = f"SELECT {', '.join(selects)} FROM {released} r" + (
+            f" WHERE {within('r')}" if within is not None else "") + (
+            f" GROUP BY {group_by}" if qis else "")
     ctes = [f"""classes AS MATERIALIZED (
     SELECT pg_catalog.row_number() OVER () - 1 AS class_no, b.* FROM ({base}) b)"""]
     # one-row parts, cross joined: each a few arrays in class order
@@ -2137,12 +2183,12 @@ INSERT INTO anon.release_state (release_id, chunk, persons, member_groups, versi
                                 candidate_sets, entries, entry_versions, entry_groups,
                                 waiting_persons, waiting_entries, version, entries_since, records,
                                 record_entries, waiting_records, waiting_record_entries, chunks,
-                                last_versions, stay_owners, stay_entries, stay_last)
+                                last_versions, stay_owners, stay_entries, stay_last, region)
 VALUES ($1, $2, $3, $4::pg_catalog.int4[], $5::pg_catalog.int4[], $6::pg_catalog.int4[],
         $7::pg_catalog.jsonb, $8::pg_catalog.int4[], $9::pg_catalog.int4[], $10::pg_catalog.int4[],
         $11, $12::pg_catalog.int4[], $13, $14, $15, $16::pg_catalog.int4[], $17,
         $18::pg_catalog.int4[], $19, $20::pg_catalog.int4[], $21::pg_catalog.int4[],
-        $22::pg_catalog.int4[], $23::pg_catalog.int4[])"""
+        $22::pg_catalog.int4[], $23::pg_catalog.int4[], $24)"""
 #: REMEMBER's columns after release_id and chunk
 STATE_COLUMNS = ("persons", "member_groups", "versions", "cohorts", "candidate_sets", "entries",
                  "entry_versions", "entry_groups", "waiting_persons", "waiting_entries", "version",
@@ -2151,7 +2197,7 @@ STATE_COLUMNS = ("persons", "member_groups", "versions", "cohorts", "candidate_s
                  "stay_last")
 REMEMBER_TYPES = ["int4", "int4", "bytea", "text", "text", "text", "text", "text", "text", "text",
                   "bytea", "text", "int4", "int4", "bytea", "text", "bytea", "text", "int4", "text",
-                  "text", "text", "text"]
+                  "text", "text", "text", "int4"]
 #: what a person takes in a state row: the hash, the record's fingerprint, six int4
 PERSON_BYTES = 64
 #: a state row holds people of at most this share of plpy_anon.build_memory...
@@ -2243,13 +2289,17 @@ class Stored:
                            waiting_record_entries=local(self.waiting_record_entries[theirs]))
             yield chunk, row
 
-    def write(self, plpy, release_id: int, per_row: int) -> int:
-        """Written a row a statement (:meth:`rows`); returns the rows written."""
+    def write(self, plpy, release_id: int, per_row: int, first_chunk: int = 0,
+              region: int = 0) -> int:
+        """Written a row a statement (:meth:`rows`), numbered from ``first_chunk`` on (each
+        row's ``chunks`` then counts the rows so far: a state written region by region sets
+        it once all are written); returns the rows written."""
         written = 0
         for chunk, row in self.rows(per_row):
             check_interrupts()
+            row["chunks"] += first_chunk
             run(plpy, REMEMBER, REMEMBER_TYPES,
-                [release_id, chunk, *(row[c] for c in STATE_COLUMNS)])
+                [release_id, first_chunk + chunk, *(row[c] for c in STATE_COLUMNS), region])
             written += 1
         return written
 
@@ -2292,7 +2342,8 @@ def with_candidates(state: State, at: np.ndarray) -> np.ndarray:
 
 def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list,
              classes: Classes, state: State, matched=None, waiting=((), ()), records=None,
-             withdrawn=()) -> dict:
+             withdrawn=(), region: int | None = None, first_chunk: int = 0,
+             row_people: int | None = None) -> dict:
     """Each person's candidates now: the values of every released class holding their QIs,
     intersected with what earlier versions left them (``state``); remembered and counted, with
     each person's entry (:func:`entries`; ``waiting``: the hashes and groups of the people the
@@ -2303,7 +2354,10 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
     ``matched``: (person, class) pairs already found, people beyond ``hashes`` held back: those
     whom a class holds are intersected and counted too, their candidates starting at the first
     version whose class holds them (an analyst who knows they are in the table cannot tell
-    they are held back: he intersects the classes that could hold them, published or not)."""
+    they are held back: he intersects the classes that could hold them, published or not).
+    ``region``: the people are one region's, whose rows are added from ``first_chunk`` on
+    (the state is not replaced; ``state_rows`` in the figures: the rows written) of
+    ``row_people`` people each (None: :func:`people_a_row` of these people)."""
     n = len(hashes)
     person, klass = matched if matched is not None else containment.contained(classes.axes, n, classes.count)
     check_interrupts()
@@ -2389,10 +2443,13 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
                           None if records is None else now,
                           persons, np.asarray(groups, dtype=np.int64), versions[:n] + 1, cohort[:n],
                           texts, held_cohort)
-    run(plpy, FORGET, ["int4"], [release_id])
-    stored.write(plpy, release_id, people_a_row(plpy, max(stored.persons.size, waiting_persons.size)))
+    if region is None:
+        run(plpy, FORGET, ["int4"], [release_id])
+    if row_people is None:
+        row_people = people_a_row(plpy, max(stored.persons.size, waiting_persons.size))
+    written = stored.write(plpy, release_id, row_people, first_chunk, region or 0)
     l = int(promise.l or 0)
-    return {"people": n, "seen_before": int(known[:n].sum()),
+    return ({} if region is None else {"state_rows": written}) | {"people": n, "seen_before": int(known[:n].sum()),
             "most_versions": int(versions[:n].max()) + 1 if n else None,
             "fewest_candidates": int(left.min()) if left is not None and n else None,
             "disclosed": int((left <= 1).sum()) if left is not None else 0,

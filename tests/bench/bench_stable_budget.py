@@ -3,9 +3,10 @@ refresh after 1 % of the people left and as many joined, each in a fresh backend
 sampled peak RssAnon and seconds), with the default budget and with a small one; the release's
 state (anon.release_state: its rows and the largest row's bytes) and the release verified from
 its rows (smallest class, fewest distinct sensitive values in a class, fewest candidates across
-the versions). A budget below the table's estimate refuses the stable release (54000): the row
-then shows the refusal's seconds and VmHWM, and the next the same table released in the fresh
-mode at that budget (out of core), verified from its rows the same way.
+the versions). A budget below the table's estimate creates the stable release region by region
+(db/stable_regions.py) and refuses its refresh (54000): the row then shows the refusal's
+seconds and VmHWM. A creation refused shows the refusal, and the next row the same table
+released in the fresh mode at that budget (out of core), verified from its rows the same way.
 
 PLPY_ANON_STABLE_BUDGET_ROWS (default 1000000), PLPY_ANON_STABLE_BUDGETS (default ",64MB": ''
 is the default budget); k = 10, l = 2, the 6 QIs of bench_out_of_core, sensitive diagnosis,
@@ -98,6 +99,27 @@ def refused_rows(conn, n: int, budget: str, copy: float, create: dict) -> list[l
     return out
 
 
+def regions_of(conn, release: str):
+    """The regions a release was built in (None: in memory)."""
+    return conn.execute("SELECT metrics -> 'out_of_core' ->> 'regions' FROM anon.releases WHERE "
+                        "format('%%I.%%I', release_schema, release_name) = %s", (release,)).fetchone()[0]
+
+
+def phases(conn, release: str) -> str:
+    """The largest phases of the release's last create or refresh (metrics.timing), seconds."""
+    got = conn.execute("SELECT metrics -> 'timing' -> 'phases' FROM anon.releases WHERE "
+                       "format('%%I.%%I', release_schema, release_name) = %s", (release,)).fetchone()[0]
+    top = sorted((got or {}).items(), key=lambda item: -item[1])[:8]
+    return ", ".join(f"{name} {seconds:.1f}" for name, seconds in top)
+
+
+def memory_of(conn, release: str):
+    """The backend's resident memory and its peak so far at the run's marks (metrics.memory_mib:
+    after the last region for a run region by region), MiB."""
+    return conn.execute("SELECT metrics -> 'memory_mib' FROM anon.releases WHERE "
+                        "format('%%I.%%I', release_schema, release_name) = %s", (release,)).fetchone()[0]
+
+
 def main() -> None:
     n = int(os.environ.get("PLPY_ANON_STABLE_BUDGET_ROWS", "1000000"))
     budgets = os.environ.get("PLPY_ANON_STABLE_BUDGETS", ",64MB").split(",")
@@ -112,21 +134,28 @@ def main() -> None:
                 rows.extend(refused_rows(conn, n, budget, copy, create))
                 continue
             release = create["result"]
-            created_state = state_figures(conn, release)
+            created = (state_figures(conn, release), verified(conn, release), regions_of(conn, release))
+            print(f"create's phases (s): {phases(conn, release)}; memory (MiB): "
+                  f"{memory_of(conn, release)}", flush=True)
             churn(conn)
             refresh = timed_call(conn, budget, "SELECT anon.refresh(%s)", (release,))
-            state = state_figures(conn, release)
-            smallest, fewest, candidates = verified(conn, release)
-            assert smallest >= K and fewest >= L and candidates >= L, (smallest, fewest, candidates)
-            for step, f, (state_rows, largest) in (("create", create, created_state),
-                                                   ("refresh", refresh, state)):
+            refreshed = (state_figures(conn, release), verified(conn, release), regions_of(conn, release))
+            for step, f, ((state_rows, largest), (smallest, fewest, candidates), regions) in (
+                    ("create", create, created), ("refresh", refresh, refreshed)):
+                if f["refused"]:
+                    step = f"{step} refused ({f['refused']})"
+                else:
+                    assert smallest >= K and fewest >= L and candidates >= L, (smallest, fewest, candidates)
+                    step += f", region by region ({regions} regions)" if regions else ", in memory"
                 print(f"{n:,} rows, budget {budget or 'default'}, stable {step}: {f['seconds']:.1f} s "
                       f"({f['seconds'] / copy:.1f}x the copy), "
                       f"VmHWM {f['hwm']:.0f} MiB, peak RssAnon {f['anon']:.0f} MiB; state "
                       f"{state_rows} rows, largest {largest / 2**20:.1f} MiB", flush=True)
+                ok = not f["refused"]
                 rows.append([f"{n:,}", budget or "default (1GB)", "stable", step, round(f["seconds"], 1),
-                             round(copy, 2), round(f["hwm"]), round(f["anon"]), state_rows,
-                             round(largest / 2**20, 1), smallest, fewest, candidates])
+                             round(copy, 2), round(f["hwm"]), round(f["anon"]),
+                             state_rows if ok else "", round(largest / 2**20, 1) if ok else "",
+                             smallest if ok else "", fewest if ok else "", candidates if ok else ""])
     table = markdown_table(["rows", "build_memory", "mode", "step", "s", "copy s", "VmHWM MiB",
                             "peak RssAnon MiB", "state rows", "largest state row MiB",
                             "smallest class", "fewest values", "fewest candidates"], rows)

@@ -16,7 +16,15 @@ from plpy_anon.core.errors import InsufficientData, InvalidParameter
 from plpy_anon.core.mondrian import Mondrian
 from plpy_anon.core.privacy_models import Models
 from plpy_anon.core.republication import CannotKeepCandidates, point_codes, stable_partition
-from plpy_anon.db import compact, method, out_of_core, republication, stored_classes, timing
+from plpy_anon.db import (
+    compact,
+    method,
+    out_of_core,
+    republication,
+    stable_regions,
+    stored_classes,
+    timing,
+)
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.methods.mondrian_family import (
@@ -52,7 +60,8 @@ def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
 def partition(plpy, GD, release_id: int):
     # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates (out_of_core.py)
     slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id, read=read_region,
-                                         fit=fit, publish=publish_region)
+                                         fit=fit, publish=publish_region,
+                                         stable_run=stable_regions)
     if slices is not None:
         return slices
     return method.run(RELEASE_METHOD, plpy, GD, release_id)

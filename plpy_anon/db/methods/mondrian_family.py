@@ -458,9 +458,11 @@ class ReleaseRows:
 
 
 def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
-                      where: str | None = None) -> ReleaseRows:
+                      where: str | None = None, people_state=None) -> ReleaseRows:
     """Read the columns a Mondrian-family release (``spec``) needs in one query and encode its
-    QIs; ``where``: only the rows of this SQL condition (a region of an out-of-core run)."""
+    QIs; ``where``: only the rows of this SQL condition (a region of an out-of-core run);
+    ``people_state``: the stable mode's state its people are matched with (None: the
+    release's, read: republication.people_of)."""
     promise = spec.promise
     tbl = guards.table_in_query(plpy, release["source"])
     cols = {c.name: c for c in catalog.columns_as_built(plpy, tbl, spec.built.hierarchies)}
@@ -548,7 +550,7 @@ def load_release_rows(plpy, release, spec: ReleaseSpec, *, with_target=True,
              if c.kind == "numeric" and _integer(c)
              else republication.Coded.of((data.texts if c.kind == "numeric" else data.columns)[c.name])
              for c in qis],
-            data.columns[sens[0].name].codes if sensitive is not None else None)
+            data.columns[sens[0].name].codes if sensitive is not None else None, people_state)
         data.texts.clear()
     data.columns.clear()             # the values are in the codes now: keep one copy
     read = ReadValues(values_by_code, spelled, data.exact_times, data.numeric_texts) \
@@ -576,11 +578,12 @@ def _unique(cols):
     return out
 
 
-def read_region(ctx: method.Run, where: str | None, whole: list) -> ReleaseRows:
+def read_region(ctx: method.Run, where: str | None, whole: list, people_state=None) -> ReleaseRows:
     """The rows of one region of an out-of-core run (``where``), their QIs encoded against the
     whole table's domain (``whole``: core.regions.widened), so the fit ranks them as the whole
-    table's fit would."""
-    rows = load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False, where=where)
+    table's fit would (``people_state``: load_release_rows')."""
+    rows = load_release_rows(ctx.plpy, ctx.release, ctx.spec, with_target=False, where=where,
+                             people_state=people_state)
     for i, enc in enumerate(rows.encoded):
         rows.encoded[i], shift = widened(enc, whole[i])
         by_code = rows.read.values_by_code if rows.read is not None else {}
