@@ -217,6 +217,7 @@ class Shape:
         self.kept: list = []
         self.version = 0
         self.refused = 0
+        self.refusals: list = []
         self.created = False
         self.replace_at = 0     # the version at which the release is created anew (replace => true)
 
@@ -232,7 +233,7 @@ class Shape:
                             [(i, *self.table[i]) for i in ids])
 
     def delete(self, ids) -> None:
-        ids = [i for i in ids if i in self.table]
+        ids = [i for i in dict.fromkeys(ids) if i in self.table]
         if ids:
             self.db.execute("DELETE FROM pt WHERE id = ANY(%s)", (ids,))
             self.left.update((i, self.table.pop(i)) for i in ids)
@@ -245,7 +246,7 @@ class Shape:
         return self.pool[int(self.rng.integers(0, len(self.pool)))]
 
     def come_back(self, ids) -> None:
-        ids = [i for i in ids if i in self.left]
+        ids = [i for i in dict.fromkeys(ids) if i in self.left]
         for i in ids:
             self.table[i] = self.left.pop(i)
             self.bump(i, "c")
@@ -360,6 +361,7 @@ class Shape:
                 except psycopg.errors.DataException as refused:
                     assert "Report this" not in (refused.diag.message_hint or ""), refused
                     self.refused += 1
+                    self.refusals.append(refused.diag.message_primary)
                 self.keep(release)
         finally:
             self.db.execute("SELECT anon.drop_release(%s)", (release,))
@@ -394,7 +396,7 @@ class Shape:
         both = self.pins_by_both()
         finer = self.pins_by_finer_difference()
         true = lambda p, v: v in self.truths[p]
-        line.update(refreshes=self.refreshes, refused=self.refused,
+        line.update(refreshes=self.refreshes, refused=self.refused, refusals=self.refusals,
                     people=len(self.truths),
                     no_rows=sum(1 for kept in self.kept[1:] if not kept["classes"]),
                     difference_true=sum(true(p, v) for _, _, p, v in difference),

@@ -4,6 +4,10 @@ bench-results/sweep-shapes-<table>-<follows>-<seeds>.jsonl).
 
     SHAPES_TABLE=adult SHAPES_FOLLOWS=cqs SEEDS=0-99 python -m pytest tests/adversarial/sweep_stable_shapes.py -q -s
     SHAPES_TABLE=crx SHAPES_FOLLOWS= SEEDS=0-99 ...   (the analyst follows no one)
+    SHAPES_HEAVY=1 ...        (longer sequences, more ops, up to 8 people flapping or moving,
+                               joiners and whole classes among them)
+    SHAPES_MODE=fresh ...     (the analysts' control: fresh refreshes, where they pin)
+    SHAPES_REPLACE_AT=3 ...   (the release created anew, replace => true, at the third refresh)
 """
 from __future__ import annotations
 
