@@ -346,7 +346,7 @@ SELECT chunk, chunks, persons, pg_catalog.array_send(member_groups) AS member_gr
        pg_catalog.array_send(stay_owners) AS stay_owners,
        pg_catalog.array_send(stay_entries) AS stay_entries,
        pg_catalog.array_send(stay_last) AS stay_last
-FROM anon.release_state WHERE release_id = $1 ORDER BY chunk"""
+FROM anon.readable_release_state WHERE release_id = $1 ORDER BY chunk"""
 #: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
 STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
                 "waiting_entries", "last_versions", "stay_owners", "stay_entries", "stay_last")
@@ -863,7 +863,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
-            "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
+            "next_groups FROM anon.readable_release_versions WHERE release_id = $1 ORDER BY version")
 #: what the difference check takes of a stored version's row besides its values and sizes
 VERSION_ROW = ("version", "linked", "people_linked", "waiting", "waiting_groups", "next_groups")
 #: a stored version's values (one per published row) joined whole, each ended by 0x01, NULL
@@ -877,7 +877,7 @@ VALUES_JOINED = """
 VERSIONS_JOINED = f"""
 SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
        v.waiting_groups, v.next_groups,{VALUES_JOINED}
-FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+FROM anon.readable_release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 
 
 def _version_values(plpy, row, release_id: int) -> tuple[np.ndarray, list]:
@@ -1167,9 +1167,11 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
 #: the version before the newest: the group of the newest holding each of its groups (its roots
 #: as the newest was stored)
 NEXT_GROUPS = """
-UPDATE anon.release_versions SET next_groups = roots
-WHERE release_id = $1 AND version = (SELECT pg_catalog.max(version) - 1 FROM anon.release_versions
-                                     WHERE release_id = $1)"""
+UPDATE anon.release_versions v SET next_groups = (
+    SELECT r.roots FROM anon.readable_release_versions r
+    WHERE r.release_id = $1 AND r.version = v.version)
+WHERE v.release_id = $1 AND v.version = (SELECT pg_catalog.max(version) - 1
+                                         FROM anon.release_versions WHERE release_id = $1)"""
 
 
 def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list],
@@ -1639,7 +1641,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
                 ["int4", "int4", "int4[]"], [release_id, row["version"], roots.tolist()])
     # only the newest version keeps who it held back
     run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
-              "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
+              "WHERE release_id = $1 AND version IN (SELECT r.version FROM "
+              "anon.readable_release_versions r WHERE r.release_id = $1 AND r.waiting IS NOT NULL)",
+        ["int4"], [release_id])
     run(plpy, STORE_VERSION if marks else STORE_JOINED_VERSION,
         ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
          "bytea[]", "int4[]", "int4[]"],
@@ -1666,14 +1670,14 @@ KEPT_VERSIONS = f"""
 SELECT v.version, pg_catalog.array_send(v.group_ids) AS group_ids,
        pg_catalog.array_send(v.roots) AS roots, pg_catalog.array_send(v.sizes) AS sizes,
        v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups,{VALUES_JOINED}
-FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+FROM anon.readable_release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 #: one stored version's values packed as :func:`_coded_elements` packs them, where a value is
 #: or holds a mark of the joined form
 KEPT_VALUES = """
 SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
                              '\\x00'::bytea ORDER BY u.o) AS vals_elements,
        pg_catalog.count(*) AS vals_count
-FROM anon.release_versions v CROSS JOIN LATERAL pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)
+FROM anon.readable_release_versions v CROSS JOIN LATERAL pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)
 WHERE v.release_id = $1 AND v.version = $2"""
 
 
@@ -2240,8 +2244,8 @@ def _renumbered(parts: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndar
 
 
 #: a state stored before entries were kept: the newest version and whom it held back
-NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WHERE release_id = $1 "
-          "ORDER BY version DESC LIMIT 1")
+NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.readable_release_versions "
+          "WHERE release_id = $1 ORDER BY version DESC LIMIT 1")
 
 
 def _int_array(values: np.ndarray) -> str:
