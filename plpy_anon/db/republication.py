@@ -345,7 +345,7 @@ SELECT chunk, chunks, persons, pg_catalog.array_send(member_groups) AS member_gr
        pg_catalog.array_send(last_versions) AS last_versions,
        pg_catalog.array_send(stay_owners) AS stay_owners,
        pg_catalog.array_send(stay_entries) AS stay_entries,
-       pg_catalog.array_send(stay_last) AS stay_last
+       pg_catalog.array_send(stay_last) AS stay_last, records_keyed
 FROM anon.readable_release_state WHERE release_id = $1 ORDER BY chunk"""
 #: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
 STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
@@ -418,6 +418,9 @@ class State:
     stay_owners: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     stay_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     stay_last: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: whether ``records`` and ``waiting_records`` are keyed by the release's salt
+    #: (:func:`keyed_records`; False: stored before, under the public key)
+    records_keyed: bool = True
     #: the last lookup of each stored array (``persons``, ``waiting``): the asked hashes' bytes
     #: and their positions; a check asks the same people several times
     _found: dict = field(default_factory=dict, repr=False, compare=False)
@@ -513,6 +516,7 @@ class State:
                    else None,
                    waiting_record_entries)
         state.last, (state.stay_owners, state.stay_entries, state.stay_last) = last, stays
+        state.records_keyed = row.get("records_keyed") is not False
         return state
 
     @classmethod
@@ -524,7 +528,8 @@ class State:
         first = parts[0]
         kinds = {(p.version, p.entries_since, p.entries is None, p.records is None,
                   p.record_entries is None, p.waiting_records is None,
-                  p.waiting_record_entries is None, p.last is None) for p in parts}
+                  p.waiting_record_entries is None, p.last is None, p.records_keyed)
+                 for p in parts}
         if len(kinds) > 1:
             raise _broken(release_id, "has rows of different versions or kinds (entries, records)")
         people = [(p.persons, p.groups, p.versions, p.cohorts, p.entries, p.records, p.record_entries)
@@ -565,6 +570,7 @@ class State:
                     joined("records"), joined("record_entries", entry_at), joined("waiting_records"),
                     joined("waiting_record_entries", entry_at), joined("last"))
         state.stay_owners, state.stay_entries, state.stay_last = stays
+        state.records_keyed = first.records_keyed
         return state
 
     def hashes(self) -> list[bytes]:
@@ -747,6 +753,27 @@ def record_fingerprints(qi_texts, sensitive_texts) -> np.ndarray:
     return out
 
 
+def record_key(salt: str) -> bytes:
+    """The key of a release's record fingerprints (16 bytes), derived from its salt apart from
+    its person hashes (SHA-256 of the salt's bytes and an identifier's)."""
+    return hashlib.sha256(b"plpy_anon record fingerprints\x00" + salt.encode("utf-8")).digest()[:16]
+
+
+def keyed_records(state: State, salt: str | None) -> State:
+    """``state`` with its record fingerprints keyed by the release's salt: a state stored
+    before holds them under the public key, which anyone knowing a person's quasi-identifiers
+    can test values against; they are keyed as read, so a refresh compares like with like and
+    writes them keyed."""
+    if not state.records_keyed and salt is not None:
+        key = record_key(salt)
+        if state.records is not None:
+            state.records = text_hashes.keyed_fingerprints(state.records, key)
+        if state.waiting_records is not None:
+            state.waiting_records = text_hashes.keyed_fingerprints(state.waiting_records, key)
+        state.records_keyed = True
+    return state
+
+
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
               qi_texts, sensitive_codes=None) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
@@ -798,7 +825,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
-    state = State.read(plpy, release_id)
+    state = keyed_records(State.read(plpy, release_id), salt)
     if not state.persons.size and published_versions(plpy, release_id):
         raise InsufficientData(
             f"release {release_id} has published versions, and what they showed of each person "
@@ -842,8 +869,8 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
     people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
                     qi_texts=qi_texts, state=state, persons=persons)
     if sensitive_codes is not None and sensitive_dictionaries:
-        people.records = record_fingerprints(
-            qi_texts, Coded(sensitive_codes, list(sensitive_dictionaries[0])))
+        people.records = text_hashes.keyed_fingerprints(record_fingerprints(
+            qi_texts, Coded(sensitive_codes, list(sensitive_dictionaries[0]))), record_key(salt))
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]), state)
     # a version that held everyone back leaves nobody in the state but its held back people,
@@ -1101,7 +1128,8 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     progress(plpy, f"checking {len(hashes)} people against every version")
     # what the last version left each person (and their group then, for the difference check),
     # read before the check replaces it: the row the run read in this transaction
-    state = stashed.get("state") or State.read(plpy, release["release_id"])
+    state = stashed.get("state") or keyed_records(State.read(plpy, release["release_id"]),
+                                                  jsonb(release["parameters"]).get("person_salt"))
     waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
     everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
     nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]

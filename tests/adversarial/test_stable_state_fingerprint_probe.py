@@ -1,10 +1,10 @@
-"""Adversarial: another custodian reads a stable release's state through the planner. Under row
-security alone, a leakproof comparison (``bytea >=``) in the intruder's WHERE ran below the
-policy's qual, and whether the policy's subplan ran (EXPLAIN ANALYZE) told whether the hidden
-value was at least a guess: bisecting read the state's record fingerprints byte by byte, and since
-a fingerprint is a hash of each person's quasi-identifier and sensitive texts, every person whose
-quasi-identifiers the intruder knows. Custodians now select only the key columns of
-anon.release_state and anon.release_versions, and read values through the barrier views
+"""Adversarial: another custodian reads a stable release's state through the planner. Row
+security hides rows, not their values: a leakproof comparison (``bytea >=``) in the intruder's
+WHERE runs below the policy's qual, and whether the policy's subplan ran (EXPLAIN ANALYZE) tells
+whether the hidden value is at least a guess; bisecting reads the state's record fingerprints
+byte by byte, and under a public key a fingerprint gives away the sensitive value of every person
+whose quasi-identifiers the intruder knows. So custodians select only the key columns of
+anon.release_state and anon.release_versions and read values through the barrier views
 anon.readable_release_state / _versions, whose rows are fenced (OFFSET 0) from the querying role's
 conditions."""
 from __future__ import annotations
