@@ -183,16 +183,29 @@ def keep_released_version(conn, release: str, table: str, key: str, qis: dict[st
             "classes": {n: (vals or []) for n, vals in multisets}}
 
 
-def pinned_by_intersection(kept: list[dict]) -> dict:
-    """People whose candidate values (those of every class that could hold them), intersected
-    over every kept version (:func:`keep_released_version`), are one: that value."""
+def intersected_candidates(kept: list[dict]) -> dict:
+    """Each person's candidate values: those of every class that could hold them (from the
+    released rows), intersected over every kept version (:func:`keep_released_version`) in
+    which some class holds them. Published or held back, an analyst who knows a person is in
+    the table cannot tell which."""
     candidates: dict = {}
     for version in kept:
         for p, classes in version["people"].items():
             values = {v for n in classes for v in version["classes"][n]}
             if values:          # a version where no class holds them tells the analyst nothing
                 candidates[p] = candidates.get(p, values) & values
-    return {p: min(v) for p, v in candidates.items() if len(v) == 1}
+    return candidates
+
+
+def pinned_by_intersection(kept: list[dict]) -> dict:
+    """People whose :func:`intersected_candidates` are one: that value."""
+    return {p: min(v) for p, v in intersected_candidates(kept).items() if len(v) == 1}
+
+
+def intersected_below_l(kept: list[dict], l: int) -> dict:
+    """People whose :func:`intersected_candidates` are fewer than ``l``: {person: the values
+    left}."""
+    return {p: sorted(v) for p, v in intersected_candidates(kept).items() if len(v) < l}
 
 
 def pinned_by_difference(before: dict, after: dict) -> dict:

@@ -1579,6 +1579,40 @@ def _moves(release: dict, state: State, kept: list, version: dict, hashes: list,
     return dict(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist()))
 
 
+
+def same_multisets_and_unions(release: dict, version: dict, classes: Classes):
+    """The released classes (from the released rows) against the run's groups (``version``):
+    the multisets as a bag (a group that publishes nothing is no class), and the unions of
+    classes that could both hold one person (:func:`linked_classes`) as the groups the run
+    linked. Refuses (22000) otherwise; returns (the groups' counts, the classes' and the
+    groups' multisets as triples, the linked pairs of classes)."""
+    name = f"{release['release_schema']}.{release['release_name']}"
+    values = version["values"]
+    group_counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(version["group_ids"]), len(values))
+    # one dictionary: the run's values, then texts only the released rows show
+    code_of = {v: j for j, v in enumerate(values)}
+    extra = [t for t in classes.texts if t not in code_of]
+    code_of.update((t, len(values) + j) for j, t in enumerate(extra))
+    owner, text_code, rows = classes.multiset
+    class_multiset = (owner, np.array([code_of[t] for t in classes.texts], dtype=np.int64)[text_code]
+                      if text_code.size else text_code, rows)
+    group_multiset = _matrix_triples(group_counts)
+    if _signatures(*class_multiset, classes.count) != \
+            _without_empty(_signatures(*group_multiset, group_counts.shape[0])):
+        raise InsufficientData(
+            f"the released classes of {name} are not the multisets its groups publish; nothing "
+            "was published", hint="Report this with the release's parameters.")
+    # classes that could hold one person are one union to an analyst (from the released rows)
+    pair_a, pair_b = linked_classes(classes)
+    if _union_signatures(pair_a, pair_b, classes.count, class_multiset) != _union_signatures(
+            *_group_pairs(version["group_ids"], version.get("linked")), group_counts.shape[0],
+            group_multiset):
+        raise InsufficientData(
+            f"the released classes of {name} that could both hold one person (their ranges and "
+            "sets overlap) are not the groups its run checked together; nothing was published",
+            hint="Report this with the release's parameters.")
+    return group_counts, class_multiset, group_multiset, (pair_a, pair_b)
+
 def check_differences(plpy, release: dict, promise: Promise, version: dict, state: State,
                       hashes: list, groups: list, classes: Classes, matched=None,
                       alive=None, unchanged=None, present=None, read_versions=None) -> dict:
@@ -1608,33 +1642,10 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     stores the version (anon.release_versions) and returns its figures."""
     release_id = release["release_id"]
     values = version["values"]
-    group_counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(version["group_ids"]), len(values))
-    # one dictionary: the run's values, then texts only the released rows show
-    code_of = {v: j for j, v in enumerate(values)}
-    extra = [t for t in classes.texts if t not in code_of]
-    code_of.update((t, len(values) + j) for j, t in enumerate(extra))
-    owner, text_code, rows = classes.multiset
-    class_multiset = (owner, np.array([code_of[t] for t in classes.texts], dtype=np.int64)[text_code]
-                      if text_code.size else text_code, rows)
-    group_multiset = _matrix_triples(group_counts)
-    # a group that publishes nothing (withdrawn) is no class the released rows show
-    if _signatures(*class_multiset, classes.count) != \
-            _without_empty(_signatures(*group_multiset, group_counts.shape[0])):
-        raise InsufficientData(
-            f"the released classes of {release['release_schema']}.{release['release_name']} are not "
-            "the multisets its groups publish; nothing was published",
-            hint="Report this with the release's parameters.")
-    # classes that could hold one person are one union to an analyst (from the released rows):
-    # they must be the unions of groups the run linked, which are checked below
-    pair_a, pair_b = linked_classes(classes)
+    group_counts, class_multiset, group_multiset, (pair_a, pair_b) = same_multisets_and_unions(
+        release, version, classes)
     overlapping = int(np.unique(np.concatenate([pair_a, pair_b])).size)
     linked_ids = version.get("linked")
-    if _union_signatures(pair_a, pair_b, classes.count, class_multiset) != _union_signatures(
-            *_group_pairs(version["group_ids"], linked_ids), group_counts.shape[0], group_multiset):
-        raise InsufficientData(
-            f"the released classes of {release['release_schema']}.{release['release_name']} that "
-            "could both hold one person (their ranges and sets overlap) are not the groups its run "
-            "checked together; nothing was published", hint="Report this with the release's parameters.")
     people_ids = version.get("people_linked")
     if matched is not None and people_ids is not None:
         person, klass = matched

@@ -329,29 +329,8 @@ def _same_as_run(release: dict, version: dict, classes, matched) -> int:
     bag, the unions of classes that could hold one person, the parts some person links.
     Returns the region's classes that overlap another; refuses (22000) otherwise."""
     name = f"{release['release_schema']}.{release['release_name']}"
-    values = version["values"]
-    ids = version["group_ids"]
-    group_counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(ids), len(values))
-    code_of = {v: j for j, v in enumerate(values)}
-    extra = [t for t in classes.texts if t not in code_of]
-    code_of.update((t, len(values) + j) for j, t in enumerate(extra))
-    owner, text_code, rows = classes.multiset
-    class_multiset = (owner, np.array([code_of[t] for t in classes.texts], dtype=np.int64)[text_code]
-                      if text_code.size else text_code, rows)
-    group_multiset = republication._matrix_triples(group_counts)
-    if republication._signatures(*class_multiset, classes.count) != republication._without_empty(
-            republication._signatures(*group_multiset, group_counts.shape[0])):
-        raise InsufficientData(f"the released classes of {name} are not the multisets its groups "
-                               "publish; nothing was published",
-                               hint="Report this with the release's parameters.")
-    pair_a, pair_b = republication.linked_classes(classes)
-    if republication._union_signatures(pair_a, pair_b, classes.count, class_multiset) != \
-            republication._union_signatures(*republication._group_pairs(ids, version["linked"]),
-                                            group_counts.shape[0], group_multiset):
-        raise InsufficientData(
-            f"the released classes of {name} that could both hold one person (their ranges and "
-            "sets overlap) are not the groups its run checked together; nothing was published",
-            hint="Report this with the release's parameters.")
+    group_counts, class_multiset, group_multiset, (pair_a, pair_b) = \
+        republication.same_multisets_and_unions(release, version, classes)
     person, klass = matched
     several = (np.bincount(person) > 1)[person] if person.size else np.zeros(0, dtype=bool)
     person, klass = person[several], klass[several]
@@ -360,8 +339,8 @@ def _same_as_run(release: dict, version: dict, classes, matched) -> int:
     same = person[1:] == person[:-1]
     if republication._union_signatures(klass[:-1][same], klass[1:][same], classes.count,
                                        class_multiset) != republication._union_signatures(
-            *republication._group_pairs(ids, version["people_linked"]), group_counts.shape[0],
-            group_multiset):
+            *republication._group_pairs(version["group_ids"], version["people_linked"]),
+            group_counts.shape[0], group_multiset):
         raise InsufficientData(
             f"the released classes of {name} that some person in the table could be in at once "
             "are not the groups its run checked together; nothing was published",

@@ -23,9 +23,9 @@ import psycopg
 from psycopg import sql
 
 import plpy_anon
-from tests.adversarial.test_stable_joiner_held_first import intersected_below_l
 from tests.helpers import (
     create_release,
+    intersected_below_l,
     keep_released_version,
     pinned_by_difference,
     pinned_by_intersection,

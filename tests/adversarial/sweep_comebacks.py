@@ -20,9 +20,8 @@ import psycopg
 
 from tests.adversarial import test_stable_comebacks as comebacks
 from tests.adversarial.test_stable_comebacks_wide_ranges import WideSequence
-from tests.adversarial.test_stable_joiner_held_first import intersected_below_l
 from tests.bench.common import results_dir
-from tests.helpers import pinned_by_intersection
+from tests.helpers import intersected_below_l, pinned_by_intersection
 
 
 class _Refreshes:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.adversarial.test_stable_joiner_held_first import intersected_below_l, versions_kept
+from tests.adversarial.test_stable_joiner_held_first import versions_kept
+from tests.helpers import intersected_below_l
 
 #: after person 7 (age 11, a) joins {a, b, c} (ages 10-12) and is held back
 UPDATES = {

@@ -8,21 +8,7 @@ from __future__ import annotations
 
 import psycopg
 
-from tests.helpers import create_release, keep_released_version
-
-
-def intersected_below_l(kept: list[dict], l: int) -> dict:
-    """People whose candidate values (those of every class that could hold them, from the
-    released rows: tests.helpers.keep_released_version), intersected over every kept version
-    in which some class holds them, are fewer than ``l``: {person: the values left}. Published
-    or held back, an analyst who knows a person is in the table cannot tell which."""
-    candidates: dict = {}
-    for version in kept:
-        for p, classes in version["people"].items():
-            values = {v for n in classes for v in version["classes"][n]}
-            if values:          # a version where no class holds them tells the analyst nothing
-                candidates[p] = candidates.get(p, values) & values
-    return {p: sorted(v) for p, v in candidates.items() if len(v) < l}
+from tests.helpers import create_release, intersected_below_l, keep_released_version
 
 
 def versions_kept(db, schema, changes: list[str]) -> tuple[list[dict], list]:
