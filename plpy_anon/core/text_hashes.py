@@ -1,8 +1,9 @@
 """64-bit hashes of texts in numpy: the values ``pandas.util.hash_array`` gives an object array of
 texts (SipHash-2-4 of each text's UTF-8 bytes under pandas' default key, then mixed), without
 importing pandas (294 modules, 0.15-0.2 s of CPU in a new backend); by a compiled kernel
-(core._person_kernels) where numba is loaded. Stored states hold these values, so they must stay
-those of pandas (tests/unit/test_text_hashes.py).
+(core._person_kernels) where numba is loaded. Stored states hold these values keyed by the
+release's salt (:func:`keyed_fingerprints`), so they must stay those of pandas
+(tests/unit/test_text_hashes.py).
 
 SipHash: J.-P. Aumasson and D. J. Bernstein, "SipHash: a fast short-input PRF", 2012."""
 from __future__ import annotations
@@ -104,3 +105,33 @@ def text_hashes(texts) -> np.ndarray:
     codes = np.fromiter((-1 if t is None else position.setdefault(t, len(position))
                          for t in texts), dtype=np.int64)
     return np.r_[distinct_text_hashes(list(position)), NULL_HASH].astype(np.uint64)[codes]
+
+
+def keyed_fingerprints(values: np.ndarray, key: bytes, engine: str = "auto") -> np.ndarray:
+    """SipHash-2-4 under ``key`` (16 bytes) of each 64-bit value's 8 little-endian bytes: a
+    fingerprint made with a public key (:func:`text_hashes`) turned into one that nobody without
+    ``key`` can compute from a guess; by a compiled kernel where numba is loaded (``engine``:
+    "numpy" never)."""
+    values = np.asarray(values, dtype=np.uint64)
+    k0, k1 = (np.uint64(int.from_bytes(key[i:i + 8], "little")) for i in (0, 8))
+    kern = person_hashes._kernels(values.size, engine)
+    if kern is not None and values.size:
+        data = values.astype("<u8").view(np.uint8)          # a copy: writable, contiguous
+        starts = np.arange(0, data.size, 8, dtype=np.int64)
+        out = np.empty(values.size, dtype=np.uint64)
+        kern.siphash24(data, starts, starts + 8, k0, k1, out)
+        return out
+    # one word (the value), then the last word: no byte left, the length (8) on top
+    v0 = np.full(values.size, k0 ^ np.uint64(0x736F6D6570736575), dtype=np.uint64)
+    v1 = np.full(values.size, k1 ^ np.uint64(0x646F72616E646F6D), dtype=np.uint64)
+    v2 = np.full(values.size, k0 ^ np.uint64(0x6C7967656E657261), dtype=np.uint64)
+    v3 = np.full(values.size, k1 ^ np.uint64(0x7465646279746573), dtype=np.uint64)
+    for word in (values.astype("<u8").astype(np.uint64), np.uint64(8 << 56)):
+        v3 ^= word
+        v0, v1, v2, v3 = _round(*_round(v0, v1, v2, v3))
+        v0 ^= word
+    v2 ^= np.uint64(0xFF)
+    for _ in range(4):
+        v0, v1, v2, v3 = _round(v0, v1, v2, v3)
+    return v0 ^ v1 ^ v2 ^ v3
+

@@ -345,8 +345,8 @@ SELECT chunk, chunks, region, persons, pg_catalog.array_send(member_groups) AS m
        pg_catalog.array_send(last_versions) AS last_versions,
        pg_catalog.array_send(stay_owners) AS stay_owners,
        pg_catalog.array_send(stay_entries) AS stay_entries,
-       pg_catalog.array_send(stay_last) AS stay_last
-FROM anon.release_state WHERE release_id = $1 ORDER BY chunk"""
+       pg_catalog.array_send(stay_last) AS stay_last, records_keyed
+FROM anon.readable_release_state WHERE release_id = $1 ORDER BY chunk"""
 #: the integer arrays STATE reads in their binary form (array_send: no Python object per element)
 STATE_ARRAYS = ("member_groups", "versions", "cohorts", "entries", "entry_versions", "entry_groups",
                 "waiting_entries", "last_versions", "stay_owners", "stay_entries", "stay_last")
@@ -418,6 +418,9 @@ class State:
     stay_owners: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     stay_entries: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     stay_last: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: whether ``records`` and ``waiting_records`` are keyed by the release's salt
+    #: (:func:`keyed_records`; False: stored before, under the public key)
+    records_keyed: bool = True
     #: the last lookup of each stored array (``persons``, ``waiting``): the asked hashes' bytes
     #: and their positions; a check asks the same people several times
     _found: dict = field(default_factory=dict, repr=False, compare=False)
@@ -548,6 +551,7 @@ class State:
                    else None,
                    waiting_record_entries)
         state.last, (state.stay_owners, state.stay_entries, state.stay_last) = last, stays
+        state.records_keyed = row.get("records_keyed") is not False
         return state
 
     @classmethod
@@ -559,7 +563,8 @@ class State:
         first = parts[0]
         kinds = {(p.version, p.entries_since, p.entries is None, p.records is None,
                   p.record_entries is None, p.waiting_records is None,
-                  p.waiting_record_entries is None, p.last is None) for p in parts}
+                  p.waiting_record_entries is None, p.last is None, p.records_keyed)
+                 for p in parts}
         if len(kinds) > 1:
             raise _broken(release_id, "has rows of different versions or kinds (entries, records)")
         people = [(p.persons, p.groups, p.versions, p.cohorts, p.entries, p.records, p.record_entries)
@@ -600,6 +605,7 @@ class State:
                     joined("records"), joined("record_entries", entry_at), joined("waiting_records"),
                     joined("waiting_record_entries", entry_at), joined("last"))
         state.stay_owners, state.stay_entries, state.stay_last = stays
+        state.records_keyed = first.records_keyed
         return state
 
     def hashes(self) -> list[bytes]:
@@ -782,6 +788,27 @@ def record_fingerprints(qi_texts, sensitive_texts) -> np.ndarray:
     return out
 
 
+def record_key(salt: str) -> bytes:
+    """The key of a release's record fingerprints (16 bytes), derived from its salt apart from
+    its person hashes (SHA-256 of the salt's bytes and an identifier's)."""
+    return hashlib.sha256(b"plpy_anon record fingerprints\x00" + salt.encode("utf-8")).digest()[:16]
+
+
+def keyed_records(state: State, salt: str | None) -> State:
+    """``state`` with its record fingerprints keyed by the release's salt: a state stored
+    before holds them under the public key, which anyone knowing a person's quasi-identifiers
+    can test values against; they are keyed as read, so a refresh compares like with like and
+    writes them keyed."""
+    if not state.records_keyed and salt is not None:
+        key = record_key(salt)
+        if state.records is not None:
+            state.records = text_hashes.keyed_fingerprints(state.records, key)
+        if state.waiting_records is not None:
+            state.waiting_records = text_hashes.keyed_fingerprints(state.waiting_records, key)
+        state.records_keyed = True
+    return state
+
+
 def people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensitive_dictionaries,
               qi_texts, sensitive_codes=None, state: State | None = None) -> People:
     """The run's :class:`People` (``sensitive_dictionaries``: each sensitive column's distinct
@@ -834,7 +861,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
             f"{shared} rows share a value with another row (or have none)",
             hint="Identifier columns must tell people apart (a primary key, say); make them unique, "
                  "or recreate the release with refresh_mode => 'fresh'.")
-    state = State.read(plpy, release_id) if state is None else state
+    state = keyed_records(State.read(plpy, release_id) if state is None else state, salt)
     if not state.persons.size and published_versions(plpy, release_id):
         raise InsufficientData(
             f"release {release_id} has published versions, and what they showed of each person "
@@ -879,8 +906,8 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
     people = People(hashes, groups, cohorts, cohort_values, history=bool(state.persons.size),
                     qi_texts=qi_texts, state=state, persons=persons)
     if sensitive_codes is not None and sensitive_dictionaries:
-        people.records = record_fingerprints(
-            qi_texts, Coded(sensitive_codes, list(sensitive_dictionaries[0])))
+        people.records = text_hashes.keyed_fingerprints(record_fingerprints(
+            qi_texts, Coded(sensitive_codes, list(sensitive_dictionaries[0]))), record_key(salt))
     if names and sensitive_dictionaries:
         load_versions(plpy, release_id, people, list(sensitive_dictionaries[0]), state)
     # a version that held everyone back leaves nobody in the state but its held back people,
@@ -900,7 +927,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
 
 
 VERSIONS = ("SELECT version, group_ids, roots, sizes, vals, linked, people_linked, waiting, waiting_groups, "
-            "next_groups FROM anon.release_versions WHERE release_id = $1 ORDER BY version")
+            "next_groups FROM anon.readable_release_versions WHERE release_id = $1 ORDER BY version")
 #: what the difference check takes of a stored version's row besides its values and sizes
 VERSION_ROW = ("version", "linked", "people_linked", "waiting", "waiting_groups", "next_groups")
 #: a stored version's values (one per published row) joined whole, each ended by 0x01, NULL
@@ -914,7 +941,7 @@ VALUES_JOINED = """
 VERSIONS_JOINED = f"""
 SELECT v.version, v.group_ids, v.roots, v.sizes, v.linked, v.people_linked, v.waiting,
        v.waiting_groups, v.next_groups,{VALUES_JOINED}
-FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+FROM anon.readable_release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 
 
 def _version_values(plpy, row, release_id: int) -> tuple[np.ndarray, list]:
@@ -1121,7 +1148,7 @@ def published_versions(plpy, release_id: int) -> int:
 #: the version of the release's state and its newest stored version, as committed when this
 #: statement starts (READ COMMITTED: after the locks its transaction holds)
 COMMITTED_VERSIONS = """
-SELECT (SELECT pg_catalog.max(version) FROM anon.release_state WHERE release_id = $1) AS state,
+SELECT (SELECT pg_catalog.max(version) FROM anon.readable_release_state WHERE release_id = $1) AS state,
        (SELECT pg_catalog.max(version) FROM anon.release_versions WHERE release_id = $1) AS stored"""
 
 
@@ -1163,7 +1190,8 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     progress(plpy, f"checking {len(hashes)} people against every version")
     # what the last version left each person (and their group then, for the difference check),
     # read before the check replaces it: the row the run read in this transaction
-    state = stashed.get("state") or State.read(plpy, release["release_id"])
+    state = stashed.get("state") or keyed_records(State.read(plpy, release["release_id"]),
+                                                  jsonb(release["parameters"]).get("person_salt"))
     waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
     everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
     nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]
@@ -1229,9 +1257,11 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
 #: the version before the newest: the group of the newest holding each of its groups (its roots
 #: as the newest was stored)
 NEXT_GROUPS = """
-UPDATE anon.release_versions SET next_groups = roots
-WHERE release_id = $1 AND version = (SELECT pg_catalog.max(version) - 1 FROM anon.release_versions
-                                     WHERE release_id = $1)"""
+UPDATE anon.release_versions v SET next_groups = (
+    SELECT r.roots FROM anon.readable_release_versions r
+    WHERE r.release_id = $1 AND r.version = v.version)
+WHERE v.release_id = $1 AND v.version = (SELECT pg_catalog.max(version) - 1
+                                         FROM anon.release_versions WHERE release_id = $1)"""
 
 
 def overlapping_sets(lo: np.ndarray, hi: np.ndarray, sets: list[list],
@@ -1701,7 +1731,9 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
                 ["int4", "int4", "int4[]"], [release_id, row["version"], roots.tolist()])
     # only the newest version keeps who it held back
     run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
-              "WHERE release_id = $1 AND waiting IS NOT NULL", ["int4"], [release_id])
+              "WHERE release_id = $1 AND version IN (SELECT r.version FROM "
+              "anon.readable_release_versions r WHERE r.release_id = $1 AND r.waiting IS NOT NULL)",
+        ["int4"], [release_id])
     run(plpy, STORE_VERSION if marks else STORE_JOINED_VERSION,
         ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
          "bytea[]", "int4[]", "int4[]"],
@@ -1728,14 +1760,14 @@ KEPT_VERSIONS = f"""
 SELECT v.version, pg_catalog.array_send(v.group_ids) AS group_ids,
        pg_catalog.array_send(v.roots) AS roots, pg_catalog.array_send(v.sizes) AS sizes,
        v.linked, v.people_linked, v.waiting, v.waiting_groups, v.next_groups,{VALUES_JOINED}
-FROM anon.release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
+FROM anon.readable_release_versions v WHERE v.release_id = $1 ORDER BY v.version"""
 #: one stored version's values packed as :func:`_coded_elements` packs them, where a value is
 #: or holds a mark of the joined form
 KEPT_VALUES = """
 SELECT pg_catalog.string_agg(coalesce(pg_catalog.convert_to(u.t, 'UTF8'), '\\xff'::bytea),
                              '\\x00'::bytea ORDER BY u.o) AS vals_elements,
        pg_catalog.count(*) AS vals_count
-FROM anon.release_versions v CROSS JOIN LATERAL pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)
+FROM anon.readable_release_versions v CROSS JOIN LATERAL pg_catalog.unnest(v.vals) WITH ORDINALITY AS u(t, o)
 WHERE v.release_id = $1 AND v.version = $2"""
 
 
@@ -2316,8 +2348,8 @@ def _renumbered(parts: list[np.ndarray], size: int) -> tuple[np.ndarray, np.ndar
 
 
 #: a state stored before entries were kept: the newest version and whom it held back
-NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.release_versions WHERE release_id = $1 "
-          "ORDER BY version DESC LIMIT 1")
+NEWEST = ("SELECT version, waiting, waiting_groups FROM anon.readable_release_versions "
+          "WHERE release_id = $1 ORDER BY version DESC LIMIT 1")
 
 
 def _int_array(values: np.ndarray) -> str:

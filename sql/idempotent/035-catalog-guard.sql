@@ -290,3 +290,44 @@ CREATE TRIGGER people_guard_update AFTER UPDATE ON anon.release_state
     EXECUTE FUNCTION anon._release_people_guard();
 CREATE TRIGGER people_guard_delete AFTER DELETE ON anon.release_state
     REFERENCING OLD TABLE AS changed_old FOR EACH STATEMENT EXECUTE FUNCTION anon._release_people_guard();
+
+-- A stable release's state and versions hold its people's hashes and record fingerprints and the
+-- sensitive values each version published: its owner's alone (row security
+-- hides rows, not values: a leakproof comparison on persons or records, run below the policy's
+-- qual, told under EXPLAIN ANALYZE whether the policy's subplan ran). Custodians select only the
+-- key columns of anon.release_state and anon.release_versions (what the WHERE clauses of their
+-- own writes need: 900-privileges.sql) and write under row security; the values are read through
+-- these views (their owner's rights read the tables), which show the rows of releases whose owner
+-- the role running the query (current_user) is a member of, the policies' test. OFFSET 0 is the
+-- fence: no condition of the querying role is evaluated on a row not shown.
+CREATE OR REPLACE VIEW anon.readable_release_state WITH (security_barrier) AS
+    SELECT shown.*
+    FROM (SELECT s.*
+          FROM anon.release_state s
+          WHERE EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = s.release_id
+                        AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER'))
+          OFFSET 0) shown;
+COMMENT ON VIEW anon.readable_release_state IS
+    'Internal: the rows of anon.release_state of releases whose owner the querying role is a member of.';
+
+CREATE OR REPLACE VIEW anon.readable_release_versions WITH (security_barrier) AS
+    SELECT shown.*
+    FROM (SELECT v.*
+          FROM anon.release_versions v
+          WHERE EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = v.release_id
+                        AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER'))
+          OFFSET 0) shown;
+COMMENT ON VIEW anon.readable_release_versions IS
+    'Internal: the rows of anon.release_versions of releases whose owner the querying role is a member of.';
+
+-- one row per person, read through anon.readable_release_state as the querying role
+CREATE OR REPLACE VIEW anon.release_people WITH (security_invoker = true) AS
+SELECT s.release_id,
+       pg_catalog.substr(s.persons, (32 * (u.o - 1) + 1)::integer, 32) AS person,
+       u.member_group, s.candidate_sets -> u.cohort AS candidates, u.versions, u.last_version
+FROM anon.readable_release_state s
+     CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(s.member_groups), pg_catalog.unnest(s.cohorts),
+                                   pg_catalog.unnest(s.versions), pg_catalog.unnest(s.last_versions))
+         WITH ORDINALITY AS u(member_group, cohort, versions, last_version, o);
+COMMENT ON VIEW anon.release_people IS
+    'Releases refreshed in the stable mode, one row per person ever in the table (a salted hash of their identifiers): their class, the sensitive values every published version left them as candidates, the versions that published them, their last version in the table (older than the state''s for people gone since; NULL: stored before), of releases whose owner the querying role is a member of.';

@@ -25,5 +25,13 @@ REVOKE ALL ON anon.release_secrets FROM plpy_anon_custodian;
 REVOKE SELECT ON anon.hierarchies FROM plpy_anon_custodian;
 GRANT SELECT (source, column_name) ON anon.hierarchies TO plpy_anon_custodian;
 GRANT SELECT ON anon.readable_hierarchies TO plpy_anon_custodian;
+-- A stable release's state and versions (hashes, record fingerprints, published values): for the
+-- same reason, custodians select only their keys, what their own writes' WHERE clauses need, and
+-- read the values through anon.readable_release_state / _versions (035-catalog-guard.sql).
+REVOKE SELECT ON anon.release_state, anon.release_versions FROM plpy_anon_custodian;
+GRANT SELECT (release_id, chunk) ON anon.release_state TO plpy_anon_custodian;
+GRANT SELECT (release_id, version) ON anon.release_versions TO plpy_anon_custodian;
+GRANT SELECT ON anon.readable_release_state, anon.readable_release_versions, anon.release_people
+    TO plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

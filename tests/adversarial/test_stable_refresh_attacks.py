@@ -176,8 +176,10 @@ def test_another_custodian_reads_no_release_versions_of_a_release_it_cannot_read
         with connect(user=role) as other:
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 other.execute(f"SELECT count(*) FROM {release}")
-            seen = other.execute("SELECT vals FROM anon.release_versions WHERE release_id = %s",
-                                 (rid,)).fetchall()
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                other.execute("SELECT vals FROM anon.release_versions WHERE release_id = %s", (rid,))
+            seen = other.execute("SELECT vals FROM anon.readable_release_versions "
+                                 "WHERE release_id = %s", (rid,)).fetchall()
     finally:
         db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
     assert seen == []

@@ -184,7 +184,7 @@ def test_a_custodian_cannot_move_its_own_state_onto_another_custodians_release(
         ("INSERT INTO anon.release_versions (release_id, version, group_ids, roots, sizes, vals, "
          "held_back, counterfeit, linked, waiting, waiting_groups) SELECT %(victim)s, version + 100, "
          "group_ids, roots, sizes, vals, held_back, counterfeit, linked, waiting, waiting_groups "
-         "FROM anon.release_versions WHERE release_id = %(own)s"),
+         "FROM anon.readable_release_versions WHERE release_id = %(own)s"),
     ]
     with connect(user=intruder_owner[0]) as c:
         for move in moves:

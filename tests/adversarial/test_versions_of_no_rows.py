@@ -12,8 +12,8 @@ from psycopg import sql
 from tests.adversarial.test_stable_comebacks import Sequence
 from tests.helpers import class_sizes, distinct_sensitive_per_class
 
-#: seed -> the versions (0: the creation's) that held no rows, each followed by one with rows
-SEEDS = {2091: [5, 6], 2165: [5], 2246: [4], 2273: [5]}
+#: seeds whose sequence has a version of no rows followed by one with rows
+SEEDS = [2091, 2172, 2246, 2273]
 
 
 def watched(db, sequence: Sequence) -> list:
@@ -38,7 +38,7 @@ def watched(db, sequence: Sequence) -> list:
     return seen
 
 
-@pytest.mark.parametrize("seed", list(SEEDS))
+@pytest.mark.parametrize("seed", SEEDS)
 def test_versions_after_a_version_of_no_rows_keep_k_and_l_and_pin_no_one(db, schema, seed):
     sequence = Sequence(db, schema, seed, follows="", heavy=True)
     warnings = []
@@ -47,7 +47,8 @@ def test_versions_after_a_version_of_no_rows_keep_k_and_l_and_pin_no_one(db, sch
     seen = watched(db, sequence)
     assert sequence.run() == ({}, {})
     empty = [i for i, v in enumerate(seen) if v["rows"] == 0]
-    assert empty == SEEDS[seed] and empty[-1] + 1 < len(seen)
+    # the property needs a version of no rows and a version with rows after it
+    assert empty and any(v["rows"] for v in seen[empty[0] + 1:]), empty
     for version in seen:
         if version["rows"]:
             assert version["k"] >= sequence.k and version["l"] >= sequence.l
@@ -62,6 +63,6 @@ def test_a_version_of_no_rows_claims_no_achieved_k(db, schema):
     sequence = Sequence(db, schema, 2091, follows="", heavy=True)
     seen = watched(db, sequence)
     sequence.run()
-    version = seen[SEEDS[2091][0]]
-    assert version["rows"] == 0 and version["k"] is None
+    version = next(v for v in seen if v["rows"] == 0)
+    assert version["k"] is None
     assert version["status"][1] is None and version["history"][1] is None

@@ -64,3 +64,23 @@ def test_record_fingerprints_are_those_pandas_gives(rows, as_codes):
     if as_codes:
         qis, sensitive = [coded(q) for q in qis], coded(sensitive)
     assert record_fingerprints(qis, sensitive).tolist() == expected.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2**64 - 1), max_size=40), st.binary(min_size=16, max_size=16),
+       st.sampled_from(["numpy", "numba"]))
+def test_keyed_fingerprints_are_siphash_of_each_values_bytes_under_the_key(values, key, engine):
+    """The keyed form of stored fingerprints, by numpy and by the compiled kernel, is SipHash-2-4
+    under the key of each value's 8 little-endian bytes (the generic SipHash: the oracle)."""
+    if engine == "numba":
+        pytest.importorskip("numba")
+    expected = text_hashes.siphash24([v.to_bytes(8, "little") for v in values], key)
+    assert text_hashes.keyed_fingerprints(np.array(values, dtype=np.uint64), key,
+                                          engine).tolist() == expected.tolist()
+
+
+def test_keyed_fingerprints_differ_by_key_and_from_the_public_ones():
+    values = np.arange(1000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    one, other = (text_hashes.keyed_fingerprints(values, k) for k in (b"a" * 16, b"b" * 16))
+    assert len(set(one.tolist()) & set(other.tolist())) == 0
+    assert len(set(one.tolist()) & set(values.tolist())) == 0
