@@ -32,7 +32,15 @@ from plpy_anon.db.release_rows import (
     store_secrets,
     take_run,
 )
-from plpy_anon.db.sqltext import build_work_mem, ident, jsonb_text, local_settings, progress, run
+from plpy_anon.db.sqltext import (
+    build_work_mem,
+    ident,
+    jsonb,
+    jsonb_text,
+    local_settings,
+    progress,
+    run,
+)
 from plpy_anon.db.swap_locks import SwapWaits, lock_for_swap
 
 
@@ -100,7 +108,9 @@ def _create_release(plpy, GD, clock: timing.Clock, *, source: Table, method: Rel
         raise DuplicateObject(
             f'release {release_schema}.{release_name} already exists',
             hint="Pass replace => true to rebuild it, or choose another release_name.")
+    replaced_versions = 0
     if existing:
+        replaced_versions = published_history(plpy, existing[0])
         drop(plpy, existing[0], source_locked=True)
     elif relation_exists(plpy, release_schema, release_name):
         raise DuplicateObject(
@@ -135,7 +145,33 @@ def _create_release(plpy, GD, clock: timing.Clock, *, source: Table, method: Rel
         grants.grant_release(plpy, row)  # analysts read every new release (anon.grant_analyst)
     row = record_timing(plpy, release_id, clock.figures())
     progress(plpy, f"done: {row['row_count']} rows, k = {row['achieved_k']}, {row['refresh_seconds']:.2f} s")
+    if replaced_versions:   # said once the new release stands: a failed replace dropped nothing
+        warn_history_replaced(plpy, release_schema, release_name, replaced_versions)
     return row
+
+
+def published_history(plpy, release: dict) -> int:
+    """How many versions a release in the stable mode has published (anon.release_versions: one
+    row each, read as its owner's, like ``drop``'s delete of them); 0 for any other release."""
+    if not republication.is_stable(jsonb(release["parameters"]) or {}):
+        return 0
+    with owner_state(plpy):
+        return run(plpy, "SELECT pg_catalog.count(*)::int AS n FROM anon.release_versions "
+                         "WHERE release_id = $1", ["int4"], [release["release_id"]])[0]["n"]
+
+
+def warn_history_replaced(plpy, schema: str, name: str, versions: int) -> None:
+    """The WARNING of a replace that dropped a stable release's history: replacing is legitimate
+    (to forget people), but the old versions stay with whoever kept them."""
+    plpy.warning(
+        f"replacing {schema}.{name}, a stable release, started a new history: "
+        + (f"the {versions} versions it had published stay" if versions != 1
+           else "the version it had published stays")
+        + " with the analysts who kept them, who can intersect and subtract them with the new "
+        "release's versions to narrow or pin people's sensitive values",
+        hint="anon.refresh publishes a new version checked against every earlier one, keeping the "
+             "history; replace a stable release only to forget people (docs/republication.md, "
+             "'Honest limits': a new release is a new history).")
 
 
 class TempFileLimitExceeded(AnonError):
