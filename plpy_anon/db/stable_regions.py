@@ -46,6 +46,9 @@ from plpy_anon.spec import Promise
 
 #: range types whose upper bound is stored exclusive (canonical discrete ranges)
 DISCRETE_RANGES = ("int4range", "int8range", "daterange")
+#: each discrete range's element type's largest value
+TOP_OF = {"int4range": "2147483647", "int8range": "9223372036854775807",
+          "daterange": "'infinity'::date"}
 
 
 class NullAcrossRegions(AnonError):
@@ -161,7 +164,9 @@ class RegionChecks:
                 continue
             high = f"pg_catalog.upper({q})"
             if released in DISCRETE_RANGES:
-                high = f"(CASE WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)"
+                # a class holding the type's largest value has no exclusive bound: [x,)
+                high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
+                        f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
             parts.append(f"{self._side(a, f'pg_catalog.lower({q})', mine)} AND "
                          f"{self._side(a, high, mine)}")
         return " AND ".join(parts) or "true"

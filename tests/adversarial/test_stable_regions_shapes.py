@@ -169,17 +169,7 @@ def attack(db, schema, table, shape, size="256kB", **extra):
     return rel
 
 
-INTEGER_TOP = pytest.mark.xfail(
-    strict=True, raises=psycopg.errors.DataException,
-    reason="an int4 or int8 QI holding its type's largest value: the class holding it is "
-           "released as [lo,) (no exclusive upper bound fits the type), whose NULL upper() "
-           "makes the check's class-inside-its-region test false, so a table the in-memory "
-           "creation releases is refused (22000, 'lie across regions', 'Report this')")
-
-
-@pytest.mark.parametrize("shape", [
-    pytest.param(s, marks=INTEGER_TOP) if s in ("int8_ends", "int4_top") else s
-    for s in sorted(SHAPES)])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_region_by_region_stable_creation_keeps_k_l_candidates_and_resists_pins(db, schema, shape):
     make_table(db, "t", shape)
     attack(db, schema, "t", shape)
