@@ -234,7 +234,7 @@ class RegionChecks:
         progress(plpy, f"checking {sum(r.rows for r in self.regions):,} people region by region "
                        f"({len(self.regions)} regions)")
         figures: dict = {}
-        stored = {"ids": [], "sizes": [], "vals": [], "linked": [], "people_linked": [],
+        first_version = {"ids": [], "sizes": [], "vals": [], "linked": [], "people_linked": [],
                   "any_linked": False}
         # people a state row: as for the whole table's people, and at most MOST_STATE_ROWS
         # rows in all though each region ends a row of its own
@@ -281,7 +281,7 @@ class RegionChecks:
                 if region.version is not None:
                     with timing.phase("check_differences"):
                         overlapping += _same_as_run(release, region.version, classes, matched)
-                        _keep_version(stored, region.version)
+                        _keep_version(first_version, region.version)
                 seen_classes += classes.count
                 del rows, people, classes, matched
         if seen_classes != total:
@@ -293,10 +293,10 @@ class RegionChecks:
         run(plpy, "UPDATE anon.release_state SET chunks = $2 WHERE release_id = $1",
             ["int4", "int4"], [rid, chunk])
         figures["regions"] = len(self.regions)
-        if stored["ids"]:
-            _store_version(plpy, rid, stored)
+        if first_version["ids"]:
+            _store_version(plpy, rid, first_version)
             figures.update({"held_back": 0, "counterfeit": 0,
-                            "groups_by_choice": {"advance": len(stored["ids"])},
+                            "groups_by_choice": {"advance": len(first_version["ids"])},
                             "versions_compared": 0, "overlapping_classes": overlapping,
                             "unsafe_differences": 0, "unsafe_unions": 0})
         l = promise.l
@@ -353,7 +353,7 @@ def _same_as_run(release: dict, version: dict, classes, matched) -> int:
     return int(np.unique(np.concatenate([pair_a, pair_b])).size)
 
 
-def _keep_version(stored: dict, version: dict) -> None:
+def _keep_version(first_version: dict, version: dict) -> None:
     """One region's groups added to the version to store: ids, sizes, each group's values (one
     per published row: joined as one text, each ended by 0x01 but the last, NULL 0x02, where no
     value is or holds a mark; else listed) and unions."""
@@ -362,23 +362,23 @@ def _keep_version(stored: dict, version: dict) -> None:
     counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(ids), len(values))
     held = np.repeat(np.tile(np.arange(len(values)), len(ids)), counts.ravel())
     if any(v is not None and ("\x01" in v or v == "\x02") for v in values):
-        stored["vals"].append(np.asarray(values, dtype=object)[held].tolist())
+        first_version["vals"].append(np.asarray(values, dtype=object)[held].tolist())
     else:
         marked = np.asarray(["\x02" if v is None else v for v in values], dtype=object)
-        stored["vals"].append("\x01".join(marked[held].tolist()))
-    stored["ids"] += ids
-    stored["sizes"] += counts.sum(axis=1).tolist()
-    stored["any_linked"] |= version["linked"] is not None
+        first_version["vals"].append("\x01".join(marked[held].tolist()))
+    first_version["ids"] += ids
+    first_version["sizes"] += counts.sum(axis=1).tolist()
+    first_version["any_linked"] |= version["linked"] is not None
     # a group in no union of others is named after itself (no pair: as no union)
-    stored["linked"] += ids if version["linked"] is None else list(version["linked"])
-    stored["people_linked"] += list(version["people_linked"])
+    first_version["linked"] += ids if version["linked"] is None else list(version["linked"])
+    first_version["people_linked"] += list(version["people_linked"])
 
 
-def _store_version(plpy, release_id: int, stored: dict) -> None:
+def _store_version(plpy, release_id: int, first_version: dict) -> None:
     """The first version stored (anon.release_versions), as republication.check_differences
     stores one: its values as one text, or listed where a region's are (one empty text, which
     joins as no text, listed too)."""
-    parts = stored["vals"]
+    parts = first_version["vals"]
     marks = any(isinstance(part, list) for part in parts) or parts == [""]
     if marks:
         vals = [t for part in parts for t in (
@@ -390,6 +390,7 @@ def _store_version(plpy, release_id: int, stored: dict) -> None:
     run(plpy, republication.STORE_VERSION if marks else republication.STORE_JOINED_VERSION,
         ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
          "bytea[]", "int4[]", "int4[]"],
-        [release_id, [int(g) for g in stored["ids"]], [int(s) for s in stored["sizes"]], vals, 0, 0,
-         [int(g) for g in stored["linked"]] if stored["any_linked"] else None, None, None,
-         [int(g) for g in stored["people_linked"]]])
+        [release_id, [int(g) for g in first_version["ids"]],
+         [int(s) for s in first_version["sizes"]], vals, 0, 0,
+         [int(g) for g in first_version["linked"]] if first_version["any_linked"] else None,
+         None, None, [int(g) for g in first_version["people_linked"]]])
