@@ -34,6 +34,7 @@ from plpy_anon.db.publish import (  # noqa: F401 -- the creation API, re-exporte
 )
 from plpy_anon.db.release_rows import (  # noqa: F401 -- the catalog lookups, re-exported
     BUILDING_KEY,
+    RUNS_KEY,
     StaleRelease,
     by_id,
     check_genuine,
@@ -73,8 +74,12 @@ def record_refresh(plpy, GD, relation_oid: int) -> None:
     if timing.current() is not None:      # inside anon.refresh: its clock runs
         _record_refreshes(plpy, GD, rows, started_at=statement["t"])
         return
-    # a plain REFRESH MATERIALIZED VIEW: the statement is the call, its time so far the build
-    with timing.call(time.monotonic() - statement["s"], first="build") as clock:
+    # a plain REFRESH MATERIALIZED VIEW: the statement is the call, its time so far the wait
+    # for the view's lock (until the run started) and the build
+    with timing.call(time.monotonic() - statement["s"], first="locks") as clock:
+        runs = [GD.get(RUNS_KEY, {}).get(r["release_id"]) for r in rows]
+        started = min((run["started"] for run in runs if run), default=clock.started)
+        clock.switch_at(started, "build")
         _record_refreshes(plpy, GD, rows, started_at=statement["t"], clock=clock)
 
 

@@ -42,6 +42,12 @@ class Clock:
         self._charge(time.monotonic())
         self._running.pop()
 
+    def switch_at(self, when: float, name: str) -> None:
+        """Charge the running phase up to ``when`` (a time.monotonic() already past, not before
+        the last mark) and what follows it to ``name``."""
+        self._charge(max(when, self._mark))
+        self._running[-1] = name
+
     def figures(self) -> dict:
         """``{"seconds": total, "phases": {name: seconds}}`` now; the phases add up to the total
         (each rounded to 0.1 ms)."""

@@ -74,3 +74,17 @@ def test_a_call_starts_when_its_sql_body_started():
         with timing.call(timing.entry_started()) as clock:
             assert clock.figures()["seconds"] >= 2.0
     assert timing.entry_started() is None
+
+
+def test_a_clock_switched_at_a_past_time_charges_the_first_phase_up_to_it(monkeypatch):
+    clock_time = SteppedTime()
+    monkeypatch.setattr(timing, "time", clock_time)
+    with timing.call(first="locks") as clock:     # a plain REFRESH: waited, then built
+        clock_time.sleep(3.0)
+        run_started = clock_time.monotonic()
+        clock_time.sleep(0.4)
+        clock.switch_at(run_started, "build")
+        clock.switch_at(run_started - 10, "build")   # a time before the last mark charges nothing
+        figures = clock.figures()
+    assert figures["phases"] == {"locks": pytest.approx(3.0), "build": pytest.approx(0.4)}
+    assert figures["seconds"] == pytest.approx(3.4)
