@@ -234,8 +234,8 @@ class RegionChecks:
         progress(plpy, f"checking {sum(r.rows for r in self.regions):,} people region by region "
                        f"({len(self.regions)} regions)")
         figures: dict = {}
-        first_version = {"ids": [], "sizes": [], "vals": [], "linked": [], "people_linked": [],
-                  "any_linked": False}
+        to_store = {"ids": [], "sizes": [], "vals": [], "linked": [], "people_linked": [],
+                    "any_linked": False}
         # people a state row: as for the whole table's people, and at most MOST_STATE_ROWS
         # rows in all though each region ends a row of its own
         everyone = sum(r.rows for r in self.regions)
@@ -281,7 +281,7 @@ class RegionChecks:
                 if region.version is not None:
                     with timing.phase("check_differences"):
                         overlapping += _same_as_run(release, region.version, classes, matched)
-                        _keep_version(first_version, region.version)
+                        _keep_version(to_store, region.version)
                 seen_classes += classes.count
                 del rows, people, classes, matched
         if seen_classes != total:
@@ -293,10 +293,10 @@ class RegionChecks:
         run(plpy, "UPDATE anon.release_state SET chunks = $2 WHERE release_id = $1",
             ["int4", "int4"], [rid, chunk])
         figures["regions"] = len(self.regions)
-        if first_version["ids"]:
-            _store_version(plpy, rid, first_version)
+        if to_store["ids"]:
+            _store_version(plpy, rid, to_store)
             figures.update({"held_back": 0, "counterfeit": 0,
-                            "groups_by_choice": {"advance": len(first_version["ids"])},
+                            "groups_by_choice": {"advance": len(to_store["ids"])},
                             "versions_compared": 0, "overlapping_classes": overlapping,
                             "unsafe_differences": 0, "unsafe_unions": 0})
         l = promise.l
@@ -353,7 +353,7 @@ def _same_as_run(release: dict, version: dict, classes, matched) -> int:
     return int(np.unique(np.concatenate([pair_a, pair_b])).size)
 
 
-def _keep_version(first_version: dict, version: dict) -> None:
+def _keep_version(to_store: dict, version: dict) -> None:
     """One region's groups added to the version to store: ids, sizes, each group's values (one
     per published row: joined as one text, each ended by 0x01 but the last, NULL 0x02, where no
     value is or holds a mark; else listed) and unions."""
@@ -362,23 +362,23 @@ def _keep_version(first_version: dict, version: dict) -> None:
     counts = np.asarray(version["counts"], dtype=np.int64).reshape(len(ids), len(values))
     held = np.repeat(np.tile(np.arange(len(values)), len(ids)), counts.ravel())
     if any(v is not None and ("\x01" in v or v == "\x02") for v in values):
-        first_version["vals"].append(np.asarray(values, dtype=object)[held].tolist())
+        to_store["vals"].append(np.asarray(values, dtype=object)[held].tolist())
     else:
         marked = np.asarray(["\x02" if v is None else v for v in values], dtype=object)
-        first_version["vals"].append("\x01".join(marked[held].tolist()))
-    first_version["ids"] += ids
-    first_version["sizes"] += counts.sum(axis=1).tolist()
-    first_version["any_linked"] |= version["linked"] is not None
+        to_store["vals"].append("\x01".join(marked[held].tolist()))
+    to_store["ids"] += ids
+    to_store["sizes"] += counts.sum(axis=1).tolist()
+    to_store["any_linked"] |= version["linked"] is not None
     # a group in no union of others is named after itself (no pair: as no union)
-    first_version["linked"] += ids if version["linked"] is None else list(version["linked"])
-    first_version["people_linked"] += list(version["people_linked"])
+    to_store["linked"] += ids if version["linked"] is None else list(version["linked"])
+    to_store["people_linked"] += list(version["people_linked"])
 
 
-def _store_version(plpy, release_id: int, first_version: dict) -> None:
+def _store_version(plpy, release_id: int, to_store: dict) -> None:
     """The first version stored (anon.release_versions), as republication.check_differences
     stores one: its values as one text, or listed where a region's are (one empty text, which
     joins as no text, listed too)."""
-    parts = first_version["vals"]
+    parts = to_store["vals"]
     marks = any(isinstance(part, list) for part in parts) or parts == [""]
     if marks:
         vals = [t for part in parts for t in (
@@ -390,7 +390,7 @@ def _store_version(plpy, release_id: int, first_version: dict) -> None:
     run(plpy, republication.STORE_VERSION if marks else republication.STORE_JOINED_VERSION,
         ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
          "bytea[]", "int4[]", "int4[]"],
-        [release_id, [int(g) for g in first_version["ids"]],
-         [int(s) for s in first_version["sizes"]], vals, 0, 0,
-         [int(g) for g in first_version["linked"]] if first_version["any_linked"] else None,
-         None, None, [int(g) for g in first_version["people_linked"]]])
+        [release_id, [int(g) for g in to_store["ids"]],
+         [int(s) for s in to_store["sizes"]], vals, 0, 0,
+         [int(g) for g in to_store["linked"]] if to_store["any_linked"] else None,
+         None, None, [int(g) for g in to_store["people_linked"]]])
