@@ -10,6 +10,8 @@ intersect with the old). Whoever reaches a salt must be a member of its owner as
 the role the code runs as."""
 from __future__ import annotations
 
+import re
+
 import psycopg
 import pytest
 from psycopg import sql
@@ -93,3 +95,20 @@ def test_a_custodians_code_run_in_a_superusers_session_reaches_no_other_releases
     with connect(user=owner[0]) as conn:      # the victim's release refreshes as before
         conn.execute("SELECT anon.refresh(%s)", (name,))
         assert len(conn.execute("SELECT anon._release_salt(%s)", (victim,)).fetchone()[0]) == 32
+
+
+def test_through_the_salts_view_a_true_guess_and_a_false_one_run_the_same_plan(
+        db, connect, owner, intruder):
+    """anon.readable_release_secrets, as the state's views: the intruder's leakproof condition on
+    the salt (starts_with) is evaluated only on the rows shown, so EXPLAIN ANALYZE tells nothing
+    of another release's salt."""
+    _, victim = stable_release(connect, *owner)
+    salt = db.execute("SELECT person_salt FROM anon.release_secrets WHERE release_id = %s",
+                      (victim,)).fetchone()[0]
+    query = ("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT 1 FROM "
+             "anon.readable_release_secrets WHERE release_id = %s AND starts_with(person_salt, %s)")
+    with connect(user=intruder[0]) as conn:
+        plans = {guess: re.sub(r"'(?:[^']|'')*'", "?", "\n".join(
+                     r[0] for r in conn.execute(query, (victim, guess)).fetchall()))
+                 for guess in (salt[:1], salt[:8], "x")}
+    assert len(set(plans.values())) == 1, plans
