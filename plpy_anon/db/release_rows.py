@@ -80,7 +80,7 @@ def salt_digest(salt: str) -> str:
 
 def secrets(plpy, release_id: int, parameters: dict | None = None) -> dict:
     """The release's secrets, to merge into its ``parameters`` for a run (empty when it has
-    none); 42501 for a session that is not its owner's (anon._release_salt), 22000 for a salt
+    none); 42501 for a role that is not a member of its owner (anon._release_salt), 22000 for a salt
     that is not the one the release was created with."""
     salt = run(plpy, "SELECT anon._release_salt($1) AS s", ["int4"], [release_id])[0]["s"]
     if salt is None:

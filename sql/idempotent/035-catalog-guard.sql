@@ -21,16 +21,27 @@ $$;
 COMMENT ON FUNCTION anon._is_next_release_id(integer) IS
     'Internal: whether an id is the one anon.releases'' sequence last gave this session (the catalog guard''s rule for new rows).';
 
--- A stable release's salt (the key of its person hashes) is its owner's alone. Custodians have no
--- privilege on anon.release_secrets: row security would hide the rows but not their values from
--- the planner, and a role can test a hidden value with a leakproof function under EXPLAIN ANALYZE
--- (whether the policy's subplan ran). The two functions below are the only way to the table
--- (SECURITY DEFINER, as is only the event trigger function below: docs/security.md):
--- they give or store the salt of a release only for a session whose login role is, or is a
--- member of, its owner (session_user: inside them current_user is the extension's owner).
+-- A stable release's salt (the key of its person hashes) is its owner's alone. Custodians may
+-- not select anon.release_secrets' salts: row security would hide the rows but not their values
+-- from the planner, and a role can test a hidden value with a leakproof function under EXPLAIN
+-- ANALYZE (whether the policy's subplan ran). They read a salt through the view below and write
+-- one under row security (no SECURITY DEFINER): the test is on current_user, the role the code
+-- runs as. session_user would not do: ANALYZE, CREATE INDEX and REFRESH run a table's or
+-- materialized view's owner's code as that owner inside a superuser's session, whose
+-- session_user is a member of every owner (tests/adversarial/test_stable_salt_in_restricted_operations.py).
+CREATE OR REPLACE VIEW anon.readable_release_secrets WITH (security_barrier) AS
+    SELECT shown.release_id, shown.person_salt
+    FROM (SELECT s.release_id, s.person_salt
+          FROM anon.release_secrets s
+          WHERE EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = s.release_id
+                        AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER'))
+          OFFSET 0) shown;
+COMMENT ON VIEW anon.readable_release_secrets IS
+    'Internal: the salts of the stable releases whose owner the querying role is a member of.';
+
 CREATE OR REPLACE FUNCTION anon._require_state_owner(release_id integer, gone_ok boolean, verb text)
 RETURNS void
-LANGUAGE plpgsql STABLE
+LANGUAGE plpgsql STABLE SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -38,7 +49,7 @@ DECLARE
 BEGIN
     SELECT r.release_owner INTO owner FROM anon.releases r WHERE r.release_id = $1;
     IF (owner IS NULL AND NOT $2)
-       OR (owner IS NOT NULL AND NOT pg_catalog.pg_has_role(session_user, owner, 'MEMBER')) THEN
+       OR (owner IS NOT NULL AND NOT pg_catalog.pg_has_role(current_user, owner, 'MEMBER')) THEN
         RAISE EXCEPTION 'permission denied for the state of release %', $1
             USING ERRCODE = '42501',
                   HINT = pg_catalog.format('A stable release''s state is %s by its owner only.', $3);
@@ -46,25 +57,27 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION anon._require_state_owner(integer, boolean, text) IS
-    'Internal: refuses (42501) a session that is not of a release''s owner (gone_ok: a release whose catalog row is gone passes).';
+    'Internal: refuses (42501) a role (current_user) that is not a member of a release''s owner (gone_ok: a release whose catalog row is gone passes).';
 
 CREATE OR REPLACE FUNCTION anon._release_salt(release_id integer)
 RETURNS text
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM anon._require_state_owner($1, false, 'read');
-    RETURN (SELECT s.person_salt FROM anon.release_secrets s WHERE s.release_id = $1);
+    RETURN (SELECT s.person_salt FROM anon.readable_release_secrets s WHERE s.release_id = $1);
 END
 $$;
 COMMENT ON FUNCTION anon._release_salt(integer) IS
-    'Internal: a stable release''s salt, for a session of its owner; NULL when it has none.';
+    'Internal: a stable release''s salt, for a member of its owner; NULL when it has none.';
 
 CREATE OR REPLACE FUNCTION anon._store_release_salt(release_id integer, salt text)
 RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+-- row security on: a session that turned it off (pg_restore does) writes its own rows all the same
 SET search_path = pg_catalog, pg_temp
+SET row_security = on
 AS $$
 BEGIN
     -- a salt whose release is gone (a concurrent drop committed first) may go: it keys nothing
@@ -72,13 +85,16 @@ BEGIN
     IF $2 IS NULL THEN
         DELETE FROM anon.release_secrets s WHERE s.release_id = $1;
     ELSE
-        INSERT INTO anon.release_secrets AS s (release_id, person_salt) VALUES ($1, $2)
-        ON CONFLICT ON CONSTRAINT release_secrets_pkey DO UPDATE SET person_salt = EXCLUDED.person_salt;
+        -- no ON CONFLICT: its DO UPDATE would read the hidden salt column
+        UPDATE anon.release_secrets s SET person_salt = $2 WHERE s.release_id = $1;
+        IF NOT FOUND THEN
+            INSERT INTO anon.release_secrets (release_id, person_salt) VALUES ($1, $2);
+        END IF;
     END IF;
 END
 $$;
 COMMENT ON FUNCTION anon._store_release_salt(integer, text) IS
-    'Internal: stores (NULL: deletes) a stable release''s salt, for a session of its owner.';
+    'Internal: stores (NULL: deletes) a stable release''s salt, for a member of its owner (row security).';
 
 -- A hierarchy's leaves are the distinct values of its column (the builders read them from the
 -- table): custodians may read only anon.hierarchies' keys (source, column_name), for the reason

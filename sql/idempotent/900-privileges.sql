@@ -16,10 +16,13 @@ GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
     anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_state, anon.release_versions
     TO plpy_anon_custodian;
--- A stable release's salt: no privilege at all (not even row-secured SELECT, which the planner
--- lets a role probe through leakproof functions and EXPLAIN ANALYZE); owners reach their own
--- through anon._release_salt / anon._store_release_salt (035-catalog-guard.sql).
+-- A stable release's salt: no SELECT of its value (not even row-secured, which the planner lets
+-- a role probe through leakproof functions and EXPLAIN ANALYZE); owners read their own through
+-- anon.readable_release_secrets and write them under row security (035-catalog-guard.sql).
 REVOKE ALL ON anon.release_secrets FROM plpy_anon_custodian;
+GRANT SELECT (release_id) ON anon.release_secrets TO plpy_anon_custodian;
+GRANT INSERT, UPDATE, DELETE ON anon.release_secrets TO plpy_anon_custodian;
+GRANT SELECT ON anon.readable_release_secrets TO plpy_anon_custodian;
 -- A hierarchy's leaves and paths are its column's values: custodians read only its keys, and a
 -- build reads the paths through anon.readable_hierarchies, the rows of the columns it may read.
 REVOKE SELECT ON anon.hierarchies FROM plpy_anon_custodian;

@@ -158,17 +158,16 @@ def test_a_custodian_planting_code_in_its_releases_index_does_not_run_it_as_the_
 
 
 def test_no_function_of_the_extension_runs_with_its_owners_rights(db):
-    """Every function of the extension runs with its caller's rights but the two that give or
-    store a stable release's salt to a session of its owner (custodians have no privilege on the
-    salts: sql/idempotent/035-catalog-guard.sql says why) and the event trigger function deleting
-    the hierarchies of dropped and renamed columns (whose owner may have no right on the catalog)."""
+    """Every function of the extension runs with its caller's rights but the event trigger
+    function deleting the hierarchies of dropped and renamed columns (whose owner may have no
+    right on the catalog). A salt is read and written with the caller's rights too
+    (sql/idempotent/035-catalog-guard.sql says why)."""
     definers = db.execute("""
         SELECT p.oid::regprocedure::text FROM pg_proc p
         JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
         JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'plpy_anon'
         WHERE p.prosecdef ORDER BY 1""").fetchall()
-    assert definers == [("anon._forget_dropped_hierarchies()",), ("anon._release_salt(integer)",),
-                        ("anon._store_release_salt(integer,text)",)]
+    assert definers == [("anon._forget_dropped_hierarchies()",)]
     # the event trigger function: none can call it (it returns event_trigger)
     with pytest.raises(psycopg.errors.FeatureNotSupported):
         db.execute("SELECT anon._forget_dropped_hierarchies()")
@@ -609,13 +608,20 @@ def test_a_custodian_reads_neither_the_state_nor_the_salt_of_another_custodians_
                             (release_id,)).fetchone()[0] == 0
         # the catalog every custodian reads holds no salt
         assert conn.execute("SELECT count(*) FROM anon.releases WHERE parameters ? 'person_salt'").fetchone()[0] == 0
-        # no privilege at all on the salts (row security would leave their values to the planner)
-        for statement in ("SELECT count(*) FROM anon.release_secrets",
-                          "UPDATE anon.release_secrets SET person_salt = '00'",
+        # no value of the salts (row security would leave their values to the planner), and
+        # writes of their own releases' rows only
+        for statement in ("SELECT person_salt FROM anon.release_secrets",
+                          "SELECT count(*) FROM anon.release_secrets WHERE person_salt > ''",
                           f"INSERT INTO anon.release_secrets VALUES ({release_id + 10_000}, '00')",
-                          f"SELECT anon._release_salt({release_id})"):
+                          f"INSERT INTO anon.release_secrets VALUES ({release_id}, '00')",
+                          f"SELECT anon._release_salt({release_id})",
+                          f"SELECT anon._store_release_salt({release_id}, '00')"):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(statement)
+        for statement in ("UPDATE anon.release_secrets SET person_salt = '00'",
+                          "DELETE FROM anon.release_secrets"):
+            assert conn.execute(statement).rowcount == 0
+        assert conn.execute("SELECT count(*) FROM anon.readable_release_secrets").fetchone() == (0,)
         # no value of the state at all: its values are read through a view of the releases the
         # role owns (row security would leave them to the planner)
         for column in ("persons", "records", "candidate_sets"):
