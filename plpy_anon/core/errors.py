@@ -57,3 +57,9 @@ class SerializationFailure(AnonError):
     """Another transaction changed what this one read after its snapshot: retry it."""
 
     sqlstate = "40001"
+
+
+class CharacterNotInRepertoire(AnonError):
+    """A text holding bytes its encoding cannot read (a SQL_ASCII database's non-UTF-8 bytes)."""
+
+    sqlstate = "22021"

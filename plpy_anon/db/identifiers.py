@@ -19,6 +19,7 @@ from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.core.identifiers import ColumnSample, Finding, IdentifyingColumns, blocking, detect
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards
+from plpy_anon.db.encodings import sql_ascii
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.sqltext import run
 
@@ -51,7 +52,11 @@ def sample_columns(plpy, tbl: guards.Table, cols: list[catalog.Column],
         WITH RECURSIVE {guards.INHERITANCE_TREE}
         SELECT pg_catalog.sum(GREATEST(c.reltuples, 0))::float8 AS n
         FROM pg_catalog.pg_class c JOIN tree USING (oid)""", ["oid"], [tbl.oid])[0]["n"]
-    select = ", ".join(f"pg_catalog.left({c.as_text(plpy)}, {MAX_VALUE_CHARS}) AS c{i}"
+    # a SQL_ASCII database's texts as their bytes: PL/Python would refuse those that are not
+    # UTF-8 (db.encodings), and the detector looks at shapes, which a replaced byte keeps
+    as_bytes = sql_ascii(plpy)
+    read = "pg_catalog.convert_to(%s, 'SQL_ASCII')" if as_bytes else "%s"
+    select = ", ".join(f"{read % f'pg_catalog.left({c.as_text(plpy)}, {MAX_VALUE_CHARS})'} AS c{i}"
                        for i, c in enumerate(cols))
     if estimate is not None and estimate > TABLESAMPLE_FACTOR * sample_size:
         # a few times the sample in random blocks, then a random subset of it
@@ -66,8 +71,11 @@ def sample_columns(plpy, tbl: guards.Table, cols: list[catalog.Column],
                             ["int4"])
         rows = plpy.execute(plan, [sample_size])
         total = int(rows[0]["n_rows"]) if rows.nrows() else 0
+    def value(v):
+        return v if v is None or not as_bytes else bytes(v).decode("utf-8", "replace")
+
     return [ColumnSample(c.name, c.type_name, c.category,
-                         tuple(r[f"c{i}"] for r in rows), total, c.unique)
+                         tuple(value(r[f"c{i}"]) for r in rows), total, c.unique)
             for i, c in enumerate(cols)]
 
 

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from plpy_anon import parameters
-from plpy_anon.db import release_rows, timing
+from plpy_anon.db import guards, release_rows, timing
+from plpy_anon.db.encodings import refuse_bytes_not_utf8, sql_ascii
 from plpy_anon.db.sqltext import jsonb, progress
 from plpy_anon.spec import ReleaseSpec
 
@@ -63,6 +64,8 @@ class ReleaseMethod:
     read: Callable | None = None
     fit: Callable | None = None
     publish: Callable | None = None
+    # reads_text(spec): the source columns its run reads into Python (default: read_by_default)
+    reads_text: Callable | None = None
 
     @property
     def surface(self) -> parameters.Surface:
@@ -72,10 +75,30 @@ class ReleaseMethod:
         """The method's parameters checked by their declarations (InvalidParameter, 22023)."""
         return self.surface.validate(values)
 
+    def columns_read(self, spec: ReleaseSpec) -> tuple[str, ...]:
+        """The source columns a run of a release of ``spec`` reads into Python."""
+        return (self.reads_text or read_by_default)(spec)
+
     def spec_of(self, stored: dict) -> ReleaseSpec:
         """A release's specification from its stored parameters, every constrained one validated;
         a key missing (a release made before the parameter existed) is its default."""
         return ReleaseSpec.decode(self.name, stored, self.surface, self.settings)
+
+
+def read_by_default(spec: ReleaseSpec) -> tuple[str, ...]:
+    """A release's QIs and sensitive columns, and the stable mode's identifiers (hashed)."""
+    promise = spec.promise
+    stable = promise.refresh_mode == "stable"
+    return (*(promise.quasi_identifiers or ()), *(promise.sensitive or ()),
+            *((promise.identifiers or ()) if stable else ()))
+
+
+def refuse_unreadable_texts(method: ReleaseMethod, plpy, release: dict, spec: ReleaseSpec) -> None:
+    """In a SQL_ASCII database, refuse a run of ``release`` before it reads anything when a
+    column it reads holds bytes that are not UTF-8 (encodings.refuse_bytes_not_utf8)."""
+    if sql_ascii(plpy):
+        refuse_bytes_not_utf8(plpy, guards.table_in_query(plpy, release["source"]),
+                              method.columns_read(spec))
 
 
 @dataclass
@@ -148,9 +171,11 @@ def _run_summary(stats: dict, fit_s: float) -> str:
     return f"anonymized{': ' + ', '.join(made) if made else ''} ({fit_s:.1f} s); writing the release"
 
 
-def run(method: ReleaseMethod, plpy, GD, release_id: int):
+def run(method: ReleaseMethod, plpy, GD, release_id: int, *, texts_checked: bool = False):
     """The one run of every method: look up the release, validate its parameters once, read the
-    source, fit, and stash the run's statistics for the catalog; returns the hook's output."""
+    source, fit, and stash the run's statistics for the catalog; returns the hook's output.
+    ``texts_checked``: the caller refused texts PL/Python cannot read already
+    (encodings.refuse_bytes_not_utf8)."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
     with release_rows.owner_state(plpy):         # the stable mode's state is its owner's
@@ -160,6 +185,8 @@ def run(method: ReleaseMethod, plpy, GD, release_id: int):
         stored = jsonb(release["parameters"])
         ctx = Run(plpy, GD, release_id, release, method.spec_of(stored), started)
         ctx.note_memory("start")
+        if not texts_checked:
+            refuse_unreadable_texts(method, plpy, release, ctx.spec)
         with timing.phase("read"):
             data = method.read(ctx)
     ctx.read_s = ctx.elapsed()

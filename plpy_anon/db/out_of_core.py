@@ -1323,6 +1323,9 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     (db/stable_regions.py; None: such a release is refused too)."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
+    # before the planning, whose counts and orders read texts too (method.run then checks none)
+    method.refuse_unreadable_texts(release_method, plpy, release,
+                                   release_method.spec_of(jsonb(release["parameters"])))
     # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
     # are counted before the path is final, by the categorical orders' pass where one runs
     plan = planned(release_method, plpy, release, estimated=True)

@@ -64,7 +64,7 @@ def partition(plpy, GD, release_id: int):
                                          stable_run=stable_regions)
     if slices is not None:
         return slices
-    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+    return method.run(RELEASE_METHOD, plpy, GD, release_id, texts_checked=True)
 
 
 def read(ctx: method.Run) -> ReleaseRows:

@@ -350,4 +350,7 @@ def distortion_report(plpy, source, release_name):
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
-RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_walk)
+# the run reads the walked columns alone: the sensitive ones go from the source to the release in
+# SQL, as their bytes, even a SQL_ASCII database's that are not UTF-8
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_walk,
+                               reads_text=lambda spec: spec.settings.columns)

@@ -232,7 +232,7 @@ def partition(plpy, GD, release_id: int):
                                          publish=publish_region)
     if slices is not None:
         return slices
-    return method.run(RELEASE_METHOD, plpy, GD, release_id)
+    return method.run(RELEASE_METHOD, plpy, GD, release_id, texts_checked=True)
 
 
 def publish_region(ctx: method.Run, rows: mondrian_family.ReleaseRows, model):
