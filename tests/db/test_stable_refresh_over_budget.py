@@ -5,19 +5,24 @@ refused (54000) before anything is written: the merged regions named when they e
 budget, else the refresh region by region not built. Checked from the released rows and the
 source: every released class lies inside one stored box, every row of the source in exactly
 one, every remembered person in their region's; the movers and merged regions the refusal
-reports are those the source and the state show; the published version stays readable."""
+reports are those the source and the state show (on random churn too); the published version
+stays readable."""
 from __future__ import annotations
 
 import datetime
 import json
 
+import numpy as np
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from psycopg import sql
 
 from tests.db.test_custodian import custodian_role
 from tests.db.test_stable_over_budget_regions import QIS, ROWS, catalog, people, stable
 from tests.helpers import budget, class_sizes, distinct_sensitive_per_class
+from tests.runs import SLOW_RUN
 
 TINY = "256kB"
 
@@ -276,3 +281,55 @@ def test_another_custodian_reads_no_box_of_a_stable_release(db, connect):
     finally:
         for gen in (intruder, owner):
             next(gen, None)
+
+
+CREATED: dict = {}
+
+
+@pytest.mark.more_examples
+@settings(max_examples=30 if SLOW_RUN else 2, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), leave=st.floats(0, 0.3), join=st.integers(0, 300),
+       move=st.floats(0, 0.2), back=st.floats(0, 1))
+def test_on_random_churn_the_refusals_plan_is_what_the_source_and_state_show(
+        db, schema, seed, leave, join, move, back):
+    """Random leavers, joiners, comebacks and QI updates (within and across boxes) of one
+    release created region by region: the refusal's rows per box, joiners, movers and merged
+    regions are those computed here from the source, the stored boxes and the state; the
+    published version stays."""
+    if schema not in CREATED:
+        people(db, "t")
+        db.execute("CREATE TABLE t_created AS TABLE t")
+        with budget(db, TINY):
+            CREATED[schema] = stable(db, schema, "t", "churned")
+    rel = CREATED[schema]
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    rng = np.random.default_rng(seed)
+    ids = np.arange(1, ROWS + 1)
+    gone = ids[rng.random(ids.size) < leave]
+    moved = ids[rng.random(ids.size) < move]
+    back_ids = gone[rng.random(gone.size) < back]
+    db.execute("DELETE FROM t WHERE id = ANY(%s::int[])", (gone.tolist(),))
+    db.execute("INSERT INTO t SELECT * FROM t_created WHERE id = ANY(%s::int[])", (back_ids.tolist(),))
+    db.execute("UPDATE t SET a = 18 + (a + %s) %% 70, c = c + %s WHERE id = ANY(%s::int[])",
+               (int(rng.integers(0, 70)), int(rng.integers(-300, 300)), moved.tolist()))
+    db.execute("INSERT INTO t SELECT i, 18 + (i * %s) %% 70, 'west', DATE '2000-01-01' + i %% 600, "
+               "'hiv' FROM generate_series(%s::int, %s::int) i",
+               (int(rng.integers(1, 50)), ROWS + 1, ROWS + join))
+    try:
+        regions = row_regions(db, "t", release_id, stored)
+        expected = merged_from(regions, len(stored))
+        figures = json.loads(refused(db, rel).diag.message_detail)
+        assert figures["rows"] == [sum(now == i for now, _ in regions.values())
+                                   for i in range(len(stored))]
+        assert figures["joiners"] == sum(before is None for _, before in regions.values()) == join
+        assert figures["movers"] == sum(before is not None and before != now
+                                        for now, before in regions.values())
+        assert figures["groups"] == len(expected)
+        size = {min(g): sum(now in g for now, _ in regions.values()) for g in expected}
+        assert figures["largest_group_rows"] == max(size.values())
+        assert set(figures["largest_group"]) in [g for g in expected if size[min(g)] == max(size.values())]
+    finally:
+        db.execute("TRUNCATE t")
+        db.execute("INSERT INTO t TABLE t_created")
