@@ -440,15 +440,17 @@ WHERE s.release_id = $1"""
 @dataclass
 class RefreshPlan:
     """Where a refresh beyond the budget would put each region's people (:func:`plan_refresh`):
-    the source's rows per box now, the known people whose QIs left their region's box, and the
-    regions merged (a person's old and new box; every region where a row lies in no box or a
-    NULL in a QI released as a range meets every range)."""
+    the source's rows per box, the known people whose QIs left their region's box, and the
+    regions merged: those a known person's stored region and current box link, or all of them
+    where a row lies in no box, holds NULL in a QI released as a range (which meets every
+    range) or has identifiers not hashed in SQL."""
 
     regions: int
-    #: rows in each box now
+    #: the source's rows in each box
     rows: list
-    #: rows now in a box other than their stored region's, and new people
+    #: known people whose row lies in a box other than their stored region's
     movers: int
+    #: people the state does not know
     joiners: int
     #: each region's merged group (the smallest region of it)
     merged: list
