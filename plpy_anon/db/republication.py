@@ -2221,6 +2221,8 @@ def _integer_axis(codes, uniques, low, high, empty) -> containment.Axis:
 # the release's people replaced by the run's and those it keeps absent, a row at a time;
 # integer arrays pass as their text, read by array_in at once
 FORGET = "DELETE FROM anon.release_state WHERE release_id = $1"
+#: the boxes of the regions a stable release was created in (stable_regions.store_boxes)
+FORGET_REGIONS = "DELETE FROM anon.release_regions WHERE release_id = $1"
 REMEMBER = """
 INSERT INTO anon.release_state (release_id, chunk, persons, member_groups, versions, cohorts,
                                 candidate_sets, entries, entry_versions, entry_groups,
@@ -2488,6 +2490,8 @@ def remember(plpy, release_id: int, promise: Promise, hashes: list, groups: list
                           texts, held_cohort)
     if region is None:
         run(plpy, FORGET, ["int4"], [release_id])
+        # a state of one region: the boxes of a creation region by region no longer say its rows'
+        run(plpy, FORGET_REGIONS, ["int4"], [release_id])
     if row_people is None:
         row_people = people_a_row(plpy, max(stored.persons.size, waiting_persons.size))
     written = stored.write(plpy, release_id, row_people, first_chunk, region or 0)
@@ -2752,4 +2756,5 @@ def _distinct_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def forget(plpy, release_id: int) -> None:
     """A dropped (or replaced) release's people."""
     run(plpy, FORGET, ["int4"], [release_id])
+    run(plpy, FORGET_REGIONS, ["int4"], [release_id])
     run(plpy, "DELETE FROM anon.release_versions WHERE release_id = $1", ["int4"], [release_id])

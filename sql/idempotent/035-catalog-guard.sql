@@ -205,7 +205,7 @@ BEGIN
                                (NEW.release_id, NEW.release_schema, NEW.release_name, NEW.source, NEW.method,
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
-        WHEN 'refresh_history', 'release_versions' THEN
+        WHEN 'refresh_history', 'release_versions', 'release_regions' THEN
             allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
             what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
@@ -250,7 +250,8 @@ DECLARE
     t text;
 BEGIN
     FOREACH t IN ARRAY ARRAY['releases', 'refresh_history', 'release_schemas', 'snapshots', 'column_roles',
-                             'hierarchies', 'priorities', 'workload_profiles', 'release_versions'] LOOP
+                             'hierarchies', 'priorities', 'workload_profiles', 'release_versions',
+                             'release_regions'] LOOP
         EXECUTE pg_catalog.format('DROP TRIGGER IF EXISTS catalog_guard ON anon.%I', t);
         EXECUTE pg_catalog.format('CREATE TRIGGER catalog_guard BEFORE INSERT OR UPDATE OR DELETE ON anon.%I '
                                   'FOR EACH ROW EXECUTE FUNCTION anon._catalog_guard()', t);
@@ -335,6 +336,16 @@ CREATE OR REPLACE VIEW anon.readable_release_versions WITH (security_barrier) AS
           OFFSET 0) shown;
 COMMENT ON VIEW anon.readable_release_versions IS
     'Internal: the rows of anon.release_versions of releases whose owner the querying role is a member of.';
+
+CREATE OR REPLACE VIEW anon.readable_release_regions WITH (security_barrier) AS
+    SELECT shown.*
+    FROM (SELECT g.*
+          FROM anon.release_regions g
+          WHERE EXISTS (SELECT 1 FROM anon.releases r WHERE r.release_id = g.release_id
+                        AND pg_catalog.pg_has_role(r.release_owner, 'MEMBER'))
+          OFFSET 0) shown;
+COMMENT ON VIEW anon.readable_release_regions IS
+    'Internal: the rows of anon.release_regions of releases whose owner the querying role is a member of.';
 
 -- one row per person, read through anon.readable_release_state as the querying role
 CREATE OR REPLACE VIEW anon.release_people WITH (security_invoker = true) AS

@@ -14,8 +14,8 @@ GRANT USAGE ON SCHEMA anon TO plpy_anon_custodian;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA anon TO plpy_anon_custodian;
 GRANT SELECT ON ALL TABLES IN SCHEMA anon TO plpy_anon_custodian;
 GRANT INSERT, UPDATE, DELETE ON anon.releases, anon.release_schemas, anon.snapshots, anon.column_roles,
-    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_state, anon.release_versions
-    TO plpy_anon_custodian;
+    anon.hierarchies, anon.priorities, anon.workload_profiles, anon.release_state, anon.release_versions,
+    anon.release_regions TO plpy_anon_custodian;
 -- A stable release's salt: no SELECT of its value (not even row-secured, which the planner lets
 -- a role probe through leakproof functions and EXPLAIN ANALYZE); owners read their own through
 -- anon.readable_release_secrets and write them under row security (035-catalog-guard.sql).
@@ -31,10 +31,11 @@ GRANT SELECT ON anon.readable_hierarchies TO plpy_anon_custodian;
 -- A stable release's state and versions (hashes, record fingerprints, published values): for the
 -- same reason, custodians select only their keys, what their own writes' WHERE clauses need, and
 -- read the values through anon.readable_release_state / _versions (035-catalog-guard.sql).
-REVOKE SELECT ON anon.release_state, anon.release_versions FROM plpy_anon_custodian;
+REVOKE SELECT ON anon.release_state, anon.release_versions, anon.release_regions FROM plpy_anon_custodian;
 GRANT SELECT (release_id, chunk) ON anon.release_state TO plpy_anon_custodian;
 GRANT SELECT (release_id, version) ON anon.release_versions TO plpy_anon_custodian;
-GRANT SELECT ON anon.readable_release_state, anon.readable_release_versions, anon.release_people
-    TO plpy_anon_custodian;
+GRANT SELECT (release_id, region) ON anon.release_regions TO plpy_anon_custodian;
+GRANT SELECT ON anon.readable_release_state, anon.readable_release_versions, anon.release_people,
+    anon.readable_release_regions TO plpy_anon_custodian;
 GRANT INSERT ON anon.refresh_history TO plpy_anon_custodian;
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA anon TO plpy_anon_custodian;

@@ -5,7 +5,9 @@ state (anon.release_state: its rows and the largest row's bytes) and the release
 its rows (smallest class, fewest distinct sensitive values in a class, fewest candidates across
 the versions). A budget below the table's estimate creates the stable release region by region
 (db/stable_regions.py) and refuses its refresh (54000): the row then shows the refusal's
-seconds and VmHWM. A creation refused shows the refusal, and the next row the same table
+seconds and VmHWM (its pass over the source that finds the regions the refresh would hold
+together, printed from its DETAIL), and the next row the same refresh of the same state in
+memory at the default budget. The backend's CPU seconds (/proc/<pid>/stat) beside each. A creation refused shows the refusal, and the next row the same table
 released in the fresh mode at that budget (out of core), verified from its rows the same way.
 
 PLPY_ANON_STABLE_BUDGET_ROWS (default 1000000), PLPY_ANON_STABLE_BUDGETS (default ",64MB": ''
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psycopg
 
@@ -26,22 +29,30 @@ QIS = ["age", "zip", "sex", "segment", "income", "visit"]
 K, L, CHURN = 10, 2, 0.01
 
 
+def backend_cpu(pid: int) -> float:
+    """CPU seconds (user + system) backend ``pid`` has used (/proc/<pid>/stat, 10 ms ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed_call(conn, budget: str, sql: str, args: tuple) -> dict:
-    """``sql`` in a fresh backend with ``budget`` (''': the default): its result, seconds,
-    VmHWM and peak RssAnon."""
+    """``sql`` in a fresh backend with ``budget`` ('': the default): its result, seconds, the
+    backend's CPU seconds, VmHWM and peak RssAnon (a refusal: its SQLSTATE and detail)."""
     with fresh_backend(conn) as other:
         if budget:
             other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
         pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
-        t0 = time.perf_counter()
+        t0, cpu = time.perf_counter(), backend_cpu(pid)
+        detail = None
         with MemorySampler(pid) as memory:
             try:
                 result, refused = other.execute(sql, args).fetchone()[0], None
             except psycopg.Error as error:     # a stable release over the budget: 54000
-                result, refused = None, error.sqlstate
+                result, refused, detail = None, error.sqlstate, error.diag.message_detail
         seconds = time.perf_counter() - t0
-        return {"result": result, "refused": refused, "seconds": seconds, "hwm": vm_hwm_mib(pid),
-                "anon": memory.anon}
+        return {"result": result, "refused": refused, "seconds": seconds,
+                "cpu": backend_cpu(pid) - cpu, "hwm": vm_hwm_mib(pid), "anon": memory.anon,
+                "detail": detail}
 
 
 def churn(conn) -> None:
@@ -93,7 +104,7 @@ def refused_rows(conn, n: int, budget: str, copy: float, create: dict) -> list[l
               f"({f['seconds'] / copy:.1f}x the copy), VmHWM {f['hwm']:.0f} MiB, peak RssAnon "
               f"{f['anon']:.0f} MiB", flush=True)
         ok = mode == "fresh"
-        out.append([f"{n:,}", budget, mode, step, round(f["seconds"], 1), round(copy, 2),
+        out.append([f"{n:,}", budget, mode, step, round(f["seconds"], 1), round(f["cpu"], 1), round(copy, 2),
                     round(f["hwm"]), round(f["anon"]), "", "", smallest if ok else "",
                     fewest if ok else "", ""])
     return out
@@ -139,24 +150,36 @@ def main() -> None:
                   f"{memory_of(conn, release)}", flush=True)
             churn(conn)
             refresh = timed_call(conn, budget, "SELECT anon.refresh(%s)", (release,))
-            refreshed = (state_figures(conn, release), verified(conn, release), regions_of(conn, release))
-            for step, f, ((state_rows, largest), (smallest, fewest, candidates), regions) in (
-                    ("create", create, created), ("refresh", refresh, refreshed)):
+            steps = [("create", create, created)]
+            if refresh["refused"]:
+                # the regions the refused refresh would hold together (its DETAIL), then the
+                # same refresh of the same state in memory, at the default budget
+                print(f"refresh refused at {budget}: {refresh['detail']}", flush=True)
+                steps.append(("refresh", refresh, (state_figures(conn, release),
+                                                   verified(conn, release), regions_of(conn, release))))
+                refresh = timed_call(conn, "", "SELECT anon.refresh(%s)", (release,))
+                steps.append(("refresh in memory (default budget)", refresh,
+                              (state_figures(conn, release), verified(conn, release), None)))
+            else:
+                steps.append(("refresh", refresh, (state_figures(conn, release),
+                                                   verified(conn, release), regions_of(conn, release))))
+            for step, f, ((state_rows, largest), (smallest, fewest, candidates), regions) in steps:
                 if f["refused"]:
                     step = f"{step} refused ({f['refused']})"
                 else:
                     assert smallest >= K and fewest >= L and candidates >= L, (smallest, fewest, candidates)
-                    step += f", region by region ({regions} regions)" if regions else ", in memory"
+                    step += f", region by region ({regions} regions)" if regions else \
+                        ("" if "in memory" in step else ", in memory")
                 print(f"{n:,} rows, budget {budget or 'default'}, stable {step}: {f['seconds']:.1f} s "
-                      f"({f['seconds'] / copy:.1f}x the copy), "
+                      f"(backend CPU {f['cpu']:.1f} s; {f['seconds'] / copy:.1f}x the copy), "
                       f"VmHWM {f['hwm']:.0f} MiB, peak RssAnon {f['anon']:.0f} MiB; state "
                       f"{state_rows} rows, largest {largest / 2**20:.1f} MiB", flush=True)
                 ok = not f["refused"]
                 rows.append([f"{n:,}", budget or "default (1GB)", "stable", step, round(f["seconds"], 1),
-                             round(copy, 2), round(f["hwm"]), round(f["anon"]),
+                             round(f["cpu"], 1), round(copy, 2), round(f["hwm"]), round(f["anon"]),
                              state_rows if ok else "", round(largest / 2**20, 1) if ok else "",
                              smallest if ok else "", fewest if ok else "", candidates if ok else ""])
-    table = markdown_table(["rows", "build_memory", "mode", "step", "s", "copy s", "VmHWM MiB",
+    table = markdown_table(["rows", "build_memory", "mode", "step", "s", "backend CPU s", "copy s", "VmHWM MiB",
                             "peak RssAnon MiB", "state rows", "largest state row MiB",
                             "smallest class", "fewest values", "fewest candidates"], rows)
     print(table)
