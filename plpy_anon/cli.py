@@ -721,7 +721,8 @@ def report(ctx, release, output, population, force, thresholds):
         import matplotlib  # noqa: F401 -- the charts' library, an extra: say so before connecting
     except ImportError as error:
         raise ServerError(f"the report needs matplotlib, which is not installed ({error})",
-                          hint="pip install 'plpy_anon[report]'.", sqlstate="55000") from None
+                          hint="pip install './[report]' in a clone of plpy_anon (or pip install matplotlib).",
+                          sqlstate="55000") from None
     from plpy_anon.client.report import write_report
     with Progress(not ctx.obj["quiet"]) as progress:
         anon = client(ctx, progress)

@@ -465,7 +465,8 @@ class AnonClient:
         if format == "parquet" and importlib.util.find_spec("pyarrow") is None:
             raise errors.PrerequisiteMissing(
                 "parquet export needs pyarrow, which is not installed in this Python environment",
-                hint="pip install 'plpy_anon[parquet]' (or pyarrow), or export --format csv or sql.")
+                hint="pip install './[parquet]' in a clone of plpy_anon (or pip install pyarrow), "
+                     "or export --format csv or sql.")
         path = Path(path)
         with translated(), self.connection.transaction():
             self.connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
