@@ -117,6 +117,7 @@ class AnonClient:
     def __init__(self, dsn: str | None = None, *, connection: psycopg.Connection | None = None,
                  progress: ProgressCallback | None = None, schema: str | None = None):
         self._schema = schema
+        self._extension_found: bool | None = None
         if (dsn is None) == (connection is None):
             raise errors.InvalidParameter("give either a dsn or a connection",
                                           hint='AnonClient("postgresql:///db") or AnonClient(connection=conn).')
@@ -160,6 +161,7 @@ class AnonClient:
         if self._schema is None:
             with translated():
                 row = self.connection.execute(EXTENSION_SCHEMA).fetchone()
+            self._extension_found = row is not None
             if row is None:
                 return "anon"
             self._schema = row[0]
@@ -181,8 +183,21 @@ class AnonClient:
 
     def _execute(self, query, params=None, *, ours: bool = True) -> psycopg.Cursor:
         """Run ``query``; ``ours``: SQL of this client, naming the extension's schema anon."""
-        with translated():
-            return self.connection.execute(self._in_schema(query) if ours else query, params)
+        try:
+            with translated():
+                return self.connection.execute(self._in_schema(query) if ours else query, params)
+        except (errors.UndefinedObject, errors.ExtensionMissing) as error:
+            # the server's own words ("schema anon does not exist") do not say what to do
+            if ours and self._extension_found is False and error.sqlstate in ("3F000", "42883"):
+                raise self._not_installed() from error
+            raise
+
+    def _not_installed(self) -> errors.ExtensionMissing:
+        database = self.connection.info.dbname
+        return errors.ExtensionMissing(
+            f'the extension plpy_anon is not installed in database "{database}"',
+            hint="Install it as a superuser: plpy-anon install (CREATE EXTENSION plpy_anon CASCADE), "
+                 "or connect to the database that has it (-d).")
 
     def call(self, function: str, *args: Any, **named: Any) -> list[dict]:
         """``SELECT * FROM anon.<function>(args..., name => value, ...)`` as a list of dicts;

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from plpy_anon.cli import main
-from tests.helpers import release_schema_of
+from tests.helpers import encoded_database, release_schema_of
 
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
@@ -186,3 +186,18 @@ def test_risk_report(cli, db, schema):
     missing = cli("risk-report", "patients")
     assert missing.exit_code == 1 and "no quasi-identifiers" in missing.stderr
     assert "quasi_identifiers =>" in missing.stderr
+
+
+def test_a_database_without_the_extension_says_how_to_install_it(connect, pg_server):
+    with encoded_database(connect, "UTF8", extension=False) as name:
+        dsn = " ".join(f"{k}={v}" for k, v in dict(pg_server, dbname=name).items())
+        for command in (["release-status"], ["load-sample", "patients"], ["refresh", "r"]):
+            result = CliRunner().invoke(main, ["--dsn", dsn, "--quiet", *command])
+            assert result.exit_code == 4, (command, result.output)
+            assert result.stderr.strip() == (
+                f'plpy-anon: error: the extension plpy_anon is not installed in database "{name}" '
+                "(hint: Install it as a superuser: plpy-anon install (CREATE EXTENSION plpy_anon "
+                "CASCADE), or connect to the database that has it (-d).)"), command
+        installed = CliRunner().invoke(main, ["--dsn", dsn, "--quiet", "install"])
+        assert installed.exit_code == 0, installed.output
+        assert CliRunner().invoke(main, ["--dsn", dsn, "--quiet", "release-status"]).exit_code == 0
