@@ -327,6 +327,12 @@ class AnonClient:
                                                and os.path.exists(csv)):
             with open(csv, encoding="utf-8-sig") as f:
                 text = f.read()
+        elif isinstance(csv, str) and "\n" not in csv and sep not in csv:
+            # neither a file here nor CSV text: most likely a path relative to another directory
+            raise errors.InvalidParameter(
+                f"no hierarchy file {csv!r} in {os.getcwd()}",
+                hint="Give the CSV file's absolute path, an open file, or the CSV text itself "
+                     f"(one line per leaf: leaf{sep}parent{sep}...{sep}*).")
         else:
             text = str(csv)
         return self.scalar("set_hierarchy_csv", source, column_name, text, sep)
