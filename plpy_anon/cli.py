@@ -581,6 +581,22 @@ def release_status(ctx):
     emit_rows(ctx, columns, rows)
 
 
+@main.command("release-audit")
+@click.argument("name", metavar="[RELEASE]", required=False)
+@format_option
+@click.pass_context
+def release_audit(ctx, name):
+    """Every release (or RELEASE) as a privacy officer signs it off: method, promise, readers,
+    versions, what was held back, and whether it is safe and why (anon.release_audit)."""
+    columns, rows = client(ctx).rows("release_audit", name)
+    if ctx.obj["format"] == "table":
+        shown = ["release", "method", "refresh_mode", "k", "l", "t", "achieved_k", "distinct_l",
+                 "verified", "readers", "refreshed_at", "versions", "held_back", "safe", "why"]
+        at = [columns.index(c) for c in shown]
+        columns, rows = shown, [tuple(row[i] for i in at) for row in rows]
+    emit_rows(ctx, columns, rows)
+
+
 @main.command("release-report")
 @click.argument("release")
 @format_option

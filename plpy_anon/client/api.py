@@ -351,6 +351,11 @@ class AnonClient:
         """Every release with its last refresh, rows, k, errors and schedule (anon.release_status())."""
         return self.frame("release_status")
 
+    def release_audit(self, name: str | None = None) -> pd.DataFrame:
+        """anon.release_audit: every release (or the one named) as a privacy officer signs it off:
+        method, promise, readers, versions, what was held back, and safe with why."""
+        return self.frame("release_audit", name)
+
     def release_name(self, name: str) -> str:
         """The quoted qualified name of a release given as ``name`` or ``schema.name``."""
         rows = self._execute("""

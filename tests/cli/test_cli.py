@@ -188,6 +188,25 @@ def test_risk_report(cli, db, schema):
     assert "quasi_identifiers =>" in missing.stderr
 
 
+def test_release_audit_prints_the_servers_rows(cli, db, schema):
+    """plpy-anon release-audit [RELEASE] prints anon.release_audit's rows, all or the named one."""
+    made = cli("--quiet", "--format", "json", "mondrian-view", "patients", "--k", "5",
+               "--release-schema", release_schema_of(schema))
+    release = json.loads(made.stdout)[0]["release"]
+    cursor = db.execute("SELECT * FROM anon.release_audit(%s)", (release,))
+    want = dict(zip([d.name for d in cursor.description], cursor.fetchone()))
+    out = cli("--format", "json", "release-audit", release)
+    assert out.exit_code == 0, out.output
+    [got] = json.loads(out.stdout)
+    assert {k: got[k] for k in ("release", "k", "achieved_k", "distinct_l", "safe", "why")} == \
+        {k: want[k] for k in ("release", "k", "achieved_k", "distinct_l", "safe", "why")}
+    assert got["achieved_k"] >= 5 and got["versions"] == 1
+    every = cli("release-audit")
+    assert every.exit_code == 0 and release in every.stdout and "safe" in every.stdout.splitlines()[0]
+    missing = cli("release-audit", "no_such_release")
+    assert missing.exit_code == 4 and 'release "no_such_release" does not exist' in missing.stderr
+
+
 def test_a_database_without_the_extension_says_how_to_install_it(connect, pg_server):
     with encoded_database(connect, "UTF8", extension=False) as name:
         dsn = " ".join(f"{k}={v}" for k, v in dict(pg_server, dbname=name).items())

@@ -78,6 +78,9 @@ def test_list_inspect_refresh_report_drop(anon, db, schema):
     assert len(anon.release_frame(rel)) == 99
     report = anon.release_report(rel)
     assert len(report) == 1 and int(report["achieved_k"].iloc[0]) >= 4
+    audit = anon.release_audit(rel)
+    assert list(audit["release"]) == [rel] and int(audit["versions"].iloc[0]) == 2
+    assert int(audit["achieved_k"].iloc[0]) == int(report["achieved_k"].iloc[0])
     assert anon.drop_release(rel) is True
     assert anon.drop_release(release=rel, if_exists=True) is False
     assert rel not in set(anon.releases()["release"])
