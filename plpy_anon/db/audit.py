@@ -96,6 +96,8 @@ def judge(row: dict) -> dict:
               f"{across.get('fewest_candidates')}, {unsafe} unsafe unions or differences, "
               f"{across.get('disclosed') or 0} disclosed")
     notes = []
+    if not params.get("sensitive"):
+        notes.append("no sensitive column declared: attribute disclosure is not checked")
     if row["last_refresh_failed"]:
         notes.append("its last refresh failed (last_error): the version before it is still published")
     if not row["readers"]:

@@ -134,6 +134,12 @@ def test_every_release_without_a_name_and_a_clear_error_for_an_unknown_one(db, s
     every = [r[0] for r in db.execute("SELECT release FROM anon.release_audit()").fetchall()]
     status = [r[0] for r in db.execute("SELECT release FROM anon.release_status()").fetchall()]
     assert first in every and second in every and sorted(every) == sorted(status)
+    db.execute("SELECT anon.set_column_role('patients', 'diagnosis', 'ignored')")
+    bare = release(db, schema, "bare", k=5)
+    row = audit(db, bare)
+    assert row["distinct_l"] is None and row["safe"] is True
+    assert "no sensitive column declared: attribute disclosure is not checked" in row["why"]
+    assert "no sensitive column" not in audit(db, first)["why"]
     with pytest.raises(psycopg.errors.UndefinedObject) as raised:
         db.execute("SELECT * FROM anon.release_audit('no_such_release')")
     assert 'release "no_such_release" does not exist' in raised.value.diag.message_primary
