@@ -581,6 +581,22 @@ def release_status(ctx):
     emit_rows(ctx, columns, rows)
 
 
+@main.command("release-audit")
+@click.argument("name", metavar="[RELEASE]", required=False)
+@format_option
+@click.pass_context
+def release_audit(ctx, name):
+    """Every release (or RELEASE) as a privacy officer signs it off: method, promise, readers,
+    versions, what was held back, and whether it is safe and why (anon.release_audit)."""
+    columns, rows = client(ctx).rows("release_audit", name)
+    if ctx.obj["format"] == "table":
+        shown = ["release", "method", "refresh_mode", "k", "l", "t", "achieved_k", "distinct_l",
+                 "verified", "readers", "refreshed_at", "versions", "held_back", "safe", "why"]
+        at = [columns.index(c) for c in shown]
+        columns, rows = shown, [tuple(row[i] for i in at) for row in rows]
+    emit_rows(ctx, columns, rows)
+
+
 @main.command("release-report")
 @click.argument("release")
 @format_option
@@ -721,7 +737,8 @@ def report(ctx, release, output, population, force, thresholds):
         import matplotlib  # noqa: F401 -- the charts' library, an extra: say so before connecting
     except ImportError as error:
         raise ServerError(f"the report needs matplotlib, which is not installed ({error})",
-                          hint="pip install 'plpy_anon[report]'.", sqlstate="55000") from None
+                          hint="pip install './[report]' in a clone of plpy_anon (or pip install matplotlib).",
+                          sqlstate="55000") from None
     from plpy_anon.client.report import write_report
     with Progress(not ctx.obj["quiet"]) as progress:
         anon = client(ctx, progress)

@@ -117,6 +117,7 @@ class AnonClient:
     def __init__(self, dsn: str | None = None, *, connection: psycopg.Connection | None = None,
                  progress: ProgressCallback | None = None, schema: str | None = None):
         self._schema = schema
+        self._extension_found: bool | None = None
         if (dsn is None) == (connection is None):
             raise errors.InvalidParameter("give either a dsn or a connection",
                                           hint='AnonClient("postgresql:///db") or AnonClient(connection=conn).')
@@ -160,6 +161,7 @@ class AnonClient:
         if self._schema is None:
             with translated():
                 row = self.connection.execute(EXTENSION_SCHEMA).fetchone()
+            self._extension_found = row is not None
             if row is None:
                 return "anon"
             self._schema = row[0]
@@ -181,8 +183,21 @@ class AnonClient:
 
     def _execute(self, query, params=None, *, ours: bool = True) -> psycopg.Cursor:
         """Run ``query``; ``ours``: SQL of this client, naming the extension's schema anon."""
-        with translated():
-            return self.connection.execute(self._in_schema(query) if ours else query, params)
+        try:
+            with translated():
+                return self.connection.execute(self._in_schema(query) if ours else query, params)
+        except (errors.UndefinedObject, errors.ExtensionMissing) as error:
+            # the server's own words ("schema anon does not exist") do not say what to do
+            if ours and self._extension_found is False and error.sqlstate in ("3F000", "42883"):
+                raise self._not_installed() from error
+            raise
+
+    def _not_installed(self) -> errors.ExtensionMissing:
+        database = self.connection.info.dbname
+        return errors.ExtensionMissing(
+            f'the extension plpy_anon is not installed in database "{database}"',
+            hint="Install it as a superuser: plpy-anon install (CREATE EXTENSION plpy_anon CASCADE), "
+                 "or connect to the database that has it (-d).")
 
     def call(self, function: str, *args: Any, **named: Any) -> list[dict]:
         """``SELECT * FROM anon.<function>(args..., name => value, ...)`` as a list of dicts;
@@ -312,6 +327,12 @@ class AnonClient:
                                                and os.path.exists(csv)):
             with open(csv, encoding="utf-8-sig") as f:
                 text = f.read()
+        elif isinstance(csv, str) and "\n" not in csv and sep not in csv:
+            # neither a file here nor CSV text: most likely a path relative to another directory
+            raise errors.InvalidParameter(
+                f"no hierarchy file {csv!r} in {os.getcwd()}",
+                hint="Give the CSV file's absolute path, an open file, or the CSV text itself "
+                     f"(one line per leaf: leaf{sep}parent{sep}...{sep}*).")
         else:
             text = str(csv)
         return self.scalar("set_hierarchy_csv", source, column_name, text, sep)
@@ -329,6 +350,11 @@ class AnonClient:
     def releases(self) -> pd.DataFrame:
         """Every release with its last refresh, rows, k, errors and schedule (anon.release_status())."""
         return self.frame("release_status")
+
+    def release_audit(self, name: str | None = None) -> pd.DataFrame:
+        """anon.release_audit: every release (or the one named) as a privacy officer signs it off:
+        method, promise, readers, versions, what was held back, and safe with why."""
+        return self.frame("release_audit", name)
 
     def release_name(self, name: str) -> str:
         """The quoted qualified name of a release given as ``name`` or ``schema.name``."""
@@ -465,7 +491,8 @@ class AnonClient:
         if format == "parquet" and importlib.util.find_spec("pyarrow") is None:
             raise errors.PrerequisiteMissing(
                 "parquet export needs pyarrow, which is not installed in this Python environment",
-                hint="pip install 'plpy_anon[parquet]' (or pyarrow), or export --format csv or sql.")
+                hint="pip install './[parquet]' in a clone of plpy_anon (or pip install pyarrow), "
+                     "or export --format csv or sql.")
         path = Path(path)
         with translated(), self.connection.transaction():
             self.connection.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

@@ -273,6 +273,13 @@ def ensure_release_schema(plpy, schema: str) -> int:
     if adoptable(plpy, schema):
         return record_release_schema(plpy, schema)
     recorded = run(plpy, "SELECT 1 FROM anon.release_schemas WHERE schema_name = $1", ["name"], [schema])
+    # dropping the schema is offered only for an empty one: "public" or a source's schema is
+    # no leftover, and DROP SCHEMA ... CASCADE there would be the hint's doing
+    empty = run(plpy, """
+        SELECT NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d
+                           WHERE d.refclassid = 'pg_catalog.pg_namespace'::pg_catalog.regclass
+                             AND d.refobjid = n.oid) AS empty
+        FROM pg_catalog.pg_namespace n WHERE n.nspname = $1""", ["text"], [schema])[0]["empty"]
     raise SchemaNotOurs(
         f'schema "{schema}" exists and was not created by plpy_anon: releases go only into '
         "schemas plpy_anon creates",
@@ -283,8 +290,8 @@ def ensure_release_schema(plpy, schema: str) -> int:
                  "when it is the caller's own and no other role may create objects in it.",
         hint=("Use another release_schema (plpy_anon creates it)"
               + (', e.g. the default "release"' if schema != "release" else "")
-              + f'; or, if schema "{schema}" is an empty leftover (DROP EXTENSION leaves release schemas), '
-              f"DROP SCHEMA {ident(plpy, schema)} and call again."))
+              + (f'; or, if schema "{schema}" is an empty leftover (DROP EXTENSION leaves release schemas), '
+                 f"DROP SCHEMA {ident(plpy, schema)} and call again." if empty else ".")))
 
 
 def check_may_create(plpy, schema: str) -> None:

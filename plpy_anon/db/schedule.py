@@ -49,8 +49,9 @@ def cron_readable(plpy) -> bool:
           AND pg_catalog.has_table_privilege(c.oid, 'SELECT')"""))
 
 
-def require_cron(plpy) -> None:
-    """Clear errors for the two ways pg_cron can be missing, each with the fix."""
+def require_cron(plpy, release: str = "<release>") -> None:
+    """Clear errors for the two ways pg_cron can be missing, each with the fix; ``release``: the
+    release the call named, for the hint's anon.refresh_job call."""
     if cron_installed(plpy):
         return
     row = run(plpy, """
@@ -68,8 +69,8 @@ def require_cron(plpy) -> None:
             f"pg_cron runs in database {row['cron_db']}, not in {row['db']}",
             hint=f"Schedule the job from database {row['cron_db']} with "
                  "cron.schedule_in_database(job_name, schedule, command, database_name) and the "
-                 "values SELECT * FROM anon.refresh_job('<release>') gives here ('plpy-anon "
-                 "schedule-refresh' does both), or set cron.database_name and restart.")
+                 f"values SELECT * FROM anon.refresh_job({extschema.user(plpy.quote_literal(release))}) "
+                 "gives here ('plpy-anon schedule-refresh' does both), or set cron.database_name and restart.")
     raise PrerequisiteMissing("pg_cron is preloaded but its extension is not installed in this database",
                               hint="CREATE EXTENSION pg_cron;")
 
@@ -101,7 +102,7 @@ def schedule_refresh(plpy, name: str, schedule: str) -> int:
     if schedule is None or not schedule.strip():
         raise InvalidParameter("a cron schedule is required",
                                hint="Pass e.g. '0 3 * * *' (minute hour day month weekday: nightly at 03:00) or '@daily'.")
-    require_cron(plpy)
+    require_cron(plpy, ident(plpy, release["release_schema"], release["release_name"]))
     jobname = job_name(plpy, release["release_schema"], release["release_name"])
     try:
         with plpy.subtransaction():
@@ -120,7 +121,7 @@ def schedule_refresh(plpy, name: str, schedule: str) -> int:
 def unschedule_refresh(plpy, name: str) -> bool:
     """Remove a release's job; false if it had none. Works for a dropped release given as
     schema.name, so its job can be cleaned up."""
-    require_cron(plpy)
+    require_cron(plpy, name)
     try:
         release = release_rows.find(plpy, name, genuine=False)
         schema, rel = release["release_schema"], release["release_name"]

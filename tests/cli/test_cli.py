@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from plpy_anon.cli import main
-from tests.helpers import release_schema_of
+from tests.helpers import encoded_database, release_schema_of
 
 TABLE = """
 CREATE TABLE patients (id int PRIMARY KEY, name text, age int, sex text, zip text, diagnosis text);
@@ -167,7 +167,7 @@ def test_export_writes_the_release_and_its_metadata(cli, db, schema, tmp_path):
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        assert parquet.exit_code == 1 and "plpy_anon[parquet]" in parquet.stderr
+        assert parquet.exit_code == 1 and "pip install './[parquet]' in a clone" in parquet.stderr
     else:
         assert parquet.exit_code == 0 and pq.read_table(tmp_path / "p.parquet").num_rows == 90
 
@@ -186,3 +186,37 @@ def test_risk_report(cli, db, schema):
     missing = cli("risk-report", "patients")
     assert missing.exit_code == 1 and "no quasi-identifiers" in missing.stderr
     assert "quasi_identifiers =>" in missing.stderr
+
+
+def test_release_audit_prints_the_servers_rows(cli, db, schema):
+    """plpy-anon release-audit [RELEASE] prints anon.release_audit's rows, all or the named one."""
+    made = cli("--quiet", "--format", "json", "mondrian-view", "patients", "--k", "5",
+               "--release-schema", release_schema_of(schema))
+    release = json.loads(made.stdout)[0]["release"]
+    cursor = db.execute("SELECT * FROM anon.release_audit(%s)", (release,))
+    want = dict(zip([d.name for d in cursor.description], cursor.fetchone()))
+    out = cli("--format", "json", "release-audit", release)
+    assert out.exit_code == 0, out.output
+    [got] = json.loads(out.stdout)
+    assert {k: got[k] for k in ("release", "k", "achieved_k", "distinct_l", "safe", "why")} == \
+        {k: want[k] for k in ("release", "k", "achieved_k", "distinct_l", "safe", "why")}
+    assert got["achieved_k"] >= 5 and got["versions"] == 1
+    every = cli("release-audit")
+    assert every.exit_code == 0 and release in every.stdout and "safe" in every.stdout.splitlines()[0]
+    missing = cli("release-audit", "no_such_release")
+    assert missing.exit_code == 4 and 'release "no_such_release" does not exist' in missing.stderr
+
+
+def test_a_database_without_the_extension_says_how_to_install_it(connect, pg_server):
+    with encoded_database(connect, "UTF8", extension=False) as name:
+        dsn = " ".join(f"{k}={v}" for k, v in dict(pg_server, dbname=name).items())
+        for command in (["release-status"], ["load-sample", "patients"], ["refresh", "r"]):
+            result = CliRunner().invoke(main, ["--dsn", dsn, "--quiet", *command])
+            assert result.exit_code == 4, (command, result.output)
+            assert result.stderr.strip() == (
+                f'plpy-anon: error: the extension plpy_anon is not installed in database "{name}" '
+                "(hint: Install it as a superuser: plpy-anon install (CREATE EXTENSION plpy_anon "
+                "CASCADE), or connect to the database that has it (-d).)"), command
+        installed = CliRunner().invoke(main, ["--dsn", dsn, "--quiet", "install"])
+        assert installed.exit_code == 0, installed.output
+        assert CliRunner().invoke(main, ["--dsn", dsn, "--quiet", "release-status"]).exit_code == 0

@@ -66,6 +66,7 @@ def world(pg_server, connect, tmp_path_factory):
 COMMANDS = {
     "install": lambda w: [],
     "release-status": lambda w: [],
+    "release-audit": lambda w: [w["release"]],
     "release-report": lambda w: [w["release"]],
     "risk-report": lambda w: [w["release"], "--population", "4000"],
     "sweep": lambda w: [w["source"], "--k", "2,5,10", "--quasi-identifiers", QI_OPTION, "--sensitive", "salary"],

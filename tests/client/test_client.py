@@ -53,6 +53,19 @@ def test_declare_then_release_then_frame(anon, db, schema, tmp_path):
     assert sorted(frame["diagnosis"]) == sorted(r[0] for r in db.execute("SELECT diagnosis FROM patients"))
 
 
+def test_a_hierarchy_path_that_is_not_here_is_named_with_the_directory(anon, db, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(errors.InvalidParameter) as raised:
+        anon.load_hierarchy_csv("patients", "zip", "zip_hierarchy.csv")
+    assert raised.value.message == f"no hierarchy file 'zip_hierarchy.csv' in {tmp_path}"
+    assert "absolute path" in raised.value.hint and "leaf;parent;...;*" in raised.value.hint
+    (tmp_path / "zip_hierarchy.csv").write_text(ZIP_HIERARCHY)
+    assert anon.load_hierarchy_csv("patients", "zip", "zip_hierarchy.csv") == 6   # found here
+    with pytest.raises(errors.UndefinedObject) as raised:     # one line of text reaches the server
+        anon.load_hierarchy_csv("patients", "zip", "53700;5370*;537**;*")
+    assert "does not cover 5 value(s)" in raised.value.message
+
+
 def test_list_inspect_refresh_report_drop(anon, db, schema):
     rel = anon.mondrian_view("patients", k=4, quasi_identifiers=["age", "sex"], release_name="r",
                              release_schema=release_schema_of(schema))
@@ -65,6 +78,9 @@ def test_list_inspect_refresh_report_drop(anon, db, schema):
     assert len(anon.release_frame(rel)) == 99
     report = anon.release_report(rel)
     assert len(report) == 1 and int(report["achieved_k"].iloc[0]) >= 4
+    audit = anon.release_audit(rel)
+    assert list(audit["release"]) == [rel] and int(audit["versions"].iloc[0]) == 2
+    assert int(audit["achieved_k"].iloc[0]) == int(report["achieved_k"].iloc[0])
     assert anon.drop_release(rel) is True
     assert anon.drop_release(release=rel, if_exists=True) is False
     assert rel not in set(anon.releases()["release"])

@@ -81,7 +81,7 @@ def test_sql_export_loads_into_a_database_without_the_extension(db, connect, pg_
 def test_parquet_without_pyarrow_is_refused_naming_the_fix(anon, release, tmp_path):
     with pytest.raises(errors.PrerequisiteMissing) as info:
         anon.export(release, tmp_path / "pat.parquet", format="parquet")
-    assert "pyarrow" in info.value.message and "plpy_anon[parquet]" in info.value.hint
+    assert "pyarrow" in info.value.message and "pip install './[parquet]' in a clone" in info.value.hint
     assert not os.listdir(tmp_path)
 
 

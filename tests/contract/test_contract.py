@@ -321,6 +321,32 @@ def check_grants(db, method, released, shared, schema, ctx, connect):
         drop_role(db, analyst)
 
 
+@check
+def check_release_audit_tells_the_promise_readers_and_verdict(db, method, released, shared, schema, ctx):
+    """anon.release_audit's row of the release: the catalog's promise and figures, the readers
+    from the relation's grants, and a verdict whose reasons name the k asked and found."""
+    relation = released(method)
+    row = catalog(db, relation)
+    cursor = db.execute("SELECT * FROM anon.release_audit(%s)", (relation,))
+    [audit] = [dict(zip([c.name for c in cursor.description], r)) for r in cursor.fetchall()]
+    assert (audit["release"], audit["method"]) == (relation, row["method"])
+    assert audit["k"] == row["parameters"].get("k") and audit["achieved_k"] == row["achieved_k"]
+    assert audit["l"] == row["parameters"].get("l") == (L if method.l_arg else None)
+    grantees = db.execute(
+        "SELECT coalesce(array_agg(DISTINCT grantee::regrole::text ORDER BY grantee::regrole::text), '{}') "
+        "FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = %s::regclass "
+        "AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner", (relation,)).fetchone()[0]
+    assert audit["readers"] == grantees
+    verified = db.execute("SELECT verified FROM anon.release_status() WHERE release = %s",
+                          (relation,)).fetchone()[0]
+    assert audit["verified"] is verified is True and audit["versions"] >= 1
+    assert isinstance(audit["safe"], bool) and audit["why"]
+    if audit["k"] is not None:
+        assert f"k {audit['k']} asked, smallest class {row['achieved_k']}" in audit["why"]
+    if method.l_arg:
+        assert audit["distinct_l"] is None or audit["distinct_l"] >= L
+
+
 # ------------------------------------------------------------------------------- bad inputs
 
 @check

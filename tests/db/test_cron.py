@@ -225,6 +225,8 @@ def test_a_release_of_another_database_is_scheduled_from_pg_crons_database(conne
                                match="pg_cron runs in database anon_test") as info:
                 conn.execute("SELECT anon.schedule_refresh(%s, '0 3 * * *')", (release,))
             assert "cron.schedule_in_database" in info.value.diag.message_hint
+            # the hint names the release to ask anon.refresh_job about, not a placeholder
+            assert f"SELECT * FROM anon.refresh_job('{release}') gives here" in info.value.diag.message_hint
             client = AnonClient(connection=conn)
             jobid = client.schedule_refresh(release, "0 5 * * *")
             stored = db.execute("SELECT schedule, database, command FROM cron.job WHERE jobid = %s",

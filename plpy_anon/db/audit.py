@@ -1,0 +1,127 @@
+"""anon.release_audit: what a privacy officer signs off, one row per release, from the catalog.
+
+Each release's method, promise (k, l, t, refresh mode), owner and readers (the relation's own
+grants), when it was made and last refreshed, how many versions were published and what the
+last one held back, the figures its build counted from the released rows, and a verdict with
+its reasons. The figures are those the build recorded (anon.releases.verification and .risk,
+which the release's owner can write): anon.risk_report and ``plpy-anon report`` count them again
+from the rows.
+"""
+from __future__ import annotations
+
+import json
+
+from plpy_anon.db import release_rows
+from plpy_anon.db.errors import sql_entry
+from plpy_anon.db.schedule import VERIFICATION_COLUMNS
+from plpy_anon.db.sqltext import run
+
+AUDIT = f"""
+SELECT r.release_id, pg_catalog.format('%I.%I', r.release_schema, r.release_name) AS release,
+       r.method, r.parameters, r.risk, r.achieved_k, r.created_at, r.refreshed_at,
+       r.last_error, r.last_error_at > coalesce(r.refreshed_at, r.created_at) AS last_refresh_failed,
+       pg_catalog.pg_get_userbyid(r.release_owner) AS owner,
+       1 + (SELECT count(*) FROM anon.refresh_history h
+            WHERE h.release_id = r.release_id AND h.succeeded) AS versions,
+       ARRAY(SELECT DISTINCT CASE a.grantee WHEN 0 THEN 'PUBLIC'
+                                  ELSE pg_catalog.pg_get_userbyid(a.grantee)::text END
+             FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+             WHERE c.relnamespace = r.schema_oid AND c.relname = r.release_name
+               AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+             ORDER BY 1) AS readers,
+       {VERIFICATION_COLUMNS}
+FROM anon.releases r
+WHERE $1::int4 IS NULL OR r.release_id = $1
+ORDER BY 2"""
+
+#: a class in which a sensitive column has one value gives that value away to anyone who knows
+#: a member's quasi-identifiers, whatever the release promised
+GIVES_AWAY_BELOW_L = 2
+
+
+def _figures(risk) -> dict:
+    """{(measure, column): value} of a stored risk report."""
+    rows = json.loads(risk) if isinstance(risk, str) else (risk or [])
+    return {(r.get("measure"), r.get("column_name")): r.get("value") for r in rows}
+
+
+def _number(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) and not float(value).is_integer() else f"{value:g}"
+
+
+def judge(row: dict) -> dict:
+    """The audit row of one catalog row (``AUDIT``): the figures and (safe, why)."""
+    params = json.loads(row["parameters"]) if isinstance(row["parameters"], str) else (row["parameters"] or {})
+    verification = row["verification"]
+    verification = json.loads(verification) if isinstance(verification, str) else (verification or {})
+    figures = _figures(row["risk"])
+    sensitive = sorted({c for (_, c) in figures if c is not None})
+    distinct_l = {c: figures.get(("distinct_l", c)) for c in sensitive}
+    t_found = [v for (m, _), v in figures.items() if m == "t_closeness" and v is not None]
+    k, l, t = params.get("k"), params.get("l"), params.get("t")
+    fails, passes = [], []
+
+    def check(ok: bool, text: str) -> None:
+        (passes if ok else fails).append(text)
+
+    check(bool(row["verified"]), "verified from its released rows" if row["verified"] else
+          "not verified from its released rows (its relation is missing or empty, or the check failed)")
+    if k is not None:
+        check(row["achieved_k"] is not None and row["achieved_k"] >= k,
+              f"k {k} asked, smallest class {row['achieved_k']}")
+    if l is not None:
+        by_column = verification.get("l_by_column") or {}
+        asked = f"l {_number(l)} ({params.get('l_diversity') or 'distinct'}) asked"
+        if not by_column:
+            check(False, f"{asked}, not counted by the check of its rows")
+        for column in sorted(by_column):
+            found = by_column[column]
+            check(found is not None and found >= l,
+                  f"{asked}, {column} has {_number(found) if found is not None else 'no count'}")
+    for column, found in distinct_l.items():
+        if found is not None and (l is None or found < GIVES_AWAY_BELOW_L):
+            check(found >= GIVES_AWAY_BELOW_L,
+                  f"every class has {_number(found)} or more distinct {column} values" if found >= GIVES_AWAY_BELOW_L
+                  else f"some class gives its {column} value away (distinct l {_number(found)})")
+    if t is not None:
+        worst = max(t_found) if t_found else None
+        check(worst is not None and worst <= t, f"t {_number(t)} asked, t-closeness {_number(worst)}"
+              if worst is not None else f"t {_number(t)} asked, t-closeness not counted")
+    across = verification.get("across_versions")
+    if across:
+        unsafe = (across.get("unsafe_unions") or 0) + (across.get("unsafe_differences") or 0)
+        compared = across.get("versions_compared") or 0
+        check(unsafe == 0 and not across.get("disclosed"),
+              f"against {compared} earlier version{'' if compared == 1 else 's'}: fewest candidates "
+              f"{across.get('fewest_candidates')}, {unsafe} unsafe unions or differences, "
+              f"{across.get('disclosed') or 0} disclosed")
+    notes = []
+    if not params.get("sensitive"):
+        notes.append("no sensitive column declared: attribute disclosure is not checked")
+    if row["last_refresh_failed"]:
+        notes.append("its last refresh failed (last_error): the version before it is still published")
+    if not row["readers"]:
+        notes.append("no role but its owner and superusers reads it")
+    why = " ".join([f"fails: {'; '.join(fails)}." if fails else "",
+                    f"holds: {'; '.join(passes)}." if passes else ""]).strip()
+    if notes:
+        why += " " + "; ".join(notes) + "."
+    return {
+        "release": row["release"], "method": row["method"], "owner": row["owner"],
+        "readers": row["readers"], "refresh_mode": params.get("refresh_mode"),
+        "k": k, "l": l, "t": t, "achieved_k": row["achieved_k"],
+        "distinct_l": min((v for v in distinct_l.values() if v is not None), default=None),
+        "t_closeness": max(t_found) if t_found else None,
+        "prosecutor_risk_max": figures.get(("prosecutor_risk_max", None)),
+        "verified": row["verified"], "created_at": row["created_at"], "refreshed_at": row["refreshed_at"],
+        "versions": row["versions"],
+        "held_back": (across or {}).get("held_back"), "counterfeit": (across or {}).get("counterfeit"),
+        "last_error": row["last_error"], "safe": not fails, "why": why,
+    }
+
+
+@sql_entry
+def release_audit(plpy, name: str | None = None) -> list[dict]:
+    """anon.release_audit(release DEFAULT NULL): every release, or the one named."""
+    release_id = None if name is None else release_rows.find(plpy, name, genuine=False)["release_id"]
+    return [judge(row) for row in run(plpy, AUDIT, ["int4"], [release_id])]
