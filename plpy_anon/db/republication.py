@@ -1226,11 +1226,13 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
             # as it was (their entries)
             present, rid = packed(list(hashes) + list(waiting[0])), release["release_id"]
             now = None if records is None else np.concatenate(records)
-            figures.update(check_differences(
+            differences, checked = check_differences(
                 plpy, release, promise, stashed["version"], state, hashes, groups, classes, matched,
                 lambda kept: alive_groups(kept, state, present, rid),
                 None if now is None else lambda kept: alive_groups(kept, state, present, rid, now),
-                present, stashed.get("read_versions")))
+                present, stashed.get("read_versions"))
+            figures.update(differences)
+            store_version(plpy, rid, checked)
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
     l = promise.l
@@ -1615,7 +1617,8 @@ def same_multisets_and_unions(release: dict, version: dict, classes: Classes):
 
 def check_differences(plpy, release: dict, promise: Promise, version: dict, state: State,
                       hashes: list, groups: list, classes: Classes, matched=None,
-                      alive=None, unchanged=None, present=None, read_versions=None) -> dict:
+                      alive=None, unchanged=None, present=None,
+                      read_versions=None) -> tuple[dict, CheckedVersion]:
     """The difference check of a stable release's new version: the multisets of its released
     classes (``classes``: from the released rows, :func:`released_classes`) must be the groups'
     multisets the run stashed (``version``), and no group's values added or removed since any
@@ -1638,8 +1641,8 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
     run's people and then of its held back ones, packed, when the caller has them). ``read_versions``:
     the stored versions as the run read them in this transaction (:attr:`People.version_rows`
     and :attr:`People.versions`, their multisets over ``version["values"]``), not read again.
-    Refuses (22000) otherwise;
-    stores the version (anon.release_versions) and returns its figures."""
+    Refuses (22000) otherwise; returns its figures and the version to store
+    (:func:`store_version`), nothing written."""
     release_id = release["release_id"]
     values = version["values"]
     group_counts, class_multiset, group_multiset, (pair_a, pair_b) = same_multisets_and_unions(
@@ -1735,23 +1738,55 @@ def check_differences(plpy, release: dict, promise: Promise, version: dict, stat
         held.size == 1 and values[held[0]] == "")         # one empty text joins as no text
     vals = np.asarray(values, dtype=object)[held].tolist() if marks else "\x01".join(
         np.asarray(["\x02" if v is None else v for v in values], dtype=object)[held].tolist())
+    roots = {}
     for row in kept:
-        roots = step_of(row["roots"])
-        if (roots != row["roots"]).any():
-            run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
-                ["int4", "int4", "int4[]"], [release_id, row["version"], roots.tolist()])
-    # only the newest version keeps who it held back
+        held_in = step_of(row["roots"])
+        if (held_in != row["roots"]).any():
+            roots[int(row["version"])] = held_in.tolist()
+    return figures, CheckedVersion(
+        ids.tolist(), sizes, vals, roots, version["held_back"], version["counterfeit"],
+        linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
+        None if people_ids is None else [int(g) for g in people_ids])
+
+
+@dataclass
+class CheckedVersion:
+    """A version the difference check passed (:func:`check_differences`), stored apart
+    (:func:`store_version`) so that a run checking its people in parts stores it once."""
+
+    #: its groups and each one's published rows
+    ids: list
+    sizes: list
+    #: each group's values, group after group: listed where a value is or holds a mark of the
+    #: joined form, else one text (each value ended by 0x01 but the last, NULL 0x02)
+    vals: list | str
+    #: the stored versions whose groups are now held in other groups: version -> its roots
+    roots: dict
+    held_back: int
+    counterfeit: int
+    linked: list | None
+    waiting: list | None
+    waiting_groups: list | None
+    people_linked: list | None
+
+
+def store_version(plpy, release_id: int, checked: CheckedVersion) -> None:
+    """A checked version stored (anon.release_versions) after the earlier ones, their roots
+    followed into its groups; only the newest keeps who it held back."""
+    for version, roots in checked.roots.items():
+        run(plpy, "UPDATE anon.release_versions SET roots = $3 WHERE release_id = $1 AND version = $2",
+            ["int4", "int4", "int4[]"], [release_id, version, roots])
     run(plpy, "UPDATE anon.release_versions SET waiting = NULL, waiting_groups = NULL "
               "WHERE release_id = $1 AND version IN (SELECT r.version FROM "
               "anon.readable_release_versions r WHERE r.release_id = $1 AND r.waiting IS NOT NULL)",
         ["int4"], [release_id])
-    run(plpy, STORE_VERSION if marks else STORE_JOINED_VERSION,
-        ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
+    listed = isinstance(checked.vals, list)
+    run(plpy, STORE_VERSION if listed else STORE_JOINED_VERSION,
+        ["int4", "int4[]", "int4[]", "text[]" if listed else "text", "int4", "int4", "int4[]",
          "bytea[]", "int4[]", "int4[]"],
-        [release_id, ids.tolist(), sizes, vals, version["held_back"], version["counterfeit"],
-         linked_ids, version.get("waiting") or None, version.get("waiting_groups") or None,
-         None if people_ids is None else [int(g) for g in people_ids]])
-    return figures
+        [release_id, checked.ids, checked.sizes, checked.vals, checked.held_back,
+         checked.counterfeit, checked.linked, checked.waiting, checked.waiting_groups,
+         checked.people_linked])
 
 
 #: a version checked, stored (its values, ``$4``: a text array)

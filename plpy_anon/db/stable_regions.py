@@ -597,7 +597,7 @@ def _keep_version(to_store: dict, version: dict) -> None:
 
 
 def _store_version(plpy, release_id: int, to_store: dict) -> None:
-    """The first version stored (anon.release_versions), as republication.check_differences
+    """The first version stored (anon.release_versions), as republication.store_version
     stores one: its values as one text, or listed where a region's are (one empty text, which
     joins as no text, listed too)."""
     parts = to_store["vals"]
@@ -609,10 +609,7 @@ def _store_version(plpy, release_id: int, to_store: dict) -> None:
         vals = "\x01".join(parts)
     del parts[:]
     check_interrupts()
-    run(plpy, republication.STORE_VERSION if marks else republication.STORE_JOINED_VERSION,
-        ["int4", "int4[]", "int4[]", "text[]" if marks else "text", "int4", "int4", "int4[]",
-         "bytea[]", "int4[]", "int4[]"],
-        [release_id, [int(g) for g in to_store["ids"]],
-         [int(s) for s in to_store["sizes"]], vals, 0, 0,
-         [int(g) for g in to_store["linked"]] if to_store["any_linked"] else None,
-         None, None, [int(g) for g in to_store["people_linked"]]])
+    republication.store_version(plpy, release_id, republication.CheckedVersion(
+        [int(g) for g in to_store["ids"]], [int(s) for s in to_store["sizes"]], vals, {}, 0, 0,
+        [int(g) for g in to_store["linked"]] if to_store["any_linked"] else None,
+        None, None, [int(g) for g in to_store["people_linked"]]))
