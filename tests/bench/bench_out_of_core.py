@@ -93,7 +93,8 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
                       f"{report[session]['seconds']:.1f} s, backend CPU "
                       f"{report[session]['cpu']:.1f} s, {figures} figures, VmHWM after it "
                       f"{report[session]['hwm']:.0f} MiB, peak RssAnon in it "
-                      f"{report_memory.anon:.0f} MiB", flush=True)
+                      f"{report_memory.anon:.0f} MiB, peak RssShmem {report_memory.shmem:.0f} "
+                      "MiB", flush=True)
     metrics, verified, smallest = conn.execute(
         "SELECT r.metrics, s.verified, (s.verification ->> 'smallest_class')::int "
         "FROM anon.releases r JOIN anon.release_status() s "
