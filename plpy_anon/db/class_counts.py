@@ -788,10 +788,12 @@ class Counter:
     counts them too and the later one is served from it."""
 
     def __init__(self, plpy, release: dict | None = None, budget: int | None = None,
-                 models: dict | None = None):
+                 models: dict | None = None, c: float = 3.0):
         self._plpy = plpy
         #: bytes the check's queries are bounded by (an out-of-core release's build_memory)
         self.budget = budget
+        #: recursive (c,l)'s c of the figures a bounded pass computes as it reads
+        self.c = c
         #: with a budget, ``models[column](table)``: the privacy models (core.privacy_models)
         #: the check asks of each class of a column, checked as the pass reads its classes
         self.models = models
@@ -815,7 +817,8 @@ class Counter:
                 return done
         wanted = list(sensitive) + self._expected.get((relation, frozenset(qis)), [])
         counts = count(self._plpy, relation, qis, wanted, self._stored.get(relation), self.budget,
-                       self._ordered.get((relation, frozenset(qis))), models=self.models)
+                       self._ordered.get((relation, frozenset(qis))), c=self.c,
+                       models=self.models)
         self._done.append(counts)
         return counts
 

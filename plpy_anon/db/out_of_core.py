@@ -1488,14 +1488,18 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted=Non
     read, fit, publish = hooks
     position = first_class = 0
     k = int(ctx.spec.promise.k)
-    for region in leaves:
+    for number, region in enumerate(leaves, 1):
+        # each step announced as it starts: a client sees where a cancel lands
+        step = f"region {number} of {len(leaves)}"
         with interrupts.honoured(plpy):
+            progress(plpy, f"{step}: reading {region.rows:,} rows")
             t0 = time.monotonic()
             with timing.phase("region_read"), src.steps.step("region_read"), region_read(plpy):
                 rows = read(ctx, src.predicate(region.bounds) if region.bounds else None,
                             src.whole)
             t1 = time.monotonic()
             ctx.read_s += t1 - t0
+            progress(plpy, f"{step}: fitting")
             with timing.phase("region_fit"), src.steps.step("region_fit"):
                 model = fit(rows, region_spec(ctx.spec, region, src.tables))
             ctx.fit_s += time.monotonic() - t1
@@ -1507,6 +1511,7 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted=Non
                 fitted(region, rows, model, first_class)
             n_rows, n_classes = rows.data.n_rows, model.n_classes_
             del rows, model
+            progress(plpy, f"{step}: writing")
         while True:
             with src.steps.step("region_slices"):          # a slice's literals made
                 piece = next(slices, None)

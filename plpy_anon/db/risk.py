@@ -26,9 +26,10 @@ import numbers
 
 from plpy_anon.core import risk as core
 from plpy_anon.core.errors import AnonError, InvalidParameter
+from plpy_anon.core.regions import row_bytes
 from plpy_anon.db import columns
 from plpy_anon.db.class_counts import Counter, orderable
-from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.db.sqltext import build_memory, jsonb, run
 from plpy_anon.spec import Promise
 
 ORDERED_CATEGORIES = {"N", "D"}       # numbers, dates and times: ordered EMD; the rest: equal distance
@@ -96,6 +97,22 @@ def count_rows(plpy, relation: str) -> int:
     return int(plpy.execute(f"SELECT count(*)::int8 AS n FROM {relation}")[0]["n"])
 
 
+def estimated_rows(plpy, relation: str) -> float:
+    """The planner's estimate of ``relation``'s rows (a table, a view, a partitioned table)."""
+    plan = plpy.execute(f"EXPLAIN (FORMAT JSON) SELECT FROM {relation}")[0]["QUERY PLAN"]
+    return float((json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]["Plan Rows"])
+
+
+def report_budget(plpy, target: Target) -> int | None:
+    """plpy_anon.build_memory where ``target``'s rows would not fit it as a build counts them
+    (core.regions.row_bytes of its columns a row, the planner's rows): its report's pass is then
+    bounded by it (class_counts.pass_settings) and keeps figures, not class x value tables, as
+    the check of an out-of-core release does; None below it."""
+    budget = build_memory(plpy)
+    wanted = estimated_rows(plpy, target.relation) * row_bytes(len(target.qis) + len(target.sensitive))
+    return budget if wanted > budget else None
+
+
 # ---------------------------------------------------------------------------- the report
 
 def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recursive_c=3.0,
@@ -113,7 +130,10 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
         raise InvalidParameter(f"recursive_c {recursive_c:g} is not positive",
                                hint="Recursive (c,l)-diversity needs c > 0, e.g. 3.")
     if target.qis:
-        counts = (counter or Counter(plpy)).get(target.relation, target.qis, target.sensitive)
+        if counter is None:
+            counter = Counter(plpy, budget=report_budget(plpy, target), c=recursive_c)
+            counter.expect(target.relation, target.qis, target.sensitive, target.ordered)
+        counts = counter.get(target.relation, target.qis, target.sensitive)
         figures = core.class_figures(counts.sizes, counts.classes,
                                      risk_threshold=risk_threshold, population=population)
         # a NULL is no value (ClassCounts.known)

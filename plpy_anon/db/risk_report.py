@@ -127,6 +127,7 @@ def class_sizes(plpy, relation: str, quasi_identifiers=None) -> list[dict]:
     """The class-size histogram of ``relation`` (its classes over the quasi-identifiers
     :func:`resolve` finds), read through the same guards as the risk report."""
     target = resolve(plpy, relation, quasi_identifiers, [])
-    counts = class_counts.count(plpy, target.relation, target.qis, [])
+    counts = class_counts.count(plpy, target.relation, target.qis, [],
+                                budget=risk.report_budget(plpy, target))
     return [{"class_size": int(size), "classes": int(n)}
             for size, n in sorted(zip(counts.sizes.tolist(), counts.classes.tolist())) if n > 0]

@@ -250,7 +250,9 @@ class RegionChecks:
             1, republication.MOST_STATE_ROWS - len(self.regions))))
         chunk = seen_classes = overlapping = 0
         for number, region in enumerate(self.regions):
+            step = f"checking region {number + 1} of {len(self.regions)}"
             with interrupts.honoured(plpy):
+                progress(plpy, f"{step}: reading its people")
                 where = self.src.predicate(region.bounds) if region.bounds else None
                 with timing.phase("read_people"), self.region_read(plpy):
                     rows = self.read(self.ctx, where, self.src.whole, people_state=empty)
@@ -267,6 +269,7 @@ class RegionChecks:
                 groups = np.empty(order.size, dtype=np.int64)
                 groups[order] = region.groups
                 qi_texts = people.qi_texts
+                progress(plpy, f"{step}: matching its classes")
                 with timing.phase("check_classes"):
                     classes = republication.released_classes(
                         plpy, release, qis, sensitive, qi_texts, [None in t for t in qi_texts],
@@ -276,6 +279,7 @@ class RegionChecks:
                         if classes.linkable[0].shape[1] else None
                     matched = containment.contained(classes.axes, order.size, classes.count,
                                                     linked=linked)
+                progress(plpy, f"{step}: remembering its people")
                 with timing.phase("check_candidates"):
                     records = None if people.records is None else (
                         people.records, np.empty(0, dtype=np.uint64))

@@ -15,6 +15,8 @@ cluster (shared_buffers 512MB, work_mem 64MB):
   table with a primary key is released in the stable mode by default, which runs in memory;
   default none), and its sensitive column PLPY_ANON_OOC_SENSITIVE (default diagnosis; a QI
   named there, e.g. age for t of a numeric column, is left out of the QIs);
+* PLPY_ANON_OOC_RISK=1: each release's anon.risk_report in the building backend afterwards, with
+  the build's budget, then with the default: seconds, the backend's CPU, VmHWM after each;
 * larger sizes: the out-of-core release with a 512MB budget (PLPY_ANON_OOC_BUDGET; 2GB for the
   100M-row run): the backend's VmHWM (target < 1 GiB at 10M, <= 2 GiB at 100M; it counts the
   shared buffers the backend touched:
@@ -42,6 +44,9 @@ MODELS = os.environ.get("PLPY_ANON_OOC_MODELS", "")
 QIS = [q for q in ["age", "zip", "sex", "segment", "income", "visit"] if q != SENSITIVE]
 #: k of every build (PLPY_ANON_OOC_K; a small k makes many classes, the write's and check's load)
 K = int(os.environ.get("PLPY_ANON_OOC_K", "10"))
+#: PLPY_ANON_OOC_RISK=1: after each build, anon.risk_report of the release in the same backend
+#: (its VmHWM after the build and after the report printed)
+RISK_REPORT = os.environ.get("PLPY_ANON_OOC_RISK", "") not in ("", "0")
 
 
 def load(conn, n: int) -> None:
@@ -70,6 +75,26 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
         e2e = time.perf_counter() - t0
         cpu = backend_cpu(pid) - cpu0
         hwm = vm_hwm_mib(pid)
+        report = None
+        if RISK_REPORT:
+            # the report an analyst asks for afterwards, in the same backend and session (its
+            # build_memory still set), then with the default budget: the backend's peak after each
+            report = {}
+            for session in ("build's budget", "default budget"):
+                if session == "default budget":
+                    other.execute("RESET plpy_anon.build_memory")
+                t1, c1 = time.perf_counter(), backend_cpu(pid)
+                with MemorySampler(pid) as report_memory:
+                    figures = other.execute("SELECT count(*) FROM anon.risk_report(%s)",
+                                            (release,)).fetchone()[0]
+                report[session] = {"seconds": time.perf_counter() - t1, "hwm": vm_hwm_mib(pid),
+                                   "cpu": backend_cpu(pid) - c1, "anon": report_memory.anon}
+                print(f"{name}: build VmHWM {hwm:.0f} MiB; anon.risk_report at the {session} "
+                      f"{report[session]['seconds']:.1f} s, backend CPU "
+                      f"{report[session]['cpu']:.1f} s, {figures} figures, VmHWM after it "
+                      f"{report[session]['hwm']:.0f} MiB, peak RssAnon in it "
+                      f"{report_memory.anon:.0f} MiB, peak RssShmem {report_memory.shmem:.0f} "
+                      "MiB", flush=True)
     metrics, verified, smallest = conn.execute(
         "SELECT r.metrics, s.verified, (s.verification ->> 'smallest_class')::int "
         "FROM anon.releases r JOIN anon.release_status() s "
@@ -77,6 +102,7 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
         "WHERE s.release = %s", (release,)).fetchone()
     ooc = metrics.get("out_of_core")
     return {"release": release, "e2e": e2e, "cpu": cpu, "hwm": hwm,
+            "report": report,
             "phases": metrics.get("timing", {}).get("phases", {}), "ooc": ooc, "anon": memory.anon, "shmem": memory.shmem,
             "ncp": metrics["ncp_percent"], "classes": metrics["n_classes"],
             "verified": verified, "smallest": smallest,

@@ -10,7 +10,7 @@ import re
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from plpy_anon.cluster import ThrowawayCluster
@@ -762,55 +762,79 @@ row_strategy = st.tuples(st.one_of(st.none(), st.integers(0, 12)),
 rows_strategy = st.lists(row_strategy, min_size=2, max_size=120)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=rows_strategy, k=st.integers(2, 8), l=st.sampled_from([None, 2]))
-def test_random_tables_released_out_of_core_are_k_anonymous_truthful_and_complete(db, schema, rows, k, l):
-    k = min(k, len(rows))
+#: the two paths every random table is released by: in memory (the default budget) and out of
+#: core at one byte (every region of 2k rows or more is cut)
+PATHS = [("in_memory", None), ("out_of_core", "1")]
+
+
+def released_by_both_paths(db, schema, kwargs, refusals) -> dict:
+    """``r`` released by each of :data:`PATHS` with ``kwargs``: each path's release checked from
+    its rows (every row once, inside its class's ranges and sets, classes of k, l values of s),
+    or the SQLSTATE of its refusal (one of ``refusals``): ``{path: (released relation or None,
+    SQLSTATE or None)}``, the same outcome by both paths."""
+    outcomes = {}
+    for path, size in PATHS:
+        try:
+            with budget(db, size) if size else contextlib.nullcontext():
+                rel = release(db, schema, "r", f"r_{path}", **kwargs)
+        except refusals as refused:
+            outcomes[path] = (None, refused.sqlstate)
+            continue
+        metrics, verified, _, _ = catalog(db, rel)
+        assert ("out_of_core" in metrics) == (size is not None) and verified is True
+        check_release(db, rel, "r", kwargs["k"], kwargs.get("l"))
+        outcomes[path] = (rel, None)
+    assert outcomes["in_memory"][1] == outcomes["out_of_core"][1], outcomes
+    event(f"refused ({outcomes['in_memory'][1]})" if outcomes["in_memory"][1] else "released")
+    return outcomes
+
+
+def random_table(db, schema, rows):
     db.execute("DROP TABLE IF EXISTS r CASCADE")
     db.execute("DELETE FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),))
     load(db, "r", rows)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=rows_strategy, k=st.integers(2, 8), l=st.sampled_from([None, 2]),
+       priorities=st.sampled_from([None, '{"b": 1}', '{"a": 1, "d": 0.5}']))
+def test_random_tables_released_in_memory_and_out_of_core_are_k_anonymous_truthful_and_complete(
+        db, schema, rows, k, l, priorities):
+    """The same random table (NULLs in every QI, the categorical b among them), plain or
+    prioritized, released in memory and out of core: both released, each k-anonymous, truthful
+    and complete from its rows, or both refused (only l-diversity may be impossible)."""
+    k = min(k, len(rows))
+    random_table(db, schema, rows)
     if l and len({row[3] for row in rows} - {None}) < l:
         l = None
-    kwargs = {"k": k, **({"l": l} if l else {})}
-    try:
-        with budget(db, "1"):          # one byte: every region of 2k rows or more is cut
-            rel = release(db, schema, "r", "r_ooc", **kwargs)
-    except psycopg.errors.DataException:
-        assert l is not None                      # only l-diversity may be impossible
-        return
-    metrics, verified, _, _ = catalog(db, rel)
-    assert "out_of_core" in metrics and verified is True
-    check_release(db, rel, "r", k, l)
+    kwargs = {"k": k, **({"l": l} if l else {}), **({"priorities": priorities} if priorities else {})}
+    outcomes = released_by_both_paths(db, schema, kwargs, psycopg.errors.DataException)
+    if outcomes["in_memory"][1] is not None:
+        assert l is not None
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(row_strategy, min_size=40, max_size=160), k=st.integers(2, 6),
        model=st.sampled_from(["entropy", "recursive"]),
        priorities=st.sampled_from([None, '{"a": 1}', '{"b": 1, "d": 0.5}']))
-def test_random_tables_released_out_of_core_with_priorities_or_entropy_l_keep_them(
+def test_random_tables_released_in_memory_and_out_of_core_with_priorities_or_entropy_l_keep_them(
         db, schema, rows, k, model, priorities):
-    """Prioritized releases and entropy / recursive l-diversity take the out-of-core path too:
-    from the released rows, every class keeps k and its model, and every row is in its ranges."""
+    """Prioritized releases and entropy / recursive l-diversity, in memory and out of core: from
+    each one's released rows, every class keeps k and its model, and every row is in its ranges;
+    a table that fails the model as a whole is refused by both."""
     k = min(k, len(rows))
-    db.execute("DROP TABLE IF EXISTS r CASCADE")
-    db.execute("DELETE FROM anon.releases WHERE release_schema = %s", (release_schema_of(schema),))
-    load(db, "r", rows)
+    random_table(db, schema, rows)
     kwargs = {"k": k, "l": 2, "l_diversity": model, **({"c": 2} if model == "recursive" else {}),
               **({"priorities": priorities} if priorities else {})}
-    try:
-        with budget(db, "1"):
-            rel = release(db, schema, "r", "r_ooc", **kwargs)
-    except (psycopg.errors.DataException, psycopg.errors.InvalidParameterValue):
-        return                                  # the whole table fails the model: refused
-    metrics, verified, _, _ = catalog(db, rel)
-    assert "out_of_core" in metrics and verified is True
-    check_release(db, rel, "r", k, 2)
-    for counts in worst_class_values(db, rel):
-        total = sum(counts)
-        if model == "entropy":
-            assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
-        else:
-            assert counts[0] < 2 * sum(counts[1:])
+    outcomes = released_by_both_paths(
+        db, schema, kwargs, (psycopg.errors.DataException, psycopg.errors.InvalidParameterValue))
+    for rel in [rel for rel, _ in outcomes.values() if rel is not None]:
+        for counts in worst_class_values(db, rel):
+            total = sum(counts)
+            if model == "entropy":
+                assert -sum(c / total * math.log(c / total) for c in counts) >= math.log(2) - 1e-9
+            else:
+                assert counts[0] < 2 * sum(counts[1:])
 
 
 numeric_row_strategy = st.tuples(st.one_of(st.none(), st.integers(0, 12)),
