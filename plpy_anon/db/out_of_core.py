@@ -40,17 +40,15 @@ fit's order (by frequency) at the top and level by level (categorical_orders). N
 in-memory path runs, whatever the size): prioritized Mondrian with the utility split,
 information gain or workload cut points, whose cuts the counts here do not decide. A release in
 the stable refresh mode is created region by region (stable_regions.py: each region's people
-grouped, checked and remembered in turn, each region's box stored); its refreshes beyond the
-budget are refused (54000) before anything is written: a refresh follows every person in one
-backend. One that stores its regions' boxes is refused with the regions its people would make
-the refresh hold together (:func:`refuse_stable_refresh_by_regions`, from
-stable_regions.plan_refresh), any other as :func:`refuse_stable_refresh_over_budget` says.
+grouped, checked and remembered in turn, each region's box stored for the refresh region by
+region, which is not built); its refreshes beyond the budget are refused (54000,
+:func:`refuse_stable_refresh_over_budget`) before anything is read or written: a refresh follows
+every person in one backend.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import time
 
 import numpy as np
@@ -1293,54 +1291,6 @@ def refuse_stable_refresh_over_budget(plan) -> None:
              "can then be intersected: docs/republication.md).")
 
 
-def refuse_stable_refresh_by_regions(plpy, release: dict, spec: ReleaseSpec, plan,
-                                     stable_run) -> None:
-    """Refuse a stable release's refresh beyond the budget, saying which of its regions the
-    refresh would have to hold together (``stable_run.plan_refresh``: one pass over the source
-    in SQL, the stored boxes of its creation and its people's hashes; nothing written) and
-    whether the largest such group fits the budget. A release that stores no boxes is refused
-    as :func:`refuse_stable_refresh_over_budget` refuses it."""
-    _, tbl, qis, sens, budget, bytes_per_row, n, _ = plan
-    src = Source(plpy, tbl, qis, sens, source_members(plpy, tbl))
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    identifiers = [cols[name] for name in spec.promise.identifiers or ()]
-    with release_rows.owner_state(plpy), timing.phase("refresh_plan"):
-        regions = stable_run.plan_refresh(plpy, release, src, identifiers)
-    if regions is None:
-        refuse_stable_refresh_over_budget(plan)
-    region_budget = core.leaf_budget(budget, resident_bytes())
-    root, rows = max(regions.group_rows.items(), key=lambda item: (item[1], -item[0]))
-    held = rows * STABLE_ROW_FACTOR * bytes_per_row
-    together = [r for r, g in enumerate(regions.merged) if g == root]
-    figures = {"regions": regions.regions, "rows": regions.rows, "movers": regions.movers,
-               "joiners": regions.joiners, "groups": len(regions.group_rows),
-               "largest_group": together, "largest_group_rows": rows,
-               "largest_group_bytes": held, "region_budget_bytes": region_budget,
-               "all_merged": regions.everything}
-    hint = (f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
-            f"'{_size_text(resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row)}', or ALTER "
-            "ROLE ... SET for scheduled refreshes), or create the release again with "
-            "refresh_mode => 'fresh' and replace => true (its versions can then be intersected: "
-            "docs/republication.md).")
-    if held > region_budget:
-        why = regions.everything or (
-            f"{regions.movers:,} known people's quasi-identifiers moved into another region's box, "
-            "linking the regions they left and entered")
-        raise StableOverBudget(
-            f"a refresh of {release['release_schema']}.{release['release_name']} region by region "
-            f"would hold {len(together)} of its {regions.regions} regions together ({rows:,} rows, "
-            f"about {_size_text(held)} in the stable run), which exceeds {SETTING} "
-            f"({_size_text(budget)}): {why}",
-            detail=json.dumps(figures), hint=hint)
-    raise StableOverBudget(
-        f"refresh_mode => 'stable' refreshes a release holding every row of its source in one "
-        f"backend, and {tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and "
-        f"fit) exceeds {SETTING} ({_size_text(budget)}); its {regions.regions} regions would be "
-        f"refreshed as {len(regions.group_rows)} groups of at most {rows:,} rows (about "
-        f"{_size_text(held)}, within the budget), but the refresh region by region is not built",
-        detail=json.dumps(figures), hint=hint)
-
-
 def _size_text(size: int) -> str:
     """``size`` bytes rounded up to whole kilobytes below a megabyte, else megabytes, as
     pg_size_bytes reads them."""
@@ -1368,7 +1318,7 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
     stable release is created region by region (stable_regions.py), refreshed in memory only
-    (beyond the budget refused: :func:`refuse_stable_refresh_by_regions`).
+    (beyond the budget refused before anything is read: :func:`refuse_stable_refresh_over_budget`).
     The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
@@ -1390,11 +1340,11 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     spec, tbl, qis, sens, budget, bytes_per_row, n, counted = plan
     stable = republication.is_stable(spec.stored)
     if stable:
-        if stable_run is None:
+        # refused before the secrets or the source are read: a refused scheduled refresh costs
+        # nothing, and a non-owner gets the budget's error, not the salt's
+        if stable_run is None or not stable_run.first_version(plpy, release_id):
             refuse_stable_refresh_over_budget(plan)
         release, spec, read = stable_run.with_secrets(release_method, plpy, release, read)
-        if not stable_run.first_version(plpy, release_id):
-            refuse_stable_refresh_by_regions(plpy, release, spec, plan, stable_run)
     # the stable run holds its people's hashes and texts beside a region's rows
     region_row_bytes = bytes_per_row * (STABLE_ROW_FACTOR if stable else 1)
     l = spec.promise.l

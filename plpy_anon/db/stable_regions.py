@@ -26,12 +26,11 @@ and after the last region stores the version (anon.release_versions) as the in-m
 does.
 
 Each region's box (its cuts: :func:`box_of`) is stored beside the state (anon.release_regions,
-read through anon.readable_release_regions: :func:`store_boxes`, :func:`stored_boxes`). A refresh
-beyond the budget is planned from them (:func:`plan_refresh`: one pass over the source in SQL,
-each row's box and its person's hash joined with the state's regions; the regions known people
-link merged by union-find) and refused before anything is written
-(out_of_core.refuse_stable_refresh_by_regions): the run of each merged group is not built
-(docs/out-of-core.md, "What is built of that").
+read through anon.readable_release_regions: :func:`store_boxes`, :func:`stored_boxes`), so that
+a release created today has its boxes when a refresh region by region is built: that refresh
+must know which region remembered each person. It is not built: a refresh beyond the budget is
+refused before anything is read (out_of_core.refuse_stable_refresh_over_budget; what it must
+settle: docs/out-of-core.md, "Not built").
 """
 from __future__ import annotations
 
@@ -43,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from plpy_anon.core import containment
-from plpy_anon.core.disjoint_sets import SmallestRootSets
 from plpy_anon.core.errors import AnonError, InsufficientData
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.db import class_counts, guards, interrupts, release_rows, republication, timing
@@ -345,69 +343,6 @@ def box_of(src, bounds) -> list[dict]:
     return out
 
 
-def box_predicate(src, box: list[dict], release_id: int) -> str:
-    """SQL true for a row of ``src`` inside a stored box (:func:`box_of`): the predicate its
-    region was read with at creation (out_of_core.Source.predicate)."""
-    parts = []
-    for cut in box if isinstance(box, list) else [None]:
-        if not _well_formed(cut, src):
-            raise InsufficientData(
-                f"a stored region of release {release_id} (anon.release_regions) holds a cut "
-                f"that is not one its creation wrote: {json.dumps(cut)[:200]}",
-                hint="Restore the release's rows of anon.release_regions from a backup, or "
-                     "recreate the release knowingly.")
-        a = cut["qi"]
-        c = src.names[a]
-        if "texts" in cut:
-            held = src._member(a, cut["texts"])
-            if cut["texts_left"]:
-                side = f"({c} IS NULL OR {held})" if cut["null_left"] else held
-            else:
-                side = f"(NOT {held})" if cut["null_left"] else f"({c} IS NOT NULL AND NOT {held})"
-        else:
-            side = src.left(a, cut["value"], cut["strict"])
-        parts.append(side if cut["left"] else f"(NOT {side})")
-    return " AND ".join(parts) if parts else "true"
-
-
-def _well_formed(cut, src) -> bool:
-    """Whether a stored cut is one :func:`box_of` writes for a QI of ``src`` (a release's
-    owner may write its own rows of anon.release_regions)."""
-    if not isinstance(cut, dict) or not isinstance(cut.get("qi"), int) \
-            or not 0 <= cut["qi"] < len(src.qis) or cut.get("name") != src.qis[cut["qi"]].name \
-            or not all(isinstance(cut.get(key), bool) for key in ("left", "strict")):
-        return False
-    if "texts" in cut:
-        return isinstance(cut["texts"], list) and all(isinstance(t, str) for t in cut["texts"]) \
-            and all(isinstance(cut.get(key), bool) for key in ("texts_left", "null_left"))
-    return "value" in cut and (cut["value"] is None or isinstance(cut["value"], str))
-
-
-def box_case(src, boxes: list, release_id: int) -> str:
-    """SQL of the number of the box a row lies in, NULL for none (``boxes``: (number, cuts)).
-    The boxes are the leaves of the creation's tree of cuts, each one's cuts its path from the
-    root: where every box's first cut is one cut (its sides apart), a nested ``CASE`` tests it
-    once and goes on with each side's boxes, so a row is tested on its path's cuts alone
-    rather than on every box before its own; any other list is tested box by box."""
-    def cut_of(cut):
-        return {key: value for key, value in cut.items() if key != "left"}
-    if len(boxes) == 1:
-        number, cuts = boxes[0]
-        return str(number) if not cuts else \
-            f"CASE WHEN {box_predicate(src, cuts, release_id)} THEN {number} END"
-    if all(isinstance(cuts, list) and cuts and isinstance(cuts[0], dict) for _, cuts in boxes):
-        first = cut_of(boxes[0][1][0])
-        if all(cut_of(cuts[0]) == first for _, cuts in boxes):
-            left = [(number, cuts[1:]) for number, cuts in boxes if cuts[0]["left"] is True]
-            right = [(number, cuts[1:]) for number, cuts in boxes if cuts[0]["left"] is False]
-            if left and right and len(left) + len(right) == len(boxes):
-                side = box_predicate(src, [{**boxes[0][1][0], "left": True}], release_id)
-                return (f"CASE WHEN {side} THEN ({box_case(src, left, release_id)}) "
-                        f"ELSE ({box_case(src, right, release_id)}) END")
-    return "CASE " + " ".join(f"WHEN {box_predicate(src, cuts, release_id)} THEN {number}"
-                              for number, cuts in boxes) + " END"
-
-
 STORE_BOX = "INSERT INTO anon.release_regions (release_id, region, bounds) VALUES ($1, $2, $3)"
 
 
@@ -431,112 +366,6 @@ def stored_boxes(plpy, release_id: int) -> list[list[dict]]:
             hint="Restore the release's rows of anon.release_regions from a backup, or recreate "
                  "the release knowingly.")
     return [jsonb(r["bounds"]) for r in rows]
-
-
-#: the rows of a release's state, one per person: their hash and the region whose rows hold them
-STATE_PEOPLE = """
-SELECT s.region AS stored, pg_catalog.substr(s.persons, 32 * (g.i - 1) + 1, 32) AS person
-FROM anon.readable_release_state s
-     CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.octet_length(s.persons) / 32) AS g(i)
-WHERE s.release_id = $1"""
-
-
-@dataclass
-class RefreshPlan:
-    """Where a refresh beyond the budget would put each region's people (:func:`plan_refresh`):
-    the source's rows per box, the known people whose QIs left their region's box, and the
-    regions merged: those a known person's stored region and current box link, or all of them
-    where a row lies in no box, holds NULL in a QI released as a range (which meets every
-    range) or has identifiers not hashed in SQL."""
-
-    regions: int
-    #: the source's rows in each box
-    rows: list
-    #: known people whose row lies in a box other than their stored region's
-    movers: int
-    #: people the state does not know
-    joiners: int
-    #: each region's merged group (the smallest region of it)
-    merged: list
-    #: rows in each merged group, keyed by its smallest region
-    group_rows: dict
-    #: why every region merged, or None
-    everything: str | None
-
-
-def person_text(plpy, identifiers: list) -> str | None:
-    """SQL of the text a stable run hashes for a row's person (republication.person_hashes), or
-    NULL for a row whose text SQL does not make the same (a composite identifier holding the
-    separator, whose text is JSON)."""
-    texts = [f"{ident(plpy, c.name)}::pg_catalog.text" if c.type_name in ("int2", "int4", "int8")
-             else c.as_text(plpy) for c in identifiers]
-    if not texts:
-        return None
-    if len(texts) == 1:
-        return texts[0]
-    mark = f"E'\\x{ord(republication.SEPARATOR):02x}'"
-    held = " OR ".join(f"pg_catalog.strpos({t}, {mark}) > 0" for t in texts)
-    return f"CASE WHEN {held} THEN NULL ELSE pg_catalog.concat_ws({mark}, {', '.join(texts)}) END"
-
-
-def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | None:
-    """The regions a stable refresh beyond the budget would refresh together, from one pass over
-    the source in SQL (each row's box by the stored cuts, its person's hash (``release``: with
-    its salt, :func:`with_secrets`) joined with the state's, region by region): None when the
-    release stores no boxes (created in memory, or its state rewritten as one region since)."""
-    rid = release["release_id"]
-    boxes = stored_boxes(plpy, rid)
-    if not boxes:
-        return None
-    label = box_case(src, list(enumerate(boxes)), rid)
-    ranged = [src.names[a] for a, c in enumerate(src.qis)
-              if republication._released_type(c) != "text[]"]
-    null_ranged = " OR ".join(f"{c} IS NULL" for c in ranged) or "false"
-    text = person_text(plpy, identifiers)
-    salt = jsonb(release["parameters"]).get("person_salt")
-    person = "NULL::pg_catalog.bytea" if text is None or salt is None else (
-        f"pg_catalog.sha256($2 OPERATOR(pg_catalog.||) pg_catalog.convert_to({text}, 'UTF8'))")
-    counted = []
-    for member in src.members:
-        check_interrupts()
-        counted += run(plpy, f"""
-            WITH now AS (SELECT {label} AS region, {person} AS person, ({null_ranged}) AS null_ranged
-                         FROM {member}),
-                 state AS ({STATE_PEOPLE})
-            SELECT n.region, s.stored, n.null_ranged, n.person IS NULL AS unhashed,
-                   pg_catalog.count(*) AS n
-            FROM now n LEFT JOIN state s ON s.person OPERATOR(pg_catalog.=) n.person
-            GROUP BY 1, 2, 3, 4""", ["int4", "bytea"],
-                       [rid, None if salt is None else bytes.fromhex(salt)])
-    rows = [0] * len(boxes)
-    sets = SmallestRootSets(len(boxes))
-    movers = joiners = 0
-    everything = None
-    for r in counted:
-        n = int(r["n"])
-        if r["region"] is None:
-            everything = f"{n:,} rows lie in no stored region"
-            continue
-        rows[r["region"]] += n
-        if r["unhashed"]:
-            # who they were cannot be told here: any region may have held them
-            everything = everything or f"{n:,} rows' identifiers are not hashed in SQL"
-        if r["null_ranged"]:
-            everything = everything or (f"{n:,} rows hold NULL in a QI released as a range, which "
-                                        "an analyst finds in every class's range")
-        if r["stored"] is None and not r["unhashed"]:
-            joiners += n
-        elif r["stored"] is not None and r["stored"] != r["region"]:
-            movers += n
-            sets.union(int(r["stored"]), int(r["region"]))
-    if everything is not None:
-        for region in range(1, len(boxes)):
-            sets.union(0, region)
-    merged = sets.roots().tolist()
-    group_rows: dict = {}
-    for region, root in enumerate(merged):
-        group_rows[root] = group_rows.get(root, 0) + rows[region]
-    return RefreshPlan(len(boxes), rows, movers, joiners, merged, group_rows, everything)
 
 
 def _merge(figures: dict, got: dict) -> None:

@@ -5,9 +5,8 @@ state (anon.release_state: its rows and the largest row's bytes) and the release
 its rows (smallest class, fewest distinct sensitive values in a class, fewest candidates across
 the versions). A budget below the table's estimate creates the stable release region by region
 (db/stable_regions.py) and refuses its refresh (54000): the row then shows the refusal's
-seconds and VmHWM (its pass over the source that finds the regions the refresh would hold
-together, printed from its DETAIL), and the next row the same refresh of the same state in
-memory at the default budget. The backend's CPU seconds (/proc/<pid>/stat) beside each. A creation refused shows the refusal, and the next row the same table
+seconds and VmHWM (nothing of the source read; its DETAIL printed), and the next row the same
+refresh of the same state in memory at the default budget. The backend's CPU seconds (/proc/<pid>/stat) beside each. A creation refused shows the refusal, and the next row the same table
 released in the fresh mode at that budget (out of core), verified from its rows the same way.
 
 PLPY_ANON_STABLE_BUDGET_ROWS (default 1000000), PLPY_ANON_STABLE_BUDGETS (default ",64MB": ''
@@ -152,8 +151,8 @@ def main() -> None:
             refresh = timed_call(conn, budget, "SELECT anon.refresh(%s)", (release,))
             steps = [("create", create, created)]
             if refresh["refused"]:
-                # the regions the refused refresh would hold together (its DETAIL), then the
-                # same refresh of the same state in memory, at the default budget
+                # the refusal's DETAIL, then the same refresh of the same state in memory, at
+                # the default budget
                 print(f"refresh refused at {budget}: {refresh['detail']}", flush=True)
                 steps.append(("refresh", refresh, (state_figures(conn, release),
                                                    verified(conn, release), regions_of(conn, release))))

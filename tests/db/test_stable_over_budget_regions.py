@@ -130,7 +130,7 @@ def test_a_release_created_region_by_region_is_refreshed_in_memory_and_refused_o
     with budget(db, "256kB"), pytest.raises(psycopg.Error) as refused:
         db.execute("SELECT anon.refresh(%s)", (rel,))
     assert refused.value.sqlstate == "54000"
-    assert "region by region" in refused.value.diag.message_primary
+    assert "region by region" in refused.value.diag.message_detail
     assert db.execute(f"SELECT count(*) FROM {rel}").fetchone()[0] == before
     # the state written region by region is read whole (in the order of its hashes)
     db.execute("SELECT anon.refresh(%s)", (rel,))
