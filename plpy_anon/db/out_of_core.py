@@ -693,10 +693,10 @@ def sample(src: Source, percent: float, with_l: bool, by_text=frozenset()):
     of its ranks. The QIs ``by_text`` (categorical QIs cut in the whole table's order, which
     :func:`by_frequency` maps their texts to) are ranked by their texts' bytes instead: a sort
     without the collation, ~a third of the pass at 200,000 rows of text. An integer or date QI,
-    and a ``by_text`` QI of a UTF-8 database, is read as its values and ranked here against its
-    distinct values (a window per QI sorted the sample's rows once each: 6 QIs at 200,000 rows,
-    2.2-2.4 s of the backend's CPU against 0.9-1.0 s so, loaded machine); a text holding the
-    reader's separator reads the sample again with a window for every QI."""
+    and a ``by_text`` QI of a UTF-8 database, is read as its values and ranked here, its
+    distinct values found here too but a date's texts (a window per QI sorted the sample's rows
+    once each: the query took the backend 2.1-2.9 s of CPU at 6 QIs and 200,000 rows, 0.55 s
+    so); a text holding the reader's separator reads the sample again with a window per QI."""
     by_value = {}
     utf8 = server_is_utf8(src.plpy)
     for a in range(len(src.qis)):
@@ -755,6 +755,8 @@ def _sampled(src: Source, percent: float, with_l: bool, by_text, by_value: dict)
     labels = []
     for a in cut:
         c = src.names[a]
+        if by_value.get(a, "date") != "date":
+            continue                # its labels are its distinct values, found here
         if a in by_text:
             labels.append(f"(SELECT array_agg(t ORDER BY t COLLATE \"C\") AS t{a} FROM (SELECT "
                           f"DISTINCT {keys[a]} AS t FROM s) AS d WHERE t IS NOT NULL) AS l{a}")
@@ -778,49 +780,55 @@ def _sampled(src: Source, percent: float, with_l: bool, by_text, by_value: dict)
 
     out = [None] * len(src.qis)
     for a in cut:
-        texts = list(row[f"t{a}"] or [])
         has_null = bool(row[f"h{a}"])
         kind = by_value.get(a)
+        numbers = np.asarray(row.get(f"v{a}") or [], dtype=float) if src.numeric[a] else None
         if kind == "text":
-            ranks_a = _text_ranks(row[f"b{a}"] or "", n, int(row[f"nulls{a}"] or 0), texts, has_null)
-            if ranks_a is None:
+            found = _text_ranks(row[f"b{a}"] or "", n, int(row[f"nulls{a}"] or 0), has_null)
+            if found is None:
                 return None
+            ranks_a, texts = found
+        elif kind == "date":
+            texts = list(row[f"t{a}"] or [])
+            ranks_a, distinct = _number_ranks(row[f"b{a}"], kind, has_null)
+            if distinct.size != len(texts):
+                raise RuntimeError(f"sample: {distinct.size} distinct dates against "
+                                   f"{len(texts)} labels")
         elif kind is not None:
-            ranks_a = _number_ranks(row[f"b{a}"], kind, len(texts), has_null)
+            ranks_a, distinct = _number_ranks(row[f"b{a}"], kind, has_null)
+            texts, numbers = [str(v) for v in distinct.tolist()], distinct.astype(float)
         else:
+            texts = list(row[f"t{a}"] or [])
             ranks_a = unpacked(row[f"b{a}"])
-        out[a] = core.SampleColumn(ranks_a, has_null, texts,
-                                   np.asarray(row[f"v{a}"] or [], dtype=float) if src.numeric[a] else None)
+        out[a] = core.SampleColumn(ranks_a, has_null, texts, numbers)
     return out, [unpacked(row[f"z{j}"]) for j in range(len(sens))], n
 
 
-def _number_ranks(raw, kind: str, n_labels: int, has_null: bool) -> np.ndarray:
-    """The dense ranks (NULL lowest) of a sample's integer or date values, packed by
-    :func:`_sampled`: their positions among the distinct values, which are the labels'."""
+def _number_ranks(raw, kind: str, has_null: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(the dense ranks, NULL lowest, of a sample's integer or date values packed by
+    :func:`_sampled`; its distinct values but NULL, in order)."""
     if kind == "date":
         values = np.frombuffer(bytes(raw or b""), dtype=">i4").astype(np.int64)
         values[values == DATE_NULL] = SAMPLE_INT_NULL
     else:
-        values = np.frombuffer(bytes(raw or b""), dtype=">i8")
+        values = np.frombuffer(bytes(raw or b""), dtype=">i8").astype(np.int64)
     distinct, inverse = np.unique(values, return_inverse=True)
-    if distinct.size != n_labels + has_null:
-        raise RuntimeError(f"sample: {distinct.size} distinct values against {n_labels} labels"
-                           f"{' and NULL' if has_null else ''}")
-    return (inverse.reshape(-1) + 1).astype(np.int32)
+    return (inverse.reshape(-1) + 1).astype(np.int32), distinct[1:] if has_null else distinct
 
 
-def _text_ranks(packed: str, n: int, nulls: int, labels: list, has_null: bool):
-    """The dense ranks (NULL lowest) of a sample's texts, aggregated by :func:`_sampled`: each
-    one's position in ``labels`` (the distinct texts in the QI's rank order); None when a text
-    holds the reader's separator or NULL stand-in."""
+def _text_ranks(packed: str, n: int, nulls: int, has_null: bool):
+    """(the dense ranks, NULL lowest, of a sample's texts aggregated by :func:`_sampled`, in
+    the order of their UTF-8 bytes, which COLLATE "C" compares; its distinct texts in it), or
+    None when a text holds the reader's separator or NULL stand-in."""
     split = TextChunk.split_text(packed, n, nulls)
     if split is None:
         return None
     uniques, indices, null = split
+    labels = sorted(u[:-1] for u in uniques if u != null)
     position = {text: i + 1 + has_null for i, text in enumerate(labels)}
-    ranks = np.fromiter((1 if u == null else position[u[:-1].decode("utf-8")] for u in uniques),
+    ranks = np.fromiter((1 if u == null else position[u[:-1]] for u in uniques),
                         dtype=np.int32, count=len(uniques))
-    return ranks[np.asarray(indices)]
+    return ranks[np.asarray(indices)], [t.decode("utf-8") for t in labels]
 
 
 def leaf_case(src: Source, node) -> str:
