@@ -1138,3 +1138,64 @@ def test_the_read_of_a_numeric_qis_extremes_is_the_extremes_of_its_read(db, type
             f"max({of_values}) IS NOT DISTINCT FROM (SELECT {extreme_expression(None, col, 'hi')} "
             f"FROM (SELECT max(x) AS hi FROM {rows}) AS m) FROM {rows}").fetchone()
         assert got == (True, True), (type_name, subset)
+
+
+def sampled_ranks(db, schema, table, by_text: str, by_value: str) -> list:
+    """The sample of ``table`` (QIs a, n, v, b, c; all its rows) read with the QIs of
+    ``by_value`` (a Python dict literal: QI position -> kind) ranked from their values, with a
+    window each, and by sample(): per QI [has NULL, labels, numbers], then the rows as tuples of
+    their ranks (sorted), the rows, and the first QI's ranks in the rows' order; None where the
+    read falls back."""
+    seen = notices(db)
+    db.execute("SELECT * FROM anon.versions()")          # the backend's environment is active
+    db.execute(f"""DO LANGUAGE plpython3u $$
+import json
+from plpy_anon.db import columns, guards, out_of_core
+tbl = guards.table(plpy, '{schema}.{table}')
+cols = {{c.name: c for c in columns.table_columns(plpy, tbl)}}
+src = out_of_core.Source(plpy, tbl, [cols[n] for n in ['a', 'n', 'v', 'b', 'c']], [],
+                         out_of_core.source_members(plpy, tbl), True)
+def shown(found):
+    if found is None:
+        return None
+    kept = [c for c in found[0] if c is not None]
+    # the rows as tuples of their ranks: a window's sort leaves them in another order
+    return [[c.has_null, list(c.labels), None if c.values is None else c.values.tolist()]
+            for c in kept] + [sorted(zip(*(c.ranks.tolist() for c in kept))), found[2],
+                              kept[0].ranks.tolist()]
+plpy.notice(json.dumps([shown(out_of_core._sampled(src, 100.0, False, {by_text}, {by_value})),
+                  shown(out_of_core._sampled(src, 100.0, False, {by_text}, {{}})),
+                  shown(out_of_core.sample(src, 100.0, False, {by_text}))]))
+$$""")
+    return json.loads(seen[-1])
+
+
+def test_sample_ranks_read_as_values_are_the_windows_ranks(db, schema):
+    """An integer, date or byte-ordered text QI of the sample is ranked from its values in the
+    backend (out_of_core._sampled): the same ranks (NULL lowest), labels and numbers as a dense
+    rank window over the same rows, and a text holding the reader's separator falls back to the
+    windows."""
+    db.execute("CREATE TABLE sranks (id int, a int4, n int2, v date, b text, c text)")
+    db.execute("""INSERT INTO sranks
+        SELECT g, CASE WHEN g % 7 = 0 THEN NULL ELSE (g * 37) % 101 - 50 END, (g * 13) % 17,
+               CASE WHEN g % 11 = 0 THEN NULL WHEN g % 13 = 0 THEN 'infinity'::date
+                    WHEN g % 17 = 0 THEN '-infinity'::date ELSE DATE '2020-02-29' + (g * 7) % 400 END,
+               CASE WHEN g % 5 = 0 THEN NULL ELSE (ARRAY['é', 'Z', 'a', 'ab', 'B', ''])[g % 6 + 1] END,
+               (ARRAY['x', 'y', 'z'])[g % 3 + 1]
+        FROM generate_series(1, 700) g""")
+    by_value = "{0: 'int4', 1: 'int2', 2: 'date', 3: 'text', 4: 'text'}"
+    fast, windows, chosen = sampled_ranks(db, schema, "sranks", "{3, 4}", by_value)
+    assert fast[:-1] == windows[:-1] == chosen[:-1]     # labels, numbers, rows of ranks, rows
+    assert fast[-2] == 700 and len(fast[-3]) == 700
+    a, n, v, b = fast[:4]
+    assert a[0] and not n[0] and v[0] and b[0]             # NULL read where it is
+    assert v[1][0] == "-infinity" and v[1][-1] == "infinity"
+    assert b[1] == sorted(b[1], key=lambda t: t.encode())  # the texts' bytes, not the collation
+    assert len({row[3] for row in fast[-3]}) == len(b[1]) + 1
+    expected = db.execute("SELECT dense_rank() OVER (ORDER BY a NULLS FIRST) FROM sranks "
+                          "ORDER BY id").fetchall()
+    assert fast[-1] == [r[0] for r in expected]           # the rows in the heap's order
+    db.execute("UPDATE sranks SET c = E'x\\x01y' WHERE id = 5")
+    fast, windows, chosen = sampled_ranks(db, schema, "sranks", "{3, 4}", by_value)
+    assert fast is None and windows is not None
+    assert chosen[:-1] == windows[:-1]       # sample() read it again with the windows
