@@ -13,8 +13,10 @@ import uuid
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 
+from plpy_anon.cli import main
 from tests.helpers import release_schema_of
 
 SECRET_VALUE = "hiv_of_patient_4217"
@@ -96,6 +98,16 @@ def test_release_audit_is_refused_to_a_role_that_is_no_custodian(roles, victim, 
     relation, _ = victim
     refused(roles[who], "SELECT * FROM anon.release_audit(%s)", (relation,))
     refused(roles[who], "SELECT * FROM anon.release_audit()")
+
+
+@pytest.mark.parametrize("who", ["analyst", "plain"])
+def test_plpy_anon_release_audit_is_refused_to_a_role_that_is_no_custodian(pg_server, roles, victim, who):
+    relation, _ = victim
+    dsn = " ".join(f"{k}={v}" for k, v in dict(pg_server, user=roles[who].info.user).items())
+    for args in (["release-audit", relation], ["release-audit"]):
+        result = CliRunner().invoke(main, ["--dsn", dsn, "--format", "json", *args])
+        assert result.exit_code != 0 and "permission denied" in result.stderr, result.output
+        assert SECRET_VALUE not in result.output and relation not in result.stdout
 
 
 def test_release_audit_shows_a_second_custodian_only_what_its_catalog_grants_show(db, roles, victim):
@@ -209,3 +221,4 @@ def test_the_risk_report_of_a_custodian_granted_only_the_quasi_identifiers(db, s
     db.execute(sql.SQL("GRANT SELECT (a, b) ON {}.pt TO {}").format(sql.Identifier(schema), sql.SQL(b.info.user)))
     b.execute("SELECT set_config('plpy_anon.build_memory', '1', false)")
     refused(b, "SELECT * FROM anon.risk_report(%s, ARRAY['a', 'b'], ARRAY['s'])", (f'"{schema}".pt',))
+
