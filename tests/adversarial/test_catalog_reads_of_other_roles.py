@@ -186,7 +186,11 @@ def test_a_second_custodian_can_neither_read_nor_write_another_releases_regions(
                         (release_id,)).fetchall()
     refused(b, "SELECT bounds FROM anon.release_regions")
     refused(b, "SELECT region FROM anon.release_regions WHERE bounds::text LIKE '%%hiv%%'")
-    assert b.execute("SELECT count(*) FROM anon.readable_release_regions").fetchone()[0] == 0
+    for view in ("readable_release_regions", "readable_release_state", "readable_release_versions",
+                 "release_people"):
+        assert db.execute(f"SELECT count(*) FROM anon.{view} WHERE release_id = %s",
+                          (release_id,)).fetchone()[0] > 0, view
+        assert b.execute(f"SELECT count(*) FROM anon.{view}").fetchone()[0] == 0, view
     refused(b, "INSERT INTO anon.release_regions (release_id, region, bounds) VALUES (%s, 999, '[]')",
             (release_id,))
     assert b.execute("UPDATE anon.release_regions SET bounds = '[]' WHERE release_id = %s",
