@@ -138,7 +138,14 @@ def find(plpy, name: str, *, genuine: bool = True) -> dict:
     under the release's lock and records the failure)."""
     if name is None or not name.strip():
         raise InvalidParameter("a release name is required", hint="See SELECT * FROM anon.releases.")
-    parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]
+    try:
+        parts = run(plpy, "SELECT pg_catalog.parse_ident($1) AS p", ["text"], [name])[0]["p"]
+    except plpy.SPIError as error:
+        if getattr(error, "sqlstate", None) != InvalidParameter.sqlstate:
+            raise
+        raise InvalidParameter(f'release name "{extschema.user(name)}" is not a name or schema.name',
+                               hint='Double-quote a part holding spaces, capitals or dots, as '
+                                    '\'"My Schema"."My Release"\', and close every quote.') from None
     if len(parts) == 2:
         rows = run(plpy, "SELECT * FROM anon.releases WHERE release_schema = $1 AND release_name = $2",
                    ["text", "text"], parts)
