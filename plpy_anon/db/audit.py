@@ -14,7 +14,8 @@ import json
 from plpy_anon.db import release_rows
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.schedule import VERIFICATION_COLUMNS
-from plpy_anon.db.sqltext import run
+from plpy_anon.db.sqltext import jsonb, run
+from plpy_anon.spec import ReleaseSpec
 
 AUDIT = f"""
 SELECT r.release_id, pg_catalog.format('%I.%I', r.release_schema, r.release_name) AS release,
@@ -51,14 +52,15 @@ def _number(value) -> str:
 
 def judge(row: dict) -> dict:
     """The audit row of one catalog row (``AUDIT``): the figures and (safe, why)."""
-    params = json.loads(row["parameters"]) if isinstance(row["parameters"], str) else (row["parameters"] or {})
+    # as stored, unchecked: the audit reports what was promised, as the verification reads it
+    promise = ReleaseSpec.decode(row["method"], jsonb(row["parameters"]) or {}, checked=False).promise
     verification = row["verification"]
     verification = json.loads(verification) if isinstance(verification, str) else (verification or {})
     figures = _figures(row["risk"])
     sensitive = sorted({c for (_, c) in figures if c is not None})
     distinct_l = {c: figures.get(("distinct_l", c)) for c in sensitive}
     t_found = [v for (m, _), v in figures.items() if m == "t_closeness" and v is not None]
-    k, l, t = params.get("k"), params.get("l"), params.get("t")
+    k, l, t = promise.k, promise.l, promise.t
     fails, passes = [], []
 
     def check(ok: bool, text: str) -> None:
@@ -71,7 +73,7 @@ def judge(row: dict) -> dict:
               f"k {k} asked, smallest class {row['achieved_k']}")
     if l is not None:
         by_column = verification.get("l_by_column") or {}
-        asked = f"l {_number(l)} ({params.get('l_diversity') or 'distinct'}) asked"
+        asked = f"l {_number(l)} ({promise.l_diversity}) asked"
         if not by_column:
             check(False, f"{asked}, not counted by the check of its rows")
         for column in sorted(by_column):
@@ -96,7 +98,7 @@ def judge(row: dict) -> dict:
               f"{across.get('fewest_candidates')}, {unsafe} unsafe unions or differences, "
               f"{across.get('disclosed') or 0} disclosed")
     notes = []
-    if not params.get("sensitive"):
+    if not promise.sensitive:
         notes.append("no sensitive column declared: attribute disclosure is not checked")
     if row["last_refresh_failed"]:
         notes.append("its last refresh failed (last_error): the version before it is still published")
@@ -108,7 +110,7 @@ def judge(row: dict) -> dict:
         why += " " + "; ".join(notes) + "."
     return {
         "release": row["release"], "method": row["method"], "owner": row["owner"],
-        "readers": row["readers"], "refresh_mode": params.get("refresh_mode"),
+        "readers": row["readers"], "refresh_mode": promise.refresh_mode,
         "k": k, "l": l, "t": t, "achieved_k": row["achieved_k"],
         "distinct_l": min((v for v in distinct_l.values() if v is not None), default=None),
         "t_closeness": max(t_found) if t_found else None,
