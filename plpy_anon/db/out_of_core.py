@@ -61,8 +61,7 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
-from plpy_anon.db.reader import DATE_NULL, read_expression, server_is_utf8
-from plpy_anon.db.reader import _Dictionary as TextChunk
+from plpy_anon.db.reader import DATE_NULL, TextDictionary, read_expression, server_is_utf8
 from plpy_anon.db.sqltext import build_memory, jsonb, progress, run, text_of
 from plpy_anon.spec import PrioritizedSettings, Promise, ReleaseSpec
 
@@ -822,7 +821,7 @@ def _text_ranks(packed: str, n: int, nulls: int, has_null: bool):
     """(the dense ranks, NULL lowest, of a sample's texts aggregated by :func:`_sampled`, in
     the order of their UTF-8 bytes, which COLLATE "C" compares; its distinct texts in it), or
     None when a text holds the reader's separator or NULL stand-in."""
-    split = TextChunk.split_text(packed, n, nulls)
+    split = TextDictionary.split_text(packed, n, nulls)
     if split is None:
         return None
     uniques, indices, null = split

@@ -214,7 +214,7 @@ TEXT_SEPARATOR, TEXT_NULL = "\x01", "\x02"
 
 def text_aggregate(expression: str, send: bool) -> str:
     """SQL aggregating a text expression of a chunk into one ``bytea``: each value in UTF-8
-    followed by a zero byte, NULL as 0xFF (see :class:`_Dictionary`). With ``send`` (the
+    followed by a zero byte, NULL as 0xFF (see :class:`TextDictionary`). With ``send`` (the
     session's client encoding is UTF-8) by ``textsend``, which writes the client encoding and is
     cheaper than ``convert_to``'s look-up of the encoding by name for every value."""
     utf8 = f"pg_catalog.textsend({expression})" if send else \
@@ -227,7 +227,7 @@ def plain_text_aggregate(expression: str, column: str, alias: str) -> str:
     ``text`` (``alias``), each value followed by :data:`TEXT_SEPARATOR` and NULL as
     :data:`TEXT_NULL`, and counting the values that are not NULL (``alias_n``): no conversion of
     each value to bytes (a fifth cheaper than :func:`text_aggregate`); a chunk where a value
-    holds either character is read again by it (:meth:`_Dictionary.split_text` finds them)."""
+    holds either character is read again by it (:meth:`TextDictionary.split_text` finds them)."""
     return (f"pg_catalog.string_agg(coalesce({expression}, E'\\x02'), E'\\x01') AS {alias}, "
             f"pg_catalog.count({column}) AS {alias}_n")
 
@@ -243,7 +243,7 @@ def server_is_utf8(plpy) -> bool:
                )[0]["utf8"]
 
 
-class _Dictionary:
+class TextDictionary:
     """Text values merged across chunks: int32 codes into one list of distinct strings."""
 
     def __init__(self):
@@ -433,9 +433,9 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                        "AS row_relations")
     kinds = []
     # each text read: its alias, SQL expression, column and where its values go
-    numeric_texts = [_Dictionary() for _ in numeric]
-    dictionaries = [_Dictionary() for _ in categorical]
-    text_dictionaries = [_Dictionary() for _ in texts]
+    numeric_texts = [TextDictionary() for _ in numeric]
+    dictionaries = [TextDictionary() for _ in categorical]
+    text_dictionaries = [TextDictionary() for _ in texts]
     text_reads = []
     for i, col in enumerate(numeric):
         kinds.append(">i4" if col.type_name == "date" else
@@ -491,8 +491,8 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
                 n = int(row["n"])
                 if n == 0:
                     break
-                split = {alias: _Dictionary.split_packed(row[alias], n) if alias in as_bytes
-                         else _Dictionary.split_text(row[alias], n, n - int(row[f"{alias}_n"]))
+                split = {alias: TextDictionary.split_packed(row[alias], n) if alias in as_bytes
+                         else TextDictionary.split_text(row[alias], n, n - int(row[f"{alias}_n"]))
                          for alias, *_ in text_reads}
                 again = {alias for alias, values in split.items() if values is None}
                 if not again:

@@ -26,7 +26,7 @@ and after the last region stores the version (anon.release_versions) as the in-m
 does.
 
 Each region's box (its cuts: :func:`box_of`) is stored beside the state (anon.release_regions,
-read through anon.readable_release_regions: :func:`store_boxes`, :func:`stored_boxes`), so that
+read through anon.readable_release_regions: :func:`store_boxes`), so that
 a release created today has its boxes when a refresh region by region is built: that refresh
 must know which region remembered each person. It is not built: a refresh beyond the budget is
 refused before anything is read (out_of_core.refuse_stable_refresh_over_budget; what it must
@@ -353,19 +353,6 @@ def store_boxes(plpy, release_id: int, src, regions: list) -> None:
     for number, bounds in enumerate(regions):
         run(plpy, STORE_BOX, ["int4", "int4", "jsonb"],
             [release_id, number, json.dumps(box_of(src, bounds))])
-
-
-def stored_boxes(plpy, release_id: int) -> list[list[dict]]:
-    """The boxes of a release's regions, in their order (none: its state is one region)."""
-    rows = run(plpy, "SELECT region, bounds FROM anon.readable_release_regions "
-                     "WHERE release_id = $1 ORDER BY region", ["int4"], [release_id])
-    if [r["region"] for r in rows] != list(range(len(rows))):
-        raise InsufficientData(
-            f"the regions of release {release_id} (anon.release_regions) are not numbered "
-            "0, 1, ... as its creation stored them",
-            hint="Restore the release's rows of anon.release_regions from a backup, or recreate "
-                 "the release knowingly.")
-    return [jsonb(r["bounds"]) for r in rows]
 
 
 def _merge(figures: dict, got: dict) -> None:
