@@ -1,16 +1,20 @@
 """Adversarial probe that found nothing, kept: the progress notices (SET plpy_anon.progress = on)
 of builds and refreshes, in memory and out of core, stable region by region included, and of a
-refresh that fails on a value, say phases and counts, never a value of the source. A session
-sees them; the messages of failures also go to anon.refresh_history and anon.releases.last_error,
-which every custodian reads, so the value outside a hierarchy stays in the error's detail,
-shown to the caller alone (the stable mode, which takes no hierarchy, fails on the budget).
+refresh that fails on a value, say phases and counts, never a value of the source. The messages
+of failures also go to anon.refresh_history and anon.releases.last_error, which every custodian
+reads: the value outside a hierarchy stays in the error's detail, shown to the caller alone, and
+no catalog, status or audit row another custodian reads holds a value (the stable mode, which
+takes no hierarchy, fails on the budget instead).
 
 Every value of the source is distinctive (ages 987001 and up, zip and diagnosis texts that no
-message holds by chance), so a notice quoting one is seen."""
+message holds by chance), so a notice or row quoting one is seen."""
 from __future__ import annotations
+
+import uuid
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.helpers import notices, release_schema_of
 
@@ -59,4 +63,16 @@ def test_progress_notices_show_no_value_of_the_source(db, schema, connect, memor
     recorded = db.execute("SELECT r.last_error, h.error FROM anon.releases r JOIN anon.refresh_history h "
                           "USING (release_id) WHERE NOT h.succeeded AND format('%%I.%%I', r.release_schema, "
                           "r.release_name) = %s", (release,)).fetchall()
-    assert recorded and not values_in([m for row in recorded for m in row])
+    assert recorded and all(recorded[0]) and not values_in([m for row in recorded for m in row])
+    # what another custodian reads of the release: whole catalog rows, and the audit
+    role = f"spy_{uuid.uuid4().hex[:8]}"
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE plpy_anon_custodian").format(sql.Identifier(role)))
+    try:
+        with connect(user=role) as spy:
+            read = [r[0] for q in ("SELECT r::text FROM anon.releases r", "SELECT h::text FROM anon.refresh_history h",
+                                   "SELECT a::text FROM anon.release_audit() a",
+                                   "SELECT s::text FROM anon.release_status() s")
+                    for r in spy.execute(q).fetchall()]
+    finally:
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+    assert any(release in text for text in read) and not values_in(read)
