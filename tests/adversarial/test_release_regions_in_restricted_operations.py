@@ -102,7 +102,8 @@ def test_a_custodians_code_run_in_a_superusers_session_reaches_no_other_releases
 def test_through_the_regions_view_a_true_guess_and_a_false_one_run_the_same_plan(
         db, connect, owner, intruder):
     """A leakproof comparison on a box's text (texteq, starts_with) would run below a plain
-    security_barrier view's row test, and EXPLAIN ANALYZE would count what it matched."""
+    security_barrier view's row test, and EXPLAIN ANALYZE would count what it matched; the
+    planner's estimate of an equality would read the column's statistics."""
     victim = regions_release(connect, *owner)
     cut = db.execute("SELECT bounds::text FROM anon.release_regions WHERE release_id = %s "
                      "ORDER BY region LIMIT 1", (victim,)).fetchone()[0]
@@ -115,3 +116,12 @@ def test_through_the_regions_view_a_true_guess_and_a_false_one_run_the_same_plan
                  for guess in (cut[:1], cut[:12], "x")}
     assert len(set(plans.values())) == 1, plans
     assert "rows=0" in next(iter(plans.values()))
+    # the planner's estimates, from the statistics a superuser's ANALYZE gathered: the same too
+    db.execute("ANALYZE anon.release_regions")
+    estimate = ("EXPLAIN SELECT 1 FROM anon.readable_release_regions WHERE release_id = %s "
+                "AND bounds::text = %s")
+    with connect(user=intruder[0]) as conn:
+        estimates = {guess: re.sub(r"'(?:[^']|'')*'", "?", "\n".join(
+                         r[0] for r in conn.execute(estimate, (victim, guess)).fetchall()))
+                     for guess in (cut, "x")}
+    assert len(set(estimates.values())) == 1, estimates
