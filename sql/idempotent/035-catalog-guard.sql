@@ -187,7 +187,7 @@ BEGIN
         RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
     END IF;
     -- a SQL_ASCII database stores a text's bytes unchecked and PL/Python reads none that is not
-    -- UTF-8: one such row made every function reading the catalog fail for every release
+    -- UTF-8: one such row would make every function reading the catalog fail for every release
     IF TG_OP <> 'DELETE' AND pg_catalog.current_setting('server_encoding') = 'SQL_ASCII' THEN
         BEGIN
             PERFORM pg_catalog.convert_to(NEW::text, 'UTF8');
