@@ -33,8 +33,16 @@ ORDER BY a.attnum
 
 
 def sql_ascii(plpy) -> bool:
-    return run(plpy, "SELECT pg_catalog.current_setting('server_encoding') = 'SQL_ASCII' AS a"
-               )[0]["a"]
+    """Whether this backend's database is SQL_ASCII: asked once per backend, which serves one
+    database for its life, whose encoding CREATE DATABASE fixed."""
+    global _sql_ascii
+    if _sql_ascii is None:
+        _sql_ascii = run(plpy, "SELECT pg_catalog.current_setting('server_encoding') = 'SQL_ASCII' "
+                               "AS a")[0]["a"]
+    return _sql_ascii
+
+
+_sql_ascii: bool | None = None
 
 
 def refuse_bytes_not_utf8(plpy, tbl, names) -> None:
