@@ -32,17 +32,21 @@ ORDER BY a.attnum
 """
 
 
+def server_encoding(plpy) -> str:
+    """This backend's database's encoding: asked once per backend, which serves one database for
+    its life, whose encoding CREATE DATABASE fixed."""
+    global _server_encoding
+    if _server_encoding is None:
+        _server_encoding = run(plpy, "SELECT pg_catalog.current_setting('server_encoding') AS e"
+                               )[0]["e"]
+    return _server_encoding
+
+
+_server_encoding: str | None = None
+
+
 def sql_ascii(plpy) -> bool:
-    """Whether this backend's database is SQL_ASCII: asked once per backend, which serves one
-    database for its life, whose encoding CREATE DATABASE fixed."""
-    global _sql_ascii
-    if _sql_ascii is None:
-        _sql_ascii = run(plpy, "SELECT pg_catalog.current_setting('server_encoding') = 'SQL_ASCII' "
-                               "AS a")[0]["a"]
-    return _sql_ascii
-
-
-_sql_ascii: bool | None = None
+    return server_encoding(plpy) == "SQL_ASCII"
 
 
 def refuse_bytes_not_utf8(plpy, tbl, names) -> None:

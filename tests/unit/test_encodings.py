@@ -1,10 +1,11 @@
 """db.encodings asks the database's encoding once per backend (a backend serves one database,
-whose encoding is fixed): a second run of the same process sends no query for it."""
+whose encoding is fixed): later runs of the same process, and the reader's and the class
+writer's questions, send no query for it."""
 from __future__ import annotations
 
 import pytest
 
-from plpy_anon.db import encodings
+from plpy_anon.db import encodings, reader, stored_classes
 
 
 class CountingPlpy:
@@ -20,13 +21,15 @@ class CountingPlpy:
 
     def execute(self, plan, args):
         self.executed += 1
-        return [{"a": self.encoding == "SQL_ASCII"}]
+        return [{"e": self.encoding}]
 
 
-@pytest.mark.parametrize("encoding", ["SQL_ASCII", "UTF8"])
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "UTF8", "LATIN1"])
 def test_the_encoding_is_asked_once_per_backend(monkeypatch, encoding):
-    monkeypatch.setattr(encodings, "_sql_ascii", None)
+    monkeypatch.setattr(encodings, "_server_encoding", None)
     backend = CountingPlpy(encoding)
-    answers = [encodings.sql_ascii(backend) for _ in range(3)]
-    assert answers == [encoding == "SQL_ASCII"] * 3
+    for _ in range(3):
+        assert encodings.sql_ascii(backend) == (encoding == "SQL_ASCII")
+        assert reader.server_is_utf8(backend) == (encoding == "UTF8")
+        assert stored_classes.reads_exactly(backend, []) == (encoding != "SQL_ASCII")
     assert backend.executed == 1
