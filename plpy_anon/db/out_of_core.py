@@ -1414,8 +1414,8 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
     return {"work_mem": f"{max(64, plan[4] // WRITE_FRACTION // 1024)}kB", "hash_mem_multiplier": "1"}
 
 
-def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish,
-                    stable_run=None):
+def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, *, read, fit,
+                    publish, stable_run=None):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
     stable release is created region by region (stable_regions.py), refreshed in memory only
@@ -1424,12 +1424,10 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
     ``stable_run``: the module that builds a stable release's first version region by region
-    (db/stable_regions.py; None: such a release is refused too)."""
+    (db/stable_regions.py; None: such a release is refused too). ``release``: its catalog row,
+    ``spec`` its specification, whose texts method.run checked."""
     started = time.monotonic()
-    release = release_rows.by_id(plpy, release_id)
-    spec = release_method.spec_of(jsonb(release["parameters"]))
-    # before the planning, whose counts and orders read texts too (method.run then checks none)
-    method.refuse_unreadable_texts(release_method, plpy, release, spec)
+    release_id = release["release_id"]
     # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
     # are counted before the path is final, by the categorical orders' pass where one runs
     plan = planned(plpy, release, spec, estimated=True)
