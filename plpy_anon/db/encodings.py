@@ -51,11 +51,11 @@ def sql_ascii(plpy) -> bool:
 
 def refuse_bytes_not_utf8(plpy, tbl, names) -> None:
     """In a SQL_ASCII database (:func:`sql_ascii`; elsewhere PostgreSQL checked every text when
-    it was stored), refuse (22021, naming the column, with a hint) when a column of ``names`` of
-    ``tbl`` (a ``guards.Table`` a guard resolved: this module stands below guards) holds a value that is not UTF-8. One scan of the table
-    for all the columns; one more per column only when that scan finds such a value (to name
-    it)."""
-    if not names:
+    it was stored: nothing to do), refuse (22021, naming the column, with a hint) when a column
+    of ``names`` of ``tbl`` (a ``guards.Table`` a guard resolved: this module stands below
+    guards) holds a value that is not UTF-8. One scan of the table for all the columns; one more
+    per column only when that scan finds such a value (to name it)."""
+    if not names or not sql_ascii(plpy):
         return
     columns = [(r["name"], r["builtin"]) for r in run(
         plpy, TEXT_COLUMNS, ["oid", "text[]", "text[]"], [tbl.oid, list(names), ASCII_TYPES])]
