@@ -1286,14 +1286,13 @@ def source_rows(plpy, tbl) -> int:
         plpy, source_members(plpy, tbl), lambda rel: f"SELECT count(*) AS n FROM {rel}"))
 
 
-def planned(release_method, plpy, release: dict, estimated: bool = False,
+def planned(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False,
             counted_near: bool = False):
     """(spec, tbl, QIs, sensitive columns, budget, estimated bytes, rows, whether they were
-    counted) of a release, or None when it is fitted in memory (it fits the budget, or its
-    models are not counted here); ``estimated``: rows as the planner's statistics have them
-    when they have any (no count); ``counted_near``: counted unless that estimate is
-    UNCOUNTED_ABOVE times the budget or more."""
-    spec = release_method.spec_of(jsonb(release["parameters"]))
+    counted) of a release of specification ``spec``, or None when it is fitted in memory (it
+    fits the budget, or its models are not counted here); ``estimated``: rows as the planner's
+    statistics have them when they have any (no count); ``counted_near``: counted unless that
+    estimate is UNCOUNTED_ABOVE times the budget or more."""
     if not takes_path(spec):
         return None
     return sized(plpy, release, spec, estimated, counted_near)
@@ -1407,14 +1406,16 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
     if release_method is None or release_method.name not in METHODS:
         return {}
     # a setting, not a guarantee: the planner's row estimate decides (no scan of the source)
-    plan = planned(release_method, plpy, release_rows.by_id(plpy, release_id), estimated=True)
+    release = release_rows.by_id(plpy, release_id)
+    plan = planned(plpy, release, release_method.spec_of(jsonb(release["parameters"])),
+                   estimated=True)
     if plan is None:
         return {}
     return {"work_mem": f"{max(64, plan[4] // WRITE_FRACTION // 1024)}kB", "hash_mem_multiplier": "1"}
 
 
-def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish,
-                    stable_run=None):
+def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, *, read, fit,
+                    publish, stable_run=None):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
     stable release is created region by region (stable_regions.py), refreshed in memory only
@@ -1423,18 +1424,16 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
     ``stable_run``: the module that builds a stable release's first version region by region
-    (db/stable_regions.py; None: such a release is refused too)."""
+    (db/stable_regions.py; None: such a release is refused too). ``release``: its catalog row,
+    ``spec`` its specification, whose texts method.run checked."""
     started = time.monotonic()
-    release = release_rows.by_id(plpy, release_id)
-    # before the planning, whose counts and orders read texts too (method.run then checks none)
-    method.refuse_unreadable_texts(release_method, plpy, release,
-                                   release_method.spec_of(jsonb(release["parameters"])))
+    release_id = release["release_id"]
     # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
     # are counted before the path is final, by the categorical orders' pass where one runs
-    plan = planned(release_method, plpy, release, estimated=True)
+    plan = planned(plpy, release, spec, estimated=True)
     near = plan is not None and not plan[7] and plan[6] * plan[5] < UNCOUNTED_ABOVE * plan[4]
     if plan is None or (near and not orders_count(plpy, plan[1], plan[2])):
-        plan, near = planned(release_method, plpy, release, counted_near=True), False
+        plan, near = planned(plpy, release, spec, counted_near=True), False
     if plan is None:
         return None
     spec, tbl, qis, sens, budget, bytes_per_row, n, counted = plan
