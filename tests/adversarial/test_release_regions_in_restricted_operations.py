@@ -12,18 +12,6 @@ import re
 import pytest
 from psycopg import sql
 
-from tests.db.test_custodian import custodian_role
-
-
-@pytest.fixture
-def owner(db, connect):
-    yield from custodian_role(db, connect)
-
-
-@pytest.fixture
-def intruder(db, connect):
-    yield from custodian_role(db, connect)
-
 
 def regions_release(connect, role: str, own: str) -> int:
     """The owner's stable release of its 3,000 rows, created beyond a one-byte budget (regions
