@@ -198,3 +198,16 @@ def test_an_analyst_who_reads_only_the_view_gets_the_same_report(db, schema, peo
     finally:
         db.execute("DROP OWNED BY risk_analyst")
         db.execute("DROP ROLE risk_analyst")
+
+
+def test_a_read_only_transaction_groups_the_view_to_the_same_report(db, schema, people):
+    """The view's check makes a temporary view, which a read-only transaction may not: the
+    view's rows are grouped instead, to the same report."""
+    release = create_release(db, "mondrian_view", schema, people, k=5, quasi_identifiers=QIS,
+                             sensitive=["diagnosis", "salary"], identifiers=["id"], layout="compact")
+    stored = report(db, release, population=5000)
+    db.execute(READS_STORED)
+    with db.transaction():
+        db.execute("SET TRANSACTION READ ONLY")
+        assert not db.execute("SELECT pg_temp.reads_stored(%s, NULL, NULL)", (release,)).fetchone()[0]
+        assert report(db, release, population=5000) == stored
