@@ -1146,8 +1146,12 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         if not active:
             break
         t0 = time.monotonic()
+        # each pass of a level announced, so that a cancel can be aimed at it (the tests')
+        level = f"out-of-core level {len(levels) + 1}"
+        progress(src.plpy, f"{level}: counting {len(active)} regions")
         stats = level_stats(src, active)
         if whole is None:
+            progress(src.plpy, f"{level}: ordering the categorical values")
             whole = src.whole = stats[0][1]
             smallest = stats[0][0] // MAX_REGIONS
             # categorical QIs cut in the whole table's fit's order (by frequency), as the sampled
@@ -1194,13 +1198,16 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                     if not src.numeric[a]:
                         counted[(i, a)] = (core.median_index(region.rows, qstats[a].non_null),
                                            qstats[a].distinct)
+            progress(src.plpy, f"{level}: medians of {len(pending)} regions")
             values = medians(src, active, fractions, counted, positional)
             cuts = {key: values.get(key) for key in fractions}
             cuts.update({key: values[key] for key in positional if key in values})
             cuts.update({key: None for key in nulls})
+            progress(src.plpy, f"{level}: counting the cuts' sides")
             counted = candidate_counts(src, active, cuts, bool(l))
             sides = {}
             if src.models is not None:
+                progress(src.plpy, f"{level}: counting the sides' sensitive values")
                 totals, sides = side_value_counts(src, active, cuts)
                 check = check or src.models(src.tables)
                 for i, region, _, _ in pending:
@@ -1235,7 +1242,7 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
             pending = untried
         levels.append({"regions": len(active), "cuts": made, "passes": passes,
                        "seconds": round(time.monotonic() - t0, 3)})
-        progress(src.plpy, f"out-of-core level {len(levels)}: {len(active)} regions, {made} cut")
+        progress(src.plpy, f"{level}: {len(active)} regions, {made} cut")
         active = following
     leaves.extend(active)     # past MAX_LEVELS: fitted as they are
     return leaves, levels
