@@ -233,6 +233,18 @@ def _sort_by_code(kern, codes, n_codes, order, layout, check):
         kern.place_codes(codes, lo, min(codes.size, lo + CHUNK_ROWS), start, order, layout)
 
 
+def grouped_order(codes: np.ndarray, n_codes: int) -> np.ndarray | None:
+    """The rows of ``codes`` (int32, each in ``[0, n_codes)``) grouped by code, rows of a code in
+    their order (a stable counting sort), or None when the kernels are not loaded."""
+    kern = _kernels
+    if kern is None:
+        return None
+    order = np.empty(codes.size, dtype=np.int32)
+    _sort_by_code(kern, np.ascontiguousarray(codes, dtype=np.int32), n_codes, order,
+                  np.empty(codes.size, dtype=np.int32), check_interrupts)
+    return order
+
+
 def _spread_args(measures):
     """SpreadMeasure tables of every attribute as flat arrays (kind, numeric positions and width,
     NULL code, domain, hierarchy ancestors and leaf counts)."""

@@ -67,6 +67,7 @@ import secrets
 
 import numpy as np
 
+from plpy_anon.core import mondrian_jit
 from plpy_anon.core.errors import AnonError, InvalidParameter
 from plpy_anon.core.generalize import class_value_ranks
 from plpy_anon.db import columns as catalog
@@ -406,11 +407,15 @@ def release_order(labels: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.nd
     rng = np.random.default_rng(secrets.randbits(128))
     class_rank = rng.permutation(max(int(n_classes), 1)).astype(np.int32)
     ranked = class_rank[labels]
-    # one int64 sort key: class rank in the high bits, a random tie-breaker in the low 24
-    key = (ranked.astype(np.int64) << 24) | rng.integers(0, 1 << 24, labels.size, dtype=np.int64)
-    order = np.argsort(key)
-    del key
-    return ranked, order
+    # the rows in a uniformly random order, then grouped by class rank keeping that order: by
+    # the compiled fit's counting sort once it is loaded (1M rows: 0.04-0.05 s of CPU against a
+    # sort's 0.10), else by sorting one int64 key, the rank high and the position low
+    shuffled = rng.permutation(labels.size)
+    codes = ranked[shuffled]
+    grouped = mondrian_jit.grouped_order(codes, class_rank.size)
+    if grouped is None:
+        grouped = np.argsort((codes.astype(np.int64) << 32) | np.arange(codes.size, dtype=np.int64))
+    return ranked, shuffled[grouped]
 
 
 def release_positions(labels: np.ndarray) -> np.ndarray:
