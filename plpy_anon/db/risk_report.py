@@ -148,8 +148,9 @@ def stored_classes(plpy, release: dict, target: risk.Target):
     # ctid: the storage is read a range of blocks at a time (class_counts.stored_chunk_query)
     read = list(dict.fromkeys(["ctid", *target.qis, *target.sensitive,
                                *(arrays or [compact.ROWS_COLUMN])]))
-    if not run(plpy, CAN_READ_STORAGE, ["text", "text", "text[]"],
-               [target.relation, stored[1].relation, read])[0]["ok"]:
+    readable = run(plpy, CAN_READ_STORAGE, ["text", "text", "text[]"],
+                   [target.relation, stored[1].relation, read])
+    if not readable[0]["ok"]:
         return None
     try:
         with plpy.subtransaction():
