@@ -69,10 +69,47 @@ def _use_cache_dir():
         sys.modules["numba"].config.CACHE_DIR = str(CACHE_DIR)
 
 
+#: whether :func:`kernels` may load the fit's machine code without numba (:mod:`.kernel_objects`);
+#: the warm-up sets it False to fill numba's own cache
+OBJECT_CODE = True
+_numba_module = None
+_objects_failed = False
+
+
 def kernels():
-    """The kernel module, or None when numba cannot be imported (logged once)."""
-    global _kernels, _unavailable
+    """The fit's kernels: loaded from :data:`CACHE_DIR`'s object file without numba where it is
+    there and current (:mod:`.kernel_objects`), else the numba-compiled module; None when numba
+    cannot be imported either (logged once)."""
+    global _kernels
     if _kernels is None and not _unavailable:
+        _use_cache_dir()
+        _kernels = _object_kernels() or numba_kernels()
+    return _kernels
+
+
+def _object_kernels():
+    """The fit's kernels from their object file, or None (missing, stale, not this OS user's, or
+    llvmlite not loadable: logged once, then numba loads them)."""
+    global _objects_failed
+    if not OBJECT_CODE or _objects_failed:
+        return None
+    from plpy_anon.core import kernel_objects
+
+    source = Path(__file__).resolve().parent / "_mondrian_kernels.py"
+    try:
+        return kernel_objects.load("plpy_anon.core._mondrian_kernels", source, CACHE_DIR,
+                                   numba_kernels)
+    except (ImportError, OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        _objects_failed = True
+        log.warning("plpy_anon: the fit's kernels do not load from %s (%s: %s); numba loads "
+                    "them", CACHE_DIR, type(exc).__name__, exc)
+        return None
+
+
+def numba_kernels():
+    """The numba-compiled kernel module, or None when numba cannot be imported (logged once)."""
+    global _numba_module, _unavailable
+    if _numba_module is None and not _unavailable:
         try:
             _use_cache_dir()
             with _hidden_from_numba():
@@ -90,8 +127,8 @@ def kernels():
                         "(%s); the fit runs on numpy. Run 'make install' as root to create %s "
                         "for the database's OS user.", exc, CACHE_DIR)
         else:
-            _kernels = _mondrian_kernels
-    return _kernels
+            _numba_module = _mondrian_kernels
+    return _numba_module
 
 
 #: the other kernel modules loaded (:func:`loaded`), by name
@@ -106,9 +143,10 @@ def loaded(name: str, n_rows: int | None = None):
     if module is None:
         if n_rows is not None and not worth_loading(n_rows):
             return None
-        if kernels() is None:
+        if kernels() is None or numba_kernels() is None:
             return None
-        module = importlib.import_module(f"plpy_anon.core.{name}")
+        with _hidden_from_numba():
+            module = importlib.import_module(f"plpy_anon.core.{name}")
         load_cached(module)
         _loaded[name] = module
     return module
@@ -351,15 +389,31 @@ def _codes_from_bits(bits):
 
 
 def stats():
-    """Signatures in use and numba's cache hits / misses (a miss is a compilation) of the fit's
-    kernels in this process (the database test reads them from a new backend)."""
+    """Signatures in use and cache hits / misses (a miss is a compilation) of the fit's kernels
+    in this process (the database test reads them from a new backend); ``machine_code``:
+    ``"objects"`` when they were loaded without numba (a hit: a kernel called from the object
+    file), ``"numba"`` when numba loaded them."""
     kern = kernels()
     if kern is None:
         return None
-    entries = (kern.count_codes, kern.place_codes, kern.run, kern.number_by_first_row,
-               kern.write_class_sets, kern.write_range_literals)
-    return {"signatures": sum(len(f.signatures) for f in entries),
-            "used": sorted(f.__name__ for f in entries if f.signatures),
-            "cache_hits": sum(sum(f.stats.cache_hits.values()) for f in entries),
-            "cache_misses": sum(sum(f.stats.cache_misses.values()) for f in entries),
-            "cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
+    names = ("count_codes", "place_codes", "run", "number_by_first_row", "write_class_sets",
+             "write_range_literals")
+    result = {"signatures": 0, "used": set(), "cache_hits": 0, "cache_misses": 0,
+              "cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
+              "machine_code": "numba" if kern is _numba_module else "objects"}
+    if kern is not _numba_module:
+        for name in names:
+            kernel = getattr(kern, name)
+            result["signatures"] += kernel.signatures
+            result["cache_hits"] += kernel.calls > 0
+            if kernel.calls:
+                result["used"].add(name)
+    if _numba_module is not None:       # as well, for argument types the object file lacks
+        for f in (getattr(_numba_module, name) for name in names):
+            result["signatures"] += len(f.signatures)
+            result["cache_hits"] += sum(f.stats.cache_hits.values())
+            result["cache_misses"] += sum(f.stats.cache_misses.values())
+            if f.signatures:
+                result["used"].add(f.__name__)
+    result["used"] = sorted(result["used"])
+    return result

@@ -3,7 +3,11 @@ which ``make install`` runs as the database's OS user, so that a backend's first
 code instead of compiling (:mod:`.mondrian_jit`)."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -13,8 +17,18 @@ from plpy_anon.core.mondrian import Mondrian
 
 
 def warm():
-    """Fit every signature a fit uses: uint16 and int32 codes, with and without models (the
-    argument types do not change with them); the kernels' cache figures (None without numba)."""
+    """Fit every signature a fit uses (:func:`warm_fit`), then the stable mode's kernels; the
+    kernels' cache figures (None without numba)."""
+    warm_fit()
+    republication.warm_kernels()      # the stable refresh's grouping
+    person_hashes.warm_kernels()      # the stable mode's people
+    return mondrian_jit.stats()
+
+
+def warm_fit():
+    """Call every signature of the fit's kernels (core._mondrian_kernels): uint16 and int32
+    codes, with and without models (the argument types do not change with them), and the
+    release's class literals (db.stored_classes)."""
     rng = np.random.default_rng(0)
     n = 200
     small = [encode_numeric("x", rng.integers(0, 50, n)),
@@ -24,28 +38,55 @@ def warm():
         rows = len(columns[0].codes)
         Mondrian(k=5, engine="numba").fit(columns)
         Mondrian(k=5, l=2, engine="numba").fit(columns, sensitive=np.arange(rows) % 3)
-    republication.warm_kernels()      # the stable refresh's grouping
-    kern = mondrian_jit.kernels()
-    if kern is not None:              # the release's class literals (db.stored_classes)
-        out = np.empty(8, dtype=np.uint8)
-        kern.write_class_sets(np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64), 0, 1,
-                              np.array([97, 98], dtype=np.uint8),
-                              np.array([0, 2], dtype=np.int64),
-                              np.array([31], dtype=np.uint8), out)
-        out = np.empty(64, dtype=np.uint8)          # and their ranges
-        kern.write_range_literals(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
-                                  np.zeros(1, dtype=np.int64), 0, 1, 1,
-                                  np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64),
-                                  np.array([31], dtype=np.uint8), np.array([30], dtype=np.uint8),
-                                  out)
-    person_hashes.warm_kernels()      # the stable mode's people
-    return mondrian_jit.stats()
+    kern = mondrian_jit.numba_kernels()
+    if kern is None:
+        return
+    out = np.empty(8, dtype=np.uint8)
+    kern.write_class_sets(np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64), 0, 1,
+                          np.array([97, 98], dtype=np.uint8), np.array([0, 2], dtype=np.int64),
+                          np.array([31], dtype=np.uint8), out)
+    out = np.empty(64, dtype=np.uint8)          # and their ranges
+    kern.write_range_literals(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
+                              np.zeros(1, dtype=np.int64), 0, 1, 1,
+                              np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int64),
+                              np.array([31], dtype=np.uint8), np.array([30], dtype=np.uint8),
+                              out)
+
+
+def export_objects() -> str:
+    """Write the fit's kernels' object file (core.kernel_objects) into mondrian_jit.CACHE_DIR
+    from a fresh interpreter whose numba compiles them (numba's cache keeps machine code, not
+    the IR the object file is emitted from); what happened, for the install's log."""
+    if not mondrian_jit.CACHE_DIR.is_dir() or \
+            mondrian_jit.CACHE_DIR.stat().st_uid != os.geteuid():
+        return f"not written ({mondrian_jit.CACHE_DIR} is not this OS user's)"
+    with tempfile.TemporaryDirectory() as scratch:
+        env = dict(os.environ, NUMBA_CACHE_DIR=scratch)
+        done = subprocess.run([sys.executable, "-I", "-m", "plpy_anon.core.mondrian_warm", "--objects"], env=env,
+                              capture_output=True, text=True, check=False)
+    if done.returncode:
+        return f"not written: {done.stderr.strip().splitlines()[-1:]}"
+    return done.stdout.strip()
+
+
+def _write_objects(directory: Path) -> int:
+    from plpy_anon.core import _mondrian_kernels, kernel_objects
+
+    warm_fit()
+    path = kernel_objects.export(_mondrian_kernels, directory)
+    print(f"written to {path}")
+    return 0
 
 
 def main() -> int:
+    mondrian_jit.OBJECT_CODE = False         # the warm-up fills numba's own cache
+    if sys.argv[1:2] == ["--objects"]:      # [directory], else mondrian_jit.CACHE_DIR
+        return _write_objects(Path(sys.argv[2]) if sys.argv[2:] else mondrian_jit.CACHE_DIR)
     result = warm()
     print("plpy_anon: compiled kernels", "unavailable (numba cannot be imported)"
           if result is None else f"ready: {result}")
+    if result is not None:
+        print("plpy_anon: the fit's kernels' object file", export_objects())
     return 0
 
 
