@@ -105,8 +105,9 @@ class Kernel:
         status = function(ctypes.byref(result), ctypes.byref(excinfo), *flat)
         self.calls += 1
         if status not in _RETURNED:
-            raise ArithmeticError(f"plpy_anon: the compiled kernel {self.__name__} stopped with "
-                                  f"numba status {status} (a division by zero in the kernel)")
+            # the exception numba would raise is described in its own pickled form: named here
+            raise ArithmeticError(f"plpy_anon: the compiled kernel {self.__name__} raised (numba "
+                                  f"status {status}; these kernels raise on a division by zero)")
         if status == -2 or returns == "none":
             return None
         value = result.value

@@ -1,7 +1,7 @@
 """The Mondrian fit on compiled kernels (numba), with the partitions of the numpy fit.
 
 :func:`partition` runs :meth:`Mondrian._partition <plpy_anon.core.mondrian.Mondrian._partition>`'s
-work in :mod:`._mondrian_kernels` when :func:`kernels` can import numba; the numpy fit in
+work in :mod:`._mondrian_kernels` when :func:`kernels` can load them; the numpy fit in
 :mod:`.mondrian` stays the oracle (``tests/unit/test_mondrian_compiled.py`` compares the labels)
 and the fallback: without numba every fit runs on numpy, with one log line saying so.
 
@@ -9,7 +9,9 @@ Machine code is cached on disk (``@njit(cache=True)``) so that no fit pays for c
 ``plpy_anon/_jit_cache`` beside the installed package when that directory belongs to the
 process's OS user (``make install`` creates it for the database's OS user and compiles the kernels
 there once, :mod:`.mondrian_warm`), else where numba caches by default. numba recompiles on its own when the
-kernels' source changes (its cache index records the source file's stamp).
+kernels' source changes (its cache index records the source file's stamp). ``make install`` also
+writes the fit's kernels there as one object file, which :func:`kernels` loads without importing
+numba (:mod:`.kernel_objects`) when it is current.
 
 Interrupts: the kernels return after about :data:`CHUNK_ROWS` row operations (milliseconds of
 CPU); between two kernel calls (the sorts by code, then the partitioning) :func:`partition` calls
@@ -39,8 +41,9 @@ CHUNK_ROWS = 1 << 20
 CACHE_DIR = Path(__file__).resolve().parent.parent / "_jit_cache"
 
 #: below this many rows, a process that has not loaded the kernels yet fits on numpy: such a fit
-#: (~20 ms of CPU at 50,000 rows) costs less than importing numba and loading the kernels'
-#: machine code (~0.3 s), which the first release of a fresh backend would otherwise pay
+#: (~20 ms of CPU at 50,000 rows) costs less than loading the kernels' machine code (~0.04 s
+#: from their object file, ~0.3 s through numba), which a fresh backend's first release would
+#: otherwise pay
 COMPILED_FROM_ROWS = 50_000
 
 _kernels = None

@@ -65,7 +65,7 @@ def export_objects() -> str:
         done = subprocess.run([sys.executable, "-I", "-m", "plpy_anon.core.mondrian_warm", "--objects"], env=env,
                               capture_output=True, text=True, check=False)
     if done.returncode:
-        return f"not written: {done.stderr.strip().splitlines()[-1:]}"
+        return f"not written: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
     return done.stdout.strip()
 
 
