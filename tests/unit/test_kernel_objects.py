@@ -3,6 +3,7 @@ labels of the numpy fit, its oracle, and the literals of numba's kernels; numba 
 and no load, so numba's path, when the file is missing, stale, torn, another user's, or needs a
 symbol the process lacks."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,10 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from plpy_anon.core import kernel_objects, mondrian_jit
 from plpy_anon.core.mondrian import Mondrian
 from tests.runs import examples
+from tests.unit import test_mondrian_compiled as compiled_tests
 from tests.unit.test_mondrian_compiled import assert_same, both_engines, fits
 from tests.waits import HANG
 
@@ -63,21 +66,40 @@ def module_loaded(objects):
     return kern
 
 
+@contextlib.contextmanager
+def fitting_on(kern):
+    """Every fit inside runs on ``kern`` (a hypothesis test cannot take monkeypatch)."""
+    kept, mondrian_jit._kernels = mondrian_jit._kernels, kern
+    try:
+        yield
+    finally:
+        mondrian_jit._kernels = kept
+
+
 @examples(default=40, slow=150)
 @given(fits())
 def test_fits_on_the_object_file_give_the_numpy_labels(module_loaded, fit):
     columns, k, models, sensitive, ordered = fit
     calls = module_loaded.run.calls
-    kept, mondrian_jit._kernels = mondrian_jit._kernels, module_loaded
-    try:
+    with fitting_on(module_loaded):
         numpy_labels, compiled = both_engines(
             lambda engine: Mondrian(k=k, engine=engine, **models), columns,
             sensitive=sensitive if models else None,
             sensitive_ordered=ordered if models else None)
-    finally:
-        mondrian_jit._kernels = kept
     assert_same(numpy_labels, compiled)
     assert isinstance(compiled, tuple) or module_loaded.run.calls > calls
+
+
+@examples(default=30, slow=100)
+@given(fits(), st.integers(0, 2**32 - 1), st.sampled_from([0.5, 0.3, 0.0]))
+def test_prioritized_fits_on_the_object_file_give_the_numpy_labels(module_loaded, fit, seed,
+                                                                    tolerance):
+    """test_mondrian_compiled's prioritized test (weights, workload cut points) on the file."""
+    calls = module_loaded.run.calls
+    with fitting_on(module_loaded):
+        compiled_tests.test_compiled_prioritized_fit_gives_the_numpy_labels.hypothesis.inner_test(
+            fit, seed, tolerance)
+    assert module_loaded.run.calls > calls or fit[2]     # a model may refuse before the fit
 
 
 def test_a_large_fit_runs_every_kernel_from_the_object_file(loaded):
