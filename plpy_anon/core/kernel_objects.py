@@ -173,12 +173,8 @@ def _owned(path: Path) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
-def load(module_name: str, source: Path, directory: Path, fallback):
-    """A :class:`LoadedKernels` of ``module_name`` from ``directory``, or None (see the module's
-    doc). ``fallback()``: the numba-compiled module, for calls of other argument types."""
-    path = cache_file(directory, module_name)
-    if not (_owned(directory) and _owned(path)):
-        return None
+def _read(path: Path):
+    """(metadata, object bytes) of a file :func:`export` wrote, or None."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -191,7 +187,29 @@ def load(module_name: str, source: Path, directory: Path, fallback):
         meta = json.loads(data[start:start + size])
     except ValueError:
         return None
-    obj = data[start + size:]
+    return meta, data[start + size:]
+
+
+def current(module_name: str, source: Path, directory: Path, written_with: str) -> bool:
+    """Whether :func:`export` would write the file as it is: the same header, and the same
+    ``written_with`` (what chose the signatures exported)."""
+    import llvmlite.binding as ll
+
+    read = _read(cache_file(directory, module_name))
+    return read is not None and read[0].get("written_with") == written_with and \
+        read[0].get("header") == _header(module_name, source, ll)
+
+
+def load(module_name: str, source: Path, directory: Path, fallback):
+    """A :class:`LoadedKernels` of ``module_name`` from ``directory``, or None (see the module's
+    doc). ``fallback()``: the numba-compiled module, for calls of other argument types."""
+    path = cache_file(directory, module_name)
+    if not (_owned(directory) and _owned(path)):
+        return None
+    read = _read(path)
+    if read is None:
+        return None
+    meta, obj = read
 
     import llvmlite.binding as ll
 
@@ -277,10 +295,11 @@ def _undefined_symbols(obj: bytes) -> list[str]:
     return sorted(set(names))
 
 
-def export(module, directory: Path) -> Path | None:
+def export(module, directory: Path, written_with: str | None = None) -> Path | None:
     """Write the compiled signatures of ``module``'s public kernels (numba dispatchers whose
     name has no leading underscore) into :func:`cache_file`; the path, or None when there are
-    none. Runs with numba loaded and the kernels compiled or loaded from numba's cache."""
+    none. Runs with numba loaded and the kernels compiled in this process (numba's cache keeps
+    no IR). ``written_with``: recorded for :func:`current`."""
     import llvmlite.binding as ll
     from numba.core.dispatcher import Dispatcher
 
@@ -324,7 +343,7 @@ def export(module, directory: Path) -> Path | None:
     obj = machine.emit_object(linked)
     meta = {"header": _header(module.__name__, Path(module.__file__), ll),
             "kernels": kernels, "constants": constants, "undefined": _undefined_symbols(obj),
-            "object_sha256": hashlib.sha256(obj).hexdigest()}
+            "object_sha256": hashlib.sha256(obj).hexdigest(), "written_with": written_with}
     blob = json.dumps(meta, sort_keys=True).encode()
     path = cache_file(directory, module.__name__)
     tmp = path.with_suffix(".tmp")

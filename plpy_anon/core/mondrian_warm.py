@@ -57,9 +57,13 @@ def export_objects() -> str:
     """Write the fit's kernels' object file (core.kernel_objects) into mondrian_jit.CACHE_DIR
     from a fresh interpreter whose numba compiles them (numba's cache keeps machine code, not
     the IR the object file is emitted from); what happened, for the install's log."""
+    from plpy_anon.core import kernel_objects
+
     if not mondrian_jit.CACHE_DIR.is_dir() or \
             mondrian_jit.CACHE_DIR.stat().st_uid != os.geteuid():
         return f"not written ({mondrian_jit.CACHE_DIR} is not this OS user's)"
+    if kernel_objects.current(KERNELS, KERNELS_SOURCE, mondrian_jit.CACHE_DIR, _written_with()):
+        return "current, kept"       # writing it compiles every kernel: ~10 s of CPU
     with tempfile.TemporaryDirectory() as scratch:
         env = dict(os.environ, NUMBA_CACHE_DIR=scratch)
         done = subprocess.run([sys.executable, "-I", "-m", "plpy_anon.core.mondrian_warm", "--objects"], env=env,
@@ -69,11 +73,24 @@ def export_objects() -> str:
     return done.stdout.strip()
 
 
+KERNELS = "plpy_anon.core._mondrian_kernels"
+KERNELS_SOURCE = Path(__file__).resolve().parent / "_mondrian_kernels.py"
+
+
+def _written_with() -> str:
+    """The digest of what chooses the signatures the object file holds: this warm-up and the
+    fit's argument building (mondrian_jit)."""
+    from plpy_anon.core import kernel_objects
+
+    return "".join(kernel_objects.source_digest(Path(m.__file__))
+                   for m in (sys.modules[__name__], mondrian_jit))
+
+
 def _write_objects(directory: Path) -> int:
     from plpy_anon.core import _mondrian_kernels, kernel_objects
 
     warm_fit()
-    path = kernel_objects.export(_mondrian_kernels, directory)
+    path = kernel_objects.export(_mondrian_kernels, directory, _written_with())
     print(f"written to {path}")
     return 0
 

@@ -252,3 +252,18 @@ def test_kernels_fall_back_to_numba_when_the_file_does_not_load(tmp_path, monkey
     monkeypatch.setattr(mondrian_jit, "_kernels", None)
     assert mondrian_jit.kernels() is mondrian_jit.numba_kernels()
     assert mondrian_jit.stats()["machine_code"] == "numba"
+
+
+def test_an_install_keeps_a_current_file_and_rewrites_a_stale_one(copy, tmp_path):
+    """make install's warm-up skips writing (compiling every kernel) when nothing it depends on
+    changed: the header, and the warm-up's and the fit's own sources."""
+    from plpy_anon.core import mondrian_warm
+
+    written_with = mondrian_warm._written_with()
+    assert kernel_objects.current(MODULE, SOURCE, copy[0], written_with)
+    assert not kernel_objects.current(MODULE, SOURCE, copy[0], written_with[::-1])
+    changed = tmp_path / "_mondrian_kernels.py"
+    changed.write_text(SOURCE.read_text() + "\n# changed\n")
+    assert not kernel_objects.current(MODULE, changed, copy[0], written_with)
+    copy[1].unlink()
+    assert not kernel_objects.current(MODULE, SOURCE, copy[0], written_with)
