@@ -1,6 +1,7 @@
 """Compile (or load) the Mondrian fit's kernels once: ``python -I -m plpy_anon.core.mondrian_warm``,
 which ``make install`` runs as the database's OS user, so that a backend's first fit loads machine
-code instead of compiling (:mod:`.mondrian_jit`)."""
+code instead of compiling (:mod:`.mondrian_jit`); then the fit's kernels' object file, which a
+backend loads without numba (:mod:`.kernel_objects`; ``--objects [directory]`` writes it alone)."""
 from __future__ import annotations
 
 import os
@@ -53,6 +54,11 @@ def warm_fit():
                               out)
 
 
+#: the module whose object file is written, and its source
+KERNELS = "plpy_anon.core._mondrian_kernels"
+KERNELS_SOURCE = Path(__file__).resolve().parent / "_mondrian_kernels.py"
+
+
 def export_objects() -> str:
     """Write the fit's kernels' object file (core.kernel_objects) into mondrian_jit.CACHE_DIR
     from a fresh interpreter whose numba compiles them (numba's cache keeps machine code, not
@@ -66,15 +72,12 @@ def export_objects() -> str:
         return "current, kept"       # writing it compiles every kernel: ~10 s of CPU
     with tempfile.TemporaryDirectory() as scratch:
         env = dict(os.environ, NUMBA_CACHE_DIR=scratch)
-        done = subprocess.run([sys.executable, "-I", "-m", "plpy_anon.core.mondrian_warm", "--objects"], env=env,
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run([sys.executable, "-I", "-m", "plpy_anon.core.mondrian_warm",
+                               "--objects"], env=env, capture_output=True, text=True,
+                              check=False)
     if done.returncode:
         return f"not written: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
     return done.stdout.strip()
-
-
-KERNELS = "plpy_anon.core._mondrian_kernels"
-KERNELS_SOURCE = Path(__file__).resolve().parent / "_mondrian_kernels.py"
 
 
 def _written_with() -> str:
