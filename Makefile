@@ -53,7 +53,8 @@ install-py:
 	$(VENV)/bin/pip install -q --no-deps --no-build-isolation --force-reinstall . && chmod -R a+rX $(VENV)
 	@# the Mondrian fit's compiled kernels: their machine-code cache (plpy_anon/_jit_cache in the
 	@# venv) belongs to the database's OS user, who compiles them there once now, so that no
-	@# backend's fit compiles (python -I: the installed package, not this checkout)
+	@# backend's fit compiles, and writes the fit's object file, which backends load without
+	@# numba (python -I: the installed package, not this checkout)
 	@cache=$$(cd / && $(VPYTHON) -I -c 'from plpy_anon.core.mondrian_jit import CACHE_DIR; print(CACHE_DIR)') && \
 	if [ "$$(id -u)" = 0 ] && id -u $(PG_OS_USER) >/dev/null 2>&1; then \
 		install -d -o $(PG_OS_USER) -m 0755 "$$cache" && \

@@ -1,7 +1,7 @@
 """The Mondrian fit on compiled kernels (numba), with the partitions of the numpy fit.
 
 :func:`partition` runs :meth:`Mondrian._partition <plpy_anon.core.mondrian.Mondrian._partition>`'s
-work in :mod:`._mondrian_kernels` when :func:`kernels` can import numba; the numpy fit in
+work in :mod:`._mondrian_kernels` when :func:`kernels` can load them; the numpy fit in
 :mod:`.mondrian` stays the oracle (``tests/unit/test_mondrian_compiled.py`` compares the labels)
 and the fallback: without numba every fit runs on numpy, with one log line saying so.
 
@@ -9,7 +9,9 @@ Machine code is cached on disk (``@njit(cache=True)``) so that no fit pays for c
 ``plpy_anon/_jit_cache`` beside the installed package when that directory belongs to the
 process's OS user (``make install`` creates it for the database's OS user and compiles the kernels
 there once, :mod:`.mondrian_warm`), else where numba caches by default. numba recompiles on its own when the
-kernels' source changes (its cache index records the source file's stamp).
+kernels' source changes (its cache index records the source file's stamp). ``make install`` also
+writes the fit's kernels there as one object file, which :func:`kernels` loads without importing
+numba (:mod:`.kernel_objects`) when it is current.
 
 Interrupts: the kernels return after about :data:`CHUNK_ROWS` row operations (milliseconds of
 CPU); between two kernel calls (the sorts by code, then the partitioning) :func:`partition` calls
@@ -39,8 +41,9 @@ CHUNK_ROWS = 1 << 20
 CACHE_DIR = Path(__file__).resolve().parent.parent / "_jit_cache"
 
 #: below this many rows, a process that has not loaded the kernels yet fits on numpy: such a fit
-#: (~20 ms of CPU at 50,000 rows) costs less than importing numba and loading the kernels'
-#: machine code (~0.3 s), which the first release of a fresh backend would otherwise pay
+#: (~20 ms of CPU at 50,000 rows) costs less than loading the kernels' machine code (~0.04 s
+#: from their object file, ~0.3 s through numba), which a fresh backend's first release would
+#: otherwise pay
 COMPILED_FROM_ROWS = 50_000
 
 _kernels = None
@@ -69,10 +72,47 @@ def _use_cache_dir():
         sys.modules["numba"].config.CACHE_DIR = str(CACHE_DIR)
 
 
+#: whether :func:`kernels` may load the fit's machine code without numba (:mod:`.kernel_objects`);
+#: the warm-up sets it False to fill numba's own cache
+OBJECT_CODE = True
+_numba_module = None
+_objects_failed = False
+
+
 def kernels():
-    """The kernel module, or None when numba cannot be imported (logged once)."""
-    global _kernels, _unavailable
+    """The fit's kernels: loaded from :data:`CACHE_DIR`'s object file without numba where it is
+    there and current (:mod:`.kernel_objects`), else the numba-compiled module; None when numba
+    cannot be imported either (logged once)."""
+    global _kernels
     if _kernels is None and not _unavailable:
+        _use_cache_dir()
+        _kernels = _object_kernels() or numba_kernels()
+    return _kernels
+
+
+def _object_kernels():
+    """The fit's kernels from their object file, or None (missing, stale, not this OS user's, or
+    llvmlite not loadable: logged once, then numba loads them)."""
+    global _objects_failed
+    if not OBJECT_CODE or _objects_failed:
+        return None
+    from plpy_anon.core import kernel_objects
+
+    source = Path(__file__).resolve().parent / "_mondrian_kernels.py"
+    try:
+        return kernel_objects.load("plpy_anon.core._mondrian_kernels", source, CACHE_DIR,
+                                   numba_kernels)
+    except (ImportError, OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        _objects_failed = True
+        log.warning("plpy_anon: the fit's kernels do not load from %s (%s: %s); numba loads "
+                    "them", CACHE_DIR, type(exc).__name__, exc)
+        return None
+
+
+def numba_kernels():
+    """The numba-compiled kernel module, or None when numba cannot be imported (logged once)."""
+    global _numba_module, _unavailable
+    if _numba_module is None and not _unavailable:
         try:
             _use_cache_dir()
             with _hidden_from_numba():
@@ -90,8 +130,8 @@ def kernels():
                         "(%s); the fit runs on numpy. Run 'make install' as root to create %s "
                         "for the database's OS user.", exc, CACHE_DIR)
         else:
-            _kernels = _mondrian_kernels
-    return _kernels
+            _numba_module = _mondrian_kernels
+    return _numba_module
 
 
 #: the other kernel modules loaded (:func:`loaded`), by name
@@ -106,9 +146,10 @@ def loaded(name: str, n_rows: int | None = None):
     if module is None:
         if n_rows is not None and not worth_loading(n_rows):
             return None
-        if kernels() is None:
+        if kernels() is None or numba_kernels() is None:
             return None
-        module = importlib.import_module(f"plpy_anon.core.{name}")
+        with _hidden_from_numba():
+            module = importlib.import_module(f"plpy_anon.core.{name}")
         load_cached(module)
         _loaded[name] = module
     return module
@@ -363,15 +404,31 @@ def _codes_from_bits(bits):
 
 
 def stats():
-    """Signatures in use and numba's cache hits / misses (a miss is a compilation) of the fit's
-    kernels in this process (the database test reads them from a new backend)."""
+    """Signatures in use and cache hits / misses (a miss is a compilation) of the fit's kernels
+    in this process (the database test reads them from a new backend); ``machine_code``:
+    ``"objects"`` when they were loaded without numba (a hit: a kernel called from the object
+    file), ``"numba"`` when numba loaded them."""
     kern = kernels()
     if kern is None:
         return None
-    entries = (kern.count_codes, kern.place_codes, kern.run, kern.number_by_first_row,
-               kern.write_class_sets, kern.write_range_literals)
-    return {"signatures": sum(len(f.signatures) for f in entries),
-            "used": sorted(f.__name__ for f in entries if f.signatures),
-            "cache_hits": sum(sum(f.stats.cache_hits.values()) for f in entries),
-            "cache_misses": sum(sum(f.stats.cache_misses.values()) for f in entries),
-            "cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
+    names = ("count_codes", "place_codes", "run", "number_by_first_row", "write_class_sets",
+             "write_range_literals")
+    result = {"signatures": 0, "used": set(), "cache_hits": 0, "cache_misses": 0,
+              "cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
+              "machine_code": "numba" if kern is _numba_module else "objects"}
+    if kern is not _numba_module:
+        for name in names:
+            kernel = getattr(kern, name)
+            result["signatures"] += kernel.signatures
+            result["cache_hits"] += kernel.calls > 0
+            if kernel.calls:
+                result["used"].add(name)
+    if _numba_module is not None:       # as well, for argument types the object file lacks
+        for f in (getattr(_numba_module, name) for name in names):
+            result["signatures"] += len(f.signatures)
+            result["cache_hits"] += sum(f.stats.cache_hits.values())
+            result["cache_misses"] += sum(f.stats.cache_misses.values())
+            if f.signatures:
+                result["used"].add(f.__name__)
+    result["used"] = sorted(result["used"])
+    return result

@@ -11,7 +11,7 @@ from psycopg import sql
 from tests.helpers import release_schema_of
 
 HEAVY = ("numpy", "pandas", "pyarrow", "pyarrow.compute", "scipy", "sklearn", "sqlglot",
-         "matplotlib", "numba", "yaml")
+         "matplotlib", "numba", "yaml", "llvmlite.binding")
 
 PEOPLE = """
 CREATE TABLE people (id int PRIMARY KEY, age int, zip text, diagnosis text);
@@ -63,8 +63,8 @@ def test_versions_reports_installed_components_without_loading_them(fresh, conne
 #: mondrian_jit.COMPILED_FROM_ROWS fits on numpy (numba, which imports scipy, would cost more to
 #: load than that fit), no step of the build needs pandas, and the read's one pyarrow kernel is
 #: called without pyarrow.compute (which writes a wrapper for each of its ~300 kernels on import)
-NOT_FOR_MONDRIAN = {"sklearn", "sqlglot", "matplotlib", "numba", "scipy", "pandas",
-                    "pyarrow.compute"}
+NOT_FOR_MONDRIAN = {"sklearn", "sqlglot", "matplotlib", "numba", "llvmlite.binding", "scipy",
+                    "pandas", "pyarrow.compute"}
 
 
 def test_a_small_mondrian_release_in_a_new_backend_loads_only_numpy_and_pyarrow(fresh, db, schema):
@@ -90,17 +90,20 @@ def test_the_first_call_of_a_backend_still_activates_the_environment(connect):
 
 
 
-def test_a_release_on_the_compiled_kernels_loads_numba_without_scipy_pandas_or_yaml(fresh, db, schema):
-    """From mondrian_jit.COMPILED_FROM_ROWS rows the fit and the class literals run on numba's
-    cached kernels: numba is loaded, but none of what it imports only for work the kernels never
-    ask of it (scipy for BLAS, yaml for a config file), nor pandas."""
+def test_a_release_on_the_compiled_kernels_loads_them_without_numba_scipy_pandas_or_yaml(
+        fresh, db, schema):
+    """From mondrian_jit.COMPILED_FROM_ROWS rows the fit and the class literals run on the
+    compiled kernels, loaded from the object file make install wrote (core.kernel_objects):
+    through llvmlite, without numba nor what numba imports (scipy for BLAS, yaml for a config
+    file), nor pandas."""
     from plpy_anon.core.mondrian_jit import COMPILED_FROM_ROWS
     db.execute(f"""CREATE TABLE people (id int PRIMARY KEY, age int, zip text, diagnosis text);
         INSERT INTO people SELECT i, 20 + i % 50, lpad((i % 97)::text, 5, '0'), 'd' || i % 4
         FROM generate_series(1, {COMPILED_FROM_ROWS}) i""")
     loaded = fresh(MONDRIAN.format(release_schema_of(schema)))
-    assert "numba" in loaded
-    assert not loaded & {"scipy", "yaml", "pandas", "sklearn", "sqlglot", "pyarrow.compute"}
+    assert "llvmlite.binding" in loaded
+    assert not loaded & {"numba", "scipy", "yaml", "pandas", "sklearn", "sqlglot",
+                         "pyarrow.compute"}
     smallest = db.execute(sql.SQL("SELECT min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY age, zip) c")
                           .format(sql.Identifier(release_schema_of(schema), "people_k5"))).fetchone()[0]
     assert smallest >= 5
