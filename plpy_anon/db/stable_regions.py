@@ -41,9 +41,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plpy_anon.core import containment
+from plpy_anon.core import containment, refresh_groups
 from plpy_anon.core.errors import AnonError, InsufficientData
 from plpy_anon.core.interrupts import check as check_interrupts
+from plpy_anon.core.refresh_groups import Axis
 from plpy_anon.db import class_counts, guards, interrupts, release_rows, republication, timing
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run
@@ -353,6 +354,293 @@ def store_boxes(plpy, release_id: int, src, regions: list) -> None:
     for number, bounds in enumerate(regions):
         run(plpy, STORE_BOX, ["int4", "int4", "jsonb"],
             [release_id, number, json.dumps(box_of(src, bounds))])
+
+
+def stored_boxes(plpy, release_id: int) -> list[list[dict]]:
+    """The boxes of a release's regions, in their order (none: its state is one region)."""
+    rows = run(plpy, "SELECT region, bounds FROM anon.readable_release_regions "
+                     "WHERE release_id = $1 ORDER BY region", ["int4"], [release_id])
+    if [r["region"] for r in rows] != list(range(len(rows))):
+        raise InsufficientData(
+            f"the regions of release {release_id} (anon.release_regions) are not numbered "
+            "0, 1, ... as its creation stored them",
+            hint="Restore the release's rows of anon.release_regions from a backup, or recreate "
+                 "the release knowingly.")
+    return [jsonb(r["bounds"]) for r in rows]
+
+
+def _broken_box(release_id: int, cut) -> InsufficientData:
+    return InsufficientData(
+        f"a stored region of release {release_id} (anon.release_regions) holds a cut that is "
+        f"not one its creation wrote: {json.dumps(cut)[:200]}",
+        hint="Restore the release's rows of anon.release_regions from a backup, or recreate the "
+             "release knowingly.")
+
+
+def _well_formed(cut, src) -> bool:
+    """Whether a stored cut is one :func:`box_of` writes for a QI of ``src`` (a release's
+    owner may write its own rows of anon.release_regions)."""
+    if not isinstance(cut, dict) or not isinstance(cut.get("qi"), int) \
+            or not 0 <= cut["qi"] < len(src.qis) or cut.get("name") != src.qis[cut["qi"]].name \
+            or not all(isinstance(cut.get(key), bool) for key in ("left", "strict")):
+        return False
+    if "texts" in cut:
+        return isinstance(cut["texts"], list) and all(isinstance(t, str) for t in cut["texts"]) \
+            and all(isinstance(cut.get(key), bool) for key in ("texts_left", "null_left"))
+    return "value" in cut and (cut["value"] is None or isinstance(cut["value"], str))
+
+
+def _checked(src, box, release_id: int) -> list[dict]:
+    if not isinstance(box, list):
+        raise _broken_box(release_id, box)
+    for cut in box:
+        if not _well_formed(cut, src):
+            raise _broken_box(release_id, cut)
+    return box
+
+
+def box_predicate(src, box: list[dict], release_id: int) -> str:
+    """SQL true for a row of ``src`` inside a stored box (:func:`box_of`): the predicate its
+    region was read with at creation (out_of_core.Source.left)."""
+    parts = []
+    for cut in _checked(src, box, release_id):
+        a = cut["qi"]
+        c = src.names[a]
+        if "texts" in cut:
+            held = src._member(a, cut["texts"])
+            if cut["texts_left"]:
+                side = f"({c} IS NULL OR {held})" if cut["null_left"] else held
+            else:
+                side = f"(NOT {held})" if cut["null_left"] else f"({c} IS NOT NULL AND NOT {held})"
+        else:
+            side = src.left(a, cut["value"], cut["strict"])
+        parts.append(side if cut["left"] else f"(NOT {side})")
+    return " AND ".join(parts) if parts else "true"
+
+
+def box_case(src, boxes: list, release_id: int) -> str:
+    """SQL of the number of the box a row lies in, NULL for none (``boxes``: (number, cuts)).
+    The boxes are the leaves of the creation's tree of cuts, each one's cuts its path from the
+    root: where every box's first cut is one cut (its sides apart), a nested ``CASE`` tests it
+    once and goes on with each side's boxes, so a row is tested on its path's cuts alone."""
+    def cut_of(cut):
+        return {key: value for key, value in cut.items() if key != "left"}
+    if len(boxes) == 1:
+        number, cuts = boxes[0]
+        return str(number) if not cuts else \
+            f"CASE WHEN {box_predicate(src, cuts, release_id)} THEN {number} END"
+    if all(isinstance(cuts, list) and cuts and isinstance(cuts[0], dict) for _, cuts in boxes):
+        first = cut_of(boxes[0][1][0])
+        if all(cut_of(cuts[0]) == first for _, cuts in boxes):
+            left = [(number, cuts[1:]) for number, cuts in boxes if cuts[0]["left"] is True]
+            right = [(number, cuts[1:]) for number, cuts in boxes if cuts[0]["left"] is False]
+            if left and right and len(left) + len(right) == len(boxes):
+                side = box_predicate(src, [{**boxes[0][1][0], "left": True}], release_id)
+                return (f"CASE WHEN {side} THEN ({box_case(src, left, release_id)}) "
+                        f"ELSE ({box_case(src, right, release_id)}) END")
+    return "CASE " + " ".join(f"WHEN {box_predicate(src, cuts, release_id)} THEN {number}"
+                              for number, cuts in boxes) + " END"
+
+
+#: a set QI's texts in no stored cut (each cut tests them alike) and its NULL, as symbols
+OTHER_TEXT, NULL_TEXT = 0, 1
+
+
+def box_axes(plpy, src, boxes: list, release_id: int) -> list[dict]:
+    """Each stored box as core.refresh_groups axes ({QI: Axis}). A QI cut at values is a line of
+    positions: NULL at -1 (lowest, as the predicates put it), the i-th distinct cut value (in
+    the column's order, sorted by SQL) at 2i + 1 and the values between two cut values at the
+    even position between; a set taken as the values between its ends (never narrower than it
+    is). A QI cut at its texts: the cuts' texts, any other text and NULL as symbols."""
+    boxes = [_checked(src, box, release_id) for box in boxes]
+    positions: dict = {}
+    for a in sorted({c["qi"] for box in boxes for c in box if "texts" not in c}):
+        values = sorted({c["value"] for box in boxes for c in box
+                         if c["qi"] == a and "texts" not in c and c["value"] is not None})
+        if values:
+            listed = ", ".join(f"({i}, {src.literal(a, v)})" for i, v in enumerate(values))
+            ranked = run(plpy, f"SELECT i FROM (VALUES {listed}) AS v(i, x) ORDER BY x, i")
+            positions[a] = {values[r["i"]]: 2 * rank + 1 for rank, r in enumerate(ranked)}
+        else:
+            positions[a] = {}
+    symbols = {a: {t: 2 + i for i, t in enumerate(sorted(
+        {t for box in boxes for c in box if c["qi"] == a and "texts" in c for t in c["texts"]}))}
+        for a in {c["qi"] for box in boxes for c in box if "texts" in c}}
+    out = []
+    for box in boxes:
+        axes: dict = {}
+        for cut in box:
+            a = cut["qi"]
+            if "texts" in cut:
+                every = set(symbols[a].values()) | {OTHER_TEXT, NULL_TEXT}
+                listed = {symbols[a][t] for t in cut["texts"]}
+                left = {s for s in every - {NULL_TEXT}
+                        if (s in listed) == cut["texts_left"]} | (
+                    {NULL_TEXT} if cut["null_left"] else set())
+                side = frozenset(left if cut["left"] else every - left)
+                held = axes.get(a, Axis(symbols=frozenset(every)))
+                if held.symbols is None:
+                    raise _broken_box(release_id, cut)
+                axes[a] = Axis(symbols=held.symbols & side)
+                continue
+            if cut["value"] is None:
+                top = -1                       # the left side is NULL alone
+            else:
+                top = positions[a][cut["value"]] - (1 if cut["strict"] else 0)
+            low, high = (-1, top) if cut["left"] else (top + 1, 2 * len(positions[a]) + 1)
+            held = axes.get(a, Axis(-1, 2 * len(positions[a]) + 1))
+            if held.symbols is not None:
+                raise _broken_box(release_id, cut)
+            axes[a] = Axis(max(held.low, low), min(held.high, high))
+        out.append(axes)
+    return out
+
+
+def person_text(plpy, identifiers: list) -> str | None:
+    """SQL of the text a stable run hashes for a row's person (republication.person_hashes), or
+    NULL for a row whose text SQL does not make the same (a composite identifier holding the
+    separator, whose text is JSON)."""
+    texts = [f"{ident(plpy, c.name)}::pg_catalog.text" if c.type_name in ("int2", "int4", "int8")
+             else c.as_text(plpy) for c in identifiers]
+    if not texts:
+        return None
+    if len(texts) == 1:
+        return texts[0]
+    mark = f"E'\\x{ord(republication.SEPARATOR):02x}'"
+    held = " OR ".join(f"pg_catalog.strpos({t}, {mark}) > 0" for t in texts)
+    return f"CASE WHEN {held} THEN NULL ELSE pg_catalog.concat_ws({mark}, {', '.join(texts)}) END"
+
+
+#: the people of a release's state (``column``: persons or waiting_persons), each with the
+#: region whose rows hold them
+STATE_PEOPLE = """
+SELECT s.region AS stored, pg_catalog.substr(s.{column}, 32 * (g.i - 1) + 1, 32) AS person
+FROM anon.readable_release_state s
+     CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.octet_length(s.{column}) / 32) AS g(i)
+WHERE s.release_id = $1"""
+#: each group of the state and a region whose rows hold one of its people
+GROUP_REGIONS = """
+SELECT DISTINCT m.g, s.region
+FROM anon.readable_release_state s CROSS JOIN LATERAL pg_catalog.unnest(s.member_groups) AS m(g)
+WHERE s.release_id = $1"""
+#: the people the newest stored version held back and the group each waits in
+WAITING_GROUPS = """
+SELECT w.person, w.g
+FROM anon.readable_release_versions v
+     CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(v.waiting),
+                                 pg_catalog.unnest(v.waiting_groups)) AS w(person, g)
+WHERE v.release_id = $1
+  AND v.version = (SELECT pg_catalog.max(version) FROM anon.release_versions WHERE release_id = $1)"""
+
+
+@dataclass
+class RefreshPlan:
+    """The groups of regions a stable refresh beyond the budget would run together
+    (:func:`plan_refresh`) and what linked them."""
+
+    regions: int
+    #: rows of the source in each stored box now
+    rows: list
+    #: rows whose person the state holds in another region than their box's now
+    movers: int
+    #: rows whose person the newest version held back
+    waiting: int
+    #: rows of people the state does not hold
+    joiners: int
+    #: the state's groups whose people its rows hold in several regions
+    spread_groups: int
+    #: why every region is one group (a row in no box, a NULL in a QI released as a range, an
+    #: identifier not hashed in SQL), or None
+    everything: str | None
+    #: core.refresh_groups.Plan: each region's group and the rows of each
+    groups: refresh_groups.Plan
+
+    def largest(self) -> tuple[list[int], int]:
+        """(the regions of the group holding the most rows, its rows)."""
+        root, rows = max(self.groups.group_rows.items(), key=lambda item: (item[1], -item[0]))
+        return self.groups.members(root), rows
+
+
+def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | None:
+    """The groups of regions a stable refresh beyond the budget must run together
+    (core.refresh_groups), from one pass over the source in SQL (``release``: with its salt,
+    :func:`with_secrets`): each row's stored box (:func:`box_case`) and its person's salted
+    hash joined with the state's people, held back people and their waiting groups, counted per
+    pair of regions; and from the state, its groups held in several regions. Nothing but counts
+    per region reaches Python. None when the release stores no boxes (created in memory, or its
+    state rewritten as one region since)."""
+    rid = release["release_id"]
+    boxes = stored_boxes(plpy, rid)
+    if not boxes:
+        return None
+    axes = box_axes(plpy, src, boxes, rid)
+    label = box_case(src, list(enumerate(boxes)), rid)
+    ranged = [src.names[a] for a, c in enumerate(src.qis)
+              if republication._released_type(c) != "text[]"]
+    null_ranged = " OR ".join(f"{c} IS NULL" for c in ranged) or "false"
+    text = person_text(plpy, identifiers)
+    salt = jsonb(release["parameters"]).get("person_salt")
+    person = "NULL::pg_catalog.bytea" if text is None or salt is None else (
+        f"pg_catalog.sha256($2 OPERATOR(pg_catalog.||) pg_catalog.convert_to({text}, 'UTF8'))")
+    links: dict = {}
+    rows = [0] * len(boxes)
+    movers = waiting = joiners = 0
+    everything = None
+    for member in src.members:
+        check_interrupts()
+        counted = run(plpy, f"""
+            WITH now AS MATERIALIZED (
+                     SELECT {label} AS region, {person} AS person, ({null_ranged}) AS null_ranged
+                     FROM {member}),
+                 held AS ({STATE_PEOPLE.format(column="persons")}),
+                 waits AS ({STATE_PEOPLE.format(column="waiting_persons")}),
+                 waits_in AS ({WAITING_GROUPS}),
+                 group_regions AS ({GROUP_REGIONS})
+            SELECT false AS waits_in, n.region, h.stored, w.stored AS waited, n.null_ranged,
+                   n.person IS NULL AS unhashed, pg_catalog.count(*) AS n
+            FROM now n LEFT JOIN held h ON h.person OPERATOR(pg_catalog.=) n.person
+                 LEFT JOIN waits w ON w.person OPERATOR(pg_catalog.=) n.person
+            GROUP BY 2, 3, 4, 5, 6
+            UNION ALL
+            SELECT true, n.region, r.region, NULL, false, false, pg_catalog.count(*)
+            FROM now n JOIN waits_in i ON i.person OPERATOR(pg_catalog.=) n.person
+                 JOIN group_regions r ON r.g = i.g
+            GROUP BY 2, 3""", ["int4", "bytea"],
+                      [rid, None if salt is None else bytes.fromhex(salt)])
+        for r in counted:
+            n = int(r["n"])
+            if r["region"] is None:
+                everything = everything or f"{n:,} rows lie in no stored region"
+                continue
+            here = int(r["region"])
+            if r["waits_in"]:
+                # a held back person joins the group they wait in, wherever its people are
+                links[(here, int(r["stored"]))] = links.get((here, int(r["stored"])), 0) + n
+                continue
+            rows[here] += n
+            if r["unhashed"]:
+                everything = everything or f"{n:,} rows' identifiers are not hashed in SQL"
+            if r["null_ranged"]:
+                everything = everything or (f"{n:,} rows hold NULL in a QI released as a range, "
+                                            "which an analyst finds in every class's range")
+            for stored in (r["stored"], r["waited"]):
+                if stored is not None and int(stored) != here:
+                    links[(here, int(stored))] = links.get((here, int(stored)), 0) + n
+            if r["stored"] is not None and int(r["stored"]) != here:
+                movers += n
+            if r["waited"] is not None:
+                waiting += n
+            if r["stored"] is None and r["waited"] is None and not r["unhashed"]:
+                joiners += n
+    spread = run(plpy, f"SELECT pg_catalog.array_agg(region ORDER BY region) AS regions "
+                       f"FROM ({GROUP_REGIONS}) AS r GROUP BY g HAVING pg_catalog.count(*) > 1",
+                 ["int4"], [rid])
+    pairs = list(links) + [(held["regions"][0], other) for held in spread
+                           for other in held["regions"][1:]]
+    with timing.phase("refresh_plan"):
+        groups = refresh_groups.plan(axes, pairs, rows, everything is not None)
+    return RefreshPlan(len(boxes), rows, movers, waiting, joiners, len(spread), everything,
+                       groups)
 
 
 def _merge(figures: dict, got: dict) -> None:

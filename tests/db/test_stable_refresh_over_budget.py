@@ -217,3 +217,105 @@ def test_another_custodian_reads_no_box_of_a_stable_release(db, connect):
         for gen in (intruder, owner):
             next(gen, None)
 
+
+
+def planned(db, schema: str, table: str, release_id: int) -> dict:
+    """stable_regions.plan_refresh of a release, run in the backend as the superuser (the salt
+    read from anon.release_secrets as with_secrets reads it)."""
+    seen = []
+    db.add_notice_handler(lambda notice: seen.append(notice.message_primary))
+    db.execute("SELECT * FROM anon.versions()")          # the backend's environment is active
+    db.execute(f"""DO LANGUAGE plpython3u $$
+import json
+from plpy_anon.db import columns, guards, out_of_core, release_rows, stable_regions
+from plpy_anon.db.sqltext import jsonb
+release = release_rows.by_id(plpy, {release_id})
+salt = plpy.execute("SELECT person_salt FROM anon.release_secrets "
+                    "WHERE release_id = {release_id}")[0]["person_salt"]
+release = {{**release, "parameters": json.dumps({{**jsonb(release["parameters"]),
+                                                 "person_salt": salt}})}}
+tbl = guards.table(plpy, '{schema}.{table}')
+cols = {{c.name: c for c in columns.table_columns(plpy, tbl)}}
+src = out_of_core.Source(plpy, tbl, [cols[n] for n in {QIS!r}], [],
+                         out_of_core.source_members(plpy, tbl))
+got = stable_regions.plan_refresh(plpy, release, src, [cols["id"]])
+plpy.notice(json.dumps({{"rows": got.rows, "movers": got.movers, "joiners": got.joiners,
+                         "waiting": got.waiting, "spread": got.spread_groups,
+                         "everything": got.everything, "groups": got.groups.groups,
+                         "group_rows": got.groups.group_rows, "rounds": got.groups.rounds}}))
+$$""")
+    import json
+    return json.loads(seen[-1])
+
+
+def extent(box: list, name: str, domain: list):
+    """A stored box's values on QI ``name`` among ``domain`` (every value the table and the
+    cuts hold, and a text in no cut)."""
+    return {v for v in domain if all(on_left(cut, v) == cut["left"]
+                                     for cut in box if cut["name"] == name)}
+
+
+def reach(members: list, name: str, domain: list) -> set:
+    """What a group of boxes' classes can take on QI ``name``: every value between the lowest
+    and highest of its boxes' on a range (a and c), their union on a set (b)."""
+    held = set().union(*(extent(box, name, domain) for box in members))
+    if name == "b" or not held:
+        return held
+    return {v for v in domain if min(held) <= v <= max(held)}
+
+
+def test_the_refresh_plan_holds_movers_regions_together_and_is_closed(db, schema):
+    """The plan of a refresh beyond the budget (stable_regions.plan_refresh, one pass in SQL)
+    against the source, the stored boxes and the state read here: each row counted in its box,
+    movers, joiners and leavers as the state says, every mover's old and new region in one
+    group, and no merged group's reach (every value between its boxes' on a and c, theirs on
+    b) meets a box of another group."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "planned")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    assert len(stored) > 2
+    # nobody moved: every region its own group
+    got = planned(db, schema, "t", release_id)
+    assert got["groups"] == list(range(len(stored))) and got["movers"] == got["joiners"] == 0
+    # churn: leavers, joiners, changed sensitive values, a few movers across boxes
+    db.execute("DELETE FROM t WHERE id % 25 = 0")
+    db.execute(f"INSERT INTO t SELECT i, 18 + (i * 37) % 70, 'east', DATE '2000-01-01' + i % 500, "
+               f"'flu' FROM generate_series({ROWS + 1}, {ROWS + 200}) i")
+    db.execute("UPDATE t SET s = 'ok' WHERE id % 11 = 0")
+    db.execute("UPDATE t SET a = 105 - a WHERE id % 97 = 0")
+    regions = row_regions(db, "t", release_id, stored)
+    got = planned(db, schema, "t", release_id)
+    assert got["everything"] is None and got["waiting"] == got["spread"] == 0
+    now = [0] * len(stored)
+    for region, _ in regions.values():
+        now[region] += 1
+    assert got["rows"] == now
+    moved = [(before, region) for region, before in regions.values()
+             if before is not None and before != region]
+    assert got["movers"] == len(moved) > 0
+    assert got["joiners"] == sum(before is None for _, before in regions.values()) == 200
+    groups = got["groups"]
+    assert all(groups[a] == groups[b] for a, b in moved)
+    assert len(set(groups)) > 1            # a few movers do not merge the whole table
+    assert {int(g): n for g, n in got["group_rows"].items()} == {
+        g: sum(now[r] for r in range(len(stored)) if groups[r] == g) for g in set(groups)}
+    values = db.execute("SELECT array_agg(DISTINCT a), array_agg(DISTINCT b), "
+                        "array_agg(DISTINCT c) FROM t").fetchone()
+    domain = {"a": sorted(set(values[0]) | {parse("a", c["value"]) for box in stored
+                                             for c in box if c["name"] == "a" and c.get("value")}),
+              "b": sorted(set(values[1]) | {"a text in no cut"}),
+              "c": sorted(set(values[2]) | {parse("c", c["value"]) for box in stored
+                                             for c in box if c["name"] == "c" and c.get("value")})}
+    merged = {g for g in groups if groups.count(g) > 1}
+    assert merged
+    for g in merged:
+        members = [stored[r] for r in range(len(stored)) if groups[r] == g]
+        for r, box in enumerate(stored):
+            if groups[r] != g:
+                assert any(not (reach(members, q, domain[q]) & extent(box, q, domain[q]))
+                           for q in QIS), (g, r)
+    # the plan reads and writes nothing of the release
+    assert boxes(db, release_id) == stored
+    guarantees_hold(db, rel)
