@@ -1414,7 +1414,7 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
 
 
 def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish,
-                    stable_run=None):
+                    stable_run=None, publish_stable=None):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
     stable release is created region by region (stable_regions.py), refreshed in memory only
@@ -1423,7 +1423,9 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
     ``stable_run``: the module that builds a stable release's first version region by region
-    (db/stable_regions.py; None: such a release is refused too)."""
+    and refreshes it so where no region is linked to another (db/stable_regions.py; None: such
+    a release is refused too); ``publish_stable``: the publish hook of a stable refresh's
+    region (its groups' published multisets)."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
     # before the planning, whose counts and orders read texts too (method.run then checks none)
@@ -1442,9 +1444,16 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
     if stable:
         # refused before the secrets or the source are read: a refused scheduled refresh costs
         # nothing, and a non-owner gets the budget's error, not the salt's
-        if stable_run is None or not stable_run.first_version(plpy, release_id):
+        if stable_run is None or publish_stable is None:
+            refuse_stable_refresh_over_budget(plan)
+        first = stable_run.first_version(plpy, release_id)
+        boxes = None if first else stable_run.boxes_of(plpy, release_id)
+        if not first and not boxes:
             refuse_stable_refresh_over_budget(plan)
         release, spec, read = stable_run.with_secrets(release_method, plpy, release, read)
+        if not first:
+            return stable_run.refresh_by_regions(plpy, GD, release, spec, plan, boxes, started,
+                                                 (read, fit, publish_stable))
     # the stable run holds its people's hashes and texts beside a region's rows
     region_row_bytes = bytes_per_row * (STABLE_ROW_FACTOR if stable else 1)
     l = spec.promise.l

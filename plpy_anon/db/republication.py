@@ -424,20 +424,31 @@ class State:
     #: the last lookup of each stored array (``persons``, ``waiting``): the asked hashes' bytes
     #: and their positions; a check asks the same people several times
     _found: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the state of one region of a release refreshed region by region (:meth:`read`'s
+    #: ``region``): its people's groups, now and at their entries; load_versions keeps of each
+    #: stored version only the groups of these or held in one of these (None: every group)
+    region_groups: np.ndarray | None = None
 
     @classmethod
-    def read(cls, plpy, release_id: int) -> State:
+    def read(cls, plpy, release_id: int, region: int | None = None) -> State:
         """The release's state, its rows read one at a time (a row's values are let go once
-        they are arrays here) and joined."""
+        they are arrays here) and joined; ``region``: only the rows that region wrote (a run
+        of rows, numbered on from the regions' before), with its groups (``region_groups``)."""
         parts: list[State] = []
         chunks = None           # the rows the state was written in, as its first row says
         regions = []            # the region of each row (a state written region by region)
-        for row in plpy.cursor(plpy.prepare(STATE, ["int4"]), [release_id]):
+        first = None            # the number of the first row read
+        query, types, args = STATE, ["int4"], [release_id]
+        if region is not None:
+            query = STATE.replace("WHERE release_id = $1", "WHERE release_id = $1 AND region = $2")
+            types, args = ["int4", "int4"], [release_id, region]
+        for row in plpy.cursor(plpy.prepare(query, types), args):
             check_interrupts()
             chunks = row["chunks"] if chunks is None else chunks
-            if row["chunk"] != len(parts) or row["chunks"] != chunks:
+            first = (row["chunk"] if region is not None else 0) if first is None else first
+            if row["chunk"] != first + len(parts) or row["chunks"] != chunks:
                 raise _broken(release_id, f"has a row {row['chunk']} of {row['chunks']} where "
-                                          f"row {len(parts)} was due: a row was lost or copied")
+                                          f"row {first + len(parts)} was due: a row was lost or copied")
             if regions and row["region"] < regions[-1]:
                 raise _broken(release_id, f"has a row {row['chunk']} of region {row['region']} "
                                           f"after one of region {regions[-1]}")
@@ -448,15 +459,19 @@ class State:
                     and parts[-1].persons.size and not parts[-2].persons[-1] < parts[-1].persons[0]:
                 raise _broken(release_id, f"has rows {len(parts) - 2} and {len(parts) - 1} whose "
                                           "people are not in the order of their hashes")
-        if parts and len(parts) != chunks:
+        if parts and region is None and len(parts) != chunks or first is not None and \
+                first + len(parts) > chunks:
             raise _broken(release_id, f"has {len(parts)} of the {chunks} rows it was written in: "
                                       "a row was lost")
         if not parts:
             empty = np.empty(0, dtype=np.int64)
-            return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
-        state = parts[0] if len(parts) == 1 else cls._joined(parts, release_id)
+            state = cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
+        else:
+            state = parts[0] if len(parts) == 1 else cls._joined(parts, release_id)
         if len(set(regions)) > 1:
             state._in_hash_order(release_id)
+        if region is not None:
+            state.region_groups = np.unique(np.concatenate([state.groups, state.entry_groups]))
         return state
 
     def _in_hash_order(self, release_id: int) -> None:
@@ -969,6 +984,8 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     for row in rows:
         check_interrupts()
         codes, texts = _version_values(plpy, row, release_id)
+        if state is not None and state.region_groups is not None:
+            codes = _region_version(row, codes, state.region_groups)
         codes[codes == len(texts)] = -1
         # texts only earlier versions hold, in the order they first appear
         for text in texts:
@@ -990,7 +1007,8 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     del stored
     people.version_rows = [
         {**{name: row[name] for name in VERSION_ROW}, "group_ids": np.asarray(row["group_ids"], dtype=np.int64),
-         "roots": np.asarray(row["roots"], dtype=np.int64)} for row in rows]
+         "roots": np.asarray(row["roots"], dtype=np.int64),
+         **{name: row[name] for name in ("region_of", "all_groups") if name in row}} for row in rows]
     if state is not None:
         present = people.persons if people.persons is not None else packed(people.hashes)
         for version, alive in zip(people.versions, alive_groups(rows, state, present, release_id)):
@@ -1004,6 +1022,32 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     people.lineage = np.array(list(lineage), dtype=np.int64)
     people.roots = np.array(list(lineage.values()), dtype=np.int64)
     people.values = values
+
+
+#: the fields of a stored version's row aligned with its groups
+GROUP_FIELDS = ("group_ids", "roots", "sizes", "linked", "people_linked", "next_groups")
+
+
+def _region_version(row: dict, codes: np.ndarray, region_groups: np.ndarray) -> np.ndarray:
+    """A stored version's ``row`` (:data:`VERSIONS_JOINED`) cut in place to the groups of one
+    region (``region_groups``: those whose id or root is one), their values (``codes``: one a
+    published row, group after group) returned; ``row["region_of"]``: the kept groups' places
+    in the whole version (its roots are written back there), ``row["all_groups"]`` its number
+    of groups. The people it held back are kept where they wait in a kept group."""
+    ids = np.asarray(row["group_ids"], dtype=np.int64)
+    keep = np.isin(ids, region_groups) | np.isin(np.asarray(row["roots"], dtype=np.int64),
+                                                 region_groups)
+    sizes = np.asarray(row["sizes"], dtype=np.int64)
+    row["region_of"], row["all_groups"] = np.flatnonzero(keep), int(ids.size)
+    for name in GROUP_FIELDS:
+        if row[name] is not None and len(row[name]) == ids.size:
+            row[name] = [v for v, k in zip(row[name], keep.tolist()) if k]
+    if row["waiting"]:
+        held = [(p, g) for p, g in zip(row["waiting"], row["waiting_groups"]) if g in
+                set(np.asarray(row["group_ids"], dtype=np.int64).tolist())]
+        row["waiting"] = [p for p, _ in held] or None
+        row["waiting_groups"] = [g for _, g in held] or None
+    return codes[np.repeat(keep, sizes)]
 
 
 def alive_groups(rows, state: State, present: np.ndarray, release_id=None,

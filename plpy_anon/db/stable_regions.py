@@ -42,10 +42,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from plpy_anon.core import containment, refresh_groups
+from plpy_anon.core import regions as core_regions
 from plpy_anon.core.errors import AnonError, InsufficientData
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.refresh_groups import Axis
-from plpy_anon.db import class_counts, guards, interrupts, release_rows, republication, timing
+from plpy_anon.db import (
+    class_counts,
+    guards,
+    interrupts,
+    method,
+    out_of_core,
+    release_rows,
+    republication,
+    timing,
+)
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run
 from plpy_anon.spec import Promise
@@ -641,6 +651,442 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
         groups = refresh_groups.plan(axes, pairs, rows, everything is not None)
     return RefreshPlan(len(boxes), rows, movers, waiting, joiners, len(spread), everything,
                        groups)
+
+
+class NotByRegions(AnonError):
+    """A stable refresh beyond the budget that the run region by region does not cover
+    (program_limit_exceeded): refused before anything is written."""
+
+    sqlstate = "54000"
+
+
+class RefreshedMeanwhile(AnonError):
+    """The state or versions changed between a refresh's run and its check (serialization_failure)."""
+
+    sqlstate = "40001"
+
+
+class Cut:
+    """A stored cut (:func:`box_of`) as :class:`RegionChecks` reads a region's bounds: ``qi``."""
+
+    def __init__(self, cut: dict):
+        self.cut, self.qi = cut, cut["qi"]
+
+
+@dataclass
+class RefreshedRegion:
+    """What a refresh region by region keeps of one stored region for its check."""
+
+    number: int
+    bounds: list
+    rows: int
+    digest: bytes | None = None
+    #: each person's group and whether they are published, people in the order of their hashes
+    groups: np.ndarray | None = None
+    shown: np.ndarray | None = None
+    #: the region's version as republication.run_people gives it
+    version: dict | None = None
+
+
+#: what a refresh region by region keeps of a region's version (republication.run_people's)
+KEPT_OF_VERSION = ("group_ids", "counts", "values", "linked", "people_linked", "waiting",
+                   "waiting_groups", "held_back", "counterfeit", "groups_by_choice")
+
+
+class RegionRefresh(RegionChecks):
+    """A stable refresh beyond the budget where no region is linked to another (the plan's
+    groups are its stored regions: no person moved box, none waits, no group spans regions):
+    each stored region refreshed by the in-memory stable machinery restricted to its rows
+    (read by its box's predicate), its state rows and its groups of the stored versions
+    (republication.State.read's ``region``), then checked region by region from the released
+    rows as the creation's check is (:meth:`check`), the version stored once."""
+
+    def __init__(self, ctx, src, read, label: str, budget: int, boxes: list, plan: RefreshPlan,
+                 committed: dict):
+        super().__init__(ctx, src, read, None, label, budget)
+        self.release_id = ctx.release_id
+        self.regions = [RefreshedRegion(i, [Cut(c) for c in box], plan.rows[i])
+                        for i, box in enumerate(boxes)]
+        #: the state's and the newest stored version's numbers the run read
+        self.committed = committed
+
+    def _side(self, a: int, value: str, bounds) -> str:
+        view = copy.copy(self.src)
+        view.names = list(self.src.names)
+        view.names[a] = value
+        return box_predicate(view, [b.cut for b in bounds], self.release_id)
+
+    def read_rows(self, ctx, region: RefreshedRegion):
+        """The region's rows, its people matched with its own state rows and versions."""
+        plpy = ctx.plpy
+        where = box_predicate(self.src, [b.cut for b in region.bounds], self.release_id) \
+            if region.bounds else None
+        with release_rows.owner_state(plpy):
+            state = republication.State.read(plpy, self.release_id, region=region.number)
+            # the region's own codes (no table's figures to widen them to): the stable run's
+            # nearness is measured within the region, where its groups are
+            with out_of_core.region_read(plpy):
+                return self.read(ctx, where, [None] * len(self.src.qis), people_state=state)
+
+    def slices(self, plpy, ctx, fit, publish, metrics: dict):
+        """The refresh's slices, region by region (out_of_core._leaf_slices' form)."""
+        position = first_class = published = 0
+        achieved = None
+        for region in self.regions:
+            step = f"region {region.number + 1} of {len(self.regions)}"
+            with interrupts.honoured(plpy):
+                progress(plpy, f"{step}: reading {region.rows:,} rows")
+                with timing.phase("region_read"):
+                    rows = self.read_rows(ctx, region)
+                people = rows.people
+                if people.version_rows is None or not (people.joined >= 0).any():
+                    raise NotByRegions(
+                        f"refresh_mode => 'stable' beyond plpy_anon.build_memory is refreshed "
+                        f"region by region, and region {region.number} of {self.label} keeps "
+                        "nobody of the last version (or the release has no sensitive column): "
+                        "its new groups are not built region by region",
+                        hint="Raise plpy_anon.build_memory to what the stable run holds in one "
+                             "backend for this refresh.")
+                progress(plpy, f"{step}: fitting")
+                with timing.phase("region_fit"):
+                    model = fit(rows, ctx.spec)
+                with timing.phase("region_publish"):
+                    pieces, stats = publish(ctx, rows, model)
+                self.keep(region, rows, model, stats["people"])
+                published += int(stats["row_count"])
+                if stats.get("achieved_k") is not None:
+                    achieved = stats["achieved_k"] if achieved is None \
+                        else min(achieved, stats["achieved_k"])
+                n_rows, n_classes = rows.data.n_rows, model.n_classes_
+                del rows, model, stats, people
+                progress(plpy, f"{step}: writing")
+            for piece in pieces:
+                piece["first_position"] += position
+                piece["first_class"] += first_class
+                yield piece
+            del pieces
+            position += n_rows
+            first_class += n_classes
+            self.ctx.note_memory("regions")
+        if self.ctx.memory_mib:
+            metrics["memory_mib"] = self.ctx.memory_mib
+        metrics["seconds"] = {"python_total": round(self.ctx.elapsed(), 4)}
+        stash = self.ctx.GD.get(release_rows.RUNS_KEY, {}).get(self.release_id)
+        if stash is not None:
+            stash["achieved_k"] = achieved
+            stash["row_count"] = stash["source_rows"] = published
+
+    def keep(self, region: RefreshedRegion, rows, model, stashed: dict) -> None:
+        """What the check needs of one region just fitted; a region whose run withdraws its
+        version (no grouping keeps everyone's candidates) refuses the whole refresh."""
+        version = stashed["version"]
+        counts = np.asarray(version["counts"])
+        if version["group_ids"] and not counts.sum():
+            raise NotByRegions(
+                f"region {region.number} of {self.label} would publish no rows in this version "
+                "(no grouping of its people keeps everyone's candidate sensitive values across "
+                "the versions published); a version withdrawn in some regions only is not "
+                "published, and the run region by region withdraws none",
+                hint="The published version stays. Raise plpy_anon.build_memory to what the "
+                     "stable run holds in one backend: it withdraws the whole version.")
+        people = rows.people
+        published = getattr(model, "published_", None)
+        shown = np.ones(people.persons.size, dtype=bool) if published is None \
+            else np.asarray(published.published, dtype=bool)
+        order = republication._hash_order(people.persons)
+        region.digest = _digest(people.persons[order],
+                                None if people.records is None else people.records[order])
+        region.groups = np.asarray(model.groups_, dtype=np.int64)[order]
+        region.shown = shown[order]
+        region.version = {key: version[key] for key in KEPT_OF_VERSION}
+
+    def check(self, plpy, release: dict) -> dict:
+        """The cross-version check of the version, region by region: each region's people
+        read again (refused if not what the run read), matched with its released classes,
+        remembered as new rows of its region, and its groups compared with its groups of the
+        stored versions (republication.check_differences); then the old state rows dropped,
+        the new renumbered, and the version stored once."""
+        promise = Promise.of(jsonb(release["parameters"]))
+        rid = release["release_id"]
+        if run(plpy, republication.COMMITTED_VERSIONS, ["int4"], [rid])[0] != self.committed:
+            raise RefreshedMeanwhile(
+                f"the state of {release['release_schema']}.{release['release_name']} changed "
+                "while it was refreshed region by region; nothing was published",
+                hint="Refresh it again.")
+        tbl = guards.table_in_query(plpy, release["source"])
+        cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+        qis = [cols[name] for name in promise.quasi_identifiers or ()]
+        sensitive = [cols[name] for name in promise.sensitive or ()]
+        released = republication.released_relation(plpy, release)
+        with timing.phase("check_classes"), local_settings(
+                plpy, **class_counts.pass_settings(plpy, self.budget), jit="off"):
+            total, inside = self.classes_inside(plpy, released, qis)
+            stored = class_counts.storage_for(plpy, release)
+            merges = stored is not None and class_counts.classes_merge(
+                plpy, stored[1], [c.name for c in qis],
+                class_counts.pass_settings(plpy, None)["work_mem"])
+        if inside != total:
+            raise InsufficientData(
+                f"the released classes of {release['release_schema']}.{release['release_name']} "
+                f"do not each lie inside one stored region ({total - inside} of {total} lie "
+                "across regions); nothing was published",
+                hint="Report this with the release's parameters.")
+        with release_rows.owner_state(plpy):
+            old_rows = int(run(plpy, "SELECT pg_catalog.count(*) AS n FROM "
+                                     "anon.readable_release_state WHERE release_id = $1",
+                               ["int4"], [rid])[0]["n"])
+        everyone = sum(r.rows for r in self.regions)
+        row_people = max(republication.people_a_row(plpy, everyone), -(-everyone // max(
+            1, republication.MOST_STATE_ROWS - len(self.regions))))
+        figures: dict = {}
+        differences: dict = {}
+        checked_parts = []
+        chunk = old_rows
+        seen_classes = 0
+        for region in self.regions:
+            step = f"checking region {region.number + 1} of {len(self.regions)}"
+            with interrupts.honoured(plpy):
+                progress(plpy, f"{step}: reading its people")
+                with timing.phase("read_people"):
+                    rows = self.read_rows(self.ctx, region)
+                people = rows.people
+                order = republication._hash_order(people.persons)
+                version = region.version
+                if _digest(people.persons[order], None if people.records is None
+                           else people.records[order]) != region.digest \
+                        or people.values != version["values"]:
+                    raise SourceChanged(
+                        f"{self.label} changed while its stable release was refreshed region by "
+                        f"region: region {region.number}'s rows are not those the run read",
+                        hint="Refresh it again when the table is not being written (or LOCK it "
+                             "IN SHARE MODE in the same transaction first).")
+                groups = np.empty(order.size, dtype=np.int64)
+                groups[order] = region.groups
+                shown = np.empty(order.size, dtype=bool)
+                shown[order] = region.shown
+                pub, held = np.flatnonzero(shown), np.flatnonzero(~shown)
+                hashes = [people.hashes[i] for i in pub.tolist()]
+                waiting = ([people.hashes[i] for i in held.tolist()], groups[held].tolist())
+                if waiting[0] != list(version["waiting"]):
+                    raise SourceChanged(f"{self.label} changed while its stable release was "
+                                        "refreshed region by region", hint="Refresh it again.")
+                ordered = np.r_[pub, held]
+                qi_texts = [column.take(ordered) for column in people.qi_texts]
+                progress(plpy, f"{step}: matching its classes")
+                with timing.phase("check_classes"):
+                    classes = republication.released_classes(
+                        plpy, release, qis, sensitive, qi_texts,
+                        [None in column for column in people.qi_texts],
+                        within=lambda alias, bounds=region.bounds: self.class_corner_in(alias, bounds),
+                        merges=merges)
+                    linked = republication.linked_classes(classes) \
+                        if classes.linkable[0].shape[1] else None
+                    matched = containment.contained(classes.axes, ordered.size, classes.count,
+                                                    linked=linked, near=groups[ordered])
+                progress(plpy, f"{step}: remembering its people")
+                state = people.state
+                records = None if people.records is None else (people.records[pub],
+                                                               people.records[held])
+                ids = np.asarray(version["group_ids"], dtype=np.int64)
+                withdrawn = ids[np.asarray(version["counts"]).reshape(ids.size, -1).sum(axis=1) == 0]
+                with timing.phase("check_candidates"):
+                    got = republication.remember(
+                        plpy, rid, promise, hashes, groups[pub].tolist(), classes, state, matched,
+                        waiting, records, withdrawn, region=region.number, first_chunk=chunk,
+                        row_people=row_people)
+                chunk += got.pop("state_rows")
+                _merge(figures, got)
+                with timing.phase("check_differences"):
+                    present = republication.packed(hashes + waiting[0])
+                    now = None if records is None else np.concatenate(records)
+                    found, checked = republication.check_differences(
+                        plpy, release, promise, version, state, hashes, groups[pub].tolist(),
+                        classes, matched,
+                        lambda kept, st=state, p=present: republication.alive_groups(kept, st, p, rid),
+                        None if now is None else (
+                            lambda kept, st=state, p=present, n=now:
+                            republication.alive_groups(kept, st, p, rid, n)),
+                        present, (people.version_rows, people.versions))
+                _add_differences(differences, found)
+                checked_parts.append((checked, [
+                    (row["version"], row.get("region_of"), row.get("all_groups"))
+                    for row in people.version_rows]))
+                seen_classes += classes.count
+                del rows, people, classes, matched, state
+        if seen_classes != total:
+            raise InsufficientData(
+                f"the released classes of {release['release_schema']}.{release['release_name']} "
+                f"are not each in one stored region ({seen_classes} found in regions, {total} "
+                "released); nothing was published",
+                hint="Report this with the release's parameters.")
+        with timing.phase("check_differences"):
+            _store_regions_version(plpy, release, checked_parts)
+            run(plpy, republication.NEXT_GROUPS, ["int4"], [rid])
+        # the old rows dropped, the new numbered from 0 in their order (one at a time, upwards:
+        # each goes to a number no row holds)
+        run(plpy, "DELETE FROM anon.release_state WHERE release_id = $1 AND chunk < $2",
+            ["int4", "int4"], [rid, old_rows])
+        for number in range(old_rows, chunk):
+            check_interrupts()
+            run(plpy, "UPDATE anon.release_state SET chunk = $3, chunks = $4 "
+                      "WHERE release_id = $1 AND chunk = $2", ["int4", "int4", "int4", "int4"],
+                [rid, number, number - old_rows, chunk - old_rows])
+        figures.update(differences)
+        figures["regions"] = len(self.regions)
+        l = promise.l
+        if l is not None and figures.get("below_l"):
+            raise InsufficientData(
+                f"this version of {release['release_schema']}.{release['release_name']} would "
+                f"leave {figures['below_l']} people with fewer than l = {l} candidate sensitive "
+                "values across the versions published (an analyst who kept them all could "
+                "narrow them so); nothing was published",
+                detail=json.dumps(figures),
+                hint="The published version stays. Earlier versions cannot be unpublished: "
+                     "recreating the release with replace => true starts a new history, which "
+                     "analysts may intersect with the old.")
+        return figures
+
+
+def boxes_of(plpy, release_id: int) -> list:
+    """The stored boxes of a stable release, read under row security as its state is."""
+    with release_rows.owner_state(plpy):
+        return stored_boxes(plpy, release_id)
+
+
+def refresh_by_regions(plpy, GD, release: dict, spec, plan, boxes: list, started: float, hooks):
+    """The slices of a stable refresh beyond the budget, region by region (:class:`RegionRefresh`),
+    once its plan (:func:`plan_refresh`) holds every region apart and its largest region's stable
+    run fits the budget; else refused (54000) before anything is written. ``plan``:
+    out_of_core.sized's; ``hooks``: the method's read, fit and publish of one region."""
+    _, tbl, qis, sens, budget, bytes_per_row, n, _ = plan
+    rid = release["release_id"]
+    src = out_of_core.Source(plpy, tbl, qis, sens, out_of_core.source_members(plpy, tbl))
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    identifiers = [cols[name] for name in spec.promise.identifiers or ()]
+    with release_rows.owner_state(plpy):
+        committed = run(plpy, republication.COMMITTED_VERSIONS, ["int4"], [rid])[0]
+        with timing.phase("refresh_plan"):
+            planned = plan_refresh(plpy, release, src, identifiers)
+    refuse_unless_apart(planned, plan, release)
+    read, fit, publish = hooks
+    ctx = method.Run(plpy, GD, rid, release, spec, started)
+    refresh = RegionRefresh(ctx, src, read, tbl.label, budget, boxes, planned, committed)
+    metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
+                               "regions": len(boxes), "stable_regions": True,
+                               "refreshed_by_regions": True,
+                               "largest_region_rows": max(planned.rows),
+                               "movers": planned.movers, "joiners": planned.joiners}}
+    release_rows.stash_run(GD, rid, started=started, row_count=sum(planned.rows),
+                           achieved_k=None, metrics=metrics, people={"check": refresh.check})
+    progress(plpy, f"out of core: a stable refresh of {len(boxes)} regions of at most "
+                   f"{max(planned.rows):,} rows, one at a time")
+    return refresh.slices(plpy, ctx, fit, publish, metrics)
+
+
+def refuse_unless_apart(planned: RefreshPlan, plan, release: dict) -> None:
+    """Refuse (54000) a refresh whose plan links regions (their run together is not built) or
+    whose largest region's stable run exceeds the budget's room for a region."""
+    budget, bytes_per_row, n = plan[4], plan[5], plan[6]
+    name = f"{release['release_schema']}.{release['release_name']}"
+    regions, rows = planned.largest()
+    room = core_regions.leaf_budget(budget, out_of_core.resident_bytes())
+    whole = out_of_core.resident_bytes() + n * out_of_core.STABLE_ROW_FACTOR * bytes_per_row
+    figures = {"regions": planned.regions, "groups": len(planned.groups.group_rows),
+               "largest_group": regions, "largest_group_rows": rows, "movers": planned.movers,
+               "waiting": planned.waiting, "joiners": planned.joiners,
+               "spread_groups": planned.spread_groups, "closure_rounds": planned.groups.rounds}
+    in_memory = (f"Raise the budget for this build to what the stable run holds in one backend "
+                 f"(SET {out_of_core.SETTING} = '{out_of_core._size_text(whole)}', or ALTER ROLE "
+                 "... SET for scheduled refreshes), or create the release again with "
+                 "refresh_mode => 'fresh' and replace => true (its versions can then be "
+                 "intersected: docs/republication.md).")
+    if planned.everything is not None or len(regions) > 1:
+        why = planned.everything or (
+            f"{planned.movers:,} known people's quasi-identifiers left their region's box, "
+            f"{planned.waiting:,} held back people wait and {planned.spread_groups:,} groups "
+            "span regions; with the regions whose boxes meet the hull of those they link")
+        raise NotByRegions(
+            f"a stable refresh of {name} beyond {out_of_core.SETTING} "
+            f"({out_of_core._size_text(budget)}) is built region by region where no region is "
+            f"linked to another, and {len(regions)} of its {planned.regions} regions "
+            f"({rows:,} rows) would have to be refreshed together: {why}",
+            detail=json.dumps(figures), hint=in_memory)
+    held = rows * out_of_core.STABLE_ROW_FACTOR * bytes_per_row
+    if held > room:
+        need = budget + held - room
+        raise NotByRegions(
+            f"a stable refresh of {name} region by region holds its largest region ({rows:,} "
+            f"rows, about {out_of_core._size_text(held)} in the stable run) in one backend, "
+            f"which exceeds {out_of_core.SETTING} ({out_of_core._size_text(budget)})",
+            detail=json.dumps(figures),
+            hint=f"Raise the budget to SET {out_of_core.SETTING} = "
+                 f"'{out_of_core._size_text(max(need, 2 * held))}' for this refresh; or: "
+                 + in_memory)
+
+
+def _add_differences(total: dict, found: dict) -> None:
+    """One region's difference check's figures added to the version's."""
+    for key, value in found.items():
+        if key == "groups_by_choice":
+            held = total.setdefault(key, {})
+            for name, n in value.items():
+                held[name] = held.get(name, 0) + n
+        elif key == "versions_compared":
+            total[key] = max(total.get(key, 0), value)
+        else:
+            total[key] = total.get(key, 0) + value
+
+
+def _store_regions_version(plpy, release: dict, parts: list) -> None:
+    """The version of a refresh region by region stored once (republication.store_version):
+    the regions' groups, values and unions one after the other, and each stored version's
+    roots with every region's groups put back in their places. Refuses (22000) a stored
+    version whose groups are not each one region's."""
+    rid = release["release_id"]
+    vals: list = []
+    listed = any(isinstance(checked.vals, list) for checked, _ in parts)
+    roots: dict = {}
+    kept_groups: dict = {}
+    whole: dict = {}
+    for checked, rows in parts:
+        for version, region_of, all_groups in rows:
+            kept_groups[version] = kept_groups.get(version, 0) + len(region_of)
+            whole[version] = all_groups
+            if version in checked.roots:
+                roots.setdefault(version, []).append((region_of, checked.roots[version]))
+        if not sum(checked.sizes):
+            continue                 # no value (its joined text is empty, not one empty value)
+        if isinstance(checked.vals, list):
+            vals += checked.vals
+        elif listed:
+            vals += [None if v == "\x02" else v for v in checked.vals.split("\x01")]
+        else:
+            vals.append(checked.vals)
+    if any(kept_groups[v] != whole[v] for v in whole):
+        raise InsufficientData(
+            f"a stored version of {release['release_schema']}.{release['release_name']} has "
+            "groups in no region's state or in several; nothing was published",
+            hint="Report this with the release's parameters.")
+    for version, changes in roots.items():
+        stored = run(plpy, "SELECT roots FROM anon.readable_release_versions WHERE release_id = $1 "
+                           "AND version = $2", ["int4", "int4"], [rid, version])[0]["roots"]
+        for places, new in changes:
+            for place, root in zip(places.tolist(), new):
+                stored[place] = root
+        roots[version] = stored
+    ids = [g for checked, _ in parts for g in checked.ids]
+    any_linked = any(checked.linked is not None for checked, _ in parts)
+    republication.store_version(plpy, rid, republication.CheckedVersion(
+        ids, [s for checked, _ in parts for s in checked.sizes],
+        vals if listed else "\x01".join(vals), roots,
+        sum(checked.held_back for checked, _ in parts),
+        sum(checked.counterfeit for checked, _ in parts),
+        [g for checked, _ in parts for g in (checked.linked if checked.linked is not None
+                                             else checked.ids)] if any_linked else None,
+        [p for checked, _ in parts for p in checked.waiting or ()] or None,
+        [g for checked, _ in parts for g in checked.waiting_groups or ()] or None,
+        [g for checked, _ in parts for g in (checked.people_linked if checked.people_linked
+                                             is not None else checked.ids)]))
 
 
 def _merge(figures: dict, got: dict) -> None:

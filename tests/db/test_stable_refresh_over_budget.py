@@ -15,7 +15,14 @@ from psycopg import sql
 
 from tests.db.test_custodian import custodian_role
 from tests.db.test_stable_over_budget_regions import QIS, ROWS, catalog, people, stable
-from tests.helpers import budget, class_sizes, distinct_sensitive_per_class
+from tests.helpers import (
+    budget,
+    class_sizes,
+    distinct_sensitive_per_class,
+    intersected_below_l,
+    intersected_candidates,
+    keep_released_version,
+)
 
 TINY = "256kB"
 
@@ -134,18 +141,67 @@ def source_reads(db, table: str) -> tuple:
                       (table, table, table)).fetchone()
 
 
-def test_the_refusal_over_the_budget_reads_no_row_of_the_source(db, schema):
+def state_rows(db, release_id: int) -> list:
+    return db.execute("SELECT * FROM anon.release_state WHERE release_id = %s ORDER BY chunk",
+                      (release_id,)).fetchall()
+
+
+def last_error(db, rel: str):
+    return db.execute("SELECT last_error FROM anon.releases WHERE format('%%I.%%I', "
+                      "release_schema, release_name) = %s", (rel,)).fetchone()[0]
+
+
+def test_movers_across_boxes_refuse_the_refresh_and_keep_the_published_version(db, schema):
+    """People whose QIs left their region's box link regions, whose run together is not built:
+    refused (54000) with the regions it would hold together, after the plan's one pass over the
+    source and before anything is written (released rows, state, versions and boxes as they
+    were), recorded in last_error; the same refresh within the budget runs in memory."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "moved")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    db.execute("DELETE FROM t WHERE id % 25 = 0")
+    db.execute("UPDATE t SET a = 105 - a WHERE id % 97 = 0")
+    moved = [1 for now, before in row_regions(db, "t", release_id, stored).values()
+             if before is not None and before != now]
+    assert moved
+    before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
+    state = state_rows(db, release_id)
+    versions = db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
+                          (release_id,)).fetchall()
+    error = refused(db, rel)
+    assert "would have to be refreshed together" in error.diag.message_primary
+    assert f"{len(moved):,} known people's quasi-identifiers left their region's box" in \
+        error.diag.message_primary
+    assert "SET plpy_anon.build_memory" in error.diag.message_hint
+    assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
+    assert state_rows(db, release_id) == state
+    assert db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
+                      (release_id,)).fetchall() == versions
+    assert boxes(db, release_id) == stored
+    assert "refreshed together" in last_error(db, rel)
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert last_error(db, rel) is None
+    guarantees_hold(db, rel)
+    assert catalog(db, rel)[2]["below_l"] == 0
+
+
+def test_the_refusal_of_a_state_of_one_region_reads_no_row_of_the_source(db, schema):
+    """A stable release whose state is one region (refreshed in memory since its creation
+    region by region: no boxes) is refused beyond the budget before anything is read."""
     people(db, "t")
     with budget(db, TINY):
         rel = stable(db, schema, "t", "unread")
     release_id = catalog(db, rel)[0]
-    stored = boxes(db, release_id)
-    assert len(stored) > 1
-    # leavers, joiners and QI moves across boxes: a refresh has work to do
+    db.execute("UPDATE t SET s = 'ok' WHERE id % 11 = 0")
+    db.execute("SELECT anon.refresh(%s)", (rel,))           # in memory: the boxes go
+    assert boxes(db, release_id) == []
+    # leavers, joiners and QI moves: a refresh has work to do
     db.execute("DELETE FROM t WHERE id % 25 = 0")
     db.execute(f"INSERT INTO t SELECT i, 18 + (i * 37) % 70, 'east', DATE '2000-01-01' + i % 500, "
                f"'flu' FROM generate_series({ROWS + 1}, {ROWS + 200}) i")
-    db.execute("UPDATE t SET a = 18 + (a + 35) % 70 WHERE id % 300 = 0")
+    db.execute("UPDATE t SET a = 18 + (a + 35) % 70 WHERE id % 301 = 0")
     # a large table has statistics: its size is the planner's estimate (one never analyzed is
     # counted first, as any build beyond the budget counts it: out_of_core.sized)
     db.execute("ANALYZE t")
@@ -160,9 +216,8 @@ def test_the_refusal_over_the_budget_reads_no_row_of_the_source(db, schema):
         error.value.diag.message_primary
     assert "region by region" in error.value.diag.message_detail
     assert "SET plpy_anon.build_memory" in error.value.diag.message_hint
-    # nothing half-built: the published version is read as it was, the boxes as stored
+    # nothing half-built: the published version is read as it was
     assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
-    assert boxes(db, release_id) == stored
     guarantees_hold(db, rel)
     # the counts see a refresh that reads the source: the same one within the budget scans it
     with db.transaction():
@@ -319,3 +374,69 @@ def test_the_refresh_plan_holds_movers_regions_together_and_is_closed(db, schema
     # the plan reads and writes nothing of the release
     assert boxes(db, release_id) == stored
     guarantees_hold(db, rel)
+
+
+def analyst_keeps(db, rel: str, table: str = "t") -> dict:
+    return keep_released_version(db, rel, table, "id", {"a": "range", "b": "set", "c": "range"}, "s")
+
+
+def churn(db, step: int) -> None:
+    """Leavers, joiners (new ids, and people who left earlier back with their QIs) and changed
+    sensitive values, no QI moved: every row stays in its box."""
+    db.execute(f"CREATE TABLE IF NOT EXISTS gone_{step} AS SELECT * FROM t WHERE id % 23 = {step}")
+    db.execute(f"DELETE FROM t WHERE id % 23 = {step}")
+    if step:
+        db.execute(f"INSERT INTO t SELECT * FROM gone_{step - 1}")
+    db.execute(f"""INSERT INTO t SELECT i, 18 + (i * 37) % 70,
+                       (ARRAY['north', 'south', 'east', 'west'])[1 + (i * 7) % 4],
+                       DATE '2000-01-01' + (i * 13) % 500,
+                       (ARRAY['flu', 'hiv', 'cancer', 'asthma', 'ok'])[1 + (i * 3) % 5]
+                   FROM generate_series({ROWS + 1 + 100 * step}, {ROWS + 100 * (step + 1)}) i""")
+    db.execute(f"UPDATE t SET s = (ARRAY['flu', 'hiv', 'cancer', 'asthma', 'ok'])[1 + (id + {step}) % 5] "
+               f"WHERE id % 31 = {step}")
+
+
+def test_a_refresh_beyond_the_budget_runs_region_by_region_safe_across_versions(db, schema):
+    """Three refreshes beyond the budget with churn (leavers, joiners, comebacks, changed
+    sensitive values; nobody leaves their box), each region by region: checked from the released
+    rows of every version, k, l and the candidates an analyst who kept every version intersects
+    (none below l), the state still written region by region, the boxes kept."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "by_regions")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    assert len(stored) > 2
+    kept = [analyst_keeps(db, rel)]
+    for step in range(3):
+        churn(db, step)
+        regions = row_regions(db, "t", release_id, stored)
+        assert all(before in (None, now) for now, before in regions.values())
+        with budget(db, TINY):
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+        _, ooc, across = catalog(db, rel)
+        assert ooc["refreshed_by_regions"] and ooc["regions"] == len(stored)
+        guarantees_hold(db, rel)
+        kept.append(analyst_keeps(db, rel))
+        assert intersected_below_l(kept, 2) == {}
+        assert across["below_l"] == 0 and across["regions"] == len(stored)
+        assert across["versions_compared"] == step + 1
+        # the check's fewest candidates are the analyst's, for the people in the table now
+        fewest = min(len(v) for p, v in intersected_candidates(kept).items()
+                     if p in kept[-1]["people"])
+        assert across["fewest_candidates"] == fewest
+        # the state is still one run of rows a region, and the boxes stay
+        assert db.execute("SELECT count(DISTINCT region) FROM anon.release_state "
+                          "WHERE release_id = %s", (release_id,)).fetchone()[0] == len(stored)
+        assert boxes(db, release_id) == stored
+        # every person remembered in their box's region, absent ones kept
+        regions = row_regions(db, "t", release_id, stored)
+        assert all(now == before for now, before in regions.values())
+    # the versions stored are the refreshes'
+    assert db.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = %s",
+                      (release_id,)).fetchone()[0] == 4
+    # within the budget the same release refreshes in memory, and agrees
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    guarantees_hold(db, rel)
+    kept.append(analyst_keeps(db, rel))
+    assert intersected_below_l(kept, 2) == {}

@@ -61,7 +61,8 @@ def partition(plpy, GD, release_id: int):
     # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates (out_of_core.py)
     slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id, read=read_region,
                                          fit=fit, publish=publish_region,
-                                         stable_run=stable_regions)
+                                         stable_run=stable_regions,
+                                         publish_stable=publish_partition)
     if slices is not None:
         return slices
     return method.run(RELEASE_METHOD, plpy, GD, release_id, texts_checked=True)
