@@ -14,6 +14,7 @@ import pytest
 from psycopg import sql
 
 from tests.db.test_custodian import custodian_role
+from tests.db.test_interrupts import Running, canceled
 from tests.db.test_stable_over_budget_regions import QIS, ROWS, catalog, people, stable
 from tests.helpers import (
     budget,
@@ -230,6 +231,8 @@ def test_the_refusal_of_a_state_of_one_region_reads_no_row_of_the_source(db, sch
 
 
 def test_another_custodian_reads_no_box_of_a_stable_release(db, connect):
+    """The owner (no superuser) refreshes its release region by region; another custodian
+    reads and writes none of its boxes."""
     owner = custodian_role(db, connect)
     intruder = custodian_role(db, connect)
     (role, own), (other, _) = next(owner), next(intruder)
@@ -251,6 +254,14 @@ def test_another_custodian_reads_no_box_of_a_stable_release(db, connect):
             shown = conn.execute("SELECT count(*) FROM anon.readable_release_regions "
                                  "WHERE release_id = %s", (release_id,)).fetchone()[0]
             assert shown > 1
+            # the owner, no superuser, refreshes it region by region
+            conn.execute(sql.SQL("DELETE FROM {} WHERE id % 23 = 0").format(table))
+            conn.execute(sql.SQL("UPDATE {} SET s = 'ok' WHERE id % 31 = 0").format(table))
+            with budget(conn, TINY):
+                conn.execute("SELECT anon.refresh(%s)", (rel,))
+            assert catalog(conn, rel)[1]["refreshed_by_regions"]
+            assert conn.execute("SELECT count(*) FROM anon.readable_release_regions "
+                                "WHERE release_id = %s", (release_id,)).fetchone()[0] == shown
         with connect(user=other) as conn:
             with pytest.raises(psycopg.errors.InsufficientPrivilege, match="release_regions"):
                 conn.execute("SELECT bounds FROM anon.release_regions WHERE release_id = %s",
@@ -440,3 +451,34 @@ def test_a_refresh_beyond_the_budget_runs_region_by_region_safe_across_versions(
     guarantees_hold(db, rel)
     kept.append(analyst_keeps(db, rel))
     assert intersected_below_l(kept, 2) == {}
+
+
+def test_a_cancel_mid_refresh_keeps_the_published_version(db, connect, schema):
+    """A refresh region by region canceled while it fits its second region, and while it
+    remembers its second region's people (the first region's new state rows written): 57014,
+    the released rows, state, versions and boxes as they were; the refresh then runs."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "canceled")
+    release_id = catalog(db, rel)[0]
+    churn(db, 0)
+
+    def snapshot():
+        return (db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall(),
+                state_rows(db, release_id),
+                db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
+                           (release_id,)).fetchall(), boxes(db, release_id))
+    before = snapshot()
+    n = len(before[3])
+    for phase in (f"region 2 of {n}: fitting", f"checking region 2 of {n}: remembering"):
+        running = Running(connect, schema, f"SELECT anon.refresh('{rel}')",
+                          f"SET plpy_anon.build_memory = '{TINY}'", "SET plpy_anon.progress = on",
+                          "SELECT anon.versions()")
+        running.wait_for_notice(phase)
+        running.cancel(db)
+        canceled(running)
+        assert snapshot() == before, phase
+    with budget(db, TINY):
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert catalog(db, rel)[1]["refreshed_by_regions"]
+    guarantees_hold(db, rel)
