@@ -40,10 +40,10 @@ fit's order (by frequency) at the top and level by level (categorical_orders). N
 in-memory path runs, whatever the size): prioritized Mondrian with the utility split,
 information gain or workload cut points, whose cuts the counts here do not decide. A release in
 the stable refresh mode is created region by region (stable_regions.py: each region's people
-grouped, checked and remembered in turn, each region's box stored for the refresh region by
-region, which is not built); its refreshes beyond the budget are refused (54000,
-:func:`refuse_stable_refresh_over_budget`) before anything is read or written: a refresh follows
-every person in one backend.
+grouped, checked and remembered in turn, each region's box stored), and refreshed region by
+region where its plan links no region (stable_regions.refresh_by_regions); any other refresh of
+it beyond the budget is refused (54000) before anything is written, and one of a release whose
+state is one region before anything is read (:func:`refuse_stable_refresh_over_budget`).
 """
 from __future__ import annotations
 
@@ -1374,17 +1374,19 @@ class StableOverBudget(AnonError):
 
 def refuse_stable_refresh_over_budget(plan) -> None:
     """Refuse a stable release's refresh where a fresh one would go out of core (``plan``:
-    :func:`sized`'s): the stable refresh follows people, groups and checks them in one backend
-    (republication.py); only its first version is built region by region (stable_regions.py).
-    Nothing is read or written before; a refused refresh keeps the published version."""
+    :func:`sized`'s) and its state is one region (no stored boxes): the stable refresh follows
+    people, groups and checks them in one backend (republication.py); a release created region
+    by region is refreshed so (stable_regions.refresh_by_regions). Nothing is read or written
+    before; a refused refresh keeps the published version."""
     _, tbl, _, _, budget, bytes_per_row, n, _ = plan
     needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
     raise StableOverBudget(
         f"refresh_mode => 'stable' refreshes a release holding every row of its source in one "
         f"backend, and {tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and "
         f"fit) exceeds {SETTING} ({_size_text(budget)})",
-        detail="Above the budget a stable release is created region by region, and "
-               "refresh_mode => 'fresh' is built out of core; the stable refresh is not.",
+        detail="Above the budget a stable release is created region by region and refreshed "
+               "so while its state is its regions'; this release's state is one region (created "
+               "or refreshed in memory). refresh_mode => 'fresh' is built out of core.",
         hint=f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
              f"'{_size_text(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
              "the release again with refresh_mode => 'fresh' and replace => true (its versions "

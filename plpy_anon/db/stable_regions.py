@@ -26,11 +26,15 @@ and after the last region stores the version (anon.release_versions) as the in-m
 does.
 
 Each region's box (its cuts: :func:`box_of`) is stored beside the state (anon.release_regions,
-read through anon.readable_release_regions: :func:`store_boxes`), so that
-a release created today has its boxes when a refresh region by region is built: that refresh
-must know which region remembered each person. It is not built: a refresh beyond the budget is
-refused before anything is read (out_of_core.refuse_stable_refresh_over_budget; what it must
-settle: docs/out-of-core.md, "Not built").
+read through anon.readable_release_regions: :func:`store_boxes`). A refresh beyond the budget is
+planned from them (:func:`plan_refresh`: one pass over the source in SQL, each row's box and its
+person's hash joined with the state's; the regions movers, held back people and groups spread
+over regions link merged until no merged group's hull meets another's box:
+core.refresh_groups). Where every region is its own group, each is refreshed by the in-memory
+stable machinery restricted to its rows, state rows and groups of the stored versions, and
+checked region by region after the write (:class:`RegionRefresh`); any other refresh beyond the
+budget is refused before anything is written (:func:`refuse_unless_apart`; docs/out-of-core.md,
+"The stable refresh region by region").
 """
 from __future__ import annotations
 
@@ -1001,10 +1005,14 @@ def refuse_unless_apart(planned: RefreshPlan, plan, release: dict) -> None:
                  "refresh_mode => 'fresh' and replace => true (its versions can then be "
                  "intersected: docs/republication.md).")
     if planned.everything is not None or len(regions) > 1:
-        why = planned.everything or (
-            f"{planned.movers:,} known people's quasi-identifiers left their region's box, "
-            f"{planned.waiting:,} held back people wait and {planned.spread_groups:,} groups "
-            "span regions; with the regions whose boxes meet the hull of those they link")
+        links = [text for count, text in (
+            (planned.movers, (f"{planned.movers:,} known people's quasi-identifiers left "
+                              "their region's box")),
+            (planned.waiting, (f"{planned.waiting:,} held back people wait in another "
+                               "region's group")),
+            (planned.spread_groups, f"{planned.spread_groups:,} groups span regions")) if count]
+        why = planned.everything or (", ".join(links) + "; the regions whose boxes meet the "
+                                     "hull of the regions they link join them")
         raise NotByRegions(
             f"a stable refresh of {name} beyond {out_of_core.SETTING} "
             f"({out_of_core._size_text(budget)}) is built region by region where no region is "
