@@ -855,10 +855,9 @@ class RegionRefresh(RegionChecks):
                     rows = self.read_rows(self.ctx, region)
                 people = rows.people
                 order = republication._hash_order(people.persons)
-                version = region.version
+                version = _in_values_of(region.version, people.values)
                 if _digest(people.persons[order], None if people.records is None
-                           else people.records[order]) != region.digest \
-                        or people.values != version["values"]:
+                           else people.records[order]) != region.digest or version is None:
                     raise SourceChanged(
                         f"{self.label} changed while its stable release was refreshed region by "
                         f"region: region {region.number}'s rows are not those the run read",
@@ -871,7 +870,7 @@ class RegionRefresh(RegionChecks):
                 pub, held = np.flatnonzero(shown), np.flatnonzero(~shown)
                 hashes = [people.hashes[i] for i in pub.tolist()]
                 waiting = ([people.hashes[i] for i in held.tolist()], groups[held].tolist())
-                if waiting[0] != list(version["waiting"]):
+                if sorted(waiting[0]) != sorted(version["waiting"]):
                     raise SourceChanged(f"{self.label} changed while its stable release was "
                                         "refreshed region by region", hint="Refresh it again.")
                 ordered = np.r_[pub, held]
@@ -1030,6 +1029,18 @@ def refuse_unless_apart(planned: RefreshPlan, plan, release: dict) -> None:
             hint=f"Raise the budget to SET {out_of_core.SETTING} = "
                  f"'{out_of_core._size_text(max(need, 2 * held))}' for this refresh; or: "
                  + in_memory)
+
+
+def _in_values_of(version: dict, values: list) -> dict | None:
+    """A region's version as the run kept it, its counts over ``values`` (the same texts in the
+    order a read of the region again coded them: a parallel scan returns rows in another
+    order), or None where the texts are not the same."""
+    kept = version["values"]
+    if len(kept) != len(values) or set(kept) != set(values):
+        return None
+    at = {v: j for j, v in enumerate(kept)}
+    counts = np.asarray(version["counts"]).reshape(len(version["group_ids"]), len(kept))
+    return {**version, "values": list(values), "counts": counts[:, [at[v] for v in values]]}
 
 
 def _add_differences(total: dict, found: dict) -> None:

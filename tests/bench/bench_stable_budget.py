@@ -49,7 +49,8 @@ def timed_call(conn, budget: str, sql: str, args: tuple) -> dict:
             try:
                 result, refused = other.execute(sql, args).fetchone()[0], None
             except psycopg.Error as error:     # a stable release over the budget: 54000
-                result, refused, detail = None, error.sqlstate, error.diag.message_detail
+                result, refused = None, error.sqlstate
+                detail = error.diag.message_detail or error.diag.message_primary
         seconds = time.perf_counter() - t0
         return {"result": result, "refused": refused, "seconds": seconds,
                 "cpu": backend_cpu(pid) - cpu, "hwm": vm_hwm_mib(pid), "anon": memory.anon,

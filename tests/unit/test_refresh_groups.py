@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,3 +124,17 @@ def test_a_link_across_a_gap_takes_the_boxes_between():
              {"s": Axis(symbols=frozenset({2}))}]
     assert plan(boxes, [(0, 2)], [1, 1, 1]).groups == [0, 1, 0]
     assert plan(boxes, [(0, 2)], [1, 1, 1], everything=True).groups == [0, 0, 0]
+
+
+def test_a_regions_version_is_carried_onto_the_values_of_a_read_in_another_order():
+    """The check reads a region again; a parallel scan may code its sensitive texts in another
+    order: the run's counts follow the texts, and other texts are no version of these people."""
+    from plpy_anon.db.stable_regions import _in_values_of
+
+    version = {"group_ids": [4, 9], "values": ["flu", "ok", None],
+               "counts": np.array([[2, 0, 1], [0, 3, 0]])}
+    got = _in_values_of(version, ["ok", None, "flu"])
+    assert got["values"] == ["ok", None, "flu"]
+    assert got["counts"].tolist() == [[0, 1, 2], [3, 0, 0]]
+    assert _in_values_of(version, ["ok", "hiv", None]) is None
+    assert _in_values_of(version, ["ok", None]) is None
