@@ -1018,6 +1018,14 @@ def refuse_unless_apart(planned: RefreshPlan, plan, release: dict) -> None:
             f"linked to another, and {len(regions)} of its {planned.regions} regions "
             f"({rows:,} rows) would have to be refreshed together: {why}",
             detail=json.dumps(figures), hint=in_memory)
+    k = int(Promise.of(jsonb(release["parameters"])).k)
+    few = [r for r, count in enumerate(planned.rows) if count < k]
+    if few:
+        raise NotByRegions(
+            f"a stable refresh of {name} region by region refreshes each region as a release "
+            f"of its own, and {len(few)} of its {planned.regions} regions hold fewer than k = "
+            f"{k} rows now (region {few[0]}: {planned.rows[few[0]]:,})",
+            detail=json.dumps(figures), hint=in_memory)
     held = rows * out_of_core.STABLE_ROW_FACTOR * bytes_per_row
     if held > room:
         need = budget + held - room

@@ -482,3 +482,22 @@ def test_a_cancel_mid_refresh_keeps_the_published_version(db, connect, schema):
         db.execute("SELECT anon.refresh(%s)", (rel,))
     assert catalog(db, rel)[1]["refreshed_by_regions"]
     guarantees_hold(db, rel)
+
+
+def test_a_region_left_below_k_refuses_the_refresh_region_by_region(db, schema):
+    """Everyone of one region left: its run as a release of its own cannot hold k, so the
+    refresh is refused (54000) before anything is written."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "emptied")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    hashes = [p for p, (now, _) in row_regions(db, "t", release_id, stored).items() if now == 3]
+    db.execute("DELETE FROM t t USING anon.release_secrets k WHERE k.release_id = %s AND "
+               "sha256(decode(k.person_salt, 'hex') || convert_to(t.id::text, 'UTF8')) = ANY(%s)",
+               (release_id, hashes))
+    state = state_rows(db, release_id)
+    error = refused(db, rel)
+    assert "hold fewer than k = 10 rows now (region 3: 0)" in error.diag.message_primary
+    assert state_rows(db, release_id) == state
+    guarantees_hold(db, rel)
