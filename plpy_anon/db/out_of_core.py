@@ -41,7 +41,7 @@ in-memory path runs, whatever the size): prioritized Mondrian with the utility s
 information gain or workload cut points, whose cuts the counts here do not decide. A release in
 the stable refresh mode is created region by region (stable_regions.py: each region's people
 grouped, checked and remembered in turn, each region's box stored), and refreshed region by
-region where its plan links no region (stable_regions.refresh_by_regions); any other refresh of
+region where its plan links no region (:func:`refresh_stable_by_regions`); any other refresh of
 it beyond the budget is refused (54000) before anything is written, and one of a release whose
 state is one region before anything is read (:func:`refuse_stable_refresh_over_budget`).
 """
