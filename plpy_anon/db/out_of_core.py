@@ -1147,8 +1147,12 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         if not active:
             break
         t0 = time.monotonic()
+        # each pass of a level announced, so that a cancel can be aimed at it (the tests')
+        level = f"out-of-core level {len(levels) + 1}"
+        progress(src.plpy, f"{level}: counting {len(active)} regions")
         stats = level_stats(src, active)
         if whole is None:
+            progress(src.plpy, f"{level}: ordering the categorical values")
             whole = src.whole = stats[0][1]
             smallest = stats[0][0] // MAX_REGIONS
             # categorical QIs cut in the whole table's fit's order (by frequency), as the sampled
@@ -1195,13 +1199,16 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                     if not src.numeric[a]:
                         counted[(i, a)] = (core.median_index(region.rows, qstats[a].non_null),
                                            qstats[a].distinct)
+            progress(src.plpy, f"{level}: medians of {len(pending)} regions")
             values = medians(src, active, fractions, counted, positional)
             cuts = {key: values.get(key) for key in fractions}
             cuts.update({key: values[key] for key in positional if key in values})
             cuts.update({key: None for key in nulls})
+            progress(src.plpy, f"{level}: counting the cuts' sides")
             counted = candidate_counts(src, active, cuts, bool(l))
             sides = {}
             if src.models is not None:
+                progress(src.plpy, f"{level}: counting the sides' sensitive values")
                 totals, sides = side_value_counts(src, active, cuts)
                 check = check or src.models(src.tables)
                 for i, region, _, _ in pending:
@@ -1236,7 +1243,7 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
             pending = untried
         levels.append({"regions": len(active), "cuts": made, "passes": passes,
                        "seconds": round(time.monotonic() - t0, 3)})
-        progress(src.plpy, f"out-of-core level {len(levels)}: {len(active)} regions, {made} cut")
+        progress(src.plpy, f"{level}: {len(active)} regions, {made} cut")
         active = following
     leaves.extend(active)     # past MAX_LEVELS: fitted as they are
     return leaves, levels
@@ -1287,14 +1294,13 @@ def source_rows(plpy, tbl) -> int:
         plpy, source_members(plpy, tbl), lambda rel: f"SELECT count(*) AS n FROM {rel}"))
 
 
-def planned(release_method, plpy, release: dict, estimated: bool = False,
+def planned(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False,
             counted_near: bool = False):
     """(spec, tbl, QIs, sensitive columns, budget, estimated bytes, rows, whether they were
-    counted) of a release, or None when it is fitted in memory (it fits the budget, or its
-    models are not counted here); ``estimated``: rows as the planner's statistics have them
-    when they have any (no count); ``counted_near``: counted unless that estimate is
-    UNCOUNTED_ABOVE times the budget or more."""
-    spec = release_method.spec_of(jsonb(release["parameters"]))
+    counted) of a release of specification ``spec``, or None when it is fitted in memory (it
+    fits the budget, or its models are not counted here); ``estimated``: rows as the planner's
+    statistics have them when they have any (no count); ``counted_near``: counted unless that
+    estimate is UNCOUNTED_ABOVE times the budget or more."""
     if not takes_path(spec):
         return None
     return sized(plpy, release, spec, estimated, counted_near)
@@ -1497,36 +1503,35 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
     if release_method is None or release_method.name not in METHODS:
         return {}
     # a setting, not a guarantee: the planner's row estimate decides (no scan of the source)
-    plan = planned(release_method, plpy, release_rows.by_id(plpy, release_id), estimated=True)
+    release = release_rows.by_id(plpy, release_id)
+    plan = planned(plpy, release, release_method.spec_of(jsonb(release["parameters"])),
+                   estimated=True)
     if plan is None:
         return {}
     return {"work_mem": f"{max(64, plan[4] // WRITE_FRACTION // 1024)}kB", "hash_mem_multiplier": "1"}
 
 
-def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish,
-                    stable_run=None, publish_stable=None):
+def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, *, read, fit,
+                    publish, stable_run=None, publish_stable=None):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
-    stable release is created region by region (stable_regions.py), refreshed in memory only
-    (beyond the budget refused before anything is read: :func:`refuse_stable_refresh_over_budget`).
-    The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
+    stable release is created region by region (stable_regions.py), and refreshed so where no
+    region is linked to another (:func:`refresh_stable_by_regions`). The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
     ``stable_run``: the module that builds a stable release's first version region by region
     and refreshes it so where no region is linked to another (db/stable_regions.py; None: such
     a release is refused too); ``publish_stable``: the publish hook of a stable refresh's
-    region (its groups' published multisets)."""
+    region (its groups' published multisets). ``release``: its catalog row, ``spec`` its
+    specification, whose texts method.run checked."""
     started = time.monotonic()
-    release = release_rows.by_id(plpy, release_id)
-    # before the planning, whose counts and orders read texts too (method.run then checks none)
-    method.refuse_unreadable_texts(release_method, plpy, release,
-                                   release_method.spec_of(jsonb(release["parameters"])))
+    release_id = release["release_id"]
     # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
     # are counted before the path is final, by the categorical orders' pass where one runs
-    plan = planned(release_method, plpy, release, estimated=True)
+    plan = planned(plpy, release, spec, estimated=True)
     near = plan is not None and not plan[7] and plan[6] * plan[5] < UNCOUNTED_ABOVE * plan[4]
     if plan is None or (near and not orders_count(plpy, plan[1], plan[2])):
-        plan, near = planned(release_method, plpy, release, counted_near=True), False
+        plan, near = planned(plpy, release, spec, counted_near=True), False
     if plan is None:
         return None
     spec, tbl, qis, sens, budget, bytes_per_row, n, counted = plan
