@@ -1,10 +1,12 @@
 """A stable release created beyond plpy_anon.build_memory stores the box of each region of its
-state (anon.release_regions, SQL 485), for the refresh region by region, which is not built: its
-refresh beyond the budget is refused (54000) before anything is read or written. Checked from
-the released rows and the source: every released class lies inside one stored box, every row of
-the source in exactly one, every remembered person in their region's; the refusal reads no row
-of the source and the published version stays readable; another custodian reads and writes no
-box; the boxes go with an in-memory refresh and with the release."""
+state (anon.release_regions, SQL 485) and is refreshed region by region beyond the budget where
+the refresh's plan (stable_regions.plan_refresh) links no region. Checked from the released rows
+of every version and the source: every released class lies inside one stored box, every row of
+the source in exactly one, every remembered person in their region's; k, l and the candidates an
+analyst intersects across versions; the plan's movers, joiners and closed groups; movers, a
+region below k and a cancel refuse or stop with the published version, state, versions and boxes
+unchanged; a state of one region is refused without reading the source; another custodian reads
+and writes no box; the boxes go with an in-memory refresh and with the release."""
 from __future__ import annotations
 
 import datetime
@@ -156,7 +158,8 @@ def test_movers_across_boxes_refuse_the_refresh_and_keep_the_published_version(d
     """People whose QIs left their region's box link regions, whose run together is not built:
     refused (54000) with the regions it would hold together, after the plan's one pass over the
     source and before anything is written (released rows, state, versions and boxes as they
-    were), recorded in last_error; the same refresh within the budget runs in memory."""
+    were), recorded in last_error and anon.refresh_history; the same refresh within the budget
+    runs in memory."""
     people(db, "t")
     with budget(db, TINY):
         rel = stable(db, schema, "t", "moved")
@@ -182,6 +185,9 @@ def test_movers_across_boxes_refuse_the_refresh_and_keep_the_published_version(d
                       (release_id,)).fetchall() == versions
     assert boxes(db, release_id) == stored
     assert "refreshed together" in last_error(db, rel)
+    assert db.execute("SELECT succeeded, sqlstate, error LIKE '%%refreshed together%%' FROM "
+                      "anon.refresh_history WHERE release_id = %s ORDER BY started_at DESC "
+                      "LIMIT 1", (release_id,)).fetchone() == (False, "54000", True)
     db.execute("SELECT anon.refresh(%s)", (rel,))
     assert last_error(db, rel) is None
     guarantees_hold(db, rel)
