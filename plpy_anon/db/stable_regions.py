@@ -552,6 +552,9 @@ class RefreshPlan:
     regions: int
     #: rows of the source in each stored box now
     rows: list
+    #: rows in each box whose person the state holds in that box's region (as SQL hashed them:
+    #: the run, which hashes them in Python, must find as many)
+    stayed: list
     #: rows whose person the state holds in another region than their box's now
     movers: int
     #: rows whose person the newest version held back
@@ -595,6 +598,7 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
         f"pg_catalog.sha256($2 OPERATOR(pg_catalog.||) pg_catalog.convert_to({text}, 'UTF8'))")
     links: dict = {}
     rows = [0] * len(boxes)
+    stayed = [0] * len(boxes)
     movers = waiting = joiners = 0
     everything = None
     for member in src.members:
@@ -629,6 +633,8 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                 links[(here, int(r["stored"]))] = links.get((here, int(r["stored"])), 0) + n
                 continue
             rows[here] += n
+            if r["stored"] is not None and int(r["stored"]) == here:
+                stayed[here] += n
             if r["unhashed"]:
                 everything = everything or f"{n:,} rows' identifiers are not hashed in SQL"
             if r["null_ranged"]:
@@ -650,7 +656,7 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                            for other in held["regions"][1:]]
     with timing.phase("refresh_plan"):
         groups = refresh_groups.plan(axes, pairs, rows, everything is not None)
-    return RefreshPlan(len(boxes), rows, movers, waiting, joiners, len(spread), everything,
+    return RefreshPlan(len(boxes), rows, stayed, movers, waiting, joiners, len(spread), everything,
                        groups)
 
 
@@ -708,6 +714,7 @@ class RegionRefresh(RegionChecks):
         self.release_id = ctx.release_id
         self.regions = [RefreshedRegion(i, [Cut(c) for c in box], plan.rows[i])
                         for i, box in enumerate(boxes)]
+        self.stayed = plan.stayed
         #: the state's and the newest stored version's numbers the run read
         self.committed = committed
 
@@ -740,6 +747,18 @@ class RegionRefresh(RegionChecks):
                 with timing.phase("region_read"):
                     rows = self.read_rows(ctx, region)
                 people = rows.people
+                found = int((people.state.find(people.persons) >= 0).sum())
+                if found != self.stayed[region.number] or rows.data.n_rows != region.rows:
+                    # the plan's links hold only if SQL hashed people as the run does
+                    raise SourceChanged(
+                        f"region {region.number} of {self.label} holds {rows.data.n_rows:,} rows "
+                        f"and {found:,} people its state remembers, where the refresh's plan "
+                        f"counted {region.rows:,} and {self.stayed[region.number]:,}: the table "
+                        "changed meanwhile, or its identifiers are not hashed in SQL as the run "
+                        "hashes them",
+                        hint="Refresh it again when the table is not being written; if it is "
+                             "refused again, raise plpy_anon.build_memory to what the stable "
+                             "run holds in one backend and report the identifiers' types.")
                 if people.version_rows is None or not (people.joined >= 0).any():
                     raise NotByRegions(
                         f"refresh_mode => 'stable' beyond plpy_anon.build_memory is refreshed "
