@@ -507,3 +507,21 @@ def test_a_region_left_below_k_refuses_the_refresh_region_by_region(db, schema):
     assert "hold fewer than k = 10 rows now (region 3: 0)" in error.diag.message_primary
     assert state_rows(db, release_id) == state
     guarantees_hold(db, rel)
+
+
+def test_a_text_identifier_is_hashed_in_sql_as_the_run_hashes_it(db, schema):
+    """People followed by a text key (with a space, an accent, a quote): the plan's SQL hashes
+    them as the run does (each region's run finds as many remembered people as the plan
+    counted, else refused), so the refresh runs region by region."""
+    people(db, "t")
+    db.execute("CREATE TABLE named AS SELECT 'pé ''' || id AS pid, a, b, c, s FROM t")
+    db.execute("ALTER TABLE named ADD PRIMARY KEY (pid)")
+    with budget(db, TINY):
+        rel = stable(db, schema, "named", "named", identifiers=["pid"])
+    db.execute("DELETE FROM named WHERE right(pid, 1) = '7'")
+    with budget(db, TINY):
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    _, ooc, across = catalog(db, rel)
+    assert ooc["refreshed_by_regions"] and ooc["joiners"] == 0
+    assert across["seen_before"] == ROWS - ROWS // 10 and across["below_l"] == 0
+    guarantees_hold(db, rel)
