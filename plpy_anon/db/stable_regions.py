@@ -654,8 +654,7 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                  ["int4"], [rid])
     pairs = list(links) + [(held["regions"][0], other) for held in spread
                            for other in held["regions"][1:]]
-    with timing.phase("refresh_plan"):
-        groups = refresh_groups.plan(axes, pairs, rows, everything is not None)
+    groups = refresh_groups.plan(axes, pairs, rows, everything is not None)
     return RefreshPlan(len(boxes), rows, stayed, movers, waiting, joiners, len(spread), everything,
                        groups)
 
