@@ -40,15 +40,16 @@ fit's order (by frequency) at the top and level by level (categorical_orders). N
 in-memory path runs, whatever the size): prioritized Mondrian with the utility split,
 information gain or workload cut points, whose cuts the counts here do not decide. A release in
 the stable refresh mode is created region by region (stable_regions.py: each region's people
-grouped, checked and remembered in turn, each region's box stored for the refresh region by
-region, which is not built); its refreshes beyond the budget are refused (54000,
-:func:`refuse_stable_refresh_over_budget`) before anything is read or written: a refresh follows
-every person in one backend.
+grouped, checked and remembered in turn, each region's box stored), and refreshed region by
+region where its plan links no region (:func:`refresh_stable_by_regions`); any other refresh of
+it beyond the budget is refused (54000) before anything is written, and one of a release whose
+state is one region before anything is read (:func:`refuse_stable_refresh_over_budget`).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import time
 
 import numpy as np
@@ -1380,21 +1381,110 @@ class StableOverBudget(AnonError):
 
 def refuse_stable_refresh_over_budget(plan) -> None:
     """Refuse a stable release's refresh where a fresh one would go out of core (``plan``:
-    :func:`sized`'s): the stable refresh follows people, groups and checks them in one backend
-    (republication.py); only its first version is built region by region (stable_regions.py).
-    Nothing is read or written before; a refused refresh keeps the published version."""
+    :func:`sized`'s) and its state is one region (no stored boxes): the stable refresh follows
+    people, groups and checks them in one backend (republication.py); a release created region
+    by region is refreshed so (:func:`refresh_stable_by_regions`). Nothing is read or written
+    before; a refused refresh keeps the published version."""
     _, tbl, _, _, budget, bytes_per_row, n, _ = plan
     needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
     raise StableOverBudget(
         f"refresh_mode => 'stable' refreshes a release holding every row of its source in one "
         f"backend, and {tbl.label} ({n:,} rows, about {_size_text(n * bytes_per_row)} to read and "
         f"fit) exceeds {SETTING} ({_size_text(budget)})",
-        detail="Above the budget a stable release is created region by region, and "
-               "refresh_mode => 'fresh' is built out of core; the stable refresh is not.",
+        detail="Above the budget a stable release is created region by region and refreshed "
+               "so while its state is its regions'; this release's state is one region (created "
+               "or refreshed in memory). refresh_mode => 'fresh' is built out of core.",
         hint=f"Raise the budget for this build, to what the stable run holds (SET {SETTING} = "
              f"'{_size_text(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
              "the release again with refresh_mode => 'fresh' and replace => true (its versions "
              "can then be intersected: docs/republication.md).")
+
+
+def refresh_stable_by_regions(plpy, GD, release: dict, spec, plan, boxes: list, started: float,
+                              hooks, stable_run):
+    """The slices of a stable refresh beyond the budget, region by region
+    (``stable_run.RegionRefresh``: db/stable_regions.py), once its plan
+    (``stable_run.plan_refresh``) holds every region apart, each holds k rows and the largest
+    one's stable run fits the budget; else refused (54000) before anything is written.
+    ``plan``: :func:`sized`'s; ``hooks``: the method's read, fit and publish of one region."""
+    _, tbl, qis, sens, budget, bytes_per_row, n, _ = plan
+    rid = release["release_id"]
+    src = Source(plpy, tbl, qis, sens, source_members(plpy, tbl))
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    identifiers = [cols[name] for name in spec.promise.identifiers or ()]
+    with release_rows.owner_state(plpy):
+        committed = run(plpy, republication.COMMITTED_VERSIONS, ["int4"], [rid])[0]
+        with timing.phase("refresh_plan"):
+            planned = stable_run.plan_refresh(plpy, release, src, identifiers)
+    refuse_unless_apart(planned, plan, release, stable_run.NotByRegions)
+    read, fit, publish = hooks
+    ctx = method.Run(plpy, GD, rid, release, spec, started)
+    refresh = stable_run.RegionRefresh(ctx, src, read, region_read, tbl.label, budget, boxes,
+                                       planned, committed)
+    metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
+                               "regions": len(boxes), "stable_regions": True,
+                               "refreshed_by_regions": True,
+                               "largest_region_rows": max(planned.rows),
+                               "movers": planned.movers, "joiners": planned.joiners}}
+    release_rows.stash_run(GD, rid, started=started, row_count=sum(planned.rows),
+                           achieved_k=None, metrics=metrics, people={"check": refresh.check})
+    progress(plpy, f"out of core: a stable refresh of {len(boxes)} regions of at most "
+                   f"{max(planned.rows):,} rows, one at a time")
+    return refresh.slices(plpy, ctx, fit, publish, metrics)
+
+
+def refuse_unless_apart(planned, plan, release: dict, refused) -> None:
+    """Refuse (``refused``: 54000) a refresh whose plan (stable_regions.RefreshPlan) links
+    regions (their run together is not built), leaves a region below k rows, or whose largest
+    region's stable run exceeds the budget's room for a region."""
+    budget, bytes_per_row, n = plan[4], plan[5], plan[6]
+    name = f"{release['release_schema']}.{release['release_name']}"
+    regions, rows = planned.largest()
+    room = core.leaf_budget(budget, resident_bytes())
+    whole = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
+    figures = {"regions": planned.regions, "groups": len(planned.groups.group_rows),
+               "largest_group": regions, "largest_group_rows": rows, "movers": planned.movers,
+               "waiting": planned.waiting, "joiners": planned.joiners,
+               "spread_groups": planned.spread_groups, "closure_rounds": planned.groups.rounds}
+    in_memory = (f"Raise the budget for this build to what the stable run holds in one backend "
+                 f"(SET {SETTING} = '{_size_text(whole)}', or ALTER ROLE "
+                 "... SET for scheduled refreshes), or create the release again with "
+                 "refresh_mode => 'fresh' and replace => true (its versions can then be "
+                 "intersected: docs/republication.md).")
+    if planned.everything is not None or len(regions) > 1:
+        links = [text for count, text in (
+            (planned.movers, (f"{planned.movers:,} known people's quasi-identifiers left "
+                              "their region's box")),
+            (planned.waiting, (f"{planned.waiting:,} held back people wait in another "
+                               "region's group")),
+            (planned.spread_groups, f"{planned.spread_groups:,} groups span regions")) if count]
+        why = planned.everything or (", ".join(links) + "; the regions whose boxes meet the "
+                                     "hull of the regions they link join them")
+        raise refused(
+            f"a stable refresh of {name} beyond {SETTING} "
+            f"({_size_text(budget)}) is built region by region where no region is "
+            f"linked to another, and {len(regions)} of its {planned.regions} regions "
+            f"({rows:,} rows) would have to be refreshed together: {why}",
+            detail=json.dumps(figures), hint=in_memory)
+    k = int(Promise.of(jsonb(release["parameters"])).k)
+    few = [r for r, count in enumerate(planned.rows) if count < k]
+    if few:
+        raise refused(
+            f"a stable refresh of {name} region by region refreshes each region as a release "
+            f"of its own, and {len(few)} of its {planned.regions} regions hold fewer than k = "
+            f"{k} rows now (region {few[0]}: {planned.rows[few[0]]:,})",
+            detail=json.dumps(figures), hint=in_memory)
+    held = rows * STABLE_ROW_FACTOR * bytes_per_row
+    if held > room:
+        need = budget + held - room
+        raise refused(
+            f"a stable refresh of {name} region by region holds its largest region ({rows:,} "
+            f"rows, about {_size_text(held)} in the stable run) in one backend, "
+            f"which exceeds {SETTING} ({_size_text(budget)})",
+            detail=json.dumps(figures),
+            hint=f"Raise the budget to SET {SETTING} = "
+                 f"'{_size_text(max(need, 2 * held))}' for this refresh; or: "
+                 + in_memory)
 
 
 def _size_text(size: int) -> str:
@@ -1422,17 +1512,18 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
 
 
 def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, *, read, fit,
-                    publish, stable_run=None):
+                    publish, stable_run=None, publish_stable=None):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
-    stable release is created region by region (stable_regions.py), refreshed in memory only
-    (beyond the budget refused before anything is read: :func:`refuse_stable_refresh_over_budget`).
-    The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
+    stable release is created region by region (stable_regions.py), and refreshed so where no
+    region is linked to another (:func:`refresh_stable_by_regions`). The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
     ``stable_run``: the module that builds a stable release's first version region by region
-    (db/stable_regions.py; None: such a release is refused too). ``release``: its catalog row,
-    ``spec`` its specification, whose texts method.run checked."""
+    and refreshes it so where no region is linked to another (db/stable_regions.py; None: such
+    a release is refused too); ``publish_stable``: the publish hook of a stable refresh's
+    region (its groups' published multisets). ``release``: its catalog row, ``spec`` its
+    specification, whose texts method.run checked."""
     started = time.monotonic()
     release_id = release["release_id"]
     # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
@@ -1448,9 +1539,16 @@ def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, 
     if stable:
         # refused before the secrets or the source are read: a refused scheduled refresh costs
         # nothing, and a non-owner gets the budget's error, not the salt's
-        if stable_run is None or not stable_run.first_version(plpy, release_id):
+        if stable_run is None or publish_stable is None:
+            refuse_stable_refresh_over_budget(plan)
+        first = stable_run.first_version(plpy, release_id)
+        boxes = None if first else stable_run.boxes_of(plpy, release_id)
+        if not first and not boxes:
             refuse_stable_refresh_over_budget(plan)
         release, spec, read = stable_run.with_secrets(release_method, plpy, release, read)
+        if not first:
+            return refresh_stable_by_regions(plpy, GD, release, spec, plan, boxes, started,
+                                             (read, fit, publish_stable), stable_run)
     # the stable run holds its people's hashes and texts beside a region's rows
     region_row_bytes = bytes_per_row * (STABLE_ROW_FACTOR if stable else 1)
     l = spec.promise.l

@@ -424,20 +424,31 @@ class State:
     #: the last lookup of each stored array (``persons``, ``waiting``): the asked hashes' bytes
     #: and their positions; a check asks the same people several times
     _found: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the state of one region of a release refreshed region by region (:meth:`read`'s
+    #: ``region``): its people's groups, now and at their entries; load_versions keeps of each
+    #: stored version only the groups of these or held in one of these (None: every group)
+    region_groups: np.ndarray | None = None
 
     @classmethod
-    def read(cls, plpy, release_id: int) -> State:
+    def read(cls, plpy, release_id: int, region: int | None = None) -> State:
         """The release's state, its rows read one at a time (a row's values are let go once
-        they are arrays here) and joined."""
+        they are arrays here) and joined; ``region``: only the rows that region wrote (a run
+        of rows, numbered on from the regions' before), with its groups (``region_groups``)."""
         parts: list[State] = []
         chunks = None           # the rows the state was written in, as its first row says
         regions = []            # the region of each row (a state written region by region)
-        for row in plpy.cursor(plpy.prepare(STATE, ["int4"]), [release_id]):
+        first = None            # the number of the first row read
+        query, types, args = STATE, ["int4"], [release_id]
+        if region is not None:
+            query = STATE.replace("WHERE release_id = $1", "WHERE release_id = $1 AND region = $2")
+            types, args = ["int4", "int4"], [release_id, region]
+        for row in plpy.cursor(plpy.prepare(query, types), args):
             check_interrupts()
             chunks = row["chunks"] if chunks is None else chunks
-            if row["chunk"] != len(parts) or row["chunks"] != chunks:
+            first = (row["chunk"] if region is not None else 0) if first is None else first
+            if row["chunk"] != first + len(parts) or row["chunks"] != chunks:
                 raise _broken(release_id, f"has a row {row['chunk']} of {row['chunks']} where "
-                                          f"row {len(parts)} was due: a row was lost or copied")
+                                          f"row {first + len(parts)} was due: a row was lost or copied")
             if regions and row["region"] < regions[-1]:
                 raise _broken(release_id, f"has a row {row['chunk']} of region {row['region']} "
                                           f"after one of region {regions[-1]}")
@@ -448,15 +459,19 @@ class State:
                     and parts[-1].persons.size and not parts[-2].persons[-1] < parts[-1].persons[0]:
                 raise _broken(release_id, f"has rows {len(parts) - 2} and {len(parts) - 1} whose "
                                           "people are not in the order of their hashes")
-        if parts and len(parts) != chunks:
+        if parts and region is None and len(parts) != chunks or first is not None and \
+                first + len(parts) > chunks:
             raise _broken(release_id, f"has {len(parts)} of the {chunks} rows it was written in: "
                                       "a row was lost")
         if not parts:
             empty = np.empty(0, dtype=np.int64)
-            return cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
-        state = parts[0] if len(parts) == 1 else cls._joined(parts, release_id)
+            state = cls(np.empty(0, dtype="S32"), empty, empty, empty, [])
+        else:
+            state = parts[0] if len(parts) == 1 else cls._joined(parts, release_id)
         if len(set(regions)) > 1:
             state._in_hash_order(release_id)
+        if region is not None:
+            state.region_groups = np.unique(np.concatenate([state.groups, state.entry_groups]))
         return state
 
     def _in_hash_order(self, release_id: int) -> None:
@@ -962,13 +977,18 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     """The multisets every earlier version published (anon.release_versions) into ``people``,
     with which of each one's groups still have someone in the table (``state``: the release's
     people, their entries)."""
-    rows = run(plpy, VERSIONS_JOINED, ["int4"], [release_id])
+    region_groups = None if state is None else state.region_groups
+    rows = run(plpy, VERSIONS_JOINED if region_groups is None else VERSION_HEADS, ["int4"],
+               [release_id])
     values = list(dictionary)
     position = {t: i for i, t in enumerate(values)}
     stored = []
     for row in rows:
         check_interrupts()
-        codes, texts = _version_values(plpy, row, release_id)
+        if region_groups is None:
+            codes, texts = _version_values(plpy, row, release_id)
+        else:
+            codes, texts = _region_values(plpy, row, release_id, region_groups)
         codes[codes == len(texts)] = -1
         # texts only earlier versions hold, in the order they first appear
         for text in texts:
@@ -990,7 +1010,8 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     del stored
     people.version_rows = [
         {**{name: row[name] for name in VERSION_ROW}, "group_ids": np.asarray(row["group_ids"], dtype=np.int64),
-         "roots": np.asarray(row["roots"], dtype=np.int64)} for row in rows]
+         "roots": np.asarray(row["roots"], dtype=np.int64),
+         **{name: row[name] for name in ("region_of", "all_groups") if name in row}} for row in rows]
     if state is not None:
         present = people.persons if people.persons is not None else packed(people.hashes)
         for version, alive in zip(people.versions, alive_groups(rows, state, present, release_id)):
@@ -1004,6 +1025,63 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     people.lineage = np.array(list(lineage), dtype=np.int64)
     people.roots = np.array(list(lineage.values()), dtype=np.int64)
     people.values = values
+
+
+#: the fields of a stored version's row aligned with its groups
+GROUP_FIELDS = ("group_ids", "roots", "sizes", "linked", "people_linked", "next_groups")
+#: :data:`VERSIONS_JOINED` without the values (read apart: :data:`VALUES_SLICE`)
+VERSION_HEADS = VERSIONS_JOINED.replace(f",{VALUES_JOINED}", "")
+#: the values of one stored version from ``$3`` to ``$4`` (1-based, inclusive) as
+#: :data:`VALUES_JOINED` reads them
+VALUES_SLICE = ("SELECT " + VALUES_JOINED.replace("v.vals", "v.vals[$3:$4]").lstrip() +
+                " FROM anon.readable_release_versions v WHERE v.release_id = $1 AND v.version = $2")
+
+
+def _region_values(plpy, row: dict, release_id: int, region_groups: np.ndarray):
+    """(codes, texts) of the values of a stored version's groups of one region (``row``:
+    :data:`VERSION_HEADS`'; ``region_groups``: :meth:`State.read`'s), the row cut to those
+    groups (:func:`_region_version`). A region's groups follow one another in a version (each
+    version is stored region after region), so only their slice of the values is read; where
+    they do not, or a value is the NULL mark, the whole version's are read and cut."""
+    ids = np.asarray(row["group_ids"], dtype=np.int64)
+    keep = np.isin(ids, region_groups) | np.isin(np.asarray(row["roots"], dtype=np.int64),
+                                                 region_groups)
+    sizes = np.asarray(row["sizes"], dtype=np.int64)
+    places = np.flatnonzero(keep)
+    ends = np.cumsum(sizes)
+    if places.size and places[-1] - places[0] + 1 == places.size:
+        low, high = int(ends[places[0]] - sizes[places[0]]), int(ends[places[-1]])
+        row.update(run(plpy, VALUES_SLICE, ["int4", "int4", "int4", "int4"],
+                       [release_id, row["version"], low + 1, high])[0])
+        if not row["vals_marked"]:
+            _region_version(row, keep)
+            return _version_values(plpy, row, release_id)
+    elif not places.size:
+        _region_version(row, keep)
+        return np.zeros(0, dtype=np.int64), []
+    whole = int(ends[-1]) if ends.size else 0
+    row.update(run(plpy, VALUES_SLICE, ["int4", "int4", "int4", "int4"],
+                   [release_id, row["version"], 1, whole])[0])
+    codes, texts = _version_values(plpy, row, release_id)
+    _region_version(row, keep)
+    return codes[np.repeat(keep, sizes)], texts
+
+
+def _region_version(row: dict, keep: np.ndarray) -> None:
+    """A stored version's ``row`` cut in place to the groups ``keep`` marks:
+    ``row["region_of"]`` their places in the whole version (its roots are written back
+    there), ``row["all_groups"]`` its number of groups. The people it held back are kept where
+    they wait in a kept group."""
+    size = len(row["group_ids"])
+    row["region_of"], row["all_groups"] = np.flatnonzero(keep), size
+    for name in GROUP_FIELDS:
+        if row[name] is not None and len(row[name]) == size:
+            row[name] = [v for v, k in zip(row[name], keep.tolist()) if k]
+    if row["waiting"]:
+        kept = set(row["group_ids"])
+        held = [(p, g) for p, g in zip(row["waiting"], row["waiting_groups"]) if g in kept]
+        row["waiting"] = [p for p, _ in held] or None
+        row["waiting_groups"] = [g for _, g in held] or None
 
 
 def alive_groups(rows, state: State, present: np.ndarray, release_id=None,

@@ -26,11 +26,15 @@ and after the last region stores the version (anon.release_versions) as the in-m
 does.
 
 Each region's box (its cuts: :func:`box_of`) is stored beside the state (anon.release_regions,
-read through anon.readable_release_regions: :func:`store_boxes`), so that
-a release created today has its boxes when a refresh region by region is built: that refresh
-must know which region remembered each person. It is not built: a refresh beyond the budget is
-refused before anything is read (out_of_core.refuse_stable_refresh_over_budget; what it must
-settle: docs/out-of-core.md, "Not built").
+read through anon.readable_release_regions: :func:`store_boxes`). A refresh beyond the budget is
+planned from them (:func:`plan_refresh`: one pass over the source in SQL, each row's box and its
+person's hash joined with the state's; the regions movers, held back people and groups spread
+over regions link merged until no merged group's hull meets another's box:
+core.refresh_groups). Where every region is its own group, each is refreshed by the in-memory
+stable machinery restricted to its rows, state rows and groups of the stored versions, and
+checked region by region after the write (:class:`RegionRefresh`); any other refresh beyond the
+budget is refused before anything is written (out_of_core.refresh_stable_by_regions; docs/out-of-core.md,
+"The stable refresh region by region").
 """
 from __future__ import annotations
 
@@ -41,10 +45,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plpy_anon.core import containment
+from plpy_anon.core import containment, refresh_groups
 from plpy_anon.core.errors import AnonError, InsufficientData
 from plpy_anon.core.interrupts import check as check_interrupts
-from plpy_anon.db import class_counts, guards, interrupts, release_rows, republication, timing
+from plpy_anon.core.refresh_groups import Axis
+from plpy_anon.db import (
+    class_counts,
+    guards,
+    interrupts,
+    release_rows,
+    republication,
+    timing,
+)
 from plpy_anon.db import columns as catalog
 from plpy_anon.db.sqltext import ident, jsonb, local_settings, progress, run
 from plpy_anon.spec import Promise
@@ -353,6 +365,687 @@ def store_boxes(plpy, release_id: int, src, regions: list) -> None:
     for number, bounds in enumerate(regions):
         run(plpy, STORE_BOX, ["int4", "int4", "jsonb"],
             [release_id, number, json.dumps(box_of(src, bounds))])
+
+
+def stored_boxes(plpy, release_id: int) -> list[list[dict]]:
+    """The boxes of a release's regions, in their order (none: its state is one region)."""
+    rows = run(plpy, "SELECT region, bounds FROM anon.readable_release_regions "
+                     "WHERE release_id = $1 ORDER BY region", ["int4"], [release_id])
+    if [r["region"] for r in rows] != list(range(len(rows))):
+        raise InsufficientData(
+            f"the regions of release {release_id} (anon.release_regions) are not numbered "
+            "0, 1, ... as its creation stored them",
+            hint="Restore the release's rows of anon.release_regions from a backup, or recreate "
+                 "the release knowingly.")
+    return [jsonb(r["bounds"]) for r in rows]
+
+
+def _broken_box(release_id: int, cut) -> InsufficientData:
+    return InsufficientData(
+        f"a stored region of release {release_id} (anon.release_regions) holds a cut that is "
+        f"not one its creation wrote: {json.dumps(cut)[:200]}",
+        hint="Restore the release's rows of anon.release_regions from a backup, or recreate the "
+             "release knowingly.")
+
+
+def _well_formed(cut, src) -> bool:
+    """Whether a stored cut is one :func:`box_of` writes for a QI of ``src`` (a release's
+    owner may write its own rows of anon.release_regions)."""
+    if not isinstance(cut, dict) or not isinstance(cut.get("qi"), int) \
+            or not 0 <= cut["qi"] < len(src.qis) or cut.get("name") != src.qis[cut["qi"]].name \
+            or not all(isinstance(cut.get(key), bool) for key in ("left", "strict")):
+        return False
+    if "texts" in cut:
+        return isinstance(cut["texts"], list) and all(isinstance(t, str) for t in cut["texts"]) \
+            and all(isinstance(cut.get(key), bool) for key in ("texts_left", "null_left"))
+    return "value" in cut and (cut["value"] is None or isinstance(cut["value"], str))
+
+
+def _checked(src, box, release_id: int) -> list[dict]:
+    if not isinstance(box, list):
+        raise _broken_box(release_id, box)
+    for cut in box:
+        if not _well_formed(cut, src):
+            raise _broken_box(release_id, cut)
+    return box
+
+
+def box_predicate(src, box: list[dict], release_id: int) -> str:
+    """SQL true for a row of ``src`` inside a stored box (:func:`box_of`): the predicate its
+    region was read with at creation (out_of_core.Source.left)."""
+    parts = []
+    for cut in _checked(src, box, release_id):
+        a = cut["qi"]
+        c = src.names[a]
+        if "texts" in cut:
+            held = src._member(a, cut["texts"])
+            if cut["texts_left"]:
+                side = f"({c} IS NULL OR {held})" if cut["null_left"] else held
+            else:
+                side = f"(NOT {held})" if cut["null_left"] else f"({c} IS NOT NULL AND NOT {held})"
+        else:
+            side = src.left(a, cut["value"], cut["strict"])
+        parts.append(side if cut["left"] else f"(NOT {side})")
+    return " AND ".join(parts) if parts else "true"
+
+
+def box_case(src, boxes: list, release_id: int) -> str:
+    """SQL of the number of the box a row lies in, NULL for none (``boxes``: (number, cuts)).
+    The boxes are the leaves of the creation's tree of cuts, each one's cuts its path from the
+    root: where every box's first cut is one cut (its sides apart), a nested ``CASE`` tests it
+    once and goes on with each side's boxes, so a row is tested on its path's cuts alone."""
+    def cut_of(cut):
+        return {key: value for key, value in cut.items() if key != "left"}
+    if len(boxes) == 1:
+        number, cuts = boxes[0]
+        return str(number) if not cuts else \
+            f"CASE WHEN {box_predicate(src, cuts, release_id)} THEN {number} END"
+    if all(isinstance(cuts, list) and cuts and isinstance(cuts[0], dict) for _, cuts in boxes):
+        first = cut_of(boxes[0][1][0])
+        if all(cut_of(cuts[0]) == first for _, cuts in boxes):
+            left = [(number, cuts[1:]) for number, cuts in boxes if cuts[0]["left"] is True]
+            right = [(number, cuts[1:]) for number, cuts in boxes if cuts[0]["left"] is False]
+            if left and right and len(left) + len(right) == len(boxes):
+                side = box_predicate(src, [{**boxes[0][1][0], "left": True}], release_id)
+                return (f"CASE WHEN {side} THEN ({box_case(src, left, release_id)}) "
+                        f"ELSE ({box_case(src, right, release_id)}) END")
+    return "CASE " + " ".join(f"WHEN {box_predicate(src, cuts, release_id)} THEN {number}"
+                              for number, cuts in boxes) + " END"
+
+
+#: a set QI's texts in no stored cut (each cut tests them alike) and its NULL, as symbols
+OTHER_TEXT, NULL_TEXT = 0, 1
+
+
+def box_axes(plpy, src, boxes: list, release_id: int) -> list[dict]:
+    """Each stored box as core.refresh_groups axes ({QI: Axis}). A QI cut at values is a line of
+    positions: NULL at -1 (lowest, as the predicates put it), the i-th distinct cut value (in
+    the column's order, sorted by SQL) at 2i + 1 and the values between two cut values at the
+    even position between; a set taken as the values between its ends (never narrower than it
+    is). A QI cut at its texts: the cuts' texts, any other text and NULL as symbols."""
+    boxes = [_checked(src, box, release_id) for box in boxes]
+    positions: dict = {}
+    for a in sorted({c["qi"] for box in boxes for c in box if "texts" not in c}):
+        values = sorted({c["value"] for box in boxes for c in box
+                         if c["qi"] == a and "texts" not in c and c["value"] is not None})
+        if values:
+            listed = ", ".join(f"({i}, {src.literal(a, v)})" for i, v in enumerate(values))
+            ranked = run(plpy, f"SELECT i FROM (VALUES {listed}) AS v(i, x) ORDER BY x, i")
+            positions[a] = {values[r["i"]]: 2 * rank + 1 for rank, r in enumerate(ranked)}
+        else:
+            positions[a] = {}
+    symbols = {a: {t: 2 + i for i, t in enumerate(sorted(
+        {t for box in boxes for c in box if c["qi"] == a and "texts" in c for t in c["texts"]}))}
+        for a in {c["qi"] for box in boxes for c in box if "texts" in c}}
+    out = []
+    for box in boxes:
+        axes: dict = {}
+        for cut in box:
+            a = cut["qi"]
+            if "texts" in cut:
+                every = set(symbols[a].values()) | {OTHER_TEXT, NULL_TEXT}
+                listed = {symbols[a][t] for t in cut["texts"]}
+                left = {s for s in every - {NULL_TEXT}
+                        if (s in listed) == cut["texts_left"]} | (
+                    {NULL_TEXT} if cut["null_left"] else set())
+                side = frozenset(left if cut["left"] else every - left)
+                held = axes.get(a, Axis(symbols=frozenset(every)))
+                if held.symbols is None:
+                    raise _broken_box(release_id, cut)
+                axes[a] = Axis(symbols=held.symbols & side)
+                continue
+            if cut["value"] is None:
+                top = -1                       # the left side is NULL alone
+            else:
+                top = positions[a][cut["value"]] - (1 if cut["strict"] else 0)
+            low, high = (-1, top) if cut["left"] else (top + 1, 2 * len(positions[a]) + 1)
+            held = axes.get(a, Axis(-1, 2 * len(positions[a]) + 1))
+            if held.symbols is not None:
+                raise _broken_box(release_id, cut)
+            axes[a] = Axis(max(held.low, low), min(held.high, high))
+        out.append(axes)
+    return out
+
+
+def person_text(plpy, identifiers: list) -> str | None:
+    """SQL of the text a stable run hashes for a row's person (republication.person_hashes), or
+    NULL for a row whose text SQL does not make the same (a composite identifier holding the
+    separator, whose text is JSON)."""
+    texts = [f"{ident(plpy, c.name)}::pg_catalog.text" if c.type_name in ("int2", "int4", "int8")
+             else c.as_text(plpy) for c in identifiers]
+    if not texts:
+        return None
+    if len(texts) == 1:
+        return texts[0]
+    mark = f"E'\\x{ord(republication.SEPARATOR):02x}'"
+    held = " OR ".join(f"pg_catalog.strpos({t}, {mark}) > 0" for t in texts)
+    return f"CASE WHEN {held} THEN NULL ELSE pg_catalog.concat_ws({mark}, {', '.join(texts)}) END"
+
+
+#: the people of a release's state (``column``: persons or waiting_persons), each with the
+#: region whose rows hold them
+STATE_PEOPLE = """
+SELECT s.region AS stored, pg_catalog.substr(s.{column}, 32 * (g.i - 1) + 1, 32) AS person
+FROM anon.readable_release_state s
+     CROSS JOIN LATERAL pg_catalog.generate_series(1, pg_catalog.octet_length(s.{column}) / 32) AS g(i)
+WHERE s.release_id = $1"""
+#: each group of the state and a region whose rows hold one of its people
+GROUP_REGIONS = """
+SELECT DISTINCT m.g, s.region
+FROM anon.readable_release_state s CROSS JOIN LATERAL pg_catalog.unnest(s.member_groups) AS m(g)
+WHERE s.release_id = $1"""
+#: the people the newest stored version held back and the group each waits in
+WAITING_GROUPS = """
+SELECT w.person, w.g
+FROM anon.readable_release_versions v
+     CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(v.waiting),
+                                 pg_catalog.unnest(v.waiting_groups)) AS w(person, g)
+WHERE v.release_id = $1
+  AND v.version = (SELECT pg_catalog.max(version) FROM anon.release_versions WHERE release_id = $1)"""
+
+
+@dataclass
+class RefreshPlan:
+    """The groups of regions a stable refresh beyond the budget would run together
+    (:func:`plan_refresh`) and what linked them."""
+
+    regions: int
+    #: rows of the source in each stored box now
+    rows: list
+    #: rows in each box whose person the state holds in that box's region (as SQL hashed them:
+    #: the run, which hashes them in Python, must find as many)
+    stayed: list
+    #: rows whose person the state holds in another region than their box's now
+    movers: int
+    #: rows whose person the newest version held back
+    waiting: int
+    #: rows of people the state does not hold
+    joiners: int
+    #: the state's groups whose people its rows hold in several regions
+    spread_groups: int
+    #: why every region is one group (a row in no box, a NULL in a QI released as a range, an
+    #: identifier not hashed in SQL), or None
+    everything: str | None
+    #: core.refresh_groups.Plan: each region's group and the rows of each
+    groups: refresh_groups.Plan
+
+    def largest(self) -> tuple[list[int], int]:
+        """(the regions of the group holding the most rows, its rows)."""
+        root, rows = max(self.groups.group_rows.items(), key=lambda item: (item[1], -item[0]))
+        return self.groups.members(root), rows
+
+
+def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | None:
+    """The groups of regions a stable refresh beyond the budget must run together
+    (core.refresh_groups), from one pass over the source in SQL (``release``: with its salt,
+    :func:`with_secrets`): each row's stored box (:func:`box_case`) and its person's salted
+    hash joined with the state's people, held back people and their waiting groups, counted per
+    pair of regions; and from the state, its groups held in several regions. Nothing but counts
+    per region reaches Python. None when the release stores no boxes (created in memory, or its
+    state rewritten as one region since)."""
+    rid = release["release_id"]
+    boxes = stored_boxes(plpy, rid)
+    if not boxes:
+        return None
+    axes = box_axes(plpy, src, boxes, rid)
+    label = box_case(src, list(enumerate(boxes)), rid)
+    ranged = [src.names[a] for a, c in enumerate(src.qis)
+              if republication._released_type(c) != "text[]"]
+    null_ranged = " OR ".join(f"{c} IS NULL" for c in ranged) or "false"
+    text = person_text(plpy, identifiers)
+    salt = jsonb(release["parameters"]).get("person_salt")
+    person = "NULL::pg_catalog.bytea" if text is None or salt is None else (
+        f"pg_catalog.sha256($2 OPERATOR(pg_catalog.||) pg_catalog.convert_to({text}, 'UTF8'))")
+    links: dict = {}
+    rows = [0] * len(boxes)
+    stayed = [0] * len(boxes)
+    movers = waiting = joiners = 0
+    everything = None
+    for member in src.members:
+        check_interrupts()
+        counted = run(plpy, f"""
+            WITH now AS MATERIALIZED (
+                     SELECT {label} AS region, {person} AS person, ({null_ranged}) AS null_ranged
+                     FROM {member}),
+                 held AS ({STATE_PEOPLE.format(column="persons")}),
+                 waits AS ({STATE_PEOPLE.format(column="waiting_persons")}),
+                 waits_in AS ({WAITING_GROUPS}),
+                 group_regions AS ({GROUP_REGIONS})
+            SELECT false AS waits_in, n.region, h.stored, w.stored AS waited, n.null_ranged,
+                   n.person IS NULL AS unhashed, pg_catalog.count(*) AS n
+            FROM now n LEFT JOIN held h ON h.person OPERATOR(pg_catalog.=) n.person
+                 LEFT JOIN waits w ON w.person OPERATOR(pg_catalog.=) n.person
+            GROUP BY 2, 3, 4, 5, 6
+            UNION ALL
+            SELECT true, n.region, r.region, NULL, false, false, pg_catalog.count(*)
+            FROM now n JOIN waits_in i ON i.person OPERATOR(pg_catalog.=) n.person
+                 JOIN group_regions r ON r.g = i.g
+            GROUP BY 2, 3""", ["int4", "bytea"],
+                      [rid, None if salt is None else bytes.fromhex(salt)])
+        for r in counted:
+            n = int(r["n"])
+            if r["region"] is None:
+                everything = everything or f"{n:,} rows lie in no stored region"
+                continue
+            here = int(r["region"])
+            if r["waits_in"]:
+                # a held back person joins the group they wait in, wherever its people are
+                links[(here, int(r["stored"]))] = links.get((here, int(r["stored"])), 0) + n
+                continue
+            rows[here] += n
+            if r["stored"] is not None and int(r["stored"]) == here:
+                stayed[here] += n
+            if r["unhashed"]:
+                everything = everything or f"{n:,} rows' identifiers are not hashed in SQL"
+            if r["null_ranged"]:
+                everything = everything or (f"{n:,} rows hold NULL in a QI released as a range, "
+                                            "which an analyst finds in every class's range")
+            for stored in (r["stored"], r["waited"]):
+                if stored is not None and int(stored) != here:
+                    links[(here, int(stored))] = links.get((here, int(stored)), 0) + n
+            if r["stored"] is not None and int(r["stored"]) != here:
+                movers += n
+            if r["waited"] is not None:
+                waiting += n
+            if r["stored"] is None and r["waited"] is None and not r["unhashed"]:
+                joiners += n
+    spread = run(plpy, f"SELECT pg_catalog.array_agg(region ORDER BY region) AS regions "
+                       f"FROM ({GROUP_REGIONS}) AS r GROUP BY g HAVING pg_catalog.count(*) > 1",
+                 ["int4"], [rid])
+    pairs = list(links) + [(held["regions"][0], other) for held in spread
+                           for other in held["regions"][1:]]
+    groups = refresh_groups.plan(axes, pairs, rows, everything is not None)
+    return RefreshPlan(len(boxes), rows, stayed, movers, waiting, joiners, len(spread), everything,
+                       groups)
+
+
+class NotByRegions(AnonError):
+    """A stable refresh beyond the budget that the run region by region does not cover
+    (program_limit_exceeded): refused before anything is written."""
+
+    sqlstate = "54000"
+
+
+class RefreshedMeanwhile(AnonError):
+    """The state or versions changed between a refresh's run and its check (serialization_failure)."""
+
+    sqlstate = "40001"
+
+
+class Cut:
+    """A stored cut (:func:`box_of`) as :class:`RegionChecks` reads a region's bounds: ``qi``."""
+
+    def __init__(self, cut: dict):
+        self.cut, self.qi = cut, cut["qi"]
+
+
+@dataclass
+class RefreshedRegion:
+    """What a refresh region by region keeps of one stored region for its check."""
+
+    number: int
+    bounds: list
+    rows: int
+    digest: bytes | None = None
+    #: each person's group and whether they are published, people in the order of their hashes
+    groups: np.ndarray | None = None
+    shown: np.ndarray | None = None
+    #: the region's version as republication.run_people gives it
+    version: dict | None = None
+
+
+#: what a refresh region by region keeps of a region's version (republication.run_people's)
+KEPT_OF_VERSION = ("group_ids", "counts", "values", "linked", "people_linked", "waiting",
+                   "waiting_groups", "held_back", "counterfeit", "groups_by_choice")
+
+
+class RegionRefresh(RegionChecks):
+    """A stable refresh beyond the budget where no region is linked to another (the plan's
+    groups are its stored regions: no person moved box, none waits, no group spans regions):
+    each stored region refreshed by the in-memory stable machinery restricted to its rows
+    (read by its box's predicate), its state rows and its groups of the stored versions
+    (republication.State.read's ``region``), then checked region by region from the released
+    rows as the creation's check is (:meth:`check`), the version stored once."""
+
+    def __init__(self, ctx, src, read, region_read, label: str, budget: int, boxes: list,
+                 plan: RefreshPlan, committed: dict):
+        super().__init__(ctx, src, read, region_read, label, budget)
+        self.release_id = ctx.release_id
+        self.regions = [RefreshedRegion(i, [Cut(c) for c in box], plan.rows[i])
+                        for i, box in enumerate(boxes)]
+        self.stayed = plan.stayed
+        #: the state's and the newest stored version's numbers the run read
+        self.committed = committed
+
+    def _side(self, a: int, value: str, bounds) -> str:
+        view = copy.copy(self.src)
+        view.names = list(self.src.names)
+        view.names[a] = value
+        return box_predicate(view, [b.cut for b in bounds], self.release_id)
+
+    def read_rows(self, ctx, region: RefreshedRegion):
+        """The region's rows, its people matched with its own state rows and versions."""
+        plpy = ctx.plpy
+        where = box_predicate(self.src, [b.cut for b in region.bounds], self.release_id) \
+            if region.bounds else None
+        with release_rows.owner_state(plpy):
+            state = republication.State.read(plpy, self.release_id, region=region.number)
+            # the region's own codes (no table's figures to widen them to): the stable run's
+            # nearness is measured within the region, where its groups are
+            with self.region_read(plpy):
+                return self.read(ctx, where, [None] * len(self.src.qis), people_state=state)
+
+    def slices(self, plpy, ctx, fit, publish, metrics: dict):
+        """The refresh's slices, region by region (out_of_core._leaf_slices' form)."""
+        position = first_class = published = 0
+        achieved = None
+        for region in self.regions:
+            step = f"region {region.number + 1} of {len(self.regions)}"
+            with interrupts.honoured(plpy):
+                progress(plpy, f"{step}: reading {region.rows:,} rows")
+                with timing.phase("region_read"):
+                    rows = self.read_rows(ctx, region)
+                people = rows.people
+                found = int((people.state.find(people.persons) >= 0).sum())
+                if found != self.stayed[region.number] or rows.data.n_rows != region.rows:
+                    # the plan's links hold only if SQL hashed people as the run does
+                    raise SourceChanged(
+                        f"region {region.number} of {self.label} holds {rows.data.n_rows:,} rows "
+                        f"and {found:,} people its state remembers, where the refresh's plan "
+                        f"counted {region.rows:,} and {self.stayed[region.number]:,}: the table "
+                        "changed meanwhile, or its identifiers are not hashed in SQL as the run "
+                        "hashes them",
+                        hint="Refresh it again when the table is not being written; if it is "
+                             "refused again, raise plpy_anon.build_memory to what the stable "
+                             "run holds in one backend and report the identifiers' types.")
+                if people.version_rows is None or not (people.joined >= 0).any():
+                    raise NotByRegions(
+                        f"refresh_mode => 'stable' beyond plpy_anon.build_memory is refreshed "
+                        f"region by region, and region {region.number} of {self.label} keeps "
+                        "nobody of the last version (or the release has no sensitive column): "
+                        "its new groups are not built region by region",
+                        hint="Raise plpy_anon.build_memory to what the stable run holds in one "
+                             "backend for this refresh.")
+                progress(plpy, f"{step}: fitting")
+                with timing.phase("region_fit"):
+                    model = fit(rows, ctx.spec)
+                with timing.phase("region_publish"):
+                    pieces, stats = publish(ctx, rows, model)
+                self.keep(region, rows, model, stats["people"])
+                published += int(stats["row_count"])
+                if stats.get("achieved_k") is not None:
+                    achieved = stats["achieved_k"] if achieved is None \
+                        else min(achieved, stats["achieved_k"])
+                n_rows, n_classes = rows.data.n_rows, model.n_classes_
+                del rows, model, stats, people
+                progress(plpy, f"{step}: writing")
+            for piece in pieces:
+                piece["first_position"] += position
+                piece["first_class"] += first_class
+                yield piece
+            del pieces
+            position += n_rows
+            first_class += n_classes
+            self.ctx.note_memory("regions")
+        if self.ctx.memory_mib:
+            metrics["memory_mib"] = self.ctx.memory_mib
+        metrics["seconds"] = {"python_total": round(self.ctx.elapsed(), 4)}
+        stash = self.ctx.GD.get(release_rows.RUNS_KEY, {}).get(self.release_id)
+        if stash is not None:
+            stash["achieved_k"] = achieved
+            stash["row_count"] = stash["source_rows"] = published
+
+    def keep(self, region: RefreshedRegion, rows, model, stashed: dict) -> None:
+        """What the check needs of one region just fitted; a region whose run withdraws its
+        version (no grouping keeps everyone's candidates) refuses the whole refresh."""
+        version = stashed["version"]
+        counts = np.asarray(version["counts"])
+        if version["group_ids"] and not counts.sum():
+            raise NotByRegions(
+                f"region {region.number} of {self.label} would publish no rows in this version "
+                "(no grouping of its people keeps everyone's candidate sensitive values across "
+                "the versions published); a version withdrawn in some regions only is not "
+                "published, and the run region by region withdraws none",
+                hint="The published version stays. Raise plpy_anon.build_memory to what the "
+                     "stable run holds in one backend: it withdraws the whole version.")
+        people = rows.people
+        published = getattr(model, "published_", None)
+        shown = np.ones(people.persons.size, dtype=bool) if published is None \
+            else np.asarray(published.published, dtype=bool)
+        order = republication._hash_order(people.persons)
+        region.digest = _digest(people.persons[order],
+                                None if people.records is None else people.records[order])
+        region.groups = np.asarray(model.groups_, dtype=np.int64)[order]
+        region.shown = shown[order]
+        region.version = {key: version[key] for key in KEPT_OF_VERSION}
+
+    def check(self, plpy, release: dict) -> dict:
+        """The cross-version check of the version, region by region: each region's people
+        read again (refused if not what the run read), matched with its released classes,
+        remembered as new rows of its region, and its groups compared with its groups of the
+        stored versions (republication.check_differences); then the old state rows dropped,
+        the new renumbered, and the version stored once."""
+        promise = Promise.of(jsonb(release["parameters"]))
+        rid = release["release_id"]
+        if run(plpy, republication.COMMITTED_VERSIONS, ["int4"], [rid])[0] != self.committed:
+            raise RefreshedMeanwhile(
+                f"the state of {release['release_schema']}.{release['release_name']} changed "
+                "while it was refreshed region by region; nothing was published",
+                hint="Refresh it again.")
+        tbl = guards.table_in_query(plpy, release["source"])
+        cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+        qis = [cols[name] for name in promise.quasi_identifiers or ()]
+        sensitive = [cols[name] for name in promise.sensitive or ()]
+        released = republication.released_relation(plpy, release)
+        with timing.phase("check_classes"), local_settings(
+                plpy, **class_counts.pass_settings(plpy, self.budget), jit="off"):
+            total, inside = self.classes_inside(plpy, released, qis)
+            stored = class_counts.storage_for(plpy, release)
+            merges = stored is not None and class_counts.classes_merge(
+                plpy, stored[1], [c.name for c in qis],
+                class_counts.pass_settings(plpy, None)["work_mem"])
+        if inside != total:
+            raise InsufficientData(
+                f"the released classes of {release['release_schema']}.{release['release_name']} "
+                f"do not each lie inside one stored region ({total - inside} of {total} lie "
+                "across regions); nothing was published",
+                hint="Report this with the release's parameters.")
+        with release_rows.owner_state(plpy):
+            old_rows = int(run(plpy, "SELECT pg_catalog.count(*) AS n FROM "
+                                     "anon.readable_release_state WHERE release_id = $1",
+                               ["int4"], [rid])[0]["n"])
+        everyone = sum(r.rows for r in self.regions)
+        row_people = max(republication.people_a_row(plpy, everyone), -(-everyone // max(
+            1, republication.MOST_STATE_ROWS - len(self.regions))))
+        figures: dict = {}
+        differences: dict = {}
+        checked_parts = []
+        chunk = old_rows
+        seen_classes = 0
+        for region in self.regions:
+            step = f"checking region {region.number + 1} of {len(self.regions)}"
+            with interrupts.honoured(plpy):
+                progress(plpy, f"{step}: reading its people")
+                with timing.phase("read_people"):
+                    rows = self.read_rows(self.ctx, region)
+                people = rows.people
+                order = republication._hash_order(people.persons)
+                version = _in_values_of(region.version, people.values)
+                if _digest(people.persons[order], None if people.records is None
+                           else people.records[order]) != region.digest or version is None:
+                    raise SourceChanged(
+                        f"{self.label} changed while its stable release was refreshed region by "
+                        f"region: region {region.number}'s rows are not those the run read",
+                        hint="Refresh it again when the table is not being written (or LOCK it "
+                             "IN SHARE MODE in the same transaction first).")
+                groups = np.empty(order.size, dtype=np.int64)
+                groups[order] = region.groups
+                shown = np.empty(order.size, dtype=bool)
+                shown[order] = region.shown
+                pub, held = np.flatnonzero(shown), np.flatnonzero(~shown)
+                hashes = [people.hashes[i] for i in pub.tolist()]
+                waiting = ([people.hashes[i] for i in held.tolist()], groups[held].tolist())
+                if sorted(waiting[0]) != sorted(version["waiting"]):
+                    raise SourceChanged(f"{self.label} changed while its stable release was "
+                                        "refreshed region by region", hint="Refresh it again.")
+                ordered = np.r_[pub, held]
+                qi_texts = [column.take(ordered) for column in people.qi_texts]
+                progress(plpy, f"{step}: matching its classes")
+                with timing.phase("check_classes"):
+                    classes = republication.released_classes(
+                        plpy, release, qis, sensitive, qi_texts,
+                        [None in column for column in people.qi_texts],
+                        within=lambda alias, bounds=region.bounds: self.class_corner_in(alias, bounds),
+                        merges=merges)
+                    linked = republication.linked_classes(classes) \
+                        if classes.linkable[0].shape[1] else None
+                    matched = containment.contained(classes.axes, ordered.size, classes.count,
+                                                    linked=linked, near=groups[ordered])
+                progress(plpy, f"{step}: remembering its people")
+                state = people.state
+                records = None if people.records is None else (people.records[pub],
+                                                               people.records[held])
+                ids = np.asarray(version["group_ids"], dtype=np.int64)
+                withdrawn = ids[np.asarray(version["counts"]).reshape(ids.size, -1).sum(axis=1) == 0]
+                with timing.phase("check_candidates"):
+                    got = republication.remember(
+                        plpy, rid, promise, hashes, groups[pub].tolist(), classes, state, matched,
+                        waiting, records, withdrawn, region=region.number, first_chunk=chunk,
+                        row_people=row_people)
+                chunk += got.pop("state_rows")
+                _merge(figures, got)
+                with timing.phase("check_differences"):
+                    present = republication.packed(hashes + waiting[0])
+                    now = None if records is None else np.concatenate(records)
+                    found, checked = republication.check_differences(
+                        plpy, release, promise, version, state, hashes, groups[pub].tolist(),
+                        classes, matched,
+                        lambda kept, st=state, p=present: republication.alive_groups(kept, st, p, rid),
+                        None if now is None else (
+                            lambda kept, st=state, p=present, n=now:
+                            republication.alive_groups(kept, st, p, rid, n)),
+                        present, (people.version_rows, people.versions))
+                _add_differences(differences, found)
+                checked_parts.append((checked, [
+                    (row["version"], row.get("region_of"), row.get("all_groups"))
+                    for row in people.version_rows]))
+                seen_classes += classes.count
+                del rows, people, classes, matched, state
+        if seen_classes != total:
+            raise InsufficientData(
+                f"the released classes of {release['release_schema']}.{release['release_name']} "
+                f"are not each in one stored region ({seen_classes} found in regions, {total} "
+                "released); nothing was published",
+                hint="Report this with the release's parameters.")
+        with timing.phase("check_differences"):
+            _store_regions_version(plpy, release, checked_parts)
+            run(plpy, republication.NEXT_GROUPS, ["int4"], [rid])
+        # the old rows dropped, the new numbered from 0 in their order (one at a time, upwards:
+        # each goes to a number no row holds)
+        run(plpy, "DELETE FROM anon.release_state WHERE release_id = $1 AND chunk < $2",
+            ["int4", "int4"], [rid, old_rows])
+        for number in range(old_rows, chunk):
+            check_interrupts()
+            run(plpy, "UPDATE anon.release_state SET chunk = $3, chunks = $4 "
+                      "WHERE release_id = $1 AND chunk = $2", ["int4", "int4", "int4", "int4"],
+                [rid, number, number - old_rows, chunk - old_rows])
+        figures.update(differences)
+        figures["regions"] = len(self.regions)
+        l = promise.l
+        if l is not None and figures.get("below_l"):
+            raise InsufficientData(
+                f"this version of {release['release_schema']}.{release['release_name']} would "
+                f"leave {figures['below_l']} people with fewer than l = {l} candidate sensitive "
+                "values across the versions published (an analyst who kept them all could "
+                "narrow them so); nothing was published",
+                detail=json.dumps(figures),
+                hint="The published version stays. Earlier versions cannot be unpublished: "
+                     "recreating the release with replace => true starts a new history, which "
+                     "analysts may intersect with the old.")
+        return figures
+
+
+def boxes_of(plpy, release_id: int) -> list:
+    """The stored boxes of a stable release, read under row security as its state is."""
+    with release_rows.owner_state(plpy):
+        return stored_boxes(plpy, release_id)
+
+
+def _in_values_of(version: dict, values: list) -> dict | None:
+    """A region's version as the run kept it, its counts over ``values`` (the same texts in the
+    order a read of the region again coded them: a parallel scan returns rows in another
+    order), or None where the texts are not the same."""
+    kept = version["values"]
+    if len(kept) != len(values) or set(kept) != set(values):
+        return None
+    at = {v: j for j, v in enumerate(kept)}
+    counts = np.asarray(version["counts"]).reshape(len(version["group_ids"]), len(kept))
+    return {**version, "values": list(values), "counts": counts[:, [at[v] for v in values]]}
+
+
+def _add_differences(total: dict, found: dict) -> None:
+    """One region's difference check's figures added to the version's."""
+    for key, value in found.items():
+        if key == "groups_by_choice":
+            held = total.setdefault(key, {})
+            for name, n in value.items():
+                held[name] = held.get(name, 0) + n
+        elif key == "versions_compared":
+            total[key] = max(total.get(key, 0), value)
+        else:
+            total[key] = total.get(key, 0) + value
+
+
+def _store_regions_version(plpy, release: dict, parts: list) -> None:
+    """The version of a refresh region by region stored once (republication.store_version):
+    the regions' groups, values and unions one after the other, and each stored version's
+    roots with every region's groups put back in their places. Refuses (22000) a stored
+    version whose groups are not each one region's."""
+    rid = release["release_id"]
+    vals: list = []
+    listed = any(isinstance(checked.vals, list) for checked, _ in parts)
+    roots: dict = {}
+    kept_groups: dict = {}
+    whole: dict = {}
+    for checked, rows in parts:
+        for version, region_of, all_groups in rows:
+            kept_groups[version] = kept_groups.get(version, 0) + len(region_of)
+            whole[version] = all_groups
+            if version in checked.roots:
+                roots.setdefault(version, []).append((region_of, checked.roots[version]))
+        if not sum(checked.sizes):
+            continue                 # no value (its joined text is empty, not one empty value)
+        if isinstance(checked.vals, list):
+            vals += checked.vals
+        elif listed:
+            vals += [None if v == "\x02" else v for v in checked.vals.split("\x01")]
+        else:
+            vals.append(checked.vals)
+    if any(kept_groups[v] != whole[v] for v in whole):
+        raise InsufficientData(
+            f"a stored version of {release['release_schema']}.{release['release_name']} has "
+            "groups in no region's state or in several; nothing was published",
+            hint="Report this with the release's parameters.")
+    for version, changes in roots.items():
+        stored = run(plpy, "SELECT roots FROM anon.readable_release_versions WHERE release_id = $1 "
+                           "AND version = $2", ["int4", "int4"], [rid, version])[0]["roots"]
+        for places, new in changes:
+            for place, root in zip(places.tolist(), new):
+                stored[place] = root
+        roots[version] = stored
+    ids = [g for checked, _ in parts for g in checked.ids]
+    any_linked = any(checked.linked is not None for checked, _ in parts)
+    republication.store_version(plpy, rid, republication.CheckedVersion(
+        ids, [s for checked, _ in parts for s in checked.sizes],
+        vals if listed else "\x01".join(vals), roots,
+        sum(checked.held_back for checked, _ in parts),
+        sum(checked.counterfeit for checked, _ in parts),
+        [g for checked, _ in parts for g in (checked.linked if checked.linked is not None
+                                             else checked.ids)] if any_linked else None,
+        [p for checked, _ in parts for p in checked.waiting or ()] or None,
+        [g for checked, _ in parts for g in checked.waiting_groups or ()] or None,
+        [g for checked, _ in parts for g in (checked.people_linked if checked.people_linked
+                                             is not None else checked.ids)]))
 
 
 def _merge(figures: dict, got: dict) -> None:

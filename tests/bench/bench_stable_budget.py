@@ -4,9 +4,11 @@ sampled peak RssAnon and seconds), with the default budget and with a small one;
 state (anon.release_state: its rows and the largest row's bytes) and the release verified from
 its rows (smallest class, fewest distinct sensitive values in a class, fewest candidates across
 the versions). A budget below the table's estimate creates the stable release region by region
-(db/stable_regions.py) and refuses its refresh (54000): the row then shows the refusal's
-seconds and VmHWM (nothing of the source read; its DETAIL printed), and the next row the same
-refresh of the same state in memory at the default budget. The backend's CPU seconds (/proc/<pid>/stat) beside each. A creation refused shows the refusal, and the next row the same table
+(db/stable_regions.py) and refreshes it region by region where no person moved box (the churn
+here: leavers, and joiners with the leavers' values); a refused refresh (54000) shows the
+refusal's seconds and VmHWM (its DETAIL printed), and the next row the same refresh of the same
+state in memory at the default budget. Run with the default budget beside (",64MB") for the
+in-memory creation and refresh of the same table and churn. The backend's CPU seconds (/proc/<pid>/stat) beside each. A creation refused shows the refusal, and the next row the same table
 released in the fresh mode at that budget (out of core), verified from its rows the same way.
 
 PLPY_ANON_STABLE_BUDGET_ROWS (default 1000000), PLPY_ANON_STABLE_BUDGETS (default ",64MB": ''
@@ -47,7 +49,8 @@ def timed_call(conn, budget: str, sql: str, args: tuple) -> dict:
             try:
                 result, refused = other.execute(sql, args).fetchone()[0], None
             except psycopg.Error as error:     # a stable release over the budget: 54000
-                result, refused, detail = None, error.sqlstate, error.diag.message_detail
+                result, refused = None, error.sqlstate
+                detail = error.diag.message_detail or error.diag.message_primary
         seconds = time.perf_counter() - t0
         return {"result": result, "refused": refused, "seconds": seconds,
                 "cpu": backend_cpu(pid) - cpu, "hwm": vm_hwm_mib(pid), "anon": memory.anon,
@@ -160,6 +163,8 @@ def main() -> None:
                 steps.append(("refresh in memory (default budget)", refresh,
                               (state_figures(conn, release), verified(conn, release), None)))
             else:
+                print(f"refresh's phases (s): {phases(conn, release)}; memory (MiB): "
+                      f"{memory_of(conn, release)}", flush=True)
                 steps.append(("refresh", refresh, (state_figures(conn, release),
                                                    verified(conn, release), regions_of(conn, release))))
             for step, f, ((state_rows, largest), (smallest, fewest, candidates), regions) in steps:

@@ -1,10 +1,12 @@
 """A stable release created beyond plpy_anon.build_memory stores the box of each region of its
-state (anon.release_regions, SQL 485), for the refresh region by region, which is not built: its
-refresh beyond the budget is refused (54000) before anything is read or written. Checked from
-the released rows and the source: every released class lies inside one stored box, every row of
-the source in exactly one, every remembered person in their region's; the refusal reads no row
-of the source and the published version stays readable; another custodian reads and writes no
-box; the boxes go with an in-memory refresh and with the release."""
+state (anon.release_regions, SQL 485) and is refreshed region by region beyond the budget where
+the refresh's plan (stable_regions.plan_refresh) links no region. Checked from the released rows
+of every version and the source: every released class lies inside one stored box, every row of
+the source in exactly one, every remembered person in their region's; k, l and the candidates an
+analyst intersects across versions; the plan's movers, joiners and closed groups; movers, a
+region below k and a cancel refuse or stop with the published version, state, versions and boxes
+unchanged; a state of one region is refused without reading the source; another custodian reads
+and writes no box; the boxes go with an in-memory refresh and with the release."""
 from __future__ import annotations
 
 import datetime
@@ -14,8 +16,16 @@ import pytest
 from psycopg import sql
 
 from tests.db.test_custodian import custodian_role
+from tests.db.test_interrupts import Running, canceled
 from tests.db.test_stable_over_budget_regions import QIS, ROWS, catalog, people, stable
-from tests.helpers import budget, class_sizes, distinct_sensitive_per_class
+from tests.helpers import (
+    budget,
+    class_sizes,
+    distinct_sensitive_per_class,
+    intersected_below_l,
+    intersected_candidates,
+    keep_released_version,
+)
 
 TINY = "256kB"
 
@@ -134,18 +144,71 @@ def source_reads(db, table: str) -> tuple:
                       (table, table, table)).fetchone()
 
 
-def test_the_refusal_over_the_budget_reads_no_row_of_the_source(db, schema):
+def state_rows(db, release_id: int) -> list:
+    return db.execute("SELECT * FROM anon.release_state WHERE release_id = %s ORDER BY chunk",
+                      (release_id,)).fetchall()
+
+
+def last_error(db, rel: str):
+    return db.execute("SELECT last_error FROM anon.releases WHERE format('%%I.%%I', "
+                      "release_schema, release_name) = %s", (rel,)).fetchone()[0]
+
+
+def test_movers_across_boxes_refuse_the_refresh_and_keep_the_published_version(db, schema):
+    """People whose QIs left their region's box link regions, whose run together is not built:
+    refused (54000) with the regions it would hold together, after the plan's one pass over the
+    source and before anything is written (released rows, state, versions and boxes as they
+    were), recorded in last_error and anon.refresh_history; the same refresh within the budget
+    runs in memory."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "moved")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    db.execute("DELETE FROM t WHERE id % 25 = 0")
+    db.execute("UPDATE t SET a = 105 - a WHERE id % 97 = 0")
+    moved = [1 for now, before in row_regions(db, "t", release_id, stored).values()
+             if before is not None and before != now]
+    assert moved
+    before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
+    state = state_rows(db, release_id)
+    versions = db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
+                          (release_id,)).fetchall()
+    error = refused(db, rel)
+    assert "would have to be refreshed together" in error.diag.message_primary
+    assert f"{len(moved):,} known people's quasi-identifiers left their region's box" in \
+        error.diag.message_primary
+    assert "SET plpy_anon.build_memory" in error.diag.message_hint
+    assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
+    assert state_rows(db, release_id) == state
+    assert db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
+                      (release_id,)).fetchall() == versions
+    assert boxes(db, release_id) == stored
+    assert "refreshed together" in last_error(db, rel)
+    assert db.execute("SELECT succeeded, sqlstate, error LIKE '%%refreshed together%%' FROM "
+                      "anon.refresh_history WHERE release_id = %s ORDER BY started_at DESC "
+                      "LIMIT 1", (release_id,)).fetchone() == (False, "54000", True)
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert last_error(db, rel) is None
+    guarantees_hold(db, rel)
+    assert catalog(db, rel)[2]["below_l"] == 0
+
+
+def test_the_refusal_of_a_state_of_one_region_reads_no_row_of_the_source(db, schema):
+    """A stable release whose state is one region (refreshed in memory since its creation
+    region by region: no boxes) is refused beyond the budget before anything is read."""
     people(db, "t")
     with budget(db, TINY):
         rel = stable(db, schema, "t", "unread")
     release_id = catalog(db, rel)[0]
-    stored = boxes(db, release_id)
-    assert len(stored) > 1
-    # leavers, joiners and QI moves across boxes: a refresh has work to do
+    db.execute("UPDATE t SET s = 'ok' WHERE id % 11 = 0")
+    db.execute("SELECT anon.refresh(%s)", (rel,))           # in memory: the boxes go
+    assert boxes(db, release_id) == []
+    # leavers, joiners and QI moves: a refresh has work to do
     db.execute("DELETE FROM t WHERE id % 25 = 0")
     db.execute(f"INSERT INTO t SELECT i, 18 + (i * 37) % 70, 'east', DATE '2000-01-01' + i % 500, "
                f"'flu' FROM generate_series({ROWS + 1}, {ROWS + 200}) i")
-    db.execute("UPDATE t SET a = 18 + (a + 35) % 70 WHERE id % 300 = 0")
+    db.execute("UPDATE t SET a = 18 + (a + 35) % 70 WHERE id % 301 = 0")
     # a large table has statistics: its size is the planner's estimate (one never analyzed is
     # counted first, as any build beyond the budget counts it: out_of_core.sized)
     db.execute("ANALYZE t")
@@ -160,9 +223,8 @@ def test_the_refusal_over_the_budget_reads_no_row_of_the_source(db, schema):
         error.value.diag.message_primary
     assert "region by region" in error.value.diag.message_detail
     assert "SET plpy_anon.build_memory" in error.value.diag.message_hint
-    # nothing half-built: the published version is read as it was, the boxes as stored
+    # nothing half-built: the published version is read as it was
     assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
-    assert boxes(db, release_id) == stored
     guarantees_hold(db, rel)
     # the counts see a refresh that reads the source: the same one within the budget scans it
     with db.transaction():
@@ -175,6 +237,8 @@ def test_the_refusal_over_the_budget_reads_no_row_of_the_source(db, schema):
 
 
 def test_another_custodian_reads_no_box_of_a_stable_release(db, connect):
+    """The owner (no superuser) refreshes its release region by region; another custodian
+    reads and writes none of its boxes."""
     owner = custodian_role(db, connect)
     intruder = custodian_role(db, connect)
     (role, own), (other, _) = next(owner), next(intruder)
@@ -196,6 +260,14 @@ def test_another_custodian_reads_no_box_of_a_stable_release(db, connect):
             shown = conn.execute("SELECT count(*) FROM anon.readable_release_regions "
                                  "WHERE release_id = %s", (release_id,)).fetchone()[0]
             assert shown > 1
+            # the owner, no superuser, refreshes it region by region
+            conn.execute(sql.SQL("DELETE FROM {} WHERE id % 23 = 0").format(table))
+            conn.execute(sql.SQL("UPDATE {} SET s = 'ok' WHERE id % 31 = 0").format(table))
+            with budget(conn, TINY):
+                conn.execute("SELECT anon.refresh(%s)", (rel,))
+            assert catalog(conn, rel)[1]["refreshed_by_regions"]
+            assert conn.execute("SELECT count(*) FROM anon.readable_release_regions "
+                                "WHERE release_id = %s", (release_id,)).fetchone()[0] == shown
         with connect(user=other) as conn:
             with pytest.raises(psycopg.errors.InsufficientPrivilege, match="release_regions"):
                 conn.execute("SELECT bounds FROM anon.release_regions WHERE release_id = %s",
@@ -217,3 +289,239 @@ def test_another_custodian_reads_no_box_of_a_stable_release(db, connect):
         for gen in (intruder, owner):
             next(gen, None)
 
+
+
+def planned(db, schema: str, table: str, release_id: int) -> dict:
+    """stable_regions.plan_refresh of a release, run in the backend as the superuser (the salt
+    read from anon.release_secrets as with_secrets reads it)."""
+    seen = []
+    db.add_notice_handler(lambda notice: seen.append(notice.message_primary))
+    db.execute("SELECT * FROM anon.versions()")          # the backend's environment is active
+    db.execute(f"""DO LANGUAGE plpython3u $$
+import json
+from plpy_anon.db import columns, guards, out_of_core, release_rows, stable_regions
+from plpy_anon.db.sqltext import jsonb
+release = release_rows.by_id(plpy, {release_id})
+salt = plpy.execute("SELECT person_salt FROM anon.release_secrets "
+                    "WHERE release_id = {release_id}")[0]["person_salt"]
+release = {{**release, "parameters": json.dumps({{**jsonb(release["parameters"]),
+                                                 "person_salt": salt}})}}
+tbl = guards.table(plpy, '{schema}.{table}')
+cols = {{c.name: c for c in columns.table_columns(plpy, tbl)}}
+src = out_of_core.Source(plpy, tbl, [cols[n] for n in {QIS!r}], [],
+                         out_of_core.source_members(plpy, tbl))
+got = stable_regions.plan_refresh(plpy, release, src, [cols["id"]])
+plpy.notice(json.dumps({{"rows": got.rows, "movers": got.movers, "joiners": got.joiners,
+                         "waiting": got.waiting, "spread": got.spread_groups,
+                         "everything": got.everything, "groups": got.groups.groups,
+                         "group_rows": got.groups.group_rows, "rounds": got.groups.rounds}}))
+$$""")
+    import json
+    return json.loads(seen[-1])
+
+
+def extent(box: list, name: str, domain: list):
+    """A stored box's values on QI ``name`` among ``domain`` (every value the table and the
+    cuts hold, and a text in no cut)."""
+    return {v for v in domain if all(on_left(cut, v) == cut["left"]
+                                     for cut in box if cut["name"] == name)}
+
+
+def reach(members: list, name: str, domain: list) -> set:
+    """What a group of boxes' classes can take on QI ``name``: every value between the lowest
+    and highest of its boxes' on a range (a and c), their union on a set (b)."""
+    held = set().union(*(extent(box, name, domain) for box in members))
+    if name == "b" or not held:
+        return held
+    return {v for v in domain if min(held) <= v <= max(held)}
+
+
+def test_the_refresh_plan_holds_movers_regions_together_and_is_closed(db, schema):
+    """The plan of a refresh beyond the budget (stable_regions.plan_refresh, one pass in SQL)
+    against the source, the stored boxes and the state read here: each row counted in its box,
+    movers, joiners and leavers as the state says, every mover's old and new region in one
+    group, and no merged group's reach (every value between its boxes' on a and c, theirs on
+    b) meets a box of another group."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "planned")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    assert len(stored) > 2
+    # nobody moved: every region its own group
+    got = planned(db, schema, "t", release_id)
+    assert got["groups"] == list(range(len(stored))) and got["movers"] == got["joiners"] == 0
+    # churn: leavers, joiners, changed sensitive values, a few movers across boxes
+    db.execute("DELETE FROM t WHERE id % 25 = 0")
+    db.execute(f"INSERT INTO t SELECT i, 18 + (i * 37) % 70, 'east', DATE '2000-01-01' + i % 500, "
+               f"'flu' FROM generate_series({ROWS + 1}, {ROWS + 200}) i")
+    db.execute("UPDATE t SET s = 'ok' WHERE id % 11 = 0")
+    db.execute("UPDATE t SET a = 105 - a WHERE id % 97 = 0")
+    regions = row_regions(db, "t", release_id, stored)
+    got = planned(db, schema, "t", release_id)
+    assert got["everything"] is None and got["waiting"] == got["spread"] == 0
+    now = [0] * len(stored)
+    for region, _ in regions.values():
+        now[region] += 1
+    assert got["rows"] == now
+    moved = [(before, region) for region, before in regions.values()
+             if before is not None and before != region]
+    assert got["movers"] == len(moved) > 0
+    assert got["joiners"] == sum(before is None for _, before in regions.values()) == 200
+    groups = got["groups"]
+    assert all(groups[a] == groups[b] for a, b in moved)
+    assert len(set(groups)) > 1            # a few movers do not merge the whole table
+    assert {int(g): n for g, n in got["group_rows"].items()} == {
+        g: sum(now[r] for r in range(len(stored)) if groups[r] == g) for g in set(groups)}
+    values = db.execute("SELECT array_agg(DISTINCT a), array_agg(DISTINCT b), "
+                        "array_agg(DISTINCT c) FROM t").fetchone()
+    domain = {"a": sorted(set(values[0]) | {parse("a", c["value"]) for box in stored
+                                             for c in box if c["name"] == "a" and c.get("value")}),
+              "b": sorted(set(values[1]) | {"a text in no cut"}),
+              "c": sorted(set(values[2]) | {parse("c", c["value"]) for box in stored
+                                             for c in box if c["name"] == "c" and c.get("value")})}
+    merged = {g for g in groups if groups.count(g) > 1}
+    assert merged
+    for g in merged:
+        members = [stored[r] for r in range(len(stored)) if groups[r] == g]
+        for r, box in enumerate(stored):
+            if groups[r] != g:
+                assert any(not (reach(members, q, domain[q]) & extent(box, q, domain[q]))
+                           for q in QIS), (g, r)
+    # the plan reads and writes nothing of the release
+    assert boxes(db, release_id) == stored
+    guarantees_hold(db, rel)
+
+
+def analyst_keeps(db, rel: str, table: str = "t") -> dict:
+    return keep_released_version(db, rel, table, "id", {"a": "range", "b": "set", "c": "range"}, "s")
+
+
+def churn(db, step: int) -> None:
+    """Leavers, joiners (new ids, and people who left earlier back with their QIs) and changed
+    sensitive values, no QI moved: every row stays in its box."""
+    db.execute(f"CREATE TABLE IF NOT EXISTS gone_{step} AS SELECT * FROM t WHERE id % 23 = {step}")
+    db.execute(f"DELETE FROM t WHERE id % 23 = {step}")
+    if step:
+        db.execute(f"INSERT INTO t SELECT * FROM gone_{step - 1}")
+    db.execute(f"""INSERT INTO t SELECT i, 18 + (i * 37) % 70,
+                       (ARRAY['north', 'south', 'east', 'west'])[1 + (i * 7) % 4],
+                       DATE '2000-01-01' + (i * 13) % 500,
+                       (ARRAY['flu', 'hiv', 'cancer', 'asthma', 'ok'])[1 + (i * 3) % 5]
+                   FROM generate_series({ROWS + 1 + 100 * step}, {ROWS + 100 * (step + 1)}) i""")
+    db.execute(f"UPDATE t SET s = (ARRAY['flu', 'hiv', 'cancer', 'asthma', 'ok'])[1 + (id + {step}) % 5] "
+               f"WHERE id % 31 = {step}")
+
+
+def test_a_refresh_beyond_the_budget_runs_region_by_region_safe_across_versions(db, schema):
+    """Three refreshes beyond the budget with churn (leavers, joiners, comebacks, changed
+    sensitive values; nobody leaves their box), each region by region: checked from the released
+    rows of every version, k, l and the candidates an analyst who kept every version intersects
+    (none below l), the state still written region by region, the boxes kept."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "by_regions")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    assert len(stored) > 2
+    kept = [analyst_keeps(db, rel)]
+    for step in range(3):
+        churn(db, step)
+        regions = row_regions(db, "t", release_id, stored)
+        assert all(before in (None, now) for now, before in regions.values())
+        with budget(db, TINY):
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+        _, ooc, across = catalog(db, rel)
+        assert ooc["refreshed_by_regions"] and ooc["regions"] == len(stored)
+        guarantees_hold(db, rel)
+        kept.append(analyst_keeps(db, rel))
+        assert intersected_below_l(kept, 2) == {}
+        assert across["below_l"] == 0 and across["regions"] == len(stored)
+        assert across["versions_compared"] == step + 1
+        # the check's fewest candidates are the analyst's, for the people in the table now
+        fewest = min(len(v) for p, v in intersected_candidates(kept).items()
+                     if p in kept[-1]["people"])
+        assert across["fewest_candidates"] == fewest
+        # the state is still one run of rows a region, and the boxes stay
+        assert db.execute("SELECT count(DISTINCT region) FROM anon.release_state "
+                          "WHERE release_id = %s", (release_id,)).fetchone()[0] == len(stored)
+        assert boxes(db, release_id) == stored
+        # every person remembered in their box's region, absent ones kept
+        regions = row_regions(db, "t", release_id, stored)
+        assert all(now == before for now, before in regions.values())
+    # the versions stored are the refreshes'
+    assert db.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = %s",
+                      (release_id,)).fetchone()[0] == 4
+    # within the budget the same release refreshes in memory, and agrees
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    guarantees_hold(db, rel)
+    kept.append(analyst_keeps(db, rel))
+    assert intersected_below_l(kept, 2) == {}
+
+
+def test_a_cancel_mid_refresh_keeps_the_published_version(db, connect, schema):
+    """A refresh region by region canceled while it fits its second region, and while it
+    remembers its second region's people (the first region's new state rows written): 57014,
+    the released rows, state, versions and boxes as they were; the refresh then runs."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "canceled")
+    release_id = catalog(db, rel)[0]
+    churn(db, 0)
+
+    def snapshot():
+        return (db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall(),
+                state_rows(db, release_id),
+                db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
+                           (release_id,)).fetchall(), boxes(db, release_id))
+    before = snapshot()
+    n = len(before[3])
+    for phase in (f"region 2 of {n}: fitting", f"checking region 2 of {n}: remembering"):
+        running = Running(connect, schema, f"SELECT anon.refresh('{rel}')",
+                          f"SET plpy_anon.build_memory = '{TINY}'", "SET plpy_anon.progress = on",
+                          "SELECT anon.versions()")
+        running.wait_for_notice(phase)
+        running.cancel(db)
+        canceled(running)
+        assert snapshot() == before, phase
+    with budget(db, TINY):
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert catalog(db, rel)[1]["refreshed_by_regions"]
+    guarantees_hold(db, rel)
+
+
+def test_a_region_left_below_k_refuses_the_refresh_region_by_region(db, schema):
+    """Everyone of one region left: its run as a release of its own cannot hold k, so the
+    refresh is refused (54000) before anything is written."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "emptied")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    hashes = [p for p, (now, _) in row_regions(db, "t", release_id, stored).items() if now == 3]
+    db.execute("DELETE FROM t t USING anon.release_secrets k WHERE k.release_id = %s AND "
+               "sha256(decode(k.person_salt, 'hex') || convert_to(t.id::text, 'UTF8')) = ANY(%s)",
+               (release_id, hashes))
+    state = state_rows(db, release_id)
+    error = refused(db, rel)
+    assert "hold fewer than k = 10 rows now (region 3: 0)" in error.diag.message_primary
+    assert state_rows(db, release_id) == state
+    guarantees_hold(db, rel)
+
+
+def test_a_text_identifier_is_hashed_in_sql_as_the_run_hashes_it(db, schema):
+    """People followed by a text key (with a space, an accent, a quote): the plan's SQL hashes
+    them as the run does (each region's run finds as many remembered people as the plan
+    counted, else refused), so the refresh runs region by region."""
+    people(db, "t")
+    db.execute("CREATE TABLE named AS SELECT 'pé ''' || id AS pid, a, b, c, s FROM t")
+    db.execute("ALTER TABLE named ADD PRIMARY KEY (pid)")
+    with budget(db, TINY):
+        rel = stable(db, schema, "named", "named", identifiers=["pid"])
+    db.execute("DELETE FROM named WHERE right(pid, 1) = '7'")
+    with budget(db, TINY):
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    _, ooc, across = catalog(db, rel)
+    assert ooc["refreshed_by_regions"] and ooc["joiners"] == 0
+    assert across["seen_before"] == ROWS - ROWS // 10 and across["below_l"] == 0
+    guarantees_hold(db, rel)

@@ -194,4 +194,5 @@ RELEASE_METHOD = ReleaseMethod(
     check_relations=compact.check_view,
     # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates
     out_of_core=functools.partial(out_of_core.run_out_of_core, read=read_region, fit=fit,
-                                  publish=publish_region, stable_run=stable_regions))
+                                  publish=publish_region, stable_run=stable_regions,
+                                  publish_stable=publish_partition))
