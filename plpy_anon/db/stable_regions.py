@@ -47,7 +47,7 @@ import numpy as np
 
 from plpy_anon.core import containment, refresh_groups
 from plpy_anon.core import regions as core_regions
-from plpy_anon.core.errors import AnonError, InsufficientData
+from plpy_anon.core.errors import AnonError, InsufficientData, SerializationFailure
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.refresh_groups import Axis
 from plpy_anon.db import (
@@ -78,10 +78,9 @@ class NullAcrossRegions(AnonError):
     sqlstate = "54000"
 
 
-class SourceChanged(AnonError):
-    """A region read again by the check is not what the run read (serialization_failure)."""
-
-    sqlstate = "40001"
+class SourceChanged(SerializationFailure):
+    """A region read again by the check is not what the run read: the source's writers, not
+    another refresh (a SerializationFailure, so a refresh's record keeps this message)."""
 
 
 def first_version(plpy, release_id: int) -> bool:
