@@ -362,3 +362,50 @@ def test_nulls_and_duplicated_identifiers_are_refused_or_kept_apart(db, schema):
         assert catalog(db, rel)[1]["refreshed_by_regions"]
         kept.append(analyst_keeps(db, rel))
         safe_across_versions(db, rel, kept)
+
+
+@pytest.mark.parametrize("path", ["regions", "in_memory"])
+def test_an_identifier_whose_text_follows_the_session_keeps_its_people(db, schema, path):
+    """A timestamptz identifier's text follows the session's TimeZone: in Europe/London a
+    summer instant reads '... 01:00:00+01' where UTC read '... 00:00:00+00', a winter one the
+    same. Created in UTC, refreshed in Europe/London after summer people moved across boxes:
+    the refresh must still follow them (refused beyond the budget, or checked as movers in
+    memory), never take them for new people whose earlier classes the check forgets while an
+    analyst who kept the last version intersects them."""
+    db.execute("SET TimeZone = 'UTC'")
+    db.execute("CREATE TABLE t (id timestamptz PRIMARY KEY, a int, b text, c date, s text)")
+    db.execute(f"""INSERT INTO t
+        SELECT TIMESTAMPTZ '2020-01-01 00:00+00' + i * INTERVAL '2 hours', 18 + (i * 37) % 70,
+               (ARRAY['north', 'south', 'east', 'west'])[1 + (i * 7) % 4],
+               DATE '2000-01-01' + (i * 13) % 500,
+               (ARRAY['flu', 'hiv', 'cancer', 'asthma', 'ok'])[1 + (i * 11) % 5]
+        FROM generate_series(1, {ROWS}) i""")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "zoned", identifiers=["id"])
+    stored = boxes(db, catalog(db, rel)[0])
+    rows = regions_of_rows(db, stored)
+    summer = {r: [row for row in held if row[0].month in (6, 7, 8)] for r, held in rows.items()}
+    late = sorted(r for r, held in summer.items() if len(held) > 6)[-4:]
+    assert len(late) == 4
+    moves = [(person[0], *summer[late[(i + 1) % 4]][0][1:])
+             for i, region in enumerate(late) for person in summer[region][1:7]]
+    kept = [analyst_keeps(db, rel)]
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+                        [(a, b, c, key) for key, a, b, c in moves])
+    before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
+    db.execute("SET TimeZone = 'Europe/London'")
+    assert db.execute("SELECT count(*) FROM t WHERE id::text <> (id AT TIME ZONE 'UTC')::text "
+                      "|| '+00'").fetchone()[0] > len(moves)
+    if path == "regions":
+        with budget(db, TINY), pytest.raises(psycopg.Error) as error:
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+        assert error.value.sqlstate == "54000"
+        assert f"{len(moves)} known people's quasi-identifiers left their region's box" in \
+            error.value.diag.message_primary
+        assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
+        return
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    kept.append(analyst_keeps(db, rel))
+    assert catalog(db, rel)[2]["seen_before"] == ROWS
+    safe_across_versions(db, rel, kept)
