@@ -229,7 +229,8 @@ def refreshed_as_the_rows_say(db, rel: str, kept: list, stored: list) -> bool:
     return True
 
 
-def test_values_at_the_cuts_comebacks_and_new_texts_refresh_as_the_boxes_say(db, schema):
+@pytest.mark.parametrize("layout", ["compact", "flat"])
+def test_values_at_the_cuts_comebacks_and_new_texts_refresh_as_the_boxes_say(db, schema, layout):
     """Churn the plan may misjudge, applied in turn, each refresh beyond the budget judged from
     the source, the stored boxes and the state (who lies outside the box of the region that
     remembers them) and, when published, from the released rows of every version: people set
@@ -238,7 +239,7 @@ def test_values_at_the_cuts_comebacks_and_new_texts_refresh_as_the_boxes_say(db,
     people whose identifier changed; a region thinned to k rows."""
     people(db, "t")
     with budget(db, TINY):
-        rel = stable(db, schema, "t", "cuts")
+        rel = stable(db, schema, "t", "cuts", layout=layout)
     release_id = catalog(db, rel)[0]
     stored = boxes(db, release_id)
     kept = [analyst_keeps(db, rel)]
