@@ -366,7 +366,8 @@ def _charts(facts: dict, plt) -> dict:
         if len(sizes) > 25:
             ax.set_xticks(range(0, len(sizes), max(1, len(sizes) // 12)))
         out["classes"] = _svg(fig)
-    ncp = (facts["row"].get("metrics") or {}).get("ncp_per_attribute") or {}
+    ncp = {name: value for name, value in recorded(recorded(facts["row"].get("metrics")).get(
+        "ncp_per_attribute")).items() if isinstance(value, (int, float)) and not isinstance(value, bool)}
     if ncp:
         fig, ax = plt.subplots(figsize=(6.5, 0.5 + 0.35 * len(ncp)))
         names = list(ncp)
@@ -412,9 +413,16 @@ ENVIRONMENT.filters["parameter"] = parameter_text
 INTERNAL_PARAMETERS = {"storage", "objects", "qit", "merged", "sensitive_tables", "released"}
 
 
+def recorded(value) -> dict:
+    """What the catalog recorded at the build (anon.releases.verification, .metrics, their
+    parts): a mapping as a build writes it, else nothing shown. The release's owner can write
+    them in any shape; the page's verdicts come from what is found now."""
+    return value if isinstance(value, dict) else {}
+
+
 def render(facts: dict) -> str:
     row, params = facts["row"], facts["params"]
-    verification = row.get("verification") or {}
+    verification = recorded(row.get("verification"))
     released = facts["release_risk"]
     promised = []
     if params.get("k") is not None:
@@ -424,7 +432,7 @@ def render(facts: dict) -> str:
     for column in facts["sensitive"] if params.get("l") is not None else []:
         found = released.get(("distinct_l", column), (None,))[0]
         promised.append((f"l-diversity of {column}: distinct values per class", params["l"], found,
-                         (verification.get("l_by_column") or {}).get(column),
+                         recorded(verification.get("l_by_column")).get(column),
                          None if found is None else found >= params["l"]))
     rows_now = released.get(("rows", None), (None,))[0]
     if verification.get("rows_expected") is not None:
@@ -434,7 +442,7 @@ def render(facts: dict) -> str:
     source = facts["source_risk"] or {}
     risk_rows = [(m.replace("_", " "), source.get((m, None), (None,))[0], released[(m, None)][0])
                  for m in RISK_MEASURES if (m, None) in released]
-    metrics = row.get("metrics") or {}
+    metrics = recorded(row.get("metrics"))
     template = ENVIRONMENT.get_template("report.html")
     return template.render(
         title=f"Anonymized release {facts['release']}", facts=facts, row=row,

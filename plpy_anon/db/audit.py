@@ -10,6 +10,7 @@ from the rows.
 from __future__ import annotations
 
 import json
+import sys
 
 from plpy_anon.db import release_rows
 from plpy_anon.db.errors import sql_entry
@@ -35,15 +36,66 @@ FROM anon.releases r
 WHERE $1::int4 IS NULL OR r.release_id = $1
 ORDER BY 2"""
 
+#: the figures across versions the audit reads: integers where a build writes them
+ACROSS_FIGURES = ("unsafe_unions", "unsafe_differences", "versions_compared", "disclosed",
+                  "fewest_candidates", "held_back", "counterfeit")
+INT4 = (-2**31, 2**31 - 1)
+
 #: a class in which a sensitive column has one value gives that value away to anyone who knows
 #: a member's quasi-identifiers, whatever the release promised
 GIVES_AWAY_BELOW_L = 2
 
 
+class _Unwritten(Exception):
+    """A figure of a catalog row in a shape no build writes: its owner may write the row."""
+
+    def __init__(self, column: str):
+        super().__init__(column)
+        self.column = column
+
+
+def _parsed(value, column: str, kind: type):
+    value = json.loads(value) if isinstance(value, str) else value
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise _Unwritten(column)
+    return value
+
+
+def _figure(value, column: str, *, integer: bool = False):
+    """A number as a build records it (None: not counted); an int4 when ``integer``."""
+    if value is None:
+        return None
+    # bool is an int to Python, and an int beyond float8 or a non-finite float has no SQL column
+    ok = (isinstance(value, int) and INT4[0] <= value <= INT4[1]) if integer else (
+        isinstance(value, (int, float)) and abs(value) <= sys.float_info.max)
+    if isinstance(value, bool) or not ok:
+        raise _Unwritten(column)
+    return value
+
+
 def _figures(risk) -> dict:
     """{(measure, column): value} of a stored risk report."""
-    rows = json.loads(risk) if isinstance(risk, str) else (risk or [])
-    return {(r.get("measure"), r.get("column_name")): r.get("value") for r in rows}
+    figures = {}
+    for r in _parsed(risk, "risk", list):
+        if not isinstance(r, dict) or not isinstance(r.get("measure"), str) or not isinstance(
+                r.get("column_name"), (str, type(None))):
+            raise _Unwritten("risk")
+        figures[(r["measure"], r["column_name"])] = _figure(r.get("value"), "risk")
+    return figures
+
+
+def _verification(verification) -> tuple[dict, dict | None]:
+    """The verification's l per sensitive column and its figures across versions, checked."""
+    verification = _parsed(verification, "verification", dict)
+    by_column = _parsed(verification.get("l_by_column"), "verification", dict)
+    by_column = {c: _figure(v, "verification") for c, v in by_column.items()}
+    across = verification.get("across_versions")
+    if across is not None:
+        across = {name: _figure(value, "verification", integer=True) if name in ACROSS_FIGURES else value
+                  for name, value in _parsed(across, "verification", dict).items()}
+    return by_column, across
 
 
 def _number(value) -> str:
@@ -54,9 +106,11 @@ def judge(row: dict) -> dict:
     """The audit row of one catalog row (``AUDIT``): the figures and (safe, why)."""
     # as stored, unchecked: the audit reports what was promised, as the verification reads it
     promise = ReleaseSpec.decode(row["method"], jsonb(row["parameters"]) or {}, checked=False).promise
-    verification = row["verification"]
-    verification = json.loads(verification) if isinstance(verification, str) else (verification or {})
-    figures = _figures(row["risk"])
+    try:
+        figures = _figures(row["risk"])
+        by_column, across = _verification(row["verification"])
+    except _Unwritten as unwritten:
+        return _unreadable(row, promise, unwritten.column)
     sensitive = sorted({c for (_, c) in figures if c is not None})
     distinct_l = {c: figures.get(("distinct_l", c)) for c in sensitive}
     t_found = [v for (m, _), v in figures.items() if m == "t_closeness" and v is not None]
@@ -72,7 +126,6 @@ def judge(row: dict) -> dict:
         check(row["achieved_k"] is not None and row["achieved_k"] >= k,
               f"k {k} asked, smallest class {row['achieved_k']}")
     if l is not None:
-        by_column = verification.get("l_by_column") or {}
         asked = f"l {_number(l)} ({promise.l_diversity}) asked"
         if not by_column:
             check(False, f"{asked}, not counted by the check of its rows")
@@ -89,7 +142,6 @@ def judge(row: dict) -> dict:
         worst = max(t_found) if t_found else None
         check(worst is not None and worst <= t, f"t {_number(t)} asked, t-closeness {_number(worst)}"
               if worst is not None else f"t {_number(t)} asked, t-closeness not counted")
-    across = verification.get("across_versions")
     if across:
         unsafe = (across.get("unsafe_unions") or 0) + (across.get("unsafe_differences") or 0)
         compared = across.get("versions_compared") or 0
@@ -119,6 +171,22 @@ def judge(row: dict) -> dict:
         "versions": row["versions"],
         "held_back": (across or {}).get("held_back"), "counterfeit": (across or {}).get("counterfeit"),
         "last_error": row["last_error"], "safe": not fails, "why": why,
+    }
+
+
+def _unreadable(row: dict, promise, column: str) -> dict:
+    """The audit row of a release whose catalog row holds figures in a shape no build writes:
+    not safe, its figures not shown."""
+    return {
+        "release": row["release"], "method": row["method"], "owner": row["owner"],
+        "readers": row["readers"], "refresh_mode": promise.refresh_mode,
+        "k": promise.k, "l": promise.l, "t": promise.t, "achieved_k": row["achieved_k"],
+        "distinct_l": None, "t_closeness": None, "prosecutor_risk_max": None,
+        "verified": row["verified"], "created_at": row["created_at"], "refreshed_at": row["refreshed_at"],
+        "versions": row["versions"], "held_back": None, "counterfeit": None,
+        "last_error": row["last_error"], "safe": False,
+        "why": f"fails: its recorded {column} is not as a build writes it (anon.releases.{column}, "
+               "which its owner can write); anon.risk_report counts its figures again from its rows.",
     }
 
 

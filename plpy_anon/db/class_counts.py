@@ -788,7 +788,8 @@ class Counter:
     counts them too and the later one is served from it."""
 
     def __init__(self, plpy, release: dict | None = None, budget: int | None = None,
-                 models: dict | None = None, c: float = 3.0):
+                 models: dict | None = None, c: float = 3.0,
+                 stored: tuple[str, Storage] | None = None):
         self._plpy = plpy
         #: bytes the check's queries are bounded by (an out-of-core release's build_memory)
         self.budget = budget
@@ -800,8 +801,10 @@ class Counter:
         self._expected: dict[tuple[str, frozenset], list[str]] = {}
         self._ordered: dict[tuple[str, frozenset], dict] = {}
         self._done: list[ClassCounts] = []
-        # a compact release's view is counted from its stored classes
-        stored = storage_for(plpy, release) if release is not None else None
+        # a compact release's view is counted from its stored classes (``stored``: the view
+        # and its Storage, when the caller found them readable: risk_report.stored_classes)
+        if release is not None:
+            stored = storage_for(plpy, release)
         self._stored = dict([stored]) if stored else {}
 
     def expect(self, relation: str, qis, sensitive, ordered: dict | None = None) -> None:

@@ -32,18 +32,30 @@ ORDER BY a.attnum
 """
 
 
+def server_encoding(plpy) -> str:
+    """This backend's database's encoding: asked once per backend, which serves one database for
+    its life, whose encoding CREATE DATABASE fixed."""
+    global _server_encoding
+    if _server_encoding is None:
+        _server_encoding = run(plpy, "SELECT pg_catalog.current_setting('server_encoding') AS e"
+                               )[0]["e"]
+    return _server_encoding
+
+
+_server_encoding: str | None = None
+
+
 def sql_ascii(plpy) -> bool:
-    return run(plpy, "SELECT pg_catalog.current_setting('server_encoding') = 'SQL_ASCII' AS a"
-               )[0]["a"]
+    return server_encoding(plpy) == "SQL_ASCII"
 
 
 def refuse_bytes_not_utf8(plpy, tbl, names) -> None:
     """In a SQL_ASCII database (:func:`sql_ascii`; elsewhere PostgreSQL checked every text when
-    it was stored), refuse (22021, naming the column, with a hint) when a column of ``names`` of
-    ``tbl`` (a ``guards.Table`` a guard resolved: this module stands below guards) holds a value that is not UTF-8. One scan of the table
-    for all the columns; one more per column only when that scan finds such a value (to name
-    it)."""
-    if not names:
+    it was stored: nothing to do), refuse (22021, naming the column, with a hint) when a column
+    of ``names`` of ``tbl`` (a ``guards.Table`` a guard resolved: this module stands below
+    guards) holds a value that is not UTF-8. One scan of the table for all the columns; one more
+    per column only when that scan finds such a value (to name it)."""
+    if not names or not sql_ascii(plpy):
         return
     columns = [(r["name"], r["builtin"]) for r in run(
         plpy, TEXT_COLUMNS, ["oid", "text[]", "text[]"], [tbl.oid, list(names), ASCII_TYPES])]

@@ -20,10 +20,13 @@ A method module builds one ``ReleaseMethod`` and registers it in ``plpy_anon.db.
 * the run behind every build and refresh, in three hooks that ``run`` calls in order:
   ``read(ctx) -> data`` (the source, read once in the caller's snapshot; ``ctx`` is a ``Run``),
   ``fit(data, spec) -> result`` (the core estimator), ``publish(ctx, data, result) ->
-  (output, stats)`` (what the SQL function returns, and ``release_rows.stash_run``'s keywords).
+  (output, stats)`` (what the SQL function returns, and ``release_rows.stash_run``'s keywords);
+  before them, ``out_of_core(method, plpy, GD, release, spec) -> output | None``: the run of a
+  release larger than plpy_anon.build_memory, or None for the in-memory run (out_of_core.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -66,6 +69,7 @@ class ReleaseMethod:
     publish: Callable | None = None
     # reads_text(spec): the source columns its run reads into Python (default: read_by_default)
     reads_text: Callable | None = None
+    out_of_core: Callable | None = None
 
     @property
     def surface(self) -> parameters.Surface:
@@ -171,22 +175,29 @@ def _run_summary(stats: dict, fit_s: float) -> str:
     return f"anonymized{': ' + ', '.join(made) if made else ''} ({fit_s:.1f} s); writing the release"
 
 
-def run(method: ReleaseMethod, plpy, GD, release_id: int, *, texts_checked: bool = False):
-    """The one run of every method: look up the release, validate its parameters once, read the
-    source, fit, and stash the run's statistics for the catalog; returns the hook's output.
-    ``texts_checked``: the caller refused texts PL/Python cannot read already
-    (encodings.refuse_bytes_not_utf8)."""
+def run(method: ReleaseMethod, plpy, GD, release_id: int):
+    """The one run of every method: look up the release, validate its parameters once, refuse
+    texts PL/Python cannot read, then the run out of core when the method has one and it applies,
+    else read the source, fit, and stash the run's statistics for the catalog; returns the
+    hook's output."""
     started = time.monotonic()
     release = release_rows.by_id(plpy, release_id)
+    stored = jsonb(release["parameters"])
+    spec = method.spec_of(stored)
+    # before anything reads the source (out of core, the planning's counts read texts too)
+    refuse_unreadable_texts(method, plpy, release, spec)
+    if method.out_of_core is not None:
+        output = method.out_of_core(method, plpy, GD, release, spec)
+        if output is not None:
+            return output
     with release_rows.owner_state(plpy):         # the stable mode's state is its owner's
-        secret = release_rows.secrets(plpy, release_id, jsonb(release["parameters"]))
+        secret = release_rows.secrets(plpy, release_id, stored)
         if secret:       # the run reads its parameters from the row: with the secrets, in memory only
-            release = {**release, "parameters": json.dumps({**jsonb(release["parameters"]), **secret})}
-        stored = jsonb(release["parameters"])
-        ctx = Run(plpy, GD, release_id, release, method.spec_of(stored), started)
+            release = {**release, "parameters": json.dumps({**stored, **secret})}
+            spec = dataclasses.replace(spec, stored={**spec.stored, **secret},
+                                       given=spec.given | set(secret))
+        ctx = Run(plpy, GD, release_id, release, spec, started)
         ctx.note_memory("start")
-        if not texts_checked:
-            refuse_unreadable_texts(method, plpy, release, ctx.spec)
         with timing.phase("read"):
             data = method.read(ctx)
     ctx.read_s = ctx.elapsed()

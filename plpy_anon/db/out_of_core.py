@@ -41,7 +41,7 @@ in-memory path runs, whatever the size): prioritized Mondrian with the utility s
 information gain or workload cut points, whose cuts the counts here do not decide. A release in
 the stable refresh mode is created region by region (stable_regions.py: each region's people
 grouped, checked and remembered in turn, each region's box stored), and refreshed region by
-region where its plan links no region (stable_regions.refresh_by_regions); any other refresh of
+region where its plan links no region (:func:`refresh_stable_by_regions`); any other refresh of
 it beyond the budget is refused (54000) before anything is written, and one of a release whose
 state is one region before anything is read (:func:`refuse_stable_refresh_over_budget`).
 """
@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import time
 
 import numpy as np
@@ -1146,8 +1147,12 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
         if not active:
             break
         t0 = time.monotonic()
+        # each pass of a level announced, so that a cancel can be aimed at it (the tests')
+        level = f"out-of-core level {len(levels) + 1}"
+        progress(src.plpy, f"{level}: counting {len(active)} regions")
         stats = level_stats(src, active)
         if whole is None:
+            progress(src.plpy, f"{level}: ordering the categorical values")
             whole = src.whole = stats[0][1]
             smallest = stats[0][0] // MAX_REGIONS
             # categorical QIs cut in the whole table's fit's order (by frequency), as the sampled
@@ -1194,13 +1199,16 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
                     if not src.numeric[a]:
                         counted[(i, a)] = (core.median_index(region.rows, qstats[a].non_null),
                                            qstats[a].distinct)
+            progress(src.plpy, f"{level}: medians of {len(pending)} regions")
             values = medians(src, active, fractions, counted, positional)
             cuts = {key: values.get(key) for key in fractions}
             cuts.update({key: values[key] for key in positional if key in values})
             cuts.update({key: None for key in nulls})
+            progress(src.plpy, f"{level}: counting the cuts' sides")
             counted = candidate_counts(src, active, cuts, bool(l))
             sides = {}
             if src.models is not None:
+                progress(src.plpy, f"{level}: counting the sides' sensitive values")
                 totals, sides = side_value_counts(src, active, cuts)
                 check = check or src.models(src.tables)
                 for i, region, _, _ in pending:
@@ -1235,7 +1243,7 @@ def top_regions(src: Source, k: int, l: int | None, budget: int, bytes_per_row: 
             pending = untried
         levels.append({"regions": len(active), "cuts": made, "passes": passes,
                        "seconds": round(time.monotonic() - t0, 3)})
-        progress(src.plpy, f"out-of-core level {len(levels)}: {len(active)} regions, {made} cut")
+        progress(src.plpy, f"{level}: {len(active)} regions, {made} cut")
         active = following
     leaves.extend(active)     # past MAX_LEVELS: fitted as they are
     return leaves, levels
@@ -1286,14 +1294,13 @@ def source_rows(plpy, tbl) -> int:
         plpy, source_members(plpy, tbl), lambda rel: f"SELECT count(*) AS n FROM {rel}"))
 
 
-def planned(release_method, plpy, release: dict, estimated: bool = False,
+def planned(plpy, release: dict, spec: ReleaseSpec, estimated: bool = False,
             counted_near: bool = False):
     """(spec, tbl, QIs, sensitive columns, budget, estimated bytes, rows, whether they were
-    counted) of a release, or None when it is fitted in memory (it fits the budget, or its
-    models are not counted here); ``estimated``: rows as the planner's statistics have them
-    when they have any (no count); ``counted_near``: counted unless that estimate is
-    UNCOUNTED_ABOVE times the budget or more."""
-    spec = release_method.spec_of(jsonb(release["parameters"]))
+    counted) of a release of specification ``spec``, or None when it is fitted in memory (it
+    fits the budget, or its models are not counted here); ``estimated``: rows as the planner's
+    statistics have them when they have any (no count); ``counted_near``: counted unless that
+    estimate is UNCOUNTED_ABOVE times the budget or more."""
     if not takes_path(spec):
         return None
     return sized(plpy, release, spec, estimated, counted_near)
@@ -1376,7 +1383,7 @@ def refuse_stable_refresh_over_budget(plan) -> None:
     """Refuse a stable release's refresh where a fresh one would go out of core (``plan``:
     :func:`sized`'s) and its state is one region (no stored boxes): the stable refresh follows
     people, groups and checks them in one backend (republication.py); a release created region
-    by region is refreshed so (stable_regions.refresh_by_regions). Nothing is read or written
+    by region is refreshed so (:func:`refresh_stable_by_regions`). Nothing is read or written
     before; a refused refresh keeps the published version."""
     _, tbl, _, _, budget, bytes_per_row, n, _ = plan
     needed = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
@@ -1391,6 +1398,93 @@ def refuse_stable_refresh_over_budget(plan) -> None:
              f"'{_size_text(needed)}', or ALTER ROLE ... SET for scheduled refreshes), or create "
              "the release again with refresh_mode => 'fresh' and replace => true (its versions "
              "can then be intersected: docs/republication.md).")
+
+
+def refresh_stable_by_regions(plpy, GD, release: dict, spec, plan, boxes: list, started: float,
+                              hooks, stable_run):
+    """The slices of a stable refresh beyond the budget, region by region
+    (``stable_run.RegionRefresh``: db/stable_regions.py), once its plan
+    (``stable_run.plan_refresh``) holds every region apart, each holds k rows and the largest
+    one's stable run fits the budget; else refused (54000) before anything is written.
+    ``plan``: :func:`sized`'s; ``hooks``: the method's read, fit and publish of one region."""
+    _, tbl, qis, sens, budget, bytes_per_row, n, _ = plan
+    rid = release["release_id"]
+    src = Source(plpy, tbl, qis, sens, source_members(plpy, tbl))
+    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
+    identifiers = [cols[name] for name in spec.promise.identifiers or ()]
+    with release_rows.owner_state(plpy):
+        committed = run(plpy, republication.COMMITTED_VERSIONS, ["int4"], [rid])[0]
+        with timing.phase("refresh_plan"):
+            planned = stable_run.plan_refresh(plpy, release, src, identifiers)
+    refuse_unless_apart(planned, plan, release, stable_run.NotByRegions)
+    read, fit, publish = hooks
+    ctx = method.Run(plpy, GD, rid, release, spec, started)
+    refresh = stable_run.RegionRefresh(ctx, src, read, region_read, tbl.label, budget, boxes,
+                                       planned, committed)
+    metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
+                               "regions": len(boxes), "stable_regions": True,
+                               "refreshed_by_regions": True,
+                               "largest_region_rows": max(planned.rows),
+                               "movers": planned.movers, "joiners": planned.joiners}}
+    release_rows.stash_run(GD, rid, started=started, row_count=sum(planned.rows),
+                           achieved_k=None, metrics=metrics, people={"check": refresh.check})
+    progress(plpy, f"out of core: a stable refresh of {len(boxes)} regions of at most "
+                   f"{max(planned.rows):,} rows, one at a time")
+    return refresh.slices(plpy, ctx, fit, publish, metrics)
+
+
+def refuse_unless_apart(planned, plan, release: dict, refused) -> None:
+    """Refuse (``refused``: 54000) a refresh whose plan (stable_regions.RefreshPlan) links
+    regions (their run together is not built), leaves a region below k rows, or whose largest
+    region's stable run exceeds the budget's room for a region."""
+    budget, bytes_per_row, n = plan[4], plan[5], plan[6]
+    name = f"{release['release_schema']}.{release['release_name']}"
+    regions, rows = planned.largest()
+    room = core.leaf_budget(budget, resident_bytes())
+    whole = resident_bytes() + n * STABLE_ROW_FACTOR * bytes_per_row
+    figures = {"regions": planned.regions, "groups": len(planned.groups.group_rows),
+               "largest_group": regions, "largest_group_rows": rows, "movers": planned.movers,
+               "waiting": planned.waiting, "joiners": planned.joiners,
+               "spread_groups": planned.spread_groups, "closure_rounds": planned.groups.rounds}
+    in_memory = (f"Raise the budget for this build to what the stable run holds in one backend "
+                 f"(SET {SETTING} = '{_size_text(whole)}', or ALTER ROLE "
+                 "... SET for scheduled refreshes), or create the release again with "
+                 "refresh_mode => 'fresh' and replace => true (its versions can then be "
+                 "intersected: docs/republication.md).")
+    if planned.everything is not None or len(regions) > 1:
+        links = [text for count, text in (
+            (planned.movers, (f"{planned.movers:,} known people's quasi-identifiers left "
+                              "their region's box")),
+            (planned.waiting, (f"{planned.waiting:,} held back people wait in another "
+                               "region's group")),
+            (planned.spread_groups, f"{planned.spread_groups:,} groups span regions")) if count]
+        why = planned.everything or (", ".join(links) + "; the regions whose boxes meet the "
+                                     "hull of the regions they link join them")
+        raise refused(
+            f"a stable refresh of {name} beyond {SETTING} "
+            f"({_size_text(budget)}) is built region by region where no region is "
+            f"linked to another, and {len(regions)} of its {planned.regions} regions "
+            f"({rows:,} rows) would have to be refreshed together: {why}",
+            detail=json.dumps(figures), hint=in_memory)
+    k = int(Promise.of(jsonb(release["parameters"])).k)
+    few = [r for r, count in enumerate(planned.rows) if count < k]
+    if few:
+        raise refused(
+            f"a stable refresh of {name} region by region refreshes each region as a release "
+            f"of its own, and {len(few)} of its {planned.regions} regions hold fewer than k = "
+            f"{k} rows now (region {few[0]}: {planned.rows[few[0]]:,})",
+            detail=json.dumps(figures), hint=in_memory)
+    held = rows * STABLE_ROW_FACTOR * bytes_per_row
+    if held > room:
+        need = budget + held - room
+        raise refused(
+            f"a stable refresh of {name} region by region holds its largest region ({rows:,} "
+            f"rows, about {_size_text(held)} in the stable run) in one backend, "
+            f"which exceeds {SETTING} ({_size_text(budget)})",
+            detail=json.dumps(figures),
+            hint=f"Raise the budget to SET {SETTING} = "
+                 f"'{_size_text(max(need, 2 * held))}' for this refresh; or: "
+                 + in_memory)
 
 
 def _size_text(size: int) -> str:
@@ -1409,36 +1503,35 @@ def write_settings(plpy, release_method, release_id: int) -> dict:
     if release_method is None or release_method.name not in METHODS:
         return {}
     # a setting, not a guarantee: the planner's row estimate decides (no scan of the source)
-    plan = planned(release_method, plpy, release_rows.by_id(plpy, release_id), estimated=True)
+    release = release_rows.by_id(plpy, release_id)
+    plan = planned(plpy, release, release_method.spec_of(jsonb(release["parameters"])),
+                   estimated=True)
     if plan is None:
         return {}
     return {"work_mem": f"{max(64, plan[4] // WRITE_FRACTION // 1024)}kB", "hash_mem_multiplier": "1"}
 
 
-def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, publish,
-                    stable_run=None, publish_stable=None):
+def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, *, read, fit,
+                    publish, stable_run=None, publish_stable=None):
     """The partitioning run of a plain Mondrian release out of core, or None when the
     in-memory run applies (the release fits the budget, or its models are not counted here); a
-    stable release is created region by region (stable_regions.py), refreshed in memory only
-    (beyond the budget refused before anything is read: :func:`refuse_stable_refresh_over_budget`).
-    The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
+    stable release is created region by region (stable_regions.py), and refreshed so where no
+    region is linked to another (:func:`refresh_stable_by_regions`). The method's hooks for one region: ``read(ctx, where, whole)`` its rows (``whole``: the
     table's QIStats per QI, which the region's encodings are widened to: core.regions.widened), ``fit(rows, spec)``
     the in-memory fit, ``publish(ctx, rows, model) -> (slices, stats)`` its classes;
     ``stable_run``: the module that builds a stable release's first version region by region
     and refreshes it so where no region is linked to another (db/stable_regions.py; None: such
     a release is refused too); ``publish_stable``: the publish hook of a stable refresh's
-    region (its groups' published multisets)."""
+    region (its groups' published multisets). ``release``: its catalog row, ``spec`` its
+    specification, whose texts method.run checked."""
     started = time.monotonic()
-    release = release_rows.by_id(plpy, release_id)
-    # before the planning, whose counts and orders read texts too (method.run then checks none)
-    method.refuse_unreadable_texts(release_method, plpy, release,
-                                   release_method.spec_of(jsonb(release["parameters"])))
+    release_id = release["release_id"]
     # over the budget by the planner's estimate, but within UNCOUNTED_ABOVE times it: the rows
     # are counted before the path is final, by the categorical orders' pass where one runs
-    plan = planned(release_method, plpy, release, estimated=True)
+    plan = planned(plpy, release, spec, estimated=True)
     near = plan is not None and not plan[7] and plan[6] * plan[5] < UNCOUNTED_ABOVE * plan[4]
     if plan is None or (near and not orders_count(plpy, plan[1], plan[2])):
-        plan, near = planned(release_method, plpy, release, counted_near=True), False
+        plan, near = planned(plpy, release, spec, counted_near=True), False
     if plan is None:
         return None
     spec, tbl, qis, sens, budget, bytes_per_row, n, counted = plan
@@ -1454,8 +1547,8 @@ def run_out_of_core(release_method, plpy, GD, release_id: int, *, read, fit, pub
             refuse_stable_refresh_over_budget(plan)
         release, spec, read = stable_run.with_secrets(release_method, plpy, release, read)
         if not first:
-            return stable_run.refresh_by_regions(plpy, GD, release, spec, plan, boxes, started,
-                                                 (read, fit, publish_stable))
+            return refresh_stable_by_regions(plpy, GD, release, spec, plan, boxes, started,
+                                             (read, fit, publish_stable), stable_run)
     # the stable run holds its people's hashes and texts beside a region's rows
     region_row_bytes = bytes_per_row * (STABLE_ROW_FACTOR if stable else 1)
     l = spec.promise.l

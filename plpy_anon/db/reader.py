@@ -53,6 +53,7 @@ import numpy as np
 
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db.columns import NUMERIC_TYPES, Column
+from plpy_anon.db.encodings import server_encoding
 from plpy_anon.db.guards import Table
 from plpy_anon.db.sqltext import LITERAL_SLICE, ident, int_array_literal, run
 
@@ -239,8 +240,7 @@ def client_is_utf8(plpy) -> bool:
 def server_is_utf8(plpy) -> bool:
     """Whether text values arrive in Python as they are (PL/Python decodes the server's
     encoding; SQL_ASCII text may hold bytes that are no UTF-8)."""
-    return run(plpy, "SELECT pg_catalog.current_setting('server_encoding') = 'UTF8' AS utf8"
-               )[0]["utf8"]
+    return server_encoding(plpy) == "UTF8"
 
 
 class TextDictionary:

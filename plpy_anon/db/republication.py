@@ -977,15 +977,18 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
     """The multisets every earlier version published (anon.release_versions) into ``people``,
     with which of each one's groups still have someone in the table (``state``: the release's
     people, their entries)."""
-    rows = run(plpy, VERSIONS_JOINED, ["int4"], [release_id])
+    region_groups = None if state is None else state.region_groups
+    rows = run(plpy, VERSIONS_JOINED if region_groups is None else VERSION_HEADS, ["int4"],
+               [release_id])
     values = list(dictionary)
     position = {t: i for i, t in enumerate(values)}
     stored = []
     for row in rows:
         check_interrupts()
-        codes, texts = _version_values(plpy, row, release_id)
-        if state is not None and state.region_groups is not None:
-            codes = _region_version(row, codes, state.region_groups)
+        if region_groups is None:
+            codes, texts = _version_values(plpy, row, release_id)
+        else:
+            codes, texts = _region_values(plpy, row, release_id, region_groups)
         codes[codes == len(texts)] = -1
         # texts only earlier versions hold, in the order they first appear
         for text in texts:
@@ -1026,28 +1029,59 @@ def load_versions(plpy, release_id: int, people: People, dictionary: list,
 
 #: the fields of a stored version's row aligned with its groups
 GROUP_FIELDS = ("group_ids", "roots", "sizes", "linked", "people_linked", "next_groups")
+#: :data:`VERSIONS_JOINED` without the values (read apart: :data:`VALUES_SLICE`)
+VERSION_HEADS = VERSIONS_JOINED.replace(f",{VALUES_JOINED}", "")
+#: the values of one stored version from ``$3`` to ``$4`` (1-based, inclusive) as
+#: :data:`VALUES_JOINED` reads them
+VALUES_SLICE = ("SELECT " + VALUES_JOINED.replace("v.vals", "v.vals[$3:$4]").lstrip() +
+                " FROM anon.readable_release_versions v WHERE v.release_id = $1 AND v.version = $2")
 
 
-def _region_version(row: dict, codes: np.ndarray, region_groups: np.ndarray) -> np.ndarray:
-    """A stored version's ``row`` (:data:`VERSIONS_JOINED`) cut in place to the groups of one
-    region (``region_groups``: those whose id or root is one), their values (``codes``: one a
-    published row, group after group) returned; ``row["region_of"]``: the kept groups' places
-    in the whole version (its roots are written back there), ``row["all_groups"]`` its number
-    of groups. The people it held back are kept where they wait in a kept group."""
+def _region_values(plpy, row: dict, release_id: int, region_groups: np.ndarray):
+    """(codes, texts) of the values of a stored version's groups of one region (``row``:
+    :data:`VERSION_HEADS`'; ``region_groups``: :meth:`State.read`'s), the row cut to those
+    groups (:func:`_region_version`). A region's groups follow one another in a version (each
+    version is stored region after region), so only their slice of the values is read; where
+    they do not, or a value is the NULL mark, the whole version's are read and cut."""
     ids = np.asarray(row["group_ids"], dtype=np.int64)
     keep = np.isin(ids, region_groups) | np.isin(np.asarray(row["roots"], dtype=np.int64),
                                                  region_groups)
     sizes = np.asarray(row["sizes"], dtype=np.int64)
-    row["region_of"], row["all_groups"] = np.flatnonzero(keep), int(ids.size)
+    places = np.flatnonzero(keep)
+    ends = np.cumsum(sizes)
+    if places.size and places[-1] - places[0] + 1 == places.size:
+        low, high = int(ends[places[0]] - sizes[places[0]]), int(ends[places[-1]])
+        row.update(run(plpy, VALUES_SLICE, ["int4", "int4", "int4", "int4"],
+                       [release_id, row["version"], low + 1, high])[0])
+        if not row["vals_marked"]:
+            _region_version(row, keep)
+            return _version_values(plpy, row, release_id)
+    elif not places.size:
+        _region_version(row, keep)
+        return np.zeros(0, dtype=np.int64), []
+    whole = int(ends[-1]) if ends.size else 0
+    row.update(run(plpy, VALUES_SLICE, ["int4", "int4", "int4", "int4"],
+                   [release_id, row["version"], 1, whole])[0])
+    codes, texts = _version_values(plpy, row, release_id)
+    _region_version(row, keep)
+    return codes[np.repeat(keep, sizes)], texts
+
+
+def _region_version(row: dict, keep: np.ndarray) -> None:
+    """A stored version's ``row`` cut in place to the groups ``keep`` marks:
+    ``row["region_of"]`` their places in the whole version (its roots are written back
+    there), ``row["all_groups"]`` its number of groups. The people it held back are kept where
+    they wait in a kept group."""
+    size = len(row["group_ids"])
+    row["region_of"], row["all_groups"] = np.flatnonzero(keep), size
     for name in GROUP_FIELDS:
-        if row[name] is not None and len(row[name]) == ids.size:
+        if row[name] is not None and len(row[name]) == size:
             row[name] = [v for v, k in zip(row[name], keep.tolist()) if k]
     if row["waiting"]:
-        held = [(p, g) for p, g in zip(row["waiting"], row["waiting_groups"]) if g in
-                set(np.asarray(row["group_ids"], dtype=np.int64).tolist())]
+        kept = set(row["group_ids"])
+        held = [(p, g) for p, g in zip(row["waiting"], row["waiting_groups"]) if g in kept]
         row["waiting"] = [p for p, _ in held] or None
         row["waiting_groups"] = [g for _, g in held] or None
-    return codes[np.repeat(keep, sizes)]
 
 
 def alive_groups(rows, state: State, present: np.ndarray, release_id=None,

@@ -63,6 +63,9 @@ class Target:
         self.relation, self.label, self.qis, self.sensitive = relation, label, qis, sensitive
         self.ordered, self.notes = ordered, notes
         self.skipped: dict[str, str] = {}     # sensitive column -> why its figures are NULL
+        #: (the relation, its class_counts.Storage) when the relation is a compact release's view
+        #: whose stored classes the caller may read: counted from them (one row per class)
+        self.stored = None
 
 
 def release_target(plpy, release: dict, spec, quasi_identifiers, sensitive) -> Target:
@@ -131,7 +134,8 @@ def compute(plpy, target: Target, *, population=None, risk_threshold=0.2, recurs
                                hint="Recursive (c,l)-diversity needs c > 0, e.g. 3.")
     if target.qis:
         if counter is None:
-            counter = Counter(plpy, budget=report_budget(plpy, target), c=recursive_c)
+            counter = Counter(plpy, budget=report_budget(plpy, target), c=recursive_c,
+                              stored=target.stored)
             counter.expect(target.relation, target.qis, target.sensitive, target.ordered)
         counts = counter.get(target.relation, target.qis, target.sensitive)
         figures = core.class_figures(counts.sizes, counts.classes,

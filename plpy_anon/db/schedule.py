@@ -142,13 +142,21 @@ STATUS_COLUMNS = """
     r.refreshed_at, r.refresh_seconds, r.last_error, r.last_error_at,
     (SELECT count(*) FROM anon.refresh_history h WHERE h.release_id = r.release_id AND NOT h.succeeded) AS failures"""
 
-# the check of the release's rows (verify.py): passed?, and its figures. Only a relation that is
-# there (in the release's own schema, owned by its creator) and populated is called verified: a
-# catalog row restored without its relation, or refreshed WITH NO DATA, is not
+# the check of the release's rows (verify.py): passed?, and its figures. Only relations that are
+# what plpy_anon made (in the release's own schema, owned by its creator: its storage a populated
+# materialized view, and the relation analysts read that one or the view over it) are called
+# verified: a catalog row restored without its relation, refreshed WITH NO DATA, or whose
+# relation its owner replaced by a table (the owner writes the row's figures, not the kinds), is not
 VERIFICATION_COLUMNS = """
-    r.verified AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c
-                           WHERE c.relnamespace = r.schema_oid AND c.relname = r.release_name
-                             AND c.relowner = r.release_owner AND (c.relkind <> 'm' OR c.relispopulated))
+    r.verified
+      AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                  WHERE c.relnamespace = r.schema_oid AND c.relowner = r.release_owner
+                    AND c.relname = coalesce(r.parameters ->> 'storage', r.release_name)
+                    AND c.relkind = 'm' AND c.relispopulated)
+      AND EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                  WHERE c.relnamespace = r.schema_oid AND c.relowner = r.release_owner
+                    AND c.relname = r.release_name
+                    AND c.relkind = CASE WHEN r.parameters ->> 'storage' IS NULL THEN 'm' ELSE 'v' END)
       AS verified,
     r.verification"""
 

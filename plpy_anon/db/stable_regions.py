@@ -33,7 +33,7 @@ over regions link merged until no merged group's hull meets another's box:
 core.refresh_groups). Where every region is its own group, each is refreshed by the in-memory
 stable machinery restricted to its rows, state rows and groups of the stored versions, and
 checked region by region after the write (:class:`RegionRefresh`); any other refresh beyond the
-budget is refused before anything is written (:func:`refuse_unless_apart`; docs/out-of-core.md,
+budget is refused before anything is written (out_of_core.refresh_stable_by_regions; docs/out-of-core.md,
 "The stable refresh region by region").
 """
 from __future__ import annotations
@@ -46,7 +46,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from plpy_anon.core import containment, refresh_groups
-from plpy_anon.core import regions as core_regions
 from plpy_anon.core.errors import AnonError, InsufficientData, SerializationFailure
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.refresh_groups import Axis
@@ -54,8 +53,6 @@ from plpy_anon.db import (
     class_counts,
     guards,
     interrupts,
-    method,
-    out_of_core,
     release_rows,
     republication,
     timing,
@@ -704,9 +701,9 @@ class RegionRefresh(RegionChecks):
     (republication.State.read's ``region``), then checked region by region from the released
     rows as the creation's check is (:meth:`check`), the version stored once."""
 
-    def __init__(self, ctx, src, read, label: str, budget: int, boxes: list, plan: RefreshPlan,
-                 committed: dict):
-        super().__init__(ctx, src, read, None, label, budget)
+    def __init__(self, ctx, src, read, region_read, label: str, budget: int, boxes: list,
+                 plan: RefreshPlan, committed: dict):
+        super().__init__(ctx, src, read, region_read, label, budget)
         self.release_id = ctx.release_id
         self.regions = [RefreshedRegion(i, [Cut(c) for c in box], plan.rows[i])
                         for i, box in enumerate(boxes)]
@@ -728,7 +725,7 @@ class RegionRefresh(RegionChecks):
             state = republication.State.read(plpy, self.release_id, region=region.number)
             # the region's own codes (no table's figures to widen them to): the stable run's
             # nearness is measured within the region, where its groups are
-            with out_of_core.region_read(plpy):
+            with self.region_read(plpy):
                 return self.read(ctx, where, [None] * len(self.src.qis), people_state=state)
 
     def slices(self, plpy, ctx, fit, publish, metrics: dict):
@@ -953,89 +950,6 @@ def boxes_of(plpy, release_id: int) -> list:
     """The stored boxes of a stable release, read under row security as its state is."""
     with release_rows.owner_state(plpy):
         return stored_boxes(plpy, release_id)
-
-
-def refresh_by_regions(plpy, GD, release: dict, spec, plan, boxes: list, started: float, hooks):
-    """The slices of a stable refresh beyond the budget, region by region (:class:`RegionRefresh`),
-    once its plan (:func:`plan_refresh`) holds every region apart and its largest region's stable
-    run fits the budget; else refused (54000) before anything is written. ``plan``:
-    out_of_core.sized's; ``hooks``: the method's read, fit and publish of one region."""
-    _, tbl, qis, sens, budget, bytes_per_row, n, _ = plan
-    rid = release["release_id"]
-    src = out_of_core.Source(plpy, tbl, qis, sens, out_of_core.source_members(plpy, tbl))
-    cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-    identifiers = [cols[name] for name in spec.promise.identifiers or ()]
-    with release_rows.owner_state(plpy):
-        committed = run(plpy, republication.COMMITTED_VERSIONS, ["int4"], [rid])[0]
-        with timing.phase("refresh_plan"):
-            planned = plan_refresh(plpy, release, src, identifiers)
-    refuse_unless_apart(planned, plan, release)
-    read, fit, publish = hooks
-    ctx = method.Run(plpy, GD, rid, release, spec, started)
-    refresh = RegionRefresh(ctx, src, read, tbl.label, budget, boxes, planned, committed)
-    metrics = {"out_of_core": {"budget_bytes": budget, "estimated_bytes": n * bytes_per_row,
-                               "regions": len(boxes), "stable_regions": True,
-                               "refreshed_by_regions": True,
-                               "largest_region_rows": max(planned.rows),
-                               "movers": planned.movers, "joiners": planned.joiners}}
-    release_rows.stash_run(GD, rid, started=started, row_count=sum(planned.rows),
-                           achieved_k=None, metrics=metrics, people={"check": refresh.check})
-    progress(plpy, f"out of core: a stable refresh of {len(boxes)} regions of at most "
-                   f"{max(planned.rows):,} rows, one at a time")
-    return refresh.slices(plpy, ctx, fit, publish, metrics)
-
-
-def refuse_unless_apart(planned: RefreshPlan, plan, release: dict) -> None:
-    """Refuse (54000) a refresh whose plan links regions (their run together is not built) or
-    whose largest region's stable run exceeds the budget's room for a region."""
-    budget, bytes_per_row, n = plan[4], plan[5], plan[6]
-    name = f"{release['release_schema']}.{release['release_name']}"
-    regions, rows = planned.largest()
-    room = core_regions.leaf_budget(budget, out_of_core.resident_bytes())
-    whole = out_of_core.resident_bytes() + n * out_of_core.STABLE_ROW_FACTOR * bytes_per_row
-    figures = {"regions": planned.regions, "groups": len(planned.groups.group_rows),
-               "largest_group": regions, "largest_group_rows": rows, "movers": planned.movers,
-               "waiting": planned.waiting, "joiners": planned.joiners,
-               "spread_groups": planned.spread_groups, "closure_rounds": planned.groups.rounds}
-    in_memory = (f"Raise the budget for this build to what the stable run holds in one backend "
-                 f"(SET {out_of_core.SETTING} = '{out_of_core._size_text(whole)}', or ALTER ROLE "
-                 "... SET for scheduled refreshes), or create the release again with "
-                 "refresh_mode => 'fresh' and replace => true (its versions can then be "
-                 "intersected: docs/republication.md).")
-    if planned.everything is not None or len(regions) > 1:
-        links = [text for count, text in (
-            (planned.movers, (f"{planned.movers:,} known people's quasi-identifiers left "
-                              "their region's box")),
-            (planned.waiting, (f"{planned.waiting:,} held back people wait in another "
-                               "region's group")),
-            (planned.spread_groups, f"{planned.spread_groups:,} groups span regions")) if count]
-        why = planned.everything or (", ".join(links) + "; the regions whose boxes meet the "
-                                     "hull of the regions they link join them")
-        raise NotByRegions(
-            f"a stable refresh of {name} beyond {out_of_core.SETTING} "
-            f"({out_of_core._size_text(budget)}) is built region by region where no region is "
-            f"linked to another, and {len(regions)} of its {planned.regions} regions "
-            f"({rows:,} rows) would have to be refreshed together: {why}",
-            detail=json.dumps(figures), hint=in_memory)
-    k = int(Promise.of(jsonb(release["parameters"])).k)
-    few = [r for r, count in enumerate(planned.rows) if count < k]
-    if few:
-        raise NotByRegions(
-            f"a stable refresh of {name} region by region refreshes each region as a release "
-            f"of its own, and {len(few)} of its {planned.regions} regions hold fewer than k = "
-            f"{k} rows now (region {few[0]}: {planned.rows[few[0]]:,})",
-            detail=json.dumps(figures), hint=in_memory)
-    held = rows * out_of_core.STABLE_ROW_FACTOR * bytes_per_row
-    if held > room:
-        need = budget + held - room
-        raise NotByRegions(
-            f"a stable refresh of {name} region by region holds its largest region ({rows:,} "
-            f"rows, about {out_of_core._size_text(held)} in the stable run) in one backend, "
-            f"which exceeds {out_of_core.SETTING} ({out_of_core._size_text(budget)})",
-            detail=json.dumps(figures),
-            hint=f"Raise the budget to SET {out_of_core.SETTING} = "
-                 f"'{out_of_core._size_text(max(need, 2 * held))}' for this refresh; or: "
-                 + in_memory)
 
 
 def _in_values_of(version: dict, values: list) -> dict | None:

@@ -35,6 +35,7 @@ import numpy as np
 from plpy_anon.core.errors import InvalidParameter
 from plpy_anon.db import class_sets
 from plpy_anon.db.class_sets import ClassSets, EntryTable
+from plpy_anon.db.encodings import sql_ascii
 from plpy_anon.db.generalization import array_element, element_type
 from plpy_anon.db.release_rows import storage_of
 from plpy_anon.db.sqltext import run
@@ -61,8 +62,7 @@ def reads_exactly(plpy, sensitive) -> bool:
     QI is: see the module docstring). Not in a SQL_ASCII database: its bytes are not text
     PL/Python can hold."""
     return (all(c.type_name not in INEXACT_TEXT_TYPES and element_type(None, c) is not None for c in sensitive)
-            and run(plpy, "SELECT pg_catalog.current_setting('server_encoding') AS e")[0]["e"]
-            != "SQL_ASCII")
+            and not sql_ascii(plpy))
 
 
 def join_back_asked(plpy) -> bool:

@@ -186,6 +186,18 @@ BEGIN
     IF (SELECT a.rolsuper FROM pg_catalog.pg_roles a WHERE a.rolname = current_user) THEN
         RETURN CASE WHEN TG_OP = 'DELETE' THEN OLD ELSE NEW END;
     END IF;
+    -- a SQL_ASCII database stores a text's bytes unchecked and PL/Python reads none that is not
+    -- UTF-8: one such row would make every function reading the catalog fail for every release
+    IF TG_OP <> 'DELETE' AND pg_catalog.current_setting('server_encoding') = 'SQL_ASCII' THEN
+        BEGIN
+            PERFORM pg_catalog.convert_to(NEW::text, 'UTF8');
+        EXCEPTION WHEN character_not_in_repertoire THEN
+            RAISE EXCEPTION 'a row of anon.% holds bytes that are not UTF-8, which PL/Python cannot read in this SQL_ASCII database', TG_TABLE_NAME
+                USING ERRCODE = '22021',
+                      DETAIL = SQLERRM,
+                      HINT = 'Write its texts as UTF-8 (a LATIN1 text: pg_catalog.convert_from(pg_catalog.convert(pg_catalog.convert_to(text, ''SQL_ASCII''), ''LATIN1'', ''UTF8''), ''SQL_ASCII'')).';
+        END;
+    END IF;
     -- the row as it was (update, delete) and as it will be (insert, update)
     FOR r IN SELECT * FROM (VALUES (OLD, false), (NEW, true)) AS v(x, new)
              WHERE CASE WHEN v.new THEN TG_OP <> 'DELETE' ELSE TG_OP <> 'INSERT' END LOOP

@@ -17,6 +17,9 @@ import uuid
 import pytest
 from psycopg import sql
 
+from tests.adversarial.test_stable_refresh_concurrency import churn, make_table, release_id, stable
+from tests.db import test_custodian
+
 
 class Victim:
     """as_dba(**overrides) -> a new connection as the role building and refreshing releases."""
@@ -93,3 +96,27 @@ def owner_for(db, as_dba):
             db.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(r))
             db.execute(sql.SQL("DROP ROLE {}").format(r))
     return make
+
+
+@pytest.fixture
+def owner(db, connect):
+    """A custodian with a table of its own (tests.db.test_custodian.custodian_role: (role,
+    schema)), whose release the intruder attacks."""
+    yield from test_custodian.custodian_role(db, connect)
+
+
+@pytest.fixture
+def intruder(db, connect):
+    """Another custodian like ``owner``, attacking the owner's release."""
+    yield from test_custodian.custodian_role(db, connect)
+
+
+@pytest.fixture
+def churned_stable_release(db, schema) -> tuple[str, int]:
+    """(qualified name, release_id) of a flat stable release of make_table's 2,000 rows, whose
+    source was churned once since."""
+    make_table(db, 2000)
+    release = stable(db, schema, layout="flat")
+    rid = release_id(db, release)
+    churn(db, 0, 2000)
+    return release, rid

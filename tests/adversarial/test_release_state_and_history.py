@@ -11,21 +11,11 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.db.test_custodian import create, custodian_role
+from tests.db.test_custodian import create
 from tests.waits import wait_until_blocked
 
 HEX = "0123456789abcdef"
 PLAN = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "
-
-
-@pytest.fixture
-def owner(db, connect):
-    yield from custodian_role(db, connect)
-
-
-@pytest.fixture
-def intruder(db, connect):
-    yield from custodian_role(db, connect)
 
 
 def stable_release(connect, role: str, own: str) -> tuple[str, int]:

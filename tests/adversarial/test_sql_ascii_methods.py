@@ -6,6 +6,8 @@ release; a column no run reads into Python (a pattern release's sensitive one) g
 its bytes. Checked from the catalog and the released rows."""
 from __future__ import annotations
 
+import uuid
+
 import psycopg
 import pytest
 from hypothesis import example, given
@@ -194,3 +196,107 @@ def test_a_release_is_refused_exactly_when_a_value_is_not_utf8(db, values):
         assert min(class_sizes(db, rel, ["n", "w"])) >= 2
     else:
         refused(db, call, "w", "drawn_rel")
+
+
+
+# ---------------------------------------------------------------------------- fusion and trust
+
+@pytest.fixture(scope="module")
+def facts(db, source):
+    """Auxiliary tables of the fusion attack on t's identifier pid: ``facts`` with plain titles,
+    ``facts_of_bytes`` with VALUES' bytes as titles."""
+    db.execute("CREATE TABLE facts AS SELECT pid, CASE WHEN id % 2 = 0 THEN 'manager' ELSE "
+               "'clerk' END AS title, m AS holdings FROM t WHERE id % 3 = 0")
+    db.execute("CREATE TABLE facts_of_bytes AS SELECT pid, w AS title, m AS holdings FROM t "
+               "WHERE id % 3 = 0")
+
+
+def fusion_arguments(identifier: str, auxiliary: str) -> str:
+    return (f"sensitive => 'id', identifier => '{identifier}', auxiliary => '{auxiliary}', "
+            "auxiliary_identifier => 'pid', attributes => ARRAY['n', 'm'], k_from => 2, k_to => 4, "
+            "repeats => 1")
+
+
+#: (identifier of t, auxiliary table, the column named, the table named)
+FUSION_BYTES = [("w", "facts", "w", "public.t"),
+                ("pid", "facts_of_bytes", "title", "public.facts_of_bytes")]
+
+
+@pytest.mark.parametrize("identifier, auxiliary, column, table", FUSION_BYTES)
+def test_the_fusion_scan_refuses_bytes_that_are_not_utf8_clearly(db, facts, identifier, auxiliary,
+                                                                  column, table):
+    """The scan reads the source's identifier and the auxiliary table's texts: refused before it
+    reads either, naming the column and its table."""
+    error = refused(db, f"SELECT * FROM anon.fusion_scan('t', {fusion_arguments(identifier, auxiliary)})",
+                    column, "scanned")
+    assert table in error.diag.message_primary, str(error)
+
+
+@pytest.mark.parametrize("identifier, auxiliary, column, table", FUSION_BYTES)
+def test_a_fusion_release_refuses_bytes_that_are_not_utf8_clearly(db, facts, identifier,
+                                                                   auxiliary, column, table):
+    name = f"fusion_{column}"
+    error = refused(db, f"SELECT anon.fusion_resilient_view('t', {fusion_arguments(identifier, auxiliary)}, "
+                        f"release_schema => 'rel', release_name => '{name}')", column, name)
+    assert table in error.diag.message_primary, str(error)
+
+
+def test_a_fusion_refresh_after_such_bytes_arrive_is_refused_and_keeps_the_release(db, facts):
+    """The run reads the identifier it releases: refused on refresh once a value is not UTF-8."""
+    db.execute("CREATE TABLE later_fusion AS SELECT id, pid, n, m FROM t")
+    rel = text(db.execute(f"SELECT anon.fusion_resilient_view('later_fusion', "
+                          f"{fusion_arguments('pid', 'facts')}, release_schema => 'rel')"
+                          ).fetchone()[0])
+    before = db.execute(f"SELECT count(*), array_agg(r::text ORDER BY r::text) FROM {rel} r").fetchone()
+    assert before[0] == db.execute("SELECT count(*) FROM later_fusion").fetchone()[0]
+    db.execute("UPDATE later_fusion SET pid = convert_from('\\x80'::bytea, 'SQL_ASCII') WHERE id = 17")
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert caught.value.sqlstate == "22021" and 'column "pid"' in str(caught.value)
+    assert caught.value.diag.message_hint
+    assert db.execute(f"SELECT count(*), array_agg(r::text ORDER BY r::text) FROM {rel} r").fetchone() == before
+    assert min(class_sizes(db, rel, ["n", "m"])) >= 2
+
+
+@pytest.fixture(scope="module")
+def requester(db):
+    role = f"sql_ascii_requester_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE ROLE {role}")
+    db.execute("SELECT anon.add_requester('reader', role => %s)", (role,))
+    db.execute("SELECT anon.record_interaction('reader', outcome => 'good')")
+    db.execute("""SELECT anon.define_purpose('study', priorities => '{"n": 1, "w": 0.5}')""")
+    yield "reader"
+    db.execute(f"DROP OWNED BY {role}")
+    db.execute(f"DROP ROLE {role}")
+
+
+def test_a_trust_release_refuses_a_quasi_identifier_of_such_bytes(db, source, requester):
+    refused(db, "SELECT anon.trust_view('t', requester => 'reader', purpose => 'study', "
+                "quasi_identifiers => ARRAY['n', 'w'], sensitive => ARRAY['s'], "
+                "release_schema => 'rel', release_name => 'trusted_w')", "w", "trusted_w")
+
+
+def test_a_trust_release_keeps_the_bytes_of_its_sensitive_column(db, source, requester):
+    """The trust run reads its QIs alone: the sensitive column's bytes go from the source to the
+    release in SQL, each row's as it was."""
+    rel = text(db.execute("SELECT anon.trust_view('t', requester => 'reader', purpose => 'study', "
+                          "quasi_identifiers => ARRAY['n'], sensitive => ARRAY['g'], "
+                          "max_suppression => 0, release_schema => 'rel', "
+                          "release_name => 'trusted_g')").fetchone()[0])
+    released, source_bytes = (db.execute(
+        f"SELECT array_agg(convert_to(g, 'SQL_ASCII') ORDER BY convert_to(g, 'SQL_ASCII')) FROM {r}"
+    ).fetchone()[0] for r in (rel, "t"))
+    assert released == source_bytes
+    assert {bytes(b) for b in released} >= {b"caf\xe9", b"\x80", b"\xff\xfe"}
+
+
+def test_a_purpose_derived_from_such_bytes_is_refused_clearly(db, source):
+    """anon.define_purpose(derive_from => ...) reads the table's QIs and sensitive columns."""
+    with pytest.raises(psycopg.Error) as caught:
+        db.execute("SELECT anon.define_purpose('derived', derive_from => 't', most_useful => 'n', "
+                   "least_useful => 'm')")
+    error = caught.value
+    assert error.sqlstate == "22021", str(error)
+    assert 'column "w"' in error.diag.message_primary and error.diag.message_hint, str(error)
+    assert db.execute("SELECT count(*) FROM anon.purposes WHERE purpose_name = 'derived'"
+                      ).fetchone()[0] == 0

@@ -14,10 +14,7 @@ import psycopg
 from tests.adversarial.test_stable_plain_refreshes_at_once import newest, wait_for_lock
 from tests.adversarial.test_stable_refresh_concurrency import (
     churn,
-    make_table,
-    release_id,
     released,
-    stable,
     stored,
 )
 
@@ -51,11 +48,8 @@ def queued(db, release: str, statements: list[tuple[psycopg.Connection, str]]) -
 
 
 def test_two_plain_refreshes_and_anon_refresh_queued_behind_a_third_each_publish_one_version(
-        db, schema, connect):
-    make_table(db, 2000)
-    release = stable(db, schema, layout="flat")
-    rid = release_id(db, release)
-    churn(db, 0, 2000)
+        db, connect, churned_stable_release):
+    release, rid = churned_stable_release
     second, third, cron = connect(), connect(), connect()
     outcome = queued(db, release, [(second, f"REFRESH MATERIALIZED VIEW {release}"),
                                    (third, f"REFRESH MATERIALIZED VIEW {release}"),
@@ -71,11 +65,8 @@ def test_two_plain_refreshes_and_anon_refresh_queued_behind_a_third_each_publish
 
 
 def test_a_plain_refresh_in_a_do_block_after_a_savepoint_runs_again_on_what_the_other_left(
-        db, schema, connect):
-    make_table(db, 2000)
-    release = stable(db, schema, layout="flat")
-    rid = release_id(db, release)
-    churn(db, 0, 2000)
+        db, connect, churned_stable_release):
+    release, rid = churned_stable_release
     second = connect()
     second.execute("BEGIN")
     second.execute("SELECT count(*) FROM anon.releases")
@@ -90,11 +81,8 @@ def test_a_plain_refresh_in_a_do_block_after_a_savepoint_runs_again_on_what_the_
 
 
 def test_a_plain_refresh_cancelled_while_it_runs_again_leaves_the_committed_version(
-        db, schema, connect):
-    make_table(db, 2000)
-    release = stable(db, schema, layout="flat")
-    rid = release_id(db, release)
-    churn(db, 0, 2000)
+        db, connect, churned_stable_release):
+    release, rid = churned_stable_release
     second = connect()
     second.execute("SET plpy_anon.progress = on")
     cancelled = threading.Event()
@@ -116,11 +104,8 @@ def test_a_plain_refresh_cancelled_while_it_runs_again_leaves_the_committed_vers
     assert after_first[1] != stored(db, release)
 
 
-def test_a_plain_refresh_that_waited_records_its_wait_apart_from_its_build(db, schema, connect):
-    make_table(db, 2000)
-    release = stable(db, schema, layout="flat")
-    rid = release_id(db, release)
-    churn(db, 0, 2000)
+def test_a_plain_refresh_that_waited_records_its_wait_apart_from_its_build(db, connect, churned_stable_release):
+    release, rid = churned_stable_release
     second = connect()
     first = connect()
     first.execute("BEGIN")

@@ -46,11 +46,8 @@ def wait_for_lock(db, pid: int) -> None:
 
 
 def test_a_plain_refresh_waiting_for_another_is_checked_against_the_version_it_published(
-        db, schema, connect):
-    make_table(db, 2000)
-    release = stable(db, schema, layout="flat")
-    rid = release_id(db, release)
-    churn(db, 0, 2000)
+        db, connect, churned_stable_release):
+    release, rid = churned_stable_release
     db.execute(f"REFRESH MATERIALIZED VIEW {release}")
     # one refresh after another: the state is the newest version's, checked against those before
     assert newest(db, rid) == (1, 1, 1)
@@ -81,15 +78,12 @@ def test_a_plain_refresh_waiting_for_another_is_checked_against_the_version_it_p
 
 
 def test_a_refresh_at_repeatable_read_after_another_committed_is_refused_with_a_hint_to_retry(
-        db, schema, connect):
+        db, connect, churned_stable_release):
     """The second REFRESH's transaction at REPEATABLE READ, its snapshot taken before the first
     committed: no statement of it can read the first one's state, so it is refused as a
     serialization failure that names the release and says to retry; the first one's version
     and state stay."""
-    make_table(db, 2000)
-    release = stable(db, schema, layout="flat")
-    rid = release_id(db, release)
-    churn(db, 0, 2000)
+    release, rid = churned_stable_release
     first, second = connect(), connect()
     second.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
     second.execute("SELECT 1")             # the snapshot, before the first refresh commits

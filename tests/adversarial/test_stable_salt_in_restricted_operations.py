@@ -17,17 +17,6 @@ import pytest
 from psycopg import sql
 
 from tests.adversarial.test_release_state_and_history import stable_release
-from tests.db.test_custodian import custodian_role
-
-
-@pytest.fixture
-def owner(db, connect):
-    yield from custodian_role(db, connect)
-
-
-@pytest.fixture
-def intruder(db, connect):
-    yield from custodian_role(db, connect)
 
 
 def plant(conn, schema: str, victim: int) -> None:

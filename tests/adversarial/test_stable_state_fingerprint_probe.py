@@ -17,22 +17,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.db.test_custodian import custodian_role
-
 PLAN = "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "
 #: the record fingerprint's combining multiplier (a record is its QIs' and value's hashes, folded)
 FOLD = 0x100000001B3
 VALUES = ("d0", "d1", "d2", "d3")
-
-
-@pytest.fixture
-def owner(db, connect):
-    yield from custodian_role(db, connect)
-
-
-@pytest.fixture
-def intruder(db, connect):
-    yield from custodian_role(db, connect)
 
 
 def plan(conn, relation: str, release_id: int, column: str, guess) -> str:

@@ -163,6 +163,8 @@ def main() -> None:
                 steps.append(("refresh in memory (default budget)", refresh,
                               (state_figures(conn, release), verified(conn, release), None)))
             else:
+                print(f"refresh's phases (s): {phases(conn, release)}; memory (MiB): "
+                      f"{memory_of(conn, release)}", flush=True)
                 steps.append(("refresh", refresh, (state_figures(conn, release),
                                                    verified(conn, release), regions_of(conn, release))))
             for step, f, ((state_rows, largest), (smallest, fewest, candidates), regions) in steps:

@@ -35,6 +35,7 @@ from plpy_anon.core.k_anonymity import check_k
 from plpy_anon.core.mdav import MDAV
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, method, release_rows, verify
+from plpy_anon.db.encodings import refuse_bytes_not_utf8
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.method import ReleaseMethod
 from plpy_anon.db.reader import read_columns, refuse_non_finite
@@ -111,7 +112,9 @@ def _read_source(plpy, tbl, id_col, sens_col, attrs):
     return _frame(data, [*attrs, sens_col], [id_col])
 
 
-def _read_auxiliary(plpy, auxiliary, auxiliary_identifier):
+def _auxiliary_columns(plpy, auxiliary, auxiliary_identifier):
+    """(table, numeric columns, categorical columns: its identifier first) of the auxiliary
+    table the attack reads."""
     tbl = guards.table(plpy, auxiliary)
     cols = catalog.table_columns(plpy, tbl)
     key = catalog.column_named(tbl, cols, auxiliary_identifier)
@@ -120,12 +123,16 @@ def _read_auxiliary(plpy, auxiliary, auxiliary_identifier):
     if skipped:
         plpy.notice(f"auxiliary table {tbl.label}: columns of unsupported types "
                     f"ignored: {', '.join(skipped)}")
-    numeric = [c for c in facts if c.kind == "numeric"]
-    categorical = [key] + [c for c in facts if c.kind == "categorical"]
+    return tbl, [c for c in facts if c.kind == "numeric"], \
+        [key] + [c for c in facts if c.kind == "categorical"]
+
+
+def _read_auxiliary(plpy, tbl, numeric, categorical):
+    key = categorical[0]
     data = read_columns(plpy, tbl, numeric, categorical)
     if data.n_rows == 0:
-        return tbl, pd.DataFrame({key.name: pd.Series(dtype=object)})
-    return tbl, _frame(data, numeric, categorical)
+        return pd.DataFrame({key.name: pd.Series(dtype=object)})
+    return _frame(data, numeric, categorical)
 
 
 def _rules(rules):
@@ -147,9 +154,13 @@ def run_scan(plpy, tbl, *, sensitive, identifier, auxiliary, attributes, auxilia
         raise InvalidParameter(
             f"table {tbl.label} has no numeric attribute to microaggregate",
             hint="Pass attributes => ARRAY[...] naming integer or floating-point columns.")
-    table = _read_source(plpy, tbl, id_col, sens_col, attrs)
     aux_key = auxiliary_identifier or identifier
-    aux_tbl, facts = _read_auxiliary(plpy, auxiliary, aux_key)
+    aux_tbl, aux_numeric, aux_categorical = _auxiliary_columns(plpy, auxiliary, aux_key)
+    # a SQL_ASCII database's texts PL/Python cannot read: refused before either table is read
+    refuse_bytes_not_utf8(plpy, tbl, [c.name for c in (id_col, sens_col, *attrs)])
+    refuse_bytes_not_utf8(plpy, aux_tbl, [c.name for c in (*aux_categorical, *aux_numeric)])
+    table = _read_source(plpy, tbl, id_col, sens_col, attrs)
+    facts = _read_auxiliary(plpy, aux_tbl, aux_numeric, aux_categorical)
     options["rules"] = _rules(options.get("rules"))
     scan = core.fusion_scan(table, facts, identifier=id_col.name, sensitive=sens_col.name,
                             attributes=[c.name for c in attrs], auxiliary_identifier=aux_key,
@@ -321,4 +332,6 @@ def publish_partition(ctx: method.Run, read_data, mdav) -> tuple[dict, dict]:
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
 RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, verification_spec=verification_spec,
-                               read=read, fit=fit, publish=publish_partition)
+                               read=read, fit=fit, publish=publish_partition,
+                               reads_text=lambda spec: (spec.settings.identifier,
+                                                        *spec.settings.attributes))

@@ -58,14 +58,7 @@ def resolve(plpy, tbl, spec: ReleaseSpec) -> method.Plan:
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
-    # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates (out_of_core.py)
-    slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id, read=read_region,
-                                         fit=fit, publish=publish_region,
-                                         stable_run=stable_regions,
-                                         publish_stable=publish_partition)
-    if slices is not None:
-        return slices
-    return method.run(RELEASE_METHOD, plpy, GD, release_id, texts_checked=True)
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 
 def read(ctx: method.Run) -> ReleaseRows:
@@ -196,5 +189,10 @@ def published_arrays(counts: np.ndarray, elements: np.ndarray, labels: np.ndarra
     return ["{" + ",".join(texts[a:b]) + "}" for a, b in itertools.pairwise(edges)]
 
 
-RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,
-                               check_relations=compact.check_view)
+RELEASE_METHOD = ReleaseMethod(
+    METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,
+    check_relations=compact.check_view,
+    # a release larger than plpy_anon.build_memory: top cuts by SQL aggregates
+    out_of_core=functools.partial(out_of_core.run_out_of_core, read=read_region, fit=fit,
+                                  publish=publish_region, stable_run=stable_regions,
+                                  publish_stable=publish_partition))

@@ -23,6 +23,7 @@ Mondrian and of the release.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 from plpy_anon.core.errors import InvalidParameter, UndefinedObject
@@ -225,14 +226,7 @@ def model_for(spec: ReleaseSpec):
 
 @sql_entry
 def partition(plpy, GD, release_id: int):
-    # a release larger than plpy_anon.build_memory: the top cuts by its own ranking on a sample,
-    # kept on exact counts, each region fitted by this fit (out_of_core.py)
-    slices = out_of_core.run_out_of_core(RELEASE_METHOD, plpy, GD, release_id,
-                                         read=mondrian_family.read_region, fit=fit,
-                                         publish=publish_region)
-    if slices is not None:
-        return slices
-    return method.run(RELEASE_METHOD, plpy, GD, release_id, texts_checked=True)
+    return method.run(RELEASE_METHOD, plpy, GD, release_id)
 
 
 def publish_region(ctx: method.Run, rows: mondrian_family.ReleaseRows, model):
@@ -265,5 +259,10 @@ def publish_partition(ctx: method.Run, rows: mondrian_family.ReleaseRows, model)
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
-RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,
-                               check_relations=compact.check_view)
+RELEASE_METHOD = ReleaseMethod(
+    METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,
+    check_relations=compact.check_view,
+    # a release larger than plpy_anon.build_memory: the top cuts by its own ranking on a sample,
+    # kept on exact counts, each region fitted by this fit
+    out_of_core=functools.partial(out_of_core.run_out_of_core, read=mondrian_family.read_region,
+                                  fit=fit, publish=publish_region))

@@ -41,6 +41,7 @@ from plpy_anon.core.purpose import MIPriorities, validate_priorities
 from plpy_anon.core.trust import TrustProjection, evaluate_trust, history_score
 from plpy_anon.db import columns as catalog
 from plpy_anon.db import grants, guards, method
+from plpy_anon.db.encodings import refuse_bytes_not_utf8
 from plpy_anon.db.errors import sql_entry
 from plpy_anon.db.generalization import (
     check_float_digits,
@@ -290,6 +291,7 @@ def define_purpose(plpy, purpose, *, priorities, derive_from, most, least, repla
                 if role in ("quasi_identifier", "sensitive") and c.kind is not None]
         for name in (most, least):
             catalog.column_named(tbl, cols, name)
+        refuse_bytes_not_utf8(plpy, tbl, [c.name for c in cols])
         frame, _ = _read_frame(plpy, tbl, cols)
         model = MIPriorities(most=most, least=least).fit(frame)
         result = {name: round(float(p), 6) for name, p in model.priorities_.items()}
@@ -627,4 +629,6 @@ def _bound(kind, number_text) -> str:
 
 
 # the contract (plpy_anon/db/method.py), registered in plpy_anon/db/methods/registry.py
-RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition)
+# the run reads the QIs; the sensitive columns go from the source to the release in SQL
+RELEASE_METHOD = ReleaseMethod(METHOD, resolve=resolve, read=read, fit=fit, publish=publish_partition,
+                               reads_text=lambda spec: spec.promise.quasi_identifiers)
