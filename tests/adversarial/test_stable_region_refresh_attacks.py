@@ -410,3 +410,54 @@ def test_an_identifier_whose_text_follows_the_session_keeps_its_people(db, schem
     kept.append(analyst_keeps(db, rel))
     assert catalog(db, rel)[2]["seen_before"] == ROWS
     safe_across_versions(db, rel, kept)
+
+
+def kept_of(db, rel: str) -> tuple:
+    """The release's published rows, state rows, stored versions and boxes as they are."""
+    release_id = catalog(db, rel)[0]
+    return (db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall(),
+            db.execute("SELECT md5(string_agg(s::text, '|' ORDER BY s.chunk)) "
+                       "FROM anon.release_state s WHERE release_id = %s", (release_id,)).fetchone(),
+            db.execute("SELECT md5(string_agg(v::text, '|' ORDER BY v.version)) "
+                       "FROM anon.release_versions v WHERE release_id = %s",
+                       (release_id,)).fetchone(),
+            boxes(db, release_id))
+
+
+@pytest.mark.parametrize("phase", [
+    "out of core: a stable refresh of",            # the plan made, region 1 being read
+    "region 17 of 32: fitting",
+    "checking region 1 of 32: reading its people",
+    "checking region 31 of 32: matching its classes",
+    "checking region 32 of 32: remembering its people",
+])
+def test_a_cancel_at_any_phase_of_the_refresh_by_regions_keeps_the_release(db, schema, connect,
+                                                                           phase):
+    """pg_cancel_backend once a phase's notice is seen, from the plan to the last region's
+    check: 57014 with the released rows, state, versions and boxes as they were (or, when the
+    statement ended before the cancel landed, a version safe across versions); the next refresh
+    publishes region by region."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "stopped")
+    kept = [analyst_keeps(db, rel)]
+    db.execute("DELETE FROM t WHERE id % 29 = 0")
+    db.execute("UPDATE t SET s = 'ok' WHERE id % 31 = 1")
+    before = kept_of(db, rel)
+    running = Running(connect, schema, f"SELECT anon.refresh('{rel}')",
+                      f"SET plpy_anon.build_memory = '{TINY}'", "SET plpy_anon.progress = on")
+    running.wait_for_notice(phase)
+    db.execute("SELECT pg_cancel_backend(%s)", (running.pid,))
+    running.thread.join(HANG)
+    assert not running.running()
+    if running.error is None:                  # ended before the cancel landed
+        assert phase.startswith("checking region 32"), running.notices
+        kept.append(analyst_keeps(db, rel))
+    else:
+        assert running.error.sqlstate == "57014", running.error
+        assert kept_of(db, rel) == before
+    with budget(db, TINY):
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert catalog(db, rel)[1]["refreshed_by_regions"]
+    kept.append(analyst_keeps(db, rel))
+    safe_across_versions(db, rel, kept)
