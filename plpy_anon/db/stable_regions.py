@@ -553,7 +553,8 @@ class RefreshPlan:
     rows: list
     #: rows whose person the state holds in another region than their box's now
     movers: int
-    #: rows whose person the newest version held back
+    #: rows whose person the state holds back in another region than their box's now (the
+    #: refusal names them as waiting in another region's group)
     waiting: int
     #: rows of people the state does not hold
     joiners: int
@@ -638,7 +639,7 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                     links[(here, int(stored))] = links.get((here, int(stored)), 0) + n
             if r["stored"] is not None and int(r["stored"]) != here:
                 movers += n
-            if r["waited"] is not None:
+            if r["waited"] is not None and int(r["waited"]) != here:
                 waiting += n
             if r["stored"] is None and r["waited"] is None and not r["unhashed"]:
                 joiners += n

@@ -8,6 +8,7 @@ A tiny budget stands in for a large table (32 regions of ~94 rows)."""
 from __future__ import annotations
 
 import datetime
+import json
 
 import psycopg
 import pytest
@@ -18,6 +19,7 @@ from tests.db.test_stable_refresh_over_budget import (
     TINY,
     analyst_keeps,
     boxes,
+    churn,
     in_box,
     parse,
     row_regions,
@@ -461,3 +463,61 @@ def test_a_cancel_at_any_phase_of_the_refresh_by_regions_keeps_the_release(db, s
     assert catalog(db, rel)[1]["refreshed_by_regions"]
     kept.append(analyst_keeps(db, rel))
     safe_across_versions(db, rel, kept)
+
+
+def waiting_ids(db, rel: str) -> list:
+    """The ids of the people the state holds back, from the state and the source."""
+    release_id = catalog(db, rel)[0]
+    return [key for (key,) in db.execute("""
+        SELECT t.id FROM t CROSS JOIN anon.release_secrets k
+        WHERE k.release_id = %(r)s
+          AND sha256(decode(k.person_salt, 'hex') || convert_to(t.id::text, 'UTF8')) IN (
+              SELECT substr(s.waiting_persons, 32 * (g - 1) + 1, 32) FROM anon.release_state s,
+                     generate_series(1, octet_length(s.waiting_persons) / 32) g
+              WHERE s.release_id = %(r)s)
+        ORDER BY 1""", {"r": release_id}).fetchall()]
+
+
+def test_held_back_people_who_move_link_their_regions(db, schema):
+    """People a version held back (waiting in a group) who then move to another region's box
+    are refused like movers (54000, the message counting those 6, not every one held back), the
+    published rows kept; held back people who stay are refreshed region by region, safe across
+    versions."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "held")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    kept = [analyst_keeps(db, rel)]
+    for step in range(2):
+        churn(db, step)
+        assert refreshed_as_the_rows_say(db, rel, kept, stored)
+    waiting = set(waiting_ids(db, rel))
+    assert len(waiting) >= 6
+    rows = regions_of_rows(db, stored)
+    region_of = {row[0]: (region, row) for region, held in rows.items() for row in held}
+    movers = sorted(waiting)[:6]
+    moves = []
+    for key in movers:
+        region = region_of[key][0]
+        target = rows[(region + len(stored) // 2) % len(stored)][0]
+        moves.append((key, *target[1:]))
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+                        [(a, b, c, key) for key, a, b, c in moves])
+    before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
+    with budget(db, TINY), pytest.raises(psycopg.Error) as error:
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert error.value.sqlstate == "54000", error.value
+    # the refusal counts the held back people who left their region, not every one held back
+    assert "6 held back people wait in another region's group" in \
+        error.value.diag.message_primary, error.value
+    figures = json.loads(error.value.diag.message_detail)
+    assert figures["movers"] == figures["waiting"] == 6, figures
+    assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
+    # back in their boxes: refreshed region by region, safe
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+                        [(row[1], row[2], row[3], key) for key in movers
+                         for row in [region_of[key][1]]])
+    assert refreshed_as_the_rows_say(db, rel, kept, stored)
