@@ -521,3 +521,41 @@ def test_held_back_people_who_move_link_their_regions(db, schema):
                         [(row[1], row[2], row[3], key) for key in movers
                          for row in [region_of[key][1]]])
     assert refreshed_as_the_rows_say(db, rel, kept, stored)
+
+
+def test_the_integers_ends_in_a_qi_refresh_as_the_boxes_say(db, schema):
+    """a set to the integer's ends (-2147483648, 2147483647: a class holding the largest has no
+    exclusive upper bound, [x,)): whoever that takes out of their box refuses the refresh naming
+    them; whoever it keeps inside is published region by region, safe across versions; then an
+    in-memory refresh, after which the state is one region and the refresh beyond the budget is
+    refused, the published version kept."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "ends")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    kept = [analyst_keeps(db, rel)]
+    rows = regions_of_rows(db, stored)
+    ends = [(key, x) for region, held in rows.items() for key, a, b, c in held if key % 37 == 5
+            for x in [(-2147483648, 2147483647)[key % 2]]]
+    inside = [(key, x) for key, x in ends for region, held in rows.items() for row in held
+              if row[0] == key and in_box(stored[region], {"a": [x], "b": [row[2]], "c": [row[3]]})]
+    assert inside and len(inside) < len(ends)
+    saved = db.execute("SELECT id, a FROM t WHERE id = ANY(%s)", ([k for k, _ in ends],)).fetchall()
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s WHERE id = %s", [(x, key) for key, x in ends])
+        assert movers_now(db, release_id, stored) == len(ends) - len(inside)
+        assert not refreshed_as_the_rows_say(db, rel, kept, stored)
+        cur.executemany("UPDATE t SET a = %s WHERE id = %s", [(a, key) for key, a in saved])
+        cur.executemany("UPDATE t SET a = %s WHERE id = %s", [(x, key) for key, x in inside])
+    assert refreshed_as_the_rows_say(db, rel, kept, stored)
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    kept.append(analyst_keeps(db, rel))
+    safe_across_versions(db, rel, kept)
+    assert boxes(db, release_id) == []
+    before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
+    with budget(db, TINY), pytest.raises(psycopg.Error) as error:
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert error.value.sqlstate == "54000"
+    assert "region by region" in error.value.diag.message_detail
+    assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
