@@ -24,7 +24,13 @@ from tests.db.test_stable_refresh_over_budget import (
     parse,
     row_regions,
 )
-from tests.helpers import budget, class_sizes, distinct_sensitive_per_class, intersected_candidates
+from tests.helpers import (
+    budget,
+    class_sizes,
+    distinct_sensitive_per_class,
+    intersected_candidates,
+    pinned_by_difference,
+)
 from tests.waits import HANG
 
 QIS = ["a", "b", "c"]
@@ -74,12 +80,16 @@ def remembered(db, rel: str, table: str = "t") -> dict:
 
 def safe_across_versions(db, rel: str, kept: list, table: str = "t") -> None:
     """k and l of the newest version from its rows; nobody the analyst who kept every version
-    narrows below l; nobody narrowed more than the check remembers."""
+    narrows below l; nobody pinned by differencing any two versions kept; nobody narrowed more
+    than the check remembers."""
     assert min(class_sizes(db, rel, QIS)) >= 10
     assert min(distinct_sensitive_per_class(db, rel, QIS, "s")) >= 2
     analyst = intersected_candidates(kept)
     below = {p: sorted(v) for p, v in analyst.items() if len(v) < 2}
     assert below == {}, f"{len(below)} people below l = 2 across the versions: {below}"
+    pinned = {p: v for j in range(1, len(kept)) for i in range(j)
+              for p, v in pinned_by_difference(kept[i], kept[j]).items()}
+    assert pinned == {}, f"{len(pinned)} people pinned by differencing two versions: {pinned}"
     check = remembered(db, rel, table)
     narrower = {p: (sorted(analyst[p]), sorted(v)) for p, v in check.items()
                 if p in analyst and not v <= analyst[p]}
