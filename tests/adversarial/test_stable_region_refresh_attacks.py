@@ -569,3 +569,30 @@ def test_the_integers_ends_in_a_qi_refresh_as_the_boxes_say(db, schema):
     assert error.value.sqlstate == "54000"
     assert "region by region" in error.value.diag.message_detail
     assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
+
+
+def test_a_region_whose_people_all_left_and_others_joined_is_refused(db, schema):
+    """Every person of one region leaves and as many new people join inside its box: the region
+    keeps nobody of the last version, whose groups its joiners would need new ids for; refused
+    (54000, naming the region), the published rows kept; with one of them back it publishes
+    region by region, safe across versions."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "replaced")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    kept = [analyst_keeps(db, rel)]
+    region, held = max(regions_of_rows(db, stored).items(), key=lambda item: len(item[1]))
+    db.execute("CREATE TABLE gone AS SELECT * FROM t WHERE id = ANY(%s)", ([r[0] for r in held],))
+    db.execute("DELETE FROM t WHERE id IN (SELECT id FROM gone)")
+    db.execute(f"INSERT INTO t SELECT id + {10 * ROWS}, a, b, c, s FROM gone")
+    assert movers_now(db, release_id, stored) == 0
+    before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
+    with budget(db, TINY), pytest.raises(psycopg.Error) as error:
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert error.value.sqlstate == "54000", error.value
+    assert f"region {region} of" in error.value.diag.message_primary
+    assert "keeps nobody of the last version" in error.value.diag.message_primary
+    assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
+    db.execute("INSERT INTO t SELECT * FROM gone ORDER BY id LIMIT 1")
+    assert refreshed_as_the_rows_say(db, rel, kept, stored)
