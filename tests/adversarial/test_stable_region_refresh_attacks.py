@@ -596,3 +596,34 @@ def test_a_region_whose_people_all_left_and_others_joined_is_refused(db, schema)
     assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
     db.execute("INSERT INTO t SELECT * FROM gone ORDER BY id LIMIT 1")
     assert refreshed_as_the_rows_say(db, rel, kept, stored)
+
+
+def test_two_plain_refreshes_at_once_region_by_region_publish_checked_versions(db, schema, connect):
+    """Two sessions run REFRESH MATERIALIZED VIEW of the release's storage at once beyond the
+    budget (each takes its snapshot before it waits for the release's lock): each publishes a
+    version checked against the state the other left, or is refused (40001: region by region the
+    waiting one is not run again as in memory) with nothing published; at least one publishes,
+    and every version published is safe across versions."""
+    from tests.helpers import matview
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "twice")
+    kept = [analyst_keeps(db, rel)]
+    db.execute("DELETE FROM t WHERE id % 43 = 0")
+    db.execute("UPDATE t SET s = 'ok' WHERE id % 47 = 1")
+    storage = matview(db, rel)
+    runs = [Running(connect, schema, f"REFRESH MATERIALIZED VIEW {storage}",
+                    f"SET plpy_anon.build_memory = '{TINY}'") for _ in range(2)]
+    for running in runs:
+        running.thread.join(HANG)
+        assert not running.running()
+    # a REFRESH returns no rows: Running's fetchall fails without a SQLSTATE once it succeeded
+    errors = [r.error for r in runs if r.error is not None and r.error.sqlstate is not None]
+    assert all(e.sqlstate == "40001" for e in errors), errors
+    assert len(errors) < 2
+    assert catalog(db, rel)[1]["refreshed_by_regions"]
+    kept.append(analyst_keeps(db, rel))
+    safe_across_versions(db, rel, kept)
+    versions = db.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = %s",
+                          (catalog(db, rel)[0],)).fetchone()[0]
+    assert versions == 1 + len(runs) - len(errors)
