@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from plpy_anon.core import containment, refresh_groups
-from plpy_anon.core.errors import AnonError, InsufficientData
+from plpy_anon.core.errors import AnonError, InsufficientData, SerializationFailure
 from plpy_anon.core.interrupts import check as check_interrupts
 from plpy_anon.core.refresh_groups import Axis
 from plpy_anon.db import (
@@ -75,10 +75,9 @@ class NullAcrossRegions(AnonError):
     sqlstate = "54000"
 
 
-class SourceChanged(AnonError):
-    """A region read again by the check is not what the run read (serialization_failure)."""
-
-    sqlstate = "40001"
+class SourceChanged(SerializationFailure):
+    """A region read again by the check is not what the run read: the source's writers, not
+    another refresh (a SerializationFailure, so a refresh's record keeps this message)."""
 
 
 def first_version(plpy, release_id: int) -> bool:
@@ -557,7 +556,8 @@ class RefreshPlan:
     stayed: list
     #: rows whose person the state holds in another region than their box's now
     movers: int
-    #: rows whose person the newest version held back
+    #: rows whose person the state holds back in another region than their box's now (the
+    #: refusal names them as waiting in another region's group)
     waiting: int
     #: rows of people the state does not hold
     joiners: int
@@ -645,7 +645,7 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                     links[(here, int(stored))] = links.get((here, int(stored)), 0) + n
             if r["stored"] is not None and int(r["stored"]) != here:
                 movers += n
-            if r["waited"] is not None:
+            if r["waited"] is not None and int(r["waited"]) != here:
                 waiting += n
             if r["stored"] is None and r["waited"] is None and not r["unhashed"]:
                 joiners += n
