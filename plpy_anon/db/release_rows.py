@@ -63,12 +63,18 @@ def create_frozen_view(plpy, qualified: str, query: str) -> None:
 SECRETS = ("person_salt",)
 
 
+def person_salt(parameters: dict) -> str | None:
+    """The stable mode's salt, merged into a release's parameters from anon.release_secrets by
+    the run of its owner (None outside the stable mode, or not merged)."""
+    return parameters.get("person_salt")
+
+
 def store_secrets(plpy, release_id: int, parameters: dict) -> None:
     """Keep ``parameters``' secrets (:data:`SECRETS`) in anon.release_secrets: the catalog row
     stores the parameters without them."""
-    if parameters.get("person_salt") is not None:
-        run(plpy, "SELECT anon._store_release_salt($1, $2)", ["int4", "text"],
-            [release_id, parameters["person_salt"]])
+    salt = person_salt(parameters)
+    if salt is not None:
+        run(plpy, "SELECT anon._store_release_salt($1, $2)", ["int4", "text"], [release_id, salt])
 
 
 def salt_digest(salt: str) -> str:

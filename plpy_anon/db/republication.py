@@ -839,7 +839,7 @@ def _people_of(plpy, release_id: int, parameters: dict, identifier_texts, sensit
                qi_texts, sensitive_codes=None, state: State | None = None) -> People:
     promise = Promise.of(parameters)
     # the stable mode's state, not part of the specification: merged from anon.release_secrets
-    salt = parameters.get("person_salt")
+    salt = release_rows.person_salt(parameters)
     if salt is None:
         raise InsufficientData(
             f"release {release_id} is refreshed in the stable mode but its salt (the key of its "
@@ -1269,7 +1269,7 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
     # what the last version left each person (and their group then, for the difference check),
     # read before the check replaces it: the row the run read in this transaction
     state = stashed.get("state") or keyed_records(State.read(plpy, release["release_id"]),
-                                                  jsonb(release["parameters"]).get("person_salt"))
+                                                  release_rows.person_salt(jsonb(release["parameters"])))
     waiting_texts = stashed.get("waiting_qi_texts") or [[] for _ in qi_texts]
     everyone = len(hashes) + (len(waiting_texts[0]) if waiting_texts else 0)
     nulls = stashed.get("qi_nulls") or [None in texts for texts in qi_texts]

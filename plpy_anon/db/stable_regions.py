@@ -593,7 +593,7 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
               if republication._released_type(c) != "text[]"]
     null_ranged = " OR ".join(f"{c} IS NULL" for c in ranged) or "false"
     text = person_text(plpy, identifiers)
-    salt = jsonb(release["parameters"]).get("person_salt")
+    salt = release_rows.person_salt(jsonb(release["parameters"]))
     person = "NULL::pg_catalog.bytea" if text is None or salt is None else (
         f"pg_catalog.sha256($2 OPERATOR(pg_catalog.||) pg_catalog.convert_to({text}, 'UTF8'))")
     links: dict = {}

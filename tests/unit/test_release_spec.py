@@ -82,7 +82,7 @@ DB = Path(plpy_anon.__file__).parent / "db"
 #: string-key look-ups of release parameters left in db/: where the parameters are still a dict
 #: (the catalog row a resolve is building, the stable mode's salt, the storage and objects
 #: helpers); only goes down
-CEILING = 9
+CEILING = 6
 
 
 def parameter_lookups(root: Path = DB) -> list[tuple[str, int, str]]:
