@@ -1313,15 +1313,7 @@ def check_and_remember(plpy, release: dict, run_stats: dict | None) -> dict | No
             store_version(plpy, rid, checked)
         # the groups of the version before, now followed into this one's: its step
         run(plpy, NEXT_GROUPS, ["int4"], [release["release_id"]])
-    l = promise.l
-    if l is not None and figures["below_l"]:
-        raise InsufficientData(
-            f"this version of {release['release_schema']}.{release['release_name']} would leave "
-            f"{figures['below_l']} people with fewer than l = {l} candidate sensitive values across the "
-            "versions published (an analyst who kept them all could narrow them so); nothing was published",
-            detail=json.dumps(figures),
-            hint="The published version stays. Earlier versions cannot be unpublished: recreating the "
-                 "release with replace => true starts a new history, which analysts may intersect with the old.")
+    refuse_below_l(release, promise, figures)
     if version is not None and version["group_ids"] and len(withdrawn) == len(version["group_ids"]):
         plpy.warning(
             f"{release['release_schema']}.{release['release_name']} publishes no rows in this "
@@ -2871,3 +2863,17 @@ def forget(plpy, release_id: int) -> None:
     run(plpy, FORGET, ["int4"], [release_id])
     run(plpy, FORGET_REGIONS, ["int4"], [release_id])
     run(plpy, "DELETE FROM anon.release_versions WHERE release_id = $1", ["int4"], [release_id])
+
+
+def refuse_below_l(release: dict, promise, figures: dict) -> None:
+    """Refuse a version that leaves people with fewer than l candidate sensitive values across
+    the versions published (``figures["below_l"]`` of a check; nothing is published)."""
+    l = promise.l
+    if l is not None and figures.get("below_l"):
+        raise InsufficientData(
+            f"this version of {release['release_schema']}.{release['release_name']} would leave "
+            f"{figures['below_l']} people with fewer than l = {l} candidate sensitive values across the "
+            "versions published (an analyst who kept them all could narrow them so); nothing was published",
+            detail=json.dumps(figures),
+            hint="The published version stays. Earlier versions cannot be unpublished: recreating the "
+                 "release with replace => true starts a new history, which analysts may intersect with the old.")

@@ -222,16 +222,15 @@ class RegionChecks:
         view.names[a] = value
         return view.predicate(bounds)
 
-    def check(self, plpy, release: dict) -> dict:
-        """The cross-version check of the first version, region by region (see the module
-        docstring); returns its figures as republication.check_and_remember does."""
-        promise = Promise.of(jsonb(release["parameters"]))
-        rid = release["release_id"]
+    def released_inside_regions(self, plpy, release: dict, promise):
+        """(QI columns, sensitive columns, how many classes are released, whether stored classes
+        merge) of ``release``, once every released class is shown to lie inside one region (else
+        22000, nothing published): a region's people can then be matched with its classes
+        alone."""
         tbl = guards.table_in_query(plpy, release["source"])
         cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
         qis = [cols[name] for name in promise.quasi_identifiers or ()]
         sensitive = [cols[name] for name in promise.sensitive or ()]
-        empty = republication.State(np.empty(0, dtype="S32"), *(np.empty(0, dtype=np.int64),) * 3, [])
         released = republication.released_relation(plpy, release)
         with timing.phase("check_classes"), local_settings(
                 plpy, **class_counts.pass_settings(plpy, self.budget), jit="off"):
@@ -244,9 +243,18 @@ class RegionChecks:
         if inside != total:
             raise InsufficientData(
                 f"the released classes of {release['release_schema']}.{release['release_name']} "
-                f"do not each lie inside one region of its run ({total - inside} of {total} lie "
-                "across regions); nothing was published",
+                f"do not each lie inside one region ({total - inside} of {total} lie across "
+                "regions); nothing was published",
                 hint="Report this with the release's parameters.")
+        return qis, sensitive, total, merges
+
+    def check(self, plpy, release: dict) -> dict:
+        """The cross-version check of the first version, region by region (see the module
+        docstring); returns its figures as republication.check_and_remember does."""
+        promise = Promise.of(jsonb(release["parameters"]))
+        rid = release["release_id"]
+        empty = republication.State(np.empty(0, dtype="S32"), *(np.empty(0, dtype=np.int64),) * 3, [])
+        qis, sensitive, total, merges = self.released_inside_regions(plpy, release, promise)
         progress(plpy, f"checking {sum(r.rows for r in self.regions):,} people region by region "
                        f"({len(self.regions)} regions)")
         figures: dict = {}
@@ -304,12 +312,7 @@ class RegionChecks:
                         _keep_version(to_store, region.version)
                 seen_classes += classes.count
                 del rows, people, classes, matched
-        if seen_classes != total:
-            raise InsufficientData(
-                f"the released classes of {release['release_schema']}.{release['release_name']} "
-                f"are not each in one region of its run ({seen_classes} found in regions, "
-                f"{total} released); nothing was published",
-                hint="Report this with the release's parameters.")
+        _refuse_classes_outside(release, seen_classes, total)
         run(plpy, "UPDATE anon.release_state SET chunks = $2 WHERE release_id = $1",
             ["int4", "int4"], [rid, chunk])
         store_boxes(plpy, rid, self.src, [r.bounds for r in self.regions])
@@ -320,18 +323,19 @@ class RegionChecks:
                             "groups_by_choice": {"advance": len(to_store["ids"])},
                             "versions_compared": 0, "overlapping_classes": overlapping,
                             "unsafe_differences": 0, "unsafe_unions": 0})
-        l = promise.l
-        if l is not None and figures.get("below_l"):
-            raise InsufficientData(
-                f"this version of {release['release_schema']}.{release['release_name']} would "
-                f"leave {figures['below_l']} people with fewer than l = {l} candidate sensitive "
-                "values across the versions published (an analyst who kept them all could "
-                "narrow them so); nothing was published",
-                detail=json.dumps(figures),
-                hint="The published version stays. Earlier versions cannot be unpublished: "
-                     "recreating the release with replace => true starts a new history, which "
-                     "analysts may intersect with the old.")
+        republication.refuse_below_l(release, promise, figures)
         return figures
+
+
+def _refuse_classes_outside(release: dict, seen: int, total: int) -> None:
+    """Refuse a version whose regions' classes are not all its released classes (a class found
+    in no region, or in two: the check region by region would not have seen it once)."""
+    if seen != total:
+        raise InsufficientData(
+            f"the released classes of {release['release_schema']}.{release['release_name']} are "
+            f"not each in one region ({seen} found in regions, {total} released); nothing was "
+            "published",
+            hint="Report this with the release's parameters.")
 
 
 def box_of(src, bounds) -> list[dict]:
@@ -832,24 +836,7 @@ class RegionRefresh(RegionChecks):
                 f"the state of {release['release_schema']}.{release['release_name']} changed "
                 "while it was refreshed region by region; nothing was published",
                 hint="Refresh it again.")
-        tbl = guards.table_in_query(plpy, release["source"])
-        cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
-        qis = [cols[name] for name in promise.quasi_identifiers or ()]
-        sensitive = [cols[name] for name in promise.sensitive or ()]
-        released = republication.released_relation(plpy, release)
-        with timing.phase("check_classes"), local_settings(
-                plpy, **class_counts.pass_settings(plpy, self.budget), jit="off"):
-            total, inside = self.classes_inside(plpy, released, qis)
-            stored = class_counts.storage_for(plpy, release)
-            merges = stored is not None and class_counts.classes_merge(
-                plpy, stored[1], [c.name for c in qis],
-                class_counts.pass_settings(plpy, None)["work_mem"])
-        if inside != total:
-            raise InsufficientData(
-                f"the released classes of {release['release_schema']}.{release['release_name']} "
-                f"do not each lie inside one stored region ({total - inside} of {total} lie "
-                "across regions); nothing was published",
-                hint="Report this with the release's parameters.")
+        qis, sensitive, total, merges = self.released_inside_regions(plpy, release, promise)
         with release_rows.owner_state(plpy):
             old_rows = int(run(plpy, "SELECT pg_catalog.count(*) AS n FROM "
                                      "anon.readable_release_state WHERE release_id = $1",
@@ -931,12 +918,7 @@ class RegionRefresh(RegionChecks):
                     for row in people.version_rows]))
                 seen_classes += classes.count
                 del rows, people, classes, matched, state
-        if seen_classes != total:
-            raise InsufficientData(
-                f"the released classes of {release['release_schema']}.{release['release_name']} "
-                f"are not each in one stored region ({seen_classes} found in regions, {total} "
-                "released); nothing was published",
-                hint="Report this with the release's parameters.")
+        _refuse_classes_outside(release, seen_classes, total)
         with timing.phase("check_differences"):
             _store_regions_version(plpy, release, checked_parts)
             run(plpy, republication.NEXT_GROUPS, ["int4"], [rid])
@@ -951,17 +933,7 @@ class RegionRefresh(RegionChecks):
                 [rid, number, number - old_rows, chunk - old_rows])
         figures.update(differences)
         figures["regions"] = len(self.regions)
-        l = promise.l
-        if l is not None and figures.get("below_l"):
-            raise InsufficientData(
-                f"this version of {release['release_schema']}.{release['release_name']} would "
-                f"leave {figures['below_l']} people with fewer than l = {l} candidate sensitive "
-                "values across the versions published (an analyst who kept them all could "
-                "narrow them so); nothing was published",
-                detail=json.dumps(figures),
-                hint="The published version stays. Earlier versions cannot be unpublished: "
-                     "recreating the release with replace => true starts a new history, which "
-                     "analysts may intersect with the old.")
+        republication.refuse_below_l(release, promise, figures)
         return figures
 
 
