@@ -1,0 +1,192 @@
+"""How far realistic churn links the regions of a stable release created region by region (issue
+47): the synthetic table of bench_stable_budget created in the stable mode at 64MB (64 regions),
+then for each churn shape, in a transaction rolled back after it, only the refresh's plan
+(``stable_regions.plan_refresh`` and ``out_of_core.refuse_unless_apart``, the code a refresh
+runs before it reads a region; nothing is built): the movers, held back people who moved, the
+merged groups, the largest group's regions, rows and estimated bytes in the stable run (rows x
+STABLE_ROW_FACTOR x the row's estimate) against the budget's room for a region, and whether the
+refresh runs region by region (no region linked, each region within the room) or would fit if a
+merged group ran as one region. Two looser closures beside, from the same links, to show where
+the merging comes from: the regions linked by people alone (union-find over the links, no hull),
+and one hull step (each link's two boxes' hull merges the regions it meets, not closed again).
+
+The shapes (nobody tuned the code for them; ids are 1..n, a "random other row" is the row of a
+uniformly drawn id): everyone's age + 1; 0.1 % and 1 % of the people with one QI (drawn among
+the 6) set to a random other row's value; 1 % moved to a random other row's 6 QIs; 1 % with a
+random other row's diagnosis; 1 % left; 1 % joined with random other rows' values.
+
+PLPY_ANON_STABLE_CHURN_ROWS (default 1000000), PLPY_ANON_STABLE_CHURN_BUDGET (default 64MB).
+The plan's seconds are the backend's CPU seconds (/proc/<pid>/stat).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from tests.bench.bench_mondrian import fresh_backend, load_synthetic
+from tests.bench.bench_stable_budget import CREATE, QIS, K, L, backend_cpu
+from tests.bench.common import extension_db, markdown_table, results_dir
+
+#: a function of the bench's session (plpython3u, as the superuser the bench connects as): the
+#: refresh's plan of a stable release beyond the budget, and the refusal it would meet, as JSON
+PLAN_ONLY = r"""
+CREATE OR REPLACE FUNCTION pg_temp.stable_refresh_plan(name text) RETURNS jsonb
+LANGUAGE plpython3u AS $body$
+import json
+from plpy_anon.core import refresh_groups
+from plpy_anon.db import extschema, out_of_core as ooc, releases, stable_regions
+from plpy_anon.db.sqltext import jsonb, run
+p = extschema.use('anon', plpy)
+release = run(p, "SELECT * FROM anon.releases WHERE format('%I.%I', release_schema, release_name) = $1",
+              ["text"], [name])[0]
+method = releases.method_named(release["method"])
+spec = method.spec_of(jsonb(release["parameters"]))
+plan = ooc.sized(p, release, spec)
+_, tbl, qis, sens, budget, bytes_per_row, n, _ = plan
+release, spec, _ = stable_regions.with_secrets(method, p, release, None)
+src = ooc.Source(p, tbl, qis, sens, ooc.source_members(p, tbl))
+cols = {c.name: c for c in ooc.catalog.table_columns(p, tbl)}
+identifiers = [cols[c] for c in spec.promise.identifiers or ()]
+captured = {}
+closure = refresh_groups.plan
+
+
+def capturing(boxes, links, rows, everything=False):
+    captured.update(boxes=boxes, links=list(links), rows=rows)
+    return closure(boxes, links, rows, everything)
+
+
+stable_regions.refresh_groups.plan = capturing
+try:
+    with ooc.release_rows.owner_state(p):
+        planned = stable_regions.plan_refresh(p, release, src, identifiers)
+finally:
+    stable_regions.refresh_groups.plan = closure
+
+
+def largest(pairs):
+    # (regions, rows) of the largest group of union-find over ``pairs``, no hull closure
+    boxes, rows = captured["boxes"], captured["rows"]
+    parent = list(range(len(boxes)))
+
+    def find(r):
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+    for a, b in pairs:
+        parent[find(a)] = find(b)
+    sizes = {}
+    for r in range(len(boxes)):
+        got = sizes.setdefault(find(r), [0, 0])
+        got[0] += 1
+        got[1] += rows[r]
+    return max(sizes.values(), key=lambda v: (v[1], v[0]))
+
+
+boxes = captured["boxes"]
+one_step = [(a, r) for a, b in captured["links"]
+            for r in range(len(boxes))
+            if refresh_groups.meets(refresh_groups.hull([boxes[a], boxes[b]]), boxes[r])]
+links_only, hull_once = largest(captured["links"]), largest(one_step)
+regions, rows = planned.largest()
+room = ooc.core.leaf_budget(budget, ooc.resident_bytes())
+refused = None
+try:
+    ooc.refuse_unless_apart(planned, plan, release, stable_regions.NotByRegions)
+except stable_regions.NotByRegions as error:
+    refused = str(error)
+sizes = sorted(planned.groups.group_rows.values(), reverse=True)
+return json.dumps({
+    "regions": planned.regions, "movers": planned.movers, "waiting": planned.waiting,
+    "joiners": planned.joiners, "spread_groups": planned.spread_groups,
+    "everything": planned.everything, "groups": len(sizes),
+    "merged_groups": sum(1 for g in set(planned.groups.groups)
+                         if len(planned.groups.members(g)) > 1),
+    "largest_group_regions": len(regions), "largest_group_rows": rows,
+    "largest_group_bytes": rows * ooc.STABLE_ROW_FACTOR * bytes_per_row, "room_bytes": room,
+    "budget_bytes": budget, "largest_region_rows": max(planned.rows),
+    "rows": sum(planned.rows), "closure_rounds": planned.groups.rounds, "refused": refused,
+    "linked_pairs": len(captured["links"]),
+    "links_only_largest": links_only, "hull_once_largest": hull_once})
+$body$"""
+
+#: each shape: (name, SQL changing the table; %(n)d the rows, %(q)s a random QI's assignment)
+ONE_QI = """UPDATE synthetic s SET
+    age = CASE WHEN c.q = 0 THEN d.age ELSE s.age END,
+    zip = CASE WHEN c.q = 1 THEN d.zip ELSE s.zip END,
+    sex = CASE WHEN c.q = 2 THEN d.sex ELSE s.sex END,
+    segment = CASE WHEN c.q = 3 THEN d.segment ELSE s.segment END,
+    income = CASE WHEN c.q = 4 THEN d.income ELSE s.income END,
+    visit = CASE WHEN c.q = 5 THEN d.visit ELSE s.visit END
+FROM (SELECT id, floor(random() * 6)::int AS q, 1 + floor(random() * %(n)d)::int AS donor
+      FROM synthetic WHERE random() < %(share)s) c JOIN synthetic d ON d.id = c.donor
+WHERE s.id = c.id"""
+SHAPES = [
+    ("everyone's age + 1", "UPDATE synthetic SET age = age + 1"),
+    ("0.1 % one QI set to a random row's", ONE_QI.replace("%(share)s", "0.001")),
+    ("1 % one QI set to a random row's", ONE_QI.replace("%(share)s", "0.01")),
+    ("1 % moved to a random row's 6 QIs", """UPDATE synthetic s SET age = d.age, zip = d.zip,
+        sex = d.sex, segment = d.segment, income = d.income, visit = d.visit
+        FROM (SELECT id, 1 + floor(random() * %(n)d)::int AS donor FROM synthetic
+              WHERE random() < 0.01) c JOIN synthetic d ON d.id = c.donor WHERE s.id = c.id"""),
+    ("1 % diagnosis set to a random row's", """UPDATE synthetic s SET diagnosis = d.diagnosis
+        FROM (SELECT id, 1 + floor(random() * %(n)d)::int AS donor FROM synthetic
+              WHERE random() < 0.01) c JOIN synthetic d ON d.id = c.donor WHERE s.id = c.id"""),
+    ("1 % left", "DELETE FROM synthetic WHERE random() < 0.01"),
+    ("1 % joined (random rows' values)", """INSERT INTO synthetic SELECT 100000000 + c.g, d.age,
+        d.zip, d.sex, d.segment, d.income, d.visit, d.diagnosis
+        FROM (SELECT g, 1 + floor(random() * %(n)d)::int AS donor
+              FROM generate_series(1, %(n)d / 100) g) c JOIN synthetic d ON d.id = c.donor"""),
+]
+
+
+def main() -> None:
+    n = int(os.environ.get("PLPY_ANON_STABLE_CHURN_ROWS", "1000000"))
+    budget = os.environ.get("PLPY_ANON_STABLE_CHURN_BUDGET", "64MB")
+    rows = []
+    with extension_db() as conn:
+        load_synthetic(conn, n)
+        with fresh_backend(conn) as other:
+            other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
+            t0 = time.perf_counter()
+            release = other.execute(CREATE % "stable", (K, L, QIS, "stable_churn")).fetchone()[0]
+            print(f"{n:,} rows, stable create at {budget}: {time.perf_counter() - t0:.1f} s",
+                  flush=True)
+        for i, (shape, sql) in enumerate(SHAPES):
+            with fresh_backend(conn) as other:
+                other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
+                other.execute(PLAN_ONLY)
+                pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+                other.autocommit = False
+                other.execute("SELECT setseed(%s)", (0.1 + i / 100,))
+                changed = other.execute(sql % {"n": n}).rowcount
+                cpu = backend_cpu(pid)
+                got = other.execute("SELECT pg_temp.stable_refresh_plan(%s)",
+                                (release,)).fetchone()[0]
+                cpu = backend_cpu(pid) - cpu
+                other.rollback()
+            runs = got["refused"] is None
+            fits = got["largest_group_bytes"] <= got["room_bytes"]
+            print(f"{shape}: {changed:,} rows changed; {json.dumps(got)}; plan CPU {cpu:.1f} s",
+                  flush=True)
+            rows.append([shape, f"{changed:,}", f"{got['movers']:,}", f"{got['waiting']:,}",
+                         f"{got['joiners']:,}", got["merged_groups"], got["groups"],
+                         f"{got['largest_group_regions']} / {got['regions']}",
+                         f"{got['largest_group_rows']:,}",
+                         f"{got['largest_group_bytes'] / 2**20:,.1f} / {got['room_bytes'] / 2**20:,.1f}",
+                         "yes" if runs else "no (54000)", "yes" if fits else "no",
+                         "{} / {:,}".format(*got["links_only_largest"]),
+                         "{} / {:,}".format(*got["hull_once_largest"]), round(cpu, 1)])
+    table = markdown_table(
+        ["churn", "rows changed", "movers", "held back moved", "joiners", "merged groups",
+         "groups", "largest group's regions", "its rows", "its MiB / room MiB",
+         "refresh runs", "largest group fits", "linked by people alone: regions / rows",
+         "one hull step: regions / rows", "plan CPU s"], rows)
+    print(table)
+    (results_dir() / "stable_churn.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
