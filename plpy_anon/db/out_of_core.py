@@ -1615,8 +1615,12 @@ def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, 
 #: That scan tests every row of the source for a region's few: with the tuple transfer costed at
 #: a tenth of the default, the planner runs it in parallel workers (Gather under the backend's
 #: aggregate; 4 regions of 10M rows: the backend's CPU 6.2 s serial, 4.2-4.8 s so).
+#: The output styles are the run function's (sql/build.py, OUTPUT_STYLES): a stable release's
+#: check reads each region again after the run, in the caller's session, and must read the
+#: QIs' texts (a timestamptz's UTC offset) as the run read them.
 REGION_READ = {"plpy_anon.read_chunk_blocks": str(2**31 - 1), "enable_tidscan": "off",
-               "parallel_tuple_cost": "0.01"}
+               "parallel_tuple_cost": "0.01", "DateStyle": "ISO, YMD",
+               "IntervalStyle": "iso_8601", "TimeZone": "UTC", "bytea_output": "hex"}
 
 
 @contextlib.contextmanager

@@ -343,3 +343,17 @@ def test_a_null_in_a_qi_released_as_a_set_is_held_region_by_region(db, schema):
                count(*) FILTER (WHERE NOT s = ANY(vals)) + (SELECT count(*) FROM t) - count(*)
         FROM held""").format(rel=sql.SQL(rel))).fetchone()
     assert fewest >= L and untrue == 0
+
+
+def test_a_stable_creation_region_by_region_outside_utc_holds_as_in_utc(db, schema):
+    """The shape floats_times (a timestamptz QI from 2020-03-29 00:30 UTC, the night clocks went
+    forward in Europe/London) created region by region in a Europe/London session, as in UTC:
+    the check reads each region again in the caller's session, after the run function (whose
+    TimeZone is UTC) read it, and must read a summer instant's text ('... +00') as the run did,
+    not as '... +01' (the records would differ: 40001, nothing published)."""
+    db.execute("SET TimeZone = 'Europe/London'")
+    try:
+        make_table(db, "t", "floats_times")
+        attack(db, schema, "t", "floats_times", size="64kB")
+    finally:
+        db.execute("RESET TimeZone")

@@ -127,3 +127,17 @@ def test_only_the_guards_make_a_table():
     from plpy_anon.db.guards import Table
     with pytest.raises(RuntimeError, match="not resolved by plpy_anon.db.guards"):
         Table(1, "public", "t").quoted(None)
+
+
+def test_a_region_is_read_again_in_the_run_functions_output_styles():
+    """The stable check's second read of a region (out_of_core.REGION_READ) sets every output
+    style the run function sets (sql/build.py OUTPUT_STYLES), so both read the same texts."""
+    import re
+    from pathlib import Path
+
+    from plpy_anon.db.out_of_core import REGION_READ
+
+    build = (Path(__file__).resolve().parents[2] / "sql" / "build.py").read_text()
+    styles = re.search(r'OUTPUT_STYLES = """(.*?)"""', build, re.DOTALL).group(1)
+    found = dict(re.findall(r"SET (\w+) = '([^']*)'", styles))
+    assert found and all(REGION_READ.get(name) == value for name, value in found.items()), found
