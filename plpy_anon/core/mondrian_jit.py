@@ -25,6 +25,7 @@ import contextlib
 import importlib
 import logging
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -57,12 +58,13 @@ def worth_loading(n_rows: int) -> bool:
 
 
 def _use_cache_dir():
-    """Point numba's cache at :data:`CACHE_DIR` when this OS user owns it (never at a directory
-    someone else can write: the cache holds machine code this process would run)."""
+    """Point numba's cache at :data:`CACHE_DIR` when this OS user owns it and nobody else can
+    write it: the cache holds machine code this process would run, and pickles its index."""
     if "NUMBA_CACHE_DIR" in os.environ:
         return
     try:
-        owned = CACHE_DIR.is_dir() and CACHE_DIR.stat().st_uid == os.geteuid()
+        st = CACHE_DIR.stat()
+        owned = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
     except OSError:
         owned = False
     if not owned:
@@ -102,7 +104,8 @@ def _object_kernels():
     try:
         return kernel_objects.load("plpy_anon.core._mondrian_kernels", source, CACHE_DIR,
                                    numba_kernels)
-    except (ImportError, OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+    except (ImportError, OSError, ValueError, KeyError, TypeError, AttributeError,
+            RuntimeError) as exc:
         _objects_failed = True
         log.warning("plpy_anon: the fit's kernels do not load from %s (%s: %s); numba loads "
                     "them", CACHE_DIR, type(exc).__name__, exc)
