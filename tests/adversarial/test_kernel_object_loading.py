@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 from plpy_anon.core import kernel_objects, mondrian_jit
 from plpy_anon.core.encoding import encode_categorical, encode_numeric
 from plpy_anon.core.mondrian import Mondrian
+from plpy_anon.core.mondrian_jit import COMPILED_FROM_ROWS
+from tests.helpers import class_sizes, create_release
 from tests.runs import examples
 from tests.unit import test_kernel_objects
 from tests.unit.test_kernel_objects import MODULE, fitting_on, load
@@ -397,3 +399,79 @@ def test_an_unaligned_array_counts_as_numbas_kernel_does(file_kernels):
     want = np.zeros(101, dtype=np.int64)
     numba_kern.count_codes(codes, 0, 300, want)
     np.testing.assert_array_equal(start, want)
+
+
+# --- in a backend: a hostile table, the object file's release against numpy's ----------------
+
+HOSTILE_TABLE = r"""
+CREATE TABLE hostile (id int, f float8, i int8, t text, amount numeric, diagnosis text);
+INSERT INTO hostile
+SELECT g,
+       CASE WHEN g % 6 = 0 THEN 1.5e308 WHEN g % 6 = 3 THEN -1.5e308
+            WHEN g % 97 = 1 THEN 'Infinity' WHEN g % 97 = 2 THEN '-Infinity'
+            WHEN g % 97 = 3 THEN '-0' WHEN g % 97 = 4 THEN 5e-324 ELSE g % 101 END,
+       (ARRAY[-9223372036854775808, 9223372036854775807, 0, -1, g])[1 + g % 5],
+       (ARRAY[E'a\x01b', E'\x02', '', NULL, 'plain', E'\x01'])[1 + g % 6],
+       (ARRAY['12345678901234567890', '-12345678901234567890', '1.0', '1.00', 'NaN', NULL])[1 + g % 6]::numeric
+           + (g % 13),
+       (ARRAY['flu', 'gout', 'cold', NULL])[1 + g % 4]
+FROM generate_series(1, {rows}) g"""
+
+FIT_ON_NUMPY = """
+CREATE OR REPLACE FUNCTION pg_temp.fit_on_numpy() RETURNS void AS $fn$
+from plpy_anon.core import mondrian_jit
+mondrian_jit._kernels = None
+mondrian_jit._unavailable = True        # kernels() is None: every fit of this backend on numpy
+$fn$ LANGUAGE plpython3u"""
+
+KERNEL_STATS = """
+CREATE OR REPLACE FUNCTION pg_temp.kernel_stats() RETURNS text AS $fn$
+import json, sys
+jit = sys.modules.get("plpy_anon.core.mondrian_jit")
+stats = jit.stats() if jit else None
+return json.dumps(stats and dict(stats, used=sorted(stats["used"])))
+$fn$ LANGUAGE plpython3u"""
+
+HOSTILE_QIS = ["f", "i", "t", "amount"]
+
+
+@pytest.mark.parametrize("models", [{}, {"l": 2}])
+def test_a_hostile_table_releases_in_a_backend_the_classes_of_the_numpy_fit(db, schema, connect,
+                                                                           models):
+    """A float QI whose span overflows float8 (1.5e308 and -1.5e308: a NaN spread wherever a
+    partition holds both; infinities read as stand-ins beyond them). A new backend fits a table
+    as large as the kernels are loaded for from the object file make install wrote; another backend, whose kernels are switched off, fits it on numpy: the
+    two releases hold the same rows (EXCEPT ALL both ways), every class at least k."""
+    import json
+
+
+    db.execute(HOSTILE_TABLE.format(rows=COMPILED_FROM_ROWS))
+    arguments = dict(k=7, quasi_identifiers=HOSTILE_QIS, sensitive=["diagnosis"],
+                     identifiers=["id"], **models)
+    releases = {}
+    for engine in ("objects", "numpy"):
+        with connect() as conn:
+            conn.execute(sql_path(schema))
+            if engine == "numpy":
+                conn.execute(FIT_ON_NUMPY)
+                conn.execute("SELECT pg_temp.fit_on_numpy()")
+            releases[engine] = create_release(conn, "mondrian_view", schema, "hostile",
+                                              release_name=f"hostile_{engine}", **arguments)
+            conn.execute(KERNEL_STATS)
+            stats = json.loads(conn.execute("SELECT pg_temp.kernel_stats()").fetchone()[0])
+            if engine == "objects":
+                assert stats["machine_code"] == "objects" and "run" in stats["used"], stats
+            else:
+                assert stats is None
+    objects, numpy = releases["objects"], releases["numpy"]
+    for a, b in ((objects, numpy), (numpy, objects)):
+        assert db.execute(f"SELECT count(*) FROM (SELECT {', '.join(HOSTILE_QIS)}, diagnosis "
+                          f"FROM {a} EXCEPT ALL SELECT {', '.join(HOSTILE_QIS)}, diagnosis "
+                          f"FROM {b}) AS d").fetchone()[0] == 0
+    sizes = class_sizes(db, objects, HOSTILE_QIS)
+    assert min(sizes) >= 7 and sum(sizes) == COMPILED_FROM_ROWS
+    assert len(sizes) > COMPILED_FROM_ROWS // 100, "hardly split: the float QI stopped the fit"
+
+
+def sql_path(schema: str) -> str:
+    return f'SET search_path = "{schema}", public'
