@@ -274,6 +274,32 @@ def test_numbas_cache_is_not_pointed_at_a_directory_others_can_write(tmp_path, m
     assert _use_cache_dir_in_a_fresh_process(cache_dir, {}) is None
 
 
+@pytest.mark.parametrize("what", ["subdirectory", "file", "symlink"])
+def test_numbas_cache_is_not_pointed_where_an_entry_others_can_write_is(tmp_path, what):
+    """The directory safe, but a subdirectory or an index file in it writable by others (numba
+    makes them with the umask of whoever compiled), or a symlink out of it."""
+    cache_dir = tmp_path / "jit"
+    sub = cache_dir / "core_0123"
+    sub.mkdir(parents=True, mode=0o755)
+    cache_dir.chmod(0o755)
+    sub.chmod(0o755)
+    index = sub / "_mondrian_kernels.run-1.py311.nbi"
+    index.write_bytes(b"")
+    index.chmod(0o644)
+    assert _use_cache_dir_in_a_fresh_process(cache_dir, {}) == str(cache_dir)
+    if what == "subdirectory":
+        sub.chmod(0o777)
+    elif what == "file":
+        index.chmod(0o666)
+    else:
+        open_dir = tmp_path / "open"
+        open_dir.mkdir(mode=0o777)
+        open_dir.chmod(0o777)
+        index.unlink()
+        index.symlink_to(open_dir / "index")
+    assert _use_cache_dir_in_a_fresh_process(cache_dir, {}) is None
+
+
 @as_root
 def test_numbas_cache_is_not_pointed_at_another_users_directory(tmp_path):
     cache_dir = tmp_path / "jit"
