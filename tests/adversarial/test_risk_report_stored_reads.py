@@ -104,7 +104,7 @@ def test_hostile_values_report_what_the_view_shows(db, schema):
     """NULL QIs; text with 0x01 and 0x02 (0x01 is the stored read's delimiter); floats NaN,
     +-Infinity, -0 and 0; 20-digit numerics and equal numerics written apart (1.0, 1.00)."""
     db.execute("CREATE TABLE hostile (id int, age int, sex text, zip text, diagnosis text, "
-               "salary float8, amount numeric)")
+               "salary float8, amount numeric, note text)")
     db.execute(r"""
         INSERT INTO hostile
         SELECT i, 20 + i % 7, CASE WHEN i % 11 = 0 THEN NULL ELSE (ARRAY['F', 'M'])[1 + i % 2] END,
@@ -114,7 +114,8 @@ def test_hostile_values_report_what_the_view_shows(db, schema):
                (ARRAY['NaN', 'Infinity', '-Infinity', '-0', '0', '1e308', '-1e308',
                       '5e-324'])[1 + i % 8]::float8,
                (ARRAY['12345678901234567890', '-12345678901234567890', '1.0', '1.00', '1',
-                      '0.00000000000000000001', 'NaN', NULL])[1 + i % 8]::numeric
+                      '0.00000000000000000001', 'NaN', NULL])[1 + i % 8]::numeric,
+               (ARRAY[E'\x02', 'x', '', NULL, E'a\x02b', 'é'])[1 + i % 6]
         FROM generate_series(1, 400) i""")
     release = create_release(db, "mondrian_view", schema, "hostile", k=5,
                              quasi_identifiers=QIS, sensitive=["diagnosis", "salary", "amount"],
@@ -124,6 +125,15 @@ def test_hostile_values_report_what_the_view_shows(db, schema):
                            released=("diagnosis", "salary", "amount"))
         assert_same_report(db, release, QIS, ["salary", "amount"], budget)
     assert reads_stored(db, release, QIS, ["salary", "amount"])
+    # the float and the numeric as QIs (their released ranges grouped), texts without 0x01
+    # sensitive: read from the stored texts
+    qis = ["sex", "salary", "amount"]
+    release = create_release(db, "mondrian_view", schema, "hostile", k=5, quasi_identifiers=qis,
+                             sensitive=["note"], identifiers=["id"], layout="compact",
+                             release_name="h_numbers")
+    for budget in (None, "16kB"):
+        assert_same_report(db, release, qis, ["note"], budget, released=("note",))
+    assert reads_stored(db, release, qis, ["note"])
 
 
 @contextlib.contextmanager
