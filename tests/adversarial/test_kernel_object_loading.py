@@ -381,6 +381,30 @@ def test_floats_spanning_infinities_fit_to_the_numpy_labels(file_kernels, seed, 
     assert_same(numpy_labels, compiled)
 
 
+@pytest.mark.parametrize("models", [{"l": 2}, {"t": 0.2}, {"t": 0.0}, {"l": 2, "t": 0.5},
+                                    {"l": 1.5, "l_diversity": "entropy"},
+                                    {"l": 2, "l_diversity": "recursive", "c": 1.5}])
+@pytest.mark.parametrize("values", ["one value", "all NULL", "NULL but one", "every row its own"])
+def test_degenerate_sensitive_columns_fit_to_the_numpy_labels(file_kernels, models, values):
+    """Sensitive columns no model can be met on, or only just (a kernel raises on a division by
+    zero: none must): the same labels, or the same error, as numpy's."""
+    n = 200
+    rng = np.random.default_rng(5)
+    sensitive = {"one value": np.zeros(n, dtype=np.int64),
+                 "all NULL": np.full(n, -1, dtype=np.int64),
+                 "NULL but one": np.r_[np.full(n - 1, -1), 0].astype(np.int64),
+                 "every row its own": np.arange(n, dtype=np.int64)}[values][:, None]
+    columns = [encode_numeric("x", rng.integers(0, 50, n)), encode_numeric("y", rng.integers(0, 9, n))]
+    with fitting_on(file_kernels):
+        for ordered in (False, True):
+            calls = file_kernels.run.calls
+            numpy_labels, compiled = both_engines(
+                lambda engine: Mondrian(k=3, engine=engine, **models), columns,
+                sensitive=sensitive, sensitive_ordered=ordered)
+            assert_same(numpy_labels, compiled)
+            assert isinstance(numpy_labels, tuple) or file_kernels.run.calls > calls
+
+
 def test_no_rows_fit_as_numpy_does(file_kernels):
     columns = [encode_numeric("x", np.zeros(0)), encode_categorical("c", np.zeros(0, dtype=object))]
     with fitting_on(file_kernels):
