@@ -26,7 +26,13 @@ from tests.db.test_risk_report_stored import (
     assert_same_report,
     reads_stored,
 )
-from tests.helpers import create_release, release_schema_of
+from tests.helpers import (
+    PAYLOAD_FUNCTION,
+    assert_payload_not_run,
+    create_release,
+    notices,
+    release_schema_of,
+)
 from tests.waits import HANG, wait_until
 
 ANALYST = "risk_attacker"
@@ -341,3 +347,31 @@ def _refresh(connect, release, result):
             conn.execute("SELECT anon.refresh(%s)", (release,))
         except psycopg.Error as exc:
             result["refresh_error"] = exc
+
+
+def test_a_custodians_index_on_its_storage_runs_nothing_as_the_dba(db, schema, people, connect,
+                                                                   custodian):
+    """The stored read plans the storage itself: a custodian who owns a compact release adds a
+    partial index whose IMMUTABLE predicate runs its payload, which planning folds with the
+    planner's rights. The DBA's report of that release is refused (the release is another
+    role's) before anything plans the storage; nothing of the custodian's runs as the DBA."""
+    role = custodian.role
+    own = sql.Identifier(f"{schema}_cust")
+    db.execute(sql.SQL("CREATE SCHEMA {} AUTHORIZATION {}").format(own, sql.Identifier(role)))
+    db.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema),
+                                                                 sql.Identifier(role)))
+    try:
+        with custodian() as cust:
+            s = own.as_string(cust)
+            release = compact(cust, schema)
+            cust.execute(PAYLOAD_FUNCTION.format(s=s, owner=sql.Literal(role).as_string(cust)))
+            cust.execute(f"CREATE FUNCTION {s}.boom() RETURNS boolean LANGUAGE plpgsql IMMUTABLE "
+                         f"AS $f$ BEGIN RETURN {s}.payload(); END $f$")
+            cust.execute(f"CREATE INDEX ON {release}_classes (age) WHERE {s}.boom()")
+        with connect() as dba:
+            seen = notices(dba)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                dba.execute("SELECT count(*) FROM anon.risk_report(%s::regclass)", (release,))
+        assert_payload_not_run(db, role, seen)
+    finally:
+        db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(own))
