@@ -111,6 +111,14 @@ def _digest(persons: np.ndarray, records) -> bytes:
     return out.digest()
 
 
+def _people_digest(people) -> tuple[np.ndarray, bytes]:
+    """(the order of ``people``'s hashes, the digest of their hashes and records in that
+    order): what a region's run and its check compare, whatever order the rows were read in."""
+    order = republication._hash_order(people.persons)
+    return order, _digest(people.persons[order],
+                          None if people.records is None else people.records[order])
+
+
 @dataclass
 class RegionRun:
     """What the run keeps of one region for its check."""
@@ -153,15 +161,13 @@ class RegionChecks:
                          "with refresh_mode => 'fresh'.")
         people = rows.people
         groups = np.asarray(model.labels_, dtype=np.int64) + first_class
-        order = republication._hash_order(people.persons)
+        order, digest = _people_digest(people)
         version = republication.run_people(rows, groups, None)["version"]
         if version is not None:
             version = {key: version[key] for key in
                        ("group_ids", "counts", "values", "linked", "people_linked")}
         self.regions.append(RegionRun(
-            region.bounds, rows.data.n_rows,
-            _digest(people.persons[order], None if people.records is None else people.records[order]),
-            groups[order].astype(np.int32), version))
+            region.bounds, rows.data.n_rows, digest, groups[order].astype(np.int32), version))
 
     def class_within(self, alias: str, bounds) -> str:
         """SQL true for a released class (``alias``: its row) whose box lies inside the region
@@ -274,10 +280,8 @@ class RegionChecks:
                 with timing.phase("read_people"), self.region_read(plpy):
                     rows = self.read(self.ctx, where, self.src.whole, people_state=empty)
                 people = rows.people
-                order = republication._hash_order(people.persons)
-                if rows.data.n_rows != region.rows or _digest(
-                        people.persons[order],
-                        None if people.records is None else people.records[order]) != region.digest:
+                order, digest = _people_digest(people)
+                if rows.data.n_rows != region.rows or digest != region.digest:
                     raise SourceChanged(
                         f"{self.label} changed while its stable release was built region by "
                         f"region: region {number}'s rows are not those the run read",
@@ -816,9 +820,7 @@ class RegionRefresh(RegionChecks):
         published = getattr(model, "published_", None)
         shown = np.ones(people.persons.size, dtype=bool) if published is None \
             else np.asarray(published.published, dtype=bool)
-        order = republication._hash_order(people.persons)
-        region.digest = _digest(people.persons[order],
-                                None if people.records is None else people.records[order])
+        order, region.digest = _people_digest(people)
         region.groups = np.asarray(model.groups_, dtype=np.int64)[order]
         region.shown = shown[order]
         region.version = {key: version[key] for key in KEPT_OF_VERSION}
@@ -856,10 +858,9 @@ class RegionRefresh(RegionChecks):
                 with timing.phase("read_people"):
                     rows = self.read_rows(self.ctx, region)
                 people = rows.people
-                order = republication._hash_order(people.persons)
+                order, digest = _people_digest(people)
                 version = _in_values_of(region.version, people.values)
-                if _digest(people.persons[order], None if people.records is None
-                           else people.records[order]) != region.digest or version is None:
+                if digest != region.digest or version is None:
                     raise SourceChanged(
                         f"{self.label} changed while its stable release was refreshed region by "
                         f"region: region {region.number}'s rows are not those the run read",
