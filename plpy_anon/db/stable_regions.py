@@ -28,13 +28,19 @@ does.
 Each region's box (its cuts: :func:`box_of`) is stored beside the state (anon.release_regions,
 read through anon.readable_release_regions: :func:`store_boxes`). A refresh beyond the budget is
 planned from them (:func:`plan_refresh`: one pass over the source in SQL, each row's box and its
-person's hash joined with the state's; the regions movers, held back people and groups spread
-over regions link merged until no merged group's hull meets another's box:
-core.refresh_groups). Where every region is its own group, each is refreshed by the in-memory
-stable machinery restricted to its rows, state rows and groups of the stored versions, and
-checked region by region after the write (:class:`RegionRefresh`); any other refresh beyond the
-budget is refused before anything is written (out_of_core.refresh_stable_by_regions; docs/out-of-core.md,
-"The stable refresh region by region").
+person's hash joined with the state's). A person stays in the region that remembers them: a
+known person (published, absent or held back) is read, fitted and checked with that region
+whatever box their QIs lie in now (a mover, listed by TID), a joiner with their box's region; so
+every person's history and every group lives in one region, and no mover links any. Each region
+is refreshed by the in-memory stable machinery restricted to its rows, state rows and groups of
+the stored versions, and checked region by region after the write (:class:`RegionRefresh`): a
+class holding a mover may reach beyond its region's box (as classes grow into each other in
+memory: an analyst finds more candidates, not fewer), so the check finds a region's classes by
+the bounds the run kept of its movers' classes, or by their corner in its box. What still links
+regions (a person two regions remember, a held back person waiting in another region's group, a
+group spread over regions: core.refresh_groups) is refused before anything is written
+(out_of_core.refresh_stable_by_regions; docs/out-of-core.md, "The stable refresh region by
+region").
 """
 from __future__ import annotations
 
@@ -779,11 +785,12 @@ KEPT_OF_VERSION = ("group_ids", "counts", "values", "linked", "people_linked", "
 
 class RegionRefresh(RegionChecks):
     """A stable refresh beyond the budget where no region is linked to another (the plan's
-    groups are its stored regions: no person moved box, none waits, no group spans regions):
-    each stored region refreshed by the in-memory stable machinery restricted to its rows
-    (read by its box's predicate), its state rows and its groups of the stored versions
-    (republication.State.read's ``region``), then checked region by region from the released
-    rows as the creation's check is (:meth:`check`), the version stored once."""
+    groups are its stored regions: nobody remembered twice or waiting in another region's
+    group, no group spanning regions): each stored region refreshed by the in-memory stable
+    machinery restricted to its rows (its box's, less its movers out, plus its movers in), its
+    state rows and its groups of the stored versions (republication.State.read's ``region``),
+    then checked region by region from the released rows as the creation's check is
+    (:meth:`check`), the version stored once."""
 
     def __init__(self, ctx, src, read, region_read, label: str, budget: int, boxes: list,
                  plan: RefreshPlan, committed: dict):
