@@ -776,6 +776,9 @@ class RefreshedRegion:
     moved_out: list = field(default_factory=list)
     #: the released bounds of its classes holding a mover in (:meth:`RegionRefresh.keep`)
     keys: list = field(default_factory=list)
+    #: other regions' such bounds whose class's corner lies in its box
+    #: (:meth:`RegionRefresh.place_mover_classes`)
+    foreign: list = field(default_factory=list)
 
 
 #: what a refresh region by region keeps of a region's version (republication.run_people's)
@@ -955,23 +958,53 @@ class RegionRefresh(RegionChecks):
             parts += [f"pg_catalog.lower({q})", high]
         return f"({', '.join(parts)})"
 
+    def _key_literals(self, key: tuple) -> str:
+        """A key's bounds as constants of their QIs' types, comma separated."""
+        return ", ".join("NULL" if text is None else self.src.literal(self.ranged[i // 2], text)
+                         for i, text in enumerate(key))
+
     def _keys_listed(self, keys: list) -> str:
-        return ", ".join("(" + ", ".join(
-            "NULL" if text is None else self.src.literal(self.ranged[i // 2], text)
-            for i, text in enumerate(key)) + ")" for key in keys)
+        return ", ".join(f"({self._key_literals(key)})" for key in keys)
+
+    def place_mover_classes(self, plpy, release: dict, qis) -> None:
+        """Each region's :attr:`RefreshedRegion.foreign`: the bounds of other regions' movers'
+        classes whose corner lies in its box, found in one pass over the released classes (the
+        regions' checks then list a few bounds each, not every region's)."""
+        listed = [(r.number, key) for r in self.regions for key in r.keys]
+        if not listed:
+            return
+        columns = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+        corner = "CASE " + " ".join(
+            f"WHEN {self.class_corner_in('c', r.bounds)} THEN {r.number}"
+            for r in self.regions) + " END"
+        names = [f"k{j}" for j in range(2 * len(self.ranged))]
+        values = ", ".join(f"({self._key_literals(key)}, {i})" for i, (_, key) in enumerate(listed))
+        found = run(plpy, f"""
+            SELECT DISTINCT k.i, {corner} AS region
+            FROM (SELECT {columns} FROM {republication.released_relation(plpy, release)} r
+                  GROUP BY {columns}) AS c
+                 JOIN (VALUES {values}) AS k({', '.join(names)}, i)
+                   ON {self._class_key('c')} = ({', '.join(f'k.{n}' for n in names)})""")
+        for row in found:
+            owner, key = listed[int(row["i"])]
+            if row["region"] is not None and int(row["region"]) != owner:
+                self.regions[int(row["region"])].foreign.append(key)
 
     def classes_of(self, alias: str, region: RefreshedRegion) -> str:
         """SQL true for a released class (``alias``: its row) of ``region``: one of its
-        movers' classes (by their bounds), or a class whose corner lies in its box and is no
-        region's movers' class (a class of no mover lies inside its region's box)."""
+        movers' classes (by their bounds), or a class whose corner lies in its box and is not
+        another region's movers' class (a class of no mover lies inside its region's box)."""
         corner = self.class_corner_in(alias, region.bounds)
-        listed = [key for r in self.regions for key in r.keys]
-        if not listed:
+        if not region.keys and not region.foreign:
             return corner
         key = self._class_key(alias)
-        mine = f"{key} IN (VALUES {self._keys_listed(region.keys)})" if region.keys else "false"
-        return (f"(COALESCE({mine}, false) OR (NOT COALESCE({key} IN "
-                f"(VALUES {self._keys_listed(listed)}), false) AND {corner}))")
+        if region.foreign:
+            corner = (f"(NOT COALESCE({key} IN (VALUES {self._keys_listed(region.foreign)}), "
+                      f"false) AND {corner})")
+        if region.keys:
+            corner = f"(COALESCE({key} IN (VALUES {self._keys_listed(region.keys)}), false) " \
+                     f"OR {corner})"
+        return corner
 
     def check(self, plpy, release: dict) -> dict:
         """The cross-version check of the version, region by region: each region's people
@@ -991,6 +1024,8 @@ class RegionRefresh(RegionChecks):
         # class's rows are its region's by the multisets compared with its run's groups
         qis, sensitive, total, merges = self.released_inside_regions(
             plpy, release, promise, boxes=not any(r.moved_in for r in self.regions))
+        with timing.phase("check_classes"), local_settings(plpy, jit="off"):
+            self.place_mover_classes(plpy, release, qis)
         with release_rows.owner_state(plpy):
             old_rows = int(run(plpy, "SELECT pg_catalog.count(*) AS n FROM "
                                      "anon.readable_release_state WHERE release_id = $1",

@@ -11,7 +11,9 @@ refresh runs region by region. Two looser closures beside, from the same links: 
 linked by people alone (union-find over the links, no hull), and one hull step. Then, for the
 shapes that move people (PLPY_ANON_STABLE_CHURN_REFRESH=all: every shape), the refresh itself
 in a fresh backend at the budget, in a transaction rolled back after it: its seconds, the
-backend's CPU seconds, VmHWM against the budget, and the check's figures.
+backend's CPU seconds, VmHWM (after the shape, and after the refresh), peak RssAnon (the
+backend's private memory) and RssShmem (shared buffers touched) against the budget, and the
+check's figures.
 
 The shapes (nobody tuned the code for them; ids are 1..n, a "random other row" is the row of a
 uniformly drawn id): everyone's age + 1; 0.1 % and 1 % of the people with one QI (drawn among
@@ -29,7 +31,7 @@ import os
 import time
 from pathlib import Path
 
-from tests.bench.bench_mondrian import fresh_backend, load_synthetic
+from tests.bench.bench_mondrian import MemorySampler, fresh_backend, load_synthetic
 from tests.bench.bench_stable_budget import CREATE, QIS, K, L, backend_cpu
 from tests.bench.common import extension_db, markdown_table, results_dir
 
@@ -169,14 +171,16 @@ def refreshed(conn, budget: str, release: str, sql: str, n: int, seed: float) ->
         other.autocommit = False
         other.execute("SELECT setseed(%s)", (seed,))
         other.execute(sql % {"n": n})
+        # the shape's own peak (an UPDATE of every row touches every shared buffer)
+        out = {"refused": None, "hwm_before": vm_hwm(pid)}
         t0, cpu = time.perf_counter(), backend_cpu(pid)
-        out = {"refused": None}
-        try:
-            other.execute("SELECT anon.refresh(%s)", (release,))
-        except Exception as error:          # noqa: BLE001 - a refusal is a result here
-            out["refused"] = f"{getattr(error, 'sqlstate', '')}: {error}"[:300]
+        with MemorySampler(pid) as memory:
+            try:
+                other.execute("SELECT anon.refresh(%s)", (release,))
+            except Exception as error:          # noqa: BLE001 - a refusal is a result here
+                out["refused"] = f"{getattr(error, 'sqlstate', '')}: {error}"[:300]
         out["seconds"], out["cpu"] = time.perf_counter() - t0, backend_cpu(pid) - cpu
-        out["hwm"] = vm_hwm(pid)
+        out.update(hwm=vm_hwm(pid), anon=memory.anon, shmem=memory.shmem)
         if out["refused"] is None:
             ooc, across = other.execute(
                 "SELECT metrics -> 'out_of_core', verification -> 'across_versions' FROM "
@@ -224,7 +228,8 @@ def main() -> None:
                 run = refreshed(conn, budget, release, sql, n, 0.1 + i / 100)
                 print(f"{shape}: refresh {json.dumps(run)}", flush=True)
                 runs_of.append([shape, f"{got['movers']:,}", round(run["seconds"], 1),
-                                round(run["cpu"], 1), round(run["hwm"]), budget,
+                                round(run["cpu"], 1), round(run["hwm_before"]), round(run["hwm"]),
+                                round(run["anon"]), round(run["shmem"]), budget,
                                 run["refused"] or ("region by region" if run.get("by_regions")
                                                    else "in memory"),
                                 run.get("below_l", ""), run.get("fewest", ""),
@@ -243,7 +248,8 @@ def main() -> None:
          "refresh runs", "largest group fits", "linked by people alone: regions / rows",
          "one hull step: regions / rows", "plan CPU s"], rows)
     refreshes = markdown_table(
-        ["churn", "movers", "refresh s", "backend CPU s", "VmHWM MiB", "budget", "refresh",
+        ["churn", "movers", "refresh s", "backend CPU s", "VmHWM before MiB", "VmHWM MiB",
+         "peak RssAnon MiB", "peak RssShmem MiB", "budget", "refresh",
          "below l", "fewest candidates", "held back"], runs_of)
     print(table)
     print(refreshes)
