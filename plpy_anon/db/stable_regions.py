@@ -656,19 +656,29 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                      SELECT tableoid, ctid, {label} AS region, {person} AS person,
                             ({null_ranged}) AS null_ranged
                      FROM {member}),
-                 held AS ({STATE_PEOPLE.format(column="persons")}),
-                 waits AS ({STATE_PEOPLE.format(column="waiting_persons")}),
+                 held AS (SELECT person, pg_catalog.min(stored) AS stored,
+                                 pg_catalog.max(stored) AS other
+                          FROM ({STATE_PEOPLE.format(column="persons")}) AS p GROUP BY person),
+                 waits AS (SELECT person, pg_catalog.min(stored) AS stored,
+                                  pg_catalog.max(stored) AS other
+                           FROM ({STATE_PEOPLE.format(column="waiting_persons")}) AS p
+                           GROUP BY person),
                  known AS MATERIALIZED (
                      SELECT n.tableoid, n.ctid, n.region, n.null_ranged, n.person,
-                            n.person IS NULL AS unhashed, h.stored, w.stored AS waited
+                            n.person IS NULL AS unhashed, h.stored, w.stored AS waited,
+                            h.other IS DISTINCT FROM h.stored
+                                AND h.other IS NOT NULL
+                                OR w.other IS DISTINCT FROM w.stored
+                                AND w.other IS NOT NULL AS twice
                      FROM now n LEFT JOIN held h ON h.person OPERATOR(pg_catalog.=) n.person
                           LEFT JOIN waits w ON w.person OPERATOR(pg_catalog.=) n.person)
             SELECT false AS mover, region, stored, waited, null_ranged, unhashed,
+                   twice,
                    pg_catalog.count(*) AS n, NULL::pg_catalog.oid AS tableoid,
                    NULL::pg_catalog.tid AS ctid, NULL::pg_catalog.bytea AS person
-            FROM known GROUP BY 2, 3, 4, 5, 6
+            FROM known GROUP BY 2, 3, 4, 5, 6, 7
             UNION ALL
-            (SELECT true, region, stored, waited, false, false, 1, tableoid, ctid, person
+            (SELECT true, region, stored, waited, false, false, false, 1, tableoid, ctid, person
              FROM known
              WHERE COALESCE(stored, waited) IS DISTINCT FROM region
                AND COALESCE(stored, waited) IS NOT NULL
@@ -694,6 +704,10 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                                             "which an analyst finds in every class's range")
             if stored is not None and waited is not None and int(stored) != int(waited):
                 links[(int(stored), int(waited))] = links.get((int(stored), int(waited)), 0) + n
+                twice += n
+            if r["twice"]:
+                # remembered by two regions' rows of one column: every region their own link
+                everything = everything or f"{n:,} rows' people are remembered by two regions"
                 twice += n
             reader = here if kept is None else int(kept)
             rows[reader] += n

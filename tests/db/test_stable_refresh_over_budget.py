@@ -510,3 +510,40 @@ def test_a_text_identifier_is_hashed_in_sql_as_the_run_hashes_it(db, schema):
     assert ooc["refreshed_by_regions"] and ooc["joiners"] == 0
     assert across["seen_before"] == ROWS - ROWS // 10 and across["below_l"] == 0
     guarantees_hold(db, rel)
+
+
+def test_a_person_two_regions_remember_is_refused(db, schema):
+    """A state row copied into another region (a release's owner may write its own rows of
+    anon.release_state): its people are remembered by two regions, whose runs would each take
+    them; refused (54000) by the plan before anything is written, the published rows kept."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "twice")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    chunks = db.execute("SELECT count(*) FROM anon.release_state WHERE release_id = %s",
+                        (release_id,)).fetchone()[0]
+    copied = db.execute("SELECT octet_length(persons) / 32 FROM anon.release_state WHERE "
+                        "release_id = %s AND region = 0 ORDER BY chunk LIMIT 1",
+                        (release_id,)).fetchone()[0]
+    db.execute("UPDATE anon.release_state SET chunks = %s WHERE release_id = %s",
+               (chunks + 1, release_id))
+    db.execute("INSERT INTO anon.release_state SELECT (jsonb_populate_record(s, "
+               "jsonb_build_object('chunk', %s, 'region', %s))).* FROM anon.release_state s "
+               "WHERE release_id = %s AND region = 0 ORDER BY chunk LIMIT 1",
+               (chunks, len(stored) - 1, release_id))
+    twice = {p for p, r in remembered_regions(db, release_id).items() if len(set(r)) > 1}
+    assert 0 < len(twice) <= copied
+    # the rows of the source whose people two regions remember
+    present = sum(1 for p in person_hashes(db, release_id) if p in twice)
+    assert present > 0
+    error = refused(db, rel)
+    assert f"{present:,} rows' people are remembered by two regions" in error.diag.message_primary
+    assert "would have to be refreshed together" in error.diag.message_primary
+
+
+def person_hashes(db, release_id: int) -> list:
+    """The hash of each row's person in ``t``."""
+    return [bytes(p) for (p,) in db.execute(
+        "SELECT sha256(decode(k.person_salt, 'hex') || convert_to(t.id::text, 'UTF8')) "
+        "FROM t, anon.release_secrets k WHERE k.release_id = %s", (release_id,)).fetchall()]
