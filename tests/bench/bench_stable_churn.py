@@ -9,7 +9,8 @@ merged, the largest group's regions, rows and estimated bytes in the stable run 
 STABLE_ROW_FACTOR x the row's estimate) against the budget's room for a region, and whether the
 refresh runs region by region. Two looser closures beside, from the same links: the regions
 linked by people alone (union-find over the links, no hull), and one hull step. Then, for the
-shapes that move people (PLPY_ANON_STABLE_CHURN_REFRESH=all: every shape), the refresh itself
+shapes that move people (PLPY_ANON_STABLE_CHURN_REFRESH=all: every shape; none: none), the
+refresh itself
 in a fresh backend at the budget, in a transaction rolled back after it: its seconds, the
 backend's CPU seconds, VmHWM (after the shape, and after the refresh), peak RssAnon (the
 backend's private memory) and RssShmem (shared buffers touched) against the budget, and the
@@ -198,7 +199,7 @@ def main() -> None:
     budget = os.environ.get("PLPY_ANON_STABLE_CHURN_BUDGET", "64MB")
     rows = []
     runs_of = []
-    every = os.environ.get("PLPY_ANON_STABLE_CHURN_REFRESH") == "all"
+    refreshes = os.environ.get("PLPY_ANON_STABLE_CHURN_REFRESH", "moving")
     with extension_db() as conn:
         load_synthetic(conn, n)
         with fresh_backend(conn) as other:
@@ -224,7 +225,7 @@ def main() -> None:
             fits = got["largest_group_bytes"] <= got["room_bytes"]
             print(f"{shape}: {changed:,} rows changed; {json.dumps(got)}; plan CPU {cpu:.1f} s",
                   flush=True)
-            if every or shape in MOVING:
+            if refreshes == "all" or refreshes == "moving" and shape in MOVING:
                 run = refreshed(conn, budget, release, sql, n, 0.1 + i / 100)
                 print(f"{shape}: refresh {json.dumps(run)}", flush=True)
                 runs_of.append([shape, f"{got['movers']:,}", round(run["seconds"], 1),
