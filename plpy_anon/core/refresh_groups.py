@@ -1,15 +1,15 @@
-"""The groups of regions a stable refresh beyond the budget must run together
+"""The groups of regions a stable refresh beyond the budget would have to run together
 (docs/out-of-core.md, "The stable refresh region by region").
 
 A stable release created region by region keeps each region's box (its cuts). At a refresh a
-person keeps their group whatever their QIs become, so a person whose QIs left their region's
-box widens their class over both boxes; a held back person waits in a group that may be another
-region's. Regions so linked are merged (union-find), and a merged group's classes can then reach
-anywhere in the hull of its boxes (every value between on a QI released as a range, the union of
-the values on a set), so every region whose box meets that hull is merged too, until no group's
-hull meets the box of a region outside it. Then no class of one group overlaps a class of
-another and no person links two, so every candidate set, union and part an analyst forms lies
-in one group. A group of one region needs nothing more: its box holds its classes.
+known person stays in the region remembering them whatever their QIs become (db/stable_regions.py:
+a mover links nothing). What still links regions: a person two regions remember, a held back
+person waiting in another region's group, a group of the state spread over regions (a state
+written otherwise). Regions so linked are merged (union-find), and a merged group's classes can
+then reach anywhere in the hull of its boxes (every value between on a QI released as a range,
+the union of the values on a set), so every region whose box meets that hull is merged too,
+until no group's hull meets the box of a region outside it: the plan's figures of a refresh
+refused (54000).
 
 Boxes are given per QI as :class:`Axis` values: an interval of positions on an ordered line
 (a QI cut by value) or a set of symbols (a QI cut by its texts). Pure: no database.

@@ -1445,7 +1445,8 @@ def refuse_unless_apart(planned, plan, release: dict, refused) -> None:
     figures = {"regions": planned.regions, "groups": len(planned.groups.group_rows),
                "largest_group": regions, "largest_group_rows": rows, "movers": planned.movers,
                "waiting": planned.waiting, "joiners": planned.joiners,
-               "spread_groups": planned.spread_groups, "closure_rounds": planned.groups.rounds}
+               "spread_groups": planned.spread_groups, "remembered_twice": planned.twice,
+               "closure_rounds": planned.groups.rounds}
     in_memory = (f"Raise the budget for this build to what the stable run holds in one backend "
                  f"(SET {SETTING} = '{_size_text(whole)}', or ALTER ROLE "
                  "... SET for scheduled refreshes), or create the release again with "
@@ -1453,8 +1454,7 @@ def refuse_unless_apart(planned, plan, release: dict, refused) -> None:
                  "intersected: docs/republication.md).")
     if planned.everything is not None or len(regions) > 1:
         links = [text for count, text in (
-            (planned.movers, (f"{planned.movers:,} known people's quasi-identifiers left "
-                              "their region's box")),
+            (planned.twice, f"{planned.twice:,} rows' people are remembered by two regions"),
             (planned.waiting, (f"{planned.waiting:,} held back people wait in another "
                                "region's group")),
             (planned.spread_groups, f"{planned.spread_groups:,} groups span regions")) if count]
@@ -1465,6 +1465,12 @@ def refuse_unless_apart(planned, plan, release: dict, refused) -> None:
             f"({_size_text(budget)}) is built region by region where no region is "
             f"linked to another, and {len(regions)} of its {planned.regions} regions "
             f"({rows:,} rows) would have to be refreshed together: {why}",
+            detail=json.dumps(figures), hint=in_memory)
+    if planned.movers > len(planned.moved):
+        raise refused(
+            f"a stable refresh of {name} region by region reads each known person with the "
+            f"region remembering them, listing those whose quasi-identifiers left its box, and "
+            f"{planned.movers:,} did (at most {len(planned.moved):,} are listed)",
             detail=json.dumps(figures), hint=in_memory)
     k = int(Promise.of(jsonb(release["parameters"])).k)
     few = [r for r, count in enumerate(planned.rows) if count < k]

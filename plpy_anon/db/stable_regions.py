@@ -28,20 +28,26 @@ does.
 Each region's box (its cuts: :func:`box_of`) is stored beside the state (anon.release_regions,
 read through anon.readable_release_regions: :func:`store_boxes`). A refresh beyond the budget is
 planned from them (:func:`plan_refresh`: one pass over the source in SQL, each row's box and its
-person's hash joined with the state's; the regions movers, held back people and groups spread
-over regions link merged until no merged group's hull meets another's box:
-core.refresh_groups). Where every region is its own group, each is refreshed by the in-memory
-stable machinery restricted to its rows, state rows and groups of the stored versions, and
-checked region by region after the write (:class:`RegionRefresh`); any other refresh beyond the
-budget is refused before anything is written (out_of_core.refresh_stable_by_regions; docs/out-of-core.md,
-"The stable refresh region by region").
+person's hash joined with the state's). A person stays in the region that remembers them: a
+known person (published, absent or held back) is read, fitted and checked with that region
+whatever box their QIs lie in now (a mover, listed by TID), a joiner with their box's region; so
+every person's history and every group lives in one region, and no mover links any. Each region
+is refreshed by the in-memory stable machinery restricted to its rows, state rows and groups of
+the stored versions, and checked region by region after the write (:class:`RegionRefresh`): a
+class holding a mover may reach beyond its region's box (as classes grow into each other in
+memory: an analyst finds more candidates, not fewer), so the check finds a region's classes by
+the bounds the run kept of its movers' classes, or by their corner in its box. What still links
+regions (a person two regions remember, a held back person waiting in another region's group, a
+group spread over regions: core.refresh_groups) is refused before anything is written
+(out_of_core.refresh_stable_by_regions; docs/out-of-core.md, "The stable refresh region by
+region").
 """
 from __future__ import annotations
 
 import copy
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -111,6 +117,14 @@ def _digest(persons: np.ndarray, records) -> bytes:
     return out.digest()
 
 
+def _people_digest(people) -> tuple[np.ndarray, bytes]:
+    """(the order of ``people``'s hashes, the digest of their hashes and records in that
+    order): what a region's run and its check compare, whatever order the rows were read in."""
+    order = republication._hash_order(people.persons)
+    return order, _digest(people.persons[order],
+                          None if people.records is None else people.records[order])
+
+
 @dataclass
 class RegionRun:
     """What the run keeps of one region for its check."""
@@ -153,15 +167,13 @@ class RegionChecks:
                          "with refresh_mode => 'fresh'.")
         people = rows.people
         groups = np.asarray(model.labels_, dtype=np.int64) + first_class
-        order = republication._hash_order(people.persons)
+        order, digest = _people_digest(people)
         version = republication.run_people(rows, groups, None)["version"]
         if version is not None:
             version = {key: version[key] for key in
                        ("group_ids", "counts", "values", "linked", "people_linked")}
         self.regions.append(RegionRun(
-            region.bounds, rows.data.n_rows,
-            _digest(people.persons[order], None if people.records is None else people.records[order]),
-            groups[order].astype(np.int32), version))
+            region.bounds, rows.data.n_rows, digest, groups[order].astype(np.int32), version))
 
     def class_within(self, alias: str, bounds) -> str:
         """SQL true for a released class (``alias``: its row) whose box lies inside the region
@@ -215,6 +227,14 @@ class RegionChecks:
                         f"GROUP BY {columns}) AS c")[0]
         return int(row["n"]), int(row["inside"])
 
+    def classes_released(self, plpy, released: str, qis) -> int:
+        """How many classes ``released`` shows (its rows grouped by their QIs)."""
+        if not qis:
+            return 1
+        columns = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+        return int(run(plpy, f"SELECT pg_catalog.count(*) AS n FROM (SELECT {columns} FROM "
+                             f"{released} r GROUP BY {columns}) AS c")[0]["n"])
+
     def _side(self, a: int, value: str, bounds) -> str:
         """The region's cuts on QI ``a`` (``bounds``) tested on ``value`` instead of the column."""
         view = copy.copy(self.src)
@@ -222,11 +242,11 @@ class RegionChecks:
         view.names[a] = value
         return view.predicate(bounds)
 
-    def released_inside_regions(self, plpy, release: dict, promise):
+    def released_inside_regions(self, plpy, release: dict, promise, boxes: bool = True):
         """(QI columns, sensitive columns, how many classes are released, whether stored classes
         merge) of ``release``, once every released class is shown to lie inside one region (else
         22000, nothing published): a region's people can then be matched with its classes
-        alone."""
+        alone. ``boxes``: False counts the classes alone (a refresh with movers)."""
         tbl = guards.table_in_query(plpy, release["source"])
         cols = {c.name: c for c in catalog.table_columns(plpy, tbl)}
         qis = [cols[name] for name in promise.quasi_identifiers or ()]
@@ -234,7 +254,8 @@ class RegionChecks:
         released = republication.released_relation(plpy, release)
         with timing.phase("check_classes"), local_settings(
                 plpy, **class_counts.pass_settings(plpy, self.budget), jit="off"):
-            total, inside = self.classes_inside(plpy, released, qis)
+            total, inside = self.classes_inside(plpy, released, qis) if boxes \
+                else (self.classes_released(plpy, released, qis),) * 2
             # asked once for every region (a region's classes merge where the release's do)
             stored = class_counts.storage_for(plpy, release)
             merges = stored is not None and class_counts.classes_merge(
@@ -274,10 +295,8 @@ class RegionChecks:
                 with timing.phase("read_people"), self.region_read(plpy):
                     rows = self.read(self.ctx, where, self.src.whole, people_state=empty)
                 people = rows.people
-                order = republication._hash_order(people.persons)
-                if rows.data.n_rows != region.rows or _digest(
-                        people.persons[order],
-                        None if people.records is None else people.records[order]) != region.digest:
+                order, digest = _people_digest(people)
+                if rows.data.n_rows != region.rows or digest != region.digest:
                     raise SourceChanged(
                         f"{self.label} changed while its stable release was built region by "
                         f"region: region {number}'s rows are not those the run read",
@@ -547,31 +566,48 @@ WHERE v.release_id = $1
   AND v.version = (SELECT pg_catalog.max(version) FROM anon.release_versions WHERE release_id = $1)"""
 
 
+@dataclass(frozen=True)
+class Mover:
+    """A known person whose row lies in another box than the region remembering them: read,
+    fitted and checked with that region (``kept``), not with their box's (``box``)."""
+
+    tableoid: int
+    ctid: str
+    kept: int
+    box: int
+    #: their person's hash, as the run hashes it
+    person: bytes
+
+
 @dataclass
 class RefreshPlan:
-    """The groups of regions a stable refresh beyond the budget would run together
-    (:func:`plan_refresh`) and what linked them."""
+    """Each stored region's rows at a stable refresh beyond the budget (:func:`plan_refresh`):
+    a known person's with the region remembering them, a joiner's with their box's; and what
+    would still link regions (the refresh is then refused)."""
 
     regions: int
-    #: rows of the source in each stored box now
+    #: rows each region reads now: its box's, less its movers out, plus its movers in
     rows: list
-    #: rows in each box whose person the state holds in that box's region (as SQL hashed them:
-    #: the run, which hashes them in Python, must find as many)
+    #: rows each region reads whose person its state holds (as SQL hashed them: the run, which
+    #: hashes them in Python, must find as many)
     stayed: list
-    #: rows whose person the state holds in another region than their box's now
+    #: rows whose person a region remembers other than their box's now
     movers: int
-    #: rows whose person the state holds back in another region than their box's now (the
-    #: refusal names them as waiting in another region's group)
+    #: people held back in one region's state whose group is another region's (links)
     waiting: int
     #: rows of people the state does not hold
     joiners: int
-    #: the state's groups whose people its rows hold in several regions
+    #: the state's groups whose people its rows hold in several regions (links)
     spread_groups: int
     #: why every region is one group (a row in no box, a NULL in a QI released as a range, an
     #: identifier not hashed in SQL), or None
     everything: str | None
     #: core.refresh_groups.Plan: each region's group and the rows of each
     groups: refresh_groups.Plan
+    #: the movers (:class:`Mover`), all of them when ``movers`` is at most MOST_MOVERS
+    moved: list = field(default_factory=list)
+    #: rows of people two regions' states hold (links)
+    twice: int = 0
 
     def largest(self) -> tuple[list[int], int]:
         """(the regions of the group holding the most rows, its rows)."""
@@ -579,14 +615,21 @@ class RefreshPlan:
         return self.groups.members(root), rows
 
 
+#: the movers a plan lists (their TIDs go into their regions' reads as literals): 10,035 when
+#: everyone's age rose by one at 1M rows (docs/out-of-core.md)
+MOST_MOVERS = 100_000
+
+
 def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | None:
-    """The groups of regions a stable refresh beyond the budget must run together
-    (core.refresh_groups), from one pass over the source in SQL (``release``: with its salt,
-    :func:`with_secrets`): each row's stored box (:func:`box_case`) and its person's salted
-    hash joined with the state's people, held back people and their waiting groups, counted per
-    pair of regions; and from the state, its groups held in several regions. Nothing but counts
-    per region reaches Python. None when the release stores no boxes (created in memory, or its
-    state rewritten as one region since)."""
+    """Each stored region's rows at a stable refresh beyond the budget, from one pass over the
+    source in SQL (``release``: with its salt, :func:`with_secrets`): each row's stored box
+    (:func:`box_case`) and its person's salted hash joined with the state's people and held
+    back people. A known person stays with the region remembering them whatever box their QIs
+    lie in now (a mover: listed by TID); a joiner goes to their box's region. What still links
+    regions: a person two regions remember, a held back person whose group is another region's,
+    a group of the state held in several regions (core.refresh_groups closes them; the refresh
+    is then refused). Counts per region and the movers reach Python, nothing else. None when
+    the release stores no boxes (created in memory, or its state rewritten as one region)."""
     rid = release["release_id"]
     boxes = stored_boxes(plpy, rid)
     if not boxes:
@@ -603,56 +646,90 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
     links: dict = {}
     rows = [0] * len(boxes)
     stayed = [0] * len(boxes)
-    movers = waiting = joiners = 0
+    movers = joiners = twice = 0
+    moved: list = []
     everything = None
     for member in src.members:
         check_interrupts()
         counted = run(plpy, f"""
             WITH now AS MATERIALIZED (
-                     SELECT {label} AS region, {person} AS person, ({null_ranged}) AS null_ranged
+                     SELECT tableoid, ctid, {label} AS region, {person} AS person,
+                            ({null_ranged}) AS null_ranged
                      FROM {member}),
-                 held AS ({STATE_PEOPLE.format(column="persons")}),
-                 waits AS ({STATE_PEOPLE.format(column="waiting_persons")}),
-                 waits_in AS ({WAITING_GROUPS}),
-                 group_regions AS ({GROUP_REGIONS})
-            SELECT false AS waits_in, n.region, h.stored, w.stored AS waited, n.null_ranged,
-                   n.person IS NULL AS unhashed, pg_catalog.count(*) AS n
-            FROM now n LEFT JOIN held h ON h.person OPERATOR(pg_catalog.=) n.person
-                 LEFT JOIN waits w ON w.person OPERATOR(pg_catalog.=) n.person
-            GROUP BY 2, 3, 4, 5, 6
+                 held AS (SELECT person, pg_catalog.min(stored) AS stored,
+                                 pg_catalog.max(stored) AS other
+                          FROM ({STATE_PEOPLE.format(column="persons")}) AS p GROUP BY person),
+                 waits AS (SELECT person, pg_catalog.min(stored) AS stored,
+                                  pg_catalog.max(stored) AS other
+                           FROM ({STATE_PEOPLE.format(column="waiting_persons")}) AS p
+                           GROUP BY person),
+                 known AS MATERIALIZED (
+                     SELECT n.tableoid, n.ctid, n.region, n.null_ranged, n.person,
+                            n.person IS NULL AS unhashed, h.stored, w.stored AS waited,
+                            h.other IS DISTINCT FROM h.stored
+                                AND h.other IS NOT NULL
+                                OR w.other IS DISTINCT FROM w.stored
+                                AND w.other IS NOT NULL AS twice
+                     FROM now n LEFT JOIN held h ON h.person OPERATOR(pg_catalog.=) n.person
+                          LEFT JOIN waits w ON w.person OPERATOR(pg_catalog.=) n.person)
+            SELECT false AS mover, region, stored, waited, null_ranged, unhashed,
+                   twice,
+                   pg_catalog.count(*) AS n, NULL::pg_catalog.oid AS tableoid,
+                   NULL::pg_catalog.tid AS ctid, NULL::pg_catalog.bytea AS person
+            FROM known GROUP BY 2, 3, 4, 5, 6, 7
             UNION ALL
-            SELECT true, n.region, r.region, NULL, false, false, pg_catalog.count(*)
-            FROM now n JOIN waits_in i ON i.person OPERATOR(pg_catalog.=) n.person
-                 JOIN group_regions r ON r.g = i.g
-            GROUP BY 2, 3""", ["int4", "bytea"],
+            (SELECT true, region, stored, waited, false, false, false, 1, tableoid, ctid, person
+             FROM known
+             WHERE COALESCE(stored, waited) IS DISTINCT FROM region
+               AND COALESCE(stored, waited) IS NOT NULL
+             LIMIT {MOST_MOVERS + 1})""", ["int4", "bytea"],
                       [rid, None if salt is None else bytes.fromhex(salt)])
         for r in counted:
+            stored, waited = r["stored"], r["waited"]
+            kept = stored if stored is not None else waited
+            if r["mover"]:
+                if r["region"] is not None and len(moved) < MOST_MOVERS:
+                    moved.append(Mover(int(r["tableoid"]), r["ctid"], int(kept), int(r["region"]),
+                                       bytes(r["person"])))
+                continue
             n = int(r["n"])
             if r["region"] is None:
                 everything = everything or f"{n:,} rows lie in no stored region"
                 continue
             here = int(r["region"])
-            if r["waits_in"]:
-                # a held back person joins the group they wait in, wherever its people are
-                links[(here, int(r["stored"]))] = links.get((here, int(r["stored"])), 0) + n
-                continue
-            rows[here] += n
-            if r["stored"] is not None and int(r["stored"]) == here:
-                stayed[here] += n
             if r["unhashed"]:
                 everything = everything or f"{n:,} rows' identifiers are not hashed in SQL"
             if r["null_ranged"]:
                 everything = everything or (f"{n:,} rows hold NULL in a QI released as a range, "
                                             "which an analyst finds in every class's range")
-            for stored in (r["stored"], r["waited"]):
-                if stored is not None and int(stored) != here:
-                    links[(here, int(stored))] = links.get((here, int(stored)), 0) + n
-            if r["stored"] is not None and int(r["stored"]) != here:
+            if stored is not None and waited is not None and int(stored) != int(waited):
+                links[(int(stored), int(waited))] = links.get((int(stored), int(waited)), 0) + n
+                twice += n
+            if r["twice"]:
+                # remembered by two regions' rows of one column: every region their own link
+                everything = everything or f"{n:,} rows' people are remembered by two regions"
+                twice += n
+            reader = here if kept is None else int(kept)
+            rows[reader] += n
+            if stored is not None:
+                stayed[reader] += n
+            if kept is not None and int(kept) != here:
                 movers += n
-            if r["waited"] is not None and int(r["waited"]) != here:
-                waiting += n
-            if r["stored"] is None and r["waited"] is None and not r["unhashed"]:
+            if kept is None and not r["unhashed"]:
                 joiners += n
+    # a held back person waits in a group of their own region's (a region's run holds both)
+    waiting = 0
+    for r in run(plpy, f"""
+            WITH waits AS ({STATE_PEOPLE.format(column="waiting_persons")}),
+                 waits_in AS ({WAITING_GROUPS}),
+                 group_regions AS ({GROUP_REGIONS})
+            SELECT w.stored, r.region, pg_catalog.count(*) AS n
+            FROM waits w JOIN waits_in i ON i.person OPERATOR(pg_catalog.=) w.person
+                 JOIN group_regions r ON r.g = i.g
+            WHERE r.region <> w.stored
+            GROUP BY 1, 2""", ["int4"], [rid]):
+        links[(int(r["stored"]), int(r["region"]))] = int(r["n"])
+        waiting += int(r["n"])
     spread = run(plpy, f"SELECT pg_catalog.array_agg(region ORDER BY region) AS regions "
                        f"FROM ({GROUP_REGIONS}) AS r GROUP BY g HAVING pg_catalog.count(*) > 1",
                  ["int4"], [rid])
@@ -660,7 +737,7 @@ def plan_refresh(plpy, release: dict, src, identifiers: list) -> RefreshPlan | N
                            for other in held["regions"][1:]]
     groups = refresh_groups.plan(axes, pairs, rows, everything is not None)
     return RefreshPlan(len(boxes), rows, stayed, movers, waiting, joiners, len(spread), everything,
-                       groups)
+                       groups, moved, twice)
 
 
 class NotByRegions(AnonError):
@@ -674,6 +751,17 @@ class RefreshedMeanwhile(AnonError):
     """The state or versions changed between a refresh's run and its check (serialization_failure)."""
 
     sqlstate = "40001"
+
+
+def _among(plpy, movers: list) -> str:
+    """SQL true for a row of ``movers`` (their tables' oids and TIDs)."""
+    by_table: dict = {}
+    for mover in movers:
+        by_table.setdefault(mover.tableoid, []).append(f'"{mover.ctid}"')
+    return " OR ".join(
+        f"(tableoid OPERATOR(pg_catalog.=) CAST({int(oid)} AS pg_catalog.oid) AND ctid "
+        f"OPERATOR(pg_catalog.=) ANY (CAST({plpy.quote_literal('{' + ','.join(tids) + '}')} "
+        "AS pg_catalog.tid[])))" for oid, tids in by_table.items())
 
 
 class Cut:
@@ -696,6 +784,15 @@ class RefreshedRegion:
     shown: np.ndarray | None = None
     #: the region's version as republication.run_people gives it
     version: dict | None = None
+    #: its people whose rows lie in another box now, and the rows of its box whose people
+    #: another region remembers (:class:`Mover`)
+    moved_in: list = field(default_factory=list)
+    moved_out: list = field(default_factory=list)
+    #: the released bounds of its classes holding a mover in (:meth:`RegionRefresh.keep`)
+    keys: list = field(default_factory=list)
+    #: other regions' such bounds whose class's corner lies in its box
+    #: (:meth:`RegionRefresh.place_mover_classes`)
+    foreign: list = field(default_factory=list)
 
 
 #: what a refresh region by region keeps of a region's version (republication.run_people's)
@@ -705,11 +802,12 @@ KEPT_OF_VERSION = ("group_ids", "counts", "values", "linked", "people_linked", "
 
 class RegionRefresh(RegionChecks):
     """A stable refresh beyond the budget where no region is linked to another (the plan's
-    groups are its stored regions: no person moved box, none waits, no group spans regions):
-    each stored region refreshed by the in-memory stable machinery restricted to its rows
-    (read by its box's predicate), its state rows and its groups of the stored versions
-    (republication.State.read's ``region``), then checked region by region from the released
-    rows as the creation's check is (:meth:`check`), the version stored once."""
+    groups are its stored regions: nobody remembered twice or waiting in another region's
+    group, no group spanning regions): each stored region refreshed by the in-memory stable
+    machinery restricted to its rows (its box's, less its movers out, plus its movers in), its
+    state rows and its groups of the stored versions (republication.State.read's ``region``),
+    then checked region by region from the released rows as the creation's check is
+    (:meth:`check`), the version stored once."""
 
     def __init__(self, ctx, src, read, region_read, label: str, budget: int, boxes: list,
                  plan: RefreshPlan, committed: dict):
@@ -717,7 +815,20 @@ class RegionRefresh(RegionChecks):
         self.release_id = ctx.release_id
         self.regions = [RefreshedRegion(i, [Cut(c) for c in box], plan.rows[i])
                         for i, box in enumerate(boxes)]
+        for mover in plan.moved:
+            self.regions[mover.kept].moved_in.append(mover)
+            self.regions[mover.box].moved_out.append(mover)
         self.stayed = plan.stayed
+        #: the QIs released as ranges: a class of movers is known by their bounds
+        self.ranged = [a for a, col in enumerate(src.qis)
+                       if republication._released_type(col) != "text[]"]
+        if plan.moved and not self.ranged:
+            raise NotByRegions(
+                f"a stable refresh of {label} region by region finds the classes of people whose "
+                f"quasi-identifiers left their region's box ({len(plan.moved):,}) by their "
+                "ranges, and the release has no QI released as a range",
+                hint="Raise plpy_anon.build_memory to what the stable run holds in one backend "
+                     "for this refresh.")
         #: the state's and the newest stored version's numbers the run read
         self.committed = committed
 
@@ -732,6 +843,10 @@ class RegionRefresh(RegionChecks):
         plpy = ctx.plpy
         where = box_predicate(self.src, [b.cut for b in region.bounds], self.release_id) \
             if region.bounds else None
+        if region.moved_out:
+            where = f"({where or 'true'}) AND NOT ({_among(plpy, region.moved_out)})"
+        if region.moved_in:
+            where = f"({where or 'true'}) OR ({_among(plpy, region.moved_in)})"
         with release_rows.owner_state(plpy):
             state = republication.State.read(plpy, self.release_id, region=region.number)
             # the region's own codes (no table's figures to widen them to): the stable run's
@@ -816,12 +931,94 @@ class RegionRefresh(RegionChecks):
         published = getattr(model, "published_", None)
         shown = np.ones(people.persons.size, dtype=bool) if published is None \
             else np.asarray(published.published, dtype=bool)
-        order = republication._hash_order(people.persons)
-        region.digest = _digest(people.persons[order],
-                                None if people.records is None else people.records[order])
+        order, region.digest = _people_digest(people)
         region.groups = np.asarray(model.groups_, dtype=np.int64)[order]
         region.shown = shown[order]
         region.version = {key: version[key] for key in KEPT_OF_VERSION}
+        if region.moved_in:
+            region.keys = self.mover_classes(region, rows, model)
+
+    def mover_classes(self, region: RefreshedRegion, rows, model) -> list:
+        """The released bounds (per QI released as a range: its lowest and highest value's
+        text, as read) of each class of ``region`` holding one of its movers in: such a class's
+        corner may lie in another region's box, so the check finds it by its bounds."""
+        people = rows.people
+        movers = np.asarray([m.person for m in region.moved_in], dtype=people.persons.dtype)
+        labels = np.asarray(model.labels_)
+        keys = []
+        for c in np.unique(labels[np.isin(people.persons, movers)]).tolist():
+            check_interrupts()
+            members = np.flatnonzero(labels == c)
+            key = []
+            for a in self.ranged:
+                codes = rows.encoded[a].codes[members]
+                texts = people.qi_texts[a]
+                for at in (members[int(np.argmin(codes))], members[int(np.argmax(codes))]):
+                    code = int(texts.codes[at])
+                    key.append(None if code < 0 else texts.dictionary[code])
+            keys.append(tuple(key))
+        return keys
+
+    def _class_key(self, alias: str) -> str:
+        """SQL of a released class's key (``alias``: its row): :meth:`mover_classes`' bounds."""
+        parts = []
+        for a in self.ranged:
+            q = f"{alias}.{ident(self.ctx.plpy, self.src.qis[a].name)}"
+            released = republication._released_type(self.src.qis[a])
+            high = f"pg_catalog.upper({q})"
+            if released in DISCRETE_RANGES:
+                high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
+                        f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
+            parts += [f"pg_catalog.lower({q})", high]
+        return f"({', '.join(parts)})"
+
+    def _key_literals(self, key: tuple) -> str:
+        """A key's bounds as constants of their QIs' types, comma separated."""
+        return ", ".join("NULL" if text is None else self.src.literal(self.ranged[i // 2], text)
+                         for i, text in enumerate(key))
+
+    def _keys_listed(self, keys: list) -> str:
+        return ", ".join(f"({self._key_literals(key)})" for key in keys)
+
+    def place_mover_classes(self, plpy, release: dict, qis) -> None:
+        """Each region's :attr:`RefreshedRegion.foreign`: the bounds of other regions' movers'
+        classes whose corner lies in its box, found in one pass over the released classes (the
+        regions' checks then list a few bounds each, not every region's)."""
+        listed = [(r.number, key) for r in self.regions for key in r.keys]
+        if not listed:
+            return
+        columns = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
+        corner = "CASE " + " ".join(
+            f"WHEN {self.class_corner_in('c', r.bounds)} THEN {r.number}"
+            for r in self.regions) + " END"
+        names = [f"k{j}" for j in range(2 * len(self.ranged))]
+        values = ", ".join(f"({self._key_literals(key)}, {i})" for i, (_, key) in enumerate(listed))
+        found = run(plpy, f"""
+            SELECT DISTINCT k.i, {corner} AS region
+            FROM (SELECT {columns} FROM {republication.released_relation(plpy, release)} r
+                  GROUP BY {columns}) AS c
+                 JOIN (VALUES {values}) AS k({', '.join(names)}, i)
+                   ON {self._class_key('c')} = ({', '.join(f'k.{n}' for n in names)})""")
+        for row in found:
+            owner, key = listed[int(row["i"])]
+            if row["region"] is not None and int(row["region"]) != owner:
+                self.regions[int(row["region"])].foreign.append(key)
+
+    def classes_of(self, alias: str, region: RefreshedRegion) -> str:
+        """SQL true for a released class (``alias``: its row) of ``region``: one of its
+        movers' classes (by their bounds), or a class whose corner lies in its box and is not
+        another region's movers' class (a class of no mover lies inside its region's box)."""
+        corner = self.class_corner_in(alias, region.bounds)
+        if not region.keys and not region.foreign:
+            return corner
+        key = self._class_key(alias)
+        if region.foreign:
+            corner = (f"(NOT COALESCE({key} IN (VALUES {self._keys_listed(region.foreign)}), "
+                      f"false) AND {corner})")
+        if region.keys:
+            corner = f"(COALESCE({key} IN (VALUES {self._keys_listed(region.keys)}), false) " \
+                     f"OR {corner})"
+        return corner
 
     def check(self, plpy, release: dict) -> dict:
         """The cross-version check of the version, region by region: each region's people
@@ -836,7 +1033,13 @@ class RegionRefresh(RegionChecks):
                 f"the state of {release['release_schema']}.{release['release_name']} changed "
                 "while it was refreshed region by region; nothing was published",
                 hint="Refresh it again.")
-        qis, sensitive, total, merges = self.released_inside_regions(plpy, release, promise)
+        # a class of movers may reach beyond its region's box (docs/out-of-core.md): then each
+        # region's classes are those its check finds by their bounds or corners, and each
+        # class's rows are its region's by the multisets compared with its run's groups
+        qis, sensitive, total, merges = self.released_inside_regions(
+            plpy, release, promise, boxes=not any(r.moved_in for r in self.regions))
+        with timing.phase("check_classes"), local_settings(plpy, jit="off"):
+            self.place_mover_classes(plpy, release, qis)
         with release_rows.owner_state(plpy):
             old_rows = int(run(plpy, "SELECT pg_catalog.count(*) AS n FROM "
                                      "anon.readable_release_state WHERE release_id = $1",
@@ -856,10 +1059,9 @@ class RegionRefresh(RegionChecks):
                 with timing.phase("read_people"):
                     rows = self.read_rows(self.ctx, region)
                 people = rows.people
-                order = republication._hash_order(people.persons)
+                order, digest = _people_digest(people)
                 version = _in_values_of(region.version, people.values)
-                if _digest(people.persons[order], None if people.records is None
-                           else people.records[order]) != region.digest or version is None:
+                if digest != region.digest or version is None:
                     raise SourceChanged(
                         f"{self.label} changed while its stable release was refreshed region by "
                         f"region: region {region.number}'s rows are not those the run read",
@@ -882,8 +1084,7 @@ class RegionRefresh(RegionChecks):
                     classes = republication.released_classes(
                         plpy, release, qis, sensitive, qi_texts,
                         [None in column for column in people.qi_texts],
-                        within=lambda alias, bounds=region.bounds: self.class_corner_in(alias, bounds),
-                        merges=merges)
+                        within=lambda alias, r=region: self.classes_of(alias, r), merges=merges)
                     linked = republication.linked_classes(classes) \
                         if classes.linkable[0].shape[1] else None
                     matched = containment.contained(classes.axes, ordered.size, classes.count,

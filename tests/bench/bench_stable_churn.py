@@ -1,14 +1,20 @@
-"""How far realistic churn links the regions of a stable release created region by region (issue
-47): the synthetic table of bench_stable_budget created in the stable mode at 64MB (64 regions),
-then for each churn shape, in a transaction rolled back after it, only the refresh's plan
+"""How realistic churn refreshes a stable release created region by region (issue 47): the
+synthetic table of bench_stable_budget created in the stable mode at 64MB (64 regions), then for
+each churn shape, in a transaction rolled back after it, the refresh's plan
 (``stable_regions.plan_refresh`` and ``out_of_core.refuse_unless_apart``, the code a refresh
-runs before it reads a region; nothing is built): the movers, held back people who moved, the
-merged groups, the largest group's regions, rows and estimated bytes in the stable run (rows x
+runs before it reads a region): the movers (known people whose QIs left the box of the region
+remembering them, read with that region), the regions still linked (a person two regions
+remember, a held back person waiting in another region's group, a group of several regions) and
+merged, the largest group's regions, rows and estimated bytes in the stable run (rows x
 STABLE_ROW_FACTOR x the row's estimate) against the budget's room for a region, and whether the
-refresh runs region by region (no region linked, each region within the room) or would fit if a
-merged group ran as one region. Two looser closures beside, from the same links, to show where
-the merging comes from: the regions linked by people alone (union-find over the links, no hull),
-and one hull step (each link's two boxes' hull merges the regions it meets, not closed again).
+refresh runs region by region. Two looser closures beside, from the same links: the regions
+linked by people alone (union-find over the links, no hull), and one hull step. Then, for the
+shapes that move people (PLPY_ANON_STABLE_CHURN_REFRESH=all: every shape; none: none), the
+refresh itself
+in a fresh backend at the budget, in a transaction rolled back after it: its seconds, the
+backend's CPU seconds, VmHWM (after the shape, and after the refresh), peak RssAnon (the
+backend's private memory) and RssShmem (shared buffers touched) against the budget, and the
+check's figures.
 
 The shapes (nobody tuned the code for them; ids are 1..n, a "random other row" is the row of a
 uniformly drawn id): everyone's age + 1; 0.1 % and 1 % of the people with one QI (drawn among
@@ -16,15 +22,17 @@ the 6) set to a random other row's value; 1 % moved to a random other row's 6 QI
 random other row's diagnosis; 1 % left; 1 % joined with random other rows' values.
 
 PLPY_ANON_STABLE_CHURN_ROWS (default 1000000), PLPY_ANON_STABLE_CHURN_BUDGET (default 64MB).
-The plan's seconds are the backend's CPU seconds (/proc/<pid>/stat).
+The plan's seconds are the backend's CPU seconds (/proc/<pid>/stat); VmHWM from
+/proc/<pid>/status once the refresh returned.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from pathlib import Path
 
-from tests.bench.bench_mondrian import fresh_backend, load_synthetic
+from tests.bench.bench_mondrian import MemorySampler, fresh_backend, load_synthetic
 from tests.bench.bench_stable_budget import CREATE, QIS, K, L, backend_cpu
 from tests.bench.common import extension_db, markdown_table, results_dir
 
@@ -142,10 +150,56 @@ SHAPES = [
 ]
 
 
+#: the shapes that move known people across boxes, whose refresh runs
+MOVING = {"everyone's age + 1", "0.1 % one QI set to a random row's",
+          "1 % one QI set to a random row's", "1 % moved to a random row's 6 QIs"}
+
+
+def vm_hwm(pid: int) -> float:
+    """The backend's peak resident set (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def refreshed(conn, budget: str, release: str, sql: str, n: int, seed: float) -> dict:
+    """The refresh at ``budget`` of ``release`` after ``sql`` (the shape, drawn with ``seed``)
+    in a fresh backend, rolled back: seconds, CPU seconds, VmHWM, the refusal or the figures."""
+    with fresh_backend(conn) as other:
+        other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
+        pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        other.autocommit = False
+        other.execute("SELECT setseed(%s)", (seed,))
+        other.execute(sql % {"n": n})
+        # the shape's own peak (an UPDATE of every row touches every shared buffer)
+        out = {"refused": None, "hwm_before": vm_hwm(pid)}
+        t0, cpu = time.perf_counter(), backend_cpu(pid)
+        with MemorySampler(pid) as memory:
+            try:
+                other.execute("SELECT anon.refresh(%s)", (release,))
+            except Exception as error:          # noqa: BLE001 - a refusal is a result here
+                out["refused"] = f"{getattr(error, 'sqlstate', '')}: {error}"[:300]
+        out["seconds"], out["cpu"] = time.perf_counter() - t0, backend_cpu(pid) - cpu
+        out.update(hwm=vm_hwm(pid), anon=memory.anon, shmem=memory.shmem)
+        if out["refused"] is None:
+            ooc, across = other.execute(
+                "SELECT metrics -> 'out_of_core', verification -> 'across_versions' FROM "
+                "anon.releases WHERE format('%%I.%%I', release_schema, release_name) = %s",
+                (release,)).fetchone()
+            out.update(by_regions=bool(ooc and ooc.get("refreshed_by_regions")),
+                       movers=(ooc or {}).get("movers"), below_l=across["below_l"],
+                       fewest=across["fewest_candidates"], held_back=across["held_back"])
+        other.rollback()
+    return out
+
+
 def main() -> None:
     n = int(os.environ.get("PLPY_ANON_STABLE_CHURN_ROWS", "1000000"))
     budget = os.environ.get("PLPY_ANON_STABLE_CHURN_BUDGET", "64MB")
     rows = []
+    runs_of = []
+    refreshes = os.environ.get("PLPY_ANON_STABLE_CHURN_REFRESH", "moving")
     with extension_db() as conn:
         load_synthetic(conn, n)
         with fresh_backend(conn) as other:
@@ -171,6 +225,16 @@ def main() -> None:
             fits = got["largest_group_bytes"] <= got["room_bytes"]
             print(f"{shape}: {changed:,} rows changed; {json.dumps(got)}; plan CPU {cpu:.1f} s",
                   flush=True)
+            if refreshes == "all" or refreshes == "moving" and shape in MOVING:
+                run = refreshed(conn, budget, release, sql, n, 0.1 + i / 100)
+                print(f"{shape}: refresh {json.dumps(run)}", flush=True)
+                runs_of.append([shape, f"{got['movers']:,}", round(run["seconds"], 1),
+                                round(run["cpu"], 1), round(run["hwm_before"]), round(run["hwm"]),
+                                round(run["anon"]), round(run["shmem"]), budget,
+                                run["refused"] or ("region by region" if run.get("by_regions")
+                                                   else "in memory"),
+                                run.get("below_l", ""), run.get("fewest", ""),
+                                run.get("held_back", "")])
             rows.append([shape, f"{changed:,}", f"{got['movers']:,}", f"{got['waiting']:,}",
                          f"{got['joiners']:,}", got["merged_groups"], got["groups"],
                          f"{got['largest_group_regions']} / {got['regions']}",
@@ -180,12 +244,17 @@ def main() -> None:
                          "{} / {:,}".format(*got["links_only_largest"]),
                          "{} / {:,}".format(*got["hull_once_largest"]), round(cpu, 1)])
     table = markdown_table(
-        ["churn", "rows changed", "movers", "held back moved", "joiners", "merged groups",
+        ["churn", "rows changed", "movers", "held back in another region's group", "joiners", "merged groups",
          "groups", "largest group's regions", "its rows", "its MiB / room MiB",
          "refresh runs", "largest group fits", "linked by people alone: regions / rows",
          "one hull step: regions / rows", "plan CPU s"], rows)
+    refreshes = markdown_table(
+        ["churn", "movers", "refresh s", "backend CPU s", "VmHWM before MiB", "VmHWM MiB",
+         "peak RssAnon MiB", "peak RssShmem MiB", "budget", "refresh",
+         "below l", "fewest candidates", "held back"], runs_of)
     print(table)
-    (results_dir() / "stable_churn.md").write_text(table + "\n")
+    print(refreshes)
+    (results_dir() / "stable_churn.md").write_text(table + "\n\n" + refreshes + "\n")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """A stable release created beyond plpy_anon.build_memory stores the box of each region of its
 state (anon.release_regions, SQL 485) and is refreshed region by region beyond the budget where
-the refresh's plan (stable_regions.plan_refresh) links no region. Checked from the released rows
-of every version and the source: every released class lies inside one stored box, every row of
-the source in exactly one, every remembered person in their region's; k, l and the candidates an
-analyst intersects across versions; the plan's movers, joiners and closed groups; movers, a
-region below k and a cancel refuse or stop with the published version, state, versions and boxes
-unchanged; a state of one region is refused without reading the source; another custodian reads
-and writes no box; the boxes go with an in-memory refresh and with the release."""
+the refresh's plan (stable_regions.plan_refresh) links no region: a known person stays in the
+region remembering them whatever box their QIs lie in now (a mover), a joiner goes to their
+box's. Checked from the released rows of every version and the source: every released class of
+the creation lies inside one stored box, every row of the source in exactly one, every
+remembered person in one region; k, l and the candidates an analyst intersects across versions;
+the plan's rows, movers and joiners; a region below k and a cancel refuse or stop with the
+published version, state, versions and boxes unchanged; a state of one region is refused
+without reading the source; another custodian reads and writes no box; the boxes go with an
+in-memory refresh and with the release."""
 from __future__ import annotations
 
 import datetime
@@ -70,13 +72,27 @@ def class_points(db, rel: str) -> list[dict]:
     return out
 
 
+def remembered_regions(db, release_id: int) -> dict:
+    """Each person the state remembers (published or held back) -> the regions whose state rows
+    hold them."""
+    out: dict = {}
+    for column in ("persons", "waiting_persons"):
+        for person, region in db.execute(
+                f"SELECT substr(s.{column}, 32 * (g - 1) + 1, 32), s.region "
+                f"FROM anon.release_state s, generate_series(1, octet_length(s.{column}) / 32) g "
+                "WHERE s.release_id = %s", (release_id,)).fetchall():
+            out.setdefault(bytes(person), []).append(region)
+    return out
+
+
 def row_regions(db, table: str, release_id: int, stored: list) -> dict:
     """Each person's hash -> (the box their row lies in now, the region of the state's row that
-    remembers them, None for someone new), from the source and the state."""
-    held = dict(db.execute(
-        "SELECT substr(s.persons, 32 * (g - 1) + 1, 32), s.region FROM anon.release_state s, "
-        "generate_series(1, octet_length(s.persons) / 32) g WHERE s.release_id = %s",
-        (release_id,)).fetchall())
+    remembers them, published or held back, None for someone new), from the source and the
+    state; refuses a person remembered in several regions."""
+    held = {}
+    for person, regions in remembered_regions(db, release_id).items():
+        assert len(set(regions)) == 1, (person, regions)
+        held[person] = regions[0]
     out = {}
     for person, a, b, c in db.execute(
             f"SELECT sha256(decode(k.person_salt, 'hex') || convert_to(t.id::text, 'UTF8')), "
@@ -154,12 +170,11 @@ def last_error(db, rel: str):
                       "release_schema, release_name) = %s", (rel,)).fetchone()[0]
 
 
-def test_movers_across_boxes_refuse_the_refresh_and_keep_the_published_version(db, schema):
-    """People whose QIs left their region's box link regions, whose run together is not built:
-    refused (54000) with the regions it would hold together, after the plan's one pass over the
-    source and before anything is written (released rows, state, versions and boxes as they
-    were), recorded in last_error and anon.refresh_history; the same refresh within the budget
-    runs in memory."""
+def test_a_refusal_is_recorded_and_keeps_the_published_version(db, schema):
+    """A refresh beyond the budget refused (a region left below k: 54000) after the plan's one
+    pass over the source and before anything is written (released rows, state, versions and
+    boxes as they were), recorded in last_error and anon.refresh_history; the same refresh
+    within the budget runs in memory."""
     people(db, "t")
     with budget(db, TINY):
         rel = stable(db, schema, "t", "moved")
@@ -167,25 +182,25 @@ def test_movers_across_boxes_refuse_the_refresh_and_keep_the_published_version(d
     stored = boxes(db, release_id)
     db.execute("DELETE FROM t WHERE id % 25 = 0")
     db.execute("UPDATE t SET a = 105 - a WHERE id % 97 = 0")
-    moved = [1 for now, before in row_regions(db, "t", release_id, stored).values()
-             if before is not None and before != now]
-    assert moved
+    hashes = [p for p, (now, before) in row_regions(db, "t", release_id, stored).items()
+              if before == 2]
+    db.execute("DELETE FROM t t USING anon.release_secrets k WHERE k.release_id = %s AND "
+               "sha256(decode(k.person_salt, 'hex') || convert_to(t.id::text, 'UTF8')) = ANY(%s)",
+               (release_id, hashes))
     before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
     state = state_rows(db, release_id)
     versions = db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
                           (release_id,)).fetchall()
     error = refused(db, rel)
-    assert "would have to be refreshed together" in error.diag.message_primary
-    assert f"{len(moved):,} known people's quasi-identifiers left their region's box" in \
-        error.diag.message_primary
+    assert "hold fewer than k = 10 rows now (region 2: " in error.diag.message_primary
     assert "SET plpy_anon.build_memory" in error.diag.message_hint
     assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
     assert state_rows(db, release_id) == state
     assert db.execute("SELECT * FROM anon.release_versions WHERE release_id = %s",
                       (release_id,)).fetchall() == versions
     assert boxes(db, release_id) == stored
-    assert "refreshed together" in last_error(db, rel)
-    assert db.execute("SELECT succeeded, sqlstate, error LIKE '%%refreshed together%%' FROM "
+    assert "fewer than k" in last_error(db, rel)
+    assert db.execute("SELECT succeeded, sqlstate, error LIKE '%%fewer than k%%' FROM "
                       "anon.refresh_history WHERE release_id = %s ORDER BY started_at DESC "
                       "LIMIT 1", (release_id,)).fetchone() == (False, "54000", True)
     db.execute("SELECT anon.refresh(%s)", (rel,))
@@ -314,34 +329,18 @@ got = stable_regions.plan_refresh(plpy, release, src, [cols["id"]])
 plpy.notice(json.dumps({{"rows": got.rows, "movers": got.movers, "joiners": got.joiners,
                          "waiting": got.waiting, "spread": got.spread_groups,
                          "everything": got.everything, "groups": got.groups.groups,
-                         "group_rows": got.groups.group_rows, "rounds": got.groups.rounds}}))
+                         "group_rows": got.groups.group_rows, "rounds": got.groups.rounds,
+                         "moved": [[m.kept, m.box] for m in got.moved]}}))
 $$""")
     import json
     return json.loads(seen[-1])
 
 
-def extent(box: list, name: str, domain: list):
-    """A stored box's values on QI ``name`` among ``domain`` (every value the table and the
-    cuts hold, and a text in no cut)."""
-    return {v for v in domain if all(on_left(cut, v) == cut["left"]
-                                     for cut in box if cut["name"] == name)}
-
-
-def reach(members: list, name: str, domain: list) -> set:
-    """What a group of boxes' classes can take on QI ``name``: every value between the lowest
-    and highest of its boxes' on a range (a and c), their union on a set (b)."""
-    held = set().union(*(extent(box, name, domain) for box in members))
-    if name == "b" or not held:
-        return held
-    return {v for v in domain if min(held) <= v <= max(held)}
-
-
-def test_the_refresh_plan_holds_movers_regions_together_and_is_closed(db, schema):
+def test_the_refresh_plan_keeps_movers_in_their_regions(db, schema):
     """The plan of a refresh beyond the budget (stable_regions.plan_refresh, one pass in SQL)
-    against the source, the stored boxes and the state read here: each row counted in its box,
-    movers, joiners and leavers as the state says, every mover's old and new region in one
-    group, and no merged group's reach (every value between its boxes' on a and c, theirs on
-    b) meets a box of another group."""
+    against the source, the stored boxes and the state read here: each known person's row
+    counted in the region remembering them, each joiner's in its box's, movers and joiners as
+    the state says, and no region linked to another by movers."""
     people(db, "t")
     with budget(db, TINY):
         rel = stable(db, schema, "t", "planned")
@@ -363,31 +362,17 @@ def test_the_refresh_plan_holds_movers_regions_together_and_is_closed(db, schema
     now = [0] * len(stored)
     for region, _ in regions.values():
         now[region] += 1
-    assert got["rows"] == now
     moved = [(before, region) for region, before in regions.values()
              if before is not None and before != region]
-    assert got["movers"] == len(moved) > 0
+    assert got["movers"] == len(moved) == len(got["moved"]) > 0
+    assert sorted(got["moved"]) == sorted([before, region] for before, region in moved)
     assert got["joiners"] == sum(before is None for _, before in regions.values()) == 200
-    groups = got["groups"]
-    assert all(groups[a] == groups[b] for a, b in moved)
-    assert len(set(groups)) > 1            # a few movers do not merge the whole table
-    assert {int(g): n for g, n in got["group_rows"].items()} == {
-        g: sum(now[r] for r in range(len(stored)) if groups[r] == g) for g in set(groups)}
-    values = db.execute("SELECT array_agg(DISTINCT a), array_agg(DISTINCT b), "
-                        "array_agg(DISTINCT c) FROM t").fetchone()
-    domain = {"a": sorted(set(values[0]) | {parse("a", c["value"]) for box in stored
-                                             for c in box if c["name"] == "a" and c.get("value")}),
-              "b": sorted(set(values[1]) | {"a text in no cut"}),
-              "c": sorted(set(values[2]) | {parse("c", c["value"]) for box in stored
-                                             for c in box if c["name"] == "c" and c.get("value")})}
-    merged = {g for g in groups if groups.count(g) > 1}
-    assert merged
-    for g in merged:
-        members = [stored[r] for r in range(len(stored)) if groups[r] == g]
-        for r, box in enumerate(stored):
-            if groups[r] != g:
-                assert any(not (reach(members, q, domain[q]) & extent(box, q, domain[q]))
-                           for q in QIS), (g, r)
+    # each region reads its remembered people wherever they lie, and its box's joiners
+    reads = [0] * len(stored)
+    for region, before in regions.values():
+        reads[region if before is None else before] += 1
+    assert got["rows"] == reads != now
+    assert got["groups"] == list(range(len(stored)))
     # the plan reads and writes nothing of the release
     assert boxes(db, release_id) == stored
     guarantees_hold(db, rel)
@@ -525,3 +510,40 @@ def test_a_text_identifier_is_hashed_in_sql_as_the_run_hashes_it(db, schema):
     assert ooc["refreshed_by_regions"] and ooc["joiners"] == 0
     assert across["seen_before"] == ROWS - ROWS // 10 and across["below_l"] == 0
     guarantees_hold(db, rel)
+
+
+def test_a_person_two_regions_remember_is_refused(db, schema):
+    """A state row copied into another region (a release's owner may write its own rows of
+    anon.release_state): its people are remembered by two regions, whose runs would each take
+    them; refused (54000) by the plan before anything is written, the published rows kept."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "twice")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    chunks = db.execute("SELECT count(*) FROM anon.release_state WHERE release_id = %s",
+                        (release_id,)).fetchone()[0]
+    copied = db.execute("SELECT octet_length(persons) / 32 FROM anon.release_state WHERE "
+                        "release_id = %s AND region = 0 ORDER BY chunk LIMIT 1",
+                        (release_id,)).fetchone()[0]
+    db.execute("UPDATE anon.release_state SET chunks = %s WHERE release_id = %s",
+               (chunks + 1, release_id))
+    db.execute("INSERT INTO anon.release_state SELECT (jsonb_populate_record(s, "
+               "jsonb_build_object('chunk', %s, 'region', %s))).* FROM anon.release_state s "
+               "WHERE release_id = %s AND region = 0 ORDER BY chunk LIMIT 1",
+               (chunks, len(stored) - 1, release_id))
+    twice = {p for p, r in remembered_regions(db, release_id).items() if len(set(r)) > 1}
+    assert 0 < len(twice) <= copied
+    # the rows of the source whose people two regions remember
+    present = sum(1 for p in person_hashes(db, release_id) if p in twice)
+    assert present > 0
+    error = refused(db, rel)
+    assert f"{present:,} rows' people are remembered by two regions" in error.diag.message_primary
+    assert "would have to be refreshed together" in error.diag.message_primary
+
+
+def person_hashes(db, release_id: int) -> list:
+    """The hash of each row's person in ``t``."""
+    return [bytes(p) for (p,) in db.execute(
+        "SELECT sha256(decode(k.person_salt, 'hex') || convert_to(t.id::text, 'UTF8')) "
+        "FROM t, anon.release_secrets k WHERE k.release_id = %s", (release_id,)).fetchall()]
