@@ -228,8 +228,8 @@ def read_stored(plpy, storage: Storage, qis, sensitive, *, streamed: dict | None
     hash alike (else they may merge: :func:`classes_merge`) from a compact release's stored
     classes, read a range of blocks at a time (:func:`stored_chunk_query`): each chunk's texts
     split at the delimiter (their pieces counted against the values the arrays hold) and
-    factorized (pyarrow), the distinct texts ranked by PostgreSQL (:func:`value_ranks`), then
-    each class's (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each
+    factorized (:func:`_split_stored`), the distinct texts ranked by PostgreSQL
+    (:func:`value_ranks`), then each class's (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each
     value's code (4 bytes) held until the ranks are known, then the tables. With ``streamed`` (a
     bounded pass: whether each sensitive column whose report figures are wanted is ordered): a
     first pass finds the values and their rows, a second counts each chunk into the figures of

@@ -14,8 +14,9 @@ aggregates of one query see the rows in the same order:
   byte per row;
 * text (categorical columns, numeric columns' exact text) as ONE ``text`` of the chunk's values,
   each followed by the byte 0x01, NULL as the text 0x02, joined by ``string_agg`` and counted
-  (``count(column)``): split at the 0x01 bytes by numpy and factorized by pyarrow
-  (``dictionary_encode``, in C++), then merged into one dictionary across chunks. A chunk holding
+  (``count(column)``): split at the 0x01 bytes and factorized in one pass by the fit's compiled
+  kernel where the fit runs on them (else by numpy and pyarrow's ``dictionary_encode``, in C++),
+  then merged into one dictionary across chunks. A chunk holding
   a value that contains 0x01 (more pieces than rows) or is 0x02 (more stand-ins than NULLs) is
   read again with that column as ONE ``bytea`` (``textsend`` when the client encoding is UTF-8,
   else ``convert_to``), each value ended by a zero byte (which no text holds), NULL as the byte
@@ -289,7 +290,8 @@ class TextDictionary:
         codes = np.empty(sum(indices.shape[0] for _, indices in self.parts), dtype=np.int32)
         at = 0
         for mapping, indices in self.parts:
-            # the indices are pyarrow's, each < its chunk's distinct values: no bounds to check
+            # the indices (the kernel's or pyarrow's) each < its chunk's distinct values: no
+            # bounds to check
             np.take(mapping, indices, out=codes[at:at + indices.shape[0]], mode="clip")
             at += indices.shape[0]
         self.parts = []
