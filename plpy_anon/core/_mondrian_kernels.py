@@ -422,7 +422,9 @@ def _decide(orders, layouts, s, size, k, spread_args, rank_args, bnd_args, model
         spread[a] = _spread(a, layouts[a], s, e, kind, pos, width, null_code, domain, anc,
                             anc_off, height, leaf_count, leaf_off, n_leaves)
         if rank_mode == 0:
-            key[a] = spread[a]
+            # a NaN spread (a range over infinities or floats whose span overflows) ranks last,
+            # as argsort(-spread) ranks it, and is never cut on: NaN compares false both ways
+            key[a] = spread[a] if spread[a] == spread[a] else -np.inf
         else:
             score = (w_spread * spread[a] + w_prio * prio_metric[a]) / w_sum
             key[a] = score if spread[a] > 0 else -np.inf

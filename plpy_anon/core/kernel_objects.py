@@ -8,8 +8,8 @@ convention (an array is its meminfo, parent, size, item size, data pointer, shap
 A new backend loads them in 0.04-0.05 s of CPU, through numba in 0.16-0.20 s
 (``python -m tests.bench kernel_loading``).
 
-:func:`load` returns None (the caller then loads numba) when the file is missing, not owned by
-this OS user, written for another source of the kernels (its SHA-256), another numba or
+:func:`load` returns None (the caller then loads numba) when the file is missing, torn, a
+symlink, not this OS user's or writable by another (it or its directory), written for another source of the kernels (its SHA-256), another numba or
 llvmlite, or another CPU, or when a symbol it needs is not in the process; a call whose argument
 types no exported signature has goes to the numba dispatcher (:class:`Kernel`'s ``fallback``).
 """
@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import stat
 import struct
 from pathlib import Path
 
@@ -165,30 +166,66 @@ def cache_file(directory: Path, module_name: str) -> Path:
     return directory / f"{module_name.rsplit('.', 1)[-1]}.kernels"
 
 
-def _owned(path: Path) -> bool:
-    """Whether ``path`` belongs to this OS user and nobody else can write it."""
-    try:
-        st = path.stat()
-    except OSError:
-        return False
+def _safe(st: os.stat_result) -> bool:
+    """Whether what ``st`` describes belongs to this OS user and nobody else can write it."""
     return st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
-def _read(path: Path):
-    """(metadata, object bytes) of a file :func:`export` wrote, or None."""
+def _read_owned(path: Path) -> bytes | None:
+    """The bytes of the regular file ``path`` when it and its directory are :func:`_safe`, else
+    None. Each check is made on the descriptor then read from (the directory opened, the file
+    opened in it without following a symlink): a name swapped between a check and the read, or
+    a link out of the directory, is never what is read."""
     try:
-        data = path.read_bytes()
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
-    if not data.startswith(MAGIC):
+    try:
+        if not _safe(os.fstat(directory)):
+            return None
+        # O_NONBLOCK: a FIFO under the file's name does not wait for a writer
+        fd = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=directory)
+    except OSError:
+        return None
+    finally:
+        os.close(directory)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _safe(st):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _parse(data: bytes | None):
+    """(metadata, object bytes) of a file :func:`export` wrote, or None (any other bytes: a
+    torn file's included)."""
+    start = len(MAGIC) + 8
+    if data is None or not data.startswith(MAGIC) or len(data) < start:
         return None
     (size,) = struct.unpack_from("<Q", data, len(MAGIC))
-    start = len(MAGIC) + 8
     try:
         meta = json.loads(data[start:start + size])
     except ValueError:
         return None
+    if not isinstance(meta, dict) or not isinstance(meta.get("header"), dict):
+        return None
     return meta, data[start + size:]
+
+
+def _read(path: Path):
+    """:func:`_parse` of ``path``'s bytes, or None."""
+    try:
+        return _parse(path.read_bytes())
+    except OSError:
+        return None
 
 
 def current(module_name: str, source: Path, directory: Path, written_with: str) -> bool:
@@ -204,10 +241,7 @@ def current(module_name: str, source: Path, directory: Path, written_with: str) 
 def load(module_name: str, source: Path, directory: Path, fallback):
     """A :class:`LoadedKernels` of ``module_name`` from ``directory``, or None (see the module's
     doc). ``fallback()``: the numba-compiled module, for calls of other argument types."""
-    path = cache_file(directory, module_name)
-    if not (_owned(directory) and _owned(path)):
-        return None
-    read = _read(path)
+    read = _parse(_read_owned(cache_file(directory, module_name)))
     if read is None:
         return None
     meta, obj = read

@@ -559,6 +559,20 @@ def classes_merge(plpy, storage: Storage, qis, work_mem: str) -> bool:
                             f"HAVING count(*) > 1) AS merge")[0]["merge"]
 
 
+#: whether a storage has a unique index, which REFRESH MATERIALIZED VIEW CONCURRENTLY needs: such a
+#: refresh (its owner's: plpy_anon makes no unique index, and its own refreshes wait for a read's
+#: lock) changes the stored classes between the queries of :func:`read_stored`, each of which
+#: sees the changes committed before it. Asked after the read: the index a refresh needed is
+#: still there (dropping it waits for the read's lock)
+UNIQUE_INDEX = """
+SELECT EXISTS (SELECT FROM pg_catalog.pg_index i
+               WHERE i.indrelid = pg_catalog.to_regclass($1) AND i.indisunique) AS found"""
+
+
+def concurrently_refreshable(plpy, storage: Storage) -> bool:
+    return bool(run(plpy, UNIQUE_INDEX, ["text"], [storage.relation])[0]["found"])
+
+
 def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
           budget: int | None = None, ordered: dict | None = None,
           c: float = 3.0, models: dict | None = None) -> ClassCounts:
@@ -583,6 +597,9 @@ def count(plpy, relation: str, qis, sensitive, storage: Storage | None = None,
                             DateStyle="ISO, YMD", IntervalStyle="postgres"):
             counted = read_stored(plpy, storage, qis, sensitive,
                                   streamed=(ordered or {}) if bounded else None, c=c)
+        if counted is not None and concurrently_refreshable(plpy, storage):
+            counted = None
+            storage = None       # its chunks may have straddled such a refresh: through the view
         if counted is not None and not counted[-1] and classes_merge(plpy, storage, qis, settings["work_mem"]):
             counted = None
             storage = None       # two stored classes an analyst sees as one: through the view

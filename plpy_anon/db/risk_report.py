@@ -119,13 +119,17 @@ def resolve(plpy, relation: str, quasi_identifiers, sensitive) -> risk.Target:
 #: whether the caller may read the release's view and each of these columns of its storage, and
 #: whether the storage is a populated materialized view, as plpy_anon makes it: one that shows
 #: the caller every row it shows the view's owner (no row security, which a table put under its
-#: name might have)
+#: name might have). Columns by their number: a relation put there need not have them (a view
+#: has no ctid), which is no error but a no (no row: no such relation)
 CAN_READ_STORAGE = """
 SELECT pg_catalog.has_table_privilege($1::pg_catalog.regclass, 'SELECT')
-   AND (SELECT pg_catalog.bool_and(pg_catalog.has_column_privilege($2::pg_catalog.regclass, c, 'SELECT'))
-        FROM pg_catalog.unnest($3::pg_catalog.text[]) AS c)
-   AND (SELECT c.relkind = 'm' AND c.relispopulated FROM pg_catalog.pg_class c
-        WHERE c.oid = $2::pg_catalog.regclass) AS ok
+   AND c.relkind = 'm' AND c.relispopulated
+   AND (SELECT pg_catalog.count(*) = pg_catalog.cardinality($3::pg_catalog.text[])
+               AND pg_catalog.bool_and(pg_catalog.has_column_privilege(c.oid, a.attnum, 'SELECT'))
+        FROM pg_catalog.pg_attribute a
+        WHERE a.attrelid = c.oid AND a.attname = ANY ($3::pg_catalog.text[])
+          AND NOT a.attisdropped) AS ok
+FROM pg_catalog.pg_class c WHERE c.oid = pg_catalog.to_regclass($2)
 """
 
 
@@ -150,14 +154,18 @@ def stored_classes(plpy, release: dict, target: risk.Target):
                                *(arrays or [compact.ROWS_COLUMN])]))
     readable = run(plpy, CAN_READ_STORAGE, ["text", "text", "text[]"],
                    [target.relation, stored[1].relation, read])
-    if not readable[0]["ok"]:
+    if not readable or not readable[0]["ok"]:
         return None
+    if class_counts.concurrently_refreshable(plpy, stored[1]):
+        return None     # read in one query through the view (class_counts.UNIQUE_INDEX)
     try:
         with plpy.subtransaction():
             compact.check_view(plpy, release)
     except (compact.ChangedView, compact.MissingView, plpy.spiexceptions.InsufficientPrivilege,
-            plpy.spiexceptions.ReadOnlySqlTransaction):
-        return None     # no temporary view here, or the view counts what the storage does not
+            plpy.spiexceptions.ReadOnlySqlTransaction, plpy.spiexceptions.DuplicateTable):
+        # no temporary view here (or the caller's own under its name), or the view counts what
+        # the storage does not
+        return None
     return stored
 
 

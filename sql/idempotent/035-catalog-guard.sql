@@ -217,7 +217,13 @@ BEGIN
                                (NEW.release_id, NEW.release_schema, NEW.release_name, NEW.source, NEW.method,
                                 NEW.parameters, NEW.schema_oid, NEW.release_owner, NEW.created_at));
             what := pg_catalog.format('release %I.%I', (r.x).release_schema, (r.x).release_name);
-        WHEN 'refresh_history', 'release_versions', 'release_regions' THEN
+        WHEN 'refresh_history' THEN
+            -- a history row is read by its name once the release is dropped: the name is its own
+            allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
+                               AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER')
+                               AND (NOT r.new OR (r.x).release_name = x.release_schema || '.' || x.release_name));
+            what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);
+        WHEN 'release_versions', 'release_regions' THEN
             allowed := EXISTS (SELECT 1 FROM anon.releases x WHERE x.release_id = (r.x).release_id
                                AND pg_catalog.pg_has_role(x.release_owner, 'MEMBER'));
             what := pg_catalog.format('the %s rows of release %s', TG_TABLE_NAME, (r.x).release_id);

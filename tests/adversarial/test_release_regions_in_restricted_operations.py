@@ -7,10 +7,10 @@ anon.readable_release_regions. A probe that found nothing, kept: the view answer
 current_user and its OFFSET 0 fence keeps the intruder's conditions above the owner's test."""
 from __future__ import annotations
 
-import re
-
 import pytest
 from psycopg import sql
+
+from tests.adversarial.restricted_operations import DBA_RUNS, plans_by_guess, sprung
 
 
 def regions_release(connect, role: str, own: str) -> int:
@@ -28,58 +28,24 @@ def regions_release(connect, role: str, own: str) -> int:
                             "release_schema, release_name) = %s", (name,)).fetchone()[0]
 
 
-def plant(conn, schema: str, victim: int) -> None:
-    """The intruder's table whose expression index runs ``grab``, and its materialized view whose
-    query runs it: each attempt on the victim's boxes is kept in ``loot``."""
-    s = sql.Identifier(schema)
-    conn.execute(sql.SQL("CREATE TABLE {}.loot (what text, cu text, su text, got text)").format(s))
-    attempts = {
-        "view": "INSERT INTO {s}.loot SELECT 'view', current_user, session_user, x.bounds::text "
-                "FROM anon.readable_release_regions x WHERE x.release_id = {v}",
-        "table": "INSERT INTO {s}.loot SELECT 'table', current_user, session_user, x.bounds::text "
-                 "FROM anon.release_regions x WHERE x.release_id = {v}",
-        "update": "UPDATE anon.release_regions SET bounds = '[]' WHERE release_id = {v}",
-        "delete": "DELETE FROM anon.release_regions WHERE release_id = {v}",
-    }
-    blocks = "".join(
-        f"""BEGIN
-                {attempt};
-                GET DIAGNOSTICS n = ROW_COUNT;
-                INSERT INTO {{s}}.loot VALUES ('{what} rows ' || n, current_user, session_user, NULL);
-            EXCEPTION WHEN OTHERS THEN
-                INSERT INTO {{s}}.loot VALUES ('{what} refused', current_user, session_user, SQLSTATE);
-            END;
-        """ for what, attempt in attempts.items())
-    conn.execute(sql.SQL("CREATE FUNCTION {s}.grab() RETURNS int LANGUAGE plpgsql VOLATILE AS $$ "
-                         "DECLARE n bigint; BEGIN " + blocks + " RETURN 0; END $$")
-                 .format(s=s, v=sql.Literal(victim)))
-    conn.execute(sql.SQL("CREATE FUNCTION {s}.f(int) RETURNS int LANGUAGE plpgsql IMMUTABLE "
-                         "AS $$ BEGIN RETURN {s}.grab() + $1; END $$").format(s=s))
-    conn.execute(sql.SQL("CREATE TABLE {s}.t (a int)").format(s=s))
-    conn.execute(sql.SQL("INSERT INTO {s}.t SELECT generate_series(1, 3)").format(s=s))
-    conn.execute(sql.SQL("CREATE MATERIALIZED VIEW {s}.m AS SELECT {s}.grab() AS g WITH NO DATA")
-                 .format(s=s))
+ATTEMPTS = {
+    "view": "INSERT INTO {s}.loot SELECT 'view', current_user, session_user, x.bounds::text "
+            "FROM anon.readable_release_regions x WHERE x.release_id = {v}",
+    "table": "INSERT INTO {s}.loot SELECT 'table', current_user, session_user, x.bounds::text "
+             "FROM anon.release_regions x WHERE x.release_id = {v}",
+    "update": "UPDATE anon.release_regions SET bounds = '[]' WHERE release_id = {v}",
+    "delete": "DELETE FROM anon.release_regions WHERE release_id = {v}",
+}
 
 
-@pytest.mark.parametrize("dba_runs", ["ANALYZE {s}.t", "CREATE INDEX ON {s}.t ({s}.f(a))",
-                                      "REFRESH MATERIALIZED VIEW {s}.m"])
+@pytest.mark.parametrize("dba_runs", DBA_RUNS)
 def test_a_custodians_code_run_in_a_superusers_session_reaches_no_other_releases_regions(
         db, connect, owner, intruder, dba_runs):
     victim = regions_release(connect, *owner)
     boxes = db.execute("SELECT region, bounds::text FROM anon.release_regions WHERE release_id = %s "
                        "ORDER BY 1", (victim,)).fetchall()
     assert len(boxes) > 1
-    role, own = intruder
-    s = sql.Identifier(own)
-    with connect(user=role) as conn:
-        plant(conn, own, victim)
-        if "ANALYZE" in dba_runs:
-            conn.execute(sql.SQL("CREATE INDEX ON {s}.t ({s}.f(a))").format(s=s))
-        conn.execute(sql.SQL("TRUNCATE {}.loot").format(s))
-    db.execute(sql.SQL(dba_runs).format(s=s))
-    loot = db.execute(sql.SQL("SELECT what, cu, su, got FROM {}.loot").format(s)).fetchall()
-    # the intruder's code ran, as the intruder, in the superuser's session
-    assert loot and {(cu, su) for _, cu, su, _ in loot} == {(role, db.info.user)}, loot
+    loot = sprung(db, connect, intruder, dba_runs, ATTEMPTS, victim)
     seen = {what for what, *_ in loot}
     assert {"view rows 0", "table refused", "update rows 0", "delete rows 0"} <= seen, loot
     assert not {got for what, *_, got in loot if what in ("view", "table")}, loot
@@ -99,9 +65,7 @@ def test_through_the_regions_view_a_true_guess_and_a_false_one_run_the_same_plan
              "anon.readable_release_regions WHERE release_id = %s AND region >= 0 "
              "AND starts_with(bounds::text, %s)")
     with connect(user=intruder[0]) as conn:
-        plans = {guess: re.sub(r"'(?:[^']|'')*'", "?", "\n".join(
-                     r[0] for r in conn.execute(query, (victim, guess)).fetchall()))
-                 for guess in (cut[:1], cut[:12], "x")}
+        plans = plans_by_guess(conn, query, {g: (victim, g) for g in (cut[:1], cut[:12], "x")})
     assert len(set(plans.values())) == 1, plans
     assert "rows=0" in next(iter(plans.values()))
     # the planner's estimates, from the statistics a superuser's ANALYZE gathered: the same too
@@ -109,7 +73,5 @@ def test_through_the_regions_view_a_true_guess_and_a_false_one_run_the_same_plan
     estimate = ("EXPLAIN SELECT 1 FROM anon.readable_release_regions WHERE release_id = %s "
                 "AND bounds::text = %s")
     with connect(user=intruder[0]) as conn:
-        estimates = {guess: re.sub(r"'(?:[^']|'')*'", "?", "\n".join(
-                         r[0] for r in conn.execute(estimate, (victim, guess)).fetchall()))
-                     for guess in (cut, "x")}
+        estimates = plans_by_guess(conn, estimate, {g: (victim, g) for g in (cut, "x")})
     assert len(set(estimates.values())) == 1, estimates

@@ -257,6 +257,17 @@ def test_a_custodian_changes_only_its_own_catalog_rows(db, connect, custodian, s
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("UPDATE anon.releases SET parameters = parameters || '{\"k\": 2}' "
                          "WHERE format('%%I.%%I', release_schema, release_name) = %s", (mine,))
+        # a history row of its own release under another release's name (read by that name once
+        # the release is dropped) is refused; under its own, written
+        history = ("INSERT INTO anon.refresh_history (release_id, release_name, started_at, seconds, succeeded) "
+                   "SELECT release_id, %s, now(), 1, true FROM anon.releases "
+                   "WHERE format('%%I.%%I', release_schema, release_name) = %s")
+        own_name = conn.execute("SELECT release_schema || '.' || release_name FROM anon.releases "
+                                "WHERE format('%%I.%%I', release_schema, release_name) = %s", (mine,)).fetchone()[0]
+        for label in (dba_rel, own_name + "x"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(history, (label, mine))
+        assert conn.execute(history, (own_name, mine)).rowcount == 1
     assert db.execute("SELECT parameters->>'k' FROM anon.releases WHERE format('%%I.%%I', release_schema, "
                       "release_name) = %s", (dba_rel,)).fetchone()[0] == "5"
 
