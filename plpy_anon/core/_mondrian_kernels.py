@@ -92,6 +92,56 @@ def write_class_sets(tokens, bounds, first, last, table, offsets, separator, out
     return p
 
 
+#: FNV-1a's 64-bit offset basis (as a signed int64) and prime
+_FNV_BASIS, _FNV_PRIME = -3750763034362895579, 1099511628211
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def factorize_marked(buffer, end, n, slots, starts, ends, indices):
+    """The ``n`` values of ``buffer`` (bytes), each ended by the byte ``end``, factorized in
+    order of first appearance (as pyarrow's ``dictionary_encode``): ``indices[i]`` the number of
+    value ``i``'s distinct value, distinct value ``d`` the bytes ``buffer[starts[d]:ends[d]]``
+    (its end mark included). ``slots``: the hash table, a power of two of -1s. Returns the
+    number of distinct values; -1 when ``buffer`` holds other than ``n`` values; -2 when the
+    distinct values would fill half of ``slots`` (the caller calls again with a larger one)."""
+    mask = slots.size - 1
+    size = buffer.size
+    p = 0
+    count = 0
+    for i in range(n):
+        s = p
+        h = _FNV_BASIS
+        while p < size and buffer[p] != end:
+            h = (h ^ buffer[p]) * _FNV_PRIME
+            p += 1
+        if p == size:
+            return -1
+        p += 1                                      # past the end mark
+        j = h & mask
+        while True:
+            d = slots[j]
+            if d < 0:
+                if 2 * (count + 1) > slots.size:
+                    return -2
+                slots[j] = count
+                starts[count] = s
+                ends[count] = p
+                indices[i] = count
+                count += 1
+                break
+            if ends[d] - starts[d] == p - s:
+                same = True
+                for b in range(p - s):
+                    if buffer[starts[d] + b] != buffer[s + b]:
+                        same = False
+                        break
+                if same:
+                    indices[i] = d
+                    break
+            j = (j + 1) & mask
+    return count if p == size else -1
+
+
 #: what a range literal of :func:`write_range_literals` is: both bounds, open above, SQL NULL
 RANGE_CLOSED, RANGE_OPEN, RANGE_NULL = 0, 1, 2
 

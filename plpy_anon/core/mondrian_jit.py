@@ -51,6 +51,11 @@ _kernels = None
 _unavailable = False
 
 
+def kernels_loaded() -> bool:
+    """Whether this process has loaded the fit's kernels (:func:`kernels`)."""
+    return _kernels is not None
+
+
 def worth_loading(n_rows: int) -> bool:
     """Whether an ``engine="auto"`` fit of ``n_rows`` rows runs on the kernels: always once they
     are loaded in this process, else from :data:`COMPILED_FROM_ROWS` rows."""
@@ -305,6 +310,35 @@ def grouped_order(codes: np.ndarray, n_codes: int) -> np.ndarray | None:
     return order
 
 
+#: the first hash table of :func:`factorized_marked` (slots), grown eightfold while it is small
+FIRST_SLOTS = 4096
+
+
+def factorized_marked(buffer: bytes, end: int, n: int):
+    """``buffer``'s ``n`` values, each ended by the byte ``end``, factorized by the compiled
+    kernel (as pyarrow's ``dictionary_encode`` of them, which it replaces): (the distinct values
+    as bytes, each with its end mark, in order of first appearance, or None when ``buffer``
+    holds other than ``n`` values; each value's index into them, int32). None when the kernels
+    are neither loaded nor worth loading for ``n`` values (:func:`worth_loading`)."""
+    kern = kernels() if worth_loading(n) else None
+    if kern is None:
+        return None
+    marked = np.frombuffer(buffer, dtype=np.uint8)
+    starts, ends = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    indices = np.empty(n, dtype=np.int32)
+    size = FIRST_SLOTS
+    while True:
+        check_interrupts()
+        count = kern.factorize_marked(marked, end, n, np.full(size, -1, dtype=np.int32), starts,
+                                      ends, indices)
+        if count != -2:
+            break
+        size *= 8
+    if count < 0:
+        return None, indices
+    return [buffer[s:e] for s, e in zip(starts[:count].tolist(), ends[:count].tolist())], indices
+
+
 def _spread_args(measures):
     """SpreadMeasure tables of every attribute as flat arrays (kind, numeric positions and width,
     NULL code, domain, hierarchy ancestors and leaf counts)."""
@@ -431,7 +465,7 @@ def stats():
     if kern is None:
         return None
     names = ("count_codes", "place_codes", "run", "number_by_first_row", "write_class_sets",
-             "write_range_literals")
+             "write_range_literals", "factorize_marked")
     result = {"signatures": 0, "used": set(), "cache_hits": 0, "cache_misses": 0,
               "cache_dir": os.environ.get("NUMBA_CACHE_DIR"),
               "machine_code": "numba" if kern is _numba_module else "objects"}

@@ -46,6 +46,10 @@ def warm_fit():
     kern.write_class_sets(np.zeros(1, dtype=np.int64), np.array([0, 1], dtype=np.int64), 0, 1,
                           np.array([97, 98], dtype=np.uint8), np.array([0, 2], dtype=np.int64),
                           np.array([31], dtype=np.uint8), out)
+    marked = b"a\x01b\x01a\x01"                # the read's texts, factorized (db.reader)
+    kern.factorize_marked(np.frombuffer(marked, dtype=np.uint8), 1, 3,
+                          np.full(8, -1, dtype=np.int32), np.empty(3, dtype=np.int64),
+                          np.empty(3, dtype=np.int64), np.empty(3, dtype=np.int32))
     out = np.empty(64, dtype=np.uint8)          # and their ranges
     kern.write_range_literals(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64),
                               np.zeros(1, dtype=np.int64), 0, 1, 1,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from plpy_anon.core import mondrian_jit
 from plpy_anon.core import risk as core_risk
 from plpy_anon.core.privacy_models import ClassCheck
 from plpy_anon.db.compact import stored_rows
@@ -227,8 +228,8 @@ def read_stored(plpy, storage: Storage, qis, sensitive, *, streamed: dict | None
     hash alike (else they may merge: :func:`classes_merge`) from a compact release's stored
     classes, read a range of blocks at a time (:func:`stored_chunk_query`): each chunk's texts
     split at the delimiter (their pieces counted against the values the arrays hold) and
-    factorized (pyarrow), the distinct texts ranked by PostgreSQL (:func:`value_ranks`), then
-    each class's (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each
+    factorized (:func:`_split_stored`), the distinct texts ranked by PostgreSQL
+    (:func:`value_ranks`), then each class's (value id, rows) pairs counted; NULL -1. Without ``streamed``: one pass, each
     value's code (4 bytes) held until the ranks are known, then the tables. With ``streamed`` (a
     bounded pass: whether each sensitive column whose report figures are wanted is ordered): a
     first pass finds the values and their rows, a second counts each chunk into the figures of
@@ -256,8 +257,6 @@ def _stored_fetches(plpy, storage: Storage, qis, sensitive, index: list[dict[str
     :data:`STORED_CHUNK_BLOCKS` blocks at a time): (class ids, rows per class, QI hashes, per
     sensitive column (values, NULLs, each value's code into ``index``, grown as texts are
     met))."""
-    import pyarrow as pa  # here: only a compact release's check reads stored texts
-
     blocks = int(run(plpy, "SELECT (pg_catalog.pg_relation_size($1::pg_catalog.regclass) / "
                            "pg_catalog.current_setting('block_size')::int8)::int8 AS b",
                      ["text"], [storage.relation])[0]["b"])
@@ -281,26 +280,44 @@ def _stored_fetches(plpy, storage: Storage, qis, sensitive, index: list[dict[str
             values = elements - nulls
             joined = (row[f"t{i}"] or "").encode()
             n = int(values.sum())
-            ends = np.flatnonzero(np.frombuffer(joined, dtype=np.uint8) == ord(STORED_DELIMITER))
-            if (ends.shape[0] + 1 if n else 0) != n or (not n and joined):
-                raise AmbiguousTexts(sensitive[i])
-            offsets = np.empty(n + 1, dtype=np.int32)
-            if n:
-                offsets[0], offsets[1:-1], offsets[-1] = 0, ends + 1, len(joined) + 1
+            if not n:
+                if joined:
+                    raise AmbiguousTexts(sensitive[i])
+                columns.append((values, nulls, np.zeros(0, dtype=np.int32)))
+                continue
             # each piece with the delimiter after it (the last one's added): equal texts,
             # equal bytes
-            texts = pa.Array.from_buffers(pa.binary(), n, [
-                None, pa.py_buffer(offsets), pa.py_buffer(joined + STORED_DELIMITER.encode())])
-            encoded = dictionary_encode(texts)
+            uniques, indices = _split_stored(joined + STORED_DELIMITER.encode(), n, sensitive[i])
             mapping = np.fromiter(
-                (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i]))
-                 for u in encoded.dictionary.to_pylist()),
-                dtype=np.int32, count=len(encoded.dictionary))
-            codes = mapping[np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n)] \
-                if n else np.zeros(0, dtype=np.int32)
+                (index[i].setdefault(u[:-1].decode("utf-8"), len(index[i])) for u in uniques),
+                dtype=np.int32, count=len(uniques))
+            codes = mapping[indices]
             columns.append((values, nulls, codes))
         del row
         yield cids, rows, hashes, columns
+
+
+def _split_stored(marked: bytes, n: int, column: str) -> tuple[list, np.ndarray]:
+    """The ``n`` pieces of ``marked`` (each ended by :data:`STORED_DELIMITER`) factorized: (the
+    distinct pieces with their delimiter, each piece's index into them), by the compiled kernel
+    where the fit's kernels run (core.mondrian_jit.factorized_marked), else by pyarrow;
+    AmbiguousTexts when a value holds the delimiter (more pieces than values)."""
+    compiled = mondrian_jit.factorized_marked(marked, ord(STORED_DELIMITER), n)
+    if compiled is not None:
+        if compiled[0] is None:
+            raise AmbiguousTexts(column)
+        return compiled
+    import pyarrow as pa  # here: only a compact release's check reads stored texts
+
+    ends = np.flatnonzero(np.frombuffer(marked, dtype=np.uint8) == ord(STORED_DELIMITER))
+    if ends.shape[0] != n:
+        raise AmbiguousTexts(column)
+    offsets = np.empty(n + 1, dtype=np.int32)
+    offsets[0], offsets[1:] = 0, ends + 1
+    encoded = dictionary_encode(pa.Array.from_buffers(pa.binary(), n, [
+        None, pa.py_buffer(offsets), pa.py_buffer(marked)]))
+    return (encoded.dictionary.to_pylist(),
+            np.frombuffer(encoded.indices.buffers()[1], dtype=np.int32, count=n))
 
 
 def _class_pairs(cids, values, nulls, codes, ranks) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

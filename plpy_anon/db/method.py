@@ -133,6 +133,9 @@ class Run:
         so a release's metrics say which phase made the peak (Linux; nothing elsewhere)."""
         status = backend_memory()
         if status:
+            # VmHWM is read from the kernel's approximate per-CPU counters, which can show a
+            # peak 1 MiB lower than an earlier reading did: the peak so far is the largest seen
+            status["peak"] = max([status["peak"], *(m["peak"] for m in self.memory_mib.values())])
             self.memory_mib[phase] = status
 
 
