@@ -267,6 +267,60 @@ def test_texts_holding_the_readers_separator_are_read_in_one_pass_as_by_scans(db
         assert held > 0 and (released >= held if column == "b" else released == held), column
 
 
+class IntegerCuts:
+    """What out_of_core.route_case asks of a Source, over the integer columns x0 and x1 (NULL
+    lowest, as Source.left)."""
+
+    def left(self, qi, value, strict):
+        return f"(x{qi} IS NULL OR x{qi} {'<' if strict else '<='} {value})"
+
+    def predicate(self, bounds):
+        return " AND ".join(self.left(b.qi, b.value, b.strict) if b.left else
+                            f"(NOT {self.left(b.qi, b.value, b.strict)})" for b in bounds) or "true"
+
+
+@st.composite
+def cut_trees(draw, bounds=(), depth=0):
+    """The leaves (bounds from the root down) of a random tree of cuts on x0 and x1."""
+    from plpy_anon.core.regions import Bound
+
+    if depth >= 4 or (depth and draw(st.booleans())):
+        return [tuple(bounds)]
+    qi, value, strict = draw(st.integers(0, 1)), draw(st.integers(0, 12)), draw(st.booleans())
+    return [leaf for left in (True, False)
+            for leaf in draw(cut_trees(bounds + (Bound(qi, value, strict, left),), depth + 1))]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(leaves=cut_trees(), order=st.randoms(use_true_random=False), unordered=st.booleans())
+def test_route_case_gives_each_row_the_one_region_whose_predicate_holds(db, leaves, order, unordered):
+    """The pass's region label: a nested CASE over a tree's cuts, in any order of its leaves,
+    and a CASE over the predicates where a region's bounds are not listed from the root down
+    (one's bounds reversed): each row, NULLs too, gets the number of the region whose predicate
+    holds, and exactly one holds."""
+    from plpy_anon.core.regions import Region
+    from plpy_anon.db.out_of_core import route_case
+
+    order.shuffle(leaves)
+    if unordered and any(len(b) > 1 for b in leaves):
+        at = next(i for i, b in enumerate(leaves) if len(b) > 1)
+        leaves[at] = tuple(reversed(leaves[at]))
+    regions = [Region(bounds, 0) for bounds in leaves]
+    cuts = IntegerCuts()
+    route = route_case(cuts, regions)
+    if not unordered:
+        assert route.count("CASE") == len(regions) - 1        # one comparison per level
+    held = " + ".join(f"({cuts.predicate(r.bounds)})::int" for r in regions)
+    expected = "CASE " + " ".join(f"WHEN {cuts.predicate(r.bounds)} THEN {i}"
+                                  for i, r in enumerate(regions)) + " END"
+    wrong = db.execute(f"""
+        SELECT count(*) FILTER (WHERE ({route}) IS DISTINCT FROM ({expected})),
+               count(*) FILTER (WHERE {held} <> 1), count(*)
+        FROM (SELECT nullif(i % 15, 14) AS x0, nullif((i * 7) % 16, 15) AS x1
+              FROM generate_series(0, 239) i) AS pts""").fetchone()
+    assert wrong == (0, 0, 240)
+
+
 def test_refusal_raised_while_the_regions_are_fetched_keeps_its_sqlstate_and_hint(db, schema):
     """Out of core, a region is read and fitted when PostgreSQL fetches its slices, after the
     partitioning run returned: a refusal raised there (a text QI and a text sensitive column
