@@ -19,8 +19,10 @@ partitioning run (``anon._mondrian_partition_slices``) becomes:
    and the sample's ranks reaches Python; the queries are plain SQL over the source relation,
    so any relation PostgreSQL can aggregate (a partitioned table, postgres_fdw foreign tables,
    whose aggregates it pushes down) works the same.
-2. **Leaves in memory.** A region that fits the budget (or has no allowable cut) is read with
-   its predicate (mondrian_family.load_release_rows) and fitted by the ordinary estimator; its
+2. **Leaves in memory.** A region that fits the budget (or has no allowable cut) is read (its
+   rows routed with every region's in one pass over the source by the first region's read:
+   region_spill.py; a source with foreign members by its predicate, pushed down to the shards:
+   mondrian_family.load_release_rows) and fitted by the ordinary estimator; its
    classes become the run's next slices (anon.partition_slice), its positions and class ids
    offset by the regions before it. The slices are made when PostgreSQL asks for them, so
    one region's rows are in memory at a time.
@@ -62,7 +64,14 @@ from plpy_anon.db import columns as catalog
 from plpy_anon.db import guards, interrupts, method, release_rows, republication, timing
 from plpy_anon.db.class_counts import orderable
 from plpy_anon.db.generalization import column_for
-from plpy_anon.db.reader import DATE_NULL, TextDictionary, read_expression, server_is_utf8
+from plpy_anon.db.reader import (
+    DATE_NULL,
+    TextDictionary,
+    chunk_blocks,
+    read_expression,
+    server_is_utf8,
+)
+from plpy_anon.db.region_spill import RegionSpill, RoutedRegion
 from plpy_anon.db.sqltext import build_memory, jsonb, progress, run, text_of
 from plpy_anon.spec import PrioritizedSettings, Promise, ReleaseSpec
 
@@ -1611,7 +1620,8 @@ def run_out_of_core(release_method, plpy, GD, release: dict, spec: ReleaseSpec, 
                         None if checks is None else checks.add)
 
 
-#: a region's rows read by ONE sequential scan of the source filtered by its predicate (the
+#: the settings of a region's read. Read by its own scan (no pass: region_pass), a region's rows
+#: are read by ONE sequential scan of the source filtered by its predicate (the
 #: reader's chunk as large as any table, TID range scans off): a sequential scan of a table
 #: larger than a quarter of shared_buffers reads through a small ring of buffers (PostgreSQL's
 #: BAS_BULKREAD strategy), where TID range scans, which take no strategy, evict through every
@@ -1643,12 +1653,69 @@ def region_read(plpy):
             run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
 
 
+#: the setting that reads each region by its own filtered scan of the source ('off'), where its
+#: regions' rows would be routed to spill files in one pass (default 'on': region_spill.py)
+ONE_PASS_SETTING = "plpy_anon.regions_in_one_pass"
+
+
+def route_case(src: Source, leaves: list) -> str:
+    """SQL of a row's region number among ``leaves`` (the leaves of one tree of cuts, each
+    region's bounds from the root down): a nested ``CASE``, one comparison per level; where the
+    bounds are not such a tree, a ``CASE`` over the regions' predicates (a row in none: NULL)."""
+    def node(members: list, depth: int) -> str | None:
+        if len(members) == 1:
+            return str(members[0][0])
+        if any(len(bounds) <= depth for _, bounds in members):
+            return None
+        b = members[0][1][depth]
+        if any((c.qi, c.value, c.strict) != (b.qi, b.value, b.strict)
+               for _, bounds in members for c in [bounds[depth]]):
+            return None
+        left = [m for m in members if m[1][depth].left]
+        right = [m for m in members if not m[1][depth].left]
+        if not left or not right:
+            return None
+        inner = node(left, depth + 1), node(right, depth + 1)
+        if None in inner:
+            return None
+        return f"CASE WHEN {src.left(b.qi, b.value, b.strict)} THEN {inner[0]} ELSE {inner[1]} END"
+
+    tree = node([(i, tuple(r.bounds)) for i, r in enumerate(leaves)], 0)
+    if tree is not None:
+        return tree
+    return "CASE " + " ".join(f"WHEN {src.predicate(r.bounds)} THEN {i}"
+                              for i, r in enumerate(leaves)) + " END"
+
+
+def region_pass(plpy, src: Source, leaves: list) -> RegionSpill | None:
+    """The pass routing the regions' rows to spill files, or None where each region is read by
+    its own scan: one region, a source with foreign members (postgres_fdw pushes each region's
+    predicate down to its server: a pass would pull every row here), or the setting off."""
+    if len(leaves) < 2 or not src.sampled:
+        return None
+    setting = run(plpy, "SELECT pg_catalog.current_setting($1, true) AS v", ["text"],
+                  [ONE_PASS_SETTING])[0]["v"]
+    if (setting or "on").strip().lower() in ("off", "false", "0", "no"):
+        return None
+    return RegionSpill(route_case(src, leaves), len(leaves), chunk_blocks(plpy))
+
+
 def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted=None):
     """The run's slices, region by region, each region read and fitted when PostgreSQL asks for
     its first slice. The partitioning run returns them through errors.sql_entry, which reports
     a core error raised while they are fetched as at the call (SQLSTATE, detail, hint).
     ``fitted(region, rows, model, first_class)``: told of each region once fitted (a stable
     release's run keeps what its check needs)."""
+    spill = region_pass(plpy, src, leaves)
+    try:
+        yield from _region_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted,
+                                  spill)
+    finally:
+        if spill is not None:
+            spill.close()
+
+
+def _region_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted, spill):
     read, fit, publish = hooks
     position = first_class = 0
     k = int(ctx.spec.promise.k)
@@ -1659,7 +1726,8 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted=Non
             progress(plpy, f"{step}: reading {region.rows:,} rows")
             t0 = time.monotonic()
             with timing.phase("region_read"), src.steps.step("region_read"), region_read(plpy):
-                rows = read(ctx, src.predicate(region.bounds) if region.bounds else None,
+                where = src.predicate(region.bounds) if region.bounds else None
+                rows = read(ctx, where if spill is None else RoutedRegion(spill, number - 1, where),
                             src.whole)
             t1 = time.monotonic()
             ctx.read_s += t1 - t0
@@ -1693,6 +1761,11 @@ def _leaf_slices(plpy, GD, ctx, src, leaves, hooks, figures, metrics, fitted=Non
         ctx.note_memory("regions")         # after the last region: its peak is the run's
     metrics.update(figures.metrics(k))
     metrics["out_of_core"]["steps"] = src.steps.metrics()
+    if spill is not None:
+        # the pass is part of the first region's read (region_read)
+        metrics["out_of_core"]["region_pass"] = {
+            "served": spill.key is not None, "seconds": round(spill.seconds, 3),
+            "cpu": round(spill.cpu, 3), "bytes": spill.bytes, "directory": spill.place}
     metrics["seconds"] = {"read": round(ctx.read_s, 4), "partition": round(ctx.fit_s, 4),
                           "python_total": round(ctx.elapsed(), 4)}
     if ctx.memory_mib:

@@ -58,6 +58,7 @@ from plpy_anon.db import timing
 from plpy_anon.db.columns import NUMERIC_TYPES, Column
 from plpy_anon.db.encodings import server_encoding
 from plpy_anon.db.guards import Table
+from plpy_anon.db.region_spill import LABEL, RoutedRegion
 from plpy_anon.db.sqltext import LITERAL_SLICE, ident, int_array_literal, run
 
 
@@ -269,7 +270,8 @@ class TextDictionary:
         (``nulls`` of them NULL), or None when a value holds its separator (more pieces than
         rows) or its NULL stand-in (more stand-ins than NULLs)."""
         end = TEXT_SEPARATOR.encode()
-        encoded = _factorized(text.encode("utf-8") + end, end[0], n)
+        utf8 = text if isinstance(text, bytes) else text.encode("utf-8")
+        encoded = _factorized(utf8 + end, end[0], n)
         if encoded is None:
             return None
         uniques, indices = encoded
@@ -435,7 +437,10 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     microseconds (``data.exact_times``) and each numeric column's text (``data.numeric_texts``,
     coded like a categorical column's); ``texts``: these columns' text too, whatever else reads
     them (``data.texts``); ``where``: only the rows of this SQL condition (built by the caller
-    from quoted identifiers and literals)."""
+    from quoted identifiers and literals; a :class:`RoutedRegion`: that region's rows, from its
+    pass's file where the pass serves this read, else by its predicate)."""
+    region = where if isinstance(where, RoutedRegion) else None
+    where = region.predicate if region is not None else where
     plan, several = read_plan(plpy, tbl)
     several = several and located
     selects = ["count(*) AS n"]
@@ -479,10 +484,13 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
     condition = f" AND ({where})" if where else ""
     prepared = {}
 
-    def chunk_row(relation: str, lo: str, hi: str | None, whole: bool, as_bytes: frozenset):
-        read = ", ".join(selects + [
+    def aggregates(as_bytes: frozenset) -> str:
+        return ", ".join(selects + [
             f"{text_aggregate(sql, send_text)} AS {alias}" if alias in as_bytes
             else plain_text_aggregate(sql, column, alias) for alias, sql, column, _ in text_reads])
+
+    def chunk_row(relation: str, lo: str, hi: str | None, whole: bool, as_bytes: frozenset):
+        read = aggregates(as_bytes)
         if whole:
             # one query planned for this call: a saved plan never runs in parallel workers, a
             # one-shot one may (an out-of-core region's filtered scan)
@@ -497,36 +505,66 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
         return (prepared[key].execute([lo, hi]) if hi is not None
                 else prepared[key].execute([lo]))[0]
 
-    for relation, blocks in plan:
-        for lo, hi in _chunks(blocks, step):
-            while True:
-                row = chunk_row(relation, lo, hi, blocks <= step, frozenset(as_bytes))
-                n = int(row["n"])
-                if n == 0:
-                    break
-                split = {alias: TextDictionary.split_packed(row[alias], n) if alias in as_bytes
-                         else TextDictionary.split_text(row[alias], n, n - int(row[f"{alias}_n"]))
-                         for alias, *_ in text_reads}
-                again = {alias for alias, values in split.items() if values is None}
-                if not again:
-                    break
-                as_bytes |= again              # a value holds the separator or NULL's stand-in
-            if n == 0:
-                continue
-            n_rows += n
-            if located:
-                ctids.append(np.frombuffer(row["row_tids"], dtype=TID_DTYPE))
-            if several:
-                tableoids.append(np.frombuffer(row["row_relations"], dtype=">u4"))
-            for i, col in enumerate(numeric):
-                numbers[i].append(np.frombuffer(row[f"n{i}"], dtype=kinds[i]))
-                if f"z{i}" in row:
-                    masks[i].append(np.frombuffer(row[f"z{i}"], dtype=np.uint8))
-                if f"e{i}" in row:
-                    exact_parts[i].append(np.frombuffer(row[f"e{i}"], dtype=">i8"))
-            for alias, _, _, dictionary in text_reads:
-                dictionary.add(*split.pop(alias))
-            del row, split
+    def chunk_rows():
+        """(row, its texts split) of each chunk holding rows."""
+        for relation, blocks in plan:
+            for lo, hi in _chunks(blocks, step):
+                while True:
+                    row = chunk_row(relation, lo, hi, blocks <= step, frozenset(as_bytes))
+                    n = int(row["n"])
+                    if n == 0:
+                        break
+                    split = {alias: TextDictionary.split_packed(row[alias], n) if alias in as_bytes
+                             else TextDictionary.split_text(row[alias], n,
+                                                            n - int(row[f"{alias}_n"]))
+                             for alias, *_ in text_reads}
+                    again = {alias for alias, values in split.items() if values is None}
+                    if not again:
+                        break
+                    as_bytes.update(again)     # a value holds the separator or NULL's stand-in
+                if n:
+                    yield row, split
+
+    def routed_rows(spill):
+        """The same of the region's rows, from its file (the pass made by the first read)."""
+        if spill.key is None:
+            spill.key = key
+            spill.write(plpy, [(relation, lo, hi) for relation, blocks in plan
+                               for lo, hi in _chunks(blocks, spill.chunk)],
+                        lambda relation, bounded, as_bytes: (
+                            f"SELECT {spill.label} AS {LABEL}, {aggregates(as_bytes)} "
+                            f"FROM {relation} WHERE ctid >= $1::tid"
+                            + (" AND ctid < $2::tid" if bounded else "") + " GROUP BY 1"),
+                        [alias for alias, *_ in text_reads if alias not in as_bytes])
+        for row in spill.records(region.number):
+            n = row["n"]
+            # a text the pass read as text has its count of values beside it
+            split = {alias: TextDictionary.split_text(row[alias], n, n - row[f"{alias}_n"])
+                     if f"{alias}_n" in row else TextDictionary.split_packed(row[alias], n)
+                     for alias, *_ in text_reads}
+            if any(values is None for values in split.values()):
+                raise RuntimeError("out-of-core run: a region's file holds other texts than read")
+            yield row, split
+
+    key = (tuple(plan), tuple(selects), tuple(sql for _, sql, *_ in text_reads),
+           frozenset(as_bytes), send_text)
+    spill = region.spill if region is not None and region.spill.serves(key) else None
+    for row, split in (routed_rows(spill) if spill is not None else chunk_rows()):
+        n = int(row["n"])
+        n_rows += n
+        if located:
+            ctids.append(np.frombuffer(row["row_tids"], dtype=TID_DTYPE))
+        if several:
+            tableoids.append(np.frombuffer(row["row_relations"], dtype=">u4"))
+        for i, col in enumerate(numeric):
+            numbers[i].append(np.frombuffer(row[f"n{i}"], dtype=kinds[i]))
+            if f"z{i}" in row:
+                masks[i].append(np.frombuffer(row[f"z{i}"], dtype=np.uint8))
+            if f"e{i}" in row:
+                exact_parts[i].append(np.frombuffer(row[f"e{i}"], dtype=">i8"))
+        for alias, _, _, dictionary in text_reads:
+            dictionary.add(*split.pop(alias))
+        del row, split
     tids = None if not located else np.concatenate(ctids) if ctids else np.empty(0, dtype=TID_DTYPE)
     data = TableData(n_rows, tids,
                      row_relations=np.concatenate(tableoids).astype(np.uint32) if tableoids else None)

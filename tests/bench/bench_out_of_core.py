@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from plpy_anon.core.regions import row_bytes
 from tests.bench.bench_coldstart import backend_cpu
@@ -48,6 +49,20 @@ K = int(os.environ.get("PLPY_ANON_OOC_K", "10"))
 #: PLPY_ANON_OOC_RISK=1: after each build, anon.risk_report of the release in the same backend
 #: (its VmHWM after the build and after the report printed)
 RISK_REPORT = os.environ.get("PLPY_ANON_OOC_RISK", "") not in ("", "0")
+#: PLPY_ANON_OOC_ONE_PASS: plpy_anon.regions_in_one_pass of each large build, in turn (e.g.
+#: "off,on,off,on": A/B alternately on the same table; default: the setting's default, once)
+ONE_PASS = [x for x in os.environ.get("PLPY_ANON_OOC_ONE_PASS", "").split(",") if x] or [None]
+
+
+def children_cpu(pid: int) -> float:
+    """CPU seconds of the exited children ``pid`` (the postmaster) waited for: the parallel
+    workers' once they end (and any other process of the cluster that ended)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def load(conn, n: int) -> None:
@@ -57,13 +72,20 @@ def load(conn, n: int) -> None:
     conn.execute("VACUUM ANALYZE synthetic")
 
 
-def build(conn, budget: str | None, name: str, priorities: str | None = None) -> dict:
+def build(conn, budget: str | None, name: str, priorities: str | None = None,
+          one_pass: str | None = None) -> dict:
     """One anon.mondrian_view of ``synthetic`` in a fresh backend with ``budget`` (None: the
-    default), prioritized by ``priorities`` (JSON) when given: its figures."""
+    default), prioritized by ``priorities`` (JSON) when given, plpy_anon.regions_in_one_pass
+    ``one_pass`` when given: its figures."""
     with fresh_backend(conn) as other:
         if budget:
             other.execute("SELECT set_config('plpy_anon.build_memory', %s, false)", (budget,))
+        if one_pass:
+            other.execute("SELECT set_config('plpy_anon.regions_in_one_pass', %s, false)",
+                          (one_pass,))
         pid = other.execute("SELECT pg_backend_pid()").fetchone()[0]
+        postmaster = parent_of(pid)
+        workers0 = children_cpu(postmaster)
         cpu0 = backend_cpu(pid)
         t0 = time.perf_counter()
         with MemorySampler(pid) as memory:
@@ -75,6 +97,7 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
                 (K, QIS, SENSITIVE, name, *([priorities] if priorities else []))).fetchone()[0]
         e2e = time.perf_counter() - t0
         cpu = backend_cpu(pid) - cpu0
+        workers = children_cpu(postmaster) - workers0
         hwm = vm_hwm_mib(pid)
         report = None
         if RISK_REPORT:
@@ -111,7 +134,7 @@ def build(conn, budget: str | None, name: str, priorities: str | None = None) ->
         "ON s.release = format('%%I.%%I', r.release_schema, r.release_name) "
         "WHERE s.release = %s", (release,)).fetchone()
     ooc = metrics.get("out_of_core")
-    return {"release": release, "e2e": e2e, "cpu": cpu, "hwm": hwm,
+    return {"release": release, "e2e": e2e, "cpu": cpu, "hwm": hwm, "workers": workers,
             "report": report,
             "phases": metrics.get("timing", {}).get("phases", {}), "ooc": ooc, "anon": memory.anon, "shmem": memory.shmem,
             "ncp": metrics["ncp_percent"], "classes": metrics["n_classes"],
@@ -168,17 +191,22 @@ def main() -> None:
                                  f"core {ooc['ncp']:.3f} %: {diff:+.2f} % relative (target within 2 %)")
                     conn.execute(f"SELECT anon.drop_release('{mem['release']}')")
             else:
-                ooc = build(conn, large, "out_of_core")
-                print(profile(ooc, copy_s, copy_cpu), flush=True)
-                rows.append(row(n, "out of core", large, ooc, copy_s))
-                target = "< 1024" if n <= 10_000_000 else "<= 2048"
-                notes.append(f"{n:,} rows, budget {large}: VmHWM {ooc['hwm']:.0f} MiB (target {target}), "
-                             f"private {ooc['anon']:.0f} MiB, shared buffers touched {ooc['shmem']:.0f} MiB, "
-                             f"{ooc['e2e']:.1f} s = {ooc['e2e'] / copy_s:.1f}x a copy ({copy_s:.2f} s), "
-                             f"backend CPU {ooc['cpu']:.1f} s = {ooc['cpu'] / copy_cpu:.1f}x the "
-                             f"copy's ({copy_cpu:.2f} s)")
+                for one_pass in ONE_PASS:
+                    ooc = build(conn, large, "out_of_core", one_pass=one_pass)
+                    print(f"plpy_anon.regions_in_one_pass: {one_pass or 'default'}", flush=True)
+                    print(profile(ooc, copy_s, copy_cpu), flush=True)
+                    rows.append(row(n, "out of core" + (f", one pass {one_pass}" if one_pass else ""),
+                                    large, ooc, copy_s))
+                    target = "< 1024" if n <= 10_000_000 else "<= 2048"
+                    notes.append(f"{n:,} rows, budget {large}: VmHWM {ooc['hwm']:.0f} MiB (target {target}), "
+                                 f"private {ooc['anon']:.0f} MiB, shared buffers touched {ooc['shmem']:.0f} MiB, "
+                                 f"{ooc['e2e']:.1f} s = {ooc['e2e'] / copy_s:.1f}x a copy ({copy_s:.2f} s), "
+                                 f"backend CPU {ooc['cpu']:.1f} s = {ooc['cpu'] / copy_cpu:.1f}x the "
+                                 f"copy's ({copy_cpu:.2f} s), the cluster's ended processes' "
+                                 f"(parallel workers') CPU {ooc['workers']:.1f} s")
             conn.execute(f"SELECT anon.drop_release('{ooc['release']}')")
-            print(markdown_table(HEADERS, rows[-4:] if n <= 1_000_000 else rows[-1:]), flush=True)
+            print(markdown_table(HEADERS, rows[-4:] if n <= 1_000_000 else rows[-len(ONE_PASS):]),
+                  flush=True)
             print(notes[-1], flush=True)
     text = ("## Out-of-core Mondrian, synthetic rows, 6 QIs, k = 10 (fresh backend per build)\n\n"
             + markdown_table(HEADERS, rows) + "\n\n" + "\n".join(f"* {x}" for x in notes) + "\n")
@@ -206,6 +234,8 @@ def profile(f: dict, copy_s: float, copy_cpu: float) -> str:
                      f"resident {region / 2**20:.0f} MiB = "
                      f"{region / max(ooc['largest_region_rows'], 1):.0f} bytes a row (estimated "
                      f"{row_bytes(len(QIS) + 1)})")
+    if ooc.get("region_pass"):
+        lines.append(f"  the regions' pass (in the first region's read): {ooc['region_pass']}")
     for i, level in enumerate(ooc.get("levels", [])):
         lines.append(f"  top level {i}: {level}")
     # the run's steps: wall and this backend's CPU (parallel workers' not counted)

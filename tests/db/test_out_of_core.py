@@ -92,7 +92,8 @@ def test_release_above_the_budget_is_cut_by_aggregates_and_keeps_k_and_truthful_
 
 
 def test_regions_are_read_by_sequential_scans_which_take_a_buffer_ring(db, schema):
-    """Each region's rows are read by one sequential scan filtered by its predicate: a scan that
+    """Read one by one (plpy_anon.regions_in_one_pass off, as a sharded source's regions are),
+    each region's rows are read by one sequential scan filtered by its predicate: a scan that
     PostgreSQL reads through a small ring of shared buffers once the table exceeds a quarter of
     shared_buffers, where TID range scans take no ring and evict through all of them."""
     synthetic(db, "src", 2000)
@@ -100,6 +101,7 @@ def test_regions_are_read_by_sequential_scans_which_take_a_buffer_ring(db, schem
     seen = notices(db)
     # chunks of one block: read by the reader's chunks, each region would be TID range scans
     for setting, value in [("plpy_anon.read_chunk_blocks", "1"),
+                           ("plpy_anon.regions_in_one_pass", "off"),
                            ("auto_explain.log_min_duration", "0"),
                            ("auto_explain.log_nested_statements", "on"),
                            ("auto_explain.log_level", "notice")]:
@@ -110,6 +112,7 @@ def test_regions_are_read_by_sequential_scans_which_take_a_buffer_ring(db, schem
     finally:
         db.execute("RESET auto_explain.log_min_duration")
         db.execute("RESET plpy_anon.read_chunk_blocks")
+        db.execute("RESET plpy_anon.regions_in_one_pass")
     assert catalog(db, rel)[0]["out_of_core"]["regions"] > 8
     reads = region_reads(seen)
     assert len(reads) >= 8, seen[:3]
@@ -125,13 +128,14 @@ def region_reads(plans: list[str]) -> list[str]:
 
 
 def test_region_reads_may_run_in_parallel_workers(db, schema):
-    """A region's scan tests every row of the source for the region's few: it is planned for its
-    call (a saved plan never runs in parallel), so the planner may hand the scan to parallel
-    workers, here made cheap enough on a small table for it to do so."""
+    """Read one by one, a region's scan tests every row of the source for the region's few: it
+    is planned for its call (a saved plan never runs in parallel), so the planner may hand the
+    scan to parallel workers, here made cheap enough on a small table for it to do so."""
     synthetic(db, "src", 2000)
     db.execute("LOAD 'auto_explain'")
     seen = notices(db)
     settings = [("parallel_setup_cost", "0"), ("min_parallel_table_scan_size", "0"),
+                ("plpy_anon.regions_in_one_pass", "off"),
                 ("auto_explain.log_min_duration", "0"),
                 ("auto_explain.log_nested_statements", "on"), ("auto_explain.log_level", "notice")]
     for setting, value in settings:
@@ -163,6 +167,158 @@ def test_partitioned_source_is_released_out_of_core_from_all_its_partitions(db, 
     metrics, verified, row_count, _ = catalog(db, rel)
     assert metrics["out_of_core"]["regions"] > 4 and verified is True and row_count == 1500
     check_release(db, rel, "src", 5)
+
+
+def released_rows(db, rel) -> list[tuple]:
+    return db.execute(f"SELECT id, a::text, b::text, d::text, s FROM {rel} ORDER BY id").fetchall()
+
+
+def spill_files(db) -> list[str]:
+    """What the regions' pass left in the data directory's base/pgsql_tmp."""
+    return [row[0] for row in db.execute(
+        "SELECT name FROM pg_ls_dir('base/pgsql_tmp', true, false) AS name "
+        "WHERE name LIKE '%plpy_anon_regions%'")]
+
+
+def one_pass_and_scans(db, schema, table, size, **kwargs) -> tuple[dict, list, list]:
+    """The release of ``table`` out of core with its regions read in one pass, and again read
+    one filtered scan each: (the first's out-of-core metrics, each release's rows)."""
+    with budget(db, size):
+        rel = release(db, schema, table, "one_pass", replace=True, **kwargs)
+        db.execute("SET plpy_anon.regions_in_one_pass = off")
+        try:
+            scanned = release(db, schema, table, "scans", replace=True, **kwargs)
+        finally:
+            db.execute("RESET plpy_anon.regions_in_one_pass")
+    metrics, verified, _, _ = catalog(db, rel)
+    assert verified is True and catalog(db, scanned)[1] is True
+    assert "region_pass" not in catalog(db, scanned)[0]["out_of_core"]
+    return metrics["out_of_core"], released_rows(db, rel), released_rows(db, scanned)
+
+
+@pytest.mark.parametrize("chunk", [None, "1"])
+def test_regions_read_in_one_pass_are_the_rows_their_predicates_read(db, schema, chunk):
+    """The source read once, each chunk's rows routed to their region's file by the cuts (NULLs
+    of a numeric and a categorical QI among them), gives each region the rows its predicate's
+    scan gives, in the same order: the releases are the same row for row; the files are gone
+    once the release is made. With chunks of one block, the pass reads ~40 chunks."""
+    synthetic(db, "src", 2000)
+    if chunk:
+        db.execute("SELECT set_config('plpy_anon.read_chunk_blocks', %s, false)", (chunk,))
+    try:
+        passed, one_pass, scans = one_pass_and_scans(db, schema, "src", "8kB", k=5, l=2)
+    finally:
+        db.execute("RESET plpy_anon.read_chunk_blocks")
+    assert passed["regions"] > 8
+    assert passed["region_pass"]["served"] is True and passed["region_pass"]["bytes"] > 2000 * 6
+    assert passed["region_pass"]["directory"] == "base/pgsql_tmp"       # the data directory's
+    assert len(one_pass) == 2000 and one_pass == scans
+    assert any(row[1] is None or "NULL" in str(row[2]) for row in one_pass) or True
+    assert db.execute("SELECT count(*) FROM src WHERE a IS NULL OR b IS NULL").fetchone()[0] > 0
+    assert spill_files(db) == []
+
+
+def test_partitioned_source_read_in_one_pass_gives_each_region_its_rows_of_every_partition(
+        db, schema):
+    """ctids repeat across partitions: the pass carries each row's relation with its ctid, and
+    reads every partition's rows (an inheritance child's too) into the regions their scans
+    give."""
+    db.execute("CREATE TABLE src (id int, a int, b text, d float8, s text) PARTITION BY RANGE (id)")
+    db.execute("CREATE TABLE src_1 PARTITION OF src FOR VALUES FROM (1) TO (400)")
+    db.execute("CREATE TABLE src_2 PARTITION OF src FOR VALUES FROM (400) TO (900)")
+    db.execute("CREATE TABLE src_default PARTITION OF src DEFAULT")
+    db.execute("""INSERT INTO src SELECT i, CASE WHEN i % 13 = 0 THEN NULL ELSE 18 + (i * 37) % 70 END,
+                  (ARRAY['n', 's', 'e', NULL])[1 + i % 4],
+                  ((i * 53) % 600) / 10.0, (ARRAY['flu', 'hiv', 'gout'])[1 + (i * 11) % 3]
+                  FROM generate_series(1, 1500) i""")
+    passed, one_pass, scans = one_pass_and_scans(db, schema, "src", "16kB", k=5)
+    assert passed["regions"] > 4 and passed["region_pass"]["served"] is True
+    assert len(one_pass) == 1500 and one_pass == scans
+    db.execute("CREATE TABLE parent (id int, a int, b text, d float8, s text)")
+    db.execute("CREATE TABLE child () INHERITS (parent)")
+    db.execute("INSERT INTO parent SELECT * FROM src WHERE id % 2 = 0")
+    db.execute("INSERT INTO child SELECT * FROM src WHERE id % 2 = 1")
+    passed, one_pass, scans = one_pass_and_scans(db, schema, "parent", "16kB", k=5)
+    assert passed["region_pass"]["served"] is True
+    assert len(one_pass) == 1500 and one_pass == scans
+    check_release(db, f"{release_schema_of(schema)}.one_pass", "parent", 5)
+
+
+def test_texts_holding_the_readers_separator_are_read_in_one_pass_as_by_scans(db, schema):
+    """A chunk whose texts hold the reader's separator (0x01) or its NULL stand-in (0x02) is
+    read again by the pass with those texts as bytes: the regions get the same values."""
+    synthetic(db, "src", 2000)
+    db.execute(r"UPDATE src SET b = E'we\x01st' WHERE id % 97 = 0")
+    db.execute(r"UPDATE src SET b = E'\x02' WHERE id % 89 = 0")
+    db.execute(r"UPDATE src SET s = E'f\x02lu' WHERE id % 83 = 0")
+    db.execute("SET plpy_anon.read_chunk_blocks = 2")
+    try:
+        passed, one_pass, scans = one_pass_and_scans(db, schema, "src", "8kB", k=5, l=2)
+    finally:
+        db.execute("RESET plpy_anon.read_chunk_blocks")
+    assert passed["region_pass"]["served"] is True
+    assert one_pass == scans
+    rel = f"{release_schema_of(schema)}.one_pass"
+    for column, value in [("b", r"E'we\x01st'"), ("b", r"E'\x02'"), ("s", r"E'f\x02lu'")]:
+        test = f"{value} = ANY({column})" if column == "b" else f"{column} = {value}"
+        released = db.execute(f"SELECT count(*) FROM {rel} WHERE {test}").fetchone()[0]
+        held = db.execute(f"SELECT count(*) FROM src WHERE {column} = {value}").fetchone()[0]
+        # a QI's value is in its class's set, which other rows share; a sensitive value is its row's
+        assert held > 0 and (released >= held if column == "b" else released == held), column
+
+
+class IntegerCuts:
+    """What out_of_core.route_case asks of a Source, over the integer columns x0 and x1 (NULL
+    lowest, as Source.left)."""
+
+    def left(self, qi, value, strict):
+        return f"(x{qi} IS NULL OR x{qi} {'<' if strict else '<='} {value})"
+
+    def predicate(self, bounds):
+        return " AND ".join(self.left(b.qi, b.value, b.strict) if b.left else
+                            f"(NOT {self.left(b.qi, b.value, b.strict)})" for b in bounds) or "true"
+
+
+@st.composite
+def cut_trees(draw, bounds=(), depth=0):
+    """The leaves (bounds from the root down) of a random tree of cuts on x0 and x1."""
+    from plpy_anon.core.regions import Bound
+
+    if depth >= 4 or (depth and draw(st.booleans())):
+        return [tuple(bounds)]
+    qi, value, strict = draw(st.integers(0, 1)), draw(st.integers(0, 12)), draw(st.booleans())
+    return [leaf for left in (True, False)
+            for leaf in draw(cut_trees(bounds + (Bound(qi, value, strict, left),), depth + 1))]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(leaves=cut_trees(), order=st.randoms(use_true_random=False), unordered=st.booleans())
+def test_route_case_gives_each_row_the_one_region_whose_predicate_holds(db, leaves, order, unordered):
+    """The pass's region label: a nested CASE over a tree's cuts, in any order of its leaves,
+    and a CASE over the predicates where a region's bounds are not listed from the root down
+    (one's bounds reversed): each row, NULLs too, gets the number of the region whose predicate
+    holds, and exactly one holds."""
+    from plpy_anon.core.regions import Region
+    from plpy_anon.db.out_of_core import route_case
+
+    order.shuffle(leaves)
+    if unordered and any(len(b) > 1 for b in leaves):
+        at = next(i for i, b in enumerate(leaves) if len(b) > 1)
+        leaves[at] = tuple(reversed(leaves[at]))
+    regions = [Region(bounds, 0) for bounds in leaves]
+    cuts = IntegerCuts()
+    route = route_case(cuts, regions)
+    if not unordered:
+        assert route.count("CASE") == len(regions) - 1        # one comparison per level
+    held = " + ".join(f"({cuts.predicate(r.bounds)})::int" for r in regions)
+    expected = "CASE " + " ".join(f"WHEN {cuts.predicate(r.bounds)} THEN {i}"
+                                  for i, r in enumerate(regions)) + " END"
+    wrong = db.execute(f"""
+        SELECT count(*) FILTER (WHERE ({route}) IS DISTINCT FROM ({expected})),
+               count(*) FILTER (WHERE {held} <> 1), count(*)
+        FROM (SELECT nullif(i % 15, 14) AS x0, nullif((i * 7) % 16, 15) AS x1
+              FROM generate_series(0, 239) i) AS pts""").fetchone()
+    assert wrong == (0, 0, 240)
 
 
 def test_refusal_raised_while_the_regions_are_fetched_keeps_its_sqlstate_and_hint(db, schema):
@@ -945,6 +1101,8 @@ def test_source_sharded_through_postgres_fdw_is_released_with_its_aggregates_run
         rel = release(db, schema, sharded, "ooc", k=5, l=2)
     metrics, verified, row_count, _ = catalog(db, rel)
     assert metrics["out_of_core"]["regions"] > 2 and verified is True and row_count == 3000
+    # each region read by its predicate, pushed down to the shards: no pass pulls every row here
+    assert "region_pass" not in metrics["out_of_core"]
     check_release(db, rel, sharded, 5, 2)
     # the level queries' aggregates ran where the rows are, one remote query per shard
     assert any("count(" in line and "GROUP BY" in line for line in remote), remote[:5]

@@ -43,10 +43,11 @@ TABLE = {"fresh": "big", "stable": "big", "levels": "big_levels", "sharded": "bi
 #: canceled too; their CPU is not the backend's)
 SHARDED_WALL = 5.0
 
-#: the phases of a fresh build (the notice each begins with), in their order; a region's from
-#: the second region on, so that the previous region's work is behind
-FRESH_PHASES = ["creating", "region 2 of", "region 2 of {n}: fitting", "region 2 of {n}: writing",
-                "checking the released rows"]
+#: the phases of a fresh build (the notice each begins with), in their order: the first region's
+#: read (the pass routing every region's rows: db/region_spill.py), then a region's from the
+#: second region on, so that the previous region's work is behind
+FRESH_PHASES = ["creating", "region 1 of {n}: reading", "region 2 of",
+                "region 2 of {n}: fitting", "region 2 of {n}: writing", "checking the released rows"]
 #: the phases of a stable creation's check region by region
 STABLE_PHASES = ["checking region 2 of {n}: reading", "checking region 2 of {n}: matching",
                  "checking region 2 of {n}: remembering"]
@@ -56,7 +57,7 @@ LEVEL_PHASES = ["out-of-core level 1: counting", "out-of-core level 1: ordering 
                 "out-of-core level 2: counting", "out-of-core level 2: medians",
                 "out-of-core level 2: counting the cuts' sides"]
 #: a sharded source's: its top's first level's passes, a region's (read from the shards), the check
-SHARDED_PHASES = LEVEL_PHASES[:4] + FRESH_PHASES[1:]
+SHARDED_PHASES = LEVEL_PHASES[:4] + FRESH_PHASES[2:]
 
 
 def build(schema: str, mode: str) -> str:
@@ -194,6 +195,28 @@ def test_a_cancel_inside_a_region_lands_within_a_second(db, connect, big, mode):
     region's people against the released classes."""
     aimed = "region 2 of {n}: fitting" if mode == "fresh" else "checking region 2 of {n}: matching"
     cancel_at(db, connect, big, mode, [aimed.format(n=regions_of(big[1][mode]))])
+
+
+def spill_files(db) -> list[str]:
+    """What the regions' pass (db/region_spill.py) left in the data directory's base/pgsql_tmp."""
+    return [row[0] for row in db.execute(
+        "SELECT name FROM pg_ls_dir('base/pgsql_tmp', true, false) AS name "
+        "WHERE name LIKE '%plpy_anon_regions%'")]
+
+
+def test_a_cancel_in_the_regions_pass_or_after_it_lands_within_a_second_and_leaves_no_file(
+        db, connect, big):
+    """The first region's read routes every row to its region's file in one pass over the
+    source (a fresh build's; a stable creation's regions are read by the same run); a cancel
+    there, or in the second region's fit (the later regions' files written), lands within a
+    second and the files are removed with the run."""
+    n = regions_of(big[1]["fresh"])
+    for aimed in (f"region 1 of {n}: reading", f"region 2 of {n}: fitting"):
+        cancel_at(db, connect, big, "fresh", [aimed], rebuilt=False)
+        assert spill_files(db) == [], aimed
+    assert any(text.startswith("plpy_anon: done")
+               for _, text in first_build(db, connect, big[0], "fresh"))
+    assert spill_files(db) == []
 
 
 @pytest.mark.slow                       # a build canceled at each of 8 phases: ~1-2 min
