@@ -939,9 +939,11 @@ class RegionRefresh(RegionChecks):
             region.keys = self.mover_classes(region, rows, model)
 
     def mover_classes(self, region: RefreshedRegion, rows, model) -> list:
-        """The released bounds (per QI released as a range: its lowest and highest value's
-        text, as read) of each class of ``region`` holding one of its movers in: such a class's
-        corner may lie in another region's box, so the check finds it by its bounds."""
+        """The released bounds of each class of ``region`` holding one of its movers in (per
+        QI released as a range: its lowest and highest value's text, as read; per QI released
+        as a set: its values' texts): such a class's corner may lie in another region's box, so
+        the check finds it by its bounds, every QI's (other regions' classes often release the
+        same ranges with other sets)."""
         people = rows.people
         movers = np.asarray([m.person for m in region.moved_in], dtype=people.persons.dtype)
         labels = np.asarray(model.labels_)
@@ -950,32 +952,62 @@ class RegionRefresh(RegionChecks):
             check_interrupts()
             members = np.flatnonzero(labels == c)
             key = []
-            for a in self.ranged:
-                codes = rows.encoded[a].codes[members]
+            for a in range(len(self.src.qis)):
                 texts = people.qi_texts[a]
+                if a not in self.ranged:
+                    codes = np.unique(np.asarray(texts.codes)[members]).tolist()
+                    key.append(tuple(sorted((None if code < 0 else texts.dictionary[code]
+                                             for code in codes), key=lambda t: (t is None, t))))
+                    continue
+                codes = rows.encoded[a].codes[members]
                 for at in (members[int(np.argmin(codes))], members[int(np.argmax(codes))]):
                     code = int(texts.codes[at])
                     key.append(None if code < 0 else texts.dictionary[code])
             keys.append(tuple(key))
         return keys
 
+    def _key_columns(self) -> list:
+        """Each entry of a class's key: (its QI, 'low', 'high' or 'set')."""
+        return [(a, part) for a in range(len(self.src.qis))
+                for part in (("low", "high") if a in self.ranged else ("set",))]
+
+    @staticmethod
+    def _set_key(array: str) -> str:
+        """SQL of a set's texts in one order (C collation), each once: a released set and a
+        key's compare equal whatever order each lists them in."""
+        return (f"ARRAY(SELECT e FROM pg_catalog.unnest({array}) AS e GROUP BY e "
+                'ORDER BY e COLLATE "C")')
+
     def _class_key(self, alias: str) -> str:
         """SQL of a released class's key (``alias``: its row): :meth:`mover_classes`' bounds."""
         parts = []
-        for a in self.ranged:
+        for a, part in self._key_columns():
             q = f"{alias}.{ident(self.ctx.plpy, self.src.qis[a].name)}"
-            released = republication._released_type(self.src.qis[a])
-            high = f"pg_catalog.upper({q})"
-            if released in DISCRETE_RANGES:
-                high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
-                        f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
-            parts += [f"pg_catalog.lower({q})", high]
+            if part == "set":
+                parts.append(self._set_key(q))
+            elif part == "low":
+                parts.append(f"pg_catalog.lower({q})")
+            else:
+                released = republication._released_type(self.src.qis[a])
+                high = f"pg_catalog.upper({q})"
+                if released in DISCRETE_RANGES:
+                    high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
+                            f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
+                parts.append(high)
         return f"({', '.join(parts)})"
 
     def _key_literals(self, key: tuple) -> str:
-        """A key's bounds as constants of their QIs' types, comma separated."""
-        return ", ".join("NULL" if text is None else self.src.literal(self.ranged[i // 2], text)
-                         for i, text in enumerate(key))
+        """A key's bounds as constants of their QIs' types (a set's as its texts), comma
+        separated."""
+        out = []
+        for (a, part), value in zip(self._key_columns(), key):
+            if part == "set":
+                texts = ", ".join("NULL" if t is None else self.ctx.plpy.quote_literal(t)
+                                  for t in value)
+                out.append(self._set_key(f"CAST(ARRAY[{texts}] AS pg_catalog.text[])"))
+            else:
+                out.append("NULL" if value is None else self.src.literal(a, value))
+        return ", ".join(out)
 
     def _keys_listed(self, keys: list) -> str:
         return ", ".join(f"({self._key_literals(key)})" for key in keys)
@@ -991,7 +1023,7 @@ class RegionRefresh(RegionChecks):
         corner = "CASE " + " ".join(
             f"WHEN {self.class_corner_in('c', r.bounds)} THEN {r.number}"
             for r in self.regions) + " END"
-        names = [f"k{j}" for j in range(2 * len(self.ranged))]
+        names = [f"k{j}" for j in range(len(self._key_columns()))]
         values = ", ".join(f"({self._key_literals(key)}, {i})" for i, (_, key) in enumerate(listed))
         found = run(plpy, f"""
             SELECT DISTINCT k.i, {corner} AS region
