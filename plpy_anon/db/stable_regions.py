@@ -790,6 +790,8 @@ class RefreshedRegion:
     moved_out: list = field(default_factory=list)
     #: the released bounds of its classes holding a mover in (:meth:`RegionRefresh.keep`)
     keys: list = field(default_factory=list)
+    #: the rows it publishes in its classes of each such bounds
+    key_rows: dict = field(default_factory=dict)
     #: other regions' such bounds whose class's corner lies in its box
     #: (:meth:`RegionRefresh.place_mover_classes`)
     foreign: list = field(default_factory=list)
@@ -936,9 +938,9 @@ class RegionRefresh(RegionChecks):
         region.shown = shown[order]
         region.version = {key: version[key] for key in KEPT_OF_VERSION}
         if region.moved_in:
-            region.keys = self.mover_classes(region, rows, model)
+            region.keys = self.mover_classes(region, rows, model, shown)
 
-    def mover_classes(self, region: RefreshedRegion, rows, model) -> list:
+    def mover_classes(self, region: RefreshedRegion, rows, model, shown) -> list:
         """The released bounds of each class of ``region`` holding one of its movers in (per
         QI released as a range: its lowest and highest value's text, as read; per QI released
         as a set: its values' texts): such a class's corner may lie in another region's box, so
@@ -964,6 +966,8 @@ class RegionRefresh(RegionChecks):
                     code = int(texts.codes[at])
                     key.append(None if code < 0 else texts.dictionary[code])
             keys.append(tuple(key))
+            region.key_rows[keys[-1]] = region.key_rows.get(keys[-1], 0) + int(
+                shown[members].sum())
         return keys
 
     def _key_columns(self) -> list:
@@ -1016,7 +1020,7 @@ class RegionRefresh(RegionChecks):
         """Each region's :attr:`RefreshedRegion.foreign`: the bounds of other regions' movers'
         classes whose corner lies in its box, found in one pass over the released classes (the
         regions' checks then list a few bounds each, not every region's)."""
-        listed = [(r.number, key) for r in self.regions for key in r.keys]
+        listed = list(dict.fromkeys((r.number, key) for r in self.regions for key in r.keys))
         if not listed:
             return
         columns = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
@@ -1026,11 +1030,29 @@ class RegionRefresh(RegionChecks):
         names = [f"k{j}" for j in range(len(self._key_columns()))]
         values = ", ".join(f"({self._key_literals(key)}, {i})" for i, (_, key) in enumerate(listed))
         found = run(plpy, f"""
-            SELECT DISTINCT k.i, {corner} AS region
-            FROM (SELECT {columns} FROM {republication.released_relation(plpy, release)} r
+            SELECT k.i, {corner} AS region, c.n
+            FROM (SELECT {columns}, pg_catalog.count(*) AS n
+                  FROM {republication.released_relation(plpy, release)} r
                   GROUP BY {columns}) AS c
                  JOIN (VALUES {values}) AS k({', '.join(names)}, i)
                    ON {self._class_key('c')} = ({', '.join(f'k.{n}' for n in names)})""")
+        released: dict = {}
+        for row in found:
+            released[int(row["i"])] = released.get(int(row["i"]), 0) + int(row["n"])
+        for i, n in released.items():
+            owner, key = listed[i]
+            if n > self.regions[owner].key_rows[key]:
+                # another region's group released with the same bounds: one class to an
+                # analyst, whose rows no region's check can tell apart
+                raise NotByRegions(
+                    f"a class of region {owner} of {self.label} holding people whose "
+                    "quasi-identifiers left its box is released with the bounds of a class of "
+                    f"another region ({n:,} released rows, {self.regions[owner].key_rows[key]:,} "
+                    "of its own); the run region by region checks each region's classes apart, "
+                    "so nothing was published",
+                    hint="The published version stays. Raise plpy_anon.build_memory to what the "
+                         "stable run holds in one backend for this refresh (it checks such "
+                         "classes whole).")
         for row in found:
             owner, key = listed[int(row["i"])]
             if row["region"] is not None and int(row["region"]) != owner:

@@ -9,6 +9,8 @@ its released rows: k, l, nobody below l across all versions kept, nobody pinned 
 differencing two of them; a refused refresh keeps the published rows."""
 from __future__ import annotations
 
+import datetime
+
 import psycopg
 import pytest
 
@@ -314,3 +316,61 @@ def test_a_movers_row_updated_in_place_during_the_refresh(db, schema, connect, i
         kept.append(keeps(db, rel, RANGES))
         safe(db, rel, kept)
     assert refresh_by_regions(db, rel, stored, kept, RANGES)["movers"] == len(moves)
+
+
+# -- a movers' class released with exactly another region's class's bounds ------------------
+
+def classes_by_region(db, rel: str, stored: list) -> dict:
+    """{region: [(a, b, c, [member ids])]}: each released class, the region whose box holds it,
+    and the source's rows inside its box (Mondrian's classes of one region are disjoint)."""
+    out: dict = {}
+    for a, b, c in db.execute(f"SELECT DISTINCT a, b, c FROM {rel}").fetchall():
+        point = {"a": [a.lower, a.upper - 1], "b": list(b),
+                 "c": [c.lower, c.upper - datetime.timedelta(days=1)]}
+        inside = [i for i, box in enumerate(stored) if in_box(box, point)]
+        assert len(inside) == 1, (a, b, c)
+        ids = [r[0] for r in db.execute(
+            "SELECT id FROM t WHERE %s::int4range @> a AND b = ANY(%s) AND %s::daterange @> c "
+            "ORDER BY id", (a, b, c)).fetchall()]
+        out.setdefault(inside[0], []).append((a, b, c, ids))
+    return out
+
+
+def test_a_whole_class_moved_onto_another_regions_class(db, schema):
+    """Every member of one class of a region moved onto the QIs of the rows of a class of
+    another region (its extremes included): the moved group, refreshed with the region
+    remembering it, is released with exactly the other class's bounds, so the released rows
+    show one class of two regions' groups, which no region's check can split. Refused
+    (54000, naming the regions' rows, the budget in the hint), nothing published, the state
+    kept; the in-memory refresh the hint names then publishes, safe across the versions."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "same_bounds")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    classes = classes_by_region(db, rel, stored)
+    pair = next((x, y) for r in sorted(classes) for x in classes[r]
+                for q in sorted(classes) if q != r for y in classes[q]
+                if len(x[3]) >= len(y[3]) >= 10)
+    (_, _, _, movers), (_, _, _, targets) = pair
+    points = db.execute("SELECT id, a, b, c FROM t WHERE id = ANY(%s) ORDER BY id",
+                        (targets,)).fetchall()
+    kept = [keeps(db, rel, RANGES)]
+    before = db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall()
+    state = db.execute("SELECT chunk, region, persons FROM anon.release_state "
+                       "WHERE release_id = %s ORDER BY chunk", (release_id,)).fetchall()
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+                        [(*points[i % len(points)][1:], key) for i, key in enumerate(movers)])
+    with budget(db, TINY), pytest.raises(psycopg.Error) as error:
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert error.value.sqlstate == "54000", error.value
+    assert "is released with the bounds of a class of another region" in \
+        error.value.diag.message_primary
+    assert "plpy_anon.build_memory" in error.value.diag.message_hint
+    assert db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall() == before
+    assert db.execute("SELECT chunk, region, persons FROM anon.release_state "
+                      "WHERE release_id = %s ORDER BY chunk", (release_id,)).fetchall() == state
+    db.execute("SELECT anon.refresh(%s)", (rel,))
+    kept.append(keeps(db, rel, RANGES))
+    safe(db, rel, kept)
