@@ -10,9 +10,11 @@ differencing two of them; a refused refresh keeps the published rows."""
 from __future__ import annotations
 
 import datetime
+import time
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.adversarial.test_stable_region_refresh_attacks import regions_of_rows
 from tests.db.test_interrupts import Running
@@ -266,11 +268,12 @@ def test_more_movers_than_the_plan_lists_are_refused_before_anything_is_written(
 
 # -- a mover's row updated (a new TID) while the refresh runs --------------------------------
 
+@pytest.mark.parametrize("how", ["hot_update", "delete_insert"])
 @pytest.mark.parametrize("isolation", ["read committed", "repeatable read"])
-def test_a_movers_row_updated_in_place_during_the_refresh(db, schema, connect, isolation):
+def test_a_movers_row_updated_in_place_during_the_refresh(db, schema, connect, isolation, how):
     """While a refresh with movers runs (after the plan listed their TIDs), the writer commits
     an update of each mover's row that changes no value (a HOT update: a new TID, the same
-    box). READ COMMITTED: the check's reads see the new TIDs, not listed, so the movers' rows
+    box), or deletes it and inserts it again in one transaction. READ COMMITTED: the check's reads see the new TIDs, not listed, so the movers' rows
     are read with their boxes' regions: refused (40001, the source's change), the published
     rows kept. REPEATABLE READ: the run and the check see one snapshot and publish it. Either
     way the next refresh publishes region by region, safe across the versions."""
@@ -298,9 +301,17 @@ def test_a_movers_row_updated_in_place_during_the_refresh(db, schema, connect, i
     running.wait_for_notice("region 1 of")
     tids = dict(db.execute("SELECT id, ctid::text FROM t").fetchall())
     hot = db.execute("SELECT pg_stat_get_xact_tuples_hot_updated('t'::regclass)").fetchone()[0]
-    db.execute("UPDATE t SET s = s WHERE id = ANY(%s)", ([m[0] for m in moves],))
-    assert db.execute("SELECT pg_stat_get_xact_tuples_hot_updated('t'::regclass)"
-                      ).fetchone()[0] >= hot
+    ids = [m[0] for m in moves]
+    if how == "hot_update":
+        db.execute("UPDATE t SET s = s WHERE id = ANY(%s)", (ids,))
+        assert db.execute("SELECT pg_stat_get_xact_tuples_hot_updated('t'::regclass)"
+                          ).fetchone()[0] >= hot
+    else:
+        with db.transaction():
+            db.execute("CREATE TEMP TABLE again ON COMMIT DROP AS "
+                       "SELECT * FROM t WHERE id = ANY(%s)", (ids,))
+            db.execute("DELETE FROM t WHERE id = ANY(%s)", (ids,))
+            db.execute("INSERT INTO t SELECT * FROM again")
     now = dict(db.execute("SELECT id, ctid::text FROM t").fetchall())
     assert all(now[m[0]] != tids[m[0]] for m in moves)
     assert running.running(), "the refresh ended before the update"
@@ -374,3 +385,88 @@ def test_a_whole_class_moved_onto_another_regions_class(db, schema):
     db.execute("SELECT anon.refresh(%s)", (rel,))
     kept.append(keeps(db, rel, RANGES))
     safe(db, rel, kept)
+
+
+# -- cancel and a table rewrite while a region with movers runs ------------------------------
+
+def crossed(db, stored: list, one: int, other: int, each: int = 6) -> list:
+    """``each`` people of region ``one`` given the QIs of someone of region ``other`` and as
+    many the other way: (id, a, b, c)."""
+    rows = regions_of_rows(db, stored)
+    return ([(r[0], *rows[other][0][1:]) for r in rows[one][1:1 + each]]
+            + [(r[0], *rows[one][0][1:]) for r in rows[other][1:1 + each]])
+
+
+def kept_of(db, rel: str) -> tuple:
+    release_id = catalog(db, rel)[0]
+    return (db.execute(f"SELECT * FROM {rel} ORDER BY 1, 2, 3, 4").fetchall(),
+            db.execute("SELECT md5(string_agg(s::text, '|' ORDER BY s.chunk)) "
+                       "FROM anon.release_state s WHERE release_id = %s", (release_id,)).fetchone(),
+            db.execute("SELECT md5(string_agg(v::text, '|' ORDER BY v.version)) "
+                       "FROM anon.release_versions v WHERE release_id = %s",
+                       (release_id,)).fetchone())
+
+
+@pytest.mark.parametrize("phase", ["out of core: a stable refresh of", "region 16 of",
+                                   "checking region 16 of"])
+def test_a_cancel_in_the_plan_or_a_region_with_movers_keeps_the_release(db, schema, connect,
+                                                                        phase):
+    """Movers kept by region 16 (of 32) and by the last: pg_cancel_backend once the plan is
+    made, while region 16 (with its movers in and out) is fitted, and while it is checked:
+    57014 within seconds, the released rows, state and versions as they were; the next
+    refresh publishes region by region, safe across the versions."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "stopped")
+    stored = boxes(db, catalog(db, rel)[0])
+    assert len(stored) == 32
+    moves = crossed(db, stored, 15, 31)
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+                        [(a, b, c, key) for key, a, b, c in moves])
+    kept = [keeps(db, rel, RANGES)]
+    before = kept_of(db, rel)
+    running = Running(connect, schema, f"SELECT anon.refresh('{rel}')",
+                      f"SET plpy_anon.build_memory = '{TINY}'", "SET plpy_anon.progress = on")
+    running.wait_for_notice(phase)
+    canceled = time.monotonic()
+    db.execute("SELECT pg_cancel_backend(%s)", (running.pid,))
+    running.thread.join(300)
+    assert not running.running()
+    assert running.error is not None and running.error.sqlstate == "57014", running.error
+    assert running.ended - canceled < 5, running.ended - canceled
+    assert kept_of(db, rel) == before
+    assert refresh_by_regions(db, rel, stored, kept, RANGES)["movers"] == len(moves)
+
+
+def test_a_table_rewrite_waits_for_a_refresh_with_movers(db, schema, connect):
+    """The movers' TIDs stay valid from the plan to the check: CLUSTER, VACUUM FULL (which
+    move every row) and VACUUM wait for the refresh's lock on the source (refused here by
+    lock_timeout while it runs); the refresh then publishes, safe across the versions."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "rewrite")
+    stored = boxes(db, catalog(db, rel)[0])
+    moves = crossed(db, stored, 15, 31)
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+                        [(a, b, c, key) for key, a, b, c in moves])
+    kept = [keeps(db, rel, RANGES)]
+    running = Running(connect, schema, f"SELECT anon.refresh('{rel}')",
+                      f"SET plpy_anon.build_memory = '{TINY}'", "SET plpy_anon.progress = on")
+    running.wait_for_notice("region 2 of")
+    other = connect()
+    try:
+        other.execute(sql.SQL("SET search_path = {}, public").format(sql.Identifier(schema)))
+        other.execute("SET lock_timeout = '300ms'")
+        for rewrite in ("CLUSTER t USING t_pkey", "VACUUM FULL t", "VACUUM t"):
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                other.execute(rewrite)
+        assert running.running()
+    finally:
+        other.close()
+    running.thread.join(300)
+    assert running.error is None, running.error
+    kept.append(keeps(db, rel, RANGES))
+    safe(db, rel, kept)
+    assert catalog(db, rel)[1]["movers"] == len(moves)
