@@ -790,7 +790,7 @@ class RefreshedRegion:
     moved_out: list = field(default_factory=list)
     #: the released bounds of its classes holding a mover in (:meth:`RegionRefresh.keep`)
     keys: list = field(default_factory=list)
-    #: the rows it publishes in its classes of each such bounds
+    #: the rows it publishes (counterfeits included) in its classes of each such bounds
     key_rows: dict = field(default_factory=dict)
     #: other regions' such bounds whose class's corner lies in its box
     #: (:meth:`RegionRefresh.place_mover_classes`)
@@ -938,9 +938,12 @@ class RegionRefresh(RegionChecks):
         region.shown = shown[order]
         region.version = {key: version[key] for key in KEPT_OF_VERSION}
         if region.moved_in:
-            region.keys = self.mover_classes(region, rows, model, shown)
+            ids = np.asarray(version["group_ids"], dtype=np.int64)
+            released = np.asarray(version["counts"]).reshape(ids.size, -1).sum(axis=1)
+            region.keys = self.mover_classes(region, rows, model,
+                                             dict(zip(ids.tolist(), released.tolist())))
 
-    def mover_classes(self, region: RefreshedRegion, rows, model, shown) -> list:
+    def mover_classes(self, region: RefreshedRegion, rows, model, group_rows: dict) -> list:
         """The released bounds of each class of ``region`` holding one of its movers in (per
         QI released as a range: its lowest and highest value's text, as read; per QI released
         as a set: its values' texts): such a class's corner may lie in another region's box, so
@@ -949,7 +952,8 @@ class RegionRefresh(RegionChecks):
         people = rows.people
         movers = np.asarray([m.person for m in region.moved_in], dtype=people.persons.dtype)
         labels = np.asarray(model.labels_)
-        keys = []
+        groups = np.asarray(model.groups_, dtype=np.int64)
+        keys, key_groups = [], {}
         for c in np.unique(labels[np.isin(people.persons, movers)]).tolist():
             check_interrupts()
             members = np.flatnonzero(labels == c)
@@ -966,8 +970,9 @@ class RegionRefresh(RegionChecks):
                     code = int(texts.codes[at])
                     key.append(None if code < 0 else texts.dictionary[code])
             keys.append(tuple(key))
-            region.key_rows[keys[-1]] = region.key_rows.get(keys[-1], 0) + int(
-                shown[members].sum())
+            key_groups.setdefault(keys[-1], set()).update(np.unique(groups[members]).tolist())
+        region.key_rows = {key: sum(int(group_rows.get(g, 0)) for g in held)
+                           for key, held in key_groups.items()}
         return keys
 
     def _key_columns(self) -> list:
