@@ -19,7 +19,13 @@ from psycopg import sql
 from tests.adversarial.test_stable_region_refresh_attacks import regions_of_rows
 from tests.db.test_interrupts import Running
 from tests.db.test_stable_over_budget_regions import ROWS, catalog, people, stable
-from tests.db.test_stable_refresh_over_budget import TINY, boxes, in_box, row_regions
+from tests.db.test_stable_refresh_over_budget import (
+    TINY,
+    boxes,
+    in_box,
+    remembered_regions,
+    row_regions,
+)
 from tests.helpers import (
     budget,
     class_sizes,
@@ -71,7 +77,6 @@ def refresh_by_regions(db, rel: str, stored: list, kept: list, kinds: dict,
 def row_regions_of(db, release_id: int, stored: list, point) -> dict:
     if point is None:
         return row_regions(db, "t", release_id, stored)
-    from tests.db.test_stable_refresh_over_budget import remembered_regions
     held = {}
     for person, regions in remembered_regions(db, release_id).items():
         assert len(set(regions)) == 1, (person, regions)
@@ -470,3 +475,82 @@ def test_a_table_rewrite_waits_for_a_refresh_with_movers(db, schema, connect):
     kept.append(keeps(db, rel, RANGES))
     safe(db, rel, kept)
     assert catalog(db, rel)[1]["movers"] == len(moves)
+
+
+def test_two_refreshes_with_movers_at_once(db, schema, connect):
+    """Two sessions run anon.refresh of one release with movers at once beyond the budget:
+    each publishes a version checked against the state the other left, or is refused (40001)
+    with nothing published; at least one publishes, each known person stays remembered by one
+    region, the first, and every version published is safe across the versions."""
+    people(db, "t")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "twice")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    moves = crossed(db, stored, 15, 31)
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+                        [(a, b, c, key) for key, a, b, c in moves])
+    kept = [keeps(db, rel, RANGES)]
+    before = row_regions(db, "t", release_id, stored)
+    runs = [Running(connect, schema, f"SELECT anon.refresh('{rel}')",
+                    f"SET plpy_anon.build_memory = '{TINY}'") for _ in range(2)]
+    for running in runs:
+        running.thread.join(300)
+        assert not running.running()
+    errors = [r.error for r in runs if r.error is not None]
+    assert all(e.sqlstate == "40001" for e in errors), errors
+    assert len(errors) < 2
+    ooc = catalog(db, rel)[1]
+    assert ooc["refreshed_by_regions"] and ooc["movers"] == len(moves), ooc
+    after = row_regions(db, "t", release_id, stored)
+    assert {p: was for p, (_, was) in after.items()} == {p: was for p, (_, was) in before.items()}
+    kept.append(keeps(db, rel, RANGES))
+    safe(db, rel, kept)
+    versions = db.execute("SELECT count(*) FROM anon.release_versions WHERE release_id = %s",
+                          (release_id,)).fetchone()[0]
+    assert versions == 1 + len(runs) - len(errors)
+
+
+@pytest.mark.parametrize("identifier", ["null", "duplicate"])
+def test_a_mover_whose_identifier_is_null_or_another_persons(db, schema, identifier):
+    """People identified by pid (not the key) moved from region 16's box to the last's: with
+    their pid set NULL, the refresh beyond the budget is refused with a clear error (no
+    'Report this'), the published rows, state and versions kept; with the pid of someone who
+    stays in region 16 (one person's rows in two boxes, all of them movers of region 16 but
+    one), it publishes region by region or is refused so, and a published version is safe
+    across the versions for the analyst who knows every row's QIs."""
+    people(db, "t")
+    db.execute("ALTER TABLE t ADD COLUMN pid int")
+    db.execute("UPDATE t SET pid = id")
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "pids", identifiers=["pid"])
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    rows = regions_of_rows(db, stored)
+    there = rows[31][0]
+    movers = [r[0] for r in rows[15][1:4]]
+    pid = None if identifier == "null" else rows[15][0][0]
+    kept = [keeps(db, rel, RANGES)]
+    with db.cursor() as cur:
+        cur.executemany("UPDATE t SET a = %s, b = %s, c = %s, pid = %s WHERE id = %s",
+                        [(*there[1:], pid, key) for key in movers])
+    before = kept_of(db, rel)
+    try:
+        with budget(db, TINY):
+            db.execute("SELECT anon.refresh(%s)", (rel,))
+    except psycopg.Error as error:
+        assert error.sqlstate[:2] in ("22", "23", "54"), error
+        assert error.diag.message_hint and "Report this" not in error.diag.message_hint, error
+        assert kept_of(db, rel) == before
+        return
+    assert identifier == "duplicate"
+    assert catalog(db, rel)[1]["refreshed_by_regions"]
+    twice = {p: r for p, r in remembered_regions(db, release_id).items() if len(set(r)) > 1}
+    assert twice == {}, twice
+    kept.append(keeps(db, rel, RANGES))
+    safe(db, rel, kept)
+    with budget(db, TINY):
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    kept.append(keeps(db, rel, RANGES))
+    safe(db, rel, kept)
