@@ -554,3 +554,38 @@ def test_a_mover_whose_identifier_is_null_or_another_persons(db, schema, identif
         db.execute("SELECT anon.refresh(%s)", (rel,))
     kept.append(keeps(db, rel, RANGES))
     safe(db, rel, kept)
+
+
+def test_movers_of_a_release_of_text_qis_only_are_refused(db, schema):
+    """Every QI released as a set: a movers' class has no range to be found by, so a refresh
+    with movers beyond the budget is refused (54000, the budget in the hint), nothing
+    published, and without movers it publishes region by region."""
+    db.execute("CREATE TABLE t (id int PRIMARY KEY, a text, b text, c text, s text)")
+    db.execute(f"""INSERT INTO t
+        SELECT i, 'a' || ((i * 7) % 6), (ARRAY['north', 'south', 'east', 'west'])[1 + (i * 5) % 4],
+               'c' || ((i * 13) % 9),
+               (ARRAY['flu', 'hiv', 'cancer', 'asthma', 'ok'])[1 + (i * 11) % 5]
+        FROM generate_series(1, {ROWS}) i""")
+    kinds = {"a": "set", "b": "set", "c": "set"}
+    with budget(db, TINY):
+        rel = stable(db, schema, "t", "texts")
+    release_id = catalog(db, rel)[0]
+    stored = boxes(db, release_id)
+    assert len(stored) >= 8
+    kept = [keeps(db, rel, kinds)]
+    db.execute("UPDATE t SET s = 'ok' WHERE id % 37 = 0")
+    refresh_by_regions(db, rel, stored, kept, kinds, texts_point)
+    rows = {}
+    for key, a, b, c in db.execute("SELECT id, a, b, c FROM t ORDER BY id").fetchall():
+        inside = [i for i, box in enumerate(stored) if in_box(box, texts_point(a, b, c))]
+        rows.setdefault(inside[0], []).append((key, a, b, c))
+    one, other = min(rows), max(rows)
+    db.execute("UPDATE t SET a = %s, b = %s, c = %s WHERE id = %s",
+               (*rows[other][0][1:], rows[one][1][0]))
+    before = kept_of(db, rel)
+    with budget(db, TINY), pytest.raises(psycopg.Error) as error:
+        db.execute("SELECT anon.refresh(%s)", (rel,))
+    assert error.value.sqlstate == "54000", error.value
+    assert "no QI released as a range" in error.value.diag.message_primary
+    assert "plpy_anon.build_memory" in error.value.diag.message_hint
+    assert kept_of(db, rel) == before
