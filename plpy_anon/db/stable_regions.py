@@ -790,6 +790,8 @@ class RefreshedRegion:
     moved_out: list = field(default_factory=list)
     #: the released bounds of its classes holding a mover in (:meth:`RegionRefresh.keep`)
     keys: list = field(default_factory=list)
+    #: the rows it publishes (counterfeits included) in its classes of each such bounds
+    key_rows: dict = field(default_factory=dict)
     #: other regions' such bounds whose class's corner lies in its box
     #: (:meth:`RegionRefresh.place_mover_classes`)
     foreign: list = field(default_factory=list)
@@ -936,46 +938,85 @@ class RegionRefresh(RegionChecks):
         region.shown = shown[order]
         region.version = {key: version[key] for key in KEPT_OF_VERSION}
         if region.moved_in:
-            region.keys = self.mover_classes(region, rows, model)
+            ids = np.asarray(version["group_ids"], dtype=np.int64)
+            released = np.asarray(version["counts"]).reshape(ids.size, -1).sum(axis=1)
+            region.keys = self.mover_classes(region, rows, model,
+                                             dict(zip(ids.tolist(), released.tolist())))
 
-    def mover_classes(self, region: RefreshedRegion, rows, model) -> list:
-        """The released bounds (per QI released as a range: its lowest and highest value's
-        text, as read) of each class of ``region`` holding one of its movers in: such a class's
-        corner may lie in another region's box, so the check finds it by its bounds."""
+    def mover_classes(self, region: RefreshedRegion, rows, model, group_rows: dict) -> list:
+        """The released bounds of each class of ``region`` holding one of its movers in (per
+        QI released as a range: its lowest and highest value's text, as read; per QI released
+        as a set: its values' texts): such a class's corner may lie in another region's box, so
+        the check finds it by its bounds, every QI's (other regions' classes often release the
+        same ranges with other sets)."""
         people = rows.people
         movers = np.asarray([m.person for m in region.moved_in], dtype=people.persons.dtype)
         labels = np.asarray(model.labels_)
-        keys = []
+        groups = np.asarray(model.groups_, dtype=np.int64)
+        keys, key_groups = [], {}
         for c in np.unique(labels[np.isin(people.persons, movers)]).tolist():
             check_interrupts()
             members = np.flatnonzero(labels == c)
             key = []
-            for a in self.ranged:
-                codes = rows.encoded[a].codes[members]
+            for a in range(len(self.src.qis)):
                 texts = people.qi_texts[a]
+                if a not in self.ranged:
+                    codes = np.unique(np.asarray(texts.codes)[members]).tolist()
+                    key.append(tuple(sorted((None if code < 0 else texts.dictionary[code]
+                                             for code in codes), key=lambda t: (t is None, t))))
+                    continue
+                codes = rows.encoded[a].codes[members]
                 for at in (members[int(np.argmin(codes))], members[int(np.argmax(codes))]):
                     code = int(texts.codes[at])
                     key.append(None if code < 0 else texts.dictionary[code])
             keys.append(tuple(key))
+            key_groups.setdefault(keys[-1], set()).update(np.unique(groups[members]).tolist())
+        region.key_rows = {key: sum(int(group_rows.get(g, 0)) for g in held)
+                           for key, held in key_groups.items()}
         return keys
+
+    def _key_columns(self) -> list:
+        """Each entry of a class's key: (its QI, 'low', 'high' or 'set')."""
+        return [(a, part) for a in range(len(self.src.qis))
+                for part in (("low", "high") if a in self.ranged else ("set",))]
+
+    @staticmethod
+    def _set_key(array: str) -> str:
+        """SQL of a set's texts in one order (C collation), each once: a released set and a
+        key's compare equal whatever order each lists them in."""
+        return (f"ARRAY(SELECT e FROM pg_catalog.unnest({array}) AS e GROUP BY e "
+                'ORDER BY e COLLATE "C")')
 
     def _class_key(self, alias: str) -> str:
         """SQL of a released class's key (``alias``: its row): :meth:`mover_classes`' bounds."""
         parts = []
-        for a in self.ranged:
+        for a, part in self._key_columns():
             q = f"{alias}.{ident(self.ctx.plpy, self.src.qis[a].name)}"
-            released = republication._released_type(self.src.qis[a])
-            high = f"pg_catalog.upper({q})"
-            if released in DISCRETE_RANGES:
-                high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
-                        f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
-            parts += [f"pg_catalog.lower({q})", high]
+            if part == "set":
+                parts.append(self._set_key(q))
+            elif part == "low":
+                parts.append(f"pg_catalog.lower({q})")
+            else:
+                released = republication._released_type(self.src.qis[a])
+                high = f"pg_catalog.upper({q})"
+                if released in DISCRETE_RANGES:
+                    high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
+                            f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
+                parts.append(high)
         return f"({', '.join(parts)})"
 
     def _key_literals(self, key: tuple) -> str:
-        """A key's bounds as constants of their QIs' types, comma separated."""
-        return ", ".join("NULL" if text is None else self.src.literal(self.ranged[i // 2], text)
-                         for i, text in enumerate(key))
+        """A key's bounds as constants of their QIs' types (a set's as its texts), comma
+        separated."""
+        out = []
+        for (a, part), value in zip(self._key_columns(), key):
+            if part == "set":
+                texts = ", ".join("NULL" if t is None else self.ctx.plpy.quote_literal(t)
+                                  for t in value)
+                out.append(self._set_key(f"CAST(ARRAY[{texts}] AS pg_catalog.text[])"))
+            else:
+                out.append("NULL" if value is None else self.src.literal(a, value))
+        return ", ".join(out)
 
     def _keys_listed(self, keys: list) -> str:
         return ", ".join(f"({self._key_literals(key)})" for key in keys)
@@ -984,21 +1025,39 @@ class RegionRefresh(RegionChecks):
         """Each region's :attr:`RefreshedRegion.foreign`: the bounds of other regions' movers'
         classes whose corner lies in its box, found in one pass over the released classes (the
         regions' checks then list a few bounds each, not every region's)."""
-        listed = [(r.number, key) for r in self.regions for key in r.keys]
+        listed = list(dict.fromkeys((r.number, key) for r in self.regions for key in r.keys))
         if not listed:
             return
         columns = ", ".join(f"r.{ident(plpy, c.name)}" for c in qis)
         corner = "CASE " + " ".join(
             f"WHEN {self.class_corner_in('c', r.bounds)} THEN {r.number}"
             for r in self.regions) + " END"
-        names = [f"k{j}" for j in range(2 * len(self.ranged))]
+        names = [f"k{j}" for j in range(len(self._key_columns()))]
         values = ", ".join(f"({self._key_literals(key)}, {i})" for i, (_, key) in enumerate(listed))
         found = run(plpy, f"""
-            SELECT DISTINCT k.i, {corner} AS region
-            FROM (SELECT {columns} FROM {republication.released_relation(plpy, release)} r
+            SELECT k.i, {corner} AS region, c.n
+            FROM (SELECT {columns}, pg_catalog.count(*) AS n
+                  FROM {republication.released_relation(plpy, release)} r
                   GROUP BY {columns}) AS c
                  JOIN (VALUES {values}) AS k({', '.join(names)}, i)
                    ON {self._class_key('c')} = ({', '.join(f'k.{n}' for n in names)})""")
+        released: dict = {}
+        for row in found:
+            released[int(row["i"])] = released.get(int(row["i"]), 0) + int(row["n"])
+        for i, n in released.items():
+            owner, key = listed[i]
+            if n > self.regions[owner].key_rows[key]:
+                # another region's group released with the same bounds: one class to an
+                # analyst, whose rows no region's check can tell apart
+                raise NotByRegions(
+                    f"a class of region {owner} of {self.label} holding people whose "
+                    "quasi-identifiers left its box is released with the bounds of a class of "
+                    f"another region ({n:,} released rows, {self.regions[owner].key_rows[key]:,} "
+                    "of its own); the run region by region checks each region's classes apart, "
+                    "so nothing was published",
+                    hint="The published version stays. Raise plpy_anon.build_memory to what the "
+                         "stable run holds in one backend for this refresh (it checks such "
+                         "classes whole).")
         for row in found:
             owner, key = listed[int(row["i"])]
             if row["region"] is not None and int(row["region"]) != owner:
