@@ -503,6 +503,7 @@ def test_a_hostile_table_releases_in_a_backend_the_classes_of_the_numpy_fit(db, 
         with connect() as conn:
             conn.execute(sql_path(schema))
             if engine == "numpy":
+                conn.execute("SELECT * FROM anon.versions()").fetchall()   # activates the environment
                 conn.execute(FIT_ON_NUMPY)
                 conn.execute("SELECT pg_temp.fit_on_numpy()")
             releases[engine] = create_release(conn, "mondrian_view", schema, "hostile",

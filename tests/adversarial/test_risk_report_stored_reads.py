@@ -296,6 +296,7 @@ def test_a_refresh_between_two_chunks_of_the_stored_read_is_not_mixed_in(db, sch
 
     def run_report():
         with connect() as conn:
+            conn.execute("SELECT * FROM anon.versions()").fetchall()   # activates the environment
             conn.execute(PAUSE_BETWEEN_CHUNKS)
             conn.execute("SELECT pg_temp.pause_between_chunks(%s)", (key,))
             if budget:
