@@ -529,13 +529,15 @@ def read_columns(plpy, tbl: Table, numeric: list[Column], categorical: list[Colu
         """The same of the region's rows, from its file (the pass made by the first read)."""
         if spill.key is None:
             spill.key = key
+            # texts read as bytes from the start (a server whose text is not UTF-8) stay so
+            read_as_bytes = frozenset(as_bytes)
             spill.write(plpy, [(relation, lo, hi) for relation, blocks in plan
                                for lo, hi in _chunks(blocks, spill.chunk)],
-                        lambda relation, bounded, as_bytes: (
-                            f"SELECT {spill.label} AS {LABEL}, {aggregates(as_bytes)} "
+                        lambda relation, bounded, found: (
+                            f"SELECT {spill.label} AS {LABEL}, {aggregates(read_as_bytes | found)} "
                             f"FROM {relation} WHERE ctid >= $1::tid"
                             + (" AND ctid < $2::tid" if bounded else "") + " GROUP BY 1"),
-                        [alias for alias, *_ in text_reads if alias not in as_bytes])
+                        [alias for alias, *_ in text_reads if alias not in read_as_bytes])
         for row in spill.records(region.number):
             n = row["n"]
             # a text the pass read as text has its count of values beside it

@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from tests.helpers import class_sizes, distinct_sensitive_per_class, release_schema_of
+from tests.waits import wait_until
 
 PARENT = 'Pa"rt, Ed'
 QIS = ["Big Int", 'Nu"m', "fl oat", "When"]
@@ -111,6 +112,8 @@ def test_an_audit_neither_waits_for_nor_fails_beside_a_refresh_and_a_drop(db, sc
         thread = threading.Thread(target=audit_until_dropped)
         thread.start()
         try:
+            # the drop begins once the loop answers (its new backend may start after a quick drop)
+            wait_until(lambda: answers or errors or not thread.is_alive(), "the audits' first answer")
             writer.execute("BEGIN")
             writer.execute("SELECT anon.drop_release(%s)", (release,))
             assert release in [r[0] for r in auditor.execute("SELECT release FROM anon.release_audit()")]
