@@ -27,7 +27,7 @@ import weakref
 from dataclasses import dataclass
 
 from plpy_anon.core import interrupts
-from plpy_anon.db.sqltext import run
+from plpy_anon.db.sqltext import local_settings
 
 #: the region label's column in the pass's queries (no source column is so named), quoted
 LABEL_NAME = "plpy_anon region"
@@ -102,39 +102,32 @@ class RegionSpill:
         # label has as many values as regions, which the planner cannot tell from a CASE: it
         # sorted each chunk's rows by it (GroupAggregate) rather than hash them into the regions
         # (2M rows, 11 chunks: 4.2 s of queries against 3.3 s for 8 regions' scans)
-        settings = {"enable_tidscan": "on", "enable_sort": "off"}
-        previous = {name: run(plpy, "SELECT pg_catalog.current_setting($1) AS v", ["text"],
-                              [name])[0]["v"] for name in settings}
-        for name, value in settings.items():
-            run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"], [name, value])
         try:
-            for relation, lo, hi in ranges:
-                while True:
-                    as_bytes = frozenset(a for a in checked_texts if a not in plain)
-                    key = (relation, hi is not None, as_bytes)
-                    if key not in prepared:
-                        prepared[key] = plpy.prepare(statement(relation, hi is not None, as_bytes),
-                                                     ["text", "text"] if hi is not None else ["text"])
-                    rows = prepared[key].execute([lo, hi] if hi is not None else [lo])
-                    records, again = [], set()
-                    for row in rows:
-                        record = self._record(row, plain)
-                        if isinstance(record, set):
-                            again |= record
-                        else:
-                            records.append(record)
-                    del rows
-                    if not again:
-                        break
-                    plain -= again
-                for number, fields in records:
-                    self._append(number, fields)
-                del records
-                interrupts.check()
+            with local_settings(plpy, enable_tidscan="on", enable_sort="off"):
+                for relation, lo, hi in ranges:
+                    while True:
+                        as_bytes = frozenset(a for a in checked_texts if a not in plain)
+                        key = (relation, hi is not None, as_bytes)
+                        if key not in prepared:
+                            prepared[key] = plpy.prepare(statement(relation, hi is not None, as_bytes),
+                                                         ["text", "text"] if hi is not None else ["text"])
+                        rows = prepared[key].execute([lo, hi] if hi is not None else [lo])
+                        records, again = [], set()
+                        for row in rows:
+                            record = self._record(row, plain)
+                            if isinstance(record, set):
+                                again |= record
+                            else:
+                                records.append(record)
+                        del rows
+                        if not again:
+                            break
+                        plain -= again
+                    for number, fields in records:
+                        self._append(number, fields)
+                    del records
+                    interrupts.check()
         finally:
-            for name, value in previous.items():
-                run(plpy, "SELECT pg_catalog.set_config($1, $2, true)", ["text", "text"],
-                    [name, value])
             self.seconds += time.monotonic() - wall
             self.cpu += time.process_time() - cpu
 

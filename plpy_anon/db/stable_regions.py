@@ -74,6 +74,17 @@ TOP_OF = {"int4range": "2147483647", "int8range": "9223372036854775807",
           "daterange": "'infinity'::date"}
 
 
+def range_highest(q: str, released: str) -> str:
+    """SQL of the highest value the released range ``q`` (of type ``released``) holds: a discrete
+    range's exclusive upper bound less one (a range holding the type's largest value has no
+    exclusive bound: [x,)), another's upper bound."""
+    high = f"pg_catalog.upper({q})"
+    if released not in DISCRETE_RANGES:
+        return high
+    return (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
+            f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
+
+
 class NullAcrossRegions(AnonError):
     """A NULL in a QI released as a range: it lies in every class's range to an analyst, so the
     classes it links span regions (program_limit_exceeded: not built region by region)."""
@@ -190,13 +201,8 @@ class RegionChecks:
                 parts.append(f"NOT EXISTS (SELECT FROM pg_catalog.unnest({q}) AS e(v) "
                              f"WHERE NOT ({self._side(a, value, mine)}))")
                 continue
-            high = f"pg_catalog.upper({q})"
-            if released in DISCRETE_RANGES:
-                # a class holding the type's largest value has no exclusive bound: [x,)
-                high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
-                        f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
             parts.append(f"{self._side(a, f'pg_catalog.lower({q})', mine)} AND "
-                         f"{self._side(a, high, mine)}")
+                         f"{self._side(a, range_highest(q, released), mine)}")
         return " AND ".join(parts) or "true"
 
     def class_corner_in(self, alias: str, bounds) -> str:
@@ -997,12 +1003,7 @@ class RegionRefresh(RegionChecks):
             elif part == "low":
                 parts.append(f"pg_catalog.lower({q})")
             else:
-                released = republication._released_type(self.src.qis[a])
-                high = f"pg_catalog.upper({q})"
-                if released in DISCRETE_RANGES:
-                    high = (f"(CASE WHEN pg_catalog.upper_inf({q}) THEN {TOP_OF[released]} "
-                            f"WHEN pg_catalog.upper_inc({q}) THEN {high} ELSE {high} - 1 END)")
-                parts.append(high)
+                parts.append(range_highest(q, republication._released_type(self.src.qis[a])))
         return f"({', '.join(parts)})"
 
     def _key_literals(self, key: tuple) -> str:
