@@ -447,7 +447,8 @@ def test_a_cancel_in_the_plan_or_a_region_with_movers_keeps_the_release(db, sche
 def test_a_table_rewrite_waits_for_a_refresh_with_movers(db, schema, connect):
     """The movers' TIDs stay valid from the plan to the check: CLUSTER, VACUUM FULL (which
     move every row) and VACUUM wait for the refresh's lock on the source (refused here by
-    lock_timeout while it runs); the refresh then publishes, safe across the versions."""
+    lock_timeout once it has read region 2; its transaction is held open, so the refresh
+    cannot end before they try); the refresh then publishes, safe across the versions."""
     people(db, "t")
     with budget(db, TINY):
         rel = stable(db, schema, "t", "rewrite")
@@ -458,7 +459,8 @@ def test_a_table_rewrite_waits_for_a_refresh_with_movers(db, schema, connect):
                         [(a, b, c, key) for key, a, b, c in moves])
     kept = [keeps(db, rel, RANGES)]
     running = Running(connect, schema, f"SELECT anon.refresh('{rel}')",
-                      f"SET plpy_anon.build_memory = '{TINY}'", "SET plpy_anon.progress = on")
+                      f"SET plpy_anon.build_memory = '{TINY}'", "SET plpy_anon.progress = on",
+                      "BEGIN")
     running.wait_for_notice("region 2 of")
     other = connect()
     try:
@@ -467,10 +469,10 @@ def test_a_table_rewrite_waits_for_a_refresh_with_movers(db, schema, connect):
         for rewrite in ("CLUSTER t USING t_pkey", "VACUUM FULL t", "VACUUM t"):
             with pytest.raises(psycopg.errors.LockNotAvailable):
                 other.execute(rewrite)
-        assert running.running()
     finally:
         other.close()
-    running.thread.join(300)
+        running.thread.join(300)
+        running.conn.execute("COMMIT")
     assert running.error is None, running.error
     kept.append(keeps(db, rel, RANGES))
     safe(db, rel, kept)
